@@ -1,0 +1,2 @@
+//! `residency-bench`: benchmarks of `residency` against its baselines.
+fn main() {}

@@ -1,0 +1,2 @@
+//! The `residency` command-line tool.
+fn main() {}

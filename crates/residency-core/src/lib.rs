@@ -1,0 +1,14 @@
+//! The GPU-free half of `residency`: rules, algorithms and data that do not need a device.
+//!
+//! Everything here is plain data and pure functions, testable on any machine in milliseconds:
+//! - [`format`]: texel formats and their block sizes.
+//! - [`profile`]: a device's capabilities as one serialisable value (a *device profile*), which can
+//!   stand in for a live device wherever only requirements and limits are needed.
+//! - [`placement`]: the tight placed-resource alignment engine (D3D12 tight alignment on Vulkan).
+//! - [`allocator`]: offset allocators for heaps (O(1) two-level segregated fit) and per-frame rings.
+#![forbid(unsafe_code)]
+
+pub mod allocator;
+pub mod format;
+pub mod placement;
+pub mod profile;

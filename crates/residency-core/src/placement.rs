@@ -1,0 +1,1 @@
+//! The tight placed-resource alignment engine.
