@@ -1,6 +1,7 @@
 //! The GPU-free half of `residency`: rules, algorithms and data that do not need a device.
 //!
 //! Everything here is plain data and pure functions, testable on any machine in milliseconds:
+//! - [`device_mask`]: device indices and 32-bit device masks.
 //! - [`format`]: texel formats and their block sizes.
 //! - [`profile`]: a device's capabilities as one serialisable value (a *device profile*), which can
 //!   stand in for a live device wherever only requirements and limits are needed.
@@ -9,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 pub mod allocator;
+pub mod device_mask;
 pub mod format;
 pub mod placement;
 pub mod profile;
