@@ -1,2 +1,41 @@
 //! The `residency` command-line tool.
-fn main() {}
+
+mod info;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Where GPU resources live in memory: device capabilities, placement and residency on Vulkan.
+#[derive(Debug, Parser)]
+#[command(name = "residency", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Show each device's capabilities (memory, limits, sparse support, tile shapes), or a profile.
+    Info(info::InfoArgs),
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("RESIDENCY_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Info(args) => info::run(&args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -146,7 +146,9 @@ impl fmt::Debug for DeviceMask {
 
 /// A `--devices` argument that is not `all`, a comma list of indices, or a mask.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("invalid device selection `{0}`: expected `all`, a list such as `0,1`, or a mask such as `0b11` / `0x3`")]
+#[error(
+    "invalid device selection `{0}`: expected `all`, a list such as `0,1`, or a mask such as `0b11` / `0x3`"
+)]
 pub struct InvalidDeviceSelection(pub String);
 
 impl std::str::FromStr for DeviceMask {

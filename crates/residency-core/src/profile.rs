@@ -369,6 +369,10 @@ pub struct ImageProbe {
 pub struct SparseTileShape {
     /// Tile extent in texels (width, height, depth).
     pub tile_extent: [u32; 3],
+    /// The driver reported the granularity of a block-compressed format in blocks rather than
+    /// texels (lavapipe does); `tile_extent` has been converted to texels.
+    #[serde(default)]
+    pub reported_in_blocks: bool,
     /// `VK_SPARSE_IMAGE_FORMAT_SINGLE_MIPTAIL_BIT`: one mip tail for all layers.
     pub single_miptail: bool,
     /// `VK_SPARSE_IMAGE_FORMAT_ALIGNED_MIP_SIZE_BIT`.

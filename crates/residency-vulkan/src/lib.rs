@@ -1,1 +1,24 @@
-//! The Vulkan backend of `residency`.
+//! The Vulkan backend of `residency`, on `ash`.
+//!
+//! All of the library's `unsafe` lives in this crate, each block with a `// SAFETY:` line.
+//! - [`DeviceSet`]: loads the Vulkan loader at run time, enumerates every physical device in a stable
+//!   order and opens a logical [`Device`] on each, with a universal queue and a sparse-binding queue.
+//! - [`validation`]: the debug messenger that routes validation messages to `tracing` and counts them.
+//! - [`DeviceProfile`](residency_core::profile::DeviceProfile) capture: [`Device::profile`].
+//! - [`testing`]: the GPU test harness (one device set per test binary, validation failures fail tests).
+
+mod device;
+mod device_set;
+mod error;
+pub mod format_map;
+mod instance;
+pub mod profile_capture;
+pub mod testing;
+pub mod validation;
+
+pub use ash;
+pub use device::{Device, EnabledFeatures, Queue};
+pub use device_set::{DeviceSet, DeviceSetDesc};
+pub use error::{Result, VulkanError, LAVAPIPE_HINT};
+pub use instance::{version_string, InstanceDesc};
+pub use validation::ValidationMode;

@@ -1,0 +1,381 @@
+//! One logical device: its queues, its enabled features and debug names.
+
+use crate::error::{Result, VkResultExt, VulkanError};
+use crate::instance::{version_string, InstanceShared};
+use crate::profile_capture;
+use crate::validation::ValidationLog;
+use ash::vk;
+use residency_core::device_mask::DeviceIndex;
+use residency_core::profile::DeviceProfile;
+use std::ffi::CString;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+/// A queue. Queues are externally synchronised in Vulkan; the lock serialises submissions from
+/// several threads and lets the universal and sparse roles share one `VkQueue` when the device
+/// has only one (lavapipe).
+#[derive(Debug)]
+pub struct Queue {
+    family: u32,
+    index: u32,
+    raw: Mutex<vk::Queue>,
+}
+
+impl Queue {
+    /// The queue family index.
+    pub fn family(&self) -> u32 {
+        self.family
+    }
+
+    /// The queue's index inside its family.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// Locks the queue for a submission.
+    pub fn lock(&self) -> MutexGuard<'_, vk::Queue> {
+        self.raw.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Features the library enabled on the device (the subset of what it supports that we use).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EnabledFeatures {
+    /// `sparseBinding`.
+    pub sparse_binding: bool,
+    /// `sparseResidencyBuffer`.
+    pub sparse_residency_buffer: bool,
+    /// `sparseResidencyImage2D`.
+    pub sparse_residency_image_2d: bool,
+    /// `sparseResidencyImage3D`.
+    pub sparse_residency_image_3d: bool,
+    /// `sparseResidencyAliased`.
+    pub sparse_residency_aliased: bool,
+    /// `shaderResourceResidency`.
+    pub shader_resource_residency: bool,
+    /// `shaderResourceMinLod`.
+    pub shader_resource_min_lod: bool,
+    /// `timelineSemaphore`.
+    pub timeline_semaphore: bool,
+    /// `bufferDeviceAddress`.
+    pub buffer_device_address: bool,
+    /// VK_EXT_memory_budget.
+    pub memory_budget: bool,
+}
+
+/// A logical device on one physical device, with a universal queue and (when the device can bind
+/// sparse memory) a sparse-binding queue.
+pub struct Device {
+    index: DeviceIndex,
+    physical_index: u32,
+    name: String,
+    api_version: u32,
+    features: EnabledFeatures,
+    universal: Arc<Queue>,
+    sparse: Option<Arc<Queue>>,
+    profile: OnceLock<DeviceProfile>,
+    debug_utils: Option<ash::ext::debug_utils::Device>,
+    raw: ash::Device,
+    physical: vk::PhysicalDevice,
+    shared: Arc<InstanceShared>,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device")
+            .field("index", &self.index)
+            .field("name", &self.name)
+            .field("api_version", &version_string(self.api_version))
+            .field("features", &self.features)
+            .field("universal", &self.universal)
+            .field("sparse", &self.sparse)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Device {
+    /// Creates a logical device on `physical`, as device `index` of its set.
+    pub(crate) fn new(
+        shared: Arc<InstanceShared>,
+        physical: vk::PhysicalDevice,
+        physical_index: u32,
+        index: DeviceIndex,
+    ) -> Result<Device> {
+        let instance = &shared.instance;
+        // SAFETY: physical was enumerated from this instance.
+        let props = unsafe { instance.get_physical_device_properties(physical) };
+        let name = props.device_name_as_c_str().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        if props.api_version < vk::API_VERSION_1_3 {
+            return Err(VulkanError::Unsupported {
+                device: name,
+                reason: format!("Vulkan {} < 1.3", version_string(props.api_version)),
+            });
+        }
+
+        // Supported features.
+        let mut f12 = vk::PhysicalDeviceVulkan12Features::default();
+        let mut f13 = vk::PhysicalDeviceVulkan13Features::default();
+        let mut f2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut f12).push_next(&mut f13);
+        // SAFETY: valid physical device; the chain points at live structs.
+        unsafe { instance.get_physical_device_features2(physical, &mut f2) };
+        let supported = f2.features;
+        let (has_sync2, has_maint4) = (f13.synchronization2 == vk::TRUE, f13.maintenance4 == vk::TRUE);
+        let (has_timeline, has_bda) =
+            (f12.timeline_semaphore == vk::TRUE, f12.buffer_device_address == vk::TRUE);
+        if !has_sync2 || !has_maint4 {
+            return Err(VulkanError::Unsupported {
+                device: name,
+                reason: "synchronization2 and maintenance4 are required".into(),
+            });
+        }
+
+        // SAFETY: valid physical device.
+        let extensions = unsafe { instance.enumerate_device_extension_properties(physical) }
+            .during("vkEnumerateDeviceExtensionProperties")?;
+        let has_budget =
+            extensions.iter().any(|e| e.extension_name_as_c_str() == Ok(ash::ext::memory_budget::NAME));
+
+        let queues = choose_queues(instance, physical);
+        let Some(universal_family) = queues.universal_family else {
+            return Err(VulkanError::Unsupported {
+                device: name,
+                reason: "no queue family with graphics, compute and transfer".into(),
+            });
+        };
+        let features = EnabledFeatures {
+            sparse_binding: supported.sparse_binding == vk::TRUE && queues.sparse.is_some(),
+            sparse_residency_buffer: supported.sparse_residency_buffer == vk::TRUE,
+            sparse_residency_image_2d: supported.sparse_residency_image2_d == vk::TRUE,
+            sparse_residency_image_3d: supported.sparse_residency_image3_d == vk::TRUE,
+            sparse_residency_aliased: supported.sparse_residency_aliased == vk::TRUE,
+            shader_resource_residency: supported.shader_resource_residency == vk::TRUE,
+            shader_resource_min_lod: supported.shader_resource_min_lod == vk::TRUE,
+            timeline_semaphore: has_timeline,
+            buffer_device_address: has_bda,
+            memory_budget: has_budget,
+        };
+        let sparse_ok = features.sparse_binding;
+        let enable = vk::PhysicalDeviceFeatures::default()
+            .sparse_binding(sparse_ok)
+            .sparse_residency_buffer(sparse_ok && features.sparse_residency_buffer)
+            .sparse_residency_image2_d(sparse_ok && features.sparse_residency_image_2d)
+            .sparse_residency_image3_d(sparse_ok && features.sparse_residency_image_3d)
+            .sparse_residency_aliased(sparse_ok && features.sparse_residency_aliased)
+            .shader_resource_residency(features.shader_resource_residency)
+            .shader_resource_min_lod(features.shader_resource_min_lod)
+            .shader_int64(supported.shader_int64 == vk::TRUE)
+            .sampler_anisotropy(supported.sampler_anisotropy == vk::TRUE)
+            .fragment_stores_and_atomics(supported.fragment_stores_and_atomics == vk::TRUE)
+            .shader_storage_image_write_without_format(
+                supported.shader_storage_image_write_without_format == vk::TRUE,
+            );
+        let mut enable12 = vk::PhysicalDeviceVulkan12Features::default()
+            .timeline_semaphore(has_timeline)
+            .buffer_device_address(has_bda);
+        let mut enable13 =
+            vk::PhysicalDeviceVulkan13Features::default().synchronization2(true).maintenance4(true);
+        let mut enable2 = vk::PhysicalDeviceFeatures2::default()
+            .features(enable)
+            .push_next(&mut enable12)
+            .push_next(&mut enable13);
+
+        let priorities = [1.0f32, 1.0];
+        let mut queue_infos = vec![vk::DeviceQueueCreateInfo::default()
+            .queue_family_index(universal_family)
+            .queue_priorities(&priorities[..queues.universal_queue_count as usize])];
+        if let Some(SparseQueue::SeparateFamily(family)) = queues.sparse {
+            queue_infos.push(
+                vk::DeviceQueueCreateInfo::default()
+                    .queue_family_index(family)
+                    .queue_priorities(&priorities[..1]),
+            );
+        }
+        let mut extension_names = Vec::new();
+        if has_budget {
+            extension_names.push(ash::ext::memory_budget::NAME.as_ptr());
+        }
+        let create_info = vk::DeviceCreateInfo::default()
+            .queue_create_infos(&queue_infos)
+            .enabled_extension_names(&extension_names)
+            .push_next(&mut enable2);
+        // SAFETY: the create info and its chain live until the call returns; every feature enabled
+        // was reported as supported above.
+        let raw = unsafe { instance.create_device(physical, &create_info, None) }.during("vkCreateDevice")?;
+
+        let get_queue = |family: u32, index: u32| {
+            // SAFETY: (family, index) was requested in queue_infos.
+            let raw_queue = unsafe { raw.get_device_queue(family, index) };
+            Arc::new(Queue { family, index, raw: Mutex::new(raw_queue) })
+        };
+        let universal = get_queue(universal_family, 0);
+        let sparse = match queues.sparse {
+            None => None,
+            Some(SparseQueue::SharedWithUniversal) => Some(Arc::clone(&universal)),
+            Some(SparseQueue::SecondInUniversalFamily) => Some(get_queue(universal_family, 1)),
+            Some(SparseQueue::SeparateFamily(family)) => Some(get_queue(family, 0)),
+        };
+        let debug_utils =
+            shared.debug_utils.as_ref().map(|_| ash::ext::debug_utils::Device::new(instance, &raw));
+        let device = Device {
+            index,
+            physical_index,
+            name,
+            api_version: props.api_version,
+            features,
+            universal,
+            sparse,
+            profile: OnceLock::new(),
+            debug_utils,
+            raw,
+            physical,
+            shared,
+        };
+        let label = format!("residency {} ({})", device.index, device.name);
+        device.set_name(device.raw.handle(), &label);
+        device.set_name(*device.universal.lock(), &format!("{label} universal queue"));
+        if let Some(sparse) = device.sparse.as_ref().filter(|s| !Arc::ptr_eq(s, &device.universal)) {
+            device.set_name(*sparse.lock(), &format!("{label} sparse queue"));
+        }
+        tracing::info!(
+            device = %device.index,
+            name = %device.name,
+            sparse_queue = ?queues.sparse,
+            "logical device created"
+        );
+        Ok(device)
+    }
+
+    /// This device's index in its set.
+    pub fn index(&self) -> DeviceIndex {
+        self.index
+    }
+
+    /// The position of its physical device in the set's stable physical order.
+    pub fn physical_index(&self) -> u32 {
+        self.physical_index
+    }
+
+    /// The device's name (`deviceName`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The features the library enabled.
+    pub fn features(&self) -> EnabledFeatures {
+        self.features
+    }
+
+    /// The universal (graphics + compute + transfer) queue.
+    pub fn universal_queue(&self) -> &Arc<Queue> {
+        &self.universal
+    }
+
+    /// The sparse-binding queue, when the device can bind sparse memory. It may be the universal
+    /// queue itself (compare with `Arc::ptr_eq`).
+    pub fn sparse_queue(&self) -> Option<&Arc<Queue>> {
+        self.sparse.as_ref()
+    }
+
+    /// The raw `ash` device, for code that records its own commands.
+    pub fn raw(&self) -> &ash::Device {
+        &self.raw
+    }
+
+    /// The raw instance.
+    pub fn instance(&self) -> &ash::Instance {
+        &self.shared.instance
+    }
+
+    /// The physical device.
+    pub fn physical(&self) -> vk::PhysicalDevice {
+        self.physical
+    }
+
+    /// Validation messages of the instance this device belongs to.
+    pub fn validation_log(&self) -> &ValidationLog {
+        &self.shared.log
+    }
+
+    /// The device's capabilities (captured once, on first use).
+    pub fn profile(&self) -> &DeviceProfile {
+        self.profile.get_or_init(|| profile_capture::capture(self, self.shared.instance_version))
+    }
+
+    /// Names a Vulkan object for debuggers and validation messages (VK_EXT_debug_utils). A name with
+    /// an interior NUL is truncated there. Does nothing when debug utils are not available.
+    pub fn set_name<H: vk::Handle>(&self, handle: H, name: &str) {
+        let Some(debug_utils) = &self.debug_utils else { return };
+        let name = CString::new(name.split('\0').next().unwrap_or_default()).unwrap_or_default();
+        let info = vk::DebugUtilsObjectNameInfoEXT::default().object_handle(handle).object_name(&name);
+        // SAFETY: the handle is an object of this device (callers pass their own objects) and
+        // info lives for the call. A failure to name is not an error for the caller.
+        if let Err(result) = unsafe { debug_utils.set_debug_utils_object_name(&info) } {
+            tracing::debug!(?result, "vkSetDebugUtilsObjectNameEXT failed");
+        }
+    }
+
+    /// Waits until the device is idle.
+    pub fn wait_idle(&self) -> Result<()> {
+        // Lock every queue so no submission races the wait (vkDeviceWaitIdle requires that all
+        // queues are externally synchronised).
+        let _universal = self.universal.lock();
+        let _sparse = self.sparse.as_ref().filter(|s| !Arc::ptr_eq(s, &self.universal)).map(|s| s.lock());
+        // SAFETY: valid device; all its queues are locked.
+        unsafe { self.raw.device_wait_idle() }.during("vkDeviceWaitIdle")
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        // SAFETY: the library destroys every object it created on this device before the device
+        // goes (resources borrow their device); waiting idle first makes destruction safe even if
+        // work is still in flight.
+        unsafe {
+            let _ = self.raw.device_wait_idle();
+            self.raw.destroy_device(None);
+        }
+    }
+}
+
+/// Where the sparse-binding queue comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SparseQueue {
+    /// A family of its own with SPARSE_BINDING (preferred: binds run beside graphics work).
+    SeparateFamily(u32),
+    /// A second queue of the universal family.
+    SecondInUniversalFamily,
+    /// The universal queue itself (a family with one queue, as on lavapipe).
+    SharedWithUniversal,
+}
+
+struct QueueChoice {
+    universal_family: Option<u32>,
+    universal_queue_count: u32,
+    sparse: Option<SparseQueue>,
+}
+
+fn choose_queues(instance: &ash::Instance, physical: vk::PhysicalDevice) -> QueueChoice {
+    // SAFETY: valid physical device.
+    let families = unsafe { instance.get_physical_device_queue_family_properties(physical) };
+    let universal_flags = vk::QueueFlags::GRAPHICS | vk::QueueFlags::COMPUTE | vk::QueueFlags::TRANSFER;
+    let universal_family =
+        families.iter().position(|f| f.queue_flags.contains(universal_flags) && f.queue_count > 0);
+    let universal_family = universal_family.map(|i| i as u32);
+    let separate = families.iter().enumerate().find(|(i, f)| {
+        Some(*i as u32) != universal_family
+            && f.queue_flags.contains(vk::QueueFlags::SPARSE_BINDING)
+            && f.queue_count > 0
+    });
+    let universal_props = universal_family.map(|i| families[i as usize]);
+    let sparse = match (separate, universal_props) {
+        (Some((i, _)), _) => Some(SparseQueue::SeparateFamily(i as u32)),
+        (None, Some(u)) if u.queue_flags.contains(vk::QueueFlags::SPARSE_BINDING) && u.queue_count > 1 => {
+            Some(SparseQueue::SecondInUniversalFamily)
+        }
+        (None, Some(u)) if u.queue_flags.contains(vk::QueueFlags::SPARSE_BINDING) => {
+            Some(SparseQueue::SharedWithUniversal)
+        }
+        _ => None,
+    };
+    let universal_queue_count = if sparse == Some(SparseQueue::SecondInUniversalFamily) { 2 } else { 1 };
+    QueueChoice { universal_family, universal_queue_count, sparse }
+}

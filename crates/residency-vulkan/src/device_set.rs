@@ -1,0 +1,146 @@
+//! Every device of the machine, opened together and indexed 0..N.
+//!
+//! **Order.** Physical devices are sorted by type (discrete, integrated, virtual, CPU, other), then
+//! PCI vendor id, device id and device UUID. The order therefore does not depend on the order in
+//! which the loader happens to enumerate drivers, and a device keeps its index from run to run on
+//! the same machine. With `logical_per_physical = n`, each physical device appears `n` times in a
+//! row (device indices `k*n .. k*n+n-1` all stand on physical device `k`): a test configuration that
+//! lets one GPU, or lavapipe, exercise every multi-device path.
+
+use crate::device::Device;
+use crate::error::{Result, VkResultExt, VulkanError};
+use crate::instance::{InstanceDesc, InstanceShared};
+use crate::validation::{ValidationLog, ValidationMode};
+use ash::vk;
+use residency_core::device_mask::{DeviceIndex, DeviceMask, MAX_DEVICES};
+use std::sync::Arc;
+
+/// Which devices to open, and how.
+#[derive(Clone, Debug)]
+pub struct DeviceSetDesc {
+    /// The instance (validation layer) settings.
+    pub instance: InstanceDesc,
+    /// Which devices to open, by index in the stable order. Default: [`DeviceMask::ALL`].
+    pub devices: DeviceMask,
+    /// Logical devices opened on each physical device (default 1; 2 lets one GPU stand in for two).
+    pub logical_per_physical: u32,
+}
+
+impl Default for DeviceSetDesc {
+    fn default() -> Self {
+        DeviceSetDesc { instance: InstanceDesc::default(), devices: DeviceMask::ALL, logical_per_physical: 1 }
+    }
+}
+
+impl DeviceSetDesc {
+    /// Sets which devices to open.
+    pub fn with_devices(mut self, devices: DeviceMask) -> Self {
+        self.devices = devices;
+        self
+    }
+
+    /// Sets the validation mode.
+    pub fn with_validation(mut self, validation: ValidationMode) -> Self {
+        self.instance.validation = validation;
+        self
+    }
+
+    /// Opens each physical device `count` times (clamped to 1..=32, with a log line when clamped).
+    pub fn with_logical_per_physical(mut self, count: u32) -> Self {
+        let clamped = count.clamp(1, MAX_DEVICES);
+        if clamped != count {
+            tracing::warn!(requested = count, used = clamped, "logical_per_physical clamped");
+        }
+        self.logical_per_physical = clamped;
+        self
+    }
+}
+
+/// The opened devices.
+#[derive(Debug)]
+pub struct DeviceSet {
+    // Devices drop before the instance state they share (field order, and each holds an Arc).
+    devices: Vec<Device>,
+    shared: Arc<InstanceShared>,
+}
+
+impl DeviceSet {
+    /// Loads Vulkan, enumerates the physical devices in the stable order, and opens those selected.
+    pub fn new(desc: &DeviceSetDesc) -> Result<DeviceSet> {
+        let shared = InstanceShared::new(&desc.instance)?;
+        let physical = sorted_physical_devices(&shared.instance)?;
+        if physical.is_empty() {
+            return Err(VulkanError::NoDevice);
+        }
+        let per = desc.logical_per_physical.max(1);
+        let mut devices = Vec::new();
+        for (physical_index, &pd) in physical.iter().enumerate() {
+            for copy in 0..per {
+                let Some(index) = DeviceIndex::new(physical_index as u32 * per + copy) else { break };
+                if desc.devices.contains(index) {
+                    devices.push(Device::new(Arc::clone(&shared), pd, physical_index as u32, index)?);
+                }
+            }
+        }
+        if devices.is_empty() {
+            return Err(VulkanError::NoSuchDevice {
+                index: desc.devices.iter().next().map_or(0, DeviceIndex::get),
+                count: physical.len() as u32 * per,
+            });
+        }
+        Ok(DeviceSet { devices, shared })
+    }
+
+    /// The opened devices, lowest index first.
+    pub fn devices(&self) -> &[Device] {
+        &self.devices
+    }
+
+    /// The device of index `index`, if it was opened.
+    pub fn device(&self, index: DeviceIndex) -> Option<&Device> {
+        self.devices.iter().find(|d| d.index() == index)
+    }
+
+    /// The mask of opened devices.
+    pub fn mask(&self) -> DeviceMask {
+        self.devices.iter().map(Device::index).collect()
+    }
+
+    /// The validation mode in force.
+    pub fn validation(&self) -> ValidationMode {
+        self.shared.validation
+    }
+
+    /// Messages from the validation layer and loader.
+    pub fn validation_log(&self) -> &ValidationLog {
+        &self.shared.log
+    }
+}
+
+fn type_rank(ty: vk::PhysicalDeviceType) -> u8 {
+    match ty {
+        vk::PhysicalDeviceType::DISCRETE_GPU => 0,
+        vk::PhysicalDeviceType::INTEGRATED_GPU => 1,
+        vk::PhysicalDeviceType::VIRTUAL_GPU => 2,
+        vk::PhysicalDeviceType::CPU => 3,
+        _ => 4,
+    }
+}
+
+fn sorted_physical_devices(instance: &ash::Instance) -> Result<Vec<vk::PhysicalDevice>> {
+    // SAFETY: valid instance.
+    let devices = unsafe { instance.enumerate_physical_devices() }.during("vkEnumeratePhysicalDevices")?;
+    let mut keyed: Vec<_> = devices
+        .into_iter()
+        .map(|pd| {
+            let mut id = vk::PhysicalDeviceIDProperties::default();
+            let mut props2 = vk::PhysicalDeviceProperties2::default().push_next(&mut id);
+            // SAFETY: pd was enumerated from this instance; the chain points at live structs.
+            unsafe { instance.get_physical_device_properties2(pd, &mut props2) };
+            let p = props2.properties;
+            ((type_rank(p.device_type), p.vendor_id, p.device_id, id.device_uuid), pd)
+        })
+        .collect();
+    keyed.sort_by_key(|entry| entry.0);
+    Ok(keyed.into_iter().map(|(_, pd)| pd).collect())
+}

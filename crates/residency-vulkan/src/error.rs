@@ -1,0 +1,95 @@
+//! The backend's small, closed error type.
+
+use ash::vk;
+
+/// How to get a Vulkan driver on a machine without a GPU.
+pub const LAVAPIPE_HINT: &str = "install a Vulkan loader and driver: on Debian 12, `apt-get install libvulkan1` and \
+     `apt-get install -t bookworm-backports mesa-vulkan-drivers` (lavapipe, a software Vulkan 1.4 device with \
+     sparse residency); `bash .ci/install-deps` does both";
+
+/// Errors of the Vulkan backend.
+#[derive(Debug, thiserror::Error)]
+pub enum VulkanError {
+    /// No Vulkan loader (`libvulkan.so.1`) could be loaded.
+    #[error("no Vulkan loader found ({reason}); {hint}", hint = LAVAPIPE_HINT)]
+    LoaderMissing {
+        /// What the dynamic loader said.
+        reason: String,
+    },
+    /// The loader works but reports no physical device.
+    #[error("Vulkan found no physical device; {hint}", hint = LAVAPIPE_HINT)]
+    NoDevice,
+    /// A requested device index does not exist.
+    #[error("device {index} does not exist (the device set has {count} devices)")]
+    NoSuchDevice {
+        /// The index asked for.
+        index: u32,
+        /// How many devices there are.
+        count: u32,
+    },
+    /// The device cannot do something the library requires.
+    #[error("device `{device}` is not supported: {reason}")]
+    Unsupported {
+        /// The device's name.
+        device: String,
+        /// What is missing.
+        reason: String,
+    },
+    /// Validation was required but `VK_LAYER_KHRONOS_validation` is not installed.
+    #[error(
+        "the Khronos validation layer is not installed (Debian: `apt-get install vulkan-validationlayers`)"
+    )]
+    ValidationLayerMissing,
+    /// Device memory is exhausted.
+    #[error("out of device memory during {call}")]
+    OutOfDeviceMemory {
+        /// The Vulkan call that failed.
+        call: &'static str,
+    },
+    /// Host memory is exhausted.
+    #[error("out of host memory during {call}")]
+    OutOfHostMemory {
+        /// The Vulkan call that failed.
+        call: &'static str,
+    },
+    /// The device was lost; every object on it is unusable.
+    #[error("device lost during {call}")]
+    DeviceLost {
+        /// The Vulkan call that failed.
+        call: &'static str,
+    },
+    /// Any other Vulkan error result.
+    #[error("{call} failed: {result}")]
+    Vk {
+        /// The Vulkan call that failed.
+        call: &'static str,
+        /// Its result code.
+        result: vk::Result,
+    },
+}
+
+impl VulkanError {
+    /// Classifies a failed Vulkan call.
+    pub fn from_vk(call: &'static str, result: vk::Result) -> Self {
+        match result {
+            vk::Result::ERROR_OUT_OF_DEVICE_MEMORY => VulkanError::OutOfDeviceMemory { call },
+            vk::Result::ERROR_OUT_OF_HOST_MEMORY => VulkanError::OutOfHostMemory { call },
+            vk::Result::ERROR_DEVICE_LOST => VulkanError::DeviceLost { call },
+            result => VulkanError::Vk { call, result },
+        }
+    }
+}
+
+/// Result of backend calls.
+pub type Result<T, E = VulkanError> = std::result::Result<T, E>;
+
+/// Adds the call name to a raw `VkResult`.
+pub(crate) trait VkResultExt<T> {
+    fn during(self, call: &'static str) -> Result<T>;
+}
+
+impl<T> VkResultExt<T> for ash::prelude::VkResult<T> {
+    fn during(self, call: &'static str) -> Result<T> {
+        self.map_err(|result| VulkanError::from_vk(call, result))
+    }
+}

@@ -1,0 +1,79 @@
+//! The GPU test harness.
+//!
+//! One [`DeviceSet`] is opened per test binary, with the Khronos validation layer and synchronization
+//! validation on. GPU tests run one at a time through [`with_gpu`], and any validation problem raised
+//! while a test runs fails that test. When `RESIDENCY_REQUIRE_GPU=1` (CI sets it) and no device can be
+//! opened, the test fails; otherwise it prints a loud skip line and returns.
+
+use crate::device_set::{DeviceSet, DeviceSetDesc};
+use crate::instance::InstanceDesc;
+use crate::validation::{ValidationMessage, ValidationMode};
+use std::sync::{Mutex, OnceLock};
+
+static DEVICES: OnceLock<Result<DeviceSet, String>> = OnceLock::new();
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Whether the environment requires a GPU (`RESIDENCY_REQUIRE_GPU=1`).
+pub fn gpu_required() -> bool {
+    std::env::var("RESIDENCY_REQUIRE_GPU").is_ok_and(|v| v == "1")
+}
+
+/// The description the harness opens devices with: synchronization validation unless
+/// `RESIDENCY_VALIDATION=0`, and a missing layer is an error when a GPU is required.
+pub fn test_desc() -> DeviceSetDesc {
+    let validation = match std::env::var("RESIDENCY_VALIDATION").as_deref() {
+        Ok("0" | "off") => ValidationMode::Off,
+        _ => ValidationMode::Synchronization,
+    };
+    DeviceSetDesc {
+        instance: InstanceDesc::default().with_validation(validation).with_require_validation(gpu_required()),
+        ..DeviceSetDesc::default()
+    }
+}
+
+fn devices() -> Option<&'static DeviceSet> {
+    let opened = DEVICES.get_or_init(|| DeviceSet::new(&test_desc()).map_err(|e| e.to_string()));
+    match opened {
+        Ok(set) => Some(set),
+        Err(e) if gpu_required() => {
+            panic!("RESIDENCY_REQUIRE_GPU=1 but no Vulkan device could be opened: {e}")
+        }
+        Err(e) => {
+            eprintln!("\n**** SKIPPED: no Vulkan device ({e}); set RESIDENCY_REQUIRE_GPU=1 to make this a failure ****\n");
+            None
+        }
+    }
+}
+
+/// Runs `test` with the shared device set, alone. Panics (failing the test) if the validation layer
+/// reported a problem while it ran. Returns `None` when skipped for lack of a device.
+pub fn with_gpu<R>(test: impl FnOnce(&DeviceSet) -> R) -> Option<R> {
+    let set = devices()?;
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let before = set.validation_log().problem_count();
+    let result = test(set);
+    let problems = set.validation_log().problems_since(before);
+    assert!(problems.is_empty(), "validation problems during the test:\n{}", describe(&problems));
+    Some(result)
+}
+
+/// Runs `bad`, which must make the validation layer report a problem whose ID contains `id`; the
+/// expected problems do not fail the test. Used by the validation canary. Returns `None` when skipped.
+pub fn expect_validation_problem(id: &str, bad: impl FnOnce(&DeviceSet)) -> Option<Vec<ValidationMessage>> {
+    let set = devices()?;
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    assert_ne!(set.validation(), ValidationMode::Off, "the validation layer is not enabled");
+    let before = set.validation_log().problem_count();
+    bad(set);
+    let problems = set.validation_log().problems_since(before);
+    assert!(
+        problems.iter().any(|p| p.id.contains(id)),
+        "expected a validation problem `{id}`, got:\n{}",
+        describe(&problems)
+    );
+    Some(problems)
+}
+
+fn describe(messages: &[ValidationMessage]) -> String {
+    messages.iter().map(|m| format!("  [{:?}] {}: {}\n", m.severity, m.id, m.text)).collect()
+}

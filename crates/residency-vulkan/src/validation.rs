@@ -1,0 +1,178 @@
+//! Validation messages: the debug-utils messenger callback, routed to `tracing` and counted.
+//!
+//! Every message keeps its ID (a `VUID-…` or `SYNC-HAZARD-…` name). Errors, and warnings of the
+//! validation type, count as *problems*: tests fail on any problem raised while they ran.
+
+use ash::vk;
+use std::ffi::{c_void, CStr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// How much of the Khronos validation layer to enable.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ValidationMode {
+    /// No validation layer.
+    #[default]
+    Off,
+    /// `VK_LAYER_KHRONOS_validation` with its default checks.
+    Standard,
+    /// The layer with synchronization validation on as well.
+    Synchronization,
+}
+
+impl ValidationMode {
+    /// The mode named by `RESIDENCY_VALIDATION` (`0`/`off`, `1`/`on`/`standard`, `sync`), or `Off`.
+    pub fn from_env() -> ValidationMode {
+        match std::env::var("RESIDENCY_VALIDATION").as_deref().map(str::trim) {
+            Ok("1" | "on" | "standard") => ValidationMode::Standard,
+            Ok("sync" | "synchronization" | "2") => ValidationMode::Synchronization,
+            _ => ValidationMode::Off,
+        }
+    }
+}
+
+/// How serious a message is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Severity {
+    /// Diagnostic noise.
+    Verbose,
+    /// Informational.
+    Info,
+    /// A likely problem.
+    Warning,
+    /// A violation of the specification.
+    Error,
+}
+
+/// One message from the layers or the loader.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ValidationMessage {
+    /// Its severity.
+    pub severity: Severity,
+    /// Whether the validation layer raised it (as opposed to the loader or a performance hint).
+    pub is_validation: bool,
+    /// The message ID name (`VUID-…`, `SYNC-HAZARD-…`), or empty.
+    pub id: String,
+    /// The full message text.
+    pub text: String,
+}
+
+impl ValidationMessage {
+    /// Whether this message fails a test: any error, or a validation warning.
+    pub fn is_problem(&self) -> bool {
+        self.severity == Severity::Error || (self.severity == Severity::Warning && self.is_validation)
+    }
+}
+
+/// Most messages kept for inspection; older ones are dropped (counts stay exact).
+const KEPT_MESSAGES: usize = 256;
+
+/// Messages seen so far, shared between the callback and the owner of the instance.
+#[derive(Debug, Default)]
+pub struct ValidationLog {
+    problems: AtomicU64,
+    messages: Mutex<Vec<ValidationMessage>>,
+}
+
+impl ValidationLog {
+    /// How many problems ([`ValidationMessage::is_problem`]) have been seen since creation.
+    pub fn problem_count(&self) -> u64 {
+        self.problems.load(Ordering::SeqCst)
+    }
+
+    /// The problems seen after the first `since` problems (up to the most recent kept).
+    pub fn problems_since(&self, since: u64) -> Vec<ValidationMessage> {
+        let total = self.problem_count();
+        let wanted = usize::try_from(total.saturating_sub(since)).unwrap_or(usize::MAX);
+        let messages = self.messages.lock().unwrap_or_else(|e| e.into_inner());
+        let problems: Vec<_> = messages.iter().filter(|m| m.is_problem()).cloned().collect();
+        let skip = problems.len().saturating_sub(wanted);
+        problems.into_iter().skip(skip).collect()
+    }
+
+    /// Every kept message (problems and others), oldest first.
+    pub fn messages(&self) -> Vec<ValidationMessage> {
+        self.messages.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn record(&self, message: ValidationMessage) {
+        match message.severity {
+            Severity::Error => tracing::error!(id = %message.id, "{}", message.text),
+            Severity::Warning => tracing::warn!(id = %message.id, "{}", message.text),
+            Severity::Info => tracing::debug!(id = %message.id, "{}", message.text),
+            Severity::Verbose => tracing::trace!(id = %message.id, "{}", message.text),
+        }
+        if message.severity < Severity::Warning {
+            return;
+        }
+        let mut messages = self.messages.lock().unwrap_or_else(|e| e.into_inner());
+        if message.is_problem() {
+            self.problems.fetch_add(1, Ordering::SeqCst);
+        }
+        if messages.len() == KEPT_MESSAGES {
+            messages.remove(0);
+        }
+        messages.push(message);
+    }
+}
+
+/// The messenger's create info, pointing at `log`, which must outlive the messenger.
+pub(crate) fn messenger_create_info(log: &ValidationLog) -> vk::DebugUtilsMessengerCreateInfoEXT<'static> {
+    vk::DebugUtilsMessengerCreateInfoEXT::default()
+        .message_severity(
+            vk::DebugUtilsMessageSeverityFlagsEXT::VERBOSE
+                | vk::DebugUtilsMessageSeverityFlagsEXT::INFO
+                | vk::DebugUtilsMessageSeverityFlagsEXT::WARNING
+                | vk::DebugUtilsMessageSeverityFlagsEXT::ERROR,
+        )
+        .message_type(
+            vk::DebugUtilsMessageTypeFlagsEXT::GENERAL
+                | vk::DebugUtilsMessageTypeFlagsEXT::VALIDATION
+                | vk::DebugUtilsMessageTypeFlagsEXT::PERFORMANCE,
+        )
+        .pfn_user_callback(Some(debug_callback))
+        .user_data(std::ptr::from_ref(log).cast_mut().cast())
+}
+
+/// # Safety
+/// Called by the Vulkan loader with valid callback data, and `user_data` pointing at the
+/// [`ValidationLog`] that the instance keeps alive for as long as the messenger exists.
+unsafe extern "system" fn debug_callback(
+    severity: vk::DebugUtilsMessageSeverityFlagsEXT,
+    types: vk::DebugUtilsMessageTypeFlagsEXT,
+    data: *const vk::DebugUtilsMessengerCallbackDataEXT<'_>,
+    user_data: *mut c_void,
+) -> vk::Bool32 {
+    if data.is_null() || user_data.is_null() {
+        return vk::FALSE;
+    }
+    // SAFETY: the loader passes a valid callback-data struct for the duration of the call.
+    let data = unsafe { &*data };
+    // SAFETY: user_data is the ValidationLog set in `messenger_create_info`, kept alive by the
+    // instance's shared state until after the messenger is destroyed.
+    let log = unsafe { &*user_data.cast::<ValidationLog>() };
+    let text = |ptr: *const std::ffi::c_char| {
+        if ptr.is_null() {
+            String::new()
+        } else {
+            // SAFETY: non-null strings in the callback data are NUL-terminated and live for the call.
+            unsafe { CStr::from_ptr(ptr) }.to_string_lossy().into_owned()
+        }
+    };
+    let severity = if severity.contains(vk::DebugUtilsMessageSeverityFlagsEXT::ERROR) {
+        Severity::Error
+    } else if severity.contains(vk::DebugUtilsMessageSeverityFlagsEXT::WARNING) {
+        Severity::Warning
+    } else if severity.contains(vk::DebugUtilsMessageSeverityFlagsEXT::INFO) {
+        Severity::Info
+    } else {
+        Severity::Verbose
+    };
+    log.record(ValidationMessage {
+        severity,
+        is_validation: types.contains(vk::DebugUtilsMessageTypeFlagsEXT::VALIDATION),
+        id: text(data.p_message_id_name),
+        text: text(data.p_message),
+    });
+    vk::FALSE
+}
