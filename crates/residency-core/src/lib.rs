@@ -7,6 +7,7 @@
 //!   stand in for a live device wherever only requirements and limits are needed.
 //! - [`placement`]: the tight placed-resource alignment engine (D3D12 tight alignment on Vulkan).
 //! - [`allocator`]: offset allocators for heaps (O(1) two-level segregated fit) and per-frame rings.
+//! - [`tiles`]: sparse tile math, page tables, residency bitmaps and the physical tile pool.
 #![forbid(unsafe_code)]
 
 pub mod allocator;
@@ -14,3 +15,4 @@ pub mod device_mask;
 pub mod format;
 pub mod placement;
 pub mod profile;
+pub mod tiles;

@@ -1,0 +1,1 @@
+//! Sparse tile math: standard block shapes, tiles per mip, mip tails, page tables and tile pools.
