@@ -3,6 +3,7 @@
 //! Everything here is plain data and pure functions, testable on any machine in milliseconds:
 //! - [`device_mask`]: device indices and 32-bit device masks.
 //! - [`format`]: texel formats and their block sizes.
+//! - [`memory`]: memory-type presets by intent, heap growth and budgets.
 //! - [`profile`]: a device's capabilities as one serialisable value (a *device profile*), which can
 //!   stand in for a live device wherever only requirements and limits are needed.
 //! - [`placement`]: the tight placed-resource alignment engine (D3D12 tight alignment on Vulkan).
@@ -13,6 +14,7 @@
 pub mod allocator;
 pub mod device_mask;
 pub mod format;
+pub mod memory;
 pub mod placement;
 pub mod profile;
 pub mod tiles;
