@@ -8,6 +8,7 @@
 //!   stand in for a live device wherever only requirements and limits are needed.
 //! - [`placement`]: the tight placed-resource alignment engine (D3D12 tight alignment on Vulkan).
 //! - [`allocator`]: offset allocators for heaps (O(1) two-level segregated fit) and per-frame rings.
+//! - [`usage`]: buffer bind flags and pool usage (known or unknown flags).
 //! - [`tiles`]: sparse tile math, page tables, residency bitmaps and the physical tile pool.
 #![forbid(unsafe_code)]
 
@@ -18,3 +19,4 @@ pub mod memory;
 pub mod placement;
 pub mod profile;
 pub mod tiles;
+pub mod usage;

@@ -1,0 +1,144 @@
+//! Buffer bind flags: how a buffer may be used (the seed's `BufferBindFlags`).
+//!
+//! A pool created with known flags gives every buffer those flags; a pool created with
+//! [`BufferPoolUsage::Unknown`] takes each buffer's own flags at `init_buffer` time.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::ops::{BitOr, BitOrAssign};
+
+macro_rules! usage_flags {
+    ($( $(#[$doc:meta])* $name:ident = $bit:literal, $text:literal; )*) => {
+        impl BufferUsage {
+            $( $(#[$doc])* pub const $name: BufferUsage = BufferUsage(1 << $bit); )*
+
+            /// Every flag with its name, in bit order.
+            pub const NAMED: &'static [(BufferUsage, &'static str)] = &[ $( (BufferUsage::$name, $text), )* ];
+        }
+    };
+}
+
+/// A set of buffer usages.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct BufferUsage(u32);
+
+usage_flags! {
+    /// Source of copies.
+    COPY_SRC = 0, "copy_src";
+    /// Destination of copies and uploads.
+    COPY_DST = 1, "copy_dst";
+    /// Uniform (constant) buffer.
+    UNIFORM = 2, "uniform";
+    /// Storage buffer, read or written by shaders (UAV / raw SRV).
+    STORAGE = 3, "storage";
+    /// Vertex buffer.
+    VERTEX = 4, "vertex";
+    /// Index buffer.
+    INDEX = 5, "index";
+    /// Indirect draw/dispatch arguments.
+    INDIRECT = 6, "indirect";
+    /// Uniform texel buffer.
+    UNIFORM_TEXEL = 7, "uniform_texel";
+    /// Storage texel buffer.
+    STORAGE_TEXEL = 8, "storage_texel";
+    /// Its device address may be taken.
+    DEVICE_ADDRESS = 9, "device_address";
+}
+
+impl BufferUsage {
+    /// No usage.
+    pub const NONE: BufferUsage = BufferUsage(0);
+
+    /// The raw bits.
+    pub const fn bits(self) -> u32 {
+        self.0
+    }
+
+    /// Whether every flag of `other` is set.
+    pub const fn contains(self, other: BufferUsage) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// Whether any flag of `other` is set.
+    pub const fn intersects(self, other: BufferUsage) -> bool {
+        self.0 & other.0 != 0
+    }
+
+    /// Whether no flag is set.
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// The names of the flags set.
+    pub fn names(self) -> Vec<&'static str> {
+        BufferUsage::NAMED.iter().filter(|(f, _)| self.contains(*f)).map(|&(_, n)| n).collect()
+    }
+
+    /// Parses one flag name.
+    pub fn from_name(name: &str) -> Option<BufferUsage> {
+        BufferUsage::NAMED.iter().find(|(_, n)| *n == name).map(|&(f, _)| f)
+    }
+}
+
+impl BitOr for BufferUsage {
+    type Output = BufferUsage;
+    fn bitor(self, rhs: BufferUsage) -> BufferUsage {
+        BufferUsage(self.0 | rhs.0)
+    }
+}
+
+impl BitOrAssign for BufferUsage {
+    fn bitor_assign(&mut self, rhs: BufferUsage) {
+        self.0 |= rhs.0;
+    }
+}
+
+impl fmt::Debug for BufferUsage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "BufferUsage({})", self.names().join(" | "))
+    }
+}
+
+impl Serialize for BufferUsage {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.names().serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for BufferUsage {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let names = Vec::<String>::deserialize(deserializer)?;
+        names.iter().try_fold(BufferUsage::NONE, |acc, n| {
+            BufferUsage::from_name(n)
+                .map(|f| acc | f)
+                .ok_or_else(|| serde::de::Error::custom(format!("unknown buffer usage `{n}`")))
+        })
+    }
+}
+
+/// The bind flags of a buffer pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BufferPoolUsage {
+    /// Every buffer of the pool has these flags; a page is one `VkBuffer` and a buffer is a range
+    /// of it (cheap: no `VkBuffer` per buffer; state is tracked per page).
+    Known(BufferUsage),
+    /// Each buffer brings its own flags; a page is raw memory and each buffer is a placed
+    /// `VkBuffer` with its own usage, alignment, name and state.
+    Unknown,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        let u = BufferUsage::UNIFORM | BufferUsage::STORAGE | BufferUsage::COPY_DST;
+        let json = serde_json::to_string(&u).unwrap();
+        assert_eq!(json, r#"["copy_dst","uniform","storage"]"#);
+        assert_eq!(serde_json::from_str::<BufferUsage>(&json).unwrap(), u);
+        assert!(serde_json::from_str::<BufferUsage>(r#"["bogus"]"#).is_err());
+        assert!(u.contains(BufferUsage::UNIFORM) && !u.contains(BufferUsage::VERTEX));
+    }
+}

@@ -1,0 +1,97 @@
+//! What a device has allocated: bytes per memory heap, `VkDeviceMemory` count, and every live
+//! object by name (leaks are reported by name when the device goes).
+
+use residency_core::memory::HeapBudget;
+use residency_core::profile::MemoryHeap;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// A live object the library created, as listed in a leak report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LiveObject {
+    /// What it is (`buffer`, `image`, `memory`, `buffer pool`, …).
+    pub kind: &'static str,
+    /// Its name.
+    pub name: String,
+}
+
+/// Identifies a live object in the ledger.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectId(u64);
+
+/// Per-device accounting.
+#[derive(Debug)]
+pub struct Ledger {
+    heap_bytes: Vec<AtomicU64>,
+    memory_objects: AtomicU64,
+    max_memory_objects: u64,
+    next_id: AtomicU64,
+    live: Mutex<BTreeMap<ObjectId, LiveObject>>,
+}
+
+impl Ledger {
+    pub(crate) fn new(heap_count: usize, max_memory_objects: u32) -> Ledger {
+        Ledger {
+            heap_bytes: (0..heap_count).map(|_| AtomicU64::new(0)).collect(),
+            memory_objects: AtomicU64::new(0),
+            max_memory_objects: u64::from(max_memory_objects),
+            next_id: AtomicU64::new(1),
+            live: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Bytes of `VkDeviceMemory` this library holds in heap `heap`.
+    pub fn heap_bytes(&self, heap: u32) -> u64 {
+        self.heap_bytes.get(heap as usize).map_or(0, |b| b.load(Ordering::SeqCst))
+    }
+
+    /// How many `VkDeviceMemory` objects this library holds.
+    pub fn memory_objects(&self) -> u64 {
+        self.memory_objects.load(Ordering::SeqCst)
+    }
+
+    /// `maxMemoryAllocationCount`.
+    pub fn max_memory_objects(&self) -> u64 {
+        self.max_memory_objects
+    }
+
+    /// The budget of a heap as the driver reports it now (or estimated), with our own usage.
+    pub(crate) fn budget(&self, heap: &MemoryHeap, heap_index: u32) -> HeapBudget {
+        HeapBudget::of(heap, self.heap_bytes(heap_index))
+    }
+
+    /// Reserves a memory object of `size` bytes in `heap`; false when the count limit is reached.
+    pub(crate) fn reserve_memory(&self, heap: u32, size: u64) -> bool {
+        let previous = self.memory_objects.fetch_add(1, Ordering::SeqCst);
+        if previous >= self.max_memory_objects {
+            self.memory_objects.fetch_sub(1, Ordering::SeqCst);
+            return false;
+        }
+        self.heap_bytes[heap as usize].fetch_add(size, Ordering::SeqCst);
+        true
+    }
+
+    /// Releases what [`Ledger::reserve_memory`] reserved.
+    pub(crate) fn release_memory(&self, heap: u32, size: u64) {
+        self.memory_objects.fetch_sub(1, Ordering::SeqCst);
+        self.heap_bytes[heap as usize].fetch_sub(size, Ordering::SeqCst);
+    }
+
+    /// Records a live object.
+    pub(crate) fn track(&self, kind: &'static str, name: &str) -> ObjectId {
+        let id = ObjectId(self.next_id.fetch_add(1, Ordering::Relaxed));
+        self.live.lock().unwrap_or_else(|e| e.into_inner()).insert(id, LiveObject { kind, name: name.to_owned() });
+        id
+    }
+
+    /// Forgets a live object.
+    pub(crate) fn untrack(&self, id: ObjectId) {
+        self.live.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+    }
+
+    /// Every live object, oldest first.
+    pub fn live_objects(&self) -> Vec<LiveObject> {
+        self.live.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
+    }
+}
