@@ -1,0 +1,700 @@
+//! The O(1) two-level segregated fit allocator with exact alignment and granularity pages.
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use super::bins::{bin_ceil, bin_floor, BIN_COUNT, FL_COUNT, SL_COUNT};
+use super::error::{AllocError, DescError, InvariantError};
+use super::stats::{AllocatorStats, Block, BlockState};
+use super::ResourceKind;
+
+/// "No node" in the intrusive links.
+const NONE: u32 = u32::MAX;
+
+/// Source of allocator identities, so that a handle given to the wrong allocator is caught.
+static NEXT_ALLOCATOR_ID: AtomicU32 = AtomicU32::new(0);
+
+/// How to build a [`TlsfAllocator`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TlsfDesc {
+    /// Size of the managed range `[0, capacity)` in bytes. Required; must be non-zero.
+    pub capacity: u64,
+    /// `bufferImageGranularity`: the page size (a power of two) that linear and optimal resources
+    /// must not share. Default 1, which disables the rule.
+    pub granularity: u64,
+}
+
+impl TlsfDesc {
+    /// A descriptor for `capacity` bytes with granularity 1 (no granularity rule).
+    pub const fn new(capacity: u64) -> Self {
+        Self { capacity, granularity: 1 }
+    }
+
+    /// Sets the granularity page size (`bufferImageGranularity`); must be a power of two.
+    pub const fn with_granularity(mut self, granularity: u64) -> Self {
+        self.granularity = granularity;
+        self
+    }
+}
+
+/// A live allocation of a [`TlsfAllocator`].
+///
+/// It is neither `Clone` nor `Copy`, and [`TlsfAllocator::free`] takes it by value, so freeing it
+/// twice does not compile. Dropping it without freeing leaks its range (the allocator still counts
+/// it; see [`TlsfAllocator::stats`]).
+///
+/// ```
+/// use residency_core::allocator::{ResourceKind, TlsfAllocator, TlsfDesc};
+///
+/// let mut heap = TlsfAllocator::new(TlsfDesc::new(1 << 20).with_granularity(1024))?;
+/// let buffer = heap.allocate(1000, 256, ResourceKind::Linear)?;
+/// let image = heap.allocate(4096, 1024, ResourceKind::Optimal)?;
+/// assert_eq!(buffer.offset() % 256, 0);
+/// assert!(image.offset() >= 1024, "never on the buffer's granularity page");
+/// heap.free(buffer)?;
+/// heap.free(image)?;
+/// assert_eq!(heap.stats().largest_free_bytes, 1 << 20);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// Freeing twice is a compile error:
+///
+/// ```compile_fail,E0382
+/// use residency_core::allocator::{ResourceKind, TlsfAllocator, TlsfDesc};
+///
+/// let mut heap = TlsfAllocator::new(TlsfDesc::new(1024)).unwrap();
+/// let a = heap.allocate(16, 1, ResourceKind::Linear).unwrap();
+/// heap.free(a).unwrap();
+/// heap.free(a).unwrap();
+/// ```
+#[derive(Debug, PartialEq, Eq, Hash)]
+#[must_use = "an allocation is released only by passing it to `TlsfAllocator::free`"]
+pub struct Allocation {
+    offset: u64,
+    size: u64,
+    node: u32,
+    owner: u32,
+}
+
+impl Allocation {
+    /// First byte of the allocation; a multiple of the requested alignment.
+    #[inline]
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Size in bytes, exactly as requested.
+    #[inline]
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// `offset..offset + size`.
+    #[inline]
+    pub fn range(&self) -> Range<u64> {
+        self.offset..self.offset + self.size
+    }
+}
+
+/// One block of the heap: a node of the address-ordered block list, and, when free, of the free
+/// list of its bin.
+#[derive(Clone, Copy, Debug)]
+struct Node {
+    offset: u64,
+    size: u64,
+    prev_phys: u32,
+    next_phys: u32,
+    prev_free: u32,
+    next_free: u32,
+    used: bool,
+    kind: ResourceKind,
+    align_log2: u8,
+}
+
+impl Node {
+    #[inline]
+    fn end(&self) -> u64 {
+        self.offset + self.size
+    }
+}
+
+/// An O(1) offset allocator over `[0, capacity)`: two-level segregated fit (TLSF) with bitmaps.
+///
+/// - [`allocate`](Self::allocate) and [`free`](Self::free) run in constant time: two bitmap
+///   searches (`trailing_zeros`) find a bin, one block is split in up to three. The only exception
+///   is a request that the constant-time search cannot place: before reporting
+///   [`AllocError::OutOfSpace`] the allocator scans the free lists that might still hold a fitting
+///   block, so an allocation fails only when no free range can hold it.
+/// - Alignment is exact and cheap: the block's front padding is returned to the free lists (see
+///   `docs/allocator.md` for why this neither slows down nor wastes at 256 B).
+/// - Free coalesces with both neighbours immediately.
+/// - Linear and optimal resources never share a granularity page ([`ResourceKind`]).
+#[derive(Debug)]
+pub struct TlsfAllocator {
+    capacity: u64,
+    granularity: u64,
+    id: u32,
+    nodes: Vec<Node>,
+    spare_nodes: Vec<u32>,
+    /// First block in address order.
+    first: u32,
+    fl_bitmap: u64,
+    sl_bitmaps: [u32; FL_COUNT],
+    heads: Box<[u32; BIN_COUNT]>,
+    used_bytes: u64,
+    allocation_count: u64,
+    free_range_count: u64,
+}
+
+#[inline]
+fn align_up(value: u64, alignment: u64) -> Option<u64> {
+    value.checked_add(alignment - 1).map(|v| v & !(alignment - 1))
+}
+
+#[inline]
+fn align_down(value: u64, alignment: u64) -> u64 {
+    value & !(alignment - 1)
+}
+
+impl TlsfAllocator {
+    /// An allocator over `[0, desc.capacity)`, all of it free.
+    pub fn new(desc: TlsfDesc) -> Result<Self, DescError> {
+        if desc.capacity == 0 {
+            return Err(DescError::ZeroCapacity);
+        }
+        if !desc.granularity.is_power_of_two() {
+            return Err(DescError::GranularityNotPowerOfTwo { granularity: desc.granularity });
+        }
+        let mut allocator = Self {
+            capacity: desc.capacity,
+            granularity: desc.granularity,
+            id: NEXT_ALLOCATOR_ID.fetch_add(1, Ordering::Relaxed),
+            nodes: Vec::new(),
+            spare_nodes: Vec::new(),
+            first: NONE,
+            fl_bitmap: 0,
+            sl_bitmaps: [0; FL_COUNT],
+            heads: Box::new([NONE; BIN_COUNT]),
+            used_bytes: 0,
+            allocation_count: 0,
+            free_range_count: 0,
+        };
+        let whole = allocator.new_node(Node {
+            offset: 0,
+            size: desc.capacity,
+            prev_phys: NONE,
+            next_phys: NONE,
+            prev_free: NONE,
+            next_free: NONE,
+            used: false,
+            kind: ResourceKind::Unknown,
+            align_log2: 0,
+        });
+        allocator.first = whole;
+        allocator.insert_free(whole);
+        Ok(allocator)
+    }
+
+    /// Size of the managed range.
+    #[inline]
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// The granularity page size given at construction.
+    #[inline]
+    pub fn granularity(&self) -> u64 {
+        self.granularity
+    }
+
+    /// Bytes held by live allocations.
+    #[inline]
+    pub fn used_bytes(&self) -> u64 {
+        self.used_bytes
+    }
+
+    /// Number of live allocations.
+    #[inline]
+    pub fn allocation_count(&self) -> u64 {
+        self.allocation_count
+    }
+
+    /// Allocates `size` bytes at a multiple of `alignment` (a power of two) for a resource of
+    /// `kind`. Errors: [`AllocError::ZeroSize`], [`AllocError::AlignmentNotPowerOfTwo`], and
+    /// [`AllocError::OutOfSpace`] when no free range can hold the request.
+    pub fn allocate(
+        &mut self,
+        size: u64,
+        alignment: u64,
+        kind: ResourceKind,
+    ) -> Result<Allocation, AllocError> {
+        if size == 0 {
+            return Err(AllocError::ZeroSize);
+        }
+        if !alignment.is_power_of_two() {
+            return Err(AllocError::AlignmentNotPowerOfTwo { alignment });
+        }
+        // 1. Optimistic: the first block of the first non-empty bin of blocks >= size. It fits
+        //    unless its start needs more padding than its slack.
+        if let Some(found) = self.try_bin_for(size, size, alignment, kind) {
+            return Ok(self.carve(found, size, alignment, kind));
+        }
+        // 2. Guaranteed: any block >= size + alignment - 1 fits whatever its start.
+        let g = self.granularity;
+        if alignment > 1 {
+            if let Some(need) = size.checked_add(alignment - 1) {
+                if let Some(found) = self.try_bin_for(need, size, alignment, kind) {
+                    return Ok(self.carve(found, size, alignment, kind));
+                }
+            }
+        }
+        // 3. With granularity, a conflicting neighbour can cost a page at either end.
+        if g > 1 {
+            let need = size.checked_add(alignment.max(g) - 1).and_then(|n| n.checked_add(g - 1));
+            if let Some(need) = need {
+                if let Some(found) = self.try_bin_for(need, size, alignment, kind) {
+                    return Ok(self.carve(found, size, alignment, kind));
+                }
+            }
+        }
+        // 4. Near-full: scan every free block that is large enough before giving up.
+        if let Some(found) = self.scan_for(size, alignment, kind) {
+            return Ok(self.carve(found, size, alignment, kind));
+        }
+        Err(AllocError::OutOfSpace {
+            size,
+            alignment,
+            largest_free: self.largest_free(),
+            free: self.capacity - self.used_bytes,
+        })
+    }
+
+    /// Frees `allocation`, coalescing its range with free neighbours. The only error is
+    /// [`AllocError::ForeignAllocation`], for a handle made by another allocator.
+    pub fn free(&mut self, allocation: Allocation) -> Result<(), AllocError> {
+        if allocation.owner != self.id {
+            return Err(AllocError::ForeignAllocation { offset: allocation.offset, size: allocation.size });
+        }
+        let index = allocation.node;
+        debug_assert!(self.nodes[index as usize].used);
+        debug_assert_eq!(self.nodes[index as usize].offset, allocation.offset);
+        let node = self.nodes[index as usize];
+        self.used_bytes -= node.size;
+        self.allocation_count -= 1;
+
+        let mut offset = node.offset;
+        let mut end = node.end();
+        let mut prev = node.prev_phys;
+        let mut next = node.next_phys;
+        if prev != NONE && !self.nodes[prev as usize].used {
+            self.remove_free(prev);
+            let p = self.nodes[prev as usize];
+            offset = p.offset;
+            self.spare_nodes.push(prev);
+            prev = p.prev_phys;
+        }
+        if next != NONE && !self.nodes[next as usize].used {
+            self.remove_free(next);
+            let n = self.nodes[next as usize];
+            end = n.end();
+            self.spare_nodes.push(next);
+            next = n.next_phys;
+        }
+        {
+            let merged = &mut self.nodes[index as usize];
+            merged.offset = offset;
+            merged.size = end - offset;
+            merged.used = false;
+            merged.prev_phys = prev;
+            merged.next_phys = next;
+        }
+        if prev == NONE {
+            self.first = index;
+        } else {
+            self.nodes[prev as usize].next_phys = index;
+        }
+        if next != NONE {
+            self.nodes[next as usize].prev_phys = index;
+        }
+        self.insert_free(index);
+        Ok(())
+    }
+
+    /// A snapshot of occupancy. `largest_free_bytes` walks one free list (the top non-empty bin),
+    /// so this is cheap but not meant for every allocation.
+    pub fn stats(&self) -> AllocatorStats {
+        let free_bytes = self.capacity - self.used_bytes;
+        let largest_free_bytes = self.largest_free();
+        AllocatorStats {
+            capacity: self.capacity,
+            used_bytes: self.used_bytes,
+            free_bytes,
+            largest_free_bytes,
+            allocation_count: self.allocation_count,
+            free_range_count: self.free_range_count,
+            fragmentation: AllocatorStats::fragmentation_of(free_bytes, largest_free_bytes),
+        }
+    }
+
+    /// Size of the largest free range.
+    pub fn largest_free(&self) -> u64 {
+        if self.fl_bitmap == 0 {
+            return 0;
+        }
+        let fl = 63 - self.fl_bitmap.leading_zeros() as usize;
+        let sl = 31 - self.sl_bitmaps[fl].leading_zeros() as usize;
+        let mut largest = 0;
+        let mut cursor = self.heads[fl * SL_COUNT + sl];
+        while cursor != NONE {
+            let node = &self.nodes[cursor as usize];
+            largest = largest.max(node.size);
+            cursor = node.next_free;
+        }
+        largest
+    }
+
+    /// All blocks in address order: free ranges and allocations, tiling `[0, capacity)`.
+    pub fn blocks(&self) -> impl Iterator<Item = Block> + '_ {
+        let mut cursor = self.first;
+        std::iter::from_fn(move || {
+            if cursor == NONE {
+                return None;
+            }
+            let node = &self.nodes[cursor as usize];
+            cursor = node.next_phys;
+            let state = if node.used {
+                BlockState::Used { kind: node.kind, alignment: 1 << node.align_log2 }
+            } else {
+                BlockState::Free
+            };
+            Some(Block { offset: node.offset, size: node.size, state })
+        })
+    }
+
+    /// Verifies the whole contract (see the [module docs](super)) and returns the first broken
+    /// invariant. O(blocks + bins); meant for tests and debugging.
+    pub fn check_invariants(&self) -> Result<(), InvariantError> {
+        // The free lists and bitmaps first: which bin lists each node.
+        let mut listed_in = vec![NONE; self.nodes.len()];
+        let mut in_lists = 0usize;
+        for bin in 0..BIN_COUNT {
+            let (fl, sl) = (bin / SL_COUNT, bin % SL_COUNT);
+            let bit = self.sl_bitmaps[fl] & (1 << sl) != 0;
+            let head = self.heads[bin];
+            if bit != (head != NONE) {
+                return Err(InvariantError::BitmapMismatch { bin, bit });
+            }
+            let mut before = NONE;
+            let mut cursor = head;
+            while cursor != NONE {
+                let node = &self.nodes[cursor as usize];
+                let seen = &mut listed_in[cursor as usize];
+                if node.used || node.prev_free != before || bin_floor(node.size) != bin || *seen != NONE {
+                    return Err(InvariantError::CorruptFreeList { bin });
+                }
+                *seen = bin as u32;
+                in_lists += 1;
+                before = cursor;
+                cursor = node.next_free;
+            }
+        }
+        for fl in 0..FL_COUNT {
+            let bit = self.fl_bitmap & (1 << fl) != 0;
+            if bit != (self.sl_bitmaps[fl] != 0) {
+                return Err(InvariantError::BitmapMismatch { bin: fl * SL_COUNT, bit });
+            }
+        }
+
+        // Then the block list.
+        let mut expected = 0u64;
+        let mut prev = NONE;
+        let mut cursor = self.first;
+        let mut used = 0u64;
+        let mut free = 0u64;
+        let mut allocations = 0u64;
+        let mut free_blocks = 0usize;
+        let mut last_used: Option<&Node> = None;
+        let mut prev_free: Option<&Node> = None;
+        while cursor != NONE {
+            let node = &self.nodes[cursor as usize];
+            if node.offset != expected {
+                return Err(InvariantError::NotContiguous { offset: node.offset, expected });
+            }
+            if node.size == 0 {
+                return Err(InvariantError::EmptyBlock { offset: node.offset });
+            }
+            if node.prev_phys != prev {
+                return Err(InvariantError::BrokenLinks { offset: node.offset });
+            }
+            match node.offset.checked_add(node.size) {
+                Some(end) if end <= self.capacity => expected = end,
+                end => {
+                    return Err(InvariantError::OutOfBounds {
+                        end: end.unwrap_or(u64::MAX),
+                        capacity: self.capacity,
+                    })
+                }
+            }
+            if node.used {
+                let alignment = 1u64 << node.align_log2;
+                if node.offset % alignment != 0 {
+                    return Err(InvariantError::Misaligned { offset: node.offset, alignment });
+                }
+                if let Some(before) = last_used {
+                    let g = self.granularity;
+                    if before.kind.conflicts_with(node.kind)
+                        && align_down(before.end() - 1, g) == align_down(node.offset, g)
+                    {
+                        return Err(InvariantError::GranularityConflict {
+                            first_offset: before.offset,
+                            first_kind: before.kind,
+                            second_offset: node.offset,
+                            second_kind: node.kind,
+                            granularity: g,
+                        });
+                    }
+                }
+                used += node.size;
+                allocations += 1;
+                last_used = Some(node);
+                prev_free = None;
+            } else {
+                if let Some(before) = prev_free {
+                    return Err(InvariantError::NotCoalesced {
+                        first_offset: before.offset,
+                        second_offset: node.offset,
+                    });
+                }
+                let bin = bin_floor(node.size);
+                if listed_in[cursor as usize] != bin as u32 {
+                    return Err(InvariantError::NotInFreeList { offset: node.offset, size: node.size, bin });
+                }
+                free += node.size;
+                free_blocks += 1;
+                prev_free = Some(node);
+            }
+            prev = cursor;
+            cursor = node.next_phys;
+            if allocations as usize + free_blocks > self.nodes.len() {
+                return Err(InvariantError::BrokenLinks { offset: node.offset });
+            }
+        }
+        if expected != self.capacity {
+            return Err(InvariantError::OutOfBounds { end: expected, capacity: self.capacity });
+        }
+        if in_lists != free_blocks {
+            return Err(InvariantError::FreeCountMismatch { in_lists, in_blocks: free_blocks });
+        }
+        let counters = [
+            ("free_range_count", self.free_range_count, free_blocks as u64),
+            ("allocation_count", self.allocation_count, allocations),
+            ("used_bytes", self.used_bytes, used),
+        ];
+        for (counter, counted, actual) in counters {
+            if counted != actual {
+                return Err(InvariantError::CounterMismatch { counter, counted, actual });
+            }
+        }
+        if used + free != self.capacity {
+            return Err(InvariantError::BytesDoNotAddUp { used, free, capacity: self.capacity });
+        }
+        Ok(())
+    }
+
+    // ---- placement ----
+
+    /// Looks at the first block of the first non-empty bin whose blocks are all `>= need` bytes,
+    /// and returns it with the offset where the request would go, if the request fits there.
+    #[inline]
+    fn try_bin_for(&self, need: u64, size: u64, alignment: u64, kind: ResourceKind) -> Option<(u32, u64)> {
+        let bin = self.first_nonempty_from(bin_ceil(need)?)?;
+        let node = self.heads[bin];
+        self.fit(node, size, alignment, kind).map(|offset| (node, offset))
+    }
+
+    /// Where `size` bytes aligned to `alignment` go in free block `index`, or `None` if they do not
+    /// fit. The allocation goes at the lowest aligned offset; with a conflicting used neighbour
+    /// below, it moves up to the next granularity page; with one above, it must end before that
+    /// neighbour's page.
+    #[inline]
+    fn fit(&self, index: u32, size: u64, alignment: u64, kind: ResourceKind) -> Option<u64> {
+        let node = &self.nodes[index as usize];
+        let mut offset = align_up(node.offset, alignment)?;
+        let mut limit = node.end();
+        let g = self.granularity;
+        if g > 1 {
+            // The physical neighbours of a free block are used (or absent): blocks are coalesced.
+            if node.prev_phys != NONE {
+                let below = &self.nodes[node.prev_phys as usize];
+                if below.kind.conflicts_with(kind) && align_down(below.end() - 1, g) == align_down(offset, g)
+                {
+                    offset = align_up(offset, g)?;
+                }
+            }
+            if node.next_phys != NONE {
+                let above = &self.nodes[node.next_phys as usize];
+                if above.kind.conflicts_with(kind) {
+                    limit = align_down(limit, g);
+                }
+            }
+        }
+        let end = offset.checked_add(size)?;
+        (end <= limit).then_some(offset)
+    }
+
+    /// The slow path before out of space: every free block in every bin that can hold `size`.
+    #[cold]
+    fn scan_for(&self, size: u64, alignment: u64, kind: ResourceKind) -> Option<(u32, u64)> {
+        let mut bin = bin_floor(size);
+        while let Some(found) = self.first_nonempty_from(bin) {
+            let mut cursor = self.heads[found];
+            while cursor != NONE {
+                if let Some(offset) = self.fit(cursor, size, alignment, kind) {
+                    return Some((cursor, offset));
+                }
+                cursor = self.nodes[cursor as usize].next_free;
+            }
+            bin = found + 1;
+            if bin >= BIN_COUNT {
+                break;
+            }
+        }
+        None
+    }
+
+    /// Turns free block `index` into the allocation at `offset`, returning the front padding and
+    /// the tail to the free lists as blocks of their own.
+    #[inline]
+    fn carve(
+        &mut self,
+        (index, offset): (u32, u64),
+        size: u64,
+        alignment: u64,
+        kind: ResourceKind,
+    ) -> Allocation {
+        self.remove_free(index);
+        let node = self.nodes[index as usize];
+        if offset > node.offset {
+            let pad = self.new_node(Node {
+                offset: node.offset,
+                size: offset - node.offset,
+                prev_phys: node.prev_phys,
+                next_phys: index,
+                prev_free: NONE,
+                next_free: NONE,
+                used: false,
+                kind: ResourceKind::Unknown,
+                align_log2: 0,
+            });
+            if node.prev_phys == NONE {
+                self.first = pad;
+            } else {
+                self.nodes[node.prev_phys as usize].next_phys = pad;
+            }
+            self.nodes[index as usize].prev_phys = pad;
+            self.insert_free(pad);
+        }
+        let end = offset + size;
+        if end < node.end() {
+            let tail = self.new_node(Node {
+                offset: end,
+                size: node.end() - end,
+                prev_phys: index,
+                next_phys: node.next_phys,
+                prev_free: NONE,
+                next_free: NONE,
+                used: false,
+                kind: ResourceKind::Unknown,
+                align_log2: 0,
+            });
+            if node.next_phys != NONE {
+                self.nodes[node.next_phys as usize].prev_phys = tail;
+            }
+            self.nodes[index as usize].next_phys = tail;
+            self.insert_free(tail);
+        }
+        let used = &mut self.nodes[index as usize];
+        used.offset = offset;
+        used.size = size;
+        used.used = true;
+        used.kind = kind;
+        used.align_log2 = alignment.trailing_zeros() as u8;
+        self.used_bytes += size;
+        self.allocation_count += 1;
+        Allocation { offset, size, node: index, owner: self.id }
+    }
+
+    // ---- free lists and bitmaps ----
+
+    #[inline]
+    fn first_nonempty_from(&self, bin: usize) -> Option<usize> {
+        let fl = bin / SL_COUNT;
+        let sl = bin % SL_COUNT;
+        let sl_map = self.sl_bitmaps[fl] & (u32::MAX << sl);
+        if sl_map != 0 {
+            return Some(fl * SL_COUNT + sl_map.trailing_zeros() as usize);
+        }
+        let fl_map = if fl + 1 >= 64 { 0 } else { self.fl_bitmap & (u64::MAX << (fl + 1)) };
+        if fl_map == 0 {
+            return None;
+        }
+        let fl = fl_map.trailing_zeros() as usize;
+        Some(fl * SL_COUNT + self.sl_bitmaps[fl].trailing_zeros() as usize)
+    }
+
+    #[inline]
+    fn insert_free(&mut self, index: u32) {
+        let bin = bin_floor(self.nodes[index as usize].size);
+        let head = self.heads[bin];
+        {
+            let node = &mut self.nodes[index as usize];
+            node.prev_free = NONE;
+            node.next_free = head;
+        }
+        if head != NONE {
+            self.nodes[head as usize].prev_free = index;
+        }
+        self.heads[bin] = index;
+        let (fl, sl) = (bin / SL_COUNT, bin % SL_COUNT);
+        self.sl_bitmaps[fl] |= 1 << sl;
+        self.fl_bitmap |= 1 << fl;
+        self.free_range_count += 1;
+    }
+
+    #[inline]
+    fn remove_free(&mut self, index: u32) {
+        let node = self.nodes[index as usize];
+        let bin = bin_floor(node.size);
+        if node.prev_free == NONE {
+            self.heads[bin] = node.next_free;
+        } else {
+            self.nodes[node.prev_free as usize].next_free = node.next_free;
+        }
+        if node.next_free != NONE {
+            self.nodes[node.next_free as usize].prev_free = node.prev_free;
+        }
+        if self.heads[bin] == NONE {
+            let (fl, sl) = (bin / SL_COUNT, bin % SL_COUNT);
+            self.sl_bitmaps[fl] &= !(1 << sl);
+            if self.sl_bitmaps[fl] == 0 {
+                self.fl_bitmap &= !(1 << fl);
+            }
+        }
+        self.free_range_count -= 1;
+    }
+
+    #[inline]
+    fn new_node(&mut self, node: Node) -> u32 {
+        match self.spare_nodes.pop() {
+            Some(index) => {
+                self.nodes[index as usize] = node;
+                index
+            }
+            None => {
+                let index = u32::try_from(self.nodes.len()).expect("more than 2^32 - 1 blocks in one heap");
+                self.nodes.push(node);
+                index
+            }
+        }
+    }
+}
