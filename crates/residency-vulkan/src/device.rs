@@ -2,11 +2,14 @@
 
 use crate::error::{Result, VkResultExt, VulkanError};
 use crate::instance::{version_string, InstanceShared};
+use crate::ledger::Ledger;
+use crate::memory::BlockList;
 use crate::profile_capture;
 use crate::validation::ValidationLog;
 use ash::vk;
 use residency_core::device_mask::DeviceIndex;
-use residency_core::profile::DeviceProfile;
+use residency_core::memory::HeapGrowth;
+use residency_core::profile::{DeviceProfile, MemoryHeap, MemoryProperties};
 use std::ffi::CString;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
@@ -73,6 +76,11 @@ pub struct Device {
     universal: Arc<Queue>,
     sparse: Option<Arc<Queue>>,
     profile: OnceLock<DeviceProfile>,
+    memory: MemoryProperties,
+    limits: vk::PhysicalDeviceLimits,
+    ledger: Ledger,
+    /// The general allocator: heaps per memory type, for resources created outside pools.
+    pub(crate) general: Vec<Mutex<BlockList>>,
     debug_utils: Option<ash::ext::debug_utils::Device>,
     raw: ash::Device,
     physical: vk::PhysicalDevice,
@@ -215,6 +223,24 @@ impl Device {
         };
         let debug_utils =
             shared.debug_utils.as_ref().map(|_| ash::ext::debug_utils::Device::new(instance, &raw));
+        let memory = profile_capture::memory_properties(instance, physical, has_budget);
+        let ledger = Ledger::new(memory.heaps.len(), props.limits.max_memory_allocation_count);
+        let general = memory
+            .types
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let heap_size = memory.heaps[t.heap_index as usize].size;
+                let growth = HeapGrowth::new(HeapGrowth::default_page_size(heap_size));
+                let list = BlockList::new(
+                    format!("device {} type {i}", index.get()),
+                    i as u32,
+                    growth,
+                    props.limits.buffer_image_granularity,
+                );
+                Mutex::new(list)
+            })
+            .collect();
         let device = Device {
             index,
             physical_index,
@@ -224,6 +250,10 @@ impl Device {
             universal,
             sparse,
             profile: OnceLock::new(),
+            memory,
+            limits: props.limits,
+            ledger,
+            general,
             debug_utils,
             raw,
             physical,
@@ -300,6 +330,30 @@ impl Device {
         self.profile.get_or_init(|| profile_capture::capture(self, self.shared.instance_version))
     }
 
+    /// Memory heaps and types (heap budgets as at device creation; see [`Device::current_heap`]).
+    pub fn memory_properties(&self) -> &MemoryProperties {
+        &self.memory
+    }
+
+    /// The device's limits.
+    pub fn limits(&self) -> &vk::PhysicalDeviceLimits {
+        &self.limits
+    }
+
+    /// What this device has allocated, and every live object by name.
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    /// Heap `index` with its budget and usage as the driver reports them now.
+    pub fn current_heap(&self, index: u32, heap: &MemoryHeap) -> MemoryHeap {
+        if !self.features.memory_budget {
+            return heap.clone();
+        }
+        let now = profile_capture::memory_properties(&self.shared.instance, self.physical, true);
+        now.heaps.get(index as usize).cloned().unwrap_or_else(|| heap.clone())
+    }
+
     /// Names a Vulkan object for debuggers and validation messages (VK_EXT_debug_utils). A name with
     /// an interior NUL is truncated there. Does nothing when debug utils are not available.
     pub fn set_name<H: vk::Handle>(&self, handle: H, name: &str) {
@@ -326,15 +380,27 @@ impl Device {
 
 impl Drop for Device {
     fn drop(&mut self) {
-        // SAFETY: the library destroys every object it created on this device before the device
-        // goes (resources borrow their device); waiting idle first makes destruction safe even if
-        // work is still in flight.
-        unsafe {
-            let _ = self.raw.device_wait_idle();
-            self.raw.destroy_device(None);
+        // SAFETY: valid device; waiting idle first makes destruction safe even if work is in flight.
+        let _ = unsafe { self.raw.device_wait_idle() };
+        let general = std::mem::take(&mut self.general);
+        for list in general {
+            list.into_inner().unwrap_or_else(|e| e.into_inner()).destroy_all(self);
         }
+        let leaks = self.ledger.live_objects();
+        for leak in &leaks {
+            tracing::error!(device = %self.index, kind = leak.kind, name = %leak.name, "leaked at device teardown");
+        }
+        if !leaks.is_empty() {
+            LEAKS_AT_TEARDOWN.fetch_add(leaks.len() as u64, std::sync::atomic::Ordering::SeqCst);
+        }
+        // SAFETY: every object the library tracks on this device was destroyed above or reported as
+        // leaked (the validation layer then names it too); the device is idle.
+        unsafe { self.raw.destroy_device(None) };
     }
 }
+
+/// Objects found alive when their device was destroyed, over the whole process.
+pub static LEAKS_AT_TEARDOWN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Where the sparse-binding queue comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -60,7 +60,7 @@ impl DeviceSetDesc {
 #[derive(Debug)]
 pub struct DeviceSet {
     // Devices drop before the instance state they share (field order, and each holds an Arc).
-    devices: Vec<Device>,
+    devices: Vec<Arc<Device>>,
     shared: Arc<InstanceShared>,
 }
 
@@ -78,7 +78,7 @@ impl DeviceSet {
             for copy in 0..per {
                 let Some(index) = DeviceIndex::new(physical_index as u32 * per + copy) else { break };
                 if desc.devices.contains(index) {
-                    devices.push(Device::new(Arc::clone(&shared), pd, physical_index as u32, index)?);
+                    devices.push(Arc::new(Device::new(Arc::clone(&shared), pd, physical_index as u32, index)?));
                 }
             }
         }
@@ -92,18 +92,18 @@ impl DeviceSet {
     }
 
     /// The opened devices, lowest index first.
-    pub fn devices(&self) -> &[Device] {
+    pub fn devices(&self) -> &[Arc<Device>] {
         &self.devices
     }
 
     /// The device of index `index`, if it was opened.
-    pub fn device(&self, index: DeviceIndex) -> Option<&Device> {
+    pub fn device(&self, index: DeviceIndex) -> Option<&Arc<Device>> {
         self.devices.iter().find(|d| d.index() == index)
     }
 
     /// The mask of opened devices.
     pub fn mask(&self) -> DeviceMask {
-        self.devices.iter().map(Device::index).collect()
+        self.devices.iter().map(|d| d.index()).collect()
     }
 
     /// The validation mode in force.

@@ -27,6 +27,10 @@ pub struct Ledger {
     memory_objects: AtomicU64,
     max_memory_objects: u64,
     next_id: AtomicU64,
+    /// Caps on heap budgets set by the application (`u64::MAX`: none).
+    heap_limits: Vec<AtomicU64>,
+    /// Test hook: the next this-many memory allocations fail as out of device memory.
+    injected_oom: AtomicU64,
     live: Mutex<BTreeMap<ObjectId, LiveObject>>,
 }
 
@@ -37,6 +41,8 @@ impl Ledger {
             memory_objects: AtomicU64::new(0),
             max_memory_objects: u64::from(max_memory_objects),
             next_id: AtomicU64::new(1),
+            heap_limits: (0..heap_count).map(|_| AtomicU64::new(u64::MAX)).collect(),
+            injected_oom: AtomicU64::new(0),
             live: Mutex::new(BTreeMap::new()),
         }
     }
@@ -56,9 +62,40 @@ impl Ledger {
         self.max_memory_objects
     }
 
-    /// The budget of a heap as the driver reports it now (or estimated), with our own usage.
-    pub(crate) fn budget(&self, heap: &MemoryHeap, heap_index: u32) -> HeapBudget {
-        HeapBudget::of(heap, self.heap_bytes(heap_index))
+    /// The budget of a heap as the driver reports it now (or estimated), with our own usage, capped
+    /// by the application's limit for that heap.
+    pub fn budget(&self, heap: &MemoryHeap, heap_index: u32) -> HeapBudget {
+        let ours = self.heap_bytes(heap_index);
+        let budget = HeapBudget::of(heap, ours);
+        match self.heap_limit(heap_index) {
+            Some(limit) if limit < budget.budget => HeapBudget { budget: limit, usage: ours },
+            _ => budget,
+        }
+    }
+
+    /// Caps what this library may allocate in heap `heap` (like VMA's heap size limit), or removes
+    /// the cap with `None`. Allocations over it fail with `OutOfBudget` unless over-budget is allowed.
+    pub fn set_heap_limit(&self, heap: u32, limit: Option<u64>) {
+        if let Some(slot) = self.heap_limits.get(heap as usize) {
+            slot.store(limit.unwrap_or(u64::MAX), Ordering::SeqCst);
+        }
+    }
+
+    /// The application's cap on heap `heap`, if any.
+    pub fn heap_limit(&self, heap: u32) -> Option<u64> {
+        let limit = self.heap_limits.get(heap as usize)?.load(Ordering::SeqCst);
+        (limit != u64::MAX).then_some(limit)
+    }
+
+    /// Fault injection for tests: the next `count` `vkAllocateMemory` calls report out of device
+    /// memory without reaching the driver.
+    pub fn inject_out_of_memory(&self, count: u64) {
+        self.injected_oom.store(count, Ordering::SeqCst);
+    }
+
+    /// Consumes one injected out-of-memory fault, if any is pending.
+    pub(crate) fn take_injected_oom(&self) -> bool {
+        self.injected_oom.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok()
     }
 
     /// Reserves a memory object of `size` bytes in `heap`; false when the count limit is reached.

@@ -7,17 +7,25 @@
 //! - [`DeviceProfile`](residency_core::profile::DeviceProfile) capture: [`Device::profile`].
 //! - [`testing`]: the GPU test harness (one device set per test binary, validation failures fail tests).
 
+mod buffer;
 mod device;
 mod device_set;
 mod error;
 pub mod format_map;
 mod instance;
+mod ledger;
+mod memory;
+mod pool;
 pub mod profile_capture;
 pub mod testing;
 pub mod validation;
 
 pub use ash;
-pub use device::{Device, EnabledFeatures, Queue};
+pub use buffer::{vk_buffer_usage, AccessError, Buffer, BufferDesc, BufferPlacement};
+pub use device::{Device, EnabledFeatures, Queue, LEAKS_AT_TEARDOWN};
+pub use ledger::{Ledger, LiveObject};
+pub use memory::MemoryError;
+pub use pool::{BufferInit, BufferPool, BufferPoolDesc, PoolStats};
 pub use device_set::{DeviceSet, DeviceSetDesc};
 pub use error::{Result, VulkanError, LAVAPIPE_HINT};
 pub use instance::{version_string, InstanceDesc};

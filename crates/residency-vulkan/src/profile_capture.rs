@@ -336,36 +336,7 @@ pub(crate) fn capture(device: &Device, instance_version: u32) -> DeviceProfile {
     let l = p.limits;
 
     let features = device.features();
-    let mut budget = vk::PhysicalDeviceMemoryBudgetPropertiesEXT::default();
-    let mut mem2 = vk::PhysicalDeviceMemoryProperties2::default();
-    if features.memory_budget {
-        mem2 = mem2.push_next(&mut budget);
-    }
-    // SAFETY: valid physical device; the budget struct is chained only when the extension is on.
-    unsafe { instance.get_physical_device_memory_properties2(pd, &mut mem2) };
-    let mem = mem2.memory_properties;
-    let heaps = mem.memory_heaps_as_slice().iter().enumerate().map(|(i, h)| MemoryHeap {
-        size: h.size,
-        device_local: h.flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL),
-        multi_instance: h.flags.contains(vk::MemoryHeapFlags::MULTI_INSTANCE),
-        budget: features.memory_budget.then(|| budget.heap_budget[i]),
-        usage: features.memory_budget.then(|| budget.heap_usage[i]),
-    });
-    let types = mem.memory_types_as_slice().iter().map(|t| {
-        let f = t.property_flags;
-        MemoryType {
-            heap_index: t.heap_index,
-            flags: MemoryTypeFlags {
-                device_local: f.contains(vk::MemoryPropertyFlags::DEVICE_LOCAL),
-                host_visible: f.contains(vk::MemoryPropertyFlags::HOST_VISIBLE),
-                host_coherent: f.contains(vk::MemoryPropertyFlags::HOST_COHERENT),
-                host_cached: f.contains(vk::MemoryPropertyFlags::HOST_CACHED),
-                lazily_allocated: f.contains(vk::MemoryPropertyFlags::LAZILY_ALLOCATED),
-                protected: f.contains(vk::MemoryPropertyFlags::PROTECTED),
-            },
-        }
-    });
-    let memory = MemoryProperties { heaps: heaps.collect(), types: types.collect() };
+    let memory = memory_properties(instance, pd, features.memory_budget);
 
     let limits = Limits {
         buffer_image_granularity: l.buffer_image_granularity,
@@ -462,6 +433,44 @@ pub(crate) fn capture(device: &Device, instance_version: u32) -> DeviceProfile {
         formats,
         buffer_probes,
     }
+}
+
+/// Memory heaps and types, with the heaps' budgets when VK_EXT_memory_budget is enabled.
+pub(crate) fn memory_properties(
+    instance: &ash::Instance,
+    pd: vk::PhysicalDevice,
+    with_budget: bool,
+) -> MemoryProperties {
+    let mut budget = vk::PhysicalDeviceMemoryBudgetPropertiesEXT::default();
+    let mut mem2 = vk::PhysicalDeviceMemoryProperties2::default();
+    if with_budget {
+        mem2 = mem2.push_next(&mut budget);
+    }
+    // SAFETY: valid physical device; the budget struct is chained only when the extension is on.
+    unsafe { instance.get_physical_device_memory_properties2(pd, &mut mem2) };
+    let mem = mem2.memory_properties;
+    let heaps = mem.memory_heaps_as_slice().iter().enumerate().map(|(i, h)| MemoryHeap {
+        size: h.size,
+        device_local: h.flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL),
+        multi_instance: h.flags.contains(vk::MemoryHeapFlags::MULTI_INSTANCE),
+        budget: with_budget.then(|| budget.heap_budget[i]),
+        usage: with_budget.then(|| budget.heap_usage[i]),
+    });
+    let types = mem.memory_types_as_slice().iter().map(|t| {
+        let f = t.property_flags;
+        MemoryType {
+            heap_index: t.heap_index,
+            flags: MemoryTypeFlags {
+                device_local: f.contains(vk::MemoryPropertyFlags::DEVICE_LOCAL),
+                host_visible: f.contains(vk::MemoryPropertyFlags::HOST_VISIBLE),
+                host_coherent: f.contains(vk::MemoryPropertyFlags::HOST_COHERENT),
+                host_cached: f.contains(vk::MemoryPropertyFlags::HOST_CACHED),
+                lazily_allocated: f.contains(vk::MemoryPropertyFlags::LAZILY_ALLOCATED),
+                protected: f.contains(vk::MemoryPropertyFlags::PROTECTED),
+            },
+        }
+    });
+    MemoryProperties { heaps: heaps.collect(), types: types.collect() }
 }
 
 /// The current UTC time as `YYYY-MM-DDTHH:MM:SSZ`.

@@ -51,9 +51,23 @@ pub fn with_gpu<R>(test: impl FnOnce(&DeviceSet) -> R) -> Option<R> {
     let set = devices()?;
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let before = set.validation_log().problem_count();
+    // Heaps kept for reuse (memory blocks of the general allocator) may outlive a test; any other
+    // object left alive by the test is a leak.
+    let objects = |d: &crate::Device| d.ledger().live_objects().into_iter().filter(|o| o.kind != "memory").count();
+    let live_before: Vec<usize> = set.devices().iter().map(|d| objects(d)).collect();
     let result = test(set);
     let problems = set.validation_log().problems_since(before);
     assert!(problems.is_empty(), "validation problems during the test:\n{}", describe(&problems));
+    for (device, before) in set.devices().iter().zip(live_before) {
+        let after = objects(device);
+        assert!(
+            after <= before,
+            "{} has {} more live objects after the test: {:?}",
+            device.index(),
+            after - before,
+            device.ledger().live_objects()
+        );
+    }
     Some(result)
 }
 

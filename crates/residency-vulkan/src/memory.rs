@@ -1,0 +1,415 @@
+//! Device memory: `VkDeviceMemory` heaps sub-allocated by the core's O(1) TLSF allocator.
+//!
+//! A [`BlockList`] is the set of heaps of one memory type that one owner (the device's general
+//! allocator, or a buffer pool) sub-allocates from. Heaps start small and double up to a page size;
+//! empty heaps are released with hysteresis (one kept). Every `VkDeviceMemory` goes through the
+//! device's ledger, which enforces `maxMemoryAllocationCount` and the heap budget.
+
+use crate::device::Device;
+use crate::error::VulkanError;
+use crate::ledger::ObjectId;
+use ash::vk;
+use residency_core::allocator::{AllocError, Allocation, ResourceKind, TlsfAllocator, TlsfDesc};
+use residency_core::memory::{HeapGrowth, MemoryIntent};
+use std::ptr::NonNull;
+
+/// Allocating memory failed. Out of memory and over budget are values, never panics.
+#[derive(Debug, thiserror::Error)]
+pub enum MemoryError {
+    /// The allocation would take the heap over its budget (VK_EXT_memory_budget or the estimate).
+    #[error(
+        "`{name}`: {requested} B in memory heap {heap} would exceed its budget ({available} B available of {budget} B)"
+    )]
+    OutOfBudget {
+        /// What was being allocated.
+        name: String,
+        /// The memory heap.
+        heap: u32,
+        /// Bytes requested.
+        requested: u64,
+        /// Bytes still available under the budget.
+        available: u64,
+        /// The heap's budget.
+        budget: u64,
+    },
+    /// The device has no memory left of any suitable type.
+    #[error("`{name}`: out of device memory allocating {requested} B")]
+    OutOfDeviceMemory {
+        /// What was being allocated.
+        name: String,
+        /// Bytes requested.
+        requested: u64,
+    },
+    /// `maxMemoryAllocationCount` would be exceeded.
+    #[error("`{name}`: the device allows at most {limit} memory allocations at once")]
+    TooManyAllocations {
+        /// What was being allocated.
+        name: String,
+        /// The limit.
+        limit: u64,
+    },
+    /// No memory type allowed by the resource serves the intent.
+    #[error("`{name}`: no memory type in {allowed_bits:#b} serves {intent:?}")]
+    NoSuitableMemoryType {
+        /// What was being allocated.
+        name: String,
+        /// The resource's memoryTypeBits.
+        allowed_bits: u32,
+        /// The intent.
+        intent: MemoryIntent,
+    },
+    /// The request itself is invalid (zero size, alignment not a power of two, …).
+    #[error("`{name}`: {source}")]
+    InvalidRequest {
+        /// What was being allocated.
+        name: String,
+        /// Why.
+        #[source]
+        source: AllocError,
+    },
+    /// A request that no pool setting can satisfy (e.g. larger than the pool's page size).
+    #[error("`{name}`: {reason}")]
+    Unsatisfiable {
+        /// What was being allocated.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// Any other Vulkan failure.
+    #[error(transparent)]
+    Vulkan(#[from] VulkanError),
+}
+
+/// A host pointer to mapped memory.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MappedPtr(NonNull<u8>);
+
+// SAFETY: the pointer addresses persistently mapped device memory owned by a MemoryBlock; it is only
+// dereferenced through ranges that the allocator hands out exclusively, so sharing the base pointer
+// between threads is sound.
+unsafe impl Send for MappedPtr {}
+// SAFETY: as above; the pointer itself is never written through without exclusive range ownership.
+unsafe impl Sync for MappedPtr {}
+
+impl MappedPtr {
+    pub(crate) fn at(self, offset: u64) -> *mut u8 {
+        // SAFETY: callers pass offsets inside the mapped block (checked by the allocator's bounds).
+        unsafe { self.0.as_ptr().add(offset as usize) }
+    }
+}
+
+/// One `VkDeviceMemory` and what lives in it.
+#[derive(Debug)]
+pub(crate) struct MemoryBlock {
+    pub(crate) memory: vk::DeviceMemory,
+    pub(crate) size: u64,
+    pub(crate) type_index: u32,
+    pub(crate) heap_index: u32,
+    pub(crate) mapped: Option<MappedPtr>,
+    /// Known-flags pools: the page's one `VkBuffer`, bound at offset 0 over the whole block.
+    pub(crate) page_buffer: Option<vk::Buffer>,
+    pub(crate) allocator: TlsfAllocator,
+    pub(crate) name: String,
+    id: ObjectId,
+}
+
+/// What a new `VkDeviceMemory` is for.
+pub(crate) struct RawMemoryDesc<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) size: u64,
+    pub(crate) type_index: u32,
+    pub(crate) allow_over_budget: bool,
+    pub(crate) dedicated: Option<vk::MemoryDedicatedAllocateInfo<'a>>,
+}
+
+impl MemoryBlock {
+    /// Allocates (and maps, when host-visible) a block, through the budget and count checks.
+    pub(crate) fn new(device: &Device, desc: RawMemoryDesc<'_>, granularity: u64) -> Result<MemoryBlock, MemoryError> {
+        let profile_memory = device.memory_properties();
+        let memory_type = &profile_memory.types[desc.type_index as usize];
+        let heap_index = memory_type.heap_index;
+        let heap = &profile_memory.heaps[heap_index as usize];
+        let name = desc.name.to_owned();
+        if !desc.allow_over_budget {
+            let budget = device.ledger().budget(&device.current_heap(heap_index, heap), heap_index);
+            if !budget.allows(desc.size) {
+                return Err(MemoryError::OutOfBudget {
+                    name,
+                    heap: heap_index,
+                    requested: desc.size,
+                    available: budget.available(),
+                    budget: budget.budget,
+                });
+            }
+        }
+        if !device.ledger().reserve_memory(heap_index, desc.size) {
+            return Err(MemoryError::TooManyAllocations { name, limit: device.ledger().max_memory_objects() });
+        }
+        let release = |e: MemoryError| {
+            device.ledger().release_memory(heap_index, desc.size);
+            e
+        };
+        let mut flags_info = vk::MemoryAllocateFlagsInfo::default().flags(vk::MemoryAllocateFlags::DEVICE_ADDRESS);
+        let mut info = vk::MemoryAllocateInfo::default().allocation_size(desc.size).memory_type_index(desc.type_index);
+        if device.features().buffer_device_address {
+            info = info.push_next(&mut flags_info);
+        }
+        let mut dedicated = desc.dedicated;
+        if let Some(dedicated) = dedicated.as_mut() {
+            info = info.push_next(dedicated);
+        }
+        let allocated = if device.ledger().take_injected_oom() {
+            Err(vk::Result::ERROR_OUT_OF_DEVICE_MEMORY)
+        } else {
+            // SAFETY: valid device; the info chain lives for the call; the type index comes from this
+            // device's memory properties.
+            unsafe { device.raw().allocate_memory(&info, None) }
+        };
+        let memory = match allocated {
+            Ok(memory) => memory,
+            Err(vk::Result::ERROR_OUT_OF_DEVICE_MEMORY | vk::Result::ERROR_OUT_OF_HOST_MEMORY) => {
+                return Err(release(MemoryError::OutOfDeviceMemory { name, requested: desc.size }))
+            }
+            Err(result) => return Err(release(VulkanError::from_vk("vkAllocateMemory", result).into())),
+        };
+        device.set_name(memory, desc.name);
+        let mapped = if memory_type.flags.host_visible {
+            // SAFETY: host-visible memory just allocated, not mapped yet; whole range.
+            match unsafe { device.raw().map_memory(memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty()) } {
+                Ok(ptr) => NonNull::new(ptr.cast::<u8>()).map(MappedPtr),
+                Err(result) => {
+                    // SAFETY: the memory was allocated above and is not in use.
+                    unsafe { device.raw().free_memory(memory, None) };
+                    return Err(release(VulkanError::from_vk("vkMapMemory", result).into()));
+                }
+            }
+        } else {
+            None
+        };
+        let allocator = TlsfAllocator::new(TlsfDesc::new(desc.size).with_granularity(granularity.max(1)))
+            .map_err(|e| MemoryError::Unsatisfiable { name: name.clone(), reason: e.to_string() });
+        let allocator = match allocator {
+            Ok(a) => a,
+            Err(e) => {
+                // SAFETY: allocated above, unused.
+                unsafe { device.raw().free_memory(memory, None) };
+                return Err(release(e));
+            }
+        };
+        let id = device.ledger().track("memory", desc.name);
+        Ok(MemoryBlock {
+            memory,
+            size: desc.size,
+            type_index: desc.type_index,
+            heap_index,
+            mapped,
+            page_buffer: None,
+            allocator,
+            name,
+            id,
+        })
+    }
+
+    /// Frees the block (and its page buffer). Everything placed in it must be gone.
+    pub(crate) fn destroy(self, device: &Device) {
+        let used = self.allocator.allocation_count();
+        if used != 0 {
+            tracing::error!(block = %self.name, allocations = used, "freeing a memory block that still has allocations");
+        }
+        // SAFETY: the page buffer and the memory belong to this device and nothing placed in them
+        // is alive (checked above; a leak is reported, not left dangling in the allocator).
+        unsafe {
+            if let Some(buffer) = self.page_buffer {
+                device.raw().destroy_buffer(buffer, None);
+            }
+            device.raw().free_memory(self.memory, None);
+        }
+        device.ledger().release_memory(self.heap_index, self.size);
+        device.ledger().untrack(self.id);
+    }
+}
+
+/// Creates the one `VkBuffer` of a known-flags page over the whole block.
+pub(crate) type PageBufferFactory = dyn Fn(&Device, &MemoryBlock) -> Result<vk::Buffer, MemoryError> + Send + Sync;
+
+/// Heaps of one memory type for one owner.
+pub(crate) struct BlockList {
+    pub(crate) name: String,
+    pub(crate) type_index: u32,
+    pub(crate) growth: HeapGrowth,
+    pub(crate) granularity: u64,
+    /// Stable slots: a block's index never changes while it lives.
+    pub(crate) blocks: Vec<Option<MemoryBlock>>,
+    pub(crate) keep_empty: usize,
+    pub(crate) page_buffer: Option<Box<PageBufferFactory>>,
+    /// When true, blocks are always exactly `growth.page_size` (pools with a fixed page size).
+    pub(crate) fixed_size: bool,
+    created: u64,
+}
+
+impl std::fmt::Debug for BlockList {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlockList")
+            .field("name", &self.name)
+            .field("type_index", &self.type_index)
+            .field("blocks", &self.blocks.iter().flatten().count())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where an allocation of a [`BlockList`] lives.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub(crate) struct BlockAllocation {
+    pub(crate) block: u32,
+    pub(crate) allocation: Allocation,
+}
+
+/// Options of one sub-allocation.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SubRequest<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) size: u64,
+    pub(crate) alignment: u64,
+    pub(crate) kind: ResourceKind,
+    pub(crate) allow_over_budget: bool,
+}
+
+impl BlockList {
+    pub(crate) fn new(name: String, type_index: u32, growth: HeapGrowth, granularity: u64) -> BlockList {
+        BlockList {
+            name,
+            type_index,
+            growth,
+            granularity,
+            blocks: Vec::new(),
+            keep_empty: 1,
+            page_buffer: None,
+            fixed_size: false,
+            created: 0,
+        }
+    }
+
+    pub(crate) fn block(&self, index: u32) -> &MemoryBlock {
+        self.blocks[index as usize].as_ref().expect("allocations refer to live blocks")
+    }
+
+    /// Sub-allocates, creating a heap when no existing one has room.
+    pub(crate) fn allocate(&mut self, device: &Device, req: SubRequest<'_>) -> Result<BlockAllocation, MemoryError> {
+        let invalid = |source| MemoryError::InvalidRequest { name: req.name.to_owned(), source };
+        if req.size == 0 {
+            return Err(invalid(AllocError::ZeroSize));
+        }
+        if !req.alignment.is_power_of_two() {
+            return Err(invalid(AllocError::AlignmentNotPowerOfTwo { alignment: req.alignment }));
+        }
+        // Fullest-first would pack tighter; newest-first finds room fastest. Blocks are few (they
+        // grow geometrically), so try each.
+        for (index, slot) in self.blocks.iter_mut().enumerate().rev() {
+            let Some(block) = slot else { continue };
+            if block.size - block.allocator.used_bytes() < req.size {
+                continue;
+            }
+            if let Ok(allocation) = block.allocator.allocate(req.size, req.alignment, req.kind) {
+                return Ok(BlockAllocation { block: index as u32, allocation });
+            }
+        }
+        if self.fixed_size && req.size > self.growth.page_size {
+            return Err(MemoryError::Unsatisfiable {
+                name: req.name.to_owned(),
+                reason: format!("{} B is larger than the pool's page size {} B", req.size, self.growth.page_size),
+            });
+        }
+        let block = self.new_block(device, req)?;
+        let index = match self.blocks.iter().position(Option::is_none) {
+            Some(free) => free,
+            None => {
+                self.blocks.push(None);
+                self.blocks.len() - 1
+            }
+        };
+        let block = self.blocks[index].insert(block);
+        let allocation = block
+            .allocator
+            .allocate(req.size, req.alignment, req.kind)
+            .map_err(|source| MemoryError::InvalidRequest { name: req.name.to_owned(), source })?;
+        Ok(BlockAllocation { block: index as u32, allocation })
+    }
+
+    fn new_block(&mut self, device: &Device, req: SubRequest<'_>) -> Result<MemoryBlock, MemoryError> {
+        let largest = self.blocks.iter().flatten().map(|b| b.size).max().unwrap_or(0);
+        let mut size = if self.fixed_size {
+            self.growth.page_size
+        } else {
+            // Room for the worst-case alignment padding too.
+            self.growth.next_heap_size(largest, req.size.saturating_add(req.alignment.max(self.granularity)))
+        };
+        let minimum = req.size.saturating_add(req.alignment.max(self.granularity)).next_multiple_of(64 << 10);
+        loop {
+            self.created += 1;
+            let name = format!("{} heap {}", self.name, self.created);
+            let desc = RawMemoryDesc {
+                name: &name,
+                size,
+                type_index: self.type_index,
+                allow_over_budget: req.allow_over_budget,
+                dedicated: None,
+            };
+            match MemoryBlock::new(device, desc, self.granularity) {
+                Ok(mut block) => {
+                    if let Some(factory) = &self.page_buffer {
+                        match factory(device, &block) {
+                            Ok(buffer) => block.page_buffer = Some(buffer),
+                            Err(e) => {
+                                block.destroy(device);
+                                return Err(e);
+                            }
+                        }
+                    }
+                    return Ok(block);
+                }
+                // Out of memory or budget: a smaller heap that still fits may succeed (VMA does the same).
+                Err(MemoryError::OutOfDeviceMemory { .. } | MemoryError::OutOfBudget { .. })
+                    if !self.fixed_size && size / 2 >= minimum =>
+                {
+                    size /= 2;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Frees a sub-allocation; releases its heap if that leaves more than `keep_empty` empty heaps.
+    pub(crate) fn free(&mut self, device: &Device, allocation: BlockAllocation) {
+        let index = allocation.block as usize;
+        let Some(block) = self.blocks[index].as_mut() else {
+            tracing::error!(list = %self.name, "free of an allocation whose heap is gone");
+            return;
+        };
+        if let Err(e) = block.allocator.free(allocation.allocation) {
+            tracing::error!(list = %self.name, error = %e, "free refused");
+            return;
+        }
+        if block.allocator.allocation_count() == 0 {
+            let empty = self.blocks.iter().flatten().filter(|b| b.allocator.allocation_count() == 0).count();
+            if empty > self.keep_empty {
+                if let Some(block) = self.blocks[index].take() {
+                    block.destroy(device);
+                }
+            }
+        }
+    }
+
+    /// Releases every heap (at teardown; anything still placed in them is reported as leaked).
+    pub(crate) fn destroy_all(&mut self, device: &Device) {
+        for block in self.blocks.drain(..).flatten() {
+            block.destroy(device);
+        }
+    }
+
+    /// Bytes of all heaps, and bytes in use.
+    pub(crate) fn totals(&self) -> (u64, u64, usize) {
+        self.blocks.iter().flatten().fold((0, 0, 0), |(size, used, n), b| {
+            (size + b.size, used + b.allocator.used_bytes(), n + 1)
+        })
+    }
+}

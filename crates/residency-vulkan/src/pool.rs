@@ -1,0 +1,391 @@
+//! Buffer pools (the seed's `BufferPool`): pages of memory from which buffers are sub-allocated.
+//!
+//! - **Known flags** ([`BufferPoolUsage::Known`]): a page is one `VkBuffer` over the whole page's
+//!   memory, and a buffer is a range of it. Cheap (no `VkBuffer` per allocation); every buffer on a
+//!   page shares the page's usage and, for barriers, its state (the legacy behaviour).
+//! - **Unknown flags** ([`BufferPoolUsage::Unknown`]): a page is raw memory, and each buffer is a
+//!   *placed* `VkBuffer` with its own usage, alignment, debug name and state.
+//!
+//! **Locking.** A pool is `Sync`: one `Mutex` guards its pages and their TLSF allocators, held only
+//! for the O(1) sub-allocation and the bookkeeping; `vkCreateBuffer` and `vkBindBufferMemory` of a
+//! placed buffer run outside it. Creating a new page (a `vkAllocateMemory`) happens under the lock,
+//! which is rare: pages are large.
+
+use crate::buffer::{bind_buffer, create_raw_buffer, vk_buffer_usage, Buffer, BufferMemory, BufferPlacement};
+use crate::device::Device;
+use crate::ledger::ObjectId;
+use crate::memory::{BlockAllocation, BlockList, MemoryError, SubRequest};
+use ash::vk;
+use residency_core::allocator::ResourceKind;
+use residency_core::memory::{memory_type_candidates, HeapGrowth, MemoryIntent};
+use residency_core::usage::{BufferPoolUsage, BufferUsage};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+static NEXT_POOL_ID: AtomicU64 = AtomicU64::new(1);
+
+/// How to create a buffer pool.
+#[derive(Clone, Debug)]
+pub struct BufferPoolDesc {
+    /// The pool's name (its pages are named after it).
+    pub name: String,
+    /// The memory of its pages (the seed's heap memory level): device-local, upload (host) or readback.
+    pub memory: MemoryIntent,
+    /// Bind flags: known for every buffer, or unknown (each buffer brings its own).
+    pub usage: BufferPoolUsage,
+    /// Bytes per page (default 64 MiB; clamped to at least 64 KiB, rounded up to 64 KiB).
+    pub page_size: u64,
+    /// Whether pages may be allocated over the heap budget.
+    pub allow_over_budget: bool,
+}
+
+impl BufferPoolDesc {
+    /// A device-local pool with 64 MiB pages.
+    pub fn new(name: impl Into<String>, usage: BufferPoolUsage) -> BufferPoolDesc {
+        BufferPoolDesc {
+            name: name.into(),
+            memory: MemoryIntent::DeviceLocal,
+            usage,
+            page_size: 64 << 20,
+            allow_over_budget: false,
+        }
+    }
+
+    /// Sets the page memory.
+    pub fn with_memory(mut self, memory: MemoryIntent) -> Self {
+        self.memory = memory;
+        self
+    }
+
+    /// Sets the page size (clamped to ≥ 64 KiB and rounded up to 64 KiB, with a log line when adjusted).
+    pub fn with_page_size(mut self, page_size: u64) -> Self {
+        let adjusted = page_size.max(64 << 10).next_multiple_of(64 << 10);
+        if adjusted != page_size {
+            tracing::info!(requested = page_size, used = adjusted, pool = %self.name, "page size adjusted");
+        }
+        self.page_size = adjusted;
+        self
+    }
+}
+
+/// One buffer to create in a pool (the seed's `InitBuffer` request).
+#[derive(Clone, Debug)]
+pub struct BufferInit {
+    /// Its name.
+    pub name: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// An alignment floor (0: none), e.g. 256 for constant buffers.
+    pub alignment: u64,
+    /// Its own bind flags: required in unknown-flags pools; in known-flags pools, `None` or a subset
+    /// of the pool's flags.
+    pub usage: Option<BufferUsage>,
+}
+
+impl BufferInit {
+    /// A buffer request without a floor or flags of its own.
+    pub fn new(name: impl Into<String>, size: u64) -> BufferInit {
+        BufferInit { name: name.into(), size, alignment: 0, usage: None }
+    }
+
+    /// Sets its own bind flags.
+    pub fn with_usage(mut self, usage: BufferUsage) -> Self {
+        self.usage = Some(usage);
+        self
+    }
+
+    /// Sets the alignment floor.
+    pub fn with_alignment(mut self, alignment: u64) -> Self {
+        self.alignment = alignment;
+        self
+    }
+}
+
+/// Statistics of a pool.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PoolStats {
+    /// Pages (memory blocks).
+    pub pages: usize,
+    /// Bytes of all pages.
+    pub page_bytes: u64,
+    /// Bytes sub-allocated (including alignment of sizes).
+    pub used_bytes: u64,
+    /// Live buffers.
+    pub buffers: u64,
+}
+
+/// A pool of buffers over pages of device memory.
+pub struct BufferPool {
+    device: Arc<Device>,
+    desc: BufferPoolDesc,
+    type_index: u32,
+    pages: Mutex<BlockList>,
+    pool_id: u64,
+    buffers: AtomicU64,
+    id: ObjectId,
+}
+
+impl std::fmt::Debug for BufferPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BufferPool").field("desc", &self.desc).field("type_index", &self.type_index).finish_non_exhaustive()
+    }
+}
+
+/// Memory types any buffer of `usage` may use (asked without creating a buffer).
+fn buffer_type_bits(device: &Device, usage: BufferUsage) -> u32 {
+    crate::profile_capture::buffer_requirements(device, 1, vk_buffer_usage(usage)).memory_type_bits
+}
+
+impl BufferPool {
+    /// Creates a pool; no memory is allocated until the first buffer.
+    pub fn new(device: Arc<Device>, desc: BufferPoolDesc) -> Result<BufferPool, MemoryError> {
+        let desc = BufferPoolDesc { page_size: desc.page_size.max(64 << 10).next_multiple_of(64 << 10), ..desc };
+        let allowed = match desc.usage {
+            BufferPoolUsage::Known(usage) if usage.is_empty() => {
+                return Err(MemoryError::Unsatisfiable {
+                    name: desc.name,
+                    reason: "a known-flags pool needs at least one flag".into(),
+                })
+            }
+            BufferPoolUsage::Known(usage) => buffer_type_bits(&device, usage),
+            // Any buffer may land in an unknown-flags pool: only types every usage accepts.
+            BufferPoolUsage::Unknown => BufferUsage::NAMED
+                .iter()
+                .filter(|(u, _)| device.features().buffer_device_address || *u != BufferUsage::DEVICE_ADDRESS)
+                .fold(!0u32, |bits, &(u, _)| bits & buffer_type_bits(&device, u | BufferUsage::COPY_DST)),
+        };
+        let Some(&type_index) = memory_type_candidates(&device.memory_properties().types, allowed, desc.memory).first()
+        else {
+            return Err(MemoryError::NoSuitableMemoryType { name: desc.name, allowed_bits: allowed, intent: desc.memory });
+        };
+        let granularity = device.limits().buffer_image_granularity;
+        let mut pages =
+            BlockList::new(format!("{} page", desc.name), type_index, HeapGrowth::new(desc.page_size), granularity);
+        pages.fixed_size = true;
+        if let BufferPoolUsage::Known(usage) = desc.usage {
+            let page_name = desc.name.clone();
+            pages.page_buffer = Some(Box::new(move |device: &Device, block| {
+                let (raw, req) = create_raw_buffer(device, &format!("{page_name} page buffer"), block.size, usage)?;
+                if req.memory_type_bits & (1 << block.type_index) == 0 || req.size > block.size {
+                    // SAFETY: created just above, unbound.
+                    unsafe { device.raw().destroy_buffer(raw, None) };
+                    return Err(MemoryError::Unsatisfiable {
+                        name: page_name.clone(),
+                        reason: "the page buffer does not fit its memory".into(),
+                    });
+                }
+                bind_buffer(device, raw, block.memory, 0)?;
+                Ok(raw)
+            }));
+        }
+        let id = device.ledger().track("buffer pool", &desc.name);
+        Ok(BufferPool {
+            device,
+            desc,
+            type_index,
+            pages: Mutex::new(pages),
+            pool_id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
+            buffers: AtomicU64::new(0),
+            id,
+        })
+    }
+
+    /// The pool's description.
+    pub fn desc(&self) -> &BufferPoolDesc {
+        &self.desc
+    }
+
+    /// The device it allocates on.
+    pub fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+
+    /// The memory type of its pages.
+    pub fn memory_type(&self) -> u32 {
+        self.type_index
+    }
+
+    fn range_alignment(&self, usage: BufferUsage) -> u64 {
+        let l = self.device.limits();
+        let mut alignment = 16;
+        if usage.contains(BufferUsage::UNIFORM) {
+            alignment = alignment.max(l.min_uniform_buffer_offset_alignment);
+        }
+        if usage.contains(BufferUsage::STORAGE) {
+            alignment = alignment.max(l.min_storage_buffer_offset_alignment);
+        }
+        if usage.intersects(BufferUsage::UNIFORM_TEXEL | BufferUsage::STORAGE_TEXEL) {
+            alignment = alignment.max(l.min_texel_buffer_offset_alignment);
+        }
+        alignment
+    }
+
+    fn invalid(&self, init: &BufferInit, reason: String) -> MemoryError {
+        MemoryError::Unsatisfiable { name: init.name.clone(), reason }
+    }
+
+    /// Creates a buffer in the pool (the seed's `InitBuffer`).
+    pub fn init_buffer(&self, init: &BufferInit) -> Result<Buffer, MemoryError> {
+        if init.alignment != 0 && !init.alignment.is_power_of_two() {
+            return Err(MemoryError::InvalidRequest {
+                name: init.name.clone(),
+                source: residency_core::allocator::AllocError::AlignmentNotPowerOfTwo { alignment: init.alignment },
+            });
+        }
+        match self.desc.usage {
+            BufferPoolUsage::Known(pool_usage) => {
+                let usage = init.usage.unwrap_or(pool_usage);
+                if !pool_usage.contains(usage) {
+                    return Err(self.invalid(
+                        init,
+                        format!("usage {usage:?} is not within the pool's flags {pool_usage:?}"),
+                    ));
+                }
+                self.init_range(init, pool_usage, usage)
+            }
+            BufferPoolUsage::Unknown => match init.usage {
+                Some(usage) if !usage.is_empty() => self.init_placed(init, usage),
+                _ => Err(self.invalid(init, "a pool with unknown bind flags needs each buffer's own flags".into())),
+            },
+        }
+    }
+
+    fn allocate(&self, init: &BufferInit, size: u64, alignment: u64) -> Result<(BlockAllocation, PageInfo), MemoryError> {
+        let mut pages = self.pages.lock().unwrap_or_else(|e| e.into_inner());
+        let request = SubRequest {
+            name: &init.name,
+            size,
+            alignment,
+            kind: ResourceKind::Linear,
+            allow_over_budget: self.desc.allow_over_budget,
+        };
+        let allocation = pages.allocate(&self.device, request)?;
+        let block = pages.block(allocation.block);
+        let info = PageInfo {
+            memory: block.memory,
+            memory_size: block.size,
+            mapped: block.mapped,
+            page_buffer: block.page_buffer,
+        };
+        Ok((allocation, info))
+    }
+
+    fn coherent(&self) -> bool {
+        self.device.memory_properties().types[self.type_index as usize].flags.host_coherent
+    }
+
+    fn init_range(&self, init: &BufferInit, pool_usage: BufferUsage, usage: BufferUsage) -> Result<Buffer, MemoryError> {
+        if init.size == 0 {
+            return Err(MemoryError::InvalidRequest {
+                name: init.name.clone(),
+                source: residency_core::allocator::AllocError::ZeroSize,
+            });
+        }
+        let alignment = self.range_alignment(pool_usage).max(init.alignment);
+        let (allocation, page) = self.allocate(init, init.size, alignment)?;
+        let offset = allocation.allocation.offset();
+        let id = self.device.ledger().track("buffer", &init.name);
+        self.buffers.fetch_add(1, Ordering::Relaxed);
+        Ok(Buffer {
+            raw: page.page_buffer.expect("known-flags pages have a page buffer"),
+            range_offset: offset,
+            size: init.size,
+            usage,
+            name: init.name.clone(),
+            memory: page.memory,
+            memory_offset: offset,
+            memory_size: page.memory_size,
+            mapped: page.mapped,
+            coherent: self.coherent(),
+            placement: BufferPlacement::Range,
+            device: self.device.index(),
+            owner: BufferMemory::Pool { pool: self.pool_id, allocation },
+            id,
+        })
+    }
+
+    fn init_placed(&self, init: &BufferInit, usage: BufferUsage) -> Result<Buffer, MemoryError> {
+        let (raw, req) = create_raw_buffer(&self.device, &init.name, init.size, usage)?;
+        let destroy_raw = |e: MemoryError| {
+            // SAFETY: raw was created above and is neither bound nor used.
+            unsafe { self.device.raw().destroy_buffer(raw, None) };
+            e
+        };
+        if req.memory_type_bits & (1 << self.type_index) == 0 {
+            return Err(destroy_raw(self.invalid(
+                init,
+                format!("usage {usage:?} cannot live in memory type {} of this pool", self.type_index),
+            )));
+        }
+        let alignment = req.alignment.max(init.alignment).max(1);
+        let (allocation, page) = self.allocate(init, req.size, alignment).map_err(destroy_raw)?;
+        let offset = allocation.allocation.offset();
+        if let Err(e) = bind_buffer(&self.device, raw, page.memory, offset) {
+            self.pages.lock().unwrap_or_else(|e| e.into_inner()).free(&self.device, allocation);
+            return Err(e);
+        }
+        let id = self.device.ledger().track("buffer", &init.name);
+        self.buffers.fetch_add(1, Ordering::Relaxed);
+        Ok(Buffer {
+            raw,
+            range_offset: 0,
+            size: init.size,
+            usage,
+            name: init.name.clone(),
+            memory: page.memory,
+            memory_offset: offset,
+            memory_size: page.memory_size,
+            mapped: page.mapped,
+            coherent: self.coherent(),
+            placement: BufferPlacement::Placed,
+            device: self.device.index(),
+            owner: BufferMemory::Pool { pool: self.pool_id, allocation },
+            id,
+        })
+    }
+
+    /// Frees a buffer of this pool. A buffer of another pool or of the device is refused (and
+    /// logged), and stays alive.
+    pub fn free_buffer(&self, buffer: Buffer) -> Result<(), Buffer> {
+        let BufferMemory::Pool { pool, .. } = buffer.owner else { return Err(buffer) };
+        if pool != self.pool_id {
+            tracing::error!(buffer = %buffer.name, pool = %self.desc.name, "buffer freed to a pool that did not make it");
+            return Err(buffer);
+        }
+        let BufferMemory::Pool { allocation, .. } = buffer.owner else { unreachable!("matched above") };
+        if buffer.placement == BufferPlacement::Placed {
+            // SAFETY: the placed buffer was created by this pool on this device; the caller gives it
+            // up by value and must have no GPU work using it in flight.
+            unsafe { self.device.raw().destroy_buffer(buffer.raw, None) };
+        }
+        self.device.ledger().untrack(buffer.id);
+        self.buffers.fetch_sub(1, Ordering::Relaxed);
+        self.pages.lock().unwrap_or_else(|e| e.into_inner()).free(&self.device, allocation);
+        Ok(())
+    }
+
+    /// The pool's statistics.
+    pub fn stats(&self) -> PoolStats {
+        let (page_bytes, used_bytes, pages) = self.pages.lock().unwrap_or_else(|e| e.into_inner()).totals();
+        PoolStats { pages, page_bytes, used_bytes, buffers: self.buffers.load(Ordering::Relaxed) }
+    }
+}
+
+#[derive(Clone, Copy)]
+struct PageInfo {
+    memory: vk::DeviceMemory,
+    memory_size: u64,
+    mapped: Option<crate::memory::MappedPtr>,
+    page_buffer: Option<vk::Buffer>,
+}
+
+impl Drop for BufferPool {
+    fn drop(&mut self) {
+        let live = self.buffers.load(Ordering::Relaxed);
+        if live != 0 {
+            tracing::error!(pool = %self.desc.name, buffers = live, "buffer pool dropped with live buffers (leaked)");
+        }
+        self.pages.get_mut().unwrap_or_else(|e| e.into_inner()).destroy_all(&self.device);
+        self.device.ledger().untrack(self.id);
+    }
+}

@@ -1,0 +1,203 @@
+//! Placed and committed buffers, buffer pools, budgets and out-of-memory on a real device.
+
+use residency_core::memory::MemoryIntent;
+use residency_core::usage::{BufferPoolUsage, BufferUsage};
+use residency_vulkan::testing::with_gpu;
+use residency_vulkan::{BufferDesc, BufferInit, BufferPlacement, BufferPool, BufferPoolDesc, MemoryError};
+use std::sync::Arc;
+
+#[test]
+fn placed_buffers_share_a_heap_and_keep_their_data() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let usage = BufferUsage::STORAGE | BufferUsage::COPY_SRC;
+        let buffers: Vec<_> = (0..8u64)
+            .map(|i| {
+                let desc = BufferDesc::new(format!("placed {i}"), 100 + i * 37, usage).with_intent(MemoryIntent::Upload);
+                device.create_buffer(&desc).unwrap()
+            })
+            .collect();
+        let memory = buffers[0].memory().0;
+        let mut ranges: Vec<_> = buffers.iter().map(|b| (b.memory().1, b.memory().1 + b.size())).collect();
+        ranges.sort_unstable();
+        for pair in ranges.windows(2) {
+            assert!(pair[0].1 <= pair[1].0, "placed buffers overlap: {pair:?}");
+        }
+        for (i, b) in buffers.iter().enumerate() {
+            assert_eq!(b.placement(), BufferPlacement::Placed);
+            assert_eq!(b.memory().0, memory, "small buffers share one heap");
+            let data: Vec<u8> = (0..b.size()).map(|j| (i as u64 * 31 + j) as u8).collect();
+            b.write(device, 0, &data).unwrap();
+        }
+        for (i, b) in buffers.iter().enumerate() {
+            let mut back = vec![0; b.size() as usize];
+            b.read(device, 0, &mut back).unwrap();
+            assert!(back.iter().enumerate().all(|(j, &v)| v == (i as u64 * 31 + j as u64) as u8));
+        }
+        let err = buffers[0].write(device, 90, &[0; 20]).unwrap_err();
+        assert!(err.to_string().contains("outside"), "{err}");
+        for b in buffers {
+            device.destroy_buffer(b);
+        }
+    });
+}
+
+#[test]
+fn committed_buffer_has_memory_of_its_own() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let a = device.create_buffer(&BufferDesc::new("committed", 4096, BufferUsage::VERTEX).committed()).unwrap();
+        let b = device.create_buffer(&BufferDesc::new("placed", 4096, BufferUsage::VERTEX)).unwrap();
+        assert_eq!(a.placement(), BufferPlacement::Committed);
+        assert_eq!(a.memory().1, 0);
+        assert_ne!(a.memory().0, b.memory().0);
+        device.destroy_buffer(a);
+        device.destroy_buffer(b);
+    });
+}
+
+#[test]
+fn unknown_flags_pool_places_buffers_with_their_own_usage_side_by_side() {
+    with_gpu(|set| {
+        let device = Arc::clone(&set.devices()[0]);
+        let pool = BufferPool::new(
+            Arc::clone(&device),
+            BufferPoolDesc::new("mixed", BufferPoolUsage::Unknown).with_page_size(1 << 20),
+        )
+        .unwrap();
+        let requests = [
+            BufferInit::new("vertices", 3000).with_usage(BufferUsage::VERTEX | BufferUsage::COPY_DST),
+            BufferInit::new("indices", 600).with_usage(BufferUsage::INDEX | BufferUsage::STORAGE),
+            BufferInit::new("constants", 200).with_usage(BufferUsage::UNIFORM).with_alignment(256),
+            BufferInit::new("particles", 5000).with_usage(BufferUsage::STORAGE),
+        ];
+        let buffers: Vec<_> = requests.iter().map(|r| pool.init_buffer(r).unwrap()).collect();
+        let page = buffers[0].memory().0;
+        let raws: std::collections::HashSet<_> = buffers.iter().map(|b| b.raw()).collect();
+        assert_eq!(raws.len(), 4, "each placed buffer is its own VkBuffer");
+        for b in &buffers {
+            assert_eq!(b.placement(), BufferPlacement::Placed);
+            assert_eq!(b.memory().0, page, "all four live on one page");
+            assert_eq!(b.offset(), 0);
+        }
+        assert_eq!(buffers[2].memory().1 % 256, 0, "the alignment floor is honoured");
+        assert_eq!(buffers[1].usage(), BufferUsage::INDEX | BufferUsage::STORAGE);
+        let stats = pool.stats();
+        assert_eq!((stats.pages, stats.buffers), (1, 4));
+        assert_eq!(stats.page_bytes, 1 << 20);
+
+        let err = pool.init_buffer(&BufferInit::new("no flags", 64)).unwrap_err();
+        assert!(err.to_string().contains("own flags"), "{err}");
+        let err = pool.init_buffer(&BufferInit::new("too big", 2 << 20).with_usage(BufferUsage::STORAGE)).unwrap_err();
+        assert!(matches!(err, MemoryError::Unsatisfiable { .. }), "{err}");
+        let err = pool.init_buffer(&BufferInit::new("odd", 64).with_usage(BufferUsage::STORAGE).with_alignment(48));
+        assert!(matches!(err, Err(MemoryError::InvalidRequest { .. })));
+        assert_eq!(pool.stats().buffers, 4, "failed requests change nothing");
+        for b in buffers {
+            pool.free_buffer(b).unwrap();
+        }
+        assert_eq!(pool.stats().buffers, 0);
+        assert_eq!(pool.stats().used_bytes, 0);
+    });
+}
+
+#[test]
+fn known_flags_pool_hands_out_ranges_of_one_page_buffer() {
+    with_gpu(|set| {
+        let device = Arc::clone(&set.devices()[0]);
+        let flags = BufferUsage::UNIFORM | BufferUsage::STORAGE | BufferUsage::COPY_DST;
+        let pool = BufferPool::new(
+            Arc::clone(&device),
+            BufferPoolDesc::new("constants", BufferPoolUsage::Known(flags))
+                .with_memory(MemoryIntent::Upload)
+                .with_page_size(256 << 10),
+        )
+        .unwrap();
+        let buffers: Vec<_> = (0..10).map(|i| pool.init_buffer(&BufferInit::new(format!("cb {i}"), 100)).unwrap()).collect();
+        let page_buffer = buffers[0].raw();
+        let align = device.limits().min_uniform_buffer_offset_alignment.max(device.limits().min_storage_buffer_offset_alignment);
+        for (i, b) in buffers.iter().enumerate() {
+            assert_eq!(b.placement(), BufferPlacement::Range);
+            assert_eq!(b.raw(), page_buffer, "ranges of one VkBuffer");
+            assert_eq!(b.offset() % align, 0);
+            b.write(&device, 0, &[i as u8; 100]).unwrap();
+        }
+        for (i, b) in buffers.iter().enumerate() {
+            let mut back = [0u8; 100];
+            b.read(&device, 0, &mut back).unwrap();
+            assert_eq!(back, [i as u8; 100]);
+        }
+        let err = pool.init_buffer(&BufferInit::new("vertex", 16).with_usage(BufferUsage::VERTEX)).unwrap_err();
+        assert!(err.to_string().contains("not within the pool's flags"), "{err}");
+        for b in buffers {
+            pool.free_buffer(b).unwrap();
+        }
+    });
+}
+
+#[test]
+fn a_buffer_of_another_pool_is_refused() {
+    with_gpu(|set| {
+        let device = Arc::clone(&set.devices()[0]);
+        let desc = BufferPoolDesc::new("a", BufferPoolUsage::Unknown).with_page_size(1 << 20);
+        let a = BufferPool::new(Arc::clone(&device), desc.clone()).unwrap();
+        let b = BufferPool::new(Arc::clone(&device), BufferPoolDesc { name: "b".into(), ..desc }).unwrap();
+        let buffer = a.init_buffer(&BufferInit::new("x", 64).with_usage(BufferUsage::STORAGE)).unwrap();
+        let buffer = b.free_buffer(buffer).unwrap_err();
+        a.free_buffer(buffer).unwrap();
+    });
+}
+
+#[test]
+fn over_budget_is_a_typed_error_and_the_pool_recovers() {
+    with_gpu(|set| {
+        let device = Arc::clone(&set.devices()[0]);
+        let pool = BufferPool::new(
+            Arc::clone(&device),
+            BufferPoolDesc::new("budgeted", BufferPoolUsage::Unknown).with_page_size(1 << 20),
+        )
+        .unwrap();
+        let heap = device.memory_properties().types[pool.memory_type() as usize].heap_index;
+        let used = device.ledger().heap_bytes(heap);
+        device.ledger().set_heap_limit(heap, Some(used + (2 << 20)));
+        let request = |i: usize| BufferInit::new(format!("big {i}"), 900 << 10).with_usage(BufferUsage::STORAGE);
+        let first = pool.init_buffer(&request(0)).unwrap();
+        let second = pool.init_buffer(&request(1)).unwrap();
+        let stats = pool.stats();
+        let err = pool.init_buffer(&request(2)).unwrap_err();
+        assert!(matches!(err, MemoryError::OutOfBudget { heap: h, .. } if h == heap), "{err}");
+        assert_eq!(pool.stats(), stats, "the failed request changed nothing");
+        pool.free_buffer(first).unwrap();
+        let third = pool.init_buffer(&request(2)).expect("room again after a free");
+        device.ledger().set_heap_limit(heap, None);
+        let fourth = pool.init_buffer(&request(3)).expect("no limit, no error");
+        for b in [second, third, fourth] {
+            pool.free_buffer(b).unwrap();
+        }
+    });
+}
+
+#[test]
+fn out_of_device_memory_is_a_typed_error_and_nothing_leaks() {
+    with_gpu(|set| {
+        let device = Arc::clone(&set.devices()[0]);
+        let objects = device.ledger().memory_objects();
+        let pool = BufferPool::new(
+            Arc::clone(&device),
+            BufferPoolDesc::new("oom", BufferPoolUsage::Unknown).with_page_size(1 << 20),
+        )
+        .unwrap();
+        device.ledger().inject_out_of_memory(1);
+        let err = pool.init_buffer(&BufferInit::new("victim", 4096).with_usage(BufferUsage::STORAGE)).unwrap_err();
+        assert!(matches!(err, MemoryError::OutOfDeviceMemory { .. }), "{err}");
+        assert_eq!(device.ledger().memory_objects(), objects, "no memory object left behind");
+        let ok = pool.init_buffer(&BufferInit::new("survivor", 4096).with_usage(BufferUsage::STORAGE)).unwrap();
+        pool.free_buffer(ok).unwrap();
+
+        device.ledger().inject_out_of_memory(1);
+        let desc = BufferDesc::new("committed victim", 4096, BufferUsage::STORAGE).committed();
+        assert!(matches!(device.create_buffer(&desc), Err(MemoryError::OutOfDeviceMemory { .. })));
+        let b = device.create_buffer(&desc).unwrap();
+        device.destroy_buffer(b);
+    });
+}
