@@ -42,7 +42,8 @@ pub struct Residency(TlsfAllocator);
 
 impl SubAllocator for Residency {
     const NAME: &'static str = "residency";
-    const ALIGNMENT_NOTE: &'static str = "exact alignment (front padding returned to the free lists)";
+    const ALIGNMENT_NOTE: &'static str =
+        "exact alignment: front padding returned to the free lists, end rounded up to min(alignment, 256 B)";
     type Handle = Allocation;
 
     fn with_capacity(capacity: u64) -> Self {

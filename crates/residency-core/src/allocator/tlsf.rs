@@ -164,8 +164,9 @@ impl Node {
 ///   is a request that the constant-time search cannot place: before reporting
 ///   [`AllocError::OutOfSpace`] the allocator scans the free lists that might still hold a fitting
 ///   block, so an allocation fails only when no free range can hold it.
-/// - Alignment is exact and cheap: the block's front padding is returned to the free lists (see
-///   `docs/allocator.md` for why this neither slows down nor wastes at 256 B).
+/// - Alignment is exact and cheap: the block's front padding is returned to the free lists and the
+///   allocation's end is rounded up to its alignment (at most 256 B), so freed blocks stay aligned
+///   (see `docs/allocator.md` for why this neither slows down nor wastes at 256 B).
 /// - Free coalesces with both neighbours immediately.
 /// - Linear and optimal resources never share a granularity page ([`ResourceKind`]).
 #[derive(Debug)]
