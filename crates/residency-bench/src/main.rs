@@ -72,79 +72,92 @@ fn median(mut values: Vec<f64>) -> f64 {
     }
 }
 
-/// Runs one workload for one allocator: an untimed tracking run for the footprint figures, then
-/// `reps` timed runs (ns/op median and minimum).
-fn measure<A: SubAllocator, P>(
-    name: String,
+/// The timed and tracked entry points of one workload for one allocator.
+struct Runs<P> {
+    tracked: fn(&P) -> RunResult,
+    timed: fn(&P) -> RunResult,
+}
+
+/// Runs one workload for two allocators: an untimed tracking run each for the footprint figures,
+/// a warm-up each, then `reps` timed runs that alternate between the two, so that noise from
+/// other processes falls on both alike.
+fn measure_pair<A: SubAllocator, B: SubAllocator, P>(
+    name: &str,
     alignment: u64,
     capacity: u64,
     plan: &P,
     reps: usize,
-    tracked: fn(&P) -> RunResult,
-    timed: fn(&P) -> RunResult,
-) -> Record {
-    let footprint = tracked(plan);
-    let _warm_up = timed(plan);
-    let per_op: Vec<f64> = (0..reps)
-        .map(|_| {
-            let r = timed(plan);
-            r.nanos as f64 / r.ops as f64
-        })
-        .collect();
-    let ns_per_op_min = per_op.iter().copied().fold(f64::INFINITY, f64::min);
-    Record {
-        name,
-        allocator: A::NAME,
-        alignment,
-        ns_per_op_median: median(per_op),
-        ns_per_op_min,
-        ops: footprint.ops,
-        repetitions: reps,
-        heap_bytes: footprint.high_water,
-        capacity_bytes: capacity,
-        requested_bytes: footprint.peak_requested,
-        requested_bytes_at_end: footprint.requested_at_end,
-        largest_free_bytes: footprint.largest_free,
-        failures: footprint.failures,
-        alignment_handling: A::ALIGNMENT_NOTE,
+    a: Runs<P>,
+    b: Runs<P>,
+) -> [Record; 2] {
+    let footprints = [(a.tracked)(plan), (b.tracked)(plan)];
+    let _warm_up = ((a.timed)(plan), (b.timed)(plan));
+    let mut per_op = [Vec::with_capacity(reps), Vec::with_capacity(reps)];
+    for rep in 0..reps {
+        // Alternate which allocator goes first as well.
+        let order = if rep % 2 == 0 { [0, 1] } else { [1, 0] };
+        for which in order {
+            let r = if which == 0 { (a.timed)(plan) } else { (b.timed)(plan) };
+            per_op[which].push(r.nanos as f64 / r.ops as f64);
+        }
     }
+    let [pa, pb] = per_op;
+    let record = |allocator: &'static str, note: &'static str, footprint: RunResult, per_op: Vec<f64>| {
+        let ns_per_op_min = per_op.iter().copied().fold(f64::INFINITY, f64::min);
+        Record {
+            name: name.to_owned(),
+            allocator,
+            alignment,
+            ns_per_op_median: median(per_op),
+            ns_per_op_min,
+            ops: footprint.ops,
+            repetitions: reps,
+            heap_bytes: footprint.high_water,
+            capacity_bytes: capacity,
+            requested_bytes: footprint.peak_requested,
+            requested_bytes_at_end: footprint.requested_at_end,
+            largest_free_bytes: footprint.largest_free,
+            failures: footprint.failures,
+            alignment_handling: note,
+        }
+    };
+    [
+        record(A::NAME, A::ALIGNMENT_NOTE, footprints[0], pa),
+        record(B::NAME, B::ALIGNMENT_NOTE, footprints[1], pb),
+    ]
 }
 
-fn w1<A: SubAllocator>(plan: &W1Plan, reps: usize) -> Record {
-    measure::<A, W1Plan>(
-        format!("w1-align{}", plan.alignment),
+fn w1<A: SubAllocator, B: SubAllocator>(plan: &W1Plan, reps: usize) -> [Record; 2] {
+    measure_pair::<A, B, W1Plan>(
+        &format!("w1-align{}", plan.alignment),
         plan.alignment,
         plan.capacity,
         plan,
         reps,
-        workloads::run_w1::<A, true>,
-        workloads::run_w1::<A, false>,
+        Runs { tracked: workloads::run_w1::<A, true>, timed: workloads::run_w1::<A, false> },
+        Runs { tracked: workloads::run_w1::<B, true>, timed: workloads::run_w1::<B, false> },
     )
 }
 
-fn w2<A: SubAllocator>(plan: &W2Plan, reps: usize) -> Record {
-    measure::<A, W2Plan>(
-        format!("w2-align{}", plan.alignment),
+fn w2<A: SubAllocator, B: SubAllocator>(plan: &W2Plan, reps: usize) -> [Record; 2] {
+    measure_pair::<A, B, W2Plan>(
+        &format!("w2-align{}", plan.alignment),
         plan.alignment,
         workloads::W2_CAPACITY,
         plan,
         reps,
-        workloads::run_w2::<A, true>,
-        workloads::run_w2::<A, false>,
+        Runs { tracked: workloads::run_w2::<A, true>, timed: workloads::run_w2::<A, false> },
+        Runs { tracked: workloads::run_w2::<B, true>, timed: workloads::run_w2::<B, false> },
     )
 }
 
 fn run_alloc(reps: Option<usize>) -> Report {
     let mut records = Vec::new();
     for plan in workloads::w1_plans() {
-        let reps = reps.unwrap_or(31);
-        records.push(w1::<Residency>(&plan, reps));
-        records.push(w1::<OffsetAllocator>(&plan, reps));
+        records.extend(w1::<Residency, OffsetAllocator>(&plan, reps.unwrap_or(41)));
     }
     for plan in workloads::w2_plans() {
-        let reps = reps.unwrap_or(11);
-        records.push(w2::<Residency>(&plan, reps));
-        records.push(w2::<OffsetAllocator>(&plan, reps));
+        records.extend(w2::<Residency, OffsetAllocator>(&plan, reps.unwrap_or(15)));
     }
     debug_assert_eq!(suballocators::ALL.len(), 2);
     Report {

@@ -60,7 +60,15 @@ impl Report {
     pub fn print_table(&self) {
         println!(
             "{:<12} {:<17} {:>10} {:>10} {:>12} {:>12} {:>7} {:>12} {:>5}",
-            "workload", "allocator", "ns/op med", "ns/op min", "heap B", "requested B", "heap/rq", "largest free", "fail"
+            "workload",
+            "allocator",
+            "ns/op med",
+            "ns/op min",
+            "heap B",
+            "requested B",
+            "heap/rq",
+            "largest free",
+            "fail"
         );
         for r in &self.workloads {
             println!(

@@ -30,6 +30,9 @@ pub trait SubAllocator: Sized {
     fn largest_free(&self) -> u64;
 }
 
+/// Blocks preallocated by every allocator (offset-allocator's default `max_allocs`).
+const NODE_RESERVE: usize = 128 * 1024;
+
 /// Names of every allocator the `alloc` benchmark runs, in report order.
 pub const ALL: [&str; 2] = [Residency::NAME, OffsetAllocator::NAME];
 
@@ -39,11 +42,15 @@ pub struct Residency(TlsfAllocator);
 
 impl SubAllocator for Residency {
     const NAME: &'static str = "residency";
-    const ALIGNMENT_NOTE: &'static str = "exact alignment (front padding returned to the free lists)";
+    const ALIGNMENT_NOTE: &'static str =
+        "exact alignment: front padding returned to the free lists, end rounded up to min(alignment, 256 B)";
     type Handle = Allocation;
 
     fn with_capacity(capacity: u64) -> Self {
-        Self(TlsfAllocator::new(TlsfDesc::new(capacity)).expect("non-zero capacity"))
+        let mut tlsf = TlsfAllocator::new(TlsfDesc::new(capacity)).expect("non-zero capacity");
+        // offset-allocator preallocates its nodes; do the same so neither grows while timed.
+        tlsf.reserve(NODE_RESERVE);
+        Self(tlsf)
     }
 
     #[inline]
@@ -88,7 +95,7 @@ impl SubAllocator for OffsetAllocator {
 
     fn with_capacity(capacity: u64) -> Self {
         let capacity = u32::try_from(capacity).expect("offset-allocator manages at most 4 GiB");
-        Self(offset_allocator::Allocator::with_max_allocs(capacity, 1 << 20))
+        Self(offset_allocator::Allocator::with_max_allocs(capacity, NODE_RESERVE as u32))
     }
 
     #[inline]

@@ -9,9 +9,12 @@ use super::ResourceKind;
 pub struct AllocatorStats {
     /// Size of the managed range in bytes.
     pub capacity: u64,
-    /// Bytes held by live allocations (their requested sizes).
+    /// Bytes held by live allocations: their footprints, which include the rounding of each
+    /// allocation's end up to its alignment (at most 256 B; see `docs/allocator.md`).
     pub used_bytes: u64,
-    /// Bytes not held by any allocation, alignment padding included (`capacity - used_bytes`).
+    /// Bytes requested by live allocations (`<= used_bytes`).
+    pub requested_bytes: u64,
+    /// Bytes not held by any allocation, front padding included (`capacity - used_bytes`).
     pub free_bytes: u64,
     /// Size of the largest free range: the largest allocation with alignment 1 that can succeed.
     pub largest_free_bytes: u64,

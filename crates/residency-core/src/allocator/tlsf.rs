@@ -10,6 +10,10 @@ use super::ResourceKind;
 
 /// "No node" in the intrusive links.
 const NONE: u32 = u32::MAX;
+/// The largest alignment to which an allocation's end is rounded up (see `carve`).
+pub(crate) const TAIL_ROUNDING_MAX: u64 = 256;
+/// `next_free` of a used node (used nodes are in no free list, so the link holds a marker).
+const USED: u32 = u32::MAX - 1;
 
 /// Source of allocator identities, so that a handle given to the wrong allocator is caught.
 static NEXT_ALLOCATOR_ID: AtomicU32 = AtomicU32::new(0);
@@ -97,7 +101,8 @@ impl Allocation {
 }
 
 /// One block of the heap: a node of the address-ordered block list, and, when free, of the free
-/// list of its bin.
+/// list of its bin. 32 bytes, two per cache line: a used node keeps [`USED`] in `next_free` and its
+/// kind and alignment in `prev_free`, links it does not need while used.
 #[derive(Clone, Copy, Debug)]
 struct Node {
     offset: u64,
@@ -106,15 +111,49 @@ struct Node {
     next_phys: u32,
     prev_free: u32,
     next_free: u32,
-    used: bool,
-    kind: ResourceKind,
-    align_log2: u8,
 }
 
 impl Node {
     #[inline]
+    fn free(offset: u64, size: u64, prev_phys: u32, next_phys: u32) -> Self {
+        Self { offset, size, prev_phys, next_phys, prev_free: NONE, next_free: NONE }
+    }
+
+    #[inline]
     fn end(&self) -> u64 {
         self.offset + self.size
+    }
+
+    #[inline]
+    fn is_used(&self) -> bool {
+        self.next_free == USED
+    }
+
+    #[inline]
+    fn mark_used(&mut self, kind: ResourceKind, align_log2: u32) {
+        let kind = match kind {
+            ResourceKind::Linear => 0,
+            ResourceKind::Optimal => 1,
+            ResourceKind::Unknown => 2,
+        };
+        self.next_free = USED;
+        self.prev_free = kind | align_log2 << 8;
+    }
+
+    /// The kind of a used node.
+    #[inline]
+    fn kind(&self) -> ResourceKind {
+        match self.prev_free & 0xff {
+            0 => ResourceKind::Linear,
+            1 => ResourceKind::Optimal,
+            _ => ResourceKind::Unknown,
+        }
+    }
+
+    /// The alignment of a used node.
+    #[inline]
+    fn alignment(&self) -> u64 {
+        1 << (self.prev_free >> 8)
     }
 }
 
@@ -125,8 +164,9 @@ impl Node {
 ///   is a request that the constant-time search cannot place: before reporting
 ///   [`AllocError::OutOfSpace`] the allocator scans the free lists that might still hold a fitting
 ///   block, so an allocation fails only when no free range can hold it.
-/// - Alignment is exact and cheap: the block's front padding is returned to the free lists (see
-///   `docs/allocator.md` for why this neither slows down nor wastes at 256 B).
+/// - Alignment is exact and cheap: the block's front padding is returned to the free lists and the
+///   allocation's end is rounded up to its alignment (at most 256 B), so freed blocks stay aligned
+///   (see `docs/allocator.md` for why this neither slows down nor wastes at 256 B).
 /// - Free coalesces with both neighbours immediately.
 /// - Linear and optimal resources never share a granularity page ([`ResourceKind`]).
 #[derive(Debug)]
@@ -142,6 +182,7 @@ pub struct TlsfAllocator {
     sl_bitmaps: [u32; FL_COUNT],
     heads: Box<[u32; BIN_COUNT]>,
     used_bytes: u64,
+    requested_bytes: u64,
     allocation_count: u64,
     free_range_count: u64,
 }
@@ -176,23 +217,21 @@ impl TlsfAllocator {
             sl_bitmaps: [0; FL_COUNT],
             heads: Box::new([NONE; BIN_COUNT]),
             used_bytes: 0,
+            requested_bytes: 0,
             allocation_count: 0,
             free_range_count: 0,
         };
-        let whole = allocator.new_node(Node {
-            offset: 0,
-            size: desc.capacity,
-            prev_phys: NONE,
-            next_phys: NONE,
-            prev_free: NONE,
-            next_free: NONE,
-            used: false,
-            kind: ResourceKind::Unknown,
-            align_log2: 0,
-        });
+        let whole = allocator.new_node(Node::free(0, desc.capacity, NONE, NONE));
         allocator.first = whole;
         allocator.insert_free(whole);
         Ok(allocator)
+    }
+
+    /// Reserves bookkeeping for `additional` more blocks, so that the next allocations do not
+    /// grow it (each allocation needs up to two blocks besides its own).
+    pub fn reserve(&mut self, additional: usize) {
+        self.nodes.reserve(additional);
+        self.spare_nodes.reserve(additional);
     }
 
     /// Size of the managed range.
@@ -207,10 +246,16 @@ impl TlsfAllocator {
         self.granularity
     }
 
-    /// Bytes held by live allocations.
+    /// Bytes held by live allocations: their footprints, tail rounding included.
     #[inline]
     pub fn used_bytes(&self) -> u64 {
         self.used_bytes
+    }
+
+    /// Bytes requested by live allocations (`<= used_bytes`).
+    #[inline]
+    pub fn requested_bytes(&self) -> u64 {
+        self.requested_bytes
     }
 
     /// Number of live allocations.
@@ -276,24 +321,25 @@ impl TlsfAllocator {
             return Err(AllocError::ForeignAllocation { offset: allocation.offset, size: allocation.size });
         }
         let index = allocation.node;
-        debug_assert!(self.nodes[index as usize].used);
+        debug_assert!(self.nodes[index as usize].is_used());
         debug_assert_eq!(self.nodes[index as usize].offset, allocation.offset);
         let node = self.nodes[index as usize];
         self.used_bytes -= node.size;
+        self.requested_bytes -= allocation.size;
         self.allocation_count -= 1;
 
         let mut offset = node.offset;
         let mut end = node.end();
         let mut prev = node.prev_phys;
         let mut next = node.next_phys;
-        if prev != NONE && !self.nodes[prev as usize].used {
+        if prev != NONE && !self.nodes[prev as usize].is_used() {
             self.remove_free(prev);
             let p = self.nodes[prev as usize];
             offset = p.offset;
             self.spare_nodes.push(prev);
             prev = p.prev_phys;
         }
-        if next != NONE && !self.nodes[next as usize].used {
+        if next != NONE && !self.nodes[next as usize].is_used() {
             self.remove_free(next);
             let n = self.nodes[next as usize];
             end = n.end();
@@ -304,7 +350,6 @@ impl TlsfAllocator {
             let merged = &mut self.nodes[index as usize];
             merged.offset = offset;
             merged.size = end - offset;
-            merged.used = false;
             merged.prev_phys = prev;
             merged.next_phys = next;
         }
@@ -328,6 +373,7 @@ impl TlsfAllocator {
         AllocatorStats {
             capacity: self.capacity,
             used_bytes: self.used_bytes,
+            requested_bytes: self.requested_bytes,
             free_bytes,
             largest_free_bytes,
             allocation_count: self.allocation_count,
@@ -362,8 +408,8 @@ impl TlsfAllocator {
             }
             let node = &self.nodes[cursor as usize];
             cursor = node.next_phys;
-            let state = if node.used {
-                BlockState::Used { kind: node.kind, alignment: 1 << node.align_log2 }
+            let state = if node.is_used() {
+                BlockState::Used { kind: node.kind(), alignment: node.alignment() }
             } else {
                 BlockState::Free
             };
@@ -389,7 +435,8 @@ impl TlsfAllocator {
             while cursor != NONE {
                 let node = &self.nodes[cursor as usize];
                 let seen = &mut listed_in[cursor as usize];
-                if node.used || node.prev_free != before || bin_floor(node.size) != bin || *seen != NONE {
+                if node.is_used() || node.prev_free != before || bin_floor(node.size) != bin || *seen != NONE
+                {
                     return Err(InvariantError::CorruptFreeList { bin });
                 }
                 *seen = bin as u32;
@@ -435,21 +482,21 @@ impl TlsfAllocator {
                     })
                 }
             }
-            if node.used {
-                let alignment = 1u64 << node.align_log2;
+            if node.is_used() {
+                let alignment = node.alignment();
                 if node.offset % alignment != 0 {
                     return Err(InvariantError::Misaligned { offset: node.offset, alignment });
                 }
                 if let Some(before) = last_used {
                     let g = self.granularity;
-                    if before.kind.conflicts_with(node.kind)
+                    if before.kind().conflicts_with(node.kind())
                         && align_down(before.end() - 1, g) == align_down(node.offset, g)
                     {
                         return Err(InvariantError::GranularityConflict {
                             first_offset: before.offset,
-                            first_kind: before.kind,
+                            first_kind: before.kind(),
                             second_offset: node.offset,
-                            second_kind: node.kind,
+                            second_kind: node.kind(),
                             granularity: g,
                         });
                     }
@@ -495,6 +542,13 @@ impl TlsfAllocator {
                 return Err(InvariantError::CounterMismatch { counter, counted, actual });
             }
         }
+        if self.requested_bytes > used {
+            return Err(InvariantError::CounterMismatch {
+                counter: "requested_bytes (exceeds used bytes)",
+                counted: self.requested_bytes,
+                actual: used,
+            });
+        }
         if used + free != self.capacity {
             return Err(InvariantError::BytesDoNotAddUp { used, free, capacity: self.capacity });
         }
@@ -526,14 +580,15 @@ impl TlsfAllocator {
             // The physical neighbours of a free block are used (or absent): blocks are coalesced.
             if node.prev_phys != NONE {
                 let below = &self.nodes[node.prev_phys as usize];
-                if below.kind.conflicts_with(kind) && align_down(below.end() - 1, g) == align_down(offset, g)
+                if below.kind().conflicts_with(kind)
+                    && align_down(below.end() - 1, g) == align_down(offset, g)
                 {
                     offset = align_up(offset, g)?;
                 }
             }
             if node.next_phys != NONE {
                 let above = &self.nodes[node.next_phys as usize];
-                if above.kind.conflicts_with(kind) {
+                if above.kind().conflicts_with(kind) {
                     limit = align_down(limit, g);
                 }
             }
@@ -575,17 +630,7 @@ impl TlsfAllocator {
         self.remove_free(index);
         let node = self.nodes[index as usize];
         if offset > node.offset {
-            let pad = self.new_node(Node {
-                offset: node.offset,
-                size: offset - node.offset,
-                prev_phys: node.prev_phys,
-                next_phys: index,
-                prev_free: NONE,
-                next_free: NONE,
-                used: false,
-                kind: ResourceKind::Unknown,
-                align_log2: 0,
-            });
+            let pad = self.new_node(Node::free(node.offset, offset - node.offset, node.prev_phys, index));
             if node.prev_phys == NONE {
                 self.first = pad;
             } else {
@@ -594,19 +639,23 @@ impl TlsfAllocator {
             self.nodes[index as usize].prev_phys = pad;
             self.insert_free(pad);
         }
-        let end = offset + size;
+        // The footprint's end rounds up to the alignment (at most TAIL_ROUNDING_MAX), so that a block
+        // freed later starts and ends aligned and the next request of that alignment needs no padding.
+        let mut end = offset + size;
+        let rounded =
+            align_up(end, alignment.min(TAIL_ROUNDING_MAX)).map_or(node.end(), |e| e.min(node.end()));
+        if rounded > end {
+            let g = self.granularity;
+            let crosses_into_conflict = g > 1
+                && node.next_phys != NONE
+                && self.nodes[node.next_phys as usize].kind().conflicts_with(kind)
+                && align_down(rounded - 1, g) == align_down(node.end(), g);
+            if !crosses_into_conflict {
+                end = rounded;
+            }
+        }
         if end < node.end() {
-            let tail = self.new_node(Node {
-                offset: end,
-                size: node.end() - end,
-                prev_phys: index,
-                next_phys: node.next_phys,
-                prev_free: NONE,
-                next_free: NONE,
-                used: false,
-                kind: ResourceKind::Unknown,
-                align_log2: 0,
-            });
+            let tail = self.new_node(Node::free(end, node.end() - end, index, node.next_phys));
             if node.next_phys != NONE {
                 self.nodes[node.next_phys as usize].prev_phys = tail;
             }
@@ -615,11 +664,10 @@ impl TlsfAllocator {
         }
         let used = &mut self.nodes[index as usize];
         used.offset = offset;
-        used.size = size;
-        used.used = true;
-        used.kind = kind;
-        used.align_log2 = alignment.trailing_zeros() as u8;
-        self.used_bytes += size;
+        used.size = end - offset;
+        used.mark_used(kind, alignment.trailing_zeros());
+        self.used_bytes += end - offset;
+        self.requested_bytes += size;
         self.allocation_count += 1;
         Allocation { offset, size, node: index, owner: self.id }
     }
@@ -691,7 +739,10 @@ impl TlsfAllocator {
                 index
             }
             None => {
-                let index = u32::try_from(self.nodes.len()).expect("more than 2^32 - 1 blocks in one heap");
+                let index = u32::try_from(self.nodes.len())
+                    .ok()
+                    .filter(|&i| i < USED)
+                    .expect("more than 2^32 - 2 blocks in one heap");
                 self.nodes.push(node);
                 index
             }

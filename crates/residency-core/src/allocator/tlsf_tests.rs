@@ -343,9 +343,13 @@ fn run_against_model(capacity: u64, granularity: u64, ops: Vec<Op>) {
                 let alignment = 1u64 << align_log2;
                 match h.allocate(size, alignment, kind) {
                     Ok(a) => {
-                        model.check_new(a.offset(), size, alignment, kind, &h);
                         assert_eq!(a.size(), size);
-                        model.live.insert(a.offset(), (size, kind));
+                        // The model keeps footprints: the request with its end rounded up.
+                        let footprint = h.blocks().find(|b| b.offset == a.offset()).expect("block").size;
+                        let rounding = alignment.min(256);
+                        assert!(footprint >= size && footprint - size < rounding, "footprint {footprint}");
+                        model.check_new(a.offset(), footprint, alignment, kind, &h);
+                        model.live.insert(a.offset(), (footprint, kind));
                         handles.push(a);
                     }
                     Err(AllocError::OutOfSpace { largest_free, free, .. }) => {
@@ -371,6 +375,7 @@ fn run_against_model(capacity: u64, granularity: u64, ops: Vec<Op>) {
         h.check_invariants().unwrap_or_else(|e| panic!("invariant broken: {e}"));
         let s = h.stats();
         assert_eq!(s.used_bytes, model.live.values().map(|&(s, _)| s).sum::<u64>());
+        assert!(s.requested_bytes <= s.used_bytes);
         assert_eq!(s.allocation_count, model.live.len() as u64);
         assert_eq!(s.used_bytes + s.free_bytes, capacity);
     }
@@ -402,5 +407,23 @@ proptest! {
         ops in prop::collection::vec(op_strategy(1 << 20), 1..120),
     ) {
         run_against_model(capacity, granularity, ops);
+    }
+}
+
+#[test]
+fn ends_round_up_to_the_alignment_so_the_next_request_needs_no_padding() {
+    let mut h = heap(1 << 16, 1);
+    let a = alloc(&mut h, 10, 256, Linear);
+    let b = alloc(&mut h, 300, 256, Linear);
+    assert_eq!((a.offset(), b.offset()), (0, 256));
+    let s = h.stats();
+    assert_eq!((s.requested_bytes, s.used_bytes), (310, 256 + 512));
+    assert_eq!(s.free_range_count, 1, "no padding blocks between aligned allocations");
+    // Rounding stops at 256 B: a 4 KiB-aligned request leaves its tail to the free lists.
+    let c = alloc(&mut h, 10, 4096, Linear);
+    assert_eq!(c.offset(), 4096);
+    assert_eq!(h.stats().used_bytes, 256 + 512 + 256);
+    for x in [a, b, c] {
+        free(&mut h, x);
     }
 }
