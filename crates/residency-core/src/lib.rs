@@ -2,7 +2,7 @@
 //!
 //! Everything here is plain data and pure functions, testable on any machine in milliseconds:
 //! - [`device_mask`]: device indices and 32-bit device masks.
-//! - [`format`]: texel formats and their block sizes.
+//! - [`format`](mod@format): texel formats and their block sizes.
 //! - [`memory`]: memory-type presets by intent, heap growth and budgets.
 //! - [`profile`]: a device's capabilities as one serialisable value (a *device profile*), which can
 //!   stand in for a live device wherever only requirements and limits are needed.

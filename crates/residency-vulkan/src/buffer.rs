@@ -105,7 +105,7 @@ pub(crate) enum BufferMemory {
     /// The device's general allocator, memory type `type_index`.
     General { type_index: u32, allocation: BlockAllocation },
     /// Memory of its own.
-    Dedicated(MemoryBlock),
+    Dedicated(Box<MemoryBlock>),
     /// A pool (identified by its id).
     Pool { pool: u64, allocation: BlockAllocation },
 }
@@ -206,7 +206,7 @@ impl Buffer {
 
     fn check(&self, offset: u64, len: usize) -> Result<MappedPtr, AccessError> {
         let mapped = self.mapped.ok_or_else(|| AccessError::NotMappable { name: self.name.clone() })?;
-        let end = offset.checked_add(len as u64).unwrap_or(u64::MAX);
+        let end = offset.saturating_add(len as u64);
         if end > self.size {
             return Err(AccessError::OutOfBounds { name: self.name.clone(), offset, end, size: self.size });
         }
@@ -252,7 +252,11 @@ impl Buffer {
         // SAFETY: the range is inside this buffer's mapped bytes (checked); `out` is ordinary host
         // memory that cannot overlap the mapping.
         unsafe {
-            std::ptr::copy_nonoverlapping(mapped.at(self.memory_offset + offset), out.as_mut_ptr(), out.len());
+            std::ptr::copy_nonoverlapping(
+                mapped.at(self.memory_offset + offset),
+                out.as_mut_ptr(),
+                out.len(),
+            );
         }
         Ok(())
     }
@@ -272,7 +276,10 @@ pub(crate) fn create_raw_buffer(
         });
     }
     if usage.is_empty() {
-        return Err(MemoryError::Unsatisfiable { name: name.to_owned(), reason: "a buffer needs a usage".into() });
+        return Err(MemoryError::Unsatisfiable {
+            name: name.to_owned(),
+            reason: "a buffer needs a usage".into(),
+        });
     }
     let info = vk::BufferCreateInfo::default()
         .size(size)
@@ -316,7 +323,9 @@ impl Device {
         if desc.alignment != 0 && !desc.alignment.is_power_of_two() {
             return Err(MemoryError::InvalidRequest {
                 name: name.to_owned(),
-                source: residency_core::allocator::AllocError::AlignmentNotPowerOfTwo { alignment: desc.alignment },
+                source: residency_core::allocator::AllocError::AlignmentNotPowerOfTwo {
+                    alignment: desc.alignment,
+                },
             });
         }
         let (raw, req) = create_raw_buffer(self, name, desc.size, desc.usage)?;
@@ -325,7 +334,8 @@ impl Device {
             unsafe { self.raw().destroy_buffer(raw, None) };
             e
         };
-        let candidates = memory_type_candidates(&self.memory_properties().types, req.memory_type_bits, desc.intent);
+        let candidates =
+            memory_type_candidates(&self.memory_properties().types, req.memory_type_bits, desc.intent);
         if candidates.is_empty() {
             return Err(destroy_raw(MemoryError::NoSuitableMemoryType {
                 name: name.to_owned(),
@@ -352,7 +362,14 @@ impl Device {
                 drop(list);
                 MemoryBlock::new(self, block_desc, 1).map(|block| {
                     let (memory, memory_size, mapped) = (block.memory, block.size, block.mapped);
-                    (BufferMemory::Dedicated(block), memory, 0, memory_size, mapped, BufferPlacement::Committed)
+                    (
+                        BufferMemory::Dedicated(Box::new(block)),
+                        memory,
+                        0,
+                        memory_size,
+                        mapped,
+                        BufferPlacement::Committed,
+                    )
                 })
             } else {
                 let request = SubRequest {
@@ -366,7 +383,14 @@ impl Device {
                     let block = list.block(allocation.block);
                     let offset = allocation.allocation.offset();
                     let parts = (block.memory, offset, block.size, block.mapped);
-                    (BufferMemory::General { type_index, allocation }, parts.0, parts.1, parts.2, parts.3, BufferPlacement::Placed)
+                    (
+                        BufferMemory::General { type_index, allocation },
+                        parts.0,
+                        parts.1,
+                        parts.2,
+                        parts.3,
+                        BufferPlacement::Placed,
+                    )
                 })
             };
             match result {
@@ -411,7 +435,9 @@ impl Device {
             }
             BufferMemory::Dedicated(block) => block.destroy(self),
             BufferMemory::Pool { .. } => {
-                tracing::error!("a pool buffer was passed to Device::destroy_buffer; free it through its pool");
+                tracing::error!(
+                    "a pool buffer was passed to Device::destroy_buffer; free it through its pool"
+                );
             }
         }
     }

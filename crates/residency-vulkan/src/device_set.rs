@@ -78,7 +78,12 @@ impl DeviceSet {
             for copy in 0..per {
                 let Some(index) = DeviceIndex::new(physical_index as u32 * per + copy) else { break };
                 if desc.devices.contains(index) {
-                    devices.push(Arc::new(Device::new(Arc::clone(&shared), pd, physical_index as u32, index)?));
+                    devices.push(Arc::new(Device::new(
+                        Arc::clone(&shared),
+                        pd,
+                        physical_index as u32,
+                        index,
+                    )?));
                 }
             }
         }

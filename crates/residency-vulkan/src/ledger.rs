@@ -118,7 +118,10 @@ impl Ledger {
     /// Records a live object.
     pub(crate) fn track(&self, kind: &'static str, name: &str) -> ObjectId {
         let id = ObjectId(self.next_id.fetch_add(1, Ordering::Relaxed));
-        self.live.lock().unwrap_or_else(|e| e.into_inner()).insert(id, LiveObject { kind, name: name.to_owned() });
+        self.live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, LiveObject { kind, name: name.to_owned() });
         id
     }
 

@@ -124,7 +124,11 @@ pub(crate) struct RawMemoryDesc<'a> {
 
 impl MemoryBlock {
     /// Allocates (and maps, when host-visible) a block, through the budget and count checks.
-    pub(crate) fn new(device: &Device, desc: RawMemoryDesc<'_>, granularity: u64) -> Result<MemoryBlock, MemoryError> {
+    pub(crate) fn new(
+        device: &Device,
+        desc: RawMemoryDesc<'_>,
+        granularity: u64,
+    ) -> Result<MemoryBlock, MemoryError> {
         let profile_memory = device.memory_properties();
         let memory_type = &profile_memory.types[desc.type_index as usize];
         let heap_index = memory_type.heap_index;
@@ -143,14 +147,19 @@ impl MemoryBlock {
             }
         }
         if !device.ledger().reserve_memory(heap_index, desc.size) {
-            return Err(MemoryError::TooManyAllocations { name, limit: device.ledger().max_memory_objects() });
+            return Err(MemoryError::TooManyAllocations {
+                name,
+                limit: device.ledger().max_memory_objects(),
+            });
         }
         let release = |e: MemoryError| {
             device.ledger().release_memory(heap_index, desc.size);
             e
         };
-        let mut flags_info = vk::MemoryAllocateFlagsInfo::default().flags(vk::MemoryAllocateFlags::DEVICE_ADDRESS);
-        let mut info = vk::MemoryAllocateInfo::default().allocation_size(desc.size).memory_type_index(desc.type_index);
+        let mut flags_info =
+            vk::MemoryAllocateFlagsInfo::default().flags(vk::MemoryAllocateFlags::DEVICE_ADDRESS);
+        let mut info =
+            vk::MemoryAllocateInfo::default().allocation_size(desc.size).memory_type_index(desc.type_index);
         if device.features().buffer_device_address {
             info = info.push_next(&mut flags_info);
         }
@@ -230,7 +239,8 @@ impl MemoryBlock {
 }
 
 /// Creates the one `VkBuffer` of a known-flags page over the whole block.
-pub(crate) type PageBufferFactory = dyn Fn(&Device, &MemoryBlock) -> Result<vk::Buffer, MemoryError> + Send + Sync;
+pub(crate) type PageBufferFactory =
+    dyn Fn(&Device, &MemoryBlock) -> Result<vk::Buffer, MemoryError> + Send + Sync;
 
 /// Heaps of one memory type for one owner.
 pub(crate) struct BlockList {
@@ -294,7 +304,11 @@ impl BlockList {
     }
 
     /// Sub-allocates, creating a heap when no existing one has room.
-    pub(crate) fn allocate(&mut self, device: &Device, req: SubRequest<'_>) -> Result<BlockAllocation, MemoryError> {
+    pub(crate) fn allocate(
+        &mut self,
+        device: &Device,
+        req: SubRequest<'_>,
+    ) -> Result<BlockAllocation, MemoryError> {
         let invalid = |source| MemoryError::InvalidRequest { name: req.name.to_owned(), source };
         if req.size == 0 {
             return Err(invalid(AllocError::ZeroSize));
@@ -316,7 +330,10 @@ impl BlockList {
         if self.fixed_size && req.size > self.growth.page_size {
             return Err(MemoryError::Unsatisfiable {
                 name: req.name.to_owned(),
-                reason: format!("{} B is larger than the pool's page size {} B", req.size, self.growth.page_size),
+                reason: format!(
+                    "{} B is larger than the pool's page size {} B",
+                    req.size, self.growth.page_size
+                ),
             });
         }
         let block = self.new_block(device, req)?;
@@ -408,8 +425,9 @@ impl BlockList {
 
     /// Bytes of all heaps, and bytes in use.
     pub(crate) fn totals(&self) -> (u64, u64, usize) {
-        self.blocks.iter().flatten().fold((0, 0, 0), |(size, used, n), b| {
-            (size + b.size, used + b.allocator.used_bytes(), n + 1)
-        })
+        self.blocks
+            .iter()
+            .flatten()
+            .fold((0, 0, 0), |(size, used, n), b| (size + b.size, used + b.allocator.used_bytes(), n + 1))
     }
 }

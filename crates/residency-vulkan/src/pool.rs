@@ -127,7 +127,10 @@ pub struct BufferPool {
 
 impl std::fmt::Debug for BufferPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BufferPool").field("desc", &self.desc).field("type_index", &self.type_index).finish_non_exhaustive()
+        f.debug_struct("BufferPool")
+            .field("desc", &self.desc)
+            .field("type_index", &self.type_index)
+            .finish_non_exhaustive()
     }
 }
 
@@ -139,7 +142,8 @@ fn buffer_type_bits(device: &Device, usage: BufferUsage) -> u32 {
 impl BufferPool {
     /// Creates a pool; no memory is allocated until the first buffer.
     pub fn new(device: Arc<Device>, desc: BufferPoolDesc) -> Result<BufferPool, MemoryError> {
-        let desc = BufferPoolDesc { page_size: desc.page_size.max(64 << 10).next_multiple_of(64 << 10), ..desc };
+        let desc =
+            BufferPoolDesc { page_size: desc.page_size.max(64 << 10).next_multiple_of(64 << 10), ..desc };
         let allowed = match desc.usage {
             BufferPoolUsage::Known(usage) if usage.is_empty() => {
                 return Err(MemoryError::Unsatisfiable {
@@ -154,18 +158,28 @@ impl BufferPool {
                 .filter(|(u, _)| device.features().buffer_device_address || *u != BufferUsage::DEVICE_ADDRESS)
                 .fold(!0u32, |bits, &(u, _)| bits & buffer_type_bits(&device, u | BufferUsage::COPY_DST)),
         };
-        let Some(&type_index) = memory_type_candidates(&device.memory_properties().types, allowed, desc.memory).first()
+        let Some(&type_index) =
+            memory_type_candidates(&device.memory_properties().types, allowed, desc.memory).first()
         else {
-            return Err(MemoryError::NoSuitableMemoryType { name: desc.name, allowed_bits: allowed, intent: desc.memory });
+            return Err(MemoryError::NoSuitableMemoryType {
+                name: desc.name,
+                allowed_bits: allowed,
+                intent: desc.memory,
+            });
         };
         let granularity = device.limits().buffer_image_granularity;
-        let mut pages =
-            BlockList::new(format!("{} page", desc.name), type_index, HeapGrowth::new(desc.page_size), granularity);
+        let mut pages = BlockList::new(
+            format!("{} page", desc.name),
+            type_index,
+            HeapGrowth::new(desc.page_size),
+            granularity,
+        );
         pages.fixed_size = true;
         if let BufferPoolUsage::Known(usage) = desc.usage {
             let page_name = desc.name.clone();
             pages.page_buffer = Some(Box::new(move |device: &Device, block| {
-                let (raw, req) = create_raw_buffer(device, &format!("{page_name} page buffer"), block.size, usage)?;
+                let (raw, req) =
+                    create_raw_buffer(device, &format!("{page_name} page buffer"), block.size, usage)?;
                 if req.memory_type_bits & (1 << block.type_index) == 0 || req.size > block.size {
                     // SAFETY: created just above, unbound.
                     unsafe { device.raw().destroy_buffer(raw, None) };
@@ -229,7 +243,9 @@ impl BufferPool {
         if init.alignment != 0 && !init.alignment.is_power_of_two() {
             return Err(MemoryError::InvalidRequest {
                 name: init.name.clone(),
-                source: residency_core::allocator::AllocError::AlignmentNotPowerOfTwo { alignment: init.alignment },
+                source: residency_core::allocator::AllocError::AlignmentNotPowerOfTwo {
+                    alignment: init.alignment,
+                },
             });
         }
         match self.desc.usage {
@@ -245,12 +261,20 @@ impl BufferPool {
             }
             BufferPoolUsage::Unknown => match init.usage {
                 Some(usage) if !usage.is_empty() => self.init_placed(init, usage),
-                _ => Err(self.invalid(init, "a pool with unknown bind flags needs each buffer's own flags".into())),
+                _ => {
+                    Err(self
+                        .invalid(init, "a pool with unknown bind flags needs each buffer's own flags".into()))
+                }
             },
         }
     }
 
-    fn allocate(&self, init: &BufferInit, size: u64, alignment: u64) -> Result<(BlockAllocation, PageInfo), MemoryError> {
+    fn allocate(
+        &self,
+        init: &BufferInit,
+        size: u64,
+        alignment: u64,
+    ) -> Result<(BlockAllocation, PageInfo), MemoryError> {
         let mut pages = self.pages.lock().unwrap_or_else(|e| e.into_inner());
         let request = SubRequest {
             name: &init.name,
@@ -274,7 +298,12 @@ impl BufferPool {
         self.device.memory_properties().types[self.type_index as usize].flags.host_coherent
     }
 
-    fn init_range(&self, init: &BufferInit, pool_usage: BufferUsage, usage: BufferUsage) -> Result<Buffer, MemoryError> {
+    fn init_range(
+        &self,
+        init: &BufferInit,
+        pool_usage: BufferUsage,
+        usage: BufferUsage,
+    ) -> Result<Buffer, MemoryError> {
         if init.size == 0 {
             return Err(MemoryError::InvalidRequest {
                 name: init.name.clone(),
@@ -345,12 +374,12 @@ impl BufferPool {
     }
 
     /// Frees a buffer of this pool. A buffer of another pool or of the device is refused (and
-    /// logged), and stays alive.
-    pub fn free_buffer(&self, buffer: Buffer) -> Result<(), Buffer> {
-        let BufferMemory::Pool { pool, .. } = buffer.owner else { return Err(buffer) };
+    /// logged), and handed back alive.
+    pub fn free_buffer(&self, buffer: Buffer) -> Result<(), Box<Buffer>> {
+        let BufferMemory::Pool { pool, .. } = buffer.owner else { return Err(Box::new(buffer)) };
         if pool != self.pool_id {
             tracing::error!(buffer = %buffer.name, pool = %self.desc.name, "buffer freed to a pool that did not make it");
-            return Err(buffer);
+            return Err(Box::new(buffer));
         }
         let BufferMemory::Pool { allocation, .. } = buffer.owner else { unreachable!("matched above") };
         if buffer.placement == BufferPlacement::Placed {

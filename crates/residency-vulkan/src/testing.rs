@@ -53,7 +53,8 @@ pub fn with_gpu<R>(test: impl FnOnce(&DeviceSet) -> R) -> Option<R> {
     let before = set.validation_log().problem_count();
     // Heaps kept for reuse (memory blocks of the general allocator) may outlive a test; any other
     // object left alive by the test is a leak.
-    let objects = |d: &crate::Device| d.ledger().live_objects().into_iter().filter(|o| o.kind != "memory").count();
+    let objects =
+        |d: &crate::Device| d.ledger().live_objects().into_iter().filter(|o| o.kind != "memory").count();
     let live_before: Vec<usize> = set.devices().iter().map(|d| objects(d)).collect();
     let result = test(set);
     let problems = set.validation_log().problems_since(before);

@@ -13,7 +13,8 @@ fn placed_buffers_share_a_heap_and_keep_their_data() {
         let usage = BufferUsage::STORAGE | BufferUsage::COPY_SRC;
         let buffers: Vec<_> = (0..8u64)
             .map(|i| {
-                let desc = BufferDesc::new(format!("placed {i}"), 100 + i * 37, usage).with_intent(MemoryIntent::Upload);
+                let desc = BufferDesc::new(format!("placed {i}"), 100 + i * 37, usage)
+                    .with_intent(MemoryIntent::Upload);
                 device.create_buffer(&desc).unwrap()
             })
             .collect();
@@ -46,7 +47,9 @@ fn placed_buffers_share_a_heap_and_keep_their_data() {
 fn committed_buffer_has_memory_of_its_own() {
     with_gpu(|set| {
         let device = &set.devices()[0];
-        let a = device.create_buffer(&BufferDesc::new("committed", 4096, BufferUsage::VERTEX).committed()).unwrap();
+        let a = device
+            .create_buffer(&BufferDesc::new("committed", 4096, BufferUsage::VERTEX).committed())
+            .unwrap();
         let b = device.create_buffer(&BufferDesc::new("placed", 4096, BufferUsage::VERTEX)).unwrap();
         assert_eq!(a.placement(), BufferPlacement::Committed);
         assert_eq!(a.memory().1, 0);
@@ -88,9 +91,12 @@ fn unknown_flags_pool_places_buffers_with_their_own_usage_side_by_side() {
 
         let err = pool.init_buffer(&BufferInit::new("no flags", 64)).unwrap_err();
         assert!(err.to_string().contains("own flags"), "{err}");
-        let err = pool.init_buffer(&BufferInit::new("too big", 2 << 20).with_usage(BufferUsage::STORAGE)).unwrap_err();
+        let err = pool
+            .init_buffer(&BufferInit::new("too big", 2 << 20).with_usage(BufferUsage::STORAGE))
+            .unwrap_err();
         assert!(matches!(err, MemoryError::Unsatisfiable { .. }), "{err}");
-        let err = pool.init_buffer(&BufferInit::new("odd", 64).with_usage(BufferUsage::STORAGE).with_alignment(48));
+        let err =
+            pool.init_buffer(&BufferInit::new("odd", 64).with_usage(BufferUsage::STORAGE).with_alignment(48));
         assert!(matches!(err, Err(MemoryError::InvalidRequest { .. })));
         assert_eq!(pool.stats().buffers, 4, "failed requests change nothing");
         for b in buffers {
@@ -113,9 +119,13 @@ fn known_flags_pool_hands_out_ranges_of_one_page_buffer() {
                 .with_page_size(256 << 10),
         )
         .unwrap();
-        let buffers: Vec<_> = (0..10).map(|i| pool.init_buffer(&BufferInit::new(format!("cb {i}"), 100)).unwrap()).collect();
+        let buffers: Vec<_> =
+            (0..10).map(|i| pool.init_buffer(&BufferInit::new(format!("cb {i}"), 100)).unwrap()).collect();
         let page_buffer = buffers[0].raw();
-        let align = device.limits().min_uniform_buffer_offset_alignment.max(device.limits().min_storage_buffer_offset_alignment);
+        let align = device
+            .limits()
+            .min_uniform_buffer_offset_alignment
+            .max(device.limits().min_storage_buffer_offset_alignment);
         for (i, b) in buffers.iter().enumerate() {
             assert_eq!(b.placement(), BufferPlacement::Range);
             assert_eq!(b.raw(), page_buffer, "ranges of one VkBuffer");
@@ -127,7 +137,8 @@ fn known_flags_pool_hands_out_ranges_of_one_page_buffer() {
             b.read(&device, 0, &mut back).unwrap();
             assert_eq!(back, [i as u8; 100]);
         }
-        let err = pool.init_buffer(&BufferInit::new("vertex", 16).with_usage(BufferUsage::VERTEX)).unwrap_err();
+        let err =
+            pool.init_buffer(&BufferInit::new("vertex", 16).with_usage(BufferUsage::VERTEX)).unwrap_err();
         assert!(err.to_string().contains("not within the pool's flags"), "{err}");
         for b in buffers {
             pool.free_buffer(b).unwrap();
@@ -144,7 +155,7 @@ fn a_buffer_of_another_pool_is_refused() {
         let b = BufferPool::new(Arc::clone(&device), BufferPoolDesc { name: "b".into(), ..desc }).unwrap();
         let buffer = a.init_buffer(&BufferInit::new("x", 64).with_usage(BufferUsage::STORAGE)).unwrap();
         let buffer = b.free_buffer(buffer).unwrap_err();
-        a.free_buffer(buffer).unwrap();
+        a.free_buffer(*buffer).unwrap();
     });
 }
 
@@ -160,7 +171,8 @@ fn over_budget_is_a_typed_error_and_the_pool_recovers() {
         let heap = device.memory_properties().types[pool.memory_type() as usize].heap_index;
         let used = device.ledger().heap_bytes(heap);
         device.ledger().set_heap_limit(heap, Some(used + (2 << 20)));
-        let request = |i: usize| BufferInit::new(format!("big {i}"), 900 << 10).with_usage(BufferUsage::STORAGE);
+        let request =
+            |i: usize| BufferInit::new(format!("big {i}"), 900 << 10).with_usage(BufferUsage::STORAGE);
         let first = pool.init_buffer(&request(0)).unwrap();
         let second = pool.init_buffer(&request(1)).unwrap();
         let stats = pool.stats();
@@ -188,10 +200,12 @@ fn out_of_device_memory_is_a_typed_error_and_nothing_leaks() {
         )
         .unwrap();
         device.ledger().inject_out_of_memory(1);
-        let err = pool.init_buffer(&BufferInit::new("victim", 4096).with_usage(BufferUsage::STORAGE)).unwrap_err();
+        let err =
+            pool.init_buffer(&BufferInit::new("victim", 4096).with_usage(BufferUsage::STORAGE)).unwrap_err();
         assert!(matches!(err, MemoryError::OutOfDeviceMemory { .. }), "{err}");
         assert_eq!(device.ledger().memory_objects(), objects, "no memory object left behind");
-        let ok = pool.init_buffer(&BufferInit::new("survivor", 4096).with_usage(BufferUsage::STORAGE)).unwrap();
+        let ok =
+            pool.init_buffer(&BufferInit::new("survivor", 4096).with_usage(BufferUsage::STORAGE)).unwrap();
         pool.free_buffer(ok).unwrap();
 
         device.ledger().inject_out_of_memory(1);
