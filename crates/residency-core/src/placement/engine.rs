@@ -214,7 +214,12 @@ impl<S: RequirementsSource> PlacementEngine<S> {
         // The rules.
         let mode = if tight && !cross_adapter { AlignmentMode::Tight } else { AlignmentMode::Legacy };
         let small = is_small_resource(desc);
-        let range = spec_range(mode, placement, class, small);
+        let range = if cross_adapter {
+            let forced = cross_adapter_alignment(class);
+            AlignmentRange { min: forced, max: forced }
+        } else {
+            spec_range(mode, placement, class, small)
+        };
         let optimal_image = desc.dimension.is_texture() && desc.layout != TextureLayout::RowMajor;
         let granularity = if optimal_image {
             limits.buffer_image_granularity.max(1).checked_next_power_of_two().unwrap_or(1 << 63)

@@ -191,8 +191,8 @@ fn image_requirements(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::placement::BufferUsages;
     use crate::format::Format;
+    use crate::placement::BufferUsages;
     use crate::profile::{
         BufferProbe, CaptureInfo, DeviceIdentity, DeviceType, Extensions, FormatCaps, ImageDimension,
         MemoryProperties, SparseCaps, BUFFER_PROBE_SIZES, PROFILE_SCHEMA,
