@@ -33,11 +33,10 @@ fn minimal() -> FixedRequirements {
     s
 }
 
-fn info(
-    source: &FixedRequirements,
-    placement: Placement,
-    descs: &[ResourceDesc],
-) -> (Vec<(u64, u64, u64)>, u64, u64, Vec<Message>) {
+/// (offset, size, alignment) of each element, total size, total alignment, messages.
+type Answer = (Vec<(u64, u64, u64)>, u64, u64, Vec<Message>);
+
+fn info(source: &FixedRequirements, placement: Placement, descs: &[ResourceDesc]) -> Answer {
     let mut messages = Vec::new();
     let info = PlacementEngine::new(source)
         .allocation_info(placement, descs, &mut messages)
