@@ -56,7 +56,8 @@ pub struct ElementDetails {
     pub mode: AlignmentMode,
     /// Whether the small-resource rule applies.
     pub small: bool,
-    /// The spec's range for this class, placement, mode and smallness.
+    /// The spec's range for this class, placement, mode and smallness (with `ALLOW_CROSS_ADAPTER`, the
+    /// forced 64 KiB or 4 MiB as both bounds).
     pub spec_range: AlignmentRange,
     /// The driver's answer.
     pub driver: MemoryRequirements,
