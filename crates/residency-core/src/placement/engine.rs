@@ -327,7 +327,7 @@ pub fn buffer_usages(desc: &ResourceDesc) -> BufferUsages {
 }
 
 /// The query a description becomes. The description must have passed
-/// [`validate_structure`](super::validate_structure) (texture sides fit in `u32`).
+/// [`validate_structure`] (texture sides fit in `u32`).
 pub fn requirements_query(desc: &ResourceDesc) -> RequirementsQuery {
     match desc.dimension {
         ResourceDimension::Buffer => {
