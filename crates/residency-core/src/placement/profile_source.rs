@@ -320,4 +320,21 @@ mod tests {
         q.format = Format::Bc7Unorm;
         assert!(p.requirements(&RequirementsQuery::Image(q)).unwrap().estimated);
     }
+
+    #[test]
+    fn profile_tier_and_tight_buffers_follow_the_probes() {
+        use crate::placement::{Placement, PlacementEngine, ResourceDesc, TightAlignmentTier};
+        let p = test_profile();
+        let engine = PlacementEngine::new(&p);
+        assert_eq!(engine.tier(), TightAlignmentTier::Tier1);
+        let e = engine
+            .resource_allocation_info(Placement::Placed, &ResourceDesc::buffer(10).tight(), &mut Vec::new())
+            .unwrap();
+        assert_eq!((e.size, e.alignment, e.details.estimated), (12, 64, false));
+        let mut coarse = p.clone();
+        coarse.buffer_probes.iter_mut().for_each(|b| b.requirements.alignment = 65_536);
+        assert_eq!(PlacementEngine::new(&coarse).tier(), TightAlignmentTier::NotSupported);
+        coarse.buffer_probes.clear();
+        assert_eq!(PlacementEngine::new(&coarse).tier(), TightAlignmentTier::NotSupported);
+    }
 }
