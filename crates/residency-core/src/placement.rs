@@ -1,1 +1,0 @@
-//! The tight placed-resource alignment engine.
