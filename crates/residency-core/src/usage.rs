@@ -3,6 +3,7 @@
 //! A pool created with known flags gives every buffer those flags; a pool created with
 //! [`BufferPoolUsage::Unknown`] takes each buffer's own flags at `init_buffer` time.
 
+use crate::profile::BufferProbeUsage;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::ops::{BitOr, BitOrAssign};
@@ -22,32 +23,76 @@ macro_rules! usage_flags {
 #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct BufferUsage(u32);
 
+// The bit positions are those of `VkBufferUsageFlagBits`, so the backend converts with `from_raw`.
 usage_flags! {
-    /// Source of copies.
+    /// Source of copies (`TRANSFER_SRC`).
     COPY_SRC = 0, "copy_src";
-    /// Destination of copies and uploads.
+    /// Destination of copies and uploads (`TRANSFER_DST`).
     COPY_DST = 1, "copy_dst";
-    /// Uniform (constant) buffer.
-    UNIFORM = 2, "uniform";
-    /// Storage buffer, read or written by shaders (UAV / raw SRV).
-    STORAGE = 3, "storage";
-    /// Vertex buffer.
-    VERTEX = 4, "vertex";
-    /// Index buffer.
-    INDEX = 5, "index";
-    /// Indirect draw/dispatch arguments.
-    INDIRECT = 6, "indirect";
     /// Uniform texel buffer.
-    UNIFORM_TEXEL = 7, "uniform_texel";
+    UNIFORM_TEXEL = 2, "uniform_texel";
     /// Storage texel buffer.
-    STORAGE_TEXEL = 8, "storage_texel";
-    /// Its device address may be taken.
-    DEVICE_ADDRESS = 9, "device_address";
+    STORAGE_TEXEL = 3, "storage_texel";
+    /// Uniform (constant) buffer.
+    UNIFORM = 4, "uniform";
+    /// Storage buffer, read or written by shaders (UAV / raw SRV).
+    STORAGE = 5, "storage";
+    /// Index buffer.
+    INDEX = 6, "index";
+    /// Vertex buffer.
+    VERTEX = 7, "vertex";
+    /// Indirect draw/dispatch arguments.
+    INDIRECT = 8, "indirect";
+    /// Its device address may be taken (`SHADER_DEVICE_ADDRESS`).
+    DEVICE_ADDRESS = 17, "device_address";
 }
 
 impl BufferUsage {
     /// No usage.
     pub const NONE: BufferUsage = BufferUsage(0);
+    /// Both copy directions.
+    pub const TRANSFER: BufferUsage = BufferUsage(0b11);
+    /// The nine classic usages (bits 0–8): what the `All` probe class is captured with.
+    pub const ALL: BufferUsage = BufferUsage(0x1ff);
+
+    /// The empty set.
+    pub const fn empty() -> BufferUsage {
+        BufferUsage(0)
+    }
+
+    /// A set from raw `VkBufferUsageFlags` bits (unknown bits are dropped).
+    pub const fn from_bits_truncate(bits: u32) -> BufferUsage {
+        BufferUsage(bits & (0x1ff | 1 << 17))
+    }
+
+    /// The union of two sets.
+    pub const fn union(self, other: BufferUsage) -> BufferUsage {
+        BufferUsage(self.0 | other.0)
+    }
+
+    /// The usage bits a device profile's probe class was captured with: the class's own bits plus
+    /// both transfer bits (the backend's capture uses exactly these).
+    pub const fn of_probe_class(class: BufferProbeUsage) -> BufferUsage {
+        let own = match class {
+            BufferProbeUsage::Transfer => BufferUsage::empty(),
+            BufferProbeUsage::Uniform => BufferUsage::UNIFORM,
+            BufferProbeUsage::Storage => BufferUsage::STORAGE,
+            BufferProbeUsage::VertexIndex => BufferUsage::VERTEX.union(BufferUsage::INDEX),
+            BufferProbeUsage::Indirect => BufferUsage::INDIRECT,
+            BufferProbeUsage::Texel => BufferUsage::UNIFORM_TEXEL.union(BufferUsage::STORAGE_TEXEL),
+            BufferProbeUsage::All => BufferUsage::ALL,
+        };
+        own.union(BufferUsage::TRANSFER)
+    }
+
+    /// The smallest probe class whose usage bits contain `self` (`All` when no single class does).
+    pub fn probe_class(self) -> BufferProbeUsage {
+        BufferProbeUsage::ALL
+            .iter()
+            .copied()
+            .find(|&class| BufferUsage::of_probe_class(class).contains(self))
+            .unwrap_or(BufferProbeUsage::All)
+    }
 
     /// The raw bits.
     pub const fn bits(self) -> u32 {
@@ -137,6 +182,7 @@ mod tests {
         let u = BufferUsage::UNIFORM | BufferUsage::STORAGE | BufferUsage::COPY_DST;
         let json = serde_json::to_string(&u).unwrap();
         assert_eq!(json, r#"["copy_dst","uniform","storage"]"#);
+        assert_eq!(u.bits(), 0b11_0010, "Vulkan's bit positions");
         assert_eq!(serde_json::from_str::<BufferUsage>(&json).unwrap(), u);
         assert!(serde_json::from_str::<BufferUsage>(r#"["bogus"]"#).is_err());
         assert!(u.contains(BufferUsage::UNIFORM) && !u.contains(BufferUsage::VERTEX));

@@ -11,22 +11,9 @@ use residency_core::device_mask::DeviceIndex;
 use residency_core::memory::{memory_type_candidates, MemoryIntent};
 use residency_core::usage::BufferUsage;
 
-/// The Vulkan usage bits of a set of bind flags.
+/// The Vulkan usage bits of a set of bind flags (the core uses Vulkan's bit positions).
 pub fn vk_buffer_usage(usage: BufferUsage) -> vk::BufferUsageFlags {
-    use vk::BufferUsageFlags as V;
-    let map = [
-        (BufferUsage::COPY_SRC, V::TRANSFER_SRC),
-        (BufferUsage::COPY_DST, V::TRANSFER_DST),
-        (BufferUsage::UNIFORM, V::UNIFORM_BUFFER),
-        (BufferUsage::STORAGE, V::STORAGE_BUFFER),
-        (BufferUsage::VERTEX, V::VERTEX_BUFFER),
-        (BufferUsage::INDEX, V::INDEX_BUFFER),
-        (BufferUsage::INDIRECT, V::INDIRECT_BUFFER),
-        (BufferUsage::UNIFORM_TEXEL, V::UNIFORM_TEXEL_BUFFER),
-        (BufferUsage::STORAGE_TEXEL, V::STORAGE_TEXEL_BUFFER),
-        (BufferUsage::DEVICE_ADDRESS, V::SHADER_DEVICE_ADDRESS),
-    ];
-    map.iter().filter(|(u, _)| usage.contains(*u)).fold(V::empty(), |acc, (_, v)| acc | *v)
+    vk::BufferUsageFlags::from_raw(usage.bits())
 }
 
 /// How a buffer's memory was obtained.

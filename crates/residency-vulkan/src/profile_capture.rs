@@ -11,29 +11,12 @@ use residency_core::profile::{
     MemoryRequirements, MemoryType, MemoryTypeFlags, SparseCaps, SparseImageProbe, SparseTileShape,
     BUFFER_PROBE_SIZES, PROFILE_SCHEMA,
 };
+use residency_core::usage::BufferUsage;
 
-/// The Vulkan usage bits of a probed buffer usage class.
+/// The Vulkan usage bits of a probed buffer usage class (exactly what the core's placement engine
+/// expects a profile's probes to have been captured with).
 pub fn buffer_usage(usage: BufferProbeUsage) -> vk::BufferUsageFlags {
-    use vk::BufferUsageFlags as U;
-    let transfer = U::TRANSFER_SRC | U::TRANSFER_DST;
-    transfer
-        | match usage {
-            BufferProbeUsage::Transfer => U::empty(),
-            BufferProbeUsage::Uniform => U::UNIFORM_BUFFER,
-            BufferProbeUsage::Storage => U::STORAGE_BUFFER,
-            BufferProbeUsage::VertexIndex => U::VERTEX_BUFFER | U::INDEX_BUFFER,
-            BufferProbeUsage::Indirect => U::INDIRECT_BUFFER,
-            BufferProbeUsage::Texel => U::UNIFORM_TEXEL_BUFFER | U::STORAGE_TEXEL_BUFFER,
-            BufferProbeUsage::All => {
-                U::UNIFORM_BUFFER
-                    | U::STORAGE_BUFFER
-                    | U::VERTEX_BUFFER
-                    | U::INDEX_BUFFER
-                    | U::INDIRECT_BUFFER
-                    | U::UNIFORM_TEXEL_BUFFER
-                    | U::STORAGE_TEXEL_BUFFER
-            }
-        }
+    crate::buffer::vk_buffer_usage(BufferUsage::of_probe_class(usage))
 }
 
 /// The non-sparse image descriptions probed for every format.

@@ -5,8 +5,7 @@ use super::checked_align_up;
 use super::desc::{Placement, ResourceDesc, ResourceDimension, ResourceFlag, TextureLayout};
 use super::messages::{emit, Message, MessageId, MessageSink};
 use super::requirements::{
-    BufferQuery, BufferUsages, ImageQuery, ImageTiling, RequirementsQuery, RequirementsSource,
-    TightAlignmentTier,
+    BufferQuery, ImageQuery, ImageTiling, RequirementsQuery, RequirementsSource, TightAlignmentTier,
 };
 use super::small::is_small_resource;
 use super::tables::{
@@ -15,6 +14,7 @@ use super::tables::{
 };
 use super::validation::{validate_structure, PlacementError, PlacementErrorKind};
 use crate::profile::{ImageDimension, MemoryRequirements};
+use crate::usage::BufferUsage;
 use serde::Serialize;
 
 /// The answer for a request: the C++ struct layout of all its elements.
@@ -311,16 +311,16 @@ pub fn allocation_info<S: RequirementsSource + ?Sized>(
 /// The buffer usage a placed D3D12 buffer may be put to: everything but storage-texel writes, which need
 /// `ALLOW_UNORDERED_ACCESS`. (A D3D12 buffer's SRVs become storage or texel buffers on Vulkan, its CBVs
 /// uniform buffers, and it may always be a vertex, index, indirect or copy buffer.)
-pub fn buffer_usages(desc: &ResourceDesc) -> BufferUsages {
-    let read = BufferUsages::TRANSFER
-        | BufferUsages::UNIFORM
-        | BufferUsages::STORAGE
-        | BufferUsages::UNIFORM_TEXEL
-        | BufferUsages::VERTEX
-        | BufferUsages::INDEX
-        | BufferUsages::INDIRECT;
+pub fn buffer_usages(desc: &ResourceDesc) -> BufferUsage {
+    let read = BufferUsage::TRANSFER
+        | BufferUsage::UNIFORM
+        | BufferUsage::STORAGE
+        | BufferUsage::UNIFORM_TEXEL
+        | BufferUsage::VERTEX
+        | BufferUsage::INDEX
+        | BufferUsage::INDIRECT;
     if desc.flags.has(ResourceFlag::AllowUnorderedAccess) {
-        read | BufferUsages::STORAGE_TEXEL
+        read | BufferUsage::STORAGE_TEXEL
     } else {
         read
     }

@@ -2,7 +2,7 @@
 //! exact where a probe matches, inferred or estimated elsewhere.
 //!
 //! Buffers: the query's usage picks the smallest probe class containing it
-//! ([`BufferUsages::probe_class`]). A probe of the same size is returned as is. Otherwise the answer is
+//! ([`BufferUsage::probe_class`]). A probe of the same size is returned as is. Otherwise the answer is
 //! inferred from the class's probes: the alignment (when every probe of the class has the same one),
 //! the size rounding (the largest power of two `g ≤ 64 KiB` with `size = align_up(width, g)` for every
 //! probe) and the memory types (when all agree). When those rules reproduce every probe the answer is
@@ -192,11 +192,11 @@ fn image_requirements(
 mod tests {
     use super::*;
     use crate::format::Format;
-    use crate::placement::BufferUsages;
     use crate::profile::{
         BufferProbe, CaptureInfo, DeviceIdentity, DeviceType, Extensions, FormatCaps, ImageDimension,
         MemoryProperties, SparseCaps, BUFFER_PROBE_SIZES, PROFILE_SCHEMA,
     };
+    use crate::usage::BufferUsage;
 
     /// A profile whose probes follow an H200-like rule: buffers 16 B (uniform 64 B), sizes to 4 B.
     fn test_profile() -> DeviceProfile {
@@ -273,24 +273,24 @@ mod tests {
         }
     }
 
-    fn buffer(profile: &DeviceProfile, size: u64, usage: BufferUsages) -> SourcedRequirements {
+    fn buffer(profile: &DeviceProfile, size: u64, usage: BufferUsage) -> SourcedRequirements {
         profile.requirements(&RequirementsQuery::Buffer(BufferQuery { size, usage })).unwrap()
     }
 
     #[test]
     fn buffers_are_exact_at_probes_and_inferred_between() {
         let p = test_profile();
-        let at_probe = buffer(&p, 100, BufferUsages::STORAGE);
+        let at_probe = buffer(&p, 100, BufferUsage::STORAGE);
         assert_eq!(
             (at_probe.requirements.size, at_probe.requirements.alignment, at_probe.estimated),
             (100, 16, false)
         );
-        let between = buffer(&p, 1001, BufferUsages::STORAGE | BufferUsages::TRANSFER);
+        let between = buffer(&p, 1001, BufferUsage::STORAGE | BufferUsage::TRANSFER);
         assert_eq!(
             (between.requirements.size, between.requirements.alignment, between.estimated),
             (1004, 16, false)
         );
-        let all = buffer(&p, 77, BufferUsages::ALL);
+        let all = buffer(&p, 77, BufferUsage::ALL);
         assert_eq!((all.requirements.size, all.requirements.alignment), (80, 64));
     }
 

@@ -8,113 +8,8 @@
 
 use crate::format::Format;
 use crate::profile::{BufferProbeUsage, ImageDimension, Limits, MemoryRequirements};
+use crate::usage::BufferUsage;
 use serde::{Deserialize, Serialize};
-use std::fmt;
-
-/// Vulkan buffer usage bits, as a set (the subset placement derives from a description).
-#[derive(Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct BufferUsages(u16);
-
-impl BufferUsages {
-    /// `TRANSFER_SRC`.
-    pub const TRANSFER_SRC: BufferUsages = BufferUsages(1);
-    /// `TRANSFER_DST`.
-    pub const TRANSFER_DST: BufferUsages = BufferUsages(1 << 1);
-    /// `UNIFORM_TEXEL_BUFFER`.
-    pub const UNIFORM_TEXEL: BufferUsages = BufferUsages(1 << 2);
-    /// `STORAGE_TEXEL_BUFFER`.
-    pub const STORAGE_TEXEL: BufferUsages = BufferUsages(1 << 3);
-    /// `UNIFORM_BUFFER`.
-    pub const UNIFORM: BufferUsages = BufferUsages(1 << 4);
-    /// `STORAGE_BUFFER`.
-    pub const STORAGE: BufferUsages = BufferUsages(1 << 5);
-    /// `INDEX_BUFFER`.
-    pub const INDEX: BufferUsages = BufferUsages(1 << 6);
-    /// `VERTEX_BUFFER`.
-    pub const VERTEX: BufferUsages = BufferUsages(1 << 7);
-    /// `INDIRECT_BUFFER`.
-    pub const INDIRECT: BufferUsages = BufferUsages(1 << 8);
-    /// Every bit above.
-    pub const ALL: BufferUsages = BufferUsages(0x1ff);
-    /// Both transfer bits.
-    pub const TRANSFER: BufferUsages = BufferUsages(0b11);
-
-    /// The empty set.
-    pub const fn empty() -> Self {
-        BufferUsages(0)
-    }
-
-    /// The raw bits, in the same positions as `VkBufferUsageFlagBits`' first nine bits.
-    pub const fn bits(self) -> u16 {
-        self.0
-    }
-
-    /// The union of two sets.
-    pub const fn union(self, other: BufferUsages) -> BufferUsages {
-        BufferUsages(self.0 | other.0)
-    }
-
-    /// Whether every bit of `other` is in `self`.
-    pub const fn contains(self, other: BufferUsages) -> bool {
-        self.0 & other.0 == other.0
-    }
-
-    /// Whether the two sets share a bit.
-    pub const fn intersects(self, other: BufferUsages) -> bool {
-        self.0 & other.0 != 0
-    }
-
-    /// The usage bits a device profile's probe class was captured with: the class's own bits plus
-    /// both transfer bits (the backend's capture must use exactly these).
-    pub const fn of_probe_class(class: BufferProbeUsage) -> BufferUsages {
-        let own = match class {
-            BufferProbeUsage::Transfer => BufferUsages::empty(),
-            BufferProbeUsage::Uniform => BufferUsages::UNIFORM,
-            BufferProbeUsage::Storage => BufferUsages::STORAGE,
-            BufferProbeUsage::VertexIndex => BufferUsages::VERTEX.union(BufferUsages::INDEX),
-            BufferProbeUsage::Indirect => BufferUsages::INDIRECT,
-            BufferProbeUsage::Texel => BufferUsages::UNIFORM_TEXEL.union(BufferUsages::STORAGE_TEXEL),
-            BufferProbeUsage::All => BufferUsages::ALL,
-        };
-        own.union(BufferUsages::TRANSFER)
-    }
-
-    /// The smallest probe class whose usage bits contain `self` (`All` when no single class does).
-    pub fn probe_class(self) -> BufferProbeUsage {
-        BufferProbeUsage::ALL
-            .iter()
-            .copied()
-            .find(|&class| BufferUsages::of_probe_class(class).contains(self))
-            .unwrap_or(BufferProbeUsage::All)
-    }
-}
-
-impl std::ops::BitOr for BufferUsages {
-    type Output = BufferUsages;
-    fn bitor(self, rhs: BufferUsages) -> BufferUsages {
-        self.union(rhs)
-    }
-}
-
-impl fmt::Debug for BufferUsages {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const NAMES: [&str; 9] = [
-            "TRANSFER_SRC",
-            "TRANSFER_DST",
-            "UNIFORM_TEXEL",
-            "STORAGE_TEXEL",
-            "UNIFORM",
-            "STORAGE",
-            "INDEX",
-            "VERTEX",
-            "INDIRECT",
-        ];
-        let set: Vec<&str> =
-            NAMES.iter().enumerate().filter(|(i, _)| self.0 & (1 << i) != 0).map(|(_, n)| *n).collect();
-        write!(f, "BufferUsages({})", set.join(" | "))
-    }
-}
 
 /// `VkImageTiling`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -132,7 +27,7 @@ pub struct BufferQuery {
     /// Size in bytes (never 0).
     pub size: u64,
     /// Usage bits.
-    pub usage: BufferUsages,
+    pub usage: BufferUsage,
 }
 
 /// An image to ask requirements for (no image is created).
@@ -277,7 +172,7 @@ pub fn derive_tight_alignment_tier<S: RequirementsSource + ?Sized>(source: &S) -
     for &class in BufferProbeUsage::ALL {
         for size in TIER_PROBE_SIZES {
             let query =
-                RequirementsQuery::Buffer(BufferQuery { size, usage: BufferUsages::of_probe_class(class) });
+                RequirementsQuery::Buffer(BufferQuery { size, usage: BufferUsage::of_probe_class(class) });
             match source.requirements(&query) {
                 Ok(r) if r.requirements.alignment <= super::tables::TIGHT_MAX_PLACED_BUFFER_ALIGNMENT => {}
                 _ => return TightAlignmentTier::NotSupported,
@@ -371,10 +266,10 @@ impl FixedRequirements {
 
     fn buffer(&self, q: &BufferQuery) -> MemoryRequirements {
         let mut alignment = self.buffer_alignment;
-        if q.usage.contains(BufferUsages::UNIFORM) {
+        if q.usage.contains(BufferUsage::UNIFORM) {
             alignment = alignment.max(self.uniform_alignment);
         }
-        if q.usage.intersects(BufferUsages::UNIFORM_TEXEL | BufferUsages::STORAGE_TEXEL) {
+        if q.usage.intersects(BufferUsage::UNIFORM_TEXEL | BufferUsage::STORAGE_TEXEL) {
             alignment = alignment.max(self.texel_alignment);
         }
         MemoryRequirements {
@@ -452,13 +347,13 @@ mod tests {
 
     #[test]
     fn usage_sets_map_to_the_smallest_covering_probe_class() {
-        assert_eq!(BufferUsages::TRANSFER_SRC.probe_class(), BufferProbeUsage::Transfer);
-        assert_eq!(BufferUsages::UNIFORM.probe_class(), BufferProbeUsage::Uniform);
+        assert_eq!(BufferUsage::COPY_SRC.probe_class(), BufferProbeUsage::Transfer);
+        assert_eq!(BufferUsage::UNIFORM.probe_class(), BufferProbeUsage::Uniform);
         assert_eq!(
-            (BufferUsages::VERTEX | BufferUsages::TRANSFER).probe_class(),
+            (BufferUsage::VERTEX | BufferUsage::TRANSFER).probe_class(),
             BufferProbeUsage::VertexIndex
         );
-        assert_eq!((BufferUsages::UNIFORM | BufferUsages::STORAGE).probe_class(), BufferProbeUsage::All);
+        assert_eq!((BufferUsage::UNIFORM | BufferUsage::STORAGE).probe_class(), BufferProbeUsage::All);
     }
 
     #[test]
