@@ -1,5 +1,6 @@
 //! The `residency` command-line tool.
 
+mod alloc_info;
 mod info;
 
 use clap::{Parser, Subcommand};
@@ -17,6 +18,9 @@ struct Cli {
 enum Command {
     /// Show each device's capabilities (memory, limits, sparse support, tile shapes), or a profile.
     Info(info::InfoArgs),
+    /// Allocation info (size, alignment, per-element offsets) for resource descriptions read as JSON
+    /// from stdin, by the tight placed-resource alignment rules.
+    AllocInfo(alloc_info::AllocInfoArgs),
 }
 
 fn main() -> ExitCode {
@@ -30,6 +34,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Info(args) => info::run(&args),
+        Command::AllocInfo(args) => alloc_info::run(&args),
     };
     match result {
         Ok(code) => code,

@@ -17,6 +17,7 @@ mod ledger;
 mod memory;
 mod pool;
 pub mod profile_capture;
+pub mod requirements;
 pub mod testing;
 pub mod validation;
 

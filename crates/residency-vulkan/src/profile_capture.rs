@@ -97,7 +97,11 @@ pub fn image_create_info(
 
 /// Whether the device accepts an image of this description (so asking for its requirements is
 /// valid usage), judged by `vkGetPhysicalDeviceImageFormatProperties`.
-fn image_supported(device: &Device, info: &vk::ImageCreateInfo<'_>, sparse_budget: Option<u64>) -> bool {
+pub(crate) fn image_supported(
+    device: &Device,
+    info: &vk::ImageCreateInfo<'_>,
+    sparse_budget: Option<u64>,
+) -> bool {
     // SAFETY: valid physical device of this instance.
     let props = unsafe {
         device.instance().get_physical_device_image_format_properties(
@@ -120,7 +124,7 @@ fn image_supported(device: &Device, info: &vk::ImageCreateInfo<'_>, sparse_budge
     fits && sparse_budget.is_none_or(|budget| props.max_resource_size >= budget)
 }
 
-fn requirements_of_image(device: &Device, info: &vk::ImageCreateInfo<'_>) -> MemoryRequirements {
+pub(crate) fn requirements_of_image(device: &Device, info: &vk::ImageCreateInfo<'_>) -> MemoryRequirements {
     let query = vk::DeviceImageMemoryRequirements::default().create_info(info);
     let mut dedicated = vk::MemoryDedicatedRequirements::default();
     let mut out = vk::MemoryRequirements2::default().push_next(&mut dedicated);
