@@ -8,6 +8,8 @@
 //! - [`testing`]: the GPU test harness (one device set per test binary, validation failures fail tests).
 
 mod buffer;
+mod commands;
+pub mod compute;
 mod device;
 mod device_set;
 mod error;
@@ -19,10 +21,12 @@ mod pool;
 pub mod profile_capture;
 pub mod requirements;
 pub mod testing;
+mod upload;
 pub mod validation;
 
 pub use ash;
 pub use buffer::{vk_buffer_usage, AccessError, Buffer, BufferDesc, BufferPlacement};
+pub use commands::{CommandContext, Submission};
 pub use device::{Device, EnabledFeatures, Queue, LEAKS_AT_TEARDOWN};
 pub use device_set::{DeviceSet, DeviceSetDesc};
 pub use error::{Result, VulkanError, LAVAPIPE_HINT};
@@ -30,4 +34,5 @@ pub use instance::{version_string, InstanceDesc};
 pub use ledger::{Ledger, LiveObject};
 pub use memory::MemoryError;
 pub use pool::{BufferInit, BufferPool, BufferPoolDesc, PoolStats};
+pub use upload::{UploadError, Uploader};
 pub use validation::ValidationMode;

@@ -1,0 +1,167 @@
+//! Recording and submitting command buffers on a device's universal queue.
+//!
+//! [`CommandContext`] owns a command pool and a small set of (command buffer, fence) slots that are
+//! reused once their fence has signalled. [`Device::submit_once`] is the simple form: record, submit,
+//! wait.
+
+use crate::device::Device;
+use crate::error::{Result, VkResultExt};
+use ash::vk;
+use std::sync::Mutex;
+
+/// A submitted batch; wait for it with [`CommandContext::wait`].
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "a submission should be waited for before its resources are reused"]
+pub struct Submission {
+    slot: usize,
+    serial: u64,
+}
+
+#[derive(Debug)]
+struct Slot {
+    command_buffer: vk::CommandBuffer,
+    fence: vk::Fence,
+    /// The serial of the submission using this slot, 0 when free.
+    serial: u64,
+}
+
+#[derive(Debug)]
+struct ContextState {
+    pool: vk::CommandPool,
+    slots: Vec<Slot>,
+    next_serial: u64,
+}
+
+/// A command pool on the universal queue's family with reusable command buffers and fences.
+#[derive(Debug)]
+pub struct CommandContext {
+    name: String,
+    state: Mutex<ContextState>,
+}
+
+impl CommandContext {
+    /// Creates an empty context; command buffers are created as needed.
+    pub fn new(device: &Device, name: &str) -> Result<CommandContext> {
+        let info = vk::CommandPoolCreateInfo::default()
+            .queue_family_index(device.universal_queue().family())
+            .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
+        // SAFETY: valid device and queue family.
+        let pool = unsafe { device.raw().create_command_pool(&info, None) }.during("vkCreateCommandPool")?;
+        device.set_name(pool, name);
+        Ok(CommandContext {
+            name: name.to_owned(),
+            state: Mutex::new(ContextState { pool, slots: Vec::new(), next_serial: 1 }),
+        })
+    }
+
+    fn free_slot(&self, device: &Device, state: &mut ContextState) -> Result<usize> {
+        for (i, slot) in state.slots.iter_mut().enumerate() {
+            if slot.serial == 0 {
+                return Ok(i);
+            }
+            // SAFETY: the fence belongs to this device.
+            if unsafe { device.raw().get_fence_status(slot.fence) }.during("vkGetFenceStatus")? {
+                slot.serial = 0;
+                return Ok(i);
+            }
+        }
+        let info = vk::CommandBufferAllocateInfo::default()
+            .command_pool(state.pool)
+            .level(vk::CommandBufferLevel::PRIMARY)
+            .command_buffer_count(1);
+        // SAFETY: the pool belongs to this device and is only used under the state lock.
+        let command_buffer =
+            unsafe { device.raw().allocate_command_buffers(&info) }.during("vkAllocateCommandBuffers")?[0];
+        // SAFETY: valid device.
+        let fence = unsafe { device.raw().create_fence(&vk::FenceCreateInfo::default(), None) }
+            .during("vkCreateFence")?;
+        let n = state.slots.len();
+        device.set_name(command_buffer, &format!("{} cmd {n}", self.name));
+        device.set_name(fence, &format!("{} fence {n}", self.name));
+        state.slots.push(Slot { command_buffer, fence, serial: 0 });
+        Ok(n)
+    }
+
+    /// Records commands with `record` and submits them to the universal queue, waiting on and
+    /// signalling the given semaphores.
+    pub fn submit(
+        &self,
+        device: &Device,
+        waits: &[vk::SemaphoreSubmitInfo<'_>],
+        signals: &[vk::SemaphoreSubmitInfo<'_>],
+        record: impl FnOnce(vk::CommandBuffer),
+    ) -> Result<Submission> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let index = self.free_slot(device, &mut state)?;
+        let (command_buffer, fence) = (state.slots[index].command_buffer, state.slots[index].fence);
+        let begin = vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
+        // SAFETY: the slot is free (its fence signalled or never used), so the command buffer is not
+        // pending; the pool is externally synchronised by the state lock.
+        unsafe {
+            device.raw().reset_fences(&[fence]).during("vkResetFences")?;
+            device
+                .raw()
+                .reset_command_buffer(command_buffer, vk::CommandBufferResetFlags::empty())
+                .during("vkResetCommandBuffer")?;
+            device.raw().begin_command_buffer(command_buffer, &begin).during("vkBeginCommandBuffer")?;
+        }
+        record(command_buffer);
+        // SAFETY: recording began above.
+        unsafe { device.raw().end_command_buffer(command_buffer) }.during("vkEndCommandBuffer")?;
+        let buffers = [vk::CommandBufferSubmitInfo::default().command_buffer(command_buffer)];
+        let submit = vk::SubmitInfo2::default()
+            .command_buffer_infos(&buffers)
+            .wait_semaphore_infos(waits)
+            .signal_semaphore_infos(signals);
+        {
+            let queue = device.universal_queue().lock();
+            // SAFETY: the queue is locked; the command buffer is executable; the fence is unsignalled.
+            unsafe { device.raw().queue_submit2(*queue, &[submit], fence) }.during("vkQueueSubmit2")?;
+        }
+        let serial = state.next_serial;
+        state.next_serial += 1;
+        state.slots[index].serial = serial;
+        Ok(Submission { slot: index, serial })
+    }
+
+    /// Waits until `submission` has finished executing.
+    pub fn wait(&self, device: &Device, submission: Submission) -> Result<()> {
+        let fence = {
+            let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            let slot = &state.slots[submission.slot];
+            if slot.serial != submission.serial {
+                return Ok(()); // already observed complete and reused
+            }
+            slot.fence
+        };
+        // SAFETY: the fence belongs to this device.
+        unsafe { device.raw().wait_for_fences(&[fence], true, u64::MAX) }.during("vkWaitForFences")
+    }
+
+    /// Waits for every submission, then destroys the pool, its command buffers and fences.
+    pub fn destroy(self, device: &Device) {
+        let state = self.state.into_inner().unwrap_or_else(|e| e.into_inner());
+        let fences: Vec<_> = state.slots.iter().filter(|s| s.serial != 0).map(|s| s.fence).collect();
+        // SAFETY: all objects belong to this device; waiting first means none is in use when destroyed.
+        unsafe {
+            if !fences.is_empty() {
+                let _ = device.raw().wait_for_fences(&fences, true, u64::MAX);
+            }
+            for slot in &state.slots {
+                device.raw().destroy_fence(slot.fence, None);
+            }
+            device.raw().destroy_command_pool(state.pool, None);
+        }
+    }
+}
+
+impl Device {
+    /// Records commands with `record`, submits them to the universal queue and waits for them.
+    /// Convenient for set-up, tests and examples; hot paths keep a [`CommandContext`].
+    pub fn submit_once(&self, name: &str, record: impl FnOnce(vk::CommandBuffer)) -> Result<()> {
+        let context = CommandContext::new(self, name)?;
+        let result = context.submit(self, &[], &[], record).and_then(|s| context.wait(self, s));
+        context.destroy(self);
+        result
+    }
+}

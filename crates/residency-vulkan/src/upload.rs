@@ -1,0 +1,220 @@
+//! Uploads to device-local buffers through a staging ring.
+//!
+//! Data is copied into a persistently mapped host-visible buffer managed by the core's
+//! [`RingAllocator`]; [`Uploader::flush`] records every queued copy into one command buffer with a
+//! barrier before (earlier GPU work on the destinations finishes first) and after (later work sees
+//! the data), and submits it. Ring space comes back when the GPU has finished the frame that used it,
+//! so the CPU only waits when the ring is full.
+
+use crate::buffer::{Buffer, BufferDesc};
+use crate::commands::{CommandContext, Submission};
+use crate::device::Device;
+use crate::error::VulkanError;
+use crate::memory::MemoryError;
+use ash::vk;
+use residency_core::allocator::{FrameId, RingAllocator, RingError};
+use residency_core::memory::MemoryIntent;
+use residency_core::usage::BufferUsage;
+use std::sync::Mutex;
+
+/// An upload could not be done.
+#[derive(Debug, thiserror::Error)]
+pub enum UploadError {
+    /// The destination range is outside the buffer.
+    #[error("upload to `{name}`: bytes {offset}..{end} are outside its {size} B")]
+    OutOfBounds {
+        /// The destination.
+        name: String,
+        /// Start of the range.
+        offset: u64,
+        /// End of the range.
+        end: u64,
+        /// The destination's size.
+        size: u64,
+    },
+    /// The destination cannot be written by copies.
+    #[error("upload to `{name}`: the buffer lacks the copy_dst usage")]
+    NotCopyDestination {
+        /// The destination.
+        name: String,
+    },
+    /// Creating the staging buffer failed.
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
+    /// A Vulkan call failed.
+    #[error(transparent)]
+    Vulkan(#[from] VulkanError),
+}
+
+struct PendingCopy {
+    dst: vk::Buffer,
+    region: vk::BufferCopy,
+}
+
+struct State {
+    ring: RingAllocator,
+    copies: Vec<PendingCopy>,
+    in_flight: Vec<(FrameId, Submission)>,
+}
+
+/// A staging ring and the command context that copies out of it.
+pub struct Uploader {
+    staging: Buffer,
+    context: CommandContext,
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for Uploader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Uploader").field("staging", &self.staging.name()).finish_non_exhaustive()
+    }
+}
+
+/// Staging allocations are aligned for any copy (`optimalBufferCopyOffsetAlignment` is at most this
+/// on the devices we know; 16 also covers texel-block sizes).
+const STAGING_ALIGNMENT: u64 = 16;
+
+impl Uploader {
+    /// Creates an uploader with a staging ring of `capacity` bytes.
+    pub fn new(device: &Device, name: &str, capacity: u64) -> Result<Uploader, UploadError> {
+        let desc = BufferDesc::new(format!("{name} staging ring"), capacity, BufferUsage::COPY_SRC)
+            .with_intent(MemoryIntent::Upload)
+            .committed();
+        let staging = device.create_buffer(&desc)?;
+        let context = match CommandContext::new(device, &format!("{name} commands")) {
+            Ok(c) => c,
+            Err(e) => {
+                device.destroy_buffer(staging);
+                return Err(e.into());
+            }
+        };
+        let ring = RingAllocator::new(capacity).expect("capacity is non-zero: the buffer exists");
+        Ok(Uploader {
+            staging,
+            context,
+            state: Mutex::new(State { ring, copies: Vec::new(), in_flight: Vec::new() }),
+        })
+    }
+
+    /// Queues a copy of `data` into `dst` at `offset`. The data is in the staging ring on return; it
+    /// reaches `dst` after the next [`Uploader::flush`]. Waits for the GPU only when the ring is full.
+    pub fn write_buffer(
+        &self,
+        device: &Device,
+        dst: &Buffer,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), UploadError> {
+        let end = offset.saturating_add(data.len() as u64);
+        if end > dst.size() {
+            return Err(UploadError::OutOfBounds {
+                name: dst.name().to_owned(),
+                offset,
+                end,
+                size: dst.size(),
+            });
+        }
+        if !dst.usage().contains(BufferUsage::COPY_DST) {
+            return Err(UploadError::NotCopyDestination { name: dst.name().to_owned() });
+        }
+        let capacity = self.staging.size();
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut done = 0usize;
+        while done < data.len() {
+            let chunk = (data.len() - done).min((capacity / 2) as usize);
+            let allocation = loop {
+                match state.ring.allocate(chunk as u64, STAGING_ALIGNMENT) {
+                    Ok(a) => break a,
+                    Err(RingError::Full { .. }) => self.make_room(device, &mut state)?,
+                    Err(e) => unreachable!("chunks are non-empty and at most half the ring: {e}"),
+                }
+            };
+            self.staging
+                .write(device, allocation.offset, &data[done..done + chunk])
+                .expect("ring allocations lie inside the mapped staging buffer");
+            state.copies.push(PendingCopy {
+                dst: dst.raw(),
+                region: vk::BufferCopy {
+                    src_offset: allocation.offset,
+                    dst_offset: dst.offset() + offset + done as u64,
+                    size: chunk as u64,
+                },
+            });
+            done += chunk;
+        }
+        Ok(())
+    }
+
+    /// Submits the queued copies (if any), or waits for the oldest frame in flight, so that the ring
+    /// has room again.
+    fn make_room(&self, device: &Device, state: &mut State) -> Result<(), UploadError> {
+        if !state.copies.is_empty() {
+            self.submit(device, state)?;
+        }
+        if state.in_flight.is_empty() {
+            unreachable!("a full ring with nothing queued or in flight cannot happen");
+        }
+        let (frame, submission) = state.in_flight.remove(0);
+        self.context.wait(device, submission)?;
+        state.ring.retire(frame).expect("frames retire in order");
+        Ok(())
+    }
+
+    fn submit(&self, device: &Device, state: &mut State) -> Result<(), UploadError> {
+        let copies = std::mem::take(&mut state.copies);
+        let staging = self.staging.raw();
+        let before = [vk::MemoryBarrier2::default()
+            .src_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
+            .src_access_mask(vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE)
+            .dst_stage_mask(vk::PipelineStageFlags2::COPY)
+            .dst_access_mask(vk::AccessFlags2::TRANSFER_WRITE)];
+        let after = [vk::MemoryBarrier2::default()
+            .src_stage_mask(vk::PipelineStageFlags2::COPY)
+            .src_access_mask(vk::AccessFlags2::TRANSFER_WRITE)
+            .dst_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
+            .dst_access_mask(vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE)];
+        let submission = self.context.submit(device, &[], &[], |cmd| {
+            // SAFETY: `cmd` is recording; the staging buffer and every destination are live buffers of
+            // this device (callers keep destinations alive until the upload is waited for).
+            unsafe {
+                let raw = device.raw();
+                raw.cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&before));
+                for copy in &copies {
+                    raw.cmd_copy_buffer(cmd, staging, copy.dst, &[copy.region]);
+                }
+                raw.cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&after));
+            }
+        })?;
+        let frame = state.ring.finish_frame();
+        state.in_flight.push((frame, submission));
+        Ok(())
+    }
+
+    /// Submits every queued copy. Work submitted to the universal queue afterwards sees the data.
+    pub fn flush(&self, device: &Device) -> Result<(), UploadError> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if !state.copies.is_empty() {
+            self.submit(device, &mut state)?;
+        }
+        Ok(())
+    }
+
+    /// Flushes and waits until every upload has reached its destination.
+    pub fn wait_idle(&self, device: &Device) -> Result<(), UploadError> {
+        self.flush(device)?;
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        for (frame, submission) in std::mem::take(&mut state.in_flight) {
+            self.context.wait(device, submission)?;
+            state.ring.retire(frame).expect("frames retire in order");
+        }
+        Ok(())
+    }
+
+    /// Waits for all uploads, then destroys the staging buffer and command context.
+    pub fn destroy(self, device: &Device) -> Result<(), UploadError> {
+        let waited = self.wait_idle(device);
+        self.context.destroy(device);
+        device.destroy_buffer(self.staging);
+        waited
+    }
+}

@@ -1,0 +1,17 @@
+#version 450
+// Reads buffers placed side by side in one heap, each with its own usage: vertices and indices
+// (also bound as storage buffers here), a uniform block; writes one result per index.
+layout(local_size_x = 64) in;
+
+layout(std430, set = 0, binding = 0) readonly buffer Vertices { vec4 vertices[]; };
+layout(std430, set = 0, binding = 1) readonly buffer Indices { uint indices[]; };
+layout(std140, set = 0, binding = 2) uniform Params { vec4 scale; vec4 bias; uint count; } params;
+layout(std430, set = 0, binding = 3) writeonly buffer Results { vec4 results[]; };
+
+void main() {
+    uint i = gl_GlobalInvocationID.x;
+    if (i >= params.count) {
+        return;
+    }
+    results[i] = vertices[indices[i]] * params.scale + params.bias;
+}

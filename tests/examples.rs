@@ -1,0 +1,51 @@
+//! Runs the examples as tests on the shared GPU harness: validation clean, no leaks, checked output.
+
+#[path = "../examples/placed_buffers.rs"]
+mod placed_buffers;
+
+use residency::vulkan::testing::with_gpu;
+
+#[test]
+fn placed_buffers_example_computes_the_right_results_in_one_shared_page() {
+    with_gpu(|set| {
+        let outcome = placed_buffers::run(&set.devices()[0]).expect("the example runs");
+        assert_eq!(outcome.matched, 1000);
+        let mut offsets = outcome.offsets.to_vec();
+        offsets.sort_unstable();
+        offsets.dedup();
+        assert_eq!(offsets.len(), 4, "four distinct places in one page: {:?}", outcome.offsets);
+        assert_eq!(outcome.offsets[2] % 256, 0, "the uniform buffer's 256 B floor");
+    });
+}
+
+#[test]
+fn shaders_are_up_to_date() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("shaders");
+    let out_dir = std::env::temp_dir().join(format!("residency-shaders-{}", std::process::id()));
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let ext = path.extension().and_then(|e| e.to_str()).unwrap_or_default();
+        if !matches!(ext, "comp" | "vert" | "frag") {
+            continue;
+        }
+        let out = out_dir.join("check.spv");
+        let status = std::process::Command::new("glslc")
+            .args(["--target-env=vulkan1.3", "-O", "-o"])
+            .arg(&out)
+            .arg(&path)
+            .status()
+            .expect("glslc is installed (bash .ci/install-deps)");
+        assert!(status.success(), "{} does not compile", path.display());
+        let committed = std::fs::read(path.with_extension(format!("{ext}.spv"))).unwrap();
+        assert!(
+            std::fs::read(&out).unwrap() == committed,
+            "{}.spv is stale: run bash shaders/build.sh",
+            path.display()
+        );
+        checked += 1;
+    }
+    std::fs::remove_dir_all(&out_dir).unwrap();
+    assert!(checked > 0);
+}
