@@ -393,6 +393,13 @@ impl BufferPool {
         Ok(())
     }
 
+    /// Checks every page's allocator invariants (in bounds, no overlap, aligned, granularity, free
+    /// lists consistent). For tests and debugging; a failure is a bug in the library.
+    pub fn check_invariants(&self) -> Result<(), residency_core::allocator::InvariantError> {
+        let pages = self.pages.lock().unwrap_or_else(|e| e.into_inner());
+        pages.blocks.iter().flatten().try_for_each(|b| b.allocator.check_invariants())
+    }
+
     /// The pool's statistics.
     pub fn stats(&self) -> PoolStats {
         let (page_bytes, used_bytes, pages) = self.pages.lock().unwrap_or_else(|e| e.into_inner()).totals();
