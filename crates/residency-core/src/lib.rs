@@ -9,6 +9,7 @@
 //! - [`placement`]: the tight placed-resource alignment engine (D3D12 tight alignment on Vulkan).
 //! - [`allocator`]: offset allocators for heaps (O(1) two-level segregated fit) and per-frame rings.
 //! - [`usage`]: buffer bind flags and pool usage (known or unknown flags).
+//! - [`sync`]: per-resource state tracking, the barrier batcher and transient memory aliasing.
 //! - [`tiles`]: sparse tile math, page tables, residency bitmaps and the physical tile pool.
 #![forbid(unsafe_code)]
 
@@ -18,5 +19,6 @@ pub mod format;
 pub mod memory;
 pub mod placement;
 pub mod profile;
+pub mod sync;
 pub mod tiles;
 pub mod usage;
