@@ -161,6 +161,70 @@ impl<'de> Deserialize<'de> for BufferUsage {
     }
 }
 
+/// A set of image usages, in `VkImageUsageFlagBits` positions.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ImageUsage(u32);
+
+impl ImageUsage {
+    /// No usage.
+    pub const NONE: ImageUsage = ImageUsage(0);
+    /// Source of copies.
+    pub const COPY_SRC: ImageUsage = ImageUsage(0x1);
+    /// Destination of copies and uploads.
+    pub const COPY_DST: ImageUsage = ImageUsage(0x2);
+    /// Sampled by shaders.
+    pub const SAMPLED: ImageUsage = ImageUsage(0x4);
+    /// Read and written as a storage image.
+    pub const STORAGE: ImageUsage = ImageUsage(0x8);
+    /// Colour attachment (render target).
+    pub const COLOR_ATTACHMENT: ImageUsage = ImageUsage(0x10);
+    /// Depth/stencil attachment.
+    pub const DEPTH_STENCIL_ATTACHMENT: ImageUsage = ImageUsage(0x20);
+
+    /// The raw bits.
+    pub const fn bits(self) -> u32 {
+        self.0
+    }
+
+    /// Whether every flag of `other` is set.
+    pub const fn contains(self, other: ImageUsage) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// Whether any flag of `other` is set.
+    pub const fn intersects(self, other: ImageUsage) -> bool {
+        self.0 & other.0 != 0
+    }
+
+    /// Whether no flag is set.
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+}
+
+impl BitOr for ImageUsage {
+    type Output = ImageUsage;
+    fn bitor(self, rhs: ImageUsage) -> ImageUsage {
+        ImageUsage(self.0 | rhs.0)
+    }
+}
+
+impl fmt::Debug for ImageUsage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names = [
+            (ImageUsage::COPY_SRC, "copy_src"),
+            (ImageUsage::COPY_DST, "copy_dst"),
+            (ImageUsage::SAMPLED, "sampled"),
+            (ImageUsage::STORAGE, "storage"),
+            (ImageUsage::COLOR_ATTACHMENT, "color_attachment"),
+            (ImageUsage::DEPTH_STENCIL_ATTACHMENT, "depth_stencil_attachment"),
+        ];
+        let set: Vec<&str> = names.iter().filter(|(u, _)| self.contains(*u)).map(|&(_, n)| n).collect();
+        write!(f, "ImageUsage({})", set.join(" | "))
+    }
+}
+
 /// The bind flags of a buffer pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -4,11 +4,13 @@
 use crate::device::Device;
 use crate::error::VulkanError;
 use crate::ledger::ObjectId;
-use crate::memory::{BlockAllocation, MappedPtr, MemoryBlock, MemoryError, RawMemoryDesc, SubRequest};
+use crate::memory::{MappedPtr, MemoryError};
+use crate::resource_memory::{DedicatedTarget, PlaceRequest, ResourceMemory};
 use ash::vk;
 use residency_core::allocator::ResourceKind;
 use residency_core::device_mask::DeviceIndex;
-use residency_core::memory::{memory_type_candidates, MemoryIntent};
+use residency_core::memory::MemoryIntent;
+use residency_core::profile::MemoryRequirements;
 use residency_core::usage::BufferUsage;
 
 /// The Vulkan usage bits of a set of bind flags (the core uses Vulkan's bit positions).
@@ -86,17 +88,6 @@ impl BufferDesc {
     }
 }
 
-/// Where a buffer's memory came from, so that freeing returns it there.
-#[derive(Debug)]
-pub(crate) enum BufferMemory {
-    /// The device's general allocator, memory type `type_index`.
-    General { type_index: u32, allocation: BlockAllocation },
-    /// Memory of its own.
-    Dedicated(Box<MemoryBlock>),
-    /// A pool (identified by its id).
-    Pool { pool: u64, allocation: BlockAllocation },
-}
-
 /// A buffer. Free it explicitly, by value: [`Device::destroy_buffer`] or the pool's
 /// `free_buffer`; a buffer never frees itself on drop (a dropped buffer is reported as leaked).
 #[derive(Debug)]
@@ -114,7 +105,7 @@ pub struct Buffer {
     pub(crate) coherent: bool,
     pub(crate) placement: BufferPlacement,
     pub(crate) device: DeviceIndex,
-    pub(crate) owner: BufferMemory,
+    pub(crate) owner: ResourceMemory,
     pub(crate) id: ObjectId,
 }
 
@@ -255,7 +246,7 @@ pub(crate) fn create_raw_buffer(
     name: &str,
     size: u64,
     usage: BufferUsage,
-) -> Result<(vk::Buffer, vk::MemoryRequirements), MemoryError> {
+) -> Result<(vk::Buffer, MemoryRequirements), MemoryError> {
     if size == 0 {
         return Err(MemoryError::InvalidRequest {
             name: name.to_owned(),
@@ -280,8 +271,19 @@ pub(crate) fn create_raw_buffer(
         r => VulkanError::from_vk("vkCreateBuffer", r).into(),
     })?;
     device.set_name(raw, name);
-    // SAFETY: raw was just created on this device.
-    let requirements = unsafe { device.raw().get_buffer_memory_requirements(raw) };
+    let mut dedicated = vk::MemoryDedicatedRequirements::default();
+    let mut out = vk::MemoryRequirements2::default().push_next(&mut dedicated);
+    let info = vk::BufferMemoryRequirementsInfo2::default().buffer(raw);
+    // SAFETY: raw was just created on this device; the output chain is live.
+    unsafe { device.raw().get_buffer_memory_requirements2(&info, &mut out) };
+    let r = out.memory_requirements;
+    let requirements = MemoryRequirements {
+        size: r.size,
+        alignment: r.alignment,
+        memory_type_bits: r.memory_type_bits,
+        prefers_dedicated: dedicated.prefers_dedicated_allocation == vk::TRUE
+            || dedicated.requires_dedicated_allocation == vk::TRUE,
+    };
     Ok((raw, requirements))
 }
 
@@ -297,14 +299,15 @@ pub(crate) fn bind_buffer(
     if let Err(r) = unsafe { device.raw().bind_buffer_memory(raw, memory, offset) } {
         // SAFETY: raw was created by the caller on this device and is unused.
         unsafe { device.raw().destroy_buffer(raw, None) };
-        return Err(VulkanError::from_vk("vkBindBufferMemory", r).into());
+        return Err(VulkanError::from_vk("vkBindResourceMemory", r).into());
     }
     Ok(())
 }
 
 impl Device {
     /// Creates a buffer: placed in a shared heap of the device's general allocator, or committed
-    /// (its own memory) when `desc.committed` or when it is too large for a heap.
+    /// (its own memory) when `desc.committed`, when the driver prefers it, or when it is too large
+    /// for a heap.
     pub fn create_buffer(&self, desc: &BufferDesc) -> Result<Buffer, MemoryError> {
         let name = desc.name.as_str();
         if desc.alignment != 0 && !desc.alignment.is_power_of_two() {
@@ -315,123 +318,51 @@ impl Device {
                 },
             });
         }
-        let (raw, req) = create_raw_buffer(self, name, desc.size, desc.usage)?;
-        let destroy_raw = |e: MemoryError| {
-            // SAFETY: raw was created above and is not bound or used.
-            unsafe { self.raw().destroy_buffer(raw, None) };
-            e
+        let (raw, requirements) = create_raw_buffer(self, name, desc.size, desc.usage)?;
+        let request = PlaceRequest {
+            name,
+            requirements,
+            alignment_floor: desc.alignment,
+            kind: ResourceKind::Linear,
+            intent: desc.intent,
+            committed: desc.committed,
+            allow_over_budget: desc.allow_over_budget,
+            target: DedicatedTarget::Buffer(raw),
         };
-        let candidates =
-            memory_type_candidates(&self.memory_properties().types, req.memory_type_bits, desc.intent);
-        if candidates.is_empty() {
-            return Err(destroy_raw(MemoryError::NoSuitableMemoryType {
-                name: name.to_owned(),
-                allowed_bits: req.memory_type_bits,
-                intent: desc.intent,
-            }));
-        }
-        let alignment = req.alignment.max(desc.alignment).max(1);
-        let mut last_error = None;
-        for &type_index in &candidates {
-            let coherent = self.memory_properties().types[type_index as usize].flags.host_coherent;
-            let list_mutex = &self.general[type_index as usize];
-            let mut list = list_mutex.lock().unwrap_or_else(|e| e.into_inner());
-            let dedicated = desc.committed || list.growth.wants_dedicated(req.size, false);
-            let result = if dedicated {
-                let info = vk::MemoryDedicatedAllocateInfo::default().buffer(raw);
-                let block_desc = RawMemoryDesc {
-                    name,
-                    size: req.size,
-                    type_index,
-                    allow_over_budget: desc.allow_over_budget,
-                    dedicated: Some(info),
-                };
-                drop(list);
-                MemoryBlock::new(self, block_desc, 1).map(|block| {
-                    let (memory, memory_size, mapped) = (block.memory, block.size, block.mapped);
-                    (
-                        BufferMemory::Dedicated(Box::new(block)),
-                        memory,
-                        0,
-                        memory_size,
-                        mapped,
-                        BufferPlacement::Committed,
-                    )
-                })
-            } else {
-                let request = SubRequest {
-                    name,
-                    size: req.size,
-                    alignment,
-                    kind: ResourceKind::Linear,
-                    allow_over_budget: desc.allow_over_budget,
-                };
-                list.allocate(self, request).map(|allocation| {
-                    let block = list.block(allocation.block);
-                    let offset = allocation.allocation.offset();
-                    let parts = (block.memory, offset, block.size, block.mapped);
-                    (
-                        BufferMemory::General { type_index, allocation },
-                        parts.0,
-                        parts.1,
-                        parts.2,
-                        parts.3,
-                        BufferPlacement::Placed,
-                    )
-                })
-            };
-            match result {
-                Ok((owner, memory, memory_offset, memory_size, mapped, placement)) => {
-                    if let Err(e) = bind_buffer(self, raw, memory, memory_offset) {
-                        self.release_buffer_memory(owner);
-                        return Err(e);
-                    }
-                    let id = self.ledger().track("buffer", name);
-                    return Ok(Buffer {
-                        raw,
-                        range_offset: 0,
-                        size: desc.size,
-                        usage: desc.usage,
-                        name: name.to_owned(),
-                        memory,
-                        memory_offset,
-                        memory_size,
-                        mapped,
-                        coherent,
-                        placement,
-                        device: self.index(),
-                        owner,
-                        id,
-                    });
-                }
-                // Try the next memory type only when this one ran out.
-                Err(e @ (MemoryError::OutOfDeviceMemory { .. } | MemoryError::OutOfBudget { .. })) => {
-                    last_error = Some(e);
-                }
-                Err(e) => return Err(destroy_raw(e)),
+        let placed = match self.place(&request) {
+            Ok(placed) => placed,
+            Err(e) => {
+                // SAFETY: raw was created above and is not bound or used.
+                unsafe { self.raw().destroy_buffer(raw, None) };
+                return Err(e);
             }
+        };
+        if let Err(e) = bind_buffer(self, raw, placed.memory, placed.offset) {
+            self.release(placed.owner);
+            return Err(e);
         }
-        Err(destroy_raw(last_error.expect("at least one candidate was tried")))
-    }
-
-    fn release_buffer_memory(&self, owner: BufferMemory) {
-        match owner {
-            BufferMemory::General { type_index, allocation } => {
-                let mut list = self.general[type_index as usize].lock().unwrap_or_else(|e| e.into_inner());
-                list.free(self, allocation);
-            }
-            BufferMemory::Dedicated(block) => block.destroy(self),
-            BufferMemory::Pool { .. } => {
-                tracing::error!(
-                    "a pool buffer was passed to Device::destroy_buffer; free it through its pool"
-                );
-            }
-        }
+        let id = self.ledger().track("buffer", name);
+        Ok(Buffer {
+            raw,
+            range_offset: 0,
+            size: desc.size,
+            usage: desc.usage,
+            name: name.to_owned(),
+            memory: placed.memory,
+            memory_offset: placed.offset,
+            memory_size: placed.memory_size,
+            mapped: placed.mapped,
+            coherent: placed.coherent,
+            placement: if placed.committed { BufferPlacement::Committed } else { BufferPlacement::Placed },
+            device: self.index(),
+            owner: placed.owner,
+            id,
+        })
     }
 
     /// Destroys a buffer made by [`Device::create_buffer`] and returns its memory.
     pub fn destroy_buffer(&self, buffer: Buffer) {
-        if let BufferMemory::Pool { .. } = buffer.owner {
+        if let ResourceMemory::Pool { .. } = buffer.owner {
             tracing::error!(buffer = %buffer.name, "Device::destroy_buffer on a pool buffer: use its pool's free_buffer");
             return;
         }
@@ -439,6 +370,6 @@ impl Device {
         // handle (taken by value) and must not have GPU work using it in flight.
         unsafe { self.raw().destroy_buffer(buffer.raw, None) };
         self.ledger().untrack(buffer.id);
-        self.release_buffer_memory(buffer.owner);
+        self.release(buffer.owner);
     }
 }

@@ -7,14 +7,15 @@
 //!   *placed* `VkBuffer` with its own usage, alignment, debug name and state.
 //!
 //! **Locking.** A pool is `Sync`: one `Mutex` guards its pages and their TLSF allocators, held only
-//! for the O(1) sub-allocation and the bookkeeping; `vkCreateBuffer` and `vkBindBufferMemory` of a
+//! for the O(1) sub-allocation and the bookkeeping; `vkCreateBuffer` and `vkBindResourceMemory` of a
 //! placed buffer run outside it. Creating a new page (a `vkAllocateMemory`) happens under the lock,
 //! which is rare: pages are large.
 
-use crate::buffer::{bind_buffer, create_raw_buffer, vk_buffer_usage, Buffer, BufferMemory, BufferPlacement};
+use crate::buffer::{bind_buffer, create_raw_buffer, vk_buffer_usage, Buffer, BufferPlacement};
 use crate::device::Device;
 use crate::ledger::ObjectId;
 use crate::memory::{BlockAllocation, BlockList, MemoryError, SubRequest};
+use crate::resource_memory::ResourceMemory;
 use ash::vk;
 use residency_core::allocator::ResourceKind;
 use residency_core::memory::{memory_type_candidates, HeapGrowth, MemoryIntent};
@@ -328,7 +329,7 @@ impl BufferPool {
             coherent: self.coherent(),
             placement: BufferPlacement::Range,
             device: self.device.index(),
-            owner: BufferMemory::Pool { pool: self.pool_id, allocation },
+            owner: ResourceMemory::Pool { pool: self.pool_id, allocation },
             id,
         })
     }
@@ -368,7 +369,7 @@ impl BufferPool {
             coherent: self.coherent(),
             placement: BufferPlacement::Placed,
             device: self.device.index(),
-            owner: BufferMemory::Pool { pool: self.pool_id, allocation },
+            owner: ResourceMemory::Pool { pool: self.pool_id, allocation },
             id,
         })
     }
@@ -376,12 +377,12 @@ impl BufferPool {
     /// Frees a buffer of this pool. A buffer of another pool or of the device is refused (and
     /// logged), and handed back alive.
     pub fn free_buffer(&self, buffer: Buffer) -> Result<(), Box<Buffer>> {
-        let BufferMemory::Pool { pool, .. } = buffer.owner else { return Err(Box::new(buffer)) };
+        let ResourceMemory::Pool { pool, .. } = buffer.owner else { return Err(Box::new(buffer)) };
         if pool != self.pool_id {
             tracing::error!(buffer = %buffer.name, pool = %self.desc.name, "buffer freed to a pool that did not make it");
             return Err(Box::new(buffer));
         }
-        let BufferMemory::Pool { allocation, .. } = buffer.owner else { unreachable!("matched above") };
+        let ResourceMemory::Pool { allocation, .. } = buffer.owner else { unreachable!("matched above") };
         if buffer.placement == BufferPlacement::Placed {
             // SAFETY: the placed buffer was created by this pool on this device; the caller gives it
             // up by value and must have no GPU work using it in flight.

@@ -215,3 +215,56 @@ fn out_of_device_memory_is_a_typed_error_and_nothing_leaks() {
         device.destroy_buffer(b);
     });
 }
+
+#[test]
+fn placed_images_and_buffers_never_share_a_granularity_page() {
+    use residency_core::format::Format;
+    use residency_core::usage::ImageUsage;
+    use residency_vulkan::ImageDesc;
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let granularity = device.limits().buffer_image_granularity;
+        let usage = ImageUsage::SAMPLED | ImageUsage::COPY_DST;
+        let mut images = Vec::new();
+        let mut buffers = Vec::new();
+        for i in 0..6u32 {
+            let buffer = device.create_buffer(&BufferDesc::new(
+                format!("b{i}"),
+                100 + u64::from(i),
+                BufferUsage::STORAGE,
+            ));
+            buffers.push(buffer.unwrap());
+            let desc = ImageDesc::new_2d(format!("i{i}"), Format::R8G8B8A8Unorm, 16 + i, 16, usage);
+            images.push(device.create_image(&desc).unwrap());
+        }
+        let view = device.create_image_view(&images[0], 0..1).unwrap();
+        device.destroy_image_view(view);
+        for image in &images {
+            let (memory, offset) = image.memory();
+            assert!(!image.is_committed());
+            for buffer in &buffers {
+                let (bm, bo) = buffer.memory();
+                if bm != memory {
+                    continue;
+                }
+                let image_pages = offset / granularity..=(offset + image.size() - 1) / granularity;
+                let buffer_pages = bo / granularity..=(bo + buffer.size() - 1) / granularity;
+                assert!(
+                    image_pages.end() < buffer_pages.start() || buffer_pages.end() < image_pages.start(),
+                    "{} at {offset} and {} at {bo} share a {granularity} B page",
+                    image.name(),
+                    buffer.name()
+                );
+            }
+        }
+        let committed = device
+            .create_image(&ImageDesc::new_2d("committed", Format::R8G8B8A8Unorm, 64, 64, usage).committed())
+            .unwrap();
+        assert!(committed.is_committed() && committed.memory().1 == 0);
+        let bad = ImageDesc::new_2d("too big", Format::R8G8B8A8Unorm, 1 << 20, 4, usage);
+        assert!(matches!(device.create_image(&bad), Err(MemoryError::Unsatisfiable { .. })));
+        device.destroy_image(committed);
+        images.into_iter().for_each(|i| device.destroy_image(i));
+        buffers.into_iter().for_each(|b| device.destroy_buffer(b));
+    });
+}

@@ -1,0 +1,318 @@
+//! Images: placed (their own `VkImage` bound at an offset of a shared heap, kept off the
+//! granularity pages of linear resources) or committed (their own memory), and their views.
+
+use crate::device::Device;
+use crate::error::VulkanError;
+use crate::format_map::{aspect, vk_format};
+use crate::ledger::ObjectId;
+use crate::memory::MemoryError;
+use crate::resource_memory::{DedicatedTarget, PlaceRequest, ResourceMemory};
+use ash::vk;
+use residency_core::allocator::{AllocError, ResourceKind};
+use residency_core::device_mask::DeviceIndex;
+use residency_core::format::Format;
+use residency_core::memory::MemoryIntent;
+use residency_core::profile::{ImageDimension, MemoryRequirements};
+use residency_core::usage::ImageUsage;
+
+/// How to create an image.
+#[derive(Clone, Debug)]
+pub struct ImageDesc {
+    /// Its name.
+    pub name: String,
+    /// 1D, 2D or 3D.
+    pub dimension: ImageDimension,
+    /// Texel format (not `Unknown`).
+    pub format: Format,
+    /// Width, height, depth in texels.
+    pub extent: [u32; 3],
+    /// Mip levels (at least 1).
+    pub mip_levels: u32,
+    /// Array layers (at least 1; 1 for 3D).
+    pub array_layers: u32,
+    /// Samples per texel (1, 2, 4, 8, 16).
+    pub samples: u32,
+    /// How it will be used.
+    pub usage: ImageUsage,
+    /// Linear tiling (row-major) instead of optimal.
+    pub linear: bool,
+    /// Memory intent (default device-local).
+    pub intent: MemoryIntent,
+    /// Its own memory instead of a place in a shared heap.
+    pub committed: bool,
+    /// Allocate even when over budget.
+    pub allow_over_budget: bool,
+}
+
+impl ImageDesc {
+    /// A device-local, optimally tiled 2D image with one mip and one layer.
+    pub fn new_2d(
+        name: impl Into<String>,
+        format: Format,
+        width: u32,
+        height: u32,
+        usage: ImageUsage,
+    ) -> ImageDesc {
+        ImageDesc {
+            name: name.into(),
+            dimension: ImageDimension::D2,
+            format,
+            extent: [width, height, 1],
+            mip_levels: 1,
+            array_layers: 1,
+            samples: 1,
+            usage,
+            linear: false,
+            intent: MemoryIntent::DeviceLocal,
+            committed: false,
+            allow_over_budget: false,
+        }
+    }
+
+    /// Sets the mip count.
+    pub fn with_mip_levels(mut self, mips: u32) -> Self {
+        self.mip_levels = mips;
+        self
+    }
+
+    /// Makes it committed.
+    pub fn committed(mut self) -> Self {
+        self.committed = true;
+        self
+    }
+
+    /// The `VkImageCreateInfo` it stands for.
+    pub fn create_info(&self) -> vk::ImageCreateInfo<'static> {
+        vk::ImageCreateInfo::default()
+            .image_type(match self.dimension {
+                ImageDimension::D1 => vk::ImageType::TYPE_1D,
+                ImageDimension::D2 => vk::ImageType::TYPE_2D,
+                ImageDimension::D3 => vk::ImageType::TYPE_3D,
+            })
+            .format(vk_format(self.format))
+            .extent(vk::Extent3D { width: self.extent[0], height: self.extent[1], depth: self.extent[2] })
+            .mip_levels(self.mip_levels)
+            .array_layers(self.array_layers)
+            .samples(vk::SampleCountFlags::from_raw(self.samples))
+            .tiling(if self.linear { vk::ImageTiling::LINEAR } else { vk::ImageTiling::OPTIMAL })
+            .usage(vk::ImageUsageFlags::from_raw(self.usage.bits()))
+            .sharing_mode(vk::SharingMode::EXCLUSIVE)
+            .initial_layout(vk::ImageLayout::UNDEFINED)
+    }
+}
+
+/// An image. Free it explicitly with [`Device::destroy_image`].
+#[derive(Debug)]
+#[must_use = "an image is released only by destroying it explicitly"]
+pub struct Image {
+    raw: vk::Image,
+    desc: ImageDesc,
+    memory: vk::DeviceMemory,
+    memory_offset: u64,
+    size: u64,
+    committed: bool,
+    device: DeviceIndex,
+    owner: ResourceMemory,
+    id: ObjectId,
+}
+
+impl Image {
+    /// The `VkImage`.
+    pub fn raw(&self) -> vk::Image {
+        self.raw
+    }
+
+    /// How it was described.
+    pub fn desc(&self) -> &ImageDesc {
+        &self.desc
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.desc.name
+    }
+
+    /// The memory it is bound to and the offset there.
+    pub fn memory(&self) -> (vk::DeviceMemory, u64) {
+        (self.memory, self.memory_offset)
+    }
+
+    /// Bytes of memory it occupies (the driver's size).
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Whether it has memory of its own.
+    pub fn is_committed(&self) -> bool {
+        self.committed
+    }
+
+    /// The device it lives on.
+    pub fn device_index(&self) -> DeviceIndex {
+        self.device
+    }
+
+    /// The subresource range of all its mips and layers.
+    pub fn full_range(&self) -> vk::ImageSubresourceRange {
+        vk::ImageSubresourceRange {
+            aspect_mask: aspect(self.desc.format),
+            base_mip_level: 0,
+            level_count: self.desc.mip_levels,
+            base_array_layer: 0,
+            layer_count: self.desc.array_layers,
+        }
+    }
+}
+
+fn invalid(name: &str, reason: impl Into<String>) -> MemoryError {
+    MemoryError::Unsatisfiable { name: name.to_owned(), reason: reason.into() }
+}
+
+impl Device {
+    /// Whether the device accepts an image of this description.
+    fn check_image(&self, desc: &ImageDesc) -> Result<(), MemoryError> {
+        let name = desc.name.as_str();
+        if desc.format == Format::Unknown {
+            return Err(invalid(name, "an image needs a texel format"));
+        }
+        if desc.extent.contains(&0) || desc.mip_levels == 0 || desc.array_layers == 0 || desc.usage.is_empty()
+        {
+            return Err(MemoryError::InvalidRequest { name: name.to_owned(), source: AllocError::ZeroSize });
+        }
+        let info = desc.create_info();
+        // SAFETY: valid physical device; a pure query.
+        let props = unsafe {
+            self.instance().get_physical_device_image_format_properties(
+                self.physical(),
+                info.format,
+                info.image_type,
+                info.tiling,
+                info.usage,
+                info.flags,
+            )
+        };
+        let props = props.map_err(|_| invalid(name, format!("the device does not support {desc:?}")))?;
+        let e = props.max_extent;
+        if desc.extent[0] > e.width
+            || desc.extent[1] > e.height
+            || desc.extent[2] > e.depth
+            || desc.mip_levels > props.max_mip_levels
+            || desc.array_layers > props.max_array_layers
+            || !props.sample_counts.contains(vk::SampleCountFlags::from_raw(desc.samples))
+        {
+            return Err(invalid(name, format!("beyond the device's limits for this format: {props:?}")));
+        }
+        Ok(())
+    }
+
+    /// Creates an image: placed in a shared heap (on granularity pages of its own kind) or committed.
+    pub fn create_image(&self, desc: &ImageDesc) -> Result<Image, MemoryError> {
+        self.check_image(desc)?;
+        let name = desc.name.as_str();
+        // SAFETY: the description was checked against the device's format properties above.
+        let raw = unsafe { self.raw().create_image(&desc.create_info(), None) }.map_err(|r| match r {
+            vk::Result::ERROR_OUT_OF_DEVICE_MEMORY | vk::Result::ERROR_OUT_OF_HOST_MEMORY => {
+                MemoryError::OutOfDeviceMemory { name: name.to_owned(), requested: 0 }
+            }
+            r => MemoryError::Vulkan(VulkanError::from_vk("vkCreateImage", r)),
+        })?;
+        self.set_name(raw, name);
+        let mut dedicated = vk::MemoryDedicatedRequirements::default();
+        let mut out = vk::MemoryRequirements2::default().push_next(&mut dedicated);
+        // SAFETY: raw was just created on this device; the output chain is live.
+        unsafe {
+            self.raw().get_image_memory_requirements2(
+                &vk::ImageMemoryRequirementsInfo2::default().image(raw),
+                &mut out,
+            )
+        };
+        let r = out.memory_requirements;
+        let requirements = MemoryRequirements {
+            size: r.size,
+            alignment: r.alignment,
+            memory_type_bits: r.memory_type_bits,
+            prefers_dedicated: dedicated.prefers_dedicated_allocation == vk::TRUE
+                || dedicated.requires_dedicated_allocation == vk::TRUE,
+        };
+        let request = PlaceRequest {
+            name,
+            requirements,
+            alignment_floor: 0,
+            kind: if desc.linear { ResourceKind::Linear } else { ResourceKind::Optimal },
+            intent: desc.intent,
+            committed: desc.committed,
+            allow_over_budget: desc.allow_over_budget,
+            target: DedicatedTarget::Image(raw),
+        };
+        let destroy_raw = || {
+            // SAFETY: raw was created above and is neither bound nor used.
+            unsafe { self.raw().destroy_image(raw, None) };
+        };
+        let placed = self.place(&request).inspect_err(|_| destroy_raw())?;
+        // SAFETY: raw is unbound; the offset satisfies its alignment inside `memory`.
+        if let Err(r) = unsafe { self.raw().bind_image_memory(raw, placed.memory, placed.offset) } {
+            destroy_raw();
+            self.release(placed.owner);
+            return Err(VulkanError::from_vk("vkBindImageMemory", r).into());
+        }
+        let id = self.ledger().track("image", name);
+        Ok(Image {
+            raw,
+            desc: desc.clone(),
+            memory: placed.memory,
+            memory_offset: placed.offset,
+            size: requirements.size,
+            committed: placed.committed,
+            device: self.index(),
+            owner: placed.owner,
+            id,
+        })
+    }
+
+    /// Destroys an image made by [`Device::create_image`] and returns its memory.
+    pub fn destroy_image(&self, image: Image) {
+        // SAFETY: the image was created on this device; the caller gives it up by value and must have
+        // no GPU work using it in flight, and no views of it left.
+        unsafe { self.raw().destroy_image(image.raw, None) };
+        self.ledger().untrack(image.id);
+        self.release(image.owner);
+    }
+
+    /// Creates a view of mips `mips` and all layers of `image` (2D array view for 2D images with
+    /// layers). Destroy it with [`Device::destroy_image_view`] before the image.
+    pub fn create_image_view(
+        &self,
+        image: &Image,
+        mips: std::ops::Range<u32>,
+    ) -> Result<vk::ImageView, VulkanError> {
+        let d = &image.desc;
+        let view_type = match (d.dimension, d.array_layers) {
+            (ImageDimension::D1, 1) => vk::ImageViewType::TYPE_1D,
+            (ImageDimension::D1, _) => vk::ImageViewType::TYPE_1D_ARRAY,
+            (ImageDimension::D2, 1) => vk::ImageViewType::TYPE_2D,
+            (ImageDimension::D2, _) => vk::ImageViewType::TYPE_2D_ARRAY,
+            (ImageDimension::D3, _) => vk::ImageViewType::TYPE_3D,
+        };
+        let range = vk::ImageSubresourceRange {
+            base_mip_level: mips.start,
+            level_count: mips.end - mips.start,
+            ..image.full_range()
+        };
+        let info = vk::ImageViewCreateInfo::default()
+            .image(image.raw)
+            .view_type(view_type)
+            .format(vk_format(d.format))
+            .subresource_range(range);
+        // SAFETY: the image is live on this device and the range lies within it.
+        let view = unsafe { self.raw().create_image_view(&info, None) }
+            .map_err(|r| VulkanError::from_vk("vkCreateImageView", r))?;
+        self.set_name(view, &format!("{} view", d.name));
+        Ok(view)
+    }
+
+    /// Destroys an image view.
+    pub fn destroy_image_view(&self, view: vk::ImageView) {
+        // SAFETY: the view belongs to this device and no pending work uses it (caller's contract).
+        unsafe { self.raw().destroy_image_view(view, None) };
+    }
+}
