@@ -4,10 +4,40 @@
 //! reused once their fence has signalled. [`Device::submit_once`] is the simple form: record, submit,
 //! wait.
 
+use crate::buffer::{AccessError, Buffer, BufferDesc};
 use crate::device::Device;
-use crate::error::{Result, VkResultExt};
+use crate::error::{Result, VkResultExt, VulkanError};
+use crate::memory::MemoryError;
 use ash::vk;
+use residency_core::memory::MemoryIntent;
+use residency_core::usage::BufferUsage;
 use std::sync::Mutex;
+
+/// Reading a buffer back failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadBackError {
+    /// The range is outside the buffer (or empty).
+    #[error("read back of `{name}`: bytes {offset}..{end} are not inside its {size} B")]
+    OutOfBounds {
+        /// The buffer.
+        name: String,
+        /// Start of the range.
+        offset: u64,
+        /// End of the range.
+        end: u64,
+        /// The buffer's size.
+        size: u64,
+    },
+    /// The temporary readback buffer could not be made.
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
+    /// Reading the mapped bytes failed.
+    #[error(transparent)]
+    Access(#[from] AccessError),
+    /// A Vulkan call failed.
+    #[error(transparent)]
+    Vulkan(#[from] VulkanError),
+}
 
 /// A submitted batch; wait for it with [`CommandContext::wait`].
 #[derive(Debug, PartialEq, Eq)]
@@ -156,6 +186,49 @@ impl CommandContext {
 }
 
 impl Device {
+    /// Copies `len` bytes of `buffer` from `offset` into host memory through a temporary readback
+    /// buffer, waiting for the GPU. For buffers whose memory the CPU cannot map, and for checks.
+    pub fn read_back(&self, buffer: &Buffer, offset: u64, len: u64) -> Result<Vec<u8>, ReadBackError> {
+        let end = offset.saturating_add(len);
+        if end > buffer.size() || len == 0 {
+            return Err(ReadBackError::OutOfBounds {
+                name: buffer.name().to_owned(),
+                offset,
+                end,
+                size: buffer.size(),
+            });
+        }
+        let desc = BufferDesc::new(format!("{} readback", buffer.name()), len, BufferUsage::COPY_DST)
+            .with_intent(MemoryIntent::Readback);
+        let staging = self.create_buffer(&desc)?;
+        let region = vk::BufferCopy { src_offset: buffer.offset() + offset, dst_offset: 0, size: len };
+        let before = [vk::MemoryBarrier2::default()
+            .src_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
+            .src_access_mask(vk::AccessFlags2::MEMORY_WRITE)
+            .dst_stage_mask(vk::PipelineStageFlags2::COPY)
+            .dst_access_mask(vk::AccessFlags2::TRANSFER_READ)];
+        let after = [vk::MemoryBarrier2::default()
+            .src_stage_mask(vk::PipelineStageFlags2::COPY)
+            .src_access_mask(vk::AccessFlags2::TRANSFER_WRITE)
+            .dst_stage_mask(vk::PipelineStageFlags2::HOST)
+            .dst_access_mask(vk::AccessFlags2::HOST_READ)];
+        let copied = self.submit_once("read back", |cmd| {
+            // SAFETY: `cmd` is recording; both buffers are live on this device and the region lies in both.
+            unsafe {
+                self.raw()
+                    .cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&before));
+                self.raw().cmd_copy_buffer(cmd, buffer.raw(), staging.raw(), &[region]);
+                self.raw().cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&after));
+            }
+        });
+        let mut out = vec![0; len as usize];
+        let read = copied
+            .map_err(ReadBackError::from)
+            .and_then(|()| staging.read(self, 0, &mut out).map_err(ReadBackError::from));
+        self.destroy_buffer(staging);
+        read.map(|()| out)
+    }
+
     /// Records commands with `record`, submits them to the universal queue and waits for them.
     /// Convenient for set-up, tests and examples; hot paths keep a [`CommandContext`].
     pub fn submit_once(&self, name: &str, record: impl FnOnce(vk::CommandBuffer)) -> Result<()> {

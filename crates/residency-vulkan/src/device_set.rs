@@ -24,11 +24,19 @@ pub struct DeviceSetDesc {
     pub devices: DeviceMask,
     /// Logical devices opened on each physical device (default 1; 2 lets one GPU stand in for two).
     pub logical_per_physical: u32,
+    /// At least this many devices: when there are fewer physical devices, each is opened as many
+    /// times as needed (a test configuration; default 0, no minimum).
+    pub min_devices: u32,
 }
 
 impl Default for DeviceSetDesc {
     fn default() -> Self {
-        DeviceSetDesc { instance: InstanceDesc::default(), devices: DeviceMask::ALL, logical_per_physical: 1 }
+        DeviceSetDesc {
+            instance: InstanceDesc::default(),
+            devices: DeviceMask::ALL,
+            logical_per_physical: 1,
+            min_devices: 0,
+        }
     }
 }
 
@@ -42,6 +50,12 @@ impl DeviceSetDesc {
     /// Sets the validation mode.
     pub fn with_validation(mut self, validation: ValidationMode) -> Self {
         self.instance.validation = validation;
+        self
+    }
+
+    /// Opens physical devices repeatedly until the set has at least `count` devices.
+    pub fn with_min_devices(mut self, count: u32) -> Self {
+        self.min_devices = count.min(MAX_DEVICES);
         self
     }
 
@@ -72,7 +86,8 @@ impl DeviceSet {
         if physical.is_empty() {
             return Err(VulkanError::NoDevice);
         }
-        let per = desc.logical_per_physical.max(1);
+        let needed = desc.min_devices.div_ceil(physical.len() as u32);
+        let per = desc.logical_per_physical.max(needed).max(1);
         let mut devices = Vec::new();
         for (physical_index, &pd) in physical.iter().enumerate() {
             for copy in 0..per {

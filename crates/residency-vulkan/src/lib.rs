@@ -18,6 +18,7 @@ mod image;
 mod instance;
 mod ledger;
 mod memory;
+pub mod multi;
 mod pool;
 pub mod profile_capture;
 pub mod requirements;
@@ -28,7 +29,7 @@ pub mod validation;
 
 pub use ash;
 pub use buffer::{vk_buffer_usage, AccessError, Buffer, BufferDesc, BufferPlacement};
-pub use commands::{CommandContext, Submission};
+pub use commands::{CommandContext, ReadBackError, Submission};
 pub use device::{Device, EnabledFeatures, Queue, LEAKS_AT_TEARDOWN};
 pub use device_set::{DeviceSet, DeviceSetDesc};
 pub use error::{Result, VulkanError, LAVAPIPE_HINT};

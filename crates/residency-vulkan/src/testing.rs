@@ -19,7 +19,8 @@ pub fn gpu_required() -> bool {
 }
 
 /// The description the harness opens devices with: synchronization validation unless
-/// `RESIDENCY_VALIDATION=0`, and a missing layer is an error when a GPU is required.
+/// `RESIDENCY_VALIDATION=0`, a missing layer is an error when a GPU is required, and at least two
+/// devices (one GPU, or lavapipe, is opened twice) so that every multi-device path runs everywhere.
 pub fn test_desc() -> DeviceSetDesc {
     let validation = match std::env::var("RESIDENCY_VALIDATION").as_deref() {
         Ok("0" | "off") => ValidationMode::Off,
@@ -29,6 +30,7 @@ pub fn test_desc() -> DeviceSetDesc {
         instance: InstanceDesc::default().with_validation(validation).with_require_validation(gpu_required()),
         ..DeviceSetDesc::default()
     }
+    .with_min_devices(2)
 }
 
 fn devices() -> Option<&'static DeviceSet> {

@@ -1,0 +1,440 @@
+//! Multi-device resources: one object standing for the same resource on every device of a mask.
+//!
+//! A multi-device object keeps its per-device instances keyed by device index ([`PerDevice`]) and
+//! fans each call out to the devices of its mask (or a sub-mask the caller gives). A fan-out that
+//! fails on one device rolls back what it did on the others, so a failed call changes nothing.
+//! Bits for devices that do not exist are ignored: [`DeviceMask::ALL`] means every device there is.
+//! With one device everything reduces to a single instance: no extra allocation beyond a one-entry
+//! vector.
+
+use crate::buffer::Buffer;
+use crate::device::Device;
+use crate::device_set::DeviceSet;
+use crate::memory::MemoryError;
+use crate::pool::{BufferInit, BufferPool, BufferPoolDesc, PoolStats};
+use crate::upload::{UploadError, Uploader};
+use residency_core::device_mask::{DeviceIndex, DeviceMask};
+use std::sync::Arc;
+
+/// One value per device, ordered by device index.
+#[derive(Debug)]
+pub struct PerDevice<T> {
+    entries: Vec<(DeviceIndex, T)>,
+}
+
+impl<T> Default for PerDevice<T> {
+    fn default() -> Self {
+        PerDevice { entries: Vec::new() }
+    }
+}
+
+impl<T> PerDevice<T> {
+    /// The value of device `index`.
+    pub fn get(&self, index: DeviceIndex) -> Option<&T> {
+        self.entries.iter().find(|(i, _)| *i == index).map(|(_, v)| v)
+    }
+
+    /// The value of device `index`, mutably.
+    pub fn get_mut(&mut self, index: DeviceIndex) -> Option<&mut T> {
+        self.entries.iter_mut().find(|(i, _)| *i == index).map(|(_, v)| v)
+    }
+
+    /// The devices that have a value.
+    pub fn mask(&self) -> DeviceMask {
+        self.entries.iter().map(|(i, _)| *i).collect()
+    }
+
+    /// Every (device, value), lowest device first.
+    pub fn iter(&self) -> impl Iterator<Item = (DeviceIndex, &T)> {
+        self.entries.iter().map(|(i, v)| (*i, v))
+    }
+
+    /// How many devices have a value.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether no device has a value.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    fn insert(&mut self, index: DeviceIndex, value: T) {
+        let at = self.entries.partition_point(|(i, _)| *i < index);
+        self.entries.insert(at, (index, value));
+    }
+
+    fn remove(&mut self, index: DeviceIndex) -> Option<T> {
+        let at = self.entries.iter().position(|(i, _)| *i == index)?;
+        Some(self.entries.remove(at).1)
+    }
+
+    /// Consumes the map into its values.
+    pub fn into_values(self) -> impl Iterator<Item = (DeviceIndex, T)> {
+        self.entries.into_iter()
+    }
+}
+
+/// A multi-device call failed on one device; what it did on the others was rolled back.
+#[derive(Debug, thiserror::Error)]
+pub enum MultiDeviceError<E: std::error::Error + 'static> {
+    /// The call failed on `device`.
+    #[error("{device}: {source}")]
+    Failed {
+        /// The device it failed on.
+        device: DeviceIndex,
+        /// Why.
+        #[source]
+        source: E,
+    },
+    /// A requested mask names devices outside the object's own mask.
+    #[error("mask {requested:?} is not within {allowed:?}")]
+    MaskNotSubset {
+        /// The mask asked for.
+        requested: DeviceMask,
+        /// The mask allowed.
+        allowed: DeviceMask,
+    },
+    /// The mask names no device that exists.
+    #[error("mask {0:?} names no open device")]
+    EmptyMask(DeviceMask),
+}
+
+impl<E: std::error::Error + 'static> MultiDeviceError<E> {
+    /// Converts the per-device error into another type.
+    pub fn map_source<F: std::error::Error + 'static>(self, f: impl FnOnce(E) -> F) -> MultiDeviceError<F> {
+        match self {
+            MultiDeviceError::Failed { device, source } => {
+                MultiDeviceError::Failed { device, source: f(source) }
+            }
+            MultiDeviceError::MaskNotSubset { requested, allowed } => {
+                MultiDeviceError::MaskNotSubset { requested, allowed }
+            }
+            MultiDeviceError::EmptyMask(mask) => MultiDeviceError::EmptyMask(mask),
+        }
+    }
+}
+
+/// Runs `create` on every device of `devices`; if one fails, runs `undo` on each value already made
+/// (newest first) and returns the failure with its device.
+pub fn fan_out<T, E: std::error::Error + 'static>(
+    devices: &[&Arc<Device>],
+    mut create: impl FnMut(&Arc<Device>) -> Result<T, E>,
+    mut undo: impl FnMut(&Arc<Device>, T),
+) -> Result<PerDevice<T>, MultiDeviceError<E>> {
+    let mut made: Vec<(&Arc<Device>, T)> = Vec::with_capacity(devices.len());
+    for &device in devices {
+        match create(device) {
+            Ok(value) => made.push((device, value)),
+            Err(source) => {
+                for (device, value) in made.into_iter().rev() {
+                    undo(device, value);
+                }
+                return Err(MultiDeviceError::Failed { device: device.index(), source });
+            }
+        }
+    }
+    let mut out = PerDevice::default();
+    for (device, value) in made {
+        out.insert(device.index(), value);
+    }
+    Ok(out)
+}
+
+/// The open devices of `set` in `mask`.
+fn devices_in(set: &DeviceSet, mask: DeviceMask) -> Vec<&Arc<Device>> {
+    set.devices().iter().filter(|d| mask.contains(d.index())).collect()
+}
+
+/// A buffer pool on every device of a mask.
+#[derive(Debug)]
+pub struct MultiBufferPool {
+    mask: DeviceMask,
+    /// How many devices the set has (mask bits beyond it are ignored).
+    device_count: u32,
+    pools: PerDevice<BufferPool>,
+}
+
+/// A buffer on every device of its mask (a subset of its pool's).
+#[derive(Debug)]
+#[must_use = "a multi-device buffer is released only by freeing it through its pool"]
+pub struct MultiBuffer {
+    init: BufferInit,
+    instances: PerDevice<Buffer>,
+}
+
+impl MultiBuffer {
+    /// The devices it exists on.
+    pub fn mask(&self) -> DeviceMask {
+        self.instances.mask()
+    }
+
+    /// Its instance on device `index`.
+    pub fn instance(&self, index: DeviceIndex) -> Option<&Buffer> {
+        self.instances.get(index)
+    }
+
+    /// Every instance.
+    pub fn instances(&self) -> &PerDevice<Buffer> {
+        &self.instances
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.init.name
+    }
+
+    /// Its size in bytes.
+    pub fn size(&self) -> u64 {
+        self.init.size
+    }
+}
+
+/// Where the data of instances created by a mask change comes from.
+#[derive(Clone, Copy, Debug)]
+pub enum InitialData<'a> {
+    /// Leave the new instances' contents undefined.
+    Undefined,
+    /// Upload these bytes (at offset 0) to each new instance.
+    Bytes(&'a [u8]),
+}
+
+impl MultiBufferPool {
+    /// Creates the pool on every open device of `mask` (rolled back if any device fails).
+    pub fn new(
+        set: &DeviceSet,
+        mask: DeviceMask,
+        desc: &BufferPoolDesc,
+    ) -> Result<Self, MultiDeviceError<MemoryError>> {
+        let devices = devices_in(set, mask);
+        if devices.is_empty() {
+            return Err(MultiDeviceError::EmptyMask(mask));
+        }
+        let pools =
+            fan_out(&devices, |d| BufferPool::new(Arc::clone(d), desc.clone()), |_, pool| drop(pool))?;
+        let device_count = set.devices().iter().map(|d| d.index().get() + 1).max().unwrap_or(0);
+        Ok(MultiBufferPool { mask: pools.mask(), device_count, pools })
+    }
+
+    /// The devices the pool exists on.
+    pub fn mask(&self) -> DeviceMask {
+        self.mask
+    }
+
+    /// The pool of device `index`.
+    pub fn pool(&self, index: DeviceIndex) -> Option<&BufferPool> {
+        self.pools.get(index)
+    }
+
+    /// The devices of `mask` that exist, which must all be in the pool's mask.
+    fn check_mask<E: std::error::Error + 'static>(
+        &self,
+        mask: DeviceMask,
+    ) -> Result<DeviceMask, MultiDeviceError<E>> {
+        let requested = mask.restricted_to(self.device_count);
+        if !self.mask.is_superset_of(requested) {
+            return Err(MultiDeviceError::MaskNotSubset { requested: mask, allowed: self.mask });
+        }
+        if requested.is_empty() {
+            return Err(MultiDeviceError::EmptyMask(mask));
+        }
+        Ok(requested)
+    }
+
+    fn pools_in(&self, mask: DeviceMask) -> Vec<(DeviceIndex, &BufferPool)> {
+        self.pools.iter().filter(|(i, _)| mask.contains(*i)).collect()
+    }
+
+    fn create_on(
+        &self,
+        init: &BufferInit,
+        mask: DeviceMask,
+    ) -> Result<PerDevice<Buffer>, MultiDeviceError<MemoryError>> {
+        let pools = self.pools_in(mask);
+        let devices: Vec<&Arc<Device>> = pools.iter().map(|(_, p)| p.device()).collect();
+        fan_out(
+            &devices,
+            |device| self.pools.get(device.index()).expect("pool exists").init_buffer(init),
+            |device, buffer| {
+                let _ = self.pools.get(device.index()).expect("pool exists").free_buffer(buffer);
+            },
+        )
+    }
+
+    /// Creates a buffer on every device of `mask` (which must be within the pool's mask;
+    /// [`DeviceMask::ALL`] means the pool's). All or nothing.
+    pub fn init_buffer(
+        &self,
+        init: &BufferInit,
+        mask: DeviceMask,
+    ) -> Result<MultiBuffer, MultiDeviceError<MemoryError>> {
+        let mask = self.check_mask(mask)?;
+        let instances = self.create_on(init, mask)?;
+        Ok(MultiBuffer { init: init.clone(), instances })
+    }
+
+    /// Changes the devices a buffer exists on: instances are created on added devices (with
+    /// `initial` data, uploaded through `uploader` and waited for) and freed on removed ones. All or
+    /// nothing: on failure the buffer is as it was.
+    pub fn set_buffer_mask(
+        &self,
+        buffer: &mut MultiBuffer,
+        mask: DeviceMask,
+        initial: InitialData<'_>,
+        uploader: &MultiUploader,
+    ) -> Result<(), MultiDeviceError<UploadError>> {
+        let mask = self.check_mask(mask)?;
+        let current = buffer.mask();
+        let added = self
+            .create_on(&buffer.init, mask.difference(current))
+            .map_err(|e| e.map_source(UploadError::from))?;
+        if let InitialData::Bytes(bytes) = initial {
+            let upload = |(index, b): (DeviceIndex, &Buffer)| -> Result<(), MultiDeviceError<UploadError>> {
+                let failed = |source| MultiDeviceError::Failed { device: index, source };
+                let (uploader, device) =
+                    uploader.uploaders.get(index).ok_or(MultiDeviceError::MaskNotSubset {
+                        requested: index.mask(),
+                        allowed: uploader.mask(),
+                    })?;
+                uploader.write_buffer(device, b, 0, bytes).map_err(failed)?;
+                uploader.wait_idle(device).map_err(failed)
+            };
+            let uploaded = added.iter().try_for_each(upload);
+            if let Err(e) = uploaded {
+                for (index, b) in added.into_values() {
+                    let _ = self.pools.get(index).expect("pool exists").free_buffer(b);
+                }
+                return Err(e);
+            }
+        }
+        for (index, b) in added.into_values() {
+            buffer.instances.insert(index, b);
+        }
+        for index in current.difference(mask).iter() {
+            if let Some(b) = buffer.instances.remove(index) {
+                let _ = self.pools.get(index).expect("pool exists").free_buffer(b);
+            }
+        }
+        Ok(())
+    }
+
+    /// Frees a buffer on every device it exists on.
+    pub fn free_buffer(&self, buffer: MultiBuffer) {
+        for (index, b) in buffer.instances.into_values() {
+            match self.pools.get(index) {
+                Some(pool) => {
+                    if let Err(b) = pool.free_buffer(b) {
+                        tracing::error!(buffer = %b.name(), "multi-device buffer freed to the wrong pool");
+                    }
+                }
+                None => tracing::error!(buffer = %b.name(), %index, "no pool on that device"),
+            }
+        }
+    }
+
+    /// Statistics per device.
+    pub fn stats(&self) -> Vec<(DeviceIndex, PoolStats)> {
+        self.pools.iter().map(|(i, p)| (i, p.stats())).collect()
+    }
+
+    /// Statistics summed over devices.
+    pub fn total_stats(&self) -> PoolStats {
+        self.pools.iter().map(|(_, p)| p.stats()).fold(PoolStats::default(), |a, s| PoolStats {
+            pages: a.pages + s.pages,
+            page_bytes: a.page_bytes + s.page_bytes,
+            used_bytes: a.used_bytes + s.used_bytes,
+            buffers: a.buffers + s.buffers,
+        })
+    }
+}
+
+/// A staging uploader per device, for broadcast uploads.
+#[derive(Debug)]
+pub struct MultiUploader {
+    uploaders: PerDevice<(Uploader, Arc<Device>)>,
+}
+
+impl MultiUploader {
+    /// An uploader with a `capacity`-byte staging ring on each open device of `mask`.
+    pub fn new(
+        set: &DeviceSet,
+        mask: DeviceMask,
+        capacity: u64,
+    ) -> Result<Self, MultiDeviceError<UploadError>> {
+        let devices = devices_in(set, mask);
+        if devices.is_empty() {
+            return Err(MultiDeviceError::EmptyMask(mask));
+        }
+        let uploaders = fan_out(
+            &devices,
+            |d| Uploader::new(d, "broadcast", capacity).map(|u| (u, Arc::clone(d))),
+            |_, (u, d)| {
+                let _ = u.destroy(&d);
+            },
+        )?;
+        Ok(MultiUploader { uploaders })
+    }
+
+    /// The devices it can upload to.
+    pub fn mask(&self) -> DeviceMask {
+        self.uploaders.mask()
+    }
+
+    /// Uploads `data` to every instance of `buffer` at `offset`, from one source, the devices in
+    /// parallel (one thread per device copies into its staging ring and submits).
+    pub fn broadcast(
+        &self,
+        buffer: &MultiBuffer,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), MultiDeviceError<UploadError>> {
+        let results: Vec<(DeviceIndex, Result<(), UploadError>)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = buffer
+                .instances
+                .iter()
+                .map(|(index, instance)| {
+                    let target = self.uploaders.get(index);
+                    scope.spawn(move || {
+                        let Some((uploader, device)) = target else {
+                            return (index, Ok(()));
+                        };
+                        let result = uploader
+                            .write_buffer(device, instance, offset, data)
+                            .and_then(|()| uploader.flush(device));
+                        (index, result)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("upload threads do not panic")).collect()
+        });
+        for (device, result) in results {
+            result.map_err(|source| MultiDeviceError::Failed { device, source })?;
+        }
+        let missing = buffer.mask().difference(self.mask());
+        if !missing.is_empty() {
+            return Err(MultiDeviceError::MaskNotSubset { requested: buffer.mask(), allowed: self.mask() });
+        }
+        Ok(())
+    }
+
+    /// Waits until every upload on every device has landed.
+    pub fn wait_idle(&self) -> Result<(), MultiDeviceError<UploadError>> {
+        for (index, (uploader, device)) in self.uploaders.iter() {
+            uploader
+                .wait_idle(device)
+                .map_err(|source| MultiDeviceError::Failed { device: index, source })?;
+        }
+        Ok(())
+    }
+
+    /// Waits for all uploads and destroys the uploaders.
+    pub fn destroy(self) -> Result<(), MultiDeviceError<UploadError>> {
+        let mut first_error = None;
+        for (index, (uploader, device)) in self.uploaders.into_values() {
+            if let Err(source) = uploader.destroy(&device) {
+                first_error.get_or_insert(MultiDeviceError::Failed { device: index, source });
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
