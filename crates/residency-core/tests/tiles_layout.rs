@@ -158,7 +158,7 @@ fn arb_desc() -> impl Strategy<Value = (SparseImageDesc, bool)> {
         Format::Bc1Unorm,
         Format::Bc7Unorm,
     ]);
-    (formats, any::<bool>(), 1u32..3000, 1u32..3000, 1u32..300, 1u32..5, any::<bool>(), any::<bool>())
+    (formats, any::<bool>(), 1u32..2000, 1u32..2000, 1u32..160, 1u32..4, any::<bool>(), any::<bool>())
         .prop_map(|(format, volume, w, h, d, layers, truncate, no_tail)| {
             let desc = if volume {
                 SparseImageDesc::new_3d(format, w, h, d)
