@@ -1,1 +1,0 @@
-//! Sparse tile math: standard block shapes, tiles per mip, mip tails, page tables and tile pools.

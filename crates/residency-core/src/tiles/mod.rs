@@ -1,0 +1,46 @@
+//! Sparse tile math, page tables, residency bitmaps, the physical tile pool and the bind planner.
+//!
+//! The pieces, in the order a partially resident image uses them:
+//! - [`shape`]: the sparse block (tile) shape of a format — the Vulkan standard block shapes, or the
+//!   device's own answer from a [`DeviceProfile`](crate::profile::DeviceProfile) — and the seed's
+//!   `GL_VIRTUAL_PAGE_SIZE_{X,Y,Z}_AMD` question as a function.
+//! - [`layout`]: a [`SparseImageLayout`] for a virtual 2D image, 2D array or 3D volume: the tile grid
+//!   of every mip, the mip tail (the seed's `GL_MIN_SPARSE_LEVEL_AMD`), tile index ↔ coordinates and
+//!   the virtual size, all without creating an image.
+//! - [`page_table`]: virtual tile → physical tile, a residency bitmap per mip and the per-region
+//!   min-LOD map that shaders clamp to.
+//! - [`pool`]: the physical tile pool — 64 KiB tiles carved out of large heaps under a budget, handing
+//!   out physically contiguous runs, shared by many images.
+//! - [`bind_plan`]: turns a frame's tile changes into few bind regions (rows, rectangles, boxes over
+//!   contiguous memory) and opaque mip-tail binds.
+//! - [`residency`]: commit and release of tiles for one image, tying the three together.
+//!
+//! Nothing here touches a GPU; the Vulkan backend turns the results into `vkQueueBindSparse` calls.
+//! See `docs/tiles.md` for the model and the decisions behind it.
+#![deny(missing_docs)]
+
+pub mod bind_plan;
+pub mod layout;
+pub mod page_table;
+pub mod pool;
+pub mod residency;
+pub mod shape;
+
+pub use bind_plan::{
+    plan_binds, BindMemory, BindPlan, BindPlanError, BindPlanOptions, Coalesce, ImageBind, OpaqueBind,
+    TailChange, TileChange,
+};
+pub use layout::{
+    full_mip_chain, DeviceMipTail, LayoutError, LayoutLimits, MipInfo, MipTail, MipTailSource,
+    SparseImageDesc, SparseImageLayout, TexelRegion, TileCoord, TileIndex, TileRange,
+};
+pub use page_table::{MinLodUpdate, PageTable, PageTableError, PhysicalTile, MIN_LOD_NONE};
+pub use pool::{
+    HeapIndex, HeapStats, ImageId, PoolError, PoolInvariantError, PoolStats, TileAllocation, TilePool,
+    TilePoolDesc, TileRun,
+};
+pub use residency::{CommitError, ResidencyChanges, SparseResidency};
+pub use shape::{
+    standard_block_shape, standard_block_shape_msaa, standard_tile_shape, virtual_page_size, MipTailModel,
+    ShapeError, ShapeSource, SparseDimension, SparseFormatInfo, TileShape, STANDARD_TILE_BYTES,
+};

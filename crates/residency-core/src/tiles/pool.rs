@@ -1,0 +1,782 @@
+//! The physical tile pool: fixed-size tiles carved out of large heaps, under a budget, shared by
+//! many sparse images. Accounting only — the backend owns the `VkDeviceMemory` of each heap.
+//!
+//! # Contract
+//! - A heap is `tiles` consecutive tiles of `tile_bytes` each; tile `t` is at byte `t × tile_bytes`.
+//!   Heaps are added when the free tiles of the existing heaps cannot serve a request, never one per
+//!   tile, and only while the total stays within the budget.
+//! - Every tile is either allocated (tagged with its owner [`ImageId`]) or inside exactly one free
+//!   run. Free runs are maximal: no two free runs touch, so the number of free runs is at most the
+//!   number of allocated runs plus the number of heaps (this bounds fragmentation).
+//! - Allocation of a run of `k` tiles is O(1) in the pool size: free runs sit in 32 size classes
+//!   (`floor(log2(len))`) with a bitmap of non-empty classes; the request takes the first run of
+//!   the smallest class that surely fits, splitting off the rest. When no run fits it falls back to
+//!   several smaller runs (largest class first) — fragmentation costs bind entries, never a failure
+//!   while free tiles remain. Freeing coalesces with both neighbours in O(1) through boundary tags.
+//! - [`TilePool::check_invariants`] verifies all of this; the tests call it after every operation.
+
+use super::page_table::PhysicalTile;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Index of a heap in a [`TilePool`]. Stable while the heap lives; reused after a
+/// [`trim`](TilePool::trim) released it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct HeapIndex(pub u32);
+
+/// The sparse image that owns a tile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ImageId(pub u32);
+
+/// A run of physically consecutive tiles in one heap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct TileRun {
+    /// The heap.
+    pub heap: HeapIndex,
+    /// First tile in the heap.
+    pub first: u32,
+    /// Number of tiles (at least 1).
+    pub len: u32,
+}
+
+impl TileRun {
+    /// Tile `i` of the run.
+    pub fn tile(&self, i: u32) -> PhysicalTile {
+        debug_assert!(i < self.len);
+        PhysicalTile { heap: self.heap, tile: self.first + i }
+    }
+
+    /// Every tile of the run, in order.
+    pub fn tiles(&self) -> impl Iterator<Item = PhysicalTile> + '_ {
+        (0..self.len).map(|i| self.tile(i))
+    }
+}
+
+/// How a [`TilePool`] sizes its heaps and budget. Defaults: 64 KiB tiles, 2048 tiles (128 MiB) per
+/// heap, a budget of 16384 tiles (1 GiB).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TilePoolDesc {
+    /// The pool's name, for logs, errors and leak reports. Default `"tile pool"`.
+    pub name: String,
+    /// Bytes per tile (the sparse block size). Default 65536.
+    pub tile_bytes: u64,
+    /// Tiles per heap. Default 2048.
+    pub tiles_per_heap: u32,
+    /// Most tiles in all heaps together. Default 16384.
+    pub budget_tiles: u32,
+}
+
+impl Default for TilePoolDesc {
+    fn default() -> Self {
+        Self {
+            name: "tile pool".to_owned(),
+            tile_bytes: super::shape::STANDARD_TILE_BYTES,
+            tiles_per_heap: 2048,
+            budget_tiles: 16384,
+        }
+    }
+}
+
+impl TilePoolDesc {
+    /// Sets the name.
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Sets the tiles per heap (at least 1; clamped and logged).
+    pub fn with_tiles_per_heap(mut self, tiles: u32) -> Self {
+        if tiles == 0 {
+            tracing::debug!(pool = %self.name, "TilePoolDesc: tiles per heap 0 raised to 1");
+        }
+        self.tiles_per_heap = tiles.max(1);
+        self
+    }
+
+    /// Sets the heap size in bytes, rounded down to whole tiles (at least one; logged when adjusted).
+    pub fn with_heap_bytes(self, bytes: u64) -> Self {
+        let tiles = (bytes / self.tile_bytes).clamp(1, u64::from(u32::MAX)) as u32;
+        if u64::from(tiles) * self.tile_bytes != bytes {
+            tracing::debug!(pool = %self.name, bytes, tiles, "TilePoolDesc: heap size rounded to whole tiles");
+        }
+        self.with_tiles_per_heap(tiles)
+    }
+
+    /// Sets the budget in tiles.
+    pub fn with_budget_tiles(mut self, tiles: u32) -> Self {
+        self.budget_tiles = tiles;
+        self
+    }
+
+    /// Sets the budget in bytes, rounded down to whole tiles (logged when adjusted).
+    pub fn with_budget_bytes(mut self, bytes: u64) -> Self {
+        let tiles = (bytes / self.tile_bytes).min(u64::from(u32::MAX)) as u32;
+        if u64::from(tiles) * self.tile_bytes != bytes {
+            tracing::debug!(pool = %self.name, bytes, tiles, "TilePoolDesc: budget rounded down to whole tiles");
+        }
+        self.budget_tiles = tiles;
+        self
+    }
+}
+
+/// The tiles an allocation got, and the heaps that were added for it (the backend allocates
+/// their memory before binding).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TileAllocation {
+    /// Runs in the order their tiles should be used; their lengths sum to the request.
+    pub runs: Vec<TileRun>,
+    /// Heaps created by this allocation.
+    pub heaps_added: Vec<HeapIndex>,
+}
+
+/// A pool operation was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PoolError {
+    /// Not enough tiles are free within the budget.
+    #[error(
+        "tile pool exhausted: {requested} tiles requested, {free} free within a budget of {budget} tiles"
+    )]
+    PoolExhausted {
+        /// Tiles asked for.
+        requested: u64,
+        /// Tiles free in the heaps plus tiles the budget still allows to add.
+        free: u64,
+        /// The budget in tiles.
+        budget: u64,
+    },
+    /// The heap does not exist (never added, or trimmed).
+    #[error("heap {0} does not exist in the tile pool")]
+    UnknownHeap(u32),
+    /// The run goes past the end of its heap.
+    #[error("tiles {first}..{end} are outside heap {heap} of {tiles} tiles")]
+    OutOfBounds {
+        /// The heap.
+        heap: u32,
+        /// First tile of the run.
+        first: u32,
+        /// One past its last tile.
+        end: u64,
+        /// Tiles in the heap.
+        tiles: u32,
+    },
+    /// A tile of the run is not allocated (double free).
+    #[error("tile {tile} of heap {heap} is not allocated (double free?)")]
+    NotAllocated {
+        /// The heap.
+        heap: u32,
+        /// The tile.
+        tile: u32,
+    },
+    /// `ImageId(u32::MAX)` is reserved for free tiles.
+    #[error("image id {0} is reserved")]
+    ReservedOwner(u32),
+}
+
+/// A pool invariant is broken: a bug in this crate, reported with what was found.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("tile pool invariant broken{}: {message}", heap.map(|h| format!(" in heap {h}")).unwrap_or_default())]
+pub struct PoolInvariantError {
+    /// The heap concerned, if one.
+    pub heap: Option<u32>,
+    /// What was found.
+    pub message: String,
+}
+
+/// Statistics of one heap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeapStats {
+    /// The heap.
+    pub heap: HeapIndex,
+    /// Tiles in the heap.
+    pub tiles: u32,
+    /// Allocated tiles.
+    pub used: u32,
+    /// Free tiles.
+    pub free: u32,
+    /// Free runs.
+    pub free_runs: u32,
+    /// The longest free run.
+    pub largest_free_run: u32,
+}
+
+/// Statistics of a pool, for reports, JSON dumps and the CLI.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PoolStats {
+    /// The pool's name.
+    pub name: String,
+    /// Bytes per tile.
+    pub tile_bytes: u64,
+    /// The budget in tiles.
+    pub budget_tiles: u64,
+    /// Tiles in all heaps.
+    pub capacity_tiles: u64,
+    /// Allocated tiles.
+    pub used_tiles: u64,
+    /// Free tiles in the heaps.
+    pub free_tiles: u64,
+    /// Free runs over all heaps.
+    pub free_runs: u64,
+    /// The longest free run of any heap.
+    pub largest_free_run: u32,
+    /// `1 − largest_free_run / free_tiles` (0 when nothing is free): 0 means all free tiles are
+    /// one run, values near 1 mean they are scattered.
+    pub fragmentation: f64,
+    /// Per heap.
+    pub heaps: Vec<HeapStats>,
+    /// Tiles per owner image.
+    pub owners: Vec<(ImageId, u32)>,
+}
+
+const NIL: u32 = u32::MAX;
+const NIL_LINK: u64 = u64::MAX;
+const FREE: u32 = u32::MAX;
+const BINS: usize = 32;
+
+#[derive(Clone, Debug)]
+struct Heap {
+    tiles: u32,
+    used: u32,
+    owner: Vec<u32>,
+    /// At the first tile of a free run: its length; elsewhere 0.
+    run_len: Vec<u32>,
+    /// At the last tile of a free run: its first tile; elsewhere NIL.
+    run_start: Vec<u32>,
+    /// Size-class list links at a free run's first tile (packed heap << 32 | tile).
+    next: Vec<u64>,
+    prev: Vec<u64>,
+}
+
+impl Heap {
+    fn new(tiles: u32) -> Self {
+        let n = tiles as usize;
+        Self {
+            tiles,
+            used: 0,
+            owner: vec![FREE; n],
+            run_len: vec![0; n],
+            run_start: vec![NIL; n],
+            next: vec![NIL_LINK; n],
+            prev: vec![NIL_LINK; n],
+        }
+    }
+}
+
+fn pack(heap: u32, tile: u32) -> u64 {
+    (u64::from(heap) << 32) | u64::from(tile)
+}
+
+fn unpack(link: u64) -> (u32, u32) {
+    ((link >> 32) as u32, link as u32)
+}
+
+fn class(len: u32) -> usize {
+    debug_assert!(len > 0);
+    (31 - len.leading_zeros()) as usize
+}
+
+/// Physical tiles in heaps under a budget; see the [module documentation](self) for the contract.
+#[derive(Clone, Debug)]
+pub struct TilePool {
+    desc: TilePoolDesc,
+    heaps: Vec<Option<Heap>>,
+    bins: [u64; BINS],
+    bin_mask: u32,
+    capacity: u64,
+    used: u64,
+    free_runs: u64,
+    owners: BTreeMap<u32, u32>,
+}
+
+impl TilePool {
+    /// An empty pool: no heaps until the first allocation.
+    pub fn new(desc: TilePoolDesc) -> Self {
+        let desc = TilePoolDesc { tiles_per_heap: desc.tiles_per_heap.max(1), ..desc };
+        Self {
+            desc,
+            heaps: Vec::new(),
+            bins: [NIL_LINK; BINS],
+            bin_mask: 0,
+            capacity: 0,
+            used: 0,
+            free_runs: 0,
+            owners: BTreeMap::new(),
+        }
+    }
+
+    /// The description the pool was made with.
+    pub fn desc(&self) -> &TilePoolDesc {
+        &self.desc
+    }
+
+    /// Bytes per tile.
+    pub fn tile_bytes(&self) -> u64 {
+        self.desc.tile_bytes
+    }
+
+    /// Allocated tiles.
+    pub fn used_tiles(&self) -> u64 {
+        self.used
+    }
+
+    /// Tiles in all heaps.
+    pub fn capacity_tiles(&self) -> u64 {
+        self.capacity
+    }
+
+    /// Tiles an allocation can still get: free tiles in the heaps plus room left in the budget.
+    pub fn available_tiles(&self) -> u64 {
+        self.capacity - self.used + u64::from(self.desc.budget_tiles).saturating_sub(self.capacity)
+    }
+
+    /// Changes the budget. Heaps beyond a lowered budget stay until they are empty and trimmed.
+    pub fn set_budget_tiles(&mut self, tiles: u32) {
+        self.desc.budget_tiles = tiles;
+    }
+
+    /// Tiles in heap `heap`, if it exists.
+    pub fn heap_tiles(&self, heap: HeapIndex) -> Option<u32> {
+        self.heaps.get(heap.0 as usize)?.as_ref().map(|h| h.tiles)
+    }
+
+    /// Indices of the live heaps.
+    pub fn heap_indices(&self) -> impl Iterator<Item = HeapIndex> + '_ {
+        self.heaps.iter().enumerate().filter(|(_, h)| h.is_some()).map(|(i, _)| HeapIndex(i as u32))
+    }
+
+    /// Byte offset of `tile` in its heap's memory.
+    pub fn byte_offset(&self, tile: PhysicalTile) -> u64 {
+        u64::from(tile.tile) * self.desc.tile_bytes
+    }
+
+    /// The owner of a physical tile, if allocated.
+    pub fn owner_of(&self, tile: PhysicalTile) -> Option<ImageId> {
+        let h = self.heaps.get(tile.heap.0 as usize)?.as_ref()?;
+        h.owner.get(tile.tile as usize).copied().filter(|&o| o != FREE).map(ImageId)
+    }
+
+    /// Tiles allocated to `owner`.
+    pub fn owned_tiles(&self, owner: ImageId) -> u32 {
+        self.owners.get(&owner.0).copied().unwrap_or(0)
+    }
+
+    /// Owners that still hold tiles, with their counts — the leak report at teardown.
+    pub fn leaks(&self) -> Vec<(ImageId, u32)> {
+        self.owners.iter().map(|(&o, &n)| (ImageId(o), n)).collect()
+    }
+
+    fn heap_mut(&mut self, heap: u32) -> &mut Heap {
+        self.heaps[heap as usize].as_mut().expect("live heap")
+    }
+
+    fn heap_ref(&self, heap: u32) -> &Heap {
+        self.heaps[heap as usize].as_ref().expect("live heap")
+    }
+
+    fn bin_insert(&mut self, heap: u32, start: u32, len: u32) {
+        let c = class(len);
+        let head = self.bins[c];
+        let link = pack(heap, start);
+        {
+            let h = self.heap_mut(heap);
+            h.run_len[start as usize] = len;
+            h.run_start[(start + len - 1) as usize] = start;
+            h.next[start as usize] = head;
+            h.prev[start as usize] = NIL_LINK;
+        }
+        if head != NIL_LINK {
+            let (hh, ht) = unpack(head);
+            self.heap_mut(hh).prev[ht as usize] = link;
+        }
+        self.bins[c] = link;
+        self.bin_mask |= 1 << c;
+        self.free_runs += 1;
+    }
+
+    fn bin_remove(&mut self, heap: u32, start: u32) -> u32 {
+        let (len, next, prev) = {
+            let h = self.heap_mut(heap);
+            let len = h.run_len[start as usize];
+            let (next, prev) = (h.next[start as usize], h.prev[start as usize]);
+            h.run_len[start as usize] = 0;
+            h.run_start[(start + len - 1) as usize] = NIL;
+            h.next[start as usize] = NIL_LINK;
+            h.prev[start as usize] = NIL_LINK;
+            (len, next, prev)
+        };
+        let c = class(len);
+        if prev == NIL_LINK {
+            self.bins[c] = next;
+        } else {
+            let (ph, pt) = unpack(prev);
+            self.heap_mut(ph).next[pt as usize] = next;
+        }
+        if next != NIL_LINK {
+            let (nh, nt) = unpack(next);
+            self.heap_mut(nh).prev[nt as usize] = prev;
+        }
+        if self.bins[c] == NIL_LINK {
+            self.bin_mask &= !(1 << c);
+        }
+        self.free_runs -= 1;
+        len
+    }
+
+    fn run_len_at(&self, link: u64) -> u32 {
+        let (h, t) = unpack(link);
+        self.heap_ref(h).run_len[t as usize]
+    }
+
+    /// A free run that holds `k` tiles, in O(1): the head of `k`'s own class if it is long enough,
+    /// else the head of the smallest larger non-empty class.
+    fn find_fitting(&self, k: u32) -> Option<u64> {
+        let c = class(k);
+        let head = self.bins[c];
+        if head != NIL_LINK && self.run_len_at(head) >= k {
+            return Some(head);
+        }
+        let above = if c + 1 >= BINS { 0 } else { self.bin_mask & !((1u32 << (c + 1)) - 1) };
+        (above != 0).then(|| self.bins[above.trailing_zeros() as usize])
+    }
+
+    fn find_largest(&self) -> Option<u64> {
+        (self.bin_mask != 0).then(|| self.bins[(31 - self.bin_mask.leading_zeros()) as usize])
+    }
+
+    fn carve(&mut self, link: u64, k: u32, owner: u32) -> TileRun {
+        let (heap, start) = unpack(link);
+        let len = self.bin_remove(heap, start);
+        let take = k.min(len);
+        {
+            let h = self.heap_mut(heap);
+            h.owner[start as usize..(start + take) as usize].fill(owner);
+            h.used += take;
+        }
+        if len > take {
+            self.bin_insert(heap, start + take, len - take);
+        }
+        self.used += u64::from(take);
+        *self.owners.entry(owner).or_insert(0) += take;
+        TileRun { heap: HeapIndex(heap), first: start, len: take }
+    }
+
+    fn add_heap(&mut self) -> Option<HeapIndex> {
+        let room = u64::from(self.desc.budget_tiles).saturating_sub(self.capacity);
+        let tiles = room.min(u64::from(self.desc.tiles_per_heap)) as u32;
+        if tiles == 0 {
+            return None;
+        }
+        let index = match self.heaps.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                self.heaps.push(None);
+                self.heaps.len() - 1
+            }
+        };
+        self.heaps[index] = Some(Heap::new(tiles));
+        self.capacity += u64::from(tiles);
+        self.bin_insert(index as u32, 0, tiles);
+        tracing::debug!(pool = %self.desc.name, heap = index, tiles, "tile pool: heap added");
+        Some(HeapIndex(index as u32))
+    }
+
+    /// Allocates `k` tiles for `owner`, as few physically contiguous runs as the free space allows
+    /// (one when a free run of `k` exists). Adds heaps when the free tiles are too few, within
+    /// the budget; fails with [`PoolError::PoolExhausted`] (changing nothing) when even that is
+    /// not enough.
+    pub fn allocate(&mut self, owner: ImageId, k: u32) -> Result<TileAllocation, PoolError> {
+        if owner.0 == FREE {
+            return Err(PoolError::ReservedOwner(owner.0));
+        }
+        let mut out = TileAllocation::default();
+        if k == 0 {
+            return Ok(out);
+        }
+        let available = self.available_tiles();
+        if available < u64::from(k) {
+            return Err(PoolError::PoolExhausted {
+                requested: u64::from(k),
+                free: available,
+                budget: u64::from(self.desc.budget_tiles),
+            });
+        }
+        let mut remaining = k;
+        while remaining > 0 {
+            if let Some(link) = self.find_fitting(remaining) {
+                out.runs.push(self.carve(link, remaining, owner.0));
+                break;
+            }
+            if self.capacity - self.used < u64::from(remaining) {
+                if let Some(h) = self.add_heap() {
+                    out.heaps_added.push(h);
+                    continue;
+                }
+            }
+            let link = self.find_largest().expect("available tiles were counted");
+            let run = self.carve(link, remaining, owner.0);
+            remaining -= run.len;
+            out.runs.push(run);
+        }
+        Ok(out)
+    }
+
+    /// Like [`allocate`](Self::allocate), but when the pool is exhausted calls `evict(pool,
+    /// shortfall)` so the caller can free tiles (e.g. least recently used ones) and retries;
+    /// `evict` returns `false` to give up. Gives up too when an eviction freed nothing.
+    pub fn allocate_or_evict(
+        &mut self,
+        owner: ImageId,
+        k: u32,
+        mut evict: impl FnMut(&mut TilePool, u64) -> bool,
+    ) -> Result<TileAllocation, PoolError> {
+        loop {
+            match self.allocate(owner, k) {
+                Err(PoolError::PoolExhausted { requested, free, budget }) => {
+                    if !evict(self, requested - free) || self.available_tiles() <= free {
+                        return Err(PoolError::PoolExhausted {
+                            requested,
+                            free: self.available_tiles(),
+                            budget,
+                        });
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Frees the tiles of `run` (any sub-run of allocated tiles, whatever their owners). Checks
+    /// first and changes nothing on error: unknown heap, out of bounds, or a tile already free.
+    pub fn free(&mut self, run: TileRun) -> Result<(), PoolError> {
+        let heap = run.heap.0;
+        let h = self.heaps.get(heap as usize).and_then(Option::as_ref).ok_or(PoolError::UnknownHeap(heap))?;
+        let end = u64::from(run.first) + u64::from(run.len);
+        if end > u64::from(h.tiles) {
+            return Err(PoolError::OutOfBounds { heap, first: run.first, end, tiles: h.tiles });
+        }
+        if run.len == 0 {
+            return Ok(());
+        }
+        let range = run.first as usize..end as usize;
+        if let Some(i) = h.owner[range.clone()].iter().position(|&o| o == FREE) {
+            return Err(PoolError::NotAllocated { heap, tile: run.first + i as u32 });
+        }
+        let mut i = range.start;
+        while i < range.end {
+            let o = h.owner[i];
+            let n = h.owner[i..range.end].iter().take_while(|&&x| x == o).count() as u32;
+            let count = self.owners.get_mut(&o).expect("owner counted");
+            *count -= n;
+            if *count == 0 {
+                self.owners.remove(&o);
+            }
+            i += n as usize;
+        }
+        let h = self.heap_mut(heap);
+        h.owner[range].fill(FREE);
+        h.used -= run.len;
+        self.used -= u64::from(run.len);
+        let mut start = run.first;
+        let mut stop = run.first + run.len;
+        let (left, right) = {
+            let h = self.heap_ref(heap);
+            let left = if start > 0 { h.run_start[(start - 1) as usize] } else { NIL };
+            let right = if stop < h.tiles && h.run_len[stop as usize] != 0 { stop } else { NIL };
+            (left, right)
+        };
+        if left != NIL {
+            self.bin_remove(heap, left);
+            start = left;
+        }
+        if right != NIL {
+            stop += self.bin_remove(heap, right);
+        }
+        self.bin_insert(heap, start, stop - start);
+        Ok(())
+    }
+
+    /// Frees every tile of `owner` (an image being destroyed); returns how many.
+    pub fn free_owner(&mut self, owner: ImageId) -> u32 {
+        let mut freed = 0;
+        for heap in 0..self.heaps.len() as u32 {
+            let Some(h) = &self.heaps[heap as usize] else { continue };
+            let mut runs = Vec::new();
+            let mut i = 0;
+            while i < h.tiles {
+                if h.owner[i as usize] == owner.0 {
+                    let n = h.owner[i as usize..].iter().take_while(|&&o| o == owner.0).count() as u32;
+                    runs.push(TileRun { heap: HeapIndex(heap), first: i, len: n });
+                    i += n;
+                } else {
+                    i += 1;
+                }
+            }
+            for run in runs {
+                self.free(run).expect("tiles owned are allocated");
+                freed += run.len;
+            }
+        }
+        freed
+    }
+
+    /// Releases every empty heap; returns their indices so the backend frees their memory.
+    pub fn trim(&mut self) -> Vec<HeapIndex> {
+        let mut released = Vec::new();
+        for heap in 0..self.heaps.len() as u32 {
+            if self.heaps[heap as usize].as_ref().is_some_and(|h| h.used == 0) {
+                self.bin_remove(heap, 0);
+                let tiles = self.heaps[heap as usize].take().map_or(0, |h| h.tiles);
+                self.capacity -= u64::from(tiles);
+                released.push(HeapIndex(heap));
+            }
+        }
+        released
+    }
+
+    /// Statistics of the pool and each heap.
+    pub fn stats(&self) -> PoolStats {
+        let mut heaps = Vec::new();
+        for (i, h) in self.heaps.iter().enumerate() {
+            let Some(h) = h else { continue };
+            let (mut runs, mut largest) = (0, 0);
+            for &len in &h.run_len {
+                if len > 0 {
+                    runs += 1;
+                    largest = largest.max(len);
+                }
+            }
+            heaps.push(HeapStats {
+                heap: HeapIndex(i as u32),
+                tiles: h.tiles,
+                used: h.used,
+                free: h.tiles - h.used,
+                free_runs: runs,
+                largest_free_run: largest,
+            });
+        }
+        let free = self.capacity - self.used;
+        let largest = heaps.iter().map(|h| h.largest_free_run).max().unwrap_or(0);
+        PoolStats {
+            name: self.desc.name.clone(),
+            tile_bytes: self.desc.tile_bytes,
+            budget_tiles: u64::from(self.desc.budget_tiles),
+            capacity_tiles: self.capacity,
+            used_tiles: self.used,
+            free_tiles: free,
+            free_runs: self.free_runs,
+            largest_free_run: largest,
+            fragmentation: if free == 0 { 0.0 } else { 1.0 - f64::from(largest) / free as f64 },
+            heaps,
+            owners: self.leaks(),
+        }
+    }
+
+    /// Checks every invariant of the [module contract](self).
+    pub fn check_invariants(&self) -> Result<(), PoolInvariantError> {
+        let err = |heap: Option<u32>, message: String| Err(PoolInvariantError { heap, message });
+        let (mut capacity, mut used, mut runs) = (0u64, 0u64, 0u64);
+        let mut owners: BTreeMap<u32, u32> = BTreeMap::new();
+        let mut run_starts = std::collections::HashSet::new();
+        for (hi, h) in self.heaps.iter().enumerate() {
+            let Some(h) = h else { continue };
+            let hid = Some(hi as u32);
+            capacity += u64::from(h.tiles);
+            let mut heap_used = 0;
+            let mut i = 0u32;
+            let mut prev_free = false;
+            while i < h.tiles {
+                let len = h.run_len[i as usize];
+                if len > 0 {
+                    if prev_free {
+                        return err(hid, format!("free runs touch at tile {i}"));
+                    }
+                    let end = i.checked_add(len).filter(|&e| e <= h.tiles);
+                    let Some(end) = end else {
+                        return err(hid, format!("free run at {i} overruns the heap"));
+                    };
+                    if h.run_start[(end - 1) as usize] != i {
+                        return err(
+                            hid,
+                            format!("free run {i}+{len}: end tag {}", h.run_start[(end - 1) as usize]),
+                        );
+                    }
+                    for t in i..end {
+                        if h.owner[t as usize] != FREE {
+                            return err(
+                                hid,
+                                format!("tile {t} in a free run has owner {}", h.owner[t as usize]),
+                            );
+                        }
+                        if t != i && h.run_len[t as usize] != 0 {
+                            return err(hid, format!("stray start tag inside free run at {t}"));
+                        }
+                        if t != end - 1 && h.run_start[t as usize] != NIL {
+                            return err(hid, format!("stray end tag inside free run at {t}"));
+                        }
+                    }
+                    runs += 1;
+                    run_starts.insert(pack(hi as u32, i));
+                    prev_free = true;
+                    i = end;
+                } else {
+                    let o = h.owner[i as usize];
+                    if o == FREE {
+                        return err(hid, format!("free tile {i} is in no free run"));
+                    }
+                    if h.run_start[i as usize] != NIL {
+                        return err(hid, format!("allocated tile {i} carries an end tag"));
+                    }
+                    *owners.entry(o).or_insert(0) += 1;
+                    heap_used += 1;
+                    prev_free = false;
+                    i += 1;
+                }
+            }
+            if heap_used != h.used {
+                return err(hid, format!("used {} but {heap_used} tiles allocated", h.used));
+            }
+            used += u64::from(heap_used);
+        }
+        if capacity != self.capacity || used != self.used || runs != self.free_runs {
+            return err(
+                None,
+                format!(
+                    "totals capacity {}/{capacity}, used {}/{used}, free runs {}/{runs} (kept/recounted)",
+                    self.capacity, self.used, self.free_runs
+                ),
+            );
+        }
+        if owners != self.owners {
+            return err(None, format!("owner counts {:?} != recount {owners:?}", self.owners));
+        }
+        let mut listed = 0u64;
+        for (c, &head) in self.bins.iter().enumerate() {
+            if (head != NIL_LINK) != (self.bin_mask & (1 << c) != 0) {
+                return err(None, format!("size class {c}: mask bit disagrees with its list"));
+            }
+            let (mut link, mut prev) = (head, NIL_LINK);
+            while link != NIL_LINK {
+                if !run_starts.remove(&link) {
+                    return err(None, format!("size class {c} lists {link:#x}, not a free run (or twice)"));
+                }
+                let (h, t) = unpack(link);
+                let heap = self.heap_ref(h);
+                if class(heap.run_len[t as usize]) != c {
+                    return err(
+                        Some(h),
+                        format!("run at {t} of length {} in class {c}", heap.run_len[t as usize]),
+                    );
+                }
+                if heap.prev[t as usize] != prev {
+                    return err(Some(h), format!("run at {t}: broken back link"));
+                }
+                listed += 1;
+                prev = link;
+                link = heap.next[t as usize];
+            }
+        }
+        if listed != runs {
+            return err(None, format!("{listed} runs listed in size classes, {runs} exist"));
+        }
+        Ok(())
+    }
+}
