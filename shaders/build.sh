@@ -6,5 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")"
 for src in *.comp *.vert *.frag; do
   [ -e "$src" ] || continue
-  glslc --target-env=vulkan1.3 -O -o "$src.spv" "$src"
+  glslc --target-env=vulkan1.3 -O -I include -o "$src.spv" "$src"
 done

@@ -32,7 +32,9 @@ fn shaders_are_up_to_date() {
         }
         let out = out_dir.join("check.spv");
         let status = std::process::Command::new("glslc")
-            .args(["--target-env=vulkan1.3", "-O", "-o"])
+            .args(["--target-env=vulkan1.3", "-O", "-I"])
+            .arg(dir.join("include"))
+            .arg("-o")
             .arg(&out)
             .arg(&path)
             .status()

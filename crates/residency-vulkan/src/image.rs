@@ -316,3 +316,41 @@ impl Device {
         unsafe { self.raw().destroy_image_view(view, None) };
     }
 }
+
+/// How a sampler filters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Filter {
+    /// Nearest texel, nearest mip (exact reads).
+    Nearest,
+    /// Bilinear within a mip, linear between mips (trilinear).
+    Trilinear,
+}
+
+impl Device {
+    /// Creates a sampler with clamp-to-edge addressing and the full LOD range.
+    pub fn create_sampler(&self, filter: Filter) -> Result<vk::Sampler, VulkanError> {
+        let (f, m) = match filter {
+            Filter::Nearest => (vk::Filter::NEAREST, vk::SamplerMipmapMode::NEAREST),
+            Filter::Trilinear => (vk::Filter::LINEAR, vk::SamplerMipmapMode::LINEAR),
+        };
+        let info = vk::SamplerCreateInfo::default()
+            .mag_filter(f)
+            .min_filter(f)
+            .mipmap_mode(m)
+            .address_mode_u(vk::SamplerAddressMode::CLAMP_TO_EDGE)
+            .address_mode_v(vk::SamplerAddressMode::CLAMP_TO_EDGE)
+            .address_mode_w(vk::SamplerAddressMode::CLAMP_TO_EDGE)
+            .max_lod(vk::LOD_CLAMP_NONE);
+        // SAFETY: valid device; a plain sampler description.
+        let sampler = unsafe { self.raw().create_sampler(&info, None) }
+            .map_err(|r| VulkanError::from_vk("vkCreateSampler", r))?;
+        self.set_name(sampler, &format!("{filter:?} sampler"));
+        Ok(sampler)
+    }
+
+    /// Destroys a sampler.
+    pub fn destroy_sampler(&self, sampler: vk::Sampler) {
+        // SAFETY: the sampler belongs to this device and no pending work uses it (caller's contract).
+        unsafe { self.raw().destroy_sampler(sampler, None) };
+    }
+}

@@ -38,6 +38,14 @@ pub enum UploadError {
         /// The destination.
         name: String,
     },
+    /// One image region is larger than half the staging ring.
+    #[error("an image upload of {bytes} B exceeds the staging limit of {limit} B per region")]
+    TooLarge {
+        /// Bytes of the region.
+        bytes: u64,
+        /// Largest region.
+        limit: u64,
+    },
     /// Creating the staging buffer failed.
     #[error(transparent)]
     Memory(#[from] MemoryError),
@@ -46,9 +54,28 @@ pub enum UploadError {
     Vulkan(#[from] VulkanError),
 }
 
-struct PendingCopy {
-    dst: vk::Buffer,
-    region: vk::BufferCopy,
+enum PendingCopy {
+    Buffer { dst: vk::Buffer, region: vk::BufferCopy },
+    Image { dst: vk::Image, layout: vk::ImageLayout, region: vk::BufferImageCopy },
+}
+
+/// One region of an image to upload to: a box of texels of one mip of one layer.
+#[derive(Clone, Copy, Debug)]
+pub struct ImageRegion {
+    /// The image.
+    pub image: vk::Image,
+    /// The layout the image is in when the copy runs (`GENERAL` or `TRANSFER_DST_OPTIMAL`).
+    pub layout: vk::ImageLayout,
+    /// The aspect (colour for the formats the library streams).
+    pub aspect: vk::ImageAspectFlags,
+    /// Mip level.
+    pub mip: u32,
+    /// Array layer.
+    pub layer: u32,
+    /// First texel.
+    pub offset: [u32; 3],
+    /// Size in texels.
+    pub extent: [u32; 3],
 }
 
 struct State {
@@ -132,7 +159,7 @@ impl Uploader {
             self.staging
                 .write(device, allocation.offset, &data[done..done + chunk])
                 .expect("ring allocations lie inside the mapped staging buffer");
-            state.copies.push(PendingCopy {
+            state.copies.push(PendingCopy::Buffer {
                 dst: dst.raw(),
                 region: vk::BufferCopy {
                     src_offset: allocation.offset,
@@ -142,6 +169,50 @@ impl Uploader {
             });
             done += chunk;
         }
+        Ok(())
+    }
+
+    /// Queues a copy of `data` (tightly packed texel blocks of the region, rows then slices) into an
+    /// image region. The caller keeps the image alive and in `region.layout` until the upload is
+    /// waited for. Data larger than half the ring is refused: split regions (e.g. per tile).
+    pub fn write_image(&self, device: &Device, region: &ImageRegion, data: &[u8]) -> Result<(), UploadError> {
+        let capacity = self.staging.size();
+        if data.len() as u64 > capacity / 2 {
+            return Err(UploadError::TooLarge { bytes: data.len() as u64, limit: capacity / 2 });
+        }
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let allocation = loop {
+            match state.ring.allocate(data.len().max(1) as u64, STAGING_ALIGNMENT) {
+                Ok(a) => break a,
+                Err(RingError::Full { .. }) => self.make_room(device, &mut state)?,
+                Err(e) => unreachable!("image chunks are non-empty and at most half the ring: {e}"),
+            }
+        };
+        self.staging
+            .write(device, allocation.offset, data)
+            .expect("ring allocations lie inside the staging buffer");
+        let copy = vk::BufferImageCopy {
+            buffer_offset: allocation.offset,
+            buffer_row_length: 0,
+            buffer_image_height: 0,
+            image_subresource: vk::ImageSubresourceLayers {
+                aspect_mask: region.aspect,
+                mip_level: region.mip,
+                base_array_layer: region.layer,
+                layer_count: 1,
+            },
+            image_offset: vk::Offset3D {
+                x: region.offset[0] as i32,
+                y: region.offset[1] as i32,
+                z: region.offset[2] as i32,
+            },
+            image_extent: vk::Extent3D {
+                width: region.extent[0],
+                height: region.extent[1],
+                depth: region.extent[2],
+            },
+        };
+        state.copies.push(PendingCopy::Image { dst: region.image, layout: region.layout, region: copy });
         Ok(())
     }
 
@@ -180,7 +251,14 @@ impl Uploader {
                 let raw = device.raw();
                 raw.cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&before));
                 for copy in &copies {
-                    raw.cmd_copy_buffer(cmd, staging, copy.dst, &[copy.region]);
+                    match copy {
+                        PendingCopy::Buffer { dst, region } => {
+                            raw.cmd_copy_buffer(cmd, staging, *dst, &[*region])
+                        }
+                        PendingCopy::Image { dst, layout, region } => {
+                            raw.cmd_copy_buffer_to_image(cmd, staging, *dst, *layout, &[*region]);
+                        }
+                    }
                 }
                 raw.cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&after));
             }

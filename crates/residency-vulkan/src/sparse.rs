@@ -1,0 +1,718 @@
+//! Partially resident images on Vulkan sparse residency.
+//!
+//! A [`SparseTilePool`] owns the physical tiles: 64 KiB tiles carved out of large `VkDeviceMemory`
+//! heaps (the core's [`TilePool`] does the accounting; never one allocation per tile), shared by
+//! many [`SparseImage`]s. An image's commits and releases change its page table at once and queue
+//! the tile changes; [`SparseTilePool::flush_binds`] turns every queued change of every image into
+//! coalesced bind regions (rows, rectangles, whole mips: the driver charges per bind entry) and
+//! issues them in one `vkQueueBindSparse` on the sparse queue: unbinds in a first batch, binds in a
+//! second that waits on it, so memory released by one image can be bound to another in the same
+//! flush. The flush waits for the binds to complete before it returns.
+//!
+//! Images stay in `GENERAL` layout for their whole life (one transition at creation): a layout
+//! transition applies to whole subresources and would discard the contents of resident tiles.
+//! Releasing tiles requires that GPU work reading them has completed (the streaming manager tracks
+//! that per frame; tests wait for idle).
+
+use crate::device::Device;
+use crate::error::{VkResultExt, VulkanError};
+use crate::format_map::{aspect, vk_format};
+use crate::ledger::ObjectId;
+use crate::memory::{MemoryBlock, MemoryError, RawMemoryDesc};
+use ash::vk;
+use residency_core::memory::{memory_type_candidates, MemoryIntent};
+use residency_core::tiles::{
+    plan_binds, BindPlanError, BindPlanOptions, CommitError, DeviceMipTail, HeapIndex, ImageId, LayoutError,
+    LayoutLimits, PoolStats, ResidencyChanges, ShapeError, SparseDimension, SparseFormatInfo,
+    SparseImageDesc, SparseImageLayout, SparseResidency, TexelRegion, TilePool, TilePoolDesc,
+};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// A sparse operation failed; nothing changed.
+#[derive(Debug, thiserror::Error)]
+pub enum SparseError {
+    /// The device cannot do sparse residency for this image; use the software residency path.
+    #[error("{0}")]
+    Unsupported(#[from] ShapeError),
+    /// The image description is invalid or beyond the device's limits (e.g. `sparseAddressSpaceSize`).
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
+    /// A commit or release was refused (the tile pool is exhausted, a region is wrong, …).
+    #[error(transparent)]
+    Commit(#[from] CommitError),
+    /// Planning binds failed (a bug if it happens: the page table produced the changes).
+    #[error(transparent)]
+    Plan(#[from] BindPlanError),
+    /// The image does not fit the pool (memory types or tile size differ).
+    #[error("`{name}`: {reason}")]
+    Incompatible {
+        /// The image.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// The device has no sparse-binding queue.
+    #[error("the device has no sparse-binding queue; use the software residency path")]
+    NoSparseQueue,
+    /// A readback larger than the caller's limit.
+    #[error("reading back {bytes} B exceeds the limit of {limit} B; read a smaller region")]
+    ReadbackTooLarge {
+        /// Bytes the readback would read.
+        bytes: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// Memory for a heap could not be allocated.
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
+    /// A Vulkan call failed.
+    #[error(transparent)]
+    Vulkan(#[from] VulkanError),
+}
+
+struct PoolState {
+    pool: TilePool,
+    heaps: Vec<Option<MemoryBlock>>,
+}
+
+/// The physical tiles shared by a device's sparse images.
+pub struct SparseTilePool {
+    device: Arc<Device>,
+    memory_type: u32,
+    state: Mutex<PoolState>,
+    next_image: AtomicU32,
+    pool_id: u32,
+    id: ObjectId,
+}
+
+impl std::fmt::Debug for SparseTilePool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SparseTilePool").field("memory_type", &self.memory_type).finish_non_exhaustive()
+    }
+}
+
+static NEXT_POOL: AtomicU32 = AtomicU32::new(1);
+
+/// What one flush did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct BindStats {
+    /// Bind entries issued (what the driver charges for).
+    pub bind_entries: u64,
+    /// Tiles (and mip-tail tiles) bound.
+    pub tiles_bound: u64,
+    /// Tiles unbound.
+    pub tiles_unbound: u64,
+    /// Heaps allocated for this flush.
+    pub heaps_added: u64,
+    /// Wall time of the `vkQueueBindSparse` call(s) until the fence signalled, in microseconds.
+    pub micros: u64,
+}
+
+impl SparseTilePool {
+    /// Creates a pool on `device`; heaps are allocated when tiles are first needed.
+    pub fn new(device: Arc<Device>, desc: TilePoolDesc) -> Result<SparseTilePool, SparseError> {
+        if device.sparse_queue().is_none() || !device.features().sparse_residency_image_2d {
+            return Err(SparseError::NoSparseQueue);
+        }
+        // Sparse images of every format accept the same memory types on the devices we know; the
+        // RGBA8 probe's types stand for all, and each image is checked when it is created.
+        let profile = device.profile();
+        let bits = profile
+            .formats
+            .iter()
+            .find_map(|f| f.sparse_2d_probe.map(|p| p.requirements.memory_type_bits))
+            .ok_or(SparseError::NoSparseQueue)?;
+        let memory_type =
+            *memory_type_candidates(&device.memory_properties().types, bits, MemoryIntent::DeviceLocal)
+                .first()
+                .ok_or_else(|| MemoryError::NoSuitableMemoryType {
+                    name: desc.name.clone(),
+                    allowed_bits: bits,
+                    intent: MemoryIntent::DeviceLocal,
+                })?;
+        let id = device.ledger().track("sparse tile pool", &desc.name);
+        Ok(SparseTilePool {
+            device,
+            memory_type,
+            state: Mutex::new(PoolState { pool: TilePool::new(desc), heaps: Vec::new() }),
+            next_image: AtomicU32::new(1),
+            pool_id: NEXT_POOL.fetch_add(1, Ordering::Relaxed),
+            id,
+        })
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+
+    /// The tile pool's statistics (tiles used and free per heap, runs, fragmentation).
+    pub fn stats(&self) -> PoolStats {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).pool.stats()
+    }
+
+    /// Tiles in use.
+    pub fn used_tiles(&self) -> u64 {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).pool.used_tiles()
+    }
+
+    /// Changes the budget (in tiles). Tiles already in use stay.
+    pub fn set_budget_tiles(&self, tiles: u32) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).pool.set_budget_tiles(tiles);
+    }
+
+    fn with_pool<R>(&self, f: impl FnOnce(&mut TilePool) -> R) -> R {
+        f(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()).pool)
+    }
+
+    fn ensure_heaps(&self, state: &mut PoolState, heaps: &[HeapIndex]) -> Result<u64, SparseError> {
+        let mut added = 0;
+        for &heap in heaps {
+            let index = heap.0 as usize;
+            if state.heaps.len() <= index {
+                state.heaps.resize_with(index + 1, || None);
+            }
+            if state.heaps[index].is_some() {
+                continue;
+            }
+            let tiles = state.pool.heap_tiles(heap).unwrap_or(0);
+            let size = u64::from(tiles) * state.pool.tile_bytes();
+            let name = format!("{} heap {}", state.pool.desc().name, heap.0);
+            let desc = RawMemoryDesc {
+                name: &name,
+                size,
+                type_index: self.memory_type,
+                allow_over_budget: false,
+                dedicated: None,
+            };
+            state.heaps[index] = Some(MemoryBlock::new(&self.device, desc, 1)?);
+            added += 1;
+        }
+        Ok(added)
+    }
+
+    /// Binds and unbinds everything the given images queued since their last flush, in one
+    /// `vkQueueBindSparse` on the sparse queue, and waits for it to complete.
+    pub fn flush_binds(&self, images: &mut [&mut SparseImage]) -> Result<BindStats, SparseError> {
+        self.flush_binds_with(images, BindPlanOptions::default())
+    }
+
+    /// [`SparseTilePool::flush_binds`] with planner options (e.g. no coalescing, for benchmarks).
+    pub fn flush_binds_with(
+        &self,
+        images: &mut [&mut SparseImage],
+        options: BindPlanOptions,
+    ) -> Result<BindStats, SparseError> {
+        let device = &*self.device;
+        let mut stats = BindStats::default();
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut plans = Vec::with_capacity(images.len());
+        for image in images.iter() {
+            if image.pool_id != self.pool_id {
+                return Err(SparseError::Incompatible {
+                    name: image.name.clone(),
+                    reason: "flushed through a pool that does not own its tiles".into(),
+                });
+            }
+            stats.heaps_added += self.ensure_heaps(&mut state, &image.pending.heaps_added)?;
+            let plan =
+                plan_binds(image.residency.layout(), &image.pending.tiles, &image.pending.tails, options)?;
+            plans.push(plan);
+        }
+        // Bind structures: unbinds (memory null) and binds, per image.
+        let heap_memory = |heap: HeapIndex| {
+            state
+                .heaps
+                .get(heap.0 as usize)
+                .and_then(Option::as_ref)
+                .map(|b| b.memory)
+                .expect("heaps exist for every bound tile")
+        };
+        let mut unbind_regions: Vec<Vec<vk::SparseImageMemoryBind>> = Vec::new();
+        let mut bind_regions: Vec<Vec<vk::SparseImageMemoryBind>> = Vec::new();
+        let mut unbind_opaque: Vec<Vec<vk::SparseMemoryBind>> = Vec::new();
+        let mut bind_opaque: Vec<Vec<vk::SparseMemoryBind>> = Vec::new();
+        for (image, plan) in images.iter().zip(&plans) {
+            let aspect_mask = aspect(image.desc.format);
+            let (mut u, mut b) = (Vec::new(), Vec::new());
+            for bind in &plan.image_binds {
+                let tiles = bind.tiles.count();
+                let (memory, offset) = match bind.memory {
+                    Some(m) => {
+                        stats.tiles_bound += tiles;
+                        (heap_memory(m.heap), m.offset)
+                    }
+                    None => {
+                        stats.tiles_unbound += tiles;
+                        (vk::DeviceMemory::null(), 0)
+                    }
+                };
+                let entry = vk::SparseImageMemoryBind {
+                    subresource: vk::ImageSubresource {
+                        aspect_mask,
+                        mip_level: bind.mip,
+                        array_layer: bind.layer,
+                    },
+                    offset: vk::Offset3D {
+                        x: bind.offset[0] as i32,
+                        y: bind.offset[1] as i32,
+                        z: bind.offset[2] as i32,
+                    },
+                    extent: vk::Extent3D {
+                        width: bind.extent[0],
+                        height: bind.extent[1],
+                        depth: bind.extent[2],
+                    },
+                    memory,
+                    memory_offset: offset,
+                    flags: vk::SparseMemoryBindFlags::empty(),
+                };
+                if bind.memory.is_some() {
+                    b.push(entry)
+                } else {
+                    u.push(entry)
+                }
+            }
+            let (mut ou, mut ob) = (Vec::new(), Vec::new());
+            for bind in &plan.opaque_binds {
+                let tiles = bind.size.div_ceil(state.pool.tile_bytes());
+                let entry = vk::SparseMemoryBind {
+                    resource_offset: bind.resource_offset,
+                    size: bind.size,
+                    memory: bind.memory.map_or(vk::DeviceMemory::null(), |m| heap_memory(m.heap)),
+                    memory_offset: bind.memory.map_or(0, |m| m.offset),
+                    flags: vk::SparseMemoryBindFlags::empty(),
+                };
+                if bind.memory.is_some() {
+                    stats.tiles_bound += tiles;
+                    ob.push(entry);
+                } else {
+                    stats.tiles_unbound += tiles;
+                    ou.push(entry);
+                }
+            }
+            stats.bind_entries += (u.len() + b.len() + ou.len() + ob.len()) as u64;
+            unbind_regions.push(u);
+            bind_regions.push(b);
+            unbind_opaque.push(ou);
+            bind_opaque.push(ob);
+        }
+        drop(state);
+        let raws: Vec<vk::Image> = images.iter().map(|i| i.raw).collect();
+        let (unbind_images, unbind_tails) =
+            (image_infos(&raws, &unbind_regions), opaque_infos(&raws, &unbind_opaque));
+        let (bind_images, bind_tails) =
+            (image_infos(&raws, &bind_regions), opaque_infos(&raws, &bind_opaque));
+        let has_unbinds = !unbind_images.is_empty() || !unbind_tails.is_empty();
+        let has_binds = !bind_images.is_empty() || !bind_tails.is_empty();
+        if has_unbinds || has_binds {
+            let started = Instant::now();
+            self.submit_binds(device, (&unbind_images, &unbind_tails), (&bind_images, &bind_tails))?;
+            stats.micros = started.elapsed().as_micros() as u64;
+        }
+        for image in images.iter_mut() {
+            image.pending = ResidencyChanges::default();
+        }
+        Ok(stats)
+    }
+
+    fn submit_binds(
+        &self,
+        device: &Device,
+        unbinds: (&[vk::SparseImageMemoryBindInfo<'_>], &[vk::SparseImageOpaqueMemoryBindInfo<'_>]),
+        binds: (&[vk::SparseImageMemoryBindInfo<'_>], &[vk::SparseImageOpaqueMemoryBindInfo<'_>]),
+    ) -> Result<(), SparseError> {
+        let queue = device.sparse_queue().ok_or(SparseError::NoSparseQueue)?;
+        let has_unbinds = !unbinds.0.is_empty() || !unbinds.1.is_empty();
+        let has_binds = !binds.0.is_empty() || !binds.1.is_empty();
+        // SAFETY: valid device; the semaphore and fence are destroyed below after the fence wait.
+        let (semaphore, fence) = unsafe {
+            let semaphore = device
+                .raw()
+                .create_semaphore(&vk::SemaphoreCreateInfo::default(), None)
+                .during("vkCreateSemaphore")?;
+            match device.raw().create_fence(&vk::FenceCreateInfo::default(), None) {
+                Ok(fence) => (semaphore, fence),
+                Err(r) => {
+                    device.raw().destroy_semaphore(semaphore, None);
+                    return Err(VulkanError::from_vk("vkCreateFence", r).into());
+                }
+            }
+        };
+        let semaphores = [semaphore];
+        let mut batches = Vec::new();
+        if has_unbinds {
+            let mut batch =
+                vk::BindSparseInfo::default().image_binds(unbinds.0).image_opaque_binds(unbinds.1);
+            if has_binds {
+                batch = batch.signal_semaphores(&semaphores);
+            }
+            batches.push(batch);
+        }
+        if has_binds {
+            let mut batch = vk::BindSparseInfo::default().image_binds(binds.0).image_opaque_binds(binds.1);
+            if has_unbinds {
+                batch = batch.wait_semaphores(&semaphores);
+            }
+            batches.push(batch);
+        }
+        let result = {
+            let queue = queue.lock();
+            // SAFETY: the queue is locked and supports sparse binding; every image is a live sparse
+            // image of this device, every memory a live heap of this pool, and the regions are
+            // tile-aligned (or reach the mip edge) as the planner guarantees.
+            unsafe { device.raw().queue_bind_sparse(*queue, &batches, fence) }.during("vkQueueBindSparse")
+        }
+        .and_then(|()| {
+            // SAFETY: the fence belongs to this device and was just submitted.
+            unsafe { device.raw().wait_for_fences(&[fence], true, u64::MAX) }.during("vkWaitForFences")
+        });
+        // SAFETY: the fence has signalled (or the submission failed), so nothing uses them any more.
+        unsafe {
+            if result.is_err() {
+                let _ = device.wait_idle();
+            }
+            device.raw().destroy_fence(fence, None);
+            device.raw().destroy_semaphore(semaphore, None);
+        }
+        result.map_err(SparseError::from)
+    }
+
+    /// Releases heaps that hold no tiles.
+    pub fn trim(&self) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        for heap in state.pool.trim() {
+            if let Some(block) = state.heaps.get_mut(heap.0 as usize).and_then(Option::take) {
+                block.destroy(&self.device);
+            }
+        }
+    }
+}
+
+impl Drop for SparseTilePool {
+    fn drop(&mut self) {
+        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        for (owner, tiles) in state.pool.leaks() {
+            tracing::error!(
+                owner = owner.0,
+                tiles,
+                "sparse tile pool dropped while an image still holds tiles"
+            );
+        }
+        for block in state.heaps.drain(..).flatten() {
+            block.destroy(&self.device);
+        }
+        self.device.ledger().untrack(self.id);
+    }
+}
+
+fn image_infos<'a>(
+    images: &[vk::Image],
+    regions: &'a [Vec<vk::SparseImageMemoryBind>],
+) -> Vec<vk::SparseImageMemoryBindInfo<'a>> {
+    images
+        .iter()
+        .zip(regions)
+        .filter(|(_, r)| !r.is_empty())
+        .map(|(&image, r)| vk::SparseImageMemoryBindInfo::default().image(image).binds(r))
+        .collect()
+}
+
+fn opaque_infos<'a>(
+    images: &[vk::Image],
+    regions: &'a [Vec<vk::SparseMemoryBind>],
+) -> Vec<vk::SparseImageOpaqueMemoryBindInfo<'a>> {
+    images
+        .iter()
+        .zip(regions)
+        .filter(|(_, r)| !r.is_empty())
+        .map(|(&image, r)| vk::SparseImageOpaqueMemoryBindInfo::default().image(image).binds(r))
+        .collect()
+}
+
+/// A partially resident image.
+#[derive(Debug)]
+#[must_use = "a sparse image is released only by destroying it through its pool"]
+pub struct SparseImage {
+    raw: vk::Image,
+    view: vk::ImageView,
+    desc: SparseImageDesc,
+    name: String,
+    residency: SparseResidency,
+    pending: ResidencyChanges,
+    pool_id: u32,
+    id: ObjectId,
+}
+
+fn sparse_create_info(desc: &SparseImageDesc, storage: bool) -> vk::ImageCreateInfo<'static> {
+    let mut usage =
+        vk::ImageUsageFlags::SAMPLED | vk::ImageUsageFlags::TRANSFER_DST | vk::ImageUsageFlags::TRANSFER_SRC;
+    if storage {
+        usage |= vk::ImageUsageFlags::STORAGE;
+    }
+    vk::ImageCreateInfo::default()
+        .flags(vk::ImageCreateFlags::SPARSE_BINDING | vk::ImageCreateFlags::SPARSE_RESIDENCY)
+        .image_type(match desc.dimension {
+            SparseDimension::D2 => vk::ImageType::TYPE_2D,
+            SparseDimension::D3 => vk::ImageType::TYPE_3D,
+        })
+        .format(vk_format(desc.format))
+        .extent(vk::Extent3D { width: desc.width, height: desc.height, depth: desc.depth })
+        .mip_levels(desc.mip_levels)
+        .array_layers(desc.array_layers)
+        .samples(vk::SampleCountFlags::TYPE_1)
+        .tiling(vk::ImageTiling::OPTIMAL)
+        .usage(usage)
+        .sharing_mode(vk::SharingMode::EXCLUSIVE)
+        .initial_layout(vk::ImageLayout::UNDEFINED)
+}
+
+impl SparseImage {
+    /// Creates a partially resident image with nothing resident, in `GENERAL` layout, with a view of
+    /// all its mips (and layers). `storage` adds storage-image usage (writes into resident tiles).
+    pub fn new(
+        pool: &SparseTilePool,
+        name: &str,
+        desc: &SparseImageDesc,
+        storage: bool,
+    ) -> Result<SparseImage, SparseError> {
+        let device = &*pool.device;
+        let profile = device.profile();
+        let info = SparseFormatInfo::from_profile(profile, desc.format, desc.dimension)?;
+        let limits = LayoutLimits::from_profile(profile);
+        // Validate the description (limits, address space) before creating anything.
+        SparseImageLayout::new(desc, &info, &limits)?;
+        let create = sparse_create_info(desc, storage);
+        // SAFETY: a pure query on this device's physical device.
+        let supported = unsafe {
+            device.instance().get_physical_device_image_format_properties(
+                device.physical(),
+                create.format,
+                create.image_type,
+                create.tiling,
+                create.usage,
+                create.flags,
+            )
+        };
+        if supported.is_err() {
+            return Err(SparseError::Unsupported(ShapeError::FormatUnsupported {
+                device: device.name().to_owned(),
+                format: desc.format,
+                dimension: desc.dimension,
+            }));
+        }
+        // SAFETY: the description was checked against the device's limits and format properties.
+        let raw = unsafe { device.raw().create_image(&create, None) }.during("vkCreateImage")?;
+        let destroy = |e: SparseError| {
+            // SAFETY: created above, no memory bound, not used.
+            unsafe { device.raw().destroy_image(raw, None) };
+            e
+        };
+        device.set_name(raw, name);
+        // SAFETY: raw is a sparse image of this device.
+        let requirements = unsafe { device.raw().get_image_memory_requirements(raw) };
+        let tile_bytes = pool.with_pool(|p| p.tile_bytes());
+        if requirements.alignment != tile_bytes
+            || requirements.memory_type_bits & (1 << pool.memory_type) == 0
+        {
+            return Err(destroy(SparseError::Incompatible {
+                name: name.to_owned(),
+                reason: format!(
+                    "sparse block {} B and memory types {:#b} do not fit the pool ({} B tiles, type {})",
+                    requirements.alignment, requirements.memory_type_bits, tile_bytes, pool.memory_type
+                ),
+            }));
+        }
+        // SAFETY: raw is a sparse image of this device.
+        let sparse_reqs = unsafe { device.raw().get_image_sparse_memory_requirements(raw) };
+        let wanted = aspect(desc.format);
+        let Some(req) = sparse_reqs.iter().find(|r| r.format_properties.aspect_mask.intersects(wanted))
+        else {
+            return Err(destroy(SparseError::Incompatible {
+                name: name.to_owned(),
+                reason: "the driver reports no sparse requirements for the image's aspect".into(),
+            }));
+        };
+        let tail = DeviceMipTail {
+            first_lod: req.image_mip_tail_first_lod,
+            size: req.image_mip_tail_size,
+            offset: req.image_mip_tail_offset,
+            stride: req.image_mip_tail_stride,
+        };
+        let layout = SparseImageLayout::with_device_mip_tail(desc, &info, &limits, tail)
+            .map_err(|e| destroy(e.into()))?;
+        let view_info = vk::ImageViewCreateInfo::default()
+            .image(raw)
+            .view_type(match (desc.dimension, desc.array_layers) {
+                (SparseDimension::D3, _) => vk::ImageViewType::TYPE_3D,
+                (SparseDimension::D2, 1) => vk::ImageViewType::TYPE_2D,
+                (SparseDimension::D2, _) => vk::ImageViewType::TYPE_2D_ARRAY,
+            })
+            .format(create.format)
+            .subresource_range(vk::ImageSubresourceRange {
+                aspect_mask: wanted,
+                base_mip_level: 0,
+                level_count: desc.mip_levels,
+                base_array_layer: 0,
+                layer_count: desc.array_layers,
+            });
+        // SAFETY: raw is live; the range covers exactly its mips and layers.
+        let view = unsafe { device.raw().create_image_view(&view_info, None) }
+            .map_err(|r| destroy(VulkanError::from_vk("vkCreateImageView", r).into()))?;
+        device.set_name(view, &format!("{name} view"));
+        let to_general = [vk::ImageMemoryBarrier2::default()
+            .src_stage_mask(vk::PipelineStageFlags2::NONE)
+            .dst_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
+            .dst_access_mask(vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE)
+            .old_layout(vk::ImageLayout::UNDEFINED)
+            .new_layout(vk::ImageLayout::GENERAL)
+            .image(raw)
+            .subresource_range(view_info.subresource_range)];
+        let transitioned = device.submit_once("sparse image to GENERAL", |cmd| {
+            // SAFETY: `cmd` is recording on this device; the image is live.
+            unsafe {
+                device.raw().cmd_pipeline_barrier2(
+                    cmd,
+                    &vk::DependencyInfo::default().image_memory_barriers(&to_general),
+                );
+            }
+        });
+        if let Err(e) = transitioned {
+            // SAFETY: the view was created above and is unused.
+            unsafe { device.raw().destroy_image_view(view, None) };
+            return Err(destroy(e.into()));
+        }
+        let owner = ImageId(pool.pool_id << 20 | pool.next_image.fetch_add(1, Ordering::Relaxed));
+        let id = device.ledger().track("sparse image", name);
+        Ok(SparseImage {
+            raw,
+            view,
+            desc: *desc,
+            name: name.to_owned(),
+            residency: SparseResidency::new(owner, &layout),
+            pending: ResidencyChanges::default(),
+            pool_id: pool.pool_id,
+            id,
+        })
+    }
+
+    /// The `VkImage`.
+    pub fn raw(&self) -> vk::Image {
+        self.raw
+    }
+
+    /// A view of all its mips and layers.
+    pub fn view(&self) -> vk::ImageView {
+        self.view
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its description.
+    pub fn desc(&self) -> &SparseImageDesc {
+        &self.desc
+    }
+
+    /// Its layout (tile grid per mip, mip tail as the driver reported it).
+    pub fn layout(&self) -> &SparseImageLayout {
+        self.residency.layout()
+    }
+
+    /// Its residency: the page table, residency bitmaps and the min-LOD map.
+    pub fn residency(&self) -> &SparseResidency {
+        &self.residency
+    }
+
+    /// Mutable residency, for the streaming manager (min-LOD refresh).
+    pub fn residency_mut(&mut self) -> &mut SparseResidency {
+        &mut self.residency
+    }
+
+    /// Whether changes are queued for the next flush.
+    pub fn has_pending_binds(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Makes every tile of (`layer`, `mip`) that `region` touches resident (a mip in the tail
+    /// commits the tail). The binds happen at the next [`SparseTilePool::flush_binds`].
+    pub fn commit_region(
+        &mut self,
+        pool: &SparseTilePool,
+        layer: u32,
+        mip: u32,
+        region: TexelRegion,
+    ) -> Result<(), SparseError> {
+        let changes = pool.with_pool(|p| self.residency.commit_region(p, layer, mip, region))?;
+        self.pending.extend(changes);
+        Ok(())
+    }
+
+    /// Makes specific tiles resident.
+    pub fn commit_tiles(
+        &mut self,
+        pool: &SparseTilePool,
+        tiles: &[residency_core::tiles::TileIndex],
+    ) -> Result<(), SparseError> {
+        let changes = pool.with_pool(|p| self.residency.commit(p, tiles))?;
+        self.pending.extend(changes);
+        Ok(())
+    }
+
+    /// Makes mip tail `tail` resident (one unit, pinned until released explicitly).
+    pub fn commit_tail(&mut self, pool: &SparseTilePool, tail: u32) -> Result<(), SparseError> {
+        let changes = pool.with_pool(|p| self.residency.commit_tail(p, tail))?;
+        self.pending.extend(changes);
+        Ok(())
+    }
+
+    /// Releases the tiles of (`layer`, `mip`) that `region` touches (the seed's NULL upload). GPU work
+    /// reading them must have completed.
+    pub fn release_region(
+        &mut self,
+        pool: &SparseTilePool,
+        layer: u32,
+        mip: u32,
+        region: TexelRegion,
+    ) -> Result<(), SparseError> {
+        let changes = pool.with_pool(|p| self.residency.release_region(p, layer, mip, region))?;
+        self.pending.extend(changes);
+        Ok(())
+    }
+
+    /// Releases specific tiles.
+    pub fn release_tiles(
+        &mut self,
+        pool: &SparseTilePool,
+        tiles: &[residency_core::tiles::TileIndex],
+    ) -> Result<(), SparseError> {
+        let changes = pool.with_pool(|p| self.residency.release(p, tiles))?;
+        self.pending.extend(changes);
+        Ok(())
+    }
+
+    /// Releases everything, tails included.
+    pub fn release_all(&mut self, pool: &SparseTilePool) -> Result<(), SparseError> {
+        let changes = pool.with_pool(|p| self.residency.release_all(p))?;
+        self.pending.extend(changes);
+        Ok(())
+    }
+
+    /// Destroys the image: its tiles go back to the pool (no unbind is needed for a destroyed image).
+    /// GPU work using it must have completed.
+    pub fn destroy(self, pool: &SparseTilePool) {
+        let device = &*pool.device;
+        pool.with_pool(|p| p.free_owner(self.residency.owner()));
+        // SAFETY: the image and view belong to this device and no pending work uses them (caller's
+        // contract); destroying a sparse image releases its bindings.
+        unsafe {
+            device.raw().destroy_image_view(self.view, None);
+            device.raw().destroy_image(self.raw, None);
+        }
+        device.ledger().untrack(self.id);
+    }
+}

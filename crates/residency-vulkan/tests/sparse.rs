@@ -1,0 +1,265 @@
+//! Partially resident images on the device's sparse residency: commit, upload, sample with
+//! residency codes, release; tile pool accounting; validation clean.
+
+use residency_core::format::Format;
+use residency_core::memory::MemoryIntent;
+use residency_core::tiles::{SparseImageDesc, TexelRegion, TilePoolDesc};
+use residency_core::usage::BufferUsage;
+use residency_vulkan::ash::vk;
+use residency_vulkan::compute::{spirv_words, Binding, BindingKind, ComputeProgram};
+use residency_vulkan::sparse::{SparseError, SparseImage, SparseTilePool};
+use residency_vulkan::testing::with_gpu;
+use residency_vulkan::{BufferDesc, Device, Filter, ImageRegion, Uploader};
+use std::sync::Arc;
+
+const PROBE: &[u8] =
+    include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shaders/sparse_probe.comp.spv"));
+const DEFAULT: [f32; 4] = [0.25, 0.5, 0.75, 1.0];
+
+/// The texel stored at (x, y) of `mip`: a pattern that differs per texel and per mip.
+fn texel(x: u32, y: u32, mip: u32) -> [u8; 4] {
+    [(x % 251) as u8, (y % 241) as u8, (mip * 17) as u8, 0xab]
+}
+
+fn upload_tile(uploader: &Uploader, device: &Device, image: &SparseImage, mip: u32, tile: [u32; 2]) {
+    let shape = image.layout().tile_shape();
+    let extent = image.layout().mip(mip).unwrap().extent;
+    let (x0, y0) = (tile[0] * shape.width, tile[1] * shape.height);
+    let (w, h) = (shape.width.min(extent[0] - x0), shape.height.min(extent[1] - y0));
+    let data: Vec<u8> = (0..h).flat_map(|y| (0..w).flat_map(move |x| texel(x0 + x, y0 + y, mip))).collect();
+    let region = ImageRegion {
+        image: image.raw(),
+        layout: vk::ImageLayout::GENERAL,
+        aspect: vk::ImageAspectFlags::COLOR,
+        mip,
+        layer: 0,
+        offset: [x0, y0, 0],
+        extent: [w, h, 1],
+    };
+    uploader.write_image(device, &region, &data).unwrap();
+}
+
+fn tile_region(image: &SparseImage, tile: [u32; 2]) -> TexelRegion {
+    let shape = image.layout().tile_shape();
+    TexelRegion { offset: [tile[0] * shape.width, tile[1] * shape.height, 0], extent: [1, 1, 1] }
+}
+
+/// Reads each (x, y, lod) with residency codes: (texel as bytes, resident).
+fn probe(device: &Arc<Device>, image: &SparseImage, points: &[[i32; 3]]) -> Vec<([u8; 4], bool)> {
+    let program = ComputeProgram::new(
+        device,
+        "sparse probe",
+        &spirv_words(PROBE),
+        &[BindingKind::SampledImage, BindingKind::StorageBuffer, BindingKind::StorageBuffer],
+        32,
+        1,
+    )
+    .unwrap();
+    let sampler = device.create_sampler(Filter::Nearest).unwrap();
+    let n = points.len() as u64;
+    let probes = device
+        .create_buffer(
+            &BufferDesc::new("probes", n * 16, BufferUsage::STORAGE).with_intent(MemoryIntent::Upload),
+        )
+        .unwrap();
+    let results = device
+        .create_buffer(
+            &BufferDesc::new("probe results", n * 32, BufferUsage::STORAGE)
+                .with_intent(MemoryIntent::Readback),
+        )
+        .unwrap();
+    let bytes: Vec<u8> =
+        points.iter().flat_map(|p| [p[0], p[1], p[2], 0]).flat_map(i32::to_le_bytes).collect();
+    probes.write(device, 0, &bytes).unwrap();
+    let set = program
+        .descriptor_set(
+            device,
+            &[
+                Binding::Image { view: image.view(), sampler, layout: vk::ImageLayout::GENERAL },
+                Binding::Buffer(&probes),
+                Binding::Buffer(&results),
+            ],
+        )
+        .unwrap();
+    let mut push: Vec<u8> = DEFAULT.iter().flat_map(|f| f.to_le_bytes()).collect();
+    push.extend_from_slice(&(n as u32).to_le_bytes());
+    push.resize(32, 0);
+    device
+        .submit_once("sparse probe", |cmd| {
+            let before = [vk::MemoryBarrier2::default()
+                .src_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
+                .src_access_mask(vk::AccessFlags2::MEMORY_WRITE)
+                .dst_stage_mask(vk::PipelineStageFlags2::COMPUTE_SHADER)
+                .dst_access_mask(vk::AccessFlags2::SHADER_READ | vk::AccessFlags2::SHADER_WRITE)];
+            let after = [vk::MemoryBarrier2::default()
+                .src_stage_mask(vk::PipelineStageFlags2::COMPUTE_SHADER)
+                .src_access_mask(vk::AccessFlags2::SHADER_WRITE)
+                .dst_stage_mask(vk::PipelineStageFlags2::HOST)
+                .dst_access_mask(vk::AccessFlags2::HOST_READ)];
+            // SAFETY: `cmd` is recording on this device.
+            unsafe {
+                device
+                    .raw()
+                    .cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&before));
+            }
+            program.dispatch(device, cmd, set, &push, [(n as u32).div_ceil(64), 1, 1]);
+            // SAFETY: as above.
+            unsafe {
+                device
+                    .raw()
+                    .cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&after));
+            }
+        })
+        .unwrap();
+    let mut out = vec![0u8; (n * 32) as usize];
+    results.read(device, 0, &mut out).unwrap();
+    program.destroy(device);
+    device.destroy_sampler(sampler);
+    device.destroy_buffer(probes);
+    device.destroy_buffer(results);
+    out.chunks_exact(32)
+        .map(|r| {
+            let f = |i: usize| f32::from_le_bytes([r[i], r[i + 1], r[i + 2], r[i + 3]]);
+            let rgba = [f(0), f(4), f(8), f(12)].map(|v| (v * 255.0).round() as u8);
+            (rgba, u32::from_le_bytes([r[16], r[17], r[18], r[19]]) == 1)
+        })
+        .collect()
+}
+
+#[test]
+fn resident_texels_read_back_exactly_and_released_tiles_return_the_default() {
+    with_gpu(|set| {
+        let device = Arc::clone(&set.devices()[0]);
+        let pool = SparseTilePool::new(Arc::clone(&device), TilePoolDesc::default().with_tiles_per_heap(256))
+            .unwrap();
+        let desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 16384, 16384);
+        let mut image = SparseImage::new(&pool, "virtual 16k", &desc, false).unwrap();
+        let layout = image.layout().clone();
+        let shape = layout.tile_shape();
+        assert_eq!(shape.width * shape.height * 4, 65536);
+
+        // Some tiles of mip 0, and everything from the mip tail (or, without one, the coarsest
+        // tiled mips) so that coarse data is always there.
+        let tiles = [[0, 0], [1, 0], [2, 0], [5, 3]];
+        for t in tiles {
+            image.commit_region(&pool, 0, 0, tile_region(&image, t)).unwrap();
+        }
+        let coarse_first = layout.first_tail_lod().min(layout.mip_levels() - 1).min(8);
+        for mip in coarse_first..layout.mip_levels() {
+            let e = layout.mip(mip).unwrap().extent;
+            image
+                .commit_region(&pool, 0, mip, TexelRegion { offset: [0; 3], extent: [e[0], e[1], 1] })
+                .unwrap();
+        }
+        let expected_tiles = pool.used_tiles();
+        let tail_tiles = u64::from(layout.mip_tail().map_or(0, |t| t.tiles * t.count));
+        let tiled_coarse: u64 = (coarse_first..layout.first_tail_lod())
+            .map(|m| u64::from(layout.mip(m).unwrap().tile_count()))
+            .sum();
+        assert_eq!(
+            expected_tiles,
+            tiles.len() as u64 + tiled_coarse + tail_tiles,
+            "pool accounting is exact"
+        );
+        let stats = pool.flush_binds(&mut [&mut image]).unwrap();
+        assert_eq!(stats.tiles_bound, expected_tiles);
+        assert!(stats.bind_entries < expected_tiles, "adjacent tiles were coalesced: {stats:?}");
+
+        let uploader = Uploader::new(&device, "sparse test", 4 << 20).unwrap();
+        for t in tiles {
+            upload_tile(&uploader, &device, &image, 0, t);
+        }
+        for mip in coarse_first..layout.mip_levels() {
+            let m = layout.mip(mip).unwrap();
+            let e = m.extent;
+            let grid = [e[0].div_ceil(shape.width), e[1].div_ceil(shape.height)];
+            for ty in 0..grid[1] {
+                for tx in 0..grid[0] {
+                    upload_tile(&uploader, &device, &image, mip, [tx, ty]);
+                }
+            }
+        }
+        uploader.wait_idle(&device).unwrap();
+
+        let w = shape.width as i32;
+        let h = shape.height as i32;
+        let points = [
+            [0, 0, 0],
+            [w - 1, h - 1, 0],
+            [w + 17, 5, 0],
+            [2 * w + 3, h - 2, 0],
+            [5 * w + 9, 3 * h + 11, 0],
+            [3 * w, 0, 0],   // tile (3, 0): not committed
+            [9000, 9000, 0], // far away: not committed
+            [0, h, 0],       // tile (0, 1): not committed
+            [3, 4, coarse_first as i32],
+            [0, 0, layout.mip_levels() as i32 - 1],
+        ];
+        let results = probe(&device, &image, &points);
+        let resident = [true, true, true, true, true, false, false, false, true, true];
+        for ((p, (rgba, is_resident)), expect) in points.iter().zip(&results).zip(resident) {
+            assert_eq!(*is_resident, expect, "residency code at {p:?}");
+            if expect {
+                assert_eq!(*rgba, texel(p[0] as u32, p[1] as u32, p[2] as u32), "texel at {p:?}");
+            } else {
+                assert_eq!(*rgba, DEFAULT.map(|v| (v * 255.0).round() as u8), "default at {p:?}");
+            }
+        }
+
+        // Release tile (1, 0): it becomes non-resident; its neighbours stay.
+        device.wait_idle().unwrap();
+        image.release_region(&pool, 0, 0, tile_region(&image, [1, 0])).unwrap();
+        assert_eq!(pool.used_tiles(), expected_tiles - 1);
+        let stats = pool.flush_binds(&mut [&mut image]).unwrap();
+        assert_eq!(stats.tiles_unbound, 1);
+        let results = probe(&device, &image, &[[w + 17, 5, 0], [0, 0, 0], [2 * w + 3, h - 2, 0]]);
+        assert!(!results[0].1, "released tile is not resident");
+        assert_eq!(results[0].0, DEFAULT.map(|v| (v * 255.0).round() as u8));
+        assert!(results[1].1 && results[2].1, "neighbours stay resident");
+        assert!(!image.residency().page_table().is_mip_resident(0, 0));
+
+        device.wait_idle().unwrap();
+        image.release_all(&pool).unwrap();
+        pool.flush_binds(&mut [&mut image]).unwrap();
+        assert_eq!(pool.used_tiles(), 0, "every tile is back in the pool");
+        image.destroy(&pool);
+        uploader.destroy(&device).unwrap();
+        pool.trim();
+        drop(pool);
+    });
+}
+
+#[test]
+fn pool_exhaustion_and_address_space_are_typed_errors() {
+    with_gpu(|set| {
+        let device = Arc::clone(&set.devices()[0]);
+        let pool = SparseTilePool::new(
+            Arc::clone(&device),
+            TilePoolDesc::default().with_tiles_per_heap(8).with_budget_tiles(8),
+        )
+        .unwrap();
+        let desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 4096, 4096);
+        let mut image = SparseImage::new(&pool, "small budget", &desc, false).unwrap();
+        let whole = TexelRegion { offset: [0; 3], extent: [4096, 4096, 1] };
+        let err = image.commit_region(&pool, 0, 0, whole).unwrap_err();
+        assert!(err.to_string().contains("budget") || matches!(err, SparseError::Commit(_)), "{err}");
+        assert_eq!(pool.used_tiles(), 0, "a refused commit changes nothing");
+        image.commit_region(&pool, 0, 0, TexelRegion { offset: [0; 3], extent: [256, 256, 1] }).unwrap();
+        assert_eq!(pool.used_tiles(), 4);
+        pool.flush_binds(&mut [&mut image]).unwrap();
+        image.release_all(&pool).unwrap();
+        pool.flush_binds(&mut [&mut image]).unwrap();
+        image.destroy(&pool);
+
+        let too_big = SparseImageDesc::new_2d(Format::R32G32B32A32Float, 16384, 16384);
+        let limit = device.profile().limits.sparse_address_space_size;
+        match SparseImage::new(&pool, "too big", &too_big, false) {
+            Err(SparseError::Layout(e)) => assert!(limit < (6 << 30), "{e}"),
+            Ok(image) => {
+                assert!(limit >= (6 << 30), "a 5.3 GB virtual image fits only a large address space");
+                image.destroy(&pool);
+            }
+            Err(e) => panic!("unexpected {e}"),
+        }
+    });
+}
