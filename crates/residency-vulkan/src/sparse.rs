@@ -716,3 +716,179 @@ impl SparseImage {
         device.ledger().untrack(self.id);
     }
 }
+
+impl SparseImage {
+    /// Reads back the texels of `region` of (`layer`, `mip`), tightly packed. Non-resident texels read
+    /// as whatever the device returns for unbound memory (zero with residencyNonResidentStrict;
+    /// undefined elsewhere — never rely on it). A region of more than `limit` bytes is refused with
+    /// the number of bytes it would read.
+    pub fn read_region(
+        &self,
+        device: &Device,
+        layer: u32,
+        mip: u32,
+        region: TexelRegion,
+        limit: u64,
+    ) -> Result<Vec<u8>, SparseError> {
+        let info = *self.layout().mip(mip).ok_or(CommitError::NoSuchSubresource { layer, mip })?;
+        if layer >= self.desc.array_layers
+            || (0..3).any(|a| region.extent[a] == 0 || region.offset[a] + region.extent[a] > info.extent[a])
+        {
+            return Err(CommitError::NoSuchSubresource { layer, mip }.into());
+        }
+        let bytes = self.desc.format.region_bytes(region.extent[0], region.extent[1], region.extent[2]);
+        if bytes > limit {
+            return Err(SparseError::ReadbackTooLarge { bytes, limit });
+        }
+        let desc = crate::BufferDesc::new(format!("{} readback", self.name), bytes, residency_core::usage::BufferUsage::COPY_DST)
+            .with_intent(MemoryIntent::Readback);
+        let staging = device.create_buffer(&desc)?;
+        let copy = vk::BufferImageCopy {
+            buffer_offset: 0,
+            buffer_row_length: 0,
+            buffer_image_height: 0,
+            image_subresource: vk::ImageSubresourceLayers {
+                aspect_mask: aspect(self.desc.format),
+                mip_level: mip,
+                base_array_layer: layer,
+                layer_count: 1,
+            },
+            image_offset: vk::Offset3D { x: region.offset[0] as i32, y: region.offset[1] as i32, z: region.offset[2] as i32 },
+            image_extent: vk::Extent3D { width: region.extent[0], height: region.extent[1], depth: region.extent[2] },
+        };
+        let before = [vk::MemoryBarrier2::default()
+            .src_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
+            .src_access_mask(vk::AccessFlags2::MEMORY_WRITE)
+            .dst_stage_mask(vk::PipelineStageFlags2::COPY)
+            .dst_access_mask(vk::AccessFlags2::TRANSFER_READ)];
+        let after = [vk::MemoryBarrier2::default()
+            .src_stage_mask(vk::PipelineStageFlags2::COPY)
+            .src_access_mask(vk::AccessFlags2::TRANSFER_WRITE)
+            .dst_stage_mask(vk::PipelineStageFlags2::HOST)
+            .dst_access_mask(vk::AccessFlags2::HOST_READ)];
+        let copied = device.submit_once("sparse readback", |cmd| {
+            // SAFETY: `cmd` is recording on this device; the image (GENERAL layout) and the buffer are
+            // live and the region lies in both.
+            unsafe {
+                let raw = device.raw();
+                raw.cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&before));
+                raw.cmd_copy_image_to_buffer(cmd, self.raw, vk::ImageLayout::GENERAL, staging.raw(), &[copy]);
+                raw.cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&after));
+            }
+        });
+        let mut out = vec![0; bytes as usize];
+        let read = copied
+            .map_err(SparseError::from)
+            .and_then(|()| staging.read(device, 0, &mut out).map_err(|e| SparseError::Incompatible {
+                name: self.name.clone(),
+                reason: e.to_string(),
+            }));
+        device.destroy_buffer(staging);
+        read.map(|()| out)
+    }
+}
+
+/// The per-region min-LOD map of a 2D sparse image as a texture: one `r8_uint` texel per mip-0
+/// tile (per layer), the finest LOD whose chain down to the coarsest level is resident there
+/// (255 = nothing resident). Shaders clamp to it (`residency.glsl`); [`MinLodMap::update`] uploads
+/// the entries that changed, in the same frame as the binds.
+#[derive(Debug)]
+pub struct MinLodMap {
+    image: crate::Image,
+    view: vk::ImageView,
+    uploaded: bool,
+}
+
+impl MinLodMap {
+    /// Creates the map texture for `image` (2D images and 2D arrays).
+    pub fn new(device: &Device, image: &SparseImage) -> Result<MinLodMap, SparseError> {
+        let [w, h, d] = image.residency().page_table().min_lod_extent();
+        if image.desc.dimension != SparseDimension::D2 || d != 1 {
+            return Err(SparseError::Incompatible {
+                name: image.name.clone(),
+                reason: "min-LOD map textures are made for 2D images".into(),
+            });
+        }
+        let mut desc = crate::ImageDesc::new_2d(
+            format!("{} min-LOD map", image.name),
+            residency_core::format::Format::R8Uint,
+            w,
+            h,
+            residency_core::usage::ImageUsage::SAMPLED | residency_core::usage::ImageUsage::COPY_DST,
+        );
+        desc.array_layers = image.desc.array_layers;
+        let texture = device.create_image(&desc)?;
+        let view = match device.create_image_view(&texture, 0..1) {
+            Ok(v) => v,
+            Err(e) => {
+                device.destroy_image(texture);
+                return Err(e.into());
+            }
+        };
+        let to_general = [vk::ImageMemoryBarrier2::default()
+            .dst_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
+            .dst_access_mask(vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE)
+            .old_layout(vk::ImageLayout::UNDEFINED)
+            .new_layout(vk::ImageLayout::GENERAL)
+            .image(texture.raw())
+            .subresource_range(texture.full_range())];
+        let transitioned = device.submit_once("min-LOD map to GENERAL", |cmd| {
+            // SAFETY: `cmd` is recording on this device; the image is live.
+            unsafe {
+                device.raw().cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().image_memory_barriers(&to_general));
+            }
+        });
+        if let Err(e) = transitioned {
+            device.destroy_image_view(view);
+            device.destroy_image(texture);
+            return Err(e.into());
+        }
+        Ok(MinLodMap { image: texture, view, uploaded: false })
+    }
+
+    /// The view to bind as a `usampler2D` (or array), in `GENERAL` layout.
+    pub fn view(&self) -> vk::ImageView {
+        self.view
+    }
+
+    /// Refreshes `image`'s min-LOD entries changed since the last update and queues their upload
+    /// (the whole map the first time). Returns the number of entries uploaded.
+    pub fn update(&mut self, device: &Device, uploader: &crate::Uploader, image: &mut SparseImage) -> Result<u64, SparseError> {
+        let updates = image.residency_mut().refresh_min_lod();
+        let table = image.residency().page_table();
+        let [w, h, _] = table.min_lod_extent();
+        let boxes: Vec<(u32, [u32; 2], [u32; 2])> = if self.uploaded {
+            updates.iter().map(|u| (u.layer, [u.regions.start[0], u.regions.start[1]], [u.regions.end[0], u.regions.end[1]])).collect()
+        } else {
+            (0..image.desc.array_layers).map(|layer| (layer, [0, 0], [w, h])).collect()
+        };
+        let mut uploaded = 0;
+        for (layer, start, end) in boxes {
+            let entries = table.min_lod_layer(layer);
+            let data: Vec<u8> =
+                (start[1]..end[1]).flat_map(|y| (start[0]..end[0]).map(move |x| (y * w + x) as usize)).map(|i| entries[i]).collect();
+            let region = crate::ImageRegion {
+                image: self.image.raw(),
+                layout: vk::ImageLayout::GENERAL,
+                aspect: vk::ImageAspectFlags::COLOR,
+                mip: 0,
+                layer,
+                offset: [start[0], start[1], 0],
+                extent: [end[0] - start[0], end[1] - start[1], 1],
+            };
+            uploader.write_image(device, &region, &data).map_err(|e| SparseError::Incompatible {
+                name: image.name.clone(),
+                reason: e.to_string(),
+            })?;
+            uploaded += data.len() as u64;
+        }
+        self.uploaded = true;
+        Ok(uploaded)
+    }
+
+    /// Destroys the map texture.
+    pub fn destroy(self, device: &Device) {
+        device.destroy_image_view(self.view);
+        device.destroy_image(self.image);
+    }
+}
