@@ -10,6 +10,7 @@
 //! - [`allocator`]: offset allocators for heaps (O(1) two-level segregated fit) and per-frame rings.
 //! - [`usage`]: buffer bind flags and pool usage (known or unknown flags).
 //! - [`tiles`]: sparse tile math, page tables, residency bitmaps and the physical tile pool.
+//! - [`report`]: memory reports, statistics, VMA-format JSON dumps and SVG heap maps.
 #![forbid(unsafe_code)]
 
 pub mod allocator;
@@ -18,5 +19,6 @@ pub mod format;
 pub mod memory;
 pub mod placement;
 pub mod profile;
+pub mod report;
 pub mod tiles;
 pub mod usage;
