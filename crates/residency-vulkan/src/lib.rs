@@ -17,6 +17,7 @@ mod ledger;
 mod memory;
 mod pool;
 pub mod profile_capture;
+mod report;
 pub mod testing;
 pub mod validation;
 
@@ -29,4 +30,5 @@ pub use instance::{version_string, InstanceDesc};
 pub use ledger::{Ledger, LiveObject};
 pub use memory::MemoryError;
 pub use pool::{BufferInit, BufferPool, BufferPoolDesc, PoolStats};
+pub use report::ReportSources;
 pub use validation::ValidationMode;
