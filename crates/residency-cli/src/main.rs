@@ -1,5 +1,6 @@
 //! The `residency` command-line tool.
 
+mod dump;
 mod info;
 
 use clap::{Parser, Subcommand};
@@ -17,6 +18,8 @@ struct Cli {
 enum Command {
     /// Show each device's capabilities (memory, limits, sparse support, tile shapes), or a profile.
     Info(info::InfoArgs),
+    /// Run a small workload on each device and dump its memory: VMA-format JSON, our JSON, an SVG heap map.
+    Dump(dump::DumpArgs),
 }
 
 fn main() -> ExitCode {
@@ -30,6 +33,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Info(args) => info::run(&args),
+        Command::Dump(args) => dump::run(&args),
     };
     match result {
         Ok(code) => code,

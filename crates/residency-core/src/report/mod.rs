@@ -35,7 +35,7 @@ pub use model::{
     PoolReport, Range, RangeKind, ReportError, ResourceType, UsedRange,
 };
 pub use stats::{ReportStatistics, Statistics};
-pub use svg::{format_bytes, to_svg};
+pub use svg::{format_bytes, to_svg, to_svg_with, SvgOptions, SvgScale};
 pub use vma_json::{to_vma_json, vma_type_name};
 
 use serde::Serialize;

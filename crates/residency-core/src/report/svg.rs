@@ -2,8 +2,10 @@
 //! coloured as used (by resource kind and usage), alignment padding or free.
 //!
 //! The picture is self-contained (no scripts, fonts or links), deterministic, and each range carries
-//! a `<title>` tooltip with its name, offset and size. All rows share one scale (the largest block
-//! spans the width), so block sizes compare at a glance, as in VMA's `GpuMemDumpVis.py`.
+//! a `<title>` tooltip with its name, offset and size. By default each row spans the width (its own
+//! scale, so a 256 KiB pool page is as readable as a 256 MiB heap); [`SvgScale::Shared`] draws every
+//! row to one scale instead (the largest block spans the width) so block sizes compare at a glance,
+//! as VMA's `GpuMemDumpVis.py` does.
 
 use std::fmt::Write as _;
 
@@ -98,13 +100,47 @@ struct Row<'a> {
     block: &'a BlockReport,
 }
 
-/// The report as a self-contained SVG heap map (see the module docs). Each block is drawn as one
-/// `<rect class="block">` with its ranges inside as `<rect class="range …">`; the legend lists
-/// every colour.
+/// How rows of the heap map are scaled.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SvgScale {
+    /// Each block spans the width (the default).
+    #[default]
+    PerBlock,
+    /// One scale for every row: the largest block spans the width.
+    Shared,
+}
+
+/// Options of [`to_svg_with`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SvgOptions {
+    /// How rows are scaled. Default: [`SvgScale::PerBlock`].
+    pub scale: SvgScale,
+}
+
+impl SvgOptions {
+    /// Sets the scale.
+    pub fn with_scale(mut self, scale: SvgScale) -> Self {
+        self.scale = scale;
+        self
+    }
+}
+
+/// The report as a self-contained SVG heap map with default options (see the module docs). Each
+/// block is drawn as one `<rect class="block">` with its ranges inside as `<rect class="range …">`;
+/// the legend lists every colour.
 pub fn to_svg(report: &MemoryReport) -> String {
+    to_svg_with(report, &SvgOptions::default())
+}
+
+/// The report as a self-contained SVG heap map (see [`to_svg`]).
+pub fn to_svg_with(report: &MemoryReport, options: &SvgOptions) -> String {
     let stats = report.statistics();
     let max_block = report.blocks().map(|(_, _, b)| b.size).max().unwrap_or(0).max(1);
-    let scale = (WIDTH - 2.0 * MARGIN) / max_block as f64;
+    let full = WIDTH - 2.0 * MARGIN;
+    let scale_of = |block: &BlockReport| match options.scale {
+        SvgScale::PerBlock => full / block.size.max(1) as f64,
+        SvgScale::Shared => full / max_block as f64,
+    };
 
     // Lay out: per heap a heading, then its memory types' general blocks and pool pages.
     let mut sections: Vec<(String, Vec<Row<'_>>)> = Vec::new();
@@ -197,7 +233,7 @@ pub fn to_svg(report: &MemoryReport) -> String {
                 escape(&row.label)
             );
             y += LABEL;
-            draw_block(&mut svg, row.block, MARGIN, y, scale);
+            draw_block(&mut svg, row.block, MARGIN, y, scale_of(row.block));
             y += ROW + GAP;
         }
     }
@@ -219,9 +255,13 @@ pub fn to_svg(report: &MemoryReport) -> String {
     }
     let _ = writeln!(
         svg,
-        r##"<text x="{MARGIN}" y="{:.1}" fill="#555">Scale: the widest row is {}. Hover a range for its name, offset and size.</text>"##,
+        r##"<text x="{MARGIN}" y="{:.1}" fill="#555">{} Hover a range for its name, offset and size.</text>"##,
         y + LABEL + 14.0,
-        format_bytes(max_block)
+        match options.scale {
+            SvgScale::PerBlock => "Scale: each row is one block, full width.".to_owned(),
+            SvgScale::Shared =>
+                format!("Scale: one for all rows; the widest is {}.", format_bytes(max_block)),
+        }
     );
     svg.push_str("</svg>\n");
     svg

@@ -397,9 +397,11 @@ fn svg_has_one_rect_per_block_a_legend_and_escaped_names() {
 }
 
 #[test]
-fn svg_scales_every_row_to_the_largest_block() {
+fn svg_scales_rows_per_block_or_to_the_largest_block() {
     let report = sample(0);
-    let svg = to_svg(&report);
+    let per_block = to_svg(&report);
+    assert_eq!(per_block.matches(r#"width="1180.00" height="22""#).count(), report.blocks().count());
+    let svg = to_svg_with(&report, &SvgOptions::default().with_scale(SvgScale::Shared));
     // The 1 MiB dedicated block is the widest: 1180 px; a 64 KiB block is 1/16 of it.
     assert!(svg.contains(r#"class="block" x="10.00" y=""#));
     assert!(svg.contains(r#"width="1180.00" height="22""#), "{svg}");
