@@ -22,6 +22,8 @@
 //! assert_eq!(stats.block_bytes, stats.allocation_bytes + stats.padding_bytes + stats.free_bytes);
 //! ```
 
+#![warn(missing_docs)]
+
 mod model;
 mod stats;
 mod svg;
