@@ -1,6 +1,7 @@
 //! The `residency` command-line tool.
 
 mod alloc_info;
+mod dump;
 mod info;
 
 use clap::{Parser, Subcommand};
@@ -21,6 +22,8 @@ enum Command {
     /// Allocation info (size, alignment, per-element offsets) for resource descriptions read as JSON
     /// from stdin, by the tight placed-resource alignment rules.
     AllocInfo(alloc_info::AllocInfoArgs),
+    /// Run a small workload on each device and dump its memory: VMA-format JSON, our JSON, an SVG heap map.
+    Dump(dump::DumpArgs),
 }
 
 fn main() -> ExitCode {
@@ -35,6 +38,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Info(args) => info::run(&args),
         Command::AllocInfo(args) => alloc_info::run(&args),
+        Command::Dump(args) => dump::run(&args),
     };
     match result {
         Ok(code) => code,

@@ -11,6 +11,7 @@
 //! - [`usage`]: buffer bind flags and pool usage (known or unknown flags).
 //! - [`sync`]: per-resource state tracking, the barrier batcher and transient memory aliasing.
 //! - [`tiles`]: sparse tile math, page tables, residency bitmaps and the physical tile pool.
+//! - [`report`]: memory reports, statistics, VMA-format JSON dumps and SVG heap maps.
 #![forbid(unsafe_code)]
 
 pub mod allocator;
@@ -19,6 +20,7 @@ pub mod format;
 pub mod memory;
 pub mod placement;
 pub mod profile;
+pub mod report;
 pub mod sync;
 pub mod tiles;
 pub mod usage;

@@ -406,6 +406,11 @@ impl BufferPool {
         let (page_bytes, used_bytes, pages) = self.pages.lock().unwrap_or_else(|e| e.into_inner()).totals();
         PoolStats { pages, page_bytes, used_bytes, buffers: self.buffers.load(Ordering::Relaxed) }
     }
+
+    /// The pool's pages, for memory reports.
+    pub(crate) fn pages(&self) -> &Mutex<BlockList> {
+        &self.pages
+    }
 }
 
 #[derive(Clone, Copy)]

@@ -740,8 +740,12 @@ impl SparseImage {
         if bytes > limit {
             return Err(SparseError::ReadbackTooLarge { bytes, limit });
         }
-        let desc = crate::BufferDesc::new(format!("{} readback", self.name), bytes, residency_core::usage::BufferUsage::COPY_DST)
-            .with_intent(MemoryIntent::Readback);
+        let desc = crate::BufferDesc::new(
+            format!("{} readback", self.name),
+            bytes,
+            residency_core::usage::BufferUsage::COPY_DST,
+        )
+        .with_intent(MemoryIntent::Readback);
         let staging = device.create_buffer(&desc)?;
         let copy = vk::BufferImageCopy {
             buffer_offset: 0,
@@ -753,8 +757,16 @@ impl SparseImage {
                 base_array_layer: layer,
                 layer_count: 1,
             },
-            image_offset: vk::Offset3D { x: region.offset[0] as i32, y: region.offset[1] as i32, z: region.offset[2] as i32 },
-            image_extent: vk::Extent3D { width: region.extent[0], height: region.extent[1], depth: region.extent[2] },
+            image_offset: vk::Offset3D {
+                x: region.offset[0] as i32,
+                y: region.offset[1] as i32,
+                z: region.offset[2] as i32,
+            },
+            image_extent: vk::Extent3D {
+                width: region.extent[0],
+                height: region.extent[1],
+                depth: region.extent[2],
+            },
         };
         let before = [vk::MemoryBarrier2::default()
             .src_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
@@ -777,12 +789,11 @@ impl SparseImage {
             }
         });
         let mut out = vec![0; bytes as usize];
-        let read = copied
-            .map_err(SparseError::from)
-            .and_then(|()| staging.read(device, 0, &mut out).map_err(|e| SparseError::Incompatible {
-                name: self.name.clone(),
-                reason: e.to_string(),
-            }));
+        let read = copied.map_err(SparseError::from).and_then(|()| {
+            staging
+                .read(device, 0, &mut out)
+                .map_err(|e| SparseError::Incompatible { name: self.name.clone(), reason: e.to_string() })
+        });
         device.destroy_buffer(staging);
         read.map(|()| out)
     }
@@ -835,7 +846,10 @@ impl MinLodMap {
         let transitioned = device.submit_once("min-LOD map to GENERAL", |cmd| {
             // SAFETY: `cmd` is recording on this device; the image is live.
             unsafe {
-                device.raw().cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().image_memory_barriers(&to_general));
+                device.raw().cmd_pipeline_barrier2(
+                    cmd,
+                    &vk::DependencyInfo::default().image_memory_barriers(&to_general),
+                );
             }
         });
         if let Err(e) = transitioned {
@@ -853,20 +867,32 @@ impl MinLodMap {
 
     /// Refreshes `image`'s min-LOD entries changed since the last update and queues their upload
     /// (the whole map the first time). Returns the number of entries uploaded.
-    pub fn update(&mut self, device: &Device, uploader: &crate::Uploader, image: &mut SparseImage) -> Result<u64, SparseError> {
+    pub fn update(
+        &mut self,
+        device: &Device,
+        uploader: &crate::Uploader,
+        image: &mut SparseImage,
+    ) -> Result<u64, SparseError> {
         let updates = image.residency_mut().refresh_min_lod();
         let table = image.residency().page_table();
         let [w, h, _] = table.min_lod_extent();
         let boxes: Vec<(u32, [u32; 2], [u32; 2])> = if self.uploaded {
-            updates.iter().map(|u| (u.layer, [u.regions.start[0], u.regions.start[1]], [u.regions.end[0], u.regions.end[1]])).collect()
+            updates
+                .iter()
+                .map(|u| {
+                    (u.layer, [u.regions.start[0], u.regions.start[1]], [u.regions.end[0], u.regions.end[1]])
+                })
+                .collect()
         } else {
             (0..image.desc.array_layers).map(|layer| (layer, [0, 0], [w, h])).collect()
         };
         let mut uploaded = 0;
         for (layer, start, end) in boxes {
             let entries = table.min_lod_layer(layer);
-            let data: Vec<u8> =
-                (start[1]..end[1]).flat_map(|y| (start[0]..end[0]).map(move |x| (y * w + x) as usize)).map(|i| entries[i]).collect();
+            let data: Vec<u8> = (start[1]..end[1])
+                .flat_map(|y| (start[0]..end[0]).map(move |x| (y * w + x) as usize))
+                .map(|i| entries[i])
+                .collect();
             let region = crate::ImageRegion {
                 image: self.image.raw(),
                 layout: vk::ImageLayout::GENERAL,
@@ -876,10 +902,9 @@ impl MinLodMap {
                 offset: [start[0], start[1], 0],
                 extent: [end[0] - start[0], end[1] - start[1], 1],
             };
-            uploader.write_image(device, &region, &data).map_err(|e| SparseError::Incompatible {
-                name: image.name.clone(),
-                reason: e.to_string(),
-            })?;
+            uploader
+                .write_image(device, &region, &data)
+                .map_err(|e| SparseError::Incompatible { name: image.name.clone(), reason: e.to_string() })?;
             uploaded += data.len() as u64;
         }
         self.uploaded = true;

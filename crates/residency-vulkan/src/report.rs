@@ -1,0 +1,257 @@
+//! Memory reports of live devices: the core's [`MemoryReport`] built from the general allocator's
+//! heaps, buffer pools' pages and the device's budgets.
+//!
+//! The allocators know where every allocation is, its footprint, kind and alignment, but not what
+//! it is called: names, usages and the resource's own size (the rest of the footprint is padding)
+//! come from the buffers the caller lists in [`ReportSources`]. Committed buffers have memory of
+//! their own outside every heap, so they appear in a report only when listed there. Each heap's
+//! `library_bytes` counts all of this library's memory in it, listed or not.
+
+use crate::buffer::Buffer;
+use crate::device::Device;
+use crate::device_set::DeviceSet;
+use crate::memory::{BlockList, MemoryBlock};
+use crate::pool::BufferPool;
+use crate::resource_memory::ResourceMemory;
+use ash::vk;
+use residency_core::allocator::BlockState;
+use residency_core::report::{
+    AllocationInfo, BlockReport, DeviceInfo, DeviceSetReport, HeapReport, MemoryReport, MemoryTypeReport,
+    PoolReport, ResourceType, UsedRange,
+};
+use residency_core::usage::BufferPoolUsage;
+use std::collections::HashMap;
+
+/// What a device's memory report includes besides the general allocator's heaps: buffer pools, and
+/// buffers whose names, usages and sizes label the allocations (and whose committed memory is
+/// listed as dedicated blocks).
+///
+/// ```no_run
+/// # fn f(device: &residency_vulkan::Device, pool: &residency_vulkan::BufferPool, buffers: &[residency_vulkan::Buffer]) {
+/// use residency_vulkan::ReportSources;
+/// let report = device.memory_report_with(&ReportSources::new().with_pool(pool).with_buffers(buffers));
+/// std::fs::write("heaps.json", residency_core::report::to_vma_json(&report)).unwrap();
+/// # }
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct ReportSources<'a> {
+    pools: Vec<&'a BufferPool>,
+    buffers: Vec<&'a Buffer>,
+}
+
+impl<'a> ReportSources<'a> {
+    /// Nothing besides the general allocator.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Includes a pool's pages.
+    pub fn with_pool(mut self, pool: &'a BufferPool) -> Self {
+        self.pools.push(pool);
+        self
+    }
+
+    /// Includes several pools' pages.
+    pub fn with_pools(mut self, pools: impl IntoIterator<Item = &'a BufferPool>) -> Self {
+        self.pools.extend(pools);
+        self
+    }
+
+    /// Labels a buffer's allocation with its name, usage and size.
+    pub fn with_buffer(mut self, buffer: &'a Buffer) -> Self {
+        self.buffers.push(buffer);
+        self
+    }
+
+    /// Labels several buffers' allocations.
+    pub fn with_buffers(mut self, buffers: impl IntoIterator<Item = &'a Buffer>) -> Self {
+        self.buffers.extend(buffers);
+        self
+    }
+}
+
+/// Buffers by the place their memory starts at.
+type Labels<'a> = HashMap<(vk::DeviceMemory, u64), &'a Buffer>;
+
+fn labels<'a>(device: &Device, buffers: &[&'a Buffer]) -> Labels<'a> {
+    buffers.iter().filter(|b| b.device == device.index()).map(|b| ((b.memory, b.memory_offset), *b)).collect()
+}
+
+fn buffer_info(buffer: &Buffer, alignment: u64) -> AllocationInfo {
+    AllocationInfo {
+        name: Some(buffer.name.clone()),
+        resource: ResourceType::Buffer,
+        usage: u64::from(buffer.usage.bits()),
+        alignment,
+    }
+}
+
+/// A heap's report: each used range of its allocator, labelled when a listed buffer starts there.
+/// `usage` is what unlabelled allocations are known to have (a known-flags pool's flags), or 0.
+fn block_report(id: u32, block: &MemoryBlock, usage: u64, labels: &Labels<'_>) -> BlockReport {
+    let used = block.allocator.blocks().filter_map(|b| {
+        let BlockState::Used { kind, alignment } = b.state else { return None };
+        let range = match labels.get(&(block.memory, b.offset)) {
+            Some(buffer) => UsedRange {
+                offset: b.offset,
+                footprint: b.size,
+                bytes: buffer.size.min(b.size),
+                info: buffer_info(buffer, alignment),
+            },
+            None => UsedRange {
+                offset: b.offset,
+                footprint: b.size,
+                bytes: b.size,
+                info: AllocationInfo {
+                    name: None,
+                    resource: ResourceType::from_kind(kind),
+                    usage,
+                    alignment,
+                },
+            },
+        };
+        Some(range)
+    });
+    BlockReport::from_used(id, block.name.clone(), block.size, used).with_mapped(block.mapped.is_some())
+}
+
+fn list_blocks(list: &BlockList, usage: u64, labels: &Labels<'_>) -> Vec<BlockReport> {
+    list.blocks
+        .iter()
+        .enumerate()
+        .filter_map(|(slot, block)| block.as_ref().map(|b| block_report(slot as u32, b, usage, labels)))
+        .collect()
+}
+
+fn pool_report(pool: &BufferPool, labels: &Labels<'_>) -> PoolReport {
+    let usage = match pool.desc().usage {
+        BufferPoolUsage::Known(usage) => u64::from(usage.bits()),
+        BufferPoolUsage::Unknown => 0,
+    };
+    let pages = pool.pages().lock().unwrap_or_else(|e| e.into_inner());
+    PoolReport {
+        name: pool.desc().name.clone(),
+        memory_type: pool.memory_type(),
+        page_size: pool.desc().page_size,
+        blocks: list_blocks(&pages, usage, labels),
+    }
+}
+
+impl Device {
+    /// A report of the general allocator's heaps (every placed buffer made by
+    /// [`Device::create_buffer`]), with heap budgets and usage. Allocations are unnamed; see
+    /// [`Device::memory_report_with`].
+    pub fn memory_report(&self) -> MemoryReport {
+        self.memory_report_with(&ReportSources::new())
+    }
+
+    /// A report of the general allocator's heaps and of `sources`' pools, with `sources`' buffers
+    /// naming their allocations and their committed memory listed as dedicated blocks. Pools and
+    /// buffers of other devices are left out.
+    ///
+    /// Each heap is locked briefly while it is read, one at a time, so the report is a consistent
+    /// picture of each heap but not of the device as a whole while other threads allocate.
+    pub fn memory_report_with(&self, sources: &ReportSources<'_>) -> MemoryReport {
+        let labels = labels(self, &sources.buffers);
+        let props = self.memory_properties();
+        let heaps = props
+            .heaps
+            .iter()
+            .enumerate()
+            .map(|(i, heap)| {
+                let index = i as u32;
+                let budget = self.ledger().budget(&self.current_heap(index, heap), index);
+                HeapReport {
+                    index,
+                    size: heap.size,
+                    device_local: heap.device_local,
+                    multi_instance: heap.multi_instance,
+                    budget: budget.budget,
+                    usage: budget.usage,
+                    library_bytes: self.ledger().heap_bytes(index),
+                }
+            })
+            .collect();
+        let mut memory_types: Vec<MemoryTypeReport> = props
+            .types
+            .iter()
+            .zip(&self.general)
+            .enumerate()
+            .map(|(i, (t, list))| {
+                let list = list.lock().unwrap_or_else(|e| e.into_inner());
+                MemoryTypeReport {
+                    index: i as u32,
+                    heap_index: t.heap_index,
+                    flags: t.flags,
+                    preferred_block_size: list.growth.page_size,
+                    blocks: list_blocks(&list, 0, &labels),
+                }
+            })
+            .collect();
+        // Committed buffers: memory of their own, listed after the type's shared heaps.
+        for buffer in sources.buffers.iter().filter(|b| b.device == self.index()) {
+            let ResourceMemory::Dedicated(block) = &buffer.owner else { continue };
+            let Some(t) = memory_types.get_mut(block.type_index as usize) else { continue };
+            let id = t.blocks.iter().map(|b| b.id + 1).max().unwrap_or(0);
+            let used = UsedRange {
+                offset: 0,
+                footprint: block.size,
+                bytes: buffer.size.min(block.size),
+                info: buffer_info(buffer, 1),
+            };
+            let report = BlockReport::from_used(id, block.name.clone(), block.size, [used])
+                .with_mapped(block.mapped.is_some())
+                .with_dedicated(true);
+            t.blocks.push(report);
+        }
+        let pools = sources
+            .pools
+            .iter()
+            .filter(|pool| std::ptr::eq(pool.device().as_ref(), self))
+            .map(|pool| pool_report(pool, &labels))
+            .collect();
+        MemoryReport { device: self.report_info(), heaps, memory_types, pools }
+    }
+
+    fn report_info(&self) -> DeviceInfo {
+        // SAFETY: the physical device was enumerated from this device's instance, which lives as
+        // long as the device.
+        let props = unsafe { self.instance().get_physical_device_properties(self.physical()) };
+        let limits = self.limits();
+        DeviceInfo {
+            index: self.index().get(),
+            name: self.name().to_owned(),
+            api_version: crate::instance::version_string(props.api_version),
+            device_type: props.device_type.as_raw() as u32,
+            max_memory_allocation_count: u64::from(limits.max_memory_allocation_count),
+            buffer_image_granularity: limits.buffer_image_granularity,
+            non_coherent_atom_size: limits.non_coherent_atom_size,
+        }
+    }
+}
+
+impl BufferPool {
+    /// A report of the pool's pages. Allocations are unnamed (a known-flags pool's ranges carry its
+    /// flags); see [`BufferPool::report_with`].
+    pub fn report(&self) -> PoolReport {
+        self.report_with(&[])
+    }
+
+    /// A report of the pool's pages, with `buffers` naming their allocations.
+    pub fn report_with(&self, buffers: &[&Buffer]) -> PoolReport {
+        pool_report(self, &labels(self.device(), buffers))
+    }
+}
+
+impl DeviceSet {
+    /// A report of every device's general allocator (see [`Device::memory_report`]).
+    pub fn memory_report(&self) -> DeviceSetReport {
+        DeviceSetReport { devices: self.devices().iter().map(|d| d.memory_report()).collect() }
+    }
+
+    /// A report of every device with `sources` (see [`Device::memory_report_with`]); each device
+    /// takes the pools and buffers that are its own.
+    pub fn memory_report_with(&self, sources: &ReportSources<'_>) -> DeviceSetReport {
+        DeviceSetReport { devices: self.devices().iter().map(|d| d.memory_report_with(sources)).collect() }
+    }
+}
