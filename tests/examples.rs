@@ -2,6 +2,8 @@
 
 #[path = "../examples/placed_buffers.rs"]
 mod placed_buffers;
+#[path = "../examples/sparse_texture.rs"]
+mod sparse_texture;
 
 use residency::vulkan::testing::with_gpu;
 
@@ -15,6 +17,15 @@ fn placed_buffers_example_computes_the_right_results_in_one_shared_page() {
         offsets.dedup();
         assert_eq!(offsets.len(), 4, "four distinct places in one page: {:?}", outcome.offsets);
         assert_eq!(outcome.offsets[2] % 256, 0, "the uniform buffer's 256 B floor");
+    });
+}
+
+#[test]
+fn sparse_texture_example_samples_resident_texels_and_falls_back_to_coarser_mips() {
+    with_gpu(|set| {
+        let outcome = sparse_texture::run(&set.devices()[0]).expect("the example runs");
+        assert_eq!(outcome.matched, outcome.samples);
+        assert!(outcome.resident_tiles * 100 < outcome.total_tiles, "{outcome:?}");
     });
 }
 
