@@ -65,6 +65,9 @@ pub struct Outcome {
     pub total_tiles: u64,
 }
 
+/// What one sample returned: the texel, whether it was resident, and the LOD sampled.
+type Sampled = ([u8; 4], bool, f32);
+
 struct Sampler<'a> {
     device: &'a Arc<Device>,
     program: ComputeProgram,
@@ -78,7 +81,7 @@ impl Sampler<'_> {
         image: &SparseImage,
         map: &MinLodMap,
         samples: &[Sample],
-    ) -> Result<Vec<([u8; 4], bool, f32)>, Box<dyn std::error::Error>> {
+    ) -> Result<Vec<Sampled>, Box<dyn std::error::Error>> {
         let device = self.device;
         let n = samples.len() as u64;
         let probes = device.create_buffer(
@@ -159,7 +162,7 @@ impl Sampler<'_> {
     }
 }
 
-fn check(image: &SparseImage, samples: &[Sample], got: &[([u8; 4], bool, f32)]) -> usize {
+fn check(image: &SparseImage, samples: &[Sample], got: &[Sampled]) -> usize {
     println!(
         "{:>6} {:>6} {:>4}  {:>8} {:>9} {:>9}  texel",
         "x", "y", "lod", "resident", "used lod", "expected"
