@@ -208,9 +208,14 @@ fn out_of_device_memory_is_a_typed_error_and_nothing_leaks() {
             pool.init_buffer(&BufferInit::new("survivor", 4096).with_usage(BufferUsage::STORAGE)).unwrap();
         pool.free_buffer(ok).unwrap();
 
-        device.ledger().inject_out_of_memory(1);
+        // Every candidate memory type fails (the H200 has two device-local types: a failure on the
+        // first falls back to the second, as it should).
+        let before = device.ledger().memory_objects();
+        device.ledger().inject_out_of_memory(64);
         let desc = BufferDesc::new("committed victim", 4096, BufferUsage::STORAGE).committed();
         assert!(matches!(device.create_buffer(&desc), Err(MemoryError::OutOfDeviceMemory { .. })));
+        device.ledger().inject_out_of_memory(0);
+        assert_eq!(device.ledger().memory_objects(), before, "no memory object left behind");
         let b = device.create_buffer(&desc).unwrap();
         device.destroy_buffer(b);
     });
