@@ -164,7 +164,7 @@ impl Sizes {
                 w2_reps: 15,
                 gpu_allocator_w1_reps: 3,
                 gpu_allocator_w2_reps: 1,
-                w3: placed_buffers::W3Config { buffers: 4000, reps: 15 },
+                w3: placed_buffers::W3Config { buffers: 4000, reps: 31 },
             }
         };
         if let Some(reps) = options.reps {
