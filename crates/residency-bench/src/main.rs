@@ -1,173 +1,249 @@
 //! `residency-bench`: benchmarks of `residency` against its baselines.
 //!
-//! `residency-bench alloc [--json] [--reps N]` runs the offset-allocator workloads (W1, W2; see
-//! `workloads`) for every allocator in `suballocators::ALL` and prints a table, or with `--json`
-//! `{"workloads":[{"name":"w1-align256","allocator":"residency",...}],"skipped":[...]}`.
+//! - `residency-bench alloc [--json] [--reps N] [--quick] [--slow-baselines] [--only w1,w2,w3]`: W1
+//!   and W2 (offset allocators: ours, `offset-allocator`, VMA's virtual block, gpu-allocator; see
+//!   `workloads`; gpu-allocator runs W2 only with `--slow-baselines`, a run takes about a minute) and
+//!   W3 (real Vulkan: placed buffers and pool ranges; see `placed_buffers`). Prints a table, or with
+//!   `--json` `{"workloads":[{"name":"w1-align256","allocator":"residency",...}],"ratios":[...],
+//!   "skipped":[...]}`.
+//! - `residency-bench tight [--profile FILE]... [--device] [--json]`: issue 3's tight-alignment
+//!   benchmark (see `tight`).
+//!
+//! With `RESIDENCY_VALIDATION=1` the Vulkan parts run under `VK_LAYER_KHRONOS_validation`; any
+//! validation problem is printed and makes the exit status 1.
 
+mod measure;
+mod placed_buffers;
 mod report;
 mod suballocators;
+mod tight;
 mod vma_rng;
 mod workloads;
 
 use std::process::ExitCode;
+use std::sync::Arc;
 
-use report::{Record, Report, Skipped};
-use suballocators::{OffsetAllocator, Residency, SubAllocator};
-use workloads::{RunResult, W1Plan, W2Plan};
+use residency::vulkan::{Device, DeviceSet, DeviceSetDesc};
 
-const USAGE: &str = "usage: residency-bench alloc [--json] [--reps N]";
+use measure::{Contender, WorkloadId};
+use report::{Report, Skipped};
+use suballocators::{GpuAllocator, OffsetAllocator, Residency, VmaVirtual};
+use workloads::{W1Plan, W2Plan};
+
+const USAGE: &str = "usage:
+  residency-bench alloc [--json] [--reps N] [--quick] [--slow-baselines] [--only w1,w2,w3]
+  residency-bench tight [--profile FILE]... [--device] [--json]";
+
+/// The `alloc` command's options.
+#[derive(Clone, Debug, Default)]
+struct AllocOptions {
+    json: bool,
+    reps: Option<usize>,
+    quick: bool,
+    slow_baselines: bool,
+    only: Option<Vec<String>>,
+}
+
+impl AllocOptions {
+    fn runs(&self, workload: &str) -> bool {
+        self.only.as_ref().is_none_or(|only| only.iter().any(|w| w == workload))
+    }
+}
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let mut json = false;
-    let mut reps: Option<usize> = None;
-    let mut command = None;
+    match args.first().map(String::as_str) {
+        Some("alloc") => match parse_alloc(&args[1..]) {
+            Ok(options) => run_alloc_command(&options),
+            Err(message) => usage_error(&message),
+        },
+        Some("tight") => match tight::parse_options(&args[1..]) {
+            Ok(options) => tight::run(&options),
+            Err(message) => usage_error(&message),
+        },
+        Some("-h" | "--help") => {
+            println!("{USAGE}");
+            ExitCode::SUCCESS
+        }
+        _ => usage_error("a command is needed"),
+    }
+}
+
+fn usage_error(message: &str) -> ExitCode {
+    eprintln!("{message}\n{USAGE}");
+    ExitCode::FAILURE
+}
+
+fn parse_alloc(args: &[String]) -> Result<AllocOptions, String> {
+    let mut options = AllocOptions::default();
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         match arg.as_str() {
-            "--json" => json = true,
+            "--json" => options.json = true,
+            "--quick" => options.quick = true,
+            "--slow-baselines" => options.slow_baselines = true,
             "--reps" => match it.next().and_then(|n| n.parse().ok()).filter(|&n: &usize| n > 0) {
-                Some(n) => reps = Some(n),
-                None => {
-                    eprintln!("--reps needs a positive number\n{USAGE}");
-                    return ExitCode::FAILURE;
-                }
+                Some(n) => options.reps = Some(n),
+                None => return Err("--reps needs a positive number".into()),
             },
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                return ExitCode::SUCCESS;
+            "--only" => {
+                let list = it.next().ok_or("--only needs a list such as w1,w3")?;
+                let only: Vec<String> = list.split(',').map(|w| w.trim().to_lowercase()).collect();
+                if let Some(bad) = only.iter().find(|w| !["w1", "w2", "w3"].contains(&w.as_str())) {
+                    return Err(format!("unknown workload `{bad}` (w1, w2, w3)"));
+                }
+                options.only = Some(only);
             }
-            other if command.is_none() && !other.starts_with('-') => command = Some(other.to_owned()),
-            other => {
-                eprintln!("unexpected argument `{other}`\n{USAGE}");
-                return ExitCode::FAILURE;
-            }
+            other => return Err(format!("unexpected argument `{other}`")),
         }
     }
-    match command.as_deref() {
-        Some("alloc") => {
-            let report = run_alloc(reps);
-            if json {
-                println!("{}", serde_json::to_string_pretty(&report).expect("report serialises"));
-            } else {
-                report.print_table();
-            }
-            ExitCode::SUCCESS
-        }
-        _ => {
-            eprintln!("{USAGE}");
-            ExitCode::FAILURE
-        }
-    }
+    Ok(options)
 }
 
-/// Median of the per-repetition ns/op figures.
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    if n % 2 == 1 {
-        values[n / 2]
-    } else {
-        (values[n / 2 - 1] + values[n / 2]) / 2.0
-    }
-}
-
-/// The timed and tracked entry points of one workload for one allocator.
-struct Runs<P> {
-    tracked: fn(&P) -> RunResult,
-    timed: fn(&P) -> RunResult,
-}
-
-/// Runs one workload for two allocators: an untimed tracking run each for the footprint figures,
-/// a warm-up each, then `reps` timed runs that alternate between the two, so that noise from
-/// other processes falls on both alike.
-fn measure_pair<A: SubAllocator, B: SubAllocator, P>(
-    name: &str,
-    alignment: u64,
-    capacity: u64,
-    plan: &P,
-    reps: usize,
-    a: Runs<P>,
-    b: Runs<P>,
-) -> [Record; 2] {
-    let footprints = [(a.tracked)(plan), (b.tracked)(plan)];
-    let _warm_up = ((a.timed)(plan), (b.timed)(plan));
-    let mut per_op = [Vec::with_capacity(reps), Vec::with_capacity(reps)];
-    for rep in 0..reps {
-        // Alternate which allocator goes first as well.
-        let order = if rep % 2 == 0 { [0, 1] } else { [1, 0] };
-        for which in order {
-            let r = if which == 0 { (a.timed)(plan) } else { (b.timed)(plan) };
-            per_op[which].push(r.nanos as f64 / r.ops as f64);
-        }
-    }
-    let [pa, pb] = per_op;
-    let record = |allocator: &'static str, note: &'static str, footprint: RunResult, per_op: Vec<f64>| {
-        let ns_per_op_min = per_op.iter().copied().fold(f64::INFINITY, f64::min);
-        Record {
-            name: name.to_owned(),
-            allocator,
-            alignment,
-            ns_per_op_median: median(per_op),
-            ns_per_op_min,
-            ops: footprint.ops,
-            repetitions: reps,
-            heap_bytes: footprint.high_water,
-            capacity_bytes: capacity,
-            requested_bytes: footprint.peak_requested,
-            requested_bytes_at_end: footprint.requested_at_end,
-            largest_free_bytes: footprint.largest_free,
-            failures: footprint.failures,
-            alignment_handling: note,
+fn run_alloc_command(options: &AllocOptions) -> ExitCode {
+    let set = match DeviceSet::new(&DeviceSetDesc::default()) {
+        Ok(set) => Some(set),
+        Err(e) => {
+            eprintln!("no Vulkan device ({e}): gpu-allocator and W3 are skipped");
+            None
         }
     };
-    [
-        record(A::NAME, A::ALIGNMENT_NOTE, footprints[0], pa),
-        record(B::NAME, B::ALIGNMENT_NOTE, footprints[1], pb),
-    ]
+    let device = set.as_ref().and_then(|s| s.devices().first()).map(Arc::clone);
+    let mut report = run_alloc(options, device.as_ref());
+    drop(device);
+    if let Some(set) = &set {
+        if set.validation() != residency::vulkan::ValidationMode::Off {
+            report.validation_problems = Some(set.validation_log().problem_count());
+        }
+    }
+    if options.json {
+        println!("{}", serde_json::to_string_pretty(&report).expect("report serialises"));
+    } else {
+        report.print_table();
+    }
+    validation_status(set.as_ref())
 }
 
-fn w1<A: SubAllocator, B: SubAllocator>(plan: &W1Plan, reps: usize) -> [Record; 2] {
-    measure_pair::<A, B, W1Plan>(
-        &format!("w1-align{}", plan.alignment),
-        plan.alignment,
-        plan.capacity,
-        plan,
-        reps,
-        Runs { tracked: workloads::run_w1::<A, true>, timed: workloads::run_w1::<A, false> },
-        Runs { tracked: workloads::run_w1::<B, true>, timed: workloads::run_w1::<B, false> },
-    )
+/// Exit status 1, with the messages on stderr, when the validation layer reported problems.
+pub fn validation_status(set: Option<&DeviceSet>) -> ExitCode {
+    let Some(set) = set else { return ExitCode::SUCCESS };
+    let problems = set.validation_log().problem_count();
+    if problems == 0 {
+        return ExitCode::SUCCESS;
+    }
+    eprintln!("{problems} validation problem(s):");
+    for m in set.validation_log().problems_since(0) {
+        eprintln!("  [{:?}] {}: {}", m.severity, m.id, m.text);
+    }
+    ExitCode::FAILURE
 }
 
-fn w2<A: SubAllocator, B: SubAllocator>(plan: &W2Plan, reps: usize) -> [Record; 2] {
-    measure_pair::<A, B, W2Plan>(
-        &format!("w2-align{}", plan.alignment),
-        plan.alignment,
-        workloads::W2_CAPACITY,
-        plan,
-        reps,
-        Runs { tracked: workloads::run_w2::<A, true>, timed: workloads::run_w2::<A, false> },
-        Runs { tracked: workloads::run_w2::<B, true>, timed: workloads::run_w2::<B, false> },
-    )
+/// Repetitions: W1, W2 (and the most a slow baseline gets in each), W3 buffers and repetitions.
+#[derive(Clone, Copy, Debug)]
+struct Sizes {
+    w1_reps: usize,
+    w2_reps: usize,
+    gpu_allocator_w1_reps: usize,
+    gpu_allocator_w2_reps: usize,
+    w3: placed_buffers::W3Config,
 }
 
-fn run_alloc(reps: Option<usize>) -> Report {
-    let mut records = Vec::new();
-    for plan in workloads::w1_plans() {
-        records.extend(w1::<Residency, OffsetAllocator>(&plan, reps.unwrap_or(41)));
+impl Sizes {
+    fn of(options: &AllocOptions) -> Sizes {
+        let mut sizes = if options.quick {
+            Sizes {
+                w1_reps: 5,
+                w2_reps: 3,
+                gpu_allocator_w1_reps: 1,
+                gpu_allocator_w2_reps: 1,
+                w3: placed_buffers::W3Config { buffers: 500, reps: 3 },
+            }
+        } else {
+            Sizes {
+                w1_reps: 41,
+                w2_reps: 15,
+                gpu_allocator_w1_reps: 3,
+                gpu_allocator_w2_reps: 1,
+                w3: placed_buffers::W3Config { buffers: 4000, reps: 31 },
+            }
+        };
+        if let Some(reps) = options.reps {
+            sizes.w1_reps = reps;
+            sizes.w2_reps = reps;
+            sizes.w3.reps = reps;
+        }
+        sizes
     }
-    for plan in workloads::w2_plans() {
-        records.extend(w2::<Residency, OffsetAllocator>(&plan, reps.unwrap_or(15)));
+}
+
+fn run_alloc(options: &AllocOptions, device: Option<&Arc<Device>>) -> Report {
+    let sizes = Sizes::of(options);
+    let mut report = Report {
+        device: device.map(|d| d.name().to_owned()),
+        workloads: Vec::new(),
+        ratios: Vec::new(),
+        skipped: Vec::new(),
+        validation_problems: None,
+    };
+    if device.is_none() {
+        let reason = "no Vulkan device could be opened".to_owned();
+        report.skipped.push(Skipped { allocator: "gpu-allocator", reason: reason.clone() });
+        report.skipped.push(Skipped { allocator: "w3", reason });
     }
-    debug_assert_eq!(suballocators::ALL.len(), 2);
-    Report {
-        workloads: records,
-        skipped: vec![
-            Skipped {
-                allocator: "gpu-allocator",
-                reason: "needs a Vulkan device (its sub-allocators are not public); W3 adds it",
-            },
-            Skipped { allocator: "vma", reason: "vk-mem needs a Vulkan device; W3 adds it" },
-        ],
+    if options.runs("w1") {
+        for plan in workloads::w1_plans() {
+            let mut contenders: Vec<Contender<'_, W1Plan>> = vec![
+                measure::w1::<Residency>(&(), usize::MAX),
+                measure::w1::<OffsetAllocator>(&(), usize::MAX),
+                measure::w1::<VmaVirtual>(&(), usize::MAX),
+            ];
+            if let Some(device) = device {
+                contenders.push(measure::w1::<GpuAllocator>(device, sizes.gpu_allocator_w1_reps));
+            }
+            let id = WorkloadId {
+                name: format!("w1-align{}", plan.alignment),
+                alignment: plan.alignment,
+                capacity: plan.capacity,
+            };
+            report.workloads.extend(measure::measure(&id, &plan, sizes.w1_reps, &contenders));
+        }
     }
+    if options.runs("w2") {
+        for plan in workloads::w2_plans() {
+            let mut contenders: Vec<Contender<'_, W2Plan>> = vec![
+                measure::w2::<Residency>(&(), usize::MAX),
+                measure::w2::<OffsetAllocator>(&(), usize::MAX),
+                measure::w2::<VmaVirtual>(&(), usize::MAX),
+            ];
+            match device {
+                Some(device) if options.slow_baselines => {
+                    contenders.push(measure::w2::<GpuAllocator>(device, sizes.gpu_allocator_w2_reps));
+                }
+                Some(_) if plan.alignment == workloads::W2_ALIGNMENTS[0] => report.skipped.push(Skipped {
+                    allocator: "gpu-allocator",
+                    reason: "W2 skipped: its free-list allocator is O(live allocations), 0.1-0.3 ms per operation at \
+                             20 000 live, about a minute per run; pass --slow-baselines"
+                        .into(),
+                }),
+                _ => {}
+            }
+            let id = WorkloadId {
+                name: format!("w2-align{}", plan.alignment),
+                alignment: plan.alignment,
+                capacity: workloads::W2_CAPACITY,
+            };
+            report.workloads.extend(measure::measure(&id, &plan, sizes.w2_reps, &contenders));
+        }
+    }
+    if options.runs("w3") {
+        if let Some(device) = device {
+            let (records, skipped) = placed_buffers::run_w3(device, sizes.w3);
+            report.workloads.extend(records);
+            report
+                .skipped
+                .extend(skipped.into_iter().map(|(allocator, reason)| Skipped { allocator, reason }));
+        }
+    }
+    report.compute_ratios();
+    report
 }

@@ -108,8 +108,8 @@ impl<const TRACK: bool> Footprint<TRACK> {
 /// Runs W1 as VMA does: the initial allocations, the random phase (odd draw: allocate
 /// `draw % 2056 + 1`; even: free a random live allocation, moving the last into its slot), then
 /// the frees of the first 7200 slots in reverse. All three phases are timed.
-pub fn run_w1<A: SubAllocator, const TRACK: bool>(plan: &W1Plan) -> RunResult {
-    let mut allocator = A::with_capacity(plan.capacity);
+pub fn run_w1<A: SubAllocator, const TRACK: bool>(context: &A::Context, plan: &W1Plan) -> RunResult {
+    let mut allocator = A::with_capacity(context, plan.capacity);
     let mut fp = Footprint::<TRACK>::default();
     let mut live: Vec<(A::Handle, u64)> = Vec::with_capacity(W1_ALLOCATION_COUNT + W1_RANDOM_OPERATION_COUNT);
     let mut failures = 0;
@@ -146,7 +146,7 @@ pub fn run_w1<A: SubAllocator, const TRACK: bool>(plan: &W1Plan) -> RunResult {
         ops += 1;
     }
     let random_done = start.elapsed();
-    let largest_free = allocator.largest_free();
+    let largest_free = allocator.largest_free(live.iter().map(|(h, _)| h));
     let requested_at_end = live.iter().map(|(_, s)| s).sum();
     let restart = Instant::now();
     let frees = live.len().min(W1_ALLOCATION_COUNT);
@@ -204,8 +204,8 @@ pub fn w2_plans() -> Vec<W2Plan> {
 
 /// Runs W2: 100 000 allocations of 16 B..=4 KiB; once 20 000 are live, each allocation first frees
 /// a random live one; at the end everything is freed. All of it is timed.
-pub fn run_w2<A: SubAllocator, const TRACK: bool>(plan: &W2Plan) -> RunResult {
-    let mut allocator = A::with_capacity(W2_CAPACITY);
+pub fn run_w2<A: SubAllocator, const TRACK: bool>(context: &A::Context, plan: &W2Plan) -> RunResult {
+    let mut allocator = A::with_capacity(context, W2_CAPACITY);
     let mut fp = Footprint::<TRACK>::default();
     let mut live: Vec<(A::Handle, u64)> = Vec::with_capacity(W2_LIVE_TARGET + 1);
     let mut failures = 0;
@@ -232,7 +232,7 @@ pub fn run_w2<A: SubAllocator, const TRACK: bool>(plan: &W2Plan) -> RunResult {
         ops += 1;
     }
     if TRACK {
-        largest_free = allocator.largest_free();
+        largest_free = allocator.largest_free(live.iter().map(|(h, _)| h));
         requested_at_end = live.iter().map(|(_, s)| s).sum();
     }
     for (h, size) in live.drain(..) {

@@ -1,0 +1,524 @@
+//! W3, on a real Vulkan device: placed buffers created and bound per second, and range
+//! allocations per second from a known-flags pool.
+//!
+//! `w3-placed`: every buffer is its own `VkBuffer`, with its own usage (vertex, index, uniform or
+//! storage, each with copy-dst, in turn), bound at an offset in shared device-local memory:
+//! - `residency`: a [`BufferPool`] with unknown bind flags (`init_buffer` / `free_buffer`);
+//! - `residency-device`: [`Device::create_buffer`] / `destroy_buffer` (the general allocator);
+//! - `vma`: `vmaCreateBuffer` / `vmaDestroyBuffer` (`vk-mem`, `AUTO_PREFER_DEVICE`);
+//! - `gpu-allocator`: `vkCreateBuffer`, `vkGetBufferMemoryRequirements`, `Allocator::allocate`,
+//!   `vkBindBufferMemory` / `vkDestroyBuffer`, `Allocator::free`.
+//!
+//! `w3-range`: ranges of one storage buffer (no `VkBuffer` each): `residency` is a [`BufferPool`]
+//! with known flags; `vma` is a VMA virtual block over a page of the same size, the way VMA's
+//! documentation suggests sub-allocating one buffer.
+//!
+//! Each repetition creates the plan's buffers in order (timed), then destroys them in a fixed
+//! shuffled order (timed apart). Every allocator first creates one small "anchor" buffer that
+//! lives through the whole measurement, so none of them allocates or frees a memory block inside
+//! the timed loops; an untimed warm-up cycle precedes the repetitions, and an untimed tracking
+//! cycle measures the memory footprint.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use residency::core::usage::{BufferPoolUsage, BufferUsage};
+use residency::vulkan::ash::vk;
+use residency::vulkan::{
+    vk_buffer_usage, Buffer, BufferDesc, BufferInit, BufferPool, BufferPoolDesc, Device,
+};
+
+use crate::measure::{median, minimum, takes_part};
+use crate::report::Record;
+use crate::suballocators::{new_gpu_allocator, SubAllocator, VmaVirtual};
+use crate::vma_rng::VmaRng;
+
+/// Seed of W3's sizes and destruction order.
+pub const W3_SEED: u32 = 20_092_010;
+/// Smallest buffer.
+pub const W3_MIN_SIZE: u32 = 16;
+/// Largest buffer.
+pub const W3_MAX_SIZE: u32 = 4096;
+/// Usage of the known-flags pool of `w3-range` (and of the anchors).
+pub const RANGE_USAGE: BufferUsage = BufferUsage::STORAGE.union(BufferUsage::COPY_DST);
+/// Page size of the pools, and block size of VMA's virtual block in `w3-range`.
+pub const PAGE_SIZE: u64 = 64 << 20;
+
+/// The buffers of one repetition.
+#[derive(Clone, Debug)]
+pub struct W3Plan {
+    /// Per buffer: its request (name, size, usage).
+    pub buffers: Vec<BufferInit>,
+    /// The order in which they are destroyed (a permutation of the indices).
+    pub destroy_order: Vec<usize>,
+}
+
+/// The usages buffers take in turn.
+const USAGES: [BufferUsage; 4] =
+    [BufferUsage::VERTEX, BufferUsage::INDEX, BufferUsage::UNIFORM, BufferUsage::STORAGE];
+
+/// `count` buffers of 16 B..=4 KiB (VMA's generator, seed 20092010).
+pub fn w3_plan(count: usize) -> W3Plan {
+    let mut rng = VmaRng::new(W3_SEED);
+    let buffers = (0..count)
+        .map(|i| {
+            let size = W3_MIN_SIZE + rng.generate() % (W3_MAX_SIZE - W3_MIN_SIZE + 1);
+            let usage = USAGES[i % USAGES.len()] | BufferUsage::COPY_DST;
+            BufferInit::new(format!("w3 buffer {i}"), u64::from(size)).with_usage(usage)
+        })
+        .collect();
+    let mut destroy_order: Vec<usize> = (0..count).collect();
+    for i in (1..count).rev() {
+        destroy_order.swap(i, rng.generate() as usize % (i + 1));
+    }
+    W3Plan { buffers, destroy_order }
+}
+
+/// Something that creates and destroys buffers (or ranges).
+trait BufferMaker {
+    /// A live buffer.
+    type Handle;
+    /// Creates buffer `index` of the plan (`None`: the anchor), described by `init`.
+    fn create(&mut self, index: Option<usize>, init: &BufferInit) -> Result<Self::Handle, String>;
+    /// Destroys it.
+    fn destroy(&mut self, handle: Self::Handle);
+    /// The memory object (raw handle, or 0 for a virtual block) and offset it is bound at.
+    fn location(&self, handle: &Self::Handle) -> (u64, u64);
+}
+
+/// Ours: a pool (unknown flags: placed buffers; known flags: ranges).
+struct PoolMaker {
+    pool: BufferPool,
+}
+
+impl BufferMaker for PoolMaker {
+    type Handle = Buffer;
+
+    #[inline]
+    fn create(&mut self, _index: Option<usize>, init: &BufferInit) -> Result<Buffer, String> {
+        self.pool.init_buffer(init).map_err(|e| e.to_string())
+    }
+
+    #[inline]
+    fn destroy(&mut self, handle: Buffer) {
+        if let Err(buffer) = self.pool.free_buffer(handle) {
+            panic!("buffer `{}` refused by its own pool", buffer.name());
+        }
+    }
+
+    fn location(&self, handle: &Buffer) -> (u64, u64) {
+        // A range's offset in its page buffer is also its offset in the page's memory.
+        let (memory, offset) = handle.memory();
+        (vk::Handle::as_raw(memory), offset)
+    }
+}
+
+/// Ours: `Device::create_buffer`, the device's general allocator.
+struct DeviceMaker {
+    device: Arc<Device>,
+    /// The plan's buffers as descriptors, built before the clock starts.
+    descs: Vec<BufferDesc>,
+}
+
+impl BufferMaker for DeviceMaker {
+    type Handle = Buffer;
+
+    #[inline]
+    fn create(&mut self, index: Option<usize>, init: &BufferInit) -> Result<Buffer, String> {
+        let anchor;
+        let desc = match index {
+            Some(i) => &self.descs[i],
+            None => {
+                anchor = BufferDesc::new(init.name.clone(), init.size, init.usage.unwrap_or(RANGE_USAGE));
+                &anchor
+            }
+        };
+        self.device.create_buffer(desc).map_err(|e| e.to_string())
+    }
+
+    #[inline]
+    fn destroy(&mut self, handle: Buffer) {
+        self.device.destroy_buffer(handle);
+    }
+
+    fn location(&self, handle: &Buffer) -> (u64, u64) {
+        let (memory, offset) = handle.memory();
+        (vk::Handle::as_raw(memory), offset)
+    }
+}
+
+/// VMA: `vmaCreateBuffer`.
+struct VmaMaker {
+    allocator: vk_mem::Allocator,
+    /// Keeps the device alive until the allocator (declared first, dropped first) is destroyed.
+    _device: Arc<Device>,
+}
+
+/// Creates a VMA allocator on `device`, told the API version (1.3) and the features and
+/// extensions the device was created with, so that its Vulkan calls are valid.
+fn new_vma(device: &Arc<Device>) -> Result<vk_mem::Allocator, String> {
+    let mut info = vk_mem::AllocatorCreateInfo::new(device.instance(), device.raw(), device.physical());
+    info.vulkan_api_version = vk::API_VERSION_1_3;
+    let mut flags = vk_mem::AllocatorCreateFlags::KHR_MAINTENANCE4;
+    if device.features().memory_budget {
+        flags |= vk_mem::AllocatorCreateFlags::EXT_MEMORY_BUDGET;
+    }
+    if device.features().buffer_device_address {
+        // As ours: memory gets VK_MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT exactly when the feature is on.
+        flags |= vk_mem::AllocatorCreateFlags::BUFFER_DEVICE_ADDRESS;
+    }
+    info.flags = flags;
+    // SAFETY: instance, device and physical device are valid and outlive the allocator (the
+    // makers hold the `Device`'s Arc and drop the allocator first); the device was created with
+    // API 1.3, maintenance4, and VK_EXT_memory_budget / bufferDeviceAddress exactly when the flags
+    // above say so.
+    unsafe { vk_mem::Allocator::new(info) }.map_err(|e| format!("vmaCreateAllocator: {e}"))
+}
+
+impl BufferMaker for VmaMaker {
+    type Handle = (vk::Buffer, vk_mem::Allocation);
+
+    #[inline]
+    fn create(&mut self, _index: Option<usize>, init: &BufferInit) -> Result<Self::Handle, String> {
+        let usage = init.usage.ok_or("W3 buffers have a usage")?;
+        let buffer_info = vk::BufferCreateInfo::default()
+            .size(init.size)
+            .usage(vk_buffer_usage(usage))
+            .sharing_mode(vk::SharingMode::EXCLUSIVE);
+        let create_info = vk_mem::AllocationCreateInfo {
+            usage: vk_mem::MemoryUsage::AutoPreferDevice,
+            ..Default::default()
+        };
+        // SAFETY: the allocator is valid; the create info is complete (non-zero size, a usage).
+        unsafe { vk_mem::Alloc::create_buffer(&self.allocator, &buffer_info, &create_info) }
+            .map_err(|e| format!("vmaCreateBuffer: {e}"))
+    }
+
+    #[inline]
+    fn destroy(&mut self, (buffer, mut allocation): Self::Handle) {
+        // SAFETY: both were created together by this allocator; no GPU work uses them; each is
+        // destroyed once (taken by value).
+        unsafe { self.allocator.destroy_buffer(buffer, &mut allocation) };
+    }
+
+    fn location(&self, handle: &Self::Handle) -> (u64, u64) {
+        let info = self.allocator.get_allocation_info(&handle.1);
+        (vk::Handle::as_raw(info.device_memory), info.offset)
+    }
+}
+
+/// gpu-allocator with `vkCreateBuffer` and `vkBindBufferMemory`.
+struct GpuAllocatorMaker {
+    allocator: gpu_allocator::vulkan::Allocator,
+    /// Keeps the device alive until the allocator (declared first, dropped first) frees its memory.
+    device: Arc<Device>,
+}
+
+impl BufferMaker for GpuAllocatorMaker {
+    type Handle = (vk::Buffer, gpu_allocator::vulkan::Allocation);
+
+    #[inline]
+    fn create(&mut self, _index: Option<usize>, init: &BufferInit) -> Result<Self::Handle, String> {
+        let usage = init.usage.ok_or("W3 buffers have a usage")?;
+        let raw = self.device.raw();
+        let info = vk::BufferCreateInfo::default()
+            .size(init.size)
+            .usage(vk_buffer_usage(usage))
+            .sharing_mode(vk::SharingMode::EXCLUSIVE);
+        // SAFETY: valid device; non-zero size and a usage.
+        let buffer = unsafe { raw.create_buffer(&info, None) }.map_err(|e| format!("vkCreateBuffer: {e}"))?;
+        // SAFETY: the buffer was just created on this device.
+        let requirements = unsafe { raw.get_buffer_memory_requirements(buffer) };
+        let desc = gpu_allocator::vulkan::AllocationCreateDesc {
+            name: &init.name,
+            requirements,
+            location: gpu_allocator::MemoryLocation::GpuOnly,
+            linear: true,
+            allocation_scheme: gpu_allocator::vulkan::AllocationScheme::GpuAllocatorManaged,
+        };
+        let allocation = match self.allocator.allocate(&desc) {
+            Ok(allocation) => allocation,
+            Err(e) => {
+                // SAFETY: created above, unbound, unused.
+                unsafe { raw.destroy_buffer(buffer, None) };
+                return Err(format!("gpu-allocator: {e}"));
+            }
+        };
+        // SAFETY: the allocation satisfies the buffer's requirements (size, alignment, memory
+        // type), and it outlives the binding (freed only after the buffer is destroyed).
+        let bound = unsafe { raw.bind_buffer_memory(buffer, allocation.memory(), allocation.offset()) };
+        if let Err(e) = bound {
+            // SAFETY: the buffer is unused; destroyed before its memory is freed.
+            unsafe { raw.destroy_buffer(buffer, None) };
+            let _ = self.allocator.free(allocation);
+            return Err(format!("vkBindBufferMemory: {e}"));
+        }
+        Ok((buffer, allocation))
+    }
+
+    #[inline]
+    fn destroy(&mut self, (buffer, allocation): Self::Handle) {
+        // SAFETY: the buffer was created by `create` on this device and no GPU work uses it.
+        unsafe { self.device.raw().destroy_buffer(buffer, None) };
+        self.allocator.free(allocation).expect("free of an allocation of this allocator");
+    }
+
+    fn location(&self, handle: &Self::Handle) -> (u64, u64) {
+        // SAFETY: the memory handle is only used as a key, never to access memory.
+        (vk::Handle::as_raw(unsafe { handle.1.memory() }), handle.1.offset())
+    }
+}
+
+/// VMA's virtual block as a range allocator (the `w3-range` baseline).
+struct VirtualRangeMaker {
+    block: VmaVirtual,
+    alignment: u64,
+}
+
+impl BufferMaker for VirtualRangeMaker {
+    type Handle = <VmaVirtual as SubAllocator>::Handle;
+
+    #[inline]
+    fn create(&mut self, _index: Option<usize>, init: &BufferInit) -> Result<Self::Handle, String> {
+        self.block
+            .allocate(init.size, self.alignment)
+            .ok_or_else(|| "vmaVirtualAllocate: out of space".into())
+    }
+
+    #[inline]
+    fn destroy(&mut self, handle: Self::Handle) {
+        self.block.free(handle);
+    }
+
+    fn location(&self, handle: &Self::Handle) -> (u64, u64) {
+        (0, self.block.offset(handle))
+    }
+}
+
+/// What one cycle measured.
+#[derive(Clone, Copy, Debug, Default)]
+struct Cycle {
+    create_nanos: u64,
+    destroy_nanos: u64,
+    created: u64,
+    failures: u64,
+    heap_bytes: u64,
+    requested: u64,
+}
+
+/// An allocator under W3, with its anchor buffer and its buffer slots.
+trait Runner {
+    fn name(&self) -> &'static str;
+    fn note(&self) -> &'static str;
+    fn max_reps(&self) -> usize;
+    fn cycle(&mut self, plan: &W3Plan, track: bool) -> Cycle;
+    fn finish(&mut self);
+}
+
+struct Contender<M: BufferMaker> {
+    name: &'static str,
+    note: &'static str,
+    max_reps: usize,
+    maker: M,
+    anchor: Option<M::Handle>,
+    slots: Vec<Option<M::Handle>>,
+}
+
+impl<M: BufferMaker> Contender<M> {
+    fn new(name: &'static str, note: &'static str, max_reps: usize, mut maker: M) -> Result<Self, String> {
+        let anchor = BufferInit::new("w3 anchor", 256).with_usage(RANGE_USAGE);
+        let anchor = Some(maker.create(None, &anchor)?);
+        Ok(Contender { name, note, max_reps, maker, anchor, slots: Vec::new() })
+    }
+}
+
+impl<M: BufferMaker> Runner for Contender<M> {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn note(&self) -> &'static str {
+        self.note
+    }
+
+    fn max_reps(&self) -> usize {
+        self.max_reps
+    }
+
+    fn cycle(&mut self, plan: &W3Plan, track: bool) -> Cycle {
+        let mut cycle = Cycle::default();
+        self.slots.clear();
+        self.slots.reserve(plan.buffers.len());
+        let start = Instant::now();
+        for (i, init) in plan.buffers.iter().enumerate() {
+            let handle = self.maker.create(Some(i), init);
+            self.slots.push(handle.ok());
+        }
+        cycle.create_nanos = start.elapsed().as_nanos() as u64;
+        cycle.created = self.slots.iter().filter(|s| s.is_some()).count() as u64;
+        cycle.failures = plan.buffers.len() as u64 - cycle.created;
+        if track {
+            let mut ends: HashMap<u64, u64> = HashMap::new();
+            for (slot, init) in self.slots.iter().zip(&plan.buffers) {
+                if let Some(handle) = slot {
+                    let (memory, offset) = self.maker.location(handle);
+                    let end = ends.entry(memory).or_default();
+                    *end = (*end).max(offset + init.size);
+                    cycle.requested += init.size;
+                }
+            }
+            cycle.heap_bytes = ends.values().sum();
+        }
+        let start = Instant::now();
+        for &i in &plan.destroy_order {
+            if let Some(handle) = self.slots[i].take() {
+                self.maker.destroy(handle);
+            }
+        }
+        cycle.destroy_nanos = start.elapsed().as_nanos() as u64;
+        cycle
+    }
+
+    fn finish(&mut self) {
+        if let Some(anchor) = self.anchor.take() {
+            self.maker.destroy(anchor);
+        }
+    }
+}
+
+/// W3's sizes.
+#[derive(Clone, Copy, Debug)]
+pub struct W3Config {
+    /// Buffers per repetition.
+    pub buffers: usize,
+    /// Timed repetitions.
+    pub reps: usize,
+}
+
+const PLACED_NOTE: &str = "placed VkBuffer per buffer, own usage; timed: create + bind";
+const RANGE_NOTE: &str = "range of one storage VkBuffer; timed: allocate";
+
+/// Runs W3 on `device`; returns its records, and the contenders that could not be set up.
+pub fn run_w3(device: &Arc<Device>, config: W3Config) -> (Vec<Record>, Vec<(&'static str, String)>) {
+    let plan = w3_plan(config.buffers);
+    let range_plan = W3Plan {
+        buffers: plan.buffers.iter().map(|b| BufferInit::new(b.name.clone(), b.size)).collect(),
+        destroy_order: plan.destroy_order.clone(),
+    };
+    let mut skipped = Vec::new();
+    let mut records = Vec::new();
+
+    let mut placed: Vec<Box<dyn Runner>> = Vec::new();
+    let pool = BufferPool::new(
+        Arc::clone(device),
+        BufferPoolDesc::new("w3 placed pool", BufferPoolUsage::Unknown).with_page_size(PAGE_SIZE),
+    );
+    match pool
+        .map_err(|e| e.to_string())
+        .and_then(|pool| Contender::new("residency", PLACED_NOTE, usize::MAX, PoolMaker { pool }))
+    {
+        Ok(c) => placed.push(Box::new(c)),
+        Err(e) => skipped.push(("residency", e)),
+    }
+    let descs = plan
+        .buffers
+        .iter()
+        .map(|b| BufferDesc::new(b.name.clone(), b.size, b.usage.unwrap_or(RANGE_USAGE)))
+        .collect();
+    match Contender::new(
+        "residency-device",
+        PLACED_NOTE,
+        usize::MAX,
+        DeviceMaker { device: Arc::clone(device), descs },
+    ) {
+        Ok(c) => placed.push(Box::new(c)),
+        Err(e) => skipped.push(("residency-device", e)),
+    }
+    match new_vma(device).and_then(|allocator| {
+        Contender::new("vma", PLACED_NOTE, usize::MAX, VmaMaker { allocator, _device: Arc::clone(device) })
+    }) {
+        Ok(c) => placed.push(Box::new(c)),
+        Err(e) => skipped.push(("vma", e)),
+    }
+    let allocator = new_gpu_allocator(device, PAGE_SIZE);
+    match Contender::new(
+        "gpu-allocator",
+        PLACED_NOTE,
+        usize::MAX,
+        GpuAllocatorMaker { allocator, device: Arc::clone(device) },
+    ) {
+        Ok(c) => placed.push(Box::new(c)),
+        Err(e) => skipped.push(("gpu-allocator", e)),
+    }
+    records.extend(measure("w3-placed", &plan, config.reps, &mut placed));
+    drop(placed);
+
+    let mut ranges: Vec<Box<dyn Runner>> = Vec::new();
+    let pool = BufferPool::new(
+        Arc::clone(device),
+        BufferPoolDesc::new("w3 range pool", BufferPoolUsage::Known(RANGE_USAGE)).with_page_size(PAGE_SIZE),
+    );
+    match pool
+        .map_err(|e| e.to_string())
+        .and_then(|pool| Contender::new("residency", RANGE_NOTE, usize::MAX, PoolMaker { pool }))
+    {
+        Ok(c) => ranges.push(Box::new(c)),
+        Err(e) => skipped.push(("residency", e)),
+    }
+    // The pool's range alignment for storage buffers (see `BufferPool`): at least 16 B.
+    let alignment = device.limits().min_storage_buffer_offset_alignment.max(16);
+    let block = VirtualRangeMaker { block: VmaVirtual::with_capacity(&(), PAGE_SIZE), alignment };
+    match Contender::new(
+        "vma",
+        "VMA virtual block over one buffer-sized range; timed: allocate",
+        usize::MAX,
+        block,
+    ) {
+        Ok(c) => ranges.push(Box::new(c)),
+        Err(e) => skipped.push(("vma", e)),
+    }
+    records.extend(measure("w3-range", &range_plan, config.reps, &mut ranges));
+    (records, skipped)
+}
+
+/// The interleaved repetitions of one W3 workload.
+fn measure(name: &str, plan: &W3Plan, reps: usize, runners: &mut [Box<dyn Runner>]) -> Vec<Record> {
+    let tracked: Vec<Cycle> = runners.iter_mut().map(|r| r.cycle(plan, true)).collect();
+    for r in runners.iter_mut() {
+        let _warm_up = r.cycle(plan, false);
+    }
+    let n = runners.len();
+    let mut create: Vec<Vec<f64>> = vec![Vec::new(); n];
+    let mut destroy: Vec<Vec<f64>> = vec![Vec::new(); n];
+    for rep in 0..reps {
+        for k in 0..n {
+            let which = (k + rep) % n;
+            if !takes_part(rep, reps, runners[which].max_reps()) {
+                continue;
+            }
+            let c = runners[which].cycle(plan, false);
+            let created = c.created.max(1) as f64;
+            create[which].push(c.create_nanos as f64 / created);
+            destroy[which].push(c.destroy_nanos as f64 / created);
+        }
+    }
+    let mut records = Vec::new();
+    for (i, runner) in runners.iter_mut().enumerate() {
+        runner.finish();
+        let mut record = Record::new(name, runner.name(), runner.note());
+        let per_op = std::mem::take(&mut create[i]);
+        record.ns_per_op_min = minimum(&per_op);
+        record.repetitions = per_op.len();
+        record.ns_per_op_median = median(per_op);
+        record.ops_per_sec_median = Some(1e9 / record.ns_per_op_median.max(f64::MIN_POSITIVE));
+        record.free_ns_per_op_median = Some(median(std::mem::take(&mut destroy[i])));
+        record.ops = plan.buffers.len() as u64;
+        record.heap_bytes = tracked[i].heap_bytes;
+        record.requested_bytes = tracked[i].requested;
+        record.requested_bytes_at_end = tracked[i].requested;
+        record.failures = tracked[i].failures;
+        records.push(record);
+    }
+    records
+}
