@@ -8,6 +8,8 @@
 //!   "skipped":[...]}`.
 //! - `residency-bench tight [--profile FILE]... [--device] [--json]`: issue 3's tight-alignment
 //!   benchmark (see `tight`).
+//! - `residency-bench sparse [--full] [--side-tiles N] [--per-tile-max N] [--reps N] [--json]`:
+//!   issue 5's tile binding and upload benchmark (see `sparse`).
 //!
 //! With `RESIDENCY_VALIDATION=1` the Vulkan parts run under `VK_LAYER_KHRONOS_validation`; any
 //! validation problem is printed and makes the exit status 1.
@@ -15,6 +17,7 @@
 mod measure;
 mod placed_buffers;
 mod report;
+mod sparse;
 mod suballocators;
 mod tight;
 mod vma_rng;
@@ -32,7 +35,8 @@ use workloads::{W1Plan, W2Plan};
 
 const USAGE: &str = "usage:
   residency-bench alloc [--json] [--reps N] [--quick] [--slow-baselines] [--only w1,w2,w3]
-  residency-bench tight [--profile FILE]... [--device] [--json]";
+  residency-bench tight [--profile FILE]... [--device] [--json]
+  residency-bench sparse [--full] [--side-tiles N] [--per-tile-max N] [--reps N] [--json]";
 
 /// The `alloc` command's options.
 #[derive(Clone, Debug, Default)]
@@ -59,6 +63,10 @@ fn main() -> ExitCode {
         },
         Some("tight") => match tight::parse_options(&args[1..]) {
             Ok(options) => tight::run(&options),
+            Err(message) => usage_error(&message),
+        },
+        Some("sparse") => match sparse::parse_options(&args[1..]) {
+            Ok(options) => sparse::run(&options),
             Err(message) => usage_error(&message),
         },
         Some("-h" | "--help") => {
