@@ -12,6 +12,7 @@ use residency_core::device_mask::DeviceIndex;
 use residency_core::memory::MemoryIntent;
 use residency_core::profile::MemoryRequirements;
 use residency_core::usage::BufferUsage;
+use std::sync::Arc;
 
 /// The Vulkan usage bits of a set of bind flags (the core uses Vulkan's bit positions).
 pub fn vk_buffer_usage(usage: BufferUsage) -> vk::BufferUsageFlags {
@@ -97,7 +98,7 @@ pub struct Buffer {
     pub(crate) range_offset: u64,
     pub(crate) size: u64,
     pub(crate) usage: BufferUsage,
-    pub(crate) name: String,
+    pub(crate) name: Arc<str>,
     pub(crate) memory: vk::DeviceMemory,
     pub(crate) memory_offset: u64,
     pub(crate) memory_size: u64,
@@ -183,10 +184,15 @@ impl Buffer {
     }
 
     fn check(&self, offset: u64, len: usize) -> Result<MappedPtr, AccessError> {
-        let mapped = self.mapped.ok_or_else(|| AccessError::NotMappable { name: self.name.clone() })?;
+        let mapped = self.mapped.ok_or_else(|| AccessError::NotMappable { name: self.name.to_string() })?;
         let end = offset.saturating_add(len as u64);
         if end > self.size {
-            return Err(AccessError::OutOfBounds { name: self.name.clone(), offset, end, size: self.size });
+            return Err(AccessError::OutOfBounds {
+                name: self.name.to_string(),
+                offset,
+                end,
+                size: self.size,
+            });
         }
         Ok(mapped)
     }
@@ -341,13 +347,14 @@ impl Device {
             self.release(placed.owner);
             return Err(e);
         }
-        let id = self.ledger().track("buffer", name);
+        let name: Arc<str> = Arc::from(name);
+        let id = self.ledger().track("buffer", Arc::clone(&name));
         Ok(Buffer {
             raw,
             range_offset: 0,
             size: desc.size,
             usage: desc.usage,
-            name: name.to_owned(),
+            name,
             memory: placed.memory,
             memory_offset: placed.offset,
             memory_size: placed.memory_size,

@@ -10,7 +10,7 @@ use ash::vk;
 use residency_core::device_mask::DeviceIndex;
 use residency_core::memory::HeapGrowth;
 use residency_core::profile::{DeviceProfile, MemoryHeap, MemoryProperties};
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// A queue. Queues are externally synchronised in Vulkan; the lock serialises submissions from
@@ -358,8 +358,18 @@ impl Device {
     /// an interior NUL is truncated there. Does nothing when debug utils are not available.
     pub fn set_name<H: vk::Handle>(&self, handle: H, name: &str) {
         let Some(debug_utils) = &self.debug_utils else { return };
-        let name = CString::new(name.split('\0').next().unwrap_or_default()).unwrap_or_default();
-        let info = vk::DebugUtilsObjectNameInfoEXT::default().object_handle(handle).object_name(&name);
+        let name = name.split('\0').next().unwrap_or_default();
+        // Names are short: build the NUL-terminated copy on the stack, not the heap.
+        let mut stack = [0u8; 128];
+        let owned;
+        let c_name = if name.len() < stack.len() {
+            stack[..name.len()].copy_from_slice(name.as_bytes());
+            CStr::from_bytes_until_nul(&stack).unwrap_or_default()
+        } else {
+            owned = CString::new(name).unwrap_or_default();
+            owned.as_c_str()
+        };
+        let info = vk::DebugUtilsObjectNameInfoEXT::default().object_handle(handle).object_name(c_name);
         // SAFETY: the handle is an object of this device (callers pass their own objects) and
         // info lives for the call. A failure to name is not an error for the caller.
         if let Err(result) = unsafe { debug_utils.set_debug_utils_object_name(&info) } {

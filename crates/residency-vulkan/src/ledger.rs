@@ -3,22 +3,29 @@
 
 use residency_core::memory::HeapBudget;
 use residency_core::profile::MemoryHeap;
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// A live object the library created, as listed in a leak report.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LiveObject {
     /// What it is (`buffer`, `image`, `memory`, `buffer pool`, …).
     pub kind: &'static str,
-    /// Its name.
-    pub name: String,
+    /// Its name (shared with the object itself).
+    pub name: Arc<str>,
 }
 
-/// Identifies a live object in the ledger.
+/// Identifies a live object in the ledger: its slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ObjectId(u64);
+pub struct ObjectId(u32);
+
+/// Live objects in slots reused through a free list: tracking is O(1) and allocation-free once
+/// the slab has grown (creating a buffer must stay cheap).
+#[derive(Debug, Default)]
+struct Slab {
+    entries: Vec<Option<LiveObject>>,
+    free: Vec<u32>,
+}
 
 /// Per-device accounting.
 #[derive(Debug)]
@@ -26,12 +33,11 @@ pub struct Ledger {
     heap_bytes: Vec<AtomicU64>,
     memory_objects: AtomicU64,
     max_memory_objects: u64,
-    next_id: AtomicU64,
     /// Caps on heap budgets set by the application (`u64::MAX`: none).
     heap_limits: Vec<AtomicU64>,
     /// Test hook: the next this-many memory allocations fail as out of device memory.
     injected_oom: AtomicU64,
-    live: Mutex<BTreeMap<ObjectId, LiveObject>>,
+    live: Mutex<Slab>,
 }
 
 impl Ledger {
@@ -40,10 +46,9 @@ impl Ledger {
             heap_bytes: (0..heap_count).map(|_| AtomicU64::new(0)).collect(),
             memory_objects: AtomicU64::new(0),
             max_memory_objects: u64::from(max_memory_objects),
-            next_id: AtomicU64::new(1),
             heap_limits: (0..heap_count).map(|_| AtomicU64::new(u64::MAX)).collect(),
             injected_oom: AtomicU64::new(0),
-            live: Mutex::new(BTreeMap::new()),
+            live: Mutex::new(Slab::default()),
         }
     }
 
@@ -116,22 +121,31 @@ impl Ledger {
     }
 
     /// Records a live object.
-    pub(crate) fn track(&self, kind: &'static str, name: &str) -> ObjectId {
-        let id = ObjectId(self.next_id.fetch_add(1, Ordering::Relaxed));
-        self.live
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id, LiveObject { kind, name: name.to_owned() });
-        id
+    pub(crate) fn track(&self, kind: &'static str, name: impl Into<Arc<str>>) -> ObjectId {
+        let object = LiveObject { kind, name: name.into() };
+        let mut slab = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        match slab.free.pop() {
+            Some(slot) => {
+                slab.entries[slot as usize] = Some(object);
+                ObjectId(slot)
+            }
+            None => {
+                slab.entries.push(Some(object));
+                ObjectId(slab.entries.len() as u32 - 1)
+            }
+        }
     }
 
     /// Forgets a live object.
     pub(crate) fn untrack(&self, id: ObjectId) {
-        self.live.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+        let mut slab = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        if slab.entries.get_mut(id.0 as usize).and_then(Option::take).is_some() {
+            slab.free.push(id.0);
+        }
     }
 
-    /// Every live object, oldest first.
+    /// Every live object, in slot order.
     pub fn live_objects(&self) -> Vec<LiveObject> {
-        self.live.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
+        self.live.lock().unwrap_or_else(|e| e.into_inner()).entries.iter().flatten().cloned().collect()
     }
 }

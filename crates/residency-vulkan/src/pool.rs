@@ -193,7 +193,7 @@ impl BufferPool {
                 Ok(raw)
             }));
         }
-        let id = device.ledger().track("buffer pool", &desc.name);
+        let id = device.ledger().track("buffer pool", desc.name.as_str());
         Ok(BufferPool {
             device,
             desc,
@@ -314,14 +314,15 @@ impl BufferPool {
         let alignment = self.range_alignment(pool_usage).max(init.alignment);
         let (allocation, page) = self.allocate(init, init.size, alignment)?;
         let offset = allocation.allocation.offset();
-        let id = self.device.ledger().track("buffer", &init.name);
+        let name: Arc<str> = Arc::from(init.name.as_str());
+        let id = self.device.ledger().track("buffer", Arc::clone(&name));
         self.buffers.fetch_add(1, Ordering::Relaxed);
         Ok(Buffer {
             raw: page.page_buffer.expect("known-flags pages have a page buffer"),
             range_offset: offset,
             size: init.size,
             usage,
-            name: init.name.clone(),
+            name,
             memory: page.memory,
             memory_offset: offset,
             memory_size: page.memory_size,
@@ -354,14 +355,15 @@ impl BufferPool {
             self.pages.lock().unwrap_or_else(|e| e.into_inner()).free(&self.device, allocation);
             return Err(e);
         }
-        let id = self.device.ledger().track("buffer", &init.name);
+        let name: Arc<str> = Arc::from(init.name.as_str());
+        let id = self.device.ledger().track("buffer", Arc::clone(&name));
         self.buffers.fetch_add(1, Ordering::Relaxed);
         Ok(Buffer {
             raw,
             range_offset: 0,
             size: init.size,
             usage,
-            name: init.name.clone(),
+            name,
             memory: page.memory,
             memory_offset: offset,
             memory_size: page.memory_size,

@@ -79,7 +79,7 @@ fn labels<'a>(device: &Device, buffers: &[&'a Buffer]) -> Labels<'a> {
 
 fn buffer_info(buffer: &Buffer, alignment: u64) -> AllocationInfo {
     AllocationInfo {
-        name: Some(buffer.name.clone()),
+        name: Some(buffer.name.to_string()),
         resource: ResourceType::Buffer,
         usage: u64::from(buffer.usage.bits()),
         alignment,

@@ -132,7 +132,7 @@ impl SparseTilePool {
                     allowed_bits: bits,
                     intent: MemoryIntent::DeviceLocal,
                 })?;
-        let id = device.ledger().track("sparse tile pool", &desc.name);
+        let id = device.ledger().track("sparse tile pool", desc.name.as_str());
         Ok(SparseTilePool {
             device,
             memory_type,
