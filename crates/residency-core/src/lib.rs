@@ -9,6 +9,8 @@
 //! - [`placement`]: the tight placed-resource alignment engine (D3D12 tight alignment on Vulkan).
 //! - [`allocator`]: offset allocators for heaps (O(1) two-level segregated fit) and per-frame rings.
 //! - [`usage`]: buffer bind flags and pool usage (known or unknown flags).
+//! - [`streaming`]: shader feedback, LOD warnings and the streaming manager's policy.
+//! - [`vt_file`]: the `.rvt` tiled virtual-texture file format.
 //! - [`sync`]: per-resource state tracking, the barrier batcher and transient memory aliasing.
 //! - [`tiles`]: sparse tile math, page tables, residency bitmaps and the physical tile pool.
 //! - [`report`]: memory reports, statistics, VMA-format JSON dumps and SVG heap maps.
@@ -21,6 +23,8 @@ pub mod memory;
 pub mod placement;
 pub mod profile;
 pub mod report;
+pub mod streaming;
 pub mod sync;
 pub mod tiles;
 pub mod usage;
+pub mod vt_file;

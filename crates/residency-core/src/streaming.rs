@@ -1,0 +1,1 @@
+//! Streaming: shader feedback requests, LOD warnings and the residency manager policy.

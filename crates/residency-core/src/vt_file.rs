@@ -1,0 +1,1 @@
+//! The `.rvt` tiled virtual-texture file format.
