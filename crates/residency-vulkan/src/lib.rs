@@ -19,6 +19,7 @@ mod instance;
 mod ledger;
 mod memory;
 pub mod multi;
+pub mod multi_work;
 mod pool;
 pub mod profile_capture;
 mod report;

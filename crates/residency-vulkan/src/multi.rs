@@ -438,3 +438,214 @@ impl MultiUploader {
         first_error.map_or(Ok(()), Err)
     }
 }
+
+/// A sparse tile pool on every device of a mask: each device has its own physical tiles.
+#[derive(Debug)]
+pub struct MultiTilePool {
+    pools: PerDevice<crate::sparse::SparseTilePool>,
+}
+
+/// A partially resident image on every device of a mask, each with its own page table; commits and
+/// releases go to every device of the image or to a sub-mask.
+#[derive(Debug)]
+#[must_use = "a multi-device sparse image is released only by destroying it"]
+pub struct MultiSparseImage {
+    images: PerDevice<crate::sparse::SparseImage>,
+}
+
+impl MultiTilePool {
+    /// Creates a tile pool on every open device of `mask`.
+    pub fn new(
+        set: &DeviceSet,
+        mask: DeviceMask,
+        desc: &residency_core::tiles::TilePoolDesc,
+    ) -> Result<Self, MultiDeviceError<crate::sparse::SparseError>> {
+        let devices = devices_in(set, mask);
+        if devices.is_empty() {
+            return Err(MultiDeviceError::EmptyMask(mask));
+        }
+        let pools = fan_out(
+            &devices,
+            |d| crate::sparse::SparseTilePool::new(Arc::clone(d), desc.clone()),
+            |_, p| drop(p),
+        )?;
+        Ok(MultiTilePool { pools })
+    }
+
+    /// The pool of device `index`.
+    pub fn pool(&self, index: DeviceIndex) -> Option<&crate::sparse::SparseTilePool> {
+        self.pools.get(index)
+    }
+
+    /// Tiles in use per device.
+    pub fn used_tiles(&self) -> Vec<(DeviceIndex, u64)> {
+        self.pools.iter().map(|(i, p)| (i, p.used_tiles())).collect()
+    }
+}
+
+impl MultiSparseImage {
+    /// Creates the image on every device of `mask` that has a pool (rolled back on failure).
+    pub fn new(
+        pools: &MultiTilePool,
+        mask: DeviceMask,
+        name: &str,
+        desc: &residency_core::tiles::SparseImageDesc,
+    ) -> Result<Self, MultiDeviceError<crate::sparse::SparseError>> {
+        let chosen: Vec<(DeviceIndex, &crate::sparse::SparseTilePool)> =
+            pools.pools.iter().filter(|(i, _)| mask.contains(*i)).collect();
+        if chosen.is_empty() {
+            return Err(MultiDeviceError::EmptyMask(mask));
+        }
+        let devices: Vec<&Arc<Device>> = chosen.iter().map(|(_, p)| p.device()).collect();
+        let images = fan_out(
+            &devices,
+            |d| {
+                crate::sparse::SparseImage::new(
+                    pools.pools.get(d.index()).expect("pool exists"),
+                    name,
+                    desc,
+                    false,
+                )
+            },
+            |d, image| image.destroy(pools.pools.get(d.index()).expect("pool exists")),
+        )?;
+        Ok(MultiSparseImage { images })
+    }
+
+    /// The devices it exists on.
+    pub fn mask(&self) -> DeviceMask {
+        self.images.mask()
+    }
+
+    /// Its instance on device `index`.
+    pub fn instance(&self, index: DeviceIndex) -> Option<&crate::sparse::SparseImage> {
+        self.images.get(index)
+    }
+
+    /// Commits a region on every device of `mask` (within the image's). All or nothing: on a failure
+    /// the commits already made on other devices are released again.
+    pub fn commit_region(
+        &mut self,
+        pools: &MultiTilePool,
+        mask: DeviceMask,
+        layer: u32,
+        mip: u32,
+        region: residency_core::tiles::TexelRegion,
+    ) -> Result<(), MultiDeviceError<crate::sparse::SparseError>> {
+        let targets: Vec<DeviceIndex> = self.images.mask().intersection(mask).iter().collect();
+        let mut done: Vec<(DeviceIndex, Vec<residency_core::tiles::TileIndex>)> = Vec::new();
+        for index in targets {
+            let pool = pools.pools.get(index).ok_or(MultiDeviceError::MaskNotSubset {
+                requested: index.mask(),
+                allowed: pools.pools.mask(),
+            })?;
+            let image = self.images.get_mut(index).expect("index from the image's mask");
+            let before: Vec<_> = image.residency().page_table().mapped().map(|(t, _)| t).collect();
+            if let Err(source) = image.commit_region(pool, layer, mip, region) {
+                for (i, tiles) in done {
+                    let image: &mut crate::sparse::SparseImage =
+                        self.images.get_mut(i).expect("committed before");
+                    let _ = image.release_tiles(pools.pools.get(i).expect("pool exists"), &tiles);
+                }
+                return Err(MultiDeviceError::Failed { device: index, source });
+            }
+            let after: Vec<_> = image
+                .residency()
+                .page_table()
+                .mapped()
+                .map(|(t, _)| t)
+                .filter(|t| !before.contains(t))
+                .collect();
+            done.push((index, after));
+        }
+        Ok(())
+    }
+
+    /// Releases a region on every device of `mask`.
+    pub fn release_region(
+        &mut self,
+        pools: &MultiTilePool,
+        mask: DeviceMask,
+        layer: u32,
+        mip: u32,
+        region: residency_core::tiles::TexelRegion,
+    ) -> Result<(), MultiDeviceError<crate::sparse::SparseError>> {
+        for index in self.images.mask().intersection(mask).iter() {
+            let pool = pools.pools.get(index).expect("an image exists only where its pool does");
+            let image = self.images.get_mut(index).expect("index from the image's mask");
+            image
+                .release_region(pool, layer, mip, region)
+                .map_err(|source| MultiDeviceError::Failed { device: index, source })?;
+        }
+        Ok(())
+    }
+
+    /// Issues every device's queued binds (one `vkQueueBindSparse` per device).
+    pub fn flush_binds(
+        &mut self,
+        pools: &MultiTilePool,
+    ) -> Result<Vec<(DeviceIndex, crate::sparse::BindStats)>, MultiDeviceError<crate::sparse::SparseError>>
+    {
+        let mut out = Vec::new();
+        for (index, image) in self.images.entries.iter_mut() {
+            let pool = pools.pools.get(*index).expect("an image exists only where its pool does");
+            let stats = pool
+                .flush_binds(&mut [image])
+                .map_err(|source| MultiDeviceError::Failed { device: *index, source })?;
+            out.push((*index, stats));
+        }
+        Ok(out)
+    }
+
+    /// Uploads the same texels to a region of every instance (one thread per device), through each
+    /// device's staging ring; waits until they have landed.
+    pub fn broadcast_region(
+        &self,
+        uploader: &MultiUploader,
+        mip: u32,
+        offset: [u32; 3],
+        extent: [u32; 3],
+        data: &[u8],
+    ) -> Result<(), MultiDeviceError<UploadError>> {
+        let results: Vec<(DeviceIndex, Result<(), UploadError>)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = self
+                .images
+                .iter()
+                .map(|(index, image)| {
+                    let target = uploader.uploaders.get(index);
+                    scope.spawn(move || {
+                        let Some((uploader, device)) = target else { return (index, Ok(())) };
+                        let region = crate::upload::ImageRegion {
+                            image: image.raw(),
+                            layout: ash::vk::ImageLayout::GENERAL,
+                            aspect: ash::vk::ImageAspectFlags::COLOR,
+                            mip,
+                            layer: 0,
+                            offset,
+                            extent,
+                        };
+                        let result = uploader
+                            .write_image(device, &region, data)
+                            .and_then(|()| uploader.wait_idle(device));
+                        (index, result)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("upload threads do not panic")).collect()
+        });
+        for (device, result) in results {
+            result.map_err(|source| MultiDeviceError::Failed { device, source })?;
+        }
+        Ok(())
+    }
+
+    /// Destroys every instance (GPU work using them must have completed).
+    pub fn destroy(self, pools: &MultiTilePool) {
+        for (index, image) in self.images.into_values() {
+            match pools.pools.get(index) {
+                Some(pool) => image.destroy(pool),
+                None => tracing::error!(%index, "sparse image destroyed without its pool: leaked"),
+            }
+        }
+    }
+}

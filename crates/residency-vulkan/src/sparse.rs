@@ -314,6 +314,7 @@ impl SparseTilePool {
         }
         for image in images.iter_mut() {
             image.pending = ResidencyChanges::default();
+            image.pending_index.clear();
         }
         Ok(stats)
     }
@@ -442,6 +443,8 @@ pub struct SparseImage {
     name: String,
     residency: SparseResidency,
     pending: ResidencyChanges,
+    /// Where each tile's pending change sits in `pending.tiles`.
+    pending_index: std::collections::HashMap<u32, usize>,
     pool_id: u32,
     id: ObjectId,
 }
@@ -593,9 +596,47 @@ impl SparseImage {
             name: name.to_owned(),
             residency: SparseResidency::new(owner, &layout),
             pending: ResidencyChanges::default(),
+            pending_index: std::collections::HashMap::new(),
             pool_id: pool.pool_id,
             id,
         })
+    }
+
+    /// Adds changes to those queued for the next flush, folding a change of a tile (or tail) that
+    /// already has one queued: bind then unbind is nothing (the GPU never saw the bind), unbind then
+    /// bind is a bind to the new memory.
+    fn queue(&mut self, changes: ResidencyChanges) {
+        for change in changes.tiles {
+            match self.pending_index.get(&change.tile.0) {
+                Some(&at) => {
+                    let earlier = self.pending.tiles[at];
+                    if earlier.physical.is_some() && change.physical.is_none() {
+                        // Bound and released before any flush: drop both (swap_remove keeps O(1)).
+                        self.pending.tiles.swap_remove(at);
+                        self.pending_index.remove(&change.tile.0);
+                        if let Some(moved) = self.pending.tiles.get(at) {
+                            self.pending_index.insert(moved.tile.0, at);
+                        }
+                    } else {
+                        self.pending.tiles[at] = change;
+                    }
+                }
+                None => {
+                    self.pending_index.insert(change.tile.0, self.pending.tiles.len());
+                    self.pending.tiles.push(change);
+                }
+            }
+        }
+        for change in changes.tails {
+            match self.pending.tails.iter().position(|t| t.tail == change.tail) {
+                Some(at) if self.pending.tails[at].physical.is_some() && change.physical.is_none() => {
+                    self.pending.tails.remove(at);
+                }
+                Some(at) => self.pending.tails[at] = change,
+                None => self.pending.tails.push(change),
+            }
+        }
+        self.pending.heaps_added.extend(changes.heaps_added);
     }
 
     /// The `VkImage`.
@@ -648,7 +689,7 @@ impl SparseImage {
         region: TexelRegion,
     ) -> Result<(), SparseError> {
         let changes = pool.with_pool(|p| self.residency.commit_region(p, layer, mip, region))?;
-        self.pending.extend(changes);
+        self.queue(changes);
         Ok(())
     }
 
@@ -659,14 +700,14 @@ impl SparseImage {
         tiles: &[residency_core::tiles::TileIndex],
     ) -> Result<(), SparseError> {
         let changes = pool.with_pool(|p| self.residency.commit(p, tiles))?;
-        self.pending.extend(changes);
+        self.queue(changes);
         Ok(())
     }
 
     /// Makes mip tail `tail` resident (one unit, pinned until released explicitly).
     pub fn commit_tail(&mut self, pool: &SparseTilePool, tail: u32) -> Result<(), SparseError> {
         let changes = pool.with_pool(|p| self.residency.commit_tail(p, tail))?;
-        self.pending.extend(changes);
+        self.queue(changes);
         Ok(())
     }
 
@@ -680,7 +721,7 @@ impl SparseImage {
         region: TexelRegion,
     ) -> Result<(), SparseError> {
         let changes = pool.with_pool(|p| self.residency.release_region(p, layer, mip, region))?;
-        self.pending.extend(changes);
+        self.queue(changes);
         Ok(())
     }
 
@@ -691,14 +732,14 @@ impl SparseImage {
         tiles: &[residency_core::tiles::TileIndex],
     ) -> Result<(), SparseError> {
         let changes = pool.with_pool(|p| self.residency.release(p, tiles))?;
-        self.pending.extend(changes);
+        self.queue(changes);
         Ok(())
     }
 
     /// Releases everything, tails included.
     pub fn release_all(&mut self, pool: &SparseTilePool) -> Result<(), SparseError> {
         let changes = pool.with_pool(|p| self.residency.release_all(p))?;
-        self.pending.extend(changes);
+        self.queue(changes);
         Ok(())
     }
 

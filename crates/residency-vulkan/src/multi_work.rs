@@ -1,0 +1,409 @@
+//! Multi-device work: compute programs on every device, views resolved per device, work items that
+//! cache their per-device form, timelines, and submission to one chosen device.
+//!
+//! As in the seed, work is described once against multi-device resources and the switch to one
+//! device happens at submission: [`MultiSubmitter::submit`] takes the device index, resolves each
+//! item's per-device form (creating and caching descriptor sets on first use) and records it on that
+//! device's queue. Views are *resource + descriptor*: a [`BufferView`] names a range of a
+//! [`MultiBuffer`] and resolves to the instance on the device of the submission, so the view follows
+//! the buffer's mask (resolution iterates the resource's mask, not the pool's).
+
+use crate::buffer::Buffer;
+use crate::commands::{CommandContext, Submission};
+use crate::compute::{Binding, BindingKind, ComputeProgram};
+use crate::device::Device;
+use crate::device_set::DeviceSet;
+use crate::error::{Result as VkResult, VkResultExt, VulkanError};
+use crate::multi::{fan_out, MultiBuffer, MultiDeviceError, PerDevice};
+use ash::vk;
+use residency_core::device_mask::{DeviceIndex, DeviceMask};
+use std::sync::{Arc, Mutex};
+
+/// A compute program created on every device of a mask.
+#[derive(Debug)]
+pub struct MultiComputeProgram {
+    programs: PerDevice<(ComputeProgram, Arc<Device>)>,
+    kinds: Vec<BindingKind>,
+}
+
+impl MultiComputeProgram {
+    /// Creates the program on every open device of `mask` (rolled back if one fails).
+    pub fn new(
+        set: &DeviceSet,
+        mask: DeviceMask,
+        name: &str,
+        spirv: &[u32],
+        kinds: &[BindingKind],
+        push_constant_bytes: u32,
+        max_sets: u32,
+    ) -> Result<Self, MultiDeviceError<VulkanError>> {
+        let devices: Vec<&Arc<Device>> = set.devices().iter().filter(|d| mask.contains(d.index())).collect();
+        if devices.is_empty() {
+            return Err(MultiDeviceError::EmptyMask(mask));
+        }
+        let programs = fan_out(
+            &devices,
+            |d| {
+                ComputeProgram::new(d, name, spirv, kinds, push_constant_bytes, max_sets)
+                    .map(|p| (p, Arc::clone(d)))
+            },
+            |_, (p, d)| p.destroy(&d),
+        )?;
+        Ok(MultiComputeProgram { programs, kinds: kinds.to_vec() })
+    }
+
+    /// The devices it exists on.
+    pub fn mask(&self) -> DeviceMask {
+        self.programs.mask()
+    }
+
+    /// Destroys the program on every device (and every descriptor set made from it).
+    pub fn destroy(self) {
+        for (_, (program, device)) in self.programs.into_values() {
+            program.destroy(&device);
+        }
+    }
+}
+
+/// A range of a multi-device buffer, resolved per device at submission (resource + descriptor).
+#[derive(Clone, Copy, Debug)]
+pub struct BufferView<'a> {
+    /// The buffer.
+    pub buffer: &'a MultiBuffer,
+}
+
+impl<'a> BufferView<'a> {
+    /// The whole buffer.
+    pub fn whole(buffer: &'a MultiBuffer) -> Self {
+        BufferView { buffer }
+    }
+
+    /// The instance on `device`, or an error naming the device when the buffer is not there.
+    pub fn resolve(&self, device: DeviceIndex) -> Result<&'a Buffer, WorkError> {
+        self.buffer
+            .instance(device)
+            .ok_or(WorkError::NotOnDevice { name: self.buffer.name().to_owned(), device })
+    }
+}
+
+/// An image view and sampler per device, bound as one binding.
+#[derive(Clone, Debug)]
+pub struct PerDeviceImage {
+    /// (view, sampler, layout) on each device.
+    pub views: Vec<(DeviceIndex, vk::ImageView, vk::Sampler, vk::ImageLayout)>,
+}
+
+/// What a binding of a work item refers to.
+#[derive(Clone, Debug)]
+pub enum MultiBinding<'a> {
+    /// A buffer view.
+    Buffer(BufferView<'a>),
+    /// An image, with its view per device.
+    Image(PerDeviceImage),
+}
+
+/// Work cannot be resolved or recorded for a device.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkError {
+    /// A resource of the item does not exist on the device the work was submitted to.
+    #[error("`{name}` does not exist on {device}")]
+    NotOnDevice {
+        /// The resource.
+        name: String,
+        /// The device.
+        device: DeviceIndex,
+    },
+    /// A Vulkan call failed.
+    #[error(transparent)]
+    Vulkan(#[from] VulkanError),
+}
+
+/// A compute dispatch over multi-device resources; its descriptor set per device is created on the
+/// first submission to that device and reused after.
+#[derive(Debug)]
+pub struct DispatchItem<'a> {
+    program: &'a MultiComputeProgram,
+    bindings: Vec<MultiBinding<'a>>,
+    push_constants: Vec<u8>,
+    groups: [u32; 3],
+    sets: Mutex<Vec<(DeviceIndex, vk::DescriptorSet)>>,
+}
+
+impl<'a> DispatchItem<'a> {
+    /// Describes a dispatch of `program` with `bindings` (one per binding of the program).
+    pub fn new(
+        program: &'a MultiComputeProgram,
+        bindings: Vec<MultiBinding<'a>>,
+        push_constants: &[u8],
+        groups: [u32; 3],
+    ) -> Self {
+        assert_eq!(bindings.len(), program.kinds.len(), "one resource per binding");
+        DispatchItem {
+            program,
+            bindings,
+            push_constants: push_constants.to_vec(),
+            groups,
+            sets: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// How many devices have a cached per-device form.
+    pub fn cached_devices(&self) -> usize {
+        self.sets.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    fn set_for(
+        &self,
+        index: DeviceIndex,
+    ) -> Result<(vk::DescriptorSet, &ComputeProgram, &Arc<Device>), WorkError> {
+        let (program, device) = self
+            .program
+            .programs
+            .get(index)
+            .ok_or(WorkError::NotOnDevice { name: "compute program".to_owned(), device: index })?;
+        let mut sets = self.sets.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&(_, set)) = sets.iter().find(|(i, _)| *i == index) {
+            return Ok((set, program, device));
+        }
+        let mut resolved = Vec::with_capacity(self.bindings.len());
+        for binding in &self.bindings {
+            resolved.push(match binding {
+                MultiBinding::Buffer(view) => Binding::Buffer(view.resolve(index)?),
+                MultiBinding::Image(images) => {
+                    let &(_, view, sampler, layout) = images
+                        .views
+                        .iter()
+                        .find(|(i, ..)| *i == index)
+                        .ok_or(WorkError::NotOnDevice { name: "image view".to_owned(), device: index })?;
+                    Binding::Image { view, sampler, layout }
+                }
+            });
+        }
+        let set = program.descriptor_set(device, &resolved)?;
+        sets.push((index, set));
+        Ok((set, program, device))
+    }
+}
+
+/// A copy between multi-device buffers (same offsets on every device).
+#[derive(Clone, Copy, Debug)]
+pub struct CopyItem<'a> {
+    /// Source.
+    pub src: BufferView<'a>,
+    /// Destination.
+    pub dst: BufferView<'a>,
+    /// Byte offset in the source.
+    pub src_offset: u64,
+    /// Byte offset in the destination.
+    pub dst_offset: u64,
+    /// Bytes to copy.
+    pub size: u64,
+}
+
+/// One item of work.
+#[derive(Debug)]
+pub enum WorkItem<'a, 'b> {
+    /// A dispatch.
+    Dispatch(&'b DispatchItem<'a>),
+    /// A copy.
+    Copy(CopyItem<'a>),
+    /// A full memory barrier between the previous items and the next.
+    Barrier,
+}
+
+/// A command context on each device, for submitting work items to one chosen device.
+#[derive(Debug)]
+pub struct MultiSubmitter {
+    contexts: PerDevice<(CommandContext, Arc<Device>)>,
+}
+
+fn full_barrier(device: &Device, cmd: vk::CommandBuffer) {
+    let barrier = [vk::MemoryBarrier2::default()
+        .src_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
+        .src_access_mask(vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE)
+        .dst_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS | vk::PipelineStageFlags2::HOST)
+        .dst_access_mask(
+            vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE | vk::AccessFlags2::HOST_READ,
+        )];
+    // SAFETY: `cmd` is recording on this device.
+    unsafe {
+        device.raw().cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&barrier))
+    };
+}
+
+impl MultiSubmitter {
+    /// A command context on every open device of `mask`.
+    pub fn new(set: &DeviceSet, mask: DeviceMask) -> Result<Self, MultiDeviceError<VulkanError>> {
+        let devices: Vec<&Arc<Device>> = set.devices().iter().filter(|d| mask.contains(d.index())).collect();
+        if devices.is_empty() {
+            return Err(MultiDeviceError::EmptyMask(mask));
+        }
+        let contexts = fan_out(
+            &devices,
+            |d| CommandContext::new(d, "multi-device work").map(|c| (c, Arc::clone(d))),
+            |_, (c, d)| c.destroy(&d),
+        )?;
+        Ok(MultiSubmitter { contexts })
+    }
+
+    /// Records `items` for `device` — each resolved to its per-device form — with a full barrier
+    /// before and after, submits them to that device's universal queue, and returns the submission.
+    pub fn submit(&self, device: DeviceIndex, items: &[WorkItem<'_, '_>]) -> Result<Submission, WorkError> {
+        let (context, dev) = self
+            .contexts
+            .get(device)
+            .ok_or(WorkError::NotOnDevice { name: "submitter".to_owned(), device })?;
+        // Resolve everything first, so that a missing instance fails before anything is recorded.
+        enum Resolved<'r> {
+            Dispatch(vk::DescriptorSet, &'r ComputeProgram, &'r DispatchItem<'r>),
+            Copy(vk::Buffer, vk::Buffer, vk::BufferCopy),
+            Barrier,
+        }
+        let mut resolved = Vec::with_capacity(items.len());
+        for item in items {
+            resolved.push(match item {
+                WorkItem::Dispatch(d) => {
+                    let (set, program, _) = d.set_for(device)?;
+                    Resolved::Dispatch(set, program, d)
+                }
+                WorkItem::Copy(c) => {
+                    let (src, dst) = (c.src.resolve(device)?, c.dst.resolve(device)?);
+                    let region = vk::BufferCopy {
+                        src_offset: src.offset() + c.src_offset,
+                        dst_offset: dst.offset() + c.dst_offset,
+                        size: c.size,
+                    };
+                    Resolved::Copy(src.raw(), dst.raw(), region)
+                }
+                WorkItem::Barrier => Resolved::Barrier,
+            });
+        }
+        let submission = context.submit(dev, &[], &[], |cmd| {
+            full_barrier(dev, cmd);
+            for r in &resolved {
+                match r {
+                    Resolved::Dispatch(set, program, d) => {
+                        program.dispatch(dev, cmd, *set, &d.push_constants, d.groups)
+                    }
+                    // SAFETY: `cmd` is recording on this device; both buffers are live instances on it.
+                    Resolved::Copy(src, dst, region) => unsafe {
+                        dev.raw().cmd_copy_buffer(cmd, *src, *dst, &[*region])
+                    },
+                    Resolved::Barrier => full_barrier(dev, cmd),
+                }
+            }
+            full_barrier(dev, cmd);
+        })?;
+        Ok(submission)
+    }
+
+    /// Waits for a submission made on `device`.
+    pub fn wait(&self, device: DeviceIndex, submission: Submission) -> Result<(), WorkError> {
+        let (context, dev) = self
+            .contexts
+            .get(device)
+            .ok_or(WorkError::NotOnDevice { name: "submitter".to_owned(), device })?;
+        context.wait(dev, submission).map_err(WorkError::from)
+    }
+
+    /// Waits for everything and destroys the command contexts.
+    pub fn destroy(self) {
+        for (_, (context, device)) in self.contexts.into_values() {
+            context.destroy(&device);
+        }
+    }
+}
+
+/// A timeline semaphore on each device of a mask (multi-device fences).
+#[derive(Debug)]
+pub struct MultiTimeline {
+    semaphores: PerDevice<(vk::Semaphore, Arc<Device>)>,
+}
+
+impl MultiTimeline {
+    /// A timeline starting at `initial` on every open device of `mask`.
+    pub fn new(
+        set: &DeviceSet,
+        mask: DeviceMask,
+        initial: u64,
+    ) -> Result<Self, MultiDeviceError<VulkanError>> {
+        let devices: Vec<&Arc<Device>> = set.devices().iter().filter(|d| mask.contains(d.index())).collect();
+        if devices.is_empty() {
+            return Err(MultiDeviceError::EmptyMask(mask));
+        }
+        let semaphores = fan_out(
+            &devices,
+            |d| -> VkResult<(vk::Semaphore, Arc<Device>)> {
+                let mut ty = vk::SemaphoreTypeCreateInfo::default()
+                    .semaphore_type(vk::SemaphoreType::TIMELINE)
+                    .initial_value(initial);
+                let info = vk::SemaphoreCreateInfo::default().push_next(&mut ty);
+                // SAFETY: valid device with timeline semaphores (Vulkan 1.2 core, enabled when present).
+                let s = unsafe { d.raw().create_semaphore(&info, None) }.during("vkCreateSemaphore")?;
+                d.set_name(s, "multi-device timeline");
+                Ok((s, Arc::clone(d)))
+            },
+            // SAFETY: the semaphore was just created and nothing waits on it.
+            |_, (s, d)| unsafe { d.raw().destroy_semaphore(s, None) },
+        )?;
+        Ok(MultiTimeline { semaphores })
+    }
+
+    /// The semaphore on `device`, to signal or wait in a submission there.
+    pub fn semaphore(&self, device: DeviceIndex) -> Option<vk::Semaphore> {
+        self.semaphores.get(device).map(|(s, _)| *s)
+    }
+
+    /// The current value on every device.
+    pub fn values(&self) -> Result<Vec<(DeviceIndex, u64)>, MultiDeviceError<VulkanError>> {
+        self.semaphores
+            .iter()
+            .map(|(i, (s, d))| {
+                // SAFETY: the semaphore belongs to `d`.
+                unsafe { d.raw().get_semaphore_counter_value(*s) }
+                    .during("vkGetSemaphoreCounterValue")
+                    .map(|v| (i, v))
+                    .map_err(|source| MultiDeviceError::Failed { device: i, source })
+            })
+            .collect()
+    }
+
+    /// Signals `value` from the host on every device of `mask`.
+    pub fn signal(&self, mask: DeviceMask, value: u64) -> Result<(), MultiDeviceError<VulkanError>> {
+        for (i, (s, d)) in self.semaphores.iter().filter(|(i, _)| mask.contains(*i)) {
+            let info = vk::SemaphoreSignalInfo::default().semaphore(*s).value(value);
+            // SAFETY: the semaphore belongs to `d`; the value only increases (caller's contract).
+            unsafe { d.raw().signal_semaphore(&info) }
+                .during("vkSignalSemaphore")
+                .map_err(|source| MultiDeviceError::Failed { device: i, source })?;
+        }
+        Ok(())
+    }
+
+    /// Waits until every device of `mask` reached `value` (or the timeout in nanoseconds passed).
+    pub fn wait(
+        &self,
+        mask: DeviceMask,
+        value: u64,
+        timeout_ns: u64,
+    ) -> Result<(), MultiDeviceError<VulkanError>> {
+        for (i, (s, d)) in self.semaphores.iter().filter(|(i, _)| mask.contains(*i)) {
+            let semaphores = [*s];
+            let values = [value];
+            let info = vk::SemaphoreWaitInfo::default().semaphores(&semaphores).values(&values);
+            // SAFETY: the semaphore belongs to `d`.
+            unsafe { d.raw().wait_semaphores(&info, timeout_ns) }
+                .during("vkWaitSemaphores")
+                .map_err(|source| MultiDeviceError::Failed { device: i, source })?;
+        }
+        Ok(())
+    }
+
+    /// Destroys the semaphores (nothing may be waiting on them).
+    pub fn destroy(self) {
+        for (_, (s, d)) in self.semaphores.into_values() {
+            // SAFETY: the caller guarantees nothing pending uses the semaphore.
+            unsafe { d.raw().destroy_semaphore(s, None) };
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! Multi-device work items, views, timelines and sparse images on two logical devices.
+
+use residency_core::device_mask::{DeviceIndex, DeviceMask};
+use residency_core::format::Format;
+use residency_core::tiles::{SparseImageDesc, TexelRegion, TilePoolDesc};
+use residency_core::usage::{BufferPoolUsage, BufferUsage};
+use residency_vulkan::compute::{spirv_words, BindingKind};
+use residency_vulkan::multi::{
+    InitialData, MultiBufferPool, MultiDeviceError, MultiSparseImage, MultiTilePool, MultiUploader,
+};
+use residency_vulkan::multi_work::{
+    BufferView, CopyItem, DispatchItem, MultiBinding, MultiComputeProgram, MultiSubmitter, MultiTimeline,
+    WorkError, WorkItem,
+};
+use residency_vulkan::testing::with_gpu;
+use residency_vulkan::{BufferInit, BufferPoolDesc};
+
+const SHADER: &[u8] =
+    include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shaders/placed_buffers.comp.spv"));
+
+fn d(i: u32) -> DeviceIndex {
+    DeviceIndex::new(i).unwrap()
+}
+
+fn f32s(values: impl IntoIterator<Item = f32>) -> Vec<u8> {
+    values.into_iter().flat_map(f32::to_le_bytes).collect()
+}
+
+#[test]
+fn work_items_resolve_per_device_at_submission_and_cache_their_form() {
+    with_gpu(|set| {
+        let both = DeviceMask::from_bits(0b11);
+        let pool = MultiBufferPool::new(
+            set,
+            both,
+            &BufferPoolDesc::new("work", BufferPoolUsage::Unknown).with_page_size(1 << 20),
+        )
+        .unwrap();
+        let uploader = MultiUploader::new(set, both, 1 << 20).unwrap();
+        let n = 256u32;
+        let storage = BufferUsage::STORAGE | BufferUsage::COPY_DST | BufferUsage::COPY_SRC;
+        let vertices = pool
+            .init_buffer(&BufferInit::new("vertices", u64::from(n) * 16).with_usage(storage), both)
+            .unwrap();
+        let indices = pool
+            .init_buffer(&BufferInit::new("indices", u64::from(n) * 4).with_usage(storage), both)
+            .unwrap();
+        let params = pool
+            .init_buffer(
+                &BufferInit::new("params", 48).with_usage(BufferUsage::UNIFORM | BufferUsage::COPY_DST),
+                both,
+            )
+            .unwrap();
+        let results = pool
+            .init_buffer(&BufferInit::new("results", u64::from(n) * 16).with_usage(storage), both)
+            .unwrap();
+        let copy =
+            pool.init_buffer(&BufferInit::new("copy", u64::from(n) * 16).with_usage(storage), both).unwrap();
+        uploader.broadcast(&vertices, 0, &f32s((0..n * 4).map(|i| i as f32))).unwrap();
+        let idx: Vec<u8> = (0..n).rev().flat_map(u32::to_le_bytes).collect();
+        uploader.broadcast(&indices, 0, &idx).unwrap();
+        let mut p = f32s([1.0, 1.0, 1.0, 1.0, 0.5, 0.5, 0.5, 0.5]);
+        p.extend_from_slice(&n.to_le_bytes());
+        p.resize(48, 0);
+        uploader.broadcast(&params, 0, &p).unwrap();
+        uploader.wait_idle().unwrap();
+
+        let kinds = [
+            BindingKind::StorageBuffer,
+            BindingKind::StorageBuffer,
+            BindingKind::UniformBuffer,
+            BindingKind::StorageBuffer,
+        ];
+        let program =
+            MultiComputeProgram::new(set, both, "placed_buffers.comp", &spirv_words(SHADER), &kinds, 0, 4)
+                .unwrap();
+        let dispatch = DispatchItem::new(
+            &program,
+            vec![
+                MultiBinding::Buffer(BufferView::whole(&vertices)),
+                MultiBinding::Buffer(BufferView::whole(&indices)),
+                MultiBinding::Buffer(BufferView::whole(&params)),
+                MultiBinding::Buffer(BufferView::whole(&results)),
+            ],
+            &[],
+            [n.div_ceil(64), 1, 1],
+        );
+        let copy_item = CopyItem {
+            src: BufferView::whole(&results),
+            dst: BufferView::whole(&copy),
+            src_offset: 0,
+            dst_offset: 0,
+            size: u64::from(n) * 16,
+        };
+        let submitter = MultiSubmitter::new(set, both).unwrap();
+        assert_eq!(dispatch.cached_devices(), 0);
+        for device in [d(1), d(0), d(1)] {
+            let items = [WorkItem::Dispatch(&dispatch), WorkItem::Barrier, WorkItem::Copy(copy_item)];
+            let submission = submitter.submit(device, &items).unwrap();
+            submitter.wait(device, submission).unwrap();
+        }
+        assert_eq!(dispatch.cached_devices(), 2, "one cached form per device, reused");
+        for device in [d(0), d(1)] {
+            let dev = set.device(device).unwrap();
+            let out = dev.read_back(copy.instance(device).unwrap(), 0, u64::from(n) * 16).unwrap();
+            let floats: Vec<f32> =
+                out.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+            for i in 0..n as usize {
+                let src = (n as usize - 1 - i) * 4;
+                assert_eq!(floats[i * 4], src as f32 + 0.5, "{device} result {i}");
+            }
+        }
+
+        // A buffer that is not on device 1 any more: submission there is a typed error.
+        let mut partial =
+            pool.init_buffer(&BufferInit::new("partial", 64).with_usage(storage), both).unwrap();
+        pool.set_buffer_mask(&mut partial, d(0).mask(), InitialData::Undefined, &uploader).unwrap();
+        let item = CopyItem {
+            src: BufferView::whole(&partial),
+            dst: BufferView::whole(&copy),
+            src_offset: 0,
+            dst_offset: 0,
+            size: 64,
+        };
+        let err = submitter.submit(d(1), &[WorkItem::Copy(item)]).unwrap_err();
+        assert!(matches!(err, WorkError::NotOnDevice { device, .. } if device == d(1)), "{err}");
+        let ok = submitter.submit(d(0), &[WorkItem::Copy(item)]).unwrap();
+        submitter.wait(d(0), ok).unwrap();
+
+        submitter.destroy();
+        program.destroy();
+        for b in [vertices, indices, params, results, copy, partial] {
+            pool.free_buffer(b);
+        }
+        uploader.destroy().unwrap();
+    });
+}
+
+#[test]
+fn timelines_signal_and_wait_per_device() {
+    with_gpu(|set| {
+        assert!(
+            set.devices()[0].features().timeline_semaphore,
+            "lavapipe and the H200 have timeline semaphores"
+        );
+        let both = DeviceMask::from_bits(0b11);
+        let timeline = MultiTimeline::new(set, both, 0).unwrap();
+        timeline.signal(d(1).mask(), 5).unwrap();
+        let values = timeline.values().unwrap();
+        assert_eq!(values, vec![(d(0), 0), (d(1), 5)]);
+        timeline.wait(d(1).mask(), 5, 1_000_000_000).unwrap();
+        timeline.signal(both, 7).unwrap();
+        timeline.wait(both, 7, 1_000_000_000).unwrap();
+        assert!(timeline.semaphore(d(0)).is_some() && timeline.semaphore(d(2)).is_none());
+        timeline.destroy();
+    });
+}
+
+#[test]
+fn sparse_images_on_two_devices_commit_per_device_or_broadcast() {
+    with_gpu(|set| {
+        let both = DeviceMask::from_bits(0b11);
+        let pools = MultiTilePool::new(set, both, &TilePoolDesc::default().with_tiles_per_heap(64)).unwrap();
+        let desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 4096, 4096);
+        let mut image = MultiSparseImage::new(&pools, both, "multi sparse", &desc).unwrap();
+        let tile = image.instance(d(0)).unwrap().layout().tile_shape();
+        let first = TexelRegion { offset: [0; 3], extent: [tile.width, tile.height, 1] };
+        let second = TexelRegion { offset: [tile.width, 0, 0], extent: [1, 1, 1] };
+        image.commit_region(&pools, both, 0, 0, first).unwrap();
+        image.commit_region(&pools, d(1).mask(), 0, 0, second).unwrap();
+        assert_eq!(pools.used_tiles(), vec![(d(0), 1), (d(1), 2)], "per-device page tables and pools");
+        let stats = image.flush_binds(&pools).unwrap();
+        assert_eq!(stats.iter().map(|(_, s)| s.tiles_bound).collect::<Vec<_>>(), vec![1, 2]);
+        let uploader = MultiUploader::new(set, both, 1 << 20).unwrap();
+        let data: Vec<u8> = (0..tile.width * tile.height * 4).map(|i| (i % 253) as u8).collect();
+        image.broadcast_region(&uploader, 0, [0; 3], [tile.width, tile.height, 1], &data).unwrap();
+        for device in [d(0), d(1)] {
+            let back = image
+                .instance(device)
+                .unwrap()
+                .read_region(set.device(device).unwrap(), 0, 0, first, 1 << 20)
+                .unwrap();
+            assert_eq!(back, data, "{device}");
+        }
+        // Commit and release before a flush cancel out; a release then goes out as an unbind.
+        image.commit_region(&pools, d(0).mask(), 0, 0, second).unwrap();
+        image.release_region(&pools, d(0).mask(), 0, 0, second).unwrap();
+        for s in set.devices().iter().take(2) {
+            s.wait_idle().unwrap();
+        }
+        image.release_region(&pools, both, 0, 0, first).unwrap();
+        let stats = image.flush_binds(&pools).unwrap();
+        assert_eq!(
+            stats.iter().map(|(_, s)| (s.tiles_bound, s.tiles_unbound)).collect::<Vec<_>>(),
+            vec![(0, 1), (0, 1)]
+        );
+        let err =
+            MultiSparseImage::new(&pools, DeviceMask::from_bits(0b100_0000), "nowhere", &desc).unwrap_err();
+        assert!(matches!(err, MultiDeviceError::EmptyMask(_)));
+        image.destroy(&pools);
+        uploader.destroy().unwrap();
+    });
+}
