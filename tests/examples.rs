@@ -1,5 +1,7 @@
 //! Runs the examples as tests on the shared GPU harness: validation clean, no leaks, checked output.
 
+#[path = "../examples/multi_device.rs"]
+mod multi_device;
 #[path = "../examples/placed_buffers.rs"]
 mod placed_buffers;
 #[path = "../examples/sparse_texture.rs"]
@@ -26,6 +28,16 @@ fn sparse_texture_example_samples_resident_texels_and_falls_back_to_coarser_mips
         let outcome = sparse_texture::run(&set.devices()[0]).expect("the example runs");
         assert_eq!(outcome.matched, outcome.samples);
         assert!(outcome.resident_tiles * 100 < outcome.total_tiles, "{outcome:?}");
+    });
+}
+
+#[test]
+fn multi_device_example_runs_on_every_device_and_checks_each() {
+    with_gpu(|set| {
+        let outcome = multi_device::run(set, 4).expect("the example runs");
+        assert!(outcome.devices >= 2);
+        assert_eq!(outcome.checked.len(), outcome.devices);
+        assert!(outcome.checked.iter().all(|&(_, ok)| ok > 0), "{outcome:?}");
     });
 }
 

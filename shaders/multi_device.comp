@@ -1,0 +1,23 @@
+#version 450
+// Reads a mesh-sized buffer and a partially resident texture on one device and combines them:
+// results[i] = vertices[i] + texel (i % 256, i / 256 % 256) of mip 0 (resident tiles only).
+#extension GL_ARB_sparse_texture2 : require
+#extension GL_GOOGLE_include_directive : require
+#include "residency.glsl"
+
+layout(local_size_x = 64) in;
+
+layout(set = 0, binding = 0) uniform sampler2D tex;
+layout(std430, set = 0, binding = 1) readonly buffer Vertices { vec4 vertices[]; };
+layout(std430, set = 0, binding = 2) writeonly buffer Results { vec4 results[]; };
+layout(push_constant) uniform Push { uint count; } pc;
+
+void main() {
+    uint i = gl_GlobalInvocationID.x;
+    if (i >= pc.count) {
+        return;
+    }
+    bool resident;
+    vec4 texel = residencyFetch(tex, ivec2(i % 256u, (i / 256u) % 256u), 0, vec4(-1.0), resident);
+    results[i] = vertices[i] + texel;
+}
