@@ -161,9 +161,61 @@ pub struct MultiBufferPool {
 pub struct MultiBuffer {
     init: BufferInit,
     instances: PerDevice<Buffer>,
+    /// Changes whenever the set of instances changes, so cached per-device forms (descriptor sets
+    /// of work items) know to rebuild.
+    generation: u64,
+    /// Made by a pool (freed through it) or by the devices' general allocators.
+    from_pool: bool,
+}
+
+static NEXT_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+fn next_generation() -> u64 {
+    NEXT_GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 impl MultiBuffer {
+    /// Creates a placed (or, with `desc.committed`, committed) buffer on every open device of `mask`
+    /// through each device's general allocator. All or nothing. Free it with [`MultiBuffer::destroy`].
+    pub fn create(
+        set: &DeviceSet,
+        mask: DeviceMask,
+        desc: &crate::BufferDesc,
+    ) -> Result<MultiBuffer, MultiDeviceError<MemoryError>> {
+        let devices = devices_in(set, mask);
+        if devices.is_empty() {
+            return Err(MultiDeviceError::EmptyMask(mask));
+        }
+        let instances = fan_out(&devices, |d| d.create_buffer(desc), |d, b| d.destroy_buffer(b))?;
+        let init = BufferInit {
+            name: desc.name.clone(),
+            size: desc.size,
+            alignment: desc.alignment,
+            usage: Some(desc.usage),
+        };
+        Ok(MultiBuffer { init, instances, generation: next_generation(), from_pool: false })
+    }
+
+    /// Destroys a buffer made by [`MultiBuffer::create`] on every device.
+    pub fn destroy(self, set: &DeviceSet) {
+        if self.from_pool {
+            tracing::error!(buffer = %self.init.name, "a pool buffer must be freed through its pool: leaked");
+            return;
+        }
+        for (index, b) in self.instances.into_values() {
+            match set.device(index) {
+                Some(device) => device.destroy_buffer(b),
+                None => tracing::error!(buffer = %b.name(), %index, "device not in this set: leaked"),
+            }
+        }
+    }
+
+    /// Changes each time the instances change (mask changes); work items compare it to know that a
+    /// cached per-device form is stale.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
     /// The devices it exists on.
     pub fn mask(&self) -> DeviceMask {
         self.instances.mask()
@@ -270,7 +322,7 @@ impl MultiBufferPool {
     ) -> Result<MultiBuffer, MultiDeviceError<MemoryError>> {
         let mask = self.check_mask(mask)?;
         let instances = self.create_on(init, mask)?;
-        Ok(MultiBuffer { init: init.clone(), instances })
+        Ok(MultiBuffer { init: init.clone(), instances, generation: next_generation(), from_pool: true })
     }
 
     /// Changes the devices a buffer exists on: instances are created on added devices (with
@@ -309,6 +361,9 @@ impl MultiBufferPool {
         }
         for (index, b) in added.into_values() {
             buffer.instances.insert(index, b);
+        }
+        if mask != current {
+            buffer.generation = next_generation();
         }
         for index in current.difference(mask).iter() {
             if let Some(b) = buffer.instances.remove(index) {
@@ -645,6 +700,82 @@ impl MultiSparseImage {
             match pools.pools.get(index) {
                 Some(pool) => image.destroy(pool),
                 None => tracing::error!(%index, "sparse image destroyed without its pool: leaked"),
+            }
+        }
+    }
+}
+
+/// An image on every device of a mask, with per-device views created on first use and cached.
+#[derive(Debug)]
+#[must_use = "a multi-device image is released only by destroying it"]
+pub struct MultiImage {
+    images: PerDevice<crate::Image>,
+    views: std::sync::Mutex<Vec<(DeviceIndex, std::ops::Range<u32>, ash::vk::ImageView)>>,
+}
+
+impl MultiImage {
+    /// Creates a placed (or committed) image on every open device of `mask`. All or nothing.
+    pub fn create(
+        set: &DeviceSet,
+        mask: DeviceMask,
+        desc: &crate::ImageDesc,
+    ) -> Result<Self, MultiDeviceError<MemoryError>> {
+        let devices = devices_in(set, mask);
+        if devices.is_empty() {
+            return Err(MultiDeviceError::EmptyMask(mask));
+        }
+        let images = fan_out(&devices, |d| d.create_image(desc), |d, i| d.destroy_image(i))?;
+        Ok(MultiImage { images, views: std::sync::Mutex::new(Vec::new()) })
+    }
+
+    /// The devices it exists on.
+    pub fn mask(&self) -> DeviceMask {
+        self.images.mask()
+    }
+
+    /// Its instance on device `index`.
+    pub fn instance(&self, index: DeviceIndex) -> Option<&crate::Image> {
+        self.images.get(index)
+    }
+
+    /// The view of mips `mips` on `device`, created on first use and cached (resource + descriptor:
+    /// the same description resolves to each device's own view).
+    pub fn view(
+        &self,
+        set: &DeviceSet,
+        index: DeviceIndex,
+        mips: std::ops::Range<u32>,
+    ) -> Result<ash::vk::ImageView, MultiDeviceError<crate::VulkanError>> {
+        let not_here = || MultiDeviceError::MaskNotSubset { requested: index.mask(), allowed: self.mask() };
+        let image = self.images.get(index).ok_or_else(not_here)?;
+        let device = set.device(index).ok_or_else(not_here)?;
+        let mut views = self.views.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((.., view)) = views.iter().find(|(i, m, _)| *i == index && *m == mips) {
+            return Ok(*view);
+        }
+        let view = device
+            .create_image_view(image, mips.clone())
+            .map_err(|source| MultiDeviceError::Failed { device: index, source })?;
+        views.push((index, mips, view));
+        Ok(view)
+    }
+
+    /// Views created so far (all devices).
+    pub fn cached_views(&self) -> usize {
+        self.views.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Destroys the views and the images on every device (no work may use them).
+    pub fn destroy(self, set: &DeviceSet) {
+        for (index, _, view) in self.views.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            if let Some(device) = set.device(index) {
+                device.destroy_image_view(view);
+            }
+        }
+        for (index, image) in self.images.into_values() {
+            match set.device(index) {
+                Some(device) => device.destroy_image(image),
+                None => tracing::error!(image = %image.name(), %index, "device not in this set: leaked"),
             }
         }
     }

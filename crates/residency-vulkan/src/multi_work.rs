@@ -126,7 +126,8 @@ pub struct DispatchItem<'a> {
     bindings: Vec<MultiBinding<'a>>,
     push_constants: Vec<u8>,
     groups: [u32; 3],
-    sets: Mutex<Vec<(DeviceIndex, vk::DescriptorSet)>>,
+    /// Per device: the generations of the bound buffers when the set was written, and the set.
+    sets: Mutex<Vec<(DeviceIndex, Vec<u64>, vk::DescriptorSet)>>,
 }
 
 impl<'a> DispatchItem<'a> {
@@ -161,9 +162,19 @@ impl<'a> DispatchItem<'a> {
             .programs
             .get(index)
             .ok_or(WorkError::NotOnDevice { name: "compute program".to_owned(), device: index })?;
+        let generations: Vec<u64> = self
+            .bindings
+            .iter()
+            .filter_map(|b| match b {
+                MultiBinding::Buffer(view) => Some(view.buffer.generation()),
+                MultiBinding::Image(_) => None,
+            })
+            .collect();
         let mut sets = self.sets.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(&(_, set)) = sets.iter().find(|(i, _)| *i == index) {
-            return Ok((set, program, device));
+        if let Some((_, cached, set)) = sets.iter().find(|(i, ..)| *i == index) {
+            if *cached == generations {
+                return Ok((*set, program, device));
+            }
         }
         let mut resolved = Vec::with_capacity(self.bindings.len());
         for binding in &self.bindings {
@@ -179,8 +190,11 @@ impl<'a> DispatchItem<'a> {
                 }
             });
         }
+        // A new set for a new form (the old one may still be in use by work in flight; it is freed
+        // with the program's pool).
         let set = program.descriptor_set(device, &resolved)?;
-        sets.push((index, set));
+        sets.retain(|(i, ..)| *i != index);
+        sets.push((index, generations, set));
         Ok((set, program, device))
     }
 }

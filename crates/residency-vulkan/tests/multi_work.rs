@@ -201,3 +201,113 @@ fn sparse_images_on_two_devices_commit_per_device_or_broadcast() {
         uploader.destroy().unwrap();
     });
 }
+
+#[test]
+fn a_mask_change_invalidates_the_cached_per_device_form() {
+    with_gpu(|set| {
+        let both = DeviceMask::from_bits(0b11);
+        let pool = MultiBufferPool::new(
+            set,
+            both,
+            &BufferPoolDesc::new("regen", BufferPoolUsage::Unknown).with_page_size(1 << 20),
+        )
+        .unwrap();
+        let uploader = MultiUploader::new(set, both, 1 << 20).unwrap();
+        let storage = BufferUsage::STORAGE | BufferUsage::COPY_DST | BufferUsage::COPY_SRC;
+        let n = 64u32;
+        let mut vertices = pool
+            .init_buffer(&BufferInit::new("vertices", u64::from(n) * 16).with_usage(storage), both)
+            .unwrap();
+        let indices = pool
+            .init_buffer(&BufferInit::new("indices", u64::from(n) * 4).with_usage(storage), both)
+            .unwrap();
+        let params = pool
+            .init_buffer(
+                &BufferInit::new("params", 48).with_usage(BufferUsage::UNIFORM | BufferUsage::COPY_DST),
+                both,
+            )
+            .unwrap();
+        let results = pool
+            .init_buffer(&BufferInit::new("results", u64::from(n) * 16).with_usage(storage), both)
+            .unwrap();
+        uploader.broadcast(&vertices, 0, &f32s((0..n * 4).map(|_| 1.0))).unwrap();
+        uploader.broadcast(&indices, 0, &(0..n).flat_map(u32::to_le_bytes).collect::<Vec<_>>()).unwrap();
+        let mut p = f32s([1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0]);
+        p.extend_from_slice(&n.to_le_bytes());
+        p.resize(48, 0);
+        uploader.broadcast(&params, 0, &p).unwrap();
+        uploader.wait_idle().unwrap();
+        let kinds = [
+            BindingKind::StorageBuffer,
+            BindingKind::StorageBuffer,
+            BindingKind::UniformBuffer,
+            BindingKind::StorageBuffer,
+        ];
+        let program =
+            MultiComputeProgram::new(set, both, "placed_buffers.comp", &spirv_words(SHADER), &kinds, 0, 8)
+                .unwrap();
+        let submitter = MultiSubmitter::new(set, both).unwrap();
+        let run = |vertices: &residency_vulkan::multi::MultiBuffer| {
+            let dispatch = DispatchItem::new(
+                &program,
+                vec![
+                    MultiBinding::Buffer(BufferView::whole(vertices)),
+                    MultiBinding::Buffer(BufferView::whole(&indices)),
+                    MultiBinding::Buffer(BufferView::whole(&params)),
+                    MultiBinding::Buffer(BufferView::whole(&results)),
+                ],
+                &[],
+                [1, 1, 1],
+            );
+            let s = submitter.submit(d(1), &[WorkItem::Dispatch(&dispatch)]).unwrap();
+            submitter.wait(d(1), s).unwrap();
+            dispatch.cached_devices()
+        };
+        let first = run(&vertices);
+        let generation = vertices.generation();
+        // Drop device 1's instance and bring it back with new data: a new VkBuffer there.
+        pool.set_buffer_mask(&mut vertices, d(0).mask(), InitialData::Undefined, &uploader).unwrap();
+        let twos = f32s((0..n * 4).map(|_| 2.0));
+        pool.set_buffer_mask(&mut vertices, both, InitialData::Bytes(&twos), &uploader).unwrap();
+        assert_ne!(vertices.generation(), generation);
+        assert_eq!(first, 1);
+        assert_eq!(run(&vertices), 1);
+        let out = set.device(d(1)).unwrap().read_back(results.instance(d(1)).unwrap(), 0, 16).unwrap();
+        assert_eq!(f32::from_le_bytes([out[0], out[1], out[2], out[3]]), 2.0, "the new instance was read");
+
+        // Device-level multi-device buffers and images with cached views.
+        let placed = residency_vulkan::multi::MultiBuffer::create(
+            set,
+            both,
+            &residency_vulkan::BufferDesc::new("placed everywhere", 4096, BufferUsage::STORAGE),
+        )
+        .unwrap();
+        assert_eq!(placed.mask(), both);
+        let image = residency_vulkan::multi::MultiImage::create(
+            set,
+            both,
+            &residency_vulkan::ImageDesc::new_2d(
+                "image everywhere",
+                Format::R8G8B8A8Unorm,
+                64,
+                64,
+                residency_core::usage::ImageUsage::SAMPLED,
+            ),
+        )
+        .unwrap();
+        let v0 = image.view(set, d(0), 0..1).unwrap();
+        let v1 = image.view(set, d(1), 0..1).unwrap();
+        assert_eq!(image.view(set, d(0), 0..1).unwrap(), v0, "cached");
+        assert_ne!(v0, v1);
+        assert_eq!(image.cached_views(), 2);
+        image.destroy(set);
+        placed.destroy(set);
+
+        submitter.destroy();
+        program.destroy();
+        for b in [vertices, indices, params, results] {
+            pool.free_buffer(b);
+        }
+        uploader.destroy().unwrap();
+    });
+}
