@@ -263,3 +263,127 @@ fn pool_exhaustion_and_address_space_are_typed_errors() {
         }
     });
 }
+
+const STORE: &[u8] =
+    include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shaders/sparse_store.comp.spv"));
+
+fn upload_region(device: &Device, image: &SparseImage, layer: u32, region: TexelRegion, data: &[u8]) {
+    let uploader = Uploader::new(device, "region upload", 4 << 20).unwrap();
+    let target = ImageRegion {
+        image: image.raw(),
+        layout: vk::ImageLayout::GENERAL,
+        aspect: vk::ImageAspectFlags::COLOR,
+        mip: 0,
+        layer,
+        offset: region.offset,
+        extent: region.extent,
+    };
+    uploader.write_image(device, &target, data).unwrap();
+    uploader.destroy(device).unwrap();
+}
+
+fn pattern(bytes: u64, seed: u64) -> Vec<u8> {
+    (0..bytes).map(|i| ((i * 31 + seed * 7) % 251) as u8).collect()
+}
+
+#[test]
+fn arrays_volumes_and_block_compressed_images_keep_their_texels() {
+    with_gpu(|set| {
+        let device = Arc::clone(&set.devices()[0]);
+        let pool = SparseTilePool::new(Arc::clone(&device), TilePoolDesc::default().with_tiles_per_heap(64))
+            .unwrap();
+        let cases = [
+            ("2D array", SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 2048, 2048).with_array_layers(4), 2),
+            ("3D volume", SparseImageDesc::new_3d(Format::R8G8B8A8Unorm, 256, 256, 256), 0),
+            ("BC7", SparseImageDesc::new_2d(Format::Bc7Unorm, 4096, 4096), 0),
+            ("BC1", SparseImageDesc::new_2d(Format::Bc1Unorm, 4096, 4096), 0),
+        ];
+        for (what, desc, layer) in cases {
+            let mut image = SparseImage::new(&pool, what, &desc, false).unwrap();
+            let shape = image.layout().tile_shape();
+            let tile = TexelRegion { offset: [0; 3], extent: [shape.width, shape.height, shape.depth] };
+            image.commit_region(&pool, layer, 0, tile).unwrap();
+            if let Some(tail) = image.layout().tail_of_layer(layer) {
+                image.commit_tail(&pool, tail).unwrap();
+            }
+            pool.flush_binds(&mut [&mut image]).unwrap();
+            let bytes = desc.format.region_bytes(shape.width, shape.height, shape.depth);
+            assert_eq!(bytes, 65536, "{what}: one tile is 64 KiB");
+            let data = pattern(bytes, u64::from(layer) + 1);
+            upload_region(&device, &image, layer, tile, &data);
+            let back = image.read_region(&device, layer, 0, tile, 1 << 20).unwrap();
+            assert!(back == data, "{what}: the texels of the committed tile read back exactly");
+            device.wait_idle().unwrap();
+            image.release_all(&pool).unwrap();
+            pool.flush_binds(&mut [&mut image]).unwrap();
+            image.destroy(&pool);
+        }
+        assert_eq!(pool.used_tiles(), 0);
+    });
+}
+
+#[test]
+fn storage_writes_land_in_resident_tiles_and_large_readbacks_are_refused() {
+    with_gpu(|set| {
+        let device = Arc::clone(&set.devices()[0]);
+        let pool = SparseTilePool::new(Arc::clone(&device), TilePoolDesc::default().with_tiles_per_heap(16))
+            .unwrap();
+        let desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 1024, 1024).with_mip_levels(1);
+        let mut image = SparseImage::new(&pool, "storage target", &desc, true).unwrap();
+        let shape = image.layout().tile_shape();
+        let tile = TexelRegion { offset: [0; 3], extent: [shape.width, shape.height, 1] };
+        image.commit_region(&pool, 0, 0, tile).unwrap();
+        pool.flush_binds(&mut [&mut image]).unwrap();
+
+        let program = ComputeProgram::new(
+            &device,
+            "sparse store",
+            &spirv_words(STORE),
+            &[BindingKind::StorageImage],
+            16,
+            1,
+        )
+        .unwrap();
+        let set_ = program
+            .descriptor_set(
+                &device,
+                &[Binding::Image {
+                    view: image.view(),
+                    sampler: vk::Sampler::null(),
+                    layout: vk::ImageLayout::GENERAL,
+                }],
+            )
+            .unwrap();
+        let (w, h) = (shape.width as i32, shape.height as i32);
+        let push: Vec<u8> = [0, 0, w, h].iter().flat_map(|v: &i32| v.to_le_bytes()).collect();
+        device
+            .submit_once("sparse storage writes", |cmd| {
+                program.dispatch(
+                    &device,
+                    cmd,
+                    set_,
+                    &push,
+                    [shape.width.div_ceil(8), shape.height.div_ceil(8), 1],
+                );
+            })
+            .unwrap();
+        let back = image.read_region(&device, 0, 0, tile, 1 << 20).unwrap();
+        let expected: Vec<u8> = (0..shape.height)
+            .flat_map(|y| (0..shape.width).flat_map(move |x| [(x % 256) as u8, (y % 256) as u8, 128, 255]))
+            .collect();
+        assert!(back == expected, "storage writes into the resident tile read back");
+
+        let whole = TexelRegion { offset: [0; 3], extent: [1024, 1024, 1] };
+        match image.read_region(&device, 0, 0, whole, 1 << 20) {
+            Err(SparseError::ReadbackTooLarge { bytes, limit }) => {
+                assert_eq!((bytes, limit), (4 << 20, 1 << 20))
+            }
+            other => panic!("expected ReadbackTooLarge, got {other:?}"),
+        }
+        program.destroy(&device);
+        device.wait_idle().unwrap();
+        image.release_all(&pool).unwrap();
+        pool.flush_binds(&mut [&mut image]).unwrap();
+        image.destroy(&pool);
+    });
+}
