@@ -3,6 +3,7 @@
 mod alloc_info;
 mod dump;
 mod info;
+mod tour;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -24,6 +25,8 @@ enum Command {
     AllocInfo(alloc_info::AllocInfoArgs),
     /// Run a small workload on each device and dump its memory: VMA-format JSON, our JSON, an SVG heap map.
     Dump(dump::DumpArgs),
+    /// Run every capability end to end on this machine's devices and write an HTML report.
+    Tour(tour::TourArgs),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +42,7 @@ fn main() -> ExitCode {
         Command::Info(args) => info::run(&args),
         Command::AllocInfo(args) => alloc_info::run(&args),
         Command::Dump(args) => dump::run(&args),
+        Command::Tour(args) => tour::run(&args),
     };
     match result {
         Ok(code) => code,

@@ -98,7 +98,11 @@ impl ValidationLog {
     fn record(&self, message: ValidationMessage) {
         match message.severity {
             Severity::Error => tracing::error!(id = %message.id, "{}", message.text),
-            Severity::Warning => tracing::warn!(id = %message.id, "{}", message.text),
+            Severity::Warning if message.is_validation => {
+                tracing::warn!(id = %message.id, "{}", message.text)
+            }
+            // Performance hints (e.g. GENERAL layout on a copy, which sparse images use on purpose).
+            Severity::Warning => tracing::debug!(id = %message.id, "{}", message.text),
             Severity::Info => tracing::debug!(id = %message.id, "{}", message.text),
             Severity::Verbose => tracing::trace!(id = %message.id, "{}", message.text),
         }

@@ -24,6 +24,7 @@
 
 #![warn(missing_docs)]
 
+pub mod charts;
 mod model;
 mod stats;
 mod svg;

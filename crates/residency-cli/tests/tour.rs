@@ -1,0 +1,93 @@
+//! `residency tour` end to end, and its report rendered by headless Chromium.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn required() -> bool {
+    std::env::var("RESIDENCY_REQUIRE_GPU").as_deref() == Ok("1")
+}
+
+fn out_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("residency-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn chromium(args: &[&str], page: &Path) -> Option<std::process::Output> {
+    let profile = out_dir("chromium-profile");
+    let output = Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(args)
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .ok();
+    let _ = std::fs::remove_dir_all(profile);
+    output
+}
+
+/// Whether the decoded RGB(A) image has a pixel within 8 of `rgb`.
+fn has_colour(pixels: &[u8], channels: usize, rgb: [u8; 3]) -> bool {
+    pixels.chunks_exact(channels).any(|p| (0..3).all(|c| p[c].abs_diff(rgb[c]) <= 8))
+}
+
+#[test]
+fn the_tour_runs_and_its_report_renders_with_heap_map_and_plots() {
+    let dir = out_dir("tour");
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_residency")).args(["tour", "--out"]).arg(&dir).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() && stderr.contains("Vulkan") && !required() {
+        eprintln!("\n**** SKIPPED: no Vulkan device ({stderr}) ****\n");
+        return;
+    }
+    assert!(out.status.success(), "tour failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("tour complete: every check passed"), "{stdout}");
+    let html_path = dir.join("report.html");
+    let html = std::fs::read_to_string(&html_path).unwrap();
+    for id in ["heap-map", "chart-placement", "chart-binds"] {
+        assert!(html.contains(&format!(r#"id="{id}""#)), "report lacks #{id}");
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("tour.json")).unwrap()).unwrap();
+    assert_eq!(json["validation_problems"], 0);
+    assert_eq!(json["sections"].as_array().unwrap().len(), 5);
+
+    let shot = dir.join("report.png");
+    let Some(rendered) =
+        chromium(&["--window-size=1280,2400", &format!("--screenshot={}", shot.display())], &html_path)
+    else {
+        assert!(!required(), "headless Chromium is needed (bash .ci/install-deps installs it)");
+        eprintln!("\n**** SKIPPED the rendering check: no chromium ****\n");
+        return;
+    };
+    assert!(shot.exists(), "chromium wrote no screenshot: {}", String::from_utf8_lossy(&rendered.stderr));
+    let decoder = png::Decoder::new(std::fs::File::open(&shot).unwrap());
+    let mut reader = decoder.read_info().unwrap();
+    let mut pixels = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut pixels).unwrap();
+    let channels = info.color_type.samples();
+    pixels.truncate(info.buffer_size());
+    assert!(info.width >= 1000 && info.height >= 2000, "{info:?}");
+    // The charts' first series colour and the heap map's vertex/index colour are on screen.
+    assert!(has_colour(&pixels, channels, [0x4e, 0x79, 0xa7]), "no chart bars in the screenshot");
+    assert!(has_colour(&pixels, channels, [0xf2, 0x8e, 0x2b]), "no second chart series in the screenshot");
+    assert!(has_colour(&pixels, channels, [0xff, 0x94, 0x94]), "no heap map buffers in the screenshot");
+    let dom = chromium(&["--dump-dom"], &html_path).unwrap();
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    for id in ["heap-map", "chart-placement", "chart-binds"] {
+        assert!(dom.contains(&format!(r#"id="{id}""#)), "rendered DOM lacks #{id}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
