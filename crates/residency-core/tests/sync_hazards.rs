@@ -274,7 +274,8 @@ fn hazard_table() {
         let mut t = tracker(case.sharing);
         let got = lines(&run(&mut t, case.image, case.steps));
         if got != case.last_flush {
-            failures.push(format!("{}:\n  expected {:#?}\n  got      {:#?}", case.name, case.last_flush, got));
+            failures
+                .push(format!("{}:\n  expected {:#?}\n  got      {:#?}", case.name, case.last_flush, got));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -298,7 +299,11 @@ fn uses_in_one_batch_merge_into_one_barrier() {
 #[test]
 fn state_reports_the_union_of_reads_since_the_last_write() {
     let mut t = tracker(Sharing::Exclusive);
-    run(&mut t, false, &[on(GFX, Use::ComputeStorageWrite), on(GFX, Use::IndexRead), on(GFX, Use::VertexRead)]);
+    run(
+        &mut t,
+        false,
+        &[on(GFX, Use::ComputeStorageWrite), on(GFX, Use::IndexRead), on(GFX, Use::VertexRead)],
+    );
     let states = t.states(DEV, BUF).unwrap();
     assert_eq!(states.len(), 1);
     let (region, state) = states[0];
@@ -307,7 +312,10 @@ fn state_reports_the_union_of_reads_since_the_last_write() {
         state.stages,
         PipelineStages::COMPUTE_SHADER | PipelineStages::INDEX_INPUT | PipelineStages::VERTEX_ATTRIBUTE_INPUT
     );
-    assert_eq!(state.last_write, Scope::new(PipelineStages::COMPUTE_SHADER, AccessFlags::SHADER_STORAGE_WRITE));
+    assert_eq!(
+        state.last_write,
+        Scope::new(PipelineStages::COMPUTE_SHADER, AccessFlags::SHADER_STORAGE_WRITE)
+    );
     assert_eq!(state.queue_family, QueueFamily::new(GFX));
     assert_eq!(state.layout, None);
 }
@@ -362,12 +370,18 @@ fn misuse_is_a_typed_error_and_changes_nothing() {
         batch.declare(BUF, Region::bytes(200, 100), Use::IndexRead),
         Err(SyncError::BytesOutOfBounds { offset: 200, size: 100, buffer_size: 256, .. })
     ));
-    assert!(matches!(batch.declare(BUF, Region::bytes(0, 0), Use::IndexRead), Err(SyncError::BytesOutOfBounds { .. })));
+    assert!(matches!(
+        batch.declare(BUF, Region::bytes(0, 0), Use::IndexRead),
+        Err(SyncError::BytesOutOfBounds { .. })
+    ));
     assert!(matches!(
         batch.declare(BUF, Region::subresources(0, 1, 0, 1), Use::IndexRead),
         Err(SyncError::RegionKind { .. })
     ));
-    assert!(matches!(batch.declare(IMG, Region::Whole, Use::IndexRead), Err(SyncError::NotAnImageUse { .. })));
+    assert!(matches!(
+        batch.declare(IMG, Region::Whole, Use::IndexRead),
+        Err(SyncError::NotAnImageUse { .. })
+    ));
     assert!(matches!(
         batch.declare(IMG, Region::subresources(0, 2, 0, 1), Use::TransferDst),
         Err(SyncError::SubresourcesOutOfBounds { mip_levels: 1, array_layers: 1, .. })

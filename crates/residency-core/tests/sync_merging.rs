@@ -4,8 +4,8 @@
 
 use residency_core::device_mask::DeviceIndex;
 use residency_core::sync::{
-    Flush, GlobalBarrierRule, ImageLayout, MemoryBarrier, PipelineStages, QueueFamily, Region, ResourceId, Scope,
-    StateTracker, SubresourceRange, TrackedBufferDesc, TrackedImageDesc, TrackerOptions, Use,
+    Flush, GlobalBarrierRule, ImageLayout, MemoryBarrier, PipelineStages, QueueFamily, Region, ResourceId,
+    Scope, StateTracker, SubresourceRange, TrackedBufferDesc, TrackedImageDesc, TrackerOptions, Use,
 };
 
 const DEV: DeviceIndex = DeviceIndex::DEFAULT;
@@ -30,7 +30,10 @@ fn adjacent_byte_ranges_with_the_same_transition_become_one_barrier() {
     let b = ResourceId::new(1);
     t.register_buffer(DEV, b, TrackedBufferDesc::new("b", 1024)).unwrap();
     flush(&mut t, &[(b, Region::Whole, Use::ComputeStorageWrite)]);
-    let f = flush(&mut t, &[(b, Region::bytes(0, 256), Use::IndexRead), (b, Region::bytes(256, 256), Use::IndexRead)]);
+    let f = flush(
+        &mut t,
+        &[(b, Region::bytes(0, 256), Use::IndexRead), (b, Region::bytes(256, 256), Use::IndexRead)],
+    );
     assert_eq!(f.barriers.buffers.len(), 1);
     assert_eq!((f.barriers.buffers[0].offset, f.barriers.buffers[0].size), (0, 512));
 }
@@ -41,7 +44,10 @@ fn byte_ranges_with_a_gap_stay_apart() {
     let b = ResourceId::new(1);
     t.register_buffer(DEV, b, TrackedBufferDesc::new("b", 1024)).unwrap();
     flush(&mut t, &[(b, Region::Whole, Use::ComputeStorageWrite)]);
-    let f = flush(&mut t, &[(b, Region::bytes(0, 256), Use::IndexRead), (b, Region::bytes(512, 256), Use::IndexRead)]);
+    let f = flush(
+        &mut t,
+        &[(b, Region::bytes(0, 256), Use::IndexRead), (b, Region::bytes(512, 256), Use::IndexRead)],
+    );
     let ranges: Vec<(u64, u64)> = f.barriers.buffers.iter().map(|b| (b.offset, b.size)).collect();
     assert_eq!(ranges, [(0, 256), (512, 256)]);
 }
@@ -112,8 +118,14 @@ fn subresources_in_different_layouts_split_and_merge_back() {
     assert_eq!(
         got,
         [
-            (ImageLayout::SHADER_READ_ONLY_OPTIMAL, SubresourceRange { base_mip: 0, mip_count: 1, base_layer: 0, layer_count: 6 }),
-            (ImageLayout::TRANSFER_DST_OPTIMAL, SubresourceRange { base_mip: 1, mip_count: 3, base_layer: 0, layer_count: 6 }),
+            (
+                ImageLayout::SHADER_READ_ONLY_OPTIMAL,
+                SubresourceRange { base_mip: 0, mip_count: 1, base_layer: 0, layer_count: 6 }
+            ),
+            (
+                ImageLayout::TRANSFER_DST_OPTIMAL,
+                SubresourceRange { base_mip: 1, mip_count: 3, base_layer: 0, layer_count: 6 }
+            ),
         ]
     );
     assert!(f.barriers.images.iter().all(|b| b.new_layout == ImageLayout::COLOR_ATTACHMENT_OPTIMAL));
@@ -148,7 +160,10 @@ fn two_buffers_written(rule: GlobalBarrierRule, second_use: Use) -> Flush {
     let (a, b) = (ResourceId::new(1), ResourceId::new(2));
     t.register_buffer(DEV, a, TrackedBufferDesc::new("a", 256)).unwrap();
     t.register_buffer(DEV, b, TrackedBufferDesc::new("b", 256)).unwrap();
-    flush(&mut t, &[(a, Region::Whole, Use::ComputeStorageWrite), (b, Region::Whole, Use::ComputeStorageWrite)]);
+    flush(
+        &mut t,
+        &[(a, Region::Whole, Use::ComputeStorageWrite), (b, Region::Whole, Use::ComputeStorageWrite)],
+    );
     flush(&mut t, &[(a, Region::Whole, Use::IndexRead), (b, Region::Whole, second_use)])
 }
 

@@ -91,7 +91,11 @@ fn per_page_tracking_over_synchronises() {
     assert_eq!(counts, [0, 1, 1, 1], "{passes:#?}");
     for (_, bs) in &passes {
         for b in bs {
-            assert_eq!((b.resource, b.offset, b.size), (PAGE, 0, 2 * SIZE), "page barriers name the whole page");
+            assert_eq!(
+                (b.resource, b.offset, b.size),
+                (PAGE, 0, 2 * SIZE),
+                "page barriers name the whole page"
+            );
         }
     }
     // The false dependency: the neighbour's write waits for the draw's index fetch (and the cull).

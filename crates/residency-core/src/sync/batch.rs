@@ -303,11 +303,16 @@ fn flush_buffer(
         });
     }
     // Consecutive pieces of one run with the same ownership change merge into one barrier
-    // spanning them, with united scopes.
+    // spanning them, with united scopes. A plain barrier may span pieces that need none (it only
+    // waits a little more for them); an ownership transfer only spans pieces it transfers.
     let mut merged: Vec<(usize, u64, u64, PieceBarrier)> = Vec::new();
     for p in pieces {
         match merged.last_mut() {
-            Some(m) if m.0 == p.0 && m.3.transfer_from == p.3.transfer_from => {
+            Some(m)
+                if m.0 == p.0
+                    && m.3.transfer_from == p.3.transfer_from
+                    && (m.3.transfer_from.is_none() || m.2 == p.1) =>
+            {
                 m.2 = p.2;
                 m.3.src = m.3.src.union(p.3.src);
                 m.3.dst = m.3.dst.union(p.3.dst);

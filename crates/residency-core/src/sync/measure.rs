@@ -193,11 +193,19 @@ pub fn compare_tracking(desc: TrackingBenchDesc) -> TrackingBenchReport {
             }
             let flush_b = batch_b.flush();
             b.add(&flush_b, all_bytes);
-            let mut needed: Vec<ResourceId> =
-                flush_a.barriers.buffers.iter().map(|x| page_id(x.resource.get() as usize / per_page)).collect();
+            let mut needed: Vec<ResourceId> = flush_a
+                .barriers
+                .buffers
+                .iter()
+                .map(|x| page_id(x.resource.get() as usize / per_page))
+                .collect();
             needed.sort_unstable();
-            b.false_dependencies +=
-                flush_b.barriers.buffers.iter().filter(|x| needed.binary_search(&x.resource).is_err()).count();
+            b.false_dependencies += flush_b
+                .barriers
+                .buffers
+                .iter()
+                .filter(|x| needed.binary_search(&x.resource).is_err())
+                .count();
         }
     }
     TrackingBenchReport {
