@@ -213,8 +213,13 @@ fn units_of_buffer_barrier(resource: ResourceId, offset: u64, size: u64) -> Vec<
     (offset / UNIT..(offset + size) / UNIT).map(|u| r * BUF_UNITS as usize + u as usize).collect()
 }
 
+/// A barrier without a layout transition, with the units it covers.
+type Plain = (Vec<usize>, Bar);
+/// The two halves of a layout-transition barrier, with the units it covers.
+type Transition = (Vec<usize>, Bar, Bar);
+
 /// Plain barriers, transition halves, and the units each covers, for the destination queue.
-fn model_barriers(batch: &BarrierBatch) -> (Vec<(Vec<usize>, Bar)>, Vec<(Vec<usize>, Bar, Bar)>) {
+fn model_barriers(batch: &BarrierBatch) -> (Vec<Plain>, Vec<Transition>) {
     let mut plain = Vec::new();
     let mut transitions = Vec::new();
     for m in &batch.memory {
@@ -244,7 +249,8 @@ fn model_barriers(batch: &BarrierBatch) -> (Vec<(Vec<usize>, Bar)>, Vec<(Vec<usi
 
 fn run_sequence(rule: GlobalBarrierRule, batches: &[BatchSpec]) -> Result<(), String> {
     let mut t = StateTracker::new(TrackerOptions::default().with_global_barriers(rule));
-    let buffer = |name: &str, sharing| TrackedBufferDesc::new(name, u64::from(BUF_UNITS) * UNIT).with_sharing(sharing);
+    let buffer =
+        |name: &str, sharing| TrackedBufferDesc::new(name, u64::from(BUF_UNITS) * UNIT).with_sharing(sharing);
     t.register_buffer(DEV, id(0), buffer("a", Sharing::Exclusive)).unwrap();
     t.register_buffer(DEV, id(1), buffer("b", Sharing::Concurrent)).unwrap();
     t.register_image(DEV, id(2), TrackedImageDesc::new("img", MIPS, LAYERS)).unwrap();
@@ -274,8 +280,12 @@ fn run_sequence(rule: GlobalBarrierRule, batches: &[BatchSpec]) -> Result<(), St
             let info = d.use_().info();
             for &u in units {
                 let (s, a, w, disc) = merged[u].unwrap_or((0, 0, false, true));
-                merged[u] =
-                    Some((s | info.stages.expand().bits(), a | info.access.expand().bits(), w || info.writes, disc && d.discard));
+                merged[u] = Some((
+                    s | info.stages.expand().bits(),
+                    a | info.access.expand().bits(),
+                    w || info.writes,
+                    disc && d.discard,
+                ));
             }
         }
         // The naive per-use count: one barrier per use per run of units with the same ownership
@@ -290,7 +300,8 @@ fn run_sequence(rule: GlobalBarrierRule, batches: &[BatchSpec]) -> Result<(), St
         let mut naive = 0;
         for (d, units) in &accepted {
             if d.resource == 2 {
-                naive += units.iter().map(|&u| if transfer_from(u, 2).is_some() { 2 } else { 1 }).sum::<usize>();
+                naive +=
+                    units.iter().map(|&u| if transfer_from(u, 2).is_some() { 2 } else { 1 }).sum::<usize>();
             } else {
                 let keys: Vec<Option<u32>> = units.iter().map(|&u| transfer_from(u, d.resource)).collect();
                 let mut runs: Vec<Option<u32>> = keys.clone();
@@ -300,7 +311,10 @@ fn run_sequence(rule: GlobalBarrierRule, batches: &[BatchSpec]) -> Result<(), St
         }
         let flush = batch.flush();
         if flush.barrier_count() > naive {
-            return Err(format!("batch {n}: {} barriers, naive per-use approach {naive}: {flush:#?}", flush.barrier_count()));
+            return Err(format!(
+                "batch {n}: {} barriers, naive per-use approach {naive}: {flush:#?}",
+                flush.barrier_count()
+            ));
         }
         // Queue change: the caller's semaphore is a full dependency.
         if last_queue.is_some_and(|q| q != spec.queue) {
@@ -311,10 +325,14 @@ fn run_sequence(rule: GlobalBarrierRule, batches: &[BatchSpec]) -> Result<(), St
         last_queue = Some(spec.queue);
         let (plain, transitions) = model_barriers(&flush.barriers);
         for (u, p) in past.iter_mut().enumerate() {
-            let mut group: Vec<Bar> = plain.iter().filter(|(us, _)| us.contains(&u)).map(|(_, b)| *b).collect();
-            let mine: Vec<&(Vec<usize>, Bar, Bar)> = transitions.iter().filter(|(us, _, _)| us.contains(&u)).collect();
+            let mut group: Vec<Bar> =
+                plain.iter().filter(|(us, _)| us.contains(&u)).map(|(_, b)| *b).collect();
+            let mine: Vec<&Transition> = transitions.iter().filter(|(us, _, _)| us.contains(&u)).collect();
             if mine.len() > 1 {
-                return Err(format!("batch {n}: unit {u} has {} layout transitions in one command", mine.len()));
+                return Err(format!(
+                    "batch {n}: unit {u} has {} layout transitions in one command",
+                    mine.len()
+                ));
             }
             group.extend(mine.iter().map(|(_, first, _)| *first));
             apply_group(p, &group);
@@ -335,8 +353,21 @@ fn run_sequence(rule: GlobalBarrierRule, batches: &[BatchSpec]) -> Result<(), St
             let Some((stages, access, write, _)) = *m else { continue };
             check(&past[u], stages, access, write, &format!("batch {n}: unit {u}"))?;
             let write_access = access & AccessFlags::MEMORY_WRITE.expand().bits();
-            past[u].push(Past { stages, write_access, write, ordered_after: 0, available: false, visible: Vec::new() });
-            let resource = if u < 4 { 0 } else if u < 8 { 1 } else { 2 };
+            past[u].push(Past {
+                stages,
+                write_access,
+                write,
+                ordered_after: 0,
+                available: false,
+                visible: Vec::new(),
+            });
+            let resource = if u < 4 {
+                0
+            } else if u < 8 {
+                1
+            } else {
+                2
+            };
             if exclusive(resource) {
                 owner[u] = Some(spec.queue);
             }
@@ -381,7 +412,8 @@ fn checker_catches_a_missing_barrier() {
     let index = (PipelineStages::INDEX_INPUT.bits(), AccessFlags::INDEX_READ.bits());
     assert!(check(&past, index.0, index.1, false, "read").is_err(), "RAW without a barrier");
     // An execution-only barrier orders but does not make the write visible.
-    let exec_only = Bar { src_s: PipelineStages::COMPUTE_SHADER.bits(), src_a: 0, dst_s: index.0, dst_a: index.1 };
+    let exec_only =
+        Bar { src_s: PipelineStages::COMPUTE_SHADER.bits(), src_a: 0, dst_s: index.0, dst_a: index.1 };
     apply_group(&mut past, &[exec_only]);
     assert!(check(&past, index.0, index.1, false, "read").is_err(), "RAW without availability");
     let full = Bar { src_a: AccessFlags::SHADER_STORAGE_WRITE.bits(), ..exec_only };

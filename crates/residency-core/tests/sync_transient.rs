@@ -7,8 +7,8 @@ use proptest::prelude::*;
 use residency_core::allocator::ResourceKind;
 use residency_core::sync::measure::{compare_transient, frame_graph_workload};
 use residency_core::sync::{
-    FramePlan, ImageLayout, PipelineStages, TransientDesc, TransientError, TransientPlanner, TransientPlannerDesc,
-    Use,
+    FramePlan, ImageLayout, PipelineStages, TransientDesc, TransientError, TransientPlanner,
+    TransientPlannerDesc, Use,
 };
 
 fn live_together(a: &TransientDesc, b: &TransientDesc) -> bool {
@@ -35,13 +35,17 @@ fn check_plan(planner: &TransientPlanner, frame: &[TransientDesc], plan: &FrameP
                 return Err(format!("#{i} [{a0}, {a1}) and #{j} [{b0}, {b1}) are live together and overlap"));
             }
             if g > 1 && r.kind.conflicts_with(s.kind) && a0 / g <= (b1 - 1) / g && b0 / g <= (a1 - 1) / g {
-                return Err(format!("#{i} [{a0}, {a1}) and #{j} [{b0}, {b1}) share a {g} B granularity page"));
+                return Err(format!(
+                    "#{i} [{a0}, {a1}) and #{j} [{b0}, {b1}) share a {g} B granularity page"
+                ));
             }
         }
     }
     let last_pass = frame.iter().map(|r| r.last_pass).max().unwrap_or(0);
     let lower_bound = (0..=last_pass)
-        .map(|pass| frame.iter().filter(|r| r.first_pass <= pass && pass <= r.last_pass).map(|r| r.size).sum::<u64>())
+        .map(|pass| {
+            frame.iter().filter(|r| r.first_pass <= pass && pass <= r.last_pass).map(|r| r.size).sum::<u64>()
+        })
         .max()
         .unwrap_or(0);
     if plan.report.lower_bound != lower_bound {
@@ -68,7 +72,10 @@ fn check_plan(planner: &TransientPlanner, frame: &[TransientDesc], plan: &FrameP
                 .zip(&plan.placements)
                 .enumerate()
                 .filter(|(_, (s, q))| {
-                    q.heap == p.heap && s.last_pass < r.first_pass && q.offset <= byte && byte < q.offset + s.size
+                    q.heap == p.heap
+                        && s.last_pass < r.first_pass
+                        && q.offset <= byte
+                        && byte < q.offset + s.size
                 })
                 .max_by_key(|(_, (s, _))| s.last_pass);
             if let Some((j, (s, _))) = latest {
@@ -77,7 +84,9 @@ fn check_plan(planner: &TransientPlanner, frame: &[TransientDesc], plan: &FrameP
                         && b.before_pass == r.first_pass
                 });
                 if !named {
-                    return Err(format!("byte {byte} of #{i}: latest occupant #{j} not in its aliasing barrier {barrier:?}"));
+                    return Err(format!(
+                        "byte {byte} of #{i}: latest occupant #{j} not in its aliasing barrier {barrier:?}"
+                    ));
                 }
             }
         }
@@ -86,14 +95,16 @@ fn check_plan(planner: &TransientPlanner, frame: &[TransientDesc], plan: &FrameP
 }
 
 fn desc_strategy() -> impl Strategy<Value = TransientDesc> {
-    (1u64..2048, 0u32..9, prop::bool::ANY, 0u32..20, 0u32..8).prop_map(|(size, align_log, image, first, span)| {
-        let passes = first..=first + span;
-        if image {
-            TransientDesc::image("img", size, 1 << align_log, passes)
-        } else {
-            TransientDesc::buffer("buf", size, 1 << align_log, passes)
-        }
-    })
+    (1u64..2048, 0u32..9, prop::bool::ANY, 0u32..20, 0u32..8).prop_map(
+        |(size, align_log, image, first, span)| {
+            let passes = first..=first + span;
+            if image {
+                TransientDesc::image("img", size, 1 << align_log, passes)
+            } else {
+                TransientDesc::buffer("buf", size, 1 << align_log, passes)
+            }
+        },
+    )
 }
 
 proptest! {
@@ -188,8 +199,10 @@ fn granularity_keeps_buffers_and_images_on_separate_pages() {
 
 #[test]
 fn a_heap_limit_opens_more_heaps() {
-    let mut planner = TransientPlanner::new(TransientPlannerDesc::default().with_max_heap_size(1000)).unwrap();
-    let frame: Vec<TransientDesc> = (0..3).map(|i| TransientDesc::buffer(format!("b{i}"), 600, 1, 0..=0)).collect();
+    let mut planner =
+        TransientPlanner::new(TransientPlannerDesc::default().with_max_heap_size(1000)).unwrap();
+    let frame: Vec<TransientDesc> =
+        (0..3).map(|i| TransientDesc::buffer(format!("b{i}"), 600, 1, 0..=0)).collect();
     let plan = planner.plan(&frame).unwrap();
     assert_eq!(plan.report.heaps, 3);
     assert_eq!(planner.heap_sizes(), [600, 600, 600]);
@@ -204,10 +217,16 @@ fn bad_descriptions_are_typed_errors() {
     );
     let mut planner = TransientPlanner::new(TransientPlannerDesc::default().with_max_heap_size(100)).unwrap();
     let plan = |d: TransientDesc| planner.clone().plan(&[d]).unwrap_err();
-    assert!(matches!(plan(TransientDesc::buffer("z", 0, 1, 0..=0)), TransientError::ZeroSize { index: 0, .. }));
-    assert!(matches!(plan(TransientDesc::buffer("a", 8, 3, 0..=0)), TransientError::AlignmentNotPowerOfTwo { .. }));
     assert!(matches!(
-        plan(TransientDesc::buffer("t", 8, 1, 3..=1)),
+        plan(TransientDesc::buffer("z", 0, 1, 0..=0)),
+        TransientError::ZeroSize { index: 0, .. }
+    ));
+    assert!(matches!(
+        plan(TransientDesc::buffer("a", 8, 3, 0..=0)),
+        TransientError::AlignmentNotPowerOfTwo { .. }
+    ));
+    assert!(matches!(
+        plan(TransientDesc { first_pass: 3, last_pass: 1, ..TransientDesc::buffer("t", 8, 1, 0..=0) }),
         TransientError::EmptyInterval { first: 3, last: 1, .. }
     ));
     assert!(matches!(plan(TransientDesc::buffer("big", 101, 1, 0..=0)), TransientError::TooLarge { .. }));
