@@ -1,1 +1,0 @@
-//! Resource state tracking on synchronization2: per-resource states, the barrier batcher, transient aliasing.
