@@ -6,8 +6,10 @@ mod multi_device;
 mod placed_buffers;
 #[path = "../examples/sparse_texture.rs"]
 mod sparse_texture;
+#[path = "../examples/transitions.rs"]
+mod transitions;
 
-use residency::vulkan::testing::with_gpu;
+use residency::vulkan::testing::{expect_validation_problem, with_gpu};
 
 #[test]
 fn placed_buffers_example_computes_the_right_results_in_one_shared_page() {
@@ -38,6 +40,29 @@ fn multi_device_example_runs_on_every_device_and_checks_each() {
         assert!(outcome.devices >= 2);
         assert_eq!(outcome.checked.len(), outcome.devices);
         assert!(outcome.checked.iter().all(|&(_, ok)| ok > 0), "{outcome:?}");
+    });
+}
+
+#[test]
+fn transitions_example_waits_for_the_index_buffer_only_and_aliases_transients() {
+    with_gpu(|set| {
+        let outcome = transitions::run(&set.devices()[0], false).expect("the example runs");
+        assert_eq!(outcome.quads_correct, 4, "{outcome:?}");
+        assert!(outcome.neighbour_correct);
+        assert_eq!(outcome.draw_buffer_barriers, 1, "the draw waits for the index buffer alone");
+        assert!(outcome.per_buffer_bytes < outcome.per_page_bytes, "{outcome:?}");
+        assert!(
+            outcome.transient.iter().all(|&(peak, sum)| peak < sum),
+            "aliasing saved memory: {outcome:?}"
+        );
+    });
+}
+
+#[test]
+fn a_missing_declared_use_is_caught_by_synchronization_validation() {
+    expect_validation_problem("SYNC-HAZARD-READ-AFTER-WRITE", |set| {
+        // The index buffer's use by the draw is not declared: no barrier after the culling pass.
+        let _ = transitions::run(&set.devices()[0], true);
     });
 }
 

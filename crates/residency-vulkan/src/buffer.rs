@@ -108,6 +108,15 @@ pub struct Buffer {
     pub(crate) device: DeviceIndex,
     pub(crate) owner: ResourceMemory,
     pub(crate) id: ObjectId,
+    /// The id state tracking knows it by.
+    pub(crate) resource: residency_core::sync::ResourceId,
+}
+
+static NEXT_RESOURCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// A fresh id for state tracking (buffers and images; pages use `1 << 63 | handle`).
+pub(crate) fn next_resource_id() -> residency_core::sync::ResourceId {
+    residency_core::sync::ResourceId::new(NEXT_RESOURCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
 }
 
 /// Reading or writing a buffer's mapped memory failed.
@@ -176,6 +185,11 @@ impl Buffer {
     /// The memory it is bound to and the offset there.
     pub fn memory(&self) -> (vk::DeviceMemory, u64) {
         (self.memory, self.memory_offset)
+    }
+
+    /// The id state tracking (`ResourceTracker`) knows this buffer by.
+    pub fn resource_id(&self) -> residency_core::sync::ResourceId {
+        self.resource
     }
 
     /// Whether the CPU can read and write it.
@@ -364,6 +378,7 @@ impl Device {
             device: self.index(),
             owner: placed.owner,
             id,
+            resource: next_resource_id(),
         })
     }
 

@@ -127,6 +127,7 @@ impl Device {
         unsafe { instance.get_physical_device_features2(physical, &mut f2) };
         let supported = f2.features;
         let (has_sync2, has_maint4) = (f13.synchronization2 == vk::TRUE, f13.maintenance4 == vk::TRUE);
+        let has_dynamic_rendering = f13.dynamic_rendering == vk::TRUE;
         let (has_timeline, has_bda) =
             (f12.timeline_semaphore == vk::TRUE, f12.buffer_device_address == vk::TRUE);
         if !has_sync2 || !has_maint4 {
@@ -179,8 +180,10 @@ impl Device {
         let mut enable12 = vk::PhysicalDeviceVulkan12Features::default()
             .timeline_semaphore(has_timeline)
             .buffer_device_address(has_bda);
-        let mut enable13 =
-            vk::PhysicalDeviceVulkan13Features::default().synchronization2(true).maintenance4(true);
+        let mut enable13 = vk::PhysicalDeviceVulkan13Features::default()
+            .synchronization2(true)
+            .maintenance4(true)
+            .dynamic_rendering(has_dynamic_rendering);
         let mut enable2 = vk::PhysicalDeviceFeatures2::default()
             .features(enable)
             .push_next(&mut enable12)

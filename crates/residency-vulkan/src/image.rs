@@ -114,9 +114,38 @@ pub struct Image {
     device: DeviceIndex,
     owner: ResourceMemory,
     id: ObjectId,
+    resource: residency_core::sync::ResourceId,
 }
 
 impl Image {
+    /// An image bound by a transient pool in one of its heaps.
+    pub(crate) fn transient(
+        device: &Device,
+        raw: vk::Image,
+        desc: ImageDesc,
+        memory: vk::DeviceMemory,
+        offset: u64,
+    ) -> Image {
+        let id = device.ledger().track("image", desc.name.as_str());
+        Image {
+            raw,
+            desc,
+            memory,
+            memory_offset: offset,
+            size: 0,
+            committed: false,
+            device: device.index(),
+            owner: ResourceMemory::Transient,
+            id,
+            resource: crate::buffer::next_resource_id(),
+        }
+    }
+
+    /// The id state tracking (`ResourceTracker`) knows this image by.
+    pub fn resource_id(&self) -> residency_core::sync::ResourceId {
+        self.resource
+    }
+
     /// The `VkImage`.
     pub fn raw(&self) -> vk::Image {
         self.raw
@@ -266,6 +295,7 @@ impl Device {
             device: self.index(),
             owner: placed.owner,
             id,
+            resource: crate::buffer::next_resource_id(),
         })
     }
 

@@ -14,6 +14,7 @@ mod device;
 mod device_set;
 mod error;
 pub mod format_map;
+pub mod graphics;
 mod image;
 mod instance;
 mod ledger;
@@ -27,6 +28,8 @@ pub mod requirements;
 mod resource_memory;
 pub mod sparse;
 pub mod testing;
+pub mod tracking;
+pub mod transient;
 mod upload;
 pub mod validation;
 

@@ -332,6 +332,7 @@ impl BufferPool {
             device: self.device.index(),
             owner: ResourceMemory::Pool { pool: self.pool_id, allocation },
             id,
+            resource: crate::buffer::next_resource_id(),
         })
     }
 
@@ -373,6 +374,7 @@ impl BufferPool {
             device: self.device.index(),
             owner: ResourceMemory::Pool { pool: self.pool_id, allocation },
             id,
+            resource: crate::buffer::next_resource_id(),
         })
     }
 

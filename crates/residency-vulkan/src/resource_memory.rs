@@ -17,6 +17,8 @@ pub(crate) enum ResourceMemory {
     Dedicated(Box<MemoryBlock>),
     /// A pool (identified by its id).
     Pool { pool: u64, allocation: BlockAllocation },
+    /// A transient pool's heap: nothing to return (the heap outlives the frame).
+    Transient,
 }
 
 /// The resource a dedicated allocation is for.
@@ -136,6 +138,7 @@ impl Device {
             ResourceMemory::Pool { .. } => {
                 tracing::error!("pool memory released through the device; free it through its pool");
             }
+            ResourceMemory::Transient => {}
         }
     }
 }

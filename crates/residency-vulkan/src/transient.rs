@@ -1,0 +1,385 @@
+//! Transient resources: a frame's buffers and images placed by the core's `TransientPlanner` in
+//! heaps that persist across frames, so resources whose pass intervals do not overlap alias the same
+//! memory (scratch for acceleration structures one frame, terrain data the next).
+//!
+//! `begin_frame` creates each resource unbound, reads its requirements, plans, grows heaps that are
+//! too small (between frames only: no transient resource is alive then) and binds every resource at
+//! its planned offset. Before each pass, `record_pass_start` records the aliasing barriers of the
+//! resources first used in that pass (the previous occupants' last uses finish first; images
+//! transition from `UNDEFINED`, their contents discarded). `end_frame` destroys the resources once
+//! the caller has waited for the frame.
+
+use crate::buffer::{create_raw_buffer, next_resource_id, Buffer, BufferPlacement};
+use crate::device::Device;
+use crate::error::VulkanError;
+use crate::format_map::aspect;
+use crate::image::{Image, ImageDesc};
+use crate::memory::{MemoryBlock, MemoryError, RawMemoryDesc};
+use crate::resource_memory::ResourceMemory;
+use ash::vk;
+use residency_core::memory::{memory_type_candidates, MemoryIntent};
+use residency_core::sync::{
+    FramePlan, TransientDesc, TransientPlanner, TransientPlannerDesc, TransientReport, Use,
+};
+use residency_core::usage::BufferUsage;
+use std::ops::RangeInclusive;
+use std::sync::Arc;
+
+/// A transient resource a frame asks for.
+#[derive(Clone, Debug)]
+pub enum TransientRequest {
+    /// A buffer.
+    Buffer {
+        /// Name.
+        name: String,
+        /// Size in bytes.
+        size: u64,
+        /// Usage.
+        usage: BufferUsage,
+        /// Passes that use it.
+        passes: RangeInclusive<u32>,
+        /// Its first and last uses.
+        uses: (Use, Use),
+    },
+    /// An optimal-tiling image.
+    Image {
+        /// Its description (the memory fields are ignored).
+        desc: ImageDesc,
+        /// Passes that use it.
+        passes: RangeInclusive<u32>,
+        /// Its first and last uses.
+        uses: (Use, Use),
+    },
+}
+
+/// A frame's transient resources, alive until [`TransientPool::end_frame`].
+#[derive(Debug)]
+pub struct TransientFrame {
+    buffers: Vec<Option<Buffer>>,
+    images: Vec<Option<Image>>,
+    plan: FramePlan,
+    requests: Vec<TransientRequest>,
+}
+
+impl TransientFrame {
+    /// The buffer of request `index` (None if that request is an image).
+    pub fn buffer(&self, index: usize) -> Option<&Buffer> {
+        self.buffers.get(index).and_then(Option::as_ref)
+    }
+
+    /// The image of request `index` (None if that request is a buffer).
+    pub fn image(&self, index: usize) -> Option<&Image> {
+        self.images.get(index).and_then(Option::as_ref)
+    }
+
+    /// Peak bytes vs sum of sizes and the lower bound.
+    pub fn report(&self) -> TransientReport {
+        self.plan.report
+    }
+
+    /// The plan (placements, aliasing barriers, heap growth).
+    pub fn plan(&self) -> &FramePlan {
+        &self.plan
+    }
+}
+
+/// Heaps for transient resources on one device, reused frame after frame.
+#[derive(Debug)]
+pub struct TransientPool {
+    device: Arc<Device>,
+    name: String,
+    planner: TransientPlanner,
+    heaps: Vec<Option<MemoryBlock>>,
+    type_index: Option<u32>,
+}
+
+fn failed(name: &str, reason: impl Into<String>) -> MemoryError {
+    MemoryError::Unsatisfiable { name: name.to_owned(), reason: reason.into() }
+}
+
+impl TransientPool {
+    /// A pool with no heaps yet.
+    pub fn new(device: Arc<Device>, name: &str) -> Result<TransientPool, MemoryError> {
+        let desc = TransientPlannerDesc {
+            granularity: device.limits().buffer_image_granularity,
+            ..TransientPlannerDesc::default()
+        };
+        let planner = TransientPlanner::new(desc).map_err(|e| failed(name, e.to_string()))?;
+        Ok(TransientPool { device, name: name.to_owned(), planner, heaps: Vec::new(), type_index: None })
+    }
+
+    /// Bytes of every heap.
+    pub fn heap_bytes(&self) -> u64 {
+        self.heaps.iter().flatten().map(|b| b.size).sum()
+    }
+
+    /// Creates, plans and binds a frame's resources.
+    pub fn begin_frame(&mut self, requests: &[TransientRequest]) -> Result<TransientFrame, MemoryError> {
+        let device = Arc::clone(&self.device);
+        let mut buffers: Vec<Option<(vk::Buffer, String, u64, BufferUsage)>> = Vec::new();
+        let mut images: Vec<Option<vk::Image>> = Vec::new();
+        let mut descs = Vec::new();
+        let mut bits = !0u32;
+        let cleanup = |buffers: &[Option<(vk::Buffer, String, u64, BufferUsage)>],
+                       images: &[Option<vk::Image>]| {
+            // SAFETY: these objects were created below, are not bound (or bound to memory that stays)
+            // and never used.
+            unsafe {
+                for (raw, ..) in buffers.iter().flatten() {
+                    device.raw().destroy_buffer(*raw, None);
+                }
+                for raw in images.iter().flatten() {
+                    device.raw().destroy_image(*raw, None);
+                }
+            }
+        };
+        for request in requests {
+            let made = match request {
+                TransientRequest::Buffer { name, size, usage, passes, uses } => {
+                    create_raw_buffer(&device, name, *size, *usage).map(|(raw, req)| {
+                        bits &= req.memory_type_bits;
+                        descs.push(
+                            TransientDesc::buffer(name.clone(), req.size, req.alignment, passes.clone())
+                                .with_uses(uses.0, uses.1),
+                        );
+                        buffers.push(Some((raw, name.clone(), *size, *usage)));
+                        images.push(None);
+                    })
+                }
+                TransientRequest::Image { desc, passes, uses } => {
+                    // SAFETY: a plain optimal image description; support is the caller's concern (an
+                    // unsupported one fails creation, reported below).
+                    match unsafe { device.raw().create_image(&desc.create_info(), None) } {
+                        Ok(raw) => {
+                            device.set_name(raw, &desc.name);
+                            // SAFETY: raw was just created.
+                            let req = unsafe { device.raw().get_image_memory_requirements(raw) };
+                            bits &= req.memory_type_bits;
+                            descs.push(
+                                TransientDesc::image(
+                                    desc.name.clone(),
+                                    req.size,
+                                    req.alignment,
+                                    passes.clone(),
+                                )
+                                .with_uses(uses.0, uses.1),
+                            );
+                            images.push(Some(raw));
+                            buffers.push(None);
+                            Ok(())
+                        }
+                        Err(r) => Err(VulkanError::from_vk("vkCreateImage", r).into()),
+                    }
+                }
+            };
+            if let Err(e) = made {
+                cleanup(&buffers, &images);
+                return Err(e);
+            }
+        }
+        let type_index = match self.type_index {
+            Some(t) if bits & (1 << t) != 0 => t,
+            Some(t) => {
+                cleanup(&buffers, &images);
+                return Err(failed(
+                    &self.name,
+                    format!("the frame's resources cannot share the pool's memory type {t}"),
+                ));
+            }
+            None => match memory_type_candidates(
+                &device.memory_properties().types,
+                bits,
+                MemoryIntent::DeviceLocal,
+            )
+            .first()
+            {
+                Some(&t) => t,
+                None => {
+                    cleanup(&buffers, &images);
+                    return Err(MemoryError::NoSuitableMemoryType {
+                        name: self.name.clone(),
+                        allowed_bits: bits,
+                        intent: MemoryIntent::DeviceLocal,
+                    });
+                }
+            },
+        };
+        let plan = match self.planner.plan(&descs) {
+            Ok(plan) => plan,
+            Err(e) => {
+                cleanup(&buffers, &images);
+                return Err(failed(&self.name, e.to_string()));
+            }
+        };
+        for growth in &plan.growth {
+            if self.heaps.len() <= growth.heap {
+                self.heaps.resize_with(growth.heap + 1, || None);
+            }
+            if let Some(old) = self.heaps[growth.heap].take() {
+                old.destroy(&device);
+            }
+            let name = format!("{} heap {}", self.name, growth.heap);
+            let desc = RawMemoryDesc {
+                name: &name,
+                size: growth.new_size,
+                type_index,
+                allow_over_budget: false,
+                dedicated: None,
+            };
+            match MemoryBlock::new(&device, desc, 1) {
+                Ok(block) => self.heaps[growth.heap] = Some(block),
+                Err(e) => {
+                    cleanup(&buffers, &images);
+                    return Err(e);
+                }
+            }
+        }
+        self.type_index = Some(type_index);
+        let mut out_buffers = Vec::with_capacity(requests.len());
+        let mut out_images = Vec::with_capacity(requests.len());
+        let mut bind_error = None;
+        for (i, placement) in plan.placements.iter().enumerate() {
+            let block = self.heaps[placement.heap].as_ref().expect("planned heaps exist");
+            let (memory, offset) = (block.memory, placement.offset);
+            if let Some((raw, name, size, usage)) = buffers[i].take() {
+                let mut buffer = Buffer::unbound(&device, raw, &name, size, usage);
+                // SAFETY: raw is unbound; the planner placed it at an offset aligned for it inside the heap.
+                if let Err(r) = unsafe { device.raw().bind_buffer_memory(raw, memory, offset) } {
+                    bind_error.get_or_insert(VulkanError::from_vk("vkBindBufferMemory", r));
+                }
+                buffer.memory = memory;
+                buffer.memory_offset = offset;
+                buffer.memory_size = block.size;
+                buffer.mapped = None;
+                out_buffers.push(Some(buffer));
+                out_images.push(None);
+            } else if let Some(raw) = images[i].take() {
+                // SAFETY: as above, for the image.
+                if let Err(r) = unsafe { device.raw().bind_image_memory(raw, memory, offset) } {
+                    bind_error.get_or_insert(VulkanError::from_vk("vkBindImageMemory", r));
+                }
+                let TransientRequest::Image { desc, .. } = &requests[i] else {
+                    unreachable!("an image request")
+                };
+                out_images.push(Some(Image::transient(&device, raw, desc.clone(), memory, offset)));
+                out_buffers.push(None);
+            }
+        }
+        let frame =
+            TransientFrame { buffers: out_buffers, images: out_images, plan, requests: requests.to_vec() };
+        if let Some(e) = bind_error {
+            self.end_frame(frame);
+            return Err(e.into());
+        }
+        Ok(frame)
+    }
+
+    /// Records the barriers needed before `pass`: for every resource first used there, the
+    /// aliasing barrier from the previous occupants of its bytes, and for images the transition
+    /// from `UNDEFINED` to their first use's layout. Returns how many barriers were recorded.
+    pub fn record_pass_start(&self, cmd: vk::CommandBuffer, frame: &TransientFrame, pass: u32) -> usize {
+        let device = &*self.device;
+        let stages = |s: residency_core::sync::PipelineStages| vk::PipelineStageFlags2::from_raw(s.bits());
+        let access = |a: residency_core::sync::AccessFlags| vk::AccessFlags2::from_raw(a.bits());
+        let mut buffer_barriers = Vec::new();
+        let mut image_barriers = Vec::new();
+        for (i, request) in frame.requests.iter().enumerate() {
+            let (passes, uses) = match request {
+                TransientRequest::Buffer { passes, uses, .. }
+                | TransientRequest::Image { passes, uses, .. } => (passes, uses),
+            };
+            if *passes.start() != pass {
+                continue;
+            }
+            let aliasing = frame.plan.aliasing.iter().find(|a| a.resource == i);
+            let first = uses.0.info();
+            let (src_stages, src_access) = aliasing
+                .map_or((vk::PipelineStageFlags2::NONE, vk::AccessFlags2::NONE), |a| {
+                    (stages(a.src.stages), access(a.src.access))
+                });
+            let (dst_stages, dst_access) = (stages(first.stages), access(first.access));
+            if let Some(buffer) = frame.buffer(i) {
+                if aliasing.is_some() {
+                    buffer_barriers.push(
+                        vk::BufferMemoryBarrier2::default()
+                            .src_stage_mask(src_stages)
+                            .src_access_mask(src_access)
+                            .dst_stage_mask(dst_stages)
+                            .dst_access_mask(dst_access)
+                            .buffer(buffer.raw())
+                            .offset(0)
+                            .size(vk::WHOLE_SIZE),
+                    );
+                }
+            } else if let Some(image) = frame.image(i) {
+                let layout =
+                    first.layout.map_or(vk::ImageLayout::GENERAL, |l| vk::ImageLayout::from_raw(l.as_raw()));
+                image_barriers.push(
+                    vk::ImageMemoryBarrier2::default()
+                        .src_stage_mask(src_stages)
+                        .src_access_mask(src_access)
+                        .dst_stage_mask(dst_stages)
+                        .dst_access_mask(dst_access)
+                        .old_layout(vk::ImageLayout::UNDEFINED)
+                        .new_layout(layout)
+                        .image(image.raw())
+                        .subresource_range(vk::ImageSubresourceRange {
+                            aspect_mask: aspect(image.desc().format),
+                            ..image.full_range()
+                        }),
+                );
+            }
+        }
+        if buffer_barriers.is_empty() && image_barriers.is_empty() {
+            return 0;
+        }
+        let info = vk::DependencyInfo::default()
+            .buffer_memory_barriers(&buffer_barriers)
+            .image_memory_barriers(&image_barriers);
+        // SAFETY: `cmd` is recording on this device; every handle is a live transient resource.
+        unsafe { device.raw().cmd_pipeline_barrier2(cmd, &info) };
+        buffer_barriers.len() + image_barriers.len()
+    }
+
+    /// Destroys the frame's resources (the caller has waited for the frame's work). The heaps stay.
+    pub fn end_frame(&mut self, frame: TransientFrame) {
+        for buffer in frame.buffers.into_iter().flatten() {
+            self.device.destroy_buffer(buffer);
+        }
+        for image in frame.images.into_iter().flatten() {
+            self.device.destroy_image(image);
+        }
+    }
+}
+
+impl Drop for TransientPool {
+    fn drop(&mut self) {
+        for block in self.heaps.drain(..).flatten() {
+            block.destroy(&self.device);
+        }
+    }
+}
+
+impl Buffer {
+    /// A buffer object for a transient `raw` not yet bound (the pool binds it and fills the memory).
+    fn unbound(device: &Device, raw: vk::Buffer, name: &str, size: u64, usage: BufferUsage) -> Buffer {
+        let name: Arc<str> = Arc::from(name);
+        Buffer {
+            raw,
+            range_offset: 0,
+            size,
+            usage,
+            name: Arc::clone(&name),
+            memory: vk::DeviceMemory::null(),
+            memory_offset: 0,
+            memory_size: 0,
+            mapped: None,
+            coherent: false,
+            placement: BufferPlacement::Placed,
+            device: device.index(),
+            owner: ResourceMemory::Transient,
+            id: device.ledger().track("buffer", name),
+            resource: next_resource_id(),
+        }
+    }
+}
