@@ -780,3 +780,32 @@ impl MultiImage {
         }
     }
 }
+
+/// A transient pool on every device of a mask: each device plans and keeps its own heaps.
+#[derive(Debug)]
+pub struct MultiTransientPool {
+    pools: PerDevice<crate::transient::TransientPool>,
+}
+
+impl MultiTransientPool {
+    /// A transient pool on every open device of `mask`.
+    pub fn new(set: &DeviceSet, mask: DeviceMask, name: &str) -> Result<Self, MultiDeviceError<MemoryError>> {
+        let devices = devices_in(set, mask);
+        if devices.is_empty() {
+            return Err(MultiDeviceError::EmptyMask(mask));
+        }
+        let pools =
+            fan_out(&devices, |d| crate::transient::TransientPool::new(Arc::clone(d), name), |_, p| drop(p))?;
+        Ok(MultiTransientPool { pools })
+    }
+
+    /// The pool of device `index` (frames are planned and recorded per device).
+    pub fn pool_mut(&mut self, index: DeviceIndex) -> Option<&mut crate::transient::TransientPool> {
+        self.pools.get_mut(index)
+    }
+
+    /// Heap bytes per device.
+    pub fn heap_bytes(&self) -> Vec<(DeviceIndex, u64)> {
+        self.pools.iter().map(|(i, p)| (i, p.heap_bytes())).collect()
+    }
+}

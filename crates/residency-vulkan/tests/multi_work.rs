@@ -311,3 +311,38 @@ fn a_mask_change_invalidates_the_cached_per_device_form() {
         uploader.destroy().unwrap();
     });
 }
+
+#[test]
+fn transient_pools_exist_per_device_and_track_state_per_device() {
+    use residency_core::sync::{Region, TrackerOptions, Use};
+    use residency_vulkan::multi::MultiTransientPool;
+    use residency_vulkan::tracking::ResourceTracker;
+    use residency_vulkan::transient::TransientRequest;
+    with_gpu(|set| {
+        let both = DeviceMask::from_bits(0b11);
+        let mut pools = MultiTransientPool::new(set, both, "per-device transients").unwrap();
+        let mut tracker = ResourceTracker::new(TrackerOptions::default());
+        for (device, kib) in [(d(0), 64u64), (d(1), 128)] {
+            let request = |name: &str, passes| TransientRequest::Buffer {
+                name: name.into(),
+                size: kib << 10,
+                usage: BufferUsage::STORAGE,
+                passes,
+                uses: (Use::ComputeStorageWrite, Use::ComputeStorageWrite),
+            };
+            let pool = pools.pool_mut(device).unwrap();
+            let frame = pool.begin_frame(&[request("a", 0..=0), request("b", 1..=1)]).unwrap();
+            assert!(frame.report().peak_bytes < frame.report().sum_of_sizes, "a and b alias on {device}");
+            let id = tracker.track_buffer(frame.buffer(0).unwrap()).unwrap();
+            assert!(tracker.core().contains(device, id));
+            let mut batch = tracker.batch(device, 0);
+            batch.declare(id, Region::Whole, Use::ComputeStorageWrite).unwrap();
+            let _ = batch.flush();
+            tracker.untrack(device, id).unwrap();
+            pool.end_frame(frame);
+        }
+        let heaps = pools.heap_bytes();
+        assert_eq!(heaps.len(), 2);
+        assert!(heaps[0].1 < heaps[1].1, "each device sized its own heaps: {heaps:?}");
+    });
+}
