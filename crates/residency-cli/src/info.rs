@@ -59,18 +59,7 @@ fn read_profiles(path: &std::path::Path) -> anyhow::Result<Vec<DeviceProfile>> {
 }
 
 fn bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = n as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{n} B")
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
-    }
+    residency::core::report::format_bytes(n)
 }
 
 fn yes(b: bool) -> &'static str {

@@ -198,10 +198,25 @@ impl Device {
                 size: buffer.size(),
             });
         }
-        let desc = BufferDesc::new(format!("{} readback", buffer.name()), len, BufferUsage::COPY_DST)
+        let region = vk::BufferCopy { src_offset: buffer.offset() + offset, dst_offset: 0, size: len };
+        self.copy_to_host(buffer.name(), len, |cmd, staging| {
+            // SAFETY: `cmd` is recording; both buffers are live on this device and the region lies in both.
+            unsafe { self.raw().cmd_copy_buffer(cmd, buffer.raw(), staging, &[region]) };
+        })
+    }
+
+    /// Records `copy` into a temporary readback buffer of `len` bytes, between a barrier that waits
+    /// for every earlier write and one that makes the copy visible to the host; waits and returns
+    /// the bytes. The readback paths of buffers and sparse images share it.
+    pub(crate) fn copy_to_host(
+        &self,
+        name: &str,
+        len: u64,
+        copy: impl FnOnce(vk::CommandBuffer, vk::Buffer),
+    ) -> Result<Vec<u8>, ReadBackError> {
+        let desc = BufferDesc::new(format!("{name} readback"), len, BufferUsage::COPY_DST)
             .with_intent(MemoryIntent::Readback);
         let staging = self.create_buffer(&desc)?;
-        let region = vk::BufferCopy { src_offset: buffer.offset() + offset, dst_offset: 0, size: len };
         let before = [vk::MemoryBarrier2::default()
             .src_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
             .src_access_mask(vk::AccessFlags2::MEMORY_WRITE)
@@ -213,13 +228,15 @@ impl Device {
             .dst_stage_mask(vk::PipelineStageFlags2::HOST)
             .dst_access_mask(vk::AccessFlags2::HOST_READ)];
         let copied = self.submit_once("read back", |cmd| {
-            // SAFETY: `cmd` is recording; both buffers are live on this device and the region lies in both.
+            // SAFETY: `cmd` is recording on this device.
             unsafe {
-                self.raw()
-                    .cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&before));
-                self.raw().cmd_copy_buffer(cmd, buffer.raw(), staging.raw(), &[region]);
-                self.raw().cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&after));
-            }
+                self.raw().cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&before))
+            };
+            copy(cmd, staging.raw());
+            // SAFETY: as above.
+            unsafe {
+                self.raw().cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&after))
+            };
         });
         let mut out = vec![0; len as usize];
         let read = copied

@@ -8,7 +8,7 @@
 //! - [`testing`]: the GPU test harness (one device set per test binary, validation failures fail tests).
 
 mod buffer;
-mod commands;
+pub(crate) mod commands;
 pub mod compute;
 mod device;
 mod device_set;

@@ -146,6 +146,20 @@ fn devices_in(set: &DeviceSet, mask: DeviceMask) -> Vec<&Arc<Device>> {
     set.devices().iter().filter(|d| mask.contains(d.index())).collect()
 }
 
+/// [`fan_out`] over the open devices of `set` in `mask`; an empty selection is an error.
+pub fn fan_out_on<T, E: std::error::Error + 'static>(
+    set: &DeviceSet,
+    mask: DeviceMask,
+    create: impl FnMut(&Arc<Device>) -> Result<T, E>,
+    undo: impl FnMut(&Arc<Device>, T),
+) -> Result<PerDevice<T>, MultiDeviceError<E>> {
+    let devices = devices_in(set, mask);
+    if devices.is_empty() {
+        return Err(MultiDeviceError::EmptyMask(mask));
+    }
+    fan_out(&devices, create, undo)
+}
+
 /// A buffer pool on every device of a mask.
 #[derive(Debug)]
 pub struct MultiBufferPool {
@@ -182,11 +196,7 @@ impl MultiBuffer {
         mask: DeviceMask,
         desc: &crate::BufferDesc,
     ) -> Result<MultiBuffer, MultiDeviceError<MemoryError>> {
-        let devices = devices_in(set, mask);
-        if devices.is_empty() {
-            return Err(MultiDeviceError::EmptyMask(mask));
-        }
-        let instances = fan_out(&devices, |d| d.create_buffer(desc), |d, b| d.destroy_buffer(b))?;
+        let instances = fan_out_on(set, mask, |d| d.create_buffer(desc), |d, b| d.destroy_buffer(b))?;
         let init = BufferInit {
             name: desc.name.clone(),
             size: desc.size,
@@ -258,12 +268,8 @@ impl MultiBufferPool {
         mask: DeviceMask,
         desc: &BufferPoolDesc,
     ) -> Result<Self, MultiDeviceError<MemoryError>> {
-        let devices = devices_in(set, mask);
-        if devices.is_empty() {
-            return Err(MultiDeviceError::EmptyMask(mask));
-        }
         let pools =
-            fan_out(&devices, |d| BufferPool::new(Arc::clone(d), desc.clone()), |_, pool| drop(pool))?;
+            fan_out_on(set, mask, |d| BufferPool::new(Arc::clone(d), desc.clone()), |_, pool| drop(pool))?;
         let device_count = set.devices().iter().map(|d| d.index().get() + 1).max().unwrap_or(0);
         Ok(MultiBufferPool { mask: pools.mask(), device_count, pools })
     }
@@ -416,12 +422,9 @@ impl MultiUploader {
         mask: DeviceMask,
         capacity: u64,
     ) -> Result<Self, MultiDeviceError<UploadError>> {
-        let devices = devices_in(set, mask);
-        if devices.is_empty() {
-            return Err(MultiDeviceError::EmptyMask(mask));
-        }
-        let uploaders = fan_out(
-            &devices,
+        let uploaders = fan_out_on(
+            set,
+            mask,
             |d| Uploader::new(d, "broadcast", capacity).map(|u| (u, Arc::clone(d))),
             |_, (u, d)| {
                 let _ = u.destroy(&d);
@@ -515,12 +518,9 @@ impl MultiTilePool {
         mask: DeviceMask,
         desc: &residency_core::tiles::TilePoolDesc,
     ) -> Result<Self, MultiDeviceError<crate::sparse::SparseError>> {
-        let devices = devices_in(set, mask);
-        if devices.is_empty() {
-            return Err(MultiDeviceError::EmptyMask(mask));
-        }
-        let pools = fan_out(
-            &devices,
+        let pools = fan_out_on(
+            set,
+            mask,
             |d| crate::sparse::SparseTilePool::new(Arc::clone(d), desc.clone()),
             |_, p| drop(p),
         )?;
@@ -720,11 +720,7 @@ impl MultiImage {
         mask: DeviceMask,
         desc: &crate::ImageDesc,
     ) -> Result<Self, MultiDeviceError<MemoryError>> {
-        let devices = devices_in(set, mask);
-        if devices.is_empty() {
-            return Err(MultiDeviceError::EmptyMask(mask));
-        }
-        let images = fan_out(&devices, |d| d.create_image(desc), |d, i| d.destroy_image(i))?;
+        let images = fan_out_on(set, mask, |d| d.create_image(desc), |d, i| d.destroy_image(i))?;
         Ok(MultiImage { images, views: std::sync::Mutex::new(Vec::new()) })
     }
 
@@ -790,12 +786,12 @@ pub struct MultiTransientPool {
 impl MultiTransientPool {
     /// A transient pool on every open device of `mask`.
     pub fn new(set: &DeviceSet, mask: DeviceMask, name: &str) -> Result<Self, MultiDeviceError<MemoryError>> {
-        let devices = devices_in(set, mask);
-        if devices.is_empty() {
-            return Err(MultiDeviceError::EmptyMask(mask));
-        }
-        let pools =
-            fan_out(&devices, |d| crate::transient::TransientPool::new(Arc::clone(d), name), |_, p| drop(p))?;
+        let pools = fan_out_on(
+            set,
+            mask,
+            |d| crate::transient::TransientPool::new(Arc::clone(d), name),
+            |_, p| drop(p),
+        )?;
         Ok(MultiTransientPool { pools })
     }
 

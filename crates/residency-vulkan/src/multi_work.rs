@@ -14,7 +14,7 @@ use crate::compute::{Binding, BindingKind, ComputeProgram};
 use crate::device::Device;
 use crate::device_set::DeviceSet;
 use crate::error::{Result as VkResult, VkResultExt, VulkanError};
-use crate::multi::{fan_out, MultiBuffer, MultiDeviceError, PerDevice};
+use crate::multi::{fan_out_on, MultiBuffer, MultiDeviceError, PerDevice};
 use ash::vk;
 use residency_core::device_mask::{DeviceIndex, DeviceMask};
 use std::sync::{Arc, Mutex};
@@ -37,12 +37,9 @@ impl MultiComputeProgram {
         push_constant_bytes: u32,
         max_sets: u32,
     ) -> Result<Self, MultiDeviceError<VulkanError>> {
-        let devices: Vec<&Arc<Device>> = set.devices().iter().filter(|d| mask.contains(d.index())).collect();
-        if devices.is_empty() {
-            return Err(MultiDeviceError::EmptyMask(mask));
-        }
-        let programs = fan_out(
-            &devices,
+        let programs = fan_out_on(
+            set,
+            mask,
             |d| {
                 ComputeProgram::new(d, name, spirv, kinds, push_constant_bytes, max_sets)
                     .map(|p| (p, Arc::clone(d)))
@@ -248,12 +245,9 @@ fn full_barrier(device: &Device, cmd: vk::CommandBuffer) {
 impl MultiSubmitter {
     /// A command context on every open device of `mask`.
     pub fn new(set: &DeviceSet, mask: DeviceMask) -> Result<Self, MultiDeviceError<VulkanError>> {
-        let devices: Vec<&Arc<Device>> = set.devices().iter().filter(|d| mask.contains(d.index())).collect();
-        if devices.is_empty() {
-            return Err(MultiDeviceError::EmptyMask(mask));
-        }
-        let contexts = fan_out(
-            &devices,
+        let contexts = fan_out_on(
+            set,
+            mask,
             |d| CommandContext::new(d, "multi-device work").map(|c| (c, Arc::clone(d))),
             |_, (c, d)| c.destroy(&d),
         )?;
@@ -341,12 +335,9 @@ impl MultiTimeline {
         mask: DeviceMask,
         initial: u64,
     ) -> Result<Self, MultiDeviceError<VulkanError>> {
-        let devices: Vec<&Arc<Device>> = set.devices().iter().filter(|d| mask.contains(d.index())).collect();
-        if devices.is_empty() {
-            return Err(MultiDeviceError::EmptyMask(mask));
-        }
-        let semaphores = fan_out(
-            &devices,
+        let semaphores = fan_out_on(
+            set,
+            mask,
             |d| -> VkResult<(vk::Semaphore, Arc<Device>)> {
                 let mut ty = vk::SemaphoreTypeCreateInfo::default()
                     .semaphore_type(vk::SemaphoreType::TIMELINE)

@@ -67,6 +67,9 @@ pub enum SparseError {
     /// Memory for a heap could not be allocated.
     #[error(transparent)]
     Memory(#[from] MemoryError),
+    /// Reading texels back failed.
+    #[error(transparent)]
+    ReadBack(#[from] crate::commands::ReadBackError),
     /// A Vulkan call failed.
     #[error(transparent)]
     Vulkan(#[from] VulkanError),
@@ -781,13 +784,6 @@ impl SparseImage {
         if bytes > limit {
             return Err(SparseError::ReadbackTooLarge { bytes, limit });
         }
-        let desc = crate::BufferDesc::new(
-            format!("{} readback", self.name),
-            bytes,
-            residency_core::usage::BufferUsage::COPY_DST,
-        )
-        .with_intent(MemoryIntent::Readback);
-        let staging = device.create_buffer(&desc)?;
         let copy = vk::BufferImageCopy {
             buffer_offset: 0,
             buffer_row_length: 0,
@@ -809,34 +805,20 @@ impl SparseImage {
                 depth: region.extent[2],
             },
         };
-        let before = [vk::MemoryBarrier2::default()
-            .src_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
-            .src_access_mask(vk::AccessFlags2::MEMORY_WRITE)
-            .dst_stage_mask(vk::PipelineStageFlags2::COPY)
-            .dst_access_mask(vk::AccessFlags2::TRANSFER_READ)];
-        let after = [vk::MemoryBarrier2::default()
-            .src_stage_mask(vk::PipelineStageFlags2::COPY)
-            .src_access_mask(vk::AccessFlags2::TRANSFER_WRITE)
-            .dst_stage_mask(vk::PipelineStageFlags2::HOST)
-            .dst_access_mask(vk::AccessFlags2::HOST_READ)];
-        let copied = device.submit_once("sparse readback", |cmd| {
+        let bytes = device.copy_to_host(&self.name, bytes, |cmd, staging| {
             // SAFETY: `cmd` is recording on this device; the image (GENERAL layout) and the buffer are
             // live and the region lies in both.
             unsafe {
-                let raw = device.raw();
-                raw.cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&before));
-                raw.cmd_copy_image_to_buffer(cmd, self.raw, vk::ImageLayout::GENERAL, staging.raw(), &[copy]);
-                raw.cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&after));
-            }
-        });
-        let mut out = vec![0; bytes as usize];
-        let read = copied.map_err(SparseError::from).and_then(|()| {
-            staging
-                .read(device, 0, &mut out)
-                .map_err(|e| SparseError::Incompatible { name: self.name.clone(), reason: e.to_string() })
-        });
-        device.destroy_buffer(staging);
-        read.map(|()| out)
+                device.raw().cmd_copy_image_to_buffer(
+                    cmd,
+                    self.raw,
+                    vk::ImageLayout::GENERAL,
+                    staging,
+                    &[copy],
+                )
+            };
+        })?;
+        Ok(bytes)
     }
 }
 
