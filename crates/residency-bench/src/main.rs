@@ -10,6 +10,8 @@
 //!   benchmark (see `tight`).
 //! - `residency-bench sparse [--full] [--side-tiles N] [--per-tile-max N] [--reps N] [--json]`:
 //!   issue 5's tile binding and upload benchmark (see `sparse`).
+//! - `residency-bench sync [--buffers N] [--frames N] [--passes N] [--seed S] [--json]`: issue 7's
+//!   state-tracking and transient-aliasing benchmark, CPU only (see `sync`).
 //!
 //! With `RESIDENCY_VALIDATION=1` the Vulkan parts run under `VK_LAYER_KHRONOS_validation`; any
 //! validation problem is printed and makes the exit status 1.
@@ -19,6 +21,7 @@ mod placed_buffers;
 mod report;
 mod sparse;
 mod suballocators;
+mod sync;
 mod tight;
 mod vma_rng;
 mod workloads;
@@ -36,7 +39,8 @@ use workloads::{W1Plan, W2Plan};
 const USAGE: &str = "usage:
   residency-bench alloc [--json] [--reps N] [--quick] [--slow-baselines] [--only w1,w2,w3]
   residency-bench tight [--profile FILE]... [--device] [--json]
-  residency-bench sparse [--full] [--side-tiles N] [--per-tile-max N] [--reps N] [--json]";
+  residency-bench sparse [--full] [--side-tiles N] [--per-tile-max N] [--reps N] [--json]
+  residency-bench sync [--buffers N] [--frames N] [--passes N] [--seed S] [--json]";
 
 /// The `alloc` command's options.
 #[derive(Clone, Debug, Default)]
@@ -67,6 +71,10 @@ fn main() -> ExitCode {
         },
         Some("sparse") => match sparse::parse_options(&args[1..]) {
             Ok(options) => sparse::run(&options),
+            Err(message) => usage_error(&message),
+        },
+        Some("sync") => match sync::parse_options(&args[1..]) {
+            Ok(options) => sync::run(&options),
             Err(message) => usage_error(&message),
         },
         Some("-h" | "--help") => {
