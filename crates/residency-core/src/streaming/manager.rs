@@ -837,7 +837,7 @@ impl StreamingManager {
                 if self.in_flight.contains_key(&key) {
                     return Err(format!("{key:?} is resident and in flight"));
                 }
-                if self.is_pinned(key) != !self.last_used.contains_key(&key) {
+                if self.is_pinned(key) == self.last_used.contains_key(&key) {
                     return Err(format!("{key:?}: resident tiles are either pinned or in the LRU"));
                 }
             }
