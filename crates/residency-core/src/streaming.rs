@@ -1,1 +1,0 @@
-//! Streaming: shader feedback requests, LOD warnings and the residency manager policy.

@@ -1,0 +1,910 @@
+//! The streaming manager: a pure, deterministic policy that the caller drives once per frame with
+//! the decoded feedback and the loads that finished, and that answers with loads to start, tiles
+//! evicted, and the bind and min-LOD changes of the frame.
+//!
+//! It owns the residency: one [`SparseResidency`] per image and the shared [`TilePool`], so the
+//! policy and the page tables cannot disagree — a tile is resident exactly when its page table
+//! says so. See `docs/streaming.md` for the frame protocol and the decisions.
+
+use super::feedback::{FeedbackDesc, FeedbackError, FeedbackLayout};
+use super::lineage::parent_tiles;
+use super::request::{RequestKind, TileRequest};
+use super::stats::{FrameStats, StreamingStats};
+use crate::tiles::{
+    CommitError, HeapIndex, ImageId, MinLodUpdate, ResidencyChanges, SparseImageLayout, SparseResidency,
+    TileCoord, TileIndex, TilePool, TilePoolDesc,
+};
+use serde::{Deserialize, Serialize};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+/// A unit that streams: one tile, or one mip tail (loaded and bound as a whole, then pinned).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum StreamUnit {
+    /// A tile of a tiled mip.
+    Tile(TileIndex),
+    /// Mip tail number `n` (one per layer, or one for the image).
+    Tail(u32),
+}
+
+/// A streaming unit of one image.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct TileKey {
+    /// The image.
+    pub image: ImageId,
+    /// The tile or tail.
+    pub unit: StreamUnit,
+}
+
+impl TileKey {
+    /// Tile `tile` of `image`.
+    pub const fn tile(image: ImageId, tile: TileIndex) -> Self {
+        Self { image, unit: StreamUnit::Tile(tile) }
+    }
+
+    /// Mip tail `tail` of `image`.
+    pub const fn tail(image: ImageId, tail: u32) -> Self {
+        Self { image, unit: StreamUnit::Tail(tail) }
+    }
+}
+
+/// Why a load was started; also its priority class (in this order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoadReason {
+    /// A pinned unit: a mip tail (or, without a tail, the last mip), loaded at registration.
+    Pinned,
+    /// A missed tile, or a parent of one.
+    Miss,
+    /// A tile an LOD warning asked for, or a parent of one.
+    Prefetch,
+}
+
+/// A load to start: read the unit's data (from a `.rvt` file, on a worker thread), decompress it,
+/// put it in the staging ring, and report the key in [`FrameInput::loaded`] once it is there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TileLoad {
+    /// What to load.
+    pub key: TileKey,
+    /// Its coordinates (tiles only).
+    pub coord: Option<TileCoord>,
+    /// Bytes it occupies once resident (whole tiles).
+    pub bytes: u64,
+    /// Why.
+    pub reason: LoadReason,
+}
+
+/// One image's residency changes of a frame, in the order the backend applies them: binds of
+/// newly resident units (their memory is free since an earlier frame), unbinds of evicted tiles,
+/// then the upload of the min-LOD boxes — all before the next frame samples the image.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImageChanges {
+    /// The image.
+    pub image: ImageId,
+    /// Tile and tail binds/unbinds and heaps added; feed to
+    /// [`plan_binds`](crate::tiles::plan_binds).
+    pub changes: ResidencyChanges,
+    /// Min-LOD map boxes to upload.
+    pub min_lod: Vec<MinLodUpdate>,
+}
+
+/// What the caller hands the manager each frame.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FrameInput<'a> {
+    /// The frame number; strictly increasing from call to call.
+    pub frame: u64,
+    /// This frame's decoded feedback (from the ring: some earlier frame's buffer).
+    pub requests: &'a [TileRequest],
+    /// Loads whose data is now in the staging ring: they become resident this frame.
+    pub loaded: &'a [TileKey],
+    /// Loads that failed (I/O, corrupt tile): dropped; they are retried when wanted again.
+    pub failed: &'a [TileKey],
+}
+
+/// What the manager answers for a frame.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FrameOutput {
+    /// The frame.
+    pub frame: u64,
+    /// Loads to start, in priority order.
+    pub loads: Vec<TileLoad>,
+    /// Units that became resident this frame (committed; bind, copy from staging, update min-LOD).
+    pub resident: Vec<TileKey>,
+    /// Tiles evicted this frame (released; unbind).
+    pub evicted: Vec<TileKey>,
+    /// Per image changes, by image id.
+    pub changes: Vec<ImageChanges>,
+    /// Heaps the pool released (their memory can be freed once the unbinds executed).
+    pub heaps_released: Vec<HeapIndex>,
+    /// Counters of this frame.
+    pub stats: FrameStats,
+}
+
+/// How the manager streams. Defaults: pool budget 16384 tiles (1 GiB), 2048 tiles per heap,
+/// 32 MiB of uploads per frame, at most 1024 loads in flight, eviction delay 8 frames, thrash
+/// window 32 frames, at most 256 evictions per frame for a budget cut, prefetch on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamingDesc {
+    /// Name for logs.
+    pub name: String,
+    /// Tiles resident plus in flight (tails included) the manager keeps within.
+    pub budget_tiles: u32,
+    /// Tiles per pool heap.
+    pub tiles_per_heap: u32,
+    /// Bytes of loads started per frame (at least one load always starts when one is wanted).
+    pub upload_budget_bytes: u64,
+    /// Loads in flight at most.
+    pub max_in_flight: u32,
+    /// A tile not wanted for this many frames becomes evictable (`K`).
+    pub eviction_delay_frames: u32,
+    /// An eviction followed by a request within this many frames counts as thrash (`M`).
+    pub thrash_window_frames: u32,
+    /// Evictions per frame at most when over budget after a budget cut.
+    pub evictions_per_frame: u32,
+    /// Whether LOD warnings start loads.
+    pub prefetch: bool,
+}
+
+impl Default for StreamingDesc {
+    fn default() -> Self {
+        Self {
+            name: "streaming".to_owned(),
+            budget_tiles: 16384,
+            tiles_per_heap: 2048,
+            upload_budget_bytes: 32 << 20,
+            max_in_flight: 1024,
+            eviction_delay_frames: 8,
+            thrash_window_frames: 32,
+            evictions_per_frame: 256,
+            prefetch: true,
+        }
+    }
+}
+
+impl StreamingDesc {
+    /// Sets the name.
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Sets the tile budget.
+    pub fn with_budget_tiles(mut self, tiles: u32) -> Self {
+        self.budget_tiles = tiles;
+        self
+    }
+
+    /// Sets the tiles per heap (at least 1; clamped and logged).
+    pub fn with_tiles_per_heap(mut self, tiles: u32) -> Self {
+        if tiles == 0 {
+            tracing::debug!(name = %self.name, "StreamingDesc: tiles per heap 0 raised to 1");
+        }
+        self.tiles_per_heap = tiles.max(1);
+        self
+    }
+
+    /// Sets the per-frame upload budget in bytes.
+    pub fn with_upload_budget_bytes(mut self, bytes: u64) -> Self {
+        self.upload_budget_bytes = bytes;
+        self
+    }
+
+    /// Sets the in-flight cap (at least 1; clamped and logged).
+    pub fn with_max_in_flight(mut self, loads: u32) -> Self {
+        if loads == 0 {
+            tracing::debug!(name = %self.name, "StreamingDesc: max in flight 0 raised to 1");
+        }
+        self.max_in_flight = loads.max(1);
+        self
+    }
+
+    /// Sets the eviction delay `K` in frames.
+    pub fn with_eviction_delay(mut self, frames: u32) -> Self {
+        self.eviction_delay_frames = frames;
+        self
+    }
+
+    /// Sets the thrash window `M` in frames.
+    pub fn with_thrash_window(mut self, frames: u32) -> Self {
+        self.thrash_window_frames = frames;
+        self
+    }
+
+    /// Sets the evictions per frame for budget cuts (at least 1; clamped and logged).
+    pub fn with_evictions_per_frame(mut self, tiles: u32) -> Self {
+        if tiles == 0 {
+            tracing::debug!(name = %self.name, "StreamingDesc: evictions per frame 0 raised to 1");
+        }
+        self.evictions_per_frame = tiles.max(1);
+        self
+    }
+
+    /// Turns prefetching on LOD warnings on or off.
+    pub fn with_prefetch(mut self, prefetch: bool) -> Self {
+        self.prefetch = prefetch;
+        self
+    }
+}
+
+/// A frame or a registration was refused; nothing changed (except for `Commit`, a bug).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StreamingError {
+    /// The image is already registered.
+    #[error("image {} is already registered", .0 .0)]
+    DuplicateImage(ImageId),
+    /// The image is not registered.
+    #[error("image {} is not registered", .0 .0)]
+    UnknownImage(ImageId),
+    /// Frames must increase.
+    #[error("frame {got} after frame {last}: frames must increase")]
+    FrameOrder {
+        /// The last frame updated.
+        last: u64,
+        /// The frame given.
+        got: u64,
+    },
+    /// A completion or failure for a load that is not in flight (or reported twice).
+    #[error("load of {key:?} reported finished but it is not in flight")]
+    UnexpectedCompletion {
+        /// The key reported.
+        key: TileKey,
+    },
+    /// A request names a tile the image does not have.
+    #[error("request for tile {} of image {}, which has {count} tiles", tile.0, image.0)]
+    TileOutOfRange {
+        /// The image.
+        image: ImageId,
+        /// The tile.
+        tile: TileIndex,
+        /// Its tile count.
+        count: u32,
+    },
+    /// Committing loaded tiles failed: the manager's accounting and the pool disagree (a bug).
+    #[error("committing loaded tiles of image {}: {source}", image.0)]
+    Commit {
+        /// The image.
+        image: ImageId,
+        /// The pool or page-table error.
+        source: CommitError,
+    },
+}
+
+#[derive(Clone, Debug)]
+struct ImageState {
+    residency: SparseResidency,
+    /// Without a mip tail, the last mip's tiles are pinned instead.
+    pinned_mip: Option<u32>,
+    min_warning_lod: u8,
+    warning_lead: u8,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Flight {
+    wanted_since: u64,
+    tiles: u32,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Wanted {
+    first: u64,
+    last: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Want {
+    class: LoadReason,
+    pixels: u64,
+    mip: u32,
+}
+
+/// The streaming policy. Driven by [`update`](Self::update) once per frame; deterministic (same
+/// inputs, same outputs).
+///
+/// Guarantees, checked by [`check_invariants`](Self::check_invariants) after every frame in the
+/// tests: a tile wanted this frame (requested, or a parent of a requested tile) is never evicted
+/// in that frame; a unit in flight is never resident and never evicted; pinned units (mip tails)
+/// are never evicted; over budget only while nothing more may be evicted this frame; page tables,
+/// pool and LRU agree.
+#[derive(Debug)]
+pub struct StreamingManager {
+    desc: StreamingDesc,
+    pool: TilePool,
+    images: BTreeMap<ImageId, ImageState>,
+    last_used: HashMap<TileKey, u64>,
+    lru: BTreeSet<(u64, u32, TileKey)>,
+    in_flight: BTreeMap<TileKey, Flight>,
+    in_flight_tiles: u64,
+    wanted: HashMap<TileKey, Wanted>,
+    pinned_pending: BTreeSet<TileKey>,
+    evicted_at: HashMap<TileKey, u64>,
+    cancelled: HashSet<TileKey>,
+    wanted_now: HashSet<TileKey>,
+    evicted_now: Vec<TileKey>,
+    last_frame: Option<u64>,
+    stats: StreamingStats,
+}
+
+impl StreamingManager {
+    /// A manager with no images.
+    pub fn new(desc: StreamingDesc) -> Self {
+        let pool = TilePool::new(
+            TilePoolDesc::default()
+                .with_name(format!("{} tile pool", desc.name))
+                .with_tiles_per_heap(desc.tiles_per_heap)
+                .with_budget_tiles(desc.budget_tiles),
+        );
+        Self {
+            desc,
+            pool,
+            images: BTreeMap::new(),
+            last_used: HashMap::new(),
+            lru: BTreeSet::new(),
+            in_flight: BTreeMap::new(),
+            in_flight_tiles: 0,
+            wanted: HashMap::new(),
+            pinned_pending: BTreeSet::new(),
+            evicted_at: HashMap::new(),
+            cancelled: HashSet::new(),
+            wanted_now: HashSet::new(),
+            evicted_now: Vec::new(),
+            last_frame: None,
+            stats: StreamingStats::default(),
+        }
+    }
+
+    /// The settings.
+    pub fn desc(&self) -> &StreamingDesc {
+        &self.desc
+    }
+
+    /// The tile pool (statistics, heaps).
+    pub fn pool(&self) -> &TilePool {
+        &self.pool
+    }
+
+    /// The residency of `image`.
+    pub fn residency(&self, image: ImageId) -> Option<&SparseResidency> {
+        self.images.get(&image).map(|s| &s.residency)
+    }
+
+    /// Registered images, by id.
+    pub fn images(&self) -> impl Iterator<Item = ImageId> + '_ {
+        self.images.keys().copied()
+    }
+
+    /// Totals and the last frame's counters.
+    pub fn stats(&self) -> &StreamingStats {
+        &self.stats
+    }
+
+    /// The tile budget.
+    pub fn budget_tiles(&self) -> u32 {
+        self.desc.budget_tiles
+    }
+
+    /// Changes the tile budget. When lowered below what is resident, the manager evicts down to
+    /// it over the next frames (at most `evictions_per_frame` a frame, least recently used first,
+    /// never a tile wanted in that frame, in flight or pinned).
+    pub fn set_budget_tiles(&mut self, tiles: u32) {
+        tracing::debug!(name = %self.desc.name, from = self.desc.budget_tiles, to = tiles, "streaming: budget changed");
+        self.desc.budget_tiles = tiles;
+    }
+
+    /// Changes the per-frame upload budget.
+    pub fn set_upload_budget_bytes(&mut self, bytes: u64) {
+        self.desc.upload_budget_bytes = bytes;
+    }
+
+    /// Registers `image`; its pinned units (mip tails, or the last mip without a tail) are loaded
+    /// first, from the next frame on. The default LOD warning is every mip with a lead of a
+    /// quarter level.
+    pub fn register_image(
+        &mut self,
+        image: ImageId,
+        layout: &SparseImageLayout,
+    ) -> Result<(), StreamingError> {
+        if self.images.contains_key(&image) {
+            return Err(StreamingError::DuplicateImage(image));
+        }
+        let pinned_mip = (layout.mip_tail().is_none()).then(|| layout.mip_levels() - 1);
+        for tail in 0..layout.mip_tail_count() {
+            self.pinned_pending.insert(TileKey::tail(image, tail));
+        }
+        if let Some(mip) = pinned_mip {
+            for layer in 0..layout.array_layers() {
+                if let Some((first, n)) = layout.mip_tile_span(layer, mip) {
+                    for t in first.0..first.0 + n {
+                        self.pinned_pending.insert(TileKey::tile(image, TileIndex(t)));
+                    }
+                }
+            }
+        }
+        self.images.insert(
+            image,
+            ImageState {
+                residency: SparseResidency::new(image, layout),
+                pinned_mip,
+                min_warning_lod: u8::MAX,
+                warning_lead: 64,
+            },
+        );
+        Ok(())
+    }
+
+    /// Unregisters `image`: releases all its tiles and tails (the returned changes unbind them);
+    /// loads of it still in flight are forgotten, and their completions ignored.
+    pub fn unregister_image(&mut self, image: ImageId) -> Result<ImageChanges, StreamingError> {
+        let mut state = self.images.remove(&image).ok_or(StreamingError::UnknownImage(image))?;
+        let changes = state
+            .residency
+            .release_all(&mut self.pool)
+            .map_err(|source| StreamingError::Commit { image, source })?;
+        let min_lod = state.residency.refresh_min_lod();
+        self.lru.retain(|(_, _, k)| k.image != image);
+        self.last_used.retain(|k, _| k.image != image);
+        self.wanted.retain(|k, _| k.image != image);
+        self.evicted_at.retain(|k, _| k.image != image);
+        self.pinned_pending.retain(|k| k.image != image);
+        let gone: Vec<TileKey> = self.in_flight.keys().filter(|k| k.image == image).copied().collect();
+        for k in gone {
+            let f = self.in_flight.remove(&k).expect("listed");
+            self.in_flight_tiles -= u64::from(f.tiles);
+            self.cancelled.insert(k);
+        }
+        Ok(ImageChanges { image, changes, min_lod })
+    }
+
+    /// Sets the seed's per-texture minimum warning LOD of `image` and the lead (1/256 LOD) of
+    /// the warning; put them in the feedback image table ([`feedback_layout`](Self::feedback_layout)).
+    pub fn set_lod_warning(
+        &mut self,
+        image: ImageId,
+        min_warning_lod: u8,
+        lead: u8,
+    ) -> Result<(), StreamingError> {
+        let s = self.images.get_mut(&image).ok_or(StreamingError::UnknownImage(image))?;
+        s.min_warning_lod = min_warning_lod;
+        s.warning_lead = lead;
+        Ok(())
+    }
+
+    /// A feedback layout for the registered images, slots in image-id order, with their LOD
+    /// warning settings.
+    pub fn feedback_layout(&self, desc: FeedbackDesc) -> Result<FeedbackLayout, FeedbackError> {
+        let images: Vec<(ImageId, &SparseImageLayout)> =
+            self.images.iter().map(|(&id, s)| (id, s.residency.layout())).collect();
+        let mut layout = FeedbackLayout::new(desc, &images)?;
+        for (&id, s) in &self.images {
+            layout.set_lod_warning(id, s.min_warning_lod, s.warning_lead);
+        }
+        Ok(layout)
+    }
+
+    /// Whether `key` is resident.
+    pub fn is_resident(&self, key: TileKey) -> bool {
+        let Some(s) = self.images.get(&key.image) else { return false };
+        match key.unit {
+            StreamUnit::Tile(t) => s.residency.page_table().is_resident(t),
+            StreamUnit::Tail(t) => s.residency.page_table().is_tail_resident(t),
+        }
+    }
+
+    /// Whether `key` is being loaded.
+    pub fn is_in_flight(&self, key: TileKey) -> bool {
+        self.in_flight.contains_key(&key)
+    }
+
+    /// Units being loaded, in key order.
+    pub fn in_flight(&self) -> impl Iterator<Item = TileKey> + '_ {
+        self.in_flight.keys().copied()
+    }
+
+    /// Tiles resident in the pool plus tiles in flight.
+    pub fn committed_tiles(&self) -> u64 {
+        self.pool.used_tiles() + self.in_flight_tiles
+    }
+
+    /// Units wanted in the last frame (requested tiles, their parents and prefetches).
+    pub fn wanted_this_frame(&self) -> impl Iterator<Item = TileKey> + '_ {
+        self.wanted_now.iter().copied()
+    }
+
+    fn is_pinned(&self, key: TileKey) -> bool {
+        match key.unit {
+            StreamUnit::Tail(_) => true,
+            StreamUnit::Tile(t) => self.images.get(&key.image).is_some_and(|s| {
+                s.pinned_mip.is_some_and(|m| s.residency.layout().tile_coord(t).is_some_and(|c| c.mip == m))
+            }),
+        }
+    }
+
+    fn mip_of(&self, key: TileKey) -> u32 {
+        let layout = self.images[&key.image].residency.layout();
+        match key.unit {
+            StreamUnit::Tile(t) => layout.tile_coord(t).map_or(0, |c| c.mip),
+            StreamUnit::Tail(_) => layout.first_tail_lod(),
+        }
+    }
+
+    fn unit_tiles(&self, key: TileKey) -> u32 {
+        match key.unit {
+            StreamUnit::Tile(_) => 1,
+            StreamUnit::Tail(_) => {
+                self.images[&key.image].residency.layout().mip_tail().map_or(0, |t| t.tiles)
+            }
+        }
+    }
+
+    /// The parents of a unit: the covering tiles of the next coarser mip, or the layer's tail.
+    fn parents(&self, key: TileKey) -> Vec<TileKey> {
+        let StreamUnit::Tile(t) = key.unit else { return Vec::new() };
+        let layout = self.images[&key.image].residency.layout();
+        let Some(c) = layout.tile_coord(t) else { return Vec::new() };
+        if c.mip + 1 == layout.first_tail_lod() {
+            return layout
+                .tail_of_layer(c.layer)
+                .map(|tail| vec![TileKey::tail(key.image, tail)])
+                .unwrap_or_default();
+        }
+        parent_tiles(layout, t).into_iter().map(|p| TileKey::tile(key.image, p)).collect()
+    }
+
+    fn touch(&mut self, key: TileKey, frame: u64) {
+        if let Some(old) = self.last_used.get(&key).copied() {
+            if old != frame {
+                let mip = self.mip_of(key);
+                self.lru.remove(&(old, mip, key));
+                self.lru.insert((frame, mip, key));
+                self.last_used.insert(key, frame);
+            }
+        }
+    }
+
+    fn evict(&mut self, key: TileKey, frame: u64, changes: &mut BTreeMap<ImageId, ResidencyChanges>) {
+        let StreamUnit::Tile(t) = key.unit else { unreachable!("tails are pinned, never in the LRU") };
+        let old = self.last_used.remove(&key).expect("LRU tiles have a last use");
+        let mip = self.mip_of(key);
+        self.lru.remove(&(old, mip, key));
+        let state = self.images.get_mut(&key.image).expect("LRU tiles belong to registered images");
+        let c = state.residency.release(&mut self.pool, &[t]).expect("an LRU tile is resident and in range");
+        changes.entry(key.image).or_default().extend(c);
+        self.evicted_at.insert(key, frame);
+        self.evicted_now.push(key);
+        self.stats.tiles_evicted += 1;
+    }
+
+    /// The least recently used tile that may be evicted in `frame`: not wanted this frame, and,
+    /// when `delay`, unused for at least the eviction delay.
+    fn eviction_candidate(&self, frame: u64, delay: bool) -> Option<TileKey> {
+        let &(last, _, key) = self.lru.first()?;
+        let min_age = if delay { u64::from(self.desc.eviction_delay_frames).max(1) } else { 1 };
+        (frame.saturating_sub(last) >= min_age && !self.wanted_now.contains(&key)).then_some(key)
+    }
+
+    /// Runs one frame of the policy; see the module docs and `docs/streaming.md`.
+    pub fn update(&mut self, input: &FrameInput<'_>) -> Result<FrameOutput, StreamingError> {
+        let frame = input.frame;
+        if let Some(last) = self.last_frame {
+            if frame <= last {
+                return Err(StreamingError::FrameOrder { last, got: frame });
+            }
+        }
+        let mut seen = HashSet::new();
+        for &key in input.loaded.iter().chain(input.failed) {
+            if !self.cancelled.contains(&key) && (!self.in_flight.contains_key(&key) || !seen.insert(key)) {
+                return Err(StreamingError::UnexpectedCompletion { key });
+            }
+        }
+        for r in input.requests {
+            if let Some(s) = self.images.get(&r.image) {
+                let count = s.residency.layout().tile_count();
+                if r.tile.0 >= count {
+                    return Err(StreamingError::TileOutOfRange { image: r.image, tile: r.tile, count });
+                }
+            }
+        }
+        self.last_frame = Some(frame);
+        self.wanted_now.clear();
+        self.evicted_now.clear();
+        let mut out = FrameOutput { frame, ..FrameOutput::default() };
+        let mut changes: BTreeMap<ImageId, ResidencyChanges> = BTreeMap::new();
+
+        // 1. Failed loads are forgotten; wanted again, they load again.
+        for &key in input.failed {
+            if self.cancelled.remove(&key) {
+                continue;
+            }
+            let f = self.in_flight.remove(&key).expect("checked in flight");
+            self.in_flight_tiles -= u64::from(f.tiles);
+            self.stats.loads_failed += 1;
+            if self.is_pinned(key) {
+                self.pinned_pending.insert(key);
+            } else {
+                self.wanted.insert(key, Wanted { first: f.wanted_since, last: f.wanted_since });
+            }
+        }
+
+        // 2. Loaded units become resident: one commit per image (contiguous memory where the
+        //    pool has it). Their pool tiles were reserved when the loads started.
+        let budget = (u64::from(self.desc.budget_tiles)).max(self.committed_tiles()).min(u64::from(u32::MAX));
+        self.pool.set_budget_tiles(budget as u32);
+        let mut by_image: BTreeMap<ImageId, (Vec<TileIndex>, Vec<u32>)> = BTreeMap::new();
+        for &key in input.loaded {
+            if self.cancelled.remove(&key) {
+                continue;
+            }
+            let f = self.in_flight.remove(&key).expect("checked in flight");
+            self.in_flight_tiles -= u64::from(f.tiles);
+            self.stats.latency.record(frame - f.wanted_since);
+            self.stats.tiles_streamed += 1;
+            self.stats.bytes_streamed += u64::from(f.tiles) * self.pool.tile_bytes();
+            let e = by_image.entry(key.image).or_default();
+            match key.unit {
+                StreamUnit::Tile(t) => e.0.push(t),
+                StreamUnit::Tail(t) => e.1.push(t),
+            }
+            out.resident.push(key);
+        }
+        for (image, (tiles, tails)) in by_image {
+            let state = self.images.get_mut(&image).expect("in-flight units belong to registered images");
+            let mut c = state
+                .residency
+                .commit(&mut self.pool, &tiles)
+                .map_err(|source| StreamingError::Commit { image, source })?;
+            for tail in tails {
+                c.extend(
+                    state
+                        .residency
+                        .commit_tail(&mut self.pool, tail)
+                        .map_err(|source| StreamingError::Commit { image, source })?,
+                );
+            }
+            changes.entry(image).or_default().extend(c);
+        }
+        for &key in &out.resident {
+            if !self.is_pinned(key) {
+                let mip = self.mip_of(key);
+                self.last_used.insert(key, frame);
+                self.lru.insert((frame, mip, key));
+            }
+        }
+        // A new child keeps its parents at least as recent, so LRU order evicts children first.
+        for key in out.resident.clone() {
+            let mut stack = self.parents(key);
+            while let Some(p) = stack.pop() {
+                if self.last_used.get(&p).is_some_and(|&l| l != frame) {
+                    self.touch(p, frame);
+                    stack.extend(self.parents(p));
+                }
+            }
+        }
+
+        // 3. This frame's wants: each request and its parent chain, with a priority class.
+        let mut wants: HashMap<TileKey, Want> = HashMap::new();
+        for r in input.requests {
+            if !self.images.contains_key(&r.image) {
+                self.stats.stale_requests += 1;
+                continue;
+            }
+            let class = match r.kind {
+                RequestKind::Miss => LoadReason::Miss,
+                RequestKind::LodWarning if self.desc.prefetch => LoadReason::Prefetch,
+                RequestKind::LodWarning => continue,
+            };
+            let mut stack = vec![TileKey::tile(r.image, r.tile)];
+            while let Some(key) = stack.pop() {
+                match wants.get_mut(&key) {
+                    Some(w) if w.class <= class => {
+                        w.pixels = w.pixels.max(u64::from(r.pixels));
+                        continue;
+                    }
+                    Some(w) => {
+                        w.class = class;
+                        w.pixels = w.pixels.max(u64::from(r.pixels));
+                    }
+                    None => {
+                        let mip = self.mip_of(key);
+                        wants.insert(key, Want { class, pixels: u64::from(r.pixels), mip });
+                    }
+                }
+                stack.extend(self.parents(key));
+            }
+        }
+        for (&key, _) in wants.iter() {
+            self.wanted_now.insert(key);
+        }
+        let mut candidates: Vec<(LoadReason, Reverse<u32>, Reverse<u64>, TileKey)> = Vec::new();
+        let mut keys: Vec<TileKey> = wants.keys().copied().collect();
+        keys.sort_unstable();
+        for key in keys {
+            let w = wants[&key];
+            if self.last_used.contains_key(&key) {
+                self.touch(key, frame);
+            } else if self.is_resident(key) || self.in_flight.contains_key(&key) {
+                // Pinned and resident, or already loading.
+            } else if self.pinned_pending.contains(&key) {
+                // Loaded below with the pinned units.
+            } else {
+                let e = self.wanted.entry(key).or_insert(Wanted { first: frame, last: frame });
+                e.last = frame;
+                if let Some(t) = self.evicted_at.remove(&key) {
+                    if frame - t <= u64::from(self.desc.thrash_window_frames) {
+                        self.stats.thrash += 1;
+                    }
+                }
+                candidates.push((w.class, Reverse(w.mip), Reverse(w.pixels), key));
+            }
+        }
+        for &key in &self.pinned_pending {
+            let mip = self.mip_of(key);
+            candidates.push((LoadReason::Pinned, Reverse(mip), Reverse(u64::MAX), key));
+        }
+        candidates.sort_unstable();
+
+        // 4. Over budget (the budget was cut): evict least recently used tiles not wanted now.
+        let budget = u64::from(self.desc.budget_tiles);
+        let mut cut = 0;
+        while self.committed_tiles() > budget && cut < self.desc.evictions_per_frame {
+            let Some(key) = self.eviction_candidate(frame, false) else { break };
+            self.evict(key, frame, &mut changes);
+            cut += 1;
+        }
+
+        // 5. Start loads in priority order within the upload budget, the in-flight cap and the
+        //    pool budget (evicting tiles unused for the eviction delay to make room).
+        let tile_bytes = self.pool.tile_bytes();
+        let mut bytes_started = 0u64;
+        let mut no_room = false;
+        for (class, _, _, key) in candidates {
+            let tiles = self.unit_tiles(key);
+            let bytes = u64::from(tiles) * tile_bytes;
+            let over_upload = bytes_started > 0 && bytes_started + bytes > self.desc.upload_budget_bytes;
+            let parents_ready =
+                self.parents(key).iter().all(|&p| self.is_resident(p) || self.in_flight.contains_key(&p));
+            if self.in_flight.len() >= self.desc.max_in_flight as usize || over_upload || !parents_ready {
+                out.stats.deferred += 1;
+                continue;
+            }
+            if class != LoadReason::Pinned {
+                while !no_room && self.committed_tiles() + u64::from(tiles) > budget {
+                    match self.eviction_candidate(frame, true) {
+                        Some(victim) => self.evict(victim, frame, &mut changes),
+                        None => no_room = true,
+                    }
+                }
+                if no_room {
+                    out.stats.deferred += 1;
+                    continue;
+                }
+            }
+            let wanted_since = if class == LoadReason::Pinned {
+                self.pinned_pending.remove(&key);
+                frame
+            } else {
+                self.wanted.remove(&key).map_or(frame, |w| w.first)
+            };
+            self.in_flight.insert(key, Flight { wanted_since, tiles });
+            self.in_flight_tiles += u64::from(tiles);
+            bytes_started += bytes;
+            let coord = match key.unit {
+                StreamUnit::Tile(t) => self.images[&key.image].residency.layout().tile_coord(t),
+                StreamUnit::Tail(_) => None,
+            };
+            out.loads.push(TileLoad { key, coord, bytes, reason: class });
+        }
+
+        // 6. Forget wants not renewed within the eviction delay, and old evictions.
+        let k = u64::from(self.desc.eviction_delay_frames);
+        self.wanted.retain(|_, w| frame - w.last <= k);
+        let m = u64::from(self.desc.thrash_window_frames);
+        self.evicted_at.retain(|_, &mut t| frame - t <= m);
+
+        // 7. Heaps beyond the budget go back; min-LOD boxes of every changed image.
+        if self.pool.capacity_tiles() > budget.max(self.committed_tiles()) {
+            out.heaps_released = self.pool.trim();
+        }
+        for (image, c) in changes {
+            let state = self.images.get_mut(&image).expect("changed images are registered");
+            let min_lod = state.residency.refresh_min_lod();
+            out.changes.push(ImageChanges { image, changes: c, min_lod });
+        }
+        out.evicted = self.evicted_now.clone();
+
+        out.stats.frame = frame;
+        out.stats.wanted = self.wanted_now.len() as u32;
+        out.stats.loads_started = out.loads.len() as u32;
+        out.stats.bytes_started = bytes_started;
+        out.stats.became_resident = out.resident.len() as u32;
+        out.stats.evicted = out.evicted.len() as u32;
+        self.stats.frames += 1;
+        self.stats.in_flight = self.in_flight.len() as u64;
+        self.stats.resident_bytes = self.pool.used_tiles() * tile_bytes;
+        self.stats.resident_bytes_peak = self.stats.resident_bytes_peak.max(self.stats.resident_bytes);
+        self.stats.last_frame = out.stats;
+        Ok(out)
+    }
+
+    /// Checks the manager's contract after a frame; `Err` names the first broken rule (a bug).
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.pool.check_invariants().map_err(|e| format!("pool: {e}"))?;
+        let mut resident_tiles = 0u64;
+        for (&image, s) in &self.images {
+            let table = s.residency.page_table();
+            table.check_invariants().map_err(|e| format!("image {}: {e}", image.0))?;
+            for (tile, _) in table.mapped() {
+                let key = TileKey::tile(image, tile);
+                resident_tiles += 1;
+                if self.in_flight.contains_key(&key) {
+                    return Err(format!("{key:?} is resident and in flight"));
+                }
+                if self.is_pinned(key) == self.last_used.contains_key(&key) {
+                    return Err(format!("{key:?}: resident tiles are either pinned or in the LRU"));
+                }
+            }
+            for tail in 0..s.residency.layout().mip_tail_count() {
+                let key = TileKey::tail(image, tail);
+                let states = [
+                    table.is_tail_resident(tail),
+                    self.in_flight.contains_key(&key),
+                    self.pinned_pending.contains(&key),
+                ];
+                if states.iter().filter(|&&b| b).count() != 1 {
+                    return Err(format!(
+                        "pinned {key:?} must be exactly one of resident, in flight, pending: {states:?}"
+                    ));
+                }
+            }
+            let tail_tiles = s.residency.layout().mip_tail().map_or(0, |t| u64::from(t.tiles));
+            resident_tiles += (0..s.residency.layout().mip_tail_count())
+                .filter(|&t| table.is_tail_resident(t))
+                .count() as u64
+                * tail_tiles;
+        }
+        if resident_tiles != self.pool.used_tiles() {
+            return Err(format!(
+                "page tables hold {resident_tiles} tiles, the pool {}",
+                self.pool.used_tiles()
+            ));
+        }
+        if self.lru.len() != self.last_used.len() {
+            return Err(format!("LRU has {} entries, last-use map {}", self.lru.len(), self.last_used.len()));
+        }
+        for &(last, mip, key) in &self.lru {
+            if self.last_used.get(&key) != Some(&last) || self.mip_of(key) != mip || !self.is_resident(key) {
+                return Err(format!("LRU entry {key:?} (last use {last}) is stale"));
+            }
+        }
+        let flight: u64 = self.in_flight.values().map(|f| u64::from(f.tiles)).sum();
+        if flight != self.in_flight_tiles {
+            return Err(format!("in-flight tiles {} but loads add up to {flight}", self.in_flight_tiles));
+        }
+        for key in &self.evicted_now {
+            if self.wanted_now.contains(key) {
+                return Err(format!("{key:?} was evicted in the frame it was wanted"));
+            }
+            if self.in_flight.contains_key(key) || self.is_pinned(*key) {
+                return Err(format!("{key:?} was evicted while in flight or pinned"));
+            }
+        }
+        for key in &self.wanted_now {
+            if let Some(&last) = self.last_used.get(key) {
+                if Some(last) != self.last_frame {
+                    return Err(format!("{key:?} is wanted this frame but its last use is {last}"));
+                }
+            }
+        }
+        let over = self.committed_tiles() > u64::from(self.desc.budget_tiles);
+        if over
+            && self.evicted_now.len() < self.desc.evictions_per_frame as usize
+            && self.last_frame.is_some_and(|f| self.eviction_candidate(f, false).is_some())
+        {
+            return Err(format!(
+                "{} tiles committed over a budget of {} while tile {:?} could still be evicted",
+                self.committed_tiles(),
+                self.desc.budget_tiles,
+                self.lru.first()
+            ));
+        }
+        Ok(())
+    }
+}

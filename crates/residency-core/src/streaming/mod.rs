@@ -1,0 +1,39 @@
+//! Streaming: shader feedback requests, LOD warnings and the residency manager policy.
+//!
+//! The loop of the seed, in the order a frame runs it:
+//! - [`feedback`]: shaders write compact request records into a feedback buffer, de-duplicated on
+//!   the GPU by an atomic bitset per image and kind (optionally counting pixels per tile); a
+//!   [`FeedbackRing`] of buffers lets the CPU read frame `f − N`'s feedback without waiting;
+//!   [`FeedbackLayout::decode`] turns the bytes into [`TileRequest`]s. [`FeedbackSampling`] thins
+//!   the writers to every n-th pixel or frame.
+//! - [`lod_warning`]: the per-sample rule (miss, LOD warning, nothing) with the seed's per-texture
+//!   minimum warning LOD; a warning names the next finer tile, which the manager prefetches.
+//! - [`lineage`]: parents and children of tiles across mips.
+//! - [`manager`]: the [`StreamingManager`] policy — priorities, parent chains, upload and pool
+//!   budgets, delayed LRU eviction — over the tile pool and page tables of [`crate::tiles`].
+//! - [`stats`]: latency percentiles, traffic, thrash.
+//!
+//! Nothing here touches a GPU. See `docs/streaming.md` for the buffer layout, the GLSL side and the
+//! decisions.
+#![deny(missing_docs)]
+
+pub mod feedback;
+pub mod lineage;
+pub mod lod_warning;
+pub mod manager;
+pub mod request;
+pub mod stats;
+
+pub use feedback::{
+    DecodedFeedback, FeedbackBuffer, FeedbackDesc, FeedbackError, FeedbackImage, FeedbackLayout,
+    FeedbackRecord, FeedbackRing, FeedbackSampling, RingStep, FEEDBACK_MAGIC, HEADER_WORDS,
+    IMAGE_ENTRY_WORDS, MAX_FEEDBACK_IMAGES, MAX_FEEDBACK_MIPS, NO_COUNTS,
+};
+pub use lineage::{child_tiles, covering_tiles, parent_tiles};
+pub use lod_warning::classify_sample;
+pub use manager::{
+    FrameInput, FrameOutput, ImageChanges, LoadReason, StreamUnit, StreamingDesc, StreamingError,
+    StreamingManager, TileKey, TileLoad,
+};
+pub use request::{RequestKind, TileRequest};
+pub use stats::{FrameStats, LatencyHistogram, LatencySummary, StreamingStats};

@@ -1,1 +1,0 @@
-//! The `.rvt` tiled virtual-texture file format.

@@ -1,0 +1,337 @@
+//! The streaming manager: parent chains and latency accounting, LOD warnings prefetching before a
+//! miss, eviction that never drops a tile wanted or in flight (invariant after every frame over
+//! random request streams and budgets), budget cuts, rescue and thrash.
+
+use proptest::prelude::*;
+use residency_core::format::Format;
+use residency_core::streaming::{
+    child_tiles, classify_sample, parent_tiles, FeedbackDesc, FrameInput, FrameOutput, LoadReason,
+    RequestKind, StreamUnit, StreamingDesc, StreamingManager, TileKey, TileRequest,
+};
+use residency_core::tiles::{
+    ImageId, LayoutLimits, SparseDimension, SparseFormatInfo, SparseImageDesc, SparseImageLayout, TileCoord,
+    TileIndex,
+};
+use std::collections::{BTreeMap, BTreeSet};
+
+fn layout(w: u32, h: u32) -> SparseImageLayout {
+    let info = SparseFormatInfo::standard(Format::R8G8B8A8Unorm, SparseDimension::D2).unwrap();
+    SparseImageLayout::new(
+        &SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, w, h),
+        &info,
+        &LayoutLimits::unbounded(),
+    )
+    .unwrap()
+}
+
+const TILE: u64 = 64 * 1024;
+
+/// A backend stand-in: loads finish after a delay (or fail); invariants checked after every frame.
+struct Sim {
+    m: StreamingManager,
+    frame: u64,
+    pending: BTreeMap<u64, Vec<(TileKey, bool)>>,
+    delay: u64,
+}
+
+impl Sim {
+    fn new(desc: StreamingDesc, delay: u64) -> Self {
+        Self { m: StreamingManager::new(desc), frame: 0, pending: BTreeMap::new(), delay }
+    }
+
+    fn step_with(
+        &mut self,
+        requests: &[TileRequest],
+        delay_of: &mut dyn FnMut(TileKey) -> (u64, bool),
+    ) -> FrameOutput {
+        let due = self.pending.remove(&self.frame).unwrap_or_default();
+        let loaded: Vec<TileKey> = due.iter().filter(|d| d.1).map(|d| d.0).collect();
+        let failed: Vec<TileKey> = due.iter().filter(|d| !d.1).map(|d| d.0).collect();
+        let before: Vec<TileKey> = requests
+            .iter()
+            .map(|r| TileKey::tile(r.image, r.tile))
+            .filter(|&k| self.m.is_resident(k))
+            .collect();
+        let out = self
+            .m
+            .update(&FrameInput { frame: self.frame, requests, loaded: &loaded, failed: &failed })
+            .unwrap();
+        self.m.check_invariants().unwrap_or_else(|e| panic!("frame {}: {e}", self.frame));
+        for k in before {
+            assert!(self.m.is_resident(k), "frame {}: requested resident tile {k:?} was dropped", self.frame);
+        }
+        let wanted: BTreeSet<TileKey> = self.m.wanted_this_frame().collect();
+        for k in &out.evicted {
+            assert!(!wanted.contains(k), "frame {}: evicted wanted {k:?}", self.frame);
+            assert!(!self.m.is_in_flight(*k));
+        }
+        for load in &out.loads {
+            let (d, ok) = delay_of(load.key);
+            self.pending.entry(self.frame + d.max(1)).or_default().push((load.key, ok));
+        }
+        self.frame += 1;
+        out
+    }
+
+    fn step(&mut self, requests: &[TileRequest]) -> FrameOutput {
+        let d = self.delay;
+        self.step_with(requests, &mut |_| (d, true))
+    }
+}
+
+fn miss(image: ImageId, l: &SparseImageLayout, mip: u32, x: u32, y: u32) -> TileRequest {
+    let tile = l.tile_index(TileCoord { layer: 0, mip, x, y, z: 0 }).unwrap();
+    TileRequest { image, tile, mip, kind: RequestKind::Miss, pixels: 1 }
+}
+
+#[test]
+fn lineage_is_exact_for_npot_images() {
+    let l = layout(1000, 600); // mip 0: 8 × 5 tiles, mip 1: 500 × 300 = 4 × 3
+    let t = |mip, x, y| l.tile_index(TileCoord { layer: 0, mip, x, y, z: 0 }).unwrap();
+    assert_eq!(parent_tiles(&l, t(0, 0, 0)), vec![t(1, 0, 0)]);
+    // Mip-0 tile x = 7 is texels 896..1000, i.e. mip-1 texels 448..500: tile 3.
+    assert_eq!(parent_tiles(&l, t(0, 7, 4)), vec![t(1, 3, 2)]);
+    assert_eq!(child_tiles(&l, t(1, 0, 0)), vec![t(0, 0, 0), t(0, 1, 0), t(0, 0, 1), t(0, 1, 1)]);
+    assert_eq!(child_tiles(&l, t(1, 3, 2)), vec![t(0, 6, 4), t(0, 7, 4)]);
+    let l = layout(513, 256); // mip 0: 5 × 2 tiles; mip 1: 256 × 128 = 2 × 1
+    let t = |mip, x| l.tile_index(TileCoord { layer: 0, mip, x, y: 0, z: 0 }).unwrap();
+    // Mip-0 texels 256..384 are mip-1 texels 127.75..191.6: tiles 0 and 1.
+    assert_eq!(parent_tiles(&l, t(0, 2)), vec![t(1, 0), t(1, 1)]);
+    assert_eq!(parent_tiles(&l, t(0, 1)), vec![t(1, 0)]);
+}
+
+#[test]
+fn parent_chain_loads_coarse_first_and_latency_is_counted() {
+    let l = layout(2048, 2048);
+    assert_eq!(l.first_tail_lod(), 5);
+    let img = ImageId(1);
+    let desc = StreamingDesc::default().with_upload_budget_bytes(2 * TILE);
+    let mut sim = Sim::new(desc, 1);
+    sim.m.register_image(img, &l).unwrap();
+    let out = sim.step(&[]);
+    assert_eq!(out.loads.len(), 1);
+    assert_eq!((out.loads[0].key, out.loads[0].reason), (TileKey::tail(img, 0), LoadReason::Pinned));
+    let req = [miss(img, &l, 0, 3, 2)];
+    let mut started = Vec::new();
+    for _ in 0..5 {
+        let out = sim.step(&req);
+        started.push(out.loads.iter().map(|ld| ld.coord.unwrap().mip).collect::<Vec<_>>());
+    }
+    assert_eq!(
+        started,
+        vec![vec![4, 3], vec![2, 1], vec![0], vec![], vec![]],
+        "two tiles a frame, coarse first"
+    );
+    let table = sim.m.residency(img).unwrap().page_table();
+    assert_eq!(table.min_lod(0, [3, 2, 0]), 0, "region resident down to mip 0");
+    assert_eq!(table.min_lod(0, [2, 2, 0]), 1, "a neighbour under the same mip-1 tile");
+    assert_eq!(table.min_lod(0, [4, 2, 0]), 3, "a neighbour under the same mip-3 tile only");
+    let s = sim.m.stats();
+    assert_eq!(s.tiles_streamed, 6);
+    assert_eq!(s.bytes_streamed, 6 * TILE);
+    // Tail: wanted 0, resident 1. Chain wanted at 1: mips 4, 3 resident at 2; 2, 1 at 3; 0 at 4.
+    let lat = s.latency.summary();
+    assert_eq!((lat.count, lat.p50, lat.p95, lat.p99, lat.max), (6, 1, 3, 3, 3));
+    assert_eq!(sim.m.committed_tiles(), 6);
+}
+
+/// A camera zooming in on one spot: its LOD falls 0.02 a frame. Feedback comes from the sample
+/// rule over the current min-LOD map and reaches the manager two frames late (the ring).
+fn zoom(prefetch: bool) -> (u32, u32) {
+    let l = layout(2048, 2048);
+    let img = ImageId(3);
+    let mut sim = Sim::new(StreamingDesc::default().with_prefetch(prefetch), 1);
+    sim.m.register_image(img, &l).unwrap();
+    let fl = sim.m.feedback_layout(FeedbackDesc::default()).unwrap();
+    let image = fl.images()[0].clone();
+    let mut lagged: Vec<Vec<TileRequest>> = vec![Vec::new(), Vec::new()];
+    let (mut misses, mut warnings) = (0, 0);
+    for frame in 0..260u64 {
+        let lod = (5.2 - 0.02 * frame as f32).max(0.0);
+        let table = sim.m.residency(img).unwrap().page_table();
+        let mut reqs = BTreeMap::new();
+        for dy in 0..4 {
+            for dx in 0..4 {
+                let uv = [0.3 + dx as f32 * 0.001, 0.3 + dy as f32 * 0.001];
+                let region = [(uv[0] * 2048.0) as u32 / 128, (uv[1] * 2048.0) as u32 / 128, 0];
+                if let Some((tile, kind)) = classify_sample(&image, 0, uv, lod, table.min_lod(0, region)) {
+                    // Misses only count once the tail is in: before that nothing can be shown.
+                    if frame > 3 {
+                        match kind {
+                            RequestKind::Miss => misses += 1,
+                            RequestKind::LodWarning => warnings += 1,
+                        }
+                    }
+                    let mip = image.mip_of(tile).unwrap();
+                    reqs.entry((tile, kind))
+                        .or_insert(TileRequest { image: img, tile, mip, kind, pixels: 0 })
+                        .pixels += 1;
+                }
+            }
+        }
+        lagged.push(reqs.into_values().collect());
+        let now = lagged.remove(0);
+        sim.step(&now);
+    }
+    (misses, warnings)
+}
+
+#[test]
+fn lod_warning_prefetches_before_a_miss() {
+    let (misses, warnings) = zoom(true);
+    assert!(warnings > 0);
+    assert_eq!(misses, 0, "every finer tile arrived before the camera needed it");
+    let (misses, _) = zoom(false);
+    assert!(misses > 0, "without prefetch the same zoom misses ({misses})");
+}
+
+#[test]
+fn delayed_eviction_rescues_tiles_wanted_again_and_counts_thrash() {
+    let l = layout(2048, 2048);
+    let img = ImageId(1);
+    // Budget: tail + mip 4 + 3 mip-3 tiles.
+    let desc = StreamingDesc::default().with_budget_tiles(5).with_eviction_delay(4).with_thrash_window(10);
+    let mut sim = Sim::new(desc, 1);
+    sim.m.register_image(img, &l).unwrap();
+    sim.step(&[]);
+    let a = miss(img, &l, 3, 0, 0);
+    let b = miss(img, &l, 3, 1, 0);
+    let c = miss(img, &l, 3, 0, 1);
+    let d = miss(img, &l, 3, 1, 1);
+    for _ in 0..3 {
+        sim.step(&[a, b, c]);
+    }
+    let key = |r: &TileRequest| TileKey::tile(img, r.tile);
+    assert!([a, b, c].iter().all(|r| sim.m.is_resident(key(r))));
+    // d is wanted; a was used 3 frames ago (< delay 4): nothing may go, d waits.
+    for _ in 0..3 {
+        let out = sim.step(&[b, c, d]);
+        assert!(out.evicted.is_empty());
+    }
+    // a is wanted again before it went: rescued.
+    sim.step(&[a, b, c, d]);
+    assert!(sim.m.is_resident(key(&a)) && !sim.m.is_resident(key(&d)));
+    // Now a idles long enough: it goes for d.
+    let mut evicted = Vec::new();
+    for _ in 0..6 {
+        evicted.extend(sim.step(&[b, c, d]).evicted);
+    }
+    assert_eq!(evicted, vec![key(&a)]);
+    assert!(sim.m.is_resident(key(&d)));
+    assert_eq!(sim.m.stats().thrash, 0);
+    // Wanted again within the window: thrash.
+    sim.step(&[a]);
+    assert_eq!(sim.m.stats().thrash, 1);
+}
+
+#[test]
+fn a_budget_cut_evicts_down_over_frames_keeping_tiles_in_use() {
+    let l = layout(2048, 2048);
+    let img = ImageId(1);
+    let desc = StreamingDesc::default().with_budget_tiles(400).with_evictions_per_frame(16);
+    let mut sim = Sim::new(desc, 1);
+    sim.m.register_image(img, &l).unwrap();
+    sim.step(&[]);
+    let all: Vec<TileRequest> =
+        (0..16).flat_map(|y| (0..16).map(move |x| (x, y))).map(|(x, y)| miss(img, &l, 0, x, y)).collect();
+    for _ in 0..6 {
+        sim.step(&all);
+    }
+    assert_eq!(sim.m.committed_tiles(), 342, "everything: 341 tiles and the tail");
+    let keep = [miss(img, &l, 0, 5, 5), miss(img, &l, 0, 6, 5)];
+    sim.m.set_budget_tiles(20);
+    let mut frames = 0;
+    while sim.m.committed_tiles() > 20 {
+        let out = sim.step(&keep);
+        assert!(out.evicted.len() <= 16);
+        frames += 1;
+        assert!(frames < 40);
+    }
+    assert!(frames >= (342 - 20) / 16);
+    for r in &keep {
+        assert!(sim.m.is_resident(TileKey::tile(img, r.tile)));
+    }
+    assert!(sim.m.is_resident(TileKey::tail(img, 0)), "the tail is pinned");
+    assert!(sim.m.pool().capacity_tiles() <= 2048);
+}
+
+#[test]
+fn unregistering_releases_everything_and_ignores_late_completions() {
+    let l = layout(1024, 1024);
+    let img = ImageId(9);
+    let mut sim = Sim::new(StreamingDesc::default(), 3);
+    sim.m.register_image(img, &l).unwrap();
+    sim.step(&[]);
+    sim.step(&[]);
+    sim.step(&[]);
+    let out = sim.step(&[miss(img, &l, 0, 1, 1)]);
+    assert!(!out.loads.is_empty());
+    let changes = sim.m.unregister_image(img).unwrap();
+    assert_eq!(changes.changes.tails.len(), 1);
+    assert_eq!(sim.m.pool().used_tiles(), 0);
+    assert!(sim.m.pool().leaks().is_empty());
+    for _ in 0..4 {
+        let out = sim.step(&[miss(img, &l, 0, 1, 1)]);
+        assert!(out.loads.is_empty() && out.resident.is_empty());
+    }
+    assert_eq!(sim.m.stats().stale_requests, 4);
+}
+
+#[derive(Clone, Debug)]
+struct Frame {
+    requests: Vec<(bool, u32, bool, u32)>,
+}
+
+fn frames() -> impl Strategy<Value = Vec<Frame>> {
+    prop::collection::vec(
+        prop::collection::vec((any::<bool>(), any::<u32>(), any::<bool>(), 1u32..100), 0..24)
+            .prop_map(|requests| Frame { requests }),
+        10..50,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn eviction_never_drops_a_tile_in_use_or_in_flight(
+        frames in frames(),
+        budget in 4u32..80,
+        cut in (0usize..50, 2u32..40),
+        upload_tiles in 1u64..10,
+        delay in 0u32..4,
+        max_in_flight in 1u32..30,
+        seed in any::<u64>(),
+    ) {
+        let a = layout(2048, 2048);
+        let b = layout(1000, 600);
+        let desc = StreamingDesc::default()
+            .with_budget_tiles(budget)
+            .with_upload_budget_bytes(upload_tiles * TILE)
+            .with_eviction_delay(delay)
+            .with_max_in_flight(max_in_flight)
+            .with_evictions_per_frame(3);
+        let mut sim = Sim::new(desc, 1);
+        sim.m.register_image(ImageId(1), &a).unwrap();
+        sim.m.register_image(ImageId(2), &b).unwrap();
+        let mut s = seed;
+        let mut rand = move || { s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407); s >> 33 };
+        for (i, f) in frames.iter().enumerate() {
+            if i == cut.0 {
+                sim.m.set_budget_tiles(cut.1);
+            }
+            let reqs: Vec<TileRequest> = f.requests.iter().map(|&(second, t, warn, pixels)| {
+                let (image, l) = if second { (ImageId(2), &b) } else { (ImageId(1), &a) };
+                let tile = TileIndex(t % l.tile_count());
+                let mip = l.tile_coord(tile).unwrap().mip;
+                TileRequest { image, tile, mip, kind: if warn { RequestKind::LodWarning } else { RequestKind::Miss }, pixels }
+            }).collect();
+            let out = sim.step_with(&reqs, &mut |_| (rand() % 4, rand() % 10 != 0));
+            for ld in &out.loads {
+                if let StreamUnit::Tile(_) = ld.key.unit {
+                    prop_assert!(ld.reason != LoadReason::Pinned);
+                }
+            }
+        }
+    }
+}
