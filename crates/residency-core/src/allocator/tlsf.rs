@@ -10,6 +10,15 @@ use super::ResourceKind;
 
 /// "No node" in the intrusive links.
 const NONE: u32 = u32::MAX;
+
+/// A free block chosen for a request: its node, the bin whose list holds it, and the offset the
+/// request goes at.
+#[derive(Clone, Copy, Debug)]
+struct Found {
+    index: u32,
+    bin: usize,
+    offset: u64,
+}
 /// The largest alignment to which an allocation's end is rounded up (see `carve`).
 pub(crate) const TAIL_ROUNDING_MAX: u64 = 256;
 /// `next_free` of a used node (used nodes are in no free list, so the link holds a marker).
@@ -241,9 +250,29 @@ impl TlsfAllocator {
     }
 
     /// Reserves bookkeeping for `additional` more blocks, so that the next allocations do not
-    /// grow it (each allocation needs up to two blocks besides its own).
+    /// grow it (each allocation needs up to two blocks besides its own). The nodes are created
+    /// and stacked as spares now (O(`additional`)), so allocation never pushes to the node `Vec`
+    /// and never touches fresh memory afterwards.
     pub fn reserve(&mut self, additional: usize) {
-        self.nodes.reserve(additional);
+        let start = self.nodes.len();
+        let end = start.saturating_add(additional).min(USED as usize);
+        self.nodes.reserve(end - start);
+        // Node `i` links to `i + 1`, the last one to the spares there were, so the lowest index
+        // is taken first.
+        for index in start..end {
+            let next = if index + 1 == end { self.spare } else { (index + 1) as u32 };
+            self.nodes.push(Node {
+                offset: 0,
+                size: 0,
+                prev_phys: NONE,
+                next_phys: NONE,
+                prev_free: NONE,
+                next_free: next,
+            });
+        }
+        if end > start {
+            self.spare = start as u32;
+        }
     }
 
     /// Size of the managed range.
@@ -372,22 +401,24 @@ impl TlsfAllocator {
                 self.free_range_count += 1;
             }
             (true, false) => {
-                self.lists.resize(nodes, prev, nodes[prev as usize].offset, node.end());
+                let p = nodes[prev as usize];
+                self.lists.resize(nodes, prev, bin_floor(p.size), p.offset, node.end());
                 link_phys(&mut self.first, nodes, prev, next);
                 release_node(&mut self.spare, nodes, index);
             }
             (false, true) => {
-                self.lists.resize(nodes, next, node.offset, nodes[next as usize].end());
+                let n = nodes[next as usize];
+                self.lists.resize(nodes, next, bin_floor(n.size), node.offset, n.end());
                 link_phys(&mut self.first, nodes, prev, next);
                 release_node(&mut self.spare, nodes, index);
             }
             (true, true) => {
                 let (p, n) = (nodes[prev as usize], nodes[next as usize]);
                 let (keep, drop) = if p.size >= n.size { (prev, next) } else { (next, prev) };
-                let dropped_size = nodes[drop as usize].size;
-                self.lists.unlink(nodes, drop, bin_floor(dropped_size));
+                let (keep_size, drop_size) = if keep == prev { (p.size, n.size) } else { (n.size, p.size) };
+                self.lists.unlink(nodes, drop, bin_floor(drop_size));
                 self.free_range_count -= 1;
-                self.lists.resize(nodes, keep, p.offset, n.end());
+                self.lists.resize(nodes, keep, bin_floor(keep_size), p.offset, n.end());
                 link_phys(&mut self.first, nodes, p.prev_phys, keep);
                 link_phys(&mut self.first, nodes, keep, n.next_phys);
                 release_node(&mut self.spare, nodes, index);
@@ -593,10 +624,10 @@ impl TlsfAllocator {
     /// Looks at the first block of the first non-empty bin whose blocks are all `>= need` bytes,
     /// and returns it with the offset where the request would go, if the request fits there.
     #[inline(always)]
-    fn try_bin_for(&self, need: u64, size: u64, alignment: u64, kind: ResourceKind) -> Option<(u32, u64)> {
+    fn try_bin_for(&self, need: u64, size: u64, alignment: u64, kind: ResourceKind) -> Option<Found> {
         let bin = self.lists.first_nonempty_from(bin_ceil(need)?)?;
         let node = self.lists.head(bin);
-        self.fit(node, size, alignment, kind).map(|offset| (node, offset))
+        self.fit(node, size, alignment, kind).map(|offset| Found { index: node, bin, offset })
     }
 
     /// Where `size` bytes aligned to `alignment` go in free block `index`, or `None` if they do not
@@ -632,13 +663,13 @@ impl TlsfAllocator {
 
     /// The slow path before out of space: every free block in every bin that can hold `size`.
     #[cold]
-    fn scan_for(&self, size: u64, alignment: u64, kind: ResourceKind) -> Option<(u32, u64)> {
+    fn scan_for(&self, size: u64, alignment: u64, kind: ResourceKind) -> Option<Found> {
         let mut bin = bin_floor(size);
         while let Some(found) = self.lists.first_nonempty_from(bin) {
             let mut cursor = self.lists.head(found);
             while cursor != NONE {
                 if let Some(offset) = self.fit(cursor, size, alignment, kind) {
-                    return Some((cursor, offset));
+                    return Some(Found { index: cursor, bin: found, offset });
                 }
                 cursor = self.nodes[cursor as usize].next_free;
             }
@@ -658,7 +689,7 @@ impl TlsfAllocator {
     #[inline(always)]
     fn carve(
         &mut self,
-        (index, offset): (u32, u64),
+        Found { index, bin, offset }: Found,
         size: u64,
         alignment: u64,
         kind: ResourceKind,
@@ -677,11 +708,11 @@ impl TlsfAllocator {
             let nodes = &mut self.nodes[..];
             link_phys(&mut self.first, nodes, node.prev_phys, used);
             nodes[index as usize].prev_phys = used;
-            self.lists.resize(nodes, index, end, node.end());
+            self.lists.resize(nodes, index, bin, end, node.end());
             used
         } else {
             let nodes = &mut self.nodes[..];
-            self.lists.unlink(nodes, index, bin_floor(node.size));
+            self.lists.unlink(nodes, index, bin);
             self.free_range_count -= 1;
             nodes[index as usize] =
                 Node::used(offset, end - offset, node.prev_phys, node.next_phys, kind, align_log2);
@@ -857,12 +888,12 @@ impl FreeLists {
         }
     }
 
-    /// Sets free block `index` to `[offset, end)`, moving it to the list of its new bin only if
-    /// its size class changed.
+    /// Sets free block `index`, listed in `old_bin`, to `[offset, end)`, moving it to the list of
+    /// its new bin only if its size class changed.
     #[inline(always)]
-    fn resize(&mut self, nodes: &mut [Node], index: u32, offset: u64, end: u64) {
+    fn resize(&mut self, nodes: &mut [Node], index: u32, old_bin: usize, offset: u64, end: u64) {
         let node = &mut nodes[index as usize];
-        let old_bin = bin_floor(node.size);
+        debug_assert_eq!(old_bin, bin_floor(node.size));
         node.offset = offset;
         node.size = end - offset;
         let new_bin = bin_floor(node.size);
