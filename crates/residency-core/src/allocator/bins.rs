@@ -14,27 +14,38 @@ pub(crate) const FL_COUNT: usize = 64 - SL_LOG2 as usize + 1;
 /// Total number of bins.
 pub(crate) const BIN_COUNT: usize = FL_COUNT * SL_COUNT;
 
-/// The bin a free block of `size` bytes is filed in: the last bin whose lower bound is `<= size`.
-#[inline]
-pub(crate) fn bin_floor(size: u64) -> usize {
-    if size < SL_COUNT as u64 {
-        return size as usize;
-    }
-    let msb = 63 - size.leading_zeros();
-    let fl = (msb - SL_LOG2 + 1) as usize;
-    let sl = ((size >> (msb - SL_LOG2)) as usize) & (SL_COUNT - 1);
-    fl * SL_COUNT + sl
+/// First levels the bitmaps and heads have room for: [`FL_COUNT`] rounded up to a power of two,
+/// so that a first level masked with `FL_SLOTS - 1` indexes them without a bounds check.
+pub(crate) const FL_SLOTS: usize = 64;
+/// Free-list heads: [`BIN_COUNT`] rounded up to a power of two, for the same reason.
+pub(crate) const BIN_SLOTS: usize = FL_SLOTS * SL_COUNT;
+
+/// `log2` of the width of one bin of the first level of `size`: 0 below `2 * SL_COUNT` (bins one
+/// byte wide), then `msb(size) - SL_LOG2`. One `leading_zeros`, no branch.
+#[inline(always)]
+fn bin_shift(size: u64) -> u32 {
+    63 - (size | SL_COUNT as u64).leading_zeros() - SL_LOG2
 }
 
-/// The first bin all of whose blocks are `>= size` bytes, or `None` when no bin can hold `size`.
-#[inline]
+/// The bin a free block of `size` bytes is filed in: the last bin whose lower bound is `<= size`.
+///
+/// With `shift = bin_shift(size)`, `size >> shift` lies in `[SL_COUNT, 2 * SL_COUNT)` (or is the
+/// size itself below `SL_COUNT`), so `shift * SL_COUNT + (size >> shift)` is
+/// `(first level) * SL_COUNT + (second level)` without a branch for the small sizes.
+#[inline(always)]
+pub(crate) fn bin_floor(size: u64) -> usize {
+    let shift = bin_shift(size);
+    ((shift as usize) << SL_LOG2) + (size >> shift) as usize
+}
+
+/// The first bin all of whose blocks are `>= size` bytes, or `None` when no bin can hold `size`:
+/// the floor bin, or the next one when `size` is above its lower bound.
+#[inline(always)]
 pub(crate) fn bin_ceil(size: u64) -> Option<usize> {
-    if size < SL_COUNT as u64 {
-        return Some(size as usize);
-    }
-    let msb = 63 - size.leading_zeros();
-    let round = (1u64 << (msb - SL_LOG2)) - 1;
-    size.checked_add(round).map(bin_floor)
+    let shift = bin_shift(size);
+    let above_lower_bound = size & ((1u64 << shift) - 1) != 0;
+    let bin = ((shift as usize) << SL_LOG2) + (size >> shift) as usize + above_lower_bound as usize;
+    (bin < BIN_COUNT).then_some(bin)
 }
 
 /// The smallest size filed in bin `bin`.
@@ -63,7 +74,12 @@ mod tests {
 
     #[test]
     fn floor_and_ceil_bracket_the_size() {
-        let samples = (1u64..5000).chain([u64::MAX / 2, u64::MAX - 1, 1 << 40, (1 << 40) + 1]);
+        let around_powers = (0..64).flat_map(|bit| {
+            let p = 1u64 << bit;
+            [p - 1, p, p + 1, p | (p >> 1), p | (p >> 4), p | (p >> 5), p.wrapping_mul(2).wrapping_sub(1)]
+        });
+        let samples =
+            (1u64..5000).chain([u64::MAX / 2, u64::MAX - 1, 1 << 40, (1 << 40) + 1]).chain(around_powers);
         for s in samples {
             let f = bin_floor(s);
             assert!(f < BIN_COUNT);

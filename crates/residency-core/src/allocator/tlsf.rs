@@ -3,13 +3,22 @@
 use std::ops::Range;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::bins::{bin_ceil, bin_floor, BIN_COUNT, FL_COUNT, SL_COUNT};
+use super::bins::{bin_ceil, bin_floor, BIN_COUNT, BIN_SLOTS, FL_COUNT, FL_SLOTS, SL_COUNT, SL_LOG2};
 use super::error::{AllocError, DescError, InvariantError};
 use super::stats::{AllocatorStats, Block, BlockState};
 use super::ResourceKind;
 
 /// "No node" in the intrusive links.
 const NONE: u32 = u32::MAX;
+
+/// A free block chosen for a request: its node, the bin whose list holds it, and the offset the
+/// request goes at.
+#[derive(Clone, Copy, Debug)]
+struct Found {
+    index: u32,
+    bin: usize,
+    offset: u64,
+}
 /// The largest alignment to which an allocation's end is rounded up (see `carve`).
 pub(crate) const TAIL_ROUNDING_MAX: u64 = 256;
 /// `next_free` of a used node (used nodes are in no free list, so the link holds a marker).
@@ -120,6 +129,20 @@ impl Node {
     }
 
     #[inline]
+    fn used(
+        offset: u64,
+        size: u64,
+        prev_phys: u32,
+        next_phys: u32,
+        kind: ResourceKind,
+        align_log2: u32,
+    ) -> Self {
+        let mut node = Self { offset, size, prev_phys, next_phys, prev_free: NONE, next_free: NONE };
+        node.mark_used(kind, align_log2);
+        node
+    }
+
+    #[inline]
     fn end(&self) -> u64 {
         self.offset + self.size
     }
@@ -175,12 +198,12 @@ pub struct TlsfAllocator {
     granularity: u64,
     id: u32,
     nodes: Vec<Node>,
-    spare_nodes: Vec<u32>,
+    /// First of the nodes that hold no block, chained through `next_free` (an intrusive stack,
+    /// so that recycling a node is two stores, with no `Vec` capacity check).
+    spare: u32,
     /// First block in address order.
     first: u32,
-    fl_bitmap: u64,
-    sl_bitmaps: [u32; FL_COUNT],
-    heads: Box<[u32; BIN_COUNT]>,
+    lists: FreeLists,
     used_bytes: u64,
     requested_bytes: u64,
     allocation_count: u64,
@@ -211,11 +234,9 @@ impl TlsfAllocator {
             granularity: desc.granularity,
             id: NEXT_ALLOCATOR_ID.fetch_add(1, Ordering::Relaxed),
             nodes: Vec::new(),
-            spare_nodes: Vec::new(),
+            spare: NONE,
             first: NONE,
-            fl_bitmap: 0,
-            sl_bitmaps: [0; FL_COUNT],
-            heads: Box::new([NONE; BIN_COUNT]),
+            lists: FreeLists::new(),
             used_bytes: 0,
             requested_bytes: 0,
             allocation_count: 0,
@@ -223,15 +244,35 @@ impl TlsfAllocator {
         };
         let whole = allocator.new_node(Node::free(0, desc.capacity, NONE, NONE));
         allocator.first = whole;
-        allocator.insert_free(whole);
+        allocator.lists.link(&mut allocator.nodes, whole, bin_floor(desc.capacity));
+        allocator.free_range_count = 1;
         Ok(allocator)
     }
 
     /// Reserves bookkeeping for `additional` more blocks, so that the next allocations do not
-    /// grow it (each allocation needs up to two blocks besides its own).
+    /// grow it (each allocation needs up to two blocks besides its own). The nodes are created
+    /// and stacked as spares now (O(`additional`)), so allocation never pushes to the node `Vec`
+    /// and never touches fresh memory afterwards.
     pub fn reserve(&mut self, additional: usize) {
-        self.nodes.reserve(additional);
-        self.spare_nodes.reserve(additional);
+        let start = self.nodes.len();
+        let end = start.saturating_add(additional).min(USED as usize);
+        self.nodes.reserve(end - start);
+        // Node `i` links to `i + 1`, the last one to the spares there were, so the lowest index
+        // is taken first.
+        for index in start..end {
+            let next = if index + 1 == end { self.spare } else { (index + 1) as u32 };
+            self.nodes.push(Node {
+                offset: 0,
+                size: 0,
+                prev_phys: NONE,
+                next_phys: NONE,
+                prev_free: NONE,
+                next_free: next,
+            });
+        }
+        if end > start {
+            self.spare = start as u32;
+        }
     }
 
     /// Size of the managed range.
@@ -273,17 +314,36 @@ impl TlsfAllocator {
         alignment: u64,
         kind: ResourceKind,
     ) -> Result<Allocation, AllocError> {
-        if size == 0 {
-            return Err(AllocError::ZeroSize);
-        }
-        if !alignment.is_power_of_two() {
-            return Err(AllocError::AlignmentNotPowerOfTwo { alignment });
+        if size == 0 || !alignment.is_power_of_two() {
+            return Err(Self::request_error(size, alignment));
         }
         // 1. Optimistic: the first block of the first non-empty bin of blocks >= size. It fits
         //    unless its start needs more padding than its slack.
         if let Some(found) = self.try_bin_for(size, size, alignment, kind) {
             return Ok(self.carve(found, size, alignment, kind));
         }
+        self.allocate_searching(size, alignment, kind)
+    }
+
+    /// The error for a request that is misuse rather than out of space.
+    #[cold]
+    #[inline(never)]
+    fn request_error(size: u64, alignment: u64) -> AllocError {
+        if size == 0 {
+            AllocError::ZeroSize
+        } else {
+            AllocError::AlignmentNotPowerOfTwo { alignment }
+        }
+    }
+
+    /// Steps 2-4 of `allocate`, for the requests that the first bin looked at cannot place.
+    #[inline(never)]
+    fn allocate_searching(
+        &mut self,
+        size: u64,
+        alignment: u64,
+        kind: ResourceKind,
+    ) -> Result<Allocation, AllocError> {
         // 2. Guaranteed: any block >= size + alignment - 1 fits whatever its start.
         let g = self.granularity;
         if alignment > 1 {
@@ -328,40 +388,43 @@ impl TlsfAllocator {
         self.requested_bytes -= allocation.size;
         self.allocation_count -= 1;
 
-        let mut offset = node.offset;
-        let mut end = node.end();
-        let mut prev = node.prev_phys;
-        let mut next = node.next_phys;
-        if prev != NONE && !self.nodes[prev as usize].is_used() {
-            self.remove_free(prev);
-            let p = self.nodes[prev as usize];
-            offset = p.offset;
-            self.spare_nodes.push(prev);
-            prev = p.prev_phys;
+        // Coalescing keeps a free neighbour's node: it only grows, so it usually stays in its bin
+        // and its free list is not touched. With free neighbours on both sides the larger one is
+        // kept (the likelier to stay in its bin) and the other leaves its list.
+        let (prev, next) = (node.prev_phys, node.next_phys);
+        let nodes = &mut self.nodes[..];
+        let prev_is_free = prev != NONE && !nodes[prev as usize].is_used();
+        let next_is_free = next != NONE && !nodes[next as usize].is_used();
+        match (prev_is_free, next_is_free) {
+            (false, false) => {
+                self.lists.link(nodes, index, bin_floor(node.size));
+                self.free_range_count += 1;
+            }
+            (true, false) => {
+                let p = nodes[prev as usize];
+                self.lists.resize(nodes, prev, bin_floor(p.size), p.offset, node.end());
+                link_phys(&mut self.first, nodes, prev, next);
+                release_node(&mut self.spare, nodes, index);
+            }
+            (false, true) => {
+                let n = nodes[next as usize];
+                self.lists.resize(nodes, next, bin_floor(n.size), node.offset, n.end());
+                link_phys(&mut self.first, nodes, prev, next);
+                release_node(&mut self.spare, nodes, index);
+            }
+            (true, true) => {
+                let (p, n) = (nodes[prev as usize], nodes[next as usize]);
+                let (keep, drop) = if p.size >= n.size { (prev, next) } else { (next, prev) };
+                let (keep_size, drop_size) = if keep == prev { (p.size, n.size) } else { (n.size, p.size) };
+                self.lists.unlink(nodes, drop, bin_floor(drop_size));
+                self.free_range_count -= 1;
+                self.lists.resize(nodes, keep, bin_floor(keep_size), p.offset, n.end());
+                link_phys(&mut self.first, nodes, p.prev_phys, keep);
+                link_phys(&mut self.first, nodes, keep, n.next_phys);
+                release_node(&mut self.spare, nodes, index);
+                release_node(&mut self.spare, nodes, drop);
+            }
         }
-        if next != NONE && !self.nodes[next as usize].is_used() {
-            self.remove_free(next);
-            let n = self.nodes[next as usize];
-            end = n.end();
-            self.spare_nodes.push(next);
-            next = n.next_phys;
-        }
-        {
-            let merged = &mut self.nodes[index as usize];
-            merged.offset = offset;
-            merged.size = end - offset;
-            merged.prev_phys = prev;
-            merged.next_phys = next;
-        }
-        if prev == NONE {
-            self.first = index;
-        } else {
-            self.nodes[prev as usize].next_phys = index;
-        }
-        if next != NONE {
-            self.nodes[next as usize].prev_phys = index;
-        }
-        self.insert_free(index);
         Ok(())
     }
 
@@ -384,13 +447,14 @@ impl TlsfAllocator {
 
     /// Size of the largest free range.
     pub fn largest_free(&self) -> u64 {
-        if self.fl_bitmap == 0 {
+        let lists = &self.lists;
+        if lists.fl_bitmap == 0 {
             return 0;
         }
-        let fl = 63 - self.fl_bitmap.leading_zeros() as usize;
-        let sl = 31 - self.sl_bitmaps[fl].leading_zeros() as usize;
+        let fl = 63 - lists.fl_bitmap.leading_zeros() as usize;
+        let sl = 31 - lists.sl_bitmaps[fl].leading_zeros() as usize;
         let mut largest = 0;
-        let mut cursor = self.heads[fl * SL_COUNT + sl];
+        let mut cursor = lists.heads[fl * SL_COUNT + sl];
         while cursor != NONE {
             let node = &self.nodes[cursor as usize];
             largest = largest.max(node.size);
@@ -425,8 +489,8 @@ impl TlsfAllocator {
         let mut in_lists = 0usize;
         for bin in 0..BIN_COUNT {
             let (fl, sl) = (bin / SL_COUNT, bin % SL_COUNT);
-            let bit = self.sl_bitmaps[fl] & (1 << sl) != 0;
-            let head = self.heads[bin];
+            let bit = self.lists.sl_bitmaps[fl] & (1 << sl) != 0;
+            let head = self.lists.heads[bin];
             if bit != (head != NONE) {
                 return Err(InvariantError::BitmapMismatch { bin, bit });
             }
@@ -446,8 +510,8 @@ impl TlsfAllocator {
             }
         }
         for fl in 0..FL_COUNT {
-            let bit = self.fl_bitmap & (1 << fl) != 0;
-            if bit != (self.sl_bitmaps[fl] != 0) {
+            let bit = self.lists.fl_bitmap & (1 << fl) != 0;
+            if bit != (self.lists.sl_bitmaps[fl] != 0) {
                 return Err(InvariantError::BitmapMismatch { bin: fl * SL_COUNT, bit });
             }
         }
@@ -559,18 +623,18 @@ impl TlsfAllocator {
 
     /// Looks at the first block of the first non-empty bin whose blocks are all `>= need` bytes,
     /// and returns it with the offset where the request would go, if the request fits there.
-    #[inline]
-    fn try_bin_for(&self, need: u64, size: u64, alignment: u64, kind: ResourceKind) -> Option<(u32, u64)> {
-        let bin = self.first_nonempty_from(bin_ceil(need)?)?;
-        let node = self.heads[bin];
-        self.fit(node, size, alignment, kind).map(|offset| (node, offset))
+    #[inline(always)]
+    fn try_bin_for(&self, need: u64, size: u64, alignment: u64, kind: ResourceKind) -> Option<Found> {
+        let bin = self.lists.first_nonempty_from(bin_ceil(need)?)?;
+        let node = self.lists.head(bin);
+        self.fit(node, size, alignment, kind).map(|offset| Found { index: node, bin, offset })
     }
 
     /// Where `size` bytes aligned to `alignment` go in free block `index`, or `None` if they do not
     /// fit. The allocation goes at the lowest aligned offset; with a conflicting used neighbour
     /// below, it moves up to the next granularity page; with one above, it must end before that
     /// neighbour's page.
-    #[inline]
+    #[inline(always)]
     fn fit(&self, index: u32, size: u64, alignment: u64, kind: ResourceKind) -> Option<u64> {
         let node = &self.nodes[index as usize];
         let mut offset = align_up(node.offset, alignment)?;
@@ -599,13 +663,13 @@ impl TlsfAllocator {
 
     /// The slow path before out of space: every free block in every bin that can hold `size`.
     #[cold]
-    fn scan_for(&self, size: u64, alignment: u64, kind: ResourceKind) -> Option<(u32, u64)> {
+    fn scan_for(&self, size: u64, alignment: u64, kind: ResourceKind) -> Option<Found> {
         let mut bin = bin_floor(size);
-        while let Some(found) = self.first_nonempty_from(bin) {
-            let mut cursor = self.heads[found];
+        while let Some(found) = self.lists.first_nonempty_from(bin) {
+            let mut cursor = self.lists.head(found);
             while cursor != NONE {
                 if let Some(offset) = self.fit(cursor, size, alignment, kind) {
-                    return Some((cursor, offset));
+                    return Some(Found { index: cursor, bin: found, offset });
                 }
                 cursor = self.nodes[cursor as usize].next_free;
             }
@@ -619,29 +683,67 @@ impl TlsfAllocator {
 
     /// Turns free block `index` into the allocation at `offset`, returning the front padding and
     /// the tail to the free lists as blocks of their own.
-    #[inline]
+    ///
+    /// The tail keeps the free block's node: it only shrank, so when it stays in its bin (the
+    /// usual case when carving from a large block) its free list is not touched at all.
+    #[inline(always)]
     fn carve(
         &mut self,
-        (index, offset): (u32, u64),
+        Found { index, bin, offset }: Found,
         size: u64,
         alignment: u64,
         kind: ResourceKind,
     ) -> Allocation {
-        self.remove_free(index);
         let node = self.nodes[index as usize];
-        if offset > node.offset {
-            let pad = self.new_node(Node::free(node.offset, offset - node.offset, node.prev_phys, index));
-            if node.prev_phys == NONE {
-                self.first = pad;
-            } else {
-                self.nodes[node.prev_phys as usize].next_phys = pad;
-            }
-            self.nodes[index as usize].prev_phys = pad;
-            self.insert_free(pad);
-        }
         // The footprint's end rounds up to the alignment (at most TAIL_ROUNDING_MAX), so that a block
         // freed later starts and ends aligned and the next request of that alignment needs no padding.
         let mut end = offset + size;
+        if alignment > 1 {
+            end = self.rounded_end(&node, end, alignment, kind);
+        }
+        let align_log2 = alignment.trailing_zeros();
+        let used = if end < node.end() {
+            let used =
+                self.new_node(Node::used(offset, end - offset, node.prev_phys, index, kind, align_log2));
+            let nodes = &mut self.nodes[..];
+            link_phys(&mut self.first, nodes, node.prev_phys, used);
+            nodes[index as usize].prev_phys = used;
+            self.lists.resize(nodes, index, bin, end, node.end());
+            used
+        } else {
+            let nodes = &mut self.nodes[..];
+            self.lists.unlink(nodes, index, bin);
+            self.free_range_count -= 1;
+            nodes[index as usize] =
+                Node::used(offset, end - offset, node.prev_phys, node.next_phys, kind, align_log2);
+            index
+        };
+        if offset > node.offset {
+            self.free_padding(node.offset, node.prev_phys, used);
+        }
+        self.used_bytes += end - offset;
+        self.requested_bytes += size;
+        self.allocation_count += 1;
+        Allocation { offset, size, node: used, owner: self.id }
+    }
+
+    /// Returns the front padding `[start, start of used)` below allocation `used` to the free
+    /// lists, as a block of its own after `below`.
+    #[inline(never)]
+    fn free_padding(&mut self, start: u64, below: u32, used: u32) {
+        let end = self.nodes[used as usize].offset;
+        let pad = self.new_node(Node::free(start, end - start, below, used));
+        let nodes = &mut self.nodes[..];
+        link_phys(&mut self.first, nodes, below, pad);
+        nodes[used as usize].prev_phys = pad;
+        self.lists.link(nodes, pad, bin_floor(end - start));
+        self.free_range_count += 1;
+    }
+
+    /// `end` rounded up to `min(alignment, TAIL_ROUNDING_MAX)`, unless that would leave free block
+    /// `node` or cross onto the granularity page of a conflicting neighbour above it.
+    #[inline]
+    fn rounded_end(&self, node: &Node, end: u64, alignment: u64, kind: ResourceKind) -> u64 {
         let rounded =
             align_up(end, alignment.min(TAIL_ROUNDING_MAX)).map_or(node.end(), |e| e.min(node.end()));
         if rounded > end {
@@ -651,101 +753,153 @@ impl TlsfAllocator {
                 && self.nodes[node.next_phys as usize].kind().conflicts_with(kind)
                 && align_down(rounded - 1, g) == align_down(node.end(), g);
             if !crosses_into_conflict {
-                end = rounded;
+                return rounded;
             }
         }
-        if end < node.end() {
-            let tail = self.new_node(Node::free(end, node.end() - end, index, node.next_phys));
-            if node.next_phys != NONE {
-                self.nodes[node.next_phys as usize].prev_phys = tail;
-            }
-            self.nodes[index as usize].next_phys = tail;
-            self.insert_free(tail);
-        }
-        let used = &mut self.nodes[index as usize];
-        used.offset = offset;
-        used.size = end - offset;
-        used.mark_used(kind, alignment.trailing_zeros());
-        self.used_bytes += end - offset;
-        self.requested_bytes += size;
-        self.allocation_count += 1;
-        Allocation { offset, size, node: index, owner: self.id }
+        end
     }
 
-    // ---- free lists and bitmaps ----
+    // ---- nodes ----
 
-    #[inline]
-    fn first_nonempty_from(&self, bin: usize) -> Option<usize> {
-        let fl = bin / SL_COUNT;
-        let sl = bin % SL_COUNT;
-        let sl_map = self.sl_bitmaps[fl] & (u32::MAX << sl);
-        if sl_map != 0 {
-            return Some(fl * SL_COUNT + sl_map.trailing_zeros() as usize);
+    /// A node for `node`: a spare one if any, else a new one.
+    #[inline(always)]
+    fn new_node(&mut self, node: Node) -> u32 {
+        let index = self.spare;
+        if index != NONE {
+            let slot = &mut self.nodes[index as usize];
+            self.spare = slot.next_free;
+            *slot = node;
+            index
+        } else {
+            self.push_node(node)
         }
-        let fl_map = if fl + 1 >= 64 { 0 } else { self.fl_bitmap & (u64::MAX << (fl + 1)) };
+    }
+
+    #[inline(never)]
+    fn push_node(&mut self, node: Node) -> u32 {
+        let index = u32::try_from(self.nodes.len())
+            .ok()
+            .filter(|&i| i < USED)
+            .expect("more than 2^32 - 2 blocks in one heap");
+        self.nodes.push(node);
+        index
+    }
+}
+
+// The helpers below take the node slice apart from the allocator, so that the compiler keeps its
+// pointer and length in registers across the stores into nodes.
+
+/// Makes `below` and `above` physical neighbours (`NONE` for the start or end of the heap).
+#[inline(always)]
+fn link_phys(first: &mut u32, nodes: &mut [Node], below: u32, above: u32) {
+    if below == NONE {
+        *first = above;
+    } else {
+        nodes[below as usize].next_phys = above;
+    }
+    if above != NONE {
+        nodes[above as usize].prev_phys = below;
+    }
+}
+
+/// Pushes a node that holds no block any more onto the spare stack.
+#[inline(always)]
+fn release_node(spare: &mut u32, nodes: &mut [Node], index: u32) {
+    nodes[index as usize].next_free = *spare;
+    *spare = index;
+}
+
+/// The segregated free lists: which first levels have a non-empty bin, which bins of each first
+/// level are non-empty, and the head of each bin's list (linked through `prev_free`/`next_free`).
+#[derive(Debug)]
+struct FreeLists {
+    fl_bitmap: u64,
+    /// Indexed by first level masked with `FL_SLOTS - 1`; levels `FL_COUNT..` stay empty.
+    sl_bitmaps: [u32; FL_SLOTS],
+    /// Indexed by bin masked with `BIN_SLOTS - 1`; bins `BIN_COUNT..` stay empty.
+    heads: Box<[u32; BIN_SLOTS]>,
+}
+
+impl FreeLists {
+    fn new() -> Self {
+        Self { fl_bitmap: 0, sl_bitmaps: [0; FL_SLOTS], heads: Box::new([NONE; BIN_SLOTS]) }
+    }
+
+    /// First block of the list of `bin` (`NONE` when empty).
+    #[inline(always)]
+    fn head(&self, bin: usize) -> u32 {
+        self.heads[bin & (BIN_SLOTS - 1)]
+    }
+
+    /// The first non-empty bin at or after `bin` (`< BIN_COUNT`).
+    #[inline(always)]
+    fn first_nonempty_from(&self, bin: usize) -> Option<usize> {
+        // `bin < BIN_COUNT`, so `fl < FL_COUNT <= 63`: the masks only spare the bounds checks.
+        let fl = bin >> SL_LOG2;
+        let sl = bin % SL_COUNT;
+        let sl_map = self.sl_bitmaps[fl & (FL_SLOTS - 1)] & (u32::MAX << sl);
+        if sl_map != 0 {
+            return Some((fl << SL_LOG2) + sl_map.trailing_zeros() as usize);
+        }
+        let fl_map = self.fl_bitmap & (u64::MAX << ((fl + 1) & 63));
         if fl_map == 0 {
             return None;
         }
         let fl = fl_map.trailing_zeros() as usize;
-        Some(fl * SL_COUNT + self.sl_bitmaps[fl].trailing_zeros() as usize)
+        Some((fl << SL_LOG2) + self.sl_bitmaps[fl & (FL_SLOTS - 1)].trailing_zeros() as usize)
     }
 
-    #[inline]
-    fn insert_free(&mut self, index: u32) {
-        let bin = bin_floor(self.nodes[index as usize].size);
-        let head = self.heads[bin];
+    /// Pushes free block `index` onto the list of `bin`.
+    #[inline(always)]
+    fn link(&mut self, nodes: &mut [Node], index: u32, bin: usize) {
+        let head = std::mem::replace(&mut self.heads[bin & (BIN_SLOTS - 1)], index);
         {
-            let node = &mut self.nodes[index as usize];
+            let node = &mut nodes[index as usize];
             node.prev_free = NONE;
             node.next_free = head;
         }
         if head != NONE {
-            self.nodes[head as usize].prev_free = index;
+            nodes[head as usize].prev_free = index;
         }
-        self.heads[bin] = index;
-        let (fl, sl) = (bin / SL_COUNT, bin % SL_COUNT);
-        self.sl_bitmaps[fl] |= 1 << sl;
-        self.fl_bitmap |= 1 << fl;
-        self.free_range_count += 1;
+        let (fl, sl) = (bin >> SL_LOG2, bin % SL_COUNT);
+        self.sl_bitmaps[fl & (FL_SLOTS - 1)] |= 1 << sl;
+        self.fl_bitmap |= 1 << (fl & 63);
     }
 
-    #[inline]
-    fn remove_free(&mut self, index: u32) {
-        let node = self.nodes[index as usize];
-        let bin = bin_floor(node.size);
-        if node.prev_free == NONE {
-            self.heads[bin] = node.next_free;
-        } else {
-            self.nodes[node.prev_free as usize].next_free = node.next_free;
+    /// Takes free block `index` out of the list of `bin`.
+    #[inline(always)]
+    fn unlink(&mut self, nodes: &mut [Node], index: u32, bin: usize) {
+        let Node { prev_free, next_free, .. } = nodes[index as usize];
+        if next_free != NONE {
+            nodes[next_free as usize].prev_free = prev_free;
         }
-        if node.next_free != NONE {
-            self.nodes[node.next_free as usize].prev_free = node.prev_free;
+        if prev_free != NONE {
+            nodes[prev_free as usize].next_free = next_free;
+            return;
         }
-        if self.heads[bin] == NONE {
-            let (fl, sl) = (bin / SL_COUNT, bin % SL_COUNT);
-            self.sl_bitmaps[fl] &= !(1 << sl);
-            if self.sl_bitmaps[fl] == 0 {
-                self.fl_bitmap &= !(1 << fl);
+        self.heads[bin & (BIN_SLOTS - 1)] = next_free;
+        if next_free == NONE {
+            let (fl, sl) = (bin >> SL_LOG2, bin % SL_COUNT);
+            let sl_map = &mut self.sl_bitmaps[fl & (FL_SLOTS - 1)];
+            *sl_map &= !(1 << sl);
+            if *sl_map == 0 {
+                self.fl_bitmap &= !(1 << (fl & 63));
             }
         }
-        self.free_range_count -= 1;
     }
 
-    #[inline]
-    fn new_node(&mut self, node: Node) -> u32 {
-        match self.spare_nodes.pop() {
-            Some(index) => {
-                self.nodes[index as usize] = node;
-                index
-            }
-            None => {
-                let index = u32::try_from(self.nodes.len())
-                    .ok()
-                    .filter(|&i| i < USED)
-                    .expect("more than 2^32 - 2 blocks in one heap");
-                self.nodes.push(node);
-                index
-            }
+    /// Sets free block `index`, listed in `old_bin`, to `[offset, end)`, moving it to the list of
+    /// its new bin only if its size class changed.
+    #[inline(always)]
+    fn resize(&mut self, nodes: &mut [Node], index: u32, old_bin: usize, offset: u64, end: u64) {
+        let node = &mut nodes[index as usize];
+        debug_assert_eq!(old_bin, bin_floor(node.size));
+        node.offset = offset;
+        node.size = end - offset;
+        let new_bin = bin_floor(node.size);
+        if new_bin != old_bin {
+            self.unlink(nodes, index, old_bin);
+            self.link(nodes, index, new_bin);
         }
     }
 }

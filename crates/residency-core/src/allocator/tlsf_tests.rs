@@ -427,3 +427,21 @@ fn ends_round_up_to_the_alignment_so_the_next_request_needs_no_padding() {
         free(&mut h, x);
     }
 }
+
+#[test]
+fn reserved_nodes_are_used_before_new_ones_and_keep_the_invariants() {
+    let mut h = heap(1 << 16, 64);
+    h.reserve(4);
+    let a = alloc(&mut h, 100, 1, Linear);
+    let b = alloc(&mut h, 100, 256, Optimal); // padding, tail: more blocks than reserved spares
+    free(&mut h, a); // a's node goes back to the spare stack
+    h.reserve(3); // on top of the spares there are
+    let mut live: Vec<Allocation> =
+        (0..20u64).map(|i| alloc(&mut h, 1 + i * 97, 1 << (i % 5), Linear)).collect();
+    live.push(b);
+    for x in live {
+        free(&mut h, x);
+    }
+    assert_eq!(h.blocks().count(), 1);
+    assert_eq!(h.stats().free_range_count, 1);
+}
