@@ -150,7 +150,7 @@ pub fn run(device: &Arc<Device>, forget_index_read: bool) -> Result<Outcome, Box
         1,
     )?;
     let fill =
-        ComputeProgram::new(device, "fill.comp", &spirv_words(FILL), &[BindingKind::StorageBuffer], 8, 8)?;
+        ComputeProgram::new(device, "fill.comp", &spirv_words(FILL), &[BindingKind::StorageBuffer], 8, 16)?;
     let draw = GraphicsProgram::new(
         device,
         "quads",

@@ -13,5 +13,5 @@ void main() {
         return;
     }
     ivec2 texel = pc.origin + p;
-    imageStore(target, texel, vec4(float(texel.x % 256) / 255.0, float(texel.y % 256) / 255.0, 0.5, 1.0));
+    imageStore(target, texel, vec4(float(texel.x % 256) / 255.0, float(texel.y % 256) / 255.0, 1.0, 1.0));
 }

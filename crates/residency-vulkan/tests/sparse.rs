@@ -369,7 +369,7 @@ fn storage_writes_land_in_resident_tiles_and_large_readbacks_are_refused() {
             .unwrap();
         let back = image.read_region(&device, 0, 0, tile, 1 << 20).unwrap();
         let expected: Vec<u8> = (0..shape.height)
-            .flat_map(|y| (0..shape.width).flat_map(move |x| [(x % 256) as u8, (y % 256) as u8, 128, 255]))
+            .flat_map(|y| (0..shape.width).flat_map(move |x| [(x % 256) as u8, (y % 256) as u8, 255, 255]))
             .collect();
         assert!(back == expected, "storage writes into the resident tile read back");
 
