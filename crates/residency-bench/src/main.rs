@@ -16,6 +16,7 @@
 //! With `RESIDENCY_VALIDATION=1` the Vulkan parts run under `VK_LAYER_KHRONOS_validation`; any
 //! validation problem is printed and makes the exit status 1.
 
+mod contention;
 mod measure;
 mod placed_buffers;
 mod report;
@@ -40,7 +41,8 @@ const USAGE: &str = "usage:
   residency-bench alloc [--json] [--reps N] [--quick] [--slow-baselines] [--only w1,w2,w3]
   residency-bench tight [--profile FILE]... [--device] [--json]
   residency-bench sparse [--full] [--side-tiles N] [--per-tile-max N] [--reps N] [--json]
-  residency-bench sync [--buffers N] [--frames N] [--passes N] [--seed S] [--json]";
+  residency-bench sync [--buffers N] [--frames N] [--passes N] [--seed S] [--json]
+  residency-bench contention [--threads 1,2,4,8] [--ops N] [--json]";
 
 /// The `alloc` command's options.
 #[derive(Clone, Debug, Default)]
@@ -71,6 +73,10 @@ fn main() -> ExitCode {
         },
         Some("sparse") => match sparse::parse_options(&args[1..]) {
             Ok(options) => sparse::run(&options),
+            Err(message) => usage_error(&message),
+        },
+        Some("contention") => match contention::parse_options(&args[1..]) {
+            Ok(options) => contention::run(&options),
             Err(message) => usage_error(&message),
         },
         Some("sync") => match sync::parse_options(&args[1..]) {
