@@ -35,7 +35,7 @@ pub fn parse_options(args: &[String]) -> Result<ContentionOptions, String> {
                     .split(',')
                     .map(|t| t.trim().parse().map_err(|_| format!("bad thread count `{t}`")))
                     .collect::<Result<_, _>>()?;
-                if o.threads.iter().any(|&t| t == 0) {
+                if o.threads.contains(&0) {
                     return Err("thread counts must be positive".into());
                 }
             }
