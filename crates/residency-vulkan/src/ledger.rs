@@ -15,9 +15,23 @@ pub struct LiveObject {
     pub name: Arc<str>,
 }
 
-/// Identifies a live object in the ledger: its slot.
+/// Identifies a live object in the ledger: its shard and its slot there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ObjectId(u32);
+pub struct ObjectId {
+    shard: u8,
+    slot: u32,
+}
+
+/// Shards of the live-object table: threads creating resources at once mostly take different
+/// locks (each thread keeps to one shard).
+const SHARDS: usize = 16;
+
+thread_local! {
+    static SHARD: usize = {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        NEXT.fetch_add(1, Ordering::Relaxed) as usize % SHARDS
+    };
+}
 
 /// Live objects in slots reused through a free list: tracking is O(1) and allocation-free once
 /// the slab has grown (creating a buffer must stay cheap).
@@ -37,7 +51,7 @@ pub struct Ledger {
     heap_limits: Vec<AtomicU64>,
     /// Test hook: the next this-many memory allocations fail as out of device memory.
     injected_oom: AtomicU64,
-    live: Mutex<Slab>,
+    live: [Mutex<Slab>; SHARDS],
 }
 
 impl Ledger {
@@ -48,7 +62,7 @@ impl Ledger {
             max_memory_objects: u64::from(max_memory_objects),
             heap_limits: (0..heap_count).map(|_| AtomicU64::new(u64::MAX)).collect(),
             injected_oom: AtomicU64::new(0),
-            live: Mutex::new(Slab::default()),
+            live: std::array::from_fn(|_| Mutex::new(Slab::default())),
         }
     }
 
@@ -123,29 +137,43 @@ impl Ledger {
     /// Records a live object.
     pub(crate) fn track(&self, kind: &'static str, name: impl Into<Arc<str>>) -> ObjectId {
         let object = LiveObject { kind, name: name.into() };
-        let mut slab = self.live.lock().unwrap_or_else(|e| e.into_inner());
-        match slab.free.pop() {
+        let shard = SHARD.with(|s| *s);
+        let mut slab = self.live[shard].lock().unwrap_or_else(|e| e.into_inner());
+        let slot = match slab.free.pop() {
             Some(slot) => {
                 slab.entries[slot as usize] = Some(object);
-                ObjectId(slot)
+                slot
             }
             None => {
                 slab.entries.push(Some(object));
-                ObjectId(slab.entries.len() as u32 - 1)
+                slab.entries.len() as u32 - 1
             }
-        }
+        };
+        ObjectId { shard: shard as u8, slot }
     }
 
     /// Forgets a live object.
     pub(crate) fn untrack(&self, id: ObjectId) {
-        let mut slab = self.live.lock().unwrap_or_else(|e| e.into_inner());
-        if slab.entries.get_mut(id.0 as usize).and_then(Option::take).is_some() {
-            slab.free.push(id.0);
+        let mut slab = self.live[usize::from(id.shard)].lock().unwrap_or_else(|e| e.into_inner());
+        if slab.entries.get_mut(id.slot as usize).and_then(Option::take).is_some() {
+            slab.free.push(id.slot);
         }
     }
 
-    /// Every live object, in slot order.
+    /// Every live object, shard by shard.
     pub fn live_objects(&self) -> Vec<LiveObject> {
-        self.live.lock().unwrap_or_else(|e| e.into_inner()).entries.iter().flatten().cloned().collect()
+        self.live
+            .iter()
+            .flat_map(|shard| {
+                shard
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .entries
+                    .iter()
+                    .flatten()
+                    .cloned()
+                    .collect::<Vec<_>>()
+            })
+            .collect()
     }
 }
