@@ -2,10 +2,10 @@
 //! with internal locking; measure contention").
 //!
 //! Each thread allocates and frees buffers of 16 B–4 KiB in a loop (a window of live buffers per
-//! thread), on one unknown-flags pool (placed buffers: `vkCreateBuffer` outside the pool's lock) and
-//! on one known-flags pool (ranges: the pool's lock is the whole cost). Reported: total operations
-//! per second for each thread count, and the scaling against one thread (ideal = threads, capped by
-//! the machine's cores).
+//! thread), on an unknown-flags pool (placed buffers: `vkCreateBuffer` outside the pool's lock) and
+//! a known-flags pool (ranges: the lock is the whole cost), each with one arena (one lock for every
+//! thread) and with one arena per thread. Reported: total operations per second for each thread
+//! count, and the scaling against one thread (ideal = threads, capped by the machine's cores).
 
 use residency::core::usage::{BufferPoolUsage, BufferUsage};
 use residency::vulkan::{BufferInit, BufferPool, BufferPoolDesc, Device, DeviceSet, DeviceSetDesc};
@@ -107,24 +107,22 @@ fn hammer(
 fn measure(device: &Arc<Device>, o: &ContentionOptions) -> Result<Vec<Row>, String> {
     let names: Vec<String> = (0..256).map(|i| format!("contention buffer {i}")).collect();
     let mut rows = Vec::new();
-    for (label, pool_usage, usage) in [
-        (
-            "placed (unknown flags)",
-            BufferPoolUsage::Unknown,
-            Some(BufferUsage::STORAGE | BufferUsage::VERTEX),
-        ),
-        ("ranges (known flags)", BufferPoolUsage::Known(BufferUsage::STORAGE | BufferUsage::UNIFORM), None),
+    let placed = (BufferPoolUsage::Unknown, Some(BufferUsage::STORAGE | BufferUsage::VERTEX));
+    let ranges = (BufferPoolUsage::Known(BufferUsage::STORAGE | BufferUsage::UNIFORM), None);
+    for (label, (pool_usage, usage), per_thread_arenas) in [
+        ("placed, 1 arena", placed, false),
+        ("placed, arena per thread", placed, true),
+        ("ranges, 1 arena", ranges, false),
+        ("ranges, arena per thread", ranges, true),
     ] {
-        let desc = BufferPoolDesc::new("contention", pool_usage).with_page_size(64 << 20);
-        let pool = BufferPool::new(Arc::clone(device), desc).map_err(|e| e.to_string())?;
-        // Warm-up: pages created, caches warm.
-        hammer(&pool, 0, o.ops, usage, &names);
         let mut base = 0.0;
         for &threads in &o.threads {
-            let mut runs = Vec::new();
-            for _ in 0..3 {
-                let started = Instant::now();
-                let done: usize = std::thread::scope(|scope| {
+            let arenas = if per_thread_arenas { threads as u32 } else { 1 };
+            let desc =
+                BufferPoolDesc::new("contention", pool_usage).with_page_size(16 << 20).with_arenas(arenas);
+            let pool = BufferPool::new(Arc::clone(device), desc).map_err(|e| e.to_string())?;
+            let run = || -> usize {
+                std::thread::scope(|scope| {
                     let handles: Vec<_> = (0..threads)
                         .map(|t| {
                             let (pool, names) = (&pool, &names);
@@ -132,11 +130,17 @@ fn measure(device: &Arc<Device>, o: &ContentionOptions) -> Result<Vec<Row>, Stri
                         })
                         .collect();
                     handles.into_iter().map(|h| h.join().unwrap_or(0)).sum()
-                });
-                runs.push(done as f64 / started.elapsed().as_secs_f64());
+                })
+            };
+            run(); // warm-up: pages created, caches warm
+            let mut rates = Vec::new();
+            for _ in 0..3 {
+                let started = Instant::now();
+                let done = run();
+                rates.push(done as f64 / started.elapsed().as_secs_f64());
             }
-            runs.sort_by(f64::total_cmp);
-            let rate = runs[runs.len() / 2];
+            rates.sort_by(f64::total_cmp);
+            let rate = rates[rates.len() / 2];
             if threads == o.threads[0] {
                 base = rate / threads as f64;
             }
@@ -176,9 +180,9 @@ pub fn run(o: &ContentionOptions) -> ExitCode {
         println!("{}", serde_json::to_string_pretty(&json).expect("serialises"));
     } else {
         println!("{cores} cores; median of 3 runs; scaling = rate / (one-thread rate per thread)");
-        println!("{:<24} {:>8} {:>14} {:>9}", "pool", "threads", "ops/s", "scaling");
+        println!("{:<26} {:>8} {:>14} {:>9}", "pool", "threads", "ops/s", "scaling");
         for r in &rows {
-            println!("{:<24} {:>8} {:>14.0} {:>9.2}", r.pool, r.threads, r.ops_per_sec, r.scaling);
+            println!("{:<26} {:>8} {:>14.0} {:>9.2}", r.pool, r.threads, r.ops_per_sec, r.scaling);
         }
     }
     crate::validation_status(Some(&set))

@@ -25,6 +25,14 @@ use std::sync::{Arc, Mutex};
 
 static NEXT_POOL_ID: AtomicU64 = AtomicU64::new(1);
 
+thread_local! {
+    /// This thread's arena index (taken modulo a pool's arena count).
+    static ARENA: usize = {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        NEXT.fetch_add(1, Ordering::Relaxed) as usize
+    };
+}
+
 /// How to create a buffer pool.
 #[derive(Clone, Debug)]
 pub struct BufferPoolDesc {
@@ -38,6 +46,8 @@ pub struct BufferPoolDesc {
     pub page_size: u64,
     /// Whether pages may be allocated over the heap budget.
     pub allow_over_budget: bool,
+    /// Independent sets of pages with their own lock (default 1); see the module's locking notes.
+    pub arenas: u32,
 }
 
 impl BufferPoolDesc {
@@ -49,7 +59,18 @@ impl BufferPoolDesc {
             usage,
             page_size: 64 << 20,
             allow_over_budget: false,
+            arenas: 1,
         }
+    }
+
+    /// Splits the pool into `arenas` sets of pages, each with its own lock (clamped to 1..=64).
+    pub fn with_arenas(mut self, arenas: u32) -> Self {
+        let clamped = arenas.clamp(1, 64);
+        if clamped != arenas {
+            tracing::info!(requested = arenas, used = clamped, pool = %self.name, "arena count clamped");
+        }
+        self.arenas = clamped;
+        self
     }
 
     /// Sets the page memory.
@@ -120,7 +141,7 @@ pub struct BufferPool {
     device: Arc<Device>,
     desc: BufferPoolDesc,
     type_index: u32,
-    pages: Mutex<BlockList>,
+    arenas: Vec<Mutex<BlockList>>,
     pool_id: u64,
     buffers: AtomicU64,
     id: ObjectId,
@@ -169,36 +190,45 @@ impl BufferPool {
             });
         };
         let granularity = device.limits().buffer_image_granularity;
-        let mut pages = BlockList::new(
-            format!("{} page", desc.name),
-            type_index,
-            HeapGrowth::new(desc.page_size),
-            granularity,
-        );
-        pages.fixed_size = true;
-        if let BufferPoolUsage::Known(usage) = desc.usage {
-            let page_name = desc.name.clone();
-            pages.page_buffer = Some(Box::new(move |device: &Device, block| {
-                let (raw, req) =
-                    create_raw_buffer(device, &format!("{page_name} page buffer"), block.size, usage)?;
-                if req.memory_type_bits & (1 << block.type_index) == 0 || req.size > block.size {
-                    // SAFETY: created just above, unbound.
-                    unsafe { device.raw().destroy_buffer(raw, None) };
-                    return Err(MemoryError::Unsatisfiable {
-                        name: page_name.clone(),
-                        reason: "the page buffer does not fit its memory".into(),
-                    });
-                }
-                bind_buffer(device, raw, block.memory, 0)?;
-                Ok(raw)
-            }));
-        }
+        let usage_for_pages = desc.usage;
+        let make_arena = |arena: u32| {
+            let mut pages = BlockList::new(
+                if desc.arenas > 1 {
+                    format!("{} arena {arena} page", desc.name)
+                } else {
+                    format!("{} page", desc.name)
+                },
+                type_index,
+                HeapGrowth::new(desc.page_size),
+                granularity,
+            );
+            pages.fixed_size = true;
+            if let BufferPoolUsage::Known(usage) = usage_for_pages {
+                let page_name = desc.name.clone();
+                pages.page_buffer = Some(Box::new(move |device: &Device, block| {
+                    let (raw, req) =
+                        create_raw_buffer(device, &format!("{page_name} page buffer"), block.size, usage)?;
+                    if req.memory_type_bits & (1 << block.type_index) == 0 || req.size > block.size {
+                        // SAFETY: created just above, unbound.
+                        unsafe { device.raw().destroy_buffer(raw, None) };
+                        return Err(MemoryError::Unsatisfiable {
+                            name: page_name.clone(),
+                            reason: "the page buffer does not fit its memory".into(),
+                        });
+                    }
+                    bind_buffer(device, raw, block.memory, 0)?;
+                    Ok(raw)
+                }));
+            }
+            Mutex::new(pages)
+        };
+        let arenas = (0..desc.arenas.max(1)).map(make_arena).collect();
         let id = device.ledger().track("buffer pool", desc.name.as_str());
         Ok(BufferPool {
             device,
             desc,
             type_index,
-            pages: Mutex::new(pages),
+            arenas,
             pool_id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
             buffers: AtomicU64::new(0),
             id,
@@ -275,8 +305,9 @@ impl BufferPool {
         init: &BufferInit,
         size: u64,
         alignment: u64,
-    ) -> Result<(BlockAllocation, PageInfo), MemoryError> {
-        let mut pages = self.pages.lock().unwrap_or_else(|e| e.into_inner());
+    ) -> Result<(BlockAllocation, PageInfo, u16), MemoryError> {
+        let arena = ARENA.with(|a| *a) % self.arenas.len();
+        let mut pages = self.arenas[arena].lock().unwrap_or_else(|e| e.into_inner());
         let request = SubRequest {
             name: &init.name,
             size,
@@ -292,7 +323,7 @@ impl BufferPool {
             mapped: block.mapped,
             page_buffer: block.page_buffer,
         };
-        Ok((allocation, info))
+        Ok((allocation, info, arena as u16))
     }
 
     fn coherent(&self) -> bool {
@@ -312,7 +343,7 @@ impl BufferPool {
             });
         }
         let alignment = self.range_alignment(pool_usage).max(init.alignment);
-        let (allocation, page) = self.allocate(init, init.size, alignment)?;
+        let (allocation, page, arena) = self.allocate(init, init.size, alignment)?;
         let offset = allocation.allocation.offset();
         let name: Arc<str> = Arc::from(init.name.as_str());
         let id = self.device.ledger().track("buffer", Arc::clone(&name));
@@ -330,7 +361,7 @@ impl BufferPool {
             coherent: self.coherent(),
             placement: BufferPlacement::Range,
             device: self.device.index(),
-            owner: ResourceMemory::Pool { pool: self.pool_id, allocation },
+            owner: ResourceMemory::Pool { pool: self.pool_id, arena, allocation },
             id,
             resource: crate::buffer::next_resource_id(),
         })
@@ -350,10 +381,13 @@ impl BufferPool {
             )));
         }
         let alignment = req.alignment.max(init.alignment).max(1);
-        let (allocation, page) = self.allocate(init, req.size, alignment).map_err(destroy_raw)?;
+        let (allocation, page, arena) = self.allocate(init, req.size, alignment).map_err(destroy_raw)?;
         let offset = allocation.allocation.offset();
         if let Err(e) = bind_buffer(&self.device, raw, page.memory, offset) {
-            self.pages.lock().unwrap_or_else(|e| e.into_inner()).free(&self.device, allocation);
+            self.arenas[usize::from(arena)]
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .free(&self.device, allocation);
             return Err(e);
         }
         let name: Arc<str> = Arc::from(init.name.as_str());
@@ -372,7 +406,7 @@ impl BufferPool {
             coherent: self.coherent(),
             placement: BufferPlacement::Placed,
             device: self.device.index(),
-            owner: ResourceMemory::Pool { pool: self.pool_id, allocation },
+            owner: ResourceMemory::Pool { pool: self.pool_id, arena, allocation },
             id,
             resource: crate::buffer::next_resource_id(),
         })
@@ -386,7 +420,9 @@ impl BufferPool {
             tracing::error!(buffer = %buffer.name, pool = %self.desc.name, "buffer freed to a pool that did not make it");
             return Err(Box::new(buffer));
         }
-        let ResourceMemory::Pool { allocation, .. } = buffer.owner else { unreachable!("matched above") };
+        let ResourceMemory::Pool { allocation, arena, .. } = buffer.owner else {
+            unreachable!("matched above")
+        };
         if buffer.placement == BufferPlacement::Placed {
             // SAFETY: the placed buffer was created by this pool on this device; the caller gives it
             // up by value and must have no GPU work using it in flight.
@@ -394,26 +430,34 @@ impl BufferPool {
         }
         self.device.ledger().untrack(buffer.id);
         self.buffers.fetch_sub(1, Ordering::Relaxed);
-        self.pages.lock().unwrap_or_else(|e| e.into_inner()).free(&self.device, allocation);
+        self.arenas[usize::from(arena)]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .free(&self.device, allocation);
         Ok(())
     }
 
     /// Checks every page's allocator invariants (in bounds, no overlap, aligned, granularity, free
     /// lists consistent). For tests and debugging; a failure is a bug in the library.
     pub fn check_invariants(&self) -> Result<(), residency_core::allocator::InvariantError> {
-        let pages = self.pages.lock().unwrap_or_else(|e| e.into_inner());
-        pages.blocks.iter().flatten().try_for_each(|b| b.allocator.check_invariants())
+        self.arenas.iter().try_for_each(|arena| {
+            let pages = arena.lock().unwrap_or_else(|e| e.into_inner());
+            pages.blocks.iter().flatten().try_for_each(|b| b.allocator.check_invariants())
+        })
     }
 
     /// The pool's statistics.
     pub fn stats(&self) -> PoolStats {
-        let (page_bytes, used_bytes, pages) = self.pages.lock().unwrap_or_else(|e| e.into_inner()).totals();
+        let (page_bytes, used_bytes, pages) = self.arenas.iter().fold((0, 0, 0), |(b, u, n), arena| {
+            let (bytes, used, count) = arena.lock().unwrap_or_else(|e| e.into_inner()).totals();
+            (b + bytes, u + used, n + count)
+        });
         PoolStats { pages, page_bytes, used_bytes, buffers: self.buffers.load(Ordering::Relaxed) }
     }
 
-    /// The pool's pages, for memory reports.
-    pub(crate) fn pages(&self) -> &Mutex<BlockList> {
-        &self.pages
+    /// The pool's arenas of pages, for memory reports.
+    pub(crate) fn arenas(&self) -> &[Mutex<BlockList>] {
+        &self.arenas
     }
 }
 
@@ -431,7 +475,9 @@ impl Drop for BufferPool {
         if live != 0 {
             tracing::error!(pool = %self.desc.name, buffers = live, "buffer pool dropped with live buffers (leaked)");
         }
-        self.pages.get_mut().unwrap_or_else(|e| e.into_inner()).destroy_all(&self.device);
+        for arena in &mut self.arenas {
+            arena.get_mut().unwrap_or_else(|e| e.into_inner()).destroy_all(&self.device);
+        }
         self.device.ledger().untrack(self.id);
     }
 }

@@ -128,12 +128,16 @@ fn pool_report(pool: &BufferPool, labels: &Labels<'_>) -> PoolReport {
         BufferPoolUsage::Known(usage) => u64::from(usage.bits()),
         BufferPoolUsage::Unknown => 0,
     };
-    let pages = pool.pages().lock().unwrap_or_else(|e| e.into_inner());
+    let blocks = pool
+        .arenas()
+        .iter()
+        .flat_map(|arena| list_blocks(&arena.lock().unwrap_or_else(|e| e.into_inner()), usage, labels))
+        .collect();
     PoolReport {
         name: pool.desc().name.clone(),
         memory_type: pool.memory_type(),
         page_size: pool.desc().page_size,
-        blocks: list_blocks(&pages, usage, labels),
+        blocks,
     }
 }
 

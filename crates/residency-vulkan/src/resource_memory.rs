@@ -16,7 +16,7 @@ pub(crate) enum ResourceMemory {
     /// Memory of its own.
     Dedicated(Box<MemoryBlock>),
     /// A pool (identified by its id).
-    Pool { pool: u64, allocation: BlockAllocation },
+    Pool { pool: u64, arena: u16, allocation: BlockAllocation },
     /// A transient pool's heap: nothing to return (the heap outlives the frame).
     Transient,
 }
