@@ -67,10 +67,17 @@ fn hammer(pool: &BufferPool, thread: usize) -> usize {
 fn eight_threads_allocate_map_and_free_in_one_pool() {
     with_gpu(|set| {
         let device = Arc::clone(&set.devices()[0]);
-        for usage in [BufferPoolUsage::Unknown, BufferPoolUsage::Known(BufferUsage::ALL)] {
+        let variants = [
+            (BufferPoolUsage::Unknown, 1),
+            (BufferPoolUsage::Known(BufferUsage::ALL), 1),
+            (BufferPoolUsage::Unknown, THREADS as u32),
+            (BufferPoolUsage::Known(BufferUsage::ALL), 3),
+        ];
+        for (usage, arenas) in variants {
             let desc = BufferPoolDesc::new("stress", usage)
                 .with_memory(MemoryIntent::Upload)
-                .with_page_size(1 << 20);
+                .with_page_size(1 << 20)
+                .with_arenas(arenas);
             let pool = Arc::new(BufferPool::new(Arc::clone(&device), desc).unwrap());
             let ops: usize = std::thread::scope(|scope| {
                 let handles: Vec<_> = (0..THREADS)
