@@ -4,7 +4,7 @@
 //! A placed buffer (unknown-flags pool, general allocator, committed) is tracked on its own, per
 //! byte range; a buffer that is a range of a known-flags pool page is tracked through its page (the
 //! legacy per-page behaviour: a use of the buffer is a use of the whole page); an image per
-//! subresource. Declare the next uses in a [`Batch`](residency_core::sync::Batch), flush it, and
+//! subresource. Declare the next uses in a [`Batch`], flush it, and
 //! [`ResourceTracker::record`] writes the barriers into a command buffer as one
 //! `vkCmdPipelineBarrier2`.
 
