@@ -1,0 +1,147 @@
+//! Shader feedback on the GPU: a known view's samples request exactly the tiles the CPU model says.
+
+use residency_core::format::Format;
+use residency_core::memory::MemoryIntent;
+use residency_core::streaming::{classify_sample, FeedbackBuffer, FeedbackDesc, FeedbackLayout, RequestKind};
+use residency_core::tiles::{ImageId, SparseImageDesc, SparseImageLayout};
+use residency_core::usage::BufferUsage;
+use residency_vulkan::ash::vk;
+use residency_vulkan::compute::{spirv_words, Binding, BindingKind, ComputeProgram};
+use residency_vulkan::testing::with_gpu;
+use residency_vulkan::BufferDesc;
+
+const SHADER: &[u8] =
+    include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shaders/feedback_view.comp.spv"));
+
+fn words_to_bytes(words: &[u32]) -> Vec<u8> {
+    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+#[test]
+fn a_known_view_requests_exactly_the_expected_tiles() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 16384, 16384);
+        let layout = SparseImageLayout::for_device(&desc, device.profile()).unwrap();
+        let id = ImageId(7);
+        let mut feedback = FeedbackLayout::new(FeedbackDesc::default(), &[(id, &layout)]).unwrap();
+        assert!(feedback.set_lod_warning(id, 8, 64));
+
+        // A camera over part of the texture: 32 × 32 pixels at mip-0 texel centres, LODs 0.1–3.1;
+        // a third of them see their own mip resident (min-LOD = that mip: LOD warnings), the rest
+        // nothing resident (misses).
+        let mut samples = Vec::new();
+        for y in 0..32u32 {
+            for x in 0..32u32 {
+                let u = (f64::from(x * 97) + 13.5) / 16384.0;
+                let v = (f64::from(y * 89) + 21.5) / 16384.0;
+                let lod = (y % 4) as f32 + 0.1;
+                let min_lod = if x % 3 == 0 { (y % 4) as f32 } else { 255.0 };
+                samples.push([u as f32, v as f32, lod, min_lod]);
+            }
+        }
+        let frame = 42;
+        let mut expected = FeedbackBuffer::new(&feedback, frame);
+        let image = &feedback.images()[0];
+        for s in &samples {
+            if let Some((tile, kind)) = classify_sample(image, 0, [s[0], s[1]], s[2], s[3] as u8) {
+                expected.record(&feedback, 0, tile, kind);
+            }
+        }
+
+        let bytes = feedback.buffer_bytes();
+        let fb = device
+            .create_buffer(
+                &BufferDesc::new("feedback", bytes, BufferUsage::STORAGE).with_intent(MemoryIntent::Readback),
+            )
+            .unwrap();
+        let mut initial = vec![0u32; (bytes / 4) as usize];
+        initial[..4].copy_from_slice(&feedback.header_words(frame));
+        fb.write(device, 0, &words_to_bytes(&initial)).unwrap();
+        let table_words = feedback.image_table();
+        let table = device
+            .create_buffer(
+                &BufferDesc::new("image table", table_words.len() as u64 * 4, BufferUsage::STORAGE)
+                    .with_intent(MemoryIntent::Upload),
+            )
+            .unwrap();
+        table.write(device, 0, &words_to_bytes(&table_words)).unwrap();
+        let input = device
+            .create_buffer(
+                &BufferDesc::new("samples", samples.len() as u64 * 16, BufferUsage::STORAGE)
+                    .with_intent(MemoryIntent::Upload),
+            )
+            .unwrap();
+        input
+            .write(device, 0, &samples.iter().flatten().flat_map(|f| f.to_le_bytes()).collect::<Vec<_>>())
+            .unwrap();
+
+        let kinds = [BindingKind::StorageBuffer; 3];
+        let program =
+            ComputeProgram::new(device, "feedback_view.comp", &spirv_words(SHADER), &kinds, 4, 1).unwrap();
+        let ds = program
+            .descriptor_set(device, &[Binding::Buffer(&fb), Binding::Buffer(&table), Binding::Buffer(&input)])
+            .unwrap();
+        device
+            .submit_once("feedback view", |cmd| {
+                let barrier = |src, src_access, dst, dst_access| {
+                    [vk::MemoryBarrier2::default()
+                        .src_stage_mask(src)
+                        .src_access_mask(src_access)
+                        .dst_stage_mask(dst)
+                        .dst_access_mask(dst_access)]
+                };
+                let before = barrier(
+                    vk::PipelineStageFlags2::HOST,
+                    vk::AccessFlags2::HOST_WRITE,
+                    vk::PipelineStageFlags2::COMPUTE_SHADER,
+                    vk::AccessFlags2::SHADER_READ | vk::AccessFlags2::SHADER_WRITE,
+                );
+                let after = barrier(
+                    vk::PipelineStageFlags2::COMPUTE_SHADER,
+                    vk::AccessFlags2::SHADER_WRITE,
+                    vk::PipelineStageFlags2::HOST,
+                    vk::AccessFlags2::HOST_READ,
+                );
+                // SAFETY: `cmd` is recording on this device.
+                unsafe {
+                    device
+                        .raw()
+                        .cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&before))
+                };
+                program.dispatch(
+                    device,
+                    cmd,
+                    ds,
+                    &(samples.len() as u32).to_le_bytes(),
+                    [(samples.len() as u32).div_ceil(64), 1, 1],
+                );
+                // SAFETY: as above.
+                unsafe {
+                    device
+                        .raw()
+                        .cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&after))
+                };
+            })
+            .unwrap();
+        let mut gpu = vec![0u8; bytes as usize];
+        fb.read(device, 0, &mut gpu).unwrap();
+
+        let from_gpu = feedback.decode(&gpu, frame).unwrap();
+        let from_cpu = feedback.decode(&expected.bytes(), frame).unwrap();
+        assert!(!from_cpu.requests.is_empty());
+        assert!(from_cpu.requests.iter().any(|r| r.kind == RequestKind::Miss));
+        assert!(from_cpu.requests.iter().any(|r| r.kind == RequestKind::LodWarning));
+        assert_eq!(
+            from_gpu.requests, from_cpu.requests,
+            "the GPU requested exactly the CPU model's tiles, with its pixel counts"
+        );
+        assert_eq!(from_gpu.records, from_cpu.records);
+        assert!(!from_gpu.overflowed);
+
+        program.destroy(device);
+        for b in [fb, table, input] {
+            device.destroy_buffer(b);
+        }
+    });
+}
