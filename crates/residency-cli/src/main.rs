@@ -4,6 +4,7 @@ mod alloc_info;
 mod dump;
 mod info;
 mod tour;
+mod vt;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -27,6 +28,9 @@ enum Command {
     Dump(dump::DumpArgs),
     /// Run every capability end to end on this machine's devices and write an HTML report.
     Tour(tour::TourArgs),
+    /// Tiled virtual-texture files (`.rvt`): `residency vt build INPUT... -o FILE.rvt`.
+    #[command(subcommand)]
+    Vt(vt::VtCommand),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +47,7 @@ fn main() -> ExitCode {
         Command::AllocInfo(args) => alloc_info::run(&args),
         Command::Dump(args) => dump::run(&args),
         Command::Tour(args) => tour::run(&args),
+        Command::Vt(command) => vt::run(&command),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,289 @@
+//! `residency vt build INPUT... -o FILE.rvt`: a tiled virtual texture from PNG/JPEG images.
+//!
+//! One large image is used as it is; several (files, or folders searched for `.png`/`.jpg`) are
+//! packed into a square megatexture atlas with a shelf packer, cycling through the inputs until the
+//! atlas is full (`--no-fill` packs each once). The full mip chain is made with a 2×2 box filter in
+//! linear light (sRGB decoded, averaged, encoded), and every mip is cut into tiles written to the
+//! `.rvt` file (LZ4 by default) with a progress bar.
+
+use anyhow::{bail, Context};
+use indicatif::{ProgressBar, ProgressStyle};
+use residency::core::format::Format;
+use residency::core::vt_file::{Compression, VtDesc, VtWriter};
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Debug, clap::Subcommand)]
+pub enum VtCommand {
+    /// Build a `.rvt` tiled virtual texture from PNG/JPEG images (files or folders).
+    Build(BuildArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct BuildArgs {
+    /// Images, or folders to search for `.png`/`.jpg` (sorted by path).
+    #[arg(required = true)]
+    inputs: Vec<PathBuf>,
+    /// The output file.
+    #[arg(short, long)]
+    output: PathBuf,
+    /// Side of the atlas in texels (several inputs; default 16384). One input keeps its size.
+    #[arg(long)]
+    size: Option<u32>,
+    /// Tile side in texels (128: one 64 KiB sparse tile of RGBA8).
+    #[arg(long, default_value_t = 128)]
+    tile: u32,
+    /// Store tiles uncompressed instead of LZ4.
+    #[arg(long)]
+    no_compression: bool,
+    /// Pack each input once instead of cycling through them until the atlas is full.
+    #[arg(long)]
+    no_fill: bool,
+}
+
+pub fn run(command: &VtCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        VtCommand::Build(args) => build(args),
+    }
+}
+
+/// An RGBA8 image.
+#[derive(Clone)]
+pub struct Rgba {
+    /// Width in texels.
+    pub width: u32,
+    /// Height in texels.
+    pub height: u32,
+    /// Rows of RGBA texels.
+    pub pixels: Vec<u8>,
+}
+
+fn collect(inputs: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for input in inputs {
+        if input.is_dir() {
+            let mut stack = vec![input.clone()];
+            while let Some(dir) = stack.pop() {
+                for entry in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
+                    let path = entry?.path();
+                    if path.is_dir() {
+                        stack.push(path);
+                    } else if is_image(&path) {
+                        files.push(path);
+                    }
+                }
+            }
+        } else if input.is_file() {
+            files.push(input.clone());
+        } else {
+            bail!("{} is neither a file nor a folder", input.display());
+        }
+    }
+    files.sort();
+    files.dedup();
+    if files.is_empty() {
+        bail!("no .png or .jpg images found in the inputs");
+    }
+    Ok(files)
+}
+
+fn is_image(path: &Path) -> bool {
+    matches!(
+        path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref(),
+        Some("png" | "jpg" | "jpeg")
+    )
+}
+
+/// Decodes a PNG or JPEG file to RGBA8.
+pub fn decode(path: &Path) -> anyhow::Result<Rgba> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let name = path.display();
+    if bytes.starts_with(b"\x89PNG") {
+        let mut decoder = png::Decoder::new(std::io::Cursor::new(&bytes));
+        decoder.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
+        let mut reader = decoder.read_info().with_context(|| format!("{name}: not a PNG"))?;
+        let mut buf = vec![0; reader.output_buffer_size()];
+        let info = reader.next_frame(&mut buf).with_context(|| format!("{name}: broken PNG"))?;
+        let pixels = to_rgba(&buf[..info.buffer_size()], info.color_type.samples(), &name.to_string())?;
+        Ok(Rgba { width: info.width, height: info.height, pixels })
+    } else {
+        let mut decoder = jpeg_decoder::Decoder::new(std::io::Cursor::new(&bytes));
+        let data = decoder.decode().with_context(|| format!("{name}: not a PNG or JPEG"))?;
+        let info = decoder.info().context("JPEG without a header")?;
+        let samples = match info.pixel_format {
+            jpeg_decoder::PixelFormat::L8 => 1,
+            jpeg_decoder::PixelFormat::RGB24 => 3,
+            other => bail!("{name}: JPEG pixel format {other:?} is not supported"),
+        };
+        let pixels = to_rgba(&data, samples, &name.to_string())?;
+        Ok(Rgba { width: u32::from(info.width), height: u32::from(info.height), pixels })
+    }
+}
+
+fn to_rgba(data: &[u8], samples: usize, name: &str) -> anyhow::Result<Vec<u8>> {
+    Ok(match samples {
+        1 => data.iter().flat_map(|&g| [g, g, g, 255]).collect(),
+        2 => data.chunks_exact(2).flat_map(|c| [c[0], c[0], c[0], c[1]]).collect(),
+        3 => data.chunks_exact(3).flat_map(|c| [c[0], c[1], c[2], 255]).collect(),
+        4 => data.to_vec(),
+        n => bail!("{name}: {n} samples per pixel"),
+    })
+}
+
+/// Packs `images` into a `size × size` atlas with a shelf packer (largest first), cycling through
+/// them until no more fit when `fill`.
+pub fn pack(images: &[Rgba], size: u32, fill: bool) -> Rgba {
+    let mut atlas = Rgba { width: size, height: size, pixels: vec![0; size as usize * size as usize * 4] };
+    let mut order: Vec<usize> = (0..images.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse((images[i].height, images[i].width)));
+    let (mut x, mut y, mut shelf) = (0u32, 0u32, 0u32);
+    let mut placed_any = true;
+    'rounds: while placed_any {
+        placed_any = false;
+        for &i in &order {
+            let img = &images[i];
+            if img.width > size || img.height > size {
+                continue;
+            }
+            if x + img.width > size {
+                x = 0;
+                y += shelf;
+                shelf = 0;
+            }
+            if y + img.height > size {
+                break 'rounds;
+            }
+            for row in 0..img.height {
+                let src = (row * img.width * 4) as usize;
+                let dst = (((y + row) * size + x) * 4) as usize;
+                atlas.pixels[dst..dst + img.width as usize * 4]
+                    .copy_from_slice(&img.pixels[src..src + img.width as usize * 4]);
+            }
+            x += img.width;
+            shelf = shelf.max(img.height);
+            placed_any = true;
+        }
+        if !fill {
+            break;
+        }
+    }
+    atlas
+}
+
+fn srgb_to_linear_table() -> [f32; 256] {
+    std::array::from_fn(|i| {
+        let c = i as f32 / 255.0;
+        if c <= 0.04045 {
+            c / 12.92
+        } else {
+            ((c + 0.055) / 1.055).powf(2.4)
+        }
+    })
+}
+
+fn linear_to_srgb(l: f32) -> u8 {
+    let c = if l <= 0.003_130_8 { l * 12.92 } else { 1.055 * l.powf(1.0 / 2.4) - 0.055 };
+    (c.clamp(0.0, 1.0) * 255.0).round() as u8
+}
+
+/// The next mip: each texel the linear-light average of a 2×2 block (edges clamp for odd sides;
+/// alpha averaged linearly).
+pub fn downsample(img: &Rgba, table: &[f32; 256]) -> Rgba {
+    let (w, h) = ((img.width / 2).max(1), (img.height / 2).max(1));
+    let mut pixels = vec![0u8; (w * h * 4) as usize];
+    for y in 0..h {
+        for x in 0..w {
+            let mut acc = [0.0f32; 4];
+            for (dx, dy) in [(0, 0), (1, 0), (0, 1), (1, 1)] {
+                let sx = (x * 2 + dx).min(img.width - 1);
+                let sy = (y * 2 + dy).min(img.height - 1);
+                let p = ((sy * img.width + sx) * 4) as usize;
+                for c in 0..3 {
+                    acc[c] += table[img.pixels[p + c] as usize];
+                }
+                acc[3] += f32::from(img.pixels[p + 3]);
+            }
+            let o = ((y * w + x) * 4) as usize;
+            for c in 0..3 {
+                pixels[o + c] = linear_to_srgb(acc[c] / 4.0);
+            }
+            pixels[o + 3] = (acc[3] / 4.0).round() as u8;
+        }
+    }
+    Rgba { width: w, height: h, pixels }
+}
+
+fn build(args: &BuildArgs) -> anyhow::Result<ExitCode> {
+    if args.tile == 0 || args.tile > 4096 {
+        bail!("--tile must be 1..=4096");
+    }
+    let files = collect(&args.inputs)?;
+    let images: Vec<Rgba> = files.iter().map(|f| decode(f)).collect::<anyhow::Result<_>>()?;
+    let base = if images.len() == 1 && args.size.is_none() {
+        images.into_iter().next().context("one image")?
+    } else {
+        let size = args.size.unwrap_or(16384);
+        if !size.is_power_of_two() || size < args.tile {
+            bail!("--size must be a power of two of at least the tile size");
+        }
+        pack(&images, size, !args.no_fill)
+    };
+    let mips = 32 - base.width.max(base.height).leading_zeros();
+    let compression = if args.no_compression { Compression::None } else { Compression::Lz4 };
+    let desc = VtDesc::new(Format::R8G8B8A8Unorm, base.width, base.height, args.tile, args.tile)
+        .with_mip_count(mips)
+        .with_compression(compression);
+    desc.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let file =
+        std::fs::File::create(&args.output).with_context(|| format!("creating {}", args.output.display()))?;
+    let mut writer = VtWriter::new(BufWriter::new(file), desc).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let progress = ProgressBar::new(desc.tile_count());
+    progress.set_style(
+        ProgressStyle::with_template("{msg:>10} [{bar:40}] {pos}/{len} tiles {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let table = srgb_to_linear_table();
+    let mut level = base;
+    for mip in 0..mips {
+        progress.set_message(format!("mip {mip}"));
+        let (gx, gy) = desc.tile_grid(mip);
+        for ty in 0..gy {
+            for tx in 0..gx {
+                let (w, h) = desc.tile_extent(mip, tx, ty).context("tile inside the mip")?;
+                let (x0, y0) = (tx * args.tile, ty * args.tile);
+                let mut tile = Vec::with_capacity((w * h * 4) as usize);
+                for row in 0..h {
+                    let start = (((y0 + row) * level.width + x0) * 4) as usize;
+                    tile.extend_from_slice(&level.pixels[start..start + (w * 4) as usize]);
+                }
+                writer.write_tile(mip, tx, ty, &tile).map_err(|e| anyhow::anyhow!("{e}"))?;
+                progress.inc(1);
+            }
+        }
+        if mip + 1 < mips {
+            level = downsample(&level, &table);
+        }
+    }
+    progress.finish_and_clear();
+    let file = writer.finish().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let bytes = file.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?.metadata()?.len();
+    let raw: u64 = (0..mips)
+        .map(|m| {
+            let (w, h) = desc.mip_extent(m);
+            u64::from(w) * u64::from(h) * 4
+        })
+        .sum();
+    println!(
+        "{}: {}×{} RGBA8 from {} image(s), {mips} mips, {} tiles of {}², {} ({:.2}× smaller than raw)",
+        args.output.display(),
+        desc.mip_extent(0).0,
+        desc.mip_extent(0).1,
+        files.len(),
+        desc.tile_count(),
+        args.tile,
+        residency::core::report::format_bytes(bytes),
+        raw as f64 / bytes as f64
+    );
+    Ok(ExitCode::SUCCESS)
+}
