@@ -114,39 +114,8 @@ impl Sampler<'_> {
         let mut push: Vec<u8> = DEFAULT.iter().flat_map(|f| f.to_le_bytes()).collect();
         push.extend_from_slice(&(n as u32).to_le_bytes());
         push.resize(32, 0);
-        device.submit_once("sample sparse texture", |cmd| {
-            let barrier = |src, src_access, dst, dst_access| {
-                [vk::MemoryBarrier2::default()
-                    .src_stage_mask(src)
-                    .src_access_mask(src_access)
-                    .dst_stage_mask(dst)
-                    .dst_access_mask(dst_access)]
-            };
-            let before = barrier(
-                vk::PipelineStageFlags2::ALL_COMMANDS,
-                vk::AccessFlags2::MEMORY_WRITE,
-                vk::PipelineStageFlags2::COMPUTE_SHADER,
-                vk::AccessFlags2::SHADER_READ | vk::AccessFlags2::SHADER_WRITE,
-            );
-            let after = barrier(
-                vk::PipelineStageFlags2::COMPUTE_SHADER,
-                vk::AccessFlags2::SHADER_WRITE,
-                vk::PipelineStageFlags2::HOST,
-                vk::AccessFlags2::HOST_READ,
-            );
-            // SAFETY: `cmd` is recording on this device.
-            unsafe {
-                device
-                    .raw()
-                    .cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&before))
-            };
+        device.submit_compute("sample sparse texture", |cmd| {
             self.program.dispatch(device, cmd, set, &push, [(n as u32).div_ceil(64), 1, 1]);
-            // SAFETY: as above.
-            unsafe {
-                device
-                    .raw()
-                    .cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&after))
-            };
         })?;
         let mut out = vec![0u8; (n * 32) as usize];
         results.read(device, 0, &mut out)?;

@@ -246,6 +246,33 @@ impl Device {
         read.map(|()| out)
     }
 
+    /// Submits compute work that reads what the host and earlier submissions wrote and whose results
+    /// the host reads afterwards: a barrier from every earlier write to compute reads and writes,
+    /// `record`, a barrier from compute writes to host reads; then waits.
+    pub fn submit_compute(&self, name: &str, record: impl FnOnce(vk::CommandBuffer)) -> Result<()> {
+        let before = [vk::MemoryBarrier2::default()
+            .src_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS | vk::PipelineStageFlags2::HOST)
+            .src_access_mask(vk::AccessFlags2::MEMORY_WRITE | vk::AccessFlags2::HOST_WRITE)
+            .dst_stage_mask(vk::PipelineStageFlags2::COMPUTE_SHADER)
+            .dst_access_mask(vk::AccessFlags2::SHADER_READ | vk::AccessFlags2::SHADER_WRITE)];
+        let after = [vk::MemoryBarrier2::default()
+            .src_stage_mask(vk::PipelineStageFlags2::COMPUTE_SHADER)
+            .src_access_mask(vk::AccessFlags2::SHADER_WRITE)
+            .dst_stage_mask(vk::PipelineStageFlags2::HOST)
+            .dst_access_mask(vk::AccessFlags2::HOST_READ)];
+        self.submit_once(name, |cmd| {
+            // SAFETY: `cmd` is recording on this device.
+            unsafe {
+                self.raw().cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&before))
+            };
+            record(cmd);
+            // SAFETY: as above.
+            unsafe {
+                self.raw().cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&after))
+            };
+        })
+    }
+
     /// Records commands with `record`, submits them to the universal queue and waits for them.
     /// Convenient for set-up, tests and examples; hot paths keep a [`CommandContext`].
     pub fn submit_once(&self, name: &str, record: impl FnOnce(vk::CommandBuffer)) -> Result<()> {

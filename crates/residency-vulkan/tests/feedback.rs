@@ -5,7 +5,6 @@ use residency_core::memory::MemoryIntent;
 use residency_core::streaming::{classify_sample, FeedbackBuffer, FeedbackDesc, FeedbackLayout, RequestKind};
 use residency_core::tiles::{ImageId, SparseImageDesc, SparseImageLayout};
 use residency_core::usage::BufferUsage;
-use residency_vulkan::ash::vk;
 use residency_vulkan::compute::{spirv_words, Binding, BindingKind, ComputeProgram};
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::BufferDesc;
@@ -83,32 +82,7 @@ fn a_known_view_requests_exactly_the_expected_tiles() {
             .descriptor_set(device, &[Binding::Buffer(&fb), Binding::Buffer(&table), Binding::Buffer(&input)])
             .unwrap();
         device
-            .submit_once("feedback view", |cmd| {
-                let barrier = |src, src_access, dst, dst_access| {
-                    [vk::MemoryBarrier2::default()
-                        .src_stage_mask(src)
-                        .src_access_mask(src_access)
-                        .dst_stage_mask(dst)
-                        .dst_access_mask(dst_access)]
-                };
-                let before = barrier(
-                    vk::PipelineStageFlags2::HOST,
-                    vk::AccessFlags2::HOST_WRITE,
-                    vk::PipelineStageFlags2::COMPUTE_SHADER,
-                    vk::AccessFlags2::SHADER_READ | vk::AccessFlags2::SHADER_WRITE,
-                );
-                let after = barrier(
-                    vk::PipelineStageFlags2::COMPUTE_SHADER,
-                    vk::AccessFlags2::SHADER_WRITE,
-                    vk::PipelineStageFlags2::HOST,
-                    vk::AccessFlags2::HOST_READ,
-                );
-                // SAFETY: `cmd` is recording on this device.
-                unsafe {
-                    device
-                        .raw()
-                        .cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&before))
-                };
+            .submit_compute("feedback view", |cmd| {
                 program.dispatch(
                     device,
                     cmd,
@@ -116,12 +90,6 @@ fn a_known_view_requests_exactly_the_expected_tiles() {
                     &(samples.len() as u32).to_le_bytes(),
                     [(samples.len() as u32).div_ceil(64), 1, 1],
                 );
-                // SAFETY: as above.
-                unsafe {
-                    device
-                        .raw()
-                        .cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&after))
-                };
             })
             .unwrap();
         let mut gpu = vec![0u8; bytes as usize];

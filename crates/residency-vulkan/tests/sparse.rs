@@ -85,30 +85,8 @@ fn probe(device: &Arc<Device>, image: &SparseImage, points: &[[i32; 3]]) -> Vec<
     push.extend_from_slice(&(n as u32).to_le_bytes());
     push.resize(32, 0);
     device
-        .submit_once("sparse probe", |cmd| {
-            let before = [vk::MemoryBarrier2::default()
-                .src_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
-                .src_access_mask(vk::AccessFlags2::MEMORY_WRITE)
-                .dst_stage_mask(vk::PipelineStageFlags2::COMPUTE_SHADER)
-                .dst_access_mask(vk::AccessFlags2::SHADER_READ | vk::AccessFlags2::SHADER_WRITE)];
-            let after = [vk::MemoryBarrier2::default()
-                .src_stage_mask(vk::PipelineStageFlags2::COMPUTE_SHADER)
-                .src_access_mask(vk::AccessFlags2::SHADER_WRITE)
-                .dst_stage_mask(vk::PipelineStageFlags2::HOST)
-                .dst_access_mask(vk::AccessFlags2::HOST_READ)];
-            // SAFETY: `cmd` is recording on this device.
-            unsafe {
-                device
-                    .raw()
-                    .cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&before));
-            }
+        .submit_compute("sparse probe", |cmd| {
             program.dispatch(device, cmd, set, &push, [(n as u32).div_ceil(64), 1, 1]);
-            // SAFETY: as above.
-            unsafe {
-                device
-                    .raw()
-                    .cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&after));
-            }
         })
         .unwrap();
     let mut out = vec![0u8; (n * 32) as usize];

@@ -28,21 +28,6 @@ use std::sync::Arc;
 const PLACED: &[u8] = include_bytes!("../../../../shaders/placed_buffers.comp.spv");
 const FALLBACK: &[u8] = include_bytes!("../../../../shaders/sparse_fallback.comp.spv");
 
-fn barrier(
-    device: &Device,
-    cmd: vk::CommandBuffer,
-    dst: vk::PipelineStageFlags2,
-    dst_access: vk::AccessFlags2,
-) {
-    let b = [vk::MemoryBarrier2::default()
-        .src_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
-        .src_access_mask(vk::AccessFlags2::MEMORY_WRITE)
-        .dst_stage_mask(dst)
-        .dst_access_mask(dst_access)];
-    // SAFETY: `cmd` is recording on `device`.
-    unsafe { device.raw().cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&b)) };
-}
-
 /// Step 1: what each device is.
 pub fn devices(set: &DeviceSet) -> anyhow::Result<Section> {
     let mut lines = Vec::new();
@@ -214,9 +199,8 @@ pub fn pool(set: &DeviceSet) -> anyhow::Result<Section> {
             Binding::Buffer(&results),
         ],
     )?;
-    device.submit_once("tour compute", |cmd| {
-        barrier(&device, cmd, vk::PipelineStageFlags2::COMPUTE_SHADER, vk::AccessFlags2::SHADER_READ);
-        program.dispatch(&device, cmd, set_, &[], [n.div_ceil(64), 1, 1]);
+    device.submit_compute("tour compute", |cmd| {
+        program.dispatch(&device, cmd, set_, &[], [n.div_ceil(64), 1, 1])
     })?;
     let out = device.read_back(&results, 0, u64::from(n) * 16)?;
     let correct = (0..n as usize)
@@ -404,15 +388,8 @@ pub fn sparse(set: &DeviceSet) -> anyhow::Result<Section> {
     let mut push: Vec<u8> = [1.0f32, 0.0, 1.0, 1.0].iter().flat_map(|f| f.to_le_bytes()).collect();
     push.extend_from_slice(&(grid.len() as u32).to_le_bytes());
     push.resize(32, 0);
-    device.submit_once("tour sampling", |cmd| {
-        barrier(
-            &device,
-            cmd,
-            vk::PipelineStageFlags2::COMPUTE_SHADER,
-            vk::AccessFlags2::SHADER_READ | vk::AccessFlags2::SHADER_WRITE,
-        );
+    device.submit_compute("tour sampling", |cmd| {
         program.dispatch(&device, cmd, ds, &push, [1, 1, 1]);
-        barrier(&device, cmd, vk::PipelineStageFlags2::HOST, vk::AccessFlags2::HOST_READ);
     })?;
     let mut out = vec![0u8; grid.len() * 32];
     results.read(&device, 0, &mut out)?;
