@@ -7,6 +7,7 @@
 //! thread) and with one arena per thread. Reported: total operations per second for each thread
 //! count, and the scaling against one thread (ideal = threads, capped by the machine's cores).
 
+use residency::core::sync::measure::SplitMix64;
 use residency::core::usage::{BufferPoolUsage, BufferUsage};
 use residency::vulkan::{BufferInit, BufferPool, BufferPoolDesc, Device, DeviceSet, DeviceSetDesc};
 use serde::Serialize;
@@ -61,18 +62,6 @@ struct Row {
     scaling: f64,
 }
 
-/// A small deterministic generator per thread (xorshift64*).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-}
-
 fn hammer(
     pool: &BufferPool,
     thread: usize,
@@ -80,19 +69,19 @@ fn hammer(
     usage: Option<BufferUsage>,
     names: &[String],
 ) -> usize {
-    let mut rng = Rng(0x9e37_79b9 ^ (thread as u64 + 1));
+    let mut rng = SplitMix64::new(0x9e37_79b9 ^ (thread as u64 + 1));
     let mut live = Vec::with_capacity(64);
     let mut done = 0;
     for i in 0..ops {
-        if live.len() < 64 && (live.is_empty() || rng.next() % 2 == 0) {
-            let mut init = BufferInit::new(names[i % names.len()].clone(), 16 + rng.next() % 4080);
+        if live.len() < 64 && (live.is_empty() || rng.next_u64() % 2 == 0) {
+            let mut init = BufferInit::new(names[i % names.len()].clone(), 16 + rng.next_u64() % 4080);
             init.usage = usage;
             if let Ok(b) = pool.init_buffer(&init) {
                 live.push(b);
                 done += 1;
             }
         } else {
-            let b = live.swap_remove((rng.next() % live.len() as u64) as usize);
+            let b = live.swap_remove((rng.next_u64() % live.len() as u64) as usize);
             if pool.free_buffer(b).is_ok() {
                 done += 1;
             }

@@ -784,27 +784,16 @@ impl SparseImage {
         if bytes > limit {
             return Err(SparseError::ReadbackTooLarge { bytes, limit });
         }
-        let copy = vk::BufferImageCopy {
-            buffer_offset: 0,
-            buffer_row_length: 0,
-            buffer_image_height: 0,
-            image_subresource: vk::ImageSubresourceLayers {
-                aspect_mask: aspect(self.desc.format),
-                mip_level: mip,
-                base_array_layer: layer,
-                layer_count: 1,
-            },
-            image_offset: vk::Offset3D {
-                x: region.offset[0] as i32,
-                y: region.offset[1] as i32,
-                z: region.offset[2] as i32,
-            },
-            image_extent: vk::Extent3D {
-                width: region.extent[0],
-                height: region.extent[1],
-                depth: region.extent[2],
-            },
-        };
+        let copy = crate::upload::ImageRegion {
+            image: self.raw,
+            layout: vk::ImageLayout::GENERAL,
+            aspect: aspect(self.desc.format),
+            mip,
+            layer,
+            offset: region.offset,
+            extent: region.extent,
+        }
+        .buffer_image_copy(0);
         let bytes = device.copy_to_host(&self.name, bytes, |cmd, staging| {
             // SAFETY: `cmd` is recording on this device; the image (GENERAL layout) and the buffer are
             // live and the region lies in both.

@@ -78,6 +78,33 @@ pub struct ImageRegion {
     pub extent: [u32; 3],
 }
 
+impl ImageRegion {
+    /// The `VkBufferImageCopy` between tightly packed texels at `buffer_offset` and this region.
+    pub fn buffer_image_copy(&self, buffer_offset: u64) -> vk::BufferImageCopy {
+        vk::BufferImageCopy {
+            buffer_offset,
+            buffer_row_length: 0,
+            buffer_image_height: 0,
+            image_subresource: vk::ImageSubresourceLayers {
+                aspect_mask: self.aspect,
+                mip_level: self.mip,
+                base_array_layer: self.layer,
+                layer_count: 1,
+            },
+            image_offset: vk::Offset3D {
+                x: self.offset[0] as i32,
+                y: self.offset[1] as i32,
+                z: self.offset[2] as i32,
+            },
+            image_extent: vk::Extent3D {
+                width: self.extent[0],
+                height: self.extent[1],
+                depth: self.extent[2],
+            },
+        }
+    }
+}
+
 struct State {
     ring: RingAllocator,
     copies: Vec<PendingCopy>,
@@ -191,27 +218,7 @@ impl Uploader {
         self.staging
             .write(device, allocation.offset, data)
             .expect("ring allocations lie inside the staging buffer");
-        let copy = vk::BufferImageCopy {
-            buffer_offset: allocation.offset,
-            buffer_row_length: 0,
-            buffer_image_height: 0,
-            image_subresource: vk::ImageSubresourceLayers {
-                aspect_mask: region.aspect,
-                mip_level: region.mip,
-                base_array_layer: region.layer,
-                layer_count: 1,
-            },
-            image_offset: vk::Offset3D {
-                x: region.offset[0] as i32,
-                y: region.offset[1] as i32,
-                z: region.offset[2] as i32,
-            },
-            image_extent: vk::Extent3D {
-                width: region.extent[0],
-                height: region.extent[1],
-                depth: region.extent[2],
-            },
-        };
+        let copy = region.buffer_image_copy(allocation.offset);
         state.copies.push(PendingCopy::Image { dst: region.image, layout: region.layout, region: copy });
         Ok(())
     }

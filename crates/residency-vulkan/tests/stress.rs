@@ -2,6 +2,7 @@
 //! checker after every operation and data checks that catch any overlap between threads' buffers.
 
 use residency_core::memory::MemoryIntent;
+use residency_core::sync::measure::SplitMix64;
 use residency_core::usage::{BufferPoolUsage, BufferUsage};
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::{BufferInit, BufferPool, BufferPoolDesc};
@@ -10,32 +11,20 @@ use std::sync::Arc;
 const THREADS: usize = 8;
 const OPS_PER_THREAD: usize = 400;
 
-/// A small deterministic generator (xorshift64*), one per thread.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-}
-
 fn hammer(pool: &BufferPool, thread: usize) -> usize {
     let device = pool.device();
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (thread as u64 + 1));
+    let mut rng = SplitMix64::new(0x9e37_79b9_7f4a_7c15 ^ (thread as u64 + 1));
     let mut live = Vec::new();
     let mut ops = 0;
     for op in 0..OPS_PER_THREAD {
-        if live.is_empty() || (live.len() < 24 && rng.next() % 3 != 0) {
-            let size = 16 + rng.next() % 8192;
-            let usage = match rng.next() % 3 {
+        if live.is_empty() || (live.len() < 24 && rng.next_u64() % 3 != 0) {
+            let size = 16 + rng.next_u64() % 8192;
+            let usage = match rng.next_u64() % 3 {
                 0 => BufferUsage::STORAGE,
                 1 => BufferUsage::UNIFORM,
                 _ => BufferUsage::VERTEX | BufferUsage::INDEX,
             };
-            let alignment = [0, 16, 64, 256][(rng.next() % 4) as usize];
+            let alignment = [0, 16, 64, 256][(rng.next_u64() % 4) as usize];
             let init = BufferInit::new(format!("t{thread} op{op}"), size)
                 .with_usage(usage)
                 .with_alignment(alignment);
@@ -44,7 +33,7 @@ fn hammer(pool: &BufferPool, thread: usize) -> usize {
             buffer.write(device, 0, &vec![tag; size as usize]).unwrap();
             live.push((buffer, tag));
         } else {
-            let (buffer, tag) = live.swap_remove((rng.next() % live.len() as u64) as usize);
+            let (buffer, tag) = live.swap_remove((rng.next_u64() % live.len() as u64) as usize);
             let mut back = vec![0; buffer.size() as usize];
             buffer.read(device, 0, &mut back).unwrap();
             assert!(back.iter().all(|&b| b == tag), "{}: another thread wrote into it", buffer.name());

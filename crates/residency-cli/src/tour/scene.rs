@@ -7,6 +7,7 @@
 
 use residency::core::format::Format;
 use residency::core::placement::{ResourceDesc, ResourceFlag};
+use residency::core::sync::measure::SplitMix64;
 
 /// One class of resources in the scene.
 #[derive(Debug)]
@@ -17,15 +18,12 @@ pub struct Class {
     pub descs: Vec<ResourceDesc>,
 }
 
-/// xorshift64*: a small deterministic generator.
-struct Rng(u64);
+/// The core's deterministic generator, with the distribution the scene needs.
+struct Rng(SplitMix64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        self.0.next_u64()
     }
 
     /// Log-uniform in `lo..=hi`.
@@ -42,7 +40,7 @@ fn textures(count: usize, format: Format, side: u32) -> Vec<ResourceDesc> {
 
 /// The scene, by class.
 pub fn scene() -> Vec<Class> {
-    let mut rng = Rng(0x5eed_2026_1129);
+    let mut rng = Rng(SplitMix64::new(0x5eed_2026_1129));
     let rt = |format: Format, w: u64, h: u32, flag: ResourceFlag| {
         ResourceDesc::texture_2d(format, w, h).with_mip_levels(1).with_flag(flag)
     };
