@@ -70,6 +70,9 @@ pub enum SparseError {
     /// Reading texels back failed.
     #[error(transparent)]
     ReadBack(#[from] crate::commands::ReadBackError),
+    /// Queueing an upload failed.
+    #[error(transparent)]
+    Upload(#[from] crate::upload::UploadError),
     /// A Vulkan call failed.
     #[error(transparent)]
     Vulkan(#[from] VulkanError),
@@ -77,7 +80,220 @@ pub enum SparseError {
 
 struct PoolState {
     pool: TilePool,
+    heaps: TileHeaps,
+}
+
+/// The `VkDeviceMemory` behind the heaps of a [`TilePool`]: one allocation per `HeapIndex`, made when
+/// the pool adds the heap and freed when it releases it. A [`SparseTilePool`] has one for its own
+/// pool; streaming keeps one for the streaming manager's pool.
+pub struct TileHeaps {
+    device: Arc<Device>,
+    memory_type: u32,
     heaps: Vec<Option<MemoryBlock>>,
+}
+
+impl std::fmt::Debug for TileHeaps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TileHeaps")
+            .field("memory_type", &self.memory_type)
+            .field("heaps", &self.heaps.iter().flatten().count())
+            .finish()
+    }
+}
+
+impl TileHeaps {
+    /// Heap memory for sparse images on `device` (device-local, of a type sparse images accept).
+    pub fn new(device: Arc<Device>, name: &str) -> Result<TileHeaps, SparseError> {
+        if device.sparse_queue().is_none() || !device.features().sparse_residency_image_2d {
+            return Err(SparseError::NoSparseQueue);
+        }
+        // Sparse images of every format accept the same memory types on the devices we know; the
+        // RGBA8 probe's types stand for all, and each image is checked when it is created.
+        let bits = device
+            .profile()
+            .formats
+            .iter()
+            .find_map(|f| f.sparse_2d_probe.map(|p| p.requirements.memory_type_bits))
+            .ok_or(SparseError::NoSparseQueue)?;
+        let memory_type =
+            *memory_type_candidates(&device.memory_properties().types, bits, MemoryIntent::DeviceLocal)
+                .first()
+                .ok_or_else(|| MemoryError::NoSuitableMemoryType {
+                    name: name.to_owned(),
+                    allowed_bits: bits,
+                    intent: MemoryIntent::DeviceLocal,
+                })?;
+        Ok(TileHeaps { device, memory_type, heaps: Vec::new() })
+    }
+
+    /// The memory type of the heaps.
+    pub fn memory_type(&self) -> u32 {
+        self.memory_type
+    }
+
+    /// Allocates the memory of `heaps` of `pool` that has none yet; returns how many were made.
+    pub fn ensure(&mut self, pool: &TilePool, heaps: &[HeapIndex]) -> Result<u64, SparseError> {
+        let mut added = 0;
+        for &heap in heaps {
+            let index = heap.0 as usize;
+            if self.heaps.len() <= index {
+                self.heaps.resize_with(index + 1, || None);
+            }
+            if self.heaps[index].is_some() {
+                continue;
+            }
+            let size = u64::from(pool.heap_tiles(heap).unwrap_or(0)) * pool.tile_bytes();
+            let name = format!("{} heap {}", pool.desc().name, heap.0);
+            let desc = RawMemoryDesc {
+                name: &name,
+                size,
+                type_index: self.memory_type,
+                allow_over_budget: false,
+                dedicated: None,
+            };
+            self.heaps[index] = Some(MemoryBlock::new(&self.device, desc, 1)?);
+            added += 1;
+        }
+        Ok(added)
+    }
+
+    /// Frees the memory of released heaps (nothing may be bound to them any more).
+    pub fn release(&mut self, heaps: &[HeapIndex]) {
+        for heap in heaps {
+            if let Some(block) = self.heaps.get_mut(heap.0 as usize).and_then(Option::take) {
+                block.destroy(&self.device);
+            }
+        }
+    }
+
+    fn memory(&self, heap: HeapIndex) -> vk::DeviceMemory {
+        self.heaps
+            .get(heap.0 as usize)
+            .and_then(Option::as_ref)
+            .map(|b| b.memory)
+            .expect("heaps exist for every bound tile")
+    }
+
+    /// Applies residency changes made against `pool` (by a streaming manager, say) to images that
+    /// have no residency of their own ([`SparseImage::new_external`]): heaps first, then one
+    /// `vkQueueBindSparse` for all of them; waits for it.
+    pub fn bind(
+        &mut self,
+        pool: &TilePool,
+        items: &[(&SparseImage, &ResidencyChanges)],
+        options: BindPlanOptions,
+    ) -> Result<BindStats, SparseError> {
+        let mut heaps_added = 0;
+        let mut plans = Vec::with_capacity(items.len());
+        for (image, changes) in items {
+            heaps_added += self.ensure(pool, &changes.heaps_added)?;
+            plans.push((
+                image.raw,
+                aspect(image.desc.format),
+                plan_binds(image.layout(), &changes.tiles, &changes.tails, options)?,
+            ));
+        }
+        let mut stats = submit_plans(&self.device, &plans, self, pool.tile_bytes())?;
+        stats.heaps_added = heaps_added;
+        Ok(stats)
+    }
+}
+
+impl Drop for TileHeaps {
+    fn drop(&mut self) {
+        for block in self.heaps.drain(..).flatten() {
+            block.destroy(&self.device);
+        }
+    }
+}
+
+/// Binds planned changes of several images in one `vkQueueBindSparse` on the sparse queue (unbinds
+/// in a first batch, binds in a second that waits on it) and waits for the fence.
+fn submit_plans(
+    device: &Device,
+    plans: &[(vk::Image, vk::ImageAspectFlags, residency_core::tiles::BindPlan)],
+    heaps: &TileHeaps,
+    tile_bytes: u64,
+) -> Result<BindStats, SparseError> {
+    let mut stats = BindStats::default();
+    let mut unbind_regions: Vec<Vec<vk::SparseImageMemoryBind>> = Vec::new();
+    let mut bind_regions: Vec<Vec<vk::SparseImageMemoryBind>> = Vec::new();
+    let mut unbind_opaque: Vec<Vec<vk::SparseMemoryBind>> = Vec::new();
+    let mut bind_opaque: Vec<Vec<vk::SparseMemoryBind>> = Vec::new();
+    for (_, aspect_mask, plan) in plans {
+        let (mut u, mut b) = (Vec::new(), Vec::new());
+        for bind in &plan.image_binds {
+            let tiles = bind.tiles.count();
+            let (memory, offset) = match bind.memory {
+                Some(m) => {
+                    stats.tiles_bound += tiles;
+                    (heaps.memory(m.heap), m.offset)
+                }
+                None => {
+                    stats.tiles_unbound += tiles;
+                    (vk::DeviceMemory::null(), 0)
+                }
+            };
+            let entry = vk::SparseImageMemoryBind {
+                subresource: vk::ImageSubresource {
+                    aspect_mask: *aspect_mask,
+                    mip_level: bind.mip,
+                    array_layer: bind.layer,
+                },
+                offset: vk::Offset3D {
+                    x: bind.offset[0] as i32,
+                    y: bind.offset[1] as i32,
+                    z: bind.offset[2] as i32,
+                },
+                extent: vk::Extent3D { width: bind.extent[0], height: bind.extent[1], depth: bind.extent[2] },
+                memory,
+                memory_offset: offset,
+                flags: vk::SparseMemoryBindFlags::empty(),
+            };
+            if bind.memory.is_some() {
+                b.push(entry)
+            } else {
+                u.push(entry)
+            }
+        }
+        let (mut ou, mut ob) = (Vec::new(), Vec::new());
+        for bind in &plan.opaque_binds {
+            let tiles = bind.size.div_ceil(tile_bytes);
+            let entry = vk::SparseMemoryBind {
+                resource_offset: bind.resource_offset,
+                size: bind.size,
+                memory: bind.memory.map_or(vk::DeviceMemory::null(), |m| heaps.memory(m.heap)),
+                memory_offset: bind.memory.map_or(0, |m| m.offset),
+                flags: vk::SparseMemoryBindFlags::empty(),
+            };
+            if bind.memory.is_some() {
+                stats.tiles_bound += tiles;
+                ob.push(entry);
+            } else {
+                stats.tiles_unbound += tiles;
+                ou.push(entry);
+            }
+        }
+        stats.bind_entries += (u.len() + b.len() + ou.len() + ob.len()) as u64;
+        unbind_regions.push(u);
+        bind_regions.push(b);
+        unbind_opaque.push(ou);
+        bind_opaque.push(ob);
+    }
+    let raws: Vec<vk::Image> = plans.iter().map(|(raw, ..)| *raw).collect();
+    let (unbind_images, unbind_tails) =
+        (image_infos(&raws, &unbind_regions), opaque_infos(&raws, &unbind_opaque));
+    let (bind_images, bind_tails) = (image_infos(&raws, &bind_regions), opaque_infos(&raws, &bind_opaque));
+    if !unbind_images.is_empty()
+        || !unbind_tails.is_empty()
+        || !bind_images.is_empty()
+        || !bind_tails.is_empty()
+    {
+        let started = Instant::now();
+        submit_binds(device, (&unbind_images, &unbind_tails), (&bind_images, &bind_tails))?;
+        stats.micros = started.elapsed().as_micros() as u64;
+    }
+    Ok(stats)
 }
 
 /// The physical tiles shared by a device's sparse images.
@@ -116,30 +332,13 @@ pub struct BindStats {
 impl SparseTilePool {
     /// Creates a pool on `device`; heaps are allocated when tiles are first needed.
     pub fn new(device: Arc<Device>, desc: TilePoolDesc) -> Result<SparseTilePool, SparseError> {
-        if device.sparse_queue().is_none() || !device.features().sparse_residency_image_2d {
-            return Err(SparseError::NoSparseQueue);
-        }
-        // Sparse images of every format accept the same memory types on the devices we know; the
-        // RGBA8 probe's types stand for all, and each image is checked when it is created.
-        let profile = device.profile();
-        let bits = profile
-            .formats
-            .iter()
-            .find_map(|f| f.sparse_2d_probe.map(|p| p.requirements.memory_type_bits))
-            .ok_or(SparseError::NoSparseQueue)?;
-        let memory_type =
-            *memory_type_candidates(&device.memory_properties().types, bits, MemoryIntent::DeviceLocal)
-                .first()
-                .ok_or_else(|| MemoryError::NoSuitableMemoryType {
-                    name: desc.name.clone(),
-                    allowed_bits: bits,
-                    intent: MemoryIntent::DeviceLocal,
-                })?;
+        let heaps = TileHeaps::new(Arc::clone(&device), &desc.name)?;
+        let memory_type = heaps.memory_type();
         let id = device.ledger().track("sparse tile pool", desc.name.as_str());
         Ok(SparseTilePool {
             device,
             memory_type,
-            state: Mutex::new(PoolState { pool: TilePool::new(desc), heaps: Vec::new() }),
+            state: Mutex::new(PoolState { pool: TilePool::new(desc), heaps }),
             next_image: AtomicU32::new(1),
             pool_id: NEXT_POOL.fetch_add(1, Ordering::Relaxed),
             id,
@@ -170,32 +369,6 @@ impl SparseTilePool {
         f(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()).pool)
     }
 
-    fn ensure_heaps(&self, state: &mut PoolState, heaps: &[HeapIndex]) -> Result<u64, SparseError> {
-        let mut added = 0;
-        for &heap in heaps {
-            let index = heap.0 as usize;
-            if state.heaps.len() <= index {
-                state.heaps.resize_with(index + 1, || None);
-            }
-            if state.heaps[index].is_some() {
-                continue;
-            }
-            let tiles = state.pool.heap_tiles(heap).unwrap_or(0);
-            let size = u64::from(tiles) * state.pool.tile_bytes();
-            let name = format!("{} heap {}", state.pool.desc().name, heap.0);
-            let desc = RawMemoryDesc {
-                name: &name,
-                size,
-                type_index: self.memory_type,
-                allow_over_budget: false,
-                dedicated: None,
-            };
-            state.heaps[index] = Some(MemoryBlock::new(&self.device, desc, 1)?);
-            added += 1;
-        }
-        Ok(added)
-    }
-
     /// Binds and unbinds everything the given images queued since their last flush, in one
     /// `vkQueueBindSparse` on the sparse queue, and waits for it to complete.
     pub fn flush_binds(&self, images: &mut [&mut SparseImage]) -> Result<BindStats, SparseError> {
@@ -208,9 +381,9 @@ impl SparseTilePool {
         images: &mut [&mut SparseImage],
         options: BindPlanOptions,
     ) -> Result<BindStats, SparseError> {
-        let device = &*self.device;
-        let mut stats = BindStats::default();
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let state = &mut *state;
+        let mut heaps_added = 0;
         let mut plans = Vec::with_capacity(images.len());
         for image in images.iter() {
             if image.pool_id != self.pool_id {
@@ -219,179 +392,87 @@ impl SparseTilePool {
                     reason: "flushed through a pool that does not own its tiles".into(),
                 });
             }
-            stats.heaps_added += self.ensure_heaps(&mut state, &image.pending.heaps_added)?;
+            heaps_added += state.heaps.ensure(&state.pool, &image.pending.heaps_added)?;
             let plan =
                 plan_binds(image.residency.layout(), &image.pending.tiles, &image.pending.tails, options)?;
-            plans.push(plan);
+            plans.push((image.raw, aspect(image.desc.format), plan));
         }
-        // Bind structures: unbinds (memory null) and binds, per image.
-        let heap_memory = |heap: HeapIndex| {
-            state
-                .heaps
-                .get(heap.0 as usize)
-                .and_then(Option::as_ref)
-                .map(|b| b.memory)
-                .expect("heaps exist for every bound tile")
-        };
-        let mut unbind_regions: Vec<Vec<vk::SparseImageMemoryBind>> = Vec::new();
-        let mut bind_regions: Vec<Vec<vk::SparseImageMemoryBind>> = Vec::new();
-        let mut unbind_opaque: Vec<Vec<vk::SparseMemoryBind>> = Vec::new();
-        let mut bind_opaque: Vec<Vec<vk::SparseMemoryBind>> = Vec::new();
-        for (image, plan) in images.iter().zip(&plans) {
-            let aspect_mask = aspect(image.desc.format);
-            let (mut u, mut b) = (Vec::new(), Vec::new());
-            for bind in &plan.image_binds {
-                let tiles = bind.tiles.count();
-                let (memory, offset) = match bind.memory {
-                    Some(m) => {
-                        stats.tiles_bound += tiles;
-                        (heap_memory(m.heap), m.offset)
-                    }
-                    None => {
-                        stats.tiles_unbound += tiles;
-                        (vk::DeviceMemory::null(), 0)
-                    }
-                };
-                let entry = vk::SparseImageMemoryBind {
-                    subresource: vk::ImageSubresource {
-                        aspect_mask,
-                        mip_level: bind.mip,
-                        array_layer: bind.layer,
-                    },
-                    offset: vk::Offset3D {
-                        x: bind.offset[0] as i32,
-                        y: bind.offset[1] as i32,
-                        z: bind.offset[2] as i32,
-                    },
-                    extent: vk::Extent3D {
-                        width: bind.extent[0],
-                        height: bind.extent[1],
-                        depth: bind.extent[2],
-                    },
-                    memory,
-                    memory_offset: offset,
-                    flags: vk::SparseMemoryBindFlags::empty(),
-                };
-                if bind.memory.is_some() {
-                    b.push(entry)
-                } else {
-                    u.push(entry)
-                }
-            }
-            let (mut ou, mut ob) = (Vec::new(), Vec::new());
-            for bind in &plan.opaque_binds {
-                let tiles = bind.size.div_ceil(state.pool.tile_bytes());
-                let entry = vk::SparseMemoryBind {
-                    resource_offset: bind.resource_offset,
-                    size: bind.size,
-                    memory: bind.memory.map_or(vk::DeviceMemory::null(), |m| heap_memory(m.heap)),
-                    memory_offset: bind.memory.map_or(0, |m| m.offset),
-                    flags: vk::SparseMemoryBindFlags::empty(),
-                };
-                if bind.memory.is_some() {
-                    stats.tiles_bound += tiles;
-                    ob.push(entry);
-                } else {
-                    stats.tiles_unbound += tiles;
-                    ou.push(entry);
-                }
-            }
-            stats.bind_entries += (u.len() + b.len() + ou.len() + ob.len()) as u64;
-            unbind_regions.push(u);
-            bind_regions.push(b);
-            unbind_opaque.push(ou);
-            bind_opaque.push(ob);
-        }
-        drop(state);
-        let raws: Vec<vk::Image> = images.iter().map(|i| i.raw).collect();
-        let (unbind_images, unbind_tails) =
-            (image_infos(&raws, &unbind_regions), opaque_infos(&raws, &unbind_opaque));
-        let (bind_images, bind_tails) =
-            (image_infos(&raws, &bind_regions), opaque_infos(&raws, &bind_opaque));
-        let has_unbinds = !unbind_images.is_empty() || !unbind_tails.is_empty();
-        let has_binds = !bind_images.is_empty() || !bind_tails.is_empty();
-        if has_unbinds || has_binds {
-            let started = Instant::now();
-            self.submit_binds(device, (&unbind_images, &unbind_tails), (&bind_images, &bind_tails))?;
-            stats.micros = started.elapsed().as_micros() as u64;
-        }
+        let mut stats = submit_plans(&self.device, &plans, &state.heaps, state.pool.tile_bytes())?;
+        stats.heaps_added = heaps_added;
         for image in images.iter_mut() {
             image.pending = ResidencyChanges::default();
             image.pending_index.clear();
         }
         Ok(stats)
     }
+}
 
-    fn submit_binds(
-        &self,
-        device: &Device,
-        unbinds: (&[vk::SparseImageMemoryBindInfo<'_>], &[vk::SparseImageOpaqueMemoryBindInfo<'_>]),
-        binds: (&[vk::SparseImageMemoryBindInfo<'_>], &[vk::SparseImageOpaqueMemoryBindInfo<'_>]),
-    ) -> Result<(), SparseError> {
-        let queue = device.sparse_queue().ok_or(SparseError::NoSparseQueue)?;
-        let has_unbinds = !unbinds.0.is_empty() || !unbinds.1.is_empty();
-        let has_binds = !binds.0.is_empty() || !binds.1.is_empty();
-        // SAFETY: valid device; the semaphore and fence are destroyed below after the fence wait.
-        let (semaphore, fence) = unsafe {
-            let semaphore = device
-                .raw()
-                .create_semaphore(&vk::SemaphoreCreateInfo::default(), None)
-                .during("vkCreateSemaphore")?;
-            match device.raw().create_fence(&vk::FenceCreateInfo::default(), None) {
-                Ok(fence) => (semaphore, fence),
-                Err(r) => {
-                    device.raw().destroy_semaphore(semaphore, None);
-                    return Err(VulkanError::from_vk("vkCreateFence", r).into());
-                }
+fn submit_binds(
+    device: &Device,
+    unbinds: (&[vk::SparseImageMemoryBindInfo<'_>], &[vk::SparseImageOpaqueMemoryBindInfo<'_>]),
+    binds: (&[vk::SparseImageMemoryBindInfo<'_>], &[vk::SparseImageOpaqueMemoryBindInfo<'_>]),
+) -> Result<(), SparseError> {
+    let queue = device.sparse_queue().ok_or(SparseError::NoSparseQueue)?;
+    let has_unbinds = !unbinds.0.is_empty() || !unbinds.1.is_empty();
+    let has_binds = !binds.0.is_empty() || !binds.1.is_empty();
+    // SAFETY: valid device; the semaphore and fence are destroyed below after the fence wait.
+    let (semaphore, fence) = unsafe {
+        let semaphore = device
+            .raw()
+            .create_semaphore(&vk::SemaphoreCreateInfo::default(), None)
+            .during("vkCreateSemaphore")?;
+        match device.raw().create_fence(&vk::FenceCreateInfo::default(), None) {
+            Ok(fence) => (semaphore, fence),
+            Err(r) => {
+                device.raw().destroy_semaphore(semaphore, None);
+                return Err(VulkanError::from_vk("vkCreateFence", r).into());
             }
-        };
-        let semaphores = [semaphore];
-        let mut batches = Vec::new();
-        if has_unbinds {
-            let mut batch =
-                vk::BindSparseInfo::default().image_binds(unbinds.0).image_opaque_binds(unbinds.1);
-            if has_binds {
-                batch = batch.signal_semaphores(&semaphores);
-            }
-            batches.push(batch);
         }
+    };
+    let semaphores = [semaphore];
+    let mut batches = Vec::new();
+    if has_unbinds {
+        let mut batch = vk::BindSparseInfo::default().image_binds(unbinds.0).image_opaque_binds(unbinds.1);
         if has_binds {
-            let mut batch = vk::BindSparseInfo::default().image_binds(binds.0).image_opaque_binds(binds.1);
-            if has_unbinds {
-                batch = batch.wait_semaphores(&semaphores);
-            }
-            batches.push(batch);
+            batch = batch.signal_semaphores(&semaphores);
         }
-        let result = {
-            let queue = queue.lock();
-            // SAFETY: the queue is locked and supports sparse binding; every image is a live sparse
-            // image of this device, every memory a live heap of this pool, and the regions are
-            // tile-aligned (or reach the mip edge) as the planner guarantees.
-            unsafe { device.raw().queue_bind_sparse(*queue, &batches, fence) }.during("vkQueueBindSparse")
-        }
-        .and_then(|()| {
-            // SAFETY: the fence belongs to this device and was just submitted.
-            unsafe { device.raw().wait_for_fences(&[fence], true, u64::MAX) }.during("vkWaitForFences")
-        });
-        // SAFETY: the fence has signalled (or the submission failed), so nothing uses them any more.
-        unsafe {
-            if result.is_err() {
-                let _ = device.wait_idle();
-            }
-            device.raw().destroy_fence(fence, None);
-            device.raw().destroy_semaphore(semaphore, None);
-        }
-        result.map_err(SparseError::from)
+        batches.push(batch);
     }
+    if has_binds {
+        let mut batch = vk::BindSparseInfo::default().image_binds(binds.0).image_opaque_binds(binds.1);
+        if has_unbinds {
+            batch = batch.wait_semaphores(&semaphores);
+        }
+        batches.push(batch);
+    }
+    let result = {
+        let queue = queue.lock();
+        // SAFETY: the queue is locked and supports sparse binding; every image is a live sparse
+        // image of this device, every memory a live heap of this pool, and the regions are
+        // tile-aligned (or reach the mip edge) as the planner guarantees.
+        unsafe { device.raw().queue_bind_sparse(*queue, &batches, fence) }.during("vkQueueBindSparse")
+    }
+    .and_then(|()| {
+        // SAFETY: the fence belongs to this device and was just submitted.
+        unsafe { device.raw().wait_for_fences(&[fence], true, u64::MAX) }.during("vkWaitForFences")
+    });
+    // SAFETY: the fence has signalled (or the submission failed), so nothing uses them any more.
+    unsafe {
+        if result.is_err() {
+            let _ = device.wait_idle();
+        }
+        device.raw().destroy_fence(fence, None);
+        device.raw().destroy_semaphore(semaphore, None);
+    }
+    result.map_err(SparseError::from)
+}
 
+impl SparseTilePool {
     /// Releases heaps that hold no tiles.
     pub fn trim(&self) {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        for heap in state.pool.trim() {
-            if let Some(block) = state.heaps.get_mut(heap.0 as usize).and_then(Option::take) {
-                block.destroy(&self.device);
-            }
-        }
+        let released = state.pool.trim();
+        state.heaps.release(&released);
     }
 }
 
@@ -404,9 +485,6 @@ impl Drop for SparseTilePool {
                 tiles,
                 "sparse tile pool dropped while an image still holds tiles"
             );
-        }
-        for block in state.heaps.drain(..).flatten() {
-            block.destroy(&self.device);
         }
         self.device.ledger().untrack(self.id);
     }
@@ -484,7 +562,36 @@ impl SparseImage {
         desc: &SparseImageDesc,
         storage: bool,
     ) -> Result<SparseImage, SparseError> {
-        let device = &*pool.device;
+        let owner = ImageId(pool.pool_id << 20 | pool.next_image.fetch_add(1, Ordering::Relaxed));
+        let tile_bytes = pool.with_pool(|p| p.tile_bytes());
+        Self::create(&pool.device, pool.memory_type, tile_bytes, pool.pool_id, owner, name, desc, storage)
+    }
+
+    /// Creates an image whose residency someone else keeps (a streaming manager): its tiles are
+    /// bound with [`TileHeaps::bind`] from that owner's changes, and its own page table stays empty.
+    pub fn new_external(
+        heaps: &TileHeaps,
+        tile_bytes: u64,
+        owner: ImageId,
+        name: &str,
+        desc: &SparseImageDesc,
+        storage: bool,
+    ) -> Result<SparseImage, SparseError> {
+        Self::create(&heaps.device, heaps.memory_type, tile_bytes, 0, owner, name, desc, storage)
+    }
+
+    #[allow(clippy::too_many_arguments, reason = "the private constructor behind `new` and `new_external`")]
+    fn create(
+        device: &Arc<Device>,
+        memory_type: u32,
+        tile_bytes: u64,
+        pool_id: u32,
+        owner: ImageId,
+        name: &str,
+        desc: &SparseImageDesc,
+        storage: bool,
+    ) -> Result<SparseImage, SparseError> {
+        let device = &**device;
         let profile = device.profile();
         let info = SparseFormatInfo::from_profile(profile, desc.format, desc.dimension)?;
         let limits = LayoutLimits::from_profile(profile);
@@ -519,15 +626,12 @@ impl SparseImage {
         device.set_name(raw, name);
         // SAFETY: raw is a sparse image of this device.
         let requirements = unsafe { device.raw().get_image_memory_requirements(raw) };
-        let tile_bytes = pool.with_pool(|p| p.tile_bytes());
-        if requirements.alignment != tile_bytes
-            || requirements.memory_type_bits & (1 << pool.memory_type) == 0
-        {
+        if requirements.alignment != tile_bytes || requirements.memory_type_bits & (1 << memory_type) == 0 {
             return Err(destroy(SparseError::Incompatible {
                 name: name.to_owned(),
                 reason: format!(
                     "sparse block {} B and memory types {:#b} do not fit the pool ({} B tiles, type {})",
-                    requirements.alignment, requirements.memory_type_bits, tile_bytes, pool.memory_type
+                    requirements.alignment, requirements.memory_type_bits, tile_bytes, memory_type
                 ),
             }));
         }
@@ -590,7 +694,6 @@ impl SparseImage {
             unsafe { device.raw().destroy_image_view(view, None) };
             return Err(destroy(e.into()));
         }
-        let owner = ImageId(pool.pool_id << 20 | pool.next_image.fetch_add(1, Ordering::Relaxed));
         let id = device.ledger().track("sparse image", name);
         Ok(SparseImage {
             raw,
@@ -600,7 +703,7 @@ impl SparseImage {
             residency: SparseResidency::new(owner, &layout),
             pending: ResidencyChanges::default(),
             pending_index: std::collections::HashMap::new(),
-            pool_id: pool.pool_id,
+            pool_id,
             id,
         })
     }
@@ -749,8 +852,17 @@ impl SparseImage {
     /// Destroys the image: its tiles go back to the pool (no unbind is needed for a destroyed image).
     /// GPU work using it must have completed.
     pub fn destroy(self, pool: &SparseTilePool) {
-        let device = &*pool.device;
         pool.with_pool(|p| p.free_owner(self.residency.owner()));
+        self.destroy_objects(&pool.device);
+    }
+
+    /// Destroys an image made by [`SparseImage::new_external`] (its owner frees the tiles in its own
+    /// pool). GPU work using it must have completed.
+    pub fn destroy_external(self, device: &Device) {
+        self.destroy_objects(device);
+    }
+
+    fn destroy_objects(self, device: &Device) {
         // SAFETY: the image and view belong to this device and no pending work uses them (caller's
         // contract); destroying a sparse image releases its bindings.
         unsafe {
@@ -886,7 +998,19 @@ impl MinLodMap {
         image: &mut SparseImage,
     ) -> Result<u64, SparseError> {
         let updates = image.residency_mut().refresh_min_lod();
-        let table = image.residency().page_table();
+        self.upload_updates(device, uploader, image.residency().page_table(), &updates)
+    }
+
+    /// Queues the upload of the entries of `table`'s min-LOD map that `updates` name (all of them
+    /// the first time): for images whose residency another owner keeps (a streaming manager's
+    /// changes carry the updates).
+    pub fn upload_updates(
+        &mut self,
+        device: &Device,
+        uploader: &crate::Uploader,
+        table: &residency_core::tiles::PageTable,
+        updates: &[residency_core::tiles::MinLodUpdate],
+    ) -> Result<u64, SparseError> {
         let [w, h, _] = table.min_lod_extent();
         let boxes: Vec<(u32, [u32; 2], [u32; 2])> = if self.uploaded {
             updates
@@ -896,7 +1020,7 @@ impl MinLodMap {
                 })
                 .collect()
         } else {
-            (0..image.desc.array_layers).map(|layer| (layer, [0, 0], [w, h])).collect()
+            (0..table.layout().array_layers()).map(|layer| (layer, [0, 0], [w, h])).collect()
         };
         let mut uploaded = 0;
         for (layer, start, end) in boxes {
@@ -914,9 +1038,7 @@ impl MinLodMap {
                 offset: [start[0], start[1], 0],
                 extent: [end[0] - start[0], end[1] - start[1], 1],
             };
-            uploader
-                .write_image(device, &region, &data)
-                .map_err(|e| SparseError::Incompatible { name: image.name.clone(), reason: e.to_string() })?;
+            uploader.write_image(device, &region, &data)?;
             uploaded += data.len() as u64;
         }
         self.uploaded = true;
