@@ -37,7 +37,7 @@ uint residencyMinLod(usampler2D minLodMap, vec2 uv) {
 }
 
 // A sample at `lod`, clamped to the finest resident coarser mip: works on every device (no
-// shaderResourceMinLod needed). `usedLod` is the LOD sampled (-1 when nothing is resident).
+// shaderResourceMinLod needed, no residency code). `usedLod` is the LOD sampled (-1 when nothing is resident).
 vec4 residencySampleFallback(sampler2D tex, usampler2D minLodMap, vec2 uv, float lod, vec4 defaultValue,
                              out bool resident, out float usedLod) {
     uint minLod = residencyMinLod(minLodMap, uv);
@@ -46,8 +46,13 @@ vec4 residencySampleFallback(sampler2D tex, usampler2D minLodMap, vec2 uv, float
         usedLod = -1.0;
         return defaultValue;
     }
+    // The map guarantees the whole chain from minLod down to the coarsest level is resident for
+    // this region, so a plain sample is safe. (The sparse variant's residency code is not used
+    // here: llvmpipe reports trilinear sparseTextureLodARB samples as non-resident even when
+    // texel fetches of both mips they read are resident.)
     usedLod = max(lod, float(minLod));
-    return residencySampleLod(tex, uv, usedLod, defaultValue, resident);
+    resident = true;
+    return textureLod(tex, uv, usedLod);
 }
 
 #ifdef RESIDENCY_MIN_LOD_CLAMP

@@ -3,6 +3,7 @@
 mod alloc_info;
 mod dump;
 mod info;
+mod stream;
 mod tour;
 mod vt;
 
@@ -28,6 +29,8 @@ enum Command {
     Dump(dump::DumpArgs),
     /// Run every capability end to end on this machine's devices and write an HTML report.
     Tour(tour::TourArgs),
+    /// Fly over a virtual texture streamed from shader feedback, compared with a fully resident render.
+    Stream(stream::StreamArgs),
     /// Tiled virtual-texture files (`.rvt`): `residency vt build INPUT... -o FILE.rvt`.
     #[command(subcommand)]
     Vt(vt::VtCommand),
@@ -47,6 +50,7 @@ fn main() -> ExitCode {
         Command::AllocInfo(args) => alloc_info::run(&args),
         Command::Dump(args) => dump::run(&args),
         Command::Tour(args) => tour::run(&args),
+        Command::Stream(args) => stream::run(&args),
         Command::Vt(command) => vt::run(&command),
     };
     match result {

@@ -384,3 +384,30 @@ impl Device {
         unsafe { self.raw().destroy_sampler(sampler, None) };
     }
 }
+
+impl Device {
+    /// Reads back mip 0, layer 0 of `image` (which is in `layout`), tightly packed.
+    pub fn read_image(
+        &self,
+        image: &Image,
+        layout: vk::ImageLayout,
+    ) -> Result<Vec<u8>, crate::ReadBackError> {
+        let d = &image.desc;
+        let bytes = d.format.region_bytes(d.extent[0], d.extent[1], d.extent[2]);
+        let copy = crate::ImageRegion {
+            image: image.raw,
+            layout,
+            aspect: aspect(d.format),
+            mip: 0,
+            layer: 0,
+            offset: [0; 3],
+            extent: d.extent,
+        }
+        .buffer_image_copy(0);
+        self.copy_to_host(&d.name, bytes, |cmd, staging| {
+            // SAFETY: `cmd` is recording on this device; the image is live, in `layout`, and the
+            // staging buffer holds exactly its mip 0.
+            unsafe { self.raw().cmd_copy_image_to_buffer(cmd, image.raw, layout, staging, &[copy]) };
+        })
+    }
+}

@@ -935,7 +935,9 @@ pub struct MinLodMap {
 }
 
 impl MinLodMap {
-    /// Creates the map texture for `image` (2D images and 2D arrays).
+    /// Creates the map texture for `image` (2D images and 2D arrays). Its contents are undefined
+    /// until the first [`upload_updates`](Self::upload_updates), which writes the whole map (pass
+    /// no updates to initialize it before the first frame that samples it).
     pub fn new(device: &Device, image: &SparseImage) -> Result<MinLodMap, SparseError> {
         let [w, h, d] = image.residency().page_table().min_lod_extent();
         if image.desc.dimension != SparseDimension::D2 || d != 1 {

@@ -1,0 +1,549 @@
+//! `residency stream FILE.rvt`: a camera flying over a plane textured with a virtual texture,
+//! streamed from shader feedback under a memory budget, each frame compared with the same frame
+//! rendered from a fully resident copy.
+//!
+//! Per frame: the manager takes last frame's feedback and the loads that completed, the backend binds
+//! its changes, uploads the loaded tiles after the binds and the min-LOD boxes, the frame's loads
+//! are read from the file and decompressed on worker threads (they complete for the next frame),
+//! then the frame renders twice (streamed, with feedback; reference) and the two are compared.
+
+use anyhow::{bail, Context};
+use indicatif::{ProgressBar, ProgressStyle};
+use residency::core::format::Format;
+use residency::core::streaming::{
+    FeedbackDesc, FrameInput, RequestKind, StreamUnit, StreamingDesc, StreamingManager, TileKey, TileRequest,
+};
+use residency::core::tiles::{BindPlanOptions, ImageId, SparseImageDesc, SparseImageLayout, TexelRegion};
+use residency::core::usage::{BufferUsage, ImageUsage};
+use residency::core::vt_file::VtIndex;
+use residency::vulkan::ash::vk;
+use residency::vulkan::compute::{spirv_words, Binding, BindingKind, ComputeProgram};
+use residency::vulkan::sparse::{MinLodMap, SparseImage, TileHeaps};
+use residency::vulkan::{
+    BufferDesc, Device, DeviceSet, DeviceSetDesc, Filter, Image, ImageDesc, ImageRegion, Uploader,
+};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// A loaded stream unit's texel data: (mip, region, RGBA8 texels) per part.
+type Parts = Vec<(u32, TexelRegion, Vec<u8>)>;
+
+const SHADER: &[u8] = include_bytes!("../../../shaders/stream_view.comp.spv");
+
+#[derive(Debug, clap::Args)]
+pub struct StreamArgs {
+    /// The `.rvt` file (`residency vt build`).
+    file: PathBuf,
+    /// Frames to render.
+    #[arg(long, default_value_t = 120)]
+    frames: u64,
+    /// Render width in pixels.
+    #[arg(long, default_value_t = 256)]
+    width: u32,
+    /// Render height in pixels.
+    #[arg(long, default_value_t = 256)]
+    height: u32,
+    /// Tile budget in MiB (default: a tenth of the fully resident texture).
+    #[arg(long)]
+    budget_mib: Option<u64>,
+    /// Bytes of tile loads started per frame, in MiB.
+    #[arg(long, default_value_t = 8)]
+    upload_mib: u64,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Write every `--every`th frame (streamed and reference) as PNG into DIR.
+    #[arg(long, value_name = "DIR")]
+    frames_out: Option<PathBuf>,
+    /// With `--frames-out`: the interval between written frames.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    every: u64,
+}
+
+/// What the run measured (the `--json` output).
+#[derive(Debug, Serialize)]
+pub struct StreamReport {
+    device: String,
+    frames: u64,
+    width: u32,
+    height: u32,
+    fully_resident_bytes: u64,
+    budget_bytes: u64,
+    resident_bytes_peak: u64,
+    tiles_streamed: u64,
+    tiles_evicted: u64,
+    thrash: u64,
+    latency_frames_p50: u32,
+    latency_frames_p95: u32,
+    latency_frames_p99: u32,
+    latency_ms_p95: f64,
+    frame_ms_mean: f64,
+    converged_frames: u64,
+    /// Over the converged frames (0 when none converged; identical renders score 99 dB).
+    psnr_db_mean: f64,
+    psnr_db_min: f64,
+    tiles_per_frame: Vec<u64>,
+    resident_mib_per_frame: Vec<f64>,
+    psnr_db_per_frame: Vec<f64>,
+}
+
+/// The built-in camera: a glide over the plane looking ahead and down, with a cut at mid-run.
+fn camera(frame: u64, frames: u64, side: f32) -> ([f32; 3], [f32; 3]) {
+    let half = frames / 2;
+    let (t, start) = if frame < half {
+        (frame as f32, [0.15f32, 0.2f32])
+    } else {
+        ((frame - half) as f32, [0.6f32, 0.55f32])
+    };
+    let pos = [side * (start[0] + 0.0015 * t), side * (start[1] + 0.001 * t), side * 0.02];
+    let forward = [0.6f32, 0.45, -0.35];
+    (pos, forward)
+}
+
+fn normalize(v: [f32; 3]) -> [f32; 3] {
+    let l = (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt();
+    [v[0] / l, v[1] / l, v[2] / l]
+}
+
+fn cross(a: [f32; 3], b: [f32; 3]) -> [f32; 3] {
+    [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]
+}
+
+fn push_constants(frame: u64, frames: u64, side: f32, texels: u32, reference: bool) -> Vec<u8> {
+    let (pos, forward) = camera(frame, frames, side);
+    let f = normalize(forward);
+    let r = normalize(cross(f, [0.0, 0.0, 1.0]));
+    let u = cross(r, f);
+    let tan_half_fov = (30.0f32).to_radians().tan();
+    let v = [
+        pos[0],
+        pos[1],
+        pos[2],
+        side,
+        f[0],
+        f[1],
+        f[2],
+        tan_half_fov,
+        r[0],
+        r[1],
+        r[2],
+        texels as f32,
+        u[0],
+        u[1],
+        u[2],
+        if reference { 1.0 } else { 0.0 },
+    ];
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn psnr(a: &[u8], b: &[u8]) -> f64 {
+    let mse = a
+        .iter()
+        .zip(b)
+        .enumerate()
+        .filter(|(i, _)| i % 4 != 3)
+        .map(|(_, (&x, &y))| (f64::from(x) - f64::from(y)).powi(2))
+        .sum::<f64>()
+        / (a.len() as f64 * 0.75);
+    if mse == 0.0 {
+        99.0
+    } else {
+        10.0 * (255.0f64 * 255.0 / mse).log10()
+    }
+}
+
+/// Reads and decodes the tiles of `units` from the file, on worker threads.
+fn load_units(
+    path: &PathBuf,
+    index: &VtIndex,
+    layout: &SparseImageLayout,
+    units: &[TileKey],
+) -> anyhow::Result<Vec<(TileKey, Parts)>> {
+    let read_tile = |file: &mut std::fs::File, mip: u32, x: u32, y: u32| -> anyhow::Result<Vec<u8>> {
+        let record = index.record(mip, x, y).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let mut stored = vec![0; record.stored_size as usize];
+        file.seek(SeekFrom::Start(record.offset))?;
+        file.read_exact(&mut stored)?;
+        index.decode_tile(mip, x, y, &stored).map_err(|e| anyhow::anyhow!("{e}"))
+    };
+    let tile_side = index.desc().tile_width;
+    let load = |file: &mut std::fs::File, key: TileKey| -> anyhow::Result<(TileKey, Parts)> {
+        let mut parts = Vec::new();
+        match key.unit {
+            StreamUnit::Tile(t) => {
+                let c = layout.tile_coord(t).context("tile in the layout")?;
+                let region = layout.tile_region(c).context("tile region")?;
+                parts.push((c.mip, region, read_tile(file, c.mip, c.x, c.y)?));
+            }
+            StreamUnit::Tail(_) => {
+                for mip in layout.first_tail_lod()..layout.mip_levels() {
+                    let (gx, gy) = index.desc().tile_grid(mip);
+                    for y in 0..gy {
+                        for x in 0..gx {
+                            let (w, h) = index.desc().tile_extent(mip, x, y).context("tile extent")?;
+                            let region =
+                                TexelRegion { offset: [x * tile_side, y * tile_side, 0], extent: [w, h, 1] };
+                            parts.push((mip, region, read_tile(file, mip, x, y)?));
+                        }
+                    }
+                }
+            }
+        }
+        Ok((key, parts))
+    };
+    let workers = 4.min(units.len().max(1));
+    let chunks: Vec<&[TileKey]> = units.chunks(units.len().div_ceil(workers).max(1)).collect();
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = chunks
+            .iter()
+            .map(|chunk| {
+                scope.spawn(|| -> anyhow::Result<Vec<_>> {
+                    let mut file = std::fs::File::open(path)?;
+                    chunk.iter().map(|&key| load(&mut file, key)).collect()
+                })
+            })
+            .collect();
+        let mut out = Vec::new();
+        for h in handles {
+            out.extend(h.join().map_err(|_| anyhow::anyhow!("a loader thread panicked"))??);
+        }
+        Ok(out)
+    })
+}
+
+fn to_general(device: &Device, images: &[&Image]) -> anyhow::Result<()> {
+    let barriers: Vec<_> = images
+        .iter()
+        .map(|i| {
+            vk::ImageMemoryBarrier2::default()
+                .dst_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
+                .dst_access_mask(vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE)
+                .old_layout(vk::ImageLayout::UNDEFINED)
+                .new_layout(vk::ImageLayout::GENERAL)
+                .image(i.raw())
+                .subresource_range(i.full_range())
+        })
+        .collect();
+    device.submit_once("stream images to GENERAL", |cmd| {
+        // SAFETY: `cmd` is recording on this device; the images are live.
+        unsafe {
+            device
+                .raw()
+                .cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().image_memory_barriers(&barriers))
+        };
+    })?;
+    Ok(())
+}
+
+pub fn run(args: &StreamArgs) -> anyhow::Result<ExitCode> {
+    let mut file =
+        std::fs::File::open(&args.file).with_context(|| format!("opening {}", args.file.display()))?;
+    let index = VtIndex::read(&mut file).map_err(|e| anyhow::anyhow!("{}: {e}", args.file.display()))?;
+    let vt = *index.desc();
+    if vt.format != Format::R8G8B8A8Unorm || vt.tile_width != 128 || vt.tile_height != 128 || vt.border != 0 {
+        bail!("residency stream needs an RGBA8 .rvt with 128 × 128 tiles and no border (residency vt build makes one)");
+    }
+    let set = DeviceSet::new(&DeviceSetDesc::default())?;
+    let device = Arc::clone(&set.devices()[0]);
+    let mut heaps = TileHeaps::new(Arc::clone(&device), "stream tiles")?;
+    let id = ImageId(1);
+    let desc = SparseImageDesc::new_2d(vt.format, vt.width, vt.height).with_mip_levels(vt.mip_count);
+    let image = SparseImage::new_external(&heaps, 65536, id, "streamed texture", &desc, false)?;
+    let layout = image.layout().clone();
+    if layout.tile_shape().width != 128 || layout.tile_shape().height != 128 {
+        bail!("the device's RGBA8 sparse tile is not 128 × 128");
+    }
+    let tile_bytes = layout.tile_bytes();
+    let full_tiles = u64::from(layout.tile_count() + layout.mip_tail().map_or(0, |t| t.tiles * t.count));
+    let fully_resident_bytes = full_tiles * tile_bytes;
+    let budget_bytes = args.budget_mib.map_or(fully_resident_bytes / 10, |m| m << 20);
+    let mut manager = StreamingManager::new(
+        StreamingDesc::default()
+            .with_name("stream")
+            .with_budget_tiles((budget_bytes / tile_bytes).max(1) as u32)
+            .with_upload_budget_bytes(args.upload_mib << 20),
+    );
+    manager.register_image(id, &layout)?;
+    let feedback = manager.feedback_layout(FeedbackDesc::default())?;
+    let fb_bytes = feedback.buffer_bytes();
+    let fb = device.create_buffer(
+        &BufferDesc::new("feedback", fb_bytes, BufferUsage::STORAGE)
+            .with_intent(residency::core::memory::MemoryIntent::Readback),
+    )?;
+    let table_words = feedback.image_table();
+    let table = device.create_buffer(
+        &BufferDesc::new("image table", table_words.len() as u64 * 4, BufferUsage::STORAGE)
+            .with_intent(residency::core::memory::MemoryIntent::Upload),
+    )?;
+    table.write(&device, 0, &table_words.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<_>>())?;
+    let mut map = MinLodMap::new(&device, &image)?;
+    let uploader = Uploader::new(&device, "stream", 32 << 20)?;
+    // The map starts as "nothing resident" everywhere (its memory is undefined until written).
+    map.upload_updates(
+        &device,
+        &uploader,
+        manager.residency(id).context("registered image")?.page_table(),
+        &[],
+    )?;
+    uploader.flush(&device)?;
+
+    // The fully resident reference copy.
+    let reference = device.create_image(
+        &ImageDesc::new_2d(
+            "reference texture",
+            vt.format,
+            vt.width,
+            vt.height,
+            ImageUsage::SAMPLED | ImageUsage::COPY_DST,
+        )
+        .with_mip_levels(vt.mip_count),
+    )?;
+    let outputs = [
+        device.create_image(&ImageDesc::new_2d(
+            "streamed frame",
+            Format::R8G8B8A8Unorm,
+            args.width,
+            args.height,
+            ImageUsage::STORAGE | ImageUsage::COPY_SRC,
+        ))?,
+        device.create_image(&ImageDesc::new_2d(
+            "reference frame",
+            Format::R8G8B8A8Unorm,
+            args.width,
+            args.height,
+            ImageUsage::STORAGE | ImageUsage::COPY_SRC,
+        ))?,
+    ];
+    to_general(&device, &[&reference, &outputs[0], &outputs[1]])?;
+    let progress = ProgressBar::new(vt.tile_count() + args.frames);
+    progress.set_style(
+        ProgressStyle::with_template("{msg:>14} [{bar:40}] {pos}/{len} {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    if args.json {
+        progress.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    progress.set_message("reference");
+    for mip in 0..vt.mip_count {
+        let (gx, gy) = vt.tile_grid(mip);
+        for y in 0..gy {
+            for x in 0..gx {
+                let (w, h) = vt.tile_extent(mip, x, y).context("tile extent")?;
+                let record = index.record(mip, x, y).map_err(|e| anyhow::anyhow!("{e}"))?;
+                let mut stored = vec![0; record.stored_size as usize];
+                file.seek(SeekFrom::Start(record.offset))?;
+                file.read_exact(&mut stored)?;
+                let data = index.decode_tile(mip, x, y, &stored).map_err(|e| anyhow::anyhow!("{e}"))?;
+                let region = ImageRegion {
+                    image: reference.raw(),
+                    layout: vk::ImageLayout::GENERAL,
+                    aspect: vk::ImageAspectFlags::COLOR,
+                    mip,
+                    layer: 0,
+                    offset: [x * 128, y * 128, 0],
+                    extent: [w, h, 1],
+                };
+                uploader.write_image(&device, &region, &data)?;
+                progress.inc(1);
+            }
+        }
+    }
+    uploader.wait_idle(&device)?;
+
+    let kinds = [
+        BindingKind::SampledImage,
+        BindingKind::SampledImage,
+        BindingKind::StorageImage,
+        BindingKind::StorageBuffer,
+        BindingKind::StorageBuffer,
+        BindingKind::SampledImage,
+    ];
+    let program = ComputeProgram::new(&device, "stream_view.comp", &spirv_words(SHADER), &kinds, 64, 2)?;
+    let trilinear = device.create_sampler(Filter::Trilinear)?;
+    let nearest = device.create_sampler(Filter::Nearest)?;
+    let ref_view = device.create_image_view(&reference, 0..vt.mip_count)?;
+    let out_views =
+        [device.create_image_view(&outputs[0], 0..1)?, device.create_image_view(&outputs[1], 0..1)?];
+    let general = vk::ImageLayout::GENERAL;
+    let sets: Vec<vk::DescriptorSet> = out_views
+        .iter()
+        .map(|&out| {
+            program.descriptor_set(
+                &device,
+                &[
+                    Binding::Image { view: image.view(), sampler: trilinear, layout: general },
+                    Binding::Image { view: map.view(), sampler: nearest, layout: general },
+                    Binding::Image { view: out, sampler: vk::Sampler::null(), layout: general },
+                    Binding::Buffer(&fb),
+                    Binding::Buffer(&table),
+                    Binding::Image { view: ref_view, sampler: trilinear, layout: general },
+                ],
+            )
+        })
+        .collect::<Result<_, _>>()?;
+
+    let side = 1000.0f32;
+    let mut requests: Vec<TileRequest> = Vec::new();
+    let mut loaded_keys: Vec<TileKey> = Vec::new();
+    let mut staged: HashMap<TileKey, Parts> = HashMap::new();
+    let (mut tiles_per_frame, mut resident_mib, mut psnrs, mut converged) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut frame_ms = Vec::new();
+    progress.set_message("streaming");
+    for frame in 0..args.frames {
+        let started = Instant::now();
+        let out =
+            manager.update(&FrameInput { frame, requests: &requests, loaded: &loaded_keys, failed: &[] })?;
+        for change in &out.changes {
+            heaps.bind(manager.pool(), &[(&image, &change.changes)], BindPlanOptions::default())?;
+        }
+        for key in &out.resident {
+            for (mip, region, data) in staged.remove(key).unwrap_or_default() {
+                let target = ImageRegion {
+                    image: image.raw(),
+                    layout: general,
+                    aspect: vk::ImageAspectFlags::COLOR,
+                    mip,
+                    layer: 0,
+                    offset: region.offset,
+                    extent: region.extent,
+                };
+                uploader.write_image(&device, &target, &data)?;
+            }
+        }
+        let table_now = manager.residency(id).context("registered image")?.page_table();
+        for change in &out.changes {
+            map.upload_updates(&device, &uploader, table_now, &change.min_lod)?;
+        }
+        uploader.flush(&device)?;
+        heaps.release(&out.heaps_released);
+        // This frame's loads: read and decoded now on workers, complete for the next frame.
+        let keys: Vec<TileKey> = out.loads.iter().map(|l| l.key).collect();
+        for (key, parts) in load_units(&args.file, &index, &layout, &keys)? {
+            staged.insert(key, parts);
+        }
+        loaded_keys = keys;
+        tiles_per_frame.push(u64::from(out.stats.became_resident));
+
+        let mut header = vec![0u8; fb_bytes as usize];
+        header[..16].copy_from_slice(
+            &feedback.header_words(frame).iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<_>>(),
+        );
+        fb.write(&device, 0, &header)?;
+        let streamed_push = push_constants(frame, args.frames, side, vt.width, false);
+        let reference_push = push_constants(frame, args.frames, side, vt.width, true);
+        let groups = [args.width.div_ceil(8), args.height.div_ceil(8), 1];
+        device.submit_compute("stream frame", |cmd| {
+            program.dispatch(&device, cmd, sets[0], &streamed_push, groups);
+            program.dispatch(&device, cmd, sets[1], &reference_push, groups);
+        })?;
+        let mut bytes = vec![0u8; fb_bytes as usize];
+        fb.read(&device, 0, &mut bytes)?;
+        let decoded = feedback.decode(&bytes, frame)?;
+        let misses = decoded.requests.iter().filter(|r| r.kind == RequestKind::Miss).count();
+        requests = decoded.requests;
+        let streamed = device.read_image(&outputs[0], general)?;
+        let reference_px = device.read_image(&outputs[1], general)?;
+        let db = psnr(&streamed, &reference_px);
+        psnrs.push(db);
+        converged.push(misses == 0);
+        resident_mib.push(manager.stats().resident_bytes as f64 / f64::from(1 << 20));
+        if let Some(dir) = &args.frames_out {
+            if frame % args.every == args.every - 1 {
+                std::fs::create_dir_all(dir)?;
+                for (name, px) in [("streamed", &streamed), ("reference", &reference_px)] {
+                    let file = std::fs::File::create(dir.join(format!("frame{frame:04}-{name}.png")))?;
+                    let mut encoder =
+                        png::Encoder::new(std::io::BufWriter::new(file), args.width, args.height);
+                    encoder.set_color(png::ColorType::Rgba);
+                    encoder.set_depth(png::BitDepth::Eight);
+                    encoder.write_header()?.write_image_data(px)?;
+                }
+            }
+        }
+        frame_ms.push(started.elapsed().as_secs_f64() * 1e3);
+        progress.inc(1);
+    }
+    progress.finish_and_clear();
+    device.wait_idle()?;
+
+    let stats = manager.stats().clone();
+    let latency = stats.latency.summary();
+    let frame_ms_mean = frame_ms.iter().sum::<f64>() / frame_ms.len().max(1) as f64;
+    let conv: Vec<f64> = psnrs.iter().zip(&converged).filter(|(_, c)| **c).map(|(p, _)| *p).collect();
+    let report = StreamReport {
+        device: device.name().to_owned(),
+        frames: args.frames,
+        width: args.width,
+        height: args.height,
+        fully_resident_bytes,
+        budget_bytes,
+        resident_bytes_peak: stats.resident_bytes_peak,
+        tiles_streamed: stats.tiles_streamed,
+        tiles_evicted: stats.tiles_evicted,
+        thrash: stats.thrash,
+        latency_frames_p50: latency.p50,
+        latency_frames_p95: latency.p95,
+        latency_frames_p99: latency.p99,
+        latency_ms_p95: f64::from(latency.p95) * frame_ms_mean,
+        frame_ms_mean,
+        converged_frames: conv.len() as u64,
+        psnr_db_mean: if conv.is_empty() { 0.0 } else { conv.iter().sum::<f64>() / conv.len() as f64 },
+        psnr_db_min: if conv.is_empty() { 0.0 } else { conv.iter().copied().fold(f64::INFINITY, f64::min) },
+        tiles_per_frame,
+        resident_mib_per_frame: resident_mib,
+        psnr_db_per_frame: psnrs,
+    };
+
+    for view in [ref_view, out_views[0], out_views[1]] {
+        device.destroy_image_view(view);
+    }
+    device.destroy_sampler(trilinear);
+    device.destroy_sampler(nearest);
+    program.destroy(&device);
+    for img in outputs {
+        device.destroy_image(img);
+    }
+    device.destroy_image(reference);
+    uploader.destroy(&device)?;
+    map.destroy(&device);
+    image.destroy_external(&device);
+    drop(heaps);
+    device.destroy_buffer(fb);
+    device.destroy_buffer(table);
+
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "{}: {} frames {}×{}; resident peak {:.1} MiB of {:.1} MiB fully resident ({:.1} %), budget {:.1} MiB",
+            report.device,
+            report.frames,
+            report.width,
+            report.height,
+            report.resident_bytes_peak as f64 / f64::from(1 << 20),
+            report.fully_resident_bytes as f64 / f64::from(1 << 20),
+            100.0 * report.resident_bytes_peak as f64 / report.fully_resident_bytes as f64,
+            report.budget_bytes as f64 / f64::from(1 << 20)
+        );
+        println!(
+            "tiles streamed {}, evicted {}, thrash {}; request-to-resident latency p50/p95/p99 {}/{}/{} frames (p95 {:.1} ms at {:.1} ms per frame)",
+            report.tiles_streamed, report.tiles_evicted, report.thrash, report.latency_frames_p50, report.latency_frames_p95, report.latency_frames_p99, report.latency_ms_p95, report.frame_ms_mean
+        );
+        println!(
+            "PSNR vs fully resident over {} converged frames: mean {:.1} dB, min {:.1} dB",
+            report.converged_frames, report.psnr_db_mean, report.psnr_db_min
+        );
+    }
+    let problems = set.validation_log().problem_count();
+    if problems != 0 {
+        eprintln!("{problems} validation problem(s)");
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
