@@ -35,7 +35,7 @@ type Parts = Vec<(u32, TexelRegion, Vec<u8>)>;
 
 const SHADER: &[u8] = include_bytes!("../../../shaders/stream_view.comp.spv");
 
-#[derive(Debug, clap::Args)]
+#[derive(Clone, Debug, clap::Args)]
 pub struct StreamArgs {
     /// The `.rvt` file (`residency vt build`).
     file: PathBuf,
@@ -63,6 +63,33 @@ pub struct StreamArgs {
     /// With `--frames-out`: the interval between written frames.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     every: u64,
+    /// Also fly the path again with budgets of 25, 50 and 100 % of the working set (the first
+    /// run's peak resident bytes) and report the thrash rate of each.
+    #[arg(long)]
+    sweep: bool,
+}
+
+/// One budget of `--sweep`.
+#[derive(Debug, Serialize)]
+pub struct SweepPoint {
+    /// Budget as a percentage of the working set.
+    pub percent: u32,
+    /// The budget in bytes.
+    pub budget_bytes: u64,
+    /// Tiles made resident.
+    pub tiles_streamed: u64,
+    /// Tiles evicted.
+    pub tiles_evicted: u64,
+    /// Tiles wanted again soon after their eviction.
+    pub thrash: u64,
+    /// `thrash / tiles_streamed`.
+    pub thrash_rate: f64,
+    /// Request-to-resident p95 in frames.
+    pub latency_frames_p95: u32,
+    /// Frames that needed no fallback.
+    pub converged_frames: u64,
+    /// Mean PSNR of all frames against the fully resident render.
+    pub psnr_db_mean_all: f64,
 }
 
 /// What the run measured (the `--json` output).
@@ -87,6 +114,12 @@ pub struct StreamReport {
     /// Over the converged frames (0 when none converged; identical renders score 99 dB).
     psnr_db_mean: f64,
     psnr_db_min: f64,
+    /// Uncompressed tile bytes made resident per second of the run.
+    mb_per_s: f64,
+    /// Frames from the camera cut (half-way) to the first frame that needed no fallback.
+    frames_to_converge_after_cut: Option<u64>,
+    /// `--sweep`: budgets of 25, 50 and 100 % of the working set.
+    sweep: Vec<SweepPoint>,
     tiles_per_frame: Vec<u64>,
     resident_mib_per_frame: Vec<f64>,
     psnr_db_per_frame: Vec<f64>,
@@ -250,6 +283,85 @@ pub fn run(args: &StreamArgs) -> anyhow::Result<ExitCode> {
     }
     let set = DeviceSet::new(&DeviceSetDesc::default())?;
     let device = Arc::clone(&set.devices()[0]);
+    let mut report = fly(args, &device, &mut file, &index, None)?;
+    if args.sweep {
+        let working_set = report.resident_bytes_peak.max(1);
+        for percent in [25u32, 50, 100] {
+            let budget = (working_set * u64::from(percent) / 100).max(1);
+            let quiet = StreamArgs { frames_out: None, json: true, ..args.clone() };
+            let r = fly(&quiet, &device, &mut file, &index, Some(budget))?;
+            report.sweep.push(SweepPoint {
+                percent,
+                budget_bytes: r.budget_bytes,
+                tiles_streamed: r.tiles_streamed,
+                tiles_evicted: r.tiles_evicted,
+                thrash: r.thrash,
+                thrash_rate: r.thrash as f64 / r.tiles_streamed.max(1) as f64,
+                latency_frames_p95: r.latency_frames_p95,
+                converged_frames: r.converged_frames,
+                psnr_db_mean_all: r.psnr_db_per_frame.iter().sum::<f64>()
+                    / r.psnr_db_per_frame.len().max(1) as f64,
+            });
+        }
+    }
+
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "{}: {} frames {}×{}; resident peak {:.1} MiB of {:.1} MiB fully resident ({:.1} %), budget {:.1} MiB",
+            report.device,
+            report.frames,
+            report.width,
+            report.height,
+            report.resident_bytes_peak as f64 / f64::from(1 << 20),
+            report.fully_resident_bytes as f64 / f64::from(1 << 20),
+            100.0 * report.resident_bytes_peak as f64 / report.fully_resident_bytes as f64,
+            report.budget_bytes as f64 / f64::from(1 << 20)
+        );
+        println!(
+            "tiles streamed {}, evicted {}, thrash {}; request-to-resident latency p50/p95/p99 {}/{}/{} frames (p95 {:.1} ms at {:.1} ms per frame)",
+            report.tiles_streamed, report.tiles_evicted, report.thrash, report.latency_frames_p50, report.latency_frames_p95, report.latency_frames_p99, report.latency_ms_p95, report.frame_ms_mean
+        );
+        println!(
+            "PSNR vs fully resident over {} converged frames: mean {:.1} dB, min {:.1} dB",
+            report.converged_frames, report.psnr_db_mean, report.psnr_db_min
+        );
+        let cut = report.frames_to_converge_after_cut.map_or("never".to_owned(), |f| format!("{f} frame(s)"));
+        println!("{:.1} MB/s of tiles; converged {cut} after the camera cut", report.mb_per_s);
+        for p in &report.sweep {
+            println!(
+                "budget {:>3} % of the working set ({:.1} MiB): {} streamed, {} evicted, thrash {} ({:.1} %), p95 {} frames, {} converged frames",
+                p.percent,
+                p.budget_bytes as f64 / f64::from(1 << 20),
+                p.tiles_streamed,
+                p.tiles_evicted,
+                p.thrash,
+                100.0 * p.thrash_rate,
+                p.latency_frames_p95,
+                p.converged_frames
+            );
+        }
+    }
+    let problems = set.validation_log().problem_count();
+    if problems != 0 {
+        eprintln!("{problems} validation problem(s)");
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One fly-over with a fresh streamed image, manager and reference copy; `budget` overrides the
+/// tile budget in bytes.
+fn fly(
+    args: &StreamArgs,
+    device: &Arc<Device>,
+    file: &mut std::fs::File,
+    index: &VtIndex,
+    budget: Option<u64>,
+) -> anyhow::Result<StreamReport> {
+    let device = Arc::clone(device);
+    let vt = *index.desc();
     let mut heaps = TileHeaps::new(Arc::clone(&device), "stream tiles")?;
     let id = ImageId(1);
     let desc = SparseImageDesc::new_2d(vt.format, vt.width, vt.height).with_mip_levels(vt.mip_count);
@@ -261,7 +373,8 @@ pub fn run(args: &StreamArgs) -> anyhow::Result<ExitCode> {
     let tile_bytes = layout.tile_bytes();
     let full_tiles = u64::from(layout.tile_count() + layout.mip_tail().map_or(0, |t| t.tiles * t.count));
     let fully_resident_bytes = full_tiles * tile_bytes;
-    let budget_bytes = args.budget_mib.map_or(fully_resident_bytes / 10, |m| m << 20);
+    let budget_bytes =
+        budget.unwrap_or_else(|| args.budget_mib.map_or(fully_resident_bytes / 10, |m| m << 20));
     let mut manager = StreamingManager::new(
         StreamingDesc::default()
             .with_name("stream")
@@ -495,6 +608,13 @@ pub fn run(args: &StreamArgs) -> anyhow::Result<ExitCode> {
         converged_frames: conv.len() as u64,
         psnr_db_mean: if conv.is_empty() { 0.0 } else { conv.iter().sum::<f64>() / conv.len() as f64 },
         psnr_db_min: if conv.is_empty() { 0.0 } else { conv.iter().copied().fold(f64::INFINITY, f64::min) },
+        mb_per_s: stats.bytes_streamed as f64 / 1e6 / (frame_ms.iter().sum::<f64>() / 1e3).max(1e-9),
+        frames_to_converge_after_cut: converged
+            .iter()
+            .skip((args.frames / 2) as usize)
+            .position(|&c| c)
+            .map(|p| p as u64),
+        sweep: Vec::new(),
         tiles_per_frame,
         resident_mib_per_frame: resident_mib,
         psnr_db_per_frame: psnrs,
@@ -516,34 +636,5 @@ pub fn run(args: &StreamArgs) -> anyhow::Result<ExitCode> {
     drop(heaps);
     device.destroy_buffer(fb);
     device.destroy_buffer(table);
-
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        println!(
-            "{}: {} frames {}×{}; resident peak {:.1} MiB of {:.1} MiB fully resident ({:.1} %), budget {:.1} MiB",
-            report.device,
-            report.frames,
-            report.width,
-            report.height,
-            report.resident_bytes_peak as f64 / f64::from(1 << 20),
-            report.fully_resident_bytes as f64 / f64::from(1 << 20),
-            100.0 * report.resident_bytes_peak as f64 / report.fully_resident_bytes as f64,
-            report.budget_bytes as f64 / f64::from(1 << 20)
-        );
-        println!(
-            "tiles streamed {}, evicted {}, thrash {}; request-to-resident latency p50/p95/p99 {}/{}/{} frames (p95 {:.1} ms at {:.1} ms per frame)",
-            report.tiles_streamed, report.tiles_evicted, report.thrash, report.latency_frames_p50, report.latency_frames_p95, report.latency_frames_p99, report.latency_ms_p95, report.frame_ms_mean
-        );
-        println!(
-            "PSNR vs fully resident over {} converged frames: mean {:.1} dB, min {:.1} dB",
-            report.converged_frames, report.psnr_db_mean, report.psnr_db_min
-        );
-    }
-    let problems = set.validation_log().problem_count();
-    if problems != 0 {
-        eprintln!("{problems} validation problem(s)");
-        return Ok(ExitCode::FAILURE);
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(report)
 }

@@ -66,7 +66,7 @@ fn f(v: &serde_json::Value, key: &str) -> f64 {
 #[test]
 fn streams_a_virtual_texture_within_a_tenth_of_its_size() {
     let Some(file) = build_texture("fit") else { return };
-    let (r, _) = stream(&file, &[]);
+    let (r, _) = stream(&file, &["--sweep"]);
     let full = f(&r, "fully_resident_bytes");
     assert!(f(&r, "resident_bytes_peak") <= f(&r, "budget_bytes"), "{r}");
     assert!(f(&r, "resident_bytes_peak") <= 0.10 * full, "resident peak over 10 % of fully resident: {r}");
@@ -75,6 +75,18 @@ fn streams_a_virtual_texture_within_a_tenth_of_its_size() {
     assert!(f(&r, "converged_frames") >= 30.0, "{r}");
     assert!(f(&r, "psnr_db_min") >= 40.0, "converged frames must match the fully resident render: {r}");
     assert!(f(&r, "tiles_streamed") > 0.0, "{r}");
+    assert!(f(&r, "mb_per_s") > 0.0, "{r}");
+    assert!(r["frames_to_converge_after_cut"].as_u64().is_some_and(|n| n <= 10), "{r}");
+    // The sweep re-flies the path at 25 / 50 / 100 % of the working set: less budget, more evictions.
+    let sweep = r["sweep"].as_array().expect("sweep");
+    let points: Vec<(f64, f64, f64)> =
+        sweep.iter().map(|p| (f(p, "percent"), f(p, "budget_bytes"), f(p, "converged_frames"))).collect();
+    assert_eq!(points.iter().map(|p| p.0).collect::<Vec<_>>(), [25.0, 50.0, 100.0]);
+    assert!(points[0].1 < points[1].1 && points[1].1 < points[2].1, "{r}");
+    // A quarter of the working set cannot hold the view; the whole working set converges as the
+    // first run did.
+    assert!(points[0].2 < points[2].2, "{r}");
+    assert_eq!(points[2].2, f(&r, "converged_frames"), "{r}");
     std::fs::remove_dir_all(file.parent().unwrap()).unwrap();
 }
 
