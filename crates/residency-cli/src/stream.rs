@@ -537,7 +537,7 @@ fn fly(
         heaps.release(&out.heaps_released);
         // This frame's loads: read and decoded now on workers, complete for the next frame.
         let keys: Vec<TileKey> = out.loads.iter().map(|l| l.key).collect();
-        for (key, parts) in load_units(&args.file, &index, &layout, &keys)? {
+        for (key, parts) in load_units(&args.file, index, &layout, &keys)? {
             staged.insert(key, parts);
         }
         loaded_keys = keys;
