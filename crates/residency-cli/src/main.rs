@@ -1,5 +1,7 @@
 //! The `residency` command-line tool.
 
+#![forbid(unsafe_code)]
+
 mod alloc_info;
 mod dump;
 mod info;

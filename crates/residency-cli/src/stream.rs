@@ -20,7 +20,7 @@ use residency::vulkan::ash::vk;
 use residency::vulkan::compute::{spirv_words, Binding, BindingKind, ComputeProgram};
 use residency::vulkan::sparse::{MinLodMap, SparseImage, TileHeaps};
 use residency::vulkan::{
-    BufferDesc, Device, DeviceSet, DeviceSetDesc, Filter, Image, ImageDesc, ImageRegion, Uploader,
+    BufferDesc, Device, DeviceSet, DeviceSetDesc, Filter, ImageDesc, ImageRegion, Uploader,
 };
 use serde::Serialize;
 use std::collections::HashMap;
@@ -249,30 +249,6 @@ fn load_units(
     })
 }
 
-fn to_general(device: &Device, images: &[&Image]) -> anyhow::Result<()> {
-    let barriers: Vec<_> = images
-        .iter()
-        .map(|i| {
-            vk::ImageMemoryBarrier2::default()
-                .dst_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
-                .dst_access_mask(vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE)
-                .old_layout(vk::ImageLayout::UNDEFINED)
-                .new_layout(vk::ImageLayout::GENERAL)
-                .image(i.raw())
-                .subresource_range(i.full_range())
-        })
-        .collect();
-    device.submit_once("stream images to GENERAL", |cmd| {
-        // SAFETY: `cmd` is recording on this device; the images are live.
-        unsafe {
-            device
-                .raw()
-                .cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().image_memory_barriers(&barriers))
-        };
-    })?;
-    Ok(())
-}
-
 pub fn run(args: &StreamArgs) -> anyhow::Result<ExitCode> {
     let mut file =
         std::fs::File::open(&args.file).with_context(|| format!("opening {}", args.file.display()))?;
@@ -432,7 +408,7 @@ fn fly(
             ImageUsage::STORAGE | ImageUsage::COPY_SRC,
         ))?,
     ];
-    to_general(&device, &[&reference, &outputs[0], &outputs[1]])?;
+    device.discard_to_general(&[&reference, &outputs[0], &outputs[1]])?;
     let progress = ProgressBar::new(vt.tile_count() + args.frames);
     progress.set_style(
         ProgressStyle::with_template("{msg:>14} [{bar:40}] {pos}/{len} {eta}")

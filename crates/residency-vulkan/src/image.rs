@@ -386,6 +386,34 @@ impl Device {
 }
 
 impl Device {
+    /// Moves every subresource of `images` from `UNDEFINED` (contents discarded) to `GENERAL`,
+    /// visible to all later commands, and waits: for storage and sampled images used in `GENERAL`
+    /// from then on.
+    pub fn discard_to_general(&self, images: &[&Image]) -> Result<(), VulkanError> {
+        let barriers: Vec<_> = images
+            .iter()
+            .map(|i| {
+                vk::ImageMemoryBarrier2::default()
+                    .dst_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
+                    .dst_access_mask(vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE)
+                    .old_layout(vk::ImageLayout::UNDEFINED)
+                    .new_layout(vk::ImageLayout::GENERAL)
+                    .image(i.raw)
+                    .subresource_range(i.full_range())
+            })
+            .collect();
+        self.submit_once("images to GENERAL", |cmd| {
+            // SAFETY: `cmd` is recording on this device; the images are live (borrowed) and owned
+            // by this device.
+            unsafe {
+                self.raw().cmd_pipeline_barrier2(
+                    cmd,
+                    &vk::DependencyInfo::default().image_memory_barriers(&barriers),
+                )
+            };
+        })
+    }
+
     /// Reads back mip 0, layer 0 of `image` (which is in `layout`), tightly packed.
     pub fn read_image(
         &self,
