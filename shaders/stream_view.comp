@@ -19,6 +19,7 @@ layout(push_constant) uniform Push {
     vec4 forward;     // xyz; w: tan(fov / 2)
     vec4 right;       // xyz; w: texture side in texels
     vec4 up;          // xyz; w: 1 = reference mode
+    uvec4 sampling;   // x: frame, y: feedback pixel stride, z: feedback frame interval
 } pc;
 
 #include "residency.glsl"
@@ -49,7 +50,9 @@ void main() {
                 bool resident;
                 float usedLod;
                 color = residencySampleFallback(tex, minLodMap, uv, lod, vec4(1.0, 0.0, 1.0, 1.0), resident, usedLod);
-                feedback(0u, 0u, uv, lambda, residencyMinLod(minLodMap, uv));
+                if (feedbackPixelWrites(uvec2(p), pc.sampling.x, pc.sampling.y, pc.sampling.z)) {
+                    feedback(0u, 0u, uv, lambda, residencyMinLod(minLodMap, uv));
+                }
             }
         }
     }

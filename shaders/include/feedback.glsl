@@ -2,7 +2,8 @@
 //
 // Declare before including: `buffer Feedback { uint fbWords[]; }` (the feedback buffer) and
 // `readonly buffer ImageTable { uint table[]; }` (the image table), at bindings of your choice.
-// Call `feedback(slot, layer, uv, lambda, minLod)` once per sample.
+// Call `feedback(slot, layer, uv, lambda, minLod)` once per sample (for pixels where
+// `feedbackPixelWrites` holds, to sample a fraction of them).
 
 #ifndef RESIDENCY_FEEDBACK_GLSL
 #define RESIDENCY_FEEDBACK_GLSL
@@ -30,6 +31,17 @@ void request(uint slot, uint img, uint tile, uint mip, uint kind) {
             fbWords[5u + 2u * i] = slot | (mip << 16u) | (kind << 21u);
         }
     }
+}
+
+// The sampling rule of `FeedbackSampling::pixel_writes`: whether pixel `p` writes feedback in
+// `frame` when one pixel of every `stride × stride` block writes, every `interval` frames, the
+// block's pixels taken in turn.
+bool feedbackPixelWrites(uvec2 p, uint frame, uint stride, uint interval) {
+    stride = max(stride, 1u);
+    interval = max(interval, 1u);
+    if (frame % interval != 0u) return false;
+    uint j = (frame / interval) % (stride * stride);
+    return p.x % stride == j % stride && p.y % stride == j / stride;
 }
 
 // lambda: unclamped LOD; minLod: the min-LOD map texel of this sample's mip-0 region.

@@ -11,7 +11,8 @@ use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 use residency::core::format::Format;
 use residency::core::streaming::{
-    FeedbackDesc, FrameInput, RequestKind, StreamUnit, StreamingDesc, StreamingManager, TileKey, TileRequest,
+    FeedbackDesc, FeedbackSampling, FrameInput, RequestKind, StreamUnit, StreamingDesc, StreamingManager,
+    TileKey, TileRequest,
 };
 use residency::core::tiles::{BindPlanOptions, ImageId, SparseImageDesc, SparseImageLayout, TexelRegion};
 use residency::core::usage::{BufferUsage, ImageUsage};
@@ -54,6 +55,12 @@ pub struct StreamArgs {
     /// Bytes of tile loads started per frame, in MiB.
     #[arg(long, default_value_t = 8)]
     upload_mib: u64,
+    /// Feedback from one pixel of every N × N block (taken in turn), to bound its cost.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
+    feedback_stride: u32,
+    /// Feedback every N frames.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
+    feedback_interval: u32,
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
@@ -147,7 +154,14 @@ fn cross(a: [f32; 3], b: [f32; 3]) -> [f32; 3] {
     [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]
 }
 
-fn push_constants(frame: u64, frames: u64, side: f32, texels: u32, reference: bool) -> Vec<u8> {
+fn push_constants(
+    frame: u64,
+    frames: u64,
+    side: f32,
+    texels: u32,
+    reference: bool,
+    sampling: FeedbackSampling,
+) -> Vec<u8> {
     let (pos, forward) = camera(frame, frames, side);
     let f = normalize(forward);
     let r = normalize(cross(f, [0.0, 0.0, 1.0]));
@@ -171,7 +185,11 @@ fn push_constants(frame: u64, frames: u64, side: f32, texels: u32, reference: bo
         u[2],
         if reference { 1.0 } else { 0.0 },
     ];
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    let mut bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    for w in [frame as u32, sampling.pixel_stride, sampling.frame_interval, 0] {
+        bytes.extend_from_slice(&w.to_le_bytes());
+    }
+    bytes
 }
 
 fn psnr(a: &[u8], b: &[u8]) -> f64 {
@@ -452,7 +470,7 @@ fn fly(
         BindingKind::StorageBuffer,
         BindingKind::SampledImage,
     ];
-    let program = ComputeProgram::new(&device, "stream_view.comp", &spirv_words(SHADER), &kinds, 64, 2)?;
+    let program = ComputeProgram::new(&device, "stream_view.comp", &spirv_words(SHADER), &kinds, 80, 2)?;
     let trilinear = device.create_sampler(Filter::Trilinear)?;
     let nearest = device.create_sampler(Filter::Nearest)?;
     let ref_view = device.create_image_view(&reference, 0..vt.mip_count)?;
@@ -477,6 +495,7 @@ fn fly(
         .collect::<Result<_, _>>()?;
 
     let side = 1000.0f32;
+    let sampling = FeedbackSampling::new(args.feedback_stride, args.feedback_interval);
     let mut requests: Vec<TileRequest> = Vec::new();
     let mut loaded_keys: Vec<TileKey> = Vec::new();
     let mut staged: HashMap<TileKey, Parts> = HashMap::new();
@@ -524,8 +543,8 @@ fn fly(
             &feedback.header_words(frame).iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<_>>(),
         );
         fb.write(&device, 0, &header)?;
-        let streamed_push = push_constants(frame, args.frames, side, vt.width, false);
-        let reference_push = push_constants(frame, args.frames, side, vt.width, true);
+        let streamed_push = push_constants(frame, args.frames, side, vt.width, false, sampling);
+        let reference_push = push_constants(frame, args.frames, side, vt.width, true, sampling);
         let groups = [args.width.div_ceil(8), args.height.div_ceil(8), 1];
         device.submit_compute("stream frame", |cmd| {
             program.dispatch(&device, cmd, sets[0], &streamed_push, groups);
@@ -540,7 +559,8 @@ fn fly(
         let reference_px = device.read_image(&outputs[1], general)?;
         let db = psnr(&streamed, &reference_px);
         psnrs.push(db);
-        converged.push(misses == 0);
+        // Misses are seen through the sampled pixels only; frames without feedback never count.
+        converged.push(misses == 0 && sampling.frame_active(frame));
         resident_mib.push(manager.stats().resident_bytes as f64 / f64::from(1 << 20));
         if let Some(dir) = &args.frames_out {
             if frame % args.every == args.every - 1 {

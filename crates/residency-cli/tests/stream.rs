@@ -112,3 +112,14 @@ fn a_missing_file_is_a_clear_error() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("/nonexistent/terrain.rvt"), "error should name the file: {stderr}");
 }
+
+#[test]
+fn sampled_feedback_still_converges() {
+    let Some(file) = build_texture("sampled") else { return };
+    // One pixel of every 2 × 2 block, every other frame: a quarter of the pixels in half the frames.
+    let (r, _) = stream(&file, &["--feedback-stride", "2", "--feedback-interval", "2"]);
+    assert!(f(&r, "latency_frames_p95") <= 3.0, "{r}");
+    assert!(f(&r, "converged_frames") >= 14.0, "{r}");
+    assert!(f(&r, "psnr_db_min") >= 40.0, "{r}");
+    std::fs::remove_dir_all(file.parent().unwrap()).unwrap();
+}

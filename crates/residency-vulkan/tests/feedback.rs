@@ -113,3 +113,71 @@ fn a_known_view_requests_exactly_the_expected_tiles() {
         }
     });
 }
+
+const SAMPLING_SHADER: &[u8] =
+    include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shaders/feedback_sampling.comp.spv"));
+
+#[test]
+fn the_glsl_sampling_rule_matches_the_cpu_rule() {
+    use residency_core::streaming::FeedbackSampling;
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let (w, h) = (24u32, 16u32);
+        let out = device
+            .create_buffer(
+                &BufferDesc::new("pixel writes", u64::from(w * h) * 4, BufferUsage::STORAGE)
+                    .with_intent(MemoryIntent::Readback),
+            )
+            .unwrap();
+        let kinds = [BindingKind::StorageBuffer; 3];
+        let program = ComputeProgram::new(
+            device,
+            "feedback_sampling.comp",
+            &spirv_words(SAMPLING_SHADER),
+            &kinds,
+            16,
+            1,
+        )
+        .unwrap();
+        let ds = program
+            .descriptor_set(device, &[Binding::Buffer(&out), Binding::Buffer(&out), Binding::Buffer(&out)])
+            .unwrap();
+        let mut checked = 0;
+        for (stride, interval) in [(1, 1), (2, 1), (3, 2), (4, 3)] {
+            let rule = FeedbackSampling::new(stride, interval);
+            for frame in 0..20u64 {
+                let push: Vec<u8> =
+                    [frame as u32, stride, interval, w].iter().flat_map(|v| v.to_le_bytes()).collect();
+                device
+                    .submit_compute("feedback sampling", |cmd| {
+                        program.dispatch(device, cmd, ds, &push, [w / 8, h / 8, 1]);
+                    })
+                    .unwrap();
+                let mut bytes = vec![0u8; (w * h * 4) as usize];
+                out.read(device, 0, &mut bytes).unwrap();
+                let mut writing = 0;
+                for y in 0..h {
+                    for x in 0..w {
+                        let i = ((y * w + x) * 4) as usize;
+                        let gpu = u32::from_le_bytes(bytes[i..i + 4].try_into().unwrap()) == 1;
+                        assert_eq!(
+                            gpu,
+                            rule.pixel_writes(x, y, frame),
+                            "pixel ({x}, {y}) frame {frame} {rule:?}"
+                        );
+                        writing += u32::from(gpu);
+                    }
+                }
+                // Active frames sample one pixel per stride² block; the others none.
+                let expected = if rule.frame_active(frame) { w * h / rule.pixel_weight() } else { 0 };
+                if w % stride == 0 && h % stride == 0 {
+                    assert_eq!(writing, expected, "frame {frame} {rule:?}");
+                }
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 80);
+        program.destroy(device);
+        device.destroy_buffer(out);
+    });
+}
