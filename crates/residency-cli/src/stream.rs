@@ -76,6 +76,26 @@ pub struct StreamArgs {
     sweep: bool,
 }
 
+impl StreamArgs {
+    /// The tour's short fly-over of `file`: `frames` frames at 256², quiet.
+    pub fn tour(file: PathBuf, frames: u64) -> Self {
+        Self {
+            file,
+            frames,
+            width: 256,
+            height: 256,
+            budget_mib: None,
+            upload_mib: 8,
+            feedback_stride: 1,
+            feedback_interval: 1,
+            json: true,
+            frames_out: None,
+            every: 30,
+            sweep: false,
+        }
+    }
+}
+
 /// One budget of `--sweep`.
 #[derive(Debug, Serialize)]
 pub struct SweepPoint {
@@ -102,34 +122,39 @@ pub struct SweepPoint {
 /// What the run measured (the `--json` output).
 #[derive(Debug, Serialize)]
 pub struct StreamReport {
-    device: String,
-    frames: u64,
-    width: u32,
-    height: u32,
-    fully_resident_bytes: u64,
-    budget_bytes: u64,
-    resident_bytes_peak: u64,
-    tiles_streamed: u64,
-    tiles_evicted: u64,
-    thrash: u64,
-    latency_frames_p50: u32,
-    latency_frames_p95: u32,
-    latency_frames_p99: u32,
-    latency_ms_p95: f64,
-    frame_ms_mean: f64,
-    converged_frames: u64,
+    pub device: String,
+    pub frames: u64,
+    pub width: u32,
+    pub height: u32,
+    pub fully_resident_bytes: u64,
+    pub budget_bytes: u64,
+    pub resident_bytes_peak: u64,
+    pub tiles_streamed: u64,
+    pub tiles_evicted: u64,
+    pub thrash: u64,
+    pub latency_frames_p50: u32,
+    pub latency_frames_p95: u32,
+    pub latency_frames_p99: u32,
+    pub latency_ms_p95: f64,
+    pub frame_ms_mean: f64,
+    pub converged_frames: u64,
     /// Over the converged frames (0 when none converged; identical renders score 99 dB).
-    psnr_db_mean: f64,
-    psnr_db_min: f64,
+    pub psnr_db_mean: f64,
+    pub psnr_db_min: f64,
     /// Uncompressed tile bytes made resident per second of the run.
-    mb_per_s: f64,
+    pub mb_per_s: f64,
     /// Frames from the camera cut (half-way) to the first frame that needed no fallback.
-    frames_to_converge_after_cut: Option<u64>,
+    pub frames_to_converge_after_cut: Option<u64>,
     /// `--sweep`: budgets of 25, 50 and 100 % of the working set.
-    sweep: Vec<SweepPoint>,
-    tiles_per_frame: Vec<u64>,
-    resident_mib_per_frame: Vec<f64>,
-    psnr_db_per_frame: Vec<f64>,
+    pub sweep: Vec<SweepPoint>,
+    /// Request-to-resident latencies: `[l]` = tiles that took `l` frames.
+    pub latency_histogram_frames: Vec<u64>,
+    pub tiles_per_frame: Vec<u64>,
+    pub resident_mib_per_frame: Vec<f64>,
+    pub psnr_db_per_frame: Vec<f64>,
+    /// The last frame, streamed and fully resident, RGBA8 (`width × height`).
+    #[serde(skip)]
+    pub last_frame: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 /// The built-in camera: a glide over the plane looking ahead and down, with a cut at mid-run.
@@ -347,7 +372,7 @@ pub fn run(args: &StreamArgs) -> anyhow::Result<ExitCode> {
 
 /// One fly-over with a fresh streamed image, manager and reference copy; `budget` overrides the
 /// tile budget in bytes.
-fn fly(
+pub fn fly(
     args: &StreamArgs,
     device: &Arc<Device>,
     file: &mut std::fs::File,
@@ -502,6 +527,7 @@ fn fly(
     let (mut tiles_per_frame, mut resident_mib, mut psnrs, mut converged) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut frame_ms = Vec::new();
+    let mut last_frame = None;
     progress.set_message("streaming");
     for frame in 0..args.frames {
         let started = Instant::now();
@@ -557,6 +583,9 @@ fn fly(
         requests = decoded.requests;
         let streamed = device.read_image(&outputs[0], general)?;
         let reference_px = device.read_image(&outputs[1], general)?;
+        if frame + 1 == args.frames {
+            last_frame = Some((streamed.clone(), reference_px.clone()));
+        }
         let db = psnr(&streamed, &reference_px);
         psnrs.push(db);
         // Misses are seen through the sampled pixels only; frames without feedback never count.
@@ -611,9 +640,11 @@ fn fly(
             .position(|&c| c)
             .map(|p| p as u64),
         sweep: Vec::new(),
+        latency_histogram_frames: stats.latency.counts().to_vec(),
         tiles_per_frame,
         resident_mib_per_frame: resident_mib,
         psnr_db_per_frame: psnrs,
+        last_frame,
     };
 
     for view in [ref_view, out_views[0], out_views[1]] {

@@ -40,6 +40,24 @@ pub struct BuildArgs {
     /// Pack each input once instead of cycling through them until the atlas is full.
     #[arg(long)]
     no_fill: bool,
+    /// No progress bar or summary line (the tour builds its texture this way).
+    #[arg(skip)]
+    quiet: bool,
+}
+
+impl BuildArgs {
+    /// A quiet LZ4 atlas of `size`² from `inputs`, written to `output`.
+    pub fn atlas(inputs: Vec<PathBuf>, output: PathBuf, size: u32) -> Self {
+        Self {
+            inputs,
+            output,
+            size: Some(size),
+            tile: 128,
+            no_compression: false,
+            no_fill: false,
+            quiet: true,
+        }
+    }
 }
 
 pub fn run(command: &VtCommand) -> anyhow::Result<ExitCode> {
@@ -214,7 +232,7 @@ pub fn downsample(img: &Rgba, table: &[f32; 256]) -> Rgba {
     Rgba { width: w, height: h, pixels }
 }
 
-fn build(args: &BuildArgs) -> anyhow::Result<ExitCode> {
+pub fn build(args: &BuildArgs) -> anyhow::Result<ExitCode> {
     if args.tile == 0 || args.tile > 4096 {
         bail!("--tile must be 1..=4096");
     }
@@ -243,6 +261,9 @@ fn build(args: &BuildArgs) -> anyhow::Result<ExitCode> {
         ProgressStyle::with_template("{msg:>10} [{bar:40}] {pos}/{len} tiles {eta}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
+    if args.quiet {
+        progress.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
     let table = srgb_to_linear_table();
     let mut level = base;
     for mip in 0..mips {
@@ -274,6 +295,9 @@ fn build(args: &BuildArgs) -> anyhow::Result<ExitCode> {
             u64::from(w) * u64::from(h) * 4
         })
         .sum();
+    if args.quiet {
+        return Ok(ExitCode::SUCCESS);
+    }
     println!(
         "{}: {}×{} RGBA8 from {} image(s), {mips} mips, {} tiles of {}², {} ({:.2}× smaller than raw)",
         args.output.display(),

@@ -56,13 +56,20 @@ fn the_tour_runs_and_its_report_renders_with_heap_map_and_plots() {
     assert!(stdout.contains("tour complete: every check passed"), "{stdout}");
     let html_path = dir.join("report.html");
     let html = std::fs::read_to_string(&html_path).unwrap();
-    for id in ["heap-map", "chart-placement", "chart-binds"] {
+    for id in
+        ["heap-map", "chart-placement", "chart-binds", "stream-resident", "stream-tiles", "stream-latency"]
+    {
         assert!(html.contains(&format!(r#"id="{id}""#)), "report lacks #{id}");
     }
+    // The streaming step's last frame, streamed and fully resident, as inline PNGs.
+    assert_eq!(html.matches("data:image/png;base64,").count(), 2, "report lacks the rendered frames");
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("tour.json")).unwrap()).unwrap();
     assert_eq!(json["validation_problems"], 0);
-    assert_eq!(json["sections"].as_array().unwrap().len(), 5);
+    assert_eq!(json["sections"].as_array().unwrap().len(), 6);
+    let streaming = &json["sections"][4];
+    assert_eq!(streaming["title"], "Streaming from shader feedback");
+    assert!(streaming["figures"]["psnr_db_min"].as_f64().unwrap() >= 40.0, "{streaming}");
 
     let shot = dir.join("report.png");
     let Some(rendered) =
@@ -86,7 +93,7 @@ fn the_tour_runs_and_its_report_renders_with_heap_map_and_plots() {
     assert!(has_colour(&pixels, channels, [0xff, 0x94, 0x94]), "no heap map buffers in the screenshot");
     let dom = chromium(&["--dump-dom"], &html_path).unwrap();
     let dom = String::from_utf8_lossy(&dom.stdout);
-    for id in ["heap-map", "chart-placement", "chart-binds"] {
+    for id in ["heap-map", "chart-placement", "chart-binds", "stream-resident", "stream-latency"] {
         assert!(dom.contains(&format!(r#"id="{id}""#)), "rendered DOM lacks #{id}");
     }
     std::fs::remove_dir_all(&dir).unwrap();

@@ -2,7 +2,8 @@
 //!
 //! Steps: the devices; tight vs legacy placement of a realistic scene; a buffer pool whose buffers
 //! are placed resources with their own usage, checked by a compute shader; a partially resident
-//! 16k texture (coalesced binds, residency codes, fallback to coarser mips); and, with more than one
+//! 16k texture (coalesced binds, residency codes, fallback to coarser mips); a short fly-over of a
+//! virtual texture streamed from shader feedback, compared with a fully resident render; and, with more than one
 //! device, one buffer on every device under a mask with a broadcast upload and work on each device.
 //! Each step prints what it shows; `--out DIR` gets `report.html` (self-contained: SVG heap maps and
 //! charts inline) and `tour.json`.
@@ -10,6 +11,7 @@
 mod html;
 mod scene;
 mod steps;
+mod streaming;
 
 use anyhow::Context;
 use residency::core::device_mask::DeviceMask;
@@ -77,11 +79,12 @@ pub fn run(args: &TourArgs) -> anyhow::Result<ExitCode> {
         set.validation()
     ));
     type Step = fn(&DeviceSet) -> anyhow::Result<Section>;
-    let steps: [(&str, Step); 5] = [
+    let steps: [(&str, Step); 6] = [
         ("devices", steps::devices),
         ("placement", steps::placement),
         ("pool", steps::pool),
         ("sparse", steps::sparse),
+        ("streaming", streaming::streaming),
         ("multi-device", steps::multi_device),
     ];
     let mut sections = Vec::new();

@@ -474,7 +474,7 @@ fn summarize(lods: &[f32]) -> String {
     counts.iter().map(|(l, c)| format!("LOD {l} ×{c}")).collect::<Vec<_>>().join(", ")
 }
 
-/// Step 5: one buffer on every device under a mask.
+/// Step 6: one buffer on every device under a mask.
 pub fn multi_device(set: &DeviceSet) -> anyhow::Result<Section> {
     if set.devices().len() < 2 {
         return Ok(Section {

@@ -63,6 +63,11 @@ impl LatencyHistogram {
         Some(Self::MAX)
     }
 
+    /// Samples per latency: `counts()[l]` latencies of `l` frames (the last bin holds the longer ones).
+    pub fn counts(&self) -> &[u64] {
+        &self.counts
+    }
+
     /// Count, mean and percentiles.
     pub fn summary(&self) -> LatencySummary {
         LatencySummary {
