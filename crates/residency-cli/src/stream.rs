@@ -61,6 +61,13 @@ pub struct StreamArgs {
     /// Feedback every N frames.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
     feedback_interval: u32,
+    /// Cut the tile budget at this frame (with `--cut-to-mib`): the manager evicts down to it
+    /// while rendering goes on from coarser mips.
+    #[arg(long, requires = "cut_to_mib")]
+    cut_at_frame: Option<u64>,
+    /// The budget after `--cut-at-frame`, in MiB.
+    #[arg(long, requires = "cut_at_frame")]
+    cut_to_mib: Option<u64>,
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
@@ -88,6 +95,8 @@ impl StreamArgs {
             upload_mib: 8,
             feedback_stride: 1,
             feedback_interval: 1,
+            cut_at_frame: None,
+            cut_to_mib: None,
             json: true,
             frames_out: None,
             every: 30,
@@ -531,6 +540,11 @@ pub fn fly(
     progress.set_message("streaming");
     for frame in 0..args.frames {
         let started = Instant::now();
+        if let (Some(at), Some(mib)) = (args.cut_at_frame, args.cut_to_mib) {
+            if frame == at {
+                manager.set_budget_tiles(((mib << 20) / tile_bytes).max(1) as u32);
+            }
+        }
         let out =
             manager.update(&FrameInput { frame, requests: &requests, loaded: &loaded_keys, failed: &[] })?;
         for change in &out.changes {

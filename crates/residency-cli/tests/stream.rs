@@ -123,3 +123,23 @@ fn sampled_feedback_still_converges() {
     assert!(f(&r, "psnr_db_min") >= 40.0, "{r}");
     std::fs::remove_dir_all(file.parent().unwrap()).unwrap();
 }
+
+#[test]
+fn a_budget_cut_mid_run_keeps_rendering_from_coarser_mips() {
+    let Some(file) = build_texture("cut") else { return };
+    let (r, _) = stream(&file, &["--cut-at-frame", "10", "--cut-to-mib", "1"]);
+    let resident = r["resident_mib_per_frame"].as_array().unwrap();
+    let psnr = r["psnr_db_per_frame"].as_array().unwrap();
+    assert!(resident[9].as_f64().unwrap() > 1.0, "the view needs more than the cut budget: {r}");
+    // Evicted down to the new budget within a few frames, and held there.
+    for (frame, mib) in resident.iter().enumerate().skip(13) {
+        assert!(mib.as_f64().unwrap() <= 1.0, "frame {frame}: {mib} MiB resident over the 1 MiB budget: {r}");
+    }
+    // Every frame after the cut is still drawn (coarser mips, not the magenta of nothing resident:
+    // that scores under 10 dB).
+    for (frame, db) in psnr.iter().enumerate().skip(10) {
+        assert!(db.as_f64().unwrap() >= 15.0, "frame {frame} lost its texture after the cut: {r}");
+    }
+    assert!(f(&r, "tiles_evicted") > 0.0, "{r}");
+    std::fs::remove_dir_all(file.parent().unwrap()).unwrap();
+}
