@@ -242,6 +242,15 @@ fn psnr(a: &[u8], b: &[u8]) -> f64 {
     }
 }
 
+/// Reads and decodes one tile of the file (a positioned read through `file`).
+fn read_tile(file: &mut std::fs::File, index: &VtIndex, mip: u32, x: u32, y: u32) -> anyhow::Result<Vec<u8>> {
+    let record = index.record(mip, x, y).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut stored = vec![0; record.stored_size as usize];
+    file.seek(SeekFrom::Start(record.offset))?;
+    file.read_exact(&mut stored)?;
+    index.decode_tile(mip, x, y, &stored).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
 /// Reads and decodes the tiles of `units` from the file, on worker threads.
 fn load_units(
     path: &PathBuf,
@@ -249,13 +258,7 @@ fn load_units(
     layout: &SparseImageLayout,
     units: &[TileKey],
 ) -> anyhow::Result<Vec<(TileKey, Parts)>> {
-    let read_tile = |file: &mut std::fs::File, mip: u32, x: u32, y: u32| -> anyhow::Result<Vec<u8>> {
-        let record = index.record(mip, x, y).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let mut stored = vec![0; record.stored_size as usize];
-        file.seek(SeekFrom::Start(record.offset))?;
-        file.read_exact(&mut stored)?;
-        index.decode_tile(mip, x, y, &stored).map_err(|e| anyhow::anyhow!("{e}"))
-    };
+    let read_tile = |file: &mut std::fs::File, mip: u32, x: u32, y: u32| read_tile(file, index, mip, x, y);
     let tile_side = index.desc().tile_width;
     let load = |file: &mut std::fs::File, key: TileKey| -> anyhow::Result<(TileKey, Parts)> {
         let mut parts = Vec::new();
@@ -475,11 +478,7 @@ pub fn fly(
         for y in 0..gy {
             for x in 0..gx {
                 let (w, h) = vt.tile_extent(mip, x, y).context("tile extent")?;
-                let record = index.record(mip, x, y).map_err(|e| anyhow::anyhow!("{e}"))?;
-                let mut stored = vec![0; record.stored_size as usize];
-                file.seek(SeekFrom::Start(record.offset))?;
-                file.read_exact(&mut stored)?;
-                let data = index.decode_tile(mip, x, y, &stored).map_err(|e| anyhow::anyhow!("{e}"))?;
+                let data = read_tile(file, index, mip, x, y)?;
                 let region = ImageRegion {
                     image: reference.raw(),
                     layout: vk::ImageLayout::GENERAL,

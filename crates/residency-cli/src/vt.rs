@@ -77,7 +77,8 @@ pub struct Rgba {
     pub pixels: Vec<u8>,
 }
 
-fn collect(inputs: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+/// The images among `inputs` and, recursively, in the folders among them, sorted by path.
+pub fn collect(inputs: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     for input in inputs {
         if input.is_dir() {

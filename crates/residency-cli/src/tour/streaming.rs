@@ -28,14 +28,8 @@ pub fn streaming(set: &DeviceSet) -> anyhow::Result<Section> {
             ..Section::default()
         });
     }
-    let mut inputs: Vec<PathBuf> = match std::fs::read_dir(TERRAINS) {
-        Ok(dir) => dir
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|e| e == "png"))
-            .collect(),
-        Err(_) => Vec::new(),
-    };
-    inputs.sort();
+    // Missing or empty folder: reported below.
+    let inputs = crate::vt::collect(&[PathBuf::from(TERRAINS)]).unwrap_or_default();
     if inputs.is_empty() {
         return Ok(Section {
             title,
