@@ -99,3 +99,36 @@ fn shaders_are_up_to_date() {
     std::fs::remove_dir_all(&out_dir).unwrap();
     assert!(checked > 0);
 }
+
+/// The README's quick start runs `cargo run --release --bin NAME -- tour` from the root: NAME must be
+/// a binary of the workspace's default members, or cargo refuses it.
+#[test]
+fn the_readme_quick_start_names_a_binary_cargo_run_finds() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let readme = std::fs::read_to_string(format!("{root}/README.md")).unwrap();
+    let line =
+        readme.lines().find(|l| l.contains("cargo run") && l.contains(" tour")).expect("quick start line");
+    let bin = line.split("--bin ").nth(1).and_then(|r| r.split_whitespace().next()).expect("--bin NAME");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .args(["metadata", "--no-deps", "--offline", "--format-version", "1", "--manifest-path"])
+        .arg(format!("{root}/Cargo.toml"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let defaults: Vec<&str> =
+        meta["workspace_default_members"].as_array().unwrap().iter().map(|m| m.as_str().unwrap()).collect();
+    let found = meta["packages"].as_array().unwrap().iter().any(|p| {
+        defaults.contains(&p["id"].as_str().unwrap())
+            && p["targets"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t["name"] == bin && t["kind"].as_array().unwrap().iter().any(|k| k == "bin"))
+    });
+    assert!(
+        found,
+        "`cargo run --bin {bin}` from the root finds no such binary among the default members {defaults:?}"
+    );
+}
