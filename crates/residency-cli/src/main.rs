@@ -5,6 +5,7 @@
 mod alloc_info;
 mod dump;
 mod info;
+mod ktx2;
 mod stream;
 mod tour;
 mod vt;

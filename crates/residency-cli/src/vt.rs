@@ -1,6 +1,6 @@
-//! `residency vt build INPUT... -o FILE.rvt`: a tiled virtual texture from PNG/JPEG images.
+//! `residency vt build INPUT... -o FILE.rvt`: a tiled virtual texture from PNG/JPEG/KTX2 images.
 //!
-//! One large image is used as it is; several (files, or folders searched for `.png`/`.jpg`) are
+//! One large image is used as it is; several (files, or folders searched for `.png`/`.jpg`/`.ktx2`) are
 //! packed into a square megatexture atlas with a shelf packer, cycling through the inputs until the
 //! atlas is full (`--no-fill` packs each once). The full mip chain is made with a 2×2 box filter in
 //! linear light (sRGB decoded, averaged, encoded), and every mip is cut into tiles written to the
@@ -16,13 +16,13 @@ use std::process::ExitCode;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum VtCommand {
-    /// Build a `.rvt` tiled virtual texture from PNG/JPEG images (files or folders).
+    /// Build a `.rvt` tiled virtual texture from PNG/JPEG/KTX2 images (files or folders).
     Build(BuildArgs),
 }
 
 #[derive(Debug, clap::Args)]
 pub struct BuildArgs {
-    /// Images, or folders to search for `.png`/`.jpg` (sorted by path).
+    /// Images, or folders to search for `.png`/`.jpg`/`.ktx2` (sorted by path).
     #[arg(required = true)]
     inputs: Vec<PathBuf>,
     /// The output file.
@@ -102,7 +102,7 @@ pub fn collect(inputs: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     files.sort();
     files.dedup();
     if files.is_empty() {
-        bail!("no .png or .jpg images found in the inputs");
+        bail!("no .png, .jpg or .ktx2 images found in the inputs");
     }
     Ok(files)
 }
@@ -110,15 +110,19 @@ pub fn collect(inputs: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
 fn is_image(path: &Path) -> bool {
     matches!(
         path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref(),
-        Some("png" | "jpg" | "jpeg")
+        Some("png" | "jpg" | "jpeg" | "ktx2")
     )
 }
 
-/// Decodes a PNG or JPEG file to RGBA8.
+/// Decodes a PNG, JPEG or (uncompressed 8-bit) KTX2 file to RGBA8.
 pub fn decode(path: &Path) -> anyhow::Result<Rgba> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let name = path.display();
-    if bytes.starts_with(b"\x89PNG") {
+    if bytes.starts_with(&crate::ktx2::IDENTIFIER) {
+        let level = crate::ktx2::read_level0(&bytes, &name.to_string())?;
+        let pixels = to_rgba(&level.data, level.samples, &name.to_string())?;
+        Ok(Rgba { width: level.width, height: level.height, pixels })
+    } else if bytes.starts_with(b"\x89PNG") {
         let mut decoder = png::Decoder::new(std::io::Cursor::new(&bytes));
         decoder.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
         let mut reader = decoder.read_info().with_context(|| format!("{name}: not a PNG"))?;

@@ -109,3 +109,60 @@ fn builds_a_tiled_virtual_texture_from_real_textures() {
     assert!(err.contains("not-an-image.png") && !err.contains("panicked"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// An uncompressed R8G8B8A8_SRGB KTX2 file (header and level index; no DFD, which `vt build` does
+/// not need) holding `rgba`.
+fn ktx2(width: u32, height: u32, rgba: &[u8]) -> Vec<u8> {
+    let mut f = vec![0xAB, b'K', b'T', b'X', b' ', b'2', b'0', 0xBB, b'\r', b'\n', 0x1A, b'\n'];
+    for v in [43u32, 1, width, height, 0, 0, 1, 1, 0] {
+        f.extend_from_slice(&v.to_le_bytes());
+    }
+    f.extend_from_slice(&[0u8; 32]);
+    let offset = (f.len() + 24) as u64;
+    for v in [offset, rgba.len() as u64, rgba.len() as u64] {
+        f.extend_from_slice(&v.to_le_bytes());
+    }
+    f.extend_from_slice(rgba);
+    f
+}
+
+#[test]
+fn builds_from_a_ktx2_texture_the_same_texels_as_from_its_png() {
+    let Some(files) = terrains() else {
+        assert!(std::env::var("RESIDENCY_REQUIRE_GPU").as_deref() != Ok("1"), "{TERRAINS} is missing");
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("residency-vt-ktx2-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (w, h, rgba) = decode(&files[0]);
+    let input = dir.join("terrain.ktx2");
+    std::fs::write(&input, ktx2(w, h, &rgba)).unwrap();
+    let out = dir.join("terrain.rvt");
+    let status = Command::new(env!("CARGO_BIN_EXE_residency"))
+        .args(["vt", "build", "-o"])
+        .arg(&out)
+        .arg(&input)
+        .output()
+        .unwrap();
+    assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
+    let mut reader = VtReader::open(std::fs::File::open(&out).unwrap()).unwrap();
+    assert_eq!(reader.desc().mip_extent(0), (w, h));
+    let tile = reader.read_tile(0, 0, 0).unwrap();
+    for row in 0..128usize.min(h as usize) {
+        let expected = &rgba[row * w as usize * 4..row * w as usize * 4 + 128 * 4];
+        assert_eq!(&tile[row * 128 * 4..(row + 1) * 128 * 4], expected, "row {row}");
+    }
+    // A supercompressed file is refused by name.
+    let mut zstd = ktx2(w, h, &rgba);
+    zstd[44..48].copy_from_slice(&2u32.to_le_bytes());
+    std::fs::write(&input, zstd).unwrap();
+    let status = Command::new(env!("CARGO_BIN_EXE_residency"))
+        .args(["vt", "build", "-o"])
+        .arg(&out)
+        .arg(&input)
+        .output()
+        .unwrap();
+    assert!(!status.status.success());
+    assert!(String::from_utf8_lossy(&status.stderr).contains("supercompressed"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
