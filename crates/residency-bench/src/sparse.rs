@@ -206,21 +206,7 @@ fn upload_throughput(
         h,
         ImageUsage::COPY_DST | ImageUsage::SAMPLED,
     ))?;
-    let to_general = [vk::ImageMemoryBarrier2::default()
-        .dst_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
-        .dst_access_mask(vk::AccessFlags2::MEMORY_WRITE)
-        .old_layout(vk::ImageLayout::UNDEFINED)
-        .new_layout(vk::ImageLayout::GENERAL)
-        .image(dense.raw())
-        .subresource_range(dense.full_range())];
-    device.submit_once("dense to GENERAL", |cmd| {
-        // SAFETY: `cmd` is recording on this device; the image is live.
-        unsafe {
-            device
-                .raw()
-                .cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().image_memory_barriers(&to_general))
-        };
-    })?;
+    device.discard_to_general(&[&dense])?;
     let uploader = Uploader::new(device, "bench upload", 32 << 20)?;
     let tile: Vec<u8> = (0..shape.width * shape.height * 4).map(|i| (i * 7 % 251) as u8).collect();
     let write_all = |target: vk::Image| -> BenchResult<u64> {

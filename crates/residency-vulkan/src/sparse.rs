@@ -962,23 +962,7 @@ impl MinLodMap {
                 return Err(e.into());
             }
         };
-        let to_general = [vk::ImageMemoryBarrier2::default()
-            .dst_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
-            .dst_access_mask(vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE)
-            .old_layout(vk::ImageLayout::UNDEFINED)
-            .new_layout(vk::ImageLayout::GENERAL)
-            .image(texture.raw())
-            .subresource_range(texture.full_range())];
-        let transitioned = device.submit_once("min-LOD map to GENERAL", |cmd| {
-            // SAFETY: `cmd` is recording on this device; the image is live.
-            unsafe {
-                device.raw().cmd_pipeline_barrier2(
-                    cmd,
-                    &vk::DependencyInfo::default().image_memory_barriers(&to_general),
-                );
-            }
-        });
-        if let Err(e) = transitioned {
+        if let Err(e) = device.discard_to_general(&[&texture]) {
             device.destroy_image_view(view);
             device.destroy_image(texture);
             return Err(e.into());
