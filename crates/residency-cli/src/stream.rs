@@ -11,7 +11,7 @@ use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 use residency::core::format::Format;
 use residency::core::streaming::{
-    FeedbackDesc, FeedbackSampling, FrameInput, RequestKind, StreamUnit, StreamingDesc, StreamingManager,
+    FeedbackDesc, FeedbackRing, FeedbackSampling, FrameInput, RequestKind, StreamUnit, StreamingDesc, StreamingManager,
     TileKey, TileRequest,
 };
 use residency::core::tiles::{BindPlanOptions, ImageId, SparseImageDesc, SparseImageLayout, TexelRegion};
@@ -21,7 +21,8 @@ use residency::vulkan::ash::vk;
 use residency::vulkan::compute::{spirv_words, Binding, BindingKind, ComputeProgram};
 use residency::vulkan::sparse::{MinLodMap, SparseImage, TileHeaps};
 use residency::vulkan::{
-    BufferDesc, Device, DeviceSet, DeviceSetDesc, Filter, ImageDesc, ImageRegion, Uploader,
+    Buffer, BufferDesc, CommandContext, Device, DeviceSet, DeviceSetDesc, Filter, Image, ImageDesc, ImageRegion,
+    Submission, Uploader,
 };
 use serde::Serialize;
 use std::collections::HashMap;
@@ -77,6 +78,10 @@ pub struct StreamArgs {
     /// With `--frames-out`: the interval between written frames.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     every: u64,
+    /// Frames the CPU may run ahead of the GPU: each has its own feedback buffer and output
+    /// images, and a frame's feedback is read once the GPU has finished it (1: wait every frame).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=8))]
+    frames_in_flight: u32,
     /// Also fly the path again with budgets of 25, 50 and 100 % of the working set (the first
     /// run's peak resident bytes) and report the thrash rate of each.
     #[arg(long)]
@@ -100,6 +105,7 @@ impl StreamArgs {
             json: true,
             frames_out: None,
             every: 30,
+            frames_in_flight: 2,
             sweep: false,
         }
     }
@@ -146,6 +152,10 @@ pub struct StreamReport {
     pub latency_frames_p99: u32,
     pub latency_ms_p95: f64,
     pub frame_ms_mean: f64,
+    /// Frames the CPU ran ahead of the GPU.
+    pub frames_in_flight: u32,
+    /// Frames that waited for the frames in flight before unbinding evicted tiles.
+    pub unbind_waits: u64,
     pub converged_frames: u64,
     /// Over the converged frames (0 when none converged; identical renders score 99 dB).
     pub psnr_db_mean: f64,
@@ -382,6 +392,163 @@ pub fn run(args: &StreamArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// One frame of the frames-in-flight ring: its feedback buffer, its two output images (streamed,
+/// reference) and the host-visible buffers they are copied into for the comparison.
+struct Slot {
+    feedback: Buffer,
+    outputs: [Image; 2],
+    views: [vk::ImageView; 2],
+    readback: [Buffer; 2],
+    /// The frame rendering into this slot and its submission, until it has been read back.
+    submitted: Option<(u64, Submission)>,
+}
+
+impl Slot {
+    fn new(device: &Device, n: u32, width: u32, height: u32, feedback_bytes: u64) -> anyhow::Result<Slot> {
+        use residency::core::memory::MemoryIntent;
+        let feedback = device.create_buffer(
+            &BufferDesc::new(format!("feedback {n}"), feedback_bytes, BufferUsage::STORAGE)
+                .with_intent(MemoryIntent::Readback),
+        )?;
+        let mut outputs = Vec::new();
+        let mut readback = Vec::new();
+        for name in ["streamed", "reference"] {
+            outputs.push(device.create_image(&ImageDesc::new_2d(
+                format!("{name} frame {n}"),
+                Format::R8G8B8A8Unorm,
+                width,
+                height,
+                ImageUsage::STORAGE | ImageUsage::COPY_SRC,
+            ))?);
+            readback.push(device.create_buffer(
+                &BufferDesc::new(
+                    format!("{name} frame {n} read-back"),
+                    u64::from(width) * u64::from(height) * 4,
+                    BufferUsage::COPY_DST,
+                )
+                .with_intent(MemoryIntent::Readback),
+            )?);
+        }
+        device.discard_to_general(&[&outputs[0], &outputs[1]])?;
+        let views = [device.create_image_view(&outputs[0], 0..1)?, device.create_image_view(&outputs[1], 0..1)?];
+        let outputs: [Image; 2] = outputs.try_into().map_err(|_| anyhow::anyhow!("two outputs"))?;
+        let readback: [Buffer; 2] = readback.try_into().map_err(|_| anyhow::anyhow!("two read-backs"))?;
+        Ok(Slot { feedback, outputs, views, readback, submitted: None })
+    }
+
+    /// Records a frame: `dispatch` renders into this slot's outputs and feedback; then the
+    /// outputs are copied into the read-back buffers, all visible to the host at the fence.
+    fn record(
+        &self,
+        device: &Device,
+        cmd: vk::CommandBuffer,
+        dispatch: impl FnOnce(vk::CommandBuffer),
+    ) -> anyhow::Result<()> {
+        use residency::vulkan::recording::MemoryDependency;
+        use vk::{AccessFlags2 as A, PipelineStageFlags2 as S};
+        // Everything earlier (uploads, this slot's last copies, the host's header write) before
+        // this frame's shader reads and writes and its copies.
+        device.cmd_memory_barrier(
+            cmd,
+            MemoryDependency {
+                src_stages: S::ALL_COMMANDS | S::HOST,
+                src_access: A::MEMORY_WRITE | A::HOST_WRITE,
+                dst_stages: S::COMPUTE_SHADER | S::COPY,
+                dst_access: A::SHADER_READ | A::SHADER_WRITE | A::TRANSFER_READ | A::TRANSFER_WRITE,
+            },
+        );
+        dispatch(cmd);
+        device.cmd_memory_barrier(
+            cmd,
+            MemoryDependency {
+                src_stages: S::COMPUTE_SHADER,
+                src_access: A::SHADER_WRITE,
+                dst_stages: S::COPY | S::HOST,
+                dst_access: A::TRANSFER_READ | A::HOST_READ,
+            },
+        );
+        for (image, buffer) in self.outputs.iter().zip(&self.readback) {
+            device.cmd_copy_image_to_buffer(cmd, image, vk::ImageLayout::GENERAL, buffer)?;
+        }
+        device.cmd_memory_barrier(
+            cmd,
+            MemoryDependency {
+                src_stages: S::COPY,
+                src_access: A::TRANSFER_WRITE,
+                dst_stages: S::HOST,
+                dst_access: A::HOST_READ,
+            },
+        );
+        Ok(())
+    }
+
+    /// The streamed and the reference frame, once the frame's submission has completed.
+    fn read(&self, device: &Device) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
+        let mut out = [Vec::new(), Vec::new()];
+        for (px, buffer) in out.iter_mut().zip(&self.readback) {
+            *px = vec![0; buffer.size() as usize];
+            buffer.read(device, 0, px)?;
+        }
+        let [streamed, reference] = out;
+        Ok((streamed, reference))
+    }
+
+    fn destroy(self, device: &Device) {
+        for view in self.views {
+            device.destroy_image_view(view);
+        }
+        for image in self.outputs {
+            device.destroy_image(image);
+        }
+        for buffer in self.readback {
+            device.destroy_buffer(buffer);
+        }
+        device.destroy_buffer(self.feedback);
+    }
+}
+
+/// Per-frame results, filled in frame order as the ring reads frames back.
+#[derive(Default)]
+struct Finished {
+    psnrs: Vec<f64>,
+    converged: Vec<bool>,
+    last_frame: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Finished {
+    /// Frame `frame` has completed in `slot`; `misses` is the miss count of its feedback (`None`:
+    /// it wrote none, so it never counts as converged: misses are seen through feedback only).
+    fn frame(
+        &mut self,
+        args: &StreamArgs,
+        device: &Device,
+        slot: &Slot,
+        frame: u64,
+        misses: Option<usize>,
+    ) -> anyhow::Result<()> {
+        debug_assert_eq!(frame as usize, self.psnrs.len(), "frames finish in order");
+        let (streamed, reference) = slot.read(device)?;
+        self.psnrs.push(psnr(&streamed, &reference));
+        self.converged.push(misses == Some(0));
+        if let Some(dir) = &args.frames_out {
+            if frame % args.every == args.every - 1 {
+                std::fs::create_dir_all(dir)?;
+                for (name, px) in [("streamed", &streamed), ("reference", &reference)] {
+                    let file = std::fs::File::create(dir.join(format!("frame{frame:04}-{name}.png")))?;
+                    let mut encoder = png::Encoder::new(std::io::BufWriter::new(file), args.width, args.height);
+                    encoder.set_color(png::ColorType::Rgba);
+                    encoder.set_depth(png::BitDepth::Eight);
+                    encoder.write_header()?.write_image_data(px)?;
+                }
+            }
+        }
+        if frame + 1 == args.frames {
+            self.last_frame = Some((streamed, reference));
+        }
+        Ok(())
+    }
+}
+
 /// One fly-over with a fresh streamed image, manager and reference copy; `budget` overrides the
 /// tile budget in bytes.
 pub fn fly(
@@ -415,10 +582,6 @@ pub fn fly(
     manager.register_image(id, &layout)?;
     let feedback = manager.feedback_layout(FeedbackDesc::default())?;
     let fb_bytes = feedback.buffer_bytes();
-    let fb = device.create_buffer(
-        &BufferDesc::new("feedback", fb_bytes, BufferUsage::STORAGE)
-            .with_intent(residency::core::memory::MemoryIntent::Readback),
-    )?;
     let table_words = feedback.image_table();
     let table = device.create_buffer(
         &BufferDesc::new("image table", table_words.len() as u64 * 4, BufferUsage::STORAGE)
@@ -447,23 +610,7 @@ pub fn fly(
         )
         .with_mip_levels(vt.mip_count),
     )?;
-    let outputs = [
-        device.create_image(&ImageDesc::new_2d(
-            "streamed frame",
-            Format::R8G8B8A8Unorm,
-            args.width,
-            args.height,
-            ImageUsage::STORAGE | ImageUsage::COPY_SRC,
-        ))?,
-        device.create_image(&ImageDesc::new_2d(
-            "reference frame",
-            Format::R8G8B8A8Unorm,
-            args.width,
-            args.height,
-            ImageUsage::STORAGE | ImageUsage::COPY_SRC,
-        ))?,
-    ];
-    device.discard_to_general(&[&reference, &outputs[0], &outputs[1]])?;
+    device.discard_to_general(&[&reference])?;
     let progress = ProgressBar::new(vt.tile_count() + args.frames);
     progress.set_style(
         ProgressStyle::with_template("{msg:>14} [{bar:40}] {pos}/{len} {eta}")
@@ -503,49 +650,117 @@ pub fn fly(
         BindingKind::StorageBuffer,
         BindingKind::SampledImage,
     ];
-    let program = ComputeProgram::new(&device, "stream_view.comp", &spirv_words(SHADER), &kinds, 80, 2)?;
+    let in_flight = args.frames_in_flight.max(1);
+    let program =
+        ComputeProgram::new(&device, "stream_view.comp", &spirv_words(SHADER), &kinds, 80, 2 * in_flight)?;
     let trilinear = device.create_sampler(Filter::Trilinear)?;
     let nearest = device.create_sampler(Filter::Nearest)?;
     let ref_view = device.create_image_view(&reference, 0..vt.mip_count)?;
-    let out_views =
-        [device.create_image_view(&outputs[0], 0..1)?, device.create_image_view(&outputs[1], 0..1)?];
     let general = vk::ImageLayout::GENERAL;
-    let sets: Vec<vk::DescriptorSet> = out_views
-        .iter()
-        .map(|&out| {
-            program.descriptor_set(
+    let mut slots = Vec::new();
+    for n in 0..in_flight {
+        let slot = Slot::new(&device, n, args.width, args.height, fb_bytes)?;
+        let mut sets = [vk::DescriptorSet::null(); 2];
+        for (set, out) in sets.iter_mut().zip(slot.views) {
+            *set = program.descriptor_set(
                 &device,
                 &[
                     Binding::Image { view: image.view(), sampler: trilinear, layout: general },
                     Binding::Image { view: map.view(), sampler: nearest, layout: general },
                     Binding::Image { view: out, sampler: vk::Sampler::null(), layout: general },
-                    Binding::Buffer(&fb),
+                    Binding::Buffer(&slot.feedback),
                     Binding::Buffer(&table),
                     Binding::Image { view: ref_view, sampler: trilinear, layout: general },
                 ],
-            )
-        })
-        .collect::<Result<_, _>>()?;
+            )?;
+        }
+        slots.push((slot, sets));
+    }
+    let commands = CommandContext::new(&device, "stream frames")?;
 
     let side = 1000.0f32;
     let sampling = FeedbackSampling::new(args.feedback_stride, args.feedback_interval);
+    let mut ring = FeedbackRing::new(in_flight);
     let mut requests: Vec<TileRequest> = Vec::new();
+    let mut requested_in = 0u64;
     let mut loaded_keys: Vec<TileKey> = Vec::new();
     let mut staged: HashMap<TileKey, Parts> = HashMap::new();
-    let (mut tiles_per_frame, mut resident_mib, mut psnrs, mut converged) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut tiles_per_frame, mut resident_mib) = (Vec::new(), Vec::new());
+    let mut finished = Finished::default();
     let mut frame_ms = Vec::new();
-    let mut last_frame = None;
+    let mut unbind_waits = 0u64;
     progress.set_message("streaming");
     for frame in 0..args.frames {
         let started = Instant::now();
+        // The ring: this frame's slot must be free (the CPU runs at most `in_flight` frames ahead),
+        // then every frame the GPU has finished is read back, oldest first.
+        let slot_index = (frame % u64::from(in_flight)) as usize;
+        if let Some((_, submission)) = &slots[slot_index].0.submitted {
+            commands.wait_for(&device, submission)?;
+        }
+        let mut gpu_completed = None;
+        for f in frame.saturating_sub(u64::from(in_flight))..frame {
+            let (slot, _) = &slots[(f % u64::from(in_flight)) as usize];
+            match &slot.submitted {
+                Some((sf, submission)) if *sf == f => {
+                    if !commands.is_complete(&device, submission)? {
+                        break;
+                    }
+                }
+                _ => {}
+            }
+            gpu_completed = Some(f);
+        }
+        let step = ring.begin_frame(frame, gpu_completed, sampling.frame_active(frame));
+        let mut fresh: Vec<TileRequest> = Vec::new();
+        let mut oldest = None;
+        for f in frame.saturating_sub(u64::from(in_flight))..frame {
+            let slot = &mut slots[(f % u64::from(in_flight)) as usize].0;
+            if !matches!(slot.submitted, Some((sf, _)) if sf == f) || gpu_completed.is_none_or(|done| f > done) {
+                continue;
+            }
+            slot.submitted = None;
+            let feedback_read = step.read.iter().any(|&(_, rf)| rf == f);
+            let misses = if feedback_read {
+                let mut bytes = vec![0u8; fb_bytes as usize];
+                slot.feedback.read(&device, 0, &mut bytes)?;
+                let decoded = feedback.decode(&bytes, f)?;
+                oldest.get_or_insert(f);
+                let misses = decoded.requests.iter().filter(|r| r.kind == RequestKind::Miss).count();
+                fresh.extend(decoded.requests);
+                Some(misses)
+            } else {
+                None
+            };
+            finished.frame(args, &device, slot, f, misses)?;
+        }
+        if let Some(f) = oldest {
+            requests = fresh;
+            requested_in = f;
+        }
+
         if let (Some(at), Some(mib)) = (args.cut_at_frame, args.cut_to_mib) {
             if frame == at {
                 manager.set_budget_tiles(((mib << 20) / tile_bytes).max(1) as u32);
             }
         }
-        let out =
-            manager.update(&FrameInput { frame, requests: &requests, loaded: &loaded_keys, failed: &[] })?;
+        let out = manager.update_with_feedback_from(
+            &FrameInput { frame, requests: &requests, loaded: &loaded_keys, failed: &[] },
+            requested_in,
+        )?;
+        requests.clear();
+        if !out.evicted.is_empty() || !out.heaps_released.is_empty() {
+            // Unbinding a tile (or freeing its heap) while a frame in flight may still read it
+            // is not allowed: wait for the frames in flight first (only under eviction pressure).
+            let mut waited = false;
+            for (slot, _) in &slots {
+                if let Some((_, submission)) = &slot.submitted {
+                    commands.wait_for(&device, submission)?;
+                    waited = true;
+                }
+            }
+            unbind_waits += u64::from(waited);
+        }
         for change in &out.changes {
             heaps.bind(manager.pool(), &[(&image, &change.changes)], BindPlanOptions::default())?;
         }
@@ -567,6 +782,8 @@ pub fn fly(
         for change in &out.changes {
             map.upload_updates(&device, &uploader, table_now, &change.min_lod)?;
         }
+        // Uploads are ordered after the frames in flight on the queue (the uploader's barrier), so
+        // no frame reads a tile or the map while it is written.
         uploader.flush(&device)?;
         heaps.release(&out.heaps_released);
         // This frame's loads: read and decoded now on workers, complete for the next frame.
@@ -577,51 +794,48 @@ pub fn fly(
         loaded_keys = keys;
         tiles_per_frame.push(u64::from(out.stats.became_resident));
 
-        let mut header = vec![0u8; fb_bytes as usize];
-        header[..16].copy_from_slice(
-            &feedback.header_words(frame).iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<_>>(),
-        );
-        fb.write(&device, 0, &header)?;
+        let (slot, sets) = &mut slots[slot_index];
+        if step.write.is_some() {
+            let mut header = vec![0u8; fb_bytes as usize];
+            header[..16].copy_from_slice(
+                &feedback.header_words(frame).iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<_>>(),
+            );
+            slot.feedback.write(&device, 0, &header)?;
+        }
         let streamed_push = push_constants(frame, args.frames, side, vt.width, false, sampling);
         let reference_push = push_constants(frame, args.frames, side, vt.width, true, sampling);
         let groups = [args.width.div_ceil(8), args.height.div_ceil(8), 1];
-        device.submit_compute("stream frame", |cmd| {
-            program.dispatch(&device, cmd, sets[0], &streamed_push, groups);
-            program.dispatch(&device, cmd, sets[1], &reference_push, groups);
+        let mut recorded = Ok(());
+        let submission = commands.submit(&device, &[], &[], |cmd| {
+            recorded = slot.record(&device, cmd, |cmd| {
+                program.dispatch(&device, cmd, sets[0], &streamed_push, groups);
+                program.dispatch(&device, cmd, sets[1], &reference_push, groups);
+            });
         })?;
-        let mut bytes = vec![0u8; fb_bytes as usize];
-        fb.read(&device, 0, &mut bytes)?;
-        let decoded = feedback.decode(&bytes, frame)?;
-        let misses = decoded.requests.iter().filter(|r| r.kind == RequestKind::Miss).count();
-        requests = decoded.requests;
-        let streamed = device.read_image(&outputs[0], general)?;
-        let reference_px = device.read_image(&outputs[1], general)?;
-        if frame + 1 == args.frames {
-            last_frame = Some((streamed.clone(), reference_px.clone()));
-        }
-        let db = psnr(&streamed, &reference_px);
-        psnrs.push(db);
-        // Misses are seen through the sampled pixels only; frames without feedback never count.
-        converged.push(misses == 0 && sampling.frame_active(frame));
+        slot.submitted = Some((frame, submission));
+        recorded?;
         resident_mib.push(manager.stats().resident_bytes as f64 / f64::from(1 << 20));
-        if let Some(dir) = &args.frames_out {
-            if frame % args.every == args.every - 1 {
-                std::fs::create_dir_all(dir)?;
-                for (name, px) in [("streamed", &streamed), ("reference", &reference_px)] {
-                    let file = std::fs::File::create(dir.join(format!("frame{frame:04}-{name}.png")))?;
-                    let mut encoder =
-                        png::Encoder::new(std::io::BufWriter::new(file), args.width, args.height);
-                    encoder.set_color(png::ColorType::Rgba);
-                    encoder.set_depth(png::BitDepth::Eight);
-                    encoder.write_header()?.write_image_data(px)?;
-                }
-            }
-        }
         frame_ms.push(started.elapsed().as_secs_f64() * 1e3);
         progress.inc(1);
     }
+    // Drain the ring: the last frames' images and PSNR (their feedback is not needed any more).
+    for f in args.frames.saturating_sub(u64::from(in_flight))..args.frames {
+        let slot = &mut slots[(f % u64::from(in_flight)) as usize].0;
+        if let Some((sf, submission)) = slot.submitted.take() {
+            commands.wait_for(&device, &submission)?;
+            let misses = if sampling.frame_active(sf) {
+                let mut bytes = vec![0u8; fb_bytes as usize];
+                slot.feedback.read(&device, 0, &mut bytes)?;
+                Some(feedback.decode(&bytes, sf)?.requests.iter().filter(|r| r.kind == RequestKind::Miss).count())
+            } else {
+                None
+            };
+            finished.frame(args, &device, slot, sf, misses)?;
+        }
+    }
     progress.finish_and_clear();
     device.wait_idle()?;
+    let Finished { psnrs, converged, last_frame } = finished;
 
     let stats = manager.stats().clone();
     let latency = stats.latency.summary();
@@ -643,6 +857,8 @@ pub fn fly(
         latency_frames_p99: latency.p99,
         latency_ms_p95: f64::from(latency.p95) * frame_ms_mean,
         frame_ms_mean,
+        frames_in_flight: in_flight,
+        unbind_waits,
         converged_frames: conv.len() as u64,
         psnr_db_mean: if conv.is_empty() { 0.0 } else { conv.iter().sum::<f64>() / conv.len() as f64 },
         psnr_db_min: if conv.is_empty() { 0.0 } else { conv.iter().copied().fold(f64::INFINITY, f64::min) },
@@ -660,21 +876,19 @@ pub fn fly(
         last_frame,
     };
 
-    for view in [ref_view, out_views[0], out_views[1]] {
-        device.destroy_image_view(view);
+    commands.destroy(&device);
+    for (slot, _) in slots {
+        slot.destroy(&device);
     }
+    device.destroy_image_view(ref_view);
     device.destroy_sampler(trilinear);
     device.destroy_sampler(nearest);
     program.destroy(&device);
-    for img in outputs {
-        device.destroy_image(img);
-    }
     device.destroy_image(reference);
     uploader.destroy(&device)?;
     map.destroy(&device);
     image.destroy_external(&device);
     drop(heaps);
-    device.destroy_buffer(fb);
     device.destroy_buffer(table);
     Ok(report)
 }

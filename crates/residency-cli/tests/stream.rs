@@ -102,6 +102,31 @@ fn a_tight_budget_evicts_and_never_exceeds_it() {
     std::fs::remove_dir_all(file.parent().unwrap()).unwrap();
 }
 
+/// Frames in flight: the CPU runs up to N frames ahead, each frame's feedback is read once the GPU
+/// has finished it, and unbinds of evicted tiles wait for the frames that may still sample them.
+/// The same fly-over streams the same tiles and renders the same pixels as the waiting loop; the
+/// honest latency (counted from the frame that asked) grows by at most the ring's depth.
+#[test]
+fn frames_in_flight_stream_the_same_tiles_and_wait_before_unbinds() {
+    let Some(file) = build_texture("ring") else { return };
+    let (one, _) = stream(&file, &["--frames-in-flight", "1"]);
+    let (three, _) = stream(&file, &["--frames-in-flight", "3"]);
+    assert_eq!(f(&one, "frames_in_flight"), 1.0);
+    assert_eq!(f(&three, "frames_in_flight"), 3.0);
+    assert_eq!(f(&one, "tiles_streamed"), f(&three, "tiles_streamed"), "{one}\n{three}");
+    assert!(f(&three, "latency_frames_p95") <= f(&one, "latency_frames_p95") + 2.0, "{one}\n{three}");
+    assert!(f(&three, "latency_frames_p95") >= f(&one, "latency_frames_p95"), "{one}\n{three}");
+    assert!(f(&three, "psnr_db_min") >= 40.0, "{three}");
+    assert!(f(&three, "converged_frames") >= 30.0, "{three}");
+    assert_eq!(three["psnr_db_per_frame"].as_array().unwrap().len(), 40);
+    // Under a tight budget tiles are evicted while frames are in flight: those frames wait first.
+    let (tight, _) = stream(&file, &["--frames-in-flight", "3", "--budget-mib", "1"]);
+    assert!(f(&tight, "tiles_evicted") > 0.0, "{tight}");
+    assert!(f(&tight, "unbind_waits") > 0.0, "{tight}");
+    assert!(f(&tight, "resident_bytes_peak") <= f(&tight, "budget_bytes"), "{tight}");
+    std::fs::remove_dir_all(file.parent().unwrap()).unwrap();
+}
+
 #[test]
 fn a_missing_file_is_a_clear_error() {
     let output = Command::new(env!("CARGO_BIN_EXE_residency"))

@@ -135,6 +135,37 @@ fn parent_chain_loads_coarse_first_and_latency_is_counted() {
     assert_eq!(sim.m.committed_tiles(), 6);
 }
 
+#[test]
+fn latency_counts_from_the_frame_that_wrote_the_feedback() {
+    let l = layout(2048, 2048);
+    let img = ImageId(1);
+    let mut m = StreamingManager::new(StreamingDesc::default().with_upload_budget_bytes(64 * TILE));
+    m.register_image(img, &l).unwrap();
+    let none: [TileKey; 0] = [];
+    let out = m.update(&FrameInput { frame: 0, requests: &[], loaded: &none, failed: &none }).unwrap();
+    let tail: Vec<TileKey> = out.loads.iter().map(|ld| ld.key).collect();
+    // Frame 3 reads the feedback frame 1 wrote (two frames in flight); the tile loads at once.
+    let req = [miss(img, &l, 4, 0, 0)];
+    let out = m
+        .update_with_feedback_from(&FrameInput { frame: 3, requests: &req, loaded: &tail, failed: &none }, 1)
+        .unwrap();
+    let keys: Vec<TileKey> = out.loads.iter().map(|ld| ld.key).collect();
+    assert_eq!(keys, vec![TileKey::tile(img, req[0].tile)]);
+    m.update(&FrameInput { frame: 4, requests: &[], loaded: &keys, failed: &none }).unwrap();
+    let lat = m.stats().latency.summary();
+    // The tail: asked (pinned) at 0, resident at 3. The tile: asked at 1, resident at 4.
+    assert_eq!((lat.count, lat.max), (2, 3));
+    // A feedback frame "from the future" counts as this frame.
+    let req = [miss(img, &l, 3, 1, 0)];
+    let out = m
+        .update_with_feedback_from(&FrameInput { frame: 5, requests: &req, loaded: &none, failed: &none }, 9)
+        .unwrap();
+    let keys: Vec<TileKey> = out.loads.iter().map(|ld| ld.key).collect();
+    m.update(&FrameInput { frame: 6, requests: &[], loaded: &keys, failed: &none }).unwrap();
+    assert_eq!(m.stats().latency.summary().count, 3);
+    assert_eq!(m.stats().latency.counts()[1], 1, "asked at 5, resident at 6");
+}
+
 /// A camera zooming in on one spot: its LOD falls 0.02 a frame. Feedback comes from the sample
 /// rule over the current min-LOD map and reaches the manager two frames late (the ring).
 fn zoom(prefetch: bool) -> (u32, u32) {

@@ -154,8 +154,25 @@ impl CommandContext {
         Ok(Submission { slot: index, serial })
     }
 
+    /// Whether `submission` has finished executing; never waits.
+    pub fn is_complete(&self, device: &Device, submission: &Submission) -> Result<bool> {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = &state.slots[submission.slot];
+        if slot.serial != submission.serial {
+            return Ok(true); // already observed complete and reused
+        }
+        // SAFETY: the fence belongs to this device.
+        unsafe { device.raw().get_fence_status(slot.fence) }.during("vkGetFenceStatus")
+    }
+
     /// Waits until `submission` has finished executing.
     pub fn wait(&self, device: &Device, submission: Submission) -> Result<()> {
+        self.wait_for(device, &submission)
+    }
+
+    /// Waits until `submission` has finished executing, keeping the handle (a frame ring keeps it
+    /// until the frame has been read back).
+    pub fn wait_for(&self, device: &Device, submission: &Submission) -> Result<()> {
         let fence = {
             let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
             let slot = &state.slots[submission.slot];

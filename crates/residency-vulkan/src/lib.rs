@@ -22,6 +22,7 @@ mod memory;
 pub mod multi;
 pub mod multi_work;
 mod pool;
+pub mod recording;
 pub mod profile_capture;
 mod report;
 pub mod requirements;

@@ -581,9 +581,24 @@ impl StreamingManager {
         (frame.saturating_sub(last) >= min_age && !self.wanted_now.contains(&key)).then_some(key)
     }
 
-    /// Runs one frame of the policy; see the module docs and `docs/streaming.md`.
+    /// Runs one frame of the policy; see the module docs and `docs/streaming.md`. The requests
+    /// are taken as written by this frame; with a ring of frames in flight use
+    /// [`update_with_feedback_from`](Self::update_with_feedback_from).
     pub fn update(&mut self, input: &FrameInput<'_>) -> Result<FrameOutput, StreamingError> {
+        self.update_with_feedback_from(input, input.frame)
+    }
+
+    /// Runs one frame of the policy on feedback that frame `written_in` wrote (a ring of frames
+    /// in flight reads each frame's feedback a few frames later). Request-to-resident latency then
+    /// counts from `written_in`, the frame that asked, not from the frame that read the request.
+    /// `written_in` later than `input.frame` is taken as `input.frame`.
+    pub fn update_with_feedback_from(
+        &mut self,
+        input: &FrameInput<'_>,
+        written_in: u64,
+    ) -> Result<FrameOutput, StreamingError> {
         let frame = input.frame;
+        let asked = written_in.min(frame);
         if let Some(last) = self.last_frame {
             if frame <= last {
                 return Err(StreamingError::FrameOrder { last, got: frame });
@@ -725,7 +740,7 @@ impl StreamingManager {
             } else if self.pinned_pending.contains(&key) {
                 // Loaded below with the pinned units.
             } else {
-                let e = self.wanted.entry(key).or_insert(Wanted { first: frame, last: frame });
+                let e = self.wanted.entry(key).or_insert(Wanted { first: asked, last: frame });
                 e.last = frame;
                 if let Some(t) = self.evicted_at.remove(&key) {
                     if frame - t <= u64::from(self.desc.thrash_window_frames) {
