@@ -3,7 +3,7 @@
 
 use crate::device::Device;
 use crate::error::VulkanError;
-use crate::ledger::ObjectId;
+use crate::ledger::{FaultSite, ObjectId};
 use crate::memory::{MappedPtr, MemoryError};
 use crate::resource_memory::{DedicatedTarget, PlaceRequest, ResourceMemory};
 use ash::vk;
@@ -283,8 +283,11 @@ pub(crate) fn create_raw_buffer(
         .size(size)
         .usage(vk_buffer_usage(usage))
         .sharing_mode(vk::SharingMode::EXCLUSIVE);
-    // SAFETY: valid device; non-zero size and non-empty usage (checked above).
-    let raw = unsafe { device.raw().create_buffer(&info, None) }.map_err(|r| match r {
+    let raw = device.ledger().guard(FaultSite::CreateResource, || {
+        // SAFETY: valid device; non-zero size and non-empty usage (checked above).
+        unsafe { device.raw().create_buffer(&info, None) }
+    });
+    let raw = raw.map_err(|r| match r {
         vk::Result::ERROR_OUT_OF_DEVICE_MEMORY | vk::Result::ERROR_OUT_OF_HOST_MEMORY => {
             MemoryError::OutOfDeviceMemory { name: name.to_owned(), requested: size }
         }

@@ -7,6 +7,7 @@
 use crate::buffer::{AccessError, Buffer, BufferDesc};
 use crate::device::Device;
 use crate::error::{Result, VkResultExt, VulkanError};
+use crate::ledger::FaultSite;
 use crate::memory::MemoryError;
 use ash::vk;
 use residency_core::memory::MemoryIntent;
@@ -89,8 +90,11 @@ impl CommandContext {
             if slot.serial == 0 {
                 return Ok(i);
             }
-            // SAFETY: the fence belongs to this device.
-            if unsafe { device.raw().get_fence_status(slot.fence) }.during("vkGetFenceStatus")? {
+            let signalled = device.ledger().guard(FaultSite::Wait, || {
+                // SAFETY: the fence belongs to this device.
+                unsafe { device.raw().get_fence_status(slot.fence) }
+            });
+            if signalled.during("vkGetFenceStatus")? {
                 slot.serial = 0;
                 return Ok(i);
             }
@@ -121,6 +125,10 @@ impl CommandContext {
         signals: &[vk::SemaphoreSubmitInfo<'_>],
         record: impl FnOnce(vk::CommandBuffer),
     ) -> Result<Submission> {
+        // The fault hook (and a lost device) answer before anything is recorded.
+        if let Some(result) = device.ledger().fault_at(FaultSite::QueueSubmit) {
+            return Err(VulkanError::from_vk("vkQueueSubmit2", result));
+        }
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let index = self.free_slot(device, &mut state)?;
         let (command_buffer, fence) = (state.slots[index].command_buffer, state.slots[index].fence);
@@ -146,7 +154,9 @@ impl CommandContext {
         {
             let queue = device.universal_queue().lock();
             // SAFETY: the queue is locked; the command buffer is executable; the fence is unsignalled.
-            unsafe { device.raw().queue_submit2(*queue, &[submit], fence) }.during("vkQueueSubmit2")?;
+            unsafe { device.raw().queue_submit2(*queue, &[submit], fence) }
+                .inspect_err(|&result| device.ledger().note_result(result))
+                .during("vkQueueSubmit2")?;
         }
         let serial = state.next_serial;
         state.next_serial += 1;
@@ -161,8 +171,13 @@ impl CommandContext {
         if slot.serial != submission.serial {
             return Ok(true); // already observed complete and reused
         }
-        // SAFETY: the fence belongs to this device.
-        unsafe { device.raw().get_fence_status(slot.fence) }.during("vkGetFenceStatus")
+        device
+            .ledger()
+            .guard(FaultSite::Wait, || {
+                // SAFETY: the fence belongs to this device.
+                unsafe { device.raw().get_fence_status(slot.fence) }
+            })
+            .during("vkGetFenceStatus")
     }
 
     /// Waits until `submission` has finished executing.
@@ -181,19 +196,24 @@ impl CommandContext {
             }
             slot.fence
         };
-        // SAFETY: the fence belongs to this device.
-        unsafe { device.raw().wait_for_fences(&[fence], true, u64::MAX) }.during("vkWaitForFences")
+        device
+            .ledger()
+            .guard(FaultSite::Wait, || {
+                // SAFETY: the fence belongs to this device.
+                unsafe { device.raw().wait_for_fences(&[fence], true, u64::MAX) }
+            })
+            .during("vkWaitForFences")
     }
 
     /// Waits for every submission, then destroys the pool, its command buffers and fences.
     pub fn destroy(self, device: &Device) {
         let state = self.state.into_inner().unwrap_or_else(|e| e.into_inner());
         let fences: Vec<_> = state.slots.iter().filter(|s| s.serial != 0).map(|s| s.fence).collect();
-        // SAFETY: all objects belong to this device; waiting first means none is in use when destroyed.
+        // Bounded on a lost device: teardown never waits forever.
+        device.settle_fences(&fences);
+        // SAFETY: all objects belong to this device; the wait above means none is in use (or the
+        // device is lost).
         unsafe {
-            if !fences.is_empty() {
-                let _ = device.raw().wait_for_fences(&fences, true, u64::MAX);
-            }
             for slot in &state.slots {
                 device.raw().destroy_fence(slot.fence, None);
             }

@@ -2,7 +2,7 @@
 
 use crate::error::{Result, VkResultExt, VulkanError};
 use crate::instance::{version_string, InstanceShared};
-use crate::ledger::Ledger;
+use crate::ledger::{FaultSite, Ledger};
 use crate::memory::BlockList;
 use crate::profile_capture;
 use crate::validation::ValidationLog;
@@ -386,14 +386,45 @@ impl Device {
         // queues are externally synchronised).
         let _universal = self.universal.lock();
         let _sparse = self.sparse.as_ref().filter(|s| !Arc::ptr_eq(s, &self.universal)).map(|s| s.lock());
-        // SAFETY: valid device; all its queues are locked.
-        unsafe { self.raw.device_wait_idle() }.during("vkDeviceWaitIdle")
+        self.ledger
+            .guard(FaultSite::Wait, || {
+                // SAFETY: valid device; all its queues are locked.
+                unsafe { self.raw.device_wait_idle() }
+            })
+            .during("vkDeviceWaitIdle")
+    }
+
+    /// Whether the device is lost (the driver reported `VK_ERROR_DEVICE_LOST`, or a fault was
+    /// injected): submissions, binds and waits then fail with [`VulkanError::DeviceLost`] at once.
+    /// Destroying objects still works; recreate the device to go on.
+    pub fn is_lost(&self) -> bool {
+        self.ledger.is_device_lost()
+    }
+
+    /// Waits for submitted work before the objects it uses are destroyed, on every path, the
+    /// error paths included: past the fault hook, and bounded on a lost device (teardown never
+    /// waits forever). A failure is logged, not returned: the caller destroys its objects next.
+    pub(crate) fn settle_fences(&self, fences: &[vk::Fence]) {
+        if fences.is_empty() {
+            return;
+        }
+        let timeout = if self.is_lost() { LOST_DEVICE_WAIT_NS } else { u64::MAX };
+        // SAFETY: the fences belong to this device and were submitted (callers pass only those).
+        if let Err(result) = unsafe { self.raw.wait_for_fences(fences, true, timeout) } {
+            self.ledger.note_result(result);
+            tracing::warn!(device = %self.index, ?result, "waiting for work before teardown failed");
+        }
     }
 }
+
+/// How long teardown waits for submitted work on a lost device before destroying its objects.
+const LOST_DEVICE_WAIT_NS: u64 = 5_000_000_000;
 
 impl Drop for Device {
     fn drop(&mut self) {
         // SAFETY: valid device; waiting idle first makes destruction safe even if work is in flight.
+        // Past the fault hook: an injected loss still lets the real work finish; on a really lost
+        // device the call returns at once (the spec requires it to return in finite time).
         let _ = unsafe { self.raw.device_wait_idle() };
         let general = std::mem::take(&mut self.general);
         for list in general {

@@ -1,9 +1,11 @@
 //! What a device has allocated: bytes per memory heap, `VkDeviceMemory` count, and every live
-//! object by name (leaks are reported by name when the device goes).
+//! object by name (leaks are reported by name when the device goes); and the device's fault
+//! injection hook, with which tests (ours and applications') make a chosen Vulkan call fail.
 
+use ash::vk;
 use residency_core::memory::HeapBudget;
 use residency_core::profile::MemoryHeap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// A live object the library created, as listed in a leak report.
@@ -41,6 +43,82 @@ struct Slab {
     free: Vec<u32>,
 }
 
+/// A call site where [`Ledger::inject_fault`] can make a Vulkan call fail. The call is not made:
+/// the site returns the injected result as if the driver had.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FaultSite {
+    /// `vkAllocateMemory`: every heap, pool page, dedicated (committed) allocation, sparse tile
+    /// heap, staging or readback buffer and per-device instance of a multi-device resource.
+    AllocateMemory,
+    /// `vkCreateBuffer` (every buffer) and `vkCreateImage` of sparse and transient images.
+    /// `Device::create_image`'s own `vkCreateImage` is not a site; its memory is.
+    CreateResource,
+    /// `vkQueueBindSparse`.
+    BindSparse,
+    /// `vkQueueSubmit2`.
+    QueueSubmit,
+    /// `vkWaitForFences`, `vkGetFenceStatus` and `vkDeviceWaitIdle`.
+    Wait,
+}
+
+impl FaultSite {
+    /// Every site.
+    pub const ALL: [FaultSite; 5] = [
+        FaultSite::AllocateMemory,
+        FaultSite::CreateResource,
+        FaultSite::BindSparse,
+        FaultSite::QueueSubmit,
+        FaultSite::Wait,
+    ];
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Whether a lost device makes this site fail (work on the queues; creating objects and
+    /// allocating memory still reach the driver).
+    fn fails_when_lost(self) -> bool {
+        matches!(self, FaultSite::BindSparse | FaultSite::QueueSubmit | FaultSite::Wait)
+    }
+}
+
+/// What an injected fault returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum InjectedFault {
+    /// `VK_ERROR_OUT_OF_DEVICE_MEMORY`.
+    OutOfDeviceMemory,
+    /// `VK_ERROR_DEVICE_LOST`: the device counts as lost from then on (see
+    /// [`Ledger::is_device_lost`]) until [`Ledger::clear_faults`].
+    DeviceLost,
+}
+
+impl InjectedFault {
+    fn result(self) -> vk::Result {
+        match self {
+            InjectedFault::OutOfDeviceMemory => vk::Result::ERROR_OUT_OF_DEVICE_MEMORY,
+            InjectedFault::DeviceLost => vk::Result::ERROR_DEVICE_LOST,
+        }
+    }
+}
+
+/// One armed fault: `skip` more calls at `site` pass, then `count` fail with `fault`.
+#[derive(Clone, Copy, Debug)]
+struct Armed {
+    site: FaultSite,
+    skip: u64,
+    count: u64,
+    fault: InjectedFault,
+}
+
+/// The device is not lost.
+const NOT_LOST: u8 = 0;
+/// An injected fault "lost" the device; [`Ledger::clear_faults`] brings it back.
+const LOST_INJECTED: u8 = 1;
+/// The driver reported `VK_ERROR_DEVICE_LOST`: for good.
+const LOST: u8 = 2;
+
+const SITES: usize = FaultSite::ALL.len();
+
 /// Per-device accounting.
 #[derive(Debug)]
 pub struct Ledger {
@@ -49,8 +127,13 @@ pub struct Ledger {
     max_memory_objects: u64,
     /// Caps on heap budgets set by the application (`u64::MAX`: none).
     heap_limits: Vec<AtomicU64>,
-    /// Test hook: the next this-many memory allocations fail as out of device memory.
-    injected_oom: AtomicU64,
+    /// Armed faults (rarely more than one); `armed_any` keeps the unarmed path lock-free.
+    armed: Mutex<Vec<Armed>>,
+    armed_any: AtomicBool,
+    /// Calls reached at each site, and faults fired there.
+    site_calls: [AtomicU64; SITES],
+    site_faults: [AtomicU64; SITES],
+    lost: AtomicU8,
     live: [Mutex<Slab>; SHARDS],
 }
 
@@ -61,7 +144,11 @@ impl Ledger {
             memory_objects: AtomicU64::new(0),
             max_memory_objects: u64::from(max_memory_objects),
             heap_limits: (0..heap_count).map(|_| AtomicU64::new(u64::MAX)).collect(),
-            injected_oom: AtomicU64::new(0),
+            armed: Mutex::new(Vec::new()),
+            armed_any: AtomicBool::new(false),
+            site_calls: std::array::from_fn(|_| AtomicU64::new(0)),
+            site_faults: std::array::from_fn(|_| AtomicU64::new(0)),
+            lost: AtomicU8::new(NOT_LOST),
             live: std::array::from_fn(|_| Mutex::new(Slab::default())),
         }
     }
@@ -106,15 +193,105 @@ impl Ledger {
         (limit != u64::MAX).then_some(limit)
     }
 
-    /// Fault injection for tests: the next `count` `vkAllocateMemory` calls report out of device
-    /// memory without reaching the driver.
+    /// Fault injection: the next `count` `vkAllocateMemory` calls report out of device memory
+    /// without reaching the driver (0 disarms). Replaces faults armed at that site.
     pub fn inject_out_of_memory(&self, count: u64) {
-        self.injected_oom.store(count, Ordering::SeqCst);
+        let mut armed = self.armed.lock().unwrap_or_else(|e| e.into_inner());
+        armed.retain(|a| a.site != FaultSite::AllocateMemory);
+        if count > 0 {
+            armed.push(Armed {
+                site: FaultSite::AllocateMemory,
+                skip: 0,
+                count,
+                fault: InjectedFault::OutOfDeviceMemory,
+            });
+        }
+        self.armed_any.store(!armed.is_empty(), Ordering::SeqCst);
     }
 
-    /// Consumes one injected out-of-memory fault, if any is pending.
-    pub(crate) fn take_injected_oom(&self) -> bool {
-        self.injected_oom.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok()
+    /// Fault injection: after `skip` more calls at `site` have gone through, the next one fails
+    /// with `fault` without reaching the driver (once). Several faults may be armed at once, at
+    /// different sites. Meant for tests, the library's and applications' own: every site returns
+    /// the same typed error as for a real failure and undoes what it had done.
+    pub fn inject_fault(&self, site: FaultSite, skip: u64, fault: InjectedFault) {
+        let mut armed = self.armed.lock().unwrap_or_else(|e| e.into_inner());
+        armed.push(Armed { site, skip, count: 1, fault });
+        self.armed_any.store(true, Ordering::SeqCst);
+    }
+
+    /// Disarms every fault and ends an injected device loss (a real one stays).
+    pub fn clear_faults(&self) {
+        let mut armed = self.armed.lock().unwrap_or_else(|e| e.into_inner());
+        armed.clear();
+        self.armed_any.store(false, Ordering::SeqCst);
+        let _ = self.lost.compare_exchange(LOST_INJECTED, NOT_LOST, Ordering::SeqCst, Ordering::SeqCst);
+    }
+
+    /// How many calls reached `site` since the device was created (injected failures included):
+    /// run a scenario once to count them, then inject a fault at each index in turn.
+    pub fn site_calls(&self, site: FaultSite) -> u64 {
+        self.site_calls[site.index()].load(Ordering::SeqCst)
+    }
+
+    /// How many injected faults fired at `site` (device-lost refusals excluded).
+    pub fn faults_fired(&self, site: FaultSite) -> u64 {
+        self.site_faults[site.index()].load(Ordering::SeqCst)
+    }
+
+    /// Whether the device is lost (the driver said so, or a fault was injected): queue
+    /// submissions, binds and waits then fail with `DeviceLost` at once instead of reaching the
+    /// driver; destroying objects still works, and teardown waits are bounded.
+    pub fn is_device_lost(&self) -> bool {
+        self.lost.load(Ordering::SeqCst) != NOT_LOST
+    }
+
+    /// Records a result the driver returned (a device loss sticks).
+    pub(crate) fn note_result(&self, result: vk::Result) {
+        if result == vk::Result::ERROR_DEVICE_LOST {
+            self.lost.store(LOST, Ordering::SeqCst);
+        }
+    }
+
+    /// Counts a call at `site` and says whether it must fail instead of reaching the driver: a
+    /// lost device, or an armed fault.
+    pub(crate) fn fault_at(&self, site: FaultSite) -> Option<vk::Result> {
+        self.site_calls[site.index()].fetch_add(1, Ordering::SeqCst);
+        if site.fails_when_lost() && self.is_device_lost() {
+            return Some(vk::Result::ERROR_DEVICE_LOST);
+        }
+        if !self.armed_any.load(Ordering::SeqCst) {
+            return None;
+        }
+        let mut armed = self.armed.lock().unwrap_or_else(|e| e.into_inner());
+        let at = armed.iter().position(|a| a.site == site)?;
+        let entry = &mut armed[at];
+        if entry.skip > 0 {
+            entry.skip -= 1;
+            return None;
+        }
+        let fault = entry.fault;
+        entry.count -= 1;
+        if entry.count == 0 {
+            armed.remove(at);
+        }
+        self.armed_any.store(!armed.is_empty(), Ordering::SeqCst);
+        self.site_faults[site.index()].fetch_add(1, Ordering::SeqCst);
+        if fault == InjectedFault::DeviceLost {
+            let _ = self.lost.compare_exchange(NOT_LOST, LOST_INJECTED, Ordering::SeqCst, Ordering::SeqCst);
+        }
+        Some(fault.result())
+    }
+
+    /// Runs the Vulkan call `call` at `site` unless a fault replaces it; notes a device loss.
+    pub(crate) fn guard<T>(
+        &self,
+        site: FaultSite,
+        call: impl FnOnce() -> ash::prelude::VkResult<T>,
+    ) -> ash::prelude::VkResult<T> {
+        if let Some(result) = self.fault_at(site) {
+            return Err(result);
+        }
+        call().inspect_err(|&result| self.note_result(result))
     }
 
     /// Reserves a memory object of `size` bytes in `heap`; false when the count limit is reached.

@@ -7,7 +7,7 @@
 
 use crate::device::Device;
 use crate::error::VulkanError;
-use crate::ledger::ObjectId;
+use crate::ledger::{FaultSite, ObjectId};
 use ash::vk;
 use residency_core::allocator::{AllocError, Allocation, ResourceKind, TlsfAllocator, TlsfDesc};
 use residency_core::memory::{HeapGrowth, MemoryIntent};
@@ -167,13 +167,11 @@ impl MemoryBlock {
         if let Some(dedicated) = dedicated.as_mut() {
             info = info.push_next(dedicated);
         }
-        let allocated = if device.ledger().take_injected_oom() {
-            Err(vk::Result::ERROR_OUT_OF_DEVICE_MEMORY)
-        } else {
+        let allocated = device.ledger().guard(FaultSite::AllocateMemory, || {
             // SAFETY: valid device; the info chain lives for the call; the type index comes from this
             // device's memory properties.
             unsafe { device.raw().allocate_memory(&info, None) }
-        };
+        });
         let memory = match allocated {
             Ok(memory) => memory,
             Err(vk::Result::ERROR_OUT_OF_DEVICE_MEMORY | vk::Result::ERROR_OUT_OF_HOST_MEMORY) => {

@@ -17,15 +17,16 @@
 use crate::device::Device;
 use crate::error::{VkResultExt, VulkanError};
 use crate::format_map::{aspect, vk_format};
-use crate::ledger::ObjectId;
+use crate::ledger::{FaultSite, ObjectId};
 use crate::memory::{MemoryBlock, MemoryError, RawMemoryDesc};
 use ash::vk;
 use residency_core::memory::{memory_type_candidates, MemoryIntent};
 use residency_core::tiles::{
     plan_binds, BindPlanError, BindPlanOptions, CommitError, DeviceMipTail, HeapIndex, ImageId, LayoutError,
     LayoutLimits, PoolStats, ResidencyChanges, ShapeError, SparseDimension, SparseFormatInfo,
-    SparseImageDesc, SparseImageLayout, SparseResidency, TexelRegion, TilePool, TilePoolDesc,
+    SparseImageDesc, SparseImageLayout, SparseResidency, TexelRegion, TileIndex, TilePool, TilePoolDesc,
 };
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -175,18 +176,20 @@ impl TileHeaps {
     }
 
     /// Applies residency changes made against `pool` (by a streaming manager, say) to images that
-    /// have no residency of their own ([`SparseImage::new_external`]): heaps first, then one
-    /// `vkQueueBindSparse` for all of them; waits for it.
+    /// have no residency of their own ([`SparseImage::new_external`]): heaps first (every heap of
+    /// `pool` without memory), then one `vkQueueBindSparse` for all of them; waits for it. On an
+    /// error nothing was bound (heaps allocated stay, as the pool has them); undoing the changes
+    /// in the pool and the page tables is the caller's, who made them.
     pub fn bind(
         &mut self,
         pool: &TilePool,
         items: &[(&SparseImage, &ResidencyChanges)],
         options: BindPlanOptions,
     ) -> Result<BindStats, SparseError> {
-        let mut heaps_added = 0;
+        let all: Vec<HeapIndex> = pool.heap_indices().collect();
+        let heaps_added = self.ensure(pool, &all)?;
         let mut plans = Vec::with_capacity(items.len());
         for (image, changes) in items {
-            heaps_added += self.ensure(pool, &changes.heaps_added)?;
             plans.push((
                 image.raw,
                 aspect(image.desc.format),
@@ -360,6 +363,12 @@ impl SparseTilePool {
         self.state.lock().unwrap_or_else(|e| e.into_inner()).pool.used_tiles()
     }
 
+    /// Checks the tile pool's invariants (runs in bounds, free lists and owners consistent). For
+    /// tests and debugging; a failure is a bug in the library.
+    pub fn check_invariants(&self) -> Result<(), residency_core::tiles::PoolInvariantError> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).pool.check_invariants()
+    }
+
     /// Changes the budget (in tiles). Tiles already in use stay.
     pub fn set_budget_tiles(&self, tiles: u32) {
         self.state.lock().unwrap_or_else(|e| e.into_inner()).pool.set_budget_tiles(tiles);
@@ -383,28 +392,60 @@ impl SparseTilePool {
     ) -> Result<BindStats, SparseError> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let state = &mut *state;
-        let mut heaps_added = 0;
-        let mut plans = Vec::with_capacity(images.len());
-        for image in images.iter() {
-            if image.pool_id != self.pool_id {
-                return Err(SparseError::Incompatible {
-                    name: image.name.clone(),
-                    reason: "flushed through a pool that does not own its tiles".into(),
-                });
+        if let Some(image) = images.iter().find(|i| i.pool_id != self.pool_id) {
+            return Err(SparseError::Incompatible {
+                name: image.name.clone(),
+                reason: "flushed through a pool that does not own its tiles".into(),
+            });
+        }
+        match flush_pending(&self.device, state, images, options) {
+            Ok(stats) => {
+                for image in images.iter_mut() {
+                    image.flushed();
+                }
+                Ok(stats)
             }
-            heaps_added += state.heaps.ensure(&state.pool, &image.pending.heaps_added)?;
-            let plan =
-                plan_binds(image.residency.layout(), &image.pending.tiles, &image.pending.tails, options)?;
-            plans.push((image.raw, aspect(image.desc.format), plan));
+            Err(e) => {
+                // Nothing was bound: undo the commits queued since the last flush, so that the page
+                // tables and the pool are as they were before them (a retry commits again).
+                let added: Vec<HeapIndex> =
+                    images.iter().flat_map(|i| i.pending.heaps_added.iter().copied()).collect();
+                for image in images.iter_mut() {
+                    image.roll_back(&mut state.pool);
+                }
+                // Heaps made for those commits go again, unless that would take heaps that were
+                // empty before (trimming is the application's call).
+                let empty: Vec<HeapIndex> =
+                    state.pool.stats().heaps.iter().filter(|h| h.used == 0).map(|h| h.heap).collect();
+                if !empty.is_empty() && empty.iter().all(|h| added.contains(h)) {
+                    let released = state.pool.trim();
+                    state.heaps.release(&released);
+                }
+                Err(e)
+            }
         }
-        let mut stats = submit_plans(&self.device, &plans, &state.heaps, state.pool.tile_bytes())?;
-        stats.heaps_added = heaps_added;
-        for image in images.iter_mut() {
-            image.pending = ResidencyChanges::default();
-            image.pending_index.clear();
-        }
-        Ok(stats)
     }
+}
+
+/// Allocates memory for every heap of the pool that has none yet (a heap added by one image's
+/// commit may already hold another image's tiles), plans every image's queued changes and binds
+/// them in one submission.
+fn flush_pending(
+    device: &Device,
+    state: &mut PoolState,
+    images: &[&mut SparseImage],
+    options: BindPlanOptions,
+) -> Result<BindStats, SparseError> {
+    let all: Vec<HeapIndex> = state.pool.heap_indices().collect();
+    let heaps_added = state.heaps.ensure(&state.pool, &all)?;
+    let mut plans = Vec::with_capacity(images.len());
+    for image in images {
+        let plan = plan_binds(image.residency.layout(), &image.pending.tiles, &image.pending.tails, options)?;
+        plans.push((image.raw, aspect(image.desc.format), plan));
+    }
+    let mut stats = submit_plans(device, &plans, &state.heaps, state.pool.tile_bytes())?;
+    stats.heaps_added = heaps_added;
+    Ok(stats)
 }
 
 fn submit_binds(
@@ -445,22 +486,33 @@ fn submit_binds(
         }
         batches.push(batch);
     }
-    let result = {
+    let submitted = {
         let queue = queue.lock();
-        // SAFETY: the queue is locked and supports sparse binding; every image is a live sparse
-        // image of this device, every memory a live heap of this pool, and the regions are
-        // tile-aligned (or reach the mip edge) as the planner guarantees.
-        unsafe { device.raw().queue_bind_sparse(*queue, &batches, fence) }.during("vkQueueBindSparse")
+        device.ledger().guard(FaultSite::BindSparse, || {
+            // SAFETY: the queue is locked and supports sparse binding; every image is a live sparse
+            // image of this device, every memory a live heap of this pool, and the regions are
+            // tile-aligned (or reach the mip edge) as the planner guarantees.
+            unsafe { device.raw().queue_bind_sparse(*queue, &batches, fence) }
+        })
     }
-    .and_then(|()| {
-        // SAFETY: the fence belongs to this device and was just submitted.
-        unsafe { device.raw().wait_for_fences(&[fence], true, u64::MAX) }.during("vkWaitForFences")
+    .during("vkQueueBindSparse");
+    let was_submitted = submitted.is_ok();
+    let result = submitted.and_then(|()| {
+        device
+            .ledger()
+            .guard(FaultSite::Wait, || {
+                // SAFETY: the fence belongs to this device and was just submitted.
+                unsafe { device.raw().wait_for_fences(&[fence], true, u64::MAX) }
+            })
+            .during("vkWaitForFences")
     });
-    // SAFETY: the fence has signalled (or the submission failed), so nothing uses them any more.
+    if was_submitted && result.is_err() {
+        // The wait failed (device lost): the binds may still run; wait for them, bounded.
+        device.settle_fences(&[fence]);
+    }
+    // SAFETY: the fence has signalled, was never submitted, or the device is lost; the semaphore
+    // is only used by the batches that completed with it.
     unsafe {
-        if result.is_err() {
-            let _ = device.wait_idle();
-        }
         device.raw().destroy_fence(fence, None);
         device.raw().destroy_semaphore(semaphore, None);
     }
@@ -526,6 +578,9 @@ pub struct SparseImage {
     pending: ResidencyChanges,
     /// Where each tile's pending change sits in `pending.tiles`.
     pending_index: std::collections::HashMap<u32, usize>,
+    /// Tiles and tails with a pending change that the GPU had bound at the last flush: releasing
+    /// one after a re-commit must still unbind it, and a failed flush keeps its unbind.
+    bound_at_flush: (HashSet<u32>, HashSet<u32>),
     pool_id: u32,
     id: ObjectId,
 }
@@ -616,8 +671,14 @@ impl SparseImage {
                 dimension: desc.dimension,
             }));
         }
-        // SAFETY: the description was checked against the device's limits and format properties.
-        let raw = unsafe { device.raw().create_image(&create, None) }.during("vkCreateImage")?;
+        let raw = device
+            .ledger()
+            .guard(FaultSite::CreateResource, || {
+                // SAFETY: the description was checked against the device's limits and format
+                // properties.
+                unsafe { device.raw().create_image(&create, None) }
+            })
+            .during("vkCreateImage")?;
         let destroy = |e: SparseError| {
             // SAFETY: created above, no memory bound, not used.
             unsafe { device.raw().destroy_image(raw, None) };
@@ -703,20 +764,25 @@ impl SparseImage {
             residency: SparseResidency::new(owner, &layout),
             pending: ResidencyChanges::default(),
             pending_index: std::collections::HashMap::new(),
+            bound_at_flush: (HashSet::new(), HashSet::new()),
             pool_id,
             id,
         })
     }
 
     /// Adds changes to those queued for the next flush, folding a change of a tile (or tail) that
-    /// already has one queued: bind then unbind is nothing (the GPU never saw the bind), unbind then
+    /// already has one queued: bind then unbind is nothing (the GPU never saw the bind) unless the
+    /// GPU still has the tile bound from before (unbind, bind, unbind is an unbind), unbind then
     /// bind is a bind to the new memory.
     fn queue(&mut self, changes: ResidencyChanges) {
         for change in changes.tiles {
             match self.pending_index.get(&change.tile.0) {
                 Some(&at) => {
                     let earlier = self.pending.tiles[at];
-                    if earlier.physical.is_some() && change.physical.is_none() {
+                    if earlier.physical.is_some()
+                        && change.physical.is_none()
+                        && !self.bound_at_flush.0.contains(&change.tile.0)
+                    {
                         // Bound and released before any flush: drop both (swap_remove keeps O(1)).
                         self.pending.tiles.swap_remove(at);
                         self.pending_index.remove(&change.tile.0);
@@ -728,6 +794,10 @@ impl SparseImage {
                     }
                 }
                 None => {
+                    // A first release means the GPU has the tile bound (the page table had it).
+                    if change.physical.is_none() {
+                        self.bound_at_flush.0.insert(change.tile.0);
+                    }
                     self.pending_index.insert(change.tile.0, self.pending.tiles.len());
                     self.pending.tiles.push(change);
                 }
@@ -735,14 +805,55 @@ impl SparseImage {
         }
         for change in changes.tails {
             match self.pending.tails.iter().position(|t| t.tail == change.tail) {
-                Some(at) if self.pending.tails[at].physical.is_some() && change.physical.is_none() => {
+                Some(at)
+                    if self.pending.tails[at].physical.is_some()
+                        && change.physical.is_none()
+                        && !self.bound_at_flush.1.contains(&change.tail) =>
+                {
                     self.pending.tails.remove(at);
                 }
                 Some(at) => self.pending.tails[at] = change,
-                None => self.pending.tails.push(change),
+                None => {
+                    if change.physical.is_none() {
+                        self.bound_at_flush.1.insert(change.tail);
+                    }
+                    self.pending.tails.push(change)
+                }
             }
         }
         self.pending.heaps_added.extend(changes.heaps_added);
+    }
+
+    /// The queued changes reached the GPU.
+    fn flushed(&mut self) {
+        self.pending = ResidencyChanges::default();
+        self.pending_index.clear();
+        self.bound_at_flush.0.clear();
+        self.bound_at_flush.1.clear();
+    }
+
+    /// A flush failed, so nothing queued reached the GPU: the commits queued since the last flush
+    /// are undone (the page table forgets them, their pool tiles go back) and the unbinds of what
+    /// the GPU still has bound stay queued for the next flush.
+    fn roll_back(&mut self, pool: &mut TilePool) {
+        let tiles: Vec<TileIndex> =
+            self.pending.tiles.iter().filter(|c| c.physical.is_some()).map(|c| c.tile).collect();
+        let tails: Vec<u32> =
+            self.pending.tails.iter().filter(|c| c.physical.is_some()).map(|c| c.tail).collect();
+        let mut undone = self.residency.release(pool, &tiles).map(|_| ());
+        for tail in tails {
+            undone = undone.and_then(|()| self.residency.release_tail(pool, tail).map(|_| ()));
+        }
+        if let Err(e) = undone {
+            tracing::error!(image = %self.name, error = %e, "undoing the commits of a failed flush");
+        }
+        let (bound_tiles, bound_tails) = &self.bound_at_flush;
+        self.pending.tiles.retain(|c| bound_tiles.contains(&c.tile.0));
+        self.pending.tiles.iter_mut().for_each(|c| c.physical = None);
+        self.pending.tails.retain(|c| bound_tails.contains(&c.tail));
+        self.pending.tails.iter_mut().for_each(|c| c.physical = None);
+        self.pending.heaps_added.clear();
+        self.pending_index = self.pending.tiles.iter().enumerate().map(|(i, c)| (c.tile.0, i)).collect();
     }
 
     /// The `VkImage`.

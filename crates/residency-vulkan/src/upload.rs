@@ -232,8 +232,10 @@ impl Uploader {
         if state.in_flight.is_empty() {
             unreachable!("a full ring with nothing queued or in flight cannot happen");
         }
-        let (frame, submission) = state.in_flight.remove(0);
-        self.context.wait(device, submission)?;
+        // The oldest frame stays in flight until its wait succeeds (a failed wait, on a lost
+        // device, leaves the ring as it was).
+        self.context.wait_for(device, &state.in_flight[0].1)?;
+        let (frame, _) = state.in_flight.remove(0);
         state.ring.retire(frame).expect("frames retire in order");
         Ok(())
     }
@@ -251,7 +253,7 @@ impl Uploader {
             .src_access_mask(vk::AccessFlags2::TRANSFER_WRITE)
             .dst_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
             .dst_access_mask(vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE)];
-        let submission = self.context.submit(device, &[], &[], |cmd| {
+        let submitted = self.context.submit(device, &[], &[], |cmd| {
             // SAFETY: `cmd` is recording; the staging buffer and every destination are live buffers of
             // this device (callers keep destinations alive until the upload is waited for).
             unsafe {
@@ -269,7 +271,18 @@ impl Uploader {
                 }
                 raw.cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&after));
             }
-        })?;
+        });
+        let submission = match submitted {
+            Ok(submission) => submission,
+            Err(e) => {
+                // Not submitted: the copies stay queued (their data is in the ring) for a retry,
+                // unless the device is lost and they can never run.
+                if !device.is_lost() {
+                    state.copies = copies;
+                }
+                return Err(e.into());
+            }
+        };
         let frame = state.ring.finish_frame();
         state.in_flight.push((frame, submission));
         Ok(())
@@ -288,8 +301,9 @@ impl Uploader {
     pub fn wait_idle(&self, device: &Device) -> Result<(), UploadError> {
         self.flush(device)?;
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        for (frame, submission) in std::mem::take(&mut state.in_flight) {
-            self.context.wait(device, submission)?;
+        while let Some((_, submission)) = state.in_flight.first() {
+            self.context.wait_for(device, submission)?;
+            let (frame, _) = state.in_flight.remove(0);
             state.ring.retire(frame).expect("frames retire in order");
         }
         Ok(())
