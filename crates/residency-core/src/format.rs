@@ -136,12 +136,13 @@ impl Format {
         matches!(self.kind(), FormatKind::Depth | FormatKind::DepthStencil)
     }
 
-    /// Bytes needed for a `width × height × depth` region of this format (blocks rounded up).
+    /// Bytes needed for a `width × height × depth` region of this format (blocks rounded up),
+    /// saturating at `u64::MAX` (a 2^32-texel cube of 16-byte texels does not fit in a `u64`).
     pub fn region_bytes(self, width: u32, height: u32, depth: u32) -> u64 {
         let (bw, bh) = self.block_extent();
         let blocks_x = u64::from(width.div_ceil(bw));
         let blocks_y = u64::from(height.div_ceil(bh));
-        blocks_x * blocks_y * u64::from(depth) * u64::from(self.block_bytes())
+        (blocks_x * blocks_y).saturating_mul(u64::from(depth)).saturating_mul(u64::from(self.block_bytes()))
     }
 }
 

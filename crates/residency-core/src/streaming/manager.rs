@@ -317,7 +317,10 @@ pub struct StreamingManager {
     wanted: HashMap<TileKey, Wanted>,
     pinned_pending: BTreeSet<TileKey>,
     evicted_at: HashMap<TileKey, u64>,
-    cancelled: HashSet<TileKey>,
+    /// Loads of unregistered images still out, by key: their completions are ignored. A count,
+    /// because an image unregistered, registered again and unregistered again can have two loads
+    /// of one key out.
+    cancelled: HashMap<TileKey, u32>,
     wanted_now: HashSet<TileKey>,
     evicted_now: Vec<TileKey>,
     last_frame: Option<u64>,
@@ -344,7 +347,7 @@ impl StreamingManager {
             wanted: HashMap::new(),
             pinned_pending: BTreeSet::new(),
             evicted_at: HashMap::new(),
-            cancelled: HashSet::new(),
+            cancelled: HashMap::new(),
             wanted_now: HashSet::new(),
             evicted_now: Vec::new(),
             last_frame: None,
@@ -449,7 +452,7 @@ impl StreamingManager {
         for k in gone {
             let f = self.in_flight.remove(&k).expect("listed");
             self.in_flight_tiles -= u64::from(f.tiles);
-            self.cancelled.insert(k);
+            *self.cancelled.entry(k).or_insert(0) += 1;
         }
         Ok(ImageChanges { image, changes, min_lod })
     }
@@ -581,6 +584,17 @@ impl StreamingManager {
         (frame.saturating_sub(last) >= min_age && !self.wanted_now.contains(&key)).then_some(key)
     }
 
+    /// Counts one completion of a cancelled load of `key`; `false` when none is out (the
+    /// completion is then the load in flight).
+    fn take_cancelled(&mut self, key: TileKey) -> bool {
+        let Some(n) = self.cancelled.get_mut(&key) else { return false };
+        *n -= 1;
+        if *n == 0 {
+            self.cancelled.remove(&key);
+        }
+        true
+    }
+
     /// Runs one frame of the policy; see the module docs and `docs/streaming.md`. The requests
     /// are taken as written by this frame; with a ring of frames in flight use
     /// [`update_with_feedback_from`](Self::update_with_feedback_from).
@@ -604,9 +618,14 @@ impl StreamingManager {
                 return Err(StreamingError::FrameOrder { last, got: frame });
             }
         }
-        let mut seen = HashSet::new();
+        // Each key may be reported once per load out: the one in flight and the cancelled ones.
+        let mut reported: HashMap<TileKey, u32> = HashMap::new();
         for &key in input.loaded.iter().chain(input.failed) {
-            if !self.cancelled.contains(&key) && (!self.in_flight.contains_key(&key) || !seen.insert(key)) {
+            let n = reported.entry(key).or_insert(0);
+            *n += 1;
+            let out =
+                self.cancelled.get(&key).copied().unwrap_or(0) + u32::from(self.in_flight.contains_key(&key));
+            if *n > out {
                 return Err(StreamingError::UnexpectedCompletion { key });
             }
         }
@@ -626,7 +645,7 @@ impl StreamingManager {
 
         // 1. Failed loads are forgotten; wanted again, they load again.
         for &key in input.failed {
-            if self.cancelled.remove(&key) {
+            if self.take_cancelled(key) {
                 continue;
             }
             let f = self.in_flight.remove(&key).expect("checked in flight");
@@ -645,7 +664,7 @@ impl StreamingManager {
         self.pool.set_budget_tiles(budget as u32);
         let mut by_image: BTreeMap<ImageId, (Vec<TileIndex>, Vec<u32>)> = BTreeMap::new();
         for &key in input.loaded {
-            if self.cancelled.remove(&key) {
+            if self.take_cancelled(key) {
                 continue;
             }
             let f = self.in_flight.remove(&key).expect("checked in flight");
@@ -806,6 +825,15 @@ impl StreamingManager {
                 StreamUnit::Tail(_) => None,
             };
             out.loads.push(TileLoad { key, coord, bytes, reason: class });
+        }
+
+        // Pinned loads start whatever the budget: evict back down to it as a budget cut does, so
+        // that the manager is over budget only while nothing more may be evicted this frame.
+        while self.committed_tiles() > budget
+            && self.evicted_now.len() < self.desc.evictions_per_frame as usize
+        {
+            let Some(key) = self.eviction_candidate(frame, false) else { break };
+            self.evict(key, frame, &mut changes);
         }
 
         // 6. Forget wants not renewed within the eviction delay, and old evictions.

@@ -4,6 +4,7 @@
 //! [`TileIndex`]: layer-major, then mip, then z, y, x (x fastest). Mips at or beyond the first
 //! mip-tail level are not tiles; each layer's mip tail (or the image's single tail) is one unit.
 
+use super::indirection::ResidencyPath;
 use super::shape::{MipTailModel, ShapeError, SparseDimension, SparseFormatInfo};
 use crate::format::Format;
 use crate::profile::DeviceProfile;
@@ -27,6 +28,9 @@ pub struct SparseImageDesc {
     pub array_layers: u32,
     /// Mip levels, at most the full chain. Default: the full chain (15 for 16384).
     pub mip_levels: u32,
+    /// Hardware sparse residency, the software path, or the device's best (the default).
+    #[serde(default)]
+    pub path: ResidencyPath,
 }
 
 impl Default for SparseImageDesc {
@@ -56,6 +60,7 @@ impl SparseImageDesc {
             depth: 1,
             array_layers: 1,
             mip_levels: full_mip_chain(max),
+            path: ResidencyPath::Auto,
         }
     }
 
@@ -73,6 +78,7 @@ impl SparseImageDesc {
             depth,
             array_layers: 1,
             mip_levels: full_mip_chain(max),
+            path: ResidencyPath::Auto,
         }
     }
 
@@ -83,6 +89,12 @@ impl SparseImageDesc {
             tracing::debug!(requested = layers, used = clamped, "SparseImageDesc: array layers clamped");
         }
         self.array_layers = clamped;
+        self
+    }
+
+    /// Forces the hardware or the software residency path (default: [`ResidencyPath::Auto`]).
+    pub fn with_path(mut self, path: ResidencyPath) -> Self {
+        self.path = path;
         self
     }
 
@@ -194,7 +206,7 @@ pub struct MipTail {
 impl MipTail {
     /// Opaque resource offset of tail `tail` (0-based; a layer unless single).
     pub fn resource_offset(&self, tail: u32) -> u64 {
-        self.offset + self.stride * u64::from(tail)
+        self.offset.saturating_add(self.stride.saturating_mul(u64::from(tail)))
     }
 }
 
@@ -347,7 +359,7 @@ pub enum LayoutError {
     /// The virtual size is beyond the device's sparse address space.
     #[error("virtual size {bytes} bytes exceeds sparseAddressSpaceSize {maximum} bytes")]
     AddressSpaceExceeded {
-        /// Virtual bytes of the image.
+        /// Virtual bytes of the image (`u64::MAX` when they do not fit in a `u64`).
         bytes: u64,
         /// `sparseAddressSpaceSize`.
         maximum: u64,
@@ -424,12 +436,14 @@ impl SparseImageLayout {
             let extent = desc.mip_extent(lod);
             let in_tail = lod >= first_tail_lod;
             let tiles = if in_tail { [0; 3] } else { [0, 1, 2].map(|a| extent[a].div_ceil(tile[a])) };
-            let count: u64 = tiles.iter().map(|&t| u64::from(t)).product();
+            // Saturating: three sides of up to 2^32 tiles overflow a u64; the count check below
+            // rejects anything that large.
+            let count = tiles.iter().fold(1u64, |n, &t| n.saturating_mul(u64::from(t)));
             let first_tile = u32::try_from(tiles_per_layer).unwrap_or(u32::MAX);
             mips.push(MipInfo { lod, extent, tiles, first_tile, in_tail });
-            tiles_per_layer += count;
+            tiles_per_layer = tiles_per_layer.saturating_add(count);
         }
-        let total = tiles_per_layer * u64::from(desc.array_layers);
+        let total = tiles_per_layer.saturating_mul(u64::from(desc.array_layers));
         let max_tiles = u64::from(u32::MAX);
         if total >= max_tiles {
             return Err(LayoutError::TooManyTiles { tiles: total, maximum: max_tiles - 1 });
@@ -438,22 +452,22 @@ impl SparseImageLayout {
         let tail = (first_tail_lod < desc.mip_levels).then(|| {
             let single = info.single_miptail || desc.array_layers == 1;
             let count = if single { 1 } else { desc.array_layers };
-            let layer_tile_bytes = tiles_per_layer * tile_bytes;
+            // Device figures (a profile's probe, the driver's tail) can be anything: the byte
+            // arithmetic saturates, and the address-space check below rejects what overflowed.
+            let layer_tile_bytes = tiles_per_layer.saturating_mul(tile_bytes);
             let computed_size = || {
-                let per_layer: u64 = (first_tail_lod..desc.mip_levels)
-                    .map(|lod| {
-                        let [w, h, d] = desc.mip_extent(lod);
-                        desc.format.region_bytes(w, h, d)
-                    })
-                    .sum();
+                let per_layer = (first_tail_lod..desc.mip_levels).fold(0u64, |sum, lod| {
+                    let [w, h, d] = desc.mip_extent(lod);
+                    sum.saturating_add(desc.format.region_bytes(w, h, d))
+                });
                 let layers = if info.single_miptail { u64::from(desc.array_layers) } else { 1 };
-                (per_layer * layers).div_ceil(tile_bytes) * tile_bytes
+                per_layer.saturating_mul(layers).div_ceil(tile_bytes).saturating_mul(tile_bytes)
             };
             let computed_place = |size: u64| {
                 if single {
-                    (total * tile_bytes, 0)
+                    (total.saturating_mul(tile_bytes), 0)
                 } else {
-                    (layer_tile_bytes, layer_tile_bytes + size)
+                    (layer_tile_bytes, layer_tile_bytes.saturating_add(size))
                 }
             };
             let (size, offset, stride) = match (device_tail, probe) {
@@ -475,9 +489,14 @@ impl SparseImageLayout {
             let tiles = u32::try_from(size.div_ceil(tile_bytes)).unwrap_or(u32::MAX);
             MipTail { first_lod: first_tail_lod, size, offset, stride, single, count, tiles, source }
         });
-        let tail_bytes = tail.map_or(0, |t| u64::from(t.tiles) * tile_bytes * u64::from(t.count));
-        let virtual_bytes = total * tile_bytes + tail_bytes;
-        if virtual_bytes > limits.sparse_address_space_size {
+        let tail_bytes = tail
+            .map_or(Some(0), |t| u64::from(t.tiles).checked_mul(tile_bytes)?.checked_mul(u64::from(t.count)));
+        // `u64::MAX` stands for "more than a u64 holds".
+        let virtual_bytes =
+            total.checked_mul(tile_bytes).and_then(|b| b.checked_add(tail_bytes?)).unwrap_or(u64::MAX);
+        if virtual_bytes > limits.sparse_address_space_size
+            || (virtual_bytes == u64::MAX && limits.sparse_address_space_size == u64::MAX)
+        {
             return Err(LayoutError::AddressSpaceExceeded {
                 bytes: virtual_bytes,
                 maximum: limits.sparse_address_space_size,

@@ -1,0 +1,416 @@
+//! The `allocator` target: random operation sequences against the TLSF heap allocator, the
+//! per-frame ring and the physical tile pool, each checked after every operation by its own
+//! invariant checker and by a reference model of the live ranges.
+
+use crate::input::Input;
+use residency_core::allocator::{
+    AllocError, Allocation, BlockState, DescError, FrameId, ResourceKind, RingAllocation, RingAllocator,
+    RingError, TlsfAllocator, TlsfDesc,
+};
+use residency_core::tiles::{ImageId, PhysicalTile, PoolError, TilePool, TilePoolDesc, TileRun};
+use std::collections::{BTreeMap, VecDeque};
+
+/// Operations per input at most (inputs are short; this bounds a pathological one).
+const MAX_OPS: usize = 4096;
+
+pub(crate) fn run(data: &[u8]) {
+    let mut input = Input::new(data);
+    match input.u8() % 3 {
+        0 => tlsf(&mut input),
+        1 => ring(&mut input),
+        _ => tile_pool(&mut input),
+    }
+}
+
+/// The largest alignment an allocation's end is rounded up to (`docs/allocator.md`).
+const TAIL_ROUNDING_MAX: u64 = 256;
+
+const KINDS: [ResourceKind; 3] = [ResourceKind::Linear, ResourceKind::Optimal, ResourceKind::Unknown];
+
+fn align_up(v: u64, a: u64) -> Option<u64> {
+    v.checked_add(a - 1).map(|x| x & !(a - 1))
+}
+
+fn align_down(v: u64, a: u64) -> u64 {
+    v & !(a - 1)
+}
+
+/// The reference model of a TLSF heap: live allocations by offset (requested size, kind).
+struct TlsfModel {
+    live: BTreeMap<u64, (u64, ResourceKind)>,
+    requested: u64,
+}
+
+fn tlsf(input: &mut Input<'_>) {
+    let capacity = input.size();
+    let granularity = match input.u8() % 8 {
+        0 => 1,
+        1 => input.u64(),
+        _ => 1 << input.below(17),
+    };
+    let desc = TlsfDesc::new(capacity).with_granularity(granularity);
+    let mut heap = match TlsfAllocator::new(desc) {
+        Ok(heap) => heap,
+        Err(DescError::ZeroCapacity) => return assert_eq!(capacity, 0),
+        Err(DescError::GranularityNotPowerOfTwo { granularity: g }) => {
+            assert_eq!(g, granularity);
+            return assert!(!granularity.is_power_of_two());
+        }
+    };
+    assert!(capacity > 0 && granularity.is_power_of_two(), "accepted {desc:?}");
+    // A second heap, to hand the first one allocations it did not make.
+    let mut other = TlsfAllocator::new(TlsfDesc::new(1 << 20)).expect("valid");
+    let mut handles: Vec<Allocation> = Vec::new();
+    let mut model = TlsfModel { live: BTreeMap::new(), requested: 0 };
+    for _ in 0..MAX_OPS {
+        if input.is_empty() {
+            break;
+        }
+        match input.u8() % 8 {
+            0..=3 => {
+                let size = input.size();
+                let alignment = input.alignment(20);
+                let kind = input.pick(&KINDS);
+                match heap.allocate(size, alignment, kind) {
+                    Ok(a) => {
+                        check_new_allocation(&heap, &model, &a, size, alignment);
+                        model.live.insert(a.offset(), (size, kind));
+                        model.requested += size;
+                        handles.push(a);
+                    }
+                    Err(AllocError::ZeroSize) => assert_eq!(size, 0),
+                    Err(AllocError::AlignmentNotPowerOfTwo { alignment: a }) => {
+                        assert!(size != 0 && a == alignment && !alignment.is_power_of_two());
+                    }
+                    Err(AllocError::OutOfSpace { size: s, alignment: a, largest_free, free }) => {
+                        assert_eq!((s, a), (size, alignment));
+                        assert_eq!(largest_free, heap.largest_free());
+                        assert_eq!(free, heap.capacity() - heap.used_bytes());
+                        check_really_full(&heap, size, alignment, kind);
+                    }
+                    Err(e @ AllocError::ForeignAllocation { .. }) => panic!("allocate returned {e}"),
+                }
+            }
+            4 | 5 => {
+                if !handles.is_empty() {
+                    let i = input.below(handles.len() as u64) as usize;
+                    let a = handles.swap_remove(i);
+                    let (size, _) = model.live.remove(&a.offset()).expect("model has every live allocation");
+                    assert_eq!(size, a.size());
+                    model.requested -= size;
+                    heap.free(a).expect("freeing a live allocation");
+                }
+            }
+            6 => {
+                for a in handles.drain(..) {
+                    heap.free(a).expect("freeing a live allocation");
+                }
+                model.live.clear();
+                model.requested = 0;
+                assert_empty(&heap);
+            }
+            _ => {
+                if input.bool() {
+                    heap.reserve(input.below(64) as usize);
+                } else if let Ok(foreign) = other.allocate(1 + input.below(4096), 1, ResourceKind::Linear) {
+                    let (offset, size) = (foreign.offset(), foreign.size());
+                    assert_eq!(heap.free(foreign), Err(AllocError::ForeignAllocation { offset, size }));
+                }
+            }
+        }
+        check_heap(&heap, &model);
+    }
+    for a in handles.drain(..) {
+        heap.free(a).expect("freeing a live allocation");
+    }
+    check_heap(&heap, &TlsfModel { live: BTreeMap::new(), requested: 0 });
+    assert_empty(&heap);
+}
+
+/// A fresh allocation is in bounds, aligned and overlaps no live allocation of the model.
+fn check_new_allocation(heap: &TlsfAllocator, model: &TlsfModel, a: &Allocation, size: u64, alignment: u64) {
+    assert_eq!(a.size(), size);
+    assert_eq!(a.offset() % alignment, 0, "misaligned {a:?}");
+    let end = a.offset().checked_add(size).expect("allocation end overflows");
+    assert!(end <= heap.capacity(), "{a:?} beyond capacity {}", heap.capacity());
+    if let Some((&o, &(s, _))) = model.live.range(..=a.offset()).next_back() {
+        assert!(o + s <= a.offset(), "{a:?} overlaps [{o}, +{s})");
+    }
+    if let Some((&o, _)) = model.live.range(a.offset()..).next() {
+        assert!(end <= o, "{a:?} overlaps the allocation at {o}");
+    }
+}
+
+/// The allocator agrees with its own checker and with the model.
+fn check_heap(heap: &TlsfAllocator, model: &TlsfModel) {
+    if let Err(e) = heap.check_invariants() {
+        panic!("invariant broken: {e}");
+    }
+    let stats = heap.stats();
+    assert_eq!(stats.allocation_count, model.live.len() as u64);
+    assert_eq!(stats.requested_bytes, model.requested);
+    assert_eq!(stats.used_bytes + stats.free_bytes, stats.capacity);
+    assert!(stats.used_bytes >= stats.requested_bytes);
+    // Each footprint is its requested size plus at most the rounding of its end.
+    let slack = (TAIL_ROUNDING_MAX - 1) * model.live.len() as u64;
+    assert!(stats.used_bytes - stats.requested_bytes <= slack, "{stats:?}");
+    let mut largest = 0;
+    let mut free_ranges = 0;
+    let mut used = 0;
+    let mut listed = 0;
+    for block in heap.blocks() {
+        match block.state {
+            BlockState::Free => {
+                largest = largest.max(block.size);
+                free_ranges += 1;
+            }
+            BlockState::Used { kind, alignment } => {
+                let &(size, model_kind) =
+                    model.live.get(&block.offset).expect("every used block is a live allocation");
+                assert_eq!(kind, model_kind);
+                assert_eq!(block.offset % alignment, 0);
+                assert!(block.size >= size);
+                used += block.size;
+                listed += 1;
+            }
+        }
+    }
+    assert_eq!(listed, model.live.len());
+    assert_eq!(used, stats.used_bytes);
+    assert_eq!(largest, stats.largest_free_bytes, "largest_free is the largest free block");
+    assert_eq!(free_ranges, stats.free_range_count);
+}
+
+/// `OutOfSpace` is only returned when no free block can hold the request: the allocator's
+/// promise, checked against the block list (granularity pages included).
+fn check_really_full(heap: &TlsfAllocator, size: u64, alignment: u64, kind: ResourceKind) {
+    let g = heap.granularity();
+    let blocks: Vec<_> = heap.blocks().collect();
+    for (i, b) in blocks.iter().enumerate() {
+        if b.state != BlockState::Free {
+            continue;
+        }
+        let Some(mut offset) = align_up(b.offset, alignment) else { continue };
+        let mut limit = b.offset + b.size;
+        if g > 1 {
+            if let Some(BlockState::Used { kind: below, .. }) = i.checked_sub(1).map(|j| blocks[j].state) {
+                let prev = &blocks[i - 1];
+                if below.conflicts_with(kind)
+                    && align_down(prev.offset + prev.size - 1, g) == align_down(offset, g)
+                {
+                    let Some(o) = align_up(offset, g) else { continue };
+                    offset = o;
+                }
+            }
+            if let Some(BlockState::Used { kind: above, .. }) = blocks.get(i + 1).map(|n| n.state) {
+                if above.conflicts_with(kind) {
+                    limit = align_down(limit, g);
+                }
+            }
+        }
+        let fits = offset.checked_add(size).is_some_and(|end| end <= limit);
+        assert!(
+            !fits,
+            "out of space for {size} B aligned {alignment} ({kind:?}) but free block {b:?} holds it"
+        );
+    }
+}
+
+fn assert_empty(heap: &TlsfAllocator) {
+    let stats = heap.stats();
+    assert_eq!((stats.allocation_count, stats.used_bytes, stats.requested_bytes), (0, 0, 0));
+    assert_eq!(stats.free_range_count, 1);
+    assert_eq!(stats.largest_free_bytes, heap.capacity());
+}
+
+fn ring(input: &mut Input<'_>) {
+    let capacity = input.size();
+    let mut ring = match RingAllocator::new(capacity) {
+        Ok(r) => r,
+        Err(e) => return assert_eq!((capacity, e), (0, DescError::ZeroCapacity)),
+    };
+    // Live allocations, by frame, oldest first.
+    let mut frames: VecDeque<(FrameId, Vec<RingAllocation>)> = VecDeque::new();
+    frames.push_back((ring.open_frame(), Vec::new()));
+    for _ in 0..MAX_OPS {
+        if input.is_empty() {
+            break;
+        }
+        match input.u8() % 6 {
+            0..=2 => {
+                let size = input.size();
+                let alignment = input.alignment(16);
+                match ring.allocate(size, alignment) {
+                    Ok(a) => {
+                        assert_eq!((a.size, a.frame), (size, ring.open_frame()));
+                        assert_eq!(a.offset % alignment, 0);
+                        let end = a.offset.checked_add(size).expect("end overflows");
+                        assert!(end <= capacity, "{a:?} beyond capacity {capacity}");
+                        for live in frames.iter().flat_map(|(_, v)| v) {
+                            assert!(
+                                end <= live.offset || live.offset + live.size <= a.offset,
+                                "{a:?} overlaps live {live:?}"
+                            );
+                        }
+                        frames.back_mut().expect("open frame").1.push(a);
+                    }
+                    Err(RingError::ZeroSize) => assert_eq!(size, 0),
+                    Err(RingError::AlignmentNotPowerOfTwo { alignment: a }) => {
+                        assert!(a == alignment && !a.is_power_of_two())
+                    }
+                    Err(RingError::TooLarge { .. }) => assert!(size > capacity),
+                    Err(RingError::Full { size: s, free, .. }) => {
+                        assert_eq!(s, size);
+                        assert_eq!(free, ring.free_bytes());
+                    }
+                    Err(e @ RingError::FrameNotFinished { .. }) => panic!("allocate returned {e}"),
+                }
+            }
+            3 => {
+                let finished = ring.finish_frame();
+                assert_eq!(Some(finished), frames.back().map(|f| f.0));
+                frames.push_back((ring.open_frame(), Vec::new()));
+            }
+            _ => {
+                let open = ring.open_frame().0;
+                let frame = FrameId(match input.u8() % 4 {
+                    0 => input.u64(),
+                    _ => open.saturating_sub(input.below(4)),
+                });
+                match ring.retire(frame) {
+                    Ok(_) => {
+                        assert!(frame.0 < open);
+                        while frames.front().is_some_and(|f| f.0 <= frame) {
+                            frames.pop_front();
+                        }
+                    }
+                    Err(RingError::FrameNotFinished { frame: f, open: o }) => {
+                        assert_eq!((f, o), (frame.0, open));
+                        assert!(frame.0 >= open);
+                    }
+                    Err(e) => panic!("retire returned {e}"),
+                }
+            }
+        }
+        if let Err(e) = ring.check_invariants() {
+            panic!("ring invariant broken: {e}");
+        }
+        let live: u64 = frames.iter().flat_map(|(_, v)| v).map(|a| a.size).sum();
+        assert!(ring.used_bytes() >= live, "used {} < live {live}", ring.used_bytes());
+        assert_eq!(ring.used_bytes() + ring.free_bytes(), capacity);
+        assert_eq!(ring.pending_frames(), frames.len() - 1);
+    }
+    let last = ring.finish_frame();
+    ring.retire(last).expect("a finished frame retires");
+    assert_eq!(ring.used_bytes(), 0, "everything retired, nothing used");
+    assert_eq!(ring.pending_frames(), 0);
+}
+
+fn tile_pool(input: &mut Input<'_>) {
+    // Tiles per heap stay small: the pool keeps an owner per tile of every heap.
+    let tiles_per_heap = input.range(0, 600) as u32;
+    let budget = input.range(0, 4000) as u32;
+    let mut pool =
+        TilePool::new(TilePoolDesc::default().with_tiles_per_heap(tiles_per_heap).with_budget_tiles(budget));
+    // The model: owner of every allocated tile.
+    let mut owned: BTreeMap<PhysicalTile, u32> = BTreeMap::new();
+    let mut runs: Vec<(TileRun, u32)> = Vec::new();
+    for _ in 0..MAX_OPS {
+        if input.is_empty() {
+            break;
+        }
+        match input.u8() % 8 {
+            0..=2 => {
+                let owner = ImageId(match input.u8() {
+                    255 => u32::MAX,
+                    o => u32::from(o % 8),
+                });
+                let k = input.range(0, 700) as u32;
+                let available = pool.available_tiles();
+                let heaps_before: Vec<_> = pool.heap_indices().collect();
+                match pool.allocate(owner, k) {
+                    Ok(a) => {
+                        assert_eq!(a.runs.iter().map(|r| u64::from(r.len)).sum::<u64>(), u64::from(k));
+                        for h in &a.heaps_added {
+                            assert!(!heaps_before.contains(h), "heap {h:?} added twice");
+                        }
+                        for run in &a.runs {
+                            assert!(run.len > 0);
+                            let heap_tiles = pool.heap_tiles(run.heap).expect("run in a live heap");
+                            assert!(u64::from(run.first) + u64::from(run.len) <= u64::from(heap_tiles));
+                            for t in run.tiles() {
+                                assert!(owned.insert(t, owner.0).is_none(), "{t:?} handed out twice");
+                            }
+                            runs.push((*run, owner.0));
+                        }
+                    }
+                    Err(PoolError::PoolExhausted { requested, free, .. }) => {
+                        assert_eq!(requested, u64::from(k));
+                        assert!(
+                            free < requested && free == available,
+                            "exhausted with {free} of {available}"
+                        );
+                    }
+                    Err(PoolError::ReservedOwner(o)) => assert_eq!(o, owner.0),
+                    Err(e) => panic!("allocate returned {e}"),
+                }
+            }
+            3 | 4 => {
+                if !runs.is_empty() {
+                    let i = input.below(runs.len() as u64) as usize;
+                    let (run, owner) = runs.swap_remove(i);
+                    // Free a piece of the run; the rest stays live.
+                    let skip = input.below(u64::from(run.len)) as u32;
+                    let len = 1 + input.below(u64::from(run.len - skip)) as u32;
+                    let piece = TileRun { heap: run.heap, first: run.first + skip, len };
+                    pool.free(piece).expect("freeing allocated tiles");
+                    for t in piece.tiles() {
+                        assert_eq!(owned.remove(&t), Some(owner));
+                    }
+                    if skip > 0 {
+                        runs.push((TileRun { len: skip, ..run }, owner));
+                    }
+                    if skip + len < run.len {
+                        let first = run.first + skip + len;
+                        runs.push((TileRun { heap: run.heap, first, len: run.len - skip - len }, owner));
+                    }
+                    // Freeing it again is refused and changes nothing.
+                    assert!(matches!(pool.free(piece), Err(PoolError::NotAllocated { .. })));
+                }
+            }
+            5 => {
+                let owner = input.below(8) as u32;
+                let expected = owned.values().filter(|&&o| o == owner).count() as u32;
+                assert_eq!(pool.free_owner(ImageId(owner)), expected);
+                owned.retain(|_, o| *o != owner);
+                runs.retain(|(_, o)| *o != owner);
+            }
+            6 => {
+                let released = pool.trim();
+                for h in released {
+                    assert!(owned.keys().all(|t| t.heap != h), "trimmed heap {h:?} had live tiles");
+                }
+            }
+            _ => pool.set_budget_tiles(input.range(0, 4000) as u32),
+        }
+        if let Err(e) = pool.check_invariants() {
+            panic!("pool invariant broken: {e}");
+        }
+        assert_eq!(pool.used_tiles(), owned.len() as u64);
+        for owner in 0..8 {
+            let expected = owned.values().filter(|&&o| o == owner).count() as u32;
+            assert_eq!(pool.owned_tiles(ImageId(owner)), expected);
+        }
+        for (t, &o) in owned.iter().take(64) {
+            assert_eq!(pool.owner_of(*t), Some(ImageId(o)));
+        }
+    }
+    for owner in 0..8 {
+        pool.free_owner(ImageId(owner));
+    }
+    assert_eq!(pool.used_tiles(), 0);
+    assert!(pool.leaks().is_empty());
+    pool.trim();
+    assert_eq!(pool.capacity_tiles(), 0);
+    pool.check_invariants().expect("empty pool is consistent");
+}

@@ -1,0 +1,68 @@
+//! Fuzz target bodies for `residency-core`, one public function per target, each taking the
+//! fuzzer's bytes. They panic only on a real bug: a broken invariant, an answer outside the spec's
+//! bounds, a model disagreement, or a panic inside the core itself.
+//!
+//! The `fuzz/` directory at the repository root runs them under libFuzzer (`cargo +nightly fuzz
+//! run <target>`); `tests/bounded.rs` runs every target for a bounded time on its seed corpus,
+//! its regressions and mutations of them, so that `cargo test` (and CI, on stable Rust) exercises
+//! them too. See `docs/reliability.md` for the figures of the long runs and what they found.
+#![forbid(unsafe_code)]
+
+mod alloc_ops;
+mod input;
+mod json_ops;
+mod placement_ops;
+mod profiles;
+mod rvt_ops;
+mod streaming_ops;
+mod tile_ops;
+
+/// Random operation sequences against the TLSF heap allocator, the per-frame ring and the
+/// physical tile pool, checked after every operation by their invariant checkers and by a
+/// reference model of the live ranges (no overlap, alignment, byte counts, empty at the end).
+pub fn allocator(data: &[u8]) {
+    alloc_ops::run(data);
+}
+
+/// Random resource descriptions on random devices into the placement engine: an answer within
+/// the spec's bounds (or a typed error), tight never worse than legacy, the same answer twice.
+pub fn placement(data: &[u8]) {
+    placement_ops::run(data);
+}
+
+/// Random virtual images, tile shapes and mip tails laid out, then committed and released tile
+/// by tile through a page table and a tile pool, each change set planned into binds.
+pub fn tile_math(data: &[u8]) {
+    tile_ops::run(data);
+}
+
+/// Arbitrary bytes as a `.rvt` file (as is, and with every checksum recomputed): a typed error or
+/// an index that agrees with the file, whose tiles read back at their declared sizes.
+pub fn rvt_reader(data: &[u8]) {
+    rvt_ops::run(data);
+}
+
+/// Arbitrary text as the CLI's JSON inputs: a device profile, a list of profiles and an
+/// `alloc-info` request, then what the CLI does with them.
+pub fn profile_json(data: &[u8]) {
+    json_ops::run(data);
+}
+
+/// Random frames of requests, completions, failures, budget changes and image registrations into
+/// the streaming manager, its contract checked after every call.
+pub fn streaming_manager(data: &[u8]) {
+    streaming_ops::run(data);
+}
+
+/// A fuzz target body.
+pub type Target = fn(&[u8]);
+
+/// Every target by name, as `fuzz/fuzz_targets/<name>.rs` and the corpus folders name them.
+pub const TARGETS: &[(&str, Target)] = &[
+    ("allocator", allocator),
+    ("placement", placement),
+    ("tile_math", tile_math),
+    ("rvt_reader", rvt_reader),
+    ("profile_json", profile_json),
+    ("streaming_manager", streaming_manager),
+];
