@@ -11,18 +11,23 @@ use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 use residency::core::format::Format;
 use residency::core::streaming::{
-    FeedbackDesc, FeedbackRing, FeedbackSampling, FrameInput, RequestKind, StreamUnit, StreamingDesc, StreamingManager,
-    TileKey, TileRequest,
+    FeedbackDesc, FeedbackRing, FeedbackSampling, FrameInput, RequestKind, StreamUnit, StreamingDesc,
+    StreamingManager, TileKey, TileRequest,
 };
-use residency::core::tiles::{BindPlanOptions, ImageId, SparseImageDesc, SparseImageLayout, TexelRegion};
+use residency::core::tiles::{
+    bordered_tile, software_layout, BindPlanOptions, ImageId, ResidencyPath, SparseImageDesc,
+    SparseImageLayout, TexelRegion,
+};
 use residency::core::usage::{BufferUsage, ImageUsage};
 use residency::core::vt_file::VtIndex;
 use residency::vulkan::ash::vk;
 use residency::vulkan::compute::{spirv_words, Binding, BindingKind, ComputeProgram};
+use residency::vulkan::recording::Timestamps;
+use residency::vulkan::software::{SoftwareTexture, DEFAULT_BORDER};
 use residency::vulkan::sparse::{MinLodMap, SparseImage, TileHeaps};
 use residency::vulkan::{
-    Buffer, BufferDesc, CommandContext, Device, DeviceSet, DeviceSetDesc, Filter, Image, ImageDesc, ImageRegion,
-    Submission, Uploader,
+    Buffer, BufferDesc, CommandContext, Device, DeviceSet, DeviceSetDesc, Filter, Image, ImageDesc,
+    ImageRegion, Submission, Uploader,
 };
 use serde::Serialize;
 use std::collections::HashMap;
@@ -36,6 +41,14 @@ use std::time::Instant;
 type Parts = Vec<(u32, TexelRegion, Vec<u8>)>;
 
 const SHADER: &[u8] = include_bytes!("../../../shaders/stream_view.comp.spv");
+const SHADER_SOFTWARE: &[u8] = include_bytes!("../../../shaders/stream_view_software.comp.spv");
+
+/// The streamed texture on either path (one per run: the size difference does not matter).
+#[allow(clippy::large_enum_variant)]
+enum Backend {
+    Hardware { heaps: TileHeaps, image: SparseImage, map: MinLodMap },
+    Software { texture: SoftwareTexture },
+}
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct StreamArgs {
@@ -78,6 +91,10 @@ pub struct StreamArgs {
     /// With `--frames-out`: the interval between written frames.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     every: u64,
+    /// The residency path: hardware sparse residency, the software path (indirection texture and
+    /// tile-cache atlas), or auto (hardware where the device has it).
+    #[arg(long, value_enum, default_value_t = PathArg::Auto)]
+    path: PathArg,
     /// Frames the CPU may run ahead of the GPU: each has its own feedback buffer and output
     /// images, and a frame's feedback is read once the GPU has finished it (1: wait every frame).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=8))]
@@ -106,7 +123,29 @@ impl StreamArgs {
             frames_out: None,
             every: 30,
             frames_in_flight: 2,
+            path: PathArg::Auto,
             sweep: false,
+        }
+    }
+}
+
+/// `--path`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PathArg {
+    /// Hardware where the device has sparse residency for the format, else software.
+    Auto,
+    /// Vulkan sparse residency (an error on a device without it).
+    Hardware,
+    /// The software path: an indirection texture over a tile-cache atlas.
+    Software,
+}
+
+impl PathArg {
+    fn residency_path(self) -> ResidencyPath {
+        match self {
+            PathArg::Auto => ResidencyPath::Auto,
+            PathArg::Hardware => ResidencyPath::Hardware,
+            PathArg::Software => ResidencyPath::Software,
         }
     }
 }
@@ -138,6 +177,17 @@ pub struct SweepPoint {
 #[derive(Debug, Serialize)]
 pub struct StreamReport {
     pub device: String,
+    /// `hardware` or `software`.
+    pub path: String,
+    /// Device memory behind the streamed texture at its peak: the tile heaps (hardware), the
+    /// atlas and the indirection texture (software, allocated whole up front).
+    pub backing_bytes_peak: u64,
+    /// Mean GPU time of the streamed render per frame (timestamps around its dispatch), ms.
+    pub gpu_ms_mean: f64,
+    /// The same for the fully resident reference render, ms.
+    pub gpu_reference_ms_mean: f64,
+    /// Mean CPU time per frame, waits excluded, ms.
+    pub cpu_ms_mean: f64,
     pub frames: u64,
     pub width: u32,
     pub height: u32,
@@ -262,11 +312,14 @@ fn read_tile(file: &mut std::fs::File, index: &VtIndex, mip: u32, x: u32, y: u32
 }
 
 /// Reads and decodes the tiles of `units` from the file, on worker threads.
+/// With `border: Some(b)` (the software path) each tile comes with `b` texels of its neighbours
+/// on every side (clamped at the texture's edges): one bordered atlas slot.
 fn load_units(
     path: &PathBuf,
     index: &VtIndex,
     layout: &SparseImageLayout,
     units: &[TileKey],
+    border: Option<u32>,
 ) -> anyhow::Result<Vec<(TileKey, Parts)>> {
     let read_tile = |file: &mut std::fs::File, mip: u32, x: u32, y: u32| read_tile(file, index, mip, x, y);
     let tile_side = index.desc().tile_width;
@@ -276,7 +329,29 @@ fn load_units(
             StreamUnit::Tile(t) => {
                 let c = layout.tile_coord(t).context("tile in the layout")?;
                 let region = layout.tile_region(c).context("tile region")?;
-                parts.push((c.mip, region, read_tile(file, c.mip, c.x, c.y)?));
+                if let Some(b) = border {
+                    let (gx, gy) = index.desc().tile_grid(c.mip);
+                    let mut near = HashMap::new();
+                    for y in c.y.saturating_sub(1)..(c.y + 2).min(gy) {
+                        for x in c.x.saturating_sub(1)..(c.x + 2).min(gx) {
+                            let (w, _) = index.desc().tile_extent(c.mip, x, y).context("tile extent")?;
+                            near.insert((x, y), (w, read_tile(file, c.mip, x, y)?));
+                        }
+                    }
+                    let extent = layout.mips()[c.mip as usize].extent;
+                    let texel = |tx: u32, ty: u32| {
+                        let (w, data) = &near[&(tx / tile_side, ty / tile_side)];
+                        let i = (((ty % tile_side) * w + tx % tile_side) * 4) as usize;
+                        [data[i], data[i + 1], data[i + 2], data[i + 3]]
+                    };
+                    parts.push((
+                        c.mip,
+                        region,
+                        bordered_tile(texel, [extent[0], extent[1]], tile_side, b, c.x, c.y),
+                    ));
+                } else {
+                    parts.push((c.mip, region, read_tile(file, c.mip, c.x, c.y)?));
+                }
             }
             StreamUnit::Tail(_) => {
                 for mip in layout.first_tail_lod()..layout.mip_levels() {
@@ -420,17 +495,20 @@ impl Slot {
                 height,
                 ImageUsage::STORAGE | ImageUsage::COPY_SRC,
             ))?);
-            readback.push(device.create_buffer(
-                &BufferDesc::new(
-                    format!("{name} frame {n} read-back"),
-                    u64::from(width) * u64::from(height) * 4,
-                    BufferUsage::COPY_DST,
-                )
-                .with_intent(MemoryIntent::Readback),
-            )?);
+            readback.push(
+                device.create_buffer(
+                    &BufferDesc::new(
+                        format!("{name} frame {n} read-back"),
+                        u64::from(width) * u64::from(height) * 4,
+                        BufferUsage::COPY_DST,
+                    )
+                    .with_intent(MemoryIntent::Readback),
+                )?,
+            );
         }
         device.discard_to_general(&[&outputs[0], &outputs[1]])?;
-        let views = [device.create_image_view(&outputs[0], 0..1)?, device.create_image_view(&outputs[1], 0..1)?];
+        let views =
+            [device.create_image_view(&outputs[0], 0..1)?, device.create_image_view(&outputs[1], 0..1)?];
         let outputs: [Image; 2] = outputs.try_into().map_err(|_| anyhow::anyhow!("two outputs"))?;
         let readback: [Buffer; 2] = readback.try_into().map_err(|_| anyhow::anyhow!("two read-backs"))?;
         Ok(Slot { feedback, outputs, views, readback, submitted: None })
@@ -511,6 +589,8 @@ impl Slot {
 #[derive(Default)]
 struct Finished {
     psnrs: Vec<f64>,
+    /// GPU ms of the streamed and the reference render, per frame.
+    gpu_ms: Vec<[Option<f64>; 2]>,
     converged: Vec<bool>,
     last_frame: Option<(Vec<u8>, Vec<u8>)>,
 }
@@ -525,8 +605,10 @@ impl Finished {
         slot: &Slot,
         frame: u64,
         misses: Option<usize>,
+        gpu_ms: [Option<f64>; 2],
     ) -> anyhow::Result<()> {
         debug_assert_eq!(frame as usize, self.psnrs.len(), "frames finish in order");
+        self.gpu_ms.push(gpu_ms);
         let (streamed, reference) = slot.read(device)?;
         self.psnrs.push(psnr(&streamed, &reference));
         self.converged.push(misses == Some(0));
@@ -535,7 +617,8 @@ impl Finished {
                 std::fs::create_dir_all(dir)?;
                 for (name, px) in [("streamed", &streamed), ("reference", &reference)] {
                     let file = std::fs::File::create(dir.join(format!("frame{frame:04}-{name}.png")))?;
-                    let mut encoder = png::Encoder::new(std::io::BufWriter::new(file), args.width, args.height);
+                    let mut encoder =
+                        png::Encoder::new(std::io::BufWriter::new(file), args.width, args.height);
                     encoder.set_color(png::ColorType::Rgba);
                     encoder.set_depth(png::BitDepth::Eight);
                     encoder.write_header()?.write_image_data(px)?;
@@ -560,11 +643,21 @@ pub fn fly(
 ) -> anyhow::Result<StreamReport> {
     let device = Arc::clone(device);
     let vt = *index.desc();
-    let mut heaps = TileHeaps::new(Arc::clone(&device), "stream tiles")?;
     let id = ImageId(1);
-    let desc = SparseImageDesc::new_2d(vt.format, vt.width, vt.height).with_mip_levels(vt.mip_count);
-    let image = SparseImage::new_external(&heaps, 65536, id, "streamed texture", &desc, false)?;
-    let layout = image.layout().clone();
+    let path = device.residency_path(vt.format, args.path.residency_path())?;
+    let desc =
+        SparseImageDesc::new_2d(vt.format, vt.width, vt.height).with_mip_levels(vt.mip_count).with_path(path);
+    // The software path's atlas slots are small heaps of the same pool, so the atlas (allocated
+    // whole) is sized close to the budget.
+    const SOFTWARE_TILES_PER_HEAP: u32 = 16;
+    let (layout, hardware) = match path {
+        ResidencyPath::Software => (software_layout(&desc, DEFAULT_BORDER)?, None),
+        _ => {
+            let heaps = TileHeaps::new(Arc::clone(&device), "stream tiles")?;
+            let image = SparseImage::new_external(&heaps, 65536, id, "streamed texture", &desc, false)?;
+            (image.layout().clone(), Some((heaps, image)))
+        }
+    };
     if layout.tile_shape().width != 128 || layout.tile_shape().height != 128 {
         bail!("the device's RGBA8 sparse tile is not 128 × 128");
     }
@@ -573,13 +666,17 @@ pub fn fly(
     let fully_resident_bytes = full_tiles * tile_bytes;
     let budget_bytes =
         budget.unwrap_or_else(|| args.budget_mib.map_or(fully_resident_bytes / 10, |m| m << 20));
-    let mut manager = StreamingManager::new(
-        StreamingDesc::default()
-            .with_name("stream")
-            .with_budget_tiles((budget_bytes / tile_bytes).max(1) as u32)
-            .with_upload_budget_bytes(args.upload_mib << 20),
-    );
+    let budget_tiles = (budget_bytes / tile_bytes).max(1) as u32;
+    let mut streaming = StreamingDesc::default()
+        .with_name("stream")
+        .with_budget_tiles(budget_tiles)
+        .with_upload_budget_bytes(args.upload_mib << 20);
+    if path == ResidencyPath::Software {
+        streaming = streaming.with_tiles_per_heap(SOFTWARE_TILES_PER_HEAP);
+    }
+    let mut manager = StreamingManager::new(streaming);
     manager.register_image(id, &layout)?;
+    let border = (path == ResidencyPath::Software).then_some(DEFAULT_BORDER);
     let feedback = manager.feedback_layout(FeedbackDesc::default())?;
     let fb_bytes = feedback.buffer_bytes();
     let table_words = feedback.image_table();
@@ -588,15 +685,29 @@ pub fn fly(
             .with_intent(residency::core::memory::MemoryIntent::Upload),
     )?;
     table.write(&device, 0, &table_words.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<_>>())?;
-    let mut map = MinLodMap::new(&device, &image)?;
     let uploader = Uploader::new(&device, "stream", 32 << 20)?;
-    // The map starts as "nothing resident" everywhere (its memory is undefined until written).
-    map.upload_updates(
-        &device,
-        &uploader,
-        manager.residency(id).context("registered image")?.page_table(),
-        &[],
-    )?;
+    let table_now = manager.residency(id).context("registered image")?.page_table();
+    let mut backend = match hardware {
+        Some((heaps, image)) => {
+            let mut map = MinLodMap::new(&device, &image)?;
+            // The map starts as "nothing resident" everywhere (its memory is undefined until written).
+            map.upload_updates(&device, &uploader, table_now, &[])?;
+            Backend::Hardware { heaps, image, map }
+        }
+        None => {
+            let capacity = SoftwareTexture::capacity_for_budget(budget_tiles, SOFTWARE_TILES_PER_HEAP);
+            let mut texture = SoftwareTexture::new(
+                &device,
+                "streamed texture",
+                &layout,
+                DEFAULT_BORDER,
+                capacity,
+                SOFTWARE_TILES_PER_HEAP,
+            )?;
+            texture.upload_indirection(&device, &uploader, table_now)?;
+            Backend::Software { texture }
+        }
+    };
     uploader.flush(&device)?;
 
     // The fully resident reference copy.
@@ -651,8 +762,16 @@ pub fn fly(
         BindingKind::SampledImage,
     ];
     let in_flight = args.frames_in_flight.max(1);
-    let program =
-        ComputeProgram::new(&device, "stream_view.comp", &spirv_words(SHADER), &kinds, 80, 2 * in_flight)?;
+    let (shader_name, shader) = match path {
+        ResidencyPath::Software => ("stream_view_software.comp", SHADER_SOFTWARE),
+        _ => ("stream_view.comp", SHADER),
+    };
+    let program = ComputeProgram::new(&device, shader_name, &spirv_words(shader), &kinds, 80, 2 * in_flight)?;
+    let (texture_view, map_view) = match &backend {
+        Backend::Hardware { image, map, .. } => (image.view(), map.view()),
+        Backend::Software { texture } => (texture.atlas_view(), texture.indirection_view()),
+    };
+    let timestamps = Timestamps::new(&device, "stream frame timestamps", 4 * in_flight)?;
     let trilinear = device.create_sampler(Filter::Trilinear)?;
     let nearest = device.create_sampler(Filter::Nearest)?;
     let ref_view = device.create_image_view(&reference, 0..vt.mip_count)?;
@@ -665,8 +784,8 @@ pub fn fly(
             *set = program.descriptor_set(
                 &device,
                 &[
-                    Binding::Image { view: image.view(), sampler: trilinear, layout: general },
-                    Binding::Image { view: map.view(), sampler: nearest, layout: general },
+                    Binding::Image { view: texture_view, sampler: trilinear, layout: general },
+                    Binding::Image { view: map_view, sampler: nearest, layout: general },
                     Binding::Image { view: out, sampler: vk::Sampler::null(), layout: general },
                     Binding::Buffer(&slot.feedback),
                     Binding::Buffer(&table),
@@ -689,25 +808,30 @@ pub fn fly(
     let mut finished = Finished::default();
     let mut frame_ms = Vec::new();
     let mut unbind_waits = 0u64;
+    let mut backing_peak = match &backend {
+        Backend::Software { texture } => texture.memory_bytes(),
+        Backend::Hardware { .. } => 0,
+    };
+    let mut cpu_ms = Vec::new();
     progress.set_message("streaming");
     for frame in 0..args.frames {
         let started = Instant::now();
+        let mut waited = std::time::Duration::ZERO;
         // The ring: this frame's slot must be free (the CPU runs at most `in_flight` frames ahead),
         // then every frame the GPU has finished is read back, oldest first.
         let slot_index = (frame % u64::from(in_flight)) as usize;
         if let Some((_, submission)) = &slots[slot_index].0.submitted {
+            let t = Instant::now();
             commands.wait_for(&device, submission)?;
+            waited += t.elapsed();
         }
         let mut gpu_completed = None;
         for f in frame.saturating_sub(u64::from(in_flight))..frame {
             let (slot, _) = &slots[(f % u64::from(in_flight)) as usize];
-            match &slot.submitted {
-                Some((sf, submission)) if *sf == f => {
-                    if !commands.is_complete(&device, submission)? {
-                        break;
-                    }
+            if let Some((sf, submission)) = &slot.submitted {
+                if *sf == f && !commands.is_complete(&device, submission)? {
+                    break;
                 }
-                _ => {}
             }
             gpu_completed = Some(f);
         }
@@ -716,7 +840,9 @@ pub fn fly(
         let mut oldest = None;
         for f in frame.saturating_sub(u64::from(in_flight))..frame {
             let slot = &mut slots[(f % u64::from(in_flight)) as usize].0;
-            if !matches!(slot.submitted, Some((sf, _)) if sf == f) || gpu_completed.is_none_or(|done| f > done) {
+            if !matches!(slot.submitted, Some((sf, _)) if sf == f)
+                || gpu_completed.is_none_or(|done| f > done)
+            {
                 continue;
             }
             slot.submitted = None;
@@ -732,7 +858,10 @@ pub fn fly(
             } else {
                 None
             };
-            finished.frame(args, &device, slot, f, misses)?;
+            let q = 4 * (f % u64::from(in_flight)) as u32;
+            let gpu =
+                [timestamps.elapsed_ms(&device, q, q + 1), timestamps.elapsed_ms(&device, q + 2, q + 3)];
+            finished.frame(args, &device, slot, f, misses, gpu)?;
         }
         if let Some(f) = oldest {
             requests = fresh;
@@ -749,46 +878,70 @@ pub fn fly(
             requested_in,
         )?;
         requests.clear();
-        if !out.evicted.is_empty() || !out.heaps_released.is_empty() {
+        let hardware_path = matches!(backend, Backend::Hardware { .. });
+        if hardware_path && (!out.evicted.is_empty() || !out.heaps_released.is_empty()) {
             // Unbinding a tile (or freeing its heap) while a frame in flight may still read it
             // is not allowed: wait for the frames in flight first (only under eviction pressure).
-            let mut waited = false;
+            let mut any = false;
             for (slot, _) in &slots {
                 if let Some((_, submission)) = &slot.submitted {
+                    let t = Instant::now();
                     commands.wait_for(&device, submission)?;
-                    waited = true;
+                    waited += t.elapsed();
+                    any = true;
                 }
             }
-            unbind_waits += u64::from(waited);
-        }
-        for change in &out.changes {
-            heaps.bind(manager.pool(), &[(&image, &change.changes)], BindPlanOptions::default())?;
-        }
-        for key in &out.resident {
-            for (mip, region, data) in staged.remove(key).unwrap_or_default() {
-                let target = ImageRegion {
-                    image: image.raw(),
-                    layout: general,
-                    aspect: vk::ImageAspectFlags::COLOR,
-                    mip,
-                    layer: 0,
-                    offset: region.offset,
-                    extent: region.extent,
-                };
-                uploader.write_image(&device, &target, &data)?;
-            }
+            unbind_waits += u64::from(any);
         }
         let table_now = manager.residency(id).context("registered image")?.page_table();
-        for change in &out.changes {
-            map.upload_updates(&device, &uploader, table_now, &change.min_lod)?;
+        match &mut backend {
+            Backend::Hardware { heaps, image, map } => {
+                for change in &out.changes {
+                    heaps.bind(manager.pool(), &[(&*image, &change.changes)], BindPlanOptions::default())?;
+                }
+                for key in &out.resident {
+                    for (mip, region, data) in staged.remove(key).unwrap_or_default() {
+                        let target = ImageRegion {
+                            image: image.raw(),
+                            layout: general,
+                            aspect: vk::ImageAspectFlags::COLOR,
+                            mip,
+                            layer: 0,
+                            offset: region.offset,
+                            extent: region.extent,
+                        };
+                        uploader.write_image(&device, &target, &data)?;
+                    }
+                }
+                for change in &out.changes {
+                    map.upload_updates(&device, &uploader, table_now, &change.min_lod)?;
+                }
+            }
+            Backend::Software { texture } => {
+                // Binding is writing the bordered tile into its slot; an evicted slot's new tile is
+                // written after the frames in flight on the queue, so no wait is needed.
+                for key in &out.resident {
+                    let StreamUnit::Tile(tile) = key.unit else {
+                        bail!("the software layout has no mip tail")
+                    };
+                    let physical = table_now.get(tile).context("a resident tile has a slot")?;
+                    for (_, _, data) in staged.remove(key).unwrap_or_default() {
+                        texture.write_tile(&device, &uploader, physical, &data)?;
+                    }
+                }
+                texture.upload_indirection(&device, &uploader, table_now)?;
+            }
         }
         // Uploads are ordered after the frames in flight on the queue (the uploader's barrier), so
         // no frame reads a tile or the map while it is written.
         uploader.flush(&device)?;
-        heaps.release(&out.heaps_released);
+        if let Backend::Hardware { heaps, .. } = &mut backend {
+            heaps.release(&out.heaps_released);
+        }
+        backing_peak = backing_peak.max(manager.pool().stats().capacity_tiles * tile_bytes);
         // This frame's loads: read and decoded now on workers, complete for the next frame.
         let keys: Vec<TileKey> = out.loads.iter().map(|l| l.key).collect();
-        for (key, parts) in load_units(&args.file, index, &layout, &keys)? {
+        for (key, parts) in load_units(&args.file, index, &layout, &keys, border)? {
             staged.insert(key, parts);
         }
         loaded_keys = keys;
@@ -808,14 +961,21 @@ pub fn fly(
         let mut recorded = Ok(());
         let submission = commands.submit(&device, &[], &[], |cmd| {
             recorded = slot.record(&device, cmd, |cmd| {
+                let q = 4 * slot_index as u32;
+                timestamps.cmd_reset(&device, cmd, q..q + 4);
+                timestamps.cmd_write(&device, cmd, q);
                 program.dispatch(&device, cmd, sets[0], &streamed_push, groups);
+                timestamps.cmd_write(&device, cmd, q + 1);
+                timestamps.cmd_write(&device, cmd, q + 2);
                 program.dispatch(&device, cmd, sets[1], &reference_push, groups);
+                timestamps.cmd_write(&device, cmd, q + 3);
             });
         })?;
         slot.submitted = Some((frame, submission));
         recorded?;
         resident_mib.push(manager.stats().resident_bytes as f64 / f64::from(1 << 20));
         frame_ms.push(started.elapsed().as_secs_f64() * 1e3);
+        cpu_ms.push((started.elapsed() - waited).as_secs_f64() * 1e3);
         progress.inc(1);
     }
     // Drain the ring: the last frames' images and PSNR (their feedback is not needed any more).
@@ -826,16 +986,27 @@ pub fn fly(
             let misses = if sampling.frame_active(sf) {
                 let mut bytes = vec![0u8; fb_bytes as usize];
                 slot.feedback.read(&device, 0, &mut bytes)?;
-                Some(feedback.decode(&bytes, sf)?.requests.iter().filter(|r| r.kind == RequestKind::Miss).count())
+                Some(
+                    feedback
+                        .decode(&bytes, sf)?
+                        .requests
+                        .iter()
+                        .filter(|r| r.kind == RequestKind::Miss)
+                        .count(),
+                )
             } else {
                 None
             };
-            finished.frame(args, &device, slot, sf, misses)?;
+            let q = 4 * (sf % u64::from(in_flight)) as u32;
+            let gpu =
+                [timestamps.elapsed_ms(&device, q, q + 1), timestamps.elapsed_ms(&device, q + 2, q + 3)];
+            finished.frame(args, &device, slot, sf, misses, gpu)?;
         }
     }
     progress.finish_and_clear();
     device.wait_idle()?;
-    let Finished { psnrs, converged, last_frame } = finished;
+    let Finished { psnrs, converged, last_frame, gpu_ms } = finished;
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
 
     let stats = manager.stats().clone();
     let latency = stats.latency.summary();
@@ -843,6 +1014,11 @@ pub fn fly(
     let conv: Vec<f64> = psnrs.iter().zip(&converged).filter(|(_, c)| **c).map(|(p, _)| *p).collect();
     let report = StreamReport {
         device: device.name().to_owned(),
+        path: path.name().to_owned(),
+        backing_bytes_peak: backing_peak,
+        gpu_ms_mean: mean(&gpu_ms.iter().filter_map(|g| g[0]).collect::<Vec<_>>()),
+        gpu_reference_ms_mean: mean(&gpu_ms.iter().filter_map(|g| g[1]).collect::<Vec<_>>()),
+        cpu_ms_mean: mean(&cpu_ms),
         frames: args.frames,
         width: args.width,
         height: args.height,
@@ -886,9 +1062,15 @@ pub fn fly(
     program.destroy(&device);
     device.destroy_image(reference);
     uploader.destroy(&device)?;
-    map.destroy(&device);
-    image.destroy_external(&device);
-    drop(heaps);
+    timestamps.destroy(&device);
+    match backend {
+        Backend::Hardware { heaps, image, map } => {
+            map.destroy(&device);
+            image.destroy_external(&device);
+            drop(heaps);
+        }
+        Backend::Software { texture } => texture.destroy(&device),
+    }
     device.destroy_buffer(table);
     Ok(report)
 }

@@ -168,6 +168,7 @@ fn rules_reproduce_every_probed_mip_tail_and_size() {
                     depth: d.depth,
                     array_layers: d.array_layers,
                     mip_levels: d.mip_levels,
+                    path: Default::default(),
                 };
                 let info = SparseFormatInfo::from_profile(&profile, caps.format, dim).unwrap();
                 let layout = SparseImageLayout::new(&desc, &info, &LayoutLimits::unbounded()).unwrap();

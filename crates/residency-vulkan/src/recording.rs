@@ -46,7 +46,9 @@ impl Device {
             .dst_access_mask(dependency.dst_access)];
         // SAFETY: `cmd` is recording on this device (the caller's contract, as for every `cmd_*`
         // helper of this crate); the barrier lives until the call returns.
-        unsafe { self.raw().cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&barrier)) };
+        unsafe {
+            self.raw().cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&barrier))
+        };
     }
 
     /// Records a copy of mip 0, layer 0 of `image` (in `layout`) into the start of `buffer`,
@@ -84,5 +86,78 @@ impl Device {
         // the buffer holds the whole mip (checked above).
         unsafe { self.raw().cmd_copy_image_to_buffer(cmd, image.raw(), layout, buffer.raw(), &[copy]) };
         Ok(())
+    }
+}
+
+/// A pool of GPU timestamps: write pairs around work in a command buffer, read the elapsed time
+/// once the work has completed.
+#[derive(Debug)]
+pub struct Timestamps {
+    pool: vk::QueryPool,
+    count: u32,
+    period_ns: f64,
+}
+
+impl Timestamps {
+    /// A pool of `count` timestamps.
+    pub fn new(device: &Device, name: &str, count: u32) -> crate::Result<Timestamps> {
+        use crate::error::VkResultExt;
+        let info =
+            vk::QueryPoolCreateInfo::default().query_type(vk::QueryType::TIMESTAMP).query_count(count.max(1));
+        // SAFETY: valid device and create info.
+        let pool = unsafe { device.raw().create_query_pool(&info, None) }.during("vkCreateQueryPool")?;
+        device.set_name(pool, name);
+        Ok(Timestamps { pool, count: count.max(1), period_ns: f64::from(device.limits().timestamp_period) })
+    }
+
+    /// Records resetting timestamps `range` (before writing them again).
+    pub fn cmd_reset(&self, device: &Device, cmd: vk::CommandBuffer, range: std::ops::Range<u32>) {
+        let end = range.end.min(self.count);
+        let start = range.start.min(end);
+        // SAFETY: `cmd` is recording on this device, outside a render pass; the range is in the pool.
+        unsafe { device.raw().cmd_reset_query_pool(cmd, self.pool, start, end - start) };
+    }
+
+    /// Records writing timestamp `index` once all earlier commands have finished.
+    pub fn cmd_write(&self, device: &Device, cmd: vk::CommandBuffer, index: u32) {
+        if index < self.count {
+            // SAFETY: `cmd` is recording on this device; the query was reset earlier in submission order.
+            unsafe {
+                device.raw().cmd_write_timestamp2(
+                    cmd,
+                    vk::PipelineStageFlags2::ALL_COMMANDS,
+                    self.pool,
+                    index,
+                )
+            };
+        }
+    }
+
+    /// Milliseconds between timestamps `start` and `end`, once the work that wrote them has
+    /// completed (`None` when the results are not available).
+    pub fn elapsed_ms(&self, device: &Device, start: u32, end: u32) -> Option<f64> {
+        if start >= self.count || end >= self.count {
+            return None;
+        }
+        let mut a = [0u64; 1];
+        let mut b = [0u64; 1];
+        // SAFETY: valid pool and indices; 64-bit results into slices of one.
+        let ok = unsafe {
+            device
+                .raw()
+                .get_query_pool_results(self.pool, start, &mut a, vk::QueryResultFlags::TYPE_64)
+                .is_ok()
+                && device
+                    .raw()
+                    .get_query_pool_results(self.pool, end, &mut b, vk::QueryResultFlags::TYPE_64)
+                    .is_ok()
+        };
+        ok.then(|| b[0].saturating_sub(a[0]) as f64 * self.period_ns / 1e6)
+    }
+
+    /// Destroys the pool; the caller has waited for every use.
+    pub fn destroy(self, device: &Device) {
+        // SAFETY: the pool belongs to this device and no pending work uses it (caller's contract).
+        unsafe { device.raw().destroy_query_pool(self.pool, None) };
     }
 }

@@ -14,12 +14,15 @@
 //! - [`bind_plan`]: turns a frame's tile changes into few bind regions (rows, rectangles, boxes over
 //!   contiguous memory) and opaque mip-tail binds.
 //! - [`residency`]: commit and release of tiles for one image, tying the three together.
+//! - [`indirection`]: the software residency path — a page table as an indirection texture into a
+//!   tile-cache atlas with bordered slots, for devices without sparse residency.
 //!
 //! Nothing here touches a GPU; the Vulkan backend turns the results into `vkQueueBindSparse` calls.
 //! See `docs/tiles.md` for the model and the decisions behind it.
 #![deny(missing_docs)]
 
 pub mod bind_plan;
+pub mod indirection;
 pub mod layout;
 pub mod page_table;
 pub mod pool;
@@ -29,6 +32,10 @@ pub mod shape;
 pub use bind_plan::{
     plan_binds, BindMemory, BindPlan, BindPlanError, BindPlanOptions, Coalesce, ImageBind, OpaqueBind,
     TailChange, TileChange,
+};
+pub use indirection::{
+    bordered_tile, software_layout, AtlasLayout, HardwarePathUnsupported, Indirection, IndirectionError,
+    ResidencyPath, INDIRECTION_NONE,
 };
 pub use layout::{
     full_mip_chain, DeviceMipTail, LayoutError, LayoutLimits, MipInfo, MipTail, MipTailSource,

@@ -1,0 +1,374 @@
+//! The software residency path's page table on the GPU: an indirection texture that tells a shader,
+//! for every tile of every mip, where in a physical tile-cache atlas (a normal image) the texels
+//! to sample live.
+//!
+//! Devices without sparse residency (or a caller that forces it) keep a partially resident texture
+//! as an atlas of *slots*: each slot holds one tile plus a border of `border` texels on every side
+//! copied from its neighbours (clamped at the texture's edges), so bilinear, trilinear and
+//! anisotropic footprints up to the border never read a neighbouring slot. The tile pool's
+//! accounting is the same as the hardware path's: a [`PhysicalTile`] (heap, tile) *is* a slot.
+//!
+//! The indirection texture (`R32_UINT`, one level) is laid out as rows:
+//! - row 0, the header: texture width, texture height, tile side, border, mip levels, atlas
+//!   columns (slots per atlas row), then the first row of each mip's entries;
+//! - then, for each mip `m` in order, `tiles_y(m)` rows of `tiles_x(m)` entries.
+//!
+//! Entry `(m, x, y)` = `slot | data_mip << 24`: the atlas slot to read and the data mip, the finest
+//! mip `d ≥ m` whose tile covering `(m, x, y)` is resident *with its whole chain of coarser tiles*
+//! (the same rule as the hardware path's min-LOD map), or data mip [`INDIRECTION_NONE`] when
+//! nothing covering it is resident. The GLSL helper
+//! (`shaders/include/residency_software.glsl`) follows [`Indirection::sample_position`] exactly.
+
+use super::layout::{SparseImageLayout, TileCoord};
+use super::page_table::{PageTable, PhysicalTile};
+use super::shape::MipTailModel;
+use serde::{Deserialize, Serialize};
+use std::ops::Range;
+
+/// Which residency mechanism backs a partially resident image ([`SparseImageDesc::path`](super::SparseImageDesc::path)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResidencyPath {
+    /// Hardware sparse residency when the device has it for the format, else the software path.
+    #[default]
+    Auto,
+    /// Vulkan sparse residency; a typed error on a device without it.
+    Hardware,
+    /// An indirection texture over a tile-cache atlas: works on every device.
+    Software,
+}
+
+/// The hardware path was forced on a device or format without sparse residency.
+#[derive(Debug, thiserror::Error, Clone, Copy, PartialEq, Eq)]
+#[error("the hardware residency path was asked for, but the device has no sparse residency for this format")]
+pub struct HardwarePathUnsupported;
+
+impl ResidencyPath {
+    /// The path to take given whether the device supports hardware residency for the image:
+    /// `Hardware` or `Software`, never `Auto`.
+    pub fn resolve(self, hardware_supported: bool) -> Result<ResidencyPath, HardwarePathUnsupported> {
+        match self {
+            ResidencyPath::Auto if hardware_supported => Ok(ResidencyPath::Hardware),
+            ResidencyPath::Auto => Ok(ResidencyPath::Software),
+            ResidencyPath::Hardware if !hardware_supported => Err(HardwarePathUnsupported),
+            path => Ok(path),
+        }
+    }
+
+    /// `"hardware"`, `"software"` or `"auto"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ResidencyPath::Auto => "auto",
+            ResidencyPath::Hardware => "hardware",
+            ResidencyPath::Software => "software",
+        }
+    }
+}
+
+/// The layout of `desc` on the software path: the format's standard tile shape, every mip tiled
+/// (no mip tail), and the bytes of one bordered atlas slot as the tile size (the pool's budget
+/// then counts atlas memory).
+pub fn software_layout(
+    desc: &super::SparseImageDesc,
+    border: u32,
+) -> Result<SparseImageLayout, super::LayoutError> {
+    let mut info = super::SparseFormatInfo::standard(desc.format, desc.dimension)?;
+    info.mip_tail_model = MipTailModel::NoTail;
+    let side = u64::from(info.tile.width.max(info.tile.height) + 2 * border);
+    let (bw, bh) = desc.format.block_extent();
+    info.tile_bytes =
+        side.div_ceil(u64::from(bw)) * side.div_ceil(u64::from(bh)) * u64::from(desc.format.block_bytes());
+    SparseImageLayout::new(desc, &info, &super::LayoutLimits::unbounded())
+}
+
+/// The data mip of an entry that has nothing resident.
+pub const INDIRECTION_NONE: u32 = 0xff;
+
+/// Why a layout cannot back a software texture.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum IndirectionError {
+    /// The software path lays out 2D, single-layer images.
+    #[error(
+        "the software residency path handles 2D single-layer images (got {layers} layer(s), depth {depth})"
+    )]
+    NotPlain2d {
+        /// Array layers.
+        layers: u32,
+        /// Depth of mip 0.
+        depth: u32,
+    },
+    /// Every mip must be tiled: lay the image out with [`MipTailModel::NoTail`].
+    #[error("the software residency path needs a layout without a mip tail (every mip tiled)")]
+    HasMipTail,
+    /// Atlas sides are at most 65535 texels.
+    #[error("atlas of {width} × {height} texels: the software path addresses at most 65535 per side")]
+    AtlasTooLarge {
+        /// Atlas width.
+        width: u32,
+        /// Atlas height.
+        height: u32,
+    },
+    /// A tile was mapped to a slot beyond the atlas.
+    #[error("physical tile {tile} of heap {heap} lies beyond the atlas's {capacity} slots")]
+    SlotOutOfRange {
+        /// The heap.
+        heap: u32,
+        /// The tile within it.
+        tile: u32,
+        /// Slots in the atlas.
+        capacity: u32,
+    },
+}
+
+/// Where the slots of a tile-cache atlas are: `columns × rows` slots of `slot_side` texels, slot
+/// `i` = heap `i / tiles_per_heap`, tile `i % tiles_per_heap`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AtlasLayout {
+    /// Tile side in texels (the payload).
+    pub tile_side: u32,
+    /// Border texels on each side of a tile.
+    pub border: u32,
+    /// Slots per row.
+    pub columns: u32,
+    /// Rows of slots.
+    pub rows: u32,
+    /// Tiles per pool heap (slot numbering).
+    pub tiles_per_heap: u32,
+}
+
+impl AtlasLayout {
+    /// An atlas with room for at least `capacity` slots, as square as it gets.
+    pub fn new(
+        tile_side: u32,
+        border: u32,
+        capacity: u32,
+        tiles_per_heap: u32,
+    ) -> Result<Self, IndirectionError> {
+        let capacity = capacity.max(1);
+        let columns = (f64::from(capacity).sqrt().ceil() as u32).max(1);
+        let rows = capacity.div_ceil(columns);
+        let layout = Self { tile_side, border, columns, rows, tiles_per_heap: tiles_per_heap.max(1) };
+        let [width, height] = layout.extent();
+        if width > 0xffff || height > 0xffff {
+            return Err(IndirectionError::AtlasTooLarge { width, height });
+        }
+        Ok(layout)
+    }
+
+    /// Texels per slot side (tile plus both borders).
+    pub fn slot_side(&self) -> u32 {
+        self.tile_side + 2 * self.border
+    }
+
+    /// Slots in the atlas.
+    pub fn capacity(&self) -> u32 {
+        self.columns * self.rows
+    }
+
+    /// The atlas image's extent in texels.
+    pub fn extent(&self) -> [u32; 2] {
+        [self.columns * self.slot_side(), self.rows * self.slot_side()]
+    }
+
+    /// The slot that holds `physical`.
+    pub fn slot(&self, physical: PhysicalTile) -> Result<u32, IndirectionError> {
+        let index = u64::from(physical.heap.0) * u64::from(self.tiles_per_heap) + u64::from(physical.tile);
+        if physical.tile >= self.tiles_per_heap || index >= u64::from(self.capacity()) {
+            return Err(IndirectionError::SlotOutOfRange {
+                heap: physical.heap.0,
+                tile: physical.tile,
+                capacity: self.capacity(),
+            });
+        }
+        Ok(index as u32)
+    }
+
+    /// The atlas texel where slot `physical`'s bordered data starts (its top-left border texel).
+    pub fn slot_origin(&self, physical: PhysicalTile) -> Result<[u32; 2], IndirectionError> {
+        Ok(self.origin_of(self.slot(physical)?))
+    }
+
+    /// The atlas texel where slot `slot` starts.
+    pub fn origin_of(&self, slot: u32) -> [u32; 2] {
+        [(slot % self.columns) * self.slot_side(), (slot / self.columns) * self.slot_side()]
+    }
+}
+
+/// The CPU copy of a software texture's indirection texture; see the module docs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Indirection {
+    layout: SparseImageLayout,
+    atlas: AtlasLayout,
+    width: u32,
+    /// First row of each mip's entries.
+    mip_rows: Vec<u32>,
+    texels: Vec<u32>,
+}
+
+fn pack(slot: u32, data_mip: u32) -> u32 {
+    slot | data_mip << 24
+}
+
+fn unpack(entry: u32) -> [u32; 2] {
+    [entry & 0x00ff_ffff, entry >> 24]
+}
+
+impl Indirection {
+    /// The indirection of `layout` (2D, one layer, no mip tail) over `atlas`, with nothing resident.
+    pub fn new(layout: &SparseImageLayout, atlas: AtlasLayout) -> Result<Self, IndirectionError> {
+        let desc = layout.desc();
+        if desc.array_layers != 1 || desc.depth != 1 {
+            return Err(IndirectionError::NotPlain2d { layers: desc.array_layers, depth: desc.depth });
+        }
+        if layout.mip_tail().is_some() || layout.format_info().mip_tail_model != MipTailModel::NoTail {
+            return Err(IndirectionError::HasMipTail);
+        }
+        let width = layout.mips().iter().map(|m| m.tiles[0]).max().unwrap_or(1).max(6 + layout.mip_levels());
+        let mut mip_rows = Vec::with_capacity(layout.mips().len());
+        let mut rows = 1;
+        for mip in layout.mips() {
+            mip_rows.push(rows);
+            rows += mip.tiles[1];
+        }
+        let mut texels = vec![pack(0, INDIRECTION_NONE); (width * rows) as usize];
+        texels[..6].copy_from_slice(&[
+            desc.width,
+            desc.height,
+            atlas.tile_side,
+            atlas.border,
+            layout.mip_levels(),
+            atlas.columns,
+        ]);
+        texels[6..6 + mip_rows.len()].copy_from_slice(&mip_rows);
+        Ok(Self { layout: layout.clone(), atlas, width, mip_rows, texels })
+    }
+
+    /// The texture's extent: `[width, rows]`.
+    pub fn extent(&self) -> [u32; 2] {
+        [self.width, self.texels.len() as u32 / self.width]
+    }
+
+    /// The atlas it points into.
+    pub fn atlas(&self) -> &AtlasLayout {
+        &self.atlas
+    }
+
+    /// All texels, row by row (what the texture holds).
+    pub fn texels(&self) -> &[u32] {
+        &self.texels
+    }
+
+    /// Rows `rows` as bytes (`R32_UINT`, little endian), for an upload.
+    pub fn row_bytes(&self, rows: Range<u32>) -> Vec<u8> {
+        let range = (rows.start * self.width) as usize..(rows.end * self.width) as usize;
+        self.texels[range].iter().flat_map(|t| t.to_le_bytes()).collect()
+    }
+
+    /// The entry of tile `(x, y)` of mip `mip`: `[slot, data mip]`.
+    pub fn entry(&self, mip: u32, x: u32, y: u32) -> [u32; 2] {
+        unpack(self.texels[((self.mip_rows[mip as usize] + y) * self.width + x) as usize])
+    }
+
+    /// Recomputes every entry from `table` (whose layout is this one's); returns the rows that
+    /// changed, if any (upload those).
+    pub fn update(&mut self, table: &PageTable) -> Result<Option<Range<u32>>, IndirectionError> {
+        let mut changed: Option<Range<u32>> = None;
+        let mips = self.layout.mips().to_vec();
+        // Coarsest first: an entry that is not chain-resident inherits its parent's entry.
+        for mip in mips.iter().rev() {
+            let [tx, ty, _] = mip.tiles;
+            for y in 0..ty {
+                for x in 0..tx {
+                    let index = self
+                        .layout
+                        .tile_index(TileCoord { layer: 0, mip: mip.lod, x, y, z: 0 })
+                        .expect("tiles of the layout's grid");
+                    let parent = (mip.lod + 1 < self.layout.mip_levels()).then(|| {
+                        self.entry(
+                            mip.lod + 1,
+                            (x / 2).min(mips[mip.lod as usize + 1].tiles[0] - 1),
+                            (y / 2).min(mips[mip.lod as usize + 1].tiles[1] - 1),
+                        )
+                    });
+                    let parent_chain = parent.is_none_or(|p| p[1] == mip.lod + 1);
+                    let entry = match table.get(index) {
+                        Some(physical) if parent_chain => pack(self.atlas.slot(physical)?, mip.lod),
+                        _ => parent.map_or(pack(0, INDIRECTION_NONE), |[slot, m]| pack(slot, m)),
+                    };
+                    let row = self.mip_rows[mip.lod as usize] + y;
+                    let slot = &mut self.texels[(row * self.width + x) as usize];
+                    if *slot != entry {
+                        *slot = entry;
+                        changed = Some(match changed {
+                            None => row..row + 1,
+                            Some(r) => r.start.min(row)..r.end.max(row + 1),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(changed)
+    }
+
+    /// The finest mip safe to sample at `uv` (the entry of mip 0 there), [`INDIRECTION_NONE`]
+    /// when nothing is resident: the software twin of the hardware min-LOD map's value.
+    pub fn min_lod(&self, uv: [f32; 2]) -> u32 {
+        let (x, y) = self.tile_at(0, uv);
+        self.entry(0, x, y)[1]
+    }
+
+    fn tile_at(&self, mip: u32, uv: [f32; 2]) -> (u32, u32) {
+        let info = &self.layout.mips()[mip as usize];
+        let t = self.atlas.tile_side as f32;
+        let x = ((uv[0] * info.extent[0] as f32) / t).floor().clamp(0.0, (info.tiles[0] - 1) as f32);
+        let y = ((uv[1] * info.extent[1] as f32) / t).floor().clamp(0.0, (info.tiles[1] - 1) as f32);
+        (x as u32, y as u32)
+    }
+
+    /// Where a bilinear sample of mip `mip` at `uv` reads in the atlas (texel coordinates, as
+    /// `texture()` takes them times the atlas extent), and the mip it reads: `mip` itself when
+    /// that tile's chain is resident, else the finest resident coarser one. `None`: nothing
+    /// resident. The GLSL helper computes exactly this.
+    pub fn sample_position(&self, uv: [f32; 2], mip: u32) -> Option<([f32; 2], u32)> {
+        let (x, y) = self.tile_at(mip, uv);
+        let [slot, data_mip] = self.entry(mip, x, y);
+        let origin = self.atlas.origin_of(slot);
+        if data_mip == INDIRECTION_NONE {
+            return None;
+        }
+        let info = &self.layout.mips()[data_mip as usize];
+        let t = self.atlas.tile_side as f32;
+        let mut pos = [0.0; 2];
+        for axis in 0..2 {
+            let q = uv[axis] * info.extent[axis] as f32;
+            let tile_origin = ((q / t).floor().clamp(0.0, (info.tiles[axis] - 1) as f32)) * t;
+            pos[axis] = origin[axis] as f32 + self.atlas.border as f32 + (q - tile_origin);
+        }
+        Some((pos, data_mip))
+    }
+}
+
+/// Copies the bordered slot data of tile `(x, y)` of a mip out of the mip's texels (`width ×
+/// height` texels of `texel_bytes`, rows packed): `(tile + 2·border)²` texels, borders taken
+/// from the neighbours and clamped at the mip's edges, texels beyond a partial tile clamped too.
+pub fn bordered_tile(
+    mip_texels: impl Fn(u32, u32) -> [u8; 4],
+    extent: [u32; 2],
+    tile_side: u32,
+    border: u32,
+    x: u32,
+    y: u32,
+) -> Vec<u8> {
+    let side = tile_side + 2 * border;
+    let mut out = Vec::with_capacity((side * side * 4) as usize);
+    for j in 0..side {
+        let ty =
+            (i64::from(y * tile_side) + i64::from(j) - i64::from(border)).clamp(0, i64::from(extent[1]) - 1);
+        for i in 0..side {
+            let tx = (i64::from(x * tile_side) + i64::from(i) - i64::from(border))
+                .clamp(0, i64::from(extent[0]) - 1);
+            out.extend_from_slice(&mip_texels(tx as u32, ty as u32));
+        }
+    }
+    out
+}

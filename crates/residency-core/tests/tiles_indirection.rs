@@ -1,0 +1,158 @@
+//! The software residency path's indirection: entries follow the chain rule, only changed rows are
+//! reported, sample positions land inside the right slot, and bordered tiles clamp at the edges.
+
+use residency_core::format::Format;
+use residency_core::tiles::{
+    bordered_tile, AtlasLayout, HeapIndex, Indirection, IndirectionError, LayoutLimits, MipTailModel,
+    PageTable, PhysicalTile, SparseDimension, SparseFormatInfo, SparseImageDesc, SparseImageLayout,
+    TileCoord, INDIRECTION_NONE,
+};
+
+fn layout(side: u32) -> SparseImageLayout {
+    let mut info = SparseFormatInfo::standard(Format::R8G8B8A8Unorm, SparseDimension::D2).unwrap();
+    info.mip_tail_model = MipTailModel::NoTail;
+    let desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, side, side);
+    let desc = desc.with_mip_levels(desc.full_mip_chain());
+    SparseImageLayout::new(&desc, &info, &LayoutLimits::unbounded()).unwrap()
+}
+
+fn physical(i: u32) -> PhysicalTile {
+    PhysicalTile { heap: HeapIndex(i / 16), tile: i % 16 }
+}
+
+#[test]
+fn entries_follow_the_resident_chain() {
+    let l = layout(512); // mips: 4×4, 2×2, 1, 1 (64), 1 (32) … 1 (1): 10 mips
+    assert_eq!(l.mip_levels(), 10);
+    let atlas = AtlasLayout::new(128, 4, 64, 16).unwrap();
+    let mut ind = Indirection::new(&l, atlas).unwrap();
+    assert_eq!(ind.extent(), [16, 1 + 4 + 2 + 8]);
+    assert_eq!(ind.texels()[..6], [512, 512, 128, 4, 10, 8]);
+    assert_eq!(ind.texels()[6..16], [1, 5, 7, 8, 9, 10, 11, 12, 13, 14], "each mip's first row");
+    let mut table = PageTable::new(&l);
+    let tile = |mip, x, y| l.tile_index(TileCoord { layer: 0, mip, x, y, z: 0 }).unwrap();
+    // Nothing resident: every entry is NONE, and the first update changes nothing.
+    assert_eq!(ind.update(&table).unwrap(), None);
+    assert_eq!(ind.min_lod([0.5, 0.5]), INDIRECTION_NONE);
+    // A mip-0 tile without its parents is not usable: no entry points at it.
+    table.map(tile(0, 1, 1), physical(0)).unwrap();
+    assert_eq!(ind.update(&table).unwrap(), None);
+    // The whole chain from the coarsest mip to mip 1 (tile 0,0): now mip 0's tile (1,1) is usable.
+    for (n, mip) in (1..).zip((1..10).rev()) {
+        table.map(tile(mip, 0, 0), physical(n)).unwrap();
+    }
+    let rows = ind.update(&table).unwrap().expect("rows changed");
+    assert_eq!(rows, 1..15, "every mip's rows changed");
+    assert_eq!(ind.entry(0, 1, 1)[1], 0, "resident with its chain");
+    assert_eq!(ind.entry(0, 0, 0)[1], 1, "falls back to the mip-1 parent");
+    assert_eq!(ind.entry(0, 3, 3)[1], 2, "not under the resident mip-1 tile: the mip-2 one");
+    assert_eq!(ind.entry(1, 1, 1)[1], 2);
+    assert_eq!(ind.min_lod([0.3, 0.3]), 0);
+    assert_eq!(ind.min_lod([0.9, 0.9]), 2);
+    // The entry points at the slot the table maps: slot 0 is at the atlas origin.
+    assert_eq!(ind.entry(0, 1, 1)[0], 0);
+    assert_eq!(ind.entry(9, 0, 0), [atlas.slot(physical(1)).unwrap(), 9]);
+    assert_eq!(atlas.slot_origin(physical(1)).unwrap(), [136, 0]);
+    // Unmapping the mip-1 tile breaks the chain below it: only mip 0 and 1 rows change.
+    table.unmap(tile(1, 0, 0)).unwrap();
+    let rows = ind.update(&table).unwrap().unwrap();
+    assert_eq!(rows, 1..6, "mip 0 rows 1..5 and the first mip-1 row");
+    assert_eq!(ind.entry(0, 1, 1)[1], 2);
+    assert_eq!(ind.update(&table).unwrap(), None, "no change, no rows");
+}
+
+#[test]
+fn sample_positions_land_inside_the_slot_payload() {
+    let l = layout(1024);
+    let atlas = AtlasLayout::new(128, 4, 200, 16).unwrap();
+    let mut ind = Indirection::new(&l, atlas).unwrap();
+    let mut table = PageTable::new(&l);
+    let mut n = 0;
+    for mip in 0..l.mip_levels() {
+        let info = l.mips()[mip as usize];
+        for y in 0..info.tiles[1] {
+            for x in 0..info.tiles[0] {
+                table
+                    .map(l.tile_index(TileCoord { layer: 0, mip, x, y, z: 0 }).unwrap(), physical(n))
+                    .unwrap();
+                n += 1;
+            }
+        }
+    }
+    ind.update(&table).unwrap();
+    for (uv, mip) in
+        [([0.0, 0.0], 0), ([0.999, 0.5], 0), ([0.126, 0.874], 1), ([0.5, 0.5], 5), ([0.7, 0.2], 10)]
+    {
+        let (pos, data) = ind.sample_position(uv, mip).unwrap();
+        assert_eq!(data, mip);
+        let info = l.mips()[mip as usize];
+        let (tx, ty) = (
+            ((uv[0] * info.extent[0] as f32) as u32 / 128).min(info.tiles[0] - 1),
+            ((uv[1] * info.extent[1] as f32) as u32 / 128).min(info.tiles[1] - 1),
+        );
+        let index =
+            table.get(l.tile_index(TileCoord { layer: 0, mip, x: tx, y: ty, z: 0 }).unwrap()).unwrap();
+        let [ox, oy] = atlas.slot_origin(index).unwrap();
+        // Inside the payload (the border is only read by the filter footprint).
+        assert!(
+            pos[0] >= (ox + 4) as f32 && pos[0] <= (ox + 4 + 128) as f32,
+            "{uv:?} {mip}: {pos:?} vs {ox}"
+        );
+        assert!(
+            pos[1] >= (oy + 4) as f32 && pos[1] <= (oy + 4 + 128) as f32,
+            "{uv:?} {mip}: {pos:?} vs {oy}"
+        );
+        let texel_x = pos[0] - (ox + 4) as f32 + (tx * 128) as f32;
+        assert!((texel_x - uv[0] * info.extent[0] as f32).abs() < 1e-3);
+    }
+}
+
+#[test]
+fn layouts_the_software_path_cannot_hold_are_refused() {
+    let info = SparseFormatInfo::standard(Format::R8G8B8A8Unorm, SparseDimension::D2).unwrap();
+    let desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 1024, 1024).with_mip_levels(11);
+    let tailed = SparseImageLayout::new(&desc, &info, &LayoutLimits::unbounded()).unwrap();
+    let atlas = AtlasLayout::new(128, 4, 16, 16).unwrap();
+    assert_eq!(Indirection::new(&tailed, atlas).unwrap_err(), IndirectionError::HasMipTail);
+    assert!(matches!(AtlasLayout::new(128, 4, 1 << 20, 64), Err(IndirectionError::AtlasTooLarge { .. })));
+    assert!(matches!(
+        atlas.slot_origin(PhysicalTile { heap: HeapIndex(1), tile: 0 }),
+        Err(IndirectionError::SlotOutOfRange { heap: 1, tile: 0, capacity: 16 })
+    ));
+}
+
+#[test]
+fn bordered_tiles_copy_neighbours_and_clamp_at_edges() {
+    // A 6 × 5 mip with texel (x, y) = [x, y, 0, 255]; tiles of 4 with a border of 1.
+    let texel = |x: u32, y: u32| [x as u8, y as u8, 0, 255];
+    let t = bordered_tile(texel, [6, 5], 4, 1, 1, 0);
+    assert_eq!(t.len(), 6 * 6 * 4);
+    let at = |i: u32, j: u32| &t[((j * 6 + i) * 4) as usize..((j * 6 + i) * 4 + 2) as usize];
+    assert_eq!(at(0, 1), [3, 0], "left border: the neighbour tile's last column");
+    assert_eq!(at(1, 1), [4, 0], "first payload texel");
+    assert_eq!(at(0, 0), [3, 0], "top border clamps to row 0");
+    assert_eq!(at(3, 1), [5, 0], "past the mip's right edge: clamped");
+    assert_eq!(at(5, 5), [5, 4]);
+}
+
+#[test]
+fn the_path_resolves_from_device_support_and_can_be_forced() {
+    use residency_core::tiles::{software_layout, HardwarePathUnsupported, ResidencyPath};
+    assert_eq!(ResidencyPath::Auto.resolve(true), Ok(ResidencyPath::Hardware));
+    assert_eq!(ResidencyPath::Auto.resolve(false), Ok(ResidencyPath::Software));
+    assert_eq!(ResidencyPath::Software.resolve(true), Ok(ResidencyPath::Software));
+    assert_eq!(ResidencyPath::Hardware.resolve(false), Err(HardwarePathUnsupported));
+    let desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 2048, 2048).with_path(ResidencyPath::Software);
+    assert_eq!(desc.path, ResidencyPath::Software);
+    let l = software_layout(&desc, 4).unwrap();
+    assert!(l.mip_tail().is_none(), "every mip tiled");
+    assert_eq!(l.tile_bytes(), 136 * 136 * 4, "a bordered slot");
+    assert_eq!(l.mip_levels(), 12);
+    assert_eq!(l.mips()[11].tiles, [1, 1, 1]);
+    // The descriptor's JSON without a path still reads (auto).
+    let json = serde_json::to_string(&SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 64, 64)).unwrap();
+    let without: String = json.replace(",\"path\":\"auto\"", "");
+    assert_ne!(json, without);
+    let back: SparseImageDesc = serde_json::from_str(&without).unwrap();
+    assert_eq!(back.path, ResidencyPath::Auto);
+}

@@ -1,0 +1,92 @@
+// residency_software.glsl — the software residency path: the same sampling functions as
+// residency.glsl, with the same signatures, over a tile-cache atlas (`tex`, a normal image with
+// bordered tile slots, bilinear sampler) and an indirection texture (`minLodMap`, R32_UINT, one
+// level: a header row (sizes, then each mip's first row), then each mip's tile entries `slot | dataMip << 24`; layout in
+// crates/residency-core/src/tiles/indirection.rs). Include it instead of
+// residency.glsl; no sparse extension is needed. `Indirection::sample_position` is the CPU model of
+// `residencySoftwareLevel` and is tested against the texels this code reads.
+//
+// residencyFetch and residencySampleLod (residency codes of the hardware path) have no software
+// twin: use residencySampleFallback, which both paths provide.
+
+#ifndef RESIDENCY_SOFTWARE_GLSL
+#define RESIDENCY_SOFTWARE_GLSL
+
+const uint RESIDENCY_MIN_LOD_NONE = 255u;
+
+// The tile grid of mip `mip` of a `size` texture with `tile`-texel tiles.
+ivec2 residencySoftwareTiles(uvec2 size, uint tile, uint mip) {
+    uvec2 extent = max(size >> mip, uvec2(1u));
+    return ivec2((extent + tile - 1u) / tile);
+}
+
+struct ResidencySoftware {
+    uvec2 size;   // texture extent
+    uint tile;    // tile side in texels
+    uint border;  // border texels per side in the atlas
+    uint mips;    // mip levels
+    uint columns; // atlas slots per row
+};
+
+ResidencySoftware residencySoftwareHeader(usampler2D indirection) {
+    ResidencySoftware h;
+    h.size = uvec2(texelFetch(indirection, ivec2(0, 0), 0).r, texelFetch(indirection, ivec2(1, 0), 0).r);
+    h.tile = texelFetch(indirection, ivec2(2, 0), 0).r;
+    h.border = texelFetch(indirection, ivec2(3, 0), 0).r;
+    h.mips = texelFetch(indirection, ivec2(4, 0), 0).r;
+    h.columns = texelFetch(indirection, ivec2(5, 0), 0).r;
+    return h;
+}
+
+// The entry (slot, data mip) covering `uv` at mip `mip`.
+uvec2 residencySoftwareEntry(usampler2D indirection, ResidencySoftware h, vec2 uv, uint mip) {
+    uint row = texelFetch(indirection, ivec2(6 + int(mip), 0), 0).r;
+    vec2 extent = vec2(max(h.size >> mip, uvec2(1u)));
+    ivec2 tiles = residencySoftwareTiles(h.size, h.tile, mip);
+    ivec2 t = clamp(ivec2(floor(uv * extent / float(h.tile))), ivec2(0), tiles - 1);
+    uint e = texelFetch(indirection, ivec2(t.x, int(row) + t.y), 0).r;
+    return uvec2(e & 0x00ffffffu, e >> 24);
+}
+
+// The finest LOD that is safe to sample at `uv` (RESIDENCY_MIN_LOD_NONE when none is).
+uint residencyMinLod(usampler2D minLodMap, vec2 uv) {
+    return residencySoftwareEntry(minLodMap, residencySoftwareHeader(minLodMap), uv, 0u).y;
+}
+
+// A bilinear sample of mip `mip` at `uv` from the atlas (the caller knows it is resident).
+vec4 residencySoftwareLevel(sampler2D atlas, usampler2D indirection, ResidencySoftware h, vec2 uv, uint mip) {
+    uvec2 e = residencySoftwareEntry(indirection, h, uv, mip);
+    uint dataMip = e.y;
+    vec2 extent = vec2(max(h.size >> dataMip, uvec2(1u)));
+    vec2 tiles = vec2(residencySoftwareTiles(h.size, h.tile, dataMip));
+    vec2 q = uv * extent;
+    vec2 tileOrigin = clamp(floor(q / float(h.tile)), vec2(0.0), tiles - 1.0) * float(h.tile);
+    float slotSide = float(h.tile + 2u * h.border);
+    vec2 origin = vec2(float(e.x % h.columns), float(e.x / h.columns)) * slotSide;
+    vec2 pos = origin + float(h.border) + (q - tileOrigin);
+    return textureLod(atlas, pos / vec2(textureSize(atlas, 0)), 0.0);
+}
+
+// A trilinear sample at `lod`, clamped to the finest resident coarser mip, as the hardware path's
+// residencySampleFallback: two bilinear samples from the atlas, blended.
+vec4 residencySampleFallback(sampler2D tex, usampler2D minLodMap, vec2 uv, float lod, vec4 defaultValue,
+                             out bool resident, out float usedLod) {
+    ResidencySoftware h = residencySoftwareHeader(minLodMap);
+    uint minLod = residencySoftwareEntry(minLodMap, h, uv, 0u).y;
+    if (minLod == RESIDENCY_MIN_LOD_NONE) {
+        resident = false;
+        usedLod = -1.0;
+        return defaultValue;
+    }
+    usedLod = min(max(lod, float(minLod)), float(h.mips - 1u));
+    uint lo = uint(floor(usedLod));
+    float f = usedLod - float(lo);
+    vec4 a = residencySoftwareLevel(tex, minLodMap, h, uv, lo);
+    resident = true;
+    if (f <= 0.0 || lo + 1u >= h.mips) {
+        return a;
+    }
+    return mix(a, residencySoftwareLevel(tex, minLodMap, h, uv, lo + 1u), f);
+}
+
+#endif
