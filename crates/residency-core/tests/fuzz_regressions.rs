@@ -121,3 +121,17 @@ fn a_pinned_load_over_budget_evicts_what_it_may() {
     assert_eq!(started, [TileKey { image: ImageId(1), unit: StreamUnit::Tail(0) }]);
     assert!(m.committed_tiles() <= 6, "{} tiles committed over a budget of 6", m.committed_tiles());
 }
+
+/// allocator finding: in a ring of nearly 2^64 bytes, the bytes consumed by an allocation that
+/// skips to offset 0 overflowed and wrapped to a small number, so it was placed over a live one.
+#[test]
+fn a_huge_ring_allocation_that_cannot_fit_is_full_not_overlapping() {
+    use residency_core::allocator::{RingAllocator, RingError};
+    let capacity = u64::MAX - 4;
+    let mut ring = RingAllocator::new(capacity).unwrap();
+    let live = ring.allocate(1_048_582, 1).unwrap();
+    assert_eq!(live.offset, 0);
+    let err = ring.allocate(u64::MAX - 5, 1).unwrap_err();
+    assert!(matches!(err, RingError::Full { .. }), "{err:?}");
+    ring.check_invariants().unwrap();
+}

@@ -292,7 +292,19 @@ fn check_plan(layout: &SparseImageLayout, changes: &ResidencyChanges, input: &mu
     let wanted: BTreeMap<TileIndex, Option<PhysicalTile>> =
         changes.tiles.iter().map(|&TileChange { tile, physical }| (tile, physical)).collect();
     assert_eq!(expanded, wanted, "the plan covers exactly the changed tiles");
-    assert_eq!(plan.opaque_binds.len(), changes.tails.len());
+    // Each changed tail: one unbind, or binds (one per physically contiguous run) that cover it.
+    for change in &changes.tails {
+        let binds: Vec<_> = plan.opaque_binds.iter().filter(|b| b.tail == change.tail).collect();
+        match &change.physical {
+            None => assert!(binds.len() == 1 && binds[0].memory.is_none(), "{binds:?}"),
+            Some(tiles) => {
+                let size = layout.mip_tail().expect("a tail changed").size;
+                assert!(!binds.is_empty() && binds.len() <= tiles.len(), "{binds:?}");
+                assert_eq!(binds.iter().map(|b| b.size).sum::<u64>(), size, "{binds:?}");
+            }
+        }
+    }
+    assert!(plan.opaque_binds.iter().all(|b| changes.tails.iter().any(|c| c.tail == b.tail)));
     if coalesce == Coalesce::None {
         assert_eq!(plan.image_binds.len(), changes.tiles.len());
     }

@@ -108,8 +108,10 @@ impl RingAllocator {
         }
         if self.head == self.tail && self.pending.is_empty() && self.head % self.capacity != 0 {
             // Nothing is live: restart at offset 0 so the whole ring is one contiguous run.
-            self.head = self.head.next_multiple_of(self.capacity);
-            self.tail = self.head;
+            if let Some(start) = self.head.checked_next_multiple_of(self.capacity) {
+                self.head = start;
+                self.tail = start;
+            }
         }
         let physical = self.head % self.capacity;
         let aligned = physical.checked_add(alignment - 1).map(|v| v & !(alignment - 1));
@@ -117,10 +119,11 @@ impl RingAllocator {
             Some(aligned) if aligned.checked_add(size).is_some_and(|end| end <= self.capacity) => {
                 (aligned, aligned - physical + size)
             }
-            // Does not fit before the end: skip to offset 0 (aligned for every alignment).
-            _ => (0, self.capacity - physical + size),
+            // Does not fit before the end: skip to offset 0 (aligned for every alignment). The sum
+            // overflows only for rings near 2^64 bytes, where it is more than is free anyway.
+            _ => (0, (self.capacity - physical).saturating_add(size)),
         };
-        if consumed > self.free_bytes() {
+        if consumed > self.free_bytes() || self.head.checked_add(consumed).is_none() {
             return Err(RingError::Full {
                 size,
                 alignment,
