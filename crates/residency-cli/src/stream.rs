@@ -188,6 +188,12 @@ pub struct StreamReport {
     pub gpu_reference_ms_mean: f64,
     /// Mean CPU time per frame, waits excluded, ms.
     pub cpu_ms_mean: f64,
+    /// PSNR of the whole run against the fully resident render (the mean squared error of all
+    /// frames, converged or not): how close streaming comes overall, comparable across paths.
+    pub psnr_db_run: f64,
+    /// The largest difference of any colour channel from the fully resident render over the
+    /// converged frames (0: identical; 1: rounding of the last bit).
+    pub max_abs_diff_converged: u8,
     pub frames: u64,
     pub width: u32,
     pub height: u32,
@@ -286,15 +292,19 @@ fn push_constants(
     bytes
 }
 
-fn psnr(a: &[u8], b: &[u8]) -> f64 {
-    let mse = a
-        .iter()
+/// Mean squared error over the colour channels of two RGBA8 images.
+fn mse(a: &[u8], b: &[u8]) -> f64 {
+    a.iter()
         .zip(b)
         .enumerate()
         .filter(|(i, _)| i % 4 != 3)
         .map(|(_, (&x, &y))| (f64::from(x) - f64::from(y)).powi(2))
         .sum::<f64>()
-        / (a.len() as f64 * 0.75);
+        / (a.len() as f64 * 0.75)
+}
+
+/// PSNR of a mean squared error, 99 dB for identical images.
+fn psnr_of(mse: f64) -> f64 {
     if mse == 0.0 {
         99.0
     } else {
@@ -591,6 +601,10 @@ struct Finished {
     psnrs: Vec<f64>,
     /// GPU ms of the streamed and the reference render, per frame.
     gpu_ms: Vec<[Option<f64>; 2]>,
+    /// Sum of every frame's mean squared error.
+    mse_sum: f64,
+    /// Largest difference of any channel from the reference over the converged frames.
+    max_abs_diff_converged: u8,
     converged: Vec<bool>,
     last_frame: Option<(Vec<u8>, Vec<u8>)>,
 }
@@ -610,8 +624,14 @@ impl Finished {
         debug_assert_eq!(frame as usize, self.psnrs.len(), "frames finish in order");
         self.gpu_ms.push(gpu_ms);
         let (streamed, reference) = slot.read(device)?;
-        self.psnrs.push(psnr(&streamed, &reference));
+        let error = mse(&streamed, &reference);
+        self.psnrs.push(psnr_of(error));
+        self.mse_sum += error;
         self.converged.push(misses == Some(0));
+        if misses == Some(0) {
+            let diff = streamed.iter().zip(&reference).map(|(&a, &b)| a.abs_diff(b)).max().unwrap_or(0);
+            self.max_abs_diff_converged = self.max_abs_diff_converged.max(diff);
+        }
         if let Some(dir) = &args.frames_out {
             if frame % args.every == args.every - 1 {
                 std::fs::create_dir_all(dir)?;
@@ -1005,7 +1025,7 @@ pub fn fly(
     }
     progress.finish_and_clear();
     device.wait_idle()?;
-    let Finished { psnrs, converged, last_frame, gpu_ms } = finished;
+    let Finished { psnrs, converged, last_frame, gpu_ms, mse_sum, max_abs_diff_converged } = finished;
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
 
     let stats = manager.stats().clone();
@@ -1019,6 +1039,8 @@ pub fn fly(
         gpu_ms_mean: mean(&gpu_ms.iter().filter_map(|g| g[0]).collect::<Vec<_>>()),
         gpu_reference_ms_mean: mean(&gpu_ms.iter().filter_map(|g| g[1]).collect::<Vec<_>>()),
         cpu_ms_mean: mean(&cpu_ms),
+        psnr_db_run: psnr_of(mse_sum / psnrs.len().max(1) as f64),
+        max_abs_diff_converged,
         frames: args.frames,
         width: args.width,
         height: args.height,
