@@ -820,6 +820,7 @@ pub fn fly(
     let side = 1000.0f32;
     let sampling = FeedbackSampling::new(args.feedback_stride, args.feedback_interval);
     let mut ring = FeedbackRing::new(in_flight);
+    let mut step = ring.begin_frame(0, None, sampling.frame_active(0));
     let mut requests: Vec<TileRequest> = Vec::new();
     let mut requested_in = 0u64;
     let mut loaded_keys: Vec<TileKey> = Vec::new();
@@ -837,56 +838,7 @@ pub fn fly(
     for frame in 0..args.frames {
         let started = Instant::now();
         let mut waited = std::time::Duration::ZERO;
-        // The ring: this frame's slot must be free (the CPU runs at most `in_flight` frames ahead),
-        // then every frame the GPU has finished is read back, oldest first.
         let slot_index = (frame % u64::from(in_flight)) as usize;
-        if let Some((_, submission)) = &slots[slot_index].0.submitted {
-            let t = Instant::now();
-            commands.wait_for(&device, submission)?;
-            waited += t.elapsed();
-        }
-        let mut gpu_completed = None;
-        for f in frame.saturating_sub(u64::from(in_flight))..frame {
-            let (slot, _) = &slots[(f % u64::from(in_flight)) as usize];
-            if let Some((sf, submission)) = &slot.submitted {
-                if *sf == f && !commands.is_complete(&device, submission)? {
-                    break;
-                }
-            }
-            gpu_completed = Some(f);
-        }
-        let step = ring.begin_frame(frame, gpu_completed, sampling.frame_active(frame));
-        let mut fresh: Vec<TileRequest> = Vec::new();
-        let mut oldest = None;
-        for f in frame.saturating_sub(u64::from(in_flight))..frame {
-            let slot = &mut slots[(f % u64::from(in_flight)) as usize].0;
-            if !matches!(slot.submitted, Some((sf, _)) if sf == f)
-                || gpu_completed.is_none_or(|done| f > done)
-            {
-                continue;
-            }
-            slot.submitted = None;
-            let feedback_read = step.read.iter().any(|&(_, rf)| rf == f);
-            let misses = if feedback_read {
-                let mut bytes = vec![0u8; fb_bytes as usize];
-                slot.feedback.read(&device, 0, &mut bytes)?;
-                let decoded = feedback.decode(&bytes, f)?;
-                oldest.get_or_insert(f);
-                let misses = decoded.requests.iter().filter(|r| r.kind == RequestKind::Miss).count();
-                fresh.extend(decoded.requests);
-                Some(misses)
-            } else {
-                None
-            };
-            let q = 4 * (f % u64::from(in_flight)) as u32;
-            let gpu =
-                [timestamps.elapsed_ms(&device, q, q + 1), timestamps.elapsed_ms(&device, q + 2, q + 3)];
-            finished.frame(args, &device, slot, f, misses, gpu)?;
-        }
-        if let Some(f) = oldest {
-            requests = fresh;
-            requested_in = f;
-        }
 
         if let (Some(at), Some(mib)) = (args.cut_at_frame, args.cut_to_mib) {
             if frame == at {
@@ -959,14 +911,6 @@ pub fn fly(
             heaps.release(&out.heaps_released);
         }
         backing_peak = backing_peak.max(manager.pool().stats().capacity_tiles * tile_bytes);
-        // This frame's loads: read and decoded now on workers, complete for the next frame.
-        let keys: Vec<TileKey> = out.loads.iter().map(|l| l.key).collect();
-        for (key, parts) in load_units(&args.file, index, &layout, &keys, border)? {
-            staged.insert(key, parts);
-        }
-        loaded_keys = keys;
-        tiles_per_frame.push(u64::from(out.stats.became_resident));
-
         let (slot, sets) = &mut slots[slot_index];
         if step.write.is_some() {
             let mut header = vec![0u8; fb_bytes as usize];
@@ -993,6 +937,69 @@ pub fn fly(
         })?;
         slot.submitted = Some((frame, submission));
         recorded?;
+        // This frame's loads: read and decoded on workers while the GPU renders the frame; they
+        // complete for the next frame.
+        let keys: Vec<TileKey> = out.loads.iter().map(|l| l.key).collect();
+        for (key, parts) in load_units(&args.file, index, &layout, &keys, border)? {
+            staged.insert(key, parts);
+        }
+        loaded_keys = keys;
+        tiles_per_frame.push(u64::from(out.stats.became_resident));
+
+        // The ring, for the next frame: its slot must be free (the CPU runs at most `in_flight`
+        // frames ahead), then every frame the GPU has finished — this one too, usually, since the
+        // loads above took longer than its GPU work — is read back, oldest first, and its
+        // feedback feeds the next update.
+        if frame + 1 < args.frames {
+            let next = frame + 1;
+            let next_slot = (next % u64::from(in_flight)) as usize;
+            if let Some((_, submission)) = &slots[next_slot].0.submitted {
+                let t = Instant::now();
+                commands.wait_for(&device, submission)?;
+                waited += t.elapsed();
+            }
+            let mut gpu_completed = None;
+            for f in next.saturating_sub(u64::from(in_flight))..next {
+                let (slot, _) = &slots[(f % u64::from(in_flight)) as usize];
+                if let Some((sf, submission)) = &slot.submitted {
+                    if *sf == f && !commands.is_complete(&device, submission)? {
+                        break;
+                    }
+                }
+                gpu_completed = Some(f);
+            }
+            step = ring.begin_frame(next, gpu_completed, sampling.frame_active(next));
+            let mut fresh: Vec<TileRequest> = Vec::new();
+            let mut oldest = None;
+            for f in next.saturating_sub(u64::from(in_flight))..next {
+                let slot = &mut slots[(f % u64::from(in_flight)) as usize].0;
+                if !matches!(slot.submitted, Some((sf, _)) if sf == f)
+                    || gpu_completed.is_none_or(|done| f > done)
+                {
+                    continue;
+                }
+                slot.submitted = None;
+                let misses = if step.read.iter().any(|&(_, rf)| rf == f) {
+                    let mut bytes = vec![0u8; fb_bytes as usize];
+                    slot.feedback.read(&device, 0, &mut bytes)?;
+                    let decoded = feedback.decode(&bytes, f)?;
+                    oldest.get_or_insert(f);
+                    let misses = decoded.requests.iter().filter(|r| r.kind == RequestKind::Miss).count();
+                    fresh.extend(decoded.requests);
+                    Some(misses)
+                } else {
+                    None
+                };
+                let q = 4 * (f % u64::from(in_flight)) as u32;
+                let gpu =
+                    [timestamps.elapsed_ms(&device, q, q + 1), timestamps.elapsed_ms(&device, q + 2, q + 3)];
+                finished.frame(args, &device, slot, f, misses, gpu)?;
+            }
+            if let Some(f) = oldest {
+                requests = fresh;
+                requested_in = f;
+            }
+        }
         resident_mib.push(manager.stats().resident_bytes as f64 / f64::from(1 << 20));
         frame_ms.push(started.elapsed().as_secs_f64() * 1e3);
         cpu_ms.push((started.elapsed() - waited).as_secs_f64() * 1e3);
