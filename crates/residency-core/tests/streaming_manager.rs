@@ -366,3 +366,27 @@ proptest! {
         }
     }
 }
+
+/// Without a mip tail (lavapipe, the software path) the single-tile coarse mips stand in for the
+/// tail: all of them are pinned and loaded first, as a tail would be.
+#[test]
+fn without_a_tail_the_single_tile_mips_are_pinned() {
+    use residency_core::tiles::software_layout;
+    let l = software_layout(&SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 2048, 2048), 4).unwrap();
+    assert!(l.mip_tail().is_none());
+    let img = ImageId(1);
+    let mut sim = Sim::new(StreamingDesc::default(), 1);
+    sim.m.register_image(img, &l).unwrap();
+    let out = sim.step(&[]);
+    let mut mips: Vec<u32> = out.loads.iter().map(|ld| ld.coord.unwrap().mip).collect();
+    mips.sort_unstable();
+    assert_eq!(mips, (4..12).collect::<Vec<_>>(), "2048 / 128 = 16 tiles at mip 0: mips 4..=11 are one tile");
+    assert!(out.loads.iter().all(|ld| ld.reason == LoadReason::Pinned));
+    sim.step(&[]);
+    // Pinned: a tight budget never evicts them.
+    sim.m.set_budget_tiles(1);
+    for _ in 0..5 {
+        assert!(sim.step(&[]).evicted.is_empty());
+    }
+    assert_eq!(sim.m.committed_tiles(), 8);
+}

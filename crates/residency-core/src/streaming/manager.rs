@@ -272,7 +272,7 @@ pub enum StreamingError {
 #[derive(Clone, Debug)]
 struct ImageState {
     residency: SparseResidency,
-    /// Without a mip tail, the last mip's tiles are pinned instead.
+    /// Without a mip tail, the tiles of this mip and every coarser one are pinned instead.
     pinned_mip: Option<u32>,
     min_warning_lod: u8,
     warning_lead: u8,
@@ -398,8 +398,9 @@ impl StreamingManager {
         self.desc.upload_budget_bytes = bytes;
     }
 
-    /// Registers `image`; its pinned units (mip tails, or the last mip without a tail) are loaded
-    /// first, from the next frame on. The default LOD warning is every mip with a lead of a
+    /// Registers `image`; its pinned units (mip tails; without a tail, every mip from the first
+    /// one that is a single tile — what a standard mip tail would hold) are loaded first, from the
+    /// next frame on. The default LOD warning is every mip with a lead of a
     /// quarter level.
     pub fn register_image(
         &mut self,
@@ -409,15 +410,21 @@ impl StreamingManager {
         if self.images.contains_key(&image) {
             return Err(StreamingError::DuplicateImage(image));
         }
-        let pinned_mip = (layout.mip_tail().is_none()).then(|| layout.mip_levels() - 1);
+        // Without a tail (lavapipe, the software path) the coarse single-tile mips stand in for it,
+        // so both kinds of device start from the same coarse chain.
+        let pinned_mip = (layout.mip_tail().is_none()).then(|| {
+            layout.mips().iter().find(|m| m.tiles == [1, 1, 1]).map_or(layout.mip_levels() - 1, |m| m.lod)
+        });
         for tail in 0..layout.mip_tail_count() {
             self.pinned_pending.insert(TileKey::tail(image, tail));
         }
-        if let Some(mip) = pinned_mip {
+        if let Some(first_pinned) = pinned_mip {
             for layer in 0..layout.array_layers() {
-                if let Some((first, n)) = layout.mip_tile_span(layer, mip) {
-                    for t in first.0..first.0 + n {
-                        self.pinned_pending.insert(TileKey::tile(image, TileIndex(t)));
+                for mip in first_pinned..layout.mip_levels() {
+                    if let Some((first, n)) = layout.mip_tile_span(layer, mip) {
+                        for t in first.0..first.0 + n {
+                            self.pinned_pending.insert(TileKey::tile(image, TileIndex(t)));
+                        }
                     }
                 }
             }
@@ -516,7 +523,7 @@ impl StreamingManager {
         match key.unit {
             StreamUnit::Tail(_) => true,
             StreamUnit::Tile(t) => self.images.get(&key.image).is_some_and(|s| {
-                s.pinned_mip.is_some_and(|m| s.residency.layout().tile_coord(t).is_some_and(|c| c.mip == m))
+                s.pinned_mip.is_some_and(|m| s.residency.layout().tile_coord(t).is_some_and(|c| c.mip >= m))
             }),
         }
     }
