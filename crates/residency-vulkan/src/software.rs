@@ -21,8 +21,8 @@ use crate::upload::{ImageRegion, UploadError, Uploader};
 use ash::vk;
 use residency_core::format::{Format, FormatKind};
 use residency_core::tiles::{
-    AtlasLayout, HardwarePathUnsupported, Indirection, IndirectionError, PageTable, PhysicalTile,
-    ResidencyPath, SparseDimension, SparseImageLayout,
+    border_copies, AtlasLayout, HardwarePathUnsupported, Indirection, IndirectionError, PageTable,
+    PhysicalTile, ResidencyPath, SparseDimension, SparseImageLayout, TexelRegion, TileCoord,
 };
 use residency_core::usage::ImageUsage;
 
@@ -64,6 +64,46 @@ pub enum SoftwareError {
     /// The hardware path was forced where there is none.
     #[error(transparent)]
     HardwareUnsupported(#[from] HardwarePathUnsupported),
+    /// The layout is invalid (zero extent, too many tiles, …).
+    #[error(transparent)]
+    Layout(#[from] residency_core::tiles::LayoutError),
+    /// A commit or release was refused (the pool is exhausted, a region is wrong, …).
+    #[error(transparent)]
+    Commit(#[from] residency_core::tiles::CommitError),
+    /// An image used with a pool that does not own its tiles.
+    #[error("`{name}` belongs to another software tile pool")]
+    WrongPool {
+        /// The image.
+        name: String,
+    },
+    /// An image of another format than its pool's atlas.
+    #[error("`{name}` is {image:?}; its pool's atlas is {pool:?}")]
+    FormatMismatch {
+        /// The image.
+        name: String,
+        /// Its format.
+        image: Format,
+        /// The pool's.
+        pool: Format,
+    },
+    /// Texels written to a tile that is not resident.
+    #[error("`{name}`: tile {tile} of mip {mip} is not resident; commit it before writing")]
+    NotResident {
+        /// The image.
+        name: String,
+        /// The mip.
+        mip: u32,
+        /// The tile index.
+        tile: u32,
+    },
+    /// Texel data that is not the region's size.
+    #[error("a region of {expected} bytes was given {got}")]
+    WrongRegionSize {
+        /// Bytes the region holds.
+        expected: u64,
+        /// Bytes given.
+        got: u64,
+    },
 }
 
 impl Device {
@@ -90,16 +130,15 @@ impl Device {
     }
 }
 
-/// A partially resident 2D texture on the software path; see the module docs.
+/// A partially resident 2D texture on the software path whose residency someone else keeps (a
+/// streaming manager): an atlas of its own and an indirection texture; see the module docs. Images
+/// that keep their own residency share a [`SoftwareTilePool`] instead ([`SoftwareImage`]).
 #[derive(Debug)]
 pub struct SoftwareTexture {
     name: String,
     atlas: Image,
     atlas_view: vk::ImageView,
-    indirection_image: Image,
-    indirection_view: vk::ImageView,
-    indirection: Indirection,
-    uploaded_once: bool,
+    indirection: IndirectionTexture,
 }
 
 impl SoftwareTexture {
@@ -123,10 +162,7 @@ impl SoftwareTexture {
         tiles_per_heap: u32,
     ) -> Result<SoftwareTexture, SoftwareError> {
         let format = layout.desc().format;
-        if format.kind() != FormatKind::Color || format.block_extent() != (1, 1) || format == Format::Unknown
-        {
-            return Err(SoftwareError::UnsupportedFormat { format });
-        }
+        check_format(format)?;
         if layout.desc().dimension != SparseDimension::D2 {
             return Err(IndirectionError::NotPlain2d {
                 layers: layout.array_layers(),
@@ -136,7 +172,7 @@ impl SoftwareTexture {
         }
         let tile = layout.tile_shape();
         let atlas_layout = AtlasLayout::new(tile.width.max(tile.height), border, capacity, tiles_per_heap)?;
-        let indirection = Indirection::new(layout, atlas_layout)?;
+        let table = Indirection::new(layout, atlas_layout)?;
         let [aw, ah] = atlas_layout.extent();
         let atlas = device.create_image(&ImageDesc::new_2d(
             format!("{name} atlas"),
@@ -145,44 +181,22 @@ impl SoftwareTexture {
             ah,
             ImageUsage::SAMPLED | ImageUsage::COPY_DST,
         ))?;
-        let [iw, ih] = indirection.extent();
-        let indirection_image = match device.create_image(&ImageDesc::new_2d(
-            format!("{name} indirection"),
-            Format::R32Uint,
-            iw,
-            ih,
-            ImageUsage::SAMPLED | ImageUsage::COPY_DST,
-        )) {
-            Ok(image) => image,
+        let view = device
+            .discard_to_general(&[&atlas])
+            .map_err(SoftwareError::from)
+            .and_then(|()| device.create_image_view(&atlas, 0..1).map_err(SoftwareError::from));
+        let atlas_view = match view {
+            Ok(view) => view,
             Err(e) => {
                 device.destroy_image(atlas);
-                return Err(e.into());
+                return Err(e);
             }
         };
-        let made = (|| -> Result<(vk::ImageView, vk::ImageView), SoftwareError> {
-            device.discard_to_general(&[&atlas, &indirection_image])?;
-            let atlas_view = device.create_image_view(&atlas, 0..1)?;
-            match device.create_image_view(&indirection_image, 0..1) {
-                Ok(view) => Ok((atlas_view, view)),
-                Err(e) => {
-                    device.destroy_image_view(atlas_view);
-                    Err(e.into())
-                }
-            }
-        })();
-        match made {
-            Ok((atlas_view, indirection_view)) => Ok(SoftwareTexture {
-                name: name.to_owned(),
-                atlas,
-                atlas_view,
-                indirection_image,
-                indirection_view,
-                indirection,
-                uploaded_once: false,
-            }),
+        match IndirectionTexture::new(device, name, table) {
+            Ok(indirection) => Ok(SoftwareTexture { name: name.to_owned(), atlas, atlas_view, indirection }),
             Err(e) => {
+                device.destroy_image_view(atlas_view);
                 device.destroy_image(atlas);
-                device.destroy_image(indirection_image);
                 Err(e)
             }
         }
@@ -195,12 +209,12 @@ impl SoftwareTexture {
 
     /// Where the slots are.
     pub fn atlas_layout(&self) -> &AtlasLayout {
-        self.indirection.atlas()
+        self.indirection.table.atlas()
     }
 
     /// The CPU copy of the indirection texture.
     pub fn indirection(&self) -> &Indirection {
-        &self.indirection
+        &self.indirection.table
     }
 
     /// The atlas view (binding `tex` of the GLSL helper; sample it with a bilinear sampler).
@@ -210,13 +224,13 @@ impl SoftwareTexture {
 
     /// The indirection view (binding `minLodMap` of the GLSL helper; a nearest sampler).
     pub fn indirection_view(&self) -> vk::ImageView {
-        self.indirection_view
+        self.indirection.view
     }
 
     /// Bytes of device memory the atlas and the indirection hold.
     pub fn memory_bytes(&self) -> u64 {
         let [aw, ah] = self.atlas_layout().extent();
-        let [iw, ih] = self.indirection.extent();
+        let [iw, ih] = self.indirection.table.extent();
         u64::from(aw) * u64::from(ah) * u64::from(self.atlas.desc().format.block_bytes())
             + u64::from(iw) * u64::from(ih) * 4
     }
@@ -261,12 +275,335 @@ impl SoftwareTexture {
         uploader: &Uploader,
         table: &PageTable,
     ) -> Result<Option<std::ops::Range<u32>>, SoftwareError> {
-        let changed = self.indirection.update(table)?;
-        let [width, height] = self.indirection.extent();
+        self.indirection.upload(device, uploader, table)
+    }
+
+    /// Destroys the views and images; the caller has waited for every use.
+    pub fn destroy(self, device: &Device) {
+        device.destroy_image_view(self.atlas_view);
+        device.destroy_image(self.atlas);
+        self.indirection.destroy(device);
+    }
+}
+
+/// What one [`SoftwareTilePool::flush`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SoftwareFlushStats {
+    /// Indirection rows uploaded, over all images.
+    pub indirection_rows: u64,
+    /// Slots whose borders were refilled.
+    pub slots_bordered: u64,
+    /// Atlas-to-atlas copy regions recorded for the borders.
+    pub border_copies: u64,
+}
+
+/// The software path's physical tiles: one atlas image of bordered slots and the core tile pool
+/// that hands them out, shared by the [`SoftwareImage`]s of one format — the software twin of
+/// [`SparseTilePool`](crate::sparse::SparseTilePool). The pool's tiles are slots; its budget is in
+/// slots and its capacity (the atlas, allocated whole) is
+/// [`SoftwareTexture::capacity_for_budget`] of the budget it was created with.
+pub struct SoftwareTilePool {
+    device: std::sync::Arc<Device>,
+    format: Format,
+    border: u32,
+    atlas: Image,
+    atlas_view: vk::ImageView,
+    atlas_layout: AtlasLayout,
+    pool: std::sync::Mutex<residency_core::tiles::TilePool>,
+    next_image: std::sync::atomic::AtomicU32,
+    pool_id: u32,
+}
+
+impl std::fmt::Debug for SoftwareTilePool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SoftwareTilePool")
+            .field("format", &self.format)
+            .field("atlas", &self.atlas_layout)
+            .finish_non_exhaustive()
+    }
+}
+
+static NEXT_SOFTWARE_POOL: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+
+fn check_format(format: Format) -> Result<(), SoftwareError> {
+    if format.kind() != FormatKind::Color || format.block_extent() != (1, 1) || format == Format::Unknown {
+        return Err(SoftwareError::UnsupportedFormat { format });
+    }
+    Ok(())
+}
+
+impl SoftwareTilePool {
+    /// A pool for images of `format` with `border` texels around every tile. `desc.tile_bytes` is
+    /// ignored: a tile is one bordered slot. The atlas holds
+    /// [`SoftwareTexture::capacity_for_budget`]`(desc.budget_tiles, desc.tiles_per_heap)` slots.
+    pub fn new(
+        device: std::sync::Arc<Device>,
+        format: Format,
+        border: u32,
+        desc: residency_core::tiles::TilePoolDesc,
+    ) -> Result<SoftwareTilePool, SoftwareError> {
+        check_format(format)?;
+        let tile = residency_core::tiles::standard_tile_shape(format, SparseDimension::D2)
+            .ok_or(SoftwareError::UnsupportedFormat { format })?;
+        let side = tile.width.max(tile.height);
+        let per_heap = desc.tiles_per_heap.max(1);
+        let capacity = SoftwareTexture::capacity_for_budget(desc.budget_tiles, per_heap);
+        let atlas_layout = AtlasLayout::new(side, border, capacity, per_heap)?;
+        let slot_bytes = u64::from(atlas_layout.slot_side()).pow(2) * u64::from(format.block_bytes());
+        let [aw, ah] = atlas_layout.extent();
+        let atlas = device.create_image(&ImageDesc::new_2d(
+            format!("{} atlas", desc.name),
+            format,
+            aw,
+            ah,
+            ImageUsage::SAMPLED | ImageUsage::COPY_DST | ImageUsage::COPY_SRC,
+        ))?;
+        let view = device
+            .discard_to_general(&[&atlas])
+            .map_err(SoftwareError::from)
+            .and_then(|()| device.create_image_view(&atlas, 0..1).map_err(SoftwareError::from));
+        let atlas_view = match view {
+            Ok(view) => view,
+            Err(e) => {
+                device.destroy_image(atlas);
+                return Err(e);
+            }
+        };
+        let pool = residency_core::tiles::TilePool::new(residency_core::tiles::TilePoolDesc {
+            tile_bytes: slot_bytes,
+            budget_tiles: desc.budget_tiles.min(capacity),
+            tiles_per_heap: per_heap,
+            ..desc
+        });
+        Ok(SoftwareTilePool {
+            device,
+            format,
+            border,
+            atlas,
+            atlas_view,
+            atlas_layout,
+            pool: std::sync::Mutex::new(pool),
+            next_image: std::sync::atomic::AtomicU32::new(1),
+            pool_id: NEXT_SOFTWARE_POOL.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        })
+    }
+
+    /// The device.
+    pub fn device(&self) -> &std::sync::Arc<Device> {
+        &self.device
+    }
+
+    /// The atlas view (binding `tex` of `residency_software.glsl`; a bilinear sampler).
+    pub fn atlas_view(&self) -> vk::ImageView {
+        self.atlas_view
+    }
+
+    /// Where the slots are.
+    pub fn atlas_layout(&self) -> &AtlasLayout {
+        &self.atlas_layout
+    }
+
+    /// The tile pool's statistics.
+    pub fn stats(&self) -> residency_core::tiles::PoolStats {
+        self.with_pool(|p| p.stats())
+    }
+
+    /// Tiles (slots) in use.
+    pub fn used_tiles(&self) -> u64 {
+        self.with_pool(|p| p.used_tiles())
+    }
+
+    /// Checks the tile pool's invariants.
+    pub fn check_invariants(&self) -> Result<(), residency_core::tiles::PoolInvariantError> {
+        self.with_pool(|p| p.check_invariants())
+    }
+
+    /// Changes the budget in slots, at most the atlas's capacity (larger values are clamped).
+    pub fn set_budget_tiles(&self, tiles: u32) {
+        let capacity = self.atlas_layout.capacity();
+        self.with_pool(|p| p.set_budget_tiles(tiles.min(capacity)));
+    }
+
+    /// Device memory of the atlas.
+    pub fn memory_bytes(&self) -> u64 {
+        let [w, h] = self.atlas_layout.extent();
+        u64::from(w) * u64::from(h) * u64::from(self.format.block_bytes())
+    }
+
+    fn with_pool<R>(&self, f: impl FnOnce(&mut residency_core::tiles::TilePool) -> R) -> R {
+        f(&mut self.pool.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Makes the images' changes visible: stages the indirection rows that changed, flushes the
+    /// uploader (the tiles written since the last flush land), then refills the borders of every
+    /// written slot and of its resident neighbours from their payloads (atlas-to-atlas copies),
+    /// and waits for them. Work submitted afterwards samples the new state.
+    pub fn flush(
+        &self,
+        uploader: &Uploader,
+        images: &mut [&mut SoftwareImage],
+    ) -> Result<SoftwareFlushStats, SoftwareError> {
+        let device = &*self.device;
+        let mut stats = SoftwareFlushStats::default();
+        let mut regions = Vec::new();
+        for image in images.iter_mut() {
+            if image.pool_id != self.pool_id {
+                return Err(SoftwareError::WrongPool { name: image.name.clone() });
+            }
+            let rows = image.indirection.upload(device, uploader, image.residency.page_table())?;
+            stats.indirection_rows += rows.map_or(0, |r| u64::from(r.end - r.start));
+            let layout = image.residency.layout().clone();
+            let table = image.residency.page_table();
+            let mut refresh = std::collections::BTreeSet::new();
+            for &tile in &image.written {
+                let Some(c) = layout.tile_coord(tile) else { continue };
+                let mip = layout.mips()[c.mip as usize];
+                for dy in -1i64..=1 {
+                    for dx in -1i64..=1 {
+                        let (x, y) = (i64::from(c.x) + dx, i64::from(c.y) + dy);
+                        if x < 0 || y < 0 || x >= i64::from(mip.tiles[0]) || y >= i64::from(mip.tiles[1]) {
+                            continue;
+                        }
+                        let n = TileCoord { x: x as u32, y: y as u32, ..c };
+                        if let Some(index) = layout.tile_index(n).filter(|&t| table.is_resident(t)) {
+                            refresh.insert(index);
+                        }
+                    }
+                }
+            }
+            image.written.clear();
+            let resident = |c: TileCoord| layout.tile_index(c).is_some_and(|t| table.is_resident(t));
+            for tile in refresh {
+                let (Some(c), Some(physical)) = (layout.tile_coord(tile), table.get(tile)) else { continue };
+                let [dx0, dy0] = self.atlas_layout.slot_origin(physical)?;
+                stats.slots_bordered += 1;
+                for copy in border_copies(&layout, c, self.border, resident).into_iter().skip(1) {
+                    let src_index = layout.tile_index(copy.src_tile).expect("a tile of the layout");
+                    let src_physical = table.get(src_index).expect("border_copies reads resident tiles");
+                    let [sx0, sy0] = self.atlas_layout.slot_origin(src_physical)?;
+                    regions.push(atlas_copy(
+                        [sx0 + self.border + copy.src[0], sy0 + self.border + copy.src[1]],
+                        [dx0 + copy.dst[0], dy0 + copy.dst[1]],
+                        copy.extent,
+                    ));
+                }
+            }
+        }
+        uploader.flush(device)?;
+        stats.border_copies = regions.len() as u64;
+        if !regions.is_empty() {
+            use crate::recording::MemoryDependency;
+            use vk::{AccessFlags2 as A, PipelineStageFlags2 as S};
+            let atlas = self.atlas.raw();
+            device.submit_once("software path borders", |cmd| {
+                // Payloads written by the uploader's copies before the border copies read them; the
+                // borders before anything samples them.
+                device.cmd_memory_barrier(
+                    cmd,
+                    MemoryDependency {
+                        src_stages: S::ALL_COMMANDS,
+                        src_access: A::MEMORY_WRITE,
+                        dst_stages: S::COPY,
+                        dst_access: A::TRANSFER_READ | A::TRANSFER_WRITE,
+                    },
+                );
+                for chunk in regions.chunks(512) {
+                    // SAFETY: `cmd` is recording; the atlas is live in GENERAL; every region lies in
+                    // it, and sources (payloads) never overlap destinations (borders).
+                    unsafe {
+                        device.raw().cmd_copy_image(
+                            cmd,
+                            atlas,
+                            vk::ImageLayout::GENERAL,
+                            atlas,
+                            vk::ImageLayout::GENERAL,
+                            chunk,
+                        )
+                    };
+                }
+                device.cmd_memory_barrier(
+                    cmd,
+                    MemoryDependency {
+                        src_stages: S::COPY,
+                        src_access: A::TRANSFER_WRITE,
+                        dst_stages: S::ALL_COMMANDS,
+                        dst_access: A::MEMORY_READ,
+                    },
+                );
+            })?;
+        }
+        Ok(stats)
+    }
+
+    /// Destroys the atlas; every image of the pool must have been destroyed and no GPU work may
+    /// use it any more.
+    pub fn destroy(self) {
+        self.device.destroy_image_view(self.atlas_view);
+        self.device.destroy_image(self.atlas);
+    }
+}
+
+fn atlas_copy(src: [u32; 2], dst: [u32; 2], extent: [u32; 2]) -> vk::ImageCopy {
+    let layers = vk::ImageSubresourceLayers {
+        aspect_mask: vk::ImageAspectFlags::COLOR,
+        mip_level: 0,
+        base_array_layer: 0,
+        layer_count: 1,
+    };
+    vk::ImageCopy {
+        src_subresource: layers,
+        src_offset: vk::Offset3D { x: src[0] as i32, y: src[1] as i32, z: 0 },
+        dst_subresource: layers,
+        dst_offset: vk::Offset3D { x: dst[0] as i32, y: dst[1] as i32, z: 0 },
+        extent: vk::Extent3D { width: extent[0], height: extent[1], depth: 1 },
+    }
+}
+
+/// The indirection texture of one software image.
+#[derive(Debug)]
+struct IndirectionTexture {
+    image: Image,
+    view: vk::ImageView,
+    table: Indirection,
+    uploaded_once: bool,
+}
+
+impl IndirectionTexture {
+    fn new(device: &Device, name: &str, table: Indirection) -> Result<IndirectionTexture, SoftwareError> {
+        let [w, h] = table.extent();
+        let image = device.create_image(&ImageDesc::new_2d(
+            format!("{name} indirection"),
+            Format::R32Uint,
+            w,
+            h,
+            ImageUsage::SAMPLED | ImageUsage::COPY_DST,
+        ))?;
+        let view = device
+            .discard_to_general(&[&image])
+            .map_err(SoftwareError::from)
+            .and_then(|()| device.create_image_view(&image, 0..1).map_err(SoftwareError::from));
+        match view {
+            Ok(view) => Ok(IndirectionTexture { image, view, table, uploaded_once: false }),
+            Err(e) => {
+                device.destroy_image(image);
+                Err(e)
+            }
+        }
+    }
+
+    /// Recomputes and stages the changed rows (all of them the first time).
+    fn upload(
+        &mut self,
+        device: &Device,
+        uploader: &Uploader,
+        page_table: &PageTable,
+    ) -> Result<Option<std::ops::Range<u32>>, SoftwareError> {
+        let changed = self.table.update(page_table)?;
+        let [width, height] = self.table.extent();
         let rows = if self.uploaded_once { changed } else { Some(0..height) };
         if let Some(rows) = &rows {
             let region = ImageRegion {
-                image: self.indirection_image.raw(),
+                image: self.image.raw(),
                 layout: vk::ImageLayout::GENERAL,
                 aspect: vk::ImageAspectFlags::COLOR,
                 mip: 0,
@@ -274,17 +611,223 @@ impl SoftwareTexture {
                 offset: [0, rows.start, 0],
                 extent: [width, rows.end - rows.start, 1],
             };
-            uploader.write_image(device, &region, &self.indirection.row_bytes(rows.clone()))?;
+            uploader.write_image(device, &region, &self.table.row_bytes(rows.clone()))?;
             self.uploaded_once = true;
         }
         Ok(rows)
     }
 
-    /// Destroys the views and images; the caller has waited for every use.
-    pub fn destroy(self, device: &Device) {
-        device.destroy_image_view(self.atlas_view);
-        device.destroy_image_view(self.indirection_view);
-        device.destroy_image(self.atlas);
-        device.destroy_image(self.indirection_image);
+    fn destroy(self, device: &Device) {
+        device.destroy_image_view(self.view);
+        device.destroy_image(self.image);
+    }
+}
+
+/// A partially resident 2D texture on the software path, with the commit/release API of
+/// [`SparseImage`](crate::sparse::SparseImage): commits and releases change its page table at once
+/// (tiles from its [`SoftwareTilePool`]); [`write_region`](Self::write_region) stages texels into
+/// the slots of resident tiles; [`SoftwareTilePool::flush`] makes it all visible to shaders, which
+/// sample it through `residency_software.glsl` (the pool's atlas view and this image's
+/// [`indirection_view`](Self::indirection_view)).
+#[derive(Debug)]
+#[must_use = "a software image is released only by destroying it through its pool"]
+pub struct SoftwareImage {
+    name: String,
+    desc: residency_core::tiles::SparseImageDesc,
+    residency: residency_core::tiles::SparseResidency,
+    indirection: IndirectionTexture,
+    /// Tiles written since the last flush (their borders and their neighbours' need refilling).
+    written: std::collections::BTreeSet<residency_core::tiles::TileIndex>,
+    pool_id: u32,
+}
+
+impl SoftwareImage {
+    /// Creates an image with nothing resident. Its format must be the pool's; 2D, one layer.
+    pub fn new(
+        pool: &SoftwareTilePool,
+        name: &str,
+        desc: &residency_core::tiles::SparseImageDesc,
+    ) -> Result<SoftwareImage, SoftwareError> {
+        if desc.format != pool.format {
+            return Err(SoftwareError::FormatMismatch {
+                name: name.to_owned(),
+                image: desc.format,
+                pool: pool.format,
+            });
+        }
+        let layout = residency_core::tiles::software_layout(desc, pool.border)?;
+        let table = Indirection::new(&layout, pool.atlas_layout)?;
+        let owner = residency_core::tiles::ImageId(
+            pool.pool_id << 20 | pool.next_image.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        );
+        let indirection = IndirectionTexture::new(&pool.device, name, table)?;
+        Ok(SoftwareImage {
+            name: name.to_owned(),
+            desc: *desc,
+            residency: residency_core::tiles::SparseResidency::new(owner, &layout),
+            indirection,
+            written: std::collections::BTreeSet::new(),
+            pool_id: pool.pool_id,
+        })
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its description.
+    pub fn desc(&self) -> &residency_core::tiles::SparseImageDesc {
+        &self.desc
+    }
+
+    /// Its (software) layout: every mip tiled, bordered slots as tiles.
+    pub fn layout(&self) -> &SparseImageLayout {
+        self.residency.layout()
+    }
+
+    /// Its residency (page table, bitmaps).
+    pub fn residency(&self) -> &residency_core::tiles::SparseResidency {
+        &self.residency
+    }
+
+    /// The indirection view (binding `minLodMap` of `residency_software.glsl`; a nearest sampler).
+    pub fn indirection_view(&self) -> vk::ImageView {
+        self.indirection.view
+    }
+
+    fn check_pool(&self, pool: &SoftwareTilePool) -> Result<(), SoftwareError> {
+        if pool.pool_id == self.pool_id {
+            Ok(())
+        } else {
+            Err(SoftwareError::WrongPool { name: self.name.clone() })
+        }
+    }
+
+    /// Makes every tile of (`layer`, `mip`) that `region` touches resident. Visible to shaders
+    /// after its texels are written and the pool flushed.
+    pub fn commit_region(
+        &mut self,
+        pool: &SoftwareTilePool,
+        layer: u32,
+        mip: u32,
+        region: TexelRegion,
+    ) -> Result<(), SoftwareError> {
+        self.check_pool(pool)?;
+        pool.with_pool(|p| self.residency.commit_region(p, layer, mip, region))?;
+        Ok(())
+    }
+
+    /// Makes specific tiles resident.
+    pub fn commit_tiles(
+        &mut self,
+        pool: &SoftwareTilePool,
+        tiles: &[residency_core::tiles::TileIndex],
+    ) -> Result<(), SoftwareError> {
+        self.check_pool(pool)?;
+        pool.with_pool(|p| self.residency.commit(p, tiles))?;
+        Ok(())
+    }
+
+    /// Releases the tiles of (`layer`, `mip`) that `region` touches. GPU work reading them must
+    /// have completed before their slots are written again.
+    pub fn release_region(
+        &mut self,
+        pool: &SoftwareTilePool,
+        layer: u32,
+        mip: u32,
+        region: TexelRegion,
+    ) -> Result<(), SoftwareError> {
+        self.check_pool(pool)?;
+        pool.with_pool(|p| self.residency.release_region(p, layer, mip, region))?;
+        Ok(())
+    }
+
+    /// Releases specific tiles.
+    pub fn release_tiles(
+        &mut self,
+        pool: &SoftwareTilePool,
+        tiles: &[residency_core::tiles::TileIndex],
+    ) -> Result<(), SoftwareError> {
+        self.check_pool(pool)?;
+        pool.with_pool(|p| self.residency.release(p, tiles))?;
+        Ok(())
+    }
+
+    /// Releases everything.
+    pub fn release_all(&mut self, pool: &SoftwareTilePool) -> Result<(), SoftwareError> {
+        self.check_pool(pool)?;
+        pool.with_pool(|p| self.residency.release_all(p))?;
+        Ok(())
+    }
+
+    /// Stages `data` (the region's texels, rows packed) into the slots of the resident tiles that
+    /// `region` of `mip` covers; the borders follow at the next [`SoftwareTilePool::flush`]. Every
+    /// tile the region touches must be resident (else [`SoftwareError::NotResident`], nothing
+    /// staged).
+    pub fn write_region(
+        &mut self,
+        pool: &SoftwareTilePool,
+        uploader: &Uploader,
+        layer: u32,
+        mip: u32,
+        region: TexelRegion,
+        data: &[u8],
+    ) -> Result<(), SoftwareError> {
+        self.check_pool(pool)?;
+        let layout = self.residency.layout();
+        let info =
+            *layout.mip(mip).ok_or(residency_core::tiles::CommitError::NoSuchSubresource { layer, mip })?;
+        if layer != 0
+            || (0..2).any(|a| region.extent[a] == 0 || region.offset[a] + region.extent[a] > info.extent[a])
+        {
+            return Err(residency_core::tiles::CommitError::NoSuchSubresource { layer, mip }.into());
+        }
+        let texel = u64::from(self.desc.format.block_bytes());
+        let expected = u64::from(region.extent[0]) * u64::from(region.extent[1]) * texel;
+        if data.len() as u64 != expected {
+            return Err(SoftwareError::WrongRegionSize { expected, got: data.len() as u64 });
+        }
+        let range = layout.tiles_covering(mip, region).expect("a tiled mip");
+        let tiles: Vec<_> = layout.tiles_in(0, mip, range).collect();
+        let table = self.residency.page_table();
+        if let Some(&missing) = tiles.iter().find(|&&t| !table.is_resident(t)) {
+            return Err(SoftwareError::NotResident { name: self.name.clone(), mip, tile: missing.0 });
+        }
+        let side = pool.atlas_layout.tile_side;
+        for &tile in &tiles {
+            let c = layout.tile_coord(tile).expect("tile of the layout");
+            let physical = table.get(tile).expect("checked resident");
+            let [ox, oy] = pool.atlas_layout.slot_origin(physical)?;
+            // The part of the region inside this tile, in texture texels.
+            let x0 = region.offset[0].max(c.x * side);
+            let y0 = region.offset[1].max(c.y * side);
+            let x1 = (region.offset[0] + region.extent[0]).min((c.x + 1) * side).min(info.extent[0]);
+            let y1 = (region.offset[1] + region.extent[1]).min((c.y + 1) * side).min(info.extent[1]);
+            let mut part = Vec::with_capacity(((x1 - x0) * (y1 - y0)) as usize * texel as usize);
+            for y in y0..y1 {
+                let row = ((y - region.offset[1]) * region.extent[0] + (x0 - region.offset[0])) as usize
+                    * texel as usize;
+                part.extend_from_slice(&data[row..row + (x1 - x0) as usize * texel as usize]);
+            }
+            let target = ImageRegion {
+                image: pool.atlas.raw(),
+                layout: vk::ImageLayout::GENERAL,
+                aspect: vk::ImageAspectFlags::COLOR,
+                mip: 0,
+                layer: 0,
+                offset: [ox + pool.border + (x0 - c.x * side), oy + pool.border + (y0 - c.y * side), 0],
+                extent: [x1 - x0, y1 - y0, 1],
+            };
+            uploader.write_image(&pool.device, &target, &part)?;
+            self.written.insert(tile);
+        }
+        Ok(())
+    }
+
+    /// Destroys the image: its tiles go back to the pool. GPU work using it must have completed.
+    pub fn destroy(self, pool: &SoftwareTilePool) {
+        pool.with_pool(|p| p.free_owner(self.residency.owner()));
+        self.indirection.destroy(&pool.device);
     }
 }

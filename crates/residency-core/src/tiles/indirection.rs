@@ -372,3 +372,103 @@ pub fn bordered_tile(
     }
     out
 }
+
+/// One copy that fills part of a slot's border from a tile's payload (texels, not bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct BorderCopy {
+    /// The tile whose payload is read: the tile itself (clamped edges) or a neighbour of the same
+    /// mip.
+    pub src_tile: TileCoord,
+    /// Offset inside that tile's payload.
+    pub src: [u32; 2],
+    /// Offset inside the filled tile's slot (`0..tile + 2·border`).
+    pub dst: [u32; 2],
+    /// Extent in texels.
+    pub extent: [u32; 2],
+}
+
+/// One axis of a border: read `len` lines from the payload of the tile `delta` away at `src`, write
+/// them at `dst` in the slot.
+#[derive(Clone, Copy, Debug)]
+struct AxisPiece {
+    delta: i64,
+    src: u32,
+    dst: u32,
+    len: u32,
+}
+
+fn axis_pieces(
+    t: u32,
+    tiles: u32,
+    payload: impl Fn(u32) -> u32,
+    tile_side: u32,
+    border: u32,
+) -> Vec<AxisPiece> {
+    let own = payload(t);
+    let mut pieces = vec![AxisPiece { delta: 0, src: 0, dst: border, len: own }];
+    if border == 0 {
+        return pieces;
+    }
+    if t > 0 {
+        // Every tile but the last is whole, so the lower neighbour has `tile_side` lines.
+        pieces.push(AxisPiece {
+            delta: -1,
+            src: tile_side - border.min(tile_side),
+            dst: 0,
+            len: border.min(tile_side),
+        });
+    } else {
+        pieces.extend((0..border).map(|k| AxisPiece { delta: 0, src: 0, dst: k, len: 1 }));
+    }
+    let high = border + own;
+    if t + 1 < tiles {
+        let next = payload(t + 1);
+        let take = border.min(next);
+        pieces.push(AxisPiece { delta: 1, src: 0, dst: high, len: take });
+        pieces.extend((take..border).map(|k| AxisPiece { delta: 1, src: next - 1, dst: high + k, len: 1 }));
+    } else {
+        pieces.extend((0..border).map(|k| AxisPiece { delta: 0, src: own - 1, dst: high + k, len: 1 }));
+    }
+    pieces
+}
+
+/// The copies that fill the border of tile `coord`'s slot from the payloads of the tile itself and
+/// of its resident neighbours (`resident`), so that the slot equals [`bordered_tile`] over
+/// everything a sample can read. Blocks whose source neighbour is not resident are skipped (fill
+/// them again when it is). The payload itself (`src_tile == coord`, `dst == [border; 2]`) is the
+/// first copy; callers that have just written it skip it.
+pub fn border_copies(
+    layout: &SparseImageLayout,
+    coord: TileCoord,
+    border: u32,
+    resident: impl Fn(TileCoord) -> bool,
+) -> Vec<BorderCopy> {
+    let Some(mip) = layout.mip(coord.mip) else { return Vec::new() };
+    let shape = layout.tile_shape();
+    let (tw, th) = (shape.width, shape.height);
+    let extent = mip.extent;
+    let payload_x = |x: u32| (extent[0] - x * tw).min(tw);
+    let payload_y = |y: u32| (extent[1] - y * th).min(th);
+    let xs = axis_pieces(coord.x, mip.tiles[0], payload_x, tw, border);
+    let ys = axis_pieces(coord.y, mip.tiles[1], payload_y, th, border);
+    let mut out = Vec::with_capacity(xs.len() * ys.len());
+    for py in &ys {
+        for px in &xs {
+            let src_tile = TileCoord {
+                x: (i64::from(coord.x) + px.delta) as u32,
+                y: (i64::from(coord.y) + py.delta) as u32,
+                ..coord
+            };
+            if (px.delta, py.delta) != (0, 0) && !resident(src_tile) {
+                continue;
+            }
+            out.push(BorderCopy {
+                src_tile,
+                src: [px.src, py.src],
+                dst: [px.dst, py.dst],
+                extent: [px.len, py.len],
+            });
+        }
+    }
+    out
+}

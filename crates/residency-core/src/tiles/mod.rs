@@ -34,8 +34,8 @@ pub use bind_plan::{
     TailChange, TileChange,
 };
 pub use indirection::{
-    bordered_tile, software_layout, AtlasLayout, HardwarePathUnsupported, Indirection, IndirectionError,
-    ResidencyPath, INDIRECTION_NONE,
+    border_copies, bordered_tile, software_layout, AtlasLayout, BorderCopy, HardwarePathUnsupported,
+    Indirection, IndirectionError, ResidencyPath, INDIRECTION_NONE,
 };
 pub use layout::{
     full_mip_chain, DeviceMipTail, LayoutError, LayoutLimits, MipInfo, MipTail, MipTailSource,

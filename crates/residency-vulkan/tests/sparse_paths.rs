@@ -1,0 +1,453 @@
+//! The partially-resident-texture scenario on both residency paths, forced: hardware sparse
+//! residency (`SparseTilePool` + `SparseImage` + `MinLodMap`) and the software path
+//! (`SoftwareTilePool` + `SoftwareImage`: atlas + indirection), with the same commit / write /
+//! flush / release calls and the same fallback GLSL (`sparse_fallback{,_software}.comp`).
+//! Resident texels come back exactly, a bilinear footprint across two tiles blends them, a missing
+//! tile falls back to the finest resident coarser mip, a released tile stops being sampled, an
+//! exhausted pool is a typed error that changes nothing, the pool's accounting is exact, nothing
+//! resident gives the default value; validation clean, nothing leaked.
+
+use residency_core::format::Format;
+use residency_core::memory::MemoryIntent;
+use residency_core::tiles::{
+    ResidencyPath, SparseImageDesc, SparseImageLayout, TexelRegion, TileCoord, TilePoolDesc,
+};
+use residency_core::usage::BufferUsage;
+use residency_vulkan::ash::vk;
+use residency_vulkan::compute::{spirv_words, Binding, BindingKind, ComputeProgram};
+use residency_vulkan::software::{SoftwareError, SoftwareImage, SoftwareTilePool, DEFAULT_BORDER};
+use residency_vulkan::sparse::{MinLodMap, SparseError, SparseImage, SparseTilePool};
+use residency_vulkan::testing::with_gpu;
+use residency_vulkan::{BufferDesc, Device, Filter, ImageRegion, Uploader};
+use std::sync::Arc;
+
+const HARDWARE: &[u8] = include_bytes!("../../../shaders/sparse_fallback.comp.spv");
+const SOFTWARE: &[u8] = include_bytes!("../../../shaders/sparse_fallback_software.comp.spv");
+const SIZE: u32 = 1024;
+const DEFAULT: [f32; 4] = [1.0, 0.0, 1.0, 1.0];
+
+fn texel(x: u32, y: u32, mip: u32) -> [u8; 4] {
+    [(x % 251) as u8, (y % 241) as u8, (mip * 17) as u8, 0xff]
+}
+
+fn region_texels(mip: u32, r: TexelRegion) -> Vec<u8> {
+    let mut out = Vec::new();
+    for y in r.offset[1]..r.offset[1] + r.extent[1] {
+        for x in r.offset[0]..r.offset[0] + r.extent[0] {
+            out.extend_from_slice(&texel(x, y, mip));
+        }
+    }
+    out
+}
+
+/// One partially resident texture on either path (one at a time: the size difference is moot).
+#[allow(clippy::large_enum_variant)]
+enum Texture {
+    Hardware { pool: SparseTilePool, image: SparseImage, map: MinLodMap },
+    Software { pool: SoftwareTilePool, image: SoftwareImage },
+}
+
+impl Texture {
+    fn new(device: &Arc<Device>, path: ResidencyPath, budget: u32) -> Texture {
+        let desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, SIZE, SIZE).with_path(path);
+        let pool_desc =
+            TilePoolDesc::default().with_name("paths").with_tiles_per_heap(16).with_budget_tiles(budget);
+        match path {
+            ResidencyPath::Software => {
+                let pool = SoftwareTilePool::new(
+                    Arc::clone(device),
+                    Format::R8G8B8A8Unorm,
+                    DEFAULT_BORDER,
+                    pool_desc,
+                )
+                .unwrap();
+                let image = SoftwareImage::new(&pool, "paths texture", &desc).unwrap();
+                Texture::Software { pool, image }
+            }
+            _ => {
+                let pool = SparseTilePool::new(Arc::clone(device), pool_desc).unwrap();
+                let image = SparseImage::new(&pool, "paths texture", &desc, false).unwrap();
+                let map = MinLodMap::new(device, &image).unwrap();
+                Texture::Hardware { pool, image, map }
+            }
+        }
+    }
+
+    fn layout(&self) -> &SparseImageLayout {
+        match self {
+            Texture::Hardware { image, .. } => image.layout(),
+            Texture::Software { image, .. } => image.layout(),
+        }
+    }
+
+    /// Commits the tiles `region` of `mip` touches; the error as text (both are typed; the test
+    /// checks the variant per path below).
+    fn commit(&mut self, mip: u32, region: TexelRegion) -> Result<(), String> {
+        match self {
+            Texture::Hardware { pool, image, .. } => {
+                image.commit_region(pool, 0, mip, region).map_err(|e| {
+                    assert!(matches!(e, SparseError::Commit(_)), "{e:?}");
+                    e.to_string()
+                })?;
+                pool.flush_binds(&mut [image]).unwrap();
+                Ok(())
+            }
+            Texture::Software { pool, image } => image.commit_region(pool, 0, mip, region).map_err(|e| {
+                assert!(matches!(e, SoftwareError::Commit(_)), "{e:?}");
+                e.to_string()
+            }),
+        }
+    }
+
+    fn release(&mut self, mip: u32, region: TexelRegion) {
+        match self {
+            Texture::Hardware { pool, image, .. } => {
+                image.release_region(pool, 0, mip, region).unwrap();
+                pool.flush_binds(&mut [image]).unwrap();
+            }
+            Texture::Software { pool, image } => image.release_region(pool, 0, mip, region).unwrap(),
+        }
+    }
+
+    fn release_all(&mut self) {
+        match self {
+            Texture::Hardware { pool, image, .. } => {
+                image.release_all(pool).unwrap();
+                pool.flush_binds(&mut [image]).unwrap();
+            }
+            Texture::Software { pool, image } => image.release_all(pool).unwrap(),
+        }
+    }
+
+    /// Writes the texels of `region` of `mip` (its tiles resident).
+    fn write(&mut self, device: &Device, uploader: &Uploader, mip: u32, region: TexelRegion) {
+        let data = region_texels(mip, region);
+        match self {
+            Texture::Hardware { image, .. } => {
+                let target = ImageRegion {
+                    image: image.raw(),
+                    layout: vk::ImageLayout::GENERAL,
+                    aspect: vk::ImageAspectFlags::COLOR,
+                    mip,
+                    layer: 0,
+                    offset: region.offset,
+                    extent: region.extent,
+                };
+                uploader.write_image(device, &target, &data).unwrap();
+            }
+            Texture::Software { pool, image } => {
+                image.write_region(pool, uploader, 0, mip, region, &data).unwrap()
+            }
+        }
+    }
+
+    /// Makes everything visible to the next dispatch.
+    fn flush(&mut self, device: &Device, uploader: &Uploader) {
+        match self {
+            Texture::Hardware { image, map, .. } => {
+                map.update(device, uploader, image).unwrap();
+            }
+            Texture::Software { pool, image } => {
+                pool.flush(uploader, &mut [image]).unwrap();
+            }
+        }
+        uploader.wait_idle(device).unwrap();
+    }
+
+    fn used_tiles(&self) -> u64 {
+        match self {
+            Texture::Hardware { pool, .. } => pool.used_tiles(),
+            Texture::Software { pool, .. } => pool.used_tiles(),
+        }
+    }
+
+    fn resident_tiles(&self) -> u64 {
+        let (table, layout) = match self {
+            Texture::Hardware { image, .. } => (image.residency().page_table(), image.layout()),
+            Texture::Software { image, .. } => (image.residency().page_table(), image.layout()),
+        };
+        let tails = (0..layout.mip_tail_count()).filter(|&t| table.is_tail_resident(t));
+        u64::from(table.resident_tiles())
+            + tails.map(|_| layout.mip_tail().map_or(0, |t| u64::from(t.tiles))).sum::<u64>()
+    }
+
+    fn views(&self) -> (vk::ImageView, vk::ImageView) {
+        match self {
+            Texture::Hardware { image, map, .. } => (image.view(), map.view()),
+            Texture::Software { pool, image } => (pool.atlas_view(), image.indirection_view()),
+        }
+    }
+
+    fn destroy(self, device: &Device) {
+        match self {
+            Texture::Hardware { pool, image, map } => {
+                map.destroy(device);
+                image.destroy(&pool);
+                assert_eq!(pool.used_tiles(), 0);
+            }
+            Texture::Software { pool, image } => {
+                image.destroy(&pool);
+                assert_eq!(pool.used_tiles(), 0);
+                pool.destroy();
+            }
+        }
+    }
+}
+
+/// Samples at `probes` (uv, lod): texel × 255, resident, LOD used.
+fn sample(
+    device: &Device,
+    texture: &Texture,
+    path: ResidencyPath,
+    probes: &[([f32; 2], f32)],
+) -> Vec<([f32; 4], bool, f32)> {
+    let spirv = if path == ResidencyPath::Software { SOFTWARE } else { HARDWARE };
+    let kinds = [
+        BindingKind::SampledImage,
+        BindingKind::SampledImage,
+        BindingKind::StorageBuffer,
+        BindingKind::StorageBuffer,
+    ];
+    let program = ComputeProgram::new(device, "sparse_fallback", &spirv_words(spirv), &kinds, 32, 1).unwrap();
+    let (linear, nearest) =
+        (device.create_sampler(Filter::Trilinear).unwrap(), device.create_sampler(Filter::Nearest).unwrap());
+    let n = probes.len() as u64;
+    let input = device
+        .create_buffer(
+            &BufferDesc::new("probes", n * 16, BufferUsage::STORAGE).with_intent(MemoryIntent::Upload),
+        )
+        .unwrap();
+    let output = device
+        .create_buffer(
+            &BufferDesc::new("results", n * 32, BufferUsage::STORAGE).with_intent(MemoryIntent::Readback),
+        )
+        .unwrap();
+    let bytes: Vec<u8> =
+        probes.iter().flat_map(|(uv, lod)| [uv[0], uv[1], *lod, 0.0]).flat_map(f32::to_le_bytes).collect();
+    input.write(device, 0, &bytes).unwrap();
+    let (tex, map) = texture.views();
+    let general = vk::ImageLayout::GENERAL;
+    let set = program
+        .descriptor_set(
+            device,
+            &[
+                Binding::Image { view: tex, sampler: linear, layout: general },
+                Binding::Image { view: map, sampler: nearest, layout: general },
+                Binding::Buffer(&input),
+                Binding::Buffer(&output),
+            ],
+        )
+        .unwrap();
+    let mut push: Vec<u8> = DEFAULT.iter().flat_map(|f| f.to_le_bytes()).collect();
+    push.extend_from_slice(&(n as u32).to_le_bytes());
+    push.resize(32, 0);
+    device
+        .submit_compute("sample", |cmd| {
+            program.dispatch(device, cmd, set, &push, [(n as u32).div_ceil(64), 1, 1])
+        })
+        .unwrap();
+    let mut out = vec![0u8; (n * 32) as usize];
+    output.read(device, 0, &mut out).unwrap();
+    device.destroy_buffer(input);
+    device.destroy_buffer(output);
+    device.destroy_sampler(linear);
+    device.destroy_sampler(nearest);
+    program.destroy(device);
+    out.chunks_exact(32)
+        .map(|r| {
+            let f = |i: usize| f32::from_le_bytes([r[i], r[i + 1], r[i + 2], r[i + 3]]);
+            ([f(0), f(4), f(8), f(12)].map(|v| v * 255.0), f(16) == 1.0, f(20))
+        })
+        .collect()
+}
+
+fn centre(x: u32, y: u32, mip: u32) -> [f32; 2] {
+    let side = (SIZE >> mip) as f32;
+    [(x as f32 + 0.5) / side, (y as f32 + 0.5) / side]
+}
+
+fn close(got: [f32; 4], want: [f32; 4], what: &str) {
+    assert!(got.iter().zip(want).all(|(g, w)| (g - w).abs() <= 0.6), "{what}: {got:?} vs {want:?}");
+}
+
+fn as_f32(t: [u8; 4]) -> [f32; 4] {
+    t.map(f32::from)
+}
+
+fn whole(layout: &SparseImageLayout, mip: u32) -> TexelRegion {
+    let e = layout.mips()[mip as usize].extent;
+    TexelRegion { offset: [0, 0, 0], extent: [e[0], e[1], 1] }
+}
+
+fn scenario(device: &Arc<Device>, path: ResidencyPath) {
+    let name = path.name();
+    let mut texture = Texture::new(device, path, 64);
+    let uploader = Uploader::new(device, "paths uploads", 16 << 20).unwrap();
+    let mips = texture.layout().mip_levels();
+    // Mip-0 tiles (2, 3) and (3, 3), and every coarser mip whole.
+    let pair = TexelRegion { offset: [256, 384, 0], extent: [256, 128, 1] };
+    texture.commit(0, pair).unwrap();
+    for mip in 1..mips {
+        let r = whole(texture.layout(), mip);
+        texture.commit(mip, r).unwrap();
+    }
+    assert_eq!(texture.used_tiles(), texture.resident_tiles(), "{name}: pool accounting");
+    // Written one tile at a time, in an order that writes a tile before its neighbour.
+    texture.write(device, &uploader, 0, TexelRegion { offset: [256, 384, 0], extent: [128, 128, 1] });
+    texture.write(device, &uploader, 0, TexelRegion { offset: [384, 384, 0], extent: [128, 128, 1] });
+    for mip in 1..mips {
+        let r = whole(texture.layout(), mip);
+        texture.write(device, &uploader, mip, r);
+    }
+    texture.flush(device, &uploader);
+
+    let probes = [
+        (centre(300, 420, 0), 0.0),
+        (centre(500, 510, 0), 0.0),
+        ([384.0 / 1024.0, centre(0, 400, 0)[1]], 0.0), // mip-0 texels 383 | 384: two tiles
+        (centre(50, 50, 1), 0.0),                      // no mip-0 tile here: mip 1
+        (centre(7, 9, 3), 3.0),
+    ];
+    let got = sample(device, &texture, path, &probes);
+    let want = [
+        (as_f32(texel(300, 420, 0)), 0.0),
+        (as_f32(texel(500, 510, 0)), 0.0),
+        ([0, 1, 2, 3].map(|c| (as_f32(texel(383, 400, 0))[c] + as_f32(texel(384, 400, 0))[c]) / 2.0), 0.0),
+        (as_f32(texel(50, 50, 1)), 1.0),
+        (as_f32(texel(7, 9, 3)), 3.0),
+    ];
+    for (i, (w, lod)) in want.iter().enumerate() {
+        assert!(got[i].1, "{name} probe {i}: resident");
+        assert_eq!(got[i].2, *lod, "{name} probe {i}: LOD used");
+        close(got[i].0, *w, &format!("{name} probe {i}"));
+    }
+
+    // Released: the mip-0 tile (2, 3) is no longer sampled; the fallback is mip 1.
+    texture.release(0, TexelRegion { offset: [300, 420, 0], extent: [1, 1, 1] });
+    texture.flush(device, &uploader);
+    let got = sample(device, &texture, path, &[(centre(150, 210, 1), 0.0), (centre(500, 510, 0), 0.0)]);
+    assert_eq!((got[0].2, got[1].2), (1.0, 0.0), "{name}");
+    close(got[0].0, as_f32(texel(150, 210, 1)), name);
+    close(got[1].0, as_f32(texel(500, 510, 0)), name);
+    assert_eq!(texture.used_tiles(), texture.resident_tiles(), "{name}: pool accounting after a release");
+
+    // An exhausted pool (budget = what is in use; the heaps' free tiles still count): committing
+    // more mip-0 tiles ends in a typed error that changes nothing.
+    let used = texture.used_tiles();
+    match &texture {
+        Texture::Hardware { pool, .. } => pool.set_budget_tiles(used as u32),
+        Texture::Software { pool, .. } => pool.set_budget_tiles(used as u32),
+    }
+    let mut refused = None;
+    'tiles: for y in 0..8 {
+        for x in 0..8 {
+            let before = (texture.used_tiles(), texture.resident_tiles());
+            let r = TexelRegion { offset: [x * 128, y * 128, 0], extent: [1, 1, 1] };
+            if let Err(e) = texture.commit(0, r) {
+                assert_eq!(
+                    (texture.used_tiles(), texture.resident_tiles()),
+                    before,
+                    "{name}: a refused commit changes nothing"
+                );
+                let tile = texture.layout().tile_index(TileCoord { layer: 0, mip: 0, x, y, z: 0 }).unwrap();
+                assert!(!match &texture {
+                    Texture::Hardware { image, .. } => image.residency().page_table().is_resident(tile),
+                    Texture::Software { image, .. } => image.residency().page_table().is_resident(tile),
+                });
+                refused = Some(e);
+                break 'tiles;
+            }
+        }
+    }
+    let err = refused.unwrap_or_else(|| panic!("{name}: the pool never ran out"));
+    assert!(texture.used_tiles() <= 64, "{name}: {err}");
+    assert_eq!(texture.used_tiles(), texture.resident_tiles(), "{name}");
+
+    // Nothing resident: the default value.
+    texture.release_all();
+    texture.flush(device, &uploader);
+    assert_eq!(texture.used_tiles(), 0, "{name}");
+    let got = sample(device, &texture, path, &[(centre(1, 1, 0), 0.0)]);
+    assert!(!got[0].1, "{name}");
+    close(got[0].0, DEFAULT.map(|v| v * 255.0), name);
+
+    uploader.destroy(device).unwrap();
+    texture.destroy(device);
+}
+
+#[test]
+fn the_sparse_texture_scenario_on_the_hardware_path() {
+    with_gpu(|set| scenario(&set.devices()[0], ResidencyPath::Hardware));
+}
+
+#[test]
+fn the_sparse_texture_scenario_on_the_software_path() {
+    with_gpu(|set| scenario(&set.devices()[0], ResidencyPath::Software));
+}
+
+#[test]
+fn software_images_refuse_what_they_cannot_hold() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let pool = SoftwareTilePool::new(
+            Arc::clone(device),
+            Format::R8G8B8A8Unorm,
+            DEFAULT_BORDER,
+            TilePoolDesc::default().with_tiles_per_heap(4).with_budget_tiles(8),
+        )
+        .unwrap();
+        assert!(matches!(
+            SoftwareTilePool::new(
+                Arc::clone(device),
+                Format::Bc1Unorm,
+                DEFAULT_BORDER,
+                TilePoolDesc::default()
+            ),
+            Err(SoftwareError::UnsupportedFormat { format: Format::Bc1Unorm })
+        ));
+        let other = SparseImageDesc::new_2d(Format::R8Unorm, 256, 256);
+        assert!(matches!(SoftwareImage::new(&pool, "r8", &other), Err(SoftwareError::FormatMismatch { .. })));
+        let volume = SparseImageDesc::new_3d(Format::R8G8B8A8Unorm, 64, 64, 64);
+        assert!(SoftwareImage::new(&pool, "volume", &volume).is_err());
+        let mut image =
+            SoftwareImage::new(&pool, "small", &SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 256, 256))
+                .unwrap();
+        let uploader = Uploader::new(device, "refusals", 1 << 20).unwrap();
+        let r = TexelRegion { offset: [0, 0, 0], extent: [4, 4, 1] };
+        // Writing a tile that is not resident, or data of the wrong size: typed errors.
+        assert!(matches!(
+            image.write_region(&pool, &uploader, 0, 0, r, &[0; 64]),
+            Err(SoftwareError::NotResident { mip: 0, .. })
+        ));
+        image.commit_region(&pool, 0, 0, r).unwrap();
+        assert!(matches!(
+            image.write_region(&pool, &uploader, 0, 0, r, &[0; 60]),
+            Err(SoftwareError::WrongRegionSize { expected: 64, got: 60 })
+        ));
+        assert!(image
+            .write_region(
+                &pool,
+                &uploader,
+                0,
+                0,
+                TexelRegion { offset: [250, 0, 0], extent: [8, 1, 1] },
+                &[0; 32]
+            )
+            .is_err());
+        // A pool that does not own the image.
+        let stranger = SoftwareTilePool::new(
+            Arc::clone(device),
+            Format::R8G8B8A8Unorm,
+            DEFAULT_BORDER,
+            TilePoolDesc::default().with_budget_tiles(4),
+        )
+        .unwrap();
+        assert!(matches!(image.commit_region(&stranger, 0, 0, r), Err(SoftwareError::WrongPool { .. })));
+        assert!(matches!(stranger.flush(&uploader, &mut [&mut image]), Err(SoftwareError::WrongPool { .. })));
+        assert_eq!(pool.used_tiles(), 1);
+        uploader.destroy(device).unwrap();
+        image.destroy(&pool);
+        pool.destroy();
+        stranger.destroy();
+    });
+}
