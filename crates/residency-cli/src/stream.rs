@@ -95,6 +95,10 @@ pub struct StreamArgs {
     /// tile-cache atlas), or auto (hardware where the device has it).
     #[arg(long, value_enum, default_value_t = PathArg::Auto)]
     path: PathArg,
+    /// Open the device without sparse residency, as one that lacks it: `--path auto` then takes
+    /// the software path, and `--path hardware` is refused.
+    #[arg(long)]
+    no_sparse: bool,
     /// Frames the CPU may run ahead of the GPU: each has its own feedback buffer and output
     /// images, and a frame's feedback is read once the GPU has finished it (1: wait every frame).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=8))]
@@ -124,6 +128,7 @@ impl StreamArgs {
             every: 30,
             frames_in_flight: 2,
             path: PathArg::Auto,
+            no_sparse: false,
             sweep: false,
         }
     }
@@ -407,7 +412,7 @@ pub fn run(args: &StreamArgs) -> anyhow::Result<ExitCode> {
     if vt.format != Format::R8G8B8A8Unorm || vt.tile_width != 128 || vt.tile_height != 128 || vt.border != 0 {
         bail!("residency stream needs an RGBA8 .rvt with 128 × 128 tiles and no border (residency vt build makes one)");
     }
-    let set = DeviceSet::new(&DeviceSetDesc::default())?;
+    let set = DeviceSet::new(&DeviceSetDesc::default().with_sparse_residency(!args.no_sparse))?;
     let device = Arc::clone(&set.devices()[0]);
     let mut report = fly(args, &device, &mut file, &index, None)?;
     if args.sweep {

@@ -254,3 +254,24 @@ fn auto_picks_the_hardware_path_where_the_device_has_it() {
     assert_eq!(auto["path"], "hardware", "{auto}");
     std::fs::remove_dir_all(file.parent().unwrap()).unwrap();
 }
+
+/// A device without sparse residency (lavapipe opened with it off): `--path auto` takes the
+/// software path and still streams within the bars; forcing the hardware path is a clear error.
+#[test]
+fn auto_takes_the_software_path_on_a_device_without_sparse_residency() {
+    let Some(file) = build_texture("nosparse") else { return };
+    let (r, _) = stream_on("auto", &file, &["--no-sparse"]);
+    assert_eq!(r["path"], "software", "{r}");
+    assert!(f(&r, "psnr_db_min") >= 40.0, "{r}");
+    assert!(f(&r, "latency_frames_p95") <= 3.0, "{r}");
+    let output = Command::new(env!("CARGO_BIN_EXE_residency"))
+        .arg("stream")
+        .arg(&file)
+        .args(["--frames", "2", "--no-sparse", "--path", "hardware"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("hardware residency path"), "{stderr}");
+    std::fs::remove_dir_all(file.parent().unwrap()).unwrap();
+}

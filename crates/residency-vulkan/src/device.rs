@@ -101,12 +101,14 @@ impl std::fmt::Debug for Device {
 }
 
 impl Device {
-    /// Creates a logical device on `physical`, as device `index` of its set.
+    /// Creates a logical device on `physical`, as device `index` of its set; without
+    /// `sparse_residency` the sparse features are left off, as on a device that lacks them.
     pub(crate) fn new(
         shared: Arc<InstanceShared>,
         physical: vk::PhysicalDevice,
         physical_index: u32,
         index: DeviceIndex,
+        sparse_residency: bool,
     ) -> Result<Device> {
         let instance = &shared.instance;
         // SAFETY: physical was enumerated from this instance.
@@ -150,13 +152,14 @@ impl Device {
                 reason: "no queue family with graphics, compute and transfer".into(),
             });
         };
+        let sparse = |supported: vk::Bool32| sparse_residency && supported == vk::TRUE;
         let features = EnabledFeatures {
-            sparse_binding: supported.sparse_binding == vk::TRUE && queues.sparse.is_some(),
-            sparse_residency_buffer: supported.sparse_residency_buffer == vk::TRUE,
-            sparse_residency_image_2d: supported.sparse_residency_image2_d == vk::TRUE,
-            sparse_residency_image_3d: supported.sparse_residency_image3_d == vk::TRUE,
-            sparse_residency_aliased: supported.sparse_residency_aliased == vk::TRUE,
-            shader_resource_residency: supported.shader_resource_residency == vk::TRUE,
+            sparse_binding: sparse(supported.sparse_binding) && queues.sparse.is_some(),
+            sparse_residency_buffer: sparse(supported.sparse_residency_buffer),
+            sparse_residency_image_2d: sparse(supported.sparse_residency_image2_d),
+            sparse_residency_image_3d: sparse(supported.sparse_residency_image3_d),
+            sparse_residency_aliased: sparse(supported.sparse_residency_aliased),
+            shader_resource_residency: sparse(supported.shader_resource_residency),
             shader_resource_min_lod: supported.shader_resource_min_lod == vk::TRUE,
             timeline_semaphore: has_timeline,
             buffer_device_address: has_bda,

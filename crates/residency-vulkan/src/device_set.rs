@@ -27,6 +27,9 @@ pub struct DeviceSetDesc {
     /// At least this many devices: when there are fewer physical devices, each is opened as many
     /// times as needed (a test configuration; default 0, no minimum).
     pub min_devices: u32,
+    /// Enable sparse residency where the device has it (default). Off, devices behave as ones
+    /// without it: partially resident images take the software path.
+    pub sparse_residency: bool,
 }
 
 impl Default for DeviceSetDesc {
@@ -36,6 +39,7 @@ impl Default for DeviceSetDesc {
             devices: DeviceMask::ALL,
             logical_per_physical: 1,
             min_devices: 0,
+            sparse_residency: true,
         }
     }
 }
@@ -50,6 +54,13 @@ impl DeviceSetDesc {
     /// Sets the validation mode.
     pub fn with_validation(mut self, validation: ValidationMode) -> Self {
         self.instance.validation = validation;
+        self
+    }
+
+    /// Enables sparse residency where the device has it (`true`, the default), or leaves it off so
+    /// that devices behave as ones without it (`ResidencyPath::Auto` then takes the software path).
+    pub fn with_sparse_residency(mut self, enabled: bool) -> Self {
+        self.sparse_residency = enabled;
         self
     }
 
@@ -98,6 +109,7 @@ impl DeviceSet {
                         pd,
                         physical_index as u32,
                         index,
+                        desc.sparse_residency,
                     )?));
                 }
             }
