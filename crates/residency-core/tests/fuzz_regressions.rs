@@ -135,3 +135,94 @@ fn a_huge_ring_allocation_that_cannot_fit_is_full_not_overlapping() {
     assert!(matches!(err, RingError::Full { .. }), "{err:?}");
     ring.check_invariants().unwrap();
 }
+
+/// streaming_manager finding (180 s run): the tiles a frame evicted (and wanted) stayed listed as
+/// "this frame's" after their image was unregistered. Registering the id again before the next
+/// frame, with a layout in which those tile indices are pinned, made `check_invariants` report a
+/// tile "evicted while in flight or pinned", and `wanted_this_frame` listed tiles of the
+/// unregistered image.
+#[test]
+fn an_unregistered_image_leaves_nothing_in_this_frames_evictions_or_wants() {
+    use residency_core::streaming::{RequestKind, TileRequest};
+    use residency_core::tiles::TileIndex;
+    let image = ImageId(3);
+    let mut m = StreamingManager::new(StreamingDesc::default().with_budget_tiles(64).with_eviction_delay(1));
+    m.register_image(image, &layout(512, 512)).unwrap();
+    let mut loads = frame(&mut m, 0, &[]);
+    // Mip 0 is tiles 0..16 (128 × 128 texels each), mip 1 16..20, mip 2 20, then the tail.
+    let requests: Vec<TileRequest> = (0..16)
+        .map(|t| TileRequest { image, tile: TileIndex(t), mip: 0, kind: RequestKind::Miss, pixels: 1 })
+        .collect();
+    for f in 1..4 {
+        let out =
+            m.update(&FrameInput { frame: f, requests: &requests, loaded: &loads, failed: &[] }).unwrap();
+        m.check_invariants().unwrap();
+        loads = out.loads.iter().map(|l| l.key).collect();
+    }
+    frame(&mut m, 4, &loads);
+    assert!(m.is_resident(TileKey::tile(image, TileIndex(0))));
+    // A budget cut: the next frame evicts idle tiles of mip 0 while the renderer wants tile 15.
+    m.set_budget_tiles(4);
+    let wanted = [TileRequest { image, tile: TileIndex(15), mip: 0, kind: RequestKind::Miss, pixels: 1 }];
+    let out = m.update(&FrameInput { frame: 6, requests: &wanted, loaded: &[], failed: &[] }).unwrap();
+    assert!(!out.evicted.is_empty());
+    assert!(m.wanted_this_frame().count() > 0);
+    m.check_invariants().unwrap();
+    // The image goes, and its id comes back before the next frame as 32 layers of one tile each,
+    // without a mip tail: every tile is pinned (single-tile mips stand in for the tail).
+    m.unregister_image(image).unwrap();
+    let info = SparseFormatInfo::standard(Format::R8G8B8A8Unorm, SparseDimension::D2)
+        .unwrap()
+        .with_mip_tail_model(MipTailModel::NoTail);
+    let desc =
+        SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 128, 128).with_mip_levels(1).with_array_layers(32);
+    let layers = SparseImageLayout::new(&desc, &info, &LayoutLimits::unbounded()).unwrap();
+    assert!(out.evicted.iter().all(|k| matches!(k.unit, StreamUnit::Tile(t) if t.0 < layers.tile_count())));
+    m.register_image(image, &layers).unwrap();
+    m.check_invariants().unwrap();
+    assert_eq!(m.wanted_this_frame().count(), 0, "wants of the unregistered image");
+    frame(&mut m, 7, &[]);
+}
+
+/// streaming_manager finding (second 180 s run, after the fix above): the frame's eviction quota
+/// was counted from the list of this frame's evictions, so dropping an unregistered image's keys
+/// from it handed the frame back quota it had spent, and `check_invariants` then reported the
+/// manager over budget "while a tile could still be evicted". The quota is now its own count.
+#[test]
+fn unregistering_an_image_does_not_refund_the_frames_evictions() {
+    use residency_core::streaming::{RequestKind, TileRequest};
+    use residency_core::tiles::TileIndex;
+    let (a, b) = (ImageId(0), ImageId(1));
+    let desc =
+        StreamingDesc::default().with_budget_tiles(64).with_eviction_delay(1).with_evictions_per_frame(2);
+    let mut m = StreamingManager::new(desc);
+    m.register_image(a, &layout(512, 512)).unwrap();
+    m.register_image(b, &layout(512, 512)).unwrap();
+    let mut loads = frame(&mut m, 0, &[]);
+    let mip0 = |image: ImageId| -> Vec<TileRequest> {
+        (0..4)
+            .map(|t| TileRequest { image, tile: TileIndex(t), mip: 0, kind: RequestKind::Miss, pixels: 1 })
+            .collect()
+    };
+    // A's tiles first, then B's: A's are the least recently used.
+    for (f, image) in [(1, a), (2, a), (3, a), (4, b), (5, b), (6, b)] {
+        let requests = mip0(image);
+        let out =
+            m.update(&FrameInput { frame: f, requests: &requests, loaded: &loads, failed: &[] }).unwrap();
+        m.check_invariants().unwrap();
+        loads = out.loads.iter().map(|l| l.key).collect();
+    }
+    frame(&mut m, 7, &loads);
+    assert!(m.is_resident(TileKey::tile(a, TileIndex(0))) && m.is_resident(TileKey::tile(b, TileIndex(0))));
+    // The budget is cut far down: the next frame may evict two tiles, both A's.
+    m.set_budget_tiles(2);
+    let out = m.update(&FrameInput { frame: 9, requests: &[], loaded: &[], failed: &[] }).unwrap();
+    assert_eq!(out.evicted.len(), 2);
+    assert!(out.evicted.iter().all(|k| k.image == a), "{:?}", out.evicted);
+    m.check_invariants().unwrap();
+    // A goes; B alone is still over budget, and this frame's quota is still spent.
+    m.unregister_image(a).unwrap();
+    assert!(m.committed_tiles() > 2);
+    m.check_invariants().unwrap();
+    frame(&mut m, 10, &[]);
+}

@@ -58,6 +58,10 @@ fn damage() -> impl Strategy<Value = Damage> {
 
 fn apply(file: &mut Vec<u8>, d: &Damage) {
     let n = file.len();
+    if n == 0 {
+        // An earlier damage truncated the file to nothing; there is nothing left to damage.
+        return;
+    }
     match d {
         Damage::Flip { at, bit } => file[at % n] ^= 1 << bit,
         Damage::Truncate { len } => file.truncate(len % n),
@@ -172,4 +176,16 @@ fn typed_errors_for_each_fixed_part() {
     f[70] ^= 0x10;
     let mut r = VtReader::open(Cursor::new(f)).unwrap();
     assert!(matches!(r.read_tile(0, 0, 0), Err(VtError::Checksum { .. }) | Err(VtError::Decompress { .. })));
+}
+
+/// A damage after a truncation to nothing (proptest found `Truncate` to a multiple of the length,
+/// then `Flip`): the harness divided by the empty file's length.
+#[test]
+fn damage_after_a_truncation_to_nothing() {
+    let (desc, mut file) = valid_file(Compression::Lz4);
+    let len = file.len();
+    apply(&mut file, &Damage::Truncate { len });
+    apply(&mut file, &Damage::Flip { at: 0, bit: 0 });
+    assert!(file.is_empty());
+    assert_eq!(check(&desc, &file), (0, 1));
 }

@@ -1,17 +1,33 @@
 //! The `allocator` target: random operation sequences against the TLSF heap allocator, the
-//! per-frame ring and the physical tile pool, each checked after every operation by its own
-//! invariant checker and by a reference model of the live ranges.
+//! per-frame ring and the physical tile pool, each checked after every operation against a
+//! reference model of the live ranges, and by its own full invariant checker (a walk of every
+//! block, list and heap) after each of the first [`FULL_CHECK_PREFIX`] operations, then every
+//! [`FULL_CHECK_INTERVAL`] operations and at the end.
 
 use crate::input::Input;
 use residency_core::allocator::{
     AllocError, Allocation, BlockState, DescError, FrameId, ResourceKind, RingAllocation, RingAllocator,
     RingError, TlsfAllocator, TlsfDesc,
 };
-use residency_core::tiles::{ImageId, PhysicalTile, PoolError, TilePool, TilePoolDesc, TileRun};
+use residency_core::tiles::{HeapIndex, ImageId, PhysicalTile, PoolError, TilePool, TilePoolDesc, TileRun};
 use std::collections::{BTreeMap, VecDeque};
 
 /// Operations per input at most (inputs are short; this bounds a pathological one).
 const MAX_OPS: usize = 4096;
+
+/// Operations of an input after each of which the full invariant checkers run: short sequences
+/// are checked after every operation.
+const FULL_CHECK_PREFIX: usize = 16;
+/// Beyond [`FULL_CHECK_PREFIX`], the full checkers run after every this many operations (and
+/// after the last one). The checkers walk the whole structure, so running them after each of up
+/// to 4096 operations made the target quadratic (25 inputs/s); a corruption they would see
+/// persists until the next check, and the model's checks still run after every operation.
+const FULL_CHECK_INTERVAL: usize = 64;
+
+/// Whether the full invariant checkers run after operation `op` (0-based).
+fn full_check_due(op: usize) -> bool {
+    op < FULL_CHECK_PREFIX || (op + 1) % FULL_CHECK_INTERVAL == 0
+}
 
 pub(crate) fn run(data: &[u8]) {
     let mut input = Input::new(data);
@@ -62,7 +78,7 @@ fn tlsf(input: &mut Input<'_>) {
     let mut other = TlsfAllocator::new(TlsfDesc::new(1 << 20)).expect("valid");
     let mut handles: Vec<Allocation> = Vec::new();
     let mut model = TlsfModel { live: BTreeMap::new(), requested: 0 };
-    for _ in 0..MAX_OPS {
+    for op in 0..MAX_OPS {
         if input.is_empty() {
             break;
         }
@@ -118,8 +134,12 @@ fn tlsf(input: &mut Input<'_>) {
                 }
             }
         }
-        check_heap(&heap, &model);
+        check_stats(&heap, &model);
+        if full_check_due(op) {
+            check_heap(&heap, &model);
+        }
     }
+    check_heap(&heap, &model);
     for a in handles.drain(..) {
         heap.free(a).expect("freeing a live allocation");
     }
@@ -141,11 +161,8 @@ fn check_new_allocation(heap: &TlsfAllocator, model: &TlsfModel, a: &Allocation,
     }
 }
 
-/// The allocator agrees with its own checker and with the model.
-fn check_heap(heap: &TlsfAllocator, model: &TlsfModel) {
-    if let Err(e) = heap.check_invariants() {
-        panic!("invariant broken: {e}");
-    }
+/// The allocator's counters agree with the model (cheap: after every operation).
+fn check_stats(heap: &TlsfAllocator, model: &TlsfModel) {
     let stats = heap.stats();
     assert_eq!(stats.allocation_count, model.live.len() as u64);
     assert_eq!(stats.requested_bytes, model.requested);
@@ -154,6 +171,16 @@ fn check_heap(heap: &TlsfAllocator, model: &TlsfModel) {
     // Each footprint is its requested size plus at most the rounding of its end.
     let slack = (TAIL_ROUNDING_MAX - 1) * model.live.len() as u64;
     assert!(stats.used_bytes - stats.requested_bytes <= slack, "{stats:?}");
+}
+
+/// The allocator agrees with its own full checker, and its block list with the model (a walk of
+/// every block: see [`full_check_due`]).
+fn check_heap(heap: &TlsfAllocator, model: &TlsfModel) {
+    if let Err(e) = heap.check_invariants() {
+        panic!("invariant broken: {e}");
+    }
+    check_stats(heap, model);
+    let stats = heap.stats();
     let mut largest = 0;
     let mut free_ranges = 0;
     let mut used = 0;
@@ -232,7 +259,10 @@ fn ring(input: &mut Input<'_>) {
     // Live allocations, by frame, oldest first.
     let mut frames: VecDeque<(FrameId, Vec<RingAllocation>)> = VecDeque::new();
     frames.push_back((ring.open_frame(), Vec::new()));
-    for _ in 0..MAX_OPS {
+    // The same live allocations by offset (size), for the overlap check, and their total size.
+    let mut by_offset: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut live_bytes = 0u64;
+    for op in 0..MAX_OPS {
         if input.is_empty() {
             break;
         }
@@ -246,12 +276,14 @@ fn ring(input: &mut Input<'_>) {
                         assert_eq!(a.offset % alignment, 0);
                         let end = a.offset.checked_add(size).expect("end overflows");
                         assert!(end <= capacity, "{a:?} beyond capacity {capacity}");
-                        for live in frames.iter().flat_map(|(_, v)| v) {
-                            assert!(
-                                end <= live.offset || live.offset + live.size <= a.offset,
-                                "{a:?} overlaps live {live:?}"
-                            );
+                        if let Some((&o, &s)) = by_offset.range(..=a.offset).next_back() {
+                            assert!(o + s <= a.offset, "{a:?} overlaps the live [{o}, +{s})");
                         }
+                        if let Some((&o, _)) = by_offset.range(a.offset..).next() {
+                            assert!(end <= o, "{a:?} overlaps the live allocation at {o}");
+                        }
+                        by_offset.insert(a.offset, size);
+                        live_bytes += size;
                         frames.back_mut().expect("open frame").1.push(a);
                     }
                     Err(RingError::ZeroSize) => assert_eq!(size, 0),
@@ -281,7 +313,10 @@ fn ring(input: &mut Input<'_>) {
                     Ok(_) => {
                         assert!(frame.0 < open);
                         while frames.front().is_some_and(|f| f.0 <= frame) {
-                            frames.pop_front();
+                            for a in frames.pop_front().expect("checked").1 {
+                                assert_eq!(by_offset.remove(&a.offset), Some(a.size));
+                                live_bytes -= a.size;
+                            }
                         }
                     }
                     Err(RingError::FrameNotFinished { frame: f, open: o }) => {
@@ -292,18 +327,92 @@ fn ring(input: &mut Input<'_>) {
                 }
             }
         }
-        if let Err(e) = ring.check_invariants() {
-            panic!("ring invariant broken: {e}");
+        if full_check_due(op) {
+            if let Err(e) = ring.check_invariants() {
+                panic!("ring invariant broken: {e}");
+            }
+            let live: u64 = frames.iter().flat_map(|(_, v)| v).map(|a| a.size).sum();
+            assert_eq!(live, live_bytes);
         }
-        let live: u64 = frames.iter().flat_map(|(_, v)| v).map(|a| a.size).sum();
-        assert!(ring.used_bytes() >= live, "used {} < live {live}", ring.used_bytes());
+        assert!(ring.used_bytes() >= live_bytes, "used {} < live {live_bytes}", ring.used_bytes());
         assert_eq!(ring.used_bytes() + ring.free_bytes(), capacity);
         assert_eq!(ring.pending_frames(), frames.len() - 1);
+    }
+    if let Err(e) = ring.check_invariants() {
+        panic!("ring invariant broken: {e}");
     }
     let last = ring.finish_frame();
     ring.retire(last).expect("a finished frame retires");
     assert_eq!(ring.used_bytes(), 0, "everything retired, nothing used");
     assert_eq!(ring.pending_frames(), 0);
+}
+
+/// The reference model of a tile pool: the owner of every allocated tile, by heap and tile (a
+/// flat table, not a map: the model is updated for every tile of every run, and the pool holds
+/// thousands), and the tiles of each owner.
+#[derive(Default)]
+struct PoolModel {
+    /// `owners[heap][tile]`: the owner, or [`NO_OWNER`].
+    owners: Vec<Vec<u32>>,
+    /// Tiles allocated in all.
+    used: u64,
+    /// Tiles per owner (owners are 0..8; `u32::MAX` is reserved and refused).
+    counts: [u32; 8],
+}
+
+const NO_OWNER: u32 = u32::MAX;
+
+impl PoolModel {
+    fn slot(&mut self, t: PhysicalTile) -> &mut u32 {
+        let (h, i) = (t.heap.0 as usize, t.tile as usize);
+        if self.owners.len() <= h {
+            self.owners.resize_with(h + 1, Vec::new);
+        }
+        let heap = &mut self.owners[h];
+        if heap.len() <= i {
+            heap.resize(i + 1, NO_OWNER);
+        }
+        &mut heap[i]
+    }
+
+    fn insert(&mut self, t: PhysicalTile, owner: u32) {
+        let slot = self.slot(t);
+        assert_eq!(*slot, NO_OWNER, "{t:?} handed out twice");
+        *slot = owner;
+        self.used += 1;
+        self.counts[owner as usize] += 1;
+    }
+
+    fn remove(&mut self, t: PhysicalTile) -> u32 {
+        let slot = self.slot(t);
+        let owner = std::mem::replace(slot, NO_OWNER);
+        assert_ne!(owner, NO_OWNER, "{t:?} freed but not allocated");
+        self.used -= 1;
+        self.counts[owner as usize] -= 1;
+        owner
+    }
+
+    fn free_owner(&mut self, owner: u32) {
+        for slot in self.owners.iter_mut().flatten().filter(|o| **o == owner) {
+            *slot = NO_OWNER;
+        }
+        self.used -= u64::from(self.counts[owner as usize]);
+        self.counts[owner as usize] = 0;
+    }
+
+    fn heap_is_empty(&self, heap: HeapIndex) -> bool {
+        self.owners.get(heap.0 as usize).is_none_or(|h| h.iter().all(|&o| o == NO_OWNER))
+    }
+
+    fn tiles(&self) -> impl Iterator<Item = (PhysicalTile, u32)> + '_ {
+        self.owners.iter().enumerate().flat_map(|(h, tiles)| {
+            tiles
+                .iter()
+                .enumerate()
+                .filter(|(_, &o)| o != NO_OWNER)
+                .map(move |(i, &o)| (PhysicalTile { heap: HeapIndex(h as u32), tile: i as u32 }, o))
+        })
+    }
 }
 
 fn tile_pool(input: &mut Input<'_>) {
@@ -312,10 +421,9 @@ fn tile_pool(input: &mut Input<'_>) {
     let budget = input.range(0, 4000) as u32;
     let mut pool =
         TilePool::new(TilePoolDesc::default().with_tiles_per_heap(tiles_per_heap).with_budget_tiles(budget));
-    // The model: owner of every allocated tile.
-    let mut owned: BTreeMap<PhysicalTile, u32> = BTreeMap::new();
+    let mut model = PoolModel::default();
     let mut runs: Vec<(TileRun, u32)> = Vec::new();
-    for _ in 0..MAX_OPS {
+    for op in 0..MAX_OPS {
         if input.is_empty() {
             break;
         }
@@ -330,6 +438,7 @@ fn tile_pool(input: &mut Input<'_>) {
                 let heaps_before: Vec<_> = pool.heap_indices().collect();
                 match pool.allocate(owner, k) {
                     Ok(a) => {
+                        assert!(owner.0 < 8, "the reserved owner {owner:?} was given tiles");
                         assert_eq!(a.runs.iter().map(|r| u64::from(r.len)).sum::<u64>(), u64::from(k));
                         for h in &a.heaps_added {
                             assert!(!heaps_before.contains(h), "heap {h:?} added twice");
@@ -339,7 +448,8 @@ fn tile_pool(input: &mut Input<'_>) {
                             let heap_tiles = pool.heap_tiles(run.heap).expect("run in a live heap");
                             assert!(u64::from(run.first) + u64::from(run.len) <= u64::from(heap_tiles));
                             for t in run.tiles() {
-                                assert!(owned.insert(t, owner.0).is_none(), "{t:?} handed out twice");
+                                model.insert(t, owner.0);
+                                assert_eq!(pool.owner_of(t), Some(owner));
                             }
                             runs.push((*run, owner.0));
                         }
@@ -365,7 +475,8 @@ fn tile_pool(input: &mut Input<'_>) {
                     let piece = TileRun { heap: run.heap, first: run.first + skip, len };
                     pool.free(piece).expect("freeing allocated tiles");
                     for t in piece.tiles() {
-                        assert_eq!(owned.remove(&t), Some(owner));
+                        assert_eq!(model.remove(t), owner);
+                        assert_eq!(pool.owner_of(t), None);
                     }
                     if skip > 0 {
                         runs.push((TileRun { len: skip, ..run }, owner));
@@ -380,31 +491,27 @@ fn tile_pool(input: &mut Input<'_>) {
             }
             5 => {
                 let owner = input.below(8) as u32;
-                let expected = owned.values().filter(|&&o| o == owner).count() as u32;
-                assert_eq!(pool.free_owner(ImageId(owner)), expected);
-                owned.retain(|_, o| *o != owner);
+                assert_eq!(pool.free_owner(ImageId(owner)), model.counts[owner as usize]);
+                model.free_owner(owner);
                 runs.retain(|(_, o)| *o != owner);
             }
             6 => {
                 let released = pool.trim();
                 for h in released {
-                    assert!(owned.keys().all(|t| t.heap != h), "trimmed heap {h:?} had live tiles");
+                    assert!(model.heap_is_empty(h), "trimmed heap {h:?} had live tiles");
                 }
             }
             _ => pool.set_budget_tiles(input.range(0, 4000) as u32),
         }
-        if let Err(e) = pool.check_invariants() {
-            panic!("pool invariant broken: {e}");
+        assert_eq!(pool.used_tiles(), model.used);
+        for (owner, &count) in model.counts.iter().enumerate() {
+            assert_eq!(pool.owned_tiles(ImageId(owner as u32)), count);
         }
-        assert_eq!(pool.used_tiles(), owned.len() as u64);
-        for owner in 0..8 {
-            let expected = owned.values().filter(|&&o| o == owner).count() as u32;
-            assert_eq!(pool.owned_tiles(ImageId(owner)), expected);
-        }
-        for (t, &o) in owned.iter().take(64) {
-            assert_eq!(pool.owner_of(*t), Some(ImageId(o)));
+        if full_check_due(op) {
+            check_pool(&pool, &model);
         }
     }
+    check_pool(&pool, &model);
     for owner in 0..8 {
         pool.free_owner(ImageId(owner));
     }
@@ -413,4 +520,21 @@ fn tile_pool(input: &mut Input<'_>) {
     pool.trim();
     assert_eq!(pool.capacity_tiles(), 0);
     pool.check_invariants().expect("empty pool is consistent");
+}
+
+/// The pool agrees with its own full checker, and with the model tile by tile (a walk of every
+/// tile: see [`full_check_due`]).
+fn check_pool(pool: &TilePool, model: &PoolModel) {
+    if let Err(e) = pool.check_invariants() {
+        panic!("pool invariant broken: {e}");
+    }
+    let mut counts = [0u32; 8];
+    let mut used = 0;
+    for (t, o) in model.tiles() {
+        counts[o as usize] += 1;
+        used += 1;
+        assert_eq!(pool.owner_of(t), Some(ImageId(o)));
+    }
+    assert_eq!((&counts, used), (&model.counts, model.used));
+    assert_eq!(pool.used_tiles(), used);
 }

@@ -323,6 +323,9 @@ pub struct StreamingManager {
     cancelled: HashMap<TileKey, u32>,
     wanted_now: HashSet<TileKey>,
     evicted_now: Vec<TileKey>,
+    /// Tiles evicted this frame, against `evictions_per_frame`: `evicted_now` forgets those of an
+    /// image unregistered since, but the frame's quota was spent on them.
+    evictions_now: usize,
     last_frame: Option<u64>,
     stats: StreamingStats,
 }
@@ -350,6 +353,7 @@ impl StreamingManager {
             cancelled: HashMap::new(),
             wanted_now: HashSet::new(),
             evicted_now: Vec::new(),
+            evictions_now: 0,
             last_frame: None,
             stats: StreamingStats::default(),
         }
@@ -455,6 +459,10 @@ impl StreamingManager {
         self.wanted.retain(|k, _| k.image != image);
         self.evicted_at.retain(|k, _| k.image != image);
         self.pinned_pending.retain(|k| k.image != image);
+        // This frame's wants and evictions of the image are gone with it: the id may be
+        // registered again, with another layout, before the next frame.
+        self.wanted_now.retain(|k| k.image != image);
+        self.evicted_now.retain(|k| k.image != image);
         let gone: Vec<TileKey> = self.in_flight.keys().filter(|k| k.image == image).copied().collect();
         for k in gone {
             let f = self.in_flight.remove(&k).expect("listed");
@@ -580,6 +588,7 @@ impl StreamingManager {
         changes.entry(key.image).or_default().extend(c);
         self.evicted_at.insert(key, frame);
         self.evicted_now.push(key);
+        self.evictions_now += 1;
         self.stats.tiles_evicted += 1;
     }
 
@@ -647,6 +656,7 @@ impl StreamingManager {
         self.last_frame = Some(frame);
         self.wanted_now.clear();
         self.evicted_now.clear();
+        self.evictions_now = 0;
         let mut out = FrameOutput { frame, ..FrameOutput::default() };
         let mut changes: BTreeMap<ImageId, ResidencyChanges> = BTreeMap::new();
 
@@ -836,9 +846,7 @@ impl StreamingManager {
 
         // Pinned loads start whatever the budget: evict back down to it as a budget cut does, so
         // that the manager is over budget only while nothing more may be evicted this frame.
-        while self.committed_tiles() > budget
-            && self.evicted_now.len() < self.desc.evictions_per_frame as usize
-        {
+        while self.committed_tiles() > budget && self.evictions_now < self.desc.evictions_per_frame as usize {
             let Some(key) = self.eviction_candidate(frame, false) else { break };
             self.evict(key, frame, &mut changes);
         }
@@ -945,7 +953,7 @@ impl StreamingManager {
         }
         let over = self.committed_tiles() > u64::from(self.desc.budget_tiles);
         if over
-            && self.evicted_now.len() < self.desc.evictions_per_frame as usize
+            && self.evictions_now < self.desc.evictions_per_frame as usize
             && self.last_frame.is_some_and(|f| self.eviction_candidate(f, false).is_some())
         {
             return Err(format!(
