@@ -238,8 +238,11 @@ impl Device {
     pub fn create_image(&self, desc: &ImageDesc) -> Result<Image, MemoryError> {
         self.check_image(desc)?;
         let name = desc.name.as_str();
-        // SAFETY: the description was checked against the device's format properties above.
-        let raw = unsafe { self.raw().create_image(&desc.create_info(), None) }.map_err(|r| match r {
+        let raw = self.ledger().guard(crate::ledger::FaultSite::CreateResource, || {
+            // SAFETY: the description was checked against the device's format properties above.
+            unsafe { self.raw().create_image(&desc.create_info(), None) }
+        });
+        let raw = raw.map_err(|r| match r {
             vk::Result::ERROR_OUT_OF_DEVICE_MEMORY | vk::Result::ERROR_OUT_OF_HOST_MEMORY => {
                 MemoryError::OutOfDeviceMemory { name: name.to_owned(), requested: 0 }
             }

@@ -12,6 +12,7 @@ use residency_core::tiles::{PoolStats, SparseImageDesc, TexelRegion, TileIndex, 
 use residency_core::usage::{BufferPoolUsage, BufferUsage};
 use residency_vulkan::ash::vk;
 use residency_vulkan::multi::{MultiBuffer, MultiDeviceError};
+use residency_vulkan::software::{SoftwareError, SoftwareImage, SoftwareTilePool, DEFAULT_BORDER};
 use residency_vulkan::sparse::{SparseError, SparseImage, SparseTilePool};
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::{
@@ -57,6 +58,15 @@ fn read_back(e: &ReadBackError) -> Failure {
     match e {
         ReadBackError::Memory(m) => memory(m),
         ReadBackError::Vulkan(v) => vulkan(v),
+        e => Failure::Other(e.to_string()),
+    }
+}
+
+fn software(e: &SoftwareError) -> Failure {
+    match e {
+        SoftwareError::Memory(m) => memory(m),
+        SoftwareError::Vulkan(v) => vulkan(v),
+        SoftwareError::Upload(u) => upload(u),
         e => Failure::Other(e.to_string()),
     }
 }
@@ -216,6 +226,7 @@ struct Made {
     image: Option<SparseImage>,
     committed_keep: bool,
     multi: Option<MultiBuffer>,
+    software: Option<(SoftwareTilePool, Option<SoftwareImage>)>,
 }
 
 use residency_vulkan::Buffer;
@@ -244,6 +255,12 @@ impl Made {
                 Err(e) if lost => assert_eq!(upload(&e), Failure::DeviceLost),
                 destroyed => destroyed.unwrap(),
             }
+        }
+        if let Some((pool, image)) = self.software {
+            if let Some(image) = image {
+                image.destroy(&pool);
+            }
+            pool.destroy();
         }
         if let Some(b) = self.committed {
             device.destroy_buffer(b);
@@ -345,6 +362,23 @@ fn run_scenario(
     keep.tiles.flush_binds(&mut [&mut keep.image]).map_err(|e| sparse(&e))?;
     upload_tile(device, uploader, &keep.image, [0, 0], 0x5a)?;
     check_tile(device, &keep.image, [0, 0], 0x5a)?;
+
+    // The software path: an atlas, an indirection texture, a tile written and its borders filled.
+    let pool = SoftwareTilePool::new(
+        Arc::clone(device),
+        Format::R8G8B8A8Unorm,
+        DEFAULT_BORDER,
+        TilePoolDesc::default().with_name("faults software").with_tiles_per_heap(4).with_budget_tiles(4),
+    )
+    .map_err(|e| software(&e))?;
+    let (pool, slot) = made.software.insert((pool, None));
+    let desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 256, 256);
+    let image = SoftwareImage::new(pool, "faults software image", &desc).map_err(|e| software(&e))?;
+    let image = slot.insert(image);
+    let r = TexelRegion { offset: [0, 0, 0], extent: [128, 128, 1] };
+    image.commit_region(pool, 0, 0, r).map_err(|e| software(&e))?;
+    image.write_region(pool, uploader, 0, 0, r, &vec![7; 128 * 128 * 4]).map_err(|e| software(&e))?;
+    pool.flush(uploader, &mut [image]).map_err(|e| software(&e))?;
 
     let multi = MultiBuffer::create(
         set,
