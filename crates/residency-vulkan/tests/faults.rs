@@ -671,13 +671,15 @@ fn a_lost_device_fails_fast_with_a_typed_error_and_tears_down_without_leaks_or_h
             mapped.read(&device, 0, &mut back).unwrap();
             assert_eq!(back, [5; 256]);
 
-            // Teardown on the lost device: bounded, nothing left behind.
+            // Teardown on the lost device: bounded, nothing left behind. The uploader goes first:
+            // destroying it settles its submitted copies (an injected loss leaves the GPU running,
+            // and those copies write into `target`), as the contract asks of any teardown.
             quick("teardown", || {
-                pool.free_buffer(mapped).unwrap();
-                pool.free_buffer(target).unwrap();
                 if let Err(e) = uploader.destroy(&device) {
                     assert_eq!(upload(&e), Failure::DeviceLost);
                 }
+                pool.free_buffer(mapped).unwrap();
+                pool.free_buffer(target).unwrap();
                 image.destroy(&tiles);
                 drop(tiles);
                 drop(pool);
