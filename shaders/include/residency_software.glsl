@@ -53,17 +53,24 @@ uint residencyMinLod(usampler2D minLodMap, vec2 uv) {
     return residencySoftwareEntry(minLodMap, residencySoftwareHeader(minLodMap), uv, 0u).y;
 }
 
-// A bilinear sample of mip `mip` at `uv` from the atlas (the caller knows it is resident).
+// A bilinear sample of mip `mip` at `uv` from the atlas (the caller knows it is resident). The
+// data mip's tile is the requested one's halved mip by mip, as the indirection was built (for
+// sizes that are not powers of two, `uv` at the data mip may lie a texel across that tile's edge:
+// the slot's border holds it).
 vec4 residencySoftwareLevel(sampler2D atlas, usampler2D indirection, ResidencySoftware h, vec2 uv, uint mip) {
-    uvec2 e = residencySoftwareEntry(indirection, h, uv, mip);
-    uint dataMip = e.y;
-    vec2 extent = vec2(max(h.size >> dataMip, uvec2(1u)));
-    vec2 tiles = vec2(residencySoftwareTiles(h.size, h.tile, dataMip));
-    vec2 q = uv * extent;
-    vec2 tileOrigin = clamp(floor(q / float(h.tile)), vec2(0.0), tiles - 1.0) * float(h.tile);
+    ivec2 t = clamp(ivec2(floor(uv * vec2(max(h.size >> mip, uvec2(1u))) / float(h.tile))), ivec2(0),
+                    residencySoftwareTiles(h.size, h.tile, mip) - 1);
+    uint row = texelFetch(indirection, ivec2(6 + int(mip), 0), 0).r;
+    uint e = texelFetch(indirection, ivec2(t.x, int(row) + t.y), 0).r;
+    uint slot = e & 0x00ffffffu;
+    uint dataMip = min(e >> 24, h.mips - 1u);
+    for (uint m = mip + 1u; m <= dataMip; m++) {
+        t = min(t / 2, residencySoftwareTiles(h.size, h.tile, m) - 1);
+    }
+    vec2 q = uv * vec2(max(h.size >> dataMip, uvec2(1u)));
     float slotSide = float(h.tile + 2u * h.border);
-    vec2 origin = vec2(float(e.x % h.columns), float(e.x / h.columns)) * slotSide;
-    vec2 pos = origin + float(h.border) + (q - tileOrigin);
+    vec2 origin = vec2(float(slot % h.columns), float(slot / h.columns)) * slotSide;
+    vec2 pos = origin + float(h.border) + (q - vec2(t) * float(h.tile));
     return textureLod(atlas, pos / vec2(textureSize(atlas, 0)), 0.0);
 }
 

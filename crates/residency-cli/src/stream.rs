@@ -500,32 +500,50 @@ impl Slot {
             &BufferDesc::new(format!("feedback {n}"), feedback_bytes, BufferUsage::STORAGE)
                 .with_intent(MemoryIntent::Readback),
         )?;
-        let mut outputs = Vec::new();
-        let mut readback = Vec::new();
-        for name in ["streamed", "reference"] {
-            outputs.push(device.create_image(&ImageDesc::new_2d(
-                format!("{name} frame {n}"),
-                Format::R8G8B8A8Unorm,
-                width,
-                height,
-                ImageUsage::STORAGE | ImageUsage::COPY_SRC,
-            ))?);
-            readback.push(
-                device.create_buffer(
-                    &BufferDesc::new(
-                        format!("{name} frame {n} read-back"),
-                        u64::from(width) * u64::from(height) * 4,
-                        BufferUsage::COPY_DST,
-                    )
-                    .with_intent(MemoryIntent::Readback),
-                )?,
-            );
+        // Everything made so far, destroyed again if a later step fails.
+        let mut outputs: Vec<Image> = Vec::new();
+        let mut readback: Vec<Buffer> = Vec::new();
+        let mut views: Vec<vk::ImageView> = Vec::new();
+        let made = (|| -> anyhow::Result<()> {
+            for name in ["streamed", "reference"] {
+                outputs.push(device.create_image(&ImageDesc::new_2d(
+                    format!("{name} frame {n}"),
+                    Format::R8G8B8A8Unorm,
+                    width,
+                    height,
+                    ImageUsage::STORAGE | ImageUsage::COPY_SRC,
+                ))?);
+                readback.push(
+                    device.create_buffer(
+                        &BufferDesc::new(
+                            format!("{name} frame {n} read-back"),
+                            u64::from(width) * u64::from(height) * 4,
+                            BufferUsage::COPY_DST,
+                        )
+                        .with_intent(MemoryIntent::Readback),
+                    )?,
+                );
+            }
+            device.discard_to_general(&[&outputs[0], &outputs[1]])?;
+            for output in &outputs {
+                views.push(device.create_image_view(output, 0..1)?);
+            }
+            Ok(())
+        })();
+        if let Err(e) = made {
+            views.into_iter().for_each(|v| device.destroy_image_view(v));
+            outputs.into_iter().for_each(|i| device.destroy_image(i));
+            readback.into_iter().for_each(|b| device.destroy_buffer(b));
+            device.destroy_buffer(feedback);
+            return Err(e);
         }
-        device.discard_to_general(&[&outputs[0], &outputs[1]])?;
-        let views =
-            [device.create_image_view(&outputs[0], 0..1)?, device.create_image_view(&outputs[1], 0..1)?];
-        let outputs: [Image; 2] = outputs.try_into().map_err(|_| anyhow::anyhow!("two outputs"))?;
-        let readback: [Buffer; 2] = readback.try_into().map_err(|_| anyhow::anyhow!("two read-backs"))?;
+        let (Ok(outputs), Ok(readback), Ok(views)) = (
+            <[Image; 2]>::try_from(outputs),
+            <[Buffer; 2]>::try_from(readback),
+            <[vk::ImageView; 2]>::try_from(views),
+        ) else {
+            unreachable!("two of each were made");
+        };
         Ok(Slot { feedback, outputs, views, readback, submitted: None })
     }
 
@@ -680,18 +698,24 @@ pub fn fly(
         _ => {
             let heaps = TileHeaps::new(Arc::clone(&device), "stream tiles")?;
             let image = SparseImage::new_external(&heaps, 65536, id, "streamed texture", &desc, false)?;
+            let shape = image.layout().tile_shape();
+            if shape.width != 128 || shape.height != 128 {
+                image.destroy_external(&device);
+                bail!("the device's RGBA8 sparse tile is {} × {}, not 128 × 128", shape.width, shape.height);
+            }
             (image.layout().clone(), Some((heaps, image)))
         }
     };
-    if layout.tile_shape().width != 128 || layout.tile_shape().height != 128 {
-        bail!("the device's RGBA8 sparse tile is not 128 × 128");
-    }
     let tile_bytes = layout.tile_bytes();
     let full_tiles = u64::from(layout.tile_count() + layout.mip_tail().map_or(0, |t| t.tiles * t.count));
     let fully_resident_bytes = full_tiles * tile_bytes;
     let budget_bytes =
         budget.unwrap_or_else(|| args.budget_mib.map_or(fully_resident_bytes / 10, |m| m << 20));
-    let budget_tiles = (budget_bytes / tile_bytes).max(1) as u32;
+    let mut budget_tiles = (budget_bytes / tile_bytes).max(1) as u32;
+    if path == ResidencyPath::Software {
+        // Whole heaps of slots, so that every heap the pool makes lies inside the atlas.
+        budget_tiles = budget_tiles.div_ceil(SOFTWARE_TILES_PER_HEAP) * SOFTWARE_TILES_PER_HEAP;
+    }
     let mut streaming = StreamingDesc::default()
         .with_name("stream")
         .with_budget_tiles(budget_tiles)
@@ -847,7 +871,12 @@ pub fn fly(
 
         if let (Some(at), Some(mib)) = (args.cut_at_frame, args.cut_to_mib) {
             if frame == at {
-                manager.set_budget_tiles(((mib << 20) / tile_bytes).max(1) as u32);
+                let mut cut = ((mib << 20) / tile_bytes).max(1) as u32;
+                if path == ResidencyPath::Software {
+                    // The atlas was sized for the first budget: a cut may only lower it, to whole heaps.
+                    cut = cut.min(budget_tiles).div_ceil(SOFTWARE_TILES_PER_HEAP) * SOFTWARE_TILES_PER_HEAP;
+                }
+                manager.set_budget_tiles(cut);
             }
         }
         let out = manager.update_with_feedback_from(
@@ -1000,6 +1029,8 @@ pub fn fly(
                     [timestamps.elapsed_ms(&device, q, q + 1), timestamps.elapsed_ms(&device, q + 2, q + 3)];
                 finished.frame(args, &device, slot, f, misses, gpu)?;
             }
+            // Requests of several frames read together count from the oldest of them: latency is
+            // then over- rather than under-stated.
             if let Some(f) = oldest {
                 requests = fresh;
                 requested_in = f;

@@ -222,3 +222,45 @@ fn border_copies_rebuild_bordered_tiles_from_payloads() {
     assert!(some.iter().all(|copy| copy.src_tile.x != 2));
     assert!(all.iter().any(|copy| copy.src_tile.x == 2));
 }
+
+/// A width that is not a power of two: where a coarser mip stands in, the position is taken in the
+/// tile the indirection chose (by halving tile indices), which may lie a texel across a tile edge
+/// of `uv` at that mip — it then lands in the slot's border, never in another slot.
+#[test]
+fn npot_fallback_positions_stay_inside_the_chosen_slot() {
+    use residency_core::tiles::software_layout;
+    let l = software_layout(&SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 2047, 256), 4).unwrap();
+    let atlas = AtlasLayout::new(128, 4, 256, 16).unwrap();
+    let mut ind = Indirection::new(&l, atlas).unwrap();
+    let mut table = PageTable::new(&l);
+    let mut n = 0;
+    for mip in 2..l.mip_levels() {
+        let info = l.mips()[mip as usize];
+        for y in 0..info.tiles[1] {
+            for x in 0..info.tiles[0] {
+                table
+                    .map(l.tile_index(TileCoord { layer: 0, mip, x, y, z: 0 }).unwrap(), physical(n))
+                    .unwrap();
+                n += 1;
+            }
+        }
+    }
+    ind.update(&table).unwrap();
+    let side = atlas.slot_side() as f32;
+    for i in 0..2000 {
+        let u = i as f32 / 2000.0;
+        let (pos, data) = ind.sample_position([u, 0.3], 1).unwrap();
+        assert_eq!(data, 2);
+        // The slot the entry names, and the texel the position stands for.
+        let (x1, _) = (((u * 1023.0) / 128.0).floor().min(7.0) as u32, 0);
+        let tile = (x1 / 2).min(l.mips()[2].tiles[0] - 1);
+        let [slot, _] = ind.entry(1, x1, 0);
+        let [ox, _] = atlas.origin_of(slot);
+        assert!(pos[0] >= ox as f32 && pos[0] < ox as f32 + side, "u {u}: {pos:?} outside slot at {ox}");
+        let texel = pos[0] - ox as f32 - 4.0 + (tile * 128) as f32;
+        assert!((texel - u * 511.0).abs() < 1e-2, "u {u}: texel {texel} vs {}", u * 511.0);
+    }
+    assert_eq!(ind.sample_position([0.5, 0.5], 99), None, "a mip beyond the layout");
+    assert_eq!(ind.entry(99, 0, 0)[1], INDIRECTION_NONE);
+    assert_eq!(ind.entry(0, 1000, 0)[1], INDIRECTION_NONE);
+}

@@ -96,6 +96,8 @@ pub struct Timestamps {
     pool: vk::QueryPool,
     count: u32,
     period_ns: f64,
+    /// Mask of the valid bits of a timestamp on the universal queue (0: no timestamps there).
+    valid_mask: u64,
 }
 
 impl Timestamps {
@@ -107,7 +109,18 @@ impl Timestamps {
         // SAFETY: valid device and create info.
         let pool = unsafe { device.raw().create_query_pool(&info, None) }.during("vkCreateQueryPool")?;
         device.set_name(pool, name);
-        Ok(Timestamps { pool, count: count.max(1), period_ns: f64::from(device.limits().timestamp_period) })
+        // SAFETY: a pure query on this device's physical device.
+        let families =
+            unsafe { device.instance().get_physical_device_queue_family_properties(device.physical()) };
+        let bits =
+            families.get(device.universal_queue().family() as usize).map_or(0, |f| f.timestamp_valid_bits);
+        let valid_mask = if bits >= 64 { u64::MAX } else { (1u64 << bits) - 1 };
+        Ok(Timestamps {
+            pool,
+            count: count.max(1),
+            period_ns: f64::from(device.limits().timestamp_period),
+            valid_mask,
+        })
     }
 
     /// Records resetting timestamps `range` (before writing them again).
@@ -118,9 +131,15 @@ impl Timestamps {
         unsafe { device.raw().cmd_reset_query_pool(cmd, self.pool, start, end - start) };
     }
 
+    /// Whether the universal queue has timestamps at all (`timestampValidBits` > 0); without them
+    /// writes record nothing and every elapsed time is `None`.
+    pub fn supported(&self) -> bool {
+        self.valid_mask != 0
+    }
+
     /// Records writing timestamp `index` once all earlier commands have finished.
     pub fn cmd_write(&self, device: &Device, cmd: vk::CommandBuffer, index: u32) {
-        if index < self.count {
+        if index < self.count && self.supported() {
             // SAFETY: `cmd` is recording on this device; the query was reset earlier in submission order.
             unsafe {
                 device.raw().cmd_write_timestamp2(
@@ -136,7 +155,7 @@ impl Timestamps {
     /// Milliseconds between timestamps `start` and `end`, once the work that wrote them has
     /// completed (`None` when the results are not available).
     pub fn elapsed_ms(&self, device: &Device, start: u32, end: u32) -> Option<f64> {
-        if start >= self.count || end >= self.count {
+        if start >= self.count || end >= self.count || !self.supported() {
             return None;
         }
         let mut a = [0u64; 1];
@@ -152,7 +171,8 @@ impl Timestamps {
                     .get_query_pool_results(self.pool, end, &mut b, vk::QueryResultFlags::TYPE_64)
                     .is_ok()
         };
-        ok.then(|| b[0].saturating_sub(a[0]) as f64 * self.period_ns / 1e6)
+        // Counters wrap at their valid bits.
+        ok.then(|| (b[0].wrapping_sub(a[0]) & self.valid_mask) as f64 * self.period_ns / 1e6)
     }
 
     /// Destroys the pool; the caller has waited for every use.

@@ -96,6 +96,12 @@ pub enum SoftwareError {
         /// The tile index.
         tile: u32,
     },
+    /// A pool hands out image ids in 20 bits.
+    #[error("a software tile pool makes at most {limit} images; create another pool")]
+    TooManyImages {
+        /// Images one pool can make.
+        limit: u32,
+    },
     /// Texel data that is not the region's size.
     #[error("a region of {expected} bytes was given {got}")]
     WrongRegionSize {
@@ -249,7 +255,7 @@ impl SoftwareTexture {
     ) -> Result<(), SoftwareError> {
         let atlas = self.atlas_layout();
         let side = atlas.slot_side();
-        let expected = (side * side * self.atlas.desc().format.block_bytes()) as usize;
+        let expected = (u64::from(side).pow(2) * u64::from(self.atlas.desc().format.block_bytes())) as usize;
         if bordered.len() != expected {
             return Err(SoftwareError::WrongTileSize { side, expected, got: bordered.len() });
         }
@@ -325,6 +331,13 @@ impl std::fmt::Debug for SoftwareTilePool {
 
 static NEXT_SOFTWARE_POOL: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
 
+/// A budget rounded up to whole heaps and clamped to the atlas: the pool then only ever makes
+/// whole heaps, so heap `h`'s slots `h · per_heap ..` stay inside the atlas.
+fn whole_heaps(tiles: u32, per_heap: u32, capacity: u32) -> u32 {
+    let per_heap = per_heap.max(1);
+    tiles.div_ceil(per_heap).saturating_mul(per_heap).min(capacity / per_heap * per_heap)
+}
+
 fn check_format(format: Format) -> Result<(), SoftwareError> {
     if format.kind() != FormatKind::Color || format.block_extent() != (1, 1) || format == Format::Unknown {
         return Err(SoftwareError::UnsupportedFormat { format });
@@ -343,9 +356,7 @@ impl SoftwareTilePool {
         desc: residency_core::tiles::TilePoolDesc,
     ) -> Result<SoftwareTilePool, SoftwareError> {
         check_format(format)?;
-        let tile = residency_core::tiles::standard_tile_shape(format, SparseDimension::D2)
-            .ok_or(SoftwareError::UnsupportedFormat { format })?;
-        let side = tile.width.max(tile.height);
+        let side = residency_core::tiles::SOFTWARE_TILE_SIDE;
         let per_heap = desc.tiles_per_heap.max(1);
         let capacity = SoftwareTexture::capacity_for_budget(desc.budget_tiles, per_heap);
         let atlas_layout = AtlasLayout::new(side, border, capacity, per_heap)?;
@@ -371,7 +382,7 @@ impl SoftwareTilePool {
         };
         let pool = residency_core::tiles::TilePool::new(residency_core::tiles::TilePoolDesc {
             tile_bytes: slot_bytes,
-            budget_tiles: desc.budget_tiles.min(capacity),
+            budget_tiles: whole_heaps(desc.budget_tiles, per_heap, capacity),
             tiles_per_heap: per_heap,
             ..desc
         });
@@ -418,10 +429,11 @@ impl SoftwareTilePool {
         self.with_pool(|p| p.check_invariants())
     }
 
-    /// Changes the budget in slots, at most the atlas's capacity (larger values are clamped).
+    /// Changes the budget in slots: rounded up to whole heaps, at most the atlas's capacity
+    /// (larger values are clamped: the atlas cannot grow).
     pub fn set_budget_tiles(&self, tiles: u32) {
-        let capacity = self.atlas_layout.capacity();
-        self.with_pool(|p| p.set_budget_tiles(tiles.min(capacity)));
+        let budget = whole_heaps(tiles, self.atlas_layout.tiles_per_heap, self.atlas_layout.capacity());
+        self.with_pool(|p| p.set_budget_tiles(budget));
     }
 
     /// Device memory of the atlas.
@@ -446,10 +458,10 @@ impl SoftwareTilePool {
         let device = &*self.device;
         let mut stats = SoftwareFlushStats::default();
         let mut regions = Vec::new();
+        if let Some(image) = images.iter().find(|i| i.pool_id != self.pool_id) {
+            return Err(SoftwareError::WrongPool { name: image.name.clone() });
+        }
         for image in images.iter_mut() {
-            if image.pool_id != self.pool_id {
-                return Err(SoftwareError::WrongPool { name: image.name.clone() });
-            }
             let rows = image.indirection.upload(device, uploader, image.residency.page_table())?;
             stats.indirection_rows += rows.map_or(0, |r| u64::from(r.end - r.start));
             let layout = image.residency.layout().clone();
@@ -471,7 +483,6 @@ impl SoftwareTilePool {
                     }
                 }
             }
-            image.written.clear();
             let resident = |c: TileCoord| layout.tile_index(c).is_some_and(|t| table.is_resident(t));
             for tile in refresh {
                 let (Some(c), Some(physical)) = (layout.tile_coord(tile), table.get(tile)) else { continue };
@@ -531,6 +542,10 @@ impl SoftwareTilePool {
                     },
                 );
             })?;
+        }
+        // Only now are the borders done: a failure above leaves them to the next flush.
+        for image in images.iter_mut() {
+            image.written.clear();
         }
         Ok(stats)
     }
@@ -657,9 +672,11 @@ impl SoftwareImage {
         }
         let layout = residency_core::tiles::software_layout(desc, pool.border)?;
         let table = Indirection::new(&layout, pool.atlas_layout)?;
-        let owner = residency_core::tiles::ImageId(
-            pool.pool_id << 20 | pool.next_image.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-        );
+        let serial = pool.next_image.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if serial >= 1 << 20 {
+            return Err(SoftwareError::TooManyImages { limit: (1 << 20) - 1 });
+        }
+        let owner = residency_core::tiles::ImageId(pool.pool_id << 20 | serial);
         let indirection = IndirectionTexture::new(&pool.device, name, table)?;
         Ok(SoftwareImage {
             name: name.to_owned(),
@@ -779,7 +796,12 @@ impl SoftwareImage {
         let info =
             *layout.mip(mip).ok_or(residency_core::tiles::CommitError::NoSuchSubresource { layer, mip })?;
         if layer != 0
-            || (0..2).any(|a| region.extent[a] == 0 || region.offset[a] + region.extent[a] > info.extent[a])
+            || region.offset[2] != 0
+            || region.extent[2] != 1
+            || (0..2).any(|a| {
+                region.extent[a] == 0
+                    || region.offset[a].checked_add(region.extent[a]).is_none_or(|end| end > info.extent[a])
+            })
         {
             return Err(residency_core::tiles::CommitError::NoSuchSubresource { layer, mip }.into());
         }

@@ -451,3 +451,51 @@ fn software_images_refuse_what_they_cannot_hold() {
         stranger.destroy();
     });
 }
+
+/// Budgets are whole heaps inside the atlas: raising one past the atlas is clamped, and every tile
+/// the pool hands out has a slot (no `SlotOutOfRange` however commits and budgets interleave).
+/// Formats whose hardware tile is not square (2-byte R16F here) take the square software tile.
+#[test]
+fn software_pools_stay_inside_their_atlas_and_take_any_uncompressed_format() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let pool = SoftwareTilePool::new(
+            Arc::clone(device),
+            Format::R16Float,
+            DEFAULT_BORDER,
+            TilePoolDesc::default().with_tiles_per_heap(16).with_budget_tiles(20),
+        )
+        .unwrap();
+        let capacity = u64::from(pool.atlas_layout().capacity());
+        let desc = SparseImageDesc::new_2d(Format::R16Float, 1024, 1024);
+        let mut image = SoftwareImage::new(&pool, "r16f", &desc).unwrap();
+        assert_eq!(image.layout().tile_shape().width, image.layout().tile_shape().height, "square tiles");
+        let uploader = Uploader::new(device, "atlas bounds", 4 << 20).unwrap();
+        let mut committed = 0u64;
+        'all: for budget in [20u32, 48, 1000] {
+            pool.set_budget_tiles(budget);
+            for y in 0..8 {
+                for x in 0..8 {
+                    let r = TexelRegion { offset: [x * 128, y * 128, 0], extent: [128, 128, 1] };
+                    let tile = image.layout().tile_index(TileCoord { layer: 0, mip: 0, x, y, z: 0 }).unwrap();
+                    if image.residency().page_table().is_resident(tile) {
+                        continue;
+                    }
+                    match image.commit_region(&pool, 0, 0, r) {
+                        Ok(()) => committed += 1,
+                        Err(SoftwareError::Commit(_)) => continue 'all,
+                        Err(e) => panic!("{e}"),
+                    }
+                    // Every committed tile has a slot in the atlas: writing it works.
+                    image.write_region(&pool, &uploader, 0, 0, r, &vec![0x3c; 128 * 128 * 2]).unwrap();
+                }
+            }
+        }
+        assert!(committed > 20 && committed <= capacity, "{committed} of {capacity}");
+        assert_eq!(pool.used_tiles(), committed);
+        pool.flush(&uploader, &mut [&mut image]).unwrap();
+        uploader.destroy(device).unwrap();
+        image.destroy(&pool);
+        pool.destroy();
+    });
+}

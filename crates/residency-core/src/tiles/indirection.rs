@@ -65,16 +65,21 @@ impl ResidencyPath {
     }
 }
 
-/// The layout of `desc` on the software path: the format's standard tile shape, every mip tiled
-/// (no mip tail), and the bytes of one bordered atlas slot as the tile size (the pool's budget
-/// then counts atlas memory).
+/// Tile side of the software path, for every format: square tiles keep the atlas, the
+/// indirection and the shader's arithmetic the same on both axes.
+pub const SOFTWARE_TILE_SIDE: u32 = 128;
+
+/// The layout of `desc` on the software path: square [`SOFTWARE_TILE_SIDE`] tiles whatever the
+/// format's hardware shape, every mip tiled (no mip tail), and the bytes of one bordered atlas
+/// slot as the tile size (the pool's budget then counts atlas memory).
 pub fn software_layout(
     desc: &super::SparseImageDesc,
     border: u32,
 ) -> Result<SparseImageLayout, super::LayoutError> {
     let mut info = super::SparseFormatInfo::standard(desc.format, desc.dimension)?;
     info.mip_tail_model = MipTailModel::NoTail;
-    let side = u64::from(info.tile.width.max(info.tile.height) + 2 * border);
+    info.tile = super::TileShape::new(SOFTWARE_TILE_SIDE, SOFTWARE_TILE_SIDE, 1);
+    let side = u64::from(SOFTWARE_TILE_SIDE) + 2 * u64::from(border.min(SOFTWARE_TILE_SIDE));
     let (bw, bh) = desc.format.block_extent();
     info.tile_bytes =
         side.div_ceil(u64::from(bw)) * side.div_ceil(u64::from(bh)) * u64::from(desc.format.block_bytes());
@@ -145,6 +150,11 @@ impl AtlasLayout {
         tiles_per_heap: u32,
     ) -> Result<Self, IndirectionError> {
         let capacity = capacity.max(1);
+        let slot = u64::from(tile_side) + 2 * u64::from(border);
+        if slot > 0xffff || capacity > 1 << 24 {
+            let side = slot.max(u64::from(capacity)).min(u64::from(u32::MAX)) as u32;
+            return Err(IndirectionError::AtlasTooLarge { width: side, height: side });
+        }
         let columns = (f64::from(capacity).sqrt().ceil() as u32).max(1);
         let rows = capacity.div_ceil(columns);
         let layout = Self { tile_side, border, columns, rows, tiles_per_heap: tiles_per_heap.max(1) };
@@ -258,20 +268,37 @@ impl Indirection {
         &self.texels
     }
 
-    /// Rows `rows` as bytes (`R32_UINT`, little endian), for an upload.
+    /// Rows `rows` as bytes (`R32_UINT`, little endian), for an upload (clamped to the rows
+    /// there are).
     pub fn row_bytes(&self, rows: Range<u32>) -> Vec<u8> {
-        let range = (rows.start * self.width) as usize..(rows.end * self.width) as usize;
+        let height = self.extent()[1];
+        let (start, end) = (rows.start.min(height), rows.end.min(height));
+        let range = (start * self.width) as usize..(end.max(start) * self.width) as usize;
         self.texels[range].iter().flat_map(|t| t.to_le_bytes()).collect()
     }
 
-    /// The entry of tile `(x, y)` of mip `mip`: `[slot, data mip]`.
+    /// The entry of tile `(x, y)` of mip `mip`: `[slot, data mip]` (data mip
+    /// [`INDIRECTION_NONE`] for a tile outside the layout).
     pub fn entry(&self, mip: u32, x: u32, y: u32) -> [u32; 2] {
+        let Some(info) = self.layout.mips().get(mip as usize) else { return [0, INDIRECTION_NONE] };
+        if x >= info.tiles[0] || y >= info.tiles[1] {
+            return [0, INDIRECTION_NONE];
+        }
         unpack(self.texels[((self.mip_rows[mip as usize] + y) * self.width + x) as usize])
     }
 
     /// Recomputes every entry from `table` (whose layout is this one's); returns the rows that
-    /// changed, if any (upload those).
+    /// changed, if any (upload those). All or nothing: on error nothing changed.
     pub fn update(&mut self, table: &PageTable) -> Result<Option<Range<u32>>, IndirectionError> {
+        let before = self.texels.clone();
+        let result = self.update_in_place(table);
+        if result.is_err() {
+            self.texels = before;
+        }
+        result
+    }
+
+    fn update_in_place(&mut self, table: &PageTable) -> Result<Option<Range<u32>>, IndirectionError> {
         let mut changed: Option<Range<u32>> = None;
         let mips = self.layout.mips().to_vec();
         // Coarsest first: an entry that is not chain-resident inherits its parent's entry.
@@ -329,28 +356,42 @@ impl Indirection {
     /// `texture()` takes them times the atlas extent), and the mip it reads: `mip` itself when
     /// that tile's chain is resident, else the finest resident coarser one. `None`: nothing
     /// resident. The GLSL helper computes exactly this.
+    ///
+    /// The data mip's tile is found as [`update`](Self::update) found it, by halving the tile
+    /// index mip by mip (clamped to each grid), not from `uv` again: for sizes that are not powers
+    /// of two the two can differ by one tile in a sliver about a texel wide, where the position
+    /// then lands in the slot's border (which holds those texels).
     pub fn sample_position(&self, uv: [f32; 2], mip: u32) -> Option<([f32; 2], u32)> {
-        let (x, y) = self.tile_at(mip, uv);
+        if mip >= self.layout.mip_levels() {
+            return None;
+        }
+        let (mut x, mut y) = self.tile_at(mip, uv);
         let [slot, data_mip] = self.entry(mip, x, y);
-        let origin = self.atlas.origin_of(slot);
         if data_mip == INDIRECTION_NONE {
             return None;
         }
+        for m in mip + 1..=data_mip {
+            let tiles = self.layout.mips()[m as usize].tiles;
+            x = (x / 2).min(tiles[0] - 1);
+            y = (y / 2).min(tiles[1] - 1);
+        }
+        let origin = self.atlas.origin_of(slot);
         let info = &self.layout.mips()[data_mip as usize];
         let t = self.atlas.tile_side as f32;
+        let tile = [x, y];
         let mut pos = [0.0; 2];
         for axis in 0..2 {
             let q = uv[axis] * info.extent[axis] as f32;
-            let tile_origin = ((q / t).floor().clamp(0.0, (info.tiles[axis] - 1) as f32)) * t;
-            pos[axis] = origin[axis] as f32 + self.atlas.border as f32 + (q - tile_origin);
+            pos[axis] = origin[axis] as f32 + self.atlas.border as f32 + (q - tile[axis] as f32 * t);
         }
         Some((pos, data_mip))
     }
 }
 
-/// Copies the bordered slot data of tile `(x, y)` of a mip out of the mip's texels (`width ×
-/// height` texels of `texel_bytes`, rows packed): `(tile + 2·border)²` texels, borders taken
-/// from the neighbours and clamped at the mip's edges, texels beyond a partial tile clamped too.
+/// The bordered slot data of tile `(x, y)` of a mip of `extent` texels, for 4-byte texels (RGBA8
+/// and other 32-bit formats) read through `mip_texels(x, y)`: `(tile + 2·border)²` texels, rows
+/// packed, borders taken from the neighbours and clamped at the mip's edges, texels beyond a
+/// partial tile clamped too.
 pub fn bordered_tile(
     mip_texels: impl Fn(u32, u32) -> [u8; 4],
     extent: [u32; 2],
@@ -411,12 +452,10 @@ fn axis_pieces(
     }
     if t > 0 {
         // Every tile but the last is whole, so the lower neighbour has `tile_side` lines.
-        pieces.push(AxisPiece {
-            delta: -1,
-            src: tile_side - border.min(tile_side),
-            dst: 0,
-            len: border.min(tile_side),
-        });
+        // A border wider than a tile takes the neighbour's `tile_side` lines, right against the
+        // payload.
+        let take = border.min(tile_side);
+        pieces.push(AxisPiece { delta: -1, src: tile_side - take, dst: border - take, len: take });
     } else {
         pieces.extend((0..border).map(|k| AxisPiece { delta: 0, src: 0, dst: k, len: 1 }));
     }

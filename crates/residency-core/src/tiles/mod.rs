@@ -35,7 +35,7 @@ pub use bind_plan::{
 };
 pub use indirection::{
     border_copies, bordered_tile, software_layout, AtlasLayout, BorderCopy, HardwarePathUnsupported,
-    Indirection, IndirectionError, ResidencyPath, INDIRECTION_NONE,
+    Indirection, IndirectionError, ResidencyPath, INDIRECTION_NONE, SOFTWARE_TILE_SIDE,
 };
 pub use layout::{
     full_mip_chain, DeviceMipTail, LayoutError, LayoutLimits, MipInfo, MipTail, MipTailSource,
