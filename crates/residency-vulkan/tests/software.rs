@@ -6,79 +6,27 @@
 //! resident gives the default value, and the path choice follows the device. Validation clean.
 
 use residency_core::format::Format;
-use residency_core::memory::MemoryIntent;
 use residency_core::tiles::{
     bordered_tile, software_layout, ImageId, ResidencyPath, SparseImageDesc, SparseImageLayout,
     SparseResidency, TexelRegion, TileCoord, TilePool, TilePoolDesc,
 };
-use residency_core::usage::BufferUsage;
-use residency_vulkan::ash::vk;
-use residency_vulkan::compute::{spirv_words, Binding, BindingKind, ComputeProgram};
 use residency_vulkan::software::{SoftwareError, SoftwareTexture};
 use residency_vulkan::testing::with_gpu;
-use residency_vulkan::{BufferDesc, Device, Filter, Uploader};
+use residency_vulkan::{Device, Uploader};
 
-const SHADER: &[u8] = include_bytes!("../../../shaders/sparse_fallback_software.comp.spv");
+mod common;
+use common::{as_f32, sample_fallback, texel, DEFAULT, SOFTWARE_FALLBACK};
+
 const SIZE: u32 = 1024;
 const BORDER: u32 = 4;
-const DEFAULT: [f32; 4] = [1.0, 0.0, 1.0, 1.0];
 
-fn texel(x: u32, y: u32, mip: u32) -> [u8; 4] {
-    [(x % 251) as u8, (y % 241) as u8, (mip * 17) as u8, 0xff]
-}
-
-/// A probe at `uv` and `lod`; the result: texel (0–255), resident, LOD used.
+/// A probe at `uv` and `lod` through the software fallback GLSL: texel × 255, resident, LOD used.
 fn sample(
     device: &Device,
-    program: &ComputeProgram,
     texture: &SoftwareTexture,
-    samplers: (vk::Sampler, vk::Sampler),
     probes: &[([f32; 2], f32)],
 ) -> Vec<([f32; 4], bool, f32)> {
-    let n = probes.len() as u64;
-    let input = device
-        .create_buffer(
-            &BufferDesc::new("probes", n * 16, BufferUsage::STORAGE).with_intent(MemoryIntent::Upload),
-        )
-        .unwrap();
-    let output = device
-        .create_buffer(
-            &BufferDesc::new("results", n * 32, BufferUsage::STORAGE).with_intent(MemoryIntent::Readback),
-        )
-        .unwrap();
-    let bytes: Vec<u8> =
-        probes.iter().flat_map(|(uv, lod)| [uv[0], uv[1], *lod, 0.0]).flat_map(f32::to_le_bytes).collect();
-    input.write(device, 0, &bytes).unwrap();
-    let general = vk::ImageLayout::GENERAL;
-    let set = program
-        .descriptor_set(
-            device,
-            &[
-                Binding::Image { view: texture.atlas_view(), sampler: samplers.0, layout: general },
-                Binding::Image { view: texture.indirection_view(), sampler: samplers.1, layout: general },
-                Binding::Buffer(&input),
-                Binding::Buffer(&output),
-            ],
-        )
-        .unwrap();
-    let mut push: Vec<u8> = DEFAULT.iter().flat_map(|f| f.to_le_bytes()).collect();
-    push.extend_from_slice(&(n as u32).to_le_bytes());
-    push.resize(32, 0);
-    device
-        .submit_compute("sample software texture", |cmd| {
-            program.dispatch(device, cmd, set, &push, [(n as u32).div_ceil(64), 1, 1]);
-        })
-        .unwrap();
-    let mut out = vec![0u8; (n * 32) as usize];
-    output.read(device, 0, &mut out).unwrap();
-    device.destroy_buffer(input);
-    device.destroy_buffer(output);
-    out.chunks_exact(32)
-        .map(|r| {
-            let f = |i: usize| f32::from_le_bytes([r[i], r[i + 1], r[i + 2], r[i + 3]]);
-            ([f(0), f(4), f(8), f(12)].map(|v| v * 255.0), f(16) == 1.0, f(20))
-        })
-        .collect()
+    sample_fallback(device, SOFTWARE_FALLBACK, (texture.atlas_view(), texture.indirection_view()), probes)
 }
 
 /// Writes the texels of every tile `residency` has resident that `written` does not yet hold.
@@ -95,20 +43,6 @@ fn write_tiles(
         let data = bordered_tile(|x, y| texel(x, y, c.mip), [extent[0], extent[1]], 128, BORDER, c.x, c.y);
         texture.write_tile(device, uploader, physical, &data).unwrap();
     }
-}
-
-/// uv of the centre of texel (x, y) of `mip`.
-fn centre(x: u32, y: u32, mip: u32) -> [f32; 2] {
-    let side = (SIZE >> mip) as f32;
-    [(x as f32 + 0.5) / side, (y as f32 + 0.5) / side]
-}
-
-fn close(got: [f32; 4], want: [f32; 4]) -> bool {
-    got.iter().zip(want).all(|(g, w)| (g - w).abs() <= 0.6)
-}
-
-fn as_f32(t: [u8; 4]) -> [f32; 4] {
-    t.map(f32::from)
 }
 
 #[test]
@@ -172,33 +106,15 @@ fn a_software_texture_samples_resident_tiles_exactly_and_falls_back_like_the_har
         texture.upload_indirection(device, &uploader, residency.page_table()).unwrap();
         uploader.wait_idle(device).unwrap();
 
-        let program = ComputeProgram::new(
-            device,
-            "sparse_fallback_software.comp",
-            &spirv_words(SHADER),
-            &[
-                BindingKind::SampledImage,
-                BindingKind::SampledImage,
-                BindingKind::StorageBuffer,
-                BindingKind::StorageBuffer,
-            ],
-            32,
-            4,
-        )
-        .unwrap();
-        let samplers = (
-            device.create_sampler(Filter::Trilinear).unwrap(),
-            device.create_sampler(Filter::Nearest).unwrap(),
-        );
         let probes = [
-            (centre(300, 420, 0), 0.0),                  // resident mip 0: exact
-            (centre(310, 500, 0), 0.0),                  // another texel of the same tile
-            (centre(50, 50, 1), 0.0),                    // mip-0 tile missing: mip 1 at its texel centre
-            (centre(7, 9, 3), 3.0),                      // a coarse mip asked for directly
-            (centre(400, 60, 1), 0.0),                   // far from the mip-0 tile: mip 1 (all resident)
-            ([128.0 / 512.0, centre(0, 40, 1)[1]], 1.0), // mip-1 texels 127 | 128: across two slots
+            (common::centre(SIZE, 300, 420, 0), 0.0), // resident mip 0: exact
+            (common::centre(SIZE, 310, 500, 0), 0.0), // another texel of the same tile
+            (common::centre(SIZE, 50, 50, 1), 0.0),   // mip-0 tile missing: mip 1 at its texel centre
+            (common::centre(SIZE, 7, 9, 3), 3.0),     // a coarse mip asked for directly
+            (common::centre(SIZE, 400, 60, 1), 0.0),  // far from the mip-0 tile: mip 1 (all resident)
+            ([128.0 / 512.0, common::centre(SIZE, 0, 40, 1)[1]], 1.0), // mip-1 texels 127 | 128: across two slots
         ];
-        let got = sample(device, &program, &texture, samplers, &probes);
+        let got = sample(device, &texture, &probes);
         let want = [
             (as_f32(texel(300, 420, 0)), 0.0),
             (as_f32(texel(310, 500, 0)), 0.0),
@@ -209,12 +125,12 @@ fn a_software_texture_samples_resident_tiles_exactly_and_falls_back_like_the_har
         for (i, (w, lod)) in want.iter().enumerate() {
             assert!(got[i].1, "probe {i} resident");
             assert_eq!(got[i].2, *lod, "probe {i}: LOD used");
-            assert!(close(got[i].0, *w), "probe {i}: {:?} vs {w:?}", got[i].0);
+            common::close(got[i].0, *w, &format!("probe {i}: {:?} vs {w:?}", got[i].0));
         }
         // The bilinear footprint across the tile edge reads texel 128 from the neighbour's border.
         let (a, b) = (as_f32(texel(127, 40, 1)), as_f32(texel(128, 40, 1)));
         let mid = [0, 1, 2, 3].map(|c| (a[c] + b[c]) / 2.0);
-        assert!(close(got[5].0, mid), "across the slot edge: {:?} vs {mid:?}", got[5].0);
+        common::close(got[5].0, mid, &format!("across the slot edge: {:?} vs {mid:?}", got[5].0));
 
         // Release the mip-0 tile: the indirection stops pointing at it, samples fall back to mip 1.
         let tile = layout.tile_index(TileCoord { layer: 0, mip: 0, x: 2, y: 3, z: 0 }).unwrap();
@@ -222,22 +138,19 @@ fn a_software_texture_samples_resident_tiles_exactly_and_falls_back_like_the_har
         let rows = texture.upload_indirection(device, &uploader, residency.page_table()).unwrap();
         assert_eq!(rows, Some(4..5), "one row of mip 0 changed");
         uploader.wait_idle(device).unwrap();
-        let got = sample(device, &program, &texture, samplers, &[(centre(150, 210, 1), 0.0)]);
+        let got = sample(device, &texture, &[(common::centre(SIZE, 150, 210, 1), 0.0)]);
         assert_eq!(got[0].2, 1.0);
-        assert!(close(got[0].0, as_f32(texel(150, 210, 1))), "{:?}", got[0].0);
+        common::close(got[0].0, as_f32(texel(150, 210, 1)), &format!("{:?}", got[0].0));
 
         // Nothing resident: the default value, not resident.
         residency.release_all(&mut pool).unwrap();
         assert_eq!(pool.stats().used_tiles, 0);
         texture.upload_indirection(device, &uploader, residency.page_table()).unwrap();
         uploader.wait_idle(device).unwrap();
-        let got = sample(device, &program, &texture, samplers, &[(centre(1, 1, 0), 0.0)]);
+        let got = sample(device, &texture, &[(common::centre(SIZE, 1, 1, 0), 0.0)]);
         assert!(!got[0].1);
-        assert!(close(got[0].0, DEFAULT.map(|v| v * 255.0)));
+        common::close(got[0].0, DEFAULT.map(|v| v * 255.0), "nothing resident");
 
-        device.destroy_sampler(samplers.0);
-        device.destroy_sampler(samplers.1);
-        program.destroy(device);
         uploader.destroy(device).unwrap();
         texture.destroy(device);
     });

@@ -8,36 +8,23 @@
 //! resident gives the default value; validation clean, nothing leaked.
 
 use residency_core::format::Format;
-use residency_core::memory::MemoryIntent;
 use residency_core::tiles::{
     ResidencyPath, SparseImageDesc, SparseImageLayout, TexelRegion, TileCoord, TilePoolDesc,
 };
-use residency_core::usage::BufferUsage;
 use residency_vulkan::ash::vk;
-use residency_vulkan::compute::{spirv_words, Binding, BindingKind, ComputeProgram};
 use residency_vulkan::software::{SoftwareError, SoftwareImage, SoftwareTilePool, DEFAULT_BORDER};
 use residency_vulkan::sparse::{MinLodMap, SparseError, SparseImage, SparseTilePool};
 use residency_vulkan::testing::with_gpu;
-use residency_vulkan::{BufferDesc, Device, Filter, ImageRegion, Uploader};
+use residency_vulkan::{Device, ImageRegion, Uploader};
 use std::sync::Arc;
 
-const HARDWARE: &[u8] = include_bytes!("../../../shaders/sparse_fallback.comp.spv");
-const SOFTWARE: &[u8] = include_bytes!("../../../shaders/sparse_fallback_software.comp.spv");
+mod common;
+use common::{as_f32, close, region_texels, sample_fallback, texel, HARDWARE_FALLBACK, SOFTWARE_FALLBACK};
+
 const SIZE: u32 = 1024;
-const DEFAULT: [f32; 4] = [1.0, 0.0, 1.0, 1.0];
 
-fn texel(x: u32, y: u32, mip: u32) -> [u8; 4] {
-    [(x % 251) as u8, (y % 241) as u8, (mip * 17) as u8, 0xff]
-}
-
-fn region_texels(mip: u32, r: TexelRegion) -> Vec<u8> {
-    let mut out = Vec::new();
-    for y in r.offset[1]..r.offset[1] + r.extent[1] {
-        for x in r.offset[0]..r.offset[0] + r.extent[0] {
-            out.extend_from_slice(&texel(x, y, mip));
-        }
-    }
-    out
+fn centre(x: u32, y: u32, mip: u32) -> [f32; 2] {
+    common::centre(SIZE, x, y, mip)
 }
 
 /// One partially resident texture on either path (one at a time: the size difference is moot).
@@ -121,7 +108,8 @@ impl Texture {
 
     /// Writes the texels of `region` of `mip` (its tiles resident).
     fn write(&mut self, device: &Device, uploader: &Uploader, mip: u32, region: TexelRegion) {
-        let data = region_texels(mip, region);
+        let data =
+            region_texels(mip, [region.offset[0], region.offset[1]], [region.extent[0], region.extent[1]]);
         match self {
             Texture::Hardware { image, .. } => {
                 let target = ImageRegion {
@@ -194,84 +182,15 @@ impl Texture {
     }
 }
 
-/// Samples at `probes` (uv, lod): texel × 255, resident, LOD used.
+/// Samples at `probes` (uv, lod) through the path's fallback GLSL.
 fn sample(
     device: &Device,
     texture: &Texture,
     path: ResidencyPath,
     probes: &[([f32; 2], f32)],
 ) -> Vec<([f32; 4], bool, f32)> {
-    let spirv = if path == ResidencyPath::Software { SOFTWARE } else { HARDWARE };
-    let kinds = [
-        BindingKind::SampledImage,
-        BindingKind::SampledImage,
-        BindingKind::StorageBuffer,
-        BindingKind::StorageBuffer,
-    ];
-    let program = ComputeProgram::new(device, "sparse_fallback", &spirv_words(spirv), &kinds, 32, 1).unwrap();
-    let (linear, nearest) =
-        (device.create_sampler(Filter::Trilinear).unwrap(), device.create_sampler(Filter::Nearest).unwrap());
-    let n = probes.len() as u64;
-    let input = device
-        .create_buffer(
-            &BufferDesc::new("probes", n * 16, BufferUsage::STORAGE).with_intent(MemoryIntent::Upload),
-        )
-        .unwrap();
-    let output = device
-        .create_buffer(
-            &BufferDesc::new("results", n * 32, BufferUsage::STORAGE).with_intent(MemoryIntent::Readback),
-        )
-        .unwrap();
-    let bytes: Vec<u8> =
-        probes.iter().flat_map(|(uv, lod)| [uv[0], uv[1], *lod, 0.0]).flat_map(f32::to_le_bytes).collect();
-    input.write(device, 0, &bytes).unwrap();
-    let (tex, map) = texture.views();
-    let general = vk::ImageLayout::GENERAL;
-    let set = program
-        .descriptor_set(
-            device,
-            &[
-                Binding::Image { view: tex, sampler: linear, layout: general },
-                Binding::Image { view: map, sampler: nearest, layout: general },
-                Binding::Buffer(&input),
-                Binding::Buffer(&output),
-            ],
-        )
-        .unwrap();
-    let mut push: Vec<u8> = DEFAULT.iter().flat_map(|f| f.to_le_bytes()).collect();
-    push.extend_from_slice(&(n as u32).to_le_bytes());
-    push.resize(32, 0);
-    device
-        .submit_compute("sample", |cmd| {
-            program.dispatch(device, cmd, set, &push, [(n as u32).div_ceil(64), 1, 1])
-        })
-        .unwrap();
-    let mut out = vec![0u8; (n * 32) as usize];
-    output.read(device, 0, &mut out).unwrap();
-    device.destroy_buffer(input);
-    device.destroy_buffer(output);
-    device.destroy_sampler(linear);
-    device.destroy_sampler(nearest);
-    program.destroy(device);
-    out.chunks_exact(32)
-        .map(|r| {
-            let f = |i: usize| f32::from_le_bytes([r[i], r[i + 1], r[i + 2], r[i + 3]]);
-            ([f(0), f(4), f(8), f(12)].map(|v| v * 255.0), f(16) == 1.0, f(20))
-        })
-        .collect()
-}
-
-fn centre(x: u32, y: u32, mip: u32) -> [f32; 2] {
-    let side = (SIZE >> mip) as f32;
-    [(x as f32 + 0.5) / side, (y as f32 + 0.5) / side]
-}
-
-fn close(got: [f32; 4], want: [f32; 4], what: &str) {
-    assert!(got.iter().zip(want).all(|(g, w)| (g - w).abs() <= 0.6), "{what}: {got:?} vs {want:?}");
-}
-
-fn as_f32(t: [u8; 4]) -> [f32; 4] {
-    t.map(f32::from)
+    let spirv = if path == ResidencyPath::Software { SOFTWARE_FALLBACK } else { HARDWARE_FALLBACK };
+    sample_fallback(device, spirv, texture.views(), probes)
 }
 
 fn whole(layout: &SparseImageLayout, mip: u32) -> TexelRegion {
@@ -369,7 +288,7 @@ fn scenario(device: &Arc<Device>, path: ResidencyPath) {
     assert_eq!(texture.used_tiles(), 0, "{name}");
     let got = sample(device, &texture, path, &[(centre(1, 1, 0), 0.0)]);
     assert!(!got[0].1, "{name}");
-    close(got[0].0, DEFAULT.map(|v| v * 255.0), name);
+    close(got[0].0, common::DEFAULT.map(|v| v * 255.0), name);
 
     uploader.destroy(device).unwrap();
     texture.destroy(device);

@@ -1,0 +1,114 @@
+//! Helpers shared by the partially-resident-texture tests: the texel pattern they write, texel
+//! centres, and sampling through the fallback GLSL of either path.
+#![allow(dead_code, reason = "each test binary uses a part")]
+
+use residency_core::memory::MemoryIntent;
+use residency_core::usage::BufferUsage;
+use residency_vulkan::ash::vk;
+use residency_vulkan::compute::{spirv_words, Binding, BindingKind, ComputeProgram};
+use residency_vulkan::{BufferDesc, Device, Filter};
+
+/// `sparse_fallback.comp`: the hardware path (sparse image + min-LOD map).
+pub const HARDWARE_FALLBACK: &[u8] = include_bytes!("../../../../shaders/sparse_fallback.comp.spv");
+/// `sparse_fallback_software.comp`: the software path (atlas + indirection).
+pub const SOFTWARE_FALLBACK: &[u8] = include_bytes!("../../../../shaders/sparse_fallback_software.comp.spv");
+/// What a sample of nothing resident returns.
+pub const DEFAULT: [f32; 4] = [1.0, 0.0, 1.0, 1.0];
+
+/// The colour of texel (x, y) of `mip` in every test texture.
+pub fn texel(x: u32, y: u32, mip: u32) -> [u8; 4] {
+    [(x % 251) as u8, (y % 241) as u8, (mip * 17) as u8, 0xff]
+}
+
+/// The texels of `extent` at `offset` of `mip`, rows packed.
+pub fn region_texels(mip: u32, offset: [u32; 2], extent: [u32; 2]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for y in offset[1]..offset[1] + extent[1] {
+        for x in offset[0]..offset[0] + extent[0] {
+            out.extend_from_slice(&texel(x, y, mip));
+        }
+    }
+    out
+}
+
+/// uv of the centre of texel (x, y) of `mip` of a `size`² texture.
+pub fn centre(size: u32, x: u32, y: u32, mip: u32) -> [f32; 2] {
+    let side = (size >> mip) as f32;
+    [(x as f32 + 0.5) / side, (y as f32 + 0.5) / side]
+}
+
+/// A texel as floats (0–255).
+pub fn as_f32(t: [u8; 4]) -> [f32; 4] {
+    t.map(f32::from)
+}
+
+/// Asserts that `got` is `want` within rounding.
+pub fn close(got: [f32; 4], want: [f32; 4], what: &str) {
+    assert!(got.iter().zip(want).all(|(g, w)| (g - w).abs() <= 0.6), "{what}: {got:?} vs {want:?}");
+}
+
+/// Samples `probes` (uv, lod) with `residencySampleFallback` of `spirv` over `views` (texture or
+/// atlas, min-LOD map or indirection): texel × 255, resident, LOD used.
+pub fn sample_fallback(
+    device: &Device,
+    spirv: &[u8],
+    views: (vk::ImageView, vk::ImageView),
+    probes: &[([f32; 2], f32)],
+) -> Vec<([f32; 4], bool, f32)> {
+    let kinds = [
+        BindingKind::SampledImage,
+        BindingKind::SampledImage,
+        BindingKind::StorageBuffer,
+        BindingKind::StorageBuffer,
+    ];
+    let program = ComputeProgram::new(device, "sparse_fallback", &spirv_words(spirv), &kinds, 32, 1).unwrap();
+    let (linear, nearest) =
+        (device.create_sampler(Filter::Trilinear).unwrap(), device.create_sampler(Filter::Nearest).unwrap());
+    let n = probes.len() as u64;
+    let input = device
+        .create_buffer(
+            &BufferDesc::new("probes", n * 16, BufferUsage::STORAGE).with_intent(MemoryIntent::Upload),
+        )
+        .unwrap();
+    let output = device
+        .create_buffer(
+            &BufferDesc::new("results", n * 32, BufferUsage::STORAGE).with_intent(MemoryIntent::Readback),
+        )
+        .unwrap();
+    let bytes: Vec<u8> =
+        probes.iter().flat_map(|(uv, lod)| [uv[0], uv[1], *lod, 0.0]).flat_map(f32::to_le_bytes).collect();
+    input.write(device, 0, &bytes).unwrap();
+    let general = vk::ImageLayout::GENERAL;
+    let set = program
+        .descriptor_set(
+            device,
+            &[
+                Binding::Image { view: views.0, sampler: linear, layout: general },
+                Binding::Image { view: views.1, sampler: nearest, layout: general },
+                Binding::Buffer(&input),
+                Binding::Buffer(&output),
+            ],
+        )
+        .unwrap();
+    let mut push: Vec<u8> = DEFAULT.iter().flat_map(|f| f.to_le_bytes()).collect();
+    push.extend_from_slice(&(n as u32).to_le_bytes());
+    push.resize(32, 0);
+    device
+        .submit_compute("sample", |cmd| {
+            program.dispatch(device, cmd, set, &push, [(n as u32).div_ceil(64), 1, 1])
+        })
+        .unwrap();
+    let mut out = vec![0u8; (n * 32) as usize];
+    output.read(device, 0, &mut out).unwrap();
+    device.destroy_buffer(input);
+    device.destroy_buffer(output);
+    device.destroy_sampler(linear);
+    device.destroy_sampler(nearest);
+    program.destroy(device);
+    out.chunks_exact(32)
+        .map(|r| {
+            let f = |i: usize| f32::from_le_bytes([r[i], r[i + 1], r[i + 2], r[i + 3]]);
+            ([f(0), f(4), f(8), f(12)].map(|v| v * 255.0), f(16) == 1.0, f(20))
+        })
+        .collect()
+}
