@@ -85,6 +85,9 @@ pub struct Device {
     raw: ash::Device,
     physical: vk::PhysicalDevice,
     shared: Arc<InstanceShared>,
+    /// Whether residency created the logical device (and destroys it); an adopted one belongs to
+    /// the application.
+    owned: bool,
 }
 
 impl std::fmt::Debug for Device {
@@ -227,6 +230,46 @@ impl Device {
             Some(SparseQueue::SecondInUniversalFamily) => Some(get_queue(universal_family, 1)),
             Some(SparseQueue::SeparateFamily(family)) => Some(get_queue(family, 0)),
         };
+        let device = Device::from_parts(Parts {
+            shared,
+            physical,
+            physical_index,
+            index,
+            name,
+            props,
+            features,
+            raw,
+            universal,
+            sparse,
+            owned: true,
+        });
+        tracing::info!(
+            device = %device.index,
+            name = %device.name,
+            sparse_queue = ?queues.sparse,
+            "logical device created"
+        );
+        Ok(device)
+    }
+
+    /// The part of creation shared by created and adopted devices: debug names, memory
+    /// properties, the ledger and the general allocator.
+    fn from_parts(parts: Parts) -> Device {
+        let Parts {
+            shared,
+            physical,
+            physical_index,
+            index,
+            name,
+            props,
+            features,
+            raw,
+            universal,
+            sparse,
+            owned,
+        } = parts;
+        let instance = &shared.instance;
+        let has_budget = features.memory_budget;
         let debug_utils =
             shared.debug_utils.as_ref().map(|_| ash::ext::debug_utils::Device::new(instance, &raw));
         let memory = profile_capture::memory_properties(instance, physical, has_budget);
@@ -264,6 +307,7 @@ impl Device {
             raw,
             physical,
             shared,
+            owned,
         };
         let label = format!("residency {} ({})", device.index, device.name);
         device.set_name(device.raw.handle(), &label);
@@ -271,13 +315,7 @@ impl Device {
         if let Some(sparse) = device.sparse.as_ref().filter(|s| !Arc::ptr_eq(s, &device.universal)) {
             device.set_name(*sparse.lock(), &format!("{label} sparse queue"));
         }
-        tracing::info!(
-            device = %device.index,
-            name = %device.name,
-            sparse_queue = ?queues.sparse,
-            "logical device created"
-        );
-        Ok(device)
+        device
     }
 
     /// This device's index in its set.
@@ -425,10 +463,14 @@ const LOST_DEVICE_WAIT_NS: u64 = 5_000_000_000;
 
 impl Drop for Device {
     fn drop(&mut self) {
-        // SAFETY: valid device; waiting idle first makes destruction safe even if work is in flight.
-        // Past the fault hook: an injected loss still lets the real work finish; on a really lost
-        // device the call returns at once (the spec requires it to return in finite time).
-        let _ = unsafe { self.raw.device_wait_idle() };
+        if self.owned {
+            // SAFETY: valid device; waiting idle first makes destruction safe even if work is in
+            // flight. Past the fault hook: an injected loss still lets the real work finish; on a
+            // really lost device the call returns at once (the spec requires it to return in
+            // finite time). An adopted device is the application's to wait for: its queues may be
+            // in use by it right now.
+            let _ = unsafe { self.raw.device_wait_idle() };
+        }
         let general = std::mem::take(&mut self.general);
         for list in general {
             list.into_inner().unwrap_or_else(|e| e.into_inner()).destroy_all(self);
@@ -440,9 +482,110 @@ impl Drop for Device {
         if !leaks.is_empty() {
             LEAKS_AT_TEARDOWN.fetch_add(leaks.len() as u64, std::sync::atomic::Ordering::SeqCst);
         }
-        // SAFETY: every object the library tracks on this device was destroyed above or reported as
-        // leaked (the validation layer then names it too); the device is idle.
-        unsafe { self.raw.destroy_device(None) };
+        if self.owned {
+            // SAFETY: every object the library tracks on this device was destroyed above or
+            // reported as leaked (the validation layer then names it too); the device is idle.
+            unsafe { self.raw.destroy_device(None) };
+        }
+    }
+}
+
+/// Everything `Device::from_parts` needs.
+struct Parts {
+    shared: Arc<InstanceShared>,
+    physical: vk::PhysicalDevice,
+    physical_index: u32,
+    index: DeviceIndex,
+    name: String,
+    props: vk::PhysicalDeviceProperties,
+    features: EnabledFeatures,
+    raw: ash::Device,
+    universal: Arc<Queue>,
+    sparse: Option<Arc<Queue>>,
+    owned: bool,
+}
+
+/// An application's logical device for [`DeviceSet::adopt`](crate::DeviceSet::adopt): residency
+/// allocates, binds and submits on it and never destroys it.
+#[derive(Clone)]
+pub struct ExternalDevice {
+    /// The physical device it was created on.
+    pub physical: vk::PhysicalDevice,
+    /// The logical device (a clone of the application's `ash::Device`).
+    pub device: ash::Device,
+    /// (family, index) of the queue residency submits to: graphics, compute and transfer.
+    pub universal_queue: (u32, u32),
+    /// (family, index) of a queue with sparse binding, if sparse residency is to be used (it may
+    /// be the universal queue).
+    pub sparse_queue: Option<(u32, u32)>,
+    /// What the application enabled (residency uses nothing that is not marked here).
+    pub features: EnabledFeatures,
+}
+
+impl std::fmt::Debug for ExternalDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExternalDevice")
+            .field("universal_queue", &self.universal_queue)
+            .field("sparse_queue", &self.sparse_queue)
+            .field("features", &self.features)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Device {
+    /// Wraps an application's device as device `index` of a set.
+    ///
+    /// # Safety
+    /// See [`DeviceSet::adopt`](crate::DeviceSet::adopt).
+    pub(crate) unsafe fn adopt(
+        shared: Arc<InstanceShared>,
+        external: &ExternalDevice,
+        physical_index: u32,
+        index: DeviceIndex,
+    ) -> Result<Device> {
+        let instance = &shared.instance;
+        // SAFETY: the caller guarantees the physical device belongs to this instance.
+        let props = unsafe { instance.get_physical_device_properties(external.physical) };
+        let name = props.device_name_as_c_str().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        if props.api_version < vk::API_VERSION_1_3 {
+            return Err(VulkanError::Unsupported {
+                device: name,
+                reason: format!("Vulkan {} < 1.3", version_string(props.api_version)),
+            });
+        }
+        let raw = external.device.clone();
+        let get_queue = |(family, index): (u32, u32)| {
+            // SAFETY: the caller guarantees the device was created with this queue.
+            let raw_queue = unsafe { raw.get_device_queue(family, index) };
+            Arc::new(Queue { family, index, raw: Mutex::new(raw_queue) })
+        };
+        let universal = get_queue(external.universal_queue);
+        let sparse = external.sparse_queue.map(|q| {
+            if q == external.universal_queue {
+                Arc::clone(&universal)
+            } else {
+                get_queue(q)
+            }
+        });
+        let mut features = external.features;
+        if sparse.is_none() {
+            features.sparse_binding = false;
+        }
+        let device = Device::from_parts(Parts {
+            shared,
+            physical: external.physical,
+            physical_index,
+            index,
+            name,
+            props,
+            features,
+            raw,
+            universal,
+            sparse,
+            owned: false,
+        });
+        tracing::info!(device = %device.index, name = %device.name, "application device adopted");
+        Ok(device)
     }
 }
 

@@ -7,7 +7,7 @@
 //! row (device indices `k*n .. k*n+n-1` all stand on physical device `k`): a test configuration that
 //! lets one GPU, or lavapipe, exercise every multi-device path.
 
-use crate::device::Device;
+use crate::device::{Device, ExternalDevice};
 use crate::error::{Result, VkResultExt, VulkanError};
 use crate::instance::{InstanceDesc, InstanceShared};
 use crate::validation::{ValidationLog, ValidationMode};
@@ -121,6 +121,44 @@ impl DeviceSet {
             });
         }
         Ok(DeviceSet { devices, shared })
+    }
+
+    /// Works on an application's own Vulkan objects instead of creating them: `devices` (one
+    /// or more logical devices of `instance`) become devices 0, 1, … of the set, in order. Residency
+    /// then allocates, binds and submits on them like on its own, and destroys only what it
+    /// created: the instance and devices stay the application's. With `debug_utils` (the
+    /// application enabled `VK_EXT_debug_utils`) residency adds a messenger of its own, so its
+    /// [`validation_log`](Self::validation_log) sees the layer's messages.
+    ///
+    /// # Safety
+    /// - `instance` was created from `entry`; each device from `instance` on its `physical`
+    ///   device, with Vulkan 1.3, `synchronization2` and `maintenance4` enabled, with the queues
+    ///   named, and with every feature its [`EnabledFeatures`](crate::EnabledFeatures) marks;
+    /// - all of them outlive the returned set and everything made through it;
+    /// - the queues are externally synchronised: the application holds
+    ///   [`Queue::lock`](crate::Queue::lock) (`device.universal_queue().lock()`) around its own
+    ///   submissions to a queue it shares with residency, or gives residency queues of its own;
+    /// - before dropping the set, the application has waited for the work residency submitted
+    ///   (residency does not wait on an adopted device: its queues are the application's).
+    pub unsafe fn adopt(
+        entry: ash::Entry,
+        instance: ash::Instance,
+        debug_utils: bool,
+        devices: &[ExternalDevice],
+    ) -> Result<DeviceSet> {
+        if devices.is_empty() {
+            return Err(VulkanError::NoDevice);
+        }
+        // SAFETY: forwarded from the caller's contract.
+        let shared = unsafe { InstanceShared::adopt(entry, instance, debug_utils) }?;
+        let mut out = Vec::with_capacity(devices.len());
+        for (i, external) in devices.iter().enumerate() {
+            let index = DeviceIndex::new(i as u32)
+                .ok_or(VulkanError::NoSuchDevice { index: i as u32, count: MAX_DEVICES })?;
+            // SAFETY: forwarded from the caller's contract.
+            out.push(Arc::new(unsafe { Device::adopt(Arc::clone(&shared), external, i as u32, index) }?));
+        }
+        Ok(DeviceSet { devices: out, shared })
     }
 
     /// The opened devices, lowest index first.

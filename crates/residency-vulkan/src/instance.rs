@@ -52,6 +52,9 @@ pub(crate) struct InstanceShared {
     pub(crate) instance_version: u32,
     /// Shared so its address, handed to the messenger callback, never moves.
     pub(crate) log: Arc<ValidationLog>,
+    /// Whether residency created the instance (and destroys it); an adopted one belongs to the
+    /// application.
+    owned: bool,
 }
 
 impl std::fmt::Debug for InstanceShared {
@@ -165,6 +168,47 @@ impl InstanceShared {
             validation,
             instance_version,
             log,
+            owned: true,
+        }))
+    }
+
+    /// Wraps an application's instance without taking it over: residency never destroys it.
+    /// With `debug_utils` (the application enabled `VK_EXT_debug_utils`) residency adds a
+    /// messenger of its own, so its validation log sees the layer's messages.
+    ///
+    /// # Safety
+    /// `instance` was created from `entry`, is valid, and outlives everything residency makes
+    /// from it; with `debug_utils`, the extension is enabled on it.
+    pub(crate) unsafe fn adopt(
+        entry: ash::Entry,
+        instance: ash::Instance,
+        debug_utils: bool,
+    ) -> Result<Arc<Self>> {
+        // SAFETY: entry is a loaded Vulkan entry point.
+        let instance_version = unsafe { entry.try_enumerate_instance_version() }
+            .during("vkEnumerateInstanceVersion")?
+            .unwrap_or(vk::API_VERSION_1_0);
+        let log = Arc::new(ValidationLog::default());
+        let (debug_utils, messenger) = if debug_utils {
+            let utils = ash::ext::debug_utils::Instance::new(&entry, &instance);
+            let info = messenger_create_info(&log);
+            // SAFETY: the caller enabled VK_EXT_debug_utils on this valid instance; `log` outlives
+            // the messenger (destroyed in Drop before `log` is released).
+            let messenger = unsafe { utils.create_debug_utils_messenger(&info, None) }
+                .during("vkCreateDebugUtilsMessengerEXT")?;
+            (Some(utils), messenger)
+        } else {
+            (None, vk::DebugUtilsMessengerEXT::null())
+        };
+        Ok(Arc::new(InstanceShared {
+            entry,
+            instance,
+            debug_utils,
+            messenger,
+            validation: ValidationMode::Off,
+            instance_version,
+            log,
+            owned: false,
         }))
     }
 }
@@ -177,7 +221,9 @@ impl Drop for InstanceShared {
             if let Some(debug_utils) = &self.debug_utils {
                 debug_utils.destroy_debug_utils_messenger(self.messenger, None);
             }
-            self.instance.destroy_instance(None);
+            if self.owned {
+                self.instance.destroy_instance(None);
+            }
         }
     }
 }

@@ -38,7 +38,7 @@ pub mod validation;
 pub use ash;
 pub use buffer::{vk_buffer_usage, AccessError, Buffer, BufferDesc, BufferPlacement};
 pub use commands::{CommandContext, ReadBackError, Submission};
-pub use device::{Device, EnabledFeatures, Queue, LEAKS_AT_TEARDOWN};
+pub use device::{Device, EnabledFeatures, ExternalDevice, Queue, LEAKS_AT_TEARDOWN};
 pub use device_set::{DeviceSet, DeviceSetDesc};
 pub use error::{Result, VulkanError, LAVAPIPE_HINT};
 pub use image::{Filter, Image, ImageDesc};

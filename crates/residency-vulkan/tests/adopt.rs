@@ -1,0 +1,196 @@
+//! A renderer's own Vulkan instance and device, adopted: residency places buffers in a pool,
+//! uploads, commits and binds sparse tiles and reads them back on the application's device,
+//! its messenger sees the validation layer's messages (synchronization validation on, none
+//! reported), and dropping the set destroys only what residency made — the application's device
+//! and instance are still alive and are destroyed by the application afterwards.
+
+use ash::vk;
+use residency_core::format::Format;
+use residency_core::memory::MemoryIntent;
+use residency_core::tiles::{SparseImageDesc, TexelRegion, TilePoolDesc};
+use residency_core::usage::{BufferPoolUsage, BufferUsage};
+use residency_vulkan::sparse::{SparseImage, SparseTilePool};
+use residency_vulkan::{
+    BufferInit, BufferPool, BufferPoolDesc, DeviceSet, EnabledFeatures, ExternalDevice, ImageRegion, Uploader,
+};
+use std::sync::Arc;
+
+/// The application's side: an instance with the validation layer (synchronization validation)
+/// and VK_EXT_debug_utils, a device on the first physical device with one queue family that
+/// does graphics, compute, transfer and sparse binding.
+struct App {
+    entry: ash::Entry,
+    instance: ash::Instance,
+    physical: vk::PhysicalDevice,
+    device: ash::Device,
+    family: u32,
+    features: EnabledFeatures,
+}
+
+fn app() -> Option<App> {
+    // SAFETY: loading the system's Vulkan loader, as every Vulkan application does.
+    let entry = match unsafe { ash::Entry::load() } {
+        Ok(entry) => entry,
+        Err(e) => {
+            assert!(!residency_vulkan::testing::gpu_required(), "no Vulkan loader: {e}");
+            eprintln!("\n**** SKIPPED: no Vulkan loader ****\n");
+            return None;
+        }
+    };
+    let layer = c"VK_LAYER_KHRONOS_validation";
+    // SAFETY: entry is loaded.
+    let layers = unsafe { entry.enumerate_instance_layer_properties() }.unwrap();
+    let has_layer = layers.iter().any(|l| l.layer_name_as_c_str() == Ok(layer));
+    assert!(has_layer || !residency_vulkan::testing::gpu_required(), "the validation layer is required");
+    let layer_names: Vec<*const std::ffi::c_char> = if has_layer { vec![layer.as_ptr()] } else { Vec::new() };
+    let mut extension_names = vec![ash::ext::debug_utils::NAME.as_ptr()];
+    if has_layer {
+        extension_names.push(ash::ext::validation_features::NAME.as_ptr());
+    }
+    let app = vk::ApplicationInfo::default().application_name(c"a renderer").api_version(vk::API_VERSION_1_3);
+    let sync = [vk::ValidationFeatureEnableEXT::SYNCHRONIZATION_VALIDATION];
+    let mut validation = vk::ValidationFeaturesEXT::default().enabled_validation_features(&sync);
+    let mut info = vk::InstanceCreateInfo::default()
+        .application_info(&app)
+        .enabled_layer_names(&layer_names)
+        .enabled_extension_names(&extension_names);
+    if has_layer {
+        info = info.push_next(&mut validation);
+    }
+    // SAFETY: the create info and everything it points at live until the call returns.
+    let instance = unsafe { entry.create_instance(&info, None) }.unwrap();
+    // SAFETY: valid instance.
+    let physical = unsafe { instance.enumerate_physical_devices() }.unwrap()[0];
+    // SAFETY: valid physical device of this instance.
+    let families = unsafe { instance.get_physical_device_queue_family_properties(physical) };
+    let wanted = vk::QueueFlags::GRAPHICS | vk::QueueFlags::COMPUTE | vk::QueueFlags::TRANSFER;
+    let family =
+        families.iter().position(|f| f.queue_flags.contains(wanted)).expect("a universal family") as u32;
+    let sparse = families[family as usize].queue_flags.contains(vk::QueueFlags::SPARSE_BINDING);
+    // SAFETY: valid physical device.
+    let supported = unsafe { instance.get_physical_device_features(physical) };
+    let sparse = sparse
+        && supported.sparse_binding == vk::TRUE
+        && supported.sparse_residency_image2_d == vk::TRUE
+        && supported.shader_resource_residency == vk::TRUE;
+    let enable = vk::PhysicalDeviceFeatures::default()
+        .sparse_binding(sparse)
+        .sparse_residency_image2_d(sparse)
+        .shader_resource_residency(sparse);
+    let mut enable13 =
+        vk::PhysicalDeviceVulkan13Features::default().synchronization2(true).maintenance4(true);
+    let mut enable12 = vk::PhysicalDeviceVulkan12Features::default().timeline_semaphore(true);
+    let mut enable2 = vk::PhysicalDeviceFeatures2::default()
+        .features(enable)
+        .push_next(&mut enable12)
+        .push_next(&mut enable13);
+    let priorities = [1.0f32];
+    let queues =
+        [vk::DeviceQueueCreateInfo::default().queue_family_index(family).queue_priorities(&priorities)];
+    let info = vk::DeviceCreateInfo::default().queue_create_infos(&queues).push_next(&mut enable2);
+    // SAFETY: the create info lives until the call returns; every feature enabled is supported.
+    let device = unsafe { instance.create_device(physical, &info, None) }.unwrap();
+    let features = EnabledFeatures {
+        sparse_binding: sparse,
+        sparse_residency_image_2d: sparse,
+        shader_resource_residency: sparse,
+        timeline_semaphore: true,
+        ..EnabledFeatures::default()
+    };
+    Some(App { entry, instance, physical, device, family, features })
+}
+
+#[test]
+fn an_applications_own_device_is_used_and_left_alive() {
+    let Some(app) = app() else { return };
+    let external = ExternalDevice {
+        physical: app.physical,
+        device: app.device.clone(),
+        universal_queue: (app.family, 0),
+        sparse_queue: app.features.sparse_binding.then_some((app.family, 0)),
+        features: app.features,
+    };
+    // SAFETY: the instance and device above were made as `adopt` requires and outlive the set;
+    // this test submits nothing itself while the set lives, and waits for residency's work
+    // (every call below waits) before dropping it.
+    let set =
+        unsafe { DeviceSet::adopt(app.entry.clone(), app.instance.clone(), true, &[external]) }.unwrap();
+    let device = Arc::clone(&set.devices()[0]);
+    assert_eq!(device.raw().handle(), app.device.handle(), "the application's device");
+
+    // Buffers placed in a pool, written through the staging ring and read back.
+    let pool = BufferPool::new(
+        Arc::clone(&device),
+        BufferPoolDesc::new("adopted pool", BufferPoolUsage::Unknown).with_memory(MemoryIntent::DeviceLocal),
+    )
+    .unwrap();
+    let usage = BufferUsage::STORAGE | BufferUsage::COPY_SRC | BufferUsage::COPY_DST;
+    let buffer = pool.init_buffer(&BufferInit::new("adopted buffer", 4096).with_usage(usage)).unwrap();
+    let uploader = Uploader::new(&device, "adopted uploads", 1 << 20).unwrap();
+    let data: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 251) as u8).collect();
+    uploader.write_buffer(&device, &buffer, 0, &data).unwrap();
+    uploader.wait_idle(&device).unwrap();
+    assert_eq!(device.read_back(&buffer, 0, 4096).unwrap(), data);
+
+    // Sparse tiles, when the device has them: committed, bound, uploaded, read back.
+    if app.features.sparse_binding {
+        let tiles =
+            SparseTilePool::new(Arc::clone(&device), TilePoolDesc::default().with_name("adopted tiles"))
+                .unwrap();
+        let desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 1024, 1024);
+        let mut image = SparseImage::new(&tiles, "adopted sparse image", &desc, false).unwrap();
+        let shape = image.layout().tile_shape();
+        let region = TexelRegion { offset: [0, 0, 0], extent: [shape.width, shape.height, 1] };
+        image.commit_region(&tiles, 0, 0, region).unwrap();
+        tiles.flush_binds(&mut [&mut image]).unwrap();
+        let texels: Vec<u8> = (0..shape.width * shape.height * 4).map(|i| (i % 253) as u8).collect();
+        let target = ImageRegion {
+            image: image.raw(),
+            layout: vk::ImageLayout::GENERAL,
+            aspect: vk::ImageAspectFlags::COLOR,
+            mip: 0,
+            layer: 0,
+            offset: [0, 0, 0],
+            extent: region.extent,
+        };
+        uploader.write_image(&device, &target, &texels).unwrap();
+        uploader.wait_idle(&device).unwrap();
+        assert_eq!(image.read_region(&device, 0, 0, region, 1 << 20).unwrap(), texels);
+        image.destroy(&tiles);
+    }
+
+    uploader.destroy(&device).unwrap();
+    pool.free_buffer(buffer).unwrap();
+    drop(pool);
+    let problems = set.validation_log().problem_count();
+    assert_eq!(problems, 0, "{:?}", set.validation_log().messages());
+    // Residency's messenger on the application's instance hears the layer: a deliberate bad call.
+    let info = vk::BufferCreateInfo::default()
+        .size(0)
+        .usage(vk::BufferUsageFlags::TRANSFER_DST)
+        .sharing_mode(vk::SharingMode::EXCLUSIVE);
+    // SAFETY: deliberately invalid (size 0) to trigger validation; lavapipe and NVIDIA accept the
+    // call, and any buffer created is destroyed at once.
+    if let Ok(buffer) = unsafe { app.device.create_buffer(&info, None) } {
+        // SAFETY: the buffer was just created on this device and is unused.
+        unsafe { app.device.destroy_buffer(buffer, None) };
+    }
+    if residency_vulkan::testing::gpu_required() {
+        let messages = set.validation_log().messages();
+        assert!(messages.iter().any(|m| m.id.contains("VUID-VkBufferCreateInfo-size-00912")), "{messages:?}");
+    }
+    // Dropping the set frees residency's own memory (the general allocator's heaps) and checks
+    // that nothing it made is left; it destroys neither the device nor the instance.
+    let leaks = residency_vulkan::LEAKS_AT_TEARDOWN.load(std::sync::atomic::Ordering::SeqCst);
+    drop(device);
+    drop(set);
+    assert_eq!(residency_vulkan::LEAKS_AT_TEARDOWN.load(std::sync::atomic::Ordering::SeqCst), leaks);
+
+    // Still the application's: alive, usable, and destroyed by it.
+    // SAFETY: the device is valid (residency did not destroy it) and idle; nothing else uses it.
+    unsafe {
+        app.device.device_wait_idle().unwrap();
+        app.device.destroy_device(None);
+        app.instance.destroy_instance(None);
+    }
+}
