@@ -856,6 +856,26 @@ pub fn fly(
     let mut staged: HashMap<TileKey, Parts> = HashMap::new();
     let (mut tiles_per_frame, mut resident_mib) = (Vec::new(), Vec::new());
     let mut finished = Finished::default();
+    // A finished frame read back: its feedback when it wrote some (the decoded requests are
+    // returned), its two images and its GPU times into `finished`.
+    let read_frame = |finished: &mut Finished,
+                      slot: &Slot,
+                      f: u64,
+                      with_feedback: bool|
+     -> anyhow::Result<Option<Vec<TileRequest>>> {
+        let requests = if with_feedback {
+            let mut bytes = vec![0u8; fb_bytes as usize];
+            slot.feedback.read(&device, 0, &mut bytes)?;
+            Some(feedback.decode(&bytes, f)?.requests)
+        } else {
+            None
+        };
+        let misses = requests.as_ref().map(|r| r.iter().filter(|r| r.kind == RequestKind::Miss).count());
+        let q = 4 * (f % u64::from(in_flight)) as u32;
+        let gpu = [timestamps.elapsed_ms(&device, q, q + 1), timestamps.elapsed_ms(&device, q + 2, q + 3)];
+        finished.frame(args, &device, slot, f, misses, gpu)?;
+        Ok(requests)
+    };
     let mut frame_ms = Vec::new();
     let mut unbind_waits = 0u64;
     let mut backing_peak = match &backend {
@@ -1013,21 +1033,11 @@ pub fn fly(
                     continue;
                 }
                 slot.submitted = None;
-                let misses = if step.read.iter().any(|&(_, rf)| rf == f) {
-                    let mut bytes = vec![0u8; fb_bytes as usize];
-                    slot.feedback.read(&device, 0, &mut bytes)?;
-                    let decoded = feedback.decode(&bytes, f)?;
+                let with_feedback = step.read.iter().any(|&(_, rf)| rf == f);
+                if let Some(requests) = read_frame(&mut finished, slot, f, with_feedback)? {
                     oldest.get_or_insert(f);
-                    let misses = decoded.requests.iter().filter(|r| r.kind == RequestKind::Miss).count();
-                    fresh.extend(decoded.requests);
-                    Some(misses)
-                } else {
-                    None
-                };
-                let q = 4 * (f % u64::from(in_flight)) as u32;
-                let gpu =
-                    [timestamps.elapsed_ms(&device, q, q + 1), timestamps.elapsed_ms(&device, q + 2, q + 3)];
-                finished.frame(args, &device, slot, f, misses, gpu)?;
+                    fresh.extend(requests);
+                }
             }
             // Requests of several frames read together count from the oldest of them: latency is
             // then over- rather than under-stated.
@@ -1046,24 +1056,7 @@ pub fn fly(
         let slot = &mut slots[(f % u64::from(in_flight)) as usize].0;
         if let Some((sf, submission)) = slot.submitted.take() {
             commands.wait_for(&device, &submission)?;
-            let misses = if sampling.frame_active(sf) {
-                let mut bytes = vec![0u8; fb_bytes as usize];
-                slot.feedback.read(&device, 0, &mut bytes)?;
-                Some(
-                    feedback
-                        .decode(&bytes, sf)?
-                        .requests
-                        .iter()
-                        .filter(|r| r.kind == RequestKind::Miss)
-                        .count(),
-                )
-            } else {
-                None
-            };
-            let q = 4 * (sf % u64::from(in_flight)) as u32;
-            let gpu =
-                [timestamps.elapsed_ms(&device, q, q + 1), timestamps.elapsed_ms(&device, q + 2, q + 3)];
-            finished.frame(args, &device, slot, sf, misses, gpu)?;
+            read_frame(&mut finished, slot, sf, sampling.frame_active(sf))?;
         }
     }
     progress.finish_and_clear();

@@ -180,24 +180,16 @@ impl SoftwareTexture {
         let atlas_layout = AtlasLayout::new(tile.width.max(tile.height), border, capacity, tiles_per_heap)?;
         let table = Indirection::new(layout, atlas_layout)?;
         let [aw, ah] = atlas_layout.extent();
-        let atlas = device.create_image(&ImageDesc::new_2d(
-            format!("{name} atlas"),
-            format,
-            aw,
-            ah,
-            ImageUsage::SAMPLED | ImageUsage::COPY_DST,
-        ))?;
-        let view = device
-            .discard_to_general(&[&atlas])
-            .map_err(SoftwareError::from)
-            .and_then(|()| device.create_image_view(&atlas, 0..1).map_err(SoftwareError::from));
-        let atlas_view = match view {
-            Ok(view) => view,
-            Err(e) => {
-                device.destroy_image(atlas);
-                return Err(e);
-            }
-        };
+        let (atlas, atlas_view) = sampled_image(
+            device,
+            &ImageDesc::new_2d(
+                format!("{name} atlas"),
+                format,
+                aw,
+                ah,
+                ImageUsage::SAMPLED | ImageUsage::COPY_DST,
+            ),
+        )?;
         match IndirectionTexture::new(device, name, table) {
             Ok(indirection) => Ok(SoftwareTexture { name: name.to_owned(), atlas, atlas_view, indirection }),
             Err(e) => {
@@ -338,6 +330,23 @@ fn whole_heaps(tiles: u32, per_heap: u32, capacity: u32) -> u32 {
     tiles.div_ceil(per_heap).saturating_mul(per_heap).min(capacity / per_heap * per_heap)
 }
 
+/// An image of `desc` in `GENERAL` layout with a view of its mip 0; nothing is left behind on
+/// error.
+fn sampled_image(device: &Device, desc: &ImageDesc) -> Result<(Image, vk::ImageView), SoftwareError> {
+    let image = device.create_image(desc)?;
+    let view = device
+        .discard_to_general(&[&image])
+        .map_err(SoftwareError::from)
+        .and_then(|()| device.create_image_view(&image, 0..1).map_err(SoftwareError::from));
+    match view {
+        Ok(view) => Ok((image, view)),
+        Err(e) => {
+            device.destroy_image(image);
+            Err(e)
+        }
+    }
+}
+
 fn check_format(format: Format) -> Result<(), SoftwareError> {
     if format.kind() != FormatKind::Color || format.block_extent() != (1, 1) || format == Format::Unknown {
         return Err(SoftwareError::UnsupportedFormat { format });
@@ -362,24 +371,16 @@ impl SoftwareTilePool {
         let atlas_layout = AtlasLayout::new(side, border, capacity, per_heap)?;
         let slot_bytes = u64::from(atlas_layout.slot_side()).pow(2) * u64::from(format.block_bytes());
         let [aw, ah] = atlas_layout.extent();
-        let atlas = device.create_image(&ImageDesc::new_2d(
-            format!("{} atlas", desc.name),
-            format,
-            aw,
-            ah,
-            ImageUsage::SAMPLED | ImageUsage::COPY_DST | ImageUsage::COPY_SRC,
-        ))?;
-        let view = device
-            .discard_to_general(&[&atlas])
-            .map_err(SoftwareError::from)
-            .and_then(|()| device.create_image_view(&atlas, 0..1).map_err(SoftwareError::from));
-        let atlas_view = match view {
-            Ok(view) => view,
-            Err(e) => {
-                device.destroy_image(atlas);
-                return Err(e);
-            }
-        };
+        let (atlas, atlas_view) = sampled_image(
+            &device,
+            &ImageDesc::new_2d(
+                format!("{} atlas", desc.name),
+                format,
+                aw,
+                ah,
+                ImageUsage::SAMPLED | ImageUsage::COPY_DST | ImageUsage::COPY_SRC,
+            ),
+        )?;
         let pool = residency_core::tiles::TilePool::new(residency_core::tiles::TilePoolDesc {
             tile_bytes: slot_bytes,
             budget_tiles: whole_heaps(desc.budget_tiles, per_heap, capacity),
@@ -586,24 +587,17 @@ struct IndirectionTexture {
 impl IndirectionTexture {
     fn new(device: &Device, name: &str, table: Indirection) -> Result<IndirectionTexture, SoftwareError> {
         let [w, h] = table.extent();
-        let image = device.create_image(&ImageDesc::new_2d(
-            format!("{name} indirection"),
-            Format::R32Uint,
-            w,
-            h,
-            ImageUsage::SAMPLED | ImageUsage::COPY_DST,
-        ))?;
-        let view = device
-            .discard_to_general(&[&image])
-            .map_err(SoftwareError::from)
-            .and_then(|()| device.create_image_view(&image, 0..1).map_err(SoftwareError::from));
-        match view {
-            Ok(view) => Ok(IndirectionTexture { image, view, table, uploaded_once: false }),
-            Err(e) => {
-                device.destroy_image(image);
-                Err(e)
-            }
-        }
+        let (image, view) = sampled_image(
+            device,
+            &ImageDesc::new_2d(
+                format!("{name} indirection"),
+                Format::R32Uint,
+                w,
+                h,
+                ImageUsage::SAMPLED | ImageUsage::COPY_DST,
+            ),
+        )?;
+        Ok(IndirectionTexture { image, view, table, uploaded_once: false })
     }
 
     /// Recomputes and stages the changed rows (all of them the first time).
