@@ -10,6 +10,8 @@
 //! - [`TransientPlanner`]: places a frame's transient buffers and images in shared heaps so that
 //!   resources whose pass intervals do not overlap alias the same memory, with the aliasing
 //!   barriers, reusing its heaps frame after frame.
+//! - [`RetireQueue`]: deferred destruction keyed on GPU progress ([`LastUses`] per resource,
+//!   clocks that only grow: queue timelines, frame counters).
 //! - [`measure`]: pure functions that count barriers and bytes, for the benchmarks.
 //!
 //! The flag types carry Vulkan's own bit values, so the backend converts them with
@@ -23,6 +25,7 @@ mod flags;
 pub mod measure;
 mod range_map;
 mod region;
+mod retire;
 mod state;
 mod tracker;
 mod transient;
@@ -35,6 +38,7 @@ pub use batch::Batch;
 pub use error::{SyncError, TransientError};
 pub use flags::{AccessFlags, ImageAspects, ImageLayout, PipelineStages, QueueFamily};
 pub use region::{Region, SubresourceRange};
+pub use retire::{ClockId, GpuPoint, LastUses, RetireQueue};
 pub use state::ResourceState;
 pub use tracker::{
     BufferTracking, PagedBufferDesc, Sharing, StateTracker, TrackedBufferDesc, TrackedImageDesc,
