@@ -114,10 +114,13 @@ pub fn run(set: &DeviceSet, mib: u64) -> Result<Outcome, Box<dyn std::error::Err
         1,
     )?;
     let mut samplers = Vec::new();
+    let mut keep = Vec::new();
     for &i in &devices {
         let device = set.device(i).ok_or("device vanished")?;
         let view = texture.instance(i).ok_or("no texture instance")?.view();
-        samplers.push((i, view, device.create_sampler(Filter::Nearest)?, vk::ImageLayout::GENERAL));
+        let sampler = device.create_sampler(Filter::Nearest)?;
+        samplers.push((i, view, sampler.raw(), vk::ImageLayout::GENERAL));
+        keep.push(sampler);
     }
     let dispatch = DispatchItem::new(
         &program,
@@ -156,9 +159,8 @@ pub fn run(set: &DeviceSet, mib: u64) -> Result<Outcome, Box<dyn std::error::Err
 
     submitter.destroy();
     program.destroy();
-    for (i, _, sampler, _) in samplers {
-        set.device(i).ok_or("device vanished")?.destroy_sampler(sampler);
-    }
+    drop(samplers);
+    drop(keep);
     for device in set.devices() {
         device.wait_idle()?;
     }

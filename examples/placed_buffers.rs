@@ -83,11 +83,11 @@ pub fn run(device: &Arc<Device>) -> Result<Outcome, Box<dyn std::error::Error>> 
     let mut param_data = vec4_bytes(&[scale, bias]);
     param_data.extend_from_slice(&(COUNT as u32).to_le_bytes());
     param_data.resize(48, 0);
-    uploader.write_buffer(device, &vertices, 0, &vec4_bytes(&vertex_data))?;
+    uploader.write_buffer(&vertices, 0, &vec4_bytes(&vertex_data))?;
     let index_bytes: Vec<u8> = index_data.iter().flat_map(|i| i.to_le_bytes()).collect();
-    uploader.write_buffer(device, &indices, 0, &index_bytes)?;
-    uploader.write_buffer(device, &params, 0, &param_data)?;
-    uploader.flush(device)?;
+    uploader.write_buffer(&indices, 0, &index_bytes)?;
+    uploader.write_buffer(&params, 0, &param_data)?;
+    uploader.flush()?;
 
     let kinds = [
         BindingKind::StorageBuffer,
@@ -128,7 +128,7 @@ pub fn run(device: &Arc<Device>) -> Result<Outcome, Box<dyn std::error::Error>> 
     })?;
 
     let mut out = vec![0u8; results.size() as usize];
-    readback.read(device, 0, &mut out)?;
+    readback.read(0, &mut out)?;
     let floats: Vec<f32> =
         out.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
     let matched = (0..COUNT)
@@ -141,10 +141,10 @@ pub fn run(device: &Arc<Device>) -> Result<Outcome, Box<dyn std::error::Error>> 
 
     let offsets = [vertices.memory().1, indices.memory().1, params.memory().1, results.memory().1];
     program.destroy(device);
-    uploader.destroy(device)?;
-    device.destroy_buffer(readback);
+    uploader.destroy()?;
+    drop(readback);
     for b in [vertices, indices, params, results] {
-        pool.free_buffer(b).map_err(|b| format!("{} was refused by its pool", b.name()))?;
+        pool.free_buffer(b).map_err(|refused| refused.to_string())?;
     }
     drop(pool);
     Ok(Outcome { offsets, matched })

@@ -71,7 +71,7 @@ type Sampled = ([u8; 4], bool, f32);
 struct Sampler<'a> {
     device: &'a Arc<Device>,
     program: ComputeProgram,
-    sampler: vk::Sampler,
+    sampler: residency::vulkan::Sampler,
 }
 
 impl Sampler<'_> {
@@ -84,7 +84,7 @@ impl Sampler<'_> {
     ) -> Result<Vec<Sampled>, Box<dyn std::error::Error>> {
         let device = self.device;
         let n = samples.len() as u64;
-        let probes = device.create_buffer(
+        let mut probes = device.create_buffer(
             &BufferDesc::new("samples", n * 16, BufferUsage::STORAGE).with_intent(MemoryIntent::Upload),
         )?;
         let results = device.create_buffer(
@@ -97,16 +97,20 @@ impl Sampler<'_> {
             .flat_map(|s| [uv(s.x), uv(s.y), s.lod as f32, 0.0])
             .flat_map(f32::to_le_bytes)
             .collect();
-        probes.write(device, 0, &bytes)?;
+        probes.write(0, &bytes)?;
         let set = self.program.descriptor_set(
             device,
             &[
                 Binding::Image {
                     view: image.view(),
-                    sampler: self.sampler,
+                    sampler: self.sampler.raw(),
                     layout: vk::ImageLayout::GENERAL,
                 },
-                Binding::Image { view: map.view(), sampler: self.sampler, layout: vk::ImageLayout::GENERAL },
+                Binding::Image {
+                    view: map.view(),
+                    sampler: self.sampler.raw(),
+                    layout: vk::ImageLayout::GENERAL,
+                },
                 Binding::Buffer(&probes),
                 Binding::Buffer(&results),
             ],
@@ -118,9 +122,9 @@ impl Sampler<'_> {
             self.program.dispatch(device, cmd, set, &push, [(n as u32).div_ceil(64), 1, 1]);
         })?;
         let mut out = vec![0u8; (n * 32) as usize];
-        results.read(device, 0, &mut out)?;
-        device.destroy_buffer(probes);
-        device.destroy_buffer(results);
+        results.read(0, &mut out)?;
+        drop(probes);
+        drop(results);
         Ok(out
             .chunks_exact(32)
             .map(|r| {
@@ -156,7 +160,7 @@ fn check(image: &SparseImage, samples: &[Sample], got: &[Sampled]) -> usize {
 /// Uploads every texel of the tiles of `mip` that `region` touches.
 fn upload(
     uploader: &Uploader,
-    device: &Device,
+    _device: &Device,
     image: &SparseImage,
     mip: u32,
     region: TexelRegion,
@@ -182,7 +186,7 @@ fn upload(
                 offset: [x0, y0, 0],
                 extent: [w, h, 1],
             };
-            uploader.write_image(device, &target, &data)?;
+            uploader.write_image(&target, &data)?;
         }
     }
     Ok(())
@@ -237,7 +241,7 @@ pub fn run(device: &Arc<Device>) -> Result<Outcome, Box<dyn std::error::Error>> 
     }
     let mut map = MinLodMap::new(device, &image)?;
     map.update(device, &uploader, &mut image)?;
-    uploader.wait_idle(device)?;
+    uploader.wait_idle()?;
 
     let program = ComputeProgram::new(
         device,
@@ -272,7 +276,7 @@ pub fn run(device: &Arc<Device>) -> Result<Outcome, Box<dyn std::error::Error>> 
     image.release_region(&pool, 0, 0, TexelRegion { offset: [w, 0, 0], extent: [1, 1, 1] })?;
     pool.flush_binds(&mut [&mut image])?;
     map.update(device, &uploader, &mut image)?;
-    uploader.wait_idle(device)?;
+    uploader.wait_idle()?;
     let after = [Sample { x: w + 100, y: h - 1, lod: 0 }, Sample { x: 10, y: 20, lod: 0 }];
     assert_eq!(expected_lod(&image, after[0]), Some(1), "the released tile falls back to mip 1");
     matched += check(&image, &after, &sampler.run(&image, &map, &after)?);
@@ -282,7 +286,7 @@ pub fn run(device: &Arc<Device>) -> Result<Outcome, Box<dyn std::error::Error>> 
     image.release_all(&pool)?;
     pool.flush_binds(&mut [&mut image])?;
     map.update(device, &uploader, &mut image)?;
-    uploader.wait_idle(device)?;
+    uploader.wait_idle()?;
     let none = [Sample { x: 10, y: 20, lod: 0 }];
     assert_eq!(expected_lod(&image, none[0]), None);
     matched += check(&image, &none, &sampler.run(&image, &map, &none)?);
@@ -290,9 +294,9 @@ pub fn run(device: &Arc<Device>) -> Result<Outcome, Box<dyn std::error::Error>> 
 
     device.wait_idle()?;
     sampler.program.destroy(device);
-    device.destroy_sampler(sampler.sampler);
+    drop(sampler.sampler);
     map.destroy(device);
-    uploader.destroy(device)?;
+    uploader.destroy()?;
     let total_tiles = u64::from(layout.tile_count() + layout.mip_tail().map_or(0, |t| t.tiles * t.count));
     image.destroy(&pool);
     drop(pool);

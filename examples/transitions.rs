@@ -122,8 +122,8 @@ pub fn run(device: &Arc<Device>, forget_index_read: bool) -> Result<Outcome, Box
     )?;
     assert_eq!(indices.memory().0, neighbour.memory().0, "the index buffer and its neighbour share a page");
     let uploader = Uploader::new(device, "transitions", 1 << 20)?;
-    uploader.write_buffer(device, &positions, 0, &quad_vertices())?;
-    uploader.wait_idle(device)?;
+    uploader.write_buffer(&positions, 0, &quad_vertices())?;
+    uploader.wait_idle()?;
     let target = device.create_image(&ImageDesc::new_2d(
         "offscreen",
         Format::R8G8B8A8Unorm,
@@ -208,7 +208,7 @@ pub fn run(device: &Arc<Device>, forget_index_read: bool) -> Result<Outcome, Box
             draw_buffer_barriers = flush.barriers.buffers.len();
             per_buffer_bytes = flush.barriers.buffers.iter().map(|b| b.size).sum();
             tracker.record(device, cmd, &flush.barriers);
-            draw.render(device, cmd, view, [SIZE, SIZE], [0.0, 0.0, 0.0, 1.0], |cmd| {
+            draw.render(device, cmd, view.raw(), [SIZE, SIZE], [0.0, 0.0, 0.0, 1.0], |cmd| {
                 // SAFETY: `cmd` is inside rendering on this device; both buffers are live.
                 unsafe {
                     device.raw().cmd_bind_vertex_buffers(cmd, 0, &[positions.raw()], &[positions.offset()]);
@@ -274,7 +274,7 @@ pub fn run(device: &Arc<Device>, forget_index_read: bool) -> Result<Outcome, Box
     recorded?;
 
     let mut image = vec![0u8; (SIZE * SIZE * 4) as usize];
-    pixels.read(device, 0, &mut image)?;
+    pixels.read(0, &mut image)?;
     let quads_correct = (0..4)
         .filter(|&q| {
             let (cx, cy) = ((q % 2) as u32 * SIZE / 2 + SIZE / 4, (q / 2) as u32 * SIZE / 2 + SIZE / 4);
@@ -285,7 +285,7 @@ pub fn run(device: &Arc<Device>, forget_index_read: bool) -> Result<Outcome, Box
         })
         .count();
     let mut raw = vec![0u8; 1024];
-    values.read(device, 0, &mut raw)?;
+    values.read(0, &mut raw)?;
     let neighbour_correct = raw
         .chunks_exact(4)
         .enumerate()
@@ -383,13 +383,13 @@ pub fn run(device: &Arc<Device>, forget_index_read: bool) -> Result<Outcome, Box
     draw.destroy(device);
     cull.destroy(device);
     fill.destroy(device);
-    device.destroy_image_view(view);
-    device.destroy_image(target);
-    device.destroy_buffer(pixels);
-    device.destroy_buffer(values);
-    uploader.destroy(device)?;
+    drop(view);
+    drop(target);
+    drop(pixels);
+    drop(values);
+    uploader.destroy()?;
     for b in [positions, indices, neighbour] {
-        pool.free_buffer(b).map_err(|b| format!("{} refused", b.name()))?;
+        pool.free_buffer(b).map_err(|refused| refused.to_string())?;
     }
     Ok(Outcome {
         quads_correct,

@@ -222,10 +222,10 @@ fn upload_throughput(
                     offset: [tx * shape.width, ty * shape.height, 0],
                     extent: [shape.width, shape.height, 1],
                 };
-                uploader.write_image(device, &region, &tile)?;
+                uploader.write_image(&region, &tile)?;
             }
         }
-        uploader.wait_idle(device)?;
+        uploader.wait_idle()?;
         Ok(started.elapsed().as_micros().max(1) as u64)
     };
     let (mut sparse_runs, mut dense_runs) = (Vec::new(), Vec::new());
@@ -233,8 +233,8 @@ fn upload_throughput(
         sparse_runs.push(write_all(image.raw())?);
         dense_runs.push(write_all(dense.raw())?);
     }
-    uploader.destroy(device)?;
-    device.destroy_image(dense);
+    uploader.destroy()?;
+    drop(dense);
     let bytes = u64::from(side * side) * tile.len() as u64;
     let mb = |micros: u64| bytes as f64 / micros as f64; // bytes per µs = MB/s
     let (s, d) = (mb(median(sparse_runs)), mb(median(dense_runs)));

@@ -84,8 +84,8 @@ impl Workload {
         for name in ["temporary upload", "character indices", "culling scratch"] {
             if let Some(i) = self.pool_buffers.iter().position(|b| b.name() == name) {
                 let buffer = self.pool_buffers.remove(i);
-                if let Err(buffer) = self.pool.free_buffer(buffer) {
-                    self.pool_buffers.push(*buffer);
+                if let Err(refused) = self.pool.free_buffer(buffer) {
+                    self.pool_buffers.push(*refused.resource);
                 }
             }
         }
@@ -112,14 +112,14 @@ impl Workload {
         device.memory_report_with(&sources)
     }
 
-    fn free(self, device: &Device) {
+    fn free(self, _device: &Device) {
         for buffer in self.pool_buffers {
-            if let Err(buffer) = self.pool.free_buffer(buffer) {
-                tracing::error!(buffer = buffer.name(), "the pool refused its own buffer");
+            if let Err(refused) = self.pool.free_buffer(buffer) {
+                tracing::error!(error = %refused, "the pool refused its own buffer");
             }
         }
         for buffer in self.general {
-            device.destroy_buffer(buffer);
+            drop(buffer);
         }
     }
 }

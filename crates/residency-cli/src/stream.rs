@@ -27,7 +27,7 @@ use residency::vulkan::software::{SoftwareTexture, DEFAULT_BORDER};
 use residency::vulkan::sparse::{MinLodMap, SparseImage, TileHeaps};
 use residency::vulkan::{
     Buffer, BufferDesc, CommandContext, Device, DeviceSet, DeviceSetDesc, Filter, Image, ImageDesc,
-    ImageRegion, Submission, Uploader,
+    ImageRegion, ImageView, Submission, Uploader,
 };
 use serde::Serialize;
 use std::collections::HashMap;
@@ -487,7 +487,7 @@ pub fn run(args: &StreamArgs) -> anyhow::Result<ExitCode> {
 struct Slot {
     feedback: Buffer,
     outputs: [Image; 2],
-    views: [vk::ImageView; 2],
+    views: [ImageView; 2],
     readback: [Buffer; 2],
     /// The frame rendering into this slot and its submission, until it has been read back.
     submitted: Option<(u64, Submission)>,
@@ -500,50 +500,31 @@ impl Slot {
             &BufferDesc::new(format!("feedback {n}"), feedback_bytes, BufferUsage::STORAGE)
                 .with_intent(MemoryIntent::Readback),
         )?;
-        // Everything made so far, destroyed again if a later step fails.
-        let mut outputs: Vec<Image> = Vec::new();
-        let mut readback: Vec<Buffer> = Vec::new();
-        let mut views: Vec<vk::ImageView> = Vec::new();
-        let made = (|| -> anyhow::Result<()> {
-            for name in ["streamed", "reference"] {
-                outputs.push(device.create_image(&ImageDesc::new_2d(
-                    format!("{name} frame {n}"),
-                    Format::R8G8B8A8Unorm,
-                    width,
-                    height,
-                    ImageUsage::STORAGE | ImageUsage::COPY_SRC,
-                ))?);
-                readback.push(
-                    device.create_buffer(
-                        &BufferDesc::new(
-                            format!("{name} frame {n} read-back"),
-                            u64::from(width) * u64::from(height) * 4,
-                            BufferUsage::COPY_DST,
-                        )
-                        .with_intent(MemoryIntent::Readback),
-                    )?,
-                );
-            }
-            device.discard_to_general(&[&outputs[0], &outputs[1]])?;
-            for output in &outputs {
-                views.push(device.create_image_view(output, 0..1)?);
-            }
-            Ok(())
-        })();
-        if let Err(e) = made {
-            views.into_iter().for_each(|v| device.destroy_image_view(v));
-            outputs.into_iter().for_each(|i| device.destroy_image(i));
-            readback.into_iter().for_each(|b| device.destroy_buffer(b));
-            device.destroy_buffer(feedback);
-            return Err(e);
-        }
-        let (Ok(outputs), Ok(readback), Ok(views)) = (
-            <[Image; 2]>::try_from(outputs),
-            <[Buffer; 2]>::try_from(readback),
-            <[vk::ImageView; 2]>::try_from(views),
-        ) else {
-            unreachable!("two of each were made");
+        // Each object is released when dropped, so an error part-way leaves nothing behind.
+        let image = |name: &str| {
+            device.create_image(&ImageDesc::new_2d(
+                format!("{name} frame {n}"),
+                Format::R8G8B8A8Unorm,
+                width,
+                height,
+                ImageUsage::STORAGE | ImageUsage::COPY_SRC,
+            ))
         };
+        let read_back = |name: &str| {
+            device.create_buffer(
+                &BufferDesc::new(
+                    format!("{name} frame {n} read-back"),
+                    u64::from(width) * u64::from(height) * 4,
+                    BufferUsage::COPY_DST,
+                )
+                .with_intent(MemoryIntent::Readback),
+            )
+        };
+        let outputs = [image("streamed")?, image("reference")?];
+        let readback = [read_back("streamed")?, read_back("reference")?];
+        device.discard_to_general(&[&outputs[0], &outputs[1]])?;
+        let views =
+            [device.create_image_view(&outputs[0], 0..1)?, device.create_image_view(&outputs[1], 0..1)?];
         Ok(Slot { feedback, outputs, views, readback, submitted: None })
     }
 
@@ -594,27 +575,14 @@ impl Slot {
     }
 
     /// The streamed and the reference frame, once the frame's submission has completed.
-    fn read(&self, device: &Device) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
+    fn read(&self, _device: &Device) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
         let mut out = [Vec::new(), Vec::new()];
         for (px, buffer) in out.iter_mut().zip(&self.readback) {
             *px = vec![0; buffer.size() as usize];
-            buffer.read(device, 0, px)?;
+            buffer.read(0, px)?;
         }
         let [streamed, reference] = out;
         Ok((streamed, reference))
-    }
-
-    fn destroy(self, device: &Device) {
-        for view in self.views {
-            device.destroy_image_view(view);
-        }
-        for image in self.outputs {
-            device.destroy_image(image);
-        }
-        for buffer in self.readback {
-            device.destroy_buffer(buffer);
-        }
-        device.destroy_buffer(self.feedback);
     }
 }
 
@@ -729,11 +697,11 @@ pub fn fly(
     let feedback = manager.feedback_layout(FeedbackDesc::default())?;
     let fb_bytes = feedback.buffer_bytes();
     let table_words = feedback.image_table();
-    let table = device.create_buffer(
+    let mut table = device.create_buffer(
         &BufferDesc::new("image table", table_words.len() as u64 * 4, BufferUsage::STORAGE)
             .with_intent(residency::core::memory::MemoryIntent::Upload),
     )?;
-    table.write(&device, 0, &table_words.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<_>>())?;
+    table.write(0, &table_words.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<_>>())?;
     let uploader = Uploader::new(&device, "stream", 32 << 20)?;
     let table_now = manager.residency(id).context("registered image")?.page_table();
     let mut backend = match hardware {
@@ -757,7 +725,7 @@ pub fn fly(
             Backend::Software { texture }
         }
     };
-    uploader.flush(&device)?;
+    uploader.flush()?;
 
     // The fully resident reference copy.
     let reference = device.create_image(
@@ -795,12 +763,12 @@ pub fn fly(
                     offset: [x * 128, y * 128, 0],
                     extent: [w, h, 1],
                 };
-                uploader.write_image(&device, &region, &data)?;
+                uploader.write_image(&region, &data)?;
                 progress.inc(1);
             }
         }
     }
-    uploader.wait_idle(&device)?;
+    uploader.wait_idle()?;
 
     let kinds = [
         BindingKind::SampledImage,
@@ -829,16 +797,16 @@ pub fn fly(
     for n in 0..in_flight {
         let slot = Slot::new(&device, n, args.width, args.height, fb_bytes)?;
         let mut sets = [vk::DescriptorSet::null(); 2];
-        for (set, out) in sets.iter_mut().zip(slot.views) {
+        for (set, out) in sets.iter_mut().zip(&slot.views) {
             *set = program.descriptor_set(
                 &device,
                 &[
-                    Binding::Image { view: texture_view, sampler: trilinear, layout: general },
-                    Binding::Image { view: map_view, sampler: nearest, layout: general },
-                    Binding::Image { view: out, sampler: vk::Sampler::null(), layout: general },
+                    Binding::Image { view: texture_view, sampler: trilinear.raw(), layout: general },
+                    Binding::Image { view: map_view, sampler: nearest.raw(), layout: general },
+                    Binding::Image { view: out.raw(), sampler: vk::Sampler::null(), layout: general },
                     Binding::Buffer(&slot.feedback),
                     Binding::Buffer(&table),
-                    Binding::Image { view: ref_view, sampler: trilinear, layout: general },
+                    Binding::Image { view: ref_view.raw(), sampler: trilinear.raw(), layout: general },
                 ],
             )?;
         }
@@ -865,7 +833,7 @@ pub fn fly(
      -> anyhow::Result<Option<Vec<TileRequest>>> {
         let requests = if with_feedback {
             let mut bytes = vec![0u8; fb_bytes as usize];
-            slot.feedback.read(&device, 0, &mut bytes)?;
+            slot.feedback.read(0, &mut bytes)?;
             Some(feedback.decode(&bytes, f)?.requests)
         } else {
             None
@@ -912,7 +880,7 @@ pub fn fly(
             for (slot, _) in &slots {
                 if let Some((_, submission)) = &slot.submitted {
                     let t = Instant::now();
-                    commands.wait_for(&device, submission)?;
+                    commands.wait_for(submission)?;
                     waited += t.elapsed();
                     any = true;
                 }
@@ -936,7 +904,7 @@ pub fn fly(
                             offset: region.offset,
                             extent: region.extent,
                         };
-                        uploader.write_image(&device, &target, &data)?;
+                        uploader.write_image(&target, &data)?;
                     }
                 }
                 for change in &out.changes {
@@ -960,7 +928,7 @@ pub fn fly(
         }
         // Uploads are ordered after the frames in flight on the queue (the uploader's barrier), so
         // no frame reads a tile or the map while it is written.
-        uploader.flush(&device)?;
+        uploader.flush()?;
         if let Backend::Hardware { heaps, .. } = &mut backend {
             heaps.release(&out.heaps_released);
         }
@@ -971,13 +939,13 @@ pub fn fly(
             header[..16].copy_from_slice(
                 &feedback.header_words(frame).iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<_>>(),
             );
-            slot.feedback.write(&device, 0, &header)?;
+            slot.feedback.write(0, &header)?;
         }
         let streamed_push = push_constants(frame, args.frames, side, vt.width, false, sampling);
         let reference_push = push_constants(frame, args.frames, side, vt.width, true, sampling);
         let groups = [args.width.div_ceil(8), args.height.div_ceil(8), 1];
         let mut recorded = Ok(());
-        let submission = commands.submit(&device, &[], &[], |cmd| {
+        let submission = commands.submit(&[], &[], |cmd| {
             recorded = slot.record(&device, cmd, |cmd| {
                 let q = 4 * slot_index as u32;
                 timestamps.cmd_reset(&device, cmd, q..q + 4);
@@ -1009,14 +977,14 @@ pub fn fly(
             let next_slot = (next % u64::from(in_flight)) as usize;
             if let Some((_, submission)) = &slots[next_slot].0.submitted {
                 let t = Instant::now();
-                commands.wait_for(&device, submission)?;
+                commands.wait_for(submission)?;
                 waited += t.elapsed();
             }
             let mut gpu_completed = None;
             for f in next.saturating_sub(u64::from(in_flight))..next {
                 let (slot, _) = &slots[(f % u64::from(in_flight)) as usize];
                 if let Some((sf, submission)) = &slot.submitted {
-                    if *sf == f && !commands.is_complete(&device, submission)? {
+                    if *sf == f && !commands.is_complete(submission)? {
                         break;
                     }
                 }
@@ -1055,7 +1023,7 @@ pub fn fly(
     for f in args.frames.saturating_sub(u64::from(in_flight))..args.frames {
         let slot = &mut slots[(f % u64::from(in_flight)) as usize].0;
         if let Some((sf, submission)) = slot.submitted.take() {
-            commands.wait_for(&device, &submission)?;
+            commands.wait_for(&submission)?;
             read_frame(&mut finished, slot, sf, sampling.frame_active(sf))?;
         }
     }
@@ -1110,16 +1078,14 @@ pub fn fly(
         last_frame,
     };
 
-    commands.destroy(&device);
-    for (slot, _) in slots {
-        slot.destroy(&device);
-    }
-    device.destroy_image_view(ref_view);
-    device.destroy_sampler(trilinear);
-    device.destroy_sampler(nearest);
+    commands.destroy();
+    drop(slots);
+    drop(ref_view);
+    drop(trilinear);
+    drop(nearest);
     program.destroy(&device);
-    device.destroy_image(reference);
-    uploader.destroy(&device)?;
+    drop(reference);
+    uploader.destroy()?;
     timestamps.destroy(&device);
     match backend {
         Backend::Hardware { heaps, image, map } => {
@@ -1129,6 +1095,6 @@ pub fn fly(
         }
         Backend::Software { texture } => texture.destroy(&device),
     }
-    device.destroy_buffer(table);
+    drop(table);
     Ok(report)
 }

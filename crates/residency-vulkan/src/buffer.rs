@@ -3,9 +3,10 @@
 
 use crate::device::Device;
 use crate::error::VulkanError;
-use crate::ledger::{FaultSite, ObjectId};
+use crate::ledger::FaultSite;
 use crate::memory::{MappedPtr, MemoryError};
-use crate::resource_memory::{DedicatedTarget, PlaceRequest, ResourceMemory};
+use crate::resource_memory::{DedicatedTarget, PlaceRequest};
+use crate::retire::{ForeignUse, Garbage, GpuUse, Life};
 use ash::vk;
 use residency_core::allocator::ResourceKind;
 use residency_core::device_mask::DeviceIndex;
@@ -89,11 +90,15 @@ impl BufferDesc {
     }
 }
 
-/// A buffer. Free it explicitly, by value: [`Device::destroy_buffer`] or the pool's
-/// `free_buffer`; a buffer never frees itself on drop (a dropped buffer is reported as leaked).
+/// A buffer. It is released when dropped: its `VkBuffer` and memory go back once the GPU work that
+/// may use it has completed (see [`Buffer::used_until`] and the crate's ownership rules). A buffer
+/// keeps what it points into alive: its device, and its pool for a pool's buffer, so its mapping
+/// stays valid as long as it lives. [`Device::destroy_buffer`] and
+/// [`BufferPool::free_buffer`](crate::BufferPool::free_buffer) release it explicitly and refuse a
+/// buffer of another device or pool.
 #[derive(Debug)]
-#[must_use = "a buffer is released only by destroying it explicitly"]
 pub struct Buffer {
+    pub(crate) life: Arc<Life>,
     pub(crate) raw: vk::Buffer,
     pub(crate) range_offset: u64,
     pub(crate) size: u64,
@@ -105,9 +110,8 @@ pub struct Buffer {
     pub(crate) mapped: Option<MappedPtr>,
     pub(crate) coherent: bool,
     pub(crate) placement: BufferPlacement,
-    pub(crate) device: DeviceIndex,
-    pub(crate) owner: ResourceMemory,
-    pub(crate) id: ObjectId,
+    /// The pool that made it (its id), if any.
+    pub(crate) pool: Option<u64>,
     /// The id state tracking knows it by.
     pub(crate) resource: residency_core::sync::ResourceId,
 }
@@ -145,6 +149,54 @@ pub enum AccessError {
     Vulkan(#[from] VulkanError),
 }
 
+/// Why a resource was refused by the owner it was handed to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ForeignReason {
+    /// It lives on another device.
+    OtherDevice {
+        /// Its device.
+        owner: DeviceIndex,
+        /// The device it was handed to.
+        target: DeviceIndex,
+    },
+    /// It was made by a pool (or outside any pool) other than the one it was handed to.
+    OtherPool {
+        /// The pool that made it (`None`: the device's general allocator).
+        owner: Option<String>,
+        /// The owner it was handed to (`None`: the device's general allocator).
+        target: Option<String>,
+    },
+}
+
+impl std::fmt::Display for ForeignReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let pool = |p: &Option<String>| {
+            p.as_ref().map_or("the device's allocator".to_owned(), |p| format!("pool `{p}`"))
+        };
+        match self {
+            ForeignReason::OtherDevice { owner, target } => {
+                write!(f, "it lives on device {owner}, not device {target}")
+            }
+            ForeignReason::OtherPool { owner, target } => {
+                write!(f, "it was made by {}, not {}", pool(owner), pool(target))
+            }
+        }
+    }
+}
+
+/// A resource handed to an owner that did not make it. Nothing changed: the resource comes back
+/// alive in `resource`.
+#[derive(Debug, thiserror::Error)]
+#[error("`{name}` was refused: {reason}")]
+pub struct ForeignResource<T: std::fmt::Debug> {
+    /// The resource, unchanged.
+    pub resource: Box<T>,
+    /// Its name.
+    pub name: String,
+    /// Why.
+    pub reason: ForeignReason,
+}
+
 impl Buffer {
     /// The `VkBuffer` to bind. For [`BufferPlacement::Range`] it is the page's buffer: bind it at
     /// [`Buffer::offset`].
@@ -179,7 +231,12 @@ impl Buffer {
 
     /// The device it lives on.
     pub fn device_index(&self) -> DeviceIndex {
-        self.device
+        self.life.device().index()
+    }
+
+    /// The device it lives on (kept alive by the buffer).
+    pub fn device(&self) -> &Arc<Device> {
+        self.life.device()
     }
 
     /// The memory it is bound to and the offset there.
@@ -197,66 +254,100 @@ impl Buffer {
         self.mapped.is_some()
     }
 
-    fn check(&self, offset: u64, len: usize) -> Result<MappedPtr, AccessError> {
+    /// Declares that GPU work the renderer submitted itself uses this buffer until `until` (a
+    /// point of a [`Timeline`](crate::Timeline), of a residency [`Submission`](crate::Submission),
+    /// or [`Device::frames_from_now`]): dropping the buffer earlier defers its destruction until
+    /// then. Work residency submits needs no declaration. A use of another device is refused.
+    pub fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
+        self.life.used_until(until)
+    }
+
+    pub(crate) fn life(&self) -> &Arc<Life> {
+        &self.life
+    }
+
+    fn check(&self, offset: u64, len: usize) -> Result<std::ptr::NonNull<u8>, AccessError> {
         let mapped = self.mapped.ok_or_else(|| AccessError::NotMappable { name: self.name.to_string() })?;
         let end = offset.saturating_add(len as u64);
+        let out_of_bounds =
+            || AccessError::OutOfBounds { name: self.name.to_string(), offset, end, size: self.size };
         if end > self.size {
-            return Err(AccessError::OutOfBounds {
-                name: self.name.to_string(),
-                offset,
-                end,
-                size: self.size,
-            });
+            return Err(out_of_bounds());
         }
-        Ok(mapped)
+        // The buffer lies inside its block, so this only fails on a bug; it is checked anyway.
+        mapped.range(self.memory_offset + offset, len as u64).ok_or_else(out_of_bounds)
     }
 
     /// The memory range to flush or invalidate for bytes `offset..offset+len`, widened to
-    /// `nonCoherentAtomSize` and clamped to the memory object.
-    fn atom_range(&self, device: &Device, offset: u64, len: u64) -> vk::MappedMemoryRange<'static> {
-        let atom = device.limits().non_coherent_atom_size.max(1);
+    /// `nonCoherentAtomSize` and clamped to the memory object. Allocations in non-coherent memory
+    /// are atom-aligned in offset and size, so the widened range stays inside this buffer's own
+    /// allocation.
+    fn atom_range(&self, offset: u64, len: u64) -> vk::MappedMemoryRange<'static> {
+        let atom = self.device().limits().non_coherent_atom_size.max(1);
         let start = (self.memory_offset + offset) / atom * atom;
         let end = (self.memory_offset + offset + len).next_multiple_of(atom).min(self.memory_size);
         vk::MappedMemoryRange::default().memory(self.memory).offset(start).size(end - start)
     }
 
-    /// Copies `data` into the buffer at `offset` (flushing non-coherent memory).
-    pub fn write(&self, device: &Device, offset: u64, data: &[u8]) -> Result<(), AccessError> {
-        let mapped = self.check(offset, data.len())?;
-        // SAFETY: the range is inside this buffer (checked), which is inside its mapped memory; the
-        // buffer exclusively owns these bytes in the heap, and `data` cannot overlap mapped memory
-        // that only this call writes.
-        unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), mapped.at(self.memory_offset + offset), data.len());
-        }
+    /// Copies `data` into the buffer at `offset` (flushing non-coherent memory). Writes need the
+    /// buffer exclusively (`&mut`): two threads cannot write the same bytes. The GPU must not be
+    /// using these bytes (order your submissions after the write).
+    pub fn write(&mut self, offset: u64, data: &[u8]) -> Result<(), AccessError> {
+        let dst = self.check(offset, data.len())?;
+        // SAFETY: `dst..dst+len` lies inside this buffer's mapped bytes (checked), which stay
+        // mapped while the buffer lives; `&mut self` makes this the only CPU access to them, and
+        // `data` is ordinary host memory that cannot overlap the mapping.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst.as_ptr(), data.len()) };
         if !self.coherent && !data.is_empty() {
-            let range = self.atom_range(device, offset, data.len() as u64);
-            // SAFETY: the range lies in mapped memory of this device, aligned as required.
-            unsafe { device.raw().flush_mapped_memory_ranges(&[range]) }
+            let range = self.atom_range(offset, data.len() as u64);
+            // SAFETY: the range lies in mapped memory of this buffer's device, atom-aligned.
+            unsafe { self.device().raw().flush_mapped_memory_ranges(&[range]) }
                 .map_err(|r| VulkanError::from_vk("vkFlushMappedMemoryRanges", r))?;
         }
         Ok(())
     }
 
     /// Copies bytes of the buffer at `offset` into `out` (invalidating non-coherent memory first).
-    pub fn read(&self, device: &Device, offset: u64, out: &mut [u8]) -> Result<(), AccessError> {
-        let mapped = self.check(offset, out.len())?;
+    pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), AccessError> {
+        let src = self.check(offset, out.len())?;
         if !self.coherent && !out.is_empty() {
-            let range = self.atom_range(device, offset, out.len() as u64);
-            // SAFETY: the range lies in mapped memory of this device, aligned as required.
-            unsafe { device.raw().invalidate_mapped_memory_ranges(&[range]) }
+            let range = self.atom_range(offset, out.len() as u64);
+            // SAFETY: the range lies in mapped memory of this buffer's device, atom-aligned, and
+            // inside this buffer's own allocation (so no neighbour's unflushed write is discarded).
+            unsafe { self.device().raw().invalidate_mapped_memory_ranges(&[range]) }
                 .map_err(|r| VulkanError::from_vk("vkInvalidateMappedMemoryRanges", r))?;
         }
-        // SAFETY: the range is inside this buffer's mapped bytes (checked); `out` is ordinary host
-        // memory that cannot overlap the mapping.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                mapped.at(self.memory_offset + offset),
-                out.as_mut_ptr(),
-                out.len(),
-            );
-        }
+        // SAFETY: the range lies inside this buffer's mapped bytes (checked); no CPU write can run
+        // meanwhile (writes need `&mut self`); `out` is ordinary host memory.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), out.as_mut_ptr(), out.len()) };
         Ok(())
+    }
+
+    /// Flushes bytes `offset..offset+len` of non-coherent memory (a crate-internal writer, such as
+    /// the staging ring, wrote them through the mapping). A failure is logged: the bytes were
+    /// written, only their visibility to the device is in question, and the next flush retries it.
+    pub(crate) fn flush_range(&self, offset: u64, len: u64) {
+        let range = self.atom_range(offset, len);
+        // SAFETY: the range lies in mapped memory of this buffer's device, atom-aligned.
+        if let Err(result) = unsafe { self.device().raw().flush_mapped_memory_ranges(&[range]) } {
+            tracing::warn!(buffer = %self.name, ?result, "vkFlushMappedMemoryRanges failed");
+        }
+    }
+
+    /// Writes a slice of plain-old-data values at `offset` (see [`Buffer::write`]).
+    pub fn write_pod<T: bytemuck::NoUninit>(&mut self, offset: u64, values: &[T]) -> Result<(), AccessError> {
+        self.write(offset, bytemuck::cast_slice(values))
+    }
+
+    /// Reads `count` plain-old-data values from `offset` (see [`Buffer::read`]).
+    pub fn read_pod<T: bytemuck::AnyBitPattern + bytemuck::NoUninit>(
+        &self,
+        offset: u64,
+        count: usize,
+    ) -> Result<Vec<T>, AccessError> {
+        let mut out = vec![T::zeroed(); count];
+        self.read(offset, bytemuck::cast_slice_mut(&mut out))?;
+        Ok(out)
     }
 }
 
@@ -342,6 +433,7 @@ impl Device {
             });
         }
         let (raw, requirements) = create_raw_buffer(self, name, desc.size, desc.usage)?;
+        let raw_guard = RawBuffer::new(self, raw);
         let request = PlaceRequest {
             name,
             requirements,
@@ -352,21 +444,16 @@ impl Device {
             allow_over_budget: desc.allow_over_budget,
             target: DedicatedTarget::Buffer(raw),
         };
-        let placed = match self.place(&request) {
-            Ok(placed) => placed,
-            Err(e) => {
-                // SAFETY: raw was created above and is not bound or used.
-                unsafe { self.raw().destroy_buffer(raw, None) };
-                return Err(e);
-            }
-        };
-        if let Err(e) = bind_buffer(self, raw, placed.memory, placed.offset) {
+        let placed = self.place(&request)?;
+        if let Err(e) = bind_buffer(self, raw_guard.disarm(), placed.memory, placed.offset) {
             self.release(placed.owner);
             return Err(e);
         }
         let name: Arc<str> = Arc::from(name);
         let id = self.ledger().track("buffer", Arc::clone(&name));
+        let life = Life::new(self.arc(), Garbage::Buffer { raw, memory: placed.owner, id }, None);
         Ok(Buffer {
+            life,
             raw,
             range_offset: 0,
             size: desc.size,
@@ -378,23 +465,56 @@ impl Device {
             mapped: placed.mapped,
             coherent: placed.coherent,
             placement: if placed.committed { BufferPlacement::Committed } else { BufferPlacement::Placed },
-            device: self.index(),
-            owner: placed.owner,
-            id,
+            pool: None,
             resource: next_resource_id(),
         })
     }
 
-    /// Destroys a buffer made by [`Device::create_buffer`] and returns its memory.
-    pub fn destroy_buffer(&self, buffer: Buffer) {
-        if let ResourceMemory::Pool { .. } = buffer.owner {
-            tracing::error!(buffer = %buffer.name, "Device::destroy_buffer on a pool buffer: use its pool's free_buffer");
-            return;
-        }
-        // SAFETY: the buffer was created on this device by create_buffer; the caller gives up the
-        // handle (taken by value) and must not have GPU work using it in flight.
-        unsafe { self.raw().destroy_buffer(buffer.raw, None) };
-        self.ledger().untrack(buffer.id);
-        self.release(buffer.owner);
+    /// Releases a buffer made by [`Device::create_buffer`] on this device (as dropping it does:
+    /// deferred while the GPU may use it). A buffer of another device, or of a pool, is refused and
+    /// handed back unchanged.
+    pub fn destroy_buffer(&self, buffer: Buffer) -> Result<(), ForeignResource<Buffer>> {
+        let reason = if !buffer.device().is(self) {
+            ForeignReason::OtherDevice { owner: buffer.device_index(), target: self.index() }
+        } else if buffer.pool.is_some() {
+            ForeignReason::OtherPool { owner: Some(buffer.pool_name()), target: None }
+        } else {
+            drop(buffer);
+            return Ok(());
+        };
+        Err(ForeignResource { name: buffer.name.to_string(), resource: Box::new(buffer), reason })
+    }
+}
+
+impl Buffer {
+    /// The name of the pool that made it (for messages).
+    fn pool_name(&self) -> String {
+        self.life.parent_name().unwrap_or_else(|| "a pool".to_owned())
+    }
+}
+
+/// A `VkBuffer` not yet handed to a [`Life`]: destroyed on drop unless disarmed (error paths).
+pub(crate) struct RawBuffer<'a> {
+    device: &'a Device,
+    raw: vk::Buffer,
+}
+
+impl<'a> RawBuffer<'a> {
+    pub(crate) fn new(device: &'a Device, raw: vk::Buffer) -> RawBuffer<'a> {
+        RawBuffer { device, raw }
+    }
+
+    /// Keeps the buffer: the caller owns it again.
+    pub(crate) fn disarm(self) -> vk::Buffer {
+        let raw = self.raw;
+        std::mem::forget(self);
+        raw
+    }
+}
+
+impl Drop for RawBuffer<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the guard holds a buffer created on this device that was never used by the GPU.
+        unsafe { self.device.raw().destroy_buffer(self.raw, None) };
     }
 }

@@ -9,10 +9,11 @@ use crate::device::Device;
 use crate::error::{Result, VkResultExt, VulkanError};
 use crate::ledger::FaultSite;
 use crate::memory::MemoryError;
+use crate::retire::GpuUse;
 use ash::vk;
 use residency_core::memory::MemoryIntent;
 use residency_core::usage::BufferUsage;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Reading a buffer back failed.
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +47,21 @@ pub enum ReadBackError {
 pub struct Submission {
     slot: usize,
     serial: u64,
+    /// The value of the device's universal timeline this submission signals.
+    point: u64,
+    device: u64,
+}
+
+impl Submission {
+    /// The moment this submission's work ends, for `used_until` on resources it used (residency
+    /// already waits for its own submissions before destroying anything, so this is for work the
+    /// renderer recorded itself into it and wants tied to it explicitly).
+    pub fn gpu_use(&self) -> GpuUse {
+        GpuUse {
+            device: self.device,
+            point: residency_core::sync::GpuPoint::new(crate::retire::UNIVERSAL, self.point),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -64,8 +80,10 @@ struct ContextState {
 }
 
 /// A command pool on the universal queue's family with reusable command buffers and fences.
+/// Dropping it waits for its submissions (bounded on a lost device) and destroys them.
 #[derive(Debug)]
 pub struct CommandContext {
+    device: Arc<Device>,
     name: String,
     state: Mutex<ContextState>,
 }
@@ -80,12 +98,19 @@ impl CommandContext {
         let pool = unsafe { device.raw().create_command_pool(&info, None) }.during("vkCreateCommandPool")?;
         device.set_name(pool, name);
         Ok(CommandContext {
+            device: device.arc(),
             name: name.to_owned(),
             state: Mutex::new(ContextState { pool, slots: Vec::new(), next_serial: 1 }),
         })
     }
 
-    fn free_slot(&self, device: &Device, state: &mut ContextState) -> Result<usize> {
+    /// The device it submits to.
+    pub fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+
+    fn free_slot(&self, state: &mut ContextState) -> Result<usize> {
+        let device = &*self.device;
         for (i, slot) in state.slots.iter_mut().enumerate() {
             if slot.serial == 0 {
                 return Ok(i);
@@ -120,17 +145,17 @@ impl CommandContext {
     /// signalling the given semaphores.
     pub fn submit(
         &self,
-        device: &Device,
         waits: &[vk::SemaphoreSubmitInfo<'_>],
         signals: &[vk::SemaphoreSubmitInfo<'_>],
         record: impl FnOnce(vk::CommandBuffer),
     ) -> Result<Submission> {
+        let device = &*self.device;
         // The fault hook (and a lost device) answer before anything is recorded.
         if let Some(result) = device.ledger().fault_at(FaultSite::QueueSubmit) {
             return Err(VulkanError::from_vk("vkQueueSubmit2", result));
         }
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let index = self.free_slot(device, &mut state)?;
+        let index = self.free_slot(&mut state)?;
         let (command_buffer, fence) = (state.slots[index].command_buffer, state.slots[index].fence);
         let begin = vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
         // SAFETY: the slot is free (its fence signalled or never used), so the command buffer is not
@@ -147,25 +172,44 @@ impl CommandContext {
         // SAFETY: recording began above.
         unsafe { device.raw().end_command_buffer(command_buffer) }.during("vkEndCommandBuffer")?;
         let buffers = [vk::CommandBufferSubmitInfo::default().command_buffer(command_buffer)];
-        let submit = vk::SubmitInfo2::default()
-            .command_buffer_infos(&buffers)
-            .wait_semaphore_infos(waits)
-            .signal_semaphore_infos(signals);
-        {
+        let point = {
             let queue = device.universal_queue().lock();
-            // SAFETY: the queue is locked; the command buffer is executable; the fence is unsignalled.
-            unsafe { device.raw().queue_submit2(*queue, &[submit], fence) }
-                .inspect_err(|&result| device.ledger().note_result(result))
-                .during("vkQueueSubmit2")?;
-        }
+            // The device's universal timeline: values are taken under the queue lock, so they grow
+            // in submission order.
+            let point = device.retirement().next_universal();
+            let mut all_signals = Vec::with_capacity(signals.len() + 1);
+            all_signals.extend_from_slice(signals);
+            all_signals.push(
+                vk::SemaphoreSubmitInfo::default()
+                    .semaphore(device.retirement().universal)
+                    .value(point)
+                    .stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS),
+            );
+            let submit = vk::SubmitInfo2::default()
+                .command_buffer_infos(&buffers)
+                .wait_semaphore_infos(waits)
+                .signal_semaphore_infos(&all_signals);
+            // SAFETY: the queue is locked; the command buffer is executable; the fence is
+            // unsignalled; the timeline value is greater than any signalled or pending before.
+            let submitted = unsafe { device.raw().queue_submit2(*queue, &[submit], fence) };
+            if let Err(result) = submitted {
+                device.retirement().unsubmit(point);
+                device.ledger().note_result(result);
+                return Err(VulkanError::from_vk("vkQueueSubmit2", result));
+            }
+            point
+        };
         let serial = state.next_serial;
         state.next_serial += 1;
         state.slots[index].serial = serial;
-        Ok(Submission { slot: index, serial })
+        drop(state);
+        device.maintain();
+        Ok(Submission { slot: index, serial, point, device: device.uid() })
     }
 
     /// Whether `submission` has finished executing; never waits.
-    pub fn is_complete(&self, device: &Device, submission: &Submission) -> Result<bool> {
+    pub fn is_complete(&self, submission: &Submission) -> Result<bool> {
+        let device = &*self.device;
         let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let slot = &state.slots[submission.slot];
         if slot.serial != submission.serial {
@@ -181,13 +225,14 @@ impl CommandContext {
     }
 
     /// Waits until `submission` has finished executing.
-    pub fn wait(&self, device: &Device, submission: Submission) -> Result<()> {
-        self.wait_for(device, &submission)
+    pub fn wait(&self, submission: Submission) -> Result<()> {
+        self.wait_for(&submission)
     }
 
     /// Waits until `submission` has finished executing, keeping the handle (a frame ring keeps it
     /// until the frame has been read back).
-    pub fn wait_for(&self, device: &Device, submission: &Submission) -> Result<()> {
+    pub fn wait_for(&self, submission: &Submission) -> Result<()> {
+        let device = &*self.device;
         let fence = {
             let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
             let slot = &state.slots[submission.slot];
@@ -205,9 +250,17 @@ impl CommandContext {
             .during("vkWaitForFences")
     }
 
-    /// Waits for every submission, then destroys the pool, its command buffers and fences.
-    pub fn destroy(self, device: &Device) {
-        let state = self.state.into_inner().unwrap_or_else(|e| e.into_inner());
+    /// Waits for every submission, then destroys the pool, its command buffers and fences (as
+    /// dropping it does).
+    pub fn destroy(self) {
+        drop(self);
+    }
+}
+
+impl Drop for CommandContext {
+    fn drop(&mut self) {
+        let device = &*self.device;
+        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
         let fences: Vec<_> = state.slots.iter().filter(|s| s.serial != 0).map(|s| s.fence).collect();
         // Bounded on a lost device: teardown never waits forever.
         device.settle_fences(&fences);
@@ -264,6 +317,7 @@ impl Device {
             .src_access_mask(vk::AccessFlags2::TRANSFER_WRITE)
             .dst_stage_mask(vk::PipelineStageFlags2::HOST)
             .dst_access_mask(vk::AccessFlags2::HOST_READ)];
+        let staging = staging;
         let copied = self.submit_once("read back", |cmd| {
             // SAFETY: `cmd` is recording on this device.
             unsafe {
@@ -278,8 +332,7 @@ impl Device {
         let mut out = vec![0; len as usize];
         let read = copied
             .map_err(ReadBackError::from)
-            .and_then(|()| staging.read(self, 0, &mut out).map_err(ReadBackError::from));
-        self.destroy_buffer(staging);
+            .and_then(|()| staging.read(0, &mut out).map_err(ReadBackError::from));
         read.map(|()| out)
     }
 
@@ -314,8 +367,6 @@ impl Device {
     /// Convenient for set-up, tests and examples; hot paths keep a [`CommandContext`].
     pub fn submit_once(&self, name: &str, record: impl FnOnce(vk::CommandBuffer)) -> Result<()> {
         let context = CommandContext::new(self, name)?;
-        let result = context.submit(self, &[], &[], record).and_then(|s| context.wait(self, s));
-        context.destroy(self);
-        result
+        context.submit(&[], &[], record).and_then(|s| context.wait(s))
     }
 }

@@ -5,13 +5,15 @@ use crate::instance::{version_string, InstanceShared};
 use crate::ledger::{FaultSite, Ledger};
 use crate::memory::BlockList;
 use crate::profile_capture;
+use crate::retire::Retirement;
 use crate::validation::ValidationLog;
 use ash::vk;
 use residency_core::device_mask::DeviceIndex;
 use residency_core::memory::HeapGrowth;
 use residency_core::profile::{DeviceProfile, MemoryHeap, MemoryProperties};
 use std::ffi::{CStr, CString};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 /// A queue. Queues are externally synchronised in Vulkan; the lock serialises submissions from
 /// several threads and lets the universal and sparse roles share one `VkQueue` when the device
@@ -88,7 +90,15 @@ pub struct Device {
     /// Whether residency created the logical device (and destroys it); an adopted one belongs to
     /// the application.
     owned: bool,
+    /// Unique over the process: resources check that they are handed back to their own device.
+    uid: u64,
+    /// The `Arc` this device lives in (resources keep their device alive through it).
+    this: Weak<Device>,
+    /// Deferred destruction: clocks and the retire queue.
+    retirement: Retirement,
 }
+
+static NEXT_DEVICE_UID: AtomicU64 = AtomicU64::new(1);
 
 impl std::fmt::Debug for Device {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -112,7 +122,8 @@ impl Device {
         physical_index: u32,
         index: DeviceIndex,
         sparse_residency: bool,
-    ) -> Result<Device> {
+        non_coherent_atom: u64,
+    ) -> Result<Arc<Device>> {
         let instance = &shared.instance;
         // SAFETY: physical was enumerated from this instance.
         let props = unsafe { instance.get_physical_device_properties(physical) };
@@ -135,10 +146,10 @@ impl Device {
         let has_dynamic_rendering = f13.dynamic_rendering == vk::TRUE;
         let (has_timeline, has_bda) =
             (f12.timeline_semaphore == vk::TRUE, f12.buffer_device_address == vk::TRUE);
-        if !has_sync2 || !has_maint4 {
+        if !has_sync2 || !has_maint4 || !has_timeline {
             return Err(VulkanError::Unsupported {
                 device: name,
-                reason: "synchronization2 and maintenance4 are required".into(),
+                reason: "synchronization2, maintenance4 and timelineSemaphore are required".into(),
             });
         }
 
@@ -242,7 +253,8 @@ impl Device {
             universal,
             sparse,
             owned: true,
-        });
+            non_coherent_atom,
+        })?;
         tracing::info!(
             device = %device.index,
             name = %device.name,
@@ -253,8 +265,9 @@ impl Device {
     }
 
     /// The part of creation shared by created and adopted devices: debug names, memory
-    /// properties, the ledger and the general allocator.
-    fn from_parts(parts: Parts) -> Device {
+    /// properties, the ledger, the general allocator and the clocks of deferred destruction. A
+    /// failure destroys a device residency created.
+    fn from_parts(parts: Parts) -> Result<Arc<Device>> {
         let Parts {
             shared,
             physical,
@@ -267,12 +280,33 @@ impl Device {
             universal,
             sparse,
             owned,
+            non_coherent_atom,
         } = parts;
+        let retirement = match Retirement::new(&raw) {
+            Ok(r) => r,
+            Err(e) => {
+                if owned {
+                    // SAFETY: the device was created by residency a moment ago and has no objects.
+                    unsafe { raw.destroy_device(None) };
+                }
+                return Err(e);
+            }
+        };
         let instance = &shared.instance;
         let has_budget = features.memory_budget;
         let debug_utils =
             shared.debug_utils.as_ref().map(|_| ash::ext::debug_utils::Device::new(instance, &raw));
-        let memory = profile_capture::memory_properties(instance, physical, has_budget);
+        let mut memory = profile_capture::memory_properties(instance, physical, has_budget);
+        let mut limits = props.limits;
+        if non_coherent_atom > 0 {
+            // A test configuration: host-visible memory treated as non-coherent (flushes and
+            // invalidates are legal on coherent memory), with a coarser atom.
+            for t in memory.types.iter_mut().filter(|t| t.flags.host_visible) {
+                t.flags.host_coherent = false;
+            }
+            limits.non_coherent_atom_size =
+                limits.non_coherent_atom_size.max(non_coherent_atom).next_power_of_two();
+        }
         let ledger = Ledger::new(memory.heaps.len(), props.limits.max_memory_allocation_count);
         let general = memory
             .types
@@ -286,11 +320,12 @@ impl Device {
                     i as u32,
                     growth,
                     props.limits.buffer_image_granularity,
-                );
+                )
+                .with_atom(t, limits.non_coherent_atom_size);
                 Mutex::new(list)
             })
             .collect();
-        let device = Device {
+        let device = Arc::new_cyclic(|this| Device {
             index,
             physical_index,
             name,
@@ -300,7 +335,7 @@ impl Device {
             sparse,
             profile: OnceLock::new(),
             memory,
-            limits: props.limits,
+            limits,
             ledger,
             general,
             debug_utils,
@@ -308,14 +343,37 @@ impl Device {
             physical,
             shared,
             owned,
-        };
+            uid: NEXT_DEVICE_UID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            this: this.clone(),
+            retirement,
+        });
         let label = format!("residency {} ({})", device.index, device.name);
         device.set_name(device.raw.handle(), &label);
         device.set_name(*device.universal.lock(), &format!("{label} universal queue"));
         if let Some(sparse) = device.sparse.as_ref().filter(|s| !Arc::ptr_eq(s, &device.universal)) {
             device.set_name(*sparse.lock(), &format!("{label} sparse queue"));
         }
-        device
+        device.set_name(device.retirement.universal, &format!("{label} universal timeline"));
+        Ok(device)
+    }
+
+    /// The `Arc` this device lives in. Devices are only ever created inside one.
+    pub(crate) fn arc(&self) -> Arc<Device> {
+        self.this.upgrade().expect("a device is reachable only through its Arc while it lives")
+    }
+
+    /// Unique over the process (two device sets' devices of the same index differ).
+    pub(crate) fn uid(&self) -> u64 {
+        self.uid
+    }
+
+    /// Whether `other` is this device.
+    pub(crate) fn is(&self, other: &Device) -> bool {
+        self.uid == other.uid
+    }
+
+    pub(crate) fn retirement(&self) -> &Retirement {
+        &self.retirement
     }
 
     /// This device's index in its set.
@@ -470,7 +528,20 @@ impl Drop for Device {
             // finite time). An adopted device is the application's to wait for: its queues may be
             // in use by it right now.
             let _ = unsafe { self.raw.device_wait_idle() };
+        } else {
+            // An adopted device's queues are the application's, but residency's own submissions
+            // signalled its universal timeline: wait for those (bounded on a lost device).
+            let value = self.retirement.universal_submitted();
+            let semaphores = [self.retirement.universal];
+            let values = [value];
+            let info = vk::SemaphoreWaitInfo::default().semaphores(&semaphores).values(&values);
+            let timeout = if self.is_lost() { LOST_DEVICE_WAIT_NS } else { u64::MAX };
+            // SAFETY: a timeline semaphore of this device; every value up to `value` was submitted.
+            let _ = unsafe { self.raw.wait_semaphores(&info, timeout) };
         }
+        // Everything released while the GPU used it: the device is idle now.
+        self.retire_all();
+        self.retirement.destroy(&self.raw);
         let general = std::mem::take(&mut self.general);
         for list in general {
             list.into_inner().unwrap_or_else(|e| e.into_inner()).destroy_all(self);
@@ -503,6 +574,7 @@ struct Parts {
     universal: Arc<Queue>,
     sparse: Option<Arc<Queue>>,
     owned: bool,
+    non_coherent_atom: u64,
 }
 
 /// An application's logical device for [`DeviceSet::adopt`](crate::DeviceSet::adopt): residency
@@ -542,7 +614,7 @@ impl Device {
         external: &ExternalDevice,
         physical_index: u32,
         index: DeviceIndex,
-    ) -> Result<Device> {
+    ) -> Result<Arc<Device>> {
         let instance = &shared.instance;
         // SAFETY: the caller guarantees the physical device belongs to this instance.
         let props = unsafe { instance.get_physical_device_properties(external.physical) };
@@ -551,6 +623,14 @@ impl Device {
             return Err(VulkanError::Unsupported {
                 device: name,
                 reason: format!("Vulkan {} < 1.3", version_string(props.api_version)),
+            });
+        }
+        if !external.features.timeline_semaphore {
+            return Err(VulkanError::Unsupported {
+                device: name,
+                reason:
+                    "residency needs timelineSemaphore enabled (deferred destruction waits on a timeline)"
+                        .into(),
             });
         }
         let raw = external.device.clone();
@@ -583,7 +663,8 @@ impl Device {
             universal,
             sparse,
             owned: false,
-        });
+            non_coherent_atom: 0,
+        })?;
         tracing::info!(device = %device.index, name = %device.name, "application device adopted");
         Ok(device)
     }

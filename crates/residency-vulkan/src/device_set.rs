@@ -30,6 +30,11 @@ pub struct DeviceSetDesc {
     /// Enable sparse residency where the device has it (default). Off, devices behave as ones
     /// without it: partially resident images take the software path.
     pub sparse_residency: bool,
+    /// A test configuration (default 0, off): treat host-visible memory as non-coherent with at
+    /// least this `nonCoherentAtomSize` (rounded to a power of two), so that the flush, invalidate
+    /// and atom-alignment paths run on devices whose memory is coherent (lavapipe, most desktop
+    /// GPUs). Flushing coherent memory is legal, so the device behaves the same otherwise.
+    pub non_coherent_atom: u64,
 }
 
 impl Default for DeviceSetDesc {
@@ -40,6 +45,7 @@ impl Default for DeviceSetDesc {
             logical_per_physical: 1,
             min_devices: 0,
             sparse_residency: true,
+            non_coherent_atom: 0,
         }
     }
 }
@@ -61,6 +67,13 @@ impl DeviceSetDesc {
     /// that devices behave as ones without it (`ResidencyPath::Auto` then takes the software path).
     pub fn with_sparse_residency(mut self, enabled: bool) -> Self {
         self.sparse_residency = enabled;
+        self
+    }
+
+    /// Treats host-visible memory as non-coherent with at least this atom size (a test
+    /// configuration; see [`DeviceSetDesc::non_coherent_atom`]).
+    pub fn with_non_coherent_memory(mut self, atom: u64) -> Self {
+        self.non_coherent_atom = atom;
         self
     }
 
@@ -104,13 +117,14 @@ impl DeviceSet {
             for copy in 0..per {
                 let Some(index) = DeviceIndex::new(physical_index as u32 * per + copy) else { break };
                 if desc.devices.contains(index) {
-                    devices.push(Arc::new(Device::new(
+                    devices.push(Device::new(
                         Arc::clone(&shared),
                         pd,
                         physical_index as u32,
                         index,
                         desc.sparse_residency,
-                    )?));
+                        desc.non_coherent_atom,
+                    )?);
                 }
             }
         }
@@ -138,8 +152,11 @@ impl DeviceSet {
     /// - the queues are externally synchronised: the application holds
     ///   [`Queue::lock`](crate::Queue::lock) (`device.universal_queue().lock()`) around its own
     ///   submissions to a queue it shares with residency, or gives residency queues of its own;
-    /// - before dropping the set, the application has waited for the work residency submitted
-    ///   (residency does not wait on an adopted device: its queues are the application's).
+    /// - the application destroys its devices only after [`DeviceSet::close`] returned `Ok` (or,
+    ///   after a plain drop, once every residency object and `Arc<Device>` clone is gone): until then
+    ///   residency may still free memory and destroy objects on them. Residency waits for its own
+    ///   submissions (its universal timeline) before it frees anything; work the application
+    ///   submitted with residency's resources must be declared with `used_until` or have completed.
     pub unsafe fn adopt(
         entry: ash::Entry,
         instance: ash::Instance,
@@ -156,7 +173,7 @@ impl DeviceSet {
             let index = DeviceIndex::new(i as u32)
                 .ok_or(VulkanError::NoSuchDevice { index: i as u32, count: MAX_DEVICES })?;
             // SAFETY: forwarded from the caller's contract.
-            out.push(Arc::new(unsafe { Device::adopt(Arc::clone(&shared), external, i as u32, index) }?));
+            out.push(unsafe { Device::adopt(Arc::clone(&shared), external, i as u32, index) }?);
         }
         Ok(DeviceSet { devices: out, shared })
     }
@@ -185,7 +202,98 @@ impl DeviceSet {
     pub fn validation_log(&self) -> &ValidationLog {
         &self.shared.log
     }
+
+    /// Tears the set down: waits for each device, destroys what waited for the GPU, and destroys
+    /// the devices. If a device is still referenced (an `Arc<Device>` clone, or a live resource,
+    /// pool or uploader, all of which keep their device alive) nothing is destroyed and the set
+    /// comes back inside [`TeardownError`], with the objects still alive by name: drop them and call
+    /// `close` again. A plain drop of the set does the same teardown and, when something is still
+    /// alive, logs it as an error and leaves each device to be destroyed with its last reference.
+    pub fn close(self) -> std::result::Result<(), TeardownError> {
+        self.settle();
+        let alive: Vec<_> = self
+            .devices
+            .iter()
+            .filter(|d| Arc::strong_count(d) > 1)
+            .map(|d| LiveDevice {
+                device: d.index(),
+                references: Arc::strong_count(d) - 1,
+                objects: d.ledger().live_objects().into_iter().filter(|o| o.kind != "memory").collect(),
+            })
+            .collect();
+        if alive.is_empty() {
+            drop(self);
+            Ok(())
+        } else {
+            Err(TeardownError { set: Box::new(self), alive })
+        }
+    }
+
+    /// Waits for residency's work on every device and destroys what waited for the GPU.
+    fn settle(&self) {
+        for device in &self.devices {
+            if let Err(e) = device.wait_submitted() {
+                tracing::warn!(device = %device.index(), error = %e, "waiting for residency's work at teardown failed");
+            }
+        }
+    }
 }
+
+/// A device that outlived its set's teardown.
+#[derive(Debug, Clone)]
+pub struct LiveDevice {
+    /// The device.
+    pub device: DeviceIndex,
+    /// References to it other than the set's.
+    pub references: usize,
+    /// Residency objects still alive on it (buffers, images, pools, …), by name.
+    pub objects: Vec<crate::LiveObject>,
+}
+
+/// [`DeviceSet::close`] found devices still in use; the set is handed back unchanged.
+#[derive(Debug, thiserror::Error)]
+#[error("device set still in use: {}", describe_alive(alive))]
+pub struct TeardownError {
+    /// The set, still open.
+    pub set: Box<DeviceSet>,
+    /// What keeps each device alive.
+    pub alive: Vec<LiveDevice>,
+}
+
+fn describe_alive(alive: &[LiveDevice]) -> String {
+    alive
+        .iter()
+        .map(|d| {
+            let names: Vec<String> =
+                d.objects.iter().take(8).map(|o| format!("{} `{}`", o.kind, o.name)).collect();
+            format!("{}: {} references ({})", d.device, d.references, names.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl Drop for DeviceSet {
+    fn drop(&mut self) {
+        self.settle();
+        for device in &self.devices {
+            let references = Arc::strong_count(device) - 1;
+            if references > 0 {
+                let objects: Vec<_> =
+                    device.ledger().live_objects().into_iter().filter(|o| o.kind != "memory").collect();
+                tracing::error!(
+                    device = %device.index(),
+                    references,
+                    objects = ?objects.iter().map(|o| o.name.to_string()).collect::<Vec<_>>(),
+                    "device set dropped while the device is still in use: it is destroyed with its last reference (use DeviceSet::close to get an error instead)"
+                );
+                SETS_DROPPED_IN_USE.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+    }
+}
+
+/// Device sets dropped while one of their devices was still referenced, over the process.
+pub static SETS_DROPPED_IN_USE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 fn type_rank(ty: vk::PhysicalDeviceType) -> u8 {
     match ty {

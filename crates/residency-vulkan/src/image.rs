@@ -1,12 +1,13 @@
 //! Images: placed (their own `VkImage` bound at an offset of a shared heap, kept off the
 //! granularity pages of linear resources) or committed (their own memory), and their views.
 
+use crate::buffer::{ForeignReason, ForeignResource};
 use crate::device::Device;
 use crate::error::VulkanError;
 use crate::format_map::{aspect, vk_format};
-use crate::ledger::ObjectId;
 use crate::memory::MemoryError;
 use crate::resource_memory::{DedicatedTarget, PlaceRequest, ResourceMemory};
+use crate::retire::{ForeignUse, Garbage, GpuUse, Life, Parent};
 use ash::vk;
 use residency_core::allocator::{AllocError, ResourceKind};
 use residency_core::device_mask::DeviceIndex;
@@ -14,6 +15,7 @@ use residency_core::format::Format;
 use residency_core::memory::MemoryIntent;
 use residency_core::profile::{ImageDimension, MemoryRequirements};
 use residency_core::usage::ImageUsage;
+use std::sync::Arc;
 
 /// How to create an image.
 #[derive(Clone, Debug)]
@@ -101,44 +103,54 @@ impl ImageDesc {
     }
 }
 
-/// An image. Free it explicitly with [`Device::destroy_image`].
+/// An image. It is released when dropped, once the GPU work that may use it has completed (see
+/// [`Image::used_until`]); it keeps its device (and a transient image its heap) alive.
+/// [`Device::destroy_image`] releases it explicitly and refuses an image of another device.
 #[derive(Debug)]
-#[must_use = "an image is released only by destroying it explicitly"]
 pub struct Image {
+    life: Arc<Life>,
     raw: vk::Image,
     desc: ImageDesc,
     memory: vk::DeviceMemory,
     memory_offset: u64,
     size: u64,
     committed: bool,
-    device: DeviceIndex,
-    owner: ResourceMemory,
-    id: ObjectId,
     resource: residency_core::sync::ResourceId,
 }
 
 impl Image {
-    /// An image bound by a transient pool in one of its heaps.
+    /// An image bound by a transient pool in `heap`.
     pub(crate) fn transient(
         device: &Device,
         raw: vk::Image,
         desc: ImageDesc,
         memory: vk::DeviceMemory,
         offset: u64,
+        heap: Arc<dyn Parent>,
     ) -> Image {
         let id = device.ledger().track("image", desc.name.as_str());
+        let garbage = Garbage::Image { raw, memory: ResourceMemory::Transient, id };
         Image {
+            life: Life::new(device.arc(), garbage, Some(heap)),
             raw,
             desc,
             memory,
             memory_offset: offset,
             size: 0,
             committed: false,
-            device: device.index(),
-            owner: ResourceMemory::Transient,
-            id,
             resource: crate::buffer::next_resource_id(),
         }
+    }
+
+    /// The device it lives on (kept alive by the image).
+    pub fn device(&self) -> &Arc<Device> {
+        self.life.device()
+    }
+
+    /// Declares that GPU work the renderer submitted itself uses this image until `until`; see
+    /// [`Buffer::used_until`](crate::Buffer::used_until).
+    pub fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
+        self.life.used_until(until)
     }
 
     /// The id state tracking (`ResourceTracker`) knows this image by.
@@ -178,7 +190,7 @@ impl Image {
 
     /// The device it lives on.
     pub fn device_index(&self) -> DeviceIndex {
-        self.device
+        self.life.device().index()
     }
 
     /// The subresource range of all its mips and layers.
@@ -249,6 +261,7 @@ impl Device {
             r => MemoryError::Vulkan(VulkanError::from_vk("vkCreateImage", r)),
         })?;
         self.set_name(raw, name);
+        let guard = RawImage { device: self, raw };
         let mut dedicated = vk::MemoryDedicatedRequirements::default();
         let mut out = vk::MemoryRequirements2::default().push_next(&mut dedicated);
         // SAFETY: raw was just created on this device; the output chain is live.
@@ -276,48 +289,50 @@ impl Device {
             allow_over_budget: desc.allow_over_budget,
             target: DedicatedTarget::Image(raw),
         };
-        let destroy_raw = || {
-            // SAFETY: raw was created above and is neither bound nor used.
-            unsafe { self.raw().destroy_image(raw, None) };
-        };
-        let placed = self.place(&request).inspect_err(|_| destroy_raw())?;
+        let placed = self.place(&request)?;
         // SAFETY: raw is unbound; the offset satisfies its alignment inside `memory`.
         if let Err(r) = unsafe { self.raw().bind_image_memory(raw, placed.memory, placed.offset) } {
-            destroy_raw();
             self.release(placed.owner);
             return Err(VulkanError::from_vk("vkBindImageMemory", r).into());
         }
+        let raw = guard.disarm();
         let id = self.ledger().track("image", name);
         Ok(Image {
+            life: Life::new(self.arc(), Garbage::Image { raw, memory: placed.owner, id }, None),
             raw,
             desc: desc.clone(),
             memory: placed.memory,
             memory_offset: placed.offset,
             size: requirements.size,
             committed: placed.committed,
-            device: self.index(),
-            owner: placed.owner,
-            id,
             resource: crate::buffer::next_resource_id(),
         })
     }
 
-    /// Destroys an image made by [`Device::create_image`] and returns its memory.
-    pub fn destroy_image(&self, image: Image) {
-        // SAFETY: the image was created on this device; the caller gives it up by value and must have
-        // no GPU work using it in flight, and no views of it left.
-        unsafe { self.raw().destroy_image(image.raw, None) };
-        self.ledger().untrack(image.id);
-        self.release(image.owner);
+    /// Releases an image made on this device (as dropping it does: deferred while the GPU may use
+    /// it, and after its views). An image of another device is refused and handed back unchanged.
+    pub fn destroy_image(&self, image: Image) -> Result<(), ForeignResource<Image>> {
+        if image.device().is(self) {
+            drop(image);
+            return Ok(());
+        }
+        let reason = ForeignReason::OtherDevice { owner: image.device_index(), target: self.index() };
+        Err(ForeignResource { name: image.name().to_owned(), resource: Box::new(image), reason })
     }
 
     /// Creates a view of mips `mips` and all layers of `image` (2D array view for 2D images with
-    /// layers). Destroy it with [`Device::destroy_image_view`] before the image.
+    /// layers). The view keeps the image alive and is released when dropped.
     pub fn create_image_view(
         &self,
         image: &Image,
         mips: std::ops::Range<u32>,
-    ) -> Result<vk::ImageView, VulkanError> {
+    ) -> Result<ImageView, VulkanError> {
+        if !image.device().is(self) {
+            return Err(VulkanError::Unsupported {
+                device: self.name().to_owned(),
+                reason: format!("image `{}` lives on device {}", image.name(), image.device_index()),
+            });
+        }
         let d = &image.desc;
         let view_type = match (d.dimension, d.array_layers) {
             (ImageDimension::D1, 1) => vk::ImageViewType::TYPE_1D,
@@ -339,14 +354,68 @@ impl Device {
         // SAFETY: the image is live on this device and the range lies within it.
         let view = unsafe { self.raw().create_image_view(&info, None) }
             .map_err(|r| VulkanError::from_vk("vkCreateImageView", r))?;
-        self.set_name(view, &format!("{} view", d.name));
-        Ok(view)
+        let name = format!("{} view", d.name);
+        self.set_name(view, &name);
+        let id = self.ledger().track("image view", name.as_str());
+        let parent: Arc<dyn Parent> = Arc::clone(&image.life) as Arc<dyn Parent>;
+        Ok(ImageView {
+            life: Life::new(self.arc(), Garbage::ImageView { raw: view, id }, Some(parent)),
+            raw: view,
+            mips,
+        })
+    }
+}
+
+/// A view of an [`Image`]: keeps the image alive; released when dropped, once the GPU work that may
+/// use it has completed (declare the renderer's own uses with [`ImageView::used_until`]).
+#[derive(Debug)]
+pub struct ImageView {
+    life: Arc<Life>,
+    raw: vk::ImageView,
+    mips: std::ops::Range<u32>,
+}
+
+impl ImageView {
+    /// The `VkImageView`.
+    pub fn raw(&self) -> vk::ImageView {
+        self.raw
     }
 
-    /// Destroys an image view.
-    pub fn destroy_image_view(&self, view: vk::ImageView) {
-        // SAFETY: the view belongs to this device and no pending work uses it (caller's contract).
-        unsafe { self.raw().destroy_image_view(view, None) };
+    /// The mips it shows.
+    pub fn mips(&self) -> std::ops::Range<u32> {
+        self.mips.clone()
+    }
+
+    /// The device it lives on.
+    pub fn device(&self) -> &Arc<Device> {
+        self.life.device()
+    }
+
+    /// Declares a use of the renderer's own work (see [`Buffer::used_until`](crate::Buffer::used_until)); the
+    /// image waits for it too.
+    pub fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
+        self.life.used_until(until)
+    }
+}
+
+/// A `VkImage` not yet handed to a [`Life`]: destroyed on drop unless disarmed (error paths).
+pub(crate) struct RawImage<'a> {
+    pub(crate) device: &'a Device,
+    pub(crate) raw: vk::Image,
+}
+
+impl RawImage<'_> {
+    pub(crate) fn disarm(self) -> vk::Image {
+        let raw = self.raw;
+        std::mem::forget(self);
+        raw
+    }
+}
+
+impl Drop for RawImage<'_> {
+    fn drop(&mut self) {
+        // SAFETY: an image created on this device that the GPU never used.
+        unsafe { self.device.raw().destroy_image(self.raw, None) };
     }
 }
 
@@ -360,8 +429,9 @@ pub enum Filter {
 }
 
 impl Device {
-    /// Creates a sampler with clamp-to-edge addressing and the full LOD range.
-    pub fn create_sampler(&self, filter: Filter) -> Result<vk::Sampler, VulkanError> {
+    /// Creates a sampler with clamp-to-edge addressing and the full LOD range; released when
+    /// dropped, once the GPU work that may use it has completed.
+    pub fn create_sampler(&self, filter: Filter) -> Result<Sampler, VulkanError> {
         let (f, m) = match filter {
             Filter::Nearest => (vk::Filter::NEAREST, vk::SamplerMipmapMode::NEAREST),
             Filter::Trilinear => (vk::Filter::LINEAR, vk::SamplerMipmapMode::LINEAR),
@@ -377,14 +447,29 @@ impl Device {
         // SAFETY: valid device; a plain sampler description.
         let sampler = unsafe { self.raw().create_sampler(&info, None) }
             .map_err(|r| VulkanError::from_vk("vkCreateSampler", r))?;
-        self.set_name(sampler, &format!("{filter:?} sampler"));
-        Ok(sampler)
+        let name = format!("{filter:?} sampler");
+        self.set_name(sampler, &name);
+        let id = self.ledger().track("sampler", name.as_str());
+        Ok(Sampler { life: Life::new(self.arc(), Garbage::Sampler { raw: sampler, id }, None), raw: sampler })
+    }
+}
+
+/// A sampler; released when dropped, once the GPU work that may use it has completed.
+#[derive(Debug)]
+pub struct Sampler {
+    life: Arc<Life>,
+    raw: vk::Sampler,
+}
+
+impl Sampler {
+    /// The `VkSampler`.
+    pub fn raw(&self) -> vk::Sampler {
+        self.raw
     }
 
-    /// Destroys a sampler.
-    pub fn destroy_sampler(&self, sampler: vk::Sampler) {
-        // SAFETY: the sampler belongs to this device and no pending work uses it (caller's contract).
-        unsafe { self.raw().destroy_sampler(sampler, None) };
+    /// Declares a use of the renderer's own work (see [`Buffer::used_until`](crate::Buffer::used_until)).
+    pub fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
+        self.life.used_until(until)
     }
 }
 

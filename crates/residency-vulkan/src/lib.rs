@@ -27,6 +27,7 @@ pub mod recording;
 mod report;
 pub mod requirements;
 mod resource_memory;
+mod retire;
 pub mod software;
 pub mod sparse;
 pub mod testing;
@@ -36,16 +37,19 @@ mod upload;
 pub mod validation;
 
 pub use ash;
-pub use buffer::{vk_buffer_usage, AccessError, Buffer, BufferDesc, BufferPlacement};
+pub use buffer::{
+    vk_buffer_usage, AccessError, Buffer, BufferDesc, BufferPlacement, ForeignReason, ForeignResource,
+};
 pub use commands::{CommandContext, ReadBackError, Submission};
 pub use device::{Device, EnabledFeatures, ExternalDevice, Queue, LEAKS_AT_TEARDOWN};
-pub use device_set::{DeviceSet, DeviceSetDesc};
+pub use device_set::{DeviceSet, DeviceSetDesc, LiveDevice, TeardownError, SETS_DROPPED_IN_USE};
 pub use error::{Result, VulkanError, LAVAPIPE_HINT};
-pub use image::{Filter, Image, ImageDesc};
+pub use image::{Filter, Image, ImageDesc, ImageView, Sampler};
 pub use instance::{version_string, InstanceDesc};
 pub use ledger::{FaultSite, InjectedFault, Ledger, LiveObject};
 pub use memory::MemoryError;
 pub use pool::{BufferInit, BufferPool, BufferPoolDesc, PoolStats};
 pub use report::ReportSources;
+pub use retire::{ForeignUse, GpuUse, Timeline};
 pub use upload::{ImageRegion, UploadError, Uploader};
 pub use validation::ValidationMode;

@@ -80,21 +80,31 @@ pub enum MemoryError {
     Vulkan(#[from] VulkanError),
 }
 
-/// A host pointer to mapped memory.
+/// A host pointer to the whole mapped range of one memory block, with its length.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct MappedPtr(NonNull<u8>);
+pub(crate) struct MappedPtr {
+    base: NonNull<u8>,
+    len: u64,
+}
 
-// SAFETY: the pointer addresses persistently mapped device memory owned by a MemoryBlock; it is only
-// dereferenced through ranges that the allocator hands out exclusively, so sharing the base pointer
-// between threads is sound.
+// SAFETY: the pointer addresses persistently mapped device memory of a MemoryBlock that stays
+// mapped while any resource placed in it lives (resources keep their block's owner alive). Bytes
+// are written only through `&mut Buffer` (one writer per buffer, buffers do not overlap), so
+// sharing the base pointer between threads creates no data race of its own.
 unsafe impl Send for MappedPtr {}
-// SAFETY: as above; the pointer itself is never written through without exclusive range ownership.
+// SAFETY: as above.
 unsafe impl Sync for MappedPtr {}
 
 impl MappedPtr {
-    pub(crate) fn at(self, offset: u64) -> *mut u8 {
-        // SAFETY: callers pass offsets inside the mapped block (checked by the allocator's bounds).
-        unsafe { self.0.as_ptr().add(offset as usize) }
+    /// The pointer to bytes `offset..offset + len` of the block, if they lie inside it.
+    pub(crate) fn range(self, offset: u64, len: u64) -> Option<NonNull<u8>> {
+        let end = offset.checked_add(len)?;
+        if end > self.len {
+            return None;
+        }
+        // SAFETY: offset <= len of the mapped allocation (checked), so the result stays inside it
+        // (or one past its end for an empty range at the end).
+        Some(unsafe { self.base.add(offset as usize) })
     }
 }
 
@@ -183,7 +193,7 @@ impl MemoryBlock {
         let mapped = if memory_type.flags.host_visible {
             // SAFETY: host-visible memory just allocated, not mapped yet; whole range.
             match unsafe { device.raw().map_memory(memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty()) } {
-                Ok(ptr) => NonNull::new(ptr.cast::<u8>()).map(MappedPtr),
+                Ok(ptr) => NonNull::new(ptr.cast::<u8>()).map(|base| MappedPtr { base, len: desc.size }),
                 Err(result) => {
                     // SAFETY: the memory was allocated above and is not in use.
                     unsafe { device.raw().free_memory(memory, None) };
@@ -217,14 +227,15 @@ impl MemoryBlock {
         })
     }
 
-    /// Frees the block (and its page buffer). Everything placed in it must be gone.
+    /// Frees the block (and its page buffer). Its owner calls it only when no live resource is
+    /// placed in it: a block is freed by its list when its last allocation is freed, by a pool or
+    /// transient heap when the last resource holding that pool or heap is gone (resources keep
+    /// their parent alive), and by the device at teardown, when no resource of it is left. Deferred
+    /// resources still counted as allocations here retire no later than the block (the retire
+    /// queue destroys in release order and a parent waits for its deferred children's uses).
     pub(crate) fn destroy(self, device: &Device) {
-        let used = self.allocator.allocation_count();
-        if used != 0 {
-            tracing::error!(block = %self.name, allocations = used, "freeing a memory block that still has allocations");
-        }
-        // SAFETY: the page buffer and the memory belong to this device and nothing placed in them
-        // is alive (checked above; a leak is reported, not left dangling in the allocator).
+        // SAFETY: the page buffer and the memory belong to this device; by the contract above no
+        // live resource is placed in the block and no pending GPU work uses it.
         unsafe {
             if let Some(buffer) = self.page_buffer {
                 device.raw().destroy_buffer(buffer, None);
@@ -252,6 +263,10 @@ pub(crate) struct BlockList {
     pub(crate) page_buffer: Option<Box<PageBufferFactory>>,
     /// When true, blocks are always exactly `growth.page_size` (pools with a fixed page size).
     pub(crate) fixed_size: bool,
+    /// `nonCoherentAtomSize` for host-visible non-coherent memory, else 1: every allocation's
+    /// offset and size are multiples of it, so a flush or invalidate widened to the atom never
+    /// touches a neighbour's bytes.
+    pub(crate) atom: u64,
     created: u64,
 }
 
@@ -293,8 +308,16 @@ impl BlockList {
             keep_empty: 1,
             page_buffer: None,
             fixed_size: false,
+            atom: 1,
             created: 0,
         }
+    }
+
+    /// Sets the atom from the memory type: host-visible and not coherent → `atom`, else 1.
+    pub(crate) fn with_atom(mut self, memory_type: &residency_core::profile::MemoryType, atom: u64) -> Self {
+        self.atom =
+            if memory_type.flags.host_visible && !memory_type.flags.host_coherent { atom.max(1) } else { 1 };
+        self
     }
 
     pub(crate) fn block(&self, index: u32) -> &MemoryBlock {
@@ -314,6 +337,11 @@ impl BlockList {
         if !req.alignment.is_power_of_two() {
             return Err(invalid(AllocError::AlignmentNotPowerOfTwo { alignment: req.alignment }));
         }
+        let req = SubRequest {
+            size: req.size.checked_next_multiple_of(self.atom).unwrap_or(u64::MAX),
+            alignment: req.alignment.max(self.atom),
+            ..req
+        };
         // Fullest-first would pack tighter; newest-first finds room fastest. Blocks are few (they
         // grow geometrically), so try each.
         for (index, slot) in self.blocks.iter_mut().enumerate().rev() {

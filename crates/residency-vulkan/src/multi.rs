@@ -196,7 +196,7 @@ impl MultiBuffer {
         mask: DeviceMask,
         desc: &crate::BufferDesc,
     ) -> Result<MultiBuffer, MultiDeviceError<MemoryError>> {
-        let instances = fan_out_on(set, mask, |d| d.create_buffer(desc), |d, b| d.destroy_buffer(b))?;
+        let instances = fan_out_on(set, mask, |d| d.create_buffer(desc), |_d, b| drop(b))?;
         let init = BufferInit {
             name: desc.name.clone(),
             size: desc.size,
@@ -214,7 +214,7 @@ impl MultiBuffer {
         }
         for (index, b) in self.instances.into_values() {
             match set.device(index) {
-                Some(device) => device.destroy_buffer(b),
+                Some(_device) => drop(b),
                 None => tracing::error!(buffer = %b.name(), %index, "device not in this set: leaked"),
             }
         }
@@ -349,13 +349,13 @@ impl MultiBufferPool {
         if let InitialData::Bytes(bytes) = initial {
             let upload = |(index, b): (DeviceIndex, &Buffer)| -> Result<(), MultiDeviceError<UploadError>> {
                 let failed = |source| MultiDeviceError::Failed { device: index, source };
-                let (uploader, device) =
+                let (uploader, _device) =
                     uploader.uploaders.get(index).ok_or(MultiDeviceError::MaskNotSubset {
                         requested: index.mask(),
                         allowed: uploader.mask(),
                     })?;
-                uploader.write_buffer(device, b, 0, bytes).map_err(failed)?;
-                uploader.wait_idle(device).map_err(failed)
+                uploader.write_buffer(b, 0, bytes).map_err(failed)?;
+                uploader.wait_idle().map_err(failed)
             };
             let uploaded = added.iter().try_for_each(upload);
             if let Err(e) = uploaded {
@@ -384,8 +384,8 @@ impl MultiBufferPool {
         for (index, b) in buffer.instances.into_values() {
             match self.pools.get(index) {
                 Some(pool) => {
-                    if let Err(b) = pool.free_buffer(b) {
-                        tracing::error!(buffer = %b.name(), "multi-device buffer freed to the wrong pool");
+                    if let Err(e) = pool.free_buffer(b) {
+                        tracing::error!(error = %e, "multi-device buffer freed to the wrong pool");
                     }
                 }
                 None => tracing::error!(buffer = %b.name(), %index, "no pool on that device"),
@@ -426,8 +426,8 @@ impl MultiUploader {
             set,
             mask,
             |d| Uploader::new(d, "broadcast", capacity).map(|u| (u, Arc::clone(d))),
-            |_, (u, d)| {
-                let _ = u.destroy(&d);
+            |_, (u, _d)| {
+                let _ = u.destroy();
             },
         )?;
         Ok(MultiUploader { uploaders })
@@ -453,12 +453,11 @@ impl MultiUploader {
                 .map(|(index, instance)| {
                     let target = self.uploaders.get(index);
                     scope.spawn(move || {
-                        let Some((uploader, device)) = target else {
+                        let Some((uploader, _device)) = target else {
                             return (index, Ok(()));
                         };
-                        let result = uploader
-                            .write_buffer(device, instance, offset, data)
-                            .and_then(|()| uploader.flush(device));
+                        let result =
+                            uploader.write_buffer(instance, offset, data).and_then(|()| uploader.flush());
                         (index, result)
                     })
                 })
@@ -477,10 +476,8 @@ impl MultiUploader {
 
     /// Waits until every upload on every device has landed.
     pub fn wait_idle(&self) -> Result<(), MultiDeviceError<UploadError>> {
-        for (index, (uploader, device)) in self.uploaders.iter() {
-            uploader
-                .wait_idle(device)
-                .map_err(|source| MultiDeviceError::Failed { device: index, source })?;
+        for (index, (uploader, _device)) in self.uploaders.iter() {
+            uploader.wait_idle().map_err(|source| MultiDeviceError::Failed { device: index, source })?;
         }
         Ok(())
     }
@@ -488,8 +485,8 @@ impl MultiUploader {
     /// Waits for all uploads and destroys the uploaders.
     pub fn destroy(self) -> Result<(), MultiDeviceError<UploadError>> {
         let mut first_error = None;
-        for (index, (uploader, device)) in self.uploaders.into_values() {
-            if let Err(source) = uploader.destroy(&device) {
+        for (index, (uploader, _device)) in self.uploaders.into_values() {
+            if let Err(source) = uploader.destroy() {
                 first_error.get_or_insert(MultiDeviceError::Failed { device: index, source });
             }
         }
@@ -669,7 +666,7 @@ impl MultiSparseImage {
                 .map(|(index, image)| {
                     let target = uploader.uploaders.get(index);
                     scope.spawn(move || {
-                        let Some((uploader, device)) = target else { return (index, Ok(())) };
+                        let Some((uploader, _device)) = target else { return (index, Ok(())) };
                         let region = crate::upload::ImageRegion {
                             image: image.raw(),
                             layout: ash::vk::ImageLayout::GENERAL,
@@ -679,9 +676,7 @@ impl MultiSparseImage {
                             offset,
                             extent,
                         };
-                        let result = uploader
-                            .write_image(device, &region, data)
-                            .and_then(|()| uploader.wait_idle(device));
+                        let result = uploader.write_image(&region, data).and_then(|()| uploader.wait_idle());
                         (index, result)
                     })
                 })
@@ -710,7 +705,7 @@ impl MultiSparseImage {
 #[must_use = "a multi-device image is released only by destroying it"]
 pub struct MultiImage {
     images: PerDevice<crate::Image>,
-    views: std::sync::Mutex<Vec<(DeviceIndex, std::ops::Range<u32>, ash::vk::ImageView)>>,
+    views: std::sync::Mutex<Vec<(DeviceIndex, std::ops::Range<u32>, crate::ImageView)>>,
 }
 
 impl MultiImage {
@@ -720,7 +715,7 @@ impl MultiImage {
         mask: DeviceMask,
         desc: &crate::ImageDesc,
     ) -> Result<Self, MultiDeviceError<MemoryError>> {
-        let images = fan_out_on(set, mask, |d| d.create_image(desc), |d, i| d.destroy_image(i))?;
+        let images = fan_out_on(set, mask, |d| d.create_image(desc), |_d, i| drop(i))?;
         Ok(MultiImage { images, views: std::sync::Mutex::new(Vec::new()) })
     }
 
@@ -747,13 +742,14 @@ impl MultiImage {
         let device = set.device(index).ok_or_else(not_here)?;
         let mut views = self.views.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((.., view)) = views.iter().find(|(i, m, _)| *i == index && *m == mips) {
-            return Ok(*view);
+            return Ok(view.raw());
         }
         let view = device
             .create_image_view(image, mips.clone())
             .map_err(|source| MultiDeviceError::Failed { device: index, source })?;
+        let raw = view.raw();
         views.push((index, mips, view));
-        Ok(view)
+        Ok(raw)
     }
 
     /// Views created so far (all devices).
@@ -761,19 +757,10 @@ impl MultiImage {
         self.views.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
-    /// Destroys the views and the images on every device (no work may use them).
-    pub fn destroy(self, set: &DeviceSet) {
-        for (index, _, view) in self.views.into_inner().unwrap_or_else(|e| e.into_inner()) {
-            if let Some(device) = set.device(index) {
-                device.destroy_image_view(view);
-            }
-        }
-        for (index, image) in self.images.into_values() {
-            match set.device(index) {
-                Some(device) => device.destroy_image(image),
-                None => tracing::error!(image = %image.name(), %index, "device not in this set: leaked"),
-            }
-        }
+    /// Releases the views and the images on every device (as dropping it does: each is
+    /// destroyed once the GPU work that may use it has completed).
+    pub fn destroy(self, _set: &DeviceSet) {
+        drop(self);
     }
 }
 

@@ -249,7 +249,7 @@ impl MultiSubmitter {
             set,
             mask,
             |d| CommandContext::new(d, "multi-device work").map(|c| (c, Arc::clone(d))),
-            |_, (c, d)| c.destroy(&d),
+            |_, (c, _d)| c.destroy(),
         )?;
         Ok(MultiSubmitter { contexts })
     }
@@ -286,7 +286,7 @@ impl MultiSubmitter {
                 WorkItem::Barrier => Resolved::Barrier,
             });
         }
-        let submission = context.submit(dev, &[], &[], |cmd| {
+        let submission = context.submit(&[], &[], |cmd| {
             full_barrier(dev, cmd);
             for r in &resolved {
                 match r {
@@ -307,17 +307,17 @@ impl MultiSubmitter {
 
     /// Waits for a submission made on `device`.
     pub fn wait(&self, device: DeviceIndex, submission: Submission) -> Result<(), WorkError> {
-        let (context, dev) = self
+        let (context, _dev) = self
             .contexts
             .get(device)
             .ok_or(WorkError::NotOnDevice { name: "submitter".to_owned(), device })?;
-        context.wait(dev, submission).map_err(WorkError::from)
+        context.wait(submission).map_err(WorkError::from)
     }
 
     /// Waits for everything and destroys the command contexts.
     pub fn destroy(self) {
-        for (_, (context, device)) in self.contexts.into_values() {
-            context.destroy(&device);
+        for (_, (context, _device)) in self.contexts.into_values() {
+            context.destroy();
         }
     }
 }

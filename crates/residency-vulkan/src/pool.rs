@@ -11,14 +11,19 @@
 //! placed buffer run outside it. Creating a new page (a `vkAllocateMemory`) happens under the lock,
 //! which is rare: pages are large.
 
-use crate::buffer::{bind_buffer, create_raw_buffer, vk_buffer_usage, Buffer, BufferPlacement};
+use crate::buffer::{
+    bind_buffer, create_raw_buffer, vk_buffer_usage, Buffer, BufferPlacement, ForeignReason, ForeignResource,
+    RawBuffer,
+};
 use crate::device::Device;
 use crate::ledger::ObjectId;
 use crate::memory::{BlockAllocation, BlockList, MemoryError, SubRequest};
 use crate::resource_memory::ResourceMemory;
+use crate::retire::{Garbage, Life, Parent, PendingUses};
 use ash::vk;
 use residency_core::allocator::ResourceKind;
 use residency_core::memory::{memory_type_candidates, HeapGrowth, MemoryIntent};
+use residency_core::sync::LastUses;
 use residency_core::usage::{BufferPoolUsage, BufferUsage};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -136,22 +141,30 @@ pub struct PoolStats {
     pub buffers: u64,
 }
 
-/// A pool of buffers over pages of device memory.
+/// A pool of buffers over pages of device memory. The pages live as long as the pool or any of
+/// its buffers: each buffer keeps the pool's shared state alive, so dropping the pool while buffers
+/// live is safe (the pages go with the last buffer, and a warning names them).
 pub struct BufferPool {
+    shared: Arc<PoolShared>,
+}
+
+/// What a pool's buffers keep alive: the device, the pages and their allocators.
+pub(crate) struct PoolShared {
     device: Arc<Device>,
     desc: BufferPoolDesc,
     type_index: u32,
     arenas: Vec<Mutex<BlockList>>,
     pool_id: u64,
     buffers: AtomicU64,
+    pending: PendingUses,
     id: ObjectId,
 }
 
 impl std::fmt::Debug for BufferPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BufferPool")
-            .field("desc", &self.desc)
-            .field("type_index", &self.type_index)
+            .field("desc", &self.shared.desc)
+            .field("type_index", &self.shared.type_index)
             .finish_non_exhaustive()
     }
 }
@@ -190,6 +203,8 @@ impl BufferPool {
             });
         };
         let granularity = device.limits().buffer_image_granularity;
+        let atom = device.limits().non_coherent_atom_size;
+        let memory_type = device.memory_properties().types[type_index as usize].clone();
         let usage_for_pages = desc.usage;
         let make_arena = |arena: u32| {
             let mut pages = BlockList::new(
@@ -201,22 +216,22 @@ impl BufferPool {
                 type_index,
                 HeapGrowth::new(desc.page_size),
                 granularity,
-            );
+            )
+            .with_atom(&memory_type, atom);
             pages.fixed_size = true;
             if let BufferPoolUsage::Known(usage) = usage_for_pages {
                 let page_name = desc.name.clone();
                 pages.page_buffer = Some(Box::new(move |device: &Device, block| {
                     let (raw, req) =
                         create_raw_buffer(device, &format!("{page_name} page buffer"), block.size, usage)?;
+                    let guard = RawBuffer::new(device, raw);
                     if req.memory_type_bits & (1 << block.type_index) == 0 || req.size > block.size {
-                        // SAFETY: created just above, unbound.
-                        unsafe { device.raw().destroy_buffer(raw, None) };
                         return Err(MemoryError::Unsatisfiable {
                             name: page_name.clone(),
                             reason: "the page buffer does not fit its memory".into(),
                         });
                     }
-                    bind_buffer(device, raw, block.memory, 0)?;
+                    bind_buffer(device, guard.disarm(), block.memory, 0)?;
                     Ok(raw)
                 }));
             }
@@ -225,31 +240,84 @@ impl BufferPool {
         let arenas = (0..desc.arenas.max(1)).map(make_arena).collect();
         let id = device.ledger().track("buffer pool", desc.name.as_str());
         Ok(BufferPool {
-            device,
-            desc,
-            type_index,
-            arenas,
-            pool_id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
-            buffers: AtomicU64::new(0),
-            id,
+            shared: Arc::new(PoolShared {
+                device,
+                desc,
+                type_index,
+                arenas,
+                pool_id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
+                buffers: AtomicU64::new(0),
+                pending: PendingUses::default(),
+                id,
+            }),
         })
     }
 
     /// The pool's description.
     pub fn desc(&self) -> &BufferPoolDesc {
-        &self.desc
+        &self.shared.desc
     }
 
     /// The device it allocates on.
     pub fn device(&self) -> &Arc<Device> {
-        &self.device
+        &self.shared.device
     }
 
     /// The memory type of its pages.
     pub fn memory_type(&self) -> u32 {
-        self.type_index
+        self.shared.type_index
     }
 
+    /// Creates a buffer in the pool (the seed's `InitBuffer`).
+    pub fn init_buffer(&self, init: &BufferInit) -> Result<Buffer, MemoryError> {
+        self.shared.init_buffer(&self.shared, init)
+    }
+
+    /// Releases a buffer of this pool (as dropping it does: deferred while the GPU may use it). A
+    /// buffer of another pool or of the device's general allocator is refused and handed back
+    /// unchanged.
+    pub fn free_buffer(&self, buffer: Buffer) -> Result<(), ForeignResource<Buffer>> {
+        if buffer.pool == Some(self.shared.pool_id) {
+            drop(buffer);
+            return Ok(());
+        }
+        let reason = if !buffer.device().is(&self.shared.device) {
+            ForeignReason::OtherDevice { owner: buffer.device_index(), target: self.shared.device.index() }
+        } else {
+            ForeignReason::OtherPool {
+                owner: buffer.pool.map(|_| buffer.life().parent_name().unwrap_or_default()),
+                target: Some(self.shared.desc.name.clone()),
+            }
+        };
+        Err(ForeignResource { name: buffer.name().to_owned(), resource: Box::new(buffer), reason })
+    }
+
+    /// Checks every page's allocator invariants (in bounds, no overlap, aligned, granularity, free
+    /// lists consistent). For tests and debugging; a failure is a bug in the library.
+    pub fn check_invariants(&self) -> Result<(), residency_core::allocator::InvariantError> {
+        self.shared.arenas.iter().try_for_each(|arena| {
+            let pages = arena.lock().unwrap_or_else(|e| e.into_inner());
+            pages.blocks.iter().flatten().try_for_each(|b| b.allocator.check_invariants())
+        })
+    }
+
+    /// The pool's statistics.
+    pub fn stats(&self) -> PoolStats {
+        let s = &self.shared;
+        let (page_bytes, used_bytes, pages) = s.arenas.iter().fold((0, 0, 0), |(b, u, n), arena| {
+            let (bytes, used, count) = arena.lock().unwrap_or_else(|e| e.into_inner()).totals();
+            (b + bytes, u + used, n + count)
+        });
+        PoolStats { pages, page_bytes, used_bytes, buffers: s.buffers.load(Ordering::Relaxed) }
+    }
+
+    /// The pool's arenas of pages, for memory reports.
+    pub(crate) fn arenas(&self) -> &[Mutex<BlockList>] {
+        &self.shared.arenas
+    }
+}
+
+impl PoolShared {
     fn range_alignment(&self, usage: BufferUsage) -> u64 {
         let l = self.device.limits();
         let mut alignment = 16;
@@ -269,8 +337,7 @@ impl BufferPool {
         MemoryError::Unsatisfiable { name: init.name.clone(), reason }
     }
 
-    /// Creates a buffer in the pool (the seed's `InitBuffer`).
-    pub fn init_buffer(&self, init: &BufferInit) -> Result<Buffer, MemoryError> {
+    fn init_buffer(&self, this: &Arc<PoolShared>, init: &BufferInit) -> Result<Buffer, MemoryError> {
         if init.alignment != 0 && !init.alignment.is_power_of_two() {
             return Err(MemoryError::InvalidRequest {
                 name: init.name.clone(),
@@ -288,10 +355,10 @@ impl BufferPool {
                         format!("usage {usage:?} is not within the pool's flags {pool_usage:?}"),
                     ));
                 }
-                self.init_range(init, pool_usage, usage)
+                self.init_range(this, init, pool_usage, usage)
             }
             BufferPoolUsage::Unknown => match init.usage {
-                Some(usage) if !usage.is_empty() => self.init_placed(init, usage),
+                Some(usage) if !usage.is_empty() => self.init_placed(this, init, usage),
                 _ => {
                     Err(self
                         .invalid(init, "a pool with unknown bind flags needs each buffer's own flags".into()))
@@ -332,6 +399,7 @@ impl BufferPool {
 
     fn init_range(
         &self,
+        this: &Arc<PoolShared>,
         init: &BufferInit,
         pool_usage: BufferUsage,
         usage: BufferUsage,
@@ -348,7 +416,11 @@ impl BufferPool {
         let name: Arc<str> = Arc::from(init.name.as_str());
         let id = self.device.ledger().track("buffer", Arc::clone(&name));
         self.buffers.fetch_add(1, Ordering::Relaxed);
+        let memory = ResourceMemory::Pool { pool: Arc::downgrade(this), arena, allocation };
+        let garbage = Garbage::Buffer { raw: vk::Buffer::null(), memory, id };
+        let parent: Arc<dyn Parent> = Arc::clone(this) as Arc<dyn Parent>;
         Ok(Buffer {
+            life: Life::new(Arc::clone(&self.device), garbage, Some(parent)),
             raw: page.page_buffer.expect("known-flags pages have a page buffer"),
             range_offset: offset,
             size: init.size,
@@ -360,30 +432,29 @@ impl BufferPool {
             mapped: page.mapped,
             coherent: self.coherent(),
             placement: BufferPlacement::Range,
-            device: self.device.index(),
-            owner: ResourceMemory::Pool { pool: self.pool_id, arena, allocation },
-            id,
+            pool: Some(self.pool_id),
             resource: crate::buffer::next_resource_id(),
         })
     }
 
-    fn init_placed(&self, init: &BufferInit, usage: BufferUsage) -> Result<Buffer, MemoryError> {
+    fn init_placed(
+        &self,
+        this: &Arc<PoolShared>,
+        init: &BufferInit,
+        usage: BufferUsage,
+    ) -> Result<Buffer, MemoryError> {
         let (raw, req) = create_raw_buffer(&self.device, &init.name, init.size, usage)?;
-        let destroy_raw = |e: MemoryError| {
-            // SAFETY: raw was created above and is neither bound nor used.
-            unsafe { self.device.raw().destroy_buffer(raw, None) };
-            e
-        };
+        let guard = RawBuffer::new(&self.device, raw);
         if req.memory_type_bits & (1 << self.type_index) == 0 {
-            return Err(destroy_raw(self.invalid(
+            return Err(self.invalid(
                 init,
                 format!("usage {usage:?} cannot live in memory type {} of this pool", self.type_index),
-            )));
+            ));
         }
         let alignment = req.alignment.max(init.alignment).max(1);
-        let (allocation, page, arena) = self.allocate(init, req.size, alignment).map_err(destroy_raw)?;
+        let (allocation, page, arena) = self.allocate(init, req.size, alignment)?;
         let offset = allocation.allocation.offset();
-        if let Err(e) = bind_buffer(&self.device, raw, page.memory, offset) {
+        if let Err(e) = bind_buffer(&self.device, guard.disarm(), page.memory, offset) {
             self.arenas[usize::from(arena)]
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -393,7 +464,10 @@ impl BufferPool {
         let name: Arc<str> = Arc::from(init.name.as_str());
         let id = self.device.ledger().track("buffer", Arc::clone(&name));
         self.buffers.fetch_add(1, Ordering::Relaxed);
+        let memory = ResourceMemory::Pool { pool: Arc::downgrade(this), arena, allocation };
+        let parent: Arc<dyn Parent> = Arc::clone(this) as Arc<dyn Parent>;
         Ok(Buffer {
+            life: Life::new(Arc::clone(&self.device), Garbage::Buffer { raw, memory, id }, Some(parent)),
             raw,
             range_offset: 0,
             size: init.size,
@@ -405,59 +479,31 @@ impl BufferPool {
             mapped: page.mapped,
             coherent: self.coherent(),
             placement: BufferPlacement::Placed,
-            device: self.device.index(),
-            owner: ResourceMemory::Pool { pool: self.pool_id, arena, allocation },
-            id,
+            pool: Some(self.pool_id),
             resource: crate::buffer::next_resource_id(),
         })
     }
 
-    /// Frees a buffer of this pool. A buffer of another pool or of the device is refused (and
-    /// logged), and handed back alive.
-    pub fn free_buffer(&self, buffer: Buffer) -> Result<(), Box<Buffer>> {
-        let ResourceMemory::Pool { pool, .. } = buffer.owner else { return Err(Box::new(buffer)) };
-        if pool != self.pool_id {
-            tracing::error!(buffer = %buffer.name, pool = %self.desc.name, "buffer freed to a pool that did not make it");
-            return Err(Box::new(buffer));
-        }
-        let ResourceMemory::Pool { allocation, arena, .. } = buffer.owner else {
-            unreachable!("matched above")
-        };
-        if buffer.placement == BufferPlacement::Placed {
-            // SAFETY: the placed buffer was created by this pool on this device; the caller gives it
-            // up by value and must have no GPU work using it in flight.
-            unsafe { self.device.raw().destroy_buffer(buffer.raw, None) };
-        }
-        self.device.ledger().untrack(buffer.id);
-        self.buffers.fetch_sub(1, Ordering::Relaxed);
+    /// Returns a released buffer's range (its `VkBuffer` is already destroyed).
+    pub(crate) fn free_range(&self, arena: u16, allocation: BlockAllocation) {
         self.arenas[usize::from(arena)]
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .free(&self.device, allocation);
-        Ok(())
+    }
+}
+
+impl Parent for PoolShared {
+    fn note_pending(&self, uses: &LastUses) {
+        self.pending.note(uses);
     }
 
-    /// Checks every page's allocator invariants (in bounds, no overlap, aligned, granularity, free
-    /// lists consistent). For tests and debugging; a failure is a bug in the library.
-    pub fn check_invariants(&self) -> Result<(), residency_core::allocator::InvariantError> {
-        self.arenas.iter().try_for_each(|arena| {
-            let pages = arena.lock().unwrap_or_else(|e| e.into_inner());
-            pages.blocks.iter().flatten().try_for_each(|b| b.allocator.check_invariants())
-        })
+    fn name(&self) -> String {
+        self.desc.name.clone()
     }
 
-    /// The pool's statistics.
-    pub fn stats(&self) -> PoolStats {
-        let (page_bytes, used_bytes, pages) = self.arenas.iter().fold((0, 0, 0), |(b, u, n), arena| {
-            let (bytes, used, count) = arena.lock().unwrap_or_else(|e| e.into_inner()).totals();
-            (b + bytes, u + used, n + count)
-        });
-        PoolStats { pages, page_bytes, used_bytes, buffers: self.buffers.load(Ordering::Relaxed) }
-    }
-
-    /// The pool's arenas of pages, for memory reports.
-    pub(crate) fn arenas(&self) -> &[Mutex<BlockList>] {
-        &self.arenas
+    fn child_released(&self) {
+        self.buffers.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -471,12 +517,27 @@ struct PageInfo {
 
 impl Drop for BufferPool {
     fn drop(&mut self) {
-        let live = self.buffers.load(Ordering::Relaxed);
+        let live = self.shared.buffers.load(Ordering::Relaxed);
         if live != 0 {
-            tracing::error!(pool = %self.desc.name, buffers = live, "buffer pool dropped with live buffers (leaked)");
+            tracing::warn!(
+                pool = %self.shared.desc.name,
+                buffers = live,
+                "buffer pool dropped with live buffers: its pages stay until the last of them is released"
+            );
         }
+    }
+}
+
+impl Drop for PoolShared {
+    fn drop(&mut self) {
+        // No buffer of the pool is alive (each holds this state); ranges of buffers still waiting
+        // for the GPU retire before these pages, which wait for the same uses.
+        let uses = self.pending.take();
         for arena in &mut self.arenas {
-            arena.get_mut().unwrap_or_else(|e| e.into_inner()).destroy_all(&self.device);
+            let pages = arena.get_mut().unwrap_or_else(|e| e.into_inner());
+            for block in pages.blocks.drain(..).flatten() {
+                self.device.retire(Garbage::Memory(Box::new(block)), uses.clone());
+            }
         }
         self.device.ledger().untrack(self.id);
     }

@@ -13,6 +13,7 @@ use crate::device_set::DeviceSet;
 use crate::memory::{BlockList, MemoryBlock};
 use crate::pool::BufferPool;
 use crate::resource_memory::ResourceMemory;
+use crate::retire::Garbage;
 use ash::vk;
 use residency_core::allocator::BlockState;
 use residency_core::report::{
@@ -74,7 +75,11 @@ impl<'a> ReportSources<'a> {
 type Labels<'a> = HashMap<(vk::DeviceMemory, u64), &'a Buffer>;
 
 fn labels<'a>(device: &Device, buffers: &[&'a Buffer]) -> Labels<'a> {
-    buffers.iter().filter(|b| b.device == device.index()).map(|b| ((b.memory, b.memory_offset), *b)).collect()
+    buffers
+        .iter()
+        .filter(|b| b.device_index() == device.index())
+        .map(|b| ((b.memory, b.memory_offset), *b))
+        .collect()
 }
 
 fn buffer_info(buffer: &Buffer, alignment: u64) -> AllocationInfo {
@@ -193,8 +198,12 @@ impl Device {
             })
             .collect();
         // Committed buffers: memory of their own, listed after the type's shared heaps.
-        for buffer in sources.buffers.iter().filter(|b| b.device == self.index()) {
-            let ResourceMemory::Dedicated(block) = &buffer.owner else { continue };
+        for buffer in sources.buffers.iter().filter(|b| b.device_index() == self.index()) {
+            let Some(Garbage::Buffer { memory: ResourceMemory::Dedicated(block), .. }) =
+                buffer.life().garbage()
+            else {
+                continue;
+            };
             let Some(t) = memory_types.get_mut(block.type_index as usize) else { continue };
             let id = t.blocks.iter().map(|b| b.id + 1).max().unwrap_or(0);
             let used = UsedRange {

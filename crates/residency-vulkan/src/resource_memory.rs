@@ -15,9 +15,11 @@ pub(crate) enum ResourceMemory {
     General { type_index: u32, allocation: BlockAllocation },
     /// Memory of its own.
     Dedicated(Box<MemoryBlock>),
-    /// A pool (identified by its id).
-    Pool { pool: u64, arena: u16, allocation: BlockAllocation },
-    /// A transient pool's heap: nothing to return (the heap outlives the frame).
+    /// A pool's page. Weak: a live resource keeps its pool alive through its `Life`'s parent; a
+    /// deferred one returns its range only if the pool is still there (else the pool's pages
+    /// retire after it, all at once).
+    Pool { pool: std::sync::Weak<crate::pool::PoolShared>, arena: u16, allocation: BlockAllocation },
+    /// A transient pool's heap: nothing to return (the heap retires after the resources in it).
     Transient,
 }
 
@@ -135,8 +137,10 @@ impl Device {
                 list.free(self, allocation);
             }
             ResourceMemory::Dedicated(block) => block.destroy(self),
-            ResourceMemory::Pool { .. } => {
-                tracing::error!("pool memory released through the device; free it through its pool");
+            ResourceMemory::Pool { pool, arena, allocation } => {
+                if let Some(pool) = pool.upgrade() {
+                    pool.free_range(arena, allocation);
+                }
             }
             ResourceMemory::Transient => {}
         }

@@ -143,7 +143,7 @@ impl Device {
 pub struct SoftwareTexture {
     name: String,
     atlas: Image,
-    atlas_view: vk::ImageView,
+    atlas_view: crate::ImageView,
     indirection: IndirectionTexture,
 }
 
@@ -193,8 +193,8 @@ impl SoftwareTexture {
         match IndirectionTexture::new(device, name, table) {
             Ok(indirection) => Ok(SoftwareTexture { name: name.to_owned(), atlas, atlas_view, indirection }),
             Err(e) => {
-                device.destroy_image_view(atlas_view);
-                device.destroy_image(atlas);
+                drop(atlas_view);
+                drop(atlas);
                 Err(e)
             }
         }
@@ -217,12 +217,12 @@ impl SoftwareTexture {
 
     /// The atlas view (binding `tex` of the GLSL helper; sample it with a bilinear sampler).
     pub fn atlas_view(&self) -> vk::ImageView {
-        self.atlas_view
+        self.atlas_view.raw()
     }
 
     /// The indirection view (binding `minLodMap` of the GLSL helper; a nearest sampler).
     pub fn indirection_view(&self) -> vk::ImageView {
-        self.indirection.view
+        self.indirection.view.raw()
     }
 
     /// Bytes of device memory the atlas and the indirection hold.
@@ -240,7 +240,7 @@ impl SoftwareTexture {
     /// called after the writes of the same frame).
     pub fn write_tile(
         &self,
-        device: &Device,
+        _device: &Device,
         uploader: &Uploader,
         physical: PhysicalTile,
         bordered: &[u8],
@@ -261,7 +261,7 @@ impl SoftwareTexture {
             offset: [x, y, 0],
             extent: [side, side, 1],
         };
-        uploader.write_image(device, &region, bordered)?;
+        uploader.write_image(&region, bordered)?;
         Ok(())
     }
 
@@ -278,8 +278,8 @@ impl SoftwareTexture {
 
     /// Destroys the views and images; the caller has waited for every use.
     pub fn destroy(self, device: &Device) {
-        device.destroy_image_view(self.atlas_view);
-        device.destroy_image(self.atlas);
+        drop(self.atlas_view);
+        drop(self.atlas);
         self.indirection.destroy(device);
     }
 }
@@ -305,7 +305,7 @@ pub struct SoftwareTilePool {
     format: Format,
     border: u32,
     atlas: Image,
-    atlas_view: vk::ImageView,
+    atlas_view: crate::ImageView,
     atlas_layout: AtlasLayout,
     pool: std::sync::Mutex<residency_core::tiles::TilePool>,
     next_image: std::sync::atomic::AtomicU32,
@@ -332,7 +332,7 @@ fn whole_heaps(tiles: u32, per_heap: u32, capacity: u32) -> u32 {
 
 /// An image of `desc` in `GENERAL` layout with a view of its mip 0; nothing is left behind on
 /// error.
-fn sampled_image(device: &Device, desc: &ImageDesc) -> Result<(Image, vk::ImageView), SoftwareError> {
+fn sampled_image(device: &Device, desc: &ImageDesc) -> Result<(Image, crate::ImageView), SoftwareError> {
     let image = device.create_image(desc)?;
     let view = device
         .discard_to_general(&[&image])
@@ -341,7 +341,7 @@ fn sampled_image(device: &Device, desc: &ImageDesc) -> Result<(Image, vk::ImageV
     match view {
         Ok(view) => Ok((image, view)),
         Err(e) => {
-            device.destroy_image(image);
+            drop(image);
             Err(e)
         }
     }
@@ -407,7 +407,7 @@ impl SoftwareTilePool {
 
     /// The atlas view (binding `tex` of `residency_software.glsl`; a bilinear sampler).
     pub fn atlas_view(&self) -> vk::ImageView {
-        self.atlas_view
+        self.atlas_view.raw()
     }
 
     /// Where the slots are.
@@ -501,7 +501,7 @@ impl SoftwareTilePool {
                 }
             }
         }
-        uploader.flush(device)?;
+        uploader.flush()?;
         stats.border_copies = regions.len() as u64;
         if !regions.is_empty() {
             use crate::recording::MemoryDependency;
@@ -554,8 +554,8 @@ impl SoftwareTilePool {
     /// Destroys the atlas; every image of the pool must have been destroyed and no GPU work may
     /// use it any more.
     pub fn destroy(self) {
-        self.device.destroy_image_view(self.atlas_view);
-        self.device.destroy_image(self.atlas);
+        drop(self.atlas_view);
+        drop(self.atlas);
     }
 }
 
@@ -579,7 +579,7 @@ fn atlas_copy(src: [u32; 2], dst: [u32; 2], extent: [u32; 2]) -> vk::ImageCopy {
 #[derive(Debug)]
 struct IndirectionTexture {
     image: Image,
-    view: vk::ImageView,
+    view: crate::ImageView,
     table: Indirection,
     uploaded_once: bool,
 }
@@ -603,7 +603,7 @@ impl IndirectionTexture {
     /// Recomputes and stages the changed rows (all of them the first time).
     fn upload(
         &mut self,
-        device: &Device,
+        _device: &Device,
         uploader: &Uploader,
         page_table: &PageTable,
     ) -> Result<Option<std::ops::Range<u32>>, SoftwareError> {
@@ -620,15 +620,15 @@ impl IndirectionTexture {
                 offset: [0, rows.start, 0],
                 extent: [width, rows.end - rows.start, 1],
             };
-            uploader.write_image(device, &region, &self.table.row_bytes(rows.clone()))?;
+            uploader.write_image(&region, &self.table.row_bytes(rows.clone()))?;
             self.uploaded_once = true;
         }
         Ok(rows)
     }
 
-    fn destroy(self, device: &Device) {
-        device.destroy_image_view(self.view);
-        device.destroy_image(self.image);
+    fn destroy(self, _device: &Device) {
+        drop(self.view);
+        drop(self.image);
     }
 }
 
@@ -704,7 +704,7 @@ impl SoftwareImage {
 
     /// The indirection view (binding `minLodMap` of `residency_software.glsl`; a nearest sampler).
     pub fn indirection_view(&self) -> vk::ImageView {
-        self.indirection.view
+        self.indirection.view.raw()
     }
 
     fn check_pool(&self, pool: &SoftwareTilePool) -> Result<(), SoftwareError> {
@@ -835,7 +835,7 @@ impl SoftwareImage {
                 offset: [ox + pool.border + (x0 - c.x * side), oy + pool.border + (y0 - c.y * side), 0],
                 extent: [x1 - x0, y1 - y0, 1],
             };
-            uploader.write_image(&pool.device, &target, &part)?;
+            uploader.write_image(&target, &part)?;
             self.written.insert(tile);
         }
         Ok(())

@@ -1041,7 +1041,7 @@ impl SparseImage {
 #[derive(Debug)]
 pub struct MinLodMap {
     image: crate::Image,
-    view: vk::ImageView,
+    view: crate::ImageView,
     uploaded: bool,
 }
 
@@ -1069,13 +1069,13 @@ impl MinLodMap {
         let view = match device.create_image_view(&texture, 0..1) {
             Ok(v) => v,
             Err(e) => {
-                device.destroy_image(texture);
+                drop(texture);
                 return Err(e.into());
             }
         };
         if let Err(e) = device.discard_to_general(&[&texture]) {
-            device.destroy_image_view(view);
-            device.destroy_image(texture);
+            drop(view);
+            drop(texture);
             return Err(e.into());
         }
         Ok(MinLodMap { image: texture, view, uploaded: false })
@@ -1083,7 +1083,7 @@ impl MinLodMap {
 
     /// The view to bind as a `usampler2D` (or array), in `GENERAL` layout.
     pub fn view(&self) -> vk::ImageView {
-        self.view
+        self.view.raw()
     }
 
     /// Refreshes `image`'s min-LOD entries changed since the last update and queues their upload
@@ -1103,7 +1103,7 @@ impl MinLodMap {
     /// changes carry the updates).
     pub fn upload_updates(
         &mut self,
-        device: &Device,
+        _device: &Device,
         uploader: &crate::Uploader,
         table: &residency_core::tiles::PageTable,
         updates: &[residency_core::tiles::MinLodUpdate],
@@ -1135,7 +1135,7 @@ impl MinLodMap {
                 offset: [start[0], start[1], 0],
                 extent: [end[0] - start[0], end[1] - start[1], 1],
             };
-            uploader.write_image(device, &region, &data)?;
+            uploader.write_image(&region, &data)?;
             uploaded += data.len() as u64;
         }
         self.uploaded = true;
@@ -1143,8 +1143,8 @@ impl MinLodMap {
     }
 
     /// Destroys the map texture.
-    pub fn destroy(self, device: &Device) {
-        device.destroy_image_view(self.view);
-        device.destroy_image(self.image);
+    pub fn destroy(self, _device: &Device) {
+        drop(self.view);
+        drop(self.image);
     }
 }

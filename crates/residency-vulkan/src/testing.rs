@@ -59,6 +59,14 @@ pub fn with_gpu<R>(test: impl FnOnce(&DeviceSet) -> R) -> Option<R> {
         |d: &crate::Device| d.ledger().live_objects().into_iter().filter(|o| o.kind != "memory").count();
     let live_before: Vec<usize> = set.devices().iter().map(|d| objects(d)).collect();
     let result = test(set);
+    // What the test released while its work was still on the GPU is destroyed once that work is
+    // done: wait for it, so that a leak is told apart from deferred destruction.
+    for device in set.devices() {
+        if !device.is_lost() {
+            let _ = device.wait_idle();
+        }
+        device.maintain();
+    }
     let problems = set.validation_log().problems_since(before);
     assert!(problems.is_empty(), "validation problems during the test:\n{}", describe(&problems));
     for (device, before) in set.devices().iter().zip(live_before) {

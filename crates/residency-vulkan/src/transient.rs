@@ -3,11 +3,17 @@
 //! memory (scratch for acceleration structures one frame, terrain data the next).
 //!
 //! `begin_frame` creates each resource unbound, reads its requirements, plans, grows heaps that are
-//! too small (between frames only: no transient resource is alive then) and binds every resource at
-//! its planned offset. Before each pass, `record_pass_start` records the aliasing barriers of the
-//! resources first used in that pass (the previous occupants' last uses finish first; images
-//! transition from `UNDEFINED`, their contents discarded). `end_frame` destroys the resources once
-//! the caller has waited for the frame.
+//! too small and binds every resource at its planned offset. Before each pass, `record_pass_start`
+//! records the aliasing barriers of the resources first used in that pass (the previous occupants'
+//! last uses finish first; images transition from `UNDEFINED`, their contents discarded).
+//!
+//! **Frames in flight.** A frame's resources keep the heaps they are bound to alive, and are
+//! released when the frame is dropped or ended, deferred until the GPU work that used them has
+//! completed. A heap that grows is replaced: the old one retires after the frames placed in it.
+//! The next frame may be placed in the same bytes while the previous one still runs; its first
+//! uses then wait, on the GPU, for everything before them (a barrier from all earlier commands
+//! on the queue), so frame N+1 writes a byte only after frame N is done with it. Submit a pool's
+//! frames to one queue, in order.
 
 use crate::buffer::{create_raw_buffer, next_resource_id, Buffer, BufferPlacement};
 use crate::device::Device;
@@ -16,8 +22,10 @@ use crate::format_map::aspect;
 use crate::image::{Image, ImageDesc};
 use crate::memory::{MemoryBlock, MemoryError, RawMemoryDesc};
 use crate::resource_memory::ResourceMemory;
+use crate::retire::{Garbage, Life, Parent, PendingUses};
 use ash::vk;
 use residency_core::memory::{memory_type_candidates, MemoryIntent};
+use residency_core::sync::LastUses;
 use residency_core::sync::{
     FramePlan, TransientDesc, TransientPlanner, TransientPlannerDesc, TransientReport, Use,
 };
@@ -52,13 +60,16 @@ pub enum TransientRequest {
     },
 }
 
-/// A frame's transient resources, alive until [`TransientPool::end_frame`].
+/// A frame's transient resources, alive until the frame is dropped (or given to
+/// [`TransientPool::end_frame`]).
 #[derive(Debug)]
 pub struct TransientFrame {
     buffers: Vec<Option<Buffer>>,
     images: Vec<Option<Image>>,
     plan: FramePlan,
     requests: Vec<TransientRequest>,
+    /// Per resource: its bytes may have been used by an earlier frame still on the GPU.
+    reused: Vec<bool>,
 }
 
 impl TransientFrame {
@@ -89,8 +100,43 @@ pub struct TransientPool {
     device: Arc<Device>,
     name: String,
     planner: TransientPlanner,
-    heaps: Vec<Option<MemoryBlock>>,
+    heaps: Vec<Option<Arc<TransientHeap>>>,
     type_index: Option<u32>,
+}
+
+/// One heap of a transient pool: kept alive by the pool and by the frame resources bound in it.
+#[derive(Debug)]
+pub(crate) struct TransientHeap {
+    device: Arc<Device>,
+    block: Option<MemoryBlock>,
+    pending: PendingUses,
+    name: String,
+}
+
+impl Parent for TransientHeap {
+    fn note_pending(&self, uses: &LastUses) {
+        self.pending.note(uses);
+    }
+
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+}
+
+impl Drop for TransientHeap {
+    fn drop(&mut self) {
+        if let Some(block) = self.block.take() {
+            // Retires after the work submitted so far and every deferred resource bound in it.
+            let uses = self.pending.take();
+            self.device.retire(Garbage::Memory(Box::new(block)), uses);
+        }
+    }
+}
+
+impl TransientHeap {
+    fn block(&self) -> &MemoryBlock {
+        self.block.as_ref().expect("a heap has its block until it drops")
+    }
 }
 
 fn failed(name: &str, reason: impl Into<String>) -> MemoryError {
@@ -110,7 +156,7 @@ impl TransientPool {
 
     /// Bytes of every heap.
     pub fn heap_bytes(&self) -> u64 {
-        self.heaps.iter().flatten().map(|b| b.size).sum()
+        self.heaps.iter().flatten().map(|h| h.block().size).sum()
     }
 
     /// Creates, plans and binds a frame's resources.
@@ -211,13 +257,15 @@ impl TransientPool {
                 return Err(failed(&self.name, e.to_string()));
             }
         };
+        let mut grown =
+            vec![false; self.heaps.len().max(plan.growth.iter().map(|g| g.heap + 1).max().unwrap_or(0))];
         for growth in &plan.growth {
             if self.heaps.len() <= growth.heap {
                 self.heaps.resize_with(growth.heap + 1, || None);
             }
-            if let Some(old) = self.heaps[growth.heap].take() {
-                old.destroy(&device);
-            }
+            // The old heap retires after the frames still placed in it (they hold it).
+            self.heaps[growth.heap] = None;
+            grown[growth.heap] = true;
             let name = format!("{} heap {}", self.name, growth.heap);
             let desc = RawMemoryDesc {
                 name: &name,
@@ -227,7 +275,14 @@ impl TransientPool {
                 dedicated: None,
             };
             match MemoryBlock::new(&device, desc, 1) {
-                Ok(block) => self.heaps[growth.heap] = Some(block),
+                Ok(block) => {
+                    self.heaps[growth.heap] = Some(Arc::new(TransientHeap {
+                        device: Arc::clone(&device),
+                        block: Some(block),
+                        pending: PendingUses::default(),
+                        name,
+                    }))
+                }
                 Err(e) => {
                     cleanup(&buffers, &images);
                     return Err(e);
@@ -237,12 +292,16 @@ impl TransientPool {
         self.type_index = Some(type_index);
         let mut out_buffers = Vec::with_capacity(requests.len());
         let mut out_images = Vec::with_capacity(requests.len());
+        let mut reused = Vec::with_capacity(requests.len());
         let mut bind_error = None;
         for (i, placement) in plan.placements.iter().enumerate() {
-            let block = self.heaps[placement.heap].as_ref().expect("planned heaps exist");
+            let heap = self.heaps[placement.heap].as_ref().expect("planned heaps exist");
+            let block = heap.block();
+            reused.push(!grown.get(placement.heap).copied().unwrap_or(false));
+            let parent: Arc<dyn Parent> = Arc::clone(heap) as Arc<dyn Parent>;
             let (memory, offset) = (block.memory, placement.offset);
             if let Some((raw, name, size, usage)) = buffers[i].take() {
-                let mut buffer = Buffer::unbound(&device, raw, &name, size, usage);
+                let mut buffer = Buffer::unbound(&device, raw, &name, size, usage, parent);
                 // SAFETY: raw is unbound; the planner placed it at an offset aligned for it inside the heap.
                 if let Err(r) = unsafe { device.raw().bind_buffer_memory(raw, memory, offset) } {
                     bind_error.get_or_insert(VulkanError::from_vk("vkBindBufferMemory", r));
@@ -261,12 +320,17 @@ impl TransientPool {
                 let TransientRequest::Image { desc, .. } = &requests[i] else {
                     unreachable!("an image request")
                 };
-                out_images.push(Some(Image::transient(&device, raw, desc.clone(), memory, offset)));
+                out_images.push(Some(Image::transient(&device, raw, desc.clone(), memory, offset, parent)));
                 out_buffers.push(None);
             }
         }
-        let frame =
-            TransientFrame { buffers: out_buffers, images: out_images, plan, requests: requests.to_vec() };
+        let frame = TransientFrame {
+            buffers: out_buffers,
+            images: out_images,
+            plan,
+            requests: requests.to_vec(),
+            reused,
+        };
         if let Some(e) = bind_error {
             self.end_frame(frame);
             return Err(e.into());
@@ -293,13 +357,18 @@ impl TransientPool {
             }
             let aliasing = frame.plan.aliasing.iter().find(|a| a.resource == i);
             let first = uses.0.info();
-            let (src_stages, src_access) = aliasing
-                .map_or((vk::PipelineStageFlags2::NONE, vk::AccessFlags2::NONE), |a| {
-                    (stages(a.src.stages), access(a.src.access))
-                });
+            // Bytes an earlier frame may still use: wait for all earlier work on the queue.
+            let after_previous_frame = frame.reused.get(i).copied().unwrap_or(false);
+            let (src_stages, src_access) = match aliasing {
+                Some(a) => (stages(a.src.stages), access(a.src.access)),
+                None if after_previous_frame => {
+                    (vk::PipelineStageFlags2::ALL_COMMANDS, vk::AccessFlags2::MEMORY_WRITE)
+                }
+                None => (vk::PipelineStageFlags2::NONE, vk::AccessFlags2::NONE),
+            };
             let (dst_stages, dst_access) = (stages(first.stages), access(first.access));
             if let Some(buffer) = frame.buffer(i) {
-                if aliasing.is_some() {
+                if aliasing.is_some() || after_previous_frame {
                     buffer_barriers.push(
                         vk::BufferMemoryBarrier2::default()
                             .src_stage_mask(src_stages)
@@ -341,30 +410,28 @@ impl TransientPool {
         buffer_barriers.len() + image_barriers.len()
     }
 
-    /// Destroys the frame's resources (the caller has waited for the frame's work). The heaps stay.
+    /// Releases the frame's resources (as dropping the frame does): each is destroyed once the GPU
+    /// work that may use it has completed. The heaps stay for the next frame.
     pub fn end_frame(&mut self, frame: TransientFrame) {
-        for buffer in frame.buffers.into_iter().flatten() {
-            self.device.destroy_buffer(buffer);
-        }
-        for image in frame.images.into_iter().flatten() {
-            self.device.destroy_image(image);
-        }
-    }
-}
-
-impl Drop for TransientPool {
-    fn drop(&mut self) {
-        for block in self.heaps.drain(..).flatten() {
-            block.destroy(&self.device);
-        }
+        drop(frame);
     }
 }
 
 impl Buffer {
     /// A buffer object for a transient `raw` not yet bound (the pool binds it and fills the memory).
-    fn unbound(device: &Device, raw: vk::Buffer, name: &str, size: u64, usage: BufferUsage) -> Buffer {
+    fn unbound(
+        device: &Device,
+        raw: vk::Buffer,
+        name: &str,
+        size: u64,
+        usage: BufferUsage,
+        heap: Arc<dyn Parent>,
+    ) -> Buffer {
         let name: Arc<str> = Arc::from(name);
+        let id = device.ledger().track("buffer", Arc::clone(&name));
+        let garbage = Garbage::Buffer { raw, memory: ResourceMemory::Transient, id };
         Buffer {
+            life: Life::new(device.arc(), garbage, Some(heap)),
             raw,
             range_offset: 0,
             size,
@@ -376,9 +443,7 @@ impl Buffer {
             mapped: None,
             coherent: false,
             placement: BufferPlacement::Placed,
-            device: device.index(),
-            owner: ResourceMemory::Transient,
-            id: device.ledger().track("buffer", name),
+            pool: None,
             resource: next_resource_id(),
         }
     }

@@ -11,11 +11,12 @@ use crate::commands::{CommandContext, Submission};
 use crate::device::Device;
 use crate::error::VulkanError;
 use crate::memory::MemoryError;
+use crate::retire::Life;
 use ash::vk;
 use residency_core::allocator::{FrameId, RingAllocator, RingError};
 use residency_core::memory::MemoryIntent;
 use residency_core::usage::BufferUsage;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// An upload could not be done.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +46,16 @@ pub enum UploadError {
         bytes: u64,
         /// Largest region.
         limit: u64,
+    },
+    /// The destination lives on another device than the uploader.
+    #[error("upload to `{name}`: it lives on device {owner}, the uploader on device {uploader}")]
+    WrongDevice {
+        /// The destination.
+        name: String,
+        /// Its device.
+        owner: residency_core::device_mask::DeviceIndex,
+        /// The uploader's device.
+        uploader: residency_core::device_mask::DeviceIndex,
     },
     /// Creating the staging buffer failed.
     #[error(transparent)]
@@ -108,11 +119,16 @@ impl ImageRegion {
 struct State {
     ring: RingAllocator,
     copies: Vec<PendingCopy>,
+    /// The destinations of the queued copies, kept alive until the copies are submitted (after
+    /// that, a destination dropped retires after the upload like after any residency submission).
+    keep: Vec<Arc<Life>>,
     in_flight: Vec<(FrameId, Submission)>,
 }
 
-/// A staging ring and the command context that copies out of it.
+/// A staging ring and the command context that copies out of it. Dropping it waits for its
+/// uploads (bounded on a lost device) and releases the ring.
 pub struct Uploader {
+    device: Arc<Device>,
     staging: Buffer,
     context: CommandContext,
     state: Mutex<State>,
@@ -135,30 +151,31 @@ impl Uploader {
             .with_intent(MemoryIntent::Upload)
             .committed();
         let staging = device.create_buffer(&desc)?;
-        let context = match CommandContext::new(device, &format!("{name} commands")) {
-            Ok(c) => c,
-            Err(e) => {
-                device.destroy_buffer(staging);
-                return Err(e.into());
-            }
-        };
+        let context = CommandContext::new(device, &format!("{name} commands"))?;
         let ring = RingAllocator::new(capacity).expect("capacity is non-zero: the buffer exists");
         Ok(Uploader {
+            device: device.arc(),
             staging,
             context,
-            state: Mutex::new(State { ring, copies: Vec::new(), in_flight: Vec::new() }),
+            state: Mutex::new(State { ring, copies: Vec::new(), keep: Vec::new(), in_flight: Vec::new() }),
         })
+    }
+
+    /// The device it uploads on.
+    pub fn device(&self) -> &Arc<Device> {
+        &self.device
     }
 
     /// Queues a copy of `data` into `dst` at `offset`. The data is in the staging ring on return; it
     /// reaches `dst` after the next [`Uploader::flush`]. Waits for the GPU only when the ring is full.
-    pub fn write_buffer(
-        &self,
-        device: &Device,
-        dst: &Buffer,
-        offset: u64,
-        data: &[u8],
-    ) -> Result<(), UploadError> {
+    pub fn write_buffer(&self, dst: &Buffer, offset: u64, data: &[u8]) -> Result<(), UploadError> {
+        if !dst.device().is(&self.device) {
+            return Err(UploadError::WrongDevice {
+                name: dst.name().to_owned(),
+                owner: dst.device_index(),
+                uploader: self.device.index(),
+            });
+        }
         let end = offset.saturating_add(data.len() as u64);
         if end > dst.size() {
             return Err(UploadError::OutOfBounds {
@@ -179,13 +196,11 @@ impl Uploader {
             let allocation = loop {
                 match state.ring.allocate(chunk as u64, STAGING_ALIGNMENT) {
                     Ok(a) => break a,
-                    Err(RingError::Full { .. }) => self.make_room(device, &mut state)?,
+                    Err(RingError::Full { .. }) => self.make_room(&mut state)?,
                     Err(e) => unreachable!("chunks are non-empty and at most half the ring: {e}"),
                 }
             };
-            self.staging
-                .write(device, allocation.offset, &data[done..done + chunk])
-                .expect("ring allocations lie inside the mapped staging buffer");
+            write_staging(&self.staging, allocation.offset, &data[done..done + chunk]);
             state.copies.push(PendingCopy::Buffer {
                 dst: dst.raw(),
                 region: vk::BufferCopy {
@@ -196,13 +211,14 @@ impl Uploader {
             });
             done += chunk;
         }
+        state.keep.push(Arc::clone(dst.life()));
         Ok(())
     }
 
     /// Queues a copy of `data` (tightly packed texel blocks of the region, rows then slices) into an
     /// image region. The caller keeps the image alive and in `region.layout` until the upload is
     /// waited for. Data larger than half the ring is refused: split regions (e.g. per tile).
-    pub fn write_image(&self, device: &Device, region: &ImageRegion, data: &[u8]) -> Result<(), UploadError> {
+    pub fn write_image(&self, region: &ImageRegion, data: &[u8]) -> Result<(), UploadError> {
         let capacity = self.staging.size();
         if data.len() as u64 > capacity / 2 {
             return Err(UploadError::TooLarge { bytes: data.len() as u64, limit: capacity / 2 });
@@ -211,13 +227,11 @@ impl Uploader {
         let allocation = loop {
             match state.ring.allocate(data.len().max(1) as u64, STAGING_ALIGNMENT) {
                 Ok(a) => break a,
-                Err(RingError::Full { .. }) => self.make_room(device, &mut state)?,
+                Err(RingError::Full { .. }) => self.make_room(&mut state)?,
                 Err(e) => unreachable!("image chunks are non-empty and at most half the ring: {e}"),
             }
         };
-        self.staging
-            .write(device, allocation.offset, data)
-            .expect("ring allocations lie inside the staging buffer");
+        write_staging(&self.staging, allocation.offset, data);
         let copy = region.buffer_image_copy(allocation.offset);
         state.copies.push(PendingCopy::Image { dst: region.image, layout: region.layout, region: copy });
         Ok(())
@@ -225,22 +239,23 @@ impl Uploader {
 
     /// Submits the queued copies (if any), or waits for the oldest frame in flight, so that the ring
     /// has room again.
-    fn make_room(&self, device: &Device, state: &mut State) -> Result<(), UploadError> {
+    fn make_room(&self, state: &mut State) -> Result<(), UploadError> {
         if !state.copies.is_empty() {
-            self.submit(device, state)?;
+            self.submit(state)?;
         }
         if state.in_flight.is_empty() {
             unreachable!("a full ring with nothing queued or in flight cannot happen");
         }
         // The oldest frame stays in flight until its wait succeeds (a failed wait, on a lost
         // device, leaves the ring as it was).
-        self.context.wait_for(device, &state.in_flight[0].1)?;
+        self.context.wait_for(&state.in_flight[0].1)?;
         let (frame, _) = state.in_flight.remove(0);
         state.ring.retire(frame).expect("frames retire in order");
         Ok(())
     }
 
-    fn submit(&self, device: &Device, state: &mut State) -> Result<(), UploadError> {
+    fn submit(&self, state: &mut State) -> Result<(), UploadError> {
+        let device = &*self.device;
         let copies = std::mem::take(&mut state.copies);
         let staging = self.staging.raw();
         let before = [vk::MemoryBarrier2::default()
@@ -253,9 +268,11 @@ impl Uploader {
             .src_access_mask(vk::AccessFlags2::TRANSFER_WRITE)
             .dst_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
             .dst_access_mask(vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE)];
-        let submitted = self.context.submit(device, &[], &[], |cmd| {
-            // SAFETY: `cmd` is recording; the staging buffer and every destination are live buffers of
-            // this device (callers keep destinations alive until the upload is waited for).
+        let submitted = self.context.submit(&[], &[], |cmd| {
+            // SAFETY: `cmd` is recording; the staging buffer and every buffer destination are live
+            // buffers of this device (`state.keep` holds them until this submission is made; after
+            // it, their destruction waits for it). Image destinations are the caller's (documented
+            // on `write_image`).
             unsafe {
                 let raw = device.raw();
                 raw.cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&before));
@@ -285,35 +302,65 @@ impl Uploader {
         };
         let frame = state.ring.finish_frame();
         state.in_flight.push((frame, submission));
+        // Submitted: a destination dropped from now on retires after this upload.
+        state.keep.clear();
         Ok(())
     }
 
     /// Submits every queued copy. Work submitted to the universal queue afterwards sees the data.
-    pub fn flush(&self, device: &Device) -> Result<(), UploadError> {
+    pub fn flush(&self) -> Result<(), UploadError> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if !state.copies.is_empty() {
-            self.submit(device, &mut state)?;
+            self.submit(&mut state)?;
         }
         Ok(())
     }
 
     /// Flushes and waits until every upload has reached its destination.
-    pub fn wait_idle(&self, device: &Device) -> Result<(), UploadError> {
-        self.flush(device)?;
+    pub fn wait_idle(&self) -> Result<(), UploadError> {
+        self.flush()?;
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         while let Some((_, submission)) = state.in_flight.first() {
-            self.context.wait_for(device, submission)?;
+            self.context.wait_for(submission)?;
             let (frame, _) = state.in_flight.remove(0);
             state.ring.retire(frame).expect("frames retire in order");
         }
         Ok(())
     }
 
-    /// Waits for all uploads, then destroys the staging buffer and command context.
-    pub fn destroy(self, device: &Device) -> Result<(), UploadError> {
-        let waited = self.wait_idle(device);
-        self.context.destroy(device);
-        device.destroy_buffer(self.staging);
-        waited
+    /// Flushes and waits for all uploads, then releases the uploader, returning the first error.
+    /// Dropping it does the same and logs the error.
+    pub fn destroy(self) -> Result<(), UploadError> {
+        self.wait_idle()
+    }
+}
+
+impl Drop for Uploader {
+    fn drop(&mut self) {
+        // Queued copies are submitted (their data is in the ring, their destinations alive), then
+        // everything in flight is waited for; the command context settles its fences on drop too.
+        if !self.device.is_lost() {
+            if let Err(e) = self.wait_idle() {
+                tracing::warn!(staging = %self.staging.name(), error = %e, "uploader dropped: waiting for its uploads failed");
+            }
+        }
+        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        state.copies.clear();
+        state.keep.clear();
+    }
+}
+
+/// Copies `data` into the staging ring at a ring allocation.
+fn write_staging(staging: &Buffer, offset: u64, data: &[u8]) {
+    let dst = staging
+        .mapped
+        .and_then(|m| m.range(staging.memory_offset + offset, data.len() as u64))
+        .expect("ring allocations lie inside the mapped staging buffer");
+    // SAFETY: the ring hands out each range to one writer at a time (under the state lock) and the
+    // GPU reads it only after this copy (the submission comes later); the range lies inside the
+    // staging buffer's mapping (checked), which lives as long as the buffer.
+    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst.as_ptr(), data.len()) };
+    if !staging.coherent && !data.is_empty() {
+        staging.flush_range(offset, data.len() as u64);
     }
 }

@@ -128,8 +128,8 @@ fn an_applications_own_device_is_used_and_left_alive() {
     let buffer = pool.init_buffer(&BufferInit::new("adopted buffer", 4096).with_usage(usage)).unwrap();
     let uploader = Uploader::new(&device, "adopted uploads", 1 << 20).unwrap();
     let data: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 251) as u8).collect();
-    uploader.write_buffer(&device, &buffer, 0, &data).unwrap();
-    uploader.wait_idle(&device).unwrap();
+    uploader.write_buffer(&buffer, 0, &data).unwrap();
+    uploader.wait_idle().unwrap();
     assert_eq!(device.read_back(&buffer, 0, 4096).unwrap(), data);
 
     // Sparse tiles, when the device has them: committed, bound, uploaded, read back.
@@ -153,13 +153,13 @@ fn an_applications_own_device_is_used_and_left_alive() {
             offset: [0, 0, 0],
             extent: region.extent,
         };
-        uploader.write_image(&device, &target, &texels).unwrap();
-        uploader.wait_idle(&device).unwrap();
+        uploader.write_image(&target, &texels).unwrap();
+        uploader.wait_idle().unwrap();
         assert_eq!(image.read_region(&device, 0, 0, region, 1 << 20).unwrap(), texels);
         image.destroy(&tiles);
     }
 
-    uploader.destroy(&device).unwrap();
+    uploader.destroy().unwrap();
     pool.free_buffer(buffer).unwrap();
     drop(pool);
     let problems = set.validation_log().problem_count();

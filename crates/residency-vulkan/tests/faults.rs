@@ -97,6 +97,11 @@ struct Accounting {
 }
 
 fn accounting(device: &Device) -> Accounting {
+    // Objects released while residency's own work was in flight are destroyed once it completes.
+    if !device.is_lost() {
+        device.wait_idle().unwrap();
+    }
+    device.maintain();
     let heaps = device.memory_properties().heaps.len() as u32;
     let mut live: Vec<(String, String)> =
         device.ledger().live_objects().into_iter().map(|o| (o.kind.to_owned(), o.name.to_string())).collect();
@@ -124,7 +129,7 @@ fn tile_region(image: &SparseImage, tile: [u32; 2]) -> TexelRegion {
 
 /// Uploads `seed`'s pattern into one mip-0 tile of `image` and waits for it.
 fn upload_tile(
-    device: &Device,
+    _device: &Device,
     uploader: &Uploader,
     image: &SparseImage,
     tile: [u32; 2],
@@ -141,8 +146,8 @@ fn upload_tile(
         offset: region.offset,
         extent: region.extent,
     };
-    uploader.write_image(device, &copy, &data).map_err(|e| upload(&e))?;
-    uploader.wait_idle(device).map_err(|e| upload(&e))
+    uploader.write_image(&copy, &data).map_err(|e| upload(&e))?;
+    uploader.wait_idle().map_err(|e| upload(&e))
 }
 
 /// Reads one mip-0 tile of `image` back and checks `seed`'s pattern.
@@ -186,13 +191,13 @@ impl Persistent {
     /// Allocate, write and read back in the buffer pool; commit, bind, upload, read back and
     /// release a tile of the sparse image. Panics if a pool is broken.
     fn check_usable(&mut self, device: &Device) {
-        let buffer = self
+        let mut buffer = self
             .pool
             .init_buffer(
                 &BufferInit::new("usable?", 4096).with_usage(BufferUsage::STORAGE | BufferUsage::COPY_SRC),
             )
             .unwrap();
-        buffer.write(device, 0, &[0x3c; 4096]).unwrap();
+        buffer.write(0, &[0x3c; 4096]).unwrap();
         assert_eq!(device.read_back(&buffer, 0, 4096).unwrap(), vec![0x3c; 4096]);
         self.pool.free_buffer(buffer).unwrap();
         self.pool.check_invariants().unwrap();
@@ -205,7 +210,7 @@ impl Persistent {
         self.image.release_region(&self.tiles, 0, 0, region).unwrap();
         self.tiles.flush_binds(&mut [&mut self.image]).unwrap();
         self.tiles.trim();
-        uploader.destroy(device).unwrap();
+        uploader.destroy().unwrap();
     }
 
     fn destroy(self) {
@@ -251,7 +256,7 @@ impl Made {
             keep.tiles.trim();
         }
         if let Some(uploader) = self.uploader {
-            match uploader.destroy(device) {
+            match uploader.destroy() {
                 Err(e) if lost => assert_eq!(upload(&e), Failure::DeviceLost),
                 destroyed => destroyed.unwrap(),
             }
@@ -263,7 +268,7 @@ impl Made {
             pool.destroy();
         }
         if let Some(b) = self.committed {
-            device.destroy_buffer(b);
+            drop(b);
         }
         if let Some(b) = self.placed {
             keep.pool.free_buffer(b).unwrap();
@@ -323,9 +328,9 @@ fn run_scenario(
     made: &mut Made,
 ) -> Result<(), Failure> {
     let usage = BufferUsage::STORAGE | BufferUsage::COPY_SRC | BufferUsage::COPY_DST;
-    let placed =
+    let mut placed =
         keep.pool.init_buffer(&BufferInit::new("placed", 4096).with_usage(usage)).map_err(|e| memory(&e))?;
-    placed.write(device, 0, &[1; 4096]).unwrap();
+    placed.write(0, &[1; 4096]).unwrap();
     made.placed = Some(placed);
 
     let known = BufferPool::new(
@@ -336,8 +341,8 @@ fn run_scenario(
     )
     .map_err(|e| memory(&e))?;
     let known = made.known.insert(known);
-    let range = known.init_buffer(&BufferInit::new("range", 1000)).map_err(|e| memory(&e))?;
-    range.write(device, 0, &[2; 1000]).unwrap();
+    let mut range = known.init_buffer(&BufferInit::new("range", 1000)).map_err(|e| memory(&e))?;
+    range.write(0, &[2; 1000]).unwrap();
     made.range = Some(range);
 
     let committed = device
@@ -349,8 +354,8 @@ fn run_scenario(
     let uploader = Uploader::new(device, "faults", 256 << 10).map_err(|e| upload(&e))?;
     let uploader = made.uploader.insert(uploader);
     let data: Vec<u8> = (0..64u32 << 10).map(|i| (i % 253) as u8).collect();
-    uploader.write_buffer(device, committed, 0, &data).map_err(|e| upload(&e))?;
-    uploader.wait_idle(device).map_err(|e| upload(&e))?;
+    uploader.write_buffer(committed, 0, &data).map_err(|e| upload(&e))?;
+    uploader.wait_idle().map_err(|e| upload(&e))?;
     assert_eq!(device.read_back(committed, 0, data.len() as u64).map_err(|e| read_back(&e))?, data);
 
     let image =
@@ -577,7 +582,7 @@ fn a_failed_bind_sparse_rolls_back_the_page_table_and_the_pool_and_a_retry_binds
                 (stats.used_tiles, stats.owners.clone())
             );
         }
-        uploader.destroy(&device).unwrap();
+        uploader.destroy().unwrap();
         image.destroy(&tiles);
     });
 }
@@ -636,11 +641,11 @@ fn a_lost_device_fails_fast_with_a_typed_error_and_tears_down_without_leaks_or_h
             let first = match site {
                 FaultSite::BindSparse => sparse(&tiles.flush_binds(&mut [&mut image]).unwrap_err()),
                 _ => {
-                    uploader.write_buffer(&device, &target, 0, &[9; 4096]).unwrap();
-                    let flushed = uploader.flush(&device).map_err(|e| upload(&e));
+                    uploader.write_buffer(&target, 0, &[9; 4096]).unwrap();
+                    let flushed = uploader.flush().map_err(|e| upload(&e));
                     match flushed {
                         Err(e) => e,
-                        Ok(()) => upload(&uploader.wait_idle(&device).unwrap_err()),
+                        Ok(()) => upload(&uploader.wait_idle().unwrap_err()),
                     }
                 }
             };
@@ -659,23 +664,23 @@ fn a_lost_device_fails_fast_with_a_typed_error_and_tears_down_without_leaks_or_h
                 assert_eq!(sparse(&flush.unwrap_err()), Failure::DeviceLost);
             }
             assert_eq!(tiles.used_tiles(), resident - 1, "the failed flush rolled the commit back");
-            uploader.write_buffer(&device, &target, 0, &[7; 4096]).unwrap();
+            uploader.write_buffer(&target, 0, &[7; 4096]).unwrap();
             assert_eq!(
-                upload(&quick("upload wait", || uploader.wait_idle(&device)).unwrap_err()),
+                upload(&quick("upload wait", || uploader.wait_idle()).unwrap_err()),
                 Failure::DeviceLost
             );
             // Mapped memory still works; so does allocating (the driver is not asked to submit).
-            let mapped = pool.init_buffer(&BufferInit::new("mapped", 256).with_usage(usage)).unwrap();
-            mapped.write(&device, 0, &[5; 256]).unwrap();
+            let mut mapped = pool.init_buffer(&BufferInit::new("mapped", 256).with_usage(usage)).unwrap();
+            mapped.write(0, &[5; 256]).unwrap();
             let mut back = [0; 256];
-            mapped.read(&device, 0, &mut back).unwrap();
+            mapped.read(0, &mut back).unwrap();
             assert_eq!(back, [5; 256]);
 
             // Teardown on the lost device: bounded, nothing left behind. The uploader goes first:
             // destroying it settles its submitted copies (an injected loss leaves the GPU running,
             // and those copies write into `target`), as the contract asks of any teardown.
             quick("teardown", || {
-                if let Err(e) = uploader.destroy(&device) {
+                if let Err(e) = uploader.destroy() {
                     assert_eq!(upload(&e), Failure::DeviceLost);
                 }
                 pool.free_buffer(mapped).unwrap();

@@ -49,31 +49,29 @@ fn a_known_view_requests_exactly_the_expected_tiles() {
         }
 
         let bytes = feedback.buffer_bytes();
-        let fb = device
+        let mut fb = device
             .create_buffer(
                 &BufferDesc::new("feedback", bytes, BufferUsage::STORAGE).with_intent(MemoryIntent::Readback),
             )
             .unwrap();
         let mut initial = vec![0u32; (bytes / 4) as usize];
         initial[..4].copy_from_slice(&feedback.header_words(frame));
-        fb.write(device, 0, &words_to_bytes(&initial)).unwrap();
+        fb.write(0, &words_to_bytes(&initial)).unwrap();
         let table_words = feedback.image_table();
-        let table = device
+        let mut table = device
             .create_buffer(
                 &BufferDesc::new("image table", table_words.len() as u64 * 4, BufferUsage::STORAGE)
                     .with_intent(MemoryIntent::Upload),
             )
             .unwrap();
-        table.write(device, 0, &words_to_bytes(&table_words)).unwrap();
-        let input = device
+        table.write(0, &words_to_bytes(&table_words)).unwrap();
+        let mut input = device
             .create_buffer(
                 &BufferDesc::new("samples", samples.len() as u64 * 16, BufferUsage::STORAGE)
                     .with_intent(MemoryIntent::Upload),
             )
             .unwrap();
-        input
-            .write(device, 0, &samples.iter().flatten().flat_map(|f| f.to_le_bytes()).collect::<Vec<_>>())
-            .unwrap();
+        input.write(0, &samples.iter().flatten().flat_map(|f| f.to_le_bytes()).collect::<Vec<_>>()).unwrap();
 
         let kinds = [BindingKind::StorageBuffer; 3];
         let program =
@@ -93,7 +91,7 @@ fn a_known_view_requests_exactly_the_expected_tiles() {
             })
             .unwrap();
         let mut gpu = vec![0u8; bytes as usize];
-        fb.read(device, 0, &mut gpu).unwrap();
+        fb.read(0, &mut gpu).unwrap();
 
         let from_gpu = feedback.decode(&gpu, frame).unwrap();
         let from_cpu = feedback.decode(&expected.bytes(), frame).unwrap();
@@ -109,7 +107,7 @@ fn a_known_view_requests_exactly_the_expected_tiles() {
 
         program.destroy(device);
         for b in [fb, table, input] {
-            device.destroy_buffer(b);
+            drop(b);
         }
     });
 }
@@ -154,7 +152,7 @@ fn the_glsl_sampling_rule_matches_the_cpu_rule() {
                     })
                     .unwrap();
                 let mut bytes = vec![0u8; (w * h * 4) as usize];
-                out.read(device, 0, &mut bytes).unwrap();
+                out.read(0, &mut bytes).unwrap();
                 let mut writing = 0;
                 for y in 0..h {
                     for x in 0..w {
@@ -178,6 +176,6 @@ fn the_glsl_sampling_rule_matches_the_cpu_rule() {
         }
         assert_eq!(checked, 80);
         program.destroy(device);
-        device.destroy_buffer(out);
+        drop(out);
     });
 }

@@ -11,7 +11,7 @@ fn placed_buffers_share_a_heap_and_keep_their_data() {
     with_gpu(|set| {
         let device = &set.devices()[0];
         let usage = BufferUsage::STORAGE | BufferUsage::COPY_SRC;
-        let buffers: Vec<_> = (0..8u64)
+        let mut buffers: Vec<_> = (0..8u64)
             .map(|i| {
                 let desc = BufferDesc::new(format!("placed {i}"), 100 + i * 37, usage)
                     .with_intent(MemoryIntent::Upload);
@@ -24,21 +24,21 @@ fn placed_buffers_share_a_heap_and_keep_their_data() {
         for pair in ranges.windows(2) {
             assert!(pair[0].1 <= pair[1].0, "placed buffers overlap: {pair:?}");
         }
-        for (i, b) in buffers.iter().enumerate() {
+        for (i, b) in buffers.iter_mut().enumerate() {
             assert_eq!(b.placement(), BufferPlacement::Placed);
             assert_eq!(b.memory().0, memory, "small buffers share one heap");
             let data: Vec<u8> = (0..b.size()).map(|j| (i as u64 * 31 + j) as u8).collect();
-            b.write(device, 0, &data).unwrap();
+            b.write(0, &data).unwrap();
         }
         for (i, b) in buffers.iter().enumerate() {
             let mut back = vec![0; b.size() as usize];
-            b.read(device, 0, &mut back).unwrap();
+            b.read(0, &mut back).unwrap();
             assert!(back.iter().enumerate().all(|(j, &v)| v == (i as u64 * 31 + j as u64) as u8));
         }
-        let err = buffers[0].write(device, 90, &[0; 20]).unwrap_err();
+        let err = buffers[0].write(90, &[0; 20]).unwrap_err();
         assert!(err.to_string().contains("outside"), "{err}");
         for b in buffers {
-            device.destroy_buffer(b);
+            drop(b);
         }
     });
 }
@@ -54,8 +54,8 @@ fn committed_buffer_has_memory_of_its_own() {
         assert_eq!(a.placement(), BufferPlacement::Committed);
         assert_eq!(a.memory().1, 0);
         assert_ne!(a.memory().0, b.memory().0);
-        device.destroy_buffer(a);
-        device.destroy_buffer(b);
+        drop(a);
+        drop(b);
     });
 }
 
@@ -119,22 +119,22 @@ fn known_flags_pool_hands_out_ranges_of_one_page_buffer() {
                 .with_page_size(256 << 10),
         )
         .unwrap();
-        let buffers: Vec<_> =
+        let mut buffers: Vec<_> =
             (0..10).map(|i| pool.init_buffer(&BufferInit::new(format!("cb {i}"), 100)).unwrap()).collect();
         let page_buffer = buffers[0].raw();
         let align = device
             .limits()
             .min_uniform_buffer_offset_alignment
             .max(device.limits().min_storage_buffer_offset_alignment);
-        for (i, b) in buffers.iter().enumerate() {
+        for (i, b) in buffers.iter_mut().enumerate() {
             assert_eq!(b.placement(), BufferPlacement::Range);
             assert_eq!(b.raw(), page_buffer, "ranges of one VkBuffer");
             assert_eq!(b.offset() % align, 0);
-            b.write(&device, 0, &[i as u8; 100]).unwrap();
+            b.write(0, &[i as u8; 100]).unwrap();
         }
         for (i, b) in buffers.iter().enumerate() {
             let mut back = [0u8; 100];
-            b.read(&device, 0, &mut back).unwrap();
+            b.read(0, &mut back).unwrap();
             assert_eq!(back, [i as u8; 100]);
         }
         let err =
@@ -155,7 +155,7 @@ fn a_buffer_of_another_pool_is_refused() {
         let b = BufferPool::new(Arc::clone(&device), BufferPoolDesc { name: "b".into(), ..desc }).unwrap();
         let buffer = a.init_buffer(&BufferInit::new("x", 64).with_usage(BufferUsage::STORAGE)).unwrap();
         let buffer = b.free_buffer(buffer).unwrap_err();
-        a.free_buffer(*buffer).unwrap();
+        a.free_buffer(*buffer.resource).unwrap();
     });
 }
 
@@ -217,7 +217,7 @@ fn out_of_device_memory_is_a_typed_error_and_nothing_leaks() {
         device.ledger().inject_out_of_memory(0);
         assert_eq!(device.ledger().memory_objects(), before, "no memory object left behind");
         let b = device.create_buffer(&desc).unwrap();
-        device.destroy_buffer(b);
+        drop(b);
     });
 }
 
@@ -243,7 +243,7 @@ fn placed_images_and_buffers_never_share_a_granularity_page() {
             images.push(device.create_image(&desc).unwrap());
         }
         let view = device.create_image_view(&images[0], 0..1).unwrap();
-        device.destroy_image_view(view);
+        drop(view);
         for image in &images {
             let (memory, offset) = image.memory();
             assert!(!image.is_committed());
@@ -268,8 +268,8 @@ fn placed_images_and_buffers_never_share_a_granularity_page() {
         assert!(committed.is_committed() && committed.memory().1 == 0);
         let bad = ImageDesc::new_2d("too big", Format::R8G8B8A8Unorm, 1 << 20, 4, usage);
         assert!(matches!(device.create_image(&bad), Err(MemoryError::Unsatisfiable { .. })));
-        device.destroy_image(committed);
-        images.into_iter().for_each(|i| device.destroy_image(i));
-        buffers.into_iter().for_each(|b| device.destroy_buffer(b));
+        drop(committed);
+        drop(images);
+        drop(buffers);
     });
 }

@@ -133,8 +133,8 @@ fn report_names_every_listed_buffer_and_its_padding() {
         for b in buffers {
             pool.free_buffer(b).unwrap();
         }
-        device.destroy_buffer(placed);
-        device.destroy_buffer(committed);
+        drop(placed);
+        drop(committed);
         drop(pool);
     });
 }
@@ -187,6 +187,6 @@ fn device_set_report_has_one_report_per_device_and_a_total() {
             .any(|(_, info)| info.name.as_deref() == Some("set report probe")));
         let unnamed = set.memory_report();
         assert!(unnamed.total().allocation_count >= 1);
-        device.destroy_buffer(buffer);
+        drop(buffer);
     });
 }

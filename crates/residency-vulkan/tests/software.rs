@@ -104,7 +104,7 @@ fn a_software_texture_samples_resident_tiles_exactly_and_falls_back_like_the_har
         assert_eq!(pool.stats().used_tiles, 29, "the same pool accounting as the hardware path");
         write_tiles(device, &uploader, &texture, &layout, &residency);
         texture.upload_indirection(device, &uploader, residency.page_table()).unwrap();
-        uploader.wait_idle(device).unwrap();
+        uploader.wait_idle().unwrap();
 
         let probes = [
             (common::centre(SIZE, 300, 420, 0), 0.0), // resident mip 0: exact
@@ -137,7 +137,7 @@ fn a_software_texture_samples_resident_tiles_exactly_and_falls_back_like_the_har
         residency.release(&mut pool, &[tile]).unwrap();
         let rows = texture.upload_indirection(device, &uploader, residency.page_table()).unwrap();
         assert_eq!(rows, Some(4..5), "one row of mip 0 changed");
-        uploader.wait_idle(device).unwrap();
+        uploader.wait_idle().unwrap();
         let got = sample(device, &texture, &[(common::centre(SIZE, 150, 210, 1), 0.0)]);
         assert_eq!(got[0].2, 1.0);
         common::close(got[0].0, as_f32(texel(150, 210, 1)), &format!("{:?}", got[0].0));
@@ -146,12 +146,12 @@ fn a_software_texture_samples_resident_tiles_exactly_and_falls_back_like_the_har
         residency.release_all(&mut pool).unwrap();
         assert_eq!(pool.stats().used_tiles, 0);
         texture.upload_indirection(device, &uploader, residency.page_table()).unwrap();
-        uploader.wait_idle(device).unwrap();
+        uploader.wait_idle().unwrap();
         let got = sample(device, &texture, &[(common::centre(SIZE, 1, 1, 0), 0.0)]);
         assert!(!got[0].1);
         common::close(got[0].0, DEFAULT.map(|v| v * 255.0), "nothing resident");
 
-        uploader.destroy(device).unwrap();
+        uploader.destroy().unwrap();
         texture.destroy(device);
     });
 }

@@ -21,7 +21,7 @@ fn texel(x: u32, y: u32, mip: u32) -> [u8; 4] {
     [(x % 251) as u8, (y % 241) as u8, (mip * 17) as u8, 0xab]
 }
 
-fn upload_tile(uploader: &Uploader, device: &Device, image: &SparseImage, mip: u32, tile: [u32; 2]) {
+fn upload_tile(uploader: &Uploader, _device: &Device, image: &SparseImage, mip: u32, tile: [u32; 2]) {
     let shape = image.layout().tile_shape();
     let extent = image.layout().mip(mip).unwrap().extent;
     let (x0, y0) = (tile[0] * shape.width, tile[1] * shape.height);
@@ -36,7 +36,7 @@ fn upload_tile(uploader: &Uploader, device: &Device, image: &SparseImage, mip: u
         offset: [x0, y0, 0],
         extent: [w, h, 1],
     };
-    uploader.write_image(device, &region, &data).unwrap();
+    uploader.write_image(&region, &data).unwrap();
 }
 
 fn tile_region(image: &SparseImage, tile: [u32; 2]) -> TexelRegion {
@@ -57,7 +57,7 @@ fn probe(device: &Arc<Device>, image: &SparseImage, points: &[[i32; 3]]) -> Vec<
     .unwrap();
     let sampler = device.create_sampler(Filter::Nearest).unwrap();
     let n = points.len() as u64;
-    let probes = device
+    let mut probes = device
         .create_buffer(
             &BufferDesc::new("probes", n * 16, BufferUsage::STORAGE).with_intent(MemoryIntent::Upload),
         )
@@ -70,12 +70,16 @@ fn probe(device: &Arc<Device>, image: &SparseImage, points: &[[i32; 3]]) -> Vec<
         .unwrap();
     let bytes: Vec<u8> =
         points.iter().flat_map(|p| [p[0], p[1], p[2], 0]).flat_map(i32::to_le_bytes).collect();
-    probes.write(device, 0, &bytes).unwrap();
+    probes.write(0, &bytes).unwrap();
     let set = program
         .descriptor_set(
             device,
             &[
-                Binding::Image { view: image.view(), sampler, layout: vk::ImageLayout::GENERAL },
+                Binding::Image {
+                    view: image.view(),
+                    sampler: sampler.raw(),
+                    layout: vk::ImageLayout::GENERAL,
+                },
                 Binding::Buffer(&probes),
                 Binding::Buffer(&results),
             ],
@@ -90,11 +94,11 @@ fn probe(device: &Arc<Device>, image: &SparseImage, points: &[[i32; 3]]) -> Vec<
         })
         .unwrap();
     let mut out = vec![0u8; (n * 32) as usize];
-    results.read(device, 0, &mut out).unwrap();
+    results.read(0, &mut out).unwrap();
     program.destroy(device);
-    device.destroy_sampler(sampler);
-    device.destroy_buffer(probes);
-    device.destroy_buffer(results);
+    drop(sampler);
+    drop(probes);
+    drop(results);
     out.chunks_exact(32)
         .map(|r| {
             let f = |i: usize| f32::from_le_bytes([r[i], r[i + 1], r[i + 2], r[i + 3]]);
@@ -157,7 +161,7 @@ fn resident_texels_read_back_exactly_and_released_tiles_return_the_default() {
                 }
             }
         }
-        uploader.wait_idle(&device).unwrap();
+        uploader.wait_idle().unwrap();
 
         let w = shape.width as i32;
         let h = shape.height as i32;
@@ -201,7 +205,7 @@ fn resident_texels_read_back_exactly_and_released_tiles_return_the_default() {
         pool.flush_binds(&mut [&mut image]).unwrap();
         assert_eq!(pool.used_tiles(), 0, "every tile is back in the pool");
         image.destroy(&pool);
-        uploader.destroy(&device).unwrap();
+        uploader.destroy().unwrap();
         pool.trim();
         drop(pool);
     });
@@ -256,8 +260,8 @@ fn upload_region(device: &Device, image: &SparseImage, layer: u32, region: Texel
         offset: region.offset,
         extent: region.extent,
     };
-    uploader.write_image(device, &target, data).unwrap();
-    uploader.destroy(device).unwrap();
+    uploader.write_image(&target, data).unwrap();
+    uploader.destroy().unwrap();
 }
 
 fn pattern(bytes: u64, seed: u64) -> Vec<u8> {

@@ -107,7 +107,7 @@ impl Texture {
     }
 
     /// Writes the texels of `region` of `mip` (its tiles resident).
-    fn write(&mut self, device: &Device, uploader: &Uploader, mip: u32, region: TexelRegion) {
+    fn write(&mut self, _device: &Device, uploader: &Uploader, mip: u32, region: TexelRegion) {
         let data =
             region_texels(mip, [region.offset[0], region.offset[1]], [region.extent[0], region.extent[1]]);
         match self {
@@ -121,7 +121,7 @@ impl Texture {
                     offset: region.offset,
                     extent: region.extent,
                 };
-                uploader.write_image(device, &target, &data).unwrap();
+                uploader.write_image(&target, &data).unwrap();
             }
             Texture::Software { pool, image } => {
                 image.write_region(pool, uploader, 0, mip, region, &data).unwrap()
@@ -139,7 +139,7 @@ impl Texture {
                 pool.flush(uploader, &mut [image]).unwrap();
             }
         }
-        uploader.wait_idle(device).unwrap();
+        uploader.wait_idle().unwrap();
     }
 
     fn used_tiles(&self) -> u64 {
@@ -290,7 +290,7 @@ fn scenario(device: &Arc<Device>, path: ResidencyPath) {
     assert!(!got[0].1, "{name}");
     close(got[0].0, common::DEFAULT.map(|v| v * 255.0), name);
 
-    uploader.destroy(device).unwrap();
+    uploader.destroy().unwrap();
     texture.destroy(device);
 }
 
@@ -364,7 +364,7 @@ fn software_images_refuse_what_they_cannot_hold() {
         assert!(matches!(image.commit_region(&stranger, 0, 0, r), Err(SoftwareError::WrongPool { .. })));
         assert!(matches!(stranger.flush(&uploader, &mut [&mut image]), Err(SoftwareError::WrongPool { .. })));
         assert_eq!(pool.used_tiles(), 1);
-        uploader.destroy(device).unwrap();
+        uploader.destroy().unwrap();
         image.destroy(&pool);
         pool.destroy();
         stranger.destroy();
@@ -413,7 +413,7 @@ fn software_pools_stay_inside_their_atlas_and_take_any_uncompressed_format() {
         assert!(committed > 20 && committed <= capacity, "{committed} of {capacity}");
         assert_eq!(pool.used_tiles(), committed);
         pool.flush(&uploader, &mut [&mut image]).unwrap();
-        uploader.destroy(device).unwrap();
+        uploader.destroy().unwrap();
         image.destroy(&pool);
         pool.destroy();
     });

@@ -41,7 +41,7 @@ fn unit_regions(layout: &SparseImageLayout, unit: StreamUnit) -> Vec<(u32, Texel
     }
 }
 
-fn upload(device: &Device, uploader: &Uploader, image: &SparseImage, mip: u32, r: TexelRegion) {
+fn upload(_device: &Device, uploader: &Uploader, image: &SparseImage, mip: u32, r: TexelRegion) {
     let region = ImageRegion {
         image: image.raw(),
         layout: vk::ImageLayout::GENERAL,
@@ -51,7 +51,7 @@ fn upload(device: &Device, uploader: &Uploader, image: &SparseImage, mip: u32, r
         offset: r.offset,
         extent: r.extent,
     };
-    uploader.write_image(device, &region, &region_texels(mip, r)).unwrap();
+    uploader.write_image(&region, &region_texels(mip, r)).unwrap();
 }
 
 #[test]
@@ -98,7 +98,7 @@ fn the_manager_streams_requested_tiles_into_a_sparse_image_and_evicts_under_a_cu
             for change in &out.changes {
                 map.upload_updates(&device, &uploader, table, &change.min_lod).unwrap();
             }
-            uploader.wait_idle(&device).unwrap();
+            uploader.wait_idle().unwrap();
             heaps.release(&out.heaps_released);
             loaded = out.loads.iter().map(|l| l.key).collect(); // loads complete next frame
             manager.check_invariants().unwrap();
@@ -142,7 +142,7 @@ fn the_manager_streams_requested_tiles_into_a_sparse_image_and_evicts_under_a_cu
 
         device.wait_idle().unwrap();
         map.destroy(&device);
-        uploader.destroy(&device).unwrap();
+        uploader.destroy().unwrap();
         image.destroy_external(&device);
         drop(heaps);
     });

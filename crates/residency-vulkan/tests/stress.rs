@@ -19,7 +19,7 @@ const THREADS: usize = 8;
 const OPS_PER_THREAD: usize = 400;
 
 fn hammer(pool: &BufferPool, thread: usize) -> usize {
-    let device = pool.device();
+    let _device = pool.device();
     let mut rng = SplitMix64::new(0x9e37_79b9_7f4a_7c15 ^ (thread as u64 + 1));
     let mut live = Vec::new();
     let mut ops = 0;
@@ -35,14 +35,14 @@ fn hammer(pool: &BufferPool, thread: usize) -> usize {
             let init = BufferInit::new(format!("t{thread} op{op}"), size)
                 .with_usage(usage)
                 .with_alignment(alignment);
-            let buffer = pool.init_buffer(&init).expect("the pool grows as needed");
+            let mut buffer = pool.init_buffer(&init).expect("the pool grows as needed");
             let tag = (thread * 31 + op) as u8;
-            buffer.write(device, 0, &vec![tag; size as usize]).unwrap();
+            buffer.write(0, &vec![tag; size as usize]).unwrap();
             live.push((buffer, tag));
         } else {
             let (buffer, tag) = live.swap_remove((rng.next_u64() % live.len() as u64) as usize);
             let mut back = vec![0; buffer.size() as usize];
-            buffer.read(device, 0, &mut back).unwrap();
+            buffer.read(0, &mut back).unwrap();
             assert!(back.iter().all(|&b| b == tag), "{}: another thread wrote into it", buffer.name());
             pool.free_buffer(buffer).unwrap();
         }
@@ -51,7 +51,7 @@ fn hammer(pool: &BufferPool, thread: usize) -> usize {
     }
     for (buffer, tag) in live {
         let mut back = vec![0; buffer.size() as usize];
-        buffer.read(device, 0, &mut back).unwrap();
+        buffer.read(0, &mut back).unwrap();
         assert!(back.iter().all(|&b| b == tag));
         pool.free_buffer(buffer).unwrap();
         ops += 1;
@@ -145,16 +145,16 @@ fn mixed(
             0..=2 if live.len() < 16 => {
                 let size = 64 + rng.next_u64() % 4096;
                 let init = BufferInit::new(format!("t{thread} b{op}"), size).with_usage(BufferUsage::STORAGE);
-                let buffer = pool.init_buffer(&init).expect("the pool grows as needed");
+                let mut buffer = pool.init_buffer(&init).expect("the pool grows as needed");
                 let tag = (thread * 37 + op) as u8;
-                buffer.write(device, 0, &vec![tag; size as usize]).unwrap();
+                buffer.write(0, &vec![tag; size as usize]).unwrap();
                 live.push((buffer, tag));
                 counts.allocate += 1;
             }
             0..=3 if !live.is_empty() => {
                 let (buffer, tag) = live.swap_remove((rng.next_u64() % live.len() as u64) as usize);
                 let mut back = vec![0; buffer.size() as usize];
-                buffer.read(device, 0, &mut back).unwrap();
+                buffer.read(0, &mut back).unwrap();
                 assert!(back.iter().all(|&b| b == tag), "{}: another thread wrote into it", buffer.name());
                 pool.free_buffer(buffer).unwrap();
                 counts.map_write_read += 1;
@@ -197,8 +197,8 @@ fn mixed(
                             offset: region.offset,
                             extent: region.extent,
                         };
-                        uploader.write_image(device, &copy, &data).unwrap();
-                        uploader.wait_idle(device).unwrap();
+                        uploader.write_image(&copy, &data).unwrap();
+                        uploader.wait_idle().unwrap();
                         assert_eq!(image.read_region(device, 0, 0, region, 1 << 20).unwrap(), data);
                         counts.upload_read_back += 1;
                     }
@@ -211,12 +211,12 @@ fn mixed(
     }
     for (buffer, tag) in live {
         let mut back = vec![0; buffer.size() as usize];
-        buffer.read(device, 0, &mut back).unwrap();
+        buffer.read(0, &mut back).unwrap();
         assert!(back.iter().all(|&b| b == tag));
         pool.free_buffer(buffer).unwrap();
         counts.free += 1;
     }
-    uploader.destroy(device).unwrap();
+    uploader.destroy().unwrap();
     counts
 }
 

@@ -179,10 +179,10 @@ pub fn pool(set: &DeviceSet) -> anyhow::Result<Section> {
         [2.0f32, 2.0, 2.0, 2.0, 1.0, 1.0, 1.0, 1.0].iter().flat_map(|f| f.to_le_bytes()).collect();
     consts.extend_from_slice(&n.to_le_bytes());
     consts.resize(48, 0);
-    uploader.write_buffer(&device, &vertices, 0, &verts)?;
-    uploader.write_buffer(&device, &indices, 0, &idx)?;
-    uploader.write_buffer(&device, &params, 0, &consts)?;
-    uploader.flush(&device)?;
+    uploader.write_buffer(&vertices, 0, &verts)?;
+    uploader.write_buffer(&indices, 0, &idx)?;
+    uploader.write_buffer(&params, 0, &consts)?;
+    uploader.flush()?;
     let kinds = [
         BindingKind::StorageBuffer,
         BindingKind::StorageBuffer,
@@ -243,9 +243,9 @@ pub fn pool(set: &DeviceSet) -> anyhow::Result<Section> {
     ));
     lines.push("Each buffer can be transitioned on its own (an index buffer written by compute, then read by a draw) while its neighbours on the page are used differently; `residency dump` writes VMA's JSON dump and this heap map.".into());
     program.destroy(&device);
-    uploader.destroy(&device)?;
+    uploader.destroy()?;
     for b in [vertices, indices, params, results].into_iter().chain(extra) {
-        pool.free_buffer(b).map_err(|b| anyhow::anyhow!("{} refused by its pool", b.name()))?;
+        pool.free_buffer(b).map_err(|refused| anyhow::anyhow!("{refused}"))?;
     }
     drop(pool);
     let figures = json!({"buffers": all_len(&stats), "same_page": same_page, "correct": correct, "count": n, "page_bytes": stats.page_bytes, "used_bytes": stats.used_bytes});
@@ -333,13 +333,13 @@ pub fn sparse(set: &DeviceSet) -> anyhow::Result<Section> {
                     offset: [x0, y0, 0],
                     extent: [w, h, 1],
                 };
-                uploader.write_image(&device, &target, &data)?;
+                uploader.write_image(&target, &data)?;
             }
         }
     }
     let mut map = MinLodMap::new(&device, &image)?;
     map.update(&device, &uploader, &mut image)?;
-    uploader.wait_idle(&device)?;
+    uploader.wait_idle()?;
     // Sample a grid over the whole texture at LOD 0: inside the view at full resolution, elsewhere
     // from the finest resident coarser mip.
     let grid: Vec<(u32, u32)> =
@@ -358,7 +358,7 @@ pub fn sparse(set: &DeviceSet) -> anyhow::Result<Section> {
         1,
     )?;
     let sampler = device.create_sampler(Filter::Nearest)?;
-    let probes = device.create_buffer(
+    let mut probes = device.create_buffer(
         &BufferDesc::new("tour samples", grid.len() as u64 * 16, BufferUsage::STORAGE)
             .with_intent(MemoryIntent::Upload),
     )?;
@@ -368,7 +368,6 @@ pub fn sparse(set: &DeviceSet) -> anyhow::Result<Section> {
     )?;
     let uv = |v: u32| (v as f32 + 0.5) / 16384.0;
     probes.write(
-        &device,
         0,
         &grid
             .iter()
@@ -379,8 +378,8 @@ pub fn sparse(set: &DeviceSet) -> anyhow::Result<Section> {
     let ds = program.descriptor_set(
         &device,
         &[
-            Binding::Image { view: image.view(), sampler, layout: vk::ImageLayout::GENERAL },
-            Binding::Image { view: map.view(), sampler, layout: vk::ImageLayout::GENERAL },
+            Binding::Image { view: image.view(), sampler: sampler.raw(), layout: vk::ImageLayout::GENERAL },
+            Binding::Image { view: map.view(), sampler: sampler.raw(), layout: vk::ImageLayout::GENERAL },
             Binding::Buffer(&probes),
             Binding::Buffer(&results),
         ],
@@ -392,7 +391,7 @@ pub fn sparse(set: &DeviceSet) -> anyhow::Result<Section> {
         program.dispatch(&device, cmd, ds, &push, [1, 1, 1]);
     })?;
     let mut out = vec![0u8; grid.len() * 32];
-    results.read(&device, 0, &mut out)?;
+    results.read(0, &mut out)?;
     let table = image.residency().page_table();
     let mut correct = 0;
     let mut lods = Vec::new();
@@ -441,11 +440,11 @@ pub fn sparse(set: &DeviceSet) -> anyhow::Result<Section> {
     ];
     device.wait_idle()?;
     program.destroy(&device);
-    device.destroy_sampler(sampler);
-    device.destroy_buffer(probes);
-    device.destroy_buffer(results);
+    drop(sampler);
+    drop(probes);
+    drop(results);
     map.destroy(&device);
-    uploader.destroy(&device)?;
+    uploader.destroy()?;
     image.release_all(&pool)?;
     pool.flush_binds(&mut [&mut image])?;
     image.destroy(&pool);

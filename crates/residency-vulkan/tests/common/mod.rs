@@ -65,7 +65,7 @@ pub fn sample_fallback(
     let (linear, nearest) =
         (device.create_sampler(Filter::Trilinear).unwrap(), device.create_sampler(Filter::Nearest).unwrap());
     let n = probes.len() as u64;
-    let input = device
+    let mut input = device
         .create_buffer(
             &BufferDesc::new("probes", n * 16, BufferUsage::STORAGE).with_intent(MemoryIntent::Upload),
         )
@@ -77,14 +77,14 @@ pub fn sample_fallback(
         .unwrap();
     let bytes: Vec<u8> =
         probes.iter().flat_map(|(uv, lod)| [uv[0], uv[1], *lod, 0.0]).flat_map(f32::to_le_bytes).collect();
-    input.write(device, 0, &bytes).unwrap();
+    input.write(0, &bytes).unwrap();
     let general = vk::ImageLayout::GENERAL;
     let set = program
         .descriptor_set(
             device,
             &[
-                Binding::Image { view: views.0, sampler: linear, layout: general },
-                Binding::Image { view: views.1, sampler: nearest, layout: general },
+                Binding::Image { view: views.0, sampler: linear.raw(), layout: general },
+                Binding::Image { view: views.1, sampler: nearest.raw(), layout: general },
                 Binding::Buffer(&input),
                 Binding::Buffer(&output),
             ],
@@ -99,11 +99,11 @@ pub fn sample_fallback(
         })
         .unwrap();
     let mut out = vec![0u8; (n * 32) as usize];
-    output.read(device, 0, &mut out).unwrap();
-    device.destroy_buffer(input);
-    device.destroy_buffer(output);
-    device.destroy_sampler(linear);
-    device.destroy_sampler(nearest);
+    output.read(0, &mut out).unwrap();
+    drop(input);
+    drop(output);
+    drop(linear);
+    drop(nearest);
     program.destroy(device);
     out.chunks_exact(32)
         .map(|r| {

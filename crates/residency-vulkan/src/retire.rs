@@ -1,0 +1,440 @@
+//! GPU lifetimes: what a dropped resource leaves behind is destroyed once the GPU is done with it.
+//!
+//! Every resource holds a [`Life`]: an `Arc` to its device, the Vulkan objects and memory to
+//! release ([`Garbage`]), the uses the renderer declared ([`GpuUse`]) and the parent whose memory
+//! it points into (a pool, a transient heap, an image for a view), which it keeps alive. When the
+//! last handle goes, the garbage retires after
+//! - every submission residency made to the device's universal queue before the drop (each
+//!   signals the device's *universal* timeline semaphore; residency never records work it does not
+//!   submit itself, so this covers uploads, read-backs, compute and everything submitted through a
+//!   [`CommandContext`](crate::CommandContext)), and
+//! - every use the renderer declared with `used_until`: a point of one of its [`Timeline`]s, a
+//!   point of a residency [`Submission`](crate::Submission), or `N` frames from now
+//!   ([`Device::advance_frame`] counts frames).
+//!
+//! If those have passed at the drop, the objects are destroyed at once; otherwise they wait in the
+//! device's [`RetireQueue`] until [`Device::maintain`] (run at every residency submission, at
+//! `advance_frame`, and at teardown after the device is idle) finds them done. A deferred
+//! resource's parent is told its uses, so a pool's pages or a transient heap never retire before
+//! the resources placed in them.
+
+use crate::device::Device;
+use crate::error::{Result, VkResultExt};
+use crate::ledger::ObjectId;
+use crate::memory::MemoryBlock;
+use crate::resource_memory::ResourceMemory;
+use ash::vk;
+use residency_core::sync::{ClockId, GpuPoint, LastUses, RetireQueue};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// The clock of residency's submissions to the universal queue.
+pub(crate) const UNIVERSAL: ClockId = ClockId(0);
+/// The renderer's frame counter ([`Device::advance_frame`]).
+pub(crate) const FRAMES: ClockId = ClockId(1);
+/// The first clock of a renderer [`Timeline`].
+const FIRST_TIMELINE: u32 = 2;
+
+/// The moment a GPU use of a resource ends. Declare it with `used_until` on the resource
+/// ([`Buffer::used_until`](crate::Buffer::used_until), …): dropping the resource before then defers
+/// its destruction until then.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GpuUse {
+    pub(crate) device: u64,
+    pub(crate) point: GpuPoint,
+}
+
+/// Something residency can destroy later on a device.
+#[derive(Debug)]
+pub(crate) enum Garbage {
+    /// A buffer (`raw` is null for a range of a page buffer) and its memory.
+    Buffer { raw: vk::Buffer, memory: ResourceMemory, id: ObjectId },
+    /// An image and its memory.
+    Image { raw: vk::Image, memory: ResourceMemory, id: ObjectId },
+    /// An image view.
+    ImageView { raw: vk::ImageView, id: ObjectId },
+    /// A sampler.
+    Sampler { raw: vk::Sampler, id: ObjectId },
+    /// A whole memory block (a pool page, a transient heap).
+    Memory(Box<MemoryBlock>),
+}
+
+impl Garbage {
+    /// Destroys the objects and returns the memory where it came from.
+    pub(crate) fn destroy(self, device: &Device) {
+        match self {
+            Garbage::Buffer { raw, memory, id } => {
+                if raw != vk::Buffer::null() {
+                    // SAFETY: the buffer belongs to this device, no handle to it is left and the GPU
+                    // work that used it has completed (the retire queue's contract).
+                    unsafe { device.raw().destroy_buffer(raw, None) };
+                }
+                device.ledger().untrack(id);
+                device.release(memory);
+            }
+            Garbage::Image { raw, memory, id } => {
+                // SAFETY: as for buffers; its views retired before it (they hold the image alive).
+                unsafe { device.raw().destroy_image(raw, None) };
+                device.ledger().untrack(id);
+                device.release(memory);
+            }
+            Garbage::ImageView { raw, id } => {
+                // SAFETY: the view belongs to this device; no handle or pending GPU use is left.
+                unsafe { device.raw().destroy_image_view(raw, None) };
+                device.ledger().untrack(id);
+            }
+            Garbage::Sampler { raw, id } => {
+                // SAFETY: as for views.
+                unsafe { device.raw().destroy_sampler(raw, None) };
+                device.ledger().untrack(id);
+            }
+            Garbage::Memory(block) => block.destroy(device),
+        }
+    }
+}
+
+/// Something whose memory a resource points into: it must not retire before that resource.
+pub(crate) trait Parent: Send + Sync {
+    /// A child was released with these uses pending.
+    fn note_pending(&self, uses: &LastUses);
+    /// Its name, for messages.
+    fn name(&self) -> String;
+    /// A child's last handle was dropped (its objects may still wait for the GPU).
+    fn child_released(&self) {}
+}
+
+/// What a resource leaves behind, and what it keeps alive. Dropped with the last handle.
+pub(crate) struct Life {
+    device: Arc<Device>,
+    garbage: Option<Garbage>,
+    uses: Mutex<LastUses>,
+    parent: Option<Arc<dyn Parent>>,
+}
+
+impl std::fmt::Debug for Life {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Life").field("garbage", &self.garbage).finish_non_exhaustive()
+    }
+}
+
+impl Life {
+    pub(crate) fn new(device: Arc<Device>, garbage: Garbage, parent: Option<Arc<dyn Parent>>) -> Arc<Life> {
+        Arc::new(Life { device, garbage: Some(garbage), uses: Mutex::new(LastUses::none()), parent })
+    }
+
+    pub(crate) fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+
+    /// What it will release.
+    pub(crate) fn garbage(&self) -> Option<&Garbage> {
+        self.garbage.as_ref()
+    }
+
+    /// The name of what it points into, if anything.
+    pub(crate) fn parent_name(&self) -> Option<String> {
+        self.parent.as_ref().map(|p| p.name())
+    }
+
+    /// Declares a use that ends at `until`. A use on another device is refused.
+    pub(crate) fn used_until(&self, until: GpuUse) -> std::result::Result<(), ForeignUse> {
+        if until.device != self.device.uid() {
+            return Err(ForeignUse);
+        }
+        self.uses.lock().unwrap_or_else(|e| e.into_inner()).note(until.point);
+        Ok(())
+    }
+}
+
+impl Parent for Life {
+    fn note_pending(&self, uses: &LastUses) {
+        self.uses.lock().unwrap_or_else(|e| e.into_inner()).merge(uses);
+    }
+
+    fn name(&self) -> String {
+        "a resource".to_owned()
+    }
+}
+
+impl Drop for Life {
+    fn drop(&mut self) {
+        let Some(garbage) = self.garbage.take() else { return };
+        let uses = std::mem::take(self.uses.get_mut().unwrap_or_else(|e| e.into_inner()));
+        let uses = self.device.retire(garbage, uses);
+        if let Some(parent) = &self.parent {
+            if let Some(uses) = uses {
+                parent.note_pending(&uses);
+            }
+            parent.child_released();
+        }
+    }
+}
+
+/// A `GpuUse` of another device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the GPU use belongs to another device")]
+pub struct ForeignUse;
+
+/// Declared uses a parent (a pool, a transient heap) collects from its deferred children.
+#[derive(Debug, Default)]
+pub(crate) struct PendingUses(Mutex<LastUses>);
+
+impl PendingUses {
+    pub(crate) fn note(&self, uses: &LastUses) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).merge(uses);
+    }
+
+    pub(crate) fn take(&mut self) -> LastUses {
+        std::mem::take(self.0.get_mut().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// A renderer timeline semaphore residency can wait on: signal it in your own submissions and
+/// declare uses with [`Timeline::at`]. It lives until its device is destroyed.
+#[derive(Debug, Clone)]
+pub struct Timeline {
+    device: u64,
+    clock: ClockId,
+    raw: vk::Semaphore,
+    name: Arc<str>,
+}
+
+impl Timeline {
+    /// The `VkSemaphore` (timeline type) to signal in your submissions.
+    pub fn raw(&self) -> vk::Semaphore {
+        self.raw
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The use that ends when the timeline reaches `value`.
+    pub fn at(&self, value: u64) -> GpuUse {
+        GpuUse { device: self.device, point: GpuPoint::new(self.clock, value) }
+    }
+}
+
+/// The device's clocks and its retire queue.
+#[derive(Debug)]
+pub(crate) struct Retirement {
+    /// The timeline semaphore residency's universal-queue submissions signal.
+    pub(crate) universal: vk::Semaphore,
+    /// The value the latest residency submission to the universal queue signals.
+    universal_submitted: AtomicU64,
+    /// The highest value seen completed.
+    universal_completed: AtomicU64,
+    frame: AtomicU64,
+    timelines: Mutex<Vec<vk::Semaphore>>,
+    queue: Mutex<RetireQueue<Garbage>>,
+}
+
+/// Creates a timeline semaphore with initial value 0.
+fn timeline_semaphore(raw: &ash::Device) -> Result<vk::Semaphore> {
+    let mut ty = vk::SemaphoreTypeCreateInfo::default().semaphore_type(vk::SemaphoreType::TIMELINE);
+    let info = vk::SemaphoreCreateInfo::default().push_next(&mut ty);
+    // SAFETY: valid device with timeline semaphores enabled; the chain lives for the call.
+    unsafe { raw.create_semaphore(&info, None) }.during("vkCreateSemaphore")
+}
+
+impl Retirement {
+    pub(crate) fn new(raw: &ash::Device) -> Result<Retirement> {
+        Ok(Retirement {
+            universal: timeline_semaphore(raw)?,
+            universal_submitted: AtomicU64::new(0),
+            universal_completed: AtomicU64::new(0),
+            frame: AtomicU64::new(0),
+            timelines: Mutex::new(Vec::new()),
+            queue: Mutex::new(RetireQueue::new()),
+        })
+    }
+
+    /// The value the next universal submission signals. Call with the universal queue locked, and
+    /// [`Retirement::unsubmit`] if the submission then fails (nothing else can have taken a value
+    /// meanwhile: the queue lock is held).
+    pub(crate) fn next_universal(&self) -> u64 {
+        self.universal_submitted.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// Gives back the value of a submission that failed.
+    pub(crate) fn unsubmit(&self, value: u64) {
+        let _ =
+            self.universal_submitted.compare_exchange(value, value - 1, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    pub(crate) fn universal_submitted(&self) -> u64 {
+        self.universal_submitted.load(Ordering::Acquire)
+    }
+
+    /// Destroys every semaphore (at device teardown, once the device is idle).
+    pub(crate) fn destroy(&self, raw: &ash::Device) {
+        let timelines = std::mem::take(&mut *self.timelines.lock().unwrap_or_else(|e| e.into_inner()));
+        // SAFETY: the device is idle (or lost) at teardown; nothing waits on these semaphores.
+        unsafe {
+            raw.destroy_semaphore(self.universal, None);
+            for t in timelines {
+                raw.destroy_semaphore(t, None);
+            }
+        }
+    }
+}
+
+impl Device {
+    fn clock_value(&self, clock: ClockId) -> u64 {
+        let r = self.retirement();
+        match clock {
+            UNIVERSAL => {
+                let seen = r.universal_completed.load(Ordering::Acquire);
+                if seen >= r.universal_submitted() {
+                    return seen;
+                }
+                // SAFETY: the semaphore is a timeline semaphore of this device.
+                match unsafe { self.raw().get_semaphore_counter_value(r.universal) } {
+                    Ok(value) => {
+                        r.universal_completed.fetch_max(value, Ordering::AcqRel);
+                        value
+                    }
+                    Err(result) => {
+                        self.ledger().note_result(result);
+                        seen
+                    }
+                }
+            }
+            FRAMES => r.frame.load(Ordering::Acquire),
+            ClockId(n) => {
+                let timelines = r.timelines.lock().unwrap_or_else(|e| e.into_inner());
+                let Some(&semaphore) = timelines.get((n - FIRST_TIMELINE) as usize) else { return 0 };
+                // SAFETY: a timeline semaphore of this device, destroyed only at teardown.
+                unsafe { self.raw().get_semaphore_counter_value(semaphore) }.unwrap_or(0)
+            }
+        }
+    }
+
+    /// Takes `garbage` released with `uses`: destroys it now if they have all passed (and the work
+    /// residency submitted before now has completed), else queues it. Returns the uses it waits
+    /// for when it was queued.
+    pub(crate) fn retire(&self, garbage: Garbage, mut uses: LastUses) -> Option<LastUses> {
+        let submitted = self.retirement().universal_submitted();
+        if submitted > 0 {
+            uses.note(GpuPoint::new(UNIVERSAL, submitted));
+        }
+        if uses.is_done(|clock| self.clock_value(clock)) {
+            garbage.destroy(self);
+            return None;
+        }
+        if self.is_lost() {
+            // A lost device runs nothing new: once idle (which a lost device reaches in finite
+            // time), nothing can use the objects any more.
+            self.idle_after_loss();
+            garbage.destroy(self);
+            return None;
+        }
+        self.retirement().queue.lock().unwrap_or_else(|e| e.into_inner()).push(garbage, uses.clone());
+        Some(uses)
+    }
+
+    /// Destroys what was released and whose GPU uses have all ended. Residency runs it at every
+    /// submission and at [`Device::advance_frame`]; call it when you want memory back sooner.
+    /// Returns how many objects it destroyed.
+    pub fn maintain(&self) -> usize {
+        let lost = self.is_lost();
+        if lost && !self.retirement().queue.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
+            self.idle_after_loss();
+        }
+        let done = {
+            let mut queue = self.retirement().queue.lock().unwrap_or_else(|e| e.into_inner());
+            if queue.is_empty() {
+                return 0;
+            }
+            if lost {
+                queue.drain_all()
+            } else {
+                queue.collect(|clock| self.clock_value(clock))
+            }
+        };
+        let n = done.len();
+        for garbage in done {
+            garbage.destroy(self);
+        }
+        n
+    }
+
+    /// Waits for the queues on a lost device (past the fault hook: after an injected loss the GPU
+    /// still runs the work, and destroying its objects must wait for it).
+    fn idle_after_loss(&self) {
+        let _universal = self.universal_queue().lock();
+        let _sparse =
+            self.sparse_queue().filter(|s| !Arc::ptr_eq(s, self.universal_queue())).map(|s| s.lock());
+        // SAFETY: valid device; all its queues are locked. On a really lost device the call
+        // returns in finite time, as the spec requires.
+        let _ = unsafe { self.raw().device_wait_idle() };
+    }
+
+    /// Waits until every submission residency has made to this device has completed (its
+    /// universal timeline; bounded on a lost device), then destroys what waited for it. Unlike
+    /// [`Device::wait_idle`] it touches no queue, so it is safe on a device whose other queues the
+    /// application uses at the same time.
+    pub fn wait_submitted(&self) -> Result<()> {
+        let value = self.retirement().universal_submitted();
+        if value > self.clock_value(UNIVERSAL) {
+            let semaphores = [self.retirement().universal];
+            let values = [value];
+            let info = vk::SemaphoreWaitInfo::default().semaphores(&semaphores).values(&values);
+            let timeout = if self.is_lost() { 5_000_000_000 } else { u64::MAX };
+            // SAFETY: a timeline semaphore of this device; every value up to `value` was submitted.
+            unsafe { self.raw().wait_semaphores(&info, timeout) }.during("vkWaitSemaphores")?;
+        }
+        self.maintain();
+        Ok(())
+    }
+
+    /// Objects released but waiting for the GPU.
+    pub fn pending_destruction(&self) -> usize {
+        self.retirement().queue.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Counts a frame: call it once per frame after the frame `N` frames back has completed on the
+    /// GPU, for resources declared with [`Device::frames_from_now`]. Runs [`Device::maintain`].
+    /// Returns the new frame count.
+    pub fn advance_frame(&self) -> u64 {
+        let frame = self.retirement().frame.fetch_add(1, Ordering::AcqRel) + 1;
+        self.maintain();
+        frame
+    }
+
+    /// The use that ends `frames` calls of [`Device::advance_frame`] from now (the RHI convention:
+    /// a resource used by the frame being recorded is safe to destroy `frames in flight` frames
+    /// later).
+    pub fn frames_from_now(&self, frames: u64) -> GpuUse {
+        let now = self.retirement().frame.load(Ordering::Acquire);
+        GpuUse { device: self.uid(), point: GpuPoint::new(FRAMES, now.saturating_add(frames)) }
+    }
+
+    /// The use that ends when every submission residency has made to this device so far completes.
+    pub fn submitted_work(&self) -> GpuUse {
+        GpuUse {
+            device: self.uid(),
+            point: GpuPoint::new(UNIVERSAL, self.retirement().universal_submitted()),
+        }
+    }
+
+    /// Creates a timeline semaphore for the renderer's own submissions (signal it there; declare
+    /// uses with [`Timeline::at`]). It is destroyed with the device.
+    pub fn create_timeline(&self, name: &str) -> Result<Timeline> {
+        let raw = timeline_semaphore(self.raw())?;
+        self.set_name(raw, name);
+        let mut timelines = self.retirement().timelines.lock().unwrap_or_else(|e| e.into_inner());
+        let clock = ClockId(FIRST_TIMELINE + timelines.len() as u32);
+        timelines.push(raw);
+        Ok(Timeline { device: self.uid(), clock, raw, name: Arc::from(name) })
+    }
+
+    /// Destroys everything queued, whatever its uses (teardown, after the device is idle).
+    pub(crate) fn retire_all(&self) {
+        let all = self.retirement().queue.lock().unwrap_or_else(|e| e.into_inner()).drain_all();
+        for garbage in all {
+            garbage.destroy(self);
+        }
+    }
+}
