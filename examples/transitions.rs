@@ -193,9 +193,9 @@ pub fn run(device: &Arc<Device>, forget_index_read: bool) -> Result<Outcome, Box
             let flush = batch.flush();
             tracker.record(device, cmd, &flush.barriers);
             let push: Vec<u8> = [4u32, CULLED].iter().flat_map(|v| v.to_le_bytes()).collect();
-            cull.dispatch(device, cmd, cull_set, &push, [1, 1, 1]);
+            cull.dispatch(device, cmd, cull_set, &push, [1, 1, 1])?;
             let push: Vec<u8> = [256u32, 1000].iter().flat_map(|v| v.to_le_bytes()).collect();
-            fill.dispatch(device, cmd, fill_set, &push, [4, 1, 1]);
+            fill.dispatch(device, cmd, fill_set, &push, [4, 1, 1])?;
 
             // The draw reads the indices as an index buffer: only that buffer is waited for.
             let mut batch = tracker.batch(index, family);
@@ -359,7 +359,7 @@ pub fn run(device: &Arc<Device>, forget_index_read: bool) -> Result<Outcome, Box
                     let size = frame.buffer(i).map_or(0, |b| b.size());
                     let push: Vec<u8> =
                         [(size / 4).min(4096) as u32, p].iter().flat_map(|v| v.to_le_bytes()).collect();
-                    fill.dispatch(device, cmd, sets[i], &push, [64, 1, 1]);
+                    fill.dispatch(device, cmd, sets[i], &push, [64, 1, 1])?;
                 }
                 Ok(())
             };

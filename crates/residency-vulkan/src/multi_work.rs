@@ -10,7 +10,7 @@
 
 use crate::buffer::Buffer;
 use crate::commands::{CommandContext, Submission};
-use crate::compute::{Binding, BindingKind, ComputeProgram};
+use crate::compute::{Binding, BindingKind, ComputeProgram, DispatchError};
 use crate::device::Device;
 use crate::device_set::DeviceSet;
 use crate::error::{Result as VkResult, VkResultExt, VulkanError};
@@ -110,6 +110,10 @@ pub enum WorkError {
         /// The device.
         device: DeviceIndex,
     },
+    /// A dispatch breaks a limit of the device it was submitted to (nothing was recorded or
+    /// submitted).
+    #[error(transparent)]
+    Dispatch(#[from] DispatchError),
     /// A Vulkan call failed.
     #[error(transparent)]
     Vulkan(#[from] VulkanError),
@@ -256,11 +260,25 @@ impl MultiSubmitter {
 
     /// Records `items` for `device` — each resolved to its per-device form — with a full barrier
     /// before and after, submits them to that device's universal queue, and returns the submission.
+    ///
+    /// A dispatch over that device's limits ([`WorkError::Dispatch`]) fails before any item is
+    /// resolved, recorded or submitted.
     pub fn submit(&self, device: DeviceIndex, items: &[WorkItem<'_, '_>]) -> Result<Submission, WorkError> {
         let (context, dev) = self
             .contexts
             .get(device)
             .ok_or(WorkError::NotOnDevice { name: "submitter".to_owned(), device })?;
+        // Limits first, so that a refused dispatch creates no descriptor set either.
+        for item in items {
+            if let WorkItem::Dispatch(d) = item {
+                let (program, _) = d
+                    .program
+                    .programs
+                    .get(device)
+                    .ok_or(WorkError::NotOnDevice { name: "compute program".to_owned(), device })?;
+                program.check_dispatch(dev, &d.push_constants, d.groups)?;
+            }
+        }
         // Resolve everything first, so that a missing instance fails before anything is recorded.
         enum Resolved<'r> {
             Dispatch(vk::DescriptorSet, &'r ComputeProgram, &'r DispatchItem<'r>),
@@ -290,8 +308,9 @@ impl MultiSubmitter {
             full_barrier(dev, cmd);
             for r in &resolved {
                 match r {
+                    // Checked against this device's limits before anything was resolved.
                     Resolved::Dispatch(set, program, d) => {
-                        program.dispatch(dev, cmd, *set, &d.push_constants, d.groups)
+                        program.record_checked(dev, cmd, *set, &d.push_constants, d.groups)
                     }
                     // SAFETY: `cmd` is recording on this device; both buffers are live instances on it.
                     Resolved::Copy(src, dst, region) => unsafe {

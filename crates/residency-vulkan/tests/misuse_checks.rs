@@ -1,0 +1,194 @@
+//! Misuse of the safe API is a typed error that changes nothing (issue #15): dispatches over the
+//! device's limits. Each test checks the error's variant and numbers and that nothing was
+//! recorded or submitted; the harness fails a test on any validation message or leaked object.
+
+use residency_core::device_mask::{DeviceIndex, DeviceMask};
+use residency_core::memory::MemoryIntent;
+use residency_core::usage::BufferUsage;
+use residency_vulkan::compute::{spirv_words, Binding, BindingKind, ComputeProgram, DispatchError};
+use residency_vulkan::multi::MultiBuffer;
+use residency_vulkan::multi_work::{
+    BufferView, CopyItem, DispatchItem, MultiBinding, MultiComputeProgram, MultiSubmitter, WorkError,
+    WorkItem,
+};
+use residency_vulkan::testing::with_gpu;
+use residency_vulkan::{BufferDesc, Device};
+
+/// `values[i] = value + i` for `i < count`; push constants `{ count, value }`.
+const FILL: &[u8] = include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shaders/fill.comp.spv"));
+const N: u32 = 256;
+
+fn d(i: u32) -> DeviceIndex {
+    DeviceIndex::new(i).unwrap()
+}
+
+fn push(count: u32, value: u32) -> Vec<u8> {
+    [count, value].iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+fn words(bytes: &[u8]) -> Vec<u32> {
+    bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+fn filled(value: u32) -> Vec<u32> {
+    (0..N).map(|i| value + i).collect()
+}
+
+/// Group counts one past the device's limit on `axis`, 1 elsewhere; `None` when the limit is
+/// `u32::MAX` (nothing can exceed it).
+fn over_limit(device: &Device, axis: usize) -> Option<([u32; 3], u32)> {
+    let limit = device.limits().max_compute_work_group_count[axis];
+    let mut groups = [1; 3];
+    groups[axis] = limit.checked_add(1)?;
+    Some((groups, limit))
+}
+
+#[test]
+fn misuse_dispatch_over_the_workgroup_limit_is_a_typed_error_and_records_nothing() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let target = device
+            .create_buffer(
+                &BufferDesc::new("misuse fill target", u64::from(N) * 4, BufferUsage::STORAGE)
+                    .with_intent(MemoryIntent::Readback),
+            )
+            .unwrap();
+        let program =
+            ComputeProgram::new(device, "fill.comp", &spirv_words(FILL), &[BindingKind::StorageBuffer], 8, 1)
+                .unwrap();
+        let ds = program.descriptor_set(device, &[Binding::Buffer(&target)]).unwrap();
+        let read = || {
+            let mut out = vec![0u8; N as usize * 4];
+            target.read(device, 0, &mut out).unwrap();
+            words(&out)
+        };
+        device
+            .submit_compute("valid fill", |cmd| {
+                program.dispatch(device, cmd, ds, &push(N, 7), [N / 64, 1, 1]).unwrap();
+            })
+            .unwrap();
+        assert_eq!(read(), filled(7));
+
+        let mut axes = 0;
+        for axis in 0..3 {
+            let Some((groups, limit)) = over_limit(device, axis) else { continue };
+            axes += 1;
+            let expected = DispatchError::GroupCountOverLimit {
+                program: "fill.comp".into(),
+                axis,
+                requested: limit + 1,
+                limit,
+            };
+            assert_eq!(program.check_dispatch(device, &push(N, 100), groups), Err(expected.clone()));
+            let mut refused = None;
+            device
+                .submit_compute("refused fill", |cmd| {
+                    refused = Some(program.dispatch(device, cmd, ds, &push(N, 100), groups));
+                })
+                .unwrap();
+            assert_eq!(refused, Some(Err(expected)), "axis {axis}");
+            assert_eq!(read(), filled(7), "axis {axis}: the refused dispatch wrote nothing");
+            // At the limit is allowed (checked, not run: it would be `limit` workgroups).
+            let mut at_limit = [1; 3];
+            at_limit[axis] = limit;
+            assert_eq!(program.check_dispatch(device, &push(N, 100), at_limit), Ok(()));
+        }
+        assert!(axes > 0, "some axis has a limit below u32::MAX");
+        // Zero workgroups is a valid dispatch that does nothing.
+        assert_eq!(program.check_dispatch(device, &push(N, 100), [0, 1, 1]), Ok(()));
+
+        program.destroy(device);
+        device.destroy_buffer(target);
+    });
+}
+
+#[test]
+fn misuse_push_constants_longer_than_declared_or_unaligned_are_a_typed_error() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let program =
+            ComputeProgram::new(device, "fill.comp", &spirv_words(FILL), &[BindingKind::StorageBuffer], 8, 1)
+                .unwrap();
+        for given in [12usize, 6] {
+            assert_eq!(
+                program.check_dispatch(device, &vec![0; given], [1, 1, 1]),
+                Err(DispatchError::PushConstantSize { program: "fill.comp".into(), given, declared: 8 })
+            );
+        }
+        assert_eq!(program.check_dispatch(device, &[0; 8], [1, 1, 1]), Ok(()));
+        program.destroy(device);
+    });
+}
+
+#[test]
+fn misuse_dispatch_over_the_workgroup_limit_through_the_multi_submitter_submits_nothing() {
+    with_gpu(|set| {
+        let both = DeviceMask::from_bits(0b11);
+        let usage = BufferUsage::STORAGE | BufferUsage::COPY_SRC | BufferUsage::COPY_DST;
+        let size = u64::from(N) * 4;
+        let src = MultiBuffer::create(set, both, &BufferDesc::new("misuse src", size, usage)).unwrap();
+        let dst = MultiBuffer::create(set, both, &BufferDesc::new("misuse dst", size, usage)).unwrap();
+        let program = MultiComputeProgram::new(
+            set,
+            both,
+            "fill.comp",
+            &spirv_words(FILL),
+            &[BindingKind::StorageBuffer],
+            8,
+            8,
+        )
+        .unwrap();
+        let submitter = MultiSubmitter::new(set, both).unwrap();
+        let fill = |buffer: &MultiBuffer, value: u32, device: DeviceIndex| {
+            let item = DispatchItem::new(
+                &program,
+                vec![MultiBinding::Buffer(BufferView::whole(buffer))],
+                &push(N, value),
+                [N / 64, 1, 1],
+            );
+            let s = submitter.submit(device, &[WorkItem::Dispatch(&item)]).unwrap();
+            submitter.wait(device, s).unwrap();
+        };
+        let read = |buffer: &MultiBuffer, device: DeviceIndex| {
+            let dev = set.device(device).unwrap();
+            words(&dev.read_back(buffer.instance(device).unwrap(), 0, size).unwrap())
+        };
+        for device in [d(0), d(1)] {
+            fill(&src, 1, device);
+            fill(&dst, 2, device);
+            let dev = set.device(device).unwrap();
+            let (groups, limit) = over_limit(dev, 0).expect("lavapipe and the H200 limit x below u32::MAX");
+            let bad = DispatchItem::new(
+                &program,
+                vec![MultiBinding::Buffer(BufferView::whole(&dst))],
+                &push(N, 100),
+                groups,
+            );
+            let copy = CopyItem {
+                src: BufferView::whole(&src),
+                dst: BufferView::whole(&dst),
+                src_offset: 0,
+                dst_offset: 0,
+                size,
+            };
+            // A valid copy before the refused dispatch: neither is submitted.
+            let err =
+                submitter.submit(device, &[WorkItem::Copy(copy), WorkItem::Dispatch(&bad)]).unwrap_err();
+            assert!(
+                matches!(
+                    &err,
+                    WorkError::Dispatch(DispatchError::GroupCountOverLimit { axis: 0, requested, limit: l, .. })
+                        if *requested == limit + 1 && *l == limit
+                ),
+                "{device}: {err}"
+            );
+            assert_eq!(bad.cached_devices(), 0, "{device}: no descriptor set was made for the refused item");
+            assert_eq!(read(&dst, device), filled(2), "{device}: the copy before it was not submitted");
+            assert_eq!(read(&src, device), filled(1));
+        }
+        submitter.destroy();
+        program.destroy();
+        src.destroy(set);
+        dst.destroy(set);
+    });
+}
