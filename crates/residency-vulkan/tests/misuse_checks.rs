@@ -1,10 +1,14 @@
 //! Misuse of the safe API is a typed error that changes nothing (issue #15): dispatches over the
-//! device's limits. Each test checks the error's variant and numbers and that nothing was
-//! recorded or submitted; the harness fails a test on any validation message or leaked object.
+//! device's limits, barriers of resources the tracker does not hold. Each test checks the error's
+//! variant and numbers and that nothing was recorded or submitted; the harness fails a test on
+//! any validation message or leaked object.
 
 use residency_core::device_mask::{DeviceIndex, DeviceMask};
+use residency_core::format::Format;
 use residency_core::memory::MemoryIntent;
-use residency_core::usage::BufferUsage;
+use residency_core::sync::{Region, ResourceId, SyncError, TrackerOptions, Use};
+use residency_core::usage::{BufferUsage, ImageUsage};
+use residency_vulkan::ash::vk;
 use residency_vulkan::compute::{spirv_words, Binding, BindingKind, ComputeProgram, DispatchError};
 use residency_vulkan::multi::MultiBuffer;
 use residency_vulkan::multi_work::{
@@ -12,7 +16,8 @@ use residency_vulkan::multi_work::{
     WorkItem,
 };
 use residency_vulkan::testing::with_gpu;
-use residency_vulkan::{BufferDesc, Device};
+use residency_vulkan::tracking::ResourceTracker;
+use residency_vulkan::{BufferDesc, Device, ImageDesc};
 
 /// `values[i] = value + i` for `i < count`; push constants `{ count, value }`.
 const FILL: &[u8] = include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shaders/fill.comp.spv"));
@@ -190,5 +195,112 @@ fn misuse_dispatch_over_the_workgroup_limit_through_the_multi_submitter_submits_
         program.destroy();
         src.destroy(set);
         dst.destroy(set);
+    });
+}
+
+/// A buffer tracked with a write then a transfer read declared: the second flush has a buffer
+/// barrier naming it.
+fn tracked_with_barrier(
+    device: &Device,
+    tracker: &mut ResourceTracker,
+    name: &str,
+) -> (residency_vulkan::Buffer, ResourceId, residency_core::sync::BarrierBatch) {
+    let buffer = device.create_buffer(&BufferDesc::new(name, 1024, BufferUsage::STORAGE)).unwrap();
+    let id = tracker.track_buffer(&buffer).unwrap();
+    let family = device.universal_queue().family();
+    let mut batch = tracker.batch(device.index(), family);
+    batch.declare(id, Region::Whole, Use::ComputeStorageWrite).unwrap();
+    let _ = batch.flush();
+    let mut batch = tracker.batch(device.index(), family);
+    batch.declare(id, Region::Whole, Use::ComputeStorageRead).unwrap();
+    let flush = batch.flush();
+    assert_eq!(flush.barriers.buffers.len(), 1, "{:?}", flush.barriers);
+    (buffer, id, flush.barriers)
+}
+
+#[test]
+fn misuse_tracker_record_of_an_unknown_resource_is_a_typed_error_and_records_nothing() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let mut tracker = ResourceTracker::new(TrackerOptions::default());
+        let (buffer, id, barriers) = tracked_with_barrier(device, &mut tracker, "misuse tracked");
+        let unknown = ResourceId::new(u64::MAX - 12345);
+        let mut bad = barriers.clone();
+        let mut stranger = bad.buffers[0];
+        stranger.resource = unknown;
+        bad.buffers.push(stranger);
+        let tracked_before = tracker.core().len();
+        let mut results = Vec::new();
+        device
+            .submit_once("misuse record", |cmd| {
+                // The known barrier comes first in the batch; it is not recorded either.
+                results.push(tracker.record(device, cmd, &bad));
+                // Another device's barrier names a resource tracked on device 0 only.
+                results.push(tracker.record(&set.devices()[1], cmd, &barriers));
+                // The batch itself is fine.
+                results.push(tracker.record(device, cmd, &barriers));
+            })
+            .unwrap();
+        assert_eq!(
+            results,
+            vec![
+                Err(SyncError::UnknownResource { device: d(0), resource: unknown }),
+                Err(SyncError::UnknownResource { device: d(1), resource: id }),
+                Ok(1),
+            ]
+        );
+        assert_eq!(tracker.core().len(), tracked_before, "the tracker is unchanged");
+        tracker.untrack(device.index(), id).unwrap();
+        device.destroy_buffer(buffer);
+    });
+}
+
+#[test]
+fn misuse_tracker_record_of_an_untracked_destroyed_resource_is_a_typed_error() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let mut tracker = ResourceTracker::new(TrackerOptions::default());
+        let (buffer, id, barriers) = tracked_with_barrier(device, &mut tracker, "misuse destroyed");
+        tracker.untrack(device.index(), id).unwrap();
+        device.destroy_buffer(buffer);
+
+        let image = device
+            .create_image(&ImageDesc::new_2d(
+                "misuse image",
+                Format::R8G8B8A8Unorm,
+                16,
+                16,
+                ImageUsage::STORAGE,
+            ))
+            .unwrap();
+        let image_id = tracker.track_image(&image, vk::ImageLayout::UNDEFINED).unwrap();
+        let mut batch = tracker.batch(device.index(), device.universal_queue().family());
+        batch.declare(image_id, Region::Whole, Use::ComputeStorageWrite).unwrap();
+        let image_barriers = batch.flush().barriers;
+        assert_eq!(image_barriers.images.len(), 1, "{image_barriers:?}");
+        tracker.untrack(device.index(), image_id).unwrap();
+        device.destroy_image(image);
+
+        // A buffer barrier that names the image's id: no buffer of that id is held.
+        let mut wrong_kind = barriers.clone();
+        wrong_kind.buffers[0].resource = image_id;
+
+        let mut results = Vec::new();
+        device
+            .submit_once("misuse record destroyed", |cmd| {
+                results.push(tracker.record(device, cmd, &barriers));
+                results.push(tracker.record(device, cmd, &image_barriers));
+                results.push(tracker.record(device, cmd, &wrong_kind));
+            })
+            .unwrap();
+        assert_eq!(
+            results,
+            vec![
+                Err(SyncError::UnknownResource { device: d(0), resource: id }),
+                Err(SyncError::UnknownResource { device: d(0), resource: image_id }),
+                Err(SyncError::UnknownResource { device: d(0), resource: image_id }),
+            ]
+        );
+        assert!(tracker.core().is_empty());
     });
 }
