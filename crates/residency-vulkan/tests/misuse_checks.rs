@@ -1,7 +1,7 @@
 //! Misuse of the safe API is a typed error that changes nothing (issue #15): dispatches over the
-//! device's limits, barriers of resources the tracker does not hold. Each test checks the error's
-//! variant and numbers and that nothing was recorded or submitted; the harness fails a test on
-//! any validation message or leaked object.
+//! device's limits, barriers of resources the tracker does not hold, timeline values that do not
+//! increase. Each test checks the error's variant and numbers and that nothing was recorded,
+//! submitted or signalled; the harness fails a test on any validation message or leaked object.
 
 use residency_core::device_mask::{DeviceIndex, DeviceMask};
 use residency_core::format::Format;
@@ -10,10 +10,10 @@ use residency_core::sync::{Region, ResourceId, SyncError, TrackerOptions, Use};
 use residency_core::usage::{BufferUsage, ImageUsage};
 use residency_vulkan::ash::vk;
 use residency_vulkan::compute::{spirv_words, Binding, BindingKind, ComputeProgram, DispatchError};
-use residency_vulkan::multi::MultiBuffer;
+use residency_vulkan::multi::{MultiBuffer, MultiDeviceError};
 use residency_vulkan::multi_work::{
-    BufferView, CopyItem, DispatchItem, MultiBinding, MultiComputeProgram, MultiSubmitter, WorkError,
-    WorkItem,
+    BufferView, CopyItem, DispatchItem, MultiBinding, MultiComputeProgram, MultiSubmitter, MultiTimeline,
+    TimelineError, WorkError, WorkItem,
 };
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::tracking::ResourceTracker;
@@ -302,5 +302,80 @@ fn misuse_tracker_record_of_an_untracked_destroyed_resource_is_a_typed_error() {
             ]
         );
         assert!(tracker.core().is_empty());
+    });
+}
+
+fn timeline_error(err: MultiDeviceError<TimelineError>) -> (DeviceIndex, TimelineError) {
+    match err {
+        MultiDeviceError::Failed { device, source } => (device, source),
+        e => panic!("expected a per-device failure, got {e}"),
+    }
+}
+
+#[test]
+fn misuse_decreasing_timeline_signal_is_a_typed_error_and_signals_nothing() {
+    with_gpu(|set| {
+        let both = DeviceMask::from_bits(0b11);
+        let timeline = MultiTimeline::new(set, both, 0).unwrap();
+        timeline.signal(both, 5).unwrap();
+        let (device, source) = timeline_error(timeline.signal(both, 3).unwrap_err());
+        assert_eq!(device, d(0));
+        assert!(matches!(source, TimelineError::NotIncreasing { current: 5, requested: 3 }), "{source}");
+        assert_eq!(timeline.values().unwrap(), vec![(d(0), 5), (d(1), 5)]);
+
+        // Device 1 ahead: 7 would raise device 0 but not device 1, so neither is signalled.
+        timeline.signal(d(1).mask(), 9).unwrap();
+        let (device, source) = timeline_error(timeline.signal(both, 7).unwrap_err());
+        assert_eq!(device, d(1));
+        assert!(matches!(source, TimelineError::NotIncreasing { current: 9, requested: 7 }), "{source}");
+        assert_eq!(timeline.values().unwrap(), vec![(d(0), 5), (d(1), 9)], "nothing was signalled");
+
+        timeline.signal(both, 10).unwrap();
+        assert_eq!(timeline.values().unwrap(), vec![(d(0), 10), (d(1), 10)]);
+        timeline.destroy();
+    });
+}
+
+#[test]
+fn misuse_equal_timeline_signal_is_a_typed_error() {
+    with_gpu(|set| {
+        let both = DeviceMask::from_bits(0b11);
+        let timeline = MultiTimeline::new(set, both, 4).unwrap();
+        let (device, source) = timeline_error(timeline.signal(d(1).mask(), 4).unwrap_err());
+        assert_eq!(device, d(1));
+        assert!(matches!(source, TimelineError::NotIncreasing { current: 4, requested: 4 }), "{source}");
+        assert_eq!(timeline.values().unwrap(), vec![(d(0), 4), (d(1), 4)]);
+        timeline.destroy();
+    });
+}
+
+/// Lavapipe's limit is `u64::MAX` (nothing can be past it: the test then checks that the largest
+/// value is accepted); the H200's is far lower.
+#[test]
+fn misuse_timeline_signal_past_the_value_difference_limit_is_a_typed_error() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let mut timeline_props = vk::PhysicalDeviceTimelineSemaphoreProperties::default();
+        let mut props = vk::PhysicalDeviceProperties2::default().push_next(&mut timeline_props);
+        // SAFETY: a pure query of the device's physical device; the output chain is live.
+        unsafe { device.instance().get_physical_device_properties2(device.physical(), &mut props) };
+        let limit = timeline_props.max_timeline_semaphore_value_difference;
+        let timeline = MultiTimeline::new(set, d(0).mask(), 1).unwrap();
+        let Some(requested) = limit.checked_add(2) else {
+            // No value is more than u64::MAX above another: the check refuses nothing.
+            timeline.signal(d(0).mask(), u64::MAX).unwrap();
+            assert_eq!(timeline.values().unwrap(), vec![(d(0), u64::MAX)]);
+            timeline.destroy();
+            return;
+        };
+        let (device, source) = timeline_error(timeline.signal(d(0).mask(), requested).unwrap_err());
+        assert_eq!(device, d(0));
+        assert!(
+            matches!(source, TimelineError::DifferenceTooLarge { current: 1, requested: r, limit: l }
+                if r == requested && l == limit),
+            "{source}"
+        );
+        assert_eq!(timeline.values().unwrap(), vec![(d(0), 1)]);
+        timeline.destroy();
     });
 }
