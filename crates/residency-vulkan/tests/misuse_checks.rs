@@ -1,7 +1,8 @@
 //! Misuse of the safe API is a typed error that changes nothing (issue #15): dispatches over the
 //! device's limits, barriers of resources the tracker does not hold, timeline values that do not
-//! increase. Each test checks the error's variant and numbers and that nothing was recorded,
-//! submitted or signalled; the harness fails a test on any validation message or leaked object.
+//! increase, and image views outside their image. Each test checks the error's variant and
+//! numbers and that nothing was recorded, signalled or created; the harness fails a test on any
+//! validation message or leaked object.
 
 use residency_core::device_mask::{DeviceIndex, DeviceMask};
 use residency_core::format::Format;
@@ -17,7 +18,7 @@ use residency_vulkan::multi_work::{
 };
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::tracking::ResourceTracker;
-use residency_vulkan::{BufferDesc, Device, ImageDesc};
+use residency_vulkan::{BufferDesc, Device, ImageDesc, VulkanError};
 
 /// `values[i] = value + i` for `i < count`; push constants `{ count, value }`.
 const FILL: &[u8] = include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shaders/fill.comp.spv"));
@@ -377,5 +378,83 @@ fn misuse_timeline_signal_past_the_value_difference_limit_is_a_typed_error() {
         );
         assert_eq!(timeline.values().unwrap(), vec![(d(0), 1)]);
         timeline.destroy();
+    });
+}
+
+fn image_with(device: &Device, name: &str, mips: u32, layers: u32) -> residency_vulkan::Image {
+    let mut desc =
+        ImageDesc::new_2d(name, Format::R8G8B8A8Unorm, 64, 64, ImageUsage::SAMPLED).with_mip_levels(mips);
+    desc.array_layers = layers;
+    device.create_image(&desc).unwrap()
+}
+
+fn range_error(
+    result: Result<vk::ImageView, VulkanError>,
+) -> (std::ops::Range<u32>, std::ops::Range<u32>, u32, u32) {
+    match result {
+        Err(VulkanError::SubresourceRange { mips, layers, mip_levels, array_layers, .. }) => {
+            (mips, layers, mip_levels, array_layers)
+        }
+        other => panic!("expected a subresource range error, got {other:?}"),
+    }
+}
+
+#[test]
+#[allow(clippy::reversed_empty_ranges, reason = "reversed ranges are the misuse under test")]
+fn misuse_reversed_or_empty_mip_range_is_a_typed_error() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let image = image_with(device, "misuse mips", 4, 1);
+        assert_eq!(range_error(device.create_image_view(&image, 3..1)), (3..1, 0..1, 4, 1));
+        assert_eq!(range_error(device.create_image_view(&image, 2..2)), (2..2, 0..1, 4, 1));
+        let view = device.create_image_view(&image, 1..4).unwrap();
+        device.destroy_image_view(view);
+        device.destroy_image(image);
+    });
+}
+
+#[test]
+fn misuse_mip_range_past_the_image_is_a_typed_error() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let image = image_with(device, "misuse mips past", 3, 2);
+        assert_eq!(range_error(device.create_image_view(&image, 2..4)), (2..4, 0..2, 3, 2));
+        assert_eq!(range_error(device.create_image_view(&image, 3..4)), (3..4, 0..2, 3, 2));
+        assert_eq!(
+            range_error(device.create_image_view_range(&image, u32::MAX - 1..u32::MAX, 0..1)),
+            (u32::MAX - 1..u32::MAX, 0..1, 3, 2)
+        );
+        device.destroy_image(image);
+    });
+}
+
+#[test]
+#[allow(clippy::reversed_empty_ranges, reason = "reversed ranges are the misuse under test")]
+fn misuse_layer_range_past_the_image_is_a_typed_error() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let image = image_with(device, "misuse layers", 2, 3);
+        assert_eq!(range_error(device.create_image_view_range(&image, 0..1, 1..4)), (0..1, 1..4, 2, 3));
+        assert_eq!(range_error(device.create_image_view_range(&image, 0..1, 3..4)), (0..1, 3..4, 2, 3));
+        assert_eq!(range_error(device.create_image_view_range(&image, 0..1, 2..1)), (0..1, 2..1, 2, 3));
+        assert_eq!(range_error(device.create_image_view_range(&image, 0..1, 1..1)), (0..1, 1..1, 2, 3));
+        let view = device.create_image_view_range(&image, 0..2, 1..3).unwrap();
+        device.destroy_image_view(view);
+        device.destroy_image(image);
+    });
+}
+
+#[test]
+fn misuse_image_view_on_another_device_is_a_typed_error() {
+    with_gpu(|set| {
+        let (first, second) = (&set.devices()[0], &set.devices()[1]);
+        let image = image_with(first, "misuse other device", 1, 1);
+        let err = second.create_image_view(&image, 0..1).unwrap_err();
+        assert!(
+            matches!(&err, VulkanError::WrongDevice { name, owner, device }
+                if name == "misuse other device" && *owner == d(0) && *device == d(1)),
+            "{err}"
+        );
+        first.destroy_image(image);
     });
 }
