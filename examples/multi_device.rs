@@ -4,7 +4,9 @@
 //! every device (on a machine with one GPU, or lavapipe, the device is opened twice), their data is
 //! uploaded to all devices from one source in parallel, and a compute shader on each device reads
 //! both; the results are checked on the CPU per device. Broadcast uploads to all devices are timed
-//! against an upload to one device in the same run.
+//! against an upload to one device in the same run. The dispatch is a 2D grid of workgroups kept
+//! within every device's `maxComputeWorkGroupCount` (64 MiB is 65 536 workgroups of 64, one more
+//! than lavapipe's 65 535 on x).
 //!
 //! Run: `cargo run --release --example multi_device -- [MIB]` (default 64 MiB of vertices).
 
@@ -23,6 +25,9 @@ use std::time::Instant;
 
 const SHADER: &[u8] = include_bytes!("../shaders/multi_device.comp.spv");
 
+/// MiB of vertices when no size is given (the README's).
+pub const DEFAULT_MIB: u64 = 64;
+
 /// What the example measured.
 #[derive(Debug)]
 pub struct Outcome {
@@ -34,10 +39,23 @@ pub struct Outcome {
     pub one_device_s: f64,
     /// Median seconds to upload the mesh to every device (broadcast).
     pub all_devices_s: f64,
+    /// The workgroup grid of the dispatch.
+    pub groups: [u32; 3],
 }
 
 fn texel(x: u32, y: u32) -> [u8; 4] {
     [(x % 251) as u8, (y % 241) as u8, ((x + y) % 239) as u8, 255]
+}
+
+/// A grid of `groups` workgroups within `limits` (`maxComputeWorkGroupCount`): rows of at most
+/// `limits[0]` workgroups, as few rows as fit, evenly filled. The shader turns (x, y) back into
+/// one index and ignores the tail past `count`.
+fn grid(groups: u32, limits: [u32; 3]) -> Result<[u32; 3], String> {
+    let rows = groups.div_ceil(limits[0]).max(1);
+    if rows > limits[1] {
+        return Err(format!("{groups} workgroups do not fit in a {} × {} grid", limits[0], limits[1]));
+    }
+    Ok([groups.div_ceil(rows), rows, 1])
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -122,6 +140,13 @@ pub fn run(set: &DeviceSet, mib: u64) -> Result<Outcome, Box<dyn std::error::Err
         samplers.push((i, view, sampler.raw(), vk::ImageLayout::GENERAL));
         keep.push(sampler);
     }
+    // The smallest limit of any device, so that one grid is valid everywhere.
+    let limits = set
+        .devices()
+        .iter()
+        .map(|d| d.limits().max_compute_work_group_count)
+        .fold([u32::MAX; 3], |a, l| [a[0].min(l[0]), a[1].min(l[1]), a[2].min(l[2])]);
+    let groups = grid((count as u32).div_ceil(64), limits)?;
     let dispatch = DispatchItem::new(
         &program,
         vec![
@@ -130,7 +155,7 @@ pub fn run(set: &DeviceSet, mib: u64) -> Result<Outcome, Box<dyn std::error::Err
             MultiBinding::Buffer(BufferView::whole(&results)),
         ],
         &(count as u32).to_le_bytes(),
-        [(count as u32).div_ceil(64), 1, 1],
+        groups,
     );
     let submitter = MultiSubmitter::new(set, mask)?;
     let mut checked = Vec::new();
@@ -138,23 +163,30 @@ pub fn run(set: &DeviceSet, mib: u64) -> Result<Outcome, Box<dyn std::error::Err
         let submission = submitter.submit(i, &[WorkItem::Dispatch(&dispatch)])?;
         submitter.wait(i, submission)?;
         let device = set.device(i).ok_or("device vanished")?;
+        let instance = results.instance(i).ok_or("no results instance")?;
+        // The first and the last results: the last ones come from the grid's last row.
         let sample = count.min(1 << 16);
-        let out = device.read_back(results.instance(i).ok_or("no results instance")?, 0, sample * 16)?;
-        let ok = out
-            .chunks_exact(16)
-            .enumerate()
-            .filter(|(k, c)| {
-                let k = *k as u32;
-                let t = texel(k % 256, (k / 256) % 256);
-                (0..4).all(|ch| {
-                    let v = f32::from_le_bytes([c[ch * 4], c[ch * 4 + 1], c[ch * 4 + 2], c[ch * 4 + 3]]);
-                    let expect = ((u64::from(k) * 4 + ch as u64) % 1000) as f32 + f32::from(t[ch]) / 255.0;
-                    (v - expect).abs() < 1e-3
+        let tail = (count - sample).max(sample);
+        let (mut ok, mut total) = (0, 0);
+        for start in [0, tail].into_iter().filter(|&start| start < count) {
+            let out = device.read_back(instance, start * 16, (count - start).min(sample) * 16)?;
+            total += out.len() / 16;
+            ok += out
+                .chunks_exact(16)
+                .enumerate()
+                .filter(|(k, c)| {
+                    let k = start + *k as u64;
+                    let t = texel((k % 256) as u32, ((k / 256) % 256) as u32);
+                    (0..4).all(|ch| {
+                        let v = f32::from_le_bytes([c[ch * 4], c[ch * 4 + 1], c[ch * 4 + 2], c[ch * 4 + 3]]);
+                        let expect = ((k * 4 + ch as u64) % 1000) as f32 + f32::from(t[ch]) / 255.0;
+                        (v - expect).abs() < 1e-3
+                    })
                 })
-            })
-            .count();
-        println!("device {}: {ok} of {sample} results correct", i.get());
-        checked.push((i, if ok as u64 == sample { ok } else { 0 }));
+                .count();
+        }
+        println!("device {}: {ok} of {total} results correct ({groups:?} workgroups)", i.get());
+        checked.push((i, if ok == total { ok } else { 0 }));
     }
 
     submitter.destroy();
@@ -170,13 +202,13 @@ pub fn run(set: &DeviceSet, mib: u64) -> Result<Outcome, Box<dyn std::error::Err
         pool.free_buffer(b);
     }
     uploader.destroy()?;
-    Ok(Outcome { devices: devices.len(), checked, one_device_s, all_devices_s })
+    Ok(Outcome { devices: devices.len(), checked, one_device_s, all_devices_s, groups })
 }
 
 #[allow(dead_code, reason = "the test that runs this example calls `run` and not `main`")]
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt().with_env_filter("warn").init();
-    let mib = std::env::args().nth(1).map_or(Ok(64), |a| a.parse::<u64>())?;
+    let mib = std::env::args().nth(1).map_or(Ok(DEFAULT_MIB), |a| a.parse::<u64>())?;
     let set = DeviceSet::new(&DeviceSetDesc::default().with_devices(DeviceMask::ALL).with_min_devices(2))?;
     for d in set.devices() {
         println!("device {}: {} (physical {})", d.index().get(), d.name(), d.physical_index());

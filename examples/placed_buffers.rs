@@ -105,8 +105,10 @@ pub fn run(device: &Arc<Device>) -> Result<Outcome, Box<dyn std::error::Error>> 
             Binding::Buffer(&results),
         ],
     )?;
+    let groups = [COUNT.div_ceil(64) as u32, 1, 1];
+    program.check_dispatch(device, &[], groups)?;
     device.submit_once("placed example dispatch", |cmd| {
-        program.dispatch(device, cmd, set, &[], [COUNT.div_ceil(64) as u32, 1, 1]);
+        program.dispatch(device, cmd, set, &[], groups).expect("checked before the submission");
         let to_copy = [vk::MemoryBarrier2::default()
             .src_stage_mask(vk::PipelineStageFlags2::COMPUTE_SHADER)
             .src_access_mask(vk::AccessFlags2::SHADER_STORAGE_WRITE)

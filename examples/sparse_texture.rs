@@ -118,8 +118,10 @@ impl Sampler<'_> {
         let mut push: Vec<u8> = DEFAULT.iter().flat_map(|f| f.to_le_bytes()).collect();
         push.extend_from_slice(&(n as u32).to_le_bytes());
         push.resize(32, 0);
+        let groups = [(n as u32).div_ceil(64), 1, 1];
+        self.program.check_dispatch(device, &push, groups)?;
         device.submit_compute("sample sparse texture", |cmd| {
-            self.program.dispatch(device, cmd, set, &push, [(n as u32).div_ceil(64), 1, 1]);
+            self.program.dispatch(device, cmd, set, &push, groups).expect("checked before the submission");
         })?;
         let mut out = vec![0u8; (n * 32) as usize];
         results.read(0, &mut out)?;

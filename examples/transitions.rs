@@ -191,11 +191,11 @@ pub fn run(device: &Arc<Device>, forget_index_read: bool) -> Result<Outcome, Box
                 Use::ComputeStorageWrite,
             )?;
             let flush = batch.flush();
-            tracker.record(device, cmd, &flush.barriers);
+            tracker.record(device, cmd, &flush.barriers)?;
             let push: Vec<u8> = [4u32, CULLED].iter().flat_map(|v| v.to_le_bytes()).collect();
-            cull.dispatch(device, cmd, cull_set, &push, [1, 1, 1]);
+            cull.dispatch(device, cmd, cull_set, &push, [1, 1, 1])?;
             let push: Vec<u8> = [256u32, 1000].iter().flat_map(|v| v.to_le_bytes()).collect();
-            fill.dispatch(device, cmd, fill_set, &push, [4, 1, 1]);
+            fill.dispatch(device, cmd, fill_set, &push, [4, 1, 1])?;
 
             // The draw reads the indices as an index buffer: only that buffer is waited for.
             let mut batch = tracker.batch(index, family);
@@ -207,7 +207,7 @@ pub fn run(device: &Arc<Device>, forget_index_read: bool) -> Result<Outcome, Box
             let flush = batch.flush();
             draw_buffer_barriers = flush.barriers.buffers.len();
             per_buffer_bytes = flush.barriers.buffers.iter().map(|b| b.size).sum();
-            tracker.record(device, cmd, &flush.barriers);
+            tracker.record(device, cmd, &flush.barriers)?;
             draw.render(device, cmd, view.raw(), [SIZE, SIZE], [0.0, 0.0, 0.0, 1.0], |cmd| {
                 // SAFETY: `cmd` is inside rendering on this device; both buffers are live.
                 unsafe {
@@ -230,7 +230,7 @@ pub fn run(device: &Arc<Device>, forget_index_read: bool) -> Result<Outcome, Box
                 .declare(px, Region::Whole, Use::TransferDst)?
                 .declare(vals, Region::Whole, Use::TransferDst)?;
             let flush = batch.flush();
-            tracker.record(device, cmd, &flush.barriers);
+            tracker.record(device, cmd, &flush.barriers)?;
             let region = vk::BufferImageCopy {
                 image_subresource: vk::ImageSubresourceLayers {
                     aspect_mask: vk::ImageAspectFlags::COLOR,
@@ -260,7 +260,7 @@ pub fn run(device: &Arc<Device>, forget_index_read: bool) -> Result<Outcome, Box
             let mut batch = tracker.batch(index, family);
             batch.declare(px, Region::Whole, Use::HostRead)?.declare(vals, Region::Whole, Use::HostRead)?;
             let flush = batch.flush();
-            tracker.record(device, cmd, &flush.barriers);
+            tracker.record(device, cmd, &flush.barriers)?;
             Ok(())
         };
         #[allow(
@@ -354,12 +354,12 @@ pub fn run(device: &Arc<Device>, forget_index_read: bool) -> Result<Outcome, Box
                     batch.declare(ids[i], Region::Whole, Use::ComputeStorageWrite)?;
                 }
                 let flush = batch.flush();
-                tracker.record(device, cmd, &flush.barriers);
+                tracker.record(device, cmd, &flush.barriers)?;
                 for &i in &live {
                     let size = frame.buffer(i).map_or(0, |b| b.size());
                     let push: Vec<u8> =
                         [(size / 4).min(4096) as u32, p].iter().flat_map(|v| v.to_le_bytes()).collect();
-                    fill.dispatch(device, cmd, sets[i], &push, [64, 1, 1]);
+                    fill.dispatch(device, cmd, sets[i], &push, [64, 1, 1])?;
                 }
                 Ok(())
             };

@@ -1,6 +1,8 @@
 #version 450
 // Reads a mesh-sized buffer and a partially resident texture on one device and combines them:
 // results[i] = vertices[i] + texel (i % 256, i / 256 % 256) of mip 0 (resident tiles only).
+// The dispatch is a 2D grid of workgroups (rows of gl_NumWorkGroups.x), so that more than
+// maxComputeWorkGroupCount[0] workgroups' worth of elements fit in one dispatch.
 #extension GL_ARB_sparse_texture2 : require
 #extension GL_GOOGLE_include_directive : require
 #include "residency.glsl"
@@ -13,7 +15,7 @@ layout(std430, set = 0, binding = 2) writeonly buffer Results { vec4 results[]; 
 layout(push_constant) uniform Push { uint count; } pc;
 
 void main() {
-    uint i = gl_GlobalInvocationID.x;
+    uint i = gl_GlobalInvocationID.y * gl_NumWorkGroups.x * gl_WorkGroupSize.x + gl_GlobalInvocationID.x;
     if (i >= pc.count) {
         return;
     }

@@ -43,6 +43,25 @@ fn multi_device_example_runs_on_every_device_and_checks_each() {
     });
 }
 
+/// The README's default size is 65 536 workgroups of 64, one more than lavapipe's
+/// maxComputeWorkGroupCount[0]: the example splits them into a grid within every device's limit.
+#[test]
+fn multi_device_example_at_its_default_size_stays_within_the_workgroup_limit() {
+    with_gpu(|set| {
+        let outcome = multi_device::run(set, multi_device::DEFAULT_MIB).expect("the example runs");
+        assert!(outcome.checked.iter().all(|&(_, ok)| ok > 0), "{outcome:?}");
+        let groups = u64::from(outcome.groups[0]) * u64::from(outcome.groups[1]);
+        assert!(
+            groups >= (multi_device::DEFAULT_MIB << 20) / 16 / 64,
+            "every element is covered: {outcome:?}"
+        );
+        for device in set.devices() {
+            let limits = device.limits().max_compute_work_group_count;
+            assert!((0..3).all(|axis| outcome.groups[axis] <= limits[axis]), "{outcome:?} {limits:?}");
+        }
+    });
+}
+
 #[test]
 fn transitions_example_waits_for_the_index_buffer_only_and_aliases_transients() {
     with_gpu(|set| {

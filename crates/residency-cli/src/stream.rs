@@ -944,16 +944,22 @@ pub fn fly(
         let streamed_push = push_constants(frame, args.frames, side, vt.width, false, sampling);
         let reference_push = push_constants(frame, args.frames, side, vt.width, true, sampling);
         let groups = [args.width.div_ceil(8), args.height.div_ceil(8), 1];
+        program.check_dispatch(&device, &streamed_push, groups)?;
+        program.check_dispatch(&device, &reference_push, groups)?;
         let mut recorded = Ok(());
         let submission = commands.submit(&[], &[], |cmd| {
             recorded = slot.record(&device, cmd, |cmd| {
                 let q = 4 * slot_index as u32;
                 timestamps.cmd_reset(&device, cmd, q..q + 4);
                 timestamps.cmd_write(&device, cmd, q);
-                program.dispatch(&device, cmd, sets[0], &streamed_push, groups);
+                program
+                    .dispatch(&device, cmd, sets[0], &streamed_push, groups)
+                    .expect("checked before the submission");
                 timestamps.cmd_write(&device, cmd, q + 1);
                 timestamps.cmd_write(&device, cmd, q + 2);
-                program.dispatch(&device, cmd, sets[1], &reference_push, groups);
+                program
+                    .dispatch(&device, cmd, sets[1], &reference_push, groups)
+                    .expect("checked before the submission");
                 timestamps.cmd_write(&device, cmd, q + 3);
             });
         })?;

@@ -46,10 +46,44 @@ pub enum Binding<'a> {
     },
 }
 
+/// A dispatch was refused before anything was recorded: it breaks a rule of `vkCmdDispatch` or
+/// `vkCmdPushConstants` that the program can check.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DispatchError {
+    /// A workgroup count is above the device's `maxComputeWorkGroupCount` on that axis (0 = x,
+    /// 1 = y, 2 = z). Split the work: a 2D grid, or several dispatches with an offset.
+    #[error(
+        "`{program}`: {requested} workgroups on axis {axis} exceed the device's \
+         maxComputeWorkGroupCount[{axis}] = {limit}"
+    )]
+    GroupCountOverLimit {
+        /// The program.
+        program: String,
+        /// The axis (0 = x, 1 = y, 2 = z).
+        axis: usize,
+        /// Workgroups asked for on that axis.
+        requested: u32,
+        /// The device's limit on that axis.
+        limit: u32,
+    },
+    /// The push constants are longer than the program declared, or not a multiple of 4 bytes.
+    #[error("`{program}`: {given} bytes of push constants, but it declares {declared} (a multiple of 4)")]
+    PushConstantSize {
+        /// The program.
+        program: String,
+        /// Bytes given.
+        given: usize,
+        /// Bytes the program declared.
+        declared: u32,
+    },
+}
+
 /// A compute shader with everything needed to dispatch it.
 #[derive(Debug)]
 pub struct ComputeProgram {
+    name: String,
     kinds: Vec<BindingKind>,
+    push_constant_bytes: u32,
     set_layout: vk::DescriptorSetLayout,
     layout: vk::PipelineLayout,
     pipeline: vk::Pipeline,
@@ -141,7 +175,9 @@ impl ComputeProgram {
         device.set_name(created.set_layout, &format!("{name} set layout"));
         device.set_name(created.pool, &format!("{name} descriptors"));
         Ok(ComputeProgram {
+            name: name.to_owned(),
             kinds: kinds.to_vec(),
+            push_constant_bytes,
             set_layout: created.set_layout,
             layout: created.layout,
             pipeline: created.pipeline,
@@ -198,7 +234,45 @@ impl ComputeProgram {
         Ok(set)
     }
 
-    /// Records binding the pipeline and `set`, pushing `push_constants`, and dispatching `groups`.
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Checks a dispatch of `groups` workgroups with `push_constants` against `device`'s limits
+    /// and the program's declared push-constant size, without recording anything. A zero count is
+    /// allowed (Vulkan defines it as a dispatch that does nothing).
+    pub fn check_dispatch(
+        &self,
+        device: &Device,
+        push_constants: &[u8],
+        groups: [u32; 3],
+    ) -> Result<(), DispatchError> {
+        let limits = device.limits().max_compute_work_group_count;
+        if let Some(axis) = (0..3).find(|&axis| groups[axis] > limits[axis]) {
+            return Err(DispatchError::GroupCountOverLimit {
+                program: self.name.clone(),
+                axis,
+                requested: groups[axis],
+                limit: limits[axis],
+            });
+        }
+        let declared = self.push_constant_bytes;
+        if push_constants.len() % 4 != 0 || push_constants.len() > declared as usize {
+            return Err(DispatchError::PushConstantSize {
+                program: self.name.clone(),
+                given: push_constants.len(),
+                declared,
+            });
+        }
+        Ok(())
+    }
+
+    /// Records binding the pipeline and `set`, pushing `push_constants`, and dispatching `groups`,
+    /// after [`ComputeProgram::check_dispatch`]: a dispatch over the device's limits is an error
+    /// and records nothing. The program must have been created on `device`, `cmd` must be
+    /// recording on it and `set` must come from this program's [`ComputeProgram::descriptor_set`]
+    /// (raw handles: not checked).
     pub fn dispatch(
         &self,
         device: &Device,
@@ -206,8 +280,28 @@ impl ComputeProgram {
         set: vk::DescriptorSet,
         push_constants: &[u8],
         groups: [u32; 3],
+    ) -> Result<(), DispatchError> {
+        self.check_dispatch(device, push_constants, groups)?;
+        self.record_checked(device, cmd, set, push_constants, groups);
+        Ok(())
+    }
+
+    /// [`ComputeProgram::dispatch`] for a dispatch that already passed
+    /// [`ComputeProgram::check_dispatch`] on `device`.
+    pub(crate) fn record_checked(
+        &self,
+        device: &Device,
+        cmd: vk::CommandBuffer,
+        set: vk::DescriptorSet,
+        push_constants: &[u8],
+        groups: [u32; 3],
     ) {
-        // SAFETY: `cmd` is recording on this device; pipeline, layout and set belong to this program.
+        debug_assert!(self.check_dispatch(device, push_constants, groups).is_ok(), "checked by the caller");
+        // SAFETY: the group counts are within the device's maxComputeWorkGroupCount and the push
+        // constants within the declared range and a multiple of 4 bytes (`check_dispatch`, run by
+        // the caller). That the program was created on `device`, `cmd` is recording there and
+        // `set` comes from this program are the documented requirements of `dispatch`: raw
+        // handles this safe fn cannot check.
         unsafe {
             let raw = device.raw();
             raw.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, self.pipeline);

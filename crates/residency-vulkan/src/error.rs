@@ -1,6 +1,7 @@
 //! The backend's small, closed error type.
 
 use ash::vk;
+use residency_core::device_mask::DeviceIndex;
 
 /// How to get a Vulkan driver on a machine without a GPU.
 pub const LAVAPIPE_HINT: &str = "install a Vulkan loader and driver: on Debian 12, `apt-get install libvulkan1` and \
@@ -57,6 +58,34 @@ pub enum VulkanError {
     DeviceLost {
         /// The Vulkan call that failed.
         call: &'static str,
+    },
+    /// A view asks for an empty or reversed range of mips or layers, or one past the image's
+    /// (nothing was created).
+    #[error(
+        "`{image}`: mips {mips:?} and layers {layers:?} are empty, reversed or outside its \
+         {mip_levels} mips and {array_layers} layers"
+    )]
+    SubresourceRange {
+        /// The image.
+        image: String,
+        /// The mips asked for.
+        mips: std::ops::Range<u32>,
+        /// The layers asked for.
+        layers: std::ops::Range<u32>,
+        /// Mip levels of the image.
+        mip_levels: u32,
+        /// Array layers of the image.
+        array_layers: u32,
+    },
+    /// An object of one device was given to another device (nothing was done).
+    #[error("`{name}` lives on {owner}, not on {device}")]
+    WrongDevice {
+        /// The object.
+        name: String,
+        /// The device it lives on.
+        owner: DeviceIndex,
+        /// The device it was given to.
+        device: DeviceIndex,
     },
     /// Any other Vulkan error result.
     #[error("{call} failed: {result}")]

@@ -321,19 +321,45 @@ impl Device {
     }
 
     /// Creates a view of mips `mips` and all layers of `image` (2D array view for 2D images with
-    /// layers). The view keeps the image alive and is released when dropped.
+    /// layers). The view keeps the image alive and is released when dropped. An empty, reversed or
+    /// out-of-range `mips` is [`VulkanError::SubresourceRange`], an image of another device
+    /// [`VulkanError::WrongDevice`]; nothing is created then.
     pub fn create_image_view(
         &self,
         image: &Image,
         mips: std::ops::Range<u32>,
     ) -> Result<ImageView, VulkanError> {
+        self.create_image_view_range(image, mips, 0..image.desc.array_layers)
+    }
+
+    /// Creates a view of mips `mips` and layers `layers` of `image` (an array view when the image
+    /// has several layers, whatever `layers` covers). The ranges must be non-empty and within the
+    /// image's mip levels and array layers, or the call is [`VulkanError::SubresourceRange`];
+    /// an image of another device is [`VulkanError::WrongDevice`]. Nothing is created on error.
+    pub fn create_image_view_range(
+        &self,
+        image: &Image,
+        mips: std::ops::Range<u32>,
+        layers: std::ops::Range<u32>,
+    ) -> Result<ImageView, VulkanError> {
+        let d = &image.desc;
         if !image.device().is(self) {
-            return Err(VulkanError::Unsupported {
-                device: self.name().to_owned(),
-                reason: format!("image `{}` lives on device {}", image.name(), image.device_index()),
+            return Err(VulkanError::WrongDevice {
+                name: d.name.clone(),
+                owner: image.device_index(),
+                device: self.index(),
             });
         }
-        let d = &image.desc;
+        let within = |r: &std::ops::Range<u32>, count: u32| r.start < r.end && r.end <= count;
+        if !within(&mips, d.mip_levels) || !within(&layers, d.array_layers) {
+            return Err(VulkanError::SubresourceRange {
+                image: d.name.clone(),
+                mips,
+                layers,
+                mip_levels: d.mip_levels,
+                array_layers: d.array_layers,
+            });
+        }
         let view_type = match (d.dimension, d.array_layers) {
             (ImageDimension::D1, 1) => vk::ImageViewType::TYPE_1D,
             (ImageDimension::D1, _) => vk::ImageViewType::TYPE_1D_ARRAY,
@@ -344,6 +370,8 @@ impl Device {
         let range = vk::ImageSubresourceRange {
             base_mip_level: mips.start,
             level_count: mips.end - mips.start,
+            base_array_layer: layers.start,
+            layer_count: layers.end - layers.start,
             ..image.full_range()
         };
         let info = vk::ImageViewCreateInfo::default()
@@ -351,7 +379,8 @@ impl Device {
             .view_type(view_type)
             .format(vk_format(d.format))
             .subresource_range(range);
-        // SAFETY: the image is live on this device and the range lies within it.
+        // SAFETY: the image is live (borrowed) on this device (checked above); the mip and layer
+        // ranges are non-empty and within it (checked above), and a 3D image has one layer.
         let view = unsafe { self.raw().create_image_view(&info, None) }
             .map_err(|r| VulkanError::from_vk("vkCreateImageView", r))?;
         let name = format!("{} view", d.name);

@@ -10,7 +10,7 @@
 
 use crate::buffer::Buffer;
 use crate::commands::{CommandContext, Submission};
-use crate::compute::{Binding, BindingKind, ComputeProgram};
+use crate::compute::{Binding, BindingKind, ComputeProgram, DispatchError};
 use crate::device::Device;
 use crate::device_set::DeviceSet;
 use crate::error::{Result as VkResult, VkResultExt, VulkanError};
@@ -110,6 +110,10 @@ pub enum WorkError {
         /// The device.
         device: DeviceIndex,
     },
+    /// A dispatch breaks a limit of the device it was submitted to (nothing was recorded or
+    /// submitted).
+    #[error(transparent)]
+    Dispatch(#[from] DispatchError),
     /// A Vulkan call failed.
     #[error(transparent)]
     Vulkan(#[from] VulkanError),
@@ -256,11 +260,25 @@ impl MultiSubmitter {
 
     /// Records `items` for `device` — each resolved to its per-device form — with a full barrier
     /// before and after, submits them to that device's universal queue, and returns the submission.
+    ///
+    /// A dispatch over that device's limits ([`WorkError::Dispatch`]) fails before any item is
+    /// resolved, recorded or submitted.
     pub fn submit(&self, device: DeviceIndex, items: &[WorkItem<'_, '_>]) -> Result<Submission, WorkError> {
         let (context, dev) = self
             .contexts
             .get(device)
             .ok_or(WorkError::NotOnDevice { name: "submitter".to_owned(), device })?;
+        // Limits first, so that a refused dispatch creates no descriptor set either.
+        for item in items {
+            if let WorkItem::Dispatch(d) = item {
+                let (program, _) = d
+                    .program
+                    .programs
+                    .get(device)
+                    .ok_or(WorkError::NotOnDevice { name: "compute program".to_owned(), device })?;
+                program.check_dispatch(dev, &d.push_constants, d.groups)?;
+            }
+        }
         // Resolve everything first, so that a missing instance fails before anything is recorded.
         enum Resolved<'r> {
             Dispatch(vk::DescriptorSet, &'r ComputeProgram, &'r DispatchItem<'r>),
@@ -290,8 +308,9 @@ impl MultiSubmitter {
             full_barrier(dev, cmd);
             for r in &resolved {
                 match r {
+                    // Checked against this device's limits before anything was resolved.
                     Resolved::Dispatch(set, program, d) => {
-                        program.dispatch(dev, cmd, *set, &d.push_constants, d.groups)
+                        program.record_checked(dev, cmd, *set, &d.push_constants, d.groups)
                     }
                     // SAFETY: `cmd` is recording on this device; both buffers are live instances on it.
                     Resolved::Copy(src, dst, region) => unsafe {
@@ -322,14 +341,58 @@ impl MultiSubmitter {
     }
 }
 
+/// A host signal of a timeline was refused on one device; nothing was signalled on any device.
+#[derive(Debug, thiserror::Error)]
+pub enum TimelineError {
+    /// The value is not greater than the timeline's current value (Vulkan's timeline values only
+    /// increase).
+    #[error("timeline value {requested} is not greater than the current value {current}")]
+    NotIncreasing {
+        /// The device's current value.
+        current: u64,
+        /// The value asked for.
+        requested: u64,
+    },
+    /// The value is further above the current value than the device's
+    /// `maxTimelineSemaphoreValueDifference`.
+    #[error(
+        "timeline value {requested} is more than maxTimelineSemaphoreValueDifference = {limit} \
+         past the current value {current}"
+    )]
+    DifferenceTooLarge {
+        /// The device's current value.
+        current: u64,
+        /// The value asked for.
+        requested: u64,
+        /// The device's limit.
+        limit: u64,
+    },
+    /// A Vulkan call failed.
+    #[error(transparent)]
+    Vulkan(#[from] VulkanError),
+}
+
+/// One device's timeline: the semaphore, its device and that device's
+/// `maxTimelineSemaphoreValueDifference`.
+#[derive(Debug)]
+struct Timeline {
+    semaphore: vk::Semaphore,
+    device: Arc<Device>,
+    max_difference: u64,
+}
+
 /// A timeline semaphore on each device of a mask (multi-device fences).
 #[derive(Debug)]
 pub struct MultiTimeline {
-    semaphores: PerDevice<(vk::Semaphore, Arc<Device>)>,
+    semaphores: PerDevice<Timeline>,
+    /// Held from reading the current values to signalling, so two host signals cannot both pass
+    /// the check against the same current value.
+    signalling: Mutex<()>,
 }
 
 impl MultiTimeline {
-    /// A timeline starting at `initial` on every open device of `mask`.
+    /// A timeline starting at `initial` on every open device of `mask`. A device without
+    /// timeline semaphores is [`VulkanError::Unsupported`] (nothing is created).
     pub fn new(
         set: &DeviceSet,
         mask: DeviceMask,
@@ -338,49 +401,81 @@ impl MultiTimeline {
         let semaphores = fan_out_on(
             set,
             mask,
-            |d| -> VkResult<(vk::Semaphore, Arc<Device>)> {
+            |d| -> VkResult<Timeline> {
+                if !d.features().timeline_semaphore {
+                    return Err(VulkanError::Unsupported {
+                        device: d.name().to_owned(),
+                        reason: "timeline semaphores (Vulkan 1.2) are not enabled".to_owned(),
+                    });
+                }
+                let mut timeline_props = vk::PhysicalDeviceTimelineSemaphoreProperties::default();
+                let mut props = vk::PhysicalDeviceProperties2::default().push_next(&mut timeline_props);
+                // SAFETY: a pure query of this device's physical device; the output chain is live.
+                unsafe { d.instance().get_physical_device_properties2(d.physical(), &mut props) };
+                let max_difference = timeline_props.max_timeline_semaphore_value_difference;
                 let mut ty = vk::SemaphoreTypeCreateInfo::default()
                     .semaphore_type(vk::SemaphoreType::TIMELINE)
                     .initial_value(initial);
                 let info = vk::SemaphoreCreateInfo::default().push_next(&mut ty);
-                // SAFETY: valid device with timeline semaphores (Vulkan 1.2 core, enabled when present).
+                // SAFETY: valid device with the timeline semaphore feature enabled (checked above).
                 let s = unsafe { d.raw().create_semaphore(&info, None) }.during("vkCreateSemaphore")?;
                 d.set_name(s, "multi-device timeline");
-                Ok((s, Arc::clone(d)))
+                Ok(Timeline { semaphore: s, device: Arc::clone(d), max_difference })
             },
             // SAFETY: the semaphore was just created and nothing waits on it.
-            |_, (s, d)| unsafe { d.raw().destroy_semaphore(s, None) },
+            |_, t| unsafe { t.device.raw().destroy_semaphore(t.semaphore, None) },
         )?;
-        Ok(MultiTimeline { semaphores })
+        Ok(MultiTimeline { semaphores, signalling: Mutex::new(()) })
     }
 
     /// The semaphore on `device`, to signal or wait in a submission there.
     pub fn semaphore(&self, device: DeviceIndex) -> Option<vk::Semaphore> {
-        self.semaphores.get(device).map(|(s, _)| *s)
+        self.semaphores.get(device).map(|t| t.semaphore)
     }
 
     /// The current value on every device.
     pub fn values(&self) -> Result<Vec<(DeviceIndex, u64)>, MultiDeviceError<VulkanError>> {
-        self.semaphores
-            .iter()
-            .map(|(i, (s, d))| {
-                // SAFETY: the semaphore belongs to `d`.
-                unsafe { d.raw().get_semaphore_counter_value(*s) }
-                    .during("vkGetSemaphoreCounterValue")
-                    .map(|v| (i, v))
-                    .map_err(|source| MultiDeviceError::Failed { device: i, source })
-            })
-            .collect()
+        self.semaphores.iter().map(|(i, t)| t.value().map(|v| (i, v))).collect()
     }
 
     /// Signals `value` from the host on every device of `mask`.
-    pub fn signal(&self, mask: DeviceMask, value: u64) -> Result<(), MultiDeviceError<VulkanError>> {
-        for (i, (s, d)) in self.semaphores.iter().filter(|(i, _)| mask.contains(*i)) {
-            let info = vk::SemaphoreSignalInfo::default().semaphore(*s).value(value);
-            // SAFETY: the semaphore belongs to `d`; the value only increases (caller's contract).
-            unsafe { d.raw().signal_semaphore(&info) }
+    ///
+    /// `value` must be greater than the current value on each of those devices, and at most
+    /// `maxTimelineSemaphoreValueDifference` above it; otherwise the error names the first device
+    /// that refuses it ([`TimelineError::NotIncreasing`], [`TimelineError::DifferenceTooLarge`])
+    /// and nothing is signalled anywhere. (A failure of `vkSignalSemaphore` itself, such as a lost
+    /// device, can leave the devices before it signalled: a timeline cannot be moved back.)
+    /// Signals the caller submits to the GPU through [`MultiTimeline::semaphore`] are not visible
+    /// to this check: a pending GPU signal must have a value greater than `value` (Vulkan's
+    /// rule), which stays the caller's to keep.
+    pub fn signal(&self, mask: DeviceMask, value: u64) -> Result<(), MultiDeviceError<TimelineError>> {
+        let _signalling = self.signalling.lock().unwrap_or_else(|e| e.into_inner());
+        let targets: Vec<(DeviceIndex, &Timeline)> =
+            self.semaphores.iter().filter(|(i, _)| mask.contains(*i)).collect();
+        for &(i, t) in &targets {
+            let failed = |source| MultiDeviceError::Failed { device: i, source };
+            let current = t.value().map_err(|e| e.map_source(TimelineError::from))?;
+            if value <= current {
+                return Err(failed(TimelineError::NotIncreasing { current, requested: value }));
+            }
+            if value - current > t.max_difference {
+                return Err(failed(TimelineError::DifferenceTooLarge {
+                    current,
+                    requested: value,
+                    limit: t.max_difference,
+                }));
+            }
+        }
+        for (i, t) in targets {
+            let info = vk::SemaphoreSignalInfo::default().semaphore(t.semaphore).value(value);
+            // SAFETY: the semaphore is a timeline of `t.device`. `value` is greater than its current
+            // value and within maxTimelineSemaphoreValueDifference of it (checked above, under the
+            // lock every host signal of this timeline takes, so no host signal moved it since).
+            // MultiTimeline submits no GPU signals; one the caller submitted through the raw
+            // handle must be above `value`, as `signal`'s documentation requires.
+            unsafe { t.device.raw().signal_semaphore(&info) }
                 .during("vkSignalSemaphore")
-                .map_err(|source| MultiDeviceError::Failed { device: i, source })?;
+                .map_err(|source| MultiDeviceError::Failed { device: i, source: source.into() })?;
         }
         Ok(())
     }
@@ -392,23 +487,35 @@ impl MultiTimeline {
         value: u64,
         timeout_ns: u64,
     ) -> Result<(), MultiDeviceError<VulkanError>> {
-        for (i, (s, d)) in self.semaphores.iter().filter(|(i, _)| mask.contains(*i)) {
-            let semaphores = [*s];
+        for (i, t) in self.semaphores.iter().filter(|(i, _)| mask.contains(*i)) {
+            let semaphores = [t.semaphore];
             let values = [value];
             let info = vk::SemaphoreWaitInfo::default().semaphores(&semaphores).values(&values);
-            // SAFETY: the semaphore belongs to `d`.
-            unsafe { d.raw().wait_semaphores(&info, timeout_ns) }
+            // SAFETY: the semaphore is a timeline of `t.device`; the arrays live for the call.
+            unsafe { t.device.raw().wait_semaphores(&info, timeout_ns) }
                 .during("vkWaitSemaphores")
                 .map_err(|source| MultiDeviceError::Failed { device: i, source })?;
         }
         Ok(())
     }
 
-    /// Destroys the semaphores (nothing may be waiting on them).
+    /// Destroys the semaphores. No submission that waits on or signals them may be pending: they
+    /// are handed out raw ([`MultiTimeline::semaphore`]), so this cannot be checked here.
     pub fn destroy(self) {
-        for (_, (s, d)) in self.semaphores.into_values() {
-            // SAFETY: the caller guarantees nothing pending uses the semaphore.
-            unsafe { d.raw().destroy_semaphore(s, None) };
+        for (_, t) in self.semaphores.into_values() {
+            // SAFETY: host waits borrow `self`, so none runs now. That no pending submission uses the
+            // semaphore is the documented requirement above (not checked: the handle is raw).
+            unsafe { t.device.raw().destroy_semaphore(t.semaphore, None) };
         }
+    }
+}
+
+impl Timeline {
+    /// The current value.
+    fn value(&self) -> Result<u64, MultiDeviceError<VulkanError>> {
+        // SAFETY: the semaphore is a timeline of `self.device`.
+        unsafe { self.device.raw().get_semaphore_counter_value(self.semaphore) }
+            .during("vkGetSemaphoreCounterValue")
+            .map_err(|source| MultiDeviceError::Failed { device: self.device.index(), source })
     }
 }

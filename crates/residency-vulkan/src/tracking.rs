@@ -106,11 +106,22 @@ impl ResourceTracker {
 
     /// Records `barriers` (a flush's, or a release's) into `cmd` as one `vkCmdPipelineBarrier2`.
     /// Returns how many barrier structures were recorded (0: nothing recorded).
-    pub fn record(&self, device: &Device, cmd: vk::CommandBuffer, barriers: &BarrierBatch) -> usize {
+    ///
+    /// A buffer or image barrier of a resource this tracker holds no handle of that kind for on
+    /// `device` (never tracked, or untracked since) is [`SyncError::UnknownResource`] naming it,
+    /// and nothing is recorded. `cmd` must be recording on `device`, and a tracked resource must
+    /// not be destroyed before it is untracked.
+    pub fn record(
+        &self,
+        device: &Device,
+        cmd: vk::CommandBuffer,
+        barriers: &BarrierBatch,
+    ) -> Result<usize, SyncError> {
         if barriers.is_empty() {
-            return 0;
+            return Ok(0);
         }
         let index = device.index();
+        let unknown = |resource| SyncError::UnknownResource { device: index, resource };
         let stages = |s: residency_core::sync::PipelineStages| vk::PipelineStageFlags2::from_raw(s.bits());
         let access = |a: residency_core::sync::AccessFlags| vk::AccessFlags2::from_raw(a.bits());
         let memory: Vec<_> = barriers
@@ -124,70 +135,56 @@ impl ResourceTracker {
                     .dst_access_mask(access(b.dst.access))
             })
             .collect();
-        let buffers: Vec<_> = barriers
+        let buffers = barriers
             .buffers
             .iter()
-            .filter_map(|b| match self.handles.get(&(index, b.resource)) {
-                Some(Handle::Buffer(raw)) => Some(
-                    vk::BufferMemoryBarrier2::default()
-                        .src_stage_mask(stages(b.src.stages))
-                        .src_access_mask(access(b.src.access))
-                        .dst_stage_mask(stages(b.dst.stages))
-                        .dst_access_mask(access(b.dst.access))
-                        .src_queue_family_index(b.src_queue_family.index())
-                        .dst_queue_family_index(b.dst_queue_family.index())
-                        .buffer(*raw)
-                        .offset(b.offset)
-                        .size(b.size),
-                ),
-                _ => {
-                    tracing::error!(
-                        resource = b.resource.get(),
-                        "barrier for a buffer the tracker has no handle for"
-                    );
-                    None
-                }
+            .map(|b| match self.handles.get(&(index, b.resource)) {
+                Some(Handle::Buffer(raw)) => Ok(vk::BufferMemoryBarrier2::default()
+                    .src_stage_mask(stages(b.src.stages))
+                    .src_access_mask(access(b.src.access))
+                    .dst_stage_mask(stages(b.dst.stages))
+                    .dst_access_mask(access(b.dst.access))
+                    .src_queue_family_index(b.src_queue_family.index())
+                    .dst_queue_family_index(b.dst_queue_family.index())
+                    .buffer(*raw)
+                    .offset(b.offset)
+                    .size(b.size)),
+                _ => Err(unknown(b.resource)),
             })
-            .collect();
-        let images: Vec<_> = barriers
+            .collect::<Result<Vec<_>, _>>()?;
+        let images = barriers
             .images
             .iter()
-            .filter_map(|b| match self.handles.get(&(index, b.resource)) {
-                Some(Handle::Image(raw)) => Some(
-                    vk::ImageMemoryBarrier2::default()
-                        .src_stage_mask(stages(b.src.stages))
-                        .src_access_mask(access(b.src.access))
-                        .dst_stage_mask(stages(b.dst.stages))
-                        .dst_access_mask(access(b.dst.access))
-                        .old_layout(vk::ImageLayout::from_raw(b.old_layout.as_raw()))
-                        .new_layout(vk::ImageLayout::from_raw(b.new_layout.as_raw()))
-                        .src_queue_family_index(b.src_queue_family.index())
-                        .dst_queue_family_index(b.dst_queue_family.index())
-                        .image(*raw)
-                        .subresource_range(vk::ImageSubresourceRange {
-                            aspect_mask: vk::ImageAspectFlags::from_raw(b.aspects.bits()),
-                            base_mip_level: b.range.base_mip,
-                            level_count: b.range.mip_count,
-                            base_array_layer: b.range.base_layer,
-                            layer_count: b.range.layer_count,
-                        }),
-                ),
-                _ => {
-                    tracing::error!(
-                        resource = b.resource.get(),
-                        "barrier for an image the tracker has no handle for"
-                    );
-                    None
-                }
+            .map(|b| match self.handles.get(&(index, b.resource)) {
+                Some(Handle::Image(raw)) => Ok(vk::ImageMemoryBarrier2::default()
+                    .src_stage_mask(stages(b.src.stages))
+                    .src_access_mask(access(b.src.access))
+                    .dst_stage_mask(stages(b.dst.stages))
+                    .dst_access_mask(access(b.dst.access))
+                    .old_layout(vk::ImageLayout::from_raw(b.old_layout.as_raw()))
+                    .new_layout(vk::ImageLayout::from_raw(b.new_layout.as_raw()))
+                    .src_queue_family_index(b.src_queue_family.index())
+                    .dst_queue_family_index(b.dst_queue_family.index())
+                    .image(*raw)
+                    .subresource_range(vk::ImageSubresourceRange {
+                        aspect_mask: vk::ImageAspectFlags::from_raw(b.aspects.bits()),
+                        base_mip_level: b.range.base_mip,
+                        level_count: b.range.mip_count,
+                        base_array_layer: b.range.base_layer,
+                        layer_count: b.range.layer_count,
+                    })),
+                _ => Err(unknown(b.resource)),
             })
-            .collect();
+            .collect::<Result<Vec<_>, _>>()?;
         let info = vk::DependencyInfo::default()
             .memory_barriers(&memory)
             .buffer_memory_barriers(&buffers)
             .image_memory_barriers(&images);
-        // SAFETY: `cmd` is recording on `device`; every handle is a live resource of that device that
-        // the caller registered (and has not destroyed while tracked).
+        // SAFETY: every buffer and image handle is one this tracker holds for `device` (checked
+        // above): a resource of that device, tracked and not untracked. That `cmd` is recording on
+        // `device` and that no tracked resource was destroyed while tracked are the documented
+        // requirements of `record`: raw handles and ownership this safe fn cannot check.
         unsafe { device.raw().cmd_pipeline_barrier2(cmd, &info) };
-        memory.len() + buffers.len() + images.len()
+        Ok(memory.len() + buffers.len() + images.len())
     }
 }

@@ -81,13 +81,15 @@ fn a_known_view_requests_exactly_the_expected_tiles() {
             .unwrap();
         device
             .submit_compute("feedback view", |cmd| {
-                program.dispatch(
-                    device,
-                    cmd,
-                    ds,
-                    &(samples.len() as u32).to_le_bytes(),
-                    [(samples.len() as u32).div_ceil(64), 1, 1],
-                );
+                program
+                    .dispatch(
+                        device,
+                        cmd,
+                        ds,
+                        &(samples.len() as u32).to_le_bytes(),
+                        [(samples.len() as u32).div_ceil(64), 1, 1],
+                    )
+                    .expect("a few workgroups, 4 declared push-constant bytes");
             })
             .unwrap();
         let mut gpu = vec![0u8; bytes as usize];
@@ -148,7 +150,9 @@ fn the_glsl_sampling_rule_matches_the_cpu_rule() {
                     [frame as u32, stride, interval, w].iter().flat_map(|v| v.to_le_bytes()).collect();
                 device
                     .submit_compute("feedback sampling", |cmd| {
-                        program.dispatch(device, cmd, ds, &push, [w / 8, h / 8, 1]);
+                        program
+                            .dispatch(device, cmd, ds, &push, [w / 8, h / 8, 1])
+                            .expect("a small grid within the declared push constants");
                     })
                     .unwrap();
                 let mut bytes = vec![0u8; (w * h * 4) as usize];

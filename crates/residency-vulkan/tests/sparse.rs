@@ -90,7 +90,9 @@ fn probe(device: &Arc<Device>, image: &SparseImage, points: &[[i32; 3]]) -> Vec<
     push.resize(32, 0);
     device
         .submit_compute("sparse probe", |cmd| {
-            program.dispatch(device, cmd, set, &push, [(n as u32).div_ceil(64), 1, 1]);
+            program
+                .dispatch(device, cmd, set, &push, [(n as u32).div_ceil(64), 1, 1])
+                .expect("a few workgroups within the declared push constants");
         })
         .unwrap();
     let mut out = vec![0u8; (n * 32) as usize];
@@ -340,13 +342,15 @@ fn storage_writes_land_in_resident_tiles_and_large_readbacks_are_refused() {
         let push: Vec<u8> = [0, 0, w, h].iter().flat_map(|v: &i32| v.to_le_bytes()).collect();
         device
             .submit_once("sparse storage writes", |cmd| {
-                program.dispatch(
-                    &device,
-                    cmd,
-                    set_,
-                    &push,
-                    [shape.width.div_ceil(8), shape.height.div_ceil(8), 1],
-                );
+                program
+                    .dispatch(
+                        &device,
+                        cmd,
+                        set_,
+                        &push,
+                        [shape.width.div_ceil(8), shape.height.div_ceil(8), 1],
+                    )
+                    .expect("one tile's workgroups within the declared push constants");
             })
             .unwrap();
         let back = image.read_region(&device, 0, 0, tile, 1 << 20).unwrap();

@@ -280,6 +280,8 @@ fn eight_threads_allocate_map_commit_and_evict_on_shared_pools_and_sparse_images
         }
         drop(tiles);
         drop(pool);
+        // What the threads dropped while others' work ran is destroyed once that work is done.
+        device.wait_submitted().unwrap();
         // The general allocator may keep a heap for reuse (readback buffers); nothing of the run's
         // own pools may stay.
         let left: Vec<_> =

@@ -199,8 +199,10 @@ pub fn pool(set: &DeviceSet) -> anyhow::Result<Section> {
             Binding::Buffer(&results),
         ],
     )?;
+    let groups = [n.div_ceil(64), 1, 1];
+    program.check_dispatch(&device, &[], groups)?;
     device.submit_compute("tour compute", |cmd| {
-        program.dispatch(&device, cmd, set_, &[], [n.div_ceil(64), 1, 1])
+        program.dispatch(&device, cmd, set_, &[], groups).expect("checked before the submission")
     })?;
     let out = device.read_back(&results, 0, u64::from(n) * 16)?;
     let correct = (0..n as usize)
@@ -387,8 +389,9 @@ pub fn sparse(set: &DeviceSet) -> anyhow::Result<Section> {
     let mut push: Vec<u8> = [1.0f32, 0.0, 1.0, 1.0].iter().flat_map(|f| f.to_le_bytes()).collect();
     push.extend_from_slice(&(grid.len() as u32).to_le_bytes());
     push.resize(32, 0);
+    program.check_dispatch(&device, &push, [1, 1, 1])?;
     device.submit_compute("tour sampling", |cmd| {
-        program.dispatch(&device, cmd, ds, &push, [1, 1, 1]);
+        program.dispatch(&device, cmd, ds, &push, [1, 1, 1]).expect("checked before the submission");
     })?;
     let mut out = vec![0u8; grid.len() * 32];
     results.read(0, &mut out)?;

@@ -95,7 +95,9 @@ pub fn sample_fallback(
     push.resize(32, 0);
     device
         .submit_compute("sample", |cmd| {
-            program.dispatch(device, cmd, set, &push, [(n as u32).div_ceil(64), 1, 1])
+            program
+                .dispatch(device, cmd, set, &push, [(n as u32).div_ceil(64), 1, 1])
+                .expect("a few workgroups within the declared push constants")
         })
         .unwrap();
     let mut out = vec![0u8; (n * 32) as usize];
