@@ -23,10 +23,9 @@ use ash::vk;
 use residency_core::memory::{memory_type_candidates, MemoryIntent};
 use residency_core::tiles::{
     plan_binds, BindPlanError, BindPlanOptions, CommitError, DeviceMipTail, HeapIndex, ImageId, LayoutError,
-    LayoutLimits, PoolStats, ResidencyChanges, ShapeError, SparseDimension, SparseFormatInfo,
-    SparseImageDesc, SparseImageLayout, SparseResidency, TexelRegion, TileIndex, TilePool, TilePoolDesc,
+    LayoutLimits, PendingChanges, PoolStats, ResidencyChanges, ShapeError, SparseDimension, SparseFormatInfo,
+    SparseImageDesc, SparseImageLayout, SparseResidency, TexelRegion, TilePool, TilePoolDesc,
 };
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -409,7 +408,7 @@ impl SparseTilePool {
                 // Nothing was bound: undo the commits queued since the last flush, so that the page
                 // tables and the pool are as they were before them (a retry commits again).
                 let added: Vec<HeapIndex> =
-                    images.iter().flat_map(|i| i.pending.heaps_added.iter().copied()).collect();
+                    images.iter().flat_map(|i| i.pending.changes().heaps_added.iter().copied()).collect();
                 for image in images.iter_mut() {
                     image.roll_back(&mut state.pool);
                 }
@@ -440,7 +439,8 @@ fn flush_pending(
     let heaps_added = state.heaps.ensure(&state.pool, &all)?;
     let mut plans = Vec::with_capacity(images.len());
     for image in images {
-        let plan = plan_binds(image.residency.layout(), &image.pending.tiles, &image.pending.tails, options)?;
+        let pending = image.pending.changes();
+        let plan = plan_binds(image.residency.layout(), &pending.tiles, &pending.tails, options)?;
         plans.push((image.raw, aspect(image.desc.format), plan));
     }
     let mut stats = submit_plans(device, &plans, &state.heaps, state.pool.tile_bytes())?;
@@ -575,12 +575,8 @@ pub struct SparseImage {
     desc: SparseImageDesc,
     name: String,
     residency: SparseResidency,
-    pending: ResidencyChanges,
-    /// Where each tile's pending change sits in `pending.tiles`.
-    pending_index: std::collections::HashMap<u32, usize>,
-    /// Tiles and tails with a pending change that the GPU had bound at the last flush: releasing
-    /// one after a re-commit must still unbind it, and a failed flush keeps its unbind.
-    bound_at_flush: (HashSet<u32>, HashSet<u32>),
+    /// Changes queued for the next flush, folded per tile.
+    pending: PendingChanges,
     pool_id: u32,
     id: ObjectId,
 }
@@ -762,98 +758,29 @@ impl SparseImage {
             desc: *desc,
             name: name.to_owned(),
             residency: SparseResidency::new(owner, &layout),
-            pending: ResidencyChanges::default(),
-            pending_index: std::collections::HashMap::new(),
-            bound_at_flush: (HashSet::new(), HashSet::new()),
+            pending: PendingChanges::new(),
             pool_id,
             id,
         })
     }
 
-    /// Adds changes to those queued for the next flush, folding a change of a tile (or tail) that
-    /// already has one queued: bind then unbind is nothing (the GPU never saw the bind) unless the
-    /// GPU still has the tile bound from before (unbind, bind, unbind is an unbind), unbind then
-    /// bind is a bind to the new memory.
+    /// Queues changes for the next flush, folded ([`PendingChanges::queue`]).
     fn queue(&mut self, changes: ResidencyChanges) {
-        for change in changes.tiles {
-            match self.pending_index.get(&change.tile.0) {
-                Some(&at) => {
-                    let earlier = self.pending.tiles[at];
-                    if earlier.physical.is_some()
-                        && change.physical.is_none()
-                        && !self.bound_at_flush.0.contains(&change.tile.0)
-                    {
-                        // Bound and released before any flush: drop both (swap_remove keeps O(1)).
-                        self.pending.tiles.swap_remove(at);
-                        self.pending_index.remove(&change.tile.0);
-                        if let Some(moved) = self.pending.tiles.get(at) {
-                            self.pending_index.insert(moved.tile.0, at);
-                        }
-                    } else {
-                        self.pending.tiles[at] = change;
-                    }
-                }
-                None => {
-                    // A first release means the GPU has the tile bound (the page table had it).
-                    if change.physical.is_none() {
-                        self.bound_at_flush.0.insert(change.tile.0);
-                    }
-                    self.pending_index.insert(change.tile.0, self.pending.tiles.len());
-                    self.pending.tiles.push(change);
-                }
-            }
-        }
-        for change in changes.tails {
-            match self.pending.tails.iter().position(|t| t.tail == change.tail) {
-                Some(at)
-                    if self.pending.tails[at].physical.is_some()
-                        && change.physical.is_none()
-                        && !self.bound_at_flush.1.contains(&change.tail) =>
-                {
-                    self.pending.tails.remove(at);
-                }
-                Some(at) => self.pending.tails[at] = change,
-                None => {
-                    if change.physical.is_none() {
-                        self.bound_at_flush.1.insert(change.tail);
-                    }
-                    self.pending.tails.push(change)
-                }
-            }
-        }
-        self.pending.heaps_added.extend(changes.heaps_added);
+        self.pending.queue(changes);
     }
 
     /// The queued changes reached the GPU.
     fn flushed(&mut self) {
-        self.pending = ResidencyChanges::default();
-        self.pending_index.clear();
-        self.bound_at_flush.0.clear();
-        self.bound_at_flush.1.clear();
+        self.pending.flushed();
     }
 
     /// A flush failed, so nothing queued reached the GPU: the commits queued since the last flush
-    /// are undone (the page table forgets them, their pool tiles go back) and the unbinds of what
-    /// the GPU still has bound stay queued for the next flush.
+    /// are undone and the unbinds of what the GPU still has bound stay queued
+    /// ([`PendingChanges::roll_back`]).
     fn roll_back(&mut self, pool: &mut TilePool) {
-        let tiles: Vec<TileIndex> =
-            self.pending.tiles.iter().filter(|c| c.physical.is_some()).map(|c| c.tile).collect();
-        let tails: Vec<u32> =
-            self.pending.tails.iter().filter(|c| c.physical.is_some()).map(|c| c.tail).collect();
-        let mut undone = self.residency.release(pool, &tiles).map(|_| ());
-        for tail in tails {
-            undone = undone.and_then(|()| self.residency.release_tail(pool, tail).map(|_| ()));
-        }
-        if let Err(e) = undone {
+        if let Err(e) = self.pending.roll_back(&mut self.residency, pool) {
             tracing::error!(image = %self.name, error = %e, "undoing the commits of a failed flush");
         }
-        let (bound_tiles, bound_tails) = &self.bound_at_flush;
-        self.pending.tiles.retain(|c| bound_tiles.contains(&c.tile.0));
-        self.pending.tiles.iter_mut().for_each(|c| c.physical = None);
-        self.pending.tails.retain(|c| bound_tails.contains(&c.tail));
-        self.pending.tails.iter_mut().for_each(|c| c.physical = None);
-        self.pending.heaps_added.clear();
-        self.pending_index = self.pending.tiles.iter().enumerate().map(|(i, c)| (c.tile.0, i)).collect();
     }
 
     /// The `VkImage`.
