@@ -147,7 +147,7 @@ proptest! {
         let mut pool = TilePool::new(
             TilePoolDesc::default().with_tiles_per_heap(tiles_per_heap).with_budget_tiles(budget),
         );
-        let mut residency = SparseResidency::new(residency_core::tiles::ImageId(7), &layout);
+        let mut residency = SparseResidency::new(pool.id(), residency_core::tiles::ImageId(7), &layout);
         let mut pending = PendingChanges::new();
         let mut gpu = Bound::default();
         let mut log: Vec<ResidencyChanges> = Vec::new();
@@ -187,7 +187,7 @@ proptest! {
 fn a_commit_and_a_release_before_a_flush_cancel_out() {
     let layout = layout();
     let mut pool = TilePool::new(TilePoolDesc::default());
-    let mut residency = SparseResidency::new(residency_core::tiles::ImageId(1), &layout);
+    let mut residency = SparseResidency::new(pool.id(), residency_core::tiles::ImageId(1), &layout);
     let mut pending = PendingChanges::new();
     let tiles = [TileIndex(3), TileIndex(4)];
     pending.queue(residency.commit(&mut pool, &tiles).unwrap());
@@ -206,7 +206,7 @@ fn a_commit_and_a_release_before_a_flush_cancel_out() {
 fn a_bound_tile_released_re_committed_and_released_again_is_one_unbind() {
     let layout = layout();
     let mut pool = TilePool::new(TilePoolDesc::default());
-    let mut residency = SparseResidency::new(residency_core::tiles::ImageId(1), &layout);
+    let mut residency = SparseResidency::new(pool.id(), residency_core::tiles::ImageId(1), &layout);
     let mut pending = PendingChanges::new();
     let tile = [TileIndex(5)];
     pending.queue(residency.commit(&mut pool, &tile).unwrap());
@@ -226,7 +226,7 @@ fn a_bound_tile_released_re_committed_and_released_again_is_one_unbind() {
 fn a_failed_flush_undoes_the_commits_and_keeps_the_unbinds() {
     let layout = layout();
     let mut pool = TilePool::new(TilePoolDesc::default().with_tiles_per_heap(8));
-    let mut residency = SparseResidency::new(residency_core::tiles::ImageId(1), &layout);
+    let mut residency = SparseResidency::new(pool.id(), residency_core::tiles::ImageId(1), &layout);
     let mut pending = PendingChanges::new();
     pending.queue(residency.commit(&mut pool, &[TileIndex(0), TileIndex(1)]).unwrap());
     pending.flushed();

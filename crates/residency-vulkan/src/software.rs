@@ -67,15 +67,10 @@ pub enum SoftwareError {
     /// The layout is invalid (zero extent, too many tiles, …).
     #[error(transparent)]
     Layout(#[from] residency_core::tiles::LayoutError),
-    /// A commit or release was refused (the pool is exhausted, a region is wrong, …).
+    /// A commit, release, write or flush was refused (the pool is exhausted, a region is wrong,
+    /// the pool does not hold the image's tiles: [`CommitError::WrongPool`](residency_core::tiles::CommitError::WrongPool), …).
     #[error(transparent)]
     Commit(#[from] residency_core::tiles::CommitError),
-    /// An image used with a pool that does not own its tiles.
-    #[error("`{name}` belongs to another software tile pool")]
-    WrongPool {
-        /// The image.
-        name: String,
-    },
     /// An image of another format than its pool's atlas.
     #[error("`{name}` is {image:?}; its pool's atlas is {pool:?}")]
     FormatMismatch {
@@ -459,8 +454,8 @@ impl SoftwareTilePool {
         let device = &*self.device;
         let mut stats = SoftwareFlushStats::default();
         let mut regions = Vec::new();
-        if let Some(image) = images.iter().find(|i| i.pool_id != self.pool_id) {
-            return Err(SoftwareError::WrongPool { name: image.name.clone() });
+        for image in images.iter() {
+            image.check_pool(self)?;
         }
         for image in images.iter_mut() {
             let rows = image.indirection.upload(device, uploader, image.residency.page_table())?;
@@ -647,7 +642,6 @@ pub struct SoftwareImage {
     indirection: IndirectionTexture,
     /// Tiles written since the last flush (their borders and their neighbours' need refilling).
     written: std::collections::BTreeSet<residency_core::tiles::TileIndex>,
-    pool_id: u32,
 }
 
 impl SoftwareImage {
@@ -672,13 +666,13 @@ impl SoftwareImage {
         }
         let owner = residency_core::tiles::ImageId(pool.pool_id << 20 | serial);
         let indirection = IndirectionTexture::new(&pool.device, name, table)?;
+        let tile_pool = pool.with_pool(|p| p.id());
         Ok(SoftwareImage {
             name: name.to_owned(),
             desc: *desc,
-            residency: residency_core::tiles::SparseResidency::new(owner, &layout),
+            residency: residency_core::tiles::SparseResidency::new(tile_pool, owner, &layout),
             indirection,
             written: std::collections::BTreeSet::new(),
-            pool_id: pool.pool_id,
         })
     }
 
@@ -708,11 +702,7 @@ impl SoftwareImage {
     }
 
     fn check_pool(&self, pool: &SoftwareTilePool) -> Result<(), SoftwareError> {
-        if pool.pool_id == self.pool_id {
-            Ok(())
-        } else {
-            Err(SoftwareError::WrongPool { name: self.name.clone() })
-        }
+        Ok(pool.with_pool(|p| self.residency.check_pool(p))?)
     }
 
     /// Makes every tile of (`layer`, `mip`) that `region` touches resident. Visible to shaders
@@ -775,7 +765,8 @@ impl SoftwareImage {
     /// Stages `data` (the region's texels, rows packed) into the slots of the resident tiles that
     /// `region` of `mip` covers; the borders follow at the next [`SoftwareTilePool::flush`]. Every
     /// tile the region touches must be resident (else [`SoftwareError::NotResident`], nothing
-    /// staged).
+    /// staged); the pool must be the image's and the region inside its mip (else
+    /// [`SoftwareError::Commit`]). An empty region writes nothing.
     pub fn write_region(
         &mut self,
         pool: &SoftwareTilePool,
@@ -786,23 +777,16 @@ impl SoftwareImage {
         data: &[u8],
     ) -> Result<(), SoftwareError> {
         self.check_pool(pool)?;
+        let info = self.residency.check_region(layer, mip, region)?;
         let layout = self.residency.layout();
-        let info =
-            *layout.mip(mip).ok_or(residency_core::tiles::CommitError::NoSuchSubresource { layer, mip })?;
-        if layer != 0
-            || region.offset[2] != 0
-            || region.extent[2] != 1
-            || (0..2).any(|a| {
-                region.extent[a] == 0
-                    || region.offset[a].checked_add(region.extent[a]).is_none_or(|end| end > info.extent[a])
-            })
-        {
-            return Err(residency_core::tiles::CommitError::NoSuchSubresource { layer, mip }.into());
-        }
         let texel = u64::from(self.desc.format.block_bytes());
-        let expected = u64::from(region.extent[0]) * u64::from(region.extent[1]) * texel;
+        let expected =
+            u64::from(region.extent[0]) * u64::from(region.extent[1]) * u64::from(region.extent[2]) * texel;
         if data.len() as u64 != expected {
             return Err(SoftwareError::WrongRegionSize { expected, got: data.len() as u64 });
+        }
+        if expected == 0 {
+            return Ok(());
         }
         let range = layout.tiles_covering(mip, region).expect("a tiled mip");
         let tiles: Vec<_> = layout.tiles_in(0, mip, range).collect();
@@ -842,7 +826,15 @@ impl SoftwareImage {
     }
 
     /// Destroys the image: its tiles go back to the pool. GPU work using it must have completed.
+    ///
+    /// Through a pool other than its own it frees nothing and destroys nothing (freeing another
+    /// pool's slots would alias them; the other pool's device may not be the image's): the error
+    /// is logged and the image stays behind as a leak, reported at teardown.
     pub fn destroy(self, pool: &SoftwareTilePool) {
+        if let Err(e) = self.check_pool(pool) {
+            tracing::error!(image = %self.name, error = %e, "software image destroyed through the wrong pool; leaked");
+            return;
+        }
         pool.with_pool(|p| p.free_owner(self.residency.owner()));
         self.indirection.destroy(&pool.device);
     }

@@ -23,10 +23,11 @@ use ash::vk;
 use residency_core::memory::{memory_type_candidates, MemoryIntent};
 use residency_core::tiles::{
     plan_binds, BindPlanError, BindPlanOptions, CommitError, DeviceMipTail, HeapIndex, ImageId, LayoutError,
-    LayoutLimits, PendingChanges, PoolStats, ResidencyChanges, ShapeError, SparseDimension, SparseFormatInfo,
-    SparseImageDesc, SparseImageLayout, SparseResidency, TexelRegion, TilePool, TilePoolDesc,
+    LayoutLimits, PendingChanges, PoolError, PoolId, PoolStats, ResidencyChanges, ShapeError,
+    SparseDimension, SparseFormatInfo, SparseImageDesc, SparseImageLayout, SparseResidency, TexelRegion,
+    TilePool, TilePoolDesc,
 };
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -86,11 +87,20 @@ struct PoolState {
 /// The `VkDeviceMemory` behind the heaps of a [`TilePool`]: one allocation per `HeapIndex`, made when
 /// the pool adds the heap and freed when it releases it. A [`SparseTilePool`] has one for its own
 /// pool; streaming keeps one for the streaming manager's pool.
+///
+/// The heaps serve one pool: the first one given to [`ensure`](Self::ensure) or
+/// [`bind`](Self::bind). Any other pool is refused with [`CommitError::WrongPool`], changing
+/// nothing: its heap indices would name this pool's memory.
 pub struct TileHeaps {
     device: Arc<Device>,
     memory_type: u32,
     heaps: Vec<Option<MemoryBlock>>,
+    pool: Option<PoolId>,
+    /// Marks the images made for these heaps ([`SparseImage::new_external`]).
+    serial: u64,
 }
+
+static NEXT_HEAPS: AtomicU64 = AtomicU64::new(1);
 
 impl std::fmt::Debug for TileHeaps {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -123,7 +133,28 @@ impl TileHeaps {
                     allowed_bits: bits,
                     intent: MemoryIntent::DeviceLocal,
                 })?;
-        Ok(TileHeaps { device, memory_type, heaps: Vec::new() })
+        Ok(TileHeaps {
+            device,
+            memory_type,
+            heaps: Vec::new(),
+            pool: None,
+            serial: NEXT_HEAPS.fetch_add(1, Ordering::Relaxed),
+        })
+    }
+
+    /// The pool these heaps serve, once one was given.
+    pub fn pool(&self) -> Option<PoolId> {
+        self.pool
+    }
+
+    /// Whether these heaps may serve `pool`: the pool they serve, or any while they serve none.
+    fn check_serves(&self, pool: &TilePool) -> Result<(), CommitError> {
+        match self.pool {
+            Some(owner) if owner != pool.id() => {
+                Err(CommitError::WrongPool { pool: pool.desc().name.clone(), given: pool.id(), owner })
+            }
+            _ => Ok(()),
+        }
     }
 
     /// The memory type of the heaps.
@@ -132,7 +163,14 @@ impl TileHeaps {
     }
 
     /// Allocates the memory of `heaps` of `pool` that has none yet; returns how many were made.
+    /// `pool` must be the pool these heaps serve (the first call makes it so) and `heaps` live heaps
+    /// of it; else a typed error and nothing allocated.
     pub fn ensure(&mut self, pool: &TilePool, heaps: &[HeapIndex]) -> Result<u64, SparseError> {
+        self.check_serves(pool)?;
+        if let Some(missing) = heaps.iter().find(|&&h| pool.heap_tiles(h).is_none()) {
+            return Err(CommitError::Pool(PoolError::UnknownHeap(missing.0)).into());
+        }
+        self.pool = Some(pool.id());
         let mut added = 0;
         for &heap in heaps {
             let index = heap.0 as usize;
@@ -142,7 +180,7 @@ impl TileHeaps {
             if self.heaps[index].is_some() {
                 continue;
             }
-            let size = u64::from(pool.heap_tiles(heap).unwrap_or(0)) * pool.tile_bytes();
+            let size = u64::from(pool.heap_tiles(heap).expect("checked live")) * pool.tile_bytes();
             let name = format!("{} heap {}", pool.desc().name, heap.0);
             let desc = RawMemoryDesc {
                 name: &name,
@@ -179,12 +217,58 @@ impl TileHeaps {
     /// `pool` without memory), then one `vkQueueBindSparse` for all of them; waits for it. On an
     /// error nothing was bound (heaps allocated stay, as the pool has them); undoing the changes
     /// in the pool and the page tables is the caller's, who made them.
+    ///
+    /// Checked first, refused with nothing allocated or bound: `pool` is the pool these heaps
+    /// serve ([`CommitError::WrongPool`]); every image was made for these heaps by
+    /// [`SparseImage::new_external`] ([`SparseError::Incompatible`]); every non-empty change was
+    /// made against `pool` ([`ResidencyChanges::pool`]; [`CommitError::WrongPool`]) and binds
+    /// tiles of its live heaps ([`CommitError::Pool`]).
     pub fn bind(
         &mut self,
         pool: &TilePool,
         items: &[(&SparseImage, &ResidencyChanges)],
         options: BindPlanOptions,
     ) -> Result<BindStats, SparseError> {
+        self.check_serves(pool)?;
+        for (image, changes) in items {
+            if image.external != Some(self.serial) {
+                return Err(SparseError::Incompatible {
+                    name: image.name.clone(),
+                    reason: "bound through tile heaps it was not made for (SparseImage::new_external)".into(),
+                });
+            }
+            if changes.tiles.is_empty() && changes.tails.is_empty() {
+                continue;
+            }
+            if changes.pool != pool.id() {
+                return Err(CommitError::WrongPool {
+                    pool: pool.desc().name.clone(),
+                    given: pool.id(),
+                    owner: changes.pool,
+                }
+                .into());
+            }
+            let bound = changes
+                .tiles
+                .iter()
+                .filter_map(|c| c.physical)
+                .chain(changes.tails.iter().filter_map(|c| c.physical.as_deref()).flatten().copied());
+            for p in bound {
+                match pool.heap_tiles(p.heap) {
+                    None => return Err(CommitError::Pool(PoolError::UnknownHeap(p.heap.0)).into()),
+                    Some(tiles) if p.tile >= tiles => {
+                        return Err(CommitError::Pool(PoolError::OutOfBounds {
+                            heap: p.heap.0,
+                            first: p.tile,
+                            end: u64::from(p.tile) + 1,
+                            tiles,
+                        })
+                        .into())
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
         let all: Vec<HeapIndex> = pool.heap_indices().collect();
         let heaps_added = self.ensure(pool, &all)?;
         let mut plans = Vec::with_capacity(items.len());
@@ -305,6 +389,8 @@ pub struct SparseTilePool {
     state: Mutex<PoolState>,
     next_image: AtomicU32,
     pool_id: u32,
+    /// The core pool's identity (it never changes).
+    tile_pool: PoolId,
     id: ObjectId,
 }
 
@@ -334,15 +420,19 @@ pub struct BindStats {
 impl SparseTilePool {
     /// Creates a pool on `device`; heaps are allocated when tiles are first needed.
     pub fn new(device: Arc<Device>, desc: TilePoolDesc) -> Result<SparseTilePool, SparseError> {
-        let heaps = TileHeaps::new(Arc::clone(&device), &desc.name)?;
+        let mut heaps = TileHeaps::new(Arc::clone(&device), &desc.name)?;
         let memory_type = heaps.memory_type();
         let id = device.ledger().track("sparse tile pool", desc.name.as_str());
+        let pool = TilePool::new(desc);
+        let tile_pool = pool.id();
+        heaps.pool = Some(tile_pool);
         Ok(SparseTilePool {
             device,
             memory_type,
-            state: Mutex::new(PoolState { pool: TilePool::new(desc), heaps }),
+            state: Mutex::new(PoolState { pool, heaps }),
             next_image: AtomicU32::new(1),
             pool_id: NEXT_POOL.fetch_add(1, Ordering::Relaxed),
+            tile_pool,
             id,
         })
     }
@@ -350,6 +440,11 @@ impl SparseTilePool {
     /// The device.
     pub fn device(&self) -> &Arc<Device> {
         &self.device
+    }
+
+    /// The identity of its core tile pool (what its images' residency names).
+    pub fn id(&self) -> PoolId {
+        self.tile_pool
     }
 
     /// The tile pool's statistics (tiles used and free per heap, runs, fragmentation).
@@ -391,11 +486,8 @@ impl SparseTilePool {
     ) -> Result<BindStats, SparseError> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let state = &mut *state;
-        if let Some(image) = images.iter().find(|i| i.pool_id != self.pool_id) {
-            return Err(SparseError::Incompatible {
-                name: image.name.clone(),
-                reason: "flushed through a pool that does not own its tiles".into(),
-            });
+        for image in images.iter() {
+            image.residency.check_pool(&state.pool)?;
         }
         match flush_pending(&self.device, state, images, options) {
             Ok(stats) => {
@@ -577,7 +669,8 @@ pub struct SparseImage {
     residency: SparseResidency,
     /// Changes queued for the next flush, folded per tile.
     pending: PendingChanges,
-    pool_id: u32,
+    /// For an image made by [`SparseImage::new_external`]: the serial of its [`TileHeaps`].
+    external: Option<u64>,
     id: ObjectId,
 }
 
@@ -615,11 +708,14 @@ impl SparseImage {
     ) -> Result<SparseImage, SparseError> {
         let owner = ImageId(pool.pool_id << 20 | pool.next_image.fetch_add(1, Ordering::Relaxed));
         let tile_bytes = pool.with_pool(|p| p.tile_bytes());
-        Self::create(&pool.device, pool.memory_type, tile_bytes, pool.pool_id, owner, name, desc, storage)
+        let residency = (pool.tile_pool, owner);
+        Self::create(&pool.device, pool.memory_type, tile_bytes, residency, None, name, desc, storage)
     }
 
     /// Creates an image whose residency someone else keeps (a streaming manager): its tiles are
-    /// bound with [`TileHeaps::bind`] from that owner's changes, and its own page table stays empty.
+    /// bound with [`TileHeaps::bind`] through `heaps` from that owner's changes, and its own page
+    /// table stays empty (its residency names [`PoolId::NONE`]: every commit, release and flush
+    /// through a [`SparseTilePool`] is refused).
     pub fn new_external(
         heaps: &TileHeaps,
         tile_bytes: u64,
@@ -628,7 +724,17 @@ impl SparseImage {
         desc: &SparseImageDesc,
         storage: bool,
     ) -> Result<SparseImage, SparseError> {
-        Self::create(&heaps.device, heaps.memory_type, tile_bytes, 0, owner, name, desc, storage)
+        let residency = (PoolId::NONE, owner);
+        Self::create(
+            &heaps.device,
+            heaps.memory_type,
+            tile_bytes,
+            residency,
+            Some(heaps.serial),
+            name,
+            desc,
+            storage,
+        )
     }
 
     #[allow(clippy::too_many_arguments, reason = "the private constructor behind `new` and `new_external`")]
@@ -636,8 +742,8 @@ impl SparseImage {
         device: &Arc<Device>,
         memory_type: u32,
         tile_bytes: u64,
-        pool_id: u32,
-        owner: ImageId,
+        (pool, owner): (PoolId, ImageId),
+        external: Option<u64>,
         name: &str,
         desc: &SparseImageDesc,
         storage: bool,
@@ -757,9 +863,9 @@ impl SparseImage {
             view,
             desc: *desc,
             name: name.to_owned(),
-            residency: SparseResidency::new(owner, &layout),
+            residency: SparseResidency::new(pool, owner, &layout),
             pending: PendingChanges::new(),
-            pool_id,
+            external,
             id,
         })
     }
@@ -889,7 +995,16 @@ impl SparseImage {
 
     /// Destroys the image: its tiles go back to the pool (no unbind is needed for a destroyed image).
     /// GPU work using it must have completed.
+    ///
+    /// Through a pool other than its own (or for an image of [`SparseImage::new_external`]) it
+    /// frees nothing and destroys nothing: freeing another pool's tiles would alias them and the
+    /// other pool's device may not be the image's. The error is logged, and the image and its tiles
+    /// stay behind as leaks (reported by name at teardown).
     pub fn destroy(self, pool: &SparseTilePool) {
+        if let Err(e) = pool.with_pool(|p| self.residency.check_pool(p)) {
+            tracing::error!(image = %self.name, error = %e, "sparse image destroyed through the wrong pool; leaked");
+            return;
+        }
         pool.with_pool(|p| p.free_owner(self.residency.owner()));
         self.destroy_objects(&pool.device);
     }

@@ -13,7 +13,7 @@
 
 use super::bind_plan::{TailChange, TileChange};
 use super::layout::TileIndex;
-use super::pool::TilePool;
+use super::pool::{PoolId, TilePool};
 use super::residency::{CommitError, ResidencyChanges, SparseResidency};
 use std::collections::{HashMap, HashSet};
 
@@ -51,6 +51,9 @@ impl PendingChanges {
     /// from before (unbind, bind, unbind is an unbind); unbind then bind is a bind to the new
     /// memory.
     pub fn queue(&mut self, changes: ResidencyChanges) {
+        if self.pending.pool == PoolId::NONE {
+            self.pending.pool = changes.pool;
+        }
         for change in changes.tiles {
             match self.index.get(&change.tile.0) {
                 Some(&at) => {
@@ -102,7 +105,9 @@ impl PendingChanges {
 
     /// The pending changes reached the GPU: nothing is pending any more.
     pub fn flushed(&mut self) {
+        let pool = self.pending.pool;
         *self = Self::default();
+        self.pending.pool = pool;
     }
 
     /// A flush failed, so nothing pending reached the GPU: the commits queued since the last
