@@ -17,12 +17,13 @@ use crate::device::Device;
 use crate::error::VulkanError;
 use crate::image::{Image, ImageDesc};
 use crate::memory::MemoryError;
+use crate::residency_backend::{Checked, ResidencyBackend};
 use crate::upload::{ImageRegion, UploadError, Uploader};
 use ash::vk;
 use residency_core::format::{Format, FormatKind};
 use residency_core::tiles::{
-    border_copies, AtlasLayout, HardwarePathUnsupported, Indirection, IndirectionError, PageTable,
-    PhysicalTile, ResidencyPath, SparseDimension, SparseImageLayout, TexelRegion, TileCoord,
+    border_copies, AtlasLayout, CommitError, HardwarePathUnsupported, Indirection, IndirectionError,
+    PageTable, PhysicalTile, ResidencyPath, SparseDimension, SparseImageLayout, TexelRegion, TileCoord,
 };
 use residency_core::usage::ImageUsage;
 
@@ -68,7 +69,7 @@ pub enum SoftwareError {
     #[error(transparent)]
     Layout(#[from] residency_core::tiles::LayoutError),
     /// A commit, release, write or flush was refused (the pool is exhausted, a region is wrong,
-    /// the pool does not hold the image's tiles: [`CommitError::WrongPool`](residency_core::tiles::CommitError::WrongPool), …).
+    /// the pool does not hold the image's tiles: [`CommitError::WrongPool`], …).
     #[error(transparent)]
     Commit(#[from] residency_core::tiles::CommitError),
     /// An image of another format than its pool's atlas.
@@ -446,7 +447,17 @@ impl SoftwareTilePool {
     /// uploader (the tiles written since the last flush land), then refills the borders of every
     /// written slot and of its resident neighbours from their payloads (atlas-to-atlas copies),
     /// and waits for them. Work submitted afterwards samples the new state.
+    /// [`ResidencyBackend::flush`], callable without the trait in scope.
     pub fn flush(
+        &self,
+        uploader: &Uploader,
+        images: &mut [&mut SoftwareImage],
+    ) -> Result<SoftwareFlushStats, SoftwareError> {
+        SoftwareImage::flush(self, uploader, images)
+    }
+
+    /// The flush after [`ResidencyBackend::flush`] checked that every image is this pool's.
+    fn flush_checked(
         &self,
         uploader: &Uploader,
         images: &mut [&mut SoftwareImage],
@@ -454,9 +465,6 @@ impl SoftwareTilePool {
         let device = &*self.device;
         let mut stats = SoftwareFlushStats::default();
         let mut regions = Vec::new();
-        for image in images.iter() {
-            image.check_pool(self)?;
-        }
         for image in images.iter_mut() {
             let rows = image.indirection.upload(device, uploader, image.residency.page_table())?;
             stats.indirection_rows += rows.map_or(0, |r| u64::from(r.end - r.start));
@@ -706,7 +714,8 @@ impl SoftwareImage {
     }
 
     /// Makes every tile of (`layer`, `mip`) that `region` touches resident. Visible to shaders
-    /// after its texels are written and the pool flushed.
+    /// after its texels are written and the pool flushed. [`ResidencyBackend::commit_region`],
+    /// callable without the trait in scope.
     pub fn commit_region(
         &mut self,
         pool: &SoftwareTilePool,
@@ -714,24 +723,20 @@ impl SoftwareImage {
         mip: u32,
         region: TexelRegion,
     ) -> Result<(), SoftwareError> {
-        self.check_pool(pool)?;
-        pool.with_pool(|p| self.residency.commit_region(p, layer, mip, region))?;
-        Ok(())
+        ResidencyBackend::commit_region(self, pool, layer, mip, region)
     }
 
-    /// Makes specific tiles resident.
+    /// Makes specific tiles resident: [`ResidencyBackend::commit_tiles`].
     pub fn commit_tiles(
         &mut self,
         pool: &SoftwareTilePool,
         tiles: &[residency_core::tiles::TileIndex],
     ) -> Result<(), SoftwareError> {
-        self.check_pool(pool)?;
-        pool.with_pool(|p| self.residency.commit(p, tiles))?;
-        Ok(())
+        ResidencyBackend::commit_tiles(self, pool, tiles)
     }
 
     /// Releases the tiles of (`layer`, `mip`) that `region` touches. GPU work reading them must
-    /// have completed before their slots are written again.
+    /// have completed before their slots are written again. [`ResidencyBackend::release_region`].
     pub fn release_region(
         &mut self,
         pool: &SoftwareTilePool,
@@ -739,27 +744,21 @@ impl SoftwareImage {
         mip: u32,
         region: TexelRegion,
     ) -> Result<(), SoftwareError> {
-        self.check_pool(pool)?;
-        pool.with_pool(|p| self.residency.release_region(p, layer, mip, region))?;
-        Ok(())
+        ResidencyBackend::release_region(self, pool, layer, mip, region)
     }
 
-    /// Releases specific tiles.
+    /// Releases specific tiles: [`ResidencyBackend::release_tiles`].
     pub fn release_tiles(
         &mut self,
         pool: &SoftwareTilePool,
         tiles: &[residency_core::tiles::TileIndex],
     ) -> Result<(), SoftwareError> {
-        self.check_pool(pool)?;
-        pool.with_pool(|p| self.residency.release(p, tiles))?;
-        Ok(())
+        ResidencyBackend::release_tiles(self, pool, tiles)
     }
 
-    /// Releases everything.
+    /// Releases everything: [`ResidencyBackend::release_all`].
     pub fn release_all(&mut self, pool: &SoftwareTilePool) -> Result<(), SoftwareError> {
-        self.check_pool(pool)?;
-        pool.with_pool(|p| self.residency.release_all(p))?;
-        Ok(())
+        ResidencyBackend::release_all(self, pool)
     }
 
     /// Stages `data` (the region's texels, rows packed) into the slots of the resident tiles that
@@ -837,5 +836,52 @@ impl SoftwareImage {
         }
         pool.with_pool(|p| p.free_owner(self.residency.owner()));
         self.indirection.destroy(&pool.device);
+    }
+}
+
+impl ResidencyBackend for SoftwareImage {
+    type Pool = SoftwareTilePool;
+    type FlushContext<'a> = &'a Uploader;
+    type FlushStats = SoftwareFlushStats;
+    type Error = SoftwareError;
+    const GLSL_INCLUDE: &'static str = "residency_software.glsl";
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn residency(&self) -> &residency_core::tiles::SparseResidency {
+        &self.residency
+    }
+
+    fn commit_error(error: &SoftwareError) -> Option<&CommitError> {
+        match error {
+            SoftwareError::Commit(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    fn with_tile_pool_unchecked<R>(
+        pool: &SoftwareTilePool,
+        f: impl FnOnce(&mut residency_core::tiles::TilePool) -> R,
+        _: Checked,
+    ) -> R {
+        pool.with_pool(f)
+    }
+
+    fn residency_mut_unchecked(&mut self, _: Checked) -> &mut residency_core::tiles::SparseResidency {
+        &mut self.residency
+    }
+
+    /// Nothing to queue: the flush derives the indirection from the page table.
+    fn queue_unchecked(&mut self, _: residency_core::tiles::ResidencyChanges, _: Checked) {}
+
+    fn flush_unchecked(
+        pool: &SoftwareTilePool,
+        uploader: &Uploader,
+        images: &mut [&mut SoftwareImage],
+        _: Checked,
+    ) -> Result<SoftwareFlushStats, SoftwareError> {
+        pool.flush_checked(uploader, images)
     }
 }

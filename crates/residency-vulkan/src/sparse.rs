@@ -19,13 +19,14 @@ use crate::error::{VkResultExt, VulkanError};
 use crate::format_map::{aspect, vk_format};
 use crate::ledger::{FaultSite, ObjectId};
 use crate::memory::{MemoryBlock, MemoryError, RawMemoryDesc};
+use crate::residency_backend::{Checked, ResidencyBackend};
 use ash::vk;
 use residency_core::memory::{memory_type_candidates, MemoryIntent};
 use residency_core::tiles::{
     plan_binds, BindPlanError, BindPlanOptions, CommitError, DeviceMipTail, HeapIndex, ImageId, LayoutError,
     LayoutLimits, PendingChanges, PoolError, PoolId, PoolStats, ResidencyChanges, ShapeError,
     SparseDimension, SparseFormatInfo, SparseImageDesc, SparseImageLayout, SparseResidency, TexelRegion,
-    TilePool, TilePoolDesc,
+    TileIndex, TilePool, TilePoolDesc,
 };
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -473,9 +474,10 @@ impl SparseTilePool {
     }
 
     /// Binds and unbinds everything the given images queued since their last flush, in one
-    /// `vkQueueBindSparse` on the sparse queue, and waits for it to complete.
+    /// `vkQueueBindSparse` on the sparse queue, and waits for it to complete:
+    /// [`ResidencyBackend::flush`] with the default planner options.
     pub fn flush_binds(&self, images: &mut [&mut SparseImage]) -> Result<BindStats, SparseError> {
-        self.flush_binds_with(images, BindPlanOptions::default())
+        SparseImage::flush(self, BindPlanOptions::default(), images)
     }
 
     /// [`SparseTilePool::flush_binds`] with planner options (e.g. no coalescing, for benchmarks).
@@ -484,11 +486,17 @@ impl SparseTilePool {
         images: &mut [&mut SparseImage],
         options: BindPlanOptions,
     ) -> Result<BindStats, SparseError> {
+        SparseImage::flush(self, options, images)
+    }
+
+    /// The flush after [`ResidencyBackend::flush`] checked that every image is this pool's.
+    fn flush_checked(
+        &self,
+        images: &mut [&mut SparseImage],
+        options: BindPlanOptions,
+    ) -> Result<BindStats, SparseError> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let state = &mut *state;
-        for image in images.iter() {
-            image.residency.check_pool(&state.pool)?;
-        }
         match flush_pending(&self.device, state, images, options) {
             Ok(stats) => {
                 for image in images.iter_mut() {
@@ -931,6 +939,7 @@ impl SparseImage {
 
     /// Makes every tile of (`layer`, `mip`) that `region` touches resident (a mip in the tail
     /// commits the tail). The binds happen at the next [`SparseTilePool::flush_binds`].
+    /// [`ResidencyBackend::commit_region`], callable without the trait in scope.
     pub fn commit_region(
         &mut self,
         pool: &SparseTilePool,
@@ -938,31 +947,22 @@ impl SparseImage {
         mip: u32,
         region: TexelRegion,
     ) -> Result<(), SparseError> {
-        let changes = pool.with_pool(|p| self.residency.commit_region(p, layer, mip, region))?;
-        self.queue(changes);
-        Ok(())
+        ResidencyBackend::commit_region(self, pool, layer, mip, region)
     }
 
-    /// Makes specific tiles resident.
-    pub fn commit_tiles(
-        &mut self,
-        pool: &SparseTilePool,
-        tiles: &[residency_core::tiles::TileIndex],
-    ) -> Result<(), SparseError> {
-        let changes = pool.with_pool(|p| self.residency.commit(p, tiles))?;
-        self.queue(changes);
-        Ok(())
+    /// Makes specific tiles resident: [`ResidencyBackend::commit_tiles`].
+    pub fn commit_tiles(&mut self, pool: &SparseTilePool, tiles: &[TileIndex]) -> Result<(), SparseError> {
+        ResidencyBackend::commit_tiles(self, pool, tiles)
     }
 
-    /// Makes mip tail `tail` resident (one unit, pinned until released explicitly).
+    /// Makes mip tail `tail` resident (one unit, pinned until released explicitly):
+    /// [`ResidencyBackend::commit_tail`].
     pub fn commit_tail(&mut self, pool: &SparseTilePool, tail: u32) -> Result<(), SparseError> {
-        let changes = pool.with_pool(|p| self.residency.commit_tail(p, tail))?;
-        self.queue(changes);
-        Ok(())
+        ResidencyBackend::commit_tail(self, pool, tail)
     }
 
     /// Releases the tiles of (`layer`, `mip`) that `region` touches (the seed's NULL upload). GPU work
-    /// reading them must have completed.
+    /// reading them must have completed. [`ResidencyBackend::release_region`].
     pub fn release_region(
         &mut self,
         pool: &SparseTilePool,
@@ -970,27 +970,17 @@ impl SparseImage {
         mip: u32,
         region: TexelRegion,
     ) -> Result<(), SparseError> {
-        let changes = pool.with_pool(|p| self.residency.release_region(p, layer, mip, region))?;
-        self.queue(changes);
-        Ok(())
+        ResidencyBackend::release_region(self, pool, layer, mip, region)
     }
 
-    /// Releases specific tiles.
-    pub fn release_tiles(
-        &mut self,
-        pool: &SparseTilePool,
-        tiles: &[residency_core::tiles::TileIndex],
-    ) -> Result<(), SparseError> {
-        let changes = pool.with_pool(|p| self.residency.release(p, tiles))?;
-        self.queue(changes);
-        Ok(())
+    /// Releases specific tiles: [`ResidencyBackend::release_tiles`].
+    pub fn release_tiles(&mut self, pool: &SparseTilePool, tiles: &[TileIndex]) -> Result<(), SparseError> {
+        ResidencyBackend::release_tiles(self, pool, tiles)
     }
 
-    /// Releases everything, tails included.
+    /// Releases everything, tails included: [`ResidencyBackend::release_all`].
     pub fn release_all(&mut self, pool: &SparseTilePool) -> Result<(), SparseError> {
-        let changes = pool.with_pool(|p| self.residency.release_all(p))?;
-        self.queue(changes);
-        Ok(())
+        ResidencyBackend::release_all(self, pool)
     }
 
     /// Destroys the image: its tiles go back to the pool (no unbind is needed for a destroyed image).
@@ -1023,6 +1013,54 @@ impl SparseImage {
             device.raw().destroy_image(self.raw, None);
         }
         device.ledger().untrack(self.id);
+    }
+}
+
+impl ResidencyBackend for SparseImage {
+    type Pool = SparseTilePool;
+    type FlushContext<'a> = BindPlanOptions;
+    type FlushStats = BindStats;
+    type Error = SparseError;
+    const GLSL_INCLUDE: &'static str = "residency.glsl";
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn residency(&self) -> &SparseResidency {
+        &self.residency
+    }
+
+    fn commit_error(error: &SparseError) -> Option<&CommitError> {
+        match error {
+            SparseError::Commit(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    fn with_tile_pool_unchecked<R>(
+        pool: &SparseTilePool,
+        f: impl FnOnce(&mut TilePool) -> R,
+        _: Checked,
+    ) -> R {
+        pool.with_pool(f)
+    }
+
+    fn residency_mut_unchecked(&mut self, _: Checked) -> &mut SparseResidency {
+        &mut self.residency
+    }
+
+    fn queue_unchecked(&mut self, changes: ResidencyChanges, _: Checked) {
+        self.queue(changes);
+    }
+
+    fn flush_unchecked(
+        pool: &SparseTilePool,
+        options: BindPlanOptions,
+        images: &mut [&mut SparseImage],
+        _: Checked,
+    ) -> Result<BindStats, SparseError> {
+        pool.flush_checked(images, options)
     }
 }
 
