@@ -27,7 +27,7 @@ fn opts(coalesce: Coalesce) -> BindPlanOptions {
 fn whole_mip0_of_16k_rgba8_is_one_bind_per_heap() {
     let l = layout(SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 16384, 16384));
     let mut pool = TilePool::new(TilePoolDesc::default());
-    let mut img = SparseResidency::new(ImageId(1), &l);
+    let mut img = SparseResidency::new(pool.id(), ImageId(1), &l);
     let all = TexelRegion { offset: [0; 3], extent: [16384, 16384, 1] };
     let c = img.commit_region(&mut pool, 0, 0, all).unwrap();
     assert_eq!(c.tiles.len(), 16384);

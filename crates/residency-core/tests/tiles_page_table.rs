@@ -90,7 +90,7 @@ fn min_lod_map_falls_back_to_coarser_mips() {
 fn commit_and_release_through_the_pool() {
     let l = layout(SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 16384, 16384), false);
     let mut pool = TilePool::new(TilePoolDesc::default());
-    let mut img = SparseResidency::new(ImageId(7), &l);
+    let mut img = SparseResidency::new(pool.id(), ImageId(7), &l);
     let region = TexelRegion { offset: [0, 0, 0], extent: [1024, 512, 1] };
     let c = img.commit_region(&mut pool, 0, 0, region).unwrap();
     assert_eq!(c.tiles.len(), 8 * 4);
@@ -122,7 +122,7 @@ fn commit_and_release_through_the_pool() {
 fn commit_is_all_or_nothing_when_the_pool_is_exhausted() {
     let l = layout(SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 4096, 4096), false);
     let mut pool = TilePool::new(TilePoolDesc::default().with_budget_tiles(100));
-    let mut img = SparseResidency::new(ImageId(1), &l);
+    let mut img = SparseResidency::new(pool.id(), ImageId(1), &l);
     let (first, n) = l.mip_tile_span(0, 0).unwrap();
     let tiles: Vec<TileIndex> = (first.0..first.0 + n).map(TileIndex).collect();
     let err = img.commit(&mut pool, &tiles).unwrap_err();

@@ -222,7 +222,7 @@ fn residency_ops(layout: &SparseImageLayout, input: &mut Input<'_>) {
     let mut pool = TilePool::new(
         TilePoolDesc::default().with_tiles_per_heap(input.range(1, 512) as u32).with_budget_tiles(budget),
     );
-    let mut image = SparseResidency::new(owner, layout);
+    let mut image = SparseResidency::new(pool.id(), owner, layout);
     let count = layout.tile_count();
     let tails = layout.mip_tail_count();
     let tail_tiles = layout.mip_tail().map_or(0, |t| t.tiles);

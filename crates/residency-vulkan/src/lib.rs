@@ -5,6 +5,8 @@
 //!   order and opens a logical [`Device`] on each, with a universal queue and a sparse-binding queue.
 //! - [`validation`]: the debug messenger that routes validation messages to `tracing` and counts them.
 //! - [`DeviceProfile`](residency_core::profile::DeviceProfile) capture: [`Device::profile`].
+//! - [`ResidencyBackend`]: one API over both residency paths (hardware [`sparse`], [`software`]),
+//!   validated once for both.
 //! - [`testing`]: the GPU test harness (one device set per test binary, validation failures fail tests).
 
 mod buffer;
@@ -26,6 +28,7 @@ pub mod profile_capture;
 pub mod recording;
 mod report;
 pub mod requirements;
+pub mod residency_backend;
 mod resource_memory;
 mod retire;
 pub mod software;
@@ -50,6 +53,7 @@ pub use ledger::{FaultSite, InjectedFault, Ledger, LiveObject};
 pub use memory::MemoryError;
 pub use pool::{BufferInit, BufferPool, BufferPoolDesc, PoolStats};
 pub use report::ReportSources;
+pub use residency_backend::ResidencyBackend;
 pub use retire::{ForeignUse, GpuUse, Timeline};
 pub use upload::{ImageRegion, UploadError, Uploader};
 pub use validation::ValidationMode;

@@ -17,12 +17,13 @@ use crate::device::Device;
 use crate::error::VulkanError;
 use crate::image::{Image, ImageDesc};
 use crate::memory::MemoryError;
+use crate::residency_backend::{Checked, ResidencyBackend};
 use crate::upload::{ImageRegion, UploadError, Uploader};
 use ash::vk;
 use residency_core::format::{Format, FormatKind};
 use residency_core::tiles::{
-    border_copies, AtlasLayout, HardwarePathUnsupported, Indirection, IndirectionError, PageTable,
-    PhysicalTile, ResidencyPath, SparseDimension, SparseImageLayout, TexelRegion, TileCoord,
+    border_copies, AtlasLayout, CommitError, HardwarePathUnsupported, Indirection, IndirectionError,
+    PageTable, PhysicalTile, ResidencyPath, SparseDimension, SparseImageLayout, TexelRegion, TileCoord,
 };
 use residency_core::usage::ImageUsage;
 
@@ -67,15 +68,10 @@ pub enum SoftwareError {
     /// The layout is invalid (zero extent, too many tiles, …).
     #[error(transparent)]
     Layout(#[from] residency_core::tiles::LayoutError),
-    /// A commit or release was refused (the pool is exhausted, a region is wrong, …).
+    /// A commit, release, write or flush was refused (the pool is exhausted, a region is wrong,
+    /// the pool does not hold the image's tiles: [`CommitError::WrongPool`], …).
     #[error(transparent)]
     Commit(#[from] residency_core::tiles::CommitError),
-    /// An image used with a pool that does not own its tiles.
-    #[error("`{name}` belongs to another software tile pool")]
-    WrongPool {
-        /// The image.
-        name: String,
-    },
     /// An image of another format than its pool's atlas.
     #[error("`{name}` is {image:?}; its pool's atlas is {pool:?}")]
     FormatMismatch {
@@ -451,7 +447,17 @@ impl SoftwareTilePool {
     /// uploader (the tiles written since the last flush land), then refills the borders of every
     /// written slot and of its resident neighbours from their payloads (atlas-to-atlas copies),
     /// and waits for them. Work submitted afterwards samples the new state.
+    /// [`ResidencyBackend::flush`], callable without the trait in scope.
     pub fn flush(
+        &self,
+        uploader: &Uploader,
+        images: &mut [&mut SoftwareImage],
+    ) -> Result<SoftwareFlushStats, SoftwareError> {
+        SoftwareImage::flush(self, uploader, images)
+    }
+
+    /// The flush after [`ResidencyBackend::flush`] checked that every image is this pool's.
+    fn flush_checked(
         &self,
         uploader: &Uploader,
         images: &mut [&mut SoftwareImage],
@@ -459,9 +465,6 @@ impl SoftwareTilePool {
         let device = &*self.device;
         let mut stats = SoftwareFlushStats::default();
         let mut regions = Vec::new();
-        if let Some(image) = images.iter().find(|i| i.pool_id != self.pool_id) {
-            return Err(SoftwareError::WrongPool { name: image.name.clone() });
-        }
         for image in images.iter_mut() {
             let rows = image.indirection.upload(device, uploader, image.residency.page_table())?;
             stats.indirection_rows += rows.map_or(0, |r| u64::from(r.end - r.start));
@@ -647,7 +650,6 @@ pub struct SoftwareImage {
     indirection: IndirectionTexture,
     /// Tiles written since the last flush (their borders and their neighbours' need refilling).
     written: std::collections::BTreeSet<residency_core::tiles::TileIndex>,
-    pool_id: u32,
 }
 
 impl SoftwareImage {
@@ -672,13 +674,13 @@ impl SoftwareImage {
         }
         let owner = residency_core::tiles::ImageId(pool.pool_id << 20 | serial);
         let indirection = IndirectionTexture::new(&pool.device, name, table)?;
+        let tile_pool = pool.with_pool(|p| p.id());
         Ok(SoftwareImage {
             name: name.to_owned(),
             desc: *desc,
-            residency: residency_core::tiles::SparseResidency::new(owner, &layout),
+            residency: residency_core::tiles::SparseResidency::new(tile_pool, owner, &layout),
             indirection,
             written: std::collections::BTreeSet::new(),
-            pool_id: pool.pool_id,
         })
     }
 
@@ -708,15 +710,12 @@ impl SoftwareImage {
     }
 
     fn check_pool(&self, pool: &SoftwareTilePool) -> Result<(), SoftwareError> {
-        if pool.pool_id == self.pool_id {
-            Ok(())
-        } else {
-            Err(SoftwareError::WrongPool { name: self.name.clone() })
-        }
+        Ok(pool.with_pool(|p| self.residency.check_pool(p))?)
     }
 
     /// Makes every tile of (`layer`, `mip`) that `region` touches resident. Visible to shaders
-    /// after its texels are written and the pool flushed.
+    /// after its texels are written and the pool flushed. [`ResidencyBackend::commit_region`],
+    /// callable without the trait in scope.
     pub fn commit_region(
         &mut self,
         pool: &SoftwareTilePool,
@@ -724,24 +723,20 @@ impl SoftwareImage {
         mip: u32,
         region: TexelRegion,
     ) -> Result<(), SoftwareError> {
-        self.check_pool(pool)?;
-        pool.with_pool(|p| self.residency.commit_region(p, layer, mip, region))?;
-        Ok(())
+        ResidencyBackend::commit_region(self, pool, layer, mip, region)
     }
 
-    /// Makes specific tiles resident.
+    /// Makes specific tiles resident: [`ResidencyBackend::commit_tiles`].
     pub fn commit_tiles(
         &mut self,
         pool: &SoftwareTilePool,
         tiles: &[residency_core::tiles::TileIndex],
     ) -> Result<(), SoftwareError> {
-        self.check_pool(pool)?;
-        pool.with_pool(|p| self.residency.commit(p, tiles))?;
-        Ok(())
+        ResidencyBackend::commit_tiles(self, pool, tiles)
     }
 
     /// Releases the tiles of (`layer`, `mip`) that `region` touches. GPU work reading them must
-    /// have completed before their slots are written again.
+    /// have completed before their slots are written again. [`ResidencyBackend::release_region`].
     pub fn release_region(
         &mut self,
         pool: &SoftwareTilePool,
@@ -749,33 +744,28 @@ impl SoftwareImage {
         mip: u32,
         region: TexelRegion,
     ) -> Result<(), SoftwareError> {
-        self.check_pool(pool)?;
-        pool.with_pool(|p| self.residency.release_region(p, layer, mip, region))?;
-        Ok(())
+        ResidencyBackend::release_region(self, pool, layer, mip, region)
     }
 
-    /// Releases specific tiles.
+    /// Releases specific tiles: [`ResidencyBackend::release_tiles`].
     pub fn release_tiles(
         &mut self,
         pool: &SoftwareTilePool,
         tiles: &[residency_core::tiles::TileIndex],
     ) -> Result<(), SoftwareError> {
-        self.check_pool(pool)?;
-        pool.with_pool(|p| self.residency.release(p, tiles))?;
-        Ok(())
+        ResidencyBackend::release_tiles(self, pool, tiles)
     }
 
-    /// Releases everything.
+    /// Releases everything: [`ResidencyBackend::release_all`].
     pub fn release_all(&mut self, pool: &SoftwareTilePool) -> Result<(), SoftwareError> {
-        self.check_pool(pool)?;
-        pool.with_pool(|p| self.residency.release_all(p))?;
-        Ok(())
+        ResidencyBackend::release_all(self, pool)
     }
 
     /// Stages `data` (the region's texels, rows packed) into the slots of the resident tiles that
     /// `region` of `mip` covers; the borders follow at the next [`SoftwareTilePool::flush`]. Every
     /// tile the region touches must be resident (else [`SoftwareError::NotResident`], nothing
-    /// staged).
+    /// staged); the pool must be the image's and the region inside its mip (else
+    /// [`SoftwareError::Commit`]). An empty region writes nothing.
     pub fn write_region(
         &mut self,
         pool: &SoftwareTilePool,
@@ -786,23 +776,16 @@ impl SoftwareImage {
         data: &[u8],
     ) -> Result<(), SoftwareError> {
         self.check_pool(pool)?;
+        let info = self.residency.check_region(layer, mip, region)?;
         let layout = self.residency.layout();
-        let info =
-            *layout.mip(mip).ok_or(residency_core::tiles::CommitError::NoSuchSubresource { layer, mip })?;
-        if layer != 0
-            || region.offset[2] != 0
-            || region.extent[2] != 1
-            || (0..2).any(|a| {
-                region.extent[a] == 0
-                    || region.offset[a].checked_add(region.extent[a]).is_none_or(|end| end > info.extent[a])
-            })
-        {
-            return Err(residency_core::tiles::CommitError::NoSuchSubresource { layer, mip }.into());
-        }
         let texel = u64::from(self.desc.format.block_bytes());
-        let expected = u64::from(region.extent[0]) * u64::from(region.extent[1]) * texel;
+        let expected =
+            u64::from(region.extent[0]) * u64::from(region.extent[1]) * u64::from(region.extent[2]) * texel;
         if data.len() as u64 != expected {
             return Err(SoftwareError::WrongRegionSize { expected, got: data.len() as u64 });
+        }
+        if expected == 0 {
+            return Ok(());
         }
         let range = layout.tiles_covering(mip, region).expect("a tiled mip");
         let tiles: Vec<_> = layout.tiles_in(0, mip, range).collect();
@@ -842,8 +825,63 @@ impl SoftwareImage {
     }
 
     /// Destroys the image: its tiles go back to the pool. GPU work using it must have completed.
+    ///
+    /// Through a pool other than its own it frees nothing and destroys nothing (freeing another
+    /// pool's slots would alias them; the other pool's device may not be the image's): the error
+    /// is logged and the image stays behind as a leak, reported at teardown.
     pub fn destroy(self, pool: &SoftwareTilePool) {
+        if let Err(e) = self.check_pool(pool) {
+            tracing::error!(image = %self.name, error = %e, "software image destroyed through the wrong pool; leaked");
+            return;
+        }
         pool.with_pool(|p| p.free_owner(self.residency.owner()));
         self.indirection.destroy(&pool.device);
+    }
+}
+
+impl ResidencyBackend for SoftwareImage {
+    type Pool = SoftwareTilePool;
+    type FlushContext<'a> = &'a Uploader;
+    type FlushStats = SoftwareFlushStats;
+    type Error = SoftwareError;
+    const GLSL_INCLUDE: &'static str = "residency_software.glsl";
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn residency(&self) -> &residency_core::tiles::SparseResidency {
+        &self.residency
+    }
+
+    fn commit_error(error: &SoftwareError) -> Option<&CommitError> {
+        match error {
+            SoftwareError::Commit(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    fn with_tile_pool_unchecked<R>(
+        pool: &SoftwareTilePool,
+        f: impl FnOnce(&mut residency_core::tiles::TilePool) -> R,
+        _: Checked,
+    ) -> R {
+        pool.with_pool(f)
+    }
+
+    fn residency_mut_unchecked(&mut self, _: Checked) -> &mut residency_core::tiles::SparseResidency {
+        &mut self.residency
+    }
+
+    /// Nothing to queue: the flush derives the indirection from the page table.
+    fn queue_unchecked(&mut self, _: residency_core::tiles::ResidencyChanges, _: Checked) {}
+
+    fn flush_unchecked(
+        pool: &SoftwareTilePool,
+        uploader: &Uploader,
+        images: &mut [&mut SoftwareImage],
+        _: Checked,
+    ) -> Result<SoftwareFlushStats, SoftwareError> {
+        pool.flush_checked(uploader, images)
     }
 }

@@ -19,15 +19,16 @@ use crate::error::{VkResultExt, VulkanError};
 use crate::format_map::{aspect, vk_format};
 use crate::ledger::{FaultSite, ObjectId};
 use crate::memory::{MemoryBlock, MemoryError, RawMemoryDesc};
+use crate::residency_backend::{Checked, ResidencyBackend};
 use ash::vk;
 use residency_core::memory::{memory_type_candidates, MemoryIntent};
 use residency_core::tiles::{
     plan_binds, BindPlanError, BindPlanOptions, CommitError, DeviceMipTail, HeapIndex, ImageId, LayoutError,
-    LayoutLimits, PoolStats, ResidencyChanges, ShapeError, SparseDimension, SparseFormatInfo,
-    SparseImageDesc, SparseImageLayout, SparseResidency, TexelRegion, TileIndex, TilePool, TilePoolDesc,
+    LayoutLimits, PendingChanges, PoolError, PoolId, PoolStats, ResidencyChanges, ShapeError,
+    SparseDimension, SparseFormatInfo, SparseImageDesc, SparseImageLayout, SparseResidency, TexelRegion,
+    TileIndex, TilePool, TilePoolDesc,
 };
-use std::collections::HashSet;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -87,11 +88,20 @@ struct PoolState {
 /// The `VkDeviceMemory` behind the heaps of a [`TilePool`]: one allocation per `HeapIndex`, made when
 /// the pool adds the heap and freed when it releases it. A [`SparseTilePool`] has one for its own
 /// pool; streaming keeps one for the streaming manager's pool.
+///
+/// The heaps serve one pool: the first one given to [`ensure`](Self::ensure) or
+/// [`bind`](Self::bind). Any other pool is refused with [`CommitError::WrongPool`], changing
+/// nothing: its heap indices would name this pool's memory.
 pub struct TileHeaps {
     device: Arc<Device>,
     memory_type: u32,
     heaps: Vec<Option<MemoryBlock>>,
+    pool: Option<PoolId>,
+    /// Marks the images made for these heaps ([`SparseImage::new_external`]).
+    serial: u64,
 }
+
+static NEXT_HEAPS: AtomicU64 = AtomicU64::new(1);
 
 impl std::fmt::Debug for TileHeaps {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -124,7 +134,28 @@ impl TileHeaps {
                     allowed_bits: bits,
                     intent: MemoryIntent::DeviceLocal,
                 })?;
-        Ok(TileHeaps { device, memory_type, heaps: Vec::new() })
+        Ok(TileHeaps {
+            device,
+            memory_type,
+            heaps: Vec::new(),
+            pool: None,
+            serial: NEXT_HEAPS.fetch_add(1, Ordering::Relaxed),
+        })
+    }
+
+    /// The pool these heaps serve, once one was given.
+    pub fn pool(&self) -> Option<PoolId> {
+        self.pool
+    }
+
+    /// Whether these heaps may serve `pool`: the pool they serve, or any while they serve none.
+    fn check_serves(&self, pool: &TilePool) -> Result<(), CommitError> {
+        match self.pool {
+            Some(owner) if owner != pool.id() => {
+                Err(CommitError::WrongPool { pool: pool.desc().name.clone(), given: pool.id(), owner })
+            }
+            _ => Ok(()),
+        }
     }
 
     /// The memory type of the heaps.
@@ -133,7 +164,14 @@ impl TileHeaps {
     }
 
     /// Allocates the memory of `heaps` of `pool` that has none yet; returns how many were made.
+    /// `pool` must be the pool these heaps serve (the first call makes it so) and `heaps` live heaps
+    /// of it; else a typed error and nothing allocated.
     pub fn ensure(&mut self, pool: &TilePool, heaps: &[HeapIndex]) -> Result<u64, SparseError> {
+        self.check_serves(pool)?;
+        if let Some(missing) = heaps.iter().find(|&&h| pool.heap_tiles(h).is_none()) {
+            return Err(CommitError::Pool(PoolError::UnknownHeap(missing.0)).into());
+        }
+        self.pool = Some(pool.id());
         let mut added = 0;
         for &heap in heaps {
             let index = heap.0 as usize;
@@ -143,7 +181,7 @@ impl TileHeaps {
             if self.heaps[index].is_some() {
                 continue;
             }
-            let size = u64::from(pool.heap_tiles(heap).unwrap_or(0)) * pool.tile_bytes();
+            let size = u64::from(pool.heap_tiles(heap).expect("checked live")) * pool.tile_bytes();
             let name = format!("{} heap {}", pool.desc().name, heap.0);
             let desc = RawMemoryDesc {
                 name: &name,
@@ -180,12 +218,58 @@ impl TileHeaps {
     /// `pool` without memory), then one `vkQueueBindSparse` for all of them; waits for it. On an
     /// error nothing was bound (heaps allocated stay, as the pool has them); undoing the changes
     /// in the pool and the page tables is the caller's, who made them.
+    ///
+    /// Checked first, refused with nothing allocated or bound: `pool` is the pool these heaps
+    /// serve ([`CommitError::WrongPool`]); every image was made for these heaps by
+    /// [`SparseImage::new_external`] ([`SparseError::Incompatible`]); every non-empty change was
+    /// made against `pool` ([`ResidencyChanges::pool`]; [`CommitError::WrongPool`]) and binds
+    /// tiles of its live heaps ([`CommitError::Pool`]).
     pub fn bind(
         &mut self,
         pool: &TilePool,
         items: &[(&SparseImage, &ResidencyChanges)],
         options: BindPlanOptions,
     ) -> Result<BindStats, SparseError> {
+        self.check_serves(pool)?;
+        for (image, changes) in items {
+            if image.external != Some(self.serial) {
+                return Err(SparseError::Incompatible {
+                    name: image.name.clone(),
+                    reason: "bound through tile heaps it was not made for (SparseImage::new_external)".into(),
+                });
+            }
+            if changes.tiles.is_empty() && changes.tails.is_empty() {
+                continue;
+            }
+            if changes.pool != pool.id() {
+                return Err(CommitError::WrongPool {
+                    pool: pool.desc().name.clone(),
+                    given: pool.id(),
+                    owner: changes.pool,
+                }
+                .into());
+            }
+            let bound = changes
+                .tiles
+                .iter()
+                .filter_map(|c| c.physical)
+                .chain(changes.tails.iter().filter_map(|c| c.physical.as_deref()).flatten().copied());
+            for p in bound {
+                match pool.heap_tiles(p.heap) {
+                    None => return Err(CommitError::Pool(PoolError::UnknownHeap(p.heap.0)).into()),
+                    Some(tiles) if p.tile >= tiles => {
+                        return Err(CommitError::Pool(PoolError::OutOfBounds {
+                            heap: p.heap.0,
+                            first: p.tile,
+                            end: u64::from(p.tile) + 1,
+                            tiles,
+                        })
+                        .into())
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
         let all: Vec<HeapIndex> = pool.heap_indices().collect();
         let heaps_added = self.ensure(pool, &all)?;
         let mut plans = Vec::with_capacity(items.len());
@@ -306,6 +390,8 @@ pub struct SparseTilePool {
     state: Mutex<PoolState>,
     next_image: AtomicU32,
     pool_id: u32,
+    /// The core pool's identity (it never changes).
+    tile_pool: PoolId,
     id: ObjectId,
 }
 
@@ -335,15 +421,19 @@ pub struct BindStats {
 impl SparseTilePool {
     /// Creates a pool on `device`; heaps are allocated when tiles are first needed.
     pub fn new(device: Arc<Device>, desc: TilePoolDesc) -> Result<SparseTilePool, SparseError> {
-        let heaps = TileHeaps::new(Arc::clone(&device), &desc.name)?;
+        let mut heaps = TileHeaps::new(Arc::clone(&device), &desc.name)?;
         let memory_type = heaps.memory_type();
         let id = device.ledger().track("sparse tile pool", desc.name.as_str());
+        let pool = TilePool::new(desc);
+        let tile_pool = pool.id();
+        heaps.pool = Some(tile_pool);
         Ok(SparseTilePool {
             device,
             memory_type,
-            state: Mutex::new(PoolState { pool: TilePool::new(desc), heaps }),
+            state: Mutex::new(PoolState { pool, heaps }),
             next_image: AtomicU32::new(1),
             pool_id: NEXT_POOL.fetch_add(1, Ordering::Relaxed),
+            tile_pool,
             id,
         })
     }
@@ -351,6 +441,11 @@ impl SparseTilePool {
     /// The device.
     pub fn device(&self) -> &Arc<Device> {
         &self.device
+    }
+
+    /// The identity of its core tile pool (what its images' residency names).
+    pub fn id(&self) -> PoolId {
+        self.tile_pool
     }
 
     /// The tile pool's statistics (tiles used and free per heap, runs, fragmentation).
@@ -379,9 +474,10 @@ impl SparseTilePool {
     }
 
     /// Binds and unbinds everything the given images queued since their last flush, in one
-    /// `vkQueueBindSparse` on the sparse queue, and waits for it to complete.
+    /// `vkQueueBindSparse` on the sparse queue, and waits for it to complete:
+    /// [`ResidencyBackend::flush`] with the default planner options.
     pub fn flush_binds(&self, images: &mut [&mut SparseImage]) -> Result<BindStats, SparseError> {
-        self.flush_binds_with(images, BindPlanOptions::default())
+        SparseImage::flush(self, BindPlanOptions::default(), images)
     }
 
     /// [`SparseTilePool::flush_binds`] with planner options (e.g. no coalescing, for benchmarks).
@@ -390,14 +486,17 @@ impl SparseTilePool {
         images: &mut [&mut SparseImage],
         options: BindPlanOptions,
     ) -> Result<BindStats, SparseError> {
+        SparseImage::flush(self, options, images)
+    }
+
+    /// The flush after [`ResidencyBackend::flush`] checked that every image is this pool's.
+    fn flush_checked(
+        &self,
+        images: &mut [&mut SparseImage],
+        options: BindPlanOptions,
+    ) -> Result<BindStats, SparseError> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let state = &mut *state;
-        if let Some(image) = images.iter().find(|i| i.pool_id != self.pool_id) {
-            return Err(SparseError::Incompatible {
-                name: image.name.clone(),
-                reason: "flushed through a pool that does not own its tiles".into(),
-            });
-        }
         match flush_pending(&self.device, state, images, options) {
             Ok(stats) => {
                 for image in images.iter_mut() {
@@ -409,7 +508,7 @@ impl SparseTilePool {
                 // Nothing was bound: undo the commits queued since the last flush, so that the page
                 // tables and the pool are as they were before them (a retry commits again).
                 let added: Vec<HeapIndex> =
-                    images.iter().flat_map(|i| i.pending.heaps_added.iter().copied()).collect();
+                    images.iter().flat_map(|i| i.pending.changes().heaps_added.iter().copied()).collect();
                 for image in images.iter_mut() {
                     image.roll_back(&mut state.pool);
                 }
@@ -440,7 +539,8 @@ fn flush_pending(
     let heaps_added = state.heaps.ensure(&state.pool, &all)?;
     let mut plans = Vec::with_capacity(images.len());
     for image in images {
-        let plan = plan_binds(image.residency.layout(), &image.pending.tiles, &image.pending.tails, options)?;
+        let pending = image.pending.changes();
+        let plan = plan_binds(image.residency.layout(), &pending.tiles, &pending.tails, options)?;
         plans.push((image.raw, aspect(image.desc.format), plan));
     }
     let mut stats = submit_plans(device, &plans, &state.heaps, state.pool.tile_bytes())?;
@@ -575,13 +675,10 @@ pub struct SparseImage {
     desc: SparseImageDesc,
     name: String,
     residency: SparseResidency,
-    pending: ResidencyChanges,
-    /// Where each tile's pending change sits in `pending.tiles`.
-    pending_index: std::collections::HashMap<u32, usize>,
-    /// Tiles and tails with a pending change that the GPU had bound at the last flush: releasing
-    /// one after a re-commit must still unbind it, and a failed flush keeps its unbind.
-    bound_at_flush: (HashSet<u32>, HashSet<u32>),
-    pool_id: u32,
+    /// Changes queued for the next flush, folded per tile.
+    pending: PendingChanges,
+    /// For an image made by [`SparseImage::new_external`]: the serial of its [`TileHeaps`].
+    external: Option<u64>,
     id: ObjectId,
 }
 
@@ -619,11 +716,14 @@ impl SparseImage {
     ) -> Result<SparseImage, SparseError> {
         let owner = ImageId(pool.pool_id << 20 | pool.next_image.fetch_add(1, Ordering::Relaxed));
         let tile_bytes = pool.with_pool(|p| p.tile_bytes());
-        Self::create(&pool.device, pool.memory_type, tile_bytes, pool.pool_id, owner, name, desc, storage)
+        let residency = (pool.tile_pool, owner);
+        Self::create(&pool.device, pool.memory_type, tile_bytes, residency, None, name, desc, storage)
     }
 
     /// Creates an image whose residency someone else keeps (a streaming manager): its tiles are
-    /// bound with [`TileHeaps::bind`] from that owner's changes, and its own page table stays empty.
+    /// bound with [`TileHeaps::bind`] through `heaps` from that owner's changes, and its own page
+    /// table stays empty (its residency names [`PoolId::NONE`]: every commit, release and flush
+    /// through a [`SparseTilePool`] is refused).
     pub fn new_external(
         heaps: &TileHeaps,
         tile_bytes: u64,
@@ -632,7 +732,17 @@ impl SparseImage {
         desc: &SparseImageDesc,
         storage: bool,
     ) -> Result<SparseImage, SparseError> {
-        Self::create(&heaps.device, heaps.memory_type, tile_bytes, 0, owner, name, desc, storage)
+        let residency = (PoolId::NONE, owner);
+        Self::create(
+            &heaps.device,
+            heaps.memory_type,
+            tile_bytes,
+            residency,
+            Some(heaps.serial),
+            name,
+            desc,
+            storage,
+        )
     }
 
     #[allow(clippy::too_many_arguments, reason = "the private constructor behind `new` and `new_external`")]
@@ -640,8 +750,8 @@ impl SparseImage {
         device: &Arc<Device>,
         memory_type: u32,
         tile_bytes: u64,
-        pool_id: u32,
-        owner: ImageId,
+        (pool, owner): (PoolId, ImageId),
+        external: Option<u64>,
         name: &str,
         desc: &SparseImageDesc,
         storage: bool,
@@ -761,99 +871,30 @@ impl SparseImage {
             view,
             desc: *desc,
             name: name.to_owned(),
-            residency: SparseResidency::new(owner, &layout),
-            pending: ResidencyChanges::default(),
-            pending_index: std::collections::HashMap::new(),
-            bound_at_flush: (HashSet::new(), HashSet::new()),
-            pool_id,
+            residency: SparseResidency::new(pool, owner, &layout),
+            pending: PendingChanges::new(),
+            external,
             id,
         })
     }
 
-    /// Adds changes to those queued for the next flush, folding a change of a tile (or tail) that
-    /// already has one queued: bind then unbind is nothing (the GPU never saw the bind) unless the
-    /// GPU still has the tile bound from before (unbind, bind, unbind is an unbind), unbind then
-    /// bind is a bind to the new memory.
+    /// Queues changes for the next flush, folded ([`PendingChanges::queue`]).
     fn queue(&mut self, changes: ResidencyChanges) {
-        for change in changes.tiles {
-            match self.pending_index.get(&change.tile.0) {
-                Some(&at) => {
-                    let earlier = self.pending.tiles[at];
-                    if earlier.physical.is_some()
-                        && change.physical.is_none()
-                        && !self.bound_at_flush.0.contains(&change.tile.0)
-                    {
-                        // Bound and released before any flush: drop both (swap_remove keeps O(1)).
-                        self.pending.tiles.swap_remove(at);
-                        self.pending_index.remove(&change.tile.0);
-                        if let Some(moved) = self.pending.tiles.get(at) {
-                            self.pending_index.insert(moved.tile.0, at);
-                        }
-                    } else {
-                        self.pending.tiles[at] = change;
-                    }
-                }
-                None => {
-                    // A first release means the GPU has the tile bound (the page table had it).
-                    if change.physical.is_none() {
-                        self.bound_at_flush.0.insert(change.tile.0);
-                    }
-                    self.pending_index.insert(change.tile.0, self.pending.tiles.len());
-                    self.pending.tiles.push(change);
-                }
-            }
-        }
-        for change in changes.tails {
-            match self.pending.tails.iter().position(|t| t.tail == change.tail) {
-                Some(at)
-                    if self.pending.tails[at].physical.is_some()
-                        && change.physical.is_none()
-                        && !self.bound_at_flush.1.contains(&change.tail) =>
-                {
-                    self.pending.tails.remove(at);
-                }
-                Some(at) => self.pending.tails[at] = change,
-                None => {
-                    if change.physical.is_none() {
-                        self.bound_at_flush.1.insert(change.tail);
-                    }
-                    self.pending.tails.push(change)
-                }
-            }
-        }
-        self.pending.heaps_added.extend(changes.heaps_added);
+        self.pending.queue(changes);
     }
 
     /// The queued changes reached the GPU.
     fn flushed(&mut self) {
-        self.pending = ResidencyChanges::default();
-        self.pending_index.clear();
-        self.bound_at_flush.0.clear();
-        self.bound_at_flush.1.clear();
+        self.pending.flushed();
     }
 
     /// A flush failed, so nothing queued reached the GPU: the commits queued since the last flush
-    /// are undone (the page table forgets them, their pool tiles go back) and the unbinds of what
-    /// the GPU still has bound stay queued for the next flush.
+    /// are undone and the unbinds of what the GPU still has bound stay queued
+    /// ([`PendingChanges::roll_back`]).
     fn roll_back(&mut self, pool: &mut TilePool) {
-        let tiles: Vec<TileIndex> =
-            self.pending.tiles.iter().filter(|c| c.physical.is_some()).map(|c| c.tile).collect();
-        let tails: Vec<u32> =
-            self.pending.tails.iter().filter(|c| c.physical.is_some()).map(|c| c.tail).collect();
-        let mut undone = self.residency.release(pool, &tiles).map(|_| ());
-        for tail in tails {
-            undone = undone.and_then(|()| self.residency.release_tail(pool, tail).map(|_| ()));
-        }
-        if let Err(e) = undone {
+        if let Err(e) = self.pending.roll_back(&mut self.residency, pool) {
             tracing::error!(image = %self.name, error = %e, "undoing the commits of a failed flush");
         }
-        let (bound_tiles, bound_tails) = &self.bound_at_flush;
-        self.pending.tiles.retain(|c| bound_tiles.contains(&c.tile.0));
-        self.pending.tiles.iter_mut().for_each(|c| c.physical = None);
-        self.pending.tails.retain(|c| bound_tails.contains(&c.tail));
-        self.pending.tails.iter_mut().for_each(|c| c.physical = None);
-        self.pending.heaps_added.clear();
-        self.pending_index = self.pending.tiles.iter().enumerate().map(|(i, c)| (c.tile.0, i)).collect();
     }
 
     /// The `VkImage`.
@@ -898,6 +939,7 @@ impl SparseImage {
 
     /// Makes every tile of (`layer`, `mip`) that `region` touches resident (a mip in the tail
     /// commits the tail). The binds happen at the next [`SparseTilePool::flush_binds`].
+    /// [`ResidencyBackend::commit_region`], callable without the trait in scope.
     pub fn commit_region(
         &mut self,
         pool: &SparseTilePool,
@@ -905,31 +947,22 @@ impl SparseImage {
         mip: u32,
         region: TexelRegion,
     ) -> Result<(), SparseError> {
-        let changes = pool.with_pool(|p| self.residency.commit_region(p, layer, mip, region))?;
-        self.queue(changes);
-        Ok(())
+        ResidencyBackend::commit_region(self, pool, layer, mip, region)
     }
 
-    /// Makes specific tiles resident.
-    pub fn commit_tiles(
-        &mut self,
-        pool: &SparseTilePool,
-        tiles: &[residency_core::tiles::TileIndex],
-    ) -> Result<(), SparseError> {
-        let changes = pool.with_pool(|p| self.residency.commit(p, tiles))?;
-        self.queue(changes);
-        Ok(())
+    /// Makes specific tiles resident: [`ResidencyBackend::commit_tiles`].
+    pub fn commit_tiles(&mut self, pool: &SparseTilePool, tiles: &[TileIndex]) -> Result<(), SparseError> {
+        ResidencyBackend::commit_tiles(self, pool, tiles)
     }
 
-    /// Makes mip tail `tail` resident (one unit, pinned until released explicitly).
+    /// Makes mip tail `tail` resident (one unit, pinned until released explicitly):
+    /// [`ResidencyBackend::commit_tail`].
     pub fn commit_tail(&mut self, pool: &SparseTilePool, tail: u32) -> Result<(), SparseError> {
-        let changes = pool.with_pool(|p| self.residency.commit_tail(p, tail))?;
-        self.queue(changes);
-        Ok(())
+        ResidencyBackend::commit_tail(self, pool, tail)
     }
 
     /// Releases the tiles of (`layer`, `mip`) that `region` touches (the seed's NULL upload). GPU work
-    /// reading them must have completed.
+    /// reading them must have completed. [`ResidencyBackend::release_region`].
     pub fn release_region(
         &mut self,
         pool: &SparseTilePool,
@@ -937,32 +970,31 @@ impl SparseImage {
         mip: u32,
         region: TexelRegion,
     ) -> Result<(), SparseError> {
-        let changes = pool.with_pool(|p| self.residency.release_region(p, layer, mip, region))?;
-        self.queue(changes);
-        Ok(())
+        ResidencyBackend::release_region(self, pool, layer, mip, region)
     }
 
-    /// Releases specific tiles.
-    pub fn release_tiles(
-        &mut self,
-        pool: &SparseTilePool,
-        tiles: &[residency_core::tiles::TileIndex],
-    ) -> Result<(), SparseError> {
-        let changes = pool.with_pool(|p| self.residency.release(p, tiles))?;
-        self.queue(changes);
-        Ok(())
+    /// Releases specific tiles: [`ResidencyBackend::release_tiles`].
+    pub fn release_tiles(&mut self, pool: &SparseTilePool, tiles: &[TileIndex]) -> Result<(), SparseError> {
+        ResidencyBackend::release_tiles(self, pool, tiles)
     }
 
-    /// Releases everything, tails included.
+    /// Releases everything, tails included: [`ResidencyBackend::release_all`].
     pub fn release_all(&mut self, pool: &SparseTilePool) -> Result<(), SparseError> {
-        let changes = pool.with_pool(|p| self.residency.release_all(p))?;
-        self.queue(changes);
-        Ok(())
+        ResidencyBackend::release_all(self, pool)
     }
 
     /// Destroys the image: its tiles go back to the pool (no unbind is needed for a destroyed image).
     /// GPU work using it must have completed.
+    ///
+    /// Through a pool other than its own (or for an image of [`SparseImage::new_external`]) it
+    /// frees nothing and destroys nothing: freeing another pool's tiles would alias them and the
+    /// other pool's device may not be the image's. The error is logged, and the image and its tiles
+    /// stay behind as leaks (reported by name at teardown).
     pub fn destroy(self, pool: &SparseTilePool) {
+        if let Err(e) = pool.with_pool(|p| self.residency.check_pool(p)) {
+            tracing::error!(image = %self.name, error = %e, "sparse image destroyed through the wrong pool; leaked");
+            return;
+        }
         pool.with_pool(|p| p.free_owner(self.residency.owner()));
         self.destroy_objects(&pool.device);
     }
@@ -981,6 +1013,54 @@ impl SparseImage {
             device.raw().destroy_image(self.raw, None);
         }
         device.ledger().untrack(self.id);
+    }
+}
+
+impl ResidencyBackend for SparseImage {
+    type Pool = SparseTilePool;
+    type FlushContext<'a> = BindPlanOptions;
+    type FlushStats = BindStats;
+    type Error = SparseError;
+    const GLSL_INCLUDE: &'static str = "residency.glsl";
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn residency(&self) -> &SparseResidency {
+        &self.residency
+    }
+
+    fn commit_error(error: &SparseError) -> Option<&CommitError> {
+        match error {
+            SparseError::Commit(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    fn with_tile_pool_unchecked<R>(
+        pool: &SparseTilePool,
+        f: impl FnOnce(&mut TilePool) -> R,
+        _: Checked,
+    ) -> R {
+        pool.with_pool(f)
+    }
+
+    fn residency_mut_unchecked(&mut self, _: Checked) -> &mut SparseResidency {
+        &mut self.residency
+    }
+
+    fn queue_unchecked(&mut self, changes: ResidencyChanges, _: Checked) {
+        self.queue(changes);
+    }
+
+    fn flush_unchecked(
+        pool: &SparseTilePool,
+        options: BindPlanOptions,
+        images: &mut [&mut SparseImage],
+        _: Checked,
+    ) -> Result<BindStats, SparseError> {
+        pool.flush_checked(images, options)
     }
 }
 

@@ -89,7 +89,7 @@ fn a_software_texture_samples_resident_tiles_exactly_and_falls_back_like_the_har
             texture.write_tile(device, &uploader, slot0, &[0; 16]),
             Err(SoftwareError::WrongTileSize { side: 136, got: 16, .. })
         ));
-        let mut residency = SparseResidency::new(ImageId(1), &layout);
+        let mut residency = SparseResidency::new(pool.id(), ImageId(1), &layout);
         // Mip-0 tile (2, 3) and every mip from 1 down: 1 + 16 + 4 + 1 + 7 tiles.
         residency
             .commit_region(&mut pool, 0, 0, TexelRegion { offset: [300, 420, 0], extent: [1, 1, 1] })

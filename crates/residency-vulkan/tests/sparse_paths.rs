@@ -9,7 +9,7 @@
 
 use residency_core::format::Format;
 use residency_core::tiles::{
-    ResidencyPath, SparseImageDesc, SparseImageLayout, TexelRegion, TileCoord, TilePoolDesc,
+    CommitError, ResidencyPath, SparseImageDesc, SparseImageLayout, TexelRegion, TileCoord, TilePoolDesc,
 };
 use residency_vulkan::ash::vk;
 use residency_vulkan::software::{SoftwareError, SoftwareImage, SoftwareTilePool, DEFAULT_BORDER};
@@ -361,8 +361,14 @@ fn software_images_refuse_what_they_cannot_hold() {
             TilePoolDesc::default().with_budget_tiles(4),
         )
         .unwrap();
-        assert!(matches!(image.commit_region(&stranger, 0, 0, r), Err(SoftwareError::WrongPool { .. })));
-        assert!(matches!(stranger.flush(&uploader, &mut [&mut image]), Err(SoftwareError::WrongPool { .. })));
+        assert!(matches!(
+            image.commit_region(&stranger, 0, 0, r),
+            Err(SoftwareError::Commit(CommitError::WrongPool { .. }))
+        ));
+        assert!(matches!(
+            stranger.flush(&uploader, &mut [&mut image]),
+            Err(SoftwareError::Commit(CommitError::WrongPool { .. }))
+        ));
         assert_eq!(pool.used_tiles(), 1);
         uploader.destroy().unwrap();
         image.destroy(&pool);

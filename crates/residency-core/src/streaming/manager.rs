@@ -436,7 +436,7 @@ impl StreamingManager {
         self.images.insert(
             image,
             ImageState {
-                residency: SparseResidency::new(image, layout),
+                residency: SparseResidency::new(self.pool.id(), image, layout),
                 pinned_mip,
                 min_warning_lod: u8::MAX,
                 warning_lead: 64,

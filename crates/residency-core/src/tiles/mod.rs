@@ -14,6 +14,8 @@
 //! - [`bind_plan`]: turns a frame's tile changes into few bind regions (rows, rectangles, boxes over
 //!   contiguous memory) and opaque mip-tail binds.
 //! - [`residency`]: commit and release of tiles for one image, tying the three together.
+//! - [`changes`]: an image's changes queued until the next flush, folded (a commit and a release
+//!   of the same tile before a flush cancel out).
 //! - [`indirection`]: the software residency path — a page table as an indirection texture into a
 //!   tile-cache atlas with bordered slots, for devices without sparse residency.
 //!
@@ -22,6 +24,7 @@
 #![deny(missing_docs)]
 
 pub mod bind_plan;
+pub mod changes;
 pub mod indirection;
 pub mod layout;
 pub mod page_table;
@@ -33,6 +36,7 @@ pub use bind_plan::{
     plan_binds, BindMemory, BindPlan, BindPlanError, BindPlanOptions, Coalesce, ImageBind, OpaqueBind,
     TailChange, TileChange,
 };
+pub use changes::PendingChanges;
 pub use indirection::{
     border_copies, bordered_tile, software_layout, AtlasLayout, BorderCopy, HardwarePathUnsupported,
     Indirection, IndirectionError, ResidencyPath, INDIRECTION_NONE, SOFTWARE_TILE_SIDE,
@@ -43,8 +47,8 @@ pub use layout::{
 };
 pub use page_table::{MinLodUpdate, PageTable, PageTableError, PhysicalTile, MIN_LOD_NONE};
 pub use pool::{
-    HeapIndex, HeapStats, ImageId, PoolError, PoolInvariantError, PoolStats, TileAllocation, TilePool,
-    TilePoolDesc, TileRun,
+    HeapIndex, HeapStats, ImageId, PoolError, PoolId, PoolInvariantError, PoolStats, TileAllocation,
+    TilePool, TilePoolDesc, TileRun,
 };
 pub use residency::{CommitError, ResidencyChanges, SparseResidency};
 pub use shape::{

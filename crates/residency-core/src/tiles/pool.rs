@@ -18,11 +18,46 @@
 use super::page_table::PhysicalTile;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Index of a heap in a [`TilePool`]. Stable while the heap lives; reused after a
 /// [`trim`](TilePool::trim) released it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct HeapIndex(pub u32);
+
+/// The identity of a [`TilePool`]: unique in the process, given by [`TilePool::new`] (a clone is
+/// another pool and gets its own). A [`SparseResidency`](super::residency::SparseResidency)
+/// remembers its pool's id and refuses every other pool, so tiles of one pool are never mapped,
+/// freed or bound through another's heaps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PoolId(u64);
+
+static NEXT_POOL_ID: AtomicU64 = AtomicU64::new(1);
+
+impl PoolId {
+    /// No pool: no [`TilePool`] carries it, so a residency made with it is refused by every pool
+    /// (an image whose tiles another owner keeps), and changes stamped with it name no pool.
+    pub const NONE: PoolId = PoolId(0);
+
+    fn next() -> PoolId {
+        PoolId(NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The number behind the id (0 for [`PoolId::NONE`]), for logs and reports.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl std::fmt::Display for PoolId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if *self == PoolId::NONE {
+            f.write_str("no pool")
+        } else {
+            write!(f, "pool #{}", self.0)
+        }
+    }
+}
 
 /// The sparse image that owns a tile.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -275,8 +310,9 @@ fn class(len: u32) -> usize {
 }
 
 /// Physical tiles in heaps under a budget; see the [module documentation](self) for the contract.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct TilePool {
+    id: PoolId,
     desc: TilePoolDesc,
     heaps: Vec<Option<Heap>>,
     bins: [u64; BINS],
@@ -287,11 +323,30 @@ pub struct TilePool {
     owners: BTreeMap<u32, u32>,
 }
 
+/// A copy of the accounting under a new [`PoolId`]: the copy is another pool, and residency made
+/// against the original refuses it.
+impl Clone for TilePool {
+    fn clone(&self) -> Self {
+        Self {
+            id: PoolId::next(),
+            desc: self.desc.clone(),
+            heaps: self.heaps.clone(),
+            bins: self.bins,
+            bin_mask: self.bin_mask,
+            capacity: self.capacity,
+            used: self.used,
+            free_runs: self.free_runs,
+            owners: self.owners.clone(),
+        }
+    }
+}
+
 impl TilePool {
-    /// An empty pool: no heaps until the first allocation.
+    /// An empty pool with a new [`PoolId`]: no heaps until the first allocation.
     pub fn new(desc: TilePoolDesc) -> Self {
         let desc = TilePoolDesc { tiles_per_heap: desc.tiles_per_heap.max(1), ..desc };
         Self {
+            id: PoolId::next(),
             desc,
             heaps: Vec::new(),
             bins: [NIL_LINK; BINS],
@@ -301,6 +356,11 @@ impl TilePool {
             free_runs: 0,
             owners: BTreeMap::new(),
         }
+    }
+
+    /// The pool's identity.
+    pub fn id(&self) -> PoolId {
+        self.id
     }
 
     /// The description the pool was made with.

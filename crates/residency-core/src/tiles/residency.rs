@@ -2,9 +2,9 @@
 //! producing the changes the bind planner turns into binds.
 
 use super::bind_plan::{TailChange, TileChange};
-use super::layout::{SparseImageLayout, TexelRegion, TileIndex};
+use super::layout::{MipInfo, SparseImageLayout, TexelRegion, TileIndex};
 use super::page_table::{PageTable, PageTableError, PhysicalTile};
-use super::pool::{HeapIndex, ImageId, PoolError, TilePool, TileRun};
+use super::pool::{HeapIndex, ImageId, PoolError, PoolId, TilePool, TileRun};
 
 /// What a commit or release changed: feed `tiles` and `tails` to
 /// [`plan_binds`](super::bind_plan::plan_binds); create memory for `heaps_added` first.
@@ -16,6 +16,9 @@ pub struct ResidencyChanges {
     pub tails: Vec<TailChange>,
     /// Heaps the pool added.
     pub heaps_added: Vec<HeapIndex>,
+    /// The pool whose tiles `tiles` and `tails` name ([`PoolId::NONE`] for changes made by hand):
+    /// a backend binds them only through that pool's heaps.
+    pub pool: PoolId,
 }
 
 impl ResidencyChanges {
@@ -24,17 +27,32 @@ impl ResidencyChanges {
         self.tiles.is_empty() && self.tails.is_empty() && self.heaps_added.is_empty()
     }
 
-    /// Appends `other` (changes of a later call in the same frame).
+    /// Appends `other` (changes of a later call in the same frame, against the same pool; the
+    /// first pool named is kept).
     pub fn extend(&mut self, other: ResidencyChanges) {
+        if self.pool == PoolId::NONE {
+            self.pool = other.pool;
+        }
         self.tiles.extend(other.tiles);
         self.tails.extend(other.tails);
         self.heaps_added.extend(other.heaps_added);
     }
 }
 
-/// A commit or release was refused; nothing changed.
+/// A commit, release or flush was refused; nothing changed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum CommitError {
+    /// The pool given is not the one that holds the image's tiles (or the one the changes were
+    /// made against).
+    #[error("tile pool `{pool}` ({given}) does not hold these tiles; they belong to {owner}")]
+    WrongPool {
+        /// The name of the pool given.
+        pool: String,
+        /// Its id.
+        given: PoolId,
+        /// The pool the image (or the changes) belong to.
+        owner: PoolId,
+    },
     /// The pool could not serve the tiles.
     #[error(transparent)]
     Pool(#[from] PoolError),
@@ -49,25 +67,77 @@ pub enum CommitError {
         /// The mip given.
         mip: u32,
     },
+    /// The texel region reaches outside its mip.
+    #[error(
+        "texels {:?} + {:?} of layer {layer} mip {mip} reach outside the mip's {:?} texels",
+        region.offset, region.extent, extent
+    )]
+    RegionOutOfRange {
+        /// The layer.
+        layer: u32,
+        /// The mip.
+        mip: u32,
+        /// The region given.
+        region: TexelRegion,
+        /// The mip's extent in texels.
+        extent: [u32; 3],
+    },
 }
 
-/// The residency state of one partially resident image: its page table and its owner id in a
-/// shared [`TilePool`].
+/// The residency state of one partially resident image: its page table, the pool its tiles come
+/// from and its owner id there.
+///
+/// Every commit and release checks first that it is given that pool (else
+/// [`CommitError::WrongPool`]) and that the tiles, tails, layers, mips and texel regions exist in
+/// the image; a refused call changes nothing.
 #[derive(Clone, Debug)]
 pub struct SparseResidency {
+    pool: PoolId,
     owner: ImageId,
     table: PageTable,
 }
 
 impl SparseResidency {
-    /// An image with nothing resident, owning tiles as `owner`.
-    pub fn new(owner: ImageId, layout: &SparseImageLayout) -> Self {
-        Self { owner, table: PageTable::new(layout) }
+    /// An image with nothing resident, taking tiles from the pool `pool` ([`TilePool::id`]) as
+    /// `owner`. With [`PoolId::NONE`] every pool is refused (residency another owner keeps).
+    pub fn new(pool: PoolId, owner: ImageId, layout: &SparseImageLayout) -> Self {
+        Self { pool, owner, table: PageTable::new(layout) }
     }
 
     /// The owner id used in the pool.
     pub fn owner(&self) -> ImageId {
         self.owner
+    }
+
+    /// The pool the tiles come from.
+    pub fn pool(&self) -> PoolId {
+        self.pool
+    }
+
+    /// Whether `pool` is the pool the tiles come from: [`CommitError::WrongPool`] if not.
+    pub fn check_pool(&self, pool: &TilePool) -> Result<(), CommitError> {
+        if pool.id() == self.pool && self.pool != PoolId::NONE {
+            Ok(())
+        } else {
+            Err(CommitError::WrongPool { pool: pool.desc().name.clone(), given: pool.id(), owner: self.pool })
+        }
+    }
+
+    /// Whether `region` of (`layer`, `mip`) lies in the image: the mip's information if so,
+    /// [`CommitError::NoSuchSubresource`] or [`CommitError::RegionOutOfRange`] if not. An empty
+    /// region inside the mip is fine (it touches no tile).
+    pub fn check_region(&self, layer: u32, mip: u32, region: TexelRegion) -> Result<MipInfo, CommitError> {
+        let layout = self.layout();
+        let info = *layout.mip(mip).ok_or(CommitError::NoSuchSubresource { layer, mip })?;
+        if layer >= layout.array_layers() {
+            return Err(CommitError::NoSuchSubresource { layer, mip });
+        }
+        if (0..3)
+            .any(|a| region.offset[a].checked_add(region.extent[a]).is_none_or(|end| end > info.extent[a]))
+        {
+            return Err(CommitError::RegionOutOfRange { layer, mip, region, extent: info.extent });
+        }
+        Ok(info)
     }
 
     /// The layout.
@@ -93,6 +163,7 @@ impl SparseResidency {
         pool: &mut TilePool,
         tiles: &[TileIndex],
     ) -> Result<ResidencyChanges, CommitError> {
+        self.check_pool(pool)?;
         let count = self.layout().tile_count();
         if let Some(bad) = tiles.iter().find(|t| t.0 >= count) {
             return Err(PageTableError::TileOutOfRange { tile: bad.0, count }.into());
@@ -101,7 +172,7 @@ impl SparseResidency {
             tiles.iter().copied().filter(|&t| !self.table.is_resident(t)).collect();
         need.sort_unstable();
         need.dedup();
-        let mut out = ResidencyChanges::default();
+        let mut out = self.changes();
         if need.is_empty() {
             return Ok(out);
         }
@@ -124,13 +195,11 @@ impl SparseResidency {
         mip: u32,
         region: TexelRegion,
     ) -> Result<ResidencyChanges, CommitError> {
-        let m = *self.layout().mip(mip).ok_or(CommitError::NoSuchSubresource { layer, mip })?;
-        let tail = self.layout().tail_of_layer(layer);
-        if layer >= self.layout().array_layers() {
-            return Err(CommitError::NoSuchSubresource { layer, mip });
-        }
+        self.check_pool(pool)?;
+        let m = self.check_region(layer, mip, region)?;
         if m.in_tail {
-            return self.commit_tail(pool, tail.expect("tail mip has a tail"));
+            let tail = self.layout().tail_of_layer(layer).expect("tail mip has a tail");
+            return self.commit_tail(pool, tail);
         }
         let range = self.layout().tiles_covering(mip, region).expect("tiled mip");
         let tiles: Vec<TileIndex> = self.layout().tiles_in(layer, mip, range).collect();
@@ -141,11 +210,12 @@ impl SparseResidency {
     /// one. Tails are pinned: only [`release_tail`](Self::release_tail) or
     /// [`release_all`](Self::release_all) let go of them.
     pub fn commit_tail(&mut self, pool: &mut TilePool, tail: u32) -> Result<ResidencyChanges, CommitError> {
+        self.check_pool(pool)?;
         let count = self.layout().mip_tail_count();
         if tail >= count {
             return Err(PageTableError::TailOutOfRange { tail, count }.into());
         }
-        let mut out = ResidencyChanges::default();
+        let mut out = self.changes();
         if self.table.is_tail_resident(tail) {
             return Ok(out);
         }
@@ -166,11 +236,12 @@ impl SparseResidency {
         pool: &mut TilePool,
         tiles: &[TileIndex],
     ) -> Result<ResidencyChanges, CommitError> {
+        self.check_pool(pool)?;
         let count = self.layout().tile_count();
         if let Some(bad) = tiles.iter().find(|t| t.0 >= count) {
             return Err(PageTableError::TileOutOfRange { tile: bad.0, count }.into());
         }
-        let mut out = ResidencyChanges::default();
+        let mut out = self.changes();
         let mut freed = Vec::new();
         for &tile in tiles {
             if let Ok(p) = self.table.unmap(tile) {
@@ -191,12 +262,10 @@ impl SparseResidency {
         mip: u32,
         region: TexelRegion,
     ) -> Result<ResidencyChanges, CommitError> {
-        let m = *self.layout().mip(mip).ok_or(CommitError::NoSuchSubresource { layer, mip })?;
-        if layer >= self.layout().array_layers() {
-            return Err(CommitError::NoSuchSubresource { layer, mip });
-        }
+        self.check_pool(pool)?;
+        let m = self.check_region(layer, mip, region)?;
         if m.in_tail {
-            return Ok(ResidencyChanges::default());
+            return Ok(self.changes());
         }
         let range = self.layout().tiles_covering(mip, region).expect("tiled mip");
         let tiles: Vec<TileIndex> = self.layout().tiles_in(layer, mip, range).collect();
@@ -205,11 +274,12 @@ impl SparseResidency {
 
     /// Releases mip tail `tail` (a no-op if it is not resident).
     pub fn release_tail(&mut self, pool: &mut TilePool, tail: u32) -> Result<ResidencyChanges, CommitError> {
+        self.check_pool(pool)?;
         let count = self.layout().mip_tail_count();
         if tail >= count {
             return Err(PageTableError::TailOutOfRange { tail, count }.into());
         }
-        let mut out = ResidencyChanges::default();
+        let mut out = self.changes();
         if let Ok(physical) = self.table.unmap_tail(tail) {
             free_tiles(pool, physical)?;
             out.tails.push(TailChange { tail, physical: None });
@@ -219,12 +289,20 @@ impl SparseResidency {
 
     /// Releases every tile and tail (before destroying the image).
     pub fn release_all(&mut self, pool: &mut TilePool) -> Result<ResidencyChanges, CommitError> {
+        self.check_pool(pool)?;
         let tiles: Vec<TileIndex> = self.table.mapped().map(|(t, _)| t).collect();
         let mut out = self.release(pool, &tiles)?;
         for tail in 0..self.layout().mip_tail_count() {
             out.extend(self.release_tail(pool, tail)?);
         }
         Ok(out)
+    }
+}
+
+impl SparseResidency {
+    /// No changes yet, stamped with this residency's pool.
+    fn changes(&self) -> ResidencyChanges {
+        ResidencyChanges { pool: self.pool, ..ResidencyChanges::default() }
     }
 }
 
