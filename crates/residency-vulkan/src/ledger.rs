@@ -50,8 +50,8 @@ pub enum FaultSite {
     /// `vkAllocateMemory`: every heap, pool page, dedicated (committed) allocation, sparse tile
     /// heap, staging or readback buffer and per-device instance of a multi-device resource.
     AllocateMemory,
-    /// `vkCreateBuffer` (every buffer) and `vkCreateImage` of sparse and transient images.
-    /// `Device::create_image`'s own `vkCreateImage` is not a site; its memory is.
+    /// `vkCreateBuffer` (every buffer) and the `vkCreateImage` of sparse images and of
+    /// `Device::create_image` (transient pools' images are not a site; their heaps' memory is).
     CreateResource,
     /// `vkQueueBindSparse`.
     BindSparse,

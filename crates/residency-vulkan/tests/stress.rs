@@ -260,7 +260,7 @@ fn eight_threads_allocate_map_commit_and_evict_on_shared_pools_and_sparse_images
         let mut total = Counts::default();
         per_thread.iter().for_each(|c| total.add(c));
         println!(
-            "mixed stress: {THREADS} threads × {} operations ({} per thread minimum) in {:.2} s: {total:?}",
+            "mixed stress: {THREADS} threads, {} operations in all ({} per thread minimum) in {:.2} s: {total:?}",
             total.total(),
             per_thread.iter().map(Counts::total).min().unwrap_or(0),
             elapsed.as_secs_f64()
