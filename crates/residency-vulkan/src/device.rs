@@ -456,9 +456,20 @@ impl Device {
         now.heaps.get(index as usize).cloned().unwrap_or_else(|| heap.clone())
     }
 
-    /// Names a Vulkan object for debuggers and validation messages (VK_EXT_debug_utils). A name with
-    /// an interior NUL is truncated there. Does nothing when debug utils are not available.
-    pub fn set_name<H: vk::Handle>(&self, handle: H, name: &str) {
+    /// Names a Vulkan object of the application's for debuggers and validation messages
+    /// (VK_EXT_debug_utils), as residency names its own. A name with an interior NUL is truncated
+    /// there. Does nothing when debug utils are not available.
+    ///
+    /// # Safety
+    /// `handle` is a live object created on this device (or this device itself, or one of its
+    /// queues).
+    pub unsafe fn set_object_name<H: vk::Handle>(&self, handle: H, name: &str) {
+        self.set_name(handle, name);
+    }
+
+    /// Names one of residency's own objects (every caller passes a live object it created on this
+    /// device).
+    pub(crate) fn set_name<H: vk::Handle>(&self, handle: H, name: &str) {
         let Some(debug_utils) = &self.debug_utils else { return };
         let name = name.split('\0').next().unwrap_or_default();
         // Names are short: build the NUL-terminated copy on the stack, not the heap.
@@ -472,8 +483,9 @@ impl Device {
             owned.as_c_str()
         };
         let info = vk::DebugUtilsObjectNameInfoEXT::default().object_handle(handle).object_name(c_name);
-        // SAFETY: the handle is an object of this device (callers pass their own objects) and
-        // info lives for the call. A failure to name is not an error for the caller.
+        // SAFETY: the handle is a live object of this device (this crate names only objects it just
+        // created; `set_object_name`'s contract covers the application's) and info lives for the
+        // call. A failure to name is not an error for the caller.
         if let Err(result) = unsafe { debug_utils.set_debug_utils_object_name(&info) } {
             tracing::debug!(?result, "vkSetDebugUtilsObjectNameEXT failed");
         }

@@ -211,7 +211,7 @@ fn invalid(name: &str, reason: impl Into<String>) -> MemoryError {
 
 impl Device {
     /// Whether the device accepts an image of this description.
-    fn check_image(&self, desc: &ImageDesc) -> Result<(), MemoryError> {
+    pub(crate) fn check_image(&self, desc: &ImageDesc) -> Result<(), MemoryError> {
         let name = desc.name.as_str();
         if desc.format == Format::Unknown {
             return Err(invalid(name, "an image needs a texel format"));

@@ -141,8 +141,13 @@ pub(crate) fn requirements_of_image(device: &Device, info: &vk::ImageCreateInfo<
     }
 }
 
-/// Memory requirements of a buffer, asked without creating it.
-pub fn buffer_requirements(device: &Device, size: u64, usage: vk::BufferUsageFlags) -> MemoryRequirements {
+/// Memory requirements of a buffer, asked without creating it. Callers pass a non-zero size and
+/// usage bits of this device's API version.
+pub(crate) fn buffer_requirements(
+    device: &Device,
+    size: u64,
+    usage: vk::BufferUsageFlags,
+) -> MemoryRequirements {
     let info =
         vk::BufferCreateInfo::default().size(size).usage(usage).sharing_mode(vk::SharingMode::EXCLUSIVE);
     let query = vk::DeviceBufferMemoryRequirements::default().create_info(&info);

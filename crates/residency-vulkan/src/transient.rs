@@ -104,6 +104,29 @@ pub struct TransientPool {
     type_index: Option<u32>,
 }
 
+/// `VkBuffer`s and `VkImage`s of a frame being created, not yet handed to a resource: destroyed
+/// when the guard drops (every error path of `begin_frame`).
+struct Unbound<'a> {
+    device: &'a Device,
+    buffers: Vec<Option<(vk::Buffer, String, u64, BufferUsage)>>,
+    images: Vec<Option<vk::Image>>,
+}
+
+impl Drop for Unbound<'_> {
+    fn drop(&mut self) {
+        // SAFETY: what is left was created by `begin_frame` on this device and never used by the
+        // GPU (it was not handed to a frame); bound ones are bound to heaps that outlive them.
+        unsafe {
+            for (raw, ..) in self.buffers.iter().flatten() {
+                self.device.raw().destroy_buffer(*raw, None);
+            }
+            for raw in self.images.iter().flatten() {
+                self.device.raw().destroy_image(*raw, None);
+            }
+        }
+    }
+}
+
 /// One heap of a transient pool: kept alive by the pool and by the frame resources bound in it.
 #[derive(Debug)]
 pub(crate) struct TransientHeap {
@@ -162,23 +185,10 @@ impl TransientPool {
     /// Creates, plans and binds a frame's resources.
     pub fn begin_frame(&mut self, requests: &[TransientRequest]) -> Result<TransientFrame, MemoryError> {
         let device = Arc::clone(&self.device);
-        let mut buffers: Vec<Option<(vk::Buffer, String, u64, BufferUsage)>> = Vec::new();
-        let mut images: Vec<Option<vk::Image>> = Vec::new();
+        // What is created but not yet handed to a resource; destroyed on every early return.
+        let mut unbound = Unbound { device: &device, buffers: Vec::new(), images: Vec::new() };
         let mut descs = Vec::new();
         let mut bits = !0u32;
-        let cleanup = |buffers: &[Option<(vk::Buffer, String, u64, BufferUsage)>],
-                       images: &[Option<vk::Image>]| {
-            // SAFETY: these objects were created below, are not bound (or bound to memory that stays)
-            // and never used.
-            unsafe {
-                for (raw, ..) in buffers.iter().flatten() {
-                    device.raw().destroy_buffer(*raw, None);
-                }
-                for raw in images.iter().flatten() {
-                    device.raw().destroy_image(*raw, None);
-                }
-            }
-        };
         for request in requests {
             let made = match request {
                 TransientRequest::Buffer { name, size, usage, passes, uses } => {
@@ -188,13 +198,13 @@ impl TransientPool {
                             TransientDesc::buffer(name.clone(), req.size, req.alignment, passes.clone())
                                 .with_uses(uses.0, uses.1),
                         );
-                        buffers.push(Some((raw, name.clone(), *size, *usage)));
-                        images.push(None);
+                        unbound.buffers.push(Some((raw, name.clone(), *size, *usage)));
+                        unbound.images.push(None);
                     })
                 }
                 TransientRequest::Image { desc, passes, uses } => {
-                    // SAFETY: a plain optimal image description; support is the caller's concern (an
-                    // unsupported one fails creation, reported below).
+                    device.check_image(desc)?;
+                    // SAFETY: the description was checked against the device's format properties.
                     match unsafe { device.raw().create_image(&desc.create_info(), None) } {
                         Ok(raw) => {
                             device.set_name(raw, &desc.name);
@@ -210,23 +220,19 @@ impl TransientPool {
                                 )
                                 .with_uses(uses.0, uses.1),
                             );
-                            images.push(Some(raw));
-                            buffers.push(None);
+                            unbound.images.push(Some(raw));
+                            unbound.buffers.push(None);
                             Ok(())
                         }
                         Err(r) => Err(VulkanError::from_vk("vkCreateImage", r).into()),
                     }
                 }
             };
-            if let Err(e) = made {
-                cleanup(&buffers, &images);
-                return Err(e);
-            }
+            made?;
         }
         let type_index = match self.type_index {
             Some(t) if bits & (1 << t) != 0 => t,
             Some(t) => {
-                cleanup(&buffers, &images);
                 return Err(failed(
                     &self.name,
                     format!("the frame's resources cannot share the pool's memory type {t}"),
@@ -241,7 +247,6 @@ impl TransientPool {
             {
                 Some(&t) => t,
                 None => {
-                    cleanup(&buffers, &images);
                     return Err(MemoryError::NoSuitableMemoryType {
                         name: self.name.clone(),
                         allowed_bits: bits,
@@ -250,13 +255,7 @@ impl TransientPool {
                 }
             },
         };
-        let plan = match self.planner.plan(&descs) {
-            Ok(plan) => plan,
-            Err(e) => {
-                cleanup(&buffers, &images);
-                return Err(failed(&self.name, e.to_string()));
-            }
-        };
+        let plan = self.planner.plan(&descs).map_err(|e| failed(&self.name, e.to_string()))?;
         let mut grown =
             vec![false; self.heaps.len().max(plan.growth.iter().map(|g| g.heap + 1).max().unwrap_or(0))];
         for growth in &plan.growth {
@@ -274,20 +273,13 @@ impl TransientPool {
                 allow_over_budget: false,
                 dedicated: None,
             };
-            match MemoryBlock::new(&device, desc, 1) {
-                Ok(block) => {
-                    self.heaps[growth.heap] = Some(Arc::new(TransientHeap {
-                        device: Arc::clone(&device),
-                        block: Some(block),
-                        pending: PendingUses::default(),
-                        name,
-                    }))
-                }
-                Err(e) => {
-                    cleanup(&buffers, &images);
-                    return Err(e);
-                }
-            }
+            let block = MemoryBlock::new(&device, desc, 1)?;
+            self.heaps[growth.heap] = Some(Arc::new(TransientHeap {
+                device: Arc::clone(&device),
+                block: Some(block),
+                pending: PendingUses::default(),
+                name,
+            }));
         }
         self.type_index = Some(type_index);
         let mut out_buffers = Vec::with_capacity(requests.len());
@@ -300,7 +292,7 @@ impl TransientPool {
             reused.push(!grown.get(placement.heap).copied().unwrap_or(false));
             let parent: Arc<dyn Parent> = Arc::clone(heap) as Arc<dyn Parent>;
             let (memory, offset) = (block.memory, placement.offset);
-            if let Some((raw, name, size, usage)) = buffers[i].take() {
+            if let Some((raw, name, size, usage)) = unbound.buffers[i].take() {
                 let mut buffer = Buffer::unbound(&device, raw, &name, size, usage, parent);
                 // SAFETY: raw is unbound; the planner placed it at an offset aligned for it inside the heap.
                 if let Err(r) = unsafe { device.raw().bind_buffer_memory(raw, memory, offset) } {
@@ -312,7 +304,7 @@ impl TransientPool {
                 buffer.mapped = None;
                 out_buffers.push(Some(buffer));
                 out_images.push(None);
-            } else if let Some(raw) = images[i].take() {
+            } else if let Some(raw) = unbound.images[i].take() {
                 // SAFETY: as above, for the image.
                 if let Err(r) = unsafe { device.raw().bind_image_memory(raw, memory, offset) } {
                     bind_error.get_or_insert(VulkanError::from_vk("vkBindImageMemory", r));
