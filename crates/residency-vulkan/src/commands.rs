@@ -193,10 +193,10 @@ impl CommandContext {
             // unsignalled; the timeline value is greater than any signalled or pending before.
             let submitted = unsafe { device.raw().queue_submit2(*queue, &[submit], fence) };
             if let Err(result) = submitted {
-                device.retirement().unsubmit(point);
                 device.ledger().note_result(result);
                 return Err(VulkanError::from_vk("vkQueueSubmit2", result));
             }
+            device.retirement().published(point);
             point
         };
         let serial = state.next_serial;

@@ -376,6 +376,11 @@ impl Device {
         &self.retirement
     }
 
+    /// Whether residency created the logical device (an adopted one is the application's).
+    pub(crate) fn is_owned(&self) -> bool {
+        self.owned
+    }
+
     /// This device's index in its set.
     pub fn index(&self) -> DeviceIndex {
         self.index
@@ -491,8 +496,13 @@ impl Device {
         }
     }
 
-    /// Waits until the device is idle.
+    /// Waits until the device is idle. On an adopted device (whose other queues residency does not
+    /// synchronise) this waits for residency's own submissions instead
+    /// ([`Device::wait_submitted`]), since `vkDeviceWaitIdle` needs every queue locked.
     pub fn wait_idle(&self) -> Result<()> {
+        if !self.owned {
+            return self.wait_submitted();
+        }
         // Lock every queue so no submission races the wait (vkDeviceWaitIdle requires that all
         // queues are externally synchronised).
         let _universal = self.universal.lock();
@@ -519,7 +529,7 @@ impl Device {
         if fences.is_empty() {
             return;
         }
-        let timeout = if self.is_lost() { LOST_DEVICE_WAIT_NS } else { u64::MAX };
+        let timeout = self.teardown_timeout();
         // SAFETY: the fences belong to this device and were submitted (callers pass only those).
         if let Err(result) = unsafe { self.raw.wait_for_fences(fences, true, timeout) } {
             self.ledger.note_result(result);
@@ -528,8 +538,21 @@ impl Device {
     }
 }
 
-/// How long teardown waits for submitted work on a lost device before destroying its objects.
+/// How long teardown waits for submitted work on a device the driver reported lost (the spec
+/// makes such waits return in finite time; this bounds a driver that does not).
 const LOST_DEVICE_WAIT_NS: u64 = 5_000_000_000;
+
+impl Device {
+    /// The bound of a wait at teardown: none unless the driver reported the device lost (after an
+    /// injected loss the GPU still runs what was submitted, so teardown must wait for it).
+    pub(crate) fn teardown_timeout(&self) -> u64 {
+        if self.ledger.loss_is_real() {
+            LOST_DEVICE_WAIT_NS
+        } else {
+            u64::MAX
+        }
+    }
+}
 
 impl Drop for Device {
     fn drop(&mut self) {
@@ -540,19 +563,21 @@ impl Drop for Device {
             // finite time). An adopted device is the application's to wait for: its queues may be
             // in use by it right now.
             let _ = unsafe { self.raw.device_wait_idle() };
-        } else {
-            // An adopted device's queues are the application's, but residency's own submissions
-            // signalled its universal timeline: wait for those (bounded on a lost device).
-            let value = self.retirement.universal_submitted();
-            let semaphores = [self.retirement.universal];
-            let values = [value];
-            let info = vk::SemaphoreWaitInfo::default().semaphores(&semaphores).values(&values);
-            let timeout = if self.is_lost() { LOST_DEVICE_WAIT_NS } else { u64::MAX };
-            // SAFETY: a timeline semaphore of this device; every value up to `value` was submitted.
-            let _ = unsafe { self.raw.wait_semaphores(&info, timeout) };
+            // Everything released while the GPU used it: the device is idle now.
+            self.retire_all();
+        } else if !self.settle_adopted() {
+            // Objects the application's own work may still use: freeing anything now could free
+            // memory under it, so nothing of this device is freed (reported as leaked).
+            let leaks = self.ledger.live_objects();
+            tracing::error!(
+                device = %self.index,
+                pending = self.pending_destruction(),
+                objects = leaks.len(),
+                "adopted device dropped while released objects wait for the application's GPU work: leaked"
+            );
+            LEAKS_AT_TEARDOWN.fetch_add(leaks.len() as u64, std::sync::atomic::Ordering::SeqCst);
+            return;
         }
-        // Everything released while the GPU used it: the device is idle now.
-        self.retire_all();
         self.retirement.destroy(&self.raw);
         let general = std::mem::take(&mut self.general);
         for list in general {

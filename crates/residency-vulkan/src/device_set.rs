@@ -155,8 +155,10 @@ impl DeviceSet {
     /// - the application destroys its devices only after [`DeviceSet::close`] returned `Ok` (or,
     ///   after a plain drop, once every residency object and `Arc<Device>` clone is gone): until then
     ///   residency may still free memory and destroy objects on them. Residency waits for its own
-    ///   submissions (its universal timeline) before it frees anything; work the application
-    ///   submitted with residency's resources must be declared with `used_until` or have completed.
+    ///   submissions (its universal timeline) and for the renderer timelines of declared uses
+    ///   before it frees anything; work the application submitted with residency's resources must
+    ///   be declared with `used_until` or have completed; `close` refuses while a declared use has
+    ///   not ended, and after it the application no longer signals the set's timelines.
     pub unsafe fn adopt(
         entry: ash::Entry,
         instance: ash::Instance,
@@ -211,13 +213,16 @@ impl DeviceSet {
     /// alive, logs it as an error and leaves each device to be destroyed with its last reference.
     pub fn close(self) -> std::result::Result<(), TeardownError> {
         self.settle();
+        // An adopted device must also have nothing waiting for the application's own GPU work:
+        // the application destroys it right after `close` returns Ok.
         let alive: Vec<_> = self
             .devices
             .iter()
-            .filter(|d| Arc::strong_count(d) > 1)
+            .filter(|d| Arc::strong_count(d) > 1 || (!d.is_owned() && d.pending_destruction() > 0))
             .map(|d| LiveDevice {
                 device: d.index(),
                 references: Arc::strong_count(d) - 1,
+                pending_destruction: d.pending_destruction(),
                 objects: d.ledger().live_objects().into_iter().filter(|o| o.kind != "memory").collect(),
             })
             .collect();
@@ -235,6 +240,9 @@ impl DeviceSet {
             if let Err(e) = device.wait_submitted() {
                 tracing::warn!(device = %device.index(), error = %e, "waiting for residency's work at teardown failed");
             }
+            if !device.is_owned() {
+                device.settle_adopted();
+            }
         }
     }
 }
@@ -246,6 +254,9 @@ pub struct LiveDevice {
     pub device: DeviceIndex,
     /// References to it other than the set's.
     pub references: usize,
+    /// Released objects still waiting for GPU work (on an adopted device, the application's frames
+    /// or timelines they were declared `used_until`).
+    pub pending_destruction: usize,
     /// Residency objects still alive on it (buffers, images, pools, …), by name.
     pub objects: Vec<crate::LiveObject>,
 }
@@ -266,7 +277,13 @@ fn describe_alive(alive: &[LiveDevice]) -> String {
         .map(|d| {
             let names: Vec<String> =
                 d.objects.iter().take(8).map(|o| format!("{} `{}`", o.kind, o.name)).collect();
-            format!("{}: {} references ({})", d.device, d.references, names.join(", "))
+            format!(
+                "{}: {} references, {} objects waiting for the GPU ({})",
+                d.device,
+                d.references,
+                d.pending_destruction,
+                names.join(", ")
+            )
         })
         .collect::<Vec<_>>()
         .join("; ")

@@ -220,6 +220,21 @@ impl Device {
         {
             return Err(MemoryError::InvalidRequest { name: name.to_owned(), source: AllocError::ZeroSize });
         }
+        if !desc.samples.is_power_of_two() || desc.samples > 64 {
+            return Err(invalid(name, format!("{} samples is not a sample count", desc.samples)));
+        }
+        if desc.samples > 1 && (desc.dimension != ImageDimension::D2 || desc.linear || desc.mip_levels != 1) {
+            return Err(invalid(name, "a multisampled image is 2D, optimally tiled and has one mip"));
+        }
+        if desc.dimension == ImageDimension::D3 && desc.array_layers != 1 {
+            return Err(invalid(name, "a 3D image has one array layer"));
+        }
+        if desc.dimension == ImageDimension::D1 && (desc.extent[1] != 1 || desc.extent[2] != 1) {
+            return Err(invalid(name, "a 1D image has height and depth 1"));
+        }
+        if desc.dimension == ImageDimension::D2 && desc.extent[2] != 1 {
+            return Err(invalid(name, "a 2D image has depth 1"));
+        }
         let info = desc.create_info();
         // SAFETY: valid physical device; a pure query.
         let props = unsafe {
@@ -348,6 +363,16 @@ impl Device {
                 name: d.name.clone(),
                 owner: image.device_index(),
                 device: self.index(),
+            });
+        }
+        let viewable = ImageUsage::SAMPLED
+            | ImageUsage::STORAGE
+            | ImageUsage::COLOR_ATTACHMENT
+            | ImageUsage::DEPTH_STENCIL_ATTACHMENT;
+        if !d.usage.intersects(viewable) {
+            return Err(VulkanError::Unsupported {
+                device: self.name().to_owned(),
+                reason: format!("image `{}` has no usage a view can serve ({:?})", d.name, d.usage),
             });
         }
         let within = |r: &std::ops::Range<u32>, count: u32| r.start < r.end && r.end <= count;

@@ -245,6 +245,12 @@ impl Ledger {
         self.lost.load(Ordering::SeqCst) != NOT_LOST
     }
 
+    /// Whether the driver reported the loss (not a fault injection, after which the GPU still runs
+    /// the work already submitted): only then are teardown waits bounded.
+    pub(crate) fn loss_is_real(&self) -> bool {
+        self.lost.load(Ordering::SeqCst) == LOST
+    }
+
     /// Records a result the driver returned (a device loss sticks).
     pub(crate) fn note_result(&self, result: vk::Result) {
         if result == vk::Result::ERROR_DEVICE_LOST {

@@ -5,16 +5,21 @@
 //! it points into (a pool, a transient heap, an image for a view), which it keeps alive. When the
 //! last handle goes, the garbage retires after
 //! - every submission residency made to the device's universal queue before the drop (each
-//!   signals the device's *universal* timeline semaphore; residency never records work it does not
-//!   submit itself, so this covers uploads, read-backs, compute and everything submitted through a
-//!   [`CommandContext`](crate::CommandContext)), and
+//!   signals the device's *universal* timeline semaphore; this covers uploads, read-backs, compute
+//!   and everything submitted through a [`CommandContext`](crate::CommandContext)), and
 //! - every use the renderer declared with `used_until`: a point of one of its [`Timeline`]s, a
 //!   point of a residency [`Submission`](crate::Submission), or `N` frames from now
 //!   ([`Device::advance_frame`] counts frames).
 //!
 //! If those have passed at the drop, the objects are destroyed at once; otherwise they wait in the
 //! device's [`RetireQueue`] until [`Device::maintain`] (run at every residency submission, at
-//! `advance_frame`, and at teardown after the device is idle) finds them done. A deferred
+//! `advance_frame`, and at teardown after the device is idle) finds them done. On a lost device
+//! they wait until `maintain` has waited for the work already submitted.
+//!
+//! Destruction order does not matter for correctness: Vulkan lets memory be freed while
+//! resources are bound to it, and an image be destroyed before its views, as long as none of them
+//! is used afterwards; what matters is that no GPU work that may use them is pending, which every
+//! path above waits for. A deferred
 //! resource's parent is told its uses, so a pool's pages or a transient heap never retire before
 //! the resources placed in them.
 
@@ -250,27 +255,30 @@ impl Retirement {
         })
     }
 
-    /// The value the next universal submission signals. Call with the universal queue locked, and
-    /// [`Retirement::unsubmit`] if the submission then fails (nothing else can have taken a value
-    /// meanwhile: the queue lock is held).
+    /// The value the next universal submission signals. Call with the universal queue locked
+    /// (every residency submission that signals the timeline holds it), and
+    /// [`Retirement::published`] once the submission succeeded, still under the lock: until then
+    /// nobody waits for the value, so a failed submission leaves nothing waiting forever.
     pub(crate) fn next_universal(&self) -> u64 {
-        self.universal_submitted.fetch_add(1, Ordering::AcqRel) + 1
+        self.universal_submitted.load(Ordering::Acquire) + 1
     }
 
-    /// Gives back the value of a submission that failed.
-    pub(crate) fn unsubmit(&self, value: u64) {
-        let _ =
-            self.universal_submitted.compare_exchange(value, value - 1, Ordering::AcqRel, Ordering::Acquire);
+    /// The submission signalling `value` (from [`Retirement::next_universal`]) was made.
+    pub(crate) fn published(&self, value: u64) {
+        self.universal_submitted.store(value, Ordering::Release);
     }
 
     pub(crate) fn universal_submitted(&self) -> u64 {
         self.universal_submitted.load(Ordering::Acquire)
     }
 
-    /// Destroys every semaphore (at device teardown, once the device is idle).
+    /// Destroys every semaphore (at device teardown: an owned device is idle; on an adopted one
+    /// every value residency waited for was reached, and the application's contract
+    /// ([`DeviceSet::adopt`](crate::DeviceSet::adopt)) is to stop using the set's timelines once it
+    /// is closed).
     pub(crate) fn destroy(&self, raw: &ash::Device) {
         let timelines = std::mem::take(&mut *self.timelines.lock().unwrap_or_else(|e| e.into_inner()));
-        // SAFETY: the device is idle (or lost) at teardown; nothing waits on these semaphores.
+        // SAFETY: as above, no pending work signals or waits on these semaphores.
         unsafe {
             raw.destroy_semaphore(self.universal, None);
             for t in timelines {
@@ -323,13 +331,6 @@ impl Device {
             garbage.destroy(self);
             return None;
         }
-        if self.is_lost() {
-            // A lost device runs nothing new: once idle (which a lost device reaches in finite
-            // time), nothing can use the objects any more.
-            self.idle_after_loss();
-            garbage.destroy(self);
-            return None;
-        }
         self.retirement().queue.lock().unwrap_or_else(|e| e.into_inner()).push(garbage, uses.clone());
         Some(uses)
     }
@@ -360,15 +361,54 @@ impl Device {
         n
     }
 
-    /// Waits for the queues on a lost device (past the fault hook: after an injected loss the GPU
-    /// still runs the work, and destroying its objects must wait for it).
+    /// Waits for the work that may use queued objects on a lost device (past the fault hook: after
+    /// an injected loss the GPU still runs what was submitted, and destroying its objects must
+    /// wait for it). An owned device waits idle with its queues locked; on an adopted one, whose
+    /// other queues are the application's, residency waits for its own timeline and the renderer
+    /// timelines the queued objects wait for.
     fn idle_after_loss(&self) {
-        let _universal = self.universal_queue().lock();
-        let _sparse =
-            self.sparse_queue().filter(|s| !Arc::ptr_eq(s, self.universal_queue())).map(|s| s.lock());
-        // SAFETY: valid device; all its queues are locked. On a really lost device the call
-        // returns in finite time, as the spec requires.
-        let _ = unsafe { self.raw().device_wait_idle() };
+        if self.is_owned() {
+            let _universal = self.universal_queue().lock();
+            let _sparse =
+                self.sparse_queue().filter(|s| !Arc::ptr_eq(s, self.universal_queue())).map(|s| s.lock());
+            // SAFETY: valid device; all its queues are locked. On a really lost device the call
+            // returns in finite time, as the spec requires.
+            let _ = unsafe { self.raw().device_wait_idle() };
+        } else {
+            self.wait_for_pending_timelines();
+        }
+    }
+
+    /// Waits (bounded on a really lost device) until the universal timeline and every renderer
+    /// timeline reach the highest value something queued waits for. Returns whether they did.
+    fn wait_for_pending_timelines(&self) -> bool {
+        let pending = self.retirement().queue.lock().unwrap_or_else(|e| e.into_inner()).pending();
+        let mut semaphores = vec![self.retirement().universal];
+        let mut values = vec![self.retirement().universal_submitted()];
+        {
+            let timelines = self.retirement().timelines.lock().unwrap_or_else(|e| e.into_inner());
+            for point in pending.points() {
+                let index = point.clock.0.checked_sub(FIRST_TIMELINE);
+                if let Some(&t) = index.and_then(|i| timelines.get(i as usize)) {
+                    semaphores.push(t);
+                    values.push(point.value);
+                }
+            }
+        }
+        let info = vk::SemaphoreWaitInfo::default().semaphores(&semaphores).values(&values);
+        // SAFETY: timeline semaphores of this device (destroyed only at teardown, after this);
+        // the universal value was published after its submission succeeded.
+        unsafe { self.raw().wait_semaphores(&info, self.teardown_timeout()) }.is_ok()
+    }
+
+    /// Teardown of an adopted device: waits for residency's submissions and the renderer
+    /// timelines queued objects wait for, then destroys what has completed. Returns false when
+    /// something must still wait (a use that has not ended: the application's frames or
+    /// timelines), so that nothing of the device may be freed.
+    pub(crate) fn settle_adopted(&self) -> bool {
+        self.wait_for_pending_timelines();
+        self.maintain();
+        self.pending_destruction() == 0
     }
 
     /// Waits until every submission residency has made to this device has completed (its
@@ -381,9 +421,10 @@ impl Device {
             let semaphores = [self.retirement().universal];
             let values = [value];
             let info = vk::SemaphoreWaitInfo::default().semaphores(&semaphores).values(&values);
-            let timeout = if self.is_lost() { 5_000_000_000 } else { u64::MAX };
-            // SAFETY: a timeline semaphore of this device; every value up to `value` was submitted.
-            unsafe { self.raw().wait_semaphores(&info, timeout) }.during("vkWaitSemaphores")?;
+            // SAFETY: a timeline semaphore of this device; `value` was published after its
+            // submission succeeded.
+            unsafe { self.raw().wait_semaphores(&info, self.teardown_timeout()) }
+                .during("vkWaitSemaphores")?;
         }
         self.maintain();
         Ok(())

@@ -255,16 +255,12 @@ impl TransientPool {
                 }
             },
         };
+        // Planning grows the planner's heaps; on a failure below, the planner and the heaps go
+        // back to how they were, so the next frame plans against the heaps that exist.
+        let before = self.planner.clone();
         let plan = self.planner.plan(&descs).map_err(|e| failed(&self.name, e.to_string()))?;
-        let mut grown =
-            vec![false; self.heaps.len().max(plan.growth.iter().map(|g| g.heap + 1).max().unwrap_or(0))];
+        let mut new_heaps = Vec::with_capacity(plan.growth.len());
         for growth in &plan.growth {
-            if self.heaps.len() <= growth.heap {
-                self.heaps.resize_with(growth.heap + 1, || None);
-            }
-            // The old heap retires after the frames still placed in it (they hold it).
-            self.heaps[growth.heap] = None;
-            grown[growth.heap] = true;
             let name = format!("{} heap {}", self.name, growth.heap);
             let desc = RawMemoryDesc {
                 name: &name,
@@ -273,13 +269,32 @@ impl TransientPool {
                 allow_over_budget: false,
                 dedicated: None,
             };
-            let block = MemoryBlock::new(&device, desc, 1)?;
-            self.heaps[growth.heap] = Some(Arc::new(TransientHeap {
-                device: Arc::clone(&device),
-                block: Some(block),
-                pending: PendingUses::default(),
-                name,
-            }));
+            match MemoryBlock::new(&device, desc, 1) {
+                Ok(block) => new_heaps.push((
+                    growth.heap,
+                    Arc::new(TransientHeap {
+                        device: Arc::clone(&device),
+                        block: Some(block),
+                        pending: PendingUses::default(),
+                        name,
+                    }),
+                )),
+                Err(e) => {
+                    self.planner = before;
+                    // The blocks made so far go with `new_heaps` (never used by the GPU).
+                    return Err(e);
+                }
+            }
+        }
+        let mut grown =
+            vec![false; self.heaps.len().max(plan.growth.iter().map(|g| g.heap + 1).max().unwrap_or(0))];
+        for (heap, new) in new_heaps {
+            if self.heaps.len() <= heap {
+                self.heaps.resize_with(heap + 1, || None);
+            }
+            // The old heap retires after the frames still placed in it (they hold it).
+            self.heaps[heap] = Some(new);
+            grown[heap] = true;
         }
         self.type_index = Some(type_index);
         let mut out_buffers = Vec::with_capacity(requests.len());

@@ -57,6 +57,14 @@ pub enum UploadError {
         /// The uploader's device.
         uploader: residency_core::device_mask::DeviceIndex,
     },
+    /// The staging ring asked for is too small to hold a copy.
+    #[error("a staging ring of {capacity} B is smaller than the minimum of {minimum} B")]
+    RingTooSmall {
+        /// Bytes asked for.
+        capacity: u64,
+        /// The smallest ring.
+        minimum: u64,
+    },
     /// Creating the staging buffer failed.
     #[error(transparent)]
     Memory(#[from] MemoryError),
@@ -147,6 +155,10 @@ const STAGING_ALIGNMENT: u64 = 16;
 impl Uploader {
     /// Creates an uploader with a staging ring of `capacity` bytes.
     pub fn new(device: &Device, name: &str, capacity: u64) -> Result<Uploader, UploadError> {
+        let minimum = 4 * STAGING_ALIGNMENT;
+        if capacity < minimum {
+            return Err(UploadError::RingTooSmall { capacity, minimum });
+        }
         let desc = BufferDesc::new(format!("{name} staging ring"), capacity, BufferUsage::COPY_SRC)
             .with_intent(MemoryIntent::Upload)
             .committed();
@@ -244,7 +256,9 @@ impl Uploader {
             self.submit(state)?;
         }
         if state.in_flight.is_empty() {
-            unreachable!("a full ring with nothing queued or in flight cannot happen");
+            // Only after a lost device dropped the queued copies (they can never run): the ring
+            // stays full and nothing more can be staged.
+            return Err(VulkanError::DeviceLost { call: "vkQueueSubmit2" }.into());
         }
         // The oldest frame stays in flight until its wait succeeds (a failed wait, on a lost
         // device, leaves the ring as it was).

@@ -449,3 +449,99 @@ fn misuse_non_coherent_neighbours_never_share_an_atom() {
     set.close().unwrap();
     assert_eq!(problems, 0);
 }
+
+#[test]
+fn misuse_images_with_impossible_sample_counts_or_shapes_are_refused_before_vkcreateimage() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let base = ImageDesc::new_2d("misuse shape", Format::R8G8B8A8Unorm, 16, 16, ImageUsage::SAMPLED);
+        for (what, desc) in [
+            ("no samples", ImageDesc { samples: 0, ..base.clone() }),
+            ("three samples", ImageDesc { samples: 3, ..base.clone() }),
+            ("multisampled with mips", ImageDesc { samples: 4, mip_levels: 2, ..base.clone() }),
+            ("a 2D image with depth", ImageDesc { extent: [16, 16, 4], ..base.clone() }),
+        ] {
+            let before = device.ledger().live_objects();
+            let err = device.create_image(&desc).unwrap_err();
+            assert!(matches!(err, residency_vulkan::MemoryError::Unsatisfiable { .. }), "{what}: {err}");
+            assert_eq!(device.ledger().live_objects(), before, "{what}: nothing made");
+        }
+        // A transient image goes through the same check.
+        let mut pool = TransientPool::new(Arc::clone(device), "misuse transient shape").unwrap();
+        let request = TransientRequest::Image {
+            desc: ImageDesc { samples: 3, ..base.clone() },
+            passes: 0..=0,
+            uses: (Use::TransferDst, Use::TransferDst),
+        };
+        assert!(pool.begin_frame(&[request]).is_err());
+    });
+}
+
+#[test]
+fn misuse_a_view_of_an_image_no_view_can_serve_is_refused() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let desc = ImageDesc::new_2d("copy only", Format::R8G8B8A8Unorm, 8, 8, ImageUsage::COPY_DST);
+        let image = device.create_image(&desc).unwrap();
+        let err = device.create_image_view(&image, 0..1).unwrap_err();
+        assert!(err.to_string().contains("no usage a view can serve"), "{err}");
+        assert!(!live(device, "copy only view"));
+    });
+}
+
+#[test]
+fn misuse_an_uploader_ring_too_small_to_hold_a_copy_is_refused() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let before = device.ledger().live_objects();
+        let err = Uploader::new(device, "misuse tiny ring", 1).unwrap_err();
+        assert!(matches!(err, UploadError::RingTooSmall { capacity: 1, .. }), "{err}");
+        assert_eq!(device.ledger().live_objects(), before);
+    });
+}
+
+#[test]
+fn misuse_a_transient_heap_growth_that_fails_leaves_the_pool_as_it_was() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let mut pool = TransientPool::new(Arc::clone(device), "misuse growth").unwrap();
+        let request = |kib: u64| TransientRequest::Buffer {
+            name: format!("{kib} KiB"),
+            size: kib << 10,
+            usage: BufferUsage::STORAGE,
+            passes: 0..=0,
+            uses: (Use::TransferDst, Use::TransferDst),
+        };
+        drop(pool.begin_frame(&[request(64)]).unwrap());
+        let heap_bytes = pool.heap_bytes();
+        device.ledger().inject_out_of_memory(1);
+        let err = pool.begin_frame(&[request(1024)]).unwrap_err();
+        device.ledger().clear_faults();
+        assert!(matches!(err, residency_vulkan::MemoryError::OutOfDeviceMemory { .. }), "{err}");
+        assert_eq!(pool.heap_bytes(), heap_bytes, "the old heap stays");
+        // The pool plans against the heaps it has: both a frame that fits and one that grows work.
+        drop(pool.begin_frame(&[request(64)]).unwrap());
+        drop(pool.begin_frame(&[request(1024)]).unwrap());
+        assert!(pool.heap_bytes() >= 1024 << 10);
+    });
+}
+
+#[test]
+fn misuse_waiting_for_submitted_work_after_a_failed_submit_returns() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let context = CommandContext::new(device, "misuse failed submit").unwrap();
+        device.ledger().inject_fault(
+            residency_vulkan::FaultSite::QueueSubmit,
+            0,
+            residency_vulkan::InjectedFault::OutOfDeviceMemory,
+        );
+        assert!(context.submit(&[], &[], |_| {}).is_err());
+        device.ledger().clear_faults();
+        let started = std::time::Instant::now();
+        device.wait_submitted().unwrap();
+        assert!(started.elapsed() < std::time::Duration::from_secs(5), "no wait for a value never signalled");
+        let ok = context.submit(&[], &[], |_| {}).unwrap();
+        context.wait(ok).unwrap();
+    });
+}

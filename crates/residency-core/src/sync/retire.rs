@@ -136,6 +136,15 @@ impl<T> RetireQueue<T> {
         done
     }
 
+    /// The highest value each clock must reach for everything waiting to retire.
+    pub fn pending(&self) -> LastUses {
+        let mut all = LastUses::none();
+        for (uses, _) in &self.entries {
+            all.merge(uses);
+        }
+        all
+    }
+
     /// Removes and returns every item, in push order (at teardown, once the device is idle).
     pub fn drain_all(&mut self) -> Vec<T> {
         self.entries.drain(..).map(|(_, item)| item).collect()
