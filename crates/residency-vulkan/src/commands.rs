@@ -30,6 +30,14 @@ pub enum ReadBackError {
         /// The buffer's size.
         size: u64,
     },
+    /// The buffer lives on another device, or lacks the copy-source usage a read-back needs.
+    #[error("read back of `{name}`: {reason}")]
+    Refused {
+        /// The buffer.
+        name: String,
+        /// Why.
+        reason: String,
+    },
     /// The temporary readback buffer could not be made.
     #[error(transparent)]
     Memory(#[from] MemoryError),
@@ -70,6 +78,8 @@ struct Slot {
     fence: vk::Fence,
     /// The serial of the submission using this slot, 0 when free.
     serial: u64,
+    /// The universal timeline value of that submission.
+    point: u64,
 }
 
 #[derive(Debug)]
@@ -121,6 +131,7 @@ impl CommandContext {
             });
             if signalled.during("vkGetFenceStatus")? {
                 slot.serial = 0;
+                device.retirement().note_completed(slot.point);
                 return Ok(i);
             }
         }
@@ -137,7 +148,7 @@ impl CommandContext {
         let n = state.slots.len();
         device.set_name(command_buffer, &format!("{} cmd {n}", self.name));
         device.set_name(fence, &format!("{} fence {n}", self.name));
-        state.slots.push(Slot { command_buffer, fence, serial: 0 });
+        state.slots.push(Slot { command_buffer, fence, serial: 0, point: 0 });
         Ok(n)
     }
 
@@ -202,6 +213,7 @@ impl CommandContext {
         let serial = state.next_serial;
         state.next_serial += 1;
         state.slots[index].serial = serial;
+        state.slots[index].point = point;
         drop(state);
         device.maintain();
         Ok(Submission { slot: index, serial, point, device: device.uid() })
@@ -215,13 +227,17 @@ impl CommandContext {
         if slot.serial != submission.serial {
             return Ok(true); // already observed complete and reused
         }
-        device
+        let done = device
             .ledger()
             .guard(FaultSite::Wait, || {
                 // SAFETY: the fence belongs to this device.
                 unsafe { device.raw().get_fence_status(slot.fence) }
             })
-            .during("vkGetFenceStatus")
+            .during("vkGetFenceStatus")?;
+        if done {
+            device.retirement().note_completed(submission.point);
+        }
+        Ok(done)
     }
 
     /// Waits until `submission` has finished executing.
@@ -247,7 +263,9 @@ impl CommandContext {
                 // SAFETY: the fence belongs to this device.
                 unsafe { device.raw().wait_for_fences(&[fence], true, u64::MAX) }
             })
-            .during("vkWaitForFences")
+            .during("vkWaitForFences")?;
+        device.retirement().note_completed(submission.point);
+        Ok(())
     }
 
     /// Waits for every submission, then destroys the pool, its command buffers and fences (as
@@ -279,6 +297,17 @@ impl Device {
     /// Copies `len` bytes of `buffer` from `offset` into host memory through a temporary readback
     /// buffer, waiting for the GPU. For buffers whose memory the CPU cannot map, and for checks.
     pub fn read_back(&self, buffer: &Buffer, offset: u64, len: u64) -> Result<Vec<u8>, ReadBackError> {
+        let refused = |reason: String| ReadBackError::Refused { name: buffer.name().to_owned(), reason };
+        if !buffer.device().is(self) {
+            return Err(refused(format!(
+                "it lives on device {}, not {}",
+                buffer.device_index(),
+                self.index()
+            )));
+        }
+        if !buffer.usage().contains(residency_core::usage::BufferUsage::COPY_SRC) {
+            return Err(refused("it lacks the copy_src usage".into()));
+        }
         let end = offset.saturating_add(len);
         if end > buffer.size() || len == 0 {
             return Err(ReadBackError::OutOfBounds {

@@ -532,6 +532,13 @@ impl Device {
     /// visible to all later commands, and waits: for storage and sampled images used in `GENERAL`
     /// from then on.
     pub fn discard_to_general(&self, images: &[&Image]) -> Result<(), VulkanError> {
+        if let Some(foreign) = images.iter().find(|i| !i.device().is(self)) {
+            return Err(VulkanError::WrongDevice {
+                name: foreign.name().to_owned(),
+                owner: foreign.device_index(),
+                device: self.index(),
+            });
+        }
         let barriers: Vec<_> = images
             .iter()
             .map(|i| {

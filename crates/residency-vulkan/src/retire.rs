@@ -268,6 +268,13 @@ impl Retirement {
         self.universal_submitted.store(value, Ordering::Release);
     }
 
+    /// A submission's fence signalled: every command submitted up to it has completed (a fence
+    /// signal's first scope includes all earlier commands on the queue), whether or not the
+    /// timeline's own signal is visible yet.
+    pub(crate) fn note_completed(&self, value: u64) {
+        self.universal_completed.fetch_max(value, Ordering::AcqRel);
+    }
+
     pub(crate) fn universal_submitted(&self) -> u64 {
         self.universal_submitted.load(Ordering::Acquire)
     }
@@ -299,10 +306,7 @@ impl Device {
                 }
                 // SAFETY: the semaphore is a timeline semaphore of this device.
                 match unsafe { self.raw().get_semaphore_counter_value(r.universal) } {
-                    Ok(value) => {
-                        r.universal_completed.fetch_max(value, Ordering::AcqRel);
-                        value
-                    }
+                    Ok(value) => r.universal_completed.fetch_max(value, Ordering::AcqRel).max(value),
                     Err(result) => {
                         self.ledger().note_result(result);
                         seen
