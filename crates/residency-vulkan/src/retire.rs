@@ -25,8 +25,9 @@ use crate::memory::MemoryBlock;
 use crate::resource_memory::ResourceMemory;
 use ash::vk;
 use residency_core::sync::{ClockId, GpuPoint, LastUses, RetireQueue};
+use residency_core::tiles::ImageId;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 /// The clock of residency's submissions to the universal queue.
 pub(crate) const UNIVERSAL: ClockId = ClockId(0);
@@ -55,8 +56,12 @@ pub(crate) enum Garbage {
     ImageView { raw: vk::ImageView, id: ObjectId },
     /// A sampler.
     Sampler { raw: vk::Sampler, id: ObjectId },
-    /// A whole memory block (a pool page, a transient heap).
+    /// A whole memory block (a pool page, a transient heap, a sparse tile heap).
     Memory(Box<MemoryBlock>),
+    /// A sparse image, its view and its tiles.
+    SparseImage(Box<crate::sparse::SparseImageGarbage>),
+    /// An image's tiles in a tile pool (a software image's atlas slots).
+    Tiles(TileReturn),
 }
 
 impl Garbage {
@@ -89,6 +94,36 @@ impl Garbage {
                 device.ledger().untrack(id);
             }
             Garbage::Memory(block) => block.destroy(device),
+            Garbage::SparseImage(image) => image.destroy(device),
+            Garbage::Tiles(tiles) => tiles.give_back(),
+        }
+    }
+}
+
+/// A tile pool that takes an image's tiles back once the GPU is done with the image.
+pub(crate) trait TileOwner: Send + Sync {
+    /// Frees every tile `owner` holds.
+    fn free_owner(&self, owner: ImageId);
+}
+
+/// An image's tiles, to go back to their pool when its garbage is destroyed. Weak: a pool dropped
+/// before (its memory retires after the image, and with it the tiles) takes nothing back, and the
+/// retire queue never keeps a pool (and through it a device) alive.
+pub(crate) struct TileReturn {
+    pub(crate) pool: Weak<dyn TileOwner>,
+    pub(crate) owner: ImageId,
+}
+
+impl std::fmt::Debug for TileReturn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TileReturn").field("owner", &self.owner).finish_non_exhaustive()
+    }
+}
+
+impl TileReturn {
+    pub(crate) fn give_back(self) {
+        if let Some(pool) = self.pool.upgrade() {
+            pool.free_owner(self.owner);
         }
     }
 }
@@ -186,6 +221,20 @@ impl PendingUses {
 
     pub(crate) fn take(&mut self) -> LastUses {
         std::mem::take(self.0.get_mut().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The uses collected so far (for memory that retires while its parent lives on).
+    pub(crate) fn get(&self) -> LastUses {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Declares a use of `device`'s work that ends at `until`; a use of another device is refused.
+    pub(crate) fn used_until(&self, device: &Device, until: GpuUse) -> std::result::Result<(), ForeignUse> {
+        if until.device != device.uid() {
+            return Err(ForeignUse);
+        }
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).note(until.point);
+        Ok(())
     }
 }
 
