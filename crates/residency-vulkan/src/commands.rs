@@ -237,7 +237,9 @@ impl CommandContext {
             let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
             let slot = &state.slots[submission.slot];
             if slot.serial != submission.serial {
-                return Ok(()); // already observed complete and reused
+                // Already observed complete (its fence) and reused: only the timeline may lag.
+                drop(state);
+                return device.wait_universal(submission.point);
             }
             slot.fence
         };
@@ -247,7 +249,11 @@ impl CommandContext {
                 // SAFETY: the fence belongs to this device.
                 unsafe { device.raw().wait_for_fences(&[fence], true, u64::MAX) }
             })
-            .during("vkWaitForFences")
+            .during("vkWaitForFences")?;
+        // The batch signals its fence and the universal timeline, but a host may see the fence
+        // first (lavapipe does, for some microseconds): wait for the timeline too, so that what
+        // retires after this submission can be destroyed as soon as this returns.
+        device.wait_universal(submission.point)
     }
 
     /// Waits for every submission, then destroys the pool, its command buffers and fences (as

@@ -425,16 +425,25 @@ impl Device {
     /// [`Device::wait_idle`] it touches no queue, so it is safe on a device whose other queues the
     /// application uses at the same time.
     pub fn wait_submitted(&self) -> Result<()> {
-        let value = self.retirement().universal_submitted();
-        if value > self.clock_value(UNIVERSAL) {
-            let semaphores = [self.retirement().universal];
-            let values = [value];
-            let info = vk::SemaphoreWaitInfo::default().semaphores(&semaphores).values(&values);
-            let timeout = if self.is_lost() { 5_000_000_000 } else { u64::MAX };
-            // SAFETY: a timeline semaphore of this device; every value up to `value` was submitted.
-            unsafe { self.raw().wait_semaphores(&info, timeout) }.during("vkWaitSemaphores")?;
-        }
+        self.wait_universal(self.retirement().universal_submitted())?;
         self.maintain();
+        Ok(())
+    }
+
+    /// Waits until the universal timeline reaches `value` (bounded on a lost device). A value not
+    /// yet submitted returns at once: there is nothing to wait for.
+    pub(crate) fn wait_universal(&self, value: u64) -> Result<()> {
+        if value > self.retirement().universal_submitted() || value <= self.clock_value(UNIVERSAL) {
+            return Ok(());
+        }
+        let semaphores = [self.retirement().universal];
+        let values = [value];
+        let info = vk::SemaphoreWaitInfo::default().semaphores(&semaphores).values(&values);
+        let timeout = if self.is_lost() { 5_000_000_000 } else { u64::MAX };
+        // SAFETY: a timeline semaphore of this device; every value up to `value` was submitted
+        // (checked above), so the wait ends.
+        unsafe { self.raw().wait_semaphores(&info, timeout) }.during("vkWaitSemaphores")?;
+        self.retirement().universal_completed.fetch_max(value, Ordering::AcqRel);
         Ok(())
     }
 
