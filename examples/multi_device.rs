@@ -196,8 +196,7 @@ pub fn run(set: &DeviceSet, mib: u64) -> Result<Outcome, Box<dyn std::error::Err
     for device in set.devices() {
         device.wait_idle()?;
     }
-    texture.destroy(&pools);
-    drop(pools);
+    drop((texture, pools));
     for b in [mesh, single, results] {
         pool.free_buffer(b);
     }

@@ -162,7 +162,6 @@ fn check(image: &SparseImage, samples: &[Sample], got: &[Sampled]) -> usize {
 /// Uploads every texel of the tiles of `mip` that `region` touches.
 fn upload(
     uploader: &Uploader,
-    _device: &Device,
     image: &SparseImage,
     mip: u32,
     region: TexelRegion,
@@ -179,15 +178,7 @@ fn upload(
             let (w, h) = (shape.width.min(extent[0] - x0), shape.height.min(extent[1] - y0));
             let data: Vec<u8> =
                 (0..h).flat_map(|y| (0..w).flat_map(move |x| texel(x0 + x, y0 + y, mip))).collect();
-            let target = ImageRegion {
-                image: image.raw(),
-                layout: vk::ImageLayout::GENERAL,
-                aspect: vk::ImageAspectFlags::COLOR,
-                mip,
-                layer: 0,
-                offset: [x0, y0, 0],
-                extent: [w, h, 1],
-            };
+            let target = ImageRegion::new(image, mip, [x0, y0, 0], [w, h, 1]);
             uploader.write_image(&target, &data)?;
         }
     }
@@ -239,10 +230,10 @@ pub fn run(device: &Arc<Device>) -> Result<Outcome, Box<dyn std::error::Error>> 
 
     let uploader = Uploader::new(device, "example", 8 << 20)?;
     for &(mip, region) in &regions {
-        upload(&uploader, device, &image, mip, region)?;
+        upload(&uploader, &image, mip, region)?;
     }
-    let mut map = MinLodMap::new(device, &image)?;
-    map.update(device, &uploader, &mut image)?;
+    let mut map = MinLodMap::new(&image)?;
+    map.update(&uploader, &mut image)?;
     uploader.wait_idle()?;
 
     let program = ComputeProgram::new(
@@ -277,7 +268,7 @@ pub fn run(device: &Arc<Device>) -> Result<Outcome, Box<dyn std::error::Error>> 
     device.wait_idle()?;
     image.release_region(&pool, 0, 0, TexelRegion { offset: [w, 0, 0], extent: [1, 1, 1] })?;
     pool.flush_binds(&mut [&mut image])?;
-    map.update(device, &uploader, &mut image)?;
+    map.update(&uploader, &mut image)?;
     uploader.wait_idle()?;
     let after = [Sample { x: w + 100, y: h - 1, lod: 0 }, Sample { x: 10, y: 20, lod: 0 }];
     assert_eq!(expected_lod(&image, after[0]), Some(1), "the released tile falls back to mip 1");
@@ -287,7 +278,7 @@ pub fn run(device: &Arc<Device>) -> Result<Outcome, Box<dyn std::error::Error>> 
     device.wait_idle()?;
     image.release_all(&pool)?;
     pool.flush_binds(&mut [&mut image])?;
-    map.update(device, &uploader, &mut image)?;
+    map.update(&uploader, &mut image)?;
     uploader.wait_idle()?;
     let none = [Sample { x: 10, y: 20, lod: 0 }];
     assert_eq!(expected_lod(&image, none[0]), None);
@@ -297,11 +288,10 @@ pub fn run(device: &Arc<Device>) -> Result<Outcome, Box<dyn std::error::Error>> 
     device.wait_idle()?;
     sampler.program.destroy(device);
     drop(sampler.sampler);
-    map.destroy(device);
     uploader.destroy()?;
     let total_tiles = u64::from(layout.tile_count() + layout.mip_tail().map_or(0, |t| t.tiles * t.count));
-    image.destroy(&pool);
-    drop(pool);
+    // The map, the image (its tiles back to the pool) and the pool are released on drop.
+    drop((map, image, pool));
     Ok(Outcome { matched, samples: samples.len() + after.len() + none.len(), resident_tiles, total_tiles })
 }
 

@@ -17,9 +17,8 @@
 use residency::core::format::Format;
 use residency::core::tiles::{BindPlanOptions, Coalesce, SparseImageDesc, TexelRegion, TilePoolDesc};
 use residency::core::usage::ImageUsage;
-use residency::vulkan::ash::vk;
 use residency::vulkan::sparse::{SparseImage, SparseTilePool};
-use residency::vulkan::{Device, DeviceSet, DeviceSetDesc, ImageDesc, ImageRegion, Uploader};
+use residency::vulkan::{Device, DeviceSet, DeviceSetDesc, ImageDesc, ImageRegion, ImageTarget, Uploader};
 use serde::Serialize;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -172,8 +171,7 @@ fn run_modes(device: &Arc<Device>, o: &SparseOptions) -> BenchResult<SparseRepor
     }
     let upload = upload_throughput(device, &pool, &mut image, side.min(16))?;
     release(&pool, &mut image)?;
-    image.destroy(&pool);
-    drop(pool);
+    drop((image, pool));
     let ratio = modes[2].tiles_per_sec / modes[1].tiles_per_sec;
     Ok(SparseReport {
         device: device.name().to_owned(),
@@ -209,19 +207,12 @@ fn upload_throughput(
     device.discard_to_general(&[&dense])?;
     let uploader = Uploader::new(device, "bench upload", 32 << 20)?;
     let tile: Vec<u8> = (0..shape.width * shape.height * 4).map(|i| (i * 7 % 251) as u8).collect();
-    let write_all = |target: vk::Image| -> BenchResult<u64> {
+    let write_all = |target: &dyn ImageTarget| -> BenchResult<u64> {
         let started = Instant::now();
         for ty in 0..side {
             for tx in 0..side {
-                let region = ImageRegion {
-                    image: target,
-                    layout: vk::ImageLayout::GENERAL,
-                    aspect: vk::ImageAspectFlags::COLOR,
-                    mip: 0,
-                    layer: 0,
-                    offset: [tx * shape.width, ty * shape.height, 0],
-                    extent: [shape.width, shape.height, 1],
-                };
+                let offset = [tx * shape.width, ty * shape.height, 0];
+                let region = ImageRegion::new(target, 0, offset, [shape.width, shape.height, 1]);
                 uploader.write_image(&region, &tile)?;
             }
         }
@@ -230,8 +221,8 @@ fn upload_throughput(
     };
     let (mut sparse_runs, mut dense_runs) = (Vec::new(), Vec::new());
     for _ in 0..5 {
-        sparse_runs.push(write_all(image.raw())?);
-        dense_runs.push(write_all(dense.raw())?);
+        sparse_runs.push(write_all(&*image)?);
+        dense_runs.push(write_all(&dense)?);
     }
     uploader.destroy()?;
     drop(dense);

@@ -43,11 +43,46 @@ type Parts = Vec<(u32, TexelRegion, Vec<u8>)>;
 const SHADER: &[u8] = include_bytes!("../../../shaders/stream_view.comp.spv");
 const SHADER_SOFTWARE: &[u8] = include_bytes!("../../../shaders/stream_view_software.comp.spv");
 
-/// The streamed texture on either path (one per run: the size difference does not matter).
+/// The streamed texture on either path (one per run: the size difference does not matter). Dropping
+/// it releases everything (the image keeps its heaps' memory alive until it goes).
 #[allow(clippy::large_enum_variant)]
 enum Backend {
-    Hardware { heaps: TileHeaps, image: SparseImage, map: MinLodMap },
+    Hardware { image: SparseImage, map: MinLodMap, heaps: TileHeaps },
     Software { texture: SoftwareTexture },
+}
+
+/// A library object that is not released on drop yet (a compute program, a timestamp pool): its
+/// `release` runs when the guard goes, on every path out of `fly`, once the device is idle.
+struct Release<'d, T> {
+    device: &'d Device,
+    value: Option<T>,
+    release: fn(T, &Device),
+}
+
+impl<'d, T> Release<'d, T> {
+    fn new(device: &'d Device, value: T, release: fn(T, &Device)) -> Self {
+        Release { device, value: Some(value), release }
+    }
+}
+
+impl<T> std::ops::Deref for Release<'_, T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        self.value.as_ref().expect("released only on drop")
+    }
+}
+
+impl<T> Drop for Release<'_, T> {
+    fn drop(&mut self) {
+        if let Some(value) = self.value.take() {
+            // Frames may still be in flight on an error path.
+            if let Err(e) = self.device.wait_idle() {
+                tracing::warn!(error = %e, "waiting for the device before releasing a stream object");
+            }
+            (self.release)(value, self.device);
+        }
+    }
 }
 
 #[derive(Clone, Debug, clap::Args)]
@@ -668,7 +703,6 @@ pub fn fly(
             let image = SparseImage::new_external(&heaps, 65536, id, "streamed texture", &desc, false)?;
             let shape = image.layout().tile_shape();
             if shape.width != 128 || shape.height != 128 {
-                image.destroy_external(&device);
                 bail!("the device's RGBA8 sparse tile is {} × {}, not 128 × 128", shape.width, shape.height);
             }
             (image.layout().clone(), Some((heaps, image)))
@@ -706,10 +740,10 @@ pub fn fly(
     let table_now = manager.residency(id).context("registered image")?.page_table();
     let mut backend = match hardware {
         Some((heaps, image)) => {
-            let mut map = MinLodMap::new(&device, &image)?;
+            let mut map = MinLodMap::new(&image)?;
             // The map starts as "nothing resident" everywhere (its memory is undefined until written).
-            map.upload_updates(&device, &uploader, table_now, &[])?;
-            Backend::Hardware { heaps, image, map }
+            map.upload_updates(&uploader, table_now, &[])?;
+            Backend::Hardware { image, map, heaps }
         }
         None => {
             let capacity = SoftwareTexture::capacity_for_budget(budget_tiles, SOFTWARE_TILES_PER_HEAP);
@@ -721,7 +755,7 @@ pub fn fly(
                 capacity,
                 SOFTWARE_TILES_PER_HEAP,
             )?;
-            texture.upload_indirection(&device, &uploader, table_now)?;
+            texture.upload_indirection(&uploader, table_now)?;
             Backend::Software { texture }
         }
     };
@@ -754,15 +788,7 @@ pub fn fly(
             for x in 0..gx {
                 let (w, h) = vt.tile_extent(mip, x, y).context("tile extent")?;
                 let data = read_tile(file, index, mip, x, y)?;
-                let region = ImageRegion {
-                    image: reference.raw(),
-                    layout: vk::ImageLayout::GENERAL,
-                    aspect: vk::ImageAspectFlags::COLOR,
-                    mip,
-                    layer: 0,
-                    offset: [x * 128, y * 128, 0],
-                    extent: [w, h, 1],
-                };
+                let region = ImageRegion::new(&reference, mip, [x * 128, y * 128, 0], [w, h, 1]);
                 uploader.write_image(&region, &data)?;
                 progress.inc(1);
             }
@@ -784,11 +810,13 @@ pub fn fly(
         _ => ("stream_view.comp", SHADER),
     };
     let program = ComputeProgram::new(&device, shader_name, &spirv_words(shader), &kinds, 80, 2 * in_flight)?;
+    let program = Release::new(&device, program, ComputeProgram::destroy);
     let (texture_view, map_view) = match &backend {
         Backend::Hardware { image, map, .. } => (image.view(), map.view()),
         Backend::Software { texture } => (texture.atlas_view(), texture.indirection_view()),
     };
     let timestamps = Timestamps::new(&device, "stream frame timestamps", 4 * in_flight)?;
+    let timestamps = Release::new(&device, timestamps, Timestamps::destroy);
     let trilinear = device.create_sampler(Filter::Trilinear)?;
     let nearest = device.create_sampler(Filter::Nearest)?;
     let ref_view = device.create_image_view(&reference, 0..vt.mip_count)?;
@@ -889,26 +917,18 @@ pub fn fly(
         }
         let table_now = manager.residency(id).context("registered image")?.page_table();
         match &mut backend {
-            Backend::Hardware { heaps, image, map } => {
+            Backend::Hardware { image, map, heaps } => {
                 for change in &out.changes {
                     heaps.bind(manager.pool(), &[(&*image, &change.changes)], BindPlanOptions::default())?;
                 }
                 for key in &out.resident {
                     for (mip, region, data) in staged.remove(key).unwrap_or_default() {
-                        let target = ImageRegion {
-                            image: image.raw(),
-                            layout: general,
-                            aspect: vk::ImageAspectFlags::COLOR,
-                            mip,
-                            layer: 0,
-                            offset: region.offset,
-                            extent: region.extent,
-                        };
+                        let target = ImageRegion::new(&*image, mip, region.offset, region.extent);
                         uploader.write_image(&target, &data)?;
                     }
                 }
                 for change in &out.changes {
-                    map.upload_updates(&device, &uploader, table_now, &change.min_lod)?;
+                    map.upload_updates(&uploader, table_now, &change.min_lod)?;
                 }
             }
             Backend::Software { texture } => {
@@ -920,10 +940,10 @@ pub fn fly(
                     };
                     let physical = table_now.get(tile).context("a resident tile has a slot")?;
                     for (_, _, data) in staged.remove(key).unwrap_or_default() {
-                        texture.write_tile(&device, &uploader, physical, &data)?;
+                        texture.write_tile(&uploader, physical, &data)?;
                     }
                 }
-                texture.upload_indirection(&device, &uploader, table_now)?;
+                texture.upload_indirection(&uploader, table_now)?;
             }
         }
         // Uploads are ordered after the frames in flight on the queue (the uploader's barrier), so
@@ -1084,23 +1104,8 @@ pub fn fly(
         last_frame,
     };
 
-    commands.destroy();
-    drop(slots);
-    drop(ref_view);
-    drop(trilinear);
-    drop(nearest);
-    program.destroy(&device);
-    drop(reference);
+    // Everything else is released on drop, here as on every error path: the uploader waits for
+    // its copies, and what the GPU may still use is destroyed once its work has completed.
     uploader.destroy()?;
-    timestamps.destroy(&device);
-    match backend {
-        Backend::Hardware { heaps, image, map } => {
-            map.destroy(&device);
-            image.destroy_external(&device);
-            drop(heaps);
-        }
-        Backend::Software { texture } => texture.destroy(&device),
-    }
-    drop(table);
     Ok(report)
 }

@@ -253,7 +253,9 @@ impl CommandContext {
             let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
             let slot = &state.slots[submission.slot];
             if slot.serial != submission.serial {
-                return Ok(()); // already observed complete and reused
+                // Already observed complete (its fence) and reused: only the timeline may lag.
+                drop(state);
+                return device.wait_universal(submission.point);
             }
             slot.fence
         };

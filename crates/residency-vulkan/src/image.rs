@@ -193,6 +193,11 @@ impl Image {
         self.life.device().index()
     }
 
+    /// What keeps it alive (for parents that must wait for its uses).
+    pub(crate) fn life(&self) -> &Arc<Life> {
+        &self.life
+    }
+
     /// The subresource range of all its mips and layers.
     pub fn full_range(&self) -> vk::ImageSubresourceRange {
         vk::ImageSubresourceRange {
@@ -204,6 +209,23 @@ impl Image {
         }
     }
 }
+
+impl crate::upload::Sealed for Image {
+    fn target(&self) -> crate::upload::TargetInfo<'_> {
+        crate::upload::TargetInfo {
+            raw: self.raw,
+            name: &self.desc.name,
+            format: self.desc.format,
+            extent: self.desc.extent,
+            mip_levels: self.desc.mip_levels,
+            array_layers: self.desc.array_layers,
+            copy_dst: self.desc.usage.contains(ImageUsage::COPY_DST),
+            life: &self.life,
+        }
+    }
+}
+
+impl crate::upload::ImageTarget for Image {}
 
 fn invalid(name: &str, reason: impl Into<String>) -> MemoryError {
     MemoryError::Unsatisfiable { name: name.to_owned(), reason: reason.into() }
@@ -450,6 +472,11 @@ impl ImageView {
     pub fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
         self.life.used_until(until)
     }
+
+    /// What keeps it alive (for parents that must wait for its uses).
+    pub(crate) fn life(&self) -> &Arc<Life> {
+        &self.life
+    }
 }
 
 /// A `VkImage` not yet handed to a [`Life`]: destroyed on drop unless disarmed (error paths).
@@ -572,7 +599,7 @@ impl Device {
         let d = &image.desc;
         let bytes = d.format.region_bytes(d.extent[0], d.extent[1], d.extent[2]);
         let copy = crate::ImageRegion {
-            image: image.raw,
+            image,
             layout,
             aspect: aspect(d.format),
             mip: 0,

@@ -55,5 +55,5 @@ pub use pool::{BufferInit, BufferPool, BufferPoolDesc, PoolStats};
 pub use report::ReportSources;
 pub use residency_backend::ResidencyBackend;
 pub use retire::{ForeignUse, GpuUse, Timeline};
-pub use upload::{ImageRegion, UploadError, Uploader};
+pub use upload::{ImageRegion, ImageTarget, UploadError, Uploader};
 pub use validation::ValidationMode;

@@ -494,16 +494,18 @@ impl MultiUploader {
     }
 }
 
-/// A sparse tile pool on every device of a mask: each device has its own physical tiles.
+/// A sparse tile pool on every device of a mask: each device has its own physical tiles. Released
+/// when dropped (each device's pool as a [`SparseTilePool`](crate::sparse::SparseTilePool) is).
 #[derive(Debug)]
 pub struct MultiTilePool {
     pools: PerDevice<crate::sparse::SparseTilePool>,
 }
 
 /// A partially resident image on every device of a mask, each with its own page table; commits and
-/// releases go to every device of the image or to a sub-mask.
+/// releases go to every device of the image or to a sub-mask. Released when dropped: each instance
+/// as a [`SparseImage`](crate::sparse::SparseImage) is (its tiles back to its device's pool once
+/// the GPU is done with it; it keeps that pool's state alive, so the pools may go first).
 #[derive(Debug)]
-#[must_use = "a multi-device sparse image is released only by destroying it"]
 pub struct MultiSparseImage {
     images: PerDevice<crate::sparse::SparseImage>,
 }
@@ -559,7 +561,7 @@ impl MultiSparseImage {
                     false,
                 )
             },
-            |d, image| image.destroy(pools.pools.get(d.index()).expect("pool exists")),
+            |_, image| drop(image),
         )?;
         Ok(MultiSparseImage { images })
     }
@@ -667,15 +669,7 @@ impl MultiSparseImage {
                     let target = uploader.uploaders.get(index);
                     scope.spawn(move || {
                         let Some((uploader, _device)) = target else { return (index, Ok(())) };
-                        let region = crate::upload::ImageRegion {
-                            image: image.raw(),
-                            layout: ash::vk::ImageLayout::GENERAL,
-                            aspect: ash::vk::ImageAspectFlags::COLOR,
-                            mip,
-                            layer: 0,
-                            offset,
-                            extent,
-                        };
+                        let region = crate::upload::ImageRegion::new(image, mip, offset, extent);
                         let result = uploader.write_image(&region, data).and_then(|()| uploader.wait_idle());
                         (index, result)
                     })
@@ -687,16 +681,6 @@ impl MultiSparseImage {
             result.map_err(|source| MultiDeviceError::Failed { device, source })?;
         }
         Ok(())
-    }
-
-    /// Destroys every instance (GPU work using them must have completed).
-    pub fn destroy(self, pools: &MultiTilePool) {
-        for (index, image) in self.images.into_values() {
-            match pools.pools.get(index) {
-                Some(pool) => image.destroy(pool),
-                None => tracing::error!(%index, "sparse image destroyed without its pool: leaked"),
-            }
-        }
     }
 }
 

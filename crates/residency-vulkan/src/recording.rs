@@ -72,7 +72,7 @@ impl Device {
             });
         }
         let copy = ImageRegion {
-            image: image.raw(),
+            image,
             layout,
             aspect: aspect(d.format),
             mip: 0,

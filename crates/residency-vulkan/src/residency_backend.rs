@@ -9,15 +9,22 @@
 //! path's flush runs. A refused call is a [`CommitError`] (inside the path's error) and changes
 //! nothing: page table, pool accounting and queued changes stay as they were.
 //!
+//! Both paths' images are released on drop (see the crate's ownership rules): their tiles go back
+//! to their pool once the GPU work that may use them has completed, and an image keeps its pool's
+//! state (and memory) alive, so there is no destroy call to get wrong.
+//!
 //! A path implements only what follows the checks: the `*_unchecked` methods. They take a
 //! `Checked` token that only this module can make, so they are reachable through the provided
 //! methods alone, and no type outside this crate can implement the trait (the token cannot be
 //! named there): a check cannot exist on one path and be missing on the other.
 
+use crate::device::Device;
+use crate::retire::{ForeignUse, GpuUse};
 use residency_core::tiles::{
     CommitError, PoolId, PoolInvariantError, PoolStats, ResidencyChanges, SparseImageLayout, SparseResidency,
     TexelRegion, TileIndex, TilePool,
 };
+use std::sync::Arc;
 
 mod token {
     /// Proof that [`ResidencyBackend`](super::ResidencyBackend)'s checks ran. Only the provided
@@ -64,6 +71,14 @@ pub trait ResidencyBackend: Sized {
 
     /// The image's name (logs, errors, leak reports).
     fn name(&self) -> &str;
+
+    /// The device it lives on (the image keeps it alive).
+    fn device(&self) -> &Arc<Device>;
+
+    /// Declares that GPU work the renderer submitted itself uses the image until `until`:
+    /// dropping it earlier defers its release (its textures, and its tiles' return to the pool)
+    /// until then. A use of another device is refused.
+    fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse>;
 
     /// Its residency: the page table, residency bitmaps, min-LOD map and the pool its tiles come
     /// from.

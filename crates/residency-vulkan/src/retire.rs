@@ -30,8 +30,9 @@ use crate::memory::MemoryBlock;
 use crate::resource_memory::ResourceMemory;
 use ash::vk;
 use residency_core::sync::{ClockId, GpuPoint, LastUses, RetireQueue};
+use residency_core::tiles::ImageId;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 /// The clock of residency's submissions to the universal queue.
 pub(crate) const UNIVERSAL: ClockId = ClockId(0);
@@ -60,8 +61,12 @@ pub(crate) enum Garbage {
     ImageView { raw: vk::ImageView, id: ObjectId },
     /// A sampler.
     Sampler { raw: vk::Sampler, id: ObjectId },
-    /// A whole memory block (a pool page, a transient heap).
+    /// A whole memory block (a pool page, a transient heap, a sparse tile heap).
     Memory(Box<MemoryBlock>),
+    /// A sparse image, its view and its tiles.
+    SparseImage(Box<crate::sparse::SparseImageGarbage>),
+    /// An image's tiles in a tile pool (a software image's atlas slots).
+    Tiles(TileReturn),
 }
 
 impl Garbage {
@@ -94,6 +99,36 @@ impl Garbage {
                 device.ledger().untrack(id);
             }
             Garbage::Memory(block) => block.destroy(device),
+            Garbage::SparseImage(image) => image.destroy(device),
+            Garbage::Tiles(tiles) => tiles.give_back(),
+        }
+    }
+}
+
+/// A tile pool that takes an image's tiles back once the GPU is done with the image.
+pub(crate) trait TileOwner: Send + Sync {
+    /// Frees every tile `owner` holds.
+    fn free_owner(&self, owner: ImageId);
+}
+
+/// An image's tiles, to go back to their pool when its garbage is destroyed. Weak: a pool dropped
+/// before (its memory retires after the image, and with it the tiles) takes nothing back, and the
+/// retire queue never keeps a pool (and through it a device) alive.
+pub(crate) struct TileReturn {
+    pub(crate) pool: Weak<dyn TileOwner>,
+    pub(crate) owner: ImageId,
+}
+
+impl std::fmt::Debug for TileReturn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TileReturn").field("owner", &self.owner).finish_non_exhaustive()
+    }
+}
+
+impl TileReturn {
+    pub(crate) fn give_back(self) {
+        if let Some(pool) = self.pool.upgrade() {
+            pool.free_owner(self.owner);
         }
     }
 }
@@ -191,6 +226,20 @@ impl PendingUses {
 
     pub(crate) fn take(&mut self) -> LastUses {
         std::mem::take(self.0.get_mut().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The uses collected so far (for memory that retires while its parent lives on).
+    pub(crate) fn get(&self) -> LastUses {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Declares a use of `device`'s work that ends at `until`; a use of another device is refused.
+    pub(crate) fn used_until(&self, device: &Device, until: GpuUse) -> std::result::Result<(), ForeignUse> {
+        if until.device != device.uid() {
+            return Err(ForeignUse);
+        }
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).note(until.point);
+        Ok(())
     }
 }
 
@@ -420,17 +469,24 @@ impl Device {
     /// [`Device::wait_idle`] it touches no queue, so it is safe on a device whose other queues the
     /// application uses at the same time.
     pub fn wait_submitted(&self) -> Result<()> {
-        let value = self.retirement().universal_submitted();
-        if value > self.clock_value(UNIVERSAL) {
-            let semaphores = [self.retirement().universal];
-            let values = [value];
-            let info = vk::SemaphoreWaitInfo::default().semaphores(&semaphores).values(&values);
-            // SAFETY: a timeline semaphore of this device; `value` was published after its
-            // submission succeeded.
-            unsafe { self.raw().wait_semaphores(&info, self.teardown_timeout()) }
-                .during("vkWaitSemaphores")?;
-        }
+        self.wait_universal(self.retirement().universal_submitted())?;
         self.maintain();
+        Ok(())
+    }
+
+    /// Waits until the universal timeline reaches `value` (bounded on a lost device). A value not
+    /// yet submitted returns at once: there is nothing to wait for.
+    pub(crate) fn wait_universal(&self, value: u64) -> Result<()> {
+        if value > self.retirement().universal_submitted() || value <= self.clock_value(UNIVERSAL) {
+            return Ok(());
+        }
+        let semaphores = [self.retirement().universal];
+        let values = [value];
+        let info = vk::SemaphoreWaitInfo::default().semaphores(&semaphores).values(&values);
+        // SAFETY: a timeline semaphore of this device; every value up to `value` was published
+        // after its submission succeeded (checked above), so the wait ends.
+        unsafe { self.raw().wait_semaphores(&info, self.teardown_timeout()) }.during("vkWaitSemaphores")?;
+        self.retirement().universal_completed.fetch_max(value, Ordering::AcqRel);
         Ok(())
     }
 

@@ -18,6 +18,7 @@ use crate::error::VulkanError;
 use crate::image::{Image, ImageDesc};
 use crate::memory::MemoryError;
 use crate::residency_backend::{Checked, ResidencyBackend};
+use crate::retire::{ForeignUse, Garbage, GpuUse, Life, Parent, TileOwner, TileReturn};
 use crate::upload::{ImageRegion, UploadError, Uploader};
 use ash::vk;
 use residency_core::format::{Format, FormatKind};
@@ -186,19 +187,27 @@ impl SoftwareTexture {
                 ImageUsage::SAMPLED | ImageUsage::COPY_DST,
             ),
         )?;
-        match IndirectionTexture::new(device, name, table) {
-            Ok(indirection) => Ok(SoftwareTexture { name: name.to_owned(), atlas, atlas_view, indirection }),
-            Err(e) => {
-                drop(atlas_view);
-                drop(atlas);
-                Err(e)
-            }
-        }
+        // On error the atlas and its view are dropped: nothing is left behind.
+        let indirection = IndirectionTexture::new(device, name, table)?;
+        Ok(SoftwareTexture { name: name.to_owned(), atlas, atlas_view, indirection })
     }
 
     /// Its name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The device it lives on (kept alive by the texture).
+    pub fn device(&self) -> &std::sync::Arc<Device> {
+        self.atlas.device()
+    }
+
+    /// Declares that GPU work the renderer submitted itself samples the texture (atlas and
+    /// indirection) until `until` (see [`Buffer::used_until`](crate::Buffer::used_until)).
+    pub fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
+        self.atlas_view.used_until(until)?;
+        self.atlas.used_until(until)?;
+        self.indirection.used_until(until)
     }
 
     /// Where the slots are.
@@ -236,7 +245,6 @@ impl SoftwareTexture {
     /// called after the writes of the same frame).
     pub fn write_tile(
         &self,
-        _device: &Device,
         uploader: &Uploader,
         physical: PhysicalTile,
         bordered: &[u8],
@@ -248,15 +256,7 @@ impl SoftwareTexture {
             return Err(SoftwareError::WrongTileSize { side, expected, got: bordered.len() });
         }
         let [x, y] = atlas.slot_origin(physical)?;
-        let region = ImageRegion {
-            image: self.atlas.raw(),
-            layout: vk::ImageLayout::GENERAL,
-            aspect: vk::ImageAspectFlags::COLOR,
-            mip: 0,
-            layer: 0,
-            offset: [x, y, 0],
-            extent: [side, side, 1],
-        };
+        let region = ImageRegion::new(&self.atlas, 0, [x, y, 0], [side, side, 1]);
         uploader.write_image(&region, bordered)?;
         Ok(())
     }
@@ -265,18 +265,10 @@ impl SoftwareTexture {
     /// first time: the texture's memory starts undefined). Returns the rows staged.
     pub fn upload_indirection(
         &mut self,
-        device: &Device,
         uploader: &Uploader,
         table: &PageTable,
     ) -> Result<Option<std::ops::Range<u32>>, SoftwareError> {
-        self.indirection.upload(device, uploader, table)
-    }
-
-    /// Destroys the views and images; the caller has waited for every use.
-    pub fn destroy(self, device: &Device) {
-        drop(self.atlas_view);
-        drop(self.atlas);
-        self.indirection.destroy(device);
+        self.indirection.upload(uploader, table)
     }
 }
 
@@ -296,8 +288,18 @@ pub struct SoftwareFlushStats {
 /// [`SparseTilePool`](crate::sparse::SparseTilePool). The pool's tiles are slots; its budget is in
 /// slots and its capacity (the atlas, allocated whole) is
 /// [`SoftwareTexture::capacity_for_budget`] of the budget it was created with.
+///
+/// **Lifetimes.** Its images keep its state (the atlas, the core pool) alive: dropping the pool
+/// while images hold slots is safe, and the atlas goes with the last image. A dropped image's
+/// slots come back to the pool once the GPU work that may sample it has completed.
 pub struct SoftwareTilePool {
+    shared: std::sync::Arc<SoftwarePoolShared>,
+}
+
+/// The state of a [`SoftwareTilePool`], shared with its images.
+pub(crate) struct SoftwarePoolShared {
     device: std::sync::Arc<Device>,
+    name: String,
     format: Format,
     border: u32,
     atlas: Image,
@@ -306,13 +308,56 @@ pub struct SoftwareTilePool {
     pool: std::sync::Mutex<residency_core::tiles::TilePool>,
     next_image: std::sync::atomic::AtomicU32,
     pool_id: u32,
+    /// Live images of the pool.
+    images: std::sync::atomic::AtomicU64,
+}
+
+impl SoftwarePoolShared {
+    fn with_pool<R>(&self, f: impl FnOnce(&mut residency_core::tiles::TilePool) -> R) -> R {
+        f(&mut self.pool.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+impl TileOwner for SoftwarePoolShared {
+    fn free_owner(&self, owner: residency_core::tiles::ImageId) {
+        self.with_pool(|p| p.free_owner(owner));
+    }
+}
+
+impl Parent for SoftwarePoolShared {
+    fn note_pending(&self, uses: &residency_core::sync::LastUses) {
+        // A deferred image samples the atlas: its view and image wait for the same uses.
+        self.atlas_view.life().note_pending(uses);
+        self.atlas.life().note_pending(uses);
+    }
+
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn child_released(&self) {
+        self.images.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Drop for SoftwareTilePool {
+    fn drop(&mut self) {
+        let live = self.shared.images.load(std::sync::atomic::Ordering::Relaxed);
+        if live != 0 {
+            tracing::warn!(
+                pool = %self.shared.name,
+                images = live,
+                "software tile pool dropped with live images: its atlas stays until the last of them is released"
+            );
+        }
+    }
 }
 
 impl std::fmt::Debug for SoftwareTilePool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SoftwareTilePool")
-            .field("format", &self.format)
-            .field("atlas", &self.atlas_layout)
+            .field("format", &self.shared.format)
+            .field("atlas", &self.shared.atlas_layout)
             .finish_non_exhaustive()
     }
 }
@@ -377,6 +422,7 @@ impl SoftwareTilePool {
                 ImageUsage::SAMPLED | ImageUsage::COPY_DST | ImageUsage::COPY_SRC,
             ),
         )?;
+        let desc_name = desc.name.clone();
         let pool = residency_core::tiles::TilePool::new(residency_core::tiles::TilePoolDesc {
             tile_bytes: slot_bytes,
             budget_tiles: whole_heaps(desc.budget_tiles, per_heap, capacity),
@@ -384,31 +430,43 @@ impl SoftwareTilePool {
             ..desc
         });
         Ok(SoftwareTilePool {
-            device,
-            format,
-            border,
-            atlas,
-            atlas_view,
-            atlas_layout,
-            pool: std::sync::Mutex::new(pool),
-            next_image: std::sync::atomic::AtomicU32::new(1),
-            pool_id: NEXT_SOFTWARE_POOL.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            shared: std::sync::Arc::new(SoftwarePoolShared {
+                device,
+                name: desc_name,
+                format,
+                border,
+                atlas,
+                atlas_view,
+                atlas_layout,
+                pool: std::sync::Mutex::new(pool),
+                next_image: std::sync::atomic::AtomicU32::new(1),
+                pool_id: NEXT_SOFTWARE_POOL.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                images: std::sync::atomic::AtomicU64::new(0),
+            }),
         })
     }
 
     /// The device.
     pub fn device(&self) -> &std::sync::Arc<Device> {
-        &self.device
+        &self.shared.device
     }
 
     /// The atlas view (binding `tex` of `residency_software.glsl`; a bilinear sampler).
     pub fn atlas_view(&self) -> vk::ImageView {
-        self.atlas_view.raw()
+        self.shared.atlas_view.raw()
+    }
+
+    /// Declares that GPU work the renderer submitted itself samples the atlas until `until` (see
+    /// [`Buffer::used_until`](crate::Buffer::used_until)); declare per image with
+    /// [`SoftwareImage::used_until`].
+    pub fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
+        self.shared.atlas_view.used_until(until)?;
+        self.shared.atlas.used_until(until)
     }
 
     /// Where the slots are.
     pub fn atlas_layout(&self) -> &AtlasLayout {
-        &self.atlas_layout
+        &self.shared.atlas_layout
     }
 
     /// The tile pool's statistics.
@@ -429,18 +487,19 @@ impl SoftwareTilePool {
     /// Changes the budget in slots: rounded up to whole heaps, at most the atlas's capacity
     /// (larger values are clamped: the atlas cannot grow).
     pub fn set_budget_tiles(&self, tiles: u32) {
-        let budget = whole_heaps(tiles, self.atlas_layout.tiles_per_heap, self.atlas_layout.capacity());
+        let layout = &self.shared.atlas_layout;
+        let budget = whole_heaps(tiles, layout.tiles_per_heap, layout.capacity());
         self.with_pool(|p| p.set_budget_tiles(budget));
     }
 
     /// Device memory of the atlas.
     pub fn memory_bytes(&self) -> u64 {
-        let [w, h] = self.atlas_layout.extent();
-        u64::from(w) * u64::from(h) * u64::from(self.format.block_bytes())
+        let [w, h] = self.shared.atlas_layout.extent();
+        u64::from(w) * u64::from(h) * u64::from(self.shared.format.block_bytes())
     }
 
     fn with_pool<R>(&self, f: impl FnOnce(&mut residency_core::tiles::TilePool) -> R) -> R {
-        f(&mut self.pool.lock().unwrap_or_else(|e| e.into_inner()))
+        self.shared.with_pool(f)
     }
 
     /// Makes the images' changes visible: stages the indirection rows that changed, flushes the
@@ -462,11 +521,12 @@ impl SoftwareTilePool {
         uploader: &Uploader,
         images: &mut [&mut SoftwareImage],
     ) -> Result<SoftwareFlushStats, SoftwareError> {
-        let device = &*self.device;
+        let shared = &*self.shared;
+        let device = &*shared.device;
         let mut stats = SoftwareFlushStats::default();
         let mut regions = Vec::new();
         for image in images.iter_mut() {
-            let rows = image.indirection.upload(device, uploader, image.residency.page_table())?;
+            let rows = image.indirection.upload(uploader, image.residency.page_table())?;
             stats.indirection_rows += rows.map_or(0, |r| u64::from(r.end - r.start));
             let layout = image.residency.layout().clone();
             let table = image.residency.page_table();
@@ -490,14 +550,14 @@ impl SoftwareTilePool {
             let resident = |c: TileCoord| layout.tile_index(c).is_some_and(|t| table.is_resident(t));
             for tile in refresh {
                 let (Some(c), Some(physical)) = (layout.tile_coord(tile), table.get(tile)) else { continue };
-                let [dx0, dy0] = self.atlas_layout.slot_origin(physical)?;
+                let [dx0, dy0] = shared.atlas_layout.slot_origin(physical)?;
                 stats.slots_bordered += 1;
-                for copy in border_copies(&layout, c, self.border, resident).into_iter().skip(1) {
+                for copy in border_copies(&layout, c, shared.border, resident).into_iter().skip(1) {
                     let src_index = layout.tile_index(copy.src_tile).expect("a tile of the layout");
                     let src_physical = table.get(src_index).expect("border_copies reads resident tiles");
-                    let [sx0, sy0] = self.atlas_layout.slot_origin(src_physical)?;
+                    let [sx0, sy0] = shared.atlas_layout.slot_origin(src_physical)?;
                     regions.push(atlas_copy(
-                        [sx0 + self.border + copy.src[0], sy0 + self.border + copy.src[1]],
+                        [sx0 + shared.border + copy.src[0], sy0 + shared.border + copy.src[1]],
                         [dx0 + copy.dst[0], dy0 + copy.dst[1]],
                         copy.extent,
                     ));
@@ -509,7 +569,7 @@ impl SoftwareTilePool {
         if !regions.is_empty() {
             use crate::recording::MemoryDependency;
             use vk::{AccessFlags2 as A, PipelineStageFlags2 as S};
-            let atlas = self.atlas.raw();
+            let atlas = shared.atlas.raw();
             device.submit_once("software path borders", |cmd| {
                 // Payloads written by the uploader's copies before the border copies read them; the
                 // borders before anything samples them.
@@ -552,13 +612,6 @@ impl SoftwareTilePool {
             image.written.clear();
         }
         Ok(stats)
-    }
-
-    /// Destroys the atlas; every image of the pool must have been destroyed and no GPU work may
-    /// use it any more.
-    pub fn destroy(self) {
-        drop(self.atlas_view);
-        drop(self.atlas);
     }
 }
 
@@ -606,7 +659,6 @@ impl IndirectionTexture {
     /// Recomputes and stages the changed rows (all of them the first time).
     fn upload(
         &mut self,
-        _device: &Device,
         uploader: &Uploader,
         page_table: &PageTable,
     ) -> Result<Option<std::ops::Range<u32>>, SoftwareError> {
@@ -614,24 +666,17 @@ impl IndirectionTexture {
         let [width, height] = self.table.extent();
         let rows = if self.uploaded_once { changed } else { Some(0..height) };
         if let Some(rows) = &rows {
-            let region = ImageRegion {
-                image: self.image.raw(),
-                layout: vk::ImageLayout::GENERAL,
-                aspect: vk::ImageAspectFlags::COLOR,
-                mip: 0,
-                layer: 0,
-                offset: [0, rows.start, 0],
-                extent: [width, rows.end - rows.start, 1],
-            };
+            let extent = [width, rows.end - rows.start, 1];
+            let region = ImageRegion::new(&self.image, 0, [0, rows.start, 0], extent);
             uploader.write_image(&region, &self.table.row_bytes(rows.clone()))?;
             self.uploaded_once = true;
         }
         Ok(rows)
     }
 
-    fn destroy(self, _device: &Device) {
-        drop(self.view);
-        drop(self.image);
+    fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
+        self.view.used_until(until)?;
+        self.image.used_until(until)
     }
 }
 
@@ -641,9 +686,15 @@ impl IndirectionTexture {
 /// the slots of resident tiles; [`SoftwareTilePool::flush`] makes it all visible to shaders, which
 /// sample it through `residency_software.glsl` (the pool's atlas view and this image's
 /// [`indirection_view`](Self::indirection_view)).
+///
+/// It is released when dropped: its slots go back to its pool, and its indirection texture is
+/// destroyed, once the GPU work that may sample it has completed (residency's own submissions
+/// before the drop and the uses declared with [`SoftwareImage::used_until`]). It keeps its pool's
+/// state (the atlas) alive.
 #[derive(Debug)]
-#[must_use = "a software image is released only by destroying it through its pool"]
 pub struct SoftwareImage {
+    /// Its slots (returned to the pool on release) and its pool's state, kept alive.
+    life: std::sync::Arc<Life>,
     name: String,
     desc: residency_core::tiles::SparseImageDesc,
     residency: residency_core::tiles::SparseResidency,
@@ -659,23 +710,32 @@ impl SoftwareImage {
         name: &str,
         desc: &residency_core::tiles::SparseImageDesc,
     ) -> Result<SoftwareImage, SoftwareError> {
-        if desc.format != pool.format {
+        let shared = &pool.shared;
+        if desc.format != shared.format {
             return Err(SoftwareError::FormatMismatch {
                 name: name.to_owned(),
                 image: desc.format,
-                pool: pool.format,
+                pool: shared.format,
             });
         }
-        let layout = residency_core::tiles::software_layout(desc, pool.border)?;
-        let table = Indirection::new(&layout, pool.atlas_layout)?;
-        let serial = pool.next_image.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let layout = residency_core::tiles::software_layout(desc, shared.border)?;
+        let table = Indirection::new(&layout, shared.atlas_layout)?;
+        let serial = shared.next_image.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if serial >= 1 << 20 {
             return Err(SoftwareError::TooManyImages { limit: (1 << 20) - 1 });
         }
-        let owner = residency_core::tiles::ImageId(pool.pool_id << 20 | serial);
-        let indirection = IndirectionTexture::new(&pool.device, name, table)?;
+        let owner = residency_core::tiles::ImageId(shared.pool_id << 20 | serial);
+        let indirection = IndirectionTexture::new(&shared.device, name, table)?;
         let tile_pool = pool.with_pool(|p| p.id());
+        let tiles: std::sync::Weak<dyn TileOwner> = std::sync::Arc::downgrade(shared) as _;
+        let life = Life::new(
+            std::sync::Arc::clone(&shared.device),
+            Garbage::Tiles(TileReturn { pool: tiles, owner }),
+            Some(std::sync::Arc::clone(shared) as std::sync::Arc<dyn Parent>),
+        );
+        shared.images.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(SoftwareImage {
+            life,
             name: name.to_owned(),
             desc: *desc,
             residency: residency_core::tiles::SparseResidency::new(tile_pool, owner, &layout),
@@ -687,6 +747,19 @@ impl SoftwareImage {
     /// Its name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The device it lives on (kept alive by the image).
+    pub fn device(&self) -> &std::sync::Arc<Device> {
+        self.life.device()
+    }
+
+    /// Declares that GPU work the renderer submitted itself samples the image (its indirection
+    /// and its atlas slots) until `until`; see [`Buffer::used_until`](crate::Buffer::used_until).
+    /// Dropping the image earlier defers its release, and the return of its slots, until then.
+    pub fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
+        self.life.used_until(until)?;
+        self.indirection.used_until(until)
     }
 
     /// Its description.
@@ -793,11 +866,12 @@ impl SoftwareImage {
         if let Some(&missing) = tiles.iter().find(|&&t| !table.is_resident(t)) {
             return Err(SoftwareError::NotResident { name: self.name.clone(), mip, tile: missing.0 });
         }
-        let side = pool.atlas_layout.tile_side;
+        let shared = &*pool.shared;
+        let side = shared.atlas_layout.tile_side;
         for &tile in &tiles {
             let c = layout.tile_coord(tile).expect("tile of the layout");
             let physical = table.get(tile).expect("checked resident");
-            let [ox, oy] = pool.atlas_layout.slot_origin(physical)?;
+            let [ox, oy] = shared.atlas_layout.slot_origin(physical)?;
             // The part of the region inside this tile, in texture texels.
             let x0 = region.offset[0].max(c.x * side);
             let y0 = region.offset[1].max(c.y * side);
@@ -809,33 +883,12 @@ impl SoftwareImage {
                     * texel as usize;
                 part.extend_from_slice(&data[row..row + (x1 - x0) as usize * texel as usize]);
             }
-            let target = ImageRegion {
-                image: pool.atlas.raw(),
-                layout: vk::ImageLayout::GENERAL,
-                aspect: vk::ImageAspectFlags::COLOR,
-                mip: 0,
-                layer: 0,
-                offset: [ox + pool.border + (x0 - c.x * side), oy + pool.border + (y0 - c.y * side), 0],
-                extent: [x1 - x0, y1 - y0, 1],
-            };
+            let offset = [ox + shared.border + (x0 - c.x * side), oy + shared.border + (y0 - c.y * side), 0];
+            let target = ImageRegion::new(&shared.atlas, 0, offset, [x1 - x0, y1 - y0, 1]);
             uploader.write_image(&target, &part)?;
             self.written.insert(tile);
         }
         Ok(())
-    }
-
-    /// Destroys the image: its tiles go back to the pool. GPU work using it must have completed.
-    ///
-    /// Through a pool other than its own it frees nothing and destroys nothing (freeing another
-    /// pool's slots would alias them; the other pool's device may not be the image's): the error
-    /// is logged and the image stays behind as a leak, reported at teardown.
-    pub fn destroy(self, pool: &SoftwareTilePool) {
-        if let Err(e) = self.check_pool(pool) {
-            tracing::error!(image = %self.name, error = %e, "software image destroyed through the wrong pool; leaked");
-            return;
-        }
-        pool.with_pool(|p| p.free_owner(self.residency.owner()));
-        self.indirection.destroy(&pool.device);
     }
 }
 
@@ -848,6 +901,14 @@ impl ResidencyBackend for SoftwareImage {
 
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn device(&self) -> &std::sync::Arc<Device> {
+        self.life.device()
+    }
+
+    fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
+        SoftwareImage::used_until(self, until)
     }
 
     fn residency(&self) -> &residency_core::tiles::SparseResidency {

@@ -13,6 +13,12 @@
 //! transition applies to whole subresources and would discard the contents of resident tiles.
 //! Releasing tiles requires that GPU work reading them has completed (the streaming manager tracks
 //! that per frame; tests wait for idle).
+//!
+//! Ownership follows the crate's rules: pools, heaps, images and min-LOD maps are released on drop,
+//! deferred until the GPU work that may use them has completed. An image keeps its pool's state and
+//! heaps alive, and a heap's memory is freed only once no image has tiles of it bound on the GPU
+//! ([`TileHeaps`] counts, per heap, the tiles its completed binds left bound), through the device's
+//! retire queue. A dropped image's tiles go back to its pool when its garbage is destroyed.
 
 use crate::device::Device;
 use crate::error::{VkResultExt, VulkanError};
@@ -20,16 +26,19 @@ use crate::format_map::{aspect, vk_format};
 use crate::ledger::{FaultSite, ObjectId};
 use crate::memory::{MemoryBlock, MemoryError, RawMemoryDesc};
 use crate::residency_backend::{Checked, ResidencyBackend};
+use crate::retire::{ForeignUse, Garbage, GpuUse, Life, Parent, PendingUses, TileOwner, TileReturn};
 use ash::vk;
 use residency_core::memory::{memory_type_candidates, MemoryIntent};
+use residency_core::sync::LastUses;
 use residency_core::tiles::{
     plan_binds, BindPlanError, BindPlanOptions, CommitError, DeviceMipTail, HeapIndex, ImageId, LayoutError,
-    LayoutLimits, PendingChanges, PoolError, PoolId, PoolStats, ResidencyChanges, ShapeError,
+    LayoutLimits, PendingChanges, PhysicalTile, PoolError, PoolId, PoolStats, ResidencyChanges, ShapeError,
     SparseDimension, SparseFormatInfo, SparseImageDesc, SparseImageLayout, SparseResidency, TexelRegion,
     TileIndex, TilePool, TilePoolDesc,
 };
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
 /// A sparse operation failed; nothing changed.
@@ -80,41 +89,123 @@ pub enum SparseError {
     Vulkan(#[from] VulkanError),
 }
 
-struct PoolState {
-    pool: TilePool,
-    heaps: TileHeaps,
-}
-
-/// The `VkDeviceMemory` behind the heaps of a [`TilePool`]: one allocation per `HeapIndex`, made when
-/// the pool adds the heap and freed when it releases it. A [`SparseTilePool`] has one for its own
-/// pool; streaming keeps one for the streaming manager's pool.
-///
-/// The heaps serve one pool: the first one given to [`ensure`](Self::ensure) or
-/// [`bind`](Self::bind). Any other pool is refused with [`CommitError::WrongPool`], changing
-/// nothing: its heap indices would name this pool's memory.
-pub struct TileHeaps {
-    device: Arc<Device>,
-    memory_type: u32,
-    heaps: Vec<Option<MemoryBlock>>,
-    pool: Option<PoolId>,
-    /// Marks the images made for these heaps ([`SparseImage::new_external`]).
+/// One heap's memory, and the serial its bound tiles are counted under (the pool may reuse a heap
+/// index while the memory it named before is still bound).
+#[derive(Debug)]
+struct Heap {
+    block: MemoryBlock,
     serial: u64,
 }
 
-static NEXT_HEAPS: AtomicU64 = AtomicU64::new(1);
+/// A tile, or a whole mip tail, of one image as the GPU has it bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Bound {
+    Tile(u32),
+    Tail(u32),
+}
 
-impl std::fmt::Debug for TileHeaps {
+/// The heaps of a [`TileHeaps`] or a [`SparseTilePool`] and what the GPU has bound in them.
+#[derive(Debug, Default)]
+struct HeapsState {
+    heaps: Vec<Option<Heap>>,
+    pool: Option<PoolId>,
+    /// Per image (its key): the heap serials of every tile and tail the GPU has bound (one per
+    /// physical tile), as the last completed binds left them.
+    bound: HashMap<u64, HashMap<Bound, Vec<u64>>>,
+    /// Per heap serial: how many tiles the GPU has bound in it.
+    counts: HashMap<u64, u64>,
+    /// Heaps the pool released while the GPU still had tiles of an image bound in them (an unbind
+    /// not flushed yet, an image not destroyed yet): freed when the last of those goes.
+    released: Vec<Heap>,
+    next_serial: u64,
+}
+
+impl HeapsState {
+    fn memory(&self, heap: HeapIndex) -> vk::DeviceMemory {
+        self.heaps
+            .get(heap.0 as usize)
+            .and_then(Option::as_ref)
+            .map(|h| h.block.memory)
+            .expect("heaps exist for every bound tile")
+    }
+
+    fn serial(&self, tile: PhysicalTile) -> u64 {
+        self.heaps
+            .get(tile.heap.0 as usize)
+            .and_then(Option::as_ref)
+            .map(|h| h.serial)
+            .expect("heaps exist for every bound tile")
+    }
+
+    /// `image`'s `key` is now bound to the heaps `serials` (`None`: unbound).
+    fn rebind(&mut self, image: u64, key: Bound, serials: Option<Vec<u64>>) {
+        let map = self.bound.entry(image).or_default();
+        let old = map.remove(&key);
+        if let Some(serials) = serials {
+            for &s in &serials {
+                *self.counts.entry(s).or_default() += 1;
+            }
+            map.insert(key, serials);
+        }
+        if map.is_empty() {
+            self.bound.remove(&image);
+        }
+        for s in old.into_iter().flatten() {
+            self.unbound(s);
+        }
+    }
+
+    fn unbound(&mut self, serial: u64) {
+        if let Some(count) = self.counts.get_mut(&serial) {
+            *count -= 1;
+            if *count == 0 {
+                self.counts.remove(&serial);
+            }
+        }
+    }
+
+    /// Released heaps nothing is bound in any more.
+    fn unbound_released(&mut self) -> Vec<Heap> {
+        let (free, kept) = std::mem::take(&mut self.released)
+            .into_iter()
+            .partition(|h: &Heap| !self.counts.contains_key(&h.serial));
+        self.released = kept;
+        free
+    }
+}
+
+/// The memory of a set of tile heaps, shared by their owner ([`TileHeaps`], [`SparseTilePool`]) and
+/// the images bound to them, which keep it alive: memory bound to a live sparse image is never
+/// freed.
+pub(crate) struct HeapsShared {
+    device: Arc<Device>,
+    name: String,
+    memory_type: u32,
+    /// Marks the images made for these heaps ([`SparseImage::new_external`]).
+    serial: u64,
+    state: Mutex<HeapsState>,
+    /// Uses declared on the heaps (or their pool) and the uses of deferred images bound to them.
+    pending: PendingUses,
+    /// Live images whose parent these heaps are.
+    images: AtomicU64,
+}
+
+impl std::fmt::Debug for HeapsShared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.lock();
         f.debug_struct("TileHeaps")
+            .field("name", &self.name)
             .field("memory_type", &self.memory_type)
-            .field("heaps", &self.heaps.iter().flatten().count())
+            .field("heaps", &state.heaps.iter().flatten().count())
+            .field("released_but_bound", &state.released.len())
             .finish()
     }
 }
 
-impl TileHeaps {
-    /// Heap memory for sparse images on `device` (device-local, of a type sparse images accept).
-    pub fn new(device: Arc<Device>, name: &str) -> Result<TileHeaps, SparseError> {
+static NEXT_HEAPS: AtomicU64 = AtomicU64::new(1);
+
+impl HeapsShared {
+    fn new(device: Arc<Device>, name: &str) -> Result<HeapsShared, SparseError> {
         if device.sparse_queue().is_none() || !device.features().sparse_residency_image_2d {
             return Err(SparseError::NoSparseQueue);
         }
@@ -134,23 +225,24 @@ impl TileHeaps {
                     allowed_bits: bits,
                     intent: MemoryIntent::DeviceLocal,
                 })?;
-        Ok(TileHeaps {
+        Ok(HeapsShared {
             device,
+            name: name.to_owned(),
             memory_type,
-            heaps: Vec::new(),
-            pool: None,
             serial: NEXT_HEAPS.fetch_add(1, Ordering::Relaxed),
+            state: Mutex::new(HeapsState::default()),
+            pending: PendingUses::default(),
+            images: AtomicU64::new(0),
         })
     }
 
-    /// The pool these heaps serve, once one was given.
-    pub fn pool(&self) -> Option<PoolId> {
-        self.pool
+    fn lock(&self) -> std::sync::MutexGuard<'_, HeapsState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Whether these heaps may serve `pool`: the pool they serve, or any while they serve none.
-    fn check_serves(&self, pool: &TilePool) -> Result<(), CommitError> {
-        match self.pool {
+    fn check_serves(state: &HeapsState, pool: &TilePool) -> Result<(), CommitError> {
+        match state.pool {
             Some(owner) if owner != pool.id() => {
                 Err(CommitError::WrongPool { pool: pool.desc().name.clone(), given: pool.id(), owner })
             }
@@ -158,27 +250,24 @@ impl TileHeaps {
         }
     }
 
-    /// The memory type of the heaps.
-    pub fn memory_type(&self) -> u32 {
-        self.memory_type
-    }
-
-    /// Allocates the memory of `heaps` of `pool` that has none yet; returns how many were made.
-    /// `pool` must be the pool these heaps serve (the first call makes it so) and `heaps` live heaps
-    /// of it; else a typed error and nothing allocated.
-    pub fn ensure(&mut self, pool: &TilePool, heaps: &[HeapIndex]) -> Result<u64, SparseError> {
-        self.check_serves(pool)?;
+    fn ensure(
+        &self,
+        state: &mut HeapsState,
+        pool: &TilePool,
+        heaps: &[HeapIndex],
+    ) -> Result<u64, SparseError> {
+        Self::check_serves(state, pool)?;
         if let Some(missing) = heaps.iter().find(|&&h| pool.heap_tiles(h).is_none()) {
             return Err(CommitError::Pool(PoolError::UnknownHeap(missing.0)).into());
         }
-        self.pool = Some(pool.id());
+        state.pool = Some(pool.id());
         let mut added = 0;
         for &heap in heaps {
             let index = heap.0 as usize;
-            if self.heaps.len() <= index {
-                self.heaps.resize_with(index + 1, || None);
+            if state.heaps.len() <= index {
+                state.heaps.resize_with(index + 1, || None);
             }
-            if self.heaps[index].is_some() {
+            if state.heaps[index].is_some() {
                 continue;
             }
             let size = u64::from(pool.heap_tiles(heap).expect("checked live")) * pool.tile_bytes();
@@ -190,27 +279,152 @@ impl TileHeaps {
                 allow_over_budget: false,
                 dedicated: None,
             };
-            self.heaps[index] = Some(MemoryBlock::new(&self.device, desc, 1)?);
+            let block = MemoryBlock::new(&self.device, desc, 1)?;
+            state.next_serial += 1;
+            state.heaps[index] = Some(Heap { block, serial: state.next_serial });
             added += 1;
         }
         Ok(added)
     }
 
-    /// Frees the memory of released heaps (nothing may be bound to them any more).
-    pub fn release(&mut self, heaps: &[HeapIndex]) {
+    /// The pool released `heaps`: their memory retires after the work residency submitted so far
+    /// and the uses declared, once no image has tiles bound in it.
+    fn release(&self, state: &mut HeapsState, heaps: &[HeapIndex]) {
         for heap in heaps {
-            if let Some(block) = self.heaps.get_mut(heap.0 as usize).and_then(Option::take) {
-                block.destroy(&self.device);
+            if let Some(heap) = state.heaps.get_mut(heap.0 as usize).and_then(Option::take) {
+                if state.counts.contains_key(&heap.serial) {
+                    state.released.push(heap);
+                } else {
+                    self.retire(heap);
+                }
             }
         }
     }
 
-    fn memory(&self, heap: HeapIndex) -> vk::DeviceMemory {
-        self.heaps
-            .get(heap.0 as usize)
-            .and_then(Option::as_ref)
-            .map(|b| b.memory)
-            .expect("heaps exist for every bound tile")
+    /// Binds of `image` completed: the GPU has `changes` bound.
+    fn record(&self, state: &mut HeapsState, image: u64, changes: &ResidencyChanges) {
+        for change in &changes.tiles {
+            let serials = change.physical.map(|p| vec![state.serial(p)]);
+            state.rebind(image, Bound::Tile(change.tile.0), serials);
+        }
+        for change in &changes.tails {
+            let serials = change.physical.as_ref().map(|p| p.iter().map(|&t| state.serial(t)).collect());
+            state.rebind(image, Bound::Tail(change.tail), serials);
+        }
+        for heap in state.unbound_released() {
+            self.retire(heap);
+        }
+    }
+
+    /// `image` was destroyed: nothing of it is bound any more.
+    fn forget(&self, image: u64) {
+        let mut state = self.lock();
+        for serial in state.bound.remove(&image).into_iter().flat_map(HashMap::into_values).flatten() {
+            state.unbound(serial);
+        }
+        for heap in state.unbound_released() {
+            self.retire(heap);
+        }
+    }
+
+    fn retire(&self, heap: Heap) {
+        self.device.retire(Garbage::Memory(Box::new(heap.block)), self.pending.get());
+    }
+}
+
+impl Parent for HeapsShared {
+    fn note_pending(&self, uses: &LastUses) {
+        self.pending.note(uses);
+    }
+
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn child_released(&self) {
+        self.images.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Drop for HeapsShared {
+    fn drop(&mut self) {
+        // No image bound to these heaps is alive (each holds them); images still waiting for the
+        // GPU retire before this memory, which waits for their uses too.
+        let uses = self.pending.take();
+        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        let heaps = state.heaps.drain(..).flatten().chain(state.released.drain(..));
+        for heap in heaps.collect::<Vec<_>>() {
+            self.device.retire(Garbage::Memory(Box::new(heap.block)), uses.clone());
+        }
+    }
+}
+
+/// The `VkDeviceMemory` behind the heaps of a [`TilePool`]: one allocation per `HeapIndex`, made when
+/// the pool adds the heap and released when it releases it. A [`SparseTilePool`] has one for its own
+/// pool; streaming keeps one for the streaming manager's pool.
+///
+/// The heaps serve one pool: the first one given to [`ensure`](Self::ensure) or
+/// [`bind`](Self::bind). Any other pool is refused with [`CommitError::WrongPool`], changing
+/// nothing: its heap indices would name this pool's memory.
+///
+/// **Lifetimes.** The images made for these heaps ([`SparseImage::new_external`]) keep their memory
+/// alive: dropping the `TileHeaps` first is safe (the memory goes with the last image). A heap's
+/// memory is freed only once no image has tiles of it bound on the GPU (as the completed binds
+/// left them; a destroyed image has none) and, through the device's retire queue, after the work
+/// residency submitted before its release and the uses declared with
+/// [`used_until`](Self::used_until).
+pub struct TileHeaps {
+    shared: Arc<HeapsShared>,
+}
+
+impl std::fmt::Debug for TileHeaps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.shared.fmt(f)
+    }
+}
+
+impl TileHeaps {
+    /// Heap memory for sparse images on `device` (device-local, of a type sparse images accept).
+    pub fn new(device: Arc<Device>, name: &str) -> Result<TileHeaps, SparseError> {
+        Ok(TileHeaps { shared: Arc::new(HeapsShared::new(device, name)?) })
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Arc<Device> {
+        &self.shared.device
+    }
+
+    /// The pool these heaps serve, once one was given.
+    pub fn pool(&self) -> Option<PoolId> {
+        self.shared.lock().pool
+    }
+
+    /// The memory type of the heaps.
+    pub fn memory_type(&self) -> u32 {
+        self.shared.memory_type
+    }
+
+    /// Declares that GPU work the renderer submitted itself uses the heaps' memory (through their
+    /// images) until `until`: a heap released or dropped earlier is freed only then. Work residency
+    /// submits needs no declaration. A use of another device is refused.
+    pub fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
+        self.shared.pending.used_until(&self.shared.device, until)
+    }
+
+    /// Allocates the memory of `heaps` of `pool` that has none yet; returns how many were made.
+    /// `pool` must be the pool these heaps serve (the first call makes it so) and `heaps` live heaps
+    /// of it; else a typed error and nothing allocated.
+    pub fn ensure(&mut self, pool: &TilePool, heaps: &[HeapIndex]) -> Result<u64, SparseError> {
+        let mut state = self.shared.lock();
+        self.shared.ensure(&mut state, pool, heaps)
+    }
+
+    /// Releases the memory of heaps the pool released. It is freed once no image has tiles of it
+    /// bound on the GPU (bind the pool's unbinds first, or drop the images) and the GPU work that
+    /// may use it has completed (see the type's lifetimes).
+    pub fn release(&mut self, heaps: &[HeapIndex]) {
+        let mut state = self.shared.lock();
+        self.shared.release(&mut state, heaps);
     }
 
     /// Applies residency changes made against `pool` (by a streaming manager, say) to images that
@@ -230,9 +444,11 @@ impl TileHeaps {
         items: &[(&SparseImage, &ResidencyChanges)],
         options: BindPlanOptions,
     ) -> Result<BindStats, SparseError> {
-        self.check_serves(pool)?;
+        let shared = &*self.shared;
+        let mut state = shared.lock();
+        HeapsShared::check_serves(&state, pool)?;
         for (image, changes) in items {
-            if image.external != Some(self.serial) {
+            if image.external != Some(shared.serial) {
                 return Err(SparseError::Incompatible {
                     name: image.name.clone(),
                     reason: "bound through tile heaps it was not made for (SparseImage::new_external)".into(),
@@ -271,7 +487,7 @@ impl TileHeaps {
             }
         }
         let all: Vec<HeapIndex> = pool.heap_indices().collect();
-        let heaps_added = self.ensure(pool, &all)?;
+        let heaps_added = shared.ensure(&mut state, pool, &all)?;
         let mut plans = Vec::with_capacity(items.len());
         for (image, changes) in items {
             plans.push((
@@ -280,7 +496,10 @@ impl TileHeaps {
                 plan_binds(image.layout(), &changes.tiles, &changes.tails, options)?,
             ));
         }
-        let mut stats = submit_plans(&self.device, &plans, self, pool.tile_bytes())?;
+        let mut stats = submit_plans(&shared.device, &plans, &state, pool.tile_bytes())?;
+        for (image, changes) in items {
+            shared.record(&mut state, image.key, changes);
+        }
         stats.heaps_added = heaps_added;
         Ok(stats)
     }
@@ -288,8 +507,13 @@ impl TileHeaps {
 
 impl Drop for TileHeaps {
     fn drop(&mut self) {
-        for block in self.heaps.drain(..).flatten() {
-            block.destroy(&self.device);
+        let live = self.shared.images.load(Ordering::Relaxed);
+        if live != 0 {
+            tracing::warn!(
+                heaps = %self.shared.name,
+                images = live,
+                "tile heaps dropped with live images: their memory stays until the last of them is released"
+            );
         }
     }
 }
@@ -299,7 +523,7 @@ impl Drop for TileHeaps {
 fn submit_plans(
     device: &Device,
     plans: &[(vk::Image, vk::ImageAspectFlags, residency_core::tiles::BindPlan)],
-    heaps: &TileHeaps,
+    heaps: &HeapsState,
     tile_bytes: u64,
 ) -> Result<BindStats, SparseError> {
     let mut stats = BindStats::default();
@@ -384,20 +608,72 @@ fn submit_plans(
 }
 
 /// The physical tiles shared by a device's sparse images.
+///
+/// **Lifetimes.** Its images keep its state alive (the core pool, the heaps and their memory):
+/// dropping the pool while images hold tiles is safe, and the memory goes with the last image.
+/// A dropped image's tiles come back to the pool once the GPU work that may use the image has
+/// completed (it retires through the device's retire queue), whether or not the pool handle is
+/// still there.
 pub struct SparseTilePool {
+    shared: Arc<SparsePoolShared>,
+}
+
+/// The state of a [`SparseTilePool`], shared with its images.
+pub(crate) struct SparsePoolShared {
     device: Arc<Device>,
-    memory_type: u32,
-    state: Mutex<PoolState>,
+    name: String,
+    pool: Mutex<TilePool>,
+    heaps: Arc<HeapsShared>,
     next_image: AtomicU32,
     pool_id: u32,
     /// The core pool's identity (it never changes).
     tile_pool: PoolId,
+    /// Live images of the pool.
+    images: AtomicU64,
     id: ObjectId,
+}
+
+impl SparsePoolShared {
+    fn with_pool<R>(&self, f: impl FnOnce(&mut TilePool) -> R) -> R {
+        f(&mut self.pool.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+impl TileOwner for SparsePoolShared {
+    fn free_owner(&self, owner: ImageId) {
+        self.with_pool(|p| p.free_owner(owner));
+    }
+}
+
+impl Parent for SparsePoolShared {
+    fn note_pending(&self, uses: &LastUses) {
+        // The pool's memory is its heaps': they wait for the deferred image.
+        self.heaps.note_pending(uses);
+    }
+
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn child_released(&self) {
+        self.images.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Drop for SparsePoolShared {
+    fn drop(&mut self) {
+        // Tiles still counted in the pool belong to images waiting for the GPU; they never come
+        // back (the pool is gone) and the heaps retire after those images.
+        self.device.ledger().untrack(self.id);
+    }
 }
 
 impl std::fmt::Debug for SparseTilePool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SparseTilePool").field("memory_type", &self.memory_type).finish_non_exhaustive()
+        f.debug_struct("SparseTilePool")
+            .field("name", &self.shared.name)
+            .field("memory_type", &self.shared.heaps.memory_type)
+            .finish_non_exhaustive()
     }
 }
 
@@ -421,56 +697,68 @@ pub struct BindStats {
 impl SparseTilePool {
     /// Creates a pool on `device`; heaps are allocated when tiles are first needed.
     pub fn new(device: Arc<Device>, desc: TilePoolDesc) -> Result<SparseTilePool, SparseError> {
-        let mut heaps = TileHeaps::new(Arc::clone(&device), &desc.name)?;
-        let memory_type = heaps.memory_type();
+        let heaps = HeapsShared::new(Arc::clone(&device), &desc.name)?;
+        let name = desc.name.clone();
         let id = device.ledger().track("sparse tile pool", desc.name.as_str());
         let pool = TilePool::new(desc);
         let tile_pool = pool.id();
-        heaps.pool = Some(tile_pool);
+        heaps.lock().pool = Some(tile_pool);
         Ok(SparseTilePool {
-            device,
-            memory_type,
-            state: Mutex::new(PoolState { pool, heaps }),
-            next_image: AtomicU32::new(1),
-            pool_id: NEXT_POOL.fetch_add(1, Ordering::Relaxed),
-            tile_pool,
-            id,
+            shared: Arc::new(SparsePoolShared {
+                device,
+                name,
+                pool: Mutex::new(pool),
+                heaps: Arc::new(heaps),
+                next_image: AtomicU32::new(1),
+                pool_id: NEXT_POOL.fetch_add(1, Ordering::Relaxed),
+                tile_pool,
+                images: AtomicU64::new(0),
+                id,
+            }),
         })
     }
 
     /// The device.
     pub fn device(&self) -> &Arc<Device> {
-        &self.device
+        &self.shared.device
     }
 
     /// The identity of its core tile pool (what its images' residency names).
     pub fn id(&self) -> PoolId {
-        self.tile_pool
+        self.shared.tile_pool
     }
 
     /// The tile pool's statistics (tiles used and free per heap, runs, fragmentation).
     pub fn stats(&self) -> PoolStats {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).pool.stats()
+        self.with_pool(|p| p.stats())
     }
 
     /// Tiles in use.
     pub fn used_tiles(&self) -> u64 {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).pool.used_tiles()
+        self.with_pool(|p| p.used_tiles())
     }
 
     /// Checks the tile pool's invariants (runs in bounds, free lists and owners consistent). For
     /// tests and debugging; a failure is a bug in the library.
     pub fn check_invariants(&self) -> Result<(), residency_core::tiles::PoolInvariantError> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).pool.check_invariants()
+        self.with_pool(|p| p.check_invariants())
     }
 
     /// Changes the budget (in tiles). Tiles already in use stay.
     pub fn set_budget_tiles(&self, tiles: u32) {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).pool.set_budget_tiles(tiles);
+        self.with_pool(|p| p.set_budget_tiles(tiles));
+    }
+
+    /// Declares that GPU work the renderer submitted itself uses the pool's memory (through its
+    /// images) until `until`: a heap trimmed, or the pool's memory once the pool and its images
+    /// are gone, is freed only then (declare per image with [`SparseImage::used_until`]). A use of
+    /// another device is refused.
+    pub fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
+        self.shared.heaps.pending.used_until(&self.shared.device, until)
     }
 
     fn with_pool<R>(&self, f: impl FnOnce(&mut TilePool) -> R) -> R {
-        f(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()).pool)
+        self.shared.with_pool(f)
     }
 
     /// Binds and unbinds everything the given images queued since their last flush, in one
@@ -495,11 +783,13 @@ impl SparseTilePool {
         images: &mut [&mut SparseImage],
         options: BindPlanOptions,
     ) -> Result<BindStats, SparseError> {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let state = &mut *state;
-        match flush_pending(&self.device, state, images, options) {
+        let shared = &*self.shared;
+        let mut pool = shared.pool.lock().unwrap_or_else(|e| e.into_inner());
+        let mut heaps = shared.heaps.lock();
+        match flush_pending(shared, &pool, &mut heaps, images, options) {
             Ok(stats) => {
                 for image in images.iter_mut() {
+                    shared.heaps.record(&mut heaps, image.key, image.pending.changes());
                     image.flushed();
                 }
                 Ok(stats)
@@ -510,15 +800,15 @@ impl SparseTilePool {
                 let added: Vec<HeapIndex> =
                     images.iter().flat_map(|i| i.pending.changes().heaps_added.iter().copied()).collect();
                 for image in images.iter_mut() {
-                    image.roll_back(&mut state.pool);
+                    image.roll_back(&mut pool);
                 }
                 // Heaps made for those commits go again, unless that would take heaps that were
                 // empty before (trimming is the application's call).
                 let empty: Vec<HeapIndex> =
-                    state.pool.stats().heaps.iter().filter(|h| h.used == 0).map(|h| h.heap).collect();
+                    pool.stats().heaps.iter().filter(|h| h.used == 0).map(|h| h.heap).collect();
                 if !empty.is_empty() && empty.iter().all(|h| added.contains(h)) {
-                    let released = state.pool.trim();
-                    state.heaps.release(&released);
+                    let released = pool.trim();
+                    shared.heaps.release(&mut heaps, &released);
                 }
                 Err(e)
             }
@@ -530,20 +820,21 @@ impl SparseTilePool {
 /// commit may already hold another image's tiles), plans every image's queued changes and binds
 /// them in one submission.
 fn flush_pending(
-    device: &Device,
-    state: &mut PoolState,
+    shared: &SparsePoolShared,
+    pool: &TilePool,
+    heaps: &mut HeapsState,
     images: &[&mut SparseImage],
     options: BindPlanOptions,
 ) -> Result<BindStats, SparseError> {
-    let all: Vec<HeapIndex> = state.pool.heap_indices().collect();
-    let heaps_added = state.heaps.ensure(&state.pool, &all)?;
+    let all: Vec<HeapIndex> = pool.heap_indices().collect();
+    let heaps_added = shared.heaps.ensure(heaps, pool, &all)?;
     let mut plans = Vec::with_capacity(images.len());
     for image in images {
         let pending = image.pending.changes();
         let plan = plan_binds(image.residency.layout(), &pending.tiles, &pending.tails, options)?;
         plans.push((image.raw, aspect(image.desc.format), plan));
     }
-    let mut stats = submit_plans(device, &plans, &state.heaps, state.pool.tile_bytes())?;
+    let mut stats = submit_plans(&shared.device, &plans, heaps, pool.tile_bytes())?;
     stats.heaps_added = heaps_added;
     Ok(stats)
 }
@@ -620,25 +911,27 @@ fn submit_binds(
 }
 
 impl SparseTilePool {
-    /// Releases heaps that hold no tiles.
+    /// Releases heaps that hold no tiles. Their memory is freed once no image still has tiles of
+    /// them bound on the GPU (flush the images' releases first) and the GPU work that may use it
+    /// has completed.
     pub fn trim(&self) {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let released = state.pool.trim();
-        state.heaps.release(&released);
+        let mut pool = self.shared.pool.lock().unwrap_or_else(|e| e.into_inner());
+        let released = pool.trim();
+        let mut heaps = self.shared.heaps.lock();
+        self.shared.heaps.release(&mut heaps, &released);
     }
 }
 
 impl Drop for SparseTilePool {
     fn drop(&mut self) {
-        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
-        for (owner, tiles) in state.pool.leaks() {
-            tracing::error!(
-                owner = owner.0,
-                tiles,
-                "sparse tile pool dropped while an image still holds tiles"
+        let live = self.shared.images.load(Ordering::Relaxed);
+        if live != 0 {
+            tracing::warn!(
+                pool = %self.shared.name,
+                images = live,
+                "sparse tile pool dropped with live images: its tiles and heaps stay until the last of them is released"
             );
         }
-        self.device.ledger().untrack(self.id);
     }
 }
 
@@ -666,10 +959,14 @@ fn opaque_infos<'a>(
         .collect()
 }
 
-/// A partially resident image.
+/// A partially resident image. It is released when dropped: its tiles go back to its pool, and its
+/// `VkImage` and view are destroyed, once the GPU work that may use it has completed (residency's
+/// own submissions before the drop and the uses declared with [`SparseImage::used_until`]). It
+/// keeps what it points into alive: its device, and its pool's state and heaps (or the
+/// [`TileHeaps`] it was made for), so memory bound to a live sparse image is never freed.
 #[derive(Debug)]
-#[must_use = "a sparse image is released only by destroying it through its pool"]
 pub struct SparseImage {
+    life: Arc<Life>,
     raw: vk::Image,
     view: vk::ImageView,
     desc: SparseImageDesc,
@@ -679,7 +976,55 @@ pub struct SparseImage {
     pending: PendingChanges,
     /// For an image made by [`SparseImage::new_external`]: the serial of its [`TileHeaps`].
     external: Option<u64>,
+    /// What its heaps know its bindings by.
+    key: u64,
+}
+
+static NEXT_SPARSE_IMAGE: AtomicU64 = AtomicU64::new(1);
+
+/// What a dropped sparse image leaves behind: destroyed once the GPU is done with it.
+#[derive(Debug)]
+pub(crate) struct SparseImageGarbage {
+    raw: vk::Image,
+    view: vk::ImageView,
     id: ObjectId,
+    key: u64,
+    /// Its heaps, to forget its bindings (weak: the retire queue keeps nothing alive).
+    heaps: Weak<HeapsShared>,
+    /// Its tiles, back to its pool (none for an image of [`SparseImage::new_external`]).
+    tiles: Option<TileReturn>,
+}
+
+impl SparseImageGarbage {
+    pub(crate) fn destroy(self, device: &Device) {
+        // SAFETY: the image and view belong to this device, no handle to them is left and the GPU
+        // work that used them has completed (the retire queue's contract); destroying a sparse
+        // image releases its bindings.
+        unsafe {
+            device.raw().destroy_image_view(self.view, None);
+            device.raw().destroy_image(self.raw, None);
+        }
+        device.ledger().untrack(self.id);
+        if let Some(heaps) = self.heaps.upgrade() {
+            heaps.forget(self.key);
+        }
+        if let Some(tiles) = self.tiles {
+            tiles.give_back();
+        }
+    }
+}
+
+/// Where a new sparse image's memory comes from, and what it holds.
+struct Origin {
+    device: Arc<Device>,
+    heaps: Arc<HeapsShared>,
+    parent: Arc<dyn Parent>,
+    tile_bytes: u64,
+    pool: PoolId,
+    owner: ImageId,
+    /// Its tiles go back to this pool when it is destroyed.
+    tiles: Option<Weak<dyn TileOwner>>,
+    external: Option<u64>,
 }
 
 fn sparse_create_info(desc: &SparseImageDesc, storage: bool) -> vk::ImageCreateInfo<'static> {
@@ -714,16 +1059,28 @@ impl SparseImage {
         desc: &SparseImageDesc,
         storage: bool,
     ) -> Result<SparseImage, SparseError> {
-        let owner = ImageId(pool.pool_id << 20 | pool.next_image.fetch_add(1, Ordering::Relaxed));
-        let tile_bytes = pool.with_pool(|p| p.tile_bytes());
-        let residency = (pool.tile_pool, owner);
-        Self::create(&pool.device, pool.memory_type, tile_bytes, residency, None, name, desc, storage)
+        let shared = &pool.shared;
+        let owner = ImageId(shared.pool_id << 20 | shared.next_image.fetch_add(1, Ordering::Relaxed));
+        let tiles: Weak<dyn TileOwner> = Arc::downgrade(shared) as Weak<dyn TileOwner>;
+        let origin = Origin {
+            device: Arc::clone(&shared.device),
+            heaps: Arc::clone(&shared.heaps),
+            parent: Arc::clone(shared) as Arc<dyn Parent>,
+            tile_bytes: pool.with_pool(|p| p.tile_bytes()),
+            pool: shared.tile_pool,
+            owner,
+            tiles: Some(tiles),
+            external: None,
+        };
+        let image = Self::create(origin, name, desc, storage)?;
+        shared.images.fetch_add(1, Ordering::Relaxed);
+        Ok(image)
     }
 
     /// Creates an image whose residency someone else keeps (a streaming manager): its tiles are
     /// bound with [`TileHeaps::bind`] through `heaps` from that owner's changes, and its own page
     /// table stays empty (its residency names [`PoolId::NONE`]: every commit, release and flush
-    /// through a [`SparseTilePool`] is refused).
+    /// through a [`SparseTilePool`] is refused). It keeps `heaps`' memory alive.
     pub fn new_external(
         heaps: &TileHeaps,
         tile_bytes: u64,
@@ -732,31 +1089,30 @@ impl SparseImage {
         desc: &SparseImageDesc,
         storage: bool,
     ) -> Result<SparseImage, SparseError> {
-        let residency = (PoolId::NONE, owner);
-        Self::create(
-            &heaps.device,
-            heaps.memory_type,
+        let shared = &heaps.shared;
+        let origin = Origin {
+            device: Arc::clone(&shared.device),
+            heaps: Arc::clone(shared),
+            parent: Arc::clone(shared) as Arc<dyn Parent>,
             tile_bytes,
-            residency,
-            Some(heaps.serial),
-            name,
-            desc,
-            storage,
-        )
+            pool: PoolId::NONE,
+            owner,
+            tiles: None,
+            external: Some(shared.serial),
+        };
+        let image = Self::create(origin, name, desc, storage)?;
+        shared.images.fetch_add(1, Ordering::Relaxed);
+        Ok(image)
     }
 
-    #[allow(clippy::too_many_arguments, reason = "the private constructor behind `new` and `new_external`")]
     fn create(
-        device: &Arc<Device>,
-        memory_type: u32,
-        tile_bytes: u64,
-        (pool, owner): (PoolId, ImageId),
-        external: Option<u64>,
+        origin: Origin,
         name: &str,
         desc: &SparseImageDesc,
         storage: bool,
     ) -> Result<SparseImage, SparseError> {
-        let device = &**device;
+        let device = &*origin.device;
+        let (memory_type, tile_bytes) = (origin.heaps.memory_type, origin.tile_bytes);
         let profile = device.profile();
         let info = SparseFormatInfo::from_profile(profile, desc.format, desc.dimension)?;
         let limits = LayoutLimits::from_profile(profile);
@@ -866,15 +1222,30 @@ impl SparseImage {
             return Err(destroy(e.into()));
         }
         let id = device.ledger().track("sparse image", name);
+        let key = NEXT_SPARSE_IMAGE.fetch_add(1, Ordering::Relaxed);
+        let garbage = SparseImageGarbage {
+            raw,
+            view,
+            id,
+            key,
+            heaps: Arc::downgrade(&origin.heaps),
+            tiles: origin.tiles.map(|pool| TileReturn { pool, owner: origin.owner }),
+        };
+        let life = Life::new(
+            Arc::clone(&origin.device),
+            Garbage::SparseImage(Box::new(garbage)),
+            Some(origin.parent),
+        );
         Ok(SparseImage {
+            life,
             raw,
             view,
             desc: *desc,
             name: name.to_owned(),
-            residency: SparseResidency::new(pool, owner, &layout),
+            residency: SparseResidency::new(origin.pool, origin.owner, &layout),
             pending: PendingChanges::new(),
-            external,
-            id,
+            external: origin.external,
+            key,
         })
     }
 
@@ -900,6 +1271,19 @@ impl SparseImage {
     /// The `VkImage`.
     pub fn raw(&self) -> vk::Image {
         self.raw
+    }
+
+    /// The device it lives on (kept alive by the image).
+    pub fn device(&self) -> &Arc<Device> {
+        self.life.device()
+    }
+
+    /// Declares that GPU work the renderer submitted itself uses this image (or its view) until
+    /// `until`; see [`Buffer::used_until`](crate::Buffer::used_until). Dropping the image earlier
+    /// defers its destruction, and the return of its tiles, until then; its pool's memory waits
+    /// for it too.
+    pub fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
+        self.life.used_until(until)
     }
 
     /// A view of all its mips and layers.
@@ -982,38 +1366,6 @@ impl SparseImage {
     pub fn release_all(&mut self, pool: &SparseTilePool) -> Result<(), SparseError> {
         ResidencyBackend::release_all(self, pool)
     }
-
-    /// Destroys the image: its tiles go back to the pool (no unbind is needed for a destroyed image).
-    /// GPU work using it must have completed.
-    ///
-    /// Through a pool other than its own (or for an image of [`SparseImage::new_external`]) it
-    /// frees nothing and destroys nothing: freeing another pool's tiles would alias them and the
-    /// other pool's device may not be the image's. The error is logged, and the image and its tiles
-    /// stay behind as leaks (reported by name at teardown).
-    pub fn destroy(self, pool: &SparseTilePool) {
-        if let Err(e) = pool.with_pool(|p| self.residency.check_pool(p)) {
-            tracing::error!(image = %self.name, error = %e, "sparse image destroyed through the wrong pool; leaked");
-            return;
-        }
-        pool.with_pool(|p| p.free_owner(self.residency.owner()));
-        self.destroy_objects(&pool.device);
-    }
-
-    /// Destroys an image made by [`SparseImage::new_external`] (its owner frees the tiles in its own
-    /// pool). GPU work using it must have completed.
-    pub fn destroy_external(self, device: &Device) {
-        self.destroy_objects(device);
-    }
-
-    fn destroy_objects(self, device: &Device) {
-        // SAFETY: the image and view belong to this device and no pending work uses them (caller's
-        // contract); destroying a sparse image releases its bindings.
-        unsafe {
-            device.raw().destroy_image_view(self.view, None);
-            device.raw().destroy_image(self.raw, None);
-        }
-        device.ledger().untrack(self.id);
-    }
 }
 
 impl ResidencyBackend for SparseImage {
@@ -1025,6 +1377,14 @@ impl ResidencyBackend for SparseImage {
 
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn device(&self) -> &Arc<Device> {
+        self.life.device()
+    }
+
+    fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
+        self.life.used_until(until)
     }
 
     fn residency(&self) -> &SparseResidency {
@@ -1071,7 +1431,6 @@ impl SparseImage {
     /// the number of bytes it would read.
     pub fn read_region(
         &self,
-        device: &Device,
         layer: u32,
         mip: u32,
         region: TexelRegion,
@@ -1087,16 +1446,10 @@ impl SparseImage {
         if bytes > limit {
             return Err(SparseError::ReadbackTooLarge { bytes, limit });
         }
-        let copy = crate::upload::ImageRegion {
-            image: self.raw,
-            layout: vk::ImageLayout::GENERAL,
-            aspect: aspect(self.desc.format),
-            mip,
-            layer,
-            offset: region.offset,
-            extent: region.extent,
-        }
-        .buffer_image_copy(0);
+        let copy = crate::upload::ImageRegion::new(self, mip, region.offset, region.extent)
+            .with_layer(layer)
+            .buffer_image_copy(0);
+        let device = self.device();
         let bytes = device.copy_to_host(&self.name, bytes, |cmd, staging| {
             // SAFETY: `cmd` is recording on this device; the image (GENERAL layout) and the buffer are
             // live and the region lies in both.
@@ -1114,10 +1467,29 @@ impl SparseImage {
     }
 }
 
+impl crate::upload::Sealed for SparseImage {
+    fn target(&self) -> crate::upload::TargetInfo<'_> {
+        crate::upload::TargetInfo {
+            raw: self.raw,
+            name: &self.name,
+            format: self.desc.format,
+            extent: [self.desc.width, self.desc.height, self.desc.depth],
+            mip_levels: self.desc.mip_levels,
+            array_layers: self.desc.array_layers,
+            copy_dst: true,
+            life: &self.life,
+        }
+    }
+}
+
+impl crate::upload::ImageTarget for SparseImage {}
+
 /// The per-region min-LOD map of a 2D sparse image as a texture: one `r8_uint` texel per mip-0
 /// tile (per layer), the finest LOD whose chain down to the coarsest level is resident there
 /// (255 = nothing resident). Shaders clamp to it (`residency.glsl`); [`MinLodMap::update`] uploads
-/// the entries that changed, in the same frame as the binds.
+/// the entries that changed, in the same frame as the binds. Released when dropped, once the GPU
+/// work that may sample it has completed (declare the renderer's own with
+/// [`MinLodMap::used_until`]).
 #[derive(Debug)]
 pub struct MinLodMap {
     image: crate::Image,
@@ -1126,10 +1498,11 @@ pub struct MinLodMap {
 }
 
 impl MinLodMap {
-    /// Creates the map texture for `image` (2D images and 2D arrays). Its contents are undefined
-    /// until the first [`upload_updates`](Self::upload_updates), which writes the whole map (pass
-    /// no updates to initialize it before the first frame that samples it).
-    pub fn new(device: &Device, image: &SparseImage) -> Result<MinLodMap, SparseError> {
+    /// Creates the map texture for `image` (2D images and 2D arrays), on its device. Its contents
+    /// are undefined until the first [`upload_updates`](Self::upload_updates), which writes the
+    /// whole map (pass no updates to initialize it before the first frame that samples it).
+    pub fn new(image: &SparseImage) -> Result<MinLodMap, SparseError> {
+        let device = image.device();
         let [w, h, d] = image.residency().page_table().min_lod_extent();
         if image.desc.dimension != SparseDimension::D2 || d != 1 {
             return Err(SparseError::Incompatible {
@@ -1145,19 +1518,10 @@ impl MinLodMap {
             residency_core::usage::ImageUsage::SAMPLED | residency_core::usage::ImageUsage::COPY_DST,
         );
         desc.array_layers = image.desc.array_layers;
+        // Dropped on error: nothing is left behind.
         let texture = device.create_image(&desc)?;
-        let view = match device.create_image_view(&texture, 0..1) {
-            Ok(v) => v,
-            Err(e) => {
-                drop(texture);
-                return Err(e.into());
-            }
-        };
-        if let Err(e) = device.discard_to_general(&[&texture]) {
-            drop(view);
-            drop(texture);
-            return Err(e.into());
-        }
+        let view = device.create_image_view(&texture, 0..1)?;
+        device.discard_to_general(&[&texture])?;
         Ok(MinLodMap { image: texture, view, uploaded: false })
     }
 
@@ -1166,24 +1530,36 @@ impl MinLodMap {
         self.view.raw()
     }
 
+    /// The device it lives on.
+    pub fn device(&self) -> &Arc<Device> {
+        self.image.device()
+    }
+
+    /// Declares that GPU work the renderer submitted itself samples the map until `until` (see
+    /// [`Buffer::used_until`](crate::Buffer::used_until)).
+    pub fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
+        self.view.used_until(until)?;
+        self.image.used_until(until)
+    }
+
     /// Refreshes `image`'s min-LOD entries changed since the last update and queues their upload
     /// (the whole map the first time). Returns the number of entries uploaded.
     pub fn update(
         &mut self,
-        device: &Device,
         uploader: &crate::Uploader,
         image: &mut SparseImage,
     ) -> Result<u64, SparseError> {
         let updates = image.residency_mut().refresh_min_lod();
-        self.upload_updates(device, uploader, image.residency().page_table(), &updates)
+        self.upload_updates(uploader, image.residency().page_table(), &updates)
     }
 
     /// Queues the upload of the entries of `table`'s min-LOD map that `updates` name (all of them
     /// the first time): for images whose residency another owner keeps (a streaming manager's
-    /// changes carry the updates).
+    /// changes carry the updates). An uploader of another device is refused
+    /// ([`UploadError::WrongDevice`](crate::UploadError::WrongDevice)), as is a table whose map is
+    /// not this one's size, with nothing queued.
     pub fn upload_updates(
         &mut self,
-        _device: &Device,
         uploader: &crate::Uploader,
         table: &residency_core::tiles::PageTable,
         updates: &[residency_core::tiles::MinLodUpdate],
@@ -1202,29 +1578,23 @@ impl MinLodMap {
         let mut uploaded = 0;
         for (layer, start, end) in boxes {
             let entries = table.min_lod_layer(layer);
+            let region = crate::ImageRegion::new(
+                &self.image,
+                0,
+                [start[0], start[1], 0],
+                [end[0].saturating_sub(start[0]), end[1].saturating_sub(start[1]), 1],
+            )
+            .with_layer(layer);
+            // The region is checked against the map before its entries are read.
+            region.check()?;
             let data: Vec<u8> = (start[1]..end[1])
                 .flat_map(|y| (start[0]..end[0]).map(move |x| (y * w + x) as usize))
-                .map(|i| entries[i])
+                .map(|i| entries.get(i).copied().unwrap_or(u8::MAX))
                 .collect();
-            let region = crate::ImageRegion {
-                image: self.image.raw(),
-                layout: vk::ImageLayout::GENERAL,
-                aspect: vk::ImageAspectFlags::COLOR,
-                mip: 0,
-                layer,
-                offset: [start[0], start[1], 0],
-                extent: [end[0] - start[0], end[1] - start[1], 1],
-            };
             uploader.write_image(&region, &data)?;
             uploaded += data.len() as u64;
         }
         self.uploaded = true;
         Ok(uploaded)
-    }
-
-    /// Destroys the map texture.
-    pub fn destroy(self, _device: &Device) {
-        drop(self.view);
-        drop(self.image);
     }
 }

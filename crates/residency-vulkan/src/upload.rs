@@ -34,7 +34,7 @@ pub enum UploadError {
         size: u64,
     },
     /// The destination cannot be written by copies.
-    #[error("upload to `{name}`: the buffer lacks the copy_dst usage")]
+    #[error("upload to `{name}`: it lacks the copy_dst usage")]
     NotCopyDestination {
         /// The destination.
         name: String,
@@ -65,6 +65,53 @@ pub enum UploadError {
         /// The smallest ring.
         minimum: u64,
     },
+    /// The data is not the region's size in the image's format (tightly packed texel blocks).
+    /// Nothing was staged.
+    #[error("upload to `{name}`: the region holds {expected} B, {got} B were given")]
+    WrongSize {
+        /// The destination.
+        name: String,
+        /// Bytes the region holds.
+        expected: u64,
+        /// Bytes given.
+        got: u64,
+    },
+    /// The region is not inside the image: no such mip or layer, or texels past the mip's edge.
+    #[error(
+        "upload to `{name}`: texels {offset:?} + {extent:?} of mip {mip}, layer {layer} are outside \
+         the image (that mip is {mip_extent:?}; {mip_levels} mips, {array_layers} layers)"
+    )]
+    RegionOutsideImage {
+        /// The destination.
+        name: String,
+        /// The mip asked for.
+        mip: u32,
+        /// The layer asked for.
+        layer: u32,
+        /// First texel.
+        offset: [u32; 3],
+        /// Size in texels.
+        extent: [u32; 3],
+        /// The extent of that mip (zeros: no such mip).
+        mip_extent: [u32; 3],
+        /// The image's mip levels.
+        mip_levels: u32,
+        /// The image's array layers.
+        array_layers: u32,
+    },
+    /// A block-compressed image's region does not start on a texel block, or neither ends on one
+    /// nor at the mip's edge.
+    #[error("upload to `{name}`: texels {offset:?} + {extent:?} do not align to its {block:?} blocks")]
+    RegionMisaligned {
+        /// The destination.
+        name: String,
+        /// First texel.
+        offset: [u32; 3],
+        /// Size in texels.
+        extent: [u32; 3],
+        /// The format's block extent.
+        block: [u32; 2],
+    },
     /// Creating the staging buffer failed.
     #[error(transparent)]
     Memory(#[from] MemoryError),
@@ -78,11 +125,56 @@ enum PendingCopy {
     Image { dst: vk::Image, layout: vk::ImageLayout, region: vk::BufferImageCopy },
 }
 
-/// One region of an image to upload to: a box of texels of one mip of one layer.
+mod target {
+    use crate::retire::Life;
+    use ash::vk;
+    use residency_core::format::Format;
+    use std::sync::Arc;
+
+    /// What a copy into (or out of) an image needs to know about it.
+    #[derive(Debug)]
+    pub struct TargetInfo<'a> {
+        pub(crate) raw: vk::Image,
+        pub(crate) name: &'a str,
+        pub(crate) format: Format,
+        /// Mip 0's extent in texels.
+        pub(crate) extent: [u32; 3],
+        pub(crate) mip_levels: u32,
+        pub(crate) array_layers: u32,
+        /// Whether copies may write it (`TRANSFER_DST` usage).
+        pub(crate) copy_dst: bool,
+        /// What keeps it (and what it points into) alive; its device.
+        pub(crate) life: &'a Arc<Life>,
+    }
+
+    /// Seals [`ImageTarget`](super::ImageTarget): only this crate's images implement it.
+    pub trait Sealed {
+        /// The image as a copy target.
+        fn target(&self) -> TargetInfo<'_>;
+    }
+}
+
+pub(crate) use target::{Sealed, TargetInfo};
+
+/// An image residency made that an [`ImageRegion`] can name: [`Image`](crate::Image) (a software
+/// path's atlas and indirection, a min-LOD map are ones too) and
+/// [`SparseImage`](crate::sparse::SparseImage). Implemented in this crate only: the uploader trusts
+/// what it reports (its `VkImage`, format, extent, device) and holds it alive until the copy is
+/// submitted.
+pub trait ImageTarget: target::Sealed + std::fmt::Debug + Sync {}
+
+impl TargetInfo<'_> {
+    /// The extent of `mip` (`None`: no such mip).
+    pub(crate) fn mip_extent(&self, mip: u32) -> Option<[u32; 3]> {
+        (mip < self.mip_levels).then(|| self.extent.map(|e| (e >> mip).max(1)))
+    }
+}
+
+/// One region of an image to upload to (or read from): a box of texels of one mip of one layer.
 #[derive(Clone, Copy, Debug)]
-pub struct ImageRegion {
-    /// The image.
-    pub image: vk::Image,
+pub struct ImageRegion<'a> {
+    /// The image (it stays alive until the copy is submitted).
+    pub image: &'a dyn ImageTarget,
     /// The layout the image is in when the copy runs (`GENERAL` or `TRANSFER_DST_OPTIMAL`).
     pub layout: vk::ImageLayout,
     /// The aspect (colour for the formats the library streams).
@@ -97,7 +189,39 @@ pub struct ImageRegion {
     pub extent: [u32; 3],
 }
 
-impl ImageRegion {
+impl<'a> ImageRegion<'a> {
+    /// `extent` texels at `offset` of `mip`, layer 0, of an image in `GENERAL` layout (residency's
+    /// images live in it), the aspect of its format.
+    pub fn new(image: &'a dyn ImageTarget, mip: u32, offset: [u32; 3], extent: [u32; 3]) -> Self {
+        ImageRegion {
+            image,
+            layout: vk::ImageLayout::GENERAL,
+            aspect: crate::format_map::aspect(image.target().format),
+            mip,
+            layer: 0,
+            offset,
+            extent,
+        }
+    }
+
+    /// Sets the array layer.
+    pub fn with_layer(mut self, layer: u32) -> Self {
+        self.layer = layer;
+        self
+    }
+
+    /// Sets the layout the image is in when the copy runs.
+    pub fn with_layout(mut self, layout: vk::ImageLayout) -> Self {
+        self.layout = layout;
+        self
+    }
+
+    /// The bytes of tightly packed texel blocks the region holds in its image's format.
+    pub fn bytes(&self) -> u64 {
+        let format = self.image.target().format;
+        format.region_bytes(self.extent[0], self.extent[1], self.extent[2])
+    }
+
     /// The `VkBufferImageCopy` between tightly packed texels at `buffer_offset` and this region.
     pub fn buffer_image_copy(&self, buffer_offset: u64) -> vk::BufferImageCopy {
         vk::BufferImageCopy {
@@ -121,6 +245,44 @@ impl ImageRegion {
                 depth: self.extent[2],
             },
         }
+    }
+
+    /// Checks that the region lies inside its image: the mip and layer exist, the box ends inside
+    /// the mip, and a block-compressed format's box starts on a block and ends on one or at the
+    /// mip's edge.
+    pub(crate) fn check(&self) -> Result<(), UploadError> {
+        let t = self.image.target();
+        let outside = |mip_extent: [u32; 3]| UploadError::RegionOutsideImage {
+            name: t.name.to_owned(),
+            mip: self.mip,
+            layer: self.layer,
+            offset: self.offset,
+            extent: self.extent,
+            mip_extent,
+            mip_levels: t.mip_levels,
+            array_layers: t.array_layers,
+        };
+        let Some(mip_extent) = t.mip_extent(self.mip) else { return Err(outside([0; 3])) };
+        let inside = (0..3)
+            .all(|a| self.offset[a].checked_add(self.extent[a]).is_some_and(|end| end <= mip_extent[a]));
+        if self.layer >= t.array_layers || !inside {
+            return Err(outside(mip_extent));
+        }
+        let (bw, bh) = t.format.block_extent();
+        let block = [bw, bh, 1];
+        let aligned = (0..3).all(|a| {
+            self.offset[a] % block[a] == 0
+                && (self.extent[a] % block[a] == 0 || self.offset[a] + self.extent[a] == mip_extent[a])
+        });
+        if !aligned {
+            return Err(UploadError::RegionMisaligned {
+                name: t.name.to_owned(),
+                offset: self.offset,
+                extent: self.extent,
+                block: [bw, bh],
+            });
+        }
+        Ok(())
     }
 }
 
@@ -228,16 +390,46 @@ impl Uploader {
     }
 
     /// Queues a copy of `data` (tightly packed texel blocks of the region, rows then slices) into an
-    /// image region. The caller keeps the image alive and in `region.layout` until the upload is
-    /// waited for. Data larger than half the ring is refused: split regions (e.g. per tile).
-    pub fn write_image(&self, region: &ImageRegion, data: &[u8]) -> Result<(), UploadError> {
+    /// image region. The image stays alive until the copy is submitted (after that, dropping it
+    /// retires it after the upload); it must be in `region.layout` when the copy runs.
+    ///
+    /// Refused with nothing staged: an image of another device ([`UploadError::WrongDevice`]) or
+    /// without copy-destination usage ([`UploadError::NotCopyDestination`]), a region outside
+    /// the image ([`UploadError::RegionOutsideImage`], [`UploadError::RegionMisaligned`]), `data`
+    /// that is not the region's byte count in the image's format ([`UploadError::WrongSize`]),
+    /// and data larger than half the ring ([`UploadError::TooLarge`]: split regions, e.g. per
+    /// tile). An empty region copies nothing.
+    pub fn write_image(&self, region: &ImageRegion<'_>, data: &[u8]) -> Result<(), UploadError> {
+        let target = region.image.target();
+        if !target.life.device().is(&self.device) {
+            return Err(UploadError::WrongDevice {
+                name: target.name.to_owned(),
+                owner: target.life.device().index(),
+                uploader: self.device.index(),
+            });
+        }
+        if !target.copy_dst {
+            return Err(UploadError::NotCopyDestination { name: target.name.to_owned() });
+        }
+        region.check()?;
+        let expected = region.bytes();
+        if data.len() as u64 != expected {
+            return Err(UploadError::WrongSize {
+                name: target.name.to_owned(),
+                expected,
+                got: data.len() as u64,
+            });
+        }
+        if expected == 0 {
+            return Ok(());
+        }
         let capacity = self.staging.size();
-        if data.len() as u64 > capacity / 2 {
-            return Err(UploadError::TooLarge { bytes: data.len() as u64, limit: capacity / 2 });
+        if expected > capacity / 2 {
+            return Err(UploadError::TooLarge { bytes: expected, limit: capacity / 2 });
         }
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let allocation = loop {
-            match state.ring.allocate(data.len().max(1) as u64, STAGING_ALIGNMENT) {
+            match state.ring.allocate(expected, STAGING_ALIGNMENT) {
                 Ok(a) => break a,
                 Err(RingError::Full { .. }) => self.make_room(&mut state)?,
                 Err(e) => unreachable!("image chunks are non-empty and at most half the ring: {e}"),
@@ -245,7 +437,8 @@ impl Uploader {
         };
         write_staging(&self.staging, allocation.offset, data);
         let copy = region.buffer_image_copy(allocation.offset);
-        state.copies.push(PendingCopy::Image { dst: region.image, layout: region.layout, region: copy });
+        state.copies.push(PendingCopy::Image { dst: target.raw, layout: region.layout, region: copy });
+        state.keep.push(Arc::clone(target.life));
         Ok(())
     }
 
@@ -283,10 +476,10 @@ impl Uploader {
             .dst_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
             .dst_access_mask(vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE)];
         let submitted = self.context.submit(&[], &[], |cmd| {
-            // SAFETY: `cmd` is recording; the staging buffer and every buffer destination are live
-            // buffers of this device (`state.keep` holds them until this submission is made; after
-            // it, their destruction waits for it). Image destinations are the caller's (documented
-            // on `write_image`).
+            // SAFETY: `cmd` is recording; the staging buffer and every destination are live
+            // buffers and images of this device (checked when queued; `state.keep` holds them
+            // until this submission is made, and after it their destruction waits for it), and
+            // every image region lies inside its image (checked when queued).
             unsafe {
                 let raw = device.raw();
                 raw.cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&before));

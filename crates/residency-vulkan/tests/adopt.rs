@@ -144,19 +144,11 @@ fn an_applications_own_device_is_used_and_left_alive() {
         image.commit_region(&tiles, 0, 0, region).unwrap();
         tiles.flush_binds(&mut [&mut image]).unwrap();
         let texels: Vec<u8> = (0..shape.width * shape.height * 4).map(|i| (i % 253) as u8).collect();
-        let target = ImageRegion {
-            image: image.raw(),
-            layout: vk::ImageLayout::GENERAL,
-            aspect: vk::ImageAspectFlags::COLOR,
-            mip: 0,
-            layer: 0,
-            offset: [0, 0, 0],
-            extent: region.extent,
-        };
+        let target = ImageRegion::new(&image, 0, [0, 0, 0], region.extent);
         uploader.write_image(&target, &texels).unwrap();
         uploader.wait_idle().unwrap();
-        assert_eq!(image.read_region(&device, 0, 0, region, 1 << 20).unwrap(), texels);
-        image.destroy(&tiles);
+        assert_eq!(image.read_region(0, 0, region, 1 << 20).unwrap(), texels);
+        drop((image, tiles));
     }
 
     uploader.destroy().unwrap();

@@ -10,7 +10,6 @@ use residency_core::format::Format;
 use residency_core::memory::MemoryIntent;
 use residency_core::tiles::{PoolStats, SparseImageDesc, TexelRegion, TileIndex, TilePoolDesc};
 use residency_core::usage::{BufferPoolUsage, BufferUsage};
-use residency_vulkan::ash::vk;
 use residency_vulkan::multi::{MultiBuffer, MultiDeviceError};
 use residency_vulkan::software::{SoftwareError, SoftwareImage, SoftwareTilePool, DEFAULT_BORDER};
 use residency_vulkan::sparse::{SparseError, SparseImage, SparseTilePool};
@@ -128,32 +127,18 @@ fn tile_region(image: &SparseImage, tile: [u32; 2]) -> TexelRegion {
 }
 
 /// Uploads `seed`'s pattern into one mip-0 tile of `image` and waits for it.
-fn upload_tile(
-    _device: &Device,
-    uploader: &Uploader,
-    image: &SparseImage,
-    tile: [u32; 2],
-    seed: u8,
-) -> Result<(), Failure> {
+fn upload_tile(uploader: &Uploader, image: &SparseImage, tile: [u32; 2], seed: u8) -> Result<(), Failure> {
     let region = tile_region(image, tile);
     let data = tile_data(seed, region.extent[0], region.extent[1]);
-    let copy = ImageRegion {
-        image: image.raw(),
-        layout: vk::ImageLayout::GENERAL,
-        aspect: vk::ImageAspectFlags::COLOR,
-        mip: 0,
-        layer: 0,
-        offset: region.offset,
-        extent: region.extent,
-    };
+    let copy = ImageRegion::new(image, 0, region.offset, region.extent);
     uploader.write_image(&copy, &data).map_err(|e| upload(&e))?;
     uploader.wait_idle().map_err(|e| upload(&e))
 }
 
 /// Reads one mip-0 tile of `image` back and checks `seed`'s pattern.
-fn check_tile(device: &Device, image: &SparseImage, tile: [u32; 2], seed: u8) -> Result<(), Failure> {
+fn check_tile(image: &SparseImage, tile: [u32; 2], seed: u8) -> Result<(), Failure> {
     let region = tile_region(image, tile);
-    let back = image.read_region(device, 0, 0, region, 1 << 20).map_err(|e| sparse(&e))?;
+    let back = image.read_region(0, 0, region, 1 << 20).map_err(|e| sparse(&e))?;
     assert_eq!(back, tile_data(seed, region.extent[0], region.extent[1]), "{} tile {tile:?}", image.name());
     Ok(())
 }
@@ -205,8 +190,8 @@ impl Persistent {
         let region = tile_region(&self.image, [1, 1]);
         self.image.commit_region(&self.tiles, 0, 0, region).unwrap();
         self.tiles.flush_binds(&mut [&mut self.image]).unwrap();
-        upload_tile(device, &uploader, &self.image, [1, 1], 0x77).unwrap();
-        check_tile(device, &self.image, [1, 1], 0x77).unwrap();
+        upload_tile(&uploader, &self.image, [1, 1], 0x77).unwrap();
+        check_tile(&self.image, [1, 1], 0x77).unwrap();
         self.image.release_region(&self.tiles, 0, 0, region).unwrap();
         self.tiles.flush_binds(&mut [&mut self.image]).unwrap();
         self.tiles.trim();
@@ -214,7 +199,7 @@ impl Persistent {
     }
 
     fn destroy(self) {
-        self.image.destroy(&self.tiles);
+        drop(self.image);
         drop(self.tiles);
         drop(self.pool);
     }
@@ -249,9 +234,7 @@ impl Made {
                 flushed => drop(flushed.unwrap()),
             }
         }
-        if let Some(image) = self.image {
-            image.destroy(&keep.tiles);
-        }
+        drop(self.image);
         if !keep.image.has_pending_binds() {
             keep.tiles.trim();
         }
@@ -262,10 +245,7 @@ impl Made {
             }
         }
         if let Some((pool, image)) = self.software {
-            if let Some(image) = image {
-                image.destroy(&pool);
-            }
-            pool.destroy();
+            drop((image, pool));
         }
         if let Some(b) = self.committed {
             drop(b);
@@ -365,8 +345,8 @@ fn run_scenario(
     keep.image.commit_region(&keep.tiles, 0, 0, region).map_err(|e| sparse(&e))?;
     made.committed_keep = true;
     keep.tiles.flush_binds(&mut [&mut keep.image]).map_err(|e| sparse(&e))?;
-    upload_tile(device, uploader, &keep.image, [0, 0], 0x5a)?;
-    check_tile(device, &keep.image, [0, 0], 0x5a)?;
+    upload_tile(uploader, &keep.image, [0, 0], 0x5a)?;
+    check_tile(&keep.image, [0, 0], 0x5a)?;
 
     // The software path: an atlas, an indirection texture, a tile written and its borders filled.
     let pool = SoftwareTilePool::new(
@@ -518,8 +498,8 @@ fn a_failed_bind_sparse_rolls_back_the_page_table_and_the_pool_and_a_retry_binds
             image.commit_region(&tiles, 0, 0, tile_region(&image, tile)).unwrap();
         }
         tiles.flush_binds(&mut [&mut image]).unwrap();
-        upload_tile(&device, &uploader, &image, [0, 0], 1).unwrap();
-        upload_tile(&device, &uploader, &image, [1, 0], 2).unwrap();
+        upload_tile(&uploader, &image, [0, 0], 1).unwrap();
+        upload_tile(&uploader, &image, [1, 0], 2).unwrap();
 
         for fault in [InjectedFault::OutOfDeviceMemory, InjectedFault::DeviceLost] {
             let (stats, page_table, ledger): (PoolStats, _, _) =
@@ -566,10 +546,10 @@ fn a_failed_bind_sparse_rolls_back_the_page_table_and_the_pool_and_a_retry_binds
             tiles.flush_binds(&mut [&mut image]).unwrap();
             assert!(!image.has_pending_binds());
             for (tile, seed) in [([0, 1], 3u8), ([1, 1], 4), ([1, 0], 2)] {
-                upload_tile(&device, &uploader, &image, tile, seed).unwrap();
+                upload_tile(&uploader, &image, tile, seed).unwrap();
             }
             for (tile, seed) in [([0, 0], 1u8), ([1, 0], 2), ([0, 1], 3), ([1, 1], 4)] {
-                check_tile(&device, &image, tile, seed).unwrap();
+                check_tile(&image, tile, seed).unwrap();
             }
             // Back to two resident tiles for the next round.
             for tile in [[0, 1], [1, 1]] {
@@ -583,7 +563,7 @@ fn a_failed_bind_sparse_rolls_back_the_page_table_and_the_pool_and_a_retry_binds
             );
         }
         uploader.destroy().unwrap();
-        image.destroy(&tiles);
+        drop(image);
     });
 }
 
@@ -685,7 +665,7 @@ fn a_lost_device_fails_fast_with_a_typed_error_and_tears_down_without_leaks_or_h
                 }
                 pool.free_buffer(mapped).unwrap();
                 pool.free_buffer(target).unwrap();
-                image.destroy(&tiles);
+                drop(image);
                 drop(tiles);
                 drop(pool);
             });

@@ -26,7 +26,8 @@ fn pool_desc(name: &str) -> TilePoolDesc {
     TilePoolDesc::default().with_name(name).with_tiles_per_heap(8).with_budget_tiles(32)
 }
 
-/// What the tests need of a path beyond the shared API: making and destroying pools and images.
+/// What the tests need of a path beyond the shared API: making pools and images (dropping them
+/// releases them).
 trait Path: ResidencyBackend {
     fn new_pool(device: &Arc<Device>, name: &str) -> Self::Pool;
     fn new_image(pool: &Self::Pool, name: &str) -> Self;
@@ -35,8 +36,6 @@ trait Path: ResidencyBackend {
     fn queued(&self) -> Option<bool>;
     /// Tiles a flush bound (hardware).
     fn bound(stats: &Self::FlushStats) -> Option<u64>;
-    fn destroy_image(self, pool: &Self::Pool);
-    fn destroy_pool(pool: Self::Pool);
 }
 
 impl Path for SparseImage {
@@ -54,12 +53,6 @@ impl Path for SparseImage {
     }
     fn bound(stats: &residency_vulkan::sparse::BindStats) -> Option<u64> {
         Some(stats.tiles_bound)
-    }
-    fn destroy_image(self, pool: &SparseTilePool) {
-        self.destroy(pool);
-    }
-    fn destroy_pool(pool: SparseTilePool) {
-        drop(pool);
     }
 }
 
@@ -79,12 +72,6 @@ impl Path for SoftwareImage {
     }
     fn bound(_: &residency_vulkan::software::SoftwareFlushStats) -> Option<u64> {
         None
-    }
-    fn destroy_image(self, pool: &SoftwareTilePool) {
-        self.destroy(pool);
-    }
-    fn destroy_pool(pool: SoftwareTilePool) {
-        pool.destroy();
     }
 }
 
@@ -176,11 +163,9 @@ impl<B: Path> Scene<B> {
             let stats = B::pool_stats(pool);
             assert!(stats.used_tiles == 0 && stats.owners.is_empty(), "{stats:?}");
         }
-        self.image.destroy_image(&self.own);
-        self.neighbour.destroy_image(&self.other);
+        drop((self.image, self.neighbour));
         self.uploader.destroy().unwrap();
-        B::destroy_pool(self.own);
-        B::destroy_pool(self.other);
+        drop((self.own, self.other));
     }
 }
 
@@ -462,10 +447,6 @@ fn misuse_tile_heaps_bind_with_a_foreign_pool_hardware() {
         heaps.bind(&served, &[(&image, &released)], options).unwrap();
         heaps.release(&served.trim());
         device.wait_idle().unwrap();
-        own.destroy(&pool);
-        drop(pool);
-        image.destroy_external(device);
-        stranger.destroy_external(device);
-        drop((heaps, other_heaps));
+        drop((own, pool, image, stranger, heaps, other_heaps));
     });
 }

@@ -31,7 +31,6 @@ fn sample(
 
 /// Writes the texels of every tile `residency` has resident that `written` does not yet hold.
 fn write_tiles(
-    device: &Device,
     uploader: &Uploader,
     texture: &SoftwareTexture,
     layout: &SparseImageLayout,
@@ -41,7 +40,7 @@ fn write_tiles(
         let c = layout.tile_coord(tile).unwrap();
         let extent = layout.mips()[c.mip as usize].extent;
         let data = bordered_tile(|x, y| texel(x, y, c.mip), [extent[0], extent[1]], 128, BORDER, c.x, c.y);
-        texture.write_tile(device, uploader, physical, &data).unwrap();
+        texture.write_tile(uploader, physical, &data).unwrap();
     }
 }
 
@@ -86,7 +85,7 @@ fn a_software_texture_samples_resident_tiles_exactly_and_falls_back_like_the_har
         let slot0 =
             residency_core::tiles::PhysicalTile { heap: residency_core::tiles::HeapIndex(0), tile: 0 };
         assert!(matches!(
-            texture.write_tile(device, &uploader, slot0, &[0; 16]),
+            texture.write_tile(&uploader, slot0, &[0; 16]),
             Err(SoftwareError::WrongTileSize { side: 136, got: 16, .. })
         ));
         let mut residency = SparseResidency::new(pool.id(), ImageId(1), &layout);
@@ -102,8 +101,8 @@ fn a_software_texture_samples_resident_tiles_exactly_and_falls_back_like_the_har
         }
         assert_eq!(residency.page_table().resident_tiles(), 1 + 16 + 4 + 1 + 7);
         assert_eq!(pool.stats().used_tiles, 29, "the same pool accounting as the hardware path");
-        write_tiles(device, &uploader, &texture, &layout, &residency);
-        texture.upload_indirection(device, &uploader, residency.page_table()).unwrap();
+        write_tiles(&uploader, &texture, &layout, &residency);
+        texture.upload_indirection(&uploader, residency.page_table()).unwrap();
         uploader.wait_idle().unwrap();
 
         let probes = [
@@ -135,7 +134,7 @@ fn a_software_texture_samples_resident_tiles_exactly_and_falls_back_like_the_har
         // Release the mip-0 tile: the indirection stops pointing at it, samples fall back to mip 1.
         let tile = layout.tile_index(TileCoord { layer: 0, mip: 0, x: 2, y: 3, z: 0 }).unwrap();
         residency.release(&mut pool, &[tile]).unwrap();
-        let rows = texture.upload_indirection(device, &uploader, residency.page_table()).unwrap();
+        let rows = texture.upload_indirection(&uploader, residency.page_table()).unwrap();
         assert_eq!(rows, Some(4..5), "one row of mip 0 changed");
         uploader.wait_idle().unwrap();
         let got = sample(device, &texture, &[(common::centre(SIZE, 150, 210, 1), 0.0)]);
@@ -145,13 +144,13 @@ fn a_software_texture_samples_resident_tiles_exactly_and_falls_back_like_the_har
         // Nothing resident: the default value, not resident.
         residency.release_all(&mut pool).unwrap();
         assert_eq!(pool.stats().used_tiles, 0);
-        texture.upload_indirection(device, &uploader, residency.page_table()).unwrap();
+        texture.upload_indirection(&uploader, residency.page_table()).unwrap();
         uploader.wait_idle().unwrap();
         let got = sample(device, &texture, &[(common::centre(SIZE, 1, 1, 0), 0.0)]);
         assert!(!got[0].1);
         common::close(got[0].0, DEFAULT.map(|v| v * 255.0), "nothing resident");
 
         uploader.destroy().unwrap();
-        texture.destroy(device);
+        drop(texture);
     });
 }

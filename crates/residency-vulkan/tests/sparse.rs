@@ -21,21 +21,13 @@ fn texel(x: u32, y: u32, mip: u32) -> [u8; 4] {
     [(x % 251) as u8, (y % 241) as u8, (mip * 17) as u8, 0xab]
 }
 
-fn upload_tile(uploader: &Uploader, _device: &Device, image: &SparseImage, mip: u32, tile: [u32; 2]) {
+fn upload_tile(uploader: &Uploader, image: &SparseImage, mip: u32, tile: [u32; 2]) {
     let shape = image.layout().tile_shape();
     let extent = image.layout().mip(mip).unwrap().extent;
     let (x0, y0) = (tile[0] * shape.width, tile[1] * shape.height);
     let (w, h) = (shape.width.min(extent[0] - x0), shape.height.min(extent[1] - y0));
     let data: Vec<u8> = (0..h).flat_map(|y| (0..w).flat_map(move |x| texel(x0 + x, y0 + y, mip))).collect();
-    let region = ImageRegion {
-        image: image.raw(),
-        layout: vk::ImageLayout::GENERAL,
-        aspect: vk::ImageAspectFlags::COLOR,
-        mip,
-        layer: 0,
-        offset: [x0, y0, 0],
-        extent: [w, h, 1],
-    };
+    let region = ImageRegion::new(image, mip, [x0, y0, 0], [w, h, 1]);
     uploader.write_image(&region, &data).unwrap();
 }
 
@@ -151,7 +143,7 @@ fn resident_texels_read_back_exactly_and_released_tiles_return_the_default() {
 
         let uploader = Uploader::new(&device, "sparse test", 4 << 20).unwrap();
         for t in tiles {
-            upload_tile(&uploader, &device, &image, 0, t);
+            upload_tile(&uploader, &image, 0, t);
         }
         for mip in coarse_first..layout.mip_levels() {
             let m = layout.mip(mip).unwrap();
@@ -159,7 +151,7 @@ fn resident_texels_read_back_exactly_and_released_tiles_return_the_default() {
             let grid = [e[0].div_ceil(shape.width), e[1].div_ceil(shape.height)];
             for ty in 0..grid[1] {
                 for tx in 0..grid[0] {
-                    upload_tile(&uploader, &device, &image, mip, [tx, ty]);
+                    upload_tile(&uploader, &image, mip, [tx, ty]);
                 }
             }
         }
@@ -206,7 +198,7 @@ fn resident_texels_read_back_exactly_and_released_tiles_return_the_default() {
         image.release_all(&pool).unwrap();
         pool.flush_binds(&mut [&mut image]).unwrap();
         assert_eq!(pool.used_tiles(), 0, "every tile is back in the pool");
-        image.destroy(&pool);
+        drop(image);
         uploader.destroy().unwrap();
         pool.trim();
         drop(pool);
@@ -233,15 +225,14 @@ fn pool_exhaustion_and_address_space_are_typed_errors() {
         pool.flush_binds(&mut [&mut image]).unwrap();
         image.release_all(&pool).unwrap();
         pool.flush_binds(&mut [&mut image]).unwrap();
-        image.destroy(&pool);
+        drop(image);
 
         let too_big = SparseImageDesc::new_2d(Format::R32G32B32A32Float, 16384, 16384);
         let limit = device.profile().limits.sparse_address_space_size;
         match SparseImage::new(&pool, "too big", &too_big, false) {
             Err(SparseError::Layout(e)) => assert!(limit < (6 << 30), "{e}"),
-            Ok(image) => {
+            Ok(_image) => {
                 assert!(limit >= (6 << 30), "a 5.3 GB virtual image fits only a large address space");
-                image.destroy(&pool);
             }
             Err(e) => panic!("unexpected {e}"),
         }
@@ -253,15 +244,7 @@ const STORE: &[u8] =
 
 fn upload_region(device: &Device, image: &SparseImage, layer: u32, region: TexelRegion, data: &[u8]) {
     let uploader = Uploader::new(device, "region upload", 4 << 20).unwrap();
-    let target = ImageRegion {
-        image: image.raw(),
-        layout: vk::ImageLayout::GENERAL,
-        aspect: vk::ImageAspectFlags::COLOR,
-        mip: 0,
-        layer,
-        offset: region.offset,
-        extent: region.extent,
-    };
+    let target = ImageRegion::new(image, 0, region.offset, region.extent).with_layer(layer);
     uploader.write_image(&target, data).unwrap();
     uploader.destroy().unwrap();
 }
@@ -295,12 +278,11 @@ fn arrays_volumes_and_block_compressed_images_keep_their_texels() {
             assert_eq!(bytes, 65536, "{what}: one tile is 64 KiB");
             let data = pattern(bytes, u64::from(layer) + 1);
             upload_region(&device, &image, layer, tile, &data);
-            let back = image.read_region(&device, layer, 0, tile, 1 << 20).unwrap();
+            let back = image.read_region(layer, 0, tile, 1 << 20).unwrap();
             assert!(back == data, "{what}: the texels of the committed tile read back exactly");
             device.wait_idle().unwrap();
             image.release_all(&pool).unwrap();
             pool.flush_binds(&mut [&mut image]).unwrap();
-            image.destroy(&pool);
         }
         assert_eq!(pool.used_tiles(), 0);
     });
@@ -353,14 +335,14 @@ fn storage_writes_land_in_resident_tiles_and_large_readbacks_are_refused() {
                     .expect("one tile's workgroups within the declared push constants");
             })
             .unwrap();
-        let back = image.read_region(&device, 0, 0, tile, 1 << 20).unwrap();
+        let back = image.read_region(0, 0, tile, 1 << 20).unwrap();
         let expected: Vec<u8> = (0..shape.height)
             .flat_map(|y| (0..shape.width).flat_map(move |x| [(x % 256) as u8, (y % 256) as u8, 255, 255]))
             .collect();
         assert!(back == expected, "storage writes into the resident tile read back");
 
         let whole = TexelRegion { offset: [0; 3], extent: [1024, 1024, 1] };
-        match image.read_region(&device, 0, 0, whole, 1 << 20) {
+        match image.read_region(0, 0, whole, 1 << 20) {
             Err(SparseError::ReadbackTooLarge { bytes, limit }) => {
                 assert_eq!((bytes, limit), (4 << 20, 1 << 20))
             }
@@ -370,6 +352,5 @@ fn storage_writes_land_in_resident_tiles_and_large_readbacks_are_refused() {
         device.wait_idle().unwrap();
         image.release_all(&pool).unwrap();
         pool.flush_binds(&mut [&mut image]).unwrap();
-        image.destroy(&pool);
     });
 }

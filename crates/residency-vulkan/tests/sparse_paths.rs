@@ -54,7 +54,7 @@ impl Texture {
             _ => {
                 let pool = SparseTilePool::new(Arc::clone(device), pool_desc).unwrap();
                 let image = SparseImage::new(&pool, "paths texture", &desc, false).unwrap();
-                let map = MinLodMap::new(device, &image).unwrap();
+                let map = MinLodMap::new(&image).unwrap();
                 Texture::Hardware { pool, image, map }
             }
         }
@@ -112,15 +112,7 @@ impl Texture {
             region_texels(mip, [region.offset[0], region.offset[1]], [region.extent[0], region.extent[1]]);
         match self {
             Texture::Hardware { image, .. } => {
-                let target = ImageRegion {
-                    image: image.raw(),
-                    layout: vk::ImageLayout::GENERAL,
-                    aspect: vk::ImageAspectFlags::COLOR,
-                    mip,
-                    layer: 0,
-                    offset: region.offset,
-                    extent: region.extent,
-                };
+                let target = ImageRegion::new(&*image, mip, region.offset, region.extent);
                 uploader.write_image(&target, &data).unwrap();
             }
             Texture::Software { pool, image } => {
@@ -130,10 +122,10 @@ impl Texture {
     }
 
     /// Makes everything visible to the next dispatch.
-    fn flush(&mut self, device: &Device, uploader: &Uploader) {
+    fn flush(&mut self, uploader: &Uploader) {
         match self {
             Texture::Hardware { image, map, .. } => {
-                map.update(device, uploader, image).unwrap();
+                map.update(uploader, image).unwrap();
             }
             Texture::Software { pool, image } => {
                 pool.flush(uploader, &mut [image]).unwrap();
@@ -166,19 +158,21 @@ impl Texture {
         }
     }
 
+    /// Drops the texture; once the work that sampled it is done, its pool has every tile back.
     fn destroy(self, device: &Device) {
-        match self {
+        let used = match self {
             Texture::Hardware { pool, image, map } => {
-                map.destroy(device);
-                image.destroy(&pool);
-                assert_eq!(pool.used_tiles(), 0);
+                drop((map, image));
+                device.wait_submitted().unwrap();
+                pool.used_tiles()
             }
             Texture::Software { pool, image } => {
-                image.destroy(&pool);
-                assert_eq!(pool.used_tiles(), 0);
-                pool.destroy();
+                drop(image);
+                device.wait_submitted().unwrap();
+                pool.used_tiles()
             }
-        }
+        };
+        assert_eq!(used, 0);
     }
 }
 
@@ -218,7 +212,7 @@ fn scenario(device: &Arc<Device>, path: ResidencyPath) {
         let r = whole(texture.layout(), mip);
         texture.write(device, &uploader, mip, r);
     }
-    texture.flush(device, &uploader);
+    texture.flush(&uploader);
 
     let probes = [
         (centre(300, 420, 0), 0.0),
@@ -243,7 +237,7 @@ fn scenario(device: &Arc<Device>, path: ResidencyPath) {
 
     // Released: the mip-0 tile (2, 3) is no longer sampled; the fallback is mip 1.
     texture.release(0, TexelRegion { offset: [300, 420, 0], extent: [1, 1, 1] });
-    texture.flush(device, &uploader);
+    texture.flush(&uploader);
     let got = sample(device, &texture, path, &[(centre(150, 210, 1), 0.0), (centre(500, 510, 0), 0.0)]);
     assert_eq!((got[0].2, got[1].2), (1.0, 0.0), "{name}");
     close(got[0].0, as_f32(texel(150, 210, 1)), name);
@@ -284,7 +278,7 @@ fn scenario(device: &Arc<Device>, path: ResidencyPath) {
 
     // Nothing resident: the default value.
     texture.release_all();
-    texture.flush(device, &uploader);
+    texture.flush(&uploader);
     assert_eq!(texture.used_tiles(), 0, "{name}");
     let got = sample(device, &texture, path, &[(centre(1, 1, 0), 0.0)]);
     assert!(!got[0].1, "{name}");
@@ -371,9 +365,7 @@ fn software_images_refuse_what_they_cannot_hold() {
         ));
         assert_eq!(pool.used_tiles(), 1);
         uploader.destroy().unwrap();
-        image.destroy(&pool);
-        pool.destroy();
-        stranger.destroy();
+        drop((image, pool, stranger));
     });
 }
 
@@ -420,7 +412,6 @@ fn software_pools_stay_inside_their_atlas_and_take_any_uncompressed_format() {
         assert_eq!(pool.used_tiles(), committed);
         pool.flush(&uploader, &mut [&mut image]).unwrap();
         uploader.destroy().unwrap();
-        image.destroy(&pool);
-        pool.destroy();
+        drop((image, pool));
     });
 }

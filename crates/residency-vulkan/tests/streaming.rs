@@ -9,10 +9,9 @@ use residency_core::streaming::{
 use residency_core::tiles::{
     BindPlanOptions, ImageId, SparseImageDesc, SparseImageLayout, TexelRegion, TileCoord,
 };
-use residency_vulkan::ash::vk;
 use residency_vulkan::sparse::{MinLodMap, SparseImage, TileHeaps};
 use residency_vulkan::testing::with_gpu;
-use residency_vulkan::{Device, ImageRegion, Uploader};
+use residency_vulkan::{ImageRegion, Uploader};
 use std::sync::Arc;
 
 fn texel(x: u32, y: u32, mip: u32) -> [u8; 4] {
@@ -41,16 +40,8 @@ fn unit_regions(layout: &SparseImageLayout, unit: StreamUnit) -> Vec<(u32, Texel
     }
 }
 
-fn upload(_device: &Device, uploader: &Uploader, image: &SparseImage, mip: u32, r: TexelRegion) {
-    let region = ImageRegion {
-        image: image.raw(),
-        layout: vk::ImageLayout::GENERAL,
-        aspect: vk::ImageAspectFlags::COLOR,
-        mip,
-        layer: 0,
-        offset: r.offset,
-        extent: r.extent,
-    };
+fn upload(uploader: &Uploader, image: &SparseImage, mip: u32, r: TexelRegion) {
+    let region = ImageRegion::new(image, mip, r.offset, r.extent);
     uploader.write_image(&region, &region_texels(mip, r)).unwrap();
 }
 
@@ -67,7 +58,7 @@ fn the_manager_streams_requested_tiles_into_a_sparse_image_and_evicts_under_a_cu
             StreamingDesc::default().with_name("test stream").with_tiles_per_heap(64).with_budget_tiles(200),
         );
         manager.register_image(id, &layout).unwrap();
-        let mut map = MinLodMap::new(&device, &image).unwrap();
+        let mut map = MinLodMap::new(&image).unwrap();
         let uploader = Uploader::new(&device, "stream test", 4 << 20).unwrap();
 
         // A view of the top-left 512 × 256 texels of mip 0.
@@ -91,12 +82,12 @@ fn the_manager_streams_requested_tiles_into_a_sparse_image_and_evicts_under_a_cu
             }
             for key in &out.resident {
                 for (mip, r) in unit_regions(&layout, key.unit) {
-                    upload(&device, &uploader, &image, mip, r);
+                    upload(&uploader, &image, mip, r);
                 }
             }
             let table = manager.residency(id).unwrap().page_table();
             for change in &out.changes {
-                map.upload_updates(&device, &uploader, table, &change.min_lod).unwrap();
+                map.upload_updates(&uploader, table, &change.min_lod).unwrap();
             }
             uploader.wait_idle().unwrap();
             heaps.release(&out.heaps_released);
@@ -110,7 +101,7 @@ fn the_manager_streams_requested_tiles_into_a_sparse_image_and_evicts_under_a_cu
         for &tile in &wanted {
             let coord = layout.tile_coord(tile).unwrap();
             let r = layout.tile_region(coord).unwrap();
-            let back = image.read_region(&device, 0, 0, r, 1 << 20).unwrap();
+            let back = image.read_region(0, 0, r, 1 << 20).unwrap();
             assert!(back == region_texels(0, r), "tile {coord:?}");
         }
         let latency = stats.latency.summary();
@@ -141,9 +132,7 @@ fn the_manager_streams_requested_tiles_into_a_sparse_image_and_evicts_under_a_cu
         }
 
         device.wait_idle().unwrap();
-        map.destroy(&device);
         uploader.destroy().unwrap();
-        image.destroy_external(&device);
-        drop(heaps);
+        drop((map, image, heaps));
     });
 }

@@ -8,7 +8,6 @@ use residency_core::memory::MemoryIntent;
 use residency_core::sync::measure::SplitMix64;
 use residency_core::tiles::{SparseImageDesc, TexelRegion, TilePoolDesc};
 use residency_core::usage::{BufferPoolUsage, BufferUsage};
-use residency_vulkan::ash::vk;
 use residency_vulkan::sparse::{SparseImage, SparseTilePool};
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::{Buffer, BufferInit, BufferPool, BufferPoolDesc, ImageRegion, Uploader};
@@ -188,18 +187,10 @@ fn mixed(
                         let seed = (thread * 13 + op) as u8;
                         let data: Vec<u8> =
                             (0..shape.width * shape.height * 4).map(|i| (i % 249) as u8 ^ seed).collect();
-                        let copy = ImageRegion {
-                            image: image.raw(),
-                            layout: vk::ImageLayout::GENERAL,
-                            aspect: vk::ImageAspectFlags::COLOR,
-                            mip: 0,
-                            layer: 0,
-                            offset: region.offset,
-                            extent: region.extent,
-                        };
+                        let copy = ImageRegion::new(&*image, 0, region.offset, region.extent);
                         uploader.write_image(&copy, &data).unwrap();
                         uploader.wait_idle().unwrap();
-                        assert_eq!(image.read_region(device, 0, 0, region, 1 << 20).unwrap(), data);
+                        assert_eq!(image.read_region(0, 0, region, 1 << 20).unwrap(), data);
                         counts.upload_read_back += 1;
                     }
                 }
@@ -275,9 +266,7 @@ fn eight_threads_allocate_map_commit_and_evict_on_shared_pools_and_sparse_images
         tiles.flush_binds(&mut images.iter_mut().collect::<Vec<_>>()).unwrap();
         assert_eq!(tiles.used_tiles(), 0);
         tiles.check_invariants().unwrap();
-        for image in images {
-            image.destroy(&tiles);
-        }
+        drop(images);
         drop(tiles);
         drop(pool);
         // What the threads dropped while others' work ran is destroyed once that work is done.

@@ -326,21 +326,13 @@ pub fn sparse(set: &DeviceSet) -> anyhow::Result<Section> {
                 let (w, h) = (shape.width.min(e[0] - x0), shape.height.min(e[1] - y0));
                 let data: Vec<u8> =
                     (0..h).flat_map(|y| (0..w).flat_map(move |x| texel(x0 + x, y0 + y, mip))).collect();
-                let target = ImageRegion {
-                    image: image.raw(),
-                    layout: vk::ImageLayout::GENERAL,
-                    aspect: vk::ImageAspectFlags::COLOR,
-                    mip,
-                    layer: 0,
-                    offset: [x0, y0, 0],
-                    extent: [w, h, 1],
-                };
+                let target = ImageRegion::new(&image, mip, [x0, y0, 0], [w, h, 1]);
                 uploader.write_image(&target, &data)?;
             }
         }
     }
-    let mut map = MinLodMap::new(&device, &image)?;
-    map.update(&device, &uploader, &mut image)?;
+    let mut map = MinLodMap::new(&image)?;
+    map.update(&uploader, &mut image)?;
     uploader.wait_idle()?;
     // Sample a grid over the whole texture at LOD 0: inside the view at full resolution, elsewhere
     // from the finest resident coarser mip.
@@ -446,12 +438,11 @@ pub fn sparse(set: &DeviceSet) -> anyhow::Result<Section> {
     drop(sampler);
     drop(probes);
     drop(results);
-    map.destroy(&device);
+    drop(map);
     uploader.destroy()?;
     image.release_all(&pool)?;
     pool.flush_binds(&mut [&mut image])?;
-    image.destroy(&pool);
-    drop(pool);
+    drop((image, pool));
     let figures = json!({"tiles": tiles, "resident_bytes": resident_bytes, "full_bytes": full_bytes, "bind_entries": stats.bind_entries, "naive_bind_entries": naive, "bind_micros": stats.micros, "samples_correct": correct});
     Ok(Section {
         title: "Partially resident texture".into(),
