@@ -26,8 +26,8 @@ use residency::vulkan::recording::Timestamps;
 use residency::vulkan::software::{SoftwareTexture, DEFAULT_BORDER};
 use residency::vulkan::sparse::{MinLodMap, SparseImage, TileHeaps};
 use residency::vulkan::{
-    Buffer, BufferDesc, CommandContext, Device, DeviceSet, DeviceSetDesc, Filter, Image, ImageDesc,
-    ImageRegion, ImageView, Submission, Uploader,
+    Buffer, BufferDesc, CommandContext, Device, DeviceSet, DeviceSetDesc, FaultSite, Filter, Image,
+    ImageDesc, ImageRegion, ImageView, InjectedFault, Submission, Uploader,
 };
 use serde::Serialize;
 use std::collections::HashMap;
@@ -142,6 +142,31 @@ pub struct StreamArgs {
     /// run's peak resident bytes) and report the thrash rate of each.
     #[arg(long)]
     sweep: bool,
+    /// Testing aid: make one Vulkan call fail, as a renderer's fault-injection test would
+    /// (`SITE:N[:lost]`: the call after the first N at SITE — allocate_memory, create_resource,
+    /// bind_sparse, queue_submit or wait — returns out-of-device-memory, or device-lost). The run
+    /// then ends early with that typed error, and tears down without leaks.
+    #[arg(long, value_name = "SITE:N[:lost]", value_parser = parse_fault)]
+    inject_fault: Option<(FaultSite, u64, InjectedFault)>,
+}
+
+fn parse_fault(text: &str) -> Result<(FaultSite, u64, InjectedFault), String> {
+    let mut parts = text.split(':');
+    let site = match parts.next().unwrap_or_default() {
+        "allocate_memory" => FaultSite::AllocateMemory,
+        "create_resource" => FaultSite::CreateResource,
+        "bind_sparse" => FaultSite::BindSparse,
+        "queue_submit" => FaultSite::QueueSubmit,
+        "wait" => FaultSite::Wait,
+        other => return Err(format!("unknown fault site `{other}`")),
+    };
+    let skip = parts.next().ok_or("missing N")?.parse::<u64>().map_err(|e| e.to_string())?;
+    let fault = match parts.next() {
+        None => InjectedFault::OutOfDeviceMemory,
+        Some("lost") => InjectedFault::DeviceLost,
+        Some(other) => return Err(format!("unknown fault `{other}` (only `lost`)")),
+    };
+    Ok((site, skip, fault))
 }
 
 impl StreamArgs {
@@ -165,6 +190,7 @@ impl StreamArgs {
             path: PathArg::Auto,
             no_sparse: false,
             sweep: false,
+            inject_fault: None,
         }
     }
 }
@@ -449,6 +475,9 @@ pub fn run(args: &StreamArgs) -> anyhow::Result<ExitCode> {
     }
     let set = DeviceSet::new(&DeviceSetDesc::default().with_sparse_residency(!args.no_sparse))?;
     let device = Arc::clone(&set.devices()[0]);
+    if let Some((site, skip, fault)) = args.inject_fault {
+        device.ledger().inject_fault(site, skip, fault);
+    }
     let mut report = fly(args, &device, &mut file, &index, None)?;
     if args.sweep {
         let working_set = report.resident_bytes_peak.max(1);
