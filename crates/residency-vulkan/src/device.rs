@@ -457,8 +457,9 @@ impl Device {
     }
 
     /// Names a Vulkan object for debuggers and validation messages (VK_EXT_debug_utils). A name with
-    /// an interior NUL is truncated there. Does nothing when debug utils are not available.
-    pub fn set_name<H: vk::Handle>(&self, handle: H, name: &str) {
+    /// an interior NUL is truncated there. Does nothing when debug utils are not available. Crate
+    /// only: the handle must be an object of this device, which a raw handle cannot show.
+    pub(crate) fn set_name<H: vk::Handle>(&self, handle: H, name: &str) {
         let Some(debug_utils) = &self.debug_utils else { return };
         let name = name.split('\0').next().unwrap_or_default();
         // Names are short: build the NUL-terminated copy on the stack, not the heap.
@@ -472,8 +473,9 @@ impl Device {
             owned.as_c_str()
         };
         let info = vk::DebugUtilsObjectNameInfoEXT::default().object_handle(handle).object_name(c_name);
-        // SAFETY: the handle is an object of this device (callers pass their own objects) and
-        // info lives for the call. A failure to name is not an error for the caller.
+        // SAFETY: the handle is an object of this device (every caller in this crate names an
+        // object it just created there) and info lives for the call. A failure to name is not an
+        // error for the caller.
         if let Err(result) = unsafe { debug_utils.set_debug_utils_object_name(&info) } {
             tracing::debug!(?result, "vkSetDebugUtilsObjectNameEXT failed");
         }
