@@ -680,6 +680,9 @@ pub struct SparseImage {
     /// For an image made by [`SparseImage::new_external`]: the serial of its [`TileHeaps`].
     external: Option<u64>,
     id: ObjectId,
+    /// Its device's process-unique id and its usage, for descriptor sets.
+    device_uid: u64,
+    usage: vk::ImageUsageFlags,
 }
 
 fn sparse_create_info(desc: &SparseImageDesc, storage: bool) -> vk::ImageCreateInfo<'static> {
@@ -851,11 +854,11 @@ impl SparseImage {
             .new_layout(vk::ImageLayout::GENERAL)
             .image(raw)
             .subresource_range(view_info.subresource_range)];
-        let transitioned = device.submit_once("sparse image to GENERAL", |cmd| {
-            // SAFETY: `cmd` is recording on this device; the image is live.
+        let transitioned = device.submit_once("sparse image to GENERAL", |rec| {
+            // SAFETY: `rec` is recording on this device outside a render pass; the image is live.
             unsafe {
                 device.raw().cmd_pipeline_barrier2(
-                    cmd,
+                    rec.raw(),
                     &vk::DependencyInfo::default().image_memory_barriers(&to_general),
                 );
             }
@@ -875,6 +878,8 @@ impl SparseImage {
             pending: PendingChanges::new(),
             external,
             id,
+            device_uid: device.uid(),
+            usage: create.usage,
         })
     }
 
@@ -905,6 +910,11 @@ impl SparseImage {
     /// A view of all its mips and layers.
     pub fn view(&self) -> vk::ImageView {
         self.view
+    }
+
+    /// What a descriptor set binding the view needs: the view, its device's id, the usage.
+    pub(crate) fn view_binding(&self) -> (vk::ImageView, u64, vk::ImageUsageFlags) {
+        (self.view, self.device_uid, self.usage)
     }
 
     /// Its name.
@@ -1162,8 +1172,8 @@ impl MinLodMap {
     }
 
     /// The view to bind as a `usampler2D` (or array), in `GENERAL` layout.
-    pub fn view(&self) -> vk::ImageView {
-        self.view.raw()
+    pub fn view(&self) -> &crate::ImageView {
+        &self.view
     }
 
     /// Refreshes `image`'s min-LOD entries changed since the last update and queues their upload
