@@ -15,7 +15,7 @@ use residency::core::format::Format;
 use residency::core::tiles::{SparseImageDesc, TexelRegion, TilePoolDesc};
 use residency::core::usage::{BufferPoolUsage, BufferUsage};
 use residency::vulkan::ash::vk;
-use residency::vulkan::compute::{spirv_words, BindingKind};
+use residency::vulkan::compute::{spirv_words, Binding, BindingKind};
 use residency::vulkan::multi::{MultiBufferPool, MultiSparseImage, MultiTilePool, MultiUploader};
 use residency::vulkan::multi_work::{
     BufferView, DispatchItem, MultiBinding, MultiComputeProgram, MultiSubmitter, PerDeviceImage, WorkItem,
@@ -131,14 +131,15 @@ pub fn run(set: &DeviceSet, mib: u64) -> Result<Outcome, Box<dyn std::error::Err
         4,
         1,
     )?;
-    let mut samplers = Vec::new();
     let mut keep = Vec::new();
     for &i in &devices {
         let device = set.device(i).ok_or("device vanished")?;
-        let view = texture.instance(i).ok_or("no texture instance")?.view();
-        let sampler = device.create_sampler(Filter::Nearest)?;
-        samplers.push((i, view, sampler.raw(), vk::ImageLayout::GENERAL));
-        keep.push(sampler);
+        keep.push((i, device.create_sampler(Filter::Nearest)?));
+    }
+    let mut samplers = Vec::new();
+    for (i, sampler) in &keep {
+        let image = texture.instance(*i).ok_or("no texture instance")?;
+        samplers.push((*i, Binding::sampled(image, sampler, vk::ImageLayout::GENERAL)));
     }
     // The smallest limit of any device, so that one grid is valid everywhere.
     let limits = set
@@ -190,7 +191,8 @@ pub fn run(set: &DeviceSet, mib: u64) -> Result<Outcome, Box<dyn std::error::Err
     }
 
     submitter.destroy();
-    program.destroy();
+    drop(dispatch);
+    drop(program);
     drop(samplers);
     drop(keep);
     for device in set.devices() {

@@ -12,8 +12,9 @@ use residency::core::memory::MemoryIntent;
 use residency::core::usage::{BufferPoolUsage, BufferUsage};
 use residency::vulkan::ash::vk;
 use residency::vulkan::compute::{spirv_words, Binding, BindingKind, ComputeProgram};
+use residency::vulkan::recording::MemoryDependency;
 use residency::vulkan::{
-    BufferDesc, BufferInit, BufferPool, BufferPoolDesc, Device, DeviceSet, DeviceSetDesc, Uploader,
+    BufferDesc, BufferInit, BufferPool, BufferPoolDesc, Device, DeviceSet, DeviceSetDesc, Recording, Uploader,
 };
 use std::sync::Arc;
 
@@ -96,38 +97,34 @@ pub fn run(device: &Arc<Device>) -> Result<Outcome, Box<dyn std::error::Error>> 
         BindingKind::StorageBuffer,
     ];
     let program = ComputeProgram::new(device, "placed_buffers.comp", &spirv_words(SHADER), &kinds, 0, 1)?;
-    let set = program.descriptor_set(
-        device,
-        &[
-            Binding::Buffer(&vertices),
-            Binding::Buffer(&indices),
-            Binding::Buffer(&params),
-            Binding::Buffer(&results),
-        ],
-    )?;
+    let set = program.descriptor_set(&[
+        Binding::Buffer(&vertices),
+        Binding::Buffer(&indices),
+        Binding::Buffer(&params),
+        Binding::Buffer(&results),
+    ])?;
     let groups = [COUNT.div_ceil(64) as u32, 1, 1];
-    program.check_dispatch(device, &[], groups)?;
-    device.submit_once("placed example dispatch", |cmd| {
-        program.dispatch(device, cmd, set, &[], groups).expect("checked before the submission");
-        let to_copy = [vk::MemoryBarrier2::default()
-            .src_stage_mask(vk::PipelineStageFlags2::COMPUTE_SHADER)
-            .src_access_mask(vk::AccessFlags2::SHADER_STORAGE_WRITE)
-            .dst_stage_mask(vk::PipelineStageFlags2::COPY)
-            .dst_access_mask(vk::AccessFlags2::TRANSFER_READ)];
-        let to_host = [vk::MemoryBarrier2::default()
-            .src_stage_mask(vk::PipelineStageFlags2::COPY)
-            .src_access_mask(vk::AccessFlags2::TRANSFER_WRITE)
-            .dst_stage_mask(vk::PipelineStageFlags2::HOST)
-            .dst_access_mask(vk::AccessFlags2::HOST_READ)];
-        let region = vk::BufferCopy { src_offset: results.offset(), dst_offset: 0, size: results.size() };
-        // SAFETY: `cmd` is recording on this device; both buffers are live and large enough.
-        unsafe {
-            let raw = device.raw();
-            raw.cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&to_copy));
-            raw.cmd_copy_buffer(cmd, results.raw(), readback.raw(), &[region]);
-            raw.cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&to_host));
-        }
-    })?;
+    program.check_dispatch(&[], groups)?;
+    let record = |rec: &mut Recording<'_>| -> Result<(), Box<dyn std::error::Error>> {
+        program.dispatch(rec, &set, &[], groups)?;
+        rec.memory_barrier(MemoryDependency {
+            src_stages: vk::PipelineStageFlags2::COMPUTE_SHADER,
+            src_access: vk::AccessFlags2::SHADER_STORAGE_WRITE,
+            dst_stages: vk::PipelineStageFlags2::COPY,
+            dst_access: vk::AccessFlags2::TRANSFER_READ,
+        })?;
+        rec.copy_buffer(&results, 0, &readback, 0, results.size())?;
+        rec.memory_barrier(MemoryDependency {
+            src_stages: vk::PipelineStageFlags2::COPY,
+            src_access: vk::AccessFlags2::TRANSFER_WRITE,
+            dst_stages: vk::PipelineStageFlags2::HOST,
+            dst_access: vk::AccessFlags2::HOST_READ,
+        })?;
+        Ok(())
+    };
+    let mut recorded = Ok(());
+    device.submit_once("placed example dispatch", |rec| recorded = record(rec))?;
+    recorded?;
 
     let mut out = vec![0u8; results.size() as usize];
     readback.read(0, &mut out)?;
@@ -142,7 +139,7 @@ pub fn run(device: &Arc<Device>) -> Result<Outcome, Box<dyn std::error::Error>> 
     println!("{matched} of {COUNT} results match the CPU");
 
     let offsets = [vertices.memory().1, indices.memory().1, params.memory().1, results.memory().1];
-    program.destroy(device);
+    drop(program);
     uploader.destroy()?;
     drop(readback);
     for b in [vertices, indices, params, results] {

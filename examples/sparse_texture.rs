@@ -98,30 +98,19 @@ impl Sampler<'_> {
             .flat_map(f32::to_le_bytes)
             .collect();
         probes.write(0, &bytes)?;
-        let set = self.program.descriptor_set(
-            device,
-            &[
-                Binding::Image {
-                    view: image.view(),
-                    sampler: self.sampler.raw(),
-                    layout: vk::ImageLayout::GENERAL,
-                },
-                Binding::Image {
-                    view: map.view(),
-                    sampler: self.sampler.raw(),
-                    layout: vk::ImageLayout::GENERAL,
-                },
-                Binding::Buffer(&probes),
-                Binding::Buffer(&results),
-            ],
-        )?;
+        let set = self.program.descriptor_set(&[
+            Binding::sampled(image, &self.sampler, vk::ImageLayout::GENERAL),
+            Binding::sampled(map.view(), &self.sampler, vk::ImageLayout::GENERAL),
+            Binding::Buffer(&probes),
+            Binding::Buffer(&results),
+        ])?;
         let mut push: Vec<u8> = DEFAULT.iter().flat_map(|f| f.to_le_bytes()).collect();
         push.extend_from_slice(&(n as u32).to_le_bytes());
         push.resize(32, 0);
         let groups = [(n as u32).div_ceil(64), 1, 1];
-        self.program.check_dispatch(device, &push, groups)?;
-        device.submit_compute("sample sparse texture", |cmd| {
-            self.program.dispatch(device, cmd, set, &push, groups).expect("checked before the submission");
+        self.program.check_dispatch(&push, groups)?;
+        device.submit_compute("sample sparse texture", |rec| {
+            self.program.dispatch(rec, &set, &push, groups).expect("checked before the submission");
         })?;
         let mut out = vec![0u8; (n * 32) as usize];
         results.read(0, &mut out)?;
@@ -286,7 +275,7 @@ pub fn run(device: &Arc<Device>) -> Result<Outcome, Box<dyn std::error::Error>> 
     println!("{matched} of {} samples as expected", samples.len() + after.len() + none.len());
 
     device.wait_idle()?;
-    sampler.program.destroy(device);
+    drop(sampler.program);
     drop(sampler.sampler);
     uploader.destroy()?;
     let total_tiles = u64::from(layout.tile_count() + layout.mip_tail().map_or(0, |t| t.tiles * t.count));

@@ -163,8 +163,8 @@ pub fn run(device: &Arc<Device>, forget_index_read: bool) -> Result<Outcome, Box
         ],
         vk::Format::R8G8B8A8_UNORM,
     )?;
-    let cull_set = cull.descriptor_set(device, &[Binding::Buffer(&indices)])?;
-    let fill_set = fill.descriptor_set(device, &[Binding::Buffer(&neighbour)])?;
+    let cull_set = cull.descriptor_set(&[Binding::Buffer(&indices)])?;
+    let fill_set = fill.descriptor_set(&[Binding::Buffer(&neighbour)])?;
 
     let mut tracker = ResourceTracker::new(TrackerOptions::default());
     let ids = [
@@ -181,7 +181,7 @@ pub fn run(device: &Arc<Device>, forget_index_read: bool) -> Result<Outcome, Box
     let mut draw_buffer_barriers = 0;
     let mut per_buffer_bytes = 0;
     let mut recorded: Result<(), Box<dyn std::error::Error>> = Ok(());
-    device.submit_once("transitions frame", |cmd| {
+    device.submit_once("transitions frame", |rec| {
         let mut step = || -> Result<(), Box<dyn std::error::Error>> {
             // Two compute passes: culling writes the index buffer, another writes its neighbour.
             let mut batch = tracker.batch(index, family);
@@ -191,11 +191,11 @@ pub fn run(device: &Arc<Device>, forget_index_read: bool) -> Result<Outcome, Box
                 Use::ComputeStorageWrite,
             )?;
             let flush = batch.flush();
-            tracker.record(device, cmd, &flush.barriers)?;
+            tracker.record(rec, &flush.barriers)?;
             let push: Vec<u8> = [4u32, CULLED].iter().flat_map(|v| v.to_le_bytes()).collect();
-            cull.dispatch(device, cmd, cull_set, &push, [1, 1, 1])?;
+            cull.dispatch(rec, &cull_set, &push, [1, 1, 1])?;
             let push: Vec<u8> = [256u32, 1000].iter().flat_map(|v| v.to_le_bytes()).collect();
-            fill.dispatch(device, cmd, fill_set, &push, [4, 1, 1])?;
+            fill.dispatch(rec, &fill_set, &push, [4, 1, 1])?;
 
             // The draw reads the indices as an index buffer: only that buffer is waited for.
             let mut batch = tracker.batch(index, family);
@@ -207,9 +207,11 @@ pub fn run(device: &Arc<Device>, forget_index_read: bool) -> Result<Outcome, Box
             let flush = batch.flush();
             draw_buffer_barriers = flush.barriers.buffers.len();
             per_buffer_bytes = flush.barriers.buffers.iter().map(|b| b.size).sum();
-            tracker.record(device, cmd, &flush.barriers)?;
-            draw.render(device, cmd, view.raw(), [SIZE, SIZE], [0.0, 0.0, 0.0, 1.0], |cmd| {
-                // SAFETY: `cmd` is inside rendering on this device; both buffers are live.
+            tracker.record(rec, &flush.barriers)?;
+            draw.render(rec, &view, [SIZE, SIZE], [0.0, 0.0, 0.0, 1.0], |pass| {
+                let cmd = pass.raw();
+                // SAFETY: `cmd` is inside rendering on this device; both buffers are live (borrowed
+                // by the closure, so alive until the submission below completes).
                 unsafe {
                     device.raw().cmd_bind_vertex_buffers(cmd, 0, &[positions.raw()], &[positions.offset()]);
                     device.raw().cmd_bind_index_buffer(
@@ -220,7 +222,7 @@ pub fn run(device: &Arc<Device>, forget_index_read: bool) -> Result<Outcome, Box
                     );
                     device.raw().cmd_draw_indexed(cmd, 24, 1, 0, 0, 0);
                 }
-            });
+            })?;
 
             // Read back the image and the neighbour.
             let mut batch = tracker.batch(index, family);
@@ -230,37 +232,13 @@ pub fn run(device: &Arc<Device>, forget_index_read: bool) -> Result<Outcome, Box
                 .declare(px, Region::Whole, Use::TransferDst)?
                 .declare(vals, Region::Whole, Use::TransferDst)?;
             let flush = batch.flush();
-            tracker.record(device, cmd, &flush.barriers)?;
-            let region = vk::BufferImageCopy {
-                image_subresource: vk::ImageSubresourceLayers {
-                    aspect_mask: vk::ImageAspectFlags::COLOR,
-                    mip_level: 0,
-                    base_array_layer: 0,
-                    layer_count: 1,
-                },
-                image_extent: vk::Extent3D { width: SIZE, height: SIZE, depth: 1 },
-                ..Default::default()
-            };
-            // SAFETY: `cmd` is recording; the image is in TRANSFER_SRC_OPTIMAL (the barrier above).
-            unsafe {
-                device.raw().cmd_copy_image_to_buffer(
-                    cmd,
-                    target.raw(),
-                    vk::ImageLayout::TRANSFER_SRC_OPTIMAL,
-                    pixels.raw(),
-                    &[region],
-                );
-                device.raw().cmd_copy_buffer(
-                    cmd,
-                    neighbour.raw(),
-                    values.raw(),
-                    &[vk::BufferCopy { src_offset: neighbour.offset(), dst_offset: 0, size: 1024 }],
-                );
-            }
+            tracker.record(rec, &flush.barriers)?;
+            rec.copy_image_to_buffer(&target, vk::ImageLayout::TRANSFER_SRC_OPTIMAL, &pixels)?;
+            rec.copy_buffer(&neighbour, 0, &values, 0, 1024)?;
             let mut batch = tracker.batch(index, family);
             batch.declare(px, Region::Whole, Use::HostRead)?.declare(vals, Region::Whole, Use::HostRead)?;
             let flush = batch.flush();
-            tracker.record(device, cmd, &flush.barriers)?;
+            tracker.record(rec, &flush.barriers)?;
             Ok(())
         };
         #[allow(
@@ -334,13 +312,13 @@ pub fn run(device: &Arc<Device>, forget_index_read: bool) -> Result<Outcome, Box
             ids.push(tracker.track_buffer(frame.buffer(i).ok_or("a buffer")?)?);
         }
         let sets: Vec<_> = (0..requests.len())
-            .map(|i| frame.buffer(i).map(|b| fill.descriptor_set(device, &[Binding::Buffer(b)])))
+            .map(|i| frame.buffer(i).map(|b| fill.descriptor_set(&[Binding::Buffer(b)])))
             .collect::<Option<Result<Vec<_>, _>>>()
             .ok_or("a buffer")??;
         let mut recorded: Result<(), Box<dyn std::error::Error>> = Ok(());
-        device.submit_once("transient frame", |cmd| {
+        device.submit_once("transient frame", |rec| {
             let mut pass = |p: u32| -> Result<(), Box<dyn std::error::Error>> {
-                transient.record_pass_start(cmd, &frame, p);
+                transient.record_pass_start(rec, &frame, p)?;
                 let live: Vec<usize> = requests
                     .iter()
                     .enumerate()
@@ -354,12 +332,12 @@ pub fn run(device: &Arc<Device>, forget_index_read: bool) -> Result<Outcome, Box
                     batch.declare(ids[i], Region::Whole, Use::ComputeStorageWrite)?;
                 }
                 let flush = batch.flush();
-                tracker.record(device, cmd, &flush.barriers)?;
+                tracker.record(rec, &flush.barriers)?;
                 for &i in &live {
                     let size = frame.buffer(i).map_or(0, |b| b.size());
                     let push: Vec<u8> =
                         [(size / 4).min(4096) as u32, p].iter().flat_map(|v| v.to_le_bytes()).collect();
-                    fill.dispatch(device, cmd, sets[i], &push, [64, 1, 1])?;
+                    fill.dispatch(rec, &sets[i], &push, [64, 1, 1])?;
                 }
                 Ok(())
             };
@@ -380,9 +358,9 @@ pub fn run(device: &Arc<Device>, forget_index_read: bool) -> Result<Outcome, Box
     let transient_heap_bytes = transient.heap_bytes();
     drop(transient);
 
-    draw.destroy(device);
-    cull.destroy(device);
-    fill.destroy(device);
+    drop(draw);
+    drop(cull);
+    drop(fill);
     drop(view);
     drop(target);
     drop(pixels);

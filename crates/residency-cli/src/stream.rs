@@ -21,13 +21,13 @@ use residency::core::tiles::{
 use residency::core::usage::{BufferUsage, ImageUsage};
 use residency::core::vt_file::VtIndex;
 use residency::vulkan::ash::vk;
-use residency::vulkan::compute::{spirv_words, Binding, BindingKind, ComputeProgram};
+use residency::vulkan::compute::{spirv_words, Binding, BindingKind, ComputeProgram, ViewRef};
 use residency::vulkan::recording::Timestamps;
 use residency::vulkan::software::{SoftwareTexture, DEFAULT_BORDER};
 use residency::vulkan::sparse::{MinLodMap, SparseImage, TileHeaps};
 use residency::vulkan::{
     Buffer, BufferDesc, CommandContext, Device, DeviceSet, DeviceSetDesc, FaultSite, Filter, Image,
-    ImageDesc, ImageRegion, ImageView, InjectedFault, Submission, Uploader,
+    ImageDesc, ImageRegion, ImageView, InjectedFault, Recording, Submission, Uploader,
 };
 use serde::Serialize;
 use std::collections::HashMap;
@@ -49,40 +49,6 @@ const SHADER_SOFTWARE: &[u8] = include_bytes!("../../../shaders/stream_view_soft
 enum Backend {
     Hardware { image: SparseImage, map: MinLodMap, heaps: TileHeaps },
     Software { texture: SoftwareTexture },
-}
-
-/// A library object that is not released on drop yet (a compute program, a timestamp pool): its
-/// `release` runs when the guard goes, on every path out of `fly`, once the device is idle.
-struct Release<'d, T> {
-    device: &'d Device,
-    value: Option<T>,
-    release: fn(T, &Device),
-}
-
-impl<'d, T> Release<'d, T> {
-    fn new(device: &'d Device, value: T, release: fn(T, &Device)) -> Self {
-        Release { device, value: Some(value), release }
-    }
-}
-
-impl<T> std::ops::Deref for Release<'_, T> {
-    type Target = T;
-
-    fn deref(&self) -> &T {
-        self.value.as_ref().expect("released only on drop")
-    }
-}
-
-impl<T> Drop for Release<'_, T> {
-    fn drop(&mut self) {
-        if let Some(value) = self.value.take() {
-            // Frames may still be in flight on an error path.
-            if let Err(e) = self.device.wait_idle() {
-                tracing::warn!(error = %e, "waiting for the device before releasing a stream object");
-            }
-            (self.release)(value, self.device);
-        }
-    }
 }
 
 #[derive(Clone, Debug, clap::Args)]
@@ -596,45 +562,35 @@ impl Slot {
     /// outputs are copied into the read-back buffers, all visible to the host at the fence.
     fn record(
         &self,
-        device: &Device,
-        cmd: vk::CommandBuffer,
-        dispatch: impl FnOnce(vk::CommandBuffer),
+        rec: &mut Recording<'_>,
+        dispatch: impl FnOnce(&mut Recording<'_>) -> anyhow::Result<()>,
     ) -> anyhow::Result<()> {
         use residency::vulkan::recording::MemoryDependency;
         use vk::{AccessFlags2 as A, PipelineStageFlags2 as S};
         // Everything earlier (uploads, this slot's last copies, the host's header write) before
         // this frame's shader reads and writes and its copies.
-        device.cmd_memory_barrier(
-            cmd,
-            MemoryDependency {
-                src_stages: S::ALL_COMMANDS | S::HOST,
-                src_access: A::MEMORY_WRITE | A::HOST_WRITE,
-                dst_stages: S::COMPUTE_SHADER | S::COPY,
-                dst_access: A::SHADER_READ | A::SHADER_WRITE | A::TRANSFER_READ | A::TRANSFER_WRITE,
-            },
-        );
-        dispatch(cmd);
-        device.cmd_memory_barrier(
-            cmd,
-            MemoryDependency {
-                src_stages: S::COMPUTE_SHADER,
-                src_access: A::SHADER_WRITE,
-                dst_stages: S::COPY | S::HOST,
-                dst_access: A::TRANSFER_READ | A::HOST_READ,
-            },
-        );
+        rec.memory_barrier(MemoryDependency {
+            src_stages: S::ALL_COMMANDS | S::HOST,
+            src_access: A::MEMORY_WRITE | A::HOST_WRITE,
+            dst_stages: S::COMPUTE_SHADER | S::COPY,
+            dst_access: A::SHADER_READ | A::SHADER_WRITE | A::TRANSFER_READ | A::TRANSFER_WRITE,
+        })?;
+        dispatch(rec)?;
+        rec.memory_barrier(MemoryDependency {
+            src_stages: S::COMPUTE_SHADER,
+            src_access: A::SHADER_WRITE,
+            dst_stages: S::COPY | S::HOST,
+            dst_access: A::TRANSFER_READ | A::HOST_READ,
+        })?;
         for (image, buffer) in self.outputs.iter().zip(&self.readback) {
-            device.cmd_copy_image_to_buffer(cmd, image, vk::ImageLayout::GENERAL, buffer)?;
+            rec.copy_image_to_buffer(image, vk::ImageLayout::GENERAL, buffer)?;
         }
-        device.cmd_memory_barrier(
-            cmd,
-            MemoryDependency {
-                src_stages: S::COPY,
-                src_access: A::TRANSFER_WRITE,
-                dst_stages: S::HOST,
-                dst_access: A::HOST_READ,
-            },
-        );
+        rec.memory_barrier(MemoryDependency {
+            src_stages: S::COPY,
+            src_access: A::TRANSFER_WRITE,
+            dst_stages: S::HOST,
+            dst_access: A::HOST_READ,
+        })?;
         Ok(())
     }
 
@@ -839,13 +795,11 @@ pub fn fly(
         _ => ("stream_view.comp", SHADER),
     };
     let program = ComputeProgram::new(&device, shader_name, &spirv_words(shader), &kinds, 80, 2 * in_flight)?;
-    let program = Release::new(&device, program, ComputeProgram::destroy);
-    let (texture_view, map_view) = match &backend {
-        Backend::Hardware { image, map, .. } => (image.view(), map.view()),
-        Backend::Software { texture } => (texture.atlas_view(), texture.indirection_view()),
+    let (texture_view, map_view): (ViewRef<'_>, ViewRef<'_>) = match &backend {
+        Backend::Hardware { image, map, .. } => (image.into(), map.view().into()),
+        Backend::Software { texture } => (texture.atlas_view().into(), texture.indirection_view().into()),
     };
     let timestamps = Timestamps::new(&device, "stream frame timestamps", 4 * in_flight)?;
-    let timestamps = Release::new(&device, timestamps, Timestamps::destroy);
     let trilinear = device.create_sampler(Filter::Trilinear)?;
     let nearest = device.create_sampler(Filter::Nearest)?;
     let ref_view = device.create_image_view(&reference, 0..vt.mip_count)?;
@@ -853,19 +807,16 @@ pub fn fly(
     let mut slots = Vec::new();
     for n in 0..in_flight {
         let slot = Slot::new(&device, n, args.width, args.height, fb_bytes)?;
-        let mut sets = [vk::DescriptorSet::null(); 2];
-        for (set, out) in sets.iter_mut().zip(&slot.views) {
-            *set = program.descriptor_set(
-                &device,
-                &[
-                    Binding::Image { view: texture_view, sampler: trilinear.raw(), layout: general },
-                    Binding::Image { view: map_view, sampler: nearest.raw(), layout: general },
-                    Binding::Image { view: out.raw(), sampler: vk::Sampler::null(), layout: general },
-                    Binding::Buffer(&slot.feedback),
-                    Binding::Buffer(&table),
-                    Binding::Image { view: ref_view.raw(), sampler: trilinear.raw(), layout: general },
-                ],
-            )?;
+        let mut sets = Vec::with_capacity(2);
+        for out in &slot.views {
+            sets.push(program.descriptor_set(&[
+                Binding::sampled(texture_view, &trilinear, general),
+                Binding::sampled(map_view, &nearest, general),
+                Binding::storage(out, general),
+                Binding::Buffer(&slot.feedback),
+                Binding::Buffer(&table),
+                Binding::sampled(&ref_view, &trilinear, general),
+            ])?);
         }
         slots.push((slot, sets));
     }
@@ -897,7 +848,7 @@ pub fn fly(
         };
         let misses = requests.as_ref().map(|r| r.iter().filter(|r| r.kind == RequestKind::Miss).count());
         let q = 4 * (f % u64::from(in_flight)) as u32;
-        let gpu = [timestamps.elapsed_ms(&device, q, q + 1), timestamps.elapsed_ms(&device, q + 2, q + 3)];
+        let gpu = [timestamps.elapsed_ms(q, q + 1), timestamps.elapsed_ms(q + 2, q + 3)];
         finished.frame(args, &device, slot, f, misses, gpu)?;
         Ok(requests)
     };
@@ -993,23 +944,20 @@ pub fn fly(
         let streamed_push = push_constants(frame, args.frames, side, vt.width, false, sampling);
         let reference_push = push_constants(frame, args.frames, side, vt.width, true, sampling);
         let groups = [args.width.div_ceil(8), args.height.div_ceil(8), 1];
-        program.check_dispatch(&device, &streamed_push, groups)?;
-        program.check_dispatch(&device, &reference_push, groups)?;
+        program.check_dispatch(&streamed_push, groups)?;
+        program.check_dispatch(&reference_push, groups)?;
         let mut recorded = Ok(());
-        let submission = commands.submit(&[], &[], |cmd| {
-            recorded = slot.record(&device, cmd, |cmd| {
+        let submission = commands.submit(&[], &[], |rec| {
+            recorded = slot.record(rec, |rec| {
                 let q = 4 * slot_index as u32;
-                timestamps.cmd_reset(&device, cmd, q..q + 4);
-                timestamps.cmd_write(&device, cmd, q);
-                program
-                    .dispatch(&device, cmd, sets[0], &streamed_push, groups)
-                    .expect("checked before the submission");
-                timestamps.cmd_write(&device, cmd, q + 1);
-                timestamps.cmd_write(&device, cmd, q + 2);
-                program
-                    .dispatch(&device, cmd, sets[1], &reference_push, groups)
-                    .expect("checked before the submission");
-                timestamps.cmd_write(&device, cmd, q + 3);
+                timestamps.cmd_reset(rec, q..q + 4)?;
+                timestamps.cmd_write(rec, q)?;
+                program.dispatch(rec, &sets[0], &streamed_push, groups)?;
+                timestamps.cmd_write(rec, q + 1)?;
+                timestamps.cmd_write(rec, q + 2)?;
+                program.dispatch(rec, &sets[1], &reference_push, groups)?;
+                timestamps.cmd_write(rec, q + 3)?;
+                Ok(())
             });
         })?;
         slot.submitted = Some((frame, submission));

@@ -9,6 +9,7 @@ use crate::device::Device;
 use crate::error::{Result, VkResultExt, VulkanError};
 use crate::ledger::FaultSite;
 use crate::memory::MemoryError;
+use crate::recording::Recording;
 use crate::retire::GpuUse;
 use ash::vk;
 use residency_core::memory::MemoryIntent;
@@ -44,6 +45,14 @@ pub enum ReadBackError {
     /// Reading the mapped bytes failed.
     #[error(transparent)]
     Access(#[from] AccessError),
+    /// The buffer or image cannot be the source of the read-back's copy.
+    #[error("`{name}` cannot be read back: {reason}")]
+    Invalid {
+        /// The resource.
+        name: String,
+        /// Why.
+        reason: &'static str,
+    },
     /// A Vulkan call failed.
     #[error(transparent)]
     Vulkan(#[from] VulkanError),
@@ -154,11 +163,16 @@ impl CommandContext {
 
     /// Records commands with `record` and submits them to the universal queue, waiting on and
     /// signalling the given semaphores.
+    ///
+    /// `record` gets the command buffer as a [`Recording`] of this context's device: the safe
+    /// helpers record into it, and everything they record is held until the submission has its
+    /// place on the device's universal timeline, so an object dropped inside `record` is destroyed
+    /// only after this submission completes.
     pub fn submit(
         &self,
         waits: &[vk::SemaphoreSubmitInfo<'_>],
         signals: &[vk::SemaphoreSubmitInfo<'_>],
-        record: impl FnOnce(vk::CommandBuffer),
+        record: impl FnOnce(&mut Recording<'_>),
     ) -> Result<Submission> {
         let device = &*self.device;
         // The fault hook (and a lost device) answer before anything is recorded.
@@ -179,8 +193,13 @@ impl CommandContext {
                 .during("vkResetCommandBuffer")?;
             device.raw().begin_command_buffer(command_buffer, &begin).during("vkBeginCommandBuffer")?;
         }
-        record(command_buffer);
-        // SAFETY: recording began above.
+        let mut recording = Recording::new(device, command_buffer);
+        record(&mut recording);
+        // Held until the submission has taken its universal timeline value (or failed): an
+        // object the closure dropped retires after this submission.
+        let kept = recording.into_kept();
+        // SAFETY: recording began above; the closure could not end it (a `Recording` exposes only
+        // helpers that leave it recording, and your own commands must too).
         unsafe { device.raw().end_command_buffer(command_buffer) }.during("vkEndCommandBuffer")?;
         let buffers = [vk::CommandBufferSubmitInfo::default().command_buffer(command_buffer)];
         let point = {
@@ -215,6 +234,7 @@ impl CommandContext {
         state.slots[index].serial = serial;
         state.slots[index].point = point;
         drop(state);
+        drop(kept);
         device.maintain();
         Ok(Submission { slot: index, serial, point, device: device.uid() })
     }
@@ -320,8 +340,23 @@ impl Device {
             });
         }
         let region = vk::BufferCopy { src_offset: buffer.offset() + offset, dst_offset: 0, size: len };
+        if !buffer.device().is(self) {
+            return Err(ReadBackError::Vulkan(VulkanError::WrongDevice {
+                name: buffer.name().to_owned(),
+                owner: buffer.device_index(),
+                device: self.index(),
+            }));
+        }
+        if !buffer.usage().contains(BufferUsage::COPY_SRC) {
+            return Err(ReadBackError::Invalid {
+                name: buffer.name().to_owned(),
+                reason: "it lacks COPY_SRC usage",
+            });
+        }
         self.copy_to_host(buffer.name(), len, |cmd, staging| {
-            // SAFETY: `cmd` is recording; both buffers are live on this device and the region lies in both.
+            // SAFETY: `cmd` is recording on this device; both buffers are live buffers of it
+            // (checked above; `buffer` is borrowed until the wait returns) and the region lies in
+            // both.
             unsafe { self.raw().cmd_copy_buffer(cmd, buffer.raw(), staging, &[region]) };
         })
     }
@@ -349,8 +384,9 @@ impl Device {
             .dst_stage_mask(vk::PipelineStageFlags2::HOST)
             .dst_access_mask(vk::AccessFlags2::HOST_READ)];
         let staging = staging;
-        let copied = self.submit_once("read back", |cmd| {
-            // SAFETY: `cmd` is recording on this device.
+        let copied = self.submit_once("read back", |rec| {
+            let cmd = rec.raw();
+            // SAFETY: `cmd` is recording on this device outside a render pass.
             unsafe {
                 self.raw().cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&before))
             };
@@ -370,7 +406,7 @@ impl Device {
     /// Submits compute work that reads what the host and earlier submissions wrote and whose results
     /// the host reads afterwards: a barrier from every earlier write to compute reads and writes,
     /// `record`, a barrier from compute writes to host reads; then waits.
-    pub fn submit_compute(&self, name: &str, record: impl FnOnce(vk::CommandBuffer)) -> Result<()> {
+    pub fn submit_compute(&self, name: &str, record: impl FnOnce(&mut Recording<'_>)) -> Result<()> {
         let before = [vk::MemoryBarrier2::default()
             .src_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS | vk::PipelineStageFlags2::HOST)
             .src_access_mask(vk::AccessFlags2::MEMORY_WRITE | vk::AccessFlags2::HOST_WRITE)
@@ -381,22 +417,25 @@ impl Device {
             .src_access_mask(vk::AccessFlags2::SHADER_WRITE)
             .dst_stage_mask(vk::PipelineStageFlags2::HOST)
             .dst_access_mask(vk::AccessFlags2::HOST_READ)];
-        self.submit_once(name, |cmd| {
-            // SAFETY: `cmd` is recording on this device.
+        self.submit_once(name, |rec| {
+            // SAFETY: `rec` is recording on this device outside a render pass; the barrier lives for
+            // the call.
             unsafe {
-                self.raw().cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&before))
+                self.raw()
+                    .cmd_pipeline_barrier2(rec.raw(), &vk::DependencyInfo::default().memory_barriers(&before))
             };
-            record(cmd);
-            // SAFETY: as above.
+            record(rec);
+            // SAFETY: as above (`record`'s own commands leave it recording outside a render pass).
             unsafe {
-                self.raw().cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&after))
+                self.raw()
+                    .cmd_pipeline_barrier2(rec.raw(), &vk::DependencyInfo::default().memory_barriers(&after))
             };
         })
     }
 
     /// Records commands with `record`, submits them to the universal queue and waits for them.
     /// Convenient for set-up, tests and examples; hot paths keep a [`CommandContext`].
-    pub fn submit_once(&self, name: &str, record: impl FnOnce(vk::CommandBuffer)) -> Result<()> {
+    pub fn submit_once(&self, name: &str, record: impl FnOnce(&mut Recording<'_>)) -> Result<()> {
         let context = CommandContext::new(self, name)?;
         context.submit(&[], &[], record).and_then(|s| context.wait(s))
     }

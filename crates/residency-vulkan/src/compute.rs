@@ -4,7 +4,15 @@
 use crate::buffer::Buffer;
 use crate::device::Device;
 use crate::error::{Result, VkResultExt, VulkanError};
+use crate::format_map::vk_format;
+use crate::image::{Filter, ImageView, Sampler};
+use crate::recording::Recording;
+use crate::retire::{ForeignUse, Garbage, GpuUse, Life};
+use crate::sparse::SparseImage;
 use ash::vk;
+use residency_core::device_mask::DeviceIndex;
+use residency_core::usage::BufferUsage;
+use std::sync::{Arc, Mutex};
 
 /// What a binding of a compute program holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,20 +38,183 @@ impl BindingKind {
     }
 }
 
-/// A resource bound at one binding.
+/// An image view a descriptor set can point at: one of residency's [`ImageView`]s or the view of
+/// a [`SparseImage`]; the set keeps either (and so its image) alive.
+#[derive(Clone, Copy, Debug)]
+pub enum ViewRef<'a> {
+    /// A view made by [`Device::create_image_view`] (or held by a min-LOD map or a software
+    /// texture).
+    View(&'a ImageView),
+    /// The view of all mips and layers of a partially resident image.
+    Sparse(&'a SparseImage),
+}
+
+impl<'a> From<&'a ImageView> for ViewRef<'a> {
+    fn from(view: &'a ImageView) -> Self {
+        ViewRef::View(view)
+    }
+}
+
+impl<'a> From<&'a SparseImage> for ViewRef<'a> {
+    fn from(image: &'a SparseImage) -> Self {
+        ViewRef::Sparse(image)
+    }
+}
+
+/// What a descriptor write needs to know about a view.
+struct ViewFacts {
+    raw: vk::ImageView,
+    device: u64,
+    name: String,
+    format: vk::Format,
+    usage: vk::ImageUsageFlags,
+    tiling: vk::ImageTiling,
+    life: Option<Arc<Life>>,
+}
+
+impl ViewRef<'_> {
+    fn facts(&self) -> ViewFacts {
+        match *self {
+            ViewRef::View(view) => ViewFacts {
+                raw: view.raw(),
+                device: view.device().uid(),
+                name: view.name().to_owned(),
+                format: vk_format(view.format()),
+                usage: vk::ImageUsageFlags::from_raw(view.usage().bits()),
+                tiling: if view.is_linear() { vk::ImageTiling::LINEAR } else { vk::ImageTiling::OPTIMAL },
+                life: Some(Arc::clone(view.life())),
+            },
+            ViewRef::Sparse(image) => {
+                let (raw, device, usage, life) = image.view_binding();
+                ViewFacts {
+                    raw,
+                    device,
+                    name: image.name().to_owned(),
+                    format: vk_format(image.desc().format),
+                    usage,
+                    tiling: vk::ImageTiling::OPTIMAL,
+                    life: Some(Arc::clone(life)),
+                }
+            }
+        }
+    }
+}
+
+/// A resource bound at one binding of a descriptor set.
+///
+/// The set keeps every buffer, [`ImageView`], [`SparseImage`] and [`Sampler`] bound in it alive
+/// (and a view keeps its image): dropping them while the set lives, or while work that used the
+/// set is on the GPU, is safe — they are destroyed after the set and that work.
 #[derive(Clone, Copy, Debug)]
 pub enum Binding<'a> {
-    /// A whole buffer (at its offset, for ranges of a pool page).
+    /// A whole buffer (at its offset, for ranges of a pool page), for
+    /// [`BindingKind::StorageBuffer`] or [`BindingKind::UniformBuffer`].
     Buffer(&'a Buffer),
-    /// An image view with a sampler (for [`BindingKind::SampledImage`]) in a layout.
-    Image {
+    /// A view sampled through `sampler` in `layout`, for [`BindingKind::SampledImage`].
+    Sampled {
         /// The view.
-        view: vk::ImageView,
-        /// The sampler (null for storage images).
-        sampler: vk::Sampler,
-        /// The layout the image is in when the dispatch runs.
+        view: ViewRef<'a>,
+        /// The sampler.
+        sampler: &'a Sampler,
+        /// The layout the image is in when the set is used.
         layout: vk::ImageLayout,
     },
+    /// A view read and written as a storage image in `layout` (`GENERAL`), for
+    /// [`BindingKind::StorageImage`].
+    Storage {
+        /// The view.
+        view: ViewRef<'a>,
+        /// The layout the image is in when the set is used.
+        layout: vk::ImageLayout,
+    },
+}
+
+impl<'a> Binding<'a> {
+    /// A sampled image binding.
+    pub fn sampled(view: impl Into<ViewRef<'a>>, sampler: &'a Sampler, layout: vk::ImageLayout) -> Self {
+        Binding::Sampled { view: view.into(), sampler, layout }
+    }
+
+    /// A storage image binding.
+    pub fn storage(view: impl Into<ViewRef<'a>>, layout: vk::ImageLayout) -> Self {
+        Binding::Storage { view: view.into(), layout }
+    }
+
+    fn what(&self) -> &'static str {
+        match self {
+            Binding::Buffer(_) => "a buffer",
+            Binding::Sampled { .. } => "a sampled image",
+            Binding::Storage { .. } => "a storage image",
+        }
+    }
+}
+
+/// A descriptor set was refused before anything was allocated or written.
+#[derive(Debug, thiserror::Error)]
+pub enum BindingError {
+    /// Not one resource per binding of the program.
+    #[error("`{program}` has {expected} bindings, {given} resources were given")]
+    Count {
+        /// The program.
+        program: String,
+        /// Its bindings.
+        expected: usize,
+        /// Resources given.
+        given: usize,
+    },
+    /// A resource lives on another device than the program.
+    #[error("`{program}` binding {binding}: `{resource}` lives on another device")]
+    WrongDevice {
+        /// The program.
+        program: String,
+        /// The binding.
+        binding: usize,
+        /// The resource.
+        resource: String,
+    },
+    /// A resource does not fit its binding (kind, usage, layout, alignment, range, filtering).
+    #[error("`{program}` binding {binding}: `{resource}` {reason}")]
+    Invalid {
+        /// The program.
+        program: String,
+        /// The binding.
+        binding: usize,
+        /// The resource.
+        resource: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Allocating the set failed (its pool is exhausted: `max_sets` of the program).
+    #[error(transparent)]
+    Vulkan(#[from] VulkanError),
+}
+
+/// A descriptor set of one [`ComputeProgram`], written once with one resource per binding. It
+/// keeps its program's descriptor pool and every resource bound in it (but a [`SparseImage`]:
+/// see [`Binding`]) alive; cloning it is cheap. Its memory goes back to the program's pool when
+/// the program is released, not when the set is dropped.
+#[derive(Clone, Debug)]
+pub struct DescriptorSet {
+    raw: vk::DescriptorSet,
+    program: Arc<Life>,
+    bound: Arc<[Arc<Life>]>,
+}
+
+impl DescriptorSet {
+    /// The `VkDescriptorSet`, for your own `unsafe` binds.
+    pub fn raw(&self) -> vk::DescriptorSet {
+        self.raw
+    }
+
+    /// Declares a use of the renderer's own work that ends at `until` (a command buffer it
+    /// submits itself): the program and every resource bound here wait for it too.
+    pub fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
+        self.program.used_until(until)?;
+        for life in self.bound.iter() {
+            life.used_until(until)?;
+        }
+        Ok(())
+    }
 }
 
 /// A dispatch was refused before anything was recorded: it breaks a rule of `vkCmdDispatch` or
@@ -76,18 +247,41 @@ pub enum DispatchError {
         /// Bytes the program declared.
         declared: u32,
     },
+    /// The recording is on another device than the program.
+    #[error("`{program}` lives on {owner}; the recording is on {recording}")]
+    WrongDevice {
+        /// The program.
+        program: String,
+        /// Its device.
+        owner: DeviceIndex,
+        /// The recording's device.
+        recording: DeviceIndex,
+    },
+    /// The descriptor set was made by another program.
+    #[error("the descriptor set was not made by `{program}`")]
+    ForeignSet {
+        /// The program.
+        program: String,
+    },
 }
 
-/// A compute shader with everything needed to dispatch it.
+/// A compute shader with everything needed to dispatch it: its pipeline, layouts and descriptor
+/// pool. It holds its device and is released when dropped, once the GPU work that may use it has
+/// completed (and after the last of its [`DescriptorSet`]s).
+///
+/// The SPIR-V is trusted: residency checks its header, the push-constant size and the dispatch
+/// limits, not that the shader's code is valid or that its interface matches `kinds`.
 #[derive(Debug)]
 pub struct ComputeProgram {
+    life: Arc<Life>,
     name: String,
     kinds: Vec<BindingKind>,
     push_constant_bytes: u32,
-    set_layout: vk::DescriptorSetLayout,
     layout: vk::PipelineLayout,
     pipeline: vk::Pipeline,
-    pool: vk::DescriptorPool,
+    set_layout: vk::DescriptorSetLayout,
+    /// The descriptor pool, locked for each allocation (a pool is externally synchronised).
+    pool: Mutex<vk::DescriptorPool>,
 }
 
 /// Reads SPIR-V words from bytes (as `include_bytes!` gives them).
@@ -95,9 +289,21 @@ pub fn spirv_words(bytes: &[u8]) -> Vec<u32> {
     bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
 
+/// Refuses words that cannot be a SPIR-V module (no header, or not its magic number).
+pub(crate) fn check_spirv(device: &Device, name: &str, spirv: &[u32]) -> Result<()> {
+    if spirv.len() < 5 || spirv[0] != 0x0723_0203 {
+        return Err(VulkanError::Unsupported {
+            device: device.name().to_owned(),
+            reason: format!("`{name}`: the code is not a SPIR-V module (no SPIR-V header)"),
+        });
+    }
+    Ok(())
+}
+
 impl ComputeProgram {
     /// Creates the program from SPIR-V with bindings `0..kinds.len()` in set 0, `push_constant_bytes`
-    /// of push constants, and room for `max_sets` descriptor sets.
+    /// of push constants (a multiple of 4, at most the device's `maxPushConstantsSize`), and room
+    /// for `max_sets` descriptor sets.
     pub fn new(
         device: &Device,
         name: &str,
@@ -106,6 +312,16 @@ impl ComputeProgram {
         push_constant_bytes: u32,
         max_sets: u32,
     ) -> Result<ComputeProgram> {
+        check_spirv(device, name, spirv)?;
+        let limit = device.limits().max_push_constants_size;
+        if push_constant_bytes % 4 != 0 || push_constant_bytes > limit {
+            return Err(VulkanError::Unsupported {
+                device: device.name().to_owned(),
+                reason: format!(
+                    "`{name}`: {push_constant_bytes} B of push constants (a multiple of 4, at most {limit})"
+                ),
+            });
+        }
         let raw = device.raw();
         let bindings: Vec<_> = kinds
             .iter()
@@ -118,82 +334,224 @@ impl ComputeProgram {
                     .stage_flags(vk::ShaderStageFlags::COMPUTE)
             })
             .collect();
-        let mut created = Created::default();
-        let result = (|| {
-            // SAFETY: valid device; the create infos live for each call. Objects are recorded in
-            // `created` so that a failure part-way destroys what exists.
-            unsafe {
-                created.set_layout = raw
-                    .create_descriptor_set_layout(
-                        &vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings),
-                        None,
-                    )
-                    .during("vkCreateDescriptorSetLayout")?;
-                let ranges = [vk::PushConstantRange::default()
-                    .stage_flags(vk::ShaderStageFlags::COMPUTE)
-                    .size(push_constant_bytes)];
-                let set_layouts = [created.set_layout];
-                let mut layout_info = vk::PipelineLayoutCreateInfo::default().set_layouts(&set_layouts);
-                if push_constant_bytes > 0 {
-                    layout_info = layout_info.push_constant_ranges(&ranges);
-                }
-                created.layout =
-                    raw.create_pipeline_layout(&layout_info, None).during("vkCreatePipelineLayout")?;
-                let module = raw
-                    .create_shader_module(&vk::ShaderModuleCreateInfo::default().code(spirv), None)
-                    .during("vkCreateShaderModule")?;
-                let stage = vk::PipelineShaderStageCreateInfo::default()
-                    .stage(vk::ShaderStageFlags::COMPUTE)
-                    .module(module)
-                    .name(c"main");
-                let info = vk::ComputePipelineCreateInfo::default().stage(stage).layout(created.layout);
-                let pipelines = raw.create_compute_pipelines(vk::PipelineCache::null(), &[info], None);
-                raw.destroy_shader_module(module, None);
-                created.pipeline =
-                    pipelines.map_err(|(_, r)| VulkanError::from_vk("vkCreateComputePipelines", r))?[0];
-                let mut sizes: Vec<vk::DescriptorPoolSize> = Vec::new();
-                for k in kinds {
-                    let ty = k.descriptor_type();
-                    match sizes.iter_mut().find(|s| s.ty == ty) {
-                        Some(s) => s.descriptor_count += max_sets,
-                        None => sizes.push(vk::DescriptorPoolSize { ty, descriptor_count: max_sets }),
-                    }
-                }
-                let pool_info =
-                    vk::DescriptorPoolCreateInfo::default().max_sets(max_sets.max(1)).pool_sizes(&sizes);
-                created.pool =
-                    raw.create_descriptor_pool(&pool_info, None).during("vkCreateDescriptorPool")?;
+        let mut created = Created::default_for(device);
+        // SAFETY: valid device; the create infos live for each call; the push-constant range is a
+        // multiple of 4 within the device's limit (checked above). Objects are recorded in
+        // `created`, which destroys what exists if a later step fails (none was used). The code
+        // has a SPIR-V header (checked above); that it is valid SPIR-V whose interface matches
+        // the layout is trusted, not checked (the type's documentation says so; issue #15 lists it).
+        unsafe {
+            created.set_layout = raw
+                .create_descriptor_set_layout(
+                    &vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings),
+                    None,
+                )
+                .during("vkCreateDescriptorSetLayout")?;
+            let ranges = [vk::PushConstantRange::default()
+                .stage_flags(vk::ShaderStageFlags::COMPUTE)
+                .size(push_constant_bytes)];
+            let set_layouts = [created.set_layout];
+            let mut layout_info = vk::PipelineLayoutCreateInfo::default().set_layouts(&set_layouts);
+            if push_constant_bytes > 0 {
+                layout_info = layout_info.push_constant_ranges(&ranges);
             }
-            Ok(())
-        })();
-        if let Err(e) = result {
-            created.destroy(device);
-            return Err(e);
+            created.layout =
+                raw.create_pipeline_layout(&layout_info, None).during("vkCreatePipelineLayout")?;
+            let module = raw
+                .create_shader_module(&vk::ShaderModuleCreateInfo::default().code(spirv), None)
+                .during("vkCreateShaderModule")?;
+            let stage = vk::PipelineShaderStageCreateInfo::default()
+                .stage(vk::ShaderStageFlags::COMPUTE)
+                .module(module)
+                .name(c"main");
+            let info = vk::ComputePipelineCreateInfo::default().stage(stage).layout(created.layout);
+            let pipelines = raw.create_compute_pipelines(vk::PipelineCache::null(), &[info], None);
+            raw.destroy_shader_module(module, None);
+            created.pipeline =
+                pipelines.map_err(|(_, r)| VulkanError::from_vk("vkCreateComputePipelines", r))?[0];
+            let mut sizes: Vec<vk::DescriptorPoolSize> = Vec::new();
+            for k in kinds {
+                let ty = k.descriptor_type();
+                match sizes.iter_mut().find(|s| s.ty == ty) {
+                    Some(s) => s.descriptor_count += max_sets.max(1),
+                    None => sizes.push(vk::DescriptorPoolSize { ty, descriptor_count: max_sets.max(1) }),
+                }
+            }
+            let pool_info =
+                vk::DescriptorPoolCreateInfo::default().max_sets(max_sets.max(1)).pool_sizes(&sizes);
+            created.pool = raw.create_descriptor_pool(&pool_info, None).during("vkCreateDescriptorPool")?;
         }
-        device.set_name(created.pipeline, name);
-        device.set_name(created.layout, &format!("{name} layout"));
-        device.set_name(created.set_layout, &format!("{name} set layout"));
-        device.set_name(created.pool, &format!("{name} descriptors"));
+        let (set_layout, layout, pipeline, pool) = created.disarm();
+        device.set_name(pipeline, name);
+        device.set_name(layout, &format!("{name} layout"));
+        device.set_name(set_layout, &format!("{name} set layout"));
+        device.set_name(pool, &format!("{name} descriptors"));
+        let ledger = device.ledger();
+        let garbage = Garbage::Group(vec![
+            Garbage::DescriptorPool {
+                raw: pool,
+                id: ledger.track("descriptor pool", format!("{name} descriptors")),
+            },
+            Garbage::Pipeline { raw: pipeline, id: ledger.track("compute pipeline", name) },
+            Garbage::PipelineLayout {
+                raw: layout,
+                id: ledger.track("pipeline layout", format!("{name} layout")),
+            },
+            Garbage::DescriptorSetLayout {
+                raw: set_layout,
+                id: ledger.track("descriptor set layout", format!("{name} set layout")),
+            },
+        ]);
         Ok(ComputeProgram {
+            life: Life::new(device.arc(), garbage, None),
             name: name.to_owned(),
             kinds: kinds.to_vec(),
             push_constant_bytes,
-            set_layout: created.set_layout,
-            layout: created.layout,
-            pipeline: created.pipeline,
-            pool: created.pool,
+            layout,
+            pipeline,
+            set_layout,
+            pool: Mutex::new(pool),
         })
     }
 
+    /// The device it lives on.
+    pub fn device(&self) -> &Arc<Device> {
+        self.life.device()
+    }
+
+    /// Declares a use of the renderer's own work that ends at `until` (a command buffer it
+    /// submits itself, through [`Recording::from_raw`]); residency's submissions need nothing.
+    pub fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
+        self.life.used_until(until)
+    }
+
+    /// Checks one binding against its kind; returns the life it keeps.
+    fn check_binding(&self, i: usize, binding: &Binding<'_>) -> Result<Vec<Arc<Life>>, BindingError> {
+        let device = self.device();
+        let kind = self.kinds[i];
+        let invalid = |resource: &str, reason: String| BindingError::Invalid {
+            program: self.name.clone(),
+            binding: i,
+            resource: resource.to_owned(),
+            reason,
+        };
+        let foreign = |resource: &str| BindingError::WrongDevice {
+            program: self.name.clone(),
+            binding: i,
+            resource: resource.to_owned(),
+        };
+        let wrong_kind = |resource: &str| {
+            invalid(resource, format!("is bound as {}, but the binding is {kind:?}", binding.what()))
+        };
+        let limits = device.limits();
+        match *binding {
+            Binding::Buffer(buffer) => {
+                let name = buffer.name();
+                if !buffer.device().is(device) {
+                    return Err(foreign(name));
+                }
+                let (usage, alignment, max) = match kind {
+                    BindingKind::StorageBuffer => (
+                        BufferUsage::STORAGE,
+                        limits.min_storage_buffer_offset_alignment,
+                        u64::from(limits.max_storage_buffer_range),
+                    ),
+                    BindingKind::UniformBuffer => (
+                        BufferUsage::UNIFORM,
+                        limits.min_uniform_buffer_offset_alignment,
+                        u64::from(limits.max_uniform_buffer_range),
+                    ),
+                    _ => return Err(wrong_kind(name)),
+                };
+                if !buffer.usage().contains(usage) {
+                    return Err(invalid(name, format!("lacks the {usage:?} usage its binding needs")));
+                }
+                if buffer.offset() % alignment.max(1) != 0 {
+                    return Err(invalid(
+                        name,
+                        format!(
+                            "starts at {}, not a multiple of the device's {alignment} B",
+                            buffer.offset()
+                        ),
+                    ));
+                }
+                if buffer.size() > max {
+                    return Err(invalid(
+                        name,
+                        format!("is {} B, over the device's {max} B range", buffer.size()),
+                    ));
+                }
+                Ok(vec![Arc::clone(buffer.life())])
+            }
+            Binding::Sampled { view, sampler, layout } => {
+                let v = view.facts();
+                if kind != BindingKind::SampledImage {
+                    return Err(wrong_kind(&v.name));
+                }
+                if v.device != device.uid() {
+                    return Err(foreign(&v.name));
+                }
+                if !sampler.device().is(device) {
+                    return Err(foreign("sampler"));
+                }
+                if !v.usage.contains(vk::ImageUsageFlags::SAMPLED) {
+                    return Err(invalid(&v.name, "lacks SAMPLED usage".to_owned()));
+                }
+                if !SAMPLED_LAYOUTS.contains(&layout) {
+                    return Err(invalid(&v.name, format!("cannot be sampled in {layout:?}")));
+                }
+                if sampler.filter() != Filter::Nearest {
+                    // SAFETY: a pure query of this device's physical device.
+                    let props = unsafe {
+                        device.instance().get_physical_device_format_properties(device.physical(), v.format)
+                    };
+                    let features = match v.tiling {
+                        vk::ImageTiling::LINEAR => props.linear_tiling_features,
+                        _ => props.optimal_tiling_features,
+                    };
+                    if !features.contains(vk::FormatFeatureFlags::SAMPLED_IMAGE_FILTER_LINEAR) {
+                        return Err(invalid(&v.name, format!("{:?} cannot be filtered linearly", v.format)));
+                    }
+                }
+                Ok(v.life.into_iter().chain([Arc::clone(sampler.life())]).collect())
+            }
+            Binding::Storage { view, layout } => {
+                let v = view.facts();
+                if kind != BindingKind::StorageImage {
+                    return Err(wrong_kind(&v.name));
+                }
+                if v.device != device.uid() {
+                    return Err(foreign(&v.name));
+                }
+                if !v.usage.contains(vk::ImageUsageFlags::STORAGE) {
+                    return Err(invalid(&v.name, "lacks STORAGE usage".to_owned()));
+                }
+                if layout != vk::ImageLayout::GENERAL {
+                    return Err(invalid(&v.name, format!("is a storage image in {layout:?}, not GENERAL")));
+                }
+                Ok(v.life.into_iter().collect())
+            }
+        }
+    }
+
     /// Allocates a descriptor set from the program's pool and writes `bindings` into it (one per
-    /// binding, in order).
-    pub fn descriptor_set(&self, device: &Device, bindings: &[Binding<'_>]) -> Result<vk::DescriptorSet> {
-        assert_eq!(bindings.len(), self.kinds.len(), "one resource per binding");
-        let layouts = [self.set_layout];
-        let info = vk::DescriptorSetAllocateInfo::default().descriptor_pool(self.pool).set_layouts(&layouts);
-        // SAFETY: pool and layout belong to this device.
-        let set =
-            unsafe { device.raw().allocate_descriptor_sets(&info) }.during("vkAllocateDescriptorSets")?[0];
+    /// binding, in order). Each resource must live on the program's device and fit its binding
+    /// (kind, usage, layout, offset alignment and range, linear filtering of the format);
+    /// otherwise the error names it and nothing is allocated. The set keeps what it binds alive
+    /// (see [`Binding`]).
+    pub fn descriptor_set(&self, bindings: &[Binding<'_>]) -> Result<DescriptorSet, BindingError> {
+        if bindings.len() != self.kinds.len() {
+            return Err(BindingError::Count {
+                program: self.name.clone(),
+                expected: self.kinds.len(),
+                given: bindings.len(),
+            });
+        }
+        let mut bound = Vec::with_capacity(bindings.len());
+        for (i, binding) in bindings.iter().enumerate() {
+            bound.extend(self.check_binding(i, binding)?);
+        }
+        let device = self.device();
         let buffer_infos: Vec<_> = bindings
             .iter()
             .map(|b| match b {
@@ -201,19 +559,30 @@ impl ComputeProgram {
                     .buffer(buffer.raw())
                     .offset(buffer.offset())
                     .range(buffer.size())],
-                Binding::Image { .. } => [vk::DescriptorBufferInfo::default()],
+                _ => [vk::DescriptorBufferInfo::default()],
             })
             .collect();
         let image_infos: Vec<_> = bindings
             .iter()
             .map(|b| match *b {
-                Binding::Image { view, sampler, layout } => [vk::DescriptorImageInfo::default()
-                    .image_view(view)
-                    .sampler(sampler)
+                Binding::Sampled { view, sampler, layout } => [vk::DescriptorImageInfo::default()
+                    .image_view(view.facts().raw)
+                    .sampler(sampler.raw())
                     .image_layout(layout)],
+                Binding::Storage { view, layout } => {
+                    [vk::DescriptorImageInfo::default().image_view(view.facts().raw).image_layout(layout)]
+                }
                 Binding::Buffer(_) => [vk::DescriptorImageInfo::default()],
             })
             .collect();
+        let layouts = [self.set_layout];
+        let set = {
+            let pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+            let info = vk::DescriptorSetAllocateInfo::default().descriptor_pool(*pool).set_layouts(&layouts);
+            // SAFETY: pool and layout belong to this device; the pool is externally synchronised
+            // by its lock.
+            unsafe { device.raw().allocate_descriptor_sets(&info) }.during("vkAllocateDescriptorSets")?[0]
+        };
         let writes: Vec<_> = bindings
             .iter()
             .enumerate()
@@ -224,14 +593,15 @@ impl ComputeProgram {
                     .descriptor_type(self.kinds[i].descriptor_type());
                 match b {
                     Binding::Buffer(_) => write.buffer_info(&buffer_infos[i]),
-                    Binding::Image { .. } => write.image_info(&image_infos[i]),
+                    _ => write.image_info(&image_infos[i]),
                 }
             })
             .collect();
-        // SAFETY: the set was just allocated; every write matches its binding's type, and the infos
-        // live until the call returns.
+        // SAFETY: the set was just allocated and no other thread knows it; every write matches its
+        // binding's type and points at a live object of this device with the usage, layout,
+        // alignment and range it needs (checked above); the infos live until the call returns.
         unsafe { device.raw().update_descriptor_sets(&writes, &[]) };
-        Ok(set)
+        Ok(DescriptorSet { raw: set, program: Arc::clone(&self.life), bound: bound.into() })
     }
 
     /// Its name.
@@ -239,16 +609,11 @@ impl ComputeProgram {
         &self.name
     }
 
-    /// Checks a dispatch of `groups` workgroups with `push_constants` against `device`'s limits
+    /// Checks a dispatch of `groups` workgroups with `push_constants` against the device's limits
     /// and the program's declared push-constant size, without recording anything. A zero count is
     /// allowed (Vulkan defines it as a dispatch that does nothing).
-    pub fn check_dispatch(
-        &self,
-        device: &Device,
-        push_constants: &[u8],
-        groups: [u32; 3],
-    ) -> Result<(), DispatchError> {
-        let limits = device.limits().max_compute_work_group_count;
+    pub fn check_dispatch(&self, push_constants: &[u8], groups: [u32; 3]) -> Result<(), DispatchError> {
+        let limits = self.device().limits().max_compute_work_group_count;
         if let Some(axis) = (0..3).find(|&axis| groups[axis] > limits[axis]) {
             return Err(DispatchError::GroupCountOverLimit {
                 program: self.name.clone(),
@@ -268,76 +633,121 @@ impl ComputeProgram {
         Ok(())
     }
 
-    /// Records binding the pipeline and `set`, pushing `push_constants`, and dispatching `groups`,
-    /// after [`ComputeProgram::check_dispatch`]: a dispatch over the device's limits is an error
-    /// and records nothing. The program must have been created on `device`, `cmd` must be
-    /// recording on it and `set` must come from this program's [`ComputeProgram::descriptor_set`]
-    /// (raw handles: not checked).
+    /// Records binding the pipeline and `set`, pushing `push_constants` (zero-filled up to the
+    /// declared size), and dispatching `groups`, after [`ComputeProgram::check_dispatch`]. A
+    /// recording of another device ([`DispatchError::WrongDevice`]), a set of another program
+    /// ([`DispatchError::ForeignSet`]) or a dispatch over the device's limits is an error and
+    /// records nothing. The recording holds the program and everything the set binds until its
+    /// submission.
     pub fn dispatch(
         &self,
-        device: &Device,
-        cmd: vk::CommandBuffer,
-        set: vk::DescriptorSet,
+        rec: &mut Recording<'_>,
+        set: &DescriptorSet,
         push_constants: &[u8],
         groups: [u32; 3],
     ) -> Result<(), DispatchError> {
-        self.check_dispatch(device, push_constants, groups)?;
-        self.record_checked(device, cmd, set, push_constants, groups);
+        if !rec.device().is(self.device()) {
+            return Err(DispatchError::WrongDevice {
+                program: self.name.clone(),
+                owner: self.device().index(),
+                recording: rec.device().index(),
+            });
+        }
+        if !Arc::ptr_eq(&set.program, &self.life) {
+            return Err(DispatchError::ForeignSet { program: self.name.clone() });
+        }
+        self.check_dispatch(push_constants, groups)?;
+        self.record_checked(rec, set, push_constants, groups);
         Ok(())
     }
 
-    /// [`ComputeProgram::dispatch`] for a dispatch that already passed
-    /// [`ComputeProgram::check_dispatch`] on `device`.
+    /// [`ComputeProgram::dispatch`] for a dispatch whose recording, set and limits were checked.
     pub(crate) fn record_checked(
         &self,
-        device: &Device,
-        cmd: vk::CommandBuffer,
-        set: vk::DescriptorSet,
+        rec: &mut Recording<'_>,
+        set: &DescriptorSet,
         push_constants: &[u8],
         groups: [u32; 3],
     ) {
-        debug_assert!(self.check_dispatch(device, push_constants, groups).is_ok(), "checked by the caller");
-        // SAFETY: the group counts are within the device's maxComputeWorkGroupCount and the push
-        // constants within the declared range and a multiple of 4 bytes (`check_dispatch`, run by
-        // the caller). That the program was created on `device`, `cmd` is recording there and
-        // `set` comes from this program are the documented requirements of `dispatch`: raw
-        // handles this safe fn cannot check.
+        debug_assert!(rec.device().is(self.device()) && Arc::ptr_eq(&set.program, &self.life));
+        debug_assert!(self.check_dispatch(push_constants, groups).is_ok(), "checked by the caller");
+        rec.keep(&self.life);
+        for life in set.bound.iter() {
+            rec.keep(life);
+        }
+        let mut push = push_constants.to_vec();
+        push.resize(self.push_constant_bytes as usize, 0);
+        let cmd = rec.raw();
+        // SAFETY: `cmd` is recording on the program's device (checked by the caller) outside a
+        // render pass (the `Recording` invariant). The pipeline, layout and set are this program's
+        // (the set's program is this one: checked by the caller), every binding of the set was
+        // written with a live resource, and the recording holds the program and those resources
+        // until its submission. The push constants cover exactly the declared range, a multiple
+        // of 4 bytes; the group counts are within maxComputeWorkGroupCount (`check_dispatch`).
         unsafe {
-            let raw = device.raw();
+            let raw = rec.device().raw();
             raw.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, self.pipeline);
-            raw.cmd_bind_descriptor_sets(cmd, vk::PipelineBindPoint::COMPUTE, self.layout, 0, &[set], &[]);
-            if !push_constants.is_empty() {
-                raw.cmd_push_constants(cmd, self.layout, vk::ShaderStageFlags::COMPUTE, 0, push_constants);
+            raw.cmd_bind_descriptor_sets(
+                cmd,
+                vk::PipelineBindPoint::COMPUTE,
+                self.layout,
+                0,
+                &[set.raw],
+                &[],
+            );
+            if !push.is_empty() {
+                raw.cmd_push_constants(cmd, self.layout, vk::ShaderStageFlags::COMPUTE, 0, &push);
             }
             raw.cmd_dispatch(cmd, groups[0], groups[1], groups[2]);
         }
-    }
-
-    /// Destroys the program and every descriptor set allocated from it.
-    pub fn destroy(self, device: &Device) {
-        Created {
-            set_layout: self.set_layout,
-            layout: self.layout,
-            pipeline: self.pipeline,
-            pool: self.pool,
-        }
-        .destroy(device);
+        rec.recorded();
     }
 }
 
-#[derive(Default)]
-struct Created {
+/// Layouts a sampled image may be in (`VkWriteDescriptorSet` for combined image samplers).
+const SAMPLED_LAYOUTS: [vk::ImageLayout; 8] = [
+    vk::ImageLayout::GENERAL,
+    vk::ImageLayout::SHADER_READ_ONLY_OPTIMAL,
+    vk::ImageLayout::READ_ONLY_OPTIMAL,
+    vk::ImageLayout::DEPTH_STENCIL_READ_ONLY_OPTIMAL,
+    vk::ImageLayout::DEPTH_READ_ONLY_OPTIMAL,
+    vk::ImageLayout::STENCIL_READ_ONLY_OPTIMAL,
+    vk::ImageLayout::DEPTH_READ_ONLY_STENCIL_ATTACHMENT_OPTIMAL,
+    vk::ImageLayout::DEPTH_ATTACHMENT_STENCIL_READ_ONLY_OPTIMAL,
+];
+
+/// A program's objects while it is created: destroyed on drop unless disarmed (error paths).
+struct Created<'a> {
+    device: &'a Device,
     set_layout: vk::DescriptorSetLayout,
     layout: vk::PipelineLayout,
     pipeline: vk::Pipeline,
     pool: vk::DescriptorPool,
 }
 
-impl Created {
-    fn destroy(self, device: &Device) {
-        let raw = device.raw();
-        // SAFETY: each handle is null or an object of this device that no pending work uses (callers
-        // wait for their dispatches before destroying the program). Destroying null handles is valid.
+impl<'a> Created<'a> {
+    fn default_for(device: &'a Device) -> Created<'a> {
+        Created {
+            device,
+            set_layout: vk::DescriptorSetLayout::null(),
+            layout: vk::PipelineLayout::null(),
+            pipeline: vk::Pipeline::null(),
+            pool: vk::DescriptorPool::null(),
+        }
+    }
+
+    fn disarm(self) -> (vk::DescriptorSetLayout, vk::PipelineLayout, vk::Pipeline, vk::DescriptorPool) {
+        let parts = (self.set_layout, self.layout, self.pipeline, self.pool);
+        std::mem::forget(self);
+        parts
+    }
+}
+
+impl Drop for Created<'_> {
+    fn drop(&mut self) {
+        let raw = self.device.raw();
+        // SAFETY: each handle is null or an object of this device created by `ComputeProgram::new`
+        // that nothing used yet. Destroying null handles is valid.
         unsafe {
             raw.destroy_descriptor_pool(self.pool, None);
             raw.destroy_pipeline(self.pipeline, None);

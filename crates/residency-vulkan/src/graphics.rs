@@ -1,9 +1,16 @@
 //! A minimal graphics pipeline for dynamic rendering into one colour attachment: what examples and
 //! tests need to draw (indexed) from placed vertex and index buffers.
 
+use crate::compute::check_spirv;
 use crate::device::Device;
 use crate::error::{Result, VkResultExt, VulkanError};
+use crate::format_map::vk_format;
+use crate::image::ImageView;
+use crate::recording::Recording;
+use crate::retire::{ForeignUse, Garbage, GpuUse, Life};
 use ash::vk;
+use residency_core::usage::ImageUsage;
+use std::sync::Arc;
 
 /// One vertex attribute: location, format and byte offset in the vertex.
 #[derive(Clone, Copy, Debug)]
@@ -17,11 +24,54 @@ pub struct VertexAttribute {
 }
 
 /// A vertex + fragment pipeline drawing triangles into one colour attachment (dynamic rendering,
-/// dynamic viewport and scissor, no depth, no blending, no descriptors).
+/// dynamic viewport and scissor, no depth, no blending, no descriptors). It holds its device and
+/// is released when dropped, once the GPU work that may use it has completed. The SPIR-V is
+/// trusted (see [`ComputeProgram`](crate::compute::ComputeProgram)).
 #[derive(Debug)]
 pub struct GraphicsProgram {
-    layout: vk::PipelineLayout,
+    life: Arc<Life>,
+    name: String,
     pipeline: vk::Pipeline,
+    color_format: vk::Format,
+}
+
+/// A render pass was refused before anything was recorded.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    /// The recording or the target lives on another device than the program.
+    #[error(transparent)]
+    WrongDevice(#[from] VulkanError),
+    /// The target cannot be this program's colour attachment.
+    #[error("`{program}` cannot render into `{target}`: {reason}")]
+    Target {
+        /// The program.
+        program: String,
+        /// The target view.
+        target: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// The commands of one render pass instance of [`GraphicsProgram::render`]: the pipeline,
+/// viewport and scissor are bound. Record your draws through [`Drawing::raw`] with your own
+/// `unsafe` ash calls; they must stay inside the render pass instance (no `vkCmdEndRendering`)
+/// and use only objects that outlive the closure that records them.
+#[derive(Debug)]
+pub struct Drawing<'r, 'a> {
+    recording: &'r mut Recording<'a>,
+}
+
+impl<'a> Drawing<'_, 'a> {
+    /// The `VkCommandBuffer`, inside the render pass instance.
+    pub fn raw(&self) -> vk::CommandBuffer {
+        self.recording.raw()
+    }
+
+    /// The device.
+    pub fn device(&self) -> &'a Device {
+        self.recording.device()
+    }
 }
 
 impl GraphicsProgram {
@@ -36,9 +86,12 @@ impl GraphicsProgram {
         attributes: &[VertexAttribute],
         color_format: vk::Format,
     ) -> Result<GraphicsProgram> {
+        check_spirv(device, name, vertex)?;
+        check_spirv(device, name, fragment)?;
         let raw = device.raw();
         // SAFETY: valid device; the create infos live for each call; modules are destroyed below,
-        // after pipeline creation, on every path.
+        // after pipeline creation, on every path. The code has SPIR-V headers (checked above);
+        // that it is valid SPIR-V matching the vertex layout is trusted, not checked (documented).
         unsafe {
             let layout = raw
                 .create_pipeline_layout(&vk::PipelineLayoutCreateInfo::default(), None)
@@ -125,23 +178,103 @@ impl GraphicsProgram {
                 }
             };
             device.set_name(pipeline, name);
-            Ok(GraphicsProgram { layout, pipeline })
+            device.set_name(layout, &format!("{name} layout"));
+            let ledger = device.ledger();
+            let garbage = Garbage::Group(vec![
+                Garbage::Pipeline { raw: pipeline, id: ledger.track("graphics pipeline", name) },
+                Garbage::PipelineLayout {
+                    raw: layout,
+                    id: ledger.track("pipeline layout", format!("{name} layout")),
+                },
+            ]);
+            Ok(GraphicsProgram {
+                life: Life::new(device.arc(), garbage, None),
+                name: name.to_owned(),
+                pipeline,
+                color_format,
+            })
         }
     }
 
-    /// Records rendering into `target` (cleared to `clear`) with `draw` recording the draws after
-    /// the pipeline, viewport and scissor are bound.
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The device it lives on.
+    pub fn device(&self) -> &Arc<Device> {
+        self.life.device()
+    }
+
+    /// Declares a use of the renderer's own work that ends at `until` (a command buffer it
+    /// submits itself); residency's submissions need nothing.
+    pub fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
+        self.life.used_until(until)
+    }
+
+    /// Checks that `target` can be this program's attachment over `extent`.
+    fn check_target(&self, target: &ImageView, extent: [u32; 2]) -> Result<(), RenderError> {
+        let refuse = |reason: String| RenderError::Target {
+            program: self.name.clone(),
+            target: target.name().to_owned(),
+            reason,
+        };
+        if vk_format(target.format()) != self.color_format {
+            return Err(refuse(format!(
+                "its format {:?} is not the program's {:?}",
+                vk_format(target.format()),
+                self.color_format
+            )));
+        }
+        if !target.usage().contains(ImageUsage::COLOR_ATTACHMENT) {
+            return Err(refuse("its image lacks COLOR_ATTACHMENT usage".to_owned()));
+        }
+        if target.samples() != 1 {
+            return Err(refuse("the program renders single-sampled".to_owned()));
+        }
+        if target.mips().len() != 1 {
+            return Err(refuse("an attachment view shows exactly one mip".to_owned()));
+        }
+        if !matches!(target.view_type(), vk::ImageViewType::TYPE_2D | vk::ImageViewType::TYPE_2D_ARRAY) {
+            return Err(refuse(format!("a {:?} view cannot be a colour attachment", target.view_type())));
+        }
+        let [w, h, _] = target.extent();
+        let limits = self.device().limits();
+        if extent[0] == 0
+            || extent[1] == 0
+            || extent[0] > w
+            || extent[1] > h
+            || extent[0] > limits.max_framebuffer_width
+            || extent[1] > limits.max_framebuffer_height
+        {
+            return Err(refuse(format!("the render area {extent:?} is empty or outside its {w}×{h}")));
+        }
+        Ok(())
+    }
+
+    /// Records a render pass instance into `target` (cleared to `clear`, over `extent` from the
+    /// origin) with `draw` recording the draws after the pipeline, viewport and scissor are
+    /// bound. The recording and the target must live on the program's device, and the target be
+    /// a single-mip, single-sampled 2D view of an image with `COLOR_ATTACHMENT` usage in the
+    /// program's colour format covering `extent`; otherwise nothing is recorded. The target is
+    /// used in `COLOR_ATTACHMENT_OPTIMAL`: putting it there is the barriers' job (a layout is a
+    /// GPU state this helper cannot see). The recording holds the program and the target until
+    /// its submission.
     pub fn render(
         &self,
-        device: &Device,
-        cmd: vk::CommandBuffer,
-        target: vk::ImageView,
+        rec: &mut Recording<'_>,
+        target: &ImageView,
         extent: [u32; 2],
         clear: [f32; 4],
-        draw: impl FnOnce(vk::CommandBuffer),
-    ) {
+        draw: impl FnOnce(&mut Drawing<'_, '_>),
+    ) -> Result<(), RenderError> {
+        rec.accepts(&self.name, self.device())?;
+        rec.accepts(target.name(), target.device())?;
+        self.check_target(target, extent)?;
+        rec.keep(&self.life);
+        rec.keep(target.life());
         let attachments = [vk::RenderingAttachmentInfo::default()
-            .image_view(target)
+            .image_view(target.raw())
             .image_layout(vk::ImageLayout::COLOR_ATTACHMENT_OPTIMAL)
             .load_op(vk::AttachmentLoadOp::CLEAR)
             .store_op(vk::AttachmentStoreOp::STORE)
@@ -160,26 +293,23 @@ impl GraphicsProgram {
             min_depth: 0.0,
             max_depth: 1.0,
         };
-        // SAFETY: `cmd` is recording on `device`; the view is a colour attachment of the pipeline's
-        // format in COLOR_ATTACHMENT_OPTIMAL layout (the caller's barriers put it there).
+        let cmd = rec.raw();
+        // SAFETY: `cmd` is recording on the program's device (checked above) outside a render
+        // pass (the `Recording` invariant); the target is a live single-mip 2D colour view of this
+        // device in the pipeline's format with COLOR_ATTACHMENT usage covering the render area
+        // (checked above), held by the recording with the program until its submission.
         unsafe {
-            let raw = device.raw();
+            let raw = rec.device().raw();
             raw.cmd_begin_rendering(cmd, &rendering);
             raw.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::GRAPHICS, self.pipeline);
             raw.cmd_set_viewport(cmd, 0, &[viewport]);
             raw.cmd_set_scissor(cmd, 0, &[area]);
         }
-        draw(cmd);
-        // SAFETY: rendering began above on this command buffer.
-        unsafe { device.raw().cmd_end_rendering(cmd) };
-    }
-
-    /// Destroys the pipeline.
-    pub fn destroy(self, device: &Device) {
-        // SAFETY: no pending work uses the pipeline (caller's contract).
-        unsafe {
-            device.raw().destroy_pipeline(self.pipeline, None);
-            device.raw().destroy_pipeline_layout(self.layout, None);
-        }
+        draw(&mut Drawing { recording: rec });
+        // SAFETY: rendering began above on this command buffer; `draw` only has a `Drawing`,
+        // through which its own commands stay inside the instance.
+        unsafe { rec.device().raw().cmd_end_rendering(cmd) };
+        rec.recorded();
+        Ok(())
     }
 }

@@ -147,6 +147,11 @@ impl Image {
         self.life.device()
     }
 
+    /// What it leaves behind and keeps alive (recordings and descriptor sets hold it).
+    pub(crate) fn life(&self) -> &Arc<Life> {
+        &self.life
+    }
+
     /// Declares that GPU work the renderer submitted itself uses this image until `until`; see
     /// [`Buffer::used_until`](crate::Buffer::used_until).
     pub fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
@@ -191,11 +196,6 @@ impl Image {
     /// The device it lives on.
     pub fn device_index(&self) -> DeviceIndex {
         self.life.device().index()
-    }
-
-    /// What keeps it alive (for parents that must wait for its uses).
-    pub(crate) fn life(&self) -> &Arc<Life> {
-        &self.life
     }
 
     /// The subresource range of all its mips and layers.
@@ -437,7 +437,15 @@ impl Device {
         Ok(ImageView {
             life: Life::new(self.arc(), Garbage::ImageView { raw: view, id }, Some(parent)),
             raw: view,
+            name: Arc::from(name),
+            view_type,
+            layers,
+            extent: d.extent.map(|e| (e >> mips.start).max(1)),
             mips,
+            format: d.format,
+            usage: d.usage,
+            samples: d.samples,
+            linear: d.linear,
         })
     }
 }
@@ -448,7 +456,16 @@ impl Device {
 pub struct ImageView {
     life: Arc<Life>,
     raw: vk::ImageView,
+    name: Arc<str>,
+    view_type: vk::ImageViewType,
     mips: std::ops::Range<u32>,
+    layers: std::ops::Range<u32>,
+    /// Its first mip's extent.
+    extent: [u32; 3],
+    format: Format,
+    usage: ImageUsage,
+    samples: u32,
+    linear: bool,
 }
 
 impl ImageView {
@@ -457,9 +474,54 @@ impl ImageView {
         self.raw
     }
 
+    /// Its name (the image's, with ` view`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// The mips it shows.
     pub fn mips(&self) -> std::ops::Range<u32> {
         self.mips.clone()
+    }
+
+    /// The array layers it shows.
+    pub fn layers(&self) -> std::ops::Range<u32> {
+        self.layers.clone()
+    }
+
+    /// The extent of its first mip.
+    pub fn extent(&self) -> [u32; 3] {
+        self.extent
+    }
+
+    /// Its image's format.
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    /// Its image's usage.
+    pub fn usage(&self) -> ImageUsage {
+        self.usage
+    }
+
+    /// Its image's samples per texel.
+    pub fn samples(&self) -> u32 {
+        self.samples
+    }
+
+    /// Whether its image has linear tiling.
+    pub fn is_linear(&self) -> bool {
+        self.linear
+    }
+
+    /// The view type (2D, 2D array, 3D, …).
+    pub fn view_type(&self) -> vk::ImageViewType {
+        self.view_type
+    }
+
+    /// What it leaves behind and keeps alive (recordings and descriptor sets hold it).
+    pub(crate) fn life(&self) -> &Arc<Life> {
+        &self.life
     }
 
     /// The device it lives on.
@@ -471,11 +533,6 @@ impl ImageView {
     /// image waits for it too.
     pub fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
         self.life.used_until(until)
-    }
-
-    /// What keeps it alive (for parents that must wait for its uses).
-    pub(crate) fn life(&self) -> &Arc<Life> {
-        &self.life
     }
 }
 
@@ -531,7 +588,11 @@ impl Device {
         let name = format!("{filter:?} sampler");
         self.set_name(sampler, &name);
         let id = self.ledger().track("sampler", name.as_str());
-        Ok(Sampler { life: Life::new(self.arc(), Garbage::Sampler { raw: sampler, id }, None), raw: sampler })
+        Ok(Sampler {
+            life: Life::new(self.arc(), Garbage::Sampler { raw: sampler, id }, None),
+            raw: sampler,
+            filter,
+        })
     }
 }
 
@@ -540,12 +601,28 @@ impl Device {
 pub struct Sampler {
     life: Arc<Life>,
     raw: vk::Sampler,
+    filter: Filter,
 }
 
 impl Sampler {
     /// The `VkSampler`.
     pub fn raw(&self) -> vk::Sampler {
         self.raw
+    }
+
+    /// How it filters.
+    pub fn filter(&self) -> Filter {
+        self.filter
+    }
+
+    /// The device it lives on.
+    pub fn device(&self) -> &Arc<Device> {
+        self.life.device()
+    }
+
+    /// What it leaves behind (descriptor sets hold it).
+    pub(crate) fn life(&self) -> &Arc<Life> {
+        &self.life
     }
 
     /// Declares a use of the renderer's own work (see [`Buffer::used_until`](crate::Buffer::used_until)).
@@ -578,12 +655,12 @@ impl Device {
                     .subresource_range(i.full_range())
             })
             .collect();
-        self.submit_once("images to GENERAL", |cmd| {
-            // SAFETY: `cmd` is recording on this device; the images are live (borrowed) and owned
-            // by this device.
+        self.submit_once("images to GENERAL", |rec| {
+            // SAFETY: `rec` is recording on this device outside a render pass; the images are live
+            // (borrowed until the wait returns) and belong to this device (checked above).
             unsafe {
                 self.raw().cmd_pipeline_barrier2(
-                    cmd,
+                    rec.raw(),
                     &vk::DependencyInfo::default().image_memory_barriers(&barriers),
                 )
             };
@@ -597,6 +674,24 @@ impl Device {
         layout: vk::ImageLayout,
     ) -> Result<Vec<u8>, crate::ReadBackError> {
         let d = &image.desc;
+        if !image.device().is(self) {
+            return Err(VulkanError::WrongDevice {
+                name: d.name.clone(),
+                owner: image.device_index(),
+                device: self.index(),
+            }
+            .into());
+        }
+        let invalid = |reason| crate::ReadBackError::Invalid { name: d.name.clone(), reason };
+        if !d.usage.contains(ImageUsage::COPY_SRC) {
+            return Err(invalid("it lacks COPY_SRC usage"));
+        }
+        if d.samples != 1 || aspect(d.format).as_raw().count_ones() != 1 {
+            return Err(invalid("only single-sampled images of one aspect are read back"));
+        }
+        if layout != vk::ImageLayout::TRANSFER_SRC_OPTIMAL && layout != vk::ImageLayout::GENERAL {
+            return Err(invalid("the layout must be TRANSFER_SRC_OPTIMAL or GENERAL"));
+        }
         let bytes = d.format.region_bytes(d.extent[0], d.extent[1], d.extent[2]);
         let copy = crate::ImageRegion {
             image,
@@ -609,8 +704,10 @@ impl Device {
         }
         .buffer_image_copy(0);
         self.copy_to_host(&d.name, bytes, |cmd, staging| {
-            // SAFETY: `cmd` is recording on this device; the image is live, in `layout`, and the
-            // staging buffer holds exactly its mip 0.
+            // SAFETY: `cmd` is recording on this device; the image is a live image of it (checked
+            // above, borrowed until the wait returns) with COPY_SRC usage, one sample and one
+            // aspect, `layout` is a copy-source layout (checked above), and the staging buffer
+            // holds exactly its mip 0.
             unsafe { self.raw().cmd_copy_image_to_buffer(cmd, image.raw, layout, staging, &[copy]) };
         })
     }

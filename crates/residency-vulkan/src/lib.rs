@@ -52,6 +52,7 @@ pub use instance::{version_string, InstanceDesc};
 pub use ledger::{FaultSite, InjectedFault, Ledger, LiveObject};
 pub use memory::MemoryError;
 pub use pool::{BufferInit, BufferPool, BufferPoolDesc, PoolStats};
+pub use recording::Recording;
 pub use report::ReportSources;
 pub use residency_backend::ResidencyBackend;
 pub use retire::{ForeignUse, GpuUse, Timeline};

@@ -10,19 +10,22 @@
 
 use crate::buffer::Buffer;
 use crate::commands::{CommandContext, Submission};
-use crate::compute::{Binding, BindingKind, ComputeProgram, DispatchError};
+use crate::compute::{Binding, BindingError, BindingKind, ComputeProgram, DescriptorSet, DispatchError};
 use crate::device::Device;
 use crate::device_set::DeviceSet;
 use crate::error::{Result as VkResult, VkResultExt, VulkanError};
 use crate::multi::{fan_out_on, MultiBuffer, MultiDeviceError, PerDevice};
+use crate::recording::{check_buffer_copy, Recording};
+use crate::retire::{ForeignUse, Garbage, GpuUse, Life};
 use ash::vk;
 use residency_core::device_mask::{DeviceIndex, DeviceMask};
 use std::sync::{Arc, Mutex};
 
-/// A compute program created on every device of a mask.
+/// A compute program created on every device of a mask; each holds its device and is released
+/// when dropped, after the GPU work that may use it.
 #[derive(Debug)]
 pub struct MultiComputeProgram {
-    programs: PerDevice<(ComputeProgram, Arc<Device>)>,
+    programs: PerDevice<ComputeProgram>,
     kinds: Vec<BindingKind>,
 }
 
@@ -40,11 +43,8 @@ impl MultiComputeProgram {
         let programs = fan_out_on(
             set,
             mask,
-            |d| {
-                ComputeProgram::new(d, name, spirv, kinds, push_constant_bytes, max_sets)
-                    .map(|p| (p, Arc::clone(d)))
-            },
-            |_, (p, d)| p.destroy(&d),
+            |d| ComputeProgram::new(d, name, spirv, kinds, push_constant_bytes, max_sets),
+            |_, program| drop(program),
         )?;
         Ok(MultiComputeProgram { programs, kinds: kinds.to_vec() })
     }
@@ -54,11 +54,9 @@ impl MultiComputeProgram {
         self.programs.mask()
     }
 
-    /// Destroys the program on every device (and every descriptor set made from it).
-    pub fn destroy(self) {
-        for (_, (program, device)) in self.programs.into_values() {
-            program.destroy(&device);
-        }
+    /// The program on `device`.
+    pub fn program(&self, device: DeviceIndex) -> Option<&ComputeProgram> {
+        self.programs.get(device)
     }
 }
 
@@ -83,11 +81,12 @@ impl<'a> BufferView<'a> {
     }
 }
 
-/// An image view and sampler per device, bound as one binding.
+/// An image binding per device ([`Binding::Sampled`] or [`Binding::Storage`] of that device's
+/// view), bound as one binding.
 #[derive(Clone, Debug)]
-pub struct PerDeviceImage {
-    /// (view, sampler, layout) on each device.
-    pub views: Vec<(DeviceIndex, vk::ImageView, vk::Sampler, vk::ImageLayout)>,
+pub struct PerDeviceImage<'a> {
+    /// The binding on each device.
+    pub views: Vec<(DeviceIndex, Binding<'a>)>,
 }
 
 /// What a binding of a work item refers to.
@@ -96,7 +95,7 @@ pub enum MultiBinding<'a> {
     /// A buffer view.
     Buffer(BufferView<'a>),
     /// An image, with its view per device.
-    Image(PerDeviceImage),
+    Image(PerDeviceImage<'a>),
 }
 
 /// Work cannot be resolved or recorded for a device.
@@ -114,6 +113,19 @@ pub enum WorkError {
     /// submitted).
     #[error(transparent)]
     Dispatch(#[from] DispatchError),
+    /// A resource does not fit its binding on the device (nothing was recorded or submitted).
+    #[error(transparent)]
+    Binding(#[from] BindingError),
+    /// A copy item does not fit its buffers on the device (nothing was recorded or submitted).
+    #[error("copy from `{src}` to `{dst}`: {reason}")]
+    Copy {
+        /// The source.
+        src: String,
+        /// The destination.
+        dst: String,
+        /// What is wrong.
+        reason: &'static str,
+    },
     /// A Vulkan call failed.
     #[error(transparent)]
     Vulkan(#[from] VulkanError),
@@ -128,7 +140,7 @@ pub struct DispatchItem<'a> {
     push_constants: Vec<u8>,
     groups: [u32; 3],
     /// Per device: the generations of the bound buffers when the set was written, and the set.
-    sets: Mutex<Vec<(DeviceIndex, Vec<u64>, vk::DescriptorSet)>>,
+    sets: Mutex<Vec<(DeviceIndex, Vec<u64>, DescriptorSet)>>,
 }
 
 impl<'a> DispatchItem<'a> {
@@ -154,11 +166,8 @@ impl<'a> DispatchItem<'a> {
         self.sets.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
-    fn set_for(
-        &self,
-        index: DeviceIndex,
-    ) -> Result<(vk::DescriptorSet, &ComputeProgram, &Arc<Device>), WorkError> {
-        let (program, device) = self
+    fn set_for(&self, index: DeviceIndex) -> Result<(DescriptorSet, &ComputeProgram), WorkError> {
+        let program = self
             .program
             .programs
             .get(index)
@@ -174,7 +183,7 @@ impl<'a> DispatchItem<'a> {
         let mut sets = self.sets.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, cached, set)) = sets.iter().find(|(i, ..)| *i == index) {
             if *cached == generations {
-                return Ok((*set, program, device));
+                return Ok((set.clone(), program));
             }
         }
         let mut resolved = Vec::with_capacity(self.bindings.len());
@@ -182,21 +191,21 @@ impl<'a> DispatchItem<'a> {
             resolved.push(match binding {
                 MultiBinding::Buffer(view) => Binding::Buffer(view.resolve(index)?),
                 MultiBinding::Image(images) => {
-                    let &(_, view, sampler, layout) = images
+                    let &(_, binding) = images
                         .views
                         .iter()
-                        .find(|(i, ..)| *i == index)
+                        .find(|(i, _)| *i == index)
                         .ok_or(WorkError::NotOnDevice { name: "image view".to_owned(), device: index })?;
-                    Binding::Image { view, sampler, layout }
+                    binding
                 }
             });
         }
-        // A new set for a new form (the old one may still be in use by work in flight; it is freed
-        // with the program's pool).
-        let set = program.descriptor_set(device, &resolved)?;
+        // A new set for a new form (the old one may still be in use by work in flight: what it
+        // binds is released after that work, and its memory goes with the program's pool).
+        let set = program.descriptor_set(&resolved)?;
         sets.retain(|(i, ..)| *i != index);
-        sets.push((index, generations, set));
-        Ok((set, program, device))
+        sets.push((index, generations, set.clone()));
+        Ok((set, program))
     }
 }
 
@@ -232,7 +241,7 @@ pub struct MultiSubmitter {
     contexts: PerDevice<(CommandContext, Arc<Device>)>,
 }
 
-fn full_barrier(device: &Device, cmd: vk::CommandBuffer) {
+fn full_barrier(rec: &mut Recording<'_>) {
     let barrier = [vk::MemoryBarrier2::default()
         .src_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
         .src_access_mask(vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE)
@@ -240,10 +249,23 @@ fn full_barrier(device: &Device, cmd: vk::CommandBuffer) {
         .dst_access_mask(
             vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE | vk::AccessFlags2::HOST_READ,
         )];
-    // SAFETY: `cmd` is recording on this device.
+    // SAFETY: `rec` is recording on its device outside a render pass; core stages with accesses
+    // ALL_COMMANDS performs; the barrier lives for the call.
     unsafe {
-        device.raw().cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&barrier))
+        rec.device()
+            .raw()
+            .cmd_pipeline_barrier2(rec.raw(), &vk::DependencyInfo::default().memory_barriers(&barrier))
     };
+    rec.recorded();
+}
+
+/// Checks a copy item resolved on one device ([`check_buffer_copy`]).
+fn check_copy(src: &Buffer, dst: &Buffer, c: &CopyItem<'_>) -> Result<vk::BufferCopy, WorkError> {
+    check_buffer_copy(src, c.src_offset, dst, c.dst_offset, c.size).map_err(|reason| WorkError::Copy {
+        src: src.name().to_owned(),
+        dst: dst.name().to_owned(),
+        reason,
+    })
 }
 
 impl MultiSubmitter {
@@ -271,55 +293,62 @@ impl MultiSubmitter {
         // Limits first, so that a refused dispatch creates no descriptor set either.
         for item in items {
             if let WorkItem::Dispatch(d) = item {
-                let (program, _) = d
+                let program = d
                     .program
                     .programs
                     .get(device)
                     .ok_or(WorkError::NotOnDevice { name: "compute program".to_owned(), device })?;
-                program.check_dispatch(dev, &d.push_constants, d.groups)?;
+                if !program.device().is(dev) {
+                    return Err(WorkError::NotOnDevice { name: program.name().to_owned(), device });
+                }
+                program.check_dispatch(&d.push_constants, d.groups)?;
             }
         }
         // Resolve everything first, so that a missing instance fails before anything is recorded.
         enum Resolved<'r> {
-            Dispatch(vk::DescriptorSet, &'r ComputeProgram, &'r DispatchItem<'r>),
-            Copy(vk::Buffer, vk::Buffer, vk::BufferCopy),
+            Dispatch(DescriptorSet, &'r ComputeProgram, &'r DispatchItem<'r>),
+            Copy(&'r Buffer, &'r Buffer, vk::BufferCopy),
             Barrier,
         }
         let mut resolved = Vec::with_capacity(items.len());
         for item in items {
             resolved.push(match item {
                 WorkItem::Dispatch(d) => {
-                    let (set, program, _) = d.set_for(device)?;
+                    let (set, program) = d.set_for(device)?;
                     Resolved::Dispatch(set, program, d)
                 }
                 WorkItem::Copy(c) => {
                     let (src, dst) = (c.src.resolve(device)?, c.dst.resolve(device)?);
-                    let region = vk::BufferCopy {
-                        src_offset: src.offset() + c.src_offset,
-                        dst_offset: dst.offset() + c.dst_offset,
-                        size: c.size,
-                    };
-                    Resolved::Copy(src.raw(), dst.raw(), region)
+                    if !src.device().is(dev) || !dst.device().is(dev) {
+                        return Err(WorkError::NotOnDevice { name: src.name().to_owned(), device });
+                    }
+                    Resolved::Copy(src, dst, check_copy(src, dst, c)?)
                 }
                 WorkItem::Barrier => Resolved::Barrier,
             });
         }
-        let submission = context.submit(&[], &[], |cmd| {
-            full_barrier(dev, cmd);
+        let submission = context.submit(&[], &[], |rec| {
+            full_barrier(rec);
             for r in &resolved {
                 match r {
-                    // Checked against this device's limits before anything was resolved.
+                    // The program and set are this device's, checked against its limits before
+                    // anything was resolved.
                     Resolved::Dispatch(set, program, d) => {
-                        program.record_checked(dev, cmd, *set, &d.push_constants, d.groups)
+                        program.record_checked(rec, set, &d.push_constants, d.groups)
                     }
-                    // SAFETY: `cmd` is recording on this device; both buffers are live instances on it.
-                    Resolved::Copy(src, dst, region) => unsafe {
-                        dev.raw().cmd_copy_buffer(cmd, *src, *dst, &[*region])
-                    },
-                    Resolved::Barrier => full_barrier(dev, cmd),
+                    Resolved::Copy(src, dst, region) => {
+                        rec.keep(src.life());
+                        rec.keep(dst.life());
+                        // SAFETY: `rec` is recording on this device outside a render pass; both
+                        // buffers are live instances on it (checked above), held by the recording,
+                        // with the usages, a non-empty in-bounds range and no overlap (`check_copy`).
+                        unsafe { dev.raw().cmd_copy_buffer(rec.raw(), src.raw(), dst.raw(), &[*region]) };
+                        rec.recorded();
+                    }
+                    Resolved::Barrier => full_barrier(rec),
                 }
             }
-            full_barrier(dev, cmd);
+            full_barrier(rec);
         })?;
         Ok(submission)
     }
@@ -373,15 +402,18 @@ pub enum TimelineError {
 }
 
 /// One device's timeline: the semaphore, its device and that device's
-/// `maxTimelineSemaphoreValueDifference`.
+/// `maxTimelineSemaphoreValueDifference`; the life releases the semaphore.
 #[derive(Debug)]
 struct Timeline {
     semaphore: vk::Semaphore,
     device: Arc<Device>,
     max_difference: u64,
+    life: Arc<Life>,
 }
 
-/// A timeline semaphore on each device of a mask (multi-device fences).
+/// A timeline semaphore on each device of a mask (multi-device fences). It holds its devices and
+/// is released when dropped, once residency's submissions before the drop (and the renderer's
+/// uses declared with [`MultiTimeline::used_until`]) have completed.
 #[derive(Debug)]
 pub struct MultiTimeline {
     semaphores: PerDevice<Timeline>,
@@ -420,10 +452,12 @@ impl MultiTimeline {
                 // SAFETY: valid device with the timeline semaphore feature enabled (checked above).
                 let s = unsafe { d.raw().create_semaphore(&info, None) }.during("vkCreateSemaphore")?;
                 d.set_name(s, "multi-device timeline");
-                Ok(Timeline { semaphore: s, device: Arc::clone(d), max_difference })
+                let id = d.ledger().track("semaphore", "multi-device timeline");
+                let life = Life::new(Arc::clone(d), Garbage::Semaphore { raw: s, id }, None);
+                Ok(Timeline { semaphore: s, device: Arc::clone(d), max_difference, life })
             },
-            // SAFETY: the semaphore was just created and nothing waits on it.
-            |_, t| unsafe { t.device.raw().destroy_semaphore(t.semaphore, None) },
+            // Released through its life: nothing used it yet.
+            |_, t| drop(t),
         )?;
         Ok(MultiTimeline { semaphores, signalling: Mutex::new(()) })
     }
@@ -499,14 +533,15 @@ impl MultiTimeline {
         Ok(())
     }
 
-    /// Destroys the semaphores. No submission that waits on or signals them may be pending: they
-    /// are handed out raw ([`MultiTimeline::semaphore`]), so this cannot be checked here.
-    pub fn destroy(self) {
-        for (_, t) in self.semaphores.into_values() {
-            // SAFETY: host waits borrow `self`, so none runs now. That no pending submission uses the
-            // semaphore is the documented requirement above (not checked: the handle is raw).
-            unsafe { t.device.raw().destroy_semaphore(t.semaphore, None) };
-        }
+    /// Declares a use of the renderer's own work on the use's device (a submission that waits on
+    /// or signals [`MultiTimeline::semaphore`] there) that ends at `until`: dropping the timeline
+    /// before then keeps that device's semaphore until then. A use of a device the timeline is
+    /// not on is refused.
+    pub fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
+        self.semaphores
+            .iter()
+            .find(|(_, t)| t.device.uid() == until.device)
+            .map_or(Err(ForeignUse), |(_, t)| t.life.used_until(until))
     }
 }
 

@@ -1,12 +1,150 @@
-//! Small command-recording helpers for callers that keep their own command buffers (a frame ring)
-//! and want no `unsafe` of their own: a global memory barrier and a whole-image read-back copy.
+//! Recording commands without `unsafe`: a [`Recording`] is a command buffer of a known device in
+//! the recording state. Residency's submission entry points
+//! ([`CommandContext::submit`](crate::CommandContext::submit), [`Device::submit_once`],
+//! [`Device::submit_compute`]) hand one to their closure; the safe recording helpers take it
+//! (a global memory barrier, a whole-image read-back copy, timestamps here; dispatches, render
+//! passes, tracked barriers and transient pass starts in their modules) and check that what they
+//! record belongs to its device.
+//!
+//! **What a recording keeps alive.** Every residency object a helper records (programs, their
+//! descriptor sets and the resources bound there, buffers, images, views, query pools) is held by
+//! the recording until its command buffer is submitted: an object dropped inside the closure is
+//! destroyed only after the submission completes, like any object dropped after a residency
+//! submission (see `retire.rs`). Commands you record yourself through [`Recording::raw`] are your
+//! own `unsafe` code: what they use must outlive the closure (or be declared with `used_until`).
 
 use crate::buffer::Buffer;
 use crate::device::Device;
+use crate::error::VulkanError;
 use crate::format_map::aspect;
 use crate::image::Image;
-use crate::upload::ImageRegion;
+use crate::retire::{ForeignUse, Garbage, GpuUse, Life};
 use ash::vk;
+use residency_core::usage::{BufferUsage, ImageUsage};
+use std::collections::HashSet;
+use std::sync::Arc;
+
+/// A command buffer of one device in the recording state, outside any render pass instance.
+///
+/// Residency makes one for the closure of each of its submissions; the closure gets
+/// `&mut Recording<'_>` and cannot keep it, swap it with another recording or use it after the
+/// closure returns. A renderer recording into its own command buffer makes one with the `unsafe`
+/// [`Recording::from_raw`].
+///
+/// [`Recording::raw`] and [`Recording::device`] are for your own `unsafe` ash calls. Those calls
+/// must leave the command buffer as they found it for the helpers: recording, outside a render
+/// pass instance, with no query or conditional rendering left active.
+///
+/// A recording cannot outlive its closure, nor trade places with another one (which would leave
+/// a helper recording into a command buffer already submitted):
+///
+/// ```compile_fail
+/// # use residency_vulkan::CommandContext;
+/// fn swap(a: &CommandContext, b: &CommandContext) {
+///     let _ = a.submit(&[], &[], |outer| {
+///         let _ = b.submit(&[], &[], |inner| std::mem::swap(outer, inner));
+///     });
+/// }
+/// ```
+#[derive(Debug)]
+pub struct Recording<'a> {
+    device: &'a Device,
+    raw: vk::CommandBuffer,
+    /// What the recorded commands use, held until the command buffer was submitted.
+    kept: Vec<Arc<Life>>,
+    /// `kept` by address, so each object is held once.
+    seen: HashSet<usize>,
+    /// Commands the helpers recorded.
+    commands: u64,
+}
+
+impl<'a> Recording<'a> {
+    /// A command buffer residency began on `device`.
+    pub(crate) fn new(device: &'a Device, raw: vk::CommandBuffer) -> Recording<'a> {
+        Recording { device, raw, kept: Vec::new(), seen: HashSet::new(), commands: 0 }
+    }
+
+    /// A recording over a command buffer the renderer allocated and began itself, for the safe
+    /// helpers to record into.
+    ///
+    /// # Safety
+    /// - `cmd` is a primary command buffer allocated from a command pool of `device`, on a queue
+    ///   family with graphics and compute (the universal queue's), and it is in the recording
+    ///   state, outside any render pass instance, until the recording is dropped.
+    /// - Nothing else records into `cmd` while the recording lives (external synchronisation),
+    ///   and every command you record into it yourself leaves it in that state.
+    /// - The recording holds every residency object a helper recorded into `cmd` (see
+    ///   [`Recording::used_until`]), but residency does not know when you submit `cmd`: before the
+    ///   recording is dropped, declare a point after `cmd`'s execution completes with
+    ///   [`Recording::used_until`] (a point of a [`Timeline`](crate::Timeline) your submission
+    ///   signals, or [`Device::frames_from_now`]), or keep every object the helpers recorded alive
+    ///   yourself until that execution completes.
+    /// - If `cmd` is never submitted, it is reset or freed (never submitted) once any of those
+    ///   objects has been destroyed.
+    pub unsafe fn from_raw(device: &'a Device, cmd: vk::CommandBuffer) -> Recording<'a> {
+        Recording::new(device, cmd)
+    }
+
+    /// The `VkCommandBuffer`, for your own `unsafe` ash calls (see the type's documentation for
+    /// the state they must leave it in).
+    pub fn raw(&self) -> vk::CommandBuffer {
+        self.raw
+    }
+
+    /// The device the command buffer belongs to.
+    pub fn device(&self) -> &'a Device {
+        self.device
+    }
+
+    /// How many commands residency's helpers have recorded into it (your own are not counted).
+    pub fn helper_commands(&self) -> u64 {
+        self.commands
+    }
+
+    /// Declares that every object the helpers recorded so far is used until `until` (a recording
+    /// of [`Recording::from_raw`] whose command buffer you submit yourself; residency's own
+    /// submissions need nothing). A use of another device is refused.
+    pub fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
+        if until.device != self.device.uid() {
+            return Err(ForeignUse);
+        }
+        for life in &self.kept {
+            life.used_until(until)?;
+        }
+        Ok(())
+    }
+
+    /// Refuses an object of another device: a helper of `name`, which lives on `owner`, records
+    /// nothing into this recording unless `owner` is the recording's device.
+    pub(crate) fn accepts(&self, name: &str, owner: &Device) -> Result<(), VulkanError> {
+        if owner.is(self.device) {
+            return Ok(());
+        }
+        Err(VulkanError::WrongDevice {
+            name: name.to_owned(),
+            owner: owner.index(),
+            device: self.device.index(),
+        })
+    }
+
+    /// Holds `life` until the command buffer was submitted.
+    pub(crate) fn keep(&mut self, life: &Arc<Life>) {
+        if self.seen.insert(Arc::as_ptr(life) as usize) {
+            self.kept.push(Arc::clone(life));
+        }
+    }
+
+    /// Counts a recorded command.
+    pub(crate) fn recorded(&mut self) {
+        self.commands += 1;
+    }
+
+    /// What the recording held: dropped by its submitter once the submission has its place on
+    /// the device's universal timeline.
+    pub(crate) fn into_kept(self) -> Vec<Arc<Life>> {
+        self.kept
+    }
+}
 
 /// One global memory dependency: `src` stages and accesses before, `dst` stages and accesses after.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,6 +157,157 @@ pub struct MemoryDependency {
     pub dst_stages: vk::PipelineStageFlags2,
     /// Their accesses that see the writes.
     pub dst_access: vk::AccessFlags2,
+}
+
+/// A memory dependency that Vulkan does not allow on residency's universal queue; nothing was
+/// recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BarrierError {
+    /// A stage that is not a core stage of a graphics + compute queue, or one whose feature
+    /// (geometry, tessellation, extensions) residency does not enable.
+    #[error("{stages:?} includes stages residency does not enable on its devices")]
+    UnsupportedStages {
+        /// The offending stages.
+        stages: vk::PipelineStageFlags2,
+    },
+    /// An access that none of the stages it is paired with performs (the `VkMemoryBarrier2`
+    /// access/stage rules), or an access residency does not know.
+    #[error("access {access:?} is not performed by any of the stages {stages:?}")]
+    AccessWithoutStage {
+        /// The access.
+        access: vk::AccessFlags2,
+        /// The stages it was paired with.
+        stages: vk::PipelineStageFlags2,
+    },
+    /// A queue family ownership transfer names a family the device does not have.
+    #[error("queue family {family} does not exist on the device")]
+    QueueFamily {
+        /// The family.
+        family: u32,
+    },
+}
+
+type Stage = vk::PipelineStageFlags2;
+type Access = vk::AccessFlags2;
+
+/// Core stages of a queue with graphics, compute and transfer, without optional features.
+const CORE_STAGES: Stage = Stage::from_raw(
+    Stage::TOP_OF_PIPE.as_raw()
+        | Stage::DRAW_INDIRECT.as_raw()
+        | Stage::VERTEX_INPUT.as_raw()
+        | Stage::VERTEX_SHADER.as_raw()
+        | Stage::FRAGMENT_SHADER.as_raw()
+        | Stage::EARLY_FRAGMENT_TESTS.as_raw()
+        | Stage::LATE_FRAGMENT_TESTS.as_raw()
+        | Stage::COLOR_ATTACHMENT_OUTPUT.as_raw()
+        | Stage::COMPUTE_SHADER.as_raw()
+        | Stage::ALL_TRANSFER.as_raw()
+        | Stage::BOTTOM_OF_PIPE.as_raw()
+        | Stage::HOST.as_raw()
+        | Stage::ALL_GRAPHICS.as_raw()
+        | Stage::ALL_COMMANDS.as_raw()
+        | Stage::COPY.as_raw()
+        | Stage::RESOLVE.as_raw()
+        | Stage::BLIT.as_raw()
+        | Stage::CLEAR.as_raw()
+        | Stage::INDEX_INPUT.as_raw()
+        | Stage::VERTEX_ATTRIBUTE_INPUT.as_raw()
+        | Stage::PRE_RASTERIZATION_SHADERS.as_raw(),
+);
+
+/// Shader stages residency's devices have (no geometry or tessellation).
+const SHADERS: Stage = Stage::from_raw(
+    Stage::VERTEX_SHADER.as_raw()
+        | Stage::FRAGMENT_SHADER.as_raw()
+        | Stage::COMPUTE_SHADER.as_raw()
+        | Stage::PRE_RASTERIZATION_SHADERS.as_raw()
+        | Stage::ALL_GRAPHICS.as_raw(),
+);
+
+/// Each core access and the stages that may perform it (`ALL_COMMANDS` performs every access).
+fn access_stages() -> [(Access, Stage); 20] {
+    let graphics = |s: Stage| s | Stage::ALL_GRAPHICS;
+    let transfer = Stage::COPY | Stage::BLIT | Stage::RESOLVE | Stage::ALL_TRANSFER;
+    [
+        (Access::INDIRECT_COMMAND_READ, graphics(Stage::DRAW_INDIRECT)),
+        (Access::INDEX_READ, graphics(Stage::VERTEX_INPUT | Stage::INDEX_INPUT)),
+        (Access::VERTEX_ATTRIBUTE_READ, graphics(Stage::VERTEX_INPUT | Stage::VERTEX_ATTRIBUTE_INPUT)),
+        (Access::UNIFORM_READ, SHADERS),
+        (Access::INPUT_ATTACHMENT_READ, graphics(Stage::FRAGMENT_SHADER)),
+        (Access::SHADER_READ, SHADERS),
+        (Access::SHADER_WRITE, SHADERS),
+        (Access::SHADER_SAMPLED_READ, SHADERS),
+        (Access::SHADER_STORAGE_READ, SHADERS),
+        (Access::SHADER_STORAGE_WRITE, SHADERS),
+        (Access::COLOR_ATTACHMENT_READ, graphics(Stage::COLOR_ATTACHMENT_OUTPUT)),
+        (Access::COLOR_ATTACHMENT_WRITE, graphics(Stage::COLOR_ATTACHMENT_OUTPUT)),
+        (
+            Access::DEPTH_STENCIL_ATTACHMENT_READ,
+            graphics(Stage::EARLY_FRAGMENT_TESTS | Stage::LATE_FRAGMENT_TESTS),
+        ),
+        (
+            Access::DEPTH_STENCIL_ATTACHMENT_WRITE,
+            graphics(Stage::EARLY_FRAGMENT_TESTS | Stage::LATE_FRAGMENT_TESTS),
+        ),
+        (Access::TRANSFER_READ, transfer),
+        (Access::TRANSFER_WRITE, transfer | Stage::CLEAR),
+        (Access::HOST_READ, Stage::HOST),
+        (Access::HOST_WRITE, Stage::HOST),
+        (Access::MEMORY_READ, CORE_STAGES),
+        (Access::MEMORY_WRITE, CORE_STAGES),
+    ]
+}
+
+/// Checks one side of a dependency: core stages only, and every access performed by one of them.
+pub(crate) fn check_scope(stages: Stage, access: Access) -> Result<(), BarrierError> {
+    let unsupported = stages & !CORE_STAGES;
+    if !unsupported.is_empty() {
+        return Err(BarrierError::UnsupportedStages { stages: unsupported });
+    }
+    if stages.contains(Stage::ALL_COMMANDS) {
+        let known = access_stages().iter().fold(Access::NONE, |all, (a, _)| all | *a);
+        let unknown = access & !known;
+        return match unknown.is_empty() {
+            true => Ok(()),
+            false => Err(BarrierError::AccessWithoutStage { access: unknown, stages }),
+        };
+    }
+    let mut covered = Access::NONE;
+    for (bit, allowed) in access_stages() {
+        if access.contains(bit) {
+            if !stages.intersects(allowed) {
+                return Err(BarrierError::AccessWithoutStage { access: bit, stages });
+            }
+            covered |= bit;
+        }
+    }
+    let unknown = access & !covered;
+    if !unknown.is_empty() {
+        return Err(BarrierError::AccessWithoutStage { access: unknown, stages });
+    }
+    Ok(())
+}
+
+/// A copy was refused; nothing was recorded.
+#[derive(Debug, thiserror::Error)]
+pub enum CopyError {
+    /// The buffer is too small for the image's mip 0.
+    #[error(transparent)]
+    TooSmall(#[from] CopyTooSmall),
+    /// The image or the buffer lives on another device than the recording.
+    #[error(transparent)]
+    WrongDevice(#[from] VulkanError),
+    /// The copy breaks a rule of `vkCmdCopyImageToBuffer` or `vkCmdCopyBuffer` that the helper
+    /// checks.
+    #[error("copy of `{from}` into `{to}`: {reason}")]
+    Invalid {
+        /// The source image or buffer.
+        from: String,
+        /// The destination buffer.
+        to: String,
+        /// The rule.
+        reason: &'static str,
+    },
 }
 
 /// A copy into a buffer too small for the image's mip 0.
@@ -35,33 +324,122 @@ pub struct CopyTooSmall {
     pub needed: u64,
 }
 
-impl Device {
-    /// Records one global memory barrier into `cmd`, a command buffer of this device that is
-    /// recording.
-    pub fn cmd_memory_barrier(&self, cmd: vk::CommandBuffer, dependency: MemoryDependency) {
+/// Checks a copy of `size` bytes from `src` at `src_offset` to `dst` at `dst_offset` (offsets
+/// within the buffers): usages, a non-empty range inside both, no overlap when they share a
+/// `VkBuffer`. Returns the region in `VkBuffer` offsets.
+pub(crate) fn check_buffer_copy(
+    src: &Buffer,
+    src_offset: u64,
+    dst: &Buffer,
+    dst_offset: u64,
+    size: u64,
+) -> Result<vk::BufferCopy, &'static str> {
+    if !src.usage().contains(BufferUsage::COPY_SRC) || !dst.usage().contains(BufferUsage::COPY_DST) {
+        return Err("the source needs COPY_SRC and the destination COPY_DST usage");
+    }
+    let inside =
+        |offset: u64, buffer: &Buffer| offset.checked_add(size).is_some_and(|end| end <= buffer.size());
+    if size == 0 || !inside(src_offset, src) || !inside(dst_offset, dst) {
+        return Err("the range is empty or outside a buffer");
+    }
+    let region =
+        vk::BufferCopy { src_offset: src.offset() + src_offset, dst_offset: dst.offset() + dst_offset, size };
+    let overlap =
+        region.src_offset < region.dst_offset + size && region.dst_offset < region.src_offset + size;
+    if src.raw() == dst.raw() && overlap {
+        return Err("the ranges overlap in one buffer");
+    }
+    Ok(region)
+}
+
+impl Recording<'_> {
+    /// Records a copy of `size` bytes from `src` at `src_offset` to `dst` at `dst_offset`. Both
+    /// must live on the recording's device, have `COPY_SRC` and `COPY_DST` usage, hold the range,
+    /// and not overlap when they are one buffer; otherwise nothing is recorded. Order it against
+    /// other accesses with barriers.
+    pub fn copy_buffer(
+        &mut self,
+        src: &Buffer,
+        src_offset: u64,
+        dst: &Buffer,
+        dst_offset: u64,
+        size: u64,
+    ) -> Result<(), CopyError> {
+        self.accepts(src.name(), src.device())?;
+        self.accepts(dst.name(), dst.device())?;
+        let region = check_buffer_copy(src, src_offset, dst, dst_offset, size).map_err(|reason| {
+            CopyError::Invalid { from: src.name().to_owned(), to: dst.name().to_owned(), reason }
+        })?;
+        self.keep(src.life());
+        self.keep(dst.life());
+        // SAFETY: the command buffer is recording on this device outside a render pass (the
+        // type's invariant); both buffers are live buffers of this device (checked above), held
+        // by the recording until its submission, with the usages, a non-empty range inside both
+        // and no overlap (checked above).
+        unsafe { self.device.raw().cmd_copy_buffer(self.raw, src.raw(), dst.raw(), &[region]) };
+        self.recorded();
+        Ok(())
+    }
+
+    /// Records one global memory barrier. Stages must be core stages residency's devices enable,
+    /// and each access one that a stage of its side performs ([`BarrierError`]; nothing is
+    /// recorded then).
+    pub fn memory_barrier(&mut self, dependency: MemoryDependency) -> Result<(), BarrierError> {
+        check_scope(dependency.src_stages, dependency.src_access)?;
+        check_scope(dependency.dst_stages, dependency.dst_access)?;
         let barrier = [vk::MemoryBarrier2::default()
             .src_stage_mask(dependency.src_stages)
             .src_access_mask(dependency.src_access)
             .dst_stage_mask(dependency.dst_stages)
             .dst_access_mask(dependency.dst_access)];
-        // SAFETY: `cmd` is recording on this device (the caller's contract, as for every `cmd_*`
-        // helper of this crate); the barrier lives until the call returns.
+        // SAFETY: the command buffer is recording on this device outside a render pass (the
+        // type's invariant); the stages are core stages of the universal queue and every access
+        // is performed by a stage of its side (checked above); the barrier lives for the call.
         unsafe {
-            self.raw().cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&barrier))
+            self.device
+                .raw()
+                .cmd_pipeline_barrier2(self.raw, &vk::DependencyInfo::default().memory_barriers(&barrier))
         };
+        self.recorded();
+        Ok(())
     }
 
-    /// Records a copy of mip 0, layer 0 of `image` (in `layout`) into the start of `buffer`,
-    /// tightly packed; `cmd` is a recording command buffer of this device. The caller orders it
-    /// against the image's writes and the host's read with barriers.
-    pub fn cmd_copy_image_to_buffer(
-        &self,
-        cmd: vk::CommandBuffer,
+    /// Records a copy of mip 0, layer 0 of `image` (in `layout`: `TRANSFER_SRC_OPTIMAL` or
+    /// `GENERAL`) into the start of `buffer`, tightly packed. Order it against the image's writes
+    /// and the host's read with barriers. Both must live on the recording's device, the image be
+    /// single-sampled with one aspect and `COPY_SRC` usage, the buffer have `COPY_DST` usage, an
+    /// offset that is a multiple of the texel block size and room for the whole mip; otherwise
+    /// nothing is recorded.
+    pub fn copy_image_to_buffer(
+        &mut self,
         image: &Image,
         layout: vk::ImageLayout,
         buffer: &Buffer,
-    ) -> Result<(), CopyTooSmall> {
+    ) -> Result<(), CopyError> {
+        self.accepts(image.name(), image.device())?;
+        self.accepts(buffer.name(), buffer.device())?;
         let d = image.desc();
+        let invalid =
+            |reason| CopyError::Invalid { from: d.name.clone(), to: buffer.name().to_owned(), reason };
+        if !d.usage.contains(ImageUsage::COPY_SRC) {
+            return Err(invalid("the image lacks COPY_SRC usage"));
+        }
+        if !buffer.usage().contains(BufferUsage::COPY_DST) {
+            return Err(invalid("the buffer lacks COPY_DST usage"));
+        }
+        if d.samples != 1 {
+            return Err(invalid("a multisampled image cannot be copied to a buffer"));
+        }
+        let aspect_mask = aspect(d.format);
+        if aspect_mask.as_raw().count_ones() != 1 {
+            return Err(invalid("a depth-stencil image is copied one aspect at a time"));
+        }
+        if layout != vk::ImageLayout::TRANSFER_SRC_OPTIMAL && layout != vk::ImageLayout::GENERAL {
+            return Err(invalid("the layout must be TRANSFER_SRC_OPTIMAL or GENERAL"));
+        }
+        if buffer.offset() % u64::from(d.format.block_bytes().max(1)) != 0 || buffer.offset() % 4 != 0 {
+            return Err(invalid("the buffer's offset is not a multiple of the texel block size and 4"));
+        }
         let needed = d.format.region_bytes(d.extent[0], d.extent[1], d.extent[2]);
         if buffer.size() < needed {
             return Err(CopyTooSmall {
@@ -69,31 +447,45 @@ impl Device {
                 buffer: buffer.name().to_owned(),
                 size: buffer.size(),
                 needed,
-            });
+            }
+            .into());
         }
-        let copy = ImageRegion {
-            image,
-            layout,
-            aspect: aspect(d.format),
-            mip: 0,
-            layer: 0,
-            offset: [0; 3],
-            extent: d.extent,
-        }
-        .buffer_image_copy(buffer.offset());
-        // SAFETY: `cmd` is recording on this device; the image and buffer are live objects of this
-        // device (borrowed for the call; the caller keeps them alive until the work completes) and
-        // the buffer holds the whole mip (checked above).
-        unsafe { self.raw().cmd_copy_image_to_buffer(cmd, image.raw(), layout, buffer.raw(), &[copy]) };
+        let copy = vk::BufferImageCopy {
+            buffer_offset: buffer.offset(),
+            buffer_row_length: 0,
+            buffer_image_height: 0,
+            image_subresource: vk::ImageSubresourceLayers {
+                aspect_mask,
+                mip_level: 0,
+                base_array_layer: 0,
+                layer_count: 1,
+            },
+            image_offset: vk::Offset3D::default(),
+            image_extent: vk::Extent3D { width: d.extent[0], height: d.extent[1], depth: d.extent[2] },
+        };
+        self.keep(image.life());
+        self.keep(buffer.life());
+        // SAFETY: the command buffer is recording on this device outside a render pass (the
+        // type's invariant); the image and buffer are live objects of this device (checked above),
+        // held by the recording until its submission, with the usages, sample count, aspect,
+        // layout value, offset alignment and size the copy needs (checked above). That the image
+        // really is in `layout` when the copy runs is a GPU state residency does not track here.
+        unsafe {
+            self.device.raw().cmd_copy_image_to_buffer(self.raw, image.raw(), layout, buffer.raw(), &[copy])
+        };
+        self.recorded();
         Ok(())
     }
 }
 
-/// A pool of GPU timestamps: write pairs around work in a command buffer, read the elapsed time
-/// once the work has completed.
+/// A pool of GPU timestamps: write pairs around work in a recording, read the elapsed time once
+/// the work has completed. It holds its device and is released when dropped, after the GPU work
+/// that may write it.
 #[derive(Debug)]
 pub struct Timestamps {
+    life: Arc<Life>,
     pool: vk::QueryPool,
+    name: String,
     count: u32,
     period_ns: f64,
     /// Mask of the valid bits of a timestamp on the universal queue (0: no timestamps there).
@@ -101,34 +493,74 @@ pub struct Timestamps {
 }
 
 impl Timestamps {
-    /// A pool of `count` timestamps.
+    /// A pool of `count` timestamps (at least one), all reset on the GPU before this returns (so
+    /// reading one never meets an uninitialised query).
     pub fn new(device: &Device, name: &str, count: u32) -> crate::Result<Timestamps> {
         use crate::error::VkResultExt;
-        let info =
-            vk::QueryPoolCreateInfo::default().query_type(vk::QueryType::TIMESTAMP).query_count(count.max(1));
+        let count = count.max(1);
+        let info = vk::QueryPoolCreateInfo::default().query_type(vk::QueryType::TIMESTAMP).query_count(count);
         // SAFETY: valid device and create info.
         let pool = unsafe { device.raw().create_query_pool(&info, None) }.during("vkCreateQueryPool")?;
         device.set_name(pool, name);
+        let id = device.ledger().track("query pool", name);
+        let life = Life::new(device.arc(), Garbage::QueryPool { raw: pool, id }, None);
         // SAFETY: a pure query on this device's physical device.
         let families =
             unsafe { device.instance().get_physical_device_queue_family_properties(device.physical()) };
         let bits =
             families.get(device.universal_queue().family() as usize).map_or(0, |f| f.timestamp_valid_bits);
         let valid_mask = if bits >= 64 { u64::MAX } else { (1u64 << bits) - 1 };
+        device.submit_once(name, |rec| {
+            // SAFETY: `rec` is recording on this device outside a render pass; the range is the
+            // whole pool, which lives (its life is held by this function) until the wait returns.
+            unsafe { device.raw().cmd_reset_query_pool(rec.raw(), pool, 0, count) };
+        })?;
         Ok(Timestamps {
+            life,
             pool,
-            count: count.max(1),
+            name: name.to_owned(),
+            count,
             period_ns: f64::from(device.limits().timestamp_period),
             valid_mask,
         })
     }
 
-    /// Records resetting timestamps `range` (before writing them again).
-    pub fn cmd_reset(&self, device: &Device, cmd: vk::CommandBuffer, range: std::ops::Range<u32>) {
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The device it lives on.
+    pub fn device(&self) -> &Arc<Device> {
+        self.life.device()
+    }
+
+    /// How many timestamps it holds.
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// Declares a use of the renderer's own work that ends at `until` (a recording it submits
+    /// itself; residency's submissions need nothing).
+    pub fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
+        self.life.used_until(until)
+    }
+
+    /// Records resetting timestamps `range` (clamped to the pool). A recording of another device
+    /// is [`VulkanError::WrongDevice`] and records nothing.
+    pub fn cmd_reset(&self, rec: &mut Recording<'_>, range: std::ops::Range<u32>) -> Result<(), VulkanError> {
+        rec.accepts(&self.name, self.device())?;
         let end = range.end.min(self.count);
         let start = range.start.min(end);
-        // SAFETY: `cmd` is recording on this device, outside a render pass; the range is in the pool.
-        unsafe { device.raw().cmd_reset_query_pool(cmd, self.pool, start, end - start) };
+        if start == end {
+            return Ok(());
+        }
+        rec.keep(&self.life);
+        // SAFETY: `rec` is recording on this pool's device (checked above) outside a render pass
+        // (the type's invariant); the range lies in the pool, which the recording holds.
+        unsafe { rec.device().raw().cmd_reset_query_pool(rec.raw(), self.pool, start, end - start) };
+        rec.recorded();
+        Ok(())
     }
 
     /// Whether the universal queue has timestamps at all (`timestampValidBits` > 0); without them
@@ -137,30 +569,40 @@ impl Timestamps {
         self.valid_mask != 0
     }
 
-    /// Records writing timestamp `index` once all earlier commands have finished.
-    pub fn cmd_write(&self, device: &Device, cmd: vk::CommandBuffer, index: u32) {
-        if index < self.count && self.supported() {
-            // SAFETY: `cmd` is recording on this device; the query was reset earlier in submission order.
-            unsafe {
-                device.raw().cmd_write_timestamp2(
-                    cmd,
-                    vk::PipelineStageFlags2::ALL_COMMANDS,
-                    self.pool,
-                    index,
-                )
-            };
+    /// Records writing timestamp `index` once all earlier commands have finished; the query is
+    /// reset just before, so a write never meets a query that still holds a result. An index
+    /// outside the pool records nothing; a recording of another device is
+    /// [`VulkanError::WrongDevice`] and records nothing.
+    pub fn cmd_write(&self, rec: &mut Recording<'_>, index: u32) -> Result<(), VulkanError> {
+        rec.accepts(&self.name, self.device())?;
+        if index >= self.count || !self.supported() {
+            return Ok(());
         }
+        rec.keep(&self.life);
+        // SAFETY: `rec` is recording on this pool's device (checked above) outside a render pass
+        // (the type's invariant), on the universal queue, whose timestamps are valid (checked
+        // above); the query is in the pool (checked above), which the recording holds, and is
+        // reset right before the write in submission order, so it is unavailable when written.
+        unsafe {
+            let raw = rec.device().raw();
+            raw.cmd_reset_query_pool(rec.raw(), self.pool, index, 1);
+            raw.cmd_write_timestamp2(rec.raw(), vk::PipelineStageFlags2::ALL_COMMANDS, self.pool, index);
+        }
+        rec.recorded();
+        Ok(())
     }
 
     /// Milliseconds between timestamps `start` and `end`, once the work that wrote them has
     /// completed (`None` when the results are not available).
-    pub fn elapsed_ms(&self, device: &Device, start: u32, end: u32) -> Option<f64> {
+    pub fn elapsed_ms(&self, start: u32, end: u32) -> Option<f64> {
         if start >= self.count || end >= self.count || !self.supported() {
             return None;
         }
+        let device = self.device();
         let mut a = [0u64; 1];
         let mut b = [0u64; 1];
-        // SAFETY: valid pool and indices; 64-bit results into slices of one.
+        // SAFETY: a live pool of this device; indices inside it, every query reset at least once
+        // (at creation); 64-bit results into slices of one, without waiting.
         let ok = unsafe {
             device
                 .raw()
@@ -173,11 +615,5 @@ impl Timestamps {
         };
         // Counters wrap at their valid bits.
         ok.then(|| (b[0].wrapping_sub(a[0]) & self.valid_mask) as f64 * self.period_ns / 1e6)
-    }
-
-    /// Destroys the pool; the caller has waited for every use.
-    pub fn destroy(self, device: &Device) {
-        // SAFETY: the pool belongs to this device and no pending work uses it (caller's contract).
-        unsafe { device.raw().destroy_query_pool(self.pool, None) };
     }
 }

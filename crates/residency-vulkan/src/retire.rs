@@ -6,10 +6,14 @@
 //! last handle goes, the garbage retires after
 //! - every submission residency made to the device's universal queue before the drop (each
 //!   signals the device's *universal* timeline semaphore; this covers uploads, read-backs, compute
-//!   and everything submitted through a [`CommandContext`](crate::CommandContext)), and
+//!   and everything submitted through a [`CommandContext`](crate::CommandContext): the
+//!   [`Recording`](crate::Recording) of a submission holds what its helpers recorded until the
+//!   submission has its timeline value, so even an object dropped while it is being recorded
+//!   retires after it), and
 //! - every use the renderer declared with `used_until`: a point of one of its [`Timeline`]s, a
 //!   point of a residency [`Submission`](crate::Submission), or `N` frames from now
-//!   ([`Device::advance_frame`] counts frames).
+//!   ([`Device::advance_frame`] counts frames). A recording over the renderer's own command
+//!   buffer ([`Recording::from_raw`](crate::Recording::from_raw)) declares its uses this way too.
 //!
 //! If those have passed at the drop, the objects are destroyed at once; otherwise they wait in the
 //! device's [`RetireQueue`] until [`Device::maintain`] (run at every residency submission, at
@@ -67,6 +71,21 @@ pub(crate) enum Garbage {
     SparseImage(Box<crate::sparse::SparseImageGarbage>),
     /// An image's tiles in a tile pool (a software image's atlas slots).
     Tiles(TileReturn),
+    /// A pipeline (compute or graphics).
+    Pipeline { raw: vk::Pipeline, id: ObjectId },
+    /// A pipeline layout.
+    PipelineLayout { raw: vk::PipelineLayout, id: ObjectId },
+    /// A descriptor set layout.
+    DescriptorSetLayout { raw: vk::DescriptorSetLayout, id: ObjectId },
+    /// A descriptor pool and every set allocated from it.
+    DescriptorPool { raw: vk::DescriptorPool, id: ObjectId },
+    /// A query pool.
+    QueryPool { raw: vk::QueryPool, id: ObjectId },
+    /// A semaphore.
+    Semaphore { raw: vk::Semaphore, id: ObjectId },
+    /// Objects released together (a program's pipeline, layouts and descriptor pool), destroyed
+    /// in order.
+    Group(Vec<Garbage>),
 }
 
 impl Garbage {
@@ -101,6 +120,45 @@ impl Garbage {
             Garbage::Memory(block) => block.destroy(device),
             Garbage::SparseImage(image) => image.destroy(device),
             Garbage::Tiles(tiles) => tiles.give_back(),
+            Garbage::Pipeline { raw, id } => {
+                // SAFETY: the pipeline belongs to this device; no handle to it is left and every
+                // submission that bound it has completed (the retire queue's contract).
+                unsafe { device.raw().destroy_pipeline(raw, None) };
+                device.ledger().untrack(id);
+            }
+            Garbage::PipelineLayout { raw, id } => {
+                // SAFETY: as for pipelines; a layout may be destroyed while pipelines made with it
+                // live, and none of its command buffers is still recording.
+                unsafe { device.raw().destroy_pipeline_layout(raw, None) };
+                device.ledger().untrack(id);
+            }
+            Garbage::DescriptorSetLayout { raw, id } => {
+                // SAFETY: as for pipeline layouts.
+                unsafe { device.raw().destroy_descriptor_set_layout(raw, None) };
+                device.ledger().untrack(id);
+            }
+            Garbage::DescriptorPool { raw, id } => {
+                // SAFETY: the pool belongs to this device; its sets are held by nothing (every
+                // `DescriptorSet` keeps the pool's life) and no pending submission binds one.
+                unsafe { device.raw().destroy_descriptor_pool(raw, None) };
+                device.ledger().untrack(id);
+            }
+            Garbage::QueryPool { raw, id } => {
+                // SAFETY: the pool belongs to this device; no pending submission writes or resets it.
+                unsafe { device.raw().destroy_query_pool(raw, None) };
+                device.ledger().untrack(id);
+            }
+            Garbage::Semaphore { raw, id } => {
+                // SAFETY: the semaphore belongs to this device; no pending submission waits on or
+                // signals it, and no host wait runs (waits borrow the owner, which is gone).
+                unsafe { device.raw().destroy_semaphore(raw, None) };
+                device.ledger().untrack(id);
+            }
+            Garbage::Group(all) => {
+                for garbage in all {
+                    garbage.destroy(device);
+                }
+            }
         }
     }
 }

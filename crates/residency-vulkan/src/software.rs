@@ -221,13 +221,13 @@ impl SoftwareTexture {
     }
 
     /// The atlas view (binding `tex` of the GLSL helper; sample it with a bilinear sampler).
-    pub fn atlas_view(&self) -> vk::ImageView {
-        self.atlas_view.raw()
+    pub fn atlas_view(&self) -> &crate::ImageView {
+        &self.atlas_view
     }
 
     /// The indirection view (binding `minLodMap` of the GLSL helper; a nearest sampler).
-    pub fn indirection_view(&self) -> vk::ImageView {
-        self.indirection.view.raw()
+    pub fn indirection_view(&self) -> &crate::ImageView {
+        &self.indirection.view
     }
 
     /// Bytes of device memory the atlas and the indirection hold.
@@ -452,8 +452,8 @@ impl SoftwareTilePool {
     }
 
     /// The atlas view (binding `tex` of `residency_software.glsl`; a bilinear sampler).
-    pub fn atlas_view(&self) -> vk::ImageView {
-        self.shared.atlas_view.raw()
+    pub fn atlas_view(&self) -> &crate::ImageView {
+        &self.shared.atlas_view
     }
 
     /// Declares that GPU work the renderer submitted itself samples the atlas until `until` (see
@@ -570,24 +570,23 @@ impl SoftwareTilePool {
             use crate::recording::MemoryDependency;
             use vk::{AccessFlags2 as A, PipelineStageFlags2 as S};
             let atlas = shared.atlas.raw();
-            device.submit_once("software path borders", |cmd| {
+            device.submit_once("software path borders", |rec| {
                 // Payloads written by the uploader's copies before the border copies read them; the
                 // borders before anything samples them.
-                device.cmd_memory_barrier(
-                    cmd,
-                    MemoryDependency {
-                        src_stages: S::ALL_COMMANDS,
-                        src_access: A::MEMORY_WRITE,
-                        dst_stages: S::COPY,
-                        dst_access: A::TRANSFER_READ | A::TRANSFER_WRITE,
-                    },
-                );
+                rec.memory_barrier(MemoryDependency {
+                    src_stages: S::ALL_COMMANDS,
+                    src_access: A::MEMORY_WRITE,
+                    dst_stages: S::COPY,
+                    dst_access: A::TRANSFER_READ | A::TRANSFER_WRITE,
+                })
+                .expect("core stages with accesses they perform");
                 for chunk in regions.chunks(512) {
-                    // SAFETY: `cmd` is recording; the atlas is live in GENERAL; every region lies in
-                    // it, and sources (payloads) never overlap destinations (borders).
+                    // SAFETY: `rec` is recording on this device outside a render pass; the atlas is
+                    // live in GENERAL; every region lies in it, and sources (payloads) never
+                    // overlap destinations (borders).
                     unsafe {
                         device.raw().cmd_copy_image(
-                            cmd,
+                            rec.raw(),
                             atlas,
                             vk::ImageLayout::GENERAL,
                             atlas,
@@ -596,15 +595,13 @@ impl SoftwareTilePool {
                         )
                     };
                 }
-                device.cmd_memory_barrier(
-                    cmd,
-                    MemoryDependency {
-                        src_stages: S::COPY,
-                        src_access: A::TRANSFER_WRITE,
-                        dst_stages: S::ALL_COMMANDS,
-                        dst_access: A::MEMORY_READ,
-                    },
-                );
+                rec.memory_barrier(MemoryDependency {
+                    src_stages: S::COPY,
+                    src_access: A::TRANSFER_WRITE,
+                    dst_stages: S::ALL_COMMANDS,
+                    dst_access: A::MEMORY_READ,
+                })
+                .expect("core stages with accesses they perform");
             })?;
         }
         // Only now are the borders done: a failure above leaves them to the next flush.
@@ -778,8 +775,8 @@ impl SoftwareImage {
     }
 
     /// The indirection view (binding `minLodMap` of `residency_software.glsl`; a nearest sampler).
-    pub fn indirection_view(&self) -> vk::ImageView {
-        self.indirection.view.raw()
+    pub fn indirection_view(&self) -> &crate::ImageView {
+        &self.indirection.view
     }
 
     fn check_pool(&self, pool: &SoftwareTilePool) -> Result<(), SoftwareError> {

@@ -978,6 +978,9 @@ pub struct SparseImage {
     external: Option<u64>,
     /// What its heaps know its bindings by.
     key: u64,
+    /// Its device's process-unique id and its usage, for descriptor sets.
+    device_uid: u64,
+    usage: vk::ImageUsageFlags,
 }
 
 static NEXT_SPARSE_IMAGE: AtomicU64 = AtomicU64::new(1);
@@ -1207,11 +1210,11 @@ impl SparseImage {
             .new_layout(vk::ImageLayout::GENERAL)
             .image(raw)
             .subresource_range(view_info.subresource_range)];
-        let transitioned = device.submit_once("sparse image to GENERAL", |cmd| {
-            // SAFETY: `cmd` is recording on this device; the image is live.
+        let transitioned = device.submit_once("sparse image to GENERAL", |rec| {
+            // SAFETY: `rec` is recording on this device outside a render pass; the image is live.
             unsafe {
                 device.raw().cmd_pipeline_barrier2(
-                    cmd,
+                    rec.raw(),
                     &vk::DependencyInfo::default().image_memory_barriers(&to_general),
                 );
             }
@@ -1246,6 +1249,8 @@ impl SparseImage {
             pending: PendingChanges::new(),
             external: origin.external,
             key,
+            device_uid: origin.device.uid(),
+            usage: create.usage,
         })
     }
 
@@ -1289,6 +1294,11 @@ impl SparseImage {
     /// A view of all its mips and layers.
     pub fn view(&self) -> vk::ImageView {
         self.view
+    }
+
+    /// What a descriptor set binding the view needs: the view, its device's id, the usage.
+    pub(crate) fn view_binding(&self) -> (vk::ImageView, u64, vk::ImageUsageFlags, &Arc<Life>) {
+        (self.view, self.device_uid, self.usage, &self.life)
     }
 
     /// Its name.
@@ -1526,8 +1536,8 @@ impl MinLodMap {
     }
 
     /// The view to bind as a `usampler2D` (or array), in `GENERAL` layout.
-    pub fn view(&self) -> vk::ImageView {
-        self.view.raw()
+    pub fn view(&self) -> &crate::ImageView {
+        &self.view
     }
 
     /// The device it lives on.

@@ -21,6 +21,7 @@ use crate::error::VulkanError;
 use crate::format_map::aspect;
 use crate::image::{Image, ImageDesc};
 use crate::memory::{MemoryBlock, MemoryError, RawMemoryDesc};
+use crate::recording::{check_scope, Recording};
 use crate::resource_memory::ResourceMemory;
 use crate::retire::{Garbage, Life, Parent, PendingUses};
 use ash::vk;
@@ -70,6 +71,8 @@ pub struct TransientFrame {
     requests: Vec<TransientRequest>,
     /// Per resource: its bytes may have been used by an earlier frame still on the GPU.
     reused: Vec<bool>,
+    /// The device its pool placed it on.
+    device: Arc<Device>,
 }
 
 impl TransientFrame {
@@ -183,7 +186,25 @@ impl TransientPool {
     }
 
     /// Creates, plans and binds a frame's resources.
+    ///
+    /// Every request's first and last use must be one the device allows in a barrier (core
+    /// stages, each access performed by one of them: see
+    /// [`BarrierError`](crate::recording::BarrierError)); otherwise nothing is created.
     pub fn begin_frame(&mut self, requests: &[TransientRequest]) -> Result<TransientFrame, MemoryError> {
+        for request in requests {
+            let (name, uses) = match request {
+                TransientRequest::Buffer { name, uses, .. } => (name, uses),
+                TransientRequest::Image { desc, uses, .. } => (&desc.name, uses),
+            };
+            for u in [uses.0, uses.1] {
+                let info = u.info();
+                check_scope(
+                    vk::PipelineStageFlags2::from_raw(info.stages.bits()),
+                    vk::AccessFlags2::from_raw(info.access.bits()),
+                )
+                .map_err(|e| failed(name, format!("{u:?}: {e}")))?;
+            }
+        }
         let device = Arc::clone(&self.device);
         // What is created but not yet handed to a resource; destroyed on every early return.
         let mut unbound = Unbound { device: &device, buffers: Vec::new(), images: Vec::new() };
@@ -203,9 +224,13 @@ impl TransientPool {
                     })
                 }
                 TransientRequest::Image { desc, passes, uses } => {
-                    device.check_image(desc)?;
-                    // SAFETY: the description was checked against the device's format properties.
-                    match unsafe { device.raw().create_image(&desc.create_info(), None) } {
+                    let created = device.check_image(desc).and_then(|()| {
+                        // SAFETY: the description was checked against the device's format
+                        // properties and limits just above (`check_image`).
+                        unsafe { device.raw().create_image(&desc.create_info(), None) }
+                            .map_err(|r| VulkanError::from_vk("vkCreateImage", r).into())
+                    });
+                    match created {
                         Ok(raw) => {
                             device.set_name(raw, &desc.name);
                             // SAFETY: raw was just created.
@@ -224,7 +249,7 @@ impl TransientPool {
                             unbound.buffers.push(None);
                             Ok(())
                         }
-                        Err(r) => Err(VulkanError::from_vk("vkCreateImage", r).into()),
+                        Err(e) => Err(e),
                     }
                 }
             };
@@ -337,6 +362,7 @@ impl TransientPool {
             plan,
             requests: requests.to_vec(),
             reused,
+            device: Arc::clone(&device),
         };
         if let Some(e) = bind_error {
             self.end_frame(frame);
@@ -348,12 +374,24 @@ impl TransientPool {
     /// Records the barriers needed before `pass`: for every resource first used there, the
     /// aliasing barrier from the previous occupants of its bytes, and for images the transition
     /// from `UNDEFINED` to their first use's layout. Returns how many barriers were recorded.
-    pub fn record_pass_start(&self, cmd: vk::CommandBuffer, frame: &TransientFrame, pass: u32) -> usize {
+    ///
+    /// A recording or a frame of another device than the pool's is
+    /// [`VulkanError::WrongDevice`] and records nothing. The recording holds the frame's resources
+    /// it names until its submission.
+    pub fn record_pass_start(
+        &self,
+        rec: &mut Recording<'_>,
+        frame: &TransientFrame,
+        pass: u32,
+    ) -> Result<usize, VulkanError> {
+        rec.accepts(&self.name, &self.device)?;
+        rec.accepts(&self.name, &frame.device)?;
         let device = &*self.device;
         let stages = |s: residency_core::sync::PipelineStages| vk::PipelineStageFlags2::from_raw(s.bits());
         let access = |a: residency_core::sync::AccessFlags| vk::AccessFlags2::from_raw(a.bits());
         let mut buffer_barriers = Vec::new();
         let mut image_barriers = Vec::new();
+        let mut lives = Vec::new();
         for (i, request) in frame.requests.iter().enumerate() {
             let (passes, uses) = match request {
                 TransientRequest::Buffer { passes, uses, .. }
@@ -376,6 +414,7 @@ impl TransientPool {
             let (dst_stages, dst_access) = (stages(first.stages), access(first.access));
             if let Some(buffer) = frame.buffer(i) {
                 if aliasing.is_some() || after_previous_frame {
+                    lives.push(buffer.life());
                     buffer_barriers.push(
                         vk::BufferMemoryBarrier2::default()
                             .src_stage_mask(src_stages)
@@ -390,6 +429,7 @@ impl TransientPool {
             } else if let Some(image) = frame.image(i) {
                 let layout =
                     first.layout.map_or(vk::ImageLayout::GENERAL, |l| vk::ImageLayout::from_raw(l.as_raw()));
+                lives.push(image.life());
                 image_barriers.push(
                     vk::ImageMemoryBarrier2::default()
                         .src_stage_mask(src_stages)
@@ -407,14 +447,22 @@ impl TransientPool {
             }
         }
         if buffer_barriers.is_empty() && image_barriers.is_empty() {
-            return 0;
+            return Ok(0);
+        }
+        for life in lives {
+            rec.keep(life);
         }
         let info = vk::DependencyInfo::default()
             .buffer_memory_barriers(&buffer_barriers)
             .image_memory_barriers(&image_barriers);
-        // SAFETY: `cmd` is recording on this device; every handle is a live transient resource.
-        unsafe { device.raw().cmd_pipeline_barrier2(cmd, &info) };
-        buffer_barriers.len() + image_barriers.len()
+        // SAFETY: `rec` is recording on this pool's device (checked above) outside a render pass
+        // (the `Recording` invariant); every handle is a live transient resource of the frame,
+        // which is on this device (checked above) and borrowed, and the recording now holds them
+        // until its submission. The stages and accesses are the core's named uses and aliasing
+        // scopes (or ALL_COMMANDS / MEMORY_WRITE); images go from UNDEFINED over their whole range.
+        unsafe { device.raw().cmd_pipeline_barrier2(rec.raw(), &info) };
+        rec.recorded();
+        Ok(buffer_barriers.len() + image_barriers.len())
     }
 
     /// Releases the frame's resources (as dropping the frame does): each is destroyed once the GPU

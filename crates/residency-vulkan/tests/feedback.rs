@@ -77,15 +77,14 @@ fn a_known_view_requests_exactly_the_expected_tiles() {
         let program =
             ComputeProgram::new(device, "feedback_view.comp", &spirv_words(SHADER), &kinds, 4, 1).unwrap();
         let ds = program
-            .descriptor_set(device, &[Binding::Buffer(&fb), Binding::Buffer(&table), Binding::Buffer(&input)])
+            .descriptor_set(&[Binding::Buffer(&fb), Binding::Buffer(&table), Binding::Buffer(&input)])
             .unwrap();
         device
-            .submit_compute("feedback view", |cmd| {
+            .submit_compute("feedback view", |rec| {
                 program
                     .dispatch(
-                        device,
-                        cmd,
-                        ds,
+                        rec,
+                        &ds,
                         &(samples.len() as u32).to_le_bytes(),
                         [(samples.len() as u32).div_ceil(64), 1, 1],
                     )
@@ -107,7 +106,7 @@ fn a_known_view_requests_exactly_the_expected_tiles() {
         assert_eq!(from_gpu.records, from_cpu.records);
         assert!(!from_gpu.overflowed);
 
-        program.destroy(device);
+        drop(program);
         for b in [fb, table, input] {
             drop(b);
         }
@@ -140,7 +139,7 @@ fn the_glsl_sampling_rule_matches_the_cpu_rule() {
         )
         .unwrap();
         let ds = program
-            .descriptor_set(device, &[Binding::Buffer(&out), Binding::Buffer(&out), Binding::Buffer(&out)])
+            .descriptor_set(&[Binding::Buffer(&out), Binding::Buffer(&out), Binding::Buffer(&out)])
             .unwrap();
         let mut checked = 0;
         for (stride, interval) in [(1, 1), (2, 1), (3, 2), (4, 3)] {
@@ -149,9 +148,9 @@ fn the_glsl_sampling_rule_matches_the_cpu_rule() {
                 let push: Vec<u8> =
                     [frame as u32, stride, interval, w].iter().flat_map(|v| v.to_le_bytes()).collect();
                 device
-                    .submit_compute("feedback sampling", |cmd| {
+                    .submit_compute("feedback sampling", |rec| {
                         program
-                            .dispatch(device, cmd, ds, &push, [w / 8, h / 8, 1])
+                            .dispatch(rec, &ds, &push, [w / 8, h / 8, 1])
                             .expect("a small grid within the declared push constants");
                     })
                     .unwrap();
@@ -179,7 +178,7 @@ fn the_glsl_sampling_rule_matches_the_cpu_rule() {
             }
         }
         assert_eq!(checked, 80);
-        program.destroy(device);
+        drop(program);
         drop(out);
     });
 }

@@ -17,7 +17,7 @@ use residency_vulkan::multi_work::{
     TimelineError, WorkError, WorkItem,
 };
 use residency_vulkan::testing::with_gpu;
-use residency_vulkan::tracking::ResourceTracker;
+use residency_vulkan::tracking::{RecordError, ResourceTracker};
 use residency_vulkan::{BufferDesc, Device, ImageDesc, VulkanError};
 
 /// `values[i] = value + i` for `i < count`; push constants `{ count, value }`.
@@ -62,15 +62,15 @@ fn misuse_dispatch_over_the_workgroup_limit_is_a_typed_error_and_records_nothing
         let program =
             ComputeProgram::new(device, "fill.comp", &spirv_words(FILL), &[BindingKind::StorageBuffer], 8, 1)
                 .unwrap();
-        let ds = program.descriptor_set(device, &[Binding::Buffer(&target)]).unwrap();
+        let ds = program.descriptor_set(&[Binding::Buffer(&target)]).unwrap();
         let read = || {
             let mut out = vec![0u8; N as usize * 4];
             target.read(0, &mut out).unwrap();
             words(&out)
         };
         device
-            .submit_compute("valid fill", |cmd| {
-                program.dispatch(device, cmd, ds, &push(N, 7), [N / 64, 1, 1]).unwrap();
+            .submit_compute("valid fill", |rec| {
+                program.dispatch(rec, &ds, &push(N, 7), [N / 64, 1, 1]).unwrap();
             })
             .unwrap();
         assert_eq!(read(), filled(7));
@@ -85,11 +85,11 @@ fn misuse_dispatch_over_the_workgroup_limit_is_a_typed_error_and_records_nothing
                 requested: limit + 1,
                 limit,
             };
-            assert_eq!(program.check_dispatch(device, &push(N, 100), groups), Err(expected.clone()));
+            assert_eq!(program.check_dispatch(&push(N, 100), groups), Err(expected.clone()));
             let mut refused = None;
             device
-                .submit_compute("refused fill", |cmd| {
-                    refused = Some(program.dispatch(device, cmd, ds, &push(N, 100), groups));
+                .submit_compute("refused fill", |rec| {
+                    refused = Some(program.dispatch(rec, &ds, &push(N, 100), groups));
                 })
                 .unwrap();
             assert_eq!(refused, Some(Err(expected)), "axis {axis}");
@@ -97,13 +97,13 @@ fn misuse_dispatch_over_the_workgroup_limit_is_a_typed_error_and_records_nothing
             // At the limit is allowed (checked, not run: it would be `limit` workgroups).
             let mut at_limit = [1; 3];
             at_limit[axis] = limit;
-            assert_eq!(program.check_dispatch(device, &push(N, 100), at_limit), Ok(()));
+            assert_eq!(program.check_dispatch(&push(N, 100), at_limit), Ok(()));
         }
         assert!(axes > 0, "some axis has a limit below u32::MAX");
         // Zero workgroups is a valid dispatch that does nothing.
-        assert_eq!(program.check_dispatch(device, &push(N, 100), [0, 1, 1]), Ok(()));
+        assert_eq!(program.check_dispatch(&push(N, 100), [0, 1, 1]), Ok(()));
 
-        program.destroy(device);
+        drop(program);
         drop(target);
     });
 }
@@ -117,12 +117,12 @@ fn misuse_push_constants_longer_than_declared_or_unaligned_are_a_typed_error() {
                 .unwrap();
         for given in [12usize, 6] {
             assert_eq!(
-                program.check_dispatch(device, &vec![0; given], [1, 1, 1]),
+                program.check_dispatch(&vec![0; given], [1, 1, 1]),
                 Err(DispatchError::PushConstantSize { program: "fill.comp".into(), given, declared: 8 })
             );
         }
-        assert_eq!(program.check_dispatch(device, &[0; 8], [1, 1, 1]), Ok(()));
-        program.destroy(device);
+        assert_eq!(program.check_dispatch(&[0; 8], [1, 1, 1]), Ok(()));
+        drop(program);
     });
 }
 
@@ -193,10 +193,18 @@ fn misuse_dispatch_over_the_workgroup_limit_through_the_multi_submitter_submits_
             assert_eq!(read(&src, device), filled(1));
         }
         submitter.destroy();
-        program.destroy();
+        drop(program);
         src.destroy(set);
         dst.destroy(set);
     });
+}
+
+/// A tracker record's sync error (any other error fails the test).
+fn sync(result: Result<usize, RecordError>) -> Result<usize, SyncError> {
+    result.map_err(|e| match e {
+        RecordError::Sync(e) => e,
+        other => panic!("expected a sync error, got {other:?}"),
+    })
 }
 
 /// A buffer tracked with a write then a transfer read declared: the second flush has a buffer
@@ -233,13 +241,22 @@ fn misuse_tracker_record_of_an_unknown_resource_is_a_typed_error_and_records_not
         let tracked_before = tracker.core().len();
         let mut results = Vec::new();
         device
-            .submit_once("misuse record", |cmd| {
+            .submit_once("misuse record", |rec| {
                 // The known barrier comes first in the batch; it is not recorded either.
-                results.push(tracker.record(device, cmd, &bad));
-                // Another device's barrier names a resource tracked on device 0 only.
-                results.push(tracker.record(&set.devices()[1], cmd, &barriers));
+                results.push(sync(tracker.record(rec, &bad)));
+            })
+            .unwrap();
+        set.devices()[1]
+            .submit_once("misuse record on device 1", |rec| {
+                // Another device's recording: the resource is tracked on device 0 only.
+                results.push(sync(tracker.record(rec, &barriers)));
+                assert_eq!(rec.helper_commands(), 0, "nothing recorded");
+            })
+            .unwrap();
+        device
+            .submit_once("misuse record", |rec| {
                 // The batch itself is fine.
-                results.push(tracker.record(device, cmd, &barriers));
+                results.push(sync(tracker.record(rec, &barriers)));
             })
             .unwrap();
         assert_eq!(
@@ -288,10 +305,11 @@ fn misuse_tracker_record_of_an_untracked_destroyed_resource_is_a_typed_error() {
 
         let mut results = Vec::new();
         device
-            .submit_once("misuse record destroyed", |cmd| {
-                results.push(tracker.record(device, cmd, &barriers));
-                results.push(tracker.record(device, cmd, &image_barriers));
-                results.push(tracker.record(device, cmd, &wrong_kind));
+            .submit_once("misuse record destroyed", |rec| {
+                results.push(sync(tracker.record(rec, &barriers)));
+                results.push(sync(tracker.record(rec, &image_barriers)));
+                results.push(sync(tracker.record(rec, &wrong_kind)));
+                assert_eq!(rec.helper_commands(), 0, "nothing recorded");
             })
             .unwrap();
         assert_eq!(
@@ -333,7 +351,7 @@ fn misuse_decreasing_timeline_signal_is_a_typed_error_and_signals_nothing() {
 
         timeline.signal(both, 10).unwrap();
         assert_eq!(timeline.values().unwrap(), vec![(d(0), 10), (d(1), 10)]);
-        timeline.destroy();
+        drop(timeline);
     });
 }
 
@@ -346,7 +364,7 @@ fn misuse_equal_timeline_signal_is_a_typed_error() {
         assert_eq!(device, d(1));
         assert!(matches!(source, TimelineError::NotIncreasing { current: 4, requested: 4 }), "{source}");
         assert_eq!(timeline.values().unwrap(), vec![(d(0), 4), (d(1), 4)]);
-        timeline.destroy();
+        drop(timeline);
     });
 }
 
@@ -366,7 +384,7 @@ fn misuse_timeline_signal_past_the_value_difference_limit_is_a_typed_error() {
             // No value is more than u64::MAX above another: the check refuses nothing.
             timeline.signal(d(0).mask(), u64::MAX).unwrap();
             assert_eq!(timeline.values().unwrap(), vec![(d(0), u64::MAX)]);
-            timeline.destroy();
+            drop(timeline);
             return;
         };
         let (device, source) = timeline_error(timeline.signal(d(0).mask(), requested).unwrap_err());
@@ -377,7 +395,7 @@ fn misuse_timeline_signal_past_the_value_difference_limit_is_a_typed_error() {
             "{source}"
         );
         assert_eq!(timeline.values().unwrap(), vec![(d(0), 1)]);
-        timeline.destroy();
+        drop(timeline);
     });
 }
 

@@ -48,9 +48,9 @@ fn gated_copy(
         .stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)];
     let region = vk::BufferCopy { src_offset: 0, dst_offset: 0, size: src.size().min(dst.size()) };
     context
-        .submit(&waits, &[], |cmd| {
-            // SAFETY: `cmd` is recording on this device; both buffers are live buffers of it.
-            unsafe { device.raw().cmd_copy_buffer(cmd, src.raw(), dst.raw(), &[region]) };
+        .submit(&waits, &[], |rec| {
+            // SAFETY: `rec` is recording on this device; both buffers are live buffers of it.
+            unsafe { device.raw().cmd_copy_buffer(rec.raw(), src.raw(), dst.raw(), &[region]) };
         })
         .unwrap()
 }
@@ -337,15 +337,17 @@ fn misuse_a_transient_frame_placed_where_the_previous_one_still_runs_is_ordered_
             let transient = pool.begin_frame(&requests).unwrap();
             let mut first_pass_barriers = 0;
             let submission = context
-                .submit(&[], &[], |cmd| {
+                .submit(&[], &[], |rec| {
                     for pass in 0..2u32 {
-                        let barriers = pool.record_pass_start(cmd, &transient, pass);
+                        let barriers = pool.record_pass_start(rec, &transient, pass).unwrap();
                         if pass == 0 {
                             first_pass_barriers = barriers;
                         }
                         let buffer = transient.buffer(pass as usize).unwrap();
-                        // SAFETY: `cmd` is recording on this device; the buffer is live and bound.
-                        unsafe { device.raw().cmd_fill_buffer(cmd, buffer.raw(), 0, vk::WHOLE_SIZE, frame) };
+                        // SAFETY: `rec` is recording on this device; the buffer is live and bound.
+                        unsafe {
+                            device.raw().cmd_fill_buffer(rec.raw(), buffer.raw(), 0, vk::WHOLE_SIZE, frame)
+                        };
                     }
                 })
                 .unwrap();

@@ -15,7 +15,7 @@ use residency_core::tiles::{
 };
 use residency_core::usage::{BufferUsage, ImageUsage};
 use residency_vulkan::ash::vk;
-use residency_vulkan::compute::{spirv_words, Binding, BindingKind, ComputeProgram};
+use residency_vulkan::compute::{spirv_words, Binding, BindingKind, ComputeProgram, ViewRef};
 use residency_vulkan::software::{SoftwareImage, SoftwareTilePool, DEFAULT_BORDER};
 use residency_vulkan::sparse::{MinLodMap, SparseImage, SparseTilePool, TileHeaps};
 use residency_vulkan::testing::with_gpu;
@@ -96,7 +96,7 @@ impl Drop for Gate<'_> {
 fn gated_sample(
     context: &CommandContext,
     gate: &Gate<'_>,
-    views: (vk::ImageView, vk::ImageView),
+    views: (ViewRef<'_>, ViewRef<'_>),
 ) -> (Submission, ComputeProgram) {
     let device = context.device();
     let kinds = [
@@ -125,27 +125,24 @@ fn gated_sample(
     input.write(0, &probes).unwrap();
     let general = vk::ImageLayout::GENERAL;
     let set = program
-        .descriptor_set(
-            device,
-            &[
-                Binding::Image { view: views.0, sampler: linear.raw(), layout: general },
-                Binding::Image { view: views.1, sampler: nearest.raw(), layout: general },
-                Binding::Buffer(&input),
-                Binding::Buffer(&output),
-            ],
-        )
+        .descriptor_set(&[
+            Binding::sampled(views.0, &linear, general),
+            Binding::sampled(views.1, &nearest, general),
+            Binding::Buffer(&input),
+            Binding::Buffer(&output),
+        ])
         .unwrap();
     let mut push: Vec<u8> = DEFAULT.iter().flat_map(|f| f.to_le_bytes()).collect();
     push.extend_from_slice(&64u32.to_le_bytes());
     push.resize(32, 0);
-    program.check_dispatch(device, &push, [1, 1, 1]).unwrap();
+    program.check_dispatch(&push, [1, 1, 1]).unwrap();
     let waits = [vk::SemaphoreSubmitInfo::default()
         .semaphore(gate.timeline.raw())
         .value(1)
         .stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)];
     let submission = context
-        .submit(&waits, &[], |cmd| {
-            program.dispatch(device, cmd, set, &push, [1, 1, 1]).expect("checked before the submission");
+        .submit(&waits, &[], |rec| {
+            program.dispatch(rec, &set, &push, [1, 1, 1]).expect("checked before the submission");
         })
         .unwrap();
     // The samplers and buffers retire after the dispatch like anything dropped after a residency
@@ -261,7 +258,7 @@ fn misuse_dropping_a_sparse_image_the_gpu_still_samples_defers_it_and_the_return
         assert!(used > 0);
         let context = CommandContext::new(&device, "gated sampling").unwrap();
         let mut gate = Gate::new(&device, "image gate");
-        let (submission, program) = gated_sample(&context, &gate, (image.view(), map.view()));
+        let (submission, program) = gated_sample(&context, &gate, ((&image).into(), map.view().into()));
         drop(image);
         assert!(live(&device, "sampled image"), "still sampled: not destroyed");
         assert_eq!(pool.used_tiles(), used, "its tiles stay taken until the GPU is done with it");
@@ -271,7 +268,7 @@ fn misuse_dropping_a_sparse_image_the_gpu_still_samples_defers_it_and_the_return
         device.maintain();
         assert!(!live(&device, "sampled image"), "destroyed once the dispatch completed");
         assert_eq!(pool.used_tiles(), 0, "its tiles are back in the pool");
-        program.destroy(&device);
+        drop(program);
         drop((map, pool));
         uploader.destroy().unwrap();
     });
@@ -285,7 +282,7 @@ fn misuse_dropping_a_min_lod_map_the_gpu_still_samples_defers_its_destruction() 
         let (pool, image, map) = sampled_scene(&device, &uploader, "mapped image");
         let context = CommandContext::new(&device, "gated sampling").unwrap();
         let mut gate = Gate::new(&device, "map gate");
-        let (submission, program) = gated_sample(&context, &gate, (image.view(), map.view()));
+        let (submission, program) = gated_sample(&context, &gate, ((&image).into(), map.view().into()));
         drop(map);
         for name in ["mapped image min-LOD map", "mapped image min-LOD map view"] {
             assert!(live(&device, name), "{name} is still sampled: not destroyed");
@@ -296,7 +293,7 @@ fn misuse_dropping_a_min_lod_map_the_gpu_still_samples_defers_its_destruction() 
         for name in ["mapped image min-LOD map", "mapped image min-LOD map view"] {
             assert!(!live(&device, name), "{name} destroyed once the dispatch completed");
         }
-        program.destroy(&device);
+        drop(program);
         drop((image, pool));
         uploader.destroy().unwrap();
     });
@@ -314,7 +311,7 @@ fn misuse_dropping_tile_heaps_or_a_pool_with_their_image_while_the_gpu_samples_t
         // A pool, its image and its map, all dropped at once.
         let (pool, image, map) = sampled_scene(&device, &uploader, "early return");
         let mut gate = Gate::new(&device, "pool gate");
-        let (submission, program) = gated_sample(&context, &gate, (image.view(), map.view()));
+        let (submission, program) = gated_sample(&context, &gate, ((&image).into(), map.view().into()));
         drop((pool, image, map));
         for name in ["early return tiles heap 0", "early return", "early return min-LOD map"] {
             assert!(live(&device, name), "{name} waits for the GPU");
@@ -325,7 +322,7 @@ fn misuse_dropping_tile_heaps_or_a_pool_with_their_image_while_the_gpu_samples_t
         for name in ["early return tiles heap 0", "early return", "early return min-LOD map"] {
             assert!(!live(&device, name), "{name} freed after the GPU");
         }
-        program.destroy(&device);
+        drop(program);
 
         // Tile heaps and their external image.
         let mut heaps = TileHeaps::new(Arc::clone(&device), "early heaps").unwrap();
@@ -346,7 +343,7 @@ fn misuse_dropping_tile_heaps_or_a_pool_with_their_image_while_the_gpu_samples_t
         map.upload_updates(&uploader, residency.page_table(), &updates).unwrap();
         uploader.wait_idle().unwrap();
         let mut gate = Gate::new(&device, "heaps gate");
-        let (submission, program) = gated_sample(&context, &gate, (image.view(), map.view()));
+        let (submission, program) = gated_sample(&context, &gate, ((&image).into(), map.view().into()));
         // The pool releases its heaps (here: everything) while the frame is in flight.
         residency.release_all(&mut served).unwrap();
         heaps.release(&served.trim());
@@ -361,7 +358,7 @@ fn misuse_dropping_tile_heaps_or_a_pool_with_their_image_while_the_gpu_samples_t
         for name in ["early served heap 0", "early external"] {
             assert!(!live(&device, name), "{name} freed after the GPU");
         }
-        program.destroy(&device);
+        drop(program);
         uploader.destroy().unwrap();
     });
 }

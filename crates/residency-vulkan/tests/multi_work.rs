@@ -128,7 +128,7 @@ fn work_items_resolve_per_device_at_submission_and_cache_their_form() {
         submitter.wait(d(0), ok).unwrap();
 
         submitter.destroy();
-        program.destroy();
+        drop(program);
         for b in [vertices, indices, params, results, copy, partial] {
             pool.free_buffer(b);
         }
@@ -152,7 +152,7 @@ fn timelines_signal_and_wait_per_device() {
         timeline.signal(both, 7).unwrap();
         timeline.wait(both, 7, 1_000_000_000).unwrap();
         assert!(timeline.semaphore(d(0)).is_some() && timeline.semaphore(d(2)).is_none());
-        timeline.destroy();
+        drop(timeline);
     });
 }
 
@@ -300,7 +300,7 @@ fn a_mask_change_invalidates_the_cached_per_device_form() {
         placed.destroy(set);
 
         submitter.destroy();
-        program.destroy();
+        drop(program);
         for b in [vertices, indices, params, results] {
             pool.free_buffer(b);
         }

@@ -26,7 +26,12 @@ fn sample(
     texture: &SoftwareTexture,
     probes: &[([f32; 2], f32)],
 ) -> Vec<([f32; 4], bool, f32)> {
-    sample_fallback(device, SOFTWARE_FALLBACK, (texture.atlas_view(), texture.indirection_view()), probes)
+    sample_fallback(
+        device,
+        SOFTWARE_FALLBACK,
+        (texture.atlas_view().into(), texture.indirection_view().into()),
+        probes,
+    )
 }
 
 /// Writes the texels of every tile `residency` has resident that `written` does not yet hold.

@@ -64,32 +64,25 @@ fn probe(device: &Arc<Device>, image: &SparseImage, points: &[[i32; 3]]) -> Vec<
         points.iter().flat_map(|p| [p[0], p[1], p[2], 0]).flat_map(i32::to_le_bytes).collect();
     probes.write(0, &bytes).unwrap();
     let set = program
-        .descriptor_set(
-            device,
-            &[
-                Binding::Image {
-                    view: image.view(),
-                    sampler: sampler.raw(),
-                    layout: vk::ImageLayout::GENERAL,
-                },
-                Binding::Buffer(&probes),
-                Binding::Buffer(&results),
-            ],
-        )
+        .descriptor_set(&[
+            Binding::sampled(image, &sampler, vk::ImageLayout::GENERAL),
+            Binding::Buffer(&probes),
+            Binding::Buffer(&results),
+        ])
         .unwrap();
     let mut push: Vec<u8> = DEFAULT.iter().flat_map(|f| f.to_le_bytes()).collect();
     push.extend_from_slice(&(n as u32).to_le_bytes());
     push.resize(32, 0);
     device
-        .submit_compute("sparse probe", |cmd| {
+        .submit_compute("sparse probe", |rec| {
             program
-                .dispatch(device, cmd, set, &push, [(n as u32).div_ceil(64), 1, 1])
+                .dispatch(rec, &set, &push, [(n as u32).div_ceil(64), 1, 1])
                 .expect("a few workgroups within the declared push constants");
         })
         .unwrap();
     let mut out = vec![0u8; (n * 32) as usize];
     results.read(0, &mut out).unwrap();
-    program.destroy(device);
+    drop(program);
     drop(sampler);
     drop(probes);
     drop(results);
@@ -310,28 +303,13 @@ fn storage_writes_land_in_resident_tiles_and_large_readbacks_are_refused() {
             1,
         )
         .unwrap();
-        let set_ = program
-            .descriptor_set(
-                &device,
-                &[Binding::Image {
-                    view: image.view(),
-                    sampler: vk::Sampler::null(),
-                    layout: vk::ImageLayout::GENERAL,
-                }],
-            )
-            .unwrap();
+        let set_ = program.descriptor_set(&[Binding::storage(&image, vk::ImageLayout::GENERAL)]).unwrap();
         let (w, h) = (shape.width as i32, shape.height as i32);
         let push: Vec<u8> = [0, 0, w, h].iter().flat_map(|v: &i32| v.to_le_bytes()).collect();
         device
-            .submit_once("sparse storage writes", |cmd| {
+            .submit_once("sparse storage writes", |rec| {
                 program
-                    .dispatch(
-                        &device,
-                        cmd,
-                        set_,
-                        &push,
-                        [shape.width.div_ceil(8), shape.height.div_ceil(8), 1],
-                    )
+                    .dispatch(rec, &set_, &push, [shape.width.div_ceil(8), shape.height.div_ceil(8), 1])
                     .expect("one tile's workgroups within the declared push constants");
             })
             .unwrap();
@@ -348,7 +326,7 @@ fn storage_writes_land_in_resident_tiles_and_large_readbacks_are_refused() {
             }
             other => panic!("expected ReadbackTooLarge, got {other:?}"),
         }
-        program.destroy(&device);
+        drop(program);
         device.wait_idle().unwrap();
         image.release_all(&pool).unwrap();
         pool.flush_binds(&mut [&mut image]).unwrap();

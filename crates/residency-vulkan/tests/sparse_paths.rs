@@ -11,7 +11,7 @@ use residency_core::format::Format;
 use residency_core::tiles::{
     CommitError, ResidencyPath, SparseImageDesc, SparseImageLayout, TexelRegion, TileCoord, TilePoolDesc,
 };
-use residency_vulkan::ash::vk;
+use residency_vulkan::compute::ViewRef;
 use residency_vulkan::software::{SoftwareError, SoftwareImage, SoftwareTilePool, DEFAULT_BORDER};
 use residency_vulkan::sparse::{MinLodMap, SparseError, SparseImage, SparseTilePool};
 use residency_vulkan::testing::with_gpu;
@@ -151,10 +151,10 @@ impl Texture {
             + tails.map(|_| layout.mip_tail().map_or(0, |t| u64::from(t.tiles))).sum::<u64>()
     }
 
-    fn views(&self) -> (vk::ImageView, vk::ImageView) {
+    fn views(&self) -> (ViewRef<'_>, ViewRef<'_>) {
         match self {
-            Texture::Hardware { image, map, .. } => (image.view(), map.view()),
-            Texture::Software { pool, image } => (pool.atlas_view(), image.indirection_view()),
+            Texture::Hardware { image, map, .. } => (image.into(), map.view().into()),
+            Texture::Software { pool, image } => (pool.atlas_view().into(), image.indirection_view().into()),
         }
     }
 

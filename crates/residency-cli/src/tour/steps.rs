@@ -190,20 +190,16 @@ pub fn pool(set: &DeviceSet) -> anyhow::Result<Section> {
         BindingKind::StorageBuffer,
     ];
     let program = ComputeProgram::new(&device, "placed_buffers.comp", &spirv_words(PLACED), &kinds, 0, 1)?;
-    let set_ = program.descriptor_set(
-        &device,
-        &[
-            Binding::Buffer(&vertices),
-            Binding::Buffer(&indices),
-            Binding::Buffer(&params),
-            Binding::Buffer(&results),
-        ],
-    )?;
+    let set_ = program.descriptor_set(&[
+        Binding::Buffer(&vertices),
+        Binding::Buffer(&indices),
+        Binding::Buffer(&params),
+        Binding::Buffer(&results),
+    ])?;
     let groups = [n.div_ceil(64), 1, 1];
-    program.check_dispatch(&device, &[], groups)?;
-    device.submit_compute("tour compute", |cmd| {
-        program.dispatch(&device, cmd, set_, &[], groups).expect("checked before the submission")
-    })?;
+    let mut dispatched = Ok(());
+    device.submit_compute("tour compute", |rec| dispatched = program.dispatch(rec, &set_, &[], groups))?;
+    dispatched?;
     let out = device.read_back(&results, 0, u64::from(n) * 16)?;
     let correct = (0..n as usize)
         .filter(|&i| {
@@ -244,7 +240,8 @@ pub fn pool(set: &DeviceSet) -> anyhow::Result<Section> {
         format_bytes(stats.used_bytes)
     ));
     lines.push("Each buffer can be transitioned on its own (an index buffer written by compute, then read by a draw) while its neighbours on the page are used differently; `residency dump` writes VMA's JSON dump and this heap map.".into());
-    program.destroy(&device);
+    drop(set_);
+    drop(program);
     uploader.destroy()?;
     for b in [vertices, indices, params, results].into_iter().chain(extra) {
         pool.free_buffer(b).map_err(|refused| anyhow::anyhow!("{refused}"))?;
@@ -369,22 +366,19 @@ pub fn sparse(set: &DeviceSet) -> anyhow::Result<Section> {
             .flat_map(f32::to_le_bytes)
             .collect::<Vec<_>>(),
     )?;
-    let ds = program.descriptor_set(
-        &device,
-        &[
-            Binding::Image { view: image.view(), sampler: sampler.raw(), layout: vk::ImageLayout::GENERAL },
-            Binding::Image { view: map.view(), sampler: sampler.raw(), layout: vk::ImageLayout::GENERAL },
-            Binding::Buffer(&probes),
-            Binding::Buffer(&results),
-        ],
-    )?;
+    let ds = program.descriptor_set(&[
+        Binding::sampled(&image, &sampler, vk::ImageLayout::GENERAL),
+        Binding::sampled(map.view(), &sampler, vk::ImageLayout::GENERAL),
+        Binding::Buffer(&probes),
+        Binding::Buffer(&results),
+    ])?;
     let mut push: Vec<u8> = [1.0f32, 0.0, 1.0, 1.0].iter().flat_map(|f| f.to_le_bytes()).collect();
     push.extend_from_slice(&(grid.len() as u32).to_le_bytes());
     push.resize(32, 0);
-    program.check_dispatch(&device, &push, [1, 1, 1])?;
-    device.submit_compute("tour sampling", |cmd| {
-        program.dispatch(&device, cmd, ds, &push, [1, 1, 1]).expect("checked before the submission");
-    })?;
+    let mut dispatched = Ok(());
+    device
+        .submit_compute("tour sampling", |rec| dispatched = program.dispatch(rec, &ds, &push, [1, 1, 1]))?;
+    dispatched?;
     let mut out = vec![0u8; grid.len() * 32];
     results.read(0, &mut out)?;
     let table = image.residency().page_table();
@@ -434,7 +428,9 @@ pub fn sparse(set: &DeviceSet) -> anyhow::Result<Section> {
         format!("A compute shader sampled a grid of 64 points at LOD 0 with residency codes; where mip 0 is missing it fell back to the finest resident coarser mip through the min-LOD map: {correct} of 64 samples as the CPU expected (LODs used: {}).", summarize(&lods)),
     ];
     device.wait_idle()?;
-    program.destroy(&device);
+    // The set does not keep the sparse image (it is released through its pool): it goes first.
+    drop(ds);
+    drop(program);
     drop(sampler);
     drop(probes);
     drop(results);

@@ -5,7 +5,7 @@
 use residency_core::memory::MemoryIntent;
 use residency_core::usage::BufferUsage;
 use residency_vulkan::ash::vk;
-use residency_vulkan::compute::{spirv_words, Binding, BindingKind, ComputeProgram};
+use residency_vulkan::compute::{spirv_words, Binding, BindingKind, ComputeProgram, ViewRef};
 use residency_vulkan::{BufferDesc, Device, Filter};
 
 /// `sparse_fallback.comp`: the hardware path (sparse image + min-LOD map).
@@ -52,7 +52,7 @@ pub fn close(got: [f32; 4], want: [f32; 4], what: &str) {
 pub fn sample_fallback(
     device: &Device,
     spirv: &[u8],
-    views: (vk::ImageView, vk::ImageView),
+    views: (ViewRef<'_>, ViewRef<'_>),
     probes: &[([f32; 2], f32)],
 ) -> Vec<([f32; 4], bool, f32)> {
     let kinds = [
@@ -80,23 +80,20 @@ pub fn sample_fallback(
     input.write(0, &bytes).unwrap();
     let general = vk::ImageLayout::GENERAL;
     let set = program
-        .descriptor_set(
-            device,
-            &[
-                Binding::Image { view: views.0, sampler: linear.raw(), layout: general },
-                Binding::Image { view: views.1, sampler: nearest.raw(), layout: general },
-                Binding::Buffer(&input),
-                Binding::Buffer(&output),
-            ],
-        )
+        .descriptor_set(&[
+            Binding::sampled(views.0, &linear, general),
+            Binding::sampled(views.1, &nearest, general),
+            Binding::Buffer(&input),
+            Binding::Buffer(&output),
+        ])
         .unwrap();
     let mut push: Vec<u8> = DEFAULT.iter().flat_map(|f| f.to_le_bytes()).collect();
     push.extend_from_slice(&(n as u32).to_le_bytes());
     push.resize(32, 0);
     device
-        .submit_compute("sample", |cmd| {
+        .submit_compute("sample", |rec| {
             program
-                .dispatch(device, cmd, set, &push, [(n as u32).div_ceil(64), 1, 1])
+                .dispatch(rec, &set, &push, [(n as u32).div_ceil(64), 1, 1])
                 .expect("a few workgroups within the declared push constants")
         })
         .unwrap();
@@ -106,7 +103,8 @@ pub fn sample_fallback(
     drop(output);
     drop(linear);
     drop(nearest);
-    program.destroy(device);
+    drop(set);
+    drop(program);
     out.chunks_exact(32)
         .map(|r| {
             let f = |i: usize| f32::from_le_bytes([r[i], r[i + 1], r[i + 2], r[i + 3]]);
