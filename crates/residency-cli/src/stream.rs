@@ -947,7 +947,7 @@ pub fn fly(
         program.check_dispatch(&streamed_push, groups)?;
         program.check_dispatch(&reference_push, groups)?;
         let mut recorded = Ok(());
-        let submission = commands.submit(&[], &[], |rec| {
+        let submission = commands.submit(&[], |rec| {
             recorded = slot.record(rec, |rec| {
                 let q = 4 * slot_index as u32;
                 timestamps.cmd_reset(rec, q..q + 4)?;

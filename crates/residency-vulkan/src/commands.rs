@@ -168,7 +168,35 @@ impl CommandContext {
     /// helpers record into it, and everything they record is held until the submission has its
     /// place on the device's universal timeline, so an object dropped inside `record` is destroyed
     /// only after this submission completes.
-    pub fn submit(
+    pub fn submit(&self, waits: &[GpuUse], record: impl FnOnce(&mut Recording<'_>)) -> Result<Submission> {
+        let waits = waits.iter().map(|w| self.device.wait_info(w)).collect::<Result<Vec<_>>>()?;
+        self.submit_raw(&waits, &[], record)
+    }
+
+    /// [`CommandContext::submit`] that also waits on and signals semaphores of the renderer's
+    /// own (raw handles, for integrating with a frame graph's synchronisation).
+    ///
+    /// # Safety
+    /// - every semaphore in `waits` and `signals` is a live semaphore of this context's device,
+    ///   not destroyed before the submission completes;
+    /// - each binary semaphore waited on has a signal pending or done and no other wait pending;
+    ///   each binary semaphore signalled is unsignalled with no signal pending;
+    /// - each timeline value signalled is greater than the semaphore's current value and than
+    ///   every signal of it pending or submitted before (by anyone, residency's `Timeline`s
+    ///   included), and within `maxTimelineSemaphoreValueDifference`;
+    /// - the stage masks are valid for the universal queue.
+    pub unsafe fn submit_signalling(
+        &self,
+        waits: &[vk::SemaphoreSubmitInfo<'_>],
+        signals: &[vk::SemaphoreSubmitInfo<'_>],
+        record: impl FnOnce(&mut Recording<'_>),
+    ) -> Result<Submission> {
+        self.submit_raw(waits, signals, record)
+    }
+
+    /// The submission itself. `waits` and `signals` satisfy `submit_signalling`'s contract: the
+    /// safe path passes only waits built from residency's own timelines of this device.
+    fn submit_raw(
         &self,
         waits: &[vk::SemaphoreSubmitInfo<'_>],
         signals: &[vk::SemaphoreSubmitInfo<'_>],
@@ -220,7 +248,11 @@ impl CommandContext {
                 .wait_semaphore_infos(waits)
                 .signal_semaphore_infos(&all_signals);
             // SAFETY: the queue is locked; the command buffer is executable; the fence is
-            // unsignalled; the timeline value is greater than any signalled or pending before.
+            // unsignalled; the universal timeline value is greater than any signalled or pending
+            // before (taken under the queue lock, and only residency signals that semaphore); the
+            // other waits and signals meet `submit_signalling`'s contract (the safe `submit`
+            // passes waits on residency's own timeline semaphores only: a timeline wait may come
+            // before its signal).
             let submitted = unsafe { device.raw().queue_submit2(*queue, &[submit], fence) };
             if let Err(result) = submitted {
                 device.ledger().note_result(result);
@@ -437,6 +469,6 @@ impl Device {
     /// Convenient for set-up, tests and examples; hot paths keep a [`CommandContext`].
     pub fn submit_once(&self, name: &str, record: impl FnOnce(&mut Recording<'_>)) -> Result<()> {
         let context = CommandContext::new(self, name)?;
-        context.submit(&[], &[], record).and_then(|s| context.wait(s))
+        context.submit(&[], record).and_then(|s| context.wait(s))
     }
 }

@@ -327,7 +327,7 @@ impl MultiSubmitter {
                 WorkItem::Barrier => Resolved::Barrier,
             });
         }
-        let submission = context.submit(&[], &[], |rec| {
+        let submission = context.submit(&[], |rec| {
             full_barrier(rec);
             for r in &resolved {
                 match r {

@@ -41,8 +41,8 @@ use std::sync::Arc;
 /// ```compile_fail
 /// # use residency_vulkan::CommandContext;
 /// fn swap(a: &CommandContext, b: &CommandContext) {
-///     let _ = a.submit(&[], &[], |outer| {
-///         let _ = b.submit(&[], &[], |inner| std::mem::swap(outer, inner));
+///     let _ = a.submit(&[], |outer| {
+///         let _ = b.submit(&[], |inner| std::mem::swap(outer, inner));
 ///     });
 /// }
 /// ```

@@ -548,6 +548,33 @@ impl Device {
         Ok(())
     }
 
+    /// The semaphore wait standing for `until`: the universal timeline or a renderer
+    /// [`Timeline`] of this device. A frame count is no GPU event, and another device's use is
+    /// refused.
+    pub(crate) fn wait_info(&self, until: &GpuUse) -> Result<vk::SemaphoreSubmitInfo<'static>> {
+        let refuse = |reason: &str| crate::error::VulkanError::Unsupported {
+            device: self.name().to_owned(),
+            reason: reason.to_owned(),
+        };
+        if until.device != self.uid() {
+            return Err(refuse("a submission can only wait for a use of its own device"));
+        }
+        let semaphore = match until.point.clock {
+            UNIVERSAL => self.retirement().universal,
+            FRAMES => return Err(refuse("a frame count is not a GPU event a submission can wait for")),
+            ClockId(n) => {
+                let timelines = self.retirement().timelines.lock().unwrap_or_else(|e| e.into_inner());
+                *timelines
+                    .get((n - FIRST_TIMELINE) as usize)
+                    .ok_or_else(|| refuse("no such timeline on this device"))?
+            }
+        };
+        Ok(vk::SemaphoreSubmitInfo::default()
+            .semaphore(semaphore)
+            .value(until.point.value)
+            .stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS))
+    }
+
     /// Objects released but waiting for the GPU.
     pub fn pending_destruction(&self) -> usize {
         self.retirement().queue.lock().unwrap_or_else(|e| e.into_inner()).len()

@@ -475,7 +475,7 @@ impl Uploader {
             .src_access_mask(vk::AccessFlags2::TRANSFER_WRITE)
             .dst_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
             .dst_access_mask(vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE)];
-        let submitted = self.context.submit(&[], &[], |rec| {
+        let submitted = self.context.submit(&[], |rec| {
             let cmd = rec.raw();
             // SAFETY: `cmd` is recording; the staging buffer and every destination are live
             // buffers and images of this device (checked when queued; `state.keep` holds them

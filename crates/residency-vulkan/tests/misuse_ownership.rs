@@ -42,13 +42,9 @@ fn gated_copy(
     dst: &residency_vulkan::Buffer,
 ) -> residency_vulkan::Submission {
     let device = context.device();
-    let waits = [vk::SemaphoreSubmitInfo::default()
-        .semaphore(gate.raw())
-        .value(1)
-        .stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)];
     let region = vk::BufferCopy { src_offset: 0, dst_offset: 0, size: src.size().min(dst.size()) };
     context
-        .submit(&waits, &[], |rec| {
+        .submit(&[gate.at(1)], |rec| {
             // SAFETY: `rec` is recording on this device; both buffers are live buffers of it.
             unsafe { device.raw().cmd_copy_buffer(rec.raw(), src.raw(), dst.raw(), &[region]) };
         })
@@ -337,7 +333,7 @@ fn misuse_a_transient_frame_placed_where_the_previous_one_still_runs_is_ordered_
             let transient = pool.begin_frame(&requests).unwrap();
             let mut first_pass_barriers = 0;
             let submission = context
-                .submit(&[], &[], |rec| {
+                .submit(&[], |rec| {
                     for pass in 0..2u32 {
                         let barriers = pool.record_pass_start(rec, &transient, pass).unwrap();
                         if pass == 0 {
@@ -538,12 +534,30 @@ fn misuse_waiting_for_submitted_work_after_a_failed_submit_returns() {
             0,
             residency_vulkan::InjectedFault::OutOfDeviceMemory,
         );
-        assert!(context.submit(&[], &[], |_| {}).is_err());
+        assert!(context.submit(&[], |_| {}).is_err());
         device.ledger().clear_faults();
         let started = std::time::Instant::now();
         device.wait_submitted().unwrap();
         assert!(started.elapsed() < std::time::Duration::from_secs(5), "no wait for a value never signalled");
-        let ok = context.submit(&[], &[], |_| {}).unwrap();
+        let ok = context.submit(&[], |_| {}).unwrap();
+        context.wait(ok).unwrap();
+    });
+}
+
+#[test]
+fn misuse_a_submission_waiting_on_a_frame_count_or_another_devices_timeline_is_refused() {
+    with_gpu(|set| {
+        let (d0, d1) = (&set.devices()[0], &set.devices()[1]);
+        let context = CommandContext::new(d0, "misuse waits").unwrap();
+        let other = d1.create_timeline("on device 1").unwrap();
+        let mut ran = false;
+        assert!(context.submit(&[other.at(1)], |_| ran = true).is_err());
+        assert!(context.submit(&[d0.frames_from_now(1)], |_| ran = true).is_err());
+        assert!(!ran, "nothing was recorded");
+        // A wait on this device's own timeline, signalled already, runs.
+        let own = d0.create_timeline("on device 0").unwrap();
+        signal(d0, &own, 1);
+        let ok = context.submit(&[own.at(1), d0.submitted_work()], |_| {}).unwrap();
         context.wait(ok).unwrap();
     });
 }

@@ -200,7 +200,7 @@ fn misuse_dropping_a_compute_program_while_its_dispatch_is_pending_defers_its_de
         let program = fill_program(&device, "misuse pending program");
         let ds = program.descriptor_set(&[Binding::Buffer(&target)]).unwrap();
         let submission = context
-            .submit(&gate_wait(&gate), &[], |rec| {
+            .submit(&[gate.at(1)], |rec| {
                 program.dispatch(rec, &ds, &push(N, 9), [N / 64, 1, 1]).unwrap();
             })
             .unwrap();
@@ -234,7 +234,7 @@ fn misuse_a_program_dropped_inside_its_recording_lives_until_the_submission_comp
         // The closure owns the program and its set and drops them right after recording: the
         // recording holds them until the submission, which then holds them until it completes.
         let submission = context
-            .submit(&gate_wait(&gate), &[], move |rec| {
+            .submit(&[gate.at(1)], move |rec| {
                 program.dispatch(rec, &ds, &push(N, 3), [N / 64, 1, 1]).unwrap();
                 drop(ds);
                 drop(program);
@@ -260,7 +260,7 @@ fn misuse_dropping_timestamps_while_their_writes_are_pending_defers_the_query_po
         // A fresh pool reads as not available, never as an uninitialised query.
         assert_eq!(timestamps.elapsed_ms(0, 1), None);
         let submission = context
-            .submit(&gate_wait(&gate), &[], |rec| {
+            .submit(&[gate.at(1)], |rec| {
                 timestamps.cmd_write(rec, 0).unwrap();
                 timestamps.cmd_write(rec, 1).unwrap();
                 // Outside the pool: nothing recorded, no error.
@@ -313,7 +313,7 @@ fn misuse_dropping_a_sets_view_and_sampler_while_the_set_is_in_use_is_safe() {
         drop(image);
         assert!(live(&device, "misuse sampled view") && live(&device, "misuse sampled"));
         let submission = context
-            .submit(&gate_wait(&gate), &[], |rec| {
+            .submit(&[gate.at(1)], |rec| {
                 program.dispatch(rec, &ds, &push(N, 16), [N / 64, 1, 1]).unwrap();
             })
             .unwrap();

@@ -136,12 +136,8 @@ fn gated_sample(
     push.extend_from_slice(&64u32.to_le_bytes());
     push.resize(32, 0);
     program.check_dispatch(&push, [1, 1, 1]).unwrap();
-    let waits = [vk::SemaphoreSubmitInfo::default()
-        .semaphore(gate.timeline.raw())
-        .value(1)
-        .stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)];
     let submission = context
-        .submit(&waits, &[], |rec| {
+        .submit(&[gate.timeline.at(1)], |rec| {
             program.dispatch(rec, &set, &push, [1, 1, 1]).expect("checked before the submission");
         })
         .unwrap();
