@@ -9,35 +9,31 @@
 //!   validated once for both.
 //! - [`testing`]: the GPU test harness (one device set per test binary, validation failures fail tests).
 
-mod buffer;
-pub(crate) mod commands;
-pub mod compute;
+// The folders mirror the architecture (docs/ARCHITECTURE.md): devices, memory, resources,
+// synchronisation and lifetimes, pipelines, both residency paths, multi-device.
 mod device;
-mod device_set;
 mod error;
 pub mod format_map;
-pub mod graphics;
-mod image;
 mod instance;
-mod ledger;
 mod memory;
 pub mod multi;
-pub mod multi_work;
-mod pool;
-pub mod profile_capture;
-pub mod recording;
-mod report;
-pub mod requirements;
-pub mod residency_backend;
-mod resource_memory;
-mod retire;
-pub mod software;
+mod pipelines;
+mod resources;
 pub mod sparse;
+mod sync;
 pub mod testing;
-pub mod tracking;
-pub mod transient;
-mod upload;
 pub mod validation;
+
+// The flat paths the crate and its users name things by.
+pub(crate) use device::{ledger, set as device_set};
+pub use device::{profile_capture, requirements};
+pub(crate) use memory::{placement as resource_memory, pool, report};
+pub use multi::work as multi_work;
+pub use pipelines::{compute, graphics};
+pub(crate) use resources::{buffer, image, upload};
+pub use sparse::{backend as residency_backend, software};
+pub(crate) use sync::{commands, retire};
+pub use sync::{recording, tracking, transient};
 
 pub use ash;
 pub use buffer::{

@@ -7,6 +7,8 @@
 //! With one device everything reduces to a single instance: no extra allocation beyond a one-entry
 //! vector.
 
+pub mod work;
+
 use crate::buffer::Buffer;
 use crate::device::Device;
 use crate::device_set::DeviceSet;

@@ -20,6 +20,9 @@
 //! ([`TileHeaps`] counts, per heap, the tiles its completed binds left bound), through the device's
 //! retire queue. A dropped image's tiles go back to its pool when its garbage is destroyed.
 
+pub mod backend;
+pub mod software;
+
 use crate::device::Device;
 use crate::error::{VkResultExt, VulkanError};
 use crate::format_map::{aspect, vk_format};

@@ -1,10 +1,14 @@
 //! One logical device: its queues, its enabled features and debug names.
 
+pub(crate) mod ledger;
+pub mod profile_capture;
+pub mod requirements;
+pub(crate) mod set;
+
 use crate::error::{Result, VkResultExt, VulkanError};
 use crate::instance::{version_string, InstanceShared};
 use crate::ledger::{FaultSite, Ledger};
 use crate::memory::BlockList;
-use crate::profile_capture;
 use crate::retire::Retirement;
 use crate::validation::ValidationLog;
 use ash::vk;
