@@ -1,0 +1,539 @@
+//! Sparse images: creation with the driver's mip tail, commits and releases queued per tile,
+//! read-back, and their garbage (the image, its view and its tiles) once dropped.
+
+use super::*;
+
+/// A partially resident image. It is released when dropped: its tiles go back to its pool, and its
+/// `VkImage` and view are destroyed, once the GPU work that may use it has completed (residency's
+/// own submissions before the drop and the uses declared with [`SparseImage::used_until`]). It
+/// keeps what it points into alive: its device, and its pool's state and heaps (or the
+/// [`TileHeaps`] it was made for), so memory bound to a live sparse image is never freed.
+#[derive(Debug)]
+pub struct SparseImage {
+    pub(super) life: Arc<Life>,
+    pub(super) raw: vk::Image,
+    pub(super) view: vk::ImageView,
+    pub(super) desc: SparseImageDesc,
+    pub(super) name: String,
+    pub(super) residency: SparseResidency,
+    /// Changes queued for the next flush, folded per tile.
+    pub(super) pending: PendingChanges,
+    /// For an image made by [`SparseImage::new_external`]: the serial of its [`TileHeaps`].
+    pub(super) external: Option<u64>,
+    /// What its heaps know its bindings by.
+    pub(super) key: u64,
+    /// Its device's process-unique id and its usage, for descriptor sets.
+    pub(super) device_uid: u64,
+    pub(super) usage: vk::ImageUsageFlags,
+}
+
+pub(super) static NEXT_SPARSE_IMAGE: AtomicU64 = AtomicU64::new(1);
+
+/// What a dropped sparse image leaves behind: destroyed once the GPU is done with it.
+#[derive(Debug)]
+pub(crate) struct SparseImageGarbage {
+    pub(super) raw: vk::Image,
+    pub(super) view: vk::ImageView,
+    pub(super) id: ObjectId,
+    pub(super) key: u64,
+    /// Its heaps, to forget its bindings (weak: the retire queue keeps nothing alive).
+    pub(super) heaps: Weak<HeapsShared>,
+    /// Its tiles, back to its pool (none for an image of [`SparseImage::new_external`]).
+    pub(super) tiles: Option<TileReturn>,
+}
+
+impl SparseImageGarbage {
+    pub(crate) fn destroy(self, device: &Device) {
+        // SAFETY: the image and view belong to this device, no handle to them is left and the GPU
+        // work that used them has completed (the retire queue's contract); destroying a sparse
+        // image releases its bindings.
+        unsafe {
+            device.raw().destroy_image_view(self.view, None);
+            device.raw().destroy_image(self.raw, None);
+        }
+        device.ledger().untrack(self.id);
+        if let Some(heaps) = self.heaps.upgrade() {
+            heaps.forget(self.key);
+        }
+        if let Some(tiles) = self.tiles {
+            tiles.give_back();
+        }
+    }
+}
+
+/// Where a new sparse image's memory comes from, and what it holds.
+pub(super) struct Origin {
+    pub(super) device: Arc<Device>,
+    pub(super) heaps: Arc<HeapsShared>,
+    pub(super) parent: Arc<dyn Parent>,
+    pub(super) tile_bytes: u64,
+    pub(super) pool: PoolId,
+    pub(super) owner: ImageId,
+    /// Its tiles go back to this pool when it is destroyed.
+    pub(super) tiles: Option<Weak<dyn TileOwner>>,
+    pub(super) external: Option<u64>,
+}
+
+pub(super) fn sparse_create_info(desc: &SparseImageDesc, storage: bool) -> vk::ImageCreateInfo<'static> {
+    let mut usage =
+        vk::ImageUsageFlags::SAMPLED | vk::ImageUsageFlags::TRANSFER_DST | vk::ImageUsageFlags::TRANSFER_SRC;
+    if storage {
+        usage |= vk::ImageUsageFlags::STORAGE;
+    }
+    vk::ImageCreateInfo::default()
+        .flags(vk::ImageCreateFlags::SPARSE_BINDING | vk::ImageCreateFlags::SPARSE_RESIDENCY)
+        .image_type(match desc.dimension {
+            SparseDimension::D2 => vk::ImageType::TYPE_2D,
+            SparseDimension::D3 => vk::ImageType::TYPE_3D,
+        })
+        .format(vk_format(desc.format))
+        .extent(vk::Extent3D { width: desc.width, height: desc.height, depth: desc.depth })
+        .mip_levels(desc.mip_levels)
+        .array_layers(desc.array_layers)
+        .samples(vk::SampleCountFlags::TYPE_1)
+        .tiling(vk::ImageTiling::OPTIMAL)
+        .usage(usage)
+        .sharing_mode(vk::SharingMode::EXCLUSIVE)
+        .initial_layout(vk::ImageLayout::UNDEFINED)
+}
+
+impl SparseImage {
+    /// Creates a partially resident image with nothing resident, in `GENERAL` layout, with a view of
+    /// all its mips (and layers). `storage` adds storage-image usage (writes into resident tiles).
+    pub fn new(
+        pool: &SparseTilePool,
+        name: &str,
+        desc: &SparseImageDesc,
+        storage: bool,
+    ) -> Result<SparseImage, SparseError> {
+        let shared = &pool.shared;
+        let owner = ImageId(shared.pool_id << 20 | shared.next_image.fetch_add(1, Ordering::Relaxed));
+        let tiles: Weak<dyn TileOwner> = Arc::downgrade(shared) as Weak<dyn TileOwner>;
+        let origin = Origin {
+            device: Arc::clone(&shared.device),
+            heaps: Arc::clone(&shared.heaps),
+            parent: Arc::clone(shared) as Arc<dyn Parent>,
+            tile_bytes: pool.with_pool(|p| p.tile_bytes()),
+            pool: shared.tile_pool,
+            owner,
+            tiles: Some(tiles),
+            external: None,
+        };
+        let image = Self::create(origin, name, desc, storage)?;
+        shared.images.fetch_add(1, Ordering::Relaxed);
+        Ok(image)
+    }
+
+    /// Creates an image whose residency someone else keeps (a streaming manager): its tiles are
+    /// bound with [`TileHeaps::bind`] through `heaps` from that owner's changes, and its own page
+    /// table stays empty (its residency names [`PoolId::NONE`]: every commit, release and flush
+    /// through a [`SparseTilePool`] is refused). It keeps `heaps`' memory alive.
+    pub fn new_external(
+        heaps: &TileHeaps,
+        tile_bytes: u64,
+        owner: ImageId,
+        name: &str,
+        desc: &SparseImageDesc,
+        storage: bool,
+    ) -> Result<SparseImage, SparseError> {
+        let shared = &heaps.shared;
+        let origin = Origin {
+            device: Arc::clone(&shared.device),
+            heaps: Arc::clone(shared),
+            parent: Arc::clone(shared) as Arc<dyn Parent>,
+            tile_bytes,
+            pool: PoolId::NONE,
+            owner,
+            tiles: None,
+            external: Some(shared.serial),
+        };
+        let image = Self::create(origin, name, desc, storage)?;
+        shared.images.fetch_add(1, Ordering::Relaxed);
+        Ok(image)
+    }
+
+    pub(super) fn create(
+        origin: Origin,
+        name: &str,
+        desc: &SparseImageDesc,
+        storage: bool,
+    ) -> Result<SparseImage, SparseError> {
+        let device = &*origin.device;
+        let (memory_type, tile_bytes) = (origin.heaps.memory_type, origin.tile_bytes);
+        let profile = device.profile();
+        let info = SparseFormatInfo::from_profile(profile, desc.format, desc.dimension)?;
+        let limits = LayoutLimits::from_profile(profile);
+        // Validate the description (limits, address space) before creating anything.
+        SparseImageLayout::new(desc, &info, &limits)?;
+        let create = sparse_create_info(desc, storage);
+        // SAFETY: a pure query on this device's physical device.
+        let supported = unsafe {
+            device.instance().get_physical_device_image_format_properties(
+                device.physical(),
+                create.format,
+                create.image_type,
+                create.tiling,
+                create.usage,
+                create.flags,
+            )
+        };
+        if supported.is_err() {
+            return Err(SparseError::Unsupported(ShapeError::FormatUnsupported {
+                device: device.name().to_owned(),
+                format: desc.format,
+                dimension: desc.dimension,
+            }));
+        }
+        let raw = device
+            .ledger()
+            .guard(FaultSite::CreateResource, || {
+                // SAFETY: the description was checked against the device's limits and format
+                // properties.
+                unsafe { device.raw().create_image(&create, None) }
+            })
+            .during("vkCreateImage")?;
+        let destroy = |e: SparseError| {
+            // SAFETY: created above, no memory bound, not used.
+            unsafe { device.raw().destroy_image(raw, None) };
+            e
+        };
+        device.set_name(raw, name);
+        // SAFETY: raw is a sparse image of this device.
+        let requirements = unsafe { device.raw().get_image_memory_requirements(raw) };
+        if requirements.alignment != tile_bytes || requirements.memory_type_bits & (1 << memory_type) == 0 {
+            return Err(destroy(SparseError::Incompatible {
+                name: name.to_owned(),
+                reason: format!(
+                    "sparse block {} B and memory types {:#b} do not fit the pool ({} B tiles, type {})",
+                    requirements.alignment, requirements.memory_type_bits, tile_bytes, memory_type
+                ),
+            }));
+        }
+        // SAFETY: raw is a sparse image of this device.
+        let sparse_reqs = unsafe { device.raw().get_image_sparse_memory_requirements(raw) };
+        let wanted = aspect(desc.format);
+        let Some(req) = sparse_reqs.iter().find(|r| r.format_properties.aspect_mask.intersects(wanted))
+        else {
+            return Err(destroy(SparseError::Incompatible {
+                name: name.to_owned(),
+                reason: "the driver reports no sparse requirements for the image's aspect".into(),
+            }));
+        };
+        let tail = DeviceMipTail {
+            first_lod: req.image_mip_tail_first_lod,
+            size: req.image_mip_tail_size,
+            offset: req.image_mip_tail_offset,
+            stride: req.image_mip_tail_stride,
+        };
+        let layout = SparseImageLayout::with_device_mip_tail(desc, &info, &limits, tail)
+            .map_err(|e| destroy(e.into()))?;
+        let view_info = vk::ImageViewCreateInfo::default()
+            .image(raw)
+            .view_type(match (desc.dimension, desc.array_layers) {
+                (SparseDimension::D3, _) => vk::ImageViewType::TYPE_3D,
+                (SparseDimension::D2, 1) => vk::ImageViewType::TYPE_2D,
+                (SparseDimension::D2, _) => vk::ImageViewType::TYPE_2D_ARRAY,
+            })
+            .format(create.format)
+            .subresource_range(vk::ImageSubresourceRange {
+                aspect_mask: wanted,
+                base_mip_level: 0,
+                level_count: desc.mip_levels,
+                base_array_layer: 0,
+                layer_count: desc.array_layers,
+            });
+        // SAFETY: raw is live; the range covers exactly its mips and layers.
+        let view = unsafe { device.raw().create_image_view(&view_info, None) }
+            .map_err(|r| destroy(VulkanError::from_vk("vkCreateImageView", r).into()))?;
+        device.set_name(view, &format!("{name} view"));
+        let to_general = [vk::ImageMemoryBarrier2::default()
+            .src_stage_mask(vk::PipelineStageFlags2::NONE)
+            .dst_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
+            .dst_access_mask(vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE)
+            .old_layout(vk::ImageLayout::UNDEFINED)
+            .new_layout(vk::ImageLayout::GENERAL)
+            .image(raw)
+            .subresource_range(view_info.subresource_range)];
+        let transitioned = device.submit_once("sparse image to GENERAL", |rec| {
+            // SAFETY: `rec` is recording on this device outside a render pass; the image is live.
+            unsafe {
+                device.raw().cmd_pipeline_barrier2(
+                    rec.raw(),
+                    &vk::DependencyInfo::default().image_memory_barriers(&to_general),
+                );
+            }
+        });
+        if let Err(e) = transitioned {
+            // SAFETY: the view was created above and is unused.
+            unsafe { device.raw().destroy_image_view(view, None) };
+            return Err(destroy(e.into()));
+        }
+        let id = device.ledger().track("sparse image", name);
+        let key = NEXT_SPARSE_IMAGE.fetch_add(1, Ordering::Relaxed);
+        let garbage = SparseImageGarbage {
+            raw,
+            view,
+            id,
+            key,
+            heaps: Arc::downgrade(&origin.heaps),
+            tiles: origin.tiles.map(|pool| TileReturn { pool, owner: origin.owner }),
+        };
+        let life = Life::new(
+            Arc::clone(&origin.device),
+            Garbage::SparseImage(Box::new(garbage)),
+            Some(origin.parent),
+        );
+        Ok(SparseImage {
+            life,
+            raw,
+            view,
+            desc: *desc,
+            name: name.to_owned(),
+            residency: SparseResidency::new(origin.pool, origin.owner, &layout),
+            pending: PendingChanges::new(),
+            external: origin.external,
+            key,
+            device_uid: origin.device.uid(),
+            usage: create.usage,
+        })
+    }
+
+    /// Queues changes for the next flush, folded ([`PendingChanges::queue`]).
+    pub(super) fn queue(&mut self, changes: ResidencyChanges) {
+        self.pending.queue(changes);
+    }
+
+    /// The queued changes reached the GPU.
+    pub(super) fn flushed(&mut self) {
+        self.pending.flushed();
+    }
+
+    /// A flush failed, so nothing queued reached the GPU: the commits queued since the last flush
+    /// are undone and the unbinds of what the GPU still has bound stay queued
+    /// ([`PendingChanges::roll_back`]).
+    pub(super) fn roll_back(&mut self, pool: &mut TilePool) {
+        if let Err(e) = self.pending.roll_back(&mut self.residency, pool) {
+            tracing::error!(image = %self.name, error = %e, "undoing the commits of a failed flush");
+        }
+    }
+
+    /// The `VkImage`.
+    pub fn raw(&self) -> vk::Image {
+        self.raw
+    }
+
+    /// The device it lives on (kept alive by the image).
+    pub fn device(&self) -> &Arc<Device> {
+        self.life.device()
+    }
+
+    /// Declares that GPU work the renderer submitted itself uses this image (or its view) until
+    /// `until`; see [`Buffer::used_until`](crate::Buffer::used_until). Dropping the image earlier
+    /// defers its destruction, and the return of its tiles, until then; its pool's memory waits
+    /// for it too.
+    pub fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
+        self.life.used_until(until)
+    }
+
+    /// A view of all its mips and layers.
+    pub fn view(&self) -> vk::ImageView {
+        self.view
+    }
+
+    /// What a descriptor set binding the view needs: the view, its device's id, the usage.
+    pub(crate) fn view_binding(&self) -> (vk::ImageView, u64, vk::ImageUsageFlags, &Arc<Life>) {
+        (self.view, self.device_uid, self.usage, &self.life)
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its description.
+    pub fn desc(&self) -> &SparseImageDesc {
+        &self.desc
+    }
+
+    /// Its layout (tile grid per mip, mip tail as the driver reported it).
+    pub fn layout(&self) -> &SparseImageLayout {
+        self.residency.layout()
+    }
+
+    /// Its residency: the page table, residency bitmaps and the min-LOD map.
+    pub fn residency(&self) -> &SparseResidency {
+        &self.residency
+    }
+
+    /// Mutable residency, for the streaming manager (min-LOD refresh).
+    pub fn residency_mut(&mut self) -> &mut SparseResidency {
+        &mut self.residency
+    }
+
+    /// Whether changes are queued for the next flush.
+    pub fn has_pending_binds(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Makes every tile of (`layer`, `mip`) that `region` touches resident (a mip in the tail
+    /// commits the tail). The binds happen at the next [`SparseTilePool::flush_binds`].
+    /// [`ResidencyBackend::commit_region`], callable without the trait in scope.
+    pub fn commit_region(
+        &mut self,
+        pool: &SparseTilePool,
+        layer: u32,
+        mip: u32,
+        region: TexelRegion,
+    ) -> Result<(), SparseError> {
+        ResidencyBackend::commit_region(self, pool, layer, mip, region)
+    }
+
+    /// Makes specific tiles resident: [`ResidencyBackend::commit_tiles`].
+    pub fn commit_tiles(&mut self, pool: &SparseTilePool, tiles: &[TileIndex]) -> Result<(), SparseError> {
+        ResidencyBackend::commit_tiles(self, pool, tiles)
+    }
+
+    /// Makes mip tail `tail` resident (one unit, pinned until released explicitly):
+    /// [`ResidencyBackend::commit_tail`].
+    pub fn commit_tail(&mut self, pool: &SparseTilePool, tail: u32) -> Result<(), SparseError> {
+        ResidencyBackend::commit_tail(self, pool, tail)
+    }
+
+    /// Releases the tiles of (`layer`, `mip`) that `region` touches (the seed's NULL upload). GPU work
+    /// reading them must have completed. [`ResidencyBackend::release_region`].
+    pub fn release_region(
+        &mut self,
+        pool: &SparseTilePool,
+        layer: u32,
+        mip: u32,
+        region: TexelRegion,
+    ) -> Result<(), SparseError> {
+        ResidencyBackend::release_region(self, pool, layer, mip, region)
+    }
+
+    /// Releases specific tiles: [`ResidencyBackend::release_tiles`].
+    pub fn release_tiles(&mut self, pool: &SparseTilePool, tiles: &[TileIndex]) -> Result<(), SparseError> {
+        ResidencyBackend::release_tiles(self, pool, tiles)
+    }
+
+    /// Releases everything, tails included: [`ResidencyBackend::release_all`].
+    pub fn release_all(&mut self, pool: &SparseTilePool) -> Result<(), SparseError> {
+        ResidencyBackend::release_all(self, pool)
+    }
+}
+
+impl ResidencyBackend for SparseImage {
+    type Pool = SparseTilePool;
+    type FlushContext<'a> = BindPlanOptions;
+    type FlushStats = BindStats;
+    type Error = SparseError;
+    const GLSL_INCLUDE: &'static str = "residency.glsl";
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn device(&self) -> &Arc<Device> {
+        self.life.device()
+    }
+
+    fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
+        self.life.used_until(until)
+    }
+
+    fn residency(&self) -> &SparseResidency {
+        &self.residency
+    }
+
+    fn commit_error(error: &SparseError) -> Option<&CommitError> {
+        match error {
+            SparseError::Commit(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    fn with_tile_pool_unchecked<R>(
+        pool: &SparseTilePool,
+        f: impl FnOnce(&mut TilePool) -> R,
+        _: Checked,
+    ) -> R {
+        pool.with_pool(f)
+    }
+
+    fn residency_mut_unchecked(&mut self, _: Checked) -> &mut SparseResidency {
+        &mut self.residency
+    }
+
+    fn queue_unchecked(&mut self, changes: ResidencyChanges, _: Checked) {
+        self.queue(changes);
+    }
+
+    fn flush_unchecked(
+        pool: &SparseTilePool,
+        options: BindPlanOptions,
+        images: &mut [&mut SparseImage],
+        _: Checked,
+    ) -> Result<BindStats, SparseError> {
+        pool.flush_checked(images, options)
+    }
+}
+
+impl SparseImage {
+    /// Reads back the texels of `region` of (`layer`, `mip`), tightly packed. Non-resident texels read
+    /// as whatever the device returns for unbound memory (zero with residencyNonResidentStrict;
+    /// undefined elsewhere — never rely on it). A region of more than `limit` bytes is refused with
+    /// the number of bytes it would read.
+    pub fn read_region(
+        &self,
+        layer: u32,
+        mip: u32,
+        region: TexelRegion,
+        limit: u64,
+    ) -> Result<Vec<u8>, SparseError> {
+        let info = *self.layout().mip(mip).ok_or(CommitError::NoSuchSubresource { layer, mip })?;
+        if layer >= self.desc.array_layers
+            || (0..3).any(|a| region.extent[a] == 0 || region.offset[a] + region.extent[a] > info.extent[a])
+        {
+            return Err(CommitError::NoSuchSubresource { layer, mip }.into());
+        }
+        let bytes = self.desc.format.region_bytes(region.extent[0], region.extent[1], region.extent[2]);
+        if bytes > limit {
+            return Err(SparseError::ReadbackTooLarge { bytes, limit });
+        }
+        let copy = crate::upload::ImageRegion::new(self, mip, region.offset, region.extent)
+            .with_layer(layer)
+            .buffer_image_copy(0);
+        let device = self.device();
+        let bytes = device.copy_to_host(&self.name, bytes, |cmd, staging| {
+            // SAFETY: `cmd` is recording on this device; the image (GENERAL layout) and the buffer are
+            // live and the region lies in both.
+            unsafe {
+                device.raw().cmd_copy_image_to_buffer(
+                    cmd,
+                    self.raw,
+                    vk::ImageLayout::GENERAL,
+                    staging,
+                    &[copy],
+                )
+            };
+        })?;
+        Ok(bytes)
+    }
+}
+
+impl crate::upload::Sealed for SparseImage {
+    fn target(&self) -> crate::upload::TargetInfo<'_> {
+        crate::upload::TargetInfo {
+            raw: self.raw,
+            name: &self.name,
+            format: self.desc.format,
+            extent: [self.desc.width, self.desc.height, self.desc.depth],
+            mip_levels: self.desc.mip_levels,
+            array_layers: self.desc.array_layers,
+            copy_dst: true,
+            life: &self.life,
+        }
+    }
+}
+
+impl crate::upload::ImageTarget for SparseImage {}

@@ -1,0 +1,119 @@
+//! The min-LOD map: one texel per mip-0 tile, the finest LOD whose chain to the coarsest level is
+//! resident there, uploaded as it changes.
+
+use super::*;
+
+/// The per-region min-LOD map of a 2D sparse image as a texture: one `r8_uint` texel per mip-0
+/// tile (per layer), the finest LOD whose chain down to the coarsest level is resident there
+/// (255 = nothing resident). Shaders clamp to it (`residency.glsl`); [`MinLodMap::update`] uploads
+/// the entries that changed, in the same frame as the binds. Released when dropped, once the GPU
+/// work that may sample it has completed (declare the renderer's own with
+/// [`MinLodMap::used_until`]).
+#[derive(Debug)]
+pub struct MinLodMap {
+    pub(super) image: crate::Image,
+    pub(super) view: crate::ImageView,
+    pub(super) uploaded: bool,
+}
+
+impl MinLodMap {
+    /// Creates the map texture for `image` (2D images and 2D arrays), on its device. Its contents
+    /// are undefined until the first [`upload_updates`](Self::upload_updates), which writes the
+    /// whole map (pass no updates to initialize it before the first frame that samples it).
+    pub fn new(image: &SparseImage) -> Result<MinLodMap, SparseError> {
+        let device = image.device();
+        let [w, h, d] = image.residency().page_table().min_lod_extent();
+        if image.desc.dimension != SparseDimension::D2 || d != 1 {
+            return Err(SparseError::Incompatible {
+                name: image.name.clone(),
+                reason: "min-LOD map textures are made for 2D images".into(),
+            });
+        }
+        let mut desc = crate::ImageDesc::new_2d(
+            format!("{} min-LOD map", image.name),
+            residency_core::format::Format::R8Uint,
+            w,
+            h,
+            residency_core::usage::ImageUsage::SAMPLED | residency_core::usage::ImageUsage::COPY_DST,
+        );
+        desc.array_layers = image.desc.array_layers;
+        // Dropped on error: nothing is left behind.
+        let texture = device.create_image(&desc)?;
+        let view = device.create_image_view(&texture, 0..1)?;
+        device.discard_to_general(&[&texture])?;
+        Ok(MinLodMap { image: texture, view, uploaded: false })
+    }
+
+    /// The view to bind as a `usampler2D` (or array), in `GENERAL` layout.
+    pub fn view(&self) -> &crate::ImageView {
+        &self.view
+    }
+
+    /// The device it lives on.
+    pub fn device(&self) -> &Arc<Device> {
+        self.image.device()
+    }
+
+    /// Declares that GPU work the renderer submitted itself samples the map until `until` (see
+    /// [`Buffer::used_until`](crate::Buffer::used_until)).
+    pub fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
+        self.view.used_until(until)?;
+        self.image.used_until(until)
+    }
+
+    /// Refreshes `image`'s min-LOD entries changed since the last update and queues their upload
+    /// (the whole map the first time). Returns the number of entries uploaded.
+    pub fn update(
+        &mut self,
+        uploader: &crate::Uploader,
+        image: &mut SparseImage,
+    ) -> Result<u64, SparseError> {
+        let updates = image.residency_mut().refresh_min_lod();
+        self.upload_updates(uploader, image.residency().page_table(), &updates)
+    }
+
+    /// Queues the upload of the entries of `table`'s min-LOD map that `updates` name (all of them
+    /// the first time): for images whose residency another owner keeps (a streaming manager's
+    /// changes carry the updates). An uploader of another device is refused
+    /// ([`UploadError::WrongDevice`](crate::UploadError::WrongDevice)), as is a table whose map is
+    /// not this one's size, with nothing queued.
+    pub fn upload_updates(
+        &mut self,
+        uploader: &crate::Uploader,
+        table: &residency_core::tiles::PageTable,
+        updates: &[residency_core::tiles::MinLodUpdate],
+    ) -> Result<u64, SparseError> {
+        let [w, h, _] = table.min_lod_extent();
+        let boxes: Vec<(u32, [u32; 2], [u32; 2])> = if self.uploaded {
+            updates
+                .iter()
+                .map(|u| {
+                    (u.layer, [u.regions.start[0], u.regions.start[1]], [u.regions.end[0], u.regions.end[1]])
+                })
+                .collect()
+        } else {
+            (0..table.layout().array_layers()).map(|layer| (layer, [0, 0], [w, h])).collect()
+        };
+        let mut uploaded = 0;
+        for (layer, start, end) in boxes {
+            let entries = table.min_lod_layer(layer);
+            let region = crate::ImageRegion::new(
+                &self.image,
+                0,
+                [start[0], start[1], 0],
+                [end[0].saturating_sub(start[0]), end[1].saturating_sub(start[1]), 1],
+            )
+            .with_layer(layer);
+            // The region is checked against the map before its entries are read.
+            region.check()?;
+            let data: Vec<u8> = (start[1]..end[1])
+                .flat_map(|y| (start[0]..end[0]).map(move |x| (y * w + x) as usize))
+                .map(|i| entries.get(i).copied().unwrap_or(u8::MAX))
+                .collect();
+            uploader.write_image(&region, &data)?;
+            uploaded += data.len() as u64;
+        }
+        self.uploaded = true;
+        Ok(uploaded)
+    }
+}
