@@ -192,32 +192,39 @@ impl SparseImage {
                 unsafe { device.raw().create_image(&create, None) }
             })
             .during("vkCreateImage")?;
-        let destroy = |e: SparseError| {
-            // SAFETY: created above, no memory bound, not used.
-            unsafe { device.raw().destroy_image(raw, None) };
-            e
+        // Until it is handed to its `Life`, every error path retires it (after any work submitted).
+        let mut guard = Unfinished {
+            device,
+            garbage: Some(SparseImageGarbage {
+                raw,
+                view: vk::ImageView::null(),
+                id: device.ledger().track("sparse image", name),
+                key: NEXT_SPARSE_IMAGE.fetch_add(1, Ordering::Relaxed),
+                heaps: Weak::new(),
+                tiles: None,
+            }),
         };
         device.set_name(raw, name);
         // SAFETY: raw is a sparse image of this device.
         let requirements = unsafe { device.raw().get_image_memory_requirements(raw) };
         if requirements.alignment != tile_bytes || requirements.memory_type_bits & (1 << memory_type) == 0 {
-            return Err(destroy(SparseError::Incompatible {
+            return Err(SparseError::Incompatible {
                 name: name.to_owned(),
                 reason: format!(
                     "sparse block {} B and memory types {:#b} do not fit the pool ({} B tiles, type {})",
                     requirements.alignment, requirements.memory_type_bits, tile_bytes, memory_type
                 ),
-            }));
+            });
         }
         // SAFETY: raw is a sparse image of this device.
         let sparse_reqs = unsafe { device.raw().get_image_sparse_memory_requirements(raw) };
         let wanted = aspect(desc.format);
         let Some(req) = sparse_reqs.iter().find(|r| r.format_properties.aspect_mask.intersects(wanted))
         else {
-            return Err(destroy(SparseError::Incompatible {
+            return Err(SparseError::Incompatible {
                 name: name.to_owned(),
                 reason: "the driver reports no sparse requirements for the image's aspect".into(),
-            }));
+            });
         };
         let tail = DeviceMipTail {
             first_lod: req.image_mip_tail_first_lod,
@@ -225,8 +232,7 @@ impl SparseImage {
             offset: req.image_mip_tail_offset,
             stride: req.image_mip_tail_stride,
         };
-        let layout = SparseImageLayout::with_device_mip_tail(desc, &info, &limits, tail)
-            .map_err(|e| destroy(e.into()))?;
+        let layout = SparseImageLayout::with_device_mip_tail(desc, &info, &limits, tail)?;
         let view_info = vk::ImageViewCreateInfo::default()
             .image(raw)
             .view_type(match (desc.dimension, desc.array_layers) {
@@ -244,7 +250,8 @@ impl SparseImage {
             });
         // SAFETY: raw is live; the range covers exactly its mips and layers.
         let view = unsafe { device.raw().create_image_view(&view_info, None) }
-            .map_err(|r| destroy(VulkanError::from_vk("vkCreateImageView", r).into()))?;
+            .map_err(|r| SparseError::from(VulkanError::from_vk("vkCreateImageView", r)))?;
+        guard.garbage.as_mut().expect("held until the end").view = view;
         device.set_name(view, &format!("{name} view"));
         let to_general = [vk::ImageMemoryBarrier2::default()
             .src_stage_mask(vk::PipelineStageFlags2::NONE)
@@ -263,21 +270,11 @@ impl SparseImage {
                 );
             }
         });
-        if let Err(e) = transitioned {
-            // SAFETY: the view was created above and is unused.
-            unsafe { device.raw().destroy_image_view(view, None) };
-            return Err(destroy(e.into()));
-        }
-        let id = device.ledger().track("sparse image", name);
-        let key = NEXT_SPARSE_IMAGE.fetch_add(1, Ordering::Relaxed);
-        let garbage = SparseImageGarbage {
-            raw,
-            view,
-            id,
-            key,
-            heaps: Arc::downgrade(&origin.heaps),
-            tiles: origin.tiles.map(|pool| TileReturn { pool, owner: origin.owner }),
-        };
+        transitioned?;
+        let mut garbage = guard.garbage.take().expect("held until the end");
+        let key = garbage.key;
+        garbage.heaps = Arc::downgrade(&origin.heaps);
+        garbage.tiles = origin.tiles.map(|pool| TileReturn { pool, owner: origin.owner });
         let life = Life::new(
             Arc::clone(&origin.device),
             Garbage::SparseImage(Box::new(garbage)),
@@ -537,3 +534,19 @@ impl crate::upload::Sealed for SparseImage {
 }
 
 impl crate::upload::ImageTarget for SparseImage {}
+
+/// A sparse image being created: on an error path its objects retire through the device's queue
+/// (after the work submitted so far: the layout transition may have been submitted before a wait
+/// failed), not at once.
+struct Unfinished<'a> {
+    device: &'a Device,
+    garbage: Option<SparseImageGarbage>,
+}
+
+impl Drop for Unfinished<'_> {
+    fn drop(&mut self) {
+        if let Some(garbage) = self.garbage.take() {
+            self.device.retire(Garbage::SparseImage(Box::new(garbage)), LastUses::none());
+        }
+    }
+}
