@@ -279,12 +279,14 @@ impl MultiBufferPool {
         Ok(MultiBufferPool { device_count, pools })
     }
 
-    /// The devices of `mask` that exist, which must all be in the pool's mask.
+    /// The devices of `mask` that exist, which must all be in the pool's mask
+    /// ([`DeviceMask::ALL`] is the pool's mask).
     fn check_mask<E: std::error::Error + 'static>(
         &self,
         mask: DeviceMask,
     ) -> Result<DeviceMask, MultiDeviceError<E>> {
-        let requested = mask.restricted_to(self.device_count);
+        let requested =
+            if mask == DeviceMask::ALL { self.mask() } else { mask.restricted_to(self.device_count) };
         if !self.mask().is_superset_of(requested) {
             return Err(MultiDeviceError::MaskNotSubset { requested: mask, allowed: self.mask() });
         }
