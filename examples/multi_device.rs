@@ -16,7 +16,9 @@ use residency::core::tiles::{SparseImageDesc, TexelRegion, TilePoolDesc};
 use residency::core::usage::{BufferPoolUsage, BufferUsage};
 use residency::vulkan::ash::vk;
 use residency::vulkan::compute::{spirv_words, Binding, BindingKind};
-use residency::vulkan::multi::{MultiBufferPool, MultiSparseImage, MultiTilePool, MultiUploader};
+use residency::vulkan::multi::{
+    MultiBufferPool, MultiDevice, MultiSparseImage, MultiTilePool, MultiUploader,
+};
 use residency::vulkan::multi_work::{
     BufferView, DispatchItem, MultiBinding, MultiComputeProgram, MultiSubmitter, PerDeviceImage, WorkItem,
 };
@@ -200,7 +202,7 @@ pub fn run(set: &DeviceSet, mib: u64) -> Result<Outcome, Box<dyn std::error::Err
     }
     drop((texture, pools));
     for b in [mesh, single, results] {
-        pool.free_buffer(b);
+        pool.free_buffer(b)?;
     }
     uploader.destroy()?;
     Ok(Outcome { devices: devices.len(), checked, one_device_s, all_devices_s, groups })

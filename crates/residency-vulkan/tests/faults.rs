@@ -222,10 +222,8 @@ struct Made {
 use residency_vulkan::Buffer;
 
 impl Made {
-    fn destroy(self, set: &DeviceSet, device: &Device, keep: &mut Persistent) {
-        if let Some(m) = self.multi {
-            m.destroy(set);
-        }
+    fn destroy(self, device: &Device, keep: &mut Persistent) {
+        drop(self.multi);
         let lost = device.is_lost();
         if self.committed_keep {
             keep.image.release_all(&keep.tiles).unwrap();
@@ -291,7 +289,7 @@ fn scenario(
     if !lost {
         set.devices().iter().for_each(|d| d.ledger().clear_faults());
     }
-    made.destroy(set, device, keep);
+    made.destroy(device, keep);
     if lost {
         set.devices().iter().for_each(|d| d.ledger().clear_faults());
         // The unbinds the lost flush could not issue.

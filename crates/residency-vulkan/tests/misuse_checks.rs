@@ -11,7 +11,7 @@ use residency_core::sync::{Region, ResourceId, SyncError, TrackerOptions, Use};
 use residency_core::usage::{BufferUsage, ImageUsage};
 use residency_vulkan::ash::vk;
 use residency_vulkan::compute::{spirv_words, Binding, BindingKind, ComputeProgram, DispatchError};
-use residency_vulkan::multi::{MultiBuffer, MultiDeviceError};
+use residency_vulkan::multi::{MultiBuffer, MultiDevice, MultiDeviceError};
 use residency_vulkan::multi_work::{
     BufferView, CopyItem, DispatchItem, MultiBinding, MultiComputeProgram, MultiSubmitter, MultiTimeline,
     TimelineError, WorkError, WorkItem,
@@ -194,8 +194,7 @@ fn misuse_dispatch_over_the_workgroup_limit_through_the_multi_submitter_submits_
         }
         submitter.destroy();
         drop(program);
-        src.destroy(set);
-        dst.destroy(set);
+        drop((src, dst));
     });
 }
 

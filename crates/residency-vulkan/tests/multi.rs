@@ -2,7 +2,7 @@
 
 use residency_core::device_mask::{DeviceIndex, DeviceMask};
 use residency_core::usage::{BufferPoolUsage, BufferUsage};
-use residency_vulkan::multi::{InitialData, MultiBufferPool, MultiDeviceError, MultiUploader};
+use residency_vulkan::multi::{InitialData, MultiBufferPool, MultiDevice, MultiDeviceError, MultiUploader};
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::{BufferInit, BufferPoolDesc, MemoryError};
 
@@ -36,7 +36,7 @@ fn a_buffer_with_mask_0b11_exists_on_both_devices_with_the_same_data() {
             assert_eq!(instance.device_index(), device.index());
             assert_eq!(device.read_back(instance, 0, data.len() as u64).unwrap(), data, "{}", device.index());
         }
-        pool.free_buffer(buffer);
+        pool.free_buffer(buffer).unwrap();
         uploader.destroy().unwrap();
     });
 }
@@ -73,7 +73,7 @@ fn mask_changes_add_instances_with_initial_data_and_remove_instances() {
             assert!(matches!(err, Err(MultiDeviceError::EmptyMask(_))), "{err:?}");
         }
         assert_eq!(buffer.mask(), d(1).mask(), "a refused change changes nothing");
-        pool.free_buffer(buffer);
+        pool.free_buffer(buffer).unwrap();
         uploader.destroy().unwrap();
     });
 }
@@ -94,7 +94,7 @@ fn a_fan_out_failure_on_device_1_rolls_back_device_0() {
         // Device 0's page is kept for reuse (hysteresis) but holds nothing; device 1 made none.
         assert_eq!(set.device(d(1)).unwrap().ledger().memory_objects(), objects[1]);
         let ok = pool.init_buffer(&storage("fine", 4096), both).unwrap();
-        pool.free_buffer(ok);
+        pool.free_buffer(ok).unwrap();
     });
 }
 
@@ -112,8 +112,8 @@ fn per_device_statistics_sum_to_the_totals() {
         assert_eq!(per.iter().map(|(_, s)| s.used_bytes).sum::<u64>(), total.used_bytes);
         assert_eq!(per.iter().map(|(_, s)| s.page_bytes).sum::<u64>(), total.page_bytes);
         assert_eq!(total.buffers, set.devices().len() as u64 + 1);
-        pool.free_buffer(a);
-        pool.free_buffer(b);
+        pool.free_buffer(a).unwrap();
+        pool.free_buffer(b).unwrap();
         assert_eq!(pool.total_stats().buffers, 0);
     });
 }

@@ -6,7 +6,8 @@ use residency_core::tiles::{SparseImageDesc, TexelRegion, TilePoolDesc};
 use residency_core::usage::{BufferPoolUsage, BufferUsage};
 use residency_vulkan::compute::{spirv_words, BindingKind};
 use residency_vulkan::multi::{
-    InitialData, MultiBufferPool, MultiDeviceError, MultiSparseImage, MultiTilePool, MultiUploader,
+    InitialData, MultiBufferPool, MultiDevice, MultiDeviceError, MultiSparseImage, MultiTilePool,
+    MultiUploader,
 };
 use residency_vulkan::multi_work::{
     BufferView, CopyItem, DispatchItem, MultiBinding, MultiComputeProgram, MultiSubmitter, MultiTimeline,
@@ -130,7 +131,7 @@ fn work_items_resolve_per_device_at_submission_and_cache_their_form() {
         submitter.destroy();
         drop(program);
         for b in [vertices, indices, params, results, copy, partial] {
-            pool.free_buffer(b);
+            pool.free_buffer(b).unwrap();
         }
         uploader.destroy().unwrap();
     });
@@ -293,16 +294,16 @@ fn a_mask_change_invalidates_the_cached_per_device_form() {
         .unwrap();
         let v0 = image.view(set, d(0), 0..1).unwrap();
         let v1 = image.view(set, d(1), 0..1).unwrap();
-        assert_eq!(image.view(set, d(0), 0..1).unwrap(), v0, "cached");
-        assert_ne!(v0, v1);
+        assert_eq!(image.view(set, d(0), 0..1).unwrap().raw(), v0.raw(), "cached");
+        assert_ne!(v0.raw(), v1.raw());
         assert_eq!(image.cached_views(), 2);
-        image.destroy(set);
-        placed.destroy(set);
+        // Dropping releases every instance and view (behind the GPU).
+        drop((v0, v1, image, placed));
 
         submitter.destroy();
         drop(program);
         for b in [vertices, indices, params, results] {
-            pool.free_buffer(b);
+            pool.free_buffer(b).unwrap();
         }
         uploader.destroy().unwrap();
     });

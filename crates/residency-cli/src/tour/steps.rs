@@ -15,7 +15,7 @@ use residency::core::tiles::{
 use residency::core::usage::{BufferPoolUsage, BufferUsage};
 use residency::vulkan::ash::vk;
 use residency::vulkan::compute::{spirv_words, Binding, BindingKind, ComputeProgram};
-use residency::vulkan::multi::{MultiBufferPool, MultiUploader};
+use residency::vulkan::multi::{MultiBufferPool, MultiDevice, MultiUploader};
 use residency::vulkan::multi_work::{BufferView, CopyItem, MultiSubmitter, WorkItem};
 use residency::vulkan::sparse::{MinLodMap, SparseImage, SparseTilePool};
 use residency::vulkan::{
@@ -524,8 +524,9 @@ pub fn multi_device(set: &DeviceSet) -> anyhow::Result<Section> {
             .join("; ")
     ));
     submitter.destroy();
-    pool.free_buffer(mesh);
-    pool.free_buffer(copy);
+    for b in [mesh, copy] {
+        pool.free_buffer(b).map_err(|refused| anyhow::anyhow!("{refused}"))?;
+    }
     uploader.destroy()?;
     Ok(Section {
         title: "Multi-device resources".into(),

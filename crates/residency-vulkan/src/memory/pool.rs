@@ -277,19 +277,30 @@ impl BufferPool {
     /// buffer of another pool or of the device's general allocator is refused and handed back
     /// unchanged.
     pub fn free_buffer(&self, buffer: Buffer) -> Result<(), ForeignResource<Buffer>> {
-        if buffer.pool == Some(self.shared.pool_id) {
-            drop(buffer);
-            return Ok(());
+        match self.foreign_reason(&buffer) {
+            None => {
+                drop(buffer);
+                Ok(())
+            }
+            Some(reason) => {
+                Err(ForeignResource { name: buffer.name().to_owned(), resource: Box::new(buffer), reason })
+            }
         }
-        let reason = if !buffer.device().is(&self.shared.device) {
+    }
+
+    /// Why `buffer` is not this pool's, or `None` when it is.
+    pub(crate) fn foreign_reason(&self, buffer: &Buffer) -> Option<ForeignReason> {
+        if buffer.pool == Some(self.shared.pool_id) {
+            return None;
+        }
+        Some(if !buffer.device().is(&self.shared.device) {
             ForeignReason::OtherDevice { owner: buffer.device_index(), target: self.shared.device.index() }
         } else {
             ForeignReason::OtherPool {
                 owner: buffer.pool.map(|_| buffer.life().parent_name().unwrap_or_default()),
                 target: Some(self.shared.desc.name.clone()),
             }
-        };
-        Err(ForeignResource { name: buffer.name().to_owned(), resource: Box::new(buffer), reason })
+        })
     }
 
     /// Checks every page's allocator invariants (in bounds, no overlap, aligned, granularity, free

@@ -2,16 +2,19 @@
 //!
 //! A multi-device object keeps its per-device instances keyed by device index ([`PerDevice`]) and
 //! fans each call out to the devices of its mask (or a sub-mask the caller gives). A fan-out that
-//! fails on one device rolls back what it did on the others, so a failed call changes nothing.
+//! fails on one device drops what it made on the others (every resource releases itself on drop),
+//! so a failed call changes nothing. Every multi-device type implements [`MultiDevice`], whose
+//! provided methods are the mask, the per-device accessors and iteration.
 //! Bits for devices that do not exist are ignored: [`DeviceMask::ALL`] means every device there is.
 //! With one device everything reduces to a single instance: no extra allocation beyond a one-entry
 //! vector.
 
 pub mod work;
 
-use crate::buffer::Buffer;
+use crate::buffer::{Buffer, ForeignReason, ForeignResource};
 use crate::device::Device;
 use crate::device_set::DeviceSet;
+use crate::image::ImageView;
 use crate::memory::MemoryError;
 use crate::pool::{BufferInit, BufferPool, BufferPoolDesc, PoolStats};
 use crate::upload::{UploadError, Uploader};
@@ -77,7 +80,43 @@ impl<T> PerDevice<T> {
     }
 }
 
-/// A multi-device call failed on one device; what it did on the others was rolled back.
+/// An object standing for one resource on every device of a mask: its per-device instances and
+/// what every multi-device type answers from them (the mask, one device's instance, iteration).
+///
+/// Implemented by every multi-device type; only [`MultiDevice::instances`] is implemented, the
+/// rest are provided.
+pub trait MultiDevice {
+    /// What it holds on each device.
+    type Instance;
+
+    /// Every instance, lowest device first.
+    fn instances(&self) -> &PerDevice<Self::Instance>;
+
+    /// The devices it exists on.
+    fn mask(&self) -> DeviceMask {
+        self.instances().mask()
+    }
+
+    /// Its instance on device `index`.
+    fn instance(&self, index: DeviceIndex) -> Option<&Self::Instance> {
+        self.instances().get(index)
+    }
+
+    /// Every (device, instance), lowest device first.
+    fn iter(&self) -> impl Iterator<Item = (DeviceIndex, &Self::Instance)> {
+        self.instances().iter()
+    }
+}
+
+/// A [`MultiDevice`] pool: its instance on a device is called that device's pool.
+pub trait MultiPool: MultiDevice {
+    /// The pool of device `index` (its [`MultiDevice::instance`]).
+    fn pool(&self, index: DeviceIndex) -> Option<&Self::Instance> {
+        self.instance(index)
+    }
+}
+
+/// A multi-device call failed on one device; what it did on the others was undone.
 #[derive(Debug, thiserror::Error)]
 pub enum MultiDeviceError<E: std::error::Error + 'static> {
     /// The call failed on `device`.
@@ -117,28 +156,28 @@ impl<E: std::error::Error + 'static> MultiDeviceError<E> {
     }
 }
 
-/// Runs `create` on every device of `devices`; if one fails, runs `undo` on each value already made
-/// (newest first) and returns the failure with its device.
+/// Runs `create` on every device of `devices`; if one fails, drops each value already made
+/// (newest first: every resource releases itself on drop, behind the GPU) and returns the failure
+/// with its device.
 pub fn fan_out<T, E: std::error::Error + 'static>(
     devices: &[&Arc<Device>],
     mut create: impl FnMut(&Arc<Device>) -> Result<T, E>,
-    mut undo: impl FnMut(&Arc<Device>, T),
 ) -> Result<PerDevice<T>, MultiDeviceError<E>> {
-    let mut made: Vec<(&Arc<Device>, T)> = Vec::with_capacity(devices.len());
+    let mut made: Vec<(DeviceIndex, T)> = Vec::with_capacity(devices.len());
     for &device in devices {
         match create(device) {
-            Ok(value) => made.push((device, value)),
+            Ok(value) => made.push((device.index(), value)),
             Err(source) => {
-                for (device, value) in made.into_iter().rev() {
-                    undo(device, value);
+                while let Some(newest) = made.pop() {
+                    drop(newest);
                 }
                 return Err(MultiDeviceError::Failed { device: device.index(), source });
             }
         }
     }
     let mut out = PerDevice::default();
-    for (device, value) in made {
-        out.insert(device.index(), value);
+    for (index, value) in made {
+        out.insert(index, value);
     }
     Ok(out)
 }
@@ -153,35 +192,31 @@ pub fn fan_out_on<T, E: std::error::Error + 'static>(
     set: &DeviceSet,
     mask: DeviceMask,
     create: impl FnMut(&Arc<Device>) -> Result<T, E>,
-    undo: impl FnMut(&Arc<Device>, T),
 ) -> Result<PerDevice<T>, MultiDeviceError<E>> {
     let devices = devices_in(set, mask);
     if devices.is_empty() {
         return Err(MultiDeviceError::EmptyMask(mask));
     }
-    fan_out(&devices, create, undo)
+    fan_out(&devices, create)
 }
 
 /// A buffer pool on every device of a mask.
 #[derive(Debug)]
 pub struct MultiBufferPool {
-    mask: DeviceMask,
     /// How many devices the set has (mask bits beyond it are ignored).
     device_count: u32,
     pools: PerDevice<BufferPool>,
 }
 
-/// A buffer on every device of its mask (a subset of its pool's).
+/// A buffer on every device of its mask (a subset of its pool's). Released when dropped: each
+/// instance as a [`Buffer`] is, once the GPU work that may use it has completed.
 #[derive(Debug)]
-#[must_use = "a multi-device buffer is released only by freeing it through its pool"]
 pub struct MultiBuffer {
     init: BufferInit,
     instances: PerDevice<Buffer>,
     /// Changes whenever the set of instances changes, so cached per-device forms (descriptor sets
     /// of work items) know to rebuild.
     generation: u64,
-    /// Made by a pool (freed through it) or by the devices' general allocators.
-    from_pool: bool,
 }
 
 static NEXT_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -192,55 +227,26 @@ fn next_generation() -> u64 {
 
 impl MultiBuffer {
     /// Creates a placed (or, with `desc.committed`, committed) buffer on every open device of `mask`
-    /// through each device's general allocator. All or nothing. Free it with [`MultiBuffer::destroy`].
+    /// through each device's general allocator. All or nothing. Released when dropped.
     pub fn create(
         set: &DeviceSet,
         mask: DeviceMask,
         desc: &crate::BufferDesc,
     ) -> Result<MultiBuffer, MultiDeviceError<MemoryError>> {
-        let instances = fan_out_on(set, mask, |d| d.create_buffer(desc), |_d, b| drop(b))?;
+        let instances = fan_out_on(set, mask, |d| d.create_buffer(desc))?;
         let init = BufferInit {
             name: desc.name.clone(),
             size: desc.size,
             alignment: desc.alignment,
             usage: Some(desc.usage),
         };
-        Ok(MultiBuffer { init, instances, generation: next_generation(), from_pool: false })
-    }
-
-    /// Destroys a buffer made by [`MultiBuffer::create`] on every device.
-    pub fn destroy(self, set: &DeviceSet) {
-        if self.from_pool {
-            tracing::error!(buffer = %self.init.name, "a pool buffer must be freed through its pool: leaked");
-            return;
-        }
-        for (index, b) in self.instances.into_values() {
-            match set.device(index) {
-                Some(_device) => drop(b),
-                None => tracing::error!(buffer = %b.name(), %index, "device not in this set: leaked"),
-            }
-        }
+        Ok(MultiBuffer { init, instances, generation: next_generation() })
     }
 
     /// Changes each time the instances change (mask changes); work items compare it to know that a
     /// cached per-device form is stale.
     pub fn generation(&self) -> u64 {
         self.generation
-    }
-
-    /// The devices it exists on.
-    pub fn mask(&self) -> DeviceMask {
-        self.instances.mask()
-    }
-
-    /// Its instance on device `index`.
-    pub fn instance(&self, index: DeviceIndex) -> Option<&Buffer> {
-        self.instances.get(index)
-    }
-
-    /// Every instance.
-    pub fn instances(&self) -> &PerDevice<Buffer> {
-        &self.instances
     }
 
     /// Its name.
@@ -270,30 +276,21 @@ impl MultiBufferPool {
         mask: DeviceMask,
         desc: &BufferPoolDesc,
     ) -> Result<Self, MultiDeviceError<MemoryError>> {
-        let pools =
-            fan_out_on(set, mask, |d| BufferPool::new(Arc::clone(d), desc.clone()), |_, pool| drop(pool))?;
+        let pools = fan_out_on(set, mask, |d| BufferPool::new(Arc::clone(d), desc.clone()))?;
         let device_count = set.devices().iter().map(|d| d.index().get() + 1).max().unwrap_or(0);
-        Ok(MultiBufferPool { mask: pools.mask(), device_count, pools })
+        Ok(MultiBufferPool { device_count, pools })
     }
 
-    /// The devices the pool exists on.
-    pub fn mask(&self) -> DeviceMask {
-        self.mask
-    }
-
-    /// The pool of device `index`.
-    pub fn pool(&self, index: DeviceIndex) -> Option<&BufferPool> {
-        self.pools.get(index)
-    }
-
-    /// The devices of `mask` that exist, which must all be in the pool's mask.
+    /// The devices of `mask` that exist, which must all be in the pool's mask
+    /// ([`DeviceMask::ALL`] is the pool's mask).
     fn check_mask<E: std::error::Error + 'static>(
         &self,
         mask: DeviceMask,
     ) -> Result<DeviceMask, MultiDeviceError<E>> {
-        let requested = mask.restricted_to(self.device_count);
-        if !self.mask.is_superset_of(requested) {
-            return Err(MultiDeviceError::MaskNotSubset { requested: mask, allowed: self.mask });
+        let requested =
+            if mask == DeviceMask::ALL { self.mask() } else { mask.restricted_to(self.device_count) };
+        if !self.mask().is_superset_of(requested) {
+            return Err(MultiDeviceError::MaskNotSubset { requested: mask, allowed: self.mask() });
         }
         if requested.is_empty() {
             return Err(MultiDeviceError::EmptyMask(mask));
@@ -312,13 +309,7 @@ impl MultiBufferPool {
     ) -> Result<PerDevice<Buffer>, MultiDeviceError<MemoryError>> {
         let pools = self.pools_in(mask);
         let devices: Vec<&Arc<Device>> = pools.iter().map(|(_, p)| p.device()).collect();
-        fan_out(
-            &devices,
-            |device| self.pools.get(device.index()).expect("pool exists").init_buffer(init),
-            |device, buffer| {
-                let _ = self.pools.get(device.index()).expect("pool exists").free_buffer(buffer);
-            },
-        )
+        fan_out(&devices, |device| self.pools.get(device.index()).expect("pool exists").init_buffer(init))
     }
 
     /// Creates a buffer on every device of `mask` (which must be within the pool's mask;
@@ -330,12 +321,13 @@ impl MultiBufferPool {
     ) -> Result<MultiBuffer, MultiDeviceError<MemoryError>> {
         let mask = self.check_mask(mask)?;
         let instances = self.create_on(init, mask)?;
-        Ok(MultiBuffer { init: init.clone(), instances, generation: next_generation(), from_pool: true })
+        Ok(MultiBuffer { init: init.clone(), instances, generation: next_generation() })
     }
 
     /// Changes the devices a buffer exists on: instances are created on added devices (with
     /// `initial` data, uploaded through `uploader` and waited for) and freed on removed ones. All or
-    /// nothing: on failure the buffer is as it was.
+    /// nothing: on failure the buffer is as it was (the new instances are dropped). Removed
+    /// instances are dropped, so they are released once the GPU work that may use them completes.
     pub fn set_buffer_mask(
         &self,
         buffer: &mut MultiBuffer,
@@ -351,21 +343,15 @@ impl MultiBufferPool {
         if let InitialData::Bytes(bytes) = initial {
             let upload = |(index, b): (DeviceIndex, &Buffer)| -> Result<(), MultiDeviceError<UploadError>> {
                 let failed = |source| MultiDeviceError::Failed { device: index, source };
-                let (uploader, _device) =
-                    uploader.uploaders.get(index).ok_or(MultiDeviceError::MaskNotSubset {
-                        requested: index.mask(),
-                        allowed: uploader.mask(),
-                    })?;
+                let uploader = uploader.instance(index).ok_or(MultiDeviceError::MaskNotSubset {
+                    requested: index.mask(),
+                    allowed: uploader.mask(),
+                })?;
                 uploader.write_buffer(b, 0, bytes).map_err(failed)?;
                 uploader.wait_idle().map_err(failed)
             };
-            let uploaded = added.iter().try_for_each(upload);
-            if let Err(e) = uploaded {
-                for (index, b) in added.into_values() {
-                    let _ = self.pools.get(index).expect("pool exists").free_buffer(b);
-                }
-                return Err(e);
-            }
+            // On failure `added` is dropped: the new instances go, the buffer is unchanged.
+            added.iter().try_for_each(upload)?;
         }
         for (index, b) in added.into_values() {
             buffer.instances.insert(index, b);
@@ -374,23 +360,27 @@ impl MultiBufferPool {
             buffer.generation = next_generation();
         }
         for index in current.difference(mask).iter() {
-            if let Some(b) = buffer.instances.remove(index) {
-                let _ = self.pools.get(index).expect("pool exists").free_buffer(b);
-            }
+            drop(buffer.instances.remove(index));
         }
         Ok(())
     }
 
-    /// Frees a buffer on every device it exists on.
-    pub fn free_buffer(&self, buffer: MultiBuffer) {
-        for (index, b) in buffer.instances.into_values() {
-            match self.pools.get(index) {
-                Some(pool) => {
-                    if let Err(e) = pool.free_buffer(b) {
-                        tracing::error!(error = %e, "multi-device buffer freed to the wrong pool");
-                    }
-                }
-                None => tracing::error!(buffer = %b.name(), %index, "no pool on that device"),
+    /// Releases a buffer of this pool on every device it exists on (as dropping it does). A buffer
+    /// with an instance that is not of this pool's pool on that device — another pool's, the
+    /// general allocator's, or on a device the pool is not on — is refused and handed back
+    /// unchanged, with the reason of its first such instance.
+    pub fn free_buffer(&self, buffer: MultiBuffer) -> Result<(), ForeignResource<MultiBuffer>> {
+        let foreign = buffer.instances.iter().find_map(|(index, b)| match self.pools.get(index) {
+            Some(pool) => pool.foreign_reason(b),
+            None => Some(ForeignReason::OutsideMask { device: index, mask: self.mask() }),
+        });
+        match foreign {
+            None => {
+                drop(buffer);
+                Ok(())
+            }
+            Some(reason) => {
+                Err(ForeignResource { name: buffer.name().to_owned(), resource: Box::new(buffer), reason })
             }
         }
     }
@@ -414,7 +404,7 @@ impl MultiBufferPool {
 /// A staging uploader per device, for broadcast uploads.
 #[derive(Debug)]
 pub struct MultiUploader {
-    uploaders: PerDevice<(Uploader, Arc<Device>)>,
+    uploaders: PerDevice<Uploader>,
 }
 
 impl MultiUploader {
@@ -424,20 +414,8 @@ impl MultiUploader {
         mask: DeviceMask,
         capacity: u64,
     ) -> Result<Self, MultiDeviceError<UploadError>> {
-        let uploaders = fan_out_on(
-            set,
-            mask,
-            |d| Uploader::new(d, "broadcast", capacity).map(|u| (u, Arc::clone(d))),
-            |_, (u, _d)| {
-                let _ = u.destroy();
-            },
-        )?;
+        let uploaders = fan_out_on(set, mask, |d| Uploader::new(d, "broadcast", capacity))?;
         Ok(MultiUploader { uploaders })
-    }
-
-    /// The devices it can upload to.
-    pub fn mask(&self) -> DeviceMask {
-        self.uploaders.mask()
     }
 
     /// Uploads `data` to every instance of `buffer` at `offset`, from one source, the devices in
@@ -455,7 +433,7 @@ impl MultiUploader {
                 .map(|(index, instance)| {
                     let target = self.uploaders.get(index);
                     scope.spawn(move || {
-                        let Some((uploader, _device)) = target else {
+                        let Some(uploader) = target else {
                             return (index, Ok(()));
                         };
                         let result =
@@ -478,7 +456,7 @@ impl MultiUploader {
 
     /// Waits until every upload on every device has landed.
     pub fn wait_idle(&self) -> Result<(), MultiDeviceError<UploadError>> {
-        for (index, (uploader, _device)) in self.uploaders.iter() {
+        for (index, uploader) in self.uploaders.iter() {
             uploader.wait_idle().map_err(|source| MultiDeviceError::Failed { device: index, source })?;
         }
         Ok(())
@@ -487,7 +465,7 @@ impl MultiUploader {
     /// Waits for all uploads and destroys the uploaders.
     pub fn destroy(self) -> Result<(), MultiDeviceError<UploadError>> {
         let mut first_error = None;
-        for (index, (uploader, _device)) in self.uploaders.into_values() {
+        for (index, uploader) in self.uploaders.into_values() {
             if let Err(source) = uploader.destroy() {
                 first_error.get_or_insert(MultiDeviceError::Failed { device: index, source });
             }
@@ -519,18 +497,9 @@ impl MultiTilePool {
         mask: DeviceMask,
         desc: &residency_core::tiles::TilePoolDesc,
     ) -> Result<Self, MultiDeviceError<crate::sparse::SparseError>> {
-        let pools = fan_out_on(
-            set,
-            mask,
-            |d| crate::sparse::SparseTilePool::new(Arc::clone(d), desc.clone()),
-            |_, p| drop(p),
-        )?;
+        let pools =
+            fan_out_on(set, mask, |d| crate::sparse::SparseTilePool::new(Arc::clone(d), desc.clone()))?;
         Ok(MultiTilePool { pools })
-    }
-
-    /// The pool of device `index`.
-    pub fn pool(&self, index: DeviceIndex) -> Option<&crate::sparse::SparseTilePool> {
-        self.pools.get(index)
     }
 
     /// Tiles in use per device.
@@ -540,7 +509,7 @@ impl MultiTilePool {
 }
 
 impl MultiSparseImage {
-    /// Creates the image on every device of `mask` that has a pool (rolled back on failure).
+    /// Creates the image on every device of `mask` that has a pool (all or nothing).
     pub fn new(
         pools: &MultiTilePool,
         mask: DeviceMask,
@@ -553,29 +522,15 @@ impl MultiSparseImage {
             return Err(MultiDeviceError::EmptyMask(mask));
         }
         let devices: Vec<&Arc<Device>> = chosen.iter().map(|(_, p)| p.device()).collect();
-        let images = fan_out(
-            &devices,
-            |d| {
-                crate::sparse::SparseImage::new(
-                    pools.pools.get(d.index()).expect("pool exists"),
-                    name,
-                    desc,
-                    false,
-                )
-            },
-            |_, image| drop(image),
-        )?;
+        let images = fan_out(&devices, |d| {
+            crate::sparse::SparseImage::new(
+                pools.pools.get(d.index()).expect("pool exists"),
+                name,
+                desc,
+                false,
+            )
+        })?;
         Ok(MultiSparseImage { images })
-    }
-
-    /// The devices it exists on.
-    pub fn mask(&self) -> DeviceMask {
-        self.images.mask()
-    }
-
-    /// Its instance on device `index`.
-    pub fn instance(&self, index: DeviceIndex) -> Option<&crate::sparse::SparseImage> {
-        self.images.get(index)
     }
 
     /// Commits a region on every device of `mask` (within the image's). All or nothing: on a failure
@@ -670,7 +625,7 @@ impl MultiSparseImage {
                 .map(|(index, image)| {
                     let target = uploader.uploaders.get(index);
                     scope.spawn(move || {
-                        let Some((uploader, _device)) = target else { return (index, Ok(())) };
+                        let Some(uploader) = target else { return (index, Ok(())) };
                         let region = crate::upload::ImageRegion::new(image, mip, offset, extent);
                         let result = uploader.write_image(&region, data).and_then(|()| uploader.wait_idle());
                         (index, result)
@@ -687,12 +642,17 @@ impl MultiSparseImage {
 }
 
 /// An image on every device of a mask, with per-device views created on first use and cached.
+/// Released when dropped: each instance and cached view as an [`Image`](crate::Image) and an
+/// [`ImageView`] are, once the GPU work that may use them has completed (a view handed out keeps
+/// its image alive while it lives).
 #[derive(Debug)]
-#[must_use = "a multi-device image is released only by destroying it"]
 pub struct MultiImage {
     images: PerDevice<crate::Image>,
-    views: std::sync::Mutex<Vec<(DeviceIndex, std::ops::Range<u32>, crate::ImageView)>>,
+    views: std::sync::Mutex<Vec<CachedView>>,
 }
+
+/// A view of [`MultiImage`]'s cache: its device, its mips and the view.
+type CachedView = (DeviceIndex, std::ops::Range<u32>, Arc<ImageView>);
 
 impl MultiImage {
     /// Creates a placed (or committed) image on every open device of `mask`. All or nothing.
@@ -701,52 +661,37 @@ impl MultiImage {
         mask: DeviceMask,
         desc: &crate::ImageDesc,
     ) -> Result<Self, MultiDeviceError<MemoryError>> {
-        let images = fan_out_on(set, mask, |d| d.create_image(desc), |_d, i| drop(i))?;
+        let images = fan_out_on(set, mask, |d| d.create_image(desc))?;
         Ok(MultiImage { images, views: std::sync::Mutex::new(Vec::new()) })
     }
 
-    /// The devices it exists on.
-    pub fn mask(&self) -> DeviceMask {
-        self.images.mask()
-    }
-
-    /// Its instance on device `index`.
-    pub fn instance(&self, index: DeviceIndex) -> Option<&crate::Image> {
-        self.images.get(index)
-    }
-
     /// The view of mips `mips` on `device`, created on first use and cached (resource + descriptor:
-    /// the same description resolves to each device's own view).
+    /// the same description resolves to each device's own view). Bind it like any [`ImageView`]
+    /// (`Binding::sampled(&view, ..)`): a descriptor set holds it, so it outlives the image.
     pub fn view(
         &self,
         set: &DeviceSet,
         index: DeviceIndex,
         mips: std::ops::Range<u32>,
-    ) -> Result<ash::vk::ImageView, MultiDeviceError<crate::VulkanError>> {
+    ) -> Result<Arc<ImageView>, MultiDeviceError<crate::VulkanError>> {
         let not_here = || MultiDeviceError::MaskNotSubset { requested: index.mask(), allowed: self.mask() };
         let image = self.images.get(index).ok_or_else(not_here)?;
         let device = set.device(index).ok_or_else(not_here)?;
         let mut views = self.views.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((.., view)) = views.iter().find(|(i, m, _)| *i == index && *m == mips) {
-            return Ok(view.raw());
+            return Ok(Arc::clone(view));
         }
         let view = device
             .create_image_view(image, mips.clone())
             .map_err(|source| MultiDeviceError::Failed { device: index, source })?;
-        let raw = view.raw();
-        views.push((index, mips, view));
-        Ok(raw)
+        let view = Arc::new(view);
+        views.push((index, mips, Arc::clone(&view)));
+        Ok(view)
     }
 
     /// Views created so far (all devices).
     pub fn cached_views(&self) -> usize {
         self.views.lock().unwrap_or_else(|e| e.into_inner()).len()
-    }
-
-    /// Releases the views and the images on every device (as dropping it does: each is
-    /// destroyed once the GPU work that may use it has completed).
-    pub fn destroy(self, _set: &DeviceSet) {
-        drop(self);
     }
 }
 
@@ -759,12 +704,7 @@ pub struct MultiTransientPool {
 impl MultiTransientPool {
     /// A transient pool on every open device of `mask`.
     pub fn new(set: &DeviceSet, mask: DeviceMask, name: &str) -> Result<Self, MultiDeviceError<MemoryError>> {
-        let pools = fan_out_on(
-            set,
-            mask,
-            |d| crate::transient::TransientPool::new(Arc::clone(d), name),
-            |_, p| drop(p),
-        )?;
+        let pools = fan_out_on(set, mask, |d| crate::transient::TransientPool::new(Arc::clone(d), name))?;
         Ok(MultiTransientPool { pools })
     }
 
@@ -778,3 +718,30 @@ impl MultiTransientPool {
         self.pools.iter().map(|(i, p)| (i, p.heap_bytes())).collect()
     }
 }
+
+/// Implements [`MultiDevice`] for `$ty` over its `PerDevice<$instance>` field `$field` (and
+/// [`MultiPool`] with `pool`).
+macro_rules! multi_device {
+    ($ty:ty, $field:ident: $instance:ty) => {
+        impl $crate::multi::MultiDevice for $ty {
+            type Instance = $instance;
+
+            fn instances(&self) -> &$crate::multi::PerDevice<$instance> {
+                &self.$field
+            }
+        }
+    };
+    ($ty:ty, $field:ident: $instance:ty, pool) => {
+        multi_device!($ty, $field: $instance);
+        impl $crate::multi::MultiPool for $ty {}
+    };
+}
+pub(crate) use multi_device;
+
+multi_device!(MultiBufferPool, pools: BufferPool, pool);
+multi_device!(MultiBuffer, instances: Buffer);
+multi_device!(MultiUploader, uploaders: Uploader);
+multi_device!(MultiTilePool, pools: crate::sparse::SparseTilePool, pool);
+multi_device!(MultiSparseImage, images: crate::sparse::SparseImage);
+multi_device!(MultiImage, images: crate::Image);
+multi_device!(MultiTransientPool, pools: crate::transient::TransientPool, pool);

@@ -14,7 +14,7 @@ use crate::compute::{Binding, BindingError, BindingKind, ComputeProgram, Descrip
 use crate::device::Device;
 use crate::device_set::DeviceSet;
 use crate::error::{Result as VkResult, VkResultExt, VulkanError};
-use crate::multi::{fan_out_on, MultiBuffer, MultiDeviceError, PerDevice};
+use crate::multi::{fan_out_on, multi_device, MultiBuffer, MultiDevice, MultiDeviceError, PerDevice};
 use crate::recording::{check_buffer_copy, Recording};
 use crate::retire::{ForeignUse, Garbage, GpuUse, Life};
 use ash::vk;
@@ -40,23 +40,10 @@ impl MultiComputeProgram {
         push_constant_bytes: u32,
         max_sets: u32,
     ) -> Result<Self, MultiDeviceError<VulkanError>> {
-        let programs = fan_out_on(
-            set,
-            mask,
-            |d| ComputeProgram::new(d, name, spirv, kinds, push_constant_bytes, max_sets),
-            |_, program| drop(program),
-        )?;
+        let programs = fan_out_on(set, mask, |d| {
+            ComputeProgram::new(d, name, spirv, kinds, push_constant_bytes, max_sets)
+        })?;
         Ok(MultiComputeProgram { programs, kinds: kinds.to_vec() })
-    }
-
-    /// The devices it exists on.
-    pub fn mask(&self) -> DeviceMask {
-        self.programs.mask()
-    }
-
-    /// The program on `device`.
-    pub fn program(&self, device: DeviceIndex) -> Option<&ComputeProgram> {
-        self.programs.get(device)
     }
 }
 
@@ -238,7 +225,7 @@ pub enum WorkItem<'a, 'b> {
 /// A command context on each device, for submitting work items to one chosen device.
 #[derive(Debug)]
 pub struct MultiSubmitter {
-    contexts: PerDevice<(CommandContext, Arc<Device>)>,
+    contexts: PerDevice<CommandContext>,
 }
 
 fn full_barrier(rec: &mut Recording<'_>) {
@@ -271,12 +258,7 @@ fn check_copy(src: &Buffer, dst: &Buffer, c: &CopyItem<'_>) -> Result<vk::Buffer
 impl MultiSubmitter {
     /// A command context on every open device of `mask`.
     pub fn new(set: &DeviceSet, mask: DeviceMask) -> Result<Self, MultiDeviceError<VulkanError>> {
-        let contexts = fan_out_on(
-            set,
-            mask,
-            |d| CommandContext::new(d, "multi-device work").map(|c| (c, Arc::clone(d))),
-            |_, (c, _d)| c.destroy(),
-        )?;
+        let contexts = fan_out_on(set, mask, |d| CommandContext::new(d, "multi-device work"))?;
         Ok(MultiSubmitter { contexts })
     }
 
@@ -286,10 +268,11 @@ impl MultiSubmitter {
     /// A dispatch over that device's limits ([`WorkError::Dispatch`]) fails before any item is
     /// resolved, recorded or submitted.
     pub fn submit(&self, device: DeviceIndex, items: &[WorkItem<'_, '_>]) -> Result<Submission, WorkError> {
-        let (context, dev) = self
+        let context = self
             .contexts
             .get(device)
             .ok_or(WorkError::NotOnDevice { name: "submitter".to_owned(), device })?;
+        let dev = context.device();
         // Limits first, so that a refused dispatch creates no descriptor set either.
         for item in items {
             if let WorkItem::Dispatch(d) = item {
@@ -355,7 +338,7 @@ impl MultiSubmitter {
 
     /// Waits for a submission made on `device`.
     pub fn wait(&self, device: DeviceIndex, submission: Submission) -> Result<(), WorkError> {
-        let (context, _dev) = self
+        let context = self
             .contexts
             .get(device)
             .ok_or(WorkError::NotOnDevice { name: "submitter".to_owned(), device })?;
@@ -364,7 +347,7 @@ impl MultiSubmitter {
 
     /// Waits for everything and destroys the command contexts.
     pub fn destroy(self) {
-        for (_, (context, _device)) in self.contexts.into_values() {
+        for (_, context) in self.contexts.into_values() {
             context.destroy();
         }
     }
@@ -401,10 +384,10 @@ pub enum TimelineError {
     Vulkan(#[from] VulkanError),
 }
 
-/// One device's timeline: the semaphore, its device and that device's
+/// One device's instance of a [`MultiTimeline`]: the semaphore, its device and that device's
 /// `maxTimelineSemaphoreValueDifference`; the life releases the semaphore.
 #[derive(Debug)]
-struct Timeline {
+pub struct DeviceTimeline {
     semaphore: vk::Semaphore,
     device: Arc<Device>,
     max_difference: u64,
@@ -416,7 +399,7 @@ struct Timeline {
 /// uses declared with [`MultiTimeline::used_until`]) have completed.
 #[derive(Debug)]
 pub struct MultiTimeline {
-    semaphores: PerDevice<Timeline>,
+    semaphores: PerDevice<DeviceTimeline>,
     /// Held from reading the current values to signalling, so two host signals cannot both pass
     /// the check against the same current value.
     signalling: Mutex<()>,
@@ -430,35 +413,29 @@ impl MultiTimeline {
         mask: DeviceMask,
         initial: u64,
     ) -> Result<Self, MultiDeviceError<VulkanError>> {
-        let semaphores = fan_out_on(
-            set,
-            mask,
-            |d| -> VkResult<Timeline> {
-                if !d.features().timeline_semaphore {
-                    return Err(VulkanError::Unsupported {
-                        device: d.name().to_owned(),
-                        reason: "timeline semaphores (Vulkan 1.2) are not enabled".to_owned(),
-                    });
-                }
-                let mut timeline_props = vk::PhysicalDeviceTimelineSemaphoreProperties::default();
-                let mut props = vk::PhysicalDeviceProperties2::default().push_next(&mut timeline_props);
-                // SAFETY: a pure query of this device's physical device; the output chain is live.
-                unsafe { d.instance().get_physical_device_properties2(d.physical(), &mut props) };
-                let max_difference = timeline_props.max_timeline_semaphore_value_difference;
-                let mut ty = vk::SemaphoreTypeCreateInfo::default()
-                    .semaphore_type(vk::SemaphoreType::TIMELINE)
-                    .initial_value(initial);
-                let info = vk::SemaphoreCreateInfo::default().push_next(&mut ty);
-                // SAFETY: valid device with the timeline semaphore feature enabled (checked above).
-                let s = unsafe { d.raw().create_semaphore(&info, None) }.during("vkCreateSemaphore")?;
-                d.set_name(s, "multi-device timeline");
-                let id = d.ledger().track("semaphore", "multi-device timeline");
-                let life = Life::new(Arc::clone(d), Garbage::Semaphore { raw: s, id }, None);
-                Ok(Timeline { semaphore: s, device: Arc::clone(d), max_difference, life })
-            },
-            // Released through its life: nothing used it yet.
-            |_, t| drop(t),
-        )?;
+        let semaphores = fan_out_on(set, mask, |d| -> VkResult<DeviceTimeline> {
+            if !d.features().timeline_semaphore {
+                return Err(VulkanError::Unsupported {
+                    device: d.name().to_owned(),
+                    reason: "timeline semaphores (Vulkan 1.2) are not enabled".to_owned(),
+                });
+            }
+            let mut timeline_props = vk::PhysicalDeviceTimelineSemaphoreProperties::default();
+            let mut props = vk::PhysicalDeviceProperties2::default().push_next(&mut timeline_props);
+            // SAFETY: a pure query of this device's physical device; the output chain is live.
+            unsafe { d.instance().get_physical_device_properties2(d.physical(), &mut props) };
+            let max_difference = timeline_props.max_timeline_semaphore_value_difference;
+            let mut ty = vk::SemaphoreTypeCreateInfo::default()
+                .semaphore_type(vk::SemaphoreType::TIMELINE)
+                .initial_value(initial);
+            let info = vk::SemaphoreCreateInfo::default().push_next(&mut ty);
+            // SAFETY: valid device with the timeline semaphore feature enabled (checked above).
+            let s = unsafe { d.raw().create_semaphore(&info, None) }.during("vkCreateSemaphore")?;
+            d.set_name(s, "multi-device timeline");
+            let id = d.ledger().track("semaphore", "multi-device timeline");
+            let life = Life::new(Arc::clone(d), Garbage::Semaphore { raw: s, id }, None);
+            Ok(DeviceTimeline { semaphore: s, device: Arc::clone(d), max_difference, life })
+        })?;
         Ok(MultiTimeline { semaphores, signalling: Mutex::new(()) })
     }
 
@@ -484,7 +461,7 @@ impl MultiTimeline {
     /// rule), which stays the caller's to keep.
     pub fn signal(&self, mask: DeviceMask, value: u64) -> Result<(), MultiDeviceError<TimelineError>> {
         let _signalling = self.signalling.lock().unwrap_or_else(|e| e.into_inner());
-        let targets: Vec<(DeviceIndex, &Timeline)> =
+        let targets: Vec<(DeviceIndex, &DeviceTimeline)> =
             self.semaphores.iter().filter(|(i, _)| mask.contains(*i)).collect();
         for &(i, t) in &targets {
             let failed = |source| MultiDeviceError::Failed { device: i, source };
@@ -545,7 +522,17 @@ impl MultiTimeline {
     }
 }
 
-impl Timeline {
+impl DeviceTimeline {
+    /// The semaphore, to signal or wait in a submission on its device.
+    pub fn semaphore(&self) -> vk::Semaphore {
+        self.semaphore
+    }
+
+    /// Its device.
+    pub fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+
     /// The current value.
     fn value(&self) -> Result<u64, MultiDeviceError<VulkanError>> {
         // SAFETY: the semaphore is a timeline of `self.device`.
@@ -554,3 +541,7 @@ impl Timeline {
             .map_err(|source| MultiDeviceError::Failed { device: self.device.index(), source })
     }
 }
+
+multi_device!(MultiComputeProgram, programs: ComputeProgram);
+multi_device!(MultiSubmitter, contexts: CommandContext);
+multi_device!(MultiTimeline, semaphores: DeviceTimeline);

@@ -166,6 +166,13 @@ pub enum ForeignReason {
         /// The owner it was handed to (`None`: the device's general allocator).
         target: Option<String>,
     },
+    /// A multi-device resource has an instance on a device its multi-device owner is not on.
+    OutsideMask {
+        /// The device of the instance.
+        device: DeviceIndex,
+        /// The devices of the owner it was handed to.
+        mask: residency_core::device_mask::DeviceMask,
+    },
 }
 
 impl std::fmt::Display for ForeignReason {
@@ -179,6 +186,9 @@ impl std::fmt::Display for ForeignReason {
             }
             ForeignReason::OtherPool { owner, target } => {
                 write!(f, "it was made by {}, not {}", pool(owner), pool(target))
+            }
+            ForeignReason::OutsideMask { device, mask } => {
+                write!(f, "it has an instance on device {device}, outside {mask:?}")
             }
         }
     }
