@@ -439,8 +439,14 @@ impl MultiTimeline {
         Ok(MultiTimeline { semaphores, signalling: Mutex::new(()) })
     }
 
-    /// The semaphore on `device`, to signal or wait in a submission there.
-    pub fn semaphore(&self, device: DeviceIndex) -> Option<vk::Semaphore> {
+    /// The semaphore on `device`, to wait on (or signal) in a submission of your own there.
+    ///
+    /// # Safety
+    /// A GPU signal of it that you submit carries a value greater than every value
+    /// [`MultiTimeline::signal`] set or will set while it is pending (a host signal below a pending
+    /// GPU signal is invalid, and residency cannot see your submissions), and the semaphore is not
+    /// used after the timeline is dropped and your work on it has completed.
+    pub unsafe fn semaphore(&self, device: DeviceIndex) -> Option<vk::Semaphore> {
         self.semaphores.get(device).map(|t| t.semaphore)
     }
 
@@ -482,8 +488,8 @@ impl MultiTimeline {
             // SAFETY: the semaphore is a timeline of `t.device`. `value` is greater than its current
             // value and within maxTimelineSemaphoreValueDifference of it (checked above, under the
             // lock every host signal of this timeline takes, so no host signal moved it since).
-            // MultiTimeline submits no GPU signals; one the caller submitted through the raw
-            // handle must be above `value`, as `signal`'s documentation requires.
+            // Residency submits no GPU signal of it, and GPU signals submitted through the raw
+            // handle stay above every host signal (`semaphore`'s `# Safety`).
             unsafe { t.device.raw().signal_semaphore(&info) }
                 .during("vkSignalSemaphore")
                 .map_err(|source| MultiDeviceError::Failed { device: i, source: source.into() })?;
@@ -523,8 +529,11 @@ impl MultiTimeline {
 }
 
 impl DeviceTimeline {
-    /// The semaphore, to signal or wait in a submission on its device.
-    pub fn semaphore(&self) -> vk::Semaphore {
+    /// The semaphore, to wait on (or signal) in a submission of your own on its device.
+    ///
+    /// # Safety
+    /// As for [`MultiTimeline::semaphore`].
+    pub unsafe fn semaphore(&self) -> vk::Semaphore {
         self.semaphore
     }
 

@@ -678,9 +678,10 @@ impl ComputeProgram {
         let mut push = push_constants.to_vec();
         push.resize(self.push_constant_bytes as usize, 0);
         let cmd = rec.raw();
-        // SAFETY: `cmd` is recording on the program's device (checked by the caller) outside a
+        // SAFETY: `cmd` is recording on the program's device (checked by `dispatch` and the
+        // multi-device submitter, this function's only callers, and asserted above) outside a
         // render pass (the `Recording` invariant). The pipeline, layout and set are this program's
-        // (the set's program is this one: checked by the caller), every binding of the set was
+        // (the set's program is this one: checked by those callers), every binding of the set was
         // written with a live resource, and the recording holds the program and those resources
         // until its submission. The push constants cover exactly the declared range, a multiple
         // of 4 bytes; the group counts are within maxComputeWorkGroupCount (`check_dispatch`).
