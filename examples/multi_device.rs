@@ -15,17 +15,16 @@ use residency::core::format::Format;
 use residency::core::tiles::{SparseImageDesc, TexelRegion, TilePoolDesc};
 use residency::core::usage::{BufferPoolUsage, BufferUsage};
 use residency::vulkan::ash::vk;
-use residency::vulkan::compute::{spirv_words, Binding, BindingKind};
+use residency::vulkan::compute::Binding;
 use residency::vulkan::multi::{
     MultiBufferPool, MultiDevice, MultiSparseImage, MultiTilePool, MultiUploader,
 };
 use residency::vulkan::multi_work::{
     BufferView, DispatchItem, MultiBinding, MultiComputeProgram, MultiSubmitter, PerDeviceImage, WorkItem,
 };
+use residency::vulkan::shaders;
 use residency::vulkan::{BufferInit, BufferPoolDesc, DeviceSet, DeviceSetDesc, Filter};
 use std::time::Instant;
-
-const SHADER: &[u8] = include_bytes!("../shaders/multi_device.comp.spv");
 
 /// MiB of vertices when no size is given (the README's).
 pub const DEFAULT_MIB: u64 = 64;
@@ -124,15 +123,7 @@ pub fn run(set: &DeviceSet, mib: u64) -> Result<Outcome, Box<dyn std::error::Err
     let texels: Vec<u8> = (0..256).flat_map(|y| (0..256).flat_map(move |x| texel(x, y))).collect();
     texture.broadcast_region(&uploader, 0, [0; 3], [256, 256, 1], &texels)?;
 
-    let program = MultiComputeProgram::new(
-        set,
-        mask,
-        "multi_device.comp",
-        &spirv_words(SHADER),
-        &[BindingKind::SampledImage, BindingKind::StorageBuffer, BindingKind::StorageBuffer],
-        4,
-        1,
-    )?;
+    let program = MultiComputeProgram::new(set, mask, "multi_device.comp", &shaders::MULTI_DEVICE, 1)?;
     let mut keep = Vec::new();
     for &i in &devices {
         let device = set.device(i).ok_or("device vanished")?;

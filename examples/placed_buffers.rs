@@ -11,14 +11,14 @@
 use residency::core::memory::MemoryIntent;
 use residency::core::usage::{BufferPoolUsage, BufferUsage};
 use residency::vulkan::ash::vk;
-use residency::vulkan::compute::{spirv_words, Binding, BindingKind, ComputeProgram};
+use residency::vulkan::compute::{Binding, ComputeProgram};
 use residency::vulkan::recording::MemoryDependency;
+use residency::vulkan::shaders;
 use residency::vulkan::{
     BufferDesc, BufferInit, BufferPool, BufferPoolDesc, Device, DeviceSet, DeviceSetDesc, Recording, Uploader,
 };
 use std::sync::Arc;
 
-const SHADER: &[u8] = include_bytes!("../shaders/placed_buffers.comp.spv");
 const COUNT: usize = 1000;
 
 /// What the example measured, for the test that runs it.
@@ -90,13 +90,7 @@ pub fn run(device: &Arc<Device>) -> Result<Outcome, Box<dyn std::error::Error>> 
     uploader.write_buffer(&params, 0, &param_data)?;
     uploader.flush()?;
 
-    let kinds = [
-        BindingKind::StorageBuffer,
-        BindingKind::StorageBuffer,
-        BindingKind::UniformBuffer,
-        BindingKind::StorageBuffer,
-    ];
-    let program = ComputeProgram::new(device, "placed_buffers.comp", &spirv_words(SHADER), &kinds, 0, 1)?;
+    let program = ComputeProgram::new(device, "placed_buffers.comp", &shaders::PLACED_BUFFERS, 1)?;
     let set = program.descriptor_set(&[
         Binding::Buffer(&vertices),
         Binding::Buffer(&indices),

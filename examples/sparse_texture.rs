@@ -13,12 +13,12 @@ use residency::core::memory::MemoryIntent;
 use residency::core::tiles::{SparseImageDesc, TexelRegion, TileCoord, TilePoolDesc};
 use residency::core::usage::BufferUsage;
 use residency::vulkan::ash::vk;
-use residency::vulkan::compute::{spirv_words, Binding, BindingKind, ComputeProgram};
+use residency::vulkan::compute::{Binding, ComputeProgram};
+use residency::vulkan::shaders;
 use residency::vulkan::sparse::{MinLodMap, SparseImage, SparseTilePool};
 use residency::vulkan::{BufferDesc, Device, DeviceSet, DeviceSetDesc, Filter, ImageRegion, Uploader};
 use std::sync::Arc;
 
-const SHADER: &[u8] = include_bytes!("../shaders/sparse_fallback.comp.spv");
 const SIZE: u32 = 16384;
 const DEFAULT: [f32; 4] = [1.0, 0.0, 1.0, 1.0];
 
@@ -225,19 +225,7 @@ pub fn run(device: &Arc<Device>) -> Result<Outcome, Box<dyn std::error::Error>> 
     map.update(&uploader, &mut image)?;
     uploader.wait_idle()?;
 
-    let program = ComputeProgram::new(
-        device,
-        "sparse_fallback.comp",
-        &spirv_words(SHADER),
-        &[
-            BindingKind::SampledImage,
-            BindingKind::SampledImage,
-            BindingKind::StorageBuffer,
-            BindingKind::StorageBuffer,
-        ],
-        32,
-        4,
-    )?;
+    let program = ComputeProgram::new(device, "sparse_fallback.comp", &shaders::SPARSE_FALLBACK, 4)?;
     let sampler = Sampler { device, program, sampler: device.create_sampler(Filter::Nearest)? };
     let (w, h) = (shape.width, shape.height);
     let samples = [

@@ -17,8 +17,9 @@ use residency::core::sync::{
 };
 use residency::core::usage::{BufferPoolUsage, BufferUsage, ImageUsage};
 use residency::vulkan::ash::vk;
-use residency::vulkan::compute::{spirv_words, Binding, BindingKind, ComputeProgram};
+use residency::vulkan::compute::{Binding, ComputeProgram};
 use residency::vulkan::graphics::{GraphicsProgram, VertexAttribute};
+use residency::vulkan::shaders;
 use residency::vulkan::tracking::ResourceTracker;
 use residency::vulkan::transient::{TransientPool, TransientRequest};
 use residency::vulkan::{
@@ -26,10 +27,6 @@ use residency::vulkan::{
 };
 use std::sync::Arc;
 
-const CULL: &[u8] = include_bytes!("../shaders/cull_indices.comp.spv");
-const FILL: &[u8] = include_bytes!("../shaders/fill.comp.spv");
-const VERT: &[u8] = include_bytes!("../shaders/quads.vert.spv");
-const FRAG: &[u8] = include_bytes!("../shaders/quads.frag.spv");
 const SIZE: u32 = 64;
 const COLORS: [[f32; 4]; 4] =
     [[1.0, 0.0, 0.0, 1.0], [0.0, 1.0, 0.0, 1.0], [0.0, 0.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0]];
@@ -141,21 +138,13 @@ pub fn run(device: &Arc<Device>, forget_index_read: bool) -> Result<Outcome, Box
             .with_intent(MemoryIntent::Readback),
     )?;
 
-    let cull = ComputeProgram::new(
-        device,
-        "cull_indices.comp",
-        &spirv_words(CULL),
-        &[BindingKind::StorageBuffer],
-        8,
-        1,
-    )?;
-    let fill =
-        ComputeProgram::new(device, "fill.comp", &spirv_words(FILL), &[BindingKind::StorageBuffer], 8, 16)?;
+    let cull = ComputeProgram::new(device, "cull_indices.comp", &shaders::CULL_INDICES, 1)?;
+    let fill = ComputeProgram::new(device, "fill.comp", &shaders::FILL, 16)?;
     let draw = GraphicsProgram::new(
         device,
         "quads",
-        &spirv_words(VERT),
-        &spirv_words(FRAG),
+        &shaders::QUADS_VERT,
+        &shaders::QUADS_FRAG,
         24,
         &[
             VertexAttribute { location: 0, format: vk::Format::R32G32_SFLOAT, offset: 0 },

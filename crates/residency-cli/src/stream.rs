@@ -21,8 +21,9 @@ use residency::core::tiles::{
 use residency::core::usage::{BufferUsage, ImageUsage};
 use residency::core::vt_file::VtIndex;
 use residency::vulkan::ash::vk;
-use residency::vulkan::compute::{spirv_words, Binding, BindingKind, ComputeProgram, ViewRef};
+use residency::vulkan::compute::{Binding, ComputeProgram, ViewRef};
 use residency::vulkan::recording::Timestamps;
+use residency::vulkan::shaders;
 use residency::vulkan::software::{SoftwareTexture, DEFAULT_BORDER};
 use residency::vulkan::sparse::{MinLodMap, SparseImage, TileHeaps};
 use residency::vulkan::{
@@ -39,9 +40,6 @@ use std::time::Instant;
 
 /// A loaded stream unit's texel data: (mip, region, RGBA8 texels) per part.
 type Parts = Vec<(u32, TexelRegion, Vec<u8>)>;
-
-const SHADER: &[u8] = include_bytes!("../../../shaders/stream_view.comp.spv");
-const SHADER_SOFTWARE: &[u8] = include_bytes!("../../../shaders/stream_view_software.comp.spv");
 
 /// The streamed texture on either path (one per run: the size difference does not matter). Dropping
 /// it releases everything (the image keeps its heaps' memory alive until it goes).
@@ -781,20 +779,12 @@ pub fn fly(
     }
     uploader.wait_idle()?;
 
-    let kinds = [
-        BindingKind::SampledImage,
-        BindingKind::SampledImage,
-        BindingKind::StorageImage,
-        BindingKind::StorageBuffer,
-        BindingKind::StorageBuffer,
-        BindingKind::SampledImage,
-    ];
     let in_flight = args.frames_in_flight.max(1);
-    let (shader_name, shader) = match path {
-        ResidencyPath::Software => ("stream_view_software.comp", SHADER_SOFTWARE),
-        _ => ("stream_view.comp", SHADER),
+    let shader = match path {
+        ResidencyPath::Software => &shaders::STREAM_VIEW_SOFTWARE,
+        _ => &shaders::STREAM_VIEW,
     };
-    let program = ComputeProgram::new(&device, shader_name, &spirv_words(shader), &kinds, 80, 2 * in_flight)?;
+    let program = ComputeProgram::new(&device, shader.name(), shader, 2 * in_flight)?;
     let (texture_view, map_view): (ViewRef<'_>, ViewRef<'_>) = match &backend {
         Backend::Hardware { image, map, .. } => (image.into(), map.view().into()),
         Backend::Software { texture } => (texture.atlas_view().into(), texture.indirection_view().into()),

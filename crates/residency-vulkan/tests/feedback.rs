@@ -5,12 +5,10 @@ use residency_core::memory::MemoryIntent;
 use residency_core::streaming::{classify_sample, FeedbackBuffer, FeedbackDesc, FeedbackLayout, RequestKind};
 use residency_core::tiles::{ImageId, SparseImageDesc, SparseImageLayout};
 use residency_core::usage::BufferUsage;
-use residency_vulkan::compute::{spirv_words, Binding, BindingKind, ComputeProgram};
+use residency_vulkan::compute::{Binding, ComputeProgram};
+use residency_vulkan::shaders::{self};
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::BufferDesc;
-
-const SHADER: &[u8] =
-    include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shaders/feedback_view.comp.spv"));
 
 fn words_to_bytes(words: &[u32]) -> Vec<u8> {
     words.iter().flat_map(|w| w.to_le_bytes()).collect()
@@ -73,9 +71,7 @@ fn a_known_view_requests_exactly_the_expected_tiles() {
             .unwrap();
         input.write(0, &samples.iter().flatten().flat_map(|f| f.to_le_bytes()).collect::<Vec<_>>()).unwrap();
 
-        let kinds = [BindingKind::StorageBuffer; 3];
-        let program =
-            ComputeProgram::new(device, "feedback_view.comp", &spirv_words(SHADER), &kinds, 4, 1).unwrap();
+        let program = ComputeProgram::new(device, "feedback_view.comp", &shaders::FEEDBACK_VIEW, 1).unwrap();
         let ds = program
             .descriptor_set(&[Binding::Buffer(&fb), Binding::Buffer(&table), Binding::Buffer(&input)])
             .unwrap();
@@ -113,9 +109,6 @@ fn a_known_view_requests_exactly_the_expected_tiles() {
     });
 }
 
-const SAMPLING_SHADER: &[u8] =
-    include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shaders/feedback_sampling.comp.spv"));
-
 #[test]
 fn the_glsl_sampling_rule_matches_the_cpu_rule() {
     use residency_core::streaming::FeedbackSampling;
@@ -128,16 +121,8 @@ fn the_glsl_sampling_rule_matches_the_cpu_rule() {
                     .with_intent(MemoryIntent::Readback),
             )
             .unwrap();
-        let kinds = [BindingKind::StorageBuffer; 3];
-        let program = ComputeProgram::new(
-            device,
-            "feedback_sampling.comp",
-            &spirv_words(SAMPLING_SHADER),
-            &kinds,
-            16,
-            1,
-        )
-        .unwrap();
+        let program =
+            ComputeProgram::new(device, "feedback_sampling.comp", &shaders::FEEDBACK_SAMPLING, 1).unwrap();
         let ds = program
             .descriptor_set(&[Binding::Buffer(&out), Binding::Buffer(&out), Binding::Buffer(&out)])
             .unwrap();

@@ -10,18 +10,19 @@ use residency_core::memory::MemoryIntent;
 use residency_core::sync::{Region, ResourceId, SyncError, TrackerOptions, Use};
 use residency_core::usage::{BufferUsage, ImageUsage};
 use residency_vulkan::ash::vk;
-use residency_vulkan::compute::{spirv_words, Binding, BindingKind, ComputeProgram, DispatchError};
+use residency_vulkan::compute::{Binding, ComputeProgram, DispatchError};
 use residency_vulkan::multi::{MultiBuffer, MultiDevice, MultiDeviceError};
 use residency_vulkan::multi_work::{
     BufferView, CopyItem, DispatchItem, MultiBinding, MultiComputeProgram, MultiSubmitter, MultiTimeline,
     TimelineError, WorkError, WorkItem,
 };
+use residency_vulkan::shaders::{self, Shader};
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::tracking::{RecordError, ResourceTracker};
 use residency_vulkan::{BufferDesc, Device, ImageDesc, VulkanError};
 
-/// `values[i] = value + i` for `i < count`; push constants `{ count, value }`.
-const FILL: &[u8] = include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shaders/fill.comp.spv"));
+/// `fill.comp`: `values[i] = value + i` for `i < count`; push constants `{ count, value }`.
+static FILL: &Shader = &shaders::FILL;
 const N: u32 = 256;
 
 fn d(i: u32) -> DeviceIndex {
@@ -59,9 +60,7 @@ fn misuse_dispatch_over_the_workgroup_limit_is_a_typed_error_and_records_nothing
                     .with_intent(MemoryIntent::Readback),
             )
             .unwrap();
-        let program =
-            ComputeProgram::new(device, "fill.comp", &spirv_words(FILL), &[BindingKind::StorageBuffer], 8, 1)
-                .unwrap();
+        let program = ComputeProgram::new(device, "fill.comp", FILL, 1).unwrap();
         let ds = program.descriptor_set(&[Binding::Buffer(&target)]).unwrap();
         let read = || {
             let mut out = vec![0u8; N as usize * 4];
@@ -112,9 +111,7 @@ fn misuse_dispatch_over_the_workgroup_limit_is_a_typed_error_and_records_nothing
 fn misuse_push_constants_longer_than_declared_or_unaligned_are_a_typed_error() {
     with_gpu(|set| {
         let device = &set.devices()[0];
-        let program =
-            ComputeProgram::new(device, "fill.comp", &spirv_words(FILL), &[BindingKind::StorageBuffer], 8, 1)
-                .unwrap();
+        let program = ComputeProgram::new(device, "fill.comp", FILL, 1).unwrap();
         for given in [12usize, 6] {
             assert_eq!(
                 program.check_dispatch(&vec![0; given], [1, 1, 1]),
@@ -134,16 +131,7 @@ fn misuse_dispatch_over_the_workgroup_limit_through_the_multi_submitter_submits_
         let size = u64::from(N) * 4;
         let src = MultiBuffer::create(set, both, &BufferDesc::new("misuse src", size, usage)).unwrap();
         let dst = MultiBuffer::create(set, both, &BufferDesc::new("misuse dst", size, usage)).unwrap();
-        let program = MultiComputeProgram::new(
-            set,
-            both,
-            "fill.comp",
-            &spirv_words(FILL),
-            &[BindingKind::StorageBuffer],
-            8,
-            8,
-        )
-        .unwrap();
+        let program = MultiComputeProgram::new(set, both, "fill.comp", FILL, 8).unwrap();
         let submitter = MultiSubmitter::new(set, both).unwrap();
         let fill = |buffer: &MultiBuffer, value: u32, device: DeviceIndex| {
             let item = DispatchItem::new(

@@ -8,10 +8,11 @@ use residency_core::device_mask::{DeviceIndex, DeviceMask};
 use residency_core::format::Format;
 use residency_core::memory::MemoryIntent;
 use residency_core::usage::{BufferPoolUsage, BufferUsage, ImageUsage};
-use residency_vulkan::compute::{spirv_words, Binding, BindingKind, ComputeProgram};
+use residency_vulkan::compute::{Binding, ComputeProgram};
 use residency_vulkan::multi::{
     MultiBuffer, MultiBufferPool, MultiDevice, MultiDeviceError, MultiImage, MultiUploader,
 };
+use residency_vulkan::shaders;
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::{
     BufferDesc, BufferInit, BufferPoolDesc, CommandContext, Device, DeviceSet, Filter, ForeignReason,
@@ -19,8 +20,6 @@ use residency_vulkan::{
 };
 use std::sync::Arc;
 
-const SAMPLE: &[u8] =
-    include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shaders/sample_texels.comp.spv"));
 const N: u32 = 256;
 
 fn d(i: u32) -> DeviceIndex {
@@ -198,10 +197,8 @@ fn misuse_a_multi_device_image_dropped_while_its_cached_views_are_bound_in_pendi
                     .with_intent(MemoryIntent::Readback),
             )
             .unwrap();
-        let kinds = [BindingKind::SampledImage, BindingKind::StorageBuffer];
         let program =
-            ComputeProgram::new(&d0, "misuse multi view program", &spirv_words(SAMPLE), &kinds, 8, 1)
-                .unwrap();
+            ComputeProgram::new(&d0, "misuse multi view program", &shaders::SAMPLE_TEXELS, 1).unwrap();
         let ds = program
             .descriptor_set(&[
                 Binding::sampled(&*view, &sampler, vk::ImageLayout::GENERAL),

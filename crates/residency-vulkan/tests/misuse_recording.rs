@@ -10,11 +10,10 @@ use residency_core::format::Format;
 use residency_core::memory::MemoryIntent;
 use residency_core::sync::{Region, SyncError, TrackerOptions, Use};
 use residency_core::usage::{BufferUsage, ImageUsage};
-use residency_vulkan::compute::{
-    spirv_words, Binding, BindingError, BindingKind, ComputeProgram, DispatchError,
-};
+use residency_vulkan::compute::{Binding, BindingError, ComputeProgram, DispatchError};
 use residency_vulkan::graphics::{GraphicsProgram, RenderError, VertexAttribute};
 use residency_vulkan::recording::{BarrierError, CopyError, MemoryDependency, Timestamps};
+use residency_vulkan::shaders::{self};
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::tracking::{RecordError, ResourceTracker};
 use residency_vulkan::transient::{TransientPool, TransientRequest};
@@ -23,14 +22,6 @@ use residency_vulkan::{
 };
 use std::sync::Arc;
 
-/// `values[i] = value + i` for `i < count`; push constants `{ count, value }`.
-const FILL: &[u8] = include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shaders/fill.comp.spv"));
-/// `results[i] = texel (i % width, i / width)`: a sampled image and a storage buffer; push
-/// `{ count, width }`.
-const SAMPLE: &[u8] =
-    include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shaders/sample_texels.comp.spv"));
-const VERT: &[u8] = include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shaders/quads.vert.spv"));
-const FRAG: &[u8] = include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shaders/quads.frag.spv"));
 const N: u32 = 256;
 
 fn push(count: u32, value: u32) -> Vec<u8> {
@@ -63,8 +54,9 @@ fn storage(device: &Device, name: &str) -> Buffer {
         .unwrap()
 }
 
+/// `fill.comp`: `values[i] = value + i` for `i < count`; push constants `{ count, value }`.
 fn fill_program(device: &Device, name: &str) -> ComputeProgram {
-    ComputeProgram::new(device, name, &spirv_words(FILL), &[BindingKind::StorageBuffer], 8, 4).unwrap()
+    ComputeProgram::new(device, name, &shaders::FILL, 4).unwrap()
 }
 
 fn read_words(buffer: &Buffer) -> Vec<u32> {
@@ -105,8 +97,8 @@ fn misuse_a_recording_of_device_0_given_to_device_1_helpers_is_refused_and_recor
         let quads = GraphicsProgram::new(
             d1,
             "misuse device 1 quads",
-            &spirv_words(VERT),
-            &spirv_words(FRAG),
+            &shaders::QUADS_VERT,
+            &shaders::QUADS_FRAG,
             24,
             &[
                 VertexAttribute { location: 0, format: vk::Format::R32G32_SFLOAT, offset: 0 },
@@ -297,9 +289,9 @@ fn misuse_dropping_a_sets_view_and_sampler_while_the_set_is_in_use_is_safe() {
         let view = device.create_image_view(&image, 0..1).unwrap();
         let sampler = device.create_sampler(Filter::Nearest).unwrap();
         let results = storage(&device, "misuse view results");
-        let kinds = [BindingKind::SampledImage, BindingKind::StorageBuffer];
+        // `sample_texels.comp`: `results[i] = texel (i % width, i / width)`; push `{ count, width }`.
         let program =
-            ComputeProgram::new(&device, "misuse view program", &spirv_words(SAMPLE), &kinds, 8, 1).unwrap();
+            ComputeProgram::new(&device, "misuse view program", &shaders::SAMPLE_TEXELS, 1).unwrap();
         let ds = program
             .descriptor_set(&[
                 Binding::sampled(&view, &sampler, vk::ImageLayout::GENERAL),
@@ -443,9 +435,7 @@ fn misuse_barriers_with_disabled_stages_or_unperformed_accesses_are_refused() {
 fn misuse_descriptor_bindings_that_do_not_fit_are_refused_before_anything_is_allocated() {
     with_gpu(|set| {
         let device = &set.devices()[0];
-        let kinds = [BindingKind::SampledImage, BindingKind::StorageBuffer];
-        let program =
-            ComputeProgram::new(device, "misuse bindings", &spirv_words(SAMPLE), &kinds, 8, 1).unwrap();
+        let program = ComputeProgram::new(device, "misuse bindings", &shaders::SAMPLE_TEXELS, 1).unwrap();
         let storage_only = device
             .create_image(&ImageDesc::new_2d(
                 "misuse storage only",

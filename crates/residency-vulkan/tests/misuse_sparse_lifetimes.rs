@@ -15,7 +15,7 @@ use residency_core::tiles::{
 };
 use residency_core::usage::{BufferUsage, ImageUsage};
 use residency_vulkan::ash::vk;
-use residency_vulkan::compute::{spirv_words, Binding, BindingKind, ComputeProgram, ViewRef};
+use residency_vulkan::compute::{Binding, ComputeProgram, ViewRef};
 use residency_vulkan::software::{SoftwareImage, SoftwareTilePool, DEFAULT_BORDER};
 use residency_vulkan::sparse::{MinLodMap, SparseImage, SparseTilePool, TileHeaps};
 use residency_vulkan::testing::with_gpu;
@@ -99,14 +99,7 @@ fn gated_sample(
     views: (ViewRef<'_>, ViewRef<'_>),
 ) -> (Submission, ComputeProgram) {
     let device = context.device();
-    let kinds = [
-        BindingKind::SampledImage,
-        BindingKind::SampledImage,
-        BindingKind::StorageBuffer,
-        BindingKind::StorageBuffer,
-    ];
-    let program =
-        ComputeProgram::new(device, "gated sample", &spirv_words(HARDWARE_FALLBACK), &kinds, 32, 1).unwrap();
+    let program = ComputeProgram::new(device, "gated sample", HARDWARE_FALLBACK, 1).unwrap();
     let (linear, nearest) =
         (device.create_sampler(Filter::Trilinear).unwrap(), device.create_sampler(Filter::Nearest).unwrap());
     let mut input = device

@@ -4,7 +4,6 @@ use residency_core::device_mask::{DeviceIndex, DeviceMask};
 use residency_core::format::Format;
 use residency_core::tiles::{SparseImageDesc, TexelRegion, TilePoolDesc};
 use residency_core::usage::{BufferPoolUsage, BufferUsage};
-use residency_vulkan::compute::{spirv_words, BindingKind};
 use residency_vulkan::multi::{
     InitialData, MultiBufferPool, MultiDevice, MultiDeviceError, MultiSparseImage, MultiTilePool,
     MultiUploader,
@@ -13,11 +12,9 @@ use residency_vulkan::multi_work::{
     BufferView, CopyItem, DispatchItem, MultiBinding, MultiComputeProgram, MultiSubmitter, MultiTimeline,
     WorkError, WorkItem,
 };
+use residency_vulkan::shaders::{self};
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::{BufferInit, BufferPoolDesc};
-
-const SHADER: &[u8] =
-    include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shaders/placed_buffers.comp.spv"));
 
 fn d(i: u32) -> DeviceIndex {
     DeviceIndex::new(i).unwrap()
@@ -66,15 +63,8 @@ fn work_items_resolve_per_device_at_submission_and_cache_their_form() {
         uploader.broadcast(&params, 0, &p).unwrap();
         uploader.wait_idle().unwrap();
 
-        let kinds = [
-            BindingKind::StorageBuffer,
-            BindingKind::StorageBuffer,
-            BindingKind::UniformBuffer,
-            BindingKind::StorageBuffer,
-        ];
         let program =
-            MultiComputeProgram::new(set, both, "placed_buffers.comp", &spirv_words(SHADER), &kinds, 0, 4)
-                .unwrap();
+            MultiComputeProgram::new(set, both, "placed_buffers.comp", &shaders::PLACED_BUFFERS, 4).unwrap();
         let dispatch = DispatchItem::new(
             &program,
             vec![
@@ -235,15 +225,8 @@ fn a_mask_change_invalidates_the_cached_per_device_form() {
         p.resize(48, 0);
         uploader.broadcast(&params, 0, &p).unwrap();
         uploader.wait_idle().unwrap();
-        let kinds = [
-            BindingKind::StorageBuffer,
-            BindingKind::StorageBuffer,
-            BindingKind::UniformBuffer,
-            BindingKind::StorageBuffer,
-        ];
         let program =
-            MultiComputeProgram::new(set, both, "placed_buffers.comp", &spirv_words(SHADER), &kinds, 0, 8)
-                .unwrap();
+            MultiComputeProgram::new(set, both, "placed_buffers.comp", &shaders::PLACED_BUFFERS, 8).unwrap();
         let submitter = MultiSubmitter::new(set, both).unwrap();
         let run = |vertices: &residency_vulkan::multi::MultiBuffer| {
             let dispatch = DispatchItem::new(

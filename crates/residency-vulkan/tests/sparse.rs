@@ -6,14 +6,13 @@ use residency_core::memory::MemoryIntent;
 use residency_core::tiles::{SparseImageDesc, TexelRegion, TilePoolDesc};
 use residency_core::usage::BufferUsage;
 use residency_vulkan::ash::vk;
-use residency_vulkan::compute::{spirv_words, Binding, BindingKind, ComputeProgram};
+use residency_vulkan::compute::{Binding, ComputeProgram};
+use residency_vulkan::shaders::{self};
 use residency_vulkan::sparse::{SparseError, SparseImage, SparseTilePool};
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::{BufferDesc, Device, Filter, ImageRegion, Uploader};
 use std::sync::Arc;
 
-const PROBE: &[u8] =
-    include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shaders/sparse_probe.comp.spv"));
 const DEFAULT: [f32; 4] = [0.25, 0.5, 0.75, 1.0];
 
 /// The texel stored at (x, y) of `mip`: a pattern that differs per texel and per mip.
@@ -38,15 +37,7 @@ fn tile_region(image: &SparseImage, tile: [u32; 2]) -> TexelRegion {
 
 /// Reads each (x, y, lod) with residency codes: (texel as bytes, resident).
 fn probe(device: &Arc<Device>, image: &SparseImage, points: &[[i32; 3]]) -> Vec<([u8; 4], bool)> {
-    let program = ComputeProgram::new(
-        device,
-        "sparse probe",
-        &spirv_words(PROBE),
-        &[BindingKind::SampledImage, BindingKind::StorageBuffer, BindingKind::StorageBuffer],
-        32,
-        1,
-    )
-    .unwrap();
+    let program = ComputeProgram::new(device, "sparse probe", &shaders::SPARSE_PROBE, 1).unwrap();
     let sampler = device.create_sampler(Filter::Nearest).unwrap();
     let n = points.len() as u64;
     let mut probes = device
@@ -232,9 +223,6 @@ fn pool_exhaustion_and_address_space_are_typed_errors() {
     });
 }
 
-const STORE: &[u8] =
-    include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shaders/sparse_store.comp.spv"));
-
 fn upload_region(device: &Device, image: &SparseImage, layer: u32, region: TexelRegion, data: &[u8]) {
     let uploader = Uploader::new(device, "region upload", 4 << 20).unwrap();
     let target = ImageRegion::new(image, 0, region.offset, region.extent).with_layer(layer);
@@ -294,15 +282,7 @@ fn storage_writes_land_in_resident_tiles_and_large_readbacks_are_refused() {
         image.commit_region(&pool, 0, 0, tile).unwrap();
         pool.flush_binds(&mut [&mut image]).unwrap();
 
-        let program = ComputeProgram::new(
-            &device,
-            "sparse store",
-            &spirv_words(STORE),
-            &[BindingKind::StorageImage],
-            16,
-            1,
-        )
-        .unwrap();
+        let program = ComputeProgram::new(&device, "sparse store", &shaders::SPARSE_STORE, 1).unwrap();
         let set_ = program.descriptor_set(&[Binding::storage(&image, vk::ImageLayout::GENERAL)]).unwrap();
         let (w, h) = (shape.width as i32, shape.height as i32);
         let push: Vec<u8> = [0, 0, w, h].iter().flat_map(|v: &i32| v.to_le_bytes()).collect();

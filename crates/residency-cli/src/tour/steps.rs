@@ -14,9 +14,10 @@ use residency::core::tiles::{
 };
 use residency::core::usage::{BufferPoolUsage, BufferUsage};
 use residency::vulkan::ash::vk;
-use residency::vulkan::compute::{spirv_words, Binding, BindingKind, ComputeProgram};
+use residency::vulkan::compute::{Binding, ComputeProgram};
 use residency::vulkan::multi::{MultiBufferPool, MultiDevice, MultiUploader};
 use residency::vulkan::multi_work::{BufferView, CopyItem, MultiSubmitter, WorkItem};
+use residency::vulkan::shaders;
 use residency::vulkan::sparse::{MinLodMap, SparseImage, SparseTilePool};
 use residency::vulkan::{
     BufferDesc, BufferInit, BufferPool, BufferPoolDesc, Device, DeviceSet, Filter, ImageRegion,
@@ -24,9 +25,6 @@ use residency::vulkan::{
 };
 use serde_json::json;
 use std::sync::Arc;
-
-const PLACED: &[u8] = include_bytes!("../../../../shaders/placed_buffers.comp.spv");
-const FALLBACK: &[u8] = include_bytes!("../../../../shaders/sparse_fallback.comp.spv");
 
 /// Step 1: what each device is.
 pub fn devices(set: &DeviceSet) -> anyhow::Result<Section> {
@@ -183,13 +181,7 @@ pub fn pool(set: &DeviceSet) -> anyhow::Result<Section> {
     uploader.write_buffer(&indices, 0, &idx)?;
     uploader.write_buffer(&params, 0, &consts)?;
     uploader.flush()?;
-    let kinds = [
-        BindingKind::StorageBuffer,
-        BindingKind::StorageBuffer,
-        BindingKind::UniformBuffer,
-        BindingKind::StorageBuffer,
-    ];
-    let program = ComputeProgram::new(&device, "placed_buffers.comp", &spirv_words(PLACED), &kinds, 0, 1)?;
+    let program = ComputeProgram::new(&device, "placed_buffers.comp", &shaders::PLACED_BUFFERS, 1)?;
     let set_ = program.descriptor_set(&[
         Binding::Buffer(&vertices),
         Binding::Buffer(&indices),
@@ -335,19 +327,7 @@ pub fn sparse(set: &DeviceSet) -> anyhow::Result<Section> {
     // from the finest resident coarser mip.
     let grid: Vec<(u32, u32)> =
         (0..8).flat_map(|j| (0..8).map(move |i| (i * 2048 + 37, j * 2048 + 91))).collect();
-    let program = ComputeProgram::new(
-        &device,
-        "sparse_fallback.comp",
-        &spirv_words(FALLBACK),
-        &[
-            BindingKind::SampledImage,
-            BindingKind::SampledImage,
-            BindingKind::StorageBuffer,
-            BindingKind::StorageBuffer,
-        ],
-        32,
-        1,
-    )?;
+    let program = ComputeProgram::new(&device, "sparse_fallback.comp", &shaders::SPARSE_FALLBACK, 1)?;
     let sampler = device.create_sampler(Filter::Nearest)?;
     let mut probes = device.create_buffer(
         &BufferDesc::new("tour samples", grid.len() as u64 * 16, BufferUsage::STORAGE)

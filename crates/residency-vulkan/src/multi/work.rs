@@ -10,13 +10,16 @@
 
 use crate::buffer::Buffer;
 use crate::commands::{CommandContext, Submission};
-use crate::compute::{Binding, BindingError, BindingKind, ComputeProgram, DescriptorSet, DispatchError};
+use crate::compute::{
+    Binding, BindingError, BindingKind, ComputeProgram, DescriptorSet, DispatchError, ProgramError,
+};
 use crate::device::Device;
 use crate::device_set::DeviceSet;
 use crate::error::{Result as VkResult, VkResultExt, VulkanError};
 use crate::multi::{fan_out_on, multi_device, MultiBuffer, MultiDevice, MultiDeviceError, PerDevice};
 use crate::recording::{check_buffer_copy, Recording};
 use crate::retire::{ForeignUse, Garbage, GpuUse, Life};
+use crate::shaders::Shader;
 use ash::vk;
 use residency_core::device_mask::{DeviceIndex, DeviceMask};
 use std::sync::{Arc, Mutex};
@@ -30,8 +33,27 @@ pub struct MultiComputeProgram {
 }
 
 impl MultiComputeProgram {
-    /// Creates the program on every open device of `mask` (rolled back if one fails).
+    /// Creates the program `name` of a shipped compute `shader` on every open device of `mask`
+    /// (rolled back if one fails), as [`ComputeProgram::new`] does on one.
     pub fn new(
+        set: &DeviceSet,
+        mask: DeviceMask,
+        name: &str,
+        shader: &Shader,
+        max_sets: u32,
+    ) -> Result<Self, MultiDeviceError<ProgramError>> {
+        let programs = fan_out_on(set, mask, |d| ComputeProgram::new(d, name, shader, max_sets))?;
+        Ok(MultiComputeProgram { programs, kinds: shader.bindings().to_vec() })
+    }
+
+    /// Creates a program from the renderer's own SPIR-V on every open device of `mask` (rolled
+    /// back if one fails), as [`ComputeProgram::from_spirv`] does on one; what the reflection
+    /// can see is refused with a [`ProgramError`] before any Vulkan call.
+    ///
+    /// # Safety
+    ///
+    /// The contract of [`ComputeProgram::from_spirv`], for every device of `mask`.
+    pub unsafe fn from_spirv(
         set: &DeviceSet,
         mask: DeviceMask,
         name: &str,
@@ -39,9 +61,10 @@ impl MultiComputeProgram {
         kinds: &[BindingKind],
         push_constant_bytes: u32,
         max_sets: u32,
-    ) -> Result<Self, MultiDeviceError<VulkanError>> {
+    ) -> Result<Self, MultiDeviceError<ProgramError>> {
         let programs = fan_out_on(set, mask, |d| {
-            ComputeProgram::new(d, name, spirv, kinds, push_constant_bytes, max_sets)
+            // SAFETY: the caller's contract covers every device of `mask`.
+            unsafe { ComputeProgram::from_spirv(d, name, spirv, kinds, push_constant_bytes, max_sets) }
         })?;
         Ok(MultiComputeProgram { programs, kinds: kinds.to_vec() })
     }

@@ -8,7 +8,9 @@ use crate::format_map::vk_format;
 use crate::image::{Filter, ImageView, Sampler};
 use crate::recording::Recording;
 use crate::retire::{ForeignUse, Garbage, GpuUse, Life};
+use crate::shaders::Shader;
 use crate::sparse::SparseImage;
+use crate::spirv::{self, Interface, SpirvError, Stage};
 use ash::vk;
 use residency_core::device_mask::DeviceIndex;
 use residency_core::usage::BufferUsage;
@@ -265,12 +267,104 @@ pub enum DispatchError {
     },
 }
 
+/// A program was refused before anything was created: its code is not SPIR-V, or the interface
+/// the SPIR-V declares does not match the program's layout, or breaks a device limit.
+#[derive(Debug, thiserror::Error)]
+pub enum ProgramError {
+    /// The words are not a SPIR-V module (no header, wrong magic number, truncated).
+    #[error("`{program}`: {source}")]
+    NotSpirv {
+        /// The program.
+        program: String,
+        /// What is wrong with the words.
+        #[source]
+        source: SpirvError,
+    },
+    /// The module has no entry point `main` of the stage the program needs.
+    #[error("`{program}` needs a {stage:?} entry point `main`; the module has {found:?}")]
+    Stage {
+        /// The program.
+        program: String,
+        /// The stage it needs.
+        stage: Stage,
+        /// The module's entry points.
+        found: Vec<(Stage, String)>,
+    },
+    /// A descriptor the shader declares is not a binding of the program's layout, or is not of
+    /// the kind the program declares there.
+    #[error(
+        "`{program}`: the shader declares set {set} binding {binding} as {}, the program {}",
+        .found.map_or_else(|| format!("{count} descriptors of a type residency does not create"),
+            |k| format!("{count} × {k:?}")),
+        .declared.map_or_else(|| "has no such binding".to_owned(), |k| format!("declares {k:?}"))
+    )]
+    Binding {
+        /// The program.
+        program: String,
+        /// `DescriptorSet` of the shader's variable.
+        set: u32,
+        /// `Binding` of the shader's variable.
+        binding: u32,
+        /// What the program declares there (`None`: no such binding).
+        declared: Option<BindingKind>,
+        /// What the shader declares (`None`: a type residency does not create).
+        found: Option<BindingKind>,
+        /// Descriptors in the shader's binding (1; an array's length; 0 for a runtime array).
+        count: u32,
+    },
+    /// The push-constant range is not a multiple of 4, over the device's limit, or smaller than
+    /// the shader's push-constant block.
+    #[error(
+        "`{program}`: {declared} B of push constants for a {block} B block \
+         (a multiple of 4, at least the block, at most the device's {limit})"
+    )]
+    PushConstants {
+        /// The program.
+        program: String,
+        /// Bytes the program declares.
+        declared: u32,
+        /// Bytes of the shader's block.
+        block: u32,
+        /// The device's `maxPushConstantsSize`.
+        limit: u32,
+    },
+    /// The workgroup size is over the device's `maxComputeWorkGroupSize` or
+    /// `maxComputeWorkGroupInvocations`.
+    #[error(
+        "`{program}`: workgroup {size:?} is over the device's maxComputeWorkGroupSize {limit:?} \
+         or maxComputeWorkGroupInvocations {invocations}"
+    )]
+    WorkgroupSize {
+        /// The program.
+        program: String,
+        /// The shader's `LocalSize`.
+        size: [u32; 3],
+        /// The device's limit per axis.
+        limit: [u32; 3],
+        /// The device's limit on invocations.
+        invocations: u32,
+    },
+    /// The vertex input state or colour format does not fit the vertex shader or the device.
+    #[error("`{program}`: {reason}")]
+    Graphics {
+        /// The program.
+        program: String,
+        /// What does not fit.
+        reason: String,
+    },
+    /// A Vulkan call failed.
+    #[error(transparent)]
+    Vulkan(#[from] VulkanError),
+}
+
 /// A compute shader with everything needed to dispatch it: its pipeline, layouts and descriptor
 /// pool. It holds its device and is released when dropped, once the GPU work that may use it has
 /// completed (and after the last of its [`DescriptorSet`]s).
 ///
-/// The SPIR-V is trusted: residency checks its header, the push-constant size and the dispatch
-/// limits, not that the shader's code is valid or that its interface matches `kinds`.
+/// [`ComputeProgram::new`] takes one of the [shipped shaders](crate::shaders), whose code glslc
+/// produced; a renderer's own SPIR-V goes through the `unsafe` [`ComputeProgram::from_spirv`].
+/// Either way the SPIR-V's declared interface (descriptors of set 0, push-constant block,
+/// workgroup size) is reflected and checked against the program before anything is created.
 #[derive(Debug)]
 pub struct ComputeProgram {
     life: Arc<Life>,
@@ -284,43 +378,129 @@ pub struct ComputeProgram {
     pool: Mutex<vk::DescriptorPool>,
 }
 
-/// Reads SPIR-V words from bytes (as `include_bytes!` gives them).
+/// Reads SPIR-V words from bytes (as `include_bytes!` or a file gives them), little-endian.
 pub fn spirv_words(bytes: &[u8]) -> Vec<u32> {
     bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
 
-/// Refuses words that cannot be a SPIR-V module (no header, or not its magic number).
-pub(crate) fn check_spirv(device: &Device, name: &str, spirv: &[u32]) -> Result<()> {
-    if spirv.len() < 5 || spirv[0] != 0x0723_0203 {
-        return Err(VulkanError::Unsupported {
-            device: device.name().to_owned(),
-            reason: format!("`{name}`: the code is not a SPIR-V module (no SPIR-V header)"),
+/// Reflects `spirv` and checks that it has an entry point `main` of `stage`, that every
+/// descriptor it declares is binding `i` of set 0 with kind `kinds[i]` (one descriptor), and that
+/// its push-constant block fits `push_constant_bytes` (a multiple of 4 within the device's
+/// limit).
+pub(crate) fn check_interface(
+    device: &Device,
+    program: &str,
+    spirv: &[u32],
+    stage: Stage,
+    kinds: &[BindingKind],
+    push_constant_bytes: u32,
+) -> Result<Interface, ProgramError> {
+    let interface = spirv::reflect(spirv)
+        .map_err(|source| ProgramError::NotSpirv { program: program.to_owned(), source })?;
+    if !interface.has_entry_point(stage, "main") {
+        return Err(ProgramError::Stage {
+            program: program.to_owned(),
+            stage,
+            found: interface.entry_points.clone(),
         });
     }
-    Ok(())
+    for b in &interface.bindings {
+        let declared = if b.set == 0 { kinds.get(b.binding as usize).copied() } else { None };
+        if b.count != 1 || declared.is_none() || declared != b.kind {
+            return Err(ProgramError::Binding {
+                program: program.to_owned(),
+                set: b.set,
+                binding: b.binding,
+                declared,
+                found: b.kind,
+                count: b.count,
+            });
+        }
+    }
+    let limit = device.limits().max_push_constants_size;
+    if push_constant_bytes % 4 != 0
+        || push_constant_bytes > limit
+        || interface.push_constant_bytes > push_constant_bytes
+    {
+        return Err(ProgramError::PushConstants {
+            program: program.to_owned(),
+            declared: push_constant_bytes,
+            block: interface.push_constant_bytes,
+            limit,
+        });
+    }
+    Ok(interface)
 }
 
 impl ComputeProgram {
-    /// Creates the program from SPIR-V with bindings `0..kinds.len()` in set 0, `push_constant_bytes`
-    /// of push constants (a multiple of 4, at most the device's `maxPushConstantsSize`), and room
-    /// for `max_sets` descriptor sets.
+    /// Creates the program `name` of a shipped compute `shader` (its bindings in set 0 and its
+    /// push-constant bytes), with room for `max_sets` descriptor sets (at least 1). A shader of
+    /// another stage, or a workgroup size over the device's limits, is refused with nothing
+    /// created.
     pub fn new(
+        device: &Device,
+        name: &str,
+        shader: &Shader,
+        max_sets: u32,
+    ) -> Result<ComputeProgram, ProgramError> {
+        // SAFETY: a `Shader` is one of the shipped modules (its fields are private to the crate):
+        // glslc compiled it from GLSL for Vulkan 1.3 with an entry point `main`, and its declared
+        // interface is checked against its SPIR-V by a test and again by `create`.
+        unsafe {
+            Self::from_spirv(
+                device,
+                name,
+                shader.words(),
+                shader.bindings(),
+                shader.push_constant_bytes(),
+                max_sets,
+            )
+        }
+    }
+
+    /// Creates a program from the renderer's own SPIR-V with bindings `0..kinds.len()` in set 0,
+    /// `push_constant_bytes` of push constants (a multiple of 4, at most the device's
+    /// `maxPushConstantsSize`), and room for `max_sets` descriptor sets (at least 1).
+    ///
+    /// What the reflection can see is refused with a [`ProgramError`] before any Vulkan call:
+    /// words that are not SPIR-V, no `GLCompute` entry point `main`, a descriptor that is not
+    /// binding `i` of set 0 of kind `kinds[i]`, a push-constant block larger than
+    /// `push_constant_bytes`, a workgroup size over the device's limits. Calling with words it
+    /// refuses is sound.
+    ///
+    /// # Safety
+    ///
+    /// For words the reflection accepts, the caller guarantees:
+    /// - `spirv` is a valid SPIR-V module (it passes `spirv-val --target-env vulkan1.3`) that
+    ///   the device can run: its SPIR-V version, capabilities and extensions are supported by the
+    ///   device's Vulkan version and the features residency enabled ([`Device::features`]).
+    /// - Its entry point `main` is a compute shader whose statically used resources are
+    ///   described by `kinds` (set 0, one descriptor per binding; the format of a storage image
+    ///   compatible with the views that will be bound) and whose push-constant block lies in
+    ///   `0..push_constant_bytes`; what else its code relies on (specialisation constants, a
+    ///   `WorkgroupSize` built-in) is within the device's limits.
+    pub unsafe fn from_spirv(
         device: &Device,
         name: &str,
         spirv: &[u32],
         kinds: &[BindingKind],
         push_constant_bytes: u32,
         max_sets: u32,
-    ) -> Result<ComputeProgram> {
-        check_spirv(device, name, spirv)?;
-        let limit = device.limits().max_push_constants_size;
-        if push_constant_bytes % 4 != 0 || push_constant_bytes > limit {
-            return Err(VulkanError::Unsupported {
-                device: device.name().to_owned(),
-                reason: format!(
-                    "`{name}`: {push_constant_bytes} B of push constants (a multiple of 4, at most {limit})"
-                ),
-            });
+    ) -> Result<ComputeProgram, ProgramError> {
+        let interface = check_interface(device, name, spirv, Stage::Compute, kinds, push_constant_bytes)?;
+        if let Some(size) = interface.local_size {
+            let limits = device.limits();
+            let invocations = u64::from(size[0]) * u64::from(size[1]) * u64::from(size[2]);
+            if (0..3).any(|i| size[i] > limits.max_compute_work_group_size[i])
+                || invocations > u64::from(limits.max_compute_work_group_invocations)
+            {
+                return Err(ProgramError::WorkgroupSize {
+                    program: name.to_owned(),
+                    size,
+                    limit: limits.max_compute_work_group_size,
+                    invocations: limits.max_compute_work_group_invocations,
+                });
+            }
         }
         let raw = device.raw();
         let bindings: Vec<_> = kinds
@@ -337,9 +517,10 @@ impl ComputeProgram {
         let mut created = Created::default_for(device);
         // SAFETY: valid device; the create infos live for each call; the push-constant range is a
         // multiple of 4 within the device's limit (checked above). Objects are recorded in
-        // `created`, which destroys what exists if a later step fails (none was used). The code
-        // has a SPIR-V header (checked above); that it is valid SPIR-V whose interface matches
-        // the layout is trusted, not checked (the type's documentation says so; issue #15 lists it).
+        // `created`, which destroys what exists if a later step fails (none was used). The code is
+        // valid SPIR-V for this device with a compute entry point `main` whose interface matches
+        // the layout: the caller's contract (`# Safety`), of which the reflection above checked
+        // the descriptors, push-constant block and workgroup size.
         unsafe {
             created.set_layout = raw
                 .create_descriptor_set_layout(

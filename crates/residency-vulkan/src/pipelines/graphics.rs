@@ -1,13 +1,15 @@
 //! A minimal graphics pipeline for dynamic rendering into one colour attachment: what examples and
 //! tests need to draw (indexed) from placed vertex and index buffers.
 
-use crate::compute::check_spirv;
+use crate::compute::{check_interface, ProgramError};
 use crate::device::Device;
-use crate::error::{Result, VkResultExt, VulkanError};
+use crate::error::{VkResultExt, VulkanError};
 use crate::format_map::vk_format;
 use crate::image::ImageView;
 use crate::recording::Recording;
 use crate::retire::{ForeignUse, Garbage, GpuUse, Life};
+use crate::shaders::Shader;
+use crate::spirv::{Interface, Numeric, Stage};
 use ash::vk;
 use residency_core::usage::ImageUsage;
 use std::sync::Arc;
@@ -25,8 +27,12 @@ pub struct VertexAttribute {
 
 /// A vertex + fragment pipeline drawing triangles into one colour attachment (dynamic rendering,
 /// dynamic viewport and scissor, no depth, no blending, no descriptors). It holds its device and
-/// is released when dropped, once the GPU work that may use it has completed. The SPIR-V is
-/// trusted (see [`ComputeProgram`](crate::compute::ComputeProgram)).
+/// is released when dropped, once the GPU work that may use it has completed.
+///
+/// [`GraphicsProgram::new`] takes two [shipped shaders](crate::shaders); a renderer's own SPIR-V
+/// goes through the `unsafe` [`GraphicsProgram::from_spirv`]. Either way the stages, the absence
+/// of descriptors and push constants, and the vertex inputs are reflected and checked against the
+/// vertex layout before anything is created.
 #[derive(Debug)]
 pub struct GraphicsProgram {
     life: Arc<Life>,
@@ -74,10 +80,130 @@ impl<'a> Drawing<'_, 'a> {
     }
 }
 
+/// The numeric type a vertex format gives the shader.
+fn format_numeric(format: vk::Format) -> Numeric {
+    let name = format!("{format:?}");
+    if name.ends_with("_UINT") {
+        Numeric::Uint
+    } else if name.ends_with("_SINT") {
+        Numeric::Sint
+    } else if name.starts_with("R64") {
+        Numeric::Other
+    } else {
+        Numeric::Float
+    }
+}
+
+/// Checks the vertex input state and the colour format against the vertex shader and the device.
+fn check_vertex_input(
+    device: &Device,
+    program: &str,
+    vertex: &Interface,
+    stride: u32,
+    attributes: &[VertexAttribute],
+    color_format: vk::Format,
+) -> Result<(), ProgramError> {
+    let refuse = |reason: String| Err(ProgramError::Graphics { program: program.to_owned(), reason });
+    let limits = device.limits();
+    if stride > limits.max_vertex_input_binding_stride {
+        return refuse(format!(
+            "a stride of {stride} B is over the device's maxVertexInputBindingStride {}",
+            limits.max_vertex_input_binding_stride
+        ));
+    }
+    for (i, a) in attributes.iter().enumerate() {
+        if attributes[..i].iter().any(|b| b.location == a.location) {
+            return refuse(format!("two attributes at location {}", a.location));
+        }
+        if a.location >= limits.max_vertex_input_attributes {
+            return refuse(format!(
+                "location {} is over the device's maxVertexInputAttributes {}",
+                a.location, limits.max_vertex_input_attributes
+            ));
+        }
+        if a.offset > limits.max_vertex_input_attribute_offset {
+            return refuse(format!(
+                "offset {} is over the device's maxVertexInputAttributeOffset {}",
+                a.offset, limits.max_vertex_input_attribute_offset
+            ));
+        }
+        // SAFETY: a pure query of this device's physical device.
+        let props =
+            unsafe { device.instance().get_physical_device_format_properties(device.physical(), a.format) };
+        if !props.buffer_features.contains(vk::FormatFeatureFlags::VERTEX_BUFFER) {
+            return refuse(format!("{:?} cannot be a vertex attribute format on this device", a.format));
+        }
+    }
+    for input in &vertex.inputs {
+        match attributes.iter().find(|a| a.location == input.location) {
+            None => {
+                return refuse(format!(
+                    "the vertex shader reads location {} and no attribute feeds it",
+                    input.location
+                ))
+            }
+            Some(a) if format_numeric(a.format) != input.numeric || input.numeric == Numeric::Other => {
+                return refuse(format!(
+                    "location {} is {:?} in the vertex shader, the attribute is {:?}",
+                    input.location, input.numeric, a.format
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    // SAFETY: a pure query of this device's physical device.
+    let props =
+        unsafe { device.instance().get_physical_device_format_properties(device.physical(), color_format) };
+    if !props.optimal_tiling_features.contains(vk::FormatFeatureFlags::COLOR_ATTACHMENT) {
+        return refuse(format!("{color_format:?} cannot be a colour attachment on this device"));
+    }
+    Ok(())
+}
+
 impl GraphicsProgram {
-    /// Creates the pipeline from SPIR-V for a vertex layout of `stride` bytes with `attributes`,
-    /// rendering to `color_format`.
+    /// Creates the pipeline `name` of the shipped `vertex` and `fragment` shaders for a vertex
+    /// layout of `stride` bytes with `attributes`, rendering to `color_format`. A shader of the
+    /// wrong stage, a vertex input the attributes do not feed (or feed with another numeric
+    /// type), duplicate or out-of-limit attributes, or a colour format the device cannot render
+    /// to is refused with nothing created.
     pub fn new(
+        device: &Device,
+        name: &str,
+        vertex: &Shader,
+        fragment: &Shader,
+        stride: u32,
+        attributes: &[VertexAttribute],
+        color_format: vk::Format,
+    ) -> Result<GraphicsProgram, ProgramError> {
+        // SAFETY: a `Shader` is one of the shipped modules (its fields are private to the crate):
+        // glslc compiled it from GLSL for Vulkan 1.3 with an entry point `main`, and its declared
+        // interface (here: no descriptors, no push constants) is checked against its SPIR-V by a
+        // test and again by `from_spirv`.
+        unsafe {
+            Self::from_spirv(device, name, vertex.words(), fragment.words(), stride, attributes, color_format)
+        }
+    }
+
+    /// Creates the pipeline from the renderer's own SPIR-V for a vertex layout of `stride` bytes
+    /// with `attributes`, rendering to `color_format`.
+    ///
+    /// What the reflection can see is refused with a [`ProgramError`] before any Vulkan call:
+    /// words that are not SPIR-V, no `Vertex` (`Fragment`) entry point `main`, any descriptor or
+    /// push-constant block (the pipeline layout is empty), a vertex input the attributes do not
+    /// feed with its numeric type, and the checks of [`GraphicsProgram::new`]. Calling with words
+    /// it refuses is sound.
+    ///
+    /// # Safety
+    ///
+    /// For words the reflection accepts, the caller guarantees:
+    /// - `vertex` and `fragment` are valid SPIR-V modules (they pass `spirv-val --target-env
+    ///   vulkan1.3`) that the device can run: SPIR-V version, capabilities and extensions
+    ///   supported by the device's Vulkan version and the features residency enabled.
+    /// - Their entry points `main` are a vertex and a fragment shader that use no descriptors and
+    ///   no push constants, whose interfaces match each other (every fragment input has a vertex
+    ///   output of a matching type at its location), and whose vertex inputs match `attributes`
+    ///   as the specification requires (component counts and widths).
+    pub unsafe fn from_spirv(
         device: &Device,
         name: &str,
         vertex: &[u32],
@@ -85,13 +211,18 @@ impl GraphicsProgram {
         stride: u32,
         attributes: &[VertexAttribute],
         color_format: vk::Format,
-    ) -> Result<GraphicsProgram> {
-        check_spirv(device, name, vertex)?;
-        check_spirv(device, name, fragment)?;
+    ) -> Result<GraphicsProgram, ProgramError> {
+        let vs = check_interface(device, name, vertex, Stage::Vertex, &[], 0)?;
+        check_interface(device, name, fragment, Stage::Fragment, &[], 0)?;
+        check_vertex_input(device, name, &vs, stride, attributes, color_format)?;
         let raw = device.raw();
         // SAFETY: valid device; the create infos live for each call; modules are destroyed below,
-        // after pipeline creation, on every path. The code has SPIR-V headers (checked above);
-        // that it is valid SPIR-V matching the vertex layout is trusted, not checked (documented).
+        // after pipeline creation, on every path. The code is valid SPIR-V for this device with
+        // vertex and fragment entry points `main` that use no descriptors or push constants and
+        // match each other and the vertex layout: the caller's contract (`# Safety`), of which the
+        // reflection above checked the stages, descriptors, push constants and vertex inputs; the
+        // attributes are unique, within the device's limits, of vertex-buffer formats, and the
+        // colour format can be an attachment (checked above).
         unsafe {
             let layout = raw
                 .create_pipeline_layout(&vk::PipelineLayoutCreateInfo::default(), None)
@@ -101,7 +232,7 @@ impl GraphicsProgram {
                 Ok(m) => m,
                 Err(r) => {
                     raw.destroy_pipeline_layout(layout, None);
-                    return Err(VulkanError::from_vk("vkCreateShaderModule", r));
+                    return Err(VulkanError::from_vk("vkCreateShaderModule", r).into());
                 }
             };
             let fs =
@@ -110,7 +241,7 @@ impl GraphicsProgram {
                     Err(r) => {
                         raw.destroy_shader_module(vs, None);
                         raw.destroy_pipeline_layout(layout, None);
-                        return Err(VulkanError::from_vk("vkCreateShaderModule", r));
+                        return Err(VulkanError::from_vk("vkCreateShaderModule", r).into());
                     }
                 };
             let stages = [
@@ -174,7 +305,7 @@ impl GraphicsProgram {
                 Ok(p) => p[0],
                 Err((_, r)) => {
                     raw.destroy_pipeline_layout(layout, None);
-                    return Err(VulkanError::from_vk("vkCreateGraphicsPipelines", r));
+                    return Err(VulkanError::from_vk("vkCreateGraphicsPipelines", r).into());
                 }
             };
             device.set_name(pipeline, name);

@@ -5,13 +5,14 @@
 use residency_core::memory::MemoryIntent;
 use residency_core::usage::BufferUsage;
 use residency_vulkan::ash::vk;
-use residency_vulkan::compute::{spirv_words, Binding, BindingKind, ComputeProgram, ViewRef};
+use residency_vulkan::compute::{Binding, ComputeProgram, ViewRef};
+use residency_vulkan::shaders::{self, Shader};
 use residency_vulkan::{BufferDesc, Device, Filter};
 
 /// `sparse_fallback.comp`: the hardware path (sparse image + min-LOD map).
-pub const HARDWARE_FALLBACK: &[u8] = include_bytes!("../../../../shaders/sparse_fallback.comp.spv");
+pub static HARDWARE_FALLBACK: &Shader = &shaders::SPARSE_FALLBACK;
 /// `sparse_fallback_software.comp`: the software path (atlas + indirection).
-pub const SOFTWARE_FALLBACK: &[u8] = include_bytes!("../../../../shaders/sparse_fallback_software.comp.spv");
+pub static SOFTWARE_FALLBACK: &Shader = &shaders::SPARSE_FALLBACK_SOFTWARE;
 /// What a sample of nothing resident returns.
 pub const DEFAULT: [f32; 4] = [1.0, 0.0, 1.0, 1.0];
 
@@ -51,17 +52,11 @@ pub fn close(got: [f32; 4], want: [f32; 4], what: &str) {
 /// atlas, min-LOD map or indirection): texel × 255, resident, LOD used.
 pub fn sample_fallback(
     device: &Device,
-    spirv: &[u8],
+    shader: &Shader,
     views: (ViewRef<'_>, ViewRef<'_>),
     probes: &[([f32; 2], f32)],
 ) -> Vec<([f32; 4], bool, f32)> {
-    let kinds = [
-        BindingKind::SampledImage,
-        BindingKind::SampledImage,
-        BindingKind::StorageBuffer,
-        BindingKind::StorageBuffer,
-    ];
-    let program = ComputeProgram::new(device, "sparse_fallback", &spirv_words(spirv), &kinds, 32, 1).unwrap();
+    let program = ComputeProgram::new(device, "sparse_fallback", shader, 1).unwrap();
     let (linear, nearest) =
         (device.create_sampler(Filter::Trilinear).unwrap(), device.create_sampler(Filter::Nearest).unwrap());
     let n = probes.len() as u64;

@@ -1,0 +1,229 @@
+//! The shaders residency ships: GLSL in `shaders/`, compiled by `shaders/build.sh` (glslc) into
+//! the committed `.spv` files embedded here. A [`Shader`] can only be one of these constants, so a
+//! safe program constructor that takes `&Shader` knows its code came from glslc and that its
+//! declared interface was checked against the SPIR-V itself (the test
+//! `misuse_every_shipped_shader_declares_its_spirv_interface`, and again when a program is
+//! created). A renderer's own SPIR-V goes through the `unsafe` `from_spirv` constructors of
+//! [`ComputeProgram`](crate::compute::ComputeProgram),
+//! [`GraphicsProgram`](crate::graphics::GraphicsProgram) and
+//! [`MultiComputeProgram`](crate::multi_work::MultiComputeProgram).
+
+use crate::compute::BindingKind;
+use crate::spirv::Stage;
+
+/// One shipped SPIR-V module: its name, stage, code and the interface it declares (the descriptor
+/// bindings `0..bindings().len()` of set 0, in binding order, and the push-constant bytes a
+/// program reserves for it). Its entry point is `main`.
+#[derive(Debug)]
+pub struct Shader {
+    name: &'static str,
+    stage: Stage,
+    words: &'static [u32],
+    bindings: &'static [BindingKind],
+    push_constant_bytes: u32,
+}
+
+impl Shader {
+    /// Its name: the source file in `shaders/`.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// Its stage.
+    pub fn stage(&self) -> Stage {
+        self.stage
+    }
+
+    /// The SPIR-V words.
+    pub fn words(&self) -> &'static [u32] {
+        self.words
+    }
+
+    /// The kind of each binding of set 0, in binding order.
+    pub fn bindings(&self) -> &'static [BindingKind] {
+        self.bindings
+    }
+
+    /// Bytes of push constants a program reserves for it (a multiple of 4, at least its block).
+    pub fn push_constant_bytes(&self) -> u32 {
+        self.push_constant_bytes
+    }
+}
+
+/// Little-endian bytes to SPIR-V words, at compile time (so the words are aligned and the host's
+/// byte order, with no `unsafe`).
+const fn le_words<const N: usize>(bytes: &[u8]) -> [u32; N] {
+    assert!(bytes.len() == 4 * N, "a SPIR-V file is a whole number of words");
+    let mut words = [0u32; N];
+    let mut i = 0;
+    while i < N {
+        words[i] = u32::from_le_bytes([bytes[4 * i], bytes[4 * i + 1], bytes[4 * i + 2], bytes[4 * i + 3]]);
+        i += 1;
+    }
+    words
+}
+
+/// A shipped shader: `$name` is the source in `shaders/`, whose `$name.spv` is embedded.
+macro_rules! shader {
+    ($(#[$doc:meta])* $const:ident, $name:literal, $stage:ident, [$($kind:ident),*], $push:literal) => {
+        $(#[$doc])*
+        pub static $const: Shader = Shader {
+            name: $name,
+            stage: Stage::$stage,
+            words: {
+                const BYTES: &[u8] =
+                    include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shaders/", $name, ".spv"));
+                const WORDS: [u32; BYTES.len() / 4] = le_words(BYTES);
+                &WORDS
+            },
+            bindings: &[$(BindingKind::$kind),*],
+            push_constant_bytes: $push,
+        };
+    };
+}
+
+shader!(
+    /// `placed_buffers.comp`: transforms vertices read through indices with a uniform scale and
+    /// bias (the tour and the placed-buffers example). No push constants.
+    PLACED_BUFFERS,
+    "placed_buffers.comp",
+    Compute,
+    [StorageBuffer, StorageBuffer, UniformBuffer, StorageBuffer],
+    0
+);
+shader!(
+    /// `fill.comp`: writes `value` into `count` words; push `{ count, value }`.
+    FILL,
+    "fill.comp",
+    Compute,
+    [StorageBuffer],
+    8
+);
+shader!(
+    /// `sparse_fallback.comp`: samples a partially resident image with the min-LOD map fallback;
+    /// push `{ vec4 defaultValue; uint count; }` (32 bytes reserved).
+    SPARSE_FALLBACK,
+    "sparse_fallback.comp",
+    Compute,
+    [SampledImage, SampledImage, StorageBuffer, StorageBuffer],
+    32
+);
+shader!(
+    /// `sparse_fallback_software.comp`: the same through a software tile atlas and indirection.
+    SPARSE_FALLBACK_SOFTWARE,
+    "sparse_fallback_software.comp",
+    Compute,
+    [SampledImage, SampledImage, StorageBuffer, StorageBuffer],
+    32
+);
+shader!(
+    /// `sparse_probe.comp`: reads texels with residency codes; push
+    /// `{ vec4 defaultValue; uint count; }` (32 bytes reserved).
+    SPARSE_PROBE,
+    "sparse_probe.comp",
+    Compute,
+    [SampledImage, StorageBuffer, StorageBuffer],
+    32
+);
+shader!(
+    /// `sparse_store.comp`: writes a pattern into a storage image; push `{ ivec2 origin, size }`.
+    SPARSE_STORE,
+    "sparse_store.comp",
+    Compute,
+    [StorageImage],
+    16
+);
+shader!(
+    /// `stream_view.comp`: the streaming demo's view (sampling, feedback, reference); 80 bytes of
+    /// push constants.
+    STREAM_VIEW,
+    "stream_view.comp",
+    Compute,
+    [SampledImage, SampledImage, StorageImage, StorageBuffer, StorageBuffer, SampledImage],
+    80
+);
+shader!(
+    /// `stream_view_software.comp`: the streaming view through a software tile atlas.
+    STREAM_VIEW_SOFTWARE,
+    "stream_view_software.comp",
+    Compute,
+    [SampledImage, SampledImage, StorageImage, StorageBuffer, StorageBuffer, SampledImage],
+    80
+);
+shader!(
+    /// `feedback_view.comp`: records shader feedback for sample points; push `{ count }`.
+    FEEDBACK_VIEW,
+    "feedback_view.comp",
+    Compute,
+    [StorageBuffer, StorageBuffer, StorageBuffer],
+    4
+);
+shader!(
+    /// `feedback_sampling.comp`: which invocations write feedback in a frame; push
+    /// `{ frame, stride, interval, width }`.
+    FEEDBACK_SAMPLING,
+    "feedback_sampling.comp",
+    Compute,
+    [StorageBuffer, StorageBuffer, StorageBuffer],
+    16
+);
+shader!(
+    /// `cull_indices.comp`: writes a quad index list with culled quads degenerate; push
+    /// `{ quads, culled_mask }`.
+    CULL_INDICES,
+    "cull_indices.comp",
+    Compute,
+    [StorageBuffer],
+    8
+);
+shader!(
+    /// `multi_device.comp`: samples a texture at vertices on every device; push `{ count }`.
+    MULTI_DEVICE,
+    "multi_device.comp",
+    Compute,
+    [SampledImage, StorageBuffer, StorageBuffer],
+    4
+);
+shader!(
+    /// `sample_texels.comp`: reads texels of a sampled image; push `{ count, width }`.
+    SAMPLE_TEXELS,
+    "sample_texels.comp",
+    Compute,
+    [SampledImage, StorageBuffer],
+    8
+);
+shader!(
+    /// `quads.vert`: passes `vec2 position` (location 0) and `vec4 color` (location 1) through.
+    QUADS_VERT,
+    "quads.vert",
+    Vertex,
+    [],
+    0
+);
+shader!(
+    /// `quads.frag`: writes the flat colour.
+    QUADS_FRAG,
+    "quads.frag",
+    Fragment,
+    [],
+    0
+);
+
+/// Every shipped shader.
+pub static ALL: [&Shader; 15] = [
+    &PLACED_BUFFERS,
+    &FILL,
+    &SPARSE_FALLBACK,
+    &SPARSE_FALLBACK_SOFTWARE,
+    &SPARSE_PROBE,
+    &SPARSE_STORE,
+    &STREAM_VIEW,
+    &STREAM_VIEW_SOFTWARE,
+    &FEEDBACK_VIEW,
+    &FEEDBACK_SAMPLING,
+    &CULL_INDICES,
+    &MULTI_DEVICE,
+    &SAMPLE_TEXELS,
+    &QUADS_VERT,
+    &QUADS_FRAG,
+];

@@ -1,0 +1,461 @@
+//! A small SPIR-V reflection: enough of a module's header and instructions to see its entry points,
+//! the descriptor bindings and push-constant block it declares, its vertex inputs and its
+//! workgroup size, so that programs can refuse a shader whose interface does not match what they
+//! are created with. It reads; it does not validate the code (that is `spirv-val`'s job).
+
+use crate::compute::BindingKind;
+use std::collections::HashMap;
+
+/// The SPIR-V magic number, in the module's first word.
+pub const MAGIC: u32 = 0x0723_0203;
+
+/// Words that cannot be read as a SPIR-V module.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SpirvError {
+    /// Fewer than the five words of the header.
+    #[error("{words} words are not a SPIR-V module (the header alone is 5 words)")]
+    NoHeader {
+        /// Words given.
+        words: usize,
+    },
+    /// The first word is not the SPIR-V magic number (or the words are byte-swapped).
+    #[error("the first word {found:#010x} is not the SPIR-V magic number 0x07230203")]
+    BadMagic {
+        /// The first word.
+        found: u32,
+    },
+    /// An instruction runs past the end of the module, or has a word count of zero.
+    #[error("the instruction at word {at} is truncated or malformed")]
+    Truncated {
+        /// Its first word.
+        at: usize,
+    },
+    /// An instruction names an id the reflection cannot resolve (a type or constant missing).
+    #[error("id {id} is used but not defined by a type or constant this reflection reads")]
+    UnknownId {
+        /// The id.
+        id: u32,
+    },
+}
+
+/// The stage of an entry point (its execution model).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Stage {
+    /// `GLCompute`.
+    Compute,
+    /// `Vertex`.
+    Vertex,
+    /// `Fragment`.
+    Fragment,
+    /// Any other execution model (its SPIR-V number).
+    Other(u32),
+}
+
+/// A descriptor the module declares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DescriptorBinding {
+    /// `DescriptorSet` decoration.
+    pub set: u32,
+    /// `Binding` decoration.
+    pub binding: u32,
+    /// Its kind, or `None` for a descriptor type residency's programs cannot create (a separate
+    /// image or sampler, a texel buffer, an input attachment, an acceleration structure).
+    pub kind: Option<BindingKind>,
+    /// Descriptors in it: 1, the length of an array of descriptors, or 0 for a runtime array.
+    pub count: u32,
+}
+
+/// The numeric type of a vertex input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Numeric {
+    /// Floating point.
+    Float,
+    /// Signed integer.
+    Sint,
+    /// Unsigned integer.
+    Uint,
+    /// Anything else (a boolean, a struct, 64-bit types).
+    Other,
+}
+
+/// A `Location`-decorated `Input` variable of the module (a vertex attribute in a vertex shader).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Input {
+    /// `Location` decoration.
+    pub location: u32,
+    /// Its numeric type.
+    pub numeric: Numeric,
+}
+
+/// What a module declares, as far as residency's programs need to know.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Interface {
+    /// Entry points: stage and name.
+    pub entry_points: Vec<(Stage, String)>,
+    /// Every descriptor variable of the module (used or not), in declaration order.
+    pub bindings: Vec<DescriptorBinding>,
+    /// Bytes of the push-constant block (its last member's offset plus size), 0 without one.
+    pub push_constant_bytes: u32,
+    /// `Location`-decorated inputs that are not built-ins.
+    pub inputs: Vec<Input>,
+    /// The workgroup size of the `LocalSize` or `LocalSizeId` execution mode (of the last entry
+    /// point that declares one; a specialisation constant counts with its default value).
+    pub local_size: Option<[u32; 3]>,
+}
+
+impl Interface {
+    /// Whether the module has an entry point `name` of `stage`.
+    pub fn has_entry_point(&self, stage: Stage, name: &str) -> bool {
+        self.entry_points.iter().any(|(s, n)| *s == stage && n == name)
+    }
+}
+
+// Opcodes, decorations and storage classes (SPIR-V specification, section 3).
+const OP_ENTRY_POINT: u32 = 15;
+const OP_EXECUTION_MODE: u32 = 16;
+const OP_TYPE_BOOL: u32 = 20;
+const OP_TYPE_INT: u32 = 21;
+const OP_TYPE_FLOAT: u32 = 22;
+const OP_TYPE_VECTOR: u32 = 23;
+const OP_TYPE_MATRIX: u32 = 24;
+const OP_TYPE_IMAGE: u32 = 25;
+const OP_TYPE_SAMPLER: u32 = 26;
+const OP_TYPE_SAMPLED_IMAGE: u32 = 27;
+const OP_TYPE_ARRAY: u32 = 28;
+const OP_TYPE_RUNTIME_ARRAY: u32 = 29;
+const OP_TYPE_STRUCT: u32 = 30;
+const OP_TYPE_POINTER: u32 = 32;
+const OP_CONSTANT: u32 = 43;
+const OP_SPEC_CONSTANT: u32 = 50;
+const OP_EXECUTION_MODE_ID: u32 = 331;
+const OP_VARIABLE: u32 = 59;
+const OP_DECORATE: u32 = 71;
+const OP_MEMBER_DECORATE: u32 = 72;
+const OP_TYPE_ACCELERATION_STRUCTURE: u32 = 5341;
+
+const DECORATION_BLOCK: u32 = 2;
+const DECORATION_BUFFER_BLOCK: u32 = 3;
+const DECORATION_ARRAY_STRIDE: u32 = 6;
+const DECORATION_MATRIX_STRIDE: u32 = 7;
+const DECORATION_BUILT_IN: u32 = 11;
+const DECORATION_LOCATION: u32 = 30;
+const DECORATION_BINDING: u32 = 33;
+const DECORATION_DESCRIPTOR_SET: u32 = 34;
+const DECORATION_OFFSET: u32 = 35;
+
+const STORAGE_UNIFORM_CONSTANT: u32 = 0;
+const STORAGE_INPUT: u32 = 1;
+const STORAGE_UNIFORM: u32 = 2;
+const STORAGE_PUSH_CONSTANT: u32 = 9;
+const STORAGE_STORAGE_BUFFER: u32 = 12;
+
+const EXECUTION_MODE_LOCAL_SIZE: u32 = 17;
+const EXECUTION_MODE_LOCAL_SIZE_ID: u32 = 38;
+const DIM_BUFFER: u32 = 5;
+const DIM_SUBPASS_DATA: u32 = 6;
+
+/// A type the reflection knows.
+#[derive(Clone, Debug)]
+enum Type {
+    Bool,
+    Int { width: u32, signed: bool },
+    Float { width: u32 },
+    Vector { component: u32, count: u32 },
+    Matrix { column: u32, count: u32 },
+    Image { dim: u32, sampled: u32 },
+    Sampler,
+    SampledImage,
+    Array { element: u32, length: u32 },
+    RuntimeArray { element: u32 },
+    Struct { members: Vec<u32> },
+    Pointer { pointee: u32 },
+    AccelerationStructure,
+}
+
+/// Reads the interface of a SPIR-V module.
+pub fn reflect(words: &[u32]) -> Result<Interface, SpirvError> {
+    if words.len() < 5 {
+        return Err(SpirvError::NoHeader { words: words.len() });
+    }
+    if words[0] != MAGIC {
+        return Err(SpirvError::BadMagic { found: words[0] });
+    }
+    let mut types: HashMap<u32, Type> = HashMap::new();
+    let mut constants: HashMap<u32, u32> = HashMap::new();
+    let mut decorations: HashMap<(u32, u32), u32> = HashMap::new();
+    let mut member_offsets: HashMap<(u32, u32), u32> = HashMap::new();
+    let mut member_matrix_strides: HashMap<(u32, u32), u32> = HashMap::new();
+    let mut variables: Vec<(u32, u32, u32)> = Vec::new(); // (pointer type, id, storage class)
+    let mut interface = Interface::default();
+    let mut local_size_ids: Option<[u32; 3]> = None;
+    let mut at = 5;
+    while at < words.len() {
+        let count = (words[at] >> 16) as usize;
+        let opcode = words[at] & 0xffff;
+        if count == 0 || at + count > words.len() {
+            return Err(SpirvError::Truncated { at });
+        }
+        let op = &words[at + 1..at + count];
+        let need = |n: usize| if op.len() < n { Err(SpirvError::Truncated { at }) } else { Ok(()) };
+        match opcode {
+            OP_ENTRY_POINT => {
+                need(3)?;
+                let stage = match op[0] {
+                    0 => Stage::Vertex,
+                    4 => Stage::Fragment,
+                    5 => Stage::Compute,
+                    n => Stage::Other(n),
+                };
+                interface.entry_points.push((stage, literal_string(&op[2..])));
+            }
+            OP_EXECUTION_MODE => {
+                need(2)?;
+                if op[1] == EXECUTION_MODE_LOCAL_SIZE {
+                    need(5)?;
+                    interface.local_size = Some([op[2], op[3], op[4]]);
+                }
+            }
+            OP_EXECUTION_MODE_ID => {
+                need(2)?;
+                if op[1] == EXECUTION_MODE_LOCAL_SIZE_ID {
+                    need(5)?;
+                    local_size_ids = Some([op[2], op[3], op[4]]);
+                }
+            }
+            OP_TYPE_BOOL => {
+                need(1)?;
+                types.insert(op[0], Type::Bool);
+            }
+            OP_TYPE_INT => {
+                need(3)?;
+                types.insert(op[0], Type::Int { width: op[1], signed: op[2] != 0 });
+            }
+            OP_TYPE_FLOAT => {
+                need(2)?;
+                types.insert(op[0], Type::Float { width: op[1] });
+            }
+            OP_TYPE_VECTOR => {
+                need(3)?;
+                types.insert(op[0], Type::Vector { component: op[1], count: op[2] });
+            }
+            OP_TYPE_MATRIX => {
+                need(3)?;
+                types.insert(op[0], Type::Matrix { column: op[1], count: op[2] });
+            }
+            OP_TYPE_IMAGE => {
+                need(7)?;
+                types.insert(op[0], Type::Image { dim: op[2], sampled: op[6] });
+            }
+            OP_TYPE_SAMPLER => {
+                need(1)?;
+                types.insert(op[0], Type::Sampler);
+            }
+            OP_TYPE_SAMPLED_IMAGE => {
+                need(2)?;
+                types.insert(op[0], Type::SampledImage);
+            }
+            OP_TYPE_ARRAY => {
+                need(3)?;
+                let length = *constants.get(&op[2]).ok_or(SpirvError::UnknownId { id: op[2] })?;
+                types.insert(op[0], Type::Array { element: op[1], length });
+            }
+            OP_TYPE_RUNTIME_ARRAY => {
+                need(2)?;
+                types.insert(op[0], Type::RuntimeArray { element: op[1] });
+            }
+            OP_TYPE_STRUCT => {
+                need(1)?;
+                types.insert(op[0], Type::Struct { members: op[1..].to_vec() });
+            }
+            OP_TYPE_POINTER => {
+                need(3)?;
+                types.insert(op[0], Type::Pointer { pointee: op[2] });
+            }
+            OP_TYPE_ACCELERATION_STRUCTURE => {
+                need(1)?;
+                types.insert(op[0], Type::AccelerationStructure);
+            }
+            OP_CONSTANT | OP_SPEC_CONSTANT => {
+                need(3)?;
+                constants.insert(op[1], op[2]);
+            }
+            OP_VARIABLE => {
+                need(3)?;
+                variables.push((op[0], op[1], op[2]));
+            }
+            OP_DECORATE => {
+                need(2)?;
+                decorations.insert((op[0], op[1]), op.get(2).copied().unwrap_or(0));
+            }
+            OP_MEMBER_DECORATE => {
+                need(3)?;
+                let value = op.get(3).copied().unwrap_or(0);
+                match op[2] {
+                    DECORATION_OFFSET => {
+                        member_offsets.insert((op[0], op[1]), value);
+                    }
+                    DECORATION_MATRIX_STRIDE => {
+                        member_matrix_strides.insert((op[0], op[1]), value);
+                    }
+                    DECORATION_BUILT_IN => {
+                        // A struct of built-ins (`gl_PerVertex`): mark the struct itself.
+                        decorations.insert((op[0], DECORATION_BUILT_IN), value);
+                    }
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+        at += count;
+    }
+    if let Some(ids) = local_size_ids {
+        let mut size = [0; 3];
+        for (axis, id) in ids.into_iter().enumerate() {
+            size[axis] = *constants.get(&id).ok_or(SpirvError::UnknownId { id })?;
+        }
+        interface.local_size = Some(size);
+    }
+    let reflection = Reflection { types: &types, decorations: &decorations };
+    for &(pointer, id, storage) in &variables {
+        let pointee = match types.get(&pointer) {
+            Some(Type::Pointer { pointee }) => *pointee,
+            _ => return Err(SpirvError::UnknownId { id: pointer }),
+        };
+        match storage {
+            STORAGE_UNIFORM_CONSTANT | STORAGE_UNIFORM | STORAGE_STORAGE_BUFFER => {
+                let (element, count) = reflection.unwrap_arrays(pointee)?;
+                let kind = reflection.descriptor_kind(storage, element)?;
+                interface.bindings.push(DescriptorBinding {
+                    set: decorations.get(&(id, DECORATION_DESCRIPTOR_SET)).copied().unwrap_or(0),
+                    binding: decorations.get(&(id, DECORATION_BINDING)).copied().unwrap_or(0),
+                    kind,
+                    count,
+                });
+            }
+            STORAGE_PUSH_CONSTANT => {
+                let bytes = reflection.size(pointee, None, &member_offsets, &member_matrix_strides)?;
+                interface.push_constant_bytes = interface.push_constant_bytes.max(bytes);
+            }
+            STORAGE_INPUT => {
+                let built_in = decorations.contains_key(&(id, DECORATION_BUILT_IN))
+                    || decorations.contains_key(&(pointee, DECORATION_BUILT_IN));
+                if let (false, Some(&location)) = (built_in, decorations.get(&(id, DECORATION_LOCATION))) {
+                    interface.inputs.push(Input { location, numeric: reflection.numeric(pointee) });
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(interface)
+}
+
+/// A nul-terminated UTF-8 string packed in words (little-endian within each word).
+fn literal_string(words: &[u32]) -> String {
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).take_while(|&b| b != 0).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+struct Reflection<'a> {
+    types: &'a HashMap<u32, Type>,
+    decorations: &'a HashMap<(u32, u32), u32>,
+}
+
+impl Reflection<'_> {
+    fn get(&self, id: u32) -> Result<&Type, SpirvError> {
+        self.types.get(&id).ok_or(SpirvError::UnknownId { id })
+    }
+
+    /// The element type under arrays of descriptors, and how many descriptors (0: runtime).
+    fn unwrap_arrays(&self, mut ty: u32) -> Result<(u32, u32), SpirvError> {
+        let mut count = 1u32;
+        loop {
+            match self.get(ty)? {
+                Type::Array { element, length } => {
+                    count = count.saturating_mul(*length);
+                    ty = *element;
+                }
+                Type::RuntimeArray { element } => {
+                    count = 0;
+                    ty = *element;
+                }
+                _ => return Ok((ty, count)),
+            }
+        }
+    }
+
+    fn descriptor_kind(&self, storage: u32, ty: u32) -> Result<Option<BindingKind>, SpirvError> {
+        let decorated = |d| self.decorations.contains_key(&(ty, d));
+        Ok(match (storage, self.get(ty)?) {
+            (STORAGE_STORAGE_BUFFER, Type::Struct { .. }) => Some(BindingKind::StorageBuffer),
+            (STORAGE_UNIFORM, Type::Struct { .. }) if decorated(DECORATION_BUFFER_BLOCK) => {
+                Some(BindingKind::StorageBuffer)
+            }
+            (STORAGE_UNIFORM, Type::Struct { .. }) if decorated(DECORATION_BLOCK) => {
+                Some(BindingKind::UniformBuffer)
+            }
+            (STORAGE_UNIFORM_CONSTANT, Type::SampledImage) => Some(BindingKind::SampledImage),
+            (STORAGE_UNIFORM_CONSTANT, Type::Image { dim, sampled: 2 })
+                if *dim != DIM_BUFFER && *dim != DIM_SUBPASS_DATA =>
+            {
+                Some(BindingKind::StorageImage)
+            }
+            // Separate images and samplers, texel buffers, input attachments, acceleration
+            // structures: descriptor types residency's programs do not create.
+            _ => None,
+        })
+    }
+
+    /// Bytes of a value of `ty` in a block (`matrix_stride` for a matrix member).
+    fn size(
+        &self,
+        ty: u32,
+        matrix_stride: Option<u32>,
+        offsets: &HashMap<(u32, u32), u32>,
+        strides: &HashMap<(u32, u32), u32>,
+    ) -> Result<u32, SpirvError> {
+        Ok(match self.get(ty)? {
+            Type::Bool => 4,
+            Type::Int { width, .. } | Type::Float { width } => width / 8,
+            Type::Vector { component, count } => self.size(*component, None, offsets, strides)? * count,
+            Type::Matrix { column, count } => match matrix_stride {
+                Some(stride) => stride * count,
+                None => self.size(*column, None, offsets, strides)? * count,
+            },
+            Type::Array { element, length } => {
+                let stride = match self.decorations.get(&(ty, DECORATION_ARRAY_STRIDE)) {
+                    Some(&stride) => stride,
+                    None => self.size(*element, None, offsets, strides)?,
+                };
+                stride.saturating_mul(*length)
+            }
+            Type::Struct { members } => {
+                let mut end = 0u32;
+                for (i, &member) in members.iter().enumerate() {
+                    let key = (ty, i as u32);
+                    let offset = offsets.get(&key).copied().unwrap_or(end);
+                    let size = self.size(member, strides.get(&key).copied(), offsets, strides)?;
+                    end = end.max(offset.saturating_add(size));
+                }
+                end
+            }
+            // Opaque or unsized types cannot be in a push-constant block; count nothing.
+            _ => 0,
+        })
+    }
+
+    fn numeric(&self, ty: u32) -> Numeric {
+        let mut ty = ty;
+        loop {
+            match self.types.get(&ty) {
+                Some(Type::Vector { component, .. }) | Some(Type::Array { element: component, .. }) => {
+                    ty = *component
+                }
+                Some(Type::Matrix { column, .. }) => ty = *column,
+                Some(Type::Float { width: 16 | 32 }) => return Numeric::Float,
+                Some(Type::Int { width: 8..=32, signed: true }) => return Numeric::Sint,
+                Some(Type::Int { width: 8..=32, signed: false }) => return Numeric::Uint,
+                _ => return Numeric::Other,
+            }
+        }
+    }
+}
