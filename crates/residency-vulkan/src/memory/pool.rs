@@ -13,12 +13,12 @@
 
 use crate::buffer::{
     bind_buffer, create_raw_buffer, vk_buffer_usage, Buffer, BufferPlacement, ForeignReason, ForeignResource,
-    RawBuffer,
 };
 use crate::device::Device;
 use crate::ledger::ObjectId;
 use crate::memory::{BlockAllocation, BlockList, MemoryError, SubRequest};
 use crate::resource_memory::ResourceMemory;
+use crate::resources::Unused;
 use crate::retire::{Garbage, Life, Parent, PendingUses};
 use ash::vk;
 use residency_core::allocator::ResourceKind;
@@ -224,7 +224,7 @@ impl BufferPool {
                 pages.page_buffer = Some(Box::new(move |device: &Device, block| {
                     let (raw, req) =
                         create_raw_buffer(device, &format!("{page_name} page buffer"), block.size, usage)?;
-                    let guard = RawBuffer::new(device, raw);
+                    let guard = Unused::new(device, raw);
                     if req.memory_type_bits & (1 << block.type_index) == 0 || req.size > block.size {
                         return Err(MemoryError::Unsatisfiable {
                             name: page_name.clone(),
@@ -455,7 +455,7 @@ impl PoolShared {
         usage: BufferUsage,
     ) -> Result<Buffer, MemoryError> {
         let (raw, req) = create_raw_buffer(&self.device, &init.name, init.size, usage)?;
-        let guard = RawBuffer::new(&self.device, raw);
+        let guard = Unused::new(&self.device, raw);
         if req.memory_type_bits & (1 << self.type_index) == 0 {
             return Err(self.invalid(
                 init,

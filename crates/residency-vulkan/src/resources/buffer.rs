@@ -6,6 +6,7 @@ use crate::error::VulkanError;
 use crate::ledger::FaultSite;
 use crate::memory::{MappedPtr, MemoryError};
 use crate::resource_memory::{DedicatedTarget, PlaceRequest};
+use crate::resources::Unused;
 use crate::retire::{ForeignUse, Garbage, GpuUse, Life};
 use ash::vk;
 use residency_core::allocator::ResourceKind;
@@ -443,7 +444,7 @@ impl Device {
             });
         }
         let (raw, requirements) = create_raw_buffer(self, name, desc.size, desc.usage)?;
-        let raw_guard = RawBuffer::new(self, raw);
+        let raw_guard = Unused::new(self, raw);
         let request = PlaceRequest {
             name,
             requirements,
@@ -500,31 +501,5 @@ impl Buffer {
     /// The name of the pool that made it (for messages).
     fn pool_name(&self) -> String {
         self.life.parent_name().unwrap_or_else(|| "a pool".to_owned())
-    }
-}
-
-/// A `VkBuffer` not yet handed to a [`Life`]: destroyed on drop unless disarmed (error paths).
-pub(crate) struct RawBuffer<'a> {
-    device: &'a Device,
-    raw: vk::Buffer,
-}
-
-impl<'a> RawBuffer<'a> {
-    pub(crate) fn new(device: &'a Device, raw: vk::Buffer) -> RawBuffer<'a> {
-        RawBuffer { device, raw }
-    }
-
-    /// Keeps the buffer: the caller owns it again.
-    pub(crate) fn disarm(self) -> vk::Buffer {
-        let raw = self.raw;
-        std::mem::forget(self);
-        raw
-    }
-}
-
-impl Drop for RawBuffer<'_> {
-    fn drop(&mut self) {
-        // SAFETY: the guard holds a buffer created on this device that was never used by the GPU.
-        unsafe { self.device.raw().destroy_buffer(self.raw, None) };
     }
 }

@@ -7,6 +7,7 @@ use crate::error::VulkanError;
 use crate::format_map::{aspect, vk_format};
 use crate::memory::MemoryError;
 use crate::resource_memory::{DedicatedTarget, PlaceRequest, ResourceMemory};
+use crate::resources::Unused;
 use crate::retire::{ForeignUse, Garbage, GpuUse, Life, Parent};
 use ash::vk;
 use residency_core::allocator::{AllocError, ResourceKind};
@@ -298,7 +299,7 @@ impl Device {
             r => MemoryError::Vulkan(VulkanError::from_vk("vkCreateImage", r)),
         })?;
         self.set_name(raw, name);
-        let guard = RawImage { device: self, raw };
+        let guard = Unused::new(self, raw);
         let mut dedicated = vk::MemoryDedicatedRequirements::default();
         let mut out = vk::MemoryRequirements2::default().push_next(&mut dedicated);
         // SAFETY: raw was just created on this device; the output chain is live.
@@ -533,27 +534,6 @@ impl ImageView {
     /// image waits for it too.
     pub fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
         self.life.used_until(until)
-    }
-}
-
-/// A `VkImage` not yet handed to a [`Life`]: destroyed on drop unless disarmed (error paths).
-pub(crate) struct RawImage<'a> {
-    pub(crate) device: &'a Device,
-    pub(crate) raw: vk::Image,
-}
-
-impl RawImage<'_> {
-    pub(crate) fn disarm(self) -> vk::Image {
-        let raw = self.raw;
-        std::mem::forget(self);
-        raw
-    }
-}
-
-impl Drop for RawImage<'_> {
-    fn drop(&mut self) {
-        // SAFETY: an image created on this device that the GPU never used.
-        unsafe { self.device.raw().destroy_image(self.raw, None) };
     }
 }
 
