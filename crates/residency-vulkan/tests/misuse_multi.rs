@@ -127,15 +127,17 @@ fn misuse_a_fan_out_failing_on_the_second_device_leaves_nothing_on_the_first() {
                 if *device == d(1))
         };
 
-        // Committed, so each instance allocates its own memory: the allocation on device 1 fails.
-        d1.ledger().inject_out_of_memory(1);
+        // Committed, so each instance allocates its own memory: every allocation on device 1 fails
+        // (every memory type residency would fall back to: the H200 has several).
+        let types = d1.memory_properties().types.len() as u64;
+        d1.ledger().inject_out_of_memory(types);
         let desc = BufferDesc::new("misuse fan-out buffer", 1 << 16, BufferUsage::STORAGE).committed();
         let err = MultiBuffer::create(set, both(), &desc).unwrap_err();
         assert!(out_of_memory(&err), "{err}");
         d0.wait_submitted().unwrap();
         assert_eq!(ledger(&d0), before, "device 0's buffer and its memory were released");
 
-        d1.ledger().inject_out_of_memory(1);
+        d1.ledger().inject_out_of_memory(types);
         let desc =
             ImageDesc::new_2d("misuse fan-out image", Format::R8G8B8A8Unorm, 64, 64, ImageUsage::SAMPLED)
                 .committed();
@@ -145,7 +147,7 @@ fn misuse_a_fan_out_failing_on_the_second_device_leaves_nothing_on_the_first() {
         assert_eq!(ledger(&d0), before, "device 0's image and its memory were released");
 
         // The staging ring of device 1 cannot be allocated: device 0's uploader goes too.
-        d1.ledger().inject_out_of_memory(1);
+        d1.ledger().inject_out_of_memory(types);
         let err = MultiUploader::new(set, both(), 1 << 20).unwrap_err();
         assert!(
             matches!(err, MultiDeviceError::Failed { device, source: UploadError::Memory(_) } if device == d(1)),
@@ -155,6 +157,7 @@ fn misuse_a_fan_out_failing_on_the_second_device_leaves_nothing_on_the_first() {
         assert_eq!(ledger(&d0), before, "device 0's uploader, its ring and its commands were released");
 
         // Nothing is left injected: the same calls succeed.
+        d1.ledger().clear_faults();
         let buffer = MultiBuffer::create(
             set,
             both(),
