@@ -11,6 +11,8 @@
 //! - [`lineage`]: parents and children of tiles across mips.
 //! - [`manager`]: the [`StreamingManager`] policy — priorities, parent chains, upload and pool
 //!   budgets, delayed LRU eviction — over the tile pool and page tables of [`crate::tiles`].
+//! - [`source`]: where tiles come from ([`TileSource`]: `.rvt` files, or the renderer's own), and
+//!   [`loader`]: reads on worker threads that overlap frames, polled without waiting, cancellable.
 //! - [`stats`]: latency percentiles, traffic, thrash.
 //!
 //! Nothing here touches a GPU. See `docs/streaming.md` for the buffer layout, the GLSL side and the
@@ -19,9 +21,11 @@
 
 pub mod feedback;
 pub mod lineage;
+pub mod loader;
 pub mod lod_warning;
 pub mod manager;
 pub mod request;
+pub mod source;
 pub mod stats;
 
 pub use feedback::{
@@ -30,10 +34,12 @@ pub use feedback::{
     IMAGE_ENTRY_WORDS, MAX_FEEDBACK_IMAGES, MAX_FEEDBACK_MIPS, NO_COUNTS,
 };
 pub use lineage::{child_tiles, covering_tiles, parent_tiles};
+pub use loader::{DuplicateLoad, LoadDone, LoadJob, TileLoader};
 pub use lod_warning::classify_sample;
 pub use manager::{
     FrameInput, FrameOutput, ImageChanges, LoadReason, StreamUnit, StreamingDesc, StreamingError,
     StreamingManager, TileKey, TileLoad,
 };
 pub use request::{RequestKind, TileRequest};
+pub use source::{FnSource, RvtSource, SourceError, TileSource};
 pub use stats::{FrameStats, LatencyHistogram, LatencySummary, StreamingStats};

@@ -1,0 +1,213 @@
+//! Tile sources and the loader: every load submitted and not cancelled is delivered exactly once
+//! with its source's texels; a cancelled one never is (queued, running or finished); a failing
+//! source is a typed error; `poll` never waits; dropping the loader joins its workers.
+
+use residency_core::format::Format;
+use residency_core::streaming::{
+    DuplicateLoad, FnSource, LoadJob, RvtSource, SourceError, TileLoader, TileSource,
+};
+use residency_core::vt_file::{VtDesc, VtWriter};
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+fn desc() -> VtDesc {
+    VtDesc::new(Format::R8G8B8A8Unorm, 512, 512, 128, 128)
+}
+
+fn texels(mip: u32, x: u32, y: u32) -> Vec<u8> {
+    let bytes = desc().tile_bytes(mip, x, y).unwrap() as usize;
+    (0..bytes).map(|i| (i as u32 ^ (mip * 31 + x * 7 + y * 3)) as u8).collect()
+}
+
+fn procedural() -> Arc<dyn TileSource> {
+    Arc::new(FnSource::new("procedural", desc(), |mip, x, y| Ok(texels(mip, x, y))))
+}
+
+/// A source whose reads block until the gate opens.
+struct Gated {
+    open: Mutex<bool>,
+    changed: Condvar,
+    reads: Mutex<u32>,
+}
+
+impl Gated {
+    fn new() -> Arc<Gated> {
+        Arc::new(Gated { open: Mutex::new(false), changed: Condvar::new(), reads: Mutex::new(0) })
+    }
+
+    fn open(&self) {
+        *self.open.lock().unwrap() = true;
+        self.changed.notify_all();
+    }
+
+    fn reads(&self) -> u32 {
+        *self.reads.lock().unwrap()
+    }
+}
+
+impl TileSource for Gated {
+    fn name(&self) -> &str {
+        "gated"
+    }
+
+    fn desc(&self) -> VtDesc {
+        desc()
+    }
+
+    fn read_tile(&self, mip: u32, x: u32, y: u32) -> Result<Vec<u8>, SourceError> {
+        *self.reads.lock().unwrap() += 1;
+        let mut open = self.open.lock().unwrap();
+        while !*open {
+            open = self.changed.wait(open).unwrap();
+        }
+        Ok(texels(mip, x, y))
+    }
+}
+
+fn wait_until(what: &str, cond: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < Duration::from_secs(10), "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn every_load_not_cancelled_is_delivered_once_with_its_texels() {
+    let loader = TileLoader::new(4);
+    let source = procedural();
+    let mut want: HashMap<u32, Vec<(u32, u32, u32)>> = HashMap::new();
+    let mut s = 0x2545_f491_4f6c_dd1du64;
+    let mut cancelled = 0;
+    let mut got: HashMap<u32, Vec<Vec<u8>>> = HashMap::new();
+    for token in 0..400u32 {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        let mip = (s % 3) as u32;
+        let (gx, gy) = desc().tile_grid(mip);
+        let tiles: Vec<_> =
+            (0..1 + s % 3).map(|k| (mip, (s as u32 + k as u32) % gx, (s >> 8) as u32 % gy)).collect();
+        loader.submit(LoadJob { token, source: Arc::clone(&source), tiles: tiles.clone() }).unwrap();
+        want.insert(token, tiles);
+        if s % 5 == 0 {
+            // Cancel a random earlier load: whatever its stage, it is never delivered.
+            let victim = (s >> 16) as u32 % (token + 1);
+            if want.remove(&victim).is_some() {
+                assert!(loader.cancel(&victim));
+                cancelled += 1;
+            }
+        }
+        if token % 16 == 0 {
+            for done in loader.poll() {
+                assert!(got.insert(done.token, done.result.unwrap()).is_none(), "delivered twice");
+            }
+        }
+    }
+    loader.wait_idle();
+    for done in loader.poll() {
+        assert!(got.insert(done.token, done.result.unwrap()).is_none(), "delivered twice");
+    }
+    assert!(cancelled > 0);
+    assert_eq!(loader.pending(), 0);
+    assert_eq!(got.len(), want.len(), "exactly the loads not cancelled");
+    for (token, tiles) in &want {
+        let data = &got[token];
+        assert_eq!(data.len(), tiles.len());
+        for (bytes, &(mip, x, y)) in data.iter().zip(tiles) {
+            assert_eq!(bytes, &texels(mip, x, y));
+        }
+    }
+}
+
+#[test]
+fn a_load_cancelled_while_it_runs_is_dropped_and_a_resubmission_delivered_once() {
+    let loader = TileLoader::new(1);
+    let gated = Gated::new();
+    let source: Arc<dyn TileSource> = gated.clone();
+    loader.submit(LoadJob { token: 7u32, source: Arc::clone(&source), tiles: vec![(0, 0, 0)] }).unwrap();
+    wait_until("the read has started", || gated.reads() == 1);
+    assert_eq!(
+        loader.submit(LoadJob { token: 7, source: Arc::clone(&source), tiles: vec![] }),
+        Err(DuplicateLoad)
+    );
+    assert!(loader.poll().is_empty(), "poll does not wait for the running read");
+    assert!(loader.cancel(&7));
+    assert!(!loader.cancel(&7), "no longer pending");
+    // The same token again, while the cancelled read still runs: only the new load is delivered.
+    loader.submit(LoadJob { token: 7, source, tiles: vec![(1, 0, 0)] }).unwrap();
+    gated.open();
+    loader.wait_idle();
+    let done = loader.poll();
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0].result.as_ref().unwrap(), &vec![texels(1, 0, 0)]);
+    assert_eq!(loader.pending(), 0);
+}
+
+#[test]
+fn a_failing_source_is_a_typed_error_and_the_loader_goes_on() {
+    let loader = TileLoader::new(2);
+    let failing: Arc<dyn TileSource> = Arc::new(FnSource::new("failing", desc(), |_, _, _| {
+        Err(SourceError::Read { source_name: "failing".into(), reason: "disk on fire".into() })
+    }));
+    loader.submit(LoadJob { token: 1u32, source: failing, tiles: vec![(0, 0, 0)] }).unwrap();
+    loader.submit(LoadJob { token: 2, source: procedural(), tiles: vec![(0, 9, 9)] }).unwrap();
+    loader.submit(LoadJob { token: 3, source: procedural(), tiles: vec![(0, 1, 1)] }).unwrap();
+    loader.wait_idle();
+    let mut done = loader.poll();
+    done.sort_by_key(|d| d.token);
+    assert!(matches!(&done[0].result, Err(SourceError::Read { reason, .. }) if reason == "disk on fire"));
+    assert!(matches!(&done[1].result, Err(SourceError::NoSuchTile { mip: 0, x: 9, y: 9, .. })));
+    assert_eq!(done[2].result.as_ref().unwrap(), &vec![texels(0, 1, 1)]);
+}
+
+#[test]
+fn dropping_the_loader_joins_its_workers_after_their_reads() {
+    let gated = Gated::new();
+    let loader = TileLoader::new(2);
+    let source: Arc<dyn TileSource> = gated.clone();
+    for token in 0..4u32 {
+        loader.submit(LoadJob { token, source: Arc::clone(&source), tiles: vec![(0, 0, 0)] }).unwrap();
+    }
+    wait_until("two reads run", || gated.reads() == 2);
+    let opener = {
+        let gated = Arc::clone(&gated);
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            gated.open();
+        })
+    };
+    drop(loader);
+    opener.join().unwrap();
+    assert_eq!(gated.reads(), 2, "the queued loads never started");
+}
+
+#[test]
+fn an_rvt_file_is_a_tile_source() {
+    let desc = desc();
+    let path = std::env::temp_dir().join(format!("residency-source-{}.rvt", std::process::id()));
+    let mut writer = VtWriter::new(std::fs::File::create(&path).unwrap(), desc).unwrap();
+    for mip in 0..desc.mip_count {
+        let (gx, gy) = desc.tile_grid(mip);
+        for y in 0..gy {
+            for x in 0..gx {
+                writer.write_tile(mip, x, y, &texels(mip, x, y)).unwrap();
+            }
+        }
+    }
+    writer.finish().unwrap();
+    let source: Arc<dyn TileSource> = Arc::new(RvtSource::open(&path).unwrap());
+    assert_eq!(source.desc(), desc);
+    let loader = TileLoader::new(3);
+    let tiles: Vec<_> = (0..4).flat_map(|y| (0..4).map(move |x| (0, x, y))).collect();
+    loader.submit(LoadJob { token: "mip 0", source: Arc::clone(&source), tiles: tiles.clone() }).unwrap();
+    loader.wait_idle();
+    let done = loader.poll();
+    for (bytes, &(mip, x, y)) in done[0].result.as_ref().unwrap().iter().zip(&tiles) {
+        assert_eq!(bytes, &texels(mip, x, y));
+    }
+    assert!(matches!(source.read_tile(0, 4, 0), Err(SourceError::NoSuchTile { .. })));
+    assert!(matches!(RvtSource::open(path.with_extension("missing")), Err(SourceError::Read { .. })));
+    std::fs::remove_file(&path).unwrap();
+}
