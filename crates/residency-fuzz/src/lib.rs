@@ -13,6 +13,7 @@ mod input;
 mod json_ops;
 mod placement_ops;
 mod profiles;
+mod retire_ops;
 mod rvt_ops;
 mod streaming_ops;
 mod tile_ops;
@@ -54,6 +55,12 @@ pub fn streaming_manager(data: &[u8]) {
     streaming_ops::run(data);
 }
 
+/// Random releases, clock advances and collections into the deferred-destruction queue, against
+/// a reference model (nothing early, nothing late, release order, nothing lost).
+pub fn retire_queue(data: &[u8]) {
+    retire_ops::run(data);
+}
+
 /// A fuzz target body.
 pub type Target = fn(&[u8]);
 
@@ -65,4 +72,5 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("rvt_reader", rvt_reader),
     ("profile_json", profile_json),
     ("streaming_manager", streaming_manager),
+    ("retire_queue", retire_queue),
 ];

@@ -227,3 +227,8 @@ fn write_rvt_seeds() {
     std::fs::write(dir.join("raw-20x20.rvt"), sample_rvt(20, 20, Compression::None)).expect("seed");
     std::fs::write(dir.join("raw-1x1.rvt"), sample_rvt(1, 1, Compression::None)).expect("seed");
 }
+
+#[test]
+fn retire_queue_bounded() {
+    bounded("retire_queue");
+}
