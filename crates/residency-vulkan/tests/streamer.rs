@@ -245,3 +245,35 @@ fn other_formats_are_refused() {
         streamer.end_frame(device.submitted_work()).unwrap();
     });
 }
+
+/// Under a small budget the requests move across mip 0: tiles are evicted (unbound on the
+/// hardware path, after waiting for the frames in flight), the budget holds, no validation message.
+#[test]
+fn a_small_budget_evicts_behind_the_frames_in_flight() {
+    for path in [ResidencyPath::Hardware, ResidencyPath::Software] {
+        with_gpu(|set| {
+            let device = Arc::clone(&set.devices()[0]);
+            let mut streamer = Streamer::new(&device, desc(path, 2).with_budget_tiles(32)).unwrap();
+            let a = streamer.add_texture("vt tight a", source("vt tight a", 5, 0)).unwrap();
+            let b = streamer.add_texture("vt tight b", source("vt tight b", 6, 0)).unwrap();
+            let commands = CommandContext::new(&device, "test frames").unwrap();
+            for f in 0..40u32 {
+                let (x, y) = ((f / 4) % 8, (f / 8) % 8);
+                let wanted = vec![tile(&streamer, a.id(), 0, x, y), tile(&streamer, b.id(), 0, 7 - x, y)];
+                frame(&mut streamer, &commands, &wanted);
+                assert!(streamer.manager().check_invariants().is_ok());
+            }
+            let stats = streamer.manager_stats().clone();
+            assert!(stats.tiles_evicted > 0, "{stats:?}");
+            assert!(streamer.manager().committed_tiles() <= 32, "{stats:?}");
+            if path == ResidencyPath::Hardware {
+                assert!(streamer.stats().unbind_waits <= stats.frames);
+            }
+            for k in streamer.coarse_chain(&a).iter().chain(streamer.coarse_chain(&b)) {
+                assert!(streamer.manager().is_resident(*k), "pinned units are never evicted");
+            }
+            streamer.remove_texture(a).unwrap();
+            streamer.remove_texture(b).unwrap();
+        });
+    }
+}
