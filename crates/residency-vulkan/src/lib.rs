@@ -20,6 +20,7 @@ pub mod multi;
 mod pipelines;
 mod resources;
 pub mod sparse;
+pub mod streaming;
 mod sync;
 pub mod testing;
 pub mod validation;

@@ -605,6 +605,32 @@ impl Device {
         }
     }
 
+    /// Whether the GPU has passed `until`; never waits. A use of another device, or a frame count
+    /// ([`Device::frames_from_now`]) not yet counted, has not passed.
+    pub fn has_completed(&self, until: &GpuUse) -> bool {
+        until.device == self.uid() && self.clock_value(until.point.clock) >= until.point.value
+    }
+
+    /// Waits until the GPU has passed `until`: a residency submission or a point of a renderer
+    /// [`Timeline`] (bounded on a lost device). A frame count is no GPU event and another device's
+    /// use is refused with [`VulkanError::Unsupported`](crate::VulkanError::Unsupported).
+    pub fn wait_until(&self, until: &GpuUse) -> Result<()> {
+        if self.has_completed(until) {
+            return Ok(());
+        }
+        if until.device == self.uid() && until.point.clock == UNIVERSAL {
+            return self.wait_universal(until.point.value);
+        }
+        let info = self.wait_info(until)?;
+        let semaphores = [info.semaphore];
+        let values = [info.value];
+        let wait = vk::SemaphoreWaitInfo::default().semaphores(&semaphores).values(&values);
+        // SAFETY: a timeline semaphore of this device (`wait_info` checked the device and the
+        // clock); the wait is bounded by the teardown timeout.
+        unsafe { self.raw().wait_semaphores(&wait, self.teardown_timeout()) }.during("vkWaitSemaphores")?;
+        Ok(())
+    }
+
     /// Creates a timeline semaphore for the renderer's own submissions (signal it there; declare
     /// uses with [`Timeline::at`]). It is destroyed with the device.
     pub fn create_timeline(&self, name: &str) -> Result<Timeline> {

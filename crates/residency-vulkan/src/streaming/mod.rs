@@ -1,0 +1,855 @@
+//! The streamer: the frame protocol of feedback-driven texture streaming, for many virtual
+//! textures under one tile budget, on either residency path.
+//!
+//! A [`Streamer`] owns one [`StreamingManager`] (one budget), a [`TileLoader`] (worker threads
+//! that overlap frames), the staging [`Uploader`], the tile heaps (hardware path) and a ring of
+//! `frames_in_flight` feedback buffers. [`Streamer::add_texture`] takes a [`TileSource`] and
+//! returns a [`VirtualTexture`] whose coarse chain is already resident (priming), so a texture's
+//! first frame is never blank. The renderer records its own draws; per frame:
+//!
+//! 1. [`Streamer::begin_frame`]:
+//!    - waits only if this frame's feedback slot still belongs to the frame `frames_in_flight`
+//!      back (the CPU runs at most that far ahead);
+//!    - reads the feedback of every frame the GPU has finished, without waiting (its
+//!      [`GpuUse`] has passed), oldest first;
+//!    - takes the loads the workers finished (never waits for one), runs the manager update;
+//!    - binds newly resident tiles and unbinds evicted ones (hardware: one `vkQueueBindSparse`;
+//!      an unbind first waits for the frames in flight, which may sample the tiles — the only
+//!      wait, and only under eviction), stages the loaded texels (software: bordered, into the
+//!      atlas slot), then the min-LOD map (hardware) or indirection (software) updates, and
+//!      flushes the uploader: on the universal queue, those copies come after the frames already
+//!      submitted and before the frame the renderer submits next;
+//!    - starts this frame's loads on the workers (they complete for a later frame);
+//!    - resets this frame's feedback buffer and returns the [`FrameBindings`]: per texture the
+//!      views to bind and its feedback slot, the feedback buffer and image table, and the GLSL
+//!      include for the path.
+//! 2. The renderer records and submits its frame on the universal queue, starting with a barrier
+//!    from earlier writes (all commands, host) to its shader reads and writes (as
+//!    [`FrameBindings::record_barrier`] records); its shaders write feedback into the buffer.
+//! 3. [`Streamer::end_frame`] with the [`GpuUse`] that ends the frame's GPU work
+//!    ([`Submission::gpu_use`](crate::Submission::gpu_use), or a point of a renderer timeline):
+//!    the streamer reads that frame's feedback once it has passed, and declares it on every object
+//!    the frame samples, so a removed texture or a replaced buffer is destroyed only after it.
+//!
+//! The manager counts its own frames (ticks): one per `begin_frame`, and the few that priming
+//! takes; request-to-resident latency is in ticks.
+#![deny(missing_docs)]
+
+mod texture;
+
+pub use texture::TextureViews;
+
+use crate::software::SoftwareError;
+use crate::sparse::{SparseError, TileHeaps};
+use crate::{
+    AccessError, Buffer, BufferDesc, Device, ForeignUse, GpuUse, Recording, UploadError, Uploader,
+    VulkanError,
+};
+use residency_core::format::Format;
+use residency_core::memory::MemoryIntent;
+use residency_core::streaming::{
+    FeedbackBuffer, FeedbackDesc, FeedbackError, FeedbackLayout, FeedbackRing, FrameInput, FrameOutput,
+    LoadJob, SourceError, StreamUnit, StreamingDesc, StreamingError, StreamingManager, StreamingStats,
+    TileKey, TileLoader, TileRequest, TileSource,
+};
+use residency_core::tiles::{BindPlanOptions, ImageId, LayoutError, ResidencyPath};
+use residency_core::usage::BufferUsage;
+use std::collections::HashMap;
+use std::sync::Arc;
+use texture::{Texture, TextureGpu};
+
+/// The software path's tiles per pool heap (atlas slots come in whole heaps).
+const SOFTWARE_TILES_PER_HEAP: u32 = 16;
+
+/// Priming gives up after this many manager ticks (or pinned load failures).
+const PRIME_TICKS: u32 = 256;
+
+/// A streamer's settings. Defaults: 256 tiles (16 MiB of 64 KiB tiles), 8 MiB of loads started per
+/// frame, 2 frames in flight, `Auto` path, 2 workers, the default feedback layout, 32 MiB staging.
+#[derive(Clone, Debug)]
+pub struct StreamerDesc {
+    /// For messages and object names.
+    pub name: String,
+    /// Tiles resident at most, over all textures (the software path rounds up to whole heaps of
+    /// 16 tiles).
+    pub budget_tiles: u32,
+    /// Bytes of loads started per frame (at least one load starts).
+    pub upload_bytes_per_frame: u64,
+    /// Frames the CPU may run ahead of the GPU (1 to 8).
+    pub frames_in_flight: u32,
+    /// The residency path; `Auto` takes hardware where the device has it for RGBA8.
+    pub path: ResidencyPath,
+    /// Loader threads (at least 1).
+    pub workers: usize,
+    /// The feedback buffers' record capacity and pixel counting.
+    pub feedback: FeedbackDesc,
+    /// Bytes of the staging ring.
+    pub staging_bytes: u64,
+}
+
+impl Default for StreamerDesc {
+    fn default() -> Self {
+        Self {
+            name: "streamer".to_owned(),
+            budget_tiles: 256,
+            upload_bytes_per_frame: 8 << 20,
+            frames_in_flight: 2,
+            path: ResidencyPath::Auto,
+            workers: 2,
+            feedback: FeedbackDesc::default(),
+            staging_bytes: 32 << 20,
+        }
+    }
+}
+
+impl StreamerDesc {
+    /// Sets the name.
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Sets the tile budget (at least 1).
+    pub fn with_budget_tiles(mut self, tiles: u32) -> Self {
+        if tiles == 0 {
+            tracing::warn!("a tile budget of 0 is raised to 1");
+        }
+        self.budget_tiles = tiles.max(1);
+        self
+    }
+
+    /// Sets the bytes of loads started per frame.
+    pub fn with_upload_bytes_per_frame(mut self, bytes: u64) -> Self {
+        self.upload_bytes_per_frame = bytes;
+        self
+    }
+
+    /// Sets the frames in flight, clamped to 1..=8.
+    pub fn with_frames_in_flight(mut self, frames: u32) -> Self {
+        let clamped = frames.clamp(1, 8);
+        if clamped != frames {
+            tracing::warn!(frames, clamped, "frames in flight clamped to 1..=8");
+        }
+        self.frames_in_flight = clamped;
+        self
+    }
+
+    /// Sets the residency path.
+    pub fn with_path(mut self, path: ResidencyPath) -> Self {
+        self.path = path;
+        self
+    }
+
+    /// Sets the loader threads (at least 1).
+    pub fn with_workers(mut self, workers: usize) -> Self {
+        if workers == 0 {
+            tracing::warn!("0 loader threads raised to 1");
+        }
+        self.workers = workers.max(1);
+        self
+    }
+}
+
+/// Why a streamer call failed. Out-of-memory and device loss come as [`StreamError::Vulkan`] (or
+/// inside the sparse, software and upload errors).
+#[derive(Debug, thiserror::Error)]
+pub enum StreamError {
+    /// A Vulkan call failed.
+    #[error(transparent)]
+    Vulkan(#[from] VulkanError),
+    /// The hardware path: image creation or binding.
+    #[error(transparent)]
+    Sparse(#[from] SparseError),
+    /// The software path (also: the requested path is not available here).
+    #[error(transparent)]
+    Software(#[from] SoftwareError),
+    /// Staging.
+    #[error(transparent)]
+    Upload(#[from] UploadError),
+    /// Allocating a feedback or table buffer.
+    #[error(transparent)]
+    Memory(#[from] crate::MemoryError),
+    /// Mapping a feedback or table buffer.
+    #[error(transparent)]
+    Access(#[from] AccessError),
+    /// The manager refused a frame or a registration.
+    #[error(transparent)]
+    Streaming(#[from] StreamingError),
+    /// The feedback layout or a read-back was refused.
+    #[error(transparent)]
+    Feedback(#[from] FeedbackError),
+    /// The texture's layout.
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
+    /// A use of another device was declared.
+    #[error("the frame's GPU use belongs to another device")]
+    ForeignUse(#[from] ForeignUse),
+    /// The source is of a kind this streamer does not stream (yet).
+    #[error("`{name}` cannot be streamed: {reason}")]
+    UnsupportedSource {
+        /// The source.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// The coarse chain of a texture could not be loaded; the texture was not added.
+    #[error("priming `{name}`: {source}")]
+    Priming {
+        /// The texture.
+        name: String,
+        /// The last failure of a pinned load.
+        source: SourceError,
+    },
+    /// `begin_frame` twice without `end_frame`, or `end_frame` without `begin_frame`.
+    #[error("frame protocol: {0}")]
+    FrameOrder(&'static str),
+    /// A broken internal invariant (a bug).
+    #[error("streamer bug: {0}")]
+    Internal(String),
+}
+
+/// A texture added to a [`Streamer`]; give it back to [`Streamer::remove_texture`]. Dropping it
+/// without doing so keeps the texture streaming until the streamer goes.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct VirtualTexture {
+    id: ImageId,
+}
+
+impl VirtualTexture {
+    /// The texture's id in the manager (its page table: [`StreamingManager::residency`]; its
+    /// requests' `image`).
+    pub fn id(&self) -> ImageId {
+        self.id
+    }
+}
+
+/// A load that failed: the tile stays non-resident and its texture keeps its coarser data; wanted
+/// again, it loads again.
+#[derive(Debug)]
+pub struct LoadFailure {
+    /// The texture's name.
+    pub texture: String,
+    /// The unit.
+    pub key: TileKey,
+    /// Why.
+    pub error: SourceError,
+}
+
+/// The streamer's counters beyond the manager's.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StreamerStats {
+    /// Frames begun.
+    pub frames: u64,
+    /// Frames that waited for the frames in flight before unbinding evicted tiles.
+    pub unbind_waits: u64,
+    /// Frames that waited for their feedback slot (the frame `frames_in_flight` back).
+    pub slot_waits: u64,
+    /// Frames whose feedback was read back and decoded.
+    pub feedback_frames_read: u64,
+    /// Feedback buffers that overflowed (records dropped; their bitsets still de-duplicate).
+    pub feedback_overflows: u64,
+    /// Loads that failed (see [`Streamer::take_load_failures`]).
+    pub loads_failed: u64,
+}
+
+/// One texture's part of a frame's bindings.
+#[derive(Clone, Copy, Debug)]
+pub struct TextureBinding<'a> {
+    /// The texture's id.
+    pub id: ImageId,
+    /// Its name.
+    pub name: &'a str,
+    /// Its slot in this frame's feedback image table (the shader's `imageSlot`).
+    pub feedback_slot: u16,
+    /// The views to bind.
+    pub views: TextureViews<'a>,
+}
+
+/// What the renderer binds for one frame.
+#[derive(Debug)]
+pub struct FrameBindings<'a> {
+    /// The frame (counted from 0 by `begin_frame`).
+    pub frame: u64,
+    /// The ring slot (`frame % frames_in_flight`): per-frame resources of the renderer's own
+    /// can use the same index.
+    pub slot: usize,
+    /// The path the textures take.
+    pub path: ResidencyPath,
+    /// The GLSL include that samples them (`residency.glsl` or `residency_software.glsl`, in
+    /// `shaders/include/`), with `feedback.glsl` for the feedback writes.
+    pub include: &'static str,
+    /// The feedback buffer this frame writes (reset for it), `None` while no texture is added.
+    pub feedback: Option<&'a Buffer>,
+    /// The feedback image table (read-only storage buffer), `None` while no texture is added.
+    pub image_table: Option<&'a Buffer>,
+    /// The layout of both.
+    pub layout: Option<&'a FeedbackLayout>,
+    /// The textures, in feedback-slot order.
+    pub textures: Vec<TextureBinding<'a>>,
+}
+
+impl FrameBindings<'_> {
+    /// Records the barrier a frame starts with: earlier writes (this frame's uploads, the host's
+    /// feedback reset) before its shader reads and writes.
+    pub fn record_barrier(&self, rec: &mut Recording<'_>) -> Result<(), StreamError> {
+        record_frame_barrier(rec)
+    }
+}
+
+/// The barrier a frame starts with ([`FrameBindings::record_barrier`], for a recording made after
+/// the bindings were dropped).
+pub fn record_frame_barrier(rec: &mut Recording<'_>) -> Result<(), StreamError> {
+    {
+        use crate::recording::MemoryDependency;
+        use ash::vk::{AccessFlags2 as A, PipelineStageFlags2 as S};
+        rec.memory_barrier(MemoryDependency {
+            src_stages: S::ALL_COMMANDS | S::HOST,
+            src_access: A::MEMORY_WRITE | A::HOST_WRITE,
+            dst_stages: S::ALL_COMMANDS,
+            dst_access: A::SHADER_READ | A::SHADER_WRITE,
+        })
+        .map_err(|e| StreamError::Internal(e.to_string()))
+    }
+}
+
+/// One feedback ring slot: its buffers, sized for the layout of `generation`, and the frame in
+/// it until its feedback was read.
+struct Slot {
+    feedback: Buffer,
+    table: Buffer,
+    layout: Arc<FeedbackLayout>,
+    generation: u64,
+    /// The frame written here, its manager tick and the end of its GPU work.
+    submitted: Option<(u64, u64, GpuUse)>,
+}
+
+/// A finished load's tiles `(mip, x, y)` and their texels.
+type Loaded = (Vec<(u32, u32, u32)>, Vec<Vec<u8>>);
+
+/// A load given to the workers, until the manager was told of it.
+struct Pending {
+    tiles: Vec<(u32, u32, u32)>,
+    /// Its texels once finished (`None` while the workers have it).
+    done: Option<Result<Vec<Vec<u8>>, SourceError>>,
+}
+
+/// The streamer; see the module docs for the frame protocol.
+pub struct Streamer {
+    device: Arc<Device>,
+    desc: StreamerDesc,
+    path: ResidencyPath,
+    manager: StreamingManager,
+    loader: TileLoader<TileKey>,
+    uploader: Uploader,
+    heaps: Option<TileHeaps>,
+    /// Software atlas capacity in slots (every texture's atlas spans the whole pool).
+    software_capacity: u32,
+    textures: HashMap<ImageId, Texture>,
+    next_id: u32,
+    pending: HashMap<TileKey, Pending>,
+    /// Loads of removed textures cancelled in the loader: reported to the manager as failed at the
+    /// next tick, which forgets them.
+    cancelled: Vec<TileKey>,
+    layout: Option<Arc<FeedbackLayout>>,
+    generation: u64,
+    ring: FeedbackRing,
+    slots: Vec<Option<Slot>>,
+    frame: u64,
+    tick: u64,
+    in_frame: bool,
+    /// Decoded requests not yet given to the manager, and the tick of the oldest frame they come
+    /// from.
+    requests: Vec<TileRequest>,
+    requested_in: u64,
+    failures: Vec<LoadFailure>,
+    stats: StreamerStats,
+}
+
+impl std::fmt::Debug for Streamer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Streamer")
+            .field("name", &self.desc.name)
+            .field("path", &self.path)
+            .field("textures", &self.textures.len())
+            .field("frame", &self.frame)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Streamer {
+    /// A streamer on `device` with no textures. The path is resolved for RGBA8 on this device
+    /// (`Hardware` where it has no sparse residency: [`SoftwareError`]).
+    pub fn new(device: &Arc<Device>, desc: StreamerDesc) -> Result<Streamer, StreamError> {
+        let path = device.residency_path(Format::R8G8B8A8Unorm, desc.path)?;
+        let frames_in_flight = desc.frames_in_flight.clamp(1, 8);
+        let mut streaming = StreamingDesc::default()
+            .with_name(desc.name.clone())
+            .with_upload_budget_bytes(desc.upload_bytes_per_frame);
+        let mut software_capacity = 0;
+        let heaps = if path == ResidencyPath::Software {
+            let budget = desc.budget_tiles.max(1).div_ceil(SOFTWARE_TILES_PER_HEAP) * SOFTWARE_TILES_PER_HEAP;
+            streaming = streaming.with_tiles_per_heap(SOFTWARE_TILES_PER_HEAP).with_budget_tiles(budget);
+            software_capacity =
+                crate::software::SoftwareTexture::capacity_for_budget(budget, SOFTWARE_TILES_PER_HEAP);
+            None
+        } else {
+            streaming = streaming.with_budget_tiles(desc.budget_tiles.max(1));
+            Some(TileHeaps::new(Arc::clone(device), &format!("{} tiles", desc.name))?)
+        };
+        let uploader = Uploader::new(device, &desc.name, desc.staging_bytes)?;
+        Ok(Streamer {
+            device: Arc::clone(device),
+            path,
+            manager: StreamingManager::new(streaming),
+            loader: TileLoader::new(desc.workers.max(1)),
+            uploader,
+            heaps,
+            software_capacity,
+            textures: HashMap::new(),
+            next_id: 1,
+            pending: HashMap::new(),
+            cancelled: Vec::new(),
+            layout: None,
+            generation: 0,
+            ring: FeedbackRing::new(frames_in_flight),
+            slots: (0..frames_in_flight).map(|_| None).collect(),
+            frame: 0,
+            tick: 0,
+            in_frame: false,
+            requests: Vec::new(),
+            requested_in: 0,
+            failures: Vec::new(),
+            stats: StreamerStats::default(),
+            desc: StreamerDesc { frames_in_flight, ..desc },
+        })
+    }
+
+    /// The path the textures take.
+    pub fn path(&self) -> ResidencyPath {
+        self.path
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+
+    /// The manager (page tables, pool, statistics).
+    pub fn manager(&self) -> &StreamingManager {
+        &self.manager
+    }
+
+    /// The manager's statistics.
+    pub fn manager_stats(&self) -> &StreamingStats {
+        self.manager.stats()
+    }
+
+    /// The streamer's own counters.
+    pub fn stats(&self) -> &StreamerStats {
+        &self.stats
+    }
+
+    /// The load failures since the last call.
+    pub fn take_load_failures(&mut self) -> Vec<LoadFailure> {
+        std::mem::take(&mut self.failures)
+    }
+
+    /// Blocks until the workers have finished every load started so far (tests, and a renderer
+    /// that wants frame-exact behaviour; a frame never calls it). They are taken at the next
+    /// `begin_frame`.
+    pub fn wait_for_loads(&self) {
+        self.loader.wait_idle();
+    }
+
+    /// The textures streaming now.
+    pub fn texture_count(&self) -> usize {
+        self.textures.len()
+    }
+
+    /// The units of `texture`'s coarse chain (pinned: mip tails, or the single-tile mips), which
+    /// `add_texture` made resident.
+    pub fn coarse_chain(&self, texture: &VirtualTexture) -> &[TileKey] {
+        self.textures.get(&texture.id).map_or(&[], |t| &t.pinned)
+    }
+
+    /// The sparse image of `texture` (hardware path).
+    pub fn sparse_image(&self, texture: &VirtualTexture) -> Option<&crate::sparse::SparseImage> {
+        match &self.textures.get(&texture.id)?.gpu {
+            TextureGpu::Hardware { image, .. } => Some(image),
+            TextureGpu::Software { .. } => None,
+        }
+    }
+
+    /// Adds a texture streamed from `source` and primes it: its coarse chain is loaded (through
+    /// the workers, waited for here) and bound or uploaded before this returns, so its first frame
+    /// samples real data. RGBA8 sources with 128 × 128 tiles and no stored border stream; others
+    /// are refused with [`StreamError::UnsupportedSource`]. Must be called between frames.
+    pub fn add_texture(
+        &mut self,
+        name: &str,
+        source: Arc<dyn TileSource>,
+    ) -> Result<VirtualTexture, StreamError> {
+        if self.in_frame {
+            return Err(StreamError::FrameOrder("add_texture between begin_frame and end_frame"));
+        }
+        let id = ImageId(self.next_id);
+        let texture = Texture::create(
+            &self.device,
+            self.heaps.as_ref(),
+            self.manager.pool().tile_bytes(),
+            self.software_capacity,
+            SOFTWARE_TILES_PER_HEAP,
+            id,
+            name,
+            source,
+        )?;
+        self.next_id += 1;
+        self.manager.register_image(id, &texture.layout)?;
+        self.textures.insert(id, texture);
+        let handle = VirtualTexture { id };
+        if let Err(e) = self.prime(id) {
+            // Nothing of it stays: its loads are cancelled and its objects released.
+            let _ = self.remove_texture(handle);
+            return Err(e);
+        }
+        self.refresh_layout()?;
+        Ok(handle)
+    }
+
+    fn prime(&mut self, id: ImageId) -> Result<(), StreamError> {
+        let table = self.manager.residency(id).ok_or(StreamingError::UnknownImage(id))?.page_table().clone();
+        let texture = self.textures.get_mut(&id).ok_or(StreamingError::UnknownImage(id))?;
+        // The map starts as "nothing resident" everywhere (its memory is undefined until written).
+        texture.upload_map(&self.uploader, &table, &[])?;
+        self.uploader.flush()?;
+        let mut last_failure = None;
+        let mut failures = 0;
+        for _ in 0..PRIME_TICKS {
+            let pinned = self.textures[&id].pinned.clone();
+            if pinned.iter().all(|&k| self.manager.is_resident(k)) {
+                return Ok(());
+            }
+            if pinned.iter().any(|k| self.pending.contains_key(k)) {
+                self.loader.wait_idle();
+            }
+            let before = self.failures.len();
+            self.tick(&[], self.tick + 1)?;
+            for f in &self.failures[before..] {
+                if f.key.image == id {
+                    failures += 1;
+                    last_failure = Some(f.key);
+                }
+            }
+            if failures >= 3 {
+                break;
+            }
+        }
+        let name = self.textures[&id].name.clone();
+        let source = match last_failure {
+            Some(key) => {
+                let i = self.failures.iter().rposition(|f| f.key == key).expect("recorded above");
+                self.failures.remove(i).error
+            }
+            None => SourceError::Read {
+                source_name: name.clone(),
+                reason: "the coarse chain never became resident".into(),
+            },
+        };
+        Err(StreamError::Priming { name, source })
+    }
+
+    /// Removes `texture`: unregisters it (its tiles go back to the budget, its loads are
+    /// cancelled) and releases its GPU objects once the frames that sample it have completed.
+    /// Must be called between frames.
+    pub fn remove_texture(&mut self, texture: VirtualTexture) -> Result<(), StreamError> {
+        if self.in_frame {
+            return Err(StreamError::FrameOrder("remove_texture between begin_frame and end_frame"));
+        }
+        let id = texture.id;
+        let removed = self.textures.remove(&id);
+        self.manager.unregister_image(id)?;
+        let keys: Vec<TileKey> = self.pending.keys().filter(|k| k.image == id).copied().collect();
+        for key in keys {
+            self.loader.cancel(&key);
+            self.pending.remove(&key);
+            self.cancelled.push(key);
+        }
+        // Dropped here: destroyed once the declared frame uses and residency's own work are done.
+        drop(removed);
+        self.refresh_layout()
+    }
+
+    fn refresh_layout(&mut self) -> Result<(), StreamError> {
+        self.generation += 1;
+        self.layout = if self.textures.is_empty() {
+            None
+        } else {
+            Some(Arc::new(self.manager.feedback_layout(self.desc.feedback)?))
+        };
+        Ok(())
+    }
+
+    /// Whether every frame in flight has completed; never waits.
+    fn frames_done(&self) -> bool {
+        self.slots.iter().flatten().all(|s| s.submitted.is_none_or(|(_, _, u)| self.device.has_completed(&u)))
+    }
+
+    /// Waits for the frames in flight (before unbinding what they may sample).
+    fn wait_frames(&mut self) -> Result<(), StreamError> {
+        if self.frames_done() {
+            return Ok(());
+        }
+        for slot in self.slots.iter().flatten() {
+            if let Some((_, _, until)) = slot.submitted {
+                self.device.wait_until(&until)?;
+            }
+        }
+        self.stats.unbind_waits += 1;
+        Ok(())
+    }
+
+    /// One manager tick: finished loads in, update, binds and unbinds, uploads, map updates,
+    /// flush, this tick's loads out.
+    fn tick(&mut self, requests: &[TileRequest], requested_in: u64) -> Result<FrameOutput, StreamError> {
+        for done in self.loader.poll() {
+            if let Some(p) = self.pending.get_mut(&done.token) {
+                p.done = Some(done.result);
+            }
+        }
+        let mut loaded = Vec::new();
+        let mut failed = std::mem::take(&mut self.cancelled);
+        let finished: Vec<TileKey> =
+            self.pending.iter().filter(|(_, p)| p.done.is_some()).map(|(k, _)| *k).collect();
+        let mut staged = HashMap::new();
+        for key in finished {
+            let p = self.pending.remove(&key).expect("listed");
+            match p.done.expect("finished") {
+                Ok(data) => {
+                    loaded.push(key);
+                    staged.insert(key, (p.tiles, data));
+                }
+                Err(error) => {
+                    failed.push(key);
+                    self.stats.loads_failed += 1;
+                    let texture = self.textures.get(&key.image).map_or_else(String::new, |t| t.name.clone());
+                    self.failures.push(LoadFailure { texture, key, error });
+                }
+            }
+        }
+        loaded.sort_unstable();
+        failed.sort_unstable();
+        self.tick += 1;
+        let out = self.manager.update_with_feedback_from(
+            &FrameInput { frame: self.tick, requests, loaded: &loaded, failed: &failed },
+            requested_in,
+        )?;
+        self.apply(&out, staged)?;
+        for load in &out.loads {
+            let Some(texture) = self.textures.get(&load.key.image) else { continue };
+            let tiles = texture.load_tiles(load.key.unit);
+            let job = LoadJob { token: load.key, source: Arc::clone(&texture.source), tiles: tiles.clone() };
+            self.loader.submit(job).map_err(|e| StreamError::Internal(format!("{e}: {:?}", load.key)))?;
+            self.pending.insert(load.key, Pending { tiles, done: None });
+        }
+        Ok(out)
+    }
+
+    fn apply(&mut self, out: &FrameOutput, mut staged: HashMap<TileKey, Loaded>) -> Result<(), StreamError> {
+        if self.heaps.is_some() {
+            if !out.evicted.is_empty() || !out.heaps_released.is_empty() {
+                self.wait_frames()?;
+            }
+            let items: Vec<_> = out
+                .changes
+                .iter()
+                .filter_map(|c| match &self.textures.get(&c.image)?.gpu {
+                    TextureGpu::Hardware { image, .. } => Some((image, &c.changes)),
+                    TextureGpu::Software { .. } => None,
+                })
+                .collect();
+            if !items.is_empty() {
+                let heaps = self.heaps.as_mut().expect("hardware path");
+                heaps.bind(self.manager.pool(), &items, BindPlanOptions::default())?;
+            }
+        }
+        for key in &out.resident {
+            let Some((tiles, data)) = staged.remove(key) else { continue };
+            let Some(texture) = self.textures.get(&key.image) else { continue };
+            let physical = match key.unit {
+                StreamUnit::Tile(t) => self.manager.residency(key.image).and_then(|r| r.page_table().get(t)),
+                StreamUnit::Tail(_) => None,
+            };
+            texture.upload_unit(&self.uploader, key.unit, physical, &tiles, &data)?;
+        }
+        for change in &out.changes {
+            let Some(residency) = self.manager.residency(change.image) else { continue };
+            if let Some(texture) = self.textures.get_mut(&change.image) {
+                texture.upload_map(&self.uploader, residency.page_table(), &change.min_lod)?;
+            }
+        }
+        self.uploader.flush()?;
+        if let Some(heaps) = self.heaps.as_mut() {
+            heaps.release(&out.heaps_released);
+        }
+        Ok(())
+    }
+
+    /// Starts a frame (see the module docs): feedback of finished frames, the manager update,
+    /// binds, uploads and map updates, this frame's loads; returns what the renderer binds.
+    pub fn begin_frame(&mut self) -> Result<FrameBindings<'_>, StreamError> {
+        if self.in_frame {
+            return Err(StreamError::FrameOrder("begin_frame twice without end_frame"));
+        }
+        let frame = self.frame;
+        let n = self.slots.len() as u64;
+        let index = (frame % n) as usize;
+        // This frame's slot holds the frame `n` back: the only wait of a frame without eviction.
+        if let Some((_, _, until)) = self.slots[index].as_ref().and_then(|s| s.submitted) {
+            if !self.device.has_completed(&until) {
+                self.device.wait_until(&until)?;
+                self.stats.slot_waits += 1;
+            }
+        }
+        let mut gpu_completed = None;
+        for f in frame.saturating_sub(n)..frame {
+            let slot = self.slots[(f % n) as usize].as_ref();
+            if let Some((sf, _, until)) = slot.and_then(|s| s.submitted) {
+                if sf == f && !self.device.has_completed(&until) {
+                    break;
+                }
+            }
+            gpu_completed = Some(f);
+        }
+        let step = self.ring.begin_frame(frame, gpu_completed, true);
+        let mut oldest = None;
+        for &(slot_index, f) in &step.read {
+            let Some(slot) = self.slots[slot_index].as_mut() else { continue };
+            let Some((sf, tick, _)) = slot.submitted.take() else { continue };
+            if sf != f {
+                continue;
+            }
+            let mut bytes = vec![0u8; slot.layout.buffer_bytes() as usize];
+            slot.feedback.read(0, &mut bytes)?;
+            let decoded = slot.layout.decode(&bytes, f)?;
+            self.stats.feedback_frames_read += 1;
+            self.stats.feedback_overflows += u64::from(decoded.overflowed);
+            self.requests.extend(decoded.requests);
+            oldest.get_or_insert(tick);
+        }
+        // Requests of several frames read together count from the oldest of them: latency is then
+        // over- rather than under-stated.
+        if let Some(tick) = oldest {
+            self.requested_in = tick;
+        }
+        let requests = std::mem::take(&mut self.requests);
+        self.tick(&requests, self.requested_in.max(1))?;
+
+        // This frame's slot: buffers for the current layout, reset for this frame.
+        if let Some(layout) = self.layout.clone() {
+            let fresh = self.slots[index].as_ref().is_none_or(|s| s.generation != self.generation);
+            if fresh {
+                self.slots[index] = Some(self.make_slot(index, layout)?);
+            }
+            let slot = self.slots[index].as_mut().expect("made above");
+            let mut reset = vec![0u8; slot.layout.buffer_bytes() as usize];
+            for (i, w) in slot.layout.header_words(frame).iter().enumerate() {
+                reset[4 * i..4 * i + 4].copy_from_slice(&w.to_le_bytes());
+            }
+            slot.feedback.write(0, &reset)?;
+        }
+        self.in_frame = true;
+        self.stats.frames += 1;
+        Ok(self.bindings(index))
+    }
+
+    fn make_slot(&self, index: usize, layout: Arc<FeedbackLayout>) -> Result<Slot, StreamError> {
+        let name = &self.desc.name;
+        let feedback = self.device.create_buffer(
+            &BufferDesc::new(format!("{name} feedback {index}"), layout.buffer_bytes(), BufferUsage::STORAGE)
+                .with_intent(MemoryIntent::Readback),
+        )?;
+        let words = layout.image_table();
+        let mut table = self.device.create_buffer(
+            &BufferDesc::new(
+                format!("{name} image table {index}"),
+                words.len() as u64 * 4,
+                BufferUsage::STORAGE,
+            )
+            .with_intent(MemoryIntent::Upload),
+        )?;
+        table.write(0, &words.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<_>>())?;
+        Ok(Slot { feedback, table, layout, generation: self.generation, submitted: None })
+    }
+
+    fn bindings(&self, index: usize) -> FrameBindings<'_> {
+        let slot = self.slots[index].as_ref().filter(|s| s.generation == self.generation);
+        let mut textures: Vec<TextureBinding<'_>> = self
+            .textures
+            .iter()
+            .map(|(&id, t)| TextureBinding {
+                id,
+                name: &t.name,
+                feedback_slot: slot.and_then(|s| s.layout.slot_of(id)).unwrap_or(u16::MAX),
+                views: t.views(),
+            })
+            .collect();
+        textures.sort_unstable_by_key(|t| t.feedback_slot);
+        FrameBindings {
+            frame: self.frame,
+            slot: index,
+            path: self.path,
+            include: match self.path {
+                ResidencyPath::Software => "residency_software.glsl",
+                _ => "residency.glsl",
+            },
+            feedback: slot.map(|s| &s.feedback),
+            image_table: slot.map(|s| &s.table),
+            layout: slot.map(|s| &*s.layout),
+            textures,
+        }
+    }
+
+    /// Writes feedback made on the CPU into this frame's feedback buffer (a CPU renderer, a
+    /// test), between `begin_frame` and `end_frame`; `records` must be of this frame's layout.
+    pub fn write_cpu_feedback(&mut self, records: &FeedbackBuffer) -> Result<(), StreamError> {
+        if !self.in_frame {
+            return Err(StreamError::FrameOrder("write_cpu_feedback outside a frame"));
+        }
+        let index = (self.frame % self.slots.len() as u64) as usize;
+        let Some(slot) = self.slots[index].as_mut() else { return Ok(()) };
+        let bytes = records.bytes();
+        if bytes.len() as u64 != slot.layout.buffer_bytes() {
+            return Err(FeedbackError::BufferSize {
+                expected: slot.layout.buffer_bytes(),
+                got: bytes.len() as u64,
+            }
+            .into());
+        }
+        slot.feedback.write(0, &bytes)?;
+        Ok(())
+    }
+
+    /// Ends the frame: `until` is the end of its GPU work (the renderer's
+    /// [`Submission::gpu_use`](crate::Submission::gpu_use), or a point of its timeline). Its
+    /// feedback is read once that has passed; every object the frame binds is kept until then.
+    pub fn end_frame(&mut self, until: GpuUse) -> Result<(), StreamError> {
+        if !self.in_frame {
+            return Err(StreamError::FrameOrder("end_frame without begin_frame"));
+        }
+        let index = (self.frame % self.slots.len() as u64) as usize;
+        for texture in self.textures.values() {
+            texture.used_until(until)?;
+        }
+        if let Some(heaps) = &self.heaps {
+            heaps.used_until(until)?;
+        }
+        if let Some(slot) = self.slots[index].as_mut() {
+            slot.feedback.used_until(until)?;
+            slot.table.used_until(until)?;
+            slot.submitted = Some((self.frame, self.tick, until));
+        }
+        self.in_frame = false;
+        self.frame += 1;
+        Ok(())
+    }
+}

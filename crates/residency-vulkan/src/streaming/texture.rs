@@ -1,0 +1,278 @@
+//! One virtual texture's GPU objects on either residency path, and the texels of its loaded units.
+
+use crate::software::{SoftwareTexture, DEFAULT_BORDER};
+use crate::sparse::{MinLodMap, SparseImage, TileHeaps};
+use crate::{ForeignUse, GpuUse, ImageRegion, ImageView, Uploader};
+use residency_core::format::Format;
+use residency_core::streaming::{StreamUnit, TileKey, TileSource};
+use residency_core::tiles::{
+    bordered_tile, software_layout, ImageId, MinLodUpdate, PageTable, PhysicalTile, ResidencyPath,
+    SparseImageDesc, SparseImageLayout, TexelRegion,
+};
+use residency_core::vt_file::VtDesc;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::StreamError;
+
+/// Side of the tiles the streamer takes (the texel side of an RGBA8 sparse tile).
+pub(super) const TILE_SIDE: u32 = 128;
+
+/// The GPU objects of one texture. Dropping them releases them once the GPU work declared on them
+/// (every frame's [`GpuUse`](crate::GpuUse), through `used_until`) has completed.
+#[allow(clippy::large_enum_variant, reason = "one per texture, never moved in bulk")]
+pub(super) enum TextureGpu {
+    Hardware { image: SparseImage, map: MinLodMap },
+    Software { texture: SoftwareTexture },
+}
+
+/// A registered texture.
+pub(super) struct Texture {
+    pub(super) name: String,
+    pub(super) source: Arc<dyn TileSource>,
+    pub(super) desc: VtDesc,
+    pub(super) layout: SparseImageLayout,
+    pub(super) gpu: TextureGpu,
+    /// The pinned units (the coarse chain) the manager loads first.
+    pub(super) pinned: Vec<TileKey>,
+}
+
+/// Refuses what v0 does not stream: anything but RGBA8 in 128 × 128 tiles without a stored border.
+pub(super) fn check_source(source: &dyn TileSource) -> Result<VtDesc, StreamError> {
+    let d = source.desc();
+    let refuse = |reason: String| StreamError::UnsupportedSource { name: source.name().to_owned(), reason };
+    if d.format != Format::R8G8B8A8Unorm {
+        return Err(refuse(format!("format {:?}: only R8G8B8A8Unorm streams for now", d.format)));
+    }
+    if d.tile_width != TILE_SIDE || d.tile_height != TILE_SIDE || d.border != 0 {
+        return Err(refuse(format!(
+            "tiles of {} × {} with a border of {}: only 128 × 128 without a border stream for now",
+            d.tile_width, d.tile_height, d.border
+        )));
+    }
+    Ok(d)
+}
+
+impl Texture {
+    /// The texture's layout and GPU objects, nothing resident yet: a sparse image on `heaps`
+    /// (hardware path), or without heaps a software texture whose atlas spans `capacity` slots of
+    /// the shared pool (slot `i` is heap `i / tiles_per_heap`).
+    #[allow(clippy::too_many_arguments, reason = "crate-internal constructor the streamer calls once")]
+    pub(super) fn create(
+        device: &crate::Device,
+        heaps: Option<&TileHeaps>,
+        tile_bytes: u64,
+        capacity: u32,
+        tiles_per_heap: u32,
+        id: ImageId,
+        name: &str,
+        source: Arc<dyn TileSource>,
+    ) -> Result<Texture, StreamError> {
+        let desc = check_source(&*source)?;
+        let path = if heaps.is_some() { ResidencyPath::Hardware } else { ResidencyPath::Software };
+        let image_desc = SparseImageDesc::new_2d(desc.format, desc.width, desc.height)
+            .with_mip_levels(desc.mip_count)
+            .with_path(path);
+        let (layout, gpu) = match heaps {
+            Some(heaps) => {
+                let image = SparseImage::new_external(heaps, tile_bytes, id, name, &image_desc, false)?;
+                let shape = image.layout().tile_shape();
+                if shape.width != TILE_SIDE || shape.height != TILE_SIDE {
+                    return Err(StreamError::UnsupportedSource {
+                        name: name.to_owned(),
+                        reason: format!(
+                            "the device's RGBA8 sparse tile is {} × {}, not 128 × 128",
+                            shape.width, shape.height
+                        ),
+                    });
+                }
+                let map = MinLodMap::new(&image)?;
+                (image.layout().clone(), TextureGpu::Hardware { image, map })
+            }
+            None => {
+                let layout = software_layout(&image_desc, DEFAULT_BORDER)?;
+                let texture =
+                    SoftwareTexture::new(device, name, &layout, DEFAULT_BORDER, capacity, tiles_per_heap)?;
+                (layout, TextureGpu::Software { texture })
+            }
+        };
+        let pinned = pinned_units(id, &layout);
+        Ok(Texture { name: name.to_owned(), source, desc, layout, gpu, pinned })
+    }
+
+    /// Initializes the map (min-LOD map or indirection) from `table` before the first frame.
+    pub(super) fn upload_map(
+        &mut self,
+        uploader: &Uploader,
+        table: &PageTable,
+        updates: &[MinLodUpdate],
+    ) -> Result<(), StreamError> {
+        match &mut self.gpu {
+            TextureGpu::Hardware { map, .. } => {
+                map.upload_updates(uploader, table, updates)?;
+            }
+            TextureGpu::Software { texture } => {
+                texture.upload_indirection(uploader, table)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Declares that the frame ending at `until` samples the texture.
+    pub(super) fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
+        match &self.gpu {
+            TextureGpu::Hardware { image, map } => {
+                image.used_until(until)?;
+                map.used_until(until)
+            }
+            TextureGpu::Software { texture } => texture.used_until(until),
+        }
+    }
+
+    /// The views a shader binds: the texture (sparse image or atlas) and its map (min-LOD map or
+    /// indirection).
+    pub(super) fn views(&self) -> TextureViews<'_> {
+        match &self.gpu {
+            TextureGpu::Hardware { image, map } => TextureViews::Hardware { image, min_lod: map.view() },
+            TextureGpu::Software { texture } => TextureViews::Software {
+                atlas: texture.atlas_view(),
+                indirection: texture.indirection_view(),
+            },
+        }
+    }
+
+    /// The tiles `(mip, x, y)` a load of `unit` reads: the tile itself (hardware), its 3 × 3
+    /// neighbourhood clamped to the mip (software: the border comes from the neighbours), or every
+    /// tile of the mip tail.
+    pub(super) fn load_tiles(&self, unit: StreamUnit) -> Vec<(u32, u32, u32)> {
+        match unit {
+            StreamUnit::Tile(t) => {
+                let Some(c) = self.layout.tile_coord(t) else { return Vec::new() };
+                match self.gpu {
+                    TextureGpu::Hardware { .. } => vec![(c.mip, c.x, c.y)],
+                    TextureGpu::Software { .. } => {
+                        let (gx, gy) = self.desc.tile_grid(c.mip);
+                        let mut tiles = Vec::with_capacity(9);
+                        for y in c.y.saturating_sub(1)..(c.y + 2).min(gy) {
+                            for x in c.x.saturating_sub(1)..(c.x + 2).min(gx) {
+                                tiles.push((c.mip, x, y));
+                            }
+                        }
+                        tiles
+                    }
+                }
+            }
+            StreamUnit::Tail(_) => {
+                let mut tiles = Vec::new();
+                for mip in self.layout.first_tail_lod()..self.layout.mip_levels() {
+                    let (gx, gy) = self.desc.tile_grid(mip);
+                    for y in 0..gy {
+                        for x in 0..gx {
+                            tiles.push((mip, x, y));
+                        }
+                    }
+                }
+                tiles
+            }
+        }
+    }
+
+    /// Stages the texels of a loaded unit: into the sparse image's tiles (after this frame's binds)
+    /// or, bordered, into the atlas slot the page table gave the tile.
+    pub(super) fn upload_unit(
+        &self,
+        uploader: &Uploader,
+        unit: StreamUnit,
+        physical: Option<PhysicalTile>,
+        tiles: &[(u32, u32, u32)],
+        data: &[Vec<u8>],
+    ) -> Result<(), StreamError> {
+        let short = |what: &str| StreamError::Internal(format!("{}: {what}", self.name));
+        match &self.gpu {
+            TextureGpu::Hardware { image, .. } => {
+                for (&(mip, x, y), texels) in tiles.iter().zip(data) {
+                    let (w, h) = self.desc.tile_extent(mip, x, y).ok_or_else(|| short("tile extent"))?;
+                    let region = TexelRegion { offset: [x * TILE_SIDE, y * TILE_SIDE, 0], extent: [w, h, 1] };
+                    check_len(&self.name, texels, w, h)?;
+                    let target = ImageRegion::new(image, mip, region.offset, region.extent);
+                    uploader.write_image(&target, texels)?;
+                }
+            }
+            TextureGpu::Software { texture } => {
+                let StreamUnit::Tile(t) = unit else {
+                    return Err(short("the software layout has no mip tail"));
+                };
+                let c = self.layout.tile_coord(t).ok_or_else(|| short("tile in the layout"))?;
+                let mut near: HashMap<(u32, u32), (u32, &[u8])> = HashMap::new();
+                for (&(mip, x, y), texels) in tiles.iter().zip(data) {
+                    let (w, h) = self.desc.tile_extent(mip, x, y).ok_or_else(|| short("tile extent"))?;
+                    check_len(&self.name, texels, w, h)?;
+                    near.insert((x, y), (w, texels.as_slice()));
+                }
+                let extent = self.layout.mips()[c.mip as usize].extent;
+                let texel = |tx: u32, ty: u32| {
+                    let (w, data) = near[&(tx / TILE_SIDE, ty / TILE_SIDE)];
+                    let i = (((ty % TILE_SIDE) * w + tx % TILE_SIDE) * 4) as usize;
+                    [data[i], data[i + 1], data[i + 2], data[i + 3]]
+                };
+                let bordered =
+                    bordered_tile(texel, [extent[0], extent[1]], TILE_SIDE, DEFAULT_BORDER, c.x, c.y);
+                let physical = physical.ok_or_else(|| short("a resident tile has a slot"))?;
+                texture.write_tile(uploader, physical, &bordered)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_len(name: &str, texels: &[u8], w: u32, h: u32) -> Result<(), StreamError> {
+    let expected = (w * h * 4) as usize;
+    if texels.len() != expected {
+        return Err(StreamError::UnsupportedSource {
+            name: name.to_owned(),
+            reason: format!("a tile of {w} × {h} texels came with {} bytes, not {expected}", texels.len()),
+        });
+    }
+    Ok(())
+}
+
+/// The units the manager pins for `layout` (its rule: the mip tails, or without one every mip from
+/// the first single-tile mip on): the coarse chain that priming makes resident.
+fn pinned_units(id: ImageId, layout: &SparseImageLayout) -> Vec<TileKey> {
+    let mut units: Vec<TileKey> = (0..layout.mip_tail_count()).map(|t| TileKey::tail(id, t)).collect();
+    if layout.mip_tail().is_none() {
+        let first =
+            layout.mips().iter().find(|m| m.tiles == [1, 1, 1]).map_or(layout.mip_levels() - 1, |m| m.lod);
+        for layer in 0..layout.array_layers() {
+            for mip in first..layout.mip_levels() {
+                if let Some((t, n)) = layout.mip_tile_span(layer, mip) {
+                    units.extend(
+                        (t.0..t.0 + n).map(|i| TileKey::tile(id, residency_core::tiles::TileIndex(i))),
+                    );
+                }
+            }
+        }
+    }
+    units
+}
+
+/// What a shader binds for one texture.
+#[derive(Clone, Copy, Debug)]
+pub enum TextureViews<'a> {
+    /// Hardware path: the sparse image (a `sampler2D` with residency codes, `residency.glsl`) and
+    /// its min-LOD map (a `usampler2D`, nearest).
+    Hardware {
+        /// The partially resident image (all mips, `GENERAL` layout).
+        image: &'a SparseImage,
+        /// The min-LOD map.
+        min_lod: &'a ImageView,
+    },
+    /// Software path: the tile-cache atlas (bilinear) and the indirection texture (nearest),
+    /// `residency_software.glsl`.
+    Software {
+        /// The atlas.
+        atlas: &'a ImageView,
+        /// The indirection texture.
+        indirection: &'a ImageView,
+    },
+}

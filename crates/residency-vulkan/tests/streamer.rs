@@ -1,0 +1,422 @@
+//! The streamer's frame protocol on lavapipe, on both residency paths: textures from `FnSource`s
+//! primed by `add_texture` (frame 0 is not blank), tiles requested through the feedback buffer
+//! (written by the CPU here, as a CPU renderer would) resident within a few frames, a texture
+//! removed mid-run leaving nothing behind, 1–3 frames in flight, failing sources as typed errors.
+
+use residency_core::format::Format;
+use residency_core::streaming::{FeedbackBuffer, FnSource, RequestKind, SourceError, TileKey, TileSource};
+use residency_core::tiles::{ImageId, ResidencyPath, TexelRegion, TileCoord};
+use residency_core::vt_file::VtDesc;
+use residency_vulkan::streaming::{record_frame_barrier, StreamError, Streamer, StreamerDesc};
+use residency_vulkan::testing::with_gpu;
+use residency_vulkan::{CommandContext, Device};
+use std::sync::Arc;
+
+const SIDE: u32 = 1024;
+
+fn texel(texture: u32, mip: u32, x: u32, y: u32) -> [u8; 4] {
+    [(x % 251) as u8, (y % 241) as u8, (mip * 29 + texture) as u8, 0xe0 | texture as u8]
+}
+
+/// A procedural RGBA8 source; tiles of mips below `fail_below` fail to read.
+fn source(name: &str, texture: u32, fail_below: u32) -> Arc<dyn TileSource> {
+    let desc = VtDesc::new(Format::R8G8B8A8Unorm, SIDE, SIDE, 128, 128);
+    let owned = name.to_owned();
+    Arc::new(FnSource::new(name, desc, move |mip, x, y| {
+        if mip < fail_below {
+            return Err(SourceError::Read {
+                source_name: owned.clone(),
+                reason: format!("mip {mip} is damaged"),
+            });
+        }
+        let (w, h) = desc.tile_extent(mip, x, y).expect("in the grid");
+        Ok((0..h)
+            .flat_map(|ty| (0..w).flat_map(move |tx| texel(texture, mip, x * 128 + tx, y * 128 + ty)))
+            .collect())
+    }))
+}
+
+fn desc(path: ResidencyPath, frames_in_flight: u32) -> StreamerDesc {
+    StreamerDesc::default()
+        .with_name("test streamer")
+        .with_path(path)
+        .with_frames_in_flight(frames_in_flight)
+        .with_budget_tiles(96)
+        .with_workers(2)
+}
+
+fn tile(streamer: &Streamer, id: ImageId, mip: u32, x: u32, y: u32) -> TileKey {
+    let layout = streamer.manager().residency(id).unwrap().layout();
+    TileKey::tile(id, layout.tile_index(TileCoord { layer: 0, mip, x, y, z: 0 }).unwrap())
+}
+
+fn live_named(device: &Device, name: &str) -> usize {
+    device.ledger().live_objects().iter().filter(|o| o.name.contains(name)).count()
+}
+
+/// One frame: begin, the CPU writes misses for `wanted`, an (empty but real) GPU frame, end.
+fn frame(streamer: &mut Streamer, commands: &CommandContext, wanted: &[TileKey]) -> u64 {
+    let bindings = streamer.begin_frame().unwrap();
+    let frame = bindings.frame;
+    assert_eq!(bindings.textures.len(), streamer_textures(&bindings));
+    let records = bindings.layout.map(|layout| {
+        let mut records = FeedbackBuffer::new(layout, frame);
+        for key in wanted {
+            let slot = layout.slot_of(key.image).unwrap();
+            let residency_core::streaming::StreamUnit::Tile(t) = key.unit else { panic!("tiles only") };
+            records.record(layout, slot, t, RequestKind::Miss);
+        }
+        records
+    });
+    drop(bindings);
+    if let Some(records) = records {
+        streamer.write_cpu_feedback(&records).unwrap();
+    }
+    let submission = commands.submit(&[], |rec| record_frame_barrier(rec).unwrap()).unwrap();
+    streamer.end_frame(submission.gpu_use()).unwrap();
+    // Loads overlap frames; these frames take microseconds, so wait for the workers to count
+    // latency in frames deterministically.
+    streamer.wait_for_loads();
+    frame
+}
+
+fn streamer_textures(bindings: &residency_vulkan::streaming::FrameBindings<'_>) -> usize {
+    bindings.textures.len()
+}
+
+fn streams(path: ResidencyPath, frames_in_flight: u32) {
+    with_gpu(|set| {
+        let device = Arc::clone(&set.devices()[0]);
+        let mut streamer = Streamer::new(&device, desc(path, frames_in_flight)).unwrap();
+        assert_eq!(streamer.path(), path);
+        let names = ["vt rock", "vt grass", "vt sand"];
+        let textures: Vec<_> = names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| streamer.add_texture(name, source(name, i as u32, 0)).unwrap())
+            .collect();
+
+        // Priming: every texture's coarse chain is resident before its first frame.
+        for t in &textures {
+            let chain = streamer.coarse_chain(t);
+            assert!(!chain.is_empty());
+            assert!(chain.iter().all(|&k| streamer.manager().is_resident(k)), "coarse chain of {:?}", t.id());
+        }
+        if let Some(image) = streamer.sparse_image(&textures[1]) {
+            // The texels are there too: the 128² mip (one tile) of the second texture.
+            let got = image
+                .read_region(0, 3, TexelRegion { offset: [0; 3], extent: [128, 128, 1] }, 1 << 20)
+                .unwrap();
+            let want: Vec<u8> =
+                (0..128).flat_map(|y| (0..128).flat_map(move |x| texel(1, 3, x, y))).collect();
+            assert_eq!(got, want, "mip 3 of the second texture after priming");
+        }
+
+        let commands = CommandContext::new(&device, "test frames").unwrap();
+        let (a, b, c) = (textures[0].id(), textures[1].id(), textures[2].id());
+        let wanted =
+            vec![tile(&streamer, a, 0, 2, 3), tile(&streamer, b, 1, 1, 1), tile(&streamer, c, 0, 7, 7)];
+        let mut resident_at = None;
+        for f in 0..12 {
+            frame(&mut streamer, &commands, &wanted);
+            if resident_at.is_none() && wanted.iter().all(|&k| streamer.manager().is_resident(k)) {
+                resident_at = Some(f);
+            }
+        }
+        let at = resident_at.unwrap_or_else(|| {
+            panic!(
+                "the requested tiles became resident: {:?} {:?} {:?}",
+                wanted.iter().map(|&k| streamer.manager().is_resident(k)).collect::<Vec<_>>(),
+                streamer.manager_stats(),
+                streamer.stats()
+            )
+        });
+        assert!(at <= 2 + 2 * frames_in_flight as u64, "resident at frame {at}");
+        assert!(streamer.manager_stats().tiles_streamed >= 3);
+        if path == ResidencyPath::Hardware {
+            let image = streamer.sparse_image(&textures[0]).unwrap();
+            let got = image
+                .read_region(0, 0, TexelRegion { offset: [256, 384, 0], extent: [128, 128, 1] }, 1 << 20)
+                .unwrap();
+            let want: Vec<u8> =
+                (0..128).flat_map(|y| (0..128).flat_map(move |x| texel(0, 0, 256 + x, 384 + y))).collect();
+            assert_eq!(got, want, "the streamed tile's texels");
+        }
+
+        // A texture removed mid-run: unregistered at once, its objects gone once the GPU is done.
+        let mut textures = textures;
+        let removed = textures.remove(1);
+        let removed_id = removed.id();
+        streamer.remove_texture(removed).unwrap();
+        assert!(streamer.manager().residency(removed_id).is_none());
+        let wanted: Vec<TileKey> = wanted.into_iter().filter(|k| k.image != removed_id).collect();
+        for _ in 0..4 {
+            frame(&mut streamer, &commands, &wanted);
+        }
+        assert_eq!(streamer.texture_count(), 2);
+        device.wait_idle().unwrap();
+        device.maintain();
+        assert_eq!(live_named(&device, "vt grass"), 0, "{:?}", device.ledger().live_objects());
+        assert!(streamer.manager().check_invariants().is_ok());
+        assert!(streamer.take_load_failures().is_empty());
+        for t in textures {
+            streamer.remove_texture(t).unwrap();
+        }
+        drop(streamer);
+        drop(commands);
+    });
+}
+
+#[test]
+fn hardware_path_one_frame_in_flight() {
+    streams(ResidencyPath::Hardware, 1);
+}
+
+#[test]
+fn hardware_path_three_frames_in_flight() {
+    streams(ResidencyPath::Hardware, 3);
+}
+
+#[test]
+fn software_path_two_frames_in_flight() {
+    streams(ResidencyPath::Software, 2);
+}
+
+#[test]
+fn software_path_three_frames_in_flight() {
+    streams(ResidencyPath::Software, 3);
+}
+
+#[test]
+fn a_failing_source_is_a_typed_error_and_keeps_its_coarse_data() {
+    for path in [ResidencyPath::Hardware, ResidencyPath::Software] {
+        with_gpu(|set| {
+            let device = Arc::clone(&set.devices()[0]);
+            let mut streamer = Streamer::new(&device, desc(path, 2)).unwrap();
+            // Mip 0 is damaged: requests for it fail, the coarse chain (mips 3…) is fine.
+            let t = streamer.add_texture("vt damaged", source("vt damaged", 3, 1)).unwrap();
+            let commands = CommandContext::new(&device, "test frames").unwrap();
+            let wanted = vec![tile(&streamer, t.id(), 0, 0, 0)];
+            for _ in 0..8 {
+                frame(&mut streamer, &commands, &wanted);
+            }
+            let failures = streamer.take_load_failures();
+            assert!(!failures.is_empty());
+            assert!(failures
+                .iter()
+                .all(|f| f.texture == "vt damaged" && matches!(f.error, SourceError::Read { .. })));
+            assert!(streamer.stats().loads_failed >= 1);
+            assert!(streamer.manager_stats().loads_failed >= 1);
+            assert!(!streamer.manager().is_resident(wanted[0]));
+            assert!(streamer.coarse_chain(&t).iter().all(|&k| streamer.manager().is_resident(k)));
+            // Its parent (mip 1) did load: the texture samples the next coarser level.
+            assert!(streamer.manager().is_resident(tile(&streamer, t.id(), 1, 0, 0)));
+
+            // A source whose coarse chain fails is refused at add_texture and leaves nothing.
+            let err = streamer.add_texture("vt broken", source("vt broken", 4, 99)).unwrap_err();
+            assert!(matches!(err, StreamError::Priming { .. }), "{err}");
+            assert_eq!(streamer.texture_count(), 1);
+            streamer.remove_texture(t).unwrap();
+            drop(streamer);
+            drop(commands);
+            device.wait_idle().unwrap();
+            device.maintain();
+            assert_eq!(live_named(&device, "vt broken"), 0);
+            assert_eq!(live_named(&device, "vt damaged"), 0);
+        });
+    }
+}
+
+#[test]
+fn other_formats_are_refused() {
+    with_gpu(|set| {
+        let device = Arc::clone(&set.devices()[0]);
+        let mut streamer = Streamer::new(&device, desc(ResidencyPath::Auto, 2)).unwrap();
+        let desc = VtDesc::new(Format::R8Uint, 512, 512, 128, 128);
+        let err = streamer
+            .add_texture("vt r8", Arc::new(FnSource::new("vt r8", desc, |_, _, _| Ok(vec![0; 128 * 128]))))
+            .unwrap_err();
+        assert!(matches!(err, StreamError::UnsupportedSource { .. }), "{err}");
+        assert_eq!(streamer.texture_count(), 0);
+        // A frame with no textures has no feedback to bind.
+        let bindings = streamer.begin_frame().unwrap();
+        assert!(bindings.feedback.is_none());
+        drop(bindings);
+        streamer.end_frame(device.submitted_work()).unwrap();
+    });
+}
+
+/// Under a small budget the requests move across mip 0: tiles are evicted (unbound on the
+/// hardware path, after waiting for the frames in flight), the budget holds, no validation message.
+#[test]
+fn a_small_budget_evicts_behind_the_frames_in_flight() {
+    for path in [ResidencyPath::Hardware, ResidencyPath::Software] {
+        with_gpu(|set| {
+            let device = Arc::clone(&set.devices()[0]);
+            let mut streamer = Streamer::new(&device, desc(path, 2).with_budget_tiles(32)).unwrap();
+            let a = streamer.add_texture("vt tight a", source("vt tight a", 5, 0)).unwrap();
+            let b = streamer.add_texture("vt tight b", source("vt tight b", 6, 0)).unwrap();
+            let commands = CommandContext::new(&device, "test frames").unwrap();
+            for f in 0..40u32 {
+                let (x, y) = ((f / 4) % 8, (f / 8) % 8);
+                let wanted = vec![tile(&streamer, a.id(), 0, x, y), tile(&streamer, b.id(), 0, 7 - x, y)];
+                frame(&mut streamer, &commands, &wanted);
+                assert!(streamer.manager().check_invariants().is_ok());
+            }
+            let stats = streamer.manager_stats().clone();
+            assert!(stats.tiles_evicted > 0, "{stats:?}");
+            assert!(streamer.manager().committed_tiles() <= 32, "{stats:?}");
+            if path == ResidencyPath::Hardware {
+                assert!(streamer.stats().unbind_waits <= stats.frames);
+            }
+            for k in streamer.coarse_chain(&a).iter().chain(streamer.coarse_chain(&b)) {
+                assert!(streamer.manager().is_resident(*k), "pinned units are never evicted");
+            }
+            streamer.remove_texture(a).unwrap();
+            streamer.remove_texture(b).unwrap();
+        });
+    }
+}
+
+/// The GPU side: the shipped `stream_view` shader (feedback image slot 0, so one texture) samples
+/// the streamed texture through the bindings and writes the feedback itself. Frame 0 has no
+/// magenta (nothing-resident) pixel; the mip-0 tiles under the camera become resident from the
+/// GPU's feedback alone.
+#[test]
+fn the_stream_view_shader_streams_through_the_bindings() {
+    use residency_core::usage::{BufferUsage, ImageUsage};
+    use residency_vulkan::ash::vk;
+    use residency_vulkan::compute::{Binding, ComputeProgram, ViewRef};
+    use residency_vulkan::recording::MemoryDependency;
+    use residency_vulkan::streaming::TextureViews;
+    use residency_vulkan::{shaders, BufferDesc, Filter, ImageDesc};
+    use vk::{AccessFlags2 as A, PipelineStageFlags2 as S};
+
+    for path in [ResidencyPath::Hardware, ResidencyPath::Software] {
+        with_gpu(|set| {
+            let device = Arc::clone(&set.devices()[0]);
+            let mut streamer = Streamer::new(&device, desc(path, 2)).unwrap();
+            let t = streamer.add_texture("vt gpu", source("vt gpu", 7, 0)).unwrap();
+            let shader = if path == ResidencyPath::Software {
+                &shaders::STREAM_VIEW_SOFTWARE
+            } else {
+                &shaders::STREAM_VIEW
+            };
+            let program = ComputeProgram::new(&device, shader.name(), shader, 2).unwrap();
+            let trilinear = device.create_sampler(Filter::Trilinear).unwrap();
+            let nearest = device.create_sampler(Filter::Nearest).unwrap();
+            let (w, h) = (64u32, 64u32);
+            let output = device
+                .create_image(&ImageDesc::new_2d(
+                    "vt gpu output",
+                    Format::R8G8B8A8Unorm,
+                    w,
+                    h,
+                    ImageUsage::STORAGE | ImageUsage::COPY_SRC,
+                ))
+                .unwrap();
+            device.discard_to_general(&[&output]).unwrap();
+            let output_view = device.create_image_view(&output, 0..1).unwrap();
+            let readback = device
+                .create_buffer(
+                    &BufferDesc::new("vt gpu read-back", u64::from(w * h * 4), BufferUsage::COPY_DST)
+                        .with_intent(residency_core::memory::MemoryIntent::Readback),
+                )
+                .unwrap();
+            let commands = CommandContext::new(&device, "test frames").unwrap();
+            let general = vk::ImageLayout::GENERAL;
+            // Looking straight down at the texture's centre from low enough for mip 0.
+            let side = SIDE as f32;
+            let tan = 30f32.to_radians().tan();
+            let mut sets: Vec<Option<_>> = vec![None, None];
+            let wanted: Vec<TileKey> = [(3, 3), (4, 3), (3, 4), (4, 4)]
+                .iter()
+                .map(|&(x, y)| tile(&streamer, t.id(), 0, x, y))
+                .collect();
+            let mut resident_at = None;
+            for f in 0..16u32 {
+                let bindings = streamer.begin_frame().unwrap();
+                let slot = bindings.slot;
+                if sets[slot].is_none() {
+                    let (texture, map): (ViewRef<'_>, ViewRef<'_>) = match bindings.textures[0].views {
+                        TextureViews::Hardware { image, min_lod } => (image.into(), min_lod.into()),
+                        TextureViews::Software { atlas, indirection } => (atlas.into(), indirection.into()),
+                    };
+                    sets[slot] = Some(
+                        program
+                            .descriptor_set(&[
+                                Binding::sampled(texture, &trilinear, general),
+                                Binding::sampled(map, &nearest, general),
+                                Binding::storage(&output_view, general),
+                                Binding::Buffer(bindings.feedback.unwrap()),
+                                Binding::Buffer(bindings.image_table.unwrap()),
+                                Binding::sampled(texture, &trilinear, general),
+                            ])
+                            .unwrap(),
+                    );
+                }
+                let v = [
+                    side / 2.0,
+                    side / 2.0,
+                    20.0,
+                    side,
+                    0.0,
+                    0.0,
+                    -1.0,
+                    tan,
+                    1.0,
+                    0.0,
+                    0.0,
+                    side,
+                    0.0,
+                    1.0,
+                    0.0,
+                    0.0,
+                ];
+                let mut push: Vec<u8> = v.iter().flat_map(|x: &f32| x.to_le_bytes()).collect();
+                for word in [bindings.frame as u32, 1, 1, 0] {
+                    push.extend_from_slice(&word.to_le_bytes());
+                }
+                let groups = [w.div_ceil(8), h.div_ceil(8), 1];
+                let submission = commands
+                    .submit(&[], |rec| {
+                        bindings.record_barrier(rec).unwrap();
+                        program.dispatch(rec, sets[slot].as_ref().unwrap(), &push, groups).unwrap();
+                        rec.memory_barrier(MemoryDependency {
+                            src_stages: S::COMPUTE_SHADER,
+                            src_access: A::SHADER_WRITE,
+                            dst_stages: S::COPY | S::HOST,
+                            dst_access: A::TRANSFER_READ | A::HOST_READ,
+                        })
+                        .unwrap();
+                        rec.copy_image_to_buffer(&output, general, &readback).unwrap();
+                        rec.memory_barrier(MemoryDependency {
+                            src_stages: S::COPY,
+                            src_access: A::TRANSFER_WRITE,
+                            dst_stages: S::HOST,
+                            dst_access: A::HOST_READ,
+                        })
+                        .unwrap();
+                    })
+                    .unwrap();
+                drop(bindings);
+                streamer.end_frame(submission.gpu_use()).unwrap();
+                commands.wait_for(&submission).unwrap();
+                let mut pixels = vec![0u8; (w * h * 4) as usize];
+                readback.read(0, &mut pixels).unwrap();
+                assert!(
+                    pixels.chunks(4).all(|p| p != [255, 0, 255, 255]),
+                    "frame {f}: a pixel with nothing resident under it"
+                );
+                streamer.wait_for_loads();
+                if resident_at.is_none() && wanted.iter().all(|&k| streamer.manager().is_resident(k)) {
+                    resident_at = Some(f);
+                }
+            }
+            assert!(resident_at.is_some_and(|f| f <= 8), "{resident_at:?} {:?}", streamer.manager_stats());
+            assert!(streamer.stats().feedback_frames_read >= 8);
+            drop(sets);
+            streamer.remove_texture(t).unwrap();
+        });
+    }
+}
