@@ -567,7 +567,20 @@ impl Streamer {
         }
         let id = texture.id;
         let removed = self.textures.remove(&id);
-        self.manager.unregister_image(id)?;
+        let changes = self.manager.unregister_image(id)?;
+        // Hardware path: its tiles go back to the pool now, and the next frame may bind them to
+        // another image; unbind them from this one first (after the frames in flight that may
+        // sample it), so that no memory is ever bound to two images at once (that needs
+        // sparseResidencyAliased).
+        if let (Some(Texture { gpu: TextureGpu::Hardware { image, .. }, .. }), Some(_)) =
+            (&removed, &self.heaps)
+        {
+            if !changes.changes.is_empty() {
+                self.wait_frames()?;
+                let heaps = self.heaps.as_mut().expect("checked above");
+                heaps.bind(self.manager.pool(), &[(image, &changes.changes)], BindPlanOptions::default())?;
+            }
+        }
         let keys: Vec<TileKey> = self.pending.keys().filter(|k| k.image == id).copied().collect();
         for key in keys {
             self.loader.cancel(&key);
