@@ -412,3 +412,78 @@ fn misuse_an_upload_into_an_image_not_in_its_region_layout_is_a_typed_error() {
         uploader.wait_idle().unwrap();
     });
 }
+
+#[test]
+fn misuse_a_renderers_own_command_buffer_is_checked_by_submit_checked() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let program = quads(device);
+        let (image, view) = target(device, "misuse own command buffer target");
+        let info = vk::CommandPoolCreateInfo::default()
+            .queue_family_index(device.universal_queue().family())
+            .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
+        // SAFETY: valid device and queue family.
+        let pool = unsafe { device.raw().create_command_pool(&info, None) }.unwrap();
+        let alloc = vk::CommandBufferAllocateInfo::default()
+            .command_pool(pool)
+            .level(vk::CommandBufferLevel::PRIMARY)
+            .command_buffer_count(1);
+        // SAFETY: the pool belongs to this device and only this test uses it.
+        let cmd = unsafe { device.raw().allocate_command_buffers(&alloc) }.unwrap()[0];
+        let fence_info = vk::FenceCreateInfo::default();
+        // SAFETY: valid device.
+        let fence = unsafe { device.raw().create_fence(&fence_info, None) }.unwrap();
+        let begin = vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
+        let mut tracker = ResourceTracker::new(TrackerOptions::default());
+        tracker.track_image(&image, vk::ImageLayout::UNDEFINED).unwrap();
+        let mut submit_called = false;
+        // Twice: first rendering without the transition (refused, `submit` not called), then with it.
+        for transition in [false, true] {
+            // SAFETY: the command buffer is not pending (never submitted, or its fence waited below).
+            unsafe {
+                device.raw().reset_command_buffer(cmd, vk::CommandBufferResetFlags::empty()).unwrap();
+                device.raw().begin_command_buffer(cmd, &begin).unwrap();
+            }
+            // SAFETY: `cmd` is a primary command buffer of this device's universal family, recording
+            // outside a render pass until `submit_checked` ends it; nothing else records into it;
+            // the fence is waited for before anything it used is dropped; its layouts are checked
+            // by `submit_checked`.
+            let mut rec = unsafe { residency_vulkan::Recording::from_raw(device, cmd) };
+            if transition {
+                to_attachment(&mut rec, &mut tracker, &image);
+            }
+            program.render(&mut rec, &view, [SIZE, SIZE], [0.0; 4], |_| {}).unwrap();
+            let submitted = rec.submit_checked(|queue| {
+                submit_called = true;
+                let buffers = [vk::CommandBufferSubmitInfo::default().command_buffer(cmd)];
+                let submit = vk::SubmitInfo2::default().command_buffer_infos(&buffers);
+                // SAFETY: recording began above; the queue is the locked universal queue; the
+                // fence is unsignalled.
+                unsafe {
+                    device.raw().end_command_buffer(cmd)?;
+                    device.raw().queue_submit2(queue, &[submit], fence)
+                }
+            });
+            if transition {
+                submitted.unwrap();
+                assert!(submit_called);
+            } else {
+                assert_layout_error(
+                    submitted,
+                    "misuse own command buffer target",
+                    vk::ImageLayout::COLOR_ATTACHMENT_OPTIMAL,
+                    vk::ImageLayout::UNDEFINED,
+                );
+                assert!(!submit_called, "nothing submitted");
+            }
+        }
+        assert_eq!(image.layout(0, 0), Some(vk::ImageLayout::COLOR_ATTACHMENT_OPTIMAL));
+        // SAFETY: the fence belongs to this device and was submitted once above; after the wait
+        // nothing of the pool is in use.
+        unsafe {
+            device.raw().wait_for_fences(&[fence], true, u64::MAX).unwrap();
+            device.raw().destroy_fence(fence, None);
+            device.raw().destroy_command_pool(pool, None);
+        }
+    });
+}

@@ -155,8 +155,6 @@ pub struct Recording<'a> {
     /// Layout requirements and effects per image, by the address of its layout record.
     layouts: HashMap<usize, usize>,
     plan: LayoutPlan,
-    /// Made by [`Recording::from_raw`]: the renderer submits it.
-    from_raw: bool,
 }
 
 impl<'a> Recording<'a> {
@@ -170,7 +168,6 @@ impl<'a> Recording<'a> {
             commands: 0,
             layouts: HashMap::new(),
             plan: LayoutPlan::default(),
-            from_raw: false,
         }
     }
 
@@ -180,7 +177,8 @@ impl<'a> Recording<'a> {
     /// # Safety
     /// - `cmd` is a primary command buffer allocated from a command pool of `device`, on a queue
     ///   family with graphics and compute (the universal queue's), and it is in the recording
-    ///   state, outside any render pass instance, until the recording is dropped.
+    ///   state, outside any render pass instance, until the recording is dropped (or handed to
+    ///   [`Recording::submit_checked`], whose closure ends it).
     /// - Nothing else records into `cmd` while the recording lives (external synchronisation),
     ///   and every command you record into it yourself leaves it in that state.
     /// - The recording holds every residency object a helper recorded into `cmd` (see
@@ -192,36 +190,34 @@ impl<'a> Recording<'a> {
     /// - If `cmd` is never submitted, it is reset or freed (never submitted) once any of those
     ///   objects has been destroyed.
     /// - Image layouts: the helpers note the layouts their commands need and leave (see the
-    ///   module documentation), but residency does not see your submission. Call
-    ///   [`Recording::commit_layouts`] once, right before you submit `cmd` to the device's
-    ///   universal queue (so that no residency submission comes between), and submit `cmd` only
-    ///   if it returned `Ok`; then every image's layouts residency records match what the queue
-    ///   does. Otherwise the layouts the helpers' commands need when `cmd` executes, and the
-    ///   layouts residency's later submissions find, are yours to keep consistent.
+    ///   module documentation), but residency does not see a submission you make on your own.
+    ///   Submit `cmd` through [`Recording::submit_checked`] (which checks them and records the
+    ///   new layouts in queue order), or else every layout the helpers' commands need when `cmd`
+    ///   executes, and every layout residency's later submissions expect of those images, is
+    ///   yours to make hold.
     pub unsafe fn from_raw(device: &'a Device, cmd: vk::CommandBuffer) -> Recording<'a> {
-        let mut recording = Recording::new(device, cmd);
-        recording.from_raw = true;
-        recording
+        Recording::new(device, cmd)
     }
 
-    /// For a recording of [`Recording::from_raw`] that you submit yourself: checks, under the
-    /// universal queue lock, that every image the helpers recorded a command on is in the layouts
-    /// those commands need (in residency's submission order), and if so advances the images'
-    /// layouts by what the commands leave, once. A mismatch is [`VulkanError::ImageLayout`] and
-    /// changes nothing: do not submit the command buffer then. On a recording residency submits
-    /// itself this refuses with [`VulkanError::Unsupported`] (its submitter checks and applies).
-    pub fn commit_layouts(&mut self) -> Result<(), VulkanError> {
-        if !self.from_raw {
-            return Err(VulkanError::Unsupported {
-                device: self.device.name().to_owned(),
-                reason: "a residency submission checks its recording's layouts itself".to_owned(),
-            });
-        }
-        let _queue = self.device.universal_queue().lock();
+    /// Submits a recording of [`Recording::from_raw`] yourself, with residency's layout check:
+    /// under the universal queue lock, checks that every image the helpers recorded a command on
+    /// is in the layouts those commands need (in residency's submission order); if so calls
+    /// `submit` with the locked universal queue, and once it returns `Ok` advances the images'
+    /// layouts by what the commands leave. A mismatch is [`VulkanError::ImageLayout`] and calls
+    /// nothing; an error of `submit` is returned and changes no layout.
+    ///
+    /// `submit` ends the command buffer and submits it (your own `unsafe` calls); it must not
+    /// submit through residency (the queue is locked: that would wait forever). Only a recording
+    /// you own can be passed here: residency's submissions lend theirs as `&mut` and check them
+    /// themselves.
+    pub fn submit_checked(
+        self,
+        submit: impl FnOnce(vk::Queue) -> Result<(), vk::Result>,
+    ) -> Result<(), VulkanError> {
+        let queue = self.device.universal_queue().lock();
         self.plan.check()?;
+        submit(*queue).map_err(|r| VulkanError::from_vk("vkQueueSubmit2", r))?;
         self.plan.apply();
-        self.plan = LayoutPlan::default();
-        self.layouts.clear();
         Ok(())
     }
 
