@@ -9,10 +9,12 @@ use ash::vk;
 use residency_core::format::Format;
 use residency_core::memory::MemoryIntent;
 use residency_core::sync::{PipelineStages, Region, TrackerOptions, Use};
+use residency_core::tiles::{SparseImageDesc, TilePoolDesc};
 use residency_core::usage::{BufferUsage, ImageUsage};
-use residency_vulkan::compute::{Binding, ComputeProgram, DescriptorSet};
+use residency_vulkan::compute::{Binding, BindingError, ComputeProgram, DescriptorSet};
 use residency_vulkan::graphics::{GraphicsProgram, VertexAttribute};
 use residency_vulkan::shaders;
+use residency_vulkan::sparse::{SparseImage, SparseTilePool};
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::tracking::ResourceTracker;
 use residency_vulkan::{
@@ -485,5 +487,63 @@ fn misuse_a_renderers_own_command_buffer_is_checked_by_submit_checked() {
             device.raw().destroy_fence(fence, None);
             device.raw().destroy_command_pool(pool, None);
         }
+    });
+}
+
+#[test]
+fn misuse_a_set_showing_one_subresource_in_two_layouts_is_refused() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let s = sampling(device, "misuse two layouts", vk::ImageLayout::GENERAL);
+        let view = device.create_image_view(&s.image, 0..1).unwrap();
+        let sampler = device.create_sampler(Filter::Nearest).unwrap();
+        let out = results(device, "misuse two layouts out");
+        let program =
+            ComputeProgram::new(device, "misuse two layouts program", &shaders::SPARSE_FALLBACK, 32).unwrap();
+        let refused = program.descriptor_set(&[
+            Binding::sampled(&view, &sampler, vk::ImageLayout::GENERAL),
+            Binding::sampled(&view, &sampler, vk::ImageLayout::SHADER_READ_ONLY_OPTIMAL),
+            Binding::Buffer(&out),
+            Binding::Buffer(&out),
+        ]);
+        assert!(matches!(refused, Err(BindingError::Invalid { binding: 1, .. })), "{refused:?}");
+    });
+}
+
+#[test]
+fn misuse_a_sparse_image_is_bound_and_uploaded_to_in_general_only() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let pool = SparseTilePool::new(
+            std::sync::Arc::clone(device),
+            TilePoolDesc::default().with_name("misuse sparse tiles"),
+        )
+        .unwrap();
+        let image = SparseImage::new(
+            &pool,
+            "misuse sparse",
+            &SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 256, 256),
+            false,
+        )
+        .unwrap();
+        let sampler = device.create_sampler(Filter::Nearest).unwrap();
+        let out = results(device, "misuse sparse out");
+        let program =
+            ComputeProgram::new(device, "misuse sparse program", &shaders::SAMPLE_TEXELS, 1).unwrap();
+        let refused = program.descriptor_set(&[
+            Binding::sampled(&image, &sampler, vk::ImageLayout::SHADER_READ_ONLY_OPTIMAL),
+            Binding::Buffer(&out),
+        ]);
+        assert!(matches!(refused, Err(BindingError::Invalid { binding: 0, .. })), "{refused:?}");
+        program
+            .descriptor_set(&[
+                Binding::sampled(&image, &sampler, vk::ImageLayout::GENERAL),
+                Binding::Buffer(&out),
+            ])
+            .unwrap();
+        let uploader = Uploader::new(device, "misuse sparse uploader", 1 << 16).unwrap();
+        let region =
+            ImageRegion::new(&image, 0, [0; 3], [4, 4, 1]).with_layout(vk::ImageLayout::TRANSFER_DST_OPTIMAL);
+        assert!(matches!(uploader.write_image(&region, &[0; 64]), Err(UploadError::Layout { .. })));
     });
 }

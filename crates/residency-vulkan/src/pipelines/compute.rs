@@ -766,7 +766,8 @@ impl ComputeProgram {
 
     /// Allocates a descriptor set from the program's pool and writes `bindings` into it (one per
     /// binding, in order). Each resource must live on the program's device and fit its binding
-    /// (kind, usage, layout, offset alignment and range, linear filtering of the format);
+    /// (kind, usage, layout, offset alignment and range, linear filtering of the format), and
+    /// no two bindings may show the same subresources of an image in different layouts;
     /// otherwise the error names it and nothing is allocated. The set keeps what it binds alive
     /// (see [`Binding`]).
     pub fn descriptor_set(&self, bindings: &[Binding<'_>]) -> Result<DescriptorSet, BindingError> {
@@ -784,6 +785,25 @@ impl ComputeProgram {
             if let Binding::Sampled { view: ViewRef::View(view), layout, .. }
             | Binding::Storage { view: ViewRef::View(view), layout } = *binding
             {
+                let overlaps =
+                    |a: &std::ops::Range<u32>, b: &std::ops::Range<u32>| a.start < b.end && b.start < a.end;
+                let clash = images.iter().find(|u: &&ImageUse| {
+                    Arc::ptr_eq(&u.layouts, view.layouts())
+                        && u.layout != layout
+                        && overlaps(&u.mips, &view.mips())
+                        && overlaps(&u.layers, &view.layers())
+                });
+                if let Some(clash) = clash {
+                    return Err(BindingError::Invalid {
+                        program: self.name.clone(),
+                        binding: i,
+                        resource: view.name().to_owned(),
+                        reason: format!(
+                            "is bound in {layout:?}, but an earlier binding shows the same subresources in {:?}",
+                            clash.layout
+                        ),
+                    });
+                }
                 images.push(ImageUse {
                     layouts: Arc::clone(view.layouts()),
                     mips: view.mips(),
