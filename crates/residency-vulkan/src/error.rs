@@ -87,6 +87,22 @@ pub enum VulkanError {
         /// The device it was given to.
         device: DeviceIndex,
     },
+    /// A submission's commands need a subresource of an image in one layout, but when they
+    /// would run it is in another: in submission order (after every earlier residency
+    /// submission) or after an earlier command of the same recording. Nothing was submitted.
+    #[error("`{image}` mip {mip} layer {layer} is in {actual:?} where a command needs {expected:?}")]
+    ImageLayout {
+        /// The image.
+        image: String,
+        /// The mip level.
+        mip: u32,
+        /// The array layer.
+        layer: u32,
+        /// The layout the command needs.
+        expected: vk::ImageLayout,
+        /// The layout the subresource is in.
+        actual: vk::ImageLayout,
+    },
     /// Any other Vulkan error result.
     #[error("{call} failed: {result}")]
     Vk {

@@ -107,6 +107,12 @@ impl ViewRef<'_> {
 /// The set keeps every buffer, [`ImageView`], [`SparseImage`] and [`Sampler`] bound in it alive
 /// (and a view keeps its image): dropping them while the set lives, or while work that used the
 /// set is on the GPU, is safe — they are destroyed after the set and that work.
+///
+/// An image binding names the layout the image is in when a dispatch uses the set; every
+/// submission with such a dispatch checks it against the image's layouts in submission order (see
+/// [`Image::layout`](crate::Image::layout)) and is refused with
+/// [`VulkanError::ImageLayout`](crate::VulkanError::ImageLayout) otherwise. A sparse image is in
+/// `GENERAL` for life, so it is bound in `GENERAL`.
 #[derive(Clone, Copy, Debug)]
 pub enum Binding<'a> {
     /// A whole buffer (at its offset, for ranges of a pool page), for
@@ -200,10 +206,32 @@ pub struct DescriptorSet {
     raw: vk::DescriptorSet,
     program: Arc<Life>,
     bound: Arc<[Arc<Life>]>,
+    /// The layout each bound [`ImageView`] must be in when the set is used: its image's record,
+    /// the view's mips and layers, the binding's layout.
+    images: Arc<[ImageUse]>,
+}
+
+/// A subresource range of an image that a command needs in one layout.
+#[derive(Debug)]
+pub(crate) struct ImageUse {
+    pub(crate) layouts: Arc<crate::image::Layouts>,
+    pub(crate) mips: std::ops::Range<u32>,
+    pub(crate) layers: std::ops::Range<u32>,
+    pub(crate) layout: vk::ImageLayout,
 }
 
 impl DescriptorSet {
-    /// The `VkDescriptorSet`, for your own `unsafe` binds.
+    /// Whether every image it binds may be used in its binding's layout after what `rec`'s
+    /// earlier commands left.
+    fn check_layouts(&self, rec: &Recording<'_>) -> Result<(), VulkanError> {
+        for image in self.images.iter() {
+            rec.check_layout(&image.layouts, image.mips.clone(), image.layers.clone(), image.layout)?;
+        }
+        Ok(())
+    }
+
+    /// The `VkDescriptorSet`, for your own `unsafe` binds (a command buffer you submit yourself
+    /// must find every image bound here in the binding's layout when it runs).
     pub fn raw(&self) -> vk::DescriptorSet {
         self.raw
     }
@@ -258,6 +286,21 @@ pub enum DispatchError {
         owner: DeviceIndex,
         /// The recording's device.
         recording: DeviceIndex,
+    },
+    /// An earlier command of the recording left an image the set binds in another layout than
+    /// its binding's (as [`VulkanError::ImageLayout`]).
+    #[error("`{image}` mip {mip} layer {layer} is in {actual:?} where the dispatch needs {expected:?}")]
+    ImageLayout {
+        /// The image.
+        image: String,
+        /// The mip level.
+        mip: u32,
+        /// The array layer.
+        layer: u32,
+        /// The binding's layout.
+        expected: vk::ImageLayout,
+        /// The layout an earlier command left it in.
+        actual: vk::ImageLayout,
     },
     /// The descriptor set was made by another program.
     #[error("the descriptor set was not made by `{program}`")]
@@ -681,6 +724,12 @@ impl ComputeProgram {
                 if !SAMPLED_LAYOUTS.contains(&layout) {
                     return Err(invalid(&v.name, format!("cannot be sampled in {layout:?}")));
                 }
+                if matches!(view, ViewRef::Sparse(_)) && layout != vk::ImageLayout::GENERAL {
+                    return Err(invalid(
+                        &v.name,
+                        format!("is a sparse image, in GENERAL for life, not {layout:?}"),
+                    ));
+                }
                 if sampler.filter() != Filter::Nearest {
                     // SAFETY: a pure query of this device's physical device.
                     let props = unsafe {
@@ -717,7 +766,8 @@ impl ComputeProgram {
 
     /// Allocates a descriptor set from the program's pool and writes `bindings` into it (one per
     /// binding, in order). Each resource must live on the program's device and fit its binding
-    /// (kind, usage, layout, offset alignment and range, linear filtering of the format);
+    /// (kind, usage, layout, offset alignment and range, linear filtering of the format), and
+    /// no two bindings may show the same subresources of an image in different layouts;
     /// otherwise the error names it and nothing is allocated. The set keeps what it binds alive
     /// (see [`Binding`]).
     pub fn descriptor_set(&self, bindings: &[Binding<'_>]) -> Result<DescriptorSet, BindingError> {
@@ -729,8 +779,38 @@ impl ComputeProgram {
             });
         }
         let mut bound = Vec::with_capacity(bindings.len());
+        let mut images = Vec::new();
         for (i, binding) in bindings.iter().enumerate() {
             bound.extend(self.check_binding(i, binding)?);
+            if let Binding::Sampled { view: ViewRef::View(view), layout, .. }
+            | Binding::Storage { view: ViewRef::View(view), layout } = *binding
+            {
+                let overlaps =
+                    |a: &std::ops::Range<u32>, b: &std::ops::Range<u32>| a.start < b.end && b.start < a.end;
+                let clash = images.iter().find(|u: &&ImageUse| {
+                    Arc::ptr_eq(&u.layouts, view.layouts())
+                        && u.layout != layout
+                        && overlaps(&u.mips, &view.mips())
+                        && overlaps(&u.layers, &view.layers())
+                });
+                if let Some(clash) = clash {
+                    return Err(BindingError::Invalid {
+                        program: self.name.clone(),
+                        binding: i,
+                        resource: view.name().to_owned(),
+                        reason: format!(
+                            "is bound in {layout:?}, but an earlier binding shows the same subresources in {:?}",
+                            clash.layout
+                        ),
+                    });
+                }
+                images.push(ImageUse {
+                    layouts: Arc::clone(view.layouts()),
+                    mips: view.mips(),
+                    layers: view.layers(),
+                    layout,
+                });
+            }
         }
         let device = self.device();
         let buffer_infos: Vec<_> = bindings
@@ -782,7 +862,12 @@ impl ComputeProgram {
         // binding's type and points at a live object of this device with the usage, layout,
         // alignment and range it needs (checked above); the infos live until the call returns.
         unsafe { device.raw().update_descriptor_sets(&writes, &[]) };
-        Ok(DescriptorSet { raw: set, program: Arc::clone(&self.life), bound: bound.into() })
+        Ok(DescriptorSet {
+            raw: set,
+            program: Arc::clone(&self.life),
+            bound: bound.into(),
+            images: images.into(),
+        })
     }
 
     /// Its name.
@@ -838,6 +923,12 @@ impl ComputeProgram {
             return Err(DispatchError::ForeignSet { program: self.name.clone() });
         }
         self.check_dispatch(push_constants, groups)?;
+        set.check_layouts(rec).map_err(|e| match e {
+            VulkanError::ImageLayout { image, mip, layer, expected, actual } => {
+                DispatchError::ImageLayout { image, mip, layer, expected, actual }
+            }
+            e => unreachable!("layout checks fail with layout errors only: {e}"),
+        })?;
         self.record_checked(rec, set, push_constants, groups);
         Ok(())
     }
@@ -852,9 +943,17 @@ impl ComputeProgram {
     ) {
         debug_assert!(rec.device().is(self.device()) && Arc::ptr_eq(&set.program, &self.life));
         debug_assert!(self.check_dispatch(push_constants, groups).is_ok(), "checked by the caller");
+        if let Err(e) = set.check_layouts(rec) {
+            // The multi-device submitter cannot refuse one command: its submission fails.
+            rec.refuse_submission(e);
+            return;
+        }
         rec.keep(&self.life);
         for life in set.bound.iter() {
             rec.keep(life);
+        }
+        for image in set.images.iter() {
+            rec.use_layout(&image.layouts, image.mips.clone(), image.layers.clone(), image.layout);
         }
         let mut push = push_constants.to_vec();
         push.resize(self.push_constant_bytes as usize, 0);
@@ -864,7 +963,10 @@ impl ComputeProgram {
         // render pass (the `Recording` invariant). The pipeline, layout and set are this program's
         // (the set's program is this one: checked by those callers), every binding of the set was
         // written with a live resource, and the recording holds the program and those resources
-        // until its submission. The push constants cover exactly the declared range, a multiple
+        // until its submission. Every image view is in its binding's layout when the dispatch
+        // runs: noted above as requirements, which the submitter checks against the images'
+        // layouts in submission order before submitting (a sparse image is GENERAL for life, and
+        // its bindings are GENERAL: checked by `descriptor_set`). The push constants cover exactly the declared range, a multiple
         // of 4 bytes; the group counts are within maxComputeWorkGroupCount (`check_dispatch`).
         unsafe {
             let raw = rec.device().raw();

@@ -47,6 +47,10 @@ pub enum RenderError {
     /// The recording or the target lives on another device than the program.
     #[error(transparent)]
     WrongDevice(#[from] VulkanError),
+    /// An earlier command of the recording left the target in another layout than
+    /// `COLOR_ATTACHMENT_OPTIMAL` ([`VulkanError::ImageLayout`]).
+    #[error("{0}")]
+    ImageLayout(VulkanError),
     /// The target cannot be this program's colour attachment.
     #[error("`{program}` cannot render into `{target}`: {reason}")]
     Target {
@@ -388,9 +392,11 @@ impl GraphicsProgram {
     /// bound. The recording and the target must live on the program's device, and the target be
     /// a single-mip, single-sampled 2D view of an image with `COLOR_ATTACHMENT` usage in the
     /// program's colour format covering `extent`; otherwise nothing is recorded. The target is
-    /// used in `COLOR_ATTACHMENT_OPTIMAL`: putting it there is the barriers' job (a layout is a
-    /// GPU state this helper cannot see). The recording holds the program and the target until
-    /// its submission.
+    /// used in `COLOR_ATTACHMENT_OPTIMAL` (its first layer): putting it there is the barriers' job
+    /// (e.g. a [`ResourceTracker`](crate::tracking::ResourceTracker) transition earlier in the recording or
+    /// in an earlier submission); a submission that would render into it in another layout is
+    /// refused with [`VulkanError::ImageLayout`](crate::VulkanError::ImageLayout). The recording
+    /// holds the program and the target until its submission.
     pub fn render(
         &self,
         rec: &mut Recording<'_>,
@@ -403,7 +409,17 @@ impl GraphicsProgram {
         rec.accepts(target.name(), target.device())?;
         self.check_target(target, extent)?;
         rec.keep(&self.life);
+        let first_layer = target.layers().start;
+        let attachment = vk::ImageLayout::COLOR_ATTACHMENT_OPTIMAL;
+        rec.check_layout(target.layouts(), target.mips(), first_layer..first_layer + 1, attachment)
+            .map_err(RenderError::ImageLayout)?;
         rec.keep(target.life());
+        rec.use_layout(
+            target.layouts(),
+            target.mips(),
+            first_layer..first_layer + 1,
+            vk::ImageLayout::COLOR_ATTACHMENT_OPTIMAL,
+        );
         let attachments = [vk::RenderingAttachmentInfo::default()
             .image_view(target.raw())
             .image_layout(vk::ImageLayout::COLOR_ATTACHMENT_OPTIMAL)
@@ -428,7 +444,10 @@ impl GraphicsProgram {
         // SAFETY: `cmd` is recording on the program's device (checked above) outside a render
         // pass (the `Recording` invariant); the target is a live single-mip 2D colour view of this
         // device in the pipeline's format with COLOR_ATTACHMENT usage covering the render area
-        // (checked above), held by the recording with the program until its submission.
+        // (checked above), held by the recording with the program until its submission. The
+        // rendered subresource is in COLOR_ATTACHMENT_OPTIMAL when the pass runs: noted above as
+        // a requirement, which the submitter checks against the image's layouts in submission
+        // order before submitting.
         unsafe {
             let raw = rec.device().raw();
             raw.cmd_begin_rendering(cmd, &rendering);

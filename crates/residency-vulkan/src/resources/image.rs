@@ -16,7 +16,39 @@ use residency_core::format::Format;
 use residency_core::memory::MemoryIntent;
 use residency_core::profile::{ImageDimension, MemoryRequirements};
 use residency_core::usage::ImageUsage;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+/// The layout of every subresource (mip × layer) of an image *in submission order*: what the
+/// universal queue leaves it in once every residency submission made so far has executed. Starts
+/// `UNDEFINED` (images are created so); read and advanced only under the universal queue lock, by
+/// [`CommandContext::submit`](crate::CommandContext::submit) checking a recording's layout
+/// requirements and applying its effects (see `recording.rs`).
+#[derive(Debug)]
+pub(crate) struct Layouts {
+    /// The image's name, for errors.
+    pub(crate) name: String,
+    pub(crate) mips: u32,
+    pub(crate) layers: u32,
+    /// Index `mip * layers + layer`.
+    pub(crate) current: Mutex<Vec<vk::ImageLayout>>,
+}
+
+impl Layouts {
+    /// All subresources in `initial`.
+    pub(crate) fn new(name: &str, mips: u32, layers: u32, initial: vk::ImageLayout) -> Arc<Layouts> {
+        Arc::new(Layouts {
+            name: name.to_owned(),
+            mips,
+            layers,
+            current: Mutex::new(vec![initial; (mips * layers) as usize]),
+        })
+    }
+
+    /// The layouts now (in submission order), index `mip * layers + layer`.
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Vec<vk::ImageLayout>> {
+        self.current.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
 
 /// How to create an image.
 #[derive(Clone, Debug)]
@@ -117,6 +149,7 @@ pub struct Image {
     size: u64,
     committed: bool,
     resource: residency_core::sync::ResourceId,
+    layouts: Arc<Layouts>,
 }
 
 impl Image {
@@ -131,7 +164,10 @@ impl Image {
     ) -> Image {
         let id = device.ledger().track("image", desc.name.as_str());
         let garbage = Garbage::Image { raw, memory: ResourceMemory::Transient, id };
+        let layouts =
+            Layouts::new(&desc.name, desc.mip_levels, desc.array_layers, vk::ImageLayout::UNDEFINED);
         Image {
+            layouts,
             life: Life::new(device.arc(), garbage, Some(heap)),
             raw,
             desc,
@@ -165,8 +201,25 @@ impl Image {
     }
 
     /// The `VkImage`.
+    ///
+    /// Work you record or submit yourself with it (your own `unsafe` code) must leave every
+    /// subresource in the layout residency has recorded for it ([`Image::layout`]) by the time a
+    /// later residency submission runs: residency checks its submissions against that record.
     pub fn raw(&self) -> vk::Image {
         self.raw
+    }
+
+    /// The layout of subresource `mip`, `layer` once every residency submission made so far has
+    /// executed (`None` outside the image). Submissions check the layouts their commands need
+    /// against this and advance it.
+    pub fn layout(&self, mip: u32, layer: u32) -> Option<vk::ImageLayout> {
+        let l = &self.layouts;
+        (mip < l.mips && layer < l.layers).then(|| l.lock()[(mip * l.layers + layer) as usize])
+    }
+
+    /// Its layout record (recordings check and advance it at submission).
+    pub(crate) fn layouts(&self) -> &Arc<Layouts> {
+        &self.layouts
     }
 
     /// How it was described.
@@ -222,6 +275,7 @@ impl crate::upload::Sealed for Image {
             array_layers: self.desc.array_layers,
             copy_dst: self.desc.usage.contains(ImageUsage::COPY_DST),
             life: &self.life,
+            layouts: Some(&self.layouts),
         }
     }
 }
@@ -336,6 +390,7 @@ impl Device {
         let raw = guard.disarm();
         let id = self.ledger().track("image", name);
         Ok(Image {
+            layouts: Layouts::new(name, desc.mip_levels, desc.array_layers, vk::ImageLayout::UNDEFINED),
             life: Life::new(self.arc(), Garbage::Image { raw, memory: placed.owner, id }, None),
             raw,
             desc: desc.clone(),
@@ -447,6 +502,7 @@ impl Device {
             usage: d.usage,
             samples: d.samples,
             linear: d.linear,
+            layouts: Arc::clone(&image.layouts),
         })
     }
 }
@@ -467,9 +523,16 @@ pub struct ImageView {
     usage: ImageUsage,
     samples: u32,
     linear: bool,
+    /// Its image's layout record.
+    layouts: Arc<Layouts>,
 }
 
 impl ImageView {
+    /// Its image's layout record.
+    pub(crate) fn layouts(&self) -> &Arc<Layouts> {
+        &self.layouts
+    }
+
     /// The `VkImageView`.
     pub fn raw(&self) -> vk::ImageView {
         self.raw
@@ -636,8 +699,20 @@ impl Device {
             })
             .collect();
         self.submit_once("images to GENERAL", |rec| {
+            for image in images {
+                let range = image.full_range();
+                rec.transition(
+                    &image.layouts,
+                    0..range.level_count,
+                    0..range.layer_count,
+                    vk::ImageLayout::UNDEFINED,
+                    vk::ImageLayout::GENERAL,
+                );
+            }
             // SAFETY: `rec` is recording on this device outside a render pass; the images are live
-            // (borrowed until the wait returns) and belong to this device (checked above).
+            // (borrowed until the wait returns) and belong to this device (checked above); the
+            // barriers start from UNDEFINED, which any layout satisfies (the submission records
+            // GENERAL as the images' layout, noted above).
             unsafe {
                 self.raw().cmd_pipeline_barrier2(
                     rec.raw(),
@@ -647,7 +722,8 @@ impl Device {
         })
     }
 
-    /// Reads back mip 0, layer 0 of `image` (which is in `layout`), tightly packed.
+    /// Reads back mip 0, layer 0 of `image` (which is in `layout`), tightly packed. An image not
+    /// in `layout` when the copy would run is [`VulkanError::ImageLayout`], nothing submitted.
     pub fn read_image(
         &self,
         image: &Image,
@@ -683,12 +759,14 @@ impl Device {
             extent: d.extent,
         }
         .buffer_image_copy(0);
-        self.copy_to_host(&d.name, bytes, |cmd, staging| {
-            // SAFETY: `cmd` is recording on this device; the image is a live image of it (checked
+        self.copy_to_host(&d.name, bytes, |rec, staging| {
+            rec.use_layout(&image.layouts, 0..1, 0..1, layout);
+            // SAFETY: `rec` is recording on this device; the image is a live image of it (checked
             // above, borrowed until the wait returns) with COPY_SRC usage, one sample and one
-            // aspect, `layout` is a copy-source layout (checked above), and the staging buffer
-            // holds exactly its mip 0.
-            unsafe { self.raw().cmd_copy_image_to_buffer(cmd, image.raw, layout, staging, &[copy]) };
+            // aspect, `layout` is a copy-source layout (checked above) that the submission checks
+            // the image is in (the requirement noted above), and the staging buffer holds exactly
+            // its mip 0.
+            unsafe { self.raw().cmd_copy_image_to_buffer(rec.raw(), image.raw, layout, staging, &[copy]) };
         })
     }
 }

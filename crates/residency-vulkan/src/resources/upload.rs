@@ -21,6 +21,15 @@ use std::sync::{Arc, Mutex};
 /// An upload could not be done.
 #[derive(Debug, thiserror::Error)]
 pub enum UploadError {
+    /// A copy into an image cannot run in the region's layout: a copy destination is in
+    /// `GENERAL` or `TRANSFER_DST_OPTIMAL`, and a sparse image is in `GENERAL` for life.
+    #[error("upload to `{name}`: an image copy destination cannot be in {layout:?}")]
+    Layout {
+        /// The image.
+        name: String,
+        /// The region's layout.
+        layout: vk::ImageLayout,
+    },
     /// The destination range is outside the buffer.
     #[error("upload to `{name}`: bytes {offset}..{end} are outside its {size} B")]
     OutOfBounds {
@@ -121,8 +130,17 @@ pub enum UploadError {
 }
 
 enum PendingCopy {
-    Buffer { dst: vk::Buffer, region: vk::BufferCopy },
-    Image { dst: vk::Image, layout: vk::ImageLayout, region: vk::BufferImageCopy },
+    Buffer {
+        dst: vk::Buffer,
+        region: vk::BufferCopy,
+    },
+    Image {
+        dst: vk::Image,
+        layout: vk::ImageLayout,
+        region: vk::BufferImageCopy,
+        /// The image's layout record (`None`: a sparse image, `GENERAL` for life).
+        layouts: Option<Arc<crate::image::Layouts>>,
+    },
 }
 
 mod target {
@@ -145,6 +163,8 @@ mod target {
         pub(crate) copy_dst: bool,
         /// What keeps it (and what it points into) alive; its device.
         pub(crate) life: &'a Arc<Life>,
+        /// Its layout record; `None` for a sparse image, which is in `GENERAL` for life.
+        pub(crate) layouts: Option<&'a Arc<crate::image::Layouts>>,
     }
 
     /// Seals [`ImageTarget`](super::ImageTarget): only this crate's images implement it.
@@ -175,7 +195,10 @@ impl TargetInfo<'_> {
 pub struct ImageRegion<'a> {
     /// The image (it stays alive until the copy is submitted).
     pub image: &'a dyn ImageTarget,
-    /// The layout the image is in when the copy runs (`GENERAL` or `TRANSFER_DST_OPTIMAL`).
+    /// The layout the image is in when the copy runs (`GENERAL` or `TRANSFER_DST_OPTIMAL`;
+    /// `GENERAL` for a sparse image). The submission that carries the copy checks it against the
+    /// image's layouts in submission order, and is refused with
+    /// [`VulkanError::ImageLayout`] otherwise.
     pub layout: vk::ImageLayout,
     /// The aspect (colour for the formats the library streams).
     pub aspect: vk::ImageAspectFlags,
@@ -289,6 +312,9 @@ impl<'a> ImageRegion<'a> {
 struct State {
     ring: RingAllocator,
     copies: Vec<PendingCopy>,
+    /// The layout the queued copies use for each subresource (by its image's layout record,
+    /// mip, layer): copies of one submission agree on it.
+    copy_layouts: std::collections::HashMap<(usize, u32, u32), vk::ImageLayout>,
     /// The destinations of the queued copies, kept alive until the copies are submitted (after
     /// that, a destination dropped retires after the upload like after any residency submission).
     keep: Vec<Arc<Life>>,
@@ -331,7 +357,13 @@ impl Uploader {
             device: device.arc(),
             staging,
             context,
-            state: Mutex::new(State { ring, copies: Vec::new(), keep: Vec::new(), in_flight: Vec::new() }),
+            state: Mutex::new(State {
+                ring,
+                copies: Vec::new(),
+                copy_layouts: Default::default(),
+                keep: Vec::new(),
+                in_flight: Vec::new(),
+            }),
         })
     }
 
@@ -391,14 +423,20 @@ impl Uploader {
 
     /// Queues a copy of `data` (tightly packed texel blocks of the region, rows then slices) into an
     /// image region. The image stays alive until the copy is submitted (after that, dropping it
-    /// retires it after the upload); it must be in `region.layout` when the copy runs.
+    /// retires it after the upload). The submission that carries the copy checks that the image
+    /// is in `region.layout` then (in submission order) and fails with
+    /// [`VulkanError::ImageLayout`] otherwise, dropping the queued copies (a retry would fail
+    /// the same way).
     ///
     /// Refused with nothing staged: an image of another device ([`UploadError::WrongDevice`]) or
     /// without copy-destination usage ([`UploadError::NotCopyDestination`]), a region outside
     /// the image ([`UploadError::RegionOutsideImage`], [`UploadError::RegionMisaligned`]), `data`
     /// that is not the region's byte count in the image's format ([`UploadError::WrongSize`]),
     /// and data larger than half the ring ([`UploadError::TooLarge`]: split regions, e.g. per
-    /// tile). An empty region copies nothing.
+    /// tile), a layout that is not a copy destination's (or not `GENERAL` for a sparse image:
+    /// [`UploadError::Layout`]), and a layout other than a queued copy's into the same
+    /// subresource ([`VulkanError::ImageLayout`]: flush in between). An empty region copies
+    /// nothing.
     pub fn write_image(&self, region: &ImageRegion<'_>, data: &[u8]) -> Result<(), UploadError> {
         let target = region.image.target();
         if !target.life.device().is(&self.device) {
@@ -412,6 +450,11 @@ impl Uploader {
             return Err(UploadError::NotCopyDestination { name: target.name.to_owned() });
         }
         region.check()?;
+        let copy_layouts = [vk::ImageLayout::GENERAL, vk::ImageLayout::TRANSFER_DST_OPTIMAL];
+        let sparse_ok = target.layouts.is_some() || region.layout == vk::ImageLayout::GENERAL;
+        if !copy_layouts.contains(&region.layout) || !sparse_ok {
+            return Err(UploadError::Layout { name: target.name.to_owned(), layout: region.layout });
+        }
         let expected = region.bytes();
         if data.len() as u64 != expected {
             return Err(UploadError::WrongSize {
@@ -428,6 +471,21 @@ impl Uploader {
             return Err(UploadError::TooLarge { bytes: expected, limit: capacity / 2 });
         }
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(layouts) = target.layouts {
+            let key = (Arc::as_ptr(layouts) as usize, region.mip, region.layer);
+            if let Some(&queued) = state.copy_layouts.get(&key) {
+                if queued != region.layout {
+                    return Err(VulkanError::ImageLayout {
+                        image: target.name.to_owned(),
+                        mip: region.mip,
+                        layer: region.layer,
+                        expected: region.layout,
+                        actual: queued,
+                    }
+                    .into());
+                }
+            }
+        }
         let allocation = loop {
             match state.ring.allocate(expected, STAGING_ALIGNMENT) {
                 Ok(a) => break a,
@@ -436,8 +494,18 @@ impl Uploader {
             }
         };
         write_staging(&self.staging, allocation.offset, data);
+        if let Some(layouts) = target.layouts {
+            state
+                .copy_layouts
+                .insert((Arc::as_ptr(layouts) as usize, region.mip, region.layer), region.layout);
+        }
         let copy = region.buffer_image_copy(allocation.offset);
-        state.copies.push(PendingCopy::Image { dst: target.raw, layout: region.layout, region: copy });
+        state.copies.push(PendingCopy::Image {
+            dst: target.raw,
+            layout: region.layout,
+            region: copy,
+            layouts: target.layouts.cloned(),
+        });
         state.keep.push(Arc::clone(target.life));
         Ok(())
     }
@@ -464,6 +532,7 @@ impl Uploader {
     fn submit(&self, state: &mut State) -> Result<(), UploadError> {
         let device = &*self.device;
         let copies = std::mem::take(&mut state.copies);
+        let copy_layouts = std::mem::take(&mut state.copy_layouts);
         let staging = self.staging.raw();
         let before = [vk::MemoryBarrier2::default()
             .src_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
@@ -476,11 +545,22 @@ impl Uploader {
             .dst_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
             .dst_access_mask(vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE)];
         let submitted = self.context.submit(&[], |rec| {
+            for copy in &copies {
+                if let PendingCopy::Image { layout, region, layouts: Some(layouts), .. } = copy {
+                    let (mip, layer) =
+                        (region.image_subresource.mip_level, region.image_subresource.base_array_layer);
+                    rec.use_layout(layouts, mip..mip + 1, layer..layer + 1, *layout);
+                }
+            }
             let cmd = rec.raw();
             // SAFETY: `cmd` is recording; the staging buffer and every destination are live
             // buffers and images of this device (checked when queued; `state.keep` holds them
             // until this submission is made, and after it their destruction waits for it), and
-            // every image region lies inside its image (checked when queued).
+            // every image region lies inside its image (checked when queued). Every image is in
+            // its region's layout, a copy-destination layout (checked when queued), when the
+            // copies run: noted above as requirements, which the submission checks against the
+            // images' layouts in submission order before submitting (a sparse image is GENERAL
+            // for life, and its regions are GENERAL: checked when queued).
             unsafe {
                 let raw = device.raw();
                 raw.cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&before));
@@ -489,7 +569,7 @@ impl Uploader {
                         PendingCopy::Buffer { dst, region } => {
                             raw.cmd_copy_buffer(cmd, staging, *dst, &[*region])
                         }
-                        PendingCopy::Image { dst, layout, region } => {
+                        PendingCopy::Image { dst, layout, region, .. } => {
                             raw.cmd_copy_buffer_to_image(cmd, staging, *dst, *layout, &[*region]);
                         }
                     }
@@ -501,9 +581,11 @@ impl Uploader {
             Ok(submission) => submission,
             Err(e) => {
                 // Not submitted: the copies stay queued (their data is in the ring) for a retry,
-                // unless the device is lost and they can never run.
-                if !device.is_lost() {
+                // unless the device is lost and they can never run, or an image was not in its
+                // region's layout (they are dropped: a retry would fail the same way).
+                if !device.is_lost() && !matches!(e, VulkanError::ImageLayout { .. }) {
                     state.copies = copies;
+                    state.copy_layouts = copy_layouts;
                 }
                 return Err(e.into());
             }

@@ -501,12 +501,14 @@ impl SparseImage {
             .with_layer(layer)
             .buffer_image_copy(0);
         let device = self.device();
-        let bytes = device.copy_to_host(&self.name, bytes, |cmd, staging| {
-            // SAFETY: `cmd` is recording on this device; the image (GENERAL layout) and the buffer are
-            // live and the region lies in both.
+        let bytes = device.copy_to_host(&self.name, bytes, |rec, staging| {
+            // SAFETY: `rec` is recording on this device; the image and the buffer are live and the
+            // region lies in both. A sparse image is in GENERAL for life (transitioned at creation,
+            // and no helper or barrier residency records changes it: the tracker tracks `Image`s
+            // only, and uploads and bindings of a sparse image require GENERAL).
             unsafe {
                 device.raw().cmd_copy_image_to_buffer(
-                    cmd,
+                    rec.raw(),
                     self.raw,
                     vk::ImageLayout::GENERAL,
                     staging,
@@ -529,6 +531,7 @@ impl crate::upload::Sealed for SparseImage {
             array_layers: self.desc.array_layers,
             copy_dst: true,
             life: &self.life,
+            layouts: None,
         }
     }
 }

@@ -570,7 +570,15 @@ impl SoftwareTilePool {
             use crate::recording::MemoryDependency;
             use vk::{AccessFlags2 as A, PipelineStageFlags2 as S};
             let atlas = shared.atlas.raw();
+            let atlas_layouts = shared.atlas.layouts();
+            let atlas_range = shared.atlas.full_range();
             device.submit_once("software path borders", |rec| {
+                rec.use_layout(
+                    atlas_layouts,
+                    0..atlas_range.level_count,
+                    0..atlas_range.layer_count,
+                    vk::ImageLayout::GENERAL,
+                );
                 // Payloads written by the uploader's copies before the border copies read them; the
                 // borders before anything samples them.
                 rec.memory_barrier(MemoryDependency {
@@ -582,7 +590,8 @@ impl SoftwareTilePool {
                 .expect("core stages with accesses they perform");
                 for chunk in regions.chunks(512) {
                     // SAFETY: `rec` is recording on this device outside a render pass; the atlas is
-                    // live in GENERAL; every region lies in it, and sources (payloads) never
+                    // live, in GENERAL when the copies run (the requirement noted above, checked
+                    // by the submission); every region lies in it, and sources (payloads) never
                     // overlap destinations (borders).
                     unsafe {
                         device.raw().cmd_copy_image(

@@ -225,7 +225,7 @@ impl CommandContext {
         record(&mut recording);
         // Held until the submission has taken its universal timeline value (or failed): an
         // object the closure dropped retires after this submission.
-        let kept = recording.into_kept();
+        let (kept, layouts) = recording.into_parts();
         // SAFETY: recording began above; the closure could not end it (a `Recording` exposes only
         // helpers that leave it recording, and your own commands must too).
         unsafe { device.raw().end_command_buffer(command_buffer) }.during("vkEndCommandBuffer")?;
@@ -234,6 +234,10 @@ impl CommandContext {
             let queue = device.universal_queue().lock();
             // The device's universal timeline: values are taken under the queue lock, so they grow
             // in submission order.
+            // Every image must be in the layouts the recorded commands need, in submission order
+            // (checked under the queue lock, so no other submission comes between the check,
+            // the submission and the new layouts); a mismatch submits nothing.
+            layouts.check()?;
             let point = device.retirement().next_universal();
             let mut all_signals = Vec::with_capacity(signals.len() + 1);
             all_signals.extend_from_slice(signals);
@@ -247,7 +251,8 @@ impl CommandContext {
                 .command_buffer_infos(&buffers)
                 .wait_semaphore_infos(waits)
                 .signal_semaphore_infos(&all_signals);
-            // SAFETY: the queue is locked; the command buffer is executable; the fence is
+            // SAFETY: the queue is locked; the command buffer is executable, and every image it
+            // names is in the layouts its commands need when they run (checked above); the fence is
             // unsignalled; the universal timeline value is greater than any signalled or pending
             // before (taken under the queue lock, and only residency signals that semaphore); the
             // other waits and signals meet `submit_signalling`'s contract (the safe `submit`
@@ -259,6 +264,7 @@ impl CommandContext {
                 return Err(VulkanError::from_vk("vkQueueSubmit2", result));
             }
             device.retirement().published(point);
+            layouts.apply();
             point
         };
         let serial = state.next_serial;
@@ -385,11 +391,11 @@ impl Device {
                 reason: "it lacks COPY_SRC usage",
             });
         }
-        self.copy_to_host(buffer.name(), len, |cmd, staging| {
-            // SAFETY: `cmd` is recording on this device; both buffers are live buffers of it
+        self.copy_to_host(buffer.name(), len, |rec, staging| {
+            // SAFETY: `rec` is recording on this device; both buffers are live buffers of it
             // (checked above; `buffer` is borrowed until the wait returns) and the region lies in
             // both.
-            unsafe { self.raw().cmd_copy_buffer(cmd, buffer.raw(), staging, &[region]) };
+            unsafe { self.raw().cmd_copy_buffer(rec.raw(), buffer.raw(), staging, &[region]) };
         })
     }
 
@@ -400,7 +406,7 @@ impl Device {
         &self,
         name: &str,
         len: u64,
-        copy: impl FnOnce(vk::CommandBuffer, vk::Buffer),
+        copy: impl FnOnce(&mut Recording<'_>, vk::Buffer),
     ) -> Result<Vec<u8>, ReadBackError> {
         let desc = BufferDesc::new(format!("{name} readback"), len, BufferUsage::COPY_DST)
             .with_intent(MemoryIntent::Readback);
@@ -422,7 +428,7 @@ impl Device {
             unsafe {
                 self.raw().cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&before))
             };
-            copy(cmd, staging.raw());
+            copy(rec, staging.raw());
             // SAFETY: as above.
             unsafe {
                 self.raw().cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&after))

@@ -12,17 +12,110 @@
 //! destroyed only after the submission completes, like any object dropped after a residency
 //! submission (see `retire.rs`). Commands you record yourself through [`Recording::raw`] are your
 //! own `unsafe` code: what they use must outlive the closure (or be declared with `used_until`).
+//!
+//! **Image layouts.** Every helper that records a command on an [`Image`] notes what it needs and
+//! what it leaves: a *requirement* (these subresources must be in layout L when the command buffer
+//! starts executing, unless an earlier command of this recording set them) and an *effect* (after
+//! this recording they are in L'). [`CommandContext::submit`](crate::CommandContext::submit)
+//! checks the requirements against each image's layouts in submission order under the universal
+//! queue lock, submits nothing on a mismatch ([`VulkanError::ImageLayout`]), and applies the
+//! effects once the submission is made. A conflict inside one recording (a use in a layout an
+//! earlier command of it did not leave) fails its submission the same way.
 
 use crate::buffer::Buffer;
 use crate::device::Device;
 use crate::error::VulkanError;
 use crate::format_map::aspect;
-use crate::image::Image;
+use crate::image::{Image, Layouts};
 use crate::retire::{ForeignUse, Garbage, GpuUse, Life};
 use ash::vk;
 use residency_core::usage::{BufferUsage, ImageUsage};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::ops::Range;
 use std::sync::Arc;
+
+/// What a recording needs of one image's layouts and leaves behind, per subresource
+/// (`mip * layers + layer`).
+#[derive(Debug)]
+struct Touched {
+    state: Arc<Layouts>,
+    /// The layout the subresource must be in when the command buffer starts executing.
+    required: Vec<Option<vk::ImageLayout>>,
+    /// The layout the recorded commands leave it in so far.
+    now: Vec<Option<vk::ImageLayout>>,
+}
+
+/// A recording's layout requirements and effects, checked and applied by its submitter under the
+/// universal queue lock.
+#[derive(Debug, Default)]
+pub(crate) struct LayoutPlan {
+    /// The first use that contradicted an earlier command of the same recording.
+    conflict: Option<VulkanError>,
+    touched: Vec<Touched>,
+}
+
+impl LayoutPlan {
+    /// Whether every requirement holds against the images' layouts now (in submission order).
+    /// Call with the universal queue locked.
+    pub(crate) fn check(&self) -> Result<(), VulkanError> {
+        if let Some(conflict) = &self.conflict {
+            return Err(clone_layout_error(conflict));
+        }
+        for t in &self.touched {
+            let current = t.state.lock();
+            for (i, required) in t.required.iter().enumerate() {
+                if let Some(expected) = *required {
+                    if current[i] != expected {
+                        return Err(layout_error(&t.state, i, expected, current[i]));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Advances the images' layouts by the recording's effects. Call under the same queue lock
+    /// as [`LayoutPlan::check`], once the submission was made.
+    pub(crate) fn apply(&self) {
+        for t in &self.touched {
+            let mut current = t.state.lock();
+            for (i, now) in t.now.iter().enumerate() {
+                if let Some(layout) = *now {
+                    current[i] = layout;
+                }
+            }
+        }
+    }
+}
+
+fn layout_error(
+    state: &Layouts,
+    index: usize,
+    expected: vk::ImageLayout,
+    actual: vk::ImageLayout,
+) -> VulkanError {
+    let index = index as u32;
+    VulkanError::ImageLayout {
+        image: state.name.clone(),
+        mip: index / state.layers,
+        layer: index % state.layers,
+        expected,
+        actual,
+    }
+}
+
+fn clone_layout_error(e: &VulkanError) -> VulkanError {
+    match e {
+        VulkanError::ImageLayout { image, mip, layer, expected, actual } => VulkanError::ImageLayout {
+            image: image.clone(),
+            mip: *mip,
+            layer: *layer,
+            expected: *expected,
+            actual: *actual,
+        },
+        _ => unreachable!("only layout errors are recorded as conflicts"),
+    }
+}
 
 /// A command buffer of one device in the recording state, outside any render pass instance.
 ///
@@ -33,7 +126,10 @@ use std::sync::Arc;
 ///
 /// [`Recording::raw`] and [`Recording::device`] are for your own `unsafe` ash calls. Those calls
 /// must leave the command buffer as they found it for the helpers: recording, outside a render
-/// pass instance, with no query or conditional rendering left active.
+/// pass instance, with no query or conditional rendering left active; and they must leave every
+/// subresource of a residency [`Image`] in the layout the helpers' record says (see the module
+/// documentation: residency checks its submissions against that record, not against your own
+/// barriers).
 ///
 /// A recording cannot outlive its closure, nor trade places with another one (which would leave
 /// a helper recording into a command buffer already submitted):
@@ -56,12 +152,23 @@ pub struct Recording<'a> {
     seen: HashSet<usize>,
     /// Commands the helpers recorded.
     commands: u64,
+    /// Layout requirements and effects per image, by the address of its layout record.
+    layouts: HashMap<usize, usize>,
+    plan: LayoutPlan,
 }
 
 impl<'a> Recording<'a> {
     /// A command buffer residency began on `device`.
     pub(crate) fn new(device: &'a Device, raw: vk::CommandBuffer) -> Recording<'a> {
-        Recording { device, raw, kept: Vec::new(), seen: HashSet::new(), commands: 0 }
+        Recording {
+            device,
+            raw,
+            kept: Vec::new(),
+            seen: HashSet::new(),
+            commands: 0,
+            layouts: HashMap::new(),
+            plan: LayoutPlan::default(),
+        }
     }
 
     /// A recording over a command buffer the renderer allocated and began itself, for the safe
@@ -70,7 +177,8 @@ impl<'a> Recording<'a> {
     /// # Safety
     /// - `cmd` is a primary command buffer allocated from a command pool of `device`, on a queue
     ///   family with graphics and compute (the universal queue's), and it is in the recording
-    ///   state, outside any render pass instance, until the recording is dropped.
+    ///   state, outside any render pass instance, until the recording is dropped (or handed to
+    ///   [`Recording::submit_checked`], whose closure ends it).
     /// - Nothing else records into `cmd` while the recording lives (external synchronisation),
     ///   and every command you record into it yourself leaves it in that state.
     /// - The recording holds every residency object a helper recorded into `cmd` (see
@@ -81,8 +189,36 @@ impl<'a> Recording<'a> {
     ///   yourself until that execution completes.
     /// - If `cmd` is never submitted, it is reset or freed (never submitted) once any of those
     ///   objects has been destroyed.
+    /// - Image layouts: the helpers note the layouts their commands need and leave (see the
+    ///   module documentation), but residency does not see a submission you make on your own.
+    ///   Submit `cmd` through [`Recording::submit_checked`] (which checks them and records the
+    ///   new layouts in queue order), or else every layout the helpers' commands need when `cmd`
+    ///   executes, and every layout residency's later submissions expect of those images, is
+    ///   yours to make hold.
     pub unsafe fn from_raw(device: &'a Device, cmd: vk::CommandBuffer) -> Recording<'a> {
         Recording::new(device, cmd)
+    }
+
+    /// Submits a recording of [`Recording::from_raw`] yourself, with residency's layout check:
+    /// under the universal queue lock, checks that every image the helpers recorded a command on
+    /// is in the layouts those commands need (in residency's submission order); if so calls
+    /// `submit` with the locked universal queue, and once it returns `Ok` advances the images'
+    /// layouts by what the commands leave. A mismatch is [`VulkanError::ImageLayout`] and calls
+    /// nothing; an error of `submit` is returned and changes no layout.
+    ///
+    /// `submit` ends the command buffer and submits it (your own `unsafe` calls); it must not
+    /// submit through residency (the queue is locked: that would wait forever). Only a recording
+    /// you own can be passed here: residency's submissions lend theirs as `&mut` and check them
+    /// themselves.
+    pub fn submit_checked(
+        self,
+        submit: impl FnOnce(vk::Queue) -> Result<(), vk::Result>,
+    ) -> Result<(), VulkanError> {
+        let queue = self.device.universal_queue().lock();
+        self.plan.check()?;
+        submit(*queue).map_err(|r| VulkanError::from_vk("vkQueueSubmit2", r))?;
+        self.plan.apply();
+        Ok(())
     }
 
     /// The `VkCommandBuffer`, for your own `unsafe` ash calls (see the type's documentation for
@@ -139,10 +275,101 @@ impl<'a> Recording<'a> {
         self.commands += 1;
     }
 
-    /// What the recording held: dropped by its submitter once the submission has its place on
-    /// the device's universal timeline.
-    pub(crate) fn into_kept(self) -> Vec<Arc<Life>> {
-        self.kept
+    /// What the recording held (dropped by its submitter once the submission has its place on
+    /// the device's universal timeline) and its layout plan (checked and applied at submission).
+    pub(crate) fn into_parts(self) -> (Vec<Arc<Life>>, LayoutPlan) {
+        (self.kept, self.plan)
+    }
+
+    /// Whether a command that needs subresources `mips` × `layers` in `needed` may follow what
+    /// this recording's earlier commands left them in (`UNDEFINED` fits anything). A helper
+    /// checks before it records, so a contradiction is refused at once and records nothing (the
+    /// submission checks what earlier submissions left).
+    pub(crate) fn check_layout(
+        &self,
+        state: &Arc<Layouts>,
+        mips: Range<u32>,
+        layers: Range<u32>,
+        needed: vk::ImageLayout,
+    ) -> Result<(), VulkanError> {
+        if needed == vk::ImageLayout::UNDEFINED {
+            return Ok(());
+        }
+        let Some(&index) = self.layouts.get(&(Arc::as_ptr(state) as usize)) else { return Ok(()) };
+        let touched = &self.plan.touched[index];
+        for mip in mips.start..mips.end.min(state.mips) {
+            for layer in layers.start..layers.end.min(state.layers) {
+                let i = (mip * state.layers + layer) as usize;
+                if let Some(now) = touched.now[i] {
+                    if now != needed {
+                        return Err(layout_error(state, i, needed, now));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes the submission of this recording fail with `error` (a command refused while the
+    /// caller could not be told at once); the first one counts.
+    pub(crate) fn refuse_submission(&mut self, error: VulkanError) {
+        self.plan.conflict.get_or_insert(error);
+    }
+
+    fn touched(&mut self, state: &Arc<Layouts>) -> &mut Touched {
+        let key = Arc::as_ptr(state) as usize;
+        let touched = &mut self.plan.touched;
+        let index = *self.layouts.entry(key).or_insert_with(|| {
+            let n = (state.mips * state.layers) as usize;
+            touched.push(Touched { state: Arc::clone(state), required: vec![None; n], now: vec![None; n] });
+            touched.len() - 1
+        });
+        &mut self.plan.touched[index]
+    }
+
+    /// Notes a command that needs subresources `mips` × `layers` (clamped to the image) in
+    /// `layout` and leaves them there.
+    pub(crate) fn use_layout(
+        &mut self,
+        state: &Arc<Layouts>,
+        mips: Range<u32>,
+        layers: Range<u32>,
+        layout: vk::ImageLayout,
+    ) {
+        self.transition(state, mips, layers, layout, layout);
+    }
+
+    /// Notes a command that takes subresources `mips` × `layers` (clamped to the image) from
+    /// `old` to `new`; `old == UNDEFINED` (contents discarded) needs nothing.
+    pub(crate) fn transition(
+        &mut self,
+        state: &Arc<Layouts>,
+        mips: Range<u32>,
+        layers: Range<u32>,
+        old: vk::ImageLayout,
+        new: vk::ImageLayout,
+    ) {
+        let (mip_count, layer_count) = (state.mips, state.layers);
+        let mut conflict = None;
+        let touched = self.touched(state);
+        for mip in mips.start..mips.end.min(mip_count) {
+            for layer in layers.start..layers.end.min(layer_count) {
+                let i = (mip * layer_count + layer) as usize;
+                if old != vk::ImageLayout::UNDEFINED {
+                    match touched.now[i] {
+                        Some(now) if now != old => {
+                            conflict.get_or_insert_with(|| layout_error(&touched.state, i, old, now));
+                        }
+                        Some(_) => {}
+                        None => touched.required[i] = Some(old),
+                    }
+                }
+                touched.now[i] = Some(new);
+            }
+        }
+        if self.plan.conflict.is_none() {
+            self.plan.conflict = conflict;
+        }
     }
 }
 
@@ -297,6 +524,10 @@ pub enum CopyError {
     /// The image or the buffer lives on another device than the recording.
     #[error(transparent)]
     WrongDevice(#[from] VulkanError),
+    /// An earlier command of the recording left the image in another layout than the copy's
+    /// ([`VulkanError::ImageLayout`]).
+    #[error("{0}")]
+    ImageLayout(VulkanError),
     /// The copy breaks a rule of `vkCmdCopyImageToBuffer` or `vkCmdCopyBuffer` that the helper
     /// checks.
     #[error("copy of `{from}` into `{to}`: {reason}")]
@@ -463,13 +694,17 @@ impl Recording<'_> {
             image_offset: vk::Offset3D::default(),
             image_extent: vk::Extent3D { width: d.extent[0], height: d.extent[1], depth: d.extent[2] },
         };
+        self.check_layout(image.layouts(), 0..1, 0..1, layout).map_err(CopyError::ImageLayout)?;
         self.keep(image.life());
         self.keep(buffer.life());
+        self.use_layout(image.layouts(), 0..1, 0..1, layout);
         // SAFETY: the command buffer is recording on this device outside a render pass (the
         // type's invariant); the image and buffer are live objects of this device (checked above),
         // held by the recording until its submission, with the usages, sample count, aspect,
-        // layout value, offset alignment and size the copy needs (checked above). That the image
-        // really is in `layout` when the copy runs is a GPU state residency does not track here.
+        // layout value, offset alignment and size the copy needs (checked above). The image is in
+        // `layout` when the copy runs: noted as a requirement above, which the submitter checks
+        // against the image's layouts in submission order before submitting anything (a
+        // `from_raw` recording's `# Safety` asks the renderer for the same check).
         unsafe {
             self.device.raw().cmd_copy_image_to_buffer(self.raw, image.raw(), layout, buffer.raw(), &[copy])
         };

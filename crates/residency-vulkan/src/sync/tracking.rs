@@ -14,7 +14,7 @@
 
 use crate::buffer::{Buffer, BufferPlacement};
 use crate::format_map::aspect;
-use crate::image::Image;
+use crate::image::{Image, Layouts};
 use crate::recording::{check_scope, BarrierError, Recording};
 use crate::retire::Life;
 use ash::vk;
@@ -40,6 +40,8 @@ struct Tracked {
     /// The device's process-unique id (indices repeat across device sets).
     device: u64,
     keep: Vec<(ResourceId, Arc<Life>)>,
+    /// An image's layout record (its barriers' old layouts are checked against it at submission).
+    layouts: Option<Arc<Layouts>>,
 }
 
 /// A barrier batch could not be recorded; nothing was recorded.
@@ -51,6 +53,10 @@ pub enum RecordError {
     /// A barrier's stages, accesses or queue families are not allowed on the recording's device.
     #[error(transparent)]
     Barrier(#[from] BarrierError),
+    /// An image barrier's old layout is not what an earlier command of the recording left the
+    /// image in ([`VulkanError::ImageLayout`](crate::VulkanError::ImageLayout)).
+    #[error("{0}")]
+    ImageLayout(crate::VulkanError),
 }
 
 /// The core state tracker plus the handles its barriers name, for every device.
@@ -91,8 +97,10 @@ impl ResourceTracker {
         if buffer.placement() != BufferPlacement::Range {
             self.core.register_buffer(device, id, TrackedBufferDesc::new(name, buffer.size()))?;
             let keep = vec![(id, life)];
-            self.handles
-                .insert((device, id), Tracked { handle: Handle::Buffer(buffer.raw()), device: uid, keep });
+            self.handles.insert(
+                (device, id),
+                Tracked { handle: Handle::Buffer(buffer.raw()), device: uid, keep, layouts: None },
+            );
             return Ok(id);
         }
         let page = page_id(buffer.raw());
@@ -115,13 +123,18 @@ impl ResourceTracker {
             handle: Handle::Buffer(buffer.raw()),
             device: uid,
             keep: Vec::new(),
+            layouts: None,
         });
         entry.keep.push((id, life));
         self.pages.insert((device, id), page);
         Ok(id)
     }
 
-    /// Starts tracking `image`, whose layout is `initial`.
+    /// Starts tracking `image`, whose layout is `initial` (the tracker's starting belief: the
+    /// barriers it records take their old layouts from it, and each submission checks those
+    /// against the image's real layouts in submission order, so a wrong `initial` is a
+    /// [`VulkanError::ImageLayout`](crate::VulkanError::ImageLayout) at submission, never a wrong
+    /// barrier on the GPU; `UNDEFINED` discards the contents and fits any layout).
     pub fn track_image(&mut self, image: &Image, initial: vk::ImageLayout) -> Result<ResourceId, SyncError> {
         let device = image.device_index();
         let id = image.resource_id();
@@ -131,7 +144,12 @@ impl ResourceTracker {
             .with_initial_layout(ImageLayout::from_raw(initial.as_raw()));
         self.core.register_image(device, id, desc)?;
         let keep = vec![(id, Arc::clone(image.life()))];
-        let tracked = Tracked { handle: Handle::Image(image.raw()), device: image.device().uid(), keep };
+        let tracked = Tracked {
+            handle: Handle::Image(image.raw()),
+            device: image.device().uid(),
+            keep,
+            layouts: Some(Arc::clone(image.layouts())),
+        };
         self.handles.insert((device, id), tracked);
         Ok(id)
     }
@@ -199,9 +217,11 @@ impl ResourceTracker {
             Ok(())
         };
         let mut kept: Vec<&Arc<Life>> = Vec::new();
+        let mut image_layouts: Vec<&Arc<Layouts>> = Vec::new();
         let mut handle = |resource| -> Option<Handle> {
             let tracked = self.handles.get(&(index, resource)).filter(|t| t.device == device.uid())?;
             kept.extend(tracked.keep.iter().map(|(_, life)| life));
+            image_layouts.extend(tracked.layouts.as_ref());
             Some(tracked.handle)
         };
         for b in &barriers.memory {
@@ -239,10 +259,12 @@ impl ResourceTracker {
             );
         }
         let mut images = Vec::with_capacity(barriers.images.len());
+        let mut transitions = Vec::with_capacity(barriers.images.len());
         for b in &barriers.images {
             let (src_family, dst_family) = (b.src_queue_family.index(), b.dst_queue_family.index());
             check(b.src, b.dst, Some((src_family, dst_family)))?;
             let Some(Handle::Image(raw)) = handle(b.resource) else { return Err(unknown(b.resource).into()) };
+            transitions.push(b);
             images.push(
                 vk::ImageMemoryBarrier2::default()
                     .src_stage_mask(stages(b.src.stages))
@@ -263,9 +285,34 @@ impl ResourceTracker {
                     }),
             );
         }
+        debug_assert_eq!(image_layouts.len(), transitions.len());
+        for (layouts, b) in image_layouts.iter().zip(&transitions) {
+            let r = &b.range;
+            rec.check_layout(
+                layouts,
+                r.base_mip..r.base_mip + r.mip_count,
+                r.base_layer..r.base_layer + r.layer_count,
+                vk::ImageLayout::from_raw(b.old_layout.as_raw()),
+            )
+            .map_err(RecordError::ImageLayout)?;
+        }
         let kept: Vec<Arc<Life>> = kept.into_iter().cloned().collect();
         for life in &kept {
             rec.keep(life);
+        }
+        // Only images have a layout record: one per image barrier, in order.
+        for (layouts, b) in image_layouts.into_iter().zip(transitions) {
+            let (mips, layers) = (
+                b.range.base_mip..b.range.base_mip + b.range.mip_count,
+                b.range.base_layer..b.range.base_layer + b.range.layer_count,
+            );
+            rec.transition(
+                layouts,
+                mips,
+                layers,
+                vk::ImageLayout::from_raw(b.old_layout.as_raw()),
+                vk::ImageLayout::from_raw(b.new_layout.as_raw()),
+            );
         }
         let info = vk::DependencyInfo::default()
             .memory_barriers(&memory)
@@ -277,8 +324,10 @@ impl ResourceTracker {
         // the recording now holds them until its submission. Stages and accesses are core ones
         // the device allows, paired as Vulkan requires, and queue families exist (checked
         // above). Ranges come from the core tracker, within the sizes and subresources
-        // registered. Old layouts are the tracker's record of the images' layouts, which rests
-        // on the initial layouts given to `track_image` and on every use being declared.
+        // registered. Each image barrier's old layout is noted above as a requirement (unless
+        // UNDEFINED, which discards and fits any layout, or set by an earlier command of this
+        // recording), which the submitter checks against the image's layouts in submission order
+        // before submitting; its new layout is noted as the effect.
         unsafe { rec.device().raw().cmd_pipeline_barrier2(rec.raw(), &info) };
         rec.recorded();
         Ok(memory.len() + buffers.len() + images.len())

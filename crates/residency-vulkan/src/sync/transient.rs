@@ -392,6 +392,7 @@ impl TransientPool {
         let mut buffer_barriers = Vec::new();
         let mut image_barriers = Vec::new();
         let mut lives = Vec::new();
+        let mut transitions = Vec::new();
         for (i, request) in frame.requests.iter().enumerate() {
             let (passes, uses) = match request {
                 TransientRequest::Buffer { passes, uses, .. }
@@ -430,6 +431,7 @@ impl TransientPool {
                 let layout =
                     first.layout.map_or(vk::ImageLayout::GENERAL, |l| vk::ImageLayout::from_raw(l.as_raw()));
                 lives.push(image.life());
+                transitions.push((image.layouts(), image.full_range(), layout));
                 image_barriers.push(
                     vk::ImageMemoryBarrier2::default()
                         .src_stage_mask(src_stages)
@@ -452,6 +454,15 @@ impl TransientPool {
         for life in lives {
             rec.keep(life);
         }
+        for (layouts, range, layout) in transitions {
+            rec.transition(
+                layouts,
+                0..range.level_count,
+                0..range.layer_count,
+                vk::ImageLayout::UNDEFINED,
+                layout,
+            );
+        }
         let info = vk::DependencyInfo::default()
             .buffer_memory_barriers(&buffer_barriers)
             .image_memory_barriers(&image_barriers);
@@ -459,7 +470,9 @@ impl TransientPool {
         // (the `Recording` invariant); every handle is a live transient resource of the frame,
         // which is on this device (checked above) and borrowed, and the recording now holds them
         // until its submission. The stages and accesses are the core's named uses and aliasing
-        // scopes (or ALL_COMMANDS / MEMORY_WRITE); images go from UNDEFINED over their whole range.
+        // scopes (or ALL_COMMANDS / MEMORY_WRITE); images go from UNDEFINED over their whole range
+        // (any layout satisfies it), and the recording notes their first use's layout as what
+        // the submission leaves them in.
         unsafe { device.raw().cmd_pipeline_barrier2(rec.raw(), &info) };
         rec.recorded();
         Ok(buffer_barriers.len() + image_barriers.len())
