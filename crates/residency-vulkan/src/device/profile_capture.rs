@@ -124,6 +124,22 @@ pub(crate) fn image_supported(
     fits && sparse_budget.is_none_or(|budget| props.max_resource_size >= budget)
 }
 
+/// The requirements a `vkGet*MemoryRequirements2` call answered (`r`, with the
+/// `VkMemoryDedicatedRequirements` it chained): dedicated memory is preferred when the driver
+/// prefers or requires it.
+pub(crate) fn memory_requirements(
+    r: vk::MemoryRequirements,
+    dedicated: &vk::MemoryDedicatedRequirements<'_>,
+) -> MemoryRequirements {
+    MemoryRequirements {
+        size: r.size,
+        alignment: r.alignment,
+        memory_type_bits: r.memory_type_bits,
+        prefers_dedicated: dedicated.prefers_dedicated_allocation == vk::TRUE
+            || dedicated.requires_dedicated_allocation == vk::TRUE,
+    }
+}
+
 pub(crate) fn requirements_of_image(device: &Device, info: &vk::ImageCreateInfo<'_>) -> MemoryRequirements {
     let query = vk::DeviceImageMemoryRequirements::default().create_info(info);
     let mut dedicated = vk::MemoryDedicatedRequirements::default();
@@ -132,13 +148,7 @@ pub(crate) fn requirements_of_image(device: &Device, info: &vk::ImageCreateInfo<
     // chain points at live structs.
     unsafe { device.raw().get_device_image_memory_requirements(&query, &mut out) };
     let r = out.memory_requirements;
-    MemoryRequirements {
-        size: r.size,
-        alignment: r.alignment,
-        memory_type_bits: r.memory_type_bits,
-        prefers_dedicated: dedicated.prefers_dedicated_allocation == vk::TRUE
-            || dedicated.requires_dedicated_allocation == vk::TRUE,
-    }
+    memory_requirements(r, &dedicated)
 }
 
 /// Memory requirements of a buffer, asked without creating it. Callers pass a non-zero size and
@@ -156,13 +166,7 @@ pub(crate) fn buffer_requirements(
     // SAFETY: a non-zero-sized buffer with valid usage bits; the output chain is live.
     unsafe { device.raw().get_device_buffer_memory_requirements(&query, &mut out) };
     let r = out.memory_requirements;
-    MemoryRequirements {
-        size: r.size,
-        alignment: r.alignment,
-        memory_type_bits: r.memory_type_bits,
-        prefers_dedicated: dedicated.prefers_dedicated_allocation == vk::TRUE
-            || dedicated.requires_dedicated_allocation == vk::TRUE,
-    }
+    memory_requirements(r, &dedicated)
 }
 
 fn tile_shape(device: &Device, format: Format, ty: vk::ImageType) -> Option<SparseTileShape> {

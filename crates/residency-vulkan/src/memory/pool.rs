@@ -423,29 +423,8 @@ impl PoolShared {
         }
         let alignment = self.range_alignment(pool_usage).max(init.alignment);
         let (allocation, page, arena) = self.allocate(init, init.size, alignment)?;
-        let offset = allocation.allocation.offset();
-        let name: Arc<str> = Arc::from(init.name.as_str());
-        let id = self.device.ledger().track("buffer", Arc::clone(&name));
-        self.buffers.fetch_add(1, Ordering::Relaxed);
-        let memory = ResourceMemory::Pool { pool: Arc::downgrade(this), arena, allocation };
-        let garbage = Garbage::Buffer { raw: vk::Buffer::null(), memory, id };
-        let parent: Arc<dyn Parent> = Arc::clone(this) as Arc<dyn Parent>;
-        Ok(Buffer {
-            life: Life::new(Arc::clone(&self.device), garbage, Some(parent)),
-            raw: page.page_buffer.expect("known-flags pages have a page buffer"),
-            range_offset: offset,
-            size: init.size,
-            usage,
-            name,
-            memory: page.memory,
-            memory_offset: offset,
-            memory_size: page.memory_size,
-            mapped: page.mapped,
-            coherent: self.coherent(),
-            placement: BufferPlacement::Range,
-            pool: Some(self.pool_id),
-            resource: crate::buffer::next_resource_id(),
-        })
+        let page_buffer = page.page_buffer.expect("known-flags pages have a page buffer");
+        Ok(self.pool_buffer(this, init, usage, page, arena, allocation, PoolBuffer::Range(page_buffer)))
     }
 
     fn init_placed(
@@ -466,21 +445,42 @@ impl PoolShared {
         let (allocation, page, arena) = self.allocate(init, req.size, alignment)?;
         let offset = allocation.allocation.offset();
         if let Err(e) = bind_buffer(&self.device, guard.disarm(), page.memory, offset) {
-            self.arenas[usize::from(arena)]
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .free(&self.device, allocation);
+            self.free_range(arena, allocation);
             return Err(e);
         }
+        Ok(self.pool_buffer(this, init, usage, page, arena, allocation, PoolBuffer::Placed(raw)))
+    }
+
+    /// The `Buffer` of an allocation made in page `page` of arena `arena`: tracked by name, counted,
+    /// and holding the pool (its parent) while it lives; a placed buffer's own `VkBuffer` goes with
+    /// it, a range's page buffer stays with the page.
+    #[allow(clippy::too_many_arguments, reason = "the parts of one allocation, assembled in one place")]
+    fn pool_buffer(
+        &self,
+        this: &Arc<PoolShared>,
+        init: &BufferInit,
+        usage: BufferUsage,
+        page: PageInfo,
+        arena: u16,
+        allocation: BlockAllocation,
+        kind: PoolBuffer,
+    ) -> Buffer {
+        let offset = allocation.allocation.offset();
         let name: Arc<str> = Arc::from(init.name.as_str());
         let id = self.device.ledger().track("buffer", Arc::clone(&name));
         self.buffers.fetch_add(1, Ordering::Relaxed);
         let memory = ResourceMemory::Pool { pool: Arc::downgrade(this), arena, allocation };
+        let (raw, own, range_offset, placement) = match kind {
+            PoolBuffer::Range(page_buffer) => {
+                (page_buffer, vk::Buffer::null(), offset, BufferPlacement::Range)
+            }
+            PoolBuffer::Placed(raw) => (raw, raw, 0, BufferPlacement::Placed),
+        };
         let parent: Arc<dyn Parent> = Arc::clone(this) as Arc<dyn Parent>;
-        Ok(Buffer {
-            life: Life::new(Arc::clone(&self.device), Garbage::Buffer { raw, memory, id }, Some(parent)),
+        Buffer {
+            life: Life::new(Arc::clone(&self.device), Garbage::Buffer { raw: own, memory, id }, Some(parent)),
             raw,
-            range_offset: 0,
+            range_offset,
             size: init.size,
             usage,
             name,
@@ -489,10 +489,10 @@ impl PoolShared {
             memory_size: page.memory_size,
             mapped: page.mapped,
             coherent: self.coherent(),
-            placement: BufferPlacement::Placed,
+            placement,
             pool: Some(self.pool_id),
             resource: crate::buffer::next_resource_id(),
-        })
+        }
     }
 
     /// Returns a released buffer's range (its `VkBuffer` is already destroyed).
@@ -516,6 +516,14 @@ impl Parent for PoolShared {
     fn child_released(&self) {
         self.buffers.fetch_sub(1, Ordering::Relaxed);
     }
+}
+
+/// What a pool buffer is on its page.
+enum PoolBuffer {
+    /// A range of the page's one `VkBuffer` (known flags).
+    Range(vk::Buffer),
+    /// Its own `VkBuffer`, bound at its offset (unknown flags).
+    Placed(vk::Buffer),
 }
 
 #[derive(Clone, Copy)]

@@ -401,14 +401,7 @@ pub(crate) fn create_raw_buffer(
     let info = vk::BufferMemoryRequirementsInfo2::default().buffer(raw);
     // SAFETY: raw was just created on this device; the output chain is live.
     unsafe { device.raw().get_buffer_memory_requirements2(&info, &mut out) };
-    let r = out.memory_requirements;
-    let requirements = MemoryRequirements {
-        size: r.size,
-        alignment: r.alignment,
-        memory_type_bits: r.memory_type_bits,
-        prefers_dedicated: dedicated.prefers_dedicated_allocation == vk::TRUE
-            || dedicated.requires_dedicated_allocation == vk::TRUE,
-    };
+    let requirements = crate::profile_capture::memory_requirements(out.memory_requirements, &dedicated);
     Ok((raw, requirements))
 }
 

@@ -14,7 +14,7 @@ use residency_core::allocator::{AllocError, ResourceKind};
 use residency_core::device_mask::DeviceIndex;
 use residency_core::format::Format;
 use residency_core::memory::MemoryIntent;
-use residency_core::profile::{ImageDimension, MemoryRequirements};
+use residency_core::profile::ImageDimension;
 use residency_core::usage::ImageUsage;
 use std::sync::{Arc, Mutex};
 
@@ -363,14 +363,7 @@ impl Device {
                 &mut out,
             )
         };
-        let r = out.memory_requirements;
-        let requirements = MemoryRequirements {
-            size: r.size,
-            alignment: r.alignment,
-            memory_type_bits: r.memory_type_bits,
-            prefers_dedicated: dedicated.prefers_dedicated_allocation == vk::TRUE
-                || dedicated.requires_dedicated_allocation == vk::TRUE,
-        };
+        let requirements = crate::profile_capture::memory_requirements(out.memory_requirements, &dedicated);
         let request = PlaceRequest {
             name,
             requirements,
