@@ -7,7 +7,7 @@ use residency_core::format::Format;
 use residency_core::streaming::{FeedbackBuffer, FnSource, RequestKind, SourceError, TileKey, TileSource};
 use residency_core::tiles::{ImageId, ResidencyPath, TexelRegion, TileCoord};
 use residency_core::vt_file::VtDesc;
-use residency_vulkan::streaming::{record_frame_barrier, StreamError, Streamer, StreamerDesc};
+use residency_vulkan::streaming::{StreamError, Streamer, StreamerDesc};
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::{CommandContext, Device};
 use std::sync::Arc;
@@ -72,7 +72,9 @@ fn frame(streamer: &mut Streamer, commands: &CommandContext, wanted: &[TileKey])
     if let Some(records) = records {
         streamer.write_cpu_feedback(&records).unwrap();
     }
-    let submission = commands.submit(&[], |rec| record_frame_barrier(rec).unwrap()).unwrap();
+    let bindings = streamer.frame_bindings().unwrap();
+    let submission = commands.submit(&[], |rec| bindings.record(rec, |_| ()).unwrap()).unwrap();
+    drop(bindings);
     streamer.end_frame(submission.gpu_use()).unwrap();
     // Loads overlap frames; these frames take microseconds, so wait for the workers to count
     // latency in frames deterministically.
@@ -271,7 +273,9 @@ fn a_small_budget_evicts_behind_the_frames_in_flight() {
             assert!(stats.tiles_evicted > 0, "{stats:?}");
             assert!(streamer.manager().committed_tiles() <= 32, "{stats:?}");
             if path == ResidencyPath::Hardware {
-                assert!(streamer.stats().unbind_waits <= stats.frames);
+                // Unbinds wait on the GPU for the frames in flight (those not done yet), never on
+                // the host.
+                assert!(streamer.stats().unbinds_after_frames <= streamer.stats().binds);
             }
             for k in streamer.coarse_chain(&a).iter().chain(streamer.coarse_chain(&b)) {
                 assert!(streamer.manager().is_resident(*k), "pinned units are never evicted");
@@ -378,14 +382,18 @@ fn the_stream_view_shader_streams_through_the_bindings() {
                     0.0,
                 ];
                 let mut push: Vec<u8> = v.iter().flat_map(|x: &f32| x.to_le_bytes()).collect();
-                for word in [bindings.frame as u32, 1, 1, 0] {
+                let sampling = bindings.sampling;
+                for word in [bindings.frame as u32, sampling.pixel_stride, sampling.frame_interval, 0] {
                     push.extend_from_slice(&word.to_le_bytes());
                 }
                 let groups = [w.div_ceil(8), h.div_ceil(8), 1];
                 let submission = commands
                     .submit(&[], |rec| {
-                        bindings.record_barrier(rec).unwrap();
-                        program.dispatch(rec, sets[slot].as_ref().unwrap(), &push, groups).unwrap();
+                        bindings
+                            .record(rec, |rec| {
+                                program.dispatch(rec, sets[slot].as_ref().unwrap(), &push, groups).unwrap()
+                            })
+                            .unwrap();
                         rec.memory_barrier(MemoryDependency {
                             src_stages: S::COMPUTE_SHADER,
                             src_access: A::SHADER_WRITE,
@@ -423,4 +431,200 @@ fn the_stream_view_shader_streams_through_the_bindings() {
             streamer.remove_texture(t).unwrap();
         });
     }
+}
+
+/// A procedural RGBA8 source of `w × h` whose reads take `delay` (so loads are in flight across
+/// frames).
+fn sized_source(name: &str, texture: u32, w: u32, h: u32, delay: std::time::Duration) -> Arc<dyn TileSource> {
+    let desc = VtDesc::new(Format::R8G8B8A8Unorm, w, h, 128, 128);
+    Arc::new(FnSource::new(name, desc, move |mip, x, y| {
+        std::thread::sleep(delay);
+        let (tw, th) = desc.tile_extent(mip, x, y).expect("in the grid");
+        Ok((0..th)
+            .flat_map(|ty| (0..tw).flat_map(move |tx| texel(texture, mip, x * 128 + tx, y * 128 + ty)))
+            .collect())
+    }))
+}
+
+/// The finest tiles of every texture the streamer has, a few per texture.
+fn wanted_of(streamer: &Streamer, ids: &[ImageId], frame: u32) -> Vec<TileKey> {
+    let mut wanted = Vec::new();
+    for (i, &id) in ids.iter().enumerate() {
+        let layout = streamer.manager().residency(id).unwrap().layout();
+        let [gx, gy, _] = layout.mips()[0].tiles;
+        for k in 0..3 {
+            let (x, y) = ((frame + i as u32 + k) % gx, (frame / 2 + k) % gy);
+            wanted.push(tile(streamer, id, 0, x, y));
+        }
+    }
+    wanted
+}
+
+/// Textures of different sizes registered and unregistered mid-run under one budget, on both
+/// paths with 1–3 frames in flight: one removed with `remove_texture`, one whose handle is dropped
+/// while its loads are in flight, one added late; the budget holds throughout, the others keep
+/// streaming, per-texture counters add up, and the removed ones leave no object behind.
+#[test]
+fn many_textures_come_and_go_mid_run_under_one_budget() {
+    let cases = [(ResidencyPath::Hardware, 1), (ResidencyPath::Software, 2), (ResidencyPath::Hardware, 3)];
+    for (path, frames_in_flight) in cases {
+        with_gpu(|set| {
+            let device = Arc::clone(&set.devices()[0]);
+            let mut streamer =
+                Streamer::new(&device, desc(path, frames_in_flight).with_budget_tiles(64)).unwrap();
+            let slow = std::time::Duration::from_millis(2);
+            let sizes = [(1024, 1024), (512, 512), (2048, 1024), (768, 1280)];
+            let mut textures: Vec<_> = sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &(w, h))| {
+                    let name = format!("vt many {i}");
+                    // The third one reads slowly: its loads are in flight when its handle goes.
+                    let delay = if i == 2 { slow * 15 } else { slow };
+                    streamer.add_texture(&name, sized_source(&name, i as u32, w, h, delay)).unwrap()
+                })
+                .collect();
+            assert_eq!(streamer.texture_count(), 4);
+            let commands = CommandContext::new(&device, "test frames").unwrap();
+            for f in 0..24u32 {
+                match f {
+                    6 => {
+                        let t = textures.remove(1);
+                        streamer.remove_texture(t).unwrap();
+                    }
+                    9 => {
+                        // Dropped right after a frame started its loads: removed at the next
+                        // `begin_frame`, the loads cancelled.
+                        assert!(streamer.manager().in_flight().any(|k| k.image == textures[1].id()));
+                        drop(textures.remove(1));
+                    }
+                    12 => {
+                        let name = "vt many late";
+                        textures
+                            .push(streamer.add_texture(name, sized_source(name, 9, 640, 640, slow)).unwrap());
+                    }
+                    _ => {}
+                }
+                let ids: Vec<ImageId> = textures.iter().map(|t| t.id()).collect();
+                let wanted = wanted_of(&streamer, &ids, f);
+                frame_no_wait(&mut streamer, &commands, &wanted);
+                assert!(streamer.manager().committed_tiles() <= 64, "frame {f}");
+                assert!(streamer.manager().check_invariants().is_ok(), "frame {f}");
+            }
+            assert_eq!(streamer.texture_count(), 3);
+            for t in &textures {
+                let stats = streamer.texture_stats(t).unwrap();
+                assert!(stats.units_streamed > 0, "{stats:?}");
+                assert!(streamer.coarse_chain(t).iter().all(|&k| streamer.manager().is_resident(k)));
+            }
+            device.wait_idle().unwrap();
+            streamer.wait_for_loads();
+            device.maintain();
+            assert_eq!(live_named(&device, "vt many 1"), 0, "{:?}", device.ledger().live_objects());
+            assert_eq!(live_named(&device, "vt many 2"), 0, "{:?}", device.ledger().live_objects());
+            assert!(live_named(&device, "vt many 3") > 0);
+            drop(textures);
+            drop(streamer);
+            drop(commands);
+            device.wait_idle().unwrap();
+            device.maintain();
+            assert_eq!(live_named(&device, "vt many"), 0, "{:?}", device.ledger().live_objects());
+        });
+    }
+}
+
+/// One frame like `frame`, without waiting for the loads (they overlap frames).
+fn frame_no_wait(streamer: &mut Streamer, commands: &CommandContext, wanted: &[TileKey]) {
+    let bindings = streamer.begin_frame().unwrap();
+    let frame = bindings.frame;
+    let records = bindings.layout.map(|layout| {
+        let mut records = FeedbackBuffer::new(layout, frame);
+        for key in wanted {
+            let slot = layout.slot_of(key.image).unwrap();
+            let residency_core::streaming::StreamUnit::Tile(t) = key.unit else { panic!("tiles only") };
+            records.record(layout, slot, t, RequestKind::Miss);
+        }
+        records
+    });
+    drop(bindings);
+    if let Some(records) = records {
+        streamer.write_cpu_feedback(&records).unwrap();
+    }
+    let bindings = streamer.frame_bindings().unwrap();
+    let submission = commands.submit(&[], |rec| bindings.record(rec, |_| ()).unwrap()).unwrap();
+    drop(bindings);
+    streamer.end_frame(submission.gpu_use()).unwrap();
+}
+
+/// A budget cut mid-run: the streamer evicts what is not in use down to it over the next frames
+/// while the textures keep their coarse chains; on the software path the cut rounds up to whole heaps.
+#[test]
+fn a_budget_cut_mid_run_evicts_down_to_it() {
+    for path in [ResidencyPath::Hardware, ResidencyPath::Software] {
+        with_gpu(|set| {
+            let device = Arc::clone(&set.devices()[0]);
+            let mut streamer = Streamer::new(&device, desc(path, 2)).unwrap();
+            let a = streamer.add_texture("vt cut a", source("vt cut a", 1, 0)).unwrap();
+            let b = streamer.add_texture("vt cut b", source("vt cut b", 2, 0)).unwrap();
+            let commands = CommandContext::new(&device, "test frames").unwrap();
+            let mut all = Vec::new();
+            for y in 0..8 {
+                for x in 0..8 {
+                    all.push(tile(&streamer, a.id(), 0, x, y));
+                    all.push(tile(&streamer, b.id(), 0, x, y));
+                }
+            }
+            for _ in 0..10 {
+                frame(&mut streamer, &commands, &all[..80]);
+            }
+            let before = streamer.manager().committed_tiles();
+            assert!(before > 64, "{before} tiles before the cut");
+            // Above what stays in use (the coarse chains, 8 tiles and their parents).
+            let cut = streamer.set_budget_tiles(48);
+            assert_eq!(cut, 48);
+            assert_eq!(streamer.budget_tiles(), 48);
+            // The view narrows (tiles in use are not evicted): the rest goes down to the budget.
+            for _ in 0..30 {
+                frame(&mut streamer, &commands, &all[..8]);
+                assert!(streamer.manager().check_invariants().is_ok());
+            }
+            assert!(
+                streamer.manager().committed_tiles() <= 48,
+                "{} after the cut",
+                streamer.manager().committed_tiles()
+            );
+            for k in streamer.coarse_chain(&a).iter().chain(streamer.coarse_chain(&b)) {
+                assert!(streamer.manager().is_resident(*k));
+            }
+            if path == ResidencyPath::Software {
+                assert_eq!(streamer.set_budget_tiles(20), 32, "whole heaps of 16");
+                assert_eq!(streamer.set_budget_tiles(48), 48);
+                assert_eq!(streamer.set_budget_tiles(10_000), 96, "never above the atlas");
+            }
+        });
+    }
+}
+
+/// A handle of another streamer is refused, not taken for this streamer's texture of the same id.
+#[test]
+fn misuse_a_texture_of_another_streamer_is_refused() {
+    with_gpu(|set| {
+        let device = Arc::clone(&set.devices()[0]);
+        let mut one = Streamer::new(&device, desc(ResidencyPath::Auto, 2)).unwrap();
+        let mut two = Streamer::new(&device, desc(ResidencyPath::Auto, 2)).unwrap();
+        let a = one.add_texture("vt one", source("vt one", 1, 0)).unwrap();
+        let b = two.add_texture("vt two", source("vt two", 2, 0)).unwrap();
+        assert_eq!(a.id(), b.id(), "both first textures");
+        assert!(two.texture_stats(&a).is_none());
+        assert!(matches!(two.set_lod_warning(&a, 0, 64), Err(StreamError::ForeignTexture(_))));
+        assert!(matches!(two.remove_texture(a), Err(StreamError::ForeignTexture(_))));
+        assert_eq!(two.texture_count(), 1);
+        // The refused handle was dropped: `one` removes its texture at its next frame.
+        let bindings = one.begin_frame().unwrap();
+        assert!(bindings.textures.is_empty());
+        drop(bindings);
+        one.end_frame(device.submitted_work()).unwrap();
+        assert_eq!(one.texture_count(), 0);
+        two.remove_texture(b).unwrap();
+    });
 }

@@ -5,17 +5,23 @@
 //! barrier before (earlier GPU work on the destinations finishes first) and after (later work sees
 //! the data), and submits it. Ring space comes back when the GPU has finished the frame that used it,
 //! so the CPU only waits when the ring is full.
+//!
+//! A frame loop records the queued copies into its own command buffer instead
+//! ([`Uploader::record`]), with barriers for the stages that read the data: no submission of the
+//! uploader's own, and ring space comes back once that command buffer has run.
 
 use crate::buffer::{Buffer, BufferDesc};
 use crate::commands::{CommandContext, Submission};
 use crate::device::Device;
 use crate::error::VulkanError;
 use crate::memory::MemoryError;
-use crate::retire::Life;
+use crate::recording::{MemoryDependency, Recording};
+use crate::retire::{Garbage, Life};
 use ash::vk;
 use residency_core::allocator::{FrameId, RingAllocator, RingError};
 use residency_core::memory::MemoryIntent;
 use residency_core::usage::BufferUsage;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// An upload could not be done.
@@ -124,12 +130,53 @@ pub enum UploadError {
     /// Creating the staging buffer failed.
     #[error(transparent)]
     Memory(#[from] MemoryError),
+    /// The ring is full of copies recorded into a command buffer that has not run yet (submit
+    /// the frame that carries them, or stage less per frame).
+    #[error("the staging ring is full of copies recorded into a command buffer that has not run")]
+    RingBusy,
+    /// [`Uploader::record`]'s readers must be shader stages.
+    #[error("the readers of recorded uploads must be shader stages, not {stages:?}")]
+    Readers {
+        /// The stages given.
+        stages: vk::PipelineStageFlags2,
+    },
     /// A Vulkan call failed.
     #[error(transparent)]
     Vulkan(#[from] VulkanError),
 }
 
+/// Records `copies` out of `staging` into `cmd`.
+fn record_copies(device: &Device, cmd: vk::CommandBuffer, staging: vk::Buffer, copies: &[PendingCopy]) {
+    // SAFETY: `cmd` is recording on `device`, outside a render pass; the staging buffer and every
+    // destination are live buffers and images of this device (checked when queued; held by the
+    // caller's recording until its submission), every region lies inside its destination
+    // (checked when queued), and every image is in its region's copy-destination layout when the
+    // copies run (noted by the caller as the recording's requirements, checked at submission).
+    unsafe {
+        let raw = device.raw();
+        let barrier = [vk::MemoryBarrier2::default()
+            .src_stage_mask(vk::PipelineStageFlags2::COPY)
+            .src_access_mask(vk::AccessFlags2::TRANSFER_WRITE)
+            .dst_stage_mask(vk::PipelineStageFlags2::COPY)
+            .dst_access_mask(vk::AccessFlags2::TRANSFER_WRITE)];
+        for copy in copies {
+            match copy {
+                PendingCopy::Barrier => {
+                    raw.cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&barrier))
+                }
+                PendingCopy::Buffer { dst, region } => raw.cmd_copy_buffer(cmd, staging, *dst, &[*region]),
+                PendingCopy::Image { dst, layout, region, .. } => {
+                    raw.cmd_copy_buffer_to_image(cmd, staging, *dst, *layout, &[*region]);
+                }
+            }
+        }
+    }
+}
+
 enum PendingCopy {
+    /// Earlier copies before later ones: a later copy writes bytes an earlier one of the batch
+    /// wrote.
+    Barrier,
     Buffer {
         dst: vk::Buffer,
         region: vk::BufferCopy,
@@ -318,7 +365,33 @@ struct State {
     /// The destinations of the queued copies, kept alive until the copies are submitted (after
     /// that, a destination dropped retires after the upload like after any residency submission).
     keep: Vec<Arc<Life>>,
-    in_flight: Vec<(FrameId, Submission)>,
+    in_flight: Vec<(FrameId, Flight)>,
+    /// What the queued copies since the last `Barrier` write: destination (handle, mip, layer)
+    /// and box (bytes for a buffer).
+    written: Vec<Written>,
+}
+
+/// A queued copy's destination (handle, mip, layer) and box, `[lo, hi)` per axis.
+type Written = ((u64, u32, u32), [u64; 3], [u64; 3]);
+
+impl State {
+    /// Notes a copy into `box` of `dst`: a barrier first when it overlaps a queued copy's.
+    fn note_write(&mut self, dst: (u64, u32, u32), lo: [u64; 3], hi: [u64; 3]) {
+        let overlaps =
+            self.written.iter().any(|(d, l, h)| *d == dst && (0..3).all(|a| lo[a] < h[a] && l[a] < hi[a]));
+        if overlaps {
+            self.copies.push(PendingCopy::Barrier);
+            self.written.clear();
+        }
+        self.written.push((dst, lo, hi));
+    }
+}
+
+/// Ring space in use by the GPU: copies of the uploader's own submission, or copies recorded into
+/// a renderer's command buffer (the flag rises once that has run, through the retire queue).
+enum Flight {
+    Submitted(Submission),
+    Recorded(Arc<AtomicBool>),
 }
 
 /// A staging ring and the command context that copies out of it. Dropping it waits for its
@@ -361,6 +434,7 @@ impl Uploader {
                 ring,
                 copies: Vec::new(),
                 copy_layouts: Default::default(),
+                written: Vec::new(),
                 keep: Vec::new(),
                 in_flight: Vec::new(),
             }),
@@ -396,6 +470,7 @@ impl Uploader {
         }
         let capacity = self.staging.size();
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        self.reclaim(&mut state);
         let mut done = 0usize;
         while done < data.len() {
             let chunk = (data.len() - done).min((capacity / 2) as usize);
@@ -407,6 +482,12 @@ impl Uploader {
                 }
             };
             write_staging(&self.staging, allocation.offset, &data[done..done + chunk]);
+            let start = dst.offset() + offset + done as u64;
+            state.note_write(
+                (vk::Handle::as_raw(dst.raw()), 0, 0),
+                [start, 0, 0],
+                [start + chunk as u64, 1, 1],
+            );
             state.copies.push(PendingCopy::Buffer {
                 dst: dst.raw(),
                 region: vk::BufferCopy {
@@ -471,6 +552,7 @@ impl Uploader {
             return Err(UploadError::TooLarge { bytes: expected, limit: capacity / 2 });
         }
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        self.reclaim(&mut state);
         if let Some(layouts) = target.layouts {
             let key = (Arc::as_ptr(layouts) as usize, region.mip, region.layer);
             if let Some(&queued) = state.copy_layouts.get(&key) {
@@ -500,6 +582,9 @@ impl Uploader {
                 .insert((Arc::as_ptr(layouts) as usize, region.mip, region.layer), region.layout);
         }
         let copy = region.buffer_image_copy(allocation.offset);
+        let lo = region.offset.map(u64::from);
+        let hi = [0, 1, 2].map(|a| u64::from(region.offset[a]) + u64::from(region.extent[a]));
+        state.note_write((vk::Handle::as_raw(target.raw), region.mip, region.layer), lo, hi);
         state.copies.push(PendingCopy::Image {
             dst: target.raw,
             layout: region.layout,
@@ -523,16 +608,123 @@ impl Uploader {
         }
         // The oldest frame stays in flight until its wait succeeds (a failed wait, on a lost
         // device, leaves the ring as it was).
-        self.context.wait_for(&state.in_flight[0].1)?;
+        match &state.in_flight[0].1 {
+            Flight::Submitted(submission) => self.context.wait_for(submission)?,
+            Flight::Recorded(done) => {
+                if !done.load(Ordering::Acquire) {
+                    // Recorded into a command buffer residency submitted: wait for those.
+                    self.device.wait_submitted()?;
+                }
+                if !done.load(Ordering::Acquire) {
+                    return Err(UploadError::RingBusy);
+                }
+            }
+        }
         let (frame, _) = state.in_flight.remove(0);
         state.ring.retire(frame).expect("frames retire in order");
         Ok(())
+    }
+
+    /// Gives back the ring space of the oldest frames that are done, without waiting.
+    fn reclaim(&self, state: &mut State) {
+        while let Some((_, Flight::Recorded(done))) = state.in_flight.first() {
+            if !done.load(Ordering::Acquire) {
+                break;
+            }
+            let (frame, _) = state.in_flight.remove(0);
+            state.ring.retire(frame).expect("frames retire in order");
+        }
+    }
+
+    /// Records every queued copy into `rec` (a command buffer the renderer submits on the
+    /// universal queue, such as its frame's), instead of submitting them itself, between two
+    /// barriers: before, earlier shader work at `readers` and earlier copies (which may read or
+    /// write the destinations) before the copies; after, the copies before the shader reads of
+    /// `readers` that follow in the queue. `readers` are shader stages (vertex, fragment,
+    /// compute, …). The ring space and the destinations are held until the recording's
+    /// submission has run (a recording of [`Recording::from_raw`] declares that point with
+    /// [`Recording::used_until`]). Returns how many copies were recorded; with none queued,
+    /// records nothing.
+    ///
+    /// Refused with nothing recorded (the copies stay queued): a recording of another device, and
+    /// a copy into an image that the recording's earlier commands left in another layout
+    /// ([`VulkanError::ImageLayout`]).
+    pub fn record(
+        &self,
+        rec: &mut Recording<'_>,
+        readers: vk::PipelineStageFlags2,
+    ) -> Result<usize, UploadError> {
+        use vk::{AccessFlags2 as A, PipelineStageFlags2 as S};
+        rec.accepts(self.staging.name(), &self.device)?;
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if state.copies.is_empty() {
+            return Ok(0);
+        }
+        for copy in &state.copies {
+            if let PendingCopy::Image { layout, region, layouts: Some(layouts), .. } = copy {
+                let (mip, layer) =
+                    (region.image_subresource.mip_level, region.image_subresource.base_array_layer);
+                rec.check_layout(layouts, mip..mip + 1, layer..layer + 1, *layout)?;
+            }
+        }
+        let shader_stages = S::VERTEX_SHADER
+            | S::TESSELLATION_CONTROL_SHADER
+            | S::TESSELLATION_EVALUATION_SHADER
+            | S::GEOMETRY_SHADER
+            | S::FRAGMENT_SHADER
+            | S::COMPUTE_SHADER;
+        if readers.is_empty() || !shader_stages.contains(readers) {
+            return Err(UploadError::Readers { stages: readers });
+        }
+        rec.memory_barrier(MemoryDependency {
+            src_stages: readers | S::COPY,
+            src_access: A::SHADER_WRITE | A::TRANSFER_WRITE,
+            dst_stages: S::COPY,
+            dst_access: A::TRANSFER_WRITE,
+        })
+        .map_err(|e| VulkanError::Unsupported {
+            device: self.device.name().to_owned(),
+            reason: e.to_string(),
+        })?;
+        let copies = std::mem::take(&mut state.copies);
+        state.copy_layouts.clear();
+        state.written.clear();
+        for copy in &copies {
+            if let PendingCopy::Image { layout, region, layouts: Some(layouts), .. } = copy {
+                let (mip, layer) =
+                    (region.image_subresource.mip_level, region.image_subresource.base_array_layer);
+                rec.use_layout(layouts, mip..mip + 1, layer..layer + 1, *layout);
+            }
+        }
+        record_copies(&self.device, rec.raw(), self.staging.raw(), &copies);
+        rec.recorded();
+        rec.memory_barrier(MemoryDependency {
+            src_stages: S::COPY,
+            src_access: A::TRANSFER_WRITE,
+            dst_stages: readers,
+            dst_access: A::SHADER_READ,
+        })
+        .map_err(|e| VulkanError::Unsupported {
+            device: self.device.name().to_owned(),
+            reason: e.to_string(),
+        })?;
+        for life in std::mem::take(&mut state.keep) {
+            rec.keep(&life);
+        }
+        rec.keep(self.staging.life());
+        let done = Arc::new(AtomicBool::new(false));
+        let batch = Life::new(Arc::clone(&self.device), Garbage::Signal(Arc::clone(&done)), None);
+        rec.keep(&batch);
+        let frame = state.ring.finish_frame();
+        state.in_flight.push((frame, Flight::Recorded(done)));
+        Ok(copies.len())
     }
 
     fn submit(&self, state: &mut State) -> Result<(), UploadError> {
         let device = &*self.device;
         let copies = std::mem::take(&mut state.copies);
         let copy_layouts = std::mem::take(&mut state.copy_layouts);
+        state.written.clear();
         let staging = self.staging.raw();
         let before = [vk::MemoryBarrier2::default()
             .src_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
@@ -544,7 +736,10 @@ impl Uploader {
             .src_access_mask(vk::AccessFlags2::TRANSFER_WRITE)
             .dst_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
             .dst_access_mask(vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE)];
-        let submitted = self.context.submit(&[], |rec| {
+        // After the sparse binds submitted so far: a copy into a tile bound asynchronously
+        // (`TileHeaps::bind_after`) waits for its memory.
+        let binds = device.submitted_binds();
+        let submitted = self.context.submit(binds.as_slice(), |rec| {
             for copy in &copies {
                 if let PendingCopy::Image { layout, region, layouts: Some(layouts), .. } = copy {
                     let (mip, layer) =
@@ -562,20 +757,17 @@ impl Uploader {
             // images' layouts in submission order before submitting (a sparse image is GENERAL
             // for life, and its regions are GENERAL: checked when queued).
             unsafe {
-                let raw = device.raw();
-                raw.cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&before));
-                for copy in &copies {
-                    match copy {
-                        PendingCopy::Buffer { dst, region } => {
-                            raw.cmd_copy_buffer(cmd, staging, *dst, &[*region])
-                        }
-                        PendingCopy::Image { dst, layout, region, .. } => {
-                            raw.cmd_copy_buffer_to_image(cmd, staging, *dst, *layout, &[*region]);
-                        }
-                    }
-                }
-                raw.cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&after));
-            }
+                device
+                    .raw()
+                    .cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&before))
+            };
+            record_copies(device, cmd, staging, &copies);
+            // SAFETY: as above.
+            unsafe {
+                device
+                    .raw()
+                    .cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&after))
+            };
         });
         let submission = match submitted {
             Ok(submission) => submission,
@@ -585,13 +777,14 @@ impl Uploader {
                 // region's layout (they are dropped: a retry would fail the same way).
                 if !device.is_lost() && !matches!(e, VulkanError::ImageLayout { .. }) {
                     state.copies = copies;
+                    state.copies.push(PendingCopy::Barrier);
                     state.copy_layouts = copy_layouts;
                 }
                 return Err(e.into());
             }
         };
         let frame = state.ring.finish_frame();
-        state.in_flight.push((frame, submission));
+        state.in_flight.push((frame, Flight::Submitted(submission)));
         // Submitted: a destination dropped from now on retires after this upload.
         state.keep.clear();
         Ok(())
@@ -610,8 +803,21 @@ impl Uploader {
     pub fn wait_idle(&self) -> Result<(), UploadError> {
         self.flush()?;
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        while let Some((_, submission)) = state.in_flight.first() {
-            self.context.wait_for(submission)?;
+        while let Some((_, flight)) = state.in_flight.first() {
+            match flight {
+                Flight::Submitted(submission) => self.context.wait_for(submission)?,
+                Flight::Recorded(done) => {
+                    if !done.load(Ordering::Acquire) {
+                        self.device.wait_submitted()?;
+                    }
+                    if !done.load(Ordering::Acquire) {
+                        // Recorded into a command buffer the renderer has not submitted through
+                        // residency (or whose declared use has not passed): it runs those copies
+                        // itself; the ring space stays in use until then.
+                        break;
+                    }
+                }
+            }
             let (frame, _) = state.in_flight.remove(0);
             state.ring.retire(frame).expect("frames retire in order");
         }

@@ -1,16 +1,20 @@
 //! Binding: planned tile changes of several images turned into one `vkQueueBindSparse`
-//! (unbinds first, binds after), waited for.
+//! (unbinds first, binds after) that signals the device's sparse timeline; waited for, or
+//! returned as a [`GpuUse`] for the renderer's frame to wait on.
 
 use super::*;
 
 /// Binds planned changes of several images in one `vkQueueBindSparse` on the sparse queue (unbinds
-/// in a first batch, binds in a second that waits on it) and waits for the fence.
+/// in a first batch, binds in a second that waits on it), after `waits`; with `wait`, waits for
+/// it. Returns the point of the sparse timeline it signals (`None`: nothing to bind).
 pub(super) fn submit_plans(
     device: &Device,
     plans: &[(vk::Image, vk::ImageAspectFlags, residency_core::tiles::BindPlan)],
     heaps: &HeapsState,
     tile_bytes: u64,
-) -> Result<BindStats, SparseError> {
+    waits: &[GpuUse],
+    wait: bool,
+) -> Result<(BindStats, Option<GpuUse>), SparseError> {
     let mut stats = BindStats::default();
     let mut unbind_regions: Vec<Vec<vk::SparseImageMemoryBind>> = Vec::new();
     let mut bind_regions: Vec<Vec<vk::SparseImageMemoryBind>> = Vec::new();
@@ -86,81 +90,90 @@ pub(super) fn submit_plans(
         || !bind_tails.is_empty()
     {
         let started = Instant::now();
-        submit_binds(device, (&unbind_images, &unbind_tails), (&bind_images, &bind_tails))?;
+        let done =
+            submit_binds(device, (&unbind_images, &unbind_tails), (&bind_images, &bind_tails), waits, wait)?;
         stats.micros = started.elapsed().as_micros() as u64;
+        return Ok((stats, Some(done)));
     }
-    Ok(stats)
+    Ok((stats, None))
 }
 
 pub(super) fn submit_binds(
     device: &Device,
     unbinds: (&[vk::SparseImageMemoryBindInfo<'_>], &[vk::SparseImageOpaqueMemoryBindInfo<'_>]),
     binds: (&[vk::SparseImageMemoryBindInfo<'_>], &[vk::SparseImageOpaqueMemoryBindInfo<'_>]),
-) -> Result<(), SparseError> {
+    waits: &[GpuUse],
+    wait: bool,
+) -> Result<GpuUse, SparseError> {
     let queue = device.sparse_queue().ok_or(SparseError::NoSparseQueue)?;
     let has_unbinds = !unbinds.0.is_empty() || !unbinds.1.is_empty();
     let has_binds = !binds.0.is_empty() || !binds.1.is_empty();
-    // SAFETY: valid device; the semaphore and fence are destroyed below after the fence wait.
-    let (semaphore, fence) = unsafe {
-        let semaphore = device
-            .raw()
-            .create_semaphore(&vk::SemaphoreCreateInfo::default(), None)
-            .during("vkCreateSemaphore")?;
-        match device.raw().create_fence(&vk::FenceCreateInfo::default(), None) {
-            Ok(fence) => (semaphore, fence),
-            Err(r) => {
-                device.raw().destroy_semaphore(semaphore, None);
-                return Err(VulkanError::from_vk("vkCreateFence", r).into());
-            }
-        }
-    };
-    let semaphores = [semaphore];
-    let mut batches = Vec::new();
-    if has_unbinds {
-        let mut batch = vk::BindSparseInfo::default().image_binds(unbinds.0).image_opaque_binds(unbinds.1);
-        if has_binds {
-            batch = batch.signal_semaphores(&semaphores);
-        }
-        batches.push(batch);
-    }
-    if has_binds {
-        let mut batch = vk::BindSparseInfo::default().image_binds(binds.0).image_opaque_binds(binds.1);
-        if has_unbinds {
-            batch = batch.wait_semaphores(&semaphores);
-        }
-        batches.push(batch);
-    }
-    let submitted = {
+    let infos = waits.iter().map(|w| device.wait_info(w)).collect::<Result<Vec<_>, _>>()?;
+    let mut wait_semaphores: Vec<vk::Semaphore> = infos.iter().map(|i| i.semaphore).collect();
+    let mut wait_values: Vec<u64> = infos.iter().map(|i| i.value).collect();
+    let sparse = [device.retirement().sparse];
+    let done = {
         let queue = queue.lock();
-        device.ledger().guard(FaultSite::BindSparse, || {
-            // SAFETY: the queue is locked and supports sparse binding; every image is a live sparse
-            // image of this device, every memory a live heap of this pool, and the regions are
-            // tile-aligned (or reach the mip edge) as the planner guarantees.
-            unsafe { device.raw().queue_bind_sparse(*queue, &batches, fence) }
-        })
-    }
-    .during("vkQueueBindSparse");
-    let was_submitted = submitted.is_ok();
-    let result = submitted.and_then(|()| {
+        // Values of the device's sparse timeline are taken under the sparse queue lock, so they
+        // grow in submission order; published only once the submission succeeded. Each bind
+        // waits for the one before, so the timeline's signals also run in that order.
+        let first = device.retirement().next_sparse();
+        if first > 1 {
+            wait_semaphores.push(sparse[0]);
+            wait_values.push(first - 1);
+        }
+        let two = has_unbinds && has_binds;
+        let last = first + u64::from(two);
+        let (first_values, last_values) = ([first], [last]);
+        let mut first_timeline = vk::TimelineSemaphoreSubmitInfo::default()
+            .wait_semaphore_values(&wait_values)
+            .signal_semaphore_values(&first_values);
+        let mut second_timeline = vk::TimelineSemaphoreSubmitInfo::default()
+            .wait_semaphore_values(&first_values)
+            .signal_semaphore_values(&last_values);
+        // Unbinds first (a tile's memory leaves its old place before it is bound to a new one:
+        // memory bound twice needs sparseResidencyAliased), binds in a batch that waits for them.
+        let (a, b) = if has_unbinds { unbinds } else { binds };
+        let mut batches = vec![vk::BindSparseInfo::default()
+            .image_binds(a)
+            .image_opaque_binds(b)
+            .wait_semaphores(&wait_semaphores)
+            .signal_semaphores(&sparse)
+            .push_next(&mut first_timeline)];
+        if two {
+            batches.push(
+                vk::BindSparseInfo::default()
+                    .image_binds(binds.0)
+                    .image_opaque_binds(binds.1)
+                    .wait_semaphores(&sparse)
+                    .signal_semaphores(&sparse)
+                    .push_next(&mut second_timeline),
+            );
+        }
         device
             .ledger()
-            .guard(FaultSite::Wait, || {
-                // SAFETY: the fence belongs to this device and was just submitted.
-                unsafe { device.raw().wait_for_fences(&[fence], true, u64::MAX) }
+            .guard(FaultSite::BindSparse, || {
+                // SAFETY: the queue is locked and supports sparse binding; every image is a live
+                // sparse image of this device, every memory a live heap of this pool, and the
+                // regions are tile-aligned (or reach the mip edge) as the planner guarantees. The
+                // semaphores are timeline semaphores of this device: residency's sparse timeline
+                // (its values above any signalled or pending, taken under the queue lock) and the
+                // waits `wait_info` checked (residency's own timelines, whose waited values were
+                // published after their submissions, or the renderer's timelines).
+                unsafe { device.raw().queue_bind_sparse(*queue, &batches, vk::Fence::null()) }
             })
-            .during("vkWaitForFences")
-    });
-    if was_submitted && result.is_err() {
-        // The wait failed (device lost): the binds may still run; wait for them, bounded.
-        device.settle_fences(&[fence]);
+            .during("vkQueueBindSparse")?;
+        device.retirement().published_sparse(last);
+        GpuUse {
+            device: device.uid(),
+            point: residency_core::sync::GpuPoint::new(crate::retire::SPARSE, last),
+        }
+    };
+    if wait {
+        device.ledger().guard(FaultSite::Wait, || Ok(())).during("vkWaitSemaphores")?;
+        device.wait_until(&done)?;
     }
-    // SAFETY: the fence has signalled, was never submitted, or the device is lost; the semaphore
-    // is only used by the batches that completed with it.
-    unsafe {
-        device.raw().destroy_fence(fence, None);
-        device.raw().destroy_semaphore(semaphore, None);
-    }
-    result.map_err(SparseError::from)
+    Ok(done)
 }
 
 pub(super) fn image_infos<'a>(

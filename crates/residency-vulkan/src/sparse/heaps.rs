@@ -358,6 +358,42 @@ impl TileHeaps {
         items: &[(&SparseImage, &ResidencyChanges)],
         options: BindPlanOptions,
     ) -> Result<BindStats, SparseError> {
+        Ok(self.bind_inner(pool, items, options, &[], true)?.0)
+    }
+
+    /// [`TileHeaps::bind`] without a host wait, for a frame loop: the `vkQueueBindSparse` waits
+    /// on the GPU for `waits` (the frames in flight that may still sample tiles it unbinds: the
+    /// ends of their submissions, or points of the renderer's timelines) and signals the device's
+    /// sparse timeline; the returned use (`None`: nothing to bind) is what work that samples or
+    /// writes the newly bound tiles waits for (pass it to
+    /// [`CommandContext::submit`](crate::CommandContext::submit)). Memory and images released
+    /// afterwards retire after it. Checked and refused like `bind`; a wait on a frame count
+    /// ([`Device::frames_from_now`](crate::Device::frames_from_now)) or on another device's work is
+    /// refused with nothing bound.
+    ///
+    /// A wait on a renderer timeline is a promise that the renderer signals that value (or has):
+    /// until it does, the binds, and the work that waits for them, do not run.
+    pub fn bind_after(
+        &mut self,
+        pool: &TilePool,
+        items: &[(&SparseImage, &ResidencyChanges)],
+        options: BindPlanOptions,
+        waits: &[GpuUse],
+    ) -> Result<(BindStats, Option<GpuUse>), SparseError> {
+        self.bind_inner(pool, items, options, waits, false)
+    }
+
+    fn bind_inner(
+        &mut self,
+        pool: &TilePool,
+        items: &[(&SparseImage, &ResidencyChanges)],
+        options: BindPlanOptions,
+        waits: &[GpuUse],
+        wait: bool,
+    ) -> Result<(BindStats, Option<GpuUse>), SparseError> {
+        for w in waits {
+            self.shared.device.wait_info(w).map(drop)?;
+        }
         let shared = &*self.shared;
         let mut state = shared.lock();
         HeapsShared::check_serves(&state, pool)?;
@@ -410,12 +446,12 @@ impl TileHeaps {
                 plan_binds(image.layout(), &changes.tiles, &changes.tails, options)?,
             ));
         }
-        let mut stats = submit_plans(&shared.device, &plans, &state, pool.tile_bytes())?;
+        let (mut stats, done) = submit_plans(&shared.device, &plans, &state, pool.tile_bytes(), waits, wait)?;
         for (image, changes) in items {
             shared.record(&mut state, image.key, changes);
         }
         stats.heaps_added = heaps_added;
-        Ok(stats)
+        Ok((stats, done))
     }
 }
 

@@ -230,7 +230,7 @@ pub(super) fn flush_pending(
         let plan = plan_binds(image.residency.layout(), &pending.tiles, &pending.tails, options)?;
         plans.push((image.raw, aspect(image.desc.format), plan));
     }
-    let mut stats = submit_plans(&shared.device, &plans, heaps, pool.tile_bytes())?;
+    let (mut stats, _) = submit_plans(&shared.device, &plans, heaps, pool.tile_bytes(), &[], true)?;
     stats.heaps_added = heaps_added;
     Ok(stats)
 }

@@ -7,29 +7,34 @@
 //! returns a [`VirtualTexture`] whose coarse chain is already resident (priming), so a texture's
 //! first frame is never blank. The renderer records its own draws; per frame:
 //!
-//! 1. [`Streamer::begin_frame`]:
-//!    - waits only if this frame's feedback slot still belongs to the frame `frames_in_flight`
-//!      back (the CPU runs at most that far ahead);
-//!    - reads the feedback of every frame the GPU has finished, without waiting (its
-//!      [`GpuUse`] has passed), oldest first;
-//!    - takes the loads the workers finished (never waits for one), runs the manager update;
-//!    - binds newly resident tiles and unbinds evicted ones (hardware: one `vkQueueBindSparse`;
-//!      an unbind first waits for the frames in flight, which may sample the tiles — the only
-//!      wait, and only under eviction), stages the loaded texels (software: bordered, into the
-//!      atlas slot), then the min-LOD map (hardware) or indirection (software) updates, and
-//!      flushes the uploader: on the universal queue, those copies come after the frames already
-//!      submitted and before the frame the renderer submits next;
+//! 1. [`Streamer::begin_frame`] (CPU only; it waits for the GPU only when this frame's
+//!    feedback slot still belongs to the frame `frames_in_flight` back):
+//!    - reads the feedback of every frame the GPU has finished, without waiting, oldest first;
+//!    - takes the loads the workers finished (never waits for one; at most what the staging ring
+//!      holds per frame), runs the manager update;
+//!    - hardware path: one `vkQueueBindSparse` for the binds and unbinds, on the sparse queue,
+//!      waiting *on the GPU* for the frames in flight when it unbinds (they may sample those
+//!      tiles) and signalling the device's sparse timeline; no host wait;
+//!    - stages the loaded texels (software: bordered, into the atlas slot) and the min-LOD map
+//!      (hardware) or indirection (software) updates in the staging ring;
 //!    - starts this frame's loads on the workers (they complete for a later frame);
-//!    - resets this frame's feedback buffer and returns the [`FrameBindings`]: per texture the
-//!      views to bind and its feedback slot, the feedback buffer and image table, and the GLSL
-//!      include for the path.
-//! 2. The renderer records and submits its frame on the universal queue, starting with a barrier
-//!    from earlier writes (all commands, host) to its shader reads and writes (as
-//!    [`FrameBindings::record_barrier`] records); its shaders write feedback into the buffer.
+//!    - returns the [`FrameBindings`]: per texture the views to bind and its feedback slot, the
+//!      feedback buffer and image table, the feedback sampling, the GLSL include for the path.
+//! 2. The renderer records its frame through [`FrameBindings::record`] into its own command
+//!    buffer on the universal queue: the streamer's part first (the submission waits for the
+//!    frame's binds; the feedback reset, header included; the staged copies; barriers from them
+//!    to the shader stages that read: [`StreamerDesc::readers`]), then the renderer's draws or
+//!    dispatches (its shaders write feedback), then the barrier that makes the feedback visible to
+//!    the host. It submits (e.g. [`CommandContext::submit`](crate::CommandContext::submit), which
+//!    adds the waits the recording asks for).
 //! 3. [`Streamer::end_frame`] with the [`GpuUse`] that ends the frame's GPU work
 //!    ([`Submission::gpu_use`](crate::Submission::gpu_use), or a point of a renderer timeline):
-//!    the streamer reads that frame's feedback once it has passed, and declares it on every object
-//!    the frame samples, so a removed texture or a replaced buffer is destroyed only after it.
+//!    the streamer reads that frame's feedback once it has passed, declares it on every object
+//!    the frame samples (a removed texture or a replaced buffer is destroyed only after it), and
+//!    waits for it on the GPU before unbinding anything it may sample.
+//!
+//! A frame that was not recorded (the renderer skipped it) writes no feedback; its staged copies
+//! go into the next recorded frame, before that frame's draws.
 //!
 //! The manager counts its own frames (ticks): one per `begin_frame`, and the few that priming
 //! takes; request-to-resident latency is in ticks.
@@ -39,22 +44,25 @@ mod texture;
 
 pub use texture::TextureViews;
 
+use crate::recording::{BarrierError, CopyError, MemoryDependency};
 use crate::software::SoftwareError;
 use crate::sparse::{SparseError, TileHeaps};
 use crate::{
     AccessError, Buffer, BufferDesc, Device, ForeignUse, GpuUse, Recording, UploadError, Uploader,
     VulkanError,
 };
+use ash::vk;
 use residency_core::format::Format;
 use residency_core::memory::MemoryIntent;
 use residency_core::streaming::{
-    FeedbackBuffer, FeedbackDesc, FeedbackError, FeedbackLayout, FeedbackRing, FrameInput, FrameOutput,
-    LoadJob, SourceError, StreamUnit, StreamingDesc, StreamingError, StreamingManager, StreamingStats,
-    TileKey, TileLoader, TileRequest, TileSource,
+    FeedbackBuffer, FeedbackDesc, FeedbackError, FeedbackLayout, FeedbackRing, FeedbackSampling, FrameInput,
+    FrameOutput, LoadJob, SourceError, StreamUnit, StreamingDesc, StreamingError, StreamingManager,
+    StreamingStats, TileKey, TileLoader, TileRequest, TileSource,
 };
 use residency_core::tiles::{BindPlanOptions, ImageId, LayoutError, ResidencyPath};
 use residency_core::usage::BufferUsage;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use texture::{Texture, TextureGpu};
 
@@ -65,7 +73,8 @@ const SOFTWARE_TILES_PER_HEAP: u32 = 16;
 const PRIME_TICKS: u32 = 256;
 
 /// A streamer's settings. Defaults: 256 tiles (16 MiB of 64 KiB tiles), 8 MiB of loads started per
-/// frame, 2 frames in flight, `Auto` path, 2 workers, the default feedback layout, 32 MiB staging.
+/// frame, 2 frames in flight, `Auto` path, 2 workers, the default feedback layout, feedback from one
+/// pixel of every 8 × 8 block every frame, read by fragment and compute shaders, 32 MiB staging.
 #[derive(Clone, Debug)]
 pub struct StreamerDesc {
     /// For messages and object names.
@@ -83,8 +92,14 @@ pub struct StreamerDesc {
     pub workers: usize,
     /// The feedback buffers' record capacity and pixel counting.
     pub feedback: FeedbackDesc,
-    /// Bytes of the staging ring.
+    /// Bytes of the staging ring (a frame stages at most a `frames_in_flight + 1`-th of it).
     pub staging_bytes: u64,
+    /// Which pixels write feedback: one of every `stride × stride` block, every `interval`
+    /// frames (give the shader [`FrameBindings::sampling`]).
+    pub sampling: FeedbackSampling,
+    /// The shader stages that sample the textures and write feedback (the barriers
+    /// [`FrameBindings::record`] records name them).
+    pub readers: vk::PipelineStageFlags2,
 }
 
 impl Default for StreamerDesc {
@@ -98,6 +113,8 @@ impl Default for StreamerDesc {
             workers: 2,
             feedback: FeedbackDesc::default(),
             staging_bytes: 32 << 20,
+            sampling: FeedbackSampling::new(8, 1),
+            readers: vk::PipelineStageFlags2::FRAGMENT_SHADER | vk::PipelineStageFlags2::COMPUTE_SHADER,
         }
     }
 }
@@ -137,6 +154,24 @@ impl StreamerDesc {
     /// Sets the residency path.
     pub fn with_path(mut self, path: ResidencyPath) -> Self {
         self.path = path;
+        self
+    }
+
+    /// Sets the feedback sampling (stride 1: every pixel).
+    pub fn with_sampling(mut self, sampling: FeedbackSampling) -> Self {
+        self.sampling = sampling;
+        self
+    }
+
+    /// Sets the shader stages that sample the textures and write feedback.
+    pub fn with_readers(mut self, stages: vk::PipelineStageFlags2) -> Self {
+        self.readers = stages;
+        self
+    }
+
+    /// Sets the bytes of the staging ring.
+    pub fn with_staging_bytes(mut self, bytes: u64) -> Self {
+        self.staging_bytes = bytes;
         self
     }
 
@@ -184,6 +219,15 @@ pub enum StreamError {
     /// A use of another device was declared.
     #[error("the frame's GPU use belongs to another device")]
     ForeignUse(#[from] ForeignUse),
+    /// Recording the frame's barriers.
+    #[error(transparent)]
+    Barrier(#[from] BarrierError),
+    /// Recording the feedback reset.
+    #[error(transparent)]
+    Copy(#[from] CopyError),
+    /// The readers are not shader stages.
+    #[error("the streamer's readers must be shader stages, not {0:?}")]
+    Readers(vk::PipelineStageFlags2),
     /// The source is of a kind this streamer does not stream (yet).
     #[error("`{name}` cannot be streamed: {reason}")]
     UnsupportedSource {
@@ -203,16 +247,24 @@ pub enum StreamError {
     /// `begin_frame` twice without `end_frame`, or `end_frame` without `begin_frame`.
     #[error("frame protocol: {0}")]
     FrameOrder(&'static str),
+    /// A texture handle of another streamer.
+    #[error("texture {0:?} belongs to another streamer")]
+    ForeignTexture(ImageId),
     /// A broken internal invariant (a bug).
     #[error("streamer bug: {0}")]
     Internal(String),
 }
 
-/// A texture added to a [`Streamer`]; give it back to [`Streamer::remove_texture`]. Dropping it
-/// without doing so keeps the texture streaming until the streamer goes.
-#[derive(Debug, PartialEq, Eq, Hash)]
+/// A texture added to a [`Streamer`]. [`Streamer::remove_texture`] removes it at once (with a
+/// typed error if that fails); dropping the handle removes it at the streamer's next
+/// `begin_frame` (or `add_texture`): its loads are cancelled, its tiles go back to the budget and
+/// its objects are destroyed after the frames that sampled it.
+#[derive(Debug)]
 pub struct VirtualTexture {
     id: ImageId,
+    streamer: u64,
+    /// Where a dropped handle leaves its id for the streamer (`None` once given back).
+    dropped: Option<Arc<std::sync::Mutex<Vec<ImageId>>>>,
 }
 
 impl VirtualTexture {
@@ -222,6 +274,25 @@ impl VirtualTexture {
         self.id
     }
 }
+
+impl PartialEq for VirtualTexture {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id && self.streamer == other.streamer
+    }
+}
+
+impl Eq for VirtualTexture {}
+
+impl Drop for VirtualTexture {
+    fn drop(&mut self) {
+        if let Some(dropped) = self.dropped.take() {
+            dropped.lock().unwrap_or_else(|e| e.into_inner()).push(self.id);
+        }
+    }
+}
+
+/// Serials of streamers, so that a texture handle names one streamer's texture.
+static STREAMERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// A load that failed: the tile stays non-resident and its texture keeps its coarser data; wanted
 /// again, it loads again.
@@ -240,8 +311,6 @@ pub struct LoadFailure {
 pub struct StreamerStats {
     /// Frames begun.
     pub frames: u64,
-    /// Frames that waited for the frames in flight before unbinding evicted tiles.
-    pub unbind_waits: u64,
     /// Frames that waited for their feedback slot (the frame `frames_in_flight` back).
     pub slot_waits: u64,
     /// Frames whose feedback was read back and decoded.
@@ -250,6 +319,31 @@ pub struct StreamerStats {
     pub feedback_overflows: u64,
     /// Loads that failed (see [`Streamer::take_load_failures`]).
     pub loads_failed: u64,
+    /// Sparse binds submitted (one `vkQueueBindSparse` each).
+    pub binds: u64,
+    /// Of them, binds that unbound tiles and so waited on the GPU for the frames in flight.
+    pub unbinds_after_frames: u64,
+    /// Frames recorded through [`FrameBindings::record`].
+    pub frames_recorded: u64,
+    /// Finished loads left for a later frame because this frame's staging share was used up.
+    pub loads_deferred: u64,
+}
+
+/// One texture's counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TextureStats {
+    /// Tiles resident now (its mip tail not counted).
+    pub resident_tiles: u32,
+    /// Units (tiles and tails) made resident since it was added, priming included.
+    pub units_streamed: u64,
+    /// Tiles evicted.
+    pub tiles_evicted: u64,
+    /// Loads that failed.
+    pub loads_failed: u64,
+    /// Distinct tiles its feedback asked for in the frames read at the last `begin_frame`.
+    pub requests: u64,
+    /// Pixels that asked (sampled pixels only; 0 without pixel counting).
+    pub pixels: u64,
 }
 
 /// One texture's part of a frame's bindings.
@@ -286,29 +380,88 @@ pub struct FrameBindings<'a> {
     pub layout: Option<&'a FeedbackLayout>,
     /// The textures, in feedback-slot order.
     pub textures: Vec<TextureBinding<'a>>,
+    /// Which pixels write feedback this frame (push it to the shader: `feedbackPixelWrites`).
+    pub sampling: FeedbackSampling,
+    /// Whether this frame writes feedback at all (`sampling`'s interval; false while no texture
+    /// is added): shaders skip their feedback writes when it is false.
+    pub feedback_active: bool,
+    ctx: FrameContext<'a>,
+}
+
+/// What [`FrameBindings::record`] needs of the streamer.
+#[derive(Debug)]
+struct FrameContext<'a> {
+    device: &'a Arc<Device>,
+    uploader: &'a Uploader,
+    /// The sparse bind the frame's submission waits for.
+    bind_wait: Option<GpuUse>,
+    readers: vk::PipelineStageFlags2,
+    /// The feedback header for this frame, unless the CPU wrote the whole buffer.
+    header: Option<Vec<u8>>,
+    recorded: &'a AtomicBool,
 }
 
 impl FrameBindings<'_> {
-    /// Records the barrier a frame starts with: earlier writes (this frame's uploads, the host's
-    /// feedback reset) before its shader reads and writes.
-    pub fn record_barrier(&self, rec: &mut Recording<'_>) -> Result<(), StreamError> {
-        record_frame_barrier(rec)
-    }
-}
-
-/// The barrier a frame starts with ([`FrameBindings::record_barrier`], for a recording made after
-/// the bindings were dropped).
-pub fn record_frame_barrier(rec: &mut Recording<'_>) -> Result<(), StreamError> {
-    {
-        use crate::recording::MemoryDependency;
-        use ash::vk::{AccessFlags2 as A, PipelineStageFlags2 as S};
+    /// Records the frame into `rec` (a command buffer submitted on the device's universal queue):
+    /// the streamer's part, then `draw` (the renderer's draws or dispatches, which sample the
+    /// textures and write feedback), then the barrier that makes the feedback visible to the
+    /// host. The streamer's part: the submission waits for the frame's sparse binds
+    /// ([`Recording::wait_for`]), the feedback buffer is reset (its header included), the staged
+    /// texels and map updates are copied, and barriers order all of it before `draw`'s shader
+    /// reads and writes at [`StreamerDesc::readers`] (and after the frames before it on the
+    /// queue, which may sample what the copies overwrite). Returns what `draw` returns.
+    ///
+    /// Record each frame once; a frame never recorded writes no feedback, and its copies go into
+    /// the next recorded frame.
+    pub fn record<R>(
+        &self,
+        rec: &mut Recording<'_>,
+        draw: impl FnOnce(&mut Recording<'_>) -> R,
+    ) -> Result<R, StreamError> {
+        use vk::{AccessFlags2 as A, PipelineStageFlags2 as S};
+        let ctx = &self.ctx;
+        rec.accepts("the streamer's frame", ctx.device)?;
+        if ctx.recorded.load(Ordering::Acquire) {
+            return Err(StreamError::FrameOrder("a frame recorded twice"));
+        }
+        let readers = ctx.readers;
+        if let Some(bind) = ctx.bind_wait {
+            rec.wait_for(bind)?;
+        }
+        // Earlier shader work and copies (which may read or write what this frame's transfers
+        // write) before them.
         rec.memory_barrier(MemoryDependency {
-            src_stages: S::ALL_COMMANDS | S::HOST,
-            src_access: A::MEMORY_WRITE | A::HOST_WRITE,
-            dst_stages: S::ALL_COMMANDS,
+            src_stages: readers | S::ALL_TRANSFER,
+            src_access: A::SHADER_WRITE | A::TRANSFER_WRITE,
+            dst_stages: S::ALL_TRANSFER,
+            dst_access: A::TRANSFER_WRITE,
+        })?;
+        if let (true, Some(feedback), Some(header)) = (self.feedback_active, self.feedback, &ctx.header) {
+            let size = self.layout.map_or(0, |l| l.buffer_bytes());
+            let header_bytes = header.len() as u64;
+            if size > header_bytes {
+                rec.fill_buffer(feedback, header_bytes, size - header_bytes, 0)?;
+            }
+            rec.update_buffer(feedback, 0, header)?;
+        }
+        ctx.uploader.record(rec, readers)?;
+        rec.memory_barrier(MemoryDependency {
+            src_stages: S::ALL_TRANSFER,
+            src_access: A::TRANSFER_WRITE,
+            dst_stages: readers,
             dst_access: A::SHADER_READ | A::SHADER_WRITE,
-        })
-        .map_err(|e| StreamError::Internal(e.to_string()))
+        })?;
+        let out = draw(rec);
+        if self.feedback_active && self.feedback.is_some() {
+            rec.memory_barrier(MemoryDependency {
+                src_stages: readers,
+                src_access: A::SHADER_WRITE,
+                dst_stages: S::HOST,
+                dst_access: A::HOST_READ,
+            })?;
+        }
+        ctx.recorded.store(true, Ordering::Release);
+        Ok(out)
     }
 }
 
@@ -363,6 +516,17 @@ pub struct Streamer {
     requested_in: u64,
     failures: Vec<LoadFailure>,
     stats: StreamerStats,
+    texture_stats: HashMap<ImageId, TextureStats>,
+    /// The latest sparse bind, until a recorded frame waits for it.
+    bind_wait: Option<GpuUse>,
+    /// The ends of the frames that may still run (declared at `end_frame`).
+    frame_uses: Vec<GpuUse>,
+    /// Whether the current frame was recorded, and whether the CPU wrote its feedback.
+    recorded: AtomicBool,
+    cpu_feedback: bool,
+    serial: u64,
+    /// Ids of texture handles dropped without `remove_texture`.
+    dropped: Arc<std::sync::Mutex<Vec<ImageId>>>,
 }
 
 impl std::fmt::Debug for Streamer {
@@ -380,6 +544,16 @@ impl Streamer {
     /// A streamer on `device` with no textures. The path is resolved for RGBA8 on this device
     /// (`Hardware` where it has no sparse residency: [`SoftwareError`]).
     pub fn new(device: &Arc<Device>, desc: StreamerDesc) -> Result<Streamer, StreamError> {
+        use vk::PipelineStageFlags2 as S;
+        let shader_stages = S::VERTEX_SHADER
+            | S::TESSELLATION_CONTROL_SHADER
+            | S::TESSELLATION_EVALUATION_SHADER
+            | S::GEOMETRY_SHADER
+            | S::FRAGMENT_SHADER
+            | S::COMPUTE_SHADER;
+        if desc.readers.is_empty() || !shader_stages.contains(desc.readers) {
+            return Err(StreamError::Readers(desc.readers));
+        }
         let path = device.residency_path(Format::R8G8B8A8Unorm, desc.path)?;
         let frames_in_flight = desc.frames_in_flight.clamp(1, 8);
         let mut streaming = StreamingDesc::default()
@@ -420,6 +594,13 @@ impl Streamer {
             requested_in: 0,
             failures: Vec::new(),
             stats: StreamerStats::default(),
+            texture_stats: HashMap::new(),
+            bind_wait: None,
+            frame_uses: Vec::new(),
+            recorded: AtomicBool::new(false),
+            cpu_feedback: false,
+            serial: STREAMERS.fetch_add(1, Ordering::Relaxed),
+            dropped: Arc::default(),
             desc: StreamerDesc { frames_in_flight, ..desc },
         })
     }
@@ -449,6 +630,62 @@ impl Streamer {
         &self.stats
     }
 
+    /// `texture`'s counters (`None`: not one of this streamer's).
+    pub fn texture_stats(&self, texture: &VirtualTexture) -> Option<TextureStats> {
+        if texture.streamer != self.serial {
+            return None;
+        }
+        let mut stats = self.texture_stats.get(&texture.id)?.clone();
+        stats.resident_tiles =
+            self.manager.residency(texture.id).map_or(0, |r| r.page_table().resident_tiles());
+        Some(stats)
+    }
+
+    /// Tiles resident at most from the next frame on (at least 1): a cut evicts down to it over
+    /// the next frames while the textures fall back to coarser mips. The software path's atlas
+    /// was allocated for the first budget: it is never raised above that, and rounds up to whole
+    /// heaps of 16 tiles. Returns the budget in effect.
+    pub fn set_budget_tiles(&mut self, tiles: u32) -> u32 {
+        let mut tiles = tiles.max(1);
+        if self.path == ResidencyPath::Software {
+            tiles =
+                tiles.min(self.desc.budget_tiles).div_ceil(SOFTWARE_TILES_PER_HEAP) * SOFTWARE_TILES_PER_HEAP;
+            tiles = tiles.min(self.software_capacity.max(SOFTWARE_TILES_PER_HEAP));
+        }
+        self.manager.set_budget_tiles(tiles);
+        tiles
+    }
+
+    /// The tile budget in effect.
+    pub fn budget_tiles(&self) -> u32 {
+        self.manager.budget_tiles()
+    }
+
+    /// Sets `texture`'s LOD warning (the seed's per-texture low-water mark): from mip
+    /// `min_warning_lod` on, a sample within `lead`/256 of a level of the finest resident mip asks
+    /// for the next finer mip ahead of need. Takes effect from the next frame.
+    pub fn set_lod_warning(
+        &mut self,
+        texture: &VirtualTexture,
+        min_warning_lod: u8,
+        lead: u8,
+    ) -> Result<(), StreamError> {
+        if self.in_frame {
+            return Err(StreamError::FrameOrder("set_lod_warning between begin_frame and end_frame"));
+        }
+        self.check_owner(texture)?;
+        self.manager.set_lod_warning(texture.id, min_warning_lod, lead)?;
+        self.refresh_layout()
+    }
+
+    /// The current frame's bindings again (between `begin_frame` and `end_frame`).
+    pub fn frame_bindings(&self) -> Result<FrameBindings<'_>, StreamError> {
+        if !self.in_frame {
+            return Err(StreamError::FrameOrder("frame_bindings outside a frame"));
+        }
+        Ok(self.bindings((self.frame % self.slots.len() as u64) as usize))
+    }
+
     /// The load failures since the last call.
     pub fn take_load_failures(&mut self) -> Vec<LoadFailure> {
         std::mem::take(&mut self.failures)
@@ -469,11 +706,17 @@ impl Streamer {
     /// The units of `texture`'s coarse chain (pinned: mip tails, or the single-tile mips), which
     /// `add_texture` made resident.
     pub fn coarse_chain(&self, texture: &VirtualTexture) -> &[TileKey] {
+        if texture.streamer != self.serial {
+            return &[];
+        }
         self.textures.get(&texture.id).map_or(&[], |t| &t.pinned)
     }
 
     /// The sparse image of `texture` (hardware path).
     pub fn sparse_image(&self, texture: &VirtualTexture) -> Option<&crate::sparse::SparseImage> {
+        if texture.streamer != self.serial {
+            return None;
+        }
         match &self.textures.get(&texture.id)?.gpu {
             TextureGpu::Hardware { image, .. } => Some(image),
             TextureGpu::Software { .. } => None,
@@ -492,6 +735,7 @@ impl Streamer {
         if self.in_frame {
             return Err(StreamError::FrameOrder("add_texture between begin_frame and end_frame"));
         }
+        self.remove_dropped()?;
         let id = ImageId(self.next_id);
         let texture = Texture::create(
             &self.device,
@@ -506,7 +750,8 @@ impl Streamer {
         self.next_id += 1;
         self.manager.register_image(id, &texture.layout)?;
         self.textures.insert(id, texture);
-        let handle = VirtualTexture { id };
+        self.texture_stats.insert(id, TextureStats::default());
+        let handle = VirtualTexture { id, streamer: self.serial, dropped: Some(Arc::clone(&self.dropped)) };
         if let Err(e) = self.prime(id) {
             // Nothing of it stays: its loads are cancelled and its objects released.
             let _ = self.remove_texture(handle);
@@ -521,12 +766,14 @@ impl Streamer {
         let texture = self.textures.get_mut(&id).ok_or(StreamingError::UnknownImage(id))?;
         // The map starts as "nothing resident" everywhere (its memory is undefined until written).
         texture.upload_map(&self.uploader, &table, &[])?;
-        self.uploader.flush()?;
         let mut last_failure = None;
         let mut failures = 0;
         for _ in 0..PRIME_TICKS {
             let pinned = self.textures[&id].pinned.clone();
             if pinned.iter().all(|&k| self.manager.is_resident(k)) {
+                // Loaded and bound: the texels reach the texture before this returns (a
+                // submission of the uploader's, after the binds), so frame 0 samples them.
+                self.uploader.flush()?;
                 return Ok(());
             }
             if pinned.iter().any(|k| self.pending.contains_key(k)) {
@@ -561,11 +808,34 @@ impl Streamer {
     /// Removes `texture`: unregisters it (its tiles go back to the budget, its loads are
     /// cancelled) and releases its GPU objects once the frames that sample it have completed.
     /// Must be called between frames.
-    pub fn remove_texture(&mut self, texture: VirtualTexture) -> Result<(), StreamError> {
+    pub fn remove_texture(&mut self, mut texture: VirtualTexture) -> Result<(), StreamError> {
         if self.in_frame {
             return Err(StreamError::FrameOrder("remove_texture between begin_frame and end_frame"));
         }
-        let id = texture.id;
+        self.check_owner(&texture)?;
+        texture.dropped = None;
+        self.remove_id(texture.id)
+    }
+
+    fn check_owner(&self, texture: &VirtualTexture) -> Result<(), StreamError> {
+        if texture.streamer != self.serial {
+            return Err(StreamError::ForeignTexture(texture.id));
+        }
+        Ok(())
+    }
+
+    /// Removes the textures whose handles were dropped.
+    fn remove_dropped(&mut self) -> Result<(), StreamError> {
+        let dropped = std::mem::take(&mut *self.dropped.lock().unwrap_or_else(|e| e.into_inner()));
+        for id in dropped {
+            if self.textures.contains_key(&id) {
+                self.remove_id(id)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn remove_id(&mut self, id: ImageId) -> Result<(), StreamError> {
         let removed = self.textures.remove(&id);
         let changes = self.manager.unregister_image(id)?;
         // Hardware path: its tiles go back to the pool now, and the next frame may bind them to
@@ -576,9 +846,15 @@ impl Streamer {
             (&removed, &self.heaps)
         {
             if !changes.changes.is_empty() {
-                self.wait_frames()?;
+                let waits = self.running_frames();
                 let heaps = self.heaps.as_mut().expect("checked above");
-                heaps.bind(self.manager.pool(), &[(image, &changes.changes)], BindPlanOptions::default())?;
+                let (_, done) = heaps.bind_after(
+                    self.manager.pool(),
+                    &[(image, &changes.changes)],
+                    BindPlanOptions::default(),
+                    &waits,
+                )?;
+                self.note_bind(done, !waits.is_empty());
             }
         }
         let keys: Vec<TileKey> = self.pending.keys().filter(|k| k.image == id).copied().collect();
@@ -587,8 +863,10 @@ impl Streamer {
             self.pending.remove(&key);
             self.cancelled.push(key);
         }
-        // Dropped here: destroyed once the declared frame uses and residency's own work are done.
+        // Dropped here: destroyed once the declared frame uses and residency's own work (the
+        // unbind above included) are done.
         drop(removed);
+        self.texture_stats.remove(&id);
         self.refresh_layout()
     }
 
@@ -602,23 +880,17 @@ impl Streamer {
         Ok(())
     }
 
-    /// Whether every frame in flight has completed; never waits.
-    fn frames_done(&self) -> bool {
-        self.slots.iter().flatten().all(|s| s.submitted.is_none_or(|(_, _, u)| self.device.has_completed(&u)))
+    /// The ends of the frames that may still run (what an unbind waits for on the GPU).
+    fn running_frames(&self) -> Vec<GpuUse> {
+        self.frame_uses.iter().filter(|u| !self.device.has_completed(u)).copied().collect()
     }
 
-    /// Waits for the frames in flight (before unbinding what they may sample).
-    fn wait_frames(&mut self) -> Result<(), StreamError> {
-        if self.frames_done() {
-            return Ok(());
+    fn note_bind(&mut self, done: Option<GpuUse>, after_frames: bool) {
+        if let Some(done) = done {
+            self.bind_wait = Some(done);
+            self.stats.binds += 1;
+            self.stats.unbinds_after_frames += u64::from(after_frames);
         }
-        for slot in self.slots.iter().flatten() {
-            if let Some((_, _, until)) = slot.submitted {
-                self.device.wait_until(&until)?;
-            }
-        }
-        self.stats.unbind_waits += 1;
-        Ok(())
     }
 
     /// One manager tick: finished loads in, update, binds and unbinds, uploads, map updates,
@@ -631,10 +903,24 @@ impl Streamer {
         }
         let mut loaded = Vec::new();
         let mut failed = std::mem::take(&mut self.cancelled);
-        let finished: Vec<TileKey> =
+        let mut finished: Vec<TileKey> =
             self.pending.iter().filter(|(_, p)| p.done.is_some()).map(|(k, _)| *k).collect();
+        finished.sort_unstable();
         let mut staged = HashMap::new();
+        // A frame stages at most its share of the ring (the frames in flight hold the rest); the
+        // loads past it wait for a later frame (at least one is always taken).
+        let share = self.desc.staging_bytes / (u64::from(self.desc.frames_in_flight) + 1);
+        let mut staged_bytes = 0u64;
         for key in finished {
+            let bytes: u64 = match &self.pending[&key].done {
+                Some(Ok(data)) => data.iter().map(|d| d.len() as u64).sum(),
+                _ => 0,
+            };
+            if staged_bytes > 0 && staged_bytes + bytes > share {
+                self.stats.loads_deferred += 1;
+                continue;
+            }
+            staged_bytes += bytes;
             let p = self.pending.remove(&key).expect("listed");
             match p.done.expect("finished") {
                 Ok(data) => {
@@ -644,6 +930,9 @@ impl Streamer {
                 Err(error) => {
                     failed.push(key);
                     self.stats.loads_failed += 1;
+                    if let Some(t) = self.texture_stats.get_mut(&key.image) {
+                        t.loads_failed += 1;
+                    }
                     let texture = self.textures.get(&key.image).map_or_else(String::new, |t| t.name.clone());
                     self.failures.push(LoadFailure { texture, key, error });
                 }
@@ -656,6 +945,16 @@ impl Streamer {
             &FrameInput { frame: self.tick, requests, loaded: &loaded, failed: &failed },
             requested_in,
         )?;
+        for key in &out.resident {
+            if let Some(t) = self.texture_stats.get_mut(&key.image) {
+                t.units_streamed += 1;
+            }
+        }
+        for key in &out.evicted {
+            if let Some(t) = self.texture_stats.get_mut(&key.image) {
+                t.tiles_evicted += 1;
+            }
+        }
         self.apply(&out, staged)?;
         for load in &out.loads {
             let Some(texture) = self.textures.get(&load.key.image) else { continue };
@@ -669,9 +968,8 @@ impl Streamer {
 
     fn apply(&mut self, out: &FrameOutput, mut staged: HashMap<TileKey, Loaded>) -> Result<(), StreamError> {
         if self.heaps.is_some() {
-            if !out.evicted.is_empty() || !out.heaps_released.is_empty() {
-                self.wait_frames()?;
-            }
+            // Unbinding a tile a frame in flight may sample waits for those frames, on the GPU.
+            let waits = if out.evicted.is_empty() { Vec::new() } else { self.running_frames() };
             let items: Vec<_> = out
                 .changes
                 .iter()
@@ -682,7 +980,9 @@ impl Streamer {
                 .collect();
             if !items.is_empty() {
                 let heaps = self.heaps.as_mut().expect("hardware path");
-                heaps.bind(self.manager.pool(), &items, BindPlanOptions::default())?;
+                let (_, done) =
+                    heaps.bind_after(self.manager.pool(), &items, BindPlanOptions::default(), &waits)?;
+                self.note_bind(done, !waits.is_empty());
             }
         }
         for key in &out.resident {
@@ -700,8 +1000,8 @@ impl Streamer {
                 texture.upload_map(&self.uploader, residency.page_table(), &change.min_lod)?;
             }
         }
-        self.uploader.flush()?;
         if let Some(heaps) = self.heaps.as_mut() {
+            // Freed once the unbinds above and the frames declared on the heaps have run.
             heaps.release(&out.heaps_released);
         }
         Ok(())
@@ -713,9 +1013,17 @@ impl Streamer {
         if self.in_frame {
             return Err(StreamError::FrameOrder("begin_frame twice without end_frame"));
         }
+        self.remove_dropped()?;
         let frame = self.frame;
         let n = self.slots.len() as u64;
         let index = (frame % n) as usize;
+        self.frame_uses.retain(|u| !self.device.has_completed(u));
+        // Frames not recorded hold no slot: the CPU still runs at most `n` frames ahead.
+        while self.frame_uses.len() as u64 > n {
+            let oldest = self.frame_uses.remove(0);
+            self.device.wait_until(&oldest)?;
+            self.stats.slot_waits += 1;
+        }
         // This frame's slot holds the frame `n` back: the only wait of a frame without eviction.
         if let Some((_, _, until)) = self.slots[index].as_ref().and_then(|s| s.submitted) {
             if !self.device.has_completed(&until) {
@@ -733,7 +1041,12 @@ impl Streamer {
             }
             gpu_completed = Some(f);
         }
-        let step = self.ring.begin_frame(frame, gpu_completed, true);
+        let active = self.desc.sampling.frame_active(frame);
+        let step = self.ring.begin_frame(frame, gpu_completed, active);
+        for t in self.texture_stats.values_mut() {
+            t.requests = 0;
+            t.pixels = 0;
+        }
         let mut oldest = None;
         for &(slot_index, f) in &step.read {
             let Some(slot) = self.slots[slot_index].as_mut() else { continue };
@@ -746,6 +1059,12 @@ impl Streamer {
             let decoded = slot.layout.decode(&bytes, f)?;
             self.stats.feedback_frames_read += 1;
             self.stats.feedback_overflows += u64::from(decoded.overflowed);
+            for r in &decoded.requests {
+                if let Some(t) = self.texture_stats.get_mut(&r.image) {
+                    t.requests += 1;
+                    t.pixels += u64::from(r.pixels);
+                }
+            }
             self.requests.extend(decoded.requests);
             oldest.get_or_insert(tick);
         }
@@ -757,19 +1076,15 @@ impl Streamer {
         let requests = std::mem::take(&mut self.requests);
         self.tick(&requests, self.requested_in.max(1))?;
 
-        // This frame's slot: buffers for the current layout, reset for this frame.
+        // This frame's slot: buffers for the current layout (reset by the frame's recording).
         if let Some(layout) = self.layout.clone() {
             let fresh = self.slots[index].as_ref().is_none_or(|s| s.generation != self.generation);
             if fresh {
                 self.slots[index] = Some(self.make_slot(index, layout)?);
             }
-            let slot = self.slots[index].as_mut().expect("made above");
-            let mut reset = vec![0u8; slot.layout.buffer_bytes() as usize];
-            for (i, w) in slot.layout.header_words(frame).iter().enumerate() {
-                reset[4 * i..4 * i + 4].copy_from_slice(&w.to_le_bytes());
-            }
-            slot.feedback.write(0, &reset)?;
         }
+        self.recorded.store(false, Ordering::Release);
+        self.cpu_feedback = false;
         self.in_frame = true;
         self.stats.frames += 1;
         Ok(self.bindings(index))
@@ -778,8 +1093,12 @@ impl Streamer {
     fn make_slot(&self, index: usize, layout: Arc<FeedbackLayout>) -> Result<Slot, StreamError> {
         let name = &self.desc.name;
         let feedback = self.device.create_buffer(
-            &BufferDesc::new(format!("{name} feedback {index}"), layout.buffer_bytes(), BufferUsage::STORAGE)
-                .with_intent(MemoryIntent::Readback),
+            &BufferDesc::new(
+                format!("{name} feedback {index}"),
+                layout.buffer_bytes(),
+                BufferUsage::STORAGE | BufferUsage::COPY_DST,
+            )
+            .with_intent(MemoryIntent::Readback),
         )?;
         let words = layout.image_table();
         let mut table = self.device.create_buffer(
@@ -796,6 +1115,12 @@ impl Streamer {
 
     fn bindings(&self, index: usize) -> FrameBindings<'_> {
         let slot = self.slots[index].as_ref().filter(|s| s.generation == self.generation);
+        let header = match (slot, self.cpu_feedback) {
+            (Some(s), false) => {
+                Some(s.layout.header_words(self.frame).iter().flat_map(|w| w.to_le_bytes()).collect())
+            }
+            _ => None,
+        };
         let mut textures: Vec<TextureBinding<'_>> = self
             .textures
             .iter()
@@ -819,14 +1144,29 @@ impl Streamer {
             image_table: slot.map(|s| &s.table),
             layout: slot.map(|s| &*s.layout),
             textures,
+            sampling: self.desc.sampling,
+            feedback_active: slot.is_some() && self.desc.sampling.frame_active(self.frame),
+            ctx: FrameContext {
+                device: &self.device,
+                uploader: &self.uploader,
+                bind_wait: self.bind_wait,
+                readers: self.desc.readers,
+                header,
+                recorded: &self.recorded,
+            },
         }
     }
 
     /// Writes feedback made on the CPU into this frame's feedback buffer (a CPU renderer, a
-    /// test), between `begin_frame` and `end_frame`; `records` must be of this frame's layout.
+    /// test), between `begin_frame` and the frame's recording (take the bindings again with
+    /// [`Streamer::frame_bindings`]), which then leaves the buffer as written; `records` must be
+    /// of this frame's layout.
     pub fn write_cpu_feedback(&mut self, records: &FeedbackBuffer) -> Result<(), StreamError> {
         if !self.in_frame {
             return Err(StreamError::FrameOrder("write_cpu_feedback outside a frame"));
+        }
+        if self.recorded.load(Ordering::Acquire) {
+            return Err(StreamError::FrameOrder("write_cpu_feedback after the frame was recorded"));
         }
         let index = (self.frame % self.slots.len() as u64) as usize;
         let Some(slot) = self.slots[index].as_mut() else { return Ok(()) };
@@ -839,6 +1179,7 @@ impl Streamer {
             .into());
         }
         slot.feedback.write(0, &bytes)?;
+        self.cpu_feedback = true;
         Ok(())
     }
 
@@ -849,6 +1190,8 @@ impl Streamer {
         if !self.in_frame {
             return Err(StreamError::FrameOrder("end_frame without begin_frame"));
         }
+        // A point the GPU can wait for (an unbind waits for it): not a frame count.
+        self.device.wait_info(&until).map(drop)?;
         let index = (self.frame % self.slots.len() as u64) as usize;
         for texture in self.textures.values() {
             texture.used_until(until)?;
@@ -856,11 +1199,18 @@ impl Streamer {
         if let Some(heaps) = &self.heaps {
             heaps.used_until(until)?;
         }
+        let recorded = self.recorded.swap(false, Ordering::AcqRel);
+        let active = self.desc.sampling.frame_active(self.frame);
         if let Some(slot) = self.slots[index].as_mut() {
             slot.feedback.used_until(until)?;
             slot.table.used_until(until)?;
-            slot.submitted = Some((self.frame, self.tick, until));
+            slot.submitted = (recorded && active).then_some((self.frame, self.tick, until));
         }
+        if recorded {
+            self.stats.frames_recorded += 1;
+            self.bind_wait = None;
+        }
+        self.frame_uses.push(until);
         self.in_frame = false;
         self.frame += 1;
         Ok(())

@@ -225,7 +225,12 @@ impl CommandContext {
         record(&mut recording);
         // Held until the submission has taken its universal timeline value (or failed): an
         // object the closure dropped retires after this submission.
-        let (kept, layouts) = recording.into_parts();
+        let (kept, layouts, recorded_waits) = recording.into_parts();
+        let mut waits = waits.to_vec();
+        for until in &recorded_waits {
+            waits.push(device.wait_info(until)?);
+        }
+        let waits = &waits[..];
         // SAFETY: recording began above; the closure could not end it (a `Recording` exposes only
         // helpers that leave it recording, and your own commands must too).
         unsafe { device.raw().end_command_buffer(command_buffer) }.during("vkEndCommandBuffer")?;

@@ -155,6 +155,8 @@ pub struct Recording<'a> {
     /// Layout requirements and effects per image, by the address of its layout record.
     layouts: HashMap<usize, usize>,
     plan: LayoutPlan,
+    /// GPU points the submission must wait for (a streamer's sparse binds, say).
+    waits: Vec<GpuUse>,
 }
 
 impl<'a> Recording<'a> {
@@ -168,6 +170,7 @@ impl<'a> Recording<'a> {
             commands: 0,
             layouts: HashMap::new(),
             plan: LayoutPlan::default(),
+            waits: Vec::new(),
         }
     }
 
@@ -276,9 +279,29 @@ impl<'a> Recording<'a> {
     }
 
     /// What the recording held (dropped by its submitter once the submission has its place on
-    /// the device's universal timeline) and its layout plan (checked and applied at submission).
-    pub(crate) fn into_parts(self) -> (Vec<Arc<Life>>, LayoutPlan) {
-        (self.kept, self.plan)
+    /// the device's universal timeline), its layout plan (checked and applied at submission) and
+    /// the points its submission waits for.
+    pub(crate) fn into_parts(self) -> (Vec<Arc<Life>>, LayoutPlan, Vec<GpuUse>) {
+        (self.kept, self.plan, self.waits)
+    }
+
+    /// Makes the submission of this recording wait for `until` (before all its commands): a
+    /// residency submission, a sparse bind ([`TileHeaps::bind_after`](crate::sparse::TileHeaps::bind_after))
+    /// or a point of a renderer [`Timeline`](crate::Timeline) of the recording's device.
+    /// [`CommandContext::submit`](crate::CommandContext::submit) adds these waits itself; a
+    /// recording of [`Recording::from_raw`] that you submit yourself must wait for every point of
+    /// [`Recording::waits`]. A frame count or another device's work is refused.
+    pub fn wait_for(&mut self, until: GpuUse) -> Result<(), VulkanError> {
+        self.device.wait_info(&until).map(drop)?;
+        if !self.waits.contains(&until) {
+            self.waits.push(until);
+        }
+        Ok(())
+    }
+
+    /// The points the submission of this recording must wait for ([`Recording::wait_for`]).
+    pub fn waits(&self) -> &[GpuUse] {
+        &self.waits
     }
 
     /// Whether a command that needs subresources `mips` × `layers` in `needed` may follow what
@@ -609,6 +632,69 @@ impl Recording<'_> {
         // and no overlap (checked above).
         unsafe { self.device.raw().cmd_copy_buffer(self.raw, src.raw(), dst.raw(), &[region]) };
         self.recorded();
+        Ok(())
+    }
+
+    /// Records `vkCmdFillBuffer`: `size` bytes of `buffer` from `offset` set to the repeated
+    /// `word`. The buffer must live on the recording's device and have `COPY_DST` usage, the
+    /// offset and size be multiples of 4 and the range non-empty and inside the buffer; otherwise
+    /// nothing is recorded. It runs in the transfer stages (`CLEAR`), writing with
+    /// `TRANSFER_WRITE`: order it with barriers.
+    pub fn fill_buffer(
+        &mut self,
+        buffer: &Buffer,
+        offset: u64,
+        size: u64,
+        word: u32,
+    ) -> Result<(), CopyError> {
+        self.check_transfer_write(buffer, offset, size)?;
+        self.keep(buffer.life());
+        // SAFETY: the command buffer is recording on this device outside a render pass; the
+        // buffer is a live buffer of this device with COPY_DST usage, held until the submission,
+        // and the range is non-empty, 4-byte aligned and inside it (checked above).
+        unsafe {
+            self.device.raw().cmd_fill_buffer(self.raw, buffer.raw(), buffer.offset() + offset, size, word)
+        };
+        self.recorded();
+        Ok(())
+    }
+
+    /// Records `vkCmdUpdateBuffer`: `data` (at most 65 536 bytes, a multiple of 4) written into
+    /// `buffer` at `offset` (a multiple of 4). Checked like [`Recording::fill_buffer`].
+    pub fn update_buffer(&mut self, buffer: &Buffer, offset: u64, data: &[u8]) -> Result<(), CopyError> {
+        if data.len() > 65536 {
+            return Err(CopyError::Invalid {
+                from: "host data".to_owned(),
+                to: buffer.name().to_owned(),
+                reason: "vkCmdUpdateBuffer writes at most 65536 bytes",
+            });
+        }
+        self.check_transfer_write(buffer, offset, data.len() as u64)?;
+        self.keep(buffer.life());
+        // SAFETY: as for `fill_buffer`; `data` lives for the call (the command copies it).
+        unsafe {
+            self.device.raw().cmd_update_buffer(self.raw, buffer.raw(), buffer.offset() + offset, data)
+        };
+        self.recorded();
+        Ok(())
+    }
+
+    fn check_transfer_write(&self, buffer: &Buffer, offset: u64, size: u64) -> Result<(), CopyError> {
+        self.accepts(buffer.name(), buffer.device())?;
+        let invalid = |reason| CopyError::Invalid {
+            from: "host data".to_owned(),
+            to: buffer.name().to_owned(),
+            reason,
+        };
+        if !buffer.usage().contains(BufferUsage::COPY_DST) {
+            return Err(invalid("the buffer lacks COPY_DST usage"));
+        }
+        if offset % 4 != 0 || size % 4 != 0 || (buffer.offset() + offset) % 4 != 0 {
+            return Err(invalid("the offset and size must be multiples of 4"));
+        }
+        if size == 0 || offset.checked_add(size).is_none_or(|end| end > buffer.size()) {
+            return Err(invalid("the range is empty or outside the buffer"));
+        }
         Ok(())
     }
 

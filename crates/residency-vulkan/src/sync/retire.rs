@@ -42,8 +42,10 @@ use std::sync::{Arc, Mutex, Weak};
 pub(crate) const UNIVERSAL: ClockId = ClockId(0);
 /// The renderer's frame counter ([`Device::advance_frame`]).
 pub(crate) const FRAMES: ClockId = ClockId(1);
+/// The clock of residency's sparse binds (the device's sparse timeline semaphore).
+pub(crate) const SPARSE: ClockId = ClockId(2);
 /// The first clock of a renderer [`Timeline`].
-const FIRST_TIMELINE: u32 = 2;
+const FIRST_TIMELINE: u32 = 3;
 
 /// The moment a GPU use of a resource ends. Declare it with `used_until` on the resource
 /// ([`Buffer::used_until`](crate::Buffer::used_until), …): dropping the resource before then defers
@@ -86,6 +88,9 @@ pub(crate) enum Garbage {
     /// Objects released together (a program's pipeline, layouts and descriptor pool), destroyed
     /// in order.
     Group(Vec<Garbage>),
+    /// Nothing to destroy: a flag raised once the GPU is done (staging space of copies recorded
+    /// into a renderer's command buffer comes back when it is).
+    Signal(Arc<std::sync::atomic::AtomicBool>),
 }
 
 impl Garbage {
@@ -154,6 +159,7 @@ impl Garbage {
                 unsafe { device.raw().destroy_semaphore(raw, None) };
                 device.ledger().untrack(id);
             }
+            Garbage::Signal(flag) => flag.store(true, Ordering::Release),
             Garbage::Group(all) => {
                 for garbage in all {
                     garbage.destroy(device);
@@ -337,6 +343,11 @@ pub(crate) struct Retirement {
     universal_submitted: AtomicU64,
     /// The highest value seen completed.
     universal_completed: AtomicU64,
+    /// The timeline semaphore residency's sparse binds signal (on the sparse queue, whose values
+    /// are taken under its lock).
+    pub(crate) sparse: vk::Semaphore,
+    sparse_submitted: AtomicU64,
+    sparse_completed: AtomicU64,
     frame: AtomicU64,
     timelines: Mutex<Vec<vk::Semaphore>>,
     queue: Mutex<RetireQueue<Garbage>>,
@@ -352,10 +363,22 @@ fn timeline_semaphore(raw: &ash::Device) -> Result<vk::Semaphore> {
 
 impl Retirement {
     pub(crate) fn new(raw: &ash::Device) -> Result<Retirement> {
+        let universal = timeline_semaphore(raw)?;
+        let sparse = match timeline_semaphore(raw) {
+            Ok(s) => s,
+            Err(e) => {
+                // SAFETY: created above, never used.
+                unsafe { raw.destroy_semaphore(universal, None) };
+                return Err(e);
+            }
+        };
         Ok(Retirement {
-            universal: timeline_semaphore(raw)?,
+            universal,
             universal_submitted: AtomicU64::new(0),
             universal_completed: AtomicU64::new(0),
+            sparse,
+            sparse_submitted: AtomicU64::new(0),
+            sparse_completed: AtomicU64::new(0),
             frame: AtomicU64::new(0),
             timelines: Mutex::new(Vec::new()),
             queue: Mutex::new(RetireQueue::new()),
@@ -386,6 +409,31 @@ impl Retirement {
         self.universal_submitted.load(Ordering::Acquire)
     }
 
+    /// The value the next sparse bind signals: call with the sparse queue locked, and
+    /// [`Retirement::published_sparse`] once the bind was submitted, still under the lock.
+    pub(crate) fn next_sparse(&self) -> u64 {
+        self.sparse_submitted.load(Ordering::Acquire) + 1
+    }
+
+    /// The binds signalling up to `value` (from [`Retirement::next_sparse`]) were submitted.
+    pub(crate) fn published_sparse(&self, value: u64) {
+        self.sparse_submitted.store(value, Ordering::Release);
+    }
+
+    pub(crate) fn sparse_submitted(&self) -> u64 {
+        self.sparse_submitted.load(Ordering::Acquire)
+    }
+
+    /// One of residency's own clocks: its semaphore, the value last submitted and the highest
+    /// seen completed.
+    fn own(&self, clock: ClockId) -> Option<(vk::Semaphore, &AtomicU64, &AtomicU64)> {
+        match clock {
+            UNIVERSAL => Some((self.universal, &self.universal_submitted, &self.universal_completed)),
+            SPARSE => Some((self.sparse, &self.sparse_submitted, &self.sparse_completed)),
+            _ => None,
+        }
+    }
+
     /// Destroys every semaphore (at device teardown: an owned device is idle; on an adopted one
     /// every value residency waited for was reached, and the application's contract
     /// ([`DeviceSet::adopt`](crate::DeviceSet::adopt)) is to stop using the set's timelines once it
@@ -395,6 +443,7 @@ impl Retirement {
         // SAFETY: as above, no pending work signals or waits on these semaphores.
         unsafe {
             raw.destroy_semaphore(self.universal, None);
+            raw.destroy_semaphore(self.sparse, None);
             for t in timelines {
                 raw.destroy_semaphore(t, None);
             }
@@ -405,21 +454,22 @@ impl Retirement {
 impl Device {
     fn clock_value(&self, clock: ClockId) -> u64 {
         let r = self.retirement();
-        match clock {
-            UNIVERSAL => {
-                let seen = r.universal_completed.load(Ordering::Acquire);
-                if seen >= r.universal_submitted() {
-                    return seen;
-                }
-                // SAFETY: the semaphore is a timeline semaphore of this device.
-                match unsafe { self.raw().get_semaphore_counter_value(r.universal) } {
-                    Ok(value) => r.universal_completed.fetch_max(value, Ordering::AcqRel).max(value),
-                    Err(result) => {
-                        self.ledger().note_result(result);
-                        seen
-                    }
-                }
+        if let Some((semaphore, submitted, completed)) = r.own(clock) {
+            let seen = completed.load(Ordering::Acquire);
+            if seen >= submitted.load(Ordering::Acquire) {
+                return seen;
             }
+            // SAFETY: the semaphore is a timeline semaphore of this device.
+            return match unsafe { self.raw().get_semaphore_counter_value(semaphore) } {
+                Ok(value) => completed.fetch_max(value, Ordering::AcqRel).max(value),
+                Err(result) => {
+                    self.ledger().note_result(result);
+                    seen
+                }
+            };
+        }
+        match clock {
+            UNIVERSAL | SPARSE => 0, // answered above
             FRAMES => r.frame.load(Ordering::Acquire),
             ClockId(n) => {
                 let timelines = r.timelines.lock().unwrap_or_else(|e| e.into_inner());
@@ -437,6 +487,11 @@ impl Device {
         let submitted = self.retirement().universal_submitted();
         if submitted > 0 {
             uses.note(GpuPoint::new(UNIVERSAL, submitted));
+        }
+        // Sparse binds submitted before the drop may still bind or unbind its memory.
+        let binds = self.retirement().sparse_submitted();
+        if binds > 0 {
+            uses.note(GpuPoint::new(SPARSE, binds));
         }
         if uses.is_done(|clock| self.clock_value(clock)) {
             garbage.destroy(self);
@@ -494,8 +549,8 @@ impl Device {
     /// timeline reach the highest value something queued waits for. Returns whether they did.
     fn wait_for_pending_timelines(&self) -> bool {
         let pending = self.retirement().queue.lock().unwrap_or_else(|e| e.into_inner()).pending();
-        let mut semaphores = vec![self.retirement().universal];
-        let mut values = vec![self.retirement().universal_submitted()];
+        let mut semaphores = vec![self.retirement().universal, self.retirement().sparse];
+        let mut values = vec![self.retirement().universal_submitted(), self.retirement().sparse_submitted()];
         {
             let timelines = self.retirement().timelines.lock().unwrap_or_else(|e| e.into_inner());
             for point in pending.points() {
@@ -528,6 +583,7 @@ impl Device {
     /// application uses at the same time.
     pub fn wait_submitted(&self) -> Result<()> {
         self.wait_universal(self.retirement().universal_submitted())?;
+        self.wait_own(SPARSE, self.retirement().sparse_submitted())?;
         self.maintain();
         Ok(())
     }
@@ -535,16 +591,23 @@ impl Device {
     /// Waits until the universal timeline reaches `value` (bounded on a lost device). A value not
     /// yet submitted returns at once: there is nothing to wait for.
     pub(crate) fn wait_universal(&self, value: u64) -> Result<()> {
-        if value > self.retirement().universal_submitted() || value <= self.clock_value(UNIVERSAL) {
+        self.wait_own(UNIVERSAL, value)
+    }
+
+    /// Waits until residency's own clock `clock` (universal or sparse) reaches `value`, bounded
+    /// on a lost device. A value not yet submitted returns at once.
+    fn wait_own(&self, clock: ClockId, value: u64) -> Result<()> {
+        let Some((semaphore, submitted, completed)) = self.retirement().own(clock) else { return Ok(()) };
+        if value > submitted.load(Ordering::Acquire) || value <= self.clock_value(clock) {
             return Ok(());
         }
-        let semaphores = [self.retirement().universal];
+        let semaphores = [semaphore];
         let values = [value];
         let info = vk::SemaphoreWaitInfo::default().semaphores(&semaphores).values(&values);
         // SAFETY: a timeline semaphore of this device; every value up to `value` was published
         // after its submission succeeded (checked above), so the wait ends.
         unsafe { self.raw().wait_semaphores(&info, self.teardown_timeout()) }.during("vkWaitSemaphores")?;
-        self.retirement().universal_completed.fetch_max(value, Ordering::AcqRel);
+        completed.fetch_max(value, Ordering::AcqRel);
         Ok(())
     }
 
@@ -561,6 +624,7 @@ impl Device {
         }
         let semaphore = match until.point.clock {
             UNIVERSAL => self.retirement().universal,
+            SPARSE => self.retirement().sparse,
             FRAMES => return Err(refuse("a frame count is not a GPU event a submission can wait for")),
             ClockId(n) => {
                 let timelines = self.retirement().timelines.lock().unwrap_or_else(|e| e.into_inner());
@@ -605,6 +669,13 @@ impl Device {
         }
     }
 
+    /// The use that ends when every sparse bind residency has submitted to this device so far
+    /// completes (`None`: none was).
+    pub fn submitted_binds(&self) -> Option<GpuUse> {
+        let value = self.retirement().sparse_submitted();
+        (value > 0).then(|| GpuUse { device: self.uid(), point: GpuPoint::new(SPARSE, value) })
+    }
+
     /// Whether the GPU has passed `until`; never waits. A use of another device, or a frame count
     /// ([`Device::frames_from_now`]) not yet counted, has not passed.
     pub fn has_completed(&self, until: &GpuUse) -> bool {
@@ -618,8 +689,8 @@ impl Device {
         if self.has_completed(until) {
             return Ok(());
         }
-        if until.device == self.uid() && until.point.clock == UNIVERSAL {
-            return self.wait_universal(until.point.value);
+        if until.device == self.uid() && matches!(until.point.clock, UNIVERSAL | SPARSE) {
+            return self.wait_own(until.point.clock, until.point.value);
         }
         let info = self.wait_info(until)?;
         let semaphores = [info.semaphore];
