@@ -72,6 +72,8 @@ const KEPT_MESSAGES: usize = 256;
 pub struct ValidationLog {
     problems: AtomicU64,
     messages: Mutex<Vec<ValidationMessage>>,
+    /// Performance warnings (not problems) by message ID, counted exactly.
+    performance: Mutex<std::collections::BTreeMap<String, u64>>,
 }
 
 impl ValidationLog {
@@ -90,12 +92,23 @@ impl ValidationLog {
         problems.into_iter().skip(skip).collect()
     }
 
+    /// The performance warnings seen since creation (warnings the layer raises as performance
+    /// hints, not as validation: they fail no test), by message ID. docs/reliability.md lists the
+    /// kinds residency's own calls raise and why.
+    pub fn performance_warnings(&self) -> std::collections::BTreeMap<String, u64> {
+        self.performance.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// Every kept message (problems and others), oldest first.
     pub fn messages(&self) -> Vec<ValidationMessage> {
         self.messages.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    fn record(&self, message: ValidationMessage) {
+    fn record(&self, message: ValidationMessage, performance: bool) {
+        if performance && !message.is_validation && message.severity == Severity::Warning {
+            let id = if message.id.is_empty() { "(no id)".to_owned() } else { message.id.clone() };
+            *self.performance.lock().unwrap_or_else(|e| e.into_inner()).entry(id).or_insert(0) += 1;
+        }
         match message.severity {
             Severity::Error => tracing::error!(id = %message.id, "{}", message.text),
             Severity::Warning if message.is_validation => {
@@ -172,11 +185,14 @@ unsafe extern "system" fn debug_callback(
     } else {
         Severity::Verbose
     };
-    log.record(ValidationMessage {
-        severity,
-        is_validation: types.contains(vk::DebugUtilsMessageTypeFlagsEXT::VALIDATION),
-        id: text(data.p_message_id_name),
-        text: text(data.p_message),
-    });
+    log.record(
+        ValidationMessage {
+            severity,
+            is_validation: types.contains(vk::DebugUtilsMessageTypeFlagsEXT::VALIDATION),
+            id: text(data.p_message_id_name),
+            text: text(data.p_message),
+        },
+        types.contains(vk::DebugUtilsMessageTypeFlagsEXT::PERFORMANCE),
+    );
     vk::FALSE
 }

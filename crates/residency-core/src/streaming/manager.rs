@@ -110,6 +110,9 @@ pub struct FrameOutput {
     pub loads: Vec<TileLoad>,
     /// Units that became resident this frame (committed; bind, copy from staging, update min-LOD).
     pub resident: Vec<TileKey>,
+    /// For each unit of `resident`, the frame it was first wanted (requested, or pulled in as a
+    /// parent): its request-to-resident latency is `frame - wanted_since`.
+    pub resident_wanted_since: Vec<u64>,
     /// Tiles evicted this frame (released; unbind).
     pub evicted: Vec<TileKey>,
     /// Per image changes, by image id.
@@ -695,6 +698,7 @@ impl StreamingManager {
                 StreamUnit::Tail(t) => e.1.push(t),
             }
             out.resident.push(key);
+            out.resident_wanted_since.push(f.wanted_since);
         }
         for (image, (tiles, tails)) in by_image {
             let state = self.images.get_mut(&image).expect("in-flight units belong to registered images");

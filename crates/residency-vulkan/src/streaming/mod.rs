@@ -329,6 +329,23 @@ pub struct StreamerStats {
     pub loads_deferred: u64,
 }
 
+/// When a unit became resident, for request-to-resident latency in time: the renderer maps the
+/// frames to its GPU timestamps (the end of the requesting frame's feedback writes, the start of
+/// the first frame that samples the unit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResidentLatency {
+    /// The unit.
+    pub key: TileKey,
+    /// The frame whose feedback first wanted it (`None`: priming wanted it, before any frame).
+    pub requested_frame: Option<u64>,
+    /// The frame whose `begin_frame` made it resident: its recording copies the texels before
+    /// its draws, so it is the first frame that samples them.
+    pub resident_frame: u64,
+}
+
+/// Latencies kept for [`Streamer::take_latencies`] at most (the oldest go first).
+const KEPT_LATENCIES: usize = 1 << 16;
+
 /// One texture's counters.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TextureStats {
@@ -525,6 +542,9 @@ pub struct Streamer {
     recorded: AtomicBool,
     cpu_feedback: bool,
     serial: u64,
+    /// The frame of each recent manager tick (priming's ticks have none).
+    tick_frames: std::collections::VecDeque<(u64, u64)>,
+    latencies: std::collections::VecDeque<ResidentLatency>,
     /// Ids of texture handles dropped without `remove_texture`.
     dropped: Arc<std::sync::Mutex<Vec<ImageId>>>,
 }
@@ -600,6 +620,8 @@ impl Streamer {
             recorded: AtomicBool::new(false),
             cpu_feedback: false,
             serial: STREAMERS.fetch_add(1, Ordering::Relaxed),
+            tick_frames: Default::default(),
+            latencies: Default::default(),
             dropped: Arc::default(),
             desc: StreamerDesc { frames_in_flight, ..desc },
         })
@@ -684,6 +706,12 @@ impl Streamer {
             return Err(StreamError::FrameOrder("frame_bindings outside a frame"));
         }
         Ok(self.bindings((self.frame % self.slots.len() as u64) as usize))
+    }
+
+    /// The units made resident in frames since the last call, with the frames that wanted them
+    /// (at most the latest 65 536; priming's units are not included).
+    pub fn take_latencies(&mut self) -> Vec<ResidentLatency> {
+        self.latencies.drain(..).collect()
     }
 
     /// The load failures since the last call.
@@ -780,7 +808,7 @@ impl Streamer {
                 self.loader.wait_idle();
             }
             let before = self.failures.len();
-            self.tick(&[], self.tick + 1)?;
+            self.tick(&[], self.tick + 1, None)?;
             for f in &self.failures[before..] {
                 if f.key.image == id {
                     failures += 1;
@@ -895,7 +923,12 @@ impl Streamer {
 
     /// One manager tick: finished loads in, update, binds and unbinds, uploads, map updates,
     /// flush, this tick's loads out.
-    fn tick(&mut self, requests: &[TileRequest], requested_in: u64) -> Result<FrameOutput, StreamError> {
+    fn tick(
+        &mut self,
+        requests: &[TileRequest],
+        requested_in: u64,
+        frame: Option<u64>,
+    ) -> Result<FrameOutput, StreamError> {
         for done in self.loader.poll() {
             if let Some(p) = self.pending.get_mut(&done.token) {
                 p.done = Some(done.result);
@@ -948,6 +981,19 @@ impl Streamer {
         for key in &out.resident {
             if let Some(t) = self.texture_stats.get_mut(&key.image) {
                 t.units_streamed += 1;
+            }
+        }
+        if let Some(frame) = frame {
+            self.tick_frames.push_back((self.tick, frame));
+            if self.tick_frames.len() > 4096 {
+                self.tick_frames.pop_front();
+            }
+            for (&key, &since) in out.resident.iter().zip(&out.resident_wanted_since) {
+                let requested_frame = self.tick_frames.iter().find(|&&(t, _)| t == since).map(|&(_, f)| f);
+                self.latencies.push_back(ResidentLatency { key, requested_frame, resident_frame: frame });
+                if self.latencies.len() > KEPT_LATENCIES {
+                    self.latencies.pop_front();
+                }
             }
         }
         for key in &out.evicted {
@@ -1074,7 +1120,7 @@ impl Streamer {
             self.requested_in = tick;
         }
         let requests = std::mem::take(&mut self.requests);
-        self.tick(&requests, self.requested_in.max(1))?;
+        self.tick(&requests, self.requested_in.max(1), Some(frame))?;
 
         // This frame's slot: buffers for the current layout (reset by the frame's recording).
         if let Some(layout) = self.layout.clone() {

@@ -913,6 +913,24 @@ impl Timestamps {
         Ok(())
     }
 
+    /// Timestamp `index` in milliseconds of the device's timestamp clock (its raw ticks masked to
+    /// the valid bits, times the period), once the work that wrote it has completed (`None` when
+    /// not available). Timestamps of one queue share the clock, so two of them (of any pools)
+    /// give the time between: request-to-resident latency, say.
+    pub fn at_ms(&self, index: u32) -> Option<f64> {
+        if index >= self.count || !self.supported() {
+            return None;
+        }
+        let mut t = [0u64; 1];
+        // SAFETY: a live pool of this device; the index inside it, every query reset at least
+        // once (at creation); a 64-bit result into a slice of one, without waiting.
+        let ok = unsafe {
+            self.device().raw().get_query_pool_results(self.pool, index, &mut t, vk::QueryResultFlags::TYPE_64)
+        }
+        .is_ok();
+        ok.then(|| (t[0] & self.valid_mask) as f64 * self.period_ns / 1e6)
+    }
+
     /// Milliseconds between timestamps `start` and `end`, once the work that wrote them has
     /// completed (`None` when the results are not available).
     pub fn elapsed_ms(&self, start: u32, end: u32) -> Option<f64> {
