@@ -5,32 +5,57 @@
 //! atlas is full (`--no-fill` packs each once). The full mip chain is made with a 2×2 box filter in
 //! linear light (sRGB decoded, averaged, encoded), and every mip is cut into tiles written to the
 //! `.rvt` file (LZ4 by default) with a progress bar.
+//!
+//! `--subset K/N` builds the K-th of N textures that differ from one input set (see [`Subset`]);
+//! `--synthetic SEED` needs no inputs at all (see [`synthetic()`]); [`build_texture_set`] writes
+//! and caches several distinct textures for `residency stream --textures N`.
+
+mod subset;
+mod synthetic;
+mod texture_set;
+
+pub use subset::Subset;
+pub use synthetic::synthetic;
+pub use texture_set::build_texture_set;
 
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 use residency::core::format::Format;
 use residency::core::vt_file::{Compression, VtDesc, VtWriter};
+use std::borrow::Cow;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum VtCommand {
-    /// Build a `.rvt` tiled virtual texture from PNG/JPEG/KTX2 images (files or folders).
+    /// Build a `.rvt` tiled virtual texture from PNG/JPEG/KTX2 images (files or folders), or a
+    /// synthetic one (`--synthetic SEED`).
     Build(BuildArgs),
 }
 
 #[derive(Debug, clap::Args)]
 pub struct BuildArgs {
     /// Images, or folders to search for `.png`/`.jpg`/`.ktx2` (sorted by path).
-    #[arg(required = true)]
+    #[arg(required_unless_present = "synthetic")]
     inputs: Vec<PathBuf>,
     /// The output file.
     #[arg(short, long)]
     output: PathBuf,
-    /// Side of the atlas in texels (several inputs; default 16384). One input keeps its size.
+    /// Side of the atlas in texels (several inputs: default 16384; `--synthetic`: default 4096).
+    /// One input keeps its size.
     #[arg(long)]
     size: Option<u32>,
+    /// Build the K-th (1..=N) of N distinct textures from the inputs: with at least N inputs, every
+    /// N-th one starting at the K-th (disjoint subsets); with fewer, all of them, rotated to start at
+    /// the K-th. Each image is then turned (mirror/rotation number (K−1) mod 8) and tinted (tint
+    /// K−1) so that no two subsets share texels; `1/1` is the plain build.
+    #[arg(long, value_name = "K/N", conflicts_with = "synthetic")]
+    subset: Option<Subset>,
+    /// No inputs: a procedural texture made from SEED alone (layered value noise, regions of their
+    /// own hue, grid lines), with detail at every mip.
+    #[arg(long, value_name = "SEED", conflicts_with = "inputs")]
+    synthetic: Option<u64>,
     /// Tile side in texels (128: one 64 KiB sparse tile of RGBA8).
     #[arg(long, default_value_t = 128)]
     tile: u32,
@@ -46,13 +71,30 @@ pub struct BuildArgs {
 }
 
 impl BuildArgs {
-    /// A quiet LZ4 atlas of `size`² from `inputs`, written to `output`.
-    pub fn atlas(inputs: Vec<PathBuf>, output: PathBuf, size: u32) -> Self {
+    /// A quiet LZ4 atlas of `size`² from `subset` of `inputs`, written to `output`.
+    pub fn atlas(inputs: Vec<PathBuf>, subset: Subset, output: PathBuf, size: u32) -> Self {
         Self {
             inputs,
             output,
             size: Some(size),
             tile: 128,
+            subset: Some(subset),
+            synthetic: None,
+            no_compression: false,
+            no_fill: false,
+            quiet: true,
+        }
+    }
+
+    /// A quiet LZ4 synthetic texture of `size`² from `seed`, written to `output`.
+    pub fn synthetic(seed: u64, output: PathBuf, size: u32) -> Self {
+        Self {
+            inputs: Vec::new(),
+            output,
+            size: Some(size),
+            tile: 128,
+            subset: None,
+            synthetic: Some(seed),
             no_compression: false,
             no_fill: false,
             quiet: true,
@@ -237,82 +279,151 @@ pub fn downsample(img: &Rgba, table: &[f32; 256]) -> Rgba {
     Rgba { width: w, height: h, pixels }
 }
 
+/// `size` checked against `tile`: a power of two of at least the tile side.
+fn checked_size(size: u32, tile: u32) -> anyhow::Result<u32> {
+    if !size.is_power_of_two() || size < tile {
+        bail!("--size must be a power of two of at least the tile size ({size} with tiles of {tile})");
+    }
+    Ok(size)
+}
+
 pub fn build(args: &BuildArgs) -> anyhow::Result<ExitCode> {
     if args.tile == 0 || args.tile > 4096 {
         bail!("--tile must be 1..=4096");
     }
-    let files = collect(&args.inputs)?;
-    let images: Vec<Rgba> = files.iter().map(|f| decode(f)).collect::<anyhow::Result<_>>()?;
-    let base = if images.len() == 1 && args.size.is_none() {
-        images.into_iter().next().context("one image")?
+    let (base, source) = if let Some(seed) = args.synthetic {
+        let size = checked_size(args.size.unwrap_or(4096), args.tile)?;
+        (synthetic(seed, size), format!("synthetic seed {seed}"))
     } else {
-        let size = args.size.unwrap_or(16384);
-        if !size.is_power_of_two() || size < args.tile {
-            bail!("--size must be a power of two of at least the tile size");
-        }
-        pack(&images, size, !args.no_fill)
+        let subset = args.subset.unwrap_or(Subset::WHOLE);
+        let files = subset.select(&collect(&args.inputs)?);
+        let images: Vec<Rgba> =
+            files.iter().map(|f| decode(f).map(|img| subset.vary(img))).collect::<anyhow::Result<_>>()?;
+        let base = if images.len() == 1 && args.size.is_none() {
+            images.into_iter().next().context("one image")?
+        } else {
+            pack(&images, checked_size(args.size.unwrap_or(16384), args.tile)?, !args.no_fill)
+        };
+        let of = if subset == Subset::WHOLE { String::new() } else { format!(", subset {subset}") };
+        (base, format!("{} image(s){of}", files.len()))
     };
-    let mips = 32 - base.width.max(base.height).leading_zeros();
     let compression = if args.no_compression { Compression::None } else { Compression::Lz4 };
-    let desc = VtDesc::new(Format::R8G8B8A8Unorm, base.width, base.height, args.tile, args.tile)
-        .with_mip_count(mips)
-        .with_compression(compression);
-    desc.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
-    let file =
-        std::fs::File::create(&args.output).with_context(|| format!("creating {}", args.output.display()))?;
-    let mut writer = VtWriter::new(BufWriter::new(file), desc).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let progress = ProgressBar::new(desc.tile_count());
-    progress.set_style(
-        ProgressStyle::with_template("{msg:>10} [{bar:40}] {pos}/{len} tiles {eta}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let written = write_rvt(&base, &args.output, args.tile, compression, !args.quiet)?;
     if args.quiet {
-        progress.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+        return Ok(ExitCode::SUCCESS);
     }
-    let table = srgb_to_linear_table();
-    let mut level = base;
-    for mip in 0..mips {
-        progress.set_message(format!("mip {mip}"));
-        let (gx, gy) = desc.tile_grid(mip);
-        for ty in 0..gy {
-            for tx in 0..gx {
-                let (w, h) = desc.tile_extent(mip, tx, ty).context("tile inside the mip")?;
-                let (x0, y0) = (tx * args.tile, ty * args.tile);
-                let mut tile = Vec::with_capacity((w * h * 4) as usize);
-                for row in 0..h {
-                    let start = (((y0 + row) * level.width + x0) * 4) as usize;
-                    tile.extend_from_slice(&level.pixels[start..start + (w * 4) as usize]);
-                }
-                writer.write_tile(mip, tx, ty, &tile).map_err(|e| anyhow::anyhow!("{e}"))?;
-                progress.inc(1);
-            }
-        }
-        if mip + 1 < mips {
-            level = downsample(&level, &table);
-        }
-    }
-    progress.finish_and_clear();
-    let file = writer.finish().map_err(|e| anyhow::anyhow!("{e}"))?;
-    let bytes = file.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?.metadata()?.len();
-    let raw: u64 = (0..mips)
+    let desc = written.desc;
+    let raw: u64 = (0..desc.mip_count)
         .map(|m| {
             let (w, h) = desc.mip_extent(m);
             u64::from(w) * u64::from(h) * 4
         })
         .sum();
-    if args.quiet {
-        return Ok(ExitCode::SUCCESS);
-    }
     println!(
-        "{}: {}×{} RGBA8 from {} image(s), {mips} mips, {} tiles of {}², {} ({:.2}× smaller than raw)",
+        "{}: {}×{} RGBA8 from {source}, {} mips, {} tiles of {}², {} ({:.2}× smaller than raw)",
         args.output.display(),
         desc.mip_extent(0).0,
         desc.mip_extent(0).1,
-        files.len(),
+        desc.mip_count,
         desc.tile_count(),
         args.tile,
-        residency::core::report::format_bytes(bytes),
-        raw as f64 / bytes as f64
+        residency::core::report::format_bytes(written.bytes),
+        raw as f64 / written.bytes as f64
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// What [`write_rvt`] wrote.
+#[derive(Debug, Clone, Copy)]
+pub struct Written {
+    /// The file's description.
+    pub desc: VtDesc,
+    /// Its length in bytes.
+    pub bytes: u64,
+}
+
+/// Removes a half-written file unless [`Partial::keep`] was called.
+struct Partial<'a>(Option<&'a Path>);
+
+impl Partial<'_> {
+    fn keep(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Partial<'_> {
+    fn drop(&mut self) {
+        if let Some(path) = self.0 {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// The description of an RGBA8 `.rvt` of `width × height` with a full mip chain in `tile`² tiles.
+pub fn rvt_desc(width: u32, height: u32, tile: u32, compression: Compression) -> VtDesc {
+    VtDesc::new(Format::R8G8B8A8Unorm, width, height, tile, tile)
+        .with_mip_count(32 - width.max(height).leading_zeros())
+        .with_compression(compression)
+}
+
+/// Writes `base` and its full mip chain (2×2 box filter in linear light) to `output` as `.rvt`
+/// tiles of `tile`², with a progress bar when `progress`. The file is written next to `output`
+/// under a `.PID.partial` name and renamed when complete, so `output` is never a half-written file
+/// (not even with two processes building it at once).
+pub fn write_rvt(
+    base: &Rgba,
+    output: &Path,
+    tile: u32,
+    compression: Compression,
+    progress: bool,
+) -> anyhow::Result<Written> {
+    let desc = rvt_desc(base.width, base.height, tile, compression);
+    let mips = desc.mip_count;
+    desc.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut partial_name = output.as_os_str().to_owned();
+    partial_name.push(format!(".{}.partial", std::process::id()));
+    let partial_path = PathBuf::from(partial_name);
+    let file = std::fs::File::create(&partial_path)
+        .with_context(|| format!("creating {}", partial_path.display()))?;
+    let partial = Partial(Some(&partial_path));
+    let mut writer = VtWriter::new(BufWriter::new(file), desc).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let bar = ProgressBar::new(desc.tile_count());
+    bar.set_style(
+        ProgressStyle::with_template("{msg:>10} [{bar:40}] {pos}/{len} tiles {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    if !progress {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    let table = srgb_to_linear_table();
+    let mut level = Cow::Borrowed(base);
+    for mip in 0..mips {
+        bar.set_message(format!("mip {mip}"));
+        let (gx, gy) = desc.tile_grid(mip);
+        for ty in 0..gy {
+            for tx in 0..gx {
+                let (w, h) = desc.tile_extent(mip, tx, ty).context("tile inside the mip")?;
+                let (x0, y0) = (tx * tile, ty * tile);
+                let mut texels = Vec::with_capacity((w * h * 4) as usize);
+                for row in 0..h {
+                    let start = (((y0 + row) * level.width + x0) * 4) as usize;
+                    texels.extend_from_slice(&level.pixels[start..start + (w * 4) as usize]);
+                }
+                writer.write_tile(mip, tx, ty, &texels).map_err(|e| anyhow::anyhow!("{e}"))?;
+                bar.inc(1);
+            }
+        }
+        if mip + 1 < mips {
+            level = Cow::Owned(downsample(&level, &table));
+        }
+    }
+    bar.finish_and_clear();
+    let file = writer.finish().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let file = file.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let bytes = file.metadata()?.len();
+    drop(file);
+    std::fs::rename(&partial_path, output)
+        .with_context(|| format!("renaming {} to {}", partial_path.display(), output.display()))?;
+    partial.keep();
+    Ok(Written { desc, bytes })
 }

@@ -166,3 +166,134 @@ fn builds_from_a_ktx2_texture_the_same_texels_as_from_its_png() {
     assert!(String::from_utf8_lossy(&status.stderr).contains("supercompressed"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("residency-vt-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn vt_build(args: &[&str], output: &Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_residency"))
+        .args(["vt", "build"])
+        .args(args)
+        .arg("-o")
+        .arg(output)
+        .output()
+        .unwrap()
+}
+
+/// Every mip's tiles, decoded, one `Vec` per mip (rows of tiles, not of texels).
+fn mips(path: &Path) -> Vec<Vec<u8>> {
+    let mut reader = VtReader::open(std::fs::File::open(path).unwrap()).unwrap();
+    let desc = *reader.desc();
+    (0..desc.mip_count)
+        .map(|mip| {
+            let (gx, gy) = desc.tile_grid(mip);
+            (0..gy)
+                .flat_map(|y| (0..gx).map(move |x| (x, y)))
+                .flat_map(|(x, y)| reader.read_tile(mip, x, y).unwrap())
+                .collect()
+        })
+        .collect()
+}
+
+fn texel_hash(path: &Path) -> u64 {
+    residency::core::vt_file::xxh64(&mips(path).concat(), 0)
+}
+
+/// Three small PNGs, made here so the test needs no image data: a ramp, stripes and a checkerboard.
+fn small_pngs(dir: &Path) -> Vec<PathBuf> {
+    let patterns: [fn(u32, u32) -> [u8; 4]; 3] = [
+        |x, y| [(x * 2) as u8, (y * 2) as u8, 128, 255],
+        |x, _| if x / 8 % 2 == 0 { [230, 200, 40, 255] } else { [20, 60, 160, 255] },
+        |x, y| if (x / 16 + y / 16) % 2 == 0 { [250, 250, 250, 255] } else { [90, 30, 30, 255] },
+    ];
+    patterns
+        .iter()
+        .enumerate()
+        .map(|(i, pattern)| {
+            let texels: Vec<u8> = (0..128 * 128).flat_map(|t| pattern(t % 128, t / 128)).collect();
+            let path = dir.join(format!("input-{i}.png"));
+            let mut bytes = Vec::new();
+            {
+                let mut encoder = png::Encoder::new(&mut bytes, 128, 128);
+                encoder.set_color(png::ColorType::Rgba);
+                encoder.write_header().unwrap().write_image_data(&texels).unwrap();
+            }
+            std::fs::write(&path, bytes).unwrap();
+            path
+        })
+        .collect()
+}
+
+#[test]
+fn subsets_of_three_images_give_eight_different_textures_the_same_each_time() {
+    let dir = temp_dir("subset");
+    let inputs = small_pngs(&dir);
+    let inputs: Vec<&str> = inputs.iter().map(|p| p.to_str().unwrap()).collect();
+    let hashes: Vec<u64> = (1..=8)
+        .map(|k| {
+            let out = dir.join(format!("subset-{k}.rvt"));
+            let subset = format!("{k}/8");
+            let status = vt_build(&[&["--size", "512", "--subset", &subset][..], &inputs].concat(), &out);
+            assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
+            assert!(String::from_utf8_lossy(&status.stdout).contains(&format!("subset {k}/8")));
+            texel_hash(&out)
+        })
+        .collect();
+    for a in 0..8 {
+        for b in a + 1..8 {
+            assert_ne!(hashes[a], hashes[b], "subsets {}/8 and {}/8 share their texels", a + 1, b + 1);
+        }
+    }
+    // Deterministic: built again, subset 3/8 has the same texels.
+    let again = dir.join("again.rvt");
+    assert!(vt_build(&[&["--size", "512", "--subset", "3/8"][..], &inputs].concat(), &again)
+        .status
+        .success());
+    assert_eq!(texel_hash(&again), hashes[2]);
+    // 1/1 is the plain build.
+    let plain = dir.join("plain.rvt");
+    let whole = dir.join("whole.rvt");
+    assert!(vt_build(&[&["--size", "512"][..], &inputs].concat(), &plain).status.success());
+    assert!(vt_build(&[&["--size", "512", "--subset", "1/1"][..], &inputs].concat(), &whole)
+        .status
+        .success());
+    assert_eq!(texel_hash(&plain), texel_hash(&whole));
+    // K outside 1..=N is refused by the parser, naming the value.
+    let bad = vt_build(&[&["--subset", "9/8"][..], &inputs].concat(), &dir.join("bad.rvt"));
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("9/8"), "{}", String::from_utf8_lossy(&bad.stderr));
+    assert!(!dir.join("bad.rvt").exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_synthetic_texture_needs_no_inputs_has_detail_at_every_mip_and_is_the_same_per_seed() {
+    let dir = temp_dir("synthetic");
+    let (a, b, c) = (dir.join("a.rvt"), dir.join("b.rvt"), dir.join("c.rvt"));
+    for (seed, out) in [("5", &a), ("5", &b), ("6", &c)] {
+        let status = vt_build(&["--synthetic", seed, "--size", "512"], out);
+        assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
+    }
+    assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap(), "seed 5 twice");
+    assert_ne!(texel_hash(&a), texel_hash(&c), "seeds 5 and 6");
+    let levels = mips(&a);
+    assert_eq!(levels.len(), 10);
+    for (mip, texels) in levels.iter().enumerate().take(levels.len() - 1) {
+        let luma: Vec<f64> = texels
+            .chunks_exact(4)
+            .map(|p| 0.2126 * f64::from(p[0]) + 0.7152 * f64::from(p[1]) + 0.0722 * f64::from(p[2]))
+            .collect();
+        let mean = luma.iter().sum::<f64>() / luma.len() as f64;
+        let variance = luma.iter().map(|l| (l - mean).powi(2)).sum::<f64>() / luma.len() as f64;
+        assert!(variance > 16.0, "mip {mip}: luma variance {variance:.1}");
+    }
+    // Inputs and a seed at once is a usage error.
+    let both = vt_build(&["--synthetic", "1", "some.png"], &dir.join("both.rvt"));
+    assert!(!both.status.success());
+    assert!(String::from_utf8_lossy(&both.stderr).contains("cannot be used with"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,22 +1,66 @@
-//! The tour's streaming step: a short fly-over of a virtual texture built from real textures.
+//! The tour's streaming step: a short fly-over of a virtual texture built from real textures (or,
+//! where they are not installed, a synthetic one).
 
 use super::Section;
 use crate::stream::{fly, StreamArgs};
-use crate::vt::BuildArgs;
 use residency::core::report::charts::{bar_chart, line_chart};
 use residency::core::vt_file::VtIndex;
 use residency::vulkan::DeviceSet;
 use serde_json::json;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Extreme Tux Racer's terrain textures (Debian `extremetuxracer-data`, installed by
 /// `.ci/install-deps`).
 const TERRAINS: &str = "/usr/share/games/etr/terrains";
 const FRAMES: u64 = 60;
+/// Side of the streamed texture in texels.
+const SIZE: u32 = 4096;
+/// The synthetic texture's seed, when the terrain textures are absent.
+const SYNTHETIC_SEED: u64 = 0;
 
-/// Step 5: build a 4096² atlas from the terrain textures, fly over it with streaming on, and
-/// compare every frame with the fully resident render.
+/// The texture the step streams and what it was made from.
+#[derive(Debug)]
+struct Texture {
+    /// The `.rvt` file.
+    path: PathBuf,
+    /// For the report: "A 4096² atlas of …".
+    source: String,
+    /// For the report, when the texture is not what the step would rather stream.
+    note: Option<String>,
+    /// `"terrains"` or `"synthetic"`, for `tour.json`.
+    kind: &'static str,
+}
+
+/// Builds the step's `size`² texture in `dir`: an atlas of the images in `terrains`, or, when that
+/// folder is missing or holds none, the synthetic texture of [`SYNTHETIC_SEED`].
+fn prepare_texture(terrains: &Path, dir: &Path, size: u32) -> anyhow::Result<Texture> {
+    // Missing or empty folder: the synthetic texture instead, said in the report.
+    let inputs = crate::vt::collect(&[terrains.to_path_buf()]).unwrap_or_default();
+    let paths = crate::vt::build_texture_set(&inputs, 1, size, dir)?;
+    let path = paths.into_iter().next().ok_or_else(|| anyhow::anyhow!("one texture built"))?;
+    Ok(if inputs.is_empty() {
+        Texture {
+            path,
+            source: format!("A {size}² synthetic texture (seed {SYNTHETIC_SEED})"),
+            note: Some(format!(
+                "Extreme Tux Racer's terrain textures are not in {} (bash .ci/install-deps installs extremetuxracer-data), so the texture is synthetic: value noise in every octave, regions of their own hue and grid lines, with detail at every mip.",
+                terrains.display()
+            )),
+            kind: "synthetic",
+        }
+    } else {
+        Texture {
+            path,
+            source: format!("A {size}² atlas of {} terrain textures from Extreme Tux Racer", inputs.len()),
+            note: None,
+            kind: "terrains",
+        }
+    })
+}
+
+/// Step 5: build a 4096² atlas from the terrain textures (a synthetic texture without them), fly
+/// over it with streaming on, and compare every frame with the fully resident render.
 pub fn streaming(set: &DeviceSet) -> anyhow::Result<Section> {
     let title = "Streaming from shader feedback".to_owned();
     let device = Arc::clone(&set.devices()[0]);
@@ -28,22 +72,9 @@ pub fn streaming(set: &DeviceSet) -> anyhow::Result<Section> {
             ..Section::default()
         });
     }
-    // Missing or empty folder: reported below.
-    let inputs = crate::vt::collect(&[PathBuf::from(TERRAINS)]).unwrap_or_default();
-    if inputs.is_empty() {
-        return Ok(Section {
-            title,
-            lines: vec![format!(
-                "{TERRAINS} is missing (bash .ci/install-deps installs extremetuxracer-data)."
-            )],
-            ok: false,
-            ..Section::default()
-        });
-    }
     let dir = std::env::temp_dir().join(format!("residency-tour-vt-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let path = dir.join("terrain.rvt");
-    crate::vt::build(&BuildArgs::atlas(inputs.clone(), path.clone(), 4096))?;
+    let texture = prepare_texture(Path::new(TERRAINS), &dir, SIZE)?;
+    let path = texture.path;
     let mut file = std::fs::File::open(&path)?;
     let index = VtIndex::read(&mut file).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     let r = fly(&StreamArgs::tour(path, FRAMES), &device, &mut file, &index, None)?;
@@ -53,10 +84,10 @@ pub fn streaming(set: &DeviceSet) -> anyhow::Result<Section> {
     let share = r.resident_bytes_peak as f64 / r.fully_resident_bytes as f64;
     let ok = share <= 0.10 && r.latency_frames_p95 <= 3 && r.converged_frames > 0 && r.psnr_db_min >= 40.0;
     let mib = |b: u64| b as f64 / f64::from(1 << 20);
-    let lines = vec![
+    let mut lines = vec![
         format!(
-            "A 4096² atlas of {} terrain textures from Extreme Tux Racer ({:.1} MiB fully resident, {} tiles of 128²) streamed into a sparse image: the shader samples what is resident, falls back to coarser mips, and writes feedback; the manager loads what was missed under a budget of a tenth of the texture.",
-            inputs.len(),
+            "{} ({:.1} MiB fully resident, {} tiles of 128²) streamed into a sparse image: the shader samples what is resident, falls back to coarser mips, and writes feedback; the manager loads what was missed under a budget of a tenth of the texture.",
+            texture.source,
             mib(r.fully_resident_bytes),
             index.desc().tile_count()
         ),
@@ -77,6 +108,9 @@ pub fn streaming(set: &DeviceSet) -> anyhow::Result<Section> {
             r.frames_to_converge_after_cut.map_or("never".to_owned(), |f| format!("{f} frame(s)"))
         ),
     ];
+    if let Some(note) = texture.note {
+        lines.insert(1, note);
+    }
     let mut svgs = vec![
         line_chart(
             "stream-resident",
@@ -113,6 +147,7 @@ pub fn streaming(set: &DeviceSet) -> anyhow::Result<Section> {
         lines,
         svgs,
         figures: json!({
+            "texture": texture.kind,
             "fully_resident_bytes": r.fully_resident_bytes,
             "resident_bytes_peak": r.resident_bytes_peak,
             "tiles_streamed": r.tiles_streamed,
@@ -162,6 +197,64 @@ fn base64(bytes: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::prepare_texture;
+    use residency::core::vt_file::VtIndex;
+
+    fn temp_dir(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("residency-tour-prep-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    fn desc_of(path: &std::path::Path) -> residency::core::vt_file::VtDesc {
+        *VtIndex::read(&mut std::fs::File::open(path).unwrap()).unwrap().desc()
+    }
+
+    #[test]
+    fn without_the_terrain_folder_the_step_streams_a_synthetic_texture_and_says_so() {
+        let dir = temp_dir("missing");
+        let texture = prepare_texture(&dir.join("no-terrains-here"), &dir.join("out"), 512).unwrap();
+        assert_eq!(texture.kind, "synthetic");
+        assert!(texture.source.contains("synthetic texture (seed 0)"), "{}", texture.source);
+        let note = texture.note.unwrap();
+        assert!(note.contains("no-terrains-here") && note.contains("extremetuxracer-data"), "{note}");
+        assert_eq!(desc_of(&texture.path).mip_extent(0), (512, 512));
+        // An empty folder is no better than a missing one.
+        std::fs::create_dir_all(dir.join("empty")).unwrap();
+        assert_eq!(prepare_texture(&dir.join("empty"), &dir.join("out"), 512).unwrap().kind, "synthetic");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn with_terrain_images_the_step_streams_their_atlas() {
+        let dir = temp_dir("present");
+        let terrains = dir.join("terrains");
+        std::fs::create_dir_all(&terrains).unwrap();
+        for (i, name) in ["grass.png", "snow.png"].iter().enumerate() {
+            let texels: Vec<u8> =
+                (0..64 * 64).flat_map(|t| [(t % 256) as u8, (i * 100) as u8, 50, 255]).collect();
+            let mut bytes = Vec::new();
+            {
+                let mut encoder = png::Encoder::new(&mut bytes, 64, 64);
+                encoder.set_color(png::ColorType::Rgba);
+                encoder.write_header().unwrap().write_image_data(&texels).unwrap();
+            }
+            std::fs::write(terrains.join(name), bytes).unwrap();
+        }
+        let texture = prepare_texture(&terrains, &dir.join("out"), 512).unwrap();
+        assert_eq!(texture.kind, "terrains");
+        assert!(texture.source.contains("atlas of 2 terrain textures"), "{}", texture.source);
+        assert!(texture.note.is_none());
+        let mut reader =
+            residency::core::vt_file::VtReader::open(std::fs::File::open(&texture.path).unwrap()).unwrap();
+        assert_eq!(reader.desc().mip_extent(0), (512, 512));
+        // The first image, untouched, at the atlas origin (the plain build: subset 1/1).
+        let tile = reader.read_tile(0, 0, 0).unwrap();
+        assert_eq!(&tile[..4], &[0, 0, 50, 255]);
+        assert_eq!(&tile[4..8], &[1, 0, 50, 255]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn base64_matches_rfc_4648() {
         for (input, expected) in
