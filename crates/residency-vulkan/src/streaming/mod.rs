@@ -386,6 +386,9 @@ pub struct FrameBindings<'a> {
     pub slot: usize,
     /// The path the textures take.
     pub path: ResidencyPath,
+    /// Changes whenever the textures, the feedback buffer or the image table of this slot may
+    /// have changed: descriptor sets made for `(slot, generation)` can be reused until it does.
+    pub generation: u64,
     /// The GLSL include that samples them (`residency.glsl` or `residency_software.glsl`, in
     /// `shaders/include/`), with `feedback.glsl` for the feedback writes.
     pub include: &'static str,
@@ -1182,6 +1185,7 @@ impl Streamer {
             frame: self.frame,
             slot: index,
             path: self.path,
+            generation: self.generation,
             include: match self.path {
                 ResidencyPath::Software => "residency_software.glsl",
                 _ => "residency.glsl",
