@@ -151,6 +151,7 @@ pub fn run(device: &Arc<Device>, forget_index_read: bool) -> Result<Outcome, Box
             VertexAttribute { location: 1, format: vk::Format::R32G32B32A32_SFLOAT, offset: 8 },
         ],
         vk::Format::R8G8B8A8_UNORM,
+        1,
     )?;
     let cull_set = cull.descriptor_set(&[Binding::Buffer(&indices)])?;
     let fill_set = fill.descriptor_set(&[Binding::Buffer(&neighbour)])?;

@@ -31,6 +31,7 @@ pub use device::{profile_capture, requirements};
 pub(crate) use memory::{placement as resource_memory, pool, report};
 pub use multi::work as multi_work;
 pub use pipelines::{compute, graphics, shaders, spirv};
+pub(crate) use pipelines::descriptors;
 pub(crate) use resources::{buffer, image, upload};
 pub use sparse::{backend as residency_backend, software};
 pub(crate) use sync::{commands, retire};

@@ -85,6 +85,7 @@ fn quads(device: &Device) -> GraphicsProgram {
             VertexAttribute { location: 1, format: vk::Format::R32G32B32A32_SFLOAT, offset: 8 },
         ],
         vk::Format::R8G8B8A8_UNORM,
+        1,
     )
     .unwrap()
 }

@@ -105,6 +105,7 @@ fn misuse_a_recording_of_device_0_given_to_device_1_helpers_is_refused_and_recor
                 VertexAttribute { location: 1, format: vk::Format::R32G32B32A32_SFLOAT, offset: 8 },
             ],
             vk::Format::R8G8B8A8_UNORM,
+            1,
         )
         .unwrap();
         let color = d1

@@ -138,8 +138,8 @@ fn misuse_a_shipped_shader_of_another_stage_is_refused_and_creates_nothing() {
             (&shaders::QUADS_VERT, &shaders::QUADS_VERT),
             (&shaders::FILL, &shaders::QUADS_FRAG),
         ] {
-            let err =
-                GraphicsProgram::new(device, "misuse stages", vs, fs, 24, &attributes, format).unwrap_err();
+            let err = GraphicsProgram::new(device, "misuse stages", vs, fs, 24, &attributes, format, 1)
+                .unwrap_err();
             assert!(matches!(err, ProgramError::Stage { .. }), "{} + {}: {err}", vs.name(), fs.name());
         }
         let mask = DeviceMask::first(set.devices().len() as u32);
@@ -157,6 +157,7 @@ fn misuse_a_shipped_shader_of_another_stage_is_refused_and_creates_nothing() {
             24,
             &attributes,
             format,
+            1,
         )
         .unwrap();
         assert_eq!(quads.name(), "quads");
@@ -191,6 +192,7 @@ fn misuse_vertex_input_that_does_not_feed_the_shipped_vertex_shader_is_refused()
                 24,
                 &attributes,
                 format,
+                1,
             )
             .unwrap_err();
             assert!(matches!(err, ProgramError::Graphics { .. }), "{case}: {err}");
@@ -256,9 +258,8 @@ fn misuse_from_spirv_with_a_description_that_does_not_match_is_refused() {
             unsafe { ComputeProgram::from_spirv(device, "misuse wide", &wide, &storage, 8, 1) }.unwrap_err();
         assert!(matches!(err, ProgramError::WorkgroupSize { .. }), "{err}");
 
-        // A graphics pipeline has no descriptors or push constants: a vertex "shader" with
-        // bindings (a compute shader) is refused for its stage, and the reflection of the
-        // descriptors is what `check_interface` would refuse next.
+        // A fragment "shader" that is a compute shader is refused for its stage, before its
+        // descriptors (which the empty set 0 described here does not have) are looked at.
         // SAFETY: glslc's modules; refused by the reflection before any Vulkan call.
         let err = unsafe {
             GraphicsProgram::from_spirv(
@@ -266,9 +267,12 @@ fn misuse_from_spirv_with_a_description_that_does_not_match_is_refused() {
                 "misuse graphics",
                 shaders::QUADS_VERT.words(),
                 shaders::FILL.words(),
+                &[],
+                0,
                 24,
                 &quad_attributes(),
                 vk::Format::R8G8B8A8_UNORM,
+                1,
             )
         }
         .unwrap_err();
@@ -321,9 +325,12 @@ fn misuse_from_spirv_with_words_that_are_not_spirv_is_a_typed_error() {
                     "misuse words",
                     shaders::QUADS_VERT.words(),
                     words,
+                    &[],
+                    0,
                     24,
                     &quad_attributes(),
                     vk::Format::R8G8B8A8_UNORM,
+                    1,
                 )
             }
             .unwrap_err();

@@ -69,6 +69,9 @@ pub struct EnabledFeatures {
     pub buffer_device_address: bool,
     /// VK_EXT_memory_budget.
     pub memory_budget: bool,
+    /// `fragmentStoresAndAtomics`: fragment shaders may write storage buffers and images (shader
+    /// feedback from a fragment shader needs it).
+    pub fragment_stores_and_atomics: bool,
 }
 
 /// A logical device on one physical device, with a universal queue and (when the device can bind
@@ -182,6 +185,7 @@ impl Device {
             timeline_semaphore: has_timeline,
             buffer_device_address: has_bda,
             memory_budget: has_budget,
+            fragment_stores_and_atomics: supported.fragment_stores_and_atomics == vk::TRUE,
         };
         let sparse_ok = features.sparse_binding;
         let enable = vk::PhysicalDeviceFeatures::default()
@@ -194,7 +198,7 @@ impl Device {
             .shader_resource_min_lod(features.shader_resource_min_lod)
             .shader_int64(supported.shader_int64 == vk::TRUE)
             .sampler_anisotropy(supported.sampler_anisotropy == vk::TRUE)
-            .fragment_stores_and_atomics(supported.fragment_stores_and_atomics == vk::TRUE)
+            .fragment_stores_and_atomics(features.fragment_stores_and_atomics)
             .shader_storage_image_write_without_format(
                 supported.shader_storage_image_write_without_format == vk::TRUE,
             );

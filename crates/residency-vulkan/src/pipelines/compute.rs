@@ -1,251 +1,18 @@
 //! Compute programs: a SPIR-V compute shader with its descriptor set layout, pipeline layout,
 //! pipeline and a descriptor pool, for tests, examples, the tour and the streaming demo.
 
-use crate::buffer::Buffer;
+use crate::descriptors::{Created, ProgramLayout};
 use crate::device::Device;
-use crate::error::{Result, VkResultExt, VulkanError};
-use crate::format_map::vk_format;
-use crate::image::{Filter, ImageView, Sampler};
+use crate::error::{VkResultExt, VulkanError};
 use crate::recording::Recording;
-use crate::retire::{ForeignUse, Garbage, GpuUse, Life};
+use crate::retire::{ForeignUse, GpuUse};
 use crate::shaders::Shader;
-use crate::sparse::SparseImage;
 use crate::spirv::{self, Interface, SpirvError, Stage};
 use ash::vk;
 use residency_core::device_mask::DeviceIndex;
-use residency_core::usage::BufferUsage;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-/// What a binding of a compute program holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BindingKind {
-    /// A storage buffer (`buffer` in GLSL).
-    StorageBuffer,
-    /// A uniform buffer (`uniform` block in GLSL).
-    UniformBuffer,
-    /// A combined image sampler (`sampler2D`).
-    SampledImage,
-    /// A storage image (`image2D`).
-    StorageImage,
-}
-
-impl BindingKind {
-    fn descriptor_type(self) -> vk::DescriptorType {
-        match self {
-            BindingKind::StorageBuffer => vk::DescriptorType::STORAGE_BUFFER,
-            BindingKind::UniformBuffer => vk::DescriptorType::UNIFORM_BUFFER,
-            BindingKind::SampledImage => vk::DescriptorType::COMBINED_IMAGE_SAMPLER,
-            BindingKind::StorageImage => vk::DescriptorType::STORAGE_IMAGE,
-        }
-    }
-}
-
-/// An image view a descriptor set can point at: one of residency's [`ImageView`]s or the view of
-/// a [`SparseImage`]; the set keeps either (and so its image) alive.
-#[derive(Clone, Copy, Debug)]
-pub enum ViewRef<'a> {
-    /// A view made by [`Device::create_image_view`] (or held by a min-LOD map or a software
-    /// texture).
-    View(&'a ImageView),
-    /// The view of all mips and layers of a partially resident image.
-    Sparse(&'a SparseImage),
-}
-
-impl<'a> From<&'a ImageView> for ViewRef<'a> {
-    fn from(view: &'a ImageView) -> Self {
-        ViewRef::View(view)
-    }
-}
-
-impl<'a> From<&'a SparseImage> for ViewRef<'a> {
-    fn from(image: &'a SparseImage) -> Self {
-        ViewRef::Sparse(image)
-    }
-}
-
-/// What a descriptor write needs to know about a view.
-struct ViewFacts {
-    raw: vk::ImageView,
-    device: u64,
-    name: String,
-    format: vk::Format,
-    usage: vk::ImageUsageFlags,
-    tiling: vk::ImageTiling,
-    life: Option<Arc<Life>>,
-}
-
-impl ViewRef<'_> {
-    fn facts(&self) -> ViewFacts {
-        match *self {
-            ViewRef::View(view) => ViewFacts {
-                raw: view.raw(),
-                device: view.device().uid(),
-                name: view.name().to_owned(),
-                format: vk_format(view.format()),
-                usage: vk::ImageUsageFlags::from_raw(view.usage().bits()),
-                tiling: if view.is_linear() { vk::ImageTiling::LINEAR } else { vk::ImageTiling::OPTIMAL },
-                life: Some(Arc::clone(view.life())),
-            },
-            ViewRef::Sparse(image) => {
-                let (raw, device, usage, life) = image.view_binding();
-                ViewFacts {
-                    raw,
-                    device,
-                    name: image.name().to_owned(),
-                    format: vk_format(image.desc().format),
-                    usage,
-                    tiling: vk::ImageTiling::OPTIMAL,
-                    life: Some(Arc::clone(life)),
-                }
-            }
-        }
-    }
-}
-
-/// A resource bound at one binding of a descriptor set.
-///
-/// The set keeps every buffer, [`ImageView`], [`SparseImage`] and [`Sampler`] bound in it alive
-/// (and a view keeps its image): dropping them while the set lives, or while work that used the
-/// set is on the GPU, is safe — they are destroyed after the set and that work.
-///
-/// An image binding names the layout the image is in when a dispatch uses the set; every
-/// submission with such a dispatch checks it against the image's layouts in submission order (see
-/// [`Image::layout`](crate::Image::layout)) and is refused with
-/// [`VulkanError::ImageLayout`](crate::VulkanError::ImageLayout) otherwise. A sparse image is in
-/// `GENERAL` for life, so it is bound in `GENERAL`.
-#[derive(Clone, Copy, Debug)]
-pub enum Binding<'a> {
-    /// A whole buffer (at its offset, for ranges of a pool page), for
-    /// [`BindingKind::StorageBuffer`] or [`BindingKind::UniformBuffer`].
-    Buffer(&'a Buffer),
-    /// A view sampled through `sampler` in `layout`, for [`BindingKind::SampledImage`].
-    Sampled {
-        /// The view.
-        view: ViewRef<'a>,
-        /// The sampler.
-        sampler: &'a Sampler,
-        /// The layout the image is in when the set is used.
-        layout: vk::ImageLayout,
-    },
-    /// A view read and written as a storage image in `layout` (`GENERAL`), for
-    /// [`BindingKind::StorageImage`].
-    Storage {
-        /// The view.
-        view: ViewRef<'a>,
-        /// The layout the image is in when the set is used.
-        layout: vk::ImageLayout,
-    },
-}
-
-impl<'a> Binding<'a> {
-    /// A sampled image binding.
-    pub fn sampled(view: impl Into<ViewRef<'a>>, sampler: &'a Sampler, layout: vk::ImageLayout) -> Self {
-        Binding::Sampled { view: view.into(), sampler, layout }
-    }
-
-    /// A storage image binding.
-    pub fn storage(view: impl Into<ViewRef<'a>>, layout: vk::ImageLayout) -> Self {
-        Binding::Storage { view: view.into(), layout }
-    }
-
-    fn what(&self) -> &'static str {
-        match self {
-            Binding::Buffer(_) => "a buffer",
-            Binding::Sampled { .. } => "a sampled image",
-            Binding::Storage { .. } => "a storage image",
-        }
-    }
-}
-
-/// A descriptor set was refused before anything was allocated or written.
-#[derive(Debug, thiserror::Error)]
-pub enum BindingError {
-    /// Not one resource per binding of the program.
-    #[error("`{program}` has {expected} bindings, {given} resources were given")]
-    Count {
-        /// The program.
-        program: String,
-        /// Its bindings.
-        expected: usize,
-        /// Resources given.
-        given: usize,
-    },
-    /// A resource lives on another device than the program.
-    #[error("`{program}` binding {binding}: `{resource}` lives on another device")]
-    WrongDevice {
-        /// The program.
-        program: String,
-        /// The binding.
-        binding: usize,
-        /// The resource.
-        resource: String,
-    },
-    /// A resource does not fit its binding (kind, usage, layout, alignment, range, filtering).
-    #[error("`{program}` binding {binding}: `{resource}` {reason}")]
-    Invalid {
-        /// The program.
-        program: String,
-        /// The binding.
-        binding: usize,
-        /// The resource.
-        resource: String,
-        /// What is wrong.
-        reason: String,
-    },
-    /// Allocating the set failed (its pool is exhausted: `max_sets` of the program).
-    #[error(transparent)]
-    Vulkan(#[from] VulkanError),
-}
-
-/// A descriptor set of one [`ComputeProgram`], written once with one resource per binding. It
-/// keeps its program's descriptor pool and every resource bound in it (but a [`SparseImage`]:
-/// see [`Binding`]) alive; cloning it is cheap. Its memory goes back to the program's pool when
-/// the program is released, not when the set is dropped.
-#[derive(Clone, Debug)]
-pub struct DescriptorSet {
-    raw: vk::DescriptorSet,
-    program: Arc<Life>,
-    bound: Arc<[Arc<Life>]>,
-    /// The layout each bound [`ImageView`] must be in when the set is used: its image's record,
-    /// the view's mips and layers, the binding's layout.
-    images: Arc<[ImageUse]>,
-}
-
-/// A subresource range of an image that a command needs in one layout.
-#[derive(Debug)]
-pub(crate) struct ImageUse {
-    pub(crate) layouts: Arc<crate::image::Layouts>,
-    pub(crate) mips: std::ops::Range<u32>,
-    pub(crate) layers: std::ops::Range<u32>,
-    pub(crate) layout: vk::ImageLayout,
-}
-
-impl DescriptorSet {
-    /// Whether every image it binds may be used in its binding's layout after what `rec`'s
-    /// earlier commands left.
-    fn check_layouts(&self, rec: &Recording<'_>) -> Result<(), VulkanError> {
-        for image in self.images.iter() {
-            rec.check_layout(&image.layouts, image.mips.clone(), image.layers.clone(), image.layout)?;
-        }
-        Ok(())
-    }
-
-    /// The `VkDescriptorSet`, for your own `unsafe` binds (a command buffer you submit yourself
-    /// must find every image bound here in the binding's layout when it runs).
-    pub fn raw(&self) -> vk::DescriptorSet {
-        self.raw
-    }
-
-    /// Declares a use of the renderer's own work that ends at `until` (a command buffer it
-    /// submits itself): the program and every resource bound here wait for it too.
-    pub fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
-        self.program.used_until(until)?;
-        for life in self.bound.iter() {
-            life.used_until(until)?;
-        }
-        Ok(())
-    }
-}
+pub use crate::descriptors::{Binding, BindingError, BindingKind, DescriptorSet, ViewRef};
 
 /// A dispatch was refused before anything was recorded: it breaks a rule of `vkCmdDispatch` or
 /// `vkCmdPushConstants` that the program can check.
@@ -387,6 +154,23 @@ pub enum ProgramError {
         /// The device's limit on invocations.
         invocations: u32,
     },
+    /// A shader needs a device feature that is not enabled: a fragment shader that writes a
+    /// storage buffer or image (`fragmentStoresAndAtomics`), a vertex shader that does
+    /// (`vertexPipelineStoresAndAtomics`, which residency never enables).
+    #[error(
+        "`{program}`: the {stage:?} shader writes set 0 binding {binding}, which needs the device \
+         feature {feature}; it is not enabled"
+    )]
+    FeatureMissing {
+        /// The program.
+        program: String,
+        /// The stage that writes.
+        stage: Stage,
+        /// The binding it writes (a storage buffer or image without `NonWritable`).
+        binding: u32,
+        /// The feature, as the specification names it.
+        feature: &'static str,
+    },
     /// The vertex input state or colour format does not fit the vertex shader or the device.
     #[error("`{program}`: {reason}")]
     Graphics {
@@ -410,15 +194,8 @@ pub enum ProgramError {
 /// workgroup size) is reflected and checked against the program before anything is created.
 #[derive(Debug)]
 pub struct ComputeProgram {
-    life: Arc<Life>,
-    name: String,
-    kinds: Vec<BindingKind>,
-    push_constant_bytes: u32,
-    layout: vk::PipelineLayout,
+    program: ProgramLayout,
     pipeline: vk::Pipeline,
-    set_layout: vk::DescriptorSetLayout,
-    /// The descriptor pool, locked for each allocation (a pool is externally synchronised).
-    pool: Mutex<vk::DescriptorPool>,
 }
 
 /// Reads SPIR-V words from bytes (as `include_bytes!` or a file gives them), little-endian.
@@ -545,42 +322,22 @@ impl ComputeProgram {
                 });
             }
         }
+        let stages = vec![vk::ShaderStageFlags::COMPUTE; kinds.len()];
+        let mut created = Created::layouts(
+            device,
+            kinds,
+            &stages,
+            push_constant_bytes,
+            vk::ShaderStageFlags::COMPUTE,
+            max_sets,
+        )?;
         let raw = device.raw();
-        let bindings: Vec<_> = kinds
-            .iter()
-            .enumerate()
-            .map(|(i, k)| {
-                vk::DescriptorSetLayoutBinding::default()
-                    .binding(i as u32)
-                    .descriptor_type(k.descriptor_type())
-                    .descriptor_count(1)
-                    .stage_flags(vk::ShaderStageFlags::COMPUTE)
-            })
-            .collect();
-        let mut created = Created::default_for(device);
-        // SAFETY: valid device; the create infos live for each call; the push-constant range is a
-        // multiple of 4 within the device's limit (checked above). Objects are recorded in
-        // `created`, which destroys what exists if a later step fails (none was used). The code is
-        // valid SPIR-V for this device with a compute entry point `main` whose interface matches
-        // the layout: the caller's contract (`# Safety`), of which the reflection above checked
-        // the descriptors, push-constant block and workgroup size.
+        // SAFETY: valid device; the create infos live for each call; the module is destroyed after
+        // pipeline creation on every path, and `created` destroys the layouts and pool if a step
+        // fails. The code is valid SPIR-V for this device with a compute entry point `main` whose
+        // interface matches the layout: the caller's contract (`# Safety`), of which the
+        // reflection above checked the descriptors, push-constant block and workgroup size.
         unsafe {
-            created.set_layout = raw
-                .create_descriptor_set_layout(
-                    &vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings),
-                    None,
-                )
-                .during("vkCreateDescriptorSetLayout")?;
-            let ranges = [vk::PushConstantRange::default()
-                .stage_flags(vk::ShaderStageFlags::COMPUTE)
-                .size(push_constant_bytes)];
-            let set_layouts = [created.set_layout];
-            let mut layout_info = vk::PipelineLayoutCreateInfo::default().set_layouts(&set_layouts);
-            if push_constant_bytes > 0 {
-                layout_info = layout_info.push_constant_ranges(&ranges);
-            }
-            created.layout =
-                raw.create_pipeline_layout(&layout_info, None).during("vkCreatePipelineLayout")?;
             let module = raw
                 .create_shader_module(&vk::ShaderModuleCreateInfo::default().code(spirv), None)
                 .during("vkCreateShaderModule")?;
@@ -593,175 +350,20 @@ impl ComputeProgram {
             raw.destroy_shader_module(module, None);
             created.pipeline =
                 pipelines.map_err(|(_, r)| VulkanError::from_vk("vkCreateComputePipelines", r))?[0];
-            let mut sizes: Vec<vk::DescriptorPoolSize> = Vec::new();
-            for k in kinds {
-                let ty = k.descriptor_type();
-                match sizes.iter_mut().find(|s| s.ty == ty) {
-                    Some(s) => s.descriptor_count += max_sets.max(1),
-                    None => sizes.push(vk::DescriptorPoolSize { ty, descriptor_count: max_sets.max(1) }),
-                }
-            }
-            let pool_info =
-                vk::DescriptorPoolCreateInfo::default().max_sets(max_sets.max(1)).pool_sizes(&sizes);
-            created.pool = raw.create_descriptor_pool(&pool_info, None).during("vkCreateDescriptorPool")?;
         }
-        let (set_layout, layout, pipeline, pool) = created.disarm();
-        device.set_name(pipeline, name);
-        device.set_name(layout, &format!("{name} layout"));
-        device.set_name(set_layout, &format!("{name} set layout"));
-        device.set_name(pool, &format!("{name} descriptors"));
-        let ledger = device.ledger();
-        let garbage = Garbage::Group(vec![
-            Garbage::DescriptorPool {
-                raw: pool,
-                id: ledger.track("descriptor pool", format!("{name} descriptors")),
-            },
-            Garbage::Pipeline { raw: pipeline, id: ledger.track("compute pipeline", name) },
-            Garbage::PipelineLayout {
-                raw: layout,
-                id: ledger.track("pipeline layout", format!("{name} layout")),
-            },
-            Garbage::DescriptorSetLayout {
-                raw: set_layout,
-                id: ledger.track("descriptor set layout", format!("{name} set layout")),
-            },
-        ]);
-        Ok(ComputeProgram {
-            life: Life::new(device.arc(), garbage, None),
-            name: name.to_owned(),
-            kinds: kinds.to_vec(),
-            push_constant_bytes,
-            layout,
-            pipeline,
-            set_layout,
-            pool: Mutex::new(pool),
-        })
+        let (program, pipeline) = created.finish(name, "compute pipeline");
+        Ok(ComputeProgram { program, pipeline })
     }
 
     /// The device it lives on.
     pub fn device(&self) -> &Arc<Device> {
-        self.life.device()
+        self.program.life.device()
     }
 
     /// Declares a use of the renderer's own work that ends at `until` (a command buffer it
     /// submits itself, through [`Recording::from_raw`]); residency's submissions need nothing.
     pub fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
-        self.life.used_until(until)
-    }
-
-    /// Checks one binding against its kind; returns the life it keeps.
-    fn check_binding(&self, i: usize, binding: &Binding<'_>) -> Result<Vec<Arc<Life>>, BindingError> {
-        let device = self.device();
-        let kind = self.kinds[i];
-        let invalid = |resource: &str, reason: String| BindingError::Invalid {
-            program: self.name.clone(),
-            binding: i,
-            resource: resource.to_owned(),
-            reason,
-        };
-        let foreign = |resource: &str| BindingError::WrongDevice {
-            program: self.name.clone(),
-            binding: i,
-            resource: resource.to_owned(),
-        };
-        let wrong_kind = |resource: &str| {
-            invalid(resource, format!("is bound as {}, but the binding is {kind:?}", binding.what()))
-        };
-        let limits = device.limits();
-        match *binding {
-            Binding::Buffer(buffer) => {
-                let name = buffer.name();
-                if !buffer.device().is(device) {
-                    return Err(foreign(name));
-                }
-                let (usage, alignment, max) = match kind {
-                    BindingKind::StorageBuffer => (
-                        BufferUsage::STORAGE,
-                        limits.min_storage_buffer_offset_alignment,
-                        u64::from(limits.max_storage_buffer_range),
-                    ),
-                    BindingKind::UniformBuffer => (
-                        BufferUsage::UNIFORM,
-                        limits.min_uniform_buffer_offset_alignment,
-                        u64::from(limits.max_uniform_buffer_range),
-                    ),
-                    _ => return Err(wrong_kind(name)),
-                };
-                if !buffer.usage().contains(usage) {
-                    return Err(invalid(name, format!("lacks the {usage:?} usage its binding needs")));
-                }
-                if buffer.offset() % alignment.max(1) != 0 {
-                    return Err(invalid(
-                        name,
-                        format!(
-                            "starts at {}, not a multiple of the device's {alignment} B",
-                            buffer.offset()
-                        ),
-                    ));
-                }
-                if buffer.size() > max {
-                    return Err(invalid(
-                        name,
-                        format!("is {} B, over the device's {max} B range", buffer.size()),
-                    ));
-                }
-                Ok(vec![Arc::clone(buffer.life())])
-            }
-            Binding::Sampled { view, sampler, layout } => {
-                let v = view.facts();
-                if kind != BindingKind::SampledImage {
-                    return Err(wrong_kind(&v.name));
-                }
-                if v.device != device.uid() {
-                    return Err(foreign(&v.name));
-                }
-                if !sampler.device().is(device) {
-                    return Err(foreign("sampler"));
-                }
-                if !v.usage.contains(vk::ImageUsageFlags::SAMPLED) {
-                    return Err(invalid(&v.name, "lacks SAMPLED usage".to_owned()));
-                }
-                if !SAMPLED_LAYOUTS.contains(&layout) {
-                    return Err(invalid(&v.name, format!("cannot be sampled in {layout:?}")));
-                }
-                if matches!(view, ViewRef::Sparse(_)) && layout != vk::ImageLayout::GENERAL {
-                    return Err(invalid(
-                        &v.name,
-                        format!("is a sparse image, in GENERAL for life, not {layout:?}"),
-                    ));
-                }
-                if sampler.filter() != Filter::Nearest {
-                    // SAFETY: a pure query of this device's physical device.
-                    let props = unsafe {
-                        device.instance().get_physical_device_format_properties(device.physical(), v.format)
-                    };
-                    let features = match v.tiling {
-                        vk::ImageTiling::LINEAR => props.linear_tiling_features,
-                        _ => props.optimal_tiling_features,
-                    };
-                    if !features.contains(vk::FormatFeatureFlags::SAMPLED_IMAGE_FILTER_LINEAR) {
-                        return Err(invalid(&v.name, format!("{:?} cannot be filtered linearly", v.format)));
-                    }
-                }
-                Ok(v.life.into_iter().chain([Arc::clone(sampler.life())]).collect())
-            }
-            Binding::Storage { view, layout } => {
-                let v = view.facts();
-                if kind != BindingKind::StorageImage {
-                    return Err(wrong_kind(&v.name));
-                }
-                if v.device != device.uid() {
-                    return Err(foreign(&v.name));
-                }
-                if !v.usage.contains(vk::ImageUsageFlags::STORAGE) {
-                    return Err(invalid(&v.name, "lacks STORAGE usage".to_owned()));
-                }
-                if layout != vk::ImageLayout::GENERAL {
-                    return Err(invalid(&v.name, format!("is a storage image in {layout:?}, not GENERAL")));
-                }
-                Ok(v.life.into_iter().collect())
-            }
-        }
+        self.program.life.used_until(until)
     }
 
     /// Allocates a descriptor set from the program's pool and writes `bindings` into it (one per
@@ -771,108 +373,12 @@ impl ComputeProgram {
     /// otherwise the error names it and nothing is allocated. The set keeps what it binds alive
     /// (see [`Binding`]).
     pub fn descriptor_set(&self, bindings: &[Binding<'_>]) -> Result<DescriptorSet, BindingError> {
-        if bindings.len() != self.kinds.len() {
-            return Err(BindingError::Count {
-                program: self.name.clone(),
-                expected: self.kinds.len(),
-                given: bindings.len(),
-            });
-        }
-        let mut bound = Vec::with_capacity(bindings.len());
-        let mut images = Vec::new();
-        for (i, binding) in bindings.iter().enumerate() {
-            bound.extend(self.check_binding(i, binding)?);
-            if let Binding::Sampled { view: ViewRef::View(view), layout, .. }
-            | Binding::Storage { view: ViewRef::View(view), layout } = *binding
-            {
-                let overlaps =
-                    |a: &std::ops::Range<u32>, b: &std::ops::Range<u32>| a.start < b.end && b.start < a.end;
-                let clash = images.iter().find(|u: &&ImageUse| {
-                    Arc::ptr_eq(&u.layouts, view.layouts())
-                        && u.layout != layout
-                        && overlaps(&u.mips, &view.mips())
-                        && overlaps(&u.layers, &view.layers())
-                });
-                if let Some(clash) = clash {
-                    return Err(BindingError::Invalid {
-                        program: self.name.clone(),
-                        binding: i,
-                        resource: view.name().to_owned(),
-                        reason: format!(
-                            "is bound in {layout:?}, but an earlier binding shows the same subresources in {:?}",
-                            clash.layout
-                        ),
-                    });
-                }
-                images.push(ImageUse {
-                    layouts: Arc::clone(view.layouts()),
-                    mips: view.mips(),
-                    layers: view.layers(),
-                    layout,
-                });
-            }
-        }
-        let device = self.device();
-        let buffer_infos: Vec<_> = bindings
-            .iter()
-            .map(|b| match b {
-                Binding::Buffer(buffer) => [vk::DescriptorBufferInfo::default()
-                    .buffer(buffer.raw())
-                    .offset(buffer.offset())
-                    .range(buffer.size())],
-                _ => [vk::DescriptorBufferInfo::default()],
-            })
-            .collect();
-        let image_infos: Vec<_> = bindings
-            .iter()
-            .map(|b| match *b {
-                Binding::Sampled { view, sampler, layout } => [vk::DescriptorImageInfo::default()
-                    .image_view(view.facts().raw)
-                    .sampler(sampler.raw())
-                    .image_layout(layout)],
-                Binding::Storage { view, layout } => {
-                    [vk::DescriptorImageInfo::default().image_view(view.facts().raw).image_layout(layout)]
-                }
-                Binding::Buffer(_) => [vk::DescriptorImageInfo::default()],
-            })
-            .collect();
-        let layouts = [self.set_layout];
-        let set = {
-            let pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
-            let info = vk::DescriptorSetAllocateInfo::default().descriptor_pool(*pool).set_layouts(&layouts);
-            // SAFETY: pool and layout belong to this device; the pool is externally synchronised
-            // by its lock.
-            unsafe { device.raw().allocate_descriptor_sets(&info) }.during("vkAllocateDescriptorSets")?[0]
-        };
-        let writes: Vec<_> = bindings
-            .iter()
-            .enumerate()
-            .map(|(i, b)| {
-                let write = vk::WriteDescriptorSet::default()
-                    .dst_set(set)
-                    .dst_binding(i as u32)
-                    .descriptor_type(self.kinds[i].descriptor_type());
-                match b {
-                    Binding::Buffer(_) => write.buffer_info(&buffer_infos[i]),
-                    _ => write.image_info(&image_infos[i]),
-                }
-            })
-            .collect();
-        // SAFETY: the set was just allocated and no other thread knows it; every write matches its
-        // binding's type and points at a live object of this device with the usage, layout,
-        // alignment and range it needs (checked above); the infos live until the call returns.
-        unsafe { device.raw().update_descriptor_sets(&writes, &[]) };
-        Ok(DescriptorSet {
-            raw: set,
-            program: Arc::clone(&self.life),
-            bound: bound.into(),
-            images: images.into(),
-        })
+        self.program.descriptor_set(bindings)
     }
 
     /// Its name.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.program.name
     }
 
     /// Checks a dispatch of `groups` workgroups with `push_constants` against the device's limits
@@ -882,18 +388,17 @@ impl ComputeProgram {
         let limits = self.device().limits().max_compute_work_group_count;
         if let Some(axis) = (0..3).find(|&axis| groups[axis] > limits[axis]) {
             return Err(DispatchError::GroupCountOverLimit {
-                program: self.name.clone(),
+                program: self.program.name.clone(),
                 axis,
                 requested: groups[axis],
                 limit: limits[axis],
             });
         }
-        let declared = self.push_constant_bytes;
-        if push_constants.len() % 4 != 0 || push_constants.len() > declared as usize {
+        if !self.program.push_fits(push_constants) {
             return Err(DispatchError::PushConstantSize {
-                program: self.name.clone(),
+                program: self.program.name.clone(),
                 given: push_constants.len(),
-                declared,
+                declared: self.program.push_constant_bytes,
             });
         }
         Ok(())
@@ -914,13 +419,13 @@ impl ComputeProgram {
     ) -> Result<(), DispatchError> {
         if !rec.device().is(self.device()) {
             return Err(DispatchError::WrongDevice {
-                program: self.name.clone(),
+                program: self.program.name.clone(),
                 owner: self.device().index(),
                 recording: rec.device().index(),
             });
         }
-        if !Arc::ptr_eq(&set.program, &self.life) {
-            return Err(DispatchError::ForeignSet { program: self.name.clone() });
+        if !set.made_by(&self.program.life) {
+            return Err(DispatchError::ForeignSet { program: self.program.name.clone() });
         }
         self.check_dispatch(push_constants, groups)?;
         set.check_layouts(rec).map_err(|e| match e {
@@ -941,102 +446,31 @@ impl ComputeProgram {
         push_constants: &[u8],
         groups: [u32; 3],
     ) {
-        debug_assert!(rec.device().is(self.device()) && Arc::ptr_eq(&set.program, &self.life));
+        debug_assert!(rec.device().is(self.device()) && set.made_by(&self.program.life));
         debug_assert!(self.check_dispatch(push_constants, groups).is_ok(), "checked by the caller");
         if let Err(e) = set.check_layouts(rec) {
             // The multi-device submitter cannot refuse one command: its submission fails.
             rec.refuse_submission(e);
             return;
         }
-        rec.keep(&self.life);
-        for life in set.bound.iter() {
-            rec.keep(life);
-        }
-        for image in set.images.iter() {
-            rec.use_layout(&image.layouts, image.mips.clone(), image.layers.clone(), image.layout);
-        }
-        let mut push = push_constants.to_vec();
-        push.resize(self.push_constant_bytes as usize, 0);
+        rec.keep(&self.program.life);
+        set.note_use(rec);
         let cmd = rec.raw();
         // SAFETY: `cmd` is recording on the program's device (checked by `dispatch` and the
         // multi-device submitter, this function's only callers, and asserted above) outside a
-        // render pass (the `Recording` invariant). The pipeline, layout and set are this program's
-        // (the set's program is this one: checked by those callers), every binding of the set was
-        // written with a live resource, and the recording holds the program and those resources
-        // until its submission. Every image view is in its binding's layout when the dispatch
-        // runs: noted above as requirements, which the submitter checks against the images'
-        // layouts in submission order before submitting (a sparse image is GENERAL for life, and
-        // its bindings are GENERAL: checked by `descriptor_set`). The push constants cover exactly the declared range, a multiple
-        // of 4 bytes; the group counts are within maxComputeWorkGroupCount (`check_dispatch`).
-        unsafe {
-            let raw = rec.device().raw();
-            raw.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, self.pipeline);
-            raw.cmd_bind_descriptor_sets(
-                cmd,
-                vk::PipelineBindPoint::COMPUTE,
-                self.layout,
-                0,
-                &[set.raw],
-                &[],
-            );
-            if !push.is_empty() {
-                raw.cmd_push_constants(cmd, self.layout, vk::ShaderStageFlags::COMPUTE, 0, &push);
-            }
-            raw.cmd_dispatch(cmd, groups[0], groups[1], groups[2]);
-        }
+        // render pass (the `Recording` invariant); the pipeline is this program's, which the
+        // recording holds until its submission.
+        unsafe { rec.device().raw().cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, self.pipeline) };
+        // The set's program is this one (checked by those callers); every image view it binds is
+        // in its binding's layout when the dispatch runs: noted by `note_use` as requirements,
+        // which the submitter checks against the images' layouts in submission order before
+        // submitting (a sparse image is GENERAL for life, and its bindings are GENERAL: checked
+        // by `descriptor_set`). The push constants fit the declared range (`check_dispatch`).
+        self.program.record_bind(rec, vk::PipelineBindPoint::COMPUTE, set);
+        self.program.record_push(rec, push_constants);
+        // SAFETY: as above; the pipeline, its set and push constants are bound, and the group
+        // counts are within maxComputeWorkGroupCount (`check_dispatch`).
+        unsafe { rec.device().raw().cmd_dispatch(cmd, groups[0], groups[1], groups[2]) };
         rec.recorded();
-    }
-}
-
-/// Layouts a sampled image may be in (`VkWriteDescriptorSet` for combined image samplers).
-const SAMPLED_LAYOUTS: [vk::ImageLayout; 8] = [
-    vk::ImageLayout::GENERAL,
-    vk::ImageLayout::SHADER_READ_ONLY_OPTIMAL,
-    vk::ImageLayout::READ_ONLY_OPTIMAL,
-    vk::ImageLayout::DEPTH_STENCIL_READ_ONLY_OPTIMAL,
-    vk::ImageLayout::DEPTH_READ_ONLY_OPTIMAL,
-    vk::ImageLayout::STENCIL_READ_ONLY_OPTIMAL,
-    vk::ImageLayout::DEPTH_READ_ONLY_STENCIL_ATTACHMENT_OPTIMAL,
-    vk::ImageLayout::DEPTH_ATTACHMENT_STENCIL_READ_ONLY_OPTIMAL,
-];
-
-/// A program's objects while it is created: destroyed on drop unless disarmed (error paths).
-struct Created<'a> {
-    device: &'a Device,
-    set_layout: vk::DescriptorSetLayout,
-    layout: vk::PipelineLayout,
-    pipeline: vk::Pipeline,
-    pool: vk::DescriptorPool,
-}
-
-impl<'a> Created<'a> {
-    fn default_for(device: &'a Device) -> Created<'a> {
-        Created {
-            device,
-            set_layout: vk::DescriptorSetLayout::null(),
-            layout: vk::PipelineLayout::null(),
-            pipeline: vk::Pipeline::null(),
-            pool: vk::DescriptorPool::null(),
-        }
-    }
-
-    fn disarm(self) -> (vk::DescriptorSetLayout, vk::PipelineLayout, vk::Pipeline, vk::DescriptorPool) {
-        let parts = (self.set_layout, self.layout, self.pipeline, self.pool);
-        std::mem::forget(self);
-        parts
-    }
-}
-
-impl Drop for Created<'_> {
-    fn drop(&mut self) {
-        let raw = self.device.raw();
-        // SAFETY: each handle is null or an object of this device created by `ComputeProgram::new`
-        // that nothing used yet. Destroying null handles is valid.
-        unsafe {
-            raw.destroy_descriptor_pool(self.pool, None);
-            raw.destroy_pipeline(self.pipeline, None);
-            raw.destroy_pipeline_layout(self.layout, None);
-            raw.destroy_descriptor_set_layout(self.set_layout, None);
-        }
     }
 }

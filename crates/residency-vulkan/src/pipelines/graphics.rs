@@ -1,17 +1,20 @@
-//! A minimal graphics pipeline for dynamic rendering into one colour attachment: what examples and
-//! tests need to draw (indexed) from placed vertex and index buffers.
+//! A graphics pipeline for dynamic rendering into one colour attachment: reflected descriptor set 0
+//! and push constants over both stages (the descriptor and push-constant code compute programs
+//! use), and a [`Drawing`] whose binds and draws are checked and keep what they use alive.
 
-use crate::compute::{check_interface, ProgramError};
-use crate::device::Device;
-use crate::error::{VkResultExt, VulkanError};
+use crate::buffer::Buffer;
+use crate::compute::{check_interface, Binding, BindingError, BindingKind, DescriptorSet, ProgramError};
+use crate::descriptors::{Created, ProgramLayout};
+use crate::device::{Device, EnabledFeatures};
+use crate::error::VulkanError;
 use crate::format_map::vk_format;
 use crate::image::ImageView;
 use crate::recording::Recording;
-use crate::retire::{ForeignUse, Garbage, GpuUse, Life};
+use crate::retire::{ForeignUse, GpuUse};
 use crate::shaders::Shader;
 use crate::spirv::{Interface, Numeric, Stage};
 use ash::vk;
-use residency_core::usage::ImageUsage;
+use residency_core::usage::{BufferUsage, ImageUsage};
 use std::sync::Arc;
 
 /// One vertex attribute: location, format and byte offset in the vertex.
@@ -25,20 +28,53 @@ pub struct VertexAttribute {
     pub offset: u32,
 }
 
-/// A vertex + fragment pipeline drawing triangles into one colour attachment (dynamic rendering,
-/// dynamic viewport and scissor, no depth, no blending, no descriptors). It holds its device and
-/// is released when dropped, once the GPU work that may use it has completed.
+/// The type of the indices of an index buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IndexFormat {
+    /// `u16` indices (`VK_INDEX_TYPE_UINT16`).
+    U16,
+    /// `u32` indices (`VK_INDEX_TYPE_UINT32`).
+    U32,
+}
+
+impl IndexFormat {
+    /// Bytes of one index.
+    pub fn bytes(self) -> u64 {
+        match self {
+            IndexFormat::U16 => 2,
+            IndexFormat::U32 => 4,
+        }
+    }
+
+    fn vk(self) -> vk::IndexType {
+        match self {
+            IndexFormat::U16 => vk::IndexType::UINT16,
+            IndexFormat::U32 => vk::IndexType::UINT32,
+        }
+    }
+}
+
+/// A vertex + fragment pipeline drawing triangle lists into one colour attachment (dynamic
+/// rendering, dynamic viewport and scissor, no depth, no blending), with descriptor set 0 and one
+/// push-constant range over both stages. It holds its device and is released when dropped, once
+/// the GPU work that may use it has completed (and after the last of its [`DescriptorSet`]s).
 ///
 /// [`GraphicsProgram::new`] takes two [shipped shaders](crate::shaders); a renderer's own SPIR-V
-/// goes through the `unsafe` [`GraphicsProgram::from_spirv`]. Either way the stages, the absence
-/// of descriptors and push constants, and the vertex inputs are reflected and checked against the
-/// vertex layout before anything is created.
+/// goes through the `unsafe` [`GraphicsProgram::from_spirv`]. Either way the stages, the
+/// descriptors of set 0 (the union of both stages' bindings, each visible to the stages that
+/// declare it), the push-constant blocks, storage writes against the enabled features, and the
+/// vertex inputs are reflected and checked before anything is created. Descriptor sets come from
+/// [`GraphicsProgram::descriptor_set`], with the checks of
+/// [`ComputeProgram::descriptor_set`](crate::compute::ComputeProgram::descriptor_set).
 #[derive(Debug)]
 pub struct GraphicsProgram {
-    life: Arc<Life>,
-    name: String,
+    program: ProgramLayout,
     pipeline: vk::Pipeline,
     color_format: vk::Format,
+    /// Bytes between vertices; with `vertex_extent`, what a draw of n vertices reads.
+    stride: u32,
+    /// Bytes of one vertex the attributes reach (0: no attributes, no vertex buffer needed).
+    vertex_extent: u32,
 }
 
 /// A render pass was refused before anything was recorded.
@@ -63,13 +99,87 @@ pub enum RenderError {
     },
 }
 
+/// A bind or draw of a [`Drawing`] was refused before anything was recorded.
+#[derive(Debug, thiserror::Error)]
+pub enum DrawError {
+    /// A buffer lives on another device than the program.
+    #[error(transparent)]
+    WrongDevice(VulkanError),
+    /// The descriptor set was made by another program.
+    #[error("the descriptor set was not made by `{program}`")]
+    ForeignSet {
+        /// The program.
+        program: String,
+    },
+    /// The push constants are longer than the program declared, or not a multiple of 4 bytes.
+    #[error("`{program}`: {given} bytes of push constants, but it declares {declared} (a multiple of 4)")]
+    PushConstantSize {
+        /// The program.
+        program: String,
+        /// Bytes given.
+        given: usize,
+        /// Bytes the program declared.
+        declared: u32,
+    },
+    /// A buffer cannot be bound as asked (usage, offset, alignment).
+    #[error("`{program}` cannot bind `{buffer}`: {reason}")]
+    Buffer {
+        /// The program.
+        program: String,
+        /// The buffer.
+        buffer: String,
+        /// Why.
+        reason: String,
+    },
+    /// The draw would read past the end of the bound vertex or index buffer.
+    #[error("`{program}`: the draw reads {needed} B of the {what} buffer, which holds {available} B from its offset")]
+    OutOfRange {
+        /// The program.
+        program: String,
+        /// `"vertex"` or `"index"`.
+        what: &'static str,
+        /// Bytes the draw reads.
+        needed: u64,
+        /// Bytes bound.
+        available: u64,
+    },
+    /// The draw needs something that was not bound in this render pass: the descriptor set (the
+    /// program has bindings), the push constants (it has a range), the vertex buffer (it has
+    /// attributes) or the index buffer (an indexed draw).
+    #[error("`{program}`: no {what} bound for the draw")]
+    NotBound {
+        /// The program.
+        program: String,
+        /// What is missing.
+        what: &'static str,
+    },
+    /// An earlier command of the recording left an image the set binds in another layout than
+    /// its binding's ([`VulkanError::ImageLayout`]).
+    #[error("{0}")]
+    ImageLayout(VulkanError),
+}
+
 /// The commands of one render pass instance of [`GraphicsProgram::render`]: the pipeline,
-/// viewport and scissor are bound. Record your draws through [`Drawing::raw`] with your own
-/// `unsafe` ash calls; they must stay inside the render pass instance (no `vkCmdEndRendering`)
-/// and use only objects that outlive the closure that records them.
+/// viewport and scissor are bound. Bind the descriptor set, push constants and vertex and index
+/// buffers, and draw, through its checked methods: each refuses with a [`DrawError`] and records
+/// nothing when the object belongs to another device or program, or the command would break a
+/// rule the program can check (usage, offsets, sizes, what the shaders need bound), and the
+/// recording holds every object recorded until its submission. Draws note the layouts of the
+/// images the bound set samples, as dispatches do, for the check at submission.
+///
+/// [`Drawing::raw`] is for your own `unsafe` ash calls; they must stay inside the render pass
+/// instance (no `vkCmdEndRendering`) and use only objects that outlive the submission (what you
+/// bind yourself is not known to the checked methods).
 #[derive(Debug)]
 pub struct Drawing<'r, 'a> {
     recording: &'r mut Recording<'a>,
+    program: &'r GraphicsProgram,
+    set: Option<DescriptorSet>,
+    pushed: bool,
+    /// Bytes of the bound vertex buffer from its binding offset.
+    vertex_bytes: Option<u64>,
+    /// Bytes of the bound index buffer from its binding offset, and its index type.
+    index: Option<(u64, IndexFormat)>,
 }
 
 impl<'a> Drawing<'_, 'a> {
@@ -81,6 +191,254 @@ impl<'a> Drawing<'_, 'a> {
     /// The device.
     pub fn device(&self) -> &'a Device {
         self.recording.device()
+    }
+
+    /// How many commands residency's helpers have recorded into the recording so far (see
+    /// [`Recording::helper_commands`]): a refused bind or draw adds none.
+    pub fn helper_commands(&self) -> u64 {
+        self.recording.helper_commands()
+    }
+
+    fn name(&self) -> String {
+        self.program.program.name.clone()
+    }
+
+    /// Binds `set` (made by this program) as set 0. An image it binds that an earlier command
+    /// of the recording left in another layout than its binding's is refused
+    /// ([`DrawError::ImageLayout`]). The recording holds everything the set binds.
+    pub fn bind_descriptor_set(&mut self, set: &DescriptorSet) -> Result<(), DrawError> {
+        if !set.made_by(&self.program.program.life) {
+            return Err(DrawError::ForeignSet { program: self.name() });
+        }
+        set.check_layouts(self.recording).map_err(DrawError::ImageLayout)?;
+        set.note_use(self.recording);
+        self.program.program.record_bind(self.recording, vk::PipelineBindPoint::GRAPHICS, set);
+        self.recording.recorded();
+        self.set = Some(set.clone());
+        Ok(())
+    }
+
+    /// Pushes `bytes` (a multiple of 4, at most the program's
+    /// [`push_constant_bytes`](GraphicsProgram::push_constant_bytes); zero-filled up to it) to
+    /// both stages.
+    pub fn push_constants(&mut self, bytes: &[u8]) -> Result<(), DrawError> {
+        let program = &self.program.program;
+        if !program.push_fits(bytes) {
+            return Err(DrawError::PushConstantSize {
+                program: self.name(),
+                given: bytes.len(),
+                declared: program.push_constant_bytes,
+            });
+        }
+        program.record_push(self.recording, bytes);
+        self.recording.recorded();
+        self.pushed = true;
+        Ok(())
+    }
+
+    /// Checks a buffer bind: its device, `usage`, and `offset` inside it; returns the bytes from
+    /// `offset`.
+    fn check_buffer(&self, buffer: &Buffer, offset: u64, usage: BufferUsage) -> Result<u64, DrawError> {
+        self.recording.accepts(buffer.name(), buffer.device()).map_err(DrawError::WrongDevice)?;
+        let refuse = |reason: String| DrawError::Buffer {
+            program: self.name(),
+            buffer: buffer.name().to_owned(),
+            reason,
+        };
+        if !buffer.usage().contains(usage) {
+            return Err(refuse(format!("it lacks the {usage:?} usage")));
+        }
+        if offset >= buffer.size() {
+            return Err(refuse(format!("offset {offset} is not inside its {} B", buffer.size())));
+        }
+        Ok(buffer.size() - offset)
+    }
+
+    /// Binds `buffer` from `offset` (bytes into it) as the vertex buffer (binding 0). It needs
+    /// the `VERTEX` usage and `offset` inside it. The recording holds it.
+    pub fn bind_vertex_buffer(&mut self, buffer: &Buffer, offset: u64) -> Result<(), DrawError> {
+        let bytes = self.check_buffer(buffer, offset, BufferUsage::VERTEX)?;
+        self.recording.keep(buffer.life());
+        let cmd = self.recording.raw();
+        // SAFETY: `cmd` is recording on the buffer's device (checked) inside the render pass
+        // instance; the buffer is live with VERTEX usage and the offset lies inside it (checked),
+        // and the recording holds it until its submission.
+        unsafe {
+            self.device().raw().cmd_bind_vertex_buffers(cmd, 0, &[buffer.raw()], &[buffer.offset() + offset]);
+        }
+        self.recording.recorded();
+        self.vertex_bytes = Some(bytes);
+        Ok(())
+    }
+
+    /// Binds `buffer` from `offset` (bytes into it, a multiple of the index size) as the index
+    /// buffer of `format`. It needs the `INDEX` usage and `offset` inside it. The recording holds
+    /// it.
+    pub fn bind_index_buffer(
+        &mut self,
+        buffer: &Buffer,
+        offset: u64,
+        format: IndexFormat,
+    ) -> Result<(), DrawError> {
+        let bytes = self.check_buffer(buffer, offset, BufferUsage::INDEX)?;
+        if (buffer.offset() + offset) % format.bytes() != 0 {
+            return Err(DrawError::Buffer {
+                program: self.name(),
+                buffer: buffer.name().to_owned(),
+                reason: format!("offset {offset} is not a multiple of the {} B index", format.bytes()),
+            });
+        }
+        self.recording.keep(buffer.life());
+        let cmd = self.recording.raw();
+        // SAFETY: `cmd` is recording on the buffer's device (checked) inside the render pass
+        // instance; the buffer is live with INDEX usage, the offset lies inside it and is a
+        // multiple of the index size (checked), and the recording holds it until its submission.
+        unsafe {
+            self.device().raw().cmd_bind_index_buffer(
+                cmd,
+                buffer.raw(),
+                buffer.offset() + offset,
+                format.vk(),
+            );
+        }
+        self.recording.recorded();
+        self.index = Some((bytes, format));
+        Ok(())
+    }
+
+    /// Checks that what the program's shaders read is bound, and the bound set's image layouts;
+    /// notes the set's use.
+    fn ready(&mut self) -> Result<(), DrawError> {
+        let program = &self.program.program;
+        let missing = |what| Err(DrawError::NotBound { program: program.name.clone(), what });
+        if !program.kinds.is_empty() && self.set.is_none() {
+            return missing("descriptor set");
+        }
+        if program.push_constant_bytes > 0 && !self.pushed {
+            return missing("push constants");
+        }
+        if self.program.vertex_extent > 0 && self.vertex_bytes.is_none() {
+            return missing("vertex buffer");
+        }
+        if let Some(set) = &self.set {
+            set.check_layouts(self.recording).map_err(DrawError::ImageLayout)?;
+        }
+        Ok(())
+    }
+
+    /// After [`Drawing::ready`]: the set's images are used in their bindings' layouts.
+    fn note_set(&mut self) {
+        if let Some(set) = &self.set {
+            set.note_use(self.recording);
+        }
+    }
+
+    /// Bytes of the vertex buffer `vertices` vertices read (0 without attributes).
+    fn vertex_reach(&self, vertices: u32) -> u64 {
+        match (vertices, self.program.vertex_extent) {
+            (0, _) | (_, 0) => 0,
+            (n, extent) => u64::from(n - 1) * u64::from(self.program.stride) + u64::from(extent),
+        }
+    }
+
+    /// Draws `vertices` vertices (from the first of the bound vertex buffer) `instances` times.
+    /// Refused, recording nothing, when the program's set, push constants or vertex buffer are
+    /// not bound ([`DrawError::NotBound`]), when the vertices reach past the bound vertex buffer
+    /// ([`DrawError::OutOfRange`]), or when a sampled image of the set is in another layout
+    /// after the recording's earlier commands.
+    pub fn draw(&mut self, vertices: u32, instances: u32) -> Result<(), DrawError> {
+        self.ready()?;
+        let needed = if instances == 0 { 0 } else { self.vertex_reach(vertices) };
+        let available = self.vertex_bytes.unwrap_or(0);
+        if needed > available {
+            return Err(DrawError::OutOfRange { program: self.name(), what: "vertex", needed, available });
+        }
+        self.note_set();
+        let cmd = self.recording.raw();
+        // SAFETY: `cmd` is recording on the program's device inside the render pass instance
+        // with the program's pipeline bound; the set its shaders read (every binding written with
+        // a live resource, held by the recording; images in their bindings' layouts, noted for
+        // the check at submission), the push constants and the vertex buffer are bound (checked
+        // above), and every vertex read lies inside the bound vertex buffer (checked above).
+        unsafe { self.device().raw().cmd_draw(cmd, vertices, instances, 0, 0) };
+        self.recording.recorded();
+        Ok(())
+    }
+
+    /// Draws `indices` indices (from the first of the bound index buffer) `instances` times. Refused
+    /// as [`Drawing::draw`] is, and when no index buffer is bound or the indices reach past it.
+    ///
+    /// # Safety
+    /// The index buffer's contents cannot be checked: every one of the `indices` indices read
+    /// when the draw runs must name a vertex inside the bound vertex buffer (an index `i` reads
+    /// `i × stride` plus the attributes' bytes from the bound offset), when the program has
+    /// vertex attributes. (Without `robustBufferAccess`, which residency does not enable, a read
+    /// past the buffer is undefined behaviour.)
+    pub unsafe fn draw_indexed(&mut self, indices: u32, instances: u32) -> Result<(), DrawError> {
+        self.ready()?;
+        let Some((available, format)) = self.index else {
+            return Err(DrawError::NotBound { program: self.name(), what: "index buffer" });
+        };
+        let needed = if instances == 0 { 0 } else { u64::from(indices) * format.bytes() };
+        if needed > available {
+            return Err(DrawError::OutOfRange { program: self.name(), what: "index", needed, available });
+        }
+        self.note_set();
+        let cmd = self.recording.raw();
+        // SAFETY: as in `draw`, with the index buffer bound and every index read inside it
+        // (checked above); every vertex the indices name lies inside the vertex buffer: the
+        // caller's contract (`# Safety`).
+        unsafe { self.device().raw().cmd_draw_indexed(cmd, indices, instances, 0, 0, 0) };
+        self.recording.recorded();
+        Ok(())
+    }
+}
+
+/// Bytes of a vertex format (its components' bits, from the format's name; 16 when the name
+/// shows none, which overestimates every vertex format).
+fn format_bytes(format: vk::Format) -> u32 {
+    let name = format!("{format:?}");
+    let components = name.split('_').next().unwrap_or_default();
+    let mut bits = 0;
+    let mut run = 0;
+    for c in components.chars().chain(std::iter::once(' ')) {
+        match c.to_digit(10) {
+            Some(d) => run = run * 10 + d,
+            None => {
+                bits += run;
+                run = 0;
+            }
+        }
+    }
+    if bits == 0 {
+        16
+    } else {
+        bits.div_ceil(8)
+    }
+}
+
+/// Refuses a stage whose shader writes a storage buffer or image when the device cannot write
+/// from that stage: a fragment shader needs `fragmentStoresAndAtomics`, a vertex shader
+/// `vertexPipelineStoresAndAtomics` (which residency never enables). Other stages pass.
+pub(crate) fn check_stage_stores(
+    program: &str,
+    stage: Stage,
+    interface: &Interface,
+    features: &EnabledFeatures,
+) -> Result<(), ProgramError> {
+    let (feature, enabled) = match stage {
+        Stage::Fragment => ("fragmentStoresAndAtomics", features.fragment_stores_and_atomics),
+        Stage::Vertex => ("vertexPipelineStoresAndAtomics", false),
+        _ => return Ok(()),
+    };
+    match interface.bindings.iter().find(|b| b.writable) {
+        Some(b) if !enabled => Err(ProgramError::FeatureMissing {
+            program: program.to_owned(),
+            stage,
+            binding: b.binding,
+            feature,
+        }),
+        _ => Ok(()),
     }
 }
 
@@ -166,10 +524,19 @@ fn check_vertex_input(
 
 impl GraphicsProgram {
     /// Creates the pipeline `name` of the shipped `vertex` and `fragment` shaders for a vertex
-    /// layout of `stride` bytes with `attributes`, rendering to `color_format`. A shader of the
-    /// wrong stage, a vertex input the attributes do not feed (or feed with another numeric
-    /// type), duplicate or out-of-limit attributes, or a colour format the device cannot render
-    /// to is refused with nothing created.
+    /// layout of `stride` bytes with `attributes`, rendering to `color_format`, with room for
+    /// `max_sets` descriptor sets (at least 1). Set 0 has the union of both shaders' bindings and
+    /// the push-constant range the larger of their push-constant sizes, for both stages.
+    ///
+    /// A shader of the wrong stage, shaders that declare different kinds at one binding, a
+    /// fragment shader that writes storage on a device without `fragmentStoresAndAtomics`
+    /// ([`ProgramError::FeatureMissing`]), a vertex input the attributes do not feed (or feed with
+    /// another numeric type), duplicate or out-of-limit attributes, or a colour format the device
+    /// cannot render to is refused with nothing created.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "one argument per part of the pipeline, as the unsafe from_spirv takes them"
+    )]
     pub fn new(
         device: &Device,
         name: &str,
@@ -178,73 +545,122 @@ impl GraphicsProgram {
         stride: u32,
         attributes: &[VertexAttribute],
         color_format: vk::Format,
+        max_sets: u32,
     ) -> Result<GraphicsProgram, ProgramError> {
+        let (longer, shorter) = if vertex.bindings().len() >= fragment.bindings().len() {
+            (vertex.bindings(), fragment.bindings())
+        } else {
+            (fragment.bindings(), vertex.bindings())
+        };
+        // The longer list, which the other's reflection checks its own bindings against.
+        debug_assert!(longer.len() >= shorter.len());
+        let push = vertex.push_constant_bytes().max(fragment.push_constant_bytes());
         // SAFETY: a `Shader` is one of the shipped modules (its fields are private to the crate):
-        // glslc compiled it from GLSL for Vulkan 1.3 with an entry point `main`, and its declared
-        // interface (here: no descriptors, no push constants) is checked against its SPIR-V by a
-        // test and again by `from_spirv`.
+        // glslc compiled it from GLSL for Vulkan 1.3 with an entry point `main`, its declared
+        // interface is checked against its SPIR-V by a test, and `from_spirv` reflects both again
+        // against the union of their bindings and the larger push-constant size (so a shader that
+        // declares another kind at a binding of the other is refused there).
         unsafe {
-            Self::from_spirv(device, name, vertex.words(), fragment.words(), stride, attributes, color_format)
+            Self::from_spirv(
+                device,
+                name,
+                vertex.words(),
+                fragment.words(),
+                longer,
+                push,
+                stride,
+                attributes,
+                color_format,
+                max_sets,
+            )
         }
     }
 
-    /// Creates the pipeline from the renderer's own SPIR-V for a vertex layout of `stride` bytes
-    /// with `attributes`, rendering to `color_format`.
+    /// Creates the pipeline from the renderer's own SPIR-V with bindings `0..kinds.len()` in set 0
+    /// (each visible to the stages whose shader declares it; both when neither does),
+    /// `push_constant_bytes` of push constants for both stages (a multiple of 4, at most the
+    /// device's `maxPushConstantsSize`), a vertex layout of `stride` bytes with `attributes`,
+    /// rendering to `color_format`, and room for `max_sets` descriptor sets (at least 1).
     ///
     /// What the reflection can see is refused with a [`ProgramError`] before any Vulkan call:
-    /// words that are not SPIR-V, no `Vertex` (`Fragment`) entry point `main`, any descriptor or
-    /// push-constant block (the pipeline layout is empty), a vertex input the attributes do not
-    /// feed with its numeric type, and the checks of [`GraphicsProgram::new`]. Calling with words
-    /// it refuses is sound.
+    /// words that are not SPIR-V, no `Vertex` (`Fragment`) entry point `main`, a descriptor that
+    /// is not binding `i` of set 0 of kind `kinds[i]`, a push-constant block larger than
+    /// `push_constant_bytes`, storage writes the enabled features do not allow, a vertex input
+    /// the attributes do not feed with its numeric type, and the checks of
+    /// [`GraphicsProgram::new`]. Calling with words it refuses is sound.
     ///
     /// # Safety
     ///
     /// For words the reflection accepts, the caller guarantees:
     /// - `vertex` and `fragment` are valid SPIR-V modules (they pass `spirv-val --target-env
     ///   vulkan1.3`) that the device can run: SPIR-V version, capabilities and extensions
-    ///   supported by the device's Vulkan version and the features residency enabled.
-    /// - Their entry points `main` are a vertex and a fragment shader that use no descriptors and
-    ///   no push constants, whose interfaces match each other (every fragment input has a vertex
-    ///   output of a matching type at its location), and whose vertex inputs match `attributes`
-    ///   as the specification requires (component counts and widths).
+    ///   supported by the device's Vulkan version and the features residency enabled
+    ///   ([`Device::features`]).
+    /// - Their entry points `main` are a vertex and a fragment shader whose statically used
+    ///   resources are described by `kinds` (set 0, one descriptor per binding; the format of a
+    ///   storage image compatible with the views that will be bound) and whose push-constant
+    ///   blocks lie in `0..push_constant_bytes`; whose interfaces match each other (every
+    ///   fragment input has a vertex output of a matching type at its location); and whose
+    ///   vertex inputs match `attributes` as the specification requires (component counts and
+    ///   widths).
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "one argument per part of the pipeline: the two stages, set 0, the push range, the \
+                  vertex layout, the attachment and the pool"
+    )]
     pub unsafe fn from_spirv(
         device: &Device,
         name: &str,
         vertex: &[u32],
         fragment: &[u32],
+        kinds: &[BindingKind],
+        push_constant_bytes: u32,
         stride: u32,
         attributes: &[VertexAttribute],
         color_format: vk::Format,
+        max_sets: u32,
     ) -> Result<GraphicsProgram, ProgramError> {
-        let vs = check_interface(device, name, vertex, Stage::Vertex, &[], 0)?;
-        check_interface(device, name, fragment, Stage::Fragment, &[], 0)?;
+        let vs = check_interface(device, name, vertex, Stage::Vertex, kinds, push_constant_bytes)?;
+        let fs = check_interface(device, name, fragment, Stage::Fragment, kinds, push_constant_bytes)?;
+        check_stage_stores(name, Stage::Vertex, &vs, &device.features())?;
+        check_stage_stores(name, Stage::Fragment, &fs, &device.features())?;
         check_vertex_input(device, name, &vs, stride, attributes, color_format)?;
+        let declares = |interface: &Interface, i: usize| {
+            interface.bindings.iter().any(|b| b.set == 0 && b.binding as usize == i)
+        };
+        let stages: Vec<_> = (0..kinds.len())
+            .map(|i| match (declares(&vs, i), declares(&fs, i)) {
+                (true, false) => vk::ShaderStageFlags::VERTEX,
+                (false, true) => vk::ShaderStageFlags::FRAGMENT,
+                _ => vk::ShaderStageFlags::VERTEX | vk::ShaderStageFlags::FRAGMENT,
+            })
+            .collect();
+        let mut created = Created::layouts(
+            device,
+            kinds,
+            &stages,
+            push_constant_bytes,
+            vk::ShaderStageFlags::VERTEX | vk::ShaderStageFlags::FRAGMENT,
+            max_sets,
+        )?;
         let raw = device.raw();
-        // SAFETY: valid device; the create infos live for each call; modules are destroyed below,
-        // after pipeline creation, on every path. The code is valid SPIR-V for this device with
-        // vertex and fragment entry points `main` that use no descriptors or push constants and
-        // match each other and the vertex layout: the caller's contract (`# Safety`), of which the
-        // reflection above checked the stages, descriptors, push constants and vertex inputs; the
+        // SAFETY: valid device; the create infos live for each call; modules are destroyed after
+        // pipeline creation on every path, and `created` destroys the layouts and pool if a step
+        // fails. The code is valid SPIR-V for this device with vertex and fragment entry points
+        // `main` whose interfaces match each other, the layout and the vertex layout: the caller's
+        // contract (`# Safety`), of which the reflection above checked the stages, descriptors,
+        // push constants, storage writes against the enabled features, and vertex inputs; the
         // attributes are unique, within the device's limits, of vertex-buffer formats, and the
         // colour format can be an attachment (checked above).
         unsafe {
-            let layout = raw
-                .create_pipeline_layout(&vk::PipelineLayoutCreateInfo::default(), None)
-                .during("vkCreatePipelineLayout")?;
-            let vs = match raw.create_shader_module(&vk::ShaderModuleCreateInfo::default().code(vertex), None)
-            {
-                Ok(m) => m,
-                Err(r) => {
-                    raw.destroy_pipeline_layout(layout, None);
-                    return Err(VulkanError::from_vk("vkCreateShaderModule", r).into());
-                }
-            };
+            let vs = raw
+                .create_shader_module(&vk::ShaderModuleCreateInfo::default().code(vertex), None)
+                .map_err(|r| VulkanError::from_vk("vkCreateShaderModule", r))?;
             let fs =
                 match raw.create_shader_module(&vk::ShaderModuleCreateInfo::default().code(fragment), None) {
                     Ok(m) => m,
                     Err(r) => {
                         raw.destroy_shader_module(vs, None);
-                        raw.destroy_pipeline_layout(layout, None);
                         return Err(VulkanError::from_vk("vkCreateShaderModule", r).into());
                     }
                 };
@@ -272,9 +688,11 @@ impl GraphicsProgram {
                     offset: a.offset,
                 })
                 .collect();
-            let vertex_input = vk::PipelineVertexInputStateCreateInfo::default()
-                .vertex_binding_descriptions(&bindings)
-                .vertex_attribute_descriptions(&attrs);
+            let mut vertex_input = vk::PipelineVertexInputStateCreateInfo::default();
+            if !attributes.is_empty() {
+                vertex_input =
+                    vertex_input.vertex_binding_descriptions(&bindings).vertex_attribute_descriptions(&attrs);
+            }
             let assembly = vk::PipelineInputAssemblyStateCreateInfo::default()
                 .topology(vk::PrimitiveTopology::TRIANGLE_LIST);
             let viewport = vk::PipelineViewportStateCreateInfo::default().viewport_count(1).scissor_count(1);
@@ -300,57 +718,57 @@ impl GraphicsProgram {
                 .multisample_state(&multisample)
                 .color_blend_state(&blend)
                 .dynamic_state(&dynamic)
-                .layout(layout)
+                .layout(created.layout)
                 .push_next(&mut rendering);
             let pipelines = raw.create_graphics_pipelines(vk::PipelineCache::null(), &[info], None);
             raw.destroy_shader_module(vs, None);
             raw.destroy_shader_module(fs, None);
-            let pipeline = match pipelines {
-                Ok(p) => p[0],
-                Err((_, r)) => {
-                    raw.destroy_pipeline_layout(layout, None);
-                    return Err(VulkanError::from_vk("vkCreateGraphicsPipelines", r).into());
-                }
-            };
-            device.set_name(pipeline, name);
-            device.set_name(layout, &format!("{name} layout"));
-            let ledger = device.ledger();
-            let garbage = Garbage::Group(vec![
-                Garbage::Pipeline { raw: pipeline, id: ledger.track("graphics pipeline", name) },
-                Garbage::PipelineLayout {
-                    raw: layout,
-                    id: ledger.track("pipeline layout", format!("{name} layout")),
-                },
-            ]);
-            Ok(GraphicsProgram {
-                life: Life::new(device.arc(), garbage, None),
-                name: name.to_owned(),
-                pipeline,
-                color_format,
-            })
+            created.pipeline =
+                pipelines.map_err(|(_, r)| VulkanError::from_vk("vkCreateGraphicsPipelines", r))?[0];
         }
+        let (program, pipeline) = created.finish(name, "graphics pipeline");
+        let vertex_extent = attributes.iter().map(|a| a.offset + format_bytes(a.format)).max().unwrap_or(0);
+        Ok(GraphicsProgram { program, pipeline, color_format, stride, vertex_extent })
+    }
+
+    /// Allocates a descriptor set from the program's pool and writes `bindings` into it (one per
+    /// binding of set 0, in order), with the checks of
+    /// [`ComputeProgram::descriptor_set`](crate::compute::ComputeProgram::descriptor_set); the
+    /// set keeps what it binds alive.
+    pub fn descriptor_set(&self, bindings: &[Binding<'_>]) -> Result<DescriptorSet, BindingError> {
+        self.program.descriptor_set(bindings)
+    }
+
+    /// The kind of each binding of set 0, in binding order.
+    pub fn bindings(&self) -> &[BindingKind] {
+        &self.program.kinds
+    }
+
+    /// Bytes of push constants the program declares (both stages).
+    pub fn push_constant_bytes(&self) -> u32 {
+        self.program.push_constant_bytes
     }
 
     /// Its name.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.program.name
     }
 
     /// The device it lives on.
     pub fn device(&self) -> &Arc<Device> {
-        self.life.device()
+        self.program.life.device()
     }
 
     /// Declares a use of the renderer's own work that ends at `until` (a command buffer it
     /// submits itself); residency's submissions need nothing.
     pub fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
-        self.life.used_until(until)
+        self.program.life.used_until(until)
     }
 
     /// Checks that `target` can be this program's attachment over `extent`.
     fn check_target(&self, target: &ImageView, extent: [u32; 2]) -> Result<(), RenderError> {
         let refuse = |reason: String| RenderError::Target {
-            program: self.name.clone(),
+            program: self.program.name.clone(),
             target: target.name().to_owned(),
             reason,
         };
@@ -397,18 +815,22 @@ impl GraphicsProgram {
     /// in an earlier submission); a submission that would render into it in another layout is
     /// refused with [`VulkanError::ImageLayout`](crate::VulkanError::ImageLayout). The recording
     /// holds the program and the target until its submission.
-    pub fn render(
+    ///
+    /// `draw` gets a [`Drawing`] for the pass's binds and draws; what it returns (e.g. the
+    /// `Result` of its draws) is returned in `Ok`. A refused bind or draw records nothing, and
+    /// the pass still ends.
+    pub fn render<R>(
         &self,
         rec: &mut Recording<'_>,
         target: &ImageView,
         extent: [u32; 2],
         clear: [f32; 4],
-        draw: impl FnOnce(&mut Drawing<'_, '_>),
-    ) -> Result<(), RenderError> {
-        rec.accepts(&self.name, self.device())?;
+        draw: impl FnOnce(&mut Drawing<'_, '_>) -> R,
+    ) -> Result<R, RenderError> {
+        rec.accepts(&self.program.name, self.device())?;
         rec.accepts(target.name(), target.device())?;
         self.check_target(target, extent)?;
-        rec.keep(&self.life);
+        rec.keep(&self.program.life);
         let first_layer = target.layers().start;
         let attachment = vk::ImageLayout::COLOR_ATTACHMENT_OPTIMAL;
         rec.check_layout(target.layouts(), target.mips(), first_layer..first_layer + 1, attachment)
@@ -455,11 +877,80 @@ impl GraphicsProgram {
             raw.cmd_set_viewport(cmd, 0, &[viewport]);
             raw.cmd_set_scissor(cmd, 0, &[area]);
         }
-        draw(&mut Drawing { recording: rec });
+        let drawn = draw(&mut Drawing {
+            recording: rec,
+            program: self,
+            set: None,
+            pushed: false,
+            vertex_bytes: None,
+            index: None,
+        });
         // SAFETY: rendering began above on this command buffer; `draw` only has a `Drawing`,
         // through which its own commands stay inside the instance.
         unsafe { rec.device().raw().cmd_end_rendering(cmd) };
         rec.recorded();
-        Ok(())
+        Ok(drawn)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shaders;
+    use crate::spirv::reflect;
+
+    #[test]
+    fn a_fragment_shader_writing_storage_needs_fragment_stores_and_atomics() {
+        let none = EnabledFeatures::default();
+        let stores = EnabledFeatures { fragment_stores_and_atomics: true, ..EnabledFeatures::default() };
+        for shader in [&shaders::VT_QUAD_FRAG, &shaders::VT_QUAD_SOFTWARE_FRAG] {
+            let interface = reflect(shader.words()).unwrap();
+            // The feedback buffer (binding 2) is written; the image table (binding 3) is
+            // `readonly`, and the sampled images are not storage.
+            let writable: Vec<_> =
+                interface.bindings.iter().filter(|b| b.writable).map(|b| b.binding).collect();
+            assert_eq!(writable, [2], "{}", shader.name());
+            match check_stage_stores("vt", Stage::Fragment, &interface, &none) {
+                Err(ProgramError::FeatureMissing {
+                    stage: Stage::Fragment,
+                    binding: 2,
+                    feature: "fragmentStoresAndAtomics",
+                    ..
+                }) => {}
+                other => panic!("{}: {other:?}", shader.name()),
+            }
+            assert!(check_stage_stores("vt", Stage::Fragment, &interface, &stores).is_ok());
+            // The same code in a vertex shader needs vertexPipelineStoresAndAtomics, never enabled.
+            assert!(matches!(
+                check_stage_stores("vt", Stage::Vertex, &interface, &stores),
+                Err(ProgramError::FeatureMissing { feature: "vertexPipelineStoresAndAtomics", .. })
+            ));
+            assert!(check_stage_stores("vt", Stage::Compute, &interface, &none).is_ok());
+        }
+        // Shaders that only read need nothing.
+        for shader in [&shaders::VT_QUAD_REFERENCE_FRAG, &shaders::QUADS_FRAG, &shaders::VT_QUAD_VERT] {
+            let interface = reflect(shader.words()).unwrap();
+            assert!(
+                check_stage_stores("read", shader.stage(), &interface, &none).is_ok(),
+                "{}",
+                shader.name()
+            );
+        }
+        // A read-only storage buffer of a compute shader (sparse_fallback's probes) is not
+        // writable, its results buffer is.
+        let fallback = reflect(shaders::SPARSE_FALLBACK.words()).unwrap();
+        let mut writable: Vec<_> = fallback.bindings.iter().map(|b| (b.binding, b.writable)).collect();
+        writable.sort();
+        assert_eq!(writable, [(0, false), (1, false), (2, false), (3, true)]);
+    }
+
+    #[test]
+    fn vertex_format_sizes_come_from_their_components() {
+        assert_eq!(format_bytes(vk::Format::R32G32B32_SFLOAT), 12);
+        assert_eq!(format_bytes(vk::Format::R32G32_SFLOAT), 8);
+        assert_eq!(format_bytes(vk::Format::R8G8B8A8_UNORM), 4);
+        assert_eq!(format_bytes(vk::Format::A2B10G10R10_UNORM_PACK32), 4);
+        assert_eq!(format_bytes(vk::Format::R16_SINT), 2);
+        assert_eq!(format_bytes(vk::Format::R64G64B64A64_SFLOAT), 32);
     }
 }

@@ -1,8 +1,9 @@
-//! Pipelines residency records with: compute programs (descriptor sets that keep what they bind
-//! alive), a minimal dynamic-rendering graphics program, the shaders residency ships (`shaders`) and
+//! Pipelines residency records with: compute programs and dynamic-rendering graphics programs
+//! (both with reflected descriptor sets that keep what they bind alive, in `descriptors`), the shaders residency ships (`shaders`) and
 //! the SPIR-V reader that checks a shader's interface (`spirv`).
 
 pub mod compute;
+pub(crate) mod descriptors;
 pub mod graphics;
 pub mod shaders;
 pub mod spirv;

@@ -209,8 +209,70 @@ shader!(
     0
 );
 
+shader!(
+    /// `vt_quad.vert`: textured geometry for the `vt_quad*.frag` shaders. Vertex input (binding 0,
+    /// 20-byte stride): location 0 `vec3 position` (`R32G32B32_SFLOAT`, offset 0, world space),
+    /// location 1 `vec2 uv` (`R32G32_SFLOAT`, offset 12); passes uv on. Push constants: bytes
+    /// 0..64 `mat4 viewProj` (column-major, world → Vulkan clip space), the start of the fragment
+    /// shaders' block. No descriptors.
+    VT_QUAD_VERT,
+    "vt_quad.vert",
+    Vertex,
+    [],
+    64
+);
+shader!(
+    /// `vt_quad.frag`: samples a partially resident texture on the hardware path (sparse image
+    /// with the min-LOD map fallback of `residency.glsl`) at the LOD of its uv derivatives, and
+    /// writes shader feedback from the fragment shader (`feedback.glsl`). With [`VT_QUAD_VERT`]:
+    ///
+    /// - binding 0: `sampler2D` — the [`SparseImage`](crate::sparse::SparseImage) (all mips,
+    ///   `GENERAL`), trilinear;
+    /// - binding 1: `usampler2D` — its min-LOD map, with a **nearest** sampler (an integer
+    ///   texture);
+    /// - binding 2: storage buffer — the frame's feedback buffer (atomics);
+    /// - binding 3: storage buffer (read-only) — the feedback image table;
+    /// - push constants, 96 bytes for both stages: 0..64 `mat4 viewProj` (the vertex shader's),
+    ///   64..80 `uvec4` (x: feedback image slot, y: frame, z: feedback pixel stride, w: feedback
+    ///   frame interval, as `FeedbackSampling`), 80..96 `uvec4` control (x bit 0: write feedback;
+    ///   0 draws the same without it; y, z, w: 0).
+    ///
+    /// Feedback from a fragment shader needs the device feature `fragmentStoresAndAtomics`
+    /// ([`ProgramError::FeatureMissing`](crate::compute::ProgramError::FeatureMissing) without
+    /// it); the feedback buffer needs the `Readback` intent, and a barrier from the fragment
+    /// shader's writes to host reads must follow the draws before it is decoded. Pixels with
+    /// nothing resident are magenta.
+    VT_QUAD_FRAG,
+    "vt_quad.frag",
+    Fragment,
+    [SampledImage, SampledImage, StorageBuffer, StorageBuffer],
+    96
+);
+shader!(
+    /// `vt_quad_software.frag`: [`VT_QUAD_FRAG`] on the software path (`residency_software.glsl`),
+    /// with the same bindings and push constants: binding 0 the tile-cache atlas (bilinear or
+    /// trilinear), binding 1 the indirection texture (a `usampler2D`, **nearest**), binding 2 the
+    /// feedback buffer, binding 3 the image table. Needs `fragmentStoresAndAtomics`, no sparse
+    /// feature; the same feedback-buffer rules.
+    VT_QUAD_SOFTWARE_FRAG,
+    "vt_quad_software.frag",
+    Fragment,
+    [SampledImage, SampledImage, StorageBuffer, StorageBuffer],
+    96
+);
+shader!(
+    /// `vt_quad_reference.frag`: the reference for [`VT_QUAD_FRAG`] (PSNR): samples an ordinary
+    /// fully resident `sampler2D` at binding 0 (trilinear) at the same uv and derivative LOD. Its
+    /// program's push constants are [`VT_QUAD_VERT`]'s 64 bytes only.
+    VT_QUAD_REFERENCE_FRAG,
+    "vt_quad_reference.frag",
+    Fragment,
+    [SampledImage],
+    0
+);
+
 /// Every shipped shader.
-pub static ALL: [&Shader; 15] = [
+pub static ALL: [&Shader; 19] = [
     &PLACED_BUFFERS,
     &FILL,
     &SPARSE_FALLBACK,
@@ -226,4 +288,8 @@ pub static ALL: [&Shader; 15] = [
     &SAMPLE_TEXELS,
     &QUADS_VERT,
     &QUADS_FRAG,
+    &VT_QUAD_VERT,
+    &VT_QUAD_FRAG,
+    &VT_QUAD_SOFTWARE_FRAG,
+    &VT_QUAD_REFERENCE_FRAG,
 ];

@@ -63,6 +63,10 @@ pub struct DescriptorBinding {
     pub kind: Option<BindingKind>,
     /// Descriptors in it: 1, the length of an array of descriptors, or 0 for a runtime array.
     pub count: u32,
+    /// Whether the shader may write it: a storage buffer with a member not decorated
+    /// `NonWritable` (GLSL `readonly`), or a storage image whose variable is not; `false` for
+    /// every other kind.
+    pub writable: bool,
 }
 
 /// The numeric type of a vertex input.
@@ -138,6 +142,7 @@ const DECORATION_BUFFER_BLOCK: u32 = 3;
 const DECORATION_ARRAY_STRIDE: u32 = 6;
 const DECORATION_MATRIX_STRIDE: u32 = 7;
 const DECORATION_BUILT_IN: u32 = 11;
+const DECORATION_NON_WRITABLE: u32 = 24;
 const DECORATION_LOCATION: u32 = 30;
 const DECORATION_BINDING: u32 = 33;
 const DECORATION_DESCRIPTOR_SET: u32 = 34;
@@ -185,6 +190,7 @@ pub fn reflect(words: &[u32]) -> Result<Interface, SpirvError> {
     let mut decorations: HashMap<(u32, u32), u32> = HashMap::new();
     let mut member_offsets: HashMap<(u32, u32), u32> = HashMap::new();
     let mut member_matrix_strides: HashMap<(u32, u32), u32> = HashMap::new();
+    let mut non_writable_members: std::collections::HashSet<(u32, u32)> = std::collections::HashSet::new();
     let mut variables: Vec<(u32, u32, u32)> = Vec::new(); // (pointer type, id, storage class)
     let mut interface = Interface::default();
     let mut local_size_ids: Option<[u32; 3]> = None;
@@ -301,6 +307,9 @@ pub fn reflect(words: &[u32]) -> Result<Interface, SpirvError> {
                         // A struct of built-ins (`gl_PerVertex`): mark the struct itself.
                         decorations.insert((op[0], DECORATION_BUILT_IN), value);
                     }
+                    DECORATION_NON_WRITABLE => {
+                        non_writable_members.insert((op[0], op[1]));
+                    }
                     _ => {}
                 }
             }
@@ -325,11 +334,21 @@ pub fn reflect(words: &[u32]) -> Result<Interface, SpirvError> {
             STORAGE_UNIFORM_CONSTANT | STORAGE_UNIFORM | STORAGE_STORAGE_BUFFER => {
                 let (element, count) = reflection.unwrap_arrays(pointee)?;
                 let kind = reflection.descriptor_kind(storage, element)?;
+                let read_only = decorations.contains_key(&(id, DECORATION_NON_WRITABLE))
+                    || match (kind, types.get(&element)) {
+                        (Some(BindingKind::StorageBuffer), Some(Type::Struct { members })) => {
+                            (0..members.len() as u32).all(|m| non_writable_members.contains(&(element, m)))
+                        }
+                        _ => false,
+                    };
+                let writable = matches!(kind, Some(BindingKind::StorageBuffer | BindingKind::StorageImage))
+                    && !read_only;
                 interface.bindings.push(DescriptorBinding {
                     set: decorations.get(&(id, DECORATION_DESCRIPTOR_SET)).copied().unwrap_or(0),
                     binding: decorations.get(&(id, DECORATION_BINDING)).copied().unwrap_or(0),
                     kind,
                     count,
+                    writable,
                 });
             }
             STORAGE_PUSH_CONSTANT => {

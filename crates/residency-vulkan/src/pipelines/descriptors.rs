@@ -1,0 +1,707 @@
+//! Descriptor sets and the layouts programs share: what a binding holds ([`Binding`], [`ViewRef`]),
+//! the checked writing of a set that keeps its resources alive ([`DescriptorSet`]), and the
+//! set-0 layout, pipeline layout, push-constant range and descriptor pool that compute and
+//! graphics programs both build the same way (`ProgramLayout`).
+
+use crate::buffer::Buffer;
+use crate::device::Device;
+use crate::error::{VkResultExt, VulkanError};
+use crate::format_map::vk_format;
+use crate::image::{Filter, ImageView, Sampler};
+use crate::recording::Recording;
+use crate::retire::{ForeignUse, Garbage, GpuUse, Life};
+use crate::sparse::SparseImage;
+use ash::vk;
+use residency_core::usage::BufferUsage;
+use std::sync::{Arc, Mutex};
+
+/// What a binding of a program holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BindingKind {
+    /// A storage buffer (`buffer` in GLSL).
+    StorageBuffer,
+    /// A uniform buffer (`uniform` block in GLSL).
+    UniformBuffer,
+    /// A combined image sampler (`sampler2D`).
+    SampledImage,
+    /// A storage image (`image2D`).
+    StorageImage,
+}
+
+impl BindingKind {
+    pub(crate) fn descriptor_type(self) -> vk::DescriptorType {
+        match self {
+            BindingKind::StorageBuffer => vk::DescriptorType::STORAGE_BUFFER,
+            BindingKind::UniformBuffer => vk::DescriptorType::UNIFORM_BUFFER,
+            BindingKind::SampledImage => vk::DescriptorType::COMBINED_IMAGE_SAMPLER,
+            BindingKind::StorageImage => vk::DescriptorType::STORAGE_IMAGE,
+        }
+    }
+}
+
+/// An image view a descriptor set can point at: one of residency's [`ImageView`]s or the view of
+/// a [`SparseImage`]; the set keeps either (and so its image) alive.
+#[derive(Clone, Copy, Debug)]
+pub enum ViewRef<'a> {
+    /// A view made by [`Device::create_image_view`] (or held by a min-LOD map or a software
+    /// texture).
+    View(&'a ImageView),
+    /// The view of all mips and layers of a partially resident image.
+    Sparse(&'a SparseImage),
+}
+
+impl<'a> From<&'a ImageView> for ViewRef<'a> {
+    fn from(view: &'a ImageView) -> Self {
+        ViewRef::View(view)
+    }
+}
+
+impl<'a> From<&'a SparseImage> for ViewRef<'a> {
+    fn from(image: &'a SparseImage) -> Self {
+        ViewRef::Sparse(image)
+    }
+}
+
+/// What a descriptor write needs to know about a view.
+struct ViewFacts {
+    raw: vk::ImageView,
+    device: u64,
+    name: String,
+    format: vk::Format,
+    usage: vk::ImageUsageFlags,
+    tiling: vk::ImageTiling,
+    life: Option<Arc<Life>>,
+}
+
+impl ViewRef<'_> {
+    fn facts(&self) -> ViewFacts {
+        match *self {
+            ViewRef::View(view) => ViewFacts {
+                raw: view.raw(),
+                device: view.device().uid(),
+                name: view.name().to_owned(),
+                format: vk_format(view.format()),
+                usage: vk::ImageUsageFlags::from_raw(view.usage().bits()),
+                tiling: if view.is_linear() { vk::ImageTiling::LINEAR } else { vk::ImageTiling::OPTIMAL },
+                life: Some(Arc::clone(view.life())),
+            },
+            ViewRef::Sparse(image) => {
+                let (raw, device, usage, life) = image.view_binding();
+                ViewFacts {
+                    raw,
+                    device,
+                    name: image.name().to_owned(),
+                    format: vk_format(image.desc().format),
+                    usage,
+                    tiling: vk::ImageTiling::OPTIMAL,
+                    life: Some(Arc::clone(life)),
+                }
+            }
+        }
+    }
+}
+
+/// A resource bound at one binding of a descriptor set.
+///
+/// The set keeps every buffer, [`ImageView`], [`SparseImage`] and [`Sampler`] bound in it alive
+/// (and a view keeps its image): dropping them while the set lives, or while work that used the
+/// set is on the GPU, is safe — they are destroyed after the set and that work.
+///
+/// An image binding names the layout the image is in when a dispatch uses the set; every
+/// submission with such a dispatch checks it against the image's layouts in submission order (see
+/// [`Image::layout`](crate::Image::layout)) and is refused with
+/// [`VulkanError::ImageLayout`](crate::VulkanError::ImageLayout) otherwise. A sparse image is in
+/// `GENERAL` for life, so it is bound in `GENERAL`.
+#[derive(Clone, Copy, Debug)]
+pub enum Binding<'a> {
+    /// A whole buffer (at its offset, for ranges of a pool page), for
+    /// [`BindingKind::StorageBuffer`] or [`BindingKind::UniformBuffer`].
+    Buffer(&'a Buffer),
+    /// A view sampled through `sampler` in `layout`, for [`BindingKind::SampledImage`].
+    Sampled {
+        /// The view.
+        view: ViewRef<'a>,
+        /// The sampler.
+        sampler: &'a Sampler,
+        /// The layout the image is in when the set is used.
+        layout: vk::ImageLayout,
+    },
+    /// A view read and written as a storage image in `layout` (`GENERAL`), for
+    /// [`BindingKind::StorageImage`].
+    Storage {
+        /// The view.
+        view: ViewRef<'a>,
+        /// The layout the image is in when the set is used.
+        layout: vk::ImageLayout,
+    },
+}
+
+impl<'a> Binding<'a> {
+    /// A sampled image binding.
+    pub fn sampled(view: impl Into<ViewRef<'a>>, sampler: &'a Sampler, layout: vk::ImageLayout) -> Self {
+        Binding::Sampled { view: view.into(), sampler, layout }
+    }
+
+    /// A storage image binding.
+    pub fn storage(view: impl Into<ViewRef<'a>>, layout: vk::ImageLayout) -> Self {
+        Binding::Storage { view: view.into(), layout }
+    }
+
+    fn what(&self) -> &'static str {
+        match self {
+            Binding::Buffer(_) => "a buffer",
+            Binding::Sampled { .. } => "a sampled image",
+            Binding::Storage { .. } => "a storage image",
+        }
+    }
+}
+
+/// A descriptor set was refused before anything was allocated or written.
+#[derive(Debug, thiserror::Error)]
+pub enum BindingError {
+    /// Not one resource per binding of the program.
+    #[error("`{program}` has {expected} bindings, {given} resources were given")]
+    Count {
+        /// The program.
+        program: String,
+        /// Its bindings.
+        expected: usize,
+        /// Resources given.
+        given: usize,
+    },
+    /// A resource lives on another device than the program.
+    #[error("`{program}` binding {binding}: `{resource}` lives on another device")]
+    WrongDevice {
+        /// The program.
+        program: String,
+        /// The binding.
+        binding: usize,
+        /// The resource.
+        resource: String,
+    },
+    /// A resource does not fit its binding (kind, usage, layout, alignment, range, filtering).
+    #[error("`{program}` binding {binding}: `{resource}` {reason}")]
+    Invalid {
+        /// The program.
+        program: String,
+        /// The binding.
+        binding: usize,
+        /// The resource.
+        resource: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Allocating the set failed (its pool is exhausted: `max_sets` of the program).
+    #[error(transparent)]
+    Vulkan(#[from] VulkanError),
+}
+
+/// A descriptor set of one [`ComputeProgram`](crate::compute::ComputeProgram) or
+/// [`GraphicsProgram`](crate::graphics::GraphicsProgram), written once with one resource per binding. It
+/// keeps its program's descriptor pool and every resource bound in it (but a [`SparseImage`]:
+/// see [`Binding`]) alive; cloning it is cheap. Its memory goes back to the program's pool when
+/// the program is released, not when the set is dropped.
+#[derive(Clone, Debug)]
+pub struct DescriptorSet {
+    raw: vk::DescriptorSet,
+    program: Arc<Life>,
+    bound: Arc<[Arc<Life>]>,
+    /// The layout each bound [`ImageView`] must be in when the set is used: its image's record,
+    /// the view's mips and layers, the binding's layout.
+    images: Arc<[ImageUse]>,
+}
+
+/// A subresource range of an image that a command needs in one layout.
+#[derive(Debug)]
+pub(crate) struct ImageUse {
+    pub(crate) layouts: Arc<crate::image::Layouts>,
+    pub(crate) mips: std::ops::Range<u32>,
+    pub(crate) layers: std::ops::Range<u32>,
+    pub(crate) layout: vk::ImageLayout,
+}
+
+impl DescriptorSet {
+    /// Whether every image it binds may be used in its binding's layout after what `rec`'s
+    /// earlier commands left.
+    pub(crate) fn check_layouts(&self, rec: &Recording<'_>) -> Result<(), VulkanError> {
+        for image in self.images.iter() {
+            rec.check_layout(&image.layouts, image.mips.clone(), image.layers.clone(), image.layout)?;
+        }
+        Ok(())
+    }
+
+    /// Whether `program` (a program's life) made it.
+    pub(crate) fn made_by(&self, program: &Arc<Life>) -> bool {
+        Arc::ptr_eq(&self.program, program)
+    }
+
+    /// Holds everything the set binds in `rec` and notes the layout each bound image is used in
+    /// (after [`DescriptorSet::check_layouts`]): what a command that uses the set records.
+    pub(crate) fn note_use(&self, rec: &mut Recording<'_>) {
+        for life in self.bound.iter() {
+            rec.keep(life);
+        }
+        for image in self.images.iter() {
+            rec.use_layout(&image.layouts, image.mips.clone(), image.layers.clone(), image.layout);
+        }
+    }
+
+    /// The `VkDescriptorSet`, for your own `unsafe` binds (a command buffer you submit yourself
+    /// must find every image bound here in the binding's layout when it runs).
+    pub fn raw(&self) -> vk::DescriptorSet {
+        self.raw
+    }
+
+    /// Declares a use of the renderer's own work that ends at `until` (a command buffer it
+    /// submits itself): the program and every resource bound here wait for it too.
+    pub fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
+        self.program.used_until(until)?;
+        for life in self.bound.iter() {
+            life.used_until(until)?;
+        }
+        Ok(())
+    }
+}
+
+/// What compute and graphics programs share: their life (pipeline, layouts and descriptor pool,
+/// released as one group), name, the kinds of set 0's bindings, the push-constant range, and the
+/// pool their descriptor sets come from.
+#[derive(Debug)]
+pub(crate) struct ProgramLayout {
+    pub(crate) life: Arc<Life>,
+    pub(crate) name: String,
+    pub(crate) kinds: Vec<BindingKind>,
+    pub(crate) push_constant_bytes: u32,
+    push_stages: vk::ShaderStageFlags,
+    pub(crate) layout: vk::PipelineLayout,
+    set_layout: vk::DescriptorSetLayout,
+    /// The descriptor pool, locked for each allocation (a pool is externally synchronised).
+    pool: Mutex<vk::DescriptorPool>,
+}
+
+impl ProgramLayout {
+    /// Whether `push_constants` fits the program's range: a multiple of 4 bytes, at most the
+    /// declared size.
+    pub(crate) fn push_fits(&self, push_constants: &[u8]) -> bool {
+        push_constants.len() % 4 == 0 && push_constants.len() <= self.push_constant_bytes as usize
+    }
+
+    /// Records binding `set` at set 0 of `bind_point`. The callers refuse a recording of another
+    /// device and a set of another program with typed errors first; here they are a bug (a panic).
+    pub(crate) fn record_bind(
+        &self,
+        rec: &mut Recording<'_>,
+        bind_point: vk::PipelineBindPoint,
+        set: &DescriptorSet,
+    ) {
+        assert!(rec.device().is(self.life.device()) && set.made_by(&self.life), "checked by the callers");
+        // SAFETY: `rec` is recording on this program's device (asserted) and the set was
+        // allocated from this program's pool with its set layout (asserted), every binding
+        // written with a live resource; the recording holds the program (its callers keep its
+        // life) and the set's resources (the callers' `DescriptorSet::note_use`) until its
+        // submission.
+        unsafe {
+            rec.device().raw().cmd_bind_descriptor_sets(
+                rec.raw(),
+                bind_point,
+                self.layout,
+                0,
+                &[set.raw],
+                &[],
+            );
+        }
+    }
+
+    /// Records pushing `push_constants`, zero-filled up to the declared size, to every stage of
+    /// the range (nothing when the program has no push constants). The callers refuse what
+    /// [`ProgramLayout::push_fits`] does not accept, and a recording of another device, with typed
+    /// errors first; here they are a bug (a panic).
+    pub(crate) fn record_push(&self, rec: &mut Recording<'_>, push_constants: &[u8]) {
+        assert!(
+            rec.device().is(self.life.device()) && self.push_fits(push_constants),
+            "checked by the callers"
+        );
+        if self.push_constant_bytes == 0 {
+            return;
+        }
+        let mut push = push_constants.to_vec();
+        push.resize(self.push_constant_bytes as usize, 0);
+        // SAFETY: `rec` is recording on this program's device (asserted); the bytes cover
+        // exactly the layout's one push-constant range (offset 0, the declared size, a multiple
+        // of 4) with exactly its stages.
+        unsafe {
+            rec.device().raw().cmd_push_constants(rec.raw(), self.layout, self.push_stages, 0, &push);
+        }
+    }
+
+    /// Checks one binding against its kind; returns the life it keeps.
+    fn check_binding(&self, i: usize, binding: &Binding<'_>) -> Result<Vec<Arc<Life>>, BindingError> {
+        let device = self.life.device();
+        let kind = self.kinds[i];
+        let invalid = |resource: &str, reason: String| BindingError::Invalid {
+            program: self.name.clone(),
+            binding: i,
+            resource: resource.to_owned(),
+            reason,
+        };
+        let foreign = |resource: &str| BindingError::WrongDevice {
+            program: self.name.clone(),
+            binding: i,
+            resource: resource.to_owned(),
+        };
+        let wrong_kind = |resource: &str| {
+            invalid(resource, format!("is bound as {}, but the binding is {kind:?}", binding.what()))
+        };
+        let limits = device.limits();
+        match *binding {
+            Binding::Buffer(buffer) => {
+                let name = buffer.name();
+                if !buffer.device().is(device) {
+                    return Err(foreign(name));
+                }
+                let (usage, alignment, max) = match kind {
+                    BindingKind::StorageBuffer => (
+                        BufferUsage::STORAGE,
+                        limits.min_storage_buffer_offset_alignment,
+                        u64::from(limits.max_storage_buffer_range),
+                    ),
+                    BindingKind::UniformBuffer => (
+                        BufferUsage::UNIFORM,
+                        limits.min_uniform_buffer_offset_alignment,
+                        u64::from(limits.max_uniform_buffer_range),
+                    ),
+                    _ => return Err(wrong_kind(name)),
+                };
+                if !buffer.usage().contains(usage) {
+                    return Err(invalid(name, format!("lacks the {usage:?} usage its binding needs")));
+                }
+                if buffer.offset() % alignment.max(1) != 0 {
+                    return Err(invalid(
+                        name,
+                        format!(
+                            "starts at {}, not a multiple of the device's {alignment} B",
+                            buffer.offset()
+                        ),
+                    ));
+                }
+                if buffer.size() > max {
+                    return Err(invalid(
+                        name,
+                        format!("is {} B, over the device's {max} B range", buffer.size()),
+                    ));
+                }
+                Ok(vec![Arc::clone(buffer.life())])
+            }
+            Binding::Sampled { view, sampler, layout } => {
+                let v = view.facts();
+                if kind != BindingKind::SampledImage {
+                    return Err(wrong_kind(&v.name));
+                }
+                if v.device != device.uid() {
+                    return Err(foreign(&v.name));
+                }
+                if !sampler.device().is(device) {
+                    return Err(foreign("sampler"));
+                }
+                if !v.usage.contains(vk::ImageUsageFlags::SAMPLED) {
+                    return Err(invalid(&v.name, "lacks SAMPLED usage".to_owned()));
+                }
+                if !SAMPLED_LAYOUTS.contains(&layout) {
+                    return Err(invalid(&v.name, format!("cannot be sampled in {layout:?}")));
+                }
+                if matches!(view, ViewRef::Sparse(_)) && layout != vk::ImageLayout::GENERAL {
+                    return Err(invalid(
+                        &v.name,
+                        format!("is a sparse image, in GENERAL for life, not {layout:?}"),
+                    ));
+                }
+                if sampler.filter() != Filter::Nearest {
+                    // SAFETY: a pure query of this device's physical device.
+                    let props = unsafe {
+                        device.instance().get_physical_device_format_properties(device.physical(), v.format)
+                    };
+                    let features = match v.tiling {
+                        vk::ImageTiling::LINEAR => props.linear_tiling_features,
+                        _ => props.optimal_tiling_features,
+                    };
+                    if !features.contains(vk::FormatFeatureFlags::SAMPLED_IMAGE_FILTER_LINEAR) {
+                        return Err(invalid(&v.name, format!("{:?} cannot be filtered linearly", v.format)));
+                    }
+                }
+                Ok(v.life.into_iter().chain([Arc::clone(sampler.life())]).collect())
+            }
+            Binding::Storage { view, layout } => {
+                let v = view.facts();
+                if kind != BindingKind::StorageImage {
+                    return Err(wrong_kind(&v.name));
+                }
+                if v.device != device.uid() {
+                    return Err(foreign(&v.name));
+                }
+                if !v.usage.contains(vk::ImageUsageFlags::STORAGE) {
+                    return Err(invalid(&v.name, "lacks STORAGE usage".to_owned()));
+                }
+                if layout != vk::ImageLayout::GENERAL {
+                    return Err(invalid(&v.name, format!("is a storage image in {layout:?}, not GENERAL")));
+                }
+                Ok(v.life.into_iter().collect())
+            }
+        }
+    }
+
+    /// Allocates a descriptor set from the program's pool and writes `bindings` into it (one per
+    /// binding, in order); see `ComputeProgram::descriptor_set`.
+    pub(crate) fn descriptor_set(&self, bindings: &[Binding<'_>]) -> Result<DescriptorSet, BindingError> {
+        if bindings.len() != self.kinds.len() {
+            return Err(BindingError::Count {
+                program: self.name.clone(),
+                expected: self.kinds.len(),
+                given: bindings.len(),
+            });
+        }
+        let mut bound = Vec::with_capacity(bindings.len());
+        let mut images = Vec::new();
+        for (i, binding) in bindings.iter().enumerate() {
+            bound.extend(self.check_binding(i, binding)?);
+            if let Binding::Sampled { view: ViewRef::View(view), layout, .. }
+            | Binding::Storage { view: ViewRef::View(view), layout } = *binding
+            {
+                let overlaps =
+                    |a: &std::ops::Range<u32>, b: &std::ops::Range<u32>| a.start < b.end && b.start < a.end;
+                let clash = images.iter().find(|u: &&ImageUse| {
+                    Arc::ptr_eq(&u.layouts, view.layouts())
+                        && u.layout != layout
+                        && overlaps(&u.mips, &view.mips())
+                        && overlaps(&u.layers, &view.layers())
+                });
+                if let Some(clash) = clash {
+                    return Err(BindingError::Invalid {
+                        program: self.name.clone(),
+                        binding: i,
+                        resource: view.name().to_owned(),
+                        reason: format!(
+                            "is bound in {layout:?}, but an earlier binding shows the same subresources in {:?}",
+                            clash.layout
+                        ),
+                    });
+                }
+                images.push(ImageUse {
+                    layouts: Arc::clone(view.layouts()),
+                    mips: view.mips(),
+                    layers: view.layers(),
+                    layout,
+                });
+            }
+        }
+        let device = self.life.device();
+        let buffer_infos: Vec<_> = bindings
+            .iter()
+            .map(|b| match b {
+                Binding::Buffer(buffer) => [vk::DescriptorBufferInfo::default()
+                    .buffer(buffer.raw())
+                    .offset(buffer.offset())
+                    .range(buffer.size())],
+                _ => [vk::DescriptorBufferInfo::default()],
+            })
+            .collect();
+        let image_infos: Vec<_> = bindings
+            .iter()
+            .map(|b| match *b {
+                Binding::Sampled { view, sampler, layout } => [vk::DescriptorImageInfo::default()
+                    .image_view(view.facts().raw)
+                    .sampler(sampler.raw())
+                    .image_layout(layout)],
+                Binding::Storage { view, layout } => {
+                    [vk::DescriptorImageInfo::default().image_view(view.facts().raw).image_layout(layout)]
+                }
+                Binding::Buffer(_) => [vk::DescriptorImageInfo::default()],
+            })
+            .collect();
+        let layouts = [self.set_layout];
+        let set = {
+            let pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+            let info = vk::DescriptorSetAllocateInfo::default().descriptor_pool(*pool).set_layouts(&layouts);
+            // SAFETY: pool and layout belong to this device; the pool is externally synchronised
+            // by its lock.
+            unsafe { device.raw().allocate_descriptor_sets(&info) }.during("vkAllocateDescriptorSets")?[0]
+        };
+        let writes: Vec<_> = bindings
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                let write = vk::WriteDescriptorSet::default()
+                    .dst_set(set)
+                    .dst_binding(i as u32)
+                    .descriptor_type(self.kinds[i].descriptor_type());
+                match b {
+                    Binding::Buffer(_) => write.buffer_info(&buffer_infos[i]),
+                    _ => write.image_info(&image_infos[i]),
+                }
+            })
+            .collect();
+        // SAFETY: the set was just allocated and no other thread knows it; every write matches its
+        // binding's type and points at a live object of this device with the usage, layout,
+        // alignment and range it needs (checked above); the infos live until the call returns.
+        unsafe { device.raw().update_descriptor_sets(&writes, &[]) };
+        Ok(DescriptorSet {
+            raw: set,
+            program: Arc::clone(&self.life),
+            bound: bound.into(),
+            images: images.into(),
+        })
+    }
+}
+
+/// Layouts a sampled image may be in (`VkWriteDescriptorSet` for combined image samplers).
+const SAMPLED_LAYOUTS: [vk::ImageLayout; 8] = [
+    vk::ImageLayout::GENERAL,
+    vk::ImageLayout::SHADER_READ_ONLY_OPTIMAL,
+    vk::ImageLayout::READ_ONLY_OPTIMAL,
+    vk::ImageLayout::DEPTH_STENCIL_READ_ONLY_OPTIMAL,
+    vk::ImageLayout::DEPTH_READ_ONLY_OPTIMAL,
+    vk::ImageLayout::STENCIL_READ_ONLY_OPTIMAL,
+    vk::ImageLayout::DEPTH_READ_ONLY_STENCIL_ATTACHMENT_OPTIMAL,
+    vk::ImageLayout::DEPTH_ATTACHMENT_STENCIL_READ_ONLY_OPTIMAL,
+];
+
+/// A program's objects while it is created: destroyed on drop unless finished (error paths).
+pub(crate) struct Created<'a> {
+    device: &'a Device,
+    kinds: Vec<BindingKind>,
+    push_constant_bytes: u32,
+    push_stages: vk::ShaderStageFlags,
+    set_layout: vk::DescriptorSetLayout,
+    /// The pipeline layout, for the pipeline's create info.
+    pub(crate) layout: vk::PipelineLayout,
+    pool: vk::DescriptorPool,
+    /// The pipeline, once the caller created it.
+    pub(crate) pipeline: vk::Pipeline,
+}
+
+impl<'a> Created<'a> {
+    /// Creates set 0's layout (binding `i` of `kinds[i]`, visible to `stages[i]`), a pipeline
+    /// layout with that set and one push-constant range of `push_constant_bytes` (a multiple of 4
+    /// within the device's limit: the caller checked) for `push_stages`, and a pool for
+    /// `max_sets` sets (at least 1). What exists is destroyed if a step fails.
+    pub(crate) fn layouts(
+        device: &'a Device,
+        kinds: &[BindingKind],
+        stages: &[vk::ShaderStageFlags],
+        push_constant_bytes: u32,
+        push_stages: vk::ShaderStageFlags,
+        max_sets: u32,
+    ) -> Result<Created<'a>, VulkanError> {
+        debug_assert_eq!(kinds.len(), stages.len());
+        let mut created = Created {
+            device,
+            kinds: kinds.to_vec(),
+            push_constant_bytes,
+            push_stages: if push_constant_bytes > 0 { push_stages } else { vk::ShaderStageFlags::empty() },
+            set_layout: vk::DescriptorSetLayout::null(),
+            layout: vk::PipelineLayout::null(),
+            pool: vk::DescriptorPool::null(),
+            pipeline: vk::Pipeline::null(),
+        };
+        let bindings: Vec<_> = kinds
+            .iter()
+            .zip(stages)
+            .enumerate()
+            .map(|(i, (k, &stages))| {
+                vk::DescriptorSetLayoutBinding::default()
+                    .binding(i as u32)
+                    .descriptor_type(k.descriptor_type())
+                    .descriptor_count(1)
+                    .stage_flags(stages)
+            })
+            .collect();
+        let mut sizes: Vec<vk::DescriptorPoolSize> = Vec::new();
+        for k in kinds {
+            let ty = k.descriptor_type();
+            match sizes.iter_mut().find(|s| s.ty == ty) {
+                Some(s) => s.descriptor_count += max_sets.max(1),
+                None => sizes.push(vk::DescriptorPoolSize { ty, descriptor_count: max_sets.max(1) }),
+            }
+        }
+        let raw = device.raw();
+        // SAFETY: valid device; the create infos live for each call; the push-constant range is a
+        // multiple of 4 within the device's limit (the callers checked). Objects are recorded in
+        // `created`, which destroys what exists if a later step fails (none was used).
+        unsafe {
+            created.set_layout = raw
+                .create_descriptor_set_layout(
+                    &vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings),
+                    None,
+                )
+                .during("vkCreateDescriptorSetLayout")?;
+            let ranges =
+                [vk::PushConstantRange::default().stage_flags(created.push_stages).size(push_constant_bytes)];
+            let set_layouts = [created.set_layout];
+            let mut layout_info = vk::PipelineLayoutCreateInfo::default().set_layouts(&set_layouts);
+            if push_constant_bytes > 0 {
+                layout_info = layout_info.push_constant_ranges(&ranges);
+            }
+            created.layout =
+                raw.create_pipeline_layout(&layout_info, None).during("vkCreatePipelineLayout")?;
+            let pool_info =
+                vk::DescriptorPoolCreateInfo::default().max_sets(max_sets.max(1)).pool_sizes(&sizes);
+            created.pool = raw.create_descriptor_pool(&pool_info, None).during("vkCreateDescriptorPool")?;
+        }
+        Ok(created)
+    }
+
+    /// Names the objects `name`, tracks them in the ledger (the pipeline as `pipeline_kind`) and
+    /// hands them to one life, released as a group.
+    pub(crate) fn finish(mut self, name: &str, pipeline_kind: &'static str) -> (ProgramLayout, vk::Pipeline) {
+        let device = self.device;
+        // Taken out, so the guard's drop destroys only null handles.
+        let set_layout = std::mem::take(&mut self.set_layout);
+        let layout = std::mem::take(&mut self.layout);
+        let pool = std::mem::take(&mut self.pool);
+        let pipeline = std::mem::take(&mut self.pipeline);
+        device.set_name(pipeline, name);
+        device.set_name(layout, &format!("{name} layout"));
+        device.set_name(set_layout, &format!("{name} set layout"));
+        device.set_name(pool, &format!("{name} descriptors"));
+        let ledger = device.ledger();
+        let garbage = Garbage::Group(vec![
+            Garbage::DescriptorPool {
+                raw: pool,
+                id: ledger.track("descriptor pool", format!("{name} descriptors")),
+            },
+            Garbage::Pipeline { raw: pipeline, id: ledger.track(pipeline_kind, name) },
+            Garbage::PipelineLayout {
+                raw: layout,
+                id: ledger.track("pipeline layout", format!("{name} layout")),
+            },
+            Garbage::DescriptorSetLayout {
+                raw: set_layout,
+                id: ledger.track("descriptor set layout", format!("{name} set layout")),
+            },
+        ]);
+        let program = ProgramLayout {
+            life: Life::new(device.arc(), garbage, None),
+            name: name.to_owned(),
+            kinds: std::mem::take(&mut self.kinds),
+            push_constant_bytes: self.push_constant_bytes,
+            push_stages: self.push_stages,
+            layout,
+            set_layout,
+            pool: Mutex::new(pool),
+        };
+        (program, pipeline)
+    }
+}
+
+impl Drop for Created<'_> {
+    fn drop(&mut self) {
+        let raw = self.device.raw();
+        // SAFETY: each handle is null or an object of this device created by `Created::layouts`
+        // or its caller that nothing used yet. Destroying null handles is valid.
+        unsafe {
+            raw.destroy_descriptor_pool(self.pool, None);
+            raw.destroy_pipeline(self.pipeline, None);
+            raw.destroy_pipeline_layout(self.layout, None);
+            raw.destroy_descriptor_set_layout(self.set_layout, None);
+        }
+    }
+}

@@ -1,0 +1,65 @@
+// The virtual-texture fragment shaders' code, shared by vt_quad.frag (hardware sparse residency)
+// and vt_quad_software.frag (the software path: atlas + indirection), as stream_view.glsl is by the
+// compute views. The binding layout is stream_view's without its output image (the colour
+// attachment takes its place) and its reference texture (vt_quad_reference.frag samples that):
+//
+//   set 0 binding 0: sampler2D tex        hardware: the sparse image (all mips, GENERAL), trilinear
+//                                         software: the tile-cache atlas, bilinear (or trilinear)
+//   set 0 binding 1: usampler2D minLodMap hardware: the min-LOD map; software: the indirection
+//                                         texture. NEAREST filtering (an integer texture).
+//   set 0 binding 2: buffer Feedback      the frame's feedback buffer (read-write, atomics)
+//   set 0 binding 3: buffer ImageTable    the feedback image table (read-only)
+//
+// Push constants (96 bytes, vertex and fragment stages; bytes 0..64 are vt_quad.vert's):
+//   bytes  0..64: mat4 viewProj (vt_quad.vert)
+//   bytes 64..80: uvec4 feedback: x = feedback image slot, y = frame, z = pixel stride,
+//                 w = frame interval (feedbackPixelWrites' sampling)
+//   bytes 80..96: uvec4 control: x bit 0 = write feedback (0: the same draw without feedback);
+//                 y, z, w = 0 (reserved)
+//
+// Feedback from a fragment shader needs the device feature fragmentStoresAndAtomics. The feedback
+// buffer must be host-readable (the Readback intent), and a barrier from the fragment shader's
+// writes to the host's reads must follow the draws before the CPU decodes it.
+//
+// The LOD is the derivative-based lambda of the texture's mip 0 (rho = the longer of the uv
+// derivatives in texels, lambda = log2(rho)), computed the same way in all three shaders, so the
+// streamed and the reference images sample the same LOD.
+
+layout(location = 0) in vec2 uv;
+layout(location = 0) out vec4 fragColor;
+
+layout(set = 0, binding = 0) uniform sampler2D tex;
+layout(set = 0, binding = 1) uniform usampler2D minLodMap;
+layout(std430, set = 0, binding = 2) buffer Feedback { uint fbWords[]; };
+layout(std430, set = 0, binding = 3) readonly buffer ImageTable { uint table[]; };
+
+layout(push_constant) uniform Push {
+    layout(offset = 64) uvec4 feedback; // x: slot, y: frame, z: pixel stride, w: frame interval
+    uvec4 control;                      // x bit 0: write feedback
+} pc;
+
+#ifdef RESIDENCY_SOFTWARE
+#include "residency_software.glsl"
+#else
+#include "residency.glsl"
+#endif
+#include "feedback.glsl"
+#include "vt_lod.glsl"
+
+void main() {
+#ifdef RESIDENCY_SOFTWARE
+    vec2 size = vec2(residencySoftwareHeader(minLodMap).size);
+#else
+    vec2 size = vec2(textureSize(tex, 0));
+#endif
+    // Derivatives first, in uniform control flow.
+    float lambda = vtLambda(uv, size);
+    bool resident;
+    float usedLod;
+    fragColor = residencySampleFallback(tex, minLodMap, uv, max(lambda, 0.0), vec4(1.0, 0.0, 1.0, 1.0),
+                                        resident, usedLod);
+    if ((pc.control.x & 1u) != 0u
+        && feedbackPixelWrites(uvec2(gl_FragCoord.xy), pc.feedback.y, pc.feedback.z, pc.feedback.w)) {
+        feedback(pc.feedback.x, 0u, uv, lambda, residencyMinLod(minLodMap, uv));
+    }
+}
