@@ -4,7 +4,6 @@
 use super::Section;
 use crate::stream::{fly, StreamArgs};
 use residency::core::report::charts::{bar_chart, line_chart};
-use residency::core::vt_file::VtIndex;
 use residency::vulkan::DeviceSet;
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -75,10 +74,7 @@ pub fn streaming(set: &DeviceSet) -> anyhow::Result<Section> {
     let dir = std::env::temp_dir().join(format!("residency-tour-vt-{}", std::process::id()));
     let texture = prepare_texture(Path::new(TERRAINS), &dir, SIZE)?;
     let path = texture.path;
-    let mut file = std::fs::File::open(&path)?;
-    let index = VtIndex::read(&mut file).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    let r = fly(&StreamArgs::tour(path, FRAMES), &device, &mut file, &index, None)?;
-    drop(file);
+    let r = fly(&StreamArgs::tour(vec![path], FRAMES), &device, None)?;
     let _ = std::fs::remove_dir_all(&dir);
 
     let share = r.resident_bytes_peak as f64 / r.fully_resident_bytes as f64;
@@ -86,10 +82,11 @@ pub fn streaming(set: &DeviceSet) -> anyhow::Result<Section> {
     let mib = |b: u64| b as f64 / f64::from(1 << 20);
     let mut lines = vec![
         format!(
-            "{} ({:.1} MiB fully resident, {} tiles of 128²) streamed into a sparse image: the shader samples what is resident, falls back to coarser mips, and writes feedback; the manager loads what was missed under a budget of a tenth of the texture.",
+            "{} ({:.1} MiB fully resident, {} tiles of 128²) streamed by the library's streamer ({} path): a plane drawn with a fragment shader that samples what is resident, falls back to coarser mips and writes feedback; the streamer loads what was missed on worker threads under a budget of a tenth of the texture.",
             texture.source,
             mib(r.fully_resident_bytes),
-            index.desc().tile_count()
+            r.fully_resident_bytes / 65536,
+            r.path
         ),
         format!(
             "{FRAMES} frames at 256² with a camera cut half-way: peak resident {:.1} MiB ({:.1} % of fully resident), {} tiles streamed, request-to-resident latency p50/p95/p99 {}/{}/{} frames.",
@@ -198,8 +195,7 @@ fn base64(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::prepare_texture;
-    use residency::core::vt_file::VtIndex;
-
+    
     fn temp_dir(name: &str) -> std::path::PathBuf {
         let dir = std::env::temp_dir().join(format!("residency-tour-prep-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);

@@ -56,7 +56,7 @@ use residency_core::format::Format;
 use residency_core::memory::MemoryIntent;
 use residency_core::streaming::{
     FeedbackBuffer, FeedbackDesc, FeedbackError, FeedbackLayout, FeedbackRing, FeedbackSampling, FrameInput,
-    FrameOutput, LoadJob, SourceError, StreamUnit, StreamingDesc, StreamingError, StreamingManager,
+    FrameOutput, LoadJob, RequestKind, SourceError, StreamUnit, StreamingDesc, StreamingError, StreamingManager,
     StreamingStats, TileKey, TileLoader, TileRequest, TileSource,
 };
 use residency_core::tiles::{BindPlanOptions, ImageId, LayoutError, ResidencyPath};
@@ -343,6 +343,20 @@ pub struct ResidentLatency {
     pub resident_frame: u64,
 }
 
+/// What one frame's feedback asked for, once read back ([`Streamer::take_feedback_frames`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FeedbackFrame {
+    /// The frame that wrote it.
+    pub frame: u64,
+    /// Distinct tiles its sampled pixels missed (sampled coarser than they asked): 0 means no
+    /// sampled pixel needed a fallback.
+    pub misses: u64,
+    /// Distinct tiles asked for by LOD warnings (ahead of need).
+    pub warnings: u64,
+    /// Whether requests were dropped (more distinct tiles than the record capacity).
+    pub overflowed: bool,
+}
+
 /// Latencies kept for [`Streamer::take_latencies`] at most (the oldest go first).
 const KEPT_LATENCIES: usize = 1 << 16;
 
@@ -548,6 +562,7 @@ pub struct Streamer {
     /// The frame of each recent manager tick (priming's ticks have none).
     tick_frames: std::collections::VecDeque<(u64, u64)>,
     latencies: std::collections::VecDeque<ResidentLatency>,
+    feedback_frames: std::collections::VecDeque<FeedbackFrame>,
     /// Ids of texture handles dropped without `remove_texture`.
     dropped: Arc<std::sync::Mutex<Vec<ImageId>>>,
 }
@@ -625,6 +640,7 @@ impl Streamer {
             serial: STREAMERS.fetch_add(1, Ordering::Relaxed),
             tick_frames: Default::default(),
             latencies: Default::default(),
+            feedback_frames: Default::default(),
             dropped: Arc::default(),
             desc: StreamerDesc { frames_in_flight, ..desc },
         })
@@ -681,6 +697,22 @@ impl Streamer {
         tiles
     }
 
+    /// Device memory behind the textures now: the tile heaps' memory (hardware; allocated as the
+    /// pool grows), or the atlases and indirection textures (software, allocated whole).
+    pub fn backing_bytes(&self) -> u64 {
+        match &self.heaps {
+            Some(_) => u64::from(self.manager.pool().stats().capacity_tiles) * self.manager.pool().tile_bytes(),
+            None => self
+                .textures
+                .values()
+                .map(|t| match &t.gpu {
+                    TextureGpu::Software { texture } => texture.memory_bytes(),
+                    TextureGpu::Hardware { .. } => 0,
+                })
+                .sum(),
+        }
+    }
+
     /// The tile budget in effect.
     pub fn budget_tiles(&self) -> u32 {
         self.manager.budget_tiles()
@@ -715,6 +747,12 @@ impl Streamer {
     /// (at most the latest 65 536; priming's units are not included).
     pub fn take_latencies(&mut self) -> Vec<ResidentLatency> {
         self.latencies.drain(..).collect()
+    }
+
+    /// The frames whose feedback was read since the last call, oldest first (at most the latest
+    /// 65 536).
+    pub fn take_feedback_frames(&mut self) -> Vec<FeedbackFrame> {
+        self.feedback_frames.drain(..).collect()
     }
 
     /// The load failures since the last call.
@@ -1108,11 +1146,20 @@ impl Streamer {
             let decoded = slot.layout.decode(&bytes, f)?;
             self.stats.feedback_frames_read += 1;
             self.stats.feedback_overflows += u64::from(decoded.overflowed);
+            let mut summary = FeedbackFrame { frame: f, misses: 0, warnings: 0, overflowed: decoded.overflowed };
             for r in &decoded.requests {
                 if let Some(t) = self.texture_stats.get_mut(&r.image) {
                     t.requests += 1;
                     t.pixels += u64::from(r.pixels);
                 }
+                match r.kind {
+                    RequestKind::Miss => summary.misses += 1,
+                    _ => summary.warnings += 1,
+                }
+            }
+            self.feedback_frames.push_back(summary);
+            if self.feedback_frames.len() > KEPT_LATENCIES {
+                self.feedback_frames.pop_front();
             }
             self.requests.extend(decoded.requests);
             oldest.get_or_insert(tick);

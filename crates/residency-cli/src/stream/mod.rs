@@ -1,0 +1,388 @@
+//! `residency stream FILE.rvt...`: a camera flying over a grid of planes textured with virtual
+//! textures, streamed by the library's `Streamer` from fragment-shader feedback under one
+//! budget, each frame compared with the same frame drawn from fully resident copies. The frame
+//! protocol is the streamer's: this loop calls `begin_frame`, records the scene inside
+//! `FrameBindings::record`, submits, and calls `end_frame`.
+
+mod report;
+mod scene;
+
+pub use report::{StreamReport, SweepPoint};
+
+use anyhow::Context;
+use report::{mean, mse, percentile, psnr_of};
+use residency::core::streaming::{FeedbackSampling, RvtSource};
+use residency::core::tiles::ResidencyPath;
+use residency::vulkan::streaming::{Streamer, StreamerDesc};
+use residency::vulkan::{CommandContext, Device, DeviceSet, DeviceSetDesc, FaultSite, InjectedFault, Submission};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Debug, clap::Args)]
+pub struct StreamArgs {
+    /// The `.rvt` files (`residency vt build`); the planes take them in turn.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// Virtual textures on a grid of planes (default: one per file).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    textures: Option<u32>,
+    /// Frames to render.
+    #[arg(long, default_value_t = 120)]
+    frames: u64,
+    #[arg(long, default_value_t = 256)]
+    width: u32,
+    #[arg(long, default_value_t = 256)]
+    height: u32,
+    /// Tile budget in MiB (default: a tenth of the textures fully resident).
+    #[arg(long)]
+    budget_mib: Option<u64>,
+    /// Bytes of tile loads started per frame, in MiB.
+    #[arg(long, default_value_t = 8)]
+    upload_mib: u64,
+    /// Feedback from one pixel of every N × N block (taken in turn).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=16))]
+    feedback_stride: u32,
+    /// Feedback every N frames.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
+    feedback_interval: u32,
+    /// Cut the tile budget at this frame to `--cut-to-mib`.
+    #[arg(long, requires = "cut_to_mib")]
+    cut_at_frame: Option<u64>,
+    #[arg(long, requires = "cut_at_frame")]
+    cut_to_mib: Option<u64>,
+    #[arg(long)]
+    json: bool,
+    /// Write every `--every`th frame (streamed and reference) as PNG into DIR.
+    #[arg(long, value_name = "DIR")]
+    frames_out: Option<PathBuf>,
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    every: u64,
+    /// The residency path (auto: hardware where the device has it).
+    #[arg(long, value_enum, default_value_t = PathArg::Auto)]
+    path: PathArg,
+    /// Open the device without sparse residency (`--path auto` then takes the software path).
+    #[arg(long)]
+    no_sparse: bool,
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=8))]
+    frames_in_flight: u32,
+    /// Also fly again with budgets of 25, 50 and 100 % of the working set (thrash rate).
+    #[arg(long)]
+    sweep: bool,
+    /// Testing aid: wait for each frame's loads before the next frame, so runs are frame-exact.
+    #[arg(long)]
+    wait_loads: bool,
+    /// Testing aid: make one Vulkan call fail (`SITE:N[:lost]`: allocate_memory, create_resource,
+    /// bind_sparse, queue_submit or wait, after N calls); the run ends with that typed error.
+    #[arg(long, value_name = "SITE:N[:lost]", value_parser = parse_fault)]
+    inject_fault: Option<(FaultSite, u64, InjectedFault)>,
+}
+
+fn parse_fault(text: &str) -> Result<(FaultSite, u64, InjectedFault), String> {
+    let mut parts = text.split(':');
+    let site = match parts.next().unwrap_or_default() {
+        "allocate_memory" => FaultSite::AllocateMemory,
+        "create_resource" => FaultSite::CreateResource,
+        "bind_sparse" => FaultSite::BindSparse,
+        "queue_submit" => FaultSite::QueueSubmit,
+        "wait" => FaultSite::Wait,
+        other => return Err(format!("unknown fault site `{other}`")),
+    };
+    let skip = parts.next().ok_or("missing N")?.parse::<u64>().map_err(|e| e.to_string())?;
+    let fault = match parts.next() {
+        None => InjectedFault::OutOfDeviceMemory,
+        Some("lost") => InjectedFault::DeviceLost,
+        Some(other) => return Err(format!("unknown fault `{other}` (only `lost`)")),
+    };
+    Ok((site, skip, fault))
+}
+
+/// `--path`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PathArg {
+    Auto,
+    Hardware,
+    Software,
+}
+
+impl StreamArgs {
+    /// The tour's short fly-over of `files`: `frames` frames at 256², quiet.
+    pub fn tour(files: Vec<PathBuf>, frames: u64) -> Self {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct P {
+            #[command(flatten)]
+            a: StreamArgs,
+        }
+        let mut args = P::parse_from(["stream", "x.rvt"]).a;
+        (args.files, args.frames, args.json) = (files, frames, true);
+        args
+    }
+}
+
+pub fn run(args: &StreamArgs) -> anyhow::Result<ExitCode> {
+    let set = DeviceSet::new(&DeviceSetDesc::default().with_sparse_residency(!args.no_sparse))?;
+    let device = Arc::clone(&set.devices()[0]);
+    if let Some((site, skip, fault)) = args.inject_fault {
+        device.ledger().inject_fault(site, skip, fault);
+    }
+    let mut report = fly(args, &device, None)?;
+    if args.sweep {
+        let working_set = report.resident_bytes_peak.max(1);
+        for percent in [25u32, 50, 100] {
+            let quiet = StreamArgs { frames_out: None, ..args.clone() };
+            let r = fly(&quiet, &device, Some((working_set * u64::from(percent) / 100).max(1)))?;
+            report.sweep.push(SweepPoint {
+                percent,
+                budget_bytes: r.budget_bytes,
+                tiles_streamed: r.tiles_streamed,
+                tiles_evicted: r.tiles_evicted,
+                thrash: r.thrash,
+                thrash_rate: r.thrash as f64 / r.tiles_streamed.max(1) as f64,
+                latency_frames_p95: r.latency_frames_p95,
+                converged_frames: r.converged_frames,
+                psnr_db_mean_all: mean(&r.psnr_db_per_frame),
+            });
+        }
+    }
+    report.validation_performance_warnings = set.validation_log().performance_warnings();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        let mib = |b: u64| b as f64 / f64::from(1 << 20);
+        println!(
+            "{}: {} textures, {} frames {}×{} ({}); resident peak {:.1} of {:.1} MiB, budget {:.1} MiB",
+            report.device, report.textures, report.frames, report.width, report.height, report.path,
+            mib(report.resident_bytes_peak), mib(report.fully_resident_bytes), mib(report.budget_bytes)
+        );
+        println!(
+            "streamer CPU {:.3} ms mean, {:.3} ms p99; render {:.3} ms GPU, feedback +{:.3} ms; latency p95 {} frames, {:.1} ms",
+            report.streamer_cpu_ms_mean, report.streamer_cpu_ms_p99, report.render_gpu_ms_mean,
+            report.feedback_gpu_ms_mean, report.latency_frames_p95, report.latency_ms_p95
+        );
+        println!(
+            "PSNR frame 0 {:.1} dB; over {} converged frames mean {:.1} dB, min {:.1} dB; {} tiles streamed, {} evicted",
+            report.psnr_db_frame0, report.converged_frames, report.psnr_db_mean, report.psnr_db_min,
+            report.tiles_streamed, report.tiles_evicted
+        );
+    }
+    let problems = set.validation_log().problem_count();
+    if problems != 0 {
+        eprintln!("{problems} validation problem(s)");
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One fly-over with a fresh streamer and scene; `budget` overrides the budget in bytes.
+pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyhow::Result<StreamReport> {
+    let files = args
+        .files
+        .iter()
+        .map(|f| RvtSource::open(f).map(Arc::new).with_context(|| format!("opening {}", f.display())))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let textures = args.textures.unwrap_or(files.len() as u32);
+    let plane_files: Vec<usize> = (0..textures as usize).map(|i| i % files.len()).collect();
+    let tile_bytes = 65536u64;
+    // Fully resident: every tile of every mip (64 KiB each).
+    let full: u64 = plane_files.iter().map(|&f| files[f].index().desc().tile_count() * tile_bytes).sum();
+    let budget_bytes = budget.unwrap_or_else(|| args.budget_mib.map_or(full / 10, |m| m << 20));
+    let path = match args.path {
+        PathArg::Auto => ResidencyPath::Auto,
+        PathArg::Hardware => ResidencyPath::Hardware,
+        PathArg::Software => ResidencyPath::Software,
+    };
+    let desc = StreamerDesc::default()
+        .with_name("stream")
+        .with_path(path)
+        .with_budget_tiles((budget_bytes / tile_bytes).max(1) as u32)
+        .with_upload_bytes_per_frame(args.upload_mib << 20)
+        .with_frames_in_flight(args.frames_in_flight)
+        .with_sampling(FeedbackSampling::new(args.feedback_stride, args.feedback_interval));
+    let mut streamer = Streamer::new(device, desc)?;
+    let mut handles = Vec::new();
+    for (i, &f) in plane_files.iter().enumerate() {
+        handles.push(streamer.add_texture(&format!("plane {i}"), Arc::clone(&files[f]) as _)?);
+    }
+    let fif = args.frames_in_flight as usize;
+    let mut scene = scene::Scene::new(device, streamer.path(), &files, plane_files, [args.width, args.height], fif as u32)?;
+    let commands = CommandContext::new(device, "stream frames")?;
+    let aspect = args.width as f32 / args.height as f32;
+    let mut r = StreamReport::default();
+    let mut in_flight: Vec<Option<(u64, Submission)>> = (0..fif).map(|_| None).collect();
+    let mut done = Finished::default();
+    let (mut streamer_ms, mut cpu_ms, mut frame_ms) = (Vec::new(), Vec::new(), Vec::new());
+    for frame in 0..args.frames {
+        let started = Instant::now();
+        let slot = frame as usize % fif;
+        let mut waited = Duration::ZERO;
+        if let Some((f, submission)) = in_flight[slot].take() {
+            let t = Instant::now();
+            commands.wait(submission)?;
+            waited += t.elapsed();
+            done.frame(&scene, args, f, slot)?;
+        }
+        if let (Some(at_frame), Some(mib)) = (args.cut_at_frame, args.cut_to_mib) {
+            if frame == at_frame {
+                streamer.set_budget_tiles(((mib << 20) / tile_bytes).max(1) as u32);
+            }
+        }
+        let t = Instant::now();
+        let bindings = streamer.begin_frame()?;
+        let mut streamer_time = t.elapsed();
+        let view_proj = scene::camera(frame, args.frames, scene.grid, aspect);
+        let (mut recorded, mut draw_time) = (Ok(()), Duration::ZERO);
+        let submission = commands.submit(&[], |rec| {
+            let t = Instant::now();
+            recorded = bindings
+                .record(rec, |rec| {
+                    let t = Instant::now();
+                    let drawn = scene.record(rec, &bindings, &view_proj);
+                    draw_time = t.elapsed();
+                    drawn
+                })
+                .map_err(anyhow::Error::from)
+                .and_then(|drawn| drawn);
+            streamer_time += t.elapsed() - draw_time;
+        })?;
+        drop(bindings);
+        recorded?;
+        let t = Instant::now();
+        streamer.end_frame(submission.gpu_use())?;
+        streamer_time += t.elapsed();
+        in_flight[slot] = Some((frame, submission));
+        if args.wait_loads {
+            streamer.wait_for_loads();
+        }
+        r.tiles_per_frame.push(streamer.manager_stats().last_frame.became_resident.into());
+        r.resident_mib_per_frame.push(streamer.manager_stats().resident_bytes as f64 / f64::from(1 << 20));
+        r.backing_bytes_peak = r.backing_bytes_peak.max(streamer.backing_bytes());
+        streamer_ms.push(streamer_time.as_secs_f64() * 1e3);
+        frame_ms.push(started.elapsed().as_secs_f64() * 1e3);
+        let psnr = if waited > Duration::ZERO { done.psnr_ms.last().copied().unwrap_or(0.0) } else { 0.0 };
+        cpu_ms.push((started.elapsed() - waited).as_secs_f64() * 1e3 - psnr);
+    }
+    for f in args.frames.saturating_sub(fif as u64)..args.frames {
+        if let Some((sf, submission)) = in_flight[f as usize % fif].take() {
+            commands.wait(submission)?;
+            done.frame(&scene, args, sf, f as usize % fif)?;
+        }
+    }
+    device.wait_idle()?;
+    // Converged: the frame's feedback (read by the streamer) missed nothing.
+    let mut converged = vec![false; args.frames as usize];
+    for fb in streamer.take_feedback_frames() {
+        if let Some(c) = converged.get_mut(fb.frame as usize) {
+            *c = fb.misses == 0 && !fb.overflowed;
+        }
+    }
+    let latencies: Vec<f64> = streamer
+        .take_latencies()
+        .iter()
+        .filter_map(|l| {
+            let at = |f: u64| done.pass_at_ms.get(f as usize).copied().flatten();
+            Some(at(l.resident_frame)?.0 - at(l.requested_frame?)?.1)
+        })
+        .collect();
+    let stats = streamer.manager_stats().clone();
+    let summary = stats.latency.summary();
+    let conv: Vec<f64> = done.psnr.iter().zip(&converged).filter(|(_, c)| **c).map(|(p, _)| *p).collect();
+    let max_abs_diff_converged = done.max_diff.iter().zip(&converged).filter(|(_, c)| **c).map(|(d, _)| *d).max();
+    let gpu_of = |i: usize| mean(&done.gpu_ms.iter().filter_map(|g| g[i]).collect::<Vec<_>>());
+    let run_s = frame_ms.iter().sum::<f64>() / 1e3;
+    r = StreamReport {
+        device: device.name().to_owned(),
+        path: streamer.path().name().to_owned(),
+        textures,
+        distinct_files: files.len() as u32,
+        gpu_ms_mean: gpu_of(0),
+        render_gpu_ms_mean: gpu_of(1),
+        feedback_gpu_ms_mean: gpu_of(0) - gpu_of(1),
+        gpu_reference_ms_mean: gpu_of(2),
+        streamer_cpu_ms_mean: mean(&streamer_ms),
+        streamer_cpu_ms_p99: percentile(&streamer_ms, 99.0),
+        psnr_cpu_ms_mean: mean(&done.psnr_ms),
+        cpu_ms_mean: mean(&cpu_ms),
+        psnr_db_run: psnr_of(done.mse_sum / done.psnr.len().max(1) as f64),
+        psnr_db_frame0: done.psnr.first().copied().unwrap_or(0.0),
+        max_abs_diff_converged: max_abs_diff_converged.unwrap_or(0),
+        frames: args.frames,
+        width: args.width,
+        height: args.height,
+        fully_resident_bytes: full,
+        budget_bytes,
+        resident_bytes_peak: stats.resident_bytes_peak,
+        tiles_streamed: stats.tiles_streamed,
+        tiles_evicted: stats.tiles_evicted,
+        thrash: stats.thrash,
+        latency_frames_p50: summary.p50,
+        latency_frames_p95: summary.p95,
+        latency_frames_p99: summary.p99,
+        latency_ms_p50: percentile(&latencies, 50.0),
+        latency_ms_p95: percentile(&latencies, 95.0),
+        latency_ms_samples: latencies.len() as u64,
+        frame_ms_mean: mean(&frame_ms),
+        frames_in_flight: args.frames_in_flight,
+        unbinds_after_frames: streamer.stats().unbinds_after_frames,
+        streamer_host_waits: streamer.stats().slot_waits,
+        converged_frames: conv.len() as u64,
+        psnr_db_mean: mean(&conv),
+        psnr_db_min: if conv.is_empty() { 0.0 } else { conv.iter().copied().fold(f64::INFINITY, f64::min) },
+        mb_per_s: stats.bytes_streamed as f64 / 1e6 / run_s.max(1e-9),
+        frames_to_converge_after_cut: converged.iter().skip((args.frames / 2) as usize).position(|&c| c).map(|p| p as u64),
+        latency_histogram_frames: stats.latency.counts().to_vec(),
+        psnr_db_per_frame: done.psnr,
+        last_frame: done.last_frame,
+        ..r
+    };
+    Ok(r)
+}
+
+/// The frames read back so far, in frame order.
+#[derive(Default)]
+struct Finished {
+    psnr: Vec<f64>,
+    mse_sum: f64,
+    /// Largest channel difference from the reference, per frame.
+    max_diff: Vec<u8>,
+    gpu_ms: Vec<[Option<f64>; 3]>,
+    pass_at_ms: Vec<Option<(f64, f64)>>,
+    /// The PSNR comparison's CPU time per frame.
+    psnr_ms: Vec<f64>,
+    last_frame: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Finished {
+    fn frame(&mut self, scene: &scene::Scene, args: &StreamArgs, f: u64, slot: usize) -> anyhow::Result<()> {
+        debug_assert_eq!(f as usize, self.psnr.len(), "frames finish in order");
+        let t = Instant::now();
+        let out = scene.finished(slot)?;
+        let error = mse(&out.streamed, &out.reference);
+        self.psnr.push(psnr_of(error));
+        self.mse_sum += error;
+        self.max_diff.push(out.streamed.iter().zip(&out.reference).map(|(&a, &b)| a.abs_diff(b)).max().unwrap_or(0));
+        self.psnr_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        self.gpu_ms.push(out.gpu_ms);
+        self.pass_at_ms.push(out.pass_at_ms);
+        if let Some(dir) = args.frames_out.as_ref().filter(|_| f % args.every == args.every - 1) {
+            write_png(dir, f, args, &out.streamed, &out.reference)?;
+        }
+        if f + 1 == args.frames {
+            self.last_frame = Some((out.streamed, out.reference));
+        }
+        Ok(())
+    }
+}
+
+fn write_png(dir: &std::path::Path, frame: u64, args: &StreamArgs, streamed: &[u8], reference: &[u8]) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    for (name, px) in [("streamed", streamed), ("reference", reference)] {
+        let file = std::fs::File::create(dir.join(format!("frame{frame:04}-{name}.png")))?;
+        let mut encoder = png::Encoder::new(std::io::BufWriter::new(file), args.width, args.height);
+        encoder.set_color(png::ColorType::Rgba);
+        encoder.set_depth(png::BitDepth::Eight);
+        encoder.write_header()?.write_image_data(px)?;
+    }
+    Ok(())
+}

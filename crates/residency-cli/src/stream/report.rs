@@ -1,0 +1,168 @@
+//! What `residency stream` measured, and the arithmetic of it (PSNR, percentiles).
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// One budget of `--sweep`.
+#[derive(Debug, Serialize)]
+pub struct SweepPoint {
+    /// Budget as a percentage of the working set.
+    pub percent: u32,
+    /// The budget in bytes.
+    pub budget_bytes: u64,
+    /// Tiles made resident.
+    pub tiles_streamed: u64,
+    /// Tiles evicted.
+    pub tiles_evicted: u64,
+    /// Tiles wanted again soon after their eviction.
+    pub thrash: u64,
+    /// `thrash / tiles_streamed`.
+    pub thrash_rate: f64,
+    /// Request-to-resident p95 in frames.
+    pub latency_frames_p95: u32,
+    /// Frames that needed no fallback.
+    pub converged_frames: u64,
+    /// Mean PSNR of all frames against the fully resident render.
+    pub psnr_db_mean_all: f64,
+}
+
+/// What the run measured (the `--json` output).
+#[derive(Debug, Default, Serialize)]
+pub struct StreamReport {
+    pub device: String,
+    /// `hardware` or `software`.
+    pub path: String,
+    /// Virtual textures streamed (on a grid of planes), and how many distinct `.rvt` files.
+    pub textures: u32,
+    pub distinct_files: u32,
+    /// Device memory behind the streamed textures at its peak: the tile heaps (hardware), the
+    /// atlases and indirection textures (software, allocated whole up front).
+    pub backing_bytes_peak: u64,
+    /// Mean GPU time of the streamed draw with feedback (timestamps around its pass), ms.
+    pub gpu_ms_mean: f64,
+    /// The same draw without feedback, same frames: the render's own cost, ms.
+    pub render_gpu_ms_mean: f64,
+    /// What feedback adds: `gpu_ms_mean - render_gpu_ms_mean`, ms.
+    pub feedback_gpu_ms_mean: f64,
+    /// The fully resident reference draw, ms.
+    pub gpu_reference_ms_mean: f64,
+    /// Everything the streamer does on the CPU per frame (begin_frame: feedback decode, update,
+    /// binds, staging; its part of the recording; end_frame), ms.
+    pub streamer_cpu_ms_mean: f64,
+    pub streamer_cpu_ms_p99: f64,
+    /// The PSNR comparison per frame (read-back, MSE), timed apart, ms.
+    pub psnr_cpu_ms_mean: f64,
+    /// Mean CPU time per frame, waits and the PSNR comparison excluded, ms.
+    pub cpu_ms_mean: f64,
+    /// PSNR of the whole run against the fully resident render (the mean squared error of all
+    /// frames, converged or not): how close streaming comes overall, comparable across paths.
+    pub psnr_db_run: f64,
+    /// PSNR of frame 0 (only the primed coarse chains resident).
+    pub psnr_db_frame0: f64,
+    /// The largest difference of any colour channel from the fully resident render over the
+    /// converged frames (0: identical; 1: rounding of the last bit).
+    pub max_abs_diff_converged: u8,
+    pub frames: u64,
+    pub width: u32,
+    pub height: u32,
+    pub fully_resident_bytes: u64,
+    pub budget_bytes: u64,
+    pub resident_bytes_peak: u64,
+    pub tiles_streamed: u64,
+    pub tiles_evicted: u64,
+    pub thrash: u64,
+    pub latency_frames_p50: u32,
+    pub latency_frames_p95: u32,
+    pub latency_frames_p99: u32,
+    /// Request-to-resident latency from GPU timestamps: the end of the feedback pass of the frame
+    /// that asked, to the start of the pass of the first frame that sampled the tile resident.
+    pub latency_ms_p50: f64,
+    pub latency_ms_p95: f64,
+    /// How many latencies the ms figures come from.
+    pub latency_ms_samples: u64,
+    pub frame_ms_mean: f64,
+    /// Frames the CPU ran ahead of the GPU.
+    pub frames_in_flight: u32,
+    /// Sparse binds that unbound tiles, waiting on the GPU for the frames in flight.
+    pub unbinds_after_frames: u64,
+    /// Frames whose `begin_frame` waited on the host for its feedback slot.
+    pub streamer_host_waits: u64,
+    pub converged_frames: u64,
+    /// Over the converged frames (0 when none converged; identical renders score 99 dB).
+    pub psnr_db_mean: f64,
+    pub psnr_db_min: f64,
+    /// Uncompressed tile bytes made resident per second of the run.
+    pub mb_per_s: f64,
+    /// Frames from the camera cut (half-way) to the first frame that needed no fallback.
+    pub frames_to_converge_after_cut: Option<u64>,
+    /// `--sweep`: budgets of 25, 50 and 100 % of the working set.
+    pub sweep: Vec<SweepPoint>,
+    /// Request-to-resident latencies: `[l]` = tiles that took `l` frames.
+    pub latency_histogram_frames: Vec<u64>,
+    pub tiles_per_frame: Vec<u64>,
+    pub resident_mib_per_frame: Vec<f64>,
+    pub psnr_db_per_frame: Vec<f64>,
+    /// The validation layer's performance warnings of the run, by message ID (docs/reliability.md
+    /// says why each kind stays); empty without the layer.
+    pub validation_performance_warnings: BTreeMap<String, u64>,
+    /// The last frame, streamed and fully resident, RGBA8 (`width × height`).
+    #[serde(skip)]
+    pub last_frame: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Mean squared error over the colour channels of two RGBA8 images.
+pub fn mse(a: &[u8], b: &[u8]) -> f64 {
+    a.iter()
+        .zip(b)
+        .enumerate()
+        .filter(|(i, _)| i % 4 != 3)
+        .map(|(_, (&x, &y))| (f64::from(x) - f64::from(y)).powi(2))
+        .sum::<f64>()
+        / (a.len() as f64 * 0.75)
+}
+
+/// PSNR of a mean squared error, 99 dB for identical images.
+pub fn psnr_of(mse: f64) -> f64 {
+    if mse == 0.0 {
+        99.0
+    } else {
+        10.0 * (255.0f64 * 255.0 / mse).log10()
+    }
+}
+
+pub fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len().max(1) as f64
+}
+
+/// The `p`-th percentile (0–100) by nearest rank, 0 for no values.
+pub fn percentile(v: &[f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    let mut sorted = v.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_by_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 95.0), 95.0);
+        assert_eq!(percentile(&v, 99.0), 99.0);
+        assert_eq!(percentile(&[3.0], 50.0), 3.0);
+        assert_eq!(percentile(&[], 50.0), 0.0);
+    }
+
+    #[test]
+    fn identical_images_score_99_db() {
+        let a = vec![7u8; 64];
+        assert_eq!(psnr_of(mse(&a, &a)), 99.0);
+        let b: Vec<u8> = a.iter().map(|x| x + 1).collect();
+        assert!((psnr_of(mse(&a, &b)) - 48.13).abs() < 0.01);
+    }
+}

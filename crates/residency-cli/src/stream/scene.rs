@@ -1,0 +1,388 @@
+//! The renderer of `residency stream`: a grid of planes, one virtual texture each, drawn with the
+//! shipped `vt_quad` shaders (fragment-shader feedback) three times per frame — streamed with
+//! feedback, the same draw without feedback (the render's own cost), and from fully resident
+//! copies (the reference) — with GPU timestamps around each pass and the streamed and reference
+//! images read back for the PSNR. It binds what the streamer's `FrameBindings` give and knows
+//! nothing of the streaming protocol.
+
+use anyhow::Context;
+use residency::core::format::Format;
+use residency::core::memory::MemoryIntent;
+use residency::core::streaming::{RvtSource, TileSource};
+use residency::core::sync::{Region, ResourceId, TrackerOptions, Use};
+use residency::core::tiles::ResidencyPath;
+use residency::core::usage::{BufferUsage, ImageUsage};
+use residency::vulkan::ash::vk;
+use residency::vulkan::compute::{Binding, DescriptorSet, ViewRef};
+use residency::vulkan::graphics::{GraphicsProgram, VertexAttribute};
+use residency::vulkan::recording::Timestamps;
+use residency::vulkan::streaming::{FrameBindings, TextureViews};
+use residency::vulkan::tracking::ResourceTracker;
+use residency::vulkan::{
+    shaders, Buffer, BufferDesc, Device, Filter, Image, ImageDesc, ImageRegion, ImageView, Recording, Sampler,
+    Uploader,
+};
+use std::sync::Arc;
+
+/// World units per plane side.
+pub const PLANE: f32 = 1000.0;
+/// `vt_quad.vert`'s vertex: position (vec3) and uv (vec2).
+const STRIDE: u32 = 20;
+/// Timestamps per frame: start and end of the three passes.
+const QUERIES: u32 = 6;
+
+/// A colour target, its read-back buffer and the tracker that moves it between its uses.
+struct Target {
+    image: Image,
+    view: ImageView,
+    pixels: Option<Buffer>,
+    tracker: ResourceTracker,
+    ids: (ResourceId, Option<ResourceId>),
+}
+
+impl Target {
+    fn new(device: &Device, name: &str, [w, h]: [u32; 2], read_back: bool) -> anyhow::Result<Target> {
+        let image = device.create_image(&ImageDesc::new_2d(
+            name,
+            Format::R8G8B8A8Unorm,
+            w,
+            h,
+            ImageUsage::COLOR_ATTACHMENT | ImageUsage::COPY_SRC,
+        ))?;
+        let view = device.create_image_view(&image, 0..1)?;
+        let pixels = read_back
+            .then(|| {
+                device.create_buffer(
+                    &BufferDesc::new(format!("{name} pixels"), u64::from(w) * u64::from(h) * 4, BufferUsage::COPY_DST)
+                        .with_intent(MemoryIntent::Readback),
+                )
+            })
+            .transpose()?;
+        let mut tracker = ResourceTracker::new(TrackerOptions::default());
+        let ids = (
+            tracker.track_image(&image, vk::ImageLayout::UNDEFINED)?,
+            pixels.as_ref().map(|p| tracker.track_buffer(p)).transpose()?,
+        );
+        Ok(Target { image, view, pixels, tracker, ids })
+    }
+
+    /// Records `pass` into the target (its old contents discarded), then its copy into the
+    /// read-back buffer, visible to the host at the submission's end.
+    fn record(
+        &mut self,
+        rec: &mut Recording<'_>,
+        pass: impl FnOnce(&mut Recording<'_>, &ImageView) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let (device, family) = (rec.device().index(), rec.device().universal_queue().family());
+        let mut batch = self.tracker.batch(device, family);
+        batch.declare_discard(self.ids.0, Region::Whole, Use::ColorAttachmentWrite)?;
+        let flush = batch.flush();
+        self.tracker.record(rec, &flush.barriers)?;
+        pass(rec, &self.view)?;
+        if let (Some(pixels), Some(id)) = (&self.pixels, self.ids.1) {
+            let mut batch = self.tracker.batch(device, family);
+            batch.declare(self.ids.0, Region::Whole, Use::TransferSrc)?.declare(id, Region::Whole, Use::TransferDst)?;
+            let flush = batch.flush();
+            self.tracker.record(rec, &flush.barriers)?;
+            rec.copy_image_to_buffer(&self.image, vk::ImageLayout::TRANSFER_SRC_OPTIMAL, pixels)?;
+            let mut batch = self.tracker.batch(device, family);
+            batch.declare(id, Region::Whole, Use::HostRead)?;
+            let flush = batch.flush();
+            self.tracker.record(rec, &flush.barriers)?;
+        }
+        Ok(())
+    }
+
+    fn read(&self) -> anyhow::Result<Vec<u8>> {
+        let pixels = self.pixels.as_ref().context("a target without read-back")?;
+        let mut out = vec![0; pixels.size() as usize];
+        pixels.read(0, &mut out)?;
+        Ok(out)
+    }
+}
+
+/// One frame in flight: its three targets and the streamed draw's descriptor sets.
+struct Slot {
+    /// Streamed with feedback, streamed without, reference.
+    targets: [Target; 3],
+    /// Per plane, made for the streamer's bindings of `generation`.
+    sets: Option<(u64, Vec<DescriptorSet>)>,
+}
+
+/// What a finished frame rendered and how long its passes took.
+pub struct FrameResult {
+    pub streamed: Vec<u8>,
+    pub reference: Vec<u8>,
+    /// GPU ms of the streamed draw with feedback, without, and of the reference draw.
+    pub gpu_ms: [Option<f64>; 3],
+    /// The device clock (ms) at the start and the end of the feedback pass.
+    pub pass_at_ms: Option<(f64, f64)>,
+}
+
+/// The scene: planes, programs, reference copies, per-slot targets and timestamps.
+pub struct Scene {
+    streamed: GraphicsProgram,
+    reference: GraphicsProgram,
+    vertices: Buffer,
+    /// Per plane: its reference descriptor set's index.
+    plane_files: Vec<usize>,
+    reference_sets: Vec<DescriptorSet>,
+    _references: Vec<(Image, ImageView)>,
+    trilinear: Sampler,
+    nearest: Sampler,
+    slots: Vec<Slot>,
+    timestamps: Timestamps,
+    extent: [u32; 2],
+    /// Planes per row of the grid.
+    pub grid: u32,
+}
+
+fn attributes() -> [VertexAttribute; 2] {
+    [
+        VertexAttribute { location: 0, format: vk::Format::R32G32B32_SFLOAT, offset: 0 },
+        VertexAttribute { location: 1, format: vk::Format::R32G32_SFLOAT, offset: 12 },
+    ]
+}
+
+/// Uploads every tile of `source` into a fully resident copy (all mips, `GENERAL`).
+fn reference_copy(device: &Device, uploader: &Uploader, source: &RvtSource) -> anyhow::Result<(Image, ImageView)> {
+    let vt = source.desc();
+    let image = device.create_image(
+        &ImageDesc::new_2d(
+            format!("{} reference", source.name()),
+            vt.format,
+            vt.width,
+            vt.height,
+            ImageUsage::SAMPLED | ImageUsage::COPY_DST,
+        )
+        .with_mip_levels(vt.mip_count),
+    )?;
+    device.discard_to_general(&[&image])?;
+    for mip in 0..vt.mip_count {
+        let (gx, gy) = vt.tile_grid(mip);
+        for y in 0..gy {
+            for x in 0..gx {
+                let (w, h) = vt.tile_extent(mip, x, y).context("tile extent")?;
+                let data = source.read_tile(mip, x, y)?;
+                let region = ImageRegion::new(&image, mip, [x * vt.tile_width, y * vt.tile_height, 0], [w, h, 1]);
+                uploader.write_image(&region, &data)?;
+            }
+        }
+    }
+    uploader.flush()?;
+    let view = device.create_image_view(&image, 0..vt.mip_count)?;
+    Ok((image, view))
+}
+
+impl Scene {
+    /// `planes` planes on a square grid, plane `i` textured by `files[plane_files[i]]`.
+    pub fn new(
+        device: &Arc<Device>,
+        path: ResidencyPath,
+        files: &[Arc<RvtSource>],
+        plane_files: Vec<usize>,
+        extent: [u32; 2],
+        frames_in_flight: u32,
+    ) -> anyhow::Result<Scene> {
+        let planes = plane_files.len() as u32;
+        let grid = (f64::from(planes).sqrt().ceil() as u32).max(1);
+        let fragment = match path {
+            ResidencyPath::Software => &shaders::VT_QUAD_SOFTWARE_FRAG,
+            _ => &shaders::VT_QUAD_FRAG,
+        };
+        let color = vk::Format::R8G8B8A8_UNORM;
+        let make = |name: &str, fragment, sets| {
+            GraphicsProgram::new(device, name, &shaders::VT_QUAD_VERT, fragment, STRIDE, &attributes(), color, sets)
+        };
+        let streamed = make("stream planes", fragment, frames_in_flight * planes)?;
+        let reference = make("stream reference planes", &shaders::VT_QUAD_REFERENCE_FRAG, files.len() as u32)?;
+        // Two triangles per plane, at its cell of the grid, uv 0..1 over it.
+        let mut bytes = Vec::new();
+        for i in 0..planes {
+            let (x0, y0) = ((i % grid) as f32 * PLANE, (i / grid) as f32 * PLANE);
+            for [u, v] in [[0.0f32, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0], [1.0, 0.0], [1.0, 1.0]] {
+                for f in [x0 + u * PLANE, y0 + v * PLANE, 0.0, u, v] {
+                    bytes.extend_from_slice(&f.to_le_bytes());
+                }
+            }
+        }
+        let mut vertices = device.create_buffer(
+            &BufferDesc::new("stream planes", bytes.len() as u64, BufferUsage::VERTEX).with_intent(MemoryIntent::Upload),
+        )?;
+        vertices.write(0, &bytes)?;
+        let trilinear = device.create_sampler(Filter::Trilinear)?;
+        let nearest = device.create_sampler(Filter::Nearest)?;
+        let uploader = Uploader::new(device, "stream references", 32 << 20)?;
+        let mut references = Vec::new();
+        for file in files {
+            references.push(reference_copy(device, &uploader, file)?);
+        }
+        uploader.destroy()?;
+        let general = vk::ImageLayout::GENERAL;
+        let reference_sets = references
+            .iter()
+            .map(|(_, view)| reference.descriptor_set(&[Binding::sampled(view, &trilinear, general)]))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut slots = Vec::new();
+        for n in 0..frames_in_flight {
+            let target = |name: &str, read_back| Target::new(device, &format!("{name} frame {n}"), extent, read_back);
+            let targets = [target("streamed", true)?, target("no-feedback", false)?, target("reference", true)?];
+            slots.push(Slot { targets, sets: None });
+        }
+        let timestamps = Timestamps::new(device, "stream pass timestamps", QUERIES * frames_in_flight)?;
+        Ok(Scene {
+            streamed,
+            reference,
+            vertices,
+            plane_files,
+            reference_sets,
+            _references: references,
+            trilinear,
+            nearest,
+            slots,
+            timestamps,
+            extent,
+            grid,
+        })
+    }
+
+    /// Records frame `frame`'s three passes into `rec` (inside the streamer's recording), seen
+    /// from `view_proj`, for the streamer's `bindings`.
+    pub fn record(
+        &mut self,
+        rec: &mut Recording<'_>,
+        bindings: &FrameBindings<'_>,
+        view_proj: &[f32; 16],
+    ) -> anyhow::Result<()> {
+        let general = vk::ImageLayout::GENERAL;
+        let slot = &mut self.slots[bindings.slot];
+        if slot.sets.as_ref().is_none_or(|(g, _)| *g != bindings.generation) {
+            let (feedback, table) = (
+                bindings.feedback.context("the streamer has textures")?,
+                bindings.image_table.context("the streamer has textures")?,
+            );
+            let mut sets = Vec::new();
+            for t in &bindings.textures {
+                let (texture, map): (ViewRef<'_>, ViewRef<'_>) = match t.views {
+                    TextureViews::Hardware { image, min_lod } => (image.into(), min_lod.into()),
+                    TextureViews::Software { atlas, indirection } => (atlas.into(), indirection.into()),
+                };
+                sets.push(self.streamed.descriptor_set(&[
+                    Binding::sampled(texture, &self.trilinear, general),
+                    Binding::sampled(map, &self.nearest, general),
+                    Binding::Buffer(feedback),
+                    Binding::Buffer(table),
+                ])?);
+            }
+            slot.sets = Some((bindings.generation, sets));
+        }
+        let sets = &slot.sets.as_ref().context("made above")?.1;
+        let view: Vec<u8> = view_proj.iter().flat_map(|f| f.to_le_bytes()).collect();
+        let q = QUERIES * bindings.slot as u32;
+        self.timestamps.cmd_reset(rec, q..q + QUERIES)?;
+        let sampling = bindings.sampling;
+        let (vertices, extent, ts) = (&self.vertices, self.extent, &self.timestamps);
+        let (streamed, reference_program) = (&self.streamed, &self.reference);
+        let (plane_files, reference_sets) = (&self.plane_files, &self.reference_sets);
+        let [with_feedback, without, reference] = &mut slot.targets;
+        for (pass, target) in [(0u32, with_feedback), (1, without)] {
+            let feedback = pass == 0 && bindings.feedback_active;
+            ts.cmd_write(rec, q + 2 * pass)?;
+            target.record(rec, |rec, target| {
+                streamed.render(rec, target, extent, [0.0; 4], |draw| -> anyhow::Result<()> {
+                    for (i, t) in bindings.textures.iter().enumerate() {
+                        let mut push = view.clone();
+                        let control = [
+                            u32::from(t.feedback_slot),
+                            bindings.frame as u32,
+                            sampling.pixel_stride,
+                            sampling.frame_interval,
+                            u32::from(feedback),
+                            0,
+                            0,
+                            0,
+                        ];
+                        push.extend(control.iter().flat_map(|w| w.to_le_bytes()));
+                        draw.bind_descriptor_set(&sets[i])?;
+                        draw.push_constants(&push)?;
+                        draw.bind_vertex_buffer(vertices, 6 * u64::from(STRIDE) * i as u64)?;
+                        draw.draw(6, 1)?;
+                    }
+                    Ok(())
+                })??;
+                Ok(())
+            })?;
+            ts.cmd_write(rec, q + 2 * pass + 1)?;
+        }
+        ts.cmd_write(rec, q + 4)?;
+        reference.record(rec, |rec, target| {
+            reference_program.render(rec, target, extent, [0.0; 4], |draw| -> anyhow::Result<()> {
+                for (i, &file) in plane_files.iter().enumerate() {
+                    draw.bind_descriptor_set(&reference_sets[file])?;
+                    draw.push_constants(&view)?;
+                    draw.bind_vertex_buffer(vertices, 6 * u64::from(STRIDE) * i as u64)?;
+                    draw.draw(6, 1)?;
+                }
+                Ok(())
+            })??;
+            Ok(())
+        })?;
+        ts.cmd_write(rec, q + 5)?;
+        Ok(())
+    }
+
+    /// What the frame in `slot` rendered, once its submission has completed.
+    pub fn finished(&self, slot: usize) -> anyhow::Result<FrameResult> {
+        let q = QUERIES * slot as u32;
+        let t = &self.timestamps;
+        let targets = &self.slots[slot].targets;
+        Ok(FrameResult {
+            streamed: targets[0].read()?,
+            reference: targets[2].read()?,
+            gpu_ms: [t.elapsed_ms(q, q + 1), t.elapsed_ms(q + 2, q + 3), t.elapsed_ms(q + 4, q + 5)],
+            pass_at_ms: t.at_ms(q).zip(t.at_ms(q + 1)),
+        })
+    }
+}
+
+/// The built-in camera over a grid of `grid × grid` planes: a glide looking ahead and down at
+/// 2 % of a plane's side above the ground, with a cut at mid-run. Returns the view-projection
+/// (column-major, Vulkan clip space) for an `aspect` of width / height.
+pub fn camera(frame: u64, frames: u64, grid: u32, aspect: f32) -> [f32; 16] {
+    let half = frames / 2;
+    let (t, start) =
+        if frame < half { (frame as f32, [0.15f32, 0.2f32]) } else { ((frame - half) as f32, [0.6f32, 0.55f32]) };
+    let total = grid as f32 * PLANE;
+    let eye = [total * start[0] + PLANE * 0.0015 * t, total * start[1] + PLANE * 0.001 * t, PLANE * 0.02];
+    let f = normalize([0.6, 0.45, -0.35]);
+    let r = normalize(cross(f, [0.0, 0.0, 1.0]));
+    let u = cross(r, f);
+    let tan = 30f32.to_radians().tan();
+    let (near, far) = (0.5f32, total * 4.0);
+    let a = far / (far - near);
+    let b = -near * far / (far - near);
+    let dot = |x: [f32; 3], y: [f32; 3]| x[0] * y[0] + x[1] * y[1] + x[2] * y[2];
+    // Rows of clip = M · (p, 1): x right, y down (Vulkan), z 0..1, w = depth along f.
+    let rows = [
+        [r[0] / (tan * aspect), r[1] / (tan * aspect), r[2] / (tan * aspect), -dot(r, eye) / (tan * aspect)],
+        [-u[0] / tan, -u[1] / tan, -u[2] / tan, dot(u, eye) / tan],
+        [a * f[0], a * f[1], a * f[2], -a * dot(f, eye) + b],
+        [f[0], f[1], f[2], -dot(f, eye)],
+    ];
+    let mut m = [0.0; 16];
+    for (row, values) in rows.iter().enumerate() {
+        for (col, v) in values.iter().enumerate() {
+            m[col * 4 + row] = *v;
+        }
+    }
+    m
+}
+
+fn normalize(v: [f32; 3]) -> [f32; 3] {
+    let l = (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt();
+    [v[0] / l, v[1] / l, v[2] / l]
+}
+
+fn cross(a: [f32; 3], b: [f32; 3]) -> [f32; 3] {
+    [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]
+}
