@@ -233,7 +233,9 @@ impl<'a> Drawing<'_, 'a> {
             });
         }
         program.record_push(self.recording, bytes);
-        self.recording.recorded();
+        if program.push_constant_bytes > 0 {
+            self.recording.recorded();
+        }
         self.pushed = true;
         Ok(())
     }
