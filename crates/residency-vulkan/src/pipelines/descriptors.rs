@@ -107,8 +107,8 @@ impl ViewRef<'_> {
 /// (and a view keeps its image): dropping them while the set lives, or while work that used the
 /// set is on the GPU, is safe — they are destroyed after the set and that work.
 ///
-/// An image binding names the layout the image is in when a dispatch uses the set; every
-/// submission with such a dispatch checks it against the image's layouts in submission order (see
+/// An image binding names the layout the image is in when a dispatch or draw uses the set; every
+/// submission with such a command checks it against the image's layouts in submission order (see
 /// [`Image::layout`](crate::Image::layout)) and is refused with
 /// [`VulkanError::ImageLayout`](crate::VulkanError::ImageLayout) otherwise. A sparse image is in
 /// `GENERAL` for life, so it is bound in `GENERAL`.

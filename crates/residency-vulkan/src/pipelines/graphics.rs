@@ -168,8 +168,10 @@ pub enum DrawError {
 /// images the bound set samples, as dispatches do, for the check at submission.
 ///
 /// [`Drawing::raw`] is for your own `unsafe` ash calls; they must stay inside the render pass
-/// instance (no `vkCmdEndRendering`) and use only objects that outlive the submission (what you
-/// bind yourself is not known to the checked methods).
+/// instance (no `vkCmdEndRendering`), use only objects that outlive the submission, and leave
+/// the program's pipeline and what the checked methods bound (set 0, push constants, vertex and
+/// index buffers) as they were, since the checked draws rely on them (what you bind yourself is
+/// not known to the checked methods: draw it with your own calls).
 #[derive(Debug)]
 pub struct Drawing<'r, 'a> {
     recording: &'r mut Recording<'a>,
@@ -231,7 +233,9 @@ impl<'a> Drawing<'_, 'a> {
             });
         }
         program.record_push(self.recording, bytes);
-        self.recording.recorded();
+        if program.push_constant_bytes > 0 {
+            self.recording.recorded();
+        }
         self.pushed = true;
         Ok(())
     }
