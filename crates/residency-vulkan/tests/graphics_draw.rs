@@ -435,15 +435,18 @@ fn draw_frame(
     let (vertices, indices) = buffers;
     let submission = commands
         .submit(&[], |rec| {
-            bindings.record_barrier(rec).unwrap();
-            target.record(rec, program, |pass| {
-                pass.bind_descriptor_set(&ds).unwrap();
-                pass.push_constants(&push).unwrap();
-                pass.bind_vertex_buffer(vertices, 0).unwrap();
-                pass.bind_index_buffer(indices, 0, IndexFormat::U16).unwrap();
-                // SAFETY: the indices are 0–3 and the vertex buffer holds the 4 corners.
-                unsafe { pass.draw_indexed(6, 1) }.unwrap();
-            });
+            bindings
+                .record(rec, |rec| {
+                    target.record(rec, program, |pass| {
+                        pass.bind_descriptor_set(&ds).unwrap();
+                        pass.push_constants(&push).unwrap();
+                        pass.bind_vertex_buffer(vertices, 0).unwrap();
+                        pass.bind_index_buffer(indices, 0, IndexFormat::U16).unwrap();
+                        // SAFETY: the indices are 0–3 and the vertex buffer holds the 4 corners.
+                        unsafe { pass.draw_indexed(6, 1) }.unwrap();
+                    });
+                })
+                .unwrap();
         })
         .unwrap();
     commands.wait_for(&submission).unwrap();
