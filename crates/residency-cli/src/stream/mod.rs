@@ -4,122 +4,22 @@
 //! protocol is the streamer's: this loop calls `begin_frame`, records the scene inside
 //! `FrameBindings::record`, submits, and calls `end_frame`.
 
+mod args;
 mod report;
 mod scene;
 
+pub use args::{PathArg, StreamArgs};
 pub use report::{StreamReport, SweepPoint};
 
 use anyhow::Context;
-use report::{mean, mse, percentile, psnr_of};
+use report::{mean, percentile, psnr_of, Finished};
 use residency::core::streaming::{FeedbackSampling, RvtSource};
 use residency::core::tiles::ResidencyPath;
 use residency::vulkan::streaming::{Streamer, StreamerDesc};
-use residency::vulkan::{CommandContext, Device, DeviceSet, DeviceSetDesc, FaultSite, InjectedFault, Submission};
-use std::path::PathBuf;
+use residency::vulkan::{CommandContext, Device, DeviceSet, DeviceSetDesc, Submission};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-#[derive(Clone, Debug, clap::Args)]
-pub struct StreamArgs {
-    /// The `.rvt` files (`residency vt build`); the planes take them in turn.
-    #[arg(required = true)]
-    files: Vec<PathBuf>,
-    /// Virtual textures on a grid of planes (default: one per file).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
-    textures: Option<u32>,
-    /// Frames to render.
-    #[arg(long, default_value_t = 120)]
-    frames: u64,
-    #[arg(long, default_value_t = 256)]
-    width: u32,
-    #[arg(long, default_value_t = 256)]
-    height: u32,
-    /// Tile budget in MiB (default: a tenth of the textures fully resident).
-    #[arg(long)]
-    budget_mib: Option<u64>,
-    /// Bytes of tile loads started per frame, in MiB.
-    #[arg(long, default_value_t = 8)]
-    upload_mib: u64,
-    /// Feedback from one pixel of every N × N block (taken in turn).
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=16))]
-    feedback_stride: u32,
-    /// Feedback every N frames.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
-    feedback_interval: u32,
-    /// Cut the tile budget at this frame to `--cut-to-mib`.
-    #[arg(long, requires = "cut_to_mib")]
-    cut_at_frame: Option<u64>,
-    #[arg(long, requires = "cut_at_frame")]
-    cut_to_mib: Option<u64>,
-    #[arg(long)]
-    json: bool,
-    /// Write every `--every`th frame (streamed and reference) as PNG into DIR.
-    #[arg(long, value_name = "DIR")]
-    frames_out: Option<PathBuf>,
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
-    every: u64,
-    /// The residency path (auto: hardware where the device has it).
-    #[arg(long, value_enum, default_value_t = PathArg::Auto)]
-    path: PathArg,
-    /// Open the device without sparse residency (`--path auto` then takes the software path).
-    #[arg(long)]
-    no_sparse: bool,
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=8))]
-    frames_in_flight: u32,
-    /// Also fly again with budgets of 25, 50 and 100 % of the working set (thrash rate).
-    #[arg(long)]
-    sweep: bool,
-    /// Testing aid: wait for each frame's loads before the next frame, so runs are frame-exact.
-    #[arg(long)]
-    wait_loads: bool,
-    /// Testing aid: make one Vulkan call fail (`SITE:N[:lost]`: allocate_memory, create_resource,
-    /// bind_sparse, queue_submit or wait, after N calls); the run ends with that typed error.
-    #[arg(long, value_name = "SITE:N[:lost]", value_parser = parse_fault)]
-    inject_fault: Option<(FaultSite, u64, InjectedFault)>,
-}
-
-fn parse_fault(text: &str) -> Result<(FaultSite, u64, InjectedFault), String> {
-    let mut parts = text.split(':');
-    let site = match parts.next().unwrap_or_default() {
-        "allocate_memory" => FaultSite::AllocateMemory,
-        "create_resource" => FaultSite::CreateResource,
-        "bind_sparse" => FaultSite::BindSparse,
-        "queue_submit" => FaultSite::QueueSubmit,
-        "wait" => FaultSite::Wait,
-        other => return Err(format!("unknown fault site `{other}`")),
-    };
-    let skip = parts.next().ok_or("missing N")?.parse::<u64>().map_err(|e| e.to_string())?;
-    let fault = match parts.next() {
-        None => InjectedFault::OutOfDeviceMemory,
-        Some("lost") => InjectedFault::DeviceLost,
-        Some(other) => return Err(format!("unknown fault `{other}` (only `lost`)")),
-    };
-    Ok((site, skip, fault))
-}
-
-/// `--path`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum PathArg {
-    Auto,
-    Hardware,
-    Software,
-}
-
-impl StreamArgs {
-    /// The tour's short fly-over of `files`: `frames` frames at 256², quiet.
-    pub fn tour(files: Vec<PathBuf>, frames: u64) -> Self {
-        use clap::Parser;
-        #[derive(clap::Parser)]
-        struct P {
-            #[command(flatten)]
-            a: StreamArgs,
-        }
-        let mut args = P::parse_from(["stream", "x.rvt"]).a;
-        (args.files, args.frames, args.json) = (files, frames, true);
-        args
-    }
-}
 
 pub fn run(args: &StreamArgs) -> anyhow::Result<ExitCode> {
     let set = DeviceSet::new(&DeviceSetDesc::default().with_sparse_residency(!args.no_sparse))?;
@@ -153,8 +53,15 @@ pub fn run(args: &StreamArgs) -> anyhow::Result<ExitCode> {
         let mib = |b: u64| b as f64 / f64::from(1 << 20);
         println!(
             "{}: {} textures, {} frames {}×{} ({}); resident peak {:.1} of {:.1} MiB, budget {:.1} MiB",
-            report.device, report.textures, report.frames, report.width, report.height, report.path,
-            mib(report.resident_bytes_peak), mib(report.fully_resident_bytes), mib(report.budget_bytes)
+            report.device,
+            report.textures,
+            report.frames,
+            report.width,
+            report.height,
+            report.path,
+            mib(report.resident_bytes_peak),
+            mib(report.fully_resident_bytes),
+            mib(report.budget_bytes)
         );
         println!(
             "streamer CPU {:.3} ms mean, {:.3} ms p99; render {:.3} ms GPU, feedback +{:.3} ms; latency p95 {} frames, {:.1} ms",
@@ -206,7 +113,14 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
         handles.push(streamer.add_texture(&format!("plane {i}"), Arc::clone(&files[f]) as _)?);
     }
     let fif = args.frames_in_flight as usize;
-    let mut scene = scene::Scene::new(device, streamer.path(), &files, plane_files, [args.width, args.height], fif as u32)?;
+    let mut scene = scene::Scene::new(
+        device,
+        streamer.path(),
+        &files,
+        plane_files,
+        [args.width, args.height],
+        fif as u32,
+    )?;
     let commands = CommandContext::new(device, "stream frames")?;
     let aspect = args.width as f32 / args.height as f32;
     let mut r = StreamReport::default();
@@ -288,7 +202,8 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
     let stats = streamer.manager_stats().clone();
     let summary = stats.latency.summary();
     let conv: Vec<f64> = done.psnr.iter().zip(&converged).filter(|(_, c)| **c).map(|(p, _)| *p).collect();
-    let max_abs_diff_converged = done.max_diff.iter().zip(&converged).filter(|(_, c)| **c).map(|(d, _)| *d).max();
+    let max_abs_diff_converged =
+        done.max_diff.iter().zip(&converged).filter(|(_, c)| **c).map(|(d, _)| *d).max();
     let gpu_of = |i: usize| mean(&done.gpu_ms.iter().filter_map(|g| g[i]).collect::<Vec<_>>());
     let run_s = frame_ms.iter().sum::<f64>() / 1e3;
     r = StreamReport {
@@ -330,7 +245,11 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
         psnr_db_mean: mean(&conv),
         psnr_db_min: if conv.is_empty() { 0.0 } else { conv.iter().copied().fold(f64::INFINITY, f64::min) },
         mb_per_s: stats.bytes_streamed as f64 / 1e6 / run_s.max(1e-9),
-        frames_to_converge_after_cut: converged.iter().skip((args.frames / 2) as usize).position(|&c| c).map(|p| p as u64),
+        frames_to_converge_after_cut: converged
+            .iter()
+            .skip((args.frames / 2) as usize)
+            .position(|&c| c)
+            .map(|p| p as u64),
         latency_histogram_frames: stats.latency.counts().to_vec(),
         psnr_db_per_frame: done.psnr,
         last_frame: done.last_frame,
@@ -339,43 +258,13 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
     Ok(r)
 }
 
-/// The frames read back so far, in frame order.
-#[derive(Default)]
-struct Finished {
-    psnr: Vec<f64>,
-    mse_sum: f64,
-    /// Largest channel difference from the reference, per frame.
-    max_diff: Vec<u8>,
-    gpu_ms: Vec<[Option<f64>; 3]>,
-    pass_at_ms: Vec<Option<(f64, f64)>>,
-    /// The PSNR comparison's CPU time per frame.
-    psnr_ms: Vec<f64>,
-    last_frame: Option<(Vec<u8>, Vec<u8>)>,
-}
-
-impl Finished {
-    fn frame(&mut self, scene: &scene::Scene, args: &StreamArgs, f: u64, slot: usize) -> anyhow::Result<()> {
-        debug_assert_eq!(f as usize, self.psnr.len(), "frames finish in order");
-        let t = Instant::now();
-        let out = scene.finished(slot)?;
-        let error = mse(&out.streamed, &out.reference);
-        self.psnr.push(psnr_of(error));
-        self.mse_sum += error;
-        self.max_diff.push(out.streamed.iter().zip(&out.reference).map(|(&a, &b)| a.abs_diff(b)).max().unwrap_or(0));
-        self.psnr_ms.push(t.elapsed().as_secs_f64() * 1e3);
-        self.gpu_ms.push(out.gpu_ms);
-        self.pass_at_ms.push(out.pass_at_ms);
-        if let Some(dir) = args.frames_out.as_ref().filter(|_| f % args.every == args.every - 1) {
-            write_png(dir, f, args, &out.streamed, &out.reference)?;
-        }
-        if f + 1 == args.frames {
-            self.last_frame = Some((out.streamed, out.reference));
-        }
-        Ok(())
-    }
-}
-
-fn write_png(dir: &std::path::Path, frame: u64, args: &StreamArgs, streamed: &[u8], reference: &[u8]) -> anyhow::Result<()> {
+pub(super) fn write_png(
+    dir: &std::path::Path,
+    frame: u64,
+    args: &StreamArgs,
+    streamed: &[u8],
+    reference: &[u8],
+) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)?;
     for (name, px) in [("streamed", streamed), ("reference", reference)] {
         let file = std::fs::File::create(dir.join(format!("frame{frame:04}-{name}.png")))?;

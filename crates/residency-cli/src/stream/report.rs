@@ -1,7 +1,9 @@
 //! What `residency stream` measured, and the arithmetic of it (PSNR, percentiles).
 
+use super::{scene, StreamArgs};
 use serde::Serialize;
 use std::collections::BTreeMap;
+use std::time::Instant;
 
 /// One budget of `--sweep`.
 #[derive(Debug, Serialize)]
@@ -108,6 +110,49 @@ pub struct StreamReport {
     /// The last frame, streamed and fully resident, RGBA8 (`width × height`).
     #[serde(skip)]
     pub last_frame: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// The frames read back so far, in frame order.
+#[derive(Default)]
+pub(super) struct Finished {
+    pub(super) psnr: Vec<f64>,
+    pub(super) mse_sum: f64,
+    /// Largest channel difference from the reference, per frame.
+    pub(super) max_diff: Vec<u8>,
+    pub(super) gpu_ms: Vec<[Option<f64>; 3]>,
+    pub(super) pass_at_ms: Vec<Option<(f64, f64)>>,
+    /// The PSNR comparison's CPU time per frame.
+    pub(super) psnr_ms: Vec<f64>,
+    pub(super) last_frame: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Finished {
+    pub(super) fn frame(
+        &mut self,
+        scene: &scene::Scene,
+        args: &StreamArgs,
+        f: u64,
+        slot: usize,
+    ) -> anyhow::Result<()> {
+        debug_assert_eq!(f as usize, self.psnr.len(), "frames finish in order");
+        let t = Instant::now();
+        let out = scene.finished(slot)?;
+        let error = mse(&out.streamed, &out.reference);
+        self.psnr.push(psnr_of(error));
+        self.mse_sum += error;
+        self.max_diff
+            .push(out.streamed.iter().zip(&out.reference).map(|(&a, &b)| a.abs_diff(b)).max().unwrap_or(0));
+        self.psnr_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        self.gpu_ms.push(out.gpu_ms);
+        self.pass_at_ms.push(out.pass_at_ms);
+        if let Some(dir) = args.frames_out.as_ref().filter(|_| f % args.every == args.every - 1) {
+            super::write_png(dir, f, args, &out.streamed, &out.reference)?;
+        }
+        if f + 1 == args.frames {
+            self.last_frame = Some((out.streamed, out.reference));
+        }
+        Ok(())
+    }
 }
 
 /// Mean squared error over the colour channels of two RGBA8 images.

@@ -195,7 +195,7 @@ fn base64(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::prepare_texture;
-    
+
     fn temp_dir(name: &str) -> std::path::PathBuf {
         let dir = std::env::temp_dir().join(format!("residency-tour-prep-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -203,7 +203,7 @@ mod tests {
     }
 
     fn desc_of(path: &std::path::Path) -> residency::core::vt_file::VtDesc {
-        *VtIndex::read(&mut std::fs::File::open(path).unwrap()).unwrap().desc()
+        *residency::core::vt_file::VtIndex::read(&mut std::fs::File::open(path).unwrap()).unwrap().desc()
     }
 
     #[test]

@@ -56,8 +56,8 @@ use residency_core::format::Format;
 use residency_core::memory::MemoryIntent;
 use residency_core::streaming::{
     FeedbackBuffer, FeedbackDesc, FeedbackError, FeedbackLayout, FeedbackRing, FeedbackSampling, FrameInput,
-    FrameOutput, LoadJob, RequestKind, SourceError, StreamUnit, StreamingDesc, StreamingError, StreamingManager,
-    StreamingStats, TileKey, TileLoader, TileRequest, TileSource,
+    FrameOutput, LoadJob, RequestKind, SourceError, StreamUnit, StreamingDesc, StreamingError,
+    StreamingManager, StreamingStats, TileKey, TileLoader, TileRequest, TileSource,
 };
 use residency_core::tiles::{BindPlanOptions, ImageId, LayoutError, ResidencyPath};
 use residency_core::usage::BufferUsage;
@@ -528,10 +528,11 @@ pub struct Streamer {
     manager: StreamingManager,
     loader: TileLoader<TileKey>,
     uploader: Uploader,
-    heaps: Option<TileHeaps>,
     /// Software atlas capacity in slots (every texture's atlas spans the whole pool).
     software_capacity: u32,
     textures: HashMap<ImageId, Texture>,
+    /// After the textures: fields drop in order, and the heaps go after the images bound to them.
+    heaps: Option<TileHeaps>,
     next_id: u32,
     pending: HashMap<TileKey, Pending>,
     /// Loads of removed textures cancelled in the loader: reported to the manager as failed at the
@@ -701,7 +702,7 @@ impl Streamer {
     /// pool grows), or the atlases and indirection textures (software, allocated whole).
     pub fn backing_bytes(&self) -> u64 {
         match &self.heaps {
-            Some(_) => u64::from(self.manager.pool().stats().capacity_tiles) * self.manager.pool().tile_bytes(),
+            Some(_) => self.manager.pool().stats().capacity_tiles * self.manager.pool().tile_bytes(),
             None => self
                 .textures
                 .values()
@@ -1146,7 +1147,8 @@ impl Streamer {
             let decoded = slot.layout.decode(&bytes, f)?;
             self.stats.feedback_frames_read += 1;
             self.stats.feedback_overflows += u64::from(decoded.overflowed);
-            let mut summary = FeedbackFrame { frame: f, misses: 0, warnings: 0, overflowed: decoded.overflowed };
+            let mut summary =
+                FeedbackFrame { frame: f, misses: 0, warnings: 0, overflowed: decoded.overflowed };
             for r in &decoded.requests {
                 if let Some(t) = self.texture_stats.get_mut(&r.image) {
                     t.requests += 1;

@@ -925,7 +925,12 @@ impl Timestamps {
         // SAFETY: a live pool of this device; the index inside it, every query reset at least
         // once (at creation); a 64-bit result into a slice of one, without waiting.
         let ok = unsafe {
-            self.device().raw().get_query_pool_results(self.pool, index, &mut t, vk::QueryResultFlags::TYPE_64)
+            self.device().raw().get_query_pool_results(
+                self.pool,
+                index,
+                &mut t,
+                vk::QueryResultFlags::TYPE_64,
+            )
         }
         .is_ok();
         ok.then(|| (t[0] & self.valid_mask) as f64 * self.period_ns / 1e6)

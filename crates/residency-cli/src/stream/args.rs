@@ -1,0 +1,105 @@
+//! `residency stream`'s command line.
+
+use residency::vulkan::{FaultSite, InjectedFault};
+use std::path::PathBuf;
+
+#[derive(Clone, Debug, clap::Args)]
+pub struct StreamArgs {
+    /// The `.rvt` files (`residency vt build`); the planes take them in turn.
+    #[arg(required = true)]
+    pub(super) files: Vec<PathBuf>,
+    /// Virtual textures on a grid of planes (default: one per file).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub(super) textures: Option<u32>,
+    /// Frames to render.
+    #[arg(long, default_value_t = 120)]
+    pub(super) frames: u64,
+    #[arg(long, default_value_t = 256)]
+    pub(super) width: u32,
+    #[arg(long, default_value_t = 256)]
+    pub(super) height: u32,
+    /// Tile budget in MiB (default: a tenth of the textures fully resident).
+    #[arg(long)]
+    pub(super) budget_mib: Option<u64>,
+    /// Bytes of tile loads started per frame, in MiB.
+    #[arg(long, default_value_t = 8)]
+    pub(super) upload_mib: u64,
+    /// Feedback from one pixel of every N × N block (taken in turn).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub(super) feedback_stride: u32,
+    /// Feedback every N frames.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub(super) feedback_interval: u32,
+    /// Cut the tile budget at this frame to `--cut-to-mib`.
+    #[arg(long, requires = "cut_to_mib")]
+    pub(super) cut_at_frame: Option<u64>,
+    #[arg(long, requires = "cut_at_frame")]
+    pub(super) cut_to_mib: Option<u64>,
+    #[arg(long)]
+    pub(super) json: bool,
+    /// Write every `--every`th frame (streamed and reference) as PNG into DIR.
+    #[arg(long, value_name = "DIR")]
+    pub(super) frames_out: Option<PathBuf>,
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(super) every: u64,
+    /// The residency path (auto: hardware where the device has it).
+    #[arg(long, value_enum, default_value_t = PathArg::Auto)]
+    pub(super) path: PathArg,
+    /// Open the device without sparse residency (`--path auto` then takes the software path).
+    #[arg(long)]
+    pub(super) no_sparse: bool,
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=8))]
+    pub(super) frames_in_flight: u32,
+    /// Also fly again with budgets of 25, 50 and 100 % of the working set (thrash rate).
+    #[arg(long)]
+    pub(super) sweep: bool,
+    /// Testing aid: wait for each frame's loads before the next frame, so runs are frame-exact.
+    #[arg(long)]
+    pub(super) wait_loads: bool,
+    /// Testing aid: make one Vulkan call fail (`SITE:N[:lost]`: allocate_memory, create_resource,
+    /// bind_sparse, queue_submit or wait, after N calls); the run ends with that typed error.
+    #[arg(long, value_name = "SITE:N[:lost]", value_parser = parse_fault)]
+    pub(super) inject_fault: Option<(FaultSite, u64, InjectedFault)>,
+}
+
+fn parse_fault(text: &str) -> Result<(FaultSite, u64, InjectedFault), String> {
+    let mut parts = text.split(':');
+    let site = match parts.next().unwrap_or_default() {
+        "allocate_memory" => FaultSite::AllocateMemory,
+        "create_resource" => FaultSite::CreateResource,
+        "bind_sparse" => FaultSite::BindSparse,
+        "queue_submit" => FaultSite::QueueSubmit,
+        "wait" => FaultSite::Wait,
+        other => return Err(format!("unknown fault site `{other}`")),
+    };
+    let skip = parts.next().ok_or("missing N")?.parse::<u64>().map_err(|e| e.to_string())?;
+    let fault = match parts.next() {
+        None => InjectedFault::OutOfDeviceMemory,
+        Some("lost") => InjectedFault::DeviceLost,
+        Some(other) => return Err(format!("unknown fault `{other}` (only `lost`)")),
+    };
+    Ok((site, skip, fault))
+}
+
+/// `--path`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PathArg {
+    Auto,
+    Hardware,
+    Software,
+}
+
+impl StreamArgs {
+    /// The tour's short fly-over of `files`: `frames` frames at 256², quiet.
+    pub fn tour(files: Vec<PathBuf>, frames: u64) -> Self {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct P {
+            #[command(flatten)]
+            a: StreamArgs,
+        }
+        let mut args = P::parse_from(["stream", "x.rvt"]).a;
+        (args.files, args.frames, args.json) = (files, frames, true);
+        args
+    }
+}
