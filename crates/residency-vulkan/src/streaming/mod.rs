@@ -225,6 +225,16 @@ pub enum StreamError {
     /// Recording the feedback reset.
     #[error(transparent)]
     Copy(#[from] CopyError),
+    /// The device lacks a feature the streamer's configuration needs.
+    #[error("`{device}` lacks {feature}, which {why}")]
+    MissingFeature {
+        /// The device.
+        device: String,
+        /// The Vulkan feature.
+        feature: &'static str,
+        /// What needs it.
+        why: &'static str,
+    },
     /// The readers are not shader stages.
     #[error("the streamer's readers must be shader stages, not {0:?}")]
     Readers(vk::PipelineStageFlags2),
@@ -594,6 +604,21 @@ impl Streamer {
             return Err(StreamError::Readers(desc.readers));
         }
         let path = device.residency_path(Format::R8G8B8A8Unorm, desc.path)?;
+        let features = device.features();
+        let missing =
+            |feature, why| StreamError::MissingFeature { device: device.name().to_owned(), feature, why };
+        if desc.readers.contains(S::FRAGMENT_SHADER) && !features.fragment_stores_and_atomics {
+            return Err(missing(
+                "fragmentStoresAndAtomics",
+                "feedback written from fragment shaders needs (set `readers` to the compute stage to write it from compute)",
+            ));
+        }
+        if path == ResidencyPath::Hardware && !features.shader_resource_residency {
+            return Err(missing(
+                "shaderResourceResidency",
+                "the hardware path's residency codes in shaders need",
+            ));
+        }
         let frames_in_flight = desc.frames_in_flight.clamp(1, 8);
         let mut streaming = StreamingDesc::default()
             .with_name(desc.name.clone())
