@@ -15,7 +15,8 @@
 //   bytes 64..80: uvec4 feedback: x = feedback image slot, y = frame, z = pixel stride,
 //                 w = frame interval (feedbackPixelWrites' sampling)
 //   bytes 80..96: uvec4 control: x bit 0 = write feedback (0: the same draw without feedback);
-//                 y, z, w = 0 (reserved)
+//                 y = side of the pixel squares that write together (FeedbackSampling::block;
+//                 0 or 1: pixels on their own); z, w = 0 (reserved)
 //
 // Feedback from a fragment shader needs the device feature fragmentStoresAndAtomics. The feedback
 // buffer must be host-readable (the Readback intent), and a barrier from the fragment shader's
@@ -35,7 +36,7 @@ layout(std430, set = 0, binding = 3) readonly buffer ImageTable { uint table[]; 
 
 layout(push_constant) uniform Push {
     layout(offset = 64) uvec4 feedback; // x: slot, y: frame, z: pixel stride, w: frame interval
-    uvec4 control;                      // x bit 0: write feedback
+    uvec4 control;                      // x bit 0: write feedback; y: pixel square side
 } pc;
 
 #ifdef RESIDENCY_SOFTWARE
@@ -59,7 +60,8 @@ void main() {
     fragColor = residencySampleFallback(tex, minLodMap, uv, max(lambda, 0.0), vec4(1.0, 0.0, 1.0, 1.0),
                                         resident, usedLod);
     if ((pc.control.x & 1u) != 0u
-        && feedbackPixelWrites(uvec2(gl_FragCoord.xy), pc.feedback.y, pc.feedback.z, pc.feedback.w)) {
+        && feedbackPixelWrites(uvec2(gl_FragCoord.xy) / max(pc.control.y, 1u), pc.feedback.y, pc.feedback.z,
+                               pc.feedback.w)) {
         feedback(pc.feedback.x, 0u, uv, lambda, residencyMinLod(minLodMap, uv));
     }
 }

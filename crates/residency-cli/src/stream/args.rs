@@ -27,6 +27,9 @@ pub struct StreamArgs {
     /// Feedback from one pixel of every N × N block (taken in turn).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=16))]
     pub(super) feedback_stride: u32,
+    /// Pixels write feedback in squares of B × B (one square of every stride × stride squares).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub(super) feedback_block: u32,
     /// Feedback every N frames.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
     pub(super) feedback_interval: u32,

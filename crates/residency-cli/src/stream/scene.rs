@@ -70,11 +70,13 @@ impl Target {
         Ok(Target { image, view, pixels, tracker, ids })
     }
 
-    /// Records `pass` into the target (its old contents discarded), then its copy into the
-    /// read-back buffer, visible to the host at the submission's end.
+    /// Records `pass` into the target (its old contents discarded) between timestamps `timed`
+    /// and `timed + 1`, then its copy into the read-back buffer, visible to the host at the
+    /// submission's end.
     fn record(
         &mut self,
         rec: &mut Recording<'_>,
+        (timestamps, timed): (&Timestamps, u32),
         pass: impl FnOnce(&mut Recording<'_>, &ImageView) -> anyhow::Result<()>,
     ) -> anyhow::Result<()> {
         let (device, family) = (rec.device().index(), rec.device().universal_queue().family());
@@ -82,7 +84,9 @@ impl Target {
         batch.declare_discard(self.ids.0, Region::Whole, Use::ColorAttachmentWrite)?;
         let flush = batch.flush();
         self.tracker.record(rec, &flush.barriers)?;
+        timestamps.cmd_write(rec, timed)?;
         pass(rec, &self.view)?;
+        timestamps.cmd_write(rec, timed + 1)?;
         if let (Some(pixels), Some(id)) = (&self.pixels, self.ids.1) {
             let mut batch = self.tracker.batch(device, family);
             batch.declare(self.ids.0, Region::Whole, Use::TransferSrc)?.declare(
@@ -319,8 +323,7 @@ impl Scene {
         }
         for (pass, target) in passes {
             let feedback = pass == 0 && bindings.feedback_active;
-            ts.cmd_write(rec, q + 2 * pass)?;
-            target.record(rec, |rec, target| {
+            target.record(rec, (ts, q + 2 * pass), |rec, target| {
                 streamed.render(rec, target, extent, [0.0; 4], |draw| -> anyhow::Result<()> {
                     for (i, t) in bindings.textures.iter().enumerate() {
                         let mut push = view.clone();
@@ -330,7 +333,7 @@ impl Scene {
                             sampling.pixel_stride,
                             sampling.frame_interval,
                             u32::from(feedback),
-                            0,
+                            sampling.block,
                             0,
                             0,
                         ];
@@ -344,10 +347,8 @@ impl Scene {
                 })??;
                 Ok(())
             })?;
-            ts.cmd_write(rec, q + 2 * pass + 1)?;
         }
-        ts.cmd_write(rec, q + 4)?;
-        reference.record(rec, |rec, target| {
+        reference.record(rec, (ts, q + 4), |rec, target| {
             reference_program.render(rec, target, extent, [0.0; 4], |draw| -> anyhow::Result<()> {
                 for (i, &file) in plane_files.iter().enumerate() {
                     draw.bind_descriptor_set(&reference_sets[file])?;
@@ -359,7 +360,6 @@ impl Scene {
             })??;
             Ok(())
         })?;
-        ts.cmd_write(rec, q + 5)?;
         Ok(())
     }
 

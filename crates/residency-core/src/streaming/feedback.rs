@@ -558,21 +558,32 @@ impl FeedbackBuffer {
 
 /// How often pixels write feedback. Defaults: every pixel, every frame.
 ///
-/// A pixel `(x, y)` writes in frame `f` when `f % frame_interval == 0` and, with
-/// `j = (f / frame_interval) % (s·s)` for `s = pixel_stride`, `x % s == j % s` and
-/// `y % s == j / s`: one pixel of every `s × s` block per feedback frame, the block's pixels taken
-/// in turn so that every pixel is sampled every `s²` feedback frames.
+/// Pixels are grouped in squares of `block × block` that write together (`block` 1: each pixel on
+/// its own). A pixel `(x, y)` writes in frame `f` when `f % frame_interval == 0` and, with
+/// `(bx, by) = (x / block, y / block)`, `j = (f / frame_interval) % (s·s)` for `s = pixel_stride`,
+/// `bx % s == j % s` and `by % s == j / s`: one square of every `s × s` squares per feedback
+/// frame, taken in turn so that every pixel is sampled every `s²` feedback frames. Either way a
+/// `1 / s²` share of the pixels writes; grouping them in squares keeps the writing pixels in few
+/// GPU waves (a wave with one writing lane costs as much as one with all of them writing), which
+/// cuts the cost of fragment-shader feedback several times over (docs/benchmarks.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FeedbackSampling {
     /// Side of the pixel block of which one pixel writes. Default 1.
     pub pixel_stride: u32,
     /// Feedback every this many frames. Default 1.
     pub frame_interval: u32,
+    /// Side of the squares of pixels that write together. Default 1.
+    #[serde(default = "one")]
+    pub block: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 impl Default for FeedbackSampling {
     fn default() -> Self {
-        Self { pixel_stride: 1, frame_interval: 1 }
+        Self { pixel_stride: 1, frame_interval: 1, block: 1 }
     }
 }
 
@@ -583,7 +594,13 @@ impl FeedbackSampling {
         if pixel_stride == 0 || frame_interval == 0 {
             tracing::debug!(pixel_stride, frame_interval, "FeedbackSampling: zero raised to 1");
         }
-        Self { pixel_stride: pixel_stride.max(1), frame_interval: frame_interval.max(1) }
+        Self { pixel_stride: pixel_stride.max(1), frame_interval: frame_interval.max(1), block: 1 }
+    }
+
+    /// Groups the pixels in squares of `block × block` that write together (at least 1).
+    pub fn with_block(mut self, block: u32) -> Self {
+        self.block = block.max(1);
+        self
     }
 
     /// Whether frame `frame` writes feedback at all.
@@ -598,6 +615,7 @@ impl FeedbackSampling {
         }
         let s = self.pixel_stride;
         let j = ((frame / u64::from(self.frame_interval)) % u64::from(s * s)) as u32;
+        let (x, y) = (x / self.block.max(1), y / self.block.max(1));
         x % s == j % s && y % s == j / s
     }
 

@@ -74,7 +74,8 @@ const PRIME_TICKS: u32 = 256;
 
 /// A streamer's settings. Defaults: 256 tiles (16 MiB of 64 KiB tiles), 8 MiB of loads started per
 /// frame, 2 frames in flight, `Auto` path, 2 workers, the default feedback layout, feedback from one
-/// pixel of every 8 × 8 block every frame, read by fragment and compute shaders, 32 MiB staging.
+/// 4 × 4 square of pixels of every 8 × 8 squares every frame (a 64th of the pixels), read by
+/// fragment and compute shaders, 32 MiB staging.
 #[derive(Clone, Debug)]
 pub struct StreamerDesc {
     /// For messages and object names.
@@ -113,7 +114,7 @@ impl Default for StreamerDesc {
             workers: 2,
             feedback: FeedbackDesc::default(),
             staging_bytes: 32 << 20,
-            sampling: FeedbackSampling::new(8, 1),
+            sampling: FeedbackSampling::new(8, 1).with_block(4),
             readers: vk::PipelineStageFlags2::FRAGMENT_SHADER | vk::PipelineStageFlags2::COMPUTE_SHADER,
         }
     }
