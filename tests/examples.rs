@@ -8,7 +8,10 @@ mod placed_buffers;
 mod sparse_texture;
 #[path = "../examples/transitions.rs"]
 mod transitions;
+#[path = "../examples/virtual_texture.rs"]
+mod virtual_texture;
 
+use residency::core::tiles::ResidencyPath;
 use residency::vulkan::testing::{expect_validation_problem, with_gpu};
 
 #[test]
@@ -83,6 +86,35 @@ fn a_missing_declared_use_is_caught_by_synchronization_validation() {
         // The index buffer's use by the draw is not declared: no barrier after the culling pass.
         let _ = transitions::run(&set.devices()[0], true);
     });
+}
+
+/// The example at its defaults on one residency path: frame 0 shows the primed coarse chain (no
+/// nothing-resident pixel), the fragment shaders' feedback alone streams more tiles, far fewer
+/// than the textures hold, and once the camera rests the feedback misses nothing and the frame
+/// matches the same view drawn from fully resident copies.
+fn virtual_texture_example_streams_from_fragment_feedback(path: ResidencyPath) {
+    with_gpu(|set| {
+        let outcome =
+            virtual_texture::run(&set.devices()[0], path, virtual_texture::FRAMES).expect("the example runs");
+        assert_eq!(outcome.path, path);
+        assert_eq!(outcome.magenta_frame0, 0, "priming: frame 0 samples the coarse chain, {outcome:?}");
+        assert!(outcome.primed_tiles > 0, "{outcome:?}");
+        assert!(outcome.streamed_tiles > 0, "tiles streamed from the feedback: {outcome:?}");
+        assert!(outcome.resident_tiles_peak * 5 < outcome.full_tiles, "{outcome:?}");
+        assert!(outcome.settled_frames >= 3, "the last frames' feedback missed nothing: {outcome:?}");
+        assert!(outcome.psnr_last_db > 45.0, "the last frame is the fully resident one: {outcome:?}");
+        assert!(outcome.psnr_frame0_db > 30.0, "frame 0 is the coarse chain of the same: {outcome:?}");
+    });
+}
+
+#[test]
+fn virtual_texture_example_streams_on_the_hardware_path() {
+    virtual_texture_example_streams_from_fragment_feedback(ResidencyPath::Hardware);
+}
+
+#[test]
+fn virtual_texture_example_streams_on_the_software_path() {
+    virtual_texture_example_streams_from_fragment_feedback(ResidencyPath::Software);
 }
 
 #[test]
