@@ -12,7 +12,7 @@
 //! them inside the renderer's own command buffer.
 //!
 //! The streaming code is what lies between the `// --- streaming` and `// --- end streaming`
-//! comments: 97 lines, comments included, all through the public API (the tile source, the
+//! comments: 93 lines, comments included, all through the public API (the tile source, the
 //! streamer, the descriptor sets and push constants made from its `FrameBindings`, and the frame
 //! protocol: `begin_frame`, `FrameBindings::record` around the renderer's pass, `end_frame`).
 //! Everything else — patterns, planes, camera, pipeline, targets, the reference — is the renderer.
@@ -373,10 +373,9 @@ fn plane_sets(
 /// `vt_quad`'s 96 bytes of push constants: the view-projection, then the feedback slot, frame,
 /// sampling and whether this frame writes feedback.
 fn plane_push(view: &[u8], slot: u16, bindings: &FrameBindings<'_>) -> Vec<u8> {
-    let s = bindings.sampling;
-    let words = [u32::from(slot), bindings.frame as u32, s.pixel_stride, s.frame_interval];
-    let words = words.into_iter().chain([u32::from(bindings.feedback_active), 0, 0, 0]);
-    view.iter().copied().chain(words.flat_map(u32::to_le_bytes)).collect()
+    let texture = bindings.textures.iter().find(|t| t.feedback_slot == slot);
+    let words = texture.map_or([0; 8], |t| bindings.feedback_words(t, true));
+    view.iter().copied().chain(words.into_iter().flat_map(u32::to_le_bytes)).collect()
 }
 // --- end streaming
 
@@ -396,10 +395,7 @@ pub fn run(device: &Arc<Device>, path: ResidencyPath, frames: u64) -> Result<Out
         textures.push(streamer.add_texture(&format!("plane {index}"), Arc::clone(source))?);
     }
     let primed_tiles = streamer.manager_stats().tiles_streamed;
-    let fragment = match streamer.path() {
-        ResidencyPath::Software => &shaders::VT_QUAD_SOFTWARE_FRAG,
-        _ => &shaders::VT_QUAD_FRAG,
-    };
+    let fragment = shaders::vt_quad_fragment(streamer.path());
     // --- end streaming
     // A set per plane and frame in flight: they are remade only when the textures change.
     let max_sets = (FRAMES_IN_FLIGHT * PLANES.len()) as u32;

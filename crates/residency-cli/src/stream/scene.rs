@@ -203,10 +203,7 @@ impl Scene {
     ) -> anyhow::Result<Scene> {
         let planes = plane_files.len() as u32;
         let grid = (f64::from(planes).sqrt().ceil() as u32).max(1);
-        let fragment = match path {
-            ResidencyPath::Software => &shaders::VT_QUAD_SOFTWARE_FRAG,
-            _ => &shaders::VT_QUAD_FRAG,
-        };
+        let fragment = shaders::vt_quad_fragment(path);
         let color = vk::Format::R8G8B8A8_UNORM;
         let make = |name: &str, fragment, sets| {
             GraphicsProgram::new(
@@ -310,7 +307,6 @@ impl Scene {
         let view: Vec<u8> = view_proj.iter().flat_map(|f| f.to_le_bytes()).collect();
         let q = QUERIES * bindings.slot as u32;
         self.timestamps.cmd_reset(rec, q..q + QUERIES)?;
-        let sampling = bindings.sampling;
         let (vertices, extent, ts) = (&self.vertices, self.extent, &self.timestamps);
         let (streamed, reference_program) = (&self.streamed, &self.reference);
         let (plane_files, reference_sets) = (&self.plane_files, &self.reference_sets);
@@ -322,22 +318,13 @@ impl Scene {
             passes.reverse();
         }
         for (pass, target) in passes {
-            let feedback = pass == 0 && bindings.feedback_active;
             target.record(rec, (ts, q + 2 * pass), |rec, target| {
                 streamed.render(rec, target, extent, [0.0; 4], |draw| -> anyhow::Result<()> {
                     for (i, t) in bindings.textures.iter().enumerate() {
                         let mut push = view.clone();
-                        let control = [
-                            u32::from(t.feedback_slot),
-                            bindings.frame as u32,
-                            sampling.pixel_stride,
-                            sampling.frame_interval,
-                            u32::from(feedback),
-                            sampling.block,
-                            0,
-                            0,
-                        ];
-                        push.extend(control.iter().flat_map(|w| w.to_le_bytes()));
+                        push.extend(
+                            bindings.feedback_words(t, pass == 0).iter().flat_map(|w| w.to_le_bytes()),
+                        );
                         draw.bind_descriptor_set(&sets[i])?;
                         draw.push_constants(&push)?;
                         draw.bind_vertex_buffer(vertices, 6 * u64::from(STRIDE) * i as u64)?;

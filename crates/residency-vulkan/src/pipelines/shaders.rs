@@ -293,3 +293,13 @@ pub static ALL: [&Shader; 19] = [
     &VT_QUAD_SOFTWARE_FRAG,
     &VT_QUAD_REFERENCE_FRAG,
 ];
+
+/// The `vt_quad` fragment shader for a residency path: [`VT_QUAD_SOFTWARE_FRAG`] on the software
+/// path, [`VT_QUAD_FRAG`] otherwise (hardware; `Auto` is resolved by the streamer or
+/// [`Device::residency_path`](crate::Device::residency_path) first).
+pub fn vt_quad_fragment(path: residency_core::tiles::ResidencyPath) -> &'static Shader {
+    match path {
+        residency_core::tiles::ResidencyPath::Software => &VT_QUAD_SOFTWARE_FRAG,
+        _ => &VT_QUAD_FRAG,
+    }
+}

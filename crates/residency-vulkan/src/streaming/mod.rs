@@ -447,6 +447,30 @@ struct FrameContext<'a> {
 }
 
 impl FrameBindings<'_> {
+    /// The binding of `texture` (`None`: not one of the streamer's textures now).
+    pub fn texture(&self, texture: &VirtualTexture) -> Option<&TextureBinding<'_>> {
+        self.textures.iter().find(|t| t.id == texture.id)
+    }
+
+    /// The feedback words of the shipped `vt_quad` fragment shaders' push constants for drawing
+    /// `texture` (bytes 64..96, after the view-projection): its feedback slot, the frame, the
+    /// pixel stride and frame interval, whether to write feedback (`feedback` and this frame's
+    /// [`feedback_active`](Self::feedback_active)), and the pixel square side. A shader of your
+    /// own can take the same words (`shaders/include/vt_quad.glsl`).
+    pub fn feedback_words(&self, texture: &TextureBinding<'_>, feedback: bool) -> [u32; 8] {
+        let s = self.sampling;
+        [
+            u32::from(texture.feedback_slot),
+            self.frame as u32,
+            s.pixel_stride,
+            s.frame_interval,
+            u32::from(feedback && self.feedback_active),
+            s.block,
+            0,
+            0,
+        ]
+    }
+
     /// Records the frame into `rec` (a command buffer submitted on the device's universal queue):
     /// the streamer's part, then `draw` (the renderer's draws or dispatches, which sample the
     /// textures and write feedback), then the barrier that makes the feedback visible to the
