@@ -19,9 +19,10 @@ uint tileAt(uint img, uint layer, uint mip, vec2 uv) {
     return layer * table[img + 4u] + table[mipBase] + t.y * tiles.x + t.x;
 }
 
-void request(uint slot, uint img, uint tile, uint mip, uint kind) {
+// One request for `pixels` pixels (the counter adds them all at once).
+void requestPixels(uint slot, uint img, uint tile, uint mip, uint kind, uint pixels) {
     uint counts = table[img + 2u];
-    if (counts != 0xFFFFFFFFu) atomicAdd(fbWords[counts + kind * table[img + 3u] + tile], 1u);
+    if (counts != 0xFFFFFFFFu) atomicAdd(fbWords[counts + kind * table[img + 3u] + tile], pixels);
     uint word = table[img + 0u] + kind * table[img + 1u] + (tile >> 5u);
     uint bit = 1u << (tile & 31u);
     if ((atomicOr(fbWords[word], bit) & bit) == 0u) {
@@ -31,6 +32,10 @@ void request(uint slot, uint img, uint tile, uint mip, uint kind) {
             fbWords[5u + 2u * i] = slot | (mip << 16u) | (kind << 21u);
         }
     }
+}
+
+void request(uint slot, uint img, uint tile, uint mip, uint kind) {
+    requestPixels(slot, img, tile, mip, kind, 1u);
 }
 
 // The sampling rule of `FeedbackSampling::pixel_writes`: whether pixel `p` writes feedback in

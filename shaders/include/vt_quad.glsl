@@ -16,7 +16,10 @@
 //                 w = frame interval (feedbackPixelWrites' sampling)
 //   bytes 80..96: uvec4 control: x bit 0 = write feedback (0: the same draw without feedback);
 //                 y = side of the pixel squares that write together (FeedbackSampling::block;
-//                 0 or 1: pixels on their own); z, w = 0 (reserved)
+//                 0 or 1: pixels on their own); when the stride and the side are powers of two,
+//                 z = this frame's phase (x | y << 16) and w = 1 | log2(side) << 8 |
+//                 log2(stride) << 16 (a shift-and-mask test), else z = w = 0
+//                 (FrameBindings::feedback_words fills them)
 //
 // Feedback from a fragment shader needs the device feature fragmentStoresAndAtomics. The feedback
 // buffer must be host-readable (the Readback intent), and a barrier from the fragment shader's
@@ -47,6 +50,20 @@ layout(push_constant) uniform Push {
 #include "feedback.glsl"
 #include "vt_lod.glsl"
 
+// Whether this pixel writes feedback this frame (FeedbackSampling::pixel_writes). With a stride
+// and a square side that are powers of two, the CPU gives the frame's phase and the shifts
+// (control.z, control.w): two shifts, two masks and two compares per pixel instead of integer
+// divisions, which cost as much as the rest of the shader on some GPUs.
+bool vtFeedbackPixelWrites(uvec2 p) {
+    uint fast = pc.control.w;
+    if ((fast & 1u) != 0u) {
+        uvec2 q = p >> ((fast >> 8u) & 31u);
+        uint mask = (1u << ((fast >> 16u) & 31u)) - 1u;
+        return (q.x & mask) == (pc.control.z & 0xFFFFu) && (q.y & mask) == (pc.control.z >> 16u);
+    }
+    return feedbackPixelWrites(p / max(pc.control.y, 1u), pc.feedback.y, pc.feedback.z, pc.feedback.w);
+}
+
 void main() {
 #ifdef RESIDENCY_SOFTWARE
     vec2 size = vec2(residencySoftwareHeader(minLodMap).size);
@@ -59,9 +76,7 @@ void main() {
     float usedLod;
     fragColor = residencySampleFallback(tex, minLodMap, uv, max(lambda, 0.0), vec4(1.0, 0.0, 1.0, 1.0),
                                         resident, usedLod);
-    if ((pc.control.x & 1u) != 0u
-        && feedbackPixelWrites(uvec2(gl_FragCoord.xy) / max(pc.control.y, 1u), pc.feedback.y, pc.feedback.z,
-                               pc.feedback.w)) {
+    if ((pc.control.x & 1u) != 0u && vtFeedbackPixelWrites(uvec2(gl_FragCoord.xy))) {
         feedback(pc.feedback.x, 0u, uv, lambda, residencyMinLod(minLodMap, uv));
     }
 }

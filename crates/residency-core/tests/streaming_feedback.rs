@@ -104,6 +104,36 @@ fn a_known_view_requests_exactly_its_tiles_with_pixel_counts() {
     assert_eq!(got.values().sum::<u32>(), 64 * 64);
 }
 
+/// Decoding from the buffer's prefix (header, records, bitsets) reads one counter per request and
+/// gives what decoding the whole buffer gives.
+#[test]
+fn decoding_the_prefix_reads_only_the_requested_counters() {
+    let l = layout(4096, 4096);
+    let fl = FeedbackLayout::new(FeedbackDesc::default(), &[(ImageId(7), &l)]).unwrap();
+    let (buf, _) = synthetic_view(&fl, &l, 64, [0.25, 0.25], [0.5, 0.5], 1.5, 42);
+    let bytes = buf.bytes();
+    assert!(fl.prefix_bytes() < fl.buffer_bytes(), "the counters come last");
+    let mut reads = Vec::new();
+    let prefix = &bytes[..fl.prefix_bytes() as usize];
+    let decoded = fl
+        .decode_prefix(prefix, 42, |w| {
+            reads.push(w);
+            let i = w as usize * 4;
+            u32::from_le_bytes(bytes[i..i + 4].try_into().unwrap())
+        })
+        .unwrap();
+    assert_eq!(decoded, fl.decode(&bytes, 42).unwrap());
+    assert_eq!(reads.len(), decoded.requests.len());
+    assert!(reads.iter().all(|&w| u64::from(w) * 4 >= fl.prefix_bytes()));
+    assert!(fl.decode_prefix(&bytes, 42, |_| 0).is_err(), "the whole buffer is not the prefix");
+    let counting_off = FeedbackLayout::new(
+        FeedbackDesc { count_pixels: false, ..FeedbackDesc::default() },
+        &[(ImageId(7), &l)],
+    )
+    .unwrap();
+    assert_eq!(counting_off.prefix_bytes(), counting_off.buffer_bytes());
+}
+
 #[test]
 fn overflow_is_recovered_from_the_bitsets() {
     let l = layout(4096, 4096);

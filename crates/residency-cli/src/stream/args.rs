@@ -28,8 +28,11 @@ pub struct StreamArgs {
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=16))]
     pub(super) feedback_stride: u32,
     /// Pixels write feedback in squares of B × B (one square of every stride × stride squares).
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=16))]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
     pub(super) feedback_block: u32,
+    /// Feedback without pixel counts (requests are then ranked without them).
+    #[arg(long)]
+    pub(super) no_pixel_counts: bool,
     /// Feedback every N frames.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
     pub(super) feedback_interval: u32,

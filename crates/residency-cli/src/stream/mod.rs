@@ -110,6 +110,8 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
             FeedbackSampling::new(args.feedback_stride, args.feedback_interval)
                 .with_block(args.feedback_block),
         );
+    let mut desc = desc;
+    desc.feedback.count_pixels = !args.no_pixel_counts;
     let mut streamer = Streamer::new(device, desc)?;
     let mut handles = Vec::new();
     for (i, &f) in plane_files.iter().enumerate() {

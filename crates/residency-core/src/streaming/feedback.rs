@@ -392,6 +392,32 @@ impl FeedbackLayout {
         if bytes.len() as u64 != self.buffer_bytes() {
             return Err(FeedbackError::BufferSize { expected: self.buffer_bytes(), got: bytes.len() as u64 });
         }
+        let prefix = &bytes[..self.prefix_bytes() as usize];
+        self.decode_prefix(prefix, frame, |i| {
+            let i = i as usize * 4;
+            u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]])
+        })
+    }
+
+    /// Bytes of the buffer before its pixel counters: the header, the records and the bitsets
+    /// (the whole buffer when counting is off).
+    pub fn prefix_bytes(&self) -> u64 {
+        let first_counts = self.images.iter().map(|i| i.counts_offset).filter(|&o| o != NO_COUNTS).min();
+        u64::from(first_counts.unwrap_or(self.words)) * 4
+    }
+
+    /// [`FeedbackLayout::decode`] from the buffer's first [`prefix_bytes`](Self::prefix_bytes)
+    /// only, with `counter(word)` reading one pixel-counter word of the buffer (by word index) for
+    /// each request: a read-back of a few words instead of every counter of every image.
+    pub fn decode_prefix(
+        &self,
+        bytes: &[u8],
+        frame: u64,
+        mut counter: impl FnMut(u32) -> u32,
+    ) -> Result<DecodedFeedback, FeedbackError> {
+        if bytes.len() as u64 != self.prefix_bytes() {
+            return Err(FeedbackError::BufferSize { expected: self.prefix_bytes(), got: bytes.len() as u64 });
+        }
         let word = |i: u32| {
             let i = i as usize * 4;
             u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]])
@@ -413,11 +439,11 @@ impl FeedbackLayout {
         let bit = |img: &FeedbackImage, kind: u32, t: u32| {
             word(img.bits_offset + kind * img.bit_words + t / 32) & (1 << (t % 32)) != 0
         };
-        let pixels = |img: &FeedbackImage, kind: u32, t: u32| {
+        let mut pixels = |img: &FeedbackImage, kind: u32, t: u32| {
             if img.counts_offset == NO_COUNTS {
                 1
             } else {
-                word(img.counts_offset + kind * img.tile_count + t)
+                counter(img.counts_offset + kind * img.tile_count + t)
             }
         };
         let mut requests = Vec::new();

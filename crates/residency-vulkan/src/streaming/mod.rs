@@ -74,8 +74,8 @@ const PRIME_TICKS: u32 = 256;
 
 /// A streamer's settings. Defaults: 256 tiles (16 MiB of 64 KiB tiles), 8 MiB of loads started per
 /// frame, 2 frames in flight, `Auto` path, 2 workers, the default feedback layout, feedback from one
-/// 4 × 4 square of pixels of every 8 × 8 squares every frame (a 64th of the pixels), read by
-/// fragment and compute shaders, 32 MiB staging.
+/// pixel of every 8 × 8 block every frame (a 64th of the pixels), read by fragment and compute
+/// shaders, 32 MiB staging.
 #[derive(Clone, Debug)]
 pub struct StreamerDesc {
     /// For messages and object names.
@@ -114,7 +114,7 @@ impl Default for StreamerDesc {
             workers: 2,
             feedback: FeedbackDesc::default(),
             staging_bytes: 32 << 20,
-            sampling: FeedbackSampling::new(8, 1).with_block(4),
+            sampling: FeedbackSampling::new(8, 1),
             readers: vk::PipelineStageFlags2::FRAGMENT_SHADER | vk::PipelineStageFlags2::COMPUTE_SHADER,
         }
     }
@@ -433,6 +433,18 @@ pub struct FrameBindings<'a> {
     ctx: FrameContext<'a>,
 }
 
+/// With a stride and a square side that are powers of two, `vt_quad.glsl`'s shift-and-mask test:
+/// the frame's phase (`x | y << 16`) and `1 | log2(block) << 8 | log2(stride) << 16`; else zeros
+/// (the shader divides).
+fn fast_sampling_words(s: FeedbackSampling, frame: u64) -> (u32, u32) {
+    if !s.pixel_stride.is_power_of_two() || !s.block.is_power_of_two() {
+        return (0, 0);
+    }
+    let j = ((frame / u64::from(s.frame_interval)) % u64::from(s.pixel_stride * s.pixel_stride)) as u32;
+    let (x, y) = (j % s.pixel_stride, j / s.pixel_stride);
+    (x | y << 16, 1 | s.block.trailing_zeros() << 8 | s.pixel_stride.trailing_zeros() << 16)
+}
+
 /// What [`FrameBindings::record`] needs of the streamer.
 #[derive(Debug)]
 struct FrameContext<'a> {
@@ -459,6 +471,7 @@ impl FrameBindings<'_> {
     /// own can take the same words (`shaders/include/vt_quad.glsl`).
     pub fn feedback_words(&self, texture: &TextureBinding<'_>, feedback: bool) -> [u32; 8] {
         let s = self.sampling;
+        let (phase, fast) = fast_sampling_words(s, self.frame);
         [
             u32::from(texture.feedback_slot),
             self.frame as u32,
@@ -466,8 +479,8 @@ impl FrameBindings<'_> {
             s.frame_interval,
             u32::from(feedback && self.feedback_active),
             s.block,
-            0,
-            0,
+            phase,
+            fast,
         ]
     }
 
@@ -1192,9 +1205,20 @@ impl Streamer {
             if sf != f {
                 continue;
             }
-            let mut bytes = vec![0u8; slot.layout.buffer_bytes() as usize];
+            // The header, records and bitsets; of the pixel counters only the requested tiles'.
+            let mut bytes = vec![0u8; slot.layout.prefix_bytes() as usize];
             slot.feedback.read(0, &mut bytes)?;
-            let decoded = slot.layout.decode(&bytes, f)?;
+            let (feedback, mut failed) = (&slot.feedback, None);
+            let decoded = slot.layout.decode_prefix(&bytes, f, |w| {
+                let mut word = [0u8; 4];
+                if let Err(e) = feedback.read(u64::from(w) * 4, &mut word) {
+                    failed.get_or_insert(e);
+                }
+                u32::from_le_bytes(word)
+            })?;
+            if let Some(e) = failed {
+                return Err(e.into());
+            }
             self.stats.feedback_frames_read += 1;
             self.stats.feedback_overflows += u64::from(decoded.overflowed);
             let mut summary =
@@ -1363,5 +1387,43 @@ impl Streamer {
         self.in_frame = false;
         self.frame += 1;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `vt_quad.glsl`'s shift-and-mask test, as the shader runs it.
+    fn shader_writes(phase: u32, fast: u32, x: u32, y: u32) -> bool {
+        let shift = (fast >> 8) & 31;
+        let mask = (1u32 << ((fast >> 16) & 31)) - 1;
+        ((x >> shift) & mask) == (phase & 0xFFFF) && ((y >> shift) & mask) == (phase >> 16)
+    }
+
+    #[test]
+    fn the_shaders_fast_sampling_test_picks_the_pixels_of_pixel_writes() {
+        for (stride, block, interval) in [(1, 1, 1), (8, 1, 1), (8, 4, 1), (4, 2, 3), (16, 8, 2), (2, 16, 1)]
+        {
+            let s = FeedbackSampling::new(stride, interval).with_block(block);
+            for frame in (0..300).filter(|&f| s.frame_active(f)) {
+                let (phase, fast) = fast_sampling_words(s, frame);
+                assert_eq!(fast & 1, 1);
+                for y in 0..70 {
+                    for x in 0..70 {
+                        assert_eq!(
+                            shader_writes(phase, fast, x, y),
+                            s.pixel_writes(x, y, frame),
+                            "{s:?} {frame} {x} {y}"
+                        );
+                    }
+                }
+            }
+        }
+        assert_eq!(
+            fast_sampling_words(FeedbackSampling::new(3, 1), 5),
+            (0, 0),
+            "not a power of two: the shader divides"
+        );
     }
 }
