@@ -538,9 +538,10 @@ pub struct Streamer {
     manager: StreamingManager,
     loader: TileLoader<TileKey>,
     uploader: Uploader,
-    /// Software atlas capacity in slots (every texture's atlas spans the whole pool).
-    software_capacity: u32,
     textures: HashMap<ImageId, Texture>,
+    /// Software path: the one atlas every texture samples (sized for the first budget; each
+    /// texture holds it too, so it outlives them on the GPU).
+    atlas: Option<crate::software::SoftwareAtlas>,
     /// After the textures: fields drop in order, and the heaps go after the images bound to them.
     heaps: Option<TileHeaps>,
     next_id: u32,
@@ -623,12 +624,18 @@ impl Streamer {
         let mut streaming = StreamingDesc::default()
             .with_name(desc.name.clone())
             .with_upload_budget_bytes(desc.upload_bytes_per_frame);
-        let mut software_capacity = 0;
+        let mut atlas = None;
         let heaps = if path == ResidencyPath::Software {
             let budget = desc.budget_tiles.max(1).div_ceil(SOFTWARE_TILES_PER_HEAP) * SOFTWARE_TILES_PER_HEAP;
             streaming = streaming.with_tiles_per_heap(SOFTWARE_TILES_PER_HEAP).with_budget_tiles(budget);
-            software_capacity =
-                crate::software::SoftwareTexture::capacity_for_budget(budget, SOFTWARE_TILES_PER_HEAP);
+            let atlas_desc = crate::software::SoftwareAtlasDesc::new(
+                format!("{} atlas", desc.name),
+                Format::R8G8B8A8Unorm,
+                1,
+            )
+            .with_tiles_per_heap(SOFTWARE_TILES_PER_HEAP)
+            .with_capacity_for_budget(budget);
+            atlas = Some(crate::software::SoftwareAtlas::new(device, &atlas_desc)?);
             None
         } else {
             streaming = streaming.with_budget_tiles(desc.budget_tiles.max(1));
@@ -642,8 +649,8 @@ impl Streamer {
             loader: TileLoader::new(desc.workers.max(1)),
             uploader,
             heaps,
-            software_capacity,
             textures: HashMap::new(),
+            atlas,
             next_id: 1,
             pending: HashMap::new(),
             cancelled: Vec::new(),
@@ -717,25 +724,30 @@ impl Streamer {
         if self.path == ResidencyPath::Software {
             tiles =
                 tiles.min(self.desc.budget_tiles).div_ceil(SOFTWARE_TILES_PER_HEAP) * SOFTWARE_TILES_PER_HEAP;
-            tiles = tiles.min(self.software_capacity.max(SOFTWARE_TILES_PER_HEAP));
+            let capacity = self.atlas.as_ref().map_or(0, |a| a.layout().capacity());
+            tiles = tiles.min(capacity.max(SOFTWARE_TILES_PER_HEAP));
         }
         self.manager.set_budget_tiles(tiles);
         tiles
     }
 
     /// Device memory behind the textures now: the tile heaps' memory (hardware; allocated as the
-    /// pool grows), or the atlases and indirection textures (software, allocated whole).
+    /// pool grows), or the one shared atlas plus every texture's indirection texture (software,
+    /// allocated whole).
     pub fn backing_bytes(&self) -> u64 {
         match &self.heaps {
             Some(_) => self.manager.pool().stats().capacity_tiles * self.manager.pool().tile_bytes(),
-            None => self
-                .textures
-                .values()
-                .map(|t| match &t.gpu {
-                    TextureGpu::Software { texture } => texture.memory_bytes(),
-                    TextureGpu::Hardware { .. } => 0,
-                })
-                .sum(),
+            None => {
+                let indirections: u64 = self
+                    .textures
+                    .values()
+                    .map(|t| match &t.gpu {
+                        TextureGpu::Software { texture } => texture.indirection_bytes(),
+                        TextureGpu::Hardware { .. } => 0,
+                    })
+                    .sum();
+                self.atlas.as_ref().map_or(0, |a| a.memory_bytes()) + indirections
+            }
         }
     }
 
@@ -833,11 +845,9 @@ impl Streamer {
         self.remove_dropped()?;
         let id = ImageId(self.next_id);
         let texture = Texture::create(
-            &self.device,
             self.heaps.as_ref(),
+            self.atlas.as_ref(),
             self.manager.pool().tile_bytes(),
-            self.software_capacity,
-            SOFTWARE_TILES_PER_HEAP,
             id,
             name,
             source,
