@@ -759,3 +759,54 @@ fn software_textures_share_one_atlas_in_distinct_slots() {
         assert_eq!(live_named(&device, "vt shared"), 0, "{:?}", device.ledger().live_objects());
     });
 }
+
+/// Loads the camera moved away from are cancelled: tiles asked for in one frame only, read slowly,
+/// are cancelled by the manager after its window and dropped by the loader; they never become
+/// resident, are not load failures, and give their budget back. Both paths, sync validation.
+#[test]
+fn loads_no_longer_wanted_are_cancelled() {
+    for path in [ResidencyPath::Hardware, ResidencyPath::Software] {
+        with_gpu(|set| {
+            let device = Arc::clone(&set.devices()[0]);
+            let mut streamer = Streamer::new(&device, desc(path, 2)).unwrap();
+            let vt = VtDesc::new(Format::R8G8B8A8Unorm, SIDE, SIDE, 128, 128);
+            // The fine mips read slowly; the coarse chain (priming) at once.
+            let slow: Arc<dyn TileSource> = Arc::new(FnSource::new("vt slow", vt, move |mip, x, y| {
+                if mip < 3 {
+                    std::thread::sleep(std::time::Duration::from_millis(150));
+                }
+                let (w, h) = vt.tile_extent(mip, x, y).expect("in the grid");
+                Ok((0..h)
+                    .flat_map(|ty| (0..w).flat_map(move |tx| texel(3, mip, x * 128 + tx, y * 128 + ty)))
+                    .collect())
+            }));
+            let t = streamer.add_texture("vt slow", slow).unwrap();
+            let commands = CommandContext::new(&device, "test frames").unwrap();
+            let wanted: Vec<TileKey> = (0..4).map(|x| tile(&streamer, t.id(), 0, x, 6)).collect();
+            frame_no_wait(&mut streamer, &commands, &wanted);
+            // The feedback of that frame is read a frame or two later (the loads start then);
+            // then nothing is wanted.
+            let mut peak = streamer.manager().committed_tiles();
+            let mut frames = 0;
+            while streamer.manager_stats().loads_cancelled == 0 {
+                assert!(frames < 12, "nothing cancelled: {:?}", streamer.manager_stats());
+                frame_no_wait(&mut streamer, &commands, &[]);
+                peak = peak.max(streamer.manager().committed_tiles());
+                frames += 1;
+            }
+            streamer.wait_for_loads();
+            for _ in 0..3 {
+                frame_no_wait(&mut streamer, &commands, &[]);
+            }
+            // Every cancelled load gave its tile back (the others are resident).
+            let cancelled = streamer.manager_stats().loads_cancelled;
+            assert_eq!(streamer.manager().committed_tiles() + cancelled, peak);
+            assert!(wanted.iter().all(|&k| !streamer.manager().is_resident(k)));
+            assert_eq!(streamer.manager().in_flight().count(), 0, "{:?}", streamer.manager_stats());
+            assert_eq!(streamer.manager_stats().loads_failed, 0);
+            assert!(streamer.take_load_failures().is_empty());
+            assert!(streamer.manager().check_invariants().is_ok());
+            streamer.remove_texture(t).unwrap();
+        });
+    }
+}

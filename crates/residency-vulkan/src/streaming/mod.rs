@@ -17,7 +17,8 @@
 //!      tiles) and signalling the device's sparse timeline; no host wait;
 //!    - stages the loaded texels (software: bordered, into the atlas slot) and the min-LOD map
 //!      (hardware) or indirection (software) updates in the staging ring;
-//!    - starts this frame's loads on the workers (they complete for a later frame);
+//!    - cancels on the workers the loads the manager cancelled (no longer wanted), and starts
+//!      this frame's loads (they complete for a later frame);
 //!    - returns the [`FrameBindings`]: per texture the views to bind and its feedback slot, the
 //!      feedback buffer and image table, the feedback sampling, the GLSL include for the path.
 //! 2. The renderer records its frame through [`FrameBindings::record`] into its own command
@@ -546,8 +547,8 @@ pub struct Streamer {
     heaps: Option<TileHeaps>,
     next_id: u32,
     pending: HashMap<TileKey, Pending>,
-    /// Loads of removed textures cancelled in the loader: reported to the manager as failed at the
-    /// next tick, which forgets them.
+    /// Loads of removed textures, and loads the manager cancelled, cancelled in the loader:
+    /// reported to the manager as failed at the next tick, which ignores them.
     cancelled: Vec<TileKey>,
     layout: Option<Arc<FeedbackLayout>>,
     generation: u64,
@@ -621,9 +622,12 @@ impl Streamer {
             ));
         }
         let frames_in_flight = desc.frames_in_flight.clamp(1, 8);
+        // A load no frame wanted for longer than the gap between two feedback reads is cancelled.
+        let cancel_after = desc.sampling.frame_interval.saturating_add(frames_in_flight).max(4);
         let mut streaming = StreamingDesc::default()
             .with_name(desc.name.clone())
-            .with_upload_budget_bytes(desc.upload_bytes_per_frame);
+            .with_upload_budget_bytes(desc.upload_bytes_per_frame)
+            .with_cancel_after_frames(cancel_after);
         let mut atlas = None;
         let heaps = if path == ResidencyPath::Software {
             let budget = desc.budget_tiles.max(1).div_ceil(SOFTWARE_TILES_PER_HEAP) * SOFTWARE_TILES_PER_HEAP;
@@ -1055,6 +1059,11 @@ impl Streamer {
             &FrameInput { frame: self.tick, requests, loaded: &loaded, failed: &failed },
             requested_in,
         )?;
+        for &key in &out.cancelled {
+            self.loader.cancel(&key);
+            self.pending.remove(&key);
+            self.cancelled.push(key);
+        }
         for key in &out.resident {
             if let Some(t) = self.texture_stats.get_mut(&key.image) {
                 t.units_streamed += 1;
