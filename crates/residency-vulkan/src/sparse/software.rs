@@ -326,11 +326,6 @@ impl SoftwareAtlas {
         u64::from(w) * u64::from(h) * u64::from(self.shared.format.block_bytes())
     }
 
-    /// Whether `other` is a handle of this atlas.
-    pub fn same_as(&self, other: &SoftwareAtlas) -> bool {
-        std::sync::Arc::ptr_eq(&self.shared, &other.shared)
-    }
-
     /// Declares that GPU work the renderer submitted itself samples the atlas until `until` (see
     /// [`Buffer::used_until`](crate::Buffer::used_until)); a texture's
     /// [`used_until`](SoftwareTexture::used_until) declares it here as well.
