@@ -27,16 +27,38 @@ fn layout(w: u32, h: u32) -> SparseImageLayout {
 const TILE: u64 = 64 * 1024;
 
 /// A backend stand-in: loads finish after a delay (or fail); invariants checked after every frame.
+/// A load the manager cancels either still completes at its time (`drop_cancelled` false: the
+/// report is ignored) or is dropped and reported failed the next frame, as the streamer does; a
+/// new load of a key whose cancelled load is still out completes no earlier than it (the
+/// protocol: a cancelled load is reported before a later load of its key).
 struct Sim {
     m: StreamingManager,
     frame: u64,
     pending: BTreeMap<u64, Vec<(TileKey, bool)>>,
     delay: u64,
+    drop_cancelled: bool,
+    /// Cancelled loads not reported yet, by key.
+    cancelled_out: BTreeMap<TileKey, u32>,
+    /// Why each load in flight started.
+    reasons: BTreeMap<TileKey, LoadReason>,
 }
 
 impl Sim {
     fn new(desc: StreamingDesc, delay: u64) -> Self {
-        Self { m: StreamingManager::new(desc), frame: 0, pending: BTreeMap::new(), delay }
+        Self {
+            m: StreamingManager::new(desc),
+            frame: 0,
+            pending: BTreeMap::new(),
+            delay,
+            drop_cancelled: false,
+            cancelled_out: BTreeMap::new(),
+            reasons: BTreeMap::new(),
+        }
+    }
+
+    /// The frame the latest outstanding load of `key` completes, if any is out.
+    fn last_due(&self, key: TileKey) -> Option<u64> {
+        self.pending.iter().rev().find(|(_, v)| v.iter().any(|d| d.0 == key)).map(|(&f, _)| f)
     }
 
     fn step_with(
@@ -52,11 +74,60 @@ impl Sim {
             .map(|r| TileKey::tile(r.image, r.tile))
             .filter(|&k| self.m.is_resident(k))
             .collect();
+        let in_flight_before: BTreeSet<TileKey> = self.m.in_flight().collect();
+        let cancelled_before = self.m.stats().loads_cancelled;
         let out = self
             .m
             .update(&FrameInput { frame: self.frame, requests, loaded: &loaded, failed: &failed })
             .unwrap();
         self.m.check_invariants().unwrap_or_else(|e| panic!("frame {}: {e}", self.frame));
+        // Reports of cancelled loads come first for their key and are ignored.
+        for key in loaded.iter().chain(&failed) {
+            if let Some(n) = self.cancelled_out.get_mut(key) {
+                *n -= 1;
+                if *n == 0 {
+                    self.cancelled_out.remove(key);
+                }
+            }
+        }
+        for k in &out.resident {
+            assert!(
+                in_flight_before.contains(k),
+                "frame {}: {k:?} resident without a load in flight",
+                self.frame
+            );
+        }
+        assert_eq!(self.m.stats().loads_cancelled - cancelled_before, out.cancelled.len() as u64);
+        assert_eq!(out.stats.cancelled as usize, out.cancelled.len());
+        for &k in &out.cancelled {
+            assert!(in_flight_before.contains(&k), "frame {}: cancelled {k:?} was not in flight", self.frame);
+            assert!(
+                !self.m.is_in_flight(k) && !self.m.is_resident(k),
+                "frame {}: cancelled {k:?}",
+                self.frame
+            );
+            assert_ne!(
+                self.reasons.remove(&k),
+                Some(LoadReason::Pinned),
+                "frame {}: a pinned load cancelled",
+                self.frame
+            );
+            assert!(
+                !out.loads.iter().any(|l| l.key == k),
+                "frame {}: {k:?} cancelled and started",
+                self.frame
+            );
+            *self.cancelled_out.entry(k).or_insert(0) += 1;
+            if self.drop_cancelled {
+                // The loader drops it: its completion never comes; report it failed next frame.
+                let due = self.pending.iter().find(|(_, v)| v.iter().any(|d| d.0 == k)).map(|(&f, _)| f);
+                let due = due.expect("a cancelled load is outstanding");
+                let list = self.pending.get_mut(&due).unwrap();
+                let i = list.iter().position(|d| d.0 == k).unwrap();
+                list.remove(i);
+                self.pending.entry(self.frame + 1).or_default().push((k, false));
+            }
+        }
         for k in before {
             assert!(self.m.is_resident(k), "frame {}: requested resident tile {k:?} was dropped", self.frame);
         }
@@ -67,7 +138,15 @@ impl Sim {
         }
         for load in &out.loads {
             let (d, ok) = delay_of(load.key);
-            self.pending.entry(self.frame + d.max(1)).or_default().push((load.key, ok));
+            let mut due = self.frame + d.max(1);
+            if self.cancelled_out.contains_key(&load.key) {
+                due = due.max(self.last_due(load.key).unwrap_or(due));
+            }
+            self.pending.entry(due).or_default().push((load.key, ok));
+            self.reasons.insert(load.key, load.reason);
+        }
+        for k in &out.resident {
+            self.reasons.remove(k);
         }
         self.frame += 1;
         out
@@ -308,6 +387,96 @@ fn unregistering_releases_everything_and_ignores_late_completions() {
     assert_eq!(sim.m.stats().stale_requests, 4);
 }
 
+/// A load the camera moved away from is cancelled after `cancel_after_frames` frames unwanted: its
+/// budget goes back at once, it does not count as failed, its late completion is accepted and
+/// ignored (never resident), and wanted again it loads again. A pinned load is never cancelled.
+#[test]
+fn a_load_no_longer_wanted_is_cancelled_and_its_late_completion_ignored() {
+    let l = layout(2048, 2048);
+    let img = ImageId(1);
+    let tail = TileKey::tail(img, 0);
+    let mut sim = Sim::new(StreamingDesc::default().with_cancel_after_frames(4), 1);
+    sim.m.register_image(img, &l).unwrap();
+    // The tail loads slowly (12 frames) with nothing wanted meanwhile: pinned, never cancelled.
+    let out = sim.step_with(&[], &mut |_| (12, true));
+    assert_eq!(out.loads.len(), 1);
+    while !sim.m.is_resident(tail) {
+        assert!(sim.step(&[]).cancelled.is_empty(), "the pinned tail was cancelled");
+    }
+    assert_eq!(sim.frame - 1, 12, "resident when its load completed");
+    // A mip-4 tile asked for once; its load takes 10 frames.
+    let req = miss(img, &l, 4, 0, 0);
+    let key = TileKey::tile(img, req.tile);
+    let out = sim.step_with(&[req], &mut |_| (10, true));
+    assert_eq!(out.loads.iter().map(|ld| ld.key).collect::<Vec<_>>(), vec![key]);
+    let started_at = sim.frame - 1;
+    let committed = sim.m.committed_tiles();
+    // Still wanted 2 frames later: not cancelled; then not wanted for 4 frames.
+    sim.step(&[]);
+    sim.step(&[req]);
+    let renewed = sim.frame - 1;
+    let mut cancelled_at = None;
+    for _ in 0..6 {
+        let out = sim.step(&[]);
+        if !out.cancelled.is_empty() {
+            assert_eq!(out.cancelled, vec![key]);
+            cancelled_at = Some(sim.frame - 1);
+        }
+    }
+    assert_eq!(cancelled_at, Some(renewed + 4), "4 frames after it was last wanted");
+    assert!(!sim.m.is_in_flight(key) && !sim.m.is_resident(key));
+    assert_eq!(sim.m.committed_tiles(), committed - 1, "its reserved tile went back");
+    let stats = sim.m.stats();
+    assert_eq!((stats.loads_cancelled, stats.loads_failed), (1, 0));
+    // Its completion (frame started_at + 10) comes later and is ignored.
+    while sim.frame <= started_at + 10 {
+        let out = sim.step(&[]);
+        assert!(out.resident.is_empty());
+    }
+    assert!(!sim.m.is_resident(key));
+    assert_eq!(sim.m.stats().loads_failed, 0);
+    // Wanted again: it loads again.
+    let out = sim.step(&[req]);
+    assert_eq!(out.loads.iter().map(|ld| ld.key).collect::<Vec<_>>(), vec![key]);
+    sim.step(&[req]);
+    assert!(sim.m.is_resident(key));
+
+    // 0 never cancels.
+    let mut sim = Sim::new(StreamingDesc::default().with_cancel_after_frames(0), 1);
+    sim.m.register_image(img, &l).unwrap();
+    sim.step(&[]);
+    sim.step_with(&[req], &mut |_| (20, true));
+    for _ in 0..20 {
+        assert!(sim.step(&[]).cancelled.is_empty());
+    }
+    assert!(sim.m.is_resident(key));
+    assert_eq!(sim.m.stats().loads_cancelled, 0);
+}
+
+/// A cancelled load the loader drops is reported failed once (as the streamer does): accepted,
+/// not counted as failed, and its key can load again in the same run.
+#[test]
+fn a_dropped_cancelled_load_reported_failed_is_not_a_failure() {
+    let l = layout(2048, 2048);
+    let img = ImageId(1);
+    let mut sim = Sim::new(StreamingDesc::default().with_cancel_after_frames(2), 1);
+    sim.drop_cancelled = true;
+    sim.m.register_image(img, &l).unwrap();
+    sim.step(&[]);
+    let req = miss(img, &l, 4, 0, 0);
+    let key = TileKey::tile(img, req.tile);
+    sim.step_with(&[req], &mut |_| (9, true));
+    let mut cancelled = 0;
+    for _ in 0..4 {
+        cancelled += sim.step(&[]).cancelled.len();
+    }
+    assert_eq!(cancelled, 1);
+    assert_eq!((sim.m.stats().loads_cancelled, sim.m.stats().loads_failed), (1, 0));
+    sim.step(&[req]);
+    sim.step(&[req]);
+    assert!(sim.m.is_resident(key));
+}
+
 #[derive(Clone, Debug)]
 struct Frame {
     requests: Vec<(bool, u32, bool, u32)>,
@@ -364,6 +533,65 @@ proptest! {
                 }
             }
         }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Random views over two images with slow loads and a short cancel window: the contract
+    /// holds every frame (invariants, the budget, no unwanted load left in flight), cancelled
+    /// loads are never pinned, never resident through their own completion, and their late
+    /// reports (delivered at their time or dropped and reported failed) are accepted and ignored.
+    #[test]
+    fn cancelled_loads_free_their_budget_and_never_become_resident(
+        frames in frames(),
+        budget in 4u32..80,
+        cancel_after in 1u32..6,
+        max_delay in 1u64..12,
+        drop_cancelled in any::<bool>(),
+        delay in 0u32..4,
+        seed in any::<u64>(),
+    ) {
+        let a = layout(2048, 2048);
+        let b = layout(1000, 600);
+        let desc = StreamingDesc::default()
+            .with_budget_tiles(budget)
+            .with_upload_budget_bytes(4 * TILE)
+            .with_eviction_delay(delay)
+            .with_max_in_flight(16)
+            .with_cancel_after_frames(cancel_after);
+        let mut sim = Sim::new(desc, 1);
+        sim.drop_cancelled = drop_cancelled;
+        sim.m.register_image(ImageId(1), &a).unwrap();
+        sim.m.register_image(ImageId(2), &b).unwrap();
+        let mut s = seed;
+        let mut rand = move || { s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407); s >> 33 };
+        let pinned: u64 = [&a, &b]
+            .iter()
+            .map(|l| u64::from(l.mip_tail_count()) * l.mip_tail().map_or(0, |t| u64::from(t.tiles)))
+            .sum();
+        let mut cancelled = 0;
+        for f in &frames {
+            let reqs: Vec<TileRequest> = f.requests.iter().map(|&(second, t, warn, pixels)| {
+                let (image, l) = if second { (ImageId(2), &b) } else { (ImageId(1), &a) };
+                let tile = TileIndex(t % l.tile_count());
+                let mip = l.tile_coord(tile).unwrap().mip;
+                TileRequest { image, tile, mip, kind: if warn { RequestKind::LodWarning } else { RequestKind::Miss }, pixels }
+            }).collect();
+            let out = sim.step_with(&reqs, &mut |_| (1 + rand() % max_delay, rand() % 10 != 0));
+            cancelled += out.cancelled.len();
+            // Only pinned loads start over the budget.
+            prop_assert!(sim.m.committed_tiles() <= u64::from(budget) + pinned, "{} > {budget} + {pinned}", sim.m.committed_tiles());
+        }
+        // Everything out reported: the cancelled loads' reports all came, and what is still in
+        // flight is a load the stand-in will report.
+        for _ in 0..=max_delay + 1 {
+            cancelled += sim.step(&[]).cancelled.len();
+        }
+        prop_assert!(sim.cancelled_out.is_empty(), "unreported cancelled loads {:?}", sim.cancelled_out);
+        prop_assert_eq!(sim.m.stats().loads_cancelled, cancelled as u64);
+        prop_assert!(sim.m.in_flight().all(|k| sim.last_due(k).is_some()));
     }
 }
 

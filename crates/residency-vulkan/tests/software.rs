@@ -10,7 +10,7 @@ use residency_core::tiles::{
     bordered_tile, software_layout, ImageId, ResidencyPath, SparseImageDesc, SparseImageLayout,
     SparseResidency, TexelRegion, TileCoord, TilePool, TilePoolDesc,
 };
-use residency_vulkan::software::{SoftwareError, SoftwareTexture};
+use residency_vulkan::software::{SoftwareAtlas, SoftwareAtlasDesc, SoftwareError, SoftwareTexture};
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::{Device, Uploader};
 
@@ -86,6 +86,27 @@ fn a_software_texture_samples_resident_tiles_exactly_and_falls_back_like_the_har
             SoftwareTexture::new(device, "bc1", &bc1, BORDER, 4, 4),
             Err(SoftwareError::UnsupportedFormat { format: Format::Bc1Unorm })
         ));
+        // A texture sharing this atlas must be of its format and tile side.
+        let bgra =
+            software_layout(&SparseImageDesc::new_2d(Format::B8G8R8A8Unorm, 256, 256), BORDER).unwrap();
+        assert!(matches!(
+            SoftwareTexture::new_in(texture.atlas(), "bgra", &bgra),
+            Err(SoftwareError::FormatMismatch {
+                image: Format::B8G8R8A8Unorm,
+                pool: Format::R8G8B8A8Unorm,
+                ..
+            })
+        ));
+        let small = SoftwareAtlas::new(
+            device,
+            &SoftwareAtlasDesc::new("small tiles", Format::R8G8B8A8Unorm, 4).with_tile_side(64),
+        )
+        .unwrap();
+        assert!(matches!(
+            SoftwareTexture::new_in(&small, "128 tiles", &layout),
+            Err(SoftwareError::TileMismatch { tile: [128, 128], atlas: 64, .. })
+        ));
+        drop(small);
         let uploader = Uploader::new(device, "software uploads", 8 << 20).unwrap();
         let slot0 =
             residency_core::tiles::PhysicalTile { heap: residency_core::tiles::HeapIndex(0), tile: 0 };

@@ -12,6 +12,8 @@ use residency_vulkan::testing::with_gpu;
 use residency_vulkan::{CommandContext, Device};
 use std::sync::Arc;
 
+mod common;
+
 const SIDE: u32 = 1024;
 
 fn texel(texture: u32, mip: u32, x: u32, y: u32) -> [u8; 4] {
@@ -635,4 +637,176 @@ fn misuse_a_texture_of_another_streamer_is_refused() {
         assert_eq!(one.texture_count(), 0);
         two.remove_texture(b).unwrap();
     });
+}
+
+/// The software path's textures share the streamer's one atlas (sized for the budget once), each
+/// with its own indirection: four textures make one atlas image, `backing_bytes` is that atlas
+/// plus four small indirections, their streamed tiles hold distinct slots, and every texture
+/// samples its own texels back through the software fallback GLSL over the shared atlas view.
+/// The atlas outlives removed textures and goes with the streamer.
+#[test]
+fn software_textures_share_one_atlas_in_distinct_slots() {
+    use residency_core::tiles::AtlasLayout;
+    use residency_vulkan::software::SoftwareTexture;
+    use residency_vulkan::streaming::TextureViews;
+    with_gpu(|set| {
+        let device = Arc::clone(&set.devices()[0]);
+        let mut streamer = Streamer::new(&device, desc(ResidencyPath::Software, 2)).unwrap();
+        let mut textures: Vec<_> = (0..4u32)
+            .map(|i| {
+                let name = format!("vt shared {i}");
+                streamer.add_texture(&name, source(&name, i, 0)).unwrap()
+            })
+            .collect();
+        let atlases = |device: &Device| {
+            device
+                .ledger()
+                .live_objects()
+                .iter()
+                .filter(|o| o.kind == "image" && o.name.contains("atlas"))
+                .count()
+        };
+        assert_eq!(atlases(&device), 1, "{:?}", device.ledger().live_objects());
+        // One atlas for the budget (96 tiles: 7 heaps of 16 slots of 136² texels) and the
+        // indirections (a few KiB each), not one atlas per texture.
+        let [w, h] =
+            AtlasLayout::new(128, 4, SoftwareTexture::capacity_for_budget(96, 16), 16).unwrap().extent();
+        let atlas_bytes = u64::from(w) * u64::from(h) * 4;
+        let backing = streamer.backing_bytes();
+        assert!(
+            backing > atlas_bytes && backing < atlas_bytes + 4 * (16 << 10),
+            "{backing} vs {atlas_bytes}"
+        );
+
+        let commands = CommandContext::new(&device, "test frames").unwrap();
+        let ids: Vec<ImageId> = textures.iter().map(|t| t.id()).collect();
+        // Two mip-0 tiles of each texture, at different places.
+        let spots: Vec<(usize, u32, u32)> =
+            (0..4).flat_map(|i| [(i, i as u32 + 1, 2), (i, 5, i as u32 + 3)]).collect();
+        let wanted: Vec<TileKey> = spots.iter().map(|&(i, x, y)| tile(&streamer, ids[i], 0, x, y)).collect();
+        for _ in 0..8 {
+            frame(&mut streamer, &commands, &wanted);
+        }
+        assert!(wanted.iter().all(|&k| streamer.manager().is_resident(k)), "{:?}", streamer.manager_stats());
+
+        // Every resident tile of every texture holds a slot of its own.
+        let mut slots = std::collections::BTreeSet::new();
+        let mut mapped = 0;
+        for &id in &ids {
+            for (_, physical) in streamer.manager().residency(id).unwrap().page_table().mapped() {
+                mapped += 1;
+                slots.insert((physical.heap.0, physical.tile));
+            }
+        }
+        assert_eq!(slots.len(), mapped, "two textures' tiles in one slot");
+        assert!(mapped >= 4 * 9, "coarse chains and the streamed tiles: {mapped}");
+
+        // Sample each texture back: its streamed mip-0 tiles exactly, and its coarse chain.
+        let bindings = streamer.begin_frame().unwrap();
+        let submission = commands.submit(&[], |rec| bindings.record(rec, |_| ()).unwrap()).unwrap();
+        commands.wait_for(&submission).unwrap();
+        let mut atlas_views = Vec::new();
+        for (i, &id) in ids.iter().enumerate() {
+            let binding = bindings.textures.iter().find(|t| t.id == id).unwrap();
+            let TextureViews::Software { atlas, indirection } = binding.views else {
+                panic!("software path")
+            };
+            atlas_views.push(atlas.raw());
+            let mut probes = Vec::new();
+            let mut want = Vec::new();
+            for &(_, tx, ty) in spots.iter().filter(|s| s.0 == i) {
+                let (x, y) = (tx * 128 + 5 + i as u32, ty * 128 + 7);
+                probes.push((common::centre(SIDE, x, y, 0), 0.0));
+                want.push((texel(i as u32, 0, x, y), 0.0));
+            }
+            probes.push((common::centre(SIDE, 50, 60, 3), 3.0));
+            want.push((texel(i as u32, 3, 50, 60), 3.0));
+            let got = common::sample_fallback(
+                &device,
+                common::SOFTWARE_FALLBACK,
+                (atlas.into(), indirection.into()),
+                &probes,
+            );
+            for (k, ((texels, resident, lod), (w, wlod))) in got.iter().zip(&want).enumerate() {
+                assert!(resident, "texture {i} probe {k} resident");
+                assert_eq!(*lod, *wlod, "texture {i} probe {k}: LOD used");
+                common::close(*texels, common::as_f32(*w), &format!("texture {i} probe {k}"));
+            }
+        }
+        assert!(atlas_views.windows(2).all(|v| v[0] == v[1]), "one atlas view for all");
+        drop(bindings);
+        streamer.end_frame(submission.gpu_use()).unwrap();
+
+        // Three removed: the atlas stays for the last one (and the streamer).
+        for t in textures.drain(1..) {
+            streamer.remove_texture(t).unwrap();
+        }
+        for _ in 0..2 {
+            frame(&mut streamer, &commands, &wanted[..2]);
+        }
+        device.wait_idle().unwrap();
+        device.maintain();
+        assert_eq!(live_named(&device, "vt shared 1"), 0, "{:?}", device.ledger().live_objects());
+        assert_eq!(atlases(&device), 1);
+        assert!(streamer.backing_bytes() < atlas_bytes + (16 << 10));
+        assert!(streamer.take_load_failures().is_empty());
+        drop(textures);
+        drop(streamer);
+        drop(commands);
+        device.wait_idle().unwrap();
+        device.maintain();
+        assert_eq!(atlases(&device), 0, "{:?}", device.ledger().live_objects());
+        assert_eq!(live_named(&device, "vt shared"), 0, "{:?}", device.ledger().live_objects());
+    });
+}
+
+/// Loads the camera moved away from are cancelled: tiles asked for in one frame only, read slowly,
+/// are cancelled by the manager after its window and dropped by the loader; they never become
+/// resident, are not load failures, and give their budget back. Both paths, sync validation.
+#[test]
+fn loads_no_longer_wanted_are_cancelled() {
+    for path in [ResidencyPath::Hardware, ResidencyPath::Software] {
+        with_gpu(|set| {
+            let device = Arc::clone(&set.devices()[0]);
+            let mut streamer = Streamer::new(&device, desc(path, 2)).unwrap();
+            let vt = VtDesc::new(Format::R8G8B8A8Unorm, SIDE, SIDE, 128, 128);
+            // The fine mips read slowly; the coarse chain (priming) at once.
+            let slow: Arc<dyn TileSource> = Arc::new(FnSource::new("vt slow", vt, move |mip, x, y| {
+                if mip < 3 {
+                    std::thread::sleep(std::time::Duration::from_millis(150));
+                }
+                let (w, h) = vt.tile_extent(mip, x, y).expect("in the grid");
+                Ok((0..h)
+                    .flat_map(|ty| (0..w).flat_map(move |tx| texel(3, mip, x * 128 + tx, y * 128 + ty)))
+                    .collect())
+            }));
+            let t = streamer.add_texture("vt slow", slow).unwrap();
+            let commands = CommandContext::new(&device, "test frames").unwrap();
+            let wanted: Vec<TileKey> = (0..4).map(|x| tile(&streamer, t.id(), 0, x, 6)).collect();
+            frame_no_wait(&mut streamer, &commands, &wanted);
+            // The feedback of that frame is read a frame or two later (the loads start then);
+            // then nothing is wanted.
+            let mut peak = streamer.manager().committed_tiles();
+            let mut frames = 0;
+            while streamer.manager_stats().loads_cancelled == 0 {
+                assert!(frames < 12, "nothing cancelled: {:?}", streamer.manager_stats());
+                frame_no_wait(&mut streamer, &commands, &[]);
+                peak = peak.max(streamer.manager().committed_tiles());
+                frames += 1;
+            }
+            streamer.wait_for_loads();
+            for _ in 0..3 {
+                frame_no_wait(&mut streamer, &commands, &[]);
+            }
+            // Every cancelled load gave its tile back (the others are resident).
+            let cancelled = streamer.manager_stats().loads_cancelled;
+            assert_eq!(streamer.manager().committed_tiles() + cancelled, peak);
+            assert!(wanted.iter().all(|&k| !streamer.manager().is_resident(k)));
+            assert_eq!(streamer.manager().in_flight().count(), 0, "{:?}", streamer.manager_stats());
+            assert_eq!(streamer.manager_stats().loads_failed, 0);
+            assert!(streamer.take_load_failures().is_empty());
+            assert!(streamer.manager().check_invariants().is_ok());
+            streamer.remove_texture(t).unwrap();
+        });
+    }
 }

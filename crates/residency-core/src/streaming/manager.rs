@@ -115,6 +115,15 @@ pub struct FrameOutput {
     pub resident_wanted_since: Vec<u64>,
     /// Tiles evicted this frame (released; unbind).
     pub evicted: Vec<TileKey>,
+    /// Loads in flight that nobody wanted for [`StreamingDesc::cancel_after_frames`] frames,
+    /// cancelled this frame: their budget went back to the pool, they are not counted as failed,
+    /// and the manager forgot them (never pinned units). Stop them; report each once later in
+    /// [`FrameInput::loaded`] or [`FrameInput::failed`] — its completion if the loader still
+    /// delivers it, or at once as failed if the loader drops it (as [`TileLoader::cancel`]
+    /// does) — before any later load of the same key: that report is accepted and ignored.
+    ///
+    /// [`TileLoader::cancel`]: crate::streaming::TileLoader::cancel
+    pub cancelled: Vec<TileKey>,
     /// Per image changes, by image id.
     pub changes: Vec<ImageChanges>,
     /// Heaps the pool released (their memory can be freed once the unbinds executed).
@@ -125,7 +134,8 @@ pub struct FrameOutput {
 
 /// How the manager streams. Defaults: pool budget 16384 tiles (1 GiB), 2048 tiles per heap,
 /// 32 MiB of uploads per frame, at most 1024 loads in flight, eviction delay 8 frames, thrash
-/// window 32 frames, at most 256 evictions per frame for a budget cut, prefetch on.
+/// window 32 frames, at most 256 evictions per frame for a budget cut, prefetch on, loads no
+/// longer wanted cancelled after 4 frames.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StreamingDesc {
     /// Name for logs.
@@ -146,6 +156,16 @@ pub struct StreamingDesc {
     pub evictions_per_frame: u32,
     /// Whether LOD warnings start loads.
     pub prefetch: bool,
+    /// A load in flight that no frame wanted (requested, or as a parent of a request) for this
+    /// many frames is cancelled ([`FrameOutput::cancelled`]); 0 never cancels. Frames without
+    /// feedback count too, as for the eviction delay: keep it above the frames between two
+    /// feedback reads. Pinned loads are never cancelled.
+    #[serde(default = "default_cancel_after_frames")]
+    pub cancel_after_frames: u32,
+}
+
+fn default_cancel_after_frames() -> u32 {
+    4
 }
 
 impl Default for StreamingDesc {
@@ -160,6 +180,7 @@ impl Default for StreamingDesc {
             thrash_window_frames: 32,
             evictions_per_frame: 256,
             prefetch: true,
+            cancel_after_frames: default_cancel_after_frames(),
         }
     }
 }
@@ -227,6 +248,12 @@ impl StreamingDesc {
         self.prefetch = prefetch;
         self
     }
+
+    /// Sets the frames a load in flight may go unwanted before it is cancelled (0: never).
+    pub fn with_cancel_after_frames(mut self, frames: u32) -> Self {
+        self.cancel_after_frames = frames;
+        self
+    }
 }
 
 /// A frame or a registration was refused; nothing changed (except for `Commit`, a bug).
@@ -285,6 +312,9 @@ struct ImageState {
 struct Flight {
     wanted_since: u64,
     tiles: u32,
+    /// The last frame that wanted it (requested, or a parent of a request; pinned loads are never
+    /// cancelled).
+    last_wanted: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -306,8 +336,9 @@ struct Want {
 /// Guarantees, checked by [`check_invariants`](Self::check_invariants) after every frame in the
 /// tests: a tile wanted this frame (requested, or a parent of a requested tile) is never evicted
 /// in that frame; a unit in flight is never resident and never evicted; pinned units (mip tails)
-/// are never evicted; over budget only while nothing more may be evicted this frame; page tables,
-/// pool and LRU agree.
+/// are never evicted; a load no frame wanted for `cancel_after_frames` frames is not in flight any
+/// more (cancelled; pinned loads never are); over budget only while nothing more may be evicted
+/// this frame; page tables, pool and LRU agree.
 #[derive(Debug)]
 pub struct StreamingManager {
     desc: StreamingDesc,
@@ -320,9 +351,10 @@ pub struct StreamingManager {
     wanted: HashMap<TileKey, Wanted>,
     pinned_pending: BTreeSet<TileKey>,
     evicted_at: HashMap<TileKey, u64>,
-    /// Loads of unregistered images still out, by key: their completions are ignored. A count,
-    /// because an image unregistered, registered again and unregistered again can have two loads
-    /// of one key out.
+    /// Loads of unregistered images, and loads cancelled as no longer wanted, still out, by key:
+    /// their completions are ignored. A count, because an image unregistered, registered again and
+    /// unregistered again (or a key cancelled, started again and cancelled again) can have two
+    /// loads of one key out.
     cancelled: HashMap<TileKey, u32>,
     wanted_now: HashSet<TileKey>,
     evicted_now: Vec<TileKey>,
@@ -796,6 +828,31 @@ impl StreamingManager {
         }
         candidates.sort_unstable();
 
+        // 3b. Loads in flight wanted this frame stay; those no frame wanted for
+        //     `cancel_after_frames` are cancelled (never pinned ones): their tiles go back to the
+        //     budget before anything is evicted or started, and their completions are ignored.
+        for key in &self.wanted_now {
+            if let Some(f) = self.in_flight.get_mut(key) {
+                f.last_wanted = frame;
+            }
+        }
+        let after = u64::from(self.desc.cancel_after_frames);
+        if after > 0 {
+            let stale: Vec<TileKey> = self
+                .in_flight
+                .iter()
+                .filter(|(&key, f)| frame - f.last_wanted >= after && !self.is_pinned(key))
+                .map(|(&key, _)| key)
+                .collect();
+            for key in stale {
+                let f = self.in_flight.remove(&key).expect("listed");
+                self.in_flight_tiles -= u64::from(f.tiles);
+                *self.cancelled.entry(key).or_insert(0) += 1;
+                self.stats.loads_cancelled += 1;
+                out.cancelled.push(key);
+            }
+        }
+
         // 4. Over budget (the budget was cut): evict least recently used tiles not wanted now.
         let budget = u64::from(self.desc.budget_tiles);
         let mut cut = 0;
@@ -838,7 +895,7 @@ impl StreamingManager {
             } else {
                 self.wanted.remove(&key).map_or(frame, |w| w.first)
             };
-            self.in_flight.insert(key, Flight { wanted_since, tiles });
+            self.in_flight.insert(key, Flight { wanted_since, tiles, last_wanted: frame });
             self.in_flight_tiles += u64::from(tiles);
             bytes_started += bytes;
             let coord = match key.unit {
@@ -878,6 +935,7 @@ impl StreamingManager {
         out.stats.bytes_started = bytes_started;
         out.stats.became_resident = out.resident.len() as u32;
         out.stats.evicted = out.evicted.len() as u32;
+        out.stats.cancelled = out.cancelled.len() as u32;
         self.stats.frames += 1;
         self.stats.in_flight = self.in_flight.len() as u64;
         self.stats.resident_bytes = self.pool.used_tiles() * tile_bytes;
@@ -934,6 +992,17 @@ impl StreamingManager {
         for &(last, mip, key) in &self.lru {
             if self.last_used.get(&key) != Some(&last) || self.mip_of(key) != mip || !self.is_resident(key) {
                 return Err(format!("LRU entry {key:?} (last use {last}) is stale"));
+            }
+        }
+        let after = u64::from(self.desc.cancel_after_frames);
+        if let (true, Some(frame)) = (after > 0, self.last_frame) {
+            for (&key, f) in &self.in_flight {
+                if frame - f.last_wanted >= after && !self.is_pinned(key) {
+                    return Err(format!(
+                        "{key:?} is in flight but unwanted since frame {} (cancel after {after})",
+                        f.last_wanted
+                    ));
+                }
             }
         }
         let flight: u64 = self.in_flight.values().map(|f| u64::from(f.tiles)).sum();

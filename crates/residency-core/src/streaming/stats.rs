@@ -98,6 +98,9 @@ pub struct FrameStats {
     pub evicted: u32,
     /// Wanted tiles not started (upload budget, in-flight cap, pool budget or missing parents).
     pub deferred: u32,
+    /// Loads in flight cancelled as no longer wanted.
+    #[serde(default)]
+    pub cancelled: u32,
 }
 
 /// Totals since the manager was created.
@@ -115,6 +118,10 @@ pub struct StreamingStats {
     pub thrash: u64,
     /// Loads the caller reported failed.
     pub loads_failed: u64,
+    /// Loads in flight cancelled because no frame wanted them for
+    /// [`cancel_after_frames`](super::StreamingDesc::cancel_after_frames) (not counted as failed).
+    #[serde(default)]
+    pub loads_cancelled: u64,
     /// Requests for images that are no longer registered (stale feedback), ignored.
     pub stale_requests: u64,
     /// Resident bytes now (tails included).

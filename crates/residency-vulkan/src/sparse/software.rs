@@ -11,7 +11,9 @@
 //! the hardware helper's.
 //!
 //! The atlas is allocated at its full capacity up front (an image cannot grow in place): size it
-//! for the tile budget ([`SoftwareTexture::capacity_for_budget`]).
+//! for the tile budget ([`SoftwareTexture::capacity_for_budget`]). The textures of one tile pool
+//! share one atlas ([`SoftwareAtlas`], [`SoftwareTexture::new_in`]; the pool never gives one slot
+//! to two of them at a time), each with an indirection texture of its own.
 
 use crate::device::Device;
 use crate::error::VulkanError;
@@ -73,7 +75,7 @@ pub enum SoftwareError {
     /// the pool does not hold the image's tiles: [`CommitError::WrongPool`], …).
     #[error(transparent)]
     Commit(#[from] residency_core::tiles::CommitError),
-    /// An image of another format than its pool's atlas.
+    /// An image (or texture) of another format than its pool's (or its shared) atlas.
     #[error("`{name}` is {image:?}; its pool's atlas is {pool:?}")]
     FormatMismatch {
         /// The image.
@@ -82,6 +84,16 @@ pub enum SoftwareError {
         image: Format,
         /// The pool's.
         pool: Format,
+    },
+    /// A texture whose tiles are not its atlas's tile side.
+    #[error("`{name}` has tiles of {} × {}; its atlas holds tiles of {atlas} texels", .tile[0], .tile[1])]
+    TileMismatch {
+        /// The texture.
+        name: String,
+        /// Its tile shape.
+        tile: [u32; 2],
+        /// The atlas's tile side.
+        atlas: u32,
     },
     /// Texels written to a tile that is not resident.
     #[error("`{name}`: tile {tile} of mip {mip} is not resident; commit it before writing")]
@@ -133,14 +145,208 @@ impl Device {
     }
 }
 
+/// What a [`SoftwareAtlas`] holds. Defaults: RGBA8, 128-texel tiles
+/// ([`SOFTWARE_TILE_SIDE`](residency_core::tiles::SOFTWARE_TILE_SIDE)), [`DEFAULT_BORDER`], 64
+/// slots in heaps of 16.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SoftwareAtlasDesc {
+    /// The atlas image's name (its view is "`name` view").
+    pub name: String,
+    /// The texel format of every texture that shares it.
+    pub format: Format,
+    /// Tile side in texels (the payload of a slot).
+    pub tile_side: u32,
+    /// Border texels on each side of a slot.
+    pub border: u32,
+    /// Slots at least (the atlas is allocated whole: it cannot grow).
+    pub capacity: u32,
+    /// Tiles per pool heap: slot `i` holds the pool's heap `i / tiles_per_heap`, tile
+    /// `i % tiles_per_heap`.
+    pub tiles_per_heap: u32,
+}
+
+impl Default for SoftwareAtlasDesc {
+    fn default() -> Self {
+        Self {
+            name: "software atlas".to_owned(),
+            format: Format::R8G8B8A8Unorm,
+            tile_side: residency_core::tiles::SOFTWARE_TILE_SIDE,
+            border: DEFAULT_BORDER,
+            capacity: 64,
+            tiles_per_heap: 16,
+        }
+    }
+}
+
+impl SoftwareAtlasDesc {
+    /// An atlas named `name` of `format` with the default tiles, border and heaps, and room for
+    /// `capacity` slots (at least 1; raised and logged).
+    pub fn new(name: impl Into<String>, format: Format, capacity: u32) -> Self {
+        Self { name: name.into(), format, ..Self::default() }.with_capacity(capacity)
+    }
+
+    /// Sets the slots (at least 1; raised and logged).
+    pub fn with_capacity(mut self, slots: u32) -> Self {
+        if slots == 0 {
+            tracing::debug!(name = %self.name, "SoftwareAtlasDesc: capacity 0 raised to 1");
+        }
+        self.capacity = slots.max(1);
+        self
+    }
+
+    /// Sets the slots to [`SoftwareTexture::capacity_for_budget`] of `budget_tiles` in the
+    /// current heaps.
+    pub fn with_capacity_for_budget(self, budget_tiles: u32) -> Self {
+        let slots = SoftwareTexture::capacity_for_budget(budget_tiles, self.tiles_per_heap);
+        self.with_capacity(slots)
+    }
+
+    /// Sets the tiles per heap (at least 1; raised and logged).
+    pub fn with_tiles_per_heap(mut self, tiles: u32) -> Self {
+        if tiles == 0 {
+            tracing::debug!(name = %self.name, "SoftwareAtlasDesc: tiles per heap 0 raised to 1");
+        }
+        self.tiles_per_heap = tiles.max(1);
+        self
+    }
+
+    /// Sets the border texels per side.
+    pub fn with_border(mut self, border: u32) -> Self {
+        self.border = border;
+        self
+    }
+
+    /// Sets the tile side in texels (at least 1; raised and logged).
+    pub fn with_tile_side(mut self, side: u32) -> Self {
+        if side == 0 {
+            tracing::debug!(name = %self.name, "SoftwareAtlasDesc: tile side 0 raised to 1");
+        }
+        self.tile_side = side.max(1);
+        self
+    }
+}
+
+/// A tile-cache atlas (one image of bordered slots and its view) that several
+/// [`SoftwareTexture`]s share: textures whose residency one tile pool keeps (a streaming manager
+/// for all its textures under one budget) sample one atlas, each through its own indirection
+/// texture, since the pool never hands one physical tile — one slot — to two textures at a time.
+/// Clones are handles of the same atlas.
+///
+/// **Lifetimes.** Every texture made in it ([`SoftwareTexture::new_in`]) holds it, as a view holds
+/// its image, and declares each of its uses on it too ([`SoftwareTexture::used_until`]): the
+/// atlas image and view are released only after the last handle and the last texture are
+/// dropped, and then retire after every use declared through any of them, so the GPU never
+/// samples a destroyed atlas. A slot a texture released may be written for another texture at
+/// once; the writes ([`SoftwareTexture::write_tile`]) go through the [`Uploader`], whose copies
+/// run after the earlier work on the universal queue (a barrier from all earlier commands, or
+/// from the shader readers when recorded into a frame), so frames in flight that still sample
+/// the slot through the old texture's indirection finish reading before it is overwritten.
+#[derive(Clone)]
+pub struct SoftwareAtlas {
+    shared: std::sync::Arc<AtlasShared>,
+}
+
+/// The atlas image and view; dropped (and retired) with the last texture or handle.
+struct AtlasShared {
+    name: String,
+    format: Format,
+    layout: AtlasLayout,
+    image: Image,
+    view: crate::ImageView,
+}
+
+impl std::fmt::Debug for SoftwareAtlas {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SoftwareAtlas")
+            .field("name", &self.shared.name)
+            .field("format", &self.shared.format)
+            .field("layout", &self.shared.layout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SoftwareAtlas {
+    /// Creates the atlas: room for at least `desc.capacity` slots of `desc.tile_side` plus
+    /// `desc.border` texels per side, in `GENERAL` layout, its memory undefined until tiles are
+    /// written. Only uncompressed colour formats ([`SoftwareError::UnsupportedFormat`]).
+    pub fn new(device: &Device, desc: &SoftwareAtlasDesc) -> Result<SoftwareAtlas, SoftwareError> {
+        check_format(desc.format)?;
+        let layout =
+            AtlasLayout::new(desc.tile_side.max(1), desc.border, desc.capacity, desc.tiles_per_heap)?;
+        let [aw, ah] = layout.extent();
+        let (image, view) = sampled_image(
+            device,
+            &ImageDesc::new_2d(
+                desc.name.clone(),
+                desc.format,
+                aw,
+                ah,
+                ImageUsage::SAMPLED | ImageUsage::COPY_DST,
+            ),
+        )?;
+        Ok(SoftwareAtlas {
+            shared: std::sync::Arc::new(AtlasShared {
+                name: desc.name.clone(),
+                format: desc.format,
+                layout,
+                image,
+                view,
+            }),
+        })
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// The device it lives on (kept alive by the atlas).
+    pub fn device(&self) -> &std::sync::Arc<Device> {
+        self.shared.image.device()
+    }
+
+    /// The texel format.
+    pub fn format(&self) -> Format {
+        self.shared.format
+    }
+
+    /// Where the slots are.
+    pub fn layout(&self) -> &AtlasLayout {
+        &self.shared.layout
+    }
+
+    /// The atlas view (binding `tex` of `residency_software.glsl`; a bilinear sampler).
+    pub fn view(&self) -> &crate::ImageView {
+        &self.shared.view
+    }
+
+    /// Bytes of device memory the atlas holds.
+    pub fn memory_bytes(&self) -> u64 {
+        let [w, h] = self.shared.layout.extent();
+        u64::from(w) * u64::from(h) * u64::from(self.shared.format.block_bytes())
+    }
+
+    /// Declares that GPU work the renderer submitted itself samples the atlas until `until` (see
+    /// [`Buffer::used_until`](crate::Buffer::used_until)); a texture's
+    /// [`used_until`](SoftwareTexture::used_until) declares it here as well.
+    pub fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
+        self.shared.view.used_until(until)?;
+        self.shared.image.used_until(until)
+    }
+}
+
 /// A partially resident 2D texture on the software path whose residency someone else keeps (a
-/// streaming manager): an atlas of its own and an indirection texture; see the module docs. Images
-/// that keep their own residency share a [`SoftwareTilePool`] instead ([`SoftwareImage`]).
+/// streaming manager): an indirection texture of its own over an atlas, its own
+/// ([`new`](Self::new)) or one shared with the other textures of the same tile pool
+/// ([`new_in`](Self::new_in)); see the module docs. Images that keep their own residency share a
+/// [`SoftwareTilePool`] instead ([`SoftwareImage`]).
+///
+/// It holds its atlas (which lives as long as its last texture); dropping it releases its
+/// indirection texture once the GPU work declared on it has completed.
 #[derive(Debug)]
 pub struct SoftwareTexture {
     name: String,
-    atlas: Image,
-    atlas_view: crate::ImageView,
+    atlas: SoftwareAtlas,
     indirection: IndirectionTexture,
 }
 
@@ -152,10 +358,11 @@ impl SoftwareTexture {
         (budget_tiles.div_ceil(per_heap) + 1).saturating_mul(per_heap)
     }
 
-    /// Creates the atlas (`capacity` slots of `layout`'s tile plus `border` texels per side) and
-    /// the indirection texture, nothing resident. `layout` is a software layout
-    /// ([`software_layout`](residency_core::tiles::software_layout)); slot `i` is the pool's heap
-    /// `i / tiles_per_heap`, tile `i % tiles_per_heap`.
+    /// Creates an atlas of its own ("`name` atlas": `capacity` slots of `layout`'s tile plus
+    /// `border` texels per side) and the indirection texture, nothing resident. `layout` is a
+    /// software layout ([`software_layout`](residency_core::tiles::software_layout)); slot `i`
+    /// is the pool's heap `i / tiles_per_heap`, tile `i % tiles_per_heap`. Textures of one tile
+    /// pool should share one atlas instead: [`new_in`](Self::new_in).
     pub fn new(
         device: &Device,
         name: &str,
@@ -164,32 +371,55 @@ impl SoftwareTexture {
         capacity: u32,
         tiles_per_heap: u32,
     ) -> Result<SoftwareTexture, SoftwareError> {
-        let format = layout.desc().format;
-        check_format(format)?;
-        if layout.desc().dimension != SparseDimension::D2 {
-            return Err(IndirectionError::NotPlain2d {
-                layers: layout.array_layers(),
-                depth: layout.desc().depth,
-            }
-            .into());
-        }
+        check_format(layout.desc().format)?;
+        check_plain_2d(layout)?;
         let tile = layout.tile_shape();
-        let atlas_layout = AtlasLayout::new(tile.width.max(tile.height), border, capacity, tiles_per_heap)?;
-        let table = Indirection::new(layout, atlas_layout)?;
-        let [aw, ah] = atlas_layout.extent();
-        let (atlas, atlas_view) = sampled_image(
+        let atlas = SoftwareAtlas::new(
             device,
-            &ImageDesc::new_2d(
-                format!("{name} atlas"),
-                format,
-                aw,
-                ah,
-                ImageUsage::SAMPLED | ImageUsage::COPY_DST,
-            ),
+            &SoftwareAtlasDesc {
+                name: format!("{name} atlas"),
+                format: layout.desc().format,
+                tile_side: tile.width.max(tile.height),
+                border,
+                capacity,
+                tiles_per_heap,
+            },
         )?;
-        // On error the atlas and its view are dropped: nothing is left behind.
-        let indirection = IndirectionTexture::new(device, name, table)?;
-        Ok(SoftwareTexture { name: name.to_owned(), atlas, atlas_view, indirection })
+        // On error the atlas is dropped: nothing is left behind.
+        SoftwareTexture::new_in(&atlas, name, layout)
+    }
+
+    /// Creates the indirection texture of a texture that samples `atlas` (shared with the other
+    /// textures of its tile pool), nothing resident. `layout` is a software layout of the atlas's
+    /// format and tile side ([`SoftwareError::FormatMismatch`], [`SoftwareError::TileMismatch`]
+    /// otherwise); its page table's physical tiles must come from the pool whose heaps the atlas's
+    /// slots number. The texture holds the atlas.
+    pub fn new_in(
+        atlas: &SoftwareAtlas,
+        name: &str,
+        layout: &SparseImageLayout,
+    ) -> Result<SoftwareTexture, SoftwareError> {
+        let format = layout.desc().format;
+        if format != atlas.format() {
+            return Err(SoftwareError::FormatMismatch {
+                name: name.to_owned(),
+                image: format,
+                pool: atlas.format(),
+            });
+        }
+        check_plain_2d(layout)?;
+        let tile = layout.tile_shape();
+        let side = atlas.layout().tile_side;
+        if tile.width != side || tile.height != side {
+            return Err(SoftwareError::TileMismatch {
+                name: name.to_owned(),
+                tile: [tile.width, tile.height],
+                atlas: side,
+            });
+        }
+        let table = Indirection::new(layout, *atlas.layout())?;
+        let indirection = IndirectionTexture::new(atlas.device(), name, table)?;
+        Ok(SoftwareTexture { name: name.to_owned(), atlas: atlas.clone(), indirection })
     }
 
     /// Its name.
@@ -202,12 +432,16 @@ impl SoftwareTexture {
         self.atlas.device()
     }
 
-    /// Declares that GPU work the renderer submitted itself samples the texture (atlas and
-    /// indirection) until `until` (see [`Buffer::used_until`](crate::Buffer::used_until)).
+    /// Declares that GPU work the renderer submitted itself samples the texture (its atlas and
+    /// its indirection) until `until` (see [`Buffer::used_until`](crate::Buffer::used_until)).
     pub fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
-        self.atlas_view.used_until(until)?;
         self.atlas.used_until(until)?;
         self.indirection.used_until(until)
+    }
+
+    /// The atlas it samples.
+    pub fn atlas(&self) -> &SoftwareAtlas {
+        &self.atlas
     }
 
     /// Where the slots are.
@@ -222,7 +456,7 @@ impl SoftwareTexture {
 
     /// The atlas view (binding `tex` of the GLSL helper; sample it with a bilinear sampler).
     pub fn atlas_view(&self) -> &crate::ImageView {
-        &self.atlas_view
+        self.atlas.view()
     }
 
     /// The indirection view (binding `minLodMap` of the GLSL helper; a nearest sampler).
@@ -230,19 +464,32 @@ impl SoftwareTexture {
         &self.indirection.view
     }
 
-    /// Bytes of device memory the atlas and the indirection hold.
+    /// Bytes of device memory the indirection and the whole atlas hold (a shared atlas counts
+    /// in full here: for several textures of one atlas add their
+    /// [`indirection_bytes`](Self::indirection_bytes) to one [`SoftwareAtlas::memory_bytes`]).
     pub fn memory_bytes(&self) -> u64 {
-        let [aw, ah] = self.atlas_layout().extent();
+        self.atlas.memory_bytes() + self.indirection_bytes()
+    }
+
+    /// Bytes of device memory of the indirection texture alone.
+    pub fn indirection_bytes(&self) -> u64 {
         let [iw, ih] = self.indirection.table.extent();
-        u64::from(aw) * u64::from(ah) * u64::from(self.atlas.desc().format.block_bytes())
-            + u64::from(iw) * u64::from(ih) * 4
+        u64::from(iw) * u64::from(ih) * 4
     }
 
     /// Stages `bordered` (the tile's `(tile + 2·border)²` texels, rows packed; see
     /// [`bordered_tile`](residency_core::tiles::bordered_tile)) into `physical`'s slot. It reaches
-    /// the atlas at the uploader's next flush; the indirection must point there only from then on
-    /// (upload it after the tiles, as [`upload_indirection`](Self::upload_indirection) does when
-    /// called after the writes of the same frame).
+    /// the atlas at the uploader's next flush or recording; the indirection must point there only
+    /// from then on (upload it after the tiles, as [`upload_indirection`](Self::upload_indirection)
+    /// does when called after the writes of the same frame).
+    ///
+    /// In a shared atlas the slot may have belonged to another texture until its pool released it,
+    /// and frames in flight may still sample it through that texture's indirection: the
+    /// uploader's copy runs after them (it is submitted or recorded later on the universal queue,
+    /// behind a barrier from the earlier shader reads), so they read the old texels and every
+    /// later frame the new ones. `physical` must be a tile the texture's page table maps (the pool
+    /// gives each tile to one texture at a time); a wrong one shows wrong texels, never
+    /// out-of-bounds memory (the slot is checked to lie in the atlas).
     pub fn write_tile(
         &self,
         uploader: &Uploader,
@@ -251,12 +498,12 @@ impl SoftwareTexture {
     ) -> Result<(), SoftwareError> {
         let atlas = self.atlas_layout();
         let side = atlas.slot_side();
-        let expected = (u64::from(side).pow(2) * u64::from(self.atlas.desc().format.block_bytes())) as usize;
+        let expected = (u64::from(side).pow(2) * u64::from(self.atlas.format().block_bytes())) as usize;
         if bordered.len() != expected {
             return Err(SoftwareError::WrongTileSize { side, expected, got: bordered.len() });
         }
         let [x, y] = atlas.slot_origin(physical)?;
-        let region = ImageRegion::new(&self.atlas, 0, [x, y, 0], [side, side, 1]);
+        let region = ImageRegion::new(&self.atlas.shared.image, 0, [x, y, 0], [side, side, 1]);
         uploader.write_image(&region, bordered)?;
         Ok(())
     }
@@ -391,6 +638,17 @@ fn sampled_image(device: &Device, desc: &ImageDesc) -> Result<(Image, crate::Ima
 fn check_format(format: Format) -> Result<(), SoftwareError> {
     if format.kind() != FormatKind::Color || format.block_extent() != (1, 1) || format == Format::Unknown {
         return Err(SoftwareError::UnsupportedFormat { format });
+    }
+    Ok(())
+}
+
+fn check_plain_2d(layout: &SparseImageLayout) -> Result<(), SoftwareError> {
+    if layout.desc().dimension != SparseDimension::D2 {
+        return Err(IndirectionError::NotPlain2d {
+            layers: layout.array_layers(),
+            depth: layout.desc().depth,
+        }
+        .into());
     }
     Ok(())
 }

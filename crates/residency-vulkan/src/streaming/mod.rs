@@ -17,7 +17,8 @@
 //!      tiles) and signalling the device's sparse timeline; no host wait;
 //!    - stages the loaded texels (software: bordered, into the atlas slot) and the min-LOD map
 //!      (hardware) or indirection (software) updates in the staging ring;
-//!    - starts this frame's loads on the workers (they complete for a later frame);
+//!    - cancels on the workers the loads the manager cancelled (no longer wanted), and starts
+//!      this frame's loads (they complete for a later frame);
 //!    - returns the [`FrameBindings`]: per texture the views to bind and its feedback slot, the
 //!      feedback buffer and image table, the feedback sampling, the GLSL include for the path.
 //! 2. The renderer records its frame through [`FrameBindings::record`] into its own command
@@ -576,15 +577,16 @@ pub struct Streamer {
     manager: StreamingManager,
     loader: TileLoader<TileKey>,
     uploader: Uploader,
-    /// Software atlas capacity in slots (every texture's atlas spans the whole pool).
-    software_capacity: u32,
     textures: HashMap<ImageId, Texture>,
+    /// Software path: the one atlas every texture samples (sized for the first budget; each
+    /// texture holds it too, so it outlives them on the GPU).
+    atlas: Option<crate::software::SoftwareAtlas>,
     /// After the textures: fields drop in order, and the heaps go after the images bound to them.
     heaps: Option<TileHeaps>,
     next_id: u32,
     pending: HashMap<TileKey, Pending>,
-    /// Loads of removed textures cancelled in the loader: reported to the manager as failed at the
-    /// next tick, which forgets them.
+    /// Loads of removed textures, and loads the manager cancelled, cancelled in the loader:
+    /// reported to the manager as failed at the next tick, which ignores them.
     cancelled: Vec<TileKey>,
     layout: Option<Arc<FeedbackLayout>>,
     generation: u64,
@@ -658,15 +660,24 @@ impl Streamer {
             ));
         }
         let frames_in_flight = desc.frames_in_flight.clamp(1, 8);
+        // A load no frame wanted for longer than the gap between two feedback reads is cancelled.
+        let cancel_after = desc.sampling.frame_interval.saturating_add(frames_in_flight).max(4);
         let mut streaming = StreamingDesc::default()
             .with_name(desc.name.clone())
-            .with_upload_budget_bytes(desc.upload_bytes_per_frame);
-        let mut software_capacity = 0;
+            .with_upload_budget_bytes(desc.upload_bytes_per_frame)
+            .with_cancel_after_frames(cancel_after);
+        let mut atlas = None;
         let heaps = if path == ResidencyPath::Software {
             let budget = desc.budget_tiles.max(1).div_ceil(SOFTWARE_TILES_PER_HEAP) * SOFTWARE_TILES_PER_HEAP;
             streaming = streaming.with_tiles_per_heap(SOFTWARE_TILES_PER_HEAP).with_budget_tiles(budget);
-            software_capacity =
-                crate::software::SoftwareTexture::capacity_for_budget(budget, SOFTWARE_TILES_PER_HEAP);
+            let atlas_desc = crate::software::SoftwareAtlasDesc::new(
+                format!("{} atlas", desc.name),
+                Format::R8G8B8A8Unorm,
+                1,
+            )
+            .with_tiles_per_heap(SOFTWARE_TILES_PER_HEAP)
+            .with_capacity_for_budget(budget);
+            atlas = Some(crate::software::SoftwareAtlas::new(device, &atlas_desc)?);
             None
         } else {
             streaming = streaming.with_budget_tiles(desc.budget_tiles.max(1));
@@ -680,8 +691,8 @@ impl Streamer {
             loader: TileLoader::new(desc.workers.max(1)),
             uploader,
             heaps,
-            software_capacity,
             textures: HashMap::new(),
+            atlas,
             next_id: 1,
             pending: HashMap::new(),
             cancelled: Vec::new(),
@@ -755,25 +766,30 @@ impl Streamer {
         if self.path == ResidencyPath::Software {
             tiles =
                 tiles.min(self.desc.budget_tiles).div_ceil(SOFTWARE_TILES_PER_HEAP) * SOFTWARE_TILES_PER_HEAP;
-            tiles = tiles.min(self.software_capacity.max(SOFTWARE_TILES_PER_HEAP));
+            let capacity = self.atlas.as_ref().map_or(0, |a| a.layout().capacity());
+            tiles = tiles.min(capacity.max(SOFTWARE_TILES_PER_HEAP));
         }
         self.manager.set_budget_tiles(tiles);
         tiles
     }
 
     /// Device memory behind the textures now: the tile heaps' memory (hardware; allocated as the
-    /// pool grows), or the atlases and indirection textures (software, allocated whole).
+    /// pool grows), or the one shared atlas plus every texture's indirection texture (software,
+    /// allocated whole).
     pub fn backing_bytes(&self) -> u64 {
         match &self.heaps {
             Some(_) => self.manager.pool().stats().capacity_tiles * self.manager.pool().tile_bytes(),
-            None => self
-                .textures
-                .values()
-                .map(|t| match &t.gpu {
-                    TextureGpu::Software { texture } => texture.memory_bytes(),
-                    TextureGpu::Hardware { .. } => 0,
-                })
-                .sum(),
+            None => {
+                let indirections: u64 = self
+                    .textures
+                    .values()
+                    .map(|t| match &t.gpu {
+                        TextureGpu::Software { texture } => texture.indirection_bytes(),
+                        TextureGpu::Hardware { .. } => 0,
+                    })
+                    .sum();
+                self.atlas.as_ref().map_or(0, |a| a.memory_bytes()) + indirections
+            }
         }
     }
 
@@ -871,11 +887,9 @@ impl Streamer {
         self.remove_dropped()?;
         let id = ImageId(self.next_id);
         let texture = Texture::create(
-            &self.device,
             self.heaps.as_ref(),
+            self.atlas.as_ref(),
             self.manager.pool().tile_bytes(),
-            self.software_capacity,
-            SOFTWARE_TILES_PER_HEAP,
             id,
             name,
             source,
@@ -1083,6 +1097,11 @@ impl Streamer {
             &FrameInput { frame: self.tick, requests, loaded: &loaded, failed: &failed },
             requested_in,
         )?;
+        for &key in &out.cancelled {
+            self.loader.cancel(&key);
+            self.pending.remove(&key);
+            self.cancelled.push(key);
+        }
         for key in &out.resident {
             if let Some(t) = self.texture_stats.get_mut(&key.image) {
                 t.units_streamed += 1;

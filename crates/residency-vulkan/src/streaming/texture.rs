@@ -1,6 +1,6 @@
 //! One virtual texture's GPU objects on either residency path, and the texels of its loaded units.
 
-use crate::software::{SoftwareTexture, DEFAULT_BORDER};
+use crate::software::{SoftwareAtlas, SoftwareTexture};
 use crate::sparse::{MinLodMap, SparseImage, TileHeaps};
 use crate::{ForeignUse, GpuUse, ImageRegion, ImageView, Uploader};
 use residency_core::format::Format;
@@ -55,15 +55,13 @@ pub(super) fn check_source(source: &dyn TileSource) -> Result<VtDesc, StreamErro
 
 impl Texture {
     /// The texture's layout and GPU objects, nothing resident yet: a sparse image on `heaps`
-    /// (hardware path), or without heaps a software texture whose atlas spans `capacity` slots of
-    /// the shared pool (slot `i` is heap `i / tiles_per_heap`).
-    #[allow(clippy::too_many_arguments, reason = "crate-internal constructor the streamer calls once")]
+    /// (hardware path), or without heaps a software texture in the streamer's shared `atlas` (one
+    /// atlas for every texture, sized for the budget; slot `i` is the pool's heap
+    /// `i / tiles_per_heap`): its own indirection texture, and the atlas held by it.
     pub(super) fn create(
-        device: &crate::Device,
         heaps: Option<&TileHeaps>,
+        atlas: Option<&SoftwareAtlas>,
         tile_bytes: u64,
-        capacity: u32,
-        tiles_per_heap: u32,
         id: ImageId,
         name: &str,
         source: Arc<dyn TileSource>,
@@ -90,9 +88,10 @@ impl Texture {
                 (image.layout().clone(), TextureGpu::Hardware { image, map })
             }
             None => {
-                let layout = software_layout(&image_desc, DEFAULT_BORDER)?;
-                let texture =
-                    SoftwareTexture::new(device, name, &layout, DEFAULT_BORDER, capacity, tiles_per_heap)?;
+                let atlas = atlas
+                    .ok_or_else(|| StreamError::Internal("a software texture without an atlas".into()))?;
+                let layout = software_layout(&image_desc, atlas.layout().border)?;
+                let texture = SoftwareTexture::new_in(atlas, name, &layout)?;
                 (layout, TextureGpu::Software { texture })
             }
         };
@@ -215,8 +214,14 @@ impl Texture {
                     let i = (((ty % TILE_SIDE) * w + tx % TILE_SIDE) * 4) as usize;
                     [data[i], data[i + 1], data[i + 2], data[i + 3]]
                 };
-                let bordered =
-                    bordered_tile(texel, [extent[0], extent[1]], TILE_SIDE, DEFAULT_BORDER, c.x, c.y);
+                let bordered = bordered_tile(
+                    texel,
+                    [extent[0], extent[1]],
+                    TILE_SIDE,
+                    texture.atlas_layout().border,
+                    c.x,
+                    c.y,
+                );
                 let physical = physical.ok_or_else(|| short("a resident tile has a slot"))?;
                 texture.write_tile(uploader, physical, &bordered)?;
             }
