@@ -578,9 +578,13 @@ pub struct Streamer {
     loader: TileLoader<TileKey>,
     uploader: Uploader,
     textures: HashMap<ImageId, Texture>,
-    /// Software path: the one atlas every texture samples (sized for the first budget; each
-    /// texture holds it too, so it outlives them on the GPU).
-    atlas: Option<crate::software::SoftwareAtlas>,
+    /// Software path: the atlas of each texel format in use, which every texture of that format
+    /// samples (each sized for the first budget: any tile of the pool may go to any texture; a
+    /// texture holds its atlas too, so it outlives the texture on the GPU). RGBA8's is made with
+    /// the streamer, the others with their first texture.
+    atlases: HashMap<Format, crate::software::SoftwareAtlas>,
+    /// The budget the atlases were sized for.
+    atlas_budget: u32,
     /// After the textures: fields drop in order, and the heaps go after the images bound to them.
     heaps: Option<TileHeaps>,
     next_id: u32,
@@ -667,6 +671,7 @@ impl Streamer {
             .with_upload_budget_bytes(desc.upload_bytes_per_frame)
             .with_cancel_after_frames(cancel_after);
         let mut atlas = None;
+        let mut atlas_budget = 0;
         let heaps = if path == ResidencyPath::Software {
             let budget = desc.budget_tiles.max(1).div_ceil(SOFTWARE_TILES_PER_HEAP) * SOFTWARE_TILES_PER_HEAP;
             streaming = streaming.with_tiles_per_heap(SOFTWARE_TILES_PER_HEAP).with_budget_tiles(budget);
@@ -678,6 +683,7 @@ impl Streamer {
             .with_tiles_per_heap(SOFTWARE_TILES_PER_HEAP)
             .with_capacity_for_budget(budget);
             atlas = Some(crate::software::SoftwareAtlas::new(device, &atlas_desc)?);
+            atlas_budget = budget;
             None
         } else {
             streaming = streaming.with_budget_tiles(desc.budget_tiles.max(1));
@@ -692,7 +698,8 @@ impl Streamer {
             uploader,
             heaps,
             textures: HashMap::new(),
-            atlas,
+            atlases: atlas.into_iter().map(|a| (Format::R8G8B8A8Unorm, a)).collect(),
+            atlas_budget,
             next_id: 1,
             pending: HashMap::new(),
             cancelled: Vec::new(),
@@ -766,7 +773,7 @@ impl Streamer {
         if self.path == ResidencyPath::Software {
             tiles =
                 tiles.min(self.desc.budget_tiles).div_ceil(SOFTWARE_TILES_PER_HEAP) * SOFTWARE_TILES_PER_HEAP;
-            let capacity = self.atlas.as_ref().map_or(0, |a| a.layout().capacity());
+            let capacity = self.atlases.values().map(|a| a.layout().capacity()).min().unwrap_or(0);
             tiles = tiles.min(capacity.max(SOFTWARE_TILES_PER_HEAP));
         }
         self.manager.set_budget_tiles(tiles);
@@ -788,7 +795,7 @@ impl Streamer {
                         TextureGpu::Hardware { .. } => 0,
                     })
                     .sum();
-                self.atlas.as_ref().map_or(0, |a| a.memory_bytes()) + indirections
+                self.atlases.values().map(|a| a.memory_bytes()).sum::<u64>() + indirections
             }
         }
     }
@@ -874,8 +881,12 @@ impl Streamer {
 
     /// Adds a texture streamed from `source` and primes it: its coarse chain is loaded (through
     /// the workers, waited for here) and bound or uploaded before this returns, so its first frame
-    /// samples real data. RGBA8 sources with 128 × 128 tiles and no stored border stream; others
-    /// are refused with [`StreamError::UnsupportedSource`]. Must be called between frames.
+    /// samples real data. Uncompressed colour formats stream, in their standard 64 KiB tiles
+    /// (RGBA8: 128 × 128, R8: 256 × 256, RGBA16F: 128 × 64, …) without a stored border: on the
+    /// hardware path where the device has sparse residency for the format, on the software path
+    /// with 4-byte texels (each format in use gets its own atlas, sized for the budget). Others are
+    /// refused with [`StreamError::UnsupportedSource`], adding nothing. Must be called between
+    /// frames.
     pub fn add_texture(
         &mut self,
         name: &str,
@@ -886,9 +897,26 @@ impl Streamer {
         }
         self.remove_dropped()?;
         let id = ImageId(self.next_id);
+        let format = source.desc().format;
+        if self.heaps.is_some() {
+            // The hardware path takes the format only where the device has sparse residency for it.
+            self.device.residency_path(format, ResidencyPath::Hardware).map_err(|e| {
+                StreamError::UnsupportedSource { name: name.to_owned(), reason: e.to_string() }
+            })?;
+        } else if !self.atlases.contains_key(&format) {
+            texture::check_source(&*source, true)?;
+            let atlas_desc = crate::software::SoftwareAtlasDesc::new(
+                format!("{} atlas {}", self.desc.name, format.name()),
+                format,
+                1,
+            )
+            .with_tiles_per_heap(SOFTWARE_TILES_PER_HEAP)
+            .with_capacity_for_budget(self.atlas_budget);
+            self.atlases.insert(format, crate::software::SoftwareAtlas::new(&self.device, &atlas_desc)?);
+        }
         let texture = Texture::create(
             self.heaps.as_ref(),
-            self.atlas.as_ref(),
+            self.atlases.get(&format),
             self.manager.pool().tile_bytes(),
             id,
             name,

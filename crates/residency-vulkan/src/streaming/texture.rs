@@ -15,8 +15,18 @@ use std::sync::Arc;
 
 use super::StreamError;
 
-/// Side of the tiles the streamer takes (the texel side of an RGBA8 sparse tile).
-pub(super) const TILE_SIDE: u32 = 128;
+/// The texel extent of a 64 KiB tile of a `bytes`-per-texel format: the standard sparse image
+/// block shape of 2D images (`None`: no standard shape).
+pub(super) fn standard_tile(bytes: u32) -> Option<(u32, u32)> {
+    match bytes {
+        1 => Some((256, 256)),
+        2 => Some((256, 128)),
+        4 => Some((128, 128)),
+        8 => Some((128, 64)),
+        16 => Some((64, 64)),
+        _ => None,
+    }
+}
 
 /// The GPU objects of one texture. Dropping them releases them once the GPU work declared on them
 /// (every frame's [`GpuUse`](crate::GpuUse), through `used_until`) has completed.
@@ -37,17 +47,30 @@ pub(super) struct Texture {
     pub(super) pinned: Vec<TileKey>,
 }
 
-/// Refuses what v0 does not stream: anything but RGBA8 in 128 × 128 tiles without a stored border.
-pub(super) fn check_source(source: &dyn TileSource) -> Result<VtDesc, StreamError> {
+/// Refuses what the streamer does not stream: a block-compressed, depth or stencil format, tiles
+/// that are not the format's standard 64 KiB shape (RGBA8: 128 × 128, R8: 256 × 256, RGBA16F:
+/// 128 × 64, …), a stored border, and on the software path a texel that is not 4 bytes (its
+/// borders are assembled from 4-byte texels).
+pub(super) fn check_source(source: &dyn TileSource, software: bool) -> Result<VtDesc, StreamError> {
     let d = source.desc();
     let refuse = |reason: String| StreamError::UnsupportedSource { name: source.name().to_owned(), reason };
-    if d.format != Format::R8G8B8A8Unorm {
-        return Err(refuse(format!("format {:?}: only R8G8B8A8Unorm streams for now", d.format)));
+    if d.format.is_compressed() || d.format.is_depth_stencil() || d.format == Format::Unknown {
+        return Err(refuse(format!("format {:?}: only uncompressed colour formats stream", d.format)));
     }
-    if d.tile_width != TILE_SIDE || d.tile_height != TILE_SIDE || d.border != 0 {
+    let bytes = d.format.block_bytes();
+    let Some((tw, th)) = standard_tile(bytes) else {
+        return Err(refuse(format!("format {:?} has no standard 64 KiB tile shape", d.format)));
+    };
+    if d.tile_width != tw || d.tile_height != th || d.border != 0 {
         return Err(refuse(format!(
-            "tiles of {} × {} with a border of {}: only 128 × 128 without a border stream for now",
-            d.tile_width, d.tile_height, d.border
+            "tiles of {} × {} with a border of {}: {:?} streams in {tw} × {th} tiles without a stored border",
+            d.tile_width, d.tile_height, d.border, d.format
+        )));
+    }
+    if software && bytes != 4 {
+        return Err(refuse(format!(
+            "format {:?}: the software path streams 4-byte texels (RGBA8, BGRA8, RGB10A2, RG16F, R32F, …)",
+            d.format
         )));
     }
     Ok(d)
@@ -66,8 +89,8 @@ impl Texture {
         name: &str,
         source: Arc<dyn TileSource>,
     ) -> Result<Texture, StreamError> {
-        let desc = check_source(&*source)?;
         let path = if heaps.is_some() { ResidencyPath::Hardware } else { ResidencyPath::Software };
+        let desc = check_source(&*source, path == ResidencyPath::Software)?;
         let image_desc = SparseImageDesc::new_2d(desc.format, desc.width, desc.height)
             .with_mip_levels(desc.mip_count)
             .with_path(path);
@@ -75,12 +98,12 @@ impl Texture {
             Some(heaps) => {
                 let image = SparseImage::new_external(heaps, tile_bytes, id, name, &image_desc, false)?;
                 let shape = image.layout().tile_shape();
-                if shape.width != TILE_SIDE || shape.height != TILE_SIDE {
+                if shape.width != desc.tile_width || shape.height != desc.tile_height {
                     return Err(StreamError::UnsupportedSource {
                         name: name.to_owned(),
                         reason: format!(
-                            "the device's RGBA8 sparse tile is {} × {}, not 128 × 128",
-                            shape.width, shape.height
+                            "the device's {:?} sparse tile is {} × {}, not the source's {} × {}",
+                            desc.format, shape.width, shape.height, desc.tile_width, desc.tile_height
                         ),
                     });
                 }
@@ -187,12 +210,13 @@ impl Texture {
         data: &[Vec<u8>],
     ) -> Result<(), StreamError> {
         let short = |what: &str| StreamError::Internal(format!("{}: {what}", self.name));
+        let (tw, th, bytes) = (self.desc.tile_width, self.desc.tile_height, self.desc.format.block_bytes());
         match &self.gpu {
             TextureGpu::Hardware { image, .. } => {
                 for (&(mip, x, y), texels) in tiles.iter().zip(data) {
                     let (w, h) = self.desc.tile_extent(mip, x, y).ok_or_else(|| short("tile extent"))?;
-                    let region = TexelRegion { offset: [x * TILE_SIDE, y * TILE_SIDE, 0], extent: [w, h, 1] };
-                    check_len(&self.name, texels, w, h)?;
+                    let region = TexelRegion { offset: [x * tw, y * th, 0], extent: [w, h, 1] };
+                    check_len(&self.name, texels, w, h, bytes)?;
                     let target = ImageRegion::new(image, mip, region.offset, region.extent);
                     uploader.write_image(&target, texels)?;
                 }
@@ -205,23 +229,18 @@ impl Texture {
                 let mut near: HashMap<(u32, u32), (u32, &[u8])> = HashMap::new();
                 for (&(mip, x, y), texels) in tiles.iter().zip(data) {
                     let (w, h) = self.desc.tile_extent(mip, x, y).ok_or_else(|| short("tile extent"))?;
-                    check_len(&self.name, texels, w, h)?;
+                    check_len(&self.name, texels, w, h, bytes)?;
                     near.insert((x, y), (w, texels.as_slice()));
                 }
                 let extent = self.layout.mips()[c.mip as usize].extent;
                 let texel = |tx: u32, ty: u32| {
-                    let (w, data) = near[&(tx / TILE_SIDE, ty / TILE_SIDE)];
-                    let i = (((ty % TILE_SIDE) * w + tx % TILE_SIDE) * 4) as usize;
+                    // Square tiles of 4-byte texels on the software path (`check_source`).
+                    let (w, data) = near[&(tx / tw, ty / tw)];
+                    let i = (((ty % tw) * w + tx % tw) * 4) as usize;
                     [data[i], data[i + 1], data[i + 2], data[i + 3]]
                 };
-                let bordered = bordered_tile(
-                    texel,
-                    [extent[0], extent[1]],
-                    TILE_SIDE,
-                    texture.atlas_layout().border,
-                    c.x,
-                    c.y,
-                );
+                let bordered =
+                    bordered_tile(texel, [extent[0], extent[1]], tw, texture.atlas_layout().border, c.x, c.y);
                 let physical = physical.ok_or_else(|| short("a resident tile has a slot"))?;
                 texture.write_tile(uploader, physical, &bordered)?;
             }
@@ -230,8 +249,8 @@ impl Texture {
     }
 }
 
-fn check_len(name: &str, texels: &[u8], w: u32, h: u32) -> Result<(), StreamError> {
-    let expected = (w * h * 4) as usize;
+fn check_len(name: &str, texels: &[u8], w: u32, h: u32, bytes: u32) -> Result<(), StreamError> {
+    let expected = (w * h * bytes) as usize;
     if texels.len() != expected {
         return Err(StreamError::UnsupportedSource {
             name: name.to_owned(),
