@@ -1157,7 +1157,8 @@ impl Streamer {
         for load in &out.loads {
             let Some(texture) = self.textures.get(&load.key.image) else { continue };
             let tiles = texture.load_tiles(load.key.unit);
-            let job = LoadJob { token: load.key, source: Arc::clone(&texture.source), tiles: tiles.clone() };
+            let job =
+                LoadJob { token: load.key, source: Arc::clone(&texture.load_source), tiles: tiles.clone() };
             self.loader.submit(job).map_err(|e| StreamError::Internal(format!("{e}: {:?}", load.key)))?;
             self.pending.insert(load.key, Pending { tiles, done: None });
         }

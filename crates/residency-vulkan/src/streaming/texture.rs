@@ -4,7 +4,7 @@ use crate::software::{SoftwareAtlas, SoftwareTexture};
 use crate::sparse::{MinLodMap, SparseImage, TileHeaps};
 use crate::{ForeignUse, GpuUse, ImageRegion, ImageView, Uploader};
 use residency_core::format::Format;
-use residency_core::streaming::{StreamUnit, TileKey, TileSource};
+use residency_core::streaming::{SourceError, StreamUnit, TileKey, TileSource};
 use residency_core::tiles::{
     bordered_tile, software_layout, ImageId, MinLodUpdate, PageTable, PhysicalTile, ResidencyPath,
     SparseImageDesc, SparseImageLayout, TexelRegion,
@@ -39,7 +39,9 @@ pub(super) enum TextureGpu {
 /// A registered texture.
 pub(super) struct Texture {
     pub(super) name: String,
-    pub(super) source: Arc<dyn TileSource>,
+    /// What its loads read: the source (hardware path), or the source bordered on the workers
+    /// (software path: [`Bordered`]).
+    pub(super) load_source: Arc<dyn TileSource>,
     pub(super) desc: VtDesc,
     pub(super) layout: SparseImageLayout,
     pub(super) gpu: TextureGpu,
@@ -119,7 +121,16 @@ impl Texture {
             }
         };
         let pinned = pinned_units(id, &layout);
-        Ok(Texture { name: name.to_owned(), source, desc, layout, gpu, pinned })
+        let load_source: Arc<dyn TileSource> = match &gpu {
+            TextureGpu::Hardware { .. } => source,
+            TextureGpu::Software { texture } => Arc::new(Bordered {
+                inner: source,
+                desc,
+                extents: layout.mips().iter().map(|m| [m.extent[0], m.extent[1]]).collect(),
+                border: texture.atlas_layout().border,
+            }),
+        };
+        Ok(Texture { name: name.to_owned(), load_source, desc, layout, gpu, pinned })
     }
 
     /// Initializes the map (min-LOD map or indirection) from `table` before the first frame.
@@ -170,19 +181,8 @@ impl Texture {
         match unit {
             StreamUnit::Tile(t) => {
                 let Some(c) = self.layout.tile_coord(t) else { return Vec::new() };
-                match self.gpu {
-                    TextureGpu::Hardware { .. } => vec![(c.mip, c.x, c.y)],
-                    TextureGpu::Software { .. } => {
-                        let (gx, gy) = self.desc.tile_grid(c.mip);
-                        let mut tiles = Vec::with_capacity(9);
-                        for y in c.y.saturating_sub(1)..(c.y + 2).min(gy) {
-                            for x in c.x.saturating_sub(1)..(c.x + 2).min(gx) {
-                                tiles.push((c.mip, x, y));
-                            }
-                        }
-                        tiles
-                    }
-                }
+                // One tile on both paths: the software path's `load_source` reads its neighbours.
+                vec![(c.mip, c.x, c.y)]
             }
             StreamUnit::Tail(_) => {
                 let mut tiles = Vec::new();
@@ -222,27 +222,15 @@ impl Texture {
                 }
             }
             TextureGpu::Software { texture } => {
-                let StreamUnit::Tile(t) = unit else {
+                if !matches!(unit, StreamUnit::Tile(_)) {
                     return Err(short("the software layout has no mip tail"));
-                };
-                let c = self.layout.tile_coord(t).ok_or_else(|| short("tile in the layout"))?;
-                let mut near: HashMap<(u32, u32), (u32, &[u8])> = HashMap::new();
-                for (&(mip, x, y), texels) in tiles.iter().zip(data) {
-                    let (w, h) = self.desc.tile_extent(mip, x, y).ok_or_else(|| short("tile extent"))?;
-                    check_len(&self.name, texels, w, h, bytes)?;
-                    near.insert((x, y), (w, texels.as_slice()));
                 }
-                let extent = self.layout.mips()[c.mip as usize].extent;
-                let texel = |tx: u32, ty: u32| {
-                    // Square tiles of 4-byte texels on the software path (`check_source`).
-                    let (w, data) = near[&(tx / tw, ty / tw)];
-                    let i = (((ty % tw) * w + tx % tw) * 4) as usize;
-                    [data[i], data[i + 1], data[i + 2], data[i + 3]]
-                };
-                let bordered =
-                    bordered_tile(texel, [extent[0], extent[1]], tw, texture.atlas_layout().border, c.x, c.y);
+                // Bordered on the workers (`Bordered`): one slot's texels.
+                let side = tw + 2 * texture.atlas_layout().border;
+                let bordered = data.first().ok_or_else(|| short("a loaded tile"))?;
+                check_len(&self.name, bordered, side, side, bytes)?;
                 let physical = physical.ok_or_else(|| short("a resident tile has a slot"))?;
-                texture.write_tile(uploader, physical, &bordered)?;
+                texture.write_tile(uploader, physical, bordered)?;
             }
         }
         Ok(())
@@ -299,4 +287,55 @@ pub enum TextureViews<'a> {
         /// The indirection texture.
         indirection: &'a ImageView,
     },
+}
+
+/// A software texture's loads: each tile read with its 3 × 3 neighbourhood from the texture's
+/// source and assembled into one bordered atlas slot on the loader's worker thread, so the frame's
+/// thread only stages it. Square tiles of 4-byte texels (`check_source` refuses others on the
+/// software path).
+struct Bordered {
+    inner: Arc<dyn TileSource>,
+    desc: VtDesc,
+    /// Each mip's extent (the border clamps at it).
+    extents: Vec<[u32; 2]>,
+    border: u32,
+}
+
+impl TileSource for Bordered {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn desc(&self) -> VtDesc {
+        self.desc
+    }
+
+    fn read_tile(&self, mip: u32, cx: u32, cy: u32) -> Result<Vec<u8>, SourceError> {
+        let bad = |reason: String| SourceError::Read { source_name: self.inner.name().to_owned(), reason };
+        let tw = self.desc.tile_width;
+        let (gx, gy) = self.desc.tile_grid(mip);
+        let extent = *self.extents.get(mip as usize).ok_or_else(|| bad(format!("no mip {mip}")))?;
+        let mut near: HashMap<(u32, u32), (u32, Vec<u8>)> = HashMap::new();
+        for y in cy.saturating_sub(1)..(cy + 2).min(gy) {
+            for x in cx.saturating_sub(1)..(cx + 2).min(gx) {
+                let (w, h) =
+                    self.desc.tile_extent(mip, x, y).ok_or_else(|| bad(format!("no tile {x}, {y}")))?;
+                let texels = self.inner.read_tile(mip, x, y)?;
+                if texels.len() != (w * h * 4) as usize {
+                    return Err(bad(format!(
+                        "tile ({x}, {y}) of mip {mip}: {w} × {h} texels came with {} bytes",
+                        texels.len()
+                    )));
+                }
+                near.insert((x, y), (w, texels));
+            }
+        }
+        // `bordered_tile` clamps every texel it asks for to the mip, so it lies in `near`.
+        let texel = |tx: u32, ty: u32| {
+            let (w, data) = &near[&(tx / tw, ty / tw)];
+            let i = (((ty % tw) * w + tx % tw) * 4) as usize;
+            [data[i], data[i + 1], data[i + 2], data[i + 3]]
+        };
+        Ok(bordered_tile(texel, extent, tw, self.border, cx, cy))
+    }
 }
