@@ -10,7 +10,6 @@ use residency_core::tiles::{
     SparseImageDesc, SparseImageLayout, TexelRegion,
 };
 use residency_core::vt_file::VtDesc;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::StreamError;
@@ -315,7 +314,13 @@ impl TileSource for Bordered {
         let tw = self.desc.tile_width;
         let (gx, gy) = self.desc.tile_grid(mip);
         let extent = *self.extents.get(mip as usize).ok_or_else(|| bad(format!("no mip {mip}")))?;
-        let mut near: HashMap<(u32, u32), (u32, Vec<u8>)> = HashMap::new();
+        // The texels the bordered slot reads (its tile and `border` texels around, clamped to the
+        // mip), copied row by row out of the neighbouring tiles into one window.
+        let b = self.border;
+        let (x0, x1) = ((cx * tw).saturating_sub(b), ((cx + 1) * tw + b).min(extent[0]));
+        let (y0, y1) = ((cy * tw).saturating_sub(b), ((cy + 1) * tw + b).min(extent[1]));
+        let ww = (x1 - x0) as usize;
+        let mut window = vec![0u8; ww * (y1 - y0) as usize * 4];
         for y in cy.saturating_sub(1)..(cy + 2).min(gy) {
             for x in cx.saturating_sub(1)..(cx + 2).min(gx) {
                 let (w, h) =
@@ -327,14 +332,25 @@ impl TileSource for Bordered {
                         texels.len()
                     )));
                 }
-                near.insert((x, y), (w, texels));
+                // The part of this tile inside the window.
+                let (tx0, ty0) = (x * tw, y * tw);
+                let (sx0, sx1) = (tx0.max(x0), (tx0 + w).min(x1));
+                let (sy0, sy1) = (ty0.max(y0), (ty0 + h).min(y1));
+                if sx0 >= sx1 || sy0 >= sy1 {
+                    continue;
+                }
+                let len = (sx1 - sx0) as usize * 4;
+                for ty in sy0..sy1 {
+                    let src = (((ty - ty0) * w + (sx0 - tx0)) * 4) as usize;
+                    let dst = ((ty - y0) as usize * ww + (sx0 - x0) as usize) * 4;
+                    window[dst..dst + len].copy_from_slice(&texels[src..src + len]);
+                }
             }
         }
-        // `bordered_tile` clamps every texel it asks for to the mip, so it lies in `near`.
+        // `bordered_tile` clamps every texel it asks for to the mip, so it lies in the window.
         let texel = |tx: u32, ty: u32| {
-            let (w, data) = &near[&(tx / tw, ty / tw)];
-            let i = (((ty % tw) * w + tx % tw) * 4) as usize;
-            [data[i], data[i + 1], data[i + 2], data[i + 3]]
+            let i = ((ty - y0) as usize * ww + (tx - x0) as usize) * 4;
+            [window[i], window[i + 1], window[i + 2], window[i + 3]]
         };
         Ok(bordered_tile(texel, extent, tw, self.border, cx, cy))
     }
