@@ -446,6 +446,14 @@ impl Uploader {
         &self.device
     }
 
+    /// Bytes of the staging ring in use now (staged, or in copies the GPU has not run yet), and
+    /// how many batches of copies are in flight.
+    pub fn staging_in_use(&self) -> (u64, usize) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        self.reclaim(&mut state);
+        (state.ring.used_bytes(), state.in_flight.len())
+    }
+
     /// Queues a copy of `data` into `dst` at `offset`. The data is in the staging ring on return; it
     /// reaches `dst` after the next [`Uploader::flush`]. Waits for the GPU only when the ring is full.
     pub fn write_buffer(&self, dst: &Buffer, offset: u64, data: &[u8]) -> Result<(), UploadError> {
@@ -625,10 +633,18 @@ impl Uploader {
         Ok(())
     }
 
-    /// Gives back the ring space of the oldest frames that are done, without waiting.
+    /// Gives back the ring space of the oldest frames that are done, without waiting (a fence
+    /// status for the uploader's own submissions, the flag for recorded copies).
     fn reclaim(&self, state: &mut State) {
-        while let Some((_, Flight::Recorded(done))) = state.in_flight.first() {
-            if !done.load(Ordering::Acquire) {
+        loop {
+            let done = match state.in_flight.first() {
+                Some((_, Flight::Recorded(done))) => done.load(Ordering::Acquire),
+                Some((_, Flight::Submitted(submission))) => {
+                    self.context.is_complete(submission).unwrap_or(false)
+                }
+                None => false,
+            };
+            if !done {
                 break;
             }
             let (frame, _) = state.in_flight.remove(0);

@@ -800,6 +800,11 @@ impl Streamer {
         }
     }
 
+    /// The staging ring's bytes in use and batches in flight ([`Uploader::staging_in_use`]).
+    pub fn staging_in_use(&self) -> (u64, usize) {
+        self.uploader.staging_in_use()
+    }
+
     /// The tile budget in effect.
     pub fn budget_tiles(&self) -> u32 {
         self.manager.budget_tiles()
