@@ -4,7 +4,7 @@
 //! removed mid-run leaving nothing behind, 1–3 frames in flight, failing sources as typed errors.
 
 use residency_core::format::Format;
-use residency_core::streaming::{FeedbackBuffer, FnSource, RequestKind, SourceError, TileKey, TileSource};
+use residency_core::streaming::{FnSource, SourceError, TileKey, TileSource};
 use residency_core::tiles::{ImageId, ResidencyPath, TexelRegion, TileCoord};
 use residency_core::vt_file::VtDesc;
 use residency_vulkan::streaming::{StreamError, Streamer, StreamerDesc};
@@ -58,34 +58,11 @@ fn live_named(device: &Device, name: &str) -> usize {
 
 /// One frame: begin, the CPU writes misses for `wanted`, an (empty but real) GPU frame, end.
 fn frame(streamer: &mut Streamer, commands: &CommandContext, wanted: &[TileKey]) -> u64 {
-    let bindings = streamer.begin_frame().unwrap();
-    let frame = bindings.frame;
-    assert_eq!(bindings.textures.len(), streamer_textures(&bindings));
-    let records = bindings.layout.map(|layout| {
-        let mut records = FeedbackBuffer::new(layout, frame);
-        for key in wanted {
-            let slot = layout.slot_of(key.image).unwrap();
-            let residency_core::streaming::StreamUnit::Tile(t) = key.unit else { panic!("tiles only") };
-            records.record(layout, slot, t, RequestKind::Miss);
-        }
-        records
-    });
-    drop(bindings);
-    if let Some(records) = records {
-        streamer.write_cpu_feedback(&records).unwrap();
-    }
-    let bindings = streamer.frame_bindings().unwrap();
-    let submission = commands.submit(&[], |rec| bindings.record(rec, |_| ()).unwrap()).unwrap();
-    drop(bindings);
-    streamer.end_frame(submission.gpu_use()).unwrap();
+    let frame = common::cpu_feedback_frame(streamer, commands, wanted);
     // Loads overlap frames; these frames take microseconds, so wait for the workers to count
     // latency in frames deterministically.
     streamer.wait_for_loads();
     frame
-}
-
-fn streamer_textures(bindings: &residency_vulkan::streaming::FrameBindings<'_>) -> usize {
-    bindings.textures.len()
 }
 
 fn streams(path: ResidencyPath, frames_in_flight: u32) {
@@ -545,25 +522,7 @@ fn many_textures_come_and_go_mid_run_under_one_budget() {
 
 /// One frame like `frame`, without waiting for the loads (they overlap frames).
 fn frame_no_wait(streamer: &mut Streamer, commands: &CommandContext, wanted: &[TileKey]) {
-    let bindings = streamer.begin_frame().unwrap();
-    let frame = bindings.frame;
-    let records = bindings.layout.map(|layout| {
-        let mut records = FeedbackBuffer::new(layout, frame);
-        for key in wanted {
-            let slot = layout.slot_of(key.image).unwrap();
-            let residency_core::streaming::StreamUnit::Tile(t) = key.unit else { panic!("tiles only") };
-            records.record(layout, slot, t, RequestKind::Miss);
-        }
-        records
-    });
-    drop(bindings);
-    if let Some(records) = records {
-        streamer.write_cpu_feedback(&records).unwrap();
-    }
-    let bindings = streamer.frame_bindings().unwrap();
-    let submission = commands.submit(&[], |rec| bindings.record(rec, |_| ()).unwrap()).unwrap();
-    drop(bindings);
-    streamer.end_frame(submission.gpu_use()).unwrap();
+    common::cpu_feedback_frame(streamer, commands, wanted);
 }
 
 /// A budget cut mid-run: the streamer evicts what is not in use down to it over the next frames

@@ -5,8 +5,10 @@
 //! `RESIDENCY_SOAK_FRAMES` frames per path (default 600); docs/reliability.md has the long runs'
 //! figures.
 
+mod common;
+
 use residency_core::format::Format;
-use residency_core::streaming::{FeedbackBuffer, FnSource, RequestKind, StreamUnit, TileKey, TileSource};
+use residency_core::streaming::{FnSource, TileKey, TileSource};
 use residency_core::tiles::{ImageId, ResidencyPath, TileCoord};
 use residency_core::vt_file::VtDesc;
 use residency_vulkan::streaming::{Streamer, StreamerDesc, VirtualTexture};
@@ -77,26 +79,7 @@ fn frame(streamer: &mut Streamer, commands: &CommandContext, textures: &[Virtual
             ));
         }
     }
-    let bindings = streamer.begin_frame().unwrap();
-    let n = bindings.frame;
-    let records = bindings.layout.map(|layout| {
-        let mut records = FeedbackBuffer::new(layout, n);
-        for key in &wanted {
-            let (Some(slot), StreamUnit::Tile(tile)) = (layout.slot_of(key.image), key.unit) else {
-                continue;
-            };
-            records.record(layout, slot, tile, RequestKind::Miss);
-        }
-        records
-    });
-    drop(bindings);
-    if let Some(records) = records {
-        streamer.write_cpu_feedback(&records).unwrap();
-    }
-    let bindings = streamer.frame_bindings().unwrap();
-    let submission = commands.submit(&[], |rec| bindings.record(rec, |_| ()).unwrap()).unwrap();
-    drop(bindings);
-    streamer.end_frame(submission.gpu_use()).unwrap();
+    common::cpu_feedback_frame(streamer, commands, &wanted);
 }
 
 /// `frames` frames on `path` with `frames_in_flight`, textures coming and going every 23 frames

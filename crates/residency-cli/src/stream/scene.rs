@@ -14,7 +14,7 @@ use residency::core::tiles::ResidencyPath;
 use residency::core::usage::{BufferUsage, ImageUsage};
 use residency::vulkan::ash::vk;
 use residency::vulkan::compute::{Binding, DescriptorSet, ViewRef};
-use residency::vulkan::graphics::{GraphicsProgram, VertexAttribute};
+use residency::vulkan::graphics::{Drawing, GraphicsProgram, VertexAttribute};
 use residency::vulkan::recording::Timestamps;
 use residency::vulkan::streaming::{FrameBindings, TextureViews};
 use residency::vulkan::tracking::ResourceTracker;
@@ -319,32 +319,20 @@ impl Scene {
         }
         for (pass, target) in passes {
             target.record(rec, (ts, q + 2 * pass), |rec, target| {
-                streamed.render(rec, target, extent, [0.0; 4], |draw| -> anyhow::Result<()> {
-                    for (i, t) in bindings.textures.iter().enumerate() {
-                        let mut push = view.clone();
-                        push.extend(
-                            bindings.feedback_words(t, pass == 0).iter().flat_map(|w| w.to_le_bytes()),
-                        );
-                        draw.bind_descriptor_set(&sets[i])?;
-                        draw.push_constants(&push)?;
-                        draw.bind_vertex_buffer(vertices, 6 * u64::from(STRIDE) * i as u64)?;
-                        draw.draw(6, 1)?;
-                    }
-                    Ok(())
-                })??;
+                let planes = bindings.textures.iter().enumerate().map(|(i, t)| {
+                    let mut push = view.clone();
+                    push.extend(bindings.feedback_words(t, pass == 0).iter().flat_map(|w| w.to_le_bytes()));
+                    (&sets[i], push)
+                });
+                streamed
+                    .render(rec, target, extent, [0.0; 4], |draw| draw_planes(draw, vertices, planes))??;
                 Ok(())
             })?;
         }
         reference.record(rec, (ts, q + 4), |rec, target| {
-            reference_program.render(rec, target, extent, [0.0; 4], |draw| -> anyhow::Result<()> {
-                for (i, &file) in plane_files.iter().enumerate() {
-                    draw.bind_descriptor_set(&reference_sets[file])?;
-                    draw.push_constants(&view)?;
-                    draw.bind_vertex_buffer(vertices, 6 * u64::from(STRIDE) * i as u64)?;
-                    draw.draw(6, 1)?;
-                }
-                Ok(())
-            })??;
+            let planes = plane_files.iter().map(|&file| (&reference_sets[file], view.clone()));
+            reference_program
+                .render(rec, target, extent, [0.0; 4], |draw| draw_planes(draw, vertices, planes))??;
             Ok(())
         })?;
         Ok(())
@@ -362,6 +350,21 @@ impl Scene {
             pass_at_ms: t.at_ms(q).zip(t.at_ms(q + 1)),
         })
     }
+}
+
+/// Draws plane `i` of `vertices` with the `i`-th set and push constants of `planes`.
+fn draw_planes<'s>(
+    draw: &mut Drawing<'_, '_>,
+    vertices: &Buffer,
+    planes: impl Iterator<Item = (&'s DescriptorSet, Vec<u8>)>,
+) -> anyhow::Result<()> {
+    for (i, (set, push)) in planes.enumerate() {
+        draw.bind_descriptor_set(set)?;
+        draw.push_constants(&push)?;
+        draw.bind_vertex_buffer(vertices, 6 * u64::from(STRIDE) * i as u64)?;
+        draw.draw(6, 1)?;
+    }
+    Ok(())
 }
 
 /// The built-in camera over a grid of `grid × grid` planes: a glide looking ahead and down at

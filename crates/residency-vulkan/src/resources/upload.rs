@@ -683,13 +683,7 @@ impl Uploader {
                 rec.check_layout(layouts, mip..mip + 1, layer..layer + 1, *layout)?;
             }
         }
-        let shader_stages = S::VERTEX_SHADER
-            | S::TESSELLATION_CONTROL_SHADER
-            | S::TESSELLATION_EVALUATION_SHADER
-            | S::GEOMETRY_SHADER
-            | S::FRAGMENT_SHADER
-            | S::COMPUTE_SHADER;
-        if readers.is_empty() || !shader_stages.contains(readers) {
+        if readers.is_empty() || !crate::recording::SHADER_STAGES.contains(readers) {
             return Err(UploadError::Readers { stages: readers });
         }
         rec.memory_barrier(MemoryDependency {

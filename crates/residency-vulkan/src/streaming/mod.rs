@@ -638,13 +638,7 @@ impl Streamer {
     /// (`Hardware` where it has no sparse residency: [`SoftwareError`]).
     pub fn new(device: &Arc<Device>, desc: StreamerDesc) -> Result<Streamer, StreamError> {
         use vk::PipelineStageFlags2 as S;
-        let shader_stages = S::VERTEX_SHADER
-            | S::TESSELLATION_CONTROL_SHADER
-            | S::TESSELLATION_EVALUATION_SHADER
-            | S::GEOMETRY_SHADER
-            | S::FRAGMENT_SHADER
-            | S::COMPUTE_SHADER;
-        if desc.readers.is_empty() || !shader_stages.contains(desc.readers) {
+        if desc.readers.is_empty() || !crate::recording::SHADER_STAGES.contains(desc.readers) {
             return Err(StreamError::Readers(desc.readers));
         }
         let path = device.residency_path(Format::R8G8B8A8Unorm, desc.path)?;

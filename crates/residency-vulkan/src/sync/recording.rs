@@ -396,6 +396,16 @@ impl<'a> Recording<'a> {
     }
 }
 
+/// Every shader stage of the universal queue's pipelines (what "readers" of uploaded data may be).
+pub(crate) const SHADER_STAGES: vk::PipelineStageFlags2 = vk::PipelineStageFlags2::from_raw(
+    vk::PipelineStageFlags2::VERTEX_SHADER.as_raw()
+        | vk::PipelineStageFlags2::TESSELLATION_CONTROL_SHADER.as_raw()
+        | vk::PipelineStageFlags2::TESSELLATION_EVALUATION_SHADER.as_raw()
+        | vk::PipelineStageFlags2::GEOMETRY_SHADER.as_raw()
+        | vk::PipelineStageFlags2::FRAGMENT_SHADER.as_raw()
+        | vk::PipelineStageFlags2::COMPUTE_SHADER.as_raw(),
+);
+
 /// One global memory dependency: `src` stages and accesses before, `dst` stages and accesses after.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MemoryDependency {

@@ -107,3 +107,33 @@ pub fn sample_fallback(
         })
         .collect()
 }
+
+/// One streamer frame as a CPU renderer makes it: `begin_frame`, misses for `wanted` written as
+/// the frame's feedback (keys of textures the frame does not have are skipped), a real (empty)
+/// submission recorded through `FrameBindings::record`, `end_frame`. Returns the frame.
+pub fn cpu_feedback_frame(
+    streamer: &mut residency_vulkan::streaming::Streamer,
+    commands: &residency_vulkan::CommandContext,
+    wanted: &[residency_core::streaming::TileKey],
+) -> u64 {
+    use residency_core::streaming::{FeedbackBuffer, RequestKind, StreamUnit};
+    let bindings = streamer.begin_frame().unwrap();
+    let frame = bindings.frame;
+    let records = bindings.layout.map(|layout| {
+        let mut records = FeedbackBuffer::new(layout, frame);
+        for key in wanted {
+            let (Some(slot), StreamUnit::Tile(t)) = (layout.slot_of(key.image), key.unit) else { continue };
+            records.record(layout, slot, t, RequestKind::Miss);
+        }
+        records
+    });
+    drop(bindings);
+    if let Some(records) = records {
+        streamer.write_cpu_feedback(&records).unwrap();
+    }
+    let bindings = streamer.frame_bindings().unwrap();
+    let submission = commands.submit(&[], |rec| bindings.record(rec, |_| ()).unwrap()).unwrap();
+    drop(bindings);
+    streamer.end_frame(submission.gpu_use()).unwrap();
+    frame
+}
