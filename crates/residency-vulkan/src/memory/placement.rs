@@ -1,12 +1,19 @@
 //! Memory for one resource: placed at an offset of a shared heap of the device's general
-//! allocator, or committed (dedicated memory of its own). Shared by buffers and images.
+//! allocator, or committed (dedicated memory of its own). Shared by buffers and images, and by
+//! [`Allocation`]s: memory for objects the renderer created itself, or for raw requirements.
 
+use crate::buffer::{ForeignReason, ForeignResource};
 use crate::device::Device;
+use crate::error::VulkanError;
 use crate::memory::{BlockAllocation, MappedPtr, MemoryBlock, MemoryError, RawMemoryDesc, SubRequest};
+use crate::retire::{ForeignUse, Garbage, GpuUse, Life};
 use ash::vk;
-use residency_core::allocator::ResourceKind;
+use residency_core::allocator::{AllocError, ResourceKind};
+use residency_core::device_mask::DeviceIndex;
 use residency_core::memory::{memory_type_candidates, MemoryIntent};
 use residency_core::profile::MemoryRequirements;
+use std::ptr::NonNull;
+use std::sync::Arc;
 
 /// Where a resource's memory came from, so that freeing returns it there.
 #[derive(Debug)]
@@ -28,6 +35,8 @@ pub(crate) enum ResourceMemory {
 pub(crate) enum DedicatedTarget {
     Buffer(vk::Buffer),
     Image(vk::Image),
+    /// Raw requirements: a dedicated allocation names no object.
+    Nothing,
 }
 
 /// What a resource needs.
@@ -78,15 +87,16 @@ impl Device {
             let result = if dedicated {
                 drop(list);
                 let info = match req.target {
-                    DedicatedTarget::Buffer(b) => vk::MemoryDedicatedAllocateInfo::default().buffer(b),
-                    DedicatedTarget::Image(i) => vk::MemoryDedicatedAllocateInfo::default().image(i),
+                    DedicatedTarget::Buffer(b) => Some(vk::MemoryDedicatedAllocateInfo::default().buffer(b)),
+                    DedicatedTarget::Image(i) => Some(vk::MemoryDedicatedAllocateInfo::default().image(i)),
+                    DedicatedTarget::Nothing => None,
                 };
                 let desc = RawMemoryDesc {
                     name: req.name,
                     size: r.size,
                     type_index,
                     allow_over_budget: req.allow_over_budget,
-                    dedicated: Some(info),
+                    dedicated: info,
                 };
                 MemoryBlock::new(self, desc, 1).map(|block| Placed {
                     memory: block.memory,
@@ -144,5 +154,328 @@ impl Device {
             }
             ResourceMemory::Transient => {}
         }
+    }
+}
+
+/// How to allocate memory for an object the renderer created itself ([`Device::allocate_for_buffer`],
+/// [`Device::allocate_for_image`]) or for raw requirements ([`Device::allocate_memory`]).
+#[derive(Clone, Debug)]
+pub struct AllocationDesc {
+    /// Its name (errors, leak reports, the dedicated memory's debug name).
+    pub name: String,
+    /// What memory it needs. Default: device-local.
+    pub intent: MemoryIntent,
+    /// What will be bound in it, for `bufferImageGranularity`: linear resources (buffers, linearly
+    /// tiled images) and optimal images never share a granularity page of a shared heap; `Unknown`
+    /// (the default) shares a page with nothing. Buffers always count as `Linear`.
+    pub kind: ResourceKind,
+    /// An alignment floor on top of the driver's (0: none; else a power of two).
+    pub alignment: u64,
+    /// Memory of its own even when the driver does not prefer it (it always gets its own when the
+    /// driver prefers or requires a dedicated allocation, or when it is large).
+    pub dedicated: bool,
+    /// Allocate even when over the heap budget.
+    pub allow_over_budget: bool,
+}
+
+impl AllocationDesc {
+    /// Device-local memory of unknown kind, placed in a shared heap.
+    pub fn new(name: impl Into<String>) -> AllocationDesc {
+        AllocationDesc {
+            name: name.into(),
+            intent: MemoryIntent::DeviceLocal,
+            kind: ResourceKind::Unknown,
+            alignment: 0,
+            dedicated: false,
+            allow_over_budget: false,
+        }
+    }
+
+    /// Sets the memory intent.
+    pub fn with_intent(mut self, intent: MemoryIntent) -> Self {
+        self.intent = intent;
+        self
+    }
+
+    /// Sets what will be bound in it (see [`AllocationDesc::kind`]).
+    pub fn with_kind(mut self, kind: ResourceKind) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    /// Sets the alignment floor.
+    pub fn with_alignment(mut self, alignment: u64) -> Self {
+        self.alignment = alignment;
+        self
+    }
+
+    /// Asks for memory of its own.
+    pub fn dedicated(mut self) -> Self {
+        self.dedicated = true;
+        self
+    }
+}
+
+/// Which of the renderer's objects an [`Allocation`] was bound to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BoundTo {
+    /// Nothing: raw requirements, the renderer binds it itself.
+    Nothing,
+    /// This buffer.
+    Buffer(vk::Buffer),
+    /// This image.
+    Image(vk::Image),
+}
+
+/// Memory residency allocated for the renderer: a range `offset()..offset() + size()` of the
+/// `VkDeviceMemory` `memory()`, counted in the device's budget and heaps like every placed
+/// resource and listed by name among the live objects until it is freed. Dropping it frees the
+/// memory once the GPU work that may use it has completed (every residency submission made before
+/// the drop, and every use declared with [`Allocation::used_until`]); it keeps its device alive.
+/// It never destroys the renderer's object.
+#[derive(Debug)]
+pub struct Allocation {
+    life: Arc<Life>,
+    name: Arc<str>,
+    memory: vk::DeviceMemory,
+    offset: u64,
+    size: u64,
+    memory_type: u32,
+    dedicated: bool,
+    coherent: bool,
+    mapped: Option<MappedPtr>,
+    bound: BoundTo,
+}
+
+impl Allocation {
+    /// The `VkDeviceMemory` it is a range of.
+    pub fn memory(&self) -> vk::DeviceMemory {
+        self.memory
+    }
+
+    /// Its offset in [`Allocation::memory`] (a multiple of the requirement's alignment).
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Its size in bytes (the requirement's size).
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// The memory type it was allocated from.
+    pub fn memory_type(&self) -> u32 {
+        self.memory_type
+    }
+
+    /// Whether it is memory of its own (a dedicated allocation), not a range of a shared heap.
+    pub fn is_dedicated(&self) -> bool {
+        self.dedicated
+    }
+
+    /// Whether its memory is host-coherent (else flush after host writes, invalidate before reads).
+    pub fn is_coherent(&self) -> bool {
+        self.coherent
+    }
+
+    /// A host pointer to its first byte when its memory is host-visible (persistently mapped while
+    /// it lives). Reading or writing through it is the caller's `unsafe` code: within
+    /// [`Allocation::size`] bytes, not racing GPU work on the same bytes.
+    pub fn mapped_ptr(&self) -> Option<NonNull<u8>> {
+        self.mapped.and_then(|m| m.range(self.offset, self.size))
+    }
+
+    /// What it was bound to.
+    pub fn bound_to(&self) -> BoundTo {
+        self.bound
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The device it lives on (kept alive by it).
+    pub fn device(&self) -> &Arc<Device> {
+        self.life.device()
+    }
+
+    /// The device it lives on.
+    pub fn device_index(&self) -> DeviceIndex {
+        self.life.device().index()
+    }
+
+    /// Declares that GPU work the renderer submitted itself uses this memory (through the object
+    /// bound to it) until `until`; the memory is freed only after it. A point of another device is
+    /// refused.
+    pub fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
+        self.life.used_until(until)
+    }
+}
+
+fn invalid_request(name: &str, source: AllocError) -> MemoryError {
+    MemoryError::InvalidRequest { name: name.to_owned(), source }
+}
+
+impl Device {
+    /// Allocates memory for raw requirements (the renderer binds its object there itself, at
+    /// [`Allocation::offset`] of [`Allocation::memory`]). A zero size, an alignment or floor that
+    /// is not a power of two is [`MemoryError::InvalidRequest`]; no memory type in
+    /// `memory_type_bits` serving the intent is [`MemoryError::NoSuitableMemoryType`].
+    pub fn allocate_memory(
+        &self,
+        requirements: &vk::MemoryRequirements,
+        desc: &AllocationDesc,
+    ) -> Result<Allocation, MemoryError> {
+        let requirements = MemoryRequirements {
+            size: requirements.size,
+            alignment: requirements.alignment,
+            memory_type_bits: requirements.memory_type_bits,
+            prefers_dedicated: false,
+        };
+        self.allocate_own(desc, requirements, desc.kind, DedicatedTarget::Nothing)
+    }
+
+    /// Allocates memory for `buffer` (dedicated when the driver prefers or requires it) and binds
+    /// the buffer at the allocation's offset. On error nothing is bound and nothing is left
+    /// allocated; the buffer stays the caller's.
+    ///
+    /// # Safety
+    /// - `buffer` is a valid `VkBuffer` created on this device ([`Device::raw`]), without sparse
+    ///   flags, and not bound to memory;
+    /// - no other thread uses `buffer` during the call (Vulkan's external synchronisation);
+    /// - the GPU does not use `buffer` after the allocation retires: every use the renderer
+    ///   submits itself is declared with [`Allocation::used_until`] (residency's own submissions
+    ///   are waited for anyway) or has completed before the allocation is dropped, and the buffer
+    ///   is not used again after (destroy it; destroying it before or after is both fine).
+    pub unsafe fn allocate_for_buffer(
+        &self,
+        buffer: vk::Buffer,
+        desc: &AllocationDesc,
+    ) -> Result<Allocation, MemoryError> {
+        let mut dedicated = vk::MemoryDedicatedRequirements::default();
+        let mut out = vk::MemoryRequirements2::default().push_next(&mut dedicated);
+        // SAFETY: the caller's contract: a live buffer of this device; the output chain is live.
+        unsafe {
+            self.raw().get_buffer_memory_requirements2(
+                &vk::BufferMemoryRequirementsInfo2::default().buffer(buffer),
+                &mut out,
+            )
+        };
+        let requirements = crate::profile_capture::memory_requirements(out.memory_requirements, &dedicated);
+        let mut allocation =
+            self.allocate_own(desc, requirements, ResourceKind::Linear, DedicatedTarget::Buffer(buffer))?;
+        // SAFETY: the caller's contract (live, unbound, not in use elsewhere); the range was
+        // allocated for this buffer's requirements, so offset and size fit.
+        let bound = unsafe { self.raw().bind_buffer_memory(buffer, allocation.memory, allocation.offset) };
+        // A failed bind drops the allocation: nothing is bound to it, so it is freed at once.
+        bound.map_err(|r| MemoryError::Vulkan(VulkanError::from_vk("vkBindBufferMemory", r)))?;
+        allocation.bound = BoundTo::Buffer(buffer);
+        Ok(allocation)
+    }
+
+    /// Allocates memory for `image` (dedicated when the driver prefers or requires it) and binds
+    /// the image at the allocation's offset. On error nothing is bound and nothing is left
+    /// allocated; the image stays the caller's.
+    ///
+    /// # Safety
+    /// - `image` is a valid `VkImage` created on this device ([`Device::raw`]), without sparse or
+    ///   disjoint flags, and not bound to memory;
+    /// - `desc.kind` is `Unknown`, or the image's kind: `Linear` exactly when it was created with
+    ///   `VK_IMAGE_TILING_LINEAR`, `Optimal` otherwise (residency keeps the two kinds off each
+    ///   other's `bufferImageGranularity` pages on the strength of it);
+    /// - no other thread uses `image` during the call (Vulkan's external synchronisation);
+    /// - the GPU does not use `image` after the allocation retires, as for
+    ///   [`Device::allocate_for_buffer`].
+    pub unsafe fn allocate_for_image(
+        &self,
+        image: vk::Image,
+        desc: &AllocationDesc,
+    ) -> Result<Allocation, MemoryError> {
+        let mut dedicated = vk::MemoryDedicatedRequirements::default();
+        let mut out = vk::MemoryRequirements2::default().push_next(&mut dedicated);
+        // SAFETY: the caller's contract: a live, non-disjoint image of this device; the output
+        // chain is live.
+        unsafe {
+            self.raw().get_image_memory_requirements2(
+                &vk::ImageMemoryRequirementsInfo2::default().image(image),
+                &mut out,
+            )
+        };
+        let requirements = crate::profile_capture::memory_requirements(out.memory_requirements, &dedicated);
+        let mut allocation =
+            self.allocate_own(desc, requirements, desc.kind, DedicatedTarget::Image(image))?;
+        // SAFETY: the caller's contract (live, unbound, not in use elsewhere); the range was
+        // allocated for this image's requirements, so offset and size fit.
+        let bound = unsafe { self.raw().bind_image_memory(image, allocation.memory, allocation.offset) };
+        // A failed bind drops the allocation: nothing is bound to it, so it is freed at once.
+        bound.map_err(|r| MemoryError::Vulkan(VulkanError::from_vk("vkBindImageMemory", r)))?;
+        allocation.bound = BoundTo::Image(image);
+        Ok(allocation)
+    }
+
+    /// Frees an allocation made on this device (as dropping it does: deferred while the GPU may
+    /// use it). One of another device is refused and handed back unchanged.
+    pub fn free_allocation(&self, allocation: Allocation) -> Result<(), ForeignResource<Allocation>> {
+        if allocation.device().is(self) {
+            drop(allocation);
+            return Ok(());
+        }
+        let reason = ForeignReason::OtherDevice { owner: allocation.device_index(), target: self.index() };
+        Err(ForeignResource { name: allocation.name.to_string(), resource: Box::new(allocation), reason })
+    }
+
+    /// The shared path of the three entry points: checks, places through [`Device::place`]
+    /// (the same path as `create_buffer` / `create_image`), tracks it in the ledger.
+    fn allocate_own(
+        &self,
+        desc: &AllocationDesc,
+        requirements: MemoryRequirements,
+        kind: ResourceKind,
+        target: DedicatedTarget,
+    ) -> Result<Allocation, MemoryError> {
+        let name = desc.name.as_str();
+        if requirements.size == 0 {
+            return Err(invalid_request(name, AllocError::ZeroSize));
+        }
+        for alignment in [requirements.alignment, desc.alignment] {
+            if alignment != 0 && !alignment.is_power_of_two() {
+                return Err(invalid_request(name, AllocError::AlignmentNotPowerOfTwo { alignment }));
+            }
+        }
+        let request = PlaceRequest {
+            name,
+            requirements,
+            alignment_floor: desc.alignment,
+            kind,
+            intent: desc.intent,
+            committed: desc.dedicated,
+            allow_over_budget: desc.allow_over_budget,
+            target,
+        };
+        let placed = self.place(&request)?;
+        let memory_type = match &placed.owner {
+            ResourceMemory::General { type_index, .. } => *type_index,
+            ResourceMemory::Dedicated(block) => block.type_index,
+            ResourceMemory::Pool { .. } | ResourceMemory::Transient => {
+                unreachable!("Device::place returns general or dedicated memory")
+            }
+        };
+        let name: Arc<str> = Arc::from(name);
+        let id = self.ledger().track("allocation", Arc::clone(&name));
+        // A memory-only garbage: a buffer garbage with no buffer frees just the memory.
+        let garbage = Garbage::Buffer { raw: vk::Buffer::null(), memory: placed.owner, id };
+        Ok(Allocation {
+            life: Life::new(self.arc(), garbage, None),
+            name,
+            memory: placed.memory,
+            offset: placed.offset,
+            size: requirements.size,
+            memory_type,
+            dedicated: placed.committed,
+            coherent: placed.coherent,
+            mapped: placed.mapped,
+            bound: BoundTo::Nothing,
+        })
     }
 }

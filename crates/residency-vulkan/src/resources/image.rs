@@ -1,5 +1,7 @@
 //! Images: placed (their own `VkImage` bound at an offset of a shared heap, kept off the
 //! granularity pages of linear resources) or committed (their own memory), and their views.
+//! Any `VkFormat`: the core's formats carry their texel sizes; a format the core does not know
+//! is created and viewed, and refused by the operations that need texel sizes.
 
 use crate::buffer::{ForeignReason, ForeignResource};
 use crate::device::Device;
@@ -12,7 +14,7 @@ use crate::retire::{ForeignUse, Garbage, GpuUse, Life, Parent};
 use ash::vk;
 use residency_core::allocator::{AllocError, ResourceKind};
 use residency_core::device_mask::DeviceIndex;
-use residency_core::format::Format;
+use residency_core::format::{Format, FormatKind};
 use residency_core::memory::MemoryIntent;
 use residency_core::profile::ImageDimension;
 use residency_core::usage::ImageUsage;
@@ -57,8 +59,20 @@ pub struct ImageDesc {
     pub name: String,
     /// 1D, 2D or 3D.
     pub dimension: ImageDimension,
-    /// Texel format (not `Unknown`).
+    /// Texel format: the core's, or `Unknown` when [`ImageDesc::vk_format`] is a format the core
+    /// does not know (then uploads and copies that need texel sizes refuse it).
     pub format: Format,
+    /// The `VkFormat` when set with [`ImageDesc::with_vk_format`]; `None`: `format`'s.
+    pub vk_format: Option<vk::Format>,
+    /// Create flags: `CUBE_COMPATIBLE`, `MUTABLE_FORMAT`, `EXTENDED_USAGE` (others are refused;
+    /// sparse images are [`SparseImage`](crate::sparse::SparseImage)s). Default: none.
+    pub flags: vk::ImageCreateFlags,
+    /// The formats views of a `MUTABLE_FORMAT` image may take (`VkImageFormatListCreateInfo`);
+    /// empty: any compatible format.
+    pub view_formats: Vec<vk::Format>,
+    /// Queue families (by index) that use it concurrently (`VK_SHARING_MODE_CONCURRENT`); empty,
+    /// the default: exclusive.
+    pub queue_families: Vec<u32>,
     /// Width, height, depth in texels.
     pub extent: [u32; 3],
     /// Mip levels (at least 1).
@@ -92,6 +106,10 @@ impl ImageDesc {
             name: name.into(),
             dimension: ImageDimension::D2,
             format,
+            vk_format: None,
+            flags: vk::ImageCreateFlags::empty(),
+            view_formats: Vec::new(),
+            queue_families: Vec::new(),
             extent: [width, height, 1],
             mip_levels: 1,
             array_layers: 1,
@@ -116,23 +134,168 @@ impl ImageDesc {
         self
     }
 
-    /// The `VkImageCreateInfo` it stands for.
-    pub fn create_info(&self) -> vk::ImageCreateInfo<'static> {
-        vk::ImageCreateInfo::default()
+    /// Sets any `VkFormat`. [`ImageDesc::format`] becomes the core's name for it, or `Unknown` when
+    /// the core does not know it (creation then refuses depth/stencil and multi-planar formats
+    /// and `COPY_SRC` usage, and uploads refuse the image: they need texel sizes).
+    pub fn with_vk_format(mut self, format: vk::Format) -> Self {
+        self.format = core_format(format).unwrap_or(Format::Unknown);
+        self.vk_format = Some(format);
+        self
+    }
+
+    /// Sets the array layer count.
+    pub fn with_array_layers(mut self, layers: u32) -> Self {
+        self.array_layers = layers;
+        self
+    }
+
+    /// A cube map (or cube array): six layers per cube, `CUBE_COMPATIBLE`. `cubes` of at least 1.
+    pub fn cube(mut self, cubes: u32) -> Self {
+        self.array_layers = cubes.saturating_mul(6);
+        self.flags |= vk::ImageCreateFlags::CUBE_COMPATIBLE;
+        self
+    }
+
+    /// Views may take another compatible format (`MUTABLE_FORMAT`); `view_formats`, if not
+    /// empty, lists the formats they may take (the image's own among them, if it is viewed so).
+    pub fn mutable_format(mut self, view_formats: &[vk::Format]) -> Self {
+        self.flags |= vk::ImageCreateFlags::MUTABLE_FORMAT;
+        self.view_formats = view_formats.to_vec();
+        self
+    }
+
+    /// Shared concurrently by these queue families (at least two distinct indices).
+    pub fn concurrent(mut self, queue_families: &[u32]) -> Self {
+        self.queue_families = queue_families.to_vec();
+        self
+    }
+
+    /// Linear tiling (row-major), usually with a host-visible intent.
+    pub fn linear(mut self, intent: MemoryIntent) -> Self {
+        self.linear = true;
+        self.intent = intent;
+        self
+    }
+
+    /// The `VkFormat` it is created with.
+    pub fn raw_format(&self) -> vk::Format {
+        self.vk_format.unwrap_or_else(|| vk_format(self.format))
+    }
+
+    /// The `VkImageCreateInfo` it stands for (the format list, when there is one, is chained on
+    /// by [`Device::create_image`]).
+    pub fn create_info(&self) -> vk::ImageCreateInfo<'_> {
+        let info = vk::ImageCreateInfo::default()
+            .flags(self.flags)
             .image_type(match self.dimension {
                 ImageDimension::D1 => vk::ImageType::TYPE_1D,
                 ImageDimension::D2 => vk::ImageType::TYPE_2D,
                 ImageDimension::D3 => vk::ImageType::TYPE_3D,
             })
-            .format(vk_format(self.format))
+            .format(self.raw_format())
             .extent(vk::Extent3D { width: self.extent[0], height: self.extent[1], depth: self.extent[2] })
             .mip_levels(self.mip_levels)
             .array_layers(self.array_layers)
             .samples(vk::SampleCountFlags::from_raw(self.samples))
             .tiling(if self.linear { vk::ImageTiling::LINEAR } else { vk::ImageTiling::OPTIMAL })
             .usage(vk::ImageUsageFlags::from_raw(self.usage.bits()))
-            .sharing_mode(vk::SharingMode::EXCLUSIVE)
-            .initial_layout(vk::ImageLayout::UNDEFINED)
+            .initial_layout(vk::ImageLayout::UNDEFINED);
+        if self.queue_families.is_empty() {
+            info.sharing_mode(vk::SharingMode::EXCLUSIVE)
+        } else {
+            info.sharing_mode(vk::SharingMode::CONCURRENT).queue_family_indices(&self.queue_families)
+        }
+    }
+}
+
+/// The core's name for a `VkFormat`, if it has one.
+fn core_format(format: vk::Format) -> Option<Format> {
+    Format::ALL.iter().copied().find(|&f| f != Format::Unknown && vk_format(f) == format)
+}
+
+/// Depth or stencil formats (the core knows three of them; the others it cannot give aspects).
+fn is_depth_stencil(format: vk::Format) -> bool {
+    matches!(
+        format,
+        vk::Format::D16_UNORM
+            | vk::Format::X8_D24_UNORM_PACK32
+            | vk::Format::D32_SFLOAT
+            | vk::Format::S8_UINT
+            | vk::Format::D16_UNORM_S8_UINT
+            | vk::Format::D24_UNORM_S8_UINT
+            | vk::Format::D32_SFLOAT_S8_UINT
+    )
+}
+
+/// Multi-planar (Y′CbCr) formats, which need plane aspects and conversions residency lacks.
+fn is_multi_planar(format: vk::Format) -> bool {
+    let raw = format.as_raw();
+    (1_000_156_000..=1_000_156_033).contains(&raw) || (1_000_330_000..=1_000_330_003).contains(&raw)
+}
+
+/// Whether an image of `image` may be viewed as `view` (both the core's: Vulkan's compatibility
+/// classes for these are "same texel size" for uncompressed colour formats and the sRGB twin for
+/// block formats; a depth format only as itself). `None` when the core knows either not.
+fn view_compatible(image: vk::Format, view: vk::Format) -> Option<bool> {
+    if image == view {
+        return Some(true);
+    }
+    let (a, b) = (core_format(image)?, core_format(view)?);
+    Some(match (a.kind(), b.kind()) {
+        (FormatKind::Color, FormatKind::Color) => a.block_bytes() == b.block_bytes(),
+        (FormatKind::Compressed, FormatKind::Compressed) => {
+            let twin = |f| match f {
+                Format::Bc1Srgb => Format::Bc1Unorm,
+                Format::Bc7Srgb => Format::Bc7Unorm,
+                f => f,
+            };
+            twin(a) == twin(b)
+        }
+        _ => false,
+    })
+}
+
+/// The create flags [`ImageDesc::flags`] accepts.
+const ACCEPTED_FLAGS: vk::ImageCreateFlags = vk::ImageCreateFlags::from_raw(
+    vk::ImageCreateFlags::CUBE_COMPATIBLE.as_raw()
+        | vk::ImageCreateFlags::MUTABLE_FORMAT.as_raw()
+        | vk::ImageCreateFlags::EXTENDED_USAGE.as_raw(),
+);
+
+/// What a view shows and how ([`Device::create_image_view_as`]).
+#[derive(Clone, Debug)]
+pub struct ImageViewDesc {
+    /// The mips it shows.
+    pub mips: std::ops::Range<u32>,
+    /// The layers it shows.
+    pub layers: std::ops::Range<u32>,
+    /// Its type; `None`: the image's (an array type when the image has several layers).
+    pub view_type: Option<vk::ImageViewType>,
+    /// Its format; `None`: the image's. Another format needs a `MUTABLE_FORMAT` image.
+    pub format: Option<vk::Format>,
+}
+
+impl ImageViewDesc {
+    /// Every mip and layer of `image`, as the image's type and format.
+    pub fn of(image: &Image) -> ImageViewDesc {
+        ImageViewDesc {
+            mips: 0..image.desc.mip_levels,
+            layers: 0..image.desc.array_layers,
+            view_type: None,
+            format: None,
+        }
+    }
+
+    /// Sets the view type (`CUBE` for a cube map's six layers, …).
+    pub fn with_type(mut self, view_type: vk::ImageViewType) -> Self {
+        self.view_type = Some(view_type);
+        self
+    }
+
+    /// Sets the view's format.
+    pub fn with_format(mut self, format: vk::Format) -> Self {
+        self.format = Some(format);
+        self
     }
 }
 
@@ -290,8 +453,84 @@ impl Device {
     /// Whether the device accepts an image of this description.
     pub(crate) fn check_image(&self, desc: &ImageDesc) -> Result<(), MemoryError> {
         let name = desc.name.as_str();
-        if desc.format == Format::Unknown {
+        let raw_format = desc.raw_format();
+        if raw_format == vk::Format::UNDEFINED {
             return Err(invalid(name, "an image needs a texel format"));
+        }
+        if core_format(raw_format).unwrap_or(Format::Unknown) != desc.format {
+            return Err(invalid(
+                name,
+                format!(
+                    "format {} and vk_format {raw_format:?} disagree (set both with with_vk_format)",
+                    desc.format
+                ),
+            ));
+        }
+        if desc.format == Format::Unknown {
+            if is_depth_stencil(raw_format) || is_multi_planar(raw_format) {
+                return Err(invalid(
+                    name,
+                    format!(
+                        "{raw_format:?}: depth/stencil and multi-planar formats must be ones the core knows"
+                    ),
+                ));
+            }
+            if desc.usage.contains(ImageUsage::COPY_SRC) {
+                return Err(invalid(
+                    name,
+                    format!("{raw_format:?} has no texel size in the core, which residency's copies out of an image need: COPY_SRC is refused"),
+                ));
+            }
+        }
+        if !ACCEPTED_FLAGS.contains(desc.flags) {
+            return Err(invalid(
+                name,
+                format!(
+                    "create flags {:?} (only CUBE_COMPATIBLE, MUTABLE_FORMAT, EXTENDED_USAGE)",
+                    desc.flags
+                ),
+            ));
+        }
+        if desc.flags.contains(vk::ImageCreateFlags::CUBE_COMPATIBLE)
+            && (desc.dimension != ImageDimension::D2
+                || desc.extent[0] != desc.extent[1]
+                || desc.array_layers < 6
+                || desc.samples != 1)
+        {
+            return Err(invalid(
+                name,
+                "a cube-compatible image is 2D, square, single-sampled, with at least 6 layers",
+            ));
+        }
+        if !desc.view_formats.is_empty() {
+            if !desc.flags.contains(vk::ImageCreateFlags::MUTABLE_FORMAT) {
+                return Err(invalid(name, "a view format list needs MUTABLE_FORMAT"));
+            }
+            if let Some(&f) =
+                desc.view_formats.iter().find(|&&f| view_compatible(raw_format, f) != Some(true))
+            {
+                return Err(invalid(
+                    name,
+                    format!("{f:?} is not a format {raw_format:?} is known to be viewable as"),
+                ));
+            }
+        }
+        if !desc.queue_families.is_empty() {
+            // SAFETY: valid physical device; a pure query.
+            let families =
+                unsafe { self.instance().get_physical_device_queue_family_properties(self.physical()) }.len();
+            let mut distinct = desc.queue_families.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+            if distinct.len() < 2 || distinct.len() != desc.queue_families.len() {
+                return Err(invalid(name, "concurrent sharing needs at least two distinct queue families"));
+            }
+            if let Some(f) = distinct.iter().find(|&&f| f as usize >= families) {
+                return Err(invalid(
+                    name,
+                    format!("queue family {f} does not exist (the device has {families})"),
+                ));
+            }
         }
         if desc.extent.contains(&0) || desc.mip_levels == 0 || desc.array_layers == 0 || desc.usage.is_empty()
         {
@@ -342,9 +581,15 @@ impl Device {
     pub fn create_image(&self, desc: &ImageDesc) -> Result<Image, MemoryError> {
         self.check_image(desc)?;
         let name = desc.name.as_str();
+        let mut list = vk::ImageFormatListCreateInfo::default().view_formats(&desc.view_formats);
+        let mut info = desc.create_info();
+        if !desc.view_formats.is_empty() {
+            info = info.push_next(&mut list);
+        }
         let raw = self.ledger().guard(crate::ledger::FaultSite::CreateResource, || {
-            // SAFETY: the description was checked against the device's format properties above.
-            unsafe { self.raw().create_image(&desc.create_info(), None) }
+            // SAFETY: the description was checked against the device's format properties above
+            // (flags, sharing and the format list included); the chained list outlives the call.
+            unsafe { self.raw().create_image(&info, None) }
         });
         let raw = raw.map_err(|r| match r {
             vk::Result::ERROR_OUT_OF_DEVICE_MEMORY | vk::Result::ERROR_OUT_OF_HOST_MEMORY => {
@@ -428,6 +673,21 @@ impl Device {
         mips: std::ops::Range<u32>,
         layers: std::ops::Range<u32>,
     ) -> Result<ImageView, VulkanError> {
+        self.create_image_view_as(image, &ImageViewDesc { mips, layers, view_type: None, format: None })
+    }
+
+    /// Creates a view of `image` as `desc` says: as [`Device::create_image_view_range`], and a
+    /// type of its own (`CUBE`: six layers of a `CUBE_COMPATIBLE` image; `CUBE_ARRAY`: a multiple
+    /// of six; a non-array type: one layer) and a format of its own (a `MUTABLE_FORMAT` image, a
+    /// format in its format list if it has one, compatible with the image's, and supporting the
+    /// image's view usages with its tiling). Anything else is [`VulkanError::Unsupported`] naming
+    /// the image; nothing is created on error.
+    pub fn create_image_view_as(
+        &self,
+        image: &Image,
+        desc: &ImageViewDesc,
+    ) -> Result<ImageView, VulkanError> {
+        let (mips, layers) = (desc.mips.clone(), desc.layers.clone());
         let d = &image.desc;
         if !image.device().is(self) {
             return Err(VulkanError::WrongDevice {
@@ -456,13 +716,73 @@ impl Device {
                 array_layers: d.array_layers,
             });
         }
-        let view_type = match (d.dimension, d.array_layers) {
+        let refuse = |reason: String| VulkanError::Unsupported {
+            device: self.name().to_owned(),
+            reason: format!("a view of image `{}`: {reason}", d.name),
+        };
+        let view_type = desc.view_type.unwrap_or(match (d.dimension, d.array_layers) {
             (ImageDimension::D1, 1) => vk::ImageViewType::TYPE_1D,
             (ImageDimension::D1, _) => vk::ImageViewType::TYPE_1D_ARRAY,
             (ImageDimension::D2, 1) => vk::ImageViewType::TYPE_2D,
             (ImageDimension::D2, _) => vk::ImageViewType::TYPE_2D_ARRAY,
             (ImageDimension::D3, _) => vk::ImageViewType::TYPE_3D,
+        });
+        let count = layers.end - layers.start;
+        let cube = d.flags.contains(vk::ImageCreateFlags::CUBE_COMPATIBLE);
+        let fits = match view_type {
+            vk::ImageViewType::TYPE_1D => d.dimension == ImageDimension::D1 && count == 1,
+            vk::ImageViewType::TYPE_1D_ARRAY => d.dimension == ImageDimension::D1,
+            vk::ImageViewType::TYPE_2D => d.dimension == ImageDimension::D2 && count == 1,
+            vk::ImageViewType::TYPE_2D_ARRAY => d.dimension == ImageDimension::D2,
+            vk::ImageViewType::TYPE_3D => d.dimension == ImageDimension::D3,
+            vk::ImageViewType::CUBE => cube && count == 6,
+            vk::ImageViewType::CUBE_ARRAY => cube && count % 6 == 0,
+            _ => false,
         };
+        if !fits {
+            return Err(refuse(format!(
+                "{view_type:?} cannot show layers {layers:?} of a {:?} image with flags {:?}",
+                d.dimension, d.flags
+            )));
+        }
+        let image_format = d.raw_format();
+        let format = desc.format.unwrap_or(image_format);
+        if format != image_format {
+            if !d.flags.contains(vk::ImageCreateFlags::MUTABLE_FORMAT) {
+                return Err(refuse(format!(
+                    "{format:?} differs from {image_format:?} and the image is not MUTABLE_FORMAT"
+                )));
+            }
+            if !d.view_formats.is_empty() && !d.view_formats.contains(&format) {
+                return Err(refuse(format!(
+                    "{format:?} is not in the image's format list {:?}",
+                    d.view_formats
+                )));
+            }
+            if view_compatible(image_format, format) != Some(true) {
+                return Err(refuse(format!(
+                    "{format:?} is not known to be compatible with {image_format:?}"
+                )));
+            }
+            // SAFETY: valid physical device; a pure query.
+            let props =
+                unsafe { self.instance().get_physical_device_format_properties(self.physical(), format) };
+            let features =
+                if d.linear { props.linear_tiling_features } else { props.optimal_tiling_features };
+            let needs = [
+                (ImageUsage::SAMPLED, vk::FormatFeatureFlags::SAMPLED_IMAGE),
+                (ImageUsage::STORAGE, vk::FormatFeatureFlags::STORAGE_IMAGE),
+                (ImageUsage::COLOR_ATTACHMENT, vk::FormatFeatureFlags::COLOR_ATTACHMENT),
+            ];
+            let extended = d.flags.contains(vk::ImageCreateFlags::EXTENDED_USAGE);
+            if let Some((usage, _)) =
+                needs.iter().find(|(u, f)| d.usage.contains(*u) && !features.contains(*f))
+            {
+                if !extended {
+                    return Err(refuse(format!("{format:?} does not support the image's {usage:?} usage")));
+                }
+            }
+        }
         let range = vk::ImageSubresourceRange {
             base_mip_level: mips.start,
             level_count: mips.end - mips.start,
@@ -473,10 +793,12 @@ impl Device {
         let info = vk::ImageViewCreateInfo::default()
             .image(image.raw)
             .view_type(view_type)
-            .format(vk_format(d.format))
+            .format(format)
             .subresource_range(range);
         // SAFETY: the image is live (borrowed) on this device (checked above); the mip and layer
-        // ranges are non-empty and within it (checked above), and a 3D image has one layer.
+        // ranges are non-empty and within it, the type fits its dimension, flags and layer count,
+        // and another format than the image's is one its MUTABLE_FORMAT flag, format list and
+        // compatibility class allow (all checked above).
         let view = unsafe { self.raw().create_image_view(&info, None) }
             .map_err(|r| VulkanError::from_vk("vkCreateImageView", r))?;
         let name = format!("{} view", d.name);
@@ -491,7 +813,8 @@ impl Device {
             layers,
             extent: d.extent.map(|e| (e >> mips.start).max(1)),
             mips,
-            format: d.format,
+            format: core_format(format).unwrap_or(Format::Unknown),
+            vk_format: format,
             usage: d.usage,
             samples: d.samples,
             linear: d.linear,
@@ -513,6 +836,7 @@ pub struct ImageView {
     /// Its first mip's extent.
     extent: [u32; 3],
     format: Format,
+    vk_format: vk::Format,
     usage: ImageUsage,
     samples: u32,
     linear: bool,
@@ -551,9 +875,15 @@ impl ImageView {
         self.extent
     }
 
-    /// Its image's format.
+    /// Its format (the image's unless it was made as another): the core's name for it, or
+    /// `Unknown` for a format the core does not know (see [`ImageView::vk_format`]).
     pub fn format(&self) -> Format {
         self.format
+    }
+
+    /// Its `VkFormat`.
+    pub fn vk_format(&self) -> vk::Format {
+        self.vk_format
     }
 
     /// Its image's usage.

@@ -48,6 +48,13 @@ pub enum UploadError {
         /// The destination's size.
         size: u64,
     },
+    /// The image's format is one the core has no texel size for (made with
+    /// `ImageDesc::with_vk_format`): an upload cannot size its rows.
+    #[error("upload to `{name}`: its format has no texel size residency knows")]
+    UnknownTexelSize {
+        /// The destination.
+        name: String,
+    },
     /// The destination cannot be written by copies.
     #[error("upload to `{name}`: it lacks the copy_dst usage")]
     NotCopyDestination {
@@ -332,6 +339,9 @@ impl<'a> ImageRegion<'a> {
             mip_levels: t.mip_levels,
             array_layers: t.array_layers,
         };
+        if t.format == residency_core::format::Format::Unknown {
+            return Err(UploadError::UnknownTexelSize { name: t.name.to_owned() });
+        }
         let Some(mip_extent) = t.mip_extent(self.mip) else { return Err(outside([0; 3])) };
         let inside = (0..3)
             .all(|a| self.offset[a].checked_add(self.extent[a]).is_some_and(|end| end <= mip_extent[a]));
