@@ -4,7 +4,7 @@
 //! removed mid-run leaving nothing behind, 1–3 frames in flight, failing sources as typed errors.
 
 use residency_core::format::Format;
-use residency_core::streaming::{FnSource, SourceError, TileKey, TileSource};
+use residency_core::streaming::{FeedbackBuffer, FnSource, RequestKind, SourceError, TileKey, TileSource};
 use residency_core::tiles::{ImageId, ResidencyPath, TexelRegion, TileCoord};
 use residency_core::vt_file::VtDesc;
 use residency_vulkan::streaming::{StreamError, Streamer, StreamerDesc};
@@ -856,6 +856,69 @@ fn textures_of_different_formats_stream_under_one_budget() {
                     .unwrap_err();
                 assert!(matches!(err, StreamError::UnsupportedSource { .. }), "{err}");
             }
+            assert!(streamer.manager().check_invariants().is_ok());
+        });
+    }
+}
+
+/// A fault inside the streamer's frames: the sparse bind of the requested tiles fails. The frame
+/// that hits it returns the typed error; the streamer keeps the tick and applies it at the next
+/// frame, so the tiles still become resident with the right texels, nothing leaks and no
+/// validation message is raised.
+#[test]
+fn faults_inside_frames_are_typed_errors_and_the_next_frames_catch_up() {
+    use residency_vulkan::{FaultSite, InjectedFault};
+    let site = FaultSite::BindSparse;
+    {
+        with_gpu(|set| {
+            let device = Arc::clone(&set.devices()[0]);
+            let mut streamer = Streamer::new(&device, desc(ResidencyPath::Hardware, 2)).unwrap();
+            let t = streamer.add_texture("vt faults", source("vt faults", 7, 0)).unwrap();
+            let commands = CommandContext::new(&device, "test frames").unwrap();
+            let wanted: Vec<TileKey> = (0..6).map(|x| tile(&streamer, t.id(), 0, x, 3)).collect();
+            // The next bind fails: the first bind of the requested tiles.
+            device.ledger().inject_fault(site, 0, InjectedFault::OutOfDeviceMemory);
+            let mut errors = 0;
+            for _ in 0..12 {
+                // `frame`, but a `begin_frame` that fails is counted and the loop goes on.
+                let bindings = match streamer.begin_frame() {
+                    Ok(b) => b,
+                    Err(e) => {
+                        assert!(matches!(e, StreamError::Sparse(_)), "{site:?}: {e}");
+                        errors += 1;
+                        continue;
+                    }
+                };
+                let n = bindings.frame;
+                let records = bindings.layout.map(|layout| {
+                    let mut records = FeedbackBuffer::new(layout, n);
+                    for key in &wanted {
+                        let residency_core::streaming::StreamUnit::Tile(tile) = key.unit else { continue };
+                        records.record(layout, layout.slot_of(key.image).unwrap(), tile, RequestKind::Miss);
+                    }
+                    records
+                });
+                drop(bindings);
+                if let Some(records) = records {
+                    streamer.write_cpu_feedback(&records).unwrap();
+                }
+                let bindings = streamer.frame_bindings().unwrap();
+                let submission = commands.submit(&[], |rec| bindings.record(rec, |_| ()).unwrap()).unwrap();
+                drop(bindings);
+                streamer.end_frame(submission.gpu_use()).unwrap();
+                streamer.wait_for_loads();
+            }
+            device.ledger().clear_faults();
+            assert!(errors >= 1, "{site:?}: the fault reached a frame");
+            assert!(streamer.stats().ticks_retried >= 1);
+            assert!(wanted.iter().all(|&k| streamer.manager().is_resident(k)), "{site:?}");
+            let image = streamer.sparse_image(&t).unwrap();
+            let got = image
+                .read_region(0, 0, TexelRegion { offset: [256, 384, 0], extent: [128, 128, 1] }, 1 << 20)
+                .unwrap();
+            let want: Vec<u8> =
+                (0..128).flat_map(|y| (0..128).flat_map(move |x| texel(7, 0, 256 + x, 384 + y))).collect();
+            assert_eq!(got, want, "{site:?}: the tile bound after the retry has its texels");
             assert!(streamer.manager().check_invariants().is_ok());
         });
     }

@@ -339,6 +339,9 @@ pub struct StreamerStats {
     pub frames_recorded: u64,
     /// Finished loads left for a later frame because this frame's staging share was used up.
     pub loads_deferred: u64,
+    /// Ticks whose binds or staging failed and were applied again at a later tick (the error
+    /// was returned by that frame's `begin_frame`; rendering goes on from coarser data).
+    pub ticks_retried: u64,
 }
 
 /// When a unit became resident, for request-to-resident latency in time: the renderer maps the
@@ -562,6 +565,19 @@ struct Slot {
 /// A finished load's tiles `(mip, x, y)` and their texels.
 type Loaded = (Vec<(u32, u32, u32)>, Vec<Vec<u8>>);
 
+/// A manager tick whose changes the GPU has not all received: its bind failed (nothing bound), or
+/// staging failed part-way (the texels left are here). Applied again at the next tick, first.
+struct Unapplied {
+    out: FrameOutput,
+    staged: HashMap<TileKey, Loaded>,
+    /// Whether its binds were submitted.
+    bound: bool,
+}
+
+/// Ticks waiting to be applied at most before the streamer gives up with an error (a device
+/// that keeps failing: lost, or out of memory for good).
+const MAX_UNAPPLIED: usize = 16;
+
 /// A load given to the workers, until the manager was told of it.
 struct Pending {
     tiles: Vec<(u32, u32, u32)>,
@@ -613,6 +629,8 @@ pub struct Streamer {
     /// Whether the current frame was recorded, and whether the CPU wrote its feedback.
     recorded: AtomicBool,
     cpu_feedback: bool,
+    /// Ticks not applied to the GPU yet, oldest first.
+    unapplied: Vec<Unapplied>,
     serial: u64,
     /// The frame of each recent manager tick (priming's ticks have none).
     tick_frames: std::collections::VecDeque<(u64, u64)>,
@@ -713,6 +731,7 @@ impl Streamer {
             frame_uses: Vec::new(),
             recorded: AtomicBool::new(false),
             cpu_feedback: false,
+            unapplied: Vec::new(),
             serial: STREAMERS.fetch_add(1, Ordering::Relaxed),
             tick_frames: Default::default(),
             latencies: Default::default(),
@@ -1152,7 +1171,8 @@ impl Streamer {
                 t.tiles_evicted += 1;
             }
         }
-        self.apply(&out, staged)?;
+        // The loads first: they do not depend on what this tick binds, and the manager counts
+        // them in flight whatever happens below.
         for load in &out.loads {
             let Some(texture) = self.textures.get(&load.key.image) else { continue };
             let tiles = texture.load_tiles(load.key.unit);
@@ -1161,11 +1181,32 @@ impl Streamer {
             self.loader.submit(job).map_err(|e| StreamError::Internal(format!("{e}: {:?}", load.key)))?;
             self.pending.insert(load.key, Pending { tiles, done: None });
         }
+        // Ticks whose binds or staging failed go first, in order, so the GPU catches up with
+        // the manager's page tables (a failed bind bound nothing); then this one.
+        self.unapplied.push(Unapplied { out: out.clone(), staged, bound: false });
+        while !self.unapplied.is_empty() {
+            let mut tick = self.unapplied.remove(0);
+            if let Err(e) = self.apply(&mut tick) {
+                self.unapplied.insert(0, tick);
+                self.stats.ticks_retried += 1;
+                if self.unapplied.len() > MAX_UNAPPLIED {
+                    return Err(StreamError::Internal(format!(
+                        "{} ticks wait to be applied (the device may be lost); the last error: {e}",
+                        self.unapplied.len()
+                    )));
+                }
+                return Err(e);
+            }
+        }
         Ok(out)
     }
 
-    fn apply(&mut self, out: &FrameOutput, mut staged: HashMap<TileKey, Loaded>) -> Result<(), StreamError> {
-        if self.heaps.is_some() {
+    /// Binds, stages and releases what `tick.out` changed. On an error `tick` says what is left
+    /// (a failed bind bound nothing; texels not staged yet stay in `tick.staged`), so applying it
+    /// again later finishes it; a step already done is not repeated.
+    fn apply(&mut self, tick: &mut Unapplied) -> Result<(), StreamError> {
+        let out = &tick.out;
+        if self.heaps.is_some() && !tick.bound {
             // Unbinding a tile a frame in flight may sample waits for those frames, on the GPU.
             let waits = if out.evicted.is_empty() { Vec::new() } else { self.running_frames() };
             let items: Vec<_> = out
@@ -1183,14 +1224,23 @@ impl Streamer {
                 self.note_bind(done, !waits.is_empty());
             }
         }
+        tick.bound = true;
         for key in &out.resident {
-            let Some((tiles, data)) = staged.remove(key) else { continue };
+            // A unit evicted (or whose texture went) since this tick has nothing to receive.
+            if !self.manager.is_resident(*key) {
+                tick.staged.remove(key);
+                continue;
+            }
+            let Some((tiles, data)) = tick.staged.remove(key) else { continue };
             let Some(texture) = self.textures.get(&key.image) else { continue };
             let physical = match key.unit {
                 StreamUnit::Tile(t) => self.manager.residency(key.image).and_then(|r| r.page_table().get(t)),
                 StreamUnit::Tail(_) => None,
             };
-            texture.upload_unit(&self.uploader, key.unit, physical, &tiles, &data)?;
+            if let Err(e) = texture.upload_unit(&self.uploader, key.unit, physical, &tiles, &data) {
+                tick.staged.insert(*key, (tiles, data));
+                return Err(e);
+            }
         }
         for change in &out.changes {
             let Some(residency) = self.manager.residency(change.image) else { continue };
