@@ -2,8 +2,10 @@
 //!
 //! - `residency-bench alloc [--json] [--reps N] [--quick] [--slow-baselines] [--only w1,w2,w3,w5]`: W1
 //!   and W2 (offset allocators: ours, `offset-allocator`, VMA's virtual block, gpu-allocator; see
-//!   `workloads`; gpu-allocator runs W2 only with `--slow-baselines`, a run takes about a minute) and
-//!   W3 (real Vulkan: placed buffers and pool ranges; see `placed_buffers`). Prints a table, or with
+//!   `workloads`; gpu-allocator runs W2 only with `--slow-baselines`, a run takes about a minute),
+//!   W5 (`w5-fail-fragmented`: requests that fit none of 100 000 free fragments, ours and VMA's
+//!   virtual block) and W3 (real Vulkan: placed buffers and pool ranges; see `placed_buffers`).
+//!   Prints a table, or with
 //!   `--json` `{"workloads":[{"name":"w1-align256","allocator":"residency",...}],"ratios":[...],
 //!   "skipped":[...]}`.
 //! - `residency-bench tight [--profile FILE]... [--device] [--json]`: issue 3's tight-alignment

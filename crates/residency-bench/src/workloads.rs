@@ -1,4 +1,5 @@
-//! The `alloc` workloads: W1 (VMA's virtual-block benchmark, ported) and W2 (many tiny buffers).
+//! The `alloc` workloads: W1 (VMA's virtual-block benchmark, ported), W2 (many tiny buffers) and
+//! W5 (requests that fit no fragment).
 //!
 //! Every random number is drawn before the clock starts, so the timed loops measure the
 //! allocators, not the generator; the operation sequence is the same for every allocator.
