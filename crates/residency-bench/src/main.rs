@@ -1,9 +1,11 @@
 //! `residency-bench`: benchmarks of `residency` against its baselines.
 //!
-//! - `residency-bench alloc [--json] [--reps N] [--quick] [--slow-baselines] [--only w1,w2,w3]`: W1
+//! - `residency-bench alloc [--json] [--reps N] [--quick] [--slow-baselines] [--only w1,w2,w3,w5]`: W1
 //!   and W2 (offset allocators: ours, `offset-allocator`, VMA's virtual block, gpu-allocator; see
-//!   `workloads`; gpu-allocator runs W2 only with `--slow-baselines`, a run takes about a minute) and
-//!   W3 (real Vulkan: placed buffers and pool ranges; see `placed_buffers`). Prints a table, or with
+//!   `workloads`; gpu-allocator runs W2 only with `--slow-baselines`, a run takes about a minute),
+//!   W5 (`w5-fail-fragmented`: requests that fit none of 100 000 free fragments, ours and VMA's
+//!   virtual block) and W3 (real Vulkan: placed buffers and pool ranges; see `placed_buffers`).
+//!   Prints a table, or with
 //!   `--json` `{"workloads":[{"name":"w1-align256","allocator":"residency",...}],"ratios":[...],
 //!   "skipped":[...]}`.
 //! - `residency-bench tight [--profile FILE]... [--device] [--json]`: issue 3's tight-alignment
@@ -35,10 +37,10 @@ use residency::vulkan::{Device, DeviceSet, DeviceSetDesc};
 use measure::{Contender, WorkloadId};
 use report::{Report, Skipped};
 use suballocators::{GpuAllocator, OffsetAllocator, Residency, VmaVirtual};
-use workloads::{W1Plan, W2Plan};
+use workloads::{W1Plan, W2Plan, W5Plan};
 
 const USAGE: &str = "usage:
-  residency-bench alloc [--json] [--reps N] [--quick] [--slow-baselines] [--only w1,w2,w3]
+  residency-bench alloc [--json] [--reps N] [--quick] [--slow-baselines] [--only w1,w2,w3,w5]
   residency-bench tight [--profile FILE]... [--device] [--json]
   residency-bench sparse [--full] [--side-tiles N] [--per-tile-max N] [--reps N] [--json]
   residency-bench sync [--buffers N] [--frames N] [--passes N] [--seed S] [--json]
@@ -111,8 +113,8 @@ fn parse_alloc(args: &[String]) -> Result<AllocOptions, String> {
             "--only" => {
                 let list = it.next().ok_or("--only needs a list such as w1,w3")?;
                 let only: Vec<String> = list.split(',').map(|w| w.trim().to_lowercase()).collect();
-                if let Some(bad) = only.iter().find(|w| !["w1", "w2", "w3"].contains(&w.as_str())) {
-                    return Err(format!("unknown workload `{bad}` (w1, w2, w3)"));
+                if let Some(bad) = only.iter().find(|w| !["w1", "w2", "w3", "w5"].contains(&w.as_str())) {
+                    return Err(format!("unknown workload `{bad}` (w1, w2, w3, w5)"));
                 }
                 options.only = Some(only);
             }
@@ -165,6 +167,7 @@ pub fn validation_status(set: Option<&DeviceSet>) -> ExitCode {
 struct Sizes {
     w1_reps: usize,
     w2_reps: usize,
+    w5_reps: usize,
     gpu_allocator_w1_reps: usize,
     gpu_allocator_w2_reps: usize,
     w3: placed_buffers::W3Config,
@@ -176,6 +179,7 @@ impl Sizes {
             Sizes {
                 w1_reps: 5,
                 w2_reps: 3,
+                w5_reps: 3,
                 gpu_allocator_w1_reps: 1,
                 gpu_allocator_w2_reps: 1,
                 w3: placed_buffers::W3Config { buffers: 500, reps: 3 },
@@ -184,6 +188,7 @@ impl Sizes {
             Sizes {
                 w1_reps: 41,
                 w2_reps: 15,
+                w5_reps: 11,
                 gpu_allocator_w1_reps: 3,
                 gpu_allocator_w2_reps: 1,
                 w3: placed_buffers::W3Config { buffers: 4000, reps: 31 },
@@ -192,6 +197,7 @@ impl Sizes {
         if let Some(reps) = options.reps {
             sizes.w1_reps = reps;
             sizes.w2_reps = reps;
+            sizes.w5_reps = reps;
             sizes.w3.reps = reps;
         }
         sizes
@@ -256,6 +262,22 @@ fn run_alloc(options: &AllocOptions, device: Option<&Arc<Device>>) -> Report {
             };
             report.workloads.extend(measure::measure(&id, &plan, sizes.w2_reps, &contenders));
         }
+    }
+    if options.runs("w5") {
+        // offset-allocator is left out: its 128 Ki nodes cannot hold the setup's 200 000 blocks.
+        let contenders: Vec<Contender<'_, W5Plan>> =
+            vec![measure::w5::<Residency>(&(), usize::MAX), measure::w5::<VmaVirtual>(&(), usize::MAX)];
+        let id = WorkloadId {
+            name: "w5-fail-fragmented".into(),
+            alignment: workloads::W5_ALIGNMENT,
+            capacity: workloads::W5_CAPACITY,
+        };
+        report.workloads.extend(measure::measure(&id, &W5Plan, sizes.w5_reps, &contenders));
+        report.skipped.push(Skipped {
+            allocator: "offset-allocator",
+            reason: "w5-fail-fragmented skipped: its 128 Ki nodes cannot hold the setup's 200 000 blocks"
+                .into(),
+        });
     }
     if options.runs("w3") {
         if let Some(device) = device {

@@ -2,7 +2,7 @@
 
 use crate::report::Record;
 use crate::suballocators::SubAllocator;
-use crate::workloads::{self, RunResult, W1Plan, W2Plan};
+use crate::workloads::{self, RunResult, W1Plan, W2Plan, W5Plan};
 
 /// Median of a set of figures (0 for none).
 pub fn median(mut values: Vec<f64>) -> f64 {
@@ -61,6 +61,17 @@ pub fn w2<A: SubAllocator>(context: &A::Context, max_reps: usize) -> Contender<'
         max_reps,
         tracked: Box::new(move |plan| workloads::run_w2::<A, true>(context, plan)),
         timed: Box::new(move |plan| workloads::run_w2::<A, false>(context, plan)),
+    }
+}
+
+/// W5 (`w5-fail-fragmented`) for allocator `A`.
+pub fn w5<A: SubAllocator>(context: &A::Context, max_reps: usize) -> Contender<'_, W5Plan> {
+    Contender {
+        name: A::NAME,
+        note: A::ALIGNMENT_NOTE,
+        max_reps,
+        tracked: Box::new(move |plan| workloads::run_w5::<A, true>(context, plan)),
+        timed: Box::new(move |plan| workloads::run_w5::<A, false>(context, plan)),
     }
 }
 

@@ -1,4 +1,5 @@
-//! The `alloc` workloads: W1 (VMA's virtual-block benchmark, ported) and W2 (many tiny buffers).
+//! The `alloc` workloads: W1 (VMA's virtual-block benchmark, ported), W2 (many tiny buffers) and
+//! W5 (requests that fit no fragment).
 //!
 //! Every random number is drawn before the clock starts, so the timed loops measure the
 //! allocators, not the generator; the operation sequence is the same for every allocator.
@@ -244,6 +245,71 @@ pub fn run_w2<A: SubAllocator, const TRACK: bool>(context: &A::Context, plan: &W
     black_box(&allocator);
     RunResult {
         ops,
+        nanos,
+        high_water: fp.high_water,
+        peak_requested: fp.peak,
+        requested_at_end,
+        largest_free,
+        failures,
+    }
+}
+
+/// W5's free fragments: this many blocks of [`W5_FRAGMENT_SIZE`] stay free between used ones.
+pub const W5_FRAGMENTS: usize = 100_000;
+/// Size of every block of W5's setup (used and free alike).
+pub const W5_FRAGMENT_SIZE: u64 = 64;
+/// Alignment of every W5 request.
+pub const W5_ALIGNMENT: u64 = 16;
+/// Failing requests timed per run: sizes just above a fragment (same bin) and well above it.
+pub const W5_REQUEST_SIZES: [u64; 4] = [65, 96, 128, 4096];
+/// Failing requests per run.
+pub const W5_REQUESTS: usize = 1000;
+/// The block: exactly the setup's `2 * W5_FRAGMENTS` blocks, so no free tail is left.
+pub const W5_CAPACITY: u64 = 2 * W5_FRAGMENTS as u64 * W5_FRAGMENT_SIZE;
+
+/// W5 has no draws; the plan only names it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct W5Plan;
+
+/// Runs W5 (`w5-fail-fragmented`): fills the block with `2 * W5_FRAGMENTS` blocks of 64 B and
+/// frees every other one (untimed), then times [`W5_REQUESTS`] requests that fit no fragment.
+/// `ops` is the number of failing requests; a request that succeeds is a bug of the allocator.
+pub fn run_w5<A: SubAllocator, const TRACK: bool>(context: &A::Context, _plan: &W5Plan) -> RunResult {
+    let mut allocator = A::with_capacity(context, W5_CAPACITY);
+    let mut fp = Footprint::<TRACK>::default();
+    let mut all: Vec<A::Handle> = Vec::with_capacity(2 * W5_FRAGMENTS);
+    for _ in 0..2 * W5_FRAGMENTS {
+        let h =
+            allocator.allocate(W5_FRAGMENT_SIZE, W5_ALIGNMENT).expect("W5's setup fills its block exactly");
+        fp.on_alloc(&allocator, &h, W5_FRAGMENT_SIZE, W5_ALIGNMENT);
+        all.push(h);
+    }
+    let mut live = Vec::with_capacity(W5_FRAGMENTS);
+    for (i, h) in all.into_iter().enumerate() {
+        if i % 2 == 0 {
+            allocator.free(h);
+            fp.on_free(W5_FRAGMENT_SIZE);
+        } else {
+            live.push(h);
+        }
+    }
+    let mut failures = 0;
+    let start = Instant::now();
+    for &size in W5_REQUEST_SIZES.iter().cycle().take(W5_REQUESTS) {
+        match allocator.allocate(black_box(size), W5_ALIGNMENT) {
+            Some(h) => panic!("{}: {size} B fitted a 64-B fragment at {}", A::NAME, allocator.offset(&h)),
+            None => failures += 1,
+        }
+    }
+    let nanos = start.elapsed().as_nanos() as u64;
+    let largest_free = if TRACK { allocator.largest_free(live.iter()) } else { 0 };
+    let requested_at_end = fp.live;
+    for h in live {
+        allocator.free(h);
+    }
+    black_box(&allocator);
+    RunResult {
+        ops: W5_REQUESTS as u64,
         nanos,
         high_water: fp.high_water,
         peak_requested: fp.peak,

@@ -136,6 +136,17 @@ pub enum InvariantError {
         /// The bin whose list is corrupt.
         bin: usize,
     },
+    /// The upper bound the slow path uses for a bin's sizes is below a block on its list, or is not
+    /// 0 for an empty list.
+    #[error("bin {bin} bounds its sizes by {recorded} but its list's largest is {actual}")]
+    BinMaximumWrong {
+        /// The bin.
+        bin: usize,
+        /// The bound in use.
+        recorded: u64,
+        /// The largest size on the list (0 when empty).
+        actual: u64,
+    },
     /// A bitmap bit disagrees with whether its free list is empty.
     #[error("bitmap bit of bin {bin} is {bit} but its free list is {}", if *.bit { "empty" } else { "not empty" })]
     BitmapMismatch {

@@ -208,6 +208,14 @@ pub struct TlsfAllocator {
     requested_bytes: u64,
     allocation_count: u64,
     free_range_count: u64,
+    /// Free blocks visited by the slow path (step 4's scan and the exact largest free range of an
+    /// `OutOfSpace` error) since creation; see [`TlsfAllocator::slow_path_visits`].
+    slow_path_visits: u64,
+    /// Allocations and frees made so far: the stamp that says whether `largest_free` still holds.
+    changes: u64,
+    /// The largest free range as of `largest_free_at` changes (`u64::MAX`: never taken).
+    largest_free: u64,
+    largest_free_at: u64,
 }
 
 #[inline]
@@ -241,6 +249,10 @@ impl TlsfAllocator {
             requested_bytes: 0,
             allocation_count: 0,
             free_range_count: 0,
+            slow_path_visits: 0,
+            changes: 0,
+            largest_free: 0,
+            largest_free_at: u64::MAX,
         };
         let whole = allocator.new_node(Node::free(0, desc.capacity, NONE, NONE));
         allocator.first = whole;
@@ -303,6 +315,17 @@ impl TlsfAllocator {
     #[inline]
     pub fn allocation_count(&self) -> u64 {
         self.allocation_count
+    }
+
+    /// How many free blocks the slow path has visited since the allocator was created: step 4's
+    /// scan of the free lists and the exact largest free range an `OutOfSpace` error reports. The
+    /// constant-time steps visit none. A failing request visits only the bins whose recorded
+    /// largest size (an upper bound) reaches its size, and the top bin when the heap changed since
+    /// the largest free range was last taken; repeated on an unchanged heap at alignment 1, it
+    /// visits none. Tests read this to check the bound.
+    #[inline]
+    pub fn slow_path_visits(&self) -> u64 {
+        self.slow_path_visits
     }
 
     /// Allocates `size` bytes at a multiple of `alignment` (a power of two) for a resource of
@@ -369,7 +392,7 @@ impl TlsfAllocator {
         Err(AllocError::OutOfSpace {
             size,
             alignment,
-            largest_free: self.largest_free(),
+            largest_free: self.largest_free_tightened(),
             free: self.capacity - self.used_bytes,
         })
     }
@@ -387,6 +410,7 @@ impl TlsfAllocator {
         self.used_bytes -= node.size;
         self.requested_bytes -= allocation.size;
         self.allocation_count -= 1;
+        self.changes += 1;
 
         // Coalescing keeps a free neighbour's node: it only grows, so it usually stays in its bin
         // and its free list is not touched. With free neighbours on both sides the larger one is
@@ -428,7 +452,8 @@ impl TlsfAllocator {
         Ok(())
     }
 
-    /// A snapshot of occupancy. `largest_free_bytes` walks one free list (the top non-empty bin),
+    /// A snapshot of occupancy. `largest_free_bytes` is O(1) when nothing was allocated or freed
+    /// since a failing request took it, and walks one free list (the top non-empty bin's) otherwise,
     /// so this is cheap but not meant for every allocation.
     pub fn stats(&self) -> AllocatorStats {
         let free_bytes = self.capacity - self.used_bytes;
@@ -445,22 +470,53 @@ impl TlsfAllocator {
         }
     }
 
-    /// Size of the largest free range.
+    /// Size of the largest free range: the one a failing request took, if nothing changed since
+    /// (O(1)), else the largest size on the top non-empty bin's list (a walk that stops at a block
+    /// as large as the bin's recorded bound).
     pub fn largest_free(&self) -> u64 {
-        let lists = &self.lists;
-        if lists.fl_bitmap == 0 {
-            return 0;
+        if self.largest_free_at == self.changes {
+            return self.largest_free;
         }
-        let fl = 63 - lists.fl_bitmap.leading_zeros() as usize;
-        let sl = 31 - lists.sl_bitmaps[fl].leading_zeros() as usize;
-        let mut largest = 0;
-        let mut cursor = lists.heads[fl * SL_COUNT + sl];
+        self.lists.top_nonempty().map_or(0, |bin| self.walk_max(bin).0)
+    }
+
+    /// [`largest_free`](Self::largest_free), kept until the next allocation or free, so that
+    /// failing requests on an unchanged heap answer in O(1). The walk also tightens the top bin's
+    /// recorded largest size.
+    #[cold]
+    fn largest_free_tightened(&mut self) -> u64 {
+        if self.largest_free_at != self.changes {
+            self.largest_free = match self.lists.top_nonempty() {
+                Some(bin) => {
+                    let (largest, visited) = self.walk_max(bin);
+                    self.slow_path_visits += visited;
+                    self.lists.set_max(bin, largest);
+                    largest
+                }
+                None => 0,
+            };
+            self.largest_free_at = self.changes;
+        }
+        self.largest_free
+    }
+
+    /// The largest size on the list of `bin`, and how many blocks were visited to find it. The
+    /// walk stops at the first block as large as the bin's recorded bound, which proves it the
+    /// largest: when the bound is tight (a list of equal fragments, say) that is the first block.
+    fn walk_max(&self, bin: usize) -> (u64, u64) {
+        let bound = self.lists.bound(bin);
+        let (mut largest, mut visited) = (0, 0);
+        let mut cursor = self.lists.head(bin);
         while cursor != NONE {
             let node = &self.nodes[cursor as usize];
             largest = largest.max(node.size);
+            visited += 1;
+            if largest >= bound {
+                break;
+            }
             cursor = node.next_free;
         }
-        largest
+        (largest, visited)
     }
 
     /// All blocks in address order: free ranges and allocations, tiling `[0, capacity)`.
@@ -496,6 +552,7 @@ impl TlsfAllocator {
             }
             let mut before = NONE;
             let mut cursor = head;
+            let mut largest = 0;
             while cursor != NONE {
                 let node = &self.nodes[cursor as usize];
                 let seen = &mut listed_in[cursor as usize];
@@ -505,8 +562,14 @@ impl TlsfAllocator {
                 }
                 *seen = bin as u32;
                 in_lists += 1;
+                largest = largest.max(node.size);
                 before = cursor;
                 cursor = node.next_free;
+            }
+            // The bound the slow path uses is at least the list's largest size, and 0 when empty.
+            let bound = self.lists.bound(bin);
+            if bound < largest || (head == NONE && bound != 0) {
+                return Err(InvariantError::BinMaximumWrong { bin, recorded: bound, actual: largest });
             }
         }
         for fl in 0..FL_COUNT {
@@ -662,16 +725,30 @@ impl TlsfAllocator {
     }
 
     /// The slow path before out of space: every free block in every bin that can hold `size`.
+    ///
+    /// A bin whose recorded largest size (an upper bound) is below `size` is skipped without
+    /// visiting its list. A bin walked to its end without a fit records the largest size it saw, so
+    /// the next failing request skips it in O(1) when that is below its size.
     #[cold]
-    fn scan_for(&self, size: u64, alignment: u64, kind: ResourceKind) -> Option<Found> {
+    fn scan_for(&mut self, size: u64, alignment: u64, kind: ResourceKind) -> Option<Found> {
         let mut bin = bin_floor(size);
         while let Some(found) = self.lists.first_nonempty_from(bin) {
-            let mut cursor = self.lists.head(found);
-            while cursor != NONE {
-                if let Some(offset) = self.fit(cursor, size, alignment, kind) {
-                    return Some(Found { index: cursor, bin: found, offset });
+            if self.lists.bound(found) >= size {
+                let mut cursor = self.lists.head(found);
+                let mut largest = 0;
+                let mut visited = 0;
+                while cursor != NONE {
+                    visited += 1;
+                    if let Some(offset) = self.fit(cursor, size, alignment, kind) {
+                        self.slow_path_visits += visited;
+                        return Some(Found { index: cursor, bin: found, offset });
+                    }
+                    let node = &self.nodes[cursor as usize];
+                    largest = largest.max(node.size);
+                    cursor = node.next_free;
                 }
-                cursor = self.nodes[cursor as usize].next_free;
+                self.slow_path_visits += visited;
+                self.lists.set_max(found, largest);
             }
             bin = found + 1;
             if bin >= BIN_COUNT {
@@ -724,6 +801,7 @@ impl TlsfAllocator {
         self.used_bytes += end - offset;
         self.requested_bytes += size;
         self.allocation_count += 1;
+        self.changes += 1;
         Allocation { offset, size, node: used, owner: self.id }
     }
 
@@ -811,6 +889,13 @@ fn release_node(spare: &mut u32, nodes: &mut [Node], index: u32) {
 
 /// The segregated free lists: which first levels have a non-empty bin, which bins of each first
 /// level are non-empty, and the head of each bin's list (linked through `prev_free`/`next_free`).
+///
+/// Each bin also keeps `max`, an upper bound on the sizes on its list, for the slow path: linking
+/// or growing a block raises it, emptying the list resets it to 0, and a walk of the whole list by
+/// the slow path sets it to the largest size found. A block that shrinks or leaves does not lower
+/// it, so the hot path pays a compare and a store where a block joins or grows, and nothing where
+/// one is carved. A failing request thereby skips, in O(1), a bin of fragments all smaller than it
+/// (see `docs/allocator.md`).
 #[derive(Debug)]
 struct FreeLists {
     fl_bitmap: u64,
@@ -818,17 +903,54 @@ struct FreeLists {
     sl_bitmaps: [u32; FL_SLOTS],
     /// Indexed by bin masked with `BIN_SLOTS - 1`; bins `BIN_COUNT..` stay empty.
     heads: Box<[u32; BIN_SLOTS]>,
+    /// An upper bound on the sizes on each bin's list (0 when empty).
+    max: Box<[u64; BIN_SLOTS]>,
 }
 
 impl FreeLists {
     fn new() -> Self {
-        Self { fl_bitmap: 0, sl_bitmaps: [0; FL_SLOTS], heads: Box::new([NONE; BIN_SLOTS]) }
+        Self {
+            fl_bitmap: 0,
+            sl_bitmaps: [0; FL_SLOTS],
+            heads: Box::new([NONE; BIN_SLOTS]),
+            max: Box::new([0; BIN_SLOTS]),
+        }
     }
 
     /// First block of the list of `bin` (`NONE` when empty).
     #[inline(always)]
     fn head(&self, bin: usize) -> u32 {
         self.heads[bin & (BIN_SLOTS - 1)]
+    }
+
+    /// An upper bound on the sizes on the list of `bin`.
+    #[inline]
+    fn bound(&self, bin: usize) -> u64 {
+        self.max[bin & (BIN_SLOTS - 1)]
+    }
+
+    /// Records `largest`, the largest size on the list of `bin` (found by walking it), as its bound.
+    #[inline]
+    fn set_max(&mut self, bin: usize, largest: u64) {
+        self.max[bin & (BIN_SLOTS - 1)] = largest;
+    }
+
+    /// A block of `size` bytes joined or grew in the list of `bin`: raises its bound.
+    #[inline(always)]
+    fn raise_bound(&mut self, bin: usize, size: u64) {
+        let max = &mut self.max[bin & (BIN_SLOTS - 1)];
+        *max = (*max).max(size);
+    }
+
+    /// The highest non-empty bin, whose blocks are larger than those of every other bin.
+    #[inline]
+    fn top_nonempty(&self) -> Option<usize> {
+        if self.fl_bitmap == 0 {
+            return None;
+        }
+        let fl = 63 - self.fl_bitmap.leading_zeros() as usize;
+        let sl = 31 - self.sl_bitmaps[fl & (FL_SLOTS - 1)].leading_zeros() as usize;
+        Some(fl * SL_COUNT + sl)
     }
 
     /// The first non-empty bin at or after `bin` (`< BIN_COUNT`).
@@ -853,14 +975,16 @@ impl FreeLists {
     #[inline(always)]
     fn link(&mut self, nodes: &mut [Node], index: u32, bin: usize) {
         let head = std::mem::replace(&mut self.heads[bin & (BIN_SLOTS - 1)], index);
-        {
+        let size = {
             let node = &mut nodes[index as usize];
             node.prev_free = NONE;
             node.next_free = head;
-        }
+            node.size
+        };
         if head != NONE {
             nodes[head as usize].prev_free = index;
         }
+        self.raise_bound(bin, size);
         let (fl, sl) = (bin >> SL_LOG2, bin % SL_COUNT);
         self.sl_bitmaps[fl & (FL_SLOTS - 1)] |= 1 << sl;
         self.fl_bitmap |= 1 << (fl & 63);
@@ -880,6 +1004,7 @@ impl FreeLists {
         self.heads[bin & (BIN_SLOTS - 1)] = next_free;
         if next_free == NONE {
             let (fl, sl) = (bin >> SL_LOG2, bin % SL_COUNT);
+            self.max[bin & (BIN_SLOTS - 1)] = 0;
             let sl_map = &mut self.sl_bitmaps[fl & (FL_SLOTS - 1)];
             *sl_map &= !(1 << sl);
             if *sl_map == 0 {
@@ -894,12 +1019,15 @@ impl FreeLists {
     fn resize(&mut self, nodes: &mut [Node], index: u32, old_bin: usize, offset: u64, end: u64) {
         let node = &mut nodes[index as usize];
         debug_assert_eq!(old_bin, bin_floor(node.size));
+        let grew = end - offset > node.size;
         node.offset = offset;
         node.size = end - offset;
         let new_bin = bin_floor(node.size);
         if new_bin != old_bin {
             self.unlink(nodes, index, old_bin);
             self.link(nodes, index, new_bin);
+        } else if grew {
+            self.raise_bound(old_bin, end - offset);
         }
     }
 }

@@ -1,9 +1,10 @@
 //! Tests of the TLSF allocator: named edge cases, and property tests against a reference model.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
 
+use super::bins::bin_floor;
 use super::{AllocError, Allocation, BlockState, DescError, ResourceKind, TlsfAllocator, TlsfDesc};
 
 use ResourceKind::{Linear, Optimal, Unknown};
@@ -319,6 +320,71 @@ impl Model {
     }
 }
 
+/// The bound of the slow path: the same failing request again (nothing changed) visits only the
+/// free blocks of bins that hold a block at least `size` large (each of which might fit, depending
+/// on its start), and none at all at alignment 1 without granularity.
+fn check_repeated_failure_is_bounded(h: &mut TlsfAllocator, size: u64, alignment: u64, kind: ResourceKind) {
+    let free: Vec<u64> = h.blocks().filter(|b| b.state == BlockState::Free).map(|b| b.size).collect();
+    let big_bins: BTreeSet<usize> = free.iter().filter(|&&s| s >= size).map(|&s| bin_floor(s)).collect();
+    let bound = free.iter().filter(|&&s| big_bins.contains(&bin_floor(s))).count() as u64;
+    let before = h.slow_path_visits();
+    assert!(matches!(h.allocate(size, alignment, kind), Err(AllocError::OutOfSpace { .. })));
+    let visited = h.slow_path_visits() - before;
+    assert!(visited <= bound, "repeated failure visited {visited} blocks, bound {bound}");
+    if alignment == 1 && h.granularity() == 1 {
+        assert_eq!(visited, 0, "a repeated failure at alignment 1 visits nothing");
+    }
+}
+
+#[test]
+fn failing_request_among_many_fragments_visits_at_most_one_block() {
+    // w5-fail-fragmented in small: fragments of 64 B between used blocks of 64 B, then requests
+    // that fit none of them (65 B lands in the fragments' bin, the others above it).
+    const FRAGMENTS: u64 = 20_000;
+    let mut h = heap(FRAGMENTS * 128, 1);
+    let mut live: Vec<Allocation> = (0..2 * FRAGMENTS).map(|_| h.allocate(64, 1, Linear).unwrap()).collect();
+    let mut kept = Vec::new();
+    for (i, a) in live.drain(..).enumerate() {
+        if i % 2 == 0 {
+            h.free(a).unwrap();
+        } else {
+            kept.push(a);
+        }
+    }
+    h.check_invariants().unwrap();
+    assert_eq!(h.stats().free_range_count, FRAGMENTS);
+    // The fragments' bin bounds its sizes by 64, so the first failure skips it and takes the
+    // largest free range from the first block of the top bin; later failures visit nothing.
+    let first = h.slow_path_visits();
+    assert!(h.allocate(65, 1, Linear).is_err());
+    assert!(h.slow_path_visits() - first <= 1);
+    let settled = h.slow_path_visits();
+    for size in [65, 66, 100, 128, 4096, 1 << 20].into_iter().cycle().take(600) {
+        let err = h.allocate(size, 1, Linear).unwrap_err();
+        assert_eq!(
+            err,
+            AllocError::OutOfSpace { size, alignment: 1, largest_free: 64, free: FRAGMENTS * 64 }
+        );
+    }
+    assert_eq!(h.slow_path_visits(), settled, "failures on a settled heap visit no block");
+    // Taking a fragment changes the heap: the next failure takes the largest free range again
+    // (the top bin's first block is as large as its bound), then failures visit nothing.
+    let taken = h.allocate(64, 1, Linear).unwrap();
+    h.check_invariants().unwrap();
+    assert!(h.allocate(65, 1, Linear).is_err());
+    assert!(h.slow_path_visits() - settled <= 1);
+    let settled = h.slow_path_visits();
+    assert!(h.allocate(65, 1, Linear).is_err());
+    assert_eq!(h.slow_path_visits(), settled);
+    h.free(taken).unwrap();
+    h.check_invariants().unwrap();
+    for a in kept {
+        h.free(a).unwrap();
+    }
+    h.check_invariants().unwrap();
+    assert_eq!(h.stats().largest_free_bytes, FRAGMENTS * 128);
+}
+
 #[derive(Clone, Debug)]
 enum Op {
     Alloc { size: u64, align_log2: u32, kind: ResourceKind },
@@ -359,6 +425,7 @@ fn run_against_model(capacity: u64, granularity: u64, ops: Vec<Op>) {
                         );
                         let s = h.stats();
                         assert_eq!((largest_free, free), (s.largest_free_bytes, s.free_bytes));
+                        check_repeated_failure_is_bounded(&mut h, size, alignment, kind);
                     }
                     Err(e) => panic!("unexpected error {e}"),
                 }
