@@ -4,7 +4,7 @@
 //! removed mid-run leaving nothing behind, 1–3 frames in flight, failing sources as typed errors.
 
 use residency_core::format::Format;
-use residency_core::streaming::{FeedbackBuffer, FnSource, RequestKind, SourceError, TileKey, TileSource};
+use residency_core::streaming::{FnSource, SourceError, TileKey, TileSource};
 use residency_core::tiles::{ImageId, ResidencyPath, TexelRegion, TileCoord};
 use residency_core::vt_file::VtDesc;
 use residency_vulkan::streaming::{StreamError, Streamer, StreamerDesc};
@@ -881,31 +881,11 @@ fn faults_inside_frames_are_typed_errors_and_the_next_frames_catch_up() {
             let mut errors = 0;
             for _ in 0..12 {
                 // `frame`, but a `begin_frame` that fails is counted and the loop goes on.
-                let bindings = match streamer.begin_frame() {
-                    Ok(b) => b,
-                    Err(e) => {
-                        assert!(matches!(e, StreamError::Sparse(_)), "{site:?}: {e}");
-                        errors += 1;
-                        continue;
-                    }
-                };
-                let n = bindings.frame;
-                let records = bindings.layout.map(|layout| {
-                    let mut records = FeedbackBuffer::new(layout, n);
-                    for key in &wanted {
-                        let residency_core::streaming::StreamUnit::Tile(tile) = key.unit else { continue };
-                        records.record(layout, layout.slot_of(key.image).unwrap(), tile, RequestKind::Miss);
-                    }
-                    records
-                });
-                drop(bindings);
-                if let Some(records) = records {
-                    streamer.write_cpu_feedback(&records).unwrap();
+                if let Err(e) = common::try_cpu_feedback_frame(&mut streamer, &commands, &wanted) {
+                    assert!(matches!(e, StreamError::Sparse(_)), "{site:?}: {e}");
+                    errors += 1;
+                    continue;
                 }
-                let bindings = streamer.frame_bindings().unwrap();
-                let submission = commands.submit(&[], |rec| bindings.record(rec, |_| ()).unwrap()).unwrap();
-                drop(bindings);
-                streamer.end_frame(submission.gpu_use()).unwrap();
                 streamer.wait_for_loads();
             }
             device.ledger().clear_faults();

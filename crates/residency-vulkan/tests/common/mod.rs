@@ -116,8 +116,17 @@ pub fn cpu_feedback_frame(
     commands: &residency_vulkan::CommandContext,
     wanted: &[residency_core::streaming::TileKey],
 ) -> u64 {
+    try_cpu_feedback_frame(streamer, commands, wanted).unwrap()
+}
+
+/// [`cpu_feedback_frame`] with `begin_frame`'s error returned (the later steps must succeed).
+pub fn try_cpu_feedback_frame(
+    streamer: &mut residency_vulkan::streaming::Streamer,
+    commands: &residency_vulkan::CommandContext,
+    wanted: &[residency_core::streaming::TileKey],
+) -> Result<u64, residency_vulkan::streaming::StreamError> {
     use residency_core::streaming::{FeedbackBuffer, RequestKind, StreamUnit};
-    let bindings = streamer.begin_frame().unwrap();
+    let bindings = streamer.begin_frame()?;
     let frame = bindings.frame;
     let records = bindings.layout.map(|layout| {
         let mut records = FeedbackBuffer::new(layout, frame);
@@ -135,5 +144,5 @@ pub fn cpu_feedback_frame(
     let submission = commands.submit(&[], |rec| bindings.record(rec, |_| ()).unwrap()).unwrap();
     drop(bindings);
     streamer.end_frame(submission.gpu_use()).unwrap();
-    frame
+    Ok(frame)
 }
