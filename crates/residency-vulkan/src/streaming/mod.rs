@@ -437,6 +437,25 @@ pub struct FrameBindings<'a> {
     ctx: FrameContext<'a>,
 }
 
+/// The device feature a streamer with these `readers` on `path` needs and `features` lacks, with
+/// what needs it.
+fn missing_feature(
+    features: &crate::EnabledFeatures,
+    readers: vk::PipelineStageFlags2,
+    path: ResidencyPath,
+) -> Option<(&'static str, &'static str)> {
+    if readers.contains(vk::PipelineStageFlags2::FRAGMENT_SHADER) && !features.fragment_stores_and_atomics {
+        return Some((
+            "fragmentStoresAndAtomics",
+            "feedback written from fragment shaders needs (set `readers` to the compute stage to write it from compute)",
+        ));
+    }
+    if path == ResidencyPath::Hardware && !features.shader_resource_residency {
+        return Some(("shaderResourceResidency", "the hardware path's residency codes in shaders need"));
+    }
+    None
+}
+
 /// With a stride and a square side that are powers of two, `vt_quad.glsl`'s shift-and-mask test:
 /// the frame's phase (`x | y << 16`) and `1 | log2(block) << 8 | log2(stride) << 16`; else zeros
 /// (the shader divides).
@@ -655,25 +674,12 @@ impl Streamer {
     /// A streamer on `device` with no textures. The path is resolved for RGBA8 on this device
     /// (`Hardware` where it has no sparse residency: [`SoftwareError`]).
     pub fn new(device: &Arc<Device>, desc: StreamerDesc) -> Result<Streamer, StreamError> {
-        use vk::PipelineStageFlags2 as S;
         if desc.readers.is_empty() || !crate::recording::SHADER_STAGES.contains(desc.readers) {
             return Err(StreamError::Readers(desc.readers));
         }
         let path = device.residency_path(Format::R8G8B8A8Unorm, desc.path)?;
-        let features = device.features();
-        let missing =
-            |feature, why| StreamError::MissingFeature { device: device.name().to_owned(), feature, why };
-        if desc.readers.contains(S::FRAGMENT_SHADER) && !features.fragment_stores_and_atomics {
-            return Err(missing(
-                "fragmentStoresAndAtomics",
-                "feedback written from fragment shaders needs (set `readers` to the compute stage to write it from compute)",
-            ));
-        }
-        if path == ResidencyPath::Hardware && !features.shader_resource_residency {
-            return Err(missing(
-                "shaderResourceResidency",
-                "the hardware path's residency codes in shaders need",
-            ));
+        if let Some((feature, why)) = missing_feature(&device.features(), desc.readers, path) {
+            return Err(StreamError::MissingFeature { device: device.name().to_owned(), feature, why });
         }
         let frames_in_flight = desc.frames_in_flight.clamp(1, 8);
         // A load no frame wanted for longer than the gap between two feedback reads is cancelled.
@@ -1496,6 +1502,34 @@ mod tests {
         let shift = (fast >> 8) & 31;
         let mask = (1u32 << ((fast >> 16) & 31)) - 1;
         ((x >> shift) & mask) == (phase & 0xFFFF) && ((y >> shift) & mask) == (phase >> 16)
+    }
+
+    #[test]
+    fn a_missing_feature_is_named() {
+        use vk::PipelineStageFlags2 as S;
+        let all = crate::EnabledFeatures {
+            fragment_stores_and_atomics: true,
+            shader_resource_residency: true,
+            ..Default::default()
+        };
+        let fragment = S::FRAGMENT_SHADER | S::COMPUTE_SHADER;
+        assert_eq!(missing_feature(&all, fragment, ResidencyPath::Hardware), None);
+        let no_stores = crate::EnabledFeatures { fragment_stores_and_atomics: false, ..all };
+        assert_eq!(
+            missing_feature(&no_stores, fragment, ResidencyPath::Software).map(|m| m.0),
+            Some("fragmentStoresAndAtomics")
+        );
+        assert_eq!(
+            missing_feature(&no_stores, S::COMPUTE_SHADER, ResidencyPath::Software),
+            None,
+            "compute feedback needs no fragment stores"
+        );
+        let no_residency = crate::EnabledFeatures { shader_resource_residency: false, ..all };
+        assert_eq!(
+            missing_feature(&no_residency, fragment, ResidencyPath::Hardware).map(|m| m.0),
+            Some("shaderResourceResidency")
+        );
+        assert_eq!(missing_feature(&no_residency, fragment, ResidencyPath::Software), None);
     }
 
     #[test]
