@@ -22,16 +22,22 @@
 
 mod bins;
 mod error;
+mod linear;
 mod ring;
 mod stats;
 mod tlsf;
 
+#[cfg(test)]
+mod linear_tests;
 #[cfg(test)]
 mod ring_tests;
 #[cfg(test)]
 mod tlsf_tests;
 
 pub use error::{AllocError, DescError, InvariantError, RingError, RingInvariantError};
+pub use linear::{
+    LinearAllocation, LinearAllocator, LinearDesc, LinearError, LinearInvariantError, LinearMode,
+};
 pub use ring::{FrameId, RingAllocation, RingAllocator};
 pub use stats::{AllocatorStats, Block, BlockState};
 pub use tlsf::{Allocation, TlsfAllocator, TlsfDesc};
