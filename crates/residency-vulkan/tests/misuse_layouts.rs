@@ -456,10 +456,11 @@ fn misuse_a_renderers_own_command_buffer_is_checked_by_submit_checked() {
                 to_attachment(&mut rec, &mut tracker, &image);
             }
             program.render(&mut rec, &view, [SIZE, SIZE], [0.0; 4], |_| {}).unwrap();
-            let submitted = rec.submit_checked(|queue| {
+            let submitted = rec.submit_checked(|queue, waits| {
                 submit_called = true;
                 let buffers = [vk::CommandBufferSubmitInfo::default().command_buffer(cmd)];
-                let submit = vk::SubmitInfo2::default().command_buffer_infos(&buffers);
+                let submit =
+                    vk::SubmitInfo2::default().command_buffer_infos(&buffers).wait_semaphore_infos(waits);
                 // SAFETY: recording began above; the queue is the locked universal queue; the
                 // fence is unsignalled.
                 unsafe {

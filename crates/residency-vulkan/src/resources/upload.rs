@@ -489,6 +489,8 @@ impl Uploader {
         let capacity = self.staging.size();
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         self.reclaim(&mut state);
+        // Held from the first queued chunk on: an error part-way leaves queued copies into it.
+        state.keep.push(Arc::clone(dst.life()));
         let mut done = 0usize;
         while done < data.len() {
             let chunk = (data.len() - done).min((capacity / 2) as usize);
@@ -516,7 +518,6 @@ impl Uploader {
             });
             done += chunk;
         }
-        state.keep.push(Arc::clone(dst.life()));
         Ok(())
     }
 

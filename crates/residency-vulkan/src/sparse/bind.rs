@@ -170,10 +170,17 @@ pub(super) fn submit_binds(
         }
     };
     if wait {
-        device.ledger().guard(FaultSite::Wait, || Ok(())).during("vkWaitSemaphores")?;
-        device.wait_until(&done)?;
+        wait_for_bind(device, &done)?;
     }
     Ok(done)
+}
+
+/// Waits on the host for a bind submitted by [`submit_binds`] (the fault hook's `Wait` site
+/// first).
+pub(super) fn wait_for_bind(device: &Device, done: &GpuUse) -> Result<(), SparseError> {
+    device.ledger().guard(FaultSite::Wait, || Ok(())).during("vkWaitSemaphores")?;
+    device.wait_until(done)?;
+    Ok(())
 }
 
 pub(super) fn image_infos<'a>(

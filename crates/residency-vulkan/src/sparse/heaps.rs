@@ -394,6 +394,11 @@ impl TileHeaps {
         for w in waits {
             self.shared.device.wait_info(w).map(drop)?;
         }
+        // After every residency submission before it too (the uploader's copies, frames submitted
+        // through residency): a bind or unbind never races GPU work that touches those tiles.
+        let mut waits = waits.to_vec();
+        waits.push(self.shared.device.submitted_work());
+        let waits = &waits[..];
         let shared = &*self.shared;
         let mut state = shared.lock();
         HeapsShared::check_serves(&state, pool)?;
@@ -446,11 +451,18 @@ impl TileHeaps {
                 plan_binds(image.layout(), &changes.tiles, &changes.tails, options)?,
             ));
         }
-        let (mut stats, done) = submit_plans(&shared.device, &plans, &state, pool.tile_bytes(), waits, wait)?;
+        let (mut stats, done) =
+            submit_plans(&shared.device, &plans, &state, pool.tile_bytes(), waits, false)?;
+        // Submitted: what is bound is recorded before any wait, so a failed wait (a lost device)
+        // cannot leave the counts behind the binds that run.
         for (image, changes) in items {
             shared.record(&mut state, image.key, changes);
         }
+        drop(state);
         stats.heaps_added = heaps_added;
+        if let (true, Some(done)) = (wait, done) {
+            wait_for_bind(&shared.device, &done)?;
+        }
         Ok((stats, done))
     }
 }

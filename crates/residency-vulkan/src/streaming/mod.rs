@@ -593,10 +593,6 @@ struct Unapplied {
     bound: bool,
 }
 
-/// Ticks waiting to be applied at most before the streamer gives up with an error (a device
-/// that keeps failing: lost, or out of memory for good).
-const MAX_UNAPPLIED: usize = 16;
-
 /// A load given to the workers, until the manager was told of it.
 struct Pending {
     tiles: Vec<(u32, u32, u32)>,
@@ -648,8 +644,8 @@ pub struct Streamer {
     /// Whether the current frame was recorded, and whether the CPU wrote its feedback.
     recorded: AtomicBool,
     cpu_feedback: bool,
-    /// Ticks not applied to the GPU yet, oldest first.
-    unapplied: Vec<Unapplied>,
+    /// The tick not applied to the GPU yet (its bind or staging failed).
+    unapplied: Option<Unapplied>,
     serial: u64,
     /// The frame of each recent manager tick (priming's ticks have none).
     tick_frames: std::collections::VecDeque<(u64, u64)>,
@@ -737,7 +733,7 @@ impl Streamer {
             frame_uses: Vec::new(),
             recorded: AtomicBool::new(false),
             cpu_feedback: false,
-            unapplied: Vec::new(),
+            unapplied: None,
             serial: STREAMERS.fetch_add(1, Ordering::Relaxed),
             tick_frames: Default::default(),
             latencies: Default::default(),
@@ -1026,15 +1022,22 @@ impl Streamer {
     /// Removes the textures whose handles were dropped.
     fn remove_dropped(&mut self) -> Result<(), StreamError> {
         let dropped = std::mem::take(&mut *self.dropped.lock().unwrap_or_else(|e| e.into_inner()));
-        for id in dropped {
+        for (i, &id) in dropped.iter().enumerate() {
             if self.textures.contains_key(&id) {
-                self.remove_id(id)?;
+                if let Err(e) = self.remove_id(id) {
+                    // The ones not removed yet are tried again next time.
+                    self.dropped.lock().unwrap_or_else(|e| e.into_inner()).extend_from_slice(&dropped[i..]);
+                    return Err(e);
+                }
             }
         }
         Ok(())
     }
 
     fn remove_id(&mut self, id: ImageId) -> Result<(), StreamError> {
+        // The GPU first catches up with the manager: the texture's tiles go back to the pool
+        // below, and must be unbound from it as the manager has them.
+        self.apply_unapplied()?;
         let removed = self.textures.remove(&id);
         let changes = self.manager.unregister_image(id)?;
         // Hardware path: its tiles go back to the pool now, and the next frame may bind them to
@@ -1100,6 +1103,7 @@ impl Streamer {
         requested_in: u64,
         frame: Option<u64>,
     ) -> Result<FrameOutput, StreamError> {
+        self.apply_unapplied()?;
         for done in self.loader.poll() {
             if let Some(p) = self.pending.get_mut(&done.token) {
                 p.done = Some(done.result);
@@ -1187,24 +1191,26 @@ impl Streamer {
             self.loader.submit(job).map_err(|e| StreamError::Internal(format!("{e}: {:?}", load.key)))?;
             self.pending.insert(load.key, Pending { tiles, done: None });
         }
-        // Ticks whose binds or staging failed go first, in order, so the GPU catches up with
-        // the manager's page tables (a failed bind bound nothing); then this one.
-        self.unapplied.push(Unapplied { out: out.clone(), staged, bound: false });
-        while !self.unapplied.is_empty() {
-            let mut tick = self.unapplied.remove(0);
+        // A failed bind bound nothing: the tick waits, and is applied first next time.
+        let mut tick = Unapplied { out: out.clone(), staged, bound: false };
+        if let Err(e) = self.apply(&mut tick) {
+            self.unapplied = Some(tick);
+            return Err(e);
+        }
+        Ok(out)
+    }
+
+    /// Applies the tick whose bind or staging failed before, so the GPU catches up with the
+    /// manager's page tables before anything new happens (nothing else runs while it fails).
+    fn apply_unapplied(&mut self) -> Result<(), StreamError> {
+        if let Some(mut tick) = self.unapplied.take() {
+            self.stats.ticks_retried += 1;
             if let Err(e) = self.apply(&mut tick) {
-                self.unapplied.insert(0, tick);
-                self.stats.ticks_retried += 1;
-                if self.unapplied.len() > MAX_UNAPPLIED {
-                    return Err(StreamError::Internal(format!(
-                        "{} ticks wait to be applied (the device may be lost); the last error: {e}",
-                        self.unapplied.len()
-                    )));
-                }
+                self.unapplied = Some(tick);
                 return Err(e);
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Binds, stages and releases what `tick.out` changed. On an error `tick` says what is left

@@ -227,7 +227,9 @@ impl CommandContext {
         // object the closure dropped retires after this submission.
         let (kept, layouts, recorded_waits) = recording.into_parts();
         let mut waits = waits.to_vec();
-        for until in &recorded_waits {
+        // After every sparse bind residency submitted before: nothing this submission does may
+        // race a bind or unbind of memory it touches.
+        for until in recorded_waits.iter().chain(device.submitted_binds().as_ref()) {
             waits.push(device.wait_info(until)?);
         }
         let waits = &waits[..];

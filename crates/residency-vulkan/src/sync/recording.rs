@@ -188,8 +188,12 @@ impl<'a> Recording<'a> {
     ///   [`Recording::used_until`]), but residency does not know when you submit `cmd`: before the
     ///   recording is dropped, declare a point after `cmd`'s execution completes with
     ///   [`Recording::used_until`] (a point of a [`Timeline`](crate::Timeline) your submission
-    ///   signals, or [`Device::frames_from_now`]), or keep every object the helpers recorded alive
-    ///   yourself until that execution completes.
+    ///   signals, or [`Device::frames_from_now`]). Keeping the objects alive yourself is not
+    ///   enough: some helpers hold staging space or other state that only a declared use protects
+    ///   (`Uploader::record`, `FrameBindings::record`).
+    /// - The submission of `cmd` waits (at all commands) for every point of
+    ///   [`Recording::waits`] and for [`Device::submitted_binds`]
+    ///   ([`Recording::submit_checked`] hands you these waits).
     /// - If `cmd` is never submitted, it is reset or freed (never submitted) once any of those
     ///   objects has been destroyed.
     /// - Image layouts: the helpers note the layouts their commands need and leave (see the
@@ -209,17 +213,23 @@ impl<'a> Recording<'a> {
     /// layouts by what the commands leave. A mismatch is [`VulkanError::ImageLayout`] and calls
     /// nothing; an error of `submit` is returned and changes no layout.
     ///
-    /// `submit` ends the command buffer and submits it (your own `unsafe` calls); it must not
+    /// `submit` gets the queue and the semaphore waits the submission must include (the
+    /// recording's [`Recording::waits`] and the sparse binds residency submitted before), ends
+    /// the command buffer and submits it (your own `unsafe` calls); it must not
     /// submit through residency (the queue is locked: that would wait forever). Only a recording
     /// you own can be passed here: residency's submissions lend theirs as `&mut` and check them
     /// themselves.
     pub fn submit_checked(
         self,
-        submit: impl FnOnce(vk::Queue) -> Result<(), vk::Result>,
+        submit: impl FnOnce(vk::Queue, &[vk::SemaphoreSubmitInfo<'static>]) -> Result<(), vk::Result>,
     ) -> Result<(), VulkanError> {
+        let mut waits = Vec::with_capacity(self.waits.len() + 1);
+        for until in self.waits.iter().chain(self.device.submitted_binds().as_ref()) {
+            waits.push(self.device.wait_info(until)?);
+        }
         let queue = self.device.universal_queue().lock();
         self.plan.check()?;
-        submit(*queue).map_err(|r| VulkanError::from_vk("vkQueueSubmit2", r))?;
+        submit(*queue, &waits).map_err(|r| VulkanError::from_vk("vkQueueSubmit2", r))?;
         self.plan.apply();
         Ok(())
     }
