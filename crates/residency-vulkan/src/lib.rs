@@ -53,7 +53,9 @@ pub use pool::{BufferInit, BufferPool, BufferPoolDesc, PoolStats};
 pub use recording::Recording;
 pub use report::ReportSources;
 pub use residency_backend::ResidencyBackend;
-pub use resource_memory::{Allocation, AllocationDesc, BoundTo};
+pub use resource_memory::{
+    usage_alignment_floor, Allocation, AllocationDesc, BoundTo, PlacementPolicy, PLACEMENT_MESSAGES_KEPT,
+};
 pub use retire::{ForeignUse, GpuUse, Timeline};
 pub use upload::{ImageRegion, ImageTarget, UploadError, Uploader};
 pub use validation::ValidationMode;

@@ -103,6 +103,12 @@ pub struct Device {
     this: Weak<Device>,
     /// Deferred destruction: clocks and the retire queue.
     retirement: Retirement,
+    /// The [`crate::PlacementPolicy`] of placed resources (0 tight, 1 legacy).
+    pub(crate) placement_policy: std::sync::atomic::AtomicU8,
+    /// The tight-alignment tier, derived on first use.
+    pub(crate) tight_tier: OnceLock<residency_core::placement::TightAlignmentTier>,
+    /// The placement engine's messages.
+    pub(crate) placement_log: crate::resource_memory::PlacementLog,
 }
 
 static NEXT_DEVICE_UID: AtomicU64 = AtomicU64::new(1);
@@ -354,6 +360,9 @@ impl Device {
             uid: NEXT_DEVICE_UID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             this: this.clone(),
             retirement,
+            placement_policy: std::sync::atomic::AtomicU8::new(0),
+            tight_tier: OnceLock::new(),
+            placement_log: Default::default(),
         });
         let label = format!("residency {} ({})", device.index, device.name);
         device.set_name(device.raw.handle(), &label);

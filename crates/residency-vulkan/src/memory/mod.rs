@@ -71,6 +71,15 @@ pub enum MemoryError {
         #[source]
         source: AllocError,
     },
+    /// The placement engine refused the request (e.g. an alignment floor above the rules' maximum).
+    #[error("`{name}`: {source}")]
+    Placement {
+        /// The resource's name.
+        name: String,
+        /// The engine's error, with its numbers.
+        #[source]
+        source: residency_core::placement::PlacementError,
+    },
     /// A request that no pool setting can satisfy (e.g. larger than the pool's page size).
     #[error("`{name}`: {reason}")]
     Unsatisfiable {

@@ -10,8 +10,14 @@ use crate::retire::{ForeignUse, Garbage, GpuUse, Life};
 use ash::vk;
 use residency_core::allocator::{AllocError, ResourceKind};
 use residency_core::device_mask::DeviceIndex;
+use residency_core::format::Format;
 use residency_core::memory::{memory_type_candidates, MemoryIntent};
-use residency_core::profile::MemoryRequirements;
+use residency_core::placement::{
+    BufferUse, Message, MessageSink, Placement, PlacementEngine, RequirementsError, RequirementsQuery,
+    RequirementsSource, ResourceDesc, ResourceFlag, SourcedRequirements, TightAlignmentTier,
+};
+use residency_core::profile::{Limits, MemoryRequirements};
+use residency_core::usage::BufferUsage;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -68,6 +74,16 @@ impl Device {
     /// Finds memory for a resource: each candidate memory type in preference order, placed in a
     /// shared heap or dedicated, falling back to the next type only when one runs out.
     pub(crate) fn place(&self, req: &PlaceRequest<'_>) -> Result<Placed, MemoryError> {
+        self.place_for_usage(req, None)
+    }
+
+    /// [`Device::place`] for a buffer whose usage is known: the usage's offset-alignment floors
+    /// are applied on top of the rules (see [`Device::placed_alignment`]).
+    pub(crate) fn place_for_usage(
+        &self,
+        req: &PlaceRequest<'_>,
+        usage: Option<BufferUsage>,
+    ) -> Result<Placed, MemoryError> {
         let r = req.requirements;
         let candidates =
             memory_type_candidates(&self.memory_properties().types, r.memory_type_bits, req.intent);
@@ -78,7 +94,7 @@ impl Device {
                 intent: req.intent,
             });
         }
-        let alignment = r.alignment.max(req.alignment_floor).max(1);
+        let alignment = self.placed_alignment(req, usage)?;
         let mut last_error = None;
         for &type_index in &candidates {
             let coherent = self.memory_properties().types[type_index as usize].flags.host_coherent;
@@ -169,8 +185,12 @@ pub struct AllocationDesc {
     /// tiled images) and optimal images never share a granularity page of a shared heap; `Unknown`
     /// (the default) shares a page with nothing. Buffers always count as `Linear`.
     pub kind: ResourceKind,
-    /// An alignment floor on top of the driver's (0: none; else a power of two).
+    /// An alignment floor on top of the placement rules' (0: none; else a power of two).
     pub alignment: u64,
+    /// The usage the buffer was created with ([`Device::allocate_for_buffer`]): its offset-alignment
+    /// floors ([`usage_alignment_floor`]) are applied on top of the placement rules. `None` (the
+    /// default): no usage floors. Ignored for images and raw requirements.
+    pub buffer_usage: Option<BufferUsage>,
     /// Memory of its own even when the driver does not prefer it (it always gets its own when the
     /// driver prefers or requires a dedicated allocation, or when it is large).
     pub dedicated: bool,
@@ -186,9 +206,16 @@ impl AllocationDesc {
             intent: MemoryIntent::DeviceLocal,
             kind: ResourceKind::Unknown,
             alignment: 0,
+            buffer_usage: None,
             dedicated: false,
             allow_over_budget: false,
         }
+    }
+
+    /// Sets the buffer's usage, for its offset-alignment floors (see [`AllocationDesc::buffer_usage`]).
+    pub fn with_buffer_usage(mut self, usage: BufferUsage) -> Self {
+        self.buffer_usage = Some(usage);
+        self
     }
 
     /// Sets the memory intent.
@@ -453,7 +480,8 @@ impl Device {
             allow_over_budget: desc.allow_over_budget,
             target,
         };
-        let placed = self.place(&request)?;
+        let usage = if matches!(target, DedicatedTarget::Buffer(_)) { desc.buffer_usage } else { None };
+        let placed = self.place_for_usage(&request, usage)?;
         let memory_type = match &placed.owner {
             ResourceMemory::General { type_index, .. } => *type_index,
             ResourceMemory::Dedicated(block) => block.type_index,
@@ -477,5 +505,162 @@ impl Device {
             mapped: placed.mapped,
             bound: BoundTo::Nothing,
         })
+    }
+}
+
+/// How the device's placed resources are aligned in their heaps. Either way the offset comes from
+/// [`PlacementEngine`]: the driver's requirement (the object's own `vkGet*MemoryRequirements`),
+/// the tight placed-resource alignment rules, the buffer usage's offset-alignment floors and the
+/// caller's floor, the largest of them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum PlacementPolicy {
+    /// D3D12's `USE_TIGHT_ALIGNMENT` rules: buffers at the driver's alignment (at least 8 B),
+    /// images at the driver's alignment and on their own `bufferImageGranularity` pages. The default.
+    #[default]
+    Tight,
+    /// D3D12's legacy placed layouts: buffers and images at 64 KiB, for engines that want the
+    /// same heap layout on every backend. (Images are described to the engine without their
+    /// dimensions, so neither the 4 KiB small-texture rule nor MSAA's 4 MiB applies: every
+    /// image is placed at 64 KiB, or the driver's alignment when larger.)
+    Legacy,
+}
+
+/// Messages the engine sent while placing the device's resources, oldest first, at most
+/// [`PLACEMENT_MESSAGES_KEPT`] (older ones are dropped; every one also went to `tracing`, target
+/// `residency::placement`).
+#[derive(Debug, Default)]
+pub(crate) struct PlacementLog {
+    messages: std::sync::Mutex<std::collections::VecDeque<(Arc<str>, Message)>>,
+}
+
+/// How many placement messages a device keeps.
+pub const PLACEMENT_MESSAGES_KEPT: usize = 256;
+
+impl PlacementLog {
+    fn push(&self, name: &str, message: Message) {
+        let mut messages = self.messages.lock().unwrap_or_else(|e| e.into_inner());
+        if messages.len() == PLACEMENT_MESSAGES_KEPT {
+            messages.pop_front();
+        }
+        messages.push_back((Arc::from(name), message));
+    }
+}
+
+/// The device's log as the engine's sink, for one named resource.
+struct LogSink<'a> {
+    log: &'a PlacementLog,
+    name: &'a str,
+}
+
+impl MessageSink for LogSink<'_> {
+    fn push(&mut self, message: Message) {
+        self.log.push(self.name, message);
+    }
+}
+
+/// The engine's requirements source for one object: the device's limits and the object's own
+/// requirements (queried from the object itself), whatever the description.
+struct ObjectRequirements<'a> {
+    limits: &'a Limits,
+    requirements: MemoryRequirements,
+    tier: TightAlignmentTier,
+}
+
+impl RequirementsSource for ObjectRequirements<'_> {
+    fn limits(&self) -> &Limits {
+        self.limits
+    }
+
+    fn requirements(&self, _query: &RequirementsQuery) -> Result<SourcedRequirements, RequirementsError> {
+        Ok(SourcedRequirements { requirements: self.requirements, estimated: false })
+    }
+
+    fn tight_alignment_tier(&self) -> TightAlignmentTier {
+        self.tier
+    }
+}
+
+/// The offset-alignment floor of a buffer usage on a device: `minUniformBufferOffsetAlignment`
+/// for uniform buffers, `minStorageBufferOffsetAlignment` for storage buffers,
+/// `minTexelBufferOffsetAlignment` for texel buffers, the largest that applies; 0 for none.
+pub fn usage_alignment_floor(usage: BufferUsage, limits: &Limits) -> u64 {
+    let mut floor = 0;
+    if usage.contains(BufferUsage::UNIFORM) {
+        floor = BufferUse::ConstantBuffer.device_limit(limits);
+    }
+    if usage.contains(BufferUsage::STORAGE) {
+        floor = floor.max(limits.min_storage_buffer_offset_alignment.max(1).next_power_of_two());
+    }
+    if usage.intersects(BufferUsage::UNIFORM_TEXEL | BufferUsage::STORAGE_TEXEL) {
+        floor = floor.max(limits.min_texel_buffer_offset_alignment.max(1).next_power_of_two());
+    }
+    floor
+}
+
+impl Device {
+    /// How this device aligns placed resources (default [`PlacementPolicy::Tight`]).
+    pub fn placement_policy(&self) -> PlacementPolicy {
+        match self.placement_policy.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => PlacementPolicy::Tight,
+            _ => PlacementPolicy::Legacy,
+        }
+    }
+
+    /// Sets how resources placed from now on are aligned (those already placed stay where they are).
+    pub fn set_placement_policy(&self, policy: PlacementPolicy) {
+        let raw = match policy {
+            PlacementPolicy::Tight => 0,
+            PlacementPolicy::Legacy => 1,
+        };
+        self.placement_policy.store(raw, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The placement engine's messages about this device's resources (e.g. `ALIGNMENT_OVERRIDDEN`
+    /// when a floor below the rules was clamped up), with the resource's name, oldest first; the
+    /// last [`PLACEMENT_MESSAGES_KEPT`].
+    pub fn placement_messages(&self) -> Vec<(String, Message)> {
+        let messages = self.placement_log.messages.lock().unwrap_or_else(|e| e.into_inner());
+        messages.iter().map(|(name, m)| (name.to_string(), m.clone())).collect()
+    }
+
+    /// The offset alignment of a placed resource: what [`PlacementEngine`] answers under the
+    /// device's policy for the object's own requirements, the usage's floors (buffers) and the
+    /// caller's floor. A floor above the rules' maximum is [`MemoryError::Placement`].
+    pub(crate) fn placed_alignment(
+        &self,
+        req: &PlaceRequest<'_>,
+        usage: Option<BufferUsage>,
+    ) -> Result<u64, MemoryError> {
+        let limits = &self.profile().limits;
+        let tier = *self.tight_tier.get_or_init(|| RequirementsSource::tight_alignment_tier(self));
+        // The usage's floors are the device's own rules for binding offsets (at most 256 B, a power of
+        // two), not a request of the caller's: they go on top of the engine's answer, so that only
+        // a floor the caller passed below the rules is reported as ALIGNMENT_OVERRIDDEN.
+        let usage_floor = usage.map_or(0, |u| usage_alignment_floor(u, limits));
+        let floor = req.alignment_floor;
+        let tight =
+            self.placement_policy() == PlacementPolicy::Tight && tier != TightAlignmentTier::NotSupported;
+        let buffer = matches!(req.target, DedicatedTarget::Buffer(_));
+        // Images and raw requirements are described as a non-small texture: the engine then
+        // keeps the driver's alignment (tight) or 64 KiB (legacy), on granularity pages for
+        // optimal images. Buffers are buffers: at most 256 B tight, 64 KiB legacy.
+        let mut desc = if buffer {
+            ResourceDesc::buffer(req.requirements.size.max(1))
+        } else {
+            ResourceDesc::texture_2d(Format::R8Unorm, 1, 1)
+                .with_mip_levels(1)
+                .with_flag(ResourceFlag::AllowRenderTarget)
+        };
+        if tight {
+            desc = desc.tight();
+        }
+        desc = desc.with_alignment(floor);
+        let source = ObjectRequirements { limits, requirements: req.requirements, tier };
+        let engine = PlacementEngine::new(source);
+        let mut sink = LogSink { log: &self.placement_log, name: req.name };
+        let element = engine
+            .resource_allocation_info(Placement::Placed, &desc, &mut sink)
+            .map_err(|source| MemoryError::Placement { name: req.name.to_owned(), source })?;
+        Ok(element.alignment.max(usage_floor))
     }
 }
