@@ -1,4 +1,4 @@
-//! Tile heaps: the `VkDeviceMemory` behind sparse tiles, and which of it completed binds left
+//! Tile heaps: the `VkDeviceMemory` behind sparse tiles, and which of it the submitted binds left
 //! bound (memory is freed only when nothing is bound to it and the GPU is done with it).
 
 use super::*;
@@ -24,7 +24,8 @@ pub(super) struct HeapsState {
     pub(super) heaps: Vec<Option<Heap>>,
     pub(super) pool: Option<PoolId>,
     /// Per image (its key): the heap serials of every tile and tail the GPU has bound (one per
-    /// physical tile), as the last completed binds left them.
+    /// physical tile), as the last submitted binds left them (freed memory waits for those binds on the sparse
+    /// timeline).
     pub(super) bound: HashMap<u64, HashMap<Bound, Vec<u64>>>,
     /// Per heap serial: how many tiles the GPU has bound in it.
     pub(super) counts: HashMap<u64, u64>,
@@ -283,7 +284,7 @@ impl Drop for HeapsShared {
 ///
 /// **Lifetimes.** The images made for these heaps ([`SparseImage::new_external`]) keep their memory
 /// alive: dropping the `TileHeaps` first is safe (the memory goes with the last image). A heap's
-/// memory is freed only once no image has tiles of it bound on the GPU (as the completed binds
+/// memory is freed only once no image has tiles of it bound on the GPU (as the submitted binds
 /// left them; a destroyed image has none) and, through the device's retire queue, after the work
 /// residency submitted before its release and the uses declared with
 /// [`used_until`](Self::used_until).

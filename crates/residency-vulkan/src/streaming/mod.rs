@@ -1042,8 +1042,11 @@ impl Streamer {
         let changes = self.manager.unregister_image(id)?;
         // Hardware path: its tiles go back to the pool now, and the next frame may bind them to
         // another image; unbind them from this one first (after the frames in flight that may
-        // sample it), so that no memory is ever bound to two images at once (that needs
-        // sparseResidencyAliased).
+        // sample it), so that no memory is bound to two images at once (that needs
+        // sparseResidencyAliased). If this unbind fails (the error is returned), the removed
+        // image keeps those tiles bound while the pool may hand them on: aliasing an image that
+        // no new frame samples, which the frames in flight (waited for by the next bind) see as
+        // wrong texels at worst; its memory stays alive until the image is destroyed.
         if let (Some(Texture { gpu: TextureGpu::Hardware { image, .. }, .. }), Some(_)) =
             (&removed, &self.heaps)
         {
