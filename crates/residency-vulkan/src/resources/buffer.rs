@@ -448,7 +448,7 @@ impl Device {
             allow_over_budget: desc.allow_over_budget,
             target: DedicatedTarget::Buffer(raw),
         };
-        let placed = self.place(&request)?;
+        let placed = self.place_for_usage(&request, Some(desc.usage))?;
         if let Err(e) = bind_buffer(self, raw_guard.disarm(), placed.memory, placed.offset) {
             self.release(placed.owner);
             return Err(e);
