@@ -676,6 +676,11 @@ impl Uploader {
     /// Refused with nothing recorded (the copies stay queued): a recording of another device, and
     /// a copy into an image that the recording's earlier commands left in another layout
     /// ([`VulkanError::ImageLayout`]).
+    ///
+    /// Once recorded, the copies belong to that recording: if its submission fails (or it is
+    /// never submitted), they never run — safely (their staging space comes back once residency's
+    /// earlier work is done), but their destinations keep what they held before. Stage them again
+    /// after such a failure if the destinations must have them.
     pub fn record(
         &self,
         rec: &mut Recording<'_>,

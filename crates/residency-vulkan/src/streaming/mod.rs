@@ -517,7 +517,10 @@ impl FrameBindings<'_> {
     /// queue, which may sample what the copies overwrite). Returns what `draw` returns.
     ///
     /// Record each frame once; a frame never recorded writes no feedback, and its copies go into
-    /// the next recorded frame.
+    /// the next recorded frame. A frame recorded whose submission then fails loses its copies:
+    /// the tiles it made resident show undefined texels until they are evicted (no memory is
+    /// touched that the tiles do not own); after a failed submission (the device is usually out
+    /// of memory or lost) drop the streamer or remove and add the textures again.
     pub fn record<R>(
         &self,
         rec: &mut Recording<'_>,
