@@ -140,6 +140,36 @@ pub(crate) fn memory_requirements(
     }
 }
 
+/// `vkGetBufferMemoryRequirements2` of `buffer`, dedicated preference included.
+///
+/// # Safety
+/// `buffer` is a live buffer of `device`.
+pub(crate) unsafe fn requirements_of_buffer_object(
+    device: &Device,
+    buffer: vk::Buffer,
+) -> MemoryRequirements {
+    let mut dedicated = vk::MemoryDedicatedRequirements::default();
+    let mut out = vk::MemoryRequirements2::default().push_next(&mut dedicated);
+    let info = vk::BufferMemoryRequirementsInfo2::default().buffer(buffer);
+    // SAFETY: the caller's contract (a live buffer of this device); the output chain is live.
+    unsafe { device.raw().get_buffer_memory_requirements2(&info, &mut out) };
+    memory_requirements(out.memory_requirements, &dedicated)
+}
+
+/// `vkGetImageMemoryRequirements2` of `image`, dedicated preference included.
+///
+/// # Safety
+/// `image` is a live, non-disjoint image of `device`.
+pub(crate) unsafe fn requirements_of_image_object(device: &Device, image: vk::Image) -> MemoryRequirements {
+    let mut dedicated = vk::MemoryDedicatedRequirements::default();
+    let mut out = vk::MemoryRequirements2::default().push_next(&mut dedicated);
+    let info = vk::ImageMemoryRequirementsInfo2::default().image(image);
+    // SAFETY: the caller's contract (a live, non-disjoint image of this device); the output chain
+    // is live.
+    unsafe { device.raw().get_image_memory_requirements2(&info, &mut out) };
+    memory_requirements(out.memory_requirements, &dedicated)
+}
+
 pub(crate) fn requirements_of_image(device: &Device, info: &vk::ImageCreateInfo<'_>) -> MemoryRequirements {
     let query = vk::DeviceImageMemoryRequirements::default().create_info(info);
     let mut dedicated = vk::MemoryDedicatedRequirements::default();

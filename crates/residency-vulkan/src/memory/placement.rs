@@ -380,16 +380,8 @@ impl Device {
         buffer: vk::Buffer,
         desc: &AllocationDesc,
     ) -> Result<Allocation, MemoryError> {
-        let mut dedicated = vk::MemoryDedicatedRequirements::default();
-        let mut out = vk::MemoryRequirements2::default().push_next(&mut dedicated);
-        // SAFETY: the caller's contract: a live buffer of this device; the output chain is live.
-        unsafe {
-            self.raw().get_buffer_memory_requirements2(
-                &vk::BufferMemoryRequirementsInfo2::default().buffer(buffer),
-                &mut out,
-            )
-        };
-        let requirements = crate::profile_capture::memory_requirements(out.memory_requirements, &dedicated);
+        // SAFETY: the caller's contract: a live buffer of this device.
+        let requirements = unsafe { crate::profile_capture::requirements_of_buffer_object(self, buffer) };
         let mut allocation =
             self.allocate_own(desc, requirements, ResourceKind::Linear, DedicatedTarget::Buffer(buffer))?;
         // SAFETY: the caller's contract (live, unbound, not in use elsewhere); the range was
@@ -419,17 +411,8 @@ impl Device {
         image: vk::Image,
         desc: &AllocationDesc,
     ) -> Result<Allocation, MemoryError> {
-        let mut dedicated = vk::MemoryDedicatedRequirements::default();
-        let mut out = vk::MemoryRequirements2::default().push_next(&mut dedicated);
-        // SAFETY: the caller's contract: a live, non-disjoint image of this device; the output
-        // chain is live.
-        unsafe {
-            self.raw().get_image_memory_requirements2(
-                &vk::ImageMemoryRequirementsInfo2::default().image(image),
-                &mut out,
-            )
-        };
-        let requirements = crate::profile_capture::memory_requirements(out.memory_requirements, &dedicated);
+        // SAFETY: the caller's contract: a live, non-disjoint image of this device.
+        let requirements = unsafe { crate::profile_capture::requirements_of_image_object(self, image) };
         let mut allocation =
             self.allocate_own(desc, requirements, desc.kind, DedicatedTarget::Image(image))?;
         // SAFETY: the caller's contract (live, unbound, not in use elsewhere); the range was

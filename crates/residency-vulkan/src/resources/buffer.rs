@@ -396,12 +396,8 @@ pub(crate) fn create_raw_buffer(
         r => VulkanError::from_vk("vkCreateBuffer", r).into(),
     })?;
     device.set_name(raw, name);
-    let mut dedicated = vk::MemoryDedicatedRequirements::default();
-    let mut out = vk::MemoryRequirements2::default().push_next(&mut dedicated);
-    let info = vk::BufferMemoryRequirementsInfo2::default().buffer(raw);
-    // SAFETY: raw was just created on this device; the output chain is live.
-    unsafe { device.raw().get_buffer_memory_requirements2(&info, &mut out) };
-    let requirements = crate::profile_capture::memory_requirements(out.memory_requirements, &dedicated);
+    // SAFETY: raw was just created on this device.
+    let requirements = unsafe { crate::profile_capture::requirements_of_buffer_object(device, raw) };
     Ok((raw, requirements))
 }
 

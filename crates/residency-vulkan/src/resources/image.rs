@@ -599,16 +599,8 @@ impl Device {
         })?;
         self.set_name(raw, name);
         let guard = Unused::new(self, raw);
-        let mut dedicated = vk::MemoryDedicatedRequirements::default();
-        let mut out = vk::MemoryRequirements2::default().push_next(&mut dedicated);
-        // SAFETY: raw was just created on this device; the output chain is live.
-        unsafe {
-            self.raw().get_image_memory_requirements2(
-                &vk::ImageMemoryRequirementsInfo2::default().image(raw),
-                &mut out,
-            )
-        };
-        let requirements = crate::profile_capture::memory_requirements(out.memory_requirements, &dedicated);
+        // SAFETY: raw was just created on this device (never disjoint: residency sets no such flag).
+        let requirements = unsafe { crate::profile_capture::requirements_of_image_object(self, raw) };
         let request = PlaceRequest {
             name,
             requirements,
