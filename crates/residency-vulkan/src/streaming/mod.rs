@@ -639,7 +639,6 @@ pub struct Streamer {
     requested_in: u64,
     failures: Vec<LoadFailure>,
     stats: StreamerStats,
-    texture_stats: HashMap<ImageId, TextureStats>,
     /// The latest sparse bind, until a recorded frame waits for it.
     bind_wait: Option<GpuUse>,
     /// The ends of the frames that may still run (declared at `end_frame`).
@@ -731,7 +730,6 @@ impl Streamer {
             requested_in: 0,
             failures: Vec::new(),
             stats: StreamerStats::default(),
-            texture_stats: HashMap::new(),
             bind_wait: None,
             frame_uses: Vec::new(),
             recorded: AtomicBool::new(false),
@@ -776,7 +774,7 @@ impl Streamer {
         if texture.streamer != self.serial {
             return None;
         }
-        let mut stats = self.texture_stats.get(&texture.id)?.clone();
+        let mut stats = self.textures.get(&texture.id)?.stats.clone();
         stats.resident_tiles =
             self.manager.residency(texture.id).map_or(0, |r| r.page_table().resident_tiles());
         Some(stats)
@@ -948,7 +946,6 @@ impl Streamer {
         self.next_id += 1;
         self.manager.register_image(id, &texture.layout)?;
         self.textures.insert(id, texture);
-        self.texture_stats.insert(id, TextureStats::default());
         let handle = VirtualTexture { id, streamer: self.serial, dropped: Some(Arc::clone(&self.dropped)) };
         if let Err(e) = self.prime(id) {
             // Nothing of it stays: its loads are cancelled and its objects released.
@@ -1074,7 +1071,6 @@ impl Streamer {
         // Dropped here: destroyed once the declared frame uses and residency's own work (the
         // unbind above included) are done.
         drop(removed);
-        self.texture_stats.remove(&id);
         self.refresh_layout()
     }
 
@@ -1144,7 +1140,7 @@ impl Streamer {
                 Err(error) => {
                     failed.push(key);
                     self.stats.loads_failed += 1;
-                    if let Some(t) = self.texture_stats.get_mut(&key.image) {
+                    if let Some(t) = self.textures.get_mut(&key.image).map(|t| &mut t.stats) {
                         t.loads_failed += 1;
                     }
                     let texture = self.textures.get(&key.image).map_or_else(String::new, |t| t.name.clone());
@@ -1165,7 +1161,7 @@ impl Streamer {
             self.cancelled.push(key);
         }
         for key in &out.resident {
-            if let Some(t) = self.texture_stats.get_mut(&key.image) {
+            if let Some(t) = self.textures.get_mut(&key.image).map(|t| &mut t.stats) {
                 t.units_streamed += 1;
             }
         }
@@ -1183,7 +1179,7 @@ impl Streamer {
             }
         }
         for key in &out.evicted {
-            if let Some(t) = self.texture_stats.get_mut(&key.image) {
+            if let Some(t) = self.textures.get_mut(&key.image).map(|t| &mut t.stats) {
                 t.tiles_evicted += 1;
             }
         }
@@ -1309,7 +1305,7 @@ impl Streamer {
         }
         let active = self.desc.sampling.frame_active(frame);
         let step = self.ring.begin_frame(frame, gpu_completed, active);
-        for t in self.texture_stats.values_mut() {
+        for t in self.textures.values_mut().map(|t| &mut t.stats) {
             t.requests = 0;
             t.pixels = 0;
         }
@@ -1339,7 +1335,7 @@ impl Streamer {
             let mut summary =
                 FeedbackFrame { frame: f, misses: 0, warnings: 0, overflowed: decoded.overflowed };
             for r in &decoded.requests {
-                if let Some(t) = self.texture_stats.get_mut(&r.image) {
+                if let Some(t) = self.textures.get_mut(&r.image).map(|t| &mut t.stats) {
                     t.requests += 1;
                     t.pixels += u64::from(r.pixels);
                 }

@@ -46,6 +46,8 @@ pub(super) struct Texture {
     pub(super) gpu: TextureGpu,
     /// The pinned units (the coarse chain) the manager loads first.
     pub(super) pinned: Vec<TileKey>,
+    /// Its counters ([`Streamer::texture_stats`](super::Streamer::texture_stats)).
+    pub(super) stats: super::TextureStats,
 }
 
 /// Refuses what the streamer does not stream: a block-compressed, depth or stencil format, tiles
@@ -129,7 +131,15 @@ impl Texture {
                 border: texture.atlas_layout().border,
             }),
         };
-        Ok(Texture { name: name.to_owned(), load_source, desc, layout, gpu, pinned })
+        Ok(Texture {
+            name: name.to_owned(),
+            load_source,
+            desc,
+            layout,
+            gpu,
+            pinned,
+            stats: Default::default(),
+        })
     }
 
     /// Initializes the map (min-LOD map or indirection) from `table` before the first frame.
