@@ -1171,7 +1171,12 @@ impl Streamer {
                 self.tick_frames.pop_front();
             }
             for (&key, &since) in out.resident.iter().zip(&out.resident_wanted_since) {
-                let requested_frame = self.tick_frames.iter().find(|&&(t, _)| t == since).map(|&(_, f)| f);
+                // Ticks only grow, so the list is sorted: a binary search, not a scan per unit.
+                let requested_frame = self
+                    .tick_frames
+                    .binary_search_by_key(&since, |&(t, _)| t)
+                    .ok()
+                    .map(|i| self.tick_frames[i].1);
                 self.latencies.push_back(ResidentLatency { key, requested_frame, resident_frame: frame });
                 if self.latencies.len() > KEPT_LATENCIES {
                     self.latencies.pop_front();
