@@ -154,6 +154,19 @@ pub enum ProgramError {
         /// The device's limit on invocations.
         invocations: u32,
     },
+    /// The module declares a SPIR-V capability whose device feature is not enabled
+    /// (`SparseResidency` without `shaderResourceResidency`, `MinLod` without
+    /// `shaderResourceMinLod`: e.g. the residency shaders on a device opened without sparse
+    /// residency).
+    #[error("`{program}`: the {stage:?} shader needs the device feature {feature}; it is not enabled")]
+    CapabilityMissing {
+        /// The program.
+        program: String,
+        /// The stage.
+        stage: Stage,
+        /// The feature, as the specification names it.
+        feature: &'static str,
+    },
     /// A shader needs a device feature that is not enabled: a fragment shader that writes a
     /// storage buffer or image (`fragmentStoresAndAtomics`), a vertex shader that does
     /// (`vertexPipelineStoresAndAtomics`, which residency never enables).
@@ -207,6 +220,20 @@ pub fn spirv_words(bytes: &[u8]) -> Vec<u32> {
 /// descriptor it declares is binding `i` of set 0 with kind `kinds[i]` (one descriptor), and that
 /// its push-constant block fits `push_constant_bytes` (a multiple of 4 within the device's
 /// limit).
+/// The device feature a capability the module declares needs and the device did not enable
+/// (a pipeline with it would be invalid): `SparseResidency` → `shaderResourceResidency`,
+/// `MinLod` → `shaderResourceMinLod`.
+pub(crate) fn missing_capability_feature(
+    interface: &Interface,
+    features: &crate::EnabledFeatures,
+) -> Option<&'static str> {
+    let needs = [
+        (spirv::CAPABILITY_SPARSE_RESIDENCY, features.shader_resource_residency, "shaderResourceResidency"),
+        (spirv::CAPABILITY_MIN_LOD, features.shader_resource_min_lod, "shaderResourceMinLod"),
+    ];
+    needs.iter().find(|(cap, enabled, _)| !enabled && interface.capabilities.contains(cap)).map(|n| n.2)
+}
+
 pub(crate) fn check_interface(
     device: &Device,
     program: &str,
@@ -223,6 +250,9 @@ pub(crate) fn check_interface(
             stage,
             found: interface.entry_points.clone(),
         });
+    }
+    if let Some(feature) = missing_capability_feature(&interface, &device.features()) {
+        return Err(ProgramError::CapabilityMissing { program: program.to_owned(), stage, feature });
     }
     for b in &interface.bindings {
         let declared = if b.set == 0 { kinds.get(b.binding as usize).copied() } else { None };

@@ -904,6 +904,29 @@ mod tests {
     use crate::spirv::reflect;
 
     #[test]
+    fn shaders_with_residency_codes_need_shader_resource_residency() {
+        use crate::compute::missing_capability_feature;
+        let sparse = EnabledFeatures { shader_resource_residency: true, ..EnabledFeatures::default() };
+        // `sparse_probe.comp` reads residency codes (`OpImageSparse*`: the SparseResidency capability).
+        let probe = reflect(shaders::SPARSE_PROBE.words()).unwrap();
+        assert_eq!(
+            missing_capability_feature(&probe, &EnabledFeatures::default()),
+            Some("shaderResourceResidency")
+        );
+        assert_eq!(missing_capability_feature(&probe, &sparse), None);
+        // The vt_quad shaders sample through the min-LOD map or the indirection: no residency codes.
+        for shader in [&shaders::VT_QUAD_FRAG, &shaders::VT_QUAD_SOFTWARE_FRAG] {
+            let interface = reflect(shader.words()).unwrap();
+            assert_eq!(
+                missing_capability_feature(&interface, &EnabledFeatures::default()),
+                None,
+                "{}",
+                shader.name()
+            );
+        }
+    }
+
+    #[test]
     fn a_fragment_shader_writing_storage_needs_fragment_stores_and_atomics() {
         let none = EnabledFeatures::default();
         let stores = EnabledFeatures { fragment_stores_and_atomics: true, ..EnabledFeatures::default() };

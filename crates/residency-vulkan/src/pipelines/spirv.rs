@@ -105,7 +105,14 @@ pub struct Interface {
     /// The workgroup size of the `LocalSize` or `LocalSizeId` execution mode (of the last entry
     /// point that declares one; a specialisation constant counts with its default value).
     pub local_size: Option<[u32; 3]>,
+    /// The `OpCapability` operands the module declares.
+    pub capabilities: Vec<u32>,
 }
+
+/// `SparseResidency` (`OpImageSparse*`: residency codes), which needs `shaderResourceResidency`.
+pub const CAPABILITY_SPARSE_RESIDENCY: u32 = 41;
+/// `MinLod` (sampling with a minimum LOD operand), which needs `shaderResourceMinLod`.
+pub const CAPABILITY_MIN_LOD: u32 = 42;
 
 impl Interface {
     /// Whether the module has an entry point `name` of `stage`.
@@ -117,6 +124,7 @@ impl Interface {
 // Opcodes, decorations and storage classes (SPIR-V specification, section 3).
 const OP_ENTRY_POINT: u32 = 15;
 const OP_EXECUTION_MODE: u32 = 16;
+const OP_CAPABILITY: u32 = 17;
 const OP_TYPE_BOOL: u32 = 20;
 const OP_TYPE_INT: u32 = 21;
 const OP_TYPE_FLOAT: u32 = 22;
@@ -204,6 +212,10 @@ pub fn reflect(words: &[u32]) -> Result<Interface, SpirvError> {
         let op = &words[at + 1..at + count];
         let need = |n: usize| if op.len() < n { Err(SpirvError::Truncated { at }) } else { Ok(()) };
         match opcode {
+            OP_CAPABILITY => {
+                need(1)?;
+                interface.capabilities.push(op[0]);
+            }
             OP_ENTRY_POINT => {
                 need(3)?;
                 let stage = match op[0] {
