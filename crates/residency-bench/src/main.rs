@@ -12,6 +12,8 @@
 //!   benchmark (see `tight`).
 //! - `residency-bench sparse [--full] [--side-tiles N] [--per-tile-max N] [--reps N] [--json]`:
 //!   issue 5's tile binding and upload benchmark (see `sparse`).
+//! - `residency-bench upload [--mib N] [--ring-mib N] [--threads N] [--reps N] [--json]`: a host
+//!   slice to device-local memory, end to end and the DMA part alone (see `upload`).
 //! - `residency-bench sync [--buffers N] [--frames N] [--passes N] [--seed S] [--json]`: issue 7's
 //!   state-tracking and transient-aliasing benchmark, CPU only (see `sync`).
 //!
@@ -26,6 +28,7 @@ mod sparse;
 mod suballocators;
 mod sync;
 mod tight;
+mod upload;
 mod vma_rng;
 mod workloads;
 
@@ -44,7 +47,8 @@ const USAGE: &str = "usage:
   residency-bench tight [--profile FILE]... [--device] [--json]
   residency-bench sparse [--full] [--side-tiles N] [--per-tile-max N] [--reps N] [--json]
   residency-bench sync [--buffers N] [--frames N] [--passes N] [--seed S] [--json]
-  residency-bench contention [--threads 1,2,4,8] [--ops N] [--json]";
+  residency-bench contention [--threads 1,2,4,8] [--ops N] [--json]
+  residency-bench upload [--mib N] [--ring-mib N] [--threads N] [--reps N] [--json]";
 
 /// The `alloc` command's options.
 #[derive(Clone, Debug, Default)]
@@ -79,6 +83,10 @@ fn main() -> ExitCode {
         },
         Some("contention") => match contention::parse_options(&args[1..]) {
             Ok(options) => contention::run(&options),
+            Err(message) => usage_error(&message),
+        },
+        Some("upload") => match upload::parse_options(&args[1..]) {
+            Ok(options) => upload::run(&options),
             Err(message) => usage_error(&message),
         },
         Some("sync") => match sync::parse_options(&args[1..]) {

@@ -57,5 +57,5 @@ pub use resource_memory::{
     usage_alignment_floor, Allocation, AllocationDesc, BoundTo, PlacementPolicy, PLACEMENT_MESSAGES_KEPT,
 };
 pub use retire::{ForeignUse, GpuUse, Timeline};
-pub use upload::{ImageRegion, ImageTarget, UploadError, Uploader};
+pub use upload::{ImageRegion, ImageTarget, UploadError, Uploader, PARALLEL_COPY_PIECE};
 pub use validation::ValidationMode;

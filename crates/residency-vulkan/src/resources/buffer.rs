@@ -304,11 +304,25 @@ impl Buffer {
     /// buffer exclusively (`&mut`): two threads cannot write the same bytes. The GPU must not be
     /// using these bytes (order your submissions after the write).
     pub fn write(&mut self, offset: u64, data: &[u8]) -> Result<(), AccessError> {
+        self.write_with_threads(offset, data, 1)
+    }
+
+    /// [`Buffer::write`] split among up to `threads` threads (the caller and persistent helpers started
+    /// once per process), each copying a contiguous
+    /// piece of at least 1 MiB: for large writes into mapped device-local memory (ReBAR) or a
+    /// staging buffer, where one thread's stores do not reach the link's rate.
+    pub fn write_with_threads(
+        &mut self,
+        offset: u64,
+        data: &[u8],
+        threads: usize,
+    ) -> Result<(), AccessError> {
         let dst = self.check(offset, data.len())?;
         // SAFETY: `dst..dst+len` lies inside this buffer's mapped bytes (checked), which stay
-        // mapped while the buffer lives; `&mut self` makes this the only CPU access to them, and
-        // `data` is ordinary host memory that cannot overlap the mapping.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst.as_ptr(), data.len()) };
+        // mapped while the buffer lives; `&mut self` makes this the only CPU access to them while
+        // the slice lives, and `data` is ordinary host memory that cannot overlap the mapping.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(dst.as_ptr(), data.len()) };
+        super::parallel_copy::copy_in_parallel(bytes, data, threads);
         if !self.coherent && !data.is_empty() {
             let range = self.atom_range(offset, data.len() as u64);
             // SAFETY: the range lies in mapped memory of this buffer's device, atom-aligned.

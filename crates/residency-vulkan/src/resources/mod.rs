@@ -3,6 +3,7 @@
 
 pub(crate) mod buffer;
 pub(crate) mod image;
+pub(crate) mod parallel_copy;
 pub(crate) mod upload;
 
 use crate::device::Device;

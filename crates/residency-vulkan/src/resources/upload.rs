@@ -4,7 +4,9 @@
 //! [`RingAllocator`]; [`Uploader::flush`] records every queued copy into one command buffer with a
 //! barrier before (earlier GPU work on the destinations finishes first) and after (later work sees
 //! the data), and submits it. Ring space comes back when the GPU has finished the frame that used it,
-//! so the CPU only waits when the ring is full.
+//! so the CPU only waits when the ring is full. A write larger than a quarter of the ring goes in
+//! quarters, each submitted as soon as it is staged, so the GPU copies one while the CPU stages the
+//! next; a large chunk is staged by several threads ([`Uploader::with_copy_threads`]).
 //!
 //! A frame loop records the queued copies into its own command buffer instead
 //! ([`Uploader::record`]), with barriers for the stages that read the data: no submission of the
@@ -411,6 +413,8 @@ pub struct Uploader {
     staging: Buffer,
     context: CommandContext,
     state: Mutex<State>,
+    /// Threads that copy one large chunk of a write into the ring (see [`Uploader::with_copy_threads`]).
+    copy_threads: usize,
 }
 
 impl std::fmt::Debug for Uploader {
@@ -448,7 +452,24 @@ impl Uploader {
                 keep: Vec::new(),
                 in_flight: Vec::new(),
             }),
+            copy_threads: default_copy_threads(),
         })
+    }
+
+    /// Sets how many threads copy a large write into the staging ring (at least 1; the default is
+    /// the host's available parallelism, at most 8). A chunk is split among them only when each
+    /// gets at least [`PARALLEL_COPY_PIECE`] bytes, so small writes stay on the calling thread; the helpers are
+    /// persistent threads started once per process. Copying
+    /// from ordinary (pageable) host memory into the pinned ring is what limits a single thread;
+    /// several reach the DMA engine's rate.
+    pub fn with_copy_threads(mut self, threads: usize) -> Uploader {
+        self.copy_threads = threads.max(1);
+        self
+    }
+
+    /// How many threads copy a large write into the ring.
+    pub fn copy_threads(&self) -> usize {
+        self.copy_threads
     }
 
     /// The device it uploads on.
@@ -491,9 +512,13 @@ impl Uploader {
         self.reclaim(&mut state);
         // Held from the first queued chunk on: an error part-way leaves queued copies into it.
         state.keep.push(Arc::clone(dst.life()));
+        // A write larger than a quarter of the ring goes in quarters, each submitted once staged,
+        // so the GPU copies one while the CPU stages the next (the ring waits only for the oldest).
+        let pipelined = data.len() as u64 > capacity / 4;
+        let step = if pipelined { capacity / 4 } else { capacity / 2 } as usize;
         let mut done = 0usize;
         while done < data.len() {
-            let chunk = (data.len() - done).min((capacity / 2) as usize);
+            let chunk = (data.len() - done).min(step);
             let allocation = loop {
                 match state.ring.allocate(chunk as u64, STAGING_ALIGNMENT) {
                     Ok(a) => break a,
@@ -501,7 +526,7 @@ impl Uploader {
                     Err(e) => unreachable!("chunks are non-empty and at most half the ring: {e}"),
                 }
             };
-            write_staging(&self.staging, allocation.offset, &data[done..done + chunk]);
+            write_staging(&self.staging, allocation.offset, &data[done..done + chunk], self.copy_threads);
             let start = dst.offset() + offset + done as u64;
             state.note_write(
                 (vk::Handle::as_raw(dst.raw()), 0, 0),
@@ -517,6 +542,11 @@ impl Uploader {
                 },
             });
             done += chunk;
+            if pipelined && done < data.len() {
+                self.submit(&mut state)?;
+                // The submission let go of the destination; the next chunk's copy holds it again.
+                state.keep.push(Arc::clone(dst.life()));
+            }
         }
         Ok(())
     }
@@ -594,7 +624,7 @@ impl Uploader {
                 Err(e) => unreachable!("image chunks are non-empty and at most half the ring: {e}"),
             }
         };
-        write_staging(&self.staging, allocation.offset, data);
+        write_staging(&self.staging, allocation.offset, data, self.copy_threads);
         if let Some(layouts) = target.layouts {
             state
                 .copy_layouts
@@ -872,16 +902,26 @@ impl Drop for Uploader {
     }
 }
 
-/// Copies `data` into the staging ring at a ring allocation.
-fn write_staging(staging: &Buffer, offset: u64, data: &[u8]) {
+use super::parallel_copy::copy_in_parallel;
+pub use super::parallel_copy::PARALLEL_COPY_PIECE;
+
+fn default_copy_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get()).min(8)
+}
+
+/// Copies `data` into the staging ring at a ring allocation, split among up to `threads` threads.
+fn write_staging(staging: &Buffer, offset: u64, data: &[u8], threads: usize) {
     let dst = staging
         .mapped
         .and_then(|m| m.range(staging.memory_offset + offset, data.len() as u64))
         .expect("ring allocations lie inside the mapped staging buffer");
     // SAFETY: the ring hands out each range to one writer at a time (under the state lock) and the
-    // GPU reads it only after this copy (the submission comes later); the range lies inside the
-    // staging buffer's mapping (checked), which lives as long as the buffer.
-    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst.as_ptr(), data.len()) };
+    // GPU reads it only after this copy (the submission comes later), so nothing else reads or
+    // writes these bytes while the slice lives; the range lies inside the staging buffer's
+    // mapping (checked), which lives as long as the buffer, and cannot overlap `data` (ordinary
+    // host memory).
+    let dst = unsafe { std::slice::from_raw_parts_mut(dst.as_ptr(), data.len()) };
+    copy_in_parallel(dst, data, threads);
     if !staging.coherent && !data.is_empty() {
         staging.flush_range(offset, data.len() as u64);
     }
