@@ -42,7 +42,7 @@ pub use buffer::{
     vk_buffer_usage, AccessError, Buffer, BufferDesc, BufferPlacement, ForeignReason, ForeignResource,
 };
 pub use commands::{CommandContext, ReadBackError, Submission};
-pub use device::{Device, EnabledFeatures, ExternalDevice, Queue, LEAKS_AT_TEARDOWN};
+pub use device::{Device, EnabledFeatures, ExternalDevice, HeapStatus, Queue, LEAKS_AT_TEARDOWN};
 pub use device_set::{DeviceSet, DeviceSetDesc, LiveDevice, TeardownError, SETS_DROPPED_IN_USE};
 pub use error::{Result, VulkanError, LAVAPIPE_HINT};
 pub use image::{Filter, Image, ImageDesc, ImageView, ImageViewDesc, Sampler};

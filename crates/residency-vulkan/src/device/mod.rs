@@ -46,6 +46,32 @@ impl Queue {
     }
 }
 
+/// One memory heap's budget and usage, as [`Device::heap_budgets`] reads them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct HeapStatus {
+    /// The heap's index.
+    pub index: u32,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Whether it is device-local.
+    pub device_local: bool,
+    /// The process's budget the driver reports (VK_EXT_memory_budget); `None` without it.
+    pub driver_budget: Option<u64>,
+    /// What the whole process uses, as the driver reports it; `None` without the extension.
+    pub driver_usage: Option<u64>,
+    /// Bytes of `VkDeviceMemory` residency holds in this heap.
+    pub residency_bytes: u64,
+    /// The application's cap on residency's allocations in this heap, if set.
+    pub limit: Option<u64>,
+    /// The budget residency allocates against: the driver's (or 80 % of the heap), capped by
+    /// `limit`.
+    pub budget: u64,
+    /// The usage counted against `budget` (the driver's figure, at least residency's own).
+    pub usage: u64,
+    /// `budget − usage`: what an allocation may still take without `allow_over_budget`.
+    pub available: u64,
+}
+
 /// Features the library enabled on the device (the subset of what it supports that we use).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EnabledFeatures {
@@ -69,6 +95,10 @@ pub struct EnabledFeatures {
     pub buffer_device_address: bool,
     /// VK_EXT_memory_budget.
     pub memory_budget: bool,
+    /// VK_EXT_memory_priority with `memoryPriority`: each `VkDeviceMemory` carries a priority
+    /// (`with_priority` on the descriptions; 0.5 by default) the driver weighs when it must
+    /// demote memory under pressure.
+    pub memory_priority: bool,
     /// `fragmentStoresAndAtomics`: fragment shaders may write storage buffers and images (shader
     /// feedback from a fragment shader needs it).
     pub fragment_stores_and_atomics: bool,
@@ -151,6 +181,7 @@ impl Device {
         // Supported features.
         let mut f12 = vk::PhysicalDeviceVulkan12Features::default();
         let mut f13 = vk::PhysicalDeviceVulkan13Features::default();
+        let mut priority_features = vk::PhysicalDeviceMemoryPriorityFeaturesEXT::default();
         let mut f2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut f12).push_next(&mut f13);
         // SAFETY: valid physical device; the chain points at live structs.
         unsafe { instance.get_physical_device_features2(physical, &mut f2) };
@@ -171,6 +202,15 @@ impl Device {
             .during("vkEnumerateDeviceExtensionProperties")?;
         let has_budget =
             extensions.iter().any(|e| e.extension_name_as_c_str() == Ok(ash::ext::memory_budget::NAME));
+        let has_priority_extension =
+            extensions.iter().any(|e| e.extension_name_as_c_str() == Ok(ash::ext::memory_priority::NAME));
+        if has_priority_extension {
+            let mut f2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut priority_features);
+            // SAFETY: valid physical device; the chain points at a live struct of an extension the
+            // device supports.
+            unsafe { instance.get_physical_device_features2(physical, &mut f2) };
+        }
+        let has_priority = has_priority_extension && priority_features.memory_priority == vk::TRUE;
 
         let queues = choose_queues(instance, physical);
         let Some(universal_family) = queues.universal_family else {
@@ -191,6 +231,7 @@ impl Device {
             timeline_semaphore: has_timeline,
             buffer_device_address: has_bda,
             memory_budget: has_budget,
+            memory_priority: has_priority,
             fragment_stores_and_atomics: supported.fragment_stores_and_atomics == vk::TRUE,
         };
         let sparse_ok = features.sparse_binding;
@@ -215,10 +256,15 @@ impl Device {
             .synchronization2(true)
             .maintenance4(true)
             .dynamic_rendering(has_dynamic_rendering);
+        let mut enable_priority =
+            vk::PhysicalDeviceMemoryPriorityFeaturesEXT::default().memory_priority(true);
         let mut enable2 = vk::PhysicalDeviceFeatures2::default()
             .features(enable)
             .push_next(&mut enable12)
             .push_next(&mut enable13);
+        if has_priority {
+            enable2 = enable2.push_next(&mut enable_priority);
+        }
 
         let priorities = [1.0f32, 1.0];
         let mut queue_infos = vec![vk::DeviceQueueCreateInfo::default()
@@ -234,6 +280,9 @@ impl Device {
         let mut extension_names = Vec::new();
         if has_budget {
             extension_names.push(ash::ext::memory_budget::NAME.as_ptr());
+        }
+        if has_priority {
+            extension_names.push(ash::ext::memory_priority::NAME.as_ptr());
         }
         let create_info = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queue_infos)
@@ -476,6 +525,38 @@ impl Device {
         }
         let now = profile_capture::memory_properties(&self.shared.instance, self.physical, true);
         now.heaps.get(index as usize).cloned().unwrap_or_else(|| heap.clone())
+    }
+
+    /// Every memory heap's budget and usage now, in one query of the driver (VK_EXT_memory_budget
+    /// when the device has it, else the estimate residency's allocations use: 80 % of the heap):
+    /// what the driver reports for the whole process, what residency itself holds, the
+    /// application's cap ([`Ledger::set_heap_limit`]) and the budget residency allocates against.
+    pub fn heap_budgets(&self) -> Vec<HeapStatus> {
+        let now = if self.features.memory_budget {
+            profile_capture::memory_properties(&self.shared.instance, self.physical, true)
+        } else {
+            self.memory.clone()
+        };
+        now.heaps
+            .iter()
+            .enumerate()
+            .map(|(i, heap)| {
+                let index = i as u32;
+                let effective = self.ledger.budget(heap, index);
+                HeapStatus {
+                    index,
+                    size: heap.size,
+                    device_local: heap.device_local,
+                    driver_budget: heap.budget,
+                    driver_usage: heap.usage,
+                    residency_bytes: self.ledger.heap_bytes(index),
+                    limit: self.ledger.heap_limit(index),
+                    budget: effective.budget,
+                    usage: effective.usage,
+                    available: effective.available(),
+                }
+            })
+            .collect()
     }
 
     /// Names a Vulkan object of the application's for debuggers and validation messages

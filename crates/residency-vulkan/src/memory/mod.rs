@@ -20,6 +20,14 @@ use std::ptr::NonNull;
 /// Allocating memory failed. Out of memory and over budget are values, never panics.
 #[derive(Debug, thiserror::Error)]
 pub enum MemoryError {
+    /// A memory priority outside `[0, 1]` (or not a number).
+    #[error("`{name}`: memory priority {priority} is outside [0, 1]")]
+    InvalidPriority {
+        /// What was being allocated.
+        name: String,
+        /// The priority asked for.
+        priority: f32,
+    },
     /// The allocation would take the heap over its budget (VK_EXT_memory_budget or the estimate).
     #[error(
         "`{name}`: {requested} B in memory heap {heap} would exceed its budget ({available} B available of {budget} B)"
@@ -143,6 +151,22 @@ pub(crate) struct RawMemoryDesc<'a> {
     pub(crate) type_index: u32,
     pub(crate) allow_over_budget: bool,
     pub(crate) dedicated: Option<vk::MemoryDedicatedAllocateInfo<'a>>,
+    /// VK_EXT_memory_priority's priority, in `[0, 1]` (checked by the callers); passed when the
+    /// device enabled the extension.
+    pub(crate) priority: f32,
+}
+
+/// The priority of memory nobody asked a priority for (VK_EXT_memory_priority's default).
+pub(crate) const DEFAULT_PRIORITY: f32 = 0.5;
+
+/// Checks a memory priority: a finite value in `[0, 1]`.
+pub(crate) fn check_priority(name: &str, priority: Option<f32>) -> Result<(), MemoryError> {
+    match priority {
+        Some(p) if !(0.0..=1.0).contains(&p) => {
+            Err(MemoryError::InvalidPriority { name: name.to_owned(), priority: p })
+        }
+        _ => Ok(()),
+    }
 }
 
 impl MemoryBlock {
@@ -189,6 +213,10 @@ impl MemoryBlock {
         let mut dedicated = desc.dedicated;
         if let Some(dedicated) = dedicated.as_mut() {
             info = info.push_next(dedicated);
+        }
+        let mut priority = vk::MemoryPriorityAllocateInfoEXT::default().priority(desc.priority);
+        if device.features().memory_priority {
+            info = info.push_next(&mut priority);
         }
         let allocated = device.ledger().guard(FaultSite::AllocateMemory, || {
             // SAFETY: valid device; the info chain lives for the call; the type index comes from this
@@ -280,6 +308,8 @@ pub(crate) struct BlockList {
     /// offset and size are multiples of it, so a flush or invalidate widened to the atom never
     /// touches a neighbour's bytes.
     pub(crate) atom: u64,
+    /// The memory priority of its blocks ([`DEFAULT_PRIORITY`] unless a pool asked for another).
+    pub(crate) priority: f32,
     created: u64,
 }
 
@@ -322,6 +352,7 @@ impl BlockList {
             page_buffer: None,
             fixed_size: false,
             atom: 1,
+            priority: DEFAULT_PRIORITY,
             created: 0,
         }
     }
@@ -409,6 +440,7 @@ impl BlockList {
                 type_index: self.type_index,
                 allow_over_budget: req.allow_over_budget,
                 dedicated: None,
+                priority: self.priority,
             };
             match MemoryBlock::new(device, desc, self.granularity) {
                 Ok(mut block) => {

@@ -56,6 +56,9 @@ pub(crate) struct PlaceRequest<'a> {
     pub(crate) committed: bool,
     pub(crate) allow_over_budget: bool,
     pub(crate) target: DedicatedTarget,
+    /// A memory priority asked for (checked): the resource gets memory of its own with it, since
+    /// a priority belongs to a whole `VkDeviceMemory`.
+    pub(crate) priority: Option<f32>,
 }
 
 /// Where it went.
@@ -84,6 +87,7 @@ impl Device {
         req: &PlaceRequest<'_>,
         usage: Option<BufferUsage>,
     ) -> Result<Placed, MemoryError> {
+        crate::memory::check_priority(req.name, req.priority)?;
         let r = req.requirements;
         let candidates =
             memory_type_candidates(&self.memory_properties().types, r.memory_type_bits, req.intent);
@@ -99,7 +103,9 @@ impl Device {
         for &type_index in &candidates {
             let coherent = self.memory_properties().types[type_index as usize].flags.host_coherent;
             let mut list = self.general[type_index as usize].lock().unwrap_or_else(|e| e.into_inner());
-            let dedicated = req.committed || list.growth.wants_dedicated(r.size, r.prefers_dedicated);
+            let dedicated = req.committed
+                || req.priority.is_some()
+                || list.growth.wants_dedicated(r.size, r.prefers_dedicated);
             let result = if dedicated {
                 drop(list);
                 let info = match req.target {
@@ -113,6 +119,7 @@ impl Device {
                     type_index,
                     allow_over_budget: req.allow_over_budget,
                     dedicated: info,
+                    priority: req.priority.unwrap_or(crate::memory::DEFAULT_PRIORITY),
                 };
                 MemoryBlock::new(self, desc, 1).map(|block| Placed {
                     memory: block.memory,
@@ -196,6 +203,10 @@ pub struct AllocationDesc {
     pub dedicated: bool,
     /// Allocate even when over the heap budget.
     pub allow_over_budget: bool,
+    /// VK_EXT_memory_priority's priority in `[0, 1]` (`None`: the default, 0.5). A priority
+    /// belongs to a whole `VkDeviceMemory`, so an allocation that asks for one gets memory of its
+    /// own; without the extension it is checked and otherwise ignored.
+    pub priority: Option<f32>,
 }
 
 impl AllocationDesc {
@@ -209,7 +220,14 @@ impl AllocationDesc {
             buffer_usage: None,
             dedicated: false,
             allow_over_budget: false,
+            priority: None,
         }
+    }
+
+    /// Sets the memory priority (see the `priority` field).
+    pub fn with_priority(mut self, priority: f32) -> Self {
+        self.priority = Some(priority);
+        self
     }
 
     /// Sets the buffer's usage, for its offset-alignment floors (see [`AllocationDesc::buffer_usage`]).
@@ -462,6 +480,7 @@ impl Device {
             committed: desc.dedicated,
             allow_over_budget: desc.allow_over_budget,
             target,
+            priority: desc.priority,
         };
         let usage = if matches!(target, DedicatedTarget::Buffer(_)) { desc.buffer_usage } else { None };
         let placed = self.place_for_usage(&request, usage)?;

@@ -53,6 +53,8 @@ pub struct BufferPoolDesc {
     pub allow_over_budget: bool,
     /// Independent sets of pages with their own lock (default 1); see the module's locking notes.
     pub arenas: u32,
+    /// VK_EXT_memory_priority's priority of its pages, in `[0, 1]` (`None`: the default, 0.5).
+    pub priority: Option<f32>,
 }
 
 impl BufferPoolDesc {
@@ -65,7 +67,14 @@ impl BufferPoolDesc {
             page_size: 64 << 20,
             allow_over_budget: false,
             arenas: 1,
+            priority: None,
         }
+    }
+
+    /// Sets the memory priority of its pages (see the `priority` field).
+    pub fn with_priority(mut self, priority: f32) -> Self {
+        self.priority = Some(priority);
+        self
     }
 
     /// Splits the pool into `arenas` sets of pages, each with its own lock (clamped to 1..=64).
@@ -179,6 +188,7 @@ impl BufferPool {
     pub fn new(device: Arc<Device>, desc: BufferPoolDesc) -> Result<BufferPool, MemoryError> {
         let desc =
             BufferPoolDesc { page_size: desc.page_size.max(64 << 10).next_multiple_of(64 << 10), ..desc };
+        crate::memory::check_priority(&desc.name, desc.priority)?;
         let allowed = match desc.usage {
             BufferPoolUsage::Known(usage) if usage.is_empty() => {
                 return Err(MemoryError::Unsatisfiable {
@@ -219,6 +229,7 @@ impl BufferPool {
             )
             .with_atom(&memory_type, atom);
             pages.fixed_size = true;
+            pages.priority = desc.priority.unwrap_or(crate::memory::DEFAULT_PRIORITY);
             if let BufferPoolUsage::Known(usage) = usage_for_pages {
                 let page_name = desc.name.clone();
                 pages.page_buffer = Some(Box::new(move |device: &Device, block| {

@@ -50,6 +50,10 @@ pub struct BufferDesc {
     pub committed: bool,
     /// Allocate even when over the heap budget.
     pub allow_over_budget: bool,
+    /// VK_EXT_memory_priority's priority in `[0, 1]` (`None`: the default, 0.5). A priority
+    /// belongs to a whole `VkDeviceMemory`, so a resource that asks for one gets memory of its
+    /// own; without the extension it is checked and otherwise ignored.
+    pub priority: Option<f32>,
 }
 
 impl BufferDesc {
@@ -63,7 +67,14 @@ impl BufferDesc {
             alignment: 0,
             committed: false,
             allow_over_budget: false,
+            priority: None,
         }
+    }
+
+    /// Sets the memory priority (see the `priority` field).
+    pub fn with_priority(mut self, priority: f32) -> Self {
+        self.priority = Some(priority);
+        self
     }
 
     /// Sets the memory intent.
@@ -456,6 +467,7 @@ impl Device {
             intent: desc.intent,
             committed: desc.committed,
             allow_over_budget: desc.allow_over_budget,
+            priority: desc.priority,
             target: DedicatedTarget::Buffer(raw),
         };
         let placed = self.place_for_usage(&request, Some(desc.usage))?;

@@ -91,6 +91,10 @@ pub struct ImageDesc {
     pub committed: bool,
     /// Allocate even when over budget.
     pub allow_over_budget: bool,
+    /// VK_EXT_memory_priority's priority in `[0, 1]` (`None`: the default, 0.5). A priority
+    /// belongs to a whole `VkDeviceMemory`, so a resource that asks for one gets memory of its
+    /// own; without the extension it is checked and otherwise ignored.
+    pub priority: Option<f32>,
 }
 
 impl ImageDesc {
@@ -119,7 +123,14 @@ impl ImageDesc {
             intent: MemoryIntent::DeviceLocal,
             committed: false,
             allow_over_budget: false,
+            priority: None,
         }
+    }
+
+    /// Sets the memory priority (see the `priority` field).
+    pub fn with_priority(mut self, priority: f32) -> Self {
+        self.priority = Some(priority);
+        self
     }
 
     /// Sets the mip count.
@@ -609,6 +620,7 @@ impl Device {
             intent: desc.intent,
             committed: desc.committed,
             allow_over_budget: desc.allow_over_budget,
+            priority: desc.priority,
             target: DedicatedTarget::Image(raw),
         };
         let placed = self.place(&request)?;

@@ -293,6 +293,7 @@ impl TransientPool {
                 type_index,
                 allow_over_budget: false,
                 dedicated: None,
+                priority: crate::memory::DEFAULT_PRIORITY,
             };
             match MemoryBlock::new(&device, desc, 1) {
                 Ok(block) => new_heaps.push((
