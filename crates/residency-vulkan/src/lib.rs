@@ -48,6 +48,7 @@ pub use error::{Result, VulkanError, LAVAPIPE_HINT};
 pub use image::{Filter, Image, ImageDesc, ImageView, ImageViewDesc, Sampler};
 pub use instance::{version_string, InstanceDesc};
 pub use ledger::{FaultSite, InjectedFault, Ledger, LiveObject};
+pub use memory::linear_pool::{LinearPool, LinearPoolDesc, LinearPoolStats};
 pub use memory::MemoryError;
 pub use pool::{BufferInit, BufferPool, BufferPoolDesc, PoolStats};
 pub use recording::Recording;

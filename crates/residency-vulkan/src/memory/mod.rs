@@ -5,6 +5,7 @@
 //! empty heaps are released with hysteresis (one kept). Every `VkDeviceMemory` goes through the
 //! device's ledger, which enforces `maxMemoryAllocationCount` and the heap budget.
 
+pub(crate) mod linear_pool;
 pub(crate) mod placement;
 pub(crate) mod pool;
 pub(crate) mod report;
@@ -95,6 +96,17 @@ pub enum MemoryError {
         name: String,
         /// Why.
         reason: String,
+    },
+    /// A linear pool's algorithm refused the request (out of space while earlier buffers are live
+    /// or their GPU work runs, the stacks would overlap, an upper allocation outside a double
+    /// stack); nothing was allocated.
+    #[error("`{name}`: {source}")]
+    Linear {
+        /// The buffer.
+        name: String,
+        /// The algorithm's reason, with its numbers.
+        #[source]
+        source: residency_core::allocator::LinearError,
     },
     /// Any other Vulkan failure.
     #[error(transparent)]

@@ -34,6 +34,11 @@ pub(crate) enum ResourceMemory {
     Pool { pool: std::sync::Weak<crate::pool::PoolShared>, arena: u16, allocation: BlockAllocation },
     /// A transient pool's heap: nothing to return (the heap retires after the resources in it).
     Transient,
+    /// A linear pool's block. Weak, as for a buffer pool.
+    Linear {
+        pool: std::sync::Weak<crate::memory::linear_pool::LinearShared>,
+        allocation: residency_core::allocator::LinearAllocation,
+    },
 }
 
 /// The resource a dedicated allocation is for.
@@ -176,6 +181,11 @@ impl Device {
                 }
             }
             ResourceMemory::Transient => {}
+            ResourceMemory::Linear { pool, allocation } => {
+                if let Some(pool) = pool.upgrade() {
+                    pool.free_range(allocation);
+                }
+            }
         }
     }
 }
@@ -487,7 +497,7 @@ impl Device {
         let memory_type = match &placed.owner {
             ResourceMemory::General { type_index, .. } => *type_index,
             ResourceMemory::Dedicated(block) => block.type_index,
-            ResourceMemory::Pool { .. } | ResourceMemory::Transient => {
+            ResourceMemory::Pool { .. } | ResourceMemory::Transient | ResourceMemory::Linear { .. } => {
                 unreachable!("Device::place returns general or dedicated memory")
             }
         };

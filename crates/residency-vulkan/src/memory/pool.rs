@@ -178,6 +178,15 @@ impl std::fmt::Debug for BufferPool {
     }
 }
 
+/// Memory types every buffer usage accepts: where an unknown-flags pool (or a linear pool) may
+/// place any buffer.
+pub(crate) fn unknown_flags_type_bits(device: &Device) -> u32 {
+    BufferUsage::NAMED
+        .iter()
+        .filter(|(u, _)| device.features().buffer_device_address || *u != BufferUsage::DEVICE_ADDRESS)
+        .fold(!0u32, |bits, &(u, _)| bits & buffer_type_bits(device, u | BufferUsage::COPY_DST))
+}
+
 /// Memory types any buffer of `usage` may use (asked without creating a buffer).
 fn buffer_type_bits(device: &Device, usage: BufferUsage) -> u32 {
     crate::profile_capture::buffer_requirements(device, 1, vk_buffer_usage(usage)).memory_type_bits
@@ -197,11 +206,7 @@ impl BufferPool {
                 })
             }
             BufferPoolUsage::Known(usage) => buffer_type_bits(&device, usage),
-            // Any buffer may land in an unknown-flags pool: only types every usage accepts.
-            BufferPoolUsage::Unknown => BufferUsage::NAMED
-                .iter()
-                .filter(|(u, _)| device.features().buffer_device_address || *u != BufferUsage::DEVICE_ADDRESS)
-                .fold(!0u32, |bits, &(u, _)| bits & buffer_type_bits(&device, u | BufferUsage::COPY_DST)),
+            BufferPoolUsage::Unknown => unknown_flags_type_bits(&device),
         };
         let Some(&type_index) =
             memory_type_candidates(&device.memory_properties().types, allowed, desc.memory).first()
