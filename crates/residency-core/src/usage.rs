@@ -43,8 +43,19 @@ usage_flags! {
     VERTEX = 7, "vertex";
     /// Indirect draw/dispatch arguments.
     INDIRECT = 8, "indirect";
+    /// A ray-tracing shader binding table (`SHADER_BINDING_TABLE_KHR`; needs
+    /// VK_KHR_ray_tracing_pipeline). Placed at the spec's 64 B shader-table alignment.
+    SHADER_BINDING_TABLE = 10, "shader_binding_table";
     /// Its device address may be taken (`SHADER_DEVICE_ADDRESS`).
     DEVICE_ADDRESS = 17, "device_address";
+    /// Read-only input of an acceleration-structure build: vertices, indices, transforms, AABBs,
+    /// instances (`ACCELERATION_STRUCTURE_BUILD_INPUT_READ_ONLY_KHR`; needs
+    /// VK_KHR_acceleration_structure). Placed at 16 B (instances and transforms).
+    ACCELERATION_STRUCTURE_BUILD_INPUT = 19, "acceleration_structure_build_input";
+    /// Storage of acceleration structures (`ACCELERATION_STRUCTURE_STORAGE_KHR`; needs
+    /// VK_KHR_acceleration_structure). Placed at 256 B, the alignment of an acceleration
+    /// structure's offset in its buffer.
+    ACCELERATION_STRUCTURE_STORAGE = 20, "acceleration_structure_storage";
 }
 
 impl BufferUsage {

@@ -15,6 +15,7 @@ use ash::vk;
 use residency_core::device_mask::DeviceIndex;
 use residency_core::memory::HeapGrowth;
 use residency_core::profile::{DeviceProfile, MemoryHeap, MemoryProperties};
+use residency_core::usage::BufferUsage;
 use std::ffi::{CStr, CString};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
@@ -99,6 +100,14 @@ pub struct EnabledFeatures {
     /// (`with_priority` on the descriptions; 0.5 by default) the driver weighs when it must
     /// demote memory under pressure.
     pub memory_priority: bool,
+    /// VK_KHR_acceleration_structure (with VK_KHR_deferred_host_operations and
+    /// `bufferDeviceAddress`): buffers may have the acceleration-structure usages
+    /// (`BufferUsage::ACCELERATION_STRUCTURE_STORAGE`, `ACCELERATION_STRUCTURE_BUILD_INPUT`), and
+    /// barriers the acceleration-structure build stage and accesses. Lavapipe and the NVIDIA
+    /// driver have it.
+    pub acceleration_structure: bool,
+    /// VK_KHR_ray_tracing_pipeline: buffers may have `BufferUsage::SHADER_BINDING_TABLE`.
+    pub ray_tracing_pipeline: bool,
     /// `fragmentStoresAndAtomics`: fragment shaders may write storage buffers and images (shader
     /// feedback from a fragment shader needs it).
     pub fragment_stores_and_atomics: bool,
@@ -133,6 +142,8 @@ pub struct Device {
     this: Weak<Device>,
     /// Deferred destruction: clocks and the retire queue.
     retirement: Retirement,
+    /// `minAccelerationStructureScratchOffsetAlignment` (0 without acceleration structures).
+    scratch_alignment: u64,
     /// The [`crate::PlacementPolicy`] of placed resources (0 tight, 1 legacy).
     pub(crate) placement_policy: std::sync::atomic::AtomicU8,
     /// The tight-alignment tier, derived on first use.
@@ -182,6 +193,8 @@ impl Device {
         let mut f12 = vk::PhysicalDeviceVulkan12Features::default();
         let mut f13 = vk::PhysicalDeviceVulkan13Features::default();
         let mut priority_features = vk::PhysicalDeviceMemoryPriorityFeaturesEXT::default();
+        let mut as_features = vk::PhysicalDeviceAccelerationStructureFeaturesKHR::default();
+        let mut rt_features = vk::PhysicalDeviceRayTracingPipelineFeaturesKHR::default();
         let mut f2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut f12).push_next(&mut f13);
         // SAFETY: valid physical device; the chain points at live structs.
         unsafe { instance.get_physical_device_features2(physical, &mut f2) };
@@ -211,6 +224,23 @@ impl Device {
             unsafe { instance.get_physical_device_features2(physical, &mut f2) };
         }
         let has_priority = has_priority_extension && priority_features.memory_priority == vk::TRUE;
+        let has_extension =
+            |name: &std::ffi::CStr| extensions.iter().any(|e| e.extension_name_as_c_str() == Ok(name));
+        let as_extensions = has_bda
+            && has_extension(ash::khr::acceleration_structure::NAME)
+            && has_extension(ash::khr::deferred_host_operations::NAME);
+        let rt_extension = as_extensions && has_extension(ash::khr::ray_tracing_pipeline::NAME);
+        if as_extensions {
+            let mut f2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut as_features);
+            if rt_extension {
+                f2 = f2.push_next(&mut rt_features);
+            }
+            // SAFETY: valid physical device; the chain points at live structs of extensions the
+            // device supports.
+            unsafe { instance.get_physical_device_features2(physical, &mut f2) };
+        }
+        let has_as = as_extensions && as_features.acceleration_structure == vk::TRUE;
+        let has_rt = has_as && rt_extension && rt_features.ray_tracing_pipeline == vk::TRUE;
 
         let queues = choose_queues(instance, physical);
         let Some(universal_family) = queues.universal_family else {
@@ -232,6 +262,8 @@ impl Device {
             buffer_device_address: has_bda,
             memory_budget: has_budget,
             memory_priority: has_priority,
+            acceleration_structure: has_as,
+            ray_tracing_pipeline: has_rt,
             fragment_stores_and_atomics: supported.fragment_stores_and_atomics == vk::TRUE,
         };
         let sparse_ok = features.sparse_binding;
@@ -265,6 +297,16 @@ impl Device {
         if has_priority {
             enable2 = enable2.push_next(&mut enable_priority);
         }
+        let mut enable_as =
+            vk::PhysicalDeviceAccelerationStructureFeaturesKHR::default().acceleration_structure(true);
+        if has_as {
+            enable2 = enable2.push_next(&mut enable_as);
+        }
+        let mut enable_rt =
+            vk::PhysicalDeviceRayTracingPipelineFeaturesKHR::default().ray_tracing_pipeline(true);
+        if has_rt {
+            enable2 = enable2.push_next(&mut enable_rt);
+        }
 
         let priorities = [1.0f32, 1.0];
         let mut queue_infos = vec![vk::DeviceQueueCreateInfo::default()
@@ -283,6 +325,13 @@ impl Device {
         }
         if has_priority {
             extension_names.push(ash::ext::memory_priority::NAME.as_ptr());
+        }
+        if has_as {
+            extension_names.push(ash::khr::acceleration_structure::NAME.as_ptr());
+            extension_names.push(ash::khr::deferred_host_operations::NAME.as_ptr());
+        }
+        if has_rt {
+            extension_names.push(ash::khr::ray_tracing_pipeline::NAME.as_ptr());
         }
         let create_info = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queue_infos)
@@ -388,6 +437,16 @@ impl Device {
                 Mutex::new(list)
             })
             .collect();
+        let scratch_alignment = if features.acceleration_structure {
+            let mut as_props = vk::PhysicalDeviceAccelerationStructurePropertiesKHR::default();
+            let mut props2 = vk::PhysicalDeviceProperties2::default().push_next(&mut as_props);
+            // SAFETY: valid physical device; the extension is enabled on the device (so supported),
+            // and the chain points at a live struct.
+            unsafe { instance.get_physical_device_properties2(physical, &mut props2) };
+            u64::from(as_props.min_acceleration_structure_scratch_offset_alignment)
+        } else {
+            0
+        };
         let device = Arc::new_cyclic(|this| Device {
             index,
             physical_index,
@@ -409,6 +468,7 @@ impl Device {
             uid: NEXT_DEVICE_UID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             this: this.clone(),
             retirement,
+            scratch_alignment,
             placement_policy: std::sync::atomic::AtomicU8::new(0),
             tight_tier: OnceLock::new(),
             placement_log: Default::default(),
@@ -525,6 +585,44 @@ impl Device {
         }
         let now = profile_capture::memory_properties(&self.shared.instance, self.physical, true);
         now.heaps.get(index as usize).cloned().unwrap_or_else(|| heap.clone())
+    }
+
+    /// `minAccelerationStructureScratchOffsetAlignment` (0 without VK_KHR_acceleration_structure):
+    /// a build's scratch address must be a multiple of it.
+    pub fn scratch_alignment(&self) -> u64 {
+        self.scratch_alignment
+    }
+
+    /// The scratch floor of a buffer that may be a build's scratch (storage + device address)
+    /// on a device with acceleration structures; 0 otherwise.
+    pub(crate) fn scratch_floor(&self, usage: BufferUsage) -> u64 {
+        let scratch = BufferUsage::STORAGE | BufferUsage::DEVICE_ADDRESS;
+        if self.features.acceleration_structure && usage.contains(scratch) {
+            self.scratch_alignment.max(1).next_power_of_two()
+        } else {
+            0
+        }
+    }
+
+    /// The part of `usage` this device cannot create buffers with, and the extension or feature
+    /// it lacks: device addresses without `bufferDeviceAddress`, the acceleration-structure
+    /// usages without VK_KHR_acceleration_structure, a shader binding table without
+    /// VK_KHR_ray_tracing_pipeline. `None`: all of it is supported.
+    pub fn unsupported_usage(&self, usage: BufferUsage) -> Option<(BufferUsage, &'static str)> {
+        let f = &self.features;
+        let checks = [
+            (BufferUsage::DEVICE_ADDRESS, f.buffer_device_address, "bufferDeviceAddress"),
+            (
+                BufferUsage::ACCELERATION_STRUCTURE_STORAGE | BufferUsage::ACCELERATION_STRUCTURE_BUILD_INPUT,
+                f.acceleration_structure,
+                "VK_KHR_acceleration_structure",
+            ),
+            (BufferUsage::SHADER_BINDING_TABLE, f.ray_tracing_pipeline, "VK_KHR_ray_tracing_pipeline"),
+        ];
+        checks.into_iter().find_map(|(bits, enabled, what)| {
+            let asked = BufferUsage::from_bits_truncate(usage.bits() & bits.bits());
+            (!enabled && !asked.is_empty()).then_some((asked, what))
+        })
     }
 
     /// Every memory heap's budget and usage now, in one query of the driver (VK_EXT_memory_budget

@@ -252,6 +252,7 @@ impl LinearShared {
             .alignment
             .max(init.alignment)
             .max(usage_alignment_floor(usage, &self.device.profile().limits))
+            .max(self.device.scratch_floor(usage))
             .max(atom)
             .max(1);
         let size = req.size.next_multiple_of(atom);

@@ -594,9 +594,24 @@ impl RequirementsSource for ObjectRequirements<'_> {
 
 /// The offset-alignment floor of a buffer usage on a device: `minUniformBufferOffsetAlignment`
 /// for uniform buffers, `minStorageBufferOffsetAlignment` for storage buffers,
-/// `minTexelBufferOffsetAlignment` for texel buffers, the largest that applies; 0 for none.
+/// `minTexelBufferOffsetAlignment` for texel buffers, 256 B for acceleration-structure storage
+/// (an acceleration structure's offset in its buffer is a multiple of 256), 16 B for
+/// acceleration-structure build inputs (instances, transforms), 64 B for a shader binding table
+/// (the largest `shaderGroupBaseAlignment` Vulkan allows, D3D12's shader-table alignment), the
+/// largest that applies; 0 for none. (A build's scratch buffer, storage + device address, also
+/// gets the device's `minAccelerationStructureScratchOffsetAlignment`: see
+/// [`Device::scratch_alignment`].)
 pub fn usage_alignment_floor(usage: BufferUsage, limits: &Limits) -> u64 {
     let mut floor = 0;
+    if usage.contains(BufferUsage::ACCELERATION_STRUCTURE_STORAGE) {
+        floor = floor.max(256);
+    }
+    if usage.contains(BufferUsage::ACCELERATION_STRUCTURE_BUILD_INPUT) {
+        floor = floor.max(16);
+    }
+    if usage.contains(BufferUsage::SHADER_BINDING_TABLE) {
+        floor = floor.max(64);
+    }
     if usage.contains(BufferUsage::UNIFORM) {
         floor = BufferUse::ConstantBuffer.device_limit(limits);
     }
@@ -648,7 +663,7 @@ impl Device {
         // The usage's floors are the device's own rules for binding offsets (at most 256 B, a power of
         // two), not a request of the caller's: they go on top of the engine's answer, so that only
         // a floor the caller passed below the rules is reported as ALIGNMENT_OVERRIDDEN.
-        let usage_floor = usage.map_or(0, |u| usage_alignment_floor(u, limits));
+        let usage_floor = usage.map_or(0, |u| usage_alignment_floor(u, limits).max(self.scratch_floor(u)));
         let floor = req.alignment_floor;
         let tight =
             self.placement_policy() == PlacementPolicy::Tight && tier != TightAlignmentTier::NotSupported;

@@ -183,7 +183,7 @@ impl std::fmt::Debug for BufferPool {
 pub(crate) fn unknown_flags_type_bits(device: &Device) -> u32 {
     BufferUsage::NAMED
         .iter()
-        .filter(|(u, _)| device.features().buffer_device_address || *u != BufferUsage::DEVICE_ADDRESS)
+        .filter(|(u, _)| device.unsupported_usage(*u).is_none())
         .fold(!0u32, |bits, &(u, _)| bits & buffer_type_bits(device, u | BufferUsage::COPY_DST))
 }
 
@@ -345,19 +345,11 @@ impl BufferPool {
 }
 
 impl PoolShared {
+    /// The usage's offset floors (descriptor offsets, acceleration structures, shader tables,
+    /// build scratch): what a range or a placed buffer of this usage is aligned to, at least 16.
     fn range_alignment(&self, usage: BufferUsage) -> u64 {
-        let l = self.device.limits();
-        let mut alignment = 16;
-        if usage.contains(BufferUsage::UNIFORM) {
-            alignment = alignment.max(l.min_uniform_buffer_offset_alignment);
-        }
-        if usage.contains(BufferUsage::STORAGE) {
-            alignment = alignment.max(l.min_storage_buffer_offset_alignment);
-        }
-        if usage.intersects(BufferUsage::UNIFORM_TEXEL | BufferUsage::STORAGE_TEXEL) {
-            alignment = alignment.max(l.min_texel_buffer_offset_alignment);
-        }
-        alignment
+        let floor = crate::usage_alignment_floor(usage, &self.device.profile().limits);
+        16u64.max(floor).max(self.device.scratch_floor(usage))
     }
 
     fn invalid(&self, init: &BufferInit, reason: String) -> MemoryError {
@@ -457,7 +449,7 @@ impl PoolShared {
                 format!("usage {usage:?} cannot live in memory type {} of this pool", self.type_index),
             ));
         }
-        let alignment = req.alignment.max(init.alignment).max(1);
+        let alignment = req.alignment.max(init.alignment).max(self.range_alignment(usage));
         let (allocation, page, arena) = self.allocate(init, req.size, alignment)?;
         let offset = allocation.allocation.offset();
         if let Err(e) = bind_buffer(&self.device, guard.disarm(), page.memory, offset) {

@@ -406,6 +406,12 @@ pub(crate) fn create_raw_buffer(
             reason: "a buffer needs a usage".into(),
         });
     }
+    if let Some((asked, needs)) = device.unsupported_usage(usage) {
+        return Err(MemoryError::Unsatisfiable {
+            name: name.to_owned(),
+            reason: format!("usage {asked:?} needs {needs}, which this device does not have enabled"),
+        });
+    }
     let info = vk::BufferCreateInfo::default()
         .size(size)
         .usage(vk_buffer_usage(usage))

@@ -494,17 +494,20 @@ const SHADERS: Stage = Stage::from_raw(
         | Stage::ALL_GRAPHICS.as_raw(),
 );
 
-/// Each core access and the stages that may perform it (`ALL_COMMANDS` performs every access).
-fn access_stages() -> [(Access, Stage); 20] {
+/// Each access and the stages that may perform it (`ALL_COMMANDS` performs every access); `extra`
+/// are the extension stages the device enabled (the acceleration-structure build stage).
+fn access_stages(extra: Stage) -> [(Access, Stage); 22] {
     let graphics = |s: Stage| s | Stage::ALL_GRAPHICS;
     let transfer = Stage::COPY | Stage::BLIT | Stage::RESOLVE | Stage::ALL_TRANSFER;
+    let build = extra & Stage::ACCELERATION_STRUCTURE_BUILD_KHR;
     [
-        (Access::INDIRECT_COMMAND_READ, graphics(Stage::DRAW_INDIRECT)),
+        (Access::INDIRECT_COMMAND_READ, graphics(Stage::DRAW_INDIRECT) | build),
         (Access::INDEX_READ, graphics(Stage::VERTEX_INPUT | Stage::INDEX_INPUT)),
         (Access::VERTEX_ATTRIBUTE_READ, graphics(Stage::VERTEX_INPUT | Stage::VERTEX_ATTRIBUTE_INPUT)),
         (Access::UNIFORM_READ, SHADERS),
         (Access::INPUT_ATTACHMENT_READ, graphics(Stage::FRAGMENT_SHADER)),
-        (Access::SHADER_READ, SHADERS),
+        // An acceleration-structure build reads its geometry, instances and transforms as shader reads.
+        (Access::SHADER_READ, SHADERS | build),
         (Access::SHADER_WRITE, SHADERS),
         (Access::SHADER_SAMPLED_READ, SHADERS),
         (Access::SHADER_STORAGE_READ, SHADERS),
@@ -519,23 +522,45 @@ fn access_stages() -> [(Access, Stage); 20] {
             Access::DEPTH_STENCIL_ATTACHMENT_WRITE,
             graphics(Stage::EARLY_FRAGMENT_TESTS | Stage::LATE_FRAGMENT_TESTS),
         ),
-        (Access::TRANSFER_READ, transfer),
-        (Access::TRANSFER_WRITE, transfer | Stage::CLEAR),
+        (Access::TRANSFER_READ, transfer | build),
+        (Access::TRANSFER_WRITE, transfer | Stage::CLEAR | build),
         (Access::HOST_READ, Stage::HOST),
         (Access::HOST_WRITE, Stage::HOST),
-        (Access::MEMORY_READ, CORE_STAGES),
-        (Access::MEMORY_WRITE, CORE_STAGES),
+        (Access::MEMORY_READ, CORE_STAGES | extra),
+        (Access::MEMORY_WRITE, CORE_STAGES | extra),
+        // Without the extension these name no stage of the device: refused.
+        (
+            Access::ACCELERATION_STRUCTURE_READ_KHR,
+            if build.is_empty() { Stage::empty() } else { SHADERS | build },
+        ),
+        (Access::ACCELERATION_STRUCTURE_WRITE_KHR, build),
     ]
 }
 
-/// Checks one side of a dependency: core stages only, and every access performed by one of them.
-pub(crate) fn check_scope(stages: Stage, access: Access) -> Result<(), BarrierError> {
-    let unsupported = stages & !CORE_STAGES;
+/// The extension stages `features` enabled beyond the core ones.
+pub(crate) fn extension_stages(features: &crate::EnabledFeatures) -> Stage {
+    if features.acceleration_structure {
+        Stage::ACCELERATION_STRUCTURE_BUILD_KHR
+    } else {
+        Stage::empty()
+    }
+}
+
+/// Checks one side of a dependency on a device with `features`: core stages and the extension
+/// stages it enabled only, and every access performed by one of them.
+pub(crate) fn check_scope(
+    features: &crate::EnabledFeatures,
+    stages: Stage,
+    access: Access,
+) -> Result<(), BarrierError> {
+    let extra = extension_stages(features);
+    let unsupported = stages & !(CORE_STAGES | extra);
     if !unsupported.is_empty() {
         return Err(BarrierError::UnsupportedStages { stages: unsupported });
     }
+    let table = access_stages(extra);
     if stages.contains(Stage::ALL_COMMANDS) {
-        let known = access_stages().iter().fold(Access::NONE, |all, (a, _)| all | *a);
+        let known = table.iter().filter(|(_, s)| !s.is_empty()).fold(Access::NONE, |all, (a, _)| all | *a);
         let unknown = access & !known;
         return match unknown.is_empty() {
             true => Ok(()),
@@ -543,7 +568,7 @@ pub(crate) fn check_scope(stages: Stage, access: Access) -> Result<(), BarrierEr
         };
     }
     let mut covered = Access::NONE;
-    for (bit, allowed) in access_stages() {
+    for (bit, allowed) in table {
         if access.contains(bit) {
             if !stages.intersects(allowed) {
                 return Err(BarrierError::AccessWithoutStage { access: bit, stages });
@@ -722,8 +747,9 @@ impl Recording<'_> {
     /// and each access one that a stage of its side performs ([`BarrierError`]; nothing is
     /// recorded then).
     pub fn memory_barrier(&mut self, dependency: MemoryDependency) -> Result<(), BarrierError> {
-        check_scope(dependency.src_stages, dependency.src_access)?;
-        check_scope(dependency.dst_stages, dependency.dst_access)?;
+        let features = self.device.features();
+        check_scope(&features, dependency.src_stages, dependency.src_access)?;
+        check_scope(&features, dependency.dst_stages, dependency.dst_access)?;
         let barrier = [vk::MemoryBarrier2::default()
             .src_stage_mask(dependency.src_stages)
             .src_access_mask(dependency.src_access)

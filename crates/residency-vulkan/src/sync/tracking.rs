@@ -201,12 +201,13 @@ impl ResourceTracker {
                     .len()
             })
         };
+        let features = device.features();
         let check = |src: residency_core::sync::Scope,
                      dst: residency_core::sync::Scope,
                      families_of: Option<(u32, u32)>|
          -> Result<(), RecordError> {
-            check_scope(stages(src.stages), access(src.access))?;
-            check_scope(stages(dst.stages), access(dst.access))?;
+            check_scope(&features, stages(src.stages), access(src.access))?;
+            check_scope(&features, stages(dst.stages), access(dst.access))?;
             if let Some((a, b)) = families_of {
                 for family in [a, b] {
                     if family != vk::QUEUE_FAMILY_IGNORED && family as usize >= family_count() {

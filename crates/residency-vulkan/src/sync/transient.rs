@@ -199,6 +199,7 @@ impl TransientPool {
             for u in [uses.0, uses.1] {
                 let info = u.info();
                 check_scope(
+                    &self.device.features(),
                     vk::PipelineStageFlags2::from_raw(info.stages.bits()),
                     vk::AccessFlags2::from_raw(info.access.bits()),
                 )
@@ -215,8 +216,13 @@ impl TransientPool {
                 TransientRequest::Buffer { name, size, usage, passes, uses } => {
                     create_raw_buffer(&device, name, *size, *usage).map(|(raw, req)| {
                         bits &= req.memory_type_bits;
+                        // The usage's offset floors (descriptors, acceleration structures, build
+                        // scratch, shader tables) on top of the driver's alignment.
+                        let floor = crate::usage_alignment_floor(*usage, &device.profile().limits)
+                            .max(device.scratch_floor(*usage));
+                        let alignment = req.alignment.max(floor).max(1);
                         descs.push(
-                            TransientDesc::buffer(name.clone(), req.size, req.alignment, passes.clone())
+                            TransientDesc::buffer(name.clone(), req.size, alignment, passes.clone())
                                 .with_uses(uses.0, uses.1),
                         );
                         unbound.buffers.push(Some((raw, name.clone(), *size, *usage)));
