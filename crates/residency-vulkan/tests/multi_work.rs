@@ -14,7 +14,7 @@ use residency_vulkan::multi_work::{
 };
 use residency_vulkan::shaders::{self};
 use residency_vulkan::testing::with_gpu;
-use residency_vulkan::{BufferInit, BufferPoolDesc};
+use residency_vulkan::{BufferInit, BufferPoolDesc, FaultSite, InjectedFault};
 
 fn d(i: u32) -> DeviceIndex {
     DeviceIndex::new(i).unwrap()
@@ -325,5 +325,98 @@ fn transient_pools_exist_per_device_and_track_state_per_device() {
         let heaps = pools.heap_bytes();
         assert_eq!(heaps.len(), 2);
         assert!(heaps[0].1 < heaps[1].1, "each device sized its own heaps: {heaps:?}");
+    });
+}
+
+/// Each device's resident tiles (virtual indices) and pool tiles in use.
+fn residency(
+    image: &MultiSparseImage,
+    pools: &MultiTilePool,
+) -> (Vec<(DeviceIndex, Vec<u32>)>, Vec<(DeviceIndex, u64)>) {
+    let tables = image
+        .iter()
+        .map(|(i, instance)| (i, instance.residency().page_table().mapped().map(|(t, _)| t.0).collect()))
+        .collect();
+    (tables, pools.used_tiles())
+}
+
+#[test]
+fn flush_binds_failing_on_device_1_rolls_back_to_the_page_tables_before_it() {
+    with_gpu(|set| {
+        let both = DeviceMask::from_bits(0b11);
+        let pools = MultiTilePool::new(set, both, &TilePoolDesc::default().with_tiles_per_heap(64)).unwrap();
+        let desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 2048, 2048);
+        let mut image = MultiSparseImage::new(&pools, both, "flush rollback", &desc).unwrap();
+        let tile = image.instance(d(0)).unwrap().layout().tile_shape();
+        let first = TexelRegion { offset: [0; 3], extent: [tile.width, tile.height, 1] };
+        let second = TexelRegion { offset: [tile.width, 0, 0], extent: [1, 1, 1] };
+        image.commit_region(&pools, both, 0, 0, first).unwrap();
+        image.commit_region(&pools, d(1).mask(), 0, 0, second).unwrap();
+        let before = residency(&image, &pools);
+        assert_eq!(before.1, vec![(d(0), 1), (d(1), 2)]);
+
+        let d1 = set.device(d(1)).unwrap();
+        d1.ledger().inject_fault(FaultSite::BindSparse, 0, InjectedFault::OutOfDeviceMemory);
+        let err = image.flush_binds(&pools).unwrap_err();
+        assert!(matches!(err, MultiDeviceError::Failed { device, .. } if device == d(1)), "{err}");
+        assert_eq!(d1.ledger().faults_fired(FaultSite::BindSparse), 1);
+        d1.ledger().clear_faults();
+        assert_eq!(residency(&image, &pools), before, "every page table and pool as before the call");
+        assert!(!image.instance(d(0)).unwrap().has_pending_binds(), "device 0 was flushed");
+        assert!(image.instance(d(1)).unwrap().has_pending_binds(), "device 1's commits are queued again");
+
+        // The retry binds device 1's tiles; device 0 has nothing left to bind.
+        let stats = image.flush_binds(&pools).unwrap();
+        assert_eq!(stats.iter().map(|(_, s)| s.tiles_bound).collect::<Vec<_>>(), vec![0, 2]);
+        let uploader = MultiUploader::new(set, both, 1 << 20).unwrap();
+        let data: Vec<u8> = (0..tile.width * tile.height * 4).map(|i| (i % 251) as u8).collect();
+        image.broadcast_region(&uploader, 0, [0; 3], [tile.width, tile.height, 1], &data).unwrap();
+        for device in [d(0), d(1)] {
+            let back = image.instance(device).unwrap().read_region(0, 0, first, 1 << 20).unwrap();
+            assert_eq!(back, data, "{device}: the tile is bound");
+        }
+        drop(image);
+        uploader.destroy().unwrap();
+    });
+}
+
+#[test]
+fn release_region_rolls_back_a_refusal_on_any_device() {
+    with_gpu(|set| {
+        let both = DeviceMask::from_bits(0b11);
+        let pool_desc = TilePoolDesc::default().with_tiles_per_heap(16);
+        let pools = MultiTilePool::new(set, both, &pool_desc).unwrap();
+        let desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 1024, 1024);
+        let mut image = MultiSparseImage::new(&pools, both, "release rollback", &desc).unwrap();
+        let tile = image.instance(d(0)).unwrap().layout().tile_shape();
+        let first = TexelRegion { offset: [0; 3], extent: [tile.width * 2, tile.height, 1] };
+        image.commit_region(&pools, both, 0, 0, first).unwrap();
+        image.flush_binds(&pools).unwrap();
+        let before = residency(&image, &pools);
+        assert_eq!(before.1, vec![(d(0), 2), (d(1), 2)]);
+
+        // Pools without device 0 (this used to panic), other pools (the wrong pool on device 0
+        // and 1), a region outside the mip: each refused before any device releases a tile.
+        let on_1 = MultiTilePool::new(set, d(1).mask(), &pool_desc).unwrap();
+        let err = image.release_region(&on_1, both, 0, 0, first).unwrap_err();
+        assert!(matches!(err, MultiDeviceError::MaskNotSubset { .. }), "{err}");
+        let other = MultiTilePool::new(set, both, &pool_desc).unwrap();
+        let err = image.release_region(&other, both, 0, 0, first).unwrap_err();
+        assert!(err.to_string().contains("pool"), "{err}");
+        let outside = TexelRegion { offset: [1000, 0, 0], extent: [100, 1, 1] };
+        let err = image.release_region(&pools, both, 0, 0, outside).unwrap_err();
+        assert!(matches!(err, MultiDeviceError::Failed { device, .. } if device == d(0)), "{err}");
+        assert_eq!(residency(&image, &pools), before, "nothing was released anywhere");
+        assert!(image.iter().all(|(_, i)| !i.has_pending_binds()), "no unbind was queued");
+        // The same checks guard commits and flushes.
+        assert!(image.commit_region(&on_1, both, 0, 0, first).is_err());
+        assert!(image.flush_binds(&other).is_err());
+        assert_eq!(residency(&image, &pools), before);
+
+        image.release_region(&pools, both, 0, 0, first).unwrap();
+        let stats = image.flush_binds(&pools).unwrap();
+        assert_eq!(stats.iter().map(|(_, s)| s.tiles_unbound).collect::<Vec<_>>(), vec![2, 2]);
+        assert_eq!(pools.used_tiles(), vec![(d(0), 0), (d(1), 0)]);
+        drop((image, on_1, other));
     });
 }

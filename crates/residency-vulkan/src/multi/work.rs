@@ -16,7 +16,10 @@ use crate::compute::{
 use crate::device::Device;
 use crate::device_set::DeviceSet;
 use crate::error::{Result as VkResult, VkResultExt, VulkanError};
-use crate::multi::{fan_out_on, multi_device, MultiBuffer, MultiDevice, MultiDeviceError, PerDevice};
+use crate::multi::{
+    device_count, fan_out_on, multi_device, resolve_mask, MultiBuffer, MultiDevice, MultiDeviceError,
+    PerDevice,
+};
 use crate::recording::{check_buffer_copy, Recording};
 use crate::retire::{ForeignUse, Garbage, GpuUse, Life};
 use crate::shaders::Shader;
@@ -422,6 +425,8 @@ pub struct DeviceTimeline {
 /// uses declared with [`MultiTimeline::used_until`]) have completed.
 #[derive(Debug)]
 pub struct MultiTimeline {
+    /// How many device indices the set has (mask bits beyond it are ignored).
+    device_count: u32,
     semaphores: PerDevice<DeviceTimeline>,
     /// Held from reading the current values to signalling, so two host signals cannot both pass
     /// the check against the same current value.
@@ -459,7 +464,7 @@ impl MultiTimeline {
             let life = Life::new(Arc::clone(d), Garbage::Semaphore { raw: s, id }, None);
             Ok(DeviceTimeline { semaphore: s, device: Arc::clone(d), max_difference, life })
         })?;
-        Ok(MultiTimeline { semaphores, signalling: Mutex::new(()) })
+        Ok(MultiTimeline { device_count: device_count(set), semaphores, signalling: Mutex::new(()) })
     }
 
     /// The semaphore on `device`, to wait on (or signal) in a submission of your own there.
@@ -478,7 +483,8 @@ impl MultiTimeline {
         self.semaphores.iter().map(|(i, t)| t.value().map(|v| (i, v))).collect()
     }
 
-    /// Signals `value` from the host on every device of `mask`.
+    /// Signals `value` from the host on every device of `mask` (within the timeline's mask;
+    /// [`DeviceMask::ALL`]: the timeline's, see [`resolve_mask`]).
     ///
     /// `value` must be greater than the current value on each of those devices, and at most
     /// `maxTimelineSemaphoreValueDifference` above it; otherwise the error names the first device
@@ -489,6 +495,7 @@ impl MultiTimeline {
     /// to this check: a pending GPU signal must have a value greater than `value` (Vulkan's
     /// rule), which stays the caller's to keep.
     pub fn signal(&self, mask: DeviceMask, value: u64) -> Result<(), MultiDeviceError<TimelineError>> {
+        let mask = resolve_mask(mask, self.mask(), self.device_count)?;
         let _signalling = self.signalling.lock().unwrap_or_else(|e| e.into_inner());
         let targets: Vec<(DeviceIndex, &DeviceTimeline)> =
             self.semaphores.iter().filter(|(i, _)| mask.contains(*i)).collect();
@@ -520,13 +527,15 @@ impl MultiTimeline {
         Ok(())
     }
 
-    /// Waits until every device of `mask` reached `value` (or the timeout in nanoseconds passed).
+    /// Waits until every device of `mask` (within the timeline's mask; [`DeviceMask::ALL`]: the
+    /// timeline's) reached `value` (or the timeout in nanoseconds passed).
     pub fn wait(
         &self,
         mask: DeviceMask,
         value: u64,
         timeout_ns: u64,
     ) -> Result<(), MultiDeviceError<VulkanError>> {
+        let mask = resolve_mask(mask, self.mask(), self.device_count)?;
         for (i, t) in self.semaphores.iter().filter(|(i, _)| mask.contains(*i)) {
             let semaphores = [t.semaphore];
             let values = [value];
