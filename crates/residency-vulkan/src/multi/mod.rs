@@ -815,8 +815,22 @@ impl MultiImage {
         mips: std::ops::Range<u32>,
     ) -> Result<Arc<ImageView>, MultiDeviceError<crate::VulkanError>> {
         let not_here = || MultiDeviceError::MaskNotSubset { requested: index.mask(), allowed: self.mask() };
-        let image = self.images.get(index).ok_or_else(not_here)?;
         let device = set.device(index).ok_or_else(not_here)?;
+        self.view_on(device, mips)
+    }
+
+    /// [`MultiImage::view`] on `device` (its index names the instance).
+    pub(crate) fn view_on(
+        &self,
+        device: &Device,
+        mips: std::ops::Range<u32>,
+    ) -> Result<Arc<ImageView>, MultiDeviceError<crate::VulkanError>> {
+        let index = device.index();
+        let not_here = || MultiDeviceError::MaskNotSubset { requested: index.mask(), allowed: self.mask() };
+        let image = self.images.get(index).ok_or_else(not_here)?;
+        if !image.device().is(device) {
+            return Err(not_here());
+        }
         let mut views = self.views.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((.., view)) = views.iter().find(|(i, m, _)| *i == index && *m == mips) {
             return Ok(Arc::clone(view));
