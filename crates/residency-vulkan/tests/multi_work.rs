@@ -10,7 +10,7 @@ use residency_vulkan::multi::{
 };
 use residency_vulkan::multi_work::{
     BufferView, CopyItem, DispatchItem, DrawItem, MultiBinding, MultiComputeProgram, MultiGraphicsProgram,
-    MultiSubmitter, MultiTimeline, RenderItem, ViewRangeError, WorkError, WorkItem,
+    MultiSubmitter, MultiTimeline, MultiTimestamps, RenderItem, ViewRangeError, WorkError, WorkItem,
 };
 use residency_vulkan::shaders::{self};
 use residency_vulkan::testing::with_gpu;
@@ -328,11 +328,11 @@ fn transient_pools_exist_per_device_and_track_state_per_device() {
     });
 }
 
+/// Each device's resident tiles (virtual indices), and its pool's tiles in use.
+type Residency = (Vec<(DeviceIndex, Vec<u32>)>, Vec<(DeviceIndex, u64)>);
+
 /// Each device's resident tiles (virtual indices) and pool tiles in use.
-fn residency(
-    image: &MultiSparseImage,
-    pools: &MultiTilePool,
-) -> (Vec<(DeviceIndex, Vec<u32>)>, Vec<(DeviceIndex, u64)>) {
+fn residency(image: &MultiSparseImage, pools: &MultiTilePool) -> Residency {
     let tables = image
         .iter()
         .map(|(i, instance)| (i, instance.residency().page_table().mapped().map(|(t, _)| t.0).collect()))
@@ -776,5 +776,61 @@ fn buffer_view_ranges_resolve_per_device_for_copies_and_bindings() {
         drop(program);
         pool.free_buffer(buffer).unwrap();
         uploader.destroy().unwrap();
+    });
+}
+
+#[test]
+fn timestamps_are_written_and_read_per_device() {
+    with_gpu(|set| {
+        let both = DeviceMask::from_bits(0b11);
+        let pool = MultiBufferPool::new(
+            set,
+            both,
+            &BufferPoolDesc::new("timed", BufferPoolUsage::Unknown).with_page_size(1 << 20),
+        )
+        .unwrap();
+        let buffer =
+            pool.init_buffer(&BufferInit::new("timed", 4096).with_usage(BufferUsage::STORAGE), both).unwrap();
+        let program = MultiComputeProgram::new(set, both, "fill.comp", &shaders::FILL, 1).unwrap();
+        let push: Vec<u8> = [1024u32, 7].iter().flat_map(|w| w.to_le_bytes()).collect();
+        let fill = DispatchItem::new(
+            &program,
+            vec![MultiBinding::Buffer(BufferView::whole(&buffer))],
+            &push,
+            [16, 1, 1],
+        );
+        let timestamps = MultiTimestamps::new(set, both, "multi timestamps", 2).unwrap();
+        assert_eq!(timestamps.mask(), both);
+        let submitter = MultiSubmitter::new(set, both).unwrap();
+
+        // An index outside the pools is refused before anything is recorded.
+        let err = submitter.submit(d(0), &[WorkItem::Timestamp(&timestamps, 2)]).unwrap_err();
+        assert!(matches!(err, WorkError::Timestamp { index: 2, count: 2, .. }), "{err}");
+        let only_0 = MultiTimestamps::new(set, d(0).mask(), "timestamps on 0", 1).unwrap();
+        let err = submitter.submit(d(1), &[WorkItem::Timestamp(&only_0, 0)]).unwrap_err();
+        assert!(matches!(err, WorkError::NotOnDevice { device, .. } if device == d(1)), "{err}");
+
+        for device in [d(0), d(1)] {
+            let items = [
+                WorkItem::Timestamp(&timestamps, 0),
+                WorkItem::Dispatch(&fill),
+                WorkItem::Timestamp(&timestamps, 1),
+            ];
+            let submission = submitter.submit(device, &items).unwrap();
+            submitter.wait(device, submission).unwrap();
+        }
+        assert!(timestamps.iter().all(|(_, t)| t.supported()), "lavapipe and the H200 have timestamps");
+        for device in [d(0), d(1)] {
+            let start = timestamps.at_ms(device, 0).expect("written and completed");
+            let end = timestamps.at_ms(device, 1).expect("written and completed");
+            assert!(end >= start, "{device}: the clock does not run backwards");
+            assert!(timestamps.elapsed_ms(device, 0, 1).is_some(), "{device}");
+        }
+        assert_eq!(timestamps.at_ms(DeviceIndex::new(5).unwrap(), 0), None, "no such device");
+
+        submitter.destroy();
+        drop(fill);
+        drop((program, timestamps, only_0));
+        pool.free_buffer(buffer).unwrap();
     });
 }

@@ -22,7 +22,7 @@ use crate::multi::{
     device_count, fan_out_on, multi_device, resolve_mask, MultiBuffer, MultiDevice, MultiDeviceError,
     PerDevice,
 };
-use crate::recording::{check_buffer_copy, Recording};
+use crate::recording::{check_buffer_copy, Recording, Timestamps};
 use crate::retire::{ForeignUse, Garbage, GpuUse, Life};
 use crate::shaders::Shader;
 use ash::vk;
@@ -228,6 +228,16 @@ pub enum WorkError {
     /// (nothing was submitted).
     #[error(transparent)]
     Render(#[from] RenderError),
+    /// A timestamp item names a timestamp outside its pool (nothing was recorded or submitted).
+    #[error("timestamp {index} of `{name}`, which holds {count}")]
+    Timestamp {
+        /// The pool.
+        name: String,
+        /// The index asked for.
+        index: u32,
+        /// Timestamps in the pool.
+        count: u32,
+    },
     /// A draw of a render item is of another program than the item's.
     #[error("a draw of `{draw}` in a render pass of `{pass}`")]
     OtherProgram {
@@ -358,6 +368,9 @@ pub enum WorkItem<'a, 'b> {
     Copy(CopyItem<'a>),
     /// A render pass of draws.
     Render(RenderItem<'a, 'b>),
+    /// Writes timestamp `index` of the submission's device's pool once the earlier items have
+    /// finished.
+    Timestamp(&'a MultiTimestamps, u32),
     /// A full memory barrier between the previous items and the next.
     Barrier,
 }
@@ -450,6 +463,7 @@ impl MultiSubmitter {
             Dispatch(DescriptorSet, &'r ComputeProgram, &'r DispatchItem<'r>),
             Copy(&'r Buffer, &'r Buffer, vk::BufferCopy),
             Render(ResolvedRender<'r>),
+            Timestamp(&'r Timestamps, u32),
             Barrier,
         }
         let mut resolved = Vec::with_capacity(items.len());
@@ -467,6 +481,7 @@ impl MultiSubmitter {
                     Resolved::Copy(src.buffer, dst.buffer, check_copy(src, dst, c)?)
                 }
                 WorkItem::Render(r) => Resolved::Render(resolve_render(r, dev)?),
+                WorkItem::Timestamp(t, index) => Resolved::Timestamp(t.resolve(device, *index)?, *index),
                 WorkItem::Barrier => Resolved::Barrier,
             });
         }
@@ -499,6 +514,9 @@ impl MultiSubmitter {
                             refused = Some(e);
                             break;
                         }
+                    }
+                    Resolved::Timestamp(t, index) => {
+                        t.cmd_write(rec, *index).expect("the pool of the recording's device (resolved)")
                     }
                     Resolved::Barrier => full_barrier(rec),
                 }
@@ -1132,6 +1150,54 @@ fn record_render(rec: &mut Recording<'_>, r: &ResolvedRender<'_>) -> Result<(), 
     Ok(())
 }
 
+/// A pool of GPU timestamps on every device of a mask (a [`Timestamps`] query pool per device):
+/// written by [`WorkItem::Timestamp`] in the work submitted to a device, read per device once that
+/// work has completed. Each device's pool holds its device and is released when dropped, after
+/// the GPU work that may write it.
+#[derive(Debug)]
+pub struct MultiTimestamps {
+    pools: PerDevice<Timestamps>,
+}
+
+impl MultiTimestamps {
+    /// `count` timestamps (at least one) on every open device of `mask`, each pool reset on its
+    /// GPU before this returns (rolled back if one device fails).
+    pub fn new(
+        set: &DeviceSet,
+        mask: DeviceMask,
+        name: &str,
+        count: u32,
+    ) -> Result<Self, MultiDeviceError<VulkanError>> {
+        let pools = fan_out_on(set, mask, |d| Timestamps::new(d, name, count))?;
+        Ok(MultiTimestamps { pools })
+    }
+
+    /// The pool of `device` and `index` checked against it.
+    fn resolve(&self, device: DeviceIndex, index: u32) -> Result<&Timestamps, WorkError> {
+        let pool =
+            self.pools.get(device).ok_or(WorkError::NotOnDevice { name: "timestamps".to_owned(), device })?;
+        if index >= pool.count() {
+            return Err(WorkError::Timestamp { name: pool.name().to_owned(), index, count: pool.count() });
+        }
+        Ok(pool)
+    }
+
+    /// Timestamp `index` of `device` in milliseconds of that device's timestamp clock, once the
+    /// work that wrote it has completed (`None` before, or without timestamps on its queue, or
+    /// when the device or index is not in the pools). Clocks of different devices are unrelated:
+    /// compare timestamps of one device.
+    pub fn at_ms(&self, device: DeviceIndex, index: u32) -> Option<f64> {
+        self.pools.get(device)?.at_ms(index)
+    }
+
+    /// Milliseconds between timestamps `start` and `end` of `device`, once the work that wrote
+    /// them has completed (`None` otherwise, as [`MultiTimestamps::at_ms`]).
+    pub fn elapsed_ms(&self, device: DeviceIndex, start: u32, end: u32) -> Option<f64> {
+        self.pools.get(device)?.elapsed_ms(start, end)
+    }
+}
+
+multi_device!(MultiTimestamps, pools: Timestamps);
 multi_device!(MultiComputeProgram, programs: ComputeProgram);
 multi_device!(MultiSubmitter, contexts: CommandContext);
 multi_device!(MultiTimeline, semaphores: DeviceTimeline);
