@@ -1,12 +1,16 @@
-//! Multi-device work: compute programs on every device, views resolved per device, work items that
-//! cache their per-device form, timelines, and submission to one chosen device.
+//! Multi-device work: compute and graphics programs on every device, views resolved per device,
+//! work items that cache their per-device form, timelines, timestamps, and submission to one
+//! chosen device.
 //!
 //! As in the seed, work is described once against multi-device resources and the switch to one
 //! device happens at submission: [`MultiSubmitter::submit`] takes the device index, resolves each
-//! item's per-device form (creating and caching descriptor sets on first use) and records it on that
-//! device's queue. Views are *resource + descriptor*: a [`BufferView`] names a range of a
-//! [`MultiBuffer`] and resolves to the instance on the device of the submission, so the view follows
-//! the buffer's mask (resolution iterates the resource's mask, not the pool's).
+//! item's per-device form (creating and caching descriptor sets, and a [`MultiGraphicsProgram`]'s
+//! pipeline, on first use) and records it on that device's queue. Views are *resource +
+//! descriptor*: a [`BufferView`] names a range of a [`MultiBuffer`] (checked against it) and
+//! resolves to that range of the instance on the device of the submission, so the view follows
+//! the buffer's mask (resolution iterates the resource's mask, not the pool's). Items:
+//! [`DispatchItem`], [`CopyItem`], [`RenderItem`] with [`DrawItem`]s (vertices, indexed, indirect),
+//! timestamps of [`MultiTimestamps`], and full barriers.
 
 use crate::buffer::Buffer;
 use crate::commands::{CommandContext, Submission};
