@@ -834,3 +834,126 @@ fn timestamps_are_written_and_read_per_device() {
         pool.free_buffer(buffer).unwrap();
     });
 }
+
+#[test]
+fn a_textured_draw_item_binds_each_devices_view_and_push_constants() {
+    use residency_vulkan::ash::vk;
+    use residency_vulkan::compute::Binding;
+    use residency_vulkan::graphics::VertexAttribute;
+    use residency_vulkan::multi::MultiImage;
+    use residency_vulkan::multi_work::PerDeviceImage;
+    use residency_vulkan::{Filter, ImageDesc, ImageRegion};
+    with_gpu(|set| {
+        let both = DeviceMask::from_bits(0b11);
+        let image_usage =
+            residency_core::usage::ImageUsage::SAMPLED | residency_core::usage::ImageUsage::COPY_DST;
+        let texture = MultiImage::create(
+            set,
+            both,
+            &ImageDesc::new_2d("multi texture", Format::R8G8B8A8Unorm, 16, 16, image_usage),
+        )
+        .unwrap();
+        let texels: Vec<u8> = (0..16u32)
+            .flat_map(|y| (0..16u32).flat_map(move |x| [x as u8 * 9, y as u8 * 13, 77, 255]))
+            .collect();
+        let uploader = MultiUploader::new(set, both, 1 << 20).unwrap();
+        for (index, instance) in texture.iter() {
+            set.device(index).unwrap().discard_to_general(&[instance]).unwrap();
+            let up = uploader.instance(index).unwrap();
+            up.write_image(&ImageRegion::new(instance, 0, [0; 3], [16, 16, 1]), &texels).unwrap();
+            up.wait_idle().unwrap();
+        }
+        let samplers: Vec<_> =
+            [d(0), d(1)].map(|i| set.device(i).unwrap().create_sampler(Filter::Nearest).unwrap()).into();
+        let views: Vec<_> = [d(0), d(1)].map(|i| texture.view(set, i, 0..1).unwrap()).into();
+        let general = vk::ImageLayout::GENERAL;
+        let per_device = PerDeviceImage {
+            views: vec![
+                (d(0), Binding::sampled(&*views[0], &samplers[0], general)),
+                (d(1), Binding::sampled(&*views[1], &samplers[1], general)),
+            ],
+        };
+        let pool = MultiBufferPool::new(
+            set,
+            both,
+            &BufferPoolDesc::new("textured", BufferPoolUsage::Unknown).with_page_size(1 << 20),
+        )
+        .unwrap();
+        // Two triangles over the unit square, position = uv (vt_quad.vert: vec3 position, vec2 uv).
+        let square: Vec<u8> = [[0.0f32, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0], [1.0, 0.0], [1.0, 1.0]]
+            .iter()
+            .flat_map(|&[u, v]| [u, v, 0.0, u, v])
+            .flat_map(f32::to_le_bytes)
+            .collect();
+        let vertices = pool
+            .init_buffer(
+                &BufferInit::new("textured vertices", square.len() as u64)
+                    .with_usage(BufferUsage::VERTEX | BufferUsage::COPY_DST),
+                both,
+            )
+            .unwrap();
+        uploader.broadcast(&vertices, 0, &square).unwrap();
+        uploader.wait_idle().unwrap();
+        let program = MultiGraphicsProgram::new(
+            set,
+            both,
+            "multi textured",
+            &shaders::VT_QUAD_VERT,
+            &shaders::VT_QUAD_REFERENCE_FRAG,
+            20,
+            &[
+                VertexAttribute { location: 0, format: vk::Format::R32G32B32_SFLOAT, offset: 0 },
+                VertexAttribute { location: 1, format: vk::Format::R32G32_SFLOAT, offset: 12 },
+            ],
+            vk::Format::R8G8B8A8_UNORM,
+            2,
+        )
+        .unwrap();
+        // A view-projection showing the unit square over the whole viewport.
+        let ortho: Vec<u8> =
+            [2.0f32, 0.0, 0.0, 0.0, 0.0, 2.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, -1.0, -1.0, 0.0, 1.0]
+                .iter()
+                .flat_map(|f| f.to_le_bytes())
+                .collect();
+        let draw = DrawItem::new(
+            &program,
+            vec![MultiBinding::Image(per_device)],
+            Some(BufferView::whole(&vertices)),
+            6,
+            1,
+        )
+        .with_push_constants(&ortho);
+        let target_usage =
+            residency_core::usage::ImageUsage::COLOR_ATTACHMENT | residency_core::usage::ImageUsage::COPY_SRC;
+        let target = MultiImage::create(
+            set,
+            both,
+            &ImageDesc::new_2d("multi textured target", Format::R8G8B8A8Unorm, 16, 16, target_usage),
+        )
+        .unwrap();
+        let submitter = MultiSubmitter::new(set, both).unwrap();
+        let draws = [&draw];
+        let pass = RenderItem {
+            program: &program,
+            target: &target,
+            extent: [16, 16],
+            clear: [0.0; 4],
+            draws: &draws,
+        };
+        for device in [d(1), d(0)] {
+            let submission = submitter.submit(device, &[WorkItem::Render(pass)]).unwrap();
+            submitter.wait(device, submission).unwrap();
+            let dev = set.device(device).unwrap();
+            let pixels = read_target(dev, target.instance(device).unwrap(), general);
+            // Pixel centres are texel centres at LOD 0: the texture, texel for texel.
+            assert_eq!(pixels[..16 * 16 * 4], texels[..], "{device}");
+        }
+        assert_eq!(draw.cached_devices(), 2, "a descriptor set per device");
+
+        submitter.destroy();
+        drop(draw);
+        drop((program, target, views, samplers, texture));
+        pool.free_buffer(vertices).unwrap();
+        uploader.destroy().unwrap();
+    });
+}
