@@ -184,7 +184,11 @@ fn sparse_images_on_two_devices_commit_per_device_or_broadcast() {
         );
         let err =
             MultiSparseImage::new(&pools, DeviceMask::from_bits(0b100_0000), "nowhere", &desc).unwrap_err();
-        assert!(matches!(err, MultiDeviceError::EmptyMask(_)));
+        // Device 6 does not exist on two devices (EmptyMask); where it does, the pools are not on it.
+        assert!(
+            matches!(err, MultiDeviceError::EmptyMask(_) | MultiDeviceError::MaskNotSubset { .. }),
+            "{err}"
+        );
         drop(image);
         uploader.destroy().unwrap();
     });
@@ -412,12 +416,33 @@ fn release_region_rolls_back_a_refusal_on_any_device() {
         assert!(image.commit_region(&on_1, both, 0, 0, first).is_err());
         assert!(image.flush_binds(&other).is_err());
         assert_eq!(residency(&image, &pools), before);
+        // Broadcast uploads check every device before staging (an uploader without device 1 used
+        // to skip it silently).
+        let only_0 = MultiUploader::new(set, d(0).mask(), 1 << 20).unwrap();
+        let texels = vec![7u8; (tile.width * tile.height * 4) as usize];
+        let extent = [tile.width, tile.height, 1];
+        let err = image.broadcast_region(&only_0, 0, [0; 3], extent, &texels).unwrap_err();
+        assert!(matches!(err, MultiDeviceError::MaskNotSubset { .. }), "{err}");
+        assert_eq!(only_0.instance(d(0)).unwrap().staging_in_use(), (0, 0), "nothing staged");
+        let uploader = MultiUploader::new(set, both, 1 << 20).unwrap();
+        let err = image.broadcast_region(&uploader, 0, [0; 3], extent, &texels[1..]).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                MultiDeviceError::Failed { source: residency_vulkan::UploadError::WrongSize { .. }, .. }
+            ),
+            "{err}"
+        );
+        assert!(uploader.iter().all(|(_, u)| u.staging_in_use() == (0, 0)), "nothing staged");
+        image.broadcast_region(&uploader, 0, [0; 3], extent, &texels).unwrap();
 
         image.release_region(&pools, both, 0, 0, first).unwrap();
         let stats = image.flush_binds(&pools).unwrap();
         assert_eq!(stats.iter().map(|(_, s)| s.tiles_unbound).collect::<Vec<_>>(), vec![2, 2]);
         assert_eq!(pools.used_tiles(), vec![(d(0), 0), (d(1), 0)]);
         drop((image, on_1, other));
+        only_0.destroy().unwrap();
+        uploader.destroy().unwrap();
     });
 }
 

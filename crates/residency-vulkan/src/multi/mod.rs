@@ -741,7 +741,11 @@ impl MultiSparseImage {
     }
 
     /// Uploads the same texels to a region of every instance (one thread per device), through each
-    /// device's staging ring; waits until they have landed.
+    /// device's staging ring; waits until they have landed. Checked on every device before
+    /// anything is staged on any: an instance on a device the uploader is not on
+    /// ([`MultiDeviceError::MaskNotSubset`]; it used to be skipped silently), a region outside the
+    /// image, and data that is not the region's size ([`UploadError::WrongSize`]). A Vulkan
+    /// failure part-way leaves what [`MultiUploader::broadcast`] leaves.
     pub fn broadcast_region(
         &self,
         uploader: &MultiUploader,
@@ -750,14 +754,29 @@ impl MultiSparseImage {
         extent: [u32; 3],
         data: &[u8],
     ) -> Result<(), MultiDeviceError<UploadError>> {
+        let mut targets = Vec::with_capacity(self.images.len());
+        for (index, image) in self.images.iter() {
+            let failed = |source| MultiDeviceError::Failed { device: index, source };
+            let target = uploader.uploaders.get(index).ok_or(MultiDeviceError::MaskNotSubset {
+                requested: self.mask(),
+                allowed: uploader.mask(),
+            })?;
+            let region = crate::upload::ImageRegion::new(image, mip, offset, extent);
+            region.check().map_err(failed)?;
+            if data.len() as u64 != region.bytes() {
+                return Err(failed(UploadError::WrongSize {
+                    name: image.name().to_owned(),
+                    expected: region.bytes(),
+                    got: data.len() as u64,
+                }));
+            }
+            targets.push((index, image, target));
+        }
         let results: Vec<(DeviceIndex, Result<(), UploadError>)> = std::thread::scope(|scope| {
-            let handles: Vec<_> = self
-                .images
-                .iter()
-                .map(|(index, image)| {
-                    let target = uploader.uploaders.get(index);
+            let handles: Vec<_> = targets
+                .into_iter()
+                .map(|(index, image, uploader)| {
                     scope.spawn(move || {
-                        let Some(uploader) = target else { return (index, Ok(())) };
                         let region = crate::upload::ImageRegion::new(image, mip, offset, extent);
                         let result = uploader.write_image(&region, data).and_then(|()| uploader.wait_idle());
                         (index, result)

@@ -485,7 +485,13 @@ impl MultiSubmitter {
                     Resolved::Copy(src.buffer, dst.buffer, check_copy(src, dst, c)?)
                 }
                 WorkItem::Render(r) => Resolved::Render(resolve_render(r, dev)?),
-                WorkItem::Timestamp(t, index) => Resolved::Timestamp(t.resolve(device, *index)?, *index),
+                WorkItem::Timestamp(t, index) => {
+                    let pool = t.resolve(device, *index)?;
+                    if !pool.device().is(dev) {
+                        return Err(WorkError::NotOnDevice { name: pool.name().to_owned(), device });
+                    }
+                    Resolved::Timestamp(pool, *index)
+                }
                 WorkItem::Barrier => Resolved::Barrier,
             });
         }
@@ -520,7 +526,7 @@ impl MultiSubmitter {
                         }
                     }
                     Resolved::Timestamp(t, index) => {
-                        t.cmd_write(rec, *index).expect("the pool of the recording's device (resolved)")
+                        t.cmd_write(rec, *index).expect("the pool of the recording's device (checked)")
                     }
                     Resolved::Barrier => full_barrier(rec),
                 }
@@ -902,6 +908,10 @@ impl<'a> DrawItem<'a> {
     /// Draws `count` vertices from the start of `vertices` `instances` times with `program` and
     /// `bindings` (one per binding of set 0). Checked at submission: every vertex read lies inside
     /// the vertex view.
+    ///
+    /// # Panics
+    /// When `bindings` is not one resource per binding of the program (as [`DispatchItem::new`];
+    /// likewise for the indexed and indirect draws).
     pub fn new(
         program: &'a MultiGraphicsProgram,
         bindings: Vec<MultiBinding<'a>>,
@@ -1012,6 +1022,9 @@ fn resolve_render<'r>(r: &RenderItem<'r, 'r>, dev: &Device) -> Result<ResolvedRe
     let device = dev.index();
     let program = r.program.program(device)?;
     let not_here = |name: &str| WorkError::NotOnDevice { name: name.to_owned(), device };
+    if !program.device().is(dev) {
+        return Err(not_here(program.name()));
+    }
     let image = r.target.instance(device).ok_or_else(|| not_here("render target"))?;
     let view = r.target.view_on(dev, 0..1).map_err(|e| match e {
         MultiDeviceError::Failed { source, .. } => WorkError::Vulkan(source),
