@@ -232,3 +232,50 @@ fn misuse_a_multi_device_image_dropped_while_its_cached_views_are_bound_in_pendi
         assert!(!live(&d0, "misuse multi view program"));
     });
 }
+
+#[test]
+fn misuse_a_ranged_view_outside_its_buffer_or_misaligned_for_its_binding_is_refused_before_anything_is_recorded(
+) {
+    use residency_vulkan::multi_work::{
+        BufferView, DispatchItem, MultiBinding, MultiComputeProgram, MultiSubmitter, ViewRangeError,
+        WorkError, WorkItem,
+    };
+    with_gpu(|set| {
+        let pool = pool(set, both(), "misuse ranges");
+        let buffer = pool.init_buffer(&storage("misuse ranged"), both()).unwrap();
+        // Outside the buffer, wrapping, empty: refused when made.
+        for (offset, size) in [(4000, 200), (u64::MAX, 2), (16, 0)] {
+            assert_eq!(
+                BufferView::range(&buffer, offset, size).unwrap_err(),
+                ViewRangeError { name: "misuse ranged".into(), offset, size, buffer_size: 4096 }
+            );
+        }
+        // A range bound as a storage buffer at an offset off the device's alignment: a typed
+        // binding error at submission, nothing recorded, no set cached.
+        let alignment = set.device(d(0)).unwrap().limits().min_storage_buffer_offset_alignment;
+        assert!(alignment > 1, "lavapipe and the H200 align storage buffer offsets");
+        let program = MultiComputeProgram::new(set, both(), "fill.comp", &shaders::FILL, 1).unwrap();
+        let view = BufferView::range(&buffer, alignment / 2, 256).unwrap();
+        let push: Vec<u8> = [64u32, 1].iter().flat_map(|w| w.to_le_bytes()).collect();
+        let fill = DispatchItem::new(&program, vec![MultiBinding::Buffer(view)], &push, [1, 1, 1]);
+        let submitter = MultiSubmitter::new(set, both()).unwrap();
+        let helper = set.device(d(0)).unwrap().ledger().site_calls(residency_vulkan::FaultSite::QueueSubmit);
+        let err = submitter.submit(d(0), &[WorkItem::Dispatch(&fill)]).unwrap_err();
+        assert!(matches!(err, WorkError::Binding(_)), "{err}");
+        assert_eq!(fill.cached_devices(), 0);
+        assert_eq!(
+            set.device(d(0)).unwrap().ledger().site_calls(residency_vulkan::FaultSite::QueueSubmit),
+            helper,
+            "nothing was submitted"
+        );
+        // Aligned, it runs.
+        let aligned = BufferView::range(&buffer, alignment, 256).unwrap();
+        let fill = DispatchItem::new(&program, vec![MultiBinding::Buffer(aligned)], &push, [1, 1, 1]);
+        let s = submitter.submit(d(1), &[WorkItem::Dispatch(&fill)]).unwrap();
+        submitter.wait(d(1), s).unwrap();
+        submitter.destroy();
+        drop(fill);
+        drop(program);
+        pool.free_buffer(buffer).unwrap();
+    });
+}

@@ -3,9 +3,17 @@
 //! A multi-device object keeps its per-device instances keyed by device index ([`PerDevice`]) and
 //! fans each call out to the devices of its mask (or a sub-mask the caller gives). A fan-out that
 //! fails on one device drops what it made on the others (every resource releases itself on drop),
-//! so a failed call changes nothing. Every multi-device type implements [`MultiDevice`], whose
-//! provided methods are the mask, the per-device accessors and iteration.
-//! Bits for devices that do not exist are ignored: [`DeviceMask::ALL`] means every device there is.
+//! so a failed call changes nothing. Calls that change existing instances (releases, binds,
+//! uploads) check everything on every device before they change anything on any (see each call
+//! for what a Vulkan failure part-way leaves). Every multi-device type implements
+//! [`MultiDevice`], whose provided methods are the mask, the per-device accessors and iteration.
+//!
+//! Masks: bits for devices that do not exist are ignored. A constructor's mask selects among the
+//! set's open devices ([`DeviceMask::ALL`]: every device there is). A call on an existing object
+//! takes a mask within the object's own mask ([`resolve_mask`]): [`DeviceMask::ALL`] means the
+//! object's mask, a mask naming an open device the object is not on is
+//! [`MultiDeviceError::MaskNotSubset`], and one naming no open device is
+//! [`MultiDeviceError::EmptyMask`].
 //! With one device everything reduces to a single instance: no extra allocation beyond a one-entry
 //! vector.
 
@@ -182,6 +190,31 @@ pub fn fan_out<T, E: std::error::Error + 'static>(
     Ok(out)
 }
 
+/// The number of device indices of `set` (mask bits from it on are ignored).
+pub(crate) fn device_count(set: &DeviceSet) -> u32 {
+    set.devices().iter().map(|d| d.index().get() + 1).max().unwrap_or(0)
+}
+
+/// What `mask`, given to a call on an object on the devices `object` of a set of `device_count`
+/// device indices, names: [`DeviceMask::ALL`] is `object` itself; any other mask names its bits
+/// of devices that exist, which must all be in `object` ([`MultiDeviceError::MaskNotSubset`])
+/// and not be none ([`MultiDeviceError::EmptyMask`]). Every multi-device call that takes a mask
+/// for an existing object resolves it here.
+pub fn resolve_mask<E: std::error::Error + 'static>(
+    mask: DeviceMask,
+    object: DeviceMask,
+    device_count: u32,
+) -> Result<DeviceMask, MultiDeviceError<E>> {
+    let requested = if mask == DeviceMask::ALL { object } else { mask.restricted_to(device_count) };
+    if !object.is_superset_of(requested) {
+        return Err(MultiDeviceError::MaskNotSubset { requested: mask, allowed: object });
+    }
+    if requested.is_empty() {
+        return Err(MultiDeviceError::EmptyMask(mask));
+    }
+    Ok(requested)
+}
+
 /// The open devices of `set` in `mask`.
 fn devices_in(set: &DeviceSet, mask: DeviceMask) -> Vec<&Arc<Device>> {
     set.devices().iter().filter(|d| mask.contains(d.index())).collect()
@@ -277,25 +310,16 @@ impl MultiBufferPool {
         desc: &BufferPoolDesc,
     ) -> Result<Self, MultiDeviceError<MemoryError>> {
         let pools = fan_out_on(set, mask, |d| BufferPool::new(Arc::clone(d), desc.clone()))?;
-        let device_count = set.devices().iter().map(|d| d.index().get() + 1).max().unwrap_or(0);
-        Ok(MultiBufferPool { device_count, pools })
+        Ok(MultiBufferPool { device_count: device_count(set), pools })
     }
 
-    /// The devices of `mask` that exist, which must all be in the pool's mask
-    /// ([`DeviceMask::ALL`] is the pool's mask).
+    /// `mask` resolved against the pool's mask ([`resolve_mask`]: [`DeviceMask::ALL`] is the
+    /// pool's mask).
     fn check_mask<E: std::error::Error + 'static>(
         &self,
         mask: DeviceMask,
     ) -> Result<DeviceMask, MultiDeviceError<E>> {
-        let requested =
-            if mask == DeviceMask::ALL { self.mask() } else { mask.restricted_to(self.device_count) };
-        if !self.mask().is_superset_of(requested) {
-            return Err(MultiDeviceError::MaskNotSubset { requested: mask, allowed: self.mask() });
-        }
-        if requested.is_empty() {
-            return Err(MultiDeviceError::EmptyMask(mask));
-        }
-        Ok(requested)
+        resolve_mask(mask, self.mask(), self.device_count)
     }
 
     fn pools_in(&self, mask: DeviceMask) -> Vec<(DeviceIndex, &BufferPool)> {
@@ -324,7 +348,8 @@ impl MultiBufferPool {
         Ok(MultiBuffer { init: init.clone(), instances, generation: next_generation() })
     }
 
-    /// Changes the devices a buffer exists on: instances are created on added devices (with
+    /// Changes the devices a buffer exists on (`mask` within the pool's; [`DeviceMask::ALL`]: the
+    /// pool's): instances are created on added devices (with
     /// `initial` data, uploaded through `uploader` and waited for) and freed on removed ones. All or
     /// nothing: on failure the buffer is as it was (the new instances are dropped). Removed
     /// instances are dropped, so they are released once the GPU work that may use them completes.
@@ -420,22 +445,55 @@ impl MultiUploader {
 
     /// Uploads `data` to every instance of `buffer` at `offset`, from one source, the devices in
     /// parallel (one thread per device copies into its staging ring and submits).
+    ///
+    /// Everything that can be refused is checked on every device before anything is staged on
+    /// any: an instance on a device the uploader is not on ([`MultiDeviceError::MaskNotSubset`]),
+    /// a range outside the buffer ([`UploadError::OutOfBounds`]), a buffer without `COPY_DST`
+    /// usage ([`UploadError::NotCopyDestination`]); such a call changes nothing anywhere. A
+    /// Vulkan failure part-way (a submit or a wait for ring space, e.g. a lost device) cannot be
+    /// undone on the devices whose copies were already submitted (a submitted copy cannot be
+    /// withdrawn, and the old bytes are not kept): the error names the failing device, whose
+    /// copies stay queued in its uploader (unless the device is lost) and land with its next
+    /// flush, so [`MultiUploader::wait_idle`] or a second broadcast completes the upload.
     pub fn broadcast(
         &self,
         buffer: &MultiBuffer,
         offset: u64,
         data: &[u8],
     ) -> Result<(), MultiDeviceError<UploadError>> {
+        let mut targets = Vec::with_capacity(buffer.instances.len());
+        for (index, instance) in buffer.instances.iter() {
+            let failed = |source| MultiDeviceError::Failed { device: index, source };
+            let uploader = self
+                .uploaders
+                .get(index)
+                .ok_or(MultiDeviceError::MaskNotSubset { requested: buffer.mask(), allowed: self.mask() })?;
+            if !instance.device().is(uploader.device()) {
+                return Err(failed(UploadError::WrongDevice {
+                    name: instance.name().to_owned(),
+                    owner: instance.device_index(),
+                    uploader: index,
+                }));
+            }
+            let end = offset.saturating_add(data.len() as u64);
+            if end > instance.size() {
+                return Err(failed(UploadError::OutOfBounds {
+                    name: instance.name().to_owned(),
+                    offset,
+                    end,
+                    size: instance.size(),
+                }));
+            }
+            if !instance.usage().contains(residency_core::usage::BufferUsage::COPY_DST) {
+                return Err(failed(UploadError::NotCopyDestination { name: instance.name().to_owned() }));
+            }
+            targets.push((index, instance, uploader));
+        }
         let results: Vec<(DeviceIndex, Result<(), UploadError>)> = std::thread::scope(|scope| {
-            let handles: Vec<_> = buffer
-                .instances
-                .iter()
-                .map(|(index, instance)| {
-                    let target = self.uploaders.get(index);
+            let handles: Vec<_> = targets
+                .into_iter()
+                .map(|(index, instance, uploader)| {
                     scope.spawn(move || {
-                        let Some(uploader) = target else {
-                            return (index, Ok(()));
-                        };
                         let result =
                             uploader.write_buffer(instance, offset, data).and_then(|()| uploader.flush());
                         (index, result)
@@ -446,10 +504,6 @@ impl MultiUploader {
         });
         for (device, result) in results {
             result.map_err(|source| MultiDeviceError::Failed { device, source })?;
-        }
-        let missing = buffer.mask().difference(self.mask());
-        if !missing.is_empty() {
-            return Err(MultiDeviceError::MaskNotSubset { requested: buffer.mask(), allowed: self.mask() });
         }
         Ok(())
     }
@@ -478,6 +532,8 @@ impl MultiUploader {
 /// when dropped (each device's pool as a [`SparseTilePool`](crate::sparse::SparseTilePool) is).
 #[derive(Debug)]
 pub struct MultiTilePool {
+    /// How many device indices the set has (mask bits beyond it are ignored).
+    device_count: u32,
     pools: PerDevice<crate::sparse::SparseTilePool>,
 }
 
@@ -487,8 +543,12 @@ pub struct MultiTilePool {
 /// the GPU is done with it; it keeps that pool's state alive, so the pools may go first).
 #[derive(Debug)]
 pub struct MultiSparseImage {
+    /// How many device indices the set has (mask bits beyond it are ignored).
+    device_count: u32,
     images: PerDevice<crate::sparse::SparseImage>,
 }
+
+type SparseResult<T> = Result<T, MultiDeviceError<crate::sparse::SparseError>>;
 
 impl MultiTilePool {
     /// Creates a tile pool on every open device of `mask`.
@@ -499,7 +559,7 @@ impl MultiTilePool {
     ) -> Result<Self, MultiDeviceError<crate::sparse::SparseError>> {
         let pools =
             fan_out_on(set, mask, |d| crate::sparse::SparseTilePool::new(Arc::clone(d), desc.clone()))?;
-        Ok(MultiTilePool { pools })
+        Ok(MultiTilePool { device_count: device_count(set), pools })
     }
 
     /// Tiles in use per device.
@@ -509,19 +569,17 @@ impl MultiTilePool {
 }
 
 impl MultiSparseImage {
-    /// Creates the image on every device of `mask` that has a pool (all or nothing).
+    /// Creates the image on every device of `mask` (within the pools' mask; [`DeviceMask::ALL`]:
+    /// every device of the pools). All or nothing.
     pub fn new(
         pools: &MultiTilePool,
         mask: DeviceMask,
         name: &str,
         desc: &residency_core::tiles::SparseImageDesc,
     ) -> Result<Self, MultiDeviceError<crate::sparse::SparseError>> {
-        let chosen: Vec<(DeviceIndex, &crate::sparse::SparseTilePool)> =
-            pools.pools.iter().filter(|(i, _)| mask.contains(*i)).collect();
-        if chosen.is_empty() {
-            return Err(MultiDeviceError::EmptyMask(mask));
-        }
-        let devices: Vec<&Arc<Device>> = chosen.iter().map(|(_, p)| p.device()).collect();
+        let mask = resolve_mask(mask, pools.mask(), pools.device_count)?;
+        let devices: Vec<&Arc<Device>> =
+            pools.pools.iter().filter(|(i, _)| mask.contains(*i)).map(|(_, p)| p.device()).collect();
         let images = fan_out(&devices, |d| {
             crate::sparse::SparseImage::new(
                 pools.pools.get(d.index()).expect("pool exists"),
@@ -530,11 +588,61 @@ impl MultiSparseImage {
                 false,
             )
         })?;
-        Ok(MultiSparseImage { images })
+        Ok(MultiSparseImage { device_count: pools.device_count, images })
     }
 
-    /// Commits a region on every device of `mask` (within the image's). All or nothing: on a failure
-    /// the commits already made on other devices are released again.
+    /// The devices of `mask` (resolved against the image's mask: [`resolve_mask`]), each with
+    /// its pool in `pools`, checked to be the pool its image takes tiles from. Changes nothing.
+    fn targets<'p>(
+        &self,
+        pools: &'p MultiTilePool,
+        mask: DeviceMask,
+    ) -> SparseResult<Vec<(DeviceIndex, &'p crate::sparse::SparseTilePool)>> {
+        let mask = resolve_mask(mask, self.mask(), self.device_count)?;
+        let mut out = Vec::with_capacity(mask.count() as usize);
+        for index in mask.iter() {
+            let pool = pools
+                .pools
+                .get(index)
+                .ok_or(MultiDeviceError::MaskNotSubset { requested: self.mask(), allowed: pools.mask() })?;
+            let image = self.images.get(index).expect("index from the image's mask");
+            let owner = image.residency().pool();
+            if pool.id() != owner {
+                let source = residency_core::tiles::CommitError::WrongPool {
+                    pool: format!("the tile pool of {index}"),
+                    given: pool.id(),
+                    owner,
+                };
+                return Err(MultiDeviceError::Failed { device: index, source: source.into() });
+            }
+            out.push((index, pool));
+        }
+        Ok(out)
+    }
+
+    /// Checks (`layer`, `mip`, `region`) against every target's image. Changes nothing.
+    fn check_region(
+        &self,
+        targets: &[(DeviceIndex, &crate::sparse::SparseTilePool)],
+        layer: u32,
+        mip: u32,
+        region: residency_core::tiles::TexelRegion,
+    ) -> SparseResult<()> {
+        for &(index, _) in targets {
+            let image = self.images.get(index).expect("a target of the image");
+            image
+                .residency()
+                .check_region(layer, mip, region)
+                .map_err(|e| MultiDeviceError::Failed { device: index, source: e.into() })?;
+        }
+        Ok(())
+    }
+
+    /// Commits a region on every device of `mask` (within the image's; [`DeviceMask::ALL`]: the
+    /// image's). The pools and the region are checked on every device first; a commit that fails
+    /// part-way (the pool of a device is out of tiles) releases the commits already made on the
+    /// other devices again (they were never flushed: a commit and a release before a flush cancel
+    /// out). All or nothing.
     pub fn commit_region(
         &mut self,
         pools: &MultiTilePool,
@@ -543,36 +651,36 @@ impl MultiSparseImage {
         mip: u32,
         region: residency_core::tiles::TexelRegion,
     ) -> Result<(), MultiDeviceError<crate::sparse::SparseError>> {
-        let targets: Vec<DeviceIndex> = self.images.mask().intersection(mask).iter().collect();
-        let mut done: Vec<(DeviceIndex, Vec<residency_core::tiles::TileIndex>)> = Vec::new();
-        for index in targets {
-            let pool = pools.pools.get(index).ok_or(MultiDeviceError::MaskNotSubset {
-                requested: index.mask(),
-                allowed: pools.pools.mask(),
-            })?;
+        let targets = self.targets(pools, mask)?;
+        self.check_region(&targets, layer, mip, region)?;
+        let mut done: Vec<(DeviceIndex, Vec<residency_core::tiles::TileIndex>, Vec<u32>)> = Vec::new();
+        for &(index, pool) in &targets {
             let image = self.images.get_mut(index).expect("index from the image's mask");
-            let before: Vec<_> = image.residency().page_table().mapped().map(|(t, _)| t).collect();
+            let (tiles_before, tails_before) = resident(image);
             if let Err(source) = image.commit_region(pool, layer, mip, region) {
-                for (i, tiles) in done {
-                    let image: &mut crate::sparse::SparseImage =
-                        self.images.get_mut(i).expect("committed before");
-                    let _ = image.release_tiles(pools.pools.get(i).expect("pool exists"), &tiles);
+                for (i, tiles, tails) in done {
+                    let pool = pools.pools.get(i).expect("a target");
+                    let image = self.images.get_mut(i).expect("committed before");
+                    let _ = image.release_tiles(pool, &tiles);
+                    for tail in tails {
+                        let _ = crate::ResidencyBackend::release_tail(image, pool, tail);
+                    }
                 }
                 return Err(MultiDeviceError::Failed { device: index, source });
             }
-            let after: Vec<_> = image
-                .residency()
-                .page_table()
-                .mapped()
-                .map(|(t, _)| t)
-                .filter(|t| !before.contains(t))
-                .collect();
-            done.push((index, after));
+            let (tiles_after, tails_after) = resident(image);
+            done.push((
+                index,
+                tiles_after.into_iter().filter(|t| !tiles_before.contains(t)).collect(),
+                tails_after.into_iter().filter(|t| !tails_before.contains(t)).collect(),
+            ));
         }
         Ok(())
     }
 
-    /// Releases a region on every device of `mask`.
+    /// Releases a region on every device of `mask` (within the image's; [`DeviceMask::ALL`]: the
+    /// image's). GPU work reading the tiles must have completed. The pools and the region are
+    /// checked on every device before any tile is released; a refused call changes nothing.
     pub fn release_region(
         &mut self,
         pools: &MultiTilePool,
@@ -581,9 +689,12 @@ impl MultiSparseImage {
         mip: u32,
         region: residency_core::tiles::TexelRegion,
     ) -> Result<(), MultiDeviceError<crate::sparse::SparseError>> {
-        for index in self.images.mask().intersection(mask).iter() {
-            let pool = pools.pools.get(index).expect("an image exists only where its pool does");
+        let targets = self.targets(pools, mask)?;
+        self.check_region(&targets, layer, mip, region)?;
+        for (index, pool) in targets {
             let image = self.images.get_mut(index).expect("index from the image's mask");
+            // Checked above: the pool is the image's and the region lies in it, which is all a
+            // release can refuse.
             image
                 .release_region(pool, layer, mip, region)
                 .map_err(|source| MultiDeviceError::Failed { device: index, source })?;
@@ -591,25 +702,50 @@ impl MultiSparseImage {
         Ok(())
     }
 
-    /// Issues every device's queued binds (one `vkQueueBindSparse` per device).
+    /// Issues every device's queued binds (one `vkQueueBindSparse` per device, lowest device
+    /// first). The pools are checked for every device before anything is flushed.
+    ///
+    /// A flush that fails on one device (a bind, its wait or the memory of a new heap) leaves
+    /// every page table as it was before the call: the failing device's pool drops that device's
+    /// queued commits (as [`SparseTilePool::flush_binds`](crate::sparse::SparseTilePool::flush_binds)
+    /// does), and they are queued again here, so the image is resident where it was and a retry
+    /// binds them. The devices flushed before it stay flushed (what they bound is what their page
+    /// tables already said); the devices after it keep their queued binds. The error names the
+    /// failing device (if queueing again fails too, e.g. another image took the tiles meanwhile,
+    /// those commits stay dropped on that device, as on a single device).
     pub fn flush_binds(
         &mut self,
         pools: &MultiTilePool,
     ) -> Result<Vec<(DeviceIndex, crate::sparse::BindStats)>, MultiDeviceError<crate::sparse::SparseError>>
     {
-        let mut out = Vec::new();
-        for (index, image) in self.images.entries.iter_mut() {
-            let pool = pools.pools.get(*index).expect("an image exists only where its pool does");
-            let stats = pool
-                .flush_binds(&mut [image])
-                .map_err(|source| MultiDeviceError::Failed { device: *index, source })?;
-            out.push((*index, stats));
+        let targets = self.targets(pools, DeviceMask::ALL)?;
+        let mut out = Vec::with_capacity(targets.len());
+        for (index, pool) in targets {
+            let image = self.images.get_mut(index).expect("index from the image's mask");
+            let (tiles_before, tails_before) = resident(image);
+            match pool.flush_binds(&mut [&mut *image]) {
+                Ok(stats) => out.push((index, stats)),
+                Err(source) => {
+                    let (tiles_after, tails_after) = resident(image);
+                    let dropped: Vec<_> =
+                        tiles_before.into_iter().filter(|t| !tiles_after.contains(t)).collect();
+                    let _ = image.commit_tiles(pool, &dropped);
+                    for tail in tails_before.into_iter().filter(|t| !tails_after.contains(t)) {
+                        let _ = image.commit_tail(pool, tail);
+                    }
+                    return Err(MultiDeviceError::Failed { device: index, source });
+                }
+            }
         }
         Ok(out)
     }
 
     /// Uploads the same texels to a region of every instance (one thread per device), through each
-    /// device's staging ring; waits until they have landed.
+    /// device's staging ring; waits until they have landed. Checked on every device before
+    /// anything is staged on any: an instance on a device the uploader is not on
+    /// ([`MultiDeviceError::MaskNotSubset`]; it used to be skipped silently), a region outside the
+    /// image, and data that is not the region's size ([`UploadError::WrongSize`]). A Vulkan
+    /// failure part-way leaves what [`MultiUploader::broadcast`] leaves.
     pub fn broadcast_region(
         &self,
         uploader: &MultiUploader,
@@ -618,14 +754,29 @@ impl MultiSparseImage {
         extent: [u32; 3],
         data: &[u8],
     ) -> Result<(), MultiDeviceError<UploadError>> {
+        let mut targets = Vec::with_capacity(self.images.len());
+        for (index, image) in self.images.iter() {
+            let failed = |source| MultiDeviceError::Failed { device: index, source };
+            let target = uploader.uploaders.get(index).ok_or(MultiDeviceError::MaskNotSubset {
+                requested: self.mask(),
+                allowed: uploader.mask(),
+            })?;
+            let region = crate::upload::ImageRegion::new(image, mip, offset, extent);
+            region.check().map_err(failed)?;
+            if data.len() as u64 != region.bytes() {
+                return Err(failed(UploadError::WrongSize {
+                    name: image.name().to_owned(),
+                    expected: region.bytes(),
+                    got: data.len() as u64,
+                }));
+            }
+            targets.push((index, image, target));
+        }
         let results: Vec<(DeviceIndex, Result<(), UploadError>)> = std::thread::scope(|scope| {
-            let handles: Vec<_> = self
-                .images
-                .iter()
-                .map(|(index, image)| {
-                    let target = uploader.uploaders.get(index);
+            let handles: Vec<_> = targets
+                .into_iter()
+                .map(|(index, image, uploader)| {
                     scope.spawn(move || {
-                        let Some(uploader) = target else { return (index, Ok(())) };
                         let region = crate::upload::ImageRegion::new(image, mip, offset, extent);
                         let result = uploader.write_image(&region, data).and_then(|()| uploader.wait_idle());
                         (index, result)
@@ -639,6 +790,14 @@ impl MultiSparseImage {
         }
         Ok(())
     }
+}
+
+/// The resident tiles and tails of `image`'s page table.
+fn resident(image: &crate::sparse::SparseImage) -> (Vec<residency_core::tiles::TileIndex>, Vec<u32>) {
+    let table = image.residency().page_table();
+    let tiles = table.mapped().map(|(t, _)| t).collect();
+    let tails = (0..image.layout().mip_tail_count()).filter(|&t| table.is_tail_resident(t)).collect();
+    (tiles, tails)
 }
 
 /// An image on every device of a mask, with per-device views created on first use and cached.
@@ -675,8 +834,22 @@ impl MultiImage {
         mips: std::ops::Range<u32>,
     ) -> Result<Arc<ImageView>, MultiDeviceError<crate::VulkanError>> {
         let not_here = || MultiDeviceError::MaskNotSubset { requested: index.mask(), allowed: self.mask() };
-        let image = self.images.get(index).ok_or_else(not_here)?;
         let device = set.device(index).ok_or_else(not_here)?;
+        self.view_on(device, mips)
+    }
+
+    /// [`MultiImage::view`] on `device` (its index names the instance).
+    pub(crate) fn view_on(
+        &self,
+        device: &Device,
+        mips: std::ops::Range<u32>,
+    ) -> Result<Arc<ImageView>, MultiDeviceError<crate::VulkanError>> {
+        let index = device.index();
+        let not_here = || MultiDeviceError::MaskNotSubset { requested: index.mask(), allowed: self.mask() };
+        let image = self.images.get(index).ok_or_else(not_here)?;
+        if !image.device().is(device) {
+            return Err(not_here());
+        }
         let mut views = self.views.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((.., view)) = views.iter().find(|(i, m, _)| *i == index && *m == mips) {
             return Ok(Arc::clone(view));

@@ -1,12 +1,16 @@
-//! Multi-device work: compute programs on every device, views resolved per device, work items that
-//! cache their per-device form, timelines, and submission to one chosen device.
+//! Multi-device work: compute and graphics programs on every device, views resolved per device,
+//! work items that cache their per-device form, timelines, timestamps, and submission to one
+//! chosen device.
 //!
 //! As in the seed, work is described once against multi-device resources and the switch to one
 //! device happens at submission: [`MultiSubmitter::submit`] takes the device index, resolves each
-//! item's per-device form (creating and caching descriptor sets on first use) and records it on that
-//! device's queue. Views are *resource + descriptor*: a [`BufferView`] names a range of a
-//! [`MultiBuffer`] and resolves to the instance on the device of the submission, so the view follows
-//! the buffer's mask (resolution iterates the resource's mask, not the pool's).
+//! item's per-device form (creating and caching descriptor sets, and a [`MultiGraphicsProgram`]'s
+//! pipeline, on first use) and records it on that device's queue. Views are *resource +
+//! descriptor*: a [`BufferView`] names a range of a [`MultiBuffer`] (checked against it) and
+//! resolves to that range of the instance on the device of the submission, so the view follows
+//! the buffer's mask (resolution iterates the resource's mask, not the pool's). Items:
+//! [`DispatchItem`], [`CopyItem`], [`RenderItem`] with [`DrawItem`]s (vertices, indexed, indirect),
+//! timestamps of [`MultiTimestamps`], and full barriers.
 
 use crate::buffer::Buffer;
 use crate::commands::{CommandContext, Submission};
@@ -16,8 +20,13 @@ use crate::compute::{
 use crate::device::Device;
 use crate::device_set::DeviceSet;
 use crate::error::{Result as VkResult, VkResultExt, VulkanError};
-use crate::multi::{fan_out_on, multi_device, MultiBuffer, MultiDevice, MultiDeviceError, PerDevice};
-use crate::recording::{check_buffer_copy, Recording};
+use crate::graphics::{DrawError, GraphicsProgram, IndexFormat, RenderError, VertexAttribute};
+use crate::multi::MultiImage;
+use crate::multi::{
+    device_count, fan_out_on, multi_device, resolve_mask, MultiBuffer, MultiDevice, MultiDeviceError,
+    PerDevice,
+};
+use crate::recording::{check_buffer_copy, Recording, Timestamps};
 use crate::retire::{ForeignUse, Garbage, GpuUse, Life};
 use crate::shaders::Shader;
 use ash::vk;
@@ -70,25 +79,97 @@ impl MultiComputeProgram {
     }
 }
 
-/// A range of a multi-device buffer, resolved per device at submission (resource + descriptor).
+/// A range of a multi-device buffer, resolved per device at submission (resource + descriptor):
+/// `size` bytes from `offset`, the same range of the instance on whichever device the work is
+/// submitted to. Made by [`BufferView::whole`] or by [`BufferView::range`], which checks the
+/// range against the buffer; resolution checks it again against that device's instance.
 #[derive(Clone, Copy, Debug)]
 pub struct BufferView<'a> {
+    buffer: &'a MultiBuffer,
+    offset: u64,
+    size: u64,
+}
+
+/// A [`BufferView`] range that is empty or not inside its buffer.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("a view of {size} B at {offset} of `{name}` is empty or outside its {buffer_size} B")]
+pub struct ViewRangeError {
     /// The buffer.
-    pub buffer: &'a MultiBuffer,
+    pub name: String,
+    /// The view's offset.
+    pub offset: u64,
+    /// The view's size.
+    pub size: u64,
+    /// The buffer's size.
+    pub buffer_size: u64,
+}
+
+/// A [`BufferView`] resolved on one device: the instance there and the view's range in it.
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceBufferView<'a> {
+    /// The instance.
+    pub buffer: &'a Buffer,
+    /// Bytes into it.
+    pub offset: u64,
+    /// Bytes of the view.
+    pub size: u64,
 }
 
 impl<'a> BufferView<'a> {
     /// The whole buffer.
     pub fn whole(buffer: &'a MultiBuffer) -> Self {
-        BufferView { buffer }
+        BufferView { buffer, offset: 0, size: buffer.size() }
     }
 
-    /// The instance on `device`, or an error naming the device when the buffer is not there.
-    pub fn resolve(&self, device: DeviceIndex) -> Result<&'a Buffer, WorkError> {
-        self.buffer
-            .instance(device)
-            .ok_or(WorkError::NotOnDevice { name: self.buffer.name().to_owned(), device })
+    /// `size` bytes of `buffer` from `offset`; an empty range or one not inside the buffer is
+    /// refused.
+    pub fn range(buffer: &'a MultiBuffer, offset: u64, size: u64) -> Result<Self, ViewRangeError> {
+        check_range(buffer.name(), offset, size, buffer.size())?;
+        Ok(BufferView { buffer, offset, size })
     }
+
+    /// The buffer.
+    pub fn buffer(&self) -> &'a MultiBuffer {
+        self.buffer
+    }
+
+    /// Bytes into the buffer.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Bytes of the view.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// The instance on `device` with the view's range in it: an error naming the device when the
+    /// buffer is not there, [`WorkError::Range`] when the range is not inside that instance.
+    pub fn resolve(&self, device: DeviceIndex) -> Result<DeviceBufferView<'a>, WorkError> {
+        let buffer = self
+            .buffer
+            .instance(device)
+            .ok_or(WorkError::NotOnDevice { name: self.buffer.name().to_owned(), device })?;
+        check_range(buffer.name(), self.offset, self.size, buffer.size())?;
+        Ok(DeviceBufferView { buffer, offset: self.offset, size: self.size })
+    }
+
+    /// The descriptor binding of the view on `device`.
+    fn binding(&self, device: DeviceIndex) -> Result<Binding<'a>, WorkError> {
+        let v = self.resolve(device)?;
+        Ok(if v.offset == 0 && v.size == v.buffer.size() {
+            Binding::Buffer(v.buffer)
+        } else {
+            Binding::BufferRange { buffer: v.buffer, offset: v.offset, size: v.size }
+        })
+    }
+}
+
+fn check_range(name: &str, offset: u64, size: u64, buffer_size: u64) -> Result<(), ViewRangeError> {
+    if size == 0 || offset.checked_add(size).is_none_or(|end| end > buffer_size) {
+        return Err(ViewRangeError { name: name.to_owned(), offset, size, buffer_size });
+    }
+    Ok(())
 }
 
 /// An image binding per device ([`Binding::Sampled`] or [`Binding::Storage`] of that device's
@@ -136,9 +217,89 @@ pub enum WorkError {
         /// What is wrong.
         reason: &'static str,
     },
+    /// A buffer view's range is not inside the instance on the device (nothing was recorded or
+    /// submitted).
+    #[error(transparent)]
+    Range(#[from] ViewRangeError),
+    /// A graphics program could not be created on the device on its first use there (nothing was
+    /// recorded or submitted; a later submission tries again).
+    #[error(transparent)]
+    Program(#[from] ProgramError),
+    /// A draw was refused on the device (nothing was submitted).
+    #[error(transparent)]
+    Draw(#[from] DrawError),
+    /// A render pass was refused on the device: its target cannot be the program's attachment
+    /// (nothing was submitted).
+    #[error(transparent)]
+    Render(#[from] RenderError),
+    /// A timestamp item names a timestamp outside its pool (nothing was recorded or submitted).
+    #[error("timestamp {index} of `{name}`, which holds {count}")]
+    Timestamp {
+        /// The pool.
+        name: String,
+        /// The index asked for.
+        index: u32,
+        /// Timestamps in the pool.
+        count: u32,
+    },
+    /// A draw of a render item is of another program than the item's.
+    #[error("a draw of `{draw}` in a render pass of `{pass}`")]
+    OtherProgram {
+        /// The draw's program.
+        draw: String,
+        /// The render item's program.
+        pass: String,
+    },
     /// A Vulkan call failed.
     #[error(transparent)]
     Vulkan(#[from] VulkanError),
+}
+
+/// The per-device descriptor sets of a work item: per device, the generations of the bound
+/// buffers when the set was written, and the set.
+type SetCache = Mutex<Vec<(DeviceIndex, Vec<u64>, DescriptorSet)>>;
+
+/// The descriptor set of `bindings` on `index`: the cached one while the bound buffers' instances
+/// are unchanged, else one made by `make` from the bindings resolved there (and cached).
+fn cached_set(
+    bindings: &[MultiBinding<'_>],
+    sets: &SetCache,
+    index: DeviceIndex,
+    make: impl FnOnce(&[Binding<'_>]) -> Result<DescriptorSet, BindingError>,
+) -> Result<DescriptorSet, WorkError> {
+    let generations: Vec<u64> = bindings
+        .iter()
+        .filter_map(|b| match b {
+            MultiBinding::Buffer(view) => Some(view.buffer.generation()),
+            MultiBinding::Image(_) => None,
+        })
+        .collect();
+    let mut sets = sets.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, cached, set)) = sets.iter().find(|(i, ..)| *i == index) {
+        if *cached == generations {
+            return Ok(set.clone());
+        }
+    }
+    let mut resolved = Vec::with_capacity(bindings.len());
+    for binding in bindings {
+        resolved.push(match binding {
+            MultiBinding::Buffer(view) => view.binding(index)?,
+            MultiBinding::Image(images) => {
+                let &(_, binding) = images
+                    .views
+                    .iter()
+                    .find(|(i, _)| *i == index)
+                    .ok_or(WorkError::NotOnDevice { name: "image view".to_owned(), device: index })?;
+                binding
+            }
+        });
+    }
+    // A new set for a new form (the old one may still be in use by work in flight: what it
+    // binds is released after that work, and its memory goes with the program's pool).
+    let set = make(&resolved)?;
+    sets.retain(|(i, ..)| *i != index);
+    sets.push((index, generations, set.clone()));
+    Ok(set)
 }
 
 /// A compute dispatch over multi-device resources; its descriptor set per device is created on the
@@ -149,8 +310,7 @@ pub struct DispatchItem<'a> {
     bindings: Vec<MultiBinding<'a>>,
     push_constants: Vec<u8>,
     groups: [u32; 3],
-    /// Per device: the generations of the bound buffers when the set was written, and the set.
-    sets: Mutex<Vec<(DeviceIndex, Vec<u64>, DescriptorSet)>>,
+    sets: SetCache,
 }
 
 impl<'a> DispatchItem<'a> {
@@ -182,53 +342,22 @@ impl<'a> DispatchItem<'a> {
             .programs
             .get(index)
             .ok_or(WorkError::NotOnDevice { name: "compute program".to_owned(), device: index })?;
-        let generations: Vec<u64> = self
-            .bindings
-            .iter()
-            .filter_map(|b| match b {
-                MultiBinding::Buffer(view) => Some(view.buffer.generation()),
-                MultiBinding::Image(_) => None,
-            })
-            .collect();
-        let mut sets = self.sets.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, cached, set)) = sets.iter().find(|(i, ..)| *i == index) {
-            if *cached == generations {
-                return Ok((set.clone(), program));
-            }
-        }
-        let mut resolved = Vec::with_capacity(self.bindings.len());
-        for binding in &self.bindings {
-            resolved.push(match binding {
-                MultiBinding::Buffer(view) => Binding::Buffer(view.resolve(index)?),
-                MultiBinding::Image(images) => {
-                    let &(_, binding) = images
-                        .views
-                        .iter()
-                        .find(|(i, _)| *i == index)
-                        .ok_or(WorkError::NotOnDevice { name: "image view".to_owned(), device: index })?;
-                    binding
-                }
-            });
-        }
-        // A new set for a new form (the old one may still be in use by work in flight: what it
-        // binds is released after that work, and its memory goes with the program's pool).
-        let set = program.descriptor_set(&resolved)?;
-        sets.retain(|(i, ..)| *i != index);
-        sets.push((index, generations, set.clone()));
+        let set = cached_set(&self.bindings, &self.sets, index, |b| program.descriptor_set(b))?;
         Ok((set, program))
     }
 }
 
-/// A copy between multi-device buffers (same offsets on every device).
+/// A copy between multi-device buffer views (same offsets on every device). The offsets are
+/// bytes into the views, and the copy must lie inside both views.
 #[derive(Clone, Copy, Debug)]
 pub struct CopyItem<'a> {
     /// Source.
     pub src: BufferView<'a>,
     /// Destination.
     pub dst: BufferView<'a>,
-    /// Byte offset in the source.
+    /// Byte offset in the source view.
     pub src_offset: u64,
-    /// Byte offset in the destination.
+    /// Byte offset in the destination view.
     pub dst_offset: u64,
     /// Bytes to copy.
     pub size: u64,
@@ -241,6 +370,11 @@ pub enum WorkItem<'a, 'b> {
     Dispatch(&'b DispatchItem<'a>),
     /// A copy.
     Copy(CopyItem<'a>),
+    /// A render pass of draws.
+    Render(RenderItem<'a, 'b>),
+    /// Writes timestamp `index` of the submission's device's pool once the earlier items have
+    /// finished.
+    Timestamp(&'a MultiTimestamps, u32),
     /// A full memory barrier between the previous items and the next.
     Barrier,
 }
@@ -269,13 +403,26 @@ fn full_barrier(rec: &mut Recording<'_>) {
     rec.recorded();
 }
 
-/// Checks a copy item resolved on one device ([`check_buffer_copy`]).
-fn check_copy(src: &Buffer, dst: &Buffer, c: &CopyItem<'_>) -> Result<vk::BufferCopy, WorkError> {
-    check_buffer_copy(src, c.src_offset, dst, c.dst_offset, c.size).map_err(|reason| WorkError::Copy {
-        src: src.name().to_owned(),
-        dst: dst.name().to_owned(),
+/// Checks a copy item resolved on one device: inside both views, then [`check_buffer_copy`] at
+/// the views' offsets.
+fn check_copy(
+    src: DeviceBufferView<'_>,
+    dst: DeviceBufferView<'_>,
+    c: &CopyItem<'_>,
+) -> Result<vk::BufferCopy, WorkError> {
+    let refuse = |reason| WorkError::Copy {
+        src: src.buffer.name().to_owned(),
+        dst: dst.buffer.name().to_owned(),
         reason,
-    })
+    };
+    let inside = |offset: u64, view: DeviceBufferView<'_>| {
+        offset.checked_add(c.size).is_some_and(|end| end <= view.size)
+    };
+    if !inside(c.src_offset, src) || !inside(c.dst_offset, dst) {
+        return Err(refuse("the range is outside a view"));
+    }
+    check_buffer_copy(src.buffer, src.offset + c.src_offset, dst.buffer, dst.offset + c.dst_offset, c.size)
+        .map_err(refuse)
 }
 
 impl MultiSubmitter {
@@ -289,7 +436,12 @@ impl MultiSubmitter {
     /// before and after, submits them to that device's universal queue, and returns the submission.
     ///
     /// A dispatch over that device's limits ([`WorkError::Dispatch`]) fails before any item is
-    /// resolved, recorded or submitted.
+    /// resolved, recorded or submitted; a resource missing on the device, a view range outside its
+    /// instance, a copy outside its views, or a draw reading past its vertex, index or indirect
+    /// view fails before anything is recorded. A draw or render pass that the checked
+    /// [`Drawing`](crate::graphics::Drawing) refuses while recording (e.g. a target without
+    /// `COLOR_ATTACHMENT` usage, a sampled image in another layout) is returned as that error and
+    /// nothing is submitted.
     pub fn submit(&self, device: DeviceIndex, items: &[WorkItem<'_, '_>]) -> Result<Submission, WorkError> {
         let context = self
             .contexts
@@ -314,6 +466,8 @@ impl MultiSubmitter {
         enum Resolved<'r> {
             Dispatch(DescriptorSet, &'r ComputeProgram, &'r DispatchItem<'r>),
             Copy(&'r Buffer, &'r Buffer, vk::BufferCopy),
+            Render(ResolvedRender<'r>),
+            Timestamp(&'r Timestamps, u32),
             Barrier,
         }
         let mut resolved = Vec::with_capacity(items.len());
@@ -325,14 +479,24 @@ impl MultiSubmitter {
                 }
                 WorkItem::Copy(c) => {
                     let (src, dst) = (c.src.resolve(device)?, c.dst.resolve(device)?);
-                    if !src.device().is(dev) || !dst.device().is(dev) {
-                        return Err(WorkError::NotOnDevice { name: src.name().to_owned(), device });
+                    if !src.buffer.device().is(dev) || !dst.buffer.device().is(dev) {
+                        return Err(WorkError::NotOnDevice { name: src.buffer.name().to_owned(), device });
                     }
-                    Resolved::Copy(src, dst, check_copy(src, dst, c)?)
+                    Resolved::Copy(src.buffer, dst.buffer, check_copy(src, dst, c)?)
+                }
+                WorkItem::Render(r) => Resolved::Render(resolve_render(r, dev)?),
+                WorkItem::Timestamp(t, index) => {
+                    let pool = t.resolve(device, *index)?;
+                    if !pool.device().is(dev) {
+                        return Err(WorkError::NotOnDevice { name: pool.name().to_owned(), device });
+                    }
+                    Resolved::Timestamp(pool, *index)
                 }
                 WorkItem::Barrier => Resolved::Barrier,
             });
         }
+        // The first draw or render pass refused while recording: the submission is refused too.
+        let mut refused: Option<WorkError> = None;
         let submission = context.submit(&[], |rec| {
             full_barrier(rec);
             for r in &resolved {
@@ -351,12 +515,28 @@ impl MultiSubmitter {
                         unsafe { dev.raw().cmd_copy_buffer(rec.raw(), src.raw(), dst.raw(), &[*region]) };
                         rec.recorded();
                     }
+                    Resolved::Render(r) => {
+                        if let Err(e) = record_render(rec, r) {
+                            rec.refuse_submission(VulkanError::Unsupported {
+                                device: dev.name().to_owned(),
+                                reason: format!("a refused draw: {e}"),
+                            });
+                            refused = Some(e);
+                            break;
+                        }
+                    }
+                    Resolved::Timestamp(t, index) => {
+                        t.cmd_write(rec, *index).expect("the pool of the recording's device (checked)")
+                    }
                     Resolved::Barrier => full_barrier(rec),
                 }
             }
             full_barrier(rec);
-        })?;
-        Ok(submission)
+        });
+        if let Some(e) = refused {
+            return Err(e);
+        }
+        Ok(submission?)
     }
 
     /// Waits for a submission made on `device`.
@@ -422,6 +602,8 @@ pub struct DeviceTimeline {
 /// uses declared with [`MultiTimeline::used_until`]) have completed.
 #[derive(Debug)]
 pub struct MultiTimeline {
+    /// How many device indices the set has (mask bits beyond it are ignored).
+    device_count: u32,
     semaphores: PerDevice<DeviceTimeline>,
     /// Held from reading the current values to signalling, so two host signals cannot both pass
     /// the check against the same current value.
@@ -459,7 +641,7 @@ impl MultiTimeline {
             let life = Life::new(Arc::clone(d), Garbage::Semaphore { raw: s, id }, None);
             Ok(DeviceTimeline { semaphore: s, device: Arc::clone(d), max_difference, life })
         })?;
-        Ok(MultiTimeline { semaphores, signalling: Mutex::new(()) })
+        Ok(MultiTimeline { device_count: device_count(set), semaphores, signalling: Mutex::new(()) })
     }
 
     /// The semaphore on `device`, to wait on (or signal) in a submission of your own there.
@@ -478,7 +660,8 @@ impl MultiTimeline {
         self.semaphores.iter().map(|(i, t)| t.value().map(|v| (i, v))).collect()
     }
 
-    /// Signals `value` from the host on every device of `mask`.
+    /// Signals `value` from the host on every device of `mask` (within the timeline's mask;
+    /// [`DeviceMask::ALL`]: the timeline's, see [`resolve_mask`]).
     ///
     /// `value` must be greater than the current value on each of those devices, and at most
     /// `maxTimelineSemaphoreValueDifference` above it; otherwise the error names the first device
@@ -489,6 +672,7 @@ impl MultiTimeline {
     /// to this check: a pending GPU signal must have a value greater than `value` (Vulkan's
     /// rule), which stays the caller's to keep.
     pub fn signal(&self, mask: DeviceMask, value: u64) -> Result<(), MultiDeviceError<TimelineError>> {
+        let mask = resolve_mask(mask, self.mask(), self.device_count)?;
         let _signalling = self.signalling.lock().unwrap_or_else(|e| e.into_inner());
         let targets: Vec<(DeviceIndex, &DeviceTimeline)> =
             self.semaphores.iter().filter(|(i, _)| mask.contains(*i)).collect();
@@ -520,13 +704,15 @@ impl MultiTimeline {
         Ok(())
     }
 
-    /// Waits until every device of `mask` reached `value` (or the timeout in nanoseconds passed).
+    /// Waits until every device of `mask` (within the timeline's mask; [`DeviceMask::ALL`]: the
+    /// timeline's) reached `value` (or the timeout in nanoseconds passed).
     pub fn wait(
         &self,
         mask: DeviceMask,
         value: u64,
         timeout_ns: u64,
     ) -> Result<(), MultiDeviceError<VulkanError>> {
+        let mask = resolve_mask(mask, self.mask(), self.device_count)?;
         for (i, t) in self.semaphores.iter().filter(|(i, _)| mask.contains(*i)) {
             let semaphores = [t.semaphore];
             let values = [value];
@@ -574,6 +760,461 @@ impl DeviceTimeline {
     }
 }
 
+/// A graphics program for every device of a mask, each device's
+/// [`GraphicsProgram`] created on the first submission that draws with it there and cached (a
+/// device that never draws never compiles the pipeline). Each holds its device and is released
+/// when dropped, after the GPU work that may use it.
+///
+/// Its shaders and vertex layout are those of [`GraphicsProgram::new`]; what that refuses is
+/// refused at the first use on a device ([`WorkError::Program`]), with nothing created there.
+#[derive(Debug)]
+pub struct MultiGraphicsProgram {
+    name: String,
+    vertex: &'static Shader,
+    fragment: &'static Shader,
+    stride: u32,
+    attributes: Vec<VertexAttribute>,
+    color_format: vk::Format,
+    max_sets: u32,
+    /// The bindings of set 0 (the longer of the shaders' lists, which the other's must match).
+    kinds: Vec<BindingKind>,
+    /// The devices it may be created on, each with its program once created.
+    programs: PerDevice<(Arc<Device>, std::sync::OnceLock<GraphicsProgram>)>,
+    /// Held while a program is created, so one device never creates two.
+    creating: Mutex<()>,
+}
+
+impl MultiGraphicsProgram {
+    /// Describes the program `name` of the shipped `vertex` and `fragment` shaders (as
+    /// [`GraphicsProgram::new`] takes them) for every open device of `mask`; nothing is created
+    /// until a device first draws with it.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the arguments of GraphicsProgram::new, plus the device set and mask"
+    )]
+    pub fn new(
+        set: &DeviceSet,
+        mask: DeviceMask,
+        name: &str,
+        vertex: &'static Shader,
+        fragment: &'static Shader,
+        stride: u32,
+        attributes: &[VertexAttribute],
+        color_format: vk::Format,
+        max_sets: u32,
+    ) -> Result<Self, MultiDeviceError<ProgramError>> {
+        let programs = fan_out_on(set, mask, |d| -> Result<_, ProgramError> {
+            Ok((Arc::clone(d), std::sync::OnceLock::new()))
+        })?;
+        let kinds = if vertex.bindings().len() >= fragment.bindings().len() {
+            vertex.bindings().to_vec()
+        } else {
+            fragment.bindings().to_vec()
+        };
+        Ok(MultiGraphicsProgram {
+            name: name.to_owned(),
+            vertex,
+            fragment,
+            stride,
+            attributes: attributes.to_vec(),
+            color_format,
+            max_sets,
+            kinds,
+            programs,
+            creating: Mutex::new(()),
+        })
+    }
+
+    /// The devices it may be created on.
+    pub fn mask(&self) -> DeviceMask {
+        self.programs.mask()
+    }
+
+    /// The devices it has been created on so far.
+    pub fn created(&self) -> DeviceMask {
+        self.programs.iter().filter(|(_, (_, p))| p.get().is_some()).map(|(i, _)| i).collect()
+    }
+
+    /// Its program on `device`, created on first use there.
+    pub fn program(&self, device: DeviceIndex) -> Result<&GraphicsProgram, WorkError> {
+        let (dev, cell) =
+            self.programs.get(device).ok_or(WorkError::NotOnDevice { name: self.name.clone(), device })?;
+        if let Some(program) = cell.get() {
+            return Ok(program);
+        }
+        let _creating = self.creating.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(program) = cell.get() {
+            return Ok(program);
+        }
+        let program = GraphicsProgram::new(
+            dev,
+            &self.name,
+            self.vertex,
+            self.fragment,
+            self.stride,
+            &self.attributes,
+            self.color_format,
+            self.max_sets,
+        )?;
+        Ok(cell.get_or_init(|| program))
+    }
+}
+
+/// What a [`DrawItem`] draws.
+#[derive(Clone, Copy, Debug)]
+enum DrawCall<'a> {
+    /// `count` vertices, `instances` times.
+    Vertices { count: u32, instances: u32 },
+    /// `count` indices of `indices`, `instances` times.
+    Indexed { indices: BufferView<'a>, format: IndexFormat, count: u32, instances: u32 },
+    /// The one `VkDrawIndirectCommand` at the start of `args`.
+    Indirect { args: BufferView<'a> },
+}
+
+/// A draw over multi-device resources (the seed's `DrawItem`): a [`MultiGraphicsProgram`], its
+/// set-0 bindings, push constants, an optional vertex [`BufferView`] (bound at its offset) and
+/// the draw — of vertices ([`DrawItem::new`]), indexed through an index view
+/// ([`DrawItem::new_indexed`]) or indirect from an argument view ([`DrawItem::new_indirect`]).
+/// Drawn by a [`RenderItem`]; its descriptor set per device is created on the first submission
+/// to that device and reused after (rebuilt when a bound buffer's instances change).
+#[derive(Debug)]
+pub struct DrawItem<'a> {
+    program: &'a MultiGraphicsProgram,
+    bindings: Vec<MultiBinding<'a>>,
+    push_constants: Vec<u8>,
+    vertices: Option<BufferView<'a>>,
+    call: DrawCall<'a>,
+    sets: SetCache,
+}
+
+impl<'a> DrawItem<'a> {
+    fn with_call(
+        program: &'a MultiGraphicsProgram,
+        bindings: Vec<MultiBinding<'a>>,
+        vertices: Option<BufferView<'a>>,
+        call: DrawCall<'a>,
+    ) -> Self {
+        assert_eq!(bindings.len(), program.kinds.len(), "one resource per binding");
+        DrawItem {
+            program,
+            bindings,
+            push_constants: Vec::new(),
+            vertices,
+            call,
+            sets: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Draws `count` vertices from the start of `vertices` `instances` times with `program` and
+    /// `bindings` (one per binding of set 0). Checked at submission: every vertex read lies inside
+    /// the vertex view.
+    ///
+    /// # Panics
+    /// When `bindings` is not one resource per binding of the program (as [`DispatchItem::new`];
+    /// likewise for the indexed and indirect draws).
+    pub fn new(
+        program: &'a MultiGraphicsProgram,
+        bindings: Vec<MultiBinding<'a>>,
+        vertices: Option<BufferView<'a>>,
+        count: u32,
+        instances: u32,
+    ) -> Self {
+        Self::with_call(program, bindings, vertices, DrawCall::Vertices { count, instances })
+    }
+
+    /// Draws `count` indices of `format` from the start of `indices` `instances` times. Checked at
+    /// submission: the indices lie inside the index view, whose offset is a multiple of the index
+    /// size.
+    ///
+    /// # Safety
+    /// The contents of the index buffer cannot be checked: on every device the item is submitted
+    /// to, every index read when the draw runs must name a vertex inside the vertex view (an
+    /// index `i` reads `i × stride` plus the attributes' bytes from the view's offset), when the
+    /// program has vertex attributes ([`Drawing::draw_indexed`](crate::graphics::Drawing::draw_indexed)).
+    #[allow(clippy::too_many_arguments, reason = "the draw's parts, as DrawItem::new takes them")]
+    pub unsafe fn new_indexed(
+        program: &'a MultiGraphicsProgram,
+        bindings: Vec<MultiBinding<'a>>,
+        vertices: Option<BufferView<'a>>,
+        indices: BufferView<'a>,
+        format: IndexFormat,
+        count: u32,
+        instances: u32,
+    ) -> Self {
+        Self::with_call(program, bindings, vertices, DrawCall::Indexed { indices, format, count, instances })
+    }
+
+    /// Draws with the one `VkDrawIndirectCommand` (16 bytes) at the start of `args`, read by the
+    /// GPU when the draw runs. Checked at submission: the view holds 16 bytes at an offset that
+    /// is a multiple of 4, and its buffer has `INDIRECT` usage.
+    ///
+    /// # Safety
+    /// On every device the item is submitted to, the command read when the draw runs names only
+    /// vertices inside the vertex view (when the program has vertex attributes) and has
+    /// `firstInstance` 0 ([`Drawing::draw_indirect`](crate::graphics::Drawing::draw_indirect)).
+    pub unsafe fn new_indirect(
+        program: &'a MultiGraphicsProgram,
+        bindings: Vec<MultiBinding<'a>>,
+        vertices: Option<BufferView<'a>>,
+        args: BufferView<'a>,
+    ) -> Self {
+        Self::with_call(program, bindings, vertices, DrawCall::Indirect { args })
+    }
+
+    /// The push constants of the draw (pushed before it; at most the program's size).
+    pub fn with_push_constants(mut self, bytes: &[u8]) -> Self {
+        self.push_constants = bytes.to_vec();
+        self
+    }
+
+    /// How many devices have a cached per-device form.
+    pub fn cached_devices(&self) -> usize {
+        self.sets.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+/// A render pass into a multi-device image with draws of one [`MultiGraphicsProgram`]. On the
+/// device of the submission the target is that device's instance through its cached view of mip
+/// 0 ([`MultiImage::view`]): its contents are discarded (it moves from `UNDEFINED` to
+/// `COLOR_ATTACHMENT_OPTIMAL`), cleared to `clear` over `extent`, drawn, and left in `GENERAL`
+/// for whatever reads it next.
+#[derive(Clone, Copy, Debug)]
+pub struct RenderItem<'a, 'b> {
+    /// The program of every draw.
+    pub program: &'a MultiGraphicsProgram,
+    /// The colour target.
+    pub target: &'a MultiImage,
+    /// The render area from the origin.
+    pub extent: [u32; 2],
+    /// The clear colour.
+    pub clear: [f32; 4],
+    /// The draws, in order.
+    pub draws: &'b [&'b DrawItem<'a>],
+}
+
+/// One draw of a render item resolved on a device.
+struct ResolvedDraw<'r> {
+    set: Option<DescriptorSet>,
+    push_constants: &'r [u8],
+    vertices: Option<DeviceBufferView<'r>>,
+    call: ResolvedCall<'r>,
+}
+
+enum ResolvedCall<'r> {
+    Vertices { count: u32, instances: u32 },
+    Indexed { indices: DeviceBufferView<'r>, format: IndexFormat, count: u32, instances: u32 },
+    Indirect { args: DeviceBufferView<'r> },
+}
+
+/// A render item resolved on a device.
+struct ResolvedRender<'r> {
+    program: &'r GraphicsProgram,
+    image: &'r crate::Image,
+    view: Arc<crate::image::ImageView>,
+    extent: [u32; 2],
+    clear: [f32; 4],
+    draws: Vec<ResolvedDraw<'r>>,
+}
+
+/// Resolves a render item on `dev`: the program (created on first use), the target's instance
+/// and view, each draw's set and views, checked against the views' ranges.
+fn resolve_render<'r>(r: &RenderItem<'r, 'r>, dev: &Device) -> Result<ResolvedRender<'r>, WorkError> {
+    let device = dev.index();
+    let program = r.program.program(device)?;
+    let not_here = |name: &str| WorkError::NotOnDevice { name: name.to_owned(), device };
+    if !program.device().is(dev) {
+        return Err(not_here(program.name()));
+    }
+    let image = r.target.instance(device).ok_or_else(|| not_here("render target"))?;
+    let view = r.target.view_on(dev, 0..1).map_err(|e| match e {
+        MultiDeviceError::Failed { source, .. } => WorkError::Vulkan(source),
+        _ => not_here(&image.desc().name),
+    })?;
+    // Before anything is recorded: the barriers into the attachment layout need the usage.
+    program.check_target(&view, r.extent)?;
+    let out_of_range = |what, needed, available| {
+        WorkError::Draw(DrawError::OutOfRange { program: program.name().to_owned(), what, needed, available })
+    };
+    let mut draws = Vec::with_capacity(r.draws.len());
+    for d in r.draws {
+        if !std::ptr::eq(d.program, r.program) {
+            return Err(WorkError::OtherProgram {
+                draw: d.program.name.clone(),
+                pass: r.program.name.clone(),
+            });
+        }
+        let vertices = d.vertices.map(|v| v.resolve(device)).transpose()?;
+        let bound = vertices.map_or(0, |v| v.size);
+        let call = match d.call {
+            DrawCall::Vertices { count, instances } => {
+                let needed = if instances == 0 { 0 } else { program.vertex_bytes_read(count) };
+                if needed > bound {
+                    return Err(out_of_range("vertex", needed, bound));
+                }
+                ResolvedCall::Vertices { count, instances }
+            }
+            DrawCall::Indexed { indices, format, count, instances } => {
+                let indices = indices.resolve(device)?;
+                let needed = if instances == 0 { 0 } else { u64::from(count) * format.bytes() };
+                if needed > indices.size {
+                    return Err(out_of_range("index", needed, indices.size));
+                }
+                ResolvedCall::Indexed { indices, format, count, instances }
+            }
+            DrawCall::Indirect { args } => {
+                let args = args.resolve(device)?;
+                let needed = std::mem::size_of::<vk::DrawIndirectCommand>() as u64;
+                if needed > args.size {
+                    return Err(out_of_range("indirect", needed, args.size));
+                }
+                ResolvedCall::Indirect { args }
+            }
+        };
+        let set = if d.bindings.is_empty() {
+            None
+        } else {
+            Some(cached_set(&d.bindings, &d.sets, device, |b| program.descriptor_set(b))?)
+        };
+        draws.push(ResolvedDraw { set, push_constants: &d.push_constants, vertices, call });
+    }
+    Ok(ResolvedRender { program, image, view, extent: r.extent, clear: r.clear, draws })
+}
+
+/// Records a layout change of mip 0 (the view's layers) of the render target.
+fn target_barrier(
+    rec: &mut Recording<'_>,
+    r: &ResolvedRender<'_>,
+    (src_stage, src_access, old): (vk::PipelineStageFlags2, vk::AccessFlags2, vk::ImageLayout),
+    (dst_stage, dst_access, new): (vk::PipelineStageFlags2, vk::AccessFlags2, vk::ImageLayout),
+) {
+    let layers = r.view.layers();
+    let barrier = [vk::ImageMemoryBarrier2::default()
+        .src_stage_mask(src_stage)
+        .src_access_mask(src_access)
+        .dst_stage_mask(dst_stage)
+        .dst_access_mask(dst_access)
+        .old_layout(old)
+        .new_layout(new)
+        .image(r.image.raw())
+        .subresource_range(vk::ImageSubresourceRange {
+            aspect_mask: vk::ImageAspectFlags::COLOR,
+            base_mip_level: 0,
+            level_count: 1,
+            base_array_layer: layers.start,
+            layer_count: layers.end - layers.start,
+        })];
+    rec.keep(r.image.life());
+    rec.transition(r.view.layouts(), 0..1, layers, old, new);
+    // SAFETY: `rec` is recording on the image's device (the instance of the submission's device)
+    // outside a render pass; the image is live and held by the recording; the subresources exist
+    // (mip 0, the view's layers) and the old layout is UNDEFINED (contents discarded) or the one
+    // the previous barrier of this item left them in, noted for the check at submission; the
+    // stages and accesses are core ones the universal queue supports; the barrier lives for the
+    // call.
+    unsafe {
+        rec.device()
+            .raw()
+            .cmd_pipeline_barrier2(rec.raw(), &vk::DependencyInfo::default().image_memory_barriers(&barrier))
+    };
+    rec.recorded();
+}
+
+/// Records a resolved render item: the target to `COLOR_ATTACHMENT_OPTIMAL`, the pass with its
+/// draws through the checked [`Drawing`](crate::graphics::Drawing), the target to `GENERAL`.
+fn record_render(rec: &mut Recording<'_>, r: &ResolvedRender<'_>) -> Result<(), WorkError> {
+    use vk::{AccessFlags2 as A, ImageLayout as L, PipelineStageFlags2 as S};
+    let attachment = L::COLOR_ATTACHMENT_OPTIMAL;
+    target_barrier(
+        rec,
+        r,
+        (S::ALL_COMMANDS, A::MEMORY_READ | A::MEMORY_WRITE, L::UNDEFINED),
+        (S::COLOR_ATTACHMENT_OUTPUT, A::COLOR_ATTACHMENT_READ | A::COLOR_ATTACHMENT_WRITE, attachment),
+    );
+    r.program.render(rec, &r.view, r.extent, r.clear, |pass| -> Result<(), DrawError> {
+        for d in &r.draws {
+            if let Some(set) = &d.set {
+                pass.bind_descriptor_set(set)?;
+            }
+            if r.program.push_constant_bytes() > 0 || !d.push_constants.is_empty() {
+                pass.push_constants(d.push_constants)?;
+            }
+            if let Some(v) = d.vertices {
+                pass.bind_vertex_buffer(v.buffer, v.offset)?;
+            }
+            match d.call {
+                ResolvedCall::Vertices { count, instances } => pass.draw(count, instances)?,
+                ResolvedCall::Indexed { indices, format, count, instances } => {
+                    pass.bind_index_buffer(indices.buffer, indices.offset, format)?;
+                    // SAFETY: every index names a vertex inside the vertex view, which lies inside
+                    // the bound vertex buffer from its offset: `DrawItem::new_indexed`'s contract.
+                    unsafe { pass.draw_indexed(count, instances)? }
+                }
+                ResolvedCall::Indirect { args } => {
+                    // SAFETY: the command names vertices inside the vertex view (inside the bound
+                    // vertex buffer) and has firstInstance 0: `DrawItem::new_indirect`'s contract.
+                    unsafe { pass.draw_indirect(args.buffer, args.offset)? }
+                }
+            }
+        }
+        Ok(())
+    })??;
+    target_barrier(
+        rec,
+        r,
+        (S::COLOR_ATTACHMENT_OUTPUT, A::COLOR_ATTACHMENT_WRITE, attachment),
+        (S::ALL_COMMANDS | S::HOST, A::MEMORY_READ | A::MEMORY_WRITE | A::HOST_READ, L::GENERAL),
+    );
+    Ok(())
+}
+
+/// A pool of GPU timestamps on every device of a mask (a [`Timestamps`] query pool per device):
+/// written by [`WorkItem::Timestamp`] in the work submitted to a device, read per device once that
+/// work has completed. Each device's pool holds its device and is released when dropped, after
+/// the GPU work that may write it.
+#[derive(Debug)]
+pub struct MultiTimestamps {
+    pools: PerDevice<Timestamps>,
+}
+
+impl MultiTimestamps {
+    /// `count` timestamps (at least one) on every open device of `mask`, each pool reset on its
+    /// GPU before this returns (rolled back if one device fails).
+    pub fn new(
+        set: &DeviceSet,
+        mask: DeviceMask,
+        name: &str,
+        count: u32,
+    ) -> Result<Self, MultiDeviceError<VulkanError>> {
+        let pools = fan_out_on(set, mask, |d| Timestamps::new(d, name, count))?;
+        Ok(MultiTimestamps { pools })
+    }
+
+    /// The pool of `device` and `index` checked against it.
+    fn resolve(&self, device: DeviceIndex, index: u32) -> Result<&Timestamps, WorkError> {
+        let pool =
+            self.pools.get(device).ok_or(WorkError::NotOnDevice { name: "timestamps".to_owned(), device })?;
+        if index >= pool.count() {
+            return Err(WorkError::Timestamp { name: pool.name().to_owned(), index, count: pool.count() });
+        }
+        Ok(pool)
+    }
+
+    /// Timestamp `index` of `device` in milliseconds of that device's timestamp clock, once the
+    /// work that wrote it has completed (`None` before, or without timestamps on its queue, or
+    /// when the device or index is not in the pools). Clocks of different devices are unrelated:
+    /// compare timestamps of one device.
+    pub fn at_ms(&self, device: DeviceIndex, index: u32) -> Option<f64> {
+        self.pools.get(device)?.at_ms(index)
+    }
+
+    /// Milliseconds between timestamps `start` and `end` of `device`, once the work that wrote
+    /// them has completed (`None` otherwise, as [`MultiTimestamps::at_ms`]).
+    pub fn elapsed_ms(&self, device: DeviceIndex, start: u32, end: u32) -> Option<f64> {
+        self.pools.get(device)?.elapsed_ms(start, end)
+    }
+}
+
+multi_device!(MultiTimestamps, pools: Timestamps);
 multi_device!(MultiComputeProgram, programs: ComputeProgram);
 multi_device!(MultiSubmitter, contexts: CommandContext);
 multi_device!(MultiTimeline, semaphores: DeviceTimeline);

@@ -117,6 +117,18 @@ pub enum Binding<'a> {
     /// A whole buffer (at its offset, for ranges of a pool page), for
     /// [`BindingKind::StorageBuffer`] or [`BindingKind::UniformBuffer`].
     Buffer(&'a Buffer),
+    /// `size` bytes of a buffer from `offset` (bytes into it), for
+    /// [`BindingKind::StorageBuffer`] or [`BindingKind::UniformBuffer`]: the range must be
+    /// non-empty and inside the buffer, start at a multiple of the device's offset alignment for
+    /// the kind, and be at most the device's range limit for it.
+    BufferRange {
+        /// The buffer.
+        buffer: &'a Buffer,
+        /// Bytes into it.
+        offset: u64,
+        /// Bytes of the range.
+        size: u64,
+    },
     /// A view sampled through `sampler` in `layout`, for [`BindingKind::SampledImage`].
     Sampled {
         /// The view.
@@ -149,7 +161,7 @@ impl<'a> Binding<'a> {
 
     fn what(&self) -> &'static str {
         match self {
-            Binding::Buffer(_) => "a buffer",
+            Binding::Buffer(_) | Binding::BufferRange { .. } => "a buffer",
             Binding::Sampled { .. } => "a sampled image",
             Binding::Storage { .. } => "a storage image",
         }
@@ -353,8 +365,13 @@ impl ProgramLayout {
             invalid(resource, format!("is bound as {}, but the binding is {kind:?}", binding.what()))
         };
         let limits = device.limits();
+        let whole = |buffer: &'_ Buffer| (0, buffer.size());
         match *binding {
-            Binding::Buffer(buffer) => {
+            Binding::Buffer(buffer) | Binding::BufferRange { buffer, .. } => {
+                let (offset, size) = match *binding {
+                    Binding::BufferRange { offset, size, .. } => (offset, size),
+                    _ => whole(buffer),
+                };
                 let name = buffer.name();
                 if !buffer.device().is(device) {
                     return Err(foreign(name));
@@ -375,20 +392,27 @@ impl ProgramLayout {
                 if !buffer.usage().contains(usage) {
                     return Err(invalid(name, format!("lacks the {usage:?} usage its binding needs")));
                 }
-                if buffer.offset() % alignment.max(1) != 0 {
+                if size == 0 || offset.checked_add(size).is_none_or(|end| end > buffer.size()) {
+                    return Err(invalid(
+                        name,
+                        format!(
+                            "bytes {offset}..{} are empty or outside its {} B",
+                            offset.saturating_add(size),
+                            buffer.size()
+                        ),
+                    ));
+                }
+                if (buffer.offset() + offset) % alignment.max(1) != 0 {
                     return Err(invalid(
                         name,
                         format!(
                             "starts at {}, not a multiple of the device's {alignment} B",
-                            buffer.offset()
+                            buffer.offset() + offset
                         ),
                     ));
                 }
-                if buffer.size() > max {
-                    return Err(invalid(
-                        name,
-                        format!("is {} B, over the device's {max} B range", buffer.size()),
-                    ));
+                if size > max {
+                    return Err(invalid(name, format!("is {size} B, over the device's {max} B range")));
                 }
                 Ok(vec![Arc::clone(buffer.life())])
             }
@@ -501,6 +525,10 @@ impl ProgramLayout {
                     .buffer(buffer.raw())
                     .offset(buffer.offset())
                     .range(buffer.size())],
+                Binding::BufferRange { buffer, offset, size } => [vk::DescriptorBufferInfo::default()
+                    .buffer(buffer.raw())
+                    .offset(buffer.offset() + offset)
+                    .range(*size)],
                 _ => [vk::DescriptorBufferInfo::default()],
             })
             .collect();
@@ -514,7 +542,7 @@ impl ProgramLayout {
                 Binding::Storage { view, layout } => {
                     [vk::DescriptorImageInfo::default().image_view(view.facts().raw).image_layout(layout)]
                 }
-                Binding::Buffer(_) => [vk::DescriptorImageInfo::default()],
+                Binding::Buffer(_) | Binding::BufferRange { .. } => [vk::DescriptorImageInfo::default()],
             })
             .collect();
         let layouts = [self.set_layout];
@@ -534,7 +562,7 @@ impl ProgramLayout {
                     .dst_binding(i as u32)
                     .descriptor_type(self.kinds[i].descriptor_type());
                 match b {
-                    Binding::Buffer(_) => write.buffer_info(&buffer_infos[i]),
+                    Binding::Buffer(_) | Binding::BufferRange { .. } => write.buffer_info(&buffer_infos[i]),
                     _ => write.image_info(&image_infos[i]),
                 }
             })

@@ -398,6 +398,63 @@ impl<'a> Drawing<'_, 'a> {
     }
 }
 
+impl Drawing<'_, '_> {
+    /// Draws with the one `VkDrawIndirectCommand` (16 bytes: vertex count, instance count, first
+    /// vertex, first instance) the GPU reads from `args` at `offset` when the draw runs. Refused,
+    /// recording nothing, as [`Drawing::draw`] is (what the program needs must be bound), and when
+    /// `args` lives on another device, lacks the `INDIRECT` usage, or `offset` is not a multiple of
+    /// 4 or leaves fewer than 16 bytes ([`DrawError::Buffer`], [`DrawError::OutOfRange`]). The
+    /// recording holds `args`.
+    ///
+    /// # Safety
+    /// The command's contents cannot be checked: when the draw runs, the vertices it reads
+    /// (`firstVertex .. firstVertex + vertexCount`, each `stride` bytes apart plus the
+    /// attributes' bytes from the bound offset) must lie inside the bound vertex buffer when the
+    /// program has vertex attributes, and `firstInstance` must be 0 (residency does not enable
+    /// `drawIndirectFirstInstance`).
+    pub unsafe fn draw_indirect(&mut self, args: &Buffer, offset: u64) -> Result<(), DrawError> {
+        self.ready()?;
+        let available = self.check_buffer(args, offset, BufferUsage::INDIRECT)?;
+        if (args.offset() + offset) % 4 != 0 {
+            return Err(DrawError::Buffer {
+                program: self.name(),
+                buffer: args.name().to_owned(),
+                reason: format!("offset {offset} is not a multiple of 4"),
+            });
+        }
+        const COMMAND: u64 = std::mem::size_of::<vk::DrawIndirectCommand>() as u64;
+        if available < COMMAND {
+            return Err(DrawError::OutOfRange {
+                program: self.name(),
+                what: "indirect",
+                needed: COMMAND,
+                available,
+            });
+        }
+        self.note_set();
+        self.recording.keep(args.life());
+        let cmd = self.recording.raw();
+        // SAFETY: as in `draw`, with `args` a live buffer of this device with INDIRECT usage,
+        // held by the recording, and one 16-byte command at a 4-byte aligned offset inside it
+        // (checked above; drawCount 1 needs no multiDrawIndirect). The vertices the command
+        // names lie inside the vertex buffer and its firstInstance is 0: the caller's contract.
+        unsafe { self.device().raw().cmd_draw_indirect(cmd, args.raw(), args.offset() + offset, 1, 0) };
+        self.recording.recorded();
+        Ok(())
+    }
+}
+
+impl GraphicsProgram {
+    /// Bytes of the vertex buffer a draw of `vertices` vertices reads from its bound offset (0
+    /// without vertex attributes), for callers that bind a range of a buffer.
+    pub(crate) fn vertex_bytes_read(&self, vertices: u32) -> u64 {
+        match (vertices, self.vertex_extent) {
+            (0, _) | (_, 0) => 0,
+            (n, extent) => u64::from(n - 1) * u64::from(self.stride) + u64::from(extent),
+        }
+    }
+}
+
 /// Bytes of a vertex format (its components' bits, from the format's name; 16 when the name
 /// shows none, which overestimates every vertex format).
 fn format_bytes(format: vk::Format) -> u32 {
@@ -770,7 +827,7 @@ impl GraphicsProgram {
     }
 
     /// Checks that `target` can be this program's attachment over `extent`.
-    fn check_target(&self, target: &ImageView, extent: [u32; 2]) -> Result<(), RenderError> {
+    pub(crate) fn check_target(&self, target: &ImageView, extent: [u32; 2]) -> Result<(), RenderError> {
         let refuse = |reason: String| RenderError::Target {
             program: self.program.name.clone(),
             target: target.name().to_owned(),
