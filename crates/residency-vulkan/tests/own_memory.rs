@@ -447,3 +447,41 @@ fn misuse_views_of_the_wrong_type_or_format_are_refused() {
         drop((image, sky));
     });
 }
+
+#[test]
+fn an_images_pnext_chain_of_the_callers_is_passed_through() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        // A depth/stencil image whose stencil aspect is used only as an attachment while depth is
+        // also sampled: VkImageStencilUsageCreateInfo, chained by the caller.
+        let usage = ImageUsage::DEPTH_STENCIL_ATTACHMENT | ImageUsage::SAMPLED;
+        let desc = ImageDesc::new_2d("depth stencil", Format::D24UnormS8Uint, 64, 64, usage);
+        let stencil = vk::ImageStencilUsageCreateInfo::default()
+            .stencil_usage(vk::ImageUsageFlags::DEPTH_STENCIL_ATTACHMENT);
+        // SAFETY: one valid structure extending VkImageCreateInfo, alive for the call, for a
+        // depth/stencil format the device supports with these usages.
+        let image =
+            unsafe { device.create_image_with_next(&desc, std::ptr::from_ref(&stencil).cast()) }.unwrap();
+        assert_eq!(image.desc().raw_format(), vk::Format::D24_UNORM_S8_UINT);
+        assert!(device
+            .ledger()
+            .live_objects()
+            .iter()
+            .any(|o| o.kind == "image" && &*o.name == "depth stencil"));
+        // After residency's own format list: a mutable image with both.
+        let formats = [vk::Format::R8G8B8A8_UNORM, vk::Format::R8G8B8A8_SRGB];
+        let mutable =
+            ImageDesc::new_2d("mutable chained", Format::R8G8B8A8Unorm, 32, 32, ImageUsage::SAMPLED)
+                .mutable_format(&formats);
+        let usage_list =
+            vk::ImageStencilUsageCreateInfo::default().stencil_usage(vk::ImageUsageFlags::SAMPLED);
+        // SAFETY: as above (a colour format ignores the stencil usage); the chain holds no format list.
+        let image2 =
+            unsafe { device.create_image_with_next(&mutable, std::ptr::from_ref(&usage_list).cast()) }
+                .unwrap();
+        let srgb = device
+            .create_image_view_as(&image2, &ImageViewDesc::of(&image2).with_format(vk::Format::R8G8B8A8_SRGB))
+            .unwrap();
+        drop((srgb, image2, image));
+    });
+}

@@ -21,7 +21,7 @@ const KIB_64: u64 = 64 << 10;
 /// the policy it needs.
 static POLICY: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn with_policy(policy: PlacementPolicy, f: impl FnOnce(&Device)) {
+fn with_policy(policy: PlacementPolicy, f: impl FnOnce(&std::sync::Arc<Device>)) {
     let _serial = POLICY.lock().unwrap_or_else(|e| e.into_inner());
     with_gpu(|set| {
         let device = &set.devices()[0];
@@ -46,7 +46,7 @@ fn offsets_in_one_heap(buffers: &[Buffer]) -> Vec<u64> {
 }
 
 #[test]
-fn legacy_policy_places_buffers_and_images_at_64_kib() {
+fn legacy_policy_places_buffers_at_64_kib() {
     with_policy(PlacementPolicy::Legacy, |device| {
         let placed = buffers(device, "legacy", 4, BufferUsage::VERTEX);
         for b in &placed {
@@ -54,7 +54,7 @@ fn legacy_policy_places_buffers_and_images_at_64_kib() {
         }
         // The engine's legacy layout of the same four buffers: each 100 B buffer takes 64 KiB.
         let descs = [ResourceDesc::buffer(100); 4];
-        let info = allocation_info(device, Placement::Placed, &descs, &mut Vec::new()).unwrap();
+        let info = allocation_info(&**device, Placement::Placed, &descs, &mut Vec::new()).unwrap();
         let expected: Vec<u64> = info.elements.iter().map(|e| e.offset).collect();
         assert_eq!(expected, [0, KIB_64, 2 * KIB_64, 3 * KIB_64]);
         // On real memory: four distinct 64 KiB slots of one heap, as the engine lays them out.
@@ -63,16 +63,53 @@ fn legacy_policy_places_buffers_and_images_at_64_kib() {
         offsets.dedup();
         assert_eq!(offsets.len(), 4, "{offsets:?}");
         assert!(offsets.iter().all(|o| o % KIB_64 == 0), "offsets {offsets:?}, engine {expected:?}");
-        let image = device
-            .create_image(&ImageDesc::new_2d(
-                "legacy image",
-                Format::R8G8B8A8Unorm,
-                16,
-                16,
-                ImageUsage::SAMPLED,
-            ))
-            .unwrap();
-        assert_eq!(image.memory().1 % KIB_64, 0, "legacy images are placed at 64 KiB");
+    });
+}
+
+#[test]
+fn legacy_policy_gives_images_d3d12s_layouts_small_default_and_multisampled() {
+    with_policy(PlacementPolicy::Legacy, |device| {
+        let colour = ImageUsage::COLOR_ATTACHMENT | ImageUsage::SAMPLED;
+        let mut msaa = ImageDesc::new_2d("legacy msaa", Format::R8G8B8A8Unorm, 64, 64, colour);
+        msaa.samples = 4;
+        // (description, the legacy alignment D3D12 gives it)
+        let cases = [
+            // 16 × 16 RGBA8, sampled only: a small resource (its mip 0 fits in 64 KiB): 4 KiB.
+            (ImageDesc::new_2d("legacy small", Format::R8G8B8A8Unorm, 16, 16, ImageUsage::SAMPLED), 4 << 10),
+            // The same size as a render target: never small, 64 KiB.
+            (ImageDesc::new_2d("legacy target", Format::R8G8B8A8Unorm, 16, 16, colour), KIB_64),
+            // Large and sampled: 64 KiB.
+            (
+                ImageDesc::new_2d("legacy large", Format::R8G8B8A8Unorm, 1024, 1024, ImageUsage::SAMPLED),
+                KIB_64,
+            ),
+            // Multisampled: 4 MiB.
+            (msaa, 4 << 20),
+        ];
+        let mut images = Vec::new();
+        for (desc, want) in cases {
+            let info =
+                allocation_info(&**device, Placement::Placed, &[desc.placement_desc()], &mut Vec::new())
+                    .unwrap();
+            let engine = info.elements[0].alignment;
+            assert_eq!(engine.max(want), engine, "{}: the engine's legacy alignment {engine}", desc.name);
+            assert_eq!(engine, want.max(device.limits().buffer_image_granularity), "{}", desc.name);
+            let image = device.create_image(&desc).unwrap();
+            assert_eq!(
+                image.memory().1 % engine,
+                0,
+                "{}: at the engine's {engine} B on real memory",
+                desc.name
+            );
+            images.push(image);
+        }
+        // Tight: the same small image at the driver's alignment (on its granularity page).
+        device.set_placement_policy(PlacementPolicy::Tight);
+        let small = ImageDesc::new_2d("tight small", Format::R8G8B8A8Unorm, 16, 16, ImageUsage::SAMPLED);
+        let info =
+            allocation_info(&**device, Placement::Placed, &[small.placement_desc().tight()], &mut Vec::new())
+                .unwrap();
+        assert!(info.elements[0].alignment <= 4 << 10, "tight is never coarser than legacy");
     });
 }
 
@@ -82,7 +119,7 @@ fn tight_policy_packs_small_buffers_at_the_drivers_alignment() {
     with_policy(PlacementPolicy::Tight, |device| {
         let placed = buffers(device, "tight", 4, BufferUsage::VERTEX);
         let descs = [ResourceDesc::buffer(100).tight(); 4];
-        let info = allocation_info(device, Placement::Placed, &descs, &mut Vec::new()).unwrap();
+        let info = allocation_info(&**device, Placement::Placed, &descs, &mut Vec::new()).unwrap();
         let alignment = info.elements[0].alignment;
         assert!(alignment <= 256, "tight buffer alignment {alignment}");
         for b in &placed {
@@ -190,5 +227,52 @@ fn a_floor_above_the_rules_maximum_is_a_typed_error() {
         assert!(matches!(device.create_buffer(&desc), Err(MemoryError::Placement { .. })));
         let ok = BufferDesc::new("64 KiB legacy", 100, BufferUsage::VERTEX).with_alignment(KIB_64);
         assert!(device.create_buffer(&ok).is_ok());
+    });
+}
+
+#[test]
+fn a_pool_has_a_policy_of_its_own_over_the_devices() {
+    use residency_core::usage::BufferPoolUsage;
+    use residency_vulkan::{BufferInit, BufferPool, BufferPoolDesc};
+    with_policy(PlacementPolicy::Tight, |device| {
+        let legacy = BufferPool::new(
+            std::sync::Arc::clone(device),
+            BufferPoolDesc::new("legacy pool", BufferPoolUsage::Unknown).with_policy(PlacementPolicy::Legacy),
+        )
+        .unwrap();
+        let tight = BufferPool::new(
+            std::sync::Arc::clone(device),
+            BufferPoolDesc::new("device-policy pool", BufferPoolUsage::Unknown),
+        )
+        .unwrap();
+        let make = |pool: &BufferPool, i: u32| {
+            pool.init_buffer(
+                &BufferInit::new(format!("{} {i}", pool_name(pool)), 100).with_usage(BufferUsage::VERTEX),
+            )
+            .unwrap()
+        };
+        fn pool_name(pool: &BufferPool) -> &'static str {
+            if pool.desc().policy == Some(PlacementPolicy::Legacy) {
+                "legacy"
+            } else {
+                "tight"
+            }
+        }
+        let in_legacy: Vec<Buffer> = (0..4).map(|i| make(&legacy, i)).collect();
+        let in_tight: Vec<Buffer> = (0..4).map(|i| make(&tight, i)).collect();
+        let mut offsets: Vec<u64> = in_legacy.iter().map(|b| b.memory().1).collect();
+        offsets.sort_unstable();
+        assert_eq!(
+            offsets,
+            [0, KIB_64, 2 * KIB_64, 3 * KIB_64],
+            "the legacy pool lays buffers out as D3D12 does"
+        );
+        let offsets: Vec<u64> = in_tight.iter().map(|b| b.memory().1).collect();
+        let span = offsets.iter().max().unwrap() - offsets.iter().min().unwrap();
+        assert!(span < KIB_64, "the device's tight policy packs them: {offsets:?}");
+        // The device turns legacy: a pool without a policy of its own follows it.
+        device.set_placement_policy(PlacementPolicy::Legacy);
+        let later = make(&tight, 9);
+        assert_eq!(later.memory().1 % KIB_64, 0);
     });
 }

@@ -64,6 +64,11 @@ pub(crate) struct PlaceRequest<'a> {
     /// A memory priority asked for (checked): the resource gets memory of its own with it, since
     /// a priority belongs to a whole `VkDeviceMemory`.
     pub(crate) priority: Option<f32>,
+    /// An image's own description for the placement engine (dimension, format, extent, mips,
+    /// samples, attachment and storage flags), so that the legacy policy gives D3D12's layouts for
+    /// it: 4 KiB for a small texture, 64 KiB, 4 MiB for a multisampled one. `None` (raw
+    /// requirements, renderer-made images): described as a non-small texture.
+    pub(crate) image: Option<ResourceDesc>,
 }
 
 /// Where it went.
@@ -491,6 +496,7 @@ impl Device {
             allow_over_budget: desc.allow_over_budget,
             target,
             priority: desc.priority,
+            image: None,
         };
         let usage = if matches!(target, DedicatedTarget::Buffer(_)) { desc.buffer_usage } else { None };
         let placed = self.place_for_usage(&request, usage)?;
@@ -530,10 +536,11 @@ pub enum PlacementPolicy {
     /// images at the driver's alignment and on their own `bufferImageGranularity` pages. The default.
     #[default]
     Tight,
-    /// D3D12's legacy placed layouts: buffers and images at 64 KiB, for engines that want the
-    /// same heap layout on every backend. (Images are described to the engine without their
-    /// dimensions, so neither the 4 KiB small-texture rule nor MSAA's 4 MiB applies: every
-    /// image is placed at 64 KiB, or the driver's alignment when larger.)
+    /// D3D12's legacy placed layouts, for engines that want the same heap layout on every
+    /// backend: buffers at 64 KiB; images made by `create_image` by their description — 4 KiB
+    /// for a small texture (mip 0 within 64 KiB, no attachment usage), 64 KiB, 4 MiB when
+    /// multisampled — or the driver's alignment when larger. Memory for the renderer's own images
+    /// and raw requirements (no description) is placed at 64 KiB.
     Legacy,
 }
 
@@ -658,6 +665,16 @@ impl Device {
         req: &PlaceRequest<'_>,
         usage: Option<BufferUsage>,
     ) -> Result<u64, MemoryError> {
+        self.placed_alignment_with(req, usage, self.placement_policy())
+    }
+
+    /// [`Device::placed_alignment`] under `policy` (a pool's own, say) instead of the device's.
+    pub(crate) fn placed_alignment_with(
+        &self,
+        req: &PlaceRequest<'_>,
+        usage: Option<BufferUsage>,
+        policy: PlacementPolicy,
+    ) -> Result<u64, MemoryError> {
         let limits = &self.profile().limits;
         let tier = *self.tight_tier.get_or_init(|| RequirementsSource::tight_alignment_tier(self));
         // The usage's floors are the device's own rules for binding offsets (at most 256 B, a power of
@@ -665,14 +682,15 @@ impl Device {
         // a floor the caller passed below the rules is reported as ALIGNMENT_OVERRIDDEN.
         let usage_floor = usage.map_or(0, |u| usage_alignment_floor(u, limits).max(self.scratch_floor(u)));
         let floor = req.alignment_floor;
-        let tight =
-            self.placement_policy() == PlacementPolicy::Tight && tier != TightAlignmentTier::NotSupported;
+        let tight = policy == PlacementPolicy::Tight && tier != TightAlignmentTier::NotSupported;
         let buffer = matches!(req.target, DedicatedTarget::Buffer(_));
         // Images and raw requirements are described as a non-small texture: the engine then
         // keeps the driver's alignment (tight) or 64 KiB (legacy), on granularity pages for
         // optimal images. Buffers are buffers: at most 256 B tight, 64 KiB legacy.
         let mut desc = if buffer {
             ResourceDesc::buffer(req.requirements.size.max(1))
+        } else if let Some(image) = req.image {
+            image
         } else {
             ResourceDesc::texture_2d(Format::R8Unorm, 1, 1)
                 .with_mip_levels(1)

@@ -55,6 +55,10 @@ pub struct BufferPoolDesc {
     pub arenas: u32,
     /// VK_EXT_memory_priority's priority of its pages, in `[0, 1]` (`None`: the default, 0.5).
     pub priority: Option<f32>,
+    /// How an unknown-flags pool aligns its placed buffers: `Tight` or `Legacy` (64 KiB, D3D12's
+    /// layout); `None`, the default: the device's policy at each buffer's creation. Ranges of a
+    /// known-flags pool are not resources of their own: they take their usage's offset floors.
+    pub policy: Option<crate::PlacementPolicy>,
 }
 
 impl BufferPoolDesc {
@@ -68,7 +72,14 @@ impl BufferPoolDesc {
             allow_over_budget: false,
             arenas: 1,
             priority: None,
+            policy: None,
         }
+    }
+
+    /// Sets the pool's own placement policy (see the `policy` field).
+    pub fn with_policy(mut self, policy: crate::PlacementPolicy) -> Self {
+        self.policy = Some(policy);
+        self
     }
 
     /// Sets the memory priority of its pages (see the `priority` field).
@@ -449,7 +460,25 @@ impl PoolShared {
                 format!("usage {usage:?} cannot live in memory type {} of this pool", self.type_index),
             ));
         }
-        let alignment = req.alignment.max(init.alignment).max(self.range_alignment(usage));
+        // The placement engine under the pool's policy: the driver's alignment, the policy's
+        // layout (64 KiB legacy), the usage's floors and the caller's floor on top.
+        let request = crate::resource_memory::PlaceRequest {
+            name: &init.name,
+            requirements: req,
+            alignment_floor: init.alignment,
+            kind: ResourceKind::Linear,
+            intent: self.desc.memory,
+            committed: false,
+            allow_over_budget: self.desc.allow_over_budget,
+            target: crate::resource_memory::DedicatedTarget::Buffer(raw),
+            priority: None,
+            image: None,
+        };
+        let policy = self.desc.policy.unwrap_or_else(|| self.device.placement_policy());
+        let alignment = self
+            .device
+            .placed_alignment_with(&request, Some(usage), policy)?
+            .max(self.range_alignment(usage));
         let (allocation, page, arena) = self.allocate(init, req.size, alignment)?;
         let offset = allocation.allocation.offset();
         if let Err(e) = bind_buffer(&self.device, guard.disarm(), page.memory, offset) {

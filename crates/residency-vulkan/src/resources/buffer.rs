@@ -474,6 +474,7 @@ impl Device {
             committed: desc.committed,
             allow_over_budget: desc.allow_over_budget,
             priority: desc.priority,
+            image: None,
             target: DedicatedTarget::Buffer(raw),
         };
         let placed = self.place_for_usage(&request, Some(desc.usage))?;

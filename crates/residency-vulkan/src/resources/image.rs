@@ -193,6 +193,34 @@ impl ImageDesc {
         self.vk_format.unwrap_or_else(|| vk_format(self.format))
     }
 
+    /// The image as the placement engine describes resources (D3D12's shape): what the legacy
+    /// policy's small-texture (4 KiB), default (64 KiB) and multisample (4 MiB) layouts depend on.
+    /// A format the core does not know counts as a 4-byte colour format.
+    pub fn placement_desc(&self) -> residency_core::placement::ResourceDesc {
+        use residency_core::placement::{ResourceDesc, ResourceFlag};
+        let format = if self.format == Format::Unknown { Format::R8G8B8A8Unorm } else { self.format };
+        let [w, h, d] = self.extent;
+        let mut desc = match self.dimension {
+            ImageDimension::D1 => ResourceDesc::texture_1d(format, u64::from(w)),
+            ImageDimension::D2 => ResourceDesc::texture_2d(format, u64::from(w), h),
+            ImageDimension::D3 => ResourceDesc::texture_3d(format, u64::from(w), h, d),
+        };
+        if self.dimension != ImageDimension::D3 {
+            desc = desc.with_depth_or_array_size(self.array_layers.max(1));
+        }
+        desc = desc.with_mip_levels(self.mip_levels.max(1)).with_samples(self.samples.max(1));
+        if self.usage.contains(ImageUsage::COLOR_ATTACHMENT) {
+            desc = desc.with_flag(ResourceFlag::AllowRenderTarget);
+        }
+        if self.usage.contains(ImageUsage::DEPTH_STENCIL_ATTACHMENT) {
+            desc = desc.with_flag(ResourceFlag::AllowDepthStencil);
+        }
+        if self.usage.contains(ImageUsage::STORAGE) {
+            desc = desc.with_flag(ResourceFlag::AllowUnorderedAccess);
+        }
+        desc
+    }
+
     /// The `VkImageCreateInfo` it stands for (the format list, when there is one, is chained on
     /// by [`Device::create_image`]).
     pub fn create_info(&self) -> vk::ImageCreateInfo<'_> {
@@ -590,16 +618,41 @@ impl Device {
 
     /// Creates an image: placed in a shared heap (on granularity pages of its own kind) or committed.
     pub fn create_image(&self, desc: &ImageDesc) -> Result<Image, MemoryError> {
+        // SAFETY: no chain of the caller's.
+        unsafe { self.create_image_with_next(desc, std::ptr::null()) }
+    }
+
+    /// [`Device::create_image`] with the caller's `pNext` chain appended to the
+    /// `VkImageCreateInfo` (after the format list residency chains for
+    /// [`ImageDesc::view_formats`]): external memory, stencil usage, a format list of its own, a
+    /// DRM modifier list, …. The image's memory is placed by the created object's own
+    /// requirements, so whatever the chain changes about its size or alignment is honoured.
+    ///
+    /// # Safety
+    /// `next` is null or points at a valid chain of structures that extend `VkImageCreateInfo`,
+    /// live for the duration of the call, and describe, together with `desc`, an image the
+    /// device supports (residency checks `desc` alone); it holds no `VkImageFormatListCreateInfo`
+    /// when `desc.view_formats` is non-empty, and nothing that makes the image need memory
+    /// residency does not give it (an import of external memory, say).
+    pub unsafe fn create_image_with_next(
+        &self,
+        desc: &ImageDesc,
+        next: *const std::ffi::c_void,
+    ) -> Result<Image, MemoryError> {
         self.check_image(desc)?;
         let name = desc.name.as_str();
         let mut list = vk::ImageFormatListCreateInfo::default().view_formats(&desc.view_formats);
         let mut info = desc.create_info();
         if !desc.view_formats.is_empty() {
+            list.p_next = next;
             info = info.push_next(&mut list);
+        } else {
+            info.p_next = next;
         }
         let raw = self.ledger().guard(crate::ledger::FaultSite::CreateResource, || {
             // SAFETY: the description was checked against the device's format properties above
-            // (flags, sharing and the format list included); the chained list outlives the call.
+            // (flags, sharing and the format list included); the chained list outlives the call;
+            // the caller's chain after it is valid for this description (this fn's contract).
             unsafe { self.raw().create_image(&info, None) }
         });
         let raw = raw.map_err(|r| match r {
@@ -622,6 +675,7 @@ impl Device {
             allow_over_budget: desc.allow_over_budget,
             priority: desc.priority,
             target: DedicatedTarget::Image(raw),
+            image: Some(desc.placement_desc()),
         };
         let placed = self.place(&request)?;
         // SAFETY: raw is unbound; the offset satisfies its alignment inside `memory`.
