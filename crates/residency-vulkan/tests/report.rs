@@ -190,3 +190,60 @@ fn device_set_report_has_one_report_per_device_and_a_total() {
         drop(buffer);
     });
 }
+
+#[test]
+fn images_and_allocations_are_named_in_the_dump_placed_and_dedicated() {
+    use residency_core::format::Format;
+    use residency_core::usage::ImageUsage;
+    use residency_vulkan::ash::vk;
+    use residency_vulkan::{AllocationDesc, ImageDesc};
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let sampled = ImageUsage::SAMPLED | ImageUsage::COPY_DST;
+        let placed = device
+            .create_image(&ImageDesc::new_2d("report albedo", Format::R8G8B8A8Unorm, 64, 64, sampled))
+            .unwrap();
+        let committed = device
+            .create_image(
+                &ImageDesc::new_2d("report shadow map", Format::R8G8B8A8Unorm, 128, 128, sampled).committed(),
+            )
+            .unwrap();
+        let requirements = vk::MemoryRequirements { size: 8192, alignment: 256, memory_type_bits: u32::MAX };
+        let raw = device.allocate_memory(&requirements, &AllocationDesc::new("report raw scratch")).unwrap();
+        let own = device
+            .allocate_memory(&requirements, &AllocationDesc::new("report own dedicated").dedicated())
+            .unwrap();
+        let sources = ReportSources::new().with_images([&placed, &committed]).with_allocations([&raw, &own]);
+        let report = device.memory_report_with(&sources);
+        let ranges: Vec<_> = report
+            .memory_types
+            .iter()
+            .flat_map(|t| t.blocks.iter().map(move |b| (b, t)))
+            .flat_map(|(b, _)| b.ranges.iter().map(move |r| (b, r)))
+            .collect();
+        let info = |r: &residency_core::report::Range| match &r.kind {
+            RangeKind::Allocation(info) => Some(info.clone()),
+            _ => None,
+        };
+        let find = |name: &str| {
+            ranges
+                .iter()
+                .find(|(_, r)| info(r).and_then(|i| i.name) == Some(name.to_owned()))
+                .unwrap_or_else(|| panic!("`{name}` is named in the report"))
+        };
+        let (block, range) = find("report albedo");
+        assert!(!block.dedicated);
+        assert_eq!(info(range).unwrap().resource, ResourceType::ImageOptimal);
+        let (block, _) = find("report shadow map");
+        assert!(block.dedicated, "a committed image is its own block");
+        let (block, range) = find("report raw scratch");
+        assert!(!block.dedicated);
+        assert_eq!(range.offset, raw.offset());
+        let (block, _) = find("report own dedicated");
+        assert!(block.dedicated);
+        let json = to_vma_json(&report);
+        for name in ["report albedo", "report shadow map", "report raw scratch", "report own dedicated"] {
+            assert!(json.contains(name), "`{name}` in the VMA dump");
+        }
+    });
+}

@@ -295,7 +295,7 @@ pub enum BoundTo {
 /// It never destroys the renderer's object.
 #[derive(Debug)]
 pub struct Allocation {
-    life: Arc<Life>,
+    pub(crate) life: Arc<Life>,
     name: Arc<str>,
     memory: vk::DeviceMemory,
     offset: u64,

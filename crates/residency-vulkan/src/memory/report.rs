@@ -38,6 +38,8 @@ use std::collections::HashMap;
 pub struct ReportSources<'a> {
     pools: Vec<&'a BufferPool>,
     buffers: Vec<&'a Buffer>,
+    images: Vec<&'a crate::Image>,
+    allocations: Vec<&'a crate::Allocation>,
 }
 
 impl<'a> ReportSources<'a> {
@@ -69,24 +71,87 @@ impl<'a> ReportSources<'a> {
         self.buffers.extend(buffers);
         self
     }
+
+    /// Labels images' allocations with their names, tiling and size (committed ones listed as
+    /// dedicated blocks).
+    pub fn with_images(mut self, images: impl IntoIterator<Item = &'a crate::Image>) -> Self {
+        self.images.extend(images);
+        self
+    }
+
+    /// Labels [`Allocation`](crate::Allocation)s — memory for the renderer's own objects and raw
+    /// requirements — with their names and sizes (dedicated ones listed as dedicated blocks).
+    pub fn with_allocations(mut self, allocations: impl IntoIterator<Item = &'a crate::Allocation>) -> Self {
+        self.allocations.extend(allocations);
+        self
+    }
 }
 
-/// Buffers by the place their memory starts at.
-type Labels<'a> = HashMap<(vk::DeviceMemory, u64), &'a Buffer>;
-
-fn labels<'a>(device: &Device, buffers: &[&'a Buffer]) -> Labels<'a> {
-    buffers
-        .iter()
-        .filter(|b| b.device_index() == device.index())
-        .map(|b| ((b.memory, b.memory_offset), *b))
-        .collect()
+/// What names one allocation in a report.
+#[derive(Clone, Debug)]
+struct Label<'a> {
+    name: &'a str,
+    resource: ResourceType,
+    usage: u64,
+    size: u64,
+    /// Its memory of its own, when it has some.
+    dedicated: Option<&'a MemoryBlock>,
 }
 
-fn buffer_info(buffer: &Buffer, alignment: u64) -> AllocationInfo {
+/// Labels by the place their memory starts at.
+type Labels<'a> = HashMap<(vk::DeviceMemory, u64), Label<'a>>;
+
+/// The dedicated block a resource's garbage will free, if it has one.
+fn dedicated_of(life: &crate::retire::Life) -> Option<&MemoryBlock> {
+    match life.garbage()? {
+        Garbage::Buffer { memory: ResourceMemory::Dedicated(block), .. }
+        | Garbage::Image { memory: ResourceMemory::Dedicated(block), .. } => Some(block),
+        _ => None,
+    }
+}
+
+fn labels<'a>(device: &Device, sources: &ReportSources<'a>) -> Labels<'a> {
+    let mut labels = Labels::new();
+    for b in sources.buffers.iter().filter(|b| b.device_index() == device.index()) {
+        let label = Label {
+            name: &b.name,
+            resource: ResourceType::Buffer,
+            usage: u64::from(b.usage.bits()),
+            size: b.size,
+            dedicated: dedicated_of(b.life()),
+        };
+        labels.insert((b.memory, b.memory_offset), label);
+    }
+    for i in sources.images.iter().filter(|i| i.device_index() == device.index()) {
+        let (memory, offset) = i.memory();
+        let resource = if i.desc().linear { ResourceType::ImageLinear } else { ResourceType::ImageOptimal };
+        let label = Label {
+            name: &i.desc().name,
+            resource,
+            usage: u64::from(i.desc().usage.bits()),
+            size: i.size(),
+            dedicated: dedicated_of(i.life()),
+        };
+        labels.insert((memory, offset), label);
+    }
+    for a in sources.allocations.iter().filter(|a| a.device_index() == device.index()) {
+        let label = Label {
+            name: a.name(),
+            resource: ResourceType::Unknown,
+            usage: 0,
+            size: a.size(),
+            dedicated: dedicated_of(&a.life),
+        };
+        labels.insert((a.memory(), a.offset()), label);
+    }
+    labels
+}
+
+fn label_info(label: &Label<'_>, alignment: u64) -> AllocationInfo {
     AllocationInfo {
-        name: Some(buffer.name.to_string()),
-        resource: ResourceType::Buffer,
-        usage: u64::from(buffer.usage.bits()),
+        name: Some(label.name.to_owned()),
+        resource: label.resource,
+        usage: label.usage,
         alignment,
     }
 }
@@ -97,11 +162,19 @@ fn block_report(id: u32, block: &MemoryBlock, usage: u64, labels: &Labels<'_>) -
     let used = block.allocator.blocks().filter_map(|b| {
         let BlockState::Used { kind, alignment } = b.state else { return None };
         let range = match labels.get(&(block.memory, b.offset)) {
-            Some(buffer) => UsedRange {
+            Some(label) => UsedRange {
                 offset: b.offset,
                 footprint: b.size,
-                bytes: buffer.size.min(b.size),
-                info: buffer_info(buffer, alignment),
+                bytes: label.size.min(b.size),
+                info: AllocationInfo {
+                    // A placed resource keeps the allocator's view of what it is.
+                    resource: if label.resource == ResourceType::Unknown {
+                        ResourceType::from_kind(kind)
+                    } else {
+                        label.resource
+                    },
+                    ..label_info(label, alignment)
+                },
             },
             None => UsedRange {
                 offset: b.offset,
@@ -161,7 +234,7 @@ impl Device {
     /// Each heap is locked briefly while it is read, one at a time, so the report is a consistent
     /// picture of each heap but not of the device as a whole while other threads allocate.
     pub fn memory_report_with(&self, sources: &ReportSources<'_>) -> MemoryReport {
-        let labels = labels(self, &sources.buffers);
+        let labels = labels(self, sources);
         let props = self.memory_properties();
         let heaps = props
             .heaps
@@ -197,20 +270,19 @@ impl Device {
                 }
             })
             .collect();
-        // Committed buffers: memory of their own, listed after the type's shared heaps.
-        for buffer in sources.buffers.iter().filter(|b| b.device_index() == self.index()) {
-            let Some(Garbage::Buffer { memory: ResourceMemory::Dedicated(block), .. }) =
-                buffer.life().garbage()
-            else {
-                continue;
-            };
+        // Committed resources and dedicated allocations: memory of their own, listed after the
+        // type's shared heaps, in a stable order.
+        let mut dedicated: Vec<&Label<'_>> = labels.values().filter(|l| l.dedicated.is_some()).collect();
+        dedicated.sort_by_key(|l| (l.name, l.dedicated.map(|b| b.memory)));
+        for label in dedicated {
+            let Some(block) = label.dedicated else { continue };
             let Some(t) = memory_types.get_mut(block.type_index as usize) else { continue };
             let id = t.blocks.iter().map(|b| b.id + 1).max().unwrap_or(0);
             let used = UsedRange {
                 offset: 0,
                 footprint: block.size,
-                bytes: buffer.size.min(block.size),
-                info: buffer_info(buffer, 1),
+                bytes: label.size.min(block.size),
+                info: label_info(label, 1),
             };
             let report = BlockReport::from_used(id, block.name.clone(), block.size, [used])
                 .with_mapped(block.mapped.is_some())
@@ -252,7 +324,8 @@ impl BufferPool {
 
     /// A report of the pool's pages, with `buffers` naming their allocations.
     pub fn report_with(&self, buffers: &[&Buffer]) -> PoolReport {
-        pool_report(self, &labels(self.device(), buffers))
+        let sources = ReportSources::new().with_buffers(buffers.iter().copied());
+        pool_report(self, &labels(self.device(), &sources))
     }
 }
 
