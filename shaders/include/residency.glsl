@@ -55,6 +55,129 @@ vec4 residencySampleFallback(sampler2D tex, usampler2D minLodMap, vec2 uv, float
     return textureLod(tex, uv, usedLod);
 }
 
+// ---- Volumes (sampler3D) and 2D arrays (sampler2DArray) ----------------------------------------
+// The same functions over the other sampler types. A 3D image's min-LOD map is a usampler3D (one
+// texel per mip-0 tile, x, y, z); a 2D array's is a usampler2DArray with one layer per layer, so
+// layers stream independently. Array coordinates are vec3(u, v, layer), as texture() takes them.
+
+vec4 residencyFetch(sampler3D tex, ivec3 texel, int lod, vec4 defaultValue, out bool resident) {
+    vec4 value;
+    int code = sparseTexelFetchARB(tex, texel, lod, value);
+    resident = sparseTexelsResidentARB(code);
+    return resident ? value : defaultValue;
+}
+
+vec4 residencyFetch(sampler2DArray tex, ivec3 texelLayer, int lod, vec4 defaultValue, out bool resident) {
+    vec4 value;
+    int code = sparseTexelFetchARB(tex, texelLayer, lod, value);
+    resident = sparseTexelsResidentARB(code);
+    return resident ? value : defaultValue;
+}
+
+vec4 residencySampleLod(sampler3D tex, vec3 uvw, float lod, vec4 defaultValue, out bool resident) {
+    vec4 value;
+    int code = sparseTextureLodARB(tex, uvw, lod, value);
+    resident = sparseTexelsResidentARB(code);
+    return resident ? value : defaultValue;
+}
+
+vec4 residencySampleLod(sampler2DArray tex, vec3 uvLayer, float lod, vec4 defaultValue, out bool resident) {
+    vec4 value;
+    int code = sparseTextureLodARB(tex, uvLayer, lod, value);
+    resident = sparseTexelsResidentARB(code);
+    return resident ? value : defaultValue;
+}
+
+uint residencyMinLod(usampler3D minLodMap, vec3 uvw) {
+    ivec3 size = textureSize(minLodMap, 0);
+    ivec3 region = clamp(ivec3(uvw * vec3(size)), ivec3(0), size - 1);
+    return texelFetch(minLodMap, region, 0).r;
+}
+
+uint residencyMinLod(usampler2DArray minLodMap, vec3 uvLayer) {
+    ivec3 size = textureSize(minLodMap, 0);
+    ivec2 region = clamp(ivec2(uvLayer.xy * vec2(size.xy)), ivec2(0), size.xy - 1);
+    int layer = clamp(int(uvLayer.z + 0.5), 0, size.z - 1);
+    return texelFetch(minLodMap, ivec3(region, layer), 0).r;
+}
+
+vec4 residencySampleFallback(sampler3D tex, usampler3D minLodMap, vec3 uvw, float lod, vec4 defaultValue,
+                             out bool resident, out float usedLod) {
+    uint minLod = residencyMinLod(minLodMap, uvw);
+    if (minLod == RESIDENCY_MIN_LOD_NONE) {
+        resident = false;
+        usedLod = -1.0;
+        return defaultValue;
+    }
+    usedLod = max(lod, float(minLod));
+    resident = true;
+    return textureLod(tex, uvw, usedLod);
+}
+
+vec4 residencySampleFallback(sampler2DArray tex, usampler2DArray minLodMap, vec3 uvLayer, float lod,
+                             vec4 defaultValue, out bool resident, out float usedLod) {
+    uint minLod = residencyMinLod(minLodMap, uvLayer);
+    if (minLod == RESIDENCY_MIN_LOD_NONE) {
+        resident = false;
+        usedLod = -1.0;
+        return defaultValue;
+    }
+    usedLod = max(lod, float(minLod));
+    resident = true;
+    return textureLod(tex, uvLayer, usedLod);
+}
+
+// ---- The seed's residency codes with the low-water LOD warning ---------------------------------
+// `residencySampleWarn` returns a code and leaves `texel` untouched on a miss (the seed's CMOV:
+// initialise it with the default value). The code packs: bit 0 resident, bit 1 the low-water
+// warning (a fetch from a level at or below the texture's mark `lowWater`;
+// RESIDENCY_NO_LOW_WATER: no mark), bits 8..16 the level that warned. Decode it with the three
+// functions of the seed (sparseTexelResident, sparseTexelMinLodWarning,
+// sparseTexelLodWarningFetch). The CPU rule is residency_core::streaming::low_water_level.
+
+const uint RESIDENCY_NO_LOW_WATER = 0xFFFFFFFFu;
+const int RESIDENCY_CODE_RESIDENT = 1;
+const int RESIDENCY_CODE_MIN_LOD_WARNING = 2;
+
+bool residencyTexelResident(int code) { return (code & RESIDENCY_CODE_RESIDENT) != 0; }
+bool residencyTexelMinLodWarning(int code) { return (code & RESIDENCY_CODE_MIN_LOD_WARNING) != 0; }
+// The level that raised the warning; 0 when it was not raised (as the seed's).
+int residencyTexelLodWarningFetch(int code) { return (code >> 8) & 255; }
+
+// The code of a sample that fetched (from `usedLod` up) when `resident`, of an image of `levels` mips.
+int residencyWarnCode(bool resident, float usedLod, int levels, uint lowWater) {
+    if (!resident) return 0;
+    int fetched = clamp(int(floor(usedLod)), 0, max(levels - 1, 0));
+    if (lowWater != RESIDENCY_NO_LOW_WATER && uint(fetched) <= lowWater) {
+        return RESIDENCY_CODE_RESIDENT | RESIDENCY_CODE_MIN_LOD_WARNING | (fetched << 8);
+    }
+    return RESIDENCY_CODE_RESIDENT;
+}
+
+int residencySampleWarn(sampler2D tex, usampler2D minLodMap, vec2 uv, float lod, uint lowWater,
+                        inout vec4 texel, out float usedLod) {
+    bool resident;
+    vec4 value = residencySampleFallback(tex, minLodMap, uv, lod, texel, resident, usedLod);
+    texel = value;
+    return residencyWarnCode(resident, usedLod, textureQueryLevels(tex), lowWater);
+}
+
+int residencySampleWarn(sampler3D tex, usampler3D minLodMap, vec3 uvw, float lod, uint lowWater,
+                        inout vec4 texel, out float usedLod) {
+    bool resident;
+    vec4 value = residencySampleFallback(tex, minLodMap, uvw, lod, texel, resident, usedLod);
+    texel = value;
+    return residencyWarnCode(resident, usedLod, textureQueryLevels(tex), lowWater);
+}
+
+int residencySampleWarn(sampler2DArray tex, usampler2DArray minLodMap, vec3 uvLayer, float lod, uint lowWater,
+                        inout vec4 texel, out float usedLod) {
+    bool resident;
+    vec4 value = residencySampleFallback(tex, minLodMap, uvLayer, lod, texel, resident, usedLod);
+    texel = value;
+    return residencyWarnCode(resident, usedLod, textureQueryLevels(tex), lowWater);
+}
+
 #ifdef RESIDENCY_MIN_LOD_CLAMP
 // Fragment shaders on devices with shaderResourceMinLod: implicit LOD, clamped by the hardware.
 vec4 residencySampleClamp(sampler2D tex, usampler2D minLodMap, vec2 uv, vec4 defaultValue, out bool resident) {

@@ -168,8 +168,8 @@ fn lod_warning_gate_levels_above_the_mark_do_not_warn() {
     assert!(fl.set_low_water(id, Some(2)));
     assert_eq!(fl.image_table()[15], 2);
     let img = &fl.images()[0];
-    // Resident samples (min-LOD at or finer than the level fetched) at levels 0..=2 warn with
-    // the level they fetched; levels 3 and coarser are above the mark: the gate blocks them.
+    // Samples that fetched levels 0..=2 (their own mip, or the coarser one they fell back to)
+    // warn with that level; levels 3 and coarser are above the mark: the gate blocks them.
     for (lod, min_lod, want) in [
         (0.2, 0, Some(0)),
         (1.9, 1, Some(1)),
@@ -179,8 +179,10 @@ fn lod_warning_gate_levels_above_the_mark_do_not_warn() {
         (3.5, 3, None),
         (6.0, 1, None),
         (-4.0, 0, Some(0)),
-        // Not resident at the level it wanted (a miss, not a warning).
-        (1.5, 2, None),
+        // Fell back from mip 1 to mip 2, at the mark: warns at 2 (and misses mip 1).
+        (1.5, 2, Some(2)),
+        // Fell back from mip 1 to mip 3, above the mark; nothing resident: nothing fetched.
+        (1.5, 3, None),
         (0.5, MIN_LOD_NONE, None),
     ] {
         assert_eq!(low_water_level(img, lod, min_lod), want, "lod {lod} min-LOD {min_lod}");

@@ -20,17 +20,18 @@
 //! `min_warning_lod` gates the prefetch: only samples at that level or finer prefetch; 255 (the
 //! default) lets every level prefetch.
 //!
-//! Independently of rules 2–4, the seed's **low-water warning** ([`classify_low_water`]): with the
-//! texture's mark `w` set (`FeedbackImage::low_water`), a sample that is resident (`c <= m`, so it
-//! fetched mip `m`) and fetched at or below the mark (`m <= w`) warns with the level `m` that
-//! warned, for the tile of mip `m` under `uvw` (that tile exists: `m` is below the tail, else no
-//! warning is recorded, though the shader helper's code still says so). Levels above the mark
-//! (`m > w`) never warn: that is the gate. The data is valid either way; the warning says it is
+//! Independently of rules 2–4, the seed's **low-water warning** ([`low_water_level`],
+//! [`classify_low_water`]): with the texture's mark `w` set (`FeedbackImage::low_water`), a sample
+//! with anything resident (`c` is not `MIN_LOD_NONE`) fetched the finest level `f = max(m, c)`
+//! (its own mip, or the coarser one it fell back to); when `f <= w` it warns with the level `f`
+//! that warned, for the tile of mip `f` under `uvw` (when `f` is below the tail; a tail level
+//! warns in the shader helper's code but names no tile to record). Levels above the mark
+//! (`f > w`) never warn: that is the gate. The data is valid either way; the warning says it is
 //! time to stream the next finer level there.
 
 use super::feedback::FeedbackImage;
 use super::request::RequestKind;
-use crate::tiles::TileIndex;
+use crate::tiles::{TileIndex, MIN_LOD_NONE};
 
 /// What one sample asks for, per the rule in the module docs; `None` when it asks nothing.
 pub fn classify_sample(
@@ -60,13 +61,18 @@ fn sampled_level(image: &FeedbackImage, lod: f32) -> (f32, u32) {
 }
 
 /// The level at which a sample raises the seed's low-water warning (`sparseTexelMinLodWarning` /
-/// `sparseTexelLodWarningFetch`), per the rule in the module docs: `Some(m)` when the image has a
-/// mark, the sample was resident (`min_lod <= m`) and `m <= mark`; `None` otherwise. This is the
-/// code the shader helpers return (`residencySampleWarn`), whether or not `m` is a tiled mip.
+/// `sparseTexelLodWarningFetch`), per the rule in the module docs: `Some(f)`, `f` the finest level
+/// the sample fetched (`max(m, min_lod)`), when the image has a mark, something is resident there
+/// and `f <= mark`; `None` otherwise. This is the code the shader helpers return
+/// (`residencySampleWarn` in `residency.glsl`), whether or not `f` is a tiled mip.
 pub fn low_water_level(image: &FeedbackImage, lod: f32, min_lod: u8) -> Option<u32> {
     let mark = u32::from(image.low_water?);
+    if min_lod == MIN_LOD_NONE {
+        return None;
+    }
     let (_, m) = sampled_level(image, lod);
-    (u32::from(min_lod) <= m && m <= mark).then_some(m)
+    let f = m.max(u32::from(min_lod));
+    (f <= mark).then_some(f)
 }
 
 /// The low-water warning a sample records in the feedback: the tile of the level that warned

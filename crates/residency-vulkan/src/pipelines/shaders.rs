@@ -270,9 +270,29 @@ shader!(
     [SampledImage],
     0
 );
+shader!(
+    /// `prt_volume.comp`: samples a sparse 3D image at probes `(u, v, w, lod)` with
+    /// `residencySampleWarn` (min-LOD fallback, residency code, low-water warning) and writes their
+    /// feedback for image slot 0; results `{ vec4 texel; vec4 (code, LOD used, min-LOD, level
+    /// that warned) }`; push `{ vec4 defaultValue; uint count; uint lowWater; }` (32 bytes reserved).
+    PRT_VOLUME,
+    "prt_volume.comp",
+    Compute,
+    [SampledImage, SampledImage, StorageBuffer, StorageBuffer, StorageBuffer, StorageBuffer],
+    32
+);
+shader!(
+    /// `prt_array.comp`: the same for a sparse 2D array, probes `(u, v, layer, lod)`, a per-layer
+    /// min-LOD map and per-layer feedback.
+    PRT_ARRAY,
+    "prt_array.comp",
+    Compute,
+    [SampledImage, SampledImage, StorageBuffer, StorageBuffer, StorageBuffer, StorageBuffer],
+    32
+);
 
 /// Every shipped shader.
-pub static ALL: [&Shader; 19] = [
+pub static ALL: [&Shader; 21] = [
     &PLACED_BUFFERS,
     &FILL,
     &SPARSE_FALLBACK,
@@ -292,6 +312,8 @@ pub static ALL: [&Shader; 19] = [
     &VT_QUAD_FRAG,
     &VT_QUAD_SOFTWARE_FRAG,
     &VT_QUAD_REFERENCE_FRAG,
+    &PRT_VOLUME,
+    &PRT_ARRAY,
 ];
 
 /// The `vt_quad` fragment shader for a residency path: [`VT_QUAD_SOFTWARE_FRAG`] on the software
