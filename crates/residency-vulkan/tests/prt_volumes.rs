@@ -3,7 +3,8 @@
 //! their own tiles and fall back per region through a 3D min-LOD map, the feedback requests tiles
 //! at z > 0 exactly as the CPU model says, array layers stream independently (per-layer min-LOD
 //! map and feedback), and the seed's low-water LOD warning fires at and below the mark only, with
-//! the level that warned in the shader's code and in the feedback record. Validation clean,
+//! the level that warned in the shader's code and in the feedback record; the `Streamer` streams
+//! an array texture whose layers come from their own sources, independently. Validation clean,
 //! nothing leaked, every tile back in its pool.
 
 use residency_core::format::Format;
@@ -24,6 +25,8 @@ use residency_vulkan::testing::with_gpu;
 use residency_vulkan::{BufferDesc, Device, Filter, ImageRegion, Uploader};
 use std::collections::BTreeSet;
 use std::sync::Arc;
+
+mod common;
 
 const DEFAULT: [f32; 4] = [1.0, 0.0, 1.0, 1.0];
 const ID: ImageId = ImageId(11);
@@ -430,5 +433,105 @@ fn lod_warning_gate_blocks_levels_above_the_mark_on_the_gpu() {
         assert_eq!(recorded, BTreeSet::from([(0, 2), (1, 1)]));
         assert!(warnings.iter().all(|r| r.mip <= u32::from(mark)), "nothing above the mark is recorded");
         prt.destroy(device);
+    });
+}
+
+/// An RGBA8 source of one layer of an array: its texels say which layer they are.
+fn layer_source(layer: u32, side: u32) -> Arc<dyn residency_core::streaming::TileSource> {
+    let desc = residency_core::vt_file::VtDesc::new(Format::R8G8B8A8Unorm, side, side, 128, 128);
+    Arc::new(residency_core::streaming::FnSource::new(format!("layer {layer}"), desc, move |mip, x, y| {
+        let (w, h) = desc.tile_extent(mip, x, y).expect("in the grid");
+        Ok((0..h)
+            .flat_map(|ty| (0..w).flat_map(move |tx| array_texel(layer, mip, x * 128 + tx, y * 128 + ty)))
+            .collect())
+    }))
+}
+
+fn array_texel(layer: u32, mip: u32, x: u32, y: u32) -> [u8; 4] {
+    [(x % 251) as u8, (y % 241) as u8, (mip * 29) as u8, 0x40 + layer as u8]
+}
+
+#[test]
+fn streamer_array_layers_stream_independently() {
+    use residency_core::streaming::TileKey;
+    use residency_core::tiles::ResidencyPath;
+    use residency_vulkan::streaming::{StreamError, Streamer, StreamerDesc};
+    with_gpu(|set| {
+        let device = Arc::clone(&set.devices()[0]);
+        let side = 512;
+        let desc = |path| {
+            StreamerDesc::default()
+                .with_name("array streamer")
+                .with_path(path)
+                .with_frames_in_flight(2)
+                .with_budget_tiles(64)
+                .with_workers(2)
+        };
+        let mut streamer = Streamer::new(&device, desc(ResidencyPath::Hardware)).unwrap();
+        let layers: Vec<_> = (0..3).map(|l| layer_source(l, side)).collect();
+        // Refusals change nothing.
+        let refused =
+            |r: Result<_, StreamError>| assert!(matches!(r, Err(StreamError::UnsupportedSource { .. })));
+        refused(streamer.add_array_texture("none", &[]));
+        refused(streamer.add_array_texture("mismatched", &[Arc::clone(&layers[0]), layer_source(1, 256)]));
+        assert!(streamer.manager().images().next().is_none(), "nothing was added");
+
+        let texture = streamer.add_array_texture("vt array", &layers).unwrap();
+        let id = texture.id();
+        let layout = streamer.manager().residency(id).unwrap().layout().clone();
+        assert_eq!(layout.array_layers(), 3);
+        // Priming: every layer's coarse chain, each with its own layer's texels.
+        assert!(streamer.coarse_chain(&texture).iter().all(|&k| streamer.manager().is_resident(k)));
+        let image = streamer.sparse_image(&texture).unwrap();
+        let coarse = layout.mip_levels() - 1;
+        for layer in 0..3 {
+            let got = image
+                .read_region(layer, coarse, TexelRegion { offset: [0; 3], extent: [1, 1, 1] }, 1 << 20)
+                .unwrap();
+            assert_eq!(got, array_texel(layer, coarse, 0, 0), "layer {layer}'s coarsest mip after priming");
+        }
+
+        let key = |layer, x, y| {
+            TileKey::tile(id, layout.tile_index(TileCoord { layer, mip: 0, x, y, z: 0 }).unwrap())
+        };
+        let commands = residency_vulkan::CommandContext::new(&device, "array frames").unwrap();
+        let run = |streamer: &mut Streamer, wanted: &[TileKey]| {
+            for _ in 0..8 {
+                common::cpu_feedback_frame(streamer, &commands, wanted);
+                streamer.wait_for_loads();
+            }
+        };
+        run(&mut streamer, &[key(2, 3, 1)]);
+        assert!(streamer.manager().is_resident(key(2, 3, 1)), "{:?}", streamer.manager_stats());
+        assert!(
+            !streamer.manager().is_resident(key(0, 3, 1)) && !streamer.manager().is_resident(key(1, 3, 1))
+        );
+        let tile = TexelRegion { offset: [384, 128, 0], extent: [128, 128, 1] };
+        let want = |layer: u32| -> Vec<u8> {
+            (0..128)
+                .flat_map(|y| (0..128).flat_map(move |x| array_texel(layer, 0, 384 + x, 128 + y)))
+                .collect()
+        };
+        let image = streamer.sparse_image(&texture).unwrap();
+        assert_eq!(
+            image.read_region(2, 0, tile, 1 << 20).unwrap(),
+            want(2),
+            "layer 2's tile from layer 2's source"
+        );
+        // Another layer's tile at the same place streams on its own; the first stays.
+        run(&mut streamer, &[key(2, 3, 1), key(0, 3, 1)]);
+        assert!(streamer.manager().is_resident(key(0, 3, 1)) && streamer.manager().is_resident(key(2, 3, 1)));
+        assert!(!streamer.manager().is_resident(key(1, 3, 1)));
+        let image = streamer.sparse_image(&texture).unwrap();
+        assert_eq!(image.read_region(0, 0, tile, 1 << 20).unwrap(), want(0));
+        assert_eq!(image.read_region(2, 0, tile, 1 << 20).unwrap(), want(2));
+        streamer.remove_texture(texture).unwrap();
+        drop(streamer);
+        drop(commands);
+
+        // The software path holds one layer per texture: arrays are refused.
+        let mut software = Streamer::new(&device, desc(ResidencyPath::Software)).unwrap();
+        refused(software.add_array_texture("software array", &layers));
+        drop(software);
     });
 }

@@ -913,11 +913,47 @@ impl Streamer {
         name: &str,
         source: Arc<dyn TileSource>,
     ) -> Result<VirtualTexture, StreamError> {
+        self.add_layers(name, vec![source])
+    }
+
+    /// Adds a 2D array texture, layer `i` streamed from `layers[i]`, and primes it (every layer's
+    /// coarse chain) as [`add_texture`](Self::add_texture) does. The layers stream independently:
+    /// feedback names a tile of one layer (`feedback(slot, layer, uv, …)` in `feedback.glsl`), the
+    /// manager loads it from that layer's source, the texture's min-LOD map has one layer per
+    /// layer (bind it as a `usampler2DArray`, the image as a `sampler2DArray`: `residency.glsl`).
+    /// Every layer's source must describe the same texture (format, size, mips, tiles). Hardware
+    /// path only: the software path, no layers, or layers that differ are refused with
+    /// [`StreamError::UnsupportedSource`], adding nothing. Must be called between frames.
+    pub fn add_array_texture(
+        &mut self,
+        name: &str,
+        layers: &[Arc<dyn TileSource>],
+    ) -> Result<VirtualTexture, StreamError> {
+        let refuse =
+            |reason: &str| StreamError::UnsupportedSource { name: name.to_owned(), reason: reason.into() };
+        let Some(first) = layers.first() else {
+            return Err(refuse("an array texture needs at least one layer"));
+        };
+        if self.heaps.is_none() {
+            return Err(refuse("array textures stream on the hardware path only"));
+        }
+        if layers.iter().any(|l| l.desc() != first.desc()) {
+            return Err(refuse("every layer's source must have the same format, size, mips and tiles"));
+        }
+        self.add_layers(name, layers.to_vec())
+    }
+
+    fn add_layers(
+        &mut self,
+        name: &str,
+        sources: Vec<Arc<dyn TileSource>>,
+    ) -> Result<VirtualTexture, StreamError> {
         if self.in_frame {
             return Err(StreamError::FrameOrder("add_texture between begin_frame and end_frame"));
         }
         self.remove_dropped()?;
         let id = ImageId(self.next_id);
+        let source = Arc::clone(&sources[0]);
         let format = source.desc().format;
         if self.heaps.is_some() {
             // The hardware path takes the format only where the device has sparse residency for it.
@@ -941,7 +977,7 @@ impl Streamer {
             self.manager.pool().tile_bytes(),
             id,
             name,
-            source,
+            sources,
         )?;
         self.next_id += 1;
         self.manager.register_image(id, &texture.layout)?;
