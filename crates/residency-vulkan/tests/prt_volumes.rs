@@ -525,6 +525,38 @@ fn streamer_array_layers_stream_independently() {
         let image = streamer.sparse_image(&texture).unwrap();
         assert_eq!(image.read_region(0, 0, tile, 1 << 20).unwrap(), want(0));
         assert_eq!(image.read_region(2, 0, tile, 1 << 20).unwrap(), want(2));
+
+        // The seed's low-water mark through the streamer: the image table carries it, and a
+        // low-water warning on a mip-1 tile of layer 1 streams its children in layer 1 only.
+        streamer.set_low_water(&texture, Some(1)).unwrap();
+        let warned = layout.tile_index(TileCoord { layer: 1, mip: 1, x: 0, y: 1, z: 0 }).unwrap();
+        let children: Vec<TileKey> = residency_core::streaming::child_tiles(&layout, warned)
+            .into_iter()
+            .map(|t| TileKey::tile(id, t))
+            .collect();
+        assert_eq!(children.len(), 4);
+        for _ in 0..8 {
+            let bindings = streamer.begin_frame().unwrap();
+            let frame = bindings.frame;
+            let records = bindings.layout.map(|l| {
+                assert_eq!(l.image_table()[15], 1, "the mark is in the image table");
+                let mut records = FeedbackBuffer::new(l, frame);
+                records.record(l, l.slot_of(id).unwrap(), warned, RequestKind::MinLodWarning);
+                records
+            });
+            drop(bindings);
+            if let Some(records) = records {
+                streamer.write_cpu_feedback(&records).unwrap();
+            }
+            let bindings = streamer.frame_bindings().unwrap();
+            let submission = commands.submit(&[], |rec| bindings.record(rec, |_| ()).unwrap()).unwrap();
+            drop(bindings);
+            streamer.end_frame(submission.gpu_use()).unwrap();
+            streamer.wait_for_loads();
+        }
+        assert!(children.iter().all(|&k| streamer.manager().is_resident(k)), "the warned tile's children");
+        let in_layer_0 = layout.tile_index(TileCoord { layer: 0, mip: 0, x: 0, y: 2, z: 0 }).unwrap();
+        assert!(!streamer.manager().is_resident(TileKey::tile(id, in_layer_0)));
         streamer.remove_texture(texture).unwrap();
         drop(streamer);
         drop(commands);

@@ -826,9 +826,9 @@ impl Streamer {
         self.manager.budget_tiles()
     }
 
-    /// Sets `texture`'s LOD warning (the seed's per-texture low-water mark): from mip
-    /// `min_warning_lod` on, a sample within `lead`/256 of a level of the finest resident mip asks
-    /// for the next finer mip ahead of need. Takes effect from the next frame.
+    /// Sets `texture`'s prefetch warning: from mip `min_warning_lod` on, a sample within
+    /// `lead`/256 of a level of the finest resident mip asks for the next finer mip ahead of need.
+    /// Takes effect from the next frame.
     pub fn set_lod_warning(
         &mut self,
         texture: &VirtualTexture,
@@ -840,6 +840,23 @@ impl Streamer {
         }
         self.check_owner(texture)?;
         self.manager.set_lod_warning(texture.id, min_warning_lod, lead)?;
+        self.refresh_layout()
+    }
+
+    /// Sets `texture`'s low-water mark (the seed's `GL_MIN_WARNING_LOD_AMD`; `None`: none, the
+    /// default): samples that fetch a level at or below it write low-water warnings
+    /// (`RequestKind::MinLodWarning`, `feedback.glsl`), and the manager prefetches the next finer
+    /// level under the warned tile. Takes effect from the next frame (the image table's word 15).
+    pub fn set_low_water(
+        &mut self,
+        texture: &VirtualTexture,
+        low_water: Option<u8>,
+    ) -> Result<(), StreamError> {
+        if self.in_frame {
+            return Err(StreamError::FrameOrder("set_low_water between begin_frame and end_frame"));
+        }
+        self.check_owner(texture)?;
+        self.manager.set_low_water(texture.id, low_water)?;
         self.refresh_layout()
     }
 
