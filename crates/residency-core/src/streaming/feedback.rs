@@ -213,9 +213,10 @@ pub struct FeedbackImage {
     /// Prefetch when the sample's LOD is within `lead / 256` above an integer mip, i.e. about to
     /// need the next finer one. Default 64 (a quarter of a level).
     pub lead: u8,
-    /// The seed's per-texture low-water mark (`GL_MIN_WARNING_LOD_AMD`): a resident sample whose
-    /// finest fetched level is at or below it (numerically `<=`: as fine or finer) raises a
-    /// low-water warning naming that level ([`classify_low_water`](super::classify_low_water)).
+    /// The seed's per-texture low-water mark (`GL_MIN_WARNING_LOD_AMD`): a sample whose finest
+    /// fetched level (its own mip, or the coarser one it fell back to) is at or below it
+    /// (numerically `<=`: as fine or finer) raises a low-water warning naming that level
+    /// ([`classify_low_water`](super::classify_low_water)).
     /// `None` (the default): no mark, no such warning.
     #[serde(default)]
     pub low_water: Option<u8>,

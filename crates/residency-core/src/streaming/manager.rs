@@ -789,10 +789,13 @@ impl StreamingManager {
             let (class, start) = match r.kind {
                 RequestKind::Miss => (LoadReason::Miss, vec![r.tile]),
                 RequestKind::LodWarning if self.desc.prefetch => (LoadReason::Prefetch, vec![r.tile]),
-                // The warned tile was sampled resident: the next finer level under it is wanted.
+                // The warned tile was sampled (it stays wanted) and the next finer level under it
+                // is wanted ahead of need.
                 RequestKind::MinLodWarning if self.desc.prefetch => {
                     let layout = self.images[&r.image].residency.layout();
-                    (LoadReason::Prefetch, child_tiles(layout, r.tile))
+                    let mut tiles = child_tiles(layout, r.tile);
+                    tiles.push(r.tile);
+                    (LoadReason::Prefetch, tiles)
                 }
                 RequestKind::LodWarning | RequestKind::MinLodWarning => continue,
             };

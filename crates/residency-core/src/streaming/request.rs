@@ -14,7 +14,7 @@ pub enum RequestKind {
     /// The seed's low-water warning (`sparseTexelMinLodWarning`): a resident sample fetched from
     /// this tile, whose mip (the level that warned, `sparseTexelLodWarningFetch`) is at or below
     /// the texture's low-water mark. The data was valid; the signal is to stream the next finer
-    /// level there (the manager prefetches the tile's children).
+    /// level there (the manager keeps the tile and prefetches its children).
     MinLodWarning,
 }
 
