@@ -7,7 +7,8 @@
 // `residencySoftwareLevel` and is tested against the texels this code reads.
 //
 // residencyFetch and residencySampleLod (residency codes of the hardware path) have no software
-// twin: use residencySampleFallback, which both paths provide.
+// twin: use residencySampleFallback, which both paths provide, or residencySampleWarn (the seed's
+// codes with the low-water warning, residency_codes.glsl), which both provide for 2D too.
 
 #ifndef RESIDENCY_SOFTWARE_GLSL
 #define RESIDENCY_SOFTWARE_GLSL
@@ -94,6 +95,17 @@ vec4 residencySampleFallback(sampler2D tex, usampler2D minLodMap, vec2 uv, float
         return a;
     }
     return mix(a, residencySoftwareLevel(tex, minLodMap, h, uv, lo + 1u), f);
+}
+
+#include "residency_codes.glsl"
+
+// The seed's sparseTexture with the low-water warning, as residency.glsl's (same signature).
+int residencySampleWarn(sampler2D tex, usampler2D minLodMap, vec2 uv, float lod, uint lowWater,
+                        inout vec4 texel, out float usedLod) {
+    bool resident;
+    vec4 value = residencySampleFallback(tex, minLodMap, uv, lod, texel, resident, usedLod);
+    texel = value;
+    return residencyWarnCode(resident, usedLod, int(residencySoftwareHeader(minLodMap).mips), lowWater);
 }
 
 #endif

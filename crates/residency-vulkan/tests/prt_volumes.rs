@@ -15,6 +15,7 @@ use residency_core::streaming::{
 };
 use residency_core::tiles::{
     ImageId, SparseDimension, SparseImageDesc, SparseImageLayout, TexelRegion, TileCoord, TilePoolDesc,
+    MIN_LOD_NONE,
 };
 use residency_core::usage::BufferUsage;
 use residency_vulkan::ash::vk;
@@ -565,5 +566,178 @@ fn streamer_array_layers_stream_independently() {
         let mut software = Streamer::new(&device, desc(ResidencyPath::Software)).unwrap();
         refused(software.add_array_texture("software array", &layers));
         drop(software);
+    });
+}
+
+/// `sparse_warn{,_software}.comp` over `views` (texture or atlas, min-LOD map or indirection):
+/// per probe (u, v, LOD), the texel × 255 and (code, LOD used, level that warned).
+fn run_warn(
+    device: &Device,
+    shader: &Shader,
+    views: (ViewRef<'_>, ViewRef<'_>),
+    probes: &[[f32; 3]],
+    low_water: u32,
+) -> Vec<Sampled> {
+    let program = ComputeProgram::new(device, "sparse warn", shader, 1).unwrap();
+    let (linear, nearest) =
+        (device.create_sampler(Filter::Trilinear).unwrap(), device.create_sampler(Filter::Nearest).unwrap());
+    let n = probes.len() as u64;
+    let mut input = device
+        .create_buffer(
+            &BufferDesc::new("probes", n * 16, BufferUsage::STORAGE).with_intent(MemoryIntent::Upload),
+        )
+        .unwrap();
+    input
+        .write(
+            0,
+            &probes
+                .iter()
+                .flat_map(|p| [p[0], p[1], p[2], 0.0])
+                .flat_map(f32::to_le_bytes)
+                .collect::<Vec<u8>>(),
+        )
+        .unwrap();
+    let output = device
+        .create_buffer(
+            &BufferDesc::new("results", n * 32, BufferUsage::STORAGE).with_intent(MemoryIntent::Readback),
+        )
+        .unwrap();
+    let general = vk::ImageLayout::GENERAL;
+    let set = program
+        .descriptor_set(&[
+            Binding::sampled(views.0, &linear, general),
+            Binding::sampled(views.1, &nearest, general),
+            Binding::Buffer(&input),
+            Binding::Buffer(&output),
+        ])
+        .unwrap();
+    let mut push: Vec<u8> = DEFAULT.iter().flat_map(|f| f.to_le_bytes()).collect();
+    push.extend_from_slice(&(n as u32).to_le_bytes());
+    push.extend_from_slice(&low_water.to_le_bytes());
+    push.resize(32, 0);
+    device
+        .submit_compute("sparse warn", |rec| {
+            program
+                .dispatch(rec, &set, &push, [(n as u32).div_ceil(64), 1, 1])
+                .expect("within the declared push constants")
+        })
+        .unwrap();
+    let mut out = vec![0u8; (n * 32) as usize];
+    output.read(0, &mut out).unwrap();
+    drop(set);
+    drop((input, output, linear, nearest, program));
+    out.chunks_exact(32)
+        .map(|r| {
+            let f = |i: usize| f32::from_le_bytes([r[i], r[i + 1], r[i + 2], r[i + 3]]);
+            ([f(0), f(4), f(8), f(12)].map(|v| v * 255.0), [f(16), f(20), f(24), f(28)])
+        })
+        .collect()
+}
+
+#[test]
+fn lod_warning_gate_gives_the_same_codes_on_both_paths() {
+    use residency_core::tiles::ResidencyPath;
+    use residency_vulkan::software::{SoftwareImage, SoftwareTilePool, DEFAULT_BORDER};
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let side = 512;
+        let desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, side, side);
+        let mark = 1u8;
+        // Mip-0 tile (1, 1) and every coarser mip whole, on both paths.
+        let tiles = |layout: &SparseImageLayout| {
+            let mut t = vec![TileCoord { layer: 0, mip: 0, x: 1, y: 1, z: 0 }];
+            for mip in 1..layout.first_tail_lod() {
+                let r = layout.mip_tile_range(mip).unwrap();
+                t.extend(r.iter().map(|[x, y, z]| TileCoord { layer: 0, mip, x, y, z }));
+            }
+            t
+        };
+        let uv = |x: u32, y: u32| {
+            [(x as f32 * 128.0 + 64.0) / side as f32, (y as f32 * 128.0 + 64.0) / side as f32]
+        };
+        let mut probes = Vec::new();
+        for (x, y) in [(1, 1), (3, 2)] {
+            for lod in [0.0, 0.5, 1.0, 1.7, 2.0, 3.3, 9.0] {
+                let p = uv(x, y);
+                probes.push([p[0], p[1], lod]);
+            }
+        }
+        let expected =
+            |layout: &SparseImageLayout, table: &residency_core::tiles::PageTable| -> Vec<Option<u32>> {
+                let mut fl = FeedbackLayout::new(FeedbackDesc::default(), &[(ID, layout)]).unwrap();
+                fl.set_low_water(ID, Some(mark));
+                let size = table.min_lod_extent();
+                probes
+                    .iter()
+                    .map(|p| {
+                        let r = [0, 1].map(|a| ((p[a] * size[a] as f32) as u32).min(size[a] - 1));
+                        // From the residency bitmaps (the software path keeps no cached min-LOD map).
+                        let regions = residency_core::tiles::TileRange {
+                            start: [r[0], r[1], 0],
+                            end: [r[0] + 1, r[1] + 1, 1],
+                        };
+                        let c = table.finest_resident_lod(0, regions).map_or(MIN_LOD_NONE, |l| l as u8);
+                        low_water_level(&fl.images()[0], p[2], c)
+                    })
+                    .collect()
+            };
+        let codes = |results: &[Sampled]| -> Vec<Option<u32>> {
+            results
+                .iter()
+                .map(|r| {
+                    let (resident, warned, level) = decode_code(r.1);
+                    assert!(resident);
+                    assert_eq!(r.1[2], if warned { level as f32 } else { 0.0 }, "the level that warned");
+                    warned.then_some(level)
+                })
+                .collect()
+        };
+
+        // Hardware.
+        let mut hw = Prt::new(device, &desc);
+        let layout = hw.layout().clone();
+        hw.commit(0, &tiles(&layout));
+        let views: (ViewRef<'_>, ViewRef<'_>) = ((&hw.image).into(), hw.map.view().into());
+        let hardware = codes(&run_warn(device, &shaders::SPARSE_WARN, views, &probes, u32::from(mark)));
+        assert_eq!(hardware, expected(&layout, hw.image.residency().page_table()));
+
+        // Software.
+        let pool = SoftwareTilePool::new(
+            Arc::clone(device),
+            Format::R8G8B8A8Unorm,
+            DEFAULT_BORDER,
+            TilePoolDesc::default().with_name("warn software").with_tiles_per_heap(16).with_budget_tiles(64),
+        )
+        .unwrap();
+        let mut image =
+            SoftwareImage::new(&pool, "warn software", &desc.with_path(ResidencyPath::Software)).unwrap();
+        let sw_layout = image.layout().clone();
+        for c in tiles(&sw_layout) {
+            let region = sw_layout.tile_region(c).unwrap();
+            image.commit_region(&pool, 0, c.mip, region).unwrap();
+            let texels = region.extent.iter().product::<u32>() as usize;
+            let data: Vec<u8> =
+                colour(0, c.mip, c.x, c.y, 0).iter().copied().cycle().take(texels * 4).collect();
+            image.write_region(&pool, &hw.uploader, 0, c.mip, region, &data).unwrap();
+        }
+        pool.flush(&hw.uploader, &mut [&mut image]).unwrap();
+        hw.uploader.wait_idle().unwrap();
+        let views: (ViewRef<'_>, ViewRef<'_>) = (pool.atlas_view().into(), image.indirection_view().into());
+        let results = run_warn(device, &shaders::SPARSE_WARN_SOFTWARE, views, &probes, u32::from(mark));
+        let software = codes(&results);
+        assert_eq!(software, expected(&sw_layout, image.residency().page_table()));
+        // Texels: tile (1, 1) at LOD 0 is its own colour on the software path too.
+        close(results[0].0, as_f32(colour(0, 0, 1, 1, 0)), "software tile (1, 1) at LOD 0");
+
+        assert_eq!(hardware, software, "both paths give the same codes");
+        assert!(hardware.iter().any(|c| c == &Some(0)) && hardware.iter().any(|c| c == &Some(1)));
+        assert!(hardware.iter().filter(|c| c.is_none()).count() >= 6, "levels 2 and coarser are gated");
+
+        image.release_all(&pool).unwrap();
+        drop(image);
+        device.wait_submitted().unwrap();
+        assert_eq!(pool.used_tiles(), 0);
+        drop(pool);
+        hw.destroy(device);
     });
 }

@@ -290,9 +290,27 @@ shader!(
     [SampledImage, SampledImage, StorageBuffer, StorageBuffer, StorageBuffer, StorageBuffer],
     32
 );
+shader!(
+    /// `sparse_warn.comp`: samples a partially resident 2D image at probes `(u, v, lod)` with
+    /// `residencySampleWarn`; results `{ vec4 texel; vec4 (code, LOD used, level that warned, 0) }`;
+    /// push `{ vec4 defaultValue; uint count; uint lowWater; }` (32 bytes reserved).
+    SPARSE_WARN,
+    "sparse_warn.comp",
+    Compute,
+    [SampledImage, SampledImage, StorageBuffer, StorageBuffer],
+    32
+);
+shader!(
+    /// `sparse_warn_software.comp`: the same through a software tile atlas and indirection.
+    SPARSE_WARN_SOFTWARE,
+    "sparse_warn_software.comp",
+    Compute,
+    [SampledImage, SampledImage, StorageBuffer, StorageBuffer],
+    32
+);
 
 /// Every shipped shader.
-pub static ALL: [&Shader; 21] = [
+pub static ALL: [&Shader; 23] = [
     &PLACED_BUFFERS,
     &FILL,
     &SPARSE_FALLBACK,
@@ -314,6 +332,8 @@ pub static ALL: [&Shader; 21] = [
     &VT_QUAD_REFERENCE_FRAG,
     &PRT_VOLUME,
     &PRT_ARRAY,
+    &SPARSE_WARN,
+    &SPARSE_WARN_SOFTWARE,
 ];
 
 /// The `vt_quad` fragment shader for a residency path: [`VT_QUAD_SOFTWARE_FRAG`] on the software
