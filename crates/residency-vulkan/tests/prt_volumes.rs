@@ -569,13 +569,15 @@ fn streamer_array_layers_stream_independently() {
     });
 }
 
-/// `sparse_warn{,_software}.comp` over `views` (texture or atlas, min-LOD map or indirection):
-/// per probe (u, v, LOD), the texel × 255 and (code, LOD used, level that warned).
+/// `sparse_warn{,_software}.comp` (probes (u, v, LOD, 0); info (code, LOD used, level that
+/// warned, 0)) or `prt_array_software.comp` (probes (u, v, layer, LOD); info (code, LOD used,
+/// min-LOD, level that warned)) over `views` (texture or atlas, min-LOD map or indirection): per
+/// probe, the texel × 255 and the info.
 fn run_warn(
     device: &Device,
     shader: &Shader,
     views: (ViewRef<'_>, ViewRef<'_>),
-    probes: &[[f32; 3]],
+    probes: &[[f32; 4]],
     low_water: u32,
 ) -> Vec<Sampled> {
     let program = ComputeProgram::new(device, "sparse warn", shader, 1).unwrap();
@@ -587,16 +589,7 @@ fn run_warn(
             &BufferDesc::new("probes", n * 16, BufferUsage::STORAGE).with_intent(MemoryIntent::Upload),
         )
         .unwrap();
-    input
-        .write(
-            0,
-            &probes
-                .iter()
-                .flat_map(|p| [p[0], p[1], p[2], 0.0])
-                .flat_map(f32::to_le_bytes)
-                .collect::<Vec<u8>>(),
-        )
-        .unwrap();
+    input.write(0, &probes.iter().flatten().flat_map(|f| f.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
     let output = device
         .create_buffer(
             &BufferDesc::new("results", n * 32, BufferUsage::STORAGE).with_intent(MemoryIntent::Readback),
@@ -659,7 +652,7 @@ fn lod_warning_gate_gives_the_same_codes_on_both_paths() {
         for (x, y) in [(1, 1), (3, 2)] {
             for lod in [0.0, 0.5, 1.0, 1.7, 2.0, 3.3, 9.0] {
                 let p = uv(x, y);
-                probes.push([p[0], p[1], lod]);
+                probes.push([p[0], p[1], lod, 0.0]);
             }
         }
         let expected =
@@ -739,5 +732,84 @@ fn lod_warning_gate_gives_the_same_codes_on_both_paths() {
         assert_eq!(pool.used_tiles(), 0);
         drop(pool);
         hw.destroy(device);
+    });
+}
+
+#[test]
+fn array_layers_stream_independently_on_the_software_path() {
+    use residency_core::tiles::ResidencyPath;
+    use residency_vulkan::software::{SoftwareImage, SoftwareTilePool, DEFAULT_BORDER};
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let side = 256;
+        let desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, side, side)
+            .with_array_layers(2)
+            .with_path(ResidencyPath::Software);
+        let pool = SoftwareTilePool::new(
+            Arc::clone(device),
+            Format::R8G8B8A8Unorm,
+            DEFAULT_BORDER,
+            TilePoolDesc::default().with_name("array software").with_tiles_per_heap(16).with_budget_tiles(64),
+        )
+        .unwrap();
+        let mut image = SoftwareImage::new(&pool, "array software", &desc).unwrap();
+        assert_eq!(image.indirection().layers(), 2);
+        let layout = image.layout().clone();
+        let uploader = Uploader::new(device, "array software uploads", 16 << 20).unwrap();
+        // Layer 1: every mip; layer 0: mip 1 and coarser.
+        for layer in 0..2 {
+            for mip in (if layer == 1 { 0 } else { 1 })..layout.mip_levels() {
+                for [x, y, _] in layout.mip_tile_range(mip).unwrap().iter() {
+                    let region = layout.tile_region(TileCoord { layer, mip, x, y, z: 0 }).unwrap();
+                    image.commit_region(&pool, layer, mip, region).unwrap();
+                    let texels = region.extent.iter().product::<u32>() as usize;
+                    let data: Vec<u8> =
+                        colour(layer, mip, x, y, 0).iter().copied().cycle().take(texels * 4).collect();
+                    image.write_region(&pool, &uploader, layer, mip, region, &data).unwrap();
+                }
+            }
+        }
+        pool.flush(&uploader, &mut [&mut image]).unwrap();
+        uploader.wait_idle().unwrap();
+        let mut probes = Vec::new();
+        for layer in 0..2 {
+            for y in 0..2 {
+                for x in 0..2 {
+                    let c = tile_centre(&layout, 0, x, y, 0);
+                    probes.push([c[0], c[1], layer as f32, 0.0]);
+                }
+            }
+        }
+        let check = |image: &SoftwareImage, released: Option<[u32; 2]>| {
+            let views: (ViewRef<'_>, ViewRef<'_>) =
+                (pool.atlas_view().into(), image.indirection_view().into());
+            let results = run_warn(device, &shaders::PRT_ARRAY_SOFTWARE, views, &probes, NO_MARK);
+            for (i, (p, r)) in probes.iter().zip(&results).enumerate() {
+                let (layer, y, x) = ((i / 4) as u32, ((i / 2) % 2) as u32, (i % 2) as u32);
+                let own = layer == 1 && released != Some([x, y]);
+                let want = if own { colour(1, 0, x, y, 0) } else { colour(layer, 1, 0, 0, 0) };
+                close(r.0, as_f32(want), &format!("software layer {layer} tile ({x}, {y})"));
+                assert_eq!(decode_code(r.1), (true, false, 0));
+                assert_eq!(r.1[1], if own { 0.0 } else { 1.0 }, "LOD used");
+                assert_eq!(
+                    r.1[2],
+                    image.indirection().layer_min_lod(layer, [p[0], p[1]]) as f32,
+                    "the layer's min-LOD"
+                );
+            }
+        };
+        check(&image, None);
+        // Releasing a tile of layer 1 changes layer 1 there and nothing of layer 0.
+        let region = layout.tile_region(TileCoord { layer: 1, mip: 0, x: 1, y: 0, z: 0 }).unwrap();
+        image.release_region(&pool, 1, 0, region).unwrap();
+        pool.flush(&uploader, &mut [&mut image]).unwrap();
+        uploader.wait_idle().unwrap();
+        check(&image, Some([1, 0]));
+
+        uploader.destroy().unwrap();
+        image.release_all(&pool).unwrap();
+        drop(image);
+        device.wait_submitted().unwrap();
+        assert_eq!(pool.used_tiles(), 0);
     });
 }

@@ -308,9 +308,19 @@ shader!(
     [SampledImage, SampledImage, StorageBuffer, StorageBuffer],
     32
 );
+shader!(
+    /// `prt_array_software.comp`: a 2D array on the software path (the atlas and an indirection
+    /// with one layer per layer) sampled at probes `(u, v, layer, lod)` with
+    /// `residencySampleWarn`; results and push as [`PRT_ARRAY`]'s, without feedback.
+    PRT_ARRAY_SOFTWARE,
+    "prt_array_software.comp",
+    Compute,
+    [SampledImage, SampledImage, StorageBuffer, StorageBuffer],
+    32
+);
 
 /// Every shipped shader.
-pub static ALL: [&Shader; 23] = [
+pub static ALL: [&Shader; 24] = [
     &PLACED_BUFFERS,
     &FILL,
     &SPARSE_FALLBACK,
@@ -334,6 +344,7 @@ pub static ALL: [&Shader; 23] = [
     &PRT_ARRAY,
     &SPARSE_WARN,
     &SPARSE_WARN_SOFTWARE,
+    &PRT_ARRAY_SOFTWARE,
 ];
 
 /// The `vt_quad` fragment shader for a residency path: [`VT_QUAD_SOFTWARE_FRAG`] on the software
