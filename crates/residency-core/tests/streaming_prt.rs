@@ -245,6 +245,37 @@ fn lod_warning_gate_warnings_prefetch_the_next_finer_level() {
             assert!(out.loads.is_empty(), "without prefetch a warning loads nothing");
         }
     }
+    // The seed's advice for the mark, the finest fully resident level: the coarse chain after
+    // frame 0's pinned loads, a level finer once all of it is in, in every layer.
+    let l = array(2);
+    let mut m = StreamingManager::new(StreamingDesc::default());
+    m.register_image(id, &l).unwrap();
+    assert_eq!(m.fully_resident_lod(id), None, "nothing resident yet");
+    let pinned = frame(&mut m, 0, &[], &[]);
+    frame(&mut m, 1, &[], &pinned);
+    let coarse = m.fully_resident_lod(id).expect("the coarse chain");
+    assert!(coarse > 0 && coarse < l.mip_levels());
+    let finer = coarse - 1;
+    let mip_tiles = |layer| {
+        let (first, n) = l.mip_tile_span(layer, finer).unwrap();
+        (first.0..first.0 + n).map(|t| TileRequest {
+            image: id,
+            tile: TileIndex(t),
+            mip: finer,
+            kind: RequestKind::Miss,
+            pixels: 1,
+        })
+    };
+    let layer0: Vec<TileRequest> = mip_tiles(0).collect();
+    let loads = frame(&mut m, 2, &layer0, &[]);
+    frame(&mut m, 3, &layer0, &loads);
+    assert_eq!(m.fully_resident_lod(id), Some(coarse), "layer 1 still lacks the finer level");
+    let both: Vec<TileRequest> = mip_tiles(0).chain(mip_tiles(1)).collect();
+    let loads = frame(&mut m, 4, &both, &[]);
+    frame(&mut m, 5, &both, &loads);
+    assert_eq!(m.fully_resident_lod(id), Some(finer));
+    assert_eq!(m.fully_resident_lod(ImageId(77)), None);
+
     assert!(matches!(
         StreamingManager::new(StreamingDesc::default()).set_low_water(ImageId(77), Some(0)),
         Err(residency_core::streaming::StreamingError::UnknownImage(ImageId(77)))

@@ -546,6 +546,18 @@ impl StreamingManager {
         Ok(layout)
     }
 
+    /// The finest level of `image` that is fully resident, with every coarser one, in every layer:
+    /// the value the seed suggests for the low-water mark ("the highest resolution LOD that's
+    /// fully resident": `set_low_water(image, fully_resident_lod(image))`). `None` when even the
+    /// coarsest level is missing somewhere, or for an unknown image.
+    pub fn fully_resident_lod(&self, image: ImageId) -> Option<u32> {
+        let table = self.images.get(&image)?.residency.page_table();
+        let whole = crate::tiles::TileRange { start: [0; 3], end: table.min_lod_extent() };
+        (0..table.layout().array_layers())
+            .map(|layer| table.finest_resident_lod(layer, whole))
+            .try_fold(0, |worst, l| l.map(|l| worst.max(l)))
+    }
+
     /// Whether `key` is resident.
     pub fn is_resident(&self, key: TileKey) -> bool {
         let Some(s) = self.images.get(&key.image) else { return false };
