@@ -2,7 +2,8 @@
 //
 // Declare before including: `buffer Feedback { uint fbWords[]; }` (the feedback buffer) and
 // `readonly buffer ImageTable { uint table[]; }` (the image table), at bindings of your choice.
-// Call `feedback(slot, layer, uv, lambda, minLod)` once per sample (for pixels where
+// Call `feedback(slot, layer, uv, lambda, minLod)` (2D, 2D arrays) or
+// `feedback(slot, layer, uvw, lambda, minLod)` (3D: uvw's w is the depth) once per sample (for pixels where
 // `feedbackPixelWrites` holds, to sample a fraction of them).
 
 #ifndef RESIDENCY_FEEDBACK_GLSL
@@ -10,13 +11,20 @@
 
 // Feedback for one sample. fb: the Feedback buffer; img: base of the image's table entry.
 
-uint tileAt(uint img, uint layer, uint mip, vec2 uv) {
+// The tile of (layer, mip) under normalized coordinates uvw (w: a 3D image's depth; 2D images and
+// arrays have depth 1, so w picks nothing there and the layer is `layer`): FeedbackImage::tile_at.
+uint tileAt(uint img, uint layer, uint mip, vec3 uvw) {
     uint mipBase = img + 16u + 4u * mip;
-    uvec2 extent = max(uvec2(table[img + 10u], table[img + 11u]) >> mip, uvec2(1u));
-    uvec2 texel = min(uvec2(clamp(uv, 0.0, 1.0) * vec2(extent)), extent - 1u);
-    uvec2 tiles = uvec2(table[mipBase + 1u], table[mipBase + 2u]);
-    uvec2 t = min(texel / uvec2(table[img + 8u], table[img + 9u]), tiles - 1u);
-    return layer * table[img + 4u] + table[mipBase] + t.y * tiles.x + t.x;
+    uvec3 extent = max(uvec3(table[img + 10u], table[img + 11u], table[img + 14u]) >> mip, uvec3(1u));
+    uvec3 texel = min(uvec3(clamp(uvw, 0.0, 1.0) * vec3(extent)), extent - 1u);
+    uvec3 tiles = max(uvec3(table[mipBase + 1u], table[mipBase + 2u], table[mipBase + 3u]), uvec3(1u));
+    uvec3 shape = max(uvec3(table[img + 8u], table[img + 9u], table[img + 13u]), uvec3(1u));
+    uvec3 t = min(texel / shape, tiles - 1u);
+    return layer * table[img + 4u] + table[mipBase] + (t.z * tiles.y + t.y) * tiles.x + t.x;
+}
+
+uint tileAt(uint img, uint layer, uint mip, vec2 uv) {
+    return tileAt(img, layer, mip, vec3(uv, 0.0));
 }
 
 // One request for `pixels` pixels (the counter adds them all at once).
@@ -49,18 +57,31 @@ bool feedbackPixelWrites(uvec2 p, uint frame, uint stride, uint interval) {
     return p.x % stride == j % stride && p.y % stride == j / stride;
 }
 
-// lambda: unclamped LOD; minLod: the min-LOD map texel of this sample's mip-0 region.
-void feedback(uint slot, uint layer, vec2 uv, float lambda, uint minLod) {
+// lambda: unclamped LOD; minLod: the min-LOD map texel of this sample's mip-0 region; uvw: the
+// sample's coordinates (a 3D image's depth in w; for a 2D array, its layer is `layer`).
+// Writes a miss or a prefetch warning (lod_warning::classify_sample) and, independently, the
+// seed's low-water warning when the image has a mark (lod_warning::classify_low_water: kind 2,
+// the record's mip is the level that warned).
+void feedback(uint slot, uint layer, vec3 uvw, float lambda, uint minLod) {
     uint img = slot * 80u;
     float l = clamp(lambda, 0.0, float(table[img + 12u] - 1u));
     uint m = uint(floor(l));
     uint firstTail = table[img + 5u];
     if (m < firstTail && minLod > m) {
-        request(slot, img, tileAt(img, layer, m, uv), m, 0u);
+        request(slot, img, tileAt(img, layer, m, uvw), m, 0u);
     } else if (minLod == m && m > 0u && m <= firstTail && m <= table[img + 6u]
                && l - float(m) < float(table[img + 7u]) / 256.0) {
-        request(slot, img, tileAt(img, layer, m - 1u, uv), m - 1u, 1u);
+        request(slot, img, tileAt(img, layer, m - 1u, uvw), m - 1u, 1u);
     }
+    uint mark = table[img + 15u];
+    uint fetched = max(m, minLod);
+    if (mark != 0xFFFFFFFFu && minLod != 255u && fetched <= mark && fetched < firstTail) {
+        request(slot, img, tileAt(img, layer, fetched, uvw), fetched, 2u);
+    }
+}
+
+void feedback(uint slot, uint layer, vec2 uv, float lambda, uint minLod) {
+    feedback(slot, layer, vec3(uv, 0.0), lambda, minLod);
 }
 
 #endif

@@ -55,6 +55,106 @@ vec4 residencySampleFallback(sampler2D tex, usampler2D minLodMap, vec2 uv, float
     return textureLod(tex, uv, usedLod);
 }
 
+// ---- Volumes (sampler3D) and 2D arrays (sampler2DArray) ----------------------------------------
+// The same functions over the other sampler types. A 3D image's min-LOD map is a usampler3D (one
+// texel per mip-0 tile, x, y, z); a 2D array's is a usampler2DArray with one layer per layer, so
+// layers stream independently. Array coordinates are vec3(u, v, layer), as texture() takes them.
+
+vec4 residencyFetch(sampler3D tex, ivec3 texel, int lod, vec4 defaultValue, out bool resident) {
+    vec4 value;
+    int code = sparseTexelFetchARB(tex, texel, lod, value);
+    resident = sparseTexelsResidentARB(code);
+    return resident ? value : defaultValue;
+}
+
+vec4 residencyFetch(sampler2DArray tex, ivec3 texelLayer, int lod, vec4 defaultValue, out bool resident) {
+    vec4 value;
+    int code = sparseTexelFetchARB(tex, texelLayer, lod, value);
+    resident = sparseTexelsResidentARB(code);
+    return resident ? value : defaultValue;
+}
+
+vec4 residencySampleLod(sampler3D tex, vec3 uvw, float lod, vec4 defaultValue, out bool resident) {
+    vec4 value;
+    int code = sparseTextureLodARB(tex, uvw, lod, value);
+    resident = sparseTexelsResidentARB(code);
+    return resident ? value : defaultValue;
+}
+
+vec4 residencySampleLod(sampler2DArray tex, vec3 uvLayer, float lod, vec4 defaultValue, out bool resident) {
+    vec4 value;
+    int code = sparseTextureLodARB(tex, uvLayer, lod, value);
+    resident = sparseTexelsResidentARB(code);
+    return resident ? value : defaultValue;
+}
+
+uint residencyMinLod(usampler3D minLodMap, vec3 uvw) {
+    ivec3 size = textureSize(minLodMap, 0);
+    ivec3 region = clamp(ivec3(uvw * vec3(size)), ivec3(0), size - 1);
+    return texelFetch(minLodMap, region, 0).r;
+}
+
+uint residencyMinLod(usampler2DArray minLodMap, vec3 uvLayer) {
+    ivec3 size = textureSize(minLodMap, 0);
+    ivec2 region = clamp(ivec2(uvLayer.xy * vec2(size.xy)), ivec2(0), size.xy - 1);
+    int layer = clamp(int(uvLayer.z + 0.5), 0, size.z - 1);
+    return texelFetch(minLodMap, ivec3(region, layer), 0).r;
+}
+
+vec4 residencySampleFallback(sampler3D tex, usampler3D minLodMap, vec3 uvw, float lod, vec4 defaultValue,
+                             out bool resident, out float usedLod) {
+    uint minLod = residencyMinLod(minLodMap, uvw);
+    if (minLod == RESIDENCY_MIN_LOD_NONE) {
+        resident = false;
+        usedLod = -1.0;
+        return defaultValue;
+    }
+    usedLod = max(lod, float(minLod));
+    resident = true;
+    return textureLod(tex, uvw, usedLod);
+}
+
+vec4 residencySampleFallback(sampler2DArray tex, usampler2DArray minLodMap, vec3 uvLayer, float lod,
+                             vec4 defaultValue, out bool resident, out float usedLod) {
+    uint minLod = residencyMinLod(minLodMap, uvLayer);
+    if (minLod == RESIDENCY_MIN_LOD_NONE) {
+        resident = false;
+        usedLod = -1.0;
+        return defaultValue;
+    }
+    usedLod = max(lod, float(minLod));
+    resident = true;
+    return textureLod(tex, uvLayer, usedLod);
+}
+
+// ---- The seed's residency codes with the low-water LOD warning (residency_codes.glsl) ----------
+
+#include "residency_codes.glsl"
+
+int residencySampleWarn(sampler2D tex, usampler2D minLodMap, vec2 uv, float lod, uint lowWater,
+                        inout vec4 texel, out float usedLod) {
+    bool resident;
+    vec4 value = residencySampleFallback(tex, minLodMap, uv, lod, texel, resident, usedLod);
+    texel = value;
+    return residencyWarnCode(resident, usedLod, textureQueryLevels(tex), lowWater);
+}
+
+int residencySampleWarn(sampler3D tex, usampler3D minLodMap, vec3 uvw, float lod, uint lowWater,
+                        inout vec4 texel, out float usedLod) {
+    bool resident;
+    vec4 value = residencySampleFallback(tex, minLodMap, uvw, lod, texel, resident, usedLod);
+    texel = value;
+    return residencyWarnCode(resident, usedLod, textureQueryLevels(tex), lowWater);
+}
+
+int residencySampleWarn(sampler2DArray tex, usampler2DArray minLodMap, vec3 uvLayer, float lod, uint lowWater,
+                        inout vec4 texel, out float usedLod) {
+    bool resident;
+    vec4 value = residencySampleFallback(tex, minLodMap, uvLayer, lod, texel, resident, usedLod);
+    texel = value;
+    return residencyWarnCode(resident, usedLod, textureQueryLevels(tex), lowWater);
+}
+
 #ifdef RESIDENCY_MIN_LOD_CLAMP
 // Fragment shaders on devices with shaderResourceMinLod: implicit LOD, clamped by the hardware.
 vec4 residencySampleClamp(sampler2D tex, usampler2D minLodMap, vec2 uv, vec4 defaultValue, out bool resident) {

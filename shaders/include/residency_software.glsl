@@ -1,13 +1,15 @@
 // residency_software.glsl — the software residency path: the same sampling functions as
 // residency.glsl, with the same signatures, over a tile-cache atlas (`tex`, a normal image with
 // bordered tile slots, bilinear sampler) and an indirection texture (`minLodMap`, R32_UINT, one
-// level: a header row (sizes, then each mip's first row), then each mip's tile entries `slot | dataMip << 24`; layout in
+// level: a header row (sizes, then each mip's first row), then each mip's tile entries `slot | dataMip << 24`;
+// a 2D array's indirection is a usampler2DArray with one such layer per layer, below; layout in
 // crates/residency-core/src/tiles/indirection.rs). Include it instead of
 // residency.glsl; no sparse extension is needed. `Indirection::sample_position` is the CPU model of
 // `residencySoftwareLevel` and is tested against the texels this code reads.
 //
 // residencyFetch and residencySampleLod (residency codes of the hardware path) have no software
-// twin: use residencySampleFallback, which both paths provide.
+// twin: use residencySampleFallback, which both paths provide, or residencySampleWarn (the seed's
+// codes with the low-water warning, residency_codes.glsl), which both provide for 2D too.
 
 #ifndef RESIDENCY_SOFTWARE_GLSL
 #define RESIDENCY_SOFTWARE_GLSL
@@ -94,6 +96,96 @@ vec4 residencySampleFallback(sampler2D tex, usampler2D minLodMap, vec2 uv, float
         return a;
     }
     return mix(a, residencySoftwareLevel(tex, minLodMap, h, uv, lo + 1u), f);
+}
+
+// ---- 2D arrays: an indirection texture with one layer per layer (a usampler2DArray) over the ---
+// one atlas; coordinates vec3(u, v, layer). The same functions, reading the sample's layer.
+
+ResidencySoftware residencySoftwareHeader(usampler2DArray indirection, int layer) {
+    ResidencySoftware h;
+    h.size = uvec2(texelFetch(indirection, ivec3(0, 0, layer), 0).r, texelFetch(indirection, ivec3(1, 0, layer), 0).r);
+    h.tile = texelFetch(indirection, ivec3(2, 0, layer), 0).r;
+    h.border = texelFetch(indirection, ivec3(3, 0, layer), 0).r;
+    h.mips = texelFetch(indirection, ivec3(4, 0, layer), 0).r;
+    h.columns = texelFetch(indirection, ivec3(5, 0, layer), 0).r;
+    return h;
+}
+
+int residencySoftwareLayer(usampler2DArray indirection, float layer) {
+    return clamp(int(layer + 0.5), 0, textureSize(indirection, 0).z - 1);
+}
+
+uvec2 residencySoftwareEntry(usampler2DArray indirection, ResidencySoftware h, vec2 uv, int layer, uint mip) {
+    uint row = texelFetch(indirection, ivec3(6 + int(mip), 0, layer), 0).r;
+    vec2 extent = vec2(max(h.size >> mip, uvec2(1u)));
+    ivec2 tiles = residencySoftwareTiles(h.size, h.tile, mip);
+    ivec2 t = clamp(ivec2(floor(uv * extent / float(h.tile))), ivec2(0), tiles - 1);
+    uint e = texelFetch(indirection, ivec3(t.x, int(row) + t.y, layer), 0).r;
+    return uvec2(e & 0x00ffffffu, e >> 24);
+}
+
+uint residencyMinLod(usampler2DArray minLodMap, vec3 uvLayer) {
+    int layer = residencySoftwareLayer(minLodMap, uvLayer.z);
+    return residencySoftwareEntry(minLodMap, residencySoftwareHeader(minLodMap, layer), uvLayer.xy, layer, 0u).y;
+}
+
+vec4 residencySoftwareLevel(sampler2D atlas, usampler2DArray indirection, ResidencySoftware h, vec2 uv, int layer,
+                            uint mip) {
+    ivec2 t = clamp(ivec2(floor(uv * vec2(max(h.size >> mip, uvec2(1u))) / float(h.tile))), ivec2(0),
+                    residencySoftwareTiles(h.size, h.tile, mip) - 1);
+    uint row = texelFetch(indirection, ivec3(6 + int(mip), 0, layer), 0).r;
+    uint e = texelFetch(indirection, ivec3(t.x, int(row) + t.y, layer), 0).r;
+    uint slot = e & 0x00ffffffu;
+    uint dataMip = min(e >> 24, h.mips - 1u);
+    for (uint m = mip + 1u; m <= dataMip; m++) {
+        t = min(t / 2, residencySoftwareTiles(h.size, h.tile, m) - 1);
+    }
+    vec2 q = uv * vec2(max(h.size >> dataMip, uvec2(1u)));
+    float slotSide = float(h.tile + 2u * h.border);
+    vec2 origin = vec2(float(slot % h.columns), float(slot / h.columns)) * slotSide;
+    vec2 pos = origin + float(h.border) + (q - vec2(t) * float(h.tile));
+    return textureLod(atlas, pos / vec2(textureSize(atlas, 0)), 0.0);
+}
+
+vec4 residencySampleFallback(sampler2D tex, usampler2DArray minLodMap, vec3 uvLayer, float lod, vec4 defaultValue,
+                             out bool resident, out float usedLod) {
+    int layer = residencySoftwareLayer(minLodMap, uvLayer.z);
+    ResidencySoftware h = residencySoftwareHeader(minLodMap, layer);
+    uint minLod = residencySoftwareEntry(minLodMap, h, uvLayer.xy, layer, 0u).y;
+    if (minLod == RESIDENCY_MIN_LOD_NONE) {
+        resident = false;
+        usedLod = -1.0;
+        return defaultValue;
+    }
+    usedLod = min(max(lod, float(minLod)), float(h.mips - 1u));
+    uint lo = uint(floor(usedLod));
+    float f = usedLod - float(lo);
+    vec4 a = residencySoftwareLevel(tex, minLodMap, h, uvLayer.xy, layer, lo);
+    resident = true;
+    if (f <= 0.0 || lo + 1u >= h.mips) {
+        return a;
+    }
+    return mix(a, residencySoftwareLevel(tex, minLodMap, h, uvLayer.xy, layer, lo + 1u), f);
+}
+
+#include "residency_codes.glsl"
+
+// The seed's sparseTexture with the low-water warning, as residency.glsl's (same signature).
+int residencySampleWarn(sampler2D tex, usampler2D minLodMap, vec2 uv, float lod, uint lowWater,
+                        inout vec4 texel, out float usedLod) {
+    bool resident;
+    vec4 value = residencySampleFallback(tex, minLodMap, uv, lod, texel, resident, usedLod);
+    texel = value;
+    return residencyWarnCode(resident, usedLod, int(residencySoftwareHeader(minLodMap).mips), lowWater);
+}
+
+int residencySampleWarn(sampler2D tex, usampler2DArray minLodMap, vec3 uvLayer, float lod, uint lowWater,
+                        inout vec4 texel, out float usedLod) {
+    bool resident;
+    vec4 value = residencySampleFallback(tex, minLodMap, uvLayer, lod, texel, resident, usedLod);
+    texel = value;
+    int layer = residencySoftwareLayer(minLodMap, uvLayer.z);
+    return residencyWarnCode(resident, usedLod, int(residencySoftwareHeader(minLodMap, layer).mips), lowWater);
 }
 
 #endif

@@ -33,7 +33,12 @@ fn record_bit_layout_is_exact() {
     };
     assert_eq!(r.encode(), [0x1234_5678, 0xBEEF | (13 << 16) | (1 << 21)]);
     assert_eq!(FeedbackRecord::decode(r.encode()), Some(r));
-    assert_eq!(FeedbackRecord::decode([0, 2 << 21]), None, "kind 2 is reserved");
+    assert_eq!(
+        FeedbackRecord::decode([7, 2 << 21 | 3 << 16]).map(|r| (r.kind, r.warning_level())),
+        Some((RequestKind::MinLodWarning, Some(3))),
+        "kind 2 is the low-water warning, its mip the level that warned"
+    );
+    assert_eq!(FeedbackRecord::decode([0, 3 << 21]), None, "kind 3 is reserved");
     assert_eq!(FeedbackRecord::decode([0, 1 << 23]), None, "bits 23.. are reserved");
 }
 
@@ -41,6 +46,7 @@ proptest! {
     #[test]
     fn records_round_trip(slot in any::<u16>(), tile in any::<u32>(), mip in 0u8..32, warn in any::<bool>()) {
         let kind = if warn { RequestKind::LodWarning } else { RequestKind::Miss };
+        let kind = if mip % 5 == 4 { RequestKind::MinLodWarning } else { kind };
         let r = FeedbackRecord { image_slot: slot, tile: TileIndex(tile), mip, kind };
         prop_assert_eq!(FeedbackRecord::decode(r.encode()), Some(r));
     }
@@ -70,7 +76,8 @@ fn synthetic_view(
                 uv0[0] + (uv1[0] - uv0[0]) * (x as f32 + 0.5) / side as f32,
                 uv0[1] + (uv1[1] - uv0[1]) * (y as f32 + 0.5) / side as f32,
             ];
-            let (tile, kind) = classify_sample(img, 0, uv, lod, MIN_LOD_NONE).expect("a miss");
+            let (tile, kind) =
+                classify_sample(img, 0, [uv[0], uv[1], 0.0], lod, MIN_LOD_NONE).expect("a miss");
             assert_eq!(kind, RequestKind::Miss);
             buf.record(fl, 0, tile, kind);
             let tx = ((uv[0] * extent[0] as f32) as u32).min(extent[0] - 1) / 128;
@@ -185,15 +192,16 @@ fn buffer_and_table_layout() {
     let [ia, ib] = [&fl.images()[0], &fl.images()[1]];
     assert_eq!(ia.bits_offset, 4 + 200);
     assert_eq!(ia.bit_words, a.tile_count().div_ceil(32));
-    assert_eq!(ib.bits_offset, ia.bits_offset + 2 * ia.bit_words);
-    assert_eq!(ia.counts_offset, ib.bits_offset + 2 * ib.bit_words);
-    assert_eq!(ib.counts_offset, ia.counts_offset + 2 * a.tile_count());
-    assert_eq!(fl.buffer_words(), ib.counts_offset + 2 * b.tile_count());
+    // Three bitsets and three counter arrays per image: miss, prefetch and low-water warnings.
+    assert_eq!(ib.bits_offset, ia.bits_offset + 3 * ia.bit_words);
+    assert_eq!(ia.counts_offset, ib.bits_offset + 3 * ib.bit_words);
+    assert_eq!(ib.counts_offset, ia.counts_offset + 3 * a.tile_count());
+    assert_eq!(fl.buffer_words(), ib.counts_offset + 3 * b.tile_count());
     let table = fl.image_table();
     assert_eq!(table.len(), 2 * IMAGE_ENTRY_WORDS as usize);
     let e = &table[IMAGE_ENTRY_WORDS as usize..];
     assert_eq!(
-        &e[..13],
+        &e[..16],
         &[
             ib.bits_offset,
             ib.bit_words,
@@ -207,7 +215,10 @@ fn buffer_and_table_layout() {
             128,
             1000,
             600,
-            b.mip_levels()
+            b.mip_levels(),
+            1,
+            1,
+            u32::MAX
         ]
     );
     assert_eq!(&e[16..20], &[0, 8, 5, 1], "mip 0 of 1000 × 600: 8 × 5 tiles");

@@ -264,12 +264,14 @@ fn zoom(prefetch: bool) -> (u32, u32) {
             for dx in 0..4 {
                 let uv = [0.3 + dx as f32 * 0.001, 0.3 + dy as f32 * 0.001];
                 let region = [(uv[0] * 2048.0) as u32 / 128, (uv[1] * 2048.0) as u32 / 128, 0];
-                if let Some((tile, kind)) = classify_sample(&image, 0, uv, lod, table.min_lod(0, region)) {
+                if let Some((tile, kind)) =
+                    classify_sample(&image, 0, [uv[0], uv[1], 0.0], lod, table.min_lod(0, region))
+                {
                     // Misses only count once the tail is in: before that nothing can be shown.
                     if frame > 3 {
                         match kind {
                             RequestKind::Miss => misses += 1,
-                            RequestKind::LodWarning => warnings += 1,
+                            RequestKind::LodWarning | RequestKind::MinLodWarning => warnings += 1,
                         }
                     }
                     let mip = image.mip_of(tile).unwrap();

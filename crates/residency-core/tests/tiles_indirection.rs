@@ -264,3 +264,52 @@ fn npot_fallback_positions_stay_inside_the_chosen_slot() {
     assert_eq!(ind.entry(99, 0, 0)[1], INDIRECTION_NONE);
     assert_eq!(ind.entry(0, 1000, 0)[1], INDIRECTION_NONE);
 }
+
+#[test]
+fn array_layers_have_indirections_of_their_own() {
+    let mut info = SparseFormatInfo::standard(Format::R8G8B8A8Unorm, SparseDimension::D2).unwrap();
+    info.mip_tail_model = MipTailModel::NoTail;
+    let desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 256, 256).with_array_layers(3);
+    let desc = desc.with_mip_levels(desc.full_mip_chain());
+    let l = SparseImageLayout::new(&desc, &info, &LayoutLimits::unbounded()).unwrap();
+    let atlas = AtlasLayout::new(128, 4, 64, 16).unwrap();
+    let mut ind = Indirection::new(&l, atlas).unwrap();
+    assert_eq!(ind.layers(), 3);
+    let [w, rows] = ind.extent();
+    assert_eq!(ind.texels().len() as u32, w * rows * 3, "one texture layer per array layer");
+    for layer in 0..3 {
+        let header = ind.layer_row_bytes(layer, 0..1);
+        assert_eq!(header.len() as u32, w * 4);
+        assert_eq!(u32::from_le_bytes(header[..4].try_into().unwrap()), 256, "every layer has the header");
+    }
+    assert!(ind.layer_row_bytes(3, 0..1).is_empty());
+    // Layer 2's whole chain over mip-0 tile (1, 0); the other layers nothing.
+    let mut table = PageTable::new(&l);
+    let tile = |layer, mip, x, y| l.tile_index(TileCoord { layer, mip, x, y, z: 0 }).unwrap();
+    table.map(tile(2, 0, 1, 0), physical(0)).unwrap();
+    for (n, mip) in (1..).zip(1..l.mip_levels()) {
+        table.map(tile(2, mip, 0, 0), physical(n)).unwrap();
+    }
+    assert!(ind.update(&table).unwrap().is_some());
+    assert_eq!(ind.layer_entry(2, 0, 1, 0), [0, 0]);
+    assert_eq!(ind.layer_entry(2, 0, 0, 0)[1], 1, "falls back within its layer");
+    for layer in 0..2 {
+        assert_eq!(ind.layer_entry(layer, 0, 1, 0)[1], INDIRECTION_NONE, "layer {layer} has nothing");
+        assert_eq!(ind.layer_min_lod(layer, [0.75, 0.25]), INDIRECTION_NONE);
+        assert_eq!(ind.layer_sample_position(layer, [0.75, 0.25], 0), None);
+    }
+    assert_eq!(ind.layer_min_lod(2, [0.75, 0.25]), 0);
+    assert_eq!(ind.min_lod([0.75, 0.25]), INDIRECTION_NONE, "min_lod is layer 0's");
+    let (pos, mip) = ind.layer_sample_position(2, [0.75, 0.25], 0).unwrap();
+    assert_eq!(mip, 0);
+    assert!(pos[0] >= 4.0 && pos[0] <= 132.0 && pos[1] >= 4.0 && pos[1] <= 132.0, "inside slot 0: {pos:?}");
+    // Volumes stay refused.
+    let info3 = SparseFormatInfo::standard(Format::R8G8B8A8Unorm, SparseDimension::D3).unwrap();
+    let vol = SparseImageLayout::new(
+        &SparseImageDesc::new_3d(Format::R8G8B8A8Unorm, 64, 64, 64).with_mip_levels(1),
+        &SparseFormatInfo { mip_tail_model: MipTailModel::NoTail, ..info3 },
+        &LayoutLimits::unbounded(),
+    )
+    .unwrap();
+    assert!(matches!(Indirection::new(&vol, atlas), Err(IndirectionError::NotPlain2d { depth: 64, .. })));
+}

@@ -130,7 +130,8 @@ impl Harness {
         let in_range = requests.iter().all(|r| self.tile_count(r.image).is_none_or(|n| r.tile.0 < n));
         let ordered = self.last_frame.is_none_or(|l| frame > l);
         let well_formed = in_range && ordered && extra.is_empty();
-        // A request the manager acts on (a miss, or an LOD warning with prefetch on) keeps its tile.
+        // A request the manager acts on (a miss, or a prefetch or low-water warning with prefetch
+        // on) keeps its tile.
         let prefetch = self.m.desc().prefetch;
         let resident_before: Vec<TileKey> = requests
             .iter()
@@ -252,7 +253,11 @@ pub(crate) fn run(data: &[u8]) {
                         (_, Some(0)) => 0,
                         (_, Some(n)) => input.below(u64::from(n)) as u32,
                     };
-                    let kind = if input.u8() % 4 == 0 { RequestKind::LodWarning } else { RequestKind::Miss };
+                    let kind = match input.u8() {
+                        k if k % 4 == 0 => RequestKind::LodWarning,
+                        k if k % 8 == 1 => RequestKind::MinLodWarning,
+                        _ => RequestKind::Miss,
+                    };
                     requests.push(h.request(image, tile, kind, u32::from(input.u16())));
                 }
                 let deliver: Vec<u8> = (0..h.outstanding().len()).map(|_| input.u8() % 4 % 3).collect();

@@ -41,7 +41,7 @@ fn a_known_view_requests_exactly_the_expected_tiles() {
         let mut expected = FeedbackBuffer::new(&feedback, frame);
         let image = &feedback.images()[0];
         for s in &samples {
-            if let Some((tile, kind)) = classify_sample(image, 0, [s[0], s[1]], s[2], s[3] as u8) {
+            if let Some((tile, kind)) = classify_sample(image, 0, [s[0], s[1], 0.0], s[2], s[3] as u8) {
                 expected.record(&feedback, 0, tile, kind);
             }
         }

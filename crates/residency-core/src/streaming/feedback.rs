@@ -11,7 +11,7 @@
 //! | 2 | record count: `atomicAdd` per appended record; may exceed the capacity | shader |
 //! | 3 | record capacity `C` | CPU at reset |
 //! | 4 .. 4 + 2C | records, two words each ([`FeedbackRecord`]) | shader |
-//! | per image `i`, per kind `k` (miss 0, warning 1) | bitset of `ceil(tile_count / 32)` words at `bits_offset + k·bit_words`; bit `t % 32` of word `t / 32` is tile index `t` | shader (`atomicOr`) |
+//! | per image `i`, per kind `k` (miss 0, prefetch warning 1, low-water warning 2) | bitset of `ceil(tile_count / 32)` words at `bits_offset + k·bit_words`; bit `t % 32` of word `t / 32` is tile index `t` | shader (`atomicOr`) |
 //! | per image `i`, per kind `k`, when counting | `tile_count` counters at `counts_offset + k·tile_count`: pixels that asked for tile `t` | shader (`atomicAdd`) |
 //!
 //! The CPU resets a slot by filling it with zeros and writing words 0, 1 and 3
@@ -37,6 +37,11 @@ pub const HEADER_WORDS: u32 = 4;
 pub const IMAGE_ENTRY_WORDS: u32 = 16 + 4 * MAX_FEEDBACK_MIPS;
 /// Tiled mips an image may have in the feedback table.
 pub const MAX_FEEDBACK_MIPS: u32 = 16;
+/// Request kinds of a feedback buffer (miss, prefetch warning, low-water warning): each has its
+/// own bitset and counters per image.
+pub const FEEDBACK_KINDS: u32 = 3;
+/// `low_water` in the image table when an image has no low-water mark.
+pub const NO_LOW_WATER: u32 = u32::MAX;
 /// Images one feedback buffer can address (the record's 16-bit image slot).
 pub const MAX_FEEDBACK_IMAGES: usize = 1 << 16;
 /// `counts_offset` of an image when pixel counting is off.
@@ -46,10 +51,11 @@ pub const NO_COUNTS: u32 = u32::MAX;
 ///
 /// | word | bits | field |
 /// |------|------|-------|
-/// | 0 | 0..32 | tile index within the image ([`TileIndex`]: layer-major, then mip, y, x) |
+/// | 0 | 0..32 | tile index within the image ([`TileIndex`]: layer-major, then mip, z, y, x), so the
+/// record names the tile's layer and z ([`FeedbackImage::tile_coord`]) |
 /// | 1 | 0..16 | image slot in the [`FeedbackLayout`] |
-/// | 1 | 16..21 | mip of the tile (0..31) |
-/// | 1 | 21..23 | kind: 0 miss, 1 LOD warning (2, 3 reserved) |
+/// | 1 | 16..21 | mip of the tile (0..31); for a low-water warning, the level that warned |
+/// | 1 | 21..23 | kind: 0 miss, 1 prefetch (LOD) warning, 2 low-water warning (3 reserved) |
 /// | 1 | 23..32 | reserved, 0 |
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct FeedbackRecord {
@@ -59,18 +65,39 @@ pub struct FeedbackRecord {
     pub tile: TileIndex,
     /// The tile's mip (redundant with the tile index; checked by the decoder).
     pub mip: u8,
-    /// Miss or LOD warning.
+    /// Miss, prefetch warning or low-water warning.
     pub kind: RequestKind,
+}
+
+/// The kind's bitset and counter index (and its 2-bit code in a record).
+pub(crate) fn kind_index(kind: RequestKind) -> u32 {
+    match kind {
+        RequestKind::Miss => 0,
+        RequestKind::LodWarning => 1,
+        RequestKind::MinLodWarning => 2,
+    }
+}
+
+fn kind_of(index: u32) -> Option<RequestKind> {
+    match index {
+        0 => Some(RequestKind::Miss),
+        1 => Some(RequestKind::LodWarning),
+        2 => Some(RequestKind::MinLodWarning),
+        _ => None,
+    }
 }
 
 impl FeedbackRecord {
     /// The two words the shader writes.
     pub fn encode(&self) -> [u32; 2] {
-        let kind = match self.kind {
-            RequestKind::Miss => 0,
-            RequestKind::LodWarning => 1,
-        };
+        let kind = kind_index(self.kind);
         [self.tile.0, u32::from(self.image_slot) | (u32::from(self.mip & 31) << 16) | (kind << 21)]
+    }
+
+    /// The level that raised a low-water warning (`sparseTexelLodWarningFetch`): the record's mip
+    /// for [`RequestKind::MinLodWarning`], `None` for the other kinds.
+    pub fn warning_level(&self) -> Option<u8> {
+        (self.kind == RequestKind::MinLodWarning).then_some(self.mip)
     }
 
     /// Decodes two words; `None` when a reserved kind or reserved bits are set.
@@ -79,11 +106,7 @@ impl FeedbackRecord {
         if w >> 23 != 0 {
             return None;
         }
-        let kind = match (w >> 21) & 3 {
-            0 => RequestKind::Miss,
-            1 => RequestKind::LodWarning,
-            _ => return None,
-        };
+        let kind = kind_of((w >> 21) & 3)?;
         Some(Self { image_slot: w as u16, tile: TileIndex(tile), mip: ((w >> 16) & 31) as u8, kind })
     }
 }
@@ -167,45 +190,75 @@ pub struct FeedbackImage {
     pub tile_count: u32,
     /// Tiles per layer.
     pub tiles_per_layer: u32,
-    /// Word index of the miss bitset; the warning bitset follows `bit_words` later.
+    /// Word index of the miss bitset; the bitset of kind `k` is `k · bit_words` later.
     pub bits_offset: u32,
     /// Words of one bitset: `ceil(tile_count / 32)`.
     pub bit_words: u32,
-    /// Word index of the miss counters (the warning counters follow `tile_count` later), or
+    /// Word index of the miss counters (those of kind `k` are `k · tile_count` later), or
     /// [`NO_COUNTS`].
     pub counts_offset: u32,
     /// Tiled mips: `0..first_tail_lod` (the rest are the pinned mip tail).
     pub first_tail_lod: u32,
     /// Mip levels.
     pub mip_levels: u32,
-    /// Tile shape in texels (x, y).
-    pub tile_extent: [u32; 2],
-    /// Mip 0 extent in texels (x, y).
-    pub extent: [u32; 2],
+    /// Tile shape in texels (x, y, z).
+    pub tile_extent: [u32; 3],
+    /// Mip 0 extent in texels (x, y, z; z is 1 for 2D images and arrays).
+    pub extent: [u32; 3],
     /// Per tiled mip: first tile index within a layer, tiles along x, y, z.
     pub mips: Vec<[u32; 4]>,
-    /// The seed's per-texture minimum warning LOD: a sample at mip `m` may warn only when
-    /// `m <= min_warning_lod`. Default 255 (every mip).
+    /// The prefetch warning's gate: a sample at mip `m` may ask to prefetch mip `m − 1` only
+    /// when `m <= min_warning_lod`. Default 255 (every mip).
     pub min_warning_lod: u8,
-    /// Warn when the sample's LOD is within `lead / 256` above an integer mip, i.e. about to
+    /// Prefetch when the sample's LOD is within `lead / 256` above an integer mip, i.e. about to
     /// need the next finer one. Default 64 (a quarter of a level).
     pub lead: u8,
+    /// The seed's per-texture low-water mark (`GL_MIN_WARNING_LOD_AMD`): a sample whose finest
+    /// fetched level (its own mip, or the coarser one it fell back to) is at or below it
+    /// (numerically `<=`: as fine or finer) raises a low-water warning naming that level
+    /// ([`classify_low_water`](super::classify_low_water)).
+    /// `None` (the default): no mark, no such warning.
+    #[serde(default)]
+    pub low_water: Option<u8>,
 }
 
 impl FeedbackImage {
-    /// The tile of (`layer`, `mip`) that holds texel coordinates `uv` (0..1, clamped), `None` for
-    /// tail mips and layers out of range.
-    pub fn tile_at(&self, layer: u32, mip: u32, uv: [f32; 2]) -> Option<TileIndex> {
+    /// Layers of the image (1 for a 3D image).
+    pub fn layers(&self) -> u32 {
+        self.tile_count / self.tiles_per_layer.max(1)
+    }
+
+    /// The tile of (`layer`, `mip`) that holds normalized texel coordinates `uvw` (each 0..1,
+    /// clamped; `w` is the depth of a 3D image and is ignored for 2D images and arrays, whose
+    /// layer is `layer`), `None` for tail mips and layers out of range.
+    pub fn tile_at(&self, layer: u32, mip: u32, uvw: [f32; 3]) -> Option<TileIndex> {
         let entry = self.mips.get(mip as usize).filter(|_| mip < self.first_tail_lod)?;
-        if layer >= self.tile_count / self.tiles_per_layer.max(1) {
+        if layer >= self.layers() {
             return None;
         }
         let axis = |a: usize| {
             let extent = (self.extent[a] >> mip).max(1);
-            let texel = ((uv[a].clamp(0.0, 1.0) * extent as f32) as u32).min(extent - 1);
-            (texel / self.tile_extent[a]).min(entry[1 + a] - 1)
+            let texel = ((uvw[a].clamp(0.0, 1.0) * extent as f32) as u32).min(extent - 1);
+            (texel / self.tile_extent[a].max(1)).min(entry[1 + a].max(1) - 1)
         };
-        Some(TileIndex(layer * self.tiles_per_layer + entry[0] + axis(1) * entry[1] + axis(0)))
+        let local = (axis(2) * entry[2] + axis(1)) * entry[1] + axis(0);
+        Some(TileIndex(layer * self.tiles_per_layer + entry[0] + local))
+    }
+
+    /// Where `tile` is: its layer, mip and tile coordinates (x, y, z) — what a feedback record's
+    /// tile index says. `None` for tiles the image does not have.
+    pub fn tile_coord(&self, tile: TileIndex) -> Option<crate::tiles::TileCoord> {
+        let mip = self.mip_of(tile)?;
+        let m = self.mips[mip as usize];
+        let local = tile.0 % self.tiles_per_layer.max(1) - m[0];
+        let (tx, ty) = (m[1].max(1), m[2].max(1));
+        Some(crate::tiles::TileCoord {
+            layer: tile.0 / self.tiles_per_layer.max(1),
+            mip,
+            x: local % tx,
+            y: (local / tx) % ty,
+            z: local / (tx * ty),
+        })
     }
 
     /// The tiled mip that `tile` belongs to.
@@ -275,21 +328,22 @@ impl FeedbackLayout {
                 counts_offset: NO_COUNTS,
                 first_tail_lod,
                 mip_levels: layout.mip_levels(),
-                tile_extent: [shape.width, shape.height],
-                extent: [d.width, d.height],
+                tile_extent: [shape.width, shape.height, shape.depth],
+                extent: [d.width, d.height, d.depth],
                 mips: layout.mips()[..first_tail_lod as usize]
                     .iter()
                     .map(|m| [m.first_tile, m.tiles[0], m.tiles[1], m.tiles[2]])
                     .collect(),
                 min_warning_lod: u8::MAX,
                 lead: 64,
+                low_water: None,
             });
-            next += 2 * bit_words;
+            next += FEEDBACK_KINDS * bit_words;
         }
         if desc.count_pixels {
             for image in &mut out {
                 image.counts_offset = next;
-                next += 2 * image.tile_count;
+                next += FEEDBACK_KINDS * image.tile_count;
             }
         }
         Ok(Self { desc, images: out, words: next })
@@ -317,6 +371,18 @@ impl FeedbackLayout {
             Some(i) => {
                 i.min_warning_lod = min_warning_lod;
                 i.lead = lead;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Sets an image's low-water mark (`None`: none); re-upload the image table. Returns whether
+    /// the image is in the layout.
+    pub fn set_low_water(&mut self, image: ImageId, low_water: Option<u8>) -> bool {
+        match self.images.iter_mut().find(|i| i.image == image) {
+            Some(i) => {
+                i.low_water = low_water;
                 true
             }
             None => false,
@@ -353,7 +419,9 @@ impl FeedbackLayout {
     /// | 8, 9 | tile width, height in texels |
     /// | 10, 11 | mip 0 width, height in texels |
     /// | 12 | mip levels |
-    /// | 13..16 | reserved, 0 |
+    /// | 13 | tile depth in texels (1 for 2D) |
+    /// | 14 | mip 0 depth in texels (1 for 2D) |
+    /// | 15 | low-water mark ([`NO_LOW_WATER`] when none) |
     /// | 16 + 4m .. 20 + 4m | mip `m` < 16: first tile within a layer, tiles x, y, z |
     pub fn image_table(&self) -> Vec<u32> {
         let mut t = Vec::with_capacity(self.images.len() * IMAGE_ENTRY_WORDS as usize);
@@ -373,9 +441,9 @@ impl FeedbackLayout {
                 i.extent[0],
                 i.extent[1],
                 i.mip_levels,
-                0,
-                0,
-                0,
+                i.tile_extent[2],
+                i.extent[2],
+                i.low_water.map_or(NO_LOW_WATER, u32::from),
             ]);
             for m in &i.mips {
                 t.extend_from_slice(m);
@@ -449,7 +517,7 @@ impl FeedbackLayout {
         let mut requests = Vec::new();
         let mut bits_set = 0u64;
         for img in &self.images {
-            for kind in 0..2 {
+            for kind in 0..FEEDBACK_KINDS {
                 for w in 0..img.bit_words {
                     let mut v = word(img.bits_offset + kind * img.bit_words + w);
                     if w == img.bit_words - 1 && img.tile_count % 32 != 0 {
@@ -464,7 +532,7 @@ impl FeedbackLayout {
                                 image: img.image,
                                 tile: TileIndex(t),
                                 mip: img.mip_of(TileIndex(t)).expect("tile in range"),
-                                kind: if kind == 0 { RequestKind::Miss } else { RequestKind::LodWarning },
+                                kind: kind_of(kind).expect("a feedback kind"),
                                 pixels: pixels(img, kind, t),
                             });
                         }
@@ -485,10 +553,7 @@ impl FeedbackLayout {
                 if mip != u32::from(rec.mip) {
                     return Err(bad("mip does not match the tile index"));
                 }
-                let kind = match rec.kind {
-                    RequestKind::Miss => 0,
-                    RequestKind::LodWarning => 1,
-                };
+                let kind = kind_index(rec.kind);
                 if !bit(img, kind, rec.tile.0) {
                     return Err(bad("record without its de-duplication bit"));
                 }
@@ -547,10 +612,7 @@ impl FeedbackBuffer {
     pub fn record(&mut self, layout: &FeedbackLayout, slot: u16, tile: TileIndex, kind: RequestKind) -> bool {
         let Some(img) = layout.images.get(usize::from(slot)) else { return false };
         let Some(mip) = img.mip_of(tile) else { return false };
-        let k = match kind {
-            RequestKind::Miss => 0,
-            RequestKind::LodWarning => 1,
-        };
+        let k = kind_index(kind);
         if img.counts_offset != NO_COUNTS {
             self.words[(img.counts_offset + k * img.tile_count + tile.0) as usize] += 1;
         }

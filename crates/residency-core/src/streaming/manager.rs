@@ -7,7 +7,7 @@
 //! says so. See `docs/streaming.md` for the frame protocol and the decisions.
 
 use super::feedback::{FeedbackDesc, FeedbackError, FeedbackLayout};
-use super::lineage::parent_tiles;
+use super::lineage::{child_tiles, parent_tiles};
 use super::request::{RequestKind, TileRequest};
 use super::stats::{FrameStats, StreamingStats};
 use crate::tiles::{
@@ -306,6 +306,7 @@ struct ImageState {
     pinned_mip: Option<u32>,
     min_warning_lod: u8,
     warning_lead: u8,
+    low_water: Option<u8>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -474,6 +475,7 @@ impl StreamingManager {
                 residency: SparseResidency::new(self.pool.id(), image, layout),
                 pinned_mip,
                 min_warning_lod: u8::MAX,
+                low_water: None,
                 warning_lead: 64,
             },
         );
@@ -521,16 +523,39 @@ impl StreamingManager {
         Ok(())
     }
 
+    /// Sets the seed's per-texture low-water mark of `image` (`GL_MIN_WARNING_LOD_AMD`; `None`:
+    /// none): resident samples that fetch a level at or below it raise low-water warnings
+    /// ([`RequestKind::MinLodWarning`]), which prefetch the warned tile's children. Put it in the
+    /// feedback image table ([`feedback_layout`](Self::feedback_layout)).
+    pub fn set_low_water(&mut self, image: ImageId, low_water: Option<u8>) -> Result<(), StreamingError> {
+        let s = self.images.get_mut(&image).ok_or(StreamingError::UnknownImage(image))?;
+        s.low_water = low_water;
+        Ok(())
+    }
+
     /// A feedback layout for the registered images, slots in image-id order, with their LOD
-    /// warning settings.
+    /// warning settings and low-water marks.
     pub fn feedback_layout(&self, desc: FeedbackDesc) -> Result<FeedbackLayout, FeedbackError> {
         let images: Vec<(ImageId, &SparseImageLayout)> =
             self.images.iter().map(|(&id, s)| (id, s.residency.layout())).collect();
         let mut layout = FeedbackLayout::new(desc, &images)?;
         for (&id, s) in &self.images {
             layout.set_lod_warning(id, s.min_warning_lod, s.warning_lead);
+            layout.set_low_water(id, s.low_water);
         }
         Ok(layout)
+    }
+
+    /// The finest level of `image` that is fully resident, with every coarser one, in every layer:
+    /// the value the seed suggests for the low-water mark ("the highest resolution LOD that's
+    /// fully resident": `set_low_water(image, fully_resident_lod(image))`). `None` when even the
+    /// coarsest level is missing somewhere, or for an unknown image.
+    pub fn fully_resident_lod(&self, image: ImageId) -> Option<u32> {
+        let table = self.images.get(&image)?.residency.page_table();
+        let whole = crate::tiles::TileRange { start: [0; 3], end: table.min_lod_extent() };
+        (0..table.layout().array_layers())
+            .map(|layer| table.finest_resident_lod(layer, whole))
+            .try_fold(0, |worst, l| l.map(|l| worst.max(l)))
     }
 
     /// Whether `key` is resident.
@@ -773,12 +798,20 @@ impl StreamingManager {
                 self.stats.stale_requests += 1;
                 continue;
             }
-            let class = match r.kind {
-                RequestKind::Miss => LoadReason::Miss,
-                RequestKind::LodWarning if self.desc.prefetch => LoadReason::Prefetch,
-                RequestKind::LodWarning => continue,
+            let (class, start) = match r.kind {
+                RequestKind::Miss => (LoadReason::Miss, vec![r.tile]),
+                RequestKind::LodWarning if self.desc.prefetch => (LoadReason::Prefetch, vec![r.tile]),
+                // The warned tile was sampled (it stays wanted) and the next finer level under it
+                // is wanted ahead of need.
+                RequestKind::MinLodWarning if self.desc.prefetch => {
+                    let layout = self.images[&r.image].residency.layout();
+                    let mut tiles = child_tiles(layout, r.tile);
+                    tiles.push(r.tile);
+                    (LoadReason::Prefetch, tiles)
+                }
+                RequestKind::LodWarning | RequestKind::MinLodWarning => continue,
             };
-            let mut stack = vec![TileKey::tile(r.image, r.tile)];
+            let mut stack: Vec<TileKey> = start.into_iter().map(|t| TileKey::tile(r.image, t)).collect();
             while let Some(key) = stack.pop() {
                 match wants.get_mut(&key) {
                     Some(w) if w.class <= class => {

@@ -30,12 +30,12 @@ pub mod stats;
 
 pub use feedback::{
     DecodedFeedback, FeedbackBuffer, FeedbackDesc, FeedbackError, FeedbackImage, FeedbackLayout,
-    FeedbackRecord, FeedbackRing, FeedbackSampling, RingStep, FEEDBACK_MAGIC, HEADER_WORDS,
-    IMAGE_ENTRY_WORDS, MAX_FEEDBACK_IMAGES, MAX_FEEDBACK_MIPS, NO_COUNTS,
+    FeedbackRecord, FeedbackRing, FeedbackSampling, RingStep, FEEDBACK_KINDS, FEEDBACK_MAGIC, HEADER_WORDS,
+    IMAGE_ENTRY_WORDS, MAX_FEEDBACK_IMAGES, MAX_FEEDBACK_MIPS, NO_COUNTS, NO_LOW_WATER,
 };
 pub use lineage::{child_tiles, covering_tiles, parent_tiles};
 pub use loader::{DuplicateLoad, LoadDone, LoadJob, TileLoader};
-pub use lod_warning::classify_sample;
+pub use lod_warning::{classify_low_water, classify_sample, low_water_level};
 pub use manager::{
     FrameInput, FrameOutput, ImageChanges, LoadReason, StreamUnit, StreamingDesc, StreamingError,
     StreamingManager, TileKey, TileLoad,

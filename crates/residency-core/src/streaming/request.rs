@@ -9,8 +9,13 @@ use serde::{Deserialize, Serialize};
 pub enum RequestKind {
     /// The sample needed this tile and it was not resident (it fell back to a coarser mip).
     Miss,
-    /// The sample was about to need this finer tile (the seed's LOD warning): prefetch it.
+    /// The sample was about to need this finer tile (a prefetch warning): prefetch it.
     LodWarning,
+    /// The seed's low-water warning (`sparseTexelMinLodWarning`): a resident sample fetched from
+    /// this tile, whose mip (the level that warned, `sparseTexelLodWarningFetch`) is at or below
+    /// the texture's low-water mark. The data was valid; the signal is to stream the next finer
+    /// level there (the manager keeps the tile and prefetches its children).
+    MinLodWarning,
 }
 
 /// One de-duplicated request of one frame: a tile of an image, why, and how many pixels asked.

@@ -13,6 +13,9 @@
 //!   columns (slots per atlas row), then the first row of each mip's entries;
 //! - then, for each mip `m` in order, `tiles_y(m)` rows of `tiles_x(m)` entries.
 //!
+//! A 2D array has one such layer of the texture per array layer (the texture is a 2D array of
+//! as many layers, each with the same header), so its layers stream independently.
+//!
 //! Entry `(m, x, y)` = `slot | data_mip << 24`: the atlas slot to read and the data mip, the finest
 //! mip `d ≥ m` whose tile covering `(m, x, y)` is resident *with its whole chain of coarser tiles*
 //! (the same rule as the hardware path's min-LOD map), or data mip [`INDIRECTION_NONE`] when
@@ -92,9 +95,9 @@ pub const INDIRECTION_NONE: u32 = 0xff;
 /// Why a layout cannot back a software texture.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
 pub enum IndirectionError {
-    /// The software path lays out 2D, single-layer images.
+    /// The software path lays out 2D images and 2D arrays.
     #[error(
-        "the software residency path handles 2D single-layer images (got {layers} layer(s), depth {depth})"
+        "the software residency path handles 2D images and 2D arrays (got {layers} layer(s), depth {depth})"
     )]
     NotPlain2d {
         /// Array layers.
@@ -210,6 +213,8 @@ pub struct Indirection {
     layout: SparseImageLayout,
     atlas: AtlasLayout,
     width: u32,
+    /// Rows of one layer.
+    rows: u32,
     /// First row of each mip's entries.
     mip_rows: Vec<u32>,
     texels: Vec<u32>,
@@ -224,10 +229,11 @@ fn unpack(entry: u32) -> [u32; 2] {
 }
 
 impl Indirection {
-    /// The indirection of `layout` (2D, one layer, no mip tail) over `atlas`, with nothing resident.
+    /// The indirection of `layout` (2D or a 2D array, no mip tail) over `atlas`, with nothing
+    /// resident.
     pub fn new(layout: &SparseImageLayout, atlas: AtlasLayout) -> Result<Self, IndirectionError> {
         let desc = layout.desc();
-        if desc.array_layers != 1 || desc.depth != 1 {
+        if desc.array_layers == 0 || desc.depth != 1 {
             return Err(IndirectionError::NotPlain2d { layers: desc.array_layers, depth: desc.depth });
         }
         if layout.mip_tail().is_some() || layout.format_info().mip_tail_model != MipTailModel::NoTail {
@@ -240,22 +246,30 @@ impl Indirection {
             mip_rows.push(rows);
             rows += mip.tiles[1];
         }
-        let mut texels = vec![pack(0, INDIRECTION_NONE); (width * rows) as usize];
-        texels[..6].copy_from_slice(&[
-            desc.width,
-            desc.height,
-            atlas.tile_side,
-            atlas.border,
-            layout.mip_levels(),
-            atlas.columns,
-        ]);
-        texels[6..6 + mip_rows.len()].copy_from_slice(&mip_rows);
-        Ok(Self { layout: layout.clone(), atlas, width, mip_rows, texels })
+        let per_layer = (width * rows) as usize;
+        let mut texels = vec![pack(0, INDIRECTION_NONE); per_layer * desc.array_layers as usize];
+        for layer in texels.chunks_exact_mut(per_layer) {
+            layer[..6].copy_from_slice(&[
+                desc.width,
+                desc.height,
+                atlas.tile_side,
+                atlas.border,
+                layout.mip_levels(),
+                atlas.columns,
+            ]);
+            layer[6..6 + mip_rows.len()].copy_from_slice(&mip_rows);
+        }
+        Ok(Self { layout: layout.clone(), atlas, width, rows, mip_rows, texels })
     }
 
-    /// The texture's extent: `[width, rows]`.
+    /// The texture's extent: `[width, rows]` (of each layer).
     pub fn extent(&self) -> [u32; 2] {
-        [self.width, self.texels.len() as u32 / self.width]
+        [self.width, self.rows]
+    }
+
+    /// Its layers: the image's array layers (1 for a 2D image).
+    pub fn layers(&self) -> u32 {
+        self.layout.array_layers()
     }
 
     /// The atlas it points into.
@@ -263,32 +277,47 @@ impl Indirection {
         &self.atlas
     }
 
-    /// All texels, row by row (what the texture holds).
+    /// All texels, row by row, layer after layer (what the texture holds).
     pub fn texels(&self) -> &[u32] {
         &self.texels
     }
 
-    /// Rows `rows` as bytes (`R32_UINT`, little endian), for an upload (clamped to the rows
-    /// there are).
+    /// Rows `rows` of layer 0 as bytes (`R32_UINT`, little endian), for an upload (clamped to the
+    /// rows there are).
     pub fn row_bytes(&self, rows: Range<u32>) -> Vec<u8> {
-        let height = self.extent()[1];
-        let (start, end) = (rows.start.min(height), rows.end.min(height));
-        let range = (start * self.width) as usize..(end.max(start) * self.width) as usize;
+        self.layer_row_bytes(0, rows)
+    }
+
+    /// Rows `rows` of `layer` as bytes (empty for a layer it lacks).
+    pub fn layer_row_bytes(&self, layer: u32, rows: Range<u32>) -> Vec<u8> {
+        if layer >= self.layers() {
+            return Vec::new();
+        }
+        let base = layer * self.rows;
+        let (start, end) = (rows.start.min(self.rows), rows.end.min(self.rows));
+        let range = ((base + start) * self.width) as usize..((base + end.max(start)) * self.width) as usize;
         self.texels[range].iter().flat_map(|t| t.to_le_bytes()).collect()
     }
 
-    /// The entry of tile `(x, y)` of mip `mip`: `[slot, data mip]` (data mip
+    /// The entry of tile `(x, y)` of mip `mip` of layer 0: `[slot, data mip]` (data mip
     /// [`INDIRECTION_NONE`] for a tile outside the layout).
     pub fn entry(&self, mip: u32, x: u32, y: u32) -> [u32; 2] {
+        self.layer_entry(0, mip, x, y)
+    }
+
+    /// The entry of tile `(x, y)` of mip `mip` of `layer` (data mip [`INDIRECTION_NONE`] outside
+    /// the layout).
+    pub fn layer_entry(&self, layer: u32, mip: u32, x: u32, y: u32) -> [u32; 2] {
         let Some(info) = self.layout.mips().get(mip as usize) else { return [0, INDIRECTION_NONE] };
-        if x >= info.tiles[0] || y >= info.tiles[1] {
+        if x >= info.tiles[0] || y >= info.tiles[1] || layer >= self.layers() {
             return [0, INDIRECTION_NONE];
         }
-        unpack(self.texels[((self.mip_rows[mip as usize] + y) * self.width + x) as usize])
+        unpack(self.texels[((layer * self.rows + self.mip_rows[mip as usize] + y) * self.width + x) as usize])
     }
 
     /// Recomputes every entry from `table` (whose layout is this one's); returns the rows that
-    /// changed, if any (upload those). All or nothing: on error nothing changed.
+    /// changed in any layer, if any (upload those of every layer). All or nothing: on error
+    /// nothing changed.
     pub fn update(&mut self, table: &PageTable) -> Result<Option<Range<u32>>, IndirectionError> {
         let before = self.texels.clone();
         let result = self.update_in_place(table);
@@ -302,34 +331,37 @@ impl Indirection {
         let mut changed: Option<Range<u32>> = None;
         let mips = self.layout.mips().to_vec();
         // Coarsest first: an entry that is not chain-resident inherits its parent's entry.
-        for mip in mips.iter().rev() {
-            let [tx, ty, _] = mip.tiles;
-            for y in 0..ty {
-                for x in 0..tx {
-                    let index = self
-                        .layout
-                        .tile_index(TileCoord { layer: 0, mip: mip.lod, x, y, z: 0 })
-                        .expect("tiles of the layout's grid");
-                    let parent = (mip.lod + 1 < self.layout.mip_levels()).then(|| {
-                        self.entry(
-                            mip.lod + 1,
-                            (x / 2).min(mips[mip.lod as usize + 1].tiles[0] - 1),
-                            (y / 2).min(mips[mip.lod as usize + 1].tiles[1] - 1),
-                        )
-                    });
-                    let parent_chain = parent.is_none_or(|p| p[1] == mip.lod + 1);
-                    let entry = match table.get(index) {
-                        Some(physical) if parent_chain => pack(self.atlas.slot(physical)?, mip.lod),
-                        _ => parent.map_or(pack(0, INDIRECTION_NONE), |[slot, m]| pack(slot, m)),
-                    };
-                    let row = self.mip_rows[mip.lod as usize] + y;
-                    let slot = &mut self.texels[(row * self.width + x) as usize];
-                    if *slot != entry {
-                        *slot = entry;
-                        changed = Some(match changed {
-                            None => row..row + 1,
-                            Some(r) => r.start.min(row)..r.end.max(row + 1),
+        for layer in 0..self.layers() {
+            for mip in mips.iter().rev() {
+                let [tx, ty, _] = mip.tiles;
+                for y in 0..ty {
+                    for x in 0..tx {
+                        let index = self
+                            .layout
+                            .tile_index(TileCoord { layer, mip: mip.lod, x, y, z: 0 })
+                            .expect("tiles of the layout's grid");
+                        let parent = (mip.lod + 1 < self.layout.mip_levels()).then(|| {
+                            self.layer_entry(
+                                layer,
+                                mip.lod + 1,
+                                (x / 2).min(mips[mip.lod as usize + 1].tiles[0] - 1),
+                                (y / 2).min(mips[mip.lod as usize + 1].tiles[1] - 1),
+                            )
                         });
+                        let parent_chain = parent.is_none_or(|p| p[1] == mip.lod + 1);
+                        let entry = match table.get(index) {
+                            Some(physical) if parent_chain => pack(self.atlas.slot(physical)?, mip.lod),
+                            _ => parent.map_or(pack(0, INDIRECTION_NONE), |[slot, m]| pack(slot, m)),
+                        };
+                        let row = self.mip_rows[mip.lod as usize] + y;
+                        let slot = &mut self.texels[((layer * self.rows + row) * self.width + x) as usize];
+                        if *slot != entry {
+                            *slot = entry;
+                            changed = Some(match changed {
+                                None => row..row + 1,
+                                Some(r) => r.start.min(row)..r.end.max(row + 1),
+                            });
+                        }
                     }
                 }
             }
@@ -340,8 +372,13 @@ impl Indirection {
     /// The finest mip safe to sample at `uv` (the entry of mip 0 there), [`INDIRECTION_NONE`]
     /// when nothing is resident: the software twin of the hardware min-LOD map's value.
     pub fn min_lod(&self, uv: [f32; 2]) -> u32 {
+        self.layer_min_lod(0, uv)
+    }
+
+    /// [`min_lod`](Self::min_lod) of `layer`.
+    pub fn layer_min_lod(&self, layer: u32, uv: [f32; 2]) -> u32 {
         let (x, y) = self.tile_at(0, uv);
-        self.entry(0, x, y)[1]
+        self.layer_entry(layer, 0, x, y)[1]
     }
 
     fn tile_at(&self, mip: u32, uv: [f32; 2]) -> (u32, u32) {
@@ -362,11 +399,17 @@ impl Indirection {
     /// of two the two can differ by one tile in a sliver about a texel wide, where the position
     /// then lands in the slot's border (which holds those texels).
     pub fn sample_position(&self, uv: [f32; 2], mip: u32) -> Option<([f32; 2], u32)> {
+        self.layer_sample_position(0, uv, mip)
+    }
+
+    /// [`sample_position`](Self::sample_position) in `layer` (the atlas position is the same
+    /// kind of thing: every layer's slots are in the one atlas).
+    pub fn layer_sample_position(&self, layer: u32, uv: [f32; 2], mip: u32) -> Option<([f32; 2], u32)> {
         if mip >= self.layout.mip_levels() {
             return None;
         }
         let (mut x, mut y) = self.tile_at(mip, uv);
-        let [slot, data_mip] = self.entry(mip, x, y);
+        let [slot, data_mip] = self.layer_entry(layer, mip, x, y);
         if data_mip == INDIRECTION_NONE {
             return None;
         }

@@ -270,9 +270,57 @@ shader!(
     [SampledImage],
     0
 );
+shader!(
+    /// `prt_volume.comp`: samples a sparse 3D image at probes `(u, v, w, lod)` with
+    /// `residencySampleWarn` (min-LOD fallback, residency code, low-water warning) and writes their
+    /// feedback for image slot 0; results `{ vec4 texel; vec4 (code, LOD used, min-LOD, level
+    /// that warned) }`; push `{ vec4 defaultValue; uint count; uint lowWater; }` (32 bytes reserved).
+    PRT_VOLUME,
+    "prt_volume.comp",
+    Compute,
+    [SampledImage, SampledImage, StorageBuffer, StorageBuffer, StorageBuffer, StorageBuffer],
+    32
+);
+shader!(
+    /// `prt_array.comp`: the same for a sparse 2D array, probes `(u, v, layer, lod)`, a per-layer
+    /// min-LOD map and per-layer feedback.
+    PRT_ARRAY,
+    "prt_array.comp",
+    Compute,
+    [SampledImage, SampledImage, StorageBuffer, StorageBuffer, StorageBuffer, StorageBuffer],
+    32
+);
+shader!(
+    /// `sparse_warn.comp`: samples a partially resident 2D image at probes `(u, v, lod)` with
+    /// `residencySampleWarn`; results `{ vec4 texel; vec4 (code, LOD used, level that warned, 0) }`;
+    /// push `{ vec4 defaultValue; uint count; uint lowWater; }` (32 bytes reserved).
+    SPARSE_WARN,
+    "sparse_warn.comp",
+    Compute,
+    [SampledImage, SampledImage, StorageBuffer, StorageBuffer],
+    32
+);
+shader!(
+    /// `sparse_warn_software.comp`: the same through a software tile atlas and indirection.
+    SPARSE_WARN_SOFTWARE,
+    "sparse_warn_software.comp",
+    Compute,
+    [SampledImage, SampledImage, StorageBuffer, StorageBuffer],
+    32
+);
+shader!(
+    /// `prt_array_software.comp`: a 2D array on the software path (the atlas and an indirection
+    /// with one layer per layer) sampled at probes `(u, v, layer, lod)` with
+    /// `residencySampleWarn`; results and push as [`PRT_ARRAY`]'s, without feedback.
+    PRT_ARRAY_SOFTWARE,
+    "prt_array_software.comp",
+    Compute,
+    [SampledImage, SampledImage, StorageBuffer, StorageBuffer],
+    32
+);
 
 /// Every shipped shader.
-pub static ALL: [&Shader; 19] = [
+pub static ALL: [&Shader; 24] = [
     &PLACED_BUFFERS,
     &FILL,
     &SPARSE_FALLBACK,
@@ -292,6 +340,11 @@ pub static ALL: [&Shader; 19] = [
     &VT_QUAD_FRAG,
     &VT_QUAD_SOFTWARE_FRAG,
     &VT_QUAD_REFERENCE_FRAG,
+    &PRT_VOLUME,
+    &PRT_ARRAY,
+    &SPARSE_WARN,
+    &SPARSE_WARN_SOFTWARE,
+    &PRT_ARRAY_SOFTWARE,
 ];
 
 /// The `vt_quad` fragment shader for a residency path: [`VT_QUAD_SOFTWARE_FRAG`] on the software

@@ -1,10 +1,13 @@
 //! The min-LOD map: one texel per mip-0 tile, the finest LOD whose chain to the coarsest level is
-//! resident there, uploaded as it changes.
+//! resident there, uploaded as it changes. 2D images get a 2D map, 2D arrays a 2D array map (one
+//! layer per layer: layers stream independently), volumes a 3D map (one texel per mip-0 tile in
+//! x, y and z).
 
 use super::*;
 
-/// The per-region min-LOD map of a 2D sparse image as a texture: one `r8_uint` texel per mip-0
-/// tile (per layer), the finest LOD whose chain down to the coarsest level is resident there
+/// The per-region min-LOD map of a sparse image as a texture: one `r8_uint` texel per mip-0
+/// tile (per layer of a 2D array; per tile of every depth slice of a 3D image, as a 3D texture),
+/// the finest LOD whose chain down to the coarsest level is resident there
 /// (255 = nothing resident). Shaders clamp to it (`residency.glsl`); [`MinLodMap::update`] uploads
 /// the entries that changed, in the same frame as the binds. Released when dropped, once the GPU
 /// work that may sample it has completed (declare the renderer's own with
@@ -17,16 +20,17 @@ pub struct MinLodMap {
 }
 
 impl MinLodMap {
-    /// Creates the map texture for `image` (2D images and 2D arrays), on its device. Its contents
-    /// are undefined until the first [`upload_updates`](Self::upload_updates), which writes the
-    /// whole map (pass no updates to initialize it before the first frame that samples it).
+    /// Creates the map texture for `image` (2D images, 2D arrays and 3D images), on its device:
+    /// a `usampler2D`, `usampler2DArray` or `usampler3D` for `residency.glsl`. Its contents are
+    /// undefined until the first [`upload_updates`](Self::upload_updates), which writes the whole
+    /// map (pass no updates to initialize it before the first frame that samples it).
     pub fn new(image: &SparseImage) -> Result<MinLodMap, SparseError> {
         let device = image.device();
         let [w, h, d] = image.residency().page_table().min_lod_extent();
-        if image.desc.dimension != SparseDimension::D2 || d != 1 {
+        if image.desc.dimension == SparseDimension::D2 && d != 1 {
             return Err(SparseError::Incompatible {
                 name: image.name.clone(),
-                reason: "min-LOD map textures are made for 2D images".into(),
+                reason: "a 2D image's min-LOD map has depth 1".into(),
             });
         }
         let mut desc = crate::ImageDesc::new_2d(
@@ -36,7 +40,12 @@ impl MinLodMap {
             h,
             residency_core::usage::ImageUsage::SAMPLED | residency_core::usage::ImageUsage::COPY_DST,
         );
-        desc.array_layers = image.desc.array_layers;
+        if image.desc.dimension == SparseDimension::D3 {
+            desc.dimension = residency_core::profile::ImageDimension::D3;
+            desc.extent[2] = d;
+        } else {
+            desc.array_layers = image.desc.array_layers;
+        }
         // Dropped on error: nothing is left behind.
         let texture = device.create_image(&desc)?;
         let view = device.create_image_view(&texture, 0..1)?;
@@ -44,7 +53,8 @@ impl MinLodMap {
         Ok(MinLodMap { image: texture, view, uploaded: false })
     }
 
-    /// The view to bind as a `usampler2D` (or array), in `GENERAL` layout.
+    /// The view to bind as a `usampler2D`, `usampler2DArray` (arrays) or `usampler3D` (volumes),
+    /// in `GENERAL` layout.
     pub fn view(&self) -> &crate::ImageView {
         &self.view
     }
@@ -83,16 +93,11 @@ impl MinLodMap {
         table: &residency_core::tiles::PageTable,
         updates: &[residency_core::tiles::MinLodUpdate],
     ) -> Result<u64, SparseError> {
-        let [w, h, _] = table.min_lod_extent();
-        let boxes: Vec<(u32, [u32; 2], [u32; 2])> = if self.uploaded {
-            updates
-                .iter()
-                .map(|u| {
-                    (u.layer, [u.regions.start[0], u.regions.start[1]], [u.regions.end[0], u.regions.end[1]])
-                })
-                .collect()
+        let [w, h, d] = table.min_lod_extent();
+        let boxes: Vec<(u32, [u32; 3], [u32; 3])> = if self.uploaded {
+            updates.iter().map(|u| (u.layer, u.regions.start, u.regions.end)).collect()
         } else {
-            (0..table.layout().array_layers()).map(|layer| (layer, [0, 0], [w, h])).collect()
+            (0..table.layout().array_layers()).map(|layer| (layer, [0, 0, 0], [w, h, d])).collect()
         };
         let mut uploaded = 0;
         for (layer, start, end) in boxes {
@@ -100,14 +105,16 @@ impl MinLodMap {
             let region = crate::ImageRegion::new(
                 &self.image,
                 0,
-                [start[0], start[1], 0],
-                [end[0].saturating_sub(start[0]), end[1].saturating_sub(start[1]), 1],
+                start,
+                [0, 1, 2].map(|a| end[a].saturating_sub(start[a])),
             )
             .with_layer(layer);
-            // The region is checked against the map before its entries are read.
+            // The region is checked against the map (its depth and layers too) before its
+            // entries are read.
             region.check()?;
-            let data: Vec<u8> = (start[1]..end[1])
-                .flat_map(|y| (start[0]..end[0]).map(move |x| (y * w + x) as usize))
+            let data: Vec<u8> = (start[2]..end[2])
+                .flat_map(|z| (start[1]..end[1]).map(move |y| (z, y)))
+                .flat_map(|(z, y)| (start[0]..end[0]).map(move |x| ((z * h + y) * w + x) as usize))
                 .map(|i| entries.get(i).copied().unwrap_or(u8::MAX))
                 .collect();
             uploader.write_image(&region, &data)?;

@@ -474,7 +474,7 @@ impl SoftwareTexture {
     /// Bytes of device memory of the indirection texture alone.
     pub fn indirection_bytes(&self) -> u64 {
         let [iw, ih] = self.indirection.table.extent();
-        u64::from(iw) * u64::from(ih) * 4
+        u64::from(iw) * u64::from(ih) * 4 * u64::from(self.indirection.table.layers())
     }
 
     /// Stages `bordered` (the tile's `(tile + 2·border)²` texels, rows packed; see
@@ -907,20 +907,20 @@ struct IndirectionTexture {
 impl IndirectionTexture {
     fn new(device: &Device, name: &str, table: Indirection) -> Result<IndirectionTexture, SoftwareError> {
         let [w, h] = table.extent();
-        let (image, view) = sampled_image(
-            device,
-            &ImageDesc::new_2d(
-                format!("{name} indirection"),
-                Format::R32Uint,
-                w,
-                h,
-                ImageUsage::SAMPLED | ImageUsage::COPY_DST,
-            ),
-        )?;
+        let mut desc = ImageDesc::new_2d(
+            format!("{name} indirection"),
+            Format::R32Uint,
+            w,
+            h,
+            ImageUsage::SAMPLED | ImageUsage::COPY_DST,
+        );
+        // One layer per layer of a 2D array (a `usampler2DArray`).
+        desc.array_layers = table.layers();
+        let (image, view) = sampled_image(device, &desc)?;
         Ok(IndirectionTexture { image, view, table, uploaded_once: false })
     }
 
-    /// Recomputes and stages the changed rows (all of them the first time).
+    /// Recomputes and stages the changed rows of every layer (all of them the first time).
     fn upload(
         &mut self,
         uploader: &Uploader,
@@ -931,8 +931,10 @@ impl IndirectionTexture {
         let rows = if self.uploaded_once { changed } else { Some(0..height) };
         if let Some(rows) = &rows {
             let extent = [width, rows.end - rows.start, 1];
-            let region = ImageRegion::new(&self.image, 0, [0, rows.start, 0], extent);
-            uploader.write_image(&region, &self.table.row_bytes(rows.clone()))?;
+            for layer in 0..self.table.layers() {
+                let region = ImageRegion::new(&self.image, 0, [0, rows.start, 0], extent).with_layer(layer);
+                uploader.write_image(&region, &self.table.layer_row_bytes(layer, rows.clone()))?;
+            }
             self.uploaded_once = true;
         }
         Ok(rows)
@@ -968,7 +970,9 @@ pub struct SoftwareImage {
 }
 
 impl SoftwareImage {
-    /// Creates an image with nothing resident. Its format must be the pool's; 2D, one layer.
+    /// Creates an image with nothing resident. Its format must be the pool's; 2D or a 2D array
+    /// (one indirection layer per layer: sample it as a `usampler2DArray` with
+    /// `residency_software.glsl`'s array overloads).
     pub fn new(
         pool: &SoftwareTilePool,
         name: &str,
@@ -1044,6 +1048,11 @@ impl SoftwareImage {
     /// The indirection view (binding `minLodMap` of `residency_software.glsl`; a nearest sampler).
     pub fn indirection_view(&self) -> &crate::ImageView {
         &self.indirection.view
+    }
+
+    /// The CPU copy of its indirection texture (as of the last [`SoftwareTilePool::flush`]).
+    pub fn indirection(&self) -> &Indirection {
+        &self.indirection.table
     }
 
     fn check_pool(&self, pool: &SoftwareTilePool) -> Result<(), SoftwareError> {
@@ -1125,7 +1134,7 @@ impl SoftwareImage {
             return Ok(());
         }
         let range = layout.tiles_covering(mip, region).expect("a tiled mip");
-        let tiles: Vec<_> = layout.tiles_in(0, mip, range).collect();
+        let tiles: Vec<_> = layout.tiles_in(layer, mip, range).collect();
         let table = self.residency.page_table();
         if let Some(&missing) = tiles.iter().find(|&&t| !table.is_resident(t)) {
             return Err(SoftwareError::NotResident { name: self.name.clone(), mip, tile: missing.0 });

@@ -826,9 +826,9 @@ impl Streamer {
         self.manager.budget_tiles()
     }
 
-    /// Sets `texture`'s LOD warning (the seed's per-texture low-water mark): from mip
-    /// `min_warning_lod` on, a sample within `lead`/256 of a level of the finest resident mip asks
-    /// for the next finer mip ahead of need. Takes effect from the next frame.
+    /// Sets `texture`'s prefetch warning: from mip `min_warning_lod` on, a sample within
+    /// `lead`/256 of a level of the finest resident mip asks for the next finer mip ahead of need.
+    /// Takes effect from the next frame.
     pub fn set_lod_warning(
         &mut self,
         texture: &VirtualTexture,
@@ -840,6 +840,23 @@ impl Streamer {
         }
         self.check_owner(texture)?;
         self.manager.set_lod_warning(texture.id, min_warning_lod, lead)?;
+        self.refresh_layout()
+    }
+
+    /// Sets `texture`'s low-water mark (the seed's `GL_MIN_WARNING_LOD_AMD`; `None`: none, the
+    /// default): samples that fetch a level at or below it write low-water warnings
+    /// (`RequestKind::MinLodWarning`, `feedback.glsl`), and the manager prefetches the next finer
+    /// level under the warned tile. Takes effect from the next frame (the image table's word 15).
+    pub fn set_low_water(
+        &mut self,
+        texture: &VirtualTexture,
+        low_water: Option<u8>,
+    ) -> Result<(), StreamError> {
+        if self.in_frame {
+            return Err(StreamError::FrameOrder("set_low_water between begin_frame and end_frame"));
+        }
+        self.check_owner(texture)?;
+        self.manager.set_low_water(texture.id, low_water)?;
         self.refresh_layout()
     }
 
@@ -913,11 +930,47 @@ impl Streamer {
         name: &str,
         source: Arc<dyn TileSource>,
     ) -> Result<VirtualTexture, StreamError> {
+        self.add_layers(name, vec![source])
+    }
+
+    /// Adds a 2D array texture, layer `i` streamed from `layers[i]`, and primes it (every layer's
+    /// coarse chain) as [`add_texture`](Self::add_texture) does. The layers stream independently:
+    /// feedback names a tile of one layer (`feedback(slot, layer, uv, …)` in `feedback.glsl`), the
+    /// manager loads it from that layer's source, the texture's min-LOD map has one layer per
+    /// layer (bind it as a `usampler2DArray`, the image as a `sampler2DArray`: `residency.glsl`).
+    /// Every layer's source must describe the same texture (format, size, mips, tiles). Hardware
+    /// path only: the software path, no layers, or layers that differ are refused with
+    /// [`StreamError::UnsupportedSource`], adding nothing. Must be called between frames.
+    pub fn add_array_texture(
+        &mut self,
+        name: &str,
+        layers: &[Arc<dyn TileSource>],
+    ) -> Result<VirtualTexture, StreamError> {
+        let refuse =
+            |reason: &str| StreamError::UnsupportedSource { name: name.to_owned(), reason: reason.into() };
+        let Some(first) = layers.first() else {
+            return Err(refuse("an array texture needs at least one layer"));
+        };
+        if self.heaps.is_none() {
+            return Err(refuse("array textures stream on the hardware path only"));
+        }
+        if layers.iter().any(|l| l.desc() != first.desc()) {
+            return Err(refuse("every layer's source must have the same format, size, mips and tiles"));
+        }
+        self.add_layers(name, layers.to_vec())
+    }
+
+    fn add_layers(
+        &mut self,
+        name: &str,
+        sources: Vec<Arc<dyn TileSource>>,
+    ) -> Result<VirtualTexture, StreamError> {
         if self.in_frame {
             return Err(StreamError::FrameOrder("add_texture between begin_frame and end_frame"));
         }
         self.remove_dropped()?;
         let id = ImageId(self.next_id);
+        let source = Arc::clone(&sources[0]);
         let format = source.desc().format;
         if self.heaps.is_some() {
             // The hardware path takes the format only where the device has sparse residency for it.
@@ -941,7 +994,7 @@ impl Streamer {
             self.manager.pool().tile_bytes(),
             id,
             name,
-            source,
+            sources,
         )?;
         self.next_id += 1;
         self.manager.register_image(id, &texture.layout)?;

@@ -38,8 +38,9 @@ pub(super) enum TextureGpu {
 /// A registered texture.
 pub(super) struct Texture {
     pub(super) name: String,
-    /// What its loads read: the source (hardware path), or the source bordered on the workers
-    /// (software path: [`Bordered`]).
+    /// What its loads read: the source (hardware path; an array's layers through [`Layers`]), or
+    /// the source bordered on the workers (software path: [`Bordered`]). Its "mips" are
+    /// `layer · mip_count + mip` ([`Texture::load_tiles`]): the mip itself for one layer.
     pub(super) load_source: Arc<dyn TileSource>,
     pub(super) desc: VtDesc,
     pub(super) layout: SparseImageLayout,
@@ -81,21 +82,34 @@ pub(super) fn check_source(source: &dyn TileSource, software: bool) -> Result<Vt
 
 impl Texture {
     /// The texture's layout and GPU objects, nothing resident yet: a sparse image on `heaps`
-    /// (hardware path), or without heaps a software texture in the streamer's shared `atlas` (one
-    /// atlas for every texture, sized for the budget; slot `i` is the pool's heap
-    /// `i / tiles_per_heap`): its own indirection texture, and the atlas held by it.
+    /// (hardware path; a 2D array of `sources.len()` layers when there are several), or without
+    /// heaps a software texture in the streamer's shared `atlas` (one atlas for every texture,
+    /// sized for the budget; slot `i` is the pool's heap `i / tiles_per_heap`): its own
+    /// indirection texture, and the atlas held by it.
     pub(super) fn create(
         heaps: Option<&TileHeaps>,
         atlas: Option<&SoftwareAtlas>,
         tile_bytes: u64,
         id: ImageId,
         name: &str,
-        source: Arc<dyn TileSource>,
+        sources: Vec<Arc<dyn TileSource>>,
     ) -> Result<Texture, StreamError> {
         let path = if heaps.is_some() { ResidencyPath::Hardware } else { ResidencyPath::Software };
+        let source = sources
+            .first()
+            .cloned()
+            .ok_or_else(|| StreamError::Internal(format!("{name}: a texture without a source")))?;
         let desc = check_source(&*source, path == ResidencyPath::Software)?;
+        let layers = sources.len() as u32;
+        if layers > 1 && (path == ResidencyPath::Software || sources.iter().any(|s| s.desc() != desc)) {
+            return Err(StreamError::UnsupportedSource {
+                name: name.to_owned(),
+                reason: "array layers must match and stream on the hardware path".into(),
+            });
+        }
         let image_desc = SparseImageDesc::new_2d(desc.format, desc.width, desc.height)
             .with_mip_levels(desc.mip_count)
+            .with_array_layers(layers)
             .with_path(path);
         let (layout, gpu) = match heaps {
             Some(heaps) => {
@@ -123,6 +137,9 @@ impl Texture {
         };
         let pinned = pinned_units(id, &layout);
         let load_source: Arc<dyn TileSource> = match &gpu {
+            TextureGpu::Hardware { .. } if layers > 1 => {
+                Arc::new(Layers { name: name.to_owned(), sources, mips: desc.mip_count })
+            }
             TextureGpu::Hardware { .. } => source,
             TextureGpu::Software { texture } => Arc::new(Bordered {
                 inner: source,
@@ -183,23 +200,28 @@ impl Texture {
         }
     }
 
-    /// The tiles `(mip, x, y)` a load of `unit` reads: the tile itself (hardware), its 3 × 3
-    /// neighbourhood clamped to the mip (software: the border comes from the neighbours), or every
-    /// tile of the mip tail.
+    /// The tiles `(layer · mip_count + mip, x, y)` a load of `unit` reads (`load_source`'s
+    /// numbering; `(mip, x, y)` for one layer): the tile itself (the software path's
+    /// `load_source` reads its neighbours), or every tile of the mip tail of each layer it holds
+    /// (one layer, or all of them for a single mip tail).
     pub(super) fn load_tiles(&self, unit: StreamUnit) -> Vec<(u32, u32, u32)> {
+        let mips = self.desc.mip_count;
         match unit {
             StreamUnit::Tile(t) => {
                 let Some(c) = self.layout.tile_coord(t) else { return Vec::new() };
-                // One tile on both paths: the software path's `load_source` reads its neighbours.
-                vec![(c.mip, c.x, c.y)]
+                vec![(c.layer * mips + c.mip, c.x, c.y)]
             }
-            StreamUnit::Tail(_) => {
+            StreamUnit::Tail(tail) => {
                 let mut tiles = Vec::new();
-                for mip in self.layout.first_tail_lod()..self.layout.mip_levels() {
-                    let (gx, gy) = self.desc.tile_grid(mip);
-                    for y in 0..gy {
-                        for x in 0..gx {
-                            tiles.push((mip, x, y));
+                for layer in
+                    (0..self.layout.array_layers()).filter(|&l| self.layout.tail_of_layer(l) == Some(tail))
+                {
+                    for mip in self.layout.first_tail_lod()..self.layout.mip_levels() {
+                        let (gx, gy) = self.desc.tile_grid(mip);
+                        for y in 0..gy {
+                            for x in 0..gx {
+                                tiles.push((layer * mips + mip, x, y));
+                            }
                         }
                     }
                 }
@@ -222,11 +244,12 @@ impl Texture {
         let (tw, th, bytes) = (self.desc.tile_width, self.desc.tile_height, self.desc.format.block_bytes());
         match &self.gpu {
             TextureGpu::Hardware { image, .. } => {
-                for (&(mip, x, y), texels) in tiles.iter().zip(data) {
+                for (&(m, x, y), texels) in tiles.iter().zip(data) {
+                    let (layer, mip) = (m / self.desc.mip_count, m % self.desc.mip_count);
                     let (w, h) = self.desc.tile_extent(mip, x, y).ok_or_else(|| short("tile extent"))?;
                     let region = TexelRegion { offset: [x * tw, y * th, 0], extent: [w, h, 1] };
                     check_len(&self.name, texels, w, h, bytes)?;
-                    let target = ImageRegion::new(image, mip, region.offset, region.extent);
+                    let target = ImageRegion::new(image, mip, region.offset, region.extent).with_layer(layer);
                     uploader.write_image(&target, texels)?;
                 }
             }
@@ -296,6 +319,32 @@ pub enum TextureViews<'a> {
         /// The indirection texture.
         indirection: &'a ImageView,
     },
+}
+
+/// An array texture's loads: "mip" `layer · mips + mip` of this source is `mip` of layer
+/// `layer`'s source (the loader's jobs name tiles by `(mip, x, y)`).
+struct Layers {
+    name: String,
+    sources: Vec<Arc<dyn TileSource>>,
+    mips: u32,
+}
+
+impl TileSource for Layers {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn desc(&self) -> VtDesc {
+        self.sources[0].desc()
+    }
+
+    fn read_tile(&self, m: u32, x: u32, y: u32) -> Result<Vec<u8>, SourceError> {
+        let source = self.sources.get((m / self.mips.max(1)) as usize).ok_or_else(|| SourceError::Read {
+            source_name: self.name.clone(),
+            reason: format!("no layer {}", m / self.mips.max(1)),
+        })?;
+        source.read_tile(m % self.mips.max(1), x, y)
+    }
 }
 
 /// A software texture's loads: each tile read with its 3 × 3 neighbourhood from the texture's
