@@ -492,6 +492,7 @@ impl PoolShared {
             placement,
             pool: Some(self.pool_id),
             resource: crate::buffer::next_resource_id(),
+            movable: true,
         }
     }
 

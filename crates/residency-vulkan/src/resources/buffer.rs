@@ -115,6 +115,8 @@ pub struct Buffer {
     pub(crate) pool: Option<u64>,
     /// The id state tracking knows it by.
     pub(crate) resource: residency_core::sync::ResourceId,
+    /// Whether a defragmentation pass may move it ([`Buffer::set_movable`]).
+    pub(crate) movable: bool,
 }
 
 static NEXT_RESOURCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -271,6 +273,17 @@ impl Buffer {
     /// then. Work residency submits needs no declaration. A use of another device is refused.
     pub fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
         self.life.used_until(until)
+    }
+
+    /// Whether a [`Defragmenter`](crate::Defragmenter) pass may move it (default: true). A pass
+    /// moves only the buffers it is handed, and never a pinned one.
+    pub fn is_movable(&self) -> bool {
+        self.movable
+    }
+
+    /// Pins the buffer where it is (`false`) or lets defragmentation move it again (`true`).
+    pub fn set_movable(&mut self, movable: bool) {
+        self.movable = movable;
     }
 
     pub(crate) fn life(&self) -> &Arc<Life> {
@@ -467,6 +480,7 @@ impl Device {
             placement: if placed.committed { BufferPlacement::Committed } else { BufferPlacement::Placed },
             pool: None,
             resource: next_resource_id(),
+            movable: true,
         })
     }
 

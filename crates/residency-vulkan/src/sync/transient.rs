@@ -513,6 +513,7 @@ impl Buffer {
             placement: BufferPlacement::Placed,
             pool: None,
             resource: next_resource_id(),
+            movable: true,
         }
     }
 }
