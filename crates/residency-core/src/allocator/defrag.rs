@@ -204,7 +204,8 @@ fn fit(
         // range, unless that crosses onto a conflicting neighbour's page.
         let mut footprint_end = end;
         if alignment > 1 {
-            let rounded = align_up(end, alignment.min(TAIL_ROUNDING_MAX)).map_or(hole_end, |e| e.min(hole_end));
+            let rounded =
+                align_up(end, alignment.min(TAIL_ROUNDING_MAX)).map_or(hole_end, |e| e.min(hole_end));
             let crosses = g > 1
                 && above.is_some_and(|a| a.kind.conflicts_with(kind))
                 && align_down(rounded - 1, g) == align_down(hole_end, g);
@@ -242,7 +243,8 @@ pub fn plan_defragmentation(heaps: &[DefragHeap], budget: DefragBudget) -> Resul
         let heap = &heaps[source];
         let moves = heap.blocks.len() as u64;
         let bytes: u64 = heap.blocks.iter().map(|b| b.size).sum();
-        if plan.moves.len() as u64 + moves > u64::from(budget.moves) || plan.bytes.saturating_add(bytes) > budget.bytes
+        if plan.moves.len() as u64 + moves > u64::from(budget.moves)
+            || plan.bytes.saturating_add(bytes) > budget.bytes
         {
             continue;
         }
@@ -358,7 +360,9 @@ pub fn check_plan(heaps: &[DefragHeap], budget: DefragBudget, plan: &DefragPlan)
             if below.end > m.to_offset {
                 return fail(format!("{m:?} overlaps a block below"));
             }
-            if g > 1 && below.kind.conflicts_with(block.kind) && align_down(below.end - 1, g) == align_down(m.to_offset, g)
+            if g > 1
+                && below.kind.conflicts_with(block.kind)
+                && align_down(below.end - 1, g) == align_down(m.to_offset, g)
             {
                 return fail(format!("{m:?} shares a granularity page with a conflicting block below"));
             }
@@ -367,7 +371,10 @@ pub fn check_plan(heaps: &[DefragHeap], budget: DefragBudget, plan: &DefragPlan)
             if above.start < end {
                 return fail(format!("{m:?} overlaps a block above"));
             }
-            if g > 1 && above.kind.conflicts_with(block.kind) && align_down(end - 1, g) == align_down(above.start, g) {
+            if g > 1
+                && above.kind.conflicts_with(block.kind)
+                && align_down(end - 1, g) == align_down(above.start, g)
+            {
                 return fail(format!("{m:?} shares a granularity page with a conflicting block above"));
             }
         }

@@ -4,8 +4,8 @@
 use proptest::prelude::*;
 
 use super::{
-    check_plan, plan_defragmentation, Allocation, BlockState, DefragBudget, DefragError, DefragHeap, LiveBlock,
-    ResourceKind, TlsfAllocator, TlsfDesc,
+    check_plan, plan_defragmentation, Allocation, BlockState, DefragBudget, DefragError, DefragHeap,
+    LiveBlock, ResourceKind, TlsfAllocator, TlsfDesc,
 };
 
 use ResourceKind::{Linear, Optimal};
@@ -38,7 +38,14 @@ impl Real {
                     .find(|b| b.offset == a.offset() && matches!(b.state, BlockState::Used { .. }))
                     .expect("a live allocation is a used block")
                     .size;
-                LiveBlock { offset: a.offset(), footprint, size: *size, alignment: *alignment, kind: *kind, movable: *movable }
+                LiveBlock {
+                    offset: a.offset(),
+                    footprint,
+                    size: *size,
+                    alignment: *alignment,
+                    kind: *kind,
+                    movable: *movable,
+                }
             })
             .collect();
         DefragHeap { capacity: self.tlsf.capacity(), granularity: self.tlsf.granularity(), blocks }
@@ -49,8 +56,8 @@ impl Real {
 fn the_most_empty_heap_moves_into_the_fullest_heaps_holes() {
     let heaps = vec![
         heap(1024, vec![block(0, 256, true), block(512, 256, true)]), // 50 % full, holes of 256
-        heap(1024, vec![block(100, 100, true)]),                        // nearly empty
-        heap(1024, vec![block(0, 200, true), block(600, 200, true)]),   // 40 %
+        heap(1024, vec![block(100, 100, true)]),                      // nearly empty
+        heap(1024, vec![block(0, 200, true), block(600, 200, true)]), // 40 %
     ];
     let plan = plan_defragmentation(&heaps, UNLIMITED).unwrap();
     check_plan(&heaps, UNLIMITED, &plan).unwrap();
@@ -108,12 +115,26 @@ fn granularity_keeps_linear_and_optimal_blocks_off_each_others_pages() {
         DefragHeap {
             capacity: 8192,
             granularity: g,
-            blocks: vec![LiveBlock { offset: 0, footprint: 100, size: 100, alignment: 1, kind: Optimal, movable: true }],
+            blocks: vec![LiveBlock {
+                offset: 0,
+                footprint: 100,
+                size: 100,
+                alignment: 1,
+                kind: Optimal,
+                movable: true,
+            }],
         },
         DefragHeap {
             capacity: 8192,
             granularity: g,
-            blocks: vec![LiveBlock { offset: 0, footprint: 64, size: 64, alignment: 16, kind: Linear, movable: true }],
+            blocks: vec![LiveBlock {
+                offset: 0,
+                footprint: 64,
+                size: 64,
+                alignment: 16,
+                kind: Linear,
+                movable: true,
+            }],
         },
     ];
     let plan = plan_defragmentation(&heaps, UNLIMITED).unwrap();
@@ -125,7 +146,10 @@ fn granularity_keeps_linear_and_optimal_blocks_off_each_others_pages() {
 #[test]
 fn invalid_input_is_a_typed_error() {
     let overlapping = vec![heap(100, vec![block(0, 50, true), block(40, 20, true)])];
-    assert!(matches!(plan_defragmentation(&overlapping, UNLIMITED), Err(DefragError::Block { block: 1, .. })));
+    assert!(matches!(
+        plan_defragmentation(&overlapping, UNLIMITED),
+        Err(DefragError::Block { block: 1, .. })
+    ));
     let outside = vec![heap(100, vec![block(90, 20, true)])];
     assert!(matches!(plan_defragmentation(&outside, UNLIMITED), Err(DefragError::Block { .. })));
     let granularity = vec![DefragHeap { capacity: 100, granularity: 3, blocks: vec![] }];

@@ -47,7 +47,9 @@ pub enum AllocError {
     /// [`TlsfAllocator::allocate_at`](super::TlsfAllocator::allocate_at): the range is not free
     /// (in part or whole), is misaligned, leaves the heap, or would share a granularity page with a
     /// conflicting neighbour.
-    #[error("{size} B at offset {offset} aligned to {alignment} B cannot be placed: the range is not free there")]
+    #[error(
+        "{size} B at offset {offset} aligned to {alignment} B cannot be placed: the range is not free there"
+    )]
     RangeUnavailable {
         /// Requested offset.
         offset: u64,

@@ -41,7 +41,8 @@ mod ring_tests;
 mod tlsf_tests;
 
 pub use defrag::{
-    check_plan, plan_defragmentation, DefragBudget, DefragError, DefragHeap, DefragPlan, LiveBlock, PlannedMove,
+    check_plan, plan_defragmentation, DefragBudget, DefragError, DefragHeap, DefragPlan, LiveBlock,
+    PlannedMove,
 };
 pub use error::{AllocError, DescError, InvariantError, RingError, RingInvariantError};
 pub use linear::{

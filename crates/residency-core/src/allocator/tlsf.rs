@@ -435,7 +435,9 @@ impl TlsfAllocator {
         if g > 1 {
             if node.prev_phys != NONE {
                 let below = &self.nodes[node.prev_phys as usize];
-                if below.kind().conflicts_with(kind) && align_down(below.end() - 1, g) == align_down(offset, g) {
+                if below.kind().conflicts_with(kind)
+                    && align_down(below.end() - 1, g) == align_down(offset, g)
+                {
                     return Err(unavailable);
                 }
             }

@@ -179,7 +179,8 @@ impl Stage<'_> {
             }
         }
         if let Some(destination) = m.destination.take() {
-            let mut list = self.device.general[m.type_index as usize].lock().unwrap_or_else(|e| e.into_inner());
+            let mut list =
+                self.device.general[m.type_index as usize].lock().unwrap_or_else(|e| e.into_inner());
             list.free(self.device, destination);
         }
     }
@@ -260,8 +261,11 @@ impl Defragmenter {
                 }
             }
         }
+        let mut copy = None;
         if !stage.moves.is_empty() {
-            stats.submission = Some(self.copy(&stage, movable)?);
+            let submission = self.copy(&stage, movable)?;
+            copy = Some(submission.gpu_use());
+            stats.submission = Some(submission);
         }
         // Committed: swap the handles' internals; the old lives retire behind the copy.
         let moves = std::mem::take(&mut stage.moves);
@@ -275,15 +279,19 @@ impl Defragmenter {
             .iter()
             .filter(|&&(t, slot)| {
                 let list = device.general[t as usize].lock().unwrap_or_else(|e| e.into_inner());
-                let live = list.blocks.get(slot as usize).and_then(Option::as_ref).map_or(0, |b| {
-                    b.allocator.allocation_count()
-                });
+                let live = list
+                    .blocks
+                    .get(slot as usize)
+                    .and_then(Option::as_ref)
+                    .map_or(0, |b| b.allocator.allocation_count());
                 let leaving = moves.iter().filter(|m| m.type_index == t && m.from_block == slot).count();
                 live == leaving as u64
             })
             .count() as u32;
-        for m in moves {
-            Self::commit(device, &mut *movable[m.index], m);
+        if let Some(copy) = copy {
+            for m in moves {
+                Self::commit(device, &mut *movable[m.index], m, copy);
+            }
         }
         stats.cpu_time = start.elapsed();
         self.totals.passes += 1;
@@ -401,7 +409,12 @@ impl Defragmenter {
             let live = heaps[m.heap].blocks[m.block];
             let candidate = here[&(from, live.offset)];
             let block = list.blocks[to as usize].as_mut().expect("a planned heap is live");
-            let taken = block.allocator.allocate_at(m.to_offset, candidate.size, live.alignment, ResourceKind::Linear);
+            let taken = block.allocator.allocate_at(
+                m.to_offset,
+                candidate.size,
+                live.alignment,
+                ResourceKind::Linear,
+            );
             let allocation = match taken {
                 Ok(allocation) => allocation,
                 Err(e) => {
@@ -525,19 +538,23 @@ impl Defragmenter {
             // own source. The barriers order the copies after every earlier command on the queue
             // and every later command after them.
             unsafe {
-                device.raw().cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&before));
+                device
+                    .raw()
+                    .cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&before));
                 for &(src, dst, size) in &copies {
                     let region = vk::BufferCopy { src_offset: 0, dst_offset: 0, size };
                     device.raw().cmd_copy_buffer(cmd, src, dst, &[region]);
                 }
-                device.raw().cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&after));
+                device
+                    .raw()
+                    .cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&after));
             }
         })
     }
 
     /// Swaps a buffer's internals for its new place; the old life retires behind the copy (its
     /// last handle was the buffer's: checked when it became a candidate).
-    fn commit(device: &Device, buffer: &mut Buffer, mut m: Staged) {
+    fn commit(device: &Device, buffer: &mut Buffer, mut m: Staged, copy: GpuUse) {
         let destination = m.destination.take().expect("a staged move has its destination");
         let id = device.ledger().track("buffer", Arc::clone(&buffer.name));
         let memory = ResourceMemory::General { type_index: m.type_index, allocation: destination };
@@ -548,6 +565,7 @@ impl Defragmenter {
         buffer.memory_offset = m.offset;
         buffer.memory_size = m.memory_size;
         buffer.mapped = m.mapped;
+        buffer.copy_pending = Some(copy);
         // The old buffer and range wait for the copy (submitted before this drop) and for the
         // uses declared on them.
         drop(old);

@@ -493,6 +493,7 @@ impl PoolShared {
             pool: Some(self.pool_id),
             resource: crate::buffer::next_resource_id(),
             movable: true,
+            copy_pending: None,
         }
     }
 

@@ -117,6 +117,10 @@ pub struct Buffer {
     pub(crate) resource: residency_core::sync::ResourceId,
     /// Whether a defragmentation pass may move it ([`Buffer::set_movable`]).
     pub(crate) movable: bool,
+    /// The defragmentation copy that fills its bytes, when it was moved: CPU reads and writes
+    /// wait for it first (a host write racing the copy would be overwritten, a read would see
+    /// bytes not copied yet).
+    pub(crate) copy_pending: Option<GpuUse>,
 }
 
 static NEXT_RESOURCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -297,6 +301,10 @@ impl Buffer {
             || AccessError::OutOfBounds { name: self.name.to_string(), offset, end, size: self.size };
         if end > self.size {
             return Err(out_of_bounds());
+        }
+        if let Some(copy) = self.copy_pending {
+            // A defragmentation pass moved it: its bytes arrive with that copy.
+            self.device().wait_until(&copy)?;
         }
         // The buffer lies inside its block, so this only fails on a bug; it is checked anyway.
         mapped.range(self.memory_offset + offset, len as u64).ok_or_else(out_of_bounds)
@@ -481,6 +489,7 @@ impl Device {
             pool: None,
             resource: next_resource_id(),
             movable: true,
+            copy_pending: None,
         })
     }
 

@@ -514,6 +514,7 @@ impl Buffer {
             pool: None,
             resource: next_resource_id(),
             movable: true,
+            copy_pending: None,
         }
     }
 }

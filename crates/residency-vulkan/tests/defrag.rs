@@ -1,0 +1,375 @@
+//! Defragmentation the library carries out (`Defragmenter::pass`): buffers of the device's general
+//! heaps move out of the most-empty heaps into the fullest heaps' holes, keep their contents,
+//! names, usage and tracking id, are usable by the next submission, and their old objects retire
+//! behind the copy and every declared use. Every test runs under `with_gpu`: synchronization
+//! validation on, and no object may outlive it.
+
+use residency_core::memory::MemoryIntent;
+use residency_core::report::RangeKind;
+use residency_core::usage::BufferUsage;
+use residency_vulkan::ash::vk;
+use residency_vulkan::compute::{Binding, ComputeProgram};
+use residency_vulkan::testing::with_gpu;
+use residency_vulkan::{
+    shaders, Buffer, BufferDesc, CommandContext, DefragDesc, DefragError, Defragmenter, Device, FaultSite,
+    InjectedFault, MemoryError, ReportSources, Unmovable,
+};
+use std::collections::HashMap;
+
+const MIB: u64 = 1 << 20;
+
+/// What a buffer looked like: its handle, memory and offset.
+type Place = (vk::Buffer, vk::DeviceMemory, u64);
+
+fn place(b: &Buffer) -> Place {
+    (b.raw(), b.memory().0, b.memory().1)
+}
+
+/// The word at `j` of buffer `i`'s pattern.
+fn word(i: usize, j: usize) -> u32 {
+    (i as u32).wrapping_mul(0x9e37_79b9) ^ (j as u32).wrapping_mul(0x85eb_ca6b) ^ 0x5bd1_e995
+}
+
+fn write_pattern(i: usize, b: &mut Buffer) {
+    let words: Vec<u32> = (0..(b.size() / 4) as usize).map(|j| word(i, j)).collect();
+    b.write_pod(0, &words).unwrap();
+}
+
+fn check_pattern(i: usize, b: &Buffer) {
+    let words: Vec<u32> = b.read_pod(0, (b.size() / 4) as usize).unwrap();
+    let wrong = words.iter().enumerate().filter(|&(j, &w)| w != word(i, j)).count();
+    assert_eq!(wrong, 0, "`{}`: {wrong} words changed", b.name());
+}
+
+/// Heaps of the general allocator that hold a live allocation.
+fn heaps_in_use(device: &Device) -> usize {
+    let report = device.memory_report();
+    report
+        .blocks()
+        .filter(|(_, pool, b)| pool.is_none() && !b.dedicated)
+        .filter(|(_, _, b)| b.ranges.iter().any(|r| matches!(r.kind, RangeKind::Allocation(_))))
+        .count()
+}
+
+/// Fragmented general heaps: 1 MiB host-visible buffers until a second heap has a few, then the
+/// fullest heap thinned to every other buffer (1 MiB holes) and every other heap to `keep`
+/// buffers. Returns the buffers with their pattern index, the fullest heap's memory, and the
+/// memories that were thinned to `keep`.
+fn fragmented(
+    device: &Device,
+    keep: usize,
+) -> (Vec<(usize, Buffer)>, vk::DeviceMemory, Vec<vk::DeviceMemory>) {
+    let mut all: Vec<(usize, Buffer)> = Vec::new();
+    for i in 0..400 {
+        // Every third buffer lacks the copy usages: the pass copies through aliases then.
+        let usage = if i % 3 == 0 {
+            BufferUsage::STORAGE
+        } else {
+            BufferUsage::STORAGE | BufferUsage::COPY_SRC | BufferUsage::COPY_DST
+        };
+        let desc =
+            BufferDesc::new(format!("defrag buffer {i}"), MIB, usage).with_intent(MemoryIntent::Upload);
+        let mut b = device.create_buffer(&desc).unwrap();
+        write_pattern(i, &mut b);
+        all.push((i, b));
+        let mut per: HashMap<vk::DeviceMemory, usize> = HashMap::new();
+        for (_, b) in &all {
+            *per.entry(b.memory().0).or_default() += 1;
+        }
+        if per.len() >= 2 && per[&all.last().unwrap().1.memory().0] > keep {
+            break;
+        }
+    }
+    let mut per: HashMap<vk::DeviceMemory, usize> = HashMap::new();
+    for (_, b) in &all {
+        *per.entry(b.memory().0).or_default() += 1;
+    }
+    assert!(per.len() >= 2, "the scenario needs two heaps");
+    let full = *per.iter().max_by_key(|(m, n)| (**n, format!("{m:?}"))).unwrap().0;
+    let mut seen: HashMap<vk::DeviceMemory, usize> = HashMap::new();
+    all.retain(|(_, b)| {
+        let m = b.memory().0;
+        let n = seen.entry(m).or_default();
+        *n += 1;
+        if m == full {
+            *n % 2 == 1
+        } else {
+            *n <= keep
+        }
+    });
+    let thinned = per.keys().copied().filter(|&m| m != full).collect();
+    (all, full, thinned)
+}
+
+#[test]
+fn a_pass_empties_the_most_empty_heap_into_the_fullest_and_keeps_contents_names_and_ids() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let (mut buffers, full, thinned) = fragmented(device, 3);
+        let before: Vec<(Place, u64, BufferUsage, String, _)> = buffers
+            .iter()
+            .map(|(_, b)| (place(b), b.size(), b.usage(), b.name().to_owned(), b.resource_id()))
+            .collect();
+        let mut defrag = Defragmenter::new(device, DefragDesc::default()).unwrap();
+        let mut handed: Vec<&mut Buffer> = buffers.iter_mut().map(|(_, b)| b).collect();
+        let stats = defrag.pass(&mut handed).unwrap();
+        assert!(stats.unmovable.is_empty(), "{:?}", stats.unmovable);
+        assert_eq!(stats.moves as usize, 3 * thinned.len(), "every thinned heap moves: {stats:?}");
+        assert_eq!(stats.heaps_emptied as usize, thinned.len());
+        assert_eq!(stats.bytes_moved, u64::from(stats.moves) * MIB);
+        assert!(stats.submission.is_some());
+        assert_eq!(defrag.totals().moves, u64::from(stats.moves));
+        for ((_, b), (old, size, usage, name, id)) in buffers.iter().zip(&before) {
+            assert_eq!((b.size(), b.usage(), b.name(), b.resource_id()), (*size, *usage, name.as_str(), *id));
+            if thinned.contains(&old.1) {
+                assert_eq!(b.memory().0, full, "`{name}` moved into the fullest heap");
+                assert_ne!(b.raw(), old.0, "`{name}` has a new VkBuffer");
+            } else {
+                assert_eq!(place(b), *old, "`{name}` in the fullest heap stays");
+            }
+        }
+        // A host write right after the pass waits for the copy that fills the new place, so the
+        // copy cannot overwrite it.
+        let k = (0..buffers.len()).find(|&k| thinned.contains(&before[k].0 .1)).unwrap();
+        buffers[k].0 += 1000;
+        let (i, b) = &mut buffers[k];
+        write_pattern(*i, b);
+        device.wait_submitted().unwrap();
+        for (i, b) in &buffers {
+            check_pattern(*i, b);
+        }
+        // The old ranges retired after the copy: the emptied heaps hold nothing (kept or freed
+        // by the heap-release policy), and only the fullest heap has allocations.
+        assert_eq!(device.pending_destruction(), 0);
+        assert_eq!(heaps_in_use(device), 1, "one heap holds every buffer");
+        // Names in the VMA-format dump label the moved buffers at their new places.
+        let labels: Vec<&Buffer> = buffers.iter().map(|(_, b)| b).collect();
+        let report = device.memory_report_with(&ReportSources::new().with_buffers(labels));
+        let json = residency_core::report::to_vma_json(&report);
+        for (_, b) in &buffers {
+            assert!(json.contains(&format!("\"{}\"", b.name())), "`{}` is named in the dump", b.name());
+        }
+        drop(buffers);
+    });
+}
+
+#[test]
+fn a_moved_buffer_is_used_by_the_next_copy_and_dispatch() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let (mut buffers, full, thinned) = fragmented(device, 2);
+        let moved: Vec<usize> =
+            (0..buffers.len()).filter(|&k| thinned.contains(&buffers[k].1.memory().0)).collect();
+        let mut defrag = Defragmenter::new(device, DefragDesc::default()).unwrap();
+        let mut handed: Vec<&mut Buffer> = buffers.iter_mut().map(|(_, b)| b).collect();
+        let stats = defrag.pass(&mut handed).unwrap();
+        assert_eq!(stats.moves as usize, moved.len());
+        // A copy out of a moved buffer (with COPY_SRC) in the very next submission.
+        let (i, source) = moved
+            .iter()
+            .map(|&k| &buffers[k])
+            .find(|(_, b)| b.usage().contains(BufferUsage::COPY_SRC))
+            .unwrap();
+        assert_eq!(source.memory().0, full);
+        let target = device
+            .create_buffer(
+                &BufferDesc::new("defrag copy target", MIB, BufferUsage::COPY_DST)
+                    .with_intent(MemoryIntent::Readback),
+            )
+            .unwrap();
+        let commands = CommandContext::new(device, "defrag test").unwrap();
+        let copy = commands.submit(&[], |rec| rec.copy_buffer(source, 0, &target, 0, MIB).unwrap()).unwrap();
+        commands.wait(copy).unwrap();
+        check_pattern(*i, &target);
+        // A dispatch writing a moved storage buffer.
+        let (_, written) = &buffers[moved[0]];
+        let program = ComputeProgram::new(device, "defrag fill", &shaders::FILL, 1).unwrap();
+        let set0 = program.descriptor_set(&[Binding::Buffer(written)]).unwrap();
+        let count = 4096u32;
+        let push: Vec<u8> = [count, 77].iter().flat_map(|v| v.to_le_bytes()).collect();
+        device
+            .submit_compute("defrag fill", |rec| {
+                program.dispatch(rec, &set0, &push, [count / 64, 1, 1]).unwrap()
+            })
+            .unwrap();
+        let words: Vec<u32> = written.read_pod(0, count as usize).unwrap();
+        assert!(
+            words.iter().enumerate().all(|(j, &w)| w == 77 + j as u32),
+            "the dispatch wrote the new buffer"
+        );
+        drop((set0, program, target, commands, buffers));
+    });
+}
+
+#[test]
+fn pinned_shared_and_unhanded_buffers_never_move_nor_does_their_heap() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let (mut buffers, _full, thinned) = fragmented(device, 3);
+        // One buffer of a thinned heap that cannot move: its heap is then no source at all.
+        let k = (0..buffers.len()).find(|&k| buffers[k].1.memory().0 == thinned[0]).unwrap();
+        let places: Vec<Place> = buffers.iter().map(|(_, b)| place(b)).collect();
+        let unmoved = |buffers: &[(usize, Buffer)]| {
+            for j in (0..buffers.len()).filter(|&j| places[j].1 == thinned[0]) {
+                assert_eq!(place(&buffers[j].1), places[j], "`{}` stays where it was", buffers[j].1.name());
+            }
+        };
+        let mut defrag = Defragmenter::new(device, DefragDesc::default()).unwrap();
+        // Pinned.
+        buffers[k].1.set_movable(false);
+        assert!(!buffers[k].1.is_movable());
+        let mut handed: Vec<&mut Buffer> = buffers.iter_mut().map(|(_, b)| b).collect();
+        let stats = defrag.pass(&mut handed).unwrap();
+        assert!(stats.unmovable.contains(&(k, Unmovable::Pinned)), "{:?}", stats.unmovable);
+        unmoved(&buffers);
+        buffers[k].1.set_movable(true);
+        // Held by a descriptor set (which names its VkBuffer).
+        let program = ComputeProgram::new(device, "defrag shared", &shaders::FILL, 1).unwrap();
+        let set0 = program.descriptor_set(&[Binding::Buffer(&buffers[k].1)]).unwrap();
+        let mut handed: Vec<&mut Buffer> = buffers.iter_mut().map(|(_, b)| b).collect();
+        let stats = defrag.pass(&mut handed).unwrap();
+        assert!(stats.unmovable.contains(&(k, Unmovable::Shared)), "{:?}", stats.unmovable);
+        unmoved(&buffers);
+        drop(set0);
+        // Not handed to the pass.
+        let mut handed: Vec<&mut Buffer> =
+            buffers.iter_mut().enumerate().filter(|(j, _)| *j != k).map(|(_, (_, b))| b).collect();
+        let stats = defrag.pass(&mut handed).unwrap();
+        assert!(stats.unmovable.is_empty(), "{:?}", stats.unmovable);
+        unmoved(&buffers);
+        // Handed over and movable: the heap empties.
+        let mut handed: Vec<&mut Buffer> = buffers.iter_mut().map(|(_, b)| b).collect();
+        let stats = defrag.pass(&mut handed).unwrap();
+        assert!(stats.heaps_emptied >= 1 && buffers[k].1.memory().0 != thinned[0], "{stats:?}");
+        device.wait_submitted().unwrap();
+        for (i, b) in &buffers {
+            check_pattern(*i, b);
+        }
+        drop((program, buffers));
+    });
+}
+
+#[test]
+fn out_of_memory_at_each_creation_of_a_pass_leaves_everything_where_it_was() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let (mut buffers, _full, _thinned) = fragmented(device, 2);
+        let places: Vec<Place> = buffers.iter().map(|(_, b)| place(b)).collect();
+        let objects = || device.ledger().live_objects().len();
+        let used = || {
+            device
+                .memory_report()
+                .memory_types
+                .iter()
+                .flat_map(|t| &t.blocks)
+                .map(|b| b.ranges.len())
+                .sum::<usize>()
+        };
+        let (objects_before, used_before) = (objects(), used());
+        let mut defrag = Defragmenter::new(device, DefragDesc::default()).unwrap();
+        let mut failures = 0;
+        for skip in 0u64.. {
+            device.ledger().inject_fault(FaultSite::CreateResource, skip, InjectedFault::OutOfDeviceMemory);
+            let calls = device.ledger().site_calls(FaultSite::CreateResource);
+            let mut handed: Vec<&mut Buffer> = buffers.iter_mut().map(|(_, b)| b).collect();
+            let result = defrag.pass(&mut handed);
+            let made = device.ledger().site_calls(FaultSite::CreateResource) - calls;
+            device.ledger().clear_faults();
+            if made <= skip {
+                // The pass made fewer objects than `skip`: the fault never fired, so it moved.
+                assert!(result.is_ok());
+                break;
+            }
+            failures += 1;
+            let err = result.unwrap_err();
+            assert!(matches!(err, DefragError::Memory(MemoryError::OutOfDeviceMemory { .. })), "{err}");
+            let now: Vec<Place> = buffers.iter().map(|(_, b)| place(b)).collect();
+            assert_eq!(now, places, "call {skip} failed: nothing moved");
+            assert_eq!(
+                (objects(), used()),
+                (objects_before, used_before),
+                "call {skip}: nothing left behind"
+            );
+        }
+        assert!(failures >= 2, "the pass creates buffers and aliases");
+        // The last pass, with no fault left to fire, moved.
+        device.wait_submitted().unwrap();
+        for (i, b) in &buffers {
+            check_pattern(*i, b);
+        }
+        drop(buffers);
+    });
+}
+
+#[test]
+fn a_failed_submission_during_a_pass_leaves_everything_where_it_was() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let (mut buffers, _full, _thinned) = fragmented(device, 2);
+        let places: Vec<Place> = buffers.iter().map(|(_, b)| place(b)).collect();
+        let objects_before = device.ledger().live_objects().len();
+        let mut defrag = Defragmenter::new(device, DefragDesc::default()).unwrap();
+        device.ledger().inject_fault(FaultSite::QueueSubmit, 0, InjectedFault::OutOfDeviceMemory);
+        let mut handed: Vec<&mut Buffer> = buffers.iter_mut().map(|(_, b)| b).collect();
+        let err = defrag.pass(&mut handed).unwrap_err();
+        device.ledger().clear_faults();
+        assert!(matches!(err, DefragError::Vulkan(_)), "{err}");
+        let now: Vec<Place> = buffers.iter().map(|(_, b)| place(b)).collect();
+        assert_eq!(now, places);
+        assert_eq!(device.ledger().live_objects().len(), objects_before);
+        let mut handed: Vec<&mut Buffer> = buffers.iter_mut().map(|(_, b)| b).collect();
+        assert!(defrag.pass(&mut handed).unwrap().moves > 0, "the same pass succeeds once the fault is gone");
+        device.wait_submitted().unwrap();
+        for (i, b) in &buffers {
+            check_pattern(*i, b);
+        }
+        drop(buffers);
+    });
+}
+
+#[test]
+fn a_buffer_used_by_a_pending_frame_moves_and_its_old_memory_waits_for_the_signal() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let (mut buffers, _full, thinned) = fragmented(device, 2);
+        let frame = device.create_timeline("defrag frame").unwrap();
+        let value = {
+            // SAFETY: a timeline semaphore of this device.
+            unsafe { device.raw().get_semaphore_counter_value(frame.raw()) }.unwrap() + 1
+        };
+        let moving: Vec<usize> =
+            (0..buffers.len()).filter(|&k| thinned.contains(&buffers[k].1.memory().0)).collect();
+        for &k in &moving {
+            buffers[k].1.used_until(frame.at(value)).unwrap();
+        }
+        let names: Vec<String> = moving.iter().map(|&k| buffers[k].1.name().to_owned()).collect();
+        let count =
+            |name: &str| device.ledger().live_objects().iter().filter(|o| o.name.as_ref() == name).count();
+        let mut defrag = Defragmenter::new(device, DefragDesc::default()).unwrap();
+        let mut handed: Vec<&mut Buffer> = buffers.iter_mut().map(|(_, b)| b).collect();
+        let stats = defrag.pass(&mut handed).unwrap();
+        assert_eq!(stats.moves as usize, moving.len(), "{stats:?}");
+        // The frame has not signalled: the copy waits for it on the GPU, and the old buffers and
+        // ranges wait in the retire queue.
+        device.maintain();
+        assert!(device.pending_destruction() >= moving.len());
+        for name in &names {
+            assert_eq!(count(name), 2, "`{name}`: the old buffer is alive beside the new one");
+        }
+        assert_eq!(heaps_in_use(device), 1 + thinned.len(), "the old ranges still hold their heaps");
+        let signal = vk::SemaphoreSignalInfo::default().semaphore(frame.raw()).value(value);
+        // SAFETY: the renderer's timeline, signalled once to a greater value; nothing else signals it.
+        unsafe { device.raw().signal_semaphore(&signal) }.unwrap();
+        device.wait_submitted().unwrap();
+        device.maintain();
+        assert_eq!(device.pending_destruction(), 0);
+        assert_eq!(heaps_in_use(device), 1, "the emptied heaps hold nothing now");
+        for name in &names {
+            assert_eq!(count(name), 1, "`{name}`: the old buffer is gone after the signal");
+        }
+        for (i, b) in &buffers {
+            check_pattern(*i, b);
+        }
+        drop(buffers);
+    });
+}
