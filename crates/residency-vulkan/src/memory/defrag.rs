@@ -16,9 +16,7 @@ use crate::memory::{BlockAllocation, MappedPtr, MemoryError};
 use crate::resource_memory::ResourceMemory;
 use crate::retire::{Garbage, GpuUse, Life, FRAMES, SPARSE, UNIVERSAL};
 use ash::vk;
-use residency_core::allocator::{
-    plan_defragmentation, BlockState, DefragBudget, DefragHeap, LiveBlock, ResourceKind,
-};
+use residency_core::allocator::{plan_defragmentation, BlockState, DefragBudget, DefragHeap, LiveBlock};
 use residency_core::sync::LastUses;
 use residency_core::usage::BufferUsage;
 use std::collections::HashMap;
@@ -242,11 +240,13 @@ impl Defragmenter {
             let before = stage.moves.len();
             self.plan_type(type_index, &candidates, budget, &mut stage, &mut emptied);
             let planned = &stage.moves[before..];
-            budget.moves -= planned.len() as u32;
-            budget.bytes -= planned
-                .iter()
-                .map(|m| m.destination.as_ref().map_or(0, |d| d.allocation.size()))
-                .sum::<u64>();
+            budget.moves = budget.moves.saturating_sub(planned.len() as u32);
+            budget.bytes = budget.bytes.saturating_sub(
+                planned
+                    .iter()
+                    .map(|m| m.destination.as_ref().map_or(0, |d| d.allocation.size()))
+                    .sum::<u64>(),
+            );
         }
         // Create, check and bind the new buffers (and the copy aliases).
         let mut index = 0;
@@ -409,12 +409,7 @@ impl Defragmenter {
             let live = heaps[m.heap].blocks[m.block];
             let candidate = here[&(from, live.offset)];
             let block = list.blocks[to as usize].as_mut().expect("a planned heap is live");
-            let taken = block.allocator.allocate_at(
-                m.to_offset,
-                candidate.size,
-                live.alignment,
-                ResourceKind::Linear,
-            );
+            let taken = block.allocator.allocate_at(m.to_offset, candidate.size, live.alignment, live.kind);
             let allocation = match taken {
                 Ok(allocation) => allocation,
                 Err(e) => {
