@@ -6,15 +6,17 @@
 
 use residency_core::memory::MemoryIntent;
 use residency_core::report::RangeKind;
-use residency_core::usage::BufferUsage;
+use residency_core::usage::{BufferPoolUsage, BufferUsage};
 use residency_vulkan::ash::vk;
 use residency_vulkan::compute::{Binding, ComputeProgram};
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::{
-    shaders, Buffer, BufferDesc, CommandContext, DefragDesc, DefragError, Defragmenter, Device, FaultSite,
-    InjectedFault, MemoryError, ReportSources, Unmovable,
+    shaders, Buffer, BufferDesc, BufferInit, BufferPlacement, BufferPool, BufferPoolDesc, CommandContext,
+    DefragDesc, DefragError, Defragmenter, Device, FaultSite, InjectedFault, MemoryError, ReportSources,
+    Unmovable,
 };
 use std::collections::HashMap;
+use std::sync::Arc;
 
 const MIB: u64 = 1 << 20;
 
@@ -371,5 +373,112 @@ fn a_buffer_used_by_a_pending_frame_moves_and_its_old_memory_waits_for_the_signa
             check_pattern(*i, b);
         }
         drop(buffers);
+    });
+}
+
+/// A pool's buffers of 64 KiB over 1 MiB pages: pages filled, the first page thinned to every
+/// other buffer, the others to two buffers each. Returns the buffers with their pattern index and
+/// the first page's memory.
+fn fragmented_pool(
+    pool: &BufferPool,
+    usage: Option<BufferUsage>,
+) -> (Vec<(usize, Buffer)>, vk::DeviceMemory) {
+    let mut all = Vec::new();
+    for i in 0..40 {
+        let mut init = BufferInit::new(format!("{} buffer {i}", pool.desc().name), 64 << 10);
+        if let Some(usage) = usage {
+            // Every third buffer lacks the copy usages: the pass copies through aliases then.
+            init = init.with_usage(if i % 3 == 0 {
+                usage
+            } else {
+                usage | BufferUsage::COPY_SRC | BufferUsage::COPY_DST
+            });
+        }
+        let mut b = pool.init_buffer(&init).unwrap();
+        write_pattern(500 + i, &mut b);
+        all.push((500 + i, b));
+    }
+    let first = all[0].1.memory().0;
+    assert!(all.iter().any(|(_, b)| b.memory().0 != first), "the scenario needs two pages");
+    let mut seen: HashMap<vk::DeviceMemory, usize> = HashMap::new();
+    all.retain(|(_, b)| {
+        let n = seen.entry(b.memory().0).or_default();
+        *n += 1;
+        if b.memory().0 == first {
+            *n % 2 == 1
+        } else {
+            *n <= 2
+        }
+    });
+    (all, first)
+}
+
+fn pool_pass_moves_within_the_pool(pool: &BufferPool, usage: Option<BufferUsage>) {
+    let device = pool.device();
+    let (mut buffers, first) = fragmented_pool(pool, usage);
+    let pages_before = pool.stats().pages;
+    let live = pool.stats().buffers;
+    let before: Vec<Place> = buffers.iter().map(|(_, b)| place(b)).collect();
+    let mut defrag = Defragmenter::new(device, DefragDesc::default()).unwrap();
+    let mut handed: Vec<&mut Buffer> = buffers.iter_mut().map(|(_, b)| b).collect();
+    let stats = defrag.pass(&mut handed).unwrap();
+    assert!(stats.unmovable.is_empty(), "{:?}", stats.unmovable);
+    let thinned = before.iter().filter(|p| p.1 != first).count();
+    assert_eq!(stats.moves as usize, thinned, "{stats:?}");
+    assert_eq!(stats.heaps_emptied as usize, pages_before - 1);
+    for ((_, b), old) in buffers.iter().zip(&before) {
+        assert_eq!(b.memory().0, first, "`{}` is on the first page", b.name());
+        if old.1 != first {
+            assert_eq!(
+                b.placement(),
+                if usage.is_some() { BufferPlacement::Placed } else { BufferPlacement::Range }
+            );
+            if usage.is_none() {
+                // A range of the first page's buffer, at its new offset.
+                assert_eq!((b.raw(), b.offset()), (buffers[0].1.raw(), b.memory().1));
+            }
+        } else {
+            assert_eq!(place(b), *old);
+        }
+    }
+    assert_eq!(pool.stats().buffers, live, "the pool counts each moved buffer once");
+    device.wait_submitted().unwrap();
+    pool.check_invariants().unwrap();
+    assert!(pool.stats().pages < pages_before || pages_before == 2, "emptied pages are released (one kept)");
+    assert_eq!(pool.stats().pages, 2.min(pages_before), "the full page and the one empty page kept");
+    for (i, b) in &buffers {
+        check_pattern(*i, b);
+    }
+    drop(buffers);
+}
+
+#[test]
+fn buffers_of_a_pool_with_unknown_flags_move_between_its_pages() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let pool = BufferPool::new(
+            Arc::clone(device),
+            BufferPoolDesc::new("defrag placed pool", BufferPoolUsage::Unknown)
+                .with_memory(MemoryIntent::Upload)
+                .with_page_size(MIB),
+        )
+        .unwrap();
+        pool_pass_moves_within_the_pool(&pool, Some(BufferUsage::STORAGE));
+    });
+}
+
+#[test]
+fn ranges_of_a_known_flags_pool_move_between_its_page_buffers() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        // Without copy usages on the pages: the pass copies through aliases over the ranges.
+        let pool = BufferPool::new(
+            Arc::clone(device),
+            BufferPoolDesc::new("defrag range pool", BufferPoolUsage::Known(BufferUsage::STORAGE))
+                .with_memory(MemoryIntent::Upload)
+                .with_page_size(MIB),
+        )
+        .unwrap();
+        pool_pass_moves_within_the_pool(&pool, None);
     });
 }

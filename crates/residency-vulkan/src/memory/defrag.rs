@@ -1,6 +1,7 @@
 //! Defragmentation the library carries out: moves buffers placed in the device's general heaps
-//! so that the most-empty heaps empty, copies their contents on the GPU, and swaps the handles'
-//! internals, the old objects retiring behind the copy and every declared use.
+//! or in a buffer pool's pages so that the most-empty heaps (pages) empty, copies their contents
+//! on the GPU, and swaps the handles' internals, the old objects retiring behind the copy and
+//! every declared use.
 //!
 //! The renderer hands a pass the buffers that may move as `&mut`: no CPU alias can see the old
 //! `VkBuffer` while the pass runs, and afterwards each handle names its new `VkBuffer`, memory and
@@ -12,15 +13,16 @@ use crate::buffer::{bind_buffer, create_raw_buffer, Buffer, BufferPlacement};
 use crate::commands::{CommandContext, Submission};
 use crate::device::Device;
 use crate::error::VulkanError;
-use crate::memory::{BlockAllocation, MappedPtr, MemoryError};
+use crate::memory::{BlockAllocation, BlockList, MappedPtr, MemoryError};
+use crate::pool::PoolShared;
 use crate::resource_memory::ResourceMemory;
-use crate::retire::{Garbage, GpuUse, Life, FRAMES, SPARSE, UNIVERSAL};
+use crate::retire::{Garbage, GpuUse, Life, Parent, FRAMES, SPARSE, UNIVERSAL};
 use ash::vk;
 use residency_core::allocator::{plan_defragmentation, BlockState, DefragBudget, DefragHeap, LiveBlock};
 use residency_core::sync::LastUses;
-use residency_core::usage::BufferUsage;
+use residency_core::usage::{BufferPoolUsage, BufferUsage};
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// What one pass may move. Defaults: 64 MiB and 256 moves.
@@ -57,8 +59,9 @@ impl DefragDesc {
 pub enum Unmovable {
     /// It lives on another device than the defragmenter's.
     OtherDevice,
-    /// It is not placed in the device's general heaps (committed memory, a pool's buffer, a
-    /// transient buffer): this increment moves only [`Device::create_buffer`] placements.
+    /// It is not placed in heaps that a pass moves within (committed memory, a transient buffer):
+    /// passes move [`Device::create_buffer`] placements and [`BufferPool`](crate::BufferPool)
+    /// buffers.
     NotPlaced,
     /// The renderer pinned it ([`Buffer::set_movable`]).
     Pinned,
@@ -129,10 +132,65 @@ pub struct Defragmenter {
     totals: DefragTotals,
 }
 
+/// The heaps a buffer lives in: one memory type of the device's general allocator, or one arena
+/// of a buffer pool's pages. Moves stay within their heaps' owner.
+#[derive(Clone)]
+enum Heaps {
+    General(u32),
+    Pool { pool: Arc<PoolShared>, arena: u16 },
+}
+
+impl Heaps {
+    fn lock<'a>(&'a self, device: &'a Device) -> MutexGuard<'a, BlockList> {
+        let list = match self {
+            Heaps::General(type_index) => &device.general[*type_index as usize],
+            Heaps::Pool { pool, arena } => pool.arena(*arena),
+        };
+        list.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// An order and identity: general heaps by memory type, then pools by id and arena.
+    fn key(&self) -> (u8, u64, u32) {
+        match self {
+            Heaps::General(type_index) => (0, 0, *type_index),
+            Heaps::Pool { pool, arena } => (1, pool.identity().0, u32::from(*arena)),
+        }
+    }
+
+    fn type_index(&self) -> u32 {
+        match self {
+            Heaps::General(type_index) => *type_index,
+            Heaps::Pool { pool, .. } => pool.identity().2,
+        }
+    }
+
+    /// Where an allocation of these heaps returns when it is freed.
+    fn memory(&self, allocation: BlockAllocation) -> ResourceMemory {
+        match self {
+            Heaps::General(type_index) => ResourceMemory::General { type_index: *type_index, allocation },
+            Heaps::Pool { pool, arena } => {
+                ResourceMemory::Pool { pool: Arc::downgrade(pool), arena: *arena, allocation }
+            }
+        }
+    }
+
+    /// The usage of the `VkBuffer` a range buffer of these heaps is a range of (a known-flags
+    /// pool's page buffer).
+    fn page_usage(&self) -> BufferUsage {
+        match self {
+            Heaps::Pool { pool, .. } => match pool.identity().1 {
+                BufferPoolUsage::Known(usage) => usage,
+                BufferPoolUsage::Unknown => BufferUsage::empty(),
+            },
+            Heaps::General(_) => BufferUsage::empty(),
+        }
+    }
+}
+
 /// A buffer the pass may move, as its memory says.
 struct Candidate {
     index: usize,
-    type_index: u32,
+    heaps: Heaps,
     block: u32,
     offset: u64,
     /// The allocation's size (what a new place must hold).
@@ -143,7 +201,7 @@ struct Candidate {
 /// One move being staged: its destination and the objects made for it.
 struct Staged {
     index: usize,
-    type_index: u32,
+    heaps: Heaps,
     /// The source heap (block slot), for counting emptied heaps.
     from_block: u32,
     destination: Option<BlockAllocation>,
@@ -151,9 +209,13 @@ struct Staged {
     offset: u64,
     memory_size: u64,
     mapped: Option<MappedPtr>,
+    /// The destination page's buffer (a known-flags pool's range buffer), else null.
+    page_buffer: vk::Buffer,
+    /// The new `VkBuffer` (null for a range of a page buffer).
     raw: vk::Buffer,
     /// Copy aliases (a `COPY_SRC` buffer over the old range, a `COPY_DST` one over the new), when
-    /// the buffer's own usage lacks the bit; else null and the buffer itself is used.
+    /// the buffer's own usage (a range's: its page buffer's) lacks the bit; else null and the
+    /// buffer itself is used.
     src_alias: vk::Buffer,
     dst_alias: vk::Buffer,
     waits: Vec<GpuUse>,
@@ -177,9 +239,7 @@ impl Stage<'_> {
             }
         }
         if let Some(destination) = m.destination.take() {
-            let mut list =
-                self.device.general[m.type_index as usize].lock().unwrap_or_else(|e| e.into_inner());
-            list.free(self.device, destination);
+            m.heaps.lock(self.device).free(self.device, destination);
         }
     }
 }
@@ -210,13 +270,15 @@ impl Defragmenter {
         self.totals
     }
 
-    /// One pass over `movable`: plans moves that empty the most-empty general heaps into the
+    /// One pass over `movable`: per set of heaps (a memory type of the device's general
+    /// allocator, an arena of a buffer pool), plans moves that empty the most-empty heaps into the
     /// fullest heaps' free ranges (within the per-pass budget), creates each moved buffer's new
-    /// `VkBuffer` with the same size and usage at its destination, copies the contents in one
-    /// submission (waiting on the GPU for every use declared on the moved buffers with
-    /// `used_until` on a timeline; barriers before and after order it against all other work on
-    /// the universal queue), and swaps the handles' internals. The old `VkBuffer` and range retire
-    /// through the device's deferred destruction after the copy and those uses.
+    /// `VkBuffer` with the same size and usage at its destination (a known-flags pool's range
+    /// becomes a range of the destination page's buffer), copies the contents in one submission
+    /// (waiting on the GPU for every use declared on the moved buffers with `used_until` on a
+    /// timeline; barriers before and after order it against all other work on the universal
+    /// queue), and swaps the handles' internals. The old `VkBuffer` and range retire through the
+    /// device's deferred destruction after the copy and those uses.
     ///
     /// Buffers it refuses are listed in [`DefragStats::unmovable`]. On an error (out of memory
     /// creating a buffer, a failed submission) every buffer is where it was and nothing is left
@@ -229,16 +291,20 @@ impl Defragmenter {
         let mut stats = DefragStats::default();
         let candidates = self.candidates(movable, &mut stats);
         let mut stage = Stage { device, moves: Vec::new() };
-        // Heaps each plan empties: (memory type, block slot) and the moves that leave it.
-        let mut emptied: Vec<(u32, u32)> = Vec::new();
+        // Heaps the plans empty: (heaps' key, block slot).
+        let mut emptied: Vec<((u8, u64, u32), u32)> = Vec::new();
         let mut budget =
             DefragBudget { bytes: self.desc.max_bytes_per_pass, moves: self.desc.max_moves_per_pass };
-        let mut types: Vec<u32> = candidates.iter().map(|c| c.type_index).collect();
-        types.sort_unstable();
-        types.dedup();
-        for type_index in types {
+        let mut owners: Vec<Heaps> = Vec::new();
+        for c in &candidates {
+            if !owners.iter().any(|h| h.key() == c.heaps.key()) {
+                owners.push(c.heaps.clone());
+            }
+        }
+        owners.sort_by_key(Heaps::key);
+        for heaps in owners {
             let before = stage.moves.len();
-            self.plan_type(type_index, &candidates, budget, &mut stage, &mut emptied);
+            self.plan_heaps(&heaps, &candidates, budget, &mut stage, &mut emptied);
             let planned = &stage.moves[before..];
             budget.moves = budget.moves.saturating_sub(planned.len() as u32);
             budget.bytes = budget.bytes.saturating_sub(
@@ -270,21 +336,22 @@ impl Defragmenter {
         // Committed: swap the handles' internals; the old lives retire behind the copy.
         let moves = std::mem::take(&mut stage.moves);
         drop(stage);
-        for m in &moves {
-            let size = m.destination.as_ref().map_or(0, |d| d.allocation.size());
-            stats.bytes_moved += size;
-        }
+        stats.bytes_moved =
+            moves.iter().map(|m| m.destination.as_ref().map_or(0, |d| d.allocation.size())).sum();
         stats.moves = moves.len() as u32;
         stats.heaps_emptied = emptied
             .iter()
-            .filter(|&&(t, slot)| {
-                let list = device.general[t as usize].lock().unwrap_or_else(|e| e.into_inner());
+            .filter(|&&(key, slot)| {
+                let Some(heaps) = moves.iter().find(|m| m.heaps.key() == key).map(|m| &m.heaps) else {
+                    return false;
+                };
+                let list = heaps.lock(device);
                 let live = list
                     .blocks
                     .get(slot as usize)
                     .and_then(Option::as_ref)
                     .map_or(0, |b| b.allocator.allocation_count());
-                let leaving = moves.iter().filter(|m| m.type_index == t && m.from_block == slot).count();
+                let leaving = moves.iter().filter(|m| m.heaps.key() == key && m.from_block == slot).count();
                 live == leaving as u64
             })
             .count() as u32;
@@ -309,7 +376,7 @@ impl Defragmenter {
             let refuse = |reason| Some((index, reason));
             let refused = if !buffer.device().is(&self.device) {
                 refuse(Unmovable::OtherDevice)
-            } else if buffer.placement != BufferPlacement::Placed || buffer.pool.is_some() {
+            } else if buffer.placement == BufferPlacement::Committed {
                 refuse(Unmovable::NotPlaced)
             } else if !buffer.movable {
                 refuse(Unmovable::Pinned)
@@ -323,9 +390,19 @@ impl Defragmenter {
                 stats.unmovable.push(refused);
                 continue;
             }
-            let Some(Garbage::Buffer { memory: ResourceMemory::General { type_index, allocation }, .. }) =
-                buffer.life.garbage()
-            else {
+            let placed = match buffer.life.garbage() {
+                Some(Garbage::Buffer {
+                    memory: ResourceMemory::General { type_index, allocation }, ..
+                }) => Some((Heaps::General(*type_index), allocation)),
+                Some(Garbage::Buffer {
+                    memory: ResourceMemory::Pool { pool, arena, allocation }, ..
+                }) => {
+                    // The buffer's life holds its pool (its parent), so it is there.
+                    pool.upgrade().map(|pool| (Heaps::Pool { pool, arena: *arena }, allocation))
+                }
+                _ => None,
+            };
+            let Some((heaps, allocation)) = placed else {
                 stats.unmovable.push((index, Unmovable::NotPlaced));
                 continue;
             };
@@ -344,7 +421,7 @@ impl Defragmenter {
                 .collect();
             out.push(Candidate {
                 index,
-                type_index: *type_index,
+                heaps,
                 block: allocation.block,
                 offset: allocation.allocation.offset(),
                 size: allocation.allocation.size(),
@@ -354,26 +431,26 @@ impl Defragmenter {
         out
     }
 
-    /// Plans the moves of one memory type's heaps and takes their destinations (under the list's
-    /// lock, so the heaps cannot change between the plan and the destinations).
-    fn plan_type(
+    /// Plans the moves within one set of heaps and takes their destinations (under the heaps'
+    /// lock, so they cannot change between the plan and the destinations).
+    fn plan_heaps(
         &self,
-        type_index: u32,
+        heaps: &Heaps,
         candidates: &[Candidate],
         budget: DefragBudget,
         stage: &mut Stage<'_>,
-        emptied: &mut Vec<(u32, u32)>,
+        emptied: &mut Vec<((u8, u64, u32), u32)>,
     ) {
         let device = &*self.device;
         let here: HashMap<(u32, u64), &Candidate> = candidates
             .iter()
-            .filter(|c| c.type_index == type_index)
+            .filter(|c| c.heaps.key() == heaps.key())
             .map(|c| ((c.block, c.offset), c))
             .collect();
-        let mut list = device.general[type_index as usize].lock().unwrap_or_else(|e| e.into_inner());
+        let mut list = heaps.lock(device);
         let slots: Vec<u32> =
             list.blocks.iter().enumerate().filter(|(_, b)| b.is_some()).map(|(i, _)| i as u32).collect();
-        let heaps: Vec<DefragHeap> = slots
+        let described: Vec<DefragHeap> = slots
             .iter()
             .map(|&slot| {
                 let block = list.block(slot);
@@ -396,7 +473,7 @@ impl Defragmenter {
                 DefragHeap { capacity: block.size, granularity: block.allocator.granularity(), blocks }
             })
             .collect();
-        let plan = match plan_defragmentation(&heaps, budget) {
+        let plan = match plan_defragmentation(&described, budget) {
             Ok(plan) => plan,
             Err(e) => {
                 tracing::error!(list = %list.name, error = %e, "the heaps' own layout was refused by the planner");
@@ -406,7 +483,7 @@ impl Defragmenter {
         let before = stage.moves.len();
         for m in &plan.moves {
             let (from, to) = (slots[m.heap], slots[m.to_heap]);
-            let live = heaps[m.heap].blocks[m.block];
+            let live = described[m.heap].blocks[m.block];
             let candidate = here[&(from, live.offset)];
             let block = list.blocks[to as usize].as_mut().expect("a planned heap is live");
             let taken = block.allocator.allocate_at(m.to_offset, candidate.size, live.alignment, live.kind);
@@ -414,7 +491,7 @@ impl Defragmenter {
                 Ok(allocation) => allocation,
                 Err(e) => {
                     // The planner mirrors the allocator, so this is a bug: give back what this
-                    // plan took and move nothing of this memory type.
+                    // plan took and move nothing of these heaps.
                     tracing::error!(list = %list.name, error = %e, "a planned destination was refused");
                     let mut undone: Vec<Staged> = stage.moves.drain(before..).collect();
                     drop(list);
@@ -424,50 +501,57 @@ impl Defragmenter {
                     return;
                 }
             };
-            let memory = block.memory;
-            let (memory_size, mapped) = (block.size, block.mapped);
             stage.moves.push(Staged {
                 index: candidate.index,
-                type_index,
+                heaps: heaps.clone(),
                 from_block: from,
                 offset: allocation.offset(),
                 destination: Some(BlockAllocation { block: to, allocation }),
-                memory,
-                memory_size,
-                mapped,
+                memory: block.memory,
+                memory_size: block.size,
+                mapped: block.mapped,
+                page_buffer: block.page_buffer.unwrap_or_default(),
                 raw: vk::Buffer::null(),
                 src_alias: vk::Buffer::null(),
                 dst_alias: vk::Buffer::null(),
                 waits: candidate.waits.clone(),
             });
         }
-        emptied.extend(plan.emptied.iter().map(|&h| (type_index, slots[h])));
+        emptied.extend(plan.emptied.iter().map(|&h| (heaps.key(), slots[h])));
     }
 
-    /// Creates and binds the new buffer and the copy aliases of one move. `Ok(false)`: the
-    /// requirements do not fit the planned place (the move is dropped); an error fails the pass.
+    /// Creates and binds the new buffer (none for a range of a page buffer) and the copy aliases
+    /// of one move. `Ok(false)`: the requirements do not fit the planned place (the move is
+    /// dropped); an error fails the pass.
     fn create(device: &Device, buffer: &Buffer, m: &mut Staged) -> Result<bool, MemoryError> {
+        let type_index = m.heaps.type_index();
         let fits = |requirements: residency_core::profile::MemoryRequirements, offset: u64, room: u64| {
-            requirements.memory_type_bits & (1 << m.type_index) != 0
+            requirements.memory_type_bits & (1 << type_index) != 0
                 && offset % requirements.alignment.max(1) == 0
                 && requirements.size <= room
         };
         let room = m.destination.as_ref().map_or(0, |d| d.allocation.size());
-        let (raw, requirements) = create_raw_buffer(device, &buffer.name, buffer.size, buffer.usage)?;
-        m.raw = raw;
-        if !fits(requirements, m.offset, room) {
-            return Ok(false);
-        }
-        // On failure the bind destroys the buffer.
-        let bound = bind_buffer(device, raw, m.memory, m.offset);
-        if bound.is_err() {
-            m.raw = vk::Buffer::null();
-        }
-        bound?;
-        let old_room = match buffer.life.garbage() {
-            Some(Garbage::Buffer { memory: ResourceMemory::General { allocation, .. }, .. }) => {
-                allocation.allocation.size()
+        let range = buffer.placement == BufferPlacement::Range;
+        // What the copy can use directly: the buffer's own usage, or its page buffer's.
+        let copy_usage = if range { m.heaps.page_usage() } else { buffer.usage };
+        if !range {
+            let (raw, requirements) = create_raw_buffer(device, &buffer.name, buffer.size, buffer.usage)?;
+            m.raw = raw;
+            if !fits(requirements, m.offset, room) {
+                return Ok(false);
             }
+            // On failure the bind destroys the buffer.
+            let bound = bind_buffer(device, raw, m.memory, m.offset);
+            if bound.is_err() {
+                m.raw = vk::Buffer::null();
+            }
+            bound?;
+        }
+        let old_room = match buffer.life.garbage() {
+            Some(Garbage::Buffer {
+                memory: ResourceMemory::General { allocation, .. } | ResourceMemory::Pool { allocation, .. },
+                ..
+            }) => allocation.allocation.size(),
             _ => 0,
         };
         let aliases = [
@@ -475,7 +559,7 @@ impl Defragmenter {
             (BufferUsage::COPY_DST, "destination", m.memory, m.offset, room),
         ];
         for (usage, what, memory, offset, room) in aliases {
-            if buffer.usage.contains(usage) {
+            if copy_usage.contains(usage) {
                 continue;
             }
             let name = format!("{} (move {what})", buffer.name);
@@ -500,14 +584,21 @@ impl Defragmenter {
         let mut waits: Vec<GpuUse> = stage.moves.iter().flat_map(|m| m.waits.iter().copied()).collect();
         waits.sort_by_key(|w| (w.point.clock.0, std::cmp::Reverse(w.point.value)));
         waits.dedup_by_key(|w| w.point.clock);
-        let copies: Vec<(vk::Buffer, vk::Buffer, u64)> = stage
+        let copies: Vec<(vk::Buffer, vk::Buffer, vk::BufferCopy)> = stage
             .moves
             .iter()
             .map(|m| {
                 let buffer = &*movable[m.index];
-                let src = if m.src_alias != vk::Buffer::null() { m.src_alias } else { buffer.raw };
-                let dst = if m.dst_alias != vk::Buffer::null() { m.dst_alias } else { m.raw };
-                (src, dst, buffer.size)
+                let (src, src_offset) = match m.src_alias {
+                    alias if alias != vk::Buffer::null() => (alias, 0),
+                    _ => (buffer.raw, buffer.range_offset),
+                };
+                let (dst, dst_offset) = match m.dst_alias {
+                    alias if alias != vk::Buffer::null() => (alias, 0),
+                    _ if m.raw != vk::Buffer::null() => (m.raw, 0),
+                    _ => (m.page_buffer, m.offset),
+                };
+                (src, dst, vk::BufferCopy { src_offset, dst_offset, size: buffer.size })
             })
             .collect();
         let before = [vk::MemoryBarrier2::default()
@@ -526,18 +617,19 @@ impl Defragmenter {
             let cmd = rec.raw();
             // SAFETY: the command buffer is recording on this device outside a render pass (the
             // `Recording` invariant) and is left so. Every source is a live buffer of this device
-            // with COPY_SRC usage bound over the moved buffer's bytes, every destination one with
-            // COPY_DST usage bound over the planned place (made above, kept alive until they
-            // retire behind this submission); each region is the buffer's size, inside both; the
-            // destinations are ranges no live resource holds, so no copy overlaps another or its
-            // own source. The barriers order the copies after every earlier command on the queue
-            // and every later command after them.
+            // with COPY_SRC usage over the moved buffer's bytes (the buffer, its page buffer at
+            // its range offset, or an alias bound over them), every destination one with
+            // COPY_DST usage over the planned place (the new buffer, the destination page's
+            // buffer at the planned offset, or an alias), all kept alive until they retire behind
+            // this submission; each region is the buffer's size, inside both; the destinations
+            // are ranges no live resource holds, so no copy overlaps another or its own source.
+            // The barriers order the copies after every earlier command on the queue and every
+            // later command after them.
             unsafe {
                 device
                     .raw()
                     .cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&before));
-                for &(src, dst, size) in &copies {
-                    let region = vk::BufferCopy { src_offset: 0, dst_offset: 0, size };
+                for &(src, dst, region) in &copies {
                     device.raw().cmd_copy_buffer(cmd, src, dst, &[region]);
                 }
                 device
@@ -552,10 +644,23 @@ impl Defragmenter {
     fn commit(device: &Device, buffer: &mut Buffer, mut m: Staged, copy: GpuUse) {
         let destination = m.destination.take().expect("a staged move has its destination");
         let id = device.ledger().track("buffer", Arc::clone(&buffer.name));
-        let memory = ResourceMemory::General { type_index: m.type_index, allocation: destination };
-        let life = Life::new(device.arc(), Garbage::Buffer { raw: m.raw, memory, id }, None);
+        let memory = m.heaps.memory(destination);
+        let parent: Option<Arc<dyn Parent>> = match &m.heaps {
+            Heaps::General(_) => None,
+            Heaps::Pool { pool, .. } => {
+                // The old life's release counts one buffer fewer.
+                pool.count_moved();
+                Some(Arc::clone(pool) as Arc<dyn Parent>)
+            }
+        };
+        let life = Life::new(device.arc(), Garbage::Buffer { raw: m.raw, memory, id }, parent);
         let old = std::mem::replace(&mut buffer.life, life);
-        buffer.raw = m.raw;
+        if m.raw != vk::Buffer::null() {
+            buffer.raw = m.raw;
+        } else {
+            buffer.raw = m.page_buffer;
+            buffer.range_offset = m.offset;
+        }
         buffer.memory = m.memory;
         buffer.memory_offset = m.offset;
         buffer.memory_size = m.memory_size;

@@ -329,6 +329,22 @@ impl BufferPool {
 }
 
 impl PoolShared {
+    /// Arena `arena`'s pages (for defragmentation, which plans and takes destinations under its lock).
+    pub(crate) fn arena(&self, arena: u16) -> &Mutex<BlockList> {
+        &self.arenas[usize::from(arena)]
+    }
+
+    /// The pool's id (what its buffers' `pool` names), its flags and its pages' memory type.
+    pub(crate) fn identity(&self) -> (u64, BufferPoolUsage, u32) {
+        (self.pool_id, self.desc.usage, self.type_index)
+    }
+
+    /// A buffer moved by defragmentation gets a new life in this pool before its old one is
+    /// dropped (whose release counts one buffer fewer): count it.
+    pub(crate) fn count_moved(&self) {
+        self.buffers.fetch_add(1, Ordering::Relaxed);
+    }
+
     fn range_alignment(&self, usage: BufferUsage) -> u64 {
         let l = self.device.limits();
         let mut alignment = 16;
