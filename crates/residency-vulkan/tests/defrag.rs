@@ -1,19 +1,21 @@
 //! Defragmentation the library carries out (`Defragmenter::pass`): buffers of the device's general
 //! heaps move out of the most-empty heaps into the fullest heaps' holes, keep their contents,
 //! names, usage and tracking id, are usable by the next submission, and their old objects retire
-//! behind the copy and every declared use. Every test runs under `with_gpu`: synchronization
+//! behind the copy and every declared use; buffer pools' buffers move between their pages, and
+//! optimal images move with their contents and layouts. Every test runs under `with_gpu`: synchronization
 //! validation on, and no object may outlive it.
 
+use residency_core::format::Format;
 use residency_core::memory::MemoryIntent;
 use residency_core::report::RangeKind;
-use residency_core::usage::{BufferPoolUsage, BufferUsage};
+use residency_core::usage::{BufferPoolUsage, BufferUsage, ImageUsage};
 use residency_vulkan::ash::vk;
 use residency_vulkan::compute::{Binding, ComputeProgram};
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::{
     shaders, Buffer, BufferDesc, BufferInit, BufferPlacement, BufferPool, BufferPoolDesc, CommandContext,
-    DefragDesc, DefragError, Defragmenter, Device, FaultSite, InjectedFault, MemoryError, ReportSources,
-    Unmovable,
+    DefragDesc, DefragError, Defragmenter, Device, FaultSite, Image, ImageDesc, ImageRegion, InjectedFault,
+    MemoryError, ReportSources, Unmovable, Uploader,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -480,5 +482,120 @@ fn ranges_of_a_known_flags_pool_move_between_its_page_buffers() {
         )
         .unwrap();
         pool_pass_moves_within_the_pool(&pool, None);
+    });
+}
+
+const SIDE: u32 = 512;
+
+fn texels(i: usize) -> Vec<u8> {
+    (0..(SIDE * SIDE) as usize).flat_map(|j| word(i, j).to_le_bytes()).collect()
+}
+
+#[test]
+fn optimal_images_move_with_their_contents_and_layouts() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let usage = ImageUsage::COPY_SRC | ImageUsage::COPY_DST | ImageUsage::SAMPLED;
+        // 1.25 MiB images (two mips) until a second heap holds three (the heap kept empty by an
+        // earlier test may be large: up to a 256 MiB page).
+        let mut all: Vec<(usize, Image)> = Vec::new();
+        for i in 0..600 {
+            let desc =
+                ImageDesc::new_2d(format!("defrag image {i}"), Format::R8G8B8A8Unorm, SIDE, SIDE, usage)
+                    .with_mip_levels(2);
+            all.push((i, device.create_image(&desc).unwrap()));
+            let mut per: HashMap<vk::DeviceMemory, usize> = HashMap::new();
+            for (_, image) in &all {
+                *per.entry(image.memory().0).or_default() += 1;
+            }
+            if per.len() >= 2 && per[&all.last().unwrap().1.memory().0] >= 3 {
+                break;
+            }
+        }
+        let mut per: HashMap<vk::DeviceMemory, usize> = HashMap::new();
+        for (_, image) in &all {
+            *per.entry(image.memory().0).or_default() += 1;
+        }
+        let full = *per.iter().max_by_key(|(m, n)| (**n, format!("{m:?}"))).unwrap().0;
+        let mut seen: HashMap<vk::DeviceMemory, usize> = HashMap::new();
+        all.retain(|(_, image)| {
+            let n = seen.entry(image.memory().0).or_default();
+            *n += 1;
+            if image.memory().0 == full {
+                *n % 2 == 1
+            } else {
+                *n <= 3
+            }
+        });
+        assert!(all.iter().any(|(_, image)| image.memory().0 != full), "the scenario needs two heaps");
+        // Every image in GENERAL, but the last one, left UNDEFINED; mip 0 uploaded into those that
+        // will move and the first three of the fullest heap (the others' texels are undefined).
+        let (last, rest) = all.split_last().unwrap();
+        let defined: Vec<&Image> = rest.iter().map(|(_, image)| image).collect();
+        device.discard_to_general(&defined).unwrap();
+        let uploader = Uploader::new(device, "defrag images", 4 * MIB).unwrap();
+        let mut uploaded = Vec::new();
+        for (k, (i, image)) in rest.iter().enumerate() {
+            if image.memory().0 == full && uploaded.len() >= 3 {
+                continue;
+            }
+            uploader.write_image(&ImageRegion::new(image, 0, [0; 3], [SIDE, SIDE, 1]), &texels(*i)).unwrap();
+            uploader.flush().unwrap();
+            uploaded.push(k);
+        }
+        drop(defined);
+        assert_eq!(last.1.layout(0, 0), Some(vk::ImageLayout::UNDEFINED));
+        let places: Vec<(vk::Image, vk::DeviceMemory, u64)> =
+            all.iter().map(|(_, image)| (image.raw(), image.memory().0, image.memory().1)).collect();
+        let thinned = places.iter().filter(|p| p.1 != full).count();
+        // A view holds one of the fullest heap's images: it stays, and so its heap is no source
+        // (else the fullest heap, all movable, could empty into the larger, emptier one).
+        let k = places.iter().position(|p| p.1 == full).unwrap();
+        let view = device.create_image_view(&all[k].1, 0..1).unwrap();
+        let mut defrag = Defragmenter::new(device, DefragDesc::default()).unwrap();
+        // Out of memory creating the second new image, then a failed submission: nothing moves,
+        // no layout changes, nothing is left behind.
+        let objects = device.ledger().live_objects().len();
+        for (site, skip) in [(FaultSite::CreateResource, 1), (FaultSite::QueueSubmit, 0)] {
+            device.ledger().inject_fault(site, skip, InjectedFault::OutOfDeviceMemory);
+            let mut handed: Vec<&mut Image> = all.iter_mut().map(|(_, image)| image).collect();
+            let failed = defrag.pass_with_images(&mut [], &mut handed);
+            device.ledger().clear_faults();
+            assert!(failed.is_err(), "{site:?}");
+            let now: Vec<_> =
+                all.iter().map(|(_, image)| (image.raw(), image.memory().0, image.memory().1)).collect();
+            assert_eq!(now, places, "{site:?}: nothing moved");
+            assert_eq!(device.ledger().live_objects().len(), objects, "{site:?}: nothing left behind");
+            assert_eq!(all[0].1.layout(0, 0), Some(vk::ImageLayout::GENERAL), "{site:?}: layouts unchanged");
+        }
+        let mut handed: Vec<&mut Image> = all.iter_mut().map(|(_, image)| image).collect();
+        let stats = defrag.pass_with_images(&mut [], &mut handed).unwrap();
+        assert_eq!(stats.unmovable_images, vec![(k, Unmovable::Shared)]);
+        assert_eq!(stats.moves as usize, thinned, "{stats:?}");
+        assert!(stats.heaps_emptied >= 1, "{stats:?}");
+        assert_eq!(
+            (all[k].1.raw(), all[k].1.memory().0, all[k].1.memory().1),
+            places[k],
+            "the viewed image stays"
+        );
+        drop(view);
+        for ((_, image), old) in all.iter().zip(&places) {
+            assert_eq!(image.memory().0, full, "`{}` is in the fullest heap", image.name());
+            if old.1 != full {
+                assert_ne!(image.raw(), old.0, "`{}` has a new VkImage", image.name());
+            }
+        }
+        device.wait_submitted().unwrap();
+        let (last, rest) = all.split_last().unwrap();
+        assert_eq!(last.1.layout(0, 0), Some(vk::ImageLayout::UNDEFINED), "UNDEFINED stays UNDEFINED");
+        for (k, (i, image)) in rest.iter().enumerate() {
+            assert_eq!(image.layout(0, 0), Some(vk::ImageLayout::GENERAL), "`{}` mip 0", image.name());
+            assert_eq!(image.layout(1, 0), Some(vk::ImageLayout::GENERAL), "`{}` mip 1", image.name());
+            if uploaded.contains(&k) {
+                let back = device.read_image(image, vk::ImageLayout::GENERAL).unwrap();
+                assert!(back == texels(*i), "`{}`: contents changed", image.name());
+            }
+        }
+        drop((uploader, all));
     });
 }

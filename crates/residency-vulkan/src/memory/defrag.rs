@@ -13,6 +13,8 @@ use crate::buffer::{bind_buffer, create_raw_buffer, Buffer, BufferPlacement};
 use crate::commands::{CommandContext, Submission};
 use crate::device::Device;
 use crate::error::VulkanError;
+use crate::image::{Image, Layouts};
+use crate::ledger::FaultSite;
 use crate::memory::{BlockAllocation, BlockList, MappedPtr, MemoryError};
 use crate::pool::PoolShared;
 use crate::resource_memory::ResourceMemory;
@@ -20,7 +22,7 @@ use crate::retire::{Garbage, GpuUse, Life, Parent, FRAMES, SPARSE, UNIVERSAL};
 use ash::vk;
 use residency_core::allocator::{plan_defragmentation, BlockState, DefragBudget, DefragHeap, LiveBlock};
 use residency_core::sync::LastUses;
-use residency_core::usage::{BufferPoolUsage, BufferUsage};
+use residency_core::usage::{BufferPoolUsage, BufferUsage, ImageUsage};
 use std::collections::HashMap;
 use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
@@ -71,9 +73,12 @@ pub enum Unmovable {
     /// A use was declared in frames ([`Device::frames_from_now`]): no GPU event the copy can wait
     /// for. Declare it on a [`Timeline`](crate::Timeline) or a submission instead.
     FrameCountedUse,
-    /// The new `VkBuffer`'s memory requirements do not fit the planned place (or no copy alias
-    /// could be bound over the old or new range).
+    /// The new `VkBuffer`'s (`VkImage`'s) memory requirements do not fit the planned place (or
+    /// no copy alias could be bound over the old or new range).
     Requirements,
+    /// An image without both `COPY_SRC` and `COPY_DST` usage (images are copied with
+    /// `vkCmdCopyImage`; optimal images cannot be aliased for the copy as buffers are).
+    NoCopyUsage,
 }
 
 /// What one pass did.
@@ -89,6 +94,8 @@ pub struct DefragStats {
     pub heaps_emptied: u32,
     /// Buffers handed to the pass that it refused to consider, by their index in the slice.
     pub unmovable: Vec<(usize, Unmovable)>,
+    /// Images handed to [`Defragmenter::pass_with_images`] that it refused, by their index.
+    pub unmovable_images: Vec<(usize, Unmovable)>,
     /// CPU time the pass took (planning, creating, recording, submitting; not the GPU's copy).
     pub cpu_time: Duration,
     /// The copy submission, when anything moved: wait for it (or declare uses after it) before
@@ -187,9 +194,16 @@ impl Heaps {
     }
 }
 
-/// A buffer the pass may move, as its memory says.
+/// What a move moves: a buffer or an image, by its index in the slice handed to the pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Target {
+    Buffer(usize),
+    Image(usize),
+}
+
+/// A resource the pass may move, as its memory says.
 struct Candidate {
-    index: usize,
+    target: Target,
     heaps: Heaps,
     block: u32,
     offset: u64,
@@ -200,7 +214,7 @@ struct Candidate {
 
 /// One move being staged: its destination and the objects made for it.
 struct Staged {
-    index: usize,
+    target: Target,
     heaps: Heaps,
     /// The source heap (block slot), for counting emptied heaps.
     from_block: u32,
@@ -218,7 +232,17 @@ struct Staged {
     /// buffer itself is used.
     src_alias: vk::Buffer,
     dst_alias: vk::Buffer,
+    /// An image's new `VkImage` (null for buffers), its size and its layout record.
+    image: vk::Image,
+    image_size: u64,
+    layouts: Option<Arc<Layouts>>,
     waits: Vec<GpuUse>,
+}
+
+/// The resources handed to a pass.
+struct Movable<'r, 'b, 'i> {
+    buffers: &'r mut [&'b mut Buffer],
+    images: &'r mut [&'i mut Image],
 }
 
 /// The moves of a pass until they are committed: dropping it destroys what was made (never used
@@ -237,6 +261,11 @@ impl Stage<'_> {
                 unsafe { self.device.raw().destroy_buffer(*raw, None) };
                 *raw = vk::Buffer::null();
             }
+        }
+        if m.image != vk::Image::null() {
+            // SAFETY: as above, for the image made by this pass.
+            unsafe { self.device.raw().destroy_image(m.image, None) };
+            m.image = vk::Image::null();
         }
         if let Some(destination) = m.destination.take() {
             m.heaps.lock(self.device).free(self.device, destination);
@@ -283,13 +312,35 @@ impl Defragmenter {
     /// Buffers it refuses are listed in [`DefragStats::unmovable`]. On an error (out of memory
     /// creating a buffer, a failed submission) every buffer is where it was and nothing is left
     /// allocated.
-    pub fn pass(&mut self, movable: &mut [&mut Buffer]) -> Result<DefragStats, DefragError> {
+    pub fn pass(&mut self, buffers: &mut [&mut Buffer]) -> Result<DefragStats, DefragError> {
+        self.pass_with_images(buffers, &mut [])
+    }
+
+    /// [`Defragmenter::pass`] over buffers and images of the device's general heaps, planned
+    /// together (they share heaps). An image moves when it is placed (not committed, not a
+    /// transient pool's), has `COPY_SRC` and `COPY_DST` usage, and nothing else holds it (a view,
+    /// a descriptor set, a tracker, a recording, a queued upload). Its new `VkImage` has the same
+    /// description; every subresource that is not `UNDEFINED` is copied through
+    /// `TRANSFER_SRC_OPTIMAL` → `TRANSFER_DST_OPTIMAL` and returned to the layout it was in
+    /// (`PREINITIALIZED` becomes `GENERAL`), so the image's layouts in submission order are what
+    /// they were; `UNDEFINED` subresources stay `UNDEFINED` and are not copied.
+    pub fn pass_with_images(
+        &mut self,
+        buffers: &mut [&mut Buffer],
+        images: &mut [&mut Image],
+    ) -> Result<DefragStats, DefragError> {
+        let mut movable = Movable { buffers, images };
+        self.run(&mut movable)
+    }
+
+    fn run(&mut self, movable: &mut Movable<'_, '_, '_>) -> Result<DefragStats, DefragError> {
         let start = Instant::now();
         let device = Arc::clone(&self.device);
         let device = &*device;
         device.maintain();
         let mut stats = DefragStats::default();
-        let candidates = self.candidates(movable, &mut stats);
+        let mut candidates = self.candidates(movable.buffers, &mut stats);
+        candidates.extend(self.image_candidates(movable.images, &mut stats));
         let mut stage = Stage { device, moves: Vec::new() };
         // Heaps the plans empty: (heaps' key, block slot).
         let mut emptied: Vec<((u8, u64, u32), u32)> = Vec::new();
@@ -317,12 +368,18 @@ impl Defragmenter {
         // Create, check and bind the new buffers (and the copy aliases).
         let mut index = 0;
         while index < stage.moves.len() {
-            let buffer = &*movable[stage.moves[index].index];
-            match Self::create(device, buffer, &mut stage.moves[index])? {
+            let created = match stage.moves[index].target {
+                Target::Buffer(i) => Self::create(device, &*movable.buffers[i], &mut stage.moves[index]),
+                Target::Image(i) => Self::create_image(device, &*movable.images[i], &mut stage.moves[index]),
+            };
+            match created? {
                 true => index += 1,
                 false => {
                     let mut m = stage.moves.remove(index);
-                    stats.unmovable.push((m.index, Unmovable::Requirements));
+                    match m.target {
+                        Target::Buffer(i) => stats.unmovable.push((i, Unmovable::Requirements)),
+                        Target::Image(i) => stats.unmovable_images.push((i, Unmovable::Requirements)),
+                    }
                     stage.undo(&mut m);
                 }
             }
@@ -357,7 +414,10 @@ impl Defragmenter {
             .count() as u32;
         if let Some(copy) = copy {
             for m in moves {
-                Self::commit(device, &mut *movable[m.index], m, copy);
+                match m.target {
+                    Target::Buffer(i) => Self::commit(device, &mut *movable.buffers[i], m, copy),
+                    Target::Image(i) => Self::commit_image(device, &mut *movable.images[i], m),
+                }
             }
         }
         stats.cpu_time = start.elapsed();
@@ -420,7 +480,7 @@ impl Defragmenter {
                 .map(|&point| GpuUse { device: self.device.uid(), point })
                 .collect();
             out.push(Candidate {
-                index,
+                target: Target::Buffer(index),
                 heaps,
                 block: allocation.block,
                 offset: allocation.allocation.offset(),
@@ -502,7 +562,7 @@ impl Defragmenter {
                 }
             };
             stage.moves.push(Staged {
-                index: candidate.index,
+                target: candidate.target,
                 heaps: heaps.clone(),
                 from_block: from,
                 offset: allocation.offset(),
@@ -514,6 +574,9 @@ impl Defragmenter {
                 raw: vk::Buffer::null(),
                 src_alias: vk::Buffer::null(),
                 dst_alias: vk::Buffer::null(),
+                image: vk::Image::null(),
+                image_size: 0,
+                layouts: None,
                 waits: candidate.waits.clone(),
             });
         }
@@ -579,28 +642,31 @@ impl Defragmenter {
     }
 
     /// Records and submits the copies of every staged move.
-    fn copy(&self, stage: &Stage<'_>, movable: &[&mut Buffer]) -> Result<Submission, VulkanError> {
+    fn copy(&self, stage: &Stage<'_>, movable: &Movable<'_, '_, '_>) -> Result<Submission, VulkanError> {
         let device = &*self.device;
         let mut waits: Vec<GpuUse> = stage.moves.iter().flat_map(|m| m.waits.iter().copied()).collect();
         waits.sort_by_key(|w| (w.point.clock.0, std::cmp::Reverse(w.point.value)));
         waits.dedup_by_key(|w| w.point.clock);
-        let copies: Vec<(vk::Buffer, vk::Buffer, vk::BufferCopy)> = stage
-            .moves
-            .iter()
-            .map(|m| {
-                let buffer = &*movable[m.index];
-                let (src, src_offset) = match m.src_alias {
-                    alias if alias != vk::Buffer::null() => (alias, 0),
-                    _ => (buffer.raw, buffer.range_offset),
-                };
-                let (dst, dst_offset) = match m.dst_alias {
-                    alias if alias != vk::Buffer::null() => (alias, 0),
-                    _ if m.raw != vk::Buffer::null() => (m.raw, 0),
-                    _ => (m.page_buffer, m.offset),
-                };
-                (src, dst, vk::BufferCopy { src_offset, dst_offset, size: buffer.size })
-            })
-            .collect();
+        let mut copies: Vec<(vk::Buffer, vk::Buffer, vk::BufferCopy)> = Vec::new();
+        let mut images = ImageCopies::default();
+        for m in &stage.moves {
+            match m.target {
+                Target::Buffer(i) => {
+                    let buffer = &*movable.buffers[i];
+                    let (src, src_offset) = match m.src_alias {
+                        alias if alias != vk::Buffer::null() => (alias, 0),
+                        _ => (buffer.raw, buffer.range_offset),
+                    };
+                    let (dst, dst_offset) = match m.dst_alias {
+                        alias if alias != vk::Buffer::null() => (alias, 0),
+                        _ if m.raw != vk::Buffer::null() => (m.raw, 0),
+                        _ => (m.page_buffer, m.offset),
+                    };
+                    copies.push((src, dst, vk::BufferCopy { src_offset, dst_offset, size: buffer.size }));
+                }
+                Target::Image(i) => images.add(&*movable.images[i], m),
+            }
+        }
         let before = [vk::MemoryBarrier2::default()
             .src_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
             .src_access_mask(vk::AccessFlags2::MEMORY_WRITE)
@@ -614,27 +680,55 @@ impl Defragmenter {
                 vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE | vk::AccessFlags2::HOST_READ,
             )];
         self.commands.submit(&waits, |rec| {
+            // The layouts the submission checks (the old image's at the start) and applies.
+            for t in &images.transitions {
+                let (mips, layers) = (t.mip..t.mip + 1, t.layer..t.layer + 1);
+                rec.transition(
+                    &t.old,
+                    mips.clone(),
+                    layers.clone(),
+                    t.layout,
+                    vk::ImageLayout::TRANSFER_SRC_OPTIMAL,
+                );
+                rec.transition(&t.new, mips, layers, vk::ImageLayout::UNDEFINED, t.final_layout);
+            }
             let cmd = rec.raw();
             // SAFETY: the command buffer is recording on this device outside a render pass (the
-            // `Recording` invariant) and is left so. Every source is a live buffer of this device
-            // with COPY_SRC usage over the moved buffer's bytes (the buffer, its page buffer at
-            // its range offset, or an alias bound over them), every destination one with
+            // `Recording` invariant) and is left so. Every buffer source is a live buffer of this
+            // device with COPY_SRC usage over the moved buffer's bytes (the buffer, its page
+            // buffer at its range offset, or an alias bound over them), every destination one with
             // COPY_DST usage over the planned place (the new buffer, the destination page's
             // buffer at the planned offset, or an alias), all kept alive until they retire behind
-            // this submission; each region is the buffer's size, inside both; the destinations
-            // are ranges no live resource holds, so no copy overlaps another or its own source.
-            // The barriers order the copies after every earlier command on the queue and every
-            // later command after them.
+            // this submission; each region is the buffer's size, inside both. Every image source
+            // is a live image with COPY_SRC usage whose subresources are in the layouts the
+            // barriers name (the submission checks them: the transitions noted above), every image
+            // destination a new image of the same description with COPY_DST usage, bound at its
+            // planned place; each region is one whole subresource. The destinations are ranges no
+            // live resource holds, so no copy overlaps another or its own source. The barriers
+            // order the copies after every earlier command on the queue, transition the images
+            // around them, and order every later command after them.
             unsafe {
-                device
-                    .raw()
-                    .cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&before));
+                let first = vk::DependencyInfo::default()
+                    .memory_barriers(&before)
+                    .image_memory_barriers(&images.before);
+                device.raw().cmd_pipeline_barrier2(cmd, &first);
                 for &(src, dst, region) in &copies {
                     device.raw().cmd_copy_buffer(cmd, src, dst, &[region]);
                 }
-                device
-                    .raw()
-                    .cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&after));
+                for (src, dst, regions) in &images.copies {
+                    device.raw().cmd_copy_image(
+                        cmd,
+                        *src,
+                        vk::ImageLayout::TRANSFER_SRC_OPTIMAL,
+                        *dst,
+                        vk::ImageLayout::TRANSFER_DST_OPTIMAL,
+                        regions,
+                    );
+                }
+                let last = vk::DependencyInfo::default()
+                    .memory_barriers(&after)
+                    .image_memory_barriers(&images.after);
+                device.raw().cmd_pipeline_barrier2(cmd, &last);
             }
         })
     }
@@ -676,5 +770,225 @@ impl Defragmenter {
                 device.retire(garbage, LastUses::none());
             }
         }
+    }
+}
+
+/// One subresource's layout change around its copy.
+struct ImageTransition {
+    old: Arc<Layouts>,
+    new: Arc<Layouts>,
+    mip: u32,
+    layer: u32,
+    /// The layout it is in (submission order) when the copy runs.
+    layout: vk::ImageLayout,
+    /// The layout the new image is left in (`layout`, or `GENERAL` for `PREINITIALIZED`).
+    final_layout: vk::ImageLayout,
+}
+
+/// The image copies of a pass: barriers before and after, regions, and layout bookkeeping.
+#[derive(Default)]
+struct ImageCopies {
+    before: Vec<vk::ImageMemoryBarrier2<'static>>,
+    after: Vec<vk::ImageMemoryBarrier2<'static>>,
+    copies: Vec<(vk::Image, vk::Image, Vec<vk::ImageCopy>)>,
+    transitions: Vec<ImageTransition>,
+}
+
+impl ImageCopies {
+    /// Every subresource of `image` that is not `UNDEFINED` (as its layouts stand in submission
+    /// order: nothing else can record it while the pass holds it) copied into move `m`'s image.
+    fn add(&mut self, image: &Image, m: &Staged) {
+        let desc = image.desc();
+        let aspect = image.full_range().aspect_mask;
+        let new = m.layouts.as_ref().expect("a staged image has its layout record");
+        let now = image.layouts().lock().clone();
+        let mut regions = Vec::new();
+        for mip in 0..desc.mip_levels {
+            let extent = desc.extent.map(|e| (e >> mip).max(1));
+            for layer in 0..desc.array_layers {
+                let layout = now[(mip * desc.array_layers + layer) as usize];
+                if layout == vk::ImageLayout::UNDEFINED {
+                    continue;
+                }
+                let final_layout =
+                    if layout == vk::ImageLayout::PREINITIALIZED { vk::ImageLayout::GENERAL } else { layout };
+                let range = vk::ImageSubresourceRange {
+                    aspect_mask: aspect,
+                    base_mip_level: mip,
+                    level_count: 1,
+                    base_array_layer: layer,
+                    layer_count: 1,
+                };
+                let barrier = vk::ImageMemoryBarrier2::default()
+                    .src_queue_family_index(vk::QUEUE_FAMILY_IGNORED)
+                    .dst_queue_family_index(vk::QUEUE_FAMILY_IGNORED)
+                    .subresource_range(range);
+                self.before.push(
+                    barrier
+                        .image(image.raw())
+                        .src_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
+                        .src_access_mask(vk::AccessFlags2::MEMORY_WRITE)
+                        .dst_stage_mask(vk::PipelineStageFlags2::COPY)
+                        .dst_access_mask(vk::AccessFlags2::TRANSFER_READ)
+                        .old_layout(layout)
+                        .new_layout(vk::ImageLayout::TRANSFER_SRC_OPTIMAL),
+                );
+                self.before.push(
+                    barrier
+                        .image(m.image)
+                        .src_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
+                        .src_access_mask(vk::AccessFlags2::MEMORY_WRITE)
+                        .dst_stage_mask(vk::PipelineStageFlags2::COPY)
+                        .dst_access_mask(vk::AccessFlags2::TRANSFER_WRITE)
+                        .old_layout(vk::ImageLayout::UNDEFINED)
+                        .new_layout(vk::ImageLayout::TRANSFER_DST_OPTIMAL),
+                );
+                self.after.push(
+                    barrier
+                        .image(m.image)
+                        .src_stage_mask(vk::PipelineStageFlags2::COPY)
+                        .src_access_mask(vk::AccessFlags2::TRANSFER_WRITE)
+                        .dst_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
+                        .dst_access_mask(vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE)
+                        .old_layout(vk::ImageLayout::TRANSFER_DST_OPTIMAL)
+                        .new_layout(final_layout),
+                );
+                let layers = vk::ImageSubresourceLayers {
+                    aspect_mask: aspect,
+                    mip_level: mip,
+                    base_array_layer: layer,
+                    layer_count: 1,
+                };
+                regions.push(vk::ImageCopy {
+                    src_subresource: layers,
+                    src_offset: vk::Offset3D::default(),
+                    dst_subresource: layers,
+                    dst_offset: vk::Offset3D::default(),
+                    extent: vk::Extent3D { width: extent[0], height: extent[1], depth: extent[2] },
+                });
+                self.transitions.push(ImageTransition {
+                    old: Arc::clone(image.layouts()),
+                    new: Arc::clone(new),
+                    mip,
+                    layer,
+                    layout,
+                    final_layout,
+                });
+            }
+        }
+        if !regions.is_empty() {
+            self.copies.push((image.raw(), m.image, regions));
+        }
+    }
+}
+
+impl Defragmenter {
+    /// The images that may move, with their place; the others go to `stats.unmovable_images`.
+    fn image_candidates(&self, images: &[&mut Image], stats: &mut DefragStats) -> Vec<Candidate> {
+        let mut out = Vec::new();
+        for (index, image) in images.iter().enumerate() {
+            let copy = ImageUsage::COPY_SRC | ImageUsage::COPY_DST;
+            let refused = if !image.device().is(&self.device) {
+                Some(Unmovable::OtherDevice)
+            } else if image.is_committed() {
+                Some(Unmovable::NotPlaced)
+            } else if !image.desc().usage.contains(copy) {
+                Some(Unmovable::NoCopyUsage)
+            } else if Arc::strong_count(image.life()) != 1
+                || Arc::weak_count(image.life()) != 0
+                || Arc::strong_count(image.layouts()) != 1
+            {
+                // A view (which holds the image and shares its layouts), a descriptor set, a
+                // tracker, a recording or a queued upload names the old `VkImage`.
+                Some(Unmovable::Shared)
+            } else {
+                None
+            };
+            if let Some(reason) = refused {
+                stats.unmovable_images.push((index, reason));
+                continue;
+            }
+            let Some(Garbage::Image { memory: ResourceMemory::General { type_index, allocation }, .. }) =
+                image.life().garbage()
+            else {
+                stats.unmovable_images.push((index, Unmovable::NotPlaced));
+                continue;
+            };
+            let uses = image.life().declared_uses();
+            if uses.points().iter().any(|p| p.clock == FRAMES) {
+                stats.unmovable_images.push((index, Unmovable::FrameCountedUse));
+                continue;
+            }
+            let waits = uses
+                .points()
+                .iter()
+                .filter(|p| p.clock != UNIVERSAL && p.clock != SPARSE)
+                .map(|&point| GpuUse { device: self.device.uid(), point })
+                .collect();
+            out.push(Candidate {
+                target: Target::Image(index),
+                heaps: Heaps::General(*type_index),
+                block: allocation.block,
+                offset: allocation.allocation.offset(),
+                size: allocation.allocation.size(),
+                waits,
+            });
+        }
+        out
+    }
+
+    /// Creates the new image of one move with the same description and binds it at the planned
+    /// place. `Ok(false)`: its requirements do not fit (the move is dropped); an error fails the
+    /// pass.
+    fn create_image(device: &Device, image: &Image, m: &mut Staged) -> Result<bool, MemoryError> {
+        let desc = image.desc();
+        let name = desc.name.as_str();
+        let mut list = vk::ImageFormatListCreateInfo::default().view_formats(&desc.view_formats);
+        let mut info = desc.create_info();
+        if !desc.view_formats.is_empty() {
+            info = info.push_next(&mut list);
+        }
+        let created = device.ledger().guard(FaultSite::CreateResource, || {
+            // SAFETY: the description is the live image's, checked against the device when it
+            // was created; the chained format list outlives the call.
+            unsafe { device.raw().create_image(&info, None) }
+        });
+        let raw = created.map_err(|r| match r {
+            vk::Result::ERROR_OUT_OF_DEVICE_MEMORY | vk::Result::ERROR_OUT_OF_HOST_MEMORY => {
+                MemoryError::OutOfDeviceMemory { name: name.to_owned(), requested: image.size() }
+            }
+            r => MemoryError::Vulkan(VulkanError::from_vk("vkCreateImage", r)),
+        })?;
+        device.set_name(raw, name);
+        m.image = raw;
+        // SAFETY: raw was just created on this device (never disjoint: residency sets no such flag).
+        let requirements = unsafe { crate::profile_capture::requirements_of_image_object(device, raw) };
+        let room = m.destination.as_ref().map_or(0, |d| d.allocation.size());
+        if requirements.memory_type_bits & (1 << m.heaps.type_index()) == 0
+            || m.offset % requirements.alignment.max(1) != 0
+            || requirements.size > room
+        {
+            return Ok(false);
+        }
+        // SAFETY: raw is unbound; the planned place has its alignment, lies inside `memory` and
+        // holds its size (checked above), of a memory type it allows.
+        unsafe { device.raw().bind_image_memory(raw, m.memory, m.offset) }
+            .map_err(|r| MemoryError::Vulkan(VulkanError::from_vk("vkBindImageMemory", r)))?;
+        m.image_size = requirements.size;
+        m.layouts = Some(Layouts::new(name, desc.mip_levels, desc.array_layers, vk::ImageLayout::UNDEFINED));
+        Ok(true)
+    }
+
+    /// Swaps an image's internals for its new place; the old life retires behind the copy.
+    fn commit_image(device: &Device, image: &mut Image, mut m: Staged) {
+        let destination = m.destination.take().expect("a staged move has its destination");
+        let layouts = m.layouts.take().expect("a staged image has its layout record");
+        let id = device.ledger().track("image", image.name());
+        let memory = m.heaps.memory(destination);
+        let life = Life::new(device.arc(), Garbage::Image { raw: m.image, memory, id }, None);
+        let old = image.moved(life, m.image, (m.memory, m.offset, m.image_size), layouts);
+        // The old image and range wait for the copy (submitted before this drop) and for the
+        // uses declared on them.
+        drop(old);
     }
 }
