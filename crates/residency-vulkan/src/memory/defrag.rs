@@ -1,12 +1,12 @@
-//! Defragmentation the library carries out: moves buffers placed in the device's general heaps
-//! or in a buffer pool's pages so that the most-empty heaps (pages) empty, copies their contents
-//! on the GPU, and swaps the handles' internals, the old objects retiring behind the copy and
-//! every declared use.
+//! Defragmentation the library carries out: moves buffers and images placed in the device's
+//! general heaps, and buffers in a buffer pool's pages, so that the most-empty heaps (pages)
+//! empty; copies their contents on the GPU, and swaps the handles' internals, the old objects
+//! retiring behind the copy and every declared use.
 //!
-//! The renderer hands a pass the buffers that may move as `&mut`: no CPU alias can see the old
-//! `VkBuffer` while the pass runs, and afterwards each handle names its new `VkBuffer`, memory and
-//! offset with the same size, usage, name (debug name too) and state-tracking id. A buffer not
-//! handed to the pass never moves. The plan is the core's
+//! The renderer hands a pass the resources that may move as `&mut`: no CPU alias can see the old
+//! `VkBuffer`/`VkImage` while the pass runs, and afterwards each handle names its new object,
+//! memory and offset with the same size, usage, name (debug name too), state-tracking id and (for
+//! images) layouts. A resource not handed to the pass never moves. The plan is the core's
 //! ([`residency_core::allocator::plan_defragmentation`]).
 
 use crate::buffer::{bind_buffer, create_raw_buffer, Buffer, BufferPlacement};
@@ -56,7 +56,7 @@ impl DefragDesc {
     }
 }
 
-/// Why a buffer handed to a pass was not considered for a move. It stays where it is.
+/// Why a buffer or image handed to a pass was not considered for a move. It stays where it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Unmovable {
     /// It lives on another device than the defragmenter's.
@@ -65,10 +65,11 @@ pub enum Unmovable {
     /// passes move [`Device::create_buffer`] placements and [`BufferPool`](crate::BufferPool)
     /// buffers.
     NotPlaced,
-    /// The renderer pinned it ([`Buffer::set_movable`]).
+    /// The renderer pinned the buffer ([`Buffer::set_movable`]).
     Pinned,
-    /// Something else holds it: a descriptor set, a state tracker or a recording that names its
-    /// `VkBuffer` (they would keep reading the old buffer). Drop or untrack them first.
+    /// Something else holds it: a descriptor set, a state tracker, a recording, a queued upload
+    /// or (images) a view, which name its `VkBuffer`/`VkImage` and would keep using the old one.
+    /// Drop or untrack them first.
     Shared,
     /// A use was declared in frames ([`Device::frames_from_now`]): no GPU event the copy can wait
     /// for. Declare it on a [`Timeline`](crate::Timeline) or a submission instead.
@@ -84,12 +85,12 @@ pub enum Unmovable {
 /// What one pass did.
 #[derive(Debug, Default)]
 pub struct DefragStats {
-    /// Buffers moved.
+    /// Buffers and images moved.
     pub moves: u32,
-    /// Bytes copied (the moved buffers' allocations).
+    /// Bytes copied (the moved resources' allocations).
     pub bytes_moved: u64,
     /// Heaps the pass left with no live resource. Each is freed by the heap-release policy when
-    /// the old ranges retire (after the copy and every use declared on the old buffers), unless it
+    /// the old ranges retire (after the copy and every use declared on the old resources), unless it
     /// is the one empty heap a memory type keeps.
     pub heaps_emptied: u32,
     /// Buffers handed to the pass that it refused to consider, by their index in the slice.
@@ -109,7 +110,7 @@ pub struct DefragStats {
 pub struct DefragTotals {
     /// Passes run (refused ones included, failed ones not).
     pub passes: u64,
-    /// Buffers moved.
+    /// Buffers and images moved.
     pub moves: u64,
     /// Bytes copied.
     pub bytes_moved: u64,
@@ -119,10 +120,10 @@ pub struct DefragTotals {
     pub cpu_time: Duration,
 }
 
-/// A pass failed; every buffer is where it was and nothing is left allocated.
+/// A pass failed; every resource is where it was (layouts included) and nothing is left allocated.
 #[derive(Debug, thiserror::Error)]
 pub enum DefragError {
-    /// Creating or binding a new buffer failed (out of memory included).
+    /// Creating or binding a new buffer or image failed (out of memory included).
     #[error(transparent)]
     Memory(#[from] MemoryError),
     /// The copy's submission failed.
@@ -131,6 +132,16 @@ pub enum DefragError {
 }
 
 /// Carries out defragmentation passes on one device. See the module documentation.
+///
+/// ```no_run
+/// # fn f(device: &residency_vulkan::Device, buffers: &mut [residency_vulkan::Buffer]) -> Result<(), Box<dyn std::error::Error>> {
+/// use residency_vulkan::{DefragDesc, Defragmenter};
+/// let mut defrag = Defragmenter::new(device, DefragDesc::default())?;
+/// let mut movable: Vec<&mut residency_vulkan::Buffer> = buffers.iter_mut().collect();
+/// let stats = defrag.pass(&mut movable)?;
+/// println!("{} moves, {} B, {} heaps emptied in {:?}", stats.moves, stats.bytes_moved, stats.heaps_emptied, stats.cpu_time);
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct Defragmenter {
     device: Arc<Device>,

@@ -323,7 +323,9 @@ impl Buffer {
 
     /// Copies `data` into the buffer at `offset` (flushing non-coherent memory). Writes need the
     /// buffer exclusively (`&mut`): two threads cannot write the same bytes. The GPU must not be
-    /// using these bytes (order your submissions after the write).
+    /// using these bytes (order your submissions after the write). A buffer a
+    /// [`Defragmenter`](crate::Defragmenter) moved first waits for the copy that fills its new
+    /// place (as [`Buffer::read`] does), so the copy cannot overwrite the write.
     pub fn write(&mut self, offset: u64, data: &[u8]) -> Result<(), AccessError> {
         let dst = self.check(offset, data.len())?;
         // SAFETY: `dst..dst+len` lies inside this buffer's mapped bytes (checked), which stay
