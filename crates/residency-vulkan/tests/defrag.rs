@@ -599,3 +599,54 @@ fn optimal_images_move_with_their_contents_and_layouts() {
         drop((uploader, all));
     });
 }
+
+#[test]
+fn resources_a_pass_cannot_move_are_listed_with_the_reason_and_stay() {
+    with_gpu(|set| {
+        let (device, other) = (&set.devices()[0], &set.devices()[1]);
+        let desc = |name: &str| BufferDesc::new(name, 4096, BufferUsage::STORAGE);
+        let mut committed = device.create_buffer(&desc("defrag committed").committed()).unwrap();
+        let mut framed = device.create_buffer(&desc("defrag frame-counted")).unwrap();
+        framed.used_until(device.frames_from_now(2)).unwrap();
+        let mut foreign = other.create_buffer(&desc("defrag other device")).unwrap();
+        let mut pinned = device.create_buffer(&desc("defrag pinned")).unwrap();
+        pinned.set_movable(false);
+        let usage = ImageUsage::SAMPLED | ImageUsage::COPY_DST;
+        let mut no_copy = device
+            .create_image(&ImageDesc::new_2d("defrag no copy usage", Format::R8G8B8A8Unorm, 16, 16, usage))
+            .unwrap();
+        let usage = ImageUsage::SAMPLED | ImageUsage::COPY_SRC | ImageUsage::COPY_DST;
+        let mut own_image = device
+            .create_image(
+                &ImageDesc::new_2d("defrag committed image", Format::R8G8B8A8Unorm, 16, 16, usage)
+                    .committed(),
+            )
+            .unwrap();
+        let places: Vec<Place> = [&committed, &framed, &foreign, &pinned].iter().map(|b| place(b)).collect();
+        let mut defrag = Defragmenter::new(device, DefragDesc::default()).unwrap();
+        let stats = defrag
+            .pass_with_images(
+                &mut [&mut committed, &mut framed, &mut foreign, &mut pinned],
+                &mut [&mut no_copy, &mut own_image],
+            )
+            .unwrap();
+        assert_eq!(
+            stats.unmovable,
+            vec![
+                (0, Unmovable::NotPlaced),
+                (1, Unmovable::FrameCountedUse),
+                (2, Unmovable::OtherDevice),
+                (3, Unmovable::Pinned)
+            ]
+        );
+        assert_eq!(stats.unmovable_images, vec![(0, Unmovable::NoCopyUsage), (1, Unmovable::NotPlaced)]);
+        assert_eq!((stats.moves, stats.bytes_moved, stats.heaps_emptied), (0, 0, 0));
+        assert!(stats.submission.is_none(), "nothing to copy, nothing submitted");
+        let now: Vec<Place> = [&committed, &framed, &foreign, &pinned].iter().map(|b| place(b)).collect();
+        assert_eq!(now, places);
+        drop((committed, framed, foreign, pinned, no_copy, own_image));
+        // The frame-counted use ends two frames from now.
+        device.advance_frame();
+        device.advance_frame();
+    });
+}

@@ -222,9 +222,9 @@ proptest! {
     fn plans_are_valid_and_carry_out_exactly(
         specs in prop::collection::vec(
             (0u32..4, 0u32..11,
-             prop::collection::vec((1u64..600, 0u32..9, any::<bool>(), prop::bool::weighted(0.9)), 0..24),
+             prop::collection::vec((1u64..600, 0u32..9, any::<bool>(), prop::bool::weighted(0.97)), 0..24),
              prop::collection::vec(any::<usize>(), 0..20)),
-            1..6),
+            2..6),
         moves in 0u32..40,
         bytes in 0u64..20_000,
     ) {
