@@ -104,7 +104,9 @@ fn tlsf(input: &mut Input<'_>) {
                         assert_eq!(free, heap.capacity() - heap.used_bytes());
                         check_really_full(&heap, size, alignment, kind);
                     }
-                    Err(e @ AllocError::ForeignAllocation { .. }) => panic!("allocate returned {e}"),
+                    Err(e @ (AllocError::ForeignAllocation { .. } | AllocError::RangeUnavailable { .. })) => {
+                        panic!("allocate returned {e}")
+                    }
                 }
             }
             4 | 5 => {

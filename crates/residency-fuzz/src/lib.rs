@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 mod alloc_ops;
+mod defrag_ops;
 mod input;
 mod json_ops;
 mod placement_ops;
@@ -61,6 +62,14 @@ pub fn retire_queue(data: &[u8]) {
     retire_ops::run(data);
 }
 
+/// Random heaps of the TLSF allocator planned for defragmentation under a random budget: the
+/// plan keeps its rules (`check_plan`), is deterministic, and carried out with `allocate_at` gets
+/// the planned footprints, conserves live bytes and empties the heaps it says; raw heap
+/// descriptions are a plan or a typed error.
+pub fn defrag_plan(data: &[u8]) {
+    defrag_ops::run(data);
+}
+
 /// A fuzz target body.
 pub type Target = fn(&[u8]);
 
@@ -73,4 +82,5 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("profile_json", profile_json),
     ("streaming_manager", streaming_manager),
     ("retire_queue", retire_queue),
+    ("defrag_plan", defrag_plan),
 ];

@@ -28,7 +28,7 @@ pub mod validation;
 // The flat paths the crate and its users name things by.
 pub(crate) use device::{ledger, set as device_set};
 pub use device::{profile_capture, requirements};
-pub(crate) use memory::{placement as resource_memory, pool, report};
+pub(crate) use memory::{defrag, placement as resource_memory, pool, report};
 pub use multi::work as multi_work;
 pub(crate) use pipelines::descriptors;
 pub use pipelines::{compute, graphics, shaders, spirv};
@@ -42,6 +42,7 @@ pub use buffer::{
     vk_buffer_usage, AccessError, Buffer, BufferDesc, BufferPlacement, ForeignReason, ForeignResource,
 };
 pub use commands::{CommandContext, ReadBackError, Submission};
+pub use defrag::{DefragDesc, DefragError, DefragStats, DefragTotals, Defragmenter, Unmovable};
 pub use device::{Device, EnabledFeatures, ExternalDevice, HeapStatus, Queue, LEAKS_AT_TEARDOWN};
 pub use device_set::{DeviceSet, DeviceSetDesc, LiveDevice, TeardownError, SETS_DROPPED_IN_USE};
 pub use error::{Result, VulkanError, LAVAPIPE_HINT};

@@ -44,6 +44,20 @@ pub enum AllocError {
         /// Total free bytes at the time of the request.
         free: u64,
     },
+    /// [`TlsfAllocator::allocate_at`](super::TlsfAllocator::allocate_at): the range is not free
+    /// (in part or whole), is misaligned, leaves the heap, or would share a granularity page with a
+    /// conflicting neighbour.
+    #[error(
+        "{size} B at offset {offset} aligned to {alignment} B cannot be placed: the range is not free there"
+    )]
+    RangeUnavailable {
+        /// Requested offset.
+        offset: u64,
+        /// Requested size in bytes.
+        size: u64,
+        /// Requested alignment in bytes.
+        alignment: u64,
+    },
     /// The allocation handle was made by another allocator.
     #[error("allocation at offset {offset} ({size} B) was not made by this allocator")]
     ForeignAllocation {

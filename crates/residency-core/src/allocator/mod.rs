@@ -7,6 +7,9 @@
 //!   segregated fit with bitmaps), alignment is exact (front padding goes back to the free lists),
 //!   neighbours are coalesced immediately, and linear and optimal-tiling resources never share a
 //!   `bufferImageGranularity` page. See `docs/allocator.md` for the design and the measured figures.
+//! - [`plan_defragmentation`]: which movable allocations to move where so that the most-empty heaps
+//!   empty into the fullest heaps' free ranges, within a per-pass budget (plain data; the backend
+//!   carries the moves out).
 //! - [`RingAllocator`]: per-frame upload data. Allocation bumps a head; whole frames retire in order
 //!   when the GPU has finished them.
 //!
@@ -21,6 +24,7 @@
 #![warn(missing_docs)]
 
 mod bins;
+mod defrag;
 mod error;
 mod linear;
 mod ring;
@@ -28,12 +32,18 @@ mod stats;
 mod tlsf;
 
 #[cfg(test)]
+mod defrag_tests;
+#[cfg(test)]
 mod linear_tests;
 #[cfg(test)]
 mod ring_tests;
 #[cfg(test)]
 mod tlsf_tests;
 
+pub use defrag::{
+    check_plan, plan_defragmentation, DefragBudget, DefragError, DefragHeap, DefragPlan, LiveBlock,
+    PlannedMove,
+};
 pub use error::{AllocError, DescError, InvariantError, RingError, RingInvariantError};
 pub use linear::{
     LinearAllocation, LinearAllocator, LinearDesc, LinearError, LinearInvariantError, LinearMode,

@@ -397,6 +397,61 @@ impl TlsfAllocator {
         })
     }
 
+    /// Allocates `size` bytes at exactly `offset` (a multiple of `alignment`, a power of two) for
+    /// a resource of `kind`: the destination of a planned move
+    /// ([`plan_defragmentation`](super::plan_defragmentation)). The range must lie in one free block
+    /// and keep off the granularity pages of conflicting neighbours; its footprint's end is rounded
+    /// as [`allocate`](Self::allocate) rounds it. O(blocks): it walks the block list (moves are
+    /// rare). Errors: [`AllocError::ZeroSize`], [`AllocError::AlignmentNotPowerOfTwo`],
+    /// [`AllocError::RangeUnavailable`]; nothing changes on an error.
+    pub fn allocate_at(
+        &mut self,
+        offset: u64,
+        size: u64,
+        alignment: u64,
+        kind: ResourceKind,
+    ) -> Result<Allocation, AllocError> {
+        if size == 0 || !alignment.is_power_of_two() {
+            return Err(Self::request_error(size, alignment));
+        }
+        let unavailable = AllocError::RangeUnavailable { offset, size, alignment };
+        let Some(end) = offset.checked_add(size) else { return Err(unavailable) };
+        if offset % alignment != 0 || end > self.capacity {
+            return Err(unavailable);
+        }
+        let mut cursor = self.first;
+        while cursor != NONE && self.nodes[cursor as usize].end() <= offset {
+            cursor = self.nodes[cursor as usize].next_phys;
+        }
+        if cursor == NONE {
+            return Err(unavailable);
+        }
+        let node = self.nodes[cursor as usize];
+        if node.is_used() || node.offset > offset {
+            return Err(unavailable);
+        }
+        let mut limit = node.end();
+        let g = self.granularity;
+        if g > 1 {
+            if node.prev_phys != NONE {
+                let below = &self.nodes[node.prev_phys as usize];
+                if below.kind().conflicts_with(kind)
+                    && align_down(below.end() - 1, g) == align_down(offset, g)
+                {
+                    return Err(unavailable);
+                }
+            }
+            if node.next_phys != NONE && self.nodes[node.next_phys as usize].kind().conflicts_with(kind) {
+                limit = align_down(limit, g);
+            }
+        }
+        if end > limit {
+            return Err(unavailable);
+        }
+        let found = Found { index: cursor, bin: bin_floor(node.size), offset };
+        Ok(self.carve(found, size, alignment, kind))
+    }
+
     /// Frees `allocation`, coalescing its range with free neighbours. The only error is
     /// [`AllocError::ForeignAllocation`], for a handle made by another allocator.
     pub fn free(&mut self, allocation: Allocation) -> Result<(), AllocError> {

@@ -291,6 +291,9 @@ impl LinearShared {
             placement: BufferPlacement::Placed,
             pool: Some(self.pool_id),
             resource: crate::buffer::next_resource_id(),
+            // A linear pool's order is its allocation order: defragmentation leaves it alone.
+            movable: false,
+            copy_pending: None,
         })
     }
 

@@ -5,6 +5,7 @@
 //! empty heaps are released with hysteresis (one kept). Every `VkDeviceMemory` goes through the
 //! device's ledger, which enforces `maxMemoryAllocationCount` and the heap budget.
 
+pub(crate) mod defrag;
 pub(crate) mod linear_pool;
 pub(crate) mod placement;
 pub(crate) mod pool;

@@ -356,6 +356,22 @@ impl BufferPool {
 }
 
 impl PoolShared {
+    /// Arena `arena`'s pages (for defragmentation, which plans and takes destinations under its lock).
+    pub(crate) fn arena(&self, arena: u16) -> &Mutex<BlockList> {
+        &self.arenas[usize::from(arena)]
+    }
+
+    /// The pool's id (what its buffers' `pool` names), its flags and its pages' memory type.
+    pub(crate) fn identity(&self) -> (u64, BufferPoolUsage, u32) {
+        (self.pool_id, self.desc.usage, self.type_index)
+    }
+
+    /// A buffer moved by defragmentation gets a new life in this pool before its old one is
+    /// dropped (whose release counts one buffer fewer): count it.
+    pub(crate) fn count_moved(&self) {
+        self.buffers.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// The usage's offset floors (descriptor offsets, acceleration structures, shader tables,
     /// build scratch): what a range or a placed buffer of this usage is aligned to, at least 16.
     fn range_alignment(&self, usage: BufferUsage) -> u64 {
@@ -529,6 +545,8 @@ impl PoolShared {
             placement,
             pool: Some(self.pool_id),
             resource: crate::buffer::next_resource_id(),
+            movable: true,
+            copy_pending: None,
         }
     }
 

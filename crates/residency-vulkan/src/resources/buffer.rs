@@ -126,6 +126,12 @@ pub struct Buffer {
     pub(crate) pool: Option<u64>,
     /// The id state tracking knows it by.
     pub(crate) resource: residency_core::sync::ResourceId,
+    /// Whether a defragmentation pass may move it ([`Buffer::set_movable`]).
+    pub(crate) movable: bool,
+    /// The defragmentation copy that fills its bytes, when it was moved: CPU reads and writes
+    /// wait for it first (a host write racing the copy would be overwritten, a read would see
+    /// bytes not copied yet).
+    pub(crate) copy_pending: Option<GpuUse>,
 }
 
 static NEXT_RESOURCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -284,6 +290,17 @@ impl Buffer {
         self.life.used_until(until)
     }
 
+    /// Whether a [`Defragmenter`](crate::Defragmenter) pass may move it (default: true). A pass
+    /// moves only the buffers it is handed, and never a pinned one.
+    pub fn is_movable(&self) -> bool {
+        self.movable
+    }
+
+    /// Pins the buffer where it is (`false`) or lets defragmentation move it again (`true`).
+    pub fn set_movable(&mut self, movable: bool) {
+        self.movable = movable;
+    }
+
     pub(crate) fn life(&self) -> &Arc<Life> {
         &self.life
     }
@@ -295,6 +312,10 @@ impl Buffer {
             || AccessError::OutOfBounds { name: self.name.to_string(), offset, end, size: self.size };
         if end > self.size {
             return Err(out_of_bounds());
+        }
+        if let Some(copy) = self.copy_pending {
+            // A defragmentation pass moved it: its bytes arrive with that copy.
+            self.device().wait_until(&copy)?;
         }
         // The buffer lies inside its block, so this only fails on a bug; it is checked anyway.
         mapped.range(self.memory_offset + offset, len as u64).ok_or_else(out_of_bounds)
@@ -313,7 +334,9 @@ impl Buffer {
 
     /// Copies `data` into the buffer at `offset` (flushing non-coherent memory). Writes need the
     /// buffer exclusively (`&mut`): two threads cannot write the same bytes. The GPU must not be
-    /// using these bytes (order your submissions after the write).
+    /// using these bytes (order your submissions after the write). A buffer a
+    /// [`Defragmenter`](crate::Defragmenter) moved first waits for the copy that fills its new
+    /// place (as [`Buffer::read`] does), so the copy cannot overwrite the write.
     pub fn write(&mut self, offset: u64, data: &[u8]) -> Result<(), AccessError> {
         self.write_with_threads(offset, data, 1)
     }
@@ -500,6 +523,8 @@ impl Device {
             placement: if placed.committed { BufferPlacement::Committed } else { BufferPlacement::Placed },
             pool: None,
             resource: next_resource_id(),
+            movable: true,
+            copy_pending: None,
         })
     }
 

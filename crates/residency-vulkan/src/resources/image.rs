@@ -424,6 +424,24 @@ impl Image {
         &self.layouts
     }
 
+    /// A defragmentation pass moved it: its new `VkImage`, memory, offset, size, layouts and
+    /// life (same description and tracking id). Returns the old life, whose drop retires the old
+    /// image and range behind the copy.
+    pub(crate) fn moved(
+        &mut self,
+        life: Arc<Life>,
+        raw: vk::Image,
+        (memory, memory_offset, size): (vk::DeviceMemory, u64, u64),
+        layouts: Arc<Layouts>,
+    ) -> Arc<Life> {
+        self.raw = raw;
+        self.memory = memory;
+        self.memory_offset = memory_offset;
+        self.size = size;
+        self.layouts = layouts;
+        std::mem::replace(&mut self.life, life)
+    }
+
     /// How it was described.
     pub fn desc(&self) -> &ImageDesc {
         &self.desc

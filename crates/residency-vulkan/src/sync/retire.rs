@@ -235,6 +235,11 @@ impl Life {
         self.garbage.as_ref()
     }
 
+    /// The uses declared on it so far.
+    pub(crate) fn declared_uses(&self) -> LastUses {
+        self.uses.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// The name of what it points into, if anything.
     pub(crate) fn parent_name(&self) -> Option<String> {
         self.parent.as_ref().map(|p| p.name())

@@ -520,6 +520,8 @@ impl Buffer {
             placement: BufferPlacement::Placed,
             pool: None,
             resource: next_resource_id(),
+            movable: true,
+            copy_pending: None,
         }
     }
 }

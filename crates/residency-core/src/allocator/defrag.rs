@@ -1,0 +1,394 @@
+//! Defragmentation planning: which live allocations to move where so that whole heaps empty.
+//!
+//! Plain data in, plain data out, deterministic: the backend describes its heaps (capacity,
+//! granularity, every used block with whether it may move), [`plan_defragmentation`] answers moves
+//! into the free ranges of other heaps, and [`check_plan`] verifies a plan against its input (the
+//! tests and the fuzz target run it on every plan).
+//!
+//! # The rules of a plan
+//! 1. A heap is emptied whole or not at all: the sources are heaps whose every block is movable,
+//!    taken most-empty first (fewest used bytes), and a source's blocks all move or none does.
+//! 2. Destinations are the fullest heaps first among those that hold something and are not
+//!    sources; a heap that received a move is never emptied by the same plan.
+//! 3. A destination is a free range at the block's alignment that keeps off the granularity page
+//!    of a conflicting neighbour ([`ResourceKind::conflicts_with`]); its footprint's end is rounded
+//!    as [`TlsfAllocator::allocate`](super::TlsfAllocator::allocate) rounds it, so the backend
+//!    can take each destination with [`TlsfAllocator::allocate_at`](super::TlsfAllocator::allocate_at)
+//!    in plan order and get exactly the planned footprints. Destinations never overlap each other
+//!    or a live block.
+//! 4. The plan moves at most `budget.moves` blocks and `budget.bytes` bytes (the blocks' sizes).
+
+use super::tlsf::TAIL_ROUNDING_MAX;
+use super::ResourceKind;
+use serde::{Deserialize, Serialize};
+
+/// One used block of a heap, as the heap's allocator holds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveBlock {
+    /// First byte.
+    pub offset: u64,
+    /// Bytes the allocator holds for it (its footprint, end rounding included).
+    pub footprint: u64,
+    /// Bytes a new place must hold (the resource's size; at most `footprint`).
+    pub size: u64,
+    /// Alignment a new place needs (a power of two).
+    pub alignment: u64,
+    /// Its kind, for `bufferImageGranularity`.
+    pub kind: ResourceKind,
+    /// Whether it may move.
+    pub movable: bool,
+}
+
+/// A heap: its size, granularity page and used blocks (in any order).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DefragHeap {
+    /// Size in bytes.
+    pub capacity: u64,
+    /// `bufferImageGranularity` (a power of two; 1: no rule).
+    pub granularity: u64,
+    /// Its used blocks.
+    pub blocks: Vec<LiveBlock>,
+}
+
+/// What one pass may move.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DefragBudget {
+    /// Bytes (sum of the moved blocks' sizes).
+    pub bytes: u64,
+    /// Moves.
+    pub moves: u32,
+}
+
+/// One planned move: block `block` of heap `heap` to `to_offset` of heap `to_heap`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedMove {
+    /// The source heap (index in the input).
+    pub heap: usize,
+    /// The block (index in the source heap's `blocks`).
+    pub block: usize,
+    /// The destination heap.
+    pub to_heap: usize,
+    /// The destination offset (a multiple of the block's alignment).
+    pub to_offset: u64,
+    /// The destination's footprint (what `allocate_at` will hold).
+    pub to_footprint: u64,
+}
+
+/// A plan: moves in the order to take their destinations, the heaps they empty, the bytes moved.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DefragPlan {
+    /// The moves, in order.
+    pub moves: Vec<PlannedMove>,
+    /// Heaps the moves leave empty (indices in the input), in the order they were planned.
+    pub emptied: Vec<usize>,
+    /// Sum of the moved blocks' sizes.
+    pub bytes: u64,
+}
+
+/// An input the planner cannot describe a heap with, or a plan that breaks a rule.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DefragError {
+    /// A heap's granularity is not a power of two.
+    #[error("heap {heap}: granularity {granularity} is not a power of two")]
+    Granularity {
+        /// The heap.
+        heap: usize,
+        /// Its granularity.
+        granularity: u64,
+    },
+    /// A block is empty, misaligned, larger than its footprint, outside its heap, or overlaps
+    /// another block.
+    #[error("heap {heap}, block {block}: {reason}")]
+    Block {
+        /// The heap.
+        heap: usize,
+        /// The block.
+        block: usize,
+        /// Why.
+        reason: &'static str,
+    },
+    /// A plan breaks one of the rules (see the module documentation).
+    #[error("plan: {0}")]
+    Plan(String),
+}
+
+fn align_up(value: u64, alignment: u64) -> Option<u64> {
+    value.checked_add(alignment - 1).map(|v| v & !(alignment - 1))
+}
+
+fn align_down(value: u64, alignment: u64) -> u64 {
+    value & !(alignment - 1)
+}
+
+/// A used range of a heap being planned.
+#[derive(Clone, Copy, Debug)]
+struct Used {
+    start: u64,
+    end: u64,
+    kind: ResourceKind,
+}
+
+/// Checks the input; returns each heap's used ranges in address order.
+fn occupancy(heaps: &[DefragHeap]) -> Result<Vec<Vec<Used>>, DefragError> {
+    heaps
+        .iter()
+        .enumerate()
+        .map(|(h, heap)| {
+            if !heap.granularity.is_power_of_two() {
+                return Err(DefragError::Granularity { heap: h, granularity: heap.granularity });
+            }
+            let bad = |block, reason| DefragError::Block { heap: h, block, reason };
+            let mut used = Vec::with_capacity(heap.blocks.len());
+            for (b, block) in heap.blocks.iter().enumerate() {
+                if block.footprint == 0 || block.size == 0 {
+                    return Err(bad(b, "empty"));
+                }
+                if block.size > block.footprint {
+                    return Err(bad(b, "size larger than its footprint"));
+                }
+                if !block.alignment.is_power_of_two() {
+                    return Err(bad(b, "alignment not a power of two"));
+                }
+                let end = block.offset.checked_add(block.footprint).filter(|&e| e <= heap.capacity);
+                let Some(end) = end else { return Err(bad(b, "outside its heap")) };
+                used.push((b, Used { start: block.offset, end, kind: block.kind }));
+            }
+            used.sort_by_key(|(_, u)| u.start);
+            for pair in used.windows(2) {
+                if pair[1].1.start < pair[0].1.end {
+                    return Err(bad(pair[1].0, "overlaps another block"));
+                }
+            }
+            Ok(used.into_iter().map(|(_, u)| u).collect())
+        })
+        .collect()
+}
+
+/// Where `size` bytes at `alignment` of `kind` go in `used` (a heap of `capacity` and
+/// `granularity`): the lowest fitting offset, with the footprint `allocate_at` will give it.
+fn fit(
+    used: &[Used],
+    capacity: u64,
+    granularity: u64,
+    size: u64,
+    alignment: u64,
+    kind: ResourceKind,
+) -> Option<(usize, u64, u64)> {
+    let g = granularity;
+    for i in 0..=used.len() {
+        let below = i.checked_sub(1).map(|j| used[j]);
+        let above = used.get(i).copied();
+        let start = below.map_or(0, |u| u.end);
+        let hole_end = above.map_or(capacity, |u| u.start);
+        if hole_end <= start {
+            continue;
+        }
+        let Some(mut offset) = align_up(start, alignment) else { continue };
+        if g > 1 {
+            if let Some(b) = below {
+                if b.kind.conflicts_with(kind) && align_down(b.end - 1, g) == align_down(offset, g) {
+                    let Some(o) = align_up(offset, g) else { continue };
+                    offset = o;
+                }
+            }
+        }
+        let mut limit = hole_end;
+        if g > 1 && above.is_some_and(|a| a.kind.conflicts_with(kind)) {
+            limit = align_down(limit, g);
+        }
+        let Some(end) = offset.checked_add(size) else { continue };
+        if end > limit {
+            continue;
+        }
+        // The end rounding of `TlsfAllocator::carve`: up to min(alignment, 256) inside the free
+        // range, unless that crosses onto a conflicting neighbour's page.
+        let mut footprint_end = end;
+        if alignment > 1 {
+            let rounded =
+                align_up(end, alignment.min(TAIL_ROUNDING_MAX)).map_or(hole_end, |e| e.min(hole_end));
+            let crosses = g > 1
+                && above.is_some_and(|a| a.kind.conflicts_with(kind))
+                && align_down(rounded - 1, g) == align_down(hole_end, g);
+            if rounded > end && !crosses {
+                footprint_end = rounded;
+            }
+        }
+        return Some((i, offset, footprint_end - offset));
+    }
+    None
+}
+
+fn used_bytes(used: &[Used]) -> u64 {
+    used.iter().map(|u| u.end - u.start).sum()
+}
+
+/// Plans moves that empty the most-empty fully movable heaps into the free ranges of the fullest
+/// heaps, within `budget` (see the module documentation for the rules). Deterministic: the same
+/// input gives the same plan. An invalid input (a block outside its heap, overlapping another,
+/// misaligned, empty; a granularity not a power of two) is a typed error.
+pub fn plan_defragmentation(heaps: &[DefragHeap], budget: DefragBudget) -> Result<DefragPlan, DefragError> {
+    let mut used = occupancy(heaps)?;
+    let mut plan = DefragPlan::default();
+    let mut is_source = vec![false; heaps.len()];
+    let mut received = vec![false; heaps.len()];
+    // Most-empty first; ties by index, so the plan is deterministic.
+    let mut sources: Vec<usize> = (0..heaps.len())
+        .filter(|&h| !heaps[h].blocks.is_empty() && heaps[h].blocks.iter().all(|b| b.movable))
+        .collect();
+    sources.sort_by_key(|&h| (used_bytes(&used[h]), h));
+    for source in sources {
+        if received[source] {
+            continue;
+        }
+        let heap = &heaps[source];
+        let moves = heap.blocks.len() as u64;
+        let bytes: u64 = heap.blocks.iter().map(|b| b.size).sum();
+        if plan.moves.len() as u64 + moves > u64::from(budget.moves)
+            || plan.bytes.saturating_add(bytes) > budget.bytes
+        {
+            continue;
+        }
+        // Destinations: heaps holding something, not sources, fullest first (as the heaps are now).
+        let mut destinations: Vec<usize> =
+            (0..heaps.len()).filter(|&h| h != source && !is_source[h] && !used[h].is_empty()).collect();
+        destinations.sort_by_key(|&h| (std::cmp::Reverse(used_bytes(&used[h])), h));
+        // Largest blocks first; ties by index.
+        let mut order: Vec<usize> = (0..heap.blocks.len()).collect();
+        order.sort_by_key(|&b| (std::cmp::Reverse(heap.blocks[b].size), b));
+        let mut trial: Vec<(usize, Vec<Used>)> = Vec::new();
+        let mut moves_here = Vec::with_capacity(order.len());
+        let mut all_fit = true;
+        for b in order {
+            let block = heap.blocks[b];
+            let mut placed = None;
+            for &d in &destinations {
+                let slot = match trial.iter().position(|(h, _)| *h == d) {
+                    Some(slot) => slot,
+                    None => {
+                        trial.push((d, used[d].clone()));
+                        trial.len() - 1
+                    }
+                };
+                let ranges = &mut trial[slot].1;
+                let dest = &heaps[d];
+                if let Some((at, offset, footprint)) =
+                    fit(ranges, dest.capacity, dest.granularity, block.size, block.alignment, block.kind)
+                {
+                    ranges.insert(at, Used { start: offset, end: offset + footprint, kind: block.kind });
+                    placed = Some(PlannedMove {
+                        heap: source,
+                        block: b,
+                        to_heap: d,
+                        to_offset: offset,
+                        to_footprint: footprint,
+                    });
+                    break;
+                }
+            }
+            match placed {
+                Some(m) => moves_here.push(m),
+                None => {
+                    all_fit = false;
+                    break;
+                }
+            }
+        }
+        if !all_fit {
+            continue;
+        }
+        for (d, ranges) in trial {
+            if moves_here.iter().any(|m| m.to_heap == d) {
+                used[d] = ranges;
+                received[d] = true;
+            }
+        }
+        used[source].clear();
+        is_source[source] = true;
+        plan.bytes += bytes;
+        plan.moves.extend(moves_here);
+        plan.emptied.push(source);
+    }
+    Ok(plan)
+}
+
+/// Checks `plan` against its input and budget: every rule of the module documentation (moved
+/// blocks movable and moved once, emptied heaps wholly moved and never destinations, destinations
+/// in bounds, aligned, off conflicting neighbours' granularity pages and overlapping nothing,
+/// footprints at least the size, the budget kept, the byte count right). The tests and the fuzz
+/// target run it on every plan.
+pub fn check_plan(heaps: &[DefragHeap], budget: DefragBudget, plan: &DefragPlan) -> Result<(), DefragError> {
+    let fail = |s: String| Err(DefragError::Plan(s));
+    let mut used = occupancy(heaps)?;
+    if plan.moves.len() as u64 > u64::from(budget.moves) {
+        return fail(format!("{} moves over a budget of {}", plan.moves.len(), budget.moves));
+    }
+    if plan.bytes > budget.bytes {
+        return fail(format!("{} B over a budget of {} B", plan.bytes, budget.bytes));
+    }
+    let mut moved = std::collections::HashSet::new();
+    let mut bytes = 0u64;
+    for m in &plan.moves {
+        let Some(block) = heaps.get(m.heap).and_then(|h| h.blocks.get(m.block)) else {
+            return fail(format!("{m:?} names no block"));
+        };
+        if !block.movable {
+            return fail(format!("{m:?} moves an unmovable block"));
+        }
+        if !moved.insert((m.heap, m.block)) {
+            return fail(format!("{m:?} moves a block twice"));
+        }
+        if !plan.emptied.contains(&m.heap) {
+            return fail(format!("{m:?} moves out of a heap the plan does not empty"));
+        }
+        if plan.emptied.contains(&m.to_heap) || m.to_heap == m.heap {
+            return fail(format!("{m:?} moves into a heap the plan empties"));
+        }
+        let Some(dest) = heaps.get(m.to_heap) else { return fail(format!("{m:?} names no heap")) };
+        if m.to_offset % block.alignment != 0 {
+            return fail(format!("{m:?} is misaligned"));
+        }
+        if m.to_footprint < block.size {
+            return fail(format!("{m:?} has a footprint below the block's size"));
+        }
+        let Some(end) = m.to_offset.checked_add(m.to_footprint).filter(|&e| e <= dest.capacity) else {
+            return fail(format!("{m:?} leaves its heap"));
+        };
+        let ranges = &mut used[m.to_heap];
+        let at = ranges.partition_point(|u| u.start < m.to_offset);
+        let g = dest.granularity;
+        if let Some(below) = at.checked_sub(1).map(|i| ranges[i]) {
+            if below.end > m.to_offset {
+                return fail(format!("{m:?} overlaps a block below"));
+            }
+            if g > 1
+                && below.kind.conflicts_with(block.kind)
+                && align_down(below.end - 1, g) == align_down(m.to_offset, g)
+            {
+                return fail(format!("{m:?} shares a granularity page with a conflicting block below"));
+            }
+        }
+        if let Some(above) = ranges.get(at).copied() {
+            if above.start < end {
+                return fail(format!("{m:?} overlaps a block above"));
+            }
+            if g > 1
+                && above.kind.conflicts_with(block.kind)
+                && align_down(end - 1, g) == align_down(above.start, g)
+            {
+                return fail(format!("{m:?} shares a granularity page with a conflicting block above"));
+            }
+        }
+        ranges.insert(at, Used { start: m.to_offset, end, kind: block.kind });
+        bytes += block.size;
+    }
+    if bytes != plan.bytes {
+        return fail(format!("the plan says {} B, its moves are {bytes} B", plan.bytes));
+    }
+    for &h in &plan.emptied {
+        let Some(heap) = heaps.get(h) else { return fail(format!("emptied heap {h} does not exist")) };
+        if (0..heap.blocks.len()).any(|b| !moved.contains(&(h, b))) {
+            return fail(format!("heap {h} is listed as emptied but keeps a block"));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,787 @@
+//! Defragmentation the library carries out: moves buffers and images placed in the device's
+//! general heaps, and buffers in a buffer pool's pages, so that the most-empty heaps (pages)
+//! empty; copies their contents on the GPU, and swaps the handles' internals, the old objects
+//! retiring behind the copy and every declared use.
+//!
+//! The renderer hands a pass the resources that may move as `&mut`: no CPU alias can see the old
+//! `VkBuffer`/`VkImage` while the pass runs, and afterwards each handle names its new object,
+//! memory and offset with the same size, usage, name (debug name too), state-tracking id and (for
+//! images) layouts. A resource not handed to the pass never moves. The plan is the core's
+//! ([`residency_core::allocator::plan_defragmentation`]).
+
+use crate::buffer::{bind_buffer, create_raw_buffer, Buffer, BufferPlacement};
+use crate::commands::{CommandContext, Submission};
+use crate::device::Device;
+use crate::error::VulkanError;
+use crate::image::{Image, Layouts};
+use crate::memory::{BlockAllocation, BlockList, MappedPtr, MemoryError};
+use crate::pool::PoolShared;
+use crate::resource_memory::ResourceMemory;
+use crate::retire::{Garbage, GpuUse, Life, Parent, FRAMES, SPARSE, UNIVERSAL};
+use ash::vk;
+use residency_core::allocator::{plan_defragmentation, BlockState, DefragBudget, DefragHeap, LiveBlock};
+use residency_core::sync::LastUses;
+use residency_core::usage::{BufferPoolUsage, BufferUsage};
+use std::collections::HashMap;
+use std::sync::{Arc, MutexGuard};
+use std::time::{Duration, Instant};
+
+mod images;
+use images::ImageCopies;
+
+/// What one pass may move. Defaults: 64 MiB and 256 moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DefragDesc {
+    /// Bytes one pass may copy (the moved buffers' allocations).
+    pub max_bytes_per_pass: u64,
+    /// Buffers one pass may move.
+    pub max_moves_per_pass: u32,
+}
+
+impl Default for DefragDesc {
+    fn default() -> Self {
+        DefragDesc { max_bytes_per_pass: 64 << 20, max_moves_per_pass: 256 }
+    }
+}
+
+impl DefragDesc {
+    /// Sets the bytes one pass may copy.
+    pub fn with_max_bytes_per_pass(mut self, bytes: u64) -> Self {
+        self.max_bytes_per_pass = bytes;
+        self
+    }
+
+    /// Sets the buffers one pass may move.
+    pub fn with_max_moves_per_pass(mut self, moves: u32) -> Self {
+        self.max_moves_per_pass = moves;
+        self
+    }
+}
+
+/// Why a buffer or image handed to a pass was not considered for a move. It stays where it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unmovable {
+    /// It lives on another device than the defragmenter's.
+    OtherDevice,
+    /// It is not placed in heaps that a pass moves within (committed memory, a transient buffer):
+    /// passes move [`Device::create_buffer`] placements and [`BufferPool`](crate::BufferPool)
+    /// buffers.
+    NotPlaced,
+    /// The renderer pinned the buffer ([`Buffer::set_movable`]).
+    Pinned,
+    /// Something else holds it: a descriptor set, a state tracker, a recording, a queued upload
+    /// or (images) a view, which name its `VkBuffer`/`VkImage` and would keep using the old one.
+    /// Drop or untrack them first.
+    Shared,
+    /// A use was declared in frames ([`Device::frames_from_now`]): no GPU event the copy can wait
+    /// for. Declare it on a [`Timeline`](crate::Timeline) or a submission instead.
+    FrameCountedUse,
+    /// The new `VkBuffer`'s (`VkImage`'s) memory requirements do not fit the planned place (or
+    /// no copy alias could be bound over the old or new range).
+    Requirements,
+    /// An image without both `COPY_SRC` and `COPY_DST` usage (images are copied with
+    /// `vkCmdCopyImage`; optimal images cannot be aliased for the copy as buffers are).
+    NoCopyUsage,
+}
+
+/// What one pass did.
+#[derive(Debug, Default)]
+pub struct DefragStats {
+    /// Buffers and images moved.
+    pub moves: u32,
+    /// Bytes copied (the moved resources' allocations).
+    pub bytes_moved: u64,
+    /// Heaps the pass left with no live resource. Each is freed by the heap-release policy when
+    /// the old ranges retire (after the copy and every use declared on the old resources), unless it
+    /// is the one empty heap a memory type keeps.
+    pub heaps_emptied: u32,
+    /// Buffers handed to the pass that it refused to consider, by their index in the slice.
+    pub unmovable: Vec<(usize, Unmovable)>,
+    /// Images handed to [`Defragmenter::pass_with_images`] that it refused, by their index.
+    pub unmovable_images: Vec<(usize, Unmovable)>,
+    /// CPU time the pass took (planning, creating, recording, submitting; not the GPU's copy).
+    pub cpu_time: Duration,
+    /// The copy submission, when anything moved: wait for it (or declare uses after it) before
+    /// another queue touches a moved buffer. Residency's own submissions and the universal queue
+    /// are ordered after it already (its last barrier covers every later command on the queue).
+    pub submission: Option<Submission>,
+}
+
+/// Totals over a defragmenter's passes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DefragTotals {
+    /// Passes run (refused ones included, failed ones not).
+    pub passes: u64,
+    /// Buffers and images moved.
+    pub moves: u64,
+    /// Bytes copied.
+    pub bytes_moved: u64,
+    /// Heaps emptied.
+    pub heaps_emptied: u64,
+    /// CPU time.
+    pub cpu_time: Duration,
+}
+
+/// A pass failed; every resource is where it was (layouts included) and nothing is left allocated.
+#[derive(Debug, thiserror::Error)]
+pub enum DefragError {
+    /// Creating or binding a new buffer or image failed (out of memory included).
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
+    /// The copy's submission failed.
+    #[error(transparent)]
+    Vulkan(#[from] VulkanError),
+}
+
+/// Carries out defragmentation passes on one device. See the module documentation.
+///
+/// ```no_run
+/// # fn f(device: &residency_vulkan::Device, buffers: &mut [residency_vulkan::Buffer]) -> Result<(), Box<dyn std::error::Error>> {
+/// use residency_vulkan::{DefragDesc, Defragmenter};
+/// let mut defrag = Defragmenter::new(device, DefragDesc::default())?;
+/// let mut movable: Vec<&mut residency_vulkan::Buffer> = buffers.iter_mut().collect();
+/// let stats = defrag.pass(&mut movable)?;
+/// println!("{} moves, {} B, {} heaps emptied in {:?}", stats.moves, stats.bytes_moved, stats.heaps_emptied, stats.cpu_time);
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Defragmenter {
+    device: Arc<Device>,
+    commands: CommandContext,
+    desc: DefragDesc,
+    totals: DefragTotals,
+}
+
+/// The heaps a buffer lives in: one memory type of the device's general allocator, or one arena
+/// of a buffer pool's pages. Moves stay within their heaps' owner.
+#[derive(Clone)]
+enum Heaps {
+    General(u32),
+    Pool { pool: Arc<PoolShared>, arena: u16 },
+}
+
+impl Heaps {
+    fn lock<'a>(&'a self, device: &'a Device) -> MutexGuard<'a, BlockList> {
+        let list = match self {
+            Heaps::General(type_index) => &device.general[*type_index as usize],
+            Heaps::Pool { pool, arena } => pool.arena(*arena),
+        };
+        list.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// An order and identity: general heaps by memory type, then pools by id and arena.
+    fn key(&self) -> (u8, u64, u32) {
+        match self {
+            Heaps::General(type_index) => (0, 0, *type_index),
+            Heaps::Pool { pool, arena } => (1, pool.identity().0, u32::from(*arena)),
+        }
+    }
+
+    fn type_index(&self) -> u32 {
+        match self {
+            Heaps::General(type_index) => *type_index,
+            Heaps::Pool { pool, .. } => pool.identity().2,
+        }
+    }
+
+    /// Where an allocation of these heaps returns when it is freed.
+    fn memory(&self, allocation: BlockAllocation) -> ResourceMemory {
+        match self {
+            Heaps::General(type_index) => ResourceMemory::General { type_index: *type_index, allocation },
+            Heaps::Pool { pool, arena } => {
+                ResourceMemory::Pool { pool: Arc::downgrade(pool), arena: *arena, allocation }
+            }
+        }
+    }
+
+    /// The usage of the `VkBuffer` a range buffer of these heaps is a range of (a known-flags
+    /// pool's page buffer).
+    fn page_usage(&self) -> BufferUsage {
+        match self {
+            Heaps::Pool { pool, .. } => match pool.identity().1 {
+                BufferPoolUsage::Known(usage) => usage,
+                BufferPoolUsage::Unknown => BufferUsage::empty(),
+            },
+            Heaps::General(_) => BufferUsage::empty(),
+        }
+    }
+}
+
+/// What a move moves: a buffer or an image, by its index in the slice handed to the pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Target {
+    Buffer(usize),
+    Image(usize),
+}
+
+/// A resource the pass may move, as its memory says.
+struct Candidate {
+    target: Target,
+    heaps: Heaps,
+    block: u32,
+    offset: u64,
+    /// The allocation's size (what a new place must hold).
+    size: u64,
+    waits: Vec<GpuUse>,
+}
+
+/// One move being staged: its destination and the objects made for it.
+struct Staged {
+    target: Target,
+    heaps: Heaps,
+    /// The source heap (block slot), for counting emptied heaps.
+    from_block: u32,
+    destination: Option<BlockAllocation>,
+    memory: vk::DeviceMemory,
+    offset: u64,
+    memory_size: u64,
+    mapped: Option<MappedPtr>,
+    /// The destination page's buffer (a known-flags pool's range buffer), else null.
+    page_buffer: vk::Buffer,
+    /// The new `VkBuffer` (null for a range of a page buffer).
+    raw: vk::Buffer,
+    /// Copy aliases (a `COPY_SRC` buffer over the old range, a `COPY_DST` one over the new), when
+    /// the buffer's own usage (a range's: its page buffer's) lacks the bit; else null and the
+    /// buffer itself is used.
+    src_alias: vk::Buffer,
+    dst_alias: vk::Buffer,
+    /// An image's new `VkImage` (null for buffers), its size and its layout record.
+    image: vk::Image,
+    image_size: u64,
+    layouts: Option<Arc<Layouts>>,
+    waits: Vec<GpuUse>,
+}
+
+/// The resources handed to a pass.
+struct Movable<'r, 'b, 'i> {
+    buffers: &'r mut [&'b mut Buffer],
+    images: &'r mut [&'i mut Image],
+}
+
+/// The moves of a pass until they are committed: dropping it destroys what was made (never used
+/// by the GPU) and gives the destinations back, so an error anywhere leaves everything as it was.
+struct Stage<'a> {
+    device: &'a Device,
+    moves: Vec<Staged>,
+}
+
+impl Stage<'_> {
+    fn undo(&self, m: &mut Staged) {
+        for raw in [&mut m.raw, &mut m.src_alias, &mut m.dst_alias] {
+            if *raw != vk::Buffer::null() {
+                // SAFETY: made by this pass on this device, never submitted (the pass commits
+                // only after its submission succeeded), and no handle to it was given out.
+                unsafe { self.device.raw().destroy_buffer(*raw, None) };
+                *raw = vk::Buffer::null();
+            }
+        }
+        if m.image != vk::Image::null() {
+            // SAFETY: as above, for the image made by this pass.
+            unsafe { self.device.raw().destroy_image(m.image, None) };
+            m.image = vk::Image::null();
+        }
+        if let Some(destination) = m.destination.take() {
+            m.heaps.lock(self.device).free(self.device, destination);
+        }
+    }
+}
+
+impl Drop for Stage<'_> {
+    fn drop(&mut self) {
+        let mut moves = std::mem::take(&mut self.moves);
+        for m in &mut moves {
+            self.undo(m);
+        }
+    }
+}
+
+impl Defragmenter {
+    /// A defragmenter for `device`, with its own command context for the copies.
+    pub fn new(device: &Device, desc: DefragDesc) -> Result<Defragmenter, VulkanError> {
+        let commands = CommandContext::new(device, "defragmenter")?;
+        Ok(Defragmenter { device: device.arc(), commands, desc, totals: DefragTotals::default() })
+    }
+
+    /// Its budget per pass.
+    pub fn desc(&self) -> DefragDesc {
+        self.desc
+    }
+
+    /// Totals over its passes.
+    pub fn totals(&self) -> DefragTotals {
+        self.totals
+    }
+
+    /// One pass over `movable`: per set of heaps (a memory type of the device's general
+    /// allocator, an arena of a buffer pool), plans moves that empty the most-empty heaps into the
+    /// fullest heaps' free ranges (within the per-pass budget), creates each moved buffer's new
+    /// `VkBuffer` with the same size and usage at its destination (a known-flags pool's range
+    /// becomes a range of the destination page's buffer), copies the contents in one submission
+    /// (waiting on the GPU for every use declared on the moved buffers with `used_until` on a
+    /// timeline; barriers before and after order it against all other work on the universal
+    /// queue), and swaps the handles' internals. The old `VkBuffer` and range retire through the
+    /// device's deferred destruction after the copy and those uses.
+    ///
+    /// Buffers it refuses are listed in [`DefragStats::unmovable`]. On an error (out of memory
+    /// creating a buffer, a failed submission) every buffer is where it was and nothing is left
+    /// allocated.
+    pub fn pass(&mut self, buffers: &mut [&mut Buffer]) -> Result<DefragStats, DefragError> {
+        self.pass_with_images(buffers, &mut [])
+    }
+
+    /// [`Defragmenter::pass`] over buffers and images of the device's general heaps, planned
+    /// together (they share heaps). An image moves when it is placed (not committed, not a
+    /// transient pool's), has `COPY_SRC` and `COPY_DST` usage, and nothing else holds it (a view,
+    /// a descriptor set, a tracker, a recording, a queued upload). Its new `VkImage` has the same
+    /// description; every subresource that is not `UNDEFINED` is copied through
+    /// `TRANSFER_SRC_OPTIMAL` → `TRANSFER_DST_OPTIMAL` and returned to the layout it was in
+    /// (`PREINITIALIZED` becomes `GENERAL`), so the image's layouts in submission order are what
+    /// they were; `UNDEFINED` subresources stay `UNDEFINED` and are not copied.
+    pub fn pass_with_images(
+        &mut self,
+        buffers: &mut [&mut Buffer],
+        images: &mut [&mut Image],
+    ) -> Result<DefragStats, DefragError> {
+        let mut movable = Movable { buffers, images };
+        self.run(&mut movable)
+    }
+
+    fn run(&mut self, movable: &mut Movable<'_, '_, '_>) -> Result<DefragStats, DefragError> {
+        let start = Instant::now();
+        let device = Arc::clone(&self.device);
+        let device = &*device;
+        device.maintain();
+        let mut stats = DefragStats::default();
+        let mut candidates = self.candidates(movable.buffers, &mut stats);
+        candidates.extend(self.image_candidates(movable.images, &mut stats));
+        let mut stage = Stage { device, moves: Vec::new() };
+        // Heaps the plans empty: (heaps' key, block slot).
+        let mut emptied: Vec<((u8, u64, u32), u32)> = Vec::new();
+        let mut budget =
+            DefragBudget { bytes: self.desc.max_bytes_per_pass, moves: self.desc.max_moves_per_pass };
+        let mut owners: Vec<Heaps> = Vec::new();
+        for c in &candidates {
+            if !owners.iter().any(|h| h.key() == c.heaps.key()) {
+                owners.push(c.heaps.clone());
+            }
+        }
+        owners.sort_by_key(Heaps::key);
+        for heaps in owners {
+            let before = stage.moves.len();
+            self.plan_heaps(&heaps, &candidates, budget, &mut stage, &mut emptied);
+            let planned = &stage.moves[before..];
+            budget.moves = budget.moves.saturating_sub(planned.len() as u32);
+            budget.bytes = budget.bytes.saturating_sub(
+                planned
+                    .iter()
+                    .map(|m| m.destination.as_ref().map_or(0, |d| d.allocation.size()))
+                    .sum::<u64>(),
+            );
+        }
+        // Create, check and bind the new buffers (and the copy aliases).
+        let mut index = 0;
+        while index < stage.moves.len() {
+            let created = match stage.moves[index].target {
+                Target::Buffer(i) => Self::create(device, &*movable.buffers[i], &mut stage.moves[index]),
+                Target::Image(i) => Self::create_image(device, &*movable.images[i], &mut stage.moves[index]),
+            };
+            match created? {
+                true => index += 1,
+                false => {
+                    let mut m = stage.moves.remove(index);
+                    match m.target {
+                        Target::Buffer(i) => stats.unmovable.push((i, Unmovable::Requirements)),
+                        Target::Image(i) => stats.unmovable_images.push((i, Unmovable::Requirements)),
+                    }
+                    stage.undo(&mut m);
+                }
+            }
+        }
+        let mut copy = None;
+        if !stage.moves.is_empty() {
+            let submission = self.copy(&stage, movable)?;
+            copy = Some(submission.gpu_use());
+            stats.submission = Some(submission);
+        }
+        // Committed: swap the handles' internals; the old lives retire behind the copy.
+        let moves = std::mem::take(&mut stage.moves);
+        drop(stage);
+        stats.bytes_moved =
+            moves.iter().map(|m| m.destination.as_ref().map_or(0, |d| d.allocation.size())).sum();
+        stats.moves = moves.len() as u32;
+        stats.heaps_emptied = emptied
+            .iter()
+            .filter(|&&(key, slot)| {
+                let Some(heaps) = moves.iter().find(|m| m.heaps.key() == key).map(|m| &m.heaps) else {
+                    return false;
+                };
+                let list = heaps.lock(device);
+                let live = list
+                    .blocks
+                    .get(slot as usize)
+                    .and_then(Option::as_ref)
+                    .map_or(0, |b| b.allocator.allocation_count());
+                let leaving = moves.iter().filter(|m| m.heaps.key() == key && m.from_block == slot).count();
+                live == leaving as u64
+            })
+            .count() as u32;
+        if let Some(copy) = copy {
+            for m in moves {
+                match m.target {
+                    Target::Buffer(i) => Self::commit(device, &mut *movable.buffers[i], m, copy),
+                    Target::Image(i) => Self::commit_image(device, &mut *movable.images[i], m),
+                }
+            }
+        }
+        stats.cpu_time = start.elapsed();
+        self.totals.passes += 1;
+        self.totals.moves += u64::from(stats.moves);
+        self.totals.bytes_moved += stats.bytes_moved;
+        self.totals.heaps_emptied += u64::from(stats.heaps_emptied);
+        self.totals.cpu_time += stats.cpu_time;
+        Ok(stats)
+    }
+
+    /// The buffers that may move, with their place; the others go to `stats.unmovable`.
+    fn candidates(&self, movable: &[&mut Buffer], stats: &mut DefragStats) -> Vec<Candidate> {
+        let mut out = Vec::new();
+        for (index, buffer) in movable.iter().enumerate() {
+            let refuse = |reason| Some((index, reason));
+            let refused = if !buffer.device().is(&self.device) {
+                refuse(Unmovable::OtherDevice)
+            } else if buffer.placement == BufferPlacement::Committed {
+                refuse(Unmovable::NotPlaced)
+            } else if !buffer.movable {
+                refuse(Unmovable::Pinned)
+            } else if Arc::strong_count(&buffer.life) != 1 || Arc::weak_count(&buffer.life) != 0 {
+                // `&mut` to the only handle: nobody can clone the life while the pass runs.
+                refuse(Unmovable::Shared)
+            } else {
+                None
+            };
+            if let Some(refused) = refused {
+                stats.unmovable.push(refused);
+                continue;
+            }
+            let placed = match buffer.life.garbage() {
+                Some(Garbage::Buffer {
+                    memory: ResourceMemory::General { type_index, allocation }, ..
+                }) => Some((Heaps::General(*type_index), allocation)),
+                Some(Garbage::Buffer {
+                    memory: ResourceMemory::Pool { pool, arena, allocation }, ..
+                }) => {
+                    // The buffer's life holds its pool (its parent), so it is there.
+                    pool.upgrade().map(|pool| (Heaps::Pool { pool, arena: *arena }, allocation))
+                }
+                _ => None,
+            };
+            let Some((heaps, allocation)) = placed else {
+                stats.unmovable.push((index, Unmovable::NotPlaced));
+                continue;
+            };
+            let uses = buffer.life.declared_uses();
+            if uses.points().iter().any(|p| p.clock == FRAMES) {
+                stats.unmovable.push((index, Unmovable::FrameCountedUse));
+                continue;
+            }
+            // Residency's own clocks need no wait: its submissions are on this queue (ordered by
+            // the copy's first barrier) and every submission waits for the binds before it.
+            let waits = uses
+                .points()
+                .iter()
+                .filter(|p| p.clock != UNIVERSAL && p.clock != SPARSE)
+                .map(|&point| GpuUse { device: self.device.uid(), point })
+                .collect();
+            out.push(Candidate {
+                target: Target::Buffer(index),
+                heaps,
+                block: allocation.block,
+                offset: allocation.allocation.offset(),
+                size: allocation.allocation.size(),
+                waits,
+            });
+        }
+        out
+    }
+
+    /// Plans the moves within one set of heaps and takes their destinations (under the heaps'
+    /// lock, so they cannot change between the plan and the destinations).
+    fn plan_heaps(
+        &self,
+        heaps: &Heaps,
+        candidates: &[Candidate],
+        budget: DefragBudget,
+        stage: &mut Stage<'_>,
+        emptied: &mut Vec<((u8, u64, u32), u32)>,
+    ) {
+        let device = &*self.device;
+        let here: HashMap<(u32, u64), &Candidate> = candidates
+            .iter()
+            .filter(|c| c.heaps.key() == heaps.key())
+            .map(|c| ((c.block, c.offset), c))
+            .collect();
+        let mut list = heaps.lock(device);
+        let slots: Vec<u32> =
+            list.blocks.iter().enumerate().filter(|(_, b)| b.is_some()).map(|(i, _)| i as u32).collect();
+        let described: Vec<DefragHeap> = slots
+            .iter()
+            .map(|&slot| {
+                let block = list.block(slot);
+                let blocks = block
+                    .allocator
+                    .blocks()
+                    .filter_map(|b| {
+                        let BlockState::Used { kind, alignment } = b.state else { return None };
+                        let candidate = here.get(&(slot, b.offset));
+                        Some(LiveBlock {
+                            offset: b.offset,
+                            footprint: b.size,
+                            size: candidate.map_or(b.size, |c| c.size),
+                            alignment,
+                            kind,
+                            movable: candidate.is_some(),
+                        })
+                    })
+                    .collect();
+                DefragHeap { capacity: block.size, granularity: block.allocator.granularity(), blocks }
+            })
+            .collect();
+        let plan = match plan_defragmentation(&described, budget) {
+            Ok(plan) => plan,
+            Err(e) => {
+                tracing::error!(list = %list.name, error = %e, "the heaps' own layout was refused by the planner");
+                return;
+            }
+        };
+        let before = stage.moves.len();
+        for m in &plan.moves {
+            let (from, to) = (slots[m.heap], slots[m.to_heap]);
+            let live = described[m.heap].blocks[m.block];
+            let candidate = here[&(from, live.offset)];
+            let block = list.blocks[to as usize].as_mut().expect("a planned heap is live");
+            let taken = block.allocator.allocate_at(m.to_offset, candidate.size, live.alignment, live.kind);
+            let allocation = match taken {
+                Ok(allocation) => allocation,
+                Err(e) => {
+                    // The planner mirrors the allocator, so this is a bug: give back what this
+                    // plan took and move nothing of these heaps.
+                    tracing::error!(list = %list.name, error = %e, "a planned destination was refused");
+                    let mut undone: Vec<Staged> = stage.moves.drain(before..).collect();
+                    drop(list);
+                    for m in &mut undone {
+                        stage.undo(m);
+                    }
+                    return;
+                }
+            };
+            stage.moves.push(Staged {
+                target: candidate.target,
+                heaps: heaps.clone(),
+                from_block: from,
+                offset: allocation.offset(),
+                destination: Some(BlockAllocation { block: to, allocation }),
+                memory: block.memory,
+                memory_size: block.size,
+                mapped: block.mapped,
+                page_buffer: block.page_buffer.unwrap_or_default(),
+                raw: vk::Buffer::null(),
+                src_alias: vk::Buffer::null(),
+                dst_alias: vk::Buffer::null(),
+                image: vk::Image::null(),
+                image_size: 0,
+                layouts: None,
+                waits: candidate.waits.clone(),
+            });
+        }
+        emptied.extend(plan.emptied.iter().map(|&h| (heaps.key(), slots[h])));
+    }
+
+    /// Creates and binds the new buffer (none for a range of a page buffer) and the copy aliases
+    /// of one move. `Ok(false)`: the requirements do not fit the planned place (the move is
+    /// dropped); an error fails the pass.
+    fn create(device: &Device, buffer: &Buffer, m: &mut Staged) -> Result<bool, MemoryError> {
+        let type_index = m.heaps.type_index();
+        let fits = |requirements: residency_core::profile::MemoryRequirements, offset: u64, room: u64| {
+            requirements.memory_type_bits & (1 << type_index) != 0
+                && offset % requirements.alignment.max(1) == 0
+                && requirements.size <= room
+        };
+        let room = m.destination.as_ref().map_or(0, |d| d.allocation.size());
+        let range = buffer.placement == BufferPlacement::Range;
+        // What the copy can use directly: the buffer's own usage, or its page buffer's.
+        let copy_usage = if range { m.heaps.page_usage() } else { buffer.usage };
+        if !range {
+            let (raw, requirements) = create_raw_buffer(device, &buffer.name, buffer.size, buffer.usage)?;
+            m.raw = raw;
+            if !fits(requirements, m.offset, room) {
+                return Ok(false);
+            }
+            // On failure the bind destroys the buffer.
+            let bound = bind_buffer(device, raw, m.memory, m.offset);
+            if bound.is_err() {
+                m.raw = vk::Buffer::null();
+            }
+            bound?;
+        }
+        let old_room = match buffer.life.garbage() {
+            Some(Garbage::Buffer {
+                memory: ResourceMemory::General { allocation, .. } | ResourceMemory::Pool { allocation, .. },
+                ..
+            }) => allocation.allocation.size(),
+            _ => 0,
+        };
+        let aliases = [
+            (BufferUsage::COPY_SRC, "source", buffer.memory, buffer.memory_offset, old_room),
+            (BufferUsage::COPY_DST, "destination", m.memory, m.offset, room),
+        ];
+        for (usage, what, memory, offset, room) in aliases {
+            if copy_usage.contains(usage) {
+                continue;
+            }
+            let name = format!("{} (move {what})", buffer.name);
+            let (alias, requirements) = create_raw_buffer(device, &name, buffer.size, usage)?;
+            let slot = if usage == BufferUsage::COPY_SRC { &mut m.src_alias } else { &mut m.dst_alias };
+            *slot = alias;
+            if !fits(requirements, offset, room) {
+                return Ok(false);
+            }
+            let bound = bind_buffer(device, alias, memory, offset);
+            if bound.is_err() {
+                *slot = vk::Buffer::null();
+            }
+            bound?;
+        }
+        Ok(true)
+    }
+
+    /// Records and submits the copies of every staged move.
+    fn copy(&self, stage: &Stage<'_>, movable: &Movable<'_, '_, '_>) -> Result<Submission, VulkanError> {
+        let device = &*self.device;
+        let mut waits: Vec<GpuUse> = stage.moves.iter().flat_map(|m| m.waits.iter().copied()).collect();
+        waits.sort_by_key(|w| (w.point.clock.0, std::cmp::Reverse(w.point.value)));
+        waits.dedup_by_key(|w| w.point.clock);
+        let mut copies: Vec<(vk::Buffer, vk::Buffer, vk::BufferCopy)> = Vec::new();
+        let mut images = ImageCopies::default();
+        for m in &stage.moves {
+            match m.target {
+                Target::Buffer(i) => {
+                    let buffer = &*movable.buffers[i];
+                    let (src, src_offset) = match m.src_alias {
+                        alias if alias != vk::Buffer::null() => (alias, 0),
+                        _ => (buffer.raw, buffer.range_offset),
+                    };
+                    let (dst, dst_offset) = match m.dst_alias {
+                        alias if alias != vk::Buffer::null() => (alias, 0),
+                        _ if m.raw != vk::Buffer::null() => (m.raw, 0),
+                        _ => (m.page_buffer, m.offset),
+                    };
+                    copies.push((src, dst, vk::BufferCopy { src_offset, dst_offset, size: buffer.size }));
+                }
+                Target::Image(i) => images.add(&*movable.images[i], m),
+            }
+        }
+        let before = [vk::MemoryBarrier2::default()
+            .src_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
+            .src_access_mask(vk::AccessFlags2::MEMORY_WRITE)
+            .dst_stage_mask(vk::PipelineStageFlags2::COPY)
+            .dst_access_mask(vk::AccessFlags2::TRANSFER_READ | vk::AccessFlags2::TRANSFER_WRITE)];
+        let after = [vk::MemoryBarrier2::default()
+            .src_stage_mask(vk::PipelineStageFlags2::COPY)
+            .src_access_mask(vk::AccessFlags2::TRANSFER_WRITE)
+            .dst_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS | vk::PipelineStageFlags2::HOST)
+            .dst_access_mask(
+                vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE | vk::AccessFlags2::HOST_READ,
+            )];
+        self.commands.submit(&waits, |rec| {
+            // The layouts the submission checks (the old image's at the start) and applies.
+            for t in &images.transitions {
+                let (mips, layers) = (t.mip..t.mip + 1, t.layer..t.layer + 1);
+                rec.transition(
+                    &t.old,
+                    mips.clone(),
+                    layers.clone(),
+                    t.layout,
+                    vk::ImageLayout::TRANSFER_SRC_OPTIMAL,
+                );
+                rec.transition(&t.new, mips, layers, vk::ImageLayout::UNDEFINED, t.final_layout);
+            }
+            let cmd = rec.raw();
+            // SAFETY: the command buffer is recording on this device outside a render pass (the
+            // `Recording` invariant) and is left so. Every buffer source is a live buffer of this
+            // device with COPY_SRC usage over the moved buffer's bytes (the buffer, its page
+            // buffer at its range offset, or an alias bound over them), every destination one with
+            // COPY_DST usage over the planned place (the new buffer, the destination page's
+            // buffer at the planned offset, or an alias), all kept alive until they retire behind
+            // this submission; each region is the buffer's size, inside both. Every image source
+            // is a live image with COPY_SRC usage whose subresources are in the layouts the
+            // barriers name (the submission checks them: the transitions noted above), every image
+            // destination a new image of the same description with COPY_DST usage, bound at its
+            // planned place; each region is one whole subresource. The destinations are ranges no
+            // live resource holds, so no copy overlaps another or its own source. The barriers
+            // order the copies after every earlier command on the queue, transition the images
+            // around them, and order every later command after them.
+            unsafe {
+                let first = vk::DependencyInfo::default()
+                    .memory_barriers(&before)
+                    .image_memory_barriers(&images.before);
+                device.raw().cmd_pipeline_barrier2(cmd, &first);
+                for &(src, dst, region) in &copies {
+                    device.raw().cmd_copy_buffer(cmd, src, dst, &[region]);
+                }
+                for (src, dst, regions) in &images.copies {
+                    device.raw().cmd_copy_image(
+                        cmd,
+                        *src,
+                        vk::ImageLayout::TRANSFER_SRC_OPTIMAL,
+                        *dst,
+                        vk::ImageLayout::TRANSFER_DST_OPTIMAL,
+                        regions,
+                    );
+                }
+                let last = vk::DependencyInfo::default()
+                    .memory_barriers(&after)
+                    .image_memory_barriers(&images.after);
+                device.raw().cmd_pipeline_barrier2(cmd, &last);
+            }
+        })
+    }
+
+    /// Swaps a buffer's internals for its new place; the old life retires behind the copy (its
+    /// last handle was the buffer's: checked when it became a candidate).
+    fn commit(device: &Device, buffer: &mut Buffer, mut m: Staged, copy: GpuUse) {
+        let destination = m.destination.take().expect("a staged move has its destination");
+        let id = device.ledger().track("buffer", Arc::clone(&buffer.name));
+        let memory = m.heaps.memory(destination);
+        let parent: Option<Arc<dyn Parent>> = match &m.heaps {
+            Heaps::General(_) => None,
+            Heaps::Pool { pool, .. } => {
+                // The old life's release counts one buffer fewer.
+                pool.count_moved();
+                Some(Arc::clone(pool) as Arc<dyn Parent>)
+            }
+        };
+        let life = Life::new(device.arc(), Garbage::Buffer { raw: m.raw, memory, id }, parent);
+        let old = std::mem::replace(&mut buffer.life, life);
+        if m.raw != vk::Buffer::null() {
+            buffer.raw = m.raw;
+        } else {
+            buffer.raw = m.page_buffer;
+            buffer.range_offset = m.offset;
+        }
+        buffer.memory = m.memory;
+        buffer.memory_offset = m.offset;
+        buffer.memory_size = m.memory_size;
+        buffer.mapped = m.mapped;
+        buffer.copy_pending = Some(copy);
+        // The old buffer and range wait for the copy (submitted before this drop) and for the
+        // uses declared on them.
+        drop(old);
+        for (alias, what) in [(m.src_alias, "source"), (m.dst_alias, "destination")] {
+            if alias != vk::Buffer::null() {
+                let id = device.ledger().track("buffer", format!("{} (move {what})", buffer.name));
+                let garbage = Garbage::Buffer { raw: alias, memory: ResourceMemory::Transient, id };
+                device.retire(garbage, LastUses::none());
+            }
+        }
+    }
+}
