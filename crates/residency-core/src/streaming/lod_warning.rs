@@ -5,7 +5,7 @@
 //! For a sample of image slot `i`, layer `layer`, coordinates `uvw` (a 3D image's depth in `w`;
 //! `w` is ignored for 2D images and arrays), unclamped LOD `λ`
 //! (`textureQueryLod`), and the min-LOD map value `c` of its mip-0 region (the finest LOD whose
-//! whole chain to the tail is resident, [`MIN_LOD_NONE`](crate::tiles::MIN_LOD_NONE) when none):
+//! whole chain to the tail is resident, [`MIN_LOD_NONE`] when none):
 //!
 //! 1. `λ' = clamp(λ, 0, mip_levels − 1)`, `m = floor(λ')`: the finest mip the sample filters.
 //! 2. `m < first_tail_lod` and `c > m`: **miss** for the tile of mip `m` under `uvw` (the sample
