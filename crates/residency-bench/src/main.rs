@@ -121,8 +121,9 @@ fn parse_alloc(args: &[String]) -> Result<AllocOptions, String> {
             "--only" => {
                 let list = it.next().ok_or("--only needs a list such as w1,w3")?;
                 let only: Vec<String> = list.split(',').map(|w| w.trim().to_lowercase()).collect();
-                if let Some(bad) = only.iter().find(|w| !["w1", "w2", "w3", "w5"].contains(&w.as_str())) {
-                    return Err(format!("unknown workload `{bad}` (w1, w2, w3, w5)"));
+                let known = ["w1", "w2", "w3", "w3-placed", "w3-range", "w5"];
+                if let Some(bad) = only.iter().find(|w| !known.contains(&w.as_str())) {
+                    return Err(format!("unknown workload `{bad}` (w1, w2, w3, w3-placed, w3-range, w5)"));
                 }
                 options.only = Some(only);
             }
@@ -287,9 +288,11 @@ fn run_alloc(options: &AllocOptions, device: Option<&Arc<Device>>) -> Report {
                 .into(),
         });
     }
-    if options.runs("w3") {
+    let (placed, ranges) =
+        (options.runs("w3") || options.runs("w3-placed"), options.runs("w3") || options.runs("w3-range"));
+    if placed || ranges {
         if let Some(device) = device {
-            let (records, skipped) = placed_buffers::run_w3(device, sizes.w3);
+            let (records, skipped) = placed_buffers::run_w3(device, sizes.w3, placed, ranges);
             report.workloads.extend(records);
             report
                 .skipped

@@ -26,7 +26,7 @@ use std::time::Instant;
 use residency::core::usage::{BufferPoolUsage, BufferUsage};
 use residency::vulkan::ash::vk;
 use residency::vulkan::{
-    vk_buffer_usage, Buffer, BufferDesc, BufferInit, BufferPool, BufferPoolDesc, Device,
+    vk_buffer_usage, Buffer, BufferDesc, BufferInit, BufferPool, BufferPoolDesc, Device, PoolRange,
 };
 
 use crate::measure::{median, minimum, takes_part};
@@ -109,6 +109,31 @@ impl BufferMaker for PoolMaker {
 
     fn location(&self, handle: &Buffer) -> (u64, u64) {
         // A range's offset in its page buffer is also its offset in the page's memory.
+        let (memory, offset) = handle.memory();
+        (vk::Handle::as_raw(memory), offset)
+    }
+}
+
+/// Ours: light ranges of a known-flags pool's page buffers (`BufferPool::allocate_range`), the
+/// counterpart of VMA's virtual allocations.
+struct RangeMaker {
+    pool: BufferPool,
+}
+
+impl BufferMaker for RangeMaker {
+    type Handle = PoolRange;
+
+    #[inline]
+    fn create(&mut self, _index: Option<usize>, init: &BufferInit) -> Result<PoolRange, String> {
+        self.pool.allocate_range(init.size, init.alignment).map_err(|e| e.to_string())
+    }
+
+    #[inline]
+    fn destroy(&mut self, handle: PoolRange) {
+        drop(handle);
+    }
+
+    fn location(&self, handle: &PoolRange) -> (u64, u64) {
         let (memory, offset) = handle.memory();
         (vk::Handle::as_raw(memory), offset)
     }
@@ -397,10 +422,18 @@ pub struct W3Config {
 }
 
 const PLACED_NOTE: &str = "placed VkBuffer per buffer, own usage; timed: create + bind";
-const RANGE_NOTE: &str = "range of one storage VkBuffer; timed: allocate";
+const RANGE_NOTE: &str = "PoolRange of one storage VkBuffer (allocate_range); timed: allocate";
+const RANGE_BUFFER_NOTE: &str =
+    "range of one storage VkBuffer as a full Buffer (init_buffer: name, ledger, state id); timed: allocate";
 
-/// Runs W3 on `device`; returns its records, and the contenders that could not be set up.
-pub fn run_w3(device: &Arc<Device>, config: W3Config) -> (Vec<Record>, Vec<(&'static str, String)>) {
+/// Runs W3 on `device` (its placed part, its range part, or both); returns its records, and the
+/// contenders that could not be set up.
+pub fn run_w3(
+    device: &Arc<Device>,
+    config: W3Config,
+    placed_part: bool,
+    range_part: bool,
+) -> (Vec<Record>, Vec<(&'static str, String)>) {
     let plan = w3_plan(config.buffers);
     let range_plan = W3Plan {
         buffers: plan.buffers.iter().map(|b| BufferInit::new(b.name.clone(), b.size)).collect(),
@@ -451,20 +484,30 @@ pub fn run_w3(device: &Arc<Device>, config: W3Config) -> (Vec<Record>, Vec<(&'st
         Ok(c) => placed.push(Box::new(c)),
         Err(e) => skipped.push(("gpu-allocator", e)),
     }
-    records.extend(measure("w3-placed", &plan, config.reps, &mut placed));
+    if placed_part {
+        records.extend(measure("w3-placed", &plan, config.reps, &mut placed));
+    }
     drop(placed);
 
     let mut ranges: Vec<Box<dyn Runner>> = Vec::new();
-    let pool = BufferPool::new(
-        Arc::clone(device),
-        BufferPoolDesc::new("w3 range pool", BufferPoolUsage::Known(RANGE_USAGE)).with_page_size(PAGE_SIZE),
-    );
-    match pool
+    let range_pool = |name: &str| {
+        BufferPool::new(
+            Arc::clone(device),
+            BufferPoolDesc::new(name, BufferPoolUsage::Known(RANGE_USAGE)).with_page_size(PAGE_SIZE),
+        )
         .map_err(|e| e.to_string())
-        .and_then(|pool| Contender::new("residency", RANGE_NOTE, usize::MAX, PoolMaker { pool }))
+    };
+    match range_pool("w3 range pool")
+        .and_then(|pool| Contender::new("residency", RANGE_NOTE, usize::MAX, RangeMaker { pool }))
     {
         Ok(c) => ranges.push(Box::new(c)),
         Err(e) => skipped.push(("residency", e)),
+    }
+    match range_pool("w3 range buffers pool").and_then(|pool| {
+        Contender::new("residency-buffer", RANGE_BUFFER_NOTE, usize::MAX, PoolMaker { pool })
+    }) {
+        Ok(c) => ranges.push(Box::new(c)),
+        Err(e) => skipped.push(("residency-buffer", e)),
     }
     // The pool's range alignment for storage buffers (see `BufferPool`): at least 16 B.
     let alignment = device.limits().min_storage_buffer_offset_alignment.max(16);
@@ -478,7 +521,9 @@ pub fn run_w3(device: &Arc<Device>, config: W3Config) -> (Vec<Record>, Vec<(&'st
         Ok(c) => ranges.push(Box::new(c)),
         Err(e) => skipped.push(("vma", e)),
     }
-    records.extend(measure("w3-range", &range_plan, config.reps, &mut ranges));
+    if range_part {
+        records.extend(measure("w3-range", &range_plan, config.reps, &mut ranges));
+    }
     (records, skipped)
 }
 

@@ -51,7 +51,7 @@ pub use instance::{version_string, InstanceDesc};
 pub use ledger::{FaultSite, InjectedFault, Ledger, LiveObject};
 pub use memory::linear_pool::{LinearPool, LinearPoolDesc, LinearPoolStats};
 pub use memory::MemoryError;
-pub use pool::{BufferInit, BufferPool, BufferPoolDesc, PoolStats};
+pub use pool::{BufferInit, BufferPool, BufferPoolDesc, PoolRange, PoolStats};
 pub use recording::Recording;
 pub use report::ReportSources;
 pub use residency_backend::ResidencyBackend;

@@ -273,3 +273,78 @@ fn placed_images_and_buffers_never_share_a_granularity_page() {
         drop(buffers);
     });
 }
+
+#[test]
+fn pool_ranges_are_light_ranges_of_page_buffers_released_after_the_gpu() {
+    use residency_vulkan::ash::vk;
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let usage = BufferUsage::UNIFORM | BufferUsage::COPY_SRC;
+        let pool = BufferPool::new(
+            Arc::clone(device),
+            BufferPoolDesc::new("range pool", BufferPoolUsage::Known(usage))
+                .with_memory(MemoryIntent::Upload)
+                .with_page_size(1 << 20),
+        )
+        .unwrap();
+        let floor = device.limits().min_uniform_buffer_offset_alignment.max(16);
+        let mut ranges: Vec<_> = (0..8u64).map(|i| pool.allocate_range(100 + i, 0).unwrap()).collect();
+        let mut spans: Vec<_> = ranges.iter().map(|r| (r.offset(), r.offset() + r.size())).collect();
+        spans.sort_unstable();
+        assert!(spans.windows(2).all(|w| w[0].1 <= w[1].0), "ranges do not overlap: {spans:?}");
+        for (i, r) in ranges.iter_mut().enumerate() {
+            assert_eq!(r.offset() % floor, 0, "uniform ranges at minUniformBufferOffsetAlignment");
+            assert_eq!(r.memory().1, r.offset());
+            r.write(0, &vec![i as u8 + 1; r.size() as usize]).unwrap();
+        }
+        let mut back = vec![0; 100];
+        ranges[0].read(0, &mut back).unwrap();
+        assert!(back.iter().all(|&b| b == 1));
+        assert!(ranges[0].write(90, &[0; 20]).is_err(), "outside the range");
+        // The GPU copies range 3 out while the host still holds a use: the range stays allocated
+        // after its drop until the use has passed.
+        let out = device
+            .create_buffer(
+                &BufferDesc::new("range out", 4096, BufferUsage::COPY_DST)
+                    .with_intent(MemoryIntent::Readback),
+            )
+            .unwrap();
+        let gate = device.create_timeline("range gate").unwrap();
+        let context = residency_vulkan::CommandContext::new(device, "ranges").unwrap();
+        let r3 = ranges.remove(3);
+        let region = vk::BufferCopy { src_offset: r3.offset(), dst_offset: 0, size: r3.size() };
+        let copy = context
+            .submit(&[gate.at(1)], |rec| {
+                // SAFETY: the page buffer and `out` are live buffers of this device; the range is
+                // inside the page buffer and held (declared below) until the copy has run.
+                unsafe { device.raw().cmd_copy_buffer(rec.raw(), r3.buffer(), out.raw(), &[region]) };
+            })
+            .unwrap();
+        let mut r3 = r3;
+        r3.used_until(gate.at(1)).unwrap();
+        let used = pool.stats().used_bytes;
+        drop(r3);
+        assert_eq!(pool.stats().used_bytes, used, "held by the declared use and the pending copy");
+        let info = vk::SemaphoreSignalInfo::default().semaphore(gate.raw()).value(1);
+        // SAFETY: a timeline semaphore of this device, signalled once, upwards.
+        unsafe { device.raw().signal_semaphore(&info) }.unwrap();
+        context.wait(copy).unwrap();
+        device.maintain();
+        assert!(pool.stats().used_bytes < used, "released after the copy and the use");
+        let mut copied = vec![0; 103];
+        out.read(0, &mut copied).unwrap();
+        assert!(copied.iter().all(|&b| b == 4), "range 3's bytes were copied");
+        // Unknown-flags pools have no page buffers; bad requests are typed.
+        let unknown =
+            BufferPool::new(Arc::clone(device), BufferPoolDesc::new("no ranges", BufferPoolUsage::Unknown))
+                .unwrap();
+        assert!(matches!(unknown.allocate_range(64, 0), Err(MemoryError::Unsatisfiable { .. })));
+        assert!(matches!(pool.allocate_range(0, 0), Err(MemoryError::InvalidRequest { .. })));
+        assert!(matches!(pool.allocate_range(64, 3), Err(MemoryError::InvalidRequest { .. })));
+        assert!(pool.allocate_range(2 << 20, 0).is_err(), "larger than a page");
+        drop(ranges);
+        device.wait_submitted().unwrap();
+        assert_eq!(pool.stats().used_bytes, 0);
+        pool.check_invariants().unwrap();
+    });
+}

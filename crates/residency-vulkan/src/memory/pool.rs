@@ -19,7 +19,7 @@ use crate::ledger::ObjectId;
 use crate::memory::{BlockAllocation, BlockList, MemoryError, SubRequest};
 use crate::resource_memory::ResourceMemory;
 use crate::resources::Unused;
-use crate::retire::{Garbage, Life, Parent, PendingUses};
+use crate::retire::{Garbage, GpuUse, Life, Parent, PendingUses};
 use ash::vk;
 use residency_core::allocator::ResourceKind;
 use residency_core::memory::{memory_type_candidates, HeapGrowth, MemoryIntent};
@@ -178,6 +178,8 @@ pub(crate) struct PoolShared {
     buffers: AtomicU64,
     pending: PendingUses,
     id: ObjectId,
+    /// A known-flags pool's range alignment (its flags' floors), computed once.
+    known_range_alignment: Option<u64>,
 }
 
 impl std::fmt::Debug for BufferPool {
@@ -268,6 +270,13 @@ impl BufferPool {
         let id = device.ledger().track("buffer pool", desc.name.as_str());
         Ok(BufferPool {
             shared: Arc::new(PoolShared {
+                known_range_alignment: match desc.usage {
+                    BufferPoolUsage::Known(usage) => {
+                        let floor = crate::usage_alignment_floor(usage, &device.profile().limits);
+                        Some(16u64.max(floor).max(device.scratch_floor(usage)))
+                    }
+                    BufferPoolUsage::Unknown => None,
+                },
                 device,
                 desc,
                 type_index,
@@ -456,7 +465,10 @@ impl PoolShared {
                 source: residency_core::allocator::AllocError::ZeroSize,
             });
         }
-        let alignment = self.range_alignment(pool_usage).max(init.alignment);
+        let alignment = self
+            .known_range_alignment
+            .unwrap_or_else(|| self.range_alignment(pool_usage))
+            .max(init.alignment);
         let (allocation, page, arena) = self.allocate(init, init.size, alignment)?;
         let page_buffer = page.page_buffer.expect("known-flags pages have a page buffer");
         Ok(self.pool_buffer(this, init, usage, page, arena, allocation, PoolBuffer::Range(page_buffer)))
@@ -614,5 +626,203 @@ impl Drop for PoolShared {
             }
         }
         self.device.ledger().untrack(self.id);
+    }
+}
+
+/// A range of a known-flags pool's page buffer with no `Buffer` of its own: an offset, a size and
+/// the page's `VkBuffer`, for data that lives a frame or less and is bound by offset (per-draw
+/// constants, dynamic vertices) — the counterpart of VMA's virtual allocations, at the cost of a
+/// sub-allocation (no name, no ledger entry, no state-tracking id). It keeps its pool alive, and
+/// is released when dropped: at once when no GPU work may use it, else after the residency
+/// submissions made before the drop and the uses declared with [`PoolRange::used_until`]
+/// (deferred destruction, as for every resource). Made by [`BufferPool::allocate_range`].
+pub struct PoolRange {
+    pool: Arc<PoolShared>,
+    buffer: vk::Buffer,
+    memory: vk::DeviceMemory,
+    offset: u64,
+    size: u64,
+    arena: u16,
+    /// `None` only while it is released (in `drop`).
+    allocation: Option<BlockAllocation>,
+    mapped: Option<crate::memory::MappedPtr>,
+    uses: LastUses,
+}
+
+impl std::fmt::Debug for PoolRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PoolRange")
+            .field("pool", &self.pool.desc.name)
+            .field("offset", &self.offset)
+            .field("size", &self.size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BufferPool {
+    /// A range of `size` bytes of a page buffer of this known-flags pool, at a multiple of
+    /// `alignment` (0: none) on top of the pool flags' offset floors (uniform, storage, texel, …,
+    /// at least 16 B). Refused: an unknown-flags pool (its buffers are placed resources:
+    /// [`BufferPool::init_buffer`]), a zero size or an alignment that is not a power of two
+    /// ([`MemoryError::InvalidRequest`]), a request larger than a page
+    /// ([`MemoryError::Unsatisfiable`]), and a new page over budget or out of memory.
+    pub fn allocate_range(&self, size: u64, alignment: u64) -> Result<PoolRange, MemoryError> {
+        let s = &self.shared;
+        let invalid = |source| MemoryError::InvalidRequest { name: s.desc.name.clone(), source };
+        let BufferPoolUsage::Known(pool_usage) = s.desc.usage else {
+            return Err(MemoryError::Unsatisfiable {
+                name: s.desc.name.clone(),
+                reason: "ranges come from a known-flags pool's page buffers; this pool's flags are unknown"
+                    .into(),
+            });
+        };
+        if size == 0 {
+            return Err(invalid(residency_core::allocator::AllocError::ZeroSize));
+        }
+        if alignment != 0 && !alignment.is_power_of_two() {
+            return Err(invalid(residency_core::allocator::AllocError::AlignmentNotPowerOfTwo { alignment }));
+        }
+        let alignment =
+            s.known_range_alignment.unwrap_or_else(|| s.range_alignment(pool_usage)).max(alignment);
+        let arena = ARENA.with(|a| *a) % s.arenas.len();
+        let mut pages = s.arenas[arena].lock().unwrap_or_else(|e| e.into_inner());
+        let request = SubRequest {
+            name: &s.desc.name,
+            size,
+            alignment,
+            kind: ResourceKind::Linear,
+            allow_over_budget: s.desc.allow_over_budget,
+        };
+        let allocation = pages.allocate(&s.device, request)?;
+        let block = pages.block(allocation.block);
+        let (memory, mapped) = (block.memory, block.mapped);
+        let buffer = block.page_buffer.expect("known-flags pages have a page buffer");
+        drop(pages);
+        Ok(PoolRange {
+            pool: Arc::clone(s),
+            buffer,
+            memory,
+            offset: allocation.allocation.offset(),
+            size,
+            arena: arena as u16,
+            allocation: Some(allocation),
+            mapped,
+            uses: LastUses::default(),
+        })
+    }
+}
+
+impl PoolRange {
+    /// The page's `VkBuffer` the range is part of.
+    pub fn buffer(&self) -> vk::Buffer {
+        self.buffer
+    }
+
+    /// Its offset in [`PoolRange::buffer`] (the page buffer is bound at offset 0 of its memory, so
+    /// also its offset in [`PoolRange::memory`]).
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Its size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// The page's memory and the range's offset in it.
+    pub fn memory(&self) -> (vk::DeviceMemory, u64) {
+        (self.memory, self.offset)
+    }
+
+    /// Whether the CPU can write and read it (a host-visible pool).
+    pub fn is_mappable(&self) -> bool {
+        self.mapped.is_some()
+    }
+
+    /// Declares that GPU work the renderer submitted itself uses the range until `until`:
+    /// dropping it earlier defers its release until then. A use of another device is refused.
+    pub fn used_until(&mut self, until: GpuUse) -> Result<(), crate::ForeignUse> {
+        if until.device != self.pool.device.uid() {
+            return Err(crate::ForeignUse);
+        }
+        self.uses.note(until.point);
+        Ok(())
+    }
+
+    /// Copies `data` into the range at `offset` (flushing non-coherent memory). Needs `&mut`: one
+    /// writer. The GPU must not be using these bytes (order your submissions after the write).
+    pub fn write(&mut self, offset: u64, data: &[u8]) -> Result<(), crate::AccessError> {
+        let dst = self.bytes(offset, data.len())?;
+        // SAFETY: `dst..dst + len` lies inside this range of the page's persistent mapping
+        // (checked), which lives as long as the page, which this range keeps alive; the range is
+        // this handle's alone (the allocator hands it out once) and `&mut self` makes this the
+        // only CPU access to it; `data` is ordinary host memory that cannot overlap the mapping.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst.as_ptr(), data.len()) };
+        self.flush_or_invalidate(offset, data.len() as u64, true)
+    }
+
+    /// Copies bytes of the range at `offset` into `out` (invalidating non-coherent memory first).
+    pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), crate::AccessError> {
+        let src = self.bytes(offset, out.len())?;
+        self.flush_or_invalidate(offset, out.len() as u64, false)?;
+        // SAFETY: as in `write`; `&self` excludes a concurrent `write` of this handle.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), out.as_mut_ptr(), out.len()) };
+        Ok(())
+    }
+
+    fn bytes(&self, offset: u64, len: usize) -> Result<std::ptr::NonNull<u8>, crate::AccessError> {
+        let name = || self.pool.desc.name.clone();
+        let mapped = self.mapped.ok_or_else(|| crate::AccessError::NotMappable { name: name() })?;
+        let end = offset.checked_add(len as u64).filter(|&end| end <= self.size);
+        let out = || crate::AccessError::OutOfBounds {
+            name: name(),
+            offset,
+            end: offset.saturating_add(len as u64),
+            size: self.size,
+        };
+        end.ok_or_else(out)?;
+        mapped.range(self.offset + offset, len as u64).ok_or_else(out)
+    }
+
+    fn flush_or_invalidate(&self, offset: u64, len: u64, flush: bool) -> Result<(), crate::AccessError> {
+        let device = &self.pool.device;
+        let coherent = device.memory_properties().types[self.pool.type_index as usize].flags.host_coherent;
+        if coherent || len == 0 {
+            return Ok(());
+        }
+        // Ranges of a non-coherent pool are atom-aligned in offset and size (the page list's
+        // atom), so the widened range never reaches a neighbour's bytes.
+        let atom = device.limits().non_coherent_atom_size.max(1);
+        let start = (self.offset + offset) / atom * atom;
+        let end = (self.offset + offset + len).next_multiple_of(atom);
+        let range = vk::MappedMemoryRange::default().memory(self.memory).offset(start).size(end - start);
+        // SAFETY: the range lies in mapped memory of this device, atom-aligned, inside this
+        // range's own allocation.
+        let result = unsafe {
+            if flush {
+                device.raw().flush_mapped_memory_ranges(&[range])
+            } else {
+                device.raw().invalidate_mapped_memory_ranges(&[range])
+            }
+        };
+        result.map_err(|r| crate::VulkanError::from_vk("vkFlushMappedMemoryRanges", r).into())
+    }
+}
+
+impl Drop for PoolRange {
+    fn drop(&mut self) {
+        let Some(allocation) = self.allocation.take() else { return };
+        let uses = std::mem::take(&mut self.uses);
+        if uses.is_empty() && self.pool.device.idle_so_far() {
+            // Nothing may use it: straight back to the allocator.
+            self.pool.free_range(self.arena, allocation);
+            return;
+        }
+        let memory = ResourceMemory::Pool { pool: Arc::downgrade(&self.pool), arena: self.arena, allocation };
+        // Released at once (the retire path's fast case) or after the uses; the pool, still held
+        // here, notes them so its pages retire after them too.
+        if let Some(pending) = self.pool.device.retire(Garbage::Range(memory), uses) {
+            self.pool.pending.note(&pending);
+        }
     }
 }

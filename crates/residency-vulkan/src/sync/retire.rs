@@ -88,6 +88,8 @@ pub(crate) enum Garbage {
     /// Objects released together (a program's pipeline, layouts and descriptor pool), destroyed
     /// in order.
     Group(Vec<Garbage>),
+    /// A range of a pool page (a `PoolRange`): only its memory goes back.
+    Range(ResourceMemory),
     /// Nothing to destroy: a flag raised once the GPU is done (staging space of copies recorded
     /// into a renderer's command buffer comes back when it is).
     Signal(Arc<std::sync::atomic::AtomicBool>),
@@ -123,6 +125,7 @@ impl Garbage {
                 device.ledger().untrack(id);
             }
             Garbage::Memory(block) => block.destroy(device),
+            Garbage::Range(memory) => device.release(memory),
             Garbage::SparseImage(image) => image.destroy(device),
             Garbage::Tiles(tiles) => tiles.give_back(),
             Garbage::Pipeline { raw, id } => {
@@ -429,6 +432,17 @@ impl Retirement {
         self.sparse_submitted.load(Ordering::Acquire)
     }
 
+    /// Whether every residency submission and sparse bind made so far was already seen completed
+    /// (two pairs of atomic loads; `false` only means "ask the semaphores").
+    fn all_seen_completed(&self) -> bool {
+        let done = |submitted: &AtomicU64, completed: &AtomicU64| {
+            let s = submitted.load(Ordering::Acquire);
+            s == 0 || completed.load(Ordering::Acquire) >= s
+        };
+        done(&self.universal_submitted, &self.universal_completed)
+            && done(&self.sparse_submitted, &self.sparse_completed)
+    }
+
     /// One of residency's own clocks: its semaphore, the value last submitted and the highest
     /// seen completed.
     fn own(&self, clock: ClockId) -> Option<(vk::Semaphore, &AtomicU64, &AtomicU64)> {
@@ -488,7 +502,19 @@ impl Device {
     /// Takes `garbage` released with `uses`: destroys it now if they have all passed (and the work
     /// residency submitted before now has completed), else queues it. Returns the uses it waits
     /// for when it was queued.
+    /// Whether every residency submission and sparse bind made so far was already seen completed:
+    /// what was released now, with no use declared, may be destroyed at once.
+    pub(crate) fn idle_so_far(&self) -> bool {
+        self.retirement().all_seen_completed()
+    }
+
     pub(crate) fn retire(&self, garbage: Garbage, mut uses: LastUses) -> Option<LastUses> {
+        // The common case without a lock, a Vulkan call or an allocation: nothing declared, and
+        // every submission and bind made so far already seen completed.
+        if uses.is_empty() && self.retirement().all_seen_completed() {
+            garbage.destroy(self);
+            return None;
+        }
         let submitted = self.retirement().universal_submitted();
         if submitted > 0 {
             uses.note(GpuPoint::new(UNIVERSAL, submitted));
