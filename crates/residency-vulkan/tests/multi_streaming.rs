@@ -250,3 +250,44 @@ fn a_device_dropped_from_the_mask_loses_its_residency_while_the_other_streams() 
         assert!(ms.streamers_mut().all(|(_, s)| s.texture_count() == 0));
     });
 }
+
+/// A texture device 1 cannot prime (its source fails the second read of any tile, and the cache
+/// keeps nothing, so device 1 reads again what device 0 read) is removed from device 0 too.
+#[test]
+fn add_texture_is_all_or_nothing_across_devices() {
+    with_gpu(|set| {
+        let cache = DecodedTileCache::new(0);
+        let mut ms =
+            MultiStreamer::new(set, both(), &desc(ResidencyPath::Hardware), Arc::clone(&cache)).unwrap();
+        let (inner, decodes) = counting_source("vt refused");
+        let counter = Arc::clone(&decodes);
+        let once: Arc<dyn TileSource> =
+            Arc::new(FnSource::new("vt refused", inner.desc(), move |mip, x, y| {
+                if counter.lock().unwrap().get(&(mip, x, y)).is_some_and(|&n| n > 0) {
+                    return Err(residency_core::streaming::SourceError::Read {
+                        source_name: "vt refused".into(),
+                        reason: "read once only".into(),
+                    });
+                }
+                inner.read_tile(mip, x, y)
+            }));
+        let err = ms.add_texture("vt refused", once, DeviceMask::ALL).unwrap_err();
+        assert!(
+            matches!(err, MultiDeviceError::Failed { device, source: StreamError::Priming { .. } } if device == d(1)),
+            "{err:?}"
+        );
+        assert!(!decodes.lock().unwrap().is_empty(), "device 0 primed it first");
+        for i in 0..2 {
+            let s = ms.streamer(d(i)).unwrap();
+            assert_eq!(s.texture_count(), 0, "nothing left on device {i}");
+            assert_eq!(s.manager().pool().stats().used_tiles, 0, "device {i}'s tiles went back");
+        }
+        // A copy the failed priming queued (the map's first upload) goes with the next frame.
+        Frames::new(set).run(&mut ms, [&[], &[]]);
+        for device in &set.devices()[..2] {
+            device.wait_idle().unwrap();
+            device.maintain();
+            assert_eq!(live_named(device, "vt refused"), 0, "{:?}", device.ledger().live_objects());
+        }
+    });
+}

@@ -17,7 +17,7 @@ use crate::device_set::DeviceSet;
 use crate::streaming::{StreamError, Streamer, StreamerDesc, StreamerStats, TextureStats, VirtualTexture};
 use residency_core::device_mask::{DeviceIndex, DeviceMask};
 use residency_core::streaming::{CacheStats, CachedSource, DecodedTileCache, StreamingStats, TileSource};
-use residency_core::tiles::ResidencyPath;
+use residency_core::tiles::{ImageId, ResidencyPath};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -145,8 +145,10 @@ impl MultiStreamer {
         if texture.streamer == self.serial {
             return Ok(());
         }
-        let (device, t) = texture.textures.iter().next().expect("a texture is on at least one device");
-        Err(MultiDeviceError::Failed { device, source: StreamError::ForeignTexture(t.id()) })
+        // A texture is on at least one device (its masks are never empty).
+        let (device, id) =
+            texture.textures.iter().next().map_or((DeviceIndex::DEFAULT, ImageId(0)), |(d, t)| (d, t.id()));
+        Err(MultiDeviceError::Failed { device, source: StreamError::ForeignTexture(id) })
     }
 
     /// Refuses a call between a device's `begin_frame` and `end_frame`, before anything changed.
@@ -211,11 +213,14 @@ impl MultiStreamer {
             match self.add_on(device, &texture.name, &texture.source) {
                 Ok(t) => added.push((device, t)),
                 Err(e) => {
-                    // Undo, newest first: a handle not removed at once goes at its device's next
-                    // `begin_frame`.
+                    // Undo, newest first: each handle is dropped and removed at once; a removal
+                    // that fails is retried by its device's next `begin_frame`.
                     while let Some((device, t)) = added.pop() {
+                        drop(t);
                         if let Some(s) = self.streamers.get_mut(device) {
-                            let _ = s.remove_texture(t);
+                            if let Err(undo) = s.remove_dropped_textures() {
+                                tracing::warn!(%device, texture = %texture.name, "undo deferred to the next frame: {undo}");
+                            }
                         }
                     }
                     return Err(e);
