@@ -12,14 +12,15 @@
 //! streamer's part, the ground (cleared), the panels over it, a copy to a read-back buffer, GPU
 //! timestamps around it all (one `MultiTimestamps`).
 //!
-//! The camera rests, so both devices' feedback settles. Then device 0 alone draws both views (the
+//! The loop keeps to 90 frames a second; the camera rests, so both devices' feedback settles. Then device 0 alone draws both views (the
 //! single-device render) until its own feedback settles, and each eye of the stereo frame is
 //! compared with the same view drawn on device 0.
 //!
 //! Devices: by default the first device opened twice (`logical_per_physical = 2`: lavapipe twice,
-//! or one GPU twice); `-- all` takes every device there is (at least two, repeating if need be).
+//! or one GPU twice); `all` takes every device there is (at least two, repeating if need be).
+//! The ground's path: `auto` (default), `hardware` or `software`.
 //!
-//! Run: `RESIDENCY_VALIDATION=sync cargo run --release --example stereo [-- all]`
+//! Run: `RESIDENCY_VALIDATION=sync cargo run --release --example stereo [-- [all] [auto|hardware|software]]`
 
 use residency::core::device_mask::{DeviceIndex, DeviceMask};
 use residency::core::format::Format;
@@ -43,11 +44,16 @@ use residency::vulkan::{
     ImageView, Recording, Sampler,
 };
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
-/// Frames each phase draws at most (it stops once the feedback has settled).
-pub const FRAMES: u64 = 24;
+/// Frames each phase draws at most (it stops once the feedback has settled, usually within a
+/// dozen frames).
+pub const FRAMES: u64 = 120;
+/// The frame rate the loop keeps to, as a headset's renderer would (the tile loads run on the
+/// streamers' workers meanwhile).
+const FRAME_TIME: Duration = Duration::from_micros(11_111);
 /// Each eye's side in pixels.
 const SIDE: u32 = 128;
 /// `vt_quad.vert`'s vertex: position (vec3), uv (vec2).
@@ -397,8 +403,14 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
     v.get(v.len() / 2).copied()
 }
 
-/// Runs the example on the first two devices of `set` (at most `frames` frames per phase).
+/// Runs the example on the first two devices of `set` (at most `frames` frames per phase), the
+/// ground on the path `Auto` picks.
 pub fn run(set: &DeviceSet, frames: u64) -> Result<Outcome> {
+    run_on_path(set, ResidencyPath::Auto, frames)
+}
+
+/// [`run`] with the ground streamed on `path`.
+pub fn run_on_path(set: &DeviceSet, path: ResidencyPath, frames: u64) -> Result<Outcome> {
     let devices: Vec<&Arc<Device>> = set.devices().iter().take(2).collect();
     if devices.len() < 2 {
         return Err("the stereo example needs two devices (open one twice: logical_per_physical)".into());
@@ -438,6 +450,7 @@ pub fn run(set: &DeviceSet, frames: u64) -> Result<Outcome> {
     uploader.wait_idle()?;
     let desc = StreamerDesc::default()
         .with_name("stereo")
+        .with_path(path)
         .with_budget_tiles(192)
         .with_frames_in_flight(1)
         .with_sampling(FeedbackSampling::new(1, 1));
@@ -499,7 +512,14 @@ pub fn run(set: &DeviceSet, frames: u64) -> Result<Outcome> {
     // Stereo: in each frame the left eye on device 0 and the right eye on device 1, each its own
     // submission, both in flight together.
     let (mut runs, mut eye_ms, mut stereo_frames) = ([0usize; 3], [Vec::new(), Vec::new()], 0);
+    let pace = |started: Instant, frame: u64| {
+        if let Some(early) = (started + FRAME_TIME * frame as u32).checked_duration_since(Instant::now()) {
+            std::thread::sleep(early);
+        }
+    };
+    let started = Instant::now();
     while stereo_frames < frames.max(1) && !(runs[0] >= SETTLED && runs[1] >= SETTLED) {
+        pace(started, stereo_frames);
         let mut submissions = Vec::new();
         for (eye, ds) in per_device.iter_mut().enumerate() {
             submissions.push(frame(&mut streaming, &scene, ds, &[eye])?);
@@ -515,7 +535,9 @@ pub fn run(set: &DeviceSet, frames: u64) -> Result<Outcome> {
 
     // The single-device render: both views on device 0, until its feedback (of both) settles.
     let mut single_frames = 0;
+    let started = Instant::now();
     while single_frames < frames.max(1) && runs[2] < SETTLED {
+        pace(started, single_frames);
         let submission = frame(&mut streaming, &scene, &mut per_device[0], &[0, 1])?;
         scene.submitter.wait(left, submission)?;
         settle(&mut streaming, left, &mut runs[2]);
@@ -552,16 +574,23 @@ pub fn run(set: &DeviceSet, frames: u64) -> Result<Outcome> {
 #[allow(dead_code, reason = "the test that runs this example calls `run` and not `main`")]
 fn main() -> Result<()> {
     tracing_subscriber::fmt().with_env_filter("warn").init();
-    let desc = match std::env::args().nth(1).as_deref() {
-        None => DeviceSetDesc::default().with_logical_per_physical(2),
-        Some("all") => DeviceSetDesc::default().with_devices(DeviceMask::ALL).with_min_devices(2),
-        Some(other) => return Err(format!("unknown argument `{other}` (none, or `all`)").into()),
-    };
+    let (mut desc, mut path) = (DeviceSetDesc::default().with_logical_per_physical(2), ResidencyPath::Auto);
+    for arg in std::env::args().skip(1) {
+        match arg.as_str() {
+            "all" => desc = DeviceSetDesc::default().with_devices(DeviceMask::ALL).with_min_devices(2),
+            "auto" => path = ResidencyPath::Auto,
+            "hardware" => path = ResidencyPath::Hardware,
+            "software" => path = ResidencyPath::Software,
+            other => {
+                return Err(format!("unknown argument `{other}`: all, auto, hardware or software").into())
+            }
+        }
+    }
     let set = DeviceSet::new(&desc)?;
     for d in set.devices().iter().take(2) {
         println!("device {}: {} (physical {})", d.index().get(), d.name(), d.physical_index());
     }
-    let outcome = run(&set, FRAMES)?;
+    let outcome = run_on_path(&set, path, FRAMES)?;
     let problems = set.validation_log().problem_count();
     drop(set);
     let leaks = residency::vulkan::LEAKS_AT_TEARDOWN.load(std::sync::atomic::Ordering::SeqCst);
@@ -585,7 +614,8 @@ fn main() -> Result<()> {
          left vs right {:.1} dB; validation problems: {problems}; leaked at teardown: {leaks}",
         o.single_frames, o.psnr_db[0], o.max_diff[0], o.psnr_db[1], o.max_diff[1], o.parallax_db
     );
-    if o.psnr_db.iter().any(|&p| p < 40.0) || o.magenta != 0 || problems != 0 || leaks != 0 {
+    let settled = o.settled.iter().all(|&s| s);
+    if !settled || o.psnr_db.iter().any(|&p| p < 40.0) || o.magenta != 0 || problems != 0 || leaks != 0 {
         return Err("the example failed its checks".into());
     }
     Ok(())

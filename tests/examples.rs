@@ -67,13 +67,17 @@ fn multi_device_example_at_its_default_size_stays_within_the_workgroup_limit() {
     });
 }
 
-/// The stereo example at its defaults: each eye on its own device in the same frame, streamed
-/// through one decoded-tile cache, matches the same view drawn on device 0 alone.
-#[test]
-fn stereo_example_renders_one_eye_per_device_and_matches_one_device() {
+/// The stereo example at its defaults (or on `path`): each eye on its own device in the same
+/// frame, streamed through one decoded-tile cache, matches the same view drawn on device 0 alone.
+fn stereo_example(path: Option<ResidencyPath>) {
     with_gpu(|set| {
-        let o = stereo::run(set, stereo::FRAMES).expect("the example runs");
+        let o = match path {
+            None => stereo::run(set, stereo::FRAMES),
+            Some(path) => stereo::run_on_path(set, path, stereo::FRAMES),
+        }
+        .expect("the example runs");
         println!("{o:?}");
+        assert!(path.is_none_or(|p| p == o.path), "{o:?}");
         assert!(o.devices >= 2, "{o:?}");
         assert!(o.settled.iter().all(|&s| s), "every phase's feedback settled: {o:?}");
         assert!(o.psnr_db.iter().all(|&p| p >= 40.0), "each eye matches one device's render: {o:?}");
@@ -86,6 +90,16 @@ fn stereo_example_renders_one_eye_per_device_and_matches_one_device() {
             "the second device reads decoded tiles: {o:?}"
         );
     });
+}
+
+#[test]
+fn stereo_example_renders_one_eye_per_device_and_matches_one_device() {
+    stereo_example(None);
+}
+
+#[test]
+fn stereo_example_streams_each_eye_on_the_software_path() {
+    stereo_example(Some(ResidencyPath::Software));
 }
 
 #[test]
