@@ -238,8 +238,9 @@ impl MultiStreamer {
     /// dropped — and dropped where it no longer is: there its loads are cancelled, its tiles go
     /// back to that device's budget (unbound on the GPU after the frames in flight) and its
     /// objects are destroyed after the frames that sampled it, while the other devices keep
-    /// streaming. A drop whose unbind fails now is retried, and its error returned, by that
-    /// device's next `begin_frame`. Must be called between frames on the devices it changes.
+    /// streaming. A drop whose unbind fails now (logged) is retried by that device's next
+    /// `begin_frame`, which returns the error if it fails again. Must be called between frames on
+    /// the devices it changes.
     pub fn set_texture_mask(
         &mut self,
         texture: &mut MultiVirtualTexture,
@@ -264,7 +265,8 @@ impl MultiStreamer {
     }
 
     /// Removes `texture` from every device at once (see [`set_texture_mask`](Self::set_texture_mask)
-    /// for what a drop does). Must be called between frames on its devices.
+    /// for what a drop does). The first device whose removal failed is returned: that removal is
+    /// retried by the device's next `begin_frame`. Must be called between frames on its devices.
     pub fn remove_texture(
         &mut self,
         texture: MultiVirtualTexture,
