@@ -443,6 +443,69 @@ mod tests {
         assert_eq!(tiny.stats().entries, 0);
     }
 
+    /// Tiles of varied sizes: tile (`mip`, x, y) of the counting source below is
+    /// `256 * (1 + (x + y) % 4)` bytes of one value.
+    fn sized(reads: Arc<AtomicU64>) -> Arc<dyn TileSource> {
+        let desc = VtDesc::new(Format::R8G8B8A8Unorm, 1024, 1024, 128, 128);
+        Arc::new(FnSource::new("sized", desc, move |mip, x, y| {
+            reads.fetch_add(1, Ordering::SeqCst);
+            Ok(vec![(mip * 64 + y * 8 + x) as u8; 256 * (1 + (x + y) as usize % 4)])
+        }))
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 96, ..Default::default() })]
+
+        /// Against a model of an LRU cache of bytes: every read returns the tile's texels, the
+        /// cache holds what the model holds (never more than the capacity), and the source is
+        /// read exactly when the model misses.
+        #[test]
+        fn reads_match_a_least_recently_used_model(
+            capacity in 0u64..4096,
+            reads in proptest::collection::vec((0u32..2, 0u32..3, 0u32..3, 0u32..2), 1..120),
+        ) {
+            let counter = Arc::new(AtomicU64::new(0));
+            let cache = DecodedTileCache::new(capacity);
+            let source = cache.source(sized(Arc::clone(&counter)));
+            let views = [source.for_requester(d(0)), source.for_requester(d(1))];
+            // The model: (key, bytes), least recently used first.
+            let mut model: Vec<((u32, u32, u32), u64)> = Vec::new();
+            let mut misses = 0u64;
+            for (mip, x, y, requester) in reads {
+                let size = 256 * (1 + u64::from(x + y) % 4);
+                let got = views[requester as usize].read_tile(mip, x, y).unwrap();
+                proptest::prop_assert_eq!(got, vec![(mip * 64 + y * 8 + x) as u8; size as usize]);
+                match model.iter().position(|(k, _)| *k == (mip, x, y)) {
+                    Some(i) => {
+                        let entry = model.remove(i);
+                        model.push(entry);
+                    }
+                    None => {
+                        misses += 1;
+                        if size <= capacity {
+                            while model.iter().map(|(_, b)| b).sum::<u64>() + size > capacity {
+                                model.remove(0);
+                            }
+                            model.push(((mip, x, y), size));
+                        }
+                    }
+                }
+                let stats = cache.stats();
+                proptest::prop_assert_eq!(counter.load(Ordering::SeqCst), misses);
+                proptest::prop_assert_eq!(stats.decodes, misses);
+                proptest::prop_assert_eq!(stats.entries, model.len() as u64);
+                proptest::prop_assert_eq!(stats.bytes, model.iter().map(|(_, b)| b).sum::<u64>());
+                proptest::prop_assert!(stats.bytes <= capacity);
+                for ((m, kx, ky), _) in &model {
+                    proptest::prop_assert!(cache.contains(source.key(*m, *kx, *ky)));
+                }
+            }
+            let (a, b) = (cache.requester_stats(Some(d(0))), cache.requester_stats(Some(d(1))));
+            proptest::prop_assert_eq!(a.hits + b.hits, cache.stats().hits);
+            proptest::prop_assert_eq!(a.decodes + b.decodes, misses);
+        }
+    }
+
     #[test]
     fn failures_are_not_cached_and_sources_are_kept_apart() {
         let reads = Arc::new(AtomicU64::new(0));
