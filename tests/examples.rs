@@ -6,6 +6,8 @@ mod multi_device;
 mod placed_buffers;
 #[path = "../examples/sparse_texture.rs"]
 mod sparse_texture;
+#[path = "../examples/stereo.rs"]
+mod stereo;
 #[path = "../examples/transitions.rs"]
 mod transitions;
 #[path = "../examples/virtual_texture.rs"]
@@ -63,6 +65,41 @@ fn multi_device_example_at_its_default_size_stays_within_the_workgroup_limit() {
             assert!((0..3).all(|axis| outcome.groups[axis] <= limits[axis]), "{outcome:?} {limits:?}");
         }
     });
+}
+
+/// The stereo example at its defaults (or on `path`): each eye on its own device in the same
+/// frame, streamed through one decoded-tile cache, matches the same view drawn on device 0 alone.
+fn stereo_example(path: Option<ResidencyPath>) {
+    with_gpu(|set| {
+        let o = match path {
+            None => stereo::run(set, stereo::FRAMES),
+            Some(path) => stereo::run_on_path(set, path, stereo::FRAMES),
+        }
+        .expect("the example runs");
+        println!("{o:?}");
+        assert!(path.is_none_or(|p| p == o.path), "{o:?}");
+        assert!(o.devices >= 2, "{o:?}");
+        assert!(o.settled.iter().all(|&s| s), "every phase's feedback settled: {o:?}");
+        assert!(o.psnr_db.iter().all(|&p| p >= 40.0), "each eye matches one device's render: {o:?}");
+        assert_eq!(o.magenta, 0, "{o:?}");
+        assert!(o.parallax_db < 99.0, "the eyes see different views: {o:?}");
+        assert!(o.clear_pixels < 2 * 128 * 128 / 2, "the scene fills most of the views: {o:?}");
+        assert!((0..2).all(|i| o.tiles_streamed[i] > o.tiles_primed[i]), "streamed from feedback: {o:?}");
+        assert!(
+            o.cache.hits > 0 && o.cache.hit_rate() >= 0.3,
+            "the second device reads decoded tiles: {o:?}"
+        );
+    });
+}
+
+#[test]
+fn stereo_example_renders_one_eye_per_device_and_matches_one_device() {
+    stereo_example(None);
+}
+
+#[test]
+fn stereo_example_streams_each_eye_on_the_software_path() {
+    stereo_example(Some(ResidencyPath::Software));
 }
 
 #[test]

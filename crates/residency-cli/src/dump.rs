@@ -1,13 +1,17 @@
 //! `residency dump`: a demonstration workload on each device, then its memory report as VMA's JSON
-//! dump, our JSON and an SVG heap map.
+//! dump, our JSON and an SVG heap map. With several devices, a multi-device pool adds buffers
+//! under device masks, and every device is shown side by side (the combined view: each device's
+//! totals, each resource's bytes on each device it lives on).
 
 use anyhow::Context;
+use residency::core::device_mask::DeviceIndex;
 use residency::core::device_mask::DeviceMask;
 use residency::core::memory::MemoryIntent;
 use residency::core::report::{
     format_bytes, to_json, to_svg_with, to_vma_json, DeviceSetReport, MemoryReport, SvgOptions, SvgScale,
 };
 use residency::core::usage::{BufferPoolUsage, BufferUsage};
+use residency::vulkan::multi::{MultiBuffer, MultiBufferPool, MultiDevice, MultiPool};
 use residency::vulkan::{
     Buffer, BufferDesc, BufferInit, BufferPool, BufferPoolDesc, Device, DeviceSet, DeviceSetDesc,
     ReportSources,
@@ -32,9 +36,59 @@ pub struct DumpArgs {
     /// Draw every SVG row to one scale (the largest block spans the width) instead of one per block.
     #[arg(long)]
     shared_scale: bool,
-    /// Print our JSON report (every device, statistics and total) instead of the summary.
+    /// Print our JSON report (every device, statistics and total; with several devices also
+    /// `combined`, every device side by side) instead of the summary.
     #[arg(long)]
     json: bool,
+    /// Open the selected physical devices repeatedly until there are at least N devices (one GPU,
+    /// or lavapipe, opened twice shows the multi-device view).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    min_devices: u32,
+}
+
+/// The multi-device demonstration: a pool on every device, buffers under masks (every device,
+/// one device only).
+struct MultiWorkload {
+    pool: MultiBufferPool,
+    buffers: Vec<MultiBuffer>,
+}
+
+impl MultiWorkload {
+    fn new(set: &DeviceSet) -> anyhow::Result<MultiWorkload> {
+        let desc =
+            BufferPoolDesc::new("demo multi-device pool", BufferPoolUsage::Unknown).with_page_size(256 << 10);
+        let pool =
+            MultiBufferPool::new(set, DeviceMask::ALL, &desc).context("creating the multi-device pool")?;
+        let storage = BufferUsage::STORAGE | BufferUsage::COPY_DST;
+        let last = set.devices().last().map_or(DeviceIndex::DEFAULT, |d| d.index());
+        let requests = [
+            ("shared mesh", 96 << 10, BufferUsage::VERTEX | BufferUsage::COPY_DST, DeviceMask::ALL),
+            ("shared constants", 256, BufferUsage::UNIFORM, DeviceMask::ALL),
+            ("first device's target", 32 << 10, storage, DeviceIndex::DEFAULT.mask()),
+            ("last device's target", 32 << 10, storage, last.mask()),
+        ];
+        let mut buffers = Vec::new();
+        for (name, size, usage, mask) in requests {
+            let init = BufferInit::new(name, size).with_usage(usage);
+            match pool.init_buffer(&init, mask) {
+                Ok(buffer) => buffers.push(buffer),
+                Err(e) => {
+                    let workload = MultiWorkload { pool, buffers };
+                    workload.free();
+                    return Err(anyhow::Error::new(e).context(format!("creating `{name}`")));
+                }
+            }
+        }
+        Ok(MultiWorkload { pool, buffers })
+    }
+
+    fn free(self) {
+        for buffer in self.buffers {
+            if let Err(refused) = self.pool.free_buffer(buffer) {
+                tracing::error!(error = %refused, "the multi-device pool refused its own buffer");
+            }
+        }
+    }
 }
 
 /// The demonstration: an unknown-flags pool with buffers of every kind and some holes, plus placed
@@ -104,11 +158,17 @@ impl Workload {
         Ok(())
     }
 
-    fn report(&self, device: &Device) -> MemoryReport {
-        let sources = ReportSources::new()
+    fn report(&self, device: &Device, multi: Option<&MultiWorkload>) -> MemoryReport {
+        let mut sources = ReportSources::new()
             .with_pool(&self.pool)
             .with_buffers(&self.pool_buffers)
             .with_buffers(&self.general);
+        if let Some(multi) = multi {
+            let index = device.index();
+            sources = sources
+                .with_pools(multi.pool.pool(index))
+                .with_buffers(multi.buffers.iter().filter_map(|b| b.instance(index)));
+        }
         device.memory_report_with(&sources)
     }
 
@@ -191,12 +251,17 @@ fn summary(set: &DeviceSetReport) -> String {
 }
 
 pub fn run(args: &DumpArgs) -> anyhow::Result<ExitCode> {
-    let set = DeviceSet::new(&DeviceSetDesc::default().with_devices(args.devices))?;
+    let desc = DeviceSetDesc::default().with_devices(args.devices).with_min_devices(args.min_devices);
+    let set = DeviceSet::new(&desc)?;
+    let multi = if set.devices().len() > 1 { Some(MultiWorkload::new(&set)?) } else { None };
     let mut reports = DeviceSetReport::default();
     for device in set.devices() {
         let workload = Workload::new(device)?;
-        reports.devices.push(workload.report(device));
+        reports.devices.push(workload.report(device, multi.as_ref()));
         workload.free(device);
+    }
+    if let Some(multi) = multi {
+        multi.free();
     }
     let several = reports.devices.len() > 1;
     let mut written = Vec::new();
@@ -217,9 +282,17 @@ pub fn run(args: &DumpArgs) -> anyhow::Result<ExitCode> {
         }
     }
     if args.json {
-        println!("{}", to_json(&reports));
+        let mut json: serde_json::Value = serde_json::from_str(&to_json(&reports))?;
+        if several {
+            json["combined"] = serde_json::to_value(reports.combined())?;
+        }
+        println!("{}", serde_json::to_string_pretty(&json)?);
     } else {
         print!("{}", summary(&reports));
+        if several {
+            println!("All devices side by side:");
+            print!("{}", reports.combined().to_text());
+        }
         for path in written {
             println!("wrote {}", path.display());
         }

@@ -121,3 +121,35 @@ fn dump_help_lists_its_outputs() {
         assert!(text.contains(flag), "{flag} in {text}");
     }
 }
+
+/// With two devices (lavapipe, or one GPU, opened twice) the dump adds a multi-device pool with
+/// buffers under masks and shows every device side by side: totals per device that add up to the
+/// set's, and each resource's bytes on each device it lives on.
+#[test]
+fn dump_of_two_devices_shows_them_side_by_side() {
+    let Some(out) = on_device(residency(&["dump", "--min-devices", "2", "--json"])) else { return };
+    let ours: Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON only");
+    let combined = &ours["combined"];
+    let devices = combined["devices"].as_array().unwrap();
+    assert_eq!(devices.len(), 2, "{combined}");
+    assert_eq!(combined["total"], ours["total"]);
+    let bytes = |d: &Value| d["statistics"]["block_bytes"].as_u64().unwrap();
+    assert_eq!(bytes(&devices[0]) + bytes(&devices[1]), ours["total"]["block_bytes"].as_u64().unwrap());
+    let resources = combined["resources"].as_array().unwrap();
+    let row =
+        |name: &str| resources.iter().find(|r| r["name"] == name).unwrap_or_else(|| panic!("no `{name}`"));
+    assert_eq!(row("shared mesh")["bytes"], serde_json::json!([98304, 98304]));
+    assert_eq!(row("first device's target")["bytes"], serde_json::json!([32768, null]));
+    assert_eq!(row("last device's target")["bytes"], serde_json::json!([null, 32768]));
+    // Resources on both devices come first.
+    let first_single = resources.iter().position(|r| r["bytes"].as_array().unwrap().contains(&Value::Null));
+    assert!(first_single.is_some_and(|i| resources[i..]
+        .iter()
+        .all(|r| r["bytes"].as_array().unwrap().contains(&Value::Null))));
+
+    let Some(out) = on_device(residency(&["dump", "--min-devices", "2"])) else { return };
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("All devices side by side:"), "{text}");
+    let line = text.lines().find(|l| l.contains("first device's target")).expect("its row");
+    assert!(line.contains(" - "), "no instance on the second device: {line}");
+}

@@ -45,7 +45,12 @@ fn has_colour(pixels: &[u8], channels: usize, rgb: [u8; 3]) -> bool {
 fn the_tour_runs_and_its_report_renders_with_heap_map_and_plots() {
     let dir = out_dir("tour");
     let out =
-        Command::new(env!("CARGO_BIN_EXE_residency")).args(["tour", "--out"]).arg(&dir).output().unwrap();
+        // Two devices (the first one opened twice, as on lavapipe): the multi-device step runs.
+        Command::new(env!("CARGO_BIN_EXE_residency"))
+            .args(["tour", "--min-devices", "2", "--out"])
+            .arg(&dir)
+            .output()
+            .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() && stderr.contains("Vulkan") && !required() {
@@ -70,6 +75,20 @@ fn the_tour_runs_and_its_report_renders_with_heap_map_and_plots() {
     let streaming = &json["sections"][4];
     assert_eq!(streaming["title"], "Streaming from shader feedback");
     assert!(streaming["figures"]["psnr_db_min"].as_f64().unwrap() >= 40.0, "{streaming}");
+    // One statistics panel per device; each device streamed its own tiles, each tile decoded once.
+    let multi = &json["sections"][5];
+    assert_eq!(multi["ok"], true, "{multi}");
+    let per_device = multi["figures"]["streaming"]["per_device"].as_array().unwrap();
+    assert_eq!(per_device.len(), 2, "{multi}");
+    assert!(
+        per_device.iter().all(|d| d["resident"] == true && d["tiles_streamed"].as_u64() > Some(0)),
+        "{multi}"
+    );
+    assert_eq!(multi["figures"]["streaming"]["decoded_once"], true, "{multi}");
+    assert!(per_device[1]["cache_hits"].as_u64() > Some(0), "device 1 read tiles device 0 decoded: {multi}");
+    for id in ["device-panel-0", "device-panel-1"] {
+        assert!(html.contains(&format!(r#"id="{id}""#)), "report lacks #{id}");
+    }
 
     let shot = dir.join("report.png");
     let Some(rendered) =
@@ -93,7 +112,9 @@ fn the_tour_runs_and_its_report_renders_with_heap_map_and_plots() {
     assert!(has_colour(&pixels, channels, [0xff, 0x94, 0x94]), "no heap map buffers in the screenshot");
     let dom = chromium(&["--dump-dom"], &html_path).unwrap();
     let dom = String::from_utf8_lossy(&dom.stdout);
-    for id in ["heap-map", "chart-placement", "chart-binds", "stream-resident", "stream-latency"] {
+    for id in
+        ["heap-map", "chart-placement", "chart-binds", "stream-resident", "stream-latency", "device-panel-1"]
+    {
         assert!(dom.contains(&format!(r#"id="{id}""#)), "rendered DOM lacks #{id}");
     }
     std::fs::remove_dir_all(&dir).unwrap();

@@ -19,6 +19,7 @@ h1 { font-size: 1.6em; } h2 { font-size: 1.25em; margin-top: 2em; border-bottom:
 .ok { color: #2a7d2a; } .fail { color: #b00020; font-weight: bold; }
 pre, .lines { font-family: monospace; white-space: pre-wrap; font-size: 0.85em; }
 .figure { margin: 1em 0; overflow-x: auto; }
+.figure.panel { display: inline-block; vertical-align: top; margin-right: 1em; }
 details pre { max-height: 30em; overflow: auto; background: #f6f6f6; padding: 0.5em; }
 </style></head><body>
 <h1>residency tour</h1>
@@ -46,7 +47,9 @@ details pre { max-height: 30em; overflow: auto; background: #f6f6f6; padding: 0.
             s.lines.iter().map(|l| escape(l)).collect::<Vec<_>>().join("\n")
         );
         for svg in &s.svgs {
-            let _ = writeln!(h, r#"<div class="figure">{svg}</div>"#);
+            // Panels (one per device) sit side by side.
+            let class = if svg.contains(r#"class="panel""#) { "figure panel" } else { "figure" };
+            let _ = writeln!(h, r#"<div class="{class}">{svg}</div>"#);
         }
         let _ = writeln!(h, "<p><small>{:.2} s</small></p></section>", s.seconds);
     }

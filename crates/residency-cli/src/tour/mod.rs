@@ -4,11 +4,14 @@
 //! are placed resources with their own usage, checked by a compute shader; a partially resident
 //! 16k texture (coalesced binds, residency codes, fallback to coarser mips); a short fly-over of a
 //! virtual texture streamed from shader feedback, compared with a fully resident render; and, with more than one
-//! device, one buffer on every device under a mask with a broadcast upload and work on each device.
+//! device, one buffer on every device under a mask with a broadcast upload and work on each device,
+//! and one texture streamed on every device through one decoded-tile cache, with one statistics
+//! panel per device.
 //! Each step prints what it shows; `--out DIR` gets `report.html` (self-contained: SVG heap maps and
 //! charts inline) and `tour.json`.
 
 mod html;
+mod per_device;
 mod scene;
 mod steps;
 mod streaming;
@@ -32,6 +35,10 @@ pub struct TourArgs {
     /// Print the summary as JSON instead of the explanations.
     #[arg(long)]
     json: bool,
+    /// Open the selected physical devices repeatedly until there are at least N devices (one GPU,
+    /// or lavapipe, opened twice runs the multi-device step).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    min_devices: u32,
 }
 
 /// One step of the tour, as the report shows it.
@@ -67,7 +74,9 @@ pub struct Tour {
 }
 
 pub fn run(args: &TourArgs) -> anyhow::Result<ExitCode> {
-    let set = DeviceSet::new(&DeviceSetDesc::default().with_devices(args.devices))?;
+    let set = DeviceSet::new(
+        &DeviceSetDesc::default().with_devices(args.devices).with_min_devices(args.min_devices),
+    )?;
     let say = |text: &str| {
         if !args.json {
             println!("{text}");

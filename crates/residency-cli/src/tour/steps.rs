@@ -443,7 +443,8 @@ fn summarize(lods: &[f32]) -> String {
     counts.iter().map(|(l, c)| format!("LOD {l} ×{c}")).collect::<Vec<_>>().join(", ")
 }
 
-/// Step 6: one buffer on every device under a mask.
+/// Step 6: one buffer on every device under a mask, then one texture streamed on every device
+/// through one decoded-tile cache, with a statistics panel per device.
 pub fn multi_device(set: &DeviceSet) -> anyhow::Result<Section> {
     if set.devices().len() < 2 {
         return Ok(Section {
@@ -503,6 +504,9 @@ pub fn multi_device(set: &DeviceSet) -> anyhow::Result<Section> {
             .collect::<Vec<_>>()
             .join("; ")
     ));
+    let per_device = super::per_device::run(set, &pool, &submitter)?;
+    lines.extend(per_device.lines);
+    ok &= per_device.ok;
     submitter.destroy();
     for b in [mesh, copy] {
         pool.free_buffer(b).map_err(|refused| anyhow::anyhow!("{refused}"))?;
@@ -511,7 +515,8 @@ pub fn multi_device(set: &DeviceSet) -> anyhow::Result<Section> {
     Ok(Section {
         title: "Multi-device resources".into(),
         lines,
-        figures: json!({"devices": set.devices().len(), "upload_ms": upload_ms}),
+        svgs: per_device.panels,
+        figures: json!({"devices": set.devices().len(), "upload_ms": upload_ms, "streaming": per_device.figures}),
         ok,
         ..Section::default()
     })

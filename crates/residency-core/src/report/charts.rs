@@ -198,3 +198,49 @@ mod tests {
         assert_eq!(short_number(0.25), "0.25");
     }
 }
+
+/// A panel of figures: a title and one `label  value` line per row (e.g. one device's statistics),
+/// sized to its rows.
+pub fn stat_panel(id: &str, title: &str, rows: &[(&str, String)]) -> String {
+    const PANEL_W: f64 = 360.0;
+    const LINE: f64 = 18.0;
+    let height = 44.0 + LINE * rows.len() as f64;
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        r##"<svg id="{id}" class="panel" xmlns="http://www.w3.org/2000/svg" width="{PANEL_W}" height="{height}" viewBox="0 0 {PANEL_W} {height}" font-family="sans-serif" font-size="12"><rect x="0.5" y="0.5" width="{}" height="{}" fill="white" stroke="#4e79a7" rx="6"/><text x="14" y="24" font-size="14" font-weight="bold">{}</text>"##,
+        PANEL_W - 1.0,
+        height - 1.0,
+        escape(title)
+    );
+    for (i, (label, value)) in rows.iter().enumerate() {
+        let y = 48.0 + LINE * i as f64;
+        let _ = write!(
+            out,
+            r##"<text x="14" y="{y}" fill="#555">{}</text><text x="{}" y="{y}" text-anchor="end">{}</text>"##,
+            escape(label),
+            PANEL_W - 14.0,
+            escape(value)
+        );
+    }
+    out.push_str("</svg>");
+    out
+}
+
+#[cfg(test)]
+mod panel_tests {
+    use super::*;
+
+    #[test]
+    fn a_stat_panel_holds_its_title_and_every_row() {
+        let svg = stat_panel(
+            "device-panel-1",
+            "device 1 <lavapipe>",
+            &[("used", "1.0 MiB".into()), ("tiles", "42".into())],
+        );
+        assert!(svg.starts_with(r#"<svg id="device-panel-1""#) && svg.ends_with("</svg>"));
+        assert!(svg.contains("device 1 &lt;lavapipe&gt;"));
+        assert!(svg.contains(">used<") && svg.contains(">1.0 MiB<") && svg.contains(">42<"));
+        assert_eq!(svg.matches("<text").count(), 1 + 2 * 2);
+    }
+}

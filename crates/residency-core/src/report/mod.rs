@@ -10,6 +10,8 @@
 //! - [`to_vma_json`]: the format of VMA's `vmaBuildStatsString` with the detailed map, which VMA's
 //!   `GpuMemDumpVis.py` draws. [`to_json`]: our own JSON (the model with its statistics).
 //! - [`to_svg`]: our heap map, one row per block, used / padding / free to scale.
+//! - [`CombinedView`] ([`DeviceSetReport::combined`]): every device side by side, and each named
+//!   resource with its bytes on each device it lives on.
 //!
 //! ```
 //! use residency_core::report::*;
@@ -25,6 +27,7 @@
 #![warn(missing_docs)]
 
 pub mod charts;
+mod combined;
 mod model;
 mod stats;
 mod svg;
@@ -33,6 +36,7 @@ mod vma_json;
 #[cfg(test)]
 mod tests;
 
+pub use combined::{CombinedView, DeviceColumn, ResourceRow};
 pub use model::{
     AllocationInfo, BlockReport, DeviceInfo, DeviceSetReport, HeapReport, MemoryReport, MemoryTypeReport,
     PoolReport, Range, RangeKind, ReportError, ResourceType, UsedRange,

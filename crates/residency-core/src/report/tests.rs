@@ -435,3 +435,43 @@ fn bytes_are_formatted_in_binary_units() {
     assert_eq!(format_bytes(1536), "1.5 KiB");
     assert_eq!(format_bytes(64 << 20), "64.0 MiB");
 }
+
+#[test]
+fn the_combined_view_lines_devices_up_and_lists_each_resource_per_device() {
+    let mut second = sample(1);
+    // Device 1 has one more resource of its own, in its pool's first page's free space.
+    let extra = used(64 << 10, 4096, 4096, info("right eye only", ResourceType::Buffer, 0x20, 16));
+    let page = &mut second.pools[0].blocks[0];
+    let mut used_ranges: Vec<UsedRange> = page
+        .ranges
+        .iter()
+        .filter_map(|r| match &r.kind {
+            RangeKind::Allocation(i) => Some(used(r.offset, r.size, r.size, i.clone())),
+            _ => None,
+        })
+        .collect();
+    used_ranges.push(extra);
+    *page = BlockReport::from_used(page.id, page.name.clone(), page.size, used_ranges);
+    let set = DeviceSetReport { devices: vec![sample(0), second] };
+    let view = set.combined();
+    assert_eq!(view.devices.len(), 2);
+    assert_eq!(view.devices[1].index, 1);
+    assert_eq!(view.total, set.total());
+    assert_eq!(view.devices[0].statistics + view.devices[1].statistics, view.total);
+    // Named resources only; the ones on both devices first, then by name.
+    let names: Vec<&str> = view.resources.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names.last(), Some(&"right eye only"));
+    let eye = view.resources.last().unwrap();
+    assert_eq!(eye.bytes, vec![None, Some(4096)]);
+    assert_eq!((eye.device_count(), eye.total_bytes()), (1, 4096));
+    let mesh = view.resources.iter().find(|r| r.name.starts_with("mesh")).unwrap();
+    // Three allocations of the mesh on each device: 1000 + 1 000 000 + 100 bytes.
+    assert_eq!(mesh.bytes, vec![Some(1_001_100), Some(1_001_100)]);
+    assert!(view.resources.iter().all(|r| !r.name.is_empty()));
+    let text = view.to_text();
+    assert!(text.contains("device 0") && text.contains("device 1") && text.contains("total"), "{text}");
+    assert!(text.lines().any(|l| l.contains("right eye only") && l.contains(" - ")), "{text}");
+    // It serialises for `residency dump --json`.
+    let json: Value = serde_json::to_value(&view).unwrap();
+    assert_eq!(json["resources"].as_array().unwrap().len(), view.resources.len());
+}

@@ -13,12 +13,15 @@
 //!   budgets, delayed LRU eviction — over the tile pool and page tables of [`crate::tiles`].
 //! - [`source`]: where tiles come from ([`TileSource`]: `.rvt` files, or the renderer's own), and
 //!   [`loader`]: reads on worker threads that overlap frames, polled without waiting, cancellable.
+//! - [`cache`]: a bounded [`DecodedTileCache`] of decoded tiles shared by the streamers of several
+//!   devices, so a tile decoded once feeds every device that asks for it.
 //! - [`stats`]: latency percentiles, traffic, thrash.
 //!
 //! Nothing here touches a GPU. See `docs/streaming.md` for the buffer layout, the GLSL side and the
 //! decisions.
 #![deny(missing_docs)]
 
+pub mod cache;
 pub mod feedback;
 pub mod lineage;
 pub mod loader;
@@ -28,6 +31,7 @@ pub mod request;
 pub mod source;
 pub mod stats;
 
+pub use cache::{CacheKey, CacheStats, CachedSource, DecodedTileCache};
 pub use feedback::{
     DecodedFeedback, FeedbackBuffer, FeedbackDesc, FeedbackError, FeedbackImage, FeedbackLayout,
     FeedbackRecord, FeedbackRing, FeedbackSampling, RingStep, FEEDBACK_KINDS, FEEDBACK_MAGIC, HEADER_WORDS,

@@ -17,6 +17,7 @@
 //! With one device everything reduces to a single instance: no extra allocation beyond a one-entry
 //! vector.
 
+pub mod streaming;
 pub mod work;
 
 use crate::buffer::{Buffer, ForeignReason, ForeignResource};
@@ -70,6 +71,11 @@ impl<T> PerDevice<T> {
     /// Whether no device has a value.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// Every (device, value), lowest device first, mutably.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (DeviceIndex, &mut T)> {
+        self.entries.iter_mut().map(|(i, v)| (*i, v))
     }
 
     fn insert(&mut self, index: DeviceIndex, value: T) {

@@ -888,6 +888,33 @@ impl GraphicsProgram {
         clear: [f32; 4],
         draw: impl FnOnce(&mut Drawing<'_, '_>) -> R,
     ) -> Result<R, RenderError> {
+        self.render_pass(rec, target, extent, Some(clear), draw)
+    }
+
+    /// [`GraphicsProgram::render`] over the target's contents (loaded, not cleared): draws of a
+    /// second program over a pass of another, say. The target is used as `render` uses it (in
+    /// `COLOR_ATTACHMENT_OPTIMAL`); ordering this pass's attachment reads and writes after an
+    /// earlier pass's writes is the barriers' job, as is the layout (a colour-attachment memory
+    /// barrier between two passes of one recording).
+    pub fn render_over<R>(
+        &self,
+        rec: &mut Recording<'_>,
+        target: &ImageView,
+        extent: [u32; 2],
+        draw: impl FnOnce(&mut Drawing<'_, '_>) -> R,
+    ) -> Result<R, RenderError> {
+        self.render_pass(rec, target, extent, None, draw)
+    }
+
+    /// A render pass instance that clears to `clear`, or loads the contents when `None`.
+    fn render_pass<R>(
+        &self,
+        rec: &mut Recording<'_>,
+        target: &ImageView,
+        extent: [u32; 2],
+        clear: Option<[f32; 4]>,
+        draw: impl FnOnce(&mut Drawing<'_, '_>) -> R,
+    ) -> Result<R, RenderError> {
         rec.accepts(&self.program.name, self.device())?;
         rec.accepts(target.name(), target.device())?;
         self.check_target(target, extent)?;
@@ -906,9 +933,11 @@ impl GraphicsProgram {
         let attachments = [vk::RenderingAttachmentInfo::default()
             .image_view(target.raw())
             .image_layout(vk::ImageLayout::COLOR_ATTACHMENT_OPTIMAL)
-            .load_op(vk::AttachmentLoadOp::CLEAR)
+            .load_op(if clear.is_some() { vk::AttachmentLoadOp::CLEAR } else { vk::AttachmentLoadOp::LOAD })
             .store_op(vk::AttachmentStoreOp::STORE)
-            .clear_value(vk::ClearValue { color: vk::ClearColorValue { float32: clear } })];
+            .clear_value(vk::ClearValue {
+                color: vk::ClearColorValue { float32: clear.unwrap_or_default() },
+            })];
         let area = vk::Rect2D {
             offset: vk::Offset2D::default(),
             extent: vk::Extent2D { width: extent[0], height: extent[1] },

@@ -1065,6 +1065,21 @@ impl Streamer {
         self.remove_id(texture.id)
     }
 
+    /// Removes now the textures whose handles were dropped (which `begin_frame` and
+    /// `add_texture` also do). A removal that fails stays queued and is tried again at the next
+    /// call. Must be called between frames.
+    pub fn remove_dropped_textures(&mut self) -> Result<(), StreamError> {
+        if self.in_frame {
+            return Err(StreamError::FrameOrder("remove_dropped_textures between begin_frame and end_frame"));
+        }
+        self.remove_dropped()
+    }
+
+    /// Whether a frame is open (`begin_frame` without its `end_frame` yet).
+    pub fn in_frame(&self) -> bool {
+        self.in_frame
+    }
+
     fn check_owner(&self, texture: &VirtualTexture) -> Result<(), StreamError> {
         if texture.streamer != self.serial {
             return Err(StreamError::ForeignTexture(texture.id));
@@ -1546,7 +1561,9 @@ impl Streamer {
         if let Some(slot) = self.slots[index].as_mut() {
             slot.feedback.used_until(until)?;
             slot.table.used_until(until)?;
-            slot.submitted = (recorded && active).then_some((self.frame, self.tick, until));
+            // A slot of an older layout (no texture left) was not reset: nothing to read.
+            let current = slot.generation == self.generation;
+            slot.submitted = (recorded && active && current).then_some((self.frame, self.tick, until));
         }
         if recorded {
             self.stats.frames_recorded += 1;
