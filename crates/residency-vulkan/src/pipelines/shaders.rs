@@ -318,9 +318,27 @@ shader!(
     [SampledImage, SampledImage, StorageBuffer, StorageBuffer],
     32
 );
+shader!(
+    /// `prt_target.vert`: one triangle covering the render area from `gl_VertexIndex` (draw 3
+    /// vertices, no vertex buffer).
+    PRT_TARGET_VERT,
+    "prt_target.vert",
+    Vertex,
+    [],
+    0
+);
+shader!(
+    /// `prt_target.frag`: writes `sparse_store.comp`'s pattern by fragment position,
+    /// `(x % 256, y % 256, 255, 255)` as unorm (rendering into a partially resident attachment).
+    PRT_TARGET_FRAG,
+    "prt_target.frag",
+    Fragment,
+    [],
+    0
+);
 
 /// Every shipped shader.
-pub static ALL: [&Shader; 24] = [
+pub static ALL: [&Shader; 26] = [
     &PLACED_BUFFERS,
     &FILL,
     &SPARSE_FALLBACK,
@@ -345,6 +363,8 @@ pub static ALL: [&Shader; 24] = [
     &SPARSE_WARN,
     &SPARSE_WARN_SOFTWARE,
     &PRT_ARRAY_SOFTWARE,
+    &PRT_TARGET_VERT,
+    &PRT_TARGET_FRAG,
 ];
 
 /// The `vt_quad` fragment shader for a residency path: [`VT_QUAD_SOFTWARE_FRAG`] on the software

@@ -26,6 +26,7 @@ mod heaps;
 mod image;
 mod min_lod;
 mod pool;
+mod render_target;
 pub mod software;
 
 use crate::device::Device;
@@ -72,6 +73,28 @@ pub enum SparseError {
         /// Why.
         reason: String,
     },
+    /// The device cannot give a sparse image of this format the usage (a sparse colour attachment
+    /// where the driver reports no sparse residency for it); nothing was created.
+    #[error("{device}: a sparse {format:?} image cannot have {usage} usage: {reason}")]
+    UsageUnsupported {
+        /// The device.
+        device: String,
+        /// The image's format.
+        format: residency_core::format::Format,
+        /// The usage refused.
+        usage: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// The image lacks the usage the call needs (an attachment of an image without
+    /// colour-attachment usage); nothing was created.
+    #[error("sparse image `{name}` was not created with {usage} usage")]
+    MissingUsage {
+        /// The image.
+        name: String,
+        /// The usage it lacks.
+        usage: &'static str,
+    },
     /// The device has no sparse-binding queue.
     #[error("the device has no sparse-binding queue; use the software residency path")]
     NoSparseQueue,
@@ -101,7 +124,8 @@ use bind::*;
 use heaps::*;
 
 pub use heaps::TileHeaps;
-pub use image::SparseImage;
 pub(crate) use image::SparseImageGarbage;
+pub use image::{SparseImage, SparseUsage};
 pub use min_lod::MinLodMap;
 pub use pool::{BindStats, SparseTilePool};
+pub use render_target::SparseAttachment;
