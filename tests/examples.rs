@@ -1,5 +1,7 @@
 //! Runs the examples as tests on the shared GPU harness: validation clean, no leaks, checked output.
 
+#[path = "../examples/distance_field.rs"]
+mod distance_field;
 #[path = "../examples/multi_device.rs"]
 mod multi_device;
 #[path = "../examples/placed_buffers.rs"]
@@ -33,6 +35,24 @@ fn sparse_texture_example_samples_resident_texels_and_falls_back_to_coarser_mips
         let outcome = sparse_texture::run(&set.devices()[0]).expect("the example runs");
         assert_eq!(outcome.matched, outcome.samples);
         assert!(outcome.resident_tiles * 100 < outcome.total_tiles, "{outcome:?}");
+    });
+}
+
+/// The sparse distance field at its defaults: the GPU's rays match the CPU's march through the
+/// same resident bricks, the default value (the maximum step) never steps through a surface
+/// (every hit lies on one, and hit or miss differs from the dense field's march only on grazing
+/// silhouettes), and fewer than half the bricks are resident.
+#[test]
+fn distance_field_example_ray_marches_resident_bricks_with_the_default_as_maximum_step() {
+    with_gpu(|set| {
+        let outcome = distance_field::run(&set.devices()[0]).expect("the example runs");
+        assert_eq!(outcome.matched, outcome.pixels, "{outcome:?}");
+        assert_eq!(outcome.on_surface, outcome.hits, "every hit on a surface: {outcome:?}");
+        assert!(outcome.silhouette_differs * 200 <= outcome.pixels, "{outcome:?}");
+        assert!(outcome.hits > 0 && outcome.hits < outcome.pixels, "{outcome:?}");
+        assert!(outcome.default_steps > 0, "rays crossed non-resident bricks: {outcome:?}");
+        assert!(outcome.resident_bytes * 2 < outcome.dense_bytes, "{outcome:?}");
+        assert!(outcome.passed());
     });
 }
 

@@ -336,9 +336,31 @@ shader!(
     [],
     0
 );
+shader!(
+    /// `distance_field.comp`: ray-marches a sparse distance-field volume (`sampler3D`, distances
+    /// in texels) whose non-resident bricks return the maximum step as the residency default
+    /// value; per pixel `vec4(t at the hit or -1, steps, non-resident samples, 0)`; push
+    /// `{ vec4 dir (xyz direction, w maximum step); ivec4 (width, height, volume side, step limit) }`.
+    DISTANCE_FIELD,
+    "distance_field.comp",
+    Compute,
+    [SampledImage, StorageBuffer],
+    32
+);
+shader!(
+    /// `texture_array.comp`: samples a sparse 2D array at probes `(u, v, layer, lod)` at
+    /// `lod + bias[layer].x` (a uniform buffer of 256 `vec4`s: per-slice LOD bias) with residency
+    /// codes; results `{ vec4 texel; vec4 (resident, LOD sampled, 0, 0) }`; push
+    /// `{ vec4 defaultValue; uint count; }` (32 bytes reserved).
+    TEXTURE_ARRAY,
+    "texture_array.comp",
+    Compute,
+    [SampledImage, UniformBuffer, StorageBuffer, StorageBuffer],
+    32
+);
 
 /// Every shipped shader.
-pub static ALL: [&Shader; 26] = [
+pub static ALL: [&Shader; 28] = [
     &PLACED_BUFFERS,
     &FILL,
     &SPARSE_FALLBACK,
@@ -365,6 +387,8 @@ pub static ALL: [&Shader; 26] = [
     &PRT_ARRAY_SOFTWARE,
     &PRT_TARGET_VERT,
     &PRT_TARGET_FRAG,
+    &DISTANCE_FIELD,
+    &TEXTURE_ARRAY,
 ];
 
 /// The `vt_quad` fragment shader for a residency path: [`VT_QUAD_SOFTWARE_FRAG`] on the software
