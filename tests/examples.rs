@@ -8,6 +8,8 @@ mod multi_device;
 mod placed_buffers;
 #[path = "../examples/sparse_texture.rs"]
 mod sparse_texture;
+#[path = "../examples/texture_array.rs"]
+mod texture_array;
 #[path = "../examples/transitions.rs"]
 mod transitions;
 #[path = "../examples/virtual_texture.rs"]
@@ -52,6 +54,29 @@ fn distance_field_example_ray_marches_resident_bricks_with_the_default_as_maximu
         assert!(outcome.hits > 0 && outcome.hits < outcome.pixels, "{outcome:?}");
         assert!(outcome.default_steps > 0, "rays crossed non-resident bricks: {outcome:?}");
         assert!(outcome.resident_bytes * 2 < outcome.dense_bytes, "{outcome:?}");
+        assert!(outcome.passed());
+    });
+}
+
+/// The texture arrays at their defaults: the sparsely populated array samples its four resident
+/// slices and returns the default elsewhere; in the array of variable-sized textures the per-slice
+/// LOD bias in the uniform buffer picks the level sampled: each slice's own finest level with the
+/// biases, the next coarser ones once the buffer changes, non-resident without a bias where a
+/// slice's finest levels are absent.
+#[test]
+fn texture_array_example_per_slice_bias_changes_the_sampled_level() {
+    with_gpu(|set| {
+        let outcome = texture_array::run(&set.devices()[0]).expect("the example runs");
+        assert_eq!(outcome.sparse_matched, outcome.sparse_probes, "{outcome:?}");
+        assert_eq!(outcome.variable_matched, outcome.variable_probes, "{outcome:?}");
+        let as_f32 = |b: [u32; 8]| b.map(|v| v as f32).to_vec();
+        assert_eq!(outcome.levels_biased, as_f32(texture_array::BIAS), "{outcome:?}");
+        assert_eq!(outcome.levels_coarser, as_f32(texture_array::BIAS_COARSER), "{outcome:?}");
+        assert_ne!(outcome.levels_biased, outcome.levels_coarser, "the bias changed the level sampled");
+        let unbiased: Vec<bool> = texture_array::BIAS.iter().map(|&b| b == 0).collect();
+        assert_eq!(outcome.resident_unbiased, unbiased, "{outcome:?}");
+        assert!(outcome.sparse_resident_bytes * 10 < outcome.sparse_full_bytes, "{outcome:?}");
+        assert!(outcome.variable_resident_bytes < outcome.variable_full_bytes, "{outcome:?}");
         assert!(outcome.passed());
     });
 }
