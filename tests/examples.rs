@@ -6,6 +6,8 @@ mod distance_field;
 mod multi_device;
 #[path = "../examples/placed_buffers.rs"]
 mod placed_buffers;
+#[path = "../examples/ptex.rs"]
+mod ptex;
 #[path = "../examples/sparse_texture.rs"]
 mod sparse_texture;
 #[path = "../examples/texture_array.rs"]
@@ -77,6 +79,24 @@ fn texture_array_example_per_slice_bias_changes_the_sampled_level() {
         assert_eq!(outcome.resident_unbiased, unbiased, "{outcome:?}");
         assert!(outcome.sparse_resident_bytes * 10 < outcome.sparse_full_bytes, "{outcome:?}");
         assert!(outcome.variable_resident_bytes < outcome.variable_full_bytes, "{outcome:?}");
+        assert!(outcome.passed());
+    });
+}
+
+/// PRT-Ptex at its defaults: every sample of the per-face textures matches the CPU's manual
+/// trilinear filtering and the continuous surface colour (borders: no seam at face edges), and
+/// the resident tiles take less than a fifth of packing every face at full resolution.
+#[test]
+fn ptex_example_filters_per_face_textures_seamlessly_in_a_sparse_array() {
+    with_gpu(|set| {
+        let outcome = ptex::run(&set.devices()[0]).expect("the example runs");
+        assert_eq!(outcome.matched_reference, outcome.samples, "{outcome:?}");
+        assert_eq!(outcome.matched_surface, outcome.samples, "{outcome:?}");
+        assert!(outcome.seam_pairs > 0 && outcome.max_seam < 0.03, "{outcome:?}");
+        assert!(outcome.faces_per_level.iter().filter(|&&n| n > 0).count() >= 4, "{outcome:?}");
+        assert!(outcome.per_face_bytes <= outcome.resident_bytes, "{outcome:?}");
+        assert!(outcome.resident_bytes * 5 < outcome.full_resolution_bytes, "{outcome:?}");
+        assert_eq!(outcome.faces, 256);
         assert!(outcome.passed());
     });
 }

@@ -358,9 +358,21 @@ shader!(
     [SampledImage, UniformBuffer, StorageBuffer, StorageBuffer],
     32
 );
+shader!(
+    /// `ptex.comp`: PRT-Ptex, per-face textures with borders in a sparse 2D array of one slice per
+    /// resolution, sampled with manual trilinear filtering between slices and the face's finest
+    /// level as fallback; faces `uint[8]` (finest level, slot per level), probes
+    /// `(face, u, v, level)`, results `{ vec4 colour; vec4 (level 0, level 1, blend, 0) }`; push
+    /// `{ uint count, side, levels, finestSlot; }`.
+    PTEX,
+    "ptex.comp",
+    Compute,
+    [SampledImage, StorageBuffer, StorageBuffer, StorageBuffer],
+    16
+);
 
 /// Every shipped shader.
-pub static ALL: [&Shader; 28] = [
+pub static ALL: [&Shader; 29] = [
     &PLACED_BUFFERS,
     &FILL,
     &SPARSE_FALLBACK,
@@ -389,6 +401,7 @@ pub static ALL: [&Shader; 28] = [
     &PRT_TARGET_FRAG,
     &DISTANCE_FIELD,
     &TEXTURE_ARRAY,
+    &PTEX,
 ];
 
 /// The `vt_quad` fragment shader for a residency path: [`VT_QUAD_SOFTWARE_FRAG`] on the software
