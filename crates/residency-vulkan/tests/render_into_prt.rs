@@ -13,7 +13,7 @@ use residency_vulkan::graphics::{GraphicsProgram, RenderError};
 use residency_vulkan::shaders;
 use residency_vulkan::sparse::{SparseError, SparseImage, SparseTilePool, SparseUsage};
 use residency_vulkan::testing::with_gpu;
-use residency_vulkan::Device;
+use residency_vulkan::{CommandContext, Device};
 use std::sync::Arc;
 
 const SIDE: u32 = 512;
@@ -292,5 +292,46 @@ fn render_into_prt_refuses_misuse_with_nothing_created() {
                 .unwrap();
             assert_eq!(commands, Some((true, true)), "both passes refused, nothing recorded");
         }
+    });
+}
+
+/// Tiles released while a write into them is still in flight: the flush's unbinds wait for the
+/// write (every residency submission before), so the memory the write reaches is never bound
+/// elsewhere under it. The submission is complete when the flush returns. (On lavapipe the sparse
+/// queue is the universal queue, which orders the two anyway; on a device with a separate sparse
+/// queue family, such as the H200, only the wait does.)
+#[test]
+fn render_into_prt_releasing_tiles_under_a_write_in_flight_unbinds_after_it() {
+    with_gpu(|set| {
+        let device = Arc::clone(&set.devices()[0]);
+        let pool = SparseTilePool::new(Arc::clone(&device), TilePoolDesc::default().with_tiles_per_heap(16))
+            .unwrap();
+        let desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, SIDE, SIDE).with_mip_levels(1);
+        let mut image =
+            SparseImage::new_with_usage(&pool, "released under a write", &desc, SparseUsage::STORAGE)
+                .unwrap();
+        image.commit_region(&pool, 0, 0, TexelRegion { offset: [0; 3], extent: [SIDE, SIDE, 1] }).unwrap();
+        pool.flush_binds(&mut [&mut image]).unwrap();
+        let program = ComputeProgram::new(&device, "sparse store", &shaders::SPARSE_STORE, 1).unwrap();
+        let descriptors =
+            program.descriptor_set(&[Binding::storage(&image, vk::ImageLayout::GENERAL)]).unwrap();
+        let push: Vec<u8> =
+            [0, 0, SIDE as i32, SIDE as i32].iter().flat_map(|v: &i32| v.to_le_bytes()).collect();
+        let context = CommandContext::new(&device, "writes in flight").unwrap();
+        let submission = context
+            .submit(&[], |rec| {
+                for _ in 0..8 {
+                    program.dispatch(rec, &descriptors, &push, [SIDE / 8, SIDE / 8, 1]).unwrap();
+                }
+            })
+            .unwrap();
+        // Released and unbound at once, without waiting for the writes.
+        image.release_all(&pool).unwrap();
+        let stats = pool.flush_binds(&mut [&mut image]).unwrap();
+        assert!(stats.tiles_unbound > 0, "{stats:?}");
+        assert!(context.is_complete(&submission).unwrap(), "the unbind waited for the writes");
+        context.wait(submission).unwrap();
+        drop((descriptors, program, context));
+        assert_eq!(pool.used_tiles(), 0);
     });
 }

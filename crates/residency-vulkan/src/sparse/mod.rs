@@ -12,7 +12,9 @@
 //! Images stay in `GENERAL` layout for their whole life (one transition at creation): a layout
 //! transition applies to whole subresources and would discard the contents of resident tiles.
 //! Releasing tiles requires that GPU work reading them has completed (the streaming manager tracks
-//! that per frame; tests wait for idle).
+//! that per frame; tests wait for idle). A [`SparseTilePool::flush_binds`] that unbinds also
+//! waits on the GPU for every submission residency made so far, so work rendering into released
+//! tiles (storage writes, colour attachments) cannot write memory bound elsewhere by then.
 //!
 //! Ownership follows the crate's rules: pools, heaps, images and min-LOD maps are released on drop,
 //! deferred until the GPU work that may use them has completed. An image keeps its pool's state and
