@@ -11,7 +11,9 @@
 //!
 //! Checks every sample against the same filtering on the CPU and against the continuous surface
 //! colour (no seams at face edges), and prints the resident bytes, measured from the tile pool,
-//! against packing every face at full resolution with all its levels.
+//! against packing every face at full resolution with all its levels. Then it manages resolution
+//! the PRT way: the finest faces release their finest level's tiles and the face table names the
+//! next level as their finest, and every sample is checked again.
 //!
 //! Run: `RESIDENCY_VALIDATION=sync cargo run --example ptex`
 
@@ -144,6 +146,12 @@ pub struct Outcome {
     pub per_face_bytes: u64,
     /// Bytes of every face packed at full resolution with all its levels (128² + 64² + … slots).
     pub full_resolution_bytes: u64,
+    /// Faces whose finest level was released afterwards (resolution management).
+    pub released_faces: u32,
+    /// Samples after the release that matched both the CPU's filtering and the surface.
+    pub matched_after_release: usize,
+    /// Bytes resident after the release, measured from the tile pool.
+    pub resident_bytes_after_release: u64,
 }
 
 impl Outcome {
@@ -158,6 +166,9 @@ impl Outcome {
             && self.max_seam < SURFACE_TOLERANCE
             && self.per_face_bytes <= self.resident_bytes
             && self.resident_bytes < self.full_resolution_bytes
+            && self.released_faces > 0
+            && self.matched_after_release == self.samples
+            && self.resident_bytes_after_release < self.resident_bytes
     }
 }
 
@@ -270,24 +281,13 @@ pub fn run(device: &Arc<Device>) -> Result<Outcome, Box<dyn std::error::Error>> 
         }
     }
 
-    let program = ComputeProgram::new(device, "ptex.comp", &shaders::PTEX, 1)?;
+    let program = ComputeProgram::new(device, "ptex.comp", &shaders::PTEX, 2)?;
     let sampler = device.create_sampler(Filter::Trilinear)?;
-    let words: Vec<u8> = faces
-        .iter()
-        .flat_map(|face| {
-            let mut w = [0u32; 8];
-            w[0] = face.finest;
-            w[1..1 + LEVELS as usize].copy_from_slice(&face.slots.map(|s| if s == u32::MAX { 0 } else { s }));
-            w
-        })
-        .flat_map(u32::to_le_bytes)
-        .collect();
-    let n = probes.len() as u64;
     let mut table = device.create_buffer(
-        &BufferDesc::new("ptex faces", words.len() as u64, BufferUsage::STORAGE)
+        &BufferDesc::new("ptex faces", faces.len() as u64 * 32, BufferUsage::STORAGE)
             .with_intent(MemoryIntent::Upload),
     )?;
-    table.write(0, &words)?;
+    let n = probes.len() as u64;
     let mut input = device.create_buffer(
         &BufferDesc::new("ptex probes", n * 16, BufferUsage::STORAGE).with_intent(MemoryIntent::Upload),
     )?;
@@ -297,50 +297,77 @@ pub fn run(device: &Arc<Device>) -> Result<Outcome, Box<dyn std::error::Error>> 
     let output = device.create_buffer(
         &BufferDesc::new("ptex results", n * 32, BufferUsage::STORAGE).with_intent(MemoryIntent::Readback),
     )?;
-    let set = program.descriptor_set(&[
-        Binding::sampled(&image, &sampler, vk::ImageLayout::GENERAL),
-        Binding::Buffer(&table),
-        Binding::Buffer(&input),
-        Binding::Buffer(&output),
-    ])?;
-    let push: Vec<u8> = [n as u32, SIDE, LEVELS, FINEST_SLOT].iter().flat_map(|v| v.to_le_bytes()).collect();
-    let groups = [(n as u32).div_ceil(64), 1, 1];
-    program.check_dispatch(&push, groups)?;
-    device.submit_compute("ptex samples", |rec| {
-        program.dispatch(rec, &set, &push, groups).expect("checked before the submission");
-    })?;
-    let mut out = vec![0u8; (n * 32) as usize];
-    output.read(0, &mut out)?;
-    let got: Vec<[f32; 8]> = out
-        .chunks_exact(32)
-        .map(|r| {
-            std::array::from_fn(|k| f32::from_le_bytes([r[4 * k], r[4 * k + 1], r[4 * k + 2], r[4 * k + 3]]))
-        })
-        .collect();
+    let mut sample = |image: &SparseImage,
+                      faces: &[Face]|
+     -> Result<Vec<[f32; 8]>, Box<dyn std::error::Error>> {
+        // The previous dispatch has completed (`submit_compute` waits), so the table can change.
+        let words: Vec<u8> = faces
+            .iter()
+            .flat_map(|face| {
+                let mut w = [0u32; 8];
+                w[0] = face.finest;
+                w[1..1 + LEVELS as usize]
+                    .copy_from_slice(&face.slots.map(|s| if s == u32::MAX { 0 } else { s }));
+                w
+            })
+            .flat_map(u32::to_le_bytes)
+            .collect();
+        table.write(0, &words)?;
+        let set = program.descriptor_set(&[
+            Binding::sampled(image, &sampler, vk::ImageLayout::GENERAL),
+            Binding::Buffer(&table),
+            Binding::Buffer(&input),
+            Binding::Buffer(&output),
+        ])?;
+        let push: Vec<u8> =
+            [n as u32, SIDE, LEVELS, FINEST_SLOT].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let groups = [(n as u32).div_ceil(64), 1, 1];
+        program.check_dispatch(&push, groups)?;
+        device.submit_compute("ptex samples", |rec| {
+            program.dispatch(rec, &set, &push, groups).expect("checked before the submission");
+        })?;
+        let mut out = vec![0u8; (n * 32) as usize];
+        output.read(0, &mut out)?;
+        Ok(out
+            .chunks_exact(32)
+            .map(|r| {
+                std::array::from_fn(|k| {
+                    f32::from_le_bytes([r[4 * k], r[4 * k + 1], r[4 * k + 2], r[4 * k + 3]])
+                })
+            })
+            .collect())
+    };
+    let check = |faces: &[Face], got: &[[f32; 8]]| {
+        let (mut matched_reference, mut matched_surface) = (0, 0);
+        for (&(f, u, v, wanted), g) in probes.iter().zip(got) {
+            let face = &faces[f as usize];
+            let (l0, l1, blend) = levels(face, wanted);
+            let sample = |l: u32| {
+                bilinear(&slot_data[f as usize * LEVELS as usize + l as usize], FINEST_SLOT >> l, u, v)
+            };
+            let (a, b) = (sample(l0), sample(l1));
+            let want: [f32; 4] = std::array::from_fn(|k| a[k] + (b[k] - a[k]) * blend);
+            let close = |x: &[f32], y: &[f32], tolerance: f32| {
+                x.iter().zip(y).all(|(p, q)| (p - q).abs() <= tolerance)
+            };
+            if close(&g[..4], &want, REFERENCE_TOLERANCE)
+                && g[4] == l0 as f32
+                && g[5] == l1 as f32
+                && (g[6] - blend).abs() < 1e-6
+            {
+                matched_reference += 1;
+            }
+            let truth = surface(face.i as f32 + u, face.j as f32 + v, 0);
+            let alpha = (l0 as f32 * (1.0 - blend) + l1 as f32 * blend) * 50.0 / 255.0;
+            if close(&g[..3], &truth[..3], SURFACE_TOLERANCE) && (g[3] - alpha).abs() <= REFERENCE_TOLERANCE {
+                matched_surface += 1;
+            }
+        }
+        (matched_reference, matched_surface)
+    };
 
-    let (mut matched_reference, mut matched_surface) = (0, 0);
-    for (&(f, u, v, wanted), g) in probes.iter().zip(&got) {
-        let face = &faces[f as usize];
-        let (l0, l1, blend) = levels(face, wanted);
-        let sample =
-            |l: u32| bilinear(&slot_data[f as usize * LEVELS as usize + l as usize], FINEST_SLOT >> l, u, v);
-        let (a, b) = (sample(l0), sample(l1));
-        let want: [f32; 4] = std::array::from_fn(|k| a[k] + (b[k] - a[k]) * blend);
-        let close =
-            |x: &[f32], y: &[f32], tolerance: f32| x.iter().zip(y).all(|(p, q)| (p - q).abs() <= tolerance);
-        if close(&g[..4], &want, REFERENCE_TOLERANCE)
-            && g[4] == l0 as f32
-            && g[5] == l1 as f32
-            && (g[6] - blend).abs() < 1e-6
-        {
-            matched_reference += 1;
-        }
-        let truth = surface(face.i as f32 + u, face.j as f32 + v, 0);
-        let alpha = (l0 as f32 * (1.0 - blend) + l1 as f32 * blend) * 50.0 / 255.0;
-        if close(&g[..3], &truth[..3], SURFACE_TOLERANCE) && (g[3] - alpha).abs() <= REFERENCE_TOLERANCE {
-            matched_surface += 1;
-        }
-    }
+    let got = sample(&image, &faces)?;
+    let (matched_reference, matched_surface) = check(&faces, &got);
     let seams: Vec<f32> = got[pairs_from..]
         .chunks_exact(2)
         .map(|p| (0..3).map(|k| (p[0][k] - p[1][k]).abs()).fold(0.0, f32::max))
@@ -361,8 +388,39 @@ pub fn run(device: &Arc<Device>) -> Result<Outcome, Box<dyn std::error::Error>> 
         100.0 * resident_bytes as f64 / full_resolution_bytes as f64
     );
 
+    // Resolution management: the finest faces give up their finest level (its slots, one tile
+    // each, are released) and the table names their next level as finest; samples that wanted the
+    // finest level fall back to it.
+    let mut coarser = faces.clone();
+    let mut released_faces = 0;
+    for face in coarser.iter_mut().filter(|f| f.finest == 0) {
+        let (origin, slot) = slot_rect(0, face.slots[0]);
+        if slot % shape.width != 0 || slot % shape.height != 0 || origin[0] % shape.width != 0 {
+            return Err(format!("a level-0 slot of {slot} texels does not hold whole {shape:?} tiles").into());
+        }
+        image.release_region(
+            &pool,
+            0,
+            0,
+            TexelRegion { offset: [origin[0], origin[1], 0], extent: [slot, slot, 1] },
+        )?;
+        face.finest = 1;
+        face.slots[0] = u32::MAX;
+        released_faces += 1;
+    }
+    // The unbinds wait for the samples above (every residency submission so far).
+    pool.flush_binds(&mut [&mut image])?;
+    let resident_bytes_after_release = pool.used_tiles() * pool.stats().tile_bytes;
+    let got = sample(&image, &coarser)?;
+    let (matched_after_release, surface_after_release) = check(&coarser, &got);
+    println!(
+        "{released_faces} faces dropped to their next level: {matched_after_release} of {samples} samples \
+         match the CPU's filtering, {surface_after_release} the surface; resident {} KiB",
+        resident_bytes_after_release >> 10
+    );
+
     device.wait_idle()?;
-    drop((set, table, input, output, program, sampler));
+    drop((table, input, output, program, sampler));
     uploader.destroy()?;
     image.release_all(&pool)?;
     pool.flush_binds(&mut [&mut image])?;
@@ -378,6 +436,9 @@ pub fn run(device: &Arc<Device>) -> Result<Outcome, Box<dyn std::error::Error>> 
         resident_bytes,
         per_face_bytes,
         full_resolution_bytes,
+        released_faces,
+        matched_after_release: matched_after_release.min(surface_after_release),
+        resident_bytes_after_release,
     })
 }
 

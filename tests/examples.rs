@@ -97,6 +97,9 @@ fn ptex_example_filters_per_face_textures_seamlessly_in_a_sparse_array() {
         assert!(outcome.per_face_bytes <= outcome.resident_bytes, "{outcome:?}");
         assert!(outcome.resident_bytes * 5 < outcome.full_resolution_bytes, "{outcome:?}");
         assert_eq!(outcome.faces, 256);
+        assert_eq!(outcome.released_faces, outcome.faces_per_level[0], "{outcome:?}");
+        assert_eq!(outcome.matched_after_release, outcome.samples, "{outcome:?}");
+        assert!(outcome.resident_bytes_after_release < outcome.resident_bytes, "{outcome:?}");
         assert!(outcome.passed());
     });
 }
