@@ -217,7 +217,8 @@ fn render_into_prt_dropped_writes() {
 }
 
 /// The typed refusals around rendering into a PRT: an attachment of an image without the usage,
-/// a mip or layer it lacks, a 3D colour attachment, a render area outside the mip.
+/// a 3D or block-compressed colour attachment, lavapipe's; where the device renders sparse
+/// attachments, a mip or layer the image lacks, a render area outside the mip, another format.
 #[test]
 fn render_into_prt_refuses_misuse_with_nothing_created() {
     with_gpu(|set| {
@@ -236,6 +237,13 @@ fn render_into_prt_refuses_misuse_with_nothing_created() {
         match SparseImage::new_with_usage(&pool, "volume", &volume, SparseUsage::COLOR_ATTACHMENT) {
             Err(SparseError::UsageUnsupported { usage: "COLOR_ATTACHMENT", .. }) => {}
             other => panic!("a 3D colour attachment is refused, got {other:?}"),
+        }
+        let bc7 = SparseImageDesc::new_2d(Format::Bc7Unorm, 1024, 1024).with_mip_levels(1);
+        match SparseImage::new_with_usage(&pool, "bc7", &bc7, SparseUsage::COLOR_ATTACHMENT) {
+            Err(SparseError::UsageUnsupported { usage: "COLOR_ATTACHMENT", reason, .. }) => {
+                assert!(reason.contains("COLOR_ATTACHMENT feature"), "{reason}")
+            }
+            other => panic!("a block-compressed colour attachment is refused, got {other:?}"),
         }
         let attachable =
             SparseImage::new_with_usage(&pool, "attachable", &desc, SparseUsage::COLOR_ATTACHMENT);
