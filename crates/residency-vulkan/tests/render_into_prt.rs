@@ -6,14 +6,18 @@
 //! ([`SparseImage::unbound_texels_read_zero`]).
 
 use residency_core::format::Format;
+use residency_core::memory::MemoryIntent;
+use residency_core::sync::{Region, TrackerOptions, Use};
 use residency_core::tiles::{CommitError, SparseImageDesc, TexelRegion, TilePoolDesc};
+use residency_core::usage::{BufferUsage, ImageUsage};
 use residency_vulkan::ash::vk;
 use residency_vulkan::compute::{Binding, ComputeProgram};
 use residency_vulkan::graphics::{GraphicsProgram, RenderError};
 use residency_vulkan::shaders;
 use residency_vulkan::sparse::{SparseError, SparseImage, SparseTilePool, SparseUsage};
 use residency_vulkan::testing::with_gpu;
-use residency_vulkan::{CommandContext, Device};
+use residency_vulkan::tracking::ResourceTracker;
+use residency_vulkan::{BufferDesc, CommandContext, Device, ImageDesc};
 use std::sync::Arc;
 
 const SIDE: u32 = 512;
@@ -341,5 +345,74 @@ fn render_into_prt_releasing_tiles_under_a_write_in_flight_unbinds_after_it() {
         context.wait(submission).unwrap();
         drop((descriptors, program, context));
         assert_eq!(pool.used_tiles(), 0);
+    });
+}
+
+/// The program the colour-attachment branch renders with (`prt_target.vert` + `.frag`, no vertex
+/// buffer, no descriptors) draws `sparse_store.comp`'s pattern into a plain image: where lavapipe
+/// refuses sparse attachments, this runs the same program and pass recording under validation.
+#[test]
+fn render_into_prt_target_program_draws_the_store_pattern_into_a_plain_image() {
+    with_gpu(|set| {
+        let device = Arc::clone(&set.devices()[0]);
+        let side = 64;
+        let usage = ImageUsage::COLOR_ATTACHMENT | ImageUsage::COPY_SRC;
+        let image = device
+            .create_image(&ImageDesc::new_2d("plain target", Format::R8G8B8A8Unorm, side, side, usage))
+            .unwrap();
+        let view = device.create_image_view(&image, 0..1).unwrap();
+        let pixels = device
+            .create_buffer(
+                &BufferDesc::new("plain target pixels", u64::from(side * side * 4), BufferUsage::COPY_DST)
+                    .with_intent(MemoryIntent::Readback),
+            )
+            .unwrap();
+        let program = GraphicsProgram::new(
+            &device,
+            "prt target",
+            &shaders::PRT_TARGET_VERT,
+            &shaders::PRT_TARGET_FRAG,
+            0,
+            &[],
+            vk::Format::R8G8B8A8_UNORM,
+            1,
+        )
+        .unwrap();
+        let mut tracker = ResourceTracker::new(TrackerOptions::default());
+        let ids = [
+            tracker.track_image(&image, vk::ImageLayout::UNDEFINED).unwrap(),
+            tracker.track_buffer(&pixels).unwrap(),
+        ];
+        device
+            .submit_once("draw the pattern", |rec| {
+                let (index, family) = (rec.device().index(), rec.device().universal_queue().family());
+                let mut batch = tracker.batch(index, family);
+                batch.declare_discard(ids[0], Region::Whole, Use::ColorAttachmentWrite).unwrap();
+                let flush = batch.flush();
+                tracker.record(rec, &flush.barriers).unwrap();
+                program.render(rec, &view, [side; 2], [0.0; 4], |draw| draw.draw(3, 1)).unwrap().unwrap();
+                let mut batch = tracker.batch(index, family);
+                batch
+                    .declare(ids[0], Region::Whole, Use::TransferSrc)
+                    .unwrap()
+                    .declare(ids[1], Region::Whole, Use::TransferDst)
+                    .unwrap();
+                let flush = batch.flush();
+                tracker.record(rec, &flush.barriers).unwrap();
+                rec.copy_image_to_buffer(&image, vk::ImageLayout::TRANSFER_SRC_OPTIMAL, &pixels).unwrap();
+                let mut batch = tracker.batch(index, family);
+                batch.declare(ids[1], Region::Whole, Use::HostRead).unwrap();
+                let flush = batch.flush();
+                tracker.record(rec, &flush.barriers).unwrap();
+            })
+            .unwrap();
+        let mut back = vec![0u8; (side * side * 4) as usize];
+        pixels.read(0, &mut back).unwrap();
+        let want: Vec<u8> = (0..side).flat_map(|y| (0..side).flat_map(move |x| pattern(x, y))).collect();
+        assert!(back == want, "every pixel holds the pattern");
+        let index = device.index();
+        for id in ids {
+            tracker.untrack(index, id).unwrap();
+        }
     });
 }
