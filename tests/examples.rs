@@ -1,13 +1,19 @@
 //! Runs the examples as tests on the shared GPU harness: validation clean, no leaks, checked output.
 
+#[path = "../examples/distance_field.rs"]
+mod distance_field;
 #[path = "../examples/multi_device.rs"]
 mod multi_device;
 #[path = "../examples/placed_buffers.rs"]
 mod placed_buffers;
+#[path = "../examples/ptex.rs"]
+mod ptex;
 #[path = "../examples/sparse_texture.rs"]
 mod sparse_texture;
 #[path = "../examples/stereo.rs"]
 mod stereo;
+#[path = "../examples/texture_array.rs"]
+mod texture_array;
 #[path = "../examples/transitions.rs"]
 mod transitions;
 #[path = "../examples/virtual_texture.rs"]
@@ -35,6 +41,68 @@ fn sparse_texture_example_samples_resident_texels_and_falls_back_to_coarser_mips
         let outcome = sparse_texture::run(&set.devices()[0]).expect("the example runs");
         assert_eq!(outcome.matched, outcome.samples);
         assert!(outcome.resident_tiles * 100 < outcome.total_tiles, "{outcome:?}");
+    });
+}
+
+/// The sparse distance field at its defaults: the GPU's rays match the CPU's march through the
+/// same resident bricks, the default value (the maximum step) never steps through a surface
+/// (every hit lies on one, and hit or miss differs from the dense field's march only on grazing
+/// silhouettes), and fewer than half the bricks are resident.
+#[test]
+fn distance_field_example_ray_marches_resident_bricks_with_the_default_as_maximum_step() {
+    with_gpu(|set| {
+        let outcome = distance_field::run(&set.devices()[0]).expect("the example runs");
+        assert_eq!(outcome.matched, outcome.pixels, "{outcome:?}");
+        assert_eq!(outcome.on_surface, outcome.hits, "every hit on a surface: {outcome:?}");
+        assert!(outcome.silhouette_differs * 200 <= outcome.pixels, "{outcome:?}");
+        assert!(outcome.hits > 0 && outcome.hits < outcome.pixels, "{outcome:?}");
+        assert!(outcome.default_steps > 0, "rays crossed non-resident bricks: {outcome:?}");
+        assert!(outcome.resident_bytes * 2 < outcome.dense_bytes, "{outcome:?}");
+        assert!(outcome.passed());
+    });
+}
+
+/// The texture arrays at their defaults: the sparsely populated array samples its four resident
+/// slices and returns the default elsewhere; in the array of variable-sized textures the per-slice
+/// LOD bias in the uniform buffer picks the level sampled: each slice's own finest level with the
+/// biases, the next coarser ones once the buffer changes, non-resident without a bias where a
+/// slice's finest levels are absent.
+#[test]
+fn texture_array_example_per_slice_bias_changes_the_sampled_level() {
+    with_gpu(|set| {
+        let outcome = texture_array::run(&set.devices()[0]).expect("the example runs");
+        assert_eq!(outcome.sparse_matched, outcome.sparse_probes, "{outcome:?}");
+        assert_eq!(outcome.variable_matched, outcome.variable_probes, "{outcome:?}");
+        let as_f32 = |b: [u32; 8]| b.map(|v| v as f32).to_vec();
+        assert_eq!(outcome.levels_biased, as_f32(texture_array::BIAS), "{outcome:?}");
+        assert_eq!(outcome.levels_coarser, as_f32(texture_array::BIAS_COARSER), "{outcome:?}");
+        assert_ne!(outcome.levels_biased, outcome.levels_coarser, "the bias changed the level sampled");
+        let unbiased: Vec<bool> = texture_array::BIAS.iter().map(|&b| b == 0).collect();
+        assert_eq!(outcome.resident_unbiased, unbiased, "{outcome:?}");
+        assert!(outcome.sparse_resident_bytes * 10 < outcome.sparse_full_bytes, "{outcome:?}");
+        assert!(outcome.variable_resident_bytes < outcome.variable_full_bytes, "{outcome:?}");
+        assert!(outcome.passed());
+    });
+}
+
+/// PRT-Ptex at its defaults: every sample of the per-face textures matches the CPU's manual
+/// trilinear filtering and the continuous surface colour (borders: no seam at face edges), and
+/// the resident tiles take less than a fifth of packing every face at full resolution.
+#[test]
+fn ptex_example_filters_per_face_textures_seamlessly_in_a_sparse_array() {
+    with_gpu(|set| {
+        let outcome = ptex::run(&set.devices()[0]).expect("the example runs");
+        assert_eq!(outcome.matched_reference, outcome.samples, "{outcome:?}");
+        assert_eq!(outcome.matched_surface, outcome.samples, "{outcome:?}");
+        assert!(outcome.seam_pairs > 0 && outcome.max_seam < 0.03, "{outcome:?}");
+        assert!(outcome.faces_per_level.iter().filter(|&&n| n > 0).count() >= 4, "{outcome:?}");
+        assert!(outcome.per_face_bytes <= outcome.resident_bytes, "{outcome:?}");
+        assert!(outcome.resident_bytes * 5 < outcome.full_resolution_bytes, "{outcome:?}");
+        assert_eq!(outcome.faces, 256);
+        assert_eq!(outcome.released_faces, outcome.faces_per_level[0], "{outcome:?}");
+        assert_eq!(outcome.matched_after_release, outcome.samples, "{outcome:?}");
+        assert!(outcome.resident_bytes_after_release < outcome.resident_bytes, "{outcome:?}");
+        assert!(outcome.passed());
     });
 }
 

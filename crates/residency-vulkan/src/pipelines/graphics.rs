@@ -12,6 +12,7 @@ use crate::image::ImageView;
 use crate::recording::Recording;
 use crate::retire::{ForeignUse, GpuUse};
 use crate::shaders::Shader;
+use crate::sparse::SparseAttachment;
 use crate::spirv::{Interface, Numeric, Stage};
 use ash::vk;
 use residency_core::usage::{BufferUsage, ImageUsage};
@@ -930,9 +931,96 @@ impl GraphicsProgram {
             first_layer..first_layer + 1,
             vk::ImageLayout::COLOR_ATTACHMENT_OPTIMAL,
         );
+        // SAFETY: the target was checked above to be a live single-mip 2D colour view of this
+        // device in the pipeline's format with COLOR_ATTACHMENT usage covering `extent`; it is in
+        // COLOR_ATTACHMENT_OPTIMAL when the pass runs (noted as a requirement, which the submitter
+        // checks before submitting), and the recording holds it.
+        Ok(unsafe {
+            self.record_pass(
+                rec,
+                target.raw(),
+                vk::ImageLayout::COLOR_ATTACHMENT_OPTIMAL,
+                extent,
+                clear,
+                draw,
+            )
+        })
+    }
+
+    /// Records a render pass instance into one mip and layer of a partially resident image
+    /// (cleared to `clear` over `extent` from the origin), as [`GraphicsProgram::render`] does
+    /// for an [`ImageView`]. A sparse image stays in `GENERAL` for life, so the attachment is
+    /// used in `GENERAL` and no layout is required of it. Fragments over resident tiles land in
+    /// them; fragments over non-resident tiles are dropped on a device with
+    /// `residencyNonResidentStrict` and go nowhere defined elsewhere
+    /// ([`SparseImage::unbound_texels_read_zero`](crate::sparse::SparseImage::unbound_texels_read_zero)).
+    /// An attachment of another format than the program's, of another device, or an `extent`
+    /// outside its mip (or the device's framebuffer limits) records nothing. The recording holds
+    /// the program and the attachment (and so the image) until its submission.
+    pub fn render_sparse<R>(
+        &self,
+        rec: &mut Recording<'_>,
+        target: &SparseAttachment,
+        extent: [u32; 2],
+        clear: [f32; 4],
+        draw: impl FnOnce(&mut Drawing<'_, '_>) -> R,
+    ) -> Result<R, RenderError> {
+        rec.accepts(&self.program.name, self.device())?;
+        rec.accepts(target.name(), target.device())?;
+        let refuse = |reason: String| RenderError::Target {
+            program: self.program.name.clone(),
+            target: target.name().to_owned(),
+            reason,
+        };
+        if target.vk_format() != self.color_format {
+            return Err(refuse(format!(
+                "its format {:?} is not the program's {:?}",
+                target.vk_format(),
+                self.color_format
+            )));
+        }
+        let [w, h] = target.extent();
+        let limits = self.device().limits();
+        if extent[0] == 0
+            || extent[1] == 0
+            || extent[0] > w
+            || extent[1] > h
+            || extent[0] > limits.max_framebuffer_width
+            || extent[1] > limits.max_framebuffer_height
+        {
+            return Err(refuse(format!("the render area {extent:?} is empty or outside its {w}×{h}")));
+        }
+        rec.keep(&self.program.life);
+        rec.keep(target.life());
+        // SAFETY: the attachment is a live single-mip, single-layer 2D view (made so by
+        // `SparseImage::attachment`, which requires COLOR_ATTACHMENT usage, given only where the
+        // device reports sparse residency for the format with it) of this device in the
+        // pipeline's format covering `extent` (checked above); its image is in GENERAL for life
+        // (transitioned at creation, never changed), and the recording holds it.
+        Ok(unsafe { self.record_pass(rec, target.raw(), vk::ImageLayout::GENERAL, extent, Some(clear), draw) })
+    }
+
+    /// Records the render pass instance of [`GraphicsProgram::render`] into `view` in `layout`,
+    /// cleared to `clear` (or its contents loaded when `None`).
+    ///
+    /// # Safety
+    ///
+    /// `rec` records on the program's device; `view` is a live single-mip 2D colour view of that
+    /// device in the program's colour format covering `extent` (within the framebuffer limits),
+    /// held by the recording until its submission, whose subresource is in `layout` when the
+    /// pass runs.
+    unsafe fn record_pass<R>(
+        &self,
+        rec: &mut Recording<'_>,
+        view: vk::ImageView,
+        layout: vk::ImageLayout,
+        extent: [u32; 2],
+        clear: Option<[f32; 4]>,
+        draw: impl FnOnce(&mut Drawing<'_, '_>) -> R,
+    ) -> R {
         let attachments = [vk::RenderingAttachmentInfo::default()
-            .image_view(target.raw())
-            .image_layout(vk::ImageLayout::COLOR_ATTACHMENT_OPTIMAL)
+            .image_view(view)
+            .image_layout(layout)
             .load_op(if clear.is_some() { vk::AttachmentLoadOp::CLEAR } else { vk::AttachmentLoadOp::LOAD })
             .store_op(vk::AttachmentStoreOp::STORE)
             .clear_value(vk::ClearValue {
@@ -953,13 +1041,10 @@ impl GraphicsProgram {
             max_depth: 1.0,
         };
         let cmd = rec.raw();
-        // SAFETY: `cmd` is recording on the program's device (checked above) outside a render
-        // pass (the `Recording` invariant); the target is a live single-mip 2D colour view of this
-        // device in the pipeline's format with COLOR_ATTACHMENT usage covering the render area
-        // (checked above), held by the recording with the program until its submission. The
-        // rendered subresource is in COLOR_ATTACHMENT_OPTIMAL when the pass runs: noted above as
-        // a requirement, which the submitter checks against the image's layouts in submission
-        // order before submitting.
+        // SAFETY: `cmd` is recording on the program's device outside a render pass (the
+        // `Recording` invariant); `view` is a live single-mip 2D colour view of this device in
+        // the pipeline's format covering the render area, in `layout` when the pass runs and held
+        // by the recording with the program until its submission (this function's contract).
         unsafe {
             let raw = rec.device().raw();
             raw.cmd_begin_rendering(cmd, &rendering);
@@ -979,7 +1064,7 @@ impl GraphicsProgram {
         // through which its own commands stay inside the instance.
         unsafe { rec.device().raw().cmd_end_rendering(cmd) };
         rec.recorded();
-        Ok(drawn)
+        drawn
     }
 }
 

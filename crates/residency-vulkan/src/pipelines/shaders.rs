@@ -318,9 +318,61 @@ shader!(
     [SampledImage, SampledImage, StorageBuffer, StorageBuffer],
     32
 );
+shader!(
+    /// `prt_target.vert`: one triangle covering the render area from `gl_VertexIndex` (draw 3
+    /// vertices, no vertex buffer).
+    PRT_TARGET_VERT,
+    "prt_target.vert",
+    Vertex,
+    [],
+    0
+);
+shader!(
+    /// `prt_target.frag`: writes `sparse_store.comp`'s pattern by fragment position,
+    /// `(x % 256, y % 256, 255, 255)` as unorm (rendering into a partially resident attachment).
+    PRT_TARGET_FRAG,
+    "prt_target.frag",
+    Fragment,
+    [],
+    0
+);
+shader!(
+    /// `distance_field.comp`: ray-marches a sparse distance-field volume (`sampler3D`, distances
+    /// in texels) whose non-resident bricks return the maximum step as the residency default
+    /// value; per pixel `vec4(t at the hit or -1, steps, non-resident samples, 0)`; push
+    /// `{ vec4 dir (xyz direction, w maximum step); ivec4 (width, height, volume side, step limit) }`.
+    DISTANCE_FIELD,
+    "distance_field.comp",
+    Compute,
+    [SampledImage, StorageBuffer],
+    32
+);
+shader!(
+    /// `texture_array.comp`: samples a sparse 2D array at probes `(u, v, layer, lod)` at
+    /// `lod + bias[layer].x` (a uniform buffer of 256 `vec4`s: per-slice LOD bias) with residency
+    /// codes; results `{ vec4 texel; vec4 (resident, LOD sampled, 0, 0) }`; push
+    /// `{ vec4 defaultValue; uint count; }` (32 bytes reserved).
+    TEXTURE_ARRAY,
+    "texture_array.comp",
+    Compute,
+    [SampledImage, UniformBuffer, StorageBuffer, StorageBuffer],
+    32
+);
+shader!(
+    /// `ptex.comp`: PRT-Ptex, per-face textures with borders in a sparse 2D array of one slice per
+    /// resolution, sampled with manual trilinear filtering between slices and the face's finest
+    /// level as fallback; faces `uint[8]` (finest level, slot per level), probes
+    /// `(face, u, v, level)`, results `{ vec4 colour; vec4 (level 0, level 1, blend, 0) }`; push
+    /// `{ uint count, side, levels, finestSlot; }`.
+    PTEX,
+    "ptex.comp",
+    Compute,
+    [SampledImage, StorageBuffer, StorageBuffer, StorageBuffer],
+    16
+);
 
 /// Every shipped shader.
-pub static ALL: [&Shader; 24] = [
+pub static ALL: [&Shader; 29] = [
     &PLACED_BUFFERS,
     &FILL,
     &SPARSE_FALLBACK,
@@ -345,6 +397,11 @@ pub static ALL: [&Shader; 24] = [
     &SPARSE_WARN,
     &SPARSE_WARN_SOFTWARE,
     &PRT_ARRAY_SOFTWARE,
+    &PRT_TARGET_VERT,
+    &PRT_TARGET_FRAG,
+    &DISTANCE_FIELD,
+    &TEXTURE_ARRAY,
+    &PTEX,
 ];
 
 /// The `vt_quad` fragment shader for a residency path: [`VT_QUAD_SOFTWARE_FRAG`] on the software

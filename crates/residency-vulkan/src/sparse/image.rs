@@ -74,11 +74,40 @@ pub(super) struct Origin {
     pub(super) external: Option<u64>,
 }
 
-pub(super) fn sparse_create_info(desc: &SparseImageDesc, storage: bool) -> vk::ImageCreateInfo<'static> {
+/// What a sparse image can be used as besides sampled and copied (upload, read-back), which
+/// every sparse image is. The default adds nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SparseUsage {
+    /// Storage-image usage: shaders write it with `imageStore` (a compute pass rendering into the
+    /// texture). Writes to non-resident tiles are dropped on devices with
+    /// `residencyNonResidentStrict` and land nowhere defined elsewhere (never in another
+    /// resource or in a resident tile): [`SparseImage::unbound_texels_read_zero`].
+    pub storage: bool,
+    /// Colour-attachment usage: rendered into through [`SparseImage::attachment`] and
+    /// [`GraphicsProgram::render_sparse`](crate::graphics::GraphicsProgram::render_sparse) (the
+    /// seed's FBO with a PRT attached). Only 2D images, and only where the device reports sparse
+    /// residency for the format with this usage and renders into it correctly (not lavapipe,
+    /// which renders into sparse images as if they were linear); elsewhere creation is
+    /// [`SparseError::UsageUnsupported`].
+    pub color_attachment: bool,
+}
+
+impl SparseUsage {
+    /// Storage-image usage.
+    pub const STORAGE: SparseUsage = SparseUsage { storage: true, color_attachment: false };
+    /// Colour-attachment usage.
+    pub const COLOR_ATTACHMENT: SparseUsage = SparseUsage { storage: false, color_attachment: true };
+}
+
+pub(super) fn sparse_create_info(desc: &SparseImageDesc, usage: SparseUsage) -> vk::ImageCreateInfo<'static> {
+    let extra = usage;
     let mut usage =
         vk::ImageUsageFlags::SAMPLED | vk::ImageUsageFlags::TRANSFER_DST | vk::ImageUsageFlags::TRANSFER_SRC;
-    if storage {
+    if extra.storage {
         usage |= vk::ImageUsageFlags::STORAGE;
+    }
+    if extra.color_attachment {
+        usage |= vk::ImageUsageFlags::COLOR_ATTACHMENT;
     }
     vk::ImageCreateInfo::default()
         .flags(vk::ImageCreateFlags::SPARSE_BINDING | vk::ImageCreateFlags::SPARSE_RESIDENCY)
@@ -119,7 +148,37 @@ impl SparseImage {
             tiles: Some(tiles),
             external: None,
         };
-        let image = Self::create(origin, name, desc, storage)?;
+        let image = Self::create(origin, name, desc, SparseUsage { storage, color_attachment: false })?;
+        shared.images.fetch_add(1, Ordering::Relaxed);
+        Ok(image)
+    }
+
+    /// Creates a partially resident image as [`SparseImage::new`] does, with the usages of `usage`
+    /// (storage, colour attachment). A colour attachment the device cannot make sparse for this
+    /// format (no `COLOR_ATTACHMENT` format feature, or no sparse image format properties for
+    /// that usage), one of a 3D image, or one on lavapipe (which reports sparse colour
+    /// attachments but renders into them as if the image were linear) is
+    /// [`SparseError::UsageUnsupported`] with nothing created.
+    pub fn new_with_usage(
+        pool: &SparseTilePool,
+        name: &str,
+        desc: &SparseImageDesc,
+        usage: SparseUsage,
+    ) -> Result<SparseImage, SparseError> {
+        let shared = &pool.shared;
+        let owner = ImageId(shared.pool_id << 20 | shared.next_image.fetch_add(1, Ordering::Relaxed));
+        let tiles: Weak<dyn TileOwner> = Arc::downgrade(shared) as Weak<dyn TileOwner>;
+        let origin = Origin {
+            device: Arc::clone(&shared.device),
+            heaps: Arc::clone(&shared.heaps),
+            parent: Arc::clone(shared) as Arc<dyn Parent>,
+            tile_bytes: pool.with_pool(|p| p.tile_bytes()),
+            pool: shared.tile_pool,
+            owner,
+            tiles: Some(tiles),
+            external: None,
+        };
+        let image = Self::create(origin, name, desc, usage)?;
         shared.images.fetch_add(1, Ordering::Relaxed);
         Ok(image)
     }
@@ -147,7 +206,7 @@ impl SparseImage {
             tiles: None,
             external: Some(shared.serial),
         };
-        let image = Self::create(origin, name, desc, storage)?;
+        let image = Self::create(origin, name, desc, SparseUsage { storage, color_attachment: false })?;
         shared.images.fetch_add(1, Ordering::Relaxed);
         Ok(image)
     }
@@ -156,7 +215,7 @@ impl SparseImage {
         origin: Origin,
         name: &str,
         desc: &SparseImageDesc,
-        storage: bool,
+        usage: SparseUsage,
     ) -> Result<SparseImage, SparseError> {
         let device = &*origin.device;
         let (memory_type, tile_bytes) = (origin.heaps.memory_type, origin.tile_bytes);
@@ -165,7 +224,10 @@ impl SparseImage {
         let limits = LayoutLimits::from_profile(profile);
         // Validate the description (limits, address space) before creating anything.
         SparseImageLayout::new(desc, &info, &limits)?;
-        let create = sparse_create_info(desc, storage);
+        let create = sparse_create_info(desc, usage);
+        if usage.color_attachment {
+            check_sparse_attachment(device, desc, &create)?;
+        }
         // SAFETY: a pure query on this device's physical device.
         let supported = unsafe {
             device.instance().get_physical_device_image_format_properties(
@@ -416,6 +478,79 @@ impl SparseImage {
     /// Releases everything, tails included: [`ResidencyBackend::release_all`].
     pub fn release_all(&mut self, pool: &SparseTilePool) -> Result<(), SparseError> {
         ResidencyBackend::release_all(self, pool)
+    }
+}
+
+/// The driver name of lavapipe (`VkPhysicalDeviceDriverProperties::driverName`).
+const LLVMPIPE: &str = "llvmpipe";
+
+/// Why lavapipe's sparse colour attachments are refused although it reports them.
+pub(super) const LLVMPIPE_SPARSE_ATTACHMENT: &str =
+    "llvmpipe reports sparse colour attachments but renders into a sparse image as if it were \
+     linear (fragments land in the wrong texels of resident tiles; seen on Mesa 25.0.7 by \
+     render_into_prt_dropped_writes); render into a storage image with imageStore instead";
+
+/// Refuses a sparse colour attachment the device cannot make: a 3D image, a format without the
+/// `COLOR_ATTACHMENT` feature, no sparse image format properties for the usage, or lavapipe
+/// (whose sparse colour attachments render to the wrong texels: [`LLVMPIPE_SPARSE_ATTACHMENT`]).
+fn check_sparse_attachment(
+    device: &Device,
+    desc: &SparseImageDesc,
+    create: &vk::ImageCreateInfo<'_>,
+) -> Result<(), SparseError> {
+    let refuse = |reason: &str| SparseError::UsageUnsupported {
+        device: device.name().to_owned(),
+        format: desc.format,
+        usage: "COLOR_ATTACHMENT",
+        reason: reason.to_owned(),
+    };
+    if desc.dimension != SparseDimension::D2 {
+        return Err(refuse("only 2D images are colour attachments"));
+    }
+    // SAFETY: a pure query of this device's physical device.
+    let features =
+        unsafe { device.instance().get_physical_device_format_properties(device.physical(), create.format) };
+    if !features.optimal_tiling_features.contains(vk::FormatFeatureFlags::COLOR_ATTACHMENT) {
+        return Err(refuse("the format has no COLOR_ATTACHMENT feature with optimal tiling"));
+    }
+    // SAFETY: a pure query of this device's physical device.
+    let sparse = unsafe {
+        device.instance().get_physical_device_sparse_image_format_properties(
+            device.physical(),
+            create.format,
+            create.image_type,
+            vk::SampleCountFlags::TYPE_1,
+            create.usage,
+            create.tiling,
+        )
+    };
+    if sparse.is_empty() {
+        return Err(refuse("the device reports no sparse image format properties for this usage"));
+    }
+    if device.profile().identity.driver_name == LLVMPIPE {
+        return Err(refuse(LLVMPIPE_SPARSE_ATTACHMENT));
+    }
+    Ok(())
+}
+
+impl SparseImage {
+    /// Whether texels of non-resident tiles read as zero and writes to them are dropped on this
+    /// image's device (`residencyNonResidentStrict`). Where this is false, reads of unbound texels
+    /// return undefined values (writes to them still touch no other resource and no resident
+    /// tile, as the specification guarantees): render and read only what is resident, or fall
+    /// back through the residency codes.
+    pub fn unbound_texels_read_zero(&self) -> bool {
+        self.device().profile().sparse.non_resident_strict
+    }
+
+    /// Whether it has storage-image usage.
+    pub fn is_storage(&self) -> bool {
+        self.usage.contains(vk::ImageUsageFlags::STORAGE)
+    }
+
+    /// Whether it has colour-attachment usage.
+    pub fn is_color_attachment(&self) -> bool {
+        self.usage.contains(vk::ImageUsageFlags::COLOR_ATTACHMENT)
     }
 }
 

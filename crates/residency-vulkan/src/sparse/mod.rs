@@ -12,7 +12,9 @@
 //! Images stay in `GENERAL` layout for their whole life (one transition at creation): a layout
 //! transition applies to whole subresources and would discard the contents of resident tiles.
 //! Releasing tiles requires that GPU work reading them has completed (the streaming manager tracks
-//! that per frame; tests wait for idle).
+//! that per frame; tests wait for idle). A [`SparseTilePool::flush_binds`] that unbinds also
+//! waits on the GPU for every submission residency made so far, so work rendering into released
+//! tiles (storage writes, colour attachments) cannot write memory bound elsewhere by then.
 //!
 //! Ownership follows the crate's rules: pools, heaps, images and min-LOD maps are released on drop,
 //! deferred until the GPU work that may use them has completed. An image keeps its pool's state and
@@ -26,6 +28,7 @@ mod heaps;
 mod image;
 mod min_lod;
 mod pool;
+mod render_target;
 pub mod software;
 
 use crate::device::Device;
@@ -72,6 +75,28 @@ pub enum SparseError {
         /// Why.
         reason: String,
     },
+    /// The device cannot give a sparse image of this format the usage (a sparse colour attachment
+    /// where the driver reports no sparse residency for it); nothing was created.
+    #[error("{device}: a sparse {format:?} image cannot have {usage} usage: {reason}")]
+    UsageUnsupported {
+        /// The device.
+        device: String,
+        /// The image's format.
+        format: residency_core::format::Format,
+        /// The usage refused.
+        usage: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// The image lacks the usage the call needs (an attachment of an image without
+    /// colour-attachment usage); nothing was created.
+    #[error("sparse image `{name}` was not created with {usage} usage")]
+    MissingUsage {
+        /// The image.
+        name: String,
+        /// The usage it lacks.
+        usage: &'static str,
+    },
     /// The device has no sparse-binding queue.
     #[error("the device has no sparse-binding queue; use the software residency path")]
     NoSparseQueue,
@@ -101,7 +126,8 @@ use bind::*;
 use heaps::*;
 
 pub use heaps::TileHeaps;
-pub use image::SparseImage;
 pub(crate) use image::SparseImageGarbage;
+pub use image::{SparseImage, SparseUsage};
 pub use min_lod::MinLodMap;
 pub use pool::{BindStats, SparseTilePool};
+pub use render_target::SparseAttachment;

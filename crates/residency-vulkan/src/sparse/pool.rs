@@ -159,7 +159,10 @@ impl SparseTilePool {
 
     /// Binds and unbinds everything the given images queued since their last flush, in one
     /// `vkQueueBindSparse` on the sparse queue, and waits for it to complete:
-    /// [`ResidencyBackend::flush`] with the default planner options.
+    /// [`ResidencyBackend::flush`] with the default planner options. A flush that unbinds waits
+    /// on the GPU for every submission residency made to the device so far (a render or
+    /// `imageStore` into the released tiles still running cannot reach their memory once it is
+    /// bound elsewhere); work submitted outside residency must have completed.
     pub fn flush_binds(&self, images: &mut [&mut SparseImage]) -> Result<BindStats, SparseError> {
         SparseImage::flush(self, BindPlanOptions::default(), images)
     }
@@ -230,7 +233,16 @@ pub(super) fn flush_pending(
         let plan = plan_binds(image.residency.layout(), &pending.tiles, &pending.tails, options)?;
         plans.push((image.raw, aspect(image.desc.format), plan));
     }
-    let (mut stats, _) = submit_plans(&shared.device, &plans, heaps, pool.tile_bytes(), &[], true)?;
+    // Unbinding memory under GPU work that still reads or writes it (a render or `imageStore`
+    // into the released tiles) would let that work touch the memory once it is bound elsewhere,
+    // possibly to another image in this very flush: unbinds wait for every submission residency
+    // made so far. Binds alone need no wait.
+    let unbinds = plans.iter().any(|(_, _, plan)| {
+        plan.image_binds.iter().any(|b| b.memory.is_none())
+            || plan.opaque_binds.iter().any(|b| b.memory.is_none())
+    });
+    let waits = if unbinds { vec![shared.device.submitted_work()] } else { Vec::new() };
+    let (mut stats, _) = submit_plans(&shared.device, &plans, heaps, pool.tile_bytes(), &waits, true)?;
     stats.heaps_added = heaps_added;
     Ok(stats)
 }

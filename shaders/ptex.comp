@@ -1,0 +1,50 @@
+#version 450
+// PRT-Ptex (the seed's part 3): per-face textures packed in a sparse 2D array, one slice per
+// resolution ("multires slices"): slice L holds faces at a slot of finestSlot >> L texels, a
+// one-texel border of the neighbouring faces around an interior of slot - 2, so bilinear
+// filtering inside a slot is seamless. A face of finest level F has a slot in slices F..levels-1;
+// only the tiles under slots are resident. Manual trilinear filtering: the level wanted is clamped
+// to the face's finest level (the MIP fallback), and the two slices around it are sampled
+// bilinearly and blended. Probes are (face, u, v, level wanted); results are the colour, then
+// (level 0, level 1, blend, 0).
+layout(local_size_x = 64) in;
+
+layout(set = 0, binding = 0) uniform sampler2DArray slices;
+// Per face, 8 words: its finest level, then its slot index in each level's slice.
+layout(set = 0, binding = 1) readonly buffer Faces { uint faces[]; };
+layout(set = 0, binding = 2) readonly buffer Probes { vec4 probes[]; };
+layout(set = 0, binding = 3) writeonly buffer Results { vec4 results[]; };
+
+layout(push_constant) uniform Push {
+    uint count;       // probes
+    uint side;        // the array's width and height in texels
+    uint levels;      // slices
+    uint finestSlot;  // the slot side of slice 0
+} pc;
+
+// Bilinear sample of `face` at face coordinates `uv` in the slice of `level`.
+vec4 faceLevel(uint face, vec2 uv, uint level) {
+    uint slot = pc.finestSlot >> level;
+    uint perRow = pc.side / slot;
+    uint index = faces[face * 8u + 1u + level];
+    vec2 origin = vec2(float(index % perRow), float(index / perRow)) * float(slot);
+    vec2 texel = origin + 1.0 + uv * float(slot - 2u);
+    return textureLod(slices, vec3(texel / float(pc.side), float(level)), 0.0);
+}
+
+void main() {
+    uint i = gl_GlobalInvocationID.x;
+    if (i >= pc.count) {
+        return;
+    }
+    vec4 probe = probes[i];
+    uint face = uint(probe.x);
+    vec2 uv = clamp(probe.yz, 0.0, 1.0);
+    float level = clamp(probe.w, float(faces[face * 8u]), float(pc.levels - 1u));
+    uint l0 = uint(floor(level));
+    uint l1 = min(l0 + 1u, pc.levels - 1u);
+    float blend = level - float(l0);
+    vec4 colour = mix(faceLevel(face, uv, l0), faceLevel(face, uv, l1), blend);
+    results[2u * i] = colour;
+    results[2u * i + 1u] = vec4(float(l0), float(l1), blend, 0.0);
+}
