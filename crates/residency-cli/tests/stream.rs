@@ -279,7 +279,10 @@ fn a_bc7_texture_streams_on_the_hardware_path_and_compares_with_its_rgba8_source
     let reference = f(&r, "psnr_db_reference_vs_source_run");
     let streamed = f(&r, "psnr_db_vs_source_mean");
     assert!((35.0..70.0).contains(&reference), "BC7 vs its RGBA8 source: {r}");
-    assert!(streamed >= reference - 1.0, "streamed vs source {streamed:.1}, fully resident {reference:.1}: {r}");
+    assert!(
+        streamed >= reference - 1.0,
+        "streamed vs source {streamed:.1}, fully resident {reference:.1}: {r}"
+    );
 
     let output = Command::new(env!("CARGO_BIN_EXE_residency"))
         .env("RESIDENCY_VALIDATION", "sync")

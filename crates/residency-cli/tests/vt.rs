@@ -390,7 +390,10 @@ fn builds_block_compressed_files_in_their_64_kib_tiles_down_to_one_texel() {
         }
     }
     // A tile side that is not whole blocks is refused by name.
-    let out = vt_build(&["--synthetic", "3", "--size", "512", "--format", "bc7", "--tile", "130"], &dir.join("x.rvt"));
+    let out = vt_build(
+        &["--synthetic", "3", "--size", "512", "--format", "bc7", "--tile", "130"],
+        &dir.join("x.rvt"),
+    );
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("multiple of 4") && !err.contains("panicked"), "{err}");

@@ -145,9 +145,12 @@ proptest! {
 
 #[test]
 fn every_single_bit_flip_is_detected() {
-    for (compression, bc) in
-        [(Compression::None, false), (Compression::Lz4, false), (Compression::None, true), (Compression::Lz4, true)]
-    {
+    for (compression, bc) in [
+        (Compression::None, false),
+        (Compression::Lz4, false),
+        (Compression::None, true),
+        (Compression::Lz4, true),
+    ] {
         let (desc, file) = if bc { tiny_bc_file(compression) } else { tiny_file(compression) };
         let mut harmless = 0;
         for at in 0..file.len() {

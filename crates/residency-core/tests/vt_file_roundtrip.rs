@@ -194,12 +194,19 @@ fn bc_files_round_trip_with_every_mip_down_to_one_block() {
         let (tx, ty) = desc.tile_grid(0);
         let (ew, eh) = desc.tile_extent(0, tx - 1, ty - 1).unwrap();
         assert_eq!((ew, eh), (w - (tx - 1) * desc.tile_width, h - (ty - 1) * desc.tile_height));
-        assert_eq!(desc.tile_bytes(0, tx - 1, ty - 1), Some(u64::from(ew.div_ceil(4) * eh.div_ceil(4)) * block));
+        assert_eq!(
+            desc.tile_bytes(0, tx - 1, ty - 1),
+            Some(u64::from(ew.div_ceil(4) * eh.div_ceil(4)) * block)
+        );
         let file = write_file(desc, 11, 5);
         let mut r = VtReader::open(Cursor::new(&file)).unwrap();
         assert_eq!(*r.desc(), desc);
         for (mip, x, y) in all_tiles(&desc) {
-            assert_eq!(r.read_tile(mip, x, y).unwrap(), tile_data(&desc, mip, x, y, 11), "{format:?} {mip} {x} {y}");
+            assert_eq!(
+                r.read_tile(mip, x, y).unwrap(),
+                tile_data(&desc, mip, x, y, 11),
+                "{format:?} {mip} {x} {y}"
+            );
         }
     }
 }

@@ -937,7 +937,9 @@ fn block_compressed_textures_stream_on_the_hardware_path() {
             let image = streamer.sparse_image(t).unwrap();
             assert_eq!(image.layout().tile_shape().width, if f == Format::Bc1Unorm { 512 } else { 256 });
             let last = image.layout().mip_levels() - 1;
-            let got = image.read_region(0, last, TexelRegion { offset: [0; 3], extent: [1, 1, 1] }, 1 << 20).unwrap();
+            let got = image
+                .read_region(0, last, TexelRegion { offset: [0; 3], extent: [1, 1, 1] }, 1 << 20)
+                .unwrap();
             let src = bc_source("check", f, 1024);
             assert_eq!(got, src.read_tile(last, 0, 0).unwrap(), "{f:?}: mip {last} after priming");
         }
@@ -964,7 +966,10 @@ fn block_compressed_textures_stream_on_the_hardware_path() {
         let err = streamer
             .add_texture("vt bc odd", Arc::new(FnSource::new("vt bc odd", odd, |_, _, _| Ok(Vec::new()))))
             .unwrap_err();
-        assert!(matches!(&err, StreamError::UnsupportedSource { reason, .. } if reason.contains("256 × 256")), "{err}");
+        assert!(
+            matches!(&err, StreamError::UnsupportedSource { reason, .. } if reason.contains("256 × 256")),
+            "{err}"
+        );
         for t in textures {
             streamer.remove_texture(t).unwrap();
         }
@@ -975,7 +980,8 @@ fn block_compressed_textures_stream_on_the_hardware_path() {
         let device = Arc::clone(&set.devices()[0]);
         let mut streamer = Streamer::new(&device, desc(ResidencyPath::Software, 2)).unwrap();
         let objects = device.ledger().live_objects().len();
-        let err = streamer.add_texture("vt bc7 soft", bc_source("vt bc7 soft", Format::Bc7Unorm, 512)).unwrap_err();
+        let err =
+            streamer.add_texture("vt bc7 soft", bc_source("vt bc7 soft", Format::Bc7Unorm, 512)).unwrap_err();
         assert!(
             matches!(&err, StreamError::SoftwareBlockCompressed { format: Format::Bc7Unorm, .. }),
             "{err}"

@@ -95,7 +95,11 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
         .map(|f| RvtSource::open(f).map(Arc::new).with_context(|| format!("opening {}", f.display())))
         .collect::<anyhow::Result<Vec<_>>>()?;
     if !sources.is_empty() && sources.len() != files.len() {
-        anyhow::bail!("--source: {} files for {} streamed files (one each, in order)", sources.len(), files.len());
+        anyhow::bail!(
+            "--source: {} files for {} streamed files (one each, in order)",
+            sources.len(),
+            files.len()
+        );
     }
     for (file, source) in files.iter().zip(&sources) {
         let (a, b) = (file.index().desc(), source.index().desc());
@@ -273,7 +277,15 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
         bytes_per_resident_texel,
         resident_texels_peak: (stats.resident_bytes_peak as f64 / bytes_per_resident_texel) as u64,
         psnr_db_vs_source_mean: (!sources.is_empty()).then(|| {
-            mean(&done.psnr_source.iter().zip(&converged).filter(|(_, c)| **c).map(|(p, _)| *p).collect::<Vec<_>>())
+            mean(
+                &done
+                    .psnr_source
+                    .iter()
+                    .zip(&converged)
+                    .filter(|(_, c)| **c)
+                    .map(|(p, _)| *p)
+                    .collect::<Vec<_>>(),
+            )
         }),
         psnr_db_vs_source_run: (!sources.is_empty())
             .then(|| psnr_of(done.mse_source_sum / done.psnr_source.len().max(1) as f64)),

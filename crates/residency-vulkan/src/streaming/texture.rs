@@ -6,8 +6,8 @@ use crate::{ForeignUse, GpuUse, ImageRegion, ImageView, Uploader};
 use residency_core::format::Format;
 use residency_core::streaming::{SourceError, StreamUnit, TileKey, TileSource};
 use residency_core::tiles::{
-    bordered_tile, software_layout, standard_tile_shape, ImageId, MinLodUpdate, PageTable, PhysicalTile, ResidencyPath,
-    SparseDimension, SparseImageDesc, SparseImageLayout, TexelRegion,
+    bordered_tile, software_layout, standard_tile_shape, ImageId, MinLodUpdate, PageTable, PhysicalTile,
+    ResidencyPath, SparseDimension, SparseImageDesc, SparseImageLayout, TexelRegion,
 };
 use residency_core::vt_file::VtDesc;
 use std::sync::Arc;
@@ -50,7 +50,10 @@ pub(super) fn check_source(source: &dyn TileSource, software: bool) -> Result<Vt
         return Err(refuse(format!("format {:?}: only colour formats stream", d.format)));
     }
     if software && d.format.is_compressed() {
-        return Err(StreamError::SoftwareBlockCompressed { name: source.name().to_owned(), format: d.format });
+        return Err(StreamError::SoftwareBlockCompressed {
+            name: source.name().to_owned(),
+            format: d.format,
+        });
     }
     let Some(shape) = standard_tile_shape(d.format, SparseDimension::D2) else {
         return Err(refuse(format!("format {:?} has no standard 64 KiB tile shape", d.format)));
