@@ -4,23 +4,26 @@
 //! packed into a square megatexture atlas with a shelf packer, cycling through the inputs until the
 //! atlas is full (`--no-fill` packs each once). The full mip chain is made with a 2×2 box filter in
 //! linear light (sRGB decoded, averaged, encoded), and every mip is cut into tiles written to the
-//! `.rvt` file (LZ4 by default) with a progress bar.
+//! `.rvt` file (LZ4 by default) with a progress bar, as RGBA8 or block-compressed (`--format
+//! bc1|bc3|bc7`, see [`TileFormat`]; each mip is filtered from the RGBA8 mip above and encoded
+//! tile by tile).
 //!
 //! `--subset K/N` builds the K-th of N textures that differ from one input set (see [`Subset`]);
 //! `--synthetic SEED` needs no inputs at all (see [`synthetic()`]); [`build_texture_set`] writes
 //! and caches several distinct textures for `residency stream --textures N`.
 
+mod bc;
 mod subset;
 mod synthetic;
 mod texture_set;
 
+pub use bc::{encode, TileFormat};
 pub use subset::Subset;
 pub use synthetic::synthetic;
 pub use texture_set::build_texture_set;
 
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
-use residency::core::format::Format;
 use residency::core::vt_file::{Compression, VtDesc, VtWriter};
 use std::borrow::Cow;
 use std::io::BufWriter;
@@ -56,9 +59,14 @@ pub struct BuildArgs {
     /// own hue, grid lines), with detail at every mip.
     #[arg(long, value_name = "SEED", conflicts_with = "inputs")]
     synthetic: Option<u64>,
-    /// Tile side in texels (128: one 64 KiB sparse tile of RGBA8).
-    #[arg(long, default_value_t = 128)]
-    tile: u32,
+    /// Texel format of the tiles: rgba8, or block-compressed bc1 (RGB, 0.5 B a texel), bc3
+    /// (RGBA, 1 B) or bc7 (RGBA, 1 B, best quality).
+    #[arg(long, value_enum, default_value_t = TileFormat::Rgba8)]
+    format: TileFormat,
+    /// Square tiles of this side in texels (default: the format's 64 KiB sparse tile, which the
+    /// hardware streaming path needs: RGBA8 128 × 128, BC3/BC7 256 × 256, BC1 512 × 256).
+    #[arg(long)]
+    tile: Option<u32>,
     /// Store tiles uncompressed instead of LZ4.
     #[arg(long)]
     no_compression: bool,
@@ -77,7 +85,8 @@ impl BuildArgs {
             inputs,
             output,
             size: Some(size),
-            tile: 128,
+            format: TileFormat::Rgba8,
+            tile: None,
             subset: Some(subset),
             synthetic: None,
             no_compression: false,
@@ -92,7 +101,8 @@ impl BuildArgs {
             inputs: Vec::new(),
             output,
             size: Some(size),
-            tile: 128,
+            format: TileFormat::Rgba8,
+            tile: None,
             subset: None,
             synthetic: Some(seed),
             no_compression: false,
@@ -279,20 +289,26 @@ pub fn downsample(img: &Rgba, table: &[f32; 256]) -> Rgba {
     Rgba { width: w, height: h, pixels }
 }
 
-/// `size` checked against `tile`: a power of two of at least the tile side.
-fn checked_size(size: u32, tile: u32) -> anyhow::Result<u32> {
-    if !size.is_power_of_two() || size < tile {
-        bail!("--size must be a power of two of at least the tile size ({size} with tiles of {tile})");
+/// `size` checked against `tile`: a power of two of at least the tile's longer side.
+fn checked_size(size: u32, tile: (u32, u32)) -> anyhow::Result<u32> {
+    let side = tile.0.max(tile.1);
+    if !size.is_power_of_two() || size < side {
+        bail!("--size must be a power of two of at least the tile size ({size} with tiles of {side})");
     }
     Ok(size)
 }
 
 pub fn build(args: &BuildArgs) -> anyhow::Result<ExitCode> {
-    if args.tile == 0 || args.tile > 4096 {
-        bail!("--tile must be 1..=4096");
-    }
+    let tile = match args.tile {
+        Some(side) if side == 0 || side > 4096 => bail!("--tile must be 1..=4096"),
+        Some(side) if args.format != TileFormat::Rgba8 && side % 4 != 0 => {
+            bail!("--tile must be a multiple of 4 (the 4 × 4 blocks) for --format {}", args.format.name())
+        }
+        Some(side) => (side, side),
+        None => args.format.standard_tile(),
+    };
     let (base, source) = if let Some(seed) = args.synthetic {
-        let size = checked_size(args.size.unwrap_or(4096), args.tile)?;
+        let size = checked_size(args.size.unwrap_or(4096), tile)?;
         (synthetic(seed, size), format!("synthetic seed {seed}"))
     } else {
         let subset = args.subset.unwrap_or(Subset::WHOLE);
@@ -302,13 +318,13 @@ pub fn build(args: &BuildArgs) -> anyhow::Result<ExitCode> {
         let base = if images.len() == 1 && args.size.is_none() {
             images.into_iter().next().context("one image")?
         } else {
-            pack(&images, checked_size(args.size.unwrap_or(16384), args.tile)?, !args.no_fill)
+            pack(&images, checked_size(args.size.unwrap_or(16384), tile)?, !args.no_fill)
         };
         let of = if subset == Subset::WHOLE { String::new() } else { format!(", subset {subset}") };
         (base, format!("{} image(s){of}", files.len()))
     };
     let compression = if args.no_compression { Compression::None } else { Compression::Lz4 };
-    let written = write_rvt(&base, &args.output, args.tile, compression, !args.quiet)?;
+    let written = write_rvt(&base, &args.output, args.format, tile, compression, !args.quiet)?;
     if args.quiet {
         return Ok(ExitCode::SUCCESS);
     }
@@ -320,13 +336,15 @@ pub fn build(args: &BuildArgs) -> anyhow::Result<ExitCode> {
         })
         .sum();
     println!(
-        "{}: {}×{} RGBA8 from {source}, {} mips, {} tiles of {}², {} ({:.2}× smaller than raw)",
+        "{}: {}×{} {} from {source}, {} mips, {} tiles of {}×{}, {} ({:.2}× smaller than raw RGBA8)",
         args.output.display(),
         desc.mip_extent(0).0,
         desc.mip_extent(0).1,
+        args.format.name().to_ascii_uppercase(),
         desc.mip_count,
         desc.tile_count(),
-        args.tile,
+        tile.0,
+        tile.1,
         residency::core::report::format_bytes(written.bytes),
         raw as f64 / written.bytes as f64
     );
@@ -359,25 +377,34 @@ impl Drop for Partial<'_> {
     }
 }
 
-/// The description of an RGBA8 `.rvt` of `width × height` with a full mip chain in `tile`² tiles.
-pub fn rvt_desc(width: u32, height: u32, tile: u32, compression: Compression) -> VtDesc {
-    VtDesc::new(Format::R8G8B8A8Unorm, width, height, tile, tile)
+/// The description of a `.rvt` of `format`, `width × height`, with a full mip chain (down to
+/// 1 × 1) in tiles of `tile` texels.
+pub fn rvt_desc(
+    format: TileFormat,
+    width: u32,
+    height: u32,
+    tile: (u32, u32),
+    compression: Compression,
+) -> VtDesc {
+    VtDesc::new(format.format(), width, height, tile.0, tile.1)
         .with_mip_count(32 - width.max(height).leading_zeros())
         .with_compression(compression)
 }
 
-/// Writes `base` and its full mip chain (2×2 box filter in linear light) to `output` as `.rvt`
-/// tiles of `tile`², with a progress bar when `progress`. The file is written next to `output`
+/// Writes `base` and its full mip chain (2×2 box filter in linear light, always from the RGBA8 mip
+/// above) to `output` as `.rvt` tiles of `tile` texels in `format` (each tile block-compressed on
+/// its own, see [`encode`]), with a progress bar when `progress`. The file is written next to `output`
 /// under a `.PID.partial` name and renamed when complete, so `output` is never a half-written file
 /// (not even with two processes building it at once).
 pub fn write_rvt(
     base: &Rgba,
     output: &Path,
-    tile: u32,
+    format: TileFormat,
+    tile: (u32, u32),
     compression: Compression,
     progress: bool,
 ) -> anyhow::Result<Written> {
-    let desc = rvt_desc(base.width, base.height, tile, compression);
+    let desc = rvt_desc(format, base.width, base.height, tile, compression);
     let mips = desc.mip_count;
     desc.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut partial_name = output.as_os_str().to_owned();
@@ -403,13 +430,14 @@ pub fn write_rvt(
         for ty in 0..gy {
             for tx in 0..gx {
                 let (w, h) = desc.tile_extent(mip, tx, ty).context("tile inside the mip")?;
-                let (x0, y0) = (tx * tile, ty * tile);
+                let (x0, y0) = (tx * tile.0, ty * tile.1);
                 let mut texels = Vec::with_capacity((w * h * 4) as usize);
                 for row in 0..h {
                     let start = (((y0 + row) * level.width + x0) * 4) as usize;
                     texels.extend_from_slice(&level.pixels[start..start + (w * 4) as usize]);
                 }
-                writer.write_tile(mip, tx, ty, &texels).map_err(|e| anyhow::anyhow!("{e}"))?;
+                let payload = encode(format, w, h, &texels);
+                writer.write_tile(mip, tx, ty, &payload).map_err(|e| anyhow::anyhow!("{e}"))?;
                 bar.inc(1);
             }
         }

@@ -3,7 +3,7 @@
 
 use proptest::prelude::*;
 use residency_core::format::Format;
-use residency_core::vt_file::{Compression, VtDesc, VtError, VtReader, VtWriter};
+use residency_core::vt_file::{xxh64, Compression, VtDesc, VtError, VtReader, VtWriter};
 use std::io::Cursor;
 
 fn tile(desc: &VtDesc, mip: u32, x: u32, y: u32) -> Vec<u8> {
@@ -27,6 +27,24 @@ fn valid_file(compression: Compression) -> (VtDesc, Vec<u8>) {
 /// A file small enough to flip every one of its bits.
 fn tiny_file(compression: Compression) -> (VtDesc, Vec<u8>) {
     write(VtDesc::new(Format::R8Unorm, 20, 18, 16, 16).with_mip_count(3).with_compression(compression))
+}
+
+/// A small BC7 file: 24 × 20 texels in 16 × 16 tiles (edge tiles of 2 and 1 block columns), mips
+/// down to 1 × 1 (one block each).
+fn tiny_bc_file(compression: Compression) -> (VtDesc, Vec<u8>) {
+    write(VtDesc::new(Format::Bc7Unorm, 24, 20, 16, 16).with_compression(compression))
+}
+
+/// `file` with header byte `at` set to `value` and the header checksum recomputed, so that the
+/// field itself is what the reader judges.
+fn edit_header(file: &[u8], edits: &[(usize, u8)]) -> Vec<u8> {
+    let mut f = file.to_vec();
+    for &(at, value) in edits {
+        f[at] = value;
+    }
+    let sum = xxh64(&f[..56], 0);
+    f[56..64].copy_from_slice(&sum.to_le_bytes());
+    f
 }
 
 fn write(desc: VtDesc) -> (VtDesc, Vec<u8>) {
@@ -127,8 +145,13 @@ proptest! {
 
 #[test]
 fn every_single_bit_flip_is_detected() {
-    for compression in [Compression::None, Compression::Lz4] {
-        let (desc, file) = tiny_file(compression);
+    for (compression, bc) in [
+        (Compression::None, false),
+        (Compression::Lz4, false),
+        (Compression::None, true),
+        (Compression::Lz4, true),
+    ] {
+        let (desc, file) = if bc { tiny_bc_file(compression) } else { tiny_file(compression) };
         let mut harmless = 0;
         for at in 0..file.len() {
             for bit in 0..8 {
@@ -142,7 +165,7 @@ fn every_single_bit_flip_is_detected() {
         }
         // Header (reserved bytes included), payloads, index and trailer are all covered by a
         // checksum or a magic, so no flip may go unnoticed.
-        assert_eq!(harmless, 0, "{compression:?}: {harmless} flips went unnoticed");
+        assert_eq!(harmless, 0, "{compression:?} (BC7: {bc}): {harmless} flips went unnoticed");
     }
 }
 
@@ -188,4 +211,37 @@ fn damage_after_a_truncation_to_nothing() {
     apply(&mut file, &Damage::Flip { at: 0, bit: 0 });
     assert!(file.is_empty());
     assert_eq!(check(&desc, &file), (0, 1));
+}
+
+#[test]
+fn a_bc_header_that_disagrees_with_its_format_is_a_typed_error() {
+    let (desc, file) = tiny_bc_file(Compression::Lz4);
+    assert_eq!(check(&desc, &file), (desc.tile_count() as usize, 0));
+    let open = |f: &[u8]| VtReader::open(Cursor::new(f.to_vec())).map(|_| ());
+    // Format code 24 (BC7) turned into 18 (BC1, 8-byte blocks): the block bytes (16) disagree.
+    assert_eq!(file[12], 24);
+    let err = open(&edit_header(&file, &[(12, 18)])).unwrap_err();
+    assert!(matches!(err, VtError::BadHeader { field: "block info", .. }), "{err}");
+    // Block extent 4 × 4 claimed as 8 × 4, or block bytes as 8.
+    let err = open(&edit_header(&file, &[(36, 8)])).unwrap_err();
+    assert!(matches!(err, VtError::BadHeader { field: "block info", .. }), "{err}");
+    let err = open(&edit_header(&file, &[(38, 8)])).unwrap_err();
+    assert!(matches!(err, VtError::BadHeader { field: "block info", .. }), "{err}");
+    // An unknown code, and a tile side that is not whole blocks (17).
+    let err = open(&edit_header(&file, &[(12, 200)])).unwrap_err();
+    assert!(matches!(err, VtError::UnknownFormat(200)), "{err}");
+    let err = open(&edit_header(&file, &[(28, 17)])).unwrap_err();
+    assert!(matches!(err, VtError::BadHeader { field: "tile_width", .. }), "{err}");
+    // A tail tile's record claiming a texel's worth of bytes instead of one block: the index
+    // checksum is recomputed, so the record check itself refuses it.
+    let mut f = file.clone();
+    let n = f.len();
+    let index_at = u64::from_le_bytes(f[n - 32..n - 24].try_into().unwrap()) as usize;
+    let last = index_at + (desc.tile_count() as usize - 1) * 24;
+    assert_eq!(u32::from_le_bytes(f[last + 12..last + 16].try_into().unwrap()), 16, "1 × 1: one block");
+    f[last + 12..last + 16].copy_from_slice(&4u32.to_le_bytes());
+    let sum = xxh64(&f[index_at..n - 32], 0);
+    f[n - 16..n - 8].copy_from_slice(&sum.to_le_bytes());
+    let err = open(&f).unwrap_err();
+    assert!(matches!(err, VtError::BadRecord { mip: 4, x: 0, y: 0, .. }), "{err}");
 }

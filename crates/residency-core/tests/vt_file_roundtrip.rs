@@ -155,3 +155,58 @@ fn header_is_64_bytes_and_starts_with_the_magic() {
     // 5 mips of one tile each: 256 + 64 + 16 + 4 + 1 payload bytes at most, 24-byte records.
     assert!(file.len() as u64 <= HEADER_BYTES + 341 + 5 * 24 + 32);
 }
+
+#[test]
+fn standard_descs_use_each_formats_64_kib_sparse_tile() {
+    for (format, tile) in [
+        (Format::R8G8B8A8Unorm, (128, 128)),
+        (Format::R8Unorm, (256, 256)),
+        (Format::R16G16B16A16Float, (128, 64)),
+        (Format::Bc1Unorm, (512, 256)),
+        (Format::Bc3Unorm, (256, 256)),
+        (Format::Bc7Unorm, (256, 256)),
+        (Format::Bc7Srgb, (256, 256)),
+    ] {
+        let desc = VtDesc::standard(format, 1024, 512).unwrap();
+        assert_eq!((desc.tile_width, desc.tile_height), tile, "{format:?}");
+        assert_eq!(desc.max_tile_bytes(), 64 << 10, "{format:?}: one sparse block a tile");
+        assert_eq!((desc.mip_count, desc.border, desc.compression), (11, 0, Compression::Lz4));
+        desc.validate().unwrap();
+    }
+    assert!(matches!(
+        VtDesc::standard(Format::D32Float, 64, 64),
+        Err(VtError::UnsupportedFormat(Format::D32Float))
+    ));
+}
+
+#[test]
+fn bc_files_round_trip_with_every_mip_down_to_one_block() {
+    // A non-power-of-two BC7 and BC1 image in their standard tiles: mips 300×200 … 1×1, the edge
+    // tiles clipped to whole blocks (a 2-texel-wide edge is one block column), the last mips one
+    // block each.
+    for format in [Format::Bc7Unorm, Format::Bc1Unorm, Format::Bc3Unorm] {
+        let desc = VtDesc::standard(format, 600, 300).unwrap().with_mip_count(10);
+        assert_eq!(desc.mip_extent(9), (1, 1));
+        let block = u64::from(format.block_bytes());
+        assert_eq!(desc.tile_bytes(9, 0, 0), Some(block));
+        assert_eq!(desc.tile_bytes(8, 0, 0), Some(block), "2 × 1 texels");
+        let (w, h) = desc.mip_extent(0);
+        let (tx, ty) = desc.tile_grid(0);
+        let (ew, eh) = desc.tile_extent(0, tx - 1, ty - 1).unwrap();
+        assert_eq!((ew, eh), (w - (tx - 1) * desc.tile_width, h - (ty - 1) * desc.tile_height));
+        assert_eq!(
+            desc.tile_bytes(0, tx - 1, ty - 1),
+            Some(u64::from(ew.div_ceil(4) * eh.div_ceil(4)) * block)
+        );
+        let file = write_file(desc, 11, 5);
+        let mut r = VtReader::open(Cursor::new(&file)).unwrap();
+        assert_eq!(*r.desc(), desc);
+        for (mip, x, y) in all_tiles(&desc) {
+            assert_eq!(
+                r.read_tile(mip, x, y).unwrap(),
+                tile_data(&desc, mip, x, y, 11),
+                "{format:?} {mip} {x} {y}"
+            );
+        }
+    }
+}

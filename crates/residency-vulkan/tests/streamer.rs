@@ -903,3 +903,91 @@ fn faults_inside_frames_are_typed_errors_and_the_next_frames_catch_up() {
         });
     }
 }
+
+/// A block-compressed source in its standard 64 KiB tiles (`VtDesc::standard`: BC7 256 × 256,
+/// BC1 512 × 256): each tile's blocks are bytes made from its place, so a read-back is exact.
+fn bc_source(name: &str, format: Format, side: u32) -> Arc<dyn TileSource> {
+    let desc = VtDesc::standard(format, side, side).unwrap();
+    Arc::new(FnSource::new(name, desc, move |mip, x, y| {
+        let (w, h) = desc.tile_extent(mip, x, y).expect("in the grid");
+        let n = format.region_bytes(w, h, 1) as u32;
+        Ok((0..n).map(|i| ((i * 7 + x * 31 + y * 17 + mip * 3) % 253) as u8).collect())
+    }))
+}
+
+/// BC7 and BC1 textures stream on the hardware path where the device has sparse residency for
+/// them (lavapipe has, with no mip tail: the coarse chain down to the one-block 2 × 2 and 1 × 1
+/// mips is bound tile by tile): primed, requested tiles resident and read back block for block.
+/// On the software path a BC source is the typed `SoftwareBlockCompressed` and adds nothing.
+#[test]
+fn block_compressed_textures_stream_on_the_hardware_path() {
+    with_gpu(|set| {
+        let device = Arc::clone(&set.devices()[0]);
+        let mut streamer = Streamer::new(&device, desc(ResidencyPath::Hardware, 2)).unwrap();
+        let formats = [Format::Bc7Unorm, Format::Bc1Unorm];
+        let textures: Vec<_> = formats
+            .iter()
+            .map(|&f| {
+                let name = format!("vt bc {}", f.name());
+                streamer.add_texture(&name, bc_source(&name, f, 1024)).unwrap()
+            })
+            .collect();
+        // The coarse chain's last mip (1 × 1: one block) was uploaded by priming.
+        for (t, &f) in textures.iter().zip(&formats) {
+            let image = streamer.sparse_image(t).unwrap();
+            assert_eq!(image.layout().tile_shape().width, if f == Format::Bc1Unorm { 512 } else { 256 });
+            let last = image.layout().mip_levels() - 1;
+            let got = image
+                .read_region(0, last, TexelRegion { offset: [0; 3], extent: [1, 1, 1] }, 1 << 20)
+                .unwrap();
+            let src = bc_source("check", f, 1024);
+            assert_eq!(got, src.read_tile(last, 0, 0).unwrap(), "{f:?}: mip {last} after priming");
+        }
+        let commands = CommandContext::new(&device, "test frames").unwrap();
+        let wanted: Vec<TileKey> = textures.iter().map(|t| tile(&streamer, t.id(), 0, 1, 2)).collect();
+        for _ in 0..8 {
+            frame(&mut streamer, &commands, &wanted);
+        }
+        assert!(wanted.iter().all(|&k| streamer.manager().is_resident(k)), "{:?}", streamer.manager_stats());
+        for (t, &f) in textures.iter().zip(&formats) {
+            let image = streamer.sparse_image(t).unwrap();
+            let (tw, th) = (image.layout().tile_shape().width, image.layout().tile_shape().height);
+            let got = image
+                .read_region(0, 0, TexelRegion { offset: [tw, 2 * th, 0], extent: [tw, th, 1] }, 1 << 20)
+                .unwrap();
+            assert_eq!(got.len(), 64 << 10);
+            let src = bc_source("check", f, 1024);
+            assert_eq!(got, src.read_tile(0, 1, 2).unwrap(), "{f:?}: the streamed tile's blocks");
+        }
+        assert!(streamer.manager().check_invariants().is_ok());
+        assert!(streamer.take_load_failures().is_empty());
+        // A BC source in other than its standard tile is refused by name.
+        let odd = VtDesc::new(Format::Bc7Unorm, 512, 512, 128, 128);
+        let err = streamer
+            .add_texture("vt bc odd", Arc::new(FnSource::new("vt bc odd", odd, |_, _, _| Ok(Vec::new()))))
+            .unwrap_err();
+        assert!(
+            matches!(&err, StreamError::UnsupportedSource { reason, .. } if reason.contains("256 × 256")),
+            "{err}"
+        );
+        for t in textures {
+            streamer.remove_texture(t).unwrap();
+        }
+        drop(streamer);
+        drop(commands);
+    });
+    with_gpu(|set| {
+        let device = Arc::clone(&set.devices()[0]);
+        let mut streamer = Streamer::new(&device, desc(ResidencyPath::Software, 2)).unwrap();
+        let objects = device.ledger().live_objects().len();
+        let err =
+            streamer.add_texture("vt bc7 soft", bc_source("vt bc7 soft", Format::Bc7Unorm, 512)).unwrap_err();
+        assert!(
+            matches!(&err, StreamError::SoftwareBlockCompressed { format: Format::Bc7Unorm, .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("hardware path"), "{err}");
+        assert_eq!(streamer.texture_count(), 0);
+        assert_eq!(device.ledger().live_objects().len(), objects, "nothing made for a refused source");
+    });
+}

@@ -8,6 +8,12 @@ pub struct StreamArgs {
     /// The `.rvt` files (`residency vt build`); the planes take them in turn.
     #[arg(required = true)]
     pub(super) files: Vec<PathBuf>,
+    /// The uncompressed originals of the files (RGBA8 `.rvt`s of the same sizes, one per file, in
+    /// order; e.g. `vt build` without `--format` from the same inputs): each frame is also drawn
+    /// from them fully resident, and the JSON gains the PSNR against them
+    /// (`psnr_db_vs_source_*`).
+    #[arg(long = "source", value_name = "FILE.rvt")]
+    pub(super) sources: Vec<PathBuf>,
     /// Virtual textures on a grid of planes (default: one per file).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub(super) textures: Option<u32>,

@@ -13,7 +13,7 @@ pub use report::{StreamReport, SweepPoint};
 
 use anyhow::Context;
 use report::{mean, percentile, psnr_of, Finished};
-use residency::core::streaming::{FeedbackSampling, RvtSource};
+use residency::core::streaming::{FeedbackSampling, RvtSource, TileSource};
 use residency::core::tiles::ResidencyPath;
 use residency::vulkan::streaming::{Streamer, StreamerDesc};
 use residency::vulkan::{CommandContext, Device, DeviceSet, DeviceSetDesc, Submission};
@@ -89,8 +89,49 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
         .iter()
         .map(|f| RvtSource::open(f).map(Arc::new).with_context(|| format!("opening {}", f.display())))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    let sources = args
+        .sources
+        .iter()
+        .map(|f| RvtSource::open(f).map(Arc::new).with_context(|| format!("opening {}", f.display())))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    if !sources.is_empty() && sources.len() != files.len() {
+        anyhow::bail!(
+            "--source: {} files for {} streamed files (one each, in order)",
+            sources.len(),
+            files.len()
+        );
+    }
+    for (file, source) in files.iter().zip(&sources) {
+        let (a, b) = (file.index().desc(), source.index().desc());
+        if (a.width, a.height) != (b.width, b.height) {
+            anyhow::bail!(
+                "--source {}: {}×{}, but {} is {}×{}",
+                source.name(),
+                b.width,
+                b.height,
+                file.name(),
+                a.width,
+                a.height
+            );
+        }
+    }
     let textures = args.textures.unwrap_or(files.len() as u32);
     let plane_files: Vec<usize> = (0..textures as usize).map(|i| i % files.len()).collect();
+    let format_of = |f: usize| files[f].index().desc().format;
+    let texel_format = if plane_files.iter().all(|&f| format_of(f) == format_of(plane_files[0])) {
+        format_of(plane_files[0]).name().to_owned()
+    } else {
+        "mixed".to_owned()
+    };
+    let bytes_per_resident_texel = mean(
+        &plane_files
+            .iter()
+            .map(|&f| {
+                let d = files[f].index().desc();
+                65536.0 / (f64::from(d.tile_width) * f64::from(d.tile_height))
+            })
+            .collect::<Vec<_>>(),
+    );
     let tile_bytes = 65536u64;
     // Fully resident: every tile of every mip (64 KiB each).
     let full: u64 = plane_files.iter().map(|&f| files[f].index().desc().tile_count() * tile_bytes).sum();
@@ -122,6 +163,7 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
         device,
         streamer.path(),
         &files,
+        &sources,
         plane_files,
         [args.width, args.height],
         fif as u32,
@@ -231,6 +273,24 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
         width: args.width,
         height: args.height,
         fully_resident_bytes: full,
+        texel_format,
+        bytes_per_resident_texel,
+        resident_texels_peak: (stats.resident_bytes_peak as f64 / bytes_per_resident_texel) as u64,
+        psnr_db_vs_source_mean: (!sources.is_empty()).then(|| {
+            mean(
+                &done
+                    .psnr_source
+                    .iter()
+                    .zip(&converged)
+                    .filter(|(_, c)| **c)
+                    .map(|(p, _)| *p)
+                    .collect::<Vec<_>>(),
+            )
+        }),
+        psnr_db_vs_source_run: (!sources.is_empty())
+            .then(|| psnr_of(done.mse_source_sum / done.psnr_source.len().max(1) as f64)),
+        psnr_db_reference_vs_source_run: (!sources.is_empty())
+            .then(|| psnr_of(done.mse_reference_source_sum / done.psnr_source.len().max(1) as f64)),
         budget_bytes,
         resident_bytes_peak: stats.resident_bytes_peak,
         tiles_streamed: stats.tiles_streamed,

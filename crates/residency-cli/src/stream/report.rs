@@ -68,6 +68,16 @@ pub struct StreamReport {
     pub width: u32,
     pub height: u32,
     pub fully_resident_bytes: u64,
+    /// The streamed files' texel format (`mixed` when they differ), e.g. `r8g8b8a8_unorm`,
+    /// `bc7_unorm`.
+    pub texel_format: String,
+    /// Device memory per texel of a full resident tile: 64 KiB over its texels (RGBA8 4, BC3 and
+    /// BC7 1, BC1 0.5), averaged over the planes. Clipped edge tiles and the small mips hold
+    /// fewer texels in the same 64 KiB.
+    pub bytes_per_resident_texel: f64,
+    /// `resident_bytes_peak / bytes_per_resident_texel`: the texels the peak residency holds
+    /// (full tiles).
+    pub resident_texels_peak: u64,
     pub budget_bytes: u64,
     pub resident_bytes_peak: u64,
     pub tiles_streamed: u64,
@@ -93,6 +103,13 @@ pub struct StreamReport {
     /// Over the converged frames (0 when none converged; identical renders score 99 dB).
     pub psnr_db_mean: f64,
     pub psnr_db_min: f64,
+    /// With `--source`: PSNR of the streamed frames against the frames drawn from the fully
+    /// resident uncompressed sources, over the converged frames (mean) and the whole run; and of
+    /// the fully resident render against them (what the texel format alone costs, the ceiling of
+    /// the streamed figures). `None` without `--source`.
+    pub psnr_db_vs_source_mean: Option<f64>,
+    pub psnr_db_vs_source_run: Option<f64>,
+    pub psnr_db_reference_vs_source_run: Option<f64>,
     /// Uncompressed tile bytes made resident per second of the run.
     pub mb_per_s: f64,
     /// Frames from the camera cut (half-way) to the first frame that needed no fallback.
@@ -117,6 +134,11 @@ pub struct StreamReport {
 pub(super) struct Finished {
     pub(super) psnr: Vec<f64>,
     pub(super) mse_sum: f64,
+    /// With `--source`: per frame, PSNR of the streamed frame against the source's, and the
+    /// summed MSEs of the streamed and the reference frame against it.
+    pub(super) psnr_source: Vec<f64>,
+    pub(super) mse_source_sum: f64,
+    pub(super) mse_reference_source_sum: f64,
     /// Largest channel difference from the reference, per frame.
     pub(super) max_diff: Vec<u8>,
     pub(super) gpu_ms: Vec<[Option<f64>; 3]>,
@@ -140,6 +162,12 @@ impl Finished {
         let error = mse(&out.streamed, &out.reference);
         self.psnr.push(psnr_of(error));
         self.mse_sum += error;
+        if let Some(source) = &out.source {
+            let error = mse(&out.streamed, source);
+            self.psnr_source.push(psnr_of(error));
+            self.mse_source_sum += error;
+            self.mse_reference_source_sum += mse(&out.reference, source);
+        }
         self.max_diff
             .push(out.streamed.iter().zip(&out.reference).map(|(&a, &b)| a.abs_diff(b)).max().unwrap_or(0));
         self.psnr_ms.push(t.elapsed().as_secs_f64() * 1e3);

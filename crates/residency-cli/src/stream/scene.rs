@@ -2,7 +2,9 @@
 //! shipped `vt_quad` shaders (fragment-shader feedback) three times per frame — streamed with
 //! feedback, the same draw without feedback (the render's own cost), and from fully resident
 //! copies (the reference) — with GPU timestamps around each pass and the streamed and reference
-//! images read back for the PSNR. It binds what the streamer's `FrameBindings` give and knows
+//! images read back for the PSNR. With `--source` files (the uncompressed originals of
+//! block-compressed files) a fourth pass draws those fully resident too, for the PSNR against the
+//! source. It binds what the streamer's `FrameBindings` give and knows
 //! nothing of the streaming protocol.
 
 use anyhow::Context;
@@ -28,8 +30,8 @@ use std::sync::Arc;
 pub const PLANE: f32 = 1000.0;
 /// `vt_quad.vert`'s vertex: position (vec3) and uv (vec2).
 const STRIDE: u32 = 20;
-/// Timestamps per frame: start and end of the three passes.
-const QUERIES: u32 = 6;
+/// Timestamps per frame: start and end of the (up to) four passes.
+const QUERIES: u32 = 8;
 
 /// A colour target, its read-back buffer and the tracker that moves it between its uses.
 struct Target {
@@ -117,6 +119,8 @@ impl Target {
 struct Slot {
     /// Streamed with feedback, streamed without, reference.
     targets: [Target; 3],
+    /// The fully resident source files (`--source`).
+    source: Option<Target>,
     /// Per plane, made for the streamer's bindings of `generation`.
     sets: Option<(u64, Vec<DescriptorSet>)>,
 }
@@ -125,6 +129,8 @@ struct Slot {
 pub struct FrameResult {
     pub streamed: Vec<u8>,
     pub reference: Vec<u8>,
+    /// The frame drawn from the fully resident `--source` files, when given.
+    pub source: Option<Vec<u8>>,
     /// GPU ms of the streamed draw with feedback, without, and of the reference draw.
     pub gpu_ms: [Option<f64>; 3],
     /// The device clock (ms) at the start and the end of the feedback pass.
@@ -139,6 +145,8 @@ pub struct Scene {
     /// Per plane: its reference descriptor set's index.
     plane_files: Vec<usize>,
     reference_sets: Vec<DescriptorSet>,
+    /// Per file: the descriptor set of its `--source` file's fully resident copy.
+    source_sets: Vec<DescriptorSet>,
     _references: Vec<(Image, ImageView)>,
     trilinear: Sampler,
     nearest: Sampler,
@@ -192,11 +200,13 @@ fn reference_copy(
 }
 
 impl Scene {
-    /// `planes` planes on a square grid, plane `i` textured by `files[plane_files[i]]`.
+    /// `planes` planes on a square grid, plane `i` textured by `files[plane_files[i]]`; with
+    /// `sources` (one per file, or none) a fourth pass draws `sources[plane_files[i]]` instead.
     pub fn new(
         device: &Arc<Device>,
         path: ResidencyPath,
         files: &[Arc<RvtSource>],
+        sources: &[Arc<RvtSource>],
         plane_files: Vec<usize>,
         extent: [u32; 2],
         frames_in_flight: u32,
@@ -218,8 +228,11 @@ impl Scene {
             )
         };
         let streamed = make("stream planes", fragment, frames_in_flight * planes)?;
-        let reference =
-            make("stream reference planes", &shaders::VT_QUAD_REFERENCE_FRAG, files.len() as u32)?;
+        let reference = make(
+            "stream reference planes",
+            &shaders::VT_QUAD_REFERENCE_FRAG,
+            (files.len() + sources.len()) as u32,
+        )?;
         // Two triangles per plane, at its cell of the grid, uv 0..1 over it.
         let mut bytes = Vec::new();
         for i in 0..planes {
@@ -239,22 +252,24 @@ impl Scene {
         let nearest = device.create_sampler(Filter::Nearest)?;
         let uploader = Uploader::new(device, "stream references", 32 << 20)?;
         let mut references = Vec::new();
-        for file in files {
+        for file in files.iter().chain(sources) {
             references.push(reference_copy(device, &uploader, file)?);
         }
         uploader.destroy()?;
         let general = vk::ImageLayout::GENERAL;
-        let reference_sets = references
+        let mut reference_sets = references
             .iter()
             .map(|(_, view)| reference.descriptor_set(&[Binding::sampled(view, &trilinear, general)]))
             .collect::<Result<Vec<_>, _>>()?;
+        let source_sets = reference_sets.split_off(files.len());
         let mut slots = Vec::new();
         for n in 0..frames_in_flight {
             let target =
                 |name: &str, read_back| Target::new(device, &format!("{name} frame {n}"), extent, read_back);
             let targets =
                 [target("streamed", true)?, target("no-feedback", false)?, target("reference", true)?];
-            slots.push(Slot { targets, sets: None });
+            let source = if sources.is_empty() { None } else { Some(target("source", true)?) };
+            slots.push(Slot { targets, source, sets: None });
         }
         let timestamps = Timestamps::new(device, "stream pass timestamps", QUERIES * frames_in_flight)?;
         Ok(Scene {
@@ -263,6 +278,7 @@ impl Scene {
             vertices,
             plane_files,
             reference_sets,
+            source_sets,
             _references: references,
             trilinear,
             nearest,
@@ -309,7 +325,8 @@ impl Scene {
         self.timestamps.cmd_reset(rec, q..q + QUERIES)?;
         let (vertices, extent, ts) = (&self.vertices, self.extent, &self.timestamps);
         let (streamed, reference_program) = (&self.streamed, &self.reference);
-        let (plane_files, reference_sets) = (&self.plane_files, &self.reference_sets);
+        let (plane_files, reference_sets, source_sets) =
+            (&self.plane_files, &self.reference_sets, &self.source_sets);
         let [with_feedback, without, reference] = &mut slot.targets;
         // The two streamed passes take turns going first, so that neither is always the one that
         // finds the texture caches cold.
@@ -335,6 +352,14 @@ impl Scene {
                 .render(rec, target, extent, [0.0; 4], |draw| draw_planes(draw, vertices, planes))??;
             Ok(())
         })?;
+        if let Some(source) = &mut slot.source {
+            source.record(rec, (ts, q + 6), |rec, target| {
+                let planes = plane_files.iter().map(|&file| (&source_sets[file], view.clone()));
+                reference_program
+                    .render(rec, target, extent, [0.0; 4], |draw| draw_planes(draw, vertices, planes))??;
+                Ok(())
+            })?;
+        }
         Ok(())
     }
 
@@ -346,6 +371,7 @@ impl Scene {
         Ok(FrameResult {
             streamed: targets[0].read()?,
             reference: targets[2].read()?,
+            source: self.slots[slot].source.as_ref().map(Target::read).transpose()?,
             gpu_ms: [t.elapsed_ms(q, q + 1), t.elapsed_ms(q + 2, q + 3), t.elapsed_ms(q + 4, q + 5)],
             pass_at_ms: t.at_ms(q).zip(t.at_ms(q + 1)),
         })

@@ -1,6 +1,6 @@
 //! Several distinct `.rvt` textures from one input set, kept on disk between runs.
 
-use super::{build, collect, rvt_desc, BuildArgs, Subset};
+use super::{build, collect, rvt_desc, BuildArgs, Subset, TileFormat};
 use anyhow::Context;
 use residency::core::vt_file::{xxh64, Compression, VtIndex};
 use std::path::{Path, PathBuf};
@@ -58,7 +58,7 @@ pub fn build_texture_set(
             (name.clone(), BuildArgs::atlas(files.clone(), subset, dir.join(name), size))
         };
         let path = dir.join(name);
-        let expected = rvt_desc(size, size, TILE, Compression::Lz4);
+        let expected = rvt_desc(TileFormat::Rgba8, size, size, (TILE, TILE), Compression::Lz4);
         if !is_built(&path, &expected) {
             build(&args)?;
         }

@@ -4,7 +4,7 @@
 use super::error::VtError;
 use super::hash::xxh64;
 use crate::format::Format;
-use crate::tiles::full_mip_chain;
+use crate::tiles::{full_mip_chain, standard_tile_shape, SparseDimension};
 use serde::{Deserialize, Serialize};
 
 /// The first eight bytes of every `.rvt` file (PNG-style: a NUL, CR-LF and ^Z catch text-mode
@@ -137,6 +137,20 @@ impl VtDesc {
             border: 0,
             compression: Compression::Lz4,
         }
+    }
+
+    /// A desc of `format` in its standard 64 KiB sparse tile — the Vulkan specification's standard
+    /// sparse image block shape in texels: R8 256 × 256, RGBA8 128 × 128, RGBA16F 128 × 64, BC3
+    /// and BC7 256 × 256 (64 × 64 blocks of 16 bytes), BC1 512 × 256 (128 × 64 blocks of 8
+    /// bytes) — with a full mip chain down to 1 × 1, no border and LZ4 compression: the tiles the
+    /// hardware streaming path binds one to a sparse block. A block-compressed mip smaller than a
+    /// block (2 × 2, 1 × 1) is one block. [`VtError::UnsupportedFormat`] for a format without a
+    /// standard shape (depth/stencil, `unknown`, 3-byte texels).
+    pub fn standard(format: Format, width: u32, height: u32) -> Result<Self, VtError> {
+        let shape = standard_tile_shape(format, SparseDimension::D2)
+            .filter(|_| format_code(format).is_some())
+            .ok_or(VtError::UnsupportedFormat(format))?;
+        Ok(Self::new(format, width, height, shape.width, shape.height))
     }
 
     /// Sets the mip count, clamped to `1..=` the full chain (logged when clamped).

@@ -631,8 +631,16 @@ impl Uploader {
                 .insert((Arc::as_ptr(layouts) as usize, region.mip, region.layer), region.layout);
         }
         let copy = region.buffer_image_copy(allocation.offset);
-        let lo = region.offset.map(u64::from);
-        let hi = [0, 1, 2].map(|a| u64::from(region.offset[a]) + u64::from(region.extent[a]));
+        let mut lo = region.offset.map(u64::from);
+        let mut hi = [0, 1, 2].map(|a| u64::from(region.offset[a]) + u64::from(region.extent[a]));
+        if target.format.is_compressed() {
+            // Synchronization validation before Vulkan-ValidationLayers 1.3.280 (issue #3894,
+            // fixed by PR #7713; Debian 12 ships 1.3.239) misplaces the x offset of a copy into a
+            // block-compressed image, so copies side by side in the same rows of blocks look
+            // overlapping (a false WRITE_AFTER_WRITE). Treat them as overlapping: any two copies
+            // into the same rows of one subresource get a copy→copy barrier between them.
+            (lo[0], hi[0]) = (0, u64::MAX);
+        }
         state.note_write((vk::Handle::as_raw(target.raw), region.mip, region.layer), lo, hi);
         state.copies.push(PendingCopy::Image {
             dst: target.raw,

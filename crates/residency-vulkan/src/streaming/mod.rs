@@ -248,6 +248,19 @@ pub enum StreamError {
         /// Why.
         reason: String,
     },
+    /// A block-compressed source on the software path: its atlas slots carry borders of whole
+    /// texels assembled on the loader's workers, and a BC tile's border would have to be whole
+    /// 4 × 4 blocks re-encoded at the texture's edges. BC textures stream on the hardware path.
+    #[error(
+        "`{name}` is block-compressed ({format}): the software path streams uncompressed 4-byte texels only; \
+         stream BC textures on the hardware path"
+    )]
+    SoftwareBlockCompressed {
+        /// The source.
+        name: String,
+        /// Its format.
+        format: Format,
+    },
     /// The coarse chain of a texture could not be loaded; the texture was not added.
     #[error("priming `{name}`: {source}")]
     Priming {
@@ -919,12 +932,13 @@ impl Streamer {
 
     /// Adds a texture streamed from `source` and primes it: its coarse chain is loaded (through
     /// the workers, waited for here) and bound or uploaded before this returns, so its first frame
-    /// samples real data. Uncompressed colour formats stream, in their standard 64 KiB tiles
-    /// (RGBA8: 128 × 128, R8: 256 × 256, RGBA16F: 128 × 64, …) without a stored border: on the
-    /// hardware path where the device has sparse residency for the format, on the software path
-    /// with 4-byte texels (each format in use gets its own atlas, sized for the budget). Others are
-    /// refused with [`StreamError::UnsupportedSource`], adding nothing. Must be called between
-    /// frames.
+    /// samples real data. Colour formats stream, in their standard 64 KiB tiles (RGBA8: 128 × 128,
+    /// R8: 256 × 256, RGBA16F: 128 × 64, BC7/BC3: 256 × 256, BC1: 512 × 256, …) without a stored
+    /// border: on the hardware path where the device has sparse residency for the format
+    /// (block-compressed formats only there), on the software path with 4-byte texels (each
+    /// format in use gets its own atlas, sized for the budget). Others are refused with
+    /// [`StreamError::UnsupportedSource`] (a BC source on the software path with
+    /// [`StreamError::SoftwareBlockCompressed`]), adding nothing. Must be called between frames.
     pub fn add_texture(
         &mut self,
         name: &str,

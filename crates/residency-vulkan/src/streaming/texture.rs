@@ -6,26 +6,13 @@ use crate::{ForeignUse, GpuUse, ImageRegion, ImageView, Uploader};
 use residency_core::format::Format;
 use residency_core::streaming::{SourceError, StreamUnit, TileKey, TileSource};
 use residency_core::tiles::{
-    bordered_tile, software_layout, ImageId, MinLodUpdate, PageTable, PhysicalTile, ResidencyPath,
-    SparseImageDesc, SparseImageLayout, TexelRegion,
+    bordered_tile, software_layout, standard_tile_shape, ImageId, MinLodUpdate, PageTable, PhysicalTile,
+    ResidencyPath, SparseDimension, SparseImageDesc, SparseImageLayout, TexelRegion,
 };
 use residency_core::vt_file::VtDesc;
 use std::sync::Arc;
 
 use super::StreamError;
-
-/// The texel extent of a 64 KiB tile of a `bytes`-per-texel format: the standard sparse image
-/// block shape of 2D images (`None`: no standard shape).
-pub(super) fn standard_tile(bytes: u32) -> Option<(u32, u32)> {
-    match bytes {
-        1 => Some((256, 256)),
-        2 => Some((256, 128)),
-        4 => Some((128, 128)),
-        8 => Some((128, 64)),
-        16 => Some((64, 64)),
-        _ => None,
-    }
-}
 
 /// The GPU objects of one texture. Dropping them releases them once the GPU work declared on them
 /// (every frame's [`GpuUse`](crate::GpuUse), through `used_until`) has completed.
@@ -51,27 +38,34 @@ pub(super) struct Texture {
     pub(super) stats: super::TextureStats,
 }
 
-/// Refuses what the streamer does not stream: a block-compressed, depth or stencil format, tiles
-/// that are not the format's standard 64 KiB shape (RGBA8: 128 × 128, R8: 256 × 256, RGBA16F:
-/// 128 × 64, …), a stored border, and on the software path a texel that is not 4 bytes (its
-/// borders are assembled from 4-byte texels).
+/// Refuses what the streamer does not stream: a depth, stencil or `unknown` format, tiles that
+/// are not the format's standard 64 KiB shape (RGBA8: 128 × 128, R8: 256 × 256, RGBA16F:
+/// 128 × 64, BC7/BC3: 256 × 256, BC1: 512 × 256, …), a stored border, and on the software path a
+/// block-compressed format or a texel that is not 4 bytes (its borders are assembled from 4-byte
+/// texels).
 pub(super) fn check_source(source: &dyn TileSource, software: bool) -> Result<VtDesc, StreamError> {
     let d = source.desc();
     let refuse = |reason: String| StreamError::UnsupportedSource { name: source.name().to_owned(), reason };
-    if d.format.is_compressed() || d.format.is_depth_stencil() || d.format == Format::Unknown {
-        return Err(refuse(format!("format {:?}: only uncompressed colour formats stream", d.format)));
+    if d.format.is_depth_stencil() || d.format == Format::Unknown {
+        return Err(refuse(format!("format {:?}: only colour formats stream", d.format)));
     }
-    let bytes = d.format.block_bytes();
-    let Some((tw, th)) = standard_tile(bytes) else {
+    if software && d.format.is_compressed() {
+        return Err(StreamError::SoftwareBlockCompressed {
+            name: source.name().to_owned(),
+            format: d.format,
+        });
+    }
+    let Some(shape) = standard_tile_shape(d.format, SparseDimension::D2) else {
         return Err(refuse(format!("format {:?} has no standard 64 KiB tile shape", d.format)));
     };
+    let (tw, th) = (shape.width, shape.height);
     if d.tile_width != tw || d.tile_height != th || d.border != 0 {
         return Err(refuse(format!(
             "tiles of {} × {} with a border of {}: {:?} streams in {tw} × {th} tiles without a stored border",
             d.tile_width, d.tile_height, d.border, d.format
         )));
     }
-    if software && bytes != 4 {
+    if software && d.format.block_bytes() != 4 {
         return Err(refuse(format!(
             "format {:?}: the software path streams 4-byte texels (RGBA8, BGRA8, RGB10A2, RG16F, R32F, …)",
             d.format
@@ -241,14 +235,14 @@ impl Texture {
         data: &[Vec<u8>],
     ) -> Result<(), StreamError> {
         let short = |what: &str| StreamError::Internal(format!("{}: {what}", self.name));
-        let (tw, th, bytes) = (self.desc.tile_width, self.desc.tile_height, self.desc.format.block_bytes());
+        let (tw, th, format) = (self.desc.tile_width, self.desc.tile_height, self.desc.format);
         match &self.gpu {
             TextureGpu::Hardware { image, .. } => {
                 for (&(m, x, y), texels) in tiles.iter().zip(data) {
                     let (layer, mip) = (m / self.desc.mip_count, m % self.desc.mip_count);
                     let (w, h) = self.desc.tile_extent(mip, x, y).ok_or_else(|| short("tile extent"))?;
                     let region = TexelRegion { offset: [x * tw, y * th, 0], extent: [w, h, 1] };
-                    check_len(&self.name, texels, w, h, bytes)?;
+                    check_len(&self.name, texels, w, h, format)?;
                     let target = ImageRegion::new(image, mip, region.offset, region.extent).with_layer(layer);
                     uploader.write_image(&target, texels)?;
                 }
@@ -260,7 +254,7 @@ impl Texture {
                 // Bordered on the workers (`Bordered`): one slot's texels.
                 let side = tw + 2 * texture.atlas_layout().border;
                 let bordered = data.first().ok_or_else(|| short("a loaded tile"))?;
-                check_len(&self.name, bordered, side, side, bytes)?;
+                check_len(&self.name, bordered, side, side, format)?;
                 let physical = physical.ok_or_else(|| short("a resident tile has a slot"))?;
                 texture.write_tile(uploader, physical, bordered)?;
             }
@@ -269,8 +263,9 @@ impl Texture {
     }
 }
 
-fn check_len(name: &str, texels: &[u8], w: u32, h: u32, bytes: u32) -> Result<(), StreamError> {
-    let expected = (w * h * bytes) as usize;
+/// Checks that `texels` are the bytes of a `w × h` region of `format` (whole texel blocks).
+fn check_len(name: &str, texels: &[u8], w: u32, h: u32, format: Format) -> Result<(), StreamError> {
+    let expected = format.region_bytes(w, h, 1) as usize;
     if texels.len() != expected {
         return Err(StreamError::UnsupportedSource {
             name: name.to_owned(),
