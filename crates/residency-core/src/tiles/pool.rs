@@ -742,7 +742,9 @@ impl TilePool {
             .heaps
             .iter()
             .enumerate()
-            .filter_map(|(i, h)| h.as_ref().filter(|h| h.used > 0).map(|h| (h.used, h.tiles - h.used, i as u32)))
+            .filter_map(|(i, h)| {
+                h.as_ref().filter(|h| h.used > 0).map(|h| (h.used, h.tiles - h.used, i as u32))
+            })
             .collect();
         if held.len() < 2 || max_moves == 0 {
             return plan;
@@ -825,7 +827,9 @@ impl TilePool {
             if self.owner_of(m.from) != Some(m.owner) {
                 return Err(PoolError::NotAllocated { heap: m.from.heap.0, tile: m.from.tile });
             }
-            if self.owner_of(m.to).is_some() || !seen.insert(m.to) || plan.moves.iter().any(|o| o.from == m.to)
+            if self.owner_of(m.to).is_some()
+                || !seen.insert(m.to)
+                || plan.moves.iter().any(|o| o.from == m.to)
             {
                 return Err(PoolError::TileTaken { heap: m.to.heap.0, tile: m.to.tile });
             }
@@ -834,8 +838,7 @@ impl TilePool {
             self.take_free_tile(m.to, m.owner.0);
         }
         for m in &plan.moves {
-            self.free(TileRun { heap: m.from.heap, first: m.from.tile, len: 1 })
-                .expect("checked allocated");
+            self.free(TileRun { heap: m.from.heap, first: m.from.tile, len: 1 }).expect("checked allocated");
         }
         Ok(())
     }

@@ -291,7 +291,10 @@ impl SparseResidency {
     /// [`TilePool::apply_compaction`]); returns the changes that bind them there. Residency and the
     /// min-LOD map keep their meaning. All checked first (in range, resident, at the move's
     /// source): on error nothing changed.
-    pub fn remap(&mut self, moves: &[(TileIndex, PhysicalTile, PhysicalTile)]) -> Result<ResidencyChanges, CommitError> {
+    pub fn remap(
+        &mut self,
+        moves: &[(TileIndex, PhysicalTile, PhysicalTile)],
+    ) -> Result<ResidencyChanges, CommitError> {
         let count = self.layout().tile_count();
         for &(tile, from, _) in moves {
             if tile.0 >= count {

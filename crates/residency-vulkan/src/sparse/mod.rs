@@ -22,6 +22,7 @@
 
 pub mod backend;
 mod bind;
+mod compact;
 mod heaps;
 mod image;
 mod min_lod;
@@ -72,6 +73,12 @@ pub enum SparseError {
         /// Why.
         reason: String,
     },
+    /// The image has commits or releases queued that are not bound yet; flush them first.
+    #[error("`{name}` has binds queued; flush them before compacting its pool")]
+    PendingBinds {
+        /// The image.
+        name: String,
+    },
     /// The device has no sparse-binding queue.
     #[error("the device has no sparse-binding queue; use the software residency path")]
     NoSparseQueue,
@@ -100,6 +107,7 @@ pub enum SparseError {
 use bind::*;
 use heaps::*;
 
+pub use compact::CompactStats;
 pub use heaps::TileHeaps;
 pub use image::SparseImage;
 pub(crate) use image::SparseImageGarbage;
