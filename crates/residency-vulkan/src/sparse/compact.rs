@@ -301,7 +301,11 @@ impl SparseTilePool {
         }
         stats.copy_gpu_ms = timestamps.elapsed_ms(0, 1).zip(timestamps.elapsed_ms(2, 3)).map(|(a, b)| a + b);
 
-        // 4. The emptied heaps go: their memory retires after the rebind.
+        // 4. The emptied heaps go: their memory retires after the rebind and after every use
+        // declared on the moved images (frames that may sample the old bindings).
+        for moves in &per_image {
+            shared.heaps.pending.note(&images[moves.index].life.declared_uses());
+        }
         let released = pool.trim_heaps(&plan.heaps_emptied);
         shared.heaps.release(&mut heaps, &released);
         stats.heaps_emptied = plan.heaps_emptied.len() as u32;
