@@ -216,11 +216,21 @@ fn general(device: &Arc<Device>, o: &DefragOptions, dumps: &mut [DumpSummary; 2]
         let r = rng.generate();
         let resource = if r % 4 == 0 {
             let side = [128, 256, 512][(r / 4 % 3) as usize];
-            let desc = ImageDesc::new_2d(format!("defrag bench image {i}"), Format::R8G8B8A8Unorm, side, side, image_usage);
+            let desc = ImageDesc::new_2d(
+                format!("defrag bench image {i}"),
+                Format::R8G8B8A8Unorm,
+                side,
+                side,
+                image_usage,
+            );
             Resource::Image(device.create_image(&desc)?)
         } else {
             let size = (64 << 10) * u64::from(1 + (r / 4) % 32);
-            Resource::Buffer(device.create_buffer(&BufferDesc::new(format!("defrag bench buffer {i}"), size, usage))?)
+            Resource::Buffer(device.create_buffer(&BufferDesc::new(
+                format!("defrag bench buffer {i}"),
+                size,
+                usage,
+            ))?)
         };
         let bytes = match &resource {
             Resource::Buffer(b) => b.size(),
@@ -246,7 +256,8 @@ fn general(device: &Arc<Device>, o: &DefragOptions, dumps: &mut [DumpSummary; 2]
             Resource::Buffer(b) => uploader.write_buffer(b, 0, &pattern(*i, *bytes))?,
             Resource::Image(im) => {
                 let e = im.desc().extent;
-                uploader.write_image(&ImageRegion::new(im, 0, [0; 3], [e[0], e[1], 1]), &pattern(*i, *bytes))?
+                uploader
+                    .write_image(&ImageRegion::new(im, 0, [0; 3], [e[0], e[1], 1]), &pattern(*i, *bytes))?
             }
         }
     }
@@ -324,7 +335,8 @@ fn general(device: &Arc<Device>, o: &DefragOptions, dumps: &mut [DumpSummary; 2]
 /// Memory objects in the ledger whose name contains `part` (a general heap's name holds
 /// "type", a tile heap's the pool's name).
 fn heap_memories(device: &Device, part: &str) -> u64 {
-    device.ledger().live_objects().iter().filter(|o| o.kind == "memory" && o.name.contains(part)).count() as u64
+    device.ledger().live_objects().iter().filter(|o| o.kind == "memory" && o.name.contains(part)).count()
+        as u64
 }
 
 /// Tile (x, y) of image `image`'s texels.
@@ -402,8 +414,12 @@ fn tiles(device: &Arc<Device>, o: &DefragOptions) -> BenchResult<PartReport> {
     for (k, image) in images.iter().enumerate() {
         for (tile, _) in image.residency().page_table().mapped() {
             let c = image.layout().tile_coord(tile).expect("mapped");
-            let region =
-                ImageRegion::new(image, 0, [c.x * shape.width, c.y * shape.height, 0], [shape.width, shape.height, 1]);
+            let region = ImageRegion::new(
+                image,
+                0,
+                [c.x * shape.width, c.y * shape.height, 0],
+                [shape.width, shape.height, 1],
+            );
             uploader.write_image(&region, &tile_pattern(k as u32, tile, region.bytes() as usize))?;
         }
     }
@@ -441,7 +457,8 @@ fn tiles(device: &Arc<Device>, o: &DefragOptions) -> BenchResult<PartReport> {
         .zip(&physical_before)
         .map(|(i, b)| i.residency().page_table().mapped().zip(b).filter(|(a, b)| a.1 != b.1).count() as u64)
         .sum();
-    let verified = ok_before && ok_after && resident_before == resident_after && pool.check_invariants().is_ok();
+    let verified =
+        ok_before && ok_after && resident_before == resident_after && pool.check_invariants().is_ok();
     let bytes_moved: u64 = passes.iter().map(|p| p.bytes_moved).sum();
     let wall: f64 = passes.iter().map(|p| p.wall_us as f64 / 1e6).sum();
     let gpu: Option<f64> = passes.iter().map(|p| p.gpu_copy_ms).sum::<Option<f64>>().map(|ms| ms / 1e3);
