@@ -5,7 +5,8 @@
 //!   2 MiB and RGBA8 images of 128² to 512² (one in four), created until `--mib` MiB, then a
 //!   random half destroyed (≈ 50 % holes) — defragmented by `Defragmenter::pass_with_images`
 //!   until a pass moves nothing. Move rate: bytes moved over the passes' wall time, each pass
-//!   timed from its start until its copy submission completed (`Device::wait_submitted`).
+//!   timed from its start until its copy submission completed (`Device::wait_submitted`), and
+//!   over the GPU time of the copies (`Defragmenter::last_copy_gpu_ms`: timestamps around them).
 //! - **a sparse tile pool after streaming with evictions**: `--images` sparse images of 2048²
 //!   RGBA8 in a pool of 4 MiB heaps (64 tiles); random tiles streamed in under a budget of
 //!   `--tiles` tiles (a random resident tile evicted when over it), then a random half of the
@@ -135,8 +136,15 @@ struct DefragReport {
     plain_copy_bytes: u64,
     plain_copy_gb_per_s_wall: f64,
     plain_copy_gb_per_s_gpu: Option<f64>,
+    /// The first copy, into a destination never written before.
+    plain_copy_first_gb_per_s_gpu: Option<f64>,
     /// General moves (wall) over the plain copy (wall).
     general_moves_over_copy_wall: f64,
+    /// General moves (GPU) over the plain copy (GPU).
+    general_moves_over_copy_gpu: Option<f64>,
+    /// General moves (GPU) over the first plain copy, into fresh memory (GPU): the moves'
+    /// destinations were never written either.
+    general_moves_over_first_copy_gpu: Option<f64>,
     /// Tile moves (GPU) over the plain copy (GPU); each tile is copied twice.
     tile_moves_over_copy_gpu: Option<f64>,
     /// Blocks and bytes in the VMA-format dumps of the general heaps.
@@ -293,7 +301,7 @@ fn general(device: &Arc<Device>, o: &DefragOptions, dumps: &mut [DumpSummary; 2]
             heaps_emptied: u64::from(stats.heaps_emptied),
             cpu_us: stats.cpu_time.as_micros() as u64,
             wall_us: wall.as_micros() as u64,
-            gpu_copy_ms: None,
+            gpu_copy_ms: defrag.last_copy_gpu_ms(),
         });
     }
     device.wait_submitted()?;
@@ -311,6 +319,7 @@ fn general(device: &Arc<Device>, o: &DefragOptions, dumps: &mut [DumpSummary; 2]
     }
     let bytes_moved: u64 = passes.iter().map(|p| p.bytes_moved).sum();
     let wall: f64 = passes.iter().map(|p| p.wall_us as f64 / 1e6).sum();
+    let gpu: Option<f64> = passes.iter().map(|p| p.gpu_copy_ms).sum::<Option<f64>>().map(|ms| ms / 1e3);
     let resources = all.len() as u64;
     drop(all);
     Ok(PartReport {
@@ -327,7 +336,7 @@ fn general(device: &Arc<Device>, o: &DefragOptions, dumps: &mut [DumpSummary; 2]
         bytes_moved,
         passes,
         move_gb_per_s_wall: gb_per_s(bytes_moved, wall),
-        move_gb_per_s_gpu: None,
+        move_gb_per_s_gpu: gpu.map(|s| gb_per_s(bytes_moved, s)),
         verified,
     })
 }
@@ -491,15 +500,18 @@ fn tiles(device: &Arc<Device>, o: &DefragOptions) -> BenchResult<PartReport> {
     Ok(report)
 }
 
-/// One device-local buffer copy of `bytes`: (wall GB/s, GPU GB/s).
-fn plain_copy(device: &Arc<Device>, bytes: u64) -> BenchResult<(f64, Option<f64>)> {
+/// One device-local buffer copy of `bytes`, four times into the same destination: (wall GB/s,
+/// GPU GB/s) of the last three (median), and GPU GB/s of the first, into memory never written
+/// before (what a move's destination is, and on lavapipe host memory its first touch).
+fn plain_copy(device: &Arc<Device>, bytes: u64) -> BenchResult<(f64, Option<f64>, Option<f64>)> {
     let usage = BufferUsage::COPY_SRC | BufferUsage::COPY_DST;
     let src = device.create_buffer(&BufferDesc::new("defrag bench copy source", bytes, usage).committed())?;
     let dst = device.create_buffer(&BufferDesc::new("defrag bench copy target", bytes, usage).committed())?;
     let timestamps = Timestamps::new(device, "defrag bench copy", 2)?;
     let mut walls = Vec::new();
     let mut gpus = Vec::new();
-    for _ in 0..3 {
+    let mut first = None;
+    for rep in 0..4 {
         let started = Instant::now();
         let mut recorded = Ok(());
         device.submit_once("defrag bench copy", |rec| {
@@ -511,16 +523,20 @@ fn plain_copy(device: &Arc<Device>, bytes: u64) -> BenchResult<(f64, Option<f64>
                 .and_then(|()| timestamps.cmd_write(rec, 1).map_err(|e| e.to_string()));
         })?;
         recorded?;
-        walls.push(gb_per_s(bytes, started.elapsed().as_secs_f64()));
-        if let Some(ms) = timestamps.elapsed_ms(0, 1) {
-            gpus.push(gb_per_s(bytes, ms / 1e3));
+        let wall = gb_per_s(bytes, started.elapsed().as_secs_f64());
+        let gpu = timestamps.elapsed_ms(0, 1).map(|ms| gb_per_s(bytes, ms / 1e3));
+        if rep == 0 {
+            first = gpu;
+            continue;
         }
+        walls.push(wall);
+        gpus.extend(gpu);
     }
     let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    Ok((median(walls), (!gpus.is_empty()).then(|| median(gpus))))
+    Ok((median(walls), (!gpus.is_empty()).then(|| median(gpus)), first))
 }
 
 fn measure(device: &Arc<Device>, o: &DefragOptions) -> BenchResult<DefragReport> {
@@ -529,7 +545,7 @@ fn measure(device: &Arc<Device>, o: &DefragOptions) -> BenchResult<DefragReport>
     let general = general(device, o, &mut dumps)?;
     let tiles = tiles(device, o)?;
     let copy_bytes = general.bytes_moved.max(tiles.bytes_moved).max(1 << 20);
-    let (copy_wall, copy_gpu) = plain_copy(device, copy_bytes)?;
+    let (copy_wall, copy_gpu, copy_gpu_first) = plain_copy(device, copy_bytes)?;
     let [before, after] = dumps;
     Ok(DefragReport {
         device: device.name().to_owned(),
@@ -540,12 +556,15 @@ fn measure(device: &Arc<Device>, o: &DefragOptions) -> BenchResult<DefragReport>
         verified: general.verified && tiles.verified,
         validation_problems: 0,
         general_moves_over_copy_wall: general.move_gb_per_s_wall / copy_wall,
+        general_moves_over_copy_gpu: general.move_gb_per_s_gpu.zip(copy_gpu).map(|(m, c)| m / c),
+        general_moves_over_first_copy_gpu: general.move_gb_per_s_gpu.zip(copy_gpu_first).map(|(m, c)| m / c),
         tile_moves_over_copy_gpu: tiles.move_gb_per_s_gpu.zip(copy_gpu).map(|(m, c)| m / c),
         general,
         tiles,
         plain_copy_bytes: copy_bytes,
         plain_copy_gb_per_s_wall: copy_wall,
         plain_copy_gb_per_s_gpu: copy_gpu,
+        plain_copy_first_gb_per_s_gpu: copy_gpu_first,
         vma_dump_before: before,
         vma_dump_after: after,
         seconds: started.elapsed().as_secs_f64(),
@@ -618,11 +637,14 @@ pub fn run(o: &DefragOptions) -> ExitCode {
         print_part("general heaps (buffers + images)", &r.general);
         print_part("sparse tile pool", &r.tiles);
         println!(
-            "plain copy of {:.1} MiB: {:.2} GB/s (wall), {} GB/s (GPU); general moves / copy (wall) {:.2}, tile moves / copy (GPU) {}",
+            "plain copy of {:.1} MiB: {:.2} GB/s (wall), {} GB/s (GPU), {} GB/s (GPU, first into fresh memory); general moves / copy {:.2} (wall), {} (GPU), {} (GPU, over the first copy); tile moves / copy {} (GPU)",
             r.plain_copy_bytes as f64 / f64::from(1 << 20),
             r.plain_copy_gb_per_s_wall,
             opt(r.plain_copy_gb_per_s_gpu),
+            opt(r.plain_copy_first_gb_per_s_gpu),
             r.general_moves_over_copy_wall,
+            opt(r.general_moves_over_copy_gpu),
+            opt(r.general_moves_over_first_copy_gpu),
             opt(r.tile_moves_over_copy_gpu)
         );
         println!(
