@@ -249,6 +249,7 @@ fn a_fault_at_any_step_of_a_compaction_leaves_every_tile_where_it_was() {
             FaultSite::AllocateMemory,
             FaultSite::QueueSubmit,
             FaultSite::BindSparse,
+            FaultSite::Wait,
         ] {
             for skip in 0.. {
                 let mut scene = scene(&device);
@@ -284,9 +285,12 @@ fn a_fault_at_any_step_of_a_compaction_leaves_every_tile_where_it_was() {
                 }
             }
         }
-        // The staging buffer's creation, both copies and the rebind failed at least once; a
-        // failed copy back was undone by binding the old tiles again.
-        for site in [FaultSite::CreateResource, FaultSite::QueueSubmit, FaultSite::BindSparse] {
+        // The staging buffer's creation, both copies, the rebind and the waits failed at least
+        // once; a failed copy back (its submission or its wait) was undone by binding the old
+        // tiles again.
+        for site in
+            [FaultSite::CreateResource, FaultSite::QueueSubmit, FaultSite::BindSparse, FaultSite::Wait]
+        {
             assert!(failed.iter().any(|f| f.0 == site), "{site:?} never failed: {failed:?}");
         }
         assert!(failed.iter().filter(|f| f.0 == FaultSite::QueueSubmit).count() >= 2, "{failed:?}");

@@ -53,8 +53,8 @@ impl SparseTilePool {
     /// Each moved tile's texels are copied to a staging buffer (after every residency submission
     /// before, the `waits` and the renderer's writes they stand for), the image's tile is rebound
     /// to its new memory in one `vkQueueBindSparse` (after that copy, the `waits` and every
-    /// residency submission), and the texels are copied back into the tile (after the rebind);
-    /// the pass waits for each step. Page tables change only in which physical tile a resident
+    /// residency submission), and the texels are copied back into the tile (after the rebind, on
+    /// the GPU); the pass waits on the host for both copies, not for the rebind. Page tables change only in which physical tile a resident
     /// tile names: residency and the min-LOD map keep their meaning. A released heap's memory is
     /// freed through the device's retire queue after the rebind, and the old physical tiles are
     /// reused only by binds after it.
@@ -337,7 +337,8 @@ fn global_barrier(
     };
 }
 
-/// Binds `changes` (per image index) in one `vkQueueBindSparse` after `waits`; waits for it.
+/// Binds `changes` (per image index) in one `vkQueueBindSparse` after `waits`, on the sparse
+/// timeline; an error means nothing was submitted.
 fn rebind(
     shared: &SparsePoolShared,
     heaps: &HeapsState,
@@ -355,7 +356,9 @@ fn rebind(
             plan_binds(image.residency.layout(), &c.tiles, &[], BindPlanOptions::default())?,
         ));
     }
-    let (stats, _) = submit_plans(&shared.device, &plans, heaps, pool.tile_bytes(), waits, true)?;
+    // No host wait: the copy back waits for the bind on the GPU (every residency submission
+    // waits for the binds before it), and an error here means nothing was submitted.
+    let (stats, _) = submit_plans(&shared.device, &plans, heaps, pool.tile_bytes(), waits, false)?;
     Ok(stats)
 }
 
