@@ -226,6 +226,17 @@ fn compaction_in_bounded_passes_and_its_refusals() {
         assert_eq!((scene.pool.stats(), physical(&scene.a)), (stats, table));
         scene.pool.flush_binds(&mut [&mut scene.b]).unwrap();
 
+        // A wait on a frame count (no GPU event to wait for) or on another device's work is
+        // refused, nothing changed.
+        let (stats, table) = (scene.pool.stats(), physical(&scene.a));
+        let other_device = &set.devices()[1];
+        for wait in [device.frames_from_now(1), other_device.submitted_work()] {
+            let err = scene.pool.compact(&mut [&mut scene.a, &mut scene.b], u32::MAX, &[wait]).unwrap_err();
+            assert!(matches!(err, SparseError::Vulkan(_)), "{err}");
+        }
+        assert_eq!((scene.pool.stats(), physical(&scene.a)), (stats, table));
+        device.advance_frame();
+
         // An image of another pool is refused.
         let other =
             SparseTilePool::new(Arc::clone(&device), TilePoolDesc::default().with_name("other")).unwrap();
