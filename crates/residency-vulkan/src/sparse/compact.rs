@@ -59,6 +59,9 @@ impl SparseTilePool {
     /// freed through the device's retire queue after the rebind, and the old physical tiles are
     /// reused only by binds after it.
     ///
+    /// The staging buffer is device-local memory of the general allocator, the pass's tiles'
+    /// texels (at most `max_tiles` × tile bytes), released after the copy back.
+    ///
     /// `waits` are the renderer's frames in flight that may still write or sample these images
     /// (ends of their submissions, points of its timelines), as for
     /// [`TileHeaps::bind_after`]; a frame count or another device's use is refused. Only tiles
