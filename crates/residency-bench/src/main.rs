@@ -14,6 +14,9 @@
 //!   issue 5's tile binding and upload benchmark (see `sparse`).
 //! - `residency-bench upload [--mib N] [--ring-mib N] [--threads N] [--reps N] [--json]`: a host
 //!   slice to device-local memory, end to end and the DMA part alone (see `upload`).
+//! - `residency-bench defrag [--mib N] [--images N] [--tiles N] [--seed S] [--max-passes N]
+//!   [--dump PREFIX] [--json]`: issue 18's defragmentation of general heaps (buffers and images)
+//!   and of a sparse tile pool, in passes, contents verified (see `defrag`).
 //! - `residency-bench sync [--buffers N] [--frames N] [--passes N] [--seed S] [--json]`: issue 7's
 //!   state-tracking and transient-aliasing benchmark, CPU only (see `sync`).
 //!
@@ -21,6 +24,7 @@
 //! validation problem is printed and makes the exit status 1.
 
 mod contention;
+mod defrag;
 mod measure;
 mod placed_buffers;
 mod report;
@@ -48,7 +52,8 @@ const USAGE: &str = "usage:
   residency-bench sparse [--full] [--side-tiles N] [--per-tile-max N] [--reps N] [--json]
   residency-bench sync [--buffers N] [--frames N] [--passes N] [--seed S] [--json]
   residency-bench contention [--threads 1,2,4,8] [--ops N] [--json]
-  residency-bench upload [--mib N] [--ring-mib N] [--threads N] [--reps N] [--json]";
+  residency-bench upload [--mib N] [--ring-mib N] [--threads N] [--reps N] [--json]
+  residency-bench defrag [--mib N] [--images N] [--tiles N] [--seed S] [--max-passes N] [--dump PREFIX] [--json]";
 
 /// The `alloc` command's options.
 #[derive(Clone, Debug, Default)]
@@ -87,6 +92,10 @@ fn main() -> ExitCode {
         },
         Some("upload") => match upload::parse_options(&args[1..]) {
             Ok(options) => upload::run(&options),
+            Err(message) => usage_error(&message),
+        },
+        Some("defrag") => match defrag::parse_options(&args[1..]) {
+            Ok(options) => defrag::run(&options),
             Err(message) => usage_error(&message),
         },
         Some("sync") => match sync::parse_options(&args[1..]) {

@@ -4,7 +4,8 @@
 //!
 //! Checked: layout bookkeeping (tile index ↔ coordinates, tile grids covering every mip, regions
 //! inside their mips), page table and pool invariants after every operation, residency counts that
-//! agree between page table and pool, and bind plans that cover exactly the changed tiles.
+//! agree between page table and pool, bind plans that cover exactly the changed tiles, and
+//! compaction passes (planned, applied, remapped, sometimes reverted exactly) in between.
 
 use crate::input::Input;
 use crate::profiles;
@@ -262,8 +263,11 @@ fn residency_ops(layout: &SparseImageLayout, input: &mut Input<'_>) {
         if let Ok(changes) = result {
             check_plan(layout, &changes, input);
         }
-        if input.u8() % 4 == 0 {
+        let step = input.u8();
+        if step % 4 == 0 {
             image.refresh_min_lod();
+        } else if step % 16 == 7 {
+            compact(&mut pool, &mut image, u32::from(step >> 4) * 8 + 1, layout, input);
         }
         image.page_table().check_invariants().unwrap_or_else(|e| panic!("page table: {e}"));
         pool.check_invariants().unwrap_or_else(|e| panic!("pool: {e}"));
@@ -278,6 +282,44 @@ fn residency_ops(layout: &SparseImageLayout, input: &mut Input<'_>) {
     assert_eq!(pool.used_tiles(), 0);
     assert_eq!(image.page_table().resident_tiles(), 0);
     pool.check_invariants().unwrap_or_else(|e| panic!("pool: {e}"));
+}
+
+/// A compaction pass of at most `max_moves` tiles (tails pinned), applied to the pool and the page
+/// table: residency and owners unchanged, every moved tile at its planned place, its changes plan
+/// into binds; emptied heaps released. Half the time it is reverted afterwards, exactly.
+fn compact(
+    pool: &mut TilePool,
+    image: &mut SparseResidency,
+    max_moves: u32,
+    layout: &SparseImageLayout,
+    input: &mut Input<'_>,
+) {
+    let mapped: BTreeMap<PhysicalTile, TileIndex> =
+        image.page_table().mapped().map(|(t, p)| (p, t)).collect();
+    let plan = pool.plan_compaction(max_moves, |p, _| mapped.contains_key(&p));
+    assert!(plan.moves.len() <= max_moves as usize);
+    let (owned, resident) = (pool.owned_tiles(image.owner()), image.page_table().resident_tiles());
+    let before = pool.stats();
+    pool.apply_compaction(&plan).unwrap_or_else(|e| panic!("a plan applies: {e}"));
+    let moves: Vec<_> = plan.moves.iter().map(|m| (mapped[&m.from], m.from, m.to)).collect();
+    let changes = image.remap(&moves).unwrap_or_else(|e| panic!("a plan remaps: {e}"));
+    check_plan(layout, &changes, input);
+    assert_eq!((pool.owned_tiles(image.owner()), image.page_table().resident_tiles()), (owned, resident));
+    for m in &plan.moves {
+        assert_eq!(image.page_table().get(mapped[&m.from]), Some(m.to));
+        assert_eq!(pool.owner_of(m.to), Some(image.owner()));
+    }
+    for heap in &plan.heaps_emptied {
+        assert!(pool.stats().heaps.iter().any(|h| h.heap == *heap && h.used == 0), "heap {heap:?} emptied");
+    }
+    if input.u8() % 2 == 0 {
+        pool.revert_compaction(&plan).unwrap_or_else(|e| panic!("a plan reverts: {e}"));
+        let back: Vec<_> = moves.iter().map(|&(t, from, to)| (t, to, from)).collect();
+        image.remap(&back).unwrap_or_else(|e| panic!("a plan remaps back: {e}"));
+        assert_eq!(pool.stats(), before, "reverted exactly");
+    } else {
+        pool.trim_heaps(&plan.heaps_emptied);
+    }
 }
 
 /// A frame's changes plan into binds that cover exactly the changed tiles, each with its memory.

@@ -47,8 +47,8 @@ pub use layout::{
 };
 pub use page_table::{MinLodUpdate, PageTable, PageTableError, PhysicalTile, MIN_LOD_NONE};
 pub use pool::{
-    HeapIndex, HeapStats, ImageId, PoolError, PoolId, PoolInvariantError, PoolStats, TileAllocation,
-    TilePool, TilePoolDesc, TileRun,
+    CompactionPlan, HeapIndex, HeapStats, ImageId, PoolError, PoolId, PoolInvariantError, PoolStats,
+    TileAllocation, TileMove, TilePool, TilePoolDesc, TileRun,
 };
 pub use residency::{CommitError, ResidencyChanges, SparseResidency};
 pub use shape::{

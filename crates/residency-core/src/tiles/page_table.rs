@@ -228,6 +228,17 @@ impl PageTable {
         Ok(current)
     }
 
+    /// Points resident `tile` at `physical` instead (its contents moved there): residency, the
+    /// min-LOD map and its dirty boxes are unchanged, since what is resident is. Returns the
+    /// physical tile it had.
+    pub fn remap(&mut self, tile: TileIndex, physical: PhysicalTile) -> Result<PhysicalTile, PageTableError> {
+        let i = self.check_tile(tile)?;
+        let current =
+            PhysicalTile::unpack(self.entries[i]).ok_or(PageTableError::NotMapped { tile: tile.0 })?;
+        self.entries[i] = physical.pack();
+        Ok(current)
+    }
+
     /// The physical tile of `tile`, if resident (and in range).
     pub fn get(&self, tile: TileIndex) -> Option<PhysicalTile> {
         self.entries.get(tile.0 as usize).copied().and_then(PhysicalTile::unpack)

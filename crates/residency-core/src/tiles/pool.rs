@@ -164,6 +164,26 @@ pub struct TileAllocation {
     pub heaps_added: Vec<HeapIndex>,
 }
 
+/// One tile of a compaction: its contents go from `from` to `to`, which becomes the owner's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TileMove {
+    /// The image that owns the tile.
+    pub owner: ImageId,
+    /// Where it is.
+    pub from: PhysicalTile,
+    /// Where it goes (a free tile of a fuller heap).
+    pub to: PhysicalTile,
+}
+
+/// What [`TilePool::plan_compaction`] proposes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompactionPlan {
+    /// The tiles to move.
+    pub moves: Vec<TileMove>,
+    /// Heaps the moves leave empty.
+    pub heaps_emptied: Vec<HeapIndex>,
+}
+
 /// A pool operation was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PoolError {
@@ -197,6 +217,14 @@ pub enum PoolError {
     /// A tile of the run is not allocated (double free).
     #[error("tile {tile} of heap {heap} is not allocated (double free?)")]
     NotAllocated {
+        /// The heap.
+        heap: u32,
+        /// The tile.
+        tile: u32,
+    },
+    /// A compaction's destination is not free (or is named twice, or is another move's source).
+    #[error("tile {tile} of heap {heap} is not free for a move")]
+    TileTaken {
         /// The heap.
         heap: u32,
         /// The tile.
@@ -687,6 +715,176 @@ impl TilePool {
                 let tiles = self.heaps[heap as usize].take().map_or(0, |h| h.tiles);
                 self.capacity -= u64::from(tiles);
                 released.push(HeapIndex(heap));
+            }
+        }
+        released
+    }
+
+    /// Plans a compaction: moves of allocated tiles out of the least used heaps into the free
+    /// tiles of the fuller ones, so that the heaps moved out of become empty and can be released
+    /// ([`trim_heaps`](Self::trim_heaps)). Pure: nothing changes until
+    /// [`apply_compaction`](Self::apply_compaction).
+    ///
+    /// Sources are taken least used first while the free tiles of the heaps that stay (ones
+    /// holding tiles, never an empty heap) can take every tile of them; a heap with a tile
+    /// `movable` refuses (a mip tail's, an image the caller did not hand over) is never a source.
+    /// At most `max_moves` tiles move: the last source may move only in part (a later pass
+    /// continues with it, then the least used heap). Destinations are the fullest heaps' free
+    /// tiles, in tile order, so moved tiles stay in runs. Tiles move in their source's tile order.
+    pub fn plan_compaction(
+        &self,
+        max_moves: u32,
+        movable: impl Fn(PhysicalTile, ImageId) -> bool,
+    ) -> CompactionPlan {
+        let mut plan = CompactionPlan::default();
+        // (used, free, heap) of every heap that holds tiles.
+        let mut held: Vec<(u32, u32, u32)> = self
+            .heaps
+            .iter()
+            .enumerate()
+            .filter_map(|(i, h)| {
+                h.as_ref().filter(|h| h.used > 0).map(|h| (h.used, h.tiles - h.used, i as u32))
+            })
+            .collect();
+        if held.len() < 2 || max_moves == 0 {
+            return plan;
+        }
+        // Least used first; among equals the later heap (so heap 0 tends to stay).
+        held.sort_by(|a, b| a.0.cmp(&b.0).then(b.2.cmp(&a.2)));
+        let all_movable = |heap: u32| {
+            let h = self.heap_ref(heap);
+            (0..h.tiles).all(|t| {
+                let o = h.owner[t as usize];
+                o == FREE || movable(PhysicalTile { heap: HeapIndex(heap), tile: t }, ImageId(o))
+            })
+        };
+        let mut sources: Vec<(u32, u32)> = Vec::new(); // (heap, tiles to move)
+        let mut moving = 0u64;
+        let mut taken = vec![false; held.len()];
+        for (i, &(used, _, heap)) in held.iter().enumerate() {
+            if moving >= u64::from(max_moves) {
+                break;
+            }
+            if !all_movable(heap) {
+                continue;
+            }
+            let room: u64 = held
+                .iter()
+                .enumerate()
+                .filter(|&(j, _)| j != i && !taken[j])
+                .map(|(_, &(_, free, _))| u64::from(free))
+                .sum();
+            if moving + u64::from(used) > room {
+                break;
+            }
+            let tiles = (u64::from(max_moves) - moving).min(u64::from(used)) as u32;
+            taken[i] = true;
+            moving += u64::from(tiles);
+            sources.push((heap, tiles));
+            if tiles == used {
+                plan.heaps_emptied.push(HeapIndex(heap));
+            }
+        }
+        // Destinations: the heaps that stay, fullest first, their free tiles in order.
+        let mut stay: Vec<(u32, u32)> =
+            held.iter().zip(&taken).filter(|(_, &t)| !t).map(|(&(used, _, heap), _)| (used, heap)).collect();
+        stay.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        let mut holes = stay.iter().flat_map(|&(_, heap)| {
+            let h = self.heap_ref(heap);
+            (0..h.tiles)
+                .filter(move |&t| h.owner[t as usize] == FREE)
+                .map(move |t| PhysicalTile { heap: HeapIndex(heap), tile: t })
+        });
+        for (heap, tiles) in sources {
+            let h = self.heap_ref(heap);
+            let from = (0..h.tiles).filter(|&t| h.owner[t as usize] != FREE).take(tiles as usize);
+            for t in from {
+                let to = holes.next().expect("sources were sized to the holes");
+                let from = PhysicalTile { heap: HeapIndex(heap), tile: t };
+                plan.moves.push(TileMove { owner: ImageId(h.owner[t as usize]), from, to });
+            }
+        }
+        plan
+    }
+
+    /// Carries out `plan` in the accounting: each destination tile is allocated to the tile's
+    /// owner and each source tile freed. All checked first (every source allocated to the move's
+    /// owner, every destination free and named once, in live heaps): on error nothing changed.
+    pub fn apply_compaction(&mut self, plan: &CompactionPlan) -> Result<(), PoolError> {
+        let mut seen = std::collections::HashSet::new();
+        for m in &plan.moves {
+            for p in [m.from, m.to] {
+                let tiles = self.heap_tiles(p.heap).ok_or(PoolError::UnknownHeap(p.heap.0))?;
+                if p.tile >= tiles {
+                    return Err(PoolError::OutOfBounds {
+                        heap: p.heap.0,
+                        first: p.tile,
+                        end: u64::from(p.tile) + 1,
+                        tiles,
+                    });
+                }
+            }
+            if self.owner_of(m.from) != Some(m.owner) {
+                return Err(PoolError::NotAllocated { heap: m.from.heap.0, tile: m.from.tile });
+            }
+            if self.owner_of(m.to).is_some()
+                || !seen.insert(m.to)
+                || plan.moves.iter().any(|o| o.from == m.to)
+            {
+                return Err(PoolError::TileTaken { heap: m.to.heap.0, tile: m.to.tile });
+            }
+        }
+        for m in &plan.moves {
+            self.take_free_tile(m.to, m.owner.0);
+        }
+        for m in &plan.moves {
+            self.free(TileRun { heap: m.from.heap, first: m.from.tile, len: 1 }).expect("checked allocated");
+        }
+        Ok(())
+    }
+
+    /// Undoes [`apply_compaction`](Self::apply_compaction) of `plan` (a backend whose GPU work
+    /// failed after it applied the plan): the tiles go back to their sources.
+    pub fn revert_compaction(&mut self, plan: &CompactionPlan) -> Result<(), PoolError> {
+        let back = CompactionPlan {
+            moves: plan.moves.iter().map(|m| TileMove { owner: m.owner, from: m.to, to: m.from }).collect(),
+            heaps_emptied: Vec::new(),
+        };
+        self.apply_compaction(&back)
+    }
+
+    /// Allocates the free tile `tile` to `owner`, splitting the free run that holds it.
+    fn take_free_tile(&mut self, tile: PhysicalTile, owner: u32) {
+        let (heap, t) = (tile.heap.0, tile.tile);
+        let mut start = t;
+        while self.heap_ref(heap).run_len[start as usize] == 0 {
+            start -= 1;
+        }
+        let len = self.bin_remove(heap, start);
+        if t > start {
+            self.bin_insert(heap, start, t - start);
+        }
+        if start + len > t + 1 {
+            self.bin_insert(heap, t + 1, start + len - t - 1);
+        }
+        let h = self.heap_mut(heap);
+        h.owner[t as usize] = owner;
+        h.used += 1;
+        self.used += 1;
+        *self.owners.entry(owner).or_insert(0) += 1;
+    }
+
+    /// Releases those of `heaps` that are empty (a compaction's emptied heaps); returns them, so
+    /// the backend frees their memory. Other empty heaps stay (trimming them is
+    /// [`trim`](Self::trim)).
+    pub fn trim_heaps(&mut self, heaps: &[HeapIndex]) -> Vec<HeapIndex> {
+        let mut released = Vec::new();
+        for &heap in heaps {
+            if self.heaps.get(heap.0 as usize).and_then(Option::as_ref).is_some_and(|h| h.used == 0) {
+                self.bin_remove(heap.0, 0);
+                let tiles = self.heaps[heap.0 as usize].take().map_or(0, |h| h.tiles);
+                self.capacity -= u64::from(tiles);
+                released.push(heap);
             }
         }
         released

@@ -287,6 +287,35 @@ impl SparseResidency {
         Ok(out)
     }
 
+    /// Points resident tiles at the physical tiles a compaction moved them to (the pool's side is
+    /// [`TilePool::apply_compaction`]); returns the changes that bind them there. Residency and the
+    /// min-LOD map keep their meaning. All checked first (in range, resident, at the move's
+    /// source): on error nothing changed.
+    pub fn remap(
+        &mut self,
+        moves: &[(TileIndex, PhysicalTile, PhysicalTile)],
+    ) -> Result<ResidencyChanges, CommitError> {
+        let count = self.layout().tile_count();
+        for &(tile, from, _) in moves {
+            if tile.0 >= count {
+                return Err(PageTableError::TileOutOfRange { tile: tile.0, count }.into());
+            }
+            match self.table.get(tile) {
+                None => return Err(PageTableError::NotMapped { tile: tile.0 }.into()),
+                Some(current) if current != from => {
+                    return Err(PageTableError::AlreadyMapped { tile: tile.0, current }.into())
+                }
+                Some(_) => {}
+            }
+        }
+        let mut out = self.changes();
+        for &(tile, _, to) in moves {
+            self.table.remap(tile, to).expect("checked resident");
+            out.tiles.push(TileChange { tile, physical: Some(to) });
+        }
+        Ok(out)
+    }
+
     /// Releases every tile and tail (before destroying the image).
     pub fn release_all(&mut self, pool: &mut TilePool) -> Result<ResidencyChanges, CommitError> {
         self.check_pool(pool)?;

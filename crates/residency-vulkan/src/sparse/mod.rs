@@ -24,6 +24,7 @@
 
 pub mod backend;
 mod bind;
+mod compact;
 mod heaps;
 mod image;
 mod min_lod;
@@ -97,6 +98,12 @@ pub enum SparseError {
         /// The usage it lacks.
         usage: &'static str,
     },
+    /// The image has commits or releases queued that are not bound yet; flush them first.
+    #[error("`{name}` has binds queued; flush them before compacting its pool")]
+    PendingBinds {
+        /// The image.
+        name: String,
+    },
     /// The device has no sparse-binding queue.
     #[error("the device has no sparse-binding queue; use the software residency path")]
     NoSparseQueue,
@@ -125,6 +132,7 @@ pub enum SparseError {
 use bind::*;
 use heaps::*;
 
+pub use compact::CompactStats;
 pub use heaps::TileHeaps;
 pub(crate) use image::SparseImageGarbage;
 pub use image::{SparseImage, SparseUsage};

@@ -16,6 +16,7 @@ use crate::error::VulkanError;
 use crate::image::{Image, Layouts};
 use crate::memory::{BlockAllocation, BlockList, MappedPtr, MemoryError};
 use crate::pool::PoolShared;
+use crate::recording::Timestamps;
 use crate::resource_memory::ResourceMemory;
 use crate::retire::{Garbage, GpuUse, Life, Parent, FRAMES, SPARSE, UNIVERSAL};
 use ash::vk;
@@ -150,6 +151,8 @@ pub struct Defragmenter {
     commands: CommandContext,
     desc: DefragDesc,
     totals: DefragTotals,
+    /// Written before and after the copies of each pass (measurement only).
+    timestamps: Timestamps,
 }
 
 /// The heaps a buffer lives in: one memory type of the device's general allocator, or one arena
@@ -299,7 +302,15 @@ impl Defragmenter {
     /// A defragmenter for `device`, with its own command context for the copies.
     pub fn new(device: &Device, desc: DefragDesc) -> Result<Defragmenter, VulkanError> {
         let commands = CommandContext::new(device, "defragmenter")?;
-        Ok(Defragmenter { device: device.arc(), commands, desc, totals: DefragTotals::default() })
+        let timestamps = Timestamps::new(device, "defragmenter timestamps", 2)?;
+        Ok(Defragmenter { device: device.arc(), commands, desc, totals: DefragTotals::default(), timestamps })
+    }
+
+    /// GPU time of the last pass's copies in milliseconds (timestamps before and after them),
+    /// once its submission has completed; `None` before that, when no pass copied anything yet,
+    /// or when the queue has no timestamps.
+    pub fn last_copy_gpu_ms(&self) -> Option<f64> {
+        self.timestamps.elapsed_ms(0, 1)
     }
 
     /// Its budget per pass.
@@ -693,6 +704,9 @@ impl Defragmenter {
                 vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE | vk::AccessFlags2::HOST_READ,
             )];
         self.commands.submit(&waits, |rec| {
+            // Measurement only: a timestamp not written reads as `None`.
+            self.timestamps.cmd_reset(rec, 0..2).ok();
+            self.timestamps.cmd_write(rec, 0).ok();
             // The layouts the submission checks (the old image's at the start) and applies.
             for t in &images.transitions {
                 let (mips, layers) = (t.mip..t.mip + 1, t.layer..t.layer + 1);
@@ -743,6 +757,7 @@ impl Defragmenter {
                     .image_memory_barriers(&images.after);
                 device.raw().cmd_pipeline_barrier2(cmd, &last);
             }
+            self.timestamps.cmd_write(rec, 1).ok();
         })
     }
 

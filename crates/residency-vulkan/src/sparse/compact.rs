@@ -1,0 +1,384 @@
+//! Compaction of a sparse tile pool: resident tiles move out of sparsely used heaps into the
+//! holes of fuller ones (texels copied, the image's tile rebound on the sparse timeline), so the
+//! heaps moved out of go back to the device.
+
+use super::pool::SparsePoolShared;
+use super::*;
+use crate::buffer::BufferDesc;
+use crate::recording::Timestamps;
+use residency_core::tiles::{CompactionPlan, TileChange};
+use residency_core::usage::BufferUsage;
+use std::time::Duration;
+
+/// What one [`SparseTilePool::compact`] pass did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct CompactStats {
+    /// Tiles moved.
+    pub moves: u32,
+    /// Bytes of the tiles moved (`moves` × tile bytes); each went through two copies.
+    pub bytes_moved: u64,
+    /// Heaps the pass left empty.
+    pub heaps_emptied: u32,
+    /// Of those, heaps released: their memory is in the device's retire queue, freed once the GPU
+    /// work that may use it has completed.
+    pub heaps_released: u32,
+    /// The rebind's entries and wall time.
+    pub bind: BindStats,
+    /// GPU time of the two copies (image → staging, staging → image) from timestamps, in
+    /// milliseconds; `None` when the queue has no timestamps.
+    pub copy_gpu_ms: Option<f64>,
+    /// Wall time of the whole pass (planning, both copies with their host waits, the rebind).
+    #[serde(serialize_with = "micros")]
+    pub wall_time: Duration,
+    /// CPU time of planning and accounting alone (no GPU waits).
+    #[serde(serialize_with = "micros")]
+    pub plan_time: Duration,
+}
+
+fn micros<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(d.as_micros() as u64)
+}
+
+/// One image's part of a pass: (virtual tile, from, to, texel region, staging offset).
+struct ImageMoves {
+    index: usize,
+    tiles: Vec<(TileIndex, PhysicalTile, PhysicalTile, u32, u32, TexelRegion, u64)>,
+}
+
+impl SparseTilePool {
+    /// Moves resident tiles of `images` out of the least used heaps into free tiles of fuller
+    /// ones, at most `max_tiles` per pass, and releases the heaps that leaves empty (the core's
+    /// [`TilePool::plan_compaction`]). Call repeatedly until `moves` is 0.
+    ///
+    /// Each moved tile's texels are copied to a staging buffer (after every residency submission
+    /// before, the `waits` and the renderer's writes they stand for), the image's tile is rebound
+    /// to its new memory in one `vkQueueBindSparse` (after that copy, the `waits` and every
+    /// residency submission), and the texels are copied back into the tile (after the rebind, on
+    /// the GPU); the pass waits on the host for both copies, not for the rebind. Page tables change only in which physical tile a resident
+    /// tile names: residency and the min-LOD map keep their meaning. A released heap's memory is
+    /// freed through the device's retire queue after the rebind, and the old physical tiles are
+    /// reused only by binds after it.
+    ///
+    /// The staging buffer is device-local memory of the general allocator, the pass's tiles'
+    /// texels (at most `max_tiles` × tile bytes), released after the copy back.
+    ///
+    /// `waits` are the renderer's frames in flight that may still write or sample these images
+    /// (ends of their submissions, points of its timelines), as for
+    /// [`TileHeaps::bind_after`]; a frame count or another device's use is refused. Only tiles
+    /// of `images` move: a heap that also holds tiles of an image not given (or a mip tail's) is
+    /// never emptied.
+    ///
+    /// Refused with nothing changed: an image of another pool ([`CommitError::WrongPool`]), an
+    /// image with binds queued ([`SparseError::PendingBinds`]: flush first). On an error
+    /// (out of memory for the staging buffer, a failed submit or bind) every tile stays where it
+    /// was, page tables and GPU bindings included; only a failed undo after a failed copy back
+    /// (a lost device) leaves the tiles rebound, with the page tables saying so.
+    pub fn compact(
+        &self,
+        images: &mut [&mut SparseImage],
+        max_tiles: u32,
+        waits: &[GpuUse],
+    ) -> Result<CompactStats, SparseError> {
+        let started = Instant::now();
+        let shared = &*self.shared;
+        let device = &*shared.device;
+        for w in waits {
+            device.wait_info(w).map(drop)?;
+        }
+        for image in images.iter() {
+            if image.residency.pool() != shared.tile_pool || image.external.is_some() {
+                return Err(CommitError::WrongPool {
+                    pool: shared.name.clone(),
+                    given: shared.tile_pool,
+                    owner: image.residency.pool(),
+                }
+                .into());
+            }
+            if image.has_pending_binds() {
+                return Err(SparseError::PendingBinds { name: image.name.clone() });
+            }
+        }
+        let mut pool = shared.pool.lock().unwrap_or_else(|e| e.into_inner());
+        let mut heaps = shared.heaps.lock();
+        // Every heap that holds tiles has memory (as a flush makes sure): destinations are bound.
+        let all: Vec<HeapIndex> = pool.heap_indices().collect();
+        shared.heaps.ensure(&mut heaps, &pool, &all)?;
+        let mut at: HashMap<PhysicalTile, (usize, TileIndex)> = HashMap::new();
+        for (i, image) in images.iter().enumerate() {
+            at.extend(image.residency.page_table().mapped().map(|(t, p)| (p, (i, t))));
+        }
+        let plan = pool.plan_compaction(max_tiles, |p, _| at.contains_key(&p));
+        let mut stats = CompactStats::default();
+        if plan.moves.is_empty() {
+            stats.plan_time = started.elapsed();
+            stats.wall_time = stats.plan_time;
+            return Ok(stats);
+        }
+        // Per image, its moves with their texel regions and staging offsets.
+        let mut per_image: Vec<ImageMoves> = Vec::new();
+        let mut size = 0u64;
+        for m in &plan.moves {
+            let (index, tile) = at[&m.from];
+            let layout = images[index].residency.layout();
+            let coord = layout.tile_coord(tile).expect("mapped tiles are in the layout");
+            let region = layout.tile_region(coord).expect("a mapped tile has a region");
+            let bytes =
+                images[index].desc.format.region_bytes(region.extent[0], region.extent[1], region.extent[2]);
+            let entry = match per_image.iter_mut().find(|e| e.index == index) {
+                Some(e) => e,
+                None => {
+                    per_image.push(ImageMoves { index, tiles: Vec::new() });
+                    per_image.last_mut().expect("pushed")
+                }
+            };
+            entry.tiles.push((tile, m.from, m.to, coord.layer, coord.mip, region, size));
+            size += bytes.next_multiple_of(16);
+        }
+        stats.moves = plan.moves.len() as u32;
+        stats.bytes_moved = u64::from(stats.moves) * pool.tile_bytes();
+        let mut plan_time = started.elapsed();
+
+        let staging = device.create_buffer(
+            &BufferDesc::new(
+                format!("{} compaction staging", shared.name),
+                size,
+                BufferUsage::COPY_SRC | BufferUsage::COPY_DST,
+            )
+            .with_intent(residency_core::memory::MemoryIntent::DeviceLocal),
+        )?;
+        let timestamps = Timestamps::new(device, &format!("{} compaction timestamps", shared.name), 4)?;
+        let copies = |image: &SparseImage, moves: &ImageMoves| -> Vec<vk::BufferImageCopy> {
+            moves
+                .tiles
+                .iter()
+                .map(|&(_, _, _, layer, mip, region, offset)| {
+                    crate::upload::ImageRegion::new(image, mip, region.offset, region.extent)
+                        .with_layer(layer)
+                        .buffer_image_copy(offset)
+                })
+                .collect()
+        };
+        // 1. The tiles' texels to staging, after every write before (residency's and the waits').
+        let mut recorded = Ok(());
+        device.submit_once("tile compaction: copy out", |rec| {
+            for w in waits {
+                if let Err(e) = rec.wait_for(*w) {
+                    recorded = Err(e);
+                }
+            }
+            // Timestamps are measurement only: one not written reads as `None`.
+            timestamps.cmd_reset(rec, 0..4).ok();
+            timestamps.cmd_write(rec, 0).ok();
+            global_barrier(
+                rec,
+                (vk::PipelineStageFlags2::ALL_COMMANDS, vk::AccessFlags2::MEMORY_WRITE),
+                (
+                    vk::PipelineStageFlags2::COPY,
+                    vk::AccessFlags2::TRANSFER_READ | vk::AccessFlags2::TRANSFER_WRITE,
+                ),
+            );
+            for moves in &per_image {
+                let image = &*images[moves.index];
+                let regions = copies(image, moves);
+                // SAFETY: `rec` is recording on this device outside a render pass; the image (a
+                // sparse image in GENERAL for life) and the staging buffer are live and every
+                // region lies in both (a resident tile's texels; offsets laid out above).
+                unsafe {
+                    device.raw().cmd_copy_image_to_buffer(
+                        rec.raw(),
+                        image.raw,
+                        vk::ImageLayout::GENERAL,
+                        staging.raw(),
+                        &regions,
+                    )
+                };
+            }
+            timestamps.cmd_write(rec, 1).ok();
+        })?;
+        // The waits were checked above, so they were all recorded; a refusal would mean the copy
+        // ran without them, so it is reported (nothing else changed yet).
+        recorded?;
+
+        // 2. The accounting, then the rebind (undone if the rebind fails).
+        let accounted = Instant::now();
+        pool.apply_compaction(&plan).map_err(CommitError::from)?;
+        let mut changes: Vec<(usize, ResidencyChanges)> = Vec::with_capacity(per_image.len());
+        for moves in &per_image {
+            let remap: Vec<_> = moves.tiles.iter().map(|&(t, from, to, ..)| (t, from, to)).collect();
+            match images[moves.index].residency.remap(&remap) {
+                Ok(c) => changes.push((moves.index, c)),
+                Err(e) => {
+                    undo_accounting(&mut pool, images, &plan, &per_image[..changes.len()]);
+                    return Err(e.into());
+                }
+            }
+        }
+        plan_time += accounted.elapsed();
+        let mut bind_waits = waits.to_vec();
+        bind_waits.push(device.submitted_work());
+        let bound = rebind(shared, &heaps, images, &changes, &pool, &bind_waits);
+        let bind = match bound {
+            Ok(bind) => bind,
+            Err(e) => {
+                undo_accounting(&mut pool, images, &plan, &per_image);
+                return Err(e);
+            }
+        };
+        for (index, c) in &changes {
+            shared.heaps.record(&mut heaps, images[*index].key, c);
+        }
+        stats.bind = bind;
+
+        // 3. The texels back into the tiles, now bound to their new memory (the submission waits
+        // for the rebind, as every residency submission waits for the binds before it).
+        let copied_back = device.submit_once("tile compaction: copy in", |rec| {
+            timestamps.cmd_write(rec, 2).ok();
+            global_barrier(
+                rec,
+                (vk::PipelineStageFlags2::ALL_COMMANDS, vk::AccessFlags2::MEMORY_WRITE),
+                (
+                    vk::PipelineStageFlags2::COPY,
+                    vk::AccessFlags2::TRANSFER_READ | vk::AccessFlags2::TRANSFER_WRITE,
+                ),
+            );
+            for moves in &per_image {
+                let image = &*images[moves.index];
+                let regions = copies(image, moves);
+                // SAFETY: as the copy out, the other way: the same regions of the same live image
+                // and buffer.
+                unsafe {
+                    device.raw().cmd_copy_buffer_to_image(
+                        rec.raw(),
+                        staging.raw(),
+                        image.raw,
+                        vk::ImageLayout::GENERAL,
+                        &regions,
+                    )
+                };
+            }
+            // Every later command on the queue (the renderer's frames) sees the texels.
+            global_barrier(
+                rec,
+                (vk::PipelineStageFlags2::COPY, vk::AccessFlags2::TRANSFER_WRITE),
+                (
+                    vk::PipelineStageFlags2::ALL_COMMANDS,
+                    vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE,
+                ),
+            );
+            timestamps.cmd_write(rec, 3).ok();
+        });
+        if let Err(e) = copied_back {
+            // The old tiles still hold the texels (nothing was freed): bind them again.
+            let back: Vec<(usize, ResidencyChanges)> = changes
+                .iter()
+                .map(|(index, c)| {
+                    let tiles = per_image
+                        .iter()
+                        .find(|m| m.index == *index)
+                        .map(|m| {
+                            m.tiles
+                                .iter()
+                                .map(|&(tile, from, ..)| TileChange { tile, physical: Some(from) })
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    (
+                        *index,
+                        ResidencyChanges { tiles, tails: Vec::new(), heaps_added: Vec::new(), pool: c.pool },
+                    )
+                })
+                .collect();
+            let waits = [device.submitted_work()];
+            match rebind(shared, &heaps, images, &back, &pool, &waits) {
+                Ok(_) => {
+                    for (index, c) in &back {
+                        shared.heaps.record(&mut heaps, images[*index].key, c);
+                    }
+                    undo_accounting(&mut pool, images, &plan, &per_image);
+                }
+                Err(undo) => {
+                    tracing::error!(pool = %shared.name, error = %undo, "tile compaction: rebinding the old tiles after a failed copy failed; the tiles stay at their new places without their texels");
+                }
+            }
+            return Err(e.into());
+        }
+        stats.copy_gpu_ms = timestamps.elapsed_ms(0, 1).zip(timestamps.elapsed_ms(2, 3)).map(|(a, b)| a + b);
+
+        // 4. The emptied heaps go: their memory retires after the rebind and after every use
+        // declared on the moved images (frames that may sample the old bindings).
+        for moves in &per_image {
+            shared.heaps.pending.note(&images[moves.index].life.declared_uses());
+        }
+        let released = pool.trim_heaps(&plan.heaps_emptied);
+        shared.heaps.release(&mut heaps, &released);
+        stats.heaps_emptied = plan.heaps_emptied.len() as u32;
+        stats.heaps_released = released.len() as u32;
+        stats.plan_time = plan_time;
+        stats.wall_time = started.elapsed();
+        tracing::debug!(pool = %shared.name, moves = stats.moves, heaps = stats.heaps_released, "tile pool compacted");
+        Ok(stats)
+    }
+}
+
+/// One global memory barrier from `src` to `dst`.
+fn global_barrier(
+    rec: &mut crate::Recording<'_>,
+    src: (vk::PipelineStageFlags2, vk::AccessFlags2),
+    dst: (vk::PipelineStageFlags2, vk::AccessFlags2),
+) {
+    let barrier = [vk::MemoryBarrier2::default()
+        .src_stage_mask(src.0)
+        .src_access_mask(src.1)
+        .dst_stage_mask(dst.0)
+        .dst_access_mask(dst.1)];
+    // SAFETY: `rec` is recording on its device outside a render pass; the stages and accesses are
+    // core ones the universal queue supports and the barrier lives for the call.
+    unsafe {
+        rec.device()
+            .raw()
+            .cmd_pipeline_barrier2(rec.raw(), &vk::DependencyInfo::default().memory_barriers(&barrier))
+    };
+}
+
+/// Binds `changes` (per image index) in one `vkQueueBindSparse` after `waits`, on the sparse
+/// timeline; an error means nothing was submitted.
+fn rebind(
+    shared: &SparsePoolShared,
+    heaps: &HeapsState,
+    images: &[&mut SparseImage],
+    changes: &[(usize, ResidencyChanges)],
+    pool: &TilePool,
+    waits: &[GpuUse],
+) -> Result<BindStats, SparseError> {
+    let mut plans = Vec::with_capacity(changes.len());
+    for (index, c) in changes {
+        let image = &*images[*index];
+        plans.push((
+            image.raw,
+            aspect(image.desc.format),
+            plan_binds(image.residency.layout(), &c.tiles, &[], BindPlanOptions::default())?,
+        ));
+    }
+    // No host wait: the copy back waits for the bind on the GPU (every residency submission
+    // waits for the binds before it), and an error here means nothing was submitted.
+    let (stats, _) = submit_plans(&shared.device, &plans, heaps, pool.tile_bytes(), waits, false)?;
+    Ok(stats)
+}
+
+/// Puts the page tables of `done` and the pool back as they were before `plan`.
+fn undo_accounting(
+    pool: &mut TilePool,
+    images: &mut [&mut SparseImage],
+    plan: &CompactionPlan,
+    done: &[ImageMoves],
+) {
+    for moves in done {
+        let back: Vec<_> = moves.tiles.iter().map(|&(t, from, to, ..)| (t, to, from)).collect();
+        if let Err(e) = images[moves.index].residency.remap(&back) {
+            tracing::error!(image = %images[moves.index].name, error = %e, "undoing a compaction's page-table change");
+        }
+    }
+    if let Err(e) = pool.revert_compaction(plan) {
+        tracing::error!(error = %e, "undoing a compaction's pool change");
+    }
+}

@@ -1,0 +1,309 @@
+//! Compaction of a sparse tile pool on the device: resident tiles move out of half-used heaps into
+//! the holes of fuller ones, their texels copied and their tiles rebound; contents, residency and
+//! the min-LOD map are unchanged, emptied heaps' memory is freed, and a fault at any allocation,
+//! resource creation, submission or bind of a pass leaves every tile where it was.
+
+use residency_core::format::Format;
+use residency_core::tiles::{PhysicalTile, SparseImageDesc, TexelRegion, TileIndex, TilePoolDesc};
+use residency_vulkan::sparse::{SparseError, SparseImage, SparseTilePool};
+use residency_vulkan::testing::with_gpu;
+use residency_vulkan::{Device, FaultSite, InjectedFault, Uploader, VulkanError};
+use std::sync::Arc;
+
+const POOL: &str = "compaction tiles";
+const SIZE: u32 = 1024;
+
+struct Scene {
+    pool: SparseTilePool,
+    a: SparseImage,
+    b: SparseImage,
+}
+
+/// What must survive a compaction: per image, its resident tiles with their texels, the min-LOD
+/// map; and the physical tiles (which a compaction changes and a failed one must not).
+#[derive(Debug, PartialEq)]
+struct Snapshot {
+    tiles: Vec<Vec<(TileIndex, Vec<u8>)>>,
+    min_lod: Vec<Vec<u8>>,
+}
+
+fn physical(image: &SparseImage) -> Vec<(TileIndex, PhysicalTile)> {
+    image.residency().page_table().mapped().collect()
+}
+
+fn tile_origin(image: &SparseImage, x: u32, y: u32) -> TexelRegion {
+    let shape = image.layout().tile_shape();
+    TexelRegion { offset: [x * shape.width, y * shape.height, 0], extent: [1, 1, 1] }
+}
+
+/// Texels of tile (x, y) of an image: differ per image, tile and texel.
+fn pattern(seed: u8, x: u32, y: u32, bytes: usize) -> Vec<u8> {
+    (0..bytes).map(|i| (i as u32).wrapping_mul(31).wrapping_add(x * 7 + y * 13) as u8 ^ seed).collect()
+}
+
+/// Two images of 8 × 8 tiles in heaps of 8 tiles: A has 4 rows (heaps 0–3), B 2 rows (heaps 4,
+/// 5); then every other tile of A's rows 1–3 and of B's row 0 is released, so heaps 1–4 are half
+/// full: 32 tiles in 6 heaps where 4 would do.
+fn scene(device: &Arc<Device>) -> Scene {
+    let pool = SparseTilePool::new(
+        Arc::clone(device),
+        TilePoolDesc::default().with_name(POOL).with_tiles_per_heap(8),
+    )
+    .unwrap();
+    let desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, SIZE, SIZE).with_mip_levels(1);
+    let mut a = SparseImage::new(&pool, "compacted A", &desc, false).unwrap();
+    let mut b = SparseImage::new(&pool, "compacted B", &desc, false).unwrap();
+    let shape = a.layout().tile_shape();
+    let per_row = SIZE / shape.width;
+    for (image, rows) in [(&mut a, 4), (&mut b, 2)] {
+        for row in 0..rows {
+            let region = TexelRegion { offset: [0, row * shape.height, 0], extent: [SIZE, shape.height, 1] };
+            image.commit_region(&pool, 0, 0, region).unwrap();
+        }
+    }
+    pool.flush_binds(&mut [&mut a, &mut b]).unwrap();
+    let uploader = Uploader::new(device, "compaction upload", 4 << 20).unwrap();
+    let bytes = (shape.width * shape.height * 4) as usize;
+    for (seed, image, rows) in [(0x5a, &a, 4), (0xc3, &b, 2)] {
+        for y in 0..rows {
+            for x in 0..per_row {
+                let region = residency_vulkan::ImageRegion::new(
+                    image,
+                    0,
+                    [x * shape.width, y * shape.height, 0],
+                    [shape.width, shape.height, 1],
+                );
+                uploader.write_image(&region, &pattern(seed, x, y, bytes)).unwrap();
+            }
+        }
+    }
+    uploader.wait_idle().unwrap();
+    uploader.destroy().unwrap();
+    device.wait_idle().unwrap();
+    for (image, rows) in [(&mut a, 1..4), (&mut b, 0..1)] {
+        for y in rows {
+            for x in (1..per_row).step_by(2) {
+                image.release_region(&pool, 0, 0, tile_origin(image, x, y)).unwrap();
+            }
+        }
+    }
+    pool.flush_binds(&mut [&mut a, &mut b]).unwrap();
+    for image in [&mut a, &mut b] {
+        image.residency_mut().refresh_min_lod();
+    }
+    assert_eq!(pool.stats().heaps.len(), 6);
+    assert_eq!(pool.used_tiles(), 32);
+    Scene { pool, a, b }
+}
+
+/// Every resident tile's texels, read back in one region per image.
+fn snapshot(scene: &Scene) -> Snapshot {
+    let mut tiles = Vec::new();
+    let mut min_lod = Vec::new();
+    for image in [&scene.a, &scene.b] {
+        let shape = image.layout().tile_shape();
+        let rows = if std::ptr::eq(image, &scene.a) { 4 } else { 2 };
+        let all = image
+            .read_region(
+                0,
+                0,
+                TexelRegion { offset: [0; 3], extent: [SIZE, rows * shape.height, 1] },
+                64 << 20,
+            )
+            .unwrap();
+        let row_bytes = (SIZE * 4) as usize;
+        let mut resident = Vec::new();
+        for (tile, _) in image.residency().page_table().mapped() {
+            let c = image.layout().tile_coord(tile).unwrap();
+            let mut texels = Vec::new();
+            for y in 0..shape.height {
+                let start = (c.y * shape.height + y) as usize * row_bytes + (c.x * shape.width * 4) as usize;
+                texels.extend_from_slice(&all[start..start + (shape.width * 4) as usize]);
+            }
+            assert_eq!(texels, pattern(if rows == 4 { 0x5a } else { 0xc3 }, c.x, c.y, texels.len()));
+            resident.push((tile, texels));
+        }
+        tiles.push(resident);
+        min_lod.push(image.residency().page_table().min_lod_layer(0).to_vec());
+    }
+    Snapshot { tiles, min_lod }
+}
+
+fn heap_memories(device: &Device) -> usize {
+    device
+        .ledger()
+        .live_objects()
+        .iter()
+        .filter(|o| o.kind == "memory" && o.name.starts_with(&format!("{POOL} heap")))
+        .count()
+}
+
+fn teardown(mut scene: Scene, device: &Device) {
+    device.wait_idle().unwrap();
+    for image in [&mut scene.a, &mut scene.b] {
+        image.release_all(&scene.pool).unwrap();
+    }
+    scene.pool.flush_binds(&mut [&mut scene.a, &mut scene.b]).unwrap();
+    scene.pool.trim();
+    drop(scene);
+}
+
+#[test]
+fn compaction_moves_tiles_into_fuller_heaps_keeps_contents_and_residency_and_frees_heaps() {
+    with_gpu(|set| {
+        let device = Arc::clone(&set.devices()[0]);
+        let mut scene = scene(&device);
+        let before = snapshot(&scene);
+        let physical_before = [physical(&scene.a), physical(&scene.b)];
+        assert_eq!(heap_memories(&device), 6);
+
+        let stats = scene.pool.compact(&mut [&mut scene.a, &mut scene.b], u32::MAX, &[]).unwrap();
+        assert_eq!(stats.moves, 8, "{stats:?}");
+        assert_eq!(stats.bytes_moved, 8 << 16);
+        assert_eq!((stats.heaps_emptied, stats.heaps_released), (2, 2));
+        assert!(stats.bind.tiles_bound == 8 && stats.bind.tiles_unbound == 0, "{stats:?}");
+        scene.pool.check_invariants().unwrap();
+        assert_eq!(scene.pool.used_tiles(), 32);
+        assert_eq!(scene.pool.stats().heaps.len(), 4);
+        assert!(scene.pool.stats().heaps.iter().all(|h| h.free == 0), "every heap left is full");
+
+        // Residency and the min-LOD map mean what they meant: nothing to refresh, the same
+        // resident tiles, the same texels; only physical tiles changed.
+        for image in [&mut scene.a, &mut scene.b] {
+            assert!(image.residency_mut().refresh_min_lod().is_empty(), "no min-LOD entry changed");
+        }
+        assert_eq!(snapshot(&scene), before);
+        let physical_after = [physical(&scene.a), physical(&scene.b)];
+        let moved: usize = physical_before
+            .iter()
+            .zip(&physical_after)
+            .map(|(b, a)| b.iter().zip(a).filter(|(x, y)| x.0 == y.0 && x.1 != y.1).count())
+            .sum();
+        assert_eq!(moved, 8);
+
+        // The emptied heaps' memory is freed once the GPU is past the rebind.
+        device.wait_idle().unwrap();
+        assert_eq!(heap_memories(&device), 4);
+        let again = scene.pool.compact(&mut [&mut scene.a, &mut scene.b], u32::MAX, &[]).unwrap();
+        assert_eq!(again.moves, 0, "nothing left to gain");
+        teardown(scene, &device);
+    });
+}
+
+#[test]
+fn compaction_in_bounded_passes_and_its_refusals() {
+    with_gpu(|set| {
+        let device = Arc::clone(&set.devices()[0]);
+        let mut scene = scene(&device);
+        let before = snapshot(&scene);
+        // Only A given: B's heaps (4, 5) hold tiles that cannot move, so neither is emptied (their
+        // holes take A's tiles); A's heaps 3 and 2 go, in passes of 3 tiles.
+        let first = scene.pool.compact(&mut [&mut scene.a], 3, &[]).unwrap();
+        assert_eq!((first.moves, first.heaps_released), (3, 0));
+        let second = scene.pool.compact(&mut [&mut scene.a], 3, &[]).unwrap();
+        assert_eq!((second.moves, second.heaps_released), (3, 1), "{second:?}");
+        let third = scene.pool.compact(&mut [&mut scene.a], 3, &[]).unwrap();
+        assert_eq!(third.moves, 2, "{third:?}");
+        let mut released = first.heaps_released + second.heaps_released + third.heaps_released;
+        loop {
+            let next = scene.pool.compact(&mut [&mut scene.a], 3, &[]).unwrap();
+            if next.moves == 0 {
+                break;
+            }
+            released += next.heaps_released;
+        }
+        assert_eq!(released, 2);
+        let heaps: Vec<u32> = scene.pool.stats().heaps.iter().map(|h| h.heap.0).collect();
+        assert_eq!(heaps, vec![0, 1, 4, 5], "B's heaps stay");
+        scene.pool.check_invariants().unwrap();
+        assert_eq!(snapshot(&scene), before);
+
+        // An image with binds queued is refused, nothing changed.
+        scene.b.release_region(&scene.pool, 0, 0, tile_origin(&scene.b, 0, 1)).unwrap();
+        let (stats, table) = (scene.pool.stats(), physical(&scene.a));
+        let err = scene.pool.compact(&mut [&mut scene.a, &mut scene.b], u32::MAX, &[]).unwrap_err();
+        assert!(matches!(err, SparseError::PendingBinds { ref name } if name == "compacted B"), "{err}");
+        assert_eq!((scene.pool.stats(), physical(&scene.a)), (stats, table));
+        scene.pool.flush_binds(&mut [&mut scene.b]).unwrap();
+
+        // A wait on a frame count (no GPU event to wait for) or on another device's work is
+        // refused, nothing changed.
+        let (stats, table) = (scene.pool.stats(), physical(&scene.a));
+        let other_device = &set.devices()[1];
+        for wait in [device.frames_from_now(1), other_device.submitted_work()] {
+            let err = scene.pool.compact(&mut [&mut scene.a, &mut scene.b], u32::MAX, &[wait]).unwrap_err();
+            assert!(matches!(err, SparseError::Vulkan(_)), "{err}");
+        }
+        assert_eq!((scene.pool.stats(), physical(&scene.a)), (stats, table));
+        device.advance_frame();
+
+        // An image of another pool is refused.
+        let other =
+            SparseTilePool::new(Arc::clone(&device), TilePoolDesc::default().with_name("other")).unwrap();
+        let desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 256, 256).with_mip_levels(1);
+        let mut stranger = SparseImage::new(&other, "stranger", &desc, false).unwrap();
+        let err = scene.pool.compact(&mut [&mut stranger], u32::MAX, &[]).unwrap_err();
+        assert!(matches!(err, SparseError::Commit(_)), "{err}");
+        drop(stranger);
+        drop(other);
+        teardown(scene, &device);
+    });
+}
+
+#[test]
+fn a_fault_at_any_step_of_a_compaction_leaves_every_tile_where_it_was() {
+    with_gpu(|set| {
+        let device = Arc::clone(&set.devices()[0]);
+        let mut failed = Vec::new();
+        for site in [
+            FaultSite::CreateResource,
+            FaultSite::AllocateMemory,
+            FaultSite::QueueSubmit,
+            FaultSite::BindSparse,
+            FaultSite::Wait,
+        ] {
+            for skip in 0.. {
+                let mut scene = scene(&device);
+                let before = (snapshot(&scene), physical(&scene.a), physical(&scene.b), scene.pool.stats());
+                device.ledger().inject_fault(site, skip, InjectedFault::OutOfDeviceMemory);
+                let result = scene.pool.compact(&mut [&mut scene.a, &mut scene.b], u32::MAX, &[]);
+                device.ledger().clear_faults();
+                match result {
+                    Ok(stats) => {
+                        assert_eq!(stats.moves, 8);
+                        teardown(scene, &device);
+                        break;
+                    }
+                    Err(e) => {
+                        let oom = matches!(
+                            e,
+                            SparseError::Vulkan(VulkanError::OutOfDeviceMemory { .. })
+                                | SparseError::Memory(_)
+                        ) || e.to_string().contains("OUT_OF_DEVICE_MEMORY");
+                        assert!(oom, "{site:?} call {skip}: {e}");
+                        failed.push((site, skip));
+                        let after =
+                            (snapshot(&scene), physical(&scene.a), physical(&scene.b), scene.pool.stats());
+                        assert_eq!(after, before, "{site:?} call {skip}: {e}");
+                        scene.pool.check_invariants().unwrap();
+                        // Retried without the fault, the pass completes.
+                        let stats =
+                            scene.pool.compact(&mut [&mut scene.a, &mut scene.b], u32::MAX, &[]).unwrap();
+                        assert_eq!(stats.moves, 8);
+                        assert_eq!(snapshot(&scene), before.0);
+                        teardown(scene, &device);
+                    }
+                }
+            }
+        }
+        // The staging buffer's creation, both copies, the rebind and the waits failed at least
+        // once; a failed copy back (its submission or its wait) was undone by binding the old
+        // tiles again.
+        for site in
+            [FaultSite::CreateResource, FaultSite::QueueSubmit, FaultSite::BindSparse, FaultSite::Wait]
+        {
+            assert!(failed.iter().any(|f| f.0 == site), "{site:?} never failed: {failed:?}");
+        }
+        assert!(failed.iter().filter(|f| f.0 == FaultSite::QueueSubmit).count() >= 2, "{failed:?}");
+    });
+}
