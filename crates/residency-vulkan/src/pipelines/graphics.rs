@@ -997,7 +997,9 @@ impl GraphicsProgram {
         // device reports sparse residency for the format with it) of this device in the
         // pipeline's format covering `extent` (checked above); its image is in GENERAL for life
         // (transitioned at creation, never changed), and the recording holds it.
-        Ok(unsafe { self.record_pass(rec, target.raw(), vk::ImageLayout::GENERAL, extent, Some(clear), draw) })
+        Ok(unsafe {
+            self.record_pass(rec, target.raw(), vk::ImageLayout::GENERAL, extent, Some(clear), draw)
+        })
     }
 
     /// Records the render pass instance of [`GraphicsProgram::render`] into `view` in `layout`,
