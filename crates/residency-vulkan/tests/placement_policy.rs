@@ -122,8 +122,16 @@ fn tight_policy_packs_small_buffers_at_the_drivers_alignment() {
         let info = allocation_info(&**device, Placement::Placed, &descs, &mut Vec::new()).unwrap();
         let alignment = info.elements[0].alignment;
         assert!(alignment <= 256, "tight buffer alignment {alignment}");
+        // The engine's answer for a buffer of unknown usage is an upper bound; a vertex buffer is
+        // placed at its own requirement (the driver's, through the same engine), at most that.
+        let raw = own_buffer(device, vk::BufferUsageFlags::VERTEX_BUFFER);
+        // SAFETY: a live buffer of this device, destroyed right after the query.
+        let own = unsafe { device.raw().get_buffer_memory_requirements(raw) }.alignment;
+        // SAFETY: unused, never bound.
+        unsafe { device.raw().destroy_buffer(raw, None) };
+        assert!(own <= alignment, "the vertex buffer's own {own} within the engine's {alignment}");
         for b in &placed {
-            assert_eq!(b.memory().1 % alignment, 0, "{} at the engine's alignment {alignment}", b.name());
+            assert_eq!(b.memory().1 % own, 0, "{} at its own alignment {own}", b.name());
         }
         let offsets = offsets_in_one_heap(&placed);
         let span = offsets.iter().max().unwrap() - offsets.iter().min().unwrap();
