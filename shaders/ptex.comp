@@ -23,13 +23,18 @@ layout(push_constant) uniform Push {
 } pc;
 
 // Bilinear sample of `face` at face coordinates `uv` in the slice of `level`.
-vec4 faceLevel(uint face, vec2 uv, uint level) {
-    uint slot = pc.finestSlot >> level;
+vec4 faceLevel(uint face, vec2 uv, uint slice) {
+    uint slot = pc.finestSlot >> slice;
     uint perRow = pc.side / slot;
-    uint index = faces[face * 8u + 1u + level];
+    uint index = faces[face * 8u + 1u + slice];
     vec2 origin = vec2(float(index % perRow), float(index / perRow)) * float(slot);
     vec2 texel = origin + 1.0 + uv * float(slot - 2u);
-    return textureLod(slices, vec3(texel / float(pc.side), float(level)), 0.0);
+    // The layer as an exact integer from the slice's own index. Written as `float(level)` with a
+    // parameter named `level` (the caller's blended float level has that name too), the NVIDIA
+    // 580.159.04 driver sampled layer round(caller's level) for the first call: 6080 of 8640
+    // samples wrong on the H200, 0 on lavapipe (2026-12-01). This form samples the right layer
+    // on both.
+    return textureLod(slices, vec3(texel / float(pc.side), float(int(slice))), 0.0);
 }
 
 void main() {

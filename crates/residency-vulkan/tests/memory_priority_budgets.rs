@@ -121,7 +121,8 @@ fn heap_budgets_report_every_heap_and_follow_allocations_and_limits() {
         assert_eq!(capped.available, 1 << 20);
         // Over the cap: refused in that heap. A device with another memory type for the intent in
         // another heap (the H200's non-device-local fallback type) places it there instead.
-        let over = device.create_buffer(&BufferDesc::new("over the cap", 4 << 20, BufferUsage::STORAGE).committed());
+        let over =
+            device.create_buffer(&BufferDesc::new("over the cap", 4 << 20, BufferUsage::STORAGE).committed());
         match &over {
             Err(e) => assert!(matches!(e, MemoryError::OutOfBudget { .. }), "{e}"),
             Ok(_) => assert_eq!(

@@ -341,3 +341,45 @@ fn misuse_from_spirv_with_words_that_are_not_spirv_is_a_typed_error() {
         assert_eq!(live(device), before, "nothing was created");
     });
 }
+
+#[test]
+fn more_descriptor_sets_than_a_pool_holds_come_from_new_pools_and_are_released_with_them() {
+    use residency_core::memory::MemoryIntent;
+    use residency_core::usage::BufferUsage;
+    use residency_vulkan::compute::{Binding, ComputeProgram};
+    use residency_vulkan::{shaders, BufferDesc};
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let objects = device.ledger().live_objects().len();
+        {
+            // One set per pool: every set after the first needs a pool of its own (NVIDIA refuses
+            // a pool's max_sets + 1-th set; lavapipe does not count).
+            let program = ComputeProgram::new(device, "pool growth", &shaders::FILL, 1).unwrap();
+            let buffer = device
+                .create_buffer(
+                    &BufferDesc::new("pool growth out", 4096, BufferUsage::STORAGE)
+                        .with_intent(MemoryIntent::Readback),
+                )
+                .unwrap();
+            let sets: Vec<_> =
+                (0..5).map(|_| program.descriptor_set(&[Binding::Buffer(&buffer)]).unwrap()).collect();
+            let pools = device.ledger().live_objects().iter().filter(|o| o.kind == "descriptor pool").count();
+            assert!(pools >= 5, "five pools of one set: {pools}");
+            // Each set works: a dispatch with the last one.
+            let push: Vec<u8> = [16u32, 7].iter().flat_map(|v| v.to_le_bytes()).collect();
+            device
+                .submit_compute("pool growth", |rec| {
+                    program.dispatch(rec, &sets[4], &push, [1, 1, 1]).unwrap();
+                })
+                .unwrap();
+            drop(sets);
+        }
+        device.wait_submitted().unwrap();
+        let live = device.ledger().live_objects();
+        assert!(
+            !live.iter().any(|o| o.name.starts_with("pool growth")),
+            "the program, its pools and the buffer are gone: {live:?}"
+        );
+        assert!(live.len() <= objects + 1, "{live:?}");
+    });
+}

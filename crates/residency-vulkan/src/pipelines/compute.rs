@@ -284,8 +284,9 @@ pub(crate) fn check_interface(
 
 impl ComputeProgram {
     /// Creates the program `name` of a shipped compute `shader` (its bindings in set 0 and its
-    /// push-constant bytes), with room for `max_sets` descriptor sets (at least 1). A shader of
-    /// another stage, or a workgroup size over the device's limits, is refused with nothing
+    /// push-constant bytes), with descriptor pools of `max_sets` sets (at least 1; another pool of
+    /// that size is made whenever one is used up). A shader of another stage, or a workgroup size
+    /// over the device's limits, is refused with nothing
     /// created.
     pub fn new(
         device: &Device,
@@ -310,7 +311,8 @@ impl ComputeProgram {
 
     /// Creates a program from the renderer's own SPIR-V with bindings `0..kinds.len()` in set 0,
     /// `push_constant_bytes` of push constants (a multiple of 4, at most the device's
-    /// `maxPushConstantsSize`), and room for `max_sets` descriptor sets (at least 1).
+    /// `maxPushConstantsSize`), and descriptor pools of `max_sets` sets (at least 1; another is
+    /// made whenever one is used up).
     ///
     /// What the reflection can see is refused with a [`ProgramError`] before any Vulkan call:
     /// words that are not SPIR-V, no `GLCompute` entry point `main`, a descriptor that is not

@@ -203,7 +203,7 @@ pub enum BindingError {
         /// What is wrong.
         reason: String,
     },
-    /// Allocating the set failed (its pool is exhausted: `max_sets` of the program).
+    /// Allocating the set (or a new descriptor pool when the current one is used up) failed.
     #[error(transparent)]
     Vulkan(#[from] VulkanError),
 }
@@ -287,8 +287,26 @@ pub(crate) struct ProgramLayout {
     push_stages: vk::ShaderStageFlags,
     pub(crate) layout: vk::PipelineLayout,
     set_layout: vk::DescriptorSetLayout,
-    /// The descriptor pool, locked for each allocation (a pool is externally synchronised).
-    pool: Mutex<vk::DescriptorPool>,
+    /// The descriptor pools, locked for each allocation (a pool is externally synchronised).
+    pool: Mutex<Pools>,
+}
+
+/// A program's descriptor pools: the first (released with the program), and more of the same
+/// size made when one runs out — drivers differ in whether a pool refuses its `max_sets + 1`-th
+/// set (NVIDIA does, lavapipe does not), so residency counts and grows rather than rely on it.
+#[derive(Debug)]
+struct Pools {
+    /// The pool sets come from now.
+    current: vk::DescriptorPool,
+    /// Its life when it is an extra pool (a child of the program's life), held by every set made
+    /// from it; `None` for the program's own first pool.
+    current_life: Option<Arc<Life>>,
+    /// Sets made from `current`.
+    used: u32,
+    max_sets: u32,
+    sizes: Vec<vk::DescriptorPoolSize>,
+    /// Extra pools made so far (for their names).
+    extra: u32,
 }
 
 impl ProgramLayout {
@@ -296,6 +314,25 @@ impl ProgramLayout {
     /// declared size.
     pub(crate) fn push_fits(&self, push_constants: &[u8]) -> bool {
         push_constants.len() % 4 == 0 && push_constants.len() <= self.push_constant_bytes as usize
+    }
+
+    /// Makes a new pool of the first one's size the current one; the old one stays (its sets
+    /// live on) and goes with the program, or with its own life for an extra pool.
+    fn grow(&self, device: &Device, pools: &mut Pools) -> Result<(), VulkanError> {
+        let info = vk::DescriptorPoolCreateInfo::default().max_sets(pools.max_sets).pool_sizes(&pools.sizes);
+        // SAFETY: valid device and create info (the sizes and count the first pool was made with).
+        let raw =
+            unsafe { device.raw().create_descriptor_pool(&info, None) }.during("vkCreateDescriptorPool")?;
+        pools.extra += 1;
+        let name = format!("{} descriptors {}", self.name, pools.extra + 1);
+        device.set_name(raw, &name);
+        let id = device.ledger().track("descriptor pool", name);
+        let parent: Arc<dyn crate::retire::Parent> = Arc::clone(&self.life) as Arc<dyn crate::retire::Parent>;
+        let life = Life::new(device.arc(), Garbage::DescriptorPool { raw, id }, Some(parent));
+        pools.current = raw;
+        pools.current_life = Some(life);
+        pools.used = 0;
+        Ok(())
     }
 
     /// Records binding `set` at set 0 of `bind_point`. The callers refuse a recording of another
@@ -546,13 +583,38 @@ impl ProgramLayout {
             })
             .collect();
         let layouts = [self.set_layout];
-        let set = {
-            let pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
-            let info = vk::DescriptorSetAllocateInfo::default().descriptor_pool(*pool).set_layouts(&layouts);
-            // SAFETY: pool and layout belong to this device; the pool is externally synchronised
-            // by its lock.
-            unsafe { device.raw().allocate_descriptor_sets(&info) }.during("vkAllocateDescriptorSets")?[0]
+        let (set, pool_life) = {
+            let mut pools = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+            let mut grown = false;
+            loop {
+                if pools.used >= pools.max_sets {
+                    self.grow(device, &mut pools)?;
+                    grown = true;
+                }
+                let info = vk::DescriptorSetAllocateInfo::default()
+                    .descriptor_pool(pools.current)
+                    .set_layouts(&layouts);
+                // SAFETY: pool and layout belong to this device; the pool is externally
+                // synchronised by its lock.
+                match unsafe { device.raw().allocate_descriptor_sets(&info) } {
+                    Ok(sets) => {
+                        pools.used += 1;
+                        break (sets[0], pools.current_life.clone());
+                    }
+                    // The driver's own accounting ran out first: once more from a fresh pool.
+                    Err(vk::Result::ERROR_OUT_OF_POOL_MEMORY | vk::Result::ERROR_FRAGMENTED_POOL)
+                        if !grown =>
+                    {
+                        pools.used = pools.max_sets;
+                    }
+                    Err(r) => return Err(VulkanError::from_vk("vkAllocateDescriptorSets", r).into()),
+                }
+            }
         };
+        if let Some(pool_life) = pool_life {
+            // Held by every command that uses the set (as the bound resources are).
+            bound.push(pool_life);
+        }
         let writes: Vec<_> = bindings
             .iter()
             .enumerate()
@@ -602,6 +664,9 @@ pub(crate) struct Created<'a> {
     /// The pipeline layout, for the pipeline's create info.
     pub(crate) layout: vk::PipelineLayout,
     pool: vk::DescriptorPool,
+    /// The pool's set count and sizes (extra pools are made alike).
+    max_sets: u32,
+    sizes: Vec<vk::DescriptorPoolSize>,
     /// The pipeline, once the caller created it.
     pub(crate) pipeline: vk::Pipeline,
 }
@@ -628,6 +693,8 @@ impl<'a> Created<'a> {
             set_layout: vk::DescriptorSetLayout::null(),
             layout: vk::PipelineLayout::null(),
             pool: vk::DescriptorPool::null(),
+            max_sets: max_sets.max(1),
+            sizes: Vec::new(),
             pipeline: vk::Pipeline::null(),
         };
         let bindings: Vec<_> = kinds
@@ -674,6 +741,7 @@ impl<'a> Created<'a> {
                 vk::DescriptorPoolCreateInfo::default().max_sets(max_sets.max(1)).pool_sizes(&sizes);
             created.pool = raw.create_descriptor_pool(&pool_info, None).during("vkCreateDescriptorPool")?;
         }
+        created.sizes = sizes;
         Ok(created)
     }
 
@@ -714,7 +782,14 @@ impl<'a> Created<'a> {
             push_stages: self.push_stages,
             layout,
             set_layout,
-            pool: Mutex::new(pool),
+            pool: Mutex::new(Pools {
+                current: pool,
+                current_life: None,
+                used: 0,
+                max_sets: self.max_sets,
+                sizes: std::mem::take(&mut self.sizes),
+                extra: 0,
+            }),
         };
         (program, pipeline)
     }
