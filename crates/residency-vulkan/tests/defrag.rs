@@ -63,14 +63,25 @@ fn fragmented(
     device: &Device,
     keep: usize,
 ) -> (Vec<(usize, Buffer)>, vk::DeviceMemory, Vec<vk::DeviceMemory>) {
-    let mut all: Vec<(usize, Buffer)> = Vec::new();
-    for i in 0..400 {
-        // Every third buffer lacks the copy usages: the pass copies through aliases then.
-        let usage = if i % 3 == 0 {
+    // Every third buffer lacks the copy usages: the pass copies through aliases then.
+    fragmented_with(device, keep, |i| {
+        if i % 3 == 0 {
             BufferUsage::STORAGE
         } else {
             BufferUsage::STORAGE | BufferUsage::COPY_SRC | BufferUsage::COPY_DST
-        };
+        }
+    })
+}
+
+/// [`fragmented`] with buffer `i` of usage `usage(i)`.
+fn fragmented_with(
+    device: &Device,
+    keep: usize,
+    usage: impl Fn(usize) -> BufferUsage,
+) -> (Vec<(usize, Buffer)>, vk::DeviceMemory, Vec<vk::DeviceMemory>) {
+    let mut all: Vec<(usize, Buffer)> = Vec::new();
+    for i in 0..400 {
+        let usage = usage(i);
         let desc =
             BufferDesc::new(format!("defrag buffer {i}"), MIB, usage).with_intent(MemoryIntent::Upload);
         let mut b = device.create_buffer(&desc).unwrap();
@@ -202,6 +213,126 @@ fn a_moved_buffer_is_used_by_the_next_copy_and_dispatch() {
             "the dispatch wrote the new buffer"
         );
         drop((set0, program, target, commands, buffers));
+    });
+}
+
+/// A full-screen quad for `shaders::QUADS_VERT` (xy, rgba per vertex) of one colour.
+fn quad(colour: [f32; 4]) -> Vec<u8> {
+    [(-1.0f32, -1.0f32), (1.0, -1.0), (1.0, 1.0), (-1.0, -1.0), (1.0, 1.0), (-1.0, 1.0)]
+        .iter()
+        .flat_map(|&(x, y)| [x, y, colour[0], colour[1], colour[2], colour[3]])
+        .flat_map(f32::to_le_bytes)
+        .collect()
+}
+
+#[test]
+fn a_moved_vertex_buffer_is_drawn_in_the_next_frame() {
+    use residency_core::sync::{Region, TrackerOptions, Use};
+    use residency_vulkan::graphics::{GraphicsProgram, VertexAttribute};
+    use residency_vulkan::tracking::ResourceTracker;
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let usage =
+            BufferUsage::VERTEX | BufferUsage::STORAGE | BufferUsage::COPY_SRC | BufferUsage::COPY_DST;
+        let (mut buffers, full, thinned) = fragmented_with(device, 2, |_| usage);
+        // Each buffer of the heaps to be emptied holds a quad of its own colour.
+        let colour = |i: usize| [(i % 7) as f32 / 8.0, (i % 5) as f32 / 6.0, 0.5, 1.0];
+        for (i, b) in buffers.iter_mut() {
+            if thinned.contains(&b.memory().0) {
+                b.write(0, &quad(colour(*i))).unwrap();
+            }
+        }
+        let before: Vec<Place> = buffers.iter().map(|(_, b)| place(b)).collect();
+        let mut defrag = Defragmenter::new(device, DefragDesc::default()).unwrap();
+        let mut handed: Vec<&mut Buffer> = buffers.iter_mut().map(|(_, b)| b).collect();
+        let stats = defrag.pass(&mut handed).unwrap();
+        assert!(stats.moves > 0, "the pass moved buffers");
+        // A buffer that moved: a new VkBuffer in the fullest heap.
+        let k = (0..buffers.len()).find(|&k| thinned.contains(&before[k].1)).unwrap();
+        let (i, vertices) = &buffers[k];
+        assert_ne!(vertices.raw(), before[k].0, "a new VkBuffer");
+        assert_eq!(vertices.memory().0, full, "in the fullest heap");
+        // The next frame draws it.
+        let program = GraphicsProgram::new(
+            device,
+            "defrag quad",
+            &shaders::QUADS_VERT,
+            &shaders::QUADS_FRAG,
+            24,
+            &[
+                VertexAttribute { location: 0, format: vk::Format::R32G32_SFLOAT, offset: 0 },
+                VertexAttribute { location: 1, format: vk::Format::R32G32B32A32_SFLOAT, offset: 8 },
+            ],
+            vk::Format::R8G8B8A8_UNORM,
+            0,
+        )
+        .unwrap();
+        let side = 16u32;
+        let target_usage = ImageUsage::COLOR_ATTACHMENT | ImageUsage::COPY_SRC;
+        let image = device
+            .create_image(&ImageDesc::new_2d(
+                "defrag target",
+                Format::R8G8B8A8Unorm,
+                side,
+                side,
+                target_usage,
+            ))
+            .unwrap();
+        let view = device.create_image_view(&image, 0..1).unwrap();
+        let pixels = device
+            .create_buffer(
+                &BufferDesc::new("defrag pixels", u64::from(side * side * 4), BufferUsage::COPY_DST)
+                    .with_intent(MemoryIntent::Readback),
+            )
+            .unwrap();
+        let mut tracker = ResourceTracker::new(TrackerOptions::default());
+        let image_id = tracker.track_image(&image, vk::ImageLayout::UNDEFINED).unwrap();
+        let pixels_id = tracker.track_buffer(&pixels).unwrap();
+        let (index, family) = (device.index(), device.universal_queue().family());
+        let commands = CommandContext::new(device, "defrag draw").unwrap();
+        let frame = commands
+            .submit(&[], |rec| {
+                let mut batch = tracker.batch(index, family);
+                batch.declare_discard(image_id, Region::Whole, Use::ColorAttachmentWrite).unwrap();
+                let flush = batch.flush();
+                tracker.record(rec, &flush.barriers).unwrap();
+                program
+                    .render(rec, &view, [side; 2], [0.0; 4], |pass| {
+                        pass.bind_vertex_buffer(vertices, 0).unwrap();
+                        pass.draw(6, 1).unwrap();
+                    })
+                    .unwrap();
+                let mut batch = tracker.batch(index, family);
+                batch
+                    .declare(image_id, Region::Whole, Use::TransferSrc)
+                    .unwrap()
+                    .declare(pixels_id, Region::Whole, Use::TransferDst)
+                    .unwrap();
+                let flush = batch.flush();
+                tracker.record(rec, &flush.barriers).unwrap();
+                rec.copy_image_to_buffer(&image, vk::ImageLayout::TRANSFER_SRC_OPTIMAL, &pixels).unwrap();
+                let mut batch = tracker.batch(index, family);
+                batch.declare(pixels_id, Region::Whole, Use::HostRead).unwrap();
+                let flush = batch.flush();
+                tracker.record(rec, &flush.barriers).unwrap();
+            })
+            .unwrap();
+        commands.wait(frame).unwrap();
+        let mut out = vec![0u8; (side * side * 4) as usize];
+        pixels.read(0, &mut out).unwrap();
+        let want = colour(*i).map(|c| (c * 255.0).round() as i32);
+        for px in out.chunks_exact(4) {
+            for c in 0..4 {
+                assert!(
+                    (i32::from(px[c]) - want[c]).abs() <= 1,
+                    "the moved buffer's quad: {px:?} vs {want:?}"
+                );
+            }
+        }
+        for id in [image_id, pixels_id] {
+            tracker.untrack(index, id).unwrap();
+        }
+        drop((program, view, image, pixels, commands, buffers));
     });
 }
 
