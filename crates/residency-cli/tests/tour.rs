@@ -72,6 +72,23 @@ fn the_tour_runs_and_its_report_renders_with_heap_map_and_plots() {
         serde_json::from_str(&std::fs::read_to_string(dir.join("tour.json")).unwrap()).unwrap();
     assert_eq!(json["validation_problems"], 0);
     assert_eq!(json["sections"].as_array().unwrap().len(), 6);
+    // The placement step created its small classes on the device under both policies: the real
+    // offsets span what the engine computed (within 2 %), and tight spans less than legacy.
+    let placed = json["sections"][1]["figures"]["placed"].as_array().unwrap();
+    assert_eq!(placed.len(), 3, "{placed:?}");
+    for class in placed {
+        let (legacy, tight) = (class["legacy_span"].as_u64().unwrap(), class["tight_span"].as_u64().unwrap());
+        let (engine_legacy, engine_tight) =
+            (class["engine_legacy"].as_u64().unwrap(), class["engine_tight"].as_u64().unwrap());
+        assert!(tight < legacy, "{class}");
+        for (real, engine) in [(legacy, engine_legacy), (tight, engine_tight)] {
+            let ratio = real as f64 / engine as f64;
+            assert!(
+                (0.98..=1.02).contains(&ratio),
+                "the allocator's real span against the engine's: {class}"
+            );
+        }
+    }
     let streaming = &json["sections"][4];
     assert_eq!(streaming["title"], "Streaming from shader feedback");
     assert!(streaming["figures"]["psnr_db_min"].as_f64().unwrap() >= 40.0, "{streaming}");

@@ -12,6 +12,7 @@ use residency::core::report::{format_bytes, to_svg_with, SvgOptions};
 use residency::core::tiles::{
     plan_binds, BindPlanOptions, Coalesce, SparseImageDesc, TexelRegion, TilePoolDesc,
 };
+use residency::core::usage::ImageUsage;
 use residency::core::usage::{BufferPoolUsage, BufferUsage};
 use residency::vulkan::ash::vk;
 use residency::vulkan::compute::{Binding, ComputeProgram};
@@ -20,8 +21,8 @@ use residency::vulkan::multi_work::{BufferView, CopyItem, MultiSubmitter, WorkIt
 use residency::vulkan::shaders;
 use residency::vulkan::sparse::{MinLodMap, SparseImage, SparseTilePool};
 use residency::vulkan::{
-    BufferDesc, BufferInit, BufferPool, BufferPoolDesc, Device, DeviceSet, Filter, ImageRegion,
-    ReportSources, Uploader,
+    BufferDesc, BufferInit, BufferPool, BufferPoolDesc, Device, DeviceSet, Filter, ImageDesc, ImageRegion,
+    PlacementPolicy, ReportSources, Uploader,
 };
 use serde_json::json;
 use std::sync::Arc;
@@ -106,6 +107,29 @@ pub fn placement(set: &DeviceSet) -> anyhow::Result<Section> {
         format_bytes(legacy_total - tight_total),
         100.0 * (legacy_total - tight_total) as f64 / legacy_total as f64
     ));
+    // What the allocator really did: the small classes created on the device under each policy,
+    // their real offsets in the general allocator's heaps.
+    let mut live = Vec::new();
+    for class in classes.iter().filter(|c| LIVE_CLASSES.contains(&c.name)) {
+        let legacy = place_for_real(device, class, PlacementPolicy::Legacy).with_context(|| class.name)?;
+        let tight = place_for_real(device, class, PlacementPolicy::Tight).with_context(|| class.name)?;
+        let engine = rows.iter().find(|r| r.0 == class.name).map(|r| (r.3, r.4)).unwrap_or_default();
+        lines.push(format!(
+            "{:<20} placed on the device: legacy spans {:>10} (engine {:>10}), tight {:>10} (engine {:>10}); every offset a multiple of {} B legacy, {} B tight",
+            class.name,
+            format_bytes(legacy.span),
+            format_bytes(engine.0),
+            format_bytes(tight.span),
+            format_bytes(engine.1),
+            legacy.max_alignment,
+            tight.max_alignment
+        ));
+        live.push(json!({"class": class.name, "count": class.descs.len(),
+            "legacy_span": legacy.span, "tight_span": tight.span,
+            "legacy_max_alignment": legacy.max_alignment, "tight_max_alignment": tight.max_alignment,
+            "engine_legacy": engine.0, "engine_tight": engine.1}));
+    }
+    let live_ok = live.iter().all(|l| l["tight_span"].as_u64() < l["legacy_span"].as_u64());
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
     let names: Vec<&str> = rows.iter().map(|r| r.0).collect();
     let chart = bar_chart(
@@ -121,15 +145,83 @@ pub fn placement(set: &DeviceSet) -> anyhow::Result<Section> {
         ],
     );
     let figures = json!({"legacy_bytes": legacy_total, "tight_bytes": tight_total,
-        "classes": rows.iter().map(|r| json!({"class": r.0, "count": r.1, "requested": r.2, "legacy": r.3, "tight": r.4})).collect::<Vec<_>>()});
+        "classes": rows.iter().map(|r| json!({"class": r.0, "count": r.1, "requested": r.2, "legacy": r.3, "tight": r.4})).collect::<Vec<_>>(),
+        "placed": live});
     Ok(Section {
         title: "Tight vs legacy placement".into(),
         lines,
         svgs: vec![chart],
         figures,
-        ok: tight_total < legacy_total,
+        ok: tight_total < legacy_total && live_ok,
         ..Section::default()
     })
+}
+
+/// The scene's classes small enough to create for real in the tour (thousands of small buffers
+/// and textures: where the policy matters most).
+const LIVE_CLASSES: [&str; 3] = ["small textures", "constant buffers", "structured buffers"];
+
+/// What the general allocator did with a class.
+struct Placed {
+    /// Bytes from the first resource's offset to the last one's end, summed over the heaps used.
+    span: u64,
+    /// The largest power of two dividing every offset (the coarsest alignment seen).
+    max_alignment: u64,
+}
+
+/// Creates a class's resources with `policy` on `device` (placed in the general allocator's
+/// heaps, as `create_buffer` / `create_image` place them), reads their real offsets, releases
+/// them, and restores the device's policy.
+fn place_for_real(
+    device: &Device,
+    class: &super::scene::Class,
+    policy: PlacementPolicy,
+) -> anyhow::Result<Placed> {
+    let previous = device.placement_policy();
+    device.set_placement_policy(policy);
+    let placed = (|| -> anyhow::Result<Placed> {
+        let mut places: Vec<(vk::DeviceMemory, u64, u64)> = Vec::new();
+        let (mut buffers, mut images) = (Vec::new(), Vec::new());
+        for (i, d) in class.descs.iter().enumerate() {
+            let name = format!("tour {} {i}", class.name);
+            if d.dimension == residency::core::placement::ResourceDimension::Buffer {
+                let usage = if class.name == "constant buffers" {
+                    BufferUsage::UNIFORM
+                } else {
+                    BufferUsage::STORAGE
+                };
+                let b = device
+                    .create_buffer(&BufferDesc::new(name, d.width, usage).with_alignment(d.alignment))?;
+                let (memory, offset) = b.memory();
+                places.push((memory, offset, offset + b.size()));
+                buffers.push(b);
+            } else {
+                let mips = if d.mip_levels == 0 { d.full_mip_chain() } else { d.mip_levels };
+                let desc = ImageDesc::new_2d(name, d.format, d.width as u32, d.height, ImageUsage::SAMPLED)
+                    .with_mip_levels(mips);
+                let image = device.create_image(&desc)?;
+                let (memory, offset) = image.memory();
+                places.push((memory, offset, offset + image.size()));
+                images.push(image);
+            }
+        }
+        let mut spans: std::collections::HashMap<vk::DeviceMemory, (u64, u64)> = Default::default();
+        for &(memory, start, end) in &places {
+            let span = spans.entry(memory).or_insert((start, end));
+            *span = (span.0.min(start), span.1.max(end));
+        }
+        let span = spans.values().map(|(a, b)| b - a).sum();
+        let max_alignment = places
+            .iter()
+            .map(|&(_, start, _)| if start == 0 { 1 << 40 } else { 1u64 << start.trailing_zeros() })
+            .min()
+            .unwrap_or(1);
+        drop((buffers, images));
+        device.wait_submitted()?;
+        Ok(Placed { span, max_alignment })
+    })();
+    device.set_placement_policy(previous);
+    placed
 }
 
 /// Step 3: buffers of different usages placed side by side on one pool page, each its own VkBuffer.
