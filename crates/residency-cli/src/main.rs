@@ -6,6 +6,7 @@ mod alloc_info;
 mod dump;
 mod info;
 mod ktx2;
+mod live_place;
 mod stream;
 mod tour;
 mod vt;

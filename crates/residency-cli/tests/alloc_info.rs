@@ -98,3 +98,35 @@ fn the_live_device_answers_tight_buffers_at_their_width() {
     assert_eq!(out["elements"][0]["size"], 256);
     assert!(out["alignment"].as_u64().unwrap() <= 256);
 }
+
+#[test]
+fn place_creates_the_resources_on_the_device_where_the_engine_said() {
+    let tight_buffer = r#"{"dimension":"buffer","width":100,"flags":["use_tight_alignment"]}"#;
+    let legacy_buffer = r#"{"dimension":"buffer","width":100}"#;
+    let texture = r#"{"dimension":"texture2d","width":64,"height":64,"format":"r8g8b8a8_unorm","mip_levels":1,"flags":["use_tight_alignment"]}"#;
+    let input = format!(
+        r#"{{"placement":"placed","descs":[{tight_buffer},{tight_buffer},{texture},{legacy_buffer}]}}"#
+    );
+    let (code, out, err) = alloc_info(&["--place"], &input);
+    if code == 1 {
+        assert!(std::env::var("RESIDENCY_REQUIRE_GPU").as_deref() != Ok("1"), "no device: {err}");
+        eprintln!("\n**** SKIPPED: no Vulkan device ({err}) ****\n");
+        return;
+    }
+    assert_eq!(code, 0, "{err} {out}");
+    let elements = out["elements"].as_array().unwrap();
+    let placed = out["placed"].as_array().unwrap();
+    assert_eq!(placed.len(), 4, "{out}");
+    for (e, p) in elements.iter().zip(placed) {
+        let (alignment, offset) = (e["alignment"].as_u64().unwrap(), p["offset"].as_u64().unwrap());
+        assert_eq!(offset % alignment, 0, "the allocator honours the engine's alignment: {out}");
+        assert!(p["size"].as_u64().unwrap() >= 100);
+    }
+    // The legacy buffer sits at 64 KiB, the tight ones at far less.
+    assert_eq!(placed[3]["offset"].as_u64().unwrap() % (64 << 10), 0, "{out}");
+    assert!(elements[0]["alignment"].as_u64().unwrap() <= 256, "{out}");
+    // Bad input is the engine's typed error, nothing created.
+    let (code, out, _) =
+        alloc_info(&["--place"], r#"{"placement":"placed","descs":[{"dimension":"buffer","width":0}]}"#);
+    assert_eq!(code, 2, "{out}");
+}

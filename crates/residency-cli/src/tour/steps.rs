@@ -12,7 +12,6 @@ use residency::core::report::{format_bytes, to_svg_with, SvgOptions};
 use residency::core::tiles::{
     plan_binds, BindPlanOptions, Coalesce, SparseImageDesc, TexelRegion, TilePoolDesc,
 };
-use residency::core::usage::ImageUsage;
 use residency::core::usage::{BufferPoolUsage, BufferUsage};
 use residency::vulkan::ash::vk;
 use residency::vulkan::compute::{Binding, ComputeProgram};
@@ -21,7 +20,7 @@ use residency::vulkan::multi_work::{BufferView, CopyItem, MultiSubmitter, WorkIt
 use residency::vulkan::shaders;
 use residency::vulkan::sparse::{MinLodMap, SparseImage, SparseTilePool};
 use residency::vulkan::{
-    BufferDesc, BufferInit, BufferPool, BufferPoolDesc, Device, DeviceSet, Filter, ImageDesc, ImageRegion,
+    BufferDesc, BufferInit, BufferPool, BufferPoolDesc, Device, DeviceSet, Filter, ImageRegion,
     PlacementPolicy, ReportSources, Uploader,
 };
 use serde_json::json;
@@ -171,57 +170,27 @@ struct Placed {
 
 /// Creates a class's resources with `policy` on `device` (placed in the general allocator's
 /// heaps, as `create_buffer` / `create_image` place them), reads their real offsets, releases
-/// them, and restores the device's policy.
+/// them.
 fn place_for_real(
     device: &Device,
     class: &super::scene::Class,
     policy: PlacementPolicy,
 ) -> anyhow::Result<Placed> {
-    let previous = device.placement_policy();
-    device.set_placement_policy(policy);
-    let placed = (|| -> anyhow::Result<Placed> {
-        let mut places: Vec<(vk::DeviceMemory, u64, u64)> = Vec::new();
-        let (mut buffers, mut images) = (Vec::new(), Vec::new());
-        for (i, d) in class.descs.iter().enumerate() {
-            let name = format!("tour {} {i}", class.name);
-            if d.dimension == residency::core::placement::ResourceDimension::Buffer {
-                let usage = if class.name == "constant buffers" {
-                    BufferUsage::UNIFORM
-                } else {
-                    BufferUsage::STORAGE
-                };
-                let b = device
-                    .create_buffer(&BufferDesc::new(name, d.width, usage).with_alignment(d.alignment))?;
-                let (memory, offset) = b.memory();
-                places.push((memory, offset, offset + b.size()));
-                buffers.push(b);
-            } else {
-                let mips = if d.mip_levels == 0 { d.full_mip_chain() } else { d.mip_levels };
-                let desc = ImageDesc::new_2d(name, d.format, d.width as u32, d.height, ImageUsage::SAMPLED)
-                    .with_mip_levels(mips);
-                let image = device.create_image(&desc)?;
-                let (memory, offset) = image.memory();
-                places.push((memory, offset, offset + image.size()));
-                images.push(image);
-            }
-        }
-        let mut spans: std::collections::HashMap<vk::DeviceMemory, (u64, u64)> = Default::default();
-        for &(memory, start, end) in &places {
-            let span = spans.entry(memory).or_insert((start, end));
-            *span = (span.0.min(start), span.1.max(end));
-        }
-        let span = spans.values().map(|(a, b)| b - a).sum();
-        let max_alignment = places
-            .iter()
-            .map(|&(_, start, _)| if start == 0 { 1 << 40 } else { 1u64 << start.trailing_zeros() })
-            .min()
-            .unwrap_or(1);
-        drop((buffers, images));
-        device.wait_submitted()?;
-        Ok(Placed { span, max_alignment })
-    })();
-    device.set_placement_policy(previous);
-    placed
+    let usage = if class.name == "constant buffers" { BufferUsage::UNIFORM } else { BufferUsage::STORAGE };
+    let mut made = Vec::new();
+    let mut places = Vec::new();
+    for (i, d) in class.descs.iter().enumerate() {
+        let (resource, at) =
+            crate::live_place::create(device, format!("tour {} {i}", class.name), d, usage, policy)?;
+        made.push(resource);
+        places.push(at);
+    }
+    drop(made);
+    device.wait_submitted()?;
+    Ok(Placed {
+        span: crate::live_place::span(&places),
+        max_alignment: crate::live_place::common_alignment(&places),
+    })
 }
 
 /// Step 3: buffers of different usages placed side by side on one pool page, each its own VkBuffer.
