@@ -17,8 +17,11 @@
 //! With one device everything reduces to a single instance: no extra allocation beyond a one-entry
 //! vector.
 
+pub mod image_pool;
 pub mod streaming;
 pub mod work;
+
+pub use image_pool::{DeviceImagePool, ImagePoolError, ImagePoolStats, MultiImagePool, MultiImagePoolDesc};
 
 use crate::buffer::{Buffer, ForeignReason, ForeignResource};
 use crate::device::Device;
