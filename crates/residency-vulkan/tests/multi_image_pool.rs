@@ -6,15 +6,22 @@
 
 use residency_core::device_mask::{DeviceIndex, DeviceMask};
 use residency_core::format::Format;
+use residency_core::memory::MemoryIntent;
 use residency_core::report::RangeKind;
+use residency_core::usage::BufferUsage;
 use residency_core::usage::ImageUsage;
 use residency_vulkan::ash::vk;
+use residency_vulkan::compute::{Binding, ComputeProgram};
 use residency_vulkan::multi::{
     ImagePoolError, ImagePoolStats, MultiDevice, MultiDeviceError, MultiImage, MultiImagePool,
     MultiImagePoolDesc, MultiUploader,
 };
+use residency_vulkan::shaders;
 use residency_vulkan::testing::with_gpu;
-use residency_vulkan::{DeviceSet, FaultSite, ImageDesc, ImageRegion, InjectedFault, MemoryError};
+use residency_vulkan::{
+    BufferDesc, Device, DeviceSet, FaultSite, Filter, ImageDesc, ImageRegion, ImageView, InjectedFault,
+    MemoryError,
+};
 
 fn d(i: u32) -> DeviceIndex {
     DeviceIndex::new(i).unwrap()
@@ -44,6 +51,38 @@ fn live_names(set: &DeviceSet, i: DeviceIndex) -> Vec<String> {
         device.ledger().live_objects().into_iter().map(|o| o.name.to_string()).collect();
     names.sort();
     names
+}
+
+/// Every texel of mip 0 of a 64 × 64 RGBA8 view (in `GENERAL`), as `sample_texels.comp` reads it
+/// through a sampler on `device`, back in bytes.
+fn sample_texels(device: &Device, view: &ImageView) -> Vec<u8> {
+    const COUNT: u32 = 64 * 64;
+    let program = ComputeProgram::new(device, "image pool sampling", &shaders::SAMPLE_TEXELS, 1).unwrap();
+    let sampler = device.create_sampler(Filter::Nearest).unwrap();
+    let usage = BufferUsage::STORAGE;
+    let out = device
+        .create_buffer(
+            &BufferDesc::new("image pool samples", u64::from(COUNT) * 16, usage)
+                .with_intent(MemoryIntent::Readback),
+        )
+        .unwrap();
+    let bindings = program
+        .descriptor_set(&[Binding::sampled(view, &sampler, vk::ImageLayout::GENERAL), Binding::Buffer(&out)])
+        .unwrap();
+    let push: Vec<u8> = [COUNT, 64].iter().flat_map(|v| v.to_le_bytes()).collect();
+    device
+        .submit_compute("image pool sampling", |rec| {
+            program
+                .dispatch(rec, &bindings, &push, [COUNT / 64, 1, 1])
+                .expect("within the declared push constants")
+        })
+        .unwrap();
+    let mut bytes = vec![0u8; (COUNT * 16) as usize];
+    out.read(0, &mut bytes).unwrap();
+    bytes
+        .chunks_exact(4)
+        .map(|f| (f32::from_le_bytes([f[0], f[1], f[2], f[3]]) * 255.0).round() as u8)
+        .collect()
 }
 
 fn stats_of(pool: &MultiImagePool, i: DeviceIndex) -> ImagePoolStats {
@@ -245,7 +284,7 @@ fn image_pool_free_returns_the_budget_once_the_image_is_released() {
 }
 
 #[test]
-fn image_pool_images_upload_and_read_back_per_device() {
+fn image_pool_images_upload_sample_and_read_back_per_device() {
     with_gpu(|set| {
         let pool = MultiImagePool::new(set, both(), &MultiImagePoolDesc::new("image pool upload")).unwrap();
         let image = pool.init_image(&desc("image pool texels"), DeviceMask::ALL).unwrap();
@@ -263,8 +302,8 @@ fn image_pool_images_upload_and_read_back_per_device() {
             let device = set.device(index).unwrap();
             let back = device.read_image(instance, vk::ImageLayout::GENERAL).unwrap();
             assert!(back == texels(0x40 + index.get() as u8), "device {index}'s own texels");
-            let view = image.view(set, index, 0..1).unwrap();
-            assert_eq!(view.extent(), [64, 64, 1]);
+            let sampled = sample_texels(device, &image.view(set, index, 0..1).unwrap());
+            assert!(sampled == back, "device {index} samples its own texels through its own view");
         }
         assert_eq!(image.cached_views(), 2);
         uploader.destroy().unwrap();
