@@ -257,6 +257,14 @@ fn image_pool_free_returns_the_budget_once_the_image_is_released() {
         pool.free_image(a).unwrap();
         assert_eq!(pool.total_stats(), ImagePoolStats { images: 2, bytes: 2 * size, ..Default::default() });
         let c = pool.init_image(&desc("image pool c"), both()).unwrap();
+        // Dropped without a pool call: its drop tells the pool, which lets the image go at once.
+        let dropped = pool.init_image(&desc("image pool dropped"), d(1).mask());
+        assert!(matches!(dropped, Err(MultiDeviceError::Failed { .. })), "device 1 is full");
+        pool.free_image(c).unwrap();
+        let c = pool.init_image(&desc("image pool dropped"), d(0).mask()).unwrap();
+        drop(c);
+        assert!(!live_names(set, d(0)).contains(&"image pool dropped".to_owned()), "destroyed at its drop");
+        let c = pool.init_image(&desc("image pool c"), both()).unwrap();
 
         // A view handed out keeps device 0's instance (and its charge) alive.
         let view = b.view(set, d(0), 0..1).unwrap();
@@ -264,7 +272,12 @@ fn image_pool_free_returns_the_budget_once_the_image_is_released() {
         assert_eq!(stats_of(&pool, d(0)).images, 2, "the view holds `b` on device 0");
         assert_eq!(stats_of(&pool, d(1)).images, 1);
         drop(view);
+        assert!(
+            live_names(set, d(0)).contains(&"image pool b".to_owned()),
+            "the pool holds it until it looks"
+        );
         assert_eq!(stats_of(&pool, d(0)), ImagePoolStats { images: 1, bytes: size, ..Default::default() });
+        assert!(!live_names(set, d(0)).contains(&"image pool b".to_owned()), "let go when the pool looked");
 
         // A use declared until the next frame: released, but retiring (still charged) until then.
         let device_0 = set.device(d(0)).unwrap();

@@ -3,11 +3,11 @@
 //!
 //! Each device's part ([`DeviceImagePool`]) places its images through that device's normal path
 //! ([`Device::create_image`]: placed in a shared heap, or committed) and charges their bytes (the
-//! driver's size, [`Image::size`](crate::Image::size)) to its budget. The pool keeps a handle to
-//! each image's [`Life`], so it knows when the last other handle is gone and what GPU work the
-//! image then still waits for; an image's bytes count against the budget until its memory is
-//! released (see [`MultiImagePool`] for exactly when).
-
+//! driver's size, [`Image::size`](crate::Image::size)) to its budget. It keeps a handle to each
+//! image's [`Life`], so it knows when the last other handle is gone and what GPU work the image
+//! then still waits for; an image's bytes count against the budget until its memory is released
+//! (see [`MultiImagePool`] for exactly when). The pool's `MultiImage`s hold their devices' parts
+//! and tell them when they are dropped.
 use super::{
     device_count, fan_out, multi_device, resolve_mask, MultiDevice, MultiDeviceError, MultiImage, PerDevice,
 };
@@ -120,13 +120,14 @@ struct Retiring {
     bytes: u64,
 }
 
+/// What one device's part charged: its live and retiring images.
 #[derive(Debug, Default)]
-struct Charges {
+struct ChargeList {
     live: Vec<Charge>,
     retiring: Vec<Retiring>,
 }
 
-impl Charges {
+impl ChargeList {
     fn stats(&self) -> ImagePoolStats {
         ImagePoolStats {
             images: self.live.len() as u64,
@@ -137,49 +138,38 @@ impl Charges {
     }
 }
 
-/// One device's part of a [`MultiImagePool`]: its budget and the images it charged.
+/// One device's budget and charges, shared by its [`DeviceImagePool`] and the [`MultiImage`]s it
+/// charged (which tell it when they are dropped).
 #[derive(Debug)]
-pub struct DeviceImagePool {
+pub(crate) struct Charges {
     device: Arc<Device>,
     budget: Option<u64>,
-    charges: Mutex<Charges>,
+    list: Mutex<ChargeList>,
 }
 
-impl DeviceImagePool {
-    /// Its device.
-    pub fn device(&self) -> &Arc<Device> {
-        &self.device
+impl Charges {
+    fn lock(&self) -> MutexGuard<'_, ChargeList> {
+        self.list.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Its budget in bytes (`None`: none).
-    pub fn budget(&self) -> Option<u64> {
-        self.budget
-    }
-
-    /// What it holds now (released images whose GPU work has completed are let go first).
-    pub fn stats(&self) -> ImagePoolStats {
-        let mut charges = self.lock();
-        self.sweep(&mut charges);
-        charges.stats()
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Charges> {
-        self.charges.lock().unwrap_or_else(|e| e.into_inner())
+    /// [`Charges::sweep_locked`] under the lock.
+    pub(crate) fn sweep(&self) {
+        self.sweep_locked(&mut self.lock());
     }
 
     /// Lets go of the images nothing else holds any more (their lives retire now, behind the GPU
     /// work residency submitted so far and the uses declared on them), then of the retiring
     /// images whose GPU work has completed, after [`Device::maintain`] has released their memory.
-    fn sweep(&self, charges: &mut Charges) {
+    fn sweep_locked(&self, list: &mut ChargeList) {
         let device = &self.device;
         let mut i = 0;
-        while i < charges.live.len() {
+        while i < list.live.len() {
             // Only the pool holds it: no handle is left to clone it again.
-            if Arc::strong_count(&charges.live[i].life) > 1 {
+            if Arc::strong_count(&list.live[i].life) > 1 {
                 i += 1;
                 continue;
             }
-            let Charge { life, bytes } = charges.live.swap_remove(i);
+            let Charge { life, bytes } = list.live.swap_remove(i);
             let declared = life.declared_uses();
             // Retires the image: destroyed now if its work is done, else queued behind it.
             drop(life);
@@ -189,13 +179,38 @@ impl DeviceImagePool {
                 declared.points().iter().map(|&point| GpuUse { device: device.uid(), point }).collect();
             until.push(device.submitted_work());
             until.extend(device.submitted_binds());
-            charges.retiring.push(Retiring { until, bytes });
+            list.retiring.push(Retiring { until, bytes });
         }
         let done = |r: &Retiring| r.until.iter().all(|u| device.has_completed(u));
-        if charges.retiring.iter().any(done) {
+        if list.retiring.iter().any(done) {
             device.maintain();
-            charges.retiring.retain(|r| !done(r));
+            list.retiring.retain(|r| !done(r));
         }
+    }
+}
+
+/// One device's part of a [`MultiImagePool`]: its budget and the images it charged.
+#[derive(Debug)]
+pub struct DeviceImagePool {
+    charges: Arc<Charges>,
+}
+
+impl DeviceImagePool {
+    /// Its device.
+    pub fn device(&self) -> &Arc<Device> {
+        &self.charges.device
+    }
+
+    /// Its budget in bytes (`None`: none).
+    pub fn budget(&self) -> Option<u64> {
+        self.charges.budget
+    }
+
+    /// What it holds now (released images whose GPU work has completed are let go first).
+    pub fn stats(&self) -> ImagePoolStats {
+        let mut list = self.charges.lock();
+        self.charges.sweep_locked(&mut list);
+        list.stats()
     }
 }
 
@@ -207,16 +222,22 @@ impl DeviceImagePool {
 /// 1. its last handle on that device is gone: the [`MultiImage`] (dropped or given to
 ///    [`MultiImagePool::free_image`]), every view of it handed out by [`MultiImage::view`], the
 ///    descriptor sets binding those views and every recording that used the image (until its
-///    submission has its timeline value) — the image counts as live ([`ImagePoolStats::images`])
-///    until then, and
+///    submission has its timeline value) — it counts as live ([`ImagePoolStats::images`]) until
+///    then, and
 /// 2. the GPU work that may use it has completed: every residency submission and sparse bind to
 ///    that device made before (1), and every use declared with `used_until` (renderer timeline
 ///    points, frames) — it counts as retiring ([`ImagePoolStats::retiring_images`]) until then.
 ///
-/// The pool notices at its next call on that device ([`MultiImagePool::init_image`],
-/// [`MultiImagePool::free_image`], the statistics), and runs [`Device::maintain`] before it lets
-/// the bytes go, so the memory is back in the device's heaps when the budget is. An image freed
-/// with no view outstanding and the device's work done is let go within `free_image` itself.
+/// The device's part looks when one of its images is dropped (or freed) and at each of its own
+/// calls ([`MultiImagePool::init_image`], the statistics): it lets go of its handle to every
+/// image nothing else holds (which retires the image as any dropped resource retires, behind that
+/// work), and runs [`Device::maintain`] before it lets the bytes of a retiring image go, so the
+/// memory is back in the device's heaps when the budget is. So an image freed with no view left
+/// and no work pending has its budget back when `free_image` returns; a handed-out view that
+/// outlives its image keeps the image (its objects and its charge) until the pool next looks
+/// after the view is gone; a declared use keeps it retiring until the pool looks after the use
+/// ended. Dropping the pool lets go of nothing its images still hold: each device's part lives on
+/// in its images until the last is dropped.
 #[derive(Debug)]
 pub struct MultiImagePool {
     name: String,
@@ -235,11 +256,8 @@ impl MultiImagePool {
         desc: &MultiImagePoolDesc,
     ) -> Result<Self, MultiDeviceError<ImagePoolError>> {
         let pools = super::fan_out_on(set, mask, |d| {
-            Ok::<_, ImagePoolError>(DeviceImagePool {
-                device: Arc::clone(d),
-                budget: desc.budget,
-                charges: Mutex::new(Charges::default()),
-            })
+            let charges = Charges { device: Arc::clone(d), budget: desc.budget, list: Mutex::default() };
+            Ok::<_, ImagePoolError>(DeviceImagePool { charges: Arc::new(charges) })
         })?;
         Ok(MultiImagePool {
             name: desc.name.clone(),
@@ -281,8 +299,8 @@ impl MultiImagePool {
         let mask = resolve_mask(mask, self.mask(), self.device_count)?;
         let mut desc = desc.clone();
         desc.intent = self.intent;
-        let targets: Vec<&DeviceImagePool> =
-            self.pools.iter().filter(|(i, _)| mask.contains(*i)).map(|(_, p)| p).collect();
+        let targets: Vec<&Arc<Charges>> =
+            self.pools.iter().filter(|(i, _)| mask.contains(*i)).map(|(_, p)| &p.charges).collect();
         for pool in &targets {
             pool.device.check_image(&desc).map_err(|source| MultiDeviceError::Failed {
                 device: pool.device.index(),
@@ -290,16 +308,16 @@ impl MultiImagePool {
             })?;
         }
         // Lowest device first, as every call locks them: no two calls wait on each other.
-        let mut charges: Vec<MutexGuard<'_, Charges>> = targets.iter().map(|p| p.lock()).collect();
-        for (pool, charges) in targets.iter().zip(charges.iter_mut()) {
-            pool.sweep(charges);
+        let mut lists: Vec<MutexGuard<'_, ChargeList>> = targets.iter().map(|p| p.lock()).collect();
+        for (pool, list) in targets.iter().zip(lists.iter_mut()) {
+            pool.sweep_locked(list);
         }
         let devices: Vec<&Arc<Device>> = targets.iter().map(|p| &p.device).collect();
         let images = fan_out(&devices, |device| {
             let at = targets.iter().position(|p| p.device.is(device)).expect("a target's device");
             let image = device.create_image(&desc)?;
             if let Some(budget) = targets[at].budget {
-                let charged = charges[at].stats().charged_bytes();
+                let charged = lists[at].stats().charged_bytes();
                 if charged.saturating_add(image.size()) > budget {
                     return Err(ImagePoolError::OverBudget {
                         pool: self.name.clone(),
@@ -314,20 +332,22 @@ impl MultiImagePool {
         })?;
         for (index, image) in images.iter() {
             let at = targets.iter().position(|p| p.device.index() == index).expect("a target's image");
-            charges[at].live.push(Charge { life: Arc::clone(image.life()), bytes: image.size() });
+            lists[at].live.push(Charge { life: Arc::clone(image.life()), bytes: image.size() });
         }
-        Ok(MultiImage { images, views: Mutex::new(Vec::new()) })
+        let charged_by = targets.iter().map(|p| Arc::clone(p)).collect();
+        Ok(MultiImage { images, views: Mutex::new(Vec::new()), charged_by })
     }
 
-    /// Releases an image of this pool on every device it exists on (as dropping it does; see
-    /// [`MultiImagePool`] for when its budget comes back). An image with an instance this pool did
+    /// Releases an image of this pool on every device it exists on (as dropping it does: the
+    /// budget comes back as [`MultiImagePool`] says, at once when nothing else holds the image and
+    /// its devices' work is done). An image with an instance this pool did
     /// not create — [`MultiImage::create`]'s, another pool's, or on a device the pool is not on —
     /// is refused and handed back unchanged, with the reason of its first such instance.
     pub fn free_image(&self, image: MultiImage) -> Result<(), ForeignResource<MultiImage>> {
         let foreign = image.images.iter().find_map(|(index, instance)| match self.pools.get(index) {
             None => Some(ForeignReason::OutsideMask { device: index, mask: self.mask() }),
             Some(pool) => {
-                let ours = pool.lock().live.iter().any(|c| Arc::ptr_eq(&c.life, instance.life()));
+                let ours = pool.charges.lock().live.iter().any(|c| Arc::ptr_eq(&c.life, instance.life()));
                 (!ours).then(|| ForeignReason::OtherPool { owner: None, target: Some(self.name.clone()) })
             }
         });
@@ -335,11 +355,8 @@ impl MultiImagePool {
             let name = image.images.iter().next().map(|(_, i)| i.name().to_owned()).unwrap_or_default();
             return Err(ForeignResource { name, resource: Box::new(image), reason });
         }
-        let mask = image.mask();
+        // Its drop tells this pool's devices, which let go of what nothing else holds.
         drop(image);
-        for (_, pool) in self.pools.iter().filter(|(i, _)| mask.contains(*i)) {
-            pool.sweep(&mut pool.lock());
-        }
         Ok(())
     }
 
