@@ -4,10 +4,10 @@
 //! Each device's part ([`DeviceImagePool`]) places its images through that device's normal path
 //! ([`Device::create_image`]: placed in a shared heap, or committed) and charges their bytes (the
 //! driver's size, [`Image::size`](crate::Image::size)) to its budget. It keeps a handle to each
-//! image's [`Life`], so it knows when the last other handle is gone and what GPU work the image
-//! then still waits for; an image's bytes count against the budget until its memory is released
-//! (see [`MultiImagePool`] for exactly when). The pool's `MultiImage`s hold their devices' parts
-//! and tell them when they are dropped.
+//! image's life (its `retire::Life`), so it knows when the last other handle is gone and what GPU
+//! work the image then still waits for; an image's bytes count against the budget until its
+//! memory is released (see [`MultiImagePool`] for exactly when). The pool's `MultiImage`s hold
+//! their devices' parts and tell them when they are dropped.
 use super::{
     device_count, fan_out, multi_device, resolve_mask, MultiDevice, MultiDeviceError, MultiImage, PerDevice,
 };
