@@ -175,7 +175,11 @@ fn image_pool_budget_refusal_on_device_1_rolls_back_device_0() {
         let filler = pool.init_image(&desc("image pool filler"), d(1).mask()).unwrap();
         let before = pool.stats();
         let live_0 = live_names(set, d(0));
+        let creates = |i| set.device(i).unwrap().ledger().site_calls(FaultSite::CreateResource);
+        let creates_before = [creates(d(0)), creates(d(1))];
         let err = pool.init_image(&desc("image pool too much"), both()).unwrap_err();
+        assert_eq!(creates(d(0)), creates_before[0] + 1, "device 0 made its image");
+        assert_eq!(creates(d(1)), creates_before[1], "device 1 refused before creating anything");
         match &err {
             MultiDeviceError::Failed {
                 device,

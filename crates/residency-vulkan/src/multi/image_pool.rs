@@ -282,15 +282,15 @@ impl MultiImagePool {
     /// intent (`desc.intent` is replaced by it). All or nothing:
     /// - the description is checked on every device before anything is created (a device that
     ///   does not support it is [`ImagePoolError::Memory`] naming it);
-    /// - then the image is created device by device, lowest first, and its size checked against
-    ///   what is left of that device's budget: an image that does not fit is
-    ///   [`ImagePoolError::OverBudget`], and a device that fails to create or place it returns
-    ///   its [`ImagePoolError::Memory`]. Either way the images made on this call are dropped
-    ///   (never used, so released at once unless residency's earlier work on that device is still
-    ///   running), nothing is charged anywhere, and the error names the device.
-    ///
-    /// The budget is checked against the driver's size of the created image, so a refused image's
-    /// memory is held for the moment of the check.
+    /// - then device by device, lowest first, the driver's size for the description
+    ///   (`vkGetDeviceImageMemoryRequirements`, nothing created) is checked against what is left
+    ///   of that device's budget, the image is created, and its own size checked again: an image
+    ///   that does not fit is [`ImagePoolError::OverBudget`] (before anything is allocated on that
+    ///   device, unless only the created image's size is over), and a device that fails to create
+    ///   or place it returns its [`ImagePoolError::Memory`]. Either way the images made on this
+    ///   call on earlier devices are dropped (never used, so released at once unless residency's
+    ///   earlier work on that device is still running), nothing is charged anywhere, and the
+    ///   error names the device.
     pub fn init_image(
         &self,
         desc: &ImageDesc,
@@ -315,20 +315,31 @@ impl MultiImagePool {
         let devices: Vec<&Arc<Device>> = targets.iter().map(|p| &p.device).collect();
         let images = fan_out(&devices, |device| {
             let at = targets.iter().position(|p| p.device.is(device)).expect("a target's device");
-            let image = device.create_image(&desc)?;
-            if let Some(budget) = targets[at].budget {
-                let charged = lists[at].stats().charged_bytes();
-                if charged.saturating_add(image.size()) > budget {
-                    return Err(ImagePoolError::OverBudget {
+            let charged = lists[at].stats().charged_bytes();
+            let over = |requested: u64| match targets[at].budget {
+                Some(budget) if charged.saturating_add(requested) > budget => {
+                    Some(ImagePoolError::OverBudget {
                         pool: self.name.clone(),
                         name: desc.name.clone(),
-                        requested: image.size(),
+                        requested,
                         charged,
                         budget,
-                    });
+                    })
                 }
+                _ => None,
+            };
+            // The driver's size asked without creating anything (the description was checked
+            // against this device above), so a refusal allocates nothing.
+            let expected = crate::profile_capture::requirements_of_image(device, &desc.create_info()).size;
+            if let Some(refused) = over(expected) {
+                return Err(refused);
             }
-            Ok(image)
+            let image = device.create_image(&desc)?;
+            // The created image's own size is what is charged (a format list may change it).
+            match over(image.size()) {
+                Some(refused) => Err(refused),
+                None => Ok(image),
+            }
         })?;
         for (index, image) in images.iter() {
             let at = targets.iter().position(|p| p.device.index() == index).expect("a target's image");
