@@ -17,8 +17,11 @@
 //! With one device everything reduces to a single instance: no extra allocation beyond a one-entry
 //! vector.
 
+pub mod image_pool;
 pub mod streaming;
 pub mod work;
+
+pub use image_pool::{DeviceImagePool, ImagePoolError, ImagePoolStats, MultiImagePool, MultiImagePoolDesc};
 
 use crate::buffer::{Buffer, ForeignReason, ForeignResource};
 use crate::device::Device;
@@ -809,11 +812,25 @@ fn resident(image: &crate::sparse::SparseImage) -> (Vec<residency_core::tiles::T
 /// An image on every device of a mask, with per-device views created on first use and cached.
 /// Released when dropped: each instance and cached view as an [`Image`](crate::Image) and an
 /// [`ImageView`] are, once the GPU work that may use them has completed (a view handed out keeps
-/// its image alive while it lives).
+/// its image alive while it lives). An image of a [`MultiImagePool`] tells the pool's devices
+/// when it is dropped (see [`MultiImagePool`] for when the budget comes back).
 #[derive(Debug)]
 pub struct MultiImage {
     images: PerDevice<crate::Image>,
     views: std::sync::Mutex<Vec<CachedView>>,
+    /// The per-device pools that charged its instances (none for [`MultiImage::create`]'s).
+    charged_by: Vec<Arc<image_pool::Charges>>,
+}
+
+impl Drop for MultiImage {
+    fn drop(&mut self) {
+        // Instances and cached views first, so that only the pools hold what nothing else does.
+        self.views.get_mut().unwrap_or_else(|e| e.into_inner()).clear();
+        drop(std::mem::take(&mut self.images));
+        for pool in &self.charged_by {
+            pool.sweep();
+        }
+    }
 }
 
 /// A view of [`MultiImage`]'s cache: its device, its mips and the view.
@@ -827,7 +844,7 @@ impl MultiImage {
         desc: &crate::ImageDesc,
     ) -> Result<Self, MultiDeviceError<MemoryError>> {
         let images = fan_out_on(set, mask, |d| d.create_image(desc))?;
-        Ok(MultiImage { images, views: std::sync::Mutex::new(Vec::new()) })
+        Ok(MultiImage { images, views: std::sync::Mutex::new(Vec::new()), charged_by: Vec::new() })
     }
 
     /// The view of mips `mips` on `device`, created on first use and cached (resource + descriptor:
