@@ -243,10 +243,15 @@ fn a_moved_vertex_buffer_is_drawn_in_the_next_frame() {
             }
         }
         let before: Vec<Place> = buffers.iter().map(|(_, b)| place(b)).collect();
+        // The application's own word on each buffer (VMA's pUserData) survives the move.
+        for (i, b) in buffers.iter_mut() {
+            b.set_user_data(1000 + *i as u64);
+        }
         let mut defrag = Defragmenter::new(device, DefragDesc::default()).unwrap();
         let mut handed: Vec<&mut Buffer> = buffers.iter_mut().map(|(_, b)| b).collect();
         let stats = defrag.pass(&mut handed).unwrap();
         assert!(stats.moves > 0, "the pass moved buffers");
+        assert!(buffers.iter().all(|(i, b)| b.user_data() == 1000 + *i as u64), "user data kept");
         // A buffer that moved: a new VkBuffer in the fullest heap.
         let k = (0..buffers.len()).find(|&k| thinned.contains(&before[k].1)).unwrap();
         let (i, vertices) = &buffers[k];

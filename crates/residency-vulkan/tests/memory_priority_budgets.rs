@@ -40,10 +40,20 @@ fn a_priority_gives_memory_of_its_own_and_a_bad_one_is_refused() {
             )
             .unwrap();
         let requirements = vk::MemoryRequirements { size: 65536, alignment: 256, memory_type_bits: u32::MAX };
-        let raw = device
+        let mut raw = device
             .allocate_memory(&requirements, &AllocationDesc::new("raw high").with_priority(0.75))
             .unwrap();
         assert!(raw.is_dedicated());
+        // The application's own word (VMA's pUserData) on allocations, images and buffers.
+        assert_eq!(raw.user_data(), 0);
+        raw.set_user_data(42);
+        assert_eq!(raw.user_data(), 42);
+        let mut image = image;
+        image.set_user_data(7);
+        assert_eq!(image.user_data(), 7);
+        let mut high = high;
+        high.set_user_data(u64::MAX);
+        assert_eq!(high.user_data(), u64::MAX);
 
         // Out of [0, 1] or not a number: a typed error, nothing allocated.
         let held = device.ledger().memory_objects();

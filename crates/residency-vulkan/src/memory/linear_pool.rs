@@ -294,6 +294,7 @@ impl LinearShared {
             // A linear pool's order is its allocation order: defragmentation leaves it alone.
             movable: false,
             copy_pending: None,
+            user_data: 0,
         })
     }
 

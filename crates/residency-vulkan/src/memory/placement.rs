@@ -305,9 +305,21 @@ pub struct Allocation {
     coherent: bool,
     mapped: Option<MappedPtr>,
     bound: BoundTo,
+    /// The application's own word (VMA's `pUserData`).
+    user_data: u64,
 }
 
 impl Allocation {
+    /// The application's own word attached to the allocation (VMA's `pUserData`; 0 until set).
+    pub fn user_data(&self) -> u64 {
+        self.user_data
+    }
+
+    /// Sets [`Allocation::user_data`].
+    pub fn set_user_data(&mut self, user_data: u64) {
+        self.user_data = user_data;
+    }
+
     /// The `VkDeviceMemory` it is a range of.
     pub fn memory(&self) -> vk::DeviceMemory {
         self.memory
@@ -522,6 +534,7 @@ impl Device {
             coherent: placed.coherent,
             mapped: placed.mapped,
             bound: BoundTo::Nothing,
+            user_data: 0,
         })
     }
 }

@@ -559,6 +559,7 @@ impl PoolShared {
             resource: crate::buffer::next_resource_id(),
             movable: true,
             copy_pending: None,
+            user_data: 0,
         }
     }
 

@@ -132,6 +132,8 @@ pub struct Buffer {
     /// wait for it first (a host write racing the copy would be overwritten, a read would see
     /// bytes not copied yet).
     pub(crate) copy_pending: Option<GpuUse>,
+    /// The application's own word (VMA's `pUserData`), kept across defragmentation moves.
+    pub(crate) user_data: u64,
 }
 
 static NEXT_RESOURCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -288,6 +290,17 @@ impl Buffer {
     /// then. Work residency submits needs no declaration. A use of another device is refused.
     pub fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
         self.life.used_until(until)
+    }
+
+    /// The application's own word attached to the buffer (VMA's `pUserData`; 0 until set): an
+    /// index into the renderer's tables, say. Defragmentation keeps it.
+    pub fn user_data(&self) -> u64 {
+        self.user_data
+    }
+
+    /// Sets [`Buffer::user_data`].
+    pub fn set_user_data(&mut self, user_data: u64) {
+        self.user_data = user_data;
     }
 
     /// Whether a [`Defragmenter`](crate::Defragmenter) pass may move it (default: true). A pass
@@ -525,6 +538,7 @@ impl Device {
             resource: next_resource_id(),
             movable: true,
             copy_pending: None,
+            user_data: 0,
         })
     }
 

@@ -352,6 +352,8 @@ pub struct Image {
     committed: bool,
     resource: residency_core::sync::ResourceId,
     layouts: Arc<Layouts>,
+    /// The application's own word (VMA's `pUserData`).
+    user_data: u64,
 }
 
 impl Image {
@@ -378,7 +380,19 @@ impl Image {
             size: 0,
             committed: false,
             resource: crate::buffer::next_resource_id(),
+            user_data: 0,
         }
+    }
+
+    /// The application's own word attached to the image (VMA's `pUserData`; 0 until set).
+    /// Defragmentation keeps it.
+    pub fn user_data(&self) -> u64 {
+        self.user_data
+    }
+
+    /// Sets [`Image::user_data`].
+    pub fn set_user_data(&mut self, user_data: u64) {
+        self.user_data = user_data;
     }
 
     /// The device it lives on (kept alive by the image).
@@ -713,6 +727,7 @@ impl Device {
             size: requirements.size,
             committed: placed.committed,
             resource: crate::buffer::next_resource_id(),
+            user_data: 0,
         })
     }
 

@@ -522,6 +522,7 @@ impl Buffer {
             resource: next_resource_id(),
             movable: true,
             copy_pending: None,
+            user_data: 0,
         }
     }
 }
