@@ -213,7 +213,13 @@ fn image_pool_fault_at_image_creation_on_device_1_rolls_back() {
             let live_0 = live_names(set, d(0));
             let live_1 = live_names(set, d(1));
             let fired = device_1.ledger().faults_fired(site);
-            device_1.ledger().inject_fault(site, 0, InjectedFault::OutOfDeviceMemory);
+            // One fault per memory type: a device with another type for the intent (the H200's
+            // non-device-local fallback) would otherwise place the image there.
+            let types = device_1.memory_properties().types.len() as u64;
+            let attempts = if site == FaultSite::AllocateMemory { types } else { 1 };
+            for _ in 0..attempts {
+                device_1.ledger().inject_fault(site, 0, InjectedFault::OutOfDeviceMemory);
+            }
             let image =
                 if committed { desc("image pool doomed").committed() } else { desc("image pool doomed") };
             let err = pool.init_image(&image, both()).unwrap_err();
@@ -227,7 +233,7 @@ fn image_pool_fault_at_image_creation_on_device_1_rolls_back() {
                 ),
                 "{site:?}: {err}"
             );
-            assert_eq!(device_1.ledger().faults_fired(site), fired + 1, "{site:?} fired");
+            assert!(device_1.ledger().faults_fired(site) > fired, "{site:?} fired");
             device_1.ledger().clear_faults();
             assert_eq!(pool.total_stats(), ImagePoolStats::default(), "{site:?}: nothing charged");
             assert_eq!(live_names(set, d(0)), live_0, "{site:?}: device 0 rolled back");
