@@ -210,7 +210,7 @@ impl LinearShared {
         init: &BufferInit,
         upper: bool,
     ) -> Result<Buffer, MemoryError> {
-        let invalid = |source| MemoryError::InvalidRequest { name: init.name.clone(), source };
+        let invalid = |source| MemoryError::InvalidRequest { name: init.name.to_string(), source };
         if init.alignment != 0 && !init.alignment.is_power_of_two() {
             return Err(invalid(residency_core::allocator::AllocError::AlignmentNotPowerOfTwo {
                 alignment: init.alignment,
@@ -223,7 +223,7 @@ impl LinearShared {
             Some(usage) if !usage.is_empty() => usage,
             _ => {
                 return Err(MemoryError::Unsatisfiable {
-                    name: init.name.clone(),
+                    name: init.name.to_string(),
                     reason: "a linear pool's buffers each need their own usage flags".into(),
                 })
             }
@@ -233,7 +233,7 @@ impl LinearShared {
         let guard = Unused::new(&self.device, raw);
         if req.memory_type_bits & (1 << block.type_index) == 0 {
             return Err(MemoryError::Unsatisfiable {
-                name: init.name.clone(),
+                name: init.name.to_string(),
                 reason: format!(
                     "usage {usage:?} cannot live in memory type {} of this pool",
                     block.type_index
@@ -263,14 +263,14 @@ impl LinearShared {
             } else {
                 allocator.allocate(size, alignment)
             };
-            result.map_err(|source| MemoryError::Linear { name: init.name.clone(), source })?
+            result.map_err(|source| MemoryError::Linear { name: init.name.to_string(), source })?
         };
         let offset = allocation.offset();
         if let Err(e) = bind_buffer(&self.device, guard.disarm(), block.memory, offset) {
             self.free_range(allocation);
             return Err(e);
         }
-        let name: Arc<str> = Arc::from(init.name.as_str());
+        let name: Arc<str> = Arc::clone(&init.name);
         let id = self.device.ledger().track("buffer", Arc::clone(&name));
         self.buffers.fetch_add(1, Ordering::Relaxed);
         let memory = ResourceMemory::Linear { pool: Arc::downgrade(this), allocation };

@@ -118,8 +118,9 @@ impl BufferPoolDesc {
 /// One buffer to create in a pool (the seed's `InitBuffer` request).
 #[derive(Clone, Debug)]
 pub struct BufferInit {
-    /// Its name.
-    pub name: String,
+    /// Its name, shared (not copied) by every buffer made from this description: a renderer that
+    /// keeps its descriptions pays no allocation for names.
+    pub name: Arc<str>,
     /// Size in bytes.
     pub size: u64,
     /// An alignment floor (0: none), e.g. 256 for constant buffers.
@@ -131,7 +132,7 @@ pub struct BufferInit {
 
 impl BufferInit {
     /// A buffer request without a floor or flags of its own.
-    pub fn new(name: impl Into<String>, size: u64) -> BufferInit {
+    pub fn new(name: impl Into<Arc<str>>, size: u64) -> BufferInit {
         BufferInit { name: name.into(), size, alignment: 0, usage: None }
     }
 
@@ -389,13 +390,13 @@ impl PoolShared {
     }
 
     fn invalid(&self, init: &BufferInit, reason: String) -> MemoryError {
-        MemoryError::Unsatisfiable { name: init.name.clone(), reason }
+        MemoryError::Unsatisfiable { name: init.name.to_string(), reason }
     }
 
     fn init_buffer(&self, this: &Arc<PoolShared>, init: &BufferInit) -> Result<Buffer, MemoryError> {
         if init.alignment != 0 && !init.alignment.is_power_of_two() {
             return Err(MemoryError::InvalidRequest {
-                name: init.name.clone(),
+                name: init.name.to_string(),
                 source: residency_core::allocator::AllocError::AlignmentNotPowerOfTwo {
                     alignment: init.alignment,
                 },
@@ -461,7 +462,7 @@ impl PoolShared {
     ) -> Result<Buffer, MemoryError> {
         if init.size == 0 {
             return Err(MemoryError::InvalidRequest {
-                name: init.name.clone(),
+                name: init.name.to_string(),
                 source: residency_core::allocator::AllocError::ZeroSize,
             });
         }
@@ -531,7 +532,7 @@ impl PoolShared {
         kind: PoolBuffer,
     ) -> Buffer {
         let offset = allocation.allocation.offset();
-        let name: Arc<str> = Arc::from(init.name.as_str());
+        let name: Arc<str> = Arc::clone(&init.name);
         let id = self.device.ledger().track("buffer", Arc::clone(&name));
         self.buffers.fetch_add(1, Ordering::Relaxed);
         let memory = ResourceMemory::Pool { pool: Arc::downgrade(this), arena, allocation };

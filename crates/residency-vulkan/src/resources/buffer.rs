@@ -36,8 +36,9 @@ pub enum BufferPlacement {
 /// How to create a buffer outside a pool.
 #[derive(Clone, Debug)]
 pub struct BufferDesc {
-    /// Its name (debug utils, errors, leak reports).
-    pub name: String,
+    /// Its name (debug utils, errors, leak reports), shared (not copied) by the buffers made
+    /// from this description.
+    pub name: Arc<str>,
     /// Size in bytes.
     pub size: u64,
     /// How it will be used.
@@ -58,7 +59,7 @@ pub struct BufferDesc {
 
 impl BufferDesc {
     /// A device-local placed buffer.
-    pub fn new(name: impl Into<String>, size: u64, usage: BufferUsage) -> BufferDesc {
+    pub fn new(name: impl Into<Arc<str>>, size: u64, usage: BufferUsage) -> BufferDesc {
         BufferDesc {
             name: name.into(),
             size,
@@ -490,7 +491,7 @@ impl Device {
     /// (its own memory) when `desc.committed`, when the driver prefers it, or when it is too large
     /// for a heap.
     pub fn create_buffer(&self, desc: &BufferDesc) -> Result<Buffer, MemoryError> {
-        let name = desc.name.as_str();
+        let name: &str = &desc.name;
         if desc.alignment != 0 && !desc.alignment.is_power_of_two() {
             return Err(MemoryError::InvalidRequest {
                 name: name.to_owned(),
@@ -518,7 +519,7 @@ impl Device {
             self.release(placed.owner);
             return Err(e);
         }
-        let name: Arc<str> = Arc::from(name);
+        let name: Arc<str> = Arc::clone(&desc.name);
         let id = self.ledger().track("buffer", Arc::clone(&name));
         let life = Life::new(self.arc(), Garbage::Buffer { raw, memory: placed.owner, id }, None);
         Ok(Buffer {
