@@ -11,6 +11,7 @@
 mod alloc_ops;
 mod input;
 mod json_ops;
+mod linear_ops;
 mod placement_ops;
 mod profiles;
 mod retire_ops;
@@ -61,6 +62,13 @@ pub fn retire_queue(data: &[u8]) {
     retire_ops::run(data);
 }
 
+/// Random allocations (lower and upper) and frees into the linear allocator in its three modes
+/// (stack, double stack, ring) against a reference model in physical offsets: exact placement,
+/// refusals only when the model has no room, no overlap, the counters, empty at the end.
+pub fn linear_allocator(data: &[u8]) {
+    linear_ops::run(data);
+}
+
 /// A fuzz target body.
 pub type Target = fn(&[u8]);
 
@@ -73,4 +81,5 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("profile_json", profile_json),
     ("streaming_manager", streaming_manager),
     ("retire_queue", retire_queue),
+    ("linear_allocator", linear_allocator),
 ];

@@ -232,3 +232,8 @@ fn write_rvt_seeds() {
 fn retire_queue_bounded() {
     bounded("retire_queue");
 }
+
+#[test]
+fn linear_allocator_bounded() {
+    bounded("linear_allocator");
+}

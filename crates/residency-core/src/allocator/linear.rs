@@ -340,10 +340,13 @@ impl LinearAllocator {
             LinearMode::Ring => {
                 let free = self.capacity - (self.head() - self.tail());
                 let physical = self.head() % self.capacity;
-                if physical + free <= self.capacity {
+                // The free run starts at `physical`; past the end of the block it continues from
+                // offset 0. (`physical + free` may exceed `u64::MAX` in a block over 2^63 bytes.)
+                let to_end = self.capacity - physical;
+                if free <= to_end {
                     free
                 } else {
-                    (self.capacity - physical).max(physical + free - self.capacity)
+                    to_end.max(free - to_end)
                 }
             }
         }
