@@ -16,6 +16,7 @@ mod placement_ops;
 mod profiles;
 mod retire_ops;
 mod rvt_ops;
+mod streamer_ops;
 mod streaming_ops;
 mod tile_ops;
 
@@ -69,6 +70,14 @@ pub fn linear_allocator(data: &[u8]) {
     linear_ops::run(data);
 }
 
+/// A CPU model of the streamer's frame protocol over the streaming manager: 1–3 frames in
+/// flight, late feedback, loads finishing out of order, evictions, budget changes, textures added
+/// and removed; no tile a frame in flight samples is rebound without a wait for that frame, the
+/// changes handed out rebuild the page tables, the manager's contract after every tick.
+pub fn streamer_frames(data: &[u8]) {
+    streamer_ops::run(data);
+}
+
 /// A fuzz target body.
 pub type Target = fn(&[u8]);
 
@@ -82,4 +91,5 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("streaming_manager", streaming_manager),
     ("retire_queue", retire_queue),
     ("linear_allocator", linear_allocator),
+    ("streamer_frames", streamer_frames),
 ];

@@ -237,3 +237,8 @@ fn retire_queue_bounded() {
 fn linear_allocator_bounded() {
     bounded("linear_allocator");
 }
+
+#[test]
+fn streamer_frames_bounded() {
+    bounded("streamer_frames");
+}
