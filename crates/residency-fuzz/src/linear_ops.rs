@@ -114,7 +114,8 @@ impl Model {
                     return None;
                 }
                 let new = (held[0].1 - held[0].0).checked_add(held[1].1 - held[1].0);
-                let fits = new.and_then(|n| n.checked_add(self.lower_held)).is_some_and(|t| t <= self.capacity);
+                let fits =
+                    new.and_then(|n| n.checked_add(self.lower_held)).is_some_and(|t| t <= self.capacity);
                 fits.then_some((offset, held))
             }
         }
@@ -260,7 +261,8 @@ pub(crate) fn run(data: &[u8]) {
             }
             _ => {
                 let size = 1 + input.below(capacity.min(4096));
-                let foreign = if input.bool() { other.allocate(size, 1) } else { other.allocate_upper(size, 1) };
+                let foreign =
+                    if input.bool() { other.allocate(size, 1) } else { other.allocate_upper(size, 1) };
                 if let Ok(foreign) = foreign {
                     let (offset, size) = (foreign.offset(), foreign.size());
                     assert_eq!(a.free(foreign), Err(LinearError::UnknownAllocation { offset, size }));

@@ -207,7 +207,12 @@ impl Sim {
         for load in &out.loads {
             assert!(self.textures.contains_key(&load.key.image), "a load of a removed texture");
             let was = self.pending.insert(load.key, Work::Running);
-            assert!(was.is_none(), "tick {}: {:?} started while the streamer still has it out", self.tick, load.key);
+            assert!(
+                was.is_none(),
+                "tick {}: {:?} started while the streamer still has it out",
+                self.tick,
+                load.key
+            );
         }
         // Every unbind of this tick is an eviction it reports, and every eviction unbinds.
         let evicted: BTreeSet<TileKey> = out.evicted.iter().copied().collect();
@@ -248,7 +253,9 @@ impl Sim {
             .iter()
             .filter(|t| t.physical.is_none())
             .map(|t| TileKey::tile(image, t.tile))
-            .chain(changes.tails.iter().filter(|t| t.physical.is_none()).map(|t| TileKey::tail(image, t.tail)));
+            .chain(
+                changes.tails.iter().filter(|t| t.physical.is_none()).map(|t| TileKey::tail(image, t.tail)),
+            );
         for key in unbinds.collect::<Vec<_>>() {
             let tiles = self.units.remove(&key).unwrap_or_else(|| panic!("{key:?} unbound but not bound"));
             for p in tiles {
@@ -263,7 +270,10 @@ impl Sim {
             .iter()
             .filter_map(|t| Some((TileKey::tile(image, t.tile), vec![t.physical?])))
             .chain(
-                changes.tails.iter().filter_map(|t| Some((TileKey::tail(image, t.tail), t.physical.clone()?))),
+                changes
+                    .tails
+                    .iter()
+                    .filter_map(|t| Some((TileKey::tail(image, t.tail), t.physical.clone()?))),
             );
         for (key, tiles) in binds.collect::<Vec<_>>() {
             assert!(!self.units.contains_key(&key), "{key:?} bound twice");
