@@ -13,6 +13,7 @@ mod input;
 mod json_ops;
 mod linear_ops;
 mod placement_ops;
+mod placement_path_ops;
 mod profiles;
 mod retire_ops;
 mod rvt_ops;
@@ -78,6 +79,13 @@ pub fn streamer_frames(data: &[u8]) {
     streamer_ops::run(data);
 }
 
+/// The placement engine in the allocation path: a pool's request (tight or legacy, the caller's
+/// floor) raised to the usage floors, placed in a TLSF heap of the device's granularity: offsets
+/// aligned to every rule and non-overlapping, tight never above legacy.
+pub fn placement_path(data: &[u8]) {
+    placement_path_ops::run(data);
+}
+
 /// A fuzz target body.
 pub type Target = fn(&[u8]);
 
@@ -92,4 +100,5 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("retire_queue", retire_queue),
     ("linear_allocator", linear_allocator),
     ("streamer_frames", streamer_frames),
+    ("placement_path", placement_path),
 ];

@@ -242,3 +242,8 @@ fn linear_allocator_bounded() {
 fn streamer_frames_bounded() {
     bounded("streamer_frames");
 }
+
+#[test]
+fn placement_path_bounded() {
+    bounded("placement_path");
+}
