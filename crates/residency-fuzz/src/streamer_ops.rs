@@ -329,7 +329,11 @@ impl Sim {
             }
         }
         assert_eq!(units, self.units.len(), "units bound that no page table holds");
-        assert_eq!(self.bound.len() as u64, self.m.pool().used_tiles(), "tiles bound and tiles in use differ");
+        assert_eq!(
+            self.bound.len() as u64,
+            self.m.pool().used_tiles(),
+            "tiles bound and tiles in use differ"
+        );
     }
 
     /// The GPU finishes the oldest frame in flight; its feedback is read.
