@@ -1,6 +1,7 @@
 //! Regression tests for what fuzzing found (`docs/reliability.md`); each input also lives in
 //! `fuzz/regressions/<target>/`, replayed by `crates/residency-fuzz/tests/bounded.rs`.
 
+use residency_core::allocator::{LinearAllocator, LinearDesc, LinearError, LinearMode};
 use residency_core::format::Format;
 use residency_core::streaming::{FrameInput, StreamUnit, StreamingDesc, StreamingManager, TileKey};
 use residency_core::tiles::{
@@ -225,4 +226,53 @@ fn unregistering_an_image_does_not_refund_the_frames_evictions() {
     assert!(m.committed_tiles() > 2);
     m.check_invariants().unwrap();
     frame(&mut m, 10, &[]);
+}
+
+/// linear_allocator finding: in a ring of more than 2^63 bytes, `largest_free` added the head's
+/// offset to the free bytes, which can pass `u64::MAX` (a panic in debug; in release the sum
+/// wrapped and the whole of the free bytes was reported as one run).
+#[test]
+fn a_huge_rings_largest_free_run_does_not_overflow() {
+    let capacity = 3 << 62;
+    let mut ring = LinearAllocator::new(LinearDesc::new(capacity).with_mode(LinearMode::Ring)).unwrap();
+    let a = ring.allocate(1 << 62, 1).unwrap();
+    let b = ring.allocate(1 << 62, 1).unwrap();
+    ring.free(a).unwrap();
+    // 2^63 bytes free, in two runs of 2^62: after `b` up to the end, and from 0 up to `b`.
+    assert_eq!(ring.free_bytes(), 1 << 63);
+    assert_eq!(ring.largest_free(), 1 << 62);
+    match ring.allocate((1 << 62) + 1, 1) {
+        Err(LinearError::OutOfSpace { largest_free, free, .. }) => {
+            assert_eq!((largest_free, free), (1 << 62, 1 << 63));
+        }
+        other => panic!("{other:?}"),
+    }
+    let c = ring.allocate(1 << 62, 1).unwrap();
+    assert_eq!(c.offset(), 1 << 63);
+    ring.check_invariants().unwrap();
+    ring.free(b).unwrap();
+    ring.free(c).unwrap();
+    assert_eq!(ring.largest_free(), capacity);
+}
+
+/// linear_allocator finding (its first long run, after 9 s): a ring's virtual positions grow by
+/// the capacity each lap and were `u64`, so a ring of more than 2^62 bytes that never empties
+/// refused allocations it had room for after a few laps (`OutOfSpace` with a free run as large as
+/// the request); a 1 GiB ring would have run out after 2^34 laps. Positions are `u128` now.
+#[test]
+fn a_huge_ring_keeps_allocating_lap_after_lap() {
+    let capacity: u64 = 3 << 62;
+    let mut ring = LinearAllocator::new(LinearDesc::new(capacity).with_mode(LinearMode::Ring)).unwrap();
+    let mut live = std::collections::VecDeque::new();
+    for i in 0..64 {
+        let a = ring.allocate(1 << 62, 1).unwrap_or_else(|e| panic!("allocation {i}: {e}"));
+        assert_eq!(a.offset(), (i % 3) << 62);
+        live.push_back(a);
+        if live.len() == 2 {
+            ring.free(live.pop_front().unwrap()).unwrap();
+        }
+        ring.check_invariants().unwrap();
+    }
+    ring.free(live.pop_front().unwrap()).unwrap();
+    assert_eq!((ring.used_bytes(), ring.largest_free()), (0, capacity));
 }

@@ -12,10 +12,13 @@ mod alloc_ops;
 mod defrag_ops;
 mod input;
 mod json_ops;
+mod linear_ops;
 mod placement_ops;
+mod placement_path_ops;
 mod profiles;
 mod retire_ops;
 mod rvt_ops;
+mod streamer_ops;
 mod streaming_ops;
 mod tile_ops;
 
@@ -70,6 +73,28 @@ pub fn defrag_plan(data: &[u8]) {
     defrag_ops::run(data);
 }
 
+/// Random allocations (lower and upper) and frees into the linear allocator in its three modes
+/// (stack, double stack, ring) against a reference model in physical offsets: exact placement,
+/// refusals only when the model has no room, no overlap, the counters, empty at the end.
+pub fn linear_allocator(data: &[u8]) {
+    linear_ops::run(data);
+}
+
+/// A CPU model of the streamer's frame protocol over the streaming manager: 1–3 frames in
+/// flight, late feedback, loads finishing out of order, evictions, budget changes, textures added
+/// and removed; no tile a frame in flight samples is rebound without a wait for that frame, the
+/// changes handed out rebuild the page tables, the manager's contract after every tick.
+pub fn streamer_frames(data: &[u8]) {
+    streamer_ops::run(data);
+}
+
+/// The placement engine in the allocation path: a pool's request (tight or legacy, the caller's
+/// floor) raised to the usage floors, placed in a TLSF heap of the device's granularity: offsets
+/// aligned to every rule and non-overlapping, tight never above legacy.
+pub fn placement_path(data: &[u8]) {
+    placement_path_ops::run(data);
+}
+
 /// A fuzz target body.
 pub type Target = fn(&[u8]);
 
@@ -83,4 +108,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("streaming_manager", streaming_manager),
     ("retire_queue", retire_queue),
     ("defrag_plan", defrag_plan),
+    ("linear_allocator", linear_allocator),
+    ("streamer_frames", streamer_frames),
+    ("placement_path", placement_path),
 ];

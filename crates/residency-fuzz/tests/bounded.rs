@@ -237,3 +237,18 @@ fn retire_queue_bounded() {
 fn defrag_plan_bounded() {
     bounded("defrag_plan");
 }
+
+#[test]
+fn linear_allocator_bounded() {
+    bounded("linear_allocator");
+}
+
+#[test]
+fn streamer_frames_bounded() {
+    bounded("streamer_frames");
+}
+
+#[test]
+fn placement_path_bounded() {
+    bounded("placement_path");
+}

@@ -117,10 +117,11 @@ pub enum LinearInvariantError {
         stack: &'static str,
         /// Position of the record in its stack (0 = oldest).
         index: usize,
-        /// Where its footprint starts.
-        start: u64,
+        /// Where its footprint starts (lower stack: a virtual position, see
+        /// [`LinearAllocator`]'s ring).
+        start: u128,
         /// Where it should start.
-        expected: u64,
+        expected: u128,
     },
     /// A record's allocation is misaligned, outside its footprint or outside the capacity.
     #[error("{stack} stack: allocation at {offset} ({size} B, alignment {alignment}) is misplaced")]
@@ -226,12 +227,13 @@ impl LinearAllocation {
 /// One allocation's record. Its *footprint* `[start, end)` is the allocation plus the padding that
 /// placing it cost: the alignment gap below it (lower stack), above it (upper stack), and in a ring
 /// also the skipped tail of the block when it wrapped to offset 0. Lower positions are virtual
-/// (`position % capacity` is the offset, growing past the capacity when a ring wraps); upper ones
-/// are offsets.
+/// (`position % capacity` is the offset, growing past the capacity when a ring wraps; in `u128`,
+/// so that a ring of up to 2^64 bytes laps 2^64 times before they could run out); upper ones are
+/// offsets.
 #[derive(Clone, Copy, Debug)]
 struct Record {
-    start: u64,
-    end: u64,
+    start: u128,
+    end: u128,
     offset: u64,
     size: u64,
     align_log2: u8,
@@ -240,7 +242,8 @@ struct Record {
 
 impl Record {
     fn footprint(&self) -> u64 {
-        self.end - self.start
+        // At most the capacity: records never span more than the block.
+        u64::try_from(self.end - self.start).unwrap_or(u64::MAX)
     }
 }
 
@@ -336,14 +339,17 @@ impl LinearAllocator {
     /// oldest. O(1).
     pub fn largest_free(&self) -> u64 {
         match self.mode {
-            LinearMode::Stack | LinearMode::DoubleStack => self.upper_bottom() - self.head(),
+            LinearMode::Stack | LinearMode::DoubleStack => self.upper_bottom() - self.lower_top(),
             LinearMode::Ring => {
-                let free = self.capacity - (self.head() - self.tail());
-                let physical = self.head() % self.capacity;
-                if physical + free <= self.capacity {
+                let free = self.capacity - self.ring_span();
+                let physical = self.physical(self.head());
+                // The free run starts at `physical`; past the end of the block it continues from
+                // offset 0. (`physical + free` may exceed `u64::MAX` in a block over 2^63 bytes.)
+                let to_end = self.capacity - physical;
+                if free <= to_end {
                     free
                 } else {
-                    (self.capacity - physical).max(physical + free - self.capacity)
+                    to_end.max(free - to_end)
                 }
             }
         }
@@ -357,11 +363,12 @@ impl LinearAllocator {
         Self::check_request(size, alignment)?;
         let head = self.head();
         let placed = match self.mode {
-            LinearMode::Stack | LinearMode::DoubleStack => align_up(head, alignment)
+            LinearMode::Stack | LinearMode::DoubleStack => align_up(self.lower_top(), alignment)
                 .and_then(|offset| Some((offset, offset.checked_add(size)?)))
-                .filter(|&(_, end)| end <= self.upper_bottom()),
+                .filter(|&(_, end)| end <= self.upper_bottom())
+                .map(|(offset, end)| (offset, u128::from(end))),
             LinearMode::Ring => {
-                let physical = head % self.capacity;
+                let physical = self.physical(head);
                 let in_place = align_up(physical, alignment)
                     .and_then(|offset| Some((offset, offset.checked_add(size)?)))
                     .filter(|&(_, end)| end <= self.capacity);
@@ -370,8 +377,8 @@ impl LinearAllocator {
                     Some((offset, end)) => (offset, end - physical),
                     None => (0, (self.capacity - physical).saturating_add(size)),
                 };
-                head.checked_add(consumed)
-                    .filter(|&end| end - self.tail() <= self.capacity)
+                head.checked_add(u128::from(consumed))
+                    .filter(|&end| end - self.tail() <= u128::from(self.capacity))
                     .map(|end| (offset, end))
             }
         };
@@ -387,7 +394,8 @@ impl LinearAllocator {
             align_log2: log2(alignment),
             live: true,
         });
-        Ok(self.record_allocation(end - head, offset, size, seq, false))
+        let footprint = u64::try_from(end - head).expect("a footprint is at most the capacity");
+        Ok(self.record_allocation(footprint, offset, size, seq, false))
     }
 
     /// Allocates `size` bytes at a multiple of `alignment` at the bottom of the upper stack of a
@@ -400,14 +408,15 @@ impl LinearAllocator {
         }
         Self::check_request(size, alignment)?;
         let bottom = self.upper_bottom();
-        let placed = bottom.checked_sub(size).map(|o| o & !(alignment - 1)).filter(|&o| o >= self.head());
+        let placed =
+            bottom.checked_sub(size).map(|o| o & !(alignment - 1)).filter(|&o| o >= self.lower_top());
         let Some(offset) = placed else {
             return Err(self.no_room(size, alignment, !self.lower.is_empty()));
         };
         let seq = self.upper.len() as u64;
         self.upper.push(Record {
-            start: offset,
-            end: bottom,
+            start: u128::from(offset),
+            end: u128::from(bottom),
             offset,
             size,
             align_log2: log2(alignment),
@@ -476,11 +485,11 @@ impl LinearAllocator {
             }
             expected = r.end;
             // The allocation ends its footprint: `end - size` is its virtual position.
-            let fits = r.end - r.start >= r.size && (r.end - r.size) % self.capacity == r.offset;
+            let fits = r.footprint() >= r.size && self.physical(r.end - u128::from(r.size)) == r.offset;
             self.check_placed("lower", r, fits)?;
             tally(r);
         }
-        let mut expected = self.capacity;
+        let mut expected = u128::from(self.capacity);
         for (index, r) in self.upper.iter().enumerate() {
             if r.end != expected || r.end < r.start {
                 return Err(LinearInvariantError::NotContiguous {
@@ -491,10 +500,11 @@ impl LinearAllocator {
                 });
             }
             expected = r.start;
-            self.check_placed("upper", r, r.offset == r.start && r.end - r.start >= r.size)?;
+            self.check_placed("upper", r, u128::from(r.offset) == r.start && r.footprint() >= r.size)?;
             tally(r);
         }
-        let (lower, upper) = (self.head() - self.tail(), self.capacity - self.upper_bottom());
+        let lower = u64::try_from(self.head() - self.tail()).unwrap_or(u64::MAX);
+        let upper = self.capacity - self.upper_bottom();
         if lower > self.capacity - upper {
             return Err(LinearInvariantError::Overfull { lower, upper, capacity: self.capacity });
         }
@@ -547,7 +557,7 @@ impl LinearAllocator {
             LinearError::StacksWouldOverlap {
                 size,
                 alignment,
-                lower_top: self.head(),
+                lower_top: self.lower_top(),
                 upper_bottom: self.upper_bottom(),
             }
         } else {
@@ -597,18 +607,34 @@ impl LinearAllocator {
 
     /// Virtual position after the newest lower record; 0 when there is none (an empty ring restarts
     /// at offset 0, so the whole block is one run).
-    fn head(&self) -> u64 {
+    fn head(&self) -> u128 {
         self.lower.back().map_or(0, |r| r.end)
     }
 
     /// Virtual position of the oldest lower record's footprint.
-    fn tail(&self) -> u64 {
+    fn tail(&self) -> u128 {
         self.lower.front().map_or(0, |r| r.start)
+    }
+
+    /// The top of the lower stack in the stack modes, where positions are offsets (at most the
+    /// capacity).
+    fn lower_top(&self) -> u64 {
+        u64::try_from(self.head()).unwrap_or(u64::MAX)
+    }
+
+    /// Bytes from the ring's oldest record to its newest (at most the capacity).
+    fn ring_span(&self) -> u64 {
+        u64::try_from(self.head() - self.tail()).unwrap_or(u64::MAX)
+    }
+
+    /// The offset of a virtual position.
+    fn physical(&self, position: u128) -> u64 {
+        (position % u128::from(self.capacity)) as u64
     }
 
     /// Offset of the upper stack's lowest footprint; the capacity when it is empty.
     fn upper_bottom(&self) -> u64 {
-        self.upper.last().map_or(self.capacity, |r| r.start)
+        self.upper.last().map_or(self.capacity, |r| r.start as u64)
     }
 }
 
