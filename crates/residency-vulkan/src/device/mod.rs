@@ -593,9 +593,16 @@ impl Device {
         self.scratch_alignment
     }
 
+    /// Every offset floor of a buffer of `usage` on this device: [`crate::usage_alignment_floor`]
+    /// of its limits and, for a possible build scratch, the scratch alignment (0: none). What
+    /// every placement path (general heaps, pools, linear pools, transient heaps) applies.
+    pub(crate) fn usage_floor(&self, usage: BufferUsage) -> u64 {
+        crate::usage_alignment_floor(usage, &self.profile().limits).max(self.scratch_floor(usage))
+    }
+
     /// The scratch floor of a buffer that may be a build's scratch (storage + device address)
     /// on a device with acceleration structures; 0 otherwise.
-    pub(crate) fn scratch_floor(&self, usage: BufferUsage) -> u64 {
+    fn scratch_floor(&self, usage: BufferUsage) -> u64 {
         let scratch = BufferUsage::STORAGE | BufferUsage::DEVICE_ADDRESS;
         if self.features.acceleration_structure && usage.contains(scratch) {
             self.scratch_alignment.max(1).next_power_of_two()

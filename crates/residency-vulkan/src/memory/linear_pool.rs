@@ -11,7 +11,7 @@ use crate::device::Device;
 use crate::ledger::ObjectId;
 use crate::memory::{check_priority, MemoryBlock, MemoryError, RawMemoryDesc, DEFAULT_PRIORITY};
 use crate::pool::BufferInit;
-use crate::resource_memory::{usage_alignment_floor, ResourceMemory};
+use crate::resource_memory::ResourceMemory;
 use crate::resources::Unused;
 use crate::retire::{Garbage, Life, Parent, PendingUses};
 use residency_core::allocator::{LinearAllocation, LinearAllocator, LinearDesc, LinearMode};
@@ -248,13 +248,8 @@ impl LinearShared {
                 1
             }
         };
-        let alignment = req
-            .alignment
-            .max(init.alignment)
-            .max(usage_alignment_floor(usage, &self.device.profile().limits))
-            .max(self.device.scratch_floor(usage))
-            .max(atom)
-            .max(1);
+        let alignment =
+            req.alignment.max(init.alignment).max(self.device.usage_floor(usage)).max(atom).max(1);
         let size = req.size.next_multiple_of(atom);
         let allocation = {
             let mut allocator = self.allocator.lock().unwrap_or_else(|e| e.into_inner());

@@ -693,7 +693,7 @@ impl Device {
         // The usage's floors are the device's own rules for binding offsets (at most 256 B, a power of
         // two), not a request of the caller's: they go on top of the engine's answer, so that only
         // a floor the caller passed below the rules is reported as ALIGNMENT_OVERRIDDEN.
-        let usage_floor = usage.map_or(0, |u| usage_alignment_floor(u, limits).max(self.scratch_floor(u)));
+        let usage_floor = usage.map_or(0, |u| self.usage_floor(u));
         let floor = req.alignment_floor;
         let tight = policy == PlacementPolicy::Tight && tier != TightAlignmentTier::NotSupported;
         let buffer = matches!(req.target, DedicatedTarget::Buffer(_));

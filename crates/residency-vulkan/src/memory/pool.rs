@@ -192,6 +192,12 @@ impl std::fmt::Debug for BufferPool {
     }
 }
 
+/// The offset alignment of a range or placed buffer of `usage` in a pool: the usage's floors,
+/// at least 16 B.
+fn range_alignment(device: &Device, usage: BufferUsage) -> u64 {
+    16u64.max(device.usage_floor(usage))
+}
+
 /// Memory types every buffer usage accepts: where an unknown-flags pool (or a linear pool) may
 /// place any buffer.
 pub(crate) fn unknown_flags_type_bits(device: &Device) -> u32 {
@@ -272,10 +278,7 @@ impl BufferPool {
         Ok(BufferPool {
             shared: Arc::new(PoolShared {
                 known_range_alignment: match desc.usage {
-                    BufferPoolUsage::Known(usage) => {
-                        let floor = crate::usage_alignment_floor(usage, &device.profile().limits);
-                        Some(16u64.max(floor).max(device.scratch_floor(usage)))
-                    }
+                    BufferPoolUsage::Known(usage) => Some(range_alignment(&device, usage)),
                     BufferPoolUsage::Unknown => None,
                 },
                 device,
@@ -385,8 +388,7 @@ impl PoolShared {
     /// The usage's offset floors (descriptor offsets, acceleration structures, shader tables,
     /// build scratch): what a range or a placed buffer of this usage is aligned to, at least 16.
     fn range_alignment(&self, usage: BufferUsage) -> u64 {
-        let floor = crate::usage_alignment_floor(usage, &self.device.profile().limits);
-        16u64.max(floor).max(self.device.scratch_floor(usage))
+        range_alignment(&self.device, usage)
     }
 
     fn invalid(&self, init: &BufferInit, reason: String) -> MemoryError {

@@ -218,9 +218,7 @@ impl TransientPool {
                         bits &= req.memory_type_bits;
                         // The usage's offset floors (descriptors, acceleration structures, build
                         // scratch, shader tables) on top of the driver's alignment.
-                        let floor = crate::usage_alignment_floor(*usage, &device.profile().limits)
-                            .max(device.scratch_floor(*usage));
-                        let alignment = req.alignment.max(floor).max(1);
+                        let alignment = req.alignment.max(device.usage_floor(*usage)).max(1);
                         descs.push(
                             TransientDesc::buffer(name.clone(), req.size, alignment, passes.clone())
                                 .with_uses(uses.0, uses.1),
