@@ -91,6 +91,9 @@ struct PassReport {
     moves: u64,
     bytes_moved: u64,
     heaps_emptied: u64,
+    /// General: heaps the pass created to repack into, and their bytes (tiles: 0).
+    heaps_created: u64,
+    heap_bytes_created: u64,
     /// CPU time of the pass (general: planning, creating, recording, submitting; tiles: planning
     /// and accounting), microseconds.
     cpu_us: u64,
@@ -112,6 +115,13 @@ struct PartReport {
     heap_bytes_after: u64,
     heap_bytes_over_live_before: f64,
     heap_bytes_over_live_after: f64,
+    /// General: bytes of every heap of the general allocator after the passes and
+    /// `Device::release_empty_heaps`, empty ones included (tiles: the pool's heaps, as
+    /// `heap_bytes_after`).
+    all_heap_bytes_after: u64,
+    /// General: bytes of empty heaps (the one a memory type keeps for reuse) freed after the
+    /// passes by `Device::release_empty_heaps` (tiles: 0).
+    empty_heap_bytes_released: u64,
     /// Heap memories freed, as the device's ledger counts them once the GPU is past the passes.
     heaps_freed: u64,
     bytes_moved: u64,
@@ -132,7 +142,7 @@ struct DefragReport {
     validation_problems: u64,
     general: PartReport,
     tiles: PartReport,
-    /// The baseline: one buffer copy of the larger part's bytes moved.
+    /// The baseline: one buffer copy of the bytes the largest pass moved.
     plain_copy_bytes: u64,
     plain_copy_gb_per_s_wall: f64,
     plain_copy_gb_per_s_gpu: Option<f64>,
@@ -168,6 +178,12 @@ fn gb_per_s(bytes: u64, seconds: f64) -> f64 {
 /// Bytes of resource `i`: differ per resource and per byte.
 fn pattern(i: u64, len: u64) -> Vec<u8> {
     (0..len).map(|j| (j.wrapping_mul(2_654_435_761) >> 11 ^ i.wrapping_mul(0x9e37)) as u8).collect()
+}
+
+/// Bytes of every non-dedicated heap of the general allocator, empty ones included.
+fn all_general_heap_bytes(device: &Device) -> u64 {
+    let report = device.memory_report();
+    report.blocks().filter(|(_, pool, b)| pool.is_none() && !b.dedicated).map(|(_, _, b)| b.size).sum()
 }
 
 /// The general heaps: (heaps holding an allocation, their bytes).
@@ -299,13 +315,19 @@ fn general(device: &Arc<Device>, o: &DefragOptions, dumps: &mut [DumpSummary; 2]
             moves: u64::from(stats.moves),
             bytes_moved: stats.bytes_moved,
             heaps_emptied: u64::from(stats.heaps_emptied),
+            heaps_created: u64::from(stats.heaps_created),
+            heap_bytes_created: stats.heap_bytes_created,
             cpu_us: stats.cpu_time.as_micros() as u64,
             wall_us: wall.as_micros() as u64,
             gpu_copy_ms: defrag.last_copy_gpu_ms(),
         });
     }
     device.wait_submitted()?;
+    // What the allocator kept empty for reuse goes back too (after defragmenting, the point is
+    // memory back).
+    let empty_heap_bytes_released = device.release_empty_heaps();
     let (heaps_after, heap_bytes_after) = general_heaps(device);
+    let all_heap_bytes_after = all_general_heap_bytes(device);
     dumps[1] = dump(device, o.dump.as_ref().map(|p| format!("{p}-after.json")))?;
     let heaps_freed = memories_before.saturating_sub(heap_memories(device, "type"));
     let moved = all.iter().zip(&places).filter(|((_, r, _), p)| r.place() != **p).count() as u64;
@@ -332,6 +354,8 @@ fn general(device: &Arc<Device>, o: &DefragOptions, dumps: &mut [DumpSummary; 2]
         heap_bytes_after,
         heap_bytes_over_live_before: heap_bytes_before as f64 / live as f64,
         heap_bytes_over_live_after: heap_bytes_after as f64 / live as f64,
+        all_heap_bytes_after,
+        empty_heap_bytes_released,
         heaps_freed,
         bytes_moved,
         passes,
@@ -452,6 +476,8 @@ fn tiles(device: &Arc<Device>, o: &DefragOptions) -> BenchResult<PartReport> {
             moves: u64::from(stats.moves),
             bytes_moved: stats.bytes_moved,
             heaps_emptied: u64::from(stats.heaps_emptied),
+            heaps_created: 0,
+            heap_bytes_created: 0,
             cpu_us: stats.plan_time.as_micros() as u64,
             wall_us: stats.wall_time.as_micros() as u64,
             gpu_copy_ms: stats.copy_gpu_ms,
@@ -483,6 +509,8 @@ fn tiles(device: &Arc<Device>, o: &DefragOptions) -> BenchResult<PartReport> {
         heap_bytes_after: after.capacity_tiles * tile_bytes,
         heap_bytes_over_live_before: (before.capacity_tiles * tile_bytes) as f64 / live.max(1) as f64,
         heap_bytes_over_live_after: (after.capacity_tiles * tile_bytes) as f64 / live.max(1) as f64,
+        all_heap_bytes_after: after.capacity_tiles * tile_bytes,
+        empty_heap_bytes_released: 0,
         heaps_freed,
         bytes_moved,
         passes,
@@ -544,7 +572,9 @@ fn measure(device: &Arc<Device>, o: &DefragOptions) -> BenchResult<DefragReport>
     let mut dumps = [DumpSummary::default(), DumpSummary::default()];
     let general = general(device, o, &mut dumps)?;
     let tiles = tiles(device, o)?;
-    let copy_bytes = general.bytes_moved.max(tiles.bytes_moved).max(1 << 20);
+    // The baseline copies what the largest pass copied (a pass's copies are one submission).
+    let largest_pass = general.passes.iter().chain(&tiles.passes).map(|p| p.bytes_moved).max().unwrap_or(0);
+    let copy_bytes = largest_pass.max(1 << 20);
     let (copy_wall, copy_gpu, copy_gpu_first) = plain_copy(device, copy_bytes)?;
     let [before, after] = dumps;
     Ok(DefragReport {
@@ -574,7 +604,7 @@ fn measure(device: &Arc<Device>, o: &DefragOptions) -> BenchResult<DefragReport>
 fn print_part(name: &str, p: &PartReport) {
     let mib = |b: u64| b as f64 / f64::from(1 << 20);
     println!(
-        "{name}: {} resources, {:.1} MiB live; heaps {} -> {} ({:.1} -> {:.1} MiB, {:.2}x -> {:.2}x live), {} heap memories freed",
+        "{name}: {} resources, {:.1} MiB live; heaps {} -> {} ({:.1} -> {:.1} MiB, {:.2}x -> {:.2}x live; all heaps after, empty ones included: {:.1} MiB), {} heap memories freed",
         p.resources,
         mib(p.live_bytes),
         p.heaps_before,
@@ -583,6 +613,7 @@ fn print_part(name: &str, p: &PartReport) {
         mib(p.heap_bytes_after),
         p.heap_bytes_over_live_before,
         p.heap_bytes_over_live_after,
+        mib(p.all_heap_bytes_after),
         p.heaps_freed
     );
     let opt = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.2}"));
@@ -597,10 +628,12 @@ fn print_part(name: &str, p: &PartReport) {
     );
     for (i, pass) in p.passes.iter().enumerate() {
         println!(
-            "  pass {i}: {} moves, {:.1} MiB, {} heaps emptied, CPU {:.2} ms, wall {:.2} ms, GPU copies {} ms",
+            "  pass {i}: {} moves, {:.1} MiB, {} heaps emptied, {} created ({:.1} MiB), CPU {:.2} ms, wall {:.2} ms, GPU copies {} ms",
             pass.moves,
             mib(pass.bytes_moved),
             pass.heaps_emptied,
+            pass.heaps_created,
+            mib(pass.heap_bytes_created),
             pass.cpu_us as f64 / 1e3,
             pass.wall_us as f64 / 1e3,
             opt(pass.gpu_copy_ms)

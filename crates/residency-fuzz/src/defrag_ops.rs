@@ -1,14 +1,16 @@
 //! Random heaps built with the real TLSF allocator (allocations of random sizes, alignments, kinds
-//! and movability, then random frees), planned by `plan_defragmentation` under a random budget:
-//! the plan passes `check_plan`, is the same twice, and carried out with `allocate_at` in plan
+//! and movability, then random frees), planned by `plan_defragmentation_with` under a random
+//! budget, with or without repacking (a random share, unit and largest new heap): the plan passes
+//! `check_plan_with`, is the same twice, and carried out (its new heap made as the backend makes
+//! it) with `allocate_at` in plan
 //! order gets exactly the planned footprints with every allocator's invariants intact, conserves
 //! the live bytes and leaves the emptied heaps with no allocation. Raw inputs the planner must
 //! refuse (overlapping or out-of-bounds blocks) are a typed error, never a panic.
 
 use crate::input::Input;
 use residency_core::allocator::{
-    check_plan, plan_defragmentation, Allocation, BlockState, DefragBudget, DefragHeap, LiveBlock,
-    ResourceKind, TlsfAllocator, TlsfDesc,
+    check_plan_with, plan_defragmentation_with, Allocation, BlockState, DefragBudget, DefragHeap, LiveBlock,
+    Repack, ResourceKind, TlsfAllocator, TlsfDesc,
 };
 
 struct Live {
@@ -55,10 +57,19 @@ pub(crate) fn run(data: &[u8]) {
     }
     let budget = DefragBudget { bytes: 256 + input.below(1 << 16), moves: 1 + input.below(64) as u32 };
     let described: Vec<DefragHeap> = heaps.iter().map(|(tlsf, live)| describe(tlsf, live)).collect();
-    let plan = plan_defragmentation(&described, budget).expect("real heaps are valid input");
-    assert_eq!(plan, plan_defragmentation(&described, budget).expect("valid"), "deterministic");
-    if let Err(e) = check_plan(&described, budget, &plan) {
+    let repack = input.bool().then(|| Repack {
+        max_occupancy_percent: input.below(101) as u8,
+        unit: 1 << input.below(12),
+        max_heap: 1 + input.below(32 << 10),
+    });
+    let plan = plan_defragmentation_with(&described, budget, repack).expect("real heaps are valid input");
+    assert_eq!(plan, plan_defragmentation_with(&described, budget, repack).expect("valid"), "deterministic");
+    if let Err(e) = check_plan_with(&described, budget, repack, &plan) {
         panic!("{e}");
+    }
+    for new in &plan.new_heaps {
+        let desc = TlsfDesc::new(new.capacity).with_granularity(new.granularity);
+        heaps.push((TlsfAllocator::new(desc).expect("a valid new heap"), Vec::new()));
     }
     let live_before: u64 = heaps.iter().flat_map(|(_, l)| l.iter().map(|l| l.size)).sum();
     let mut moved = Vec::new();
@@ -116,7 +127,7 @@ fn describe(tlsf: &TlsfAllocator, live: &[Live]) -> DefragHeap {
             }
         })
         .collect();
-    DefragHeap { capacity: tlsf.capacity(), granularity: tlsf.granularity(), blocks }
+    DefragHeap { capacity: tlsf.capacity(), granularity: tlsf.granularity(), blocks, draining: false }
 }
 
 /// Arbitrary heap descriptions: a plan or a typed error, and a plan always passes `check_plan`.
@@ -136,11 +147,16 @@ fn raw(input: &mut Input<'_>) {
                 movable: input.bool(),
             });
         }
-        heaps.push(DefragHeap { capacity, granularity, blocks });
+        heaps.push(DefragHeap { capacity, granularity, blocks, draining: input.bool() });
     }
     let budget = DefragBudget { bytes: input.u64(), moves: input.u32() };
-    if let Ok(plan) = plan_defragmentation(&heaps, budget) {
-        if let Err(e) = check_plan(&heaps, budget, &plan) {
+    let repack = input.bool().then(|| Repack {
+        max_occupancy_percent: input.below(256) as u8,
+        unit: input.u64(),
+        max_heap: input.u64(),
+    });
+    if let Ok(plan) = plan_defragmentation_with(&heaps, budget, repack) {
+        if let Err(e) = check_plan_with(&heaps, budget, repack, &plan) {
             panic!("{e}");
         }
     }

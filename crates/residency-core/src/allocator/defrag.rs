@@ -2,14 +2,17 @@
 //!
 //! Plain data in, plain data out, deterministic: the backend describes its heaps (capacity,
 //! granularity, every used block with whether it may move), [`plan_defragmentation`] answers moves
-//! into the free ranges of other heaps, and [`check_plan`] verifies a plan against its input (the
-//! tests and the fuzz target run it on every plan).
+//! into the free ranges of other heaps, [`plan_defragmentation_with`] also drains sparsely used
+//! heaps into new heaps sized to what they hold ([`Repack`]), and [`check_plan`] /
+//! [`check_plan_with`] verify a plan against its input (the tests and the fuzz target run it on
+//! every plan).
 //!
 //! # The rules of a plan
 //! 1. A heap is emptied whole or not at all: the sources are heaps whose every block is movable,
 //!    taken most-empty first (fewest used bytes), and a source's blocks all move or none does.
 //! 2. Destinations are the fullest heaps first among those that hold something and are not
-//!    sources; a heap that received a move is never emptied by the same plan.
+//!    sources nor [`DefragHeap::draining`]; a heap that received a move is never emptied by the
+//!    same plan.
 //! 3. A destination is a free range at the block's alignment that keeps off the granularity page
 //!    of a conflicting neighbour ([`ResourceKind::conflicts_with`]); its footprint's end is rounded
 //!    as [`TlsfAllocator::allocate`](super::TlsfAllocator::allocate) rounds it, so the backend
@@ -17,6 +20,24 @@
 //!    in plan order and get exactly the planned footprints. Destinations never overlap each other
 //!    or a live block.
 //! 4. The plan moves at most `budget.moves` blocks and `budget.bytes` bytes (the blocks' sizes).
+//!
+//! # Repacking ([`plan_defragmentation_with`] with a [`Repack`])
+//! Emptying heaps into other heaps' holes cannot go below the heaps' own sizes: after random
+//! churn every heap is part full, and the holes are single freed resources. Repacking, planned
+//! after the moves above with the budget they left:
+//! 5. Drained heaps are fully movable heaps that neither are sources nor received a move, whose
+//!    used bytes (footprints) are under `max_occupancy_percent` of their capacity, emptiest
+//!    (lowest share) first. Their blocks (largest alignment, then largest size first) move into
+//!    **one new heap** per plan ([`DefragPlan::new_heaps`], named `heaps.len()` in
+//!    [`PlannedMove::to_heap`]), placed one after another from offset 0 as rule 3 places them;
+//!    its capacity is the end of the last footprint rounded up to `unit`.
+//! 6. A drained heap may be left part drained when the budget runs out; it is listed in
+//!    [`DefragPlan::emptied`] only when every block of it moved, else in [`DefragPlan::draining`]:
+//!    the backend describes it as [`DefragHeap::draining`] to the next plan, which puts nothing
+//!    into it (else emptying the new heap back into its holes would undo the drain) and drains
+//!    it first, whatever its occupancy (a heap that got an unmovable block meanwhile loses the
+//!    mark). Moves out of a heap the plan does not empty go only into
+//!    the new heap.
 
 use super::tlsf::TAIL_ROUNDING_MAX;
 use super::ResourceKind;
@@ -48,6 +69,10 @@ pub struct DefragHeap {
     pub granularity: u64,
     /// Its used blocks.
     pub blocks: Vec<LiveBlock>,
+    /// An earlier plan left it part drained (rule 6): it receives no move, and repacking goes on
+    /// with it before any other heap.
+    #[serde(default)]
+    pub draining: bool,
 }
 
 /// What one pass may move.
@@ -59,6 +84,41 @@ pub struct DefragBudget {
     pub moves: u32,
 }
 
+/// Repacking (module documentation, rules 5 and 6): which heaps drain into a new heap sized to
+/// what they hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Repack {
+    /// A fully movable heap drains when its used bytes are under this share of its capacity, in
+    /// percent (0 drains nothing; 100 drains every heap not completely full).
+    pub max_occupancy_percent: u8,
+    /// New heaps' capacities are multiples of this (a power of two), unless that would pass
+    /// `max_heap`.
+    pub unit: u64,
+    /// The largest new heap (the backend's largest heap size, at most the device's
+    /// `maxMemoryAllocationSize`): a plan moves no more than fits in it.
+    pub max_heap: u64,
+}
+
+impl Default for Repack {
+    /// Heaps under 90 % full drain; new heaps in whole 2 MiB, at most 256 MiB. Once a repacking
+    /// has run to its end every heap left is ≥ 90 % full or new, so the heaps hold at most ≈ 1.11×
+    /// their used bytes (plus the unit per new heap). A higher share gets closer to 1.0× by moving
+    /// more: draining a heap 90 % full copies 9 bytes for each byte it gives back.
+    fn default() -> Self {
+        Repack { max_occupancy_percent: 90, unit: 2 << 20, max_heap: 256 << 20 }
+    }
+}
+
+/// A heap a plan asks the backend to create (rule 5): its moves are planned in it from offset 0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewHeap {
+    /// Size in bytes: the end of its last footprint rounded up to [`Repack::unit`], at most
+    /// [`Repack::max_heap`].
+    pub capacity: u64,
+    /// Its `bufferImageGranularity` (the largest of the input heaps').
+    pub granularity: u64,
+}
+
 /// One planned move: block `block` of heap `heap` to `to_offset` of heap `to_heap`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlannedMove {
@@ -66,7 +126,8 @@ pub struct PlannedMove {
     pub heap: usize,
     /// The block (index in the source heap's `blocks`).
     pub block: usize,
-    /// The destination heap.
+    /// The destination heap: an index in the input, or `heaps.len() + k` for the plan's new heap
+    /// `new_heaps[k]`.
     pub to_heap: usize,
     /// The destination offset (a multiple of the block's alignment).
     pub to_offset: u64,
@@ -83,6 +144,10 @@ pub struct DefragPlan {
     pub emptied: Vec<usize>,
     /// Sum of the moved blocks' sizes.
     pub bytes: u64,
+    /// Heaps to create before taking the destinations (repacking; at most one per plan).
+    pub new_heaps: Vec<NewHeap>,
+    /// Heaps the plan leaves part drained (rule 6), to describe as draining to the next plan.
+    pub draining: Vec<usize>,
 }
 
 /// An input the planner cannot describe a heap with, or a plan that breaks a rule.
@@ -227,6 +292,22 @@ fn used_bytes(used: &[Used]) -> u64 {
 /// input gives the same plan. An invalid input (a block outside its heap, overlapping another,
 /// misaligned, empty; a granularity not a power of two) is a typed error.
 pub fn plan_defragmentation(heaps: &[DefragHeap], budget: DefragBudget) -> Result<DefragPlan, DefragError> {
+    plan_defragmentation_with(heaps, budget, None)
+}
+
+/// [`plan_defragmentation`], then, with `repack`, draining sparsely used heaps into one new heap
+/// sized to what they hold (rules 5 and 6) with the budget left. A `unit` that is not a power of
+/// two is a typed error.
+pub fn plan_defragmentation_with(
+    heaps: &[DefragHeap],
+    budget: DefragBudget,
+    repack: Option<Repack>,
+) -> Result<DefragPlan, DefragError> {
+    if let Some(r) = repack {
+        if !r.unit.is_power_of_two() {
+            return Err(DefragError::Plan(format!("repack unit {} is not a power of two", r.unit)));
+        }
+    }
     let mut used = occupancy(heaps)?;
     let mut plan = DefragPlan::default();
     let mut is_source = vec![false; heaps.len()];
@@ -249,8 +330,9 @@ pub fn plan_defragmentation(heaps: &[DefragHeap], budget: DefragBudget) -> Resul
             continue;
         }
         // Destinations: heaps holding something, not sources, fullest first (as the heaps are now).
-        let mut destinations: Vec<usize> =
-            (0..heaps.len()).filter(|&h| h != source && !is_source[h] && !used[h].is_empty()).collect();
+        let mut destinations: Vec<usize> = (0..heaps.len())
+            .filter(|&h| h != source && !is_source[h] && !heaps[h].draining && !used[h].is_empty())
+            .collect();
         destinations.sort_by_key(|&h| (std::cmp::Reverse(used_bytes(&used[h])), h));
         // Largest blocks first; ties by index.
         let mut order: Vec<usize> = (0..heap.blocks.len()).collect();
@@ -308,7 +390,105 @@ pub fn plan_defragmentation(heaps: &[DefragHeap], budget: DefragBudget) -> Resul
         plan.moves.extend(moves_here);
         plan.emptied.push(source);
     }
+    if let Some(repack) = repack {
+        plan_repack(heaps, budget, repack, &used, &is_source, &received, &mut plan);
+    }
     Ok(plan)
+}
+
+/// Rules 5 and 6: drains the sparsely used heaps that are left into one new heap.
+fn plan_repack(
+    heaps: &[DefragHeap],
+    budget: DefragBudget,
+    repack: Repack,
+    used: &[Vec<Used>],
+    is_source: &[bool],
+    received: &[bool],
+    plan: &mut DefragPlan,
+) {
+    let share = u128::from(repack.max_occupancy_percent);
+    let mut drained: Vec<usize> = (0..heaps.len())
+        .filter(|&h| {
+            let heap = &heaps[h];
+            !is_source[h]
+                && !received[h]
+                && !heap.blocks.is_empty()
+                && heap.blocks.iter().all(|b| b.movable)
+                && (heap.draining
+                    || u128::from(used_bytes(&used[h])) * 100 < share * u128::from(heap.capacity))
+        })
+        .collect();
+    // Heaps being drained first; then the lowest share (compared without division), then fewest
+    // bytes, then index.
+    drained.sort_by(|&a, &b| {
+        let (ua, ca) = (u128::from(used_bytes(&used[a])), u128::from(heaps[a].capacity));
+        let (ub, cb) = (u128::from(used_bytes(&used[b])), u128::from(heaps[b].capacity));
+        heaps[b]
+            .draining
+            .cmp(&heaps[a].draining)
+            .then((ua * cb).cmp(&(ub * ca)))
+            .then(ua.cmp(&ub))
+            .then(a.cmp(&b))
+    });
+    let granularity = heaps.iter().map(|h| h.granularity).max().unwrap_or(1);
+    let new_index = heaps.len();
+    let mut ranges: Vec<Used> = Vec::new();
+    let mut moves = plan.moves.len() as u64;
+    let mut bytes = plan.bytes;
+    let mut moved_any = false;
+    'heaps: for h in drained {
+        let heap = &heaps[h];
+        let mut order: Vec<usize> = (0..heap.blocks.len()).collect();
+        order.sort_by_key(|&b| {
+            (std::cmp::Reverse(heap.blocks[b].alignment), std::cmp::Reverse(heap.blocks[b].size), b)
+        });
+        let mut all = true;
+        for b in order {
+            let block = heap.blocks[b];
+            if moves + 1 > u64::from(budget.moves) || bytes.saturating_add(block.size) > budget.bytes {
+                all = false;
+                break;
+            }
+            // The new heap has no end yet: every block goes after the last one.
+            let placed = fit(&ranges, u64::MAX >> 1, granularity, block.size, block.alignment, block.kind);
+            let Some((at, offset, footprint)) = placed.filter(|&(_, o, f)| o + f <= repack.max_heap) else {
+                all = false;
+                break;
+            };
+            ranges.insert(at, Used { start: offset, end: offset + footprint, kind: block.kind });
+            plan.moves.push(PlannedMove {
+                heap: h,
+                block: b,
+                to_heap: new_index,
+                to_offset: offset,
+                to_footprint: footprint,
+            });
+            moves += 1;
+            bytes += block.size;
+            moved_any = true;
+        }
+        if all {
+            plan.emptied.push(h);
+        } else {
+            break 'heaps;
+        }
+    }
+    // Part drained: heaps drained before or now that the plan does not empty.
+    plan.draining = (0..heaps.len())
+        .filter(|&h| {
+            !plan.emptied.contains(&h)
+                && (heaps[h].draining || plan.moves.iter().any(|m| m.heap == h))
+                && !heaps[h].blocks.is_empty()
+                && heaps[h].blocks.iter().all(|b| b.movable)
+        })
+        .collect();
+    if !moved_any {
+        return;
+    }
+    let end = ranges.iter().map(|u| u.end).max().unwrap_or(0);
+    let capacity = align_up(end, repack.unit).unwrap_or(end).min(repack.max_heap.max(end));
+    plan.bytes = bytes;
+    plan.new_heaps.push(NewHeap { capacity, granularity });
 }
 
 /// Checks `plan` against its input and budget: every rule of the module documentation (moved
@@ -317,8 +497,40 @@ pub fn plan_defragmentation(heaps: &[DefragHeap], budget: DefragBudget) -> Resul
 /// footprints at least the size, the budget kept, the byte count right). The tests and the fuzz
 /// target run it on every plan.
 pub fn check_plan(heaps: &[DefragHeap], budget: DefragBudget, plan: &DefragPlan) -> Result<(), DefragError> {
+    check_plan_with(heaps, budget, None, plan)
+}
+
+/// [`check_plan`] for a plan of [`plan_defragmentation_with`]: also rules 5 and 6 (at most one new
+/// heap and only with `repack`, its capacity the end of its last footprint rounded up to the unit
+/// and within `max_heap`, moves out of a heap the plan does not empty only into the new heap, no
+/// heap both a source and a destination, every new heap used).
+pub fn check_plan_with(
+    heaps: &[DefragHeap],
+    budget: DefragBudget,
+    repack: Option<Repack>,
+    plan: &DefragPlan,
+) -> Result<(), DefragError> {
     let fail = |s: String| Err(DefragError::Plan(s));
     let mut used = occupancy(heaps)?;
+    let allowed_new = usize::from(repack.is_some());
+    if plan.new_heaps.len() > allowed_new {
+        return fail(format!("{} new heaps, {allowed_new} allowed", plan.new_heaps.len()));
+    }
+    let granularity = heaps.iter().map(|h| h.granularity).max().unwrap_or(1);
+    for (k, new) in plan.new_heaps.iter().enumerate() {
+        if new.granularity != granularity {
+            return fail(format!(
+                "new heap {k} has granularity {}, the heaps {granularity}",
+                new.granularity
+            ));
+        }
+        used.push(Vec::new());
+    }
+    let capacity_of = |h: usize| match h.checked_sub(heaps.len()) {
+        Some(k) => plan.new_heaps.get(k).map(|n| (n.capacity, n.granularity)),
+        None => heaps.get(h).map(|d| (d.capacity, d.granularity)),
+    };
+    let sources: std::collections::HashSet<usize> = plan.moves.iter().map(|m| m.heap).collect();
     if plan.moves.len() as u64 > u64::from(budget.moves) {
         return fail(format!("{} moves over a budget of {}", plan.moves.len(), budget.moves));
     }
@@ -337,25 +549,28 @@ pub fn check_plan(heaps: &[DefragHeap], budget: DefragBudget, plan: &DefragPlan)
         if !moved.insert((m.heap, m.block)) {
             return fail(format!("{m:?} moves a block twice"));
         }
-        if !plan.emptied.contains(&m.heap) {
+        let into_new = m.to_heap >= heaps.len();
+        if !plan.emptied.contains(&m.heap) && !into_new {
             return fail(format!("{m:?} moves out of a heap the plan does not empty"));
         }
-        if plan.emptied.contains(&m.to_heap) || m.to_heap == m.heap {
-            return fail(format!("{m:?} moves into a heap the plan empties"));
+        if plan.emptied.contains(&m.to_heap) || m.to_heap == m.heap || sources.contains(&m.to_heap) {
+            return fail(format!("{m:?} moves into a heap the plan moves out of"));
         }
-        let Some(dest) = heaps.get(m.to_heap) else { return fail(format!("{m:?} names no heap")) };
+        if heaps.get(m.to_heap).is_some_and(|d| d.draining) {
+            return fail(format!("{m:?} moves into a heap being drained"));
+        }
+        let Some((capacity, g)) = capacity_of(m.to_heap) else { return fail(format!("{m:?} names no heap")) };
         if m.to_offset % block.alignment != 0 {
             return fail(format!("{m:?} is misaligned"));
         }
         if m.to_footprint < block.size {
             return fail(format!("{m:?} has a footprint below the block's size"));
         }
-        let Some(end) = m.to_offset.checked_add(m.to_footprint).filter(|&e| e <= dest.capacity) else {
+        let Some(end) = m.to_offset.checked_add(m.to_footprint).filter(|&e| e <= capacity) else {
             return fail(format!("{m:?} leaves its heap"));
         };
         let ranges = &mut used[m.to_heap];
         let at = ranges.partition_point(|u| u.start < m.to_offset);
-        let g = dest.granularity;
         if let Some(below) = at.checked_sub(1).map(|i| ranges[i]) {
             if below.end > m.to_offset {
                 return fail(format!("{m:?} overlaps a block below"));
@@ -384,10 +599,36 @@ pub fn check_plan(heaps: &[DefragHeap], budget: DefragBudget, plan: &DefragPlan)
     if bytes != plan.bytes {
         return fail(format!("the plan says {} B, its moves are {bytes} B", plan.bytes));
     }
+    if let Some(repack) = repack {
+        for (k, new) in plan.new_heaps.iter().enumerate() {
+            let Some(end) = used[heaps.len() + k].last().map(|u| u.end) else {
+                return fail(format!("new heap {k} receives no move"));
+            };
+            let rounded = align_up(end, repack.unit).unwrap_or(end);
+            if new.capacity < end || new.capacity > rounded || new.capacity > repack.max_heap.max(end) {
+                return fail(format!(
+                    "new heap {k} of {} B for moves ending at {end} B (unit {}, at most {} B)",
+                    new.capacity, repack.unit, repack.max_heap
+                ));
+            }
+            if end > repack.max_heap {
+                return fail(format!("new heap {k}'s moves end at {end} B, past {} B", repack.max_heap));
+            }
+        }
+    }
     for &h in &plan.emptied {
         let Some(heap) = heaps.get(h) else { return fail(format!("emptied heap {h} does not exist")) };
         if (0..heap.blocks.len()).any(|b| !moved.contains(&(h, b))) {
             return fail(format!("heap {h} is listed as emptied but keeps a block"));
+        }
+    }
+    for &h in &plan.draining {
+        let Some(heap) = heaps.get(h) else { return fail(format!("draining heap {h} does not exist")) };
+        if plan.emptied.contains(&h) || (0..heap.blocks.len()).all(|b| moved.contains(&(h, b))) {
+            return fail(format!("heap {h} is listed as draining but the plan empties it"));
+        }
+        if !heap.draining && !plan.moves.iter().any(|m| m.heap == h) {
+            return fail(format!("heap {h} is listed as draining but nothing moves out of it"));
         }
     }
     Ok(())

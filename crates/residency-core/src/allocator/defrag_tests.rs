@@ -4,8 +4,8 @@
 use proptest::prelude::*;
 
 use super::{
-    check_plan, plan_defragmentation, Allocation, BlockState, DefragBudget, DefragError, DefragHeap,
-    LiveBlock, ResourceKind, TlsfAllocator, TlsfDesc,
+    check_plan, check_plan_with, plan_defragmentation, plan_defragmentation_with, Allocation, BlockState,
+    DefragBudget, DefragError, DefragHeap, LiveBlock, NewHeap, Repack, ResourceKind, TlsfAllocator, TlsfDesc,
 };
 
 use ResourceKind::{Linear, Optimal};
@@ -17,7 +17,7 @@ fn block(offset: u64, size: u64, movable: bool) -> LiveBlock {
 }
 
 fn heap(capacity: u64, blocks: Vec<LiveBlock>) -> DefragHeap {
-    DefragHeap { capacity, granularity: 1, blocks }
+    DefragHeap { capacity, granularity: 1, blocks, draining: false }
 }
 
 /// A heap of the real allocator, with its live allocations and each one's (size, alignment).
@@ -48,7 +48,12 @@ impl Real {
                 }
             })
             .collect();
-        DefragHeap { capacity: self.tlsf.capacity(), granularity: self.tlsf.granularity(), blocks }
+        DefragHeap {
+            capacity: self.tlsf.capacity(),
+            granularity: self.tlsf.granularity(),
+            blocks,
+            draining: false,
+        }
     }
 }
 
@@ -123,6 +128,7 @@ fn granularity_keeps_linear_and_optimal_blocks_off_each_others_pages() {
                 kind: Optimal,
                 movable: true,
             }],
+            draining: false,
         },
         DefragHeap {
             capacity: 8192,
@@ -135,6 +141,7 @@ fn granularity_keeps_linear_and_optimal_blocks_off_each_others_pages() {
                 kind: Linear,
                 movable: true,
             }],
+            draining: false,
         },
     ];
     let plan = plan_defragmentation(&heaps, UNLIMITED).unwrap();
@@ -152,7 +159,7 @@ fn invalid_input_is_a_typed_error() {
     ));
     let outside = vec![heap(100, vec![block(90, 20, true)])];
     assert!(matches!(plan_defragmentation(&outside, UNLIMITED), Err(DefragError::Block { .. })));
-    let granularity = vec![DefragHeap { capacity: 100, granularity: 3, blocks: vec![] }];
+    let granularity = vec![DefragHeap { capacity: 100, granularity: 3, blocks: vec![], draining: false }];
     assert!(matches!(plan_defragmentation(&granularity, UNLIMITED), Err(DefragError::Granularity { .. })));
     let mut empty = block(0, 10, true);
     empty.size = 0;
@@ -184,6 +191,103 @@ fn allocate_at_refuses_taken_misaligned_and_conflicting_ranges() {
     h.free(b).unwrap();
     h.check_invariants().unwrap();
     assert_eq!(h.stats().largest_free_bytes, 4096);
+}
+
+fn repack(percent: u8, unit: u64, max_heap: u64) -> Option<Repack> {
+    Some(Repack { max_occupancy_percent: percent, unit, max_heap })
+}
+
+#[test]
+fn repacking_drains_sparsely_used_heaps_into_one_right_sized_new_heap() {
+    // Two heaps half full whose holes (at most 300 B) cannot take the other heap's 400 B blocks:
+    // emptying into holes moves nothing.
+    let heaps = vec![
+        heap(1000, vec![block(0, 400, true), block(600, 100, true)]),
+        heap(1000, vec![block(300, 400, true)]),
+    ];
+    assert!(plan_defragmentation(&heaps, UNLIMITED).unwrap().moves.is_empty());
+    let r = repack(92, 64, 1 << 20);
+    let plan = plan_defragmentation_with(&heaps, UNLIMITED, r).unwrap();
+    check_plan_with(&heaps, UNLIMITED, r, &plan).unwrap();
+    assert_eq!(plan.emptied, vec![1, 0], "the emptiest share first, both drained");
+    assert!(plan.moves.iter().all(|m| m.to_heap == 2), "all into the new heap: {plan:?}");
+    // 400 (heap 1) + 400 + 100 (heap 0, largest first) packed from 0: ends at 900, rounded to 64.
+    assert_eq!(plan.new_heaps, vec![NewHeap { capacity: 960, granularity: 1 }]);
+    assert_eq!(plan.bytes, 900);
+    assert_eq!(plan, plan_defragmentation_with(&heaps, UNLIMITED, r).unwrap(), "deterministic");
+}
+
+#[test]
+fn repacking_keeps_full_heaps_pinned_heaps_and_the_budget() {
+    let heaps = vec![
+        heap(1000, vec![block(0, 950, true)]), // 95 %: kept
+        heap(1000, vec![block(0, 100, false), block(200, 700, true)]), // pinned block: kept
+        heap(1000, vec![block(0, 300, true), block(500, 300, true)]), // 60 %: drained
+    ];
+    let r = repack(92, 1, 1 << 20);
+    let plan = plan_defragmentation_with(&heaps, UNLIMITED, r).unwrap();
+    check_plan_with(&heaps, UNLIMITED, r, &plan).unwrap();
+    assert!(plan.moves.iter().all(|m| m.heap == 2), "{plan:?}");
+    assert_eq!(plan.new_heaps, vec![NewHeap { capacity: 600, granularity: 1 }]);
+    // One move of budget: heap 2 is left part drained (not emptied), a later pass goes on.
+    let one = DefragBudget { bytes: u64::MAX, moves: 1 };
+    let plan = plan_defragmentation_with(&heaps, one, r).unwrap();
+    check_plan_with(&heaps, one, r, &plan).unwrap();
+    assert_eq!((plan.moves.len(), plan.emptied.len(), plan.new_heaps[0].capacity), (1, 0, 300));
+    // A new heap is at most `max_heap`: nothing larger than it moves.
+    let small = repack(92, 1, 299);
+    let plan = plan_defragmentation_with(&heaps, UNLIMITED, small).unwrap();
+    assert!(plan.moves.is_empty() && plan.new_heaps.is_empty(), "{plan:?}");
+    // 0 % drains nothing; a unit that is not a power of two is refused.
+    assert!(plan_defragmentation_with(&heaps, UNLIMITED, repack(0, 1, 1 << 20)).unwrap().moves.is_empty());
+    assert!(plan_defragmentation_with(&heaps, UNLIMITED, repack(92, 3, 1 << 20)).is_err());
+}
+
+#[test]
+fn a_part_drained_heap_receives_nothing_and_drains_first() {
+    // Heap 0 was left part drained into heap 1 (a new heap, 94 % full). Were heap 0 a
+    // destination, heap 1 (the emptiest by bytes) would empty back into its holes.
+    let mut heaps = vec![
+        heap(1000, vec![block(0, 300, true), block(600, 300, true)]),
+        heap(320, vec![block(0, 300, true)]),
+    ];
+    let r = repack(50, 1, 1 << 20);
+    let undo = plan_defragmentation_with(&heaps, UNLIMITED, r).unwrap();
+    assert_eq!(undo.emptied, vec![1], "without the mark the drain is undone: {undo:?}");
+    heaps[0].draining = true;
+    let one = DefragBudget { bytes: u64::MAX, moves: 1 };
+    let plan = plan_defragmentation_with(&heaps, one, r).unwrap();
+    check_plan_with(&heaps, one, r, &plan).unwrap();
+    // 60 % is over the 50 % share, but a heap being drained goes on draining.
+    assert_eq!(plan.moves.len(), 1);
+    assert!(plan.moves.iter().all(|m| m.heap == 0 && m.to_heap == 2), "{plan:?}");
+    assert_eq!(plan.draining, vec![0], "still part drained");
+    let plan = plan_defragmentation_with(&heaps, UNLIMITED, r).unwrap();
+    check_plan_with(&heaps, UNLIMITED, r, &plan).unwrap();
+    assert_eq!((plan.emptied.clone(), plan.draining.clone()), (vec![0], vec![]), "{plan:?}");
+    // A plan that moves into it is caught.
+    let mut wrong = undo.clone();
+    wrong.draining.clear();
+    assert!(check_plan_with(&heaps, UNLIMITED, r, &wrong).is_err());
+}
+
+#[test]
+fn check_plan_with_catches_broken_repacking() {
+    let heaps = vec![heap(1000, vec![block(0, 300, true), block(500, 300, true)])];
+    let r = repack(92, 64, 1 << 20);
+    let plan = plan_defragmentation_with(&heaps, UNLIMITED, r).unwrap();
+    check_plan_with(&heaps, UNLIMITED, r, &plan).unwrap();
+    assert!(check_plan(&heaps, UNLIMITED, &plan).is_err(), "a new heap without repacking");
+    let mut wrong = plan.clone();
+    wrong.new_heaps[0].capacity = 100;
+    assert!(check_plan_with(&heaps, UNLIMITED, r, &wrong).is_err(), "too small");
+    let mut wrong = plan.clone();
+    wrong.new_heaps[0].capacity = 4096;
+    assert!(check_plan_with(&heaps, UNLIMITED, r, &wrong).is_err(), "not right-sized");
+    let mut wrong = plan.clone();
+    wrong.emptied.clear();
+    wrong.moves[0].to_heap = 0;
+    assert!(check_plan_with(&heaps, UNLIMITED, r, &wrong).is_err(), "into the heap it drains");
 }
 
 /// One random heap: (capacity exponent, granularity exponent, allocations (size, alignment exp,
@@ -227,14 +331,25 @@ proptest! {
             2..6),
         moves in 0u32..40,
         bytes in 0u64..20_000,
+        repacking in prop::option::of((0u8..=100, 0u32..8, 64u64..8192)),
+        draining in prop::collection::vec(prop::bool::weighted(0.2), 6),
     ) {
         let mut real: Vec<Real> = specs.iter().map(build).collect();
-        let heaps: Vec<DefragHeap> = real.iter().map(Real::describe).collect();
+        let mut heaps: Vec<DefragHeap> = real.iter().map(Real::describe).collect();
+        for (heap, &d) in heaps.iter_mut().zip(&draining) {
+            heap.draining = d;
+        }
         let budget = DefragBudget { bytes, moves };
-        let plan = plan_defragmentation(&heaps, budget).unwrap();
-        prop_assert_eq!(&plan, &plan_defragmentation(&heaps, budget).unwrap(), "deterministic");
-        if let Err(e) = check_plan(&heaps, budget, &plan) {
+        let repack = repacking.map(|(p, u, m)| Repack { max_occupancy_percent: p, unit: 1 << u, max_heap: m });
+        let plan = plan_defragmentation_with(&heaps, budget, repack).unwrap();
+        prop_assert_eq!(&plan, &plan_defragmentation_with(&heaps, budget, repack).unwrap(), "deterministic");
+        if let Err(e) = check_plan_with(&heaps, budget, repack, &plan) {
             return Err(TestCaseError::fail(e.to_string()));
+        }
+        // The new heap, as the backend makes it.
+        for new in &plan.new_heaps {
+            let desc = TlsfDesc::new(new.capacity).with_granularity(new.granularity);
+            real.push(Real { tlsf: TlsfAllocator::new(desc).unwrap(), live: Vec::new() });
         }
         let live_before: u64 = real.iter().flat_map(|r| r.live.iter().map(|l| l.1)).sum();
         // Carry it out: destinations first (as the backend does), then free the sources.

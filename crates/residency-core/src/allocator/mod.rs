@@ -41,8 +41,8 @@ mod ring_tests;
 mod tlsf_tests;
 
 pub use defrag::{
-    check_plan, plan_defragmentation, DefragBudget, DefragError, DefragHeap, DefragPlan, LiveBlock,
-    PlannedMove,
+    check_plan, check_plan_with, plan_defragmentation, plan_defragmentation_with, DefragBudget, DefragError,
+    DefragHeap, DefragPlan, LiveBlock, NewHeap, PlannedMove, Repack,
 };
 pub use error::{AllocError, DescError, InvariantError, RingError, RingInvariantError};
 pub use linear::{

@@ -632,6 +632,18 @@ impl Device {
         })
     }
 
+    /// Frees every heap of the general allocator that holds no allocation, the one empty heap
+    /// per memory type it keeps for reuse included (after a level unloads, or after
+    /// defragmentation, to give the memory back now). Returns the bytes freed. Resources waiting
+    /// in the retire queue still hold their ranges, so their heaps stay until they retire
+    /// ([`Device::maintain`] or a wait retires them).
+    pub fn release_empty_heaps(&self) -> u64 {
+        self.general
+            .iter()
+            .map(|list| list.lock().unwrap_or_else(|e| e.into_inner()).release_empty(self))
+            .sum()
+    }
+
     /// Every memory heap's budget and usage now, in one query of the driver (VK_EXT_memory_budget
     /// when the device has it, else the estimate residency's allocations use: 80 % of the heap):
     /// what the driver reports for the whole process, what residency itself holds, the

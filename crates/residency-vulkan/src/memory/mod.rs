@@ -154,6 +154,9 @@ pub(crate) struct MemoryBlock {
     pub(crate) page_buffer: Option<vk::Buffer>,
     pub(crate) allocator: TlsfAllocator,
     pub(crate) name: String,
+    /// A defragmentation pass emptied it: no new allocation goes here, and its list frees it when
+    /// its last (old) allocation retires, whatever its keep-one-empty policy says.
+    pub(crate) draining: bool,
     id: ObjectId,
 }
 
@@ -277,6 +280,7 @@ impl MemoryBlock {
             page_buffer: None,
             allocator,
             name,
+            draining: false,
             id,
         })
     }
@@ -403,7 +407,7 @@ impl BlockList {
         // grow geometrically), so try each.
         for (index, slot) in self.blocks.iter_mut().enumerate().rev() {
             let Some(block) = slot else { continue };
-            if block.size - block.allocator.used_bytes() < req.size {
+            if block.draining || block.size - block.allocator.used_bytes() < req.size {
                 continue;
             }
             if let Ok(allocation) = block.allocator.allocate(req.size, req.alignment, req.kind) {
@@ -445,29 +449,8 @@ impl BlockList {
         };
         let minimum = req.size.saturating_add(req.alignment.max(self.granularity)).next_multiple_of(64 << 10);
         loop {
-            self.created += 1;
-            let name = format!("{} heap {}", self.name, self.created);
-            let desc = RawMemoryDesc {
-                name: &name,
-                size,
-                type_index: self.type_index,
-                allow_over_budget: req.allow_over_budget,
-                dedicated: None,
-                priority: self.priority,
-            };
-            match MemoryBlock::new(device, desc, self.granularity) {
-                Ok(mut block) => {
-                    if let Some(factory) = &self.page_buffer {
-                        match factory(device, &block) {
-                            Ok(buffer) => block.page_buffer = Some(buffer),
-                            Err(e) => {
-                                block.destroy(device);
-                                return Err(e);
-                            }
-                        }
-                    }
-                    return Ok(block);
-                }
+            match self.create_block(device, size, req.allow_over_budget) {
+                Ok(block) => return Ok(block),
                 // Out of memory or budget: a smaller heap that still fits may succeed (VMA does the same).
                 Err(MemoryError::OutOfDeviceMemory { .. } | MemoryError::OutOfBudget { .. })
                     if !self.fixed_size && size / 2 >= minimum =>
@@ -479,7 +462,67 @@ impl BlockList {
         }
     }
 
-    /// Frees a sub-allocation; releases its heap if that leaves more than `keep_empty` empty heaps.
+    /// One heap of `size` bytes with its page buffer (known-flags pools), not in a slot yet.
+    fn create_block(
+        &mut self,
+        device: &Device,
+        size: u64,
+        allow_over_budget: bool,
+    ) -> Result<MemoryBlock, MemoryError> {
+        self.created += 1;
+        let name = format!("{} heap {}", self.name, self.created);
+        let desc = RawMemoryDesc {
+            name: &name,
+            size,
+            type_index: self.type_index,
+            allow_over_budget,
+            dedicated: None,
+            priority: self.priority,
+        };
+        let mut block = MemoryBlock::new(device, desc, self.granularity)?;
+        if let Some(factory) = &self.page_buffer {
+            match factory(device, &block) {
+                Ok(buffer) => block.page_buffer = Some(buffer),
+                Err(e) => {
+                    block.destroy(device);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(block)
+    }
+
+    /// A new empty heap of exactly `size` bytes (a defragmentation pass's repacking destination),
+    /// within the budget; its slot.
+    pub(crate) fn add_block(&mut self, device: &Device, size: u64) -> Result<u32, MemoryError> {
+        let block = self.create_block(device, size, false)?;
+        let index = match self.blocks.iter().position(Option::is_none) {
+            Some(free) => free,
+            None => {
+                self.blocks.push(None);
+                self.blocks.len() - 1
+            }
+        };
+        self.blocks[index] = Some(block);
+        Ok(index as u32)
+    }
+
+    /// Frees the heap in `slot` if nothing is allocated in it (a failed pass's new heap).
+    pub(crate) fn remove_if_empty(&mut self, device: &Device, slot: u32) {
+        let empty = self
+            .blocks
+            .get(slot as usize)
+            .and_then(Option::as_ref)
+            .is_some_and(|b| b.allocator.allocation_count() == 0);
+        if empty {
+            if let Some(block) = self.blocks[slot as usize].take() {
+                block.destroy(device);
+            }
+        }
+    }
+
+    /// Frees a sub-allocation; releases its heap if that leaves more than `keep_empty` empty heaps,
+    /// or if a defragmentation pass emptied it (`draining`).
     pub(crate) fn free(&mut self, device: &Device, allocation: BlockAllocation) {
         let index = allocation.block as usize;
         let Some(block) = self.blocks[index].as_mut() else {
@@ -491,13 +534,30 @@ impl BlockList {
             return;
         }
         if block.allocator.allocation_count() == 0 {
+            let draining = block.draining;
             let empty = self.blocks.iter().flatten().filter(|b| b.allocator.allocation_count() == 0).count();
-            if empty > self.keep_empty {
+            if draining || empty > self.keep_empty {
                 if let Some(block) = self.blocks[index].take() {
                     block.destroy(device);
                 }
             }
         }
+    }
+
+    /// Frees every heap nothing is allocated in (the one empty heap the policy keeps included);
+    /// returns the bytes freed. A heap with no allocation holds no live resource and no resource
+    /// waiting in the retire queue (their ranges are freed only when they retire).
+    pub(crate) fn release_empty(&mut self, device: &Device) -> u64 {
+        let mut freed = 0;
+        for slot in &mut self.blocks {
+            if slot.as_ref().is_some_and(|b| b.allocator.allocation_count() == 0) {
+                if let Some(block) = slot.take() {
+                    freed += block.size;
+                    block.destroy(device);
+                }
+            }
+        }
+        freed
     }
 
     /// Releases every heap (at teardown; anything still placed in them is reported as leaked).

@@ -20,7 +20,9 @@ use crate::recording::Timestamps;
 use crate::resource_memory::ResourceMemory;
 use crate::retire::{Garbage, GpuUse, Life, Parent, FRAMES, SPARSE, UNIVERSAL};
 use ash::vk;
-use residency_core::allocator::{plan_defragmentation, BlockState, DefragBudget, DefragHeap, LiveBlock};
+use residency_core::allocator::{
+    plan_defragmentation_with, BlockState, DefragBudget, DefragHeap, LiveBlock, Repack,
+};
 use residency_core::sync::LastUses;
 use residency_core::usage::{BufferPoolUsage, BufferUsage};
 use std::collections::HashMap;
@@ -30,18 +32,25 @@ use std::time::{Duration, Instant};
 mod images;
 use images::ImageCopies;
 
-/// What one pass may move. Defaults: 64 MiB and 256 moves.
+/// What one pass may move, and whether it repacks. Defaults: 64 MiB and 256 moves, repacking
+/// heaps under 92 % full into new heaps in whole 2 MiB.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DefragDesc {
     /// Bytes one pass may copy (the moved buffers' allocations).
     pub max_bytes_per_pass: u64,
     /// Buffers one pass may move.
     pub max_moves_per_pass: u32,
+    /// Repacking: after emptying heaps into other heaps' holes, a pass drains the heaps under
+    /// `max_occupancy_percent` full into one new heap sized to what it moves (in whole `unit`s; at
+    /// most the heaps' largest size, whatever `max_heap` says), with the budget left. `None`:
+    /// moves only into existing holes (no new memory during a pass). Pools with a fixed page size
+    /// never repack.
+    pub repack: Option<Repack>,
 }
 
 impl Default for DefragDesc {
     fn default() -> Self {
-        DefragDesc { max_bytes_per_pass: 64 << 20, max_moves_per_pass: 256 }
+        DefragDesc { max_bytes_per_pass: 64 << 20, max_moves_per_pass: 256, repack: Some(Repack::default()) }
     }
 }
 
@@ -55,6 +64,12 @@ impl DefragDesc {
     /// Sets the buffers one pass may move.
     pub fn with_max_moves_per_pass(mut self, moves: u32) -> Self {
         self.max_moves_per_pass = moves;
+        self
+    }
+
+    /// Sets repacking (`None`: off).
+    pub fn with_repack(mut self, repack: Option<Repack>) -> Self {
+        self.repack = repack;
         self
     }
 }
@@ -92,10 +107,13 @@ pub struct DefragStats {
     pub moves: u32,
     /// Bytes copied (the moved resources' allocations).
     pub bytes_moved: u64,
-    /// Heaps the pass left with no live resource. Each is freed by the heap-release policy when
-    /// the old ranges retire (after the copy and every use declared on the old resources), unless it
-    /// is the one empty heap a memory type keeps.
+    /// Heaps the pass left with no live resource. Each takes no new allocation and is freed when
+    /// the old ranges retire (after the copy and every use declared on the old resources).
     pub heaps_emptied: u32,
+    /// Heaps the pass created to repack into ([`DefragDesc::repack`]), and their bytes.
+    pub heaps_created: u32,
+    /// Bytes of the heaps created.
+    pub heap_bytes_created: u64,
     /// Buffers handed to the pass that it refused to consider, by their index in the slice.
     pub unmovable: Vec<(usize, Unmovable)>,
     /// Images handed to [`Defragmenter::pass_with_images`] that it refused, by their index.
@@ -153,7 +171,18 @@ pub struct Defragmenter {
     totals: DefragTotals,
     /// Written before and after the copies of each pass (measurement only).
     timestamps: Timestamps,
+    /// Heaps an earlier pass left part drained (repacking), by their heaps' key, slot and name
+    /// (unique within a list): described as draining to the next plan, which puts nothing into
+    /// them and goes on draining them.
+    draining: Vec<(HeapsKey, u32, String)>,
 }
+
+/// A set of heaps' key ([`Heaps::key`]).
+type HeapsKey = (u8, u64, u32);
+
+/// A heap a plan left part drained: its heaps' key, slot and name (`None`: a list's marks are
+/// replaced by the ones after it).
+type DrainMark = (HeapsKey, u32, Option<String>);
 
 /// The heaps a buffer lives in: one memory type of the device's general allocator, or one arena
 /// of a buffer pool's pages. Moves stay within their heaps' owner.
@@ -266,6 +295,8 @@ struct Movable<'r, 'b, 'i> {
 struct Stage<'a> {
     device: &'a Device,
     moves: Vec<Staged>,
+    /// Heaps made for repacking: freed again when the pass fails (nothing is left in them).
+    new_heaps: Vec<(Heaps, u32)>,
 }
 
 impl Stage<'_> {
@@ -295,6 +326,9 @@ impl Drop for Stage<'_> {
         for m in &mut moves {
             self.undo(m);
         }
+        for (heaps, slot) in std::mem::take(&mut self.new_heaps) {
+            heaps.lock(self.device).remove_if_empty(self.device, slot);
+        }
     }
 }
 
@@ -303,7 +337,14 @@ impl Defragmenter {
     pub fn new(device: &Device, desc: DefragDesc) -> Result<Defragmenter, VulkanError> {
         let commands = CommandContext::new(device, "defragmenter")?;
         let timestamps = Timestamps::new(device, "defragmenter timestamps", 2)?;
-        Ok(Defragmenter { device: device.arc(), commands, desc, totals: DefragTotals::default(), timestamps })
+        Ok(Defragmenter {
+            device: device.arc(),
+            commands,
+            desc,
+            totals: DefragTotals::default(),
+            timestamps,
+            draining: Vec::new(),
+        })
     }
 
     /// GPU time of the last pass's copies in milliseconds (timestamps before and after them),
@@ -365,7 +406,7 @@ impl Defragmenter {
         let mut stats = DefragStats::default();
         let mut candidates = self.candidates(movable.buffers, &mut stats);
         candidates.extend(self.image_candidates(movable.images, &mut stats));
-        let mut stage = Stage { device, moves: Vec::new() };
+        let mut stage = Stage { device, moves: Vec::new(), new_heaps: Vec::new() };
         // Heaps the plans empty: (heaps' key, block slot).
         let mut emptied: Vec<((u8, u64, u32), u32)> = Vec::new();
         let mut budget =
@@ -377,9 +418,10 @@ impl Defragmenter {
             }
         }
         owners.sort_by_key(Heaps::key);
+        let mut draining = Vec::new();
         for heaps in owners {
             let before = stage.moves.len();
-            self.plan_heaps(&heaps, &candidates, budget, &mut stage, &mut emptied);
+            self.plan_heaps(&heaps, &candidates, budget, &mut stage, &mut emptied, &mut draining)?;
             let planned = &stage.moves[before..];
             budget.moves = budget.moves.saturating_sub(planned.len() as u32);
             budget.bytes = budget.bytes.saturating_sub(
@@ -416,13 +458,22 @@ impl Defragmenter {
         }
         // Committed: swap the handles' internals; the old lives retire behind the copy.
         let moves = std::mem::take(&mut stage.moves);
+        for (heaps, slot) in std::mem::take(&mut stage.new_heaps) {
+            // A new heap whose every move was dropped (requirements) is not kept.
+            let mut list = heaps.lock(device);
+            list.remove_if_empty(device, slot);
+            if let Some(block) = list.blocks.get(slot as usize).and_then(Option::as_ref) {
+                stats.heaps_created += 1;
+                stats.heap_bytes_created += block.size;
+            }
+        }
         drop(stage);
         stats.bytes_moved =
             moves.iter().map(|m| m.destination.as_ref().map_or(0, |d| d.allocation.size())).sum();
         stats.moves = moves.len() as u32;
-        stats.heaps_emptied = emptied
-            .iter()
-            .filter(|&&(key, slot)| {
+        let emptied: Vec<((u8, u64, u32), u32)> = emptied
+            .into_iter()
+            .filter(|&(key, slot)| {
                 let Some(heaps) = moves.iter().find(|m| m.heaps.key() == key).map(|m| &m.heaps) else {
                     return false;
                 };
@@ -435,7 +486,22 @@ impl Defragmenter {
                 let leaving = moves.iter().filter(|m| m.heaps.key() == key && m.from_block == slot).count();
                 live == leaving as u64
             })
-            .count() as u32;
+            .collect();
+        stats.heaps_emptied = emptied.len() as u32;
+        // An emptied heap takes no new allocation and goes when its old ranges retire.
+        for &(key, slot) in &emptied {
+            if let Some(m) = moves.iter().find(|m| m.heaps.key() == key) {
+                if let Some(block) =
+                    m.heaps.lock(device).blocks.get_mut(slot as usize).and_then(Option::as_mut)
+                {
+                    block.draining = true;
+                }
+            }
+        }
+        // Heaps of lists this pass did not plan keep their mark (their buffers were not handed).
+        let planned: Vec<HeapsKey> = draining.iter().map(|(k, _, _)| *k).collect();
+        self.draining.retain(|(k, _, _)| !planned.contains(k));
+        self.draining.extend(draining.into_iter().filter_map(|(k, slot, name)| name.map(|n| (k, slot, n))));
         if let Some(copy) = copy {
             for m in moves {
                 match m.target {
@@ -524,7 +590,8 @@ impl Defragmenter {
         budget: DefragBudget,
         stage: &mut Stage<'_>,
         emptied: &mut Vec<((u8, u64, u32), u32)>,
-    ) {
+        draining: &mut Vec<DrainMark>,
+    ) -> Result<(), DefragError> {
         let device = &*self.device;
         let here: HashMap<(u32, u64), &Candidate> = candidates
             .iter()
@@ -532,8 +599,15 @@ impl Defragmenter {
             .map(|c| ((c.block, c.offset), c))
             .collect();
         let mut list = heaps.lock(device);
-        let slots: Vec<u32> =
-            list.blocks.iter().enumerate().filter(|(_, b)| b.is_some()).map(|(i, _)| i as u32).collect();
+        // Heaps an earlier pass emptied are neither sources nor destinations: they go once their
+        // old ranges retire.
+        let slots: Vec<u32> = list
+            .blocks
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.as_ref().is_some_and(|b| !b.draining))
+            .map(|(i, _)| i as u32)
+            .collect();
         let described: Vec<DefragHeap> = slots
             .iter()
             .map(|&slot| {
@@ -554,19 +628,41 @@ impl Defragmenter {
                         })
                     })
                     .collect();
-                DefragHeap { capacity: block.size, granularity: block.allocator.granularity(), blocks }
+                let key = heaps.key();
+                let draining =
+                    self.draining.iter().any(|(k, s, name)| *k == key && *s == slot && *name == block.name);
+                DefragHeap {
+                    capacity: block.size,
+                    granularity: block.allocator.granularity(),
+                    blocks,
+                    draining,
+                }
             })
             .collect();
-        let plan = match plan_defragmentation(&described, budget) {
+        // New heaps are at most the list's page size (no larger than the heaps it makes itself).
+        let repack = self
+            .desc
+            .repack
+            .filter(|_| !list.fixed_size)
+            .map(|r| Repack { max_heap: r.max_heap.min(list.growth.page_size), ..r });
+        let plan = match plan_defragmentation_with(&described, budget, repack) {
             Ok(plan) => plan,
             Err(e) => {
                 tracing::error!(list = %list.name, error = %e, "the heaps' own layout was refused by the planner");
-                return;
+                return Ok(());
             }
         };
         let before = stage.moves.len();
+        // The new heap first: out of memory (or budget) fails the pass with nothing moved.
+        let mut new_slots = Vec::with_capacity(plan.new_heaps.len());
+        for new in &plan.new_heaps {
+            let slot = list.add_block(device, new.capacity)?;
+            stage.new_heaps.push((heaps.clone(), slot));
+            new_slots.push(slot);
+        }
+        let slot_of = |h: usize| slots.get(h).copied().unwrap_or_else(|| new_slots[h - slots.len()]);
         for m in &plan.moves {
-            let (from, to) = (slots[m.heap], slots[m.to_heap]);
+            let (from, to) = (slots[m.heap], slot_of(m.to_heap));
             let live = described[m.heap].blocks[m.block];
             let candidate = here[&(from, live.offset)];
             let block = list.blocks[to as usize].as_mut().expect("a planned heap is live");
@@ -582,7 +678,7 @@ impl Defragmenter {
                     for m in &mut undone {
                         stage.undo(m);
                     }
-                    return;
+                    return Ok(());
                 }
             };
             stage.moves.push(Staged {
@@ -605,6 +701,12 @@ impl Defragmenter {
             });
         }
         emptied.extend(plan.emptied.iter().map(|&h| (heaps.key(), slots[h])));
+        // This list's marks are replaced by the plan's (a `None` name: none left).
+        draining.push((heaps.key(), u32::MAX, None));
+        draining.extend(
+            plan.draining.iter().map(|&h| (heaps.key(), slots[h], Some(list.block(slots[h]).name.clone()))),
+        );
+        Ok(())
     }
 
     /// Creates and binds the new buffer (none for a range of a page buffer) and the copy aliases
