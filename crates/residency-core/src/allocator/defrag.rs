@@ -26,11 +26,12 @@
 //! churn every heap is part full, and the holes are single freed resources. Repacking, planned
 //! after the moves above with the budget they left:
 //! 5. Drained heaps are fully movable heaps that neither are sources nor received a move, whose
-//!    used bytes (footprints) are under `max_occupancy_percent` of their capacity, emptiest
-//!    (lowest share) first. Their blocks (largest alignment, then largest size first) move into
+//!    used bytes (footprints) are under `max_occupancy_percent` of their capacity and, rounded up
+//!    to `unit`, less than it, emptiest (lowest share) first. Their blocks (largest alignment, then largest size first) move into
 //!    **one new heap** per plan ([`DefragPlan::new_heaps`], named `heaps.len()` in
 //!    [`PlannedMove::to_heap`]), placed one after another from offset 0 as rule 3 places them;
-//!    its capacity is the end of the last footprint rounded up to `unit`.
+//!    its capacity is the end of the last footprint rounded up to `unit`. A plan whose drains all
+//!    complete and whose new heap is at least as large as the heaps they empty drains nothing.
 //! 6. A drained heap may be left part drained when the budget runs out; it is listed in
 //!    [`DefragPlan::emptied`] only when every block of it moved, else in [`DefragPlan::draining`]:
 //!    the backend describes it as [`DefragHeap::draining`] to the next plan, which puts nothing
@@ -415,7 +416,10 @@ fn plan_repack(
                 && !heap.blocks.is_empty()
                 && heap.blocks.iter().all(|b| b.movable)
                 && (heap.draining
-                    || u128::from(used_bytes(&used[h])) * 100 < share * u128::from(heap.capacity))
+                    || (u128::from(used_bytes(&used[h])) * 100 < share * u128::from(heap.capacity)
+                        // What it holds, in whole units, must be less than it: else a drain
+                        // makes a heap as large and the next plan drains that one again.
+                        && align_up(used_bytes(&used[h]), repack.unit).is_some_and(|n| n < heap.capacity)))
         })
         .collect();
     // Heaps being drained first; then the lowest share (compared without division), then fewest
@@ -432,6 +436,7 @@ fn plan_repack(
     });
     let granularity = heaps.iter().map(|h| h.granularity).max().unwrap_or(1);
     let new_index = heaps.len();
+    let (moves_before, emptied_before, bytes_before) = (plan.moves.len(), plan.emptied.len(), plan.bytes);
     let mut ranges: Vec<Used> = Vec::new();
     let mut moves = plan.moves.len() as u64;
     let mut bytes = plan.bytes;
@@ -487,6 +492,17 @@ fn plan_repack(
     }
     let end = ranges.iter().map(|u| u.end).max().unwrap_or(0);
     let capacity = align_up(end, repack.unit).unwrap_or(end).min(repack.max_heap.max(end));
+    // A drain that empties its heaps into a new heap at least as large as they were gives nothing
+    // back (packing padding can make it so): plan none of it.
+    let part_drained = plan.draining.iter().any(|&h| plan.moves[moves_before..].iter().any(|m| m.heap == h));
+    let freed: u64 = plan.emptied[emptied_before..].iter().map(|&h| heaps[h].capacity).sum();
+    if !part_drained && capacity >= freed {
+        plan.moves.truncate(moves_before);
+        plan.emptied.truncate(emptied_before);
+        plan.bytes = bytes_before;
+        plan.draining.retain(|&h| heaps[h].draining);
+        return;
+    }
     plan.bytes = bytes;
     plan.new_heaps.push(NewHeap { capacity, granularity });
 }
