@@ -45,5 +45,5 @@ pub use manager::{
     StreamingManager, TileKey, TileLoad,
 };
 pub use request::{RequestKind, TileRequest};
-pub use source::{FnSource, RvtSource, SourceError, TileSource};
+pub use source::{FnSource, FnVolumeSource, RvtSource, SourceDepth, SourceError, TileSource};
 pub use stats::{FrameStats, LatencyHistogram, LatencySummary, StreamingStats};

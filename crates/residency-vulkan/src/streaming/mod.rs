@@ -939,6 +939,13 @@ impl Streamer {
     /// format in use gets its own atlas, sized for the budget). Others are refused with
     /// [`StreamError::UnsupportedSource`] (a BC source on the software path with
     /// [`StreamError::SoftwareBlockCompressed`]), adding nothing. Must be called between frames.
+    ///
+    /// A volume source ([`TileSource::depth`] more than one texel) makes a 3D texture (hardware
+    /// path only; the software path refuses it with [`StreamError::UnsupportedSource`]): a 3D
+    /// sparse image in the format's standard 3D tile (RGBA8: 32 × 32 × 16) with a 3D min-LOD map
+    /// (bind them as a `sampler3D` and a `usampler3D`: `residency.glsl`); feedback names tiles
+    /// with their z (`feedback(slot, 0, uvw, …)` in `feedback.glsl`), and loads read them with
+    /// [`TileSource::read_tile_at`].
     pub fn add_texture(
         &mut self,
         name: &str,
