@@ -160,7 +160,7 @@ fn streamer_compaction_frees_heaps_and_keeps_every_tile_and_the_next_frames_stre
         assert_eq!(pool.heaps.len(), 4, "28 tiles in heaps of 8: {pool:?}");
         assert_eq!(
             scene.streamer.backing_bytes(),
-            backing_before - (u64::from(stats.heaps_released) * 8 << 16)
+            backing_before - ((u64::from(stats.heaps_released) * 8) << 16)
         );
         scene.streamer.manager().check_invariants().unwrap();
 
