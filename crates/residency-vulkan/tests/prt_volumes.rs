@@ -4,8 +4,9 @@
 //! at z > 0 exactly as the CPU model says, array layers stream independently (per-layer min-LOD
 //! map and feedback), and the seed's low-water LOD warning fires at and below the mark only, with
 //! the level that warned in the shader's code and in the feedback record; the `Streamer` streams
-//! an array texture whose layers come from their own sources, independently. Validation clean,
-//! nothing leaked, every tile back in its pool.
+//! an array texture whose layers come from their own sources, independently, and a volume from
+//! `prt_volume.comp`'s own feedback at z > 0. Validation clean, nothing leaked, every tile back in
+//! its pool.
 
 use residency_core::format::Format;
 use residency_core::memory::MemoryIntent;
