@@ -241,32 +241,7 @@ impl Texture {
     /// mip tail of each layer it holds (one layer, or all of them for a single mip tail; every
     /// slab of a volume's tail mips).
     pub(super) fn load_tiles(&self, unit: StreamUnit) -> Vec<(u32, u32, u32)> {
-        let mips = self.desc.mip_count;
-        match unit {
-            StreamUnit::Tile(t) => {
-                let Some(c) = self.layout.tile_coord(t) else { return Vec::new() };
-                // An array has z = 0, a volume layer 0.
-                vec![((c.layer + c.z) * mips + c.mip, c.x, c.y)]
-            }
-            StreamUnit::Tail(tail) => {
-                let mut tiles = Vec::new();
-                for layer in
-                    (0..self.layout.array_layers()).filter(|&l| self.layout.tail_of_layer(l) == Some(tail))
-                {
-                    for mip in self.layout.first_tail_lod()..self.layout.mip_levels() {
-                        let (gx, gy) = self.desc.tile_grid(mip);
-                        for z in 0..self.depth.slabs(mip) {
-                            for y in 0..gy {
-                                for x in 0..gx {
-                                    tiles.push(((layer + z) * mips + mip, x, y));
-                                }
-                            }
-                        }
-                    }
-                }
-                tiles
-            }
-        }
+        unit_tiles(&self.layout, &self.desc, self.depth, unit)
     }
 
     /// Stages the texels of a loaded unit: into the sparse image's tiles (after this frame's binds)
@@ -325,6 +300,39 @@ fn check_len(name: &str, texels: &[u8], w: u32, h: u32, d: u32, format: Format) 
         });
     }
     Ok(())
+}
+
+/// [`Texture::load_tiles`] for a texture of `layout`, `desc` and `depth`.
+fn unit_tiles(
+    layout: &SparseImageLayout,
+    desc: &VtDesc,
+    depth: SourceDepth,
+    unit: StreamUnit,
+) -> Vec<(u32, u32, u32)> {
+    let mips = desc.mip_count;
+    match unit {
+        StreamUnit::Tile(t) => {
+            let Some(c) = layout.tile_coord(t) else { return Vec::new() };
+            // An array has z = 0, a volume layer 0.
+            vec![((c.layer + c.z) * mips + c.mip, c.x, c.y)]
+        }
+        StreamUnit::Tail(tail) => {
+            let mut tiles = Vec::new();
+            for layer in (0..layout.array_layers()).filter(|&l| layout.tail_of_layer(l) == Some(tail)) {
+                for mip in layout.first_tail_lod()..layout.mip_levels() {
+                    let (gx, gy) = desc.tile_grid(mip);
+                    for z in 0..depth.slabs(mip) {
+                        for y in 0..gy {
+                            for x in 0..gx {
+                                tiles.push(((layer + z) * mips + mip, x, y));
+                            }
+                        }
+                    }
+                }
+            }
+            tiles
+        }
+    }
 }
 
 /// The units the manager pins for `layout` (its rule: the mip tails, or without one every mip from
@@ -485,5 +493,43 @@ impl TileSource for Bordered {
             [window[i], window[i + 1], window[i + 2], window[i + 3]]
         };
         Ok(bordered_tile(texel, extent, tw, self.border, cx, cy))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use residency_core::tiles::{LayoutLimits, SparseFormatInfo, TileCoord};
+
+    /// A volume deeper than wide, in the standard 3D tile and mip tail: a tiled mip's tile loads
+    /// with its z, and its tail's load reads every slab of every tail mip (here several per
+    /// mip, which lavapipe, without a mip tail, never shows).
+    #[test]
+    fn a_volume_s_units_load_their_tiles_with_z_and_the_tail_every_slab() {
+        let format = Format::R8G8B8A8Unorm;
+        let mips = 9;
+        let image = SparseImageDesc::new_3d(format, 64, 64, 256).with_mip_levels(mips);
+        let info = SparseFormatInfo::standard(format, SparseDimension::D3).unwrap();
+        let layout = SparseImageLayout::new(&image, &info, &LayoutLimits::unbounded()).unwrap();
+        let mut desc = VtDesc::new(format, 64, 64, 32, 32);
+        desc.mip_count = mips;
+        let depth = SourceDepth::new(256, 16);
+        let first_tail = layout.first_tail_lod();
+        assert!(first_tail >= 1 && first_tail < mips, "a tail after tiled mips");
+        let tile = layout.tile_index(TileCoord { layer: 0, mip: 0, x: 1, y: 0, z: 13 }).unwrap();
+        assert_eq!(unit_tiles(&layout, &desc, depth, StreamUnit::Tile(tile)), vec![(13 * mips, 1, 0)]);
+        let mut want = Vec::new();
+        for mip in first_tail..mips {
+            let (gx, gy) = desc.tile_grid(mip);
+            for z in 0..depth.slabs(mip) {
+                for y in 0..gy {
+                    for x in 0..gx {
+                        want.push((z * mips + mip, x, y));
+                    }
+                }
+            }
+        }
+        assert!(want.iter().any(|&(m, ..)| m >= mips), "some tail mip has several slabs");
+        assert_eq!(unit_tiles(&layout, &desc, depth, StreamUnit::Tail(0)), want);
     }
 }
