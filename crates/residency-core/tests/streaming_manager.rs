@@ -620,3 +620,71 @@ fn without_a_tail_the_single_tile_mips_are_pinned() {
     }
     assert_eq!(sim.m.committed_tiles(), 8);
 }
+
+/// The manager's compaction: after a budget cut the heaps are half holes; a plan moves only the
+/// images' mapped tiles (the tail stays), applying it keeps the residency, the min-LOD map and
+/// the invariants while the physical tiles change; a wrong or partial move list is refused with
+/// nothing changed; revert puts everything back; the emptied heaps can then be released.
+#[test]
+fn compaction_moves_resident_tiles_keeps_their_meaning_and_reverts() {
+    let l = layout(1024, 1024);
+    let img = ImageId(1);
+    let desc =
+        StreamingDesc::default().with_budget_tiles(60).with_tiles_per_heap(8).with_evictions_per_frame(64);
+    let mut sim = Sim::new(desc, 1);
+    sim.m.register_image(img, &l).unwrap();
+    sim.step(&[]);
+    let all: Vec<TileRequest> =
+        (0..4).flat_map(|y| (0..8).map(move |x| (x, y))).map(|(x, y)| miss(img, &l, 0, x, y)).collect();
+    for _ in 0..8 {
+        sim.step(&all);
+    }
+    let even: Vec<TileRequest> = all.iter().copied().step_by(2).collect();
+    sim.m.set_budget_tiles(32);
+    for _ in 0..8 {
+        sim.step(&even);
+    }
+    let before = sim.m.pool().stats();
+    assert!(before.heaps.iter().filter(|h| h.used < h.tiles).count() >= 2, "{before:?}");
+    let table = |m: &StreamingManager| m.residency(img).unwrap().page_table().clone();
+    let (t0, stats0) = (table(&sim.m), sim.m.pool().stats());
+    let (plan, moves) = sim.m.plan_compaction(u32::MAX);
+    assert!(!plan.moves.is_empty() && !plan.heaps_emptied.is_empty(), "{plan:?}");
+    assert_eq!(moves.len(), 1);
+    assert_eq!(moves[0].moves.len(), plan.moves.len());
+
+    // Refused, nothing changed: a partial move list, a move not in the plan.
+    let partial =
+        vec![residency_core::streaming::ImageCompaction { image: img, moves: moves[0].moves[1..].to_vec() }];
+    assert!(sim.m.apply_compaction(&plan, &partial).is_err());
+    let mut wrong = moves.clone();
+    wrong[0].moves[0].0 = TileIndex(wrong[0].moves[0].0 .0 + 1);
+    assert!(sim.m.apply_compaction(&plan, &wrong).is_err());
+    assert_eq!(
+        (table(&sim.m).mapped().collect::<Vec<_>>(), sim.m.pool().stats()),
+        (t0.mapped().collect(), stats0.clone())
+    );
+
+    let changes = sim.m.apply_compaction(&plan, &moves).unwrap();
+    assert_eq!(changes[0].tiles.len(), plan.moves.len());
+    sim.m.check_invariants().unwrap();
+    let t1 = table(&sim.m);
+    assert_eq!(t1.min_lod_layer(0), t0.min_lod_layer(0), "the min-LOD map means what it meant");
+    assert_eq!(t1.mapped().map(|m| m.0).collect::<Vec<_>>(), t0.mapped().map(|m| m.0).collect::<Vec<_>>());
+    assert_ne!(t1.mapped().collect::<Vec<_>>(), t0.mapped().collect::<Vec<_>>());
+
+    sim.m.revert_compaction(&plan, &moves).unwrap();
+    sim.m.check_invariants().unwrap();
+    assert_eq!(table(&sim.m).mapped().collect::<Vec<_>>(), t0.mapped().collect::<Vec<_>>());
+    assert_eq!(sim.m.pool().stats(), stats0);
+
+    sim.m.apply_compaction(&plan, &moves).unwrap();
+    let released = sim.m.release_empty_heaps(&plan.heaps_emptied);
+    assert_eq!(released, plan.heaps_emptied);
+    sim.m.check_invariants().unwrap();
+    assert_eq!(sim.m.pool().stats().heaps.len(), before.heaps.len() - released.len());
+    // Frames go on: the wanted tiles stay, and nothing is loaded again.
+    let out = sim.step(&even);
+    assert!(out.loads.is_empty() && out.evicted.is_empty(), "{out:?}");
+    assert!(even.iter().all(|r| sim.m.is_resident(TileKey::tile(img, r.tile))));
+}

@@ -1,5 +1,7 @@
 //! The `streaming_manager` target: random frames of feedback requests, load completions and
-//! failures, budget cuts, upload budget changes, image registrations and unregistrations.
+//! failures, budget cuts, upload budget changes, image registrations and unregistrations, and
+//! compaction passes over the pool (after the frames where every load completes: applied, or
+//! applied and reverted; residency and the min-LOD maps must not change).
 //!
 //! The harness plays a renderer that reports every load it was asked to start exactly once,
 //! sooner or later, as loaded or failed. Checked after every call: the manager's own contract
@@ -131,6 +133,48 @@ impl Harness {
         for key in self.m.in_flight() {
             assert!(self.outstanding.contains(&key), "{key:?} in flight but never started");
         }
+    }
+
+    /// A compaction pass of at most `max_tiles` moves over the manager's pool
+    /// (`plan_compaction`, `apply_compaction`), then either reverted (`revert`: every physical
+    /// tile back where it was) or its emptied heaps released. Residency and every min-LOD map keep
+    /// their meaning, the pool its used tiles, and the contract holds after each step.
+    pub(crate) fn compact(&mut self, max_tiles: u32, revert: bool) {
+        type Tables = Vec<(ImageId, Vec<(TileIndex, residency_core::tiles::PhysicalTile)>, Vec<Vec<u8>>)>;
+        let tables = |m: &StreamingManager| -> Tables {
+            m.images()
+                .map(|i| {
+                    let r = m.residency(i).expect("registered");
+                    let t = r.page_table();
+                    let maps = (0..r.layout().array_layers()).map(|l| t.min_lod_layer(l).to_vec()).collect();
+                    (i, t.mapped().collect(), maps)
+                })
+                .collect()
+        };
+        let before = tables(&self.m);
+        let used = self.m.pool().used_tiles();
+        let (plan, moves) = self.m.plan_compaction(max_tiles);
+        assert!(plan.moves.len() <= max_tiles as usize);
+        assert_eq!(moves.iter().map(|c| c.moves.len()).sum::<usize>(), plan.moves.len());
+        let changes =
+            self.m.apply_compaction(&plan, &moves).unwrap_or_else(|e| panic!("apply_compaction: {e}"));
+        assert_eq!(changes.len(), moves.len());
+        let after = tables(&self.m);
+        assert_eq!(self.m.pool().used_tiles(), used);
+        for ((i, b, bm), (j, a, am)) in before.iter().zip(&after) {
+            assert_eq!((i, bm), (j, am), "the min-LOD maps of {i:?} changed");
+            let tiles = |t: &[(TileIndex, _)]| t.iter().map(|x| x.0).collect::<Vec<_>>();
+            assert_eq!(tiles(b), tiles(a), "the resident tiles of {i:?} changed");
+        }
+        self.check_full();
+        if revert {
+            self.m.revert_compaction(&plan, &moves).unwrap_or_else(|e| panic!("revert_compaction: {e}"));
+            assert!(tables(&self.m) == before, "revert_compaction left tiles moved");
+        } else {
+            let released = self.m.release_empty_heaps(&plan.heaps_emptied);
+            assert_eq!(released, plan.heaps_emptied, "a heap the plan emptied was not empty");
+        }
+        self.check_full();
     }
 
     /// A request for tile `tile` of `image` (its mip from the layout, 0 when unknown).
@@ -330,6 +374,8 @@ pub(crate) fn run(data: &[u8]) {
                 frame += 1;
                 let deliver = vec![1; h.outstanding().len()];
                 h.frame(frame, &[], &deliver, &[]);
+                // And a compaction pass (no input read, so earlier inputs decode as they did).
+                h.compact((frame % 5) as u32 * 3, frame % 3 == 0);
             }
         }
         h.check();

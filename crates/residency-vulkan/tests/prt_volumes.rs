@@ -4,8 +4,9 @@
 //! at z > 0 exactly as the CPU model says, array layers stream independently (per-layer min-LOD
 //! map and feedback), and the seed's low-water LOD warning fires at and below the mark only, with
 //! the level that warned in the shader's code and in the feedback record; the `Streamer` streams
-//! an array texture whose layers come from their own sources, independently. Validation clean,
-//! nothing leaked, every tile back in its pool.
+//! an array texture whose layers come from their own sources, independently, and a volume from
+//! `prt_volume.comp`'s own feedback at z > 0. Validation clean, nothing leaked, every tile back in
+//! its pool.
 
 use residency_core::format::Format;
 use residency_core::memory::MemoryIntent;
@@ -811,5 +812,234 @@ fn array_layers_stream_independently_on_the_software_path() {
         drop(image);
         device.wait_submitted().unwrap();
         assert_eq!(pool.used_tiles(), 0);
+    });
+}
+
+/// The texel (x, y, z) of `mip` of the streamed volume (coordinates within the mip).
+fn volume_texel(mip: u32, x: u32, y: u32, z: u32) -> [u8; 4] {
+    [(x % 251) as u8, (y % 241) as u8, (z * 3 + 1) as u8, (mip * 20 + 30) as u8]
+}
+
+/// A procedural RGBA8 volume of `side`² × `depth` texels in tiles of `tile` (x, y, z) texels.
+fn volume_source(side: u32, depth: u32, tile: [u32; 3]) -> Arc<dyn residency_core::streaming::TileSource> {
+    use residency_core::streaming::{FnVolumeSource, SourceDepth};
+    let mut desc = residency_core::vt_file::VtDesc::new(Format::R8G8B8A8Unorm, side, side, tile[0], tile[1]);
+    desc.mip_count = 32 - side.max(depth).leading_zeros();
+    let depths = SourceDepth::new(depth, tile[2]);
+    Arc::new(FnVolumeSource::new("procedural volume", desc, depths, move |mip, x, y, z| {
+        let (w, h) = desc.tile_extent(mip, x, y).expect("in the grid");
+        let d = depths.slab_depth(mip, z).expect("in the grid");
+        let (x0, y0, z0) = (x * tile[0], y * tile[1], z * tile[2]);
+        Ok((0..d)
+            .flat_map(|tz| {
+                (0..h).flat_map(move |ty| {
+                    (0..w).flat_map(move |tx| volume_texel(mip, x0 + tx, y0 + ty, z0 + tz))
+                })
+            })
+            .collect())
+    }))
+}
+
+/// The `Streamer` streams a volume: a 3D sparse image with a 3D min-LOD map, primed with its
+/// coarse chain; `prt_volume.comp` samples it through the frame's bindings and writes the feedback
+/// itself at tiles with z > 0, which become resident (with their parents) from that feedback
+/// alone; the samples then read the source's texels at mip 0, the tiles read back as the source
+/// has them, and the tiles at the same (x, y) at other depths, never asked for, stay
+/// non-resident. The software path, volumes as array layers and a tile depth that is not the
+/// format's standard one are refused.
+#[test]
+fn streamer_streams_a_volume_from_gpu_feedback_at_z_above_zero() {
+    use residency_core::streaming::TileKey;
+    use residency_core::tiles::ResidencyPath;
+    use residency_vulkan::recording::MemoryDependency;
+    use residency_vulkan::streaming::{StreamError, Streamer, StreamerDesc, TextureViews};
+    use vk::{AccessFlags2 as A, PipelineStageFlags2 as S};
+    with_gpu(|set| {
+        let device = Arc::clone(&set.devices()[0]);
+        let probe = SparseImageDesc::new_3d(Format::R8G8B8A8Unorm, 64, 64, 64);
+        let shape = SparseImageLayout::for_device(&probe, device.profile()).unwrap().tile_shape();
+        let tile = [shape.width, shape.height, shape.depth];
+        let (side, depth) = (4 * shape.width, 4 * shape.depth);
+        assert_eq!(shape.width, shape.height);
+        let desc = |path| {
+            StreamerDesc::default()
+                .with_name("volume streamer")
+                .with_path(path)
+                .with_frames_in_flight(2)
+                .with_budget_tiles(48)
+                .with_workers(2)
+        };
+        let refused =
+            |r: Result<_, StreamError>| assert!(matches!(r, Err(StreamError::UnsupportedSource { .. })));
+        let mut software = Streamer::new(&device, desc(ResidencyPath::Software)).unwrap();
+        refused(software.add_texture("software volume", volume_source(side, depth, tile)));
+        assert_eq!(software.texture_count(), 0);
+        drop(software);
+
+        let mut streamer = Streamer::new(&device, desc(ResidencyPath::Hardware)).unwrap();
+        refused(
+            streamer.add_texture("thin tiles", volume_source(side, depth, [tile[0], tile[1], tile[2] / 2])),
+        );
+        let source = volume_source(side, depth, tile);
+        refused(streamer.add_array_texture("volume layers", &[Arc::clone(&source), Arc::clone(&source)]));
+        assert!(streamer.manager().images().next().is_none(), "nothing was added");
+
+        let texture = streamer.add_texture("vt volume", source).unwrap();
+        let id = texture.id();
+        let layout = streamer.manager().residency(id).unwrap().layout().clone();
+        assert_eq!(layout.desc().dimension, SparseDimension::D3);
+        assert_eq!(layout.mip(0).unwrap().tiles, [4, 4, 4]);
+        assert!(streamer.coarse_chain(&texture).iter().all(|&k| streamer.manager().is_resident(k)));
+        let coarse = layout.mip_levels() - 1;
+        let image = streamer.sparse_image(&texture).unwrap();
+        let got =
+            image.read_region(0, coarse, TexelRegion { offset: [0; 3], extent: [1, 1, 1] }, 64).unwrap();
+        assert_eq!(got, volume_texel(coarse, 0, 0, 0), "the coarsest mip after priming");
+
+        // Probes at the centres of mip-0 texels inside tiles with z > 0, at LOD 0.
+        let wanted = [[1u32, 2, 3], [3, 0, 1], [0, 3, 2]];
+        let texel_at = |t: [u32; 3]| [0, 1, 2].map(|a| t[a] * tile[a] + tile[a] / 2 + 1);
+        let extent = [side, side, depth];
+        let probes: Vec<[f32; 4]> = wanted
+            .iter()
+            .map(|&t| {
+                let p = texel_at(t);
+                [0, 1, 2, 3].map(|a| if a == 3 { 0.0 } else { (p[a] as f32 + 0.5) / extent[a] as f32 })
+            })
+            .collect();
+        let n = probes.len() as u64;
+        let program = ComputeProgram::new(&device, "volume frame", &shaders::PRT_VOLUME, 2).unwrap();
+        let nearest = device.create_sampler(Filter::Nearest).unwrap();
+        let mut input = device
+            .create_buffer(
+                &BufferDesc::new("probes", n * 16, BufferUsage::STORAGE).with_intent(MemoryIntent::Upload),
+            )
+            .unwrap();
+        input.write(0, &probes.iter().flatten().flat_map(|f| f.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
+        let outputs: Vec<_> = (0..2)
+            .map(|i| {
+                device
+                    .create_buffer(
+                        &BufferDesc::new(format!("results {i}"), n * 32, BufferUsage::STORAGE)
+                            .with_intent(MemoryIntent::Readback),
+                    )
+                    .unwrap()
+            })
+            .collect();
+        let mut push: Vec<u8> = DEFAULT.iter().flat_map(|f| f.to_le_bytes()).collect();
+        push.extend_from_slice(&(n as u32).to_le_bytes());
+        push.extend_from_slice(&NO_MARK.to_le_bytes());
+        push.resize(32, 0);
+        let commands = residency_vulkan::CommandContext::new(&device, "volume frames").unwrap();
+        let general = vk::ImageLayout::GENERAL;
+        let mut sets: Vec<Option<_>> = vec![None, None];
+        let mut last = Vec::new();
+        let mut misses_seen = 0;
+        for _ in 0..12 {
+            let bindings = streamer.begin_frame().unwrap();
+            let slot = bindings.slot;
+            if sets[slot].is_none() {
+                let TextureViews::Hardware { image, min_lod } = bindings.textures[0].views else {
+                    panic!("the hardware path")
+                };
+                let (image, min_lod): (ViewRef<'_>, ViewRef<'_>) = (image.into(), min_lod.into());
+                sets[slot] = Some(
+                    program
+                        .descriptor_set(&[
+                            Binding::sampled(image, &nearest, general),
+                            Binding::sampled(min_lod, &nearest, general),
+                            Binding::Buffer(&input),
+                            Binding::Buffer(&outputs[slot]),
+                            Binding::Buffer(bindings.feedback.unwrap()),
+                            Binding::Buffer(bindings.image_table.unwrap()),
+                        ])
+                        .unwrap(),
+                );
+            }
+            let submission = commands
+                .submit(&[], |rec| {
+                    bindings
+                        .record(rec, |rec| {
+                            program.dispatch(rec, sets[slot].as_ref().unwrap(), &push, [1, 1, 1]).unwrap()
+                        })
+                        .unwrap();
+                    rec.memory_barrier(MemoryDependency {
+                        src_stages: S::COMPUTE_SHADER,
+                        src_access: A::SHADER_WRITE,
+                        dst_stages: S::HOST,
+                        dst_access: A::HOST_READ,
+                    })
+                    .unwrap();
+                })
+                .unwrap();
+            drop(bindings);
+            let until = submission.gpu_use();
+            streamer.end_frame(until).unwrap();
+            device.wait_until(&until).unwrap();
+            let mut out = vec![0u8; (n * 32) as usize];
+            outputs[slot].read(0, &mut out).unwrap();
+            last = out
+                .chunks_exact(32)
+                .map(|r| {
+                    let f = |i: usize| f32::from_le_bytes([r[i], r[i + 1], r[i + 2], r[i + 3]]);
+                    ([f(0), f(4), f(8), f(12)].map(|v| v * 255.0), [f(16), f(20), f(24), f(28)])
+                })
+                .collect::<Vec<Sampled>>();
+            misses_seen += streamer.take_feedback_frames().iter().map(|f| f.misses).sum::<u64>();
+            streamer.wait_for_loads();
+        }
+        assert!(misses_seen > 0, "the GPU's feedback asked for the tiles");
+
+        let key = |mip, [x, y, z]: [u32; 3]| {
+            TileKey::tile(id, layout.tile_index(TileCoord { layer: 0, mip, x, y, z }).unwrap())
+        };
+        for &t in &wanted {
+            assert!(streamer.manager().is_resident(key(0, t)), "tile {t:?} streamed from feedback");
+            assert!(streamer.manager().is_resident(key(1, t.map(|c| c / 2))), "its parent too");
+        }
+        // The samples read the source's mip-0 texels, resident, at LOD 0.
+        for (&t, r) in wanted.iter().zip(&last) {
+            let p = texel_at(t);
+            assert_eq!(
+                r.0.map(f32::round),
+                as_f32(volume_texel(0, p[0], p[1], p[2])),
+                "the sample in tile {t:?}"
+            );
+            assert_eq!(decode_code(r.1), (true, false, 0));
+            assert_eq!((r.1[1], r.1[2]), (0.0, 0.0), "LOD used, min-LOD map");
+        }
+        // Exactly the requested mip-0 tiles are resident: the others at the same (x, y) are not.
+        let residency = streamer.manager().residency(id).unwrap();
+        let resident_mip0: BTreeSet<[u32; 3]> = residency
+            .page_table()
+            .mapped()
+            .filter_map(|(t, _)| layout.tile_coord(t))
+            .filter(|c| c.mip == 0)
+            .map(|c| [c.x, c.y, c.z])
+            .collect();
+        assert_eq!(resident_mip0, wanted.iter().copied().collect::<BTreeSet<_>>());
+        for z in 0..4 {
+            if z != 3 {
+                assert!(!streamer.manager().is_resident(key(0, [1, 2, z])));
+            }
+        }
+        // A whole tile at z > 0 reads back exactly as the source has it.
+        let image = streamer.sparse_image(&texture).unwrap();
+        let region = TexelRegion { offset: [tile[0], 2 * tile[1], 3 * tile[2]], extent: tile };
+        let want: Vec<u8> = (0..tile[2])
+            .flat_map(|z| {
+                (0..tile[1]).flat_map(move |y| {
+                    (0..tile[0])
+                        .flat_map(move |x| volume_texel(0, tile[0] + x, 2 * tile[1] + y, 3 * tile[2] + z))
+                })
+            })
+            .collect();
+        assert_eq!(image.read_region(0, 0, region, 1 << 20).unwrap(), want);
+
+        drop(sets);
+        drop((input, outputs, nearest, program));
+        streamer.remove_texture(texture).unwrap();
+        drop(streamer);
+        drop(commands);
     });
 }

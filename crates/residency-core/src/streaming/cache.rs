@@ -13,7 +13,7 @@
 //!
 //! Pure CPU; no GPU types.
 
-use super::source::{SourceError, TileSource};
+use super::source::{SourceDepth, SourceError, TileSource};
 use crate::device_mask::DeviceIndex;
 use crate::vt_file::VtDesc;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -30,6 +30,8 @@ pub struct CacheKey {
     pub x: u32,
     /// Tile row.
     pub y: u32,
+    /// Tile slab (a volume's depth; 0 for 2D textures).
+    pub z: u32,
 }
 
 /// A cache's counters (all requesters together, or one requester's: then `entries`, `bytes`,
@@ -312,7 +314,12 @@ impl CachedSource {
 
     /// The key of tile (`x`, `y`) of `mip`.
     pub fn key(&self, mip: u32, x: u32, y: u32) -> CacheKey {
-        CacheKey { source: self.id, mip, x, y }
+        self.key_at(mip, x, y, 0)
+    }
+
+    /// The key of tile (`x`, `y`, `z`) of `mip` (a volume's).
+    pub fn key_at(&self, mip: u32, x: u32, y: u32, z: u32) -> CacheKey {
+        CacheKey { source: self.id, mip, x, y, z }
     }
 
     /// The source as `requester` reads it: the same tiles through the same cache, counted under
@@ -321,8 +328,10 @@ impl CachedSource {
         Arc::new(RequesterSource { source: Arc::clone(self), requester: Some(requester) })
     }
 
-    fn read(&self, requester: Option<DeviceIndex>, mip: u32, x: u32, y: u32) -> Result<Vec<u8>, SourceError> {
-        self.cache.get_or_decode(self.key(mip, x, y), requester, || self.inner.read_tile(mip, x, y))
+    fn read(&self, requester: Option<DeviceIndex>, [mip, x, y, z]: [u32; 4]) -> Result<Vec<u8>, SourceError> {
+        // A 2D source's `read_tile_at` is its `read_tile` for z = 0.
+        self.cache
+            .get_or_decode(self.key_at(mip, x, y, z), requester, || self.inner.read_tile_at(mip, x, y, z))
     }
 }
 
@@ -336,7 +345,15 @@ impl TileSource for CachedSource {
     }
 
     fn read_tile(&self, mip: u32, x: u32, y: u32) -> Result<Vec<u8>, SourceError> {
-        self.read(None, mip, x, y)
+        self.read(None, [mip, x, y, 0])
+    }
+
+    fn depth(&self) -> SourceDepth {
+        self.inner.depth()
+    }
+
+    fn read_tile_at(&self, mip: u32, x: u32, y: u32, z: u32) -> Result<Vec<u8>, SourceError> {
+        self.read(None, [mip, x, y, z])
     }
 }
 
@@ -356,7 +373,15 @@ impl TileSource for RequesterSource {
     }
 
     fn read_tile(&self, mip: u32, x: u32, y: u32) -> Result<Vec<u8>, SourceError> {
-        self.source.read(self.requester, mip, x, y)
+        self.source.read(self.requester, [mip, x, y, 0])
+    }
+
+    fn depth(&self) -> SourceDepth {
+        self.source.depth()
+    }
+
+    fn read_tile_at(&self, mip: u32, x: u32, y: u32, z: u32) -> Result<Vec<u8>, SourceError> {
+        self.source.read(self.requester, [mip, x, y, z])
     }
 }
 
@@ -397,6 +422,28 @@ mod tests {
         let total = cache.stats();
         assert_eq!((total.hits, total.decodes, total.entries, total.bytes), (1, 1, 1, 1024));
         assert!((total.hit_rate() - 0.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_volume_s_slabs_are_cached_apart_and_keep_their_depth() {
+        use crate::streaming::FnVolumeSource;
+        let reads = Arc::new(AtomicU64::new(0));
+        let counted = Arc::clone(&reads);
+        let desc = VtDesc::new(Format::R8G8B8A8Unorm, 64, 64, 32, 32);
+        let volume: Arc<dyn TileSource> =
+            Arc::new(FnVolumeSource::new("volume", desc, SourceDepth::new(64, 16), move |mip, x, y, z| {
+                counted.fetch_add(1, Ordering::SeqCst);
+                Ok(vec![mip as u8, x as u8, y as u8, z as u8])
+            }));
+        let cache = DecodedTileCache::new(1 << 20);
+        let source = cache.source(volume);
+        let view = source.for_requester(d(0));
+        assert_eq!(view.depth(), SourceDepth::new(64, 16));
+        assert_eq!(view.read_tile_at(0, 1, 0, 3).unwrap(), [0, 1, 0, 3]);
+        assert_eq!(view.read_tile_at(0, 1, 0, 2).unwrap(), [0, 1, 0, 2]);
+        assert_eq!(source.read_tile_at(0, 1, 0, 3).unwrap(), [0, 1, 0, 3]);
+        assert_eq!(reads.load(Ordering::SeqCst), 2, "two slabs decoded, one read from the cache");
+        assert!(cache.contains(source.key_at(0, 1, 0, 3)) && !cache.contains(source.key(0, 1, 0)));
     }
 
     #[test]

@@ -6,6 +6,8 @@
 //! policy and the page tables cannot disagree — a tile is resident exactly when its page table
 //! says so. See `docs/streaming.md` for the frame protocol and the decisions.
 
+mod compaction;
+
 use super::feedback::{FeedbackDesc, FeedbackError, FeedbackLayout};
 use super::lineage::{child_tiles, parent_tiles};
 use super::request::{RequestKind, TileRequest};
@@ -14,6 +16,7 @@ use crate::tiles::{
     CommitError, HeapIndex, ImageId, MinLodUpdate, ResidencyChanges, SparseImageLayout, SparseResidency,
     TileCoord, TileIndex, TilePool, TilePoolDesc,
 };
+pub use compaction::ImageCompaction;
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};

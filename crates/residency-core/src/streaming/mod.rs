@@ -41,9 +41,9 @@ pub use lineage::{child_tiles, covering_tiles, parent_tiles};
 pub use loader::{DuplicateLoad, LoadDone, LoadJob, TileLoader};
 pub use lod_warning::{classify_low_water, classify_sample, low_water_level};
 pub use manager::{
-    FrameInput, FrameOutput, ImageChanges, LoadReason, StreamUnit, StreamingDesc, StreamingError,
-    StreamingManager, TileKey, TileLoad,
+    FrameInput, FrameOutput, ImageChanges, ImageCompaction, LoadReason, StreamUnit, StreamingDesc,
+    StreamingError, StreamingManager, TileKey, TileLoad,
 };
 pub use request::{RequestKind, TileRequest};
-pub use source::{FnSource, RvtSource, SourceError, TileSource};
+pub use source::{FnSource, FnVolumeSource, RvtSource, SourceDepth, SourceError, TileSource};
 pub use stats::{FrameStats, LatencyHistogram, LatencySummary, StreamingStats};

@@ -2,7 +2,6 @@
 //! holes of fuller ones (texels copied, the image's tile rebound on the sparse timeline), so the
 //! heaps moved out of go back to the device.
 
-use super::pool::SparsePoolShared;
 use super::*;
 use crate::buffer::BufferDesc;
 use crate::recording::Timestamps;
@@ -39,10 +38,80 @@ fn micros<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_u64(d.as_micros() as u64)
 }
 
-/// One image's part of a pass: (virtual tile, from, to, texel region, staging offset).
-struct ImageMoves {
+/// One image's part of a pass: (virtual tile, from, to, layer, mip, texel region, staging offset).
+pub(crate) struct ImageMoves {
     index: usize,
     tiles: Vec<(TileIndex, PhysicalTile, PhysicalTile, u32, u32, TexelRegion, u64)>,
+}
+
+impl ImageMoves {
+    /// The image's index in the pass.
+    pub(crate) fn index(&self) -> usize {
+        self.index
+    }
+
+    /// Its moves as (virtual tile, from, to).
+    pub(crate) fn remap(&self) -> Vec<(TileIndex, PhysicalTile, PhysicalTile)> {
+        self.tiles.iter().map(|&(t, from, to, ..)| (t, from, to)).collect()
+    }
+}
+
+/// Who keeps a compaction's accounting — the tile pool's and the images' page tables: a
+/// [`SparseTilePool`] for its own images, a streaming manager for a streamer's. The pass
+/// ([`compact_pass`]) copies and rebinds in between.
+pub(crate) trait CompactionOwner {
+    /// Image `index` of the pass.
+    fn image(&self, index: usize) -> &SparseImage;
+    /// Applies `plan` to the pool and `moves` to the page tables; returns each image's changes
+    /// (the binds at the new places), in the order of `moves`. On an error nothing changed.
+    fn apply(
+        &mut self,
+        plan: &CompactionPlan,
+        moves: &[ImageMoves],
+    ) -> Result<Vec<ResidencyChanges>, SparseError>;
+    /// Undoes `apply` of `plan` and `moves`.
+    fn undo(&mut self, plan: &CompactionPlan, moves: &[ImageMoves]);
+    /// Releases those of `heaps` left empty from the pool; returns them.
+    fn trim(&mut self, heaps: &[HeapIndex]) -> Vec<HeapIndex>;
+}
+
+/// [`SparseTilePool::compact`]'s owner: the pool's accounting and the images' own residency.
+struct PoolOwner<'a, 'b> {
+    pool: &'a mut TilePool,
+    images: &'a mut [&'b mut SparseImage],
+}
+
+impl CompactionOwner for PoolOwner<'_, '_> {
+    fn image(&self, index: usize) -> &SparseImage {
+        self.images[index]
+    }
+
+    fn apply(
+        &mut self,
+        plan: &CompactionPlan,
+        moves: &[ImageMoves],
+    ) -> Result<Vec<ResidencyChanges>, SparseError> {
+        self.pool.apply_compaction(plan).map_err(CommitError::from)?;
+        let mut changes = Vec::with_capacity(moves.len());
+        for m in moves {
+            match self.images[m.index].residency.remap(&m.remap()) {
+                Ok(c) => changes.push(c),
+                Err(e) => {
+                    undo_accounting(self.pool, self.images, plan, &moves[..changes.len()]);
+                    return Err(e.into());
+                }
+            }
+        }
+        Ok(changes)
+    }
+
+    fn undo(&mut self, plan: &CompactionPlan, moves: &[ImageMoves]) {
+        undo_accounting(self.pool, self.images, plan, moves);
+    }
+
+    fn trim(&mut self, heaps: &[HeapIndex]) -> Vec<HeapIndex> {
+        self.pool.trim_heaps(heaps)
+    }
 }
 
 impl SparseTilePool {
@@ -108,216 +177,267 @@ impl SparseTilePool {
             at.extend(image.residency.page_table().mapped().map(|(t, p)| (p, (i, t))));
         }
         let plan = pool.plan_compaction(max_tiles, |p, _| at.contains_key(&p));
-        let mut stats = CompactStats::default();
-        if plan.moves.is_empty() {
-            stats.plan_time = started.elapsed();
-            stats.wall_time = stats.plan_time;
-            return Ok(stats);
-        }
-        // Per image, its moves with their texel regions and staging offsets.
-        let mut per_image: Vec<ImageMoves> = Vec::new();
-        let mut size = 0u64;
-        for m in &plan.moves {
-            let (index, tile) = at[&m.from];
-            let layout = images[index].residency.layout();
-            let coord = layout.tile_coord(tile).expect("mapped tiles are in the layout");
-            let region = layout.tile_region(coord).expect("a mapped tile has a region");
-            let bytes =
-                images[index].desc.format.region_bytes(region.extent[0], region.extent[1], region.extent[2]);
-            let entry = match per_image.iter_mut().find(|e| e.index == index) {
-                Some(e) => e,
-                None => {
-                    per_image.push(ImageMoves { index, tiles: Vec::new() });
-                    per_image.last_mut().expect("pushed")
-                }
-            };
-            entry.tiles.push((tile, m.from, m.to, coord.layer, coord.mip, region, size));
-            size += bytes.next_multiple_of(16);
-        }
-        stats.moves = plan.moves.len() as u32;
-        stats.bytes_moved = u64::from(stats.moves) * pool.tile_bytes();
-        let mut plan_time = started.elapsed();
-
-        let staging = device.create_buffer(
-            &BufferDesc::new(
-                format!("{} compaction staging", shared.name),
-                size,
-                BufferUsage::COPY_SRC | BufferUsage::COPY_DST,
-            )
-            .with_intent(residency_core::memory::MemoryIntent::DeviceLocal),
-        )?;
-        let timestamps = Timestamps::new(device, &format!("{} compaction timestamps", shared.name), 4)?;
-        let copies = |image: &SparseImage, moves: &ImageMoves| -> Vec<vk::BufferImageCopy> {
-            moves
-                .tiles
-                .iter()
-                .map(|&(_, _, _, layer, mip, region, offset)| {
-                    crate::upload::ImageRegion::new(image, mip, region.offset, region.extent)
-                        .with_layer(layer)
-                        .buffer_image_copy(offset)
-                })
-                .collect()
-        };
-        // 1. The tiles' texels to staging, after every write before (residency's and the waits').
-        let mut recorded = Ok(());
-        device.submit_once("tile compaction: copy out", |rec| {
-            for w in waits {
-                if let Err(e) = rec.wait_for(*w) {
-                    recorded = Err(e);
-                }
-            }
-            // Timestamps are measurement only: one not written reads as `None`.
-            timestamps.cmd_reset(rec, 0..4).ok();
-            timestamps.cmd_write(rec, 0).ok();
-            global_barrier(
-                rec,
-                (vk::PipelineStageFlags2::ALL_COMMANDS, vk::AccessFlags2::MEMORY_WRITE),
-                (
-                    vk::PipelineStageFlags2::COPY,
-                    vk::AccessFlags2::TRANSFER_READ | vk::AccessFlags2::TRANSFER_WRITE,
-                ),
-            );
-            for moves in &per_image {
-                let image = &*images[moves.index];
-                let regions = copies(image, moves);
-                // SAFETY: `rec` is recording on this device outside a render pass; the image (a
-                // sparse image in GENERAL for life) and the staging buffer are live and every
-                // region lies in both (a resident tile's texels; offsets laid out above).
-                unsafe {
-                    device.raw().cmd_copy_image_to_buffer(
-                        rec.raw(),
-                        image.raw,
-                        vk::ImageLayout::GENERAL,
-                        staging.raw(),
-                        &regions,
-                    )
-                };
-            }
-            timestamps.cmd_write(rec, 1).ok();
-        })?;
-        // The waits were checked above, so they were all recorded; a refusal would mean the copy
-        // ran without them, so it is reported (nothing else changed yet).
-        recorded?;
-
-        // 2. The accounting, then the rebind (undone if the rebind fails).
-        let accounted = Instant::now();
-        pool.apply_compaction(&plan).map_err(CommitError::from)?;
-        let mut changes: Vec<(usize, ResidencyChanges)> = Vec::with_capacity(per_image.len());
-        for moves in &per_image {
-            let remap: Vec<_> = moves.tiles.iter().map(|&(t, from, to, ..)| (t, from, to)).collect();
-            match images[moves.index].residency.remap(&remap) {
-                Ok(c) => changes.push((moves.index, c)),
-                Err(e) => {
-                    undo_accounting(&mut pool, images, &plan, &per_image[..changes.len()]);
-                    return Err(e.into());
-                }
-            }
-        }
-        plan_time += accounted.elapsed();
-        let mut bind_waits = waits.to_vec();
-        bind_waits.push(device.submitted_work());
-        let bound = rebind(shared, &heaps, images, &changes, &pool, &bind_waits);
-        let bind = match bound {
-            Ok(bind) => bind,
-            Err(e) => {
-                undo_accounting(&mut pool, images, &plan, &per_image);
-                return Err(e);
-            }
-        };
-        for (index, c) in &changes {
-            shared.heaps.record(&mut heaps, images[*index].key, c);
-        }
-        stats.bind = bind;
-
-        // 3. The texels back into the tiles, now bound to their new memory (the submission waits
-        // for the rebind, as every residency submission waits for the binds before it).
-        let copied_back = device.submit_once("tile compaction: copy in", |rec| {
-            timestamps.cmd_write(rec, 2).ok();
-            global_barrier(
-                rec,
-                (vk::PipelineStageFlags2::ALL_COMMANDS, vk::AccessFlags2::MEMORY_WRITE),
-                (
-                    vk::PipelineStageFlags2::COPY,
-                    vk::AccessFlags2::TRANSFER_READ | vk::AccessFlags2::TRANSFER_WRITE,
-                ),
-            );
-            for moves in &per_image {
-                let image = &*images[moves.index];
-                let regions = copies(image, moves);
-                // SAFETY: as the copy out, the other way: the same regions of the same live image
-                // and buffer.
-                unsafe {
-                    device.raw().cmd_copy_buffer_to_image(
-                        rec.raw(),
-                        staging.raw(),
-                        image.raw,
-                        vk::ImageLayout::GENERAL,
-                        &regions,
-                    )
-                };
-            }
-            // Every later command on the queue (the renderer's frames) sees the texels.
-            global_barrier(
-                rec,
-                (vk::PipelineStageFlags2::COPY, vk::AccessFlags2::TRANSFER_WRITE),
-                (
-                    vk::PipelineStageFlags2::ALL_COMMANDS,
-                    vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE,
-                ),
-            );
-            timestamps.cmd_write(rec, 3).ok();
-        });
-        if let Err(e) = copied_back {
-            // The old tiles still hold the texels (nothing was freed): bind them again.
-            let back: Vec<(usize, ResidencyChanges)> = changes
-                .iter()
-                .map(|(index, c)| {
-                    let tiles = per_image
-                        .iter()
-                        .find(|m| m.index == *index)
-                        .map(|m| {
-                            m.tiles
-                                .iter()
-                                .map(|&(tile, from, ..)| TileChange { tile, physical: Some(from) })
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    (
-                        *index,
-                        ResidencyChanges { tiles, tails: Vec::new(), heaps_added: Vec::new(), pool: c.pool },
-                    )
-                })
-                .collect();
-            let waits = [device.submitted_work()];
-            match rebind(shared, &heaps, images, &back, &pool, &waits) {
-                Ok(_) => {
-                    for (index, c) in &back {
-                        shared.heaps.record(&mut heaps, images[*index].key, c);
-                    }
-                    undo_accounting(&mut pool, images, &plan, &per_image);
-                }
-                Err(undo) => {
-                    tracing::error!(pool = %shared.name, error = %undo, "tile compaction: rebinding the old tiles after a failed copy failed; the tiles stay at their new places without their texels");
-                }
-            }
-            return Err(e.into());
-        }
-        stats.copy_gpu_ms = timestamps.elapsed_ms(0, 1).zip(timestamps.elapsed_ms(2, 3)).map(|(a, b)| a + b);
-
-        // 4. The emptied heaps go: their memory retires after the rebind and after every use
-        // declared on the moved images (frames that may sample the old bindings).
-        for moves in &per_image {
-            shared.heaps.pending.note(&images[moves.index].life.declared_uses());
-        }
-        let released = pool.trim_heaps(&plan.heaps_emptied);
-        shared.heaps.release(&mut heaps, &released);
-        stats.heaps_emptied = plan.heaps_emptied.len() as u32;
-        stats.heaps_released = released.len() as u32;
-        stats.plan_time = plan_time;
-        stats.wall_time = started.elapsed();
-        tracing::debug!(pool = %shared.name, moves = stats.moves, heaps = stats.heaps_released, "tile pool compacted");
-        Ok(stats)
+        let tile_bytes = pool.tile_bytes();
+        let mut owner = PoolOwner { pool: &mut pool, images };
+        compact_pass(
+            &shared.heaps,
+            &mut heaps,
+            &shared.name,
+            &mut owner,
+            &plan,
+            &at,
+            tile_bytes,
+            waits,
+            started,
+        )
     }
+}
+
+impl TileHeaps {
+    /// [`SparseTilePool::compact`] for images made for these heaps ([`SparseImage::new_external`])
+    /// whose residency `owner` keeps (a streaming manager's pool and page tables): `plan` and
+    /// `at` (every moved tile's image index and virtual tile) come from it, and every heap of its
+    /// pool has memory ([`TileHeaps::ensure`] before). Checked first, with nothing changed: the
+    /// `owner`'s `images` were made for these heaps, the waits are GPU points of this device.
+    pub(crate) fn compact_external(
+        &mut self,
+        owner: &mut dyn CompactionOwner,
+        images: usize,
+        (plan, at): (&CompactionPlan, &HashMap<PhysicalTile, (usize, TileIndex)>),
+        tile_bytes: u64,
+        waits: &[GpuUse],
+        started: Instant,
+    ) -> Result<CompactStats, SparseError> {
+        let shared = &*self.shared;
+        for w in waits {
+            shared.device.wait_info(w).map(drop)?;
+        }
+        for i in 0..images {
+            let image = owner.image(i);
+            if image.external != Some(shared.serial) {
+                return Err(SparseError::Incompatible {
+                    name: image.name.clone(),
+                    reason: "compacted through tile heaps it was not made for (SparseImage::new_external)"
+                        .into(),
+                });
+            }
+        }
+        let mut state = shared.lock();
+        compact_pass(shared, &mut state, &shared.name, owner, plan, at, tile_bytes, waits, started)
+    }
+}
+
+/// One compaction pass over `plan` (its tiles at `at`: image index and virtual tile): the texels
+/// to staging, the accounting (`owner`), the rebind, the texels back, the emptied heaps released;
+/// on an error everything back where it was (see [`SparseTilePool::compact`]).
+#[allow(clippy::too_many_arguments, reason = "the pass's heaps, owner, plan and waits")]
+fn compact_pass(
+    heaps_shared: &HeapsShared,
+    heaps: &mut HeapsState,
+    name: &str,
+    owner: &mut dyn CompactionOwner,
+    plan: &CompactionPlan,
+    at: &HashMap<PhysicalTile, (usize, TileIndex)>,
+    tile_bytes: u64,
+    waits: &[GpuUse],
+    started: Instant,
+) -> Result<CompactStats, SparseError> {
+    let device = &*heaps_shared.device;
+    let mut stats = CompactStats::default();
+    if plan.moves.is_empty() {
+        stats.plan_time = started.elapsed();
+        stats.wall_time = stats.plan_time;
+        return Ok(stats);
+    }
+    // Per image, its moves with their texel regions and staging offsets.
+    let mut per_image: Vec<ImageMoves> = Vec::new();
+    let mut size = 0u64;
+    for m in &plan.moves {
+        let (index, tile) = at[&m.from];
+        let image = owner.image(index);
+        let layout = image.layout();
+        let coord = layout.tile_coord(tile).expect("mapped tiles are in the layout");
+        let region = layout.tile_region(coord).expect("a mapped tile has a region");
+        let bytes = image.desc.format.region_bytes(region.extent[0], region.extent[1], region.extent[2]);
+        let entry = match per_image.iter_mut().find(|e| e.index == index) {
+            Some(e) => e,
+            None => {
+                per_image.push(ImageMoves { index, tiles: Vec::new() });
+                per_image.last_mut().expect("pushed")
+            }
+        };
+        entry.tiles.push((tile, m.from, m.to, coord.layer, coord.mip, region, size));
+        size += bytes.next_multiple_of(16);
+    }
+    stats.moves = plan.moves.len() as u32;
+    stats.bytes_moved = u64::from(stats.moves) * tile_bytes;
+    let mut plan_time = started.elapsed();
+
+    let staging = device.create_buffer(
+        &BufferDesc::new(
+            format!("{name} compaction staging"),
+            size,
+            BufferUsage::COPY_SRC | BufferUsage::COPY_DST,
+        )
+        .with_intent(residency_core::memory::MemoryIntent::DeviceLocal),
+    )?;
+    let timestamps = Timestamps::new(device, &format!("{name} compaction timestamps"), 4)?;
+    let copies = |image: &SparseImage, moves: &ImageMoves| -> Vec<vk::BufferImageCopy> {
+        moves
+            .tiles
+            .iter()
+            .map(|&(_, _, _, layer, mip, region, offset)| {
+                crate::upload::ImageRegion::new(image, mip, region.offset, region.extent)
+                    .with_layer(layer)
+                    .buffer_image_copy(offset)
+            })
+            .collect()
+    };
+    // 1. The tiles' texels to staging, after every write before (residency's and the waits').
+    let mut recorded = Ok(());
+    device.submit_once("tile compaction: copy out", |rec| {
+        for w in waits {
+            if let Err(e) = rec.wait_for(*w) {
+                recorded = Err(e);
+            }
+        }
+        // Timestamps are measurement only: one not written reads as `None`.
+        timestamps.cmd_reset(rec, 0..4).ok();
+        timestamps.cmd_write(rec, 0).ok();
+        global_barrier(
+            rec,
+            (vk::PipelineStageFlags2::ALL_COMMANDS, vk::AccessFlags2::MEMORY_WRITE),
+            (
+                vk::PipelineStageFlags2::COPY,
+                vk::AccessFlags2::TRANSFER_READ | vk::AccessFlags2::TRANSFER_WRITE,
+            ),
+        );
+        for moves in &per_image {
+            let image = owner.image(moves.index);
+            let regions = copies(image, moves);
+            // SAFETY: `rec` is recording on this device outside a render pass; the image (a
+            // sparse image in GENERAL for life) and the staging buffer are live and every
+            // region lies in both (a resident tile's texels; offsets laid out above).
+            unsafe {
+                device.raw().cmd_copy_image_to_buffer(
+                    rec.raw(),
+                    image.raw,
+                    vk::ImageLayout::GENERAL,
+                    staging.raw(),
+                    &regions,
+                )
+            };
+        }
+        timestamps.cmd_write(rec, 1).ok();
+    })?;
+    // The waits were checked above, so they were all recorded; a refusal would mean the copy
+    // ran without them, so it is reported (nothing else changed yet).
+    recorded?;
+
+    // 2. The accounting, then the rebind (undone if the rebind fails).
+    let accounted = Instant::now();
+    let changes: Vec<(usize, ResidencyChanges)> =
+        per_image.iter().map(ImageMoves::index).zip(owner.apply(plan, &per_image)?).collect();
+    plan_time += accounted.elapsed();
+    let mut bind_waits = waits.to_vec();
+    bind_waits.push(device.submitted_work());
+    let bind = match rebind(device, heaps, &*owner, &changes, tile_bytes, &bind_waits) {
+        Ok(bind) => bind,
+        Err(e) => {
+            owner.undo(plan, &per_image);
+            return Err(e);
+        }
+    };
+    for (index, c) in &changes {
+        heaps_shared.record(heaps, owner.image(*index).key, c);
+    }
+    stats.bind = bind;
+
+    // 3. The texels back into the tiles, now bound to their new memory (the submission waits
+    // for the rebind, as every residency submission waits for the binds before it).
+    let copied_back = device.submit_once("tile compaction: copy in", |rec| {
+        timestamps.cmd_write(rec, 2).ok();
+        global_barrier(
+            rec,
+            (vk::PipelineStageFlags2::ALL_COMMANDS, vk::AccessFlags2::MEMORY_WRITE),
+            (
+                vk::PipelineStageFlags2::COPY,
+                vk::AccessFlags2::TRANSFER_READ | vk::AccessFlags2::TRANSFER_WRITE,
+            ),
+        );
+        for moves in &per_image {
+            let image = owner.image(moves.index);
+            let regions = copies(image, moves);
+            // SAFETY: as the copy out, the other way: the same regions of the same live image
+            // and buffer.
+            unsafe {
+                device.raw().cmd_copy_buffer_to_image(
+                    rec.raw(),
+                    staging.raw(),
+                    image.raw,
+                    vk::ImageLayout::GENERAL,
+                    &regions,
+                )
+            };
+        }
+        // Every later command on the queue (the renderer's frames) sees the texels.
+        global_barrier(
+            rec,
+            (vk::PipelineStageFlags2::COPY, vk::AccessFlags2::TRANSFER_WRITE),
+            (
+                vk::PipelineStageFlags2::ALL_COMMANDS,
+                vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE,
+            ),
+        );
+        timestamps.cmd_write(rec, 3).ok();
+    });
+    if let Err(e) = copied_back {
+        // The old tiles still hold the texels (nothing was freed): bind them again.
+        let back: Vec<(usize, ResidencyChanges)> = changes
+            .iter()
+            .map(|(index, c)| {
+                let tiles = per_image
+                    .iter()
+                    .find(|m| m.index == *index)
+                    .map(|m| {
+                        m.tiles
+                            .iter()
+                            .map(|&(tile, from, ..)| TileChange { tile, physical: Some(from) })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                (*index, ResidencyChanges { tiles, tails: Vec::new(), heaps_added: Vec::new(), pool: c.pool })
+            })
+            .collect();
+        let waits = [device.submitted_work()];
+        match rebind(device, heaps, &*owner, &back, tile_bytes, &waits) {
+            Ok(_) => {
+                for (index, c) in &back {
+                    heaps_shared.record(heaps, owner.image(*index).key, c);
+                }
+                owner.undo(plan, &per_image);
+            }
+            Err(undo) => {
+                tracing::error!(pool = %name, error = %undo, "tile compaction: rebinding the old tiles after a failed copy failed; the tiles stay at their new places without their texels");
+            }
+        }
+        return Err(e.into());
+    }
+    stats.copy_gpu_ms = timestamps.elapsed_ms(0, 1).zip(timestamps.elapsed_ms(2, 3)).map(|(a, b)| a + b);
+
+    // 4. The emptied heaps go: their memory retires after the rebind and after every use
+    // declared on the moved images (frames that may sample the old bindings).
+    for moves in &per_image {
+        heaps_shared.pending.note(&owner.image(moves.index).life.declared_uses());
+    }
+    let released = owner.trim(&plan.heaps_emptied);
+    heaps_shared.release(heaps, &released);
+    stats.heaps_emptied = plan.heaps_emptied.len() as u32;
+    stats.heaps_released = released.len() as u32;
+    stats.plan_time = plan_time;
+    stats.wall_time = started.elapsed();
+    tracing::debug!(pool = %name, moves = stats.moves, heaps = stats.heaps_released, "tile pool compacted");
+    Ok(stats)
 }
 
 /// One global memory barrier from `src` to `dst`.
@@ -343,25 +463,25 @@ fn global_barrier(
 /// Binds `changes` (per image index) in one `vkQueueBindSparse` after `waits`, on the sparse
 /// timeline; an error means nothing was submitted.
 fn rebind(
-    shared: &SparsePoolShared,
+    device: &Device,
     heaps: &HeapsState,
-    images: &[&mut SparseImage],
+    owner: &dyn CompactionOwner,
     changes: &[(usize, ResidencyChanges)],
-    pool: &TilePool,
+    tile_bytes: u64,
     waits: &[GpuUse],
 ) -> Result<BindStats, SparseError> {
     let mut plans = Vec::with_capacity(changes.len());
     for (index, c) in changes {
-        let image = &*images[*index];
+        let image = owner.image(*index);
         plans.push((
             image.raw,
             aspect(image.desc.format),
-            plan_binds(image.residency.layout(), &c.tiles, &[], BindPlanOptions::default())?,
+            plan_binds(image.layout(), &c.tiles, &[], BindPlanOptions::default())?,
         ));
     }
     // No host wait: the copy back waits for the bind on the GPU (every residency submission
     // waits for the binds before it), and an error here means nothing was submitted.
-    let (stats, _) = submit_plans(&shared.device, &plans, heaps, pool.tile_bytes(), waits, false)?;
+    let (stats, _) = submit_plans(device, &plans, heaps, tile_bytes, waits, false)?;
     Ok(stats)
 }
 

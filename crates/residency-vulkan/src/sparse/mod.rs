@@ -133,6 +133,7 @@ use bind::*;
 use heaps::*;
 
 pub use compact::CompactStats;
+pub(crate) use compact::{CompactionOwner, ImageMoves};
 pub use heaps::TileHeaps;
 pub(crate) use image::SparseImageGarbage;
 pub use image::{SparseImage, SparseUsage};

@@ -41,6 +41,7 @@
 //! takes; request-to-resident latency is in ticks.
 #![deny(missing_docs)]
 
+mod compact;
 mod texture;
 
 pub use texture::TextureViews;
@@ -102,6 +103,10 @@ pub struct StreamerDesc {
     /// The shader stages that sample the textures and write feedback (the barriers
     /// [`FrameBindings::record`] records name them).
     pub readers: vk::PipelineStageFlags2,
+    /// Tiles per heap of the hardware path's tile pool (one `VkDeviceMemory` each; default
+    /// 2048: 128 MiB of 64 KiB tiles). Smaller heaps follow the budget more closely and give
+    /// [`Streamer::compact`] heaps to hand back sooner. The software path's heaps are 16 slots.
+    pub tiles_per_heap: u32,
 }
 
 impl Default for StreamerDesc {
@@ -117,11 +122,18 @@ impl Default for StreamerDesc {
             staging_bytes: 32 << 20,
             sampling: FeedbackSampling::new(8, 1),
             readers: vk::PipelineStageFlags2::FRAGMENT_SHADER | vk::PipelineStageFlags2::COMPUTE_SHADER,
+            tiles_per_heap: 2048,
         }
     }
 }
 
 impl StreamerDesc {
+    /// Sets the hardware path's tiles per heap (at least 1).
+    pub fn with_tiles_per_heap(mut self, tiles: u32) -> Self {
+        self.tiles_per_heap = tiles.max(1);
+        self
+    }
+
     /// Sets the name.
     pub fn with_name(mut self, name: impl Into<String>) -> Self {
         self.name = name.into();
@@ -715,7 +727,9 @@ impl Streamer {
             atlas_budget = budget;
             None
         } else {
-            streaming = streaming.with_budget_tiles(desc.budget_tiles.max(1));
+            streaming = streaming
+                .with_budget_tiles(desc.budget_tiles.max(1))
+                .with_tiles_per_heap(desc.tiles_per_heap);
             Some(TileHeaps::new(Arc::clone(device), &format!("{} tiles", desc.name))?)
         };
         let uploader = Uploader::new(device, &desc.name, desc.staging_bytes)?;
@@ -939,6 +953,13 @@ impl Streamer {
     /// format in use gets its own atlas, sized for the budget). Others are refused with
     /// [`StreamError::UnsupportedSource`] (a BC source on the software path with
     /// [`StreamError::SoftwareBlockCompressed`]), adding nothing. Must be called between frames.
+    ///
+    /// A volume source ([`TileSource::depth`] more than one texel) makes a 3D texture (hardware
+    /// path only; the software path refuses it with [`StreamError::UnsupportedSource`]): a 3D
+    /// sparse image in the format's standard 3D tile (RGBA8: 32 × 32 × 16) with a 3D min-LOD map
+    /// (bind them as a `sampler3D` and a `usampler3D`: `residency.glsl`); feedback names tiles
+    /// with their z (`feedback(slot, 0, uvw, …)` in `feedback.glsl`), and loads read them with
+    /// [`TileSource::read_tile_at`].
     pub fn add_texture(
         &mut self,
         name: &str,

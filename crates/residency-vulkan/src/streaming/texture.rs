@@ -4,7 +4,7 @@ use crate::software::{SoftwareAtlas, SoftwareTexture};
 use crate::sparse::{MinLodMap, SparseImage, TileHeaps};
 use crate::{ForeignUse, GpuUse, ImageRegion, ImageView, Uploader};
 use residency_core::format::Format;
-use residency_core::streaming::{SourceError, StreamUnit, TileKey, TileSource};
+use residency_core::streaming::{SourceDepth, SourceError, StreamUnit, TileKey, TileSource};
 use residency_core::tiles::{
     bordered_tile, software_layout, standard_tile_shape, ImageId, MinLodUpdate, PageTable, PhysicalTile,
     ResidencyPath, SparseDimension, SparseImageDesc, SparseImageLayout, TexelRegion,
@@ -25,11 +25,14 @@ pub(super) enum TextureGpu {
 /// A registered texture.
 pub(super) struct Texture {
     pub(super) name: String,
-    /// What its loads read: the source (hardware path; an array's layers through [`Layers`]), or
-    /// the source bordered on the workers (software path: [`Bordered`]). Its "mips" are
-    /// `layer · mip_count + mip` ([`Texture::load_tiles`]): the mip itself for one layer.
+    /// What its loads read: the source (hardware path; an array's layers through [`Layers`], a
+    /// volume's slabs through [`Slabs`]), or the source bordered on the workers (software path:
+    /// [`Bordered`]). Its "mips" are `layer · mip_count + mip` for arrays and `z · mip_count +
+    /// mip` for volumes ([`Texture::load_tiles`]): the mip itself for one 2D layer.
     pub(super) load_source: Arc<dyn TileSource>,
     pub(super) desc: VtDesc,
+    /// Its depth: [`SourceDepth::FLAT`], or a volume's.
+    pub(super) depth: SourceDepth,
     pub(super) layout: SparseImageLayout,
     pub(super) gpu: TextureGpu,
     /// The pinned units (the coarse chain) the manager loads first.
@@ -42,9 +45,11 @@ pub(super) struct Texture {
 /// are not the format's standard 64 KiB shape (RGBA8: 128 × 128, R8: 256 × 256, RGBA16F:
 /// 128 × 64, BC7/BC3: 256 × 256, BC1: 512 × 256, …), a stored border, and on the software path a
 /// block-compressed format or a texel that is not 4 bytes (its borders are assembled from 4-byte
-/// texels).
+/// texels). A volume ([`TileSource::depth`] more than one texel) streams in the format's standard
+/// 3D tile (RGBA8: 32 × 32 × 16, R8: 64 × 32 × 32, …), on the hardware path only.
 pub(super) fn check_source(source: &dyn TileSource, software: bool) -> Result<VtDesc, StreamError> {
     let d = source.desc();
+    let depth = source.depth();
     let refuse = |reason: String| StreamError::UnsupportedSource { name: source.name().to_owned(), reason };
     if d.format.is_depth_stencil() || d.format == Format::Unknown {
         return Err(refuse(format!("format {:?}: only colour formats stream", d.format)));
@@ -55,9 +60,25 @@ pub(super) fn check_source(source: &dyn TileSource, software: bool) -> Result<Vt
             format: d.format,
         });
     }
-    let Some(shape) = standard_tile_shape(d.format, SparseDimension::D2) else {
-        return Err(refuse(format!("format {:?} has no standard 64 KiB tile shape", d.format)));
+    if depth.is_volume() && software {
+        return Err(refuse(
+            "a volume: the software path holds 2D images and arrays (its atlas slots and indirection are 2D)"
+                .into(),
+        ));
+    }
+    let dimension = if depth.is_volume() { SparseDimension::D3 } else { SparseDimension::D2 };
+    let Some(shape) = standard_tile_shape(d.format, dimension) else {
+        return Err(refuse(format!("format {:?} has no standard 64 KiB {dimension:?} tile shape", d.format)));
     };
+    if depth.is_volume() && depth.tile_depth != shape.depth {
+        return Err(refuse(format!(
+            "volume tiles {} texels deep: {:?} streams in {} × {} × {} tiles",
+            depth.tile_depth, d.format, shape.width, shape.height, shape.depth
+        )));
+    }
+    if !depth.is_volume() && depth != SourceDepth::FLAT {
+        return Err(refuse(format!("a 2D source with tiles {} texels deep", depth.tile_depth)));
+    }
     let (tw, th) = (shape.width, shape.height);
     if d.tile_width != tw || d.tile_height != th || d.border != 0 {
         return Err(refuse(format!(
@@ -94,27 +115,43 @@ impl Texture {
             .cloned()
             .ok_or_else(|| StreamError::Internal(format!("{name}: a texture without a source")))?;
         let desc = check_source(&*source, path == ResidencyPath::Software)?;
+        let depth = source.depth();
         let layers = sources.len() as u32;
-        if layers > 1 && (path == ResidencyPath::Software || sources.iter().any(|s| s.desc() != desc)) {
+        if layers > 1
+            && (path == ResidencyPath::Software
+                || sources.iter().any(|s| s.desc() != desc || s.depth() != SourceDepth::FLAT))
+        {
             return Err(StreamError::UnsupportedSource {
                 name: name.to_owned(),
-                reason: "array layers must match and stream on the hardware path".into(),
+                reason: "array layers must match, be 2D and stream on the hardware path".into(),
             });
         }
-        let image_desc = SparseImageDesc::new_2d(desc.format, desc.width, desc.height)
-            .with_mip_levels(desc.mip_count)
-            .with_array_layers(layers)
-            .with_path(path);
+        let image_desc = if depth.is_volume() {
+            SparseImageDesc::new_3d(desc.format, desc.width, desc.height, depth.depth)
+        } else {
+            SparseImageDesc::new_2d(desc.format, desc.width, desc.height).with_array_layers(layers)
+        }
+        .with_mip_levels(desc.mip_count)
+        .with_path(path);
         let (layout, gpu) = match heaps {
             Some(heaps) => {
                 let image = SparseImage::new_external(heaps, tile_bytes, id, name, &image_desc, false)?;
                 let shape = image.layout().tile_shape();
-                if shape.width != desc.tile_width || shape.height != desc.tile_height {
+                if shape.width != desc.tile_width
+                    || shape.height != desc.tile_height
+                    || (depth.is_volume() && shape.depth != depth.tile_depth)
+                {
                     return Err(StreamError::UnsupportedSource {
                         name: name.to_owned(),
                         reason: format!(
-                            "the device's {:?} sparse tile is {} × {}, not the source's {} × {}",
-                            desc.format, shape.width, shape.height, desc.tile_width, desc.tile_height
+                            "the device's {:?} sparse tile is {} × {} × {}, not the source's {} × {} × {}",
+                            desc.format,
+                            shape.width,
+                            shape.height,
+                            shape.depth,
+                            desc.tile_width,
+                            desc.tile_height,
+                            depth.tile_depth
                         ),
                     });
                 }
@@ -134,6 +171,9 @@ impl Texture {
             TextureGpu::Hardware { .. } if layers > 1 => {
                 Arc::new(Layers { name: name.to_owned(), sources, mips: desc.mip_count })
             }
+            TextureGpu::Hardware { .. } if depth.is_volume() => {
+                Arc::new(Slabs { inner: source, mips: desc.mip_count })
+            }
             TextureGpu::Hardware { .. } => source,
             TextureGpu::Software { texture } => Arc::new(Bordered {
                 inner: source,
@@ -146,6 +186,7 @@ impl Texture {
             name: name.to_owned(),
             load_source,
             desc,
+            depth,
             layout,
             gpu,
             pinned,
@@ -195,33 +236,12 @@ impl Texture {
     }
 
     /// The tiles `(layer · mip_count + mip, x, y)` a load of `unit` reads (`load_source`'s
-    /// numbering; `(mip, x, y)` for one layer): the tile itself (the software path's
-    /// `load_source` reads its neighbours), or every tile of the mip tail of each layer it holds
-    /// (one layer, or all of them for a single mip tail).
+    /// numbering; `(mip, x, y)` for one layer, `(z · mip_count + mip, x, y)` for a volume): the
+    /// tile itself (the software path's `load_source` reads its neighbours), or every tile of the
+    /// mip tail of each layer it holds (one layer, or all of them for a single mip tail; every
+    /// slab of a volume's tail mips).
     pub(super) fn load_tiles(&self, unit: StreamUnit) -> Vec<(u32, u32, u32)> {
-        let mips = self.desc.mip_count;
-        match unit {
-            StreamUnit::Tile(t) => {
-                let Some(c) = self.layout.tile_coord(t) else { return Vec::new() };
-                vec![(c.layer * mips + c.mip, c.x, c.y)]
-            }
-            StreamUnit::Tail(tail) => {
-                let mut tiles = Vec::new();
-                for layer in
-                    (0..self.layout.array_layers()).filter(|&l| self.layout.tail_of_layer(l) == Some(tail))
-                {
-                    for mip in self.layout.first_tail_lod()..self.layout.mip_levels() {
-                        let (gx, gy) = self.desc.tile_grid(mip);
-                        for y in 0..gy {
-                            for x in 0..gx {
-                                tiles.push((layer * mips + mip, x, y));
-                            }
-                        }
-                    }
-                }
-                tiles
-            }
-        }
+        unit_tiles(&self.layout, &self.desc, self.depth, unit)
     }
 
     /// Stages the texels of a loaded unit: into the sparse image's tiles (after this frame's binds)
@@ -239,10 +259,14 @@ impl Texture {
         match &self.gpu {
             TextureGpu::Hardware { image, .. } => {
                 for (&(m, x, y), texels) in tiles.iter().zip(data) {
-                    let (layer, mip) = (m / self.desc.mip_count, m % self.desc.mip_count);
+                    let (slab, mip) = (m / self.desc.mip_count, m % self.desc.mip_count);
+                    // `slab` is the layer of an array, the z of a volume.
+                    let (layer, z) = if self.depth.is_volume() { (0, slab) } else { (slab, 0) };
                     let (w, h) = self.desc.tile_extent(mip, x, y).ok_or_else(|| short("tile extent"))?;
-                    let region = TexelRegion { offset: [x * tw, y * th, 0], extent: [w, h, 1] };
-                    check_len(&self.name, texels, w, h, format)?;
+                    let d = self.depth.slab_depth(mip, z).ok_or_else(|| short("tile depth"))?;
+                    let td = self.depth.tile_depth;
+                    let region = TexelRegion { offset: [x * tw, y * th, z * td], extent: [w, h, d] };
+                    check_len(&self.name, texels, w, h, d, format)?;
                     let target = ImageRegion::new(image, mip, region.offset, region.extent).with_layer(layer);
                     uploader.write_image(&target, texels)?;
                 }
@@ -254,7 +278,7 @@ impl Texture {
                 // Bordered on the workers (`Bordered`): one slot's texels.
                 let side = tw + 2 * texture.atlas_layout().border;
                 let bordered = data.first().ok_or_else(|| short("a loaded tile"))?;
-                check_len(&self.name, bordered, side, side, format)?;
+                check_len(&self.name, bordered, side, side, 1, format)?;
                 let physical = physical.ok_or_else(|| short("a resident tile has a slot"))?;
                 texture.write_tile(uploader, physical, bordered)?;
             }
@@ -263,16 +287,52 @@ impl Texture {
     }
 }
 
-/// Checks that `texels` are the bytes of a `w × h` region of `format` (whole texel blocks).
-fn check_len(name: &str, texels: &[u8], w: u32, h: u32, format: Format) -> Result<(), StreamError> {
-    let expected = format.region_bytes(w, h, 1) as usize;
+/// Checks that `texels` are the bytes of a `w × h × d` region of `format` (whole texel blocks).
+fn check_len(name: &str, texels: &[u8], w: u32, h: u32, d: u32, format: Format) -> Result<(), StreamError> {
+    let expected = format.region_bytes(w, h, d) as usize;
     if texels.len() != expected {
         return Err(StreamError::UnsupportedSource {
             name: name.to_owned(),
-            reason: format!("a tile of {w} × {h} texels came with {} bytes, not {expected}", texels.len()),
+            reason: format!(
+                "a tile of {w} × {h} × {d} texels came with {} bytes, not {expected}",
+                texels.len()
+            ),
         });
     }
     Ok(())
+}
+
+/// [`Texture::load_tiles`] for a texture of `layout`, `desc` and `depth`.
+fn unit_tiles(
+    layout: &SparseImageLayout,
+    desc: &VtDesc,
+    depth: SourceDepth,
+    unit: StreamUnit,
+) -> Vec<(u32, u32, u32)> {
+    let mips = desc.mip_count;
+    match unit {
+        StreamUnit::Tile(t) => {
+            let Some(c) = layout.tile_coord(t) else { return Vec::new() };
+            // An array has z = 0, a volume layer 0.
+            vec![((c.layer + c.z) * mips + c.mip, c.x, c.y)]
+        }
+        StreamUnit::Tail(tail) => {
+            let mut tiles = Vec::new();
+            for layer in (0..layout.array_layers()).filter(|&l| layout.tail_of_layer(l) == Some(tail)) {
+                for mip in layout.first_tail_lod()..layout.mip_levels() {
+                    let (gx, gy) = desc.tile_grid(mip);
+                    for z in 0..depth.slabs(mip) {
+                        for y in 0..gy {
+                            for x in 0..gx {
+                                tiles.push(((layer + z) * mips + mip, x, y));
+                            }
+                        }
+                    }
+                }
+            }
+            tiles
+        }
+    }
 }
 
 /// The units the manager pins for `layout` (its rule: the mip tails, or without one every mip from
@@ -342,6 +402,32 @@ impl TileSource for Layers {
     }
 }
 
+/// A volume's loads: "mip" `z · mips + mip` of this source is tile (x, y, z) of `mip` of the
+/// volume's source ([`TileSource::read_tile_at`]; the loader's jobs name tiles by `(mip, x, y)`).
+struct Slabs {
+    inner: Arc<dyn TileSource>,
+    mips: u32,
+}
+
+impl TileSource for Slabs {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn desc(&self) -> VtDesc {
+        self.inner.desc()
+    }
+
+    fn depth(&self) -> SourceDepth {
+        self.inner.depth()
+    }
+
+    fn read_tile(&self, m: u32, x: u32, y: u32) -> Result<Vec<u8>, SourceError> {
+        let mips = self.mips.max(1);
+        self.inner.read_tile_at(m % mips, x, y, m / mips)
+    }
+}
+
 /// A software texture's loads: each tile read with its 3 × 3 neighbourhood from the texture's
 /// source and assembled into one bordered atlas slot on the loader's worker thread, so the frame's
 /// thread only stages it. Square tiles of 4-byte texels (`check_source` refuses others on the
@@ -407,5 +493,43 @@ impl TileSource for Bordered {
             [window[i], window[i + 1], window[i + 2], window[i + 3]]
         };
         Ok(bordered_tile(texel, extent, tw, self.border, cx, cy))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use residency_core::tiles::{LayoutLimits, SparseFormatInfo, TileCoord};
+
+    /// A volume deeper than wide, in the standard 3D tile and mip tail: a tiled mip's tile loads
+    /// with its z, and its tail's load reads every slab of every tail mip (here several per
+    /// mip, which lavapipe, without a mip tail, never shows).
+    #[test]
+    fn a_volume_s_units_load_their_tiles_with_z_and_the_tail_every_slab() {
+        let format = Format::R8G8B8A8Unorm;
+        let mips = 9;
+        let image = SparseImageDesc::new_3d(format, 64, 64, 256).with_mip_levels(mips);
+        let info = SparseFormatInfo::standard(format, SparseDimension::D3).unwrap();
+        let layout = SparseImageLayout::new(&image, &info, &LayoutLimits::unbounded()).unwrap();
+        let mut desc = VtDesc::new(format, 64, 64, 32, 32);
+        desc.mip_count = mips;
+        let depth = SourceDepth::new(256, 16);
+        let first_tail = layout.first_tail_lod();
+        assert!(first_tail >= 1 && first_tail < mips, "a tail after tiled mips");
+        let tile = layout.tile_index(TileCoord { layer: 0, mip: 0, x: 1, y: 0, z: 13 }).unwrap();
+        assert_eq!(unit_tiles(&layout, &desc, depth, StreamUnit::Tile(tile)), vec![(13 * mips, 1, 0)]);
+        let mut want = Vec::new();
+        for mip in first_tail..mips {
+            let (gx, gy) = desc.tile_grid(mip);
+            for z in 0..depth.slabs(mip) {
+                for y in 0..gy {
+                    for x in 0..gx {
+                        want.push((z * mips + mip, x, y));
+                    }
+                }
+            }
+        }
+        assert!(want.iter().any(|&(m, ..)| m >= mips), "some tail mip has several slabs");
+        assert_eq!(unit_tiles(&layout, &desc, depth, StreamUnit::Tail(0)), want);
     }
 }
