@@ -82,11 +82,17 @@ pub fn software_layout(
     let mut info = super::SparseFormatInfo::standard(desc.format, desc.dimension)?;
     info.mip_tail_model = MipTailModel::NoTail;
     info.tile = super::TileShape::new(SOFTWARE_TILE_SIDE, SOFTWARE_TILE_SIDE, 1);
-    let side = u64::from(SOFTWARE_TILE_SIDE) + 2 * u64::from(border.min(SOFTWARE_TILE_SIDE));
-    let (bw, bh) = desc.format.block_extent();
-    info.tile_bytes =
-        side.div_ceil(u64::from(bw)) * side.div_ceil(u64::from(bh)) * u64::from(desc.format.block_bytes());
+    info.tile_bytes = software_slot_bytes(desc.format, border);
     SparseImageLayout::new(desc, &info, &super::LayoutLimits::unbounded())
+}
+
+/// Bytes of one bordered software slot of `format`: [`SOFTWARE_TILE_SIDE`] plus `border` texels
+/// (at most a tile) on each side, in whole blocks of the format (RGBA8 with the default border of
+/// 4: 136² × 4 = 73 984 B; BC7 and BC3: 34² blocks × 16 = 18 496 B; BC1: 9 248 B).
+pub fn software_slot_bytes(format: crate::format::Format, border: u32) -> u64 {
+    let side = u64::from(SOFTWARE_TILE_SIDE) + 2 * u64::from(border.min(SOFTWARE_TILE_SIDE));
+    let (bw, bh) = format.block_extent();
+    side.div_ceil(u64::from(bw)) * side.div_ceil(u64::from(bh)) * u64::from(format.block_bytes())
 }
 
 /// The data mip of an entry that has nothing resident.
@@ -455,6 +461,45 @@ pub fn bordered_tile(
         }
     }
     out
+}
+
+/// The bordered slot data of tile `(x, y)` of a mip of `extent` texels in a block-compressed
+/// `format` (or any format: blocks of 1 × 1 texels), assembled block by block: the block twin of
+/// [`bordered_tile`]. `tile_side` and `border` must be whole blocks (else `None`). The slot is
+/// `(tile_side + 2·border) / block` blocks per side, rows of blocks packed; `mip_block(bx, by, out)`
+/// appends the bytes of block `(bx, by)` of the mip (block coordinates, always inside the mip's
+/// block grid). Border blocks are the neighbouring tiles' blocks; at the mip's edges, and past the
+/// end of a partial tile, block coordinates clamp to the mip's block grid: the edge block is
+/// repeated (a block cannot be clamped texel by texel without re-encoding it).
+pub fn bordered_block_tile(
+    mut mip_block: impl FnMut(u32, u32, &mut Vec<u8>),
+    format: crate::format::Format,
+    extent: [u32; 2],
+    tile_side: u32,
+    border: u32,
+    x: u32,
+    y: u32,
+) -> Option<Vec<u8>> {
+    let (bw, bh) = format.block_extent();
+    if tile_side % bw != 0 || tile_side % bh != 0 || border % bw != 0 || border % bh != 0 {
+        return None;
+    }
+    let side = tile_side + 2 * border;
+    let (cols, rows) = (side / bw, side / bh);
+    let grid = [i64::from(extent[0].max(1).div_ceil(bw)), i64::from(extent[1].max(1).div_ceil(bh))];
+    let origin = [
+        i64::from(x) * i64::from(tile_side / bw) - i64::from(border / bw),
+        i64::from(y) * i64::from(tile_side / bh) - i64::from(border / bh),
+    ];
+    let mut out = Vec::with_capacity(cols as usize * rows as usize * format.block_bytes() as usize);
+    for j in 0..i64::from(rows) {
+        let by = (origin[1] + j).clamp(0, grid[1] - 1);
+        for i in 0..i64::from(cols) {
+            let bx = (origin[0] + i).clamp(0, grid[0] - 1);
+            mip_block(bx as u32, by as u32, &mut out);
+        }
+    }
+    Some(out)
 }
 
 /// One copy that fills part of a slot's border from a tile's payload (texels, not bytes).
