@@ -398,7 +398,10 @@ impl Indirection {
     /// Where a bilinear sample of mip `mip` at `uv` reads in the atlas (texel coordinates, as
     /// `texture()` takes them times the atlas extent), and the mip it reads: `mip` itself when
     /// that tile's chain is resident, else the finest resident coarser one. `None`: nothing
-    /// resident. The GLSL helper computes exactly this.
+    /// resident. The GLSL helper computes exactly this. The position is clamped to the centres of
+    /// the data mip's edge texels, as a `CLAMP_TO_EDGE` sampler reads a whole texture (a
+    /// block-compressed slot's border at the texture's edge is the edge block repeated, not the
+    /// edge texels).
     ///
     /// The data mip's tile is found as [`update`](Self::update) found it, by halving the tile
     /// index mip by mip (clamped to each grid), not from `uv` again: for sizes that are not powers
@@ -430,7 +433,9 @@ impl Indirection {
         let tile = [x, y];
         let mut pos = [0.0; 2];
         for axis in 0..2 {
-            let q = uv[axis] * info.extent[axis] as f32;
+            // Clamped to the edge texels' centres (CLAMP_TO_EDGE; see `residency_software.glsl`).
+            let extent = info.extent[axis] as f32;
+            let q = (uv[axis] * extent).clamp(0.5, extent - 0.5);
             pos[axis] = origin[axis] as f32 + self.atlas.border as f32 + (q - tile[axis] as f32 * t);
         }
         Some((pos, data_mip))
