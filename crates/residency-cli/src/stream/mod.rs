@@ -13,8 +13,8 @@ pub use report::{StreamReport, SweepPoint};
 
 use anyhow::Context;
 use report::{mean, percentile, psnr_of, Finished};
-use residency::core::streaming::{FeedbackSampling, RvtSource, TileSource};
 use residency::core::format::Format;
+use residency::core::streaming::{FeedbackSampling, RvtSource, TileSource};
 use residency::core::tiles::{software_slot_bytes, ResidencyPath, SOFTWARE_TILE_SIDE};
 use residency::vulkan::software::DEFAULT_BORDER;
 use residency::vulkan::streaming::{Streamer, StreamerDesc};
