@@ -8,9 +8,9 @@
 //! `with_gpu`.
 
 use residency_core::format::Format;
-use residency_core::streaming::{RvtSource, TileKey};
+use residency_core::streaming::{RvtSource, StreamUnit, TileKey};
 use residency_core::tiles::{
-    bordered_block_tile, software_slot_bytes, AtlasLayout, ImageId, ResidencyPath, TileCoord,
+    bordered_block_tile, bordered_tile, software_slot_bytes, AtlasLayout, ImageId, ResidencyPath, TileCoord,
 };
 use residency_core::usage::ImageUsage;
 use residency_core::vt_file::{VtDesc, VtWriter};
@@ -260,6 +260,93 @@ fn bc7_and_bc1_rvt_textures_stream_on_the_software_path_and_sample_as_the_fully_
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Under a budget of two heaps (32 BC7 slots, 8 of them the pinned coarse chain) two sets of 3 × 3
+/// mip-0 tiles with their parents (14 and 15 tiles) do not fit together: the slots of the first
+/// are evicted and rewritten with the second's blocks, which sample exactly as the fully resident
+/// texture; resident memory stays in the budget.
+#[test]
+fn evicted_bc_slots_are_rewritten_with_the_new_tiles_blocks() {
+    let dir = std::env::temp_dir().join(format!("residency-software-bc-evict-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let source = rvt(Format::Bc7Unorm, &dir);
+    with_gpu(|set| {
+        let device = Arc::clone(&set.devices()[0]);
+        let desc = StreamerDesc::default()
+            .with_name("bc evict")
+            .with_path(ResidencyPath::Software)
+            .with_budget_tiles(32)
+            .with_workers(2)
+            .with_software_slot_format(Some(Format::Bc7Unorm));
+        let mut streamer = Streamer::new(&device, desc).unwrap();
+        let texture = streamer.add_texture("soft evict", Arc::clone(&source) as _).unwrap();
+        let commands = CommandContext::new(&device, "bc evict frames").unwrap();
+        let keys = |tiles: &[(u32, u32)]| -> Vec<TileKey> {
+            tiles.iter().map(|&(x, y)| tile(&streamer, texture.id(), 0, x, y)).collect()
+        };
+        let square = |x0: u32, y0: u32| -> Vec<(u32, u32)> {
+            (y0..y0 + 3).flat_map(|y| (x0..x0 + 3).map(move |x| (x, y))).collect()
+        };
+        let (first, second) = (keys(&square(0, 0)), keys(&square(5, 3)));
+        let slots = |streamer: &Streamer, keys: &[TileKey]| -> std::collections::BTreeSet<(u32, u32)> {
+            let table = streamer.manager().residency(texture.id()).unwrap().page_table();
+            keys.iter()
+                .filter_map(|k| match k.unit {
+                    StreamUnit::Tile(t) => table.get(t).map(|p| (p.heap.0, p.tile)),
+                    StreamUnit::Tail(_) => None,
+                })
+                .collect()
+        };
+        let mut first_slots = Default::default();
+        for wanted in [&first, &second] {
+            for _ in 0..14 {
+                common::cpu_feedback_frame(&mut streamer, &commands, wanted);
+                streamer.wait_for_loads();
+                assert!(streamer.manager().pool().used_tiles() <= 32);
+            }
+            if std::ptr::eq(wanted, &first) {
+                first_slots = slots(&streamer, &first);
+                assert_eq!(first_slots.len(), 9);
+            }
+        }
+        let reused = slots(&streamer, &second).intersection(&first_slots).count();
+        assert!(reused > 0, "the second set reuses slots of the first");
+        assert!(second.iter().all(|&k| streamer.manager().is_resident(k)), "{:?}", streamer.manager_stats());
+        assert!(first.iter().any(|&k| !streamer.manager().is_resident(k)), "evicted for the second set");
+        assert!(streamer.manager_stats().tiles_evicted >= 5, "{:?}", streamer.manager_stats());
+        assert!(streamer.take_load_failures().is_empty());
+        let bindings = streamer.begin_frame().unwrap();
+        let submission = commands.submit(&[], |rec| bindings.record(rec, |_| ()).unwrap()).unwrap();
+        commands.wait_for(&submission).unwrap();
+        let binding = bindings.textures.iter().find(|t| t.id == texture.id()).unwrap();
+        let TextureViews::Software { atlas, indirection } = binding.views else { panic!("software path") };
+        let probes: Vec<([f32; 2], f32)> = square(5, 3)
+            .iter()
+            .flat_map(|&(x, y)| {
+                [(3.5, 5.5), (64.5, 64.5), (127.5, 0.5)]
+                    .map(|(dx, dy)| (uv(0, (x * 128) as f32 + dx, (y * 128) as f32 + dy), 0.0))
+            })
+            .collect();
+        let got = common::sample_fallback(
+            &device,
+            common::SOFTWARE_FALLBACK,
+            (atlas.into(), indirection.into()),
+            &probes,
+        );
+        let want = fully_resident_samples(&device, Format::Bc7Unorm, &probes);
+        for (k, ((g, resident, lod), (w, _, _))) in got.iter().zip(&want).enumerate() {
+            assert!(*resident && *lod == 0.0, "probe {k}: resident at LOD 0");
+            let diff = g.iter().zip(w).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+            assert!(diff < 0.5, "probe {k} {:?}: {g:?} vs {w:?}", probes[k]);
+        }
+        drop(bindings);
+        streamer.end_frame(submission.gpu_use()).unwrap();
+        streamer.remove_texture(texture).unwrap();
+        drop(streamer);
+        drop(commands);
+    });
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// `probes` sampled by the hardware helper (`residencySampleFallback`: `textureLod`) from a fully
 /// resident (normal) BC image of every mip's blocks, with a min-LOD map of one texel saying 0.
 fn fully_resident_samples(
@@ -339,6 +426,21 @@ fn bc_slots_are_whole_blocks_with_neighbour_borders_and_edge_blocks_repeated() {
         bordered_block_tile(|bx, by, out| block(f, 0, bx, by, out), f, [256, 200], 128, 4, 0, 0).unwrap();
     assert_eq!(corner[..16], at(0, 0)[..]);
     assert_eq!(corner[16..32], at(0, 0)[..]);
+    // With blocks of one texel it is `bordered_tile` (texels clamped at the mip's edges).
+    let texel = |x: u32, y: u32| [x as u8, y as u8, (x >> 8) as u8, 7];
+    for (tx, ty) in [(0, 0), (2, 1), (1, 0)] {
+        let texels = bordered_tile(texel, [300, 200], 128, 4, tx, ty);
+        let blocks = bordered_block_tile(
+            |x, y, out| out.extend_from_slice(&texel(x, y)),
+            Format::R8G8B8A8Unorm,
+            [300, 200],
+            128,
+            4,
+            tx,
+            ty,
+        );
+        assert_eq!(blocks.as_deref(), Some(&texels[..]), "tile ({tx}, {ty})");
+    }
     // Borders of other than whole blocks cannot be assembled from blocks.
     assert!(bordered_block_tile(|_, _, _| (), f, [256, 200], 128, 2, 0, 0).is_none());
 }
