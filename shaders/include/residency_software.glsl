@@ -69,7 +69,11 @@ vec4 residencySoftwareLevel(sampler2D atlas, usampler2D indirection, ResidencySo
     for (uint m = mip + 1u; m <= dataMip; m++) {
         t = min(t / 2, residencySoftwareTiles(h.size, h.tile, m) - 1);
     }
-    vec2 q = uv * vec2(max(h.size >> dataMip, uvec2(1u)));
+    // Clamped to the edge texels' centres: the sampler's CLAMP_TO_EDGE at the texture's edges,
+    // which a block-compressed slot's border (the edge block repeated) cannot give; an
+    // uncompressed slot's border (edge texels repeated) reads the same either way.
+    vec2 extent = vec2(max(h.size >> dataMip, uvec2(1u)));
+    vec2 q = clamp(uv * extent, vec2(0.5), extent - 0.5);
     float slotSide = float(h.tile + 2u * h.border);
     vec2 origin = vec2(float(slot % h.columns), float(slot / h.columns)) * slotSide;
     vec2 pos = origin + float(h.border) + (q - vec2(t) * float(h.tile));
@@ -140,7 +144,11 @@ vec4 residencySoftwareLevel(sampler2D atlas, usampler2DArray indirection, Reside
     for (uint m = mip + 1u; m <= dataMip; m++) {
         t = min(t / 2, residencySoftwareTiles(h.size, h.tile, m) - 1);
     }
-    vec2 q = uv * vec2(max(h.size >> dataMip, uvec2(1u)));
+    // Clamped to the edge texels' centres: the sampler's CLAMP_TO_EDGE at the texture's edges,
+    // which a block-compressed slot's border (the edge block repeated) cannot give; an
+    // uncompressed slot's border (edge texels repeated) reads the same either way.
+    vec2 extent = vec2(max(h.size >> dataMip, uvec2(1u)));
+    vec2 q = clamp(uv * extent, vec2(0.5), extent - 0.5);
     float slotSide = float(h.tile + 2u * h.border);
     vec2 origin = vec2(float(slot % h.columns), float(slot / h.columns)) * slotSide;
     vec2 pos = origin + float(h.border) + (q - vec2(t) * float(h.tile));

@@ -250,7 +250,7 @@ fn auto_takes_the_software_path_on_a_device_without_sparse_residency() {
 /// A BC7 texture (`vt build --synthetic --format bc7`) streams on the hardware path: 1 byte a
 /// texel resident, converged frames match the fully resident BC7 render, and against the RGBA8
 /// build of the same texture (`--source`) the streamed frames score what the fully resident BC7
-/// render does (the format's own loss, not streaming's). The software path refuses it by name.
+/// render does (the format's own loss, not streaming's). The software path: `stream_software_bc.rs`.
 #[test]
 fn a_bc7_texture_streams_on_the_hardware_path_and_compares_with_its_rgba8_source() {
     let dir = std::env::temp_dir().join(format!("residency-stream-bc7-{}", std::process::id()));
@@ -283,16 +283,5 @@ fn a_bc7_texture_streams_on_the_hardware_path_and_compares_with_its_rgba8_source
         streamed >= reference - 1.0,
         "streamed vs source {streamed:.1}, fully resident {reference:.1}: {r}"
     );
-
-    let output = Command::new(env!("CARGO_BIN_EXE_residency"))
-        .env("RESIDENCY_VALIDATION", "sync")
-        .arg("stream")
-        .arg(&bc7)
-        .args(["--frames", "2", "--path", "software"])
-        .output()
-        .unwrap();
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("block-compressed") && !stderr.contains("panicked"), "{stderr}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -103,7 +103,9 @@ fn sample_positions_land_inside_the_slot_payload() {
             "{uv:?} {mip}: {pos:?} vs {oy}"
         );
         let texel_x = pos[0] - (ox + 4) as f32 + (tx * 128) as f32;
-        assert!((texel_x - uv[0] * info.extent[0] as f32).abs() < 1e-3);
+        // Clamped to the edge texels' centres, as CLAMP_TO_EDGE reads.
+        let extent = info.extent[0] as f32;
+        assert!((texel_x - (uv[0] * extent).clamp(0.5, extent - 0.5)).abs() < 1e-3);
     }
 }
 
@@ -258,7 +260,9 @@ fn npot_fallback_positions_stay_inside_the_chosen_slot() {
         let [ox, _] = atlas.origin_of(slot);
         assert!(pos[0] >= ox as f32 && pos[0] < ox as f32 + side, "u {u}: {pos:?} outside slot at {ox}");
         let texel = pos[0] - ox as f32 - 4.0 + (tile * 128) as f32;
-        assert!((texel - u * 511.0).abs() < 1e-2, "u {u}: texel {texel} vs {}", u * 511.0);
+        // Clamped to the edge texels' centres, as CLAMP_TO_EDGE reads.
+        let want = (u * 511.0).clamp(0.5, 510.5);
+        assert!((texel - want).abs() < 1e-2, "u {u}: texel {texel} vs {want}");
     }
     assert_eq!(ind.sample_position([0.5, 0.5], 99), None, "a mip beyond the layout");
     assert_eq!(ind.entry(99, 0, 0)[1], INDIRECTION_NONE);

@@ -13,8 +13,10 @@ pub use report::{StreamReport, SweepPoint};
 
 use anyhow::Context;
 use report::{mean, percentile, psnr_of, Finished};
+use residency::core::format::Format;
 use residency::core::streaming::{FeedbackSampling, RvtSource, TileSource};
-use residency::core::tiles::ResidencyPath;
+use residency::core::tiles::{software_slot_bytes, ResidencyPath, SOFTWARE_TILE_SIDE};
+use residency::vulkan::software::DEFAULT_BORDER;
 use residency::vulkan::streaming::{Streamer, StreamerDesc};
 use residency::vulkan::{CommandContext, Device, DeviceSet, DeviceSetDesc, Submission};
 use std::process::ExitCode;
@@ -123,27 +125,40 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
     } else {
         "mixed".to_owned()
     };
-    let bytes_per_resident_texel = mean(
-        &plane_files
-            .iter()
-            .map(|&f| {
-                let d = files[f].index().desc();
-                65536.0 / (f64::from(d.tile_width) * f64::from(d.tile_height))
-            })
-            .collect::<Vec<_>>(),
-    );
-    let tile_bytes = 65536u64;
-    // Fully resident: every tile of every mip (64 KiB each).
-    let full: u64 = plane_files.iter().map(|&f| files[f].index().desc().tile_count() * tile_bytes).sum();
-    let budget_bytes = budget.unwrap_or_else(|| args.budget_mib.map_or(full / 10, |m| m << 20));
     let path = match args.path {
         PathArg::Auto => ResidencyPath::Auto,
         PathArg::Hardware => ResidencyPath::Hardware,
         PathArg::Software => ResidencyPath::Software,
     };
+    // The software path counts a tile as one atlas slot of a block-compressed format (all files
+    // of one BC format): its budget is in those slots. Otherwise 64 KiB tiles.
+    let software = device.residency_path(Format::R8G8B8A8Unorm, path).ok() == Some(ResidencyPath::Software);
+    let slot_format = plane_files
+        .iter()
+        .all(|&f| format_of(f) == format_of(plane_files[0]))
+        .then(|| format_of(plane_files[0]))
+        .filter(|f| software && f.is_compressed());
+    let tile_bytes = slot_format.map_or(65536u64, |f| software_slot_bytes(f, DEFAULT_BORDER));
+    let bytes_per_resident_texel = mean(
+        &plane_files
+            .iter()
+            .map(|&f| {
+                let d = files[f].index().desc();
+                if software {
+                    tile_bytes as f64 / f64::from(SOFTWARE_TILE_SIDE * SOFTWARE_TILE_SIDE)
+                } else {
+                    65536.0 / (f64::from(d.tile_width) * f64::from(d.tile_height))
+                }
+            })
+            .collect::<Vec<_>>(),
+    );
+    // Fully resident: every tile of every mip (64 KiB each).
+    let full: u64 = plane_files.iter().map(|&f| files[f].index().desc().tile_count() * 65536).sum();
+    let budget_bytes = budget.unwrap_or_else(|| args.budget_mib.map_or(full / 10, |m| m << 20));
     let desc = StreamerDesc::default()
         .with_name("stream")
         .with_path(path)
+        .with_software_slot_format(slot_format)
         .with_budget_tiles((budget_bytes / tile_bytes).max(1) as u32)
         .with_upload_bytes_per_frame(args.upload_mib << 20)
         .with_frames_in_flight(args.frames_in_flight)

@@ -165,6 +165,15 @@ pub struct StreamingDesc {
     /// feedback reads. Pinned loads are never cancelled.
     #[serde(default = "default_cancel_after_frames")]
     pub cancel_after_frames: u32,
+    /// Bytes one tile of the pool counts as (`resident_bytes`, the upload budget): a standard
+    /// 64 KiB sparse tile by default; a software atlas slot of a block-compressed format counts
+    /// its own bytes ([`software_slot_bytes`](crate::tiles::software_slot_bytes)).
+    #[serde(default = "default_tile_bytes")]
+    pub tile_bytes: u64,
+}
+
+fn default_tile_bytes() -> u64 {
+    crate::tiles::STANDARD_TILE_BYTES
 }
 
 fn default_cancel_after_frames() -> u32 {
@@ -184,6 +193,7 @@ impl Default for StreamingDesc {
             evictions_per_frame: 256,
             prefetch: true,
             cancel_after_frames: default_cancel_after_frames(),
+            tile_bytes: default_tile_bytes(),
         }
     }
 }
@@ -249,6 +259,15 @@ impl StreamingDesc {
     /// Turns prefetching on LOD warnings on or off.
     pub fn with_prefetch(mut self, prefetch: bool) -> Self {
         self.prefetch = prefetch;
+        self
+    }
+
+    /// Sets the bytes one tile counts as (at least 1; raised and logged).
+    pub fn with_tile_bytes(mut self, bytes: u64) -> Self {
+        if bytes == 0 {
+            tracing::debug!(name = %self.name, "StreamingDesc: tile bytes 0 raised to 1");
+        }
+        self.tile_bytes = bytes.max(1);
         self
     }
 
@@ -373,7 +392,7 @@ impl StreamingManager {
     /// A manager with no images.
     pub fn new(desc: StreamingDesc) -> Self {
         let pool = TilePool::new(
-            TilePoolDesc::default()
+            TilePoolDesc { tile_bytes: desc.tile_bytes, ..TilePoolDesc::default() }
                 .with_name(format!("{} tile pool", desc.name))
                 .with_tiles_per_heap(desc.tiles_per_heap)
                 .with_budget_tiles(desc.budget_tiles),

@@ -82,11 +82,17 @@ pub fn software_layout(
     let mut info = super::SparseFormatInfo::standard(desc.format, desc.dimension)?;
     info.mip_tail_model = MipTailModel::NoTail;
     info.tile = super::TileShape::new(SOFTWARE_TILE_SIDE, SOFTWARE_TILE_SIDE, 1);
-    let side = u64::from(SOFTWARE_TILE_SIDE) + 2 * u64::from(border.min(SOFTWARE_TILE_SIDE));
-    let (bw, bh) = desc.format.block_extent();
-    info.tile_bytes =
-        side.div_ceil(u64::from(bw)) * side.div_ceil(u64::from(bh)) * u64::from(desc.format.block_bytes());
+    info.tile_bytes = software_slot_bytes(desc.format, border);
     SparseImageLayout::new(desc, &info, &super::LayoutLimits::unbounded())
+}
+
+/// Bytes of one bordered software slot of `format`: [`SOFTWARE_TILE_SIDE`] plus `border` texels
+/// (at most a tile) on each side, in whole blocks of the format (RGBA8 with the default border of
+/// 4: 136² × 4 = 73 984 B; BC7 and BC3: 34² blocks × 16 = 18 496 B; BC1: 9 248 B).
+pub fn software_slot_bytes(format: crate::format::Format, border: u32) -> u64 {
+    let side = u64::from(SOFTWARE_TILE_SIDE) + 2 * u64::from(border.min(SOFTWARE_TILE_SIDE));
+    let (bw, bh) = format.block_extent();
+    side.div_ceil(u64::from(bw)) * side.div_ceil(u64::from(bh)) * u64::from(format.block_bytes())
 }
 
 /// The data mip of an entry that has nothing resident.
@@ -392,7 +398,10 @@ impl Indirection {
     /// Where a bilinear sample of mip `mip` at `uv` reads in the atlas (texel coordinates, as
     /// `texture()` takes them times the atlas extent), and the mip it reads: `mip` itself when
     /// that tile's chain is resident, else the finest resident coarser one. `None`: nothing
-    /// resident. The GLSL helper computes exactly this.
+    /// resident. The GLSL helper computes exactly this. The position is clamped to the centres of
+    /// the data mip's edge texels, as a `CLAMP_TO_EDGE` sampler reads a whole texture (a
+    /// block-compressed slot's border at the texture's edge is the edge block repeated, not the
+    /// edge texels).
     ///
     /// The data mip's tile is found as [`update`](Self::update) found it, by halving the tile
     /// index mip by mip (clamped to each grid), not from `uv` again: for sizes that are not powers
@@ -424,7 +433,9 @@ impl Indirection {
         let tile = [x, y];
         let mut pos = [0.0; 2];
         for axis in 0..2 {
-            let q = uv[axis] * info.extent[axis] as f32;
+            // Clamped to the edge texels' centres (CLAMP_TO_EDGE; see `residency_software.glsl`).
+            let extent = info.extent[axis] as f32;
+            let q = (uv[axis] * extent).clamp(0.5, extent - 0.5);
             pos[axis] = origin[axis] as f32 + self.atlas.border as f32 + (q - tile[axis] as f32 * t);
         }
         Some((pos, data_mip))
@@ -455,6 +466,45 @@ pub fn bordered_tile(
         }
     }
     out
+}
+
+/// The bordered slot data of tile `(x, y)` of a mip of `extent` texels in a block-compressed
+/// `format` (or any format: blocks of 1 × 1 texels), assembled block by block: the block twin of
+/// [`bordered_tile`]. `tile_side` and `border` must be whole blocks (else `None`). The slot is
+/// `(tile_side + 2·border) / block` blocks per side, rows of blocks packed; `mip_block(bx, by, out)`
+/// appends the bytes of block `(bx, by)` of the mip (block coordinates, always inside the mip's
+/// block grid). Border blocks are the neighbouring tiles' blocks; at the mip's edges, and past the
+/// end of a partial tile, block coordinates clamp to the mip's block grid: the edge block is
+/// repeated (a block cannot be clamped texel by texel without re-encoding it).
+pub fn bordered_block_tile(
+    mut mip_block: impl FnMut(u32, u32, &mut Vec<u8>),
+    format: crate::format::Format,
+    extent: [u32; 2],
+    tile_side: u32,
+    border: u32,
+    x: u32,
+    y: u32,
+) -> Option<Vec<u8>> {
+    let (bw, bh) = format.block_extent();
+    if tile_side % bw != 0 || tile_side % bh != 0 || border % bw != 0 || border % bh != 0 {
+        return None;
+    }
+    let side = tile_side + 2 * border;
+    let (cols, rows) = (side / bw, side / bh);
+    let grid = [i64::from(extent[0].max(1).div_ceil(bw)), i64::from(extent[1].max(1).div_ceil(bh))];
+    let origin = [
+        i64::from(x) * i64::from(tile_side / bw) - i64::from(border / bw),
+        i64::from(y) * i64::from(tile_side / bh) - i64::from(border / bh),
+    ];
+    let mut out = Vec::with_capacity(cols as usize * rows as usize * format.block_bytes() as usize);
+    for j in 0..i64::from(rows) {
+        let by = (origin[1] + j).clamp(0, grid[1] - 1);
+        for i in 0..i64::from(cols) {
+            let bx = (origin[0] + i).clamp(0, grid[0] - 1);
+            mip_block(bx as u32, by as u32, &mut out);
+        }
+    }
+    Some(out)
 }
 
 /// One copy that fills part of a slot's border from a tile's payload (texels, not bytes).

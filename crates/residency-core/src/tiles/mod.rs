@@ -38,8 +38,9 @@ pub use bind_plan::{
 };
 pub use changes::PendingChanges;
 pub use indirection::{
-    border_copies, bordered_tile, software_layout, AtlasLayout, BorderCopy, HardwarePathUnsupported,
-    Indirection, IndirectionError, ResidencyPath, INDIRECTION_NONE, SOFTWARE_TILE_SIDE,
+    border_copies, bordered_block_tile, bordered_tile, software_layout, software_slot_bytes, AtlasLayout,
+    BorderCopy, HardwarePathUnsupported, Indirection, IndirectionError, ResidencyPath, INDIRECTION_NONE,
+    SOFTWARE_TILE_SIDE,
 };
 pub use layout::{
     full_mip_chain, DeviceMipTail, LayoutError, LayoutLimits, MipInfo, MipTail, MipTailSource,

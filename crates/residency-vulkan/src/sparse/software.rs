@@ -49,11 +49,33 @@ pub enum SoftwareError {
     /// Staging a tile or the indirection failed.
     #[error(transparent)]
     Upload(#[from] UploadError),
-    /// The software path holds uncompressed colour formats.
-    #[error("the software residency path holds uncompressed colour formats, not {format:?}")]
+    /// The software path holds colour formats: uncompressed ones, and block-compressed ones in
+    /// a [`SoftwareAtlas`] (a streamer's), not in a [`SoftwareTilePool`].
+    #[error("the software residency path holds colour formats (block-compressed ones only in a software atlas), not {format:?}")]
     UnsupportedFormat {
         /// The format asked for.
         format: Format,
+    },
+    /// A block-compressed atlas whose format the device cannot sample with linear filtering from
+    /// an optimally tiled image written by copies.
+    #[error("{device} cannot sample {format:?} images with linear filtering (SAMPLED_IMAGE, SAMPLED_IMAGE_FILTER_LINEAR and TRANSFER_DST with optimal tiling): no software atlas of it")]
+    FormatNotSampleable {
+        /// The device.
+        device: String,
+        /// The format.
+        format: Format,
+    },
+    /// A block-compressed atlas whose tile side or border is not whole blocks.
+    #[error("a {format:?} atlas needs a tile side and border of whole {}-texel blocks, not {tile_side} and {border}", .block[0])]
+    NotWholeBlocks {
+        /// The format.
+        format: Format,
+        /// Its block extent.
+        block: [u32; 2],
+        /// The tile side asked for.
+        tile_side: u32,
+        /// The border asked for.
+        border: u32,
     },
     /// A tile's data is not one bordered slot of texels.
     #[error("a bordered tile of {side} × {side} texels is {expected} bytes, got {got}")]
@@ -268,9 +290,12 @@ impl std::fmt::Debug for SoftwareAtlas {
 impl SoftwareAtlas {
     /// Creates the atlas: room for at least `desc.capacity` slots of `desc.tile_side` plus
     /// `desc.border` texels per side, in `GENERAL` layout, its memory undefined until tiles are
-    /// written. Only uncompressed colour formats ([`SoftwareError::UnsupportedFormat`]).
+    /// written. Colour formats, uncompressed or block-compressed (else
+    /// [`SoftwareError::UnsupportedFormat`]); a block-compressed atlas is in its format, slots and
+    /// borders whole blocks ([`SoftwareError::NotWholeBlocks`]), and needs a device that samples
+    /// the format with linear filtering ([`SoftwareError::FormatNotSampleable`]).
     pub fn new(device: &Device, desc: &SoftwareAtlasDesc) -> Result<SoftwareAtlas, SoftwareError> {
-        check_format(desc.format)?;
+        check_atlas_format(device, desc.format, desc.tile_side.max(1), desc.border)?;
         let layout =
             AtlasLayout::new(desc.tile_side.max(1), desc.border, desc.capacity, desc.tiles_per_heap)?;
         let [aw, ah] = layout.extent();
@@ -320,10 +345,11 @@ impl SoftwareAtlas {
         &self.shared.view
     }
 
-    /// Bytes of device memory the atlas holds.
+    /// Bytes of device memory the atlas holds (whole blocks of its format: every slot is
+    /// [`software_slot_bytes`](residency_core::tiles::software_slot_bytes) with the default tile).
     pub fn memory_bytes(&self) -> u64 {
         let [w, h] = self.shared.layout.extent();
-        u64::from(w) * u64::from(h) * u64::from(self.shared.format.block_bytes())
+        self.shared.format.region_bytes(w, h, 1)
     }
 
     /// Declares that GPU work the renderer submitted itself samples the atlas until `until` (see
@@ -371,9 +397,9 @@ impl SoftwareTexture {
         capacity: u32,
         tiles_per_heap: u32,
     ) -> Result<SoftwareTexture, SoftwareError> {
-        check_format(layout.desc().format)?;
         check_plain_2d(layout)?;
         let tile = layout.tile_shape();
+        // The atlas checks the format (block-compressed ones included).
         let atlas = SoftwareAtlas::new(
             device,
             &SoftwareAtlasDesc {
@@ -478,7 +504,9 @@ impl SoftwareTexture {
     }
 
     /// Stages `bordered` (the tile's `(tile + 2·border)²` texels, rows packed; see
-    /// [`bordered_tile`](residency_core::tiles::bordered_tile)) into `physical`'s slot. It reaches
+    /// [`bordered_tile`](residency_core::tiles::bordered_tile); for a block-compressed atlas its
+    /// rows of blocks, [`bordered_block_tile`](residency_core::tiles::bordered_block_tile)) into
+    /// `physical`'s slot. It reaches
     /// the atlas at the uploader's next flush or recording; the indirection must point there only
     /// from then on (upload it after the tiles, as [`upload_indirection`](Self::upload_indirection)
     /// does when called after the writes of the same frame).
@@ -498,7 +526,7 @@ impl SoftwareTexture {
     ) -> Result<(), SoftwareError> {
         let atlas = self.atlas_layout();
         let side = atlas.slot_side();
-        let expected = (u64::from(side).pow(2) * u64::from(self.atlas.format().block_bytes())) as usize;
+        let expected = self.atlas.format().region_bytes(side, side, 1) as usize;
         if bordered.len() != expected {
             return Err(SoftwareError::WrongTileSize { side, expected, got: bordered.len() });
         }
@@ -638,6 +666,37 @@ fn sampled_image(device: &Device, desc: &ImageDesc) -> Result<(Image, crate::Ima
 fn check_format(format: Format) -> Result<(), SoftwareError> {
     if format.kind() != FormatKind::Color || format.block_extent() != (1, 1) || format == Format::Unknown {
         return Err(SoftwareError::UnsupportedFormat { format });
+    }
+    Ok(())
+}
+
+/// What a [`SoftwareAtlas`] holds: uncompressed colour formats as [`check_format`] (unchanged),
+/// and block-compressed ones whose slots and borders are whole blocks on a device that samples
+/// them.
+fn check_atlas_format(
+    device: &Device,
+    format: Format,
+    tile_side: u32,
+    border: u32,
+) -> Result<(), SoftwareError> {
+    if !format.is_compressed() {
+        return check_format(format);
+    }
+    let (bw, bh) = format.block_extent();
+    if tile_side % bw != 0 || tile_side % bh != 0 || border % bw != 0 || border % bh != 0 {
+        return Err(SoftwareError::NotWholeBlocks { format, block: [bw, bh], tile_side, border });
+    }
+    // SAFETY: a pure query of this device's physical device.
+    let props = unsafe {
+        device
+            .instance()
+            .get_physical_device_format_properties(device.physical(), crate::format_map::vk_format(format))
+    };
+    let needs = vk::FormatFeatureFlags::SAMPLED_IMAGE
+        | vk::FormatFeatureFlags::SAMPLED_IMAGE_FILTER_LINEAR
+        | vk::FormatFeatureFlags::TRANSFER_DST;
+    if !props.optimal_tiling_features.contains(needs) {
+        return Err(SoftwareError::FormatNotSampleable { device: device.name().to_owned(), format });
     }
     Ok(())
 }

@@ -107,6 +107,13 @@ pub struct StreamerDesc {
     /// 2048: 128 MiB of 64 KiB tiles). Smaller heaps follow the budget more closely and give
     /// [`Streamer::compact`] heaps to hand back sooner. The software path's heaps are 16 slots.
     pub tiles_per_heap: u32,
+    /// Software path: the format whose bordered atlas slot one budget tile counts as (the
+    /// manager's tile bytes: `resident_bytes`, the upload budget), e.g. `Bc7Unorm` for a BC7
+    /// texture's 18 496-byte slots ([`software_slot_bytes`](residency_core::tiles::software_slot_bytes)).
+    /// The streamer's first atlas is made in it (in RGBA8 when `None`); textures of other formats get
+    /// atlases of their own, with as many slots. `None` (the default): 64 KiB tiles, as the hardware
+    /// path counts. Ignored on the hardware path.
+    pub software_slot_format: Option<Format>,
 }
 
 impl Default for StreamerDesc {
@@ -123,6 +130,7 @@ impl Default for StreamerDesc {
             sampling: FeedbackSampling::new(8, 1),
             readers: vk::PipelineStageFlags2::FRAGMENT_SHADER | vk::PipelineStageFlags2::COMPUTE_SHADER,
             tiles_per_heap: 2048,
+            software_slot_format: None,
         }
     }
 }
@@ -186,6 +194,13 @@ impl StreamerDesc {
     /// Sets the bytes of the staging ring.
     pub fn with_staging_bytes(mut self, bytes: u64) -> Self {
         self.staging_bytes = bytes;
+        self
+    }
+
+    /// Sets the format whose software atlas slot one budget tile counts as
+    /// ([`software_slot_format`](Self::software_slot_format)).
+    pub fn with_software_slot_format(mut self, format: Option<Format>) -> Self {
+        self.software_slot_format = format;
         self
     }
 
@@ -260,12 +275,12 @@ pub enum StreamError {
         /// Why.
         reason: String,
     },
-    /// A block-compressed source on the software path: its atlas slots carry borders of whole
-    /// texels assembled on the loader's workers, and a BC tile's border would have to be whole
-    /// 4 × 4 blocks re-encoded at the texture's edges. BC textures stream on the hardware path.
+    /// A block-compressed source on the software path whose format this device cannot sample
+    /// from an atlas of that format (linear filtering, optimal tiling, copies into it); nothing
+    /// was added.
     #[error(
-        "`{name}` is block-compressed ({format}): the software path streams uncompressed 4-byte texels only; \
-         stream BC textures on the hardware path"
+        "`{name}` is block-compressed ({format}), which this device cannot sample with linear filtering: \
+         no software atlas of it; stream it on the hardware path or as an uncompressed format"
     )]
     SoftwareBlockCompressed {
         /// The source.
@@ -639,8 +654,9 @@ pub struct Streamer {
     textures: HashMap<ImageId, Texture>,
     /// Software path: the atlas of each texel format in use, which every texture of that format
     /// samples (each sized for the first budget: any tile of the pool may go to any texture; a
-    /// texture holds its atlas too, so it outlives the texture on the GPU). RGBA8's is made with
-    /// the streamer, the others with their first texture.
+    /// texture holds its atlas too, so it outlives the texture on the GPU). The one of
+    /// [`StreamerDesc::software_slot_format`] (RGBA8 by default) is made with the streamer, the
+    /// others with their first texture.
     atlases: HashMap<Format, crate::software::SoftwareAtlas>,
     /// The budget the atlases were sized for.
     atlas_budget: u32,
@@ -713,16 +729,21 @@ impl Streamer {
             .with_cancel_after_frames(cancel_after);
         let mut atlas = None;
         let mut atlas_budget = 0;
+        // The software path's first atlas: of the format its slots are counted at (RGBA8 by default).
+        let first_atlas = desc.software_slot_format.unwrap_or(Format::R8G8B8A8Unorm);
         let heaps = if path == ResidencyPath::Software {
             let budget = desc.budget_tiles.max(1).div_ceil(SOFTWARE_TILES_PER_HEAP) * SOFTWARE_TILES_PER_HEAP;
             streaming = streaming.with_tiles_per_heap(SOFTWARE_TILES_PER_HEAP).with_budget_tiles(budget);
-            let atlas_desc = crate::software::SoftwareAtlasDesc::new(
-                format!("{} atlas", desc.name),
-                Format::R8G8B8A8Unorm,
-                1,
-            )
-            .with_tiles_per_heap(SOFTWARE_TILES_PER_HEAP)
-            .with_capacity_for_budget(budget);
+            if let Some(format) = desc.software_slot_format {
+                streaming = streaming.with_tile_bytes(residency_core::tiles::software_slot_bytes(
+                    format,
+                    crate::software::DEFAULT_BORDER,
+                ));
+            }
+            let atlas_desc =
+                crate::software::SoftwareAtlasDesc::new(format!("{} atlas", desc.name), first_atlas, 1)
+                    .with_tiles_per_heap(SOFTWARE_TILES_PER_HEAP)
+                    .with_capacity_for_budget(budget);
             atlas = Some(crate::software::SoftwareAtlas::new(device, &atlas_desc)?);
             atlas_budget = budget;
             None
@@ -741,7 +762,7 @@ impl Streamer {
             uploader,
             heaps,
             textures: HashMap::new(),
-            atlases: atlas.into_iter().map(|a| (Format::R8G8B8A8Unorm, a)).collect(),
+            atlases: atlas.into_iter().map(|a| (first_atlas, a)).collect(),
             atlas_budget,
             next_id: 1,
             pending: HashMap::new(),
@@ -949,10 +970,12 @@ impl Streamer {
     /// samples real data. Colour formats stream, in their standard 64 KiB tiles (RGBA8: 128 × 128,
     /// R8: 256 × 256, RGBA16F: 128 × 64, BC7/BC3: 256 × 256, BC1: 512 × 256, …) without a stored
     /// border: on the hardware path where the device has sparse residency for the format
-    /// (block-compressed formats only there), on the software path with 4-byte texels (each
-    /// format in use gets its own atlas, sized for the budget). Others are refused with
-    /// [`StreamError::UnsupportedSource`] (a BC source on the software path with
-    /// [`StreamError::SoftwareBlockCompressed`]), adding nothing. Must be called between frames.
+    /// (block-compressed ones included), on the software path with 4-byte texels or
+    /// block-compressed (each format in use gets its own atlas, sized for the budget, in that
+    /// format: a BC atlas's slots are whole blocks, assembled on the workers from the source's
+    /// blocks). Others are refused with [`StreamError::UnsupportedSource`] (a BC format the
+    /// device cannot sample, on the software path, with [`StreamError::SoftwareBlockCompressed`]),
+    /// adding nothing. Must be called between frames.
     ///
     /// A volume source ([`TileSource::depth`] more than one texel) makes a 3D texture (hardware
     /// path only; the software path refuses it with [`StreamError::UnsupportedSource`]): a 3D
@@ -1021,7 +1044,14 @@ impl Streamer {
             )
             .with_tiles_per_heap(SOFTWARE_TILES_PER_HEAP)
             .with_capacity_for_budget(self.atlas_budget);
-            self.atlases.insert(format, crate::software::SoftwareAtlas::new(&self.device, &atlas_desc)?);
+            let atlas =
+                crate::software::SoftwareAtlas::new(&self.device, &atlas_desc).map_err(|e| match e {
+                    SoftwareError::FormatNotSampleable { format, .. } => {
+                        StreamError::SoftwareBlockCompressed { name: name.to_owned(), format }
+                    }
+                    e => e.into(),
+                })?;
+            self.atlases.insert(format, atlas);
         }
         let texture = Texture::create(
             self.heaps.as_ref(),

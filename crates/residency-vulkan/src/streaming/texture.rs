@@ -6,8 +6,8 @@ use crate::{ForeignUse, GpuUse, ImageRegion, ImageView, Uploader};
 use residency_core::format::Format;
 use residency_core::streaming::{SourceDepth, SourceError, StreamUnit, TileKey, TileSource};
 use residency_core::tiles::{
-    bordered_tile, software_layout, standard_tile_shape, ImageId, MinLodUpdate, PageTable, PhysicalTile,
-    ResidencyPath, SparseDimension, SparseImageDesc, SparseImageLayout, TexelRegion,
+    bordered_block_tile, bordered_tile, software_layout, standard_tile_shape, ImageId, MinLodUpdate,
+    PageTable, PhysicalTile, ResidencyPath, SparseDimension, SparseImageDesc, SparseImageLayout, TexelRegion,
 };
 use residency_core::vt_file::VtDesc;
 use std::sync::Arc;
@@ -43,22 +43,18 @@ pub(super) struct Texture {
 
 /// Refuses what the streamer does not stream: a depth, stencil or `unknown` format, tiles that
 /// are not the format's standard 64 KiB shape (RGBA8: 128 × 128, R8: 256 × 256, RGBA16F:
-/// 128 × 64, BC7/BC3: 256 × 256, BC1: 512 × 256, …), a stored border, and on the software path a
-/// block-compressed format or a texel that is not 4 bytes (its borders are assembled from 4-byte
-/// texels). A volume ([`TileSource::depth`] more than one texel) streams in the format's standard
-/// 3D tile (RGBA8: 32 × 32 × 16, R8: 64 × 32 × 32, …), on the hardware path only.
+/// 128 × 64, BC7/BC3: 256 × 256, BC1: 512 × 256, …), a stored border, and on the software path an
+/// uncompressed texel that is not 4 bytes (its borders are assembled from 4-byte texels;
+/// block-compressed slots are assembled from whole blocks, and a format the device cannot sample
+/// is refused when its atlas is made). A volume ([`TileSource::depth`] more than one texel)
+/// streams in the format's standard 3D tile (RGBA8: 32 × 32 × 16, R8: 64 × 32 × 32, …), on the
+/// hardware path only.
 pub(super) fn check_source(source: &dyn TileSource, software: bool) -> Result<VtDesc, StreamError> {
     let d = source.desc();
     let depth = source.depth();
     let refuse = |reason: String| StreamError::UnsupportedSource { name: source.name().to_owned(), reason };
     if d.format.is_depth_stencil() || d.format == Format::Unknown {
         return Err(refuse(format!("format {:?}: only colour formats stream", d.format)));
-    }
-    if software && d.format.is_compressed() {
-        return Err(StreamError::SoftwareBlockCompressed {
-            name: source.name().to_owned(),
-            format: d.format,
-        });
     }
     if depth.is_volume() && software {
         return Err(refuse(
@@ -86,7 +82,7 @@ pub(super) fn check_source(source: &dyn TileSource, software: bool) -> Result<Vt
             d.tile_width, d.tile_height, d.border, d.format
         )));
     }
-    if software && d.format.block_bytes() != 4 {
+    if software && !d.format.is_compressed() && d.format.block_bytes() != 4 {
         return Err(refuse(format!(
             "format {:?}: the software path streams 4-byte texels (RGBA8, BGRA8, RGB10A2, RG16F, R32F, …)",
             d.format
@@ -180,6 +176,7 @@ impl Texture {
                 desc,
                 extents: layout.mips().iter().map(|m| [m.extent[0], m.extent[1]]).collect(),
                 border: texture.atlas_layout().border,
+                tile: texture.atlas_layout().tile_side,
             }),
         };
         Ok(Texture {
@@ -275,8 +272,8 @@ impl Texture {
                 if !matches!(unit, StreamUnit::Tile(_)) {
                     return Err(short("the software layout has no mip tail"));
                 }
-                // Bordered on the workers (`Bordered`): one slot's texels.
-                let side = tw + 2 * texture.atlas_layout().border;
+                // Bordered on the workers (`Bordered`): one slot's texels (or blocks).
+                let side = texture.atlas_layout().slot_side();
                 let bordered = data.first().ok_or_else(|| short("a loaded tile"))?;
                 check_len(&self.name, bordered, side, side, 1, format)?;
                 let physical = physical.ok_or_else(|| short("a resident tile has a slot"))?;
@@ -431,13 +428,92 @@ impl TileSource for Slabs {
 /// A software texture's loads: each tile read with its 3 × 3 neighbourhood from the texture's
 /// source and assembled into one bordered atlas slot on the loader's worker thread, so the frame's
 /// thread only stages it. Square tiles of 4-byte texels (`check_source` refuses others on the
-/// software path).
+/// software path), or block-compressed tiles of any standard shape assembled block by block into
+/// the atlas's square slots ([`Bordered::read_blocks`]).
 struct Bordered {
     inner: Arc<dyn TileSource>,
     desc: VtDesc,
     /// Each mip's extent (the border clamps at it).
     extents: Vec<[u32; 2]>,
     border: u32,
+    /// The atlas's tile side (the software layout's tiles; the source's are `desc`'s).
+    tile: u32,
+}
+
+impl Bordered {
+    /// The slot of software tile `(cx, cy)` of `mip` of a block-compressed source, rows of blocks:
+    /// the blocks of its window (the tile and `border` texels around, whole blocks, clamped to
+    /// the mip's block grid) copied out of every source tile they lie in (a 128² slot of a 256²
+    /// BC7 tile is a quarter of one tile plus border blocks of up to three more), then laid out
+    /// by [`bordered_block_tile`] (the edge block repeated at the mip's edges).
+    fn read_blocks(&self, mip: u32, cx: u32, cy: u32, extent: [u32; 2]) -> Result<Vec<u8>, SourceError> {
+        let bad = |reason: String| SourceError::Read { source_name: self.inner.name().to_owned(), reason };
+        let format = self.desc.format;
+        let (bw, bh) = format.block_extent();
+        let bytes = format.block_bytes() as usize;
+        let (t, b) = (self.tile, self.border);
+        let (stw, sth) = (self.desc.tile_width, self.desc.tile_height);
+        if t % bw != 0 || t % bh != 0 || b % bw != 0 || b % bh != 0 || stw % bw != 0 || sth % bh != 0 {
+            return Err(bad(format!(
+                "{format:?}: tiles of {t}, {stw} × {sth} or a border of {b} are not whole blocks"
+            )));
+        }
+        // The window in blocks of the mip, clamped to its block grid.
+        let grid = [extent[0].max(1).div_ceil(bw), extent[1].max(1).div_ceil(bh)];
+        let lo = |c: u32, side: u32, block: u32, n: u32| ((c * side).saturating_sub(b) / block).min(n - 1);
+        let hi = |c: u32, side: u32, block: u32, n: u32| ((c + 1) * side + b).div_ceil(block).min(n);
+        let (x0, x1) = (lo(cx, t, bw, grid[0]), hi(cx, t, bw, grid[0]));
+        let (y0, y1) = (lo(cy, t, bh, grid[1]), hi(cy, t, bh, grid[1]));
+        if x0 >= x1 || y0 >= y1 {
+            return Err(bad(format!("software tile ({cx}, {cy}) lies outside mip {mip}")));
+        }
+        let ww = (x1 - x0) as usize;
+        let mut window = vec![0u8; ww * (y1 - y0) as usize * bytes];
+        // Source tiles (in blocks: `stw / bw` × `sth / bh` each) the window overlaps.
+        let (sbw, sbh) = (stw / bw, sth / bh);
+        for sy in y0 / sbh..=(y1 - 1) / sbh {
+            for sx in x0 / sbw..=(x1 - 1) / sbw {
+                let (w, h) =
+                    self.desc.tile_extent(mip, sx, sy).ok_or_else(|| bad(format!("no tile {sx}, {sy}")))?;
+                let blocks = self.inner.read_tile(mip, sx, sy)?;
+                let (tbw, tbh) = (w.div_ceil(bw), h.div_ceil(bh));
+                if blocks.len() != tbw as usize * tbh as usize * bytes {
+                    return Err(bad(format!(
+                        "tile ({sx}, {sy}) of mip {mip}: {w} × {h} texels came with {} bytes",
+                        blocks.len()
+                    )));
+                }
+                let (tx0, ty0) = (sx * sbw, sy * sbh);
+                let (px0, px1) = (tx0.max(x0), (tx0 + tbw).min(x1));
+                let (py0, py1) = (ty0.max(y0), (ty0 + tbh).min(y1));
+                if px0 >= px1 || py0 >= py1 {
+                    continue;
+                }
+                let len = (px1 - px0) as usize * bytes;
+                for by in py0..py1 {
+                    let src = ((by - ty0) as usize * tbw as usize + (px0 - tx0) as usize) * bytes;
+                    let dst = ((by - y0) as usize * ww + (px0 - x0) as usize) * bytes;
+                    window[dst..dst + len].copy_from_slice(&blocks[src..src + len]);
+                }
+            }
+        }
+        // `bordered_block_tile` clamps every block it asks for to the grid, so it lies in the window.
+        bordered_block_tile(
+            |bx, by, out| {
+                let i = ((by - y0) as usize * ww + (bx - x0) as usize) * bytes;
+                out.extend_from_slice(&window[i..i + bytes]);
+            },
+            format,
+            extent,
+            t,
+            b,
+            cx,
+            cy,
+        )
+        .ok_or_else(|| {
+            bad(format!("{format:?}: a slot of {t} texels and a border of {b} is not whole blocks"))
+        })
+    }
 }
 
 impl TileSource for Bordered {
@@ -454,6 +530,9 @@ impl TileSource for Bordered {
         let tw = self.desc.tile_width;
         let (gx, gy) = self.desc.tile_grid(mip);
         let extent = *self.extents.get(mip as usize).ok_or_else(|| bad(format!("no mip {mip}")))?;
+        if self.desc.format.is_compressed() {
+            return self.read_blocks(mip, cx, cy, extent);
+        }
         // The texels the bordered slot reads (its tile and `border` texels around, clamped to the
         // mip), copied row by row out of the neighbouring tiles into one window.
         let b = self.border;
