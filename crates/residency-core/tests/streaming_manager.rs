@@ -660,6 +660,11 @@ fn compaction_moves_resident_tiles_keeps_their_meaning_and_reverts() {
     let mut wrong = moves.clone();
     wrong[0].moves[0].0 = TileIndex(wrong[0].moves[0].0 .0 + 1);
     assert!(sim.m.apply_compaction(&plan, &wrong).is_err());
+    // A move given twice in place of another (the count is right): refused.
+    let mut twice = moves.clone();
+    let last = twice[0].moves.len() - 1;
+    twice[0].moves[last] = twice[0].moves[0];
+    assert!(sim.m.apply_compaction(&plan, &twice).is_err());
     assert_eq!(
         (table(&sim.m).mapped().collect::<Vec<_>>(), sim.m.pool().stats()),
         (t0.mapped().collect(), stats0.clone())

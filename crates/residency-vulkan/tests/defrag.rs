@@ -454,7 +454,7 @@ fn heap_bytes_in_use(device: &Device) -> u64 {
 }
 
 #[test]
-fn repacking_drains_a_half_empty_heap_into_a_right_sized_heap_and_oom_leaves_everything() {
+fn repacking_drains_a_half_empty_heap_into_a_right_sized_heap_and_falls_back_when_out_of_memory() {
     with_gpu(|set| {
         let device = &set.devices()[0];
         // 1 MiB buffers until a second heap appears; that one goes (its heap is the kept empty
@@ -487,14 +487,15 @@ fn repacking_drains_a_half_empty_heap_into_a_right_sized_heap_and_oom_leaves_eve
         let objects = || device.ledger().live_objects().len();
         let objects_before = objects();
 
-        // Out of memory for the new heap: a typed error, nothing moved, no heap left behind.
+        // Out of memory for the new heap: the pass moves only into existing holes (here there
+        // are none: nothing moves) and says so; no heap is left behind.
         device.ledger().inject_fault(FaultSite::AllocateMemory, 0, InjectedFault::OutOfDeviceMemory);
         let mut handed: Vec<&mut Buffer> = all.iter_mut().map(|(_, b)| b).collect();
-        let err = defrag.pass(&mut handed).unwrap_err();
+        let stats = defrag.pass(&mut handed).unwrap();
         device.ledger().clear_faults();
-        assert!(matches!(err, DefragError::Memory(MemoryError::OutOfDeviceMemory { .. })), "{err}");
+        assert!(stats.repack_out_of_memory && stats.moves == 0 && stats.heaps_created == 0, "{stats:?}");
         assert_eq!(all.iter().map(|(_, b)| place(b)).collect::<Vec<_>>(), places, "nothing moved");
-        assert_eq!(objects(), objects_before, "the new heap is gone again");
+        assert_eq!(objects(), objects_before, "no heap made");
 
         // Without repacking nothing can move (no other heap holds anything).
         let mut plain = Defragmenter::new(device, DefragDesc::default().with_repack(None)).unwrap();

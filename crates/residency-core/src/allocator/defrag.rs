@@ -478,15 +478,7 @@ fn plan_repack(
             break 'heaps;
         }
     }
-    // Part drained: heaps drained before or now that the plan does not empty.
-    plan.draining = (0..heaps.len())
-        .filter(|&h| {
-            !plan.emptied.contains(&h)
-                && (heaps[h].draining || plan.moves.iter().any(|m| m.heap == h))
-                && !heaps[h].blocks.is_empty()
-                && heaps[h].blocks.iter().all(|b| b.movable)
-        })
-        .collect();
+    plan.draining = part_drained(heaps, plan);
     if !moved_any {
         return;
     }
@@ -494,17 +486,30 @@ fn plan_repack(
     let capacity = align_up(end, repack.unit).unwrap_or(end).min(repack.max_heap.max(end));
     // A drain that empties its heaps into a new heap at least as large as they were gives nothing
     // back (packing padding can make it so): plan none of it.
-    let part_drained = plan.draining.iter().any(|&h| plan.moves[moves_before..].iter().any(|m| m.heap == h));
+    let left_part = plan.draining.iter().any(|&h| plan.moves[moves_before..].iter().any(|m| m.heap == h));
     let freed: u64 = plan.emptied[emptied_before..].iter().map(|&h| heaps[h].capacity).sum();
-    if !part_drained && capacity >= freed {
+    if !left_part && capacity >= freed {
         plan.moves.truncate(moves_before);
         plan.emptied.truncate(emptied_before);
         plan.bytes = bytes_before;
-        plan.draining.retain(|&h| heaps[h].draining);
+        plan.draining = part_drained(heaps, plan);
         return;
     }
     plan.bytes = bytes;
     plan.new_heaps.push(NewHeap { capacity, granularity });
+}
+
+/// Rule 6's list: heaps drained before or by `plan` that it does not empty (and that may still
+/// drain: fully movable).
+fn part_drained(heaps: &[DefragHeap], plan: &DefragPlan) -> Vec<usize> {
+    (0..heaps.len())
+        .filter(|&h| {
+            !plan.emptied.contains(&h)
+                && (heaps[h].draining || plan.moves.iter().any(|m| m.heap == h))
+                && !heaps[h].blocks.is_empty()
+                && heaps[h].blocks.iter().all(|b| b.movable)
+        })
+        .collect()
 }
 
 /// Checks `plan` against its input and budget: every rule of the module documentation (moved
@@ -616,6 +621,14 @@ pub fn check_plan_with(
         return fail(format!("the plan says {} B, its moves are {bytes} B", plan.bytes));
     }
     if let Some(repack) = repack {
+        // A heap being drained keeps its mark until it is emptied (or cannot drain any more).
+        if plan.draining != part_drained(heaps, plan) {
+            return fail(format!(
+                "draining heaps {:?}, expected {:?}",
+                plan.draining,
+                part_drained(heaps, plan)
+            ));
+        }
         for (k, new) in plan.new_heaps.iter().enumerate() {
             let Some(end) = used[heaps.len() + k].last().map(|u| u.end) else {
                 return fail(format!("new heap {k} receives no move"));
@@ -637,6 +650,9 @@ pub fn check_plan_with(
         if (0..heap.blocks.len()).any(|b| !moved.contains(&(h, b))) {
             return fail(format!("heap {h} is listed as emptied but keeps a block"));
         }
+    }
+    if repack.is_none() && !plan.draining.is_empty() {
+        return fail(format!("draining heaps {:?} without repacking", plan.draining));
     }
     for &h in &plan.draining {
         let Some(heap) = heaps.get(h) else { return fail(format!("draining heap {h} does not exist")) };

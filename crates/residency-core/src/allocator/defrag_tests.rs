@@ -272,6 +272,44 @@ fn a_part_drained_heap_receives_nothing_and_drains_first() {
 }
 
 #[test]
+fn a_drain_that_gives_nothing_back_is_dropped_and_the_heap_keeps_its_mark() {
+    // A heap being drained whose four 256 KiB blocks of unknown kind need a granularity page
+    // each: packed into a new heap they end at 3.25 MiB, rounded to 4 MiB — as large as the heap
+    // they would free. The drain is dropped, and the heap stays marked.
+    const KIB: u64 = 1024;
+    let unknown = |offset| LiveBlock {
+        offset,
+        footprint: 256 * KIB,
+        size: 256 * KIB,
+        alignment: 1,
+        kind: ResourceKind::Unknown,
+        movable: true,
+    };
+    let heaps = vec![
+        DefragHeap {
+            capacity: 4096 * KIB,
+            granularity: 1024 * KIB,
+            blocks: (0..4).map(|i| unknown(i * 1024 * KIB)).collect(),
+            draining: true,
+        },
+        DefragHeap {
+            capacity: 1024 * KIB,
+            granularity: 1024 * KIB,
+            blocks: vec![block(0, 1024 * KIB, false)],
+            draining: false,
+        },
+    ];
+    let r = repack(90, 1024 * KIB, 64 << 20);
+    let plan = plan_defragmentation_with(&heaps, UNLIMITED, r).unwrap();
+    check_plan_with(&heaps, UNLIMITED, r, &plan).unwrap();
+    assert!(plan.moves.is_empty() && plan.new_heaps.is_empty(), "{plan:?}");
+    assert_eq!(plan.draining, vec![0], "the mark stays");
+    let mut lost = plan.clone();
+    lost.draining.clear();
+    assert!(check_plan_with(&heaps, UNLIMITED, r, &lost).is_err(), "a lost mark is caught");
+}
+
+#[test]
 fn check_plan_with_catches_broken_repacking() {
     let heaps = vec![heap(1000, vec![block(0, 300, true), block(500, 300, true)])];
     let r = repack(92, 64, 1 << 20);

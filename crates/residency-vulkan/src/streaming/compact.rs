@@ -71,7 +71,14 @@ impl Streamer {
     /// returns zero moves. A frame open ([`StreamError::FrameOrder`]) is refused. A tick whose
     /// bind failed is applied first (its error is returned, nothing moved). On an error (out of
     /// memory for the staging buffer, a failed submission or bind) every tile stays where it was,
-    /// in the page tables, the pool and on the GPU.
+    /// in the page tables, the pool and on the GPU — except when the copy back fails and binding
+    /// the old tiles again fails too (a lost device): then the tiles are at their new places
+    /// without their texels, the page tables saying so (as for `SparseTilePool::compact`).
+    ///
+    /// Call it after the GPU work of every frame ended with [`end_frame`](Self::end_frame) has
+    /// been submitted: the copy out waits on the GPU for the frames' ends, and the pass waits on
+    /// the host for that copy, so an end on the renderer's timeline that no submitted work
+    /// signals yet never arrives (the call would not return).
     pub fn compact(&mut self, max_tiles: u32) -> Result<CompactStats, StreamError> {
         let started = Instant::now();
         if self.in_frame {

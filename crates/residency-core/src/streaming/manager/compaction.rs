@@ -58,17 +58,23 @@ impl StreamingManager {
         // every one of the plan's is given.
         let planned: HashSet<(PhysicalTile, PhysicalTile)> =
             plan.moves.iter().map(|m| (m.from, m.to)).collect();
-        let mut given = 0;
+        let mut given: HashSet<(PhysicalTile, PhysicalTile)> = HashSet::with_capacity(plan.moves.len());
+        let mut count = 0;
         for c in moves {
             let table = self.images.get(&c.image).map(|s| s.residency.page_table());
             for &(tile, from, to) in &c.moves {
-                if table.and_then(|t| t.get(tile)) != Some(from) || !planned.contains(&(from, to)) {
+                // A move given twice would leave one virtual tile naming a physical tile the pool
+                // has freed.
+                if table.and_then(|t| t.get(tile)) != Some(from)
+                    || !planned.contains(&(from, to))
+                    || !given.insert((from, to))
+                {
                     return Err(PageTableError::NotMapped { tile: tile.0 }.into());
                 }
-                given += 1;
+                count += 1;
             }
         }
-        if given != plan.moves.len() || planned.len() != plan.moves.len() {
+        if count != plan.moves.len() || given.len() != plan.moves.len() || planned.len() != plan.moves.len() {
             let missing =
                 plan.moves.iter().find(|m| !moves.iter().any(|c| c.moves.iter().any(|x| x.1 == m.from)));
             return Err(PoolError::NotAllocated {

@@ -33,7 +33,7 @@ mod images;
 use images::ImageCopies;
 
 /// What one pass may move, and whether it repacks. Defaults: 64 MiB and 256 moves, repacking
-/// heaps under 92 % full into new heaps in whole 2 MiB.
+/// heaps under 90 % full into new heaps in whole 2 MiB.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DefragDesc {
     /// Bytes one pass may copy (the moved buffers' allocations).
@@ -42,7 +42,9 @@ pub struct DefragDesc {
     pub max_moves_per_pass: u32,
     /// Repacking: after emptying heaps into other heaps' holes, a pass drains the heaps under
     /// `max_occupancy_percent` full into one new heap sized to what it moves (in whole `unit`s; at
-    /// most the heaps' largest size, whatever `max_heap` says), with the budget left. `None`:
+    /// most the list's page size — the largest heap it makes itself — whatever `max_heap` says),
+    /// with the budget left; when that heap cannot be made (out of memory or budget) the pass
+    /// moves only into existing holes ([`DefragStats::repack_out_of_memory`]). `None`:
     /// moves only into existing holes (no new memory during a pass). Pools with a fixed page size
     /// never repack.
     pub repack: Option<Repack>,
@@ -114,6 +116,9 @@ pub struct DefragStats {
     pub heaps_created: u32,
     /// Bytes of the heaps created.
     pub heap_bytes_created: u64,
+    /// A new heap to repack into could not be made (out of device memory or budget): the pass
+    /// moved only into existing heaps' holes (and kept every part-drained heap's mark).
+    pub repack_out_of_memory: bool,
     /// Buffers handed to the pass that it refused to consider, by their index in the slice.
     pub unmovable: Vec<(usize, Unmovable)>,
     /// Images handed to [`Defragmenter::pass_with_images`] that it refused, by their index.
@@ -421,7 +426,15 @@ impl Defragmenter {
         let mut draining = Vec::new();
         for heaps in owners {
             let before = stage.moves.len();
-            self.plan_heaps(&heaps, &candidates, budget, &mut stage, &mut emptied, &mut draining)?;
+            self.plan_heaps(
+                &heaps,
+                &candidates,
+                budget,
+                &mut stage,
+                &mut emptied,
+                &mut draining,
+                &mut stats.repack_out_of_memory,
+            )?;
             let planned = &stage.moves[before..];
             budget.moves = budget.moves.saturating_sub(planned.len() as u32);
             budget.bytes = budget.bytes.saturating_sub(
@@ -591,6 +604,7 @@ impl Defragmenter {
         stage: &mut Stage<'_>,
         emptied: &mut Vec<((u8, u64, u32), u32)>,
         draining: &mut Vec<DrainMark>,
+        repack_refused: &mut bool,
     ) -> Result<(), DefragError> {
         let device = &*self.device;
         let here: HashMap<(u32, u64), &Candidate> = candidates
@@ -645,7 +659,7 @@ impl Defragmenter {
             .repack
             .filter(|_| !list.fixed_size)
             .map(|r| Repack { max_heap: r.max_heap.min(list.growth.page_size), ..r });
-        let plan = match plan_defragmentation_with(&described, budget, repack) {
+        let mut plan = match plan_defragmentation_with(&described, budget, repack) {
             Ok(plan) => plan,
             Err(e) => {
                 tracing::error!(list = %list.name, error = %e, "the heaps' own layout was refused by the planner");
@@ -653,12 +667,28 @@ impl Defragmenter {
             }
         };
         let before = stage.moves.len();
-        // The new heap first: out of memory (or budget) fails the pass with nothing moved.
+        // The new heap first. Out of memory (or budget) for it: the moves into existing holes need
+        // no new memory, so plan those alone (memory is tight: the moment to give some back).
         let mut new_slots = Vec::with_capacity(plan.new_heaps.len());
+        let mut refused_here = false;
         for new in &plan.new_heaps {
-            let slot = list.add_block(device, new.capacity)?;
-            stage.new_heaps.push((heaps.clone(), slot));
-            new_slots.push(slot);
+            match list.add_block(device, new.capacity) {
+                Ok(slot) => {
+                    stage.new_heaps.push((heaps.clone(), slot));
+                    new_slots.push(slot);
+                }
+                Err(MemoryError::OutOfDeviceMemory { .. } | MemoryError::OutOfBudget { .. }) => {
+                    refused_here = true;
+                    *repack_refused = true;
+                    plan = plan_defragmentation_with(&described, budget, None)
+                        .expect("the same input was accepted with repacking");
+                    break;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if !plan.new_heaps.is_empty() && new_slots.is_empty() {
+            plan.new_heaps.clear();
         }
         let slot_of = |h: usize| slots.get(h).copied().unwrap_or_else(|| new_slots[h - slots.len()]);
         for m in &plan.moves {
@@ -701,11 +731,16 @@ impl Defragmenter {
             });
         }
         emptied.extend(plan.emptied.iter().map(|&h| (heaps.key(), slots[h])));
-        // This list's marks are replaced by the plan's (a `None` name: none left).
-        draining.push((heaps.key(), u32::MAX, None));
-        draining.extend(
-            plan.draining.iter().map(|&h| (heaps.key(), slots[h], Some(list.block(slots[h]).name.clone()))),
-        );
+        // This list's marks are replaced by the plan's (a `None` name: none left), unless the
+        // plan could not repack: then they stay for a pass that can.
+        if !refused_here {
+            draining.push((heaps.key(), u32::MAX, None));
+            draining.extend(
+                plan.draining
+                    .iter()
+                    .map(|&h| (heaps.key(), slots[h], Some(list.block(slots[h]).name.clone()))),
+            );
+        }
         Ok(())
     }
 
