@@ -189,6 +189,17 @@ type HeapsKey = (u8, u64, u32);
 /// replaced by the ones after it).
 type DrainMark = (HeapsKey, u32, Option<String>);
 
+/// What planning a pass's lists gives besides the staged moves.
+#[derive(Default)]
+struct PlanOutcome {
+    /// Heaps the plans empty: (heaps' key, block slot).
+    emptied: Vec<(HeapsKey, u32)>,
+    /// The lists' new part-drained marks.
+    draining: Vec<DrainMark>,
+    /// A repacking heap could not be made.
+    repack_refused: bool,
+}
+
 /// The heaps a buffer lives in: one memory type of the device's general allocator, or one arena
 /// of a buffer pool's pages. Moves stay within their heaps' owner.
 #[derive(Clone)]
@@ -412,8 +423,7 @@ impl Defragmenter {
         let mut candidates = self.candidates(movable.buffers, &mut stats);
         candidates.extend(self.image_candidates(movable.images, &mut stats));
         let mut stage = Stage { device, moves: Vec::new(), new_heaps: Vec::new() };
-        // Heaps the plans empty: (heaps' key, block slot).
-        let mut emptied: Vec<((u8, u64, u32), u32)> = Vec::new();
+        let mut outcome = PlanOutcome::default();
         let mut budget =
             DefragBudget { bytes: self.desc.max_bytes_per_pass, moves: self.desc.max_moves_per_pass };
         let mut owners: Vec<Heaps> = Vec::new();
@@ -423,18 +433,9 @@ impl Defragmenter {
             }
         }
         owners.sort_by_key(Heaps::key);
-        let mut draining = Vec::new();
         for heaps in owners {
             let before = stage.moves.len();
-            self.plan_heaps(
-                &heaps,
-                &candidates,
-                budget,
-                &mut stage,
-                &mut emptied,
-                &mut draining,
-                &mut stats.repack_out_of_memory,
-            )?;
+            self.plan_heaps(&heaps, &candidates, budget, &mut stage, &mut outcome)?;
             let planned = &stage.moves[before..];
             budget.moves = budget.moves.saturating_sub(planned.len() as u32);
             budget.bytes = budget.bytes.saturating_sub(
@@ -484,7 +485,9 @@ impl Defragmenter {
         stats.bytes_moved =
             moves.iter().map(|m| m.destination.as_ref().map_or(0, |d| d.allocation.size())).sum();
         stats.moves = moves.len() as u32;
-        let emptied: Vec<((u8, u64, u32), u32)> = emptied
+        stats.repack_out_of_memory = outcome.repack_refused;
+        let emptied: Vec<(HeapsKey, u32)> = outcome
+            .emptied
             .into_iter()
             .filter(|&(key, slot)| {
                 let Some(heaps) = moves.iter().find(|m| m.heaps.key() == key).map(|m| &m.heaps) else {
@@ -512,9 +515,10 @@ impl Defragmenter {
             }
         }
         // Heaps of lists this pass did not plan keep their mark (their buffers were not handed).
-        let planned: Vec<HeapsKey> = draining.iter().map(|(k, _, _)| *k).collect();
+        let planned: Vec<HeapsKey> = outcome.draining.iter().map(|(k, _, _)| *k).collect();
         self.draining.retain(|(k, _, _)| !planned.contains(k));
-        self.draining.extend(draining.into_iter().filter_map(|(k, slot, name)| name.map(|n| (k, slot, n))));
+        self.draining
+            .extend(outcome.draining.into_iter().filter_map(|(k, slot, name)| name.map(|n| (k, slot, n))));
         if let Some(copy) = copy {
             for m in moves {
                 match m.target {
@@ -602,10 +606,9 @@ impl Defragmenter {
         candidates: &[Candidate],
         budget: DefragBudget,
         stage: &mut Stage<'_>,
-        emptied: &mut Vec<((u8, u64, u32), u32)>,
-        draining: &mut Vec<DrainMark>,
-        repack_refused: &mut bool,
+        out: &mut PlanOutcome,
     ) -> Result<(), DefragError> {
+        let PlanOutcome { emptied, draining, repack_refused } = out;
         let device = &*self.device;
         let here: HashMap<(u32, u64), &Candidate> = candidates
             .iter()
