@@ -45,14 +45,24 @@ fn check_pattern(i: usize, b: &Buffer) {
     assert_eq!(wrong, 0, "`{}`: {wrong} words changed", b.name());
 }
 
-/// Heaps of the general allocator that hold a live allocation.
-fn heaps_in_use(device: &Device) -> usize {
+/// Heaps of the general allocator that hold a live allocation: (how many, their bytes).
+fn general_heaps_in_use(device: &Device) -> (usize, u64) {
     let report = device.memory_report();
     report
         .blocks()
         .filter(|(_, pool, b)| pool.is_none() && !b.dedicated)
         .filter(|(_, _, b)| b.ranges.iter().any(|r| matches!(r.kind, RangeKind::Allocation(_))))
-        .count()
+        .fold((0, 0), |(n, bytes), (_, _, b)| (n + 1, bytes + b.size))
+}
+
+/// Heaps of the general allocator that hold a live allocation.
+fn heaps_in_use(device: &Device) -> usize {
+    general_heaps_in_use(device).0
+}
+
+/// Bytes of the general heaps that hold a live allocation.
+fn heap_bytes_in_use(device: &Device) -> u64 {
+    general_heaps_in_use(device).1
 }
 
 /// Fragmented general heaps: 1 MiB host-visible buffers until a second heap has a few, then the
@@ -440,17 +450,6 @@ fn out_of_memory_at_each_creation_of_a_pass_leaves_everything_where_it_was() {
         }
         drop(buffers);
     });
-}
-
-/// Bytes of the general heaps that hold a live allocation.
-fn heap_bytes_in_use(device: &Device) -> u64 {
-    let report = device.memory_report();
-    report
-        .blocks()
-        .filter(|(_, pool, b)| pool.is_none() && !b.dedicated)
-        .filter(|(_, _, b)| b.ranges.iter().any(|r| matches!(r.kind, RangeKind::Allocation(_))))
-        .map(|(_, _, b)| b.size)
-        .sum()
 }
 
 #[test]
