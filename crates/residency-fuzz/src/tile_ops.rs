@@ -28,15 +28,16 @@ const MAX_RESIDENT_TILES: u32 = 1 << 12;
 /// image of 2^31 layers whose mips all live in the tail has no tiles but a huge table (the
 /// device's `maxImageArrayLayers` bounds it in practice).
 const MAX_RESIDENT_LAYERS: u32 = 64;
-/// Operations per input at most.
-const MAX_OPS: usize = 512;
+/// Operations per input at most (a 4 KiB input holds hundreds).
+const MAX_OPS: usize = 128;
 /// The page table's and the pool's own checkers (walks of every tile, and a recomputation of
 /// every min-LOD region) run after each of the first this many operations of an input…
-const FULL_CHECK_PREFIX: usize = 16;
+const FULL_CHECK_PREFIX: usize = 4;
 /// …then after every this many, and at the end; page table and pool are compared (resident
 /// counts, tiles held) after every operation. Running the walks after every operation spent
-/// 52 % of the target's time in them; a corruption they would see persists until the next one.
-const FULL_CHECK_INTERVAL: usize = 16;
+/// 52 % of the target's time in them, and with 16 and 16 still 30 %; a corruption they would see
+/// persists until the next one.
+const FULL_CHECK_INTERVAL: usize = 32;
 
 pub(crate) fn run(data: &[u8]) {
     let mut input = Input::new(data);
