@@ -748,3 +748,97 @@ impl OwnCommands {
         unsafe { device.raw().destroy_command_pool(self.pool, None) };
     }
 }
+
+/// Out of memory at every allocation, creation, bind, submission and wait of `add_texture` (the
+/// sparse image or the software texture, the hardware path's first tile heap, the coarse chain's
+/// binds, uploads and their submission): a typed error and nothing added, or the texture added;
+/// either way the streamer goes on (the texture added again, once the fault is cleared, streams
+/// its tiles with their texels) and nothing leaks.
+#[test]
+fn faults_at_every_allocation_creation_bind_submit_and_wait_of_add_texture() {
+    for path in [ResidencyPath::Hardware, ResidencyPath::Software] {
+        with_gpu(|set| {
+            let device = Arc::clone(&set.devices()[0]);
+            let _clear = ClearFaults(&device);
+            let run = |arm: &dyn Fn()| -> Option<Kind> {
+                static RUNS: AtomicU32 = AtomicU32::new(0);
+                let pattern = 64 + RUNS.fetch_add(1, Ordering::Relaxed) % 32;
+                let mut streamer = Streamer::new(&device, desc(path)).unwrap();
+                arm();
+                let added = streamer.add_texture("vt add", source("vt add", pattern, |_, _, _| false));
+                device.ledger().clear_faults();
+                let failure = added
+                    .as_ref()
+                    .err()
+                    .map(|e| kind_of(e).unwrap_or_else(|| panic!("{path:?}: add_texture failed with {e}")));
+                if failure.is_some() {
+                    assert_eq!(streamer.texture_count(), 0, "a failed add leaves nothing");
+                }
+                let t = match added {
+                    Ok(t) => t,
+                    Err(_) => {
+                        streamer.add_texture("vt add", source("vt add", pattern, |_, _, _| false)).unwrap()
+                    }
+                };
+                let commands = CommandContext::new(&device, "add frames").unwrap();
+                let wanted: Vec<TileKey> = (0..4).map(|x| tile(&streamer, t.id(), 0, x, 2)).collect();
+                for f in 0..8 {
+                    assert!(matches!(run_frame(&mut streamer, &commands, &wanted), Frame::Done), "frame {f}");
+                }
+                assert!(wanted.iter().all(|&k| streamer.manager().is_resident(k)));
+                if path == ResidencyPath::Hardware {
+                    check_texels(
+                        &device,
+                        &mut streamer,
+                        &commands,
+                        (&t, pattern),
+                        wanted[1],
+                        "after the add",
+                    );
+                }
+                streamer.manager().check_invariants().unwrap();
+                streamer.remove_texture(t).unwrap();
+                drop(streamer);
+                drop(commands);
+                failure
+            };
+            // Settle what the device keeps for reuse; then count the calls of one add.
+            run(&|| ());
+            let baseline = accounting(&device);
+            let (start, end) = {
+                let mut streamer = Streamer::new(&device, desc(path)).unwrap();
+                let start = sites_now(&device);
+                let t = streamer.add_texture("vt add", source("vt add", 1, |_, _, _| false)).unwrap();
+                let end = sites_now(&device);
+                streamer.remove_texture(t).unwrap();
+                (start, end)
+            };
+            assert_eq!(accounting(&device), baseline, "{path:?}: the counting run leaked");
+            let mut injected = 0;
+            let mut errors = 0;
+            let mut rows = Vec::new();
+            for (i, &site) in SITES.iter().enumerate() {
+                let n = end[i] - start[i];
+                let mut fired = 0;
+                for k in 0..n {
+                    let before = device.ledger().faults_fired(site);
+                    let failure =
+                        run(&|| device.ledger().inject_fault(site, k, InjectedFault::OutOfDeviceMemory));
+                    fired += device.ledger().faults_fired(site) - before;
+                    if let Some(kind) = failure {
+                        assert_eq!(kind, Kind::OutOfMemory, "{path:?} {site:?} k = {k}");
+                        errors += 1;
+                    }
+                    assert_eq!(accounting(&device), baseline, "{path:?} {site:?} k = {k}: nothing leaked");
+                }
+                injected += fired;
+                rows.push(format!("{site:?}: {n} calls, {fired} injected"));
+            }
+            println!(
+                "{path:?} add_texture: {injected} out-of-memory faults injected ({}), {errors} typed errors; all recovered",
+                rows.join(", ")
+            );
+            assert!(injected > 0);
+        });
+    }
+}

@@ -867,10 +867,10 @@ impl Uploader {
             }
         }
         let count = batch.copies.iter().filter(|c| !matches!(c, PendingCopy::Barrier)).count();
+        // Every copy queued after them (now or later) comes after a barrier: `written` knows only
+        // the copies after it.
         let mut copies = batch.copies;
-        if !state.copies.is_empty() {
-            copies.push(PendingCopy::Barrier);
-        }
+        copies.push(PendingCopy::Barrier);
         copies.append(&mut state.copies);
         state.copies = copies;
         let mut keep = batch.keep;
