@@ -198,14 +198,15 @@ impl Sim {
         loaded.sort_unstable();
         failed.sort_unstable();
         self.tick += 1;
-        let in_flight_before: BTreeSet<TileKey> = self.m.in_flight().collect();
+        let mut in_flight_before: Vec<TileKey> = self.m.in_flight().collect();
+        in_flight_before.sort_unstable();
         let input = FrameInput { frame: self.tick, requests, loaded: &loaded, failed: &failed };
         let out = self
             .m
             .update_with_feedback_from(&input, requested_in)
             .unwrap_or_else(|e| panic!("tick {}: the streamer's update was refused: {e}", self.tick));
         for &key in &out.cancelled {
-            assert!(in_flight_before.contains(&key) || out.loads.iter().any(|l| l.key == key));
+            assert!(in_flight_before.binary_search(&key).is_ok() || out.loads.iter().any(|l| l.key == key));
             assert!(self.pending.remove(&key).is_some(), "tick {}: cancelled {key:?}, not out", self.tick);
             self.cancelled.push(key);
         }

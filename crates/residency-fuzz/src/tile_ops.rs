@@ -342,12 +342,18 @@ fn check_plan(layout: &SparseImageLayout, changes: &ResidencyChanges, input: &mu
     let coalesce = input.pick(&[Coalesce::None, Coalesce::Rows, Coalesce::Boxes]);
     let plan = plan_binds(layout, &changes.tiles, &changes.tails, BindPlanOptions { coalesce })
         .unwrap_or_else(|e| panic!("the changes of one call plan: {e}"));
-    let mut expanded: BTreeMap<TileIndex, Option<PhysicalTile>> = BTreeMap::new();
-    for (tile, physical) in plan.expand(layout) {
-        assert!(expanded.insert(tile, physical).is_none(), "tile {tile:?} bound twice");
+    // Sorted vectors, not maps: this runs after every operation.
+    let mut expanded: Vec<(TileIndex, Option<PhysicalTile>)> = plan.expand(layout);
+    expanded.sort_unstable_by_key(|&(tile, _)| tile);
+    if let Some(w) = expanded.windows(2).find(|w| w[0].0 == w[1].0) {
+        panic!("tile {:?} bound twice", w[0].0);
     }
-    let wanted: BTreeMap<TileIndex, Option<PhysicalTile>> =
+    let mut wanted: Vec<(TileIndex, Option<PhysicalTile>)> =
         changes.tiles.iter().map(|&TileChange { tile, physical }| (tile, physical)).collect();
+    // A change set names each tile once; the last change of a tile wins as in a map.
+    wanted.reverse();
+    wanted.sort_by_key(|&(tile, _)| tile);
+    wanted.dedup_by_key(|&mut (tile, _)| tile);
     assert_eq!(expanded, wanted, "the plan covers exactly the changed tiles");
     // Each changed tail: one unbind, or binds (one per physically contiguous run) that cover it.
     for change in &changes.tails {
