@@ -1566,7 +1566,10 @@ impl Streamer {
     /// submitted the same way. Returns that submission's error, if any; the frame is ended
     /// either way. Refused outside a frame.
     ///
-    /// Call it right after the failed submission, before anything else happens to the streamer.
+    /// Every object the frame binds is kept, and later unbinds wait, until everything residency
+    /// has submitted so far has run (so a frame that did run after all, through a residency
+    /// submission, is covered). Call it right after the failed submission, before anything else
+    /// happens to the streamer.
     /// If the copies cannot be queued again (their staging space was given back first, which the
     /// streamer's own calls do not do), [`StreamError::Internal`] says so and those tiles show
     /// undefined texels until evicted (no memory they do not own is touched).
@@ -1576,19 +1579,34 @@ impl Streamer {
         }
         let recorded = self.recorded.swap(false, Ordering::AcqRel);
         let index = (self.frame % self.slots.len() as u64) as usize;
-        if let Some(slot) = self.slots[index].as_mut() {
-            slot.submitted = None;
-        }
         self.in_frame = false;
         self.frame += 1;
         self.stats.frames_abandoned += 1;
         // The bind stays the one the next recorded frame waits for (`bind_wait` kept).
-        if recorded && self.uploader.requeue_recorded().is_none() {
+        let requeued = !recorded || self.uploader.requeue_recorded().is_some();
+        let flushed = if requeued { self.uploader.flush() } else { Ok(()) };
+        // Had the frame run after all (a submission through residency that succeeded), everything
+        // residency submitted until now covers it: its objects are kept and later unbinds wait
+        // for that, as for a frame in flight. (Nothing is read back from it.)
+        let until = self.device.submitted_work();
+        for texture in self.textures.values() {
+            texture.used_until(until)?;
+        }
+        if let Some(heaps) = &self.heaps {
+            heaps.used_until(until)?;
+        }
+        if let Some(slot) = self.slots[index].as_mut() {
+            slot.feedback.used_until(until)?;
+            slot.table.used_until(until)?;
+            slot.submitted = None;
+        }
+        self.frame_uses.push(until);
+        if !requeued {
             return Err(StreamError::Internal(
                 "an abandoned frame's copies were given back before they could be queued again".into(),
             ));
         }
-        Ok(self.uploader.flush()?)
+        Ok(flushed?)
     }
 
     /// Ends the frame: `until` is the end of its GPU work (the renderer's
