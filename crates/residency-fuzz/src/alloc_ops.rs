@@ -12,12 +12,16 @@ use residency_core::allocator::{
 use residency_core::tiles::{HeapIndex, ImageId, PhysicalTile, PoolError, TilePool, TilePoolDesc, TileRun};
 use std::collections::{BTreeMap, VecDeque};
 
-/// Operations per input at most (inputs are short; this bounds a pathological one).
-const MAX_OPS: usize = 4096;
+/// Operations per input at most: a 4 KiB input (libFuzzer's default `-max_len`) holds hundreds;
+/// beyond this many the bytes are ignored (the cap bounds an input's cost, see
+/// `docs/reliability.md`, "harness speed"). A tile-pool operation moves up to 700 tiles, each
+/// checked against the model.
+const MAX_OPS: usize = 256;
 
-/// Operations of an input after each of which the full invariant checkers run: short sequences
-/// are checked after every operation.
-const FULL_CHECK_PREFIX: usize = 16;
+/// Operations of an input after each of which the full invariant checkers run (an input's first
+/// operations build the structure the later ones use). With 16, the walks of the inputs that
+/// libFuzzer keeps (tens of operations) were a third of the target's time.
+const FULL_CHECK_PREFIX: usize = 4;
 /// Beyond [`FULL_CHECK_PREFIX`], the full checkers run after every this many operations (and
 /// after the last one). The checkers walk the whole structure, so running them after each of up
 /// to 4096 operations made the target quadratic (25 inputs/s); a corruption they would see

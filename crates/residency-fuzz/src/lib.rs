@@ -10,6 +10,7 @@
 
 mod alloc_ops;
 mod defrag_ops;
+mod fast_hash;
 mod input;
 mod json_ops;
 mod linear_ops;

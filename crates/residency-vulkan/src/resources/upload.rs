@@ -182,6 +182,7 @@ fn record_copies(device: &Device, cmd: vk::CommandBuffer, staging: vk::Buffer, c
     }
 }
 
+#[derive(Clone)]
 enum PendingCopy {
     /// Earlier copies before later ones: a later copy writes bytes an earlier one of the batch
     /// wrote.
@@ -381,6 +382,22 @@ struct State {
     /// What the queued copies since the last `Barrier` write: destination (handle, mip, layer)
     /// and box (bytes for a buffer).
     written: Vec<Written>,
+    /// The copies of the latest [`Uploader::record_requeueable`], until the next recording (or a
+    /// submission, or [`Uploader::forget_recorded`]): what [`Uploader::requeue_recorded`] queues
+    /// again when that recording's submission failed.
+    last_recorded: Option<RecordedBatch>,
+    /// Ring frames whose copies were queued again after their recording failed: each frame's
+    /// flag in `in_flight` rises once the copies that now carry its data have run (the next
+    /// recording or submission keeps a [`Garbage::Signal`] of it).
+    carried: Vec<(FrameId, Arc<AtomicBool>)>,
+}
+
+/// The copies one [`Uploader::record`] put into a recording, with what they need to be queued
+/// again: the ring frames their data lies in and their destinations.
+struct RecordedBatch {
+    copies: Vec<PendingCopy>,
+    keep: Vec<Arc<Life>>,
+    frames: Vec<FrameId>,
 }
 
 /// A queued copy's destination (handle, mip, layer) and box, `[lo, hi)` per axis.
@@ -451,6 +468,8 @@ impl Uploader {
                 written: Vec::new(),
                 keep: Vec::new(),
                 in_flight: Vec::new(),
+                last_recorded: None,
+                carried: Vec::new(),
             }),
             copy_threads: default_copy_threads(),
         })
@@ -724,10 +743,35 @@ impl Uploader {
         rec: &mut Recording<'_>,
         readers: vk::PipelineStageFlags2,
     ) -> Result<usize, UploadError> {
+        self.record_batch(rec, readers, false)
+    }
+
+    /// [`Uploader::record`], keeping what [`Uploader::requeue_recorded`] needs to queue the
+    /// copies again until [`Uploader::forget_recorded`] (or the next recording or submission).
+    pub(crate) fn record_requeueable(
+        &self,
+        rec: &mut Recording<'_>,
+        readers: vk::PipelineStageFlags2,
+    ) -> Result<usize, UploadError> {
+        self.record_batch(rec, readers, true)
+    }
+
+    /// Drops what [`Uploader::record_requeueable`] kept (its recording was submitted).
+    pub(crate) fn forget_recorded(&self) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).last_recorded = None;
+    }
+
+    fn record_batch(
+        &self,
+        rec: &mut Recording<'_>,
+        readers: vk::PipelineStageFlags2,
+        requeueable: bool,
+    ) -> Result<usize, UploadError> {
         use vk::{AccessFlags2 as A, PipelineStageFlags2 as S};
         rec.accepts(self.staging.name(), &self.device)?;
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if state.copies.is_empty() {
+            state.last_recorded = None;
             return Ok(0);
         }
         for copy in &state.copies {
@@ -772,16 +816,81 @@ impl Uploader {
             device: self.device.name().to_owned(),
             reason: e.to_string(),
         })?;
-        for life in std::mem::take(&mut state.keep) {
-            rec.keep(&life);
+        let keep = std::mem::take(&mut state.keep);
+        for life in &keep {
+            rec.keep(life);
         }
         rec.keep(self.staging.life());
         let done = Arc::new(AtomicBool::new(false));
         let batch = Life::new(Arc::clone(&self.device), Garbage::Signal(Arc::clone(&done)), None);
         rec.keep(&batch);
+        // Ring frames of copies queued again (their recording failed) are given back once this
+        // recording has run too.
+        let mut frames: Vec<FrameId> = Vec::new();
+        for (frame, flag) in std::mem::take(&mut state.carried) {
+            rec.keep(&Life::new(Arc::clone(&self.device), Garbage::Signal(flag), None));
+            frames.push(frame);
+        }
         let frame = state.ring.finish_frame();
         state.in_flight.push((frame, Flight::Recorded(done)));
-        Ok(copies.len())
+        frames.push(frame);
+        let count = copies.len();
+        state.last_recorded = requeueable.then_some(RecordedBatch { copies, keep, frames });
+        Ok(count)
+    }
+
+    /// Queues again the copies of the latest [`Uploader::record_requeueable`], for a recording whose
+    /// submission failed (or that is dropped without being submitted): they go before any copy
+    /// queued since (a barrier between), with their destinations kept alive, and their staging
+    /// data stays in the ring until the copies that now carry it have run (a later recording or
+    /// submission). Call it before anything else stages into this uploader and before the
+    /// failed recording is retired. Returns how many copies were queued again (0: none were
+    /// recorded since the last recording, submission or requeue). `None` when the data is gone:
+    /// the ring space was given back already (the failed recording was retired and reclaimed
+    /// first), so the copies are lost as before.
+    pub(crate) fn requeue_recorded(&self) -> Option<usize> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(batch) = state.last_recorded.take() else { return Some(0) };
+        let in_ring = batch.frames.iter().all(|f| state.in_flight.iter().any(|(g, _)| g == f));
+        if !in_ring {
+            return None;
+        }
+        Self::carry(&mut state, &batch.frames);
+        for copy in &batch.copies {
+            if let PendingCopy::Image { layout, region, layouts: Some(layouts), .. } = copy {
+                let key = (
+                    Arc::as_ptr(layouts) as usize,
+                    region.image_subresource.mip_level,
+                    region.image_subresource.base_array_layer,
+                );
+                state.copy_layouts.entry(key).or_insert(*layout);
+            }
+        }
+        let count = batch.copies.iter().filter(|c| !matches!(c, PendingCopy::Barrier)).count();
+        // Every copy queued after them (now or later) comes after a barrier: `written` knows only
+        // the copies after it.
+        let mut copies = batch.copies;
+        copies.push(PendingCopy::Barrier);
+        copies.append(&mut state.copies);
+        state.copies = copies;
+        let mut keep = batch.keep;
+        keep.append(&mut state.keep);
+        state.keep = keep;
+        Some(count)
+    }
+
+    /// Makes ring frames `frames` wait for a fresh flag each (noted in `carried`, raised by the
+    /// copies that carry their data next): a flag kept by a recording that never ran rises when
+    /// it is retired, which must not give the data back.
+    fn carry(state: &mut State, frames: &[FrameId]) {
+        for &frame in frames {
+            let flag = Arc::new(AtomicBool::new(false));
+            if let Some((_, flight)) = state.in_flight.iter_mut().find(|(f, _)| *f == frame) {
+                *flight = Flight::Recorded(Arc::clone(&flag));
+            }
+            state.carried.retain(|(f, _)| *f != frame);
+            state.carried.push((frame, flag));
+        }
     }
 
     fn submit(&self, state: &mut State) -> Result<(), UploadError> {
@@ -803,7 +912,13 @@ impl Uploader {
         // After the sparse binds submitted so far: a copy into a tile bound asynchronously
         // (`TileHeaps::bind_after`) waits for its memory.
         let binds = device.submitted_binds();
+        let carried = std::mem::take(&mut state.carried);
         let submitted = self.context.submit(binds.as_slice(), |rec| {
+            // Ring frames of copies queued again (see `requeue_recorded`) are given back once this
+            // submission has run.
+            for (_, flag) in &carried {
+                rec.keep(&Life::new(Arc::clone(&self.device), Garbage::Signal(Arc::clone(flag)), None));
+            }
             for copy in &copies {
                 if let PendingCopy::Image { layout, region, layouts: Some(layouts), .. } = copy {
                     let (mip, layer) =
@@ -843,6 +958,15 @@ impl Uploader {
                     state.copies = copies;
                     state.copies.push(PendingCopy::Barrier);
                     state.copy_layouts = copy_layouts;
+                    // The flags kept by the recording that failed rise when it is retired: the
+                    // carried frames wait for fresh ones.
+                    let frames: Vec<FrameId> = carried.iter().map(|(f, _)| *f).collect();
+                    Self::carry(state, &frames);
+                } else {
+                    // Dropped: the carried data is no longer needed.
+                    for (_, flag) in carried {
+                        flag.store(true, Ordering::Release);
+                    }
                 }
                 return Err(e.into());
             }
@@ -851,6 +975,7 @@ impl Uploader {
         state.in_flight.push((frame, Flight::Submitted(submission)));
         // Submitted: a destination dropped from now on retires after this upload.
         state.keep.clear();
+        state.last_recorded = None;
         Ok(())
     }
 
@@ -907,6 +1032,8 @@ impl Drop for Uploader {
         let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
         state.copies.clear();
         state.keep.clear();
+        state.last_recorded = None;
+        state.carried.clear();
     }
 }
 

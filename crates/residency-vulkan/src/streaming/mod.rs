@@ -382,6 +382,9 @@ pub struct StreamerStats {
     /// Ticks whose binds or staging failed and were applied again at a later tick (the error
     /// was returned by that frame's `begin_frame`; rendering goes on from coarser data).
     pub ticks_retried: u64,
+    /// Frames ended with [`Streamer::abandon_frame`] (their submission failed): their staged
+    /// copies were queued again.
+    pub frames_abandoned: u64,
 }
 
 /// When a unit became resident, for request-to-resident latency in time: the renderer maps the
@@ -557,10 +560,10 @@ impl FrameBindings<'_> {
     /// queue, which may sample what the copies overwrite). Returns what `draw` returns.
     ///
     /// Record each frame once; a frame never recorded writes no feedback, and its copies go into
-    /// the next recorded frame. A frame recorded whose submission then fails loses its copies:
-    /// the tiles it made resident show undefined texels until they are evicted (no memory is
-    /// touched that the tiles do not own); after a failed submission (the device is usually out
-    /// of memory or lost) drop the streamer or remove and add the textures again.
+    /// the next recorded frame. When the submission of a recorded frame fails, end the frame
+    /// with [`Streamer::abandon_frame`] instead of [`Streamer::end_frame`]: it queues the
+    /// frame's copies again and submits them, so the tiles the frame made resident receive their
+    /// texels before any later frame samples them.
     pub fn record<R>(
         &self,
         rec: &mut Recording<'_>,
@@ -592,7 +595,7 @@ impl FrameBindings<'_> {
             }
             rec.update_buffer(feedback, 0, header)?;
         }
-        ctx.uploader.record(rec, readers)?;
+        ctx.uploader.record_requeueable(rec, readers)?;
         rec.memory_barrier(MemoryDependency {
             src_stages: S::ALL_TRANSFER,
             src_access: A::TRANSFER_WRITE,
@@ -1605,6 +1608,58 @@ impl Streamer {
         Ok(())
     }
 
+    /// Ends a frame whose submission failed (or that the renderer will not submit): nothing of
+    /// it runs on the GPU, so no use is declared and its feedback is never read; the staged
+    /// copies [`FrameBindings::record`] put into it (texels of the tiles it made resident, map
+    /// updates) are queued again and submitted now by the streamer's uploader, after the binds
+    /// (a later frame's recording takes them if that submission fails too). A frame not recorded
+    /// (a submission that failed before its recording ran) still has its copies queued: they are
+    /// submitted the same way. Returns that submission's error, if any; the frame is ended
+    /// either way. Refused outside a frame.
+    ///
+    /// Every object the frame binds is kept, and later unbinds wait, until everything residency
+    /// has submitted so far has run (so a frame that did run after all, through a residency
+    /// submission, is covered). Call it right after the failed submission, before anything else
+    /// happens to the streamer.
+    /// If the copies cannot be queued again (their staging space was given back first, which the
+    /// streamer's own calls do not do), [`StreamError::Internal`] says so and those tiles show
+    /// undefined texels until evicted (no memory they do not own is touched).
+    pub fn abandon_frame(&mut self) -> Result<(), StreamError> {
+        if !self.in_frame {
+            return Err(StreamError::FrameOrder("abandon_frame without begin_frame"));
+        }
+        let recorded = self.recorded.swap(false, Ordering::AcqRel);
+        let index = (self.frame % self.slots.len() as u64) as usize;
+        self.in_frame = false;
+        self.frame += 1;
+        self.stats.frames_abandoned += 1;
+        // The bind stays the one the next recorded frame waits for (`bind_wait` kept).
+        let requeued = !recorded || self.uploader.requeue_recorded().is_some();
+        let flushed = if requeued { self.uploader.flush() } else { Ok(()) };
+        // Had the frame run after all (a submission through residency that succeeded), everything
+        // residency submitted until now covers it: its objects are kept and later unbinds wait
+        // for that, as for a frame in flight. (Nothing is read back from it.)
+        let until = self.device.submitted_work();
+        for texture in self.textures.values() {
+            texture.used_until(until)?;
+        }
+        if let Some(heaps) = &self.heaps {
+            heaps.used_until(until)?;
+        }
+        if let Some(slot) = self.slots[index].as_mut() {
+            slot.feedback.used_until(until)?;
+            slot.table.used_until(until)?;
+            slot.submitted = None;
+        }
+        self.frame_uses.push(until);
+        if !requeued {
+            return Err(StreamError::Internal(
+                "an abandoned frame's copies were given back before they could be queued again".into(),
+            ));
+        }
+        Ok(flushed?)
+    }
+
     /// Ends the frame: `until` is the end of its GPU work (the renderer's
     /// [`Submission::gpu_use`](crate::Submission::gpu_use), or a point of its timeline). Its
     /// feedback is read once that has passed; every object the frame binds is kept until then.
@@ -1633,6 +1688,8 @@ impl Streamer {
         if recorded {
             self.stats.frames_recorded += 1;
             self.bind_wait = None;
+            // Submitted: its copies will run (`abandon_frame` is for a frame that was not).
+            self.uploader.forget_recorded();
         }
         self.frame_uses.push(until);
         self.in_frame = false;
