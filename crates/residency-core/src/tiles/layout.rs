@@ -489,6 +489,21 @@ impl SparseImageLayout {
             let tiles = u32::try_from(size.div_ceil(tile_bytes)).unwrap_or(u32::MAX);
             MipTail { first_lod: first_tail_lod, size, offset, stride, single, count, tiles, source }
         });
+        // Every tail's opaque range (offset + stride × layer, its tiles' bytes) must be a range of
+        // u64: a profile or driver answer past that would make the bind plan's offsets overflow.
+        if let Some(t) = tail {
+            let last = t
+                .stride
+                .checked_mul(u64::from(t.count.saturating_sub(1)))
+                .and_then(|s| s.checked_add(t.offset))
+                .and_then(|o| o.checked_add(u64::from(t.tiles).checked_mul(tile_bytes)?));
+            if last.is_none() {
+                return Err(LayoutError::AddressSpaceExceeded {
+                    bytes: u64::MAX,
+                    maximum: limits.sparse_address_space_size,
+                });
+            }
+        }
         let tail_bytes = tail
             .map_or(Some(0), |t| u64::from(t.tiles).checked_mul(tile_bytes)?.checked_mul(u64::from(t.count)));
         // `u64::MAX` stands for "more than a u64 holds".
