@@ -5,8 +5,8 @@ use residency_core::allocator::{LinearAllocator, LinearDesc, LinearError, Linear
 use residency_core::format::Format;
 use residency_core::streaming::{FrameInput, StreamUnit, StreamingDesc, StreamingManager, TileKey};
 use residency_core::tiles::{
-    ImageId, LayoutError, LayoutLimits, MipTailModel, ShapeSource, SparseDimension, SparseFormatInfo,
-    SparseImageDesc, SparseImageLayout, TileShape,
+    DeviceMipTail, ImageId, LayoutError, LayoutLimits, MipTailModel, ShapeSource, SparseDimension,
+    SparseFormatInfo, SparseImageDesc, SparseImageLayout, TileShape,
 };
 
 /// What a device profile may claim: any non-empty tile shape, any power-of-two tile size.
@@ -17,6 +17,25 @@ fn device_info(tile: TileShape, tile_bytes: u64) -> SparseFormatInfo {
         source: ShapeSource::Device,
         ..SparseFormatInfo::standard(Format::R8G8B8A8Unorm, SparseDimension::D2).unwrap()
     }
+}
+
+/// tile_math finding (the H200 machine's 16-job run, 2026-12-01): a mip tail claimed at an
+/// offset near u64::MAX made the bind plan's opaque offsets (tail offset + run start) overflow.
+/// `tail-offset-past-u64-{a,b}.bin`.
+#[test]
+fn a_mip_tail_whose_range_runs_past_u64_is_refused() {
+    let info = SparseFormatInfo::standard(Format::R8G8B8A8Unorm, SparseDimension::D2).unwrap();
+    let desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 16384, 16384);
+    let tail = DeviceMipTail { first_lod: 9, size: 131072, offset: u64::MAX - 65536, stride: 0 };
+    let err = SparseImageLayout::with_device_mip_tail(&desc, &info, &LayoutLimits::unbounded(), tail).unwrap_err();
+    assert!(matches!(err, LayoutError::AddressSpaceExceeded { bytes: u64::MAX, .. }), "{err}");
+    // A tail ending at the last byte of u64 is still a range.
+    let tail = DeviceMipTail { first_lod: 9, size: 131072, offset: u64::MAX - 131072, stride: 0 };
+    assert!(SparseImageLayout::with_device_mip_tail(&desc, &info, &LayoutLimits::unbounded(), tail).is_ok());
+    // Per-layer tails: the last layer's (offset + stride × 3) past u64.
+    let layers = desc.with_array_layers(4);
+    let tail = DeviceMipTail { first_lod: 9, size: 131072, offset: 0, stride: u64::MAX / 3 };
+    assert!(SparseImageLayout::with_device_mip_tail(&layers, &info, &LayoutLimits::unbounded(), tail).is_err());
 }
 
 /// tile_math finding: the tile count of a mip (three sides of up to 2^32 tiles) overflowed a u64.

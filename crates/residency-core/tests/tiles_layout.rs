@@ -135,20 +135,6 @@ fn the_drivers_mip_tail_overrides_everything() {
 }
 
 #[test]
-fn a_mip_tail_whose_range_runs_past_u64_is_refused() {
-    // Found by the `tile_math` fuzz target on the H200 machine (2026-12-01): a claimed tail at an
-    // offset near u64::MAX made the bind plan's offsets overflow.
-    let desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 16384, 16384);
-    let info = SparseFormatInfo::from_profile(&h200(), desc.format, desc.dimension).unwrap();
-    let tail = DeviceMipTail { first_lod: 9, size: 131072, offset: u64::MAX - 65536, stride: 0 };
-    let err = SparseImageLayout::with_device_mip_tail(&desc, &info, &LayoutLimits::unbounded(), tail).unwrap_err();
-    assert!(matches!(err, LayoutError::AddressSpaceExceeded { bytes: u64::MAX, .. }), "{err}");
-    // The last byte of u64 is still a range.
-    let tail = DeviceMipTail { first_lod: 9, size: 131072, offset: u64::MAX - 131072, stride: 0 };
-    assert!(SparseImageLayout::with_device_mip_tail(&desc, &info, &LayoutLimits::unbounded(), tail).is_ok());
-}
-
-#[test]
 fn tiles_covering_clips_to_the_mip() {
     let layout = standard(&SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 1000, 600));
     let r = layout.tiles_covering(0, TexelRegion { offset: [100, 0, 0], extent: [200, 129, 1] }).unwrap();
