@@ -15,7 +15,7 @@ use residency_vulkan::testing::with_gpu;
 use residency_vulkan::{
     shaders, Buffer, BufferDesc, BufferInit, BufferPlacement, BufferPool, BufferPoolDesc, CommandContext,
     DefragDesc, DefragError, Defragmenter, Device, FaultSite, Image, ImageDesc, ImageRegion, InjectedFault,
-    MemoryError, ReportSources, Unmovable, Uploader,
+    MemoryError, ReportSources, Unmovable, Uploader, VulkanError,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -538,14 +538,29 @@ fn a_failed_submission_during_a_pass_leaves_everything_where_it_was() {
         let places: Vec<Place> = buffers.iter().map(|(_, b)| place(b)).collect();
         let mut defrag = Defragmenter::new(device, DefragDesc::default()).unwrap();
         let objects_before = device.ledger().live_objects().len();
-        device.ledger().inject_fault(FaultSite::QueueSubmit, 0, InjectedFault::OutOfDeviceMemory);
-        let mut handed: Vec<&mut Buffer> = buffers.iter_mut().map(|(_, b)| b).collect();
-        let err = defrag.pass(&mut handed).unwrap_err();
-        device.ledger().clear_faults();
-        assert!(matches!(err, DefragError::Vulkan(_)), "{err}");
-        let now: Vec<Place> = buffers.iter().map(|(_, b)| place(b)).collect();
-        assert_eq!(now, places);
-        assert_eq!(device.ledger().live_objects().len(), objects_before);
+        // Out of memory at the copy's submission, and the device lost there (sticky until the
+        // faults are cleared: the fault injection's model of a lost device).
+        for fault in [InjectedFault::OutOfDeviceMemory, InjectedFault::DeviceLost] {
+            device.ledger().inject_fault(FaultSite::QueueSubmit, 0, fault);
+            let mut handed: Vec<&mut Buffer> = buffers.iter_mut().map(|(_, b)| b).collect();
+            let err = defrag.pass(&mut handed).unwrap_err();
+            if fault == InjectedFault::DeviceLost {
+                // Lost stays lost: the next pass fails too, fast, with the same typed error.
+                let mut handed: Vec<&mut Buffer> = buffers.iter_mut().map(|(_, b)| b).collect();
+                let again = defrag.pass(&mut handed).unwrap_err();
+                assert!(matches!(again, DefragError::Vulkan(VulkanError::DeviceLost { .. })), "{again}");
+            }
+            device.ledger().clear_faults();
+            match fault {
+                InjectedFault::DeviceLost => {
+                    assert!(matches!(err, DefragError::Vulkan(VulkanError::DeviceLost { .. })), "{err}")
+                }
+                _ => assert!(matches!(err, DefragError::Vulkan(_)), "{err}"),
+            }
+            let now: Vec<Place> = buffers.iter().map(|(_, b)| place(b)).collect();
+            assert_eq!(now, places, "{fault:?}: nothing moved");
+            assert_eq!(device.ledger().live_objects().len(), objects_before, "{fault:?}: nothing left");
+        }
         let mut handed: Vec<&mut Buffer> = buffers.iter_mut().map(|(_, b)| b).collect();
         assert!(defrag.pass(&mut handed).unwrap().moves > 0, "the same pass succeeds once the fault is gone");
         device.wait_submitted().unwrap();
