@@ -27,7 +27,8 @@ fn a_mip_tail_whose_range_runs_past_u64_is_refused() {
     let info = SparseFormatInfo::standard(Format::R8G8B8A8Unorm, SparseDimension::D2).unwrap();
     let desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 16384, 16384);
     let tail = DeviceMipTail { first_lod: 9, size: 131072, offset: u64::MAX - 65536, stride: 0 };
-    let err = SparseImageLayout::with_device_mip_tail(&desc, &info, &LayoutLimits::unbounded(), tail).unwrap_err();
+    let err =
+        SparseImageLayout::with_device_mip_tail(&desc, &info, &LayoutLimits::unbounded(), tail).unwrap_err();
     assert!(matches!(err, LayoutError::AddressSpaceExceeded { bytes: u64::MAX, .. }), "{err}");
     // A tail ending at the last byte of u64 is still a range.
     let tail = DeviceMipTail { first_lod: 9, size: 131072, offset: u64::MAX - 131072, stride: 0 };
@@ -35,7 +36,9 @@ fn a_mip_tail_whose_range_runs_past_u64_is_refused() {
     // Per-layer tails: the last layer's (offset + stride × 3) past u64.
     let layers = desc.with_array_layers(4);
     let tail = DeviceMipTail { first_lod: 9, size: 131072, offset: 0, stride: u64::MAX / 3 };
-    assert!(SparseImageLayout::with_device_mip_tail(&layers, &info, &LayoutLimits::unbounded(), tail).is_err());
+    assert!(
+        SparseImageLayout::with_device_mip_tail(&layers, &info, &LayoutLimits::unbounded(), tail).is_err()
+    );
 }
 
 /// tile_math finding: the tile count of a mip (three sides of up to 2^32 tiles) overflowed a u64.
