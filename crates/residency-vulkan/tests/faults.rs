@@ -5,6 +5,8 @@
 //! error and tears down without leaks or hangs. Every test runs under `with_gpu`: synchronization
 //! validation on, and no object may outlive it.
 
+mod common;
+use common::{accounting, Accounting};
 use residency_core::device_mask::DeviceMask;
 use residency_core::format::Format;
 use residency_core::memory::MemoryIntent;
@@ -84,31 +86,6 @@ fn multi(e: &MultiDeviceError<MemoryError>) -> Failure {
     match e {
         MultiDeviceError::Failed { source, .. } => memory(source),
         e => Failure::Other(e.to_string()),
-    }
-}
-
-/// What the device holds: memory objects, bytes per heap, live objects by kind and name.
-#[derive(Debug, PartialEq, Eq)]
-struct Accounting {
-    memory_objects: u64,
-    heap_bytes: Vec<u64>,
-    live: Vec<(String, String)>,
-}
-
-fn accounting(device: &Device) -> Accounting {
-    // Objects released while residency's own work was in flight are destroyed once it completes.
-    if !device.is_lost() {
-        device.wait_idle().unwrap();
-    }
-    device.maintain();
-    let heaps = device.memory_properties().heaps.len() as u32;
-    let mut live: Vec<(String, String)> =
-        device.ledger().live_objects().into_iter().map(|o| (o.kind.to_owned(), o.name.to_string())).collect();
-    live.sort();
-    Accounting {
-        memory_objects: device.ledger().memory_objects(),
-        heap_bytes: (0..heaps).map(|h| device.ledger().heap_bytes(h)).collect(),
-        live,
     }
 }
 

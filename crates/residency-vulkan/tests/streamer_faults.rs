@@ -30,6 +30,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 mod common;
+use common::accounting;
 
 const SIDE: u32 = 1024;
 /// Frames of the scenario: the first [`SWITCH`] want one row of mip-0 tiles, the others another
@@ -91,30 +92,6 @@ fn tile(streamer: &Streamer, id: ImageId, mip: u32, x: u32, y: u32) -> TileKey {
     TileKey::tile(id, layout.tile_index(TileCoord { layer: 0, mip, x, y, z: 0 }).unwrap())
 }
 
-/// The device's accounting: memory objects, bytes per heap, live objects by kind and name.
-#[derive(Debug, PartialEq, Eq)]
-struct Accounting {
-    memory_objects: u64,
-    heap_bytes: Vec<u64>,
-    live: Vec<(String, String)>,
-}
-
-fn accounting(device: &Device) -> Accounting {
-    if !device.is_lost() {
-        device.wait_idle().unwrap();
-    }
-    device.maintain();
-    let heaps = device.memory_properties().heaps.len() as u32;
-    let mut live: Vec<(String, String)> =
-        device.ledger().live_objects().into_iter().map(|o| (o.kind.to_owned(), o.name.to_string())).collect();
-    live.sort();
-    Accounting {
-        memory_objects: device.ledger().memory_objects(),
-        heap_bytes: (0..heaps).map(|h| device.ledger().heap_bytes(h)).collect(),
-        live,
-    }
-}
-
 /// What an injected fault came back as (the variant names in the error's chain).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
@@ -150,15 +127,7 @@ fn run_frame(streamer: &mut Streamer, commands: &CommandContext, wanted: &[TileK
         Ok(b) => b,
         Err(e) => return Frame::BeginFailed(e),
     };
-    let frame = bindings.frame;
-    let records = bindings.layout.map(|layout| {
-        let mut records = FeedbackBuffer::new(layout, frame);
-        for key in wanted {
-            let (Some(slot), StreamUnit::Tile(t)) = (layout.slot_of(key.image), key.unit) else { continue };
-            records.record(layout, slot, t, RequestKind::Miss);
-        }
-        records
-    });
+    let records = common::miss_records(&bindings, wanted);
     drop(bindings);
     if let Some(records) = records {
         streamer.write_cpu_feedback(&records).unwrap();

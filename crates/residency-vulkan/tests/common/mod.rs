@@ -119,23 +119,59 @@ pub fn cpu_feedback_frame(
     try_cpu_feedback_frame(streamer, commands, wanted).unwrap()
 }
 
+/// The feedback a shader would write this frame had it missed the mip tiles `wanted`: one miss
+/// record each (`None` when the frame has no feedback layout).
+pub fn miss_records(
+    bindings: &residency_vulkan::streaming::FrameBindings<'_>,
+    wanted: &[residency_core::streaming::TileKey],
+) -> Option<residency_core::streaming::FeedbackBuffer> {
+    use residency_core::streaming::{FeedbackBuffer, RequestKind, StreamUnit};
+    bindings.layout.map(|layout| {
+        let mut records = FeedbackBuffer::new(layout, bindings.frame);
+        for key in wanted {
+            let (Some(slot), StreamUnit::Tile(t)) = (layout.slot_of(key.image), key.unit) else { continue };
+            records.record(layout, slot, t, RequestKind::Miss);
+        }
+        records
+    })
+}
+
+/// What the device holds: memory objects, bytes per heap, live objects by kind and name (after
+/// waiting for residency's work, unless the device is lost, and retiring what it released).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Accounting {
+    pub memory_objects: u64,
+    pub heap_bytes: Vec<u64>,
+    pub live: Vec<(String, String)>,
+}
+
+/// The device's [`Accounting`] now.
+pub fn accounting(device: &Device) -> Accounting {
+    // Objects released while residency's own work was in flight are destroyed once it completes.
+    if !device.is_lost() {
+        device.wait_idle().unwrap();
+    }
+    device.maintain();
+    let heaps = device.memory_properties().heaps.len() as u32;
+    let mut live: Vec<(String, String)> =
+        device.ledger().live_objects().into_iter().map(|o| (o.kind.to_owned(), o.name.to_string())).collect();
+    live.sort();
+    Accounting {
+        memory_objects: device.ledger().memory_objects(),
+        heap_bytes: (0..heaps).map(|h| device.ledger().heap_bytes(h)).collect(),
+        live,
+    }
+}
+
 /// [`cpu_feedback_frame`] with `begin_frame`'s error returned (the later steps must succeed).
 pub fn try_cpu_feedback_frame(
     streamer: &mut residency_vulkan::streaming::Streamer,
     commands: &residency_vulkan::CommandContext,
     wanted: &[residency_core::streaming::TileKey],
 ) -> Result<u64, residency_vulkan::streaming::StreamError> {
-    use residency_core::streaming::{FeedbackBuffer, RequestKind, StreamUnit};
     let bindings = streamer.begin_frame()?;
     let frame = bindings.frame;
-    let records = bindings.layout.map(|layout| {
-        let mut records = FeedbackBuffer::new(layout, frame);
-        for key in wanted {
-            let (Some(slot), StreamUnit::Tile(t)) = (layout.slot_of(key.image), key.unit) else { continue };
-            records.record(layout, slot, t, RequestKind::Miss);
-        }
-        records
-    });
+    let records = miss_records(&bindings, wanted);
     drop(bindings);
     if let Some(records) = records {
         streamer.write_cpu_feedback(&records).unwrap();
