@@ -282,17 +282,24 @@ fn compact_pass(
         .with_intent(residency_core::memory::MemoryIntent::DeviceLocal),
     )?;
     let timestamps = Timestamps::new(device, &format!("{name} compaction timestamps"), 4)?;
-    let copies = |image: &SparseImage, moves: &ImageMoves| -> Vec<vk::BufferImageCopy> {
-        moves
-            .tiles
-            .iter()
-            .map(|&(_, _, _, layer, mip, region, offset)| {
-                crate::upload::ImageRegion::new(image, mip, region.offset, region.extent)
-                    .with_layer(layer)
-                    .buffer_image_copy(offset)
-            })
-            .collect()
-    };
+    // Each image's copy regions (the same both ways): its moved tiles' texels and their staging
+    // offsets.
+    let regions: Vec<(usize, Vec<vk::BufferImageCopy>)> = per_image
+        .iter()
+        .map(|moves| {
+            let image = owner.image(moves.index);
+            let copies = moves
+                .tiles
+                .iter()
+                .map(|&(_, _, _, layer, mip, region, offset)| {
+                    crate::upload::ImageRegion::new(image, mip, region.offset, region.extent)
+                        .with_layer(layer)
+                        .buffer_image_copy(offset)
+                })
+                .collect();
+            (moves.index, copies)
+        })
+        .collect();
     // 1. The tiles' texels to staging, after every write before (residency's and the waits').
     let mut recorded = Ok(());
     device.submit_once("tile compaction: copy out", |rec| {
@@ -304,30 +311,7 @@ fn compact_pass(
         // Timestamps are measurement only: one not written reads as `None`.
         timestamps.cmd_reset(rec, 0..4).ok();
         timestamps.cmd_write(rec, 0).ok();
-        global_barrier(
-            rec,
-            (vk::PipelineStageFlags2::ALL_COMMANDS, vk::AccessFlags2::MEMORY_WRITE),
-            (
-                vk::PipelineStageFlags2::COPY,
-                vk::AccessFlags2::TRANSFER_READ | vk::AccessFlags2::TRANSFER_WRITE,
-            ),
-        );
-        for moves in &per_image {
-            let image = owner.image(moves.index);
-            let regions = copies(image, moves);
-            // SAFETY: `rec` is recording on this device outside a render pass; the image (a
-            // sparse image in GENERAL for life) and the staging buffer are live and every
-            // region lies in both (a resident tile's texels; offsets laid out above).
-            unsafe {
-                device.raw().cmd_copy_image_to_buffer(
-                    rec.raw(),
-                    image.raw,
-                    vk::ImageLayout::GENERAL,
-                    staging.raw(),
-                    &regions,
-                )
-            };
-        }
+        record_tile_copies(device, rec, &*owner, &regions, staging.raw(), TileCopy::Out);
         timestamps.cmd_write(rec, 1).ok();
     })?;
     // The waits were checked above, so they were all recorded; a refusal would mean the copy
@@ -357,29 +341,7 @@ fn compact_pass(
     // for the rebind, as every residency submission waits for the binds before it).
     let copied_back = device.submit_once("tile compaction: copy in", |rec| {
         timestamps.cmd_write(rec, 2).ok();
-        global_barrier(
-            rec,
-            (vk::PipelineStageFlags2::ALL_COMMANDS, vk::AccessFlags2::MEMORY_WRITE),
-            (
-                vk::PipelineStageFlags2::COPY,
-                vk::AccessFlags2::TRANSFER_READ | vk::AccessFlags2::TRANSFER_WRITE,
-            ),
-        );
-        for moves in &per_image {
-            let image = owner.image(moves.index);
-            let regions = copies(image, moves);
-            // SAFETY: as the copy out, the other way: the same regions of the same live image
-            // and buffer.
-            unsafe {
-                device.raw().cmd_copy_buffer_to_image(
-                    rec.raw(),
-                    staging.raw(),
-                    image.raw,
-                    vk::ImageLayout::GENERAL,
-                    &regions,
-                )
-            };
-        }
+        record_tile_copies(device, rec, &*owner, &regions, staging.raw(), TileCopy::In);
         // Every later command on the queue (the renderer's frames) sees the texels.
         global_barrier(
             rec,
@@ -441,6 +403,57 @@ fn compact_pass(
 }
 
 /// One global memory barrier from `src` to `dst`.
+/// Which way [`record_tile_copies`] copies.
+#[derive(Clone, Copy)]
+enum TileCopy {
+    /// The tiles' texels into the staging buffer.
+    Out,
+    /// The staging buffer back into the tiles.
+    In,
+}
+
+/// Records a barrier from every earlier write, then each image's copy `regions` between its tiles
+/// and `staging`, the way `direction` says.
+fn record_tile_copies(
+    device: &Device,
+    rec: &mut crate::Recording<'_>,
+    owner: &dyn CompactionOwner,
+    regions: &[(usize, Vec<vk::BufferImageCopy>)],
+    staging: vk::Buffer,
+    direction: TileCopy,
+) {
+    global_barrier(
+        rec,
+        (vk::PipelineStageFlags2::ALL_COMMANDS, vk::AccessFlags2::MEMORY_WRITE),
+        (vk::PipelineStageFlags2::COPY, vk::AccessFlags2::TRANSFER_READ | vk::AccessFlags2::TRANSFER_WRITE),
+    );
+    for (index, copies) in regions {
+        let image = owner.image(*index);
+        // SAFETY: `rec` is recording on this device outside a render pass; the image (a sparse
+        // image in GENERAL for life, owned by the pass's owner for the whole pass) and the
+        // staging buffer (alive until the pass waited for both copies) are live, and every region
+        // lies in both (a resident tile's texels; staging offsets laid out by the pass).
+        unsafe {
+            match direction {
+                TileCopy::Out => device.raw().cmd_copy_image_to_buffer(
+                    rec.raw(),
+                    image.raw,
+                    vk::ImageLayout::GENERAL,
+                    staging,
+                    copies,
+                ),
+                TileCopy::In => device.raw().cmd_copy_buffer_to_image(
+                    rec.raw(),
+                    staging,
+                    image.raw,
+                    vk::ImageLayout::GENERAL,
+                    copies,
+                ),
+            }
+        };
+    }
+}
+
 fn global_barrier(
     rec: &mut crate::Recording<'_>,
     src: (vk::PipelineStageFlags2, vk::AccessFlags2),
