@@ -2,36 +2,11 @@
 //! terrain set), streamed by shader feedback and compared with a fully resident render, under the
 //! Khronos validation layer with synchronization validation.
 
-use std::path::PathBuf;
 use std::process::Command;
 
 mod common;
 
-use common::build_texture;
-
-/// `residency stream` on `path` (`hardware` or `software`): 40 frames, JSON, sync validation.
-fn stream_on(path: &str, file: &PathBuf, extra: &[&str]) -> (serde_json::Value, std::process::Output) {
-    let validation = std::env::var("RESIDENCY_VALIDATION").unwrap_or_else(|_| "sync".into());
-    let output = Command::new(env!("CARGO_BIN_EXE_residency"))
-        .env("RESIDENCY_VALIDATION", validation)
-        .arg("stream")
-        .arg(file)
-        .args(["--json", "--frames", "40", "--path", path])
-        .args(extra)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "residency stream failed:\n{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    (serde_json::from_slice(&output.stdout).expect("JSON summary"), output)
-}
-
-fn f(v: &serde_json::Value, key: &str) -> f64 {
-    v[key].as_f64().unwrap_or_else(|| panic!("{key} missing in {v}"))
-}
+use common::{build_texture, f, stream_on};
 
 fn streams_a_virtual_texture_within_a_tenth_of_its_size_on(path: &str) {
     let Some(file) = build_texture(&format!("{path}-fit")) else { return };

@@ -5,6 +5,8 @@
 //! on the software path: `crates/residency-vulkan/tests/software_bc.rs`; on lavapipe a 2048² BC1
 //! file streams the same way at 9.4 % resident, `docs/streaming.md`).
 
+mod common;
+use common::{f, stream_on};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -19,38 +21,12 @@ fn build(dir: &Path, format: &str) -> PathBuf {
     out
 }
 
-fn stream(file: &Path, extra: &[&str]) -> serde_json::Value {
-    let output = Command::new(env!("CARGO_BIN_EXE_residency"))
-        .env("RESIDENCY_VALIDATION", "sync")
-        .arg("stream")
-        .arg(file)
-        .args(["--json", "--frames", "40", "--path", "software"])
-        .args(extra)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "residency stream failed:\n{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("JSON summary")
-}
-
-fn f(v: &serde_json::Value, key: &str) -> f64 {
-    v[key].as_f64().unwrap_or_else(|| panic!("{key} missing in {v}"))
-}
-
-/// The thresholds on the software path for a BC7 file: resident ≤ 10 % of the file fully
-/// resident (counted in BC7 slots), request-to-resident p95 ≤ 3 frames, converged frames ≥ 40 dB
-/// against the fully resident BC7 render; against its RGBA8 source it scores what the fully
-/// resident BC7 render does.
 #[test]
 fn a_bc7_file_streams_on_the_software_path_within_a_tenth_of_its_size() {
     let dir = std::env::temp_dir().join(format!("residency-stream-soft-bc-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (bc7, rgba8) = (build(&dir, "bc7"), build(&dir, "rgba8"));
-    let r = stream(&bc7, &["--source", rgba8.to_str().unwrap()]);
+    let (r, _) = stream_on("software", &bc7, &["--source", rgba8.to_str().unwrap()]);
     assert_eq!(r["path"], "software", "{r}");
     assert_eq!(r["texel_format"], "bc7_unorm", "{r}");
     assert_eq!(

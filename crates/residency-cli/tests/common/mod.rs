@@ -38,3 +38,29 @@ pub fn build_texture(name: &str) -> Option<PathBuf> {
     assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
     Some(out)
 }
+
+/// `residency stream` on `path` (`hardware` or `software`): 40 frames, JSON, sync validation
+/// (unless `RESIDENCY_VALIDATION` says otherwise).
+pub fn stream_on(path: &str, file: &PathBuf, extra: &[&str]) -> (serde_json::Value, std::process::Output) {
+    let validation = std::env::var("RESIDENCY_VALIDATION").unwrap_or_else(|_| "sync".into());
+    let output = Command::new(env!("CARGO_BIN_EXE_residency"))
+        .env("RESIDENCY_VALIDATION", validation)
+        .arg("stream")
+        .arg(file)
+        .args(["--json", "--frames", "40", "--path", path])
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "residency stream failed:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (serde_json::from_slice(&output.stdout).expect("JSON summary"), output)
+}
+
+/// A number of the JSON summary.
+pub fn f(v: &serde_json::Value, key: &str) -> f64 {
+    v[key].as_f64().unwrap_or_else(|| panic!("{key} missing in {v}"))
+}
