@@ -371,10 +371,22 @@ shader!(
     16
 );
 
+shader!(
+    /// `busy.comp`: one thread runs `iterations` dependent steps, then writes one word; push
+    /// `{ uint iterations, seed; }`. A stand-in for a long frame: dispatched before the work that
+    /// samples, behind a barrier, it holds a frame in flight on the GPU (frame-protocol tests).
+    BUSY,
+    "busy.comp",
+    Compute,
+    [StorageBuffer],
+    8
+);
+
 /// Every shipped shader.
-pub static ALL: [&Shader; 29] = [
+pub static ALL: [&Shader; 30] = [
     &PLACED_BUFFERS,
     &FILL,
+    &BUSY,
     &SPARSE_FALLBACK,
     &SPARSE_FALLBACK_SOFTWARE,
     &SPARSE_PROBE,

@@ -1,0 +1,273 @@
+//! A direct GPU check of the streamer's rule "no tile a frame in flight samples is unbound, nor its
+//! memory or atlas slot given new texels, before that frame ends" (issue #21), on both paths.
+//!
+//! A frame is held on the GPU: its command buffer first runs `busy.comp` (one thread, millions of
+//! dependent steps) and, behind a barrier, then samples 16 mip-0 tiles of a streamed texture at
+//! texel centres. While it runs, the next frame's tick takes loads that need those tiles' room
+//! under the budget and evicts them: on the hardware path the unbinds and the new tiles' binds go
+//! to the sparse queue (which, had they not waited for the held frame, would run at once, while the
+//! held frame still spins, and its samples would read unbound or rebound memory); on the software
+//! path the new tiles' texels are copied into the freed atlas slots by the next frame. The held
+//! frame's samples must still be the evicted tiles' texels, at mip 0, resident; the evictions must
+//! have happened while it was running (checked, or the test runs again with a longer hold).
+
+use residency_core::format::Format;
+use residency_core::memory::MemoryIntent;
+use residency_core::streaming::{FnSource, TileKey, TileSource};
+use residency_core::tiles::{ImageId, ResidencyPath, TileCoord};
+use residency_core::usage::BufferUsage;
+use residency_core::vt_file::VtDesc;
+use residency_vulkan::ash::vk;
+use residency_vulkan::compute::{Binding, ComputeProgram, ViewRef};
+use residency_vulkan::recording::MemoryDependency;
+use residency_vulkan::shaders;
+use residency_vulkan::streaming::{Streamer, StreamerDesc, TextureViews};
+use residency_vulkan::testing::with_gpu;
+use residency_vulkan::{BufferDesc, CommandContext, Filter};
+use std::sync::Arc;
+
+mod common;
+
+const SIDE: u32 = 1024;
+const TILE: u32 = 128;
+
+fn texel(mip: u32, x: u32, y: u32) -> [u8; 4] {
+    [(x % 251) as u8, (y % 241) as u8, (mip * 29 + 3) as u8, 0xe3]
+}
+
+fn source(name: &str) -> Arc<dyn TileSource> {
+    let desc = VtDesc::new(Format::R8G8B8A8Unorm, SIDE, SIDE, TILE, TILE);
+    Arc::new(FnSource::new(name, desc, move |mip, x, y| {
+        let (w, h) = desc.tile_extent(mip, x, y).expect("in the grid");
+        Ok((0..h)
+            .flat_map(|ty| (0..w).flat_map(move |tx| texel(mip, x * TILE + tx, y * TILE + ty)))
+            .collect())
+    }))
+}
+
+fn tile(streamer: &Streamer, id: ImageId, x: u32, y: u32) -> TileKey {
+    let layout = streamer.manager().residency(id).unwrap().layout();
+    TileKey::tile(id, layout.tile_index(TileCoord { layer: 0, mip: 0, x, y, z: 0 }).unwrap())
+}
+
+/// Mip-0 tiles of rows `rows` (8 a row).
+fn rows(streamer: &Streamer, id: ImageId, rows: std::ops::Range<u32>) -> Vec<TileKey> {
+    rows.flat_map(|y| (0..8).map(move |x| (x, y))).map(|(x, y)| tile(streamer, id, x, y)).collect()
+}
+
+/// One ordinary frame (misses for `wanted` written by the CPU), waited for, its loads finished.
+fn frame(streamer: &mut Streamer, commands: &CommandContext, wanted: &[TileKey]) {
+    common::cpu_feedback_frame(streamer, commands, wanted);
+    streamer.device().wait_idle().unwrap();
+    streamer.wait_for_loads();
+}
+
+/// What one held frame saw, and whether the evictions happened while it ran.
+struct Held {
+    evicted_while_running: usize,
+    running_at_tick: bool,
+    samples: Vec<([f32; 4], bool, f32)>,
+    probes: Vec<(u32, u32)>,
+}
+
+fn hold_a_frame_across_evictions(path: ResidencyPath, iterations: u32) -> Held {
+    let mut held = None;
+    with_gpu(|set| {
+        let device = Arc::clone(&set.devices()[0]);
+        let desc = StreamerDesc::default()
+            .with_name("in-flight streamer")
+            .with_path(path)
+            .with_frames_in_flight(3)
+            .with_budget_tiles(32)
+            .with_workers(2);
+        let mut streamer = Streamer::new(&device, desc).unwrap();
+        let t = streamer.add_texture("vt held", source("vt held")).unwrap();
+        let commands = CommandContext::new(&device, "in-flight frames").unwrap();
+        let (a, b) = (rows(&streamer, t.id(), 0..2), rows(&streamer, t.id(), 6..8));
+
+        // A (16 tiles and their parents) resident, within the budget of 32.
+        for _ in 0..8 {
+            frame(&mut streamer, &commands, &a);
+        }
+        assert!(a.iter().all(|&k| streamer.manager().is_resident(k)), "{:?}", streamer.manager_stats());
+        // Frames that report nothing: A becomes evictable (not wanted for the eviction delay) but
+        // stays resident while nothing needs its room. The held frame samples A without reporting
+        // it, as a frame whose feedback covers a part of its pixels does.
+        for _ in 0..10 {
+            frame(&mut streamer, &commands, &[]);
+        }
+        let program = ComputeProgram::new(&device, "sparse fallback", common_shader(path), 2).unwrap();
+        let busy = ComputeProgram::new(&device, "busy", &shaders::BUSY, 1).unwrap();
+        let (trilinear, nearest) = (
+            device.create_sampler(Filter::Trilinear).unwrap(),
+            device.create_sampler(Filter::Nearest).unwrap(),
+        );
+        // A probe at the centre of texel (17, 9) of each tile of A.
+        let probes: Vec<(u32, u32)> =
+            (0..2).flat_map(|y| (0..8).map(move |x| (x * TILE + 17, y * TILE + 9))).collect();
+        let n = probes.len() as u64;
+        let mut input = device
+            .create_buffer(
+                &BufferDesc::new("probes", n * 16, BufferUsage::STORAGE).with_intent(MemoryIntent::Upload),
+            )
+            .unwrap();
+        let bytes: Vec<u8> = probes
+            .iter()
+            .flat_map(|&(x, y)| [(x as f32 + 0.5) / SIDE as f32, (y as f32 + 0.5) / SIDE as f32, 0.0, 0.0])
+            .flat_map(f32::to_le_bytes)
+            .collect();
+        input.write(0, &bytes).unwrap();
+        let output = device
+            .create_buffer(
+                &BufferDesc::new("samples", n * 32, BufferUsage::STORAGE).with_intent(MemoryIntent::Readback),
+            )
+            .unwrap();
+        let spin = device.create_buffer(&BufferDesc::new("busy result", 16, BufferUsage::STORAGE)).unwrap();
+
+        // The held frame: A is resident when it records (nothing needed its room).
+        let evicted_before = streamer.manager_stats().tiles_evicted;
+        let bindings = streamer.begin_frame().unwrap();
+        let (texture, map): (ViewRef<'_>, ViewRef<'_>) = match bindings.textures[0].views {
+            TextureViews::Hardware { image, min_lod } => (image.into(), min_lod.into()),
+            TextureViews::Software { atlas, indirection } => (atlas.into(), indirection.into()),
+        };
+        let general = vk::ImageLayout::GENERAL;
+        let sample_set = program
+            .descriptor_set(&[
+                Binding::sampled(texture, &trilinear, general),
+                Binding::sampled(map, &nearest, general),
+                Binding::Buffer(&input),
+                Binding::Buffer(&output),
+            ])
+            .unwrap();
+        let busy_set = busy.descriptor_set(&[Binding::Buffer(&spin)]).unwrap();
+        let mut push: Vec<u8> = common::DEFAULT.iter().flat_map(|f| f.to_le_bytes()).collect();
+        push.extend_from_slice(&(n as u32).to_le_bytes());
+        push.resize(32, 0);
+        let busy_push: Vec<u8> = [iterations, 7].iter().flat_map(|w: &u32| w.to_le_bytes()).collect();
+        use vk::{AccessFlags2 as Ac, PipelineStageFlags2 as St};
+        let submission = commands
+            .submit(&[], |rec| {
+                bindings
+                    .record(rec, |rec| {
+                        busy.dispatch(rec, &busy_set, &busy_push, [1, 1, 1]).unwrap();
+                        // The samples wait for the busy thread: the frame is held until it ends.
+                        rec.memory_barrier(MemoryDependency {
+                            src_stages: St::COMPUTE_SHADER,
+                            src_access: Ac::SHADER_WRITE,
+                            dst_stages: St::COMPUTE_SHADER,
+                            dst_access: Ac::SHADER_READ,
+                        })
+                        .unwrap();
+                        program.dispatch(rec, &sample_set, &push, [(n as u32).div_ceil(64), 1, 1]).unwrap();
+                    })
+                    .unwrap();
+                rec.memory_barrier(MemoryDependency {
+                    src_stages: St::COMPUTE_SHADER,
+                    src_access: Ac::SHADER_WRITE,
+                    dst_stages: St::HOST,
+                    dst_access: Ac::HOST_READ,
+                })
+                .unwrap();
+            })
+            .unwrap();
+        drop(bindings);
+        streamer.end_frame(submission.gpu_use()).unwrap();
+        assert_eq!(
+            streamer.manager_stats().tiles_evicted,
+            evicted_before,
+            "the held frame's tick only starts loads"
+        );
+        assert!(
+            a.iter().all(|&k| streamer.manager().is_resident(k)),
+            "A resident when the held frame recorded"
+        );
+
+        // A budget cut: the next tick evicts what is evictable (A, not wanted for the eviction delay)
+        // down to it, while the held frame runs; that frame asks for B, whose loads reuse A's room.
+        let unbinds_before = streamer.stats().unbinds_after_frames;
+        assert_eq!(streamer.set_budget_tiles(16), 16);
+        common::cpu_feedback_frame(&mut streamer, &commands, &b);
+        // Still running after the tick's binds were submitted: it was running at the tick.
+        let running_at_tick = !commands.is_complete(&submission).unwrap();
+        let evicted_while_running = a.iter().filter(|&&k| !streamer.manager().is_resident(k)).count();
+        assert!(
+            streamer.manager_stats().tiles_evicted > evicted_before,
+            "the tick evicted: {} committed, {:?}, {:?}",
+            streamer.manager().committed_tiles(),
+            streamer.manager_stats(),
+            streamer.stats()
+        );
+        if path == ResidencyPath::Hardware && running_at_tick {
+            assert!(streamer.stats().unbinds_after_frames > unbinds_before, "{:?}", streamer.stats());
+        }
+
+        commands.wait_for(&submission).unwrap();
+        let mut out = vec![0u8; (n * 32) as usize];
+        output.read(0, &mut out).unwrap();
+        let samples = out
+            .chunks_exact(32)
+            .map(|r| {
+                let f = |i: usize| f32::from_le_bytes([r[i], r[i + 1], r[i + 2], r[i + 3]]);
+                ([f(0), f(4), f(8), f(12)].map(|v| v * 255.0), f(16) == 1.0, f(20))
+            })
+            .collect();
+        // The frames after it go on: B resident under the budget raised again.
+        streamer.set_budget_tiles(48);
+        for _ in 0..8 {
+            frame(&mut streamer, &commands, &b);
+        }
+        assert!(b.iter().all(|&k| streamer.manager().is_resident(k)), "{:?}", streamer.manager_stats());
+        assert!(streamer.manager().check_invariants().is_ok());
+        device.wait_idle().unwrap();
+        drop((sample_set, busy_set, input, output, spin, trilinear, nearest, program, busy));
+        streamer.remove_texture(t).unwrap();
+        drop(streamer);
+        drop(commands);
+        held = Some(Held { evicted_while_running, running_at_tick, samples, probes });
+    });
+    held.expect("ran")
+}
+
+fn common_shader(path: ResidencyPath) -> &'static shaders::Shader {
+    match path {
+        ResidencyPath::Software => common::SOFTWARE_FALLBACK,
+        _ => common::HARDWARE_FALLBACK,
+    }
+}
+
+fn check(path: ResidencyPath) {
+    // Hold the frame longer until the evictions happen while it runs (a fast GPU may finish a
+    // short hold before the next tick).
+    let mut iterations = 1u32 << 22;
+    loop {
+        let held = hold_a_frame_across_evictions(path, iterations);
+        for (&(x, y), (got, resident, lod)) in held.probes.iter().zip(&held.samples) {
+            let want = texel(0, x, y).map(f32::from);
+            assert!(
+                *resident && *lod == 0.0 && got.iter().zip(want).all(|(g, w)| (g - w).abs() <= 0.6),
+                "{path:?}: the held frame sampled texel ({x}, {y}) of an evicted tile as {got:?} \
+                 (resident {resident}, LOD {lod}) instead of {want:?}"
+            );
+        }
+        if held.running_at_tick && held.evicted_while_running > 0 {
+            eprintln!(
+                "{path:?}: {} of 16 sampled tiles evicted while the frame ran ({iterations} busy steps)",
+                held.evicted_while_running
+            );
+            return;
+        }
+        assert!(iterations < 1 << 30, "{path:?}: the held frame never ran across the evicting tick");
+        iterations *= 4;
+    }
+}
+
+#[test]
+fn a_tile_a_frame_in_flight_samples_keeps_its_texels_until_the_frame_ends_hardware() {
+    check(ResidencyPath::Hardware);
+}
+
+#[test]
+fn a_tile_a_frame_in_flight_samples_keeps_its_texels_until_the_frame_ends_software() {
+    check(ResidencyPath::Software);
+}
