@@ -19,7 +19,7 @@ use residency_core::usage::BufferUsage;
 use residency_core::vt_file::VtDesc;
 use residency_vulkan::ash::vk;
 use residency_vulkan::compute::{Binding, ComputeProgram, ViewRef};
-use residency_vulkan::recording::MemoryDependency;
+use residency_vulkan::recording::{MemoryDependency, Timestamps};
 use residency_vulkan::shaders;
 use residency_vulkan::streaming::{Streamer, StreamerDesc, TextureViews};
 use residency_vulkan::testing::with_gpu;
@@ -68,6 +68,8 @@ struct Held {
     running_at_tick: bool,
     samples: Vec<([f32; 4], bool, f32)>,
     probes: Vec<(u32, u32)>,
+    /// The held frame's busy and sampling work on the GPU, from timestamps (0 without them).
+    gpu_ms: f64,
 }
 
 fn hold_a_frame_across_evictions(path: ResidencyPath, iterations: u32) -> Held {
@@ -122,6 +124,7 @@ fn hold_a_frame_across_evictions(path: ResidencyPath, iterations: u32) -> Held {
                 &BufferDesc::new("samples", n * 32, BufferUsage::STORAGE).with_intent(MemoryIntent::Readback),
             )
             .unwrap();
+        let timestamps = Timestamps::new(&device, "held frame", 2).unwrap();
         let spin = device.create_buffer(&BufferDesc::new("busy result", 16, BufferUsage::STORAGE)).unwrap();
 
         // The held frame: A is resident when it records (nothing needed its room).
@@ -150,6 +153,7 @@ fn hold_a_frame_across_evictions(path: ResidencyPath, iterations: u32) -> Held {
             .submit(&[], |rec| {
                 bindings
                     .record(rec, |rec| {
+                        timestamps.cmd_write(rec, 0).unwrap();
                         busy.dispatch(rec, &busy_set, &busy_push, [1, 1, 1]).unwrap();
                         // The samples wait for the busy thread: the frame is held until it ends.
                         rec.memory_barrier(MemoryDependency {
@@ -160,6 +164,7 @@ fn hold_a_frame_across_evictions(path: ResidencyPath, iterations: u32) -> Held {
                         })
                         .unwrap();
                         program.dispatch(rec, &sample_set, &push, [(n as u32).div_ceil(64), 1, 1]).unwrap();
+                        timestamps.cmd_write(rec, 1).unwrap();
                     })
                     .unwrap();
                 rec.memory_barrier(MemoryDependency {
@@ -203,6 +208,7 @@ fn hold_a_frame_across_evictions(path: ResidencyPath, iterations: u32) -> Held {
         }
 
         commands.wait_for(&submission).unwrap();
+        let gpu_ms = timestamps.elapsed_ms(0, 1).unwrap_or(0.0);
         let mut out = vec![0u8; (n * 32) as usize];
         output.read(0, &mut out).unwrap();
         let samples = out
@@ -220,11 +226,11 @@ fn hold_a_frame_across_evictions(path: ResidencyPath, iterations: u32) -> Held {
         assert!(b.iter().all(|&k| streamer.manager().is_resident(k)), "{:?}", streamer.manager_stats());
         assert!(streamer.manager().check_invariants().is_ok());
         device.wait_idle().unwrap();
-        drop((sample_set, busy_set, input, output, spin, trilinear, nearest, program, busy));
+        drop((sample_set, busy_set, input, output, spin, trilinear, nearest, program, busy, timestamps));
         streamer.remove_texture(t).unwrap();
         drop(streamer);
         drop(commands);
-        held = Some(Held { evicted_while_running, running_at_tick, samples, probes });
+        held = Some(Held { evicted_while_running, running_at_tick, samples, probes, gpu_ms });
     });
     held.expect("ran")
 }
@@ -239,7 +245,10 @@ fn common_shader(path: ResidencyPath) -> &'static shaders::Shader {
 fn check(path: ResidencyPath) {
     // Hold the frame longer until the evictions happen while it runs (a fast GPU may finish a
     // short hold before the next tick).
-    let mut iterations = 1u32 << 22;
+    // `RESIDENCY_IN_FLIGHT_STEPS` starts with a longer hold (a device run holding the frame for
+    // milliseconds more than the binds take).
+    let mut iterations: u32 =
+        std::env::var("RESIDENCY_IN_FLIGHT_STEPS").ok().and_then(|s| s.parse().ok()).unwrap_or(1 << 22);
     loop {
         let held = hold_a_frame_across_evictions(path, iterations);
         for (&(x, y), (got, resident, lod)) in held.probes.iter().zip(&held.samples) {
@@ -252,8 +261,9 @@ fn check(path: ResidencyPath) {
         }
         if held.running_at_tick && held.evicted_while_running > 0 {
             eprintln!(
-                "{path:?}: {} of 16 sampled tiles evicted while the frame ran ({iterations} busy steps)",
-                held.evicted_while_running
+                "{path:?}: {} of 16 sampled tiles evicted while the frame ran ({iterations} busy steps, \
+                 the frame {:.2} ms on the GPU)",
+                held.evicted_while_running, held.gpu_ms
             );
             return;
         }
