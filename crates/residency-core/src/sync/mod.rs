@@ -12,6 +12,8 @@
 //!   barriers, reusing its heaps frame after frame.
 //! - [`RetireQueue`]: deferred destruction keyed on GPU progress ([`LastUses`] per resource,
 //!   clocks that only grow: queue timelines, frame counters).
+//! - [`ClockCache`]: a GPU clock's progress as the host caches it (submitted, seen completed),
+//!   shared by threads without a lock.
 //! - [`measure`]: pure functions that count barriers and bytes, for the benchmarks.
 //!
 //! The flag types carry Vulkan's own bit values, so the backend converts them with
@@ -20,6 +22,7 @@
 
 mod barrier;
 mod batch;
+mod clock;
 mod error;
 mod flags;
 pub mod measure;
@@ -35,6 +38,7 @@ pub use barrier::{
     BarrierBatch, BufferBarrier, Flush, GlobalBarrierRule, ImageBarrier, MemoryBarrier, QueueRelease, Scope,
 };
 pub use batch::Batch;
+pub use clock::{ClockCache, Counter};
 pub use error::{SyncError, TransientError};
 pub use flags::{AccessFlags, ImageAspects, ImageLayout, PipelineStages, QueueFamily};
 pub use region::{Region, SubresourceRange};

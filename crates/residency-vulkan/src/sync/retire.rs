@@ -33,7 +33,7 @@ use crate::ledger::ObjectId;
 use crate::memory::MemoryBlock;
 use crate::resource_memory::ResourceMemory;
 use ash::vk;
-use residency_core::sync::{ClockId, GpuPoint, LastUses, RetireQueue};
+use residency_core::sync::{ClockCache, ClockId, GpuPoint, LastUses, RetireQueue};
 use residency_core::tiles::ImageId;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -347,15 +347,12 @@ impl Timeline {
 pub(crate) struct Retirement {
     /// The timeline semaphore residency's universal-queue submissions signal.
     pub(crate) universal: vk::Semaphore,
-    /// The value the latest residency submission to the universal queue signals.
-    universal_submitted: AtomicU64,
-    /// The highest value seen completed.
-    universal_completed: AtomicU64,
+    /// The universal timeline's value last submitted and highest seen completed.
+    universal_clock: ClockCache,
     /// The timeline semaphore residency's sparse binds signal (on the sparse queue, whose values
     /// are taken under its lock).
     pub(crate) sparse: vk::Semaphore,
-    sparse_submitted: AtomicU64,
-    sparse_completed: AtomicU64,
+    sparse_clock: ClockCache,
     frame: AtomicU64,
     timelines: Mutex<Vec<vk::Semaphore>>,
     queue: Mutex<RetireQueue<Garbage>>,
@@ -382,11 +379,9 @@ impl Retirement {
         };
         Ok(Retirement {
             universal,
-            universal_submitted: AtomicU64::new(0),
-            universal_completed: AtomicU64::new(0),
+            universal_clock: ClockCache::new(),
             sparse,
-            sparse_submitted: AtomicU64::new(0),
-            sparse_completed: AtomicU64::new(0),
+            sparse_clock: ClockCache::new(),
             frame: AtomicU64::new(0),
             timelines: Mutex::new(Vec::new()),
             queue: Mutex::new(RetireQueue::new()),
@@ -398,57 +393,51 @@ impl Retirement {
     /// [`Retirement::published`] once the submission succeeded, still under the lock: until then
     /// nobody waits for the value, so a failed submission leaves nothing waiting forever.
     pub(crate) fn next_universal(&self) -> u64 {
-        self.universal_submitted.load(Ordering::Acquire) + 1
+        self.universal_clock.next()
     }
 
     /// The submission signalling `value` (from [`Retirement::next_universal`]) was made.
     pub(crate) fn published(&self, value: u64) {
-        self.universal_submitted.store(value, Ordering::Release);
+        self.universal_clock.publish(value);
     }
 
     /// A submission's fence signalled: every command submitted up to it has completed (a fence
     /// signal's first scope includes all earlier commands on the queue), whether or not the
     /// timeline's own signal is visible yet.
     pub(crate) fn note_completed(&self, value: u64) {
-        self.universal_completed.fetch_max(value, Ordering::AcqRel);
+        self.universal_clock.note_completed(value);
     }
 
     pub(crate) fn universal_submitted(&self) -> u64 {
-        self.universal_submitted.load(Ordering::Acquire)
+        self.universal_clock.submitted()
     }
 
     /// The value the next sparse bind signals: call with the sparse queue locked, and
     /// [`Retirement::published_sparse`] once the bind was submitted, still under the lock.
     pub(crate) fn next_sparse(&self) -> u64 {
-        self.sparse_submitted.load(Ordering::Acquire) + 1
+        self.sparse_clock.next()
     }
 
     /// The binds signalling up to `value` (from [`Retirement::next_sparse`]) were submitted.
     pub(crate) fn published_sparse(&self, value: u64) {
-        self.sparse_submitted.store(value, Ordering::Release);
+        self.sparse_clock.publish(value);
     }
 
     pub(crate) fn sparse_submitted(&self) -> u64 {
-        self.sparse_submitted.load(Ordering::Acquire)
+        self.sparse_clock.submitted()
     }
 
     /// Whether every residency submission and sparse bind made so far was already seen completed
     /// (two pairs of atomic loads; `false` only means "ask the semaphores").
     fn all_seen_completed(&self) -> bool {
-        let done = |submitted: &AtomicU64, completed: &AtomicU64| {
-            let s = submitted.load(Ordering::Acquire);
-            s == 0 || completed.load(Ordering::Acquire) >= s
-        };
-        done(&self.universal_submitted, &self.universal_completed)
-            && done(&self.sparse_submitted, &self.sparse_completed)
+        self.universal_clock.all_seen_completed() && self.sparse_clock.all_seen_completed()
     }
 
-    /// One of residency's own clocks: its semaphore, the value last submitted and the highest
-    /// seen completed.
-    fn own(&self, clock: ClockId) -> Option<(vk::Semaphore, &AtomicU64, &AtomicU64)> {
+    /// One of residency's own clocks: its semaphore and its cached progress.
+    fn own(&self, clock: ClockId) -> Option<(vk::Semaphore, &ClockCache)> {
         match clock {
-            UNIVERSAL => Some((self.universal, &self.universal_submitted, &self.universal_completed)),
-            SPARSE => Some((self.sparse, &self.sparse_submitted, &self.sparse_completed)),
+            UNIVERSAL => Some((self.universal, &self.universal_clock)),
+            SPARSE => Some((self.sparse, &self.sparse_clock)),
             _ => None,
         }
     }
@@ -473,19 +462,13 @@ impl Retirement {
 impl Device {
     fn clock_value(&self, clock: ClockId) -> u64 {
         let r = self.retirement();
-        if let Some((semaphore, submitted, completed)) = r.own(clock) {
-            let seen = completed.load(Ordering::Acquire);
-            if seen >= submitted.load(Ordering::Acquire) {
-                return seen;
-            }
-            // SAFETY: the semaphore is a timeline semaphore of this device.
-            return match unsafe { self.raw().get_semaphore_counter_value(semaphore) } {
-                Ok(value) => completed.fetch_max(value, Ordering::AcqRel).max(value),
-                Err(result) => {
-                    self.ledger().note_result(result);
-                    seen
-                }
-            };
+        if let Some((semaphore, cache)) = r.own(clock) {
+            return cache.value(|| {
+                // SAFETY: the semaphore is a timeline semaphore of this device.
+                unsafe { self.raw().get_semaphore_counter_value(semaphore) }
+                    .map_err(|result| self.ledger().note_result(result))
+                    .ok()
+            });
         }
         match clock {
             UNIVERSAL | SPARSE => 0, // answered above
@@ -628,8 +611,8 @@ impl Device {
     /// Waits until residency's own clock `clock` (universal or sparse) reaches `value`, bounded
     /// on a lost device. A value not yet submitted returns at once.
     fn wait_own(&self, clock: ClockId, value: u64) -> Result<()> {
-        let Some((semaphore, submitted, completed)) = self.retirement().own(clock) else { return Ok(()) };
-        if value > submitted.load(Ordering::Acquire) || value <= self.clock_value(clock) {
+        let Some((semaphore, cache)) = self.retirement().own(clock) else { return Ok(()) };
+        if value > cache.submitted() || value <= self.clock_value(clock) {
             return Ok(());
         }
         let semaphores = [semaphore];
@@ -638,7 +621,7 @@ impl Device {
         // SAFETY: a timeline semaphore of this device; every value up to `value` was published
         // after its submission succeeded (checked above), so the wait ends.
         unsafe { self.raw().wait_semaphores(&info, self.teardown_timeout()) }.during("vkWaitSemaphores")?;
-        completed.fetch_max(value, Ordering::AcqRel);
+        cache.note_completed(value);
         Ok(())
     }
 
