@@ -3,13 +3,17 @@
 //!
 //! A frame is held on the GPU: its command buffer first runs `busy.comp` (one thread, millions of
 //! dependent steps) and, behind a barrier, then samples 16 mip-0 tiles of a streamed texture at
-//! texel centres. While it runs, the next frame's tick takes loads that need those tiles' room
-//! under the budget and evicts them: on the hardware path the unbinds and the new tiles' binds go
-//! to the sparse queue (which, had they not waited for the held frame, would run at once, while the
-//! held frame still spins, and its samples would read unbound or rebound memory); on the software
-//! path the new tiles' texels are copied into the freed atlas slots by the next frame. The held
-//! frame's samples must still be the evicted tiles' texels, at mip 0, resident; the evictions must
-//! have happened while it was running (checked, or the test runs again with a longer hold).
+//! texel centres. It is the renderer's own command buffer (`Recording::from_raw`), submitted by
+//! the renderer with `submit_checked` and signalling the renderer's own timeline: residency orders
+//! every sparse bind after its own earlier submissions anyway, so a frame residency submitted
+//! would be protected twice; a frame the renderer submits itself is protected only by the waits
+//! the streamer gives its unbinds (the frames `end_frame` declared). While the frame runs, a budget
+//! cut makes the next tick evict those tiles: on the hardware path the unbinds go to the sparse
+//! queue (had they not waited for the held frame, they could take effect while it still spins, and
+//! its samples would read unbound memory); on the software path the freed atlas slots are given to
+//! other tiles by later frames. The held frame's samples must still be the evicted tiles' texels,
+//! at mip 0, resident; the evictions must have happened while it was running (checked, or the test
+//! runs again with a longer hold).
 
 use residency_core::format::Format;
 use residency_core::memory::MemoryIntent;
@@ -149,35 +153,65 @@ fn hold_a_frame_across_evictions(path: ResidencyPath, iterations: u32) -> Held {
         push.resize(32, 0);
         let busy_push: Vec<u8> = [iterations, 7].iter().flat_map(|w: &u32| w.to_le_bytes()).collect();
         use vk::{AccessFlags2 as Ac, PipelineStageFlags2 as St};
-        let submission = commands
-            .submit(&[], |rec| {
-                bindings
-                    .record(rec, |rec| {
-                        timestamps.cmd_write(rec, 0).unwrap();
-                        busy.dispatch(rec, &busy_set, &busy_push, [1, 1, 1]).unwrap();
-                        // The samples wait for the busy thread: the frame is held until it ends.
-                        rec.memory_barrier(MemoryDependency {
-                            src_stages: St::COMPUTE_SHADER,
-                            src_access: Ac::SHADER_WRITE,
-                            dst_stages: St::COMPUTE_SHADER,
-                            dst_access: Ac::SHADER_READ,
-                        })
-                        .unwrap();
-                        program.dispatch(rec, &sample_set, &push, [(n as u32).div_ceil(64), 1, 1]).unwrap();
-                        timestamps.cmd_write(rec, 1).unwrap();
-                    })
-                    .unwrap();
+        // The renderer's own command buffer, submitted by the renderer and signalling its own
+        // timeline: residency orders its binds after its own submissions anyway, so a frame the
+        // renderer submits itself is the case only the streamer's waits protect.
+        let own = OwnFrame::new(&device);
+        let held_until = own.timeline.at(1);
+        let begin = vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
+        // SAFETY: the command buffer is new (never submitted) and only this test uses it.
+        unsafe { device.raw().begin_command_buffer(own.cmd, &begin) }.unwrap();
+        // SAFETY: `own.cmd` is a primary command buffer of the universal family, recording and
+        // outside a render pass until `submit_checked` ends it; nothing else records into it; the
+        // recording declares the use that ends with its submission (`held_until`) and is submitted
+        // through `submit_checked` with the waits it hands over.
+        let mut rec = unsafe { residency_vulkan::Recording::from_raw(&device, own.cmd) };
+        bindings
+            .record(&mut rec, |rec| {
+                timestamps.cmd_write(rec, 0).unwrap();
+                busy.dispatch(rec, &busy_set, &busy_push, [1, 1, 1]).unwrap();
+                // The samples wait for the busy thread: the frame is held until it ends.
                 rec.memory_barrier(MemoryDependency {
                     src_stages: St::COMPUTE_SHADER,
                     src_access: Ac::SHADER_WRITE,
-                    dst_stages: St::HOST,
-                    dst_access: Ac::HOST_READ,
+                    dst_stages: St::COMPUTE_SHADER,
+                    dst_access: Ac::SHADER_READ,
                 })
                 .unwrap();
+                program.dispatch(rec, &sample_set, &push, [(n as u32).div_ceil(64), 1, 1]).unwrap();
+                timestamps.cmd_write(rec, 1).unwrap();
             })
             .unwrap();
+        rec.memory_barrier(MemoryDependency {
+            src_stages: St::COMPUTE_SHADER,
+            src_access: Ac::SHADER_WRITE,
+            dst_stages: St::HOST,
+            dst_access: Ac::HOST_READ,
+        })
+        .unwrap();
+        rec.used_until(held_until).unwrap();
+        timestamps.used_until(held_until).unwrap();
+        let (cmd, timeline) = (own.cmd, own.timeline.raw());
+        rec.submit_checked(|queue, waits| {
+            let buffers = [vk::CommandBufferSubmitInfo::default().command_buffer(cmd)];
+            let signals = [vk::SemaphoreSubmitInfo::default()
+                .semaphore(timeline)
+                .value(1)
+                .stage_mask(St::ALL_COMMANDS)];
+            let submit = vk::SubmitInfo2::default()
+                .command_buffer_infos(&buffers)
+                .wait_semaphore_infos(waits)
+                .signal_semaphore_infos(&signals);
+            // SAFETY: recording began above; `queue` is the locked universal queue; the timeline
+            // is at 0 and this is its only signal.
+            unsafe {
+                device.raw().end_command_buffer(cmd)?;
+                device.raw().queue_submit2(queue, &[submit], vk::Fence::null())
+            }
+        })
+        .unwrap();
         drop(bindings);
-        streamer.end_frame(submission.gpu_use()).unwrap();
+        streamer.end_frame(held_until).unwrap();
         assert_eq!(
             streamer.manager_stats().tiles_evicted,
             evicted_before,
@@ -194,7 +228,7 @@ fn hold_a_frame_across_evictions(path: ResidencyPath, iterations: u32) -> Held {
         assert_eq!(streamer.set_budget_tiles(16), 16);
         common::cpu_feedback_frame(&mut streamer, &commands, &b);
         // Still running after the tick's binds were submitted: it was running at the tick.
-        let running_at_tick = !commands.is_complete(&submission).unwrap();
+        let running_at_tick = own.value(&device) < 1;
         let evicted_while_running = a.iter().filter(|&&k| !streamer.manager().is_resident(k)).count();
         assert!(
             streamer.manager_stats().tiles_evicted > evicted_before,
@@ -207,7 +241,7 @@ fn hold_a_frame_across_evictions(path: ResidencyPath, iterations: u32) -> Held {
             assert!(streamer.stats().unbinds_after_frames > unbinds_before, "{:?}", streamer.stats());
         }
 
-        commands.wait_for(&submission).unwrap();
+        device.wait_until(&held_until).unwrap();
         let gpu_ms = timestamps.elapsed_ms(0, 1).unwrap_or(0.0);
         let mut out = vec![0u8; (n * 32) as usize];
         output.read(0, &mut out).unwrap();
@@ -226,6 +260,7 @@ fn hold_a_frame_across_evictions(path: ResidencyPath, iterations: u32) -> Held {
         assert!(b.iter().all(|&k| streamer.manager().is_resident(k)), "{:?}", streamer.manager_stats());
         assert!(streamer.manager().check_invariants().is_ok());
         device.wait_idle().unwrap();
+        own.destroy(&device);
         drop((sample_set, busy_set, input, output, spin, trilinear, nearest, program, busy, timestamps));
         streamer.remove_texture(t).unwrap();
         drop(streamer);
@@ -233,6 +268,39 @@ fn hold_a_frame_across_evictions(path: ResidencyPath, iterations: u32) -> Held {
         held = Some(Held { evicted_while_running, running_at_tick, samples, probes, gpu_ms });
     });
     held.expect("ran")
+}
+
+/// A renderer's own command pool, command buffer and timeline.
+struct OwnFrame {
+    pool: vk::CommandPool,
+    cmd: vk::CommandBuffer,
+    timeline: residency_vulkan::Timeline,
+}
+
+impl OwnFrame {
+    fn new(device: &residency_vulkan::Device) -> OwnFrame {
+        let info = vk::CommandPoolCreateInfo::default().queue_family_index(device.universal_queue().family());
+        // SAFETY: a valid device and its universal queue family.
+        let pool = unsafe { device.raw().create_command_pool(&info, None) }.unwrap();
+        let alloc = vk::CommandBufferAllocateInfo::default()
+            .command_pool(pool)
+            .level(vk::CommandBufferLevel::PRIMARY)
+            .command_buffer_count(1);
+        // SAFETY: the pool belongs to this device and only this test uses it.
+        let cmd = unsafe { device.raw().allocate_command_buffers(&alloc) }.unwrap()[0];
+        OwnFrame { pool, cmd, timeline: device.create_timeline("held frame timeline").unwrap() }
+    }
+
+    /// The timeline's value now.
+    fn value(&self, device: &residency_vulkan::Device) -> u64 {
+        // SAFETY: a timeline semaphore of this device.
+        unsafe { device.raw().get_semaphore_counter_value(self.timeline.raw()) }.unwrap()
+    }
+
+    fn destroy(self, device: &residency_vulkan::Device) {
+        // SAFETY: the device is idle (waited for by the caller): the command buffer is not pending.
+        unsafe { device.raw().destroy_command_pool(self.pool, None) };
+    }
 }
 
 fn common_shader(path: ResidencyPath) -> &'static shaders::Shader {
