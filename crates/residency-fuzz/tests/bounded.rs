@@ -112,9 +112,13 @@ fn fnv(data: &[u8]) -> u64 {
 /// A real `.rvt` file made by the core's writer: `width × height` RGBA8 in 16 × 16 tiles with a
 /// 1-texel border, all mips.
 fn sample_rvt(width: u32, height: u32, compression: Compression) -> Vec<u8> {
-    let desc = VtDesc::new(Format::R8G8B8A8Unorm, width, height, 16, 16)
-        .with_border(1)
-        .with_compression(compression);
+    sample_rvt_of(Format::R8G8B8A8Unorm, 1, width, height, compression)
+}
+
+/// The same in `format` with a border of `border` texels (a block-compressed format: whole blocks
+/// in 16 × 16-texel tiles, the last tile and the small mips partial blocks' worth).
+fn sample_rvt_of(format: Format, border: u32, width: u32, height: u32, compression: Compression) -> Vec<u8> {
+    let desc = VtDesc::new(format, width, height, 16, 16).with_border(border).with_compression(compression);
     let mut writer = VtWriter::new(Vec::new(), desc).expect("valid desc");
     for mip in 0..desc.mip_count {
         let (tx, ty) = desc.tile_grid(mip);
@@ -136,6 +140,8 @@ fn generated_seeds(name: &str) -> Vec<(String, Vec<u8>)> {
         "rvt_reader" => vec![
             ("generated lz4 40x24".into(), sample_rvt(40, 24, Compression::Lz4)),
             ("generated raw 20x20".into(), sample_rvt(20, 20, Compression::None)),
+            ("generated bc7 lz4 40x24".into(), sample_rvt_of(Format::Bc7Unorm, 4, 40, 24, Compression::Lz4)),
+            ("generated bc1 raw 36x20".into(), sample_rvt_of(Format::Bc1Unorm, 0, 36, 20, Compression::None)),
         ],
         "profile_json" => files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../profiles")),
         _ => Vec::new(),
@@ -226,6 +232,10 @@ fn write_rvt_seeds() {
     std::fs::write(dir.join("lz4-40x24.rvt"), sample_rvt(40, 24, Compression::Lz4)).expect("seed");
     std::fs::write(dir.join("raw-20x20.rvt"), sample_rvt(20, 20, Compression::None)).expect("seed");
     std::fs::write(dir.join("raw-1x1.rvt"), sample_rvt(1, 1, Compression::None)).expect("seed");
+    std::fs::write(dir.join("bc7-lz4-40x24.rvt"), sample_rvt_of(Format::Bc7Unorm, 4, 40, 24, Compression::Lz4))
+        .expect("seed");
+    std::fs::write(dir.join("bc1-raw-36x20.rvt"), sample_rvt_of(Format::Bc1Unorm, 0, 36, 20, Compression::None))
+        .expect("seed");
 }
 
 #[test]
