@@ -232,10 +232,16 @@ fn write_rvt_seeds() {
     std::fs::write(dir.join("lz4-40x24.rvt"), sample_rvt(40, 24, Compression::Lz4)).expect("seed");
     std::fs::write(dir.join("raw-20x20.rvt"), sample_rvt(20, 20, Compression::None)).expect("seed");
     std::fs::write(dir.join("raw-1x1.rvt"), sample_rvt(1, 1, Compression::None)).expect("seed");
-    std::fs::write(dir.join("bc7-lz4-40x24.rvt"), sample_rvt_of(Format::Bc7Unorm, 4, 40, 24, Compression::Lz4))
-        .expect("seed");
-    std::fs::write(dir.join("bc1-raw-36x20.rvt"), sample_rvt_of(Format::Bc1Unorm, 0, 36, 20, Compression::None))
-        .expect("seed");
+    std::fs::write(
+        dir.join("bc7-lz4-40x24.rvt"),
+        sample_rvt_of(Format::Bc7Unorm, 4, 40, 24, Compression::Lz4),
+    )
+    .expect("seed");
+    std::fs::write(
+        dir.join("bc1-raw-36x20.rvt"),
+        sample_rvt_of(Format::Bc1Unorm, 0, 36, 20, Compression::None),
+    )
+    .expect("seed");
 }
 
 #[test]

@@ -22,6 +22,8 @@ use residency_vulkan::{
     Sampler, UploadError, Uploader, VulkanError,
 };
 
+mod common;
+
 const SIZE: u32 = 16;
 
 /// Asserts `result` is the layout error for mip 0, layer 0 of `image`.
@@ -422,17 +424,7 @@ fn misuse_a_renderers_own_command_buffer_is_checked_by_submit_checked() {
         let device = &set.devices()[0];
         let program = quads(device);
         let (image, view) = target(device, "misuse own command buffer target");
-        let info = vk::CommandPoolCreateInfo::default()
-            .queue_family_index(device.universal_queue().family())
-            .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
-        // SAFETY: valid device and queue family.
-        let pool = unsafe { device.raw().create_command_pool(&info, None) }.unwrap();
-        let alloc = vk::CommandBufferAllocateInfo::default()
-            .command_pool(pool)
-            .level(vk::CommandBufferLevel::PRIMARY)
-            .command_buffer_count(1);
-        // SAFETY: the pool belongs to this device and only this test uses it.
-        let cmd = unsafe { device.raw().allocate_command_buffers(&alloc) }.unwrap()[0];
+        let (pool, cmd) = common::own_command_buffer(device);
         let fence_info = vk::FenceCreateInfo::default();
         // SAFETY: valid device.
         let fence = unsafe { device.raw().create_fence(&fence_info, None) }.unwrap();

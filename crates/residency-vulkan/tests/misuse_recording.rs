@@ -22,6 +22,8 @@ use residency_vulkan::{
 };
 use std::sync::Arc;
 
+mod common;
+
 const N: u32 = 256;
 
 fn push(count: u32, value: u32) -> Vec<u8> {
@@ -334,15 +336,7 @@ fn misuse_a_renderers_own_command_buffer_through_from_raw_keeps_what_it_recorded
         let program = fill_program(&device, "misuse own program");
         let ds = program.descriptor_set(&[Binding::Buffer(&target)]).unwrap();
         // The renderer's own pool and command buffer.
-        let info = vk::CommandPoolCreateInfo::default().queue_family_index(device.universal_queue().family());
-        // SAFETY: valid device and queue family.
-        let pool = unsafe { device.raw().create_command_pool(&info, None) }.unwrap();
-        let alloc = vk::CommandBufferAllocateInfo::default()
-            .command_pool(pool)
-            .level(vk::CommandBufferLevel::PRIMARY)
-            .command_buffer_count(1);
-        // SAFETY: the pool belongs to this device and only this test uses it.
-        let cmd = unsafe { device.raw().allocate_command_buffers(&alloc) }.unwrap()[0];
+        let (pool, cmd) = common::own_command_buffer(&device);
         let begin = vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
         // SAFETY: a fresh command buffer of this device.
         unsafe { device.raw().begin_command_buffer(cmd, &begin) }.unwrap();

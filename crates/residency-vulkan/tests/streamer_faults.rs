@@ -670,18 +670,7 @@ struct OwnCommands {
 
 impl OwnCommands {
     fn new(device: &Device) -> Self {
-        use residency_vulkan::ash::vk;
-        let info = vk::CommandPoolCreateInfo::default()
-            .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER)
-            .queue_family_index(device.universal_queue().family());
-        // SAFETY: a valid device and its universal queue family.
-        let pool = unsafe { device.raw().create_command_pool(&info, None) }.unwrap();
-        let alloc = vk::CommandBufferAllocateInfo::default()
-            .command_pool(pool)
-            .level(vk::CommandBufferLevel::PRIMARY)
-            .command_buffer_count(1);
-        // SAFETY: the pool belongs to this device and only this test uses it.
-        let cmd = unsafe { device.raw().allocate_command_buffers(&alloc) }.unwrap()[0];
+        let (pool, cmd) = common::own_command_buffer(device);
         OwnCommands { pool, cmd }
     }
 

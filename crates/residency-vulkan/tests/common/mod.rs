@@ -195,3 +195,21 @@ pub fn try_cpu_feedback_frame(
     streamer.end_frame(submission.gpu_use()).unwrap();
     Ok(frame)
 }
+
+/// A renderer's own command pool on the universal queue's family (its buffers resettable) and one
+/// primary command buffer of it, for `Recording::from_raw`. Destroy the pool with
+/// `destroy_command_pool` once nothing recorded in it is pending.
+pub fn own_command_buffer(device: &Device) -> (vk::CommandPool, vk::CommandBuffer) {
+    let info = vk::CommandPoolCreateInfo::default()
+        .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER)
+        .queue_family_index(device.universal_queue().family());
+    // SAFETY: a valid device and its universal queue family.
+    let pool = unsafe { device.raw().create_command_pool(&info, None) }.unwrap();
+    let alloc = vk::CommandBufferAllocateInfo::default()
+        .command_pool(pool)
+        .level(vk::CommandBufferLevel::PRIMARY)
+        .command_buffer_count(1);
+    // SAFETY: the pool belongs to this device and only the caller uses it.
+    let cmd = unsafe { device.raw().allocate_command_buffers(&alloc) }.unwrap()[0];
+    (pool, cmd)
+}
