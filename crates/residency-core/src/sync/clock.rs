@@ -49,7 +49,12 @@ impl Counter for AtomicU64 {
     }
 }
 
-/// The host's view of one GPU clock (see the [module docs](self)).
+/// The host's view of one GPU clock: the value the latest submission signals and the highest value
+/// seen completed, read and raised by any thread without a lock. Under any interleaving it never
+/// claims more than the clock reached (given that what it is told was reached), what a thread sees
+/// of it never goes backwards, and [`ClockCache::all_seen_completed`] holds only when the clock
+/// reached every value published before the call (the `loom` model in
+/// `crates/residency-core/tests/loom_clock.rs`).
 #[derive(Debug)]
 pub struct ClockCache<A = AtomicU64> {
     submitted: A,
