@@ -117,12 +117,9 @@ fn hold_a_frame_across_evictions(path: ResidencyPath, iterations: u32) -> Held {
                 &BufferDesc::new("probes", n * 16, BufferUsage::STORAGE).with_intent(MemoryIntent::Upload),
             )
             .unwrap();
-        let bytes: Vec<u8> = probes
-            .iter()
-            .flat_map(|&(x, y)| [(x as f32 + 0.5) / SIDE as f32, (y as f32 + 0.5) / SIDE as f32, 0.0, 0.0])
-            .flat_map(f32::to_le_bytes)
-            .collect();
-        input.write(0, &bytes).unwrap();
+        let at_lod_0: Vec<([f32; 2], f32)> =
+            probes.iter().map(|&(x, y)| (common::centre(SIDE, x, y, 0), 0.0)).collect();
+        input.write(0, &common::probe_bytes(&at_lod_0)).unwrap();
         let output = device
             .create_buffer(
                 &BufferDesc::new("samples", n * 32, BufferUsage::STORAGE).with_intent(MemoryIntent::Readback),
@@ -245,13 +242,7 @@ fn hold_a_frame_across_evictions(path: ResidencyPath, iterations: u32) -> Held {
         let gpu_ms = timestamps.elapsed_ms(0, 1).unwrap_or(0.0);
         let mut out = vec![0u8; (n * 32) as usize];
         output.read(0, &mut out).unwrap();
-        let samples = out
-            .chunks_exact(32)
-            .map(|r| {
-                let f = |i: usize| f32::from_le_bytes([r[i], r[i + 1], r[i + 2], r[i + 3]]);
-                ([f(0), f(4), f(8), f(12)].map(|v| v * 255.0), f(16) == 1.0, f(20))
-            })
-            .collect();
+        let samples = common::fallback_results(&out);
         // The frames after it go on: B resident under the budget raised again.
         streamer.set_budget_tiles(48);
         for _ in 0..8 {

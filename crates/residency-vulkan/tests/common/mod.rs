@@ -70,9 +70,7 @@ pub fn sample_fallback(
             &BufferDesc::new("results", n * 32, BufferUsage::STORAGE).with_intent(MemoryIntent::Readback),
         )
         .unwrap();
-    let bytes: Vec<u8> =
-        probes.iter().flat_map(|(uv, lod)| [uv[0], uv[1], *lod, 0.0]).flat_map(f32::to_le_bytes).collect();
-    input.write(0, &bytes).unwrap();
+    input.write(0, &probe_bytes(probes)).unwrap();
     let general = vk::ImageLayout::GENERAL;
     let set = program
         .descriptor_set(&[
@@ -100,6 +98,16 @@ pub fn sample_fallback(
     drop(nearest);
     drop(set);
     drop(program);
+    fallback_results(&out)
+}
+
+/// The fallback shaders' probe buffer: each `(uv, lod)` as `vec4(u, v, lod, 0)`.
+pub fn probe_bytes(probes: &[([f32; 2], f32)]) -> Vec<u8> {
+    probes.iter().flat_map(|(uv, lod)| [uv[0], uv[1], *lod, 0.0]).flat_map(f32::to_le_bytes).collect()
+}
+
+/// The fallback shaders' results (32 bytes a probe): texel × 255, resident, LOD used.
+pub fn fallback_results(out: &[u8]) -> Vec<([f32; 4], bool, f32)> {
     out.chunks_exact(32)
         .map(|r| {
             let f = |i: usize| f32::from_le_bytes([r[i], r[i + 1], r[i + 2], r[i + 3]]);
@@ -147,11 +155,31 @@ pub struct Accounting {
 
 /// The device's [`Accounting`] now.
 pub fn accounting(device: &Device) -> Accounting {
-    // Objects released while residency's own work was in flight are destroyed once it completes.
+    settle(device);
+    held(device)
+}
+
+/// [`accounting`] after freeing the empty heaps the general allocator keeps for reuse (one per
+/// memory type, by design): for a leak check across code that touches memory types the baseline
+/// did not (a read-back of the host-cached type on a device that has one, as the H200), where a
+/// kept empty heap is no leak. A heap anything still holds stays and counts.
+pub fn settled_accounting(device: &Device) -> Accounting {
+    settle(device);
+    device.release_empty_heaps();
+    held(device)
+}
+
+/// Waits for residency's work (unless the device is lost) and retires what it released: objects
+/// released while that work was in flight are destroyed once it completes.
+fn settle(device: &Device) {
     if !device.is_lost() {
         device.wait_idle().unwrap();
     }
     device.maintain();
+}
+
+/// The ledger's memory objects, bytes per heap and live objects, as they are.
+fn held(device: &Device) -> Accounting {
     let heaps = device.memory_properties().heaps.len() as u32;
     let mut live: Vec<(String, String)> =
         device.ledger().live_objects().into_iter().map(|o| (o.kind.to_owned(), o.name.to_string())).collect();
@@ -161,19 +189,6 @@ pub fn accounting(device: &Device) -> Accounting {
         heap_bytes: (0..heaps).map(|h| device.ledger().heap_bytes(h)).collect(),
         live,
     }
-}
-
-/// [`accounting`] after freeing the empty heaps the general allocator keeps for reuse (one per
-/// memory type, by design): for a leak check across code that touches memory types the baseline
-/// did not (a read-back of the host-cached type on a device that has one, as the H200), where a
-/// kept empty heap is no leak. A heap anything still holds stays and counts.
-pub fn settled_accounting(device: &Device) -> Accounting {
-    if !device.is_lost() {
-        device.wait_idle().unwrap();
-    }
-    device.maintain();
-    device.release_empty_heaps();
-    accounting(device)
 }
 
 /// [`cpu_feedback_frame`] with `begin_frame`'s error returned (the later steps must succeed).
