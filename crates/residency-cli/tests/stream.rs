@@ -10,7 +10,7 @@ use common::{build_texture, f, stream_on};
 
 fn streams_a_virtual_texture_within_a_tenth_of_its_size_on(path: &str) {
     let Some(file) = build_texture(&format!("{path}-fit")) else { return };
-    let (r, _) = stream_on(path, &file, &["--sweep"]);
+    let (r, _) = stream_on(path, &file, &["--sweep", "--wait-loads", "--wait-frames"]);
     let full = f(&r, "fully_resident_bytes");
     assert!(f(&r, "resident_bytes_peak") <= f(&r, "budget_bytes"), "{r}");
     assert!(f(&r, "resident_bytes_peak") <= 0.10 * full, "resident peak over 10 % of fully resident: {r}");
@@ -53,17 +53,18 @@ fn a_tight_budget_evicts_and_never_exceeds_it_on(path: &str) {
 /// the tail also counts loads slower than a frame).
 fn frames_in_flight_stream_the_same_tiles_and_wait_before_unbinds_on(path: &str) {
     let Some(file) = build_texture(&format!("{path}-ring")) else { return };
-    let (one, _) = stream_on(path, &file, &["--frames-in-flight", "1"]);
-    let (three, _) = stream_on(path, &file, &["--frames-in-flight", "3"]);
+    // Frame-exact runs (loads and frames waited): what is compared does not depend on how fast
+    // the workers or the GPU run. The tight run below overlaps frames for real.
+    let exact = ["--wait-loads", "--wait-frames"];
+    let (one, _) = stream_on(path, &file, &[&["--frames-in-flight", "1"][..], &exact].concat());
+    let (three, _) = stream_on(path, &file, &[&["--frames-in-flight", "3"][..], &exact].concat());
     assert_eq!(f(&one, "frames_in_flight"), 1.0);
     assert_eq!(f(&three, "frames_in_flight"), 3.0);
     // The same working set (give or take a tile or two wanted only while the feedback was late).
     let (a, b) = (f(&one, "tiles_streamed"), f(&three, "tiles_streamed"));
     assert!((a - b).abs() <= 0.1 * a, "{one}\n{three}");
-    // The ring adds at most its depth less one to the typical request's latency. The tail (p95)
-    // also counts loads that took longer than a frame: with three frames in flight the CPU runs
-    // ahead, so a slow load spans more frames — on a busy 2-core machine p95 went 2 → 5 while the
-    // median stayed 2. So the bound is on the median, and the tail only may not shrink.
+    // The ring adds at most its depth less one to the typical request's latency (the staging
+    // ring's per-frame share shrinks with the ring's depth, so a burst may take a frame more).
     assert!(f(&three, "latency_frames_p50") <= f(&one, "latency_frames_p50") + 2.0, "{one}\n{three}");
     assert!(f(&three, "latency_frames_p95") >= f(&one, "latency_frames_p95"), "{one}\n{three}");
     assert!(f(&three, "psnr_db_min") >= 40.0, "{three}");
@@ -96,7 +97,11 @@ fn a_missing_file_is_a_clear_error() {
 fn sampled_feedback_still_converges_on(path: &str) {
     let Some(file) = build_texture(&format!("{path}-sampled")) else { return };
     // One pixel of every 2 × 2 block, every other frame: a quarter of the pixels in half the frames.
-    let (r, _) = stream_on(path, &file, &["--feedback-stride", "2", "--feedback-interval", "2"]);
+    let (r, _) = stream_on(
+        path,
+        &file,
+        &["--feedback-stride", "2", "--feedback-interval", "2", "--wait-loads", "--wait-frames"],
+    );
     assert!(f(&r, "latency_frames_p95") <= 3.0, "{r}");
     assert!(f(&r, "converged_frames") >= 14.0, "{r}");
     assert!(f(&r, "psnr_db_min") >= 40.0, "{r}");
@@ -105,7 +110,11 @@ fn sampled_feedback_still_converges_on(path: &str) {
 
 fn a_budget_cut_mid_run_keeps_rendering_from_coarser_mips_on(path: &str) {
     let Some(file) = build_texture(&format!("{path}-cut")) else { return };
-    let (r, _) = stream_on(path, &file, &["--cut-at-frame", "10", "--cut-to-mib", "1"]);
+    let (r, _) = stream_on(
+        path,
+        &file,
+        &["--cut-at-frame", "10", "--cut-to-mib", "1", "--wait-loads", "--wait-frames"],
+    );
     let resident = r["resident_mib_per_frame"].as_array().unwrap();
     let psnr = r["psnr_db_per_frame"].as_array().unwrap();
     assert!(resident[9].as_f64().unwrap() > 1.0, "the view needs more than the cut budget: {r}");
@@ -211,7 +220,7 @@ fn auto_picks_the_hardware_path_where_the_device_has_it() {
 #[test]
 fn auto_takes_the_software_path_on_a_device_without_sparse_residency() {
     let Some(file) = build_texture("nosparse") else { return };
-    let (r, _) = stream_on("auto", &file, &["--no-sparse"]);
+    let (r, _) = stream_on("auto", &file, &["--no-sparse", "--wait-loads", "--wait-frames"]);
     assert_eq!(r["path"], "software", "{r}");
     assert!(f(&r, "psnr_db_min") >= 40.0, "{r}");
     assert!(f(&r, "latency_frames_p95") <= 3.0, "{r}");
@@ -245,7 +254,11 @@ fn a_bc7_texture_streams_on_the_hardware_path_and_compares_with_its_rgba8_source
         assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
     }
     let source = rgba8.to_str().unwrap();
-    let (r, _) = stream_on("hardware", &bc7, &["--budget-mib", "1", "--source", source]);
+    let (r, _) = stream_on(
+        "hardware",
+        &bc7,
+        &["--budget-mib", "1", "--source", source, "--wait-loads", "--wait-frames"],
+    );
     assert_eq!(r["texel_format"], "bc7_unorm", "{r}");
     assert_eq!(f(&r, "bytes_per_resident_texel"), 1.0, "{r}");
     assert_eq!(f(&r, "resident_texels_peak"), f(&r, "resident_bytes_peak"), "{r}");

@@ -68,6 +68,11 @@ pub struct StreamArgs {
     /// Testing aid: wait for each frame's loads before the next frame, so runs are frame-exact.
     #[arg(long)]
     pub(super) wait_loads: bool,
+    /// Testing aid: wait for the previous frame's GPU work before each frame begins, so the
+    /// streamer reads every frame's feedback at the next frame whatever the GPU's speed (with
+    /// `--wait-loads`, runs are frame-exact with any number of frames in flight).
+    #[arg(long)]
+    pub(super) wait_frames: bool,
     /// Testing aid: make one Vulkan call fail (`SITE:N[:lost]`: allocate_memory, create_resource,
     /// bind_sparse, queue_submit or wait, after N calls); the run ends with that typed error.
     #[arg(long, value_name = "SITE:N[:lost]", value_parser = parse_fault)]

@@ -192,16 +192,25 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
     for frame in 0..args.frames {
         let started = Instant::now();
         let slot = frame as usize % fif;
-        let mut waited = Duration::ZERO;
+        let (mut waited, mut checked) = (Duration::ZERO, false);
         if let Some((f, submission)) = in_flight[slot].take() {
             let t = Instant::now();
             commands.wait(submission)?;
             waited += t.elapsed();
             done.frame(&scene, args, f, slot)?;
+            checked = true;
         }
         if let (Some(at_frame), Some(mib)) = (args.cut_at_frame, args.cut_to_mib) {
             if frame == at_frame {
                 streamer.set_budget_tiles(((mib << 20) / tile_bytes).max(1) as u32);
+            }
+        }
+        if args.wait_frames {
+            let previous = (frame as usize + fif - 1) % fif;
+            if let Some((_, submission)) = &in_flight[previous] {
+                let t = Instant::now();
+                commands.wait_for(submission)?;
+                waited += t.elapsed();
             }
         }
         let t = Instant::now();
@@ -236,7 +245,7 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
         r.backing_bytes_peak = r.backing_bytes_peak.max(streamer.backing_bytes());
         streamer_ms.push(streamer_time.as_secs_f64() * 1e3);
         frame_ms.push(started.elapsed().as_secs_f64() * 1e3);
-        let psnr = if waited > Duration::ZERO { done.psnr_ms.last().copied().unwrap_or(0.0) } else { 0.0 };
+        let psnr = if checked { done.psnr_ms.last().copied().unwrap_or(0.0) } else { 0.0 };
         cpu_ms.push((started.elapsed() - waited).as_secs_f64() * 1e3 - psnr);
     }
     for f in args.frames.saturating_sub(fif as u64)..args.frames {
