@@ -103,6 +103,44 @@ pub enum VulkanError {
         /// The layout the subresource is in.
         actual: vk::ImageLayout,
     },
+    /// A token (a [`Submission`](crate::Submission)) was given to an object other than the one
+    /// that issued it: another command context, or a context of another device. Nothing was
+    /// done.
+    #[error("a {token} issued by {issuer} was given to {holder}")]
+    ForeignToken {
+        /// What the token is.
+        token: &'static str,
+        /// Who issued it.
+        issuer: String,
+        /// Who it was given to.
+        holder: String,
+    },
+    /// A lock residency needs is already held by the calling thread (a residency call from inside
+    /// a closure that runs under it, or while holding [`Queue::lock`](crate::Queue::lock)):
+    /// taking it would wait forever. Nothing was done.
+    #[error("re-entrant call refused: {what}")]
+    Reentrant {
+        /// Which lock.
+        what: &'static str,
+    },
+    /// A wait for a value of a renderer [`Timeline`](crate::Timeline) that no signal announced to
+    /// residency reaches: nothing could end it. Announce the signals you submit with
+    /// [`Timeline::signal_submitted`](crate::Timeline::signal_submitted) (residency's own
+    /// `submit_signalling` announces its signals). Nothing was waited for or submitted.
+    #[error(
+        "timeline `{timeline}` value {value} is waited for, but it is at {current} and no signal \
+         announced reaches past {announced}"
+    )]
+    UnreachableWait {
+        /// The timeline's name.
+        timeline: String,
+        /// The value waited for.
+        value: u64,
+        /// Its value when the wait was refused.
+        current: u64,
+        /// The highest value a signal announced to residency reaches.
+        announced: u64,
+    },
     /// Any other Vulkan error result.
     #[error("{call} failed: {result}")]
     Vk {

@@ -43,7 +43,7 @@ pub use buffer::{
 };
 pub use commands::{CommandContext, ReadBackError, Submission};
 pub use defrag::{DefragDesc, DefragError, DefragStats, DefragTotals, Defragmenter, Unmovable};
-pub use device::{Device, EnabledFeatures, ExternalDevice, HeapStatus, Queue, LEAKS_AT_TEARDOWN};
+pub use device::{Device, EnabledFeatures, ExternalDevice, HeapStatus, Queue, QueueGuard, LEAKS_AT_TEARDOWN};
 pub use device_set::{DeviceSet, DeviceSetDesc, LiveDevice, TeardownError, SETS_DROPPED_IN_USE};
 pub use error::{Result, VulkanError, LAVAPIPE_HINT};
 pub use image::{Filter, Image, ImageDesc, ImageView, ImageViewDesc, Sampler};

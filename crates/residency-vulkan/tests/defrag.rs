@@ -586,6 +586,9 @@ fn a_buffer_used_by_a_pending_frame_moves_and_its_old_memory_waits_for_the_signa
         for &k in &moving {
             buffers[k].1.used_until(frame.at(value)).unwrap();
         }
+        // SAFETY: the test signals the frame from the host below (nothing it waits for first
+        // waits for the frame).
+        unsafe { frame.signal_submitted(value) };
         let names: Vec<String> = moving.iter().map(|&k| buffers[k].1.name().to_owned()).collect();
         let count =
             |name: &str| device.ledger().live_objects().iter().filter(|o| o.name.as_ref() == name).count();

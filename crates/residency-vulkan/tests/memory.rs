@@ -313,6 +313,8 @@ fn pool_ranges_are_light_ranges_of_page_buffers_released_after_the_gpu() {
         let context = residency_vulkan::CommandContext::new(device, "ranges").unwrap();
         let r3 = ranges.remove(3);
         let region = vk::BufferCopy { src_offset: r3.offset(), dst_offset: 0, size: r3.size() };
+        // SAFETY: the test signals the gate from the host below, waiting for nothing first.
+        unsafe { gate.signal_submitted(1) };
         let copy = context
             .submit(&[gate.at(1)], |rec| {
                 // SAFETY: the page buffer and `out` are live buffers of this device; the range is

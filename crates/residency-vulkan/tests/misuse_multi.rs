@@ -209,6 +209,8 @@ fn misuse_a_multi_device_image_dropped_while_its_cached_views_are_bound_in_pendi
             ])
             .unwrap();
         let push: Vec<u8> = [N, 16].iter().flat_map(|v| v.to_le_bytes()).collect();
+        // SAFETY: the test signals the gate from the host below, waiting for nothing first.
+        unsafe { gate.signal_submitted(1) };
         let submission = context
             .submit(&[gate.at(1)], |rec| program.dispatch(rec, &ds, &push, [N / 64, 1, 1]).unwrap())
             .unwrap();

@@ -188,6 +188,8 @@ fn misuse_dropping_a_buffer_the_gpu_is_still_reading_defers_its_destruction() {
     with_gpu(|set| {
         let device = &set.devices()[0];
         let gate = device.create_timeline("misuse gate").unwrap();
+        // SAFETY: the test opens the gate with a host signal, waiting for nothing that waits for it.
+        unsafe { gate.signal_submitted(1) };
         let context = CommandContext::new(device, "misuse gated").unwrap();
         let src = upload_buffer(device, "read by the GPU", 1 << 16);
         let dst = upload_buffer(device, "written by the GPU", 1 << 16);
@@ -209,6 +211,8 @@ fn misuse_dropping_a_pool_image_and_view_in_use_defers_them_in_order() {
     with_gpu(|set| {
         let device = &set.devices()[0];
         let gate = device.create_timeline("misuse gate 2").unwrap();
+        // SAFETY: the test opens the gate with a host signal, waiting for nothing that waits for it.
+        unsafe { gate.signal_submitted(1) };
         let context = CommandContext::new(device, "misuse gated 2").unwrap();
         let desc = BufferPoolDesc::new("misuse busy pool", BufferPoolUsage::Unknown)
             .with_memory(MemoryIntent::Upload)
@@ -398,6 +402,8 @@ fn misuse_an_early_return_from_a_frame_loop_with_frames_in_flight_leaks_nothing(
     with_gpu(|set| {
         let device = &set.devices()[0];
         let gate = device.create_timeline("misuse loop gate").unwrap();
+        // SAFETY: the test opens the gate with a host signal, waiting for nothing that waits for it.
+        unsafe { gate.signal_submitted(1) };
         // The device set is shared by the tests of this process: free the empty heaps the general
         // allocator keeps for reuse (one per memory type, by design, and which types earlier tests
         // touched varies with their order) on both sides of the comparison.

@@ -190,6 +190,8 @@ fn misuse_dropping_a_compute_program_while_its_dispatch_is_pending_defers_its_de
     with_gpu(|set| {
         let device = Arc::clone(&set.devices()[0]);
         let gate = device.create_timeline("misuse program gate").unwrap();
+        // SAFETY: the test opens the gate with a host signal, waiting for nothing that waits for it.
+        unsafe { gate.signal_submitted(1) };
         let context = CommandContext::new(&device, "misuse pending program").unwrap();
         let target = storage(&device, "misuse pending program target");
         let program = fill_program(&device, "misuse pending program");
@@ -222,6 +224,8 @@ fn misuse_a_program_dropped_inside_its_recording_lives_until_the_submission_comp
     with_gpu(|set| {
         let device = Arc::clone(&set.devices()[0]);
         let gate = device.create_timeline("misuse closure gate").unwrap();
+        // SAFETY: the test opens the gate with a host signal, waiting for nothing that waits for it.
+        unsafe { gate.signal_submitted(1) };
         let context = CommandContext::new(&device, "misuse closure").unwrap();
         let target = storage(&device, "misuse closure target");
         let program = fill_program(&device, "misuse closure program");
@@ -250,6 +254,8 @@ fn misuse_dropping_timestamps_while_their_writes_are_pending_defers_the_query_po
     with_gpu(|set| {
         let device = Arc::clone(&set.devices()[0]);
         let gate = device.create_timeline("misuse timestamps gate").unwrap();
+        // SAFETY: the test opens the gate with a host signal, waiting for nothing that waits for it.
+        unsafe { gate.signal_submitted(1) };
         let context = CommandContext::new(&device, "misuse timestamps").unwrap();
         let timestamps = Timestamps::new(&device, "misuse pending timestamps", 2).unwrap();
         // A fresh pool reads as not available, never as an uninitialised query.
@@ -278,6 +284,8 @@ fn misuse_dropping_a_sets_view_and_sampler_while_the_set_is_in_use_is_safe() {
     with_gpu(|set| {
         let device = Arc::clone(&set.devices()[0]);
         let gate = device.create_timeline("misuse view gate").unwrap();
+        // SAFETY: the test opens the gate with a host signal, waiting for nothing that waits for it.
+        unsafe { gate.signal_submitted(1) };
         let context = CommandContext::new(&device, "misuse view").unwrap();
         let image = device
             .create_image(&ImageDesc::new_2d(
@@ -331,6 +339,8 @@ fn misuse_a_renderers_own_command_buffer_through_from_raw_keeps_what_it_recorded
     with_gpu(|set| {
         let device = Arc::clone(&set.devices()[0]);
         let gate = device.create_timeline("misuse own gate").unwrap();
+        // SAFETY: the test opens the gate with a host signal, waiting for nothing that waits for it.
+        unsafe { gate.signal_submitted(1) };
         let done = device.create_timeline("misuse own frame").unwrap();
         let target = storage(&device, "misuse own target");
         let program = fill_program(&device, "misuse own program");
@@ -365,7 +375,7 @@ fn misuse_a_renderers_own_command_buffer_through_from_raw_keeps_what_it_recorded
             .command_buffer_infos(&buffers)
             .signal_semaphore_infos(&signals);
         {
-            let queue = device.universal_queue().lock();
+            let queue = device.universal_queue().lock().unwrap();
             // SAFETY: the queue is locked; the command buffer is executable; the timeline values grow.
             unsafe { device.raw().queue_submit2(*queue, &[submit], vk::Fence::null()) }.unwrap();
         }

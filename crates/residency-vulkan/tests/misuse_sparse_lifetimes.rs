@@ -70,7 +70,11 @@ struct Gate<'d> {
 
 impl<'d> Gate<'d> {
     fn new(device: &'d Device, name: &str) -> Self {
-        Gate { device, timeline: device.create_timeline(name).unwrap(), open: false }
+        let timeline = device.create_timeline(name).unwrap();
+        // SAFETY: the gate opens with a host signal (at the latest when it drops), which waits
+        // for nothing that waits for it.
+        unsafe { timeline.signal_submitted(1) };
+        Gate { device, timeline, open: false }
     }
 
     /// Host-signals the timeline to 1: the gated work runs.

@@ -207,6 +207,8 @@ fn hold_a_frame_across_evictions(path: ResidencyPath, iterations: u32) -> Held {
             }
         })
         .unwrap();
+        // SAFETY: the submission above signals the timeline to 1 and succeeded.
+        unsafe { own.timeline.signal_submitted(1) };
         drop(bindings);
         streamer.end_frame(held_until).unwrap();
         assert_eq!(

@@ -97,7 +97,10 @@ impl<A: Counter> ClockCache<A> {
     }
 
     /// The clock reached `value` (a fence signalled, a wait returned, the semaphore was read).
+    /// Never past what was published: a value nobody published is capped at the latest
+    /// published one (a completion seen on a fence says nothing about later submissions).
     pub fn note_completed(&self, value: u64) {
+        let value = value.min(self.submitted.load(Ordering::Acquire));
         self.completed.fetch_max(value, Ordering::AcqRel);
     }
 
@@ -119,5 +122,29 @@ impl<A: Counter> ClockCache<A> {
             Some(value) => self.completed.fetch_max(value, Ordering::AcqRel).max(value),
             None => seen,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ClockCache;
+
+    /// A completion reported past the latest published value (a fence of another issuer, a
+    /// forged token) never raises the clock beyond what was published.
+    #[test]
+    fn a_completion_past_what_was_published_is_capped() {
+        let clock: ClockCache<std::sync::atomic::AtomicU64> = ClockCache::new();
+        clock.note_completed(9);
+        assert_eq!(clock.seen_completed(), 0, "nothing published");
+        let first = clock.next();
+        clock.publish(first);
+        let second = clock.next();
+        clock.publish(second);
+        clock.note_completed(100);
+        assert_eq!(clock.seen_completed(), second);
+        assert!(clock.all_seen_completed());
+        let third = clock.next();
+        clock.publish(third);
+        assert!(!clock.all_seen_completed(), "the next submission is not complete");
     }
 }

@@ -1,6 +1,7 @@
 //! One logical device: its queues, its enabled features and debug names.
 
 pub(crate) mod ledger;
+pub(crate) mod lock;
 pub mod profile_capture;
 pub mod requirements;
 pub(crate) mod set;
@@ -12,13 +13,14 @@ use crate::memory::BlockList;
 use crate::retire::Retirement;
 use crate::validation::ValidationLog;
 use ash::vk;
+use lock::{Lock, LockGuard, Reentrant};
 use residency_core::device_mask::DeviceIndex;
 use residency_core::memory::HeapGrowth;
 use residency_core::profile::{DeviceProfile, MemoryHeap, MemoryProperties};
 use residency_core::usage::BufferUsage;
 use std::ffi::{CStr, CString};
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 /// A queue. Queues are externally synchronised in Vulkan; the lock serialises submissions from
 /// several threads and lets the universal and sparse roles share one `VkQueue` when the device
@@ -27,10 +29,25 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 pub struct Queue {
     family: u32,
     index: u32,
-    raw: Mutex<vk::Queue>,
+    raw: Lock<vk::Queue>,
+}
+
+/// The locked queue ([`Queue::lock`]); derefs to the `VkQueue`.
+#[derive(Debug)]
+pub struct QueueGuard<'a>(LockGuard<'a, vk::Queue>);
+
+impl std::ops::Deref for QueueGuard<'_> {
+    type Target = vk::Queue;
+    fn deref(&self) -> &vk::Queue {
+        &self.0
+    }
 }
 
 impl Queue {
+    fn new(family: u32, index: u32, raw: vk::Queue) -> Arc<Queue> {
+        Arc::new(Queue { family, index, raw: Lock::new(raw) })
+    }
+
     /// The queue family index.
     pub fn family(&self) -> u32 {
         self.family
@@ -41,9 +58,15 @@ impl Queue {
         self.index
     }
 
-    /// Locks the queue for a submission.
-    pub fn lock(&self) -> MutexGuard<'_, vk::Queue> {
-        self.raw.lock().unwrap_or_else(|e| e.into_inner())
+    /// Locks the queue for a submission, waiting for another thread that holds it. Residency
+    /// takes this lock for each of its submissions, so a thread that holds it and calls a
+    /// residency function that submits (or locks it again) would wait for itself: that call
+    /// answers [`VulkanError::Reentrant`] instead, and so does this one on the holding thread.
+    pub fn lock(&self) -> Result<QueueGuard<'_>> {
+        self.raw.lock().map(QueueGuard).map_err(|Reentrant| VulkanError::Reentrant {
+            what: "the queue is already locked by this thread (a submission inside `submit_checked`'s \
+                   closure, or a residency call while holding `Queue::lock`)",
+        })
     }
 }
 
@@ -344,7 +367,7 @@ impl Device {
         let get_queue = |family: u32, index: u32| {
             // SAFETY: (family, index) was requested in queue_infos.
             let raw_queue = unsafe { raw.get_device_queue(family, index) };
-            Arc::new(Queue { family, index, raw: Mutex::new(raw_queue) })
+            Queue::new(family, index, raw_queue)
         };
         let universal = get_queue(universal_family, 0);
         let sparse = match queues.sparse {
@@ -475,9 +498,14 @@ impl Device {
         });
         let label = format!("residency {} ({})", device.index, device.name);
         device.set_name(device.raw.handle(), &label);
-        device.set_name(*device.universal.lock(), &format!("{label} universal queue"));
+        // Nobody else has the device yet: the locks are free.
+        if let Ok(queue) = device.universal.lock() {
+            device.set_name(*queue, &format!("{label} universal queue"));
+        }
         if let Some(sparse) = device.sparse.as_ref().filter(|s| !Arc::ptr_eq(s, &device.universal)) {
-            device.set_name(*sparse.lock(), &format!("{label} sparse queue"));
+            if let Ok(queue) = sparse.lock() {
+                device.set_name(*queue, &format!("{label} sparse queue"));
+            }
         }
         device.set_name(device.retirement.universal, &format!("{label} universal timeline"));
         Ok(device)
@@ -720,8 +748,13 @@ impl Device {
         }
         // Lock every queue so no submission races the wait (vkDeviceWaitIdle requires that all
         // queues are externally synchronised).
-        let _universal = self.universal.lock();
-        let _sparse = self.sparse.as_ref().filter(|s| !Arc::ptr_eq(s, &self.universal)).map(|s| s.lock());
+        let _universal = self.universal.lock()?;
+        let _sparse = self
+            .sparse
+            .as_ref()
+            .filter(|s| !Arc::ptr_eq(s, &self.universal))
+            .map(|s| s.lock())
+            .transpose()?;
         self.ledger
             .guard(FaultSite::Wait, || {
                 // SAFETY: valid device; all its queues are locked.
@@ -889,7 +922,7 @@ impl Device {
         let get_queue = |(family, index): (u32, u32)| {
             // SAFETY: the caller guarantees the device was created with this queue.
             let raw_queue = unsafe { raw.get_device_queue(family, index) };
-            Arc::new(Queue { family, index, raw: Mutex::new(raw_queue) })
+            Queue::new(family, index, raw_queue)
         };
         let universal = get_queue(external.universal_queue);
         let sparse = external.sparse_queue.map(|q| {

@@ -113,7 +113,7 @@ pub(super) fn submit_binds(
     let mut wait_values: Vec<u64> = infos.iter().map(|i| i.value).collect();
     let sparse = [device.retirement().sparse];
     let done = {
-        let queue = queue.lock();
+        let queue = queue.lock()?;
         // Values of the device's sparse timeline are taken under the sparse queue lock, so they
         // grow in submission order; published only once the submission succeeded. Each bind
         // waits for the one before, so the timeline's signals also run in that order.

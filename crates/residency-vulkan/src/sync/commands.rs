@@ -5,6 +5,7 @@
 //! wait.
 
 use crate::buffer::{AccessError, Buffer, BufferDesc};
+use crate::device::lock::Lock;
 use crate::device::Device;
 use crate::error::{Result, VkResultExt, VulkanError};
 use crate::ledger::FaultSite;
@@ -14,7 +15,8 @@ use crate::retire::GpuUse;
 use ash::vk;
 use residency_core::memory::MemoryIntent;
 use residency_core::usage::BufferUsage;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Reading a buffer back failed.
 #[derive(Debug, thiserror::Error)]
@@ -58,7 +60,10 @@ pub enum ReadBackError {
     Vulkan(#[from] VulkanError),
 }
 
-/// A submitted batch; wait for it with [`CommandContext::wait`].
+/// A submitted batch; wait for it with [`CommandContext::wait`] of the context that made it.
+///
+/// A submission is bound to its issuer: the context that made it (and so its device). Another
+/// context refuses it with [`VulkanError::ForeignToken`] and looks at nothing of it.
 #[derive(Debug, PartialEq, Eq)]
 #[must_use = "a submission should be waited for before its resources are reused"]
 pub struct Submission {
@@ -67,6 +72,8 @@ pub struct Submission {
     /// The value of the device's universal timeline this submission signals.
     point: u64,
     device: u64,
+    /// The [`CommandContext`] that made it (unique in the process).
+    context: u64,
 }
 
 impl Submission {
@@ -104,8 +111,16 @@ struct ContextState {
 pub struct CommandContext {
     device: Arc<Device>,
     name: String,
-    state: Mutex<ContextState>,
+    /// Unique in the process: the issuer of this context's [`Submission`]s.
+    id: u64,
+    state: Lock<ContextState>,
 }
+
+/// The next [`CommandContext`]'s id.
+static NEXT_CONTEXT: AtomicU64 = AtomicU64::new(1);
+
+const REENTRANT_SUBMIT: &str =
+    "a command context's submit, wait or query from inside its own submit's recording closure";
 
 impl CommandContext {
     /// Creates an empty context; command buffers are created as needed.
@@ -119,7 +134,8 @@ impl CommandContext {
         Ok(CommandContext {
             device: device.arc(),
             name: name.to_owned(),
-            state: Mutex::new(ContextState { pool, slots: Vec::new(), next_serial: 1 }),
+            id: NEXT_CONTEXT.fetch_add(1, Ordering::Relaxed),
+            state: Lock::new(ContextState { pool, slots: Vec::new(), next_serial: 1 }),
         })
     }
 
@@ -207,7 +223,9 @@ impl CommandContext {
         if let Some(result) = device.ledger().fault_at(FaultSite::QueueSubmit) {
             return Err(VulkanError::from_vk("vkQueueSubmit2", result));
         }
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        // `record` runs under this lock (the pool and its command buffers are externally
+        // synchronised): a submit of this context from inside it is refused, not a deadlock.
+        let mut state = self.lock_state()?;
         let index = self.free_slot(&mut state)?;
         let (command_buffer, fence) = (state.slots[index].command_buffer, state.slots[index].fence);
         let begin = vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
@@ -238,7 +256,7 @@ impl CommandContext {
         unsafe { device.raw().end_command_buffer(command_buffer) }.during("vkEndCommandBuffer")?;
         let buffers = [vk::CommandBufferSubmitInfo::default().command_buffer(command_buffer)];
         let point = {
-            let queue = device.universal_queue().lock();
+            let queue = device.universal_queue().lock()?;
             // The device's universal timeline: values are taken under the queue lock, so they grow
             // in submission order.
             // Every image must be in the layouts the recorded commands need, in submission order
@@ -271,6 +289,7 @@ impl CommandContext {
                 return Err(VulkanError::from_vk("vkQueueSubmit2", result));
             }
             device.retirement().published(point);
+            device.announce_signals(signals);
             layouts.apply();
             point
         };
@@ -281,13 +300,36 @@ impl CommandContext {
         drop(state);
         drop(kept);
         device.maintain();
-        Ok(Submission { slot: index, serial, point, device: device.uid() })
+        Ok(Submission { slot: index, serial, point, device: device.uid(), context: self.id })
     }
 
-    /// Whether `submission` has finished executing; never waits.
+    fn lock_state(&self) -> Result<crate::device::lock::LockGuard<'_, ContextState>> {
+        self.state.lock().map_err(|_| VulkanError::Reentrant { what: REENTRANT_SUBMIT })
+    }
+
+    /// Refuses a submission this context did not make: its slot and serial mean nothing here,
+    /// and trusting them would mark this device's work complete on another context's fence.
+    fn check_issuer(&self, submission: &Submission) -> Result<()> {
+        if submission.context == self.id && submission.device == self.device.uid() {
+            return Ok(());
+        }
+        Err(VulkanError::ForeignToken {
+            token: "submission",
+            issuer: if submission.device == self.device.uid() {
+                "another command context of this device".to_owned()
+            } else {
+                "a command context of another device".to_owned()
+            },
+            holder: format!("command context `{}` of device {}", self.name, self.device.index()),
+        })
+    }
+
+    /// Whether `submission` has finished executing; never waits. A submission of another
+    /// context is [`VulkanError::ForeignToken`].
     pub fn is_complete(&self, submission: &Submission) -> Result<bool> {
+        self.check_issuer(submission)?;
         let device = &*self.device;
-        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let state = self.lock_state()?;
         let slot = &state.slots[submission.slot];
         if slot.serial != submission.serial {
             return Ok(true); // already observed complete and reused
@@ -305,17 +347,20 @@ impl CommandContext {
         Ok(done)
     }
 
-    /// Waits until `submission` has finished executing.
+    /// Waits until `submission` has finished executing. A submission of another context is
+    /// [`VulkanError::ForeignToken`] (nothing is waited for).
     pub fn wait(&self, submission: Submission) -> Result<()> {
         self.wait_for(&submission)
     }
 
     /// Waits until `submission` has finished executing, keeping the handle (a frame ring keeps it
-    /// until the frame has been read back).
+    /// until the frame has been read back). A submission of another context is
+    /// [`VulkanError::ForeignToken`].
     pub fn wait_for(&self, submission: &Submission) -> Result<()> {
+        self.check_issuer(submission)?;
         let device = &*self.device;
         let fence = {
-            let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            let state = self.lock_state()?;
             let slot = &state.slots[submission.slot];
             if slot.serial != submission.serial {
                 // Already observed complete (its fence) and reused: only the timeline may lag.
@@ -345,7 +390,7 @@ impl CommandContext {
 impl Drop for CommandContext {
     fn drop(&mut self) {
         let device = &*self.device;
-        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        let state = self.state.get_mut();
         let fences: Vec<_> = state.slots.iter().filter(|s| s.serial != 0).map(|s| s.fence).collect();
         // Bounded on a lost device: teardown never waits forever.
         device.settle_fences(&fences);

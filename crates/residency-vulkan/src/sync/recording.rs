@@ -227,7 +227,7 @@ impl<'a> Recording<'a> {
         for until in self.waits.iter().chain(self.device.submitted_binds().as_ref()) {
             waits.push(self.device.wait_info(until)?);
         }
-        let queue = self.device.universal_queue().lock();
+        let queue = self.device.universal_queue().lock()?;
         self.plan.check()?;
         submit(*queue, &waits).map_err(|r| VulkanError::from_vk("vkQueueSubmit2", r))?;
         self.plan.apply();

@@ -315,20 +315,61 @@ impl PendingUses {
     }
 }
 
-/// A renderer timeline semaphore residency can wait on: signal it in your own submissions and
-/// declare uses with [`Timeline::at`]. It lives until its device is destroyed.
+/// A renderer timeline semaphore residency can wait on: signal it in your own submissions,
+/// announce each signal you submit with [`Timeline::signal_submitted`], and declare uses with
+/// [`Timeline::at`]. It lives until its device is destroyed.
+///
+/// Residency waits (on the host or on the GPU) only for values a signal announced to it reaches
+/// (or that the timeline has reached): a wait for any other value could never end, and is refused
+/// with [`VulkanError::UnreachableWait`](crate::VulkanError::UnreachableWait) where it would be
+/// created. A *use* may be declared before its signal is announced (declare, then submit); at
+/// teardown, residency waits only up to the announced value, and objects whose declared uses lie
+/// beyond it stay queued ([`DeviceSet::close`](crate::DeviceSet::close) reports them).
 #[derive(Debug, Clone)]
 pub struct Timeline {
     device: u64,
     clock: ClockId,
     raw: vk::Semaphore,
     name: Arc<str>,
+    announced: Arc<AtomicU64>,
+}
+
+/// A renderer timeline as the device keeps it.
+#[derive(Debug)]
+struct TimelineEntry {
+    raw: vk::Semaphore,
+    name: Arc<str>,
+    /// The highest value an announced signal reaches.
+    announced: Arc<AtomicU64>,
 }
 
 impl Timeline {
-    /// The `VkSemaphore` (timeline type) to signal in your submissions.
+    /// The `VkSemaphore` (timeline type) to signal in your submissions (announce each signal
+    /// with [`Timeline::signal_submitted`]).
     pub fn raw(&self) -> vk::Semaphore {
         self.raw
+    }
+
+    /// Announces a signal of this timeline to `value` (or more) that you submitted to a queue of
+    /// its device (or performed on the host): residency may now wait for values up to `value`.
+    /// [`CommandContext::submit_signalling`](crate::CommandContext::submit_signalling) announces
+    /// the signals it submits itself.
+    ///
+    /// # Safety
+    /// The timeline will reach `value`: a signal of it to `value` or more was submitted (and the
+    /// submission succeeded) or performed, or you will submit or perform one without first
+    /// waiting for work that waits for it. Residency trusts this: its submissions may wait for
+    /// `value` on the GPU and teardown waits for it, so a false announcement can leave them
+    /// waiting forever.
+    /// Conversely, every signal you submit that a declared use ([`Timeline::at`]) relies on must be
+    /// announced: at teardown residency treats uses past the announced value as never submitted.
+    pub unsafe fn signal_submitted(&self, value: u64) {
+        self.announced.fetch_max(value, Ordering::AcqRel);
+    }
+
+    /// The highest value a signal announced to residency reaches.
+    pub fn announced(&self) -> u64 {
+        self.announced.load(Ordering::Acquire)
     }
 
     /// Its name.
@@ -354,7 +395,7 @@ pub(crate) struct Retirement {
     pub(crate) sparse: vk::Semaphore,
     sparse_clock: ClockCache,
     frame: AtomicU64,
-    timelines: Mutex<Vec<vk::Semaphore>>,
+    timelines: Mutex<Vec<TimelineEntry>>,
     queue: Mutex<RetireQueue<Garbage>>,
 }
 
@@ -453,7 +494,7 @@ impl Retirement {
             raw.destroy_semaphore(self.universal, None);
             raw.destroy_semaphore(self.sparse, None);
             for t in timelines {
-                raw.destroy_semaphore(t, None);
+                raw.destroy_semaphore(t.raw, None);
             }
         }
     }
@@ -475,9 +516,9 @@ impl Device {
             FRAMES => r.frame.load(Ordering::Acquire),
             ClockId(n) => {
                 let timelines = r.timelines.lock().unwrap_or_else(|e| e.into_inner());
-                let Some(&semaphore) = timelines.get((n - FIRST_TIMELINE) as usize) else { return 0 };
+                let Some(t) = timelines.get((n - FIRST_TIMELINE) as usize) else { return 0 };
                 // SAFETY: a timeline semaphore of this device, destroyed only at teardown.
-                unsafe { self.raw().get_semaphore_counter_value(semaphore) }.unwrap_or(0)
+                unsafe { self.raw().get_semaphore_counter_value(t.raw) }.unwrap_or(0)
             }
         }
     }
@@ -520,8 +561,11 @@ impl Device {
     /// Returns how many objects it destroyed.
     pub fn maintain(&self) -> usize {
         let lost = self.is_lost();
-        if lost && !self.retirement().queue.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
-            self.idle_after_loss();
+        if lost
+            && !self.retirement().queue.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+            && !self.idle_after_loss()
+        {
+            return 0;
         }
         let done = {
             let mut queue = self.retirement().queue.lock().unwrap_or_else(|e| e.into_inner());
@@ -546,16 +590,21 @@ impl Device {
     /// wait for it). An owned device waits idle with its queues locked; on an adopted one, whose
     /// other queues are the application's, residency waits for its own timeline and the renderer
     /// timelines the queued objects wait for.
-    fn idle_after_loss(&self) {
+    fn idle_after_loss(&self) -> bool {
         if self.is_owned() {
-            let _universal = self.universal_queue().lock();
-            let _sparse =
-                self.sparse_queue().filter(|s| !Arc::ptr_eq(s, self.universal_queue())).map(|s| s.lock());
+            // A thread that holds a queue lock (the caller's) cannot wait idle here: the queued
+            // objects wait for a later `maintain`.
+            let Ok(_universal) = self.universal_queue().lock() else { return false };
+            let sparse = self.sparse_queue().filter(|s| !Arc::ptr_eq(s, self.universal_queue()));
+            let Ok(_sparse) = sparse.map(|s| s.lock()).transpose() else { return false };
             // SAFETY: valid device; all its queues are locked. On a really lost device the call
             // returns in finite time, as the spec requires.
             let _ = unsafe { self.raw().device_wait_idle() };
+            true
         } else {
+            // Bounded on a lost device; what is queued is then destroyed (the device is lost).
             self.wait_for_pending_timelines();
+            true
         }
     }
 
@@ -569,9 +618,11 @@ impl Device {
             let timelines = self.retirement().timelines.lock().unwrap_or_else(|e| e.into_inner());
             for point in pending.points() {
                 let index = point.clock.0.checked_sub(FIRST_TIMELINE);
-                if let Some(&t) = index.and_then(|i| timelines.get(i as usize)) {
-                    semaphores.push(t);
-                    values.push(point.value);
+                if let Some(t) = index.and_then(|i| timelines.get(i as usize)) {
+                    // Only what an announced signal reaches: a use past it was never submitted
+                    // (nothing would end the wait); it stays queued and teardown reports it.
+                    semaphores.push(t.raw);
+                    values.push(point.value.min(t.announced.load(Ordering::Acquire)));
                 }
             }
         }
@@ -642,15 +693,68 @@ impl Device {
             FRAMES => return Err(refuse("a frame count is not a GPU event a submission can wait for")),
             ClockId(n) => {
                 let timelines = self.retirement().timelines.lock().unwrap_or_else(|e| e.into_inner());
-                *timelines
+                let t = timelines
                     .get((n - FIRST_TIMELINE) as usize)
-                    .ok_or_else(|| refuse("no such timeline on this device"))?
+                    .ok_or_else(|| refuse("no such timeline on this device"))?;
+                self.check_reachable(t, until.point.value)?;
+                t.raw
             }
         };
         Ok(vk::SemaphoreSubmitInfo::default()
             .semaphore(semaphore)
             .value(until.point.value)
             .stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS))
+    }
+
+    /// Refuses a wait for a value of renderer timeline `t` that neither an announced signal nor
+    /// the timeline itself has reached: nothing could end it.
+    fn check_reachable(&self, t: &TimelineEntry, value: u64) -> Result<()> {
+        let announced = t.announced.load(Ordering::Acquire);
+        if value <= announced {
+            return Ok(());
+        }
+        // SAFETY: a timeline semaphore of this device, destroyed only at teardown.
+        let current =
+            unsafe { self.raw().get_semaphore_counter_value(t.raw) }.during("vkGetSemaphoreCounterValue")?;
+        if value <= current {
+            return Ok(());
+        }
+        Err(crate::error::VulkanError::UnreachableWait {
+            timeline: t.name.to_string(),
+            value,
+            current,
+            announced,
+        })
+    }
+
+    /// Whether a wait for `point` of this device could end: residency's own clocks always
+    /// (their values are published after their submissions), a renderer timeline up to what an
+    /// announced signal or the timeline itself reached, a frame count never (no GPU event).
+    pub(crate) fn is_reachable(&self, point: GpuPoint) -> bool {
+        match point.clock {
+            UNIVERSAL | SPARSE => true,
+            FRAMES => false,
+            ClockId(n) => {
+                let timelines = self.retirement().timelines.lock().unwrap_or_else(|e| e.into_inner());
+                timelines
+                    .get((n - FIRST_TIMELINE) as usize)
+                    .is_some_and(|t| self.check_reachable(t, point.value).is_ok())
+            }
+        }
+    }
+
+    /// Announces signals of renderer timelines that a submission residency made includes
+    /// (`submit_signalling`'s): semaphores that are not this device's timelines are ignored.
+    pub(crate) fn announce_signals(&self, signals: &[vk::SemaphoreSubmitInfo<'_>]) {
+        if signals.is_empty() {
+            return;
+        }
+        let timelines = self.retirement().timelines.lock().unwrap_or_else(|e| e.into_inner());
+        for s in signals {
+            if let Some(t) = timelines.iter().find(|t| t.raw == s.semaphore) {
+                t.announced.fetch_max(s.value, Ordering::AcqRel);
+            }
+        }
     }
 
     /// Objects released but waiting for the GPU.
@@ -723,8 +827,9 @@ impl Device {
         self.set_name(raw, name);
         let mut timelines = self.retirement().timelines.lock().unwrap_or_else(|e| e.into_inner());
         let clock = ClockId(FIRST_TIMELINE + timelines.len() as u32);
-        timelines.push(raw);
-        Ok(Timeline { device: self.uid(), clock, raw, name: Arc::from(name) })
+        let (name, announced): (Arc<str>, _) = (Arc::from(name), Arc::new(AtomicU64::new(0)));
+        timelines.push(TimelineEntry { raw, name: Arc::clone(&name), announced: Arc::clone(&announced) });
+        Ok(Timeline { device: self.uid(), clock, raw, name, announced })
     }
 
     /// Destroys everything queued, whatever its uses (teardown, after the device is idle).

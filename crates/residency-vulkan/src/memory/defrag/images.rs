@@ -159,6 +159,10 @@ impl Defragmenter {
                 stats.unmovable_images.push((index, Unmovable::FrameCountedUse));
                 continue;
             }
+            if !uses.points().iter().all(|&point| self.device.is_reachable(point)) {
+                stats.unmovable_images.push((index, Unmovable::UnsubmittedUse));
+                continue;
+            }
             let waits = uses
                 .points()
                 .iter()

@@ -94,6 +94,10 @@ pub enum Unmovable {
     /// A use was declared in frames ([`Device::frames_from_now`]): no GPU event the copy can wait
     /// for. Declare it on a [`Timeline`](crate::Timeline) or a submission instead.
     FrameCountedUse,
+    /// A use was declared on a renderer [`Timeline`](crate::Timeline) value that no announced
+    /// signal reaches yet ([`Timeline::signal_submitted`](crate::Timeline::signal_submitted)):
+    /// the frame that uses it has not been submitted, so the copy has nothing to wait for.
+    UnsubmittedUse,
     /// The new `VkBuffer`'s (`VkImage`'s) memory requirements do not fit the planned place (or
     /// no copy alias could be bound over the old or new range).
     Requirements,
@@ -576,6 +580,10 @@ impl Defragmenter {
             let uses = buffer.life.declared_uses();
             if uses.points().iter().any(|p| p.clock == FRAMES) {
                 stats.unmovable.push((index, Unmovable::FrameCountedUse));
+                continue;
+            }
+            if !uses.points().iter().all(|&point| self.device.is_reachable(point)) {
+                stats.unmovable.push((index, Unmovable::UnsubmittedUse));
                 continue;
             }
             // Residency's own clocks need no wait: its submissions are on this queue (ordered by
