@@ -20,6 +20,9 @@ use residency_core::sync::LastUses;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+/// A linear pool's block is a multiple of this (64 KiB), and at least this.
+const LINEAR_POOL_GRANULE: u64 = 64 << 10;
+
 /// How to create a [`LinearPool`].
 #[derive(Clone, Debug)]
 pub struct LinearPoolDesc {
@@ -111,13 +114,24 @@ impl std::fmt::Debug for LinearPool {
 }
 
 impl LinearPool {
-    /// Creates the pool and allocates its block. Refused: a priority outside `[0, 1]`
-    /// ([`MemoryError::InvalidPriority`]), no memory type for the intent that every buffer usage
-    /// accepts ([`MemoryError::NoSuitableMemoryType`]), and the block's own allocation failing
+    /// Creates the pool and allocates its block. Refused before any Vulkan call: a priority
+    /// outside `[0, 1]` ([`MemoryError::InvalidPriority`]), a size whose rounding up to 64 KiB
+    /// overflows or that is beyond the device's `maxMemoryAllocationSize` or the heap's size
+    /// ([`MemoryError::TooLarge`]), no memory type for the intent that every buffer usage
+    /// accepts ([`MemoryError::NoSuitableMemoryType`]); and the block's own allocation failing
     /// (out of memory or budget).
     pub fn new(device: Arc<Device>, desc: LinearPoolDesc) -> Result<LinearPool, MemoryError> {
         check_priority(&desc.name, desc.priority)?;
-        let desc = LinearPoolDesc { size: desc.size.max(64 << 10).next_multiple_of(64 << 10), ..desc };
+        let Some(size) = desc.size.max(LINEAR_POOL_GRANULE).checked_next_multiple_of(LINEAR_POOL_GRANULE)
+        else {
+            return Err(MemoryError::TooLarge {
+                name: desc.name,
+                requested: desc.size,
+                limit_name: "largest u64 multiple of 64 KiB",
+                limit: u64::MAX - u64::MAX % LINEAR_POOL_GRANULE,
+            });
+        };
+        let desc = LinearPoolDesc { size, ..desc };
         let allowed = crate::pool::unknown_flags_type_bits(&device);
         let Some(&type_index) =
             memory_type_candidates(&device.memory_properties().types, allowed, desc.memory).first()

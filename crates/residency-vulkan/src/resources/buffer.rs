@@ -424,7 +424,9 @@ impl Buffer {
     }
 }
 
-/// Creates an unbound `VkBuffer` and returns it with its memory requirements.
+/// Creates an unbound `VkBuffer` and returns it with its memory requirements. The one place
+/// residency creates a buffer: a size of zero or above `maxBufferSize`
+/// (`VUID-VkBufferCreateInfo-size-06409`) is refused here before Vulkan sees it.
 pub(crate) fn create_raw_buffer(
     device: &Device,
     name: &str,
@@ -435,6 +437,15 @@ pub(crate) fn create_raw_buffer(
         return Err(MemoryError::InvalidRequest {
             name: name.to_owned(),
             source: residency_core::allocator::AllocError::ZeroSize,
+        });
+    }
+    let limit = device.profile().limits.max_buffer_size;
+    if limit > 0 && size > limit {
+        return Err(MemoryError::TooLarge {
+            name: name.to_owned(),
+            requested: size,
+            limit_name: "maxBufferSize",
+            limit,
         });
     }
     if usage.is_empty() {
