@@ -4,10 +4,9 @@
 //! typed error that changes nothing, or a documented clamp. The harness fails a test on any
 //! validation message or leaked object.
 
-mod common;
-
 use residency_core::format::Format;
-use residency_core::streaming::FeedbackSampling;
+use residency_core::streaming::{FeedbackSampling, FnSource, TileSource};
+use residency_core::vt_file::VtDesc;
 use residency_core::tiles::{ResidencyPath, SparseImageDesc, TexelRegion, TilePoolDesc};
 use residency_core::usage::BufferUsage;
 use residency_vulkan::compute::{Binding, ComputeProgram};
@@ -213,13 +212,23 @@ fn misuse_software_streamer_of_a_u32_max_budget_is_a_typed_error() {
     });
 }
 
+/// A small procedural RGBA8 texture.
+fn source() -> Arc<dyn TileSource> {
+    let desc = VtDesc::new(Format::R8G8B8A8Unorm, 256, 256, 128, 128);
+    Arc::new(FnSource::new("arith source", desc, move |mip, x, y| {
+        let (w, h) = desc.tile_extent(mip, x, y).expect("in the grid");
+        Ok(vec![0x7f; (w * h * 4) as usize])
+    }))
+}
+
 #[test]
-fn misuse_streamer_frames_with_a_feedback_stride_of_65536() {
+fn misuse_streamer_feedback_words_with_a_feedback_stride_of_65536() {
     with_gpu(|set| {
         let device = &set.devices()[0];
         let commands = CommandContext::new(device, "arith frames").unwrap();
         // `new` clamps the stride; a description written by hand keeps 65 536, whose square wrapped
-        // to 0 in u32 (an overflow panic in debug, a division by zero in release) in begin_frame.
+        // to 0 in u32 (an overflow panic in debug, a division by zero in release) when the frame's
+        // feedback words were made.
         let clamped = FeedbackSampling::new(65536, 1);
         assert_eq!(clamped.pixel_stride, FeedbackSampling::MAX_PIXEL_STRIDE);
         let literal = FeedbackSampling { pixel_stride: 65536, frame_interval: 1, block: 1 };
@@ -230,9 +239,23 @@ fn misuse_streamer_frames_with_a_feedback_stride_of_65536() {
                 .with_workers(1)
                 .with_sampling(sampling);
             let mut streamer = Streamer::new(device, desc).unwrap();
+            let texture = streamer.add_texture("arith texture", source()).unwrap();
             for _ in 0..3 {
-                common::cpu_feedback_frame(&mut streamer, &commands, &[]);
+                let bindings = streamer.begin_frame().unwrap();
+                let binding = bindings.texture(&texture).expect("the texture is in the frame");
+                let words = bindings.feedback_words(binding, true);
+                assert_eq!(words[2], sampling.pixel_stride);
+                let [x, y] = sampling.phase(bindings.frame);
+                if words[7] & 1 == 1 {
+                    assert_eq!(words[6], x | y << 16, "the shader's phase is the CPU rule's");
+                }
+                drop(bindings);
+                let bindings = streamer.frame_bindings().unwrap();
+                let submission = commands.submit(&[], |rec| bindings.record(rec, |_| ()).unwrap()).unwrap();
+                drop(bindings);
+                streamer.end_frame(submission.gpu_use()).unwrap();
             }
+            streamer.remove_texture(texture).unwrap();
         }
     });
 }
