@@ -6,8 +6,8 @@ use proptest::prelude::*;
 use residency_core::format::Format;
 use residency_core::streaming::FeedbackSampling;
 use residency_core::tiles::{
-    CommitError, ImageId, LayoutLimits, SparseFormatInfo, SparseImageDesc, SparseImageLayout, SparseResidency,
-    TexelRegion, TilePool, TilePoolDesc,
+    CommitError, ImageId, LayoutLimits, SparseFormatInfo, SparseImageDesc, SparseImageLayout,
+    SparseResidency, TexelRegion, TilePool, TilePoolDesc,
 };
 
 /// The reference: the box's end per axis in 64 bits, inside `bounds` when every end is at most
@@ -22,7 +22,8 @@ fn edge() -> impl Strategy<Value = u32> {
 }
 
 fn region() -> impl Strategy<Value = TexelRegion> {
-    ([edge(), edge(), edge()], [edge(), edge(), edge()]).prop_map(|(offset, extent)| TexelRegion { offset, extent })
+    ([edge(), edge(), edge()], [edge(), edge(), edge()])
+        .prop_map(|(offset, extent)| TexelRegion { offset, extent })
 }
 
 proptest! {

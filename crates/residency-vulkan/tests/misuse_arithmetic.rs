@@ -6,9 +6,9 @@
 
 use residency_core::format::Format;
 use residency_core::streaming::{FeedbackSampling, FnSource, TileSource};
-use residency_core::vt_file::VtDesc;
 use residency_core::tiles::{ResidencyPath, SparseImageDesc, TexelRegion, TilePoolDesc};
 use residency_core::usage::BufferUsage;
+use residency_core::vt_file::VtDesc;
 use residency_vulkan::compute::{Binding, ComputeProgram};
 use residency_vulkan::recording::Timestamps;
 use residency_vulkan::shaders;
@@ -30,9 +30,13 @@ fn sparse_image(device: &Arc<Device>) -> (SparseTilePool, SparseImage) {
         TilePoolDesc::default().with_name("arith pool").with_tiles_per_heap(8).with_budget_tiles(32),
     )
     .unwrap();
-    let image =
-        SparseImage::new(&pool, "arith image", &SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, SIZE, SIZE), false)
-            .unwrap();
+    let image = SparseImage::new(
+        &pool,
+        "arith image",
+        &SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, SIZE, SIZE),
+        false,
+    )
+    .unwrap();
     (pool, image)
 }
 
@@ -127,7 +131,8 @@ fn misuse_linear_pool_of_u64_max_bytes_is_a_typed_error() {
         // A valid pool still works.
         let ring = LinearPool::new(Arc::clone(device), LinearPoolDesc::new("fine ring", 1)).unwrap();
         assert_eq!(ring.desc().size, 64 << 10);
-        let buffer = ring.create_buffer(&BufferInit::new("fine", 256).with_usage(BufferUsage::UNIFORM)).unwrap();
+        let buffer =
+            ring.create_buffer(&BufferInit::new("fine", 256).with_usage(BufferUsage::UNIFORM)).unwrap();
         drop(buffer);
     });
 }
@@ -161,10 +166,10 @@ fn misuse_compute_program_of_u32_max_sets_clamps_its_pool_and_works() {
         // Three storage buffers: the pool's STORAGE_BUFFER count was 3 × u32::MAX (an overflow
         // panic in debug, a wrapped count in release).
         let program =
-            ComputeProgram::new(device, "feedback_sampling.comp", &shaders::FEEDBACK_SAMPLING, u32::MAX).unwrap();
-        let out = device
-            .create_buffer(&BufferDesc::new("arith sets", 64 * 64 * 4, BufferUsage::STORAGE))
-            .unwrap();
+            ComputeProgram::new(device, "feedback_sampling.comp", &shaders::FEEDBACK_SAMPLING, u32::MAX)
+                .unwrap();
+        let out =
+            device.create_buffer(&BufferDesc::new("arith sets", 64 * 64 * 4, BufferUsage::STORAGE)).unwrap();
         let sets: Vec<_> = (0..3)
             .map(|_| {
                 program

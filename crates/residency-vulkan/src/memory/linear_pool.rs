@@ -6,6 +6,9 @@
 //! the GPU work that may use it), and in a stack or a ring its space comes back once everything
 //! above it (or older than it) has come back too.
 
+// Sizes and offsets here come from callers: no operator that can wrap or panic (issue #29).
+#![deny(clippy::arithmetic_side_effects)]
+
 use crate::buffer::{bind_buffer, create_raw_buffer, Buffer, BufferPlacement};
 use crate::device::Device;
 use crate::ledger::ObjectId;
@@ -201,7 +204,10 @@ impl LinearPool {
         LinearPoolStats {
             capacity: allocator.capacity(),
             used_bytes: allocator.used_bytes(),
-            pending_bytes: allocator.capacity() - allocator.used_bytes() - allocator.free_bytes(),
+            pending_bytes: allocator
+                .capacity()
+                .saturating_sub(allocator.used_bytes())
+                .saturating_sub(allocator.free_bytes()),
             largest_free: allocator.largest_free(),
             buffers: self.shared.buffers.load(Ordering::Relaxed),
         }
