@@ -155,9 +155,10 @@ fn the_glsl_sampling_rule_matches_the_cpu_rule() {
                     }
                 }
                 // Active frames sample one pixel per stride² block; the others none.
-                let expected = if rule.frame_active(frame) { w * h / rule.pixel_weight() } else { 0 };
+                let expected =
+                    if rule.frame_active(frame) { u64::from(w * h) / rule.pixel_weight() } else { 0 };
                 if w % stride == 0 && h % stride == 0 {
-                    assert_eq!(writing, expected, "frame {frame} {rule:?}");
+                    assert_eq!(u64::from(writing), expected, "frame {frame} {rule:?}");
                 }
                 checked += 1;
             }

@@ -676,13 +676,23 @@ impl Default for FeedbackSampling {
 }
 
 impl FeedbackSampling {
+    /// The largest `pixel_stride` [`FeedbackSampling::new`] keeps (2¹⁵): `pixel_stride²` fits a
+    /// 32-bit word, so the shaders' `uint` arithmetic on it cannot wrap either.
+    pub const MAX_PIXEL_STRIDE: u32 = 1 << 15;
+
     /// Sampling of one pixel per `pixel_stride²` block every `frame_interval` frames (both at
-    /// least 1; clamped and logged).
+    /// least 1, the stride at most [`FeedbackSampling::MAX_PIXEL_STRIDE`]; clamped and logged).
     pub fn new(pixel_stride: u32, frame_interval: u32) -> Self {
-        if pixel_stride == 0 || frame_interval == 0 {
-            tracing::debug!(pixel_stride, frame_interval, "FeedbackSampling: zero raised to 1");
+        let stride = pixel_stride.clamp(1, Self::MAX_PIXEL_STRIDE);
+        if stride != pixel_stride || frame_interval == 0 {
+            tracing::debug!(
+                pixel_stride,
+                frame_interval,
+                max_pixel_stride = Self::MAX_PIXEL_STRIDE,
+                "FeedbackSampling: stride clamped to [1, max], a zero interval raised to 1"
+            );
         }
-        Self { pixel_stride: pixel_stride.max(1), frame_interval: frame_interval.max(1), block: 1 }
+        Self { pixel_stride: stride, frame_interval: frame_interval.max(1), block: 1 }
     }
 
     /// Groups the pixels in squares of `block × block` that write together (at least 1).
@@ -691,9 +701,27 @@ impl FeedbackSampling {
         self
     }
 
+    /// The stride, interval and square side as the rules use them: a zero (possible only by
+    /// writing the public fields directly) counts as 1, so no rule divides by zero.
+    fn sides(&self) -> (u64, u64, u32) {
+        (u64::from(self.pixel_stride.max(1)), u64::from(self.frame_interval.max(1)), self.block.max(1))
+    }
+
     /// Whether frame `frame` writes feedback at all.
     pub fn frame_active(&self, frame: u64) -> bool {
-        frame % u64::from(self.frame_interval) == 0
+        let (_, interval, _) = self.sides();
+        frame % interval == 0
+    }
+
+    /// The square of every `s × s` (`s = pixel_stride`) that writes in feedback frame `frame`:
+    /// `(j % s, j / s)` for `j = (frame / frame_interval) % s²`, computed in 64 bits (`s²` of any
+    /// `u32` stride fits), so it never wraps. The CPU rule ([`FeedbackSampling::pixel_writes`])
+    /// and the phase the shaders are given both come from here.
+    pub fn phase(&self, frame: u64) -> [u32; 2] {
+        let (s, interval, _) = self.sides();
+        let j = (frame / interval) % (s * s);
+        // Both are below `s`, a `u32`.
+        [(j % s) as u32, (j / s) as u32]
     }
 
     /// Whether pixel (`x`, `y`) writes feedback in frame `frame`.
@@ -701,15 +729,16 @@ impl FeedbackSampling {
         if !self.frame_active(frame) {
             return false;
         }
-        let s = self.pixel_stride;
-        let j = ((frame / u64::from(self.frame_interval)) % u64::from(s * s)) as u32;
-        let (x, y) = (x / self.block.max(1), y / self.block.max(1));
-        x % s == j % s && y % s == j / s
+        let (s, _, block) = self.sides();
+        let [px, py] = self.phase(frame);
+        let (bx, by) = (u64::from(x / block), u64::from(y / block));
+        bx % s == u64::from(px) && by % s == u64::from(py)
     }
 
-    /// Pixels each sampled pixel stands for (`pixel_stride²`).
-    pub fn pixel_weight(&self) -> u32 {
-        self.pixel_stride * self.pixel_stride
+    /// Pixels each sampled pixel stands for (`pixel_stride²`, in 64 bits: it does not wrap).
+    pub fn pixel_weight(&self) -> u64 {
+        let (s, _, _) = self.sides();
+        s * s
     }
 }
 

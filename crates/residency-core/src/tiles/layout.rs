@@ -260,6 +260,29 @@ pub struct TexelRegion {
     pub extent: [u32; 3],
 }
 
+impl TexelRegion {
+    /// One past the last texel on each axis (`offset + extent`), or `None` when that overflows
+    /// `u32` on some axis: such a box is in no image. The one place residency adds a region's
+    /// offset and extent, so that every path that checks a box (uploads, readbacks) checks it
+    /// alike.
+    pub fn end(&self) -> Option<[u32; 3]> {
+        let [x, y, z] = [0, 1, 2].map(|a| self.offset[a].checked_add(self.extent[a]));
+        Some([x?, y?, z?])
+    }
+
+    /// Whether the box lies inside `[0, bounds)` on every axis (an empty box at an offset inside
+    /// or at the edge does), computed without overflow: an offset near `u32::MAX` is outside,
+    /// never wrapped back inside.
+    pub fn lies_within(&self, bounds: [u32; 3]) -> bool {
+        self.end().is_some_and(|end| (0..3).all(|a| end[a] <= bounds[a]))
+    }
+
+    /// Whether the box holds no texel (some extent is zero).
+    pub fn is_empty(&self) -> bool {
+        self.extent.contains(&0)
+    }
+}
+
 /// A box of tiles in one mip: `start` inclusive, `end` exclusive, per axis.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct TileRange {

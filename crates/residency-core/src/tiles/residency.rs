@@ -132,9 +132,7 @@ impl SparseResidency {
         if layer >= layout.array_layers() {
             return Err(CommitError::NoSuchSubresource { layer, mip });
         }
-        if (0..3)
-            .any(|a| region.offset[a].checked_add(region.extent[a]).is_none_or(|end| end > info.extent[a]))
-        {
+        if !region.lies_within(info.extent) {
             return Err(CommitError::RegionOutOfRange { layer, mip, region, extent: info.extent });
         }
         Ok(info)

@@ -6,6 +6,9 @@
 //! the GPU work that may use it), and in a stack or a ring its space comes back once everything
 //! above it (or older than it) has come back too.
 
+// Sizes and offsets here come from callers: no operator that can wrap or panic (issue #29).
+#![deny(clippy::arithmetic_side_effects)]
+
 use crate::buffer::{bind_buffer, create_raw_buffer, Buffer, BufferPlacement};
 use crate::device::Device;
 use crate::ledger::ObjectId;
@@ -19,6 +22,9 @@ use residency_core::memory::{memory_type_candidates, MemoryIntent};
 use residency_core::sync::LastUses;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+
+/// A linear pool's block is a multiple of this (64 KiB), and at least this.
+const LINEAR_POOL_GRANULE: u64 = 64 << 10;
 
 /// How to create a [`LinearPool`].
 #[derive(Clone, Debug)]
@@ -111,13 +117,24 @@ impl std::fmt::Debug for LinearPool {
 }
 
 impl LinearPool {
-    /// Creates the pool and allocates its block. Refused: a priority outside `[0, 1]`
-    /// ([`MemoryError::InvalidPriority`]), no memory type for the intent that every buffer usage
-    /// accepts ([`MemoryError::NoSuitableMemoryType`]), and the block's own allocation failing
+    /// Creates the pool and allocates its block. Refused before any Vulkan call: a priority
+    /// outside `[0, 1]` ([`MemoryError::InvalidPriority`]), a size whose rounding up to 64 KiB
+    /// overflows or that is beyond the device's `maxMemoryAllocationSize` or the heap's size
+    /// ([`MemoryError::TooLarge`]), no memory type for the intent that every buffer usage
+    /// accepts ([`MemoryError::NoSuitableMemoryType`]); and the block's own allocation failing
     /// (out of memory or budget).
     pub fn new(device: Arc<Device>, desc: LinearPoolDesc) -> Result<LinearPool, MemoryError> {
         check_priority(&desc.name, desc.priority)?;
-        let desc = LinearPoolDesc { size: desc.size.max(64 << 10).next_multiple_of(64 << 10), ..desc };
+        let Some(size) = desc.size.max(LINEAR_POOL_GRANULE).checked_next_multiple_of(LINEAR_POOL_GRANULE)
+        else {
+            return Err(MemoryError::TooLarge {
+                name: desc.name,
+                requested: desc.size,
+                limit_name: "largest u64 multiple of 64 KiB",
+                limit: u64::MAX - u64::MAX % LINEAR_POOL_GRANULE,
+            });
+        };
+        let desc = LinearPoolDesc { size, ..desc };
         let allowed = crate::pool::unknown_flags_type_bits(&device);
         let Some(&type_index) =
             memory_type_candidates(&device.memory_properties().types, allowed, desc.memory).first()
@@ -187,7 +204,10 @@ impl LinearPool {
         LinearPoolStats {
             capacity: allocator.capacity(),
             used_bytes: allocator.used_bytes(),
-            pending_bytes: allocator.capacity() - allocator.used_bytes() - allocator.free_bytes(),
+            pending_bytes: allocator
+                .capacity()
+                .saturating_sub(allocator.used_bytes())
+                .saturating_sub(allocator.free_bytes()),
             largest_free: allocator.largest_free(),
             buffers: self.shared.buffers.load(Ordering::Relaxed),
         }

@@ -109,6 +109,20 @@ pub enum MemoryError {
         #[source]
         source: residency_core::allocator::LinearError,
     },
+    /// A size beyond one of the device's limits (`maxBufferSize` for a buffer,
+    /// `maxMemoryAllocationSize` or the heap's size for a memory allocation) or one that
+    /// overflows when rounded: refused before Vulkan sees it, nothing was created.
+    #[error("`{name}`: {requested} B is beyond the device's {limit_name} of {limit} B")]
+    TooLarge {
+        /// What was being created.
+        name: String,
+        /// Bytes requested (`u64::MAX` when rounding it up overflowed).
+        requested: u64,
+        /// The limit's Vulkan name.
+        limit_name: &'static str,
+        /// The limit.
+        limit: u64,
+    },
     /// Any other Vulkan failure.
     #[error(transparent)]
     Vulkan(#[from] VulkanError),
@@ -185,8 +199,34 @@ pub(crate) fn check_priority(name: &str, priority: Option<f32>) -> Result<(), Me
     }
 }
 
+/// Checks a `vkAllocateMemory` size against the device before Vulkan sees it: not zero, at most
+/// `maxMemoryAllocationSize` and at most the heap's size (`VUID-vkAllocateMemory-pAllocateInfo-01713`).
+/// Every block residency allocates goes through [`MemoryBlock::new`], which calls this first.
+pub(crate) fn check_allocation_size(
+    device: &Device,
+    name: &str,
+    size: u64,
+    heap_size: u64,
+) -> Result<(), MemoryError> {
+    if size == 0 {
+        return Err(MemoryError::InvalidRequest { name: name.to_owned(), source: AllocError::ZeroSize });
+    }
+    let max = device.profile().limits.max_memory_allocation_size;
+    let (limit_name, limit) = if max > 0 && max < heap_size {
+        ("maxMemoryAllocationSize", max)
+    } else {
+        ("memory heap size", heap_size)
+    };
+    if size > limit {
+        return Err(MemoryError::TooLarge { name: name.to_owned(), requested: size, limit_name, limit });
+    }
+    Ok(())
+}
+
 impl MemoryBlock {
-    /// Allocates (and maps, when host-visible) a block, through the budget and count checks.
+    /// Allocates (and maps, when host-visible) a block, through the size, budget and count
+    /// checks: a size of zero or beyond `maxMemoryAllocationSize` or the heap is refused
+    /// ([`MemoryError::InvalidRequest`], [`MemoryError::TooLarge`]) before `vkAllocateMemory`.
     pub(crate) fn new(
         device: &Device,
         desc: RawMemoryDesc<'_>,
@@ -197,6 +237,7 @@ impl MemoryBlock {
         let heap_index = memory_type.heap_index;
         let heap = &profile_memory.heaps[heap_index as usize];
         let name = desc.name.to_owned();
+        check_allocation_size(device, &name, desc.size, heap.size)?;
         if !desc.allow_over_budget {
             let budget = device.ledger().budget(&device.current_heap(heap_index, heap), heap_index);
             if !budget.allows(desc.size) {

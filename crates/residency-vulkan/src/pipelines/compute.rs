@@ -284,7 +284,7 @@ pub(crate) fn check_interface(
 
 impl ComputeProgram {
     /// Creates the program `name` of a shipped compute `shader` (its bindings in set 0 and its
-    /// push-constant bytes), with descriptor pools of `max_sets` sets (at least 1; another pool of
+    /// push-constant bytes), with descriptor pools of `max_sets` sets (at least 1, at most 4096; another pool of
     /// that size is made whenever one is used up). A shader of another stage, or a workgroup size
     /// over the device's limits, is refused with nothing
     /// created.
@@ -311,7 +311,7 @@ impl ComputeProgram {
 
     /// Creates a program from the renderer's own SPIR-V with bindings `0..kinds.len()` in set 0,
     /// `push_constant_bytes` of push constants (a multiple of 4, at most the device's
-    /// `maxPushConstantsSize`), and descriptor pools of `max_sets` sets (at least 1; another is
+    /// `maxPushConstantsSize`), and descriptor pools of `max_sets` sets (at least 1, at most 4096; another is
     /// made whenever one is used up).
     ///
     /// What the reflection can see is refused with a [`ProgramError`] before any Vulkan call:

@@ -291,6 +291,21 @@ pub(crate) struct ProgramLayout {
     pool: Mutex<Pools>,
 }
 
+/// The most sets one descriptor pool of a program holds: a program's `max_sets` is clamped to
+/// `1..=MAX_POOL_SETS` (another pool is made whenever one is used up, so the clamp never limits
+/// how many sets a program makes), which keeps each pool's descriptor counts far from `u32::MAX`
+/// and its size within what a driver allocates up front.
+pub(crate) const MAX_POOL_SETS: u32 = 4096;
+
+/// `max_sets` as a pool is made with: clamped to `1..=MAX_POOL_SETS`, logged when adjusted.
+pub(crate) fn pool_sets(max_sets: u32) -> u32 {
+    let sets = max_sets.clamp(1, MAX_POOL_SETS);
+    if sets != max_sets {
+        tracing::debug!(max_sets, sets, "descriptor pool size clamped to 1..=MAX_POOL_SETS");
+    }
+    sets
+}
+
 /// A program's descriptor pools: the first (released with the program), and more of the same
 /// size made when one runs out — drivers differ in whether a pool refuses its `max_sets + 1`-th
 /// set (NVIDIA does, lavapipe does not), so residency counts and grows rather than rely on it.
@@ -675,7 +690,7 @@ impl<'a> Created<'a> {
     /// Creates set 0's layout (binding `i` of `kinds[i]`, visible to `stages[i]`), a pipeline
     /// layout with that set and one push-constant range of `push_constant_bytes` (a multiple of 4
     /// within the device's limit: the caller checked) for `push_stages`, and a pool for
-    /// `max_sets` sets (at least 1). What exists is destroyed if a step fails.
+    /// `max_sets` sets (clamped to `1..=MAX_POOL_SETS`). What exists is destroyed if a step fails.
     pub(crate) fn layouts(
         device: &'a Device,
         kinds: &[BindingKind],
@@ -685,6 +700,7 @@ impl<'a> Created<'a> {
         max_sets: u32,
     ) -> Result<Created<'a>, VulkanError> {
         debug_assert_eq!(kinds.len(), stages.len());
+        let max_sets = pool_sets(max_sets);
         let mut created = Created {
             device,
             kinds: kinds.to_vec(),
@@ -693,7 +709,7 @@ impl<'a> Created<'a> {
             set_layout: vk::DescriptorSetLayout::null(),
             layout: vk::PipelineLayout::null(),
             pool: vk::DescriptorPool::null(),
-            max_sets: max_sets.max(1),
+            max_sets,
             sizes: Vec::new(),
             pipeline: vk::Pipeline::null(),
         };
@@ -709,12 +725,14 @@ impl<'a> Created<'a> {
                     .stage_flags(stages)
             })
             .collect();
+        // Each type's count is (bindings of it) × sets, saturated: a layout with more bindings of
+        // a type than `u32::MAX / MAX_POOL_SETS` is refused by the limits long before.
         let mut sizes: Vec<vk::DescriptorPoolSize> = Vec::new();
         for k in kinds {
             let ty = k.descriptor_type();
             match sizes.iter_mut().find(|s| s.ty == ty) {
-                Some(s) => s.descriptor_count += max_sets.max(1),
-                None => sizes.push(vk::DescriptorPoolSize { ty, descriptor_count: max_sets.max(1) }),
+                Some(s) => s.descriptor_count = s.descriptor_count.saturating_add(max_sets),
+                None => sizes.push(vk::DescriptorPoolSize { ty, descriptor_count: max_sets }),
             }
         }
         let raw = device.raw();
@@ -737,8 +755,7 @@ impl<'a> Created<'a> {
             }
             created.layout =
                 raw.create_pipeline_layout(&layout_info, None).during("vkCreatePipelineLayout")?;
-            let pool_info =
-                vk::DescriptorPoolCreateInfo::default().max_sets(max_sets.max(1)).pool_sizes(&sizes);
+            let pool_info = vk::DescriptorPoolCreateInfo::default().max_sets(max_sets).pool_sizes(&sizes);
             created.pool = raw.create_descriptor_pool(&pool_info, None).during("vkCreateDescriptorPool")?;
         }
         created.sizes = sizes;

@@ -587,7 +587,7 @@ fn check_vertex_input(
 impl GraphicsProgram {
     /// Creates the pipeline `name` of the shipped `vertex` and `fragment` shaders for a vertex
     /// layout of `stride` bytes with `attributes`, rendering to `color_format`, with descriptor
-    /// pools of `max_sets` sets (at least 1; another is made whenever one is used up). Set 0 has the union of both shaders' bindings and
+    /// pools of `max_sets` sets (at least 1, at most 4096; another is made whenever one is used up). Set 0 has the union of both shaders' bindings and
     /// the push-constant range the larger of their push-constant sizes, for both stages.
     ///
     /// A shader of the wrong stage, shaders that declare different kinds at one binding, a
@@ -642,7 +642,7 @@ impl GraphicsProgram {
     /// (each visible to the stages whose shader declares it; both when neither does),
     /// `push_constant_bytes` of push constants for both stages (a multiple of 4, at most the
     /// device's `maxPushConstantsSize`), a vertex layout of `stride` bytes with `attributes`,
-    /// rendering to `color_format`, and descriptor pools of `max_sets` sets (at least 1; another is
+    /// rendering to `color_format`, and descriptor pools of `max_sets` sets (at least 1, at most 4096; another is
     /// made whenever one is used up).
     ///
     /// What the reflection can see is refused with a [`ProgramError`] before any Vulkan call:

@@ -1,6 +1,9 @@
 //! Buffers: placed (their own `VkBuffer` at an offset in a shared heap), committed (their own
 //! memory), or ranges of a known-flags pool page.
 
+// Sizes and offsets here come from callers: no operator that can wrap or panic (issue #29).
+#![deny(clippy::arithmetic_side_effects)]
+
 use crate::device::Device;
 use crate::error::VulkanError;
 use crate::ledger::FaultSite;
@@ -332,7 +335,8 @@ impl Buffer {
             self.device().wait_until(&copy)?;
         }
         // The buffer lies inside its block, so this only fails on a bug; it is checked anyway.
-        mapped.range(self.memory_offset + offset, len as u64).ok_or_else(out_of_bounds)
+        let start = self.memory_offset.checked_add(offset).ok_or_else(out_of_bounds)?;
+        mapped.range(start, len as u64).ok_or_else(out_of_bounds)
     }
 
     /// The memory range to flush or invalidate for bytes `offset..offset+len`, widened to
@@ -341,9 +345,16 @@ impl Buffer {
     /// allocation.
     fn atom_range(&self, offset: u64, len: u64) -> vk::MappedMemoryRange<'static> {
         let atom = self.device().limits().non_coherent_atom_size.max(1);
-        let start = (self.memory_offset + offset) / atom * atom;
-        let end = (self.memory_offset + offset + len).next_multiple_of(atom).min(self.memory_size);
-        vk::MappedMemoryRange::default().memory(self.memory).offset(start).size(end - start)
+        // Saturating: callers pass ranges `check` accepted (inside the memory object), so none
+        // of these saturate; a range that did would still stay inside the object.
+        let first = self.memory_offset.saturating_add(offset);
+        let start = first.saturating_sub(first.checked_rem(atom).unwrap_or(0));
+        let end = first
+            .saturating_add(len)
+            .checked_next_multiple_of(atom)
+            .unwrap_or(u64::MAX)
+            .min(self.memory_size);
+        vk::MappedMemoryRange::default().memory(self.memory).offset(start).size(end.saturating_sub(start))
     }
 
     /// Copies `data` into the buffer at `offset` (flushing non-coherent memory). Writes need the
@@ -424,7 +435,9 @@ impl Buffer {
     }
 }
 
-/// Creates an unbound `VkBuffer` and returns it with its memory requirements.
+/// Creates an unbound `VkBuffer` and returns it with its memory requirements. The one place
+/// residency creates a buffer: a size of zero or above `maxBufferSize`
+/// (`VUID-VkBufferCreateInfo-size-06409`) is refused here before Vulkan sees it.
 pub(crate) fn create_raw_buffer(
     device: &Device,
     name: &str,
@@ -435,6 +448,15 @@ pub(crate) fn create_raw_buffer(
         return Err(MemoryError::InvalidRequest {
             name: name.to_owned(),
             source: residency_core::allocator::AllocError::ZeroSize,
+        });
+    }
+    let limit = device.profile().limits.max_buffer_size;
+    if limit > 0 && size > limit {
+        return Err(MemoryError::TooLarge {
+            name: name.to_owned(),
+            requested: size,
+            limit_name: "maxBufferSize",
+            limit,
         });
     }
     if usage.is_empty() {

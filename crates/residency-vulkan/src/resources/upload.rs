@@ -22,6 +22,7 @@ use crate::retire::{Garbage, Life};
 use ash::vk;
 use residency_core::allocator::{FrameId, RingAllocator, RingError};
 use residency_core::memory::MemoryIntent;
+use residency_core::tiles::TexelRegion;
 use residency_core::usage::BufferUsage;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -346,16 +347,16 @@ impl<'a> ImageRegion<'a> {
             return Err(UploadError::UnknownTexelSize { name: t.name.to_owned() });
         }
         let Some(mip_extent) = t.mip_extent(self.mip) else { return Err(outside([0; 3])) };
-        let inside = (0..3)
-            .all(|a| self.offset[a].checked_add(self.extent[a]).is_some_and(|end| end <= mip_extent[a]));
-        if self.layer >= t.array_layers || !inside {
-            return Err(outside(mip_extent));
-        }
+        let texels = TexelRegion { offset: self.offset, extent: self.extent };
+        let end = match texels.end() {
+            Some(end) if self.layer < t.array_layers && texels.lies_within(mip_extent) => end,
+            _ => return Err(outside(mip_extent)),
+        };
         let (bw, bh) = t.format.block_extent();
         let block = [bw, bh, 1];
         let aligned = (0..3).all(|a| {
-            self.offset[a] % block[a] == 0
-                && (self.extent[a] % block[a] == 0 || self.offset[a] + self.extent[a] == mip_extent[a])
+            self.offset[a].checked_rem(block[a]) == Some(0)
+                && (self.extent[a].checked_rem(block[a]) == Some(0) || end[a] == mip_extent[a])
         });
         if !aligned {
             return Err(UploadError::RegionMisaligned {

@@ -613,8 +613,17 @@ impl ResidencyBackend for SparseImage {
 impl SparseImage {
     /// Reads back the texels of `region` of (`layer`, `mip`), tightly packed. Non-resident texels read
     /// as whatever the device returns for unbound memory (zero with residencyNonResidentStrict;
-    /// undefined elsewhere — never rely on it). A region of more than `limit` bytes is refused with
-    /// the number of bytes it would read.
+    /// undefined elsewhere — never rely on it).
+    ///
+    /// The region is checked by the same validation as an upload into the image
+    /// ([`Uploader::write_image`](crate::Uploader::write_image)), with checked arithmetic: a mip or
+    /// layer the image lacks, or a box whose `offset + extent` passes the mip's edge (or
+    /// overflows `u32`), is [`UploadError::RegionOutsideImage`](crate::UploadError::RegionOutsideImage),
+    /// a block-compressed box that does not start on a block (or end on one or at the edge) is
+    /// [`UploadError::RegionMisaligned`](crate::UploadError::RegionMisaligned) (both in
+    /// [`SparseError::Upload`]), and an empty box is [`SparseError::EmptyRegion`]. A region of more
+    /// than `limit` bytes is refused with the number of bytes it would read
+    /// ([`SparseError::ReadbackTooLarge`]). Nothing is submitted when a check fails.
     pub fn read_region(
         &self,
         layer: u32,
@@ -622,23 +631,23 @@ impl SparseImage {
         region: TexelRegion,
         limit: u64,
     ) -> Result<Vec<u8>, SparseError> {
-        let info = *self.layout().mip(mip).ok_or(CommitError::NoSuchSubresource { layer, mip })?;
-        if layer >= self.desc.array_layers
-            || (0..3).any(|a| region.extent[a] == 0 || region.offset[a] + region.extent[a] > info.extent[a])
-        {
-            return Err(CommitError::NoSuchSubresource { layer, mip }.into());
+        let texels =
+            crate::upload::ImageRegion::new(self, mip, region.offset, region.extent).with_layer(layer);
+        texels.check()?;
+        if region.is_empty() {
+            return Err(SparseError::EmptyRegion { name: self.name.clone(), extent: region.extent });
         }
-        let bytes = self.desc.format.region_bytes(region.extent[0], region.extent[1], region.extent[2]);
+        let bytes = texels.bytes();
         if bytes > limit {
             return Err(SparseError::ReadbackTooLarge { bytes, limit });
         }
-        let copy = crate::upload::ImageRegion::new(self, mip, region.offset, region.extent)
-            .with_layer(layer)
-            .buffer_image_copy(0);
+        let copy = texels.buffer_image_copy(0);
         let device = self.device();
         let bytes = device.copy_to_host(&self.name, bytes, |rec, staging| {
-            // SAFETY: `rec` is recording on this device; the image and the buffer are live and the
-            // region lies in both. A sparse image is in GENERAL for life (transitioned at creation,
+            // SAFETY: `rec` is recording on this device; the image and the buffer are live, the
+            // region lies in the image (a mip and layer it has, `offset + extent` inside the mip
+            // without overflow, block-aligned: `ImageRegion::check` above) and is not empty, and
+            // the staging buffer holds exactly its bytes. A sparse image is in GENERAL for life (transitioned at creation,
             // and no helper or barrier residency records changes it: the tracker tracks `Image`s
             // only, and uploads and bindings of a sparse image require GENERAL).
             unsafe {

@@ -115,6 +115,14 @@ pub enum SparseError {
         /// The limit.
         limit: u64,
     },
+    /// A readback of a region that holds no texel (an extent of zero).
+    #[error("reading back `{name}`: the region {extent:?} holds no texel")]
+    EmptyRegion {
+        /// The image.
+        name: String,
+        /// The region's extent.
+        extent: [u32; 3],
+    },
     /// Memory for a heap could not be allocated.
     #[error(transparent)]
     Memory(#[from] MemoryError),

@@ -378,10 +378,12 @@ pub struct SoftwareTexture {
 
 impl SoftwareTexture {
     /// Atlas slots for a pool of `budget_tiles` tiles in heaps of `tiles_per_heap`: whole heaps,
-    /// plus one for the fragmentation the pool may need.
+    /// plus one for the fragmentation the pool may need (saturating at `u32::MAX`).
     pub fn capacity_for_budget(budget_tiles: u32, tiles_per_heap: u32) -> u32 {
         let per_heap = tiles_per_heap.max(1);
-        (budget_tiles.div_ceil(per_heap) + 1).saturating_mul(per_heap)
+        // Saturating: a budget near `u32::MAX` asks for more slots than any atlas holds, which
+        // `AtlasLayout::new` refuses with a typed error.
+        budget_tiles.div_ceil(per_heap).saturating_add(1).saturating_mul(per_heap)
     }
 
     /// Creates an atlas of its own ("`name` atlas": `capacity` slots of `layout`'s tile plus

@@ -503,11 +503,12 @@ fn missing_feature(
 /// the frame's phase (`x | y << 16`) and `1 | log2(block) << 8 | log2(stride) << 16`; else zeros
 /// (the shader divides).
 fn fast_sampling_words(s: FeedbackSampling, frame: u64) -> (u32, u32) {
-    if !s.pixel_stride.is_power_of_two() || !s.block.is_power_of_two() {
+    // The phase travels as two 16-bit halves: larger strides take the dividing path.
+    if !s.pixel_stride.is_power_of_two() || s.pixel_stride > 1 << 16 || !s.block.is_power_of_two() {
         return (0, 0);
     }
-    let j = ((frame / u64::from(s.frame_interval)) % u64::from(s.pixel_stride * s.pixel_stride)) as u32;
-    let (x, y) = (j % s.pixel_stride, j / s.pixel_stride);
+    // The same phase as the CPU rule, without wrapping (`FeedbackSampling::phase`).
+    let [x, y] = s.phase(frame);
     (x | y << 16, 1 | s.block.trailing_zeros() << 8 | s.pixel_stride.trailing_zeros() << 16)
 }
 
@@ -735,7 +736,11 @@ impl Streamer {
         // The software path's first atlas: of the format its slots are counted at (RGBA8 by default).
         let first_atlas = desc.software_slot_format.unwrap_or(Format::R8G8B8A8Unorm);
         let heaps = if path == ResidencyPath::Software {
-            let budget = desc.budget_tiles.max(1).div_ceil(SOFTWARE_TILES_PER_HEAP) * SOFTWARE_TILES_PER_HEAP;
+            let budget = desc
+                .budget_tiles
+                .max(1)
+                .div_ceil(SOFTWARE_TILES_PER_HEAP)
+                .saturating_mul(SOFTWARE_TILES_PER_HEAP);
             streaming = streaming.with_tiles_per_heap(SOFTWARE_TILES_PER_HEAP).with_budget_tiles(budget);
             if let Some(format) = desc.software_slot_format {
                 streaming = streaming.with_tile_bytes(residency_core::tiles::software_slot_bytes(
@@ -838,8 +843,10 @@ impl Streamer {
     pub fn set_budget_tiles(&mut self, tiles: u32) -> u32 {
         let mut tiles = tiles.max(1);
         if self.path == ResidencyPath::Software {
-            tiles =
-                tiles.min(self.desc.budget_tiles).div_ceil(SOFTWARE_TILES_PER_HEAP) * SOFTWARE_TILES_PER_HEAP;
+            tiles = tiles
+                .min(self.desc.budget_tiles)
+                .div_ceil(SOFTWARE_TILES_PER_HEAP)
+                .saturating_mul(SOFTWARE_TILES_PER_HEAP);
             let capacity = self.atlases.values().map(|a| a.layout().capacity()).min().unwrap_or(0);
             tiles = tiles.min(capacity.max(SOFTWARE_TILES_PER_HEAP));
         }

@@ -860,11 +860,20 @@ pub struct Timestamps {
 }
 
 impl Timestamps {
-    /// A pool of `count` timestamps (at least one), all reset on the GPU before this returns (so
-    /// reading one never meets an uninitialised query).
+    /// The most timestamps one pool holds (65 536): Vulkan sets no limit on `queryCount`, and a
+    /// driver allocates a pool's results up front, so a count from a caller is bounded here.
+    pub const MAX_COUNT: u32 = 1 << 16;
+
+    /// A pool of `count` timestamps (clamped to `1..=`[`Timestamps::MAX_COUNT`] and logged when
+    /// adjusted; [`Timestamps::count`] says how many), all reset on the GPU before this returns
+    /// (so reading one never meets an uninitialised query).
     pub fn new(device: &Device, name: &str, count: u32) -> crate::Result<Timestamps> {
         use crate::error::VkResultExt;
-        let count = count.max(1);
+        let asked = count;
+        let count = count.clamp(1, Self::MAX_COUNT);
+        if count != asked {
+            tracing::debug!(name, asked, count, "timestamp pool size clamped to 1..=MAX_COUNT");
+        }
         let info = vk::QueryPoolCreateInfo::default().query_type(vk::QueryType::TIMESTAMP).query_count(count);
         // SAFETY: valid device and create info.
         let pool = unsafe { device.raw().create_query_pool(&info, None) }.during("vkCreateQueryPool")?;
