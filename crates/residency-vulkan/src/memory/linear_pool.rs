@@ -39,6 +39,24 @@ pub struct LinearPoolDesc {
 }
 
 impl LinearPoolDesc {
+    /// Checks `size` against the device's `limits`; [`LinearPool::new`] calls it first and
+    /// creates nothing when it fails: the block (rounded up to 64 KiB) is one allocation, within
+    /// `maxMemoryAllocationSize`, so the rounding cannot wrap either.
+    pub fn validate(
+        &self,
+        limits: &residency_core::profile::Limits,
+    ) -> Result<(), residency_core::desc::DescError> {
+        residency_core::desc::check_range(
+            "LinearPoolDesc",
+            &self.name,
+            "size",
+            self.size,
+            0,
+            limits.max_memory_allocation_size.min(u64::MAX - (64 << 10)),
+            "the block is one allocation: maxMemoryAllocationSize",
+        )
+    }
+
     /// A ring of `size` bytes of upload memory.
     pub fn new(name: impl Into<String>, size: u64) -> LinearPoolDesc {
         LinearPoolDesc {
@@ -111,11 +129,13 @@ impl std::fmt::Debug for LinearPool {
 }
 
 impl LinearPool {
-    /// Creates the pool and allocates its block. Refused: a priority outside `[0, 1]`
+    /// Creates the pool and allocates its block. Refused: a size that does not pass
+    /// [`LinearPoolDesc::validate`] ([`MemoryError::Desc`]), a priority outside `[0, 1]`
     /// ([`MemoryError::InvalidPriority`]), no memory type for the intent that every buffer usage
     /// accepts ([`MemoryError::NoSuitableMemoryType`]), and the block's own allocation failing
     /// (out of memory or budget).
     pub fn new(device: Arc<Device>, desc: LinearPoolDesc) -> Result<LinearPool, MemoryError> {
+        desc.validate(&device.profile().limits)?;
         check_priority(&desc.name, desc.priority)?;
         let desc = LinearPoolDesc { size: desc.size.max(64 << 10).next_multiple_of(64 << 10), ..desc };
         let allowed = crate::pool::unknown_flags_type_bits(&device);
