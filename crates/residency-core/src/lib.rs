@@ -1,6 +1,7 @@
 //! The GPU-free half of `residency`: rules, algorithms and data that do not need a device.
 //!
 //! Everything here is plain data and pure functions, testable on any machine in milliseconds:
+//! - [`desc`]: why a description is refused where it is consumed ([`desc::DescError`]).
 //! - [`device_mask`]: device indices and 32-bit device masks.
 //! - [`format`](mod@format): texel formats and their block sizes.
 //! - [`memory`]: memory-type presets by intent, heap growth and budgets.
@@ -17,6 +18,7 @@
 #![forbid(unsafe_code)]
 
 pub mod allocator;
+pub mod desc;
 pub mod device_mask;
 pub mod format;
 pub mod memory;

@@ -89,7 +89,7 @@ fn scene(device: &Arc<Device>) -> Scene {
     }
     pool.flush_binds(&mut [&mut a, &mut b]).unwrap();
     for image in [&mut a, &mut b] {
-        image.residency_mut().refresh_min_lod();
+        image.refresh_min_lod();
     }
     assert_eq!(pool.stats().heaps.len(), 6);
     assert_eq!(pool.used_tiles(), 32);
@@ -170,7 +170,7 @@ fn compaction_moves_tiles_into_fuller_heaps_keeps_contents_and_residency_and_fre
         // Residency and the min-LOD map mean what they meant: nothing to refresh, the same
         // resident tiles, the same texels; only physical tiles changed.
         for image in [&mut scene.a, &mut scene.b] {
-            assert!(image.residency_mut().refresh_min_lod().is_empty(), "no min-LOD entry changed");
+            assert!(image.refresh_min_lod().is_empty(), "no min-LOD entry changed");
         }
         assert_eq!(snapshot(&scene), before);
         let physical_after = [physical(&scene.a), physical(&scene.b)];

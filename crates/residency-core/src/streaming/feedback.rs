@@ -285,6 +285,26 @@ pub struct FeedbackDesc {
     pub count_pixels: bool,
 }
 
+impl FeedbackDesc {
+    /// The most records a feedback buffer holds: their `2 × 4` bytes each stay within 32 MiB, a
+    /// quarter of the 128 MiB every device lets a shader bind (`maxStorageBufferRange ≥ 2²⁷`),
+    /// and the buffer's word count cannot wrap.
+    pub const MAX_RECORD_CAPACITY: u32 = 1 << 22;
+
+    /// Checks `record_capacity` against [`MAX_RECORD_CAPACITY`](Self::MAX_RECORD_CAPACITY).
+    pub fn validate(&self) -> Result<(), crate::desc::DescError> {
+        crate::desc::check_range(
+            "FeedbackDesc",
+            "",
+            "record_capacity",
+            self.record_capacity.into(),
+            0,
+            Self::MAX_RECORD_CAPACITY.into(),
+            "the records stay within a quarter of the smallest maxStorageBufferRange",
+        )
+    }
+}
+
 impl Default for FeedbackDesc {
     fn default() -> Self {
         Self { record_capacity: 4096, count_pixels: true }
@@ -679,6 +699,26 @@ impl FeedbackSampling {
     /// The largest `pixel_stride` [`FeedbackSampling::new`] keeps (2¹⁵): `pixel_stride²` fits a
     /// 32-bit word, so the shaders' `uint` arithmetic on it cannot wrap either.
     pub const MAX_PIXEL_STRIDE: u32 = 1 << 15;
+
+    /// Checks the fields, which [`FeedbackSampling::new`] clamps but a struct literal does not: a
+    /// stride, frame interval and block of at least 1 (the sampling divides by each) and a stride
+    /// of at most [`MAX_PIXEL_STRIDE`](Self::MAX_PIXEL_STRIDE). A streamer refuses a sampling that
+    /// does not pass, before anything is created.
+    pub fn validate(&self) -> Result<(), crate::desc::DescError> {
+        use crate::desc::check_range;
+        const DESC: &str = "FeedbackSampling";
+        check_range(
+            DESC,
+            "",
+            "pixel_stride",
+            self.pixel_stride.into(),
+            1,
+            Self::MAX_PIXEL_STRIDE.into(),
+            "pixel_stride² must fit in 32 bits",
+        )?;
+        check_range(DESC, "", "frame_interval", self.frame_interval.into(), 1, u32::MAX.into(), "")?;
+        check_range(DESC, "", "block", self.block.into(), 1, u32::MAX.into(), "")
+    }
 
     /// Sampling of one pixel per `pixel_stride²` block every `frame_interval` frames (both at
     /// least 1, the stride at most [`FeedbackSampling::MAX_PIXEL_STRIDE`]; clamped and logged).

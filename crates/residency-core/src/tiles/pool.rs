@@ -113,6 +113,25 @@ impl Default for TilePoolDesc {
 }
 
 impl TilePoolDesc {
+    /// Checks the description against a device's `limits`, as the backend's pools do before
+    /// consuming it: a tile of at least one byte, and heaps (`tiles_per_heap × tile_bytes`, a
+    /// `tiles_per_heap` of 0 counting as 1) that fit one `VkDeviceMemory`
+    /// (`maxMemoryAllocationSize`), computed without wrapping.
+    pub fn validate(&self, limits: &crate::profile::Limits) -> Result<(), crate::desc::DescError> {
+        const DESC: &str = "TilePoolDesc";
+        crate::desc::check_range(DESC, &self.name, "tile_bytes", self.tile_bytes, 1, u64::MAX, "")?;
+        let heap = u64::from(self.tiles_per_heap.max(1)).saturating_mul(self.tile_bytes);
+        crate::desc::check_range(
+            DESC,
+            &self.name,
+            "tiles_per_heap × tile_bytes",
+            heap,
+            1,
+            limits.max_memory_allocation_size,
+            "a heap is one allocation: maxMemoryAllocationSize",
+        )
+    }
+
     /// Sets the name.
     pub fn with_name(mut self, name: impl Into<String>) -> Self {
         self.name = name.into();

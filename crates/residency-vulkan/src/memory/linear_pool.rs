@@ -45,6 +45,24 @@ pub struct LinearPoolDesc {
 }
 
 impl LinearPoolDesc {
+    /// Checks `size` against the device's `limits`; [`LinearPool::new`] calls it first and
+    /// creates nothing when it fails: the block (rounded up to 64 KiB) is one allocation, within
+    /// `maxMemoryAllocationSize`, so the rounding cannot wrap either.
+    pub fn validate(
+        &self,
+        limits: &residency_core::profile::Limits,
+    ) -> Result<(), residency_core::desc::DescError> {
+        residency_core::desc::check_range(
+            "LinearPoolDesc",
+            &self.name,
+            "size",
+            self.size,
+            0,
+            limits.max_memory_allocation_size.min(u64::MAX - (64 << 10)),
+            "the block is one allocation: maxMemoryAllocationSize",
+        )
+    }
+
     /// A ring of `size` bytes of upload memory.
     pub fn new(name: impl Into<String>, size: u64) -> LinearPoolDesc {
         LinearPoolDesc {
@@ -117,13 +135,15 @@ impl std::fmt::Debug for LinearPool {
 }
 
 impl LinearPool {
-    /// Creates the pool and allocates its block. Refused before any Vulkan call: a priority
-    /// outside `[0, 1]` ([`MemoryError::InvalidPriority`]), a size whose rounding up to 64 KiB
-    /// overflows or that is beyond the device's `maxMemoryAllocationSize` or the heap's size
+    /// Creates the pool and allocates its block. Refused before any Vulkan call: a size that
+    /// does not pass [`LinearPoolDesc::validate`] ([`MemoryError::Desc`]), a priority outside
+    /// `[0, 1]` ([`MemoryError::InvalidPriority`]), a size whose rounding up to 64 KiB overflows
+    /// or that is beyond the device's `maxMemoryAllocationSize` or the heap's size
     /// ([`MemoryError::TooLarge`]), no memory type for the intent that every buffer usage
     /// accepts ([`MemoryError::NoSuitableMemoryType`]); and the block's own allocation failing
     /// (out of memory or budget).
     pub fn new(device: Arc<Device>, desc: LinearPoolDesc) -> Result<LinearPool, MemoryError> {
+        desc.validate(&device.profile().limits)?;
         check_priority(&desc.name, desc.priority)?;
         let Some(size) = desc.size.max(LINEAR_POOL_GRANULE).checked_next_multiple_of(LINEAR_POOL_GRANULE)
         else {

@@ -22,6 +22,10 @@ use std::ptr::NonNull;
 /// Allocating memory failed. Out of memory and over budget are values, never panics.
 #[derive(Debug, thiserror::Error)]
 pub enum MemoryError {
+    /// The description has a field the pool cannot be made with (`BufferPoolDesc::validate`,
+    /// `LinearPoolDesc::validate`); nothing was created.
+    #[error(transparent)]
+    Desc(#[from] residency_core::desc::DescError),
     /// A memory priority outside `[0, 1]` (or not a number).
     #[error("`{name}`: memory priority {priority} is outside [0, 1]")]
     InvalidPriority {

@@ -62,6 +62,39 @@ pub struct BufferPoolDesc {
 }
 
 impl BufferPoolDesc {
+    /// The most arenas a pool has ([`with_arenas`](Self::with_arenas) clamps to it).
+    pub const MAX_ARENAS: u32 = 64;
+
+    /// Checks the fields a struct literal can set beyond what the setters allow, against the
+    /// device's `limits`; [`BufferPool::new`] calls it first and creates nothing when it fails: a
+    /// page (rounded up to 64 KiB) within `maxMemoryAllocationSize` (a page is one allocation),
+    /// and at most [`MAX_ARENAS`](Self::MAX_ARENAS) arenas (0 counts as 1).
+    pub fn validate(
+        &self,
+        limits: &residency_core::profile::Limits,
+    ) -> Result<(), residency_core::desc::DescError> {
+        use residency_core::desc::check_range;
+        const DESC: &str = "BufferPoolDesc";
+        check_range(
+            DESC,
+            &self.name,
+            "page_size",
+            self.page_size,
+            0,
+            limits.max_memory_allocation_size.min(u64::MAX - (64 << 10)),
+            "a page is one allocation: maxMemoryAllocationSize",
+        )?;
+        check_range(
+            DESC,
+            &self.name,
+            "arenas",
+            self.arenas.into(),
+            0,
+            Self::MAX_ARENAS.into(),
+            "BufferPoolDesc::MAX_ARENAS",
+        )
+    }
+
     /// A device-local pool with 64 MiB pages.
     pub fn new(name: impl Into<String>, usage: BufferPoolUsage) -> BufferPoolDesc {
         BufferPoolDesc {
@@ -90,7 +123,7 @@ impl BufferPoolDesc {
 
     /// Splits the pool into `arenas` sets of pages, each with its own lock (clamped to 1..=64).
     pub fn with_arenas(mut self, arenas: u32) -> Self {
-        let clamped = arenas.clamp(1, 64);
+        let clamped = arenas.clamp(1, Self::MAX_ARENAS);
         if clamped != arenas {
             tracing::info!(requested = arenas, used = clamped, pool = %self.name, "arena count clamped");
         }
@@ -213,8 +246,10 @@ fn buffer_type_bits(device: &Device, usage: BufferUsage) -> u32 {
 }
 
 impl BufferPool {
-    /// Creates a pool; no memory is allocated until the first buffer.
+    /// Creates a pool; no memory is allocated until the first buffer. A description that does not
+    /// pass [`BufferPoolDesc::validate`] is refused ([`MemoryError::Desc`]).
     pub fn new(device: Arc<Device>, desc: BufferPoolDesc) -> Result<BufferPool, MemoryError> {
+        desc.validate(&device.profile().limits)?;
         let desc =
             BufferPoolDesc { page_size: desc.page_size.max(64 << 10).next_multiple_of(64 << 10), ..desc };
         crate::memory::check_priority(&desc.name, desc.priority)?;

@@ -172,6 +172,9 @@ impl HeapsShared {
         heaps: &[HeapIndex],
     ) -> Result<u64, SparseError> {
         Self::check_serves(state, pool)?;
+        // The pool's description is the caller's plain data: its heaps must be allocations the
+        // device can make, sized without wrapping.
+        pool.desc().validate(&self.device.profile().limits)?;
         if let Some(missing) = heaps.iter().find(|&&h| pool.heap_tiles(h).is_none()) {
             return Err(CommitError::Pool(PoolError::UnknownHeap(missing.0)).into());
         }
@@ -350,8 +353,11 @@ impl TileHeaps {
     /// in the pool and the page tables is the caller's, who made them.
     ///
     /// Checked first, refused with nothing allocated or bound: `pool` is the pool these heaps
-    /// serve ([`CommitError::WrongPool`]); every image was made for these heaps by
-    /// [`SparseImage::new_external`] ([`SparseError::Incompatible`]); every non-empty change was
+    /// serve ([`CommitError::WrongPool`]) and its description passes
+    /// [`TilePoolDesc::validate`](residency_core::tiles::TilePoolDesc::validate)
+    /// ([`SparseError::Desc`]); every image was made for these heaps by
+    /// [`SparseImage::new_external`], with tiles of the pool's tile size
+    /// ([`SparseError::Incompatible`]); every non-empty change was
     /// made against `pool` ([`ResidencyChanges::pool`]; [`CommitError::WrongPool`]) and binds
     /// tiles of its live heaps ([`CommitError::Pool`]).
     pub fn bind(
@@ -409,6 +415,19 @@ impl TileHeaps {
                 return Err(SparseError::Incompatible {
                     name: image.name.clone(),
                     reason: "bound through tile heaps it was not made for (SparseImage::new_external)".into(),
+                });
+            }
+            if pool.tile_bytes() != image.layout().tile_bytes() {
+                // Binds place tile `t` of a heap at `t × pool.tile_bytes()`: smaller pool tiles
+                // would overlap or run past the heap, other sizes break the binding alignment.
+                return Err(SparseError::Incompatible {
+                    name: image.name.clone(),
+                    reason: format!(
+                        "the pool `{}` has {}-byte tiles; the image's are {} bytes",
+                        pool.desc().name,
+                        pool.tile_bytes(),
+                        image.layout().tile_bytes()
+                    ),
                 });
             }
             if changes.tiles.is_empty() && changes.tails.is_empty() {

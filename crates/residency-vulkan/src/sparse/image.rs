@@ -419,14 +419,21 @@ impl SparseImage {
         self.residency.layout()
     }
 
-    /// Its residency: the page table, residency bitmaps and the min-LOD map.
+    /// Its residency: the page table, residency bitmaps and the min-LOD map. Read-only: its page
+    /// table names physical tiles of the image's pool, so a change made without the pool (a
+    /// `SparseResidency::remap`, a commit against another pool) would free or bind tiles other
+    /// images own. Changes go through the checked commits and releases below; the min-LOD
+    /// refresh through [`SparseImage::refresh_min_lod`].
     pub fn residency(&self) -> &SparseResidency {
         &self.residency
     }
 
-    /// Mutable residency, for the streaming manager (min-LOD refresh).
-    pub fn residency_mut(&mut self) -> &mut SparseResidency {
-        &mut self.residency
+    /// Recomputes its min-LOD entries touched by the commits and releases since the last refresh
+    /// and returns the boxes recomputed ([`SparseResidency::refresh_min_lod`]).
+    /// [`MinLodMap::update`] calls it and uploads them; call it yourself only for a map you upload
+    /// yourself (a box it returns is not returned again).
+    pub fn refresh_min_lod(&mut self) -> Vec<residency_core::tiles::MinLodUpdate> {
+        self.residency.refresh_min_lod()
     }
 
     /// Whether changes are queued for the next flush.

@@ -78,7 +78,7 @@ impl MinLodMap {
         uploader: &crate::Uploader,
         image: &mut SparseImage,
     ) -> Result<u64, SparseError> {
-        let updates = image.residency_mut().refresh_min_lod();
+        let updates = image.refresh_min_lod();
         self.upload_updates(uploader, image.residency().page_table(), &updates)
     }
 

@@ -56,6 +56,11 @@ use std::time::Instant;
 /// A sparse operation failed; nothing changed.
 #[derive(Debug, thiserror::Error)]
 pub enum SparseError {
+    /// The tile pool description has a field the pool cannot be made with
+    /// ([`TilePoolDesc::validate`](residency_core::tiles::TilePoolDesc::validate)), or a pool's
+    /// tiles are not the size of the images' tiles; nothing changed.
+    #[error(transparent)]
+    Desc(#[from] residency_core::desc::DescError),
     /// The device cannot do sparse residency for this image; use the software residency path.
     #[error("{0}")]
     Unsupported(#[from] ShapeError),

@@ -91,8 +91,11 @@ pub struct BindStats {
 }
 
 impl SparseTilePool {
-    /// Creates a pool on `device`; heaps are allocated when tiles are first needed.
+    /// Creates a pool on `device`; heaps are allocated when tiles are first needed. A description
+    /// that does not pass [`TilePoolDesc::validate`] against the device's limits is refused
+    /// ([`SparseError::Desc`]).
     pub fn new(device: Arc<Device>, desc: TilePoolDesc) -> Result<SparseTilePool, SparseError> {
+        desc.validate(&device.profile().limits)?;
         let heaps = HeapsShared::new(Arc::clone(&device), &desc.name)?;
         let name = desc.name.clone();
         let id = device.ledger().track("sparse tile pool", desc.name.as_str());

@@ -54,6 +54,7 @@ use crate::{
     VulkanError,
 };
 use ash::vk;
+use residency_core::desc::DescError;
 use residency_core::format::Format;
 use residency_core::memory::MemoryIntent;
 use residency_core::streaming::{
@@ -136,6 +137,43 @@ impl Default for StreamerDesc {
 }
 
 impl StreamerDesc {
+    /// The most loader threads a streamer starts (more only contend for the same loads; a
+    /// thread the system cannot start would otherwise fail inside the constructor).
+    pub const MAX_WORKERS: usize = 256;
+
+    /// Checks the fields a struct literal can set beyond what the `with_*` setters allow, against
+    /// the device's `limits`; [`Streamer::new`] calls it first and creates nothing when it fails:
+    /// the [`sampling`](Self::sampling) ([`FeedbackSampling::validate`]: no zero stride, interval
+    /// or block, `stride²` within 32 bits), the [`feedback`](Self::feedback) records
+    /// ([`FeedbackDesc::validate`]), at most [`MAX_WORKERS`](Self::MAX_WORKERS) loader threads, and
+    /// a hardware heap (`tiles_per_heap` 64 KiB tiles) within `maxMemoryAllocationSize`. Values
+    /// documented as clamped (`frames_in_flight` to 1..=8, a zero budget or worker count raised to
+    /// 1) are clamped by the constructor, not refused.
+    pub fn validate(&self, limits: &residency_core::profile::Limits) -> Result<(), DescError> {
+        const DESC: &str = "StreamerDesc";
+        self.sampling.validate()?;
+        self.feedback.validate()?;
+        residency_core::desc::check_range(
+            DESC,
+            &self.name,
+            "workers",
+            self.workers as u64,
+            0,
+            Self::MAX_WORKERS as u64,
+            "StreamerDesc::MAX_WORKERS",
+        )?;
+        let heap = u64::from(self.tiles_per_heap.max(1)) * residency_core::tiles::STANDARD_TILE_BYTES;
+        residency_core::desc::check_range(
+            DESC,
+            &self.name,
+            "tiles_per_heap × 64 KiB",
+            heap,
+            1,
+            limits.max_memory_allocation_size,
+            "a heap is one allocation: maxMemoryAllocationSize",
+        )
+    }
+
     /// Sets the hardware path's tiles per heap (at least 1).
     pub fn with_tiles_per_heap(mut self, tiles: u32) -> Self {
         self.tiles_per_heap = tiles.max(1);
@@ -267,6 +305,10 @@ pub enum StreamError {
     /// The readers are not shader stages.
     #[error("the streamer's readers must be shader stages, not {0:?}")]
     Readers(vk::PipelineStageFlags2),
+    /// The description has a field the streamer cannot run with ([`StreamerDesc::validate`]);
+    /// nothing was created.
+    #[error(transparent)]
+    Desc(#[from] DescError),
     /// The source is of a kind this streamer does not stream (yet).
     #[error("`{name}` cannot be streamed: {reason}")]
     UnsupportedSource {
@@ -717,6 +759,7 @@ impl Streamer {
     /// A streamer on `device` with no textures. The path is resolved for RGBA8 on this device
     /// (`Hardware` where it has no sparse residency: [`SoftwareError`]).
     pub fn new(device: &Arc<Device>, desc: StreamerDesc) -> Result<Streamer, StreamError> {
+        desc.validate(&device.profile().limits)?;
         if desc.readers.is_empty() || !crate::recording::SHADER_STAGES.contains(desc.readers) {
             return Err(StreamError::Readers(desc.readers));
         }

@@ -24,6 +24,7 @@ use residency_core::sync::{
     SyncError, TrackedBufferDesc, TrackedImageDesc, TrackerOptions,
 };
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::Arc;
 
 #[derive(Clone, Copy, Debug)]
@@ -32,11 +33,31 @@ enum Handle {
     Image(vk::Image),
 }
 
+/// What a barrier may cover of a tracked resource: its handle's bytes, or its image's
+/// subresources, aspects, usage and sharing mode (a barrier is checked against these before
+/// Vulkan sees it, whoever wrote it).
+#[derive(Clone, Copy, Debug)]
+enum Extent {
+    /// The `VkBuffer`'s size (a page's whole buffer for a known-flags pool page).
+    Bytes(u64),
+    Image {
+        mips: u32,
+        layers: u32,
+        aspects: vk::ImageAspectFlags,
+        usage: vk::ImageUsageFlags,
+        /// Created with `VK_SHARING_MODE_CONCURRENT`: no ownership transfers.
+        concurrent: bool,
+    },
+}
+
 /// A handle barriers may name, and what keeps it alive: the resource itself, or for a pool page
 /// the tracked buffers placed in it (each keeps its place in the page, so the page stays).
 #[derive(Debug)]
 struct Tracked {
     handle: Handle,
+    /// For error messages.
+    name: String,
+    extent: Extent,
     /// The device's process-unique id (indices repeat across device sets).
     device: u64,
     keep: Vec<(ResourceId, Arc<Life>)>,
@@ -57,6 +78,119 @@ pub enum RecordError {
     /// image in ([`VulkanError::ImageLayout`](crate::VulkanError::ImageLayout)).
     #[error("{0}")]
     ImageLayout(crate::VulkanError),
+    /// A buffer barrier covers bytes outside its buffer (`offset + size` past the end, wrapped,
+    /// or an empty range; `VK_WHOLE_SIZE` covers from `offset` to the end).
+    #[error("a barrier of buffer {resource:?} ({name}) covers {size} bytes at {offset}, outside its {buffer_size} bytes")]
+    BufferRange {
+        /// The buffer (or page) the barrier names.
+        resource: ResourceId,
+        /// Its name.
+        name: String,
+        /// The barrier's offset.
+        offset: u64,
+        /// The barrier's size (`VK_WHOLE_SIZE` = `u64::MAX`).
+        size: u64,
+        /// The buffer's size.
+        buffer_size: u64,
+    },
+    /// An image barrier covers subresources outside its image (a count of 0, a base past the
+    /// end, `base + count` past the end or wrapped; `VK_REMAINING_*` covers from the base to the
+    /// end).
+    #[error(
+        "a barrier of image {resource:?} ({name}) covers mips {base_mip}+{mip_count}, layers \
+         {base_layer}+{layer_count}, outside its {mip_levels} mips and {array_layers} layers"
+    )]
+    Subresources {
+        /// The image.
+        resource: ResourceId,
+        /// Its name.
+        name: String,
+        /// The barrier's first mip.
+        base_mip: u32,
+        /// The barrier's mip count (`VK_REMAINING_MIP_LEVELS` = `u32::MAX`).
+        mip_count: u32,
+        /// The barrier's first layer.
+        base_layer: u32,
+        /// The barrier's layer count (`VK_REMAINING_ARRAY_LAYERS` = `u32::MAX`).
+        layer_count: u32,
+        /// The image's mips.
+        mip_levels: u32,
+        /// The image's layers.
+        array_layers: u32,
+    },
+    /// An image barrier's aspects are not its image's aspects.
+    #[error("a barrier of image {resource:?} ({name}) names aspects {given:?}; the image has {image:?}")]
+    Aspects {
+        /// The image.
+        resource: ResourceId,
+        /// Its name.
+        name: String,
+        /// The barrier's aspects.
+        given: vk::ImageAspectFlags,
+        /// The image's aspects.
+        image: vk::ImageAspectFlags,
+    },
+    /// An image barrier's layout is not one the image may be in: not a layout residency knows,
+    /// `UNDEFINED` or `PREINITIALIZED` as the new layout, or a layout whose usage the image was
+    /// not created with (`COLOR_ATTACHMENT_OPTIMAL` without colour-attachment usage, …).
+    #[error("a barrier of image {resource:?} ({name}) uses layout {layout:?}: {reason}")]
+    Layout {
+        /// The image.
+        resource: ResourceId,
+        /// Its name.
+        name: String,
+        /// The offending layout.
+        layout: vk::ImageLayout,
+        /// Why it is refused.
+        reason: &'static str,
+    },
+    /// A barrier's queue families are not an ownership transfer Vulkan allows for the resource:
+    /// one side `QUEUE_FAMILY_IGNORED` and the other not, or a transfer of a resource created
+    /// with `VK_SHARING_MODE_CONCURRENT`.
+    #[error(
+        "a barrier of {resource:?} ({name}) transfers ownership from queue family {src} to {dst}: {reason}"
+    )]
+    Ownership {
+        /// The resource.
+        resource: ResourceId,
+        /// Its name.
+        name: String,
+        /// The releasing family (`u32::MAX`: ignored).
+        src: u32,
+        /// The acquiring family (`u32::MAX`: ignored).
+        dst: u32,
+        /// Why it is refused.
+        reason: &'static str,
+    },
+}
+
+/// The range `base..base + count` of `total` (mips or layers) a barrier covers, `count` being
+/// `VK_REMAINING_*` (`u32::MAX`) for "to the end"; `None` when it is empty, starts past the end,
+/// ends past it or wraps.
+fn covered(base: u32, count: u32, total: u32) -> Option<Range<u32>> {
+    // VK_REMAINING_MIP_LEVELS and VK_REMAINING_ARRAY_LAYERS are both !0.
+    let end = if count == vk::REMAINING_MIP_LEVELS { total } else { base.checked_add(count)? };
+    (base < end && end <= total).then_some(base..end)
+}
+
+/// The image usage a layout needs (any of these bits), for the layouts that need one
+/// (`VUID-VkImageMemoryBarrier2-oldLayout-01208` to `-01213` and the synchronization2 layouts);
+/// `Err` for a layout residency does not know.
+fn layout_usage(layout: vk::ImageLayout) -> Result<vk::ImageUsageFlags, &'static str> {
+    use vk::ImageLayout as L;
+    use vk::ImageUsageFlags as U;
+    Ok(match layout {
+        L::UNDEFINED | L::GENERAL | L::PREINITIALIZED | L::READ_ONLY_OPTIMAL => U::empty(),
+        L::COLOR_ATTACHMENT_OPTIMAL => U::COLOR_ATTACHMENT,
+        L::DEPTH_STENCIL_ATTACHMENT_OPTIMAL | L::DEPTH_STENCIL_READ_ONLY_OPTIMAL => {
+            U::DEPTH_STENCIL_ATTACHMENT
+        }
+        L::SHADER_READ_ONLY_OPTIMAL => U::SAMPLED | U::INPUT_ATTACHMENT,
+        L::TRANSFER_SRC_OPTIMAL => U::TRANSFER_SRC,
+        L::TRANSFER_DST_OPTIMAL => U::TRANSFER_DST,
+        L::ATTACHMENT_OPTIMAL => U::COLOR_ATTACHMENT | U::DEPTH_STENCIL_ATTACHMENT,
+        _ => return Err("not a layout residency records barriers for"),
+    })
 }
 
 /// The core state tracker plus the handles its barriers name, for every device.
@@ -95,21 +229,29 @@ impl ResourceTracker {
         let name = buffer.name().to_owned();
         let life = Arc::clone(buffer.life());
         if buffer.placement() != BufferPlacement::Range {
-            self.core.register_buffer(device, id, TrackedBufferDesc::new(name, buffer.size()))?;
+            self.core.register_buffer(device, id, TrackedBufferDesc::new(name.clone(), buffer.size()))?;
             let keep = vec![(id, life)];
             self.handles.insert(
                 (device, id),
-                Tracked { handle: Handle::Buffer(buffer.raw()), device: uid, keep, layouts: None },
+                Tracked {
+                    handle: Handle::Buffer(buffer.raw()),
+                    name,
+                    extent: Extent::Bytes(buffer.size()),
+                    device: uid,
+                    keep,
+                    layouts: None,
+                },
             );
             return Ok(id);
         }
         let page = page_id(buffer.raw());
+        let page_name = format!("page of {name}");
         let registered_page = !self.core.contains(device, page);
         if registered_page {
             self.core.register_page(
                 device,
                 page,
-                TrackedBufferDesc::new(format!("page of {name}"), buffer.memory_size),
+                TrackedBufferDesc::new(page_name.clone(), buffer.memory_size),
             )?;
         }
         let paged = PagedBufferDesc { name, page, offset: buffer.offset(), size: buffer.size() };
@@ -121,6 +263,8 @@ impl ResourceTracker {
         }
         let entry = self.handles.entry((device, page)).or_insert_with(|| Tracked {
             handle: Handle::Buffer(buffer.raw()),
+            name: page_name,
+            extent: Extent::Bytes(buffer.memory_size),
             device: uid,
             keep: Vec::new(),
             layouts: None,
@@ -144,8 +288,17 @@ impl ResourceTracker {
             .with_initial_layout(ImageLayout::from_raw(initial.as_raw()));
         self.core.register_image(device, id, desc)?;
         let keep = vec![(id, Arc::clone(image.life()))];
+        let extent = Extent::Image {
+            mips: d.mip_levels,
+            layers: d.array_layers,
+            aspects: aspect(d.format),
+            usage: d.create_info().usage,
+            concurrent: !d.queue_families.is_empty(),
+        };
         let tracked = Tracked {
             handle: Handle::Image(image.raw()),
+            name: d.name.clone(),
+            extent,
             device: image.device().uid(),
             keep,
             layouts: Some(Arc::clone(image.layouts())),
@@ -178,11 +331,26 @@ impl ResourceTracker {
     /// Records `barriers` (a flush's, or a release's) into `rec` as one `vkCmdPipelineBarrier2`.
     /// Returns how many barrier structures were recorded (0: nothing recorded).
     ///
-    /// A buffer or image barrier of a resource this tracker holds no handle of that kind for on
-    /// the recording's device (never tracked, untracked since, or tracked on another device) is
-    /// [`SyncError::UnknownResource`] naming it; stages or accesses the device does not allow, or a
-    /// queue family it does not have, are [`BarrierError`]s; nothing is recorded then. The
-    /// recording holds every resource a barrier names until its submission.
+    /// A [`BarrierBatch`] is plain data whose fields anyone can write, so every barrier is checked
+    /// against what this tracker knows of the resource it names before Vulkan sees it, and the
+    /// first that does not fit refuses the whole batch with nothing recorded:
+    ///
+    /// - a buffer or image barrier of a resource this tracker holds no handle of that kind for on
+    ///   the recording's device (never tracked, untracked since, or tracked on another device):
+    ///   [`SyncError::UnknownResource`] naming it;
+    /// - stages or accesses the device does not allow, or a queue family it does not have:
+    ///   [`BarrierError`];
+    /// - bytes outside the buffer ([`RecordError::BufferRange`]; `VK_WHOLE_SIZE` is to the end);
+    /// - mips or layers outside the image, with checked arithmetic ([`RecordError::Subresources`];
+    ///   `VK_REMAINING_MIP_LEVELS` / `VK_REMAINING_ARRAY_LAYERS` are resolved against the image,
+    ///   so the layout record covers exactly what the GPU transitions);
+    /// - aspects other than the image's ([`RecordError::Aspects`]);
+    /// - an unknown layout, `UNDEFINED` or `PREINITIALIZED` as the new layout, or a layout the
+    ///   image's usage does not allow ([`RecordError::Layout`]);
+    /// - queue families that are not both ignored, the same, or a transfer between two real
+    ///   families of an exclusive resource ([`RecordError::Ownership`]).
+    ///
+    /// The recording holds every resource a barrier names until its submission.
     pub fn record(&self, rec: &mut Recording<'_>, barriers: &BarrierBatch) -> Result<usize, RecordError> {
         if barriers.is_empty() {
             return Ok(0);
@@ -192,7 +360,7 @@ impl ResourceTracker {
         let unknown = |resource| SyncError::UnknownResource { device: index, resource };
         let stages = |s: residency_core::sync::PipelineStages| vk::PipelineStageFlags2::from_raw(s.bits());
         let access = |a: residency_core::sync::AccessFlags| vk::AccessFlags2::from_raw(a.bits());
-        // Asked only when a barrier transfers ownership.
+        // Asked only when a barrier names a queue family.
         let families = std::cell::OnceCell::new();
         let family_count = || {
             *families.get_or_init(|| {
@@ -202,31 +370,47 @@ impl ResourceTracker {
             })
         };
         let features = device.features();
-        let check = |src: residency_core::sync::Scope,
-                     dst: residency_core::sync::Scope,
-                     families_of: Option<(u32, u32)>|
-         -> Result<(), RecordError> {
-            check_scope(&features, stages(src.stages), access(src.access))?;
-            check_scope(&features, stages(dst.stages), access(dst.access))?;
-            if let Some((a, b)) = families_of {
-                for family in [a, b] {
-                    if family != vk::QUEUE_FAMILY_IGNORED && family as usize >= family_count() {
-                        return Err(BarrierError::QueueFamily { family }.into());
-                    }
+        let check =
+            |src: residency_core::sync::Scope, dst: residency_core::sync::Scope| -> Result<(), RecordError> {
+                check_scope(&features, stages(src.stages), access(src.access))?;
+                check_scope(&features, stages(dst.stages), access(dst.access))?;
+                Ok(())
+            };
+        // Ownership: no transfer (both ignored, or the same family), or a transfer between two
+        // real families of an exclusive resource (VUID-VkBufferMemoryBarrier2-buffer-04088/04089,
+        // VUID-VkImageMemoryBarrier2-image-04071/04072).
+        let ownership = |resource: ResourceId,
+                         tracked: &Tracked,
+                         concurrent: bool,
+                         src: QueueFamily,
+                         dst: QueueFamily|
+         -> Result<(u32, u32), RecordError> {
+            let (src, dst) = (src.index(), dst.index());
+            let refuse =
+                |reason| RecordError::Ownership { resource, name: tracked.name.clone(), src, dst, reason };
+            for family in [src, dst] {
+                if family != vk::QUEUE_FAMILY_IGNORED && family as usize >= family_count() {
+                    return Err(BarrierError::QueueFamily { family }.into());
                 }
             }
-            Ok(())
+            if src == dst {
+                return Ok((src, dst));
+            }
+            if src == vk::QUEUE_FAMILY_IGNORED || dst == vk::QUEUE_FAMILY_IGNORED {
+                return Err(refuse("one side of a transfer is QUEUE_FAMILY_IGNORED and the other is not"));
+            }
+            if concurrent {
+                return Err(refuse("the resource is shared concurrently: it has no owner to transfer"));
+            }
+            Ok((src, dst))
         };
         let mut kept: Vec<&Arc<Life>> = Vec::new();
         let mut image_layouts: Vec<&Arc<Layouts>> = Vec::new();
-        let mut handle = |resource| -> Option<Handle> {
-            let tracked = self.handles.get(&(index, resource)).filter(|t| t.device == device.uid())?;
-            kept.extend(tracked.keep.iter().map(|(_, life)| life));
-            image_layouts.extend(tracked.layouts.as_ref());
-            Some(tracked.handle)
+        let tracked_of = |resource| -> Option<&Tracked> {
+            self.handles.get(&(index, resource)).filter(|t| t.device == device.uid())
         };
         for b in &barriers.memory {
-            check(b.src, b.dst, None)?;
+            check(b.src, b.dst)?;
         }
         let memory: Vec<_> = barriers
             .memory
@@ -241,11 +425,28 @@ impl ResourceTracker {
             .collect();
         let mut buffers = Vec::with_capacity(barriers.buffers.len());
         for b in &barriers.buffers {
-            let (src_family, dst_family) = (b.src_queue_family.index(), b.dst_queue_family.index());
-            check(b.src, b.dst, Some((src_family, dst_family)))?;
-            let Some(Handle::Buffer(raw)) = handle(b.resource) else {
+            check(b.src, b.dst)?;
+            let Some(tracked) = tracked_of(b.resource) else { return Err(unknown(b.resource).into()) };
+            let (Handle::Buffer(raw), Extent::Bytes(buffer_size)) = (tracked.handle, tracked.extent) else {
                 return Err(unknown(b.resource).into());
             };
+            let fits = if b.size == vk::WHOLE_SIZE {
+                b.offset < buffer_size
+            } else {
+                b.size > 0 && b.offset.checked_add(b.size).is_some_and(|end| end <= buffer_size)
+            };
+            if !fits {
+                return Err(RecordError::BufferRange {
+                    resource: b.resource,
+                    name: tracked.name.clone(),
+                    offset: b.offset,
+                    size: b.size,
+                    buffer_size,
+                });
+            }
+            let (src_family, dst_family) =
+                ownership(b.resource, tracked, false, b.src_queue_family, b.dst_queue_family)?;
+            kept.extend(tracked.keep.iter().map(|(_, life)| life));
             buffers.push(
                 vk::BufferMemoryBarrier2::default()
                     .src_stage_mask(stages(b.src.stages))
@@ -260,60 +461,98 @@ impl ResourceTracker {
             );
         }
         let mut images = Vec::with_capacity(barriers.images.len());
+        // Per image barrier: the mips and layers it covers, and its old and new layouts.
         let mut transitions = Vec::with_capacity(barriers.images.len());
         for b in &barriers.images {
-            let (src_family, dst_family) = (b.src_queue_family.index(), b.dst_queue_family.index());
-            check(b.src, b.dst, Some((src_family, dst_family)))?;
-            let Some(Handle::Image(raw)) = handle(b.resource) else { return Err(unknown(b.resource).into()) };
-            transitions.push(b);
+            check(b.src, b.dst)?;
+            let Some(tracked) = tracked_of(b.resource) else { return Err(unknown(b.resource).into()) };
+            let (Handle::Image(raw), Extent::Image { mips, layers, aspects, usage, concurrent }) =
+                (tracked.handle, tracked.extent)
+            else {
+                return Err(unknown(b.resource).into());
+            };
+            let name = || tracked.name.clone();
+            let r = &b.range;
+            let (Some(mip_range), Some(layer_range)) =
+                (covered(r.base_mip, r.mip_count, mips), covered(r.base_layer, r.layer_count, layers))
+            else {
+                return Err(RecordError::Subresources {
+                    resource: b.resource,
+                    name: name(),
+                    base_mip: r.base_mip,
+                    mip_count: r.mip_count,
+                    base_layer: r.base_layer,
+                    layer_count: r.layer_count,
+                    mip_levels: mips,
+                    array_layers: layers,
+                });
+            };
+            let given = vk::ImageAspectFlags::from_raw(b.aspects.bits());
+            if given != aspects {
+                return Err(RecordError::Aspects {
+                    resource: b.resource,
+                    name: name(),
+                    given,
+                    image: aspects,
+                });
+            }
+            let (old, new) = (
+                vk::ImageLayout::from_raw(b.old_layout.as_raw()),
+                vk::ImageLayout::from_raw(b.new_layout.as_raw()),
+            );
+            for layout in [old, new] {
+                let refuse =
+                    |reason| RecordError::Layout { resource: b.resource, name: name(), layout, reason };
+                let needs = layout_usage(layout).map_err(refuse)?;
+                if !needs.is_empty() && !usage.intersects(needs) {
+                    return Err(refuse("the image was not created with the usage this layout needs"));
+                }
+            }
+            if new == vk::ImageLayout::UNDEFINED || new == vk::ImageLayout::PREINITIALIZED {
+                return Err(RecordError::Layout {
+                    resource: b.resource,
+                    name: name(),
+                    layout: new,
+                    reason: "an image cannot be transitioned into it",
+                });
+            }
+            let (src_family, dst_family) =
+                ownership(b.resource, tracked, concurrent, b.src_queue_family, b.dst_queue_family)?;
+            kept.extend(tracked.keep.iter().map(|(_, life)| life));
+            image_layouts.extend(tracked.layouts.as_ref());
             images.push(
                 vk::ImageMemoryBarrier2::default()
                     .src_stage_mask(stages(b.src.stages))
                     .src_access_mask(access(b.src.access))
                     .dst_stage_mask(stages(b.dst.stages))
                     .dst_access_mask(access(b.dst.access))
-                    .old_layout(vk::ImageLayout::from_raw(b.old_layout.as_raw()))
-                    .new_layout(vk::ImageLayout::from_raw(b.new_layout.as_raw()))
+                    .old_layout(old)
+                    .new_layout(new)
                     .src_queue_family_index(src_family)
                     .dst_queue_family_index(dst_family)
                     .image(raw)
                     .subresource_range(vk::ImageSubresourceRange {
-                        aspect_mask: vk::ImageAspectFlags::from_raw(b.aspects.bits()),
-                        base_mip_level: b.range.base_mip,
-                        level_count: b.range.mip_count,
-                        base_array_layer: b.range.base_layer,
-                        layer_count: b.range.layer_count,
+                        aspect_mask: aspects,
+                        base_mip_level: mip_range.start,
+                        level_count: mip_range.len() as u32,
+                        base_array_layer: layer_range.start,
+                        layer_count: layer_range.len() as u32,
                     }),
             );
+            transitions.push((mip_range, layer_range, old, new));
         }
         debug_assert_eq!(image_layouts.len(), transitions.len());
-        for (layouts, b) in image_layouts.iter().zip(&transitions) {
-            let r = &b.range;
-            rec.check_layout(
-                layouts,
-                r.base_mip..r.base_mip + r.mip_count,
-                r.base_layer..r.base_layer + r.layer_count,
-                vk::ImageLayout::from_raw(b.old_layout.as_raw()),
-            )
-            .map_err(RecordError::ImageLayout)?;
+        for (layouts, (mips, layers, old, _)) in image_layouts.iter().zip(&transitions) {
+            rec.check_layout(layouts, mips.clone(), layers.clone(), *old)
+                .map_err(RecordError::ImageLayout)?;
         }
         let kept: Vec<Arc<Life>> = kept.into_iter().cloned().collect();
         for life in &kept {
             rec.keep(life);
         }
         // Only images have a layout record: one per image barrier, in order.
-        for (layouts, b) in image_layouts.into_iter().zip(transitions) {
-            let (mips, layers) = (
-                b.range.base_mip..b.range.base_mip + b.range.mip_count,
-                b.range.base_layer..b.range.base_layer + b.range.layer_count,
-            );
-            rec.transition(
-                layouts,
-                mips,
-                layers,
-                vk::ImageLayout::from_raw(b.old_layout.as_raw()),
-                vk::ImageLayout::from_raw(b.new_layout.as_raw()),
-            );
+        for (layouts, (mips, layers, old, new)) in image_layouts.into_iter().zip(transitions) {
+            rec.transition(layouts, mips, layers, old, new);
         }
         let info = vk::DependencyInfo::default()
             .memory_barriers(&memory)
@@ -323,12 +562,16 @@ impl ResourceTracker {
         // invariant). Every buffer and image handle is one this tracker holds for that device
         // (checked above by index and by the device's unique id) and keeps alive while tracked;
         // the recording now holds them until its submission. Stages and accesses are core ones
-        // the device allows, paired as Vulkan requires, and queue families exist (checked
-        // above). Ranges come from the core tracker, within the sizes and subresources
-        // registered. Each image barrier's old layout is noted above as a requirement (unless
-        // UNDEFINED, which discards and fits any layout, or set by an earlier command of this
-        // recording), which the submitter checks against the image's layouts in submission order
-        // before submitting; its new layout is noted as the effect.
+        // the device allows, paired as Vulkan requires; queue families exist and form no transfer
+        // or one Vulkan allows for the resource's sharing mode (checked above). Every buffer range
+        // lies within its buffer and every subresource range within its image, with the image's
+        // aspects, as checked above with checked arithmetic (whatever wrote the batch). Layouts
+        // are ones the image's usage allows, never UNDEFINED or PREINITIALIZED as the new layout.
+        // Each image barrier's old layout is noted above as a requirement (unless UNDEFINED,
+        // which discards and fits any layout, or set by an earlier command of this recording),
+        // which the submitter checks against the image's layouts in submission order before
+        // submitting; its new layout is noted as the effect, over exactly the subresources the
+        // barrier covers.
         unsafe { rec.device().raw().cmd_pipeline_barrier2(rec.raw(), &info) };
         rec.recorded();
         Ok(memory.len() + buffers.len() + images.len())
