@@ -212,3 +212,128 @@ fn an_rvt_file_is_a_tile_source() {
     assert!(matches!(RvtSource::open(path.with_extension("missing")), Err(SourceError::Read { .. })));
     std::fs::remove_file(&path).unwrap();
 }
+
+/// Runs `body` on a thread and fails if it has not finished within 60 s (a hang fails the test).
+fn within_a_minute(body: impl FnOnce() + Send + 'static) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let handle = std::thread::spawn(move || {
+        body();
+        let _ = tx.send(());
+    });
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(()) => handle.join().unwrap(),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            std::panic::resume_unwind(handle.join().unwrap_err())
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!("hung: not finished within 60 s"),
+    }
+}
+
+/// A source that panics on mip 1 and drops with a panic: the loader's worker survives both.
+struct Panicking;
+
+impl TileSource for Panicking {
+    fn name(&self) -> &str {
+        "panicking"
+    }
+    fn desc(&self) -> VtDesc {
+        desc()
+    }
+    fn read_tile(&self, mip: u32, x: u32, y: u32) -> Result<Vec<u8>, SourceError> {
+        assert!(mip != 1, "a source's bug on mip {mip}");
+        Ok(texels(mip, x, y))
+    }
+}
+
+impl Drop for Panicking {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            panic!("a source whose drop panics");
+        }
+    }
+}
+
+#[test]
+fn misuse_a_panicking_source_is_a_failed_load_and_the_worker_survives() {
+    within_a_minute(|| {
+        // One worker: if the panic killed it, nothing after would load and `wait_idle` would hang.
+        let loader = TileLoader::new(1);
+        let panicking: Arc<dyn TileSource> = Arc::new(Panicking);
+        for round in 0..3u32 {
+            loader
+                .submit(LoadJob { token: round * 2, source: Arc::clone(&panicking), tiles: vec![(1, 0, 0)] })
+                .unwrap();
+            loader
+                .submit(LoadJob { token: round * 2 + 1, source: procedural(), tiles: vec![(0, 1, 1)] })
+                .unwrap();
+            loader.wait_idle();
+            let mut done = loader.poll();
+            done.sort_by_key(|d| d.token);
+            assert_eq!(done.len(), 2);
+            match &done[0].result {
+                Err(SourceError::Panicked { source_name, mip: 1, x: 0, y: 0, message }) => {
+                    assert_eq!(source_name, "panicking");
+                    assert!(message.contains("a source's bug on mip 1"), "{message}");
+                }
+                other => panic!("expected a Panicked failure, got {other:?}"),
+            }
+            assert_eq!(done[1].result.as_ref().unwrap(), &vec![texels(0, 1, 1)]);
+            assert_eq!((loader.pending(), loader.workers()), (0, 1));
+        }
+        // The last reference dropped on the worker: its panicking `Drop` does not kill it.
+        loader.submit(LoadJob { token: 100, source: panicking, tiles: vec![(0, 0, 0)] }).unwrap();
+        loader.wait_idle();
+        loader.submit(LoadJob { token: 101, source: procedural(), tiles: vec![(0, 0, 0)] }).unwrap();
+        loader.wait_idle();
+        let tokens: Vec<u32> = loader.poll().iter().filter(|d| d.result.is_ok()).map(|d| d.token).collect();
+        assert_eq!(tokens.len(), 2, "both loads delivered: {tokens:?}");
+        assert_eq!(loader.workers(), 1);
+    });
+}
+
+#[test]
+fn misuse_a_huge_worker_count_is_clamped() {
+    within_a_minute(|| {
+        let loader = TileLoader::<u32>::new(usize::MAX);
+        assert_eq!(loader.workers(), residency_core::streaming::MAX_LOADER_WORKERS);
+    });
+}
+
+#[test]
+fn misuse_a_source_reading_its_own_tile_through_the_cache_is_refused_not_a_deadlock() {
+    use residency_core::streaming::{CachedSource, DecodedTileCache};
+    use std::sync::OnceLock;
+    within_a_minute(|| {
+        let cache = DecodedTileCache::new(1 << 20);
+        let me: Arc<OnceLock<Arc<CachedSource>>> = Arc::new(OnceLock::new());
+        let inner = Arc::clone(&me);
+        let recursive: Arc<dyn TileSource> =
+            Arc::new(FnSource::new("recursive", desc(), move |mip, x, y| {
+                // Reads itself through the cache: it would wait for its own decode.
+                inner.get().expect("registered").read_tile(mip, x, y)
+            }));
+        let source = cache.source(recursive);
+        me.set(Arc::clone(&source)).unwrap();
+        let err = source.read_tile(0, 0, 0).unwrap_err();
+        assert!(matches!(err, SourceError::Read { .. }), "{err}");
+        // Nothing stays marked as decoding: another read is refused the same way, not hung.
+        assert!(source.read_tile(0, 0, 0).is_err());
+        assert_eq!(cache.stats().entries, 0);
+        // A panicking decode leaves nothing behind either.
+        let panicking =
+            cache.source(Arc::new(FnSource::new("p", desc(), |_, _, _| -> Result<Vec<u8>, SourceError> {
+                panic!("decoder bug")
+            })));
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| panicking.read_tile(0, 0, 0)));
+        assert!(caught.is_err());
+        let loader = TileLoader::new(2);
+        let shared: Arc<dyn TileSource> = panicking;
+        for token in 0..4u32 {
+            loader.submit(LoadJob { token, source: Arc::clone(&shared), tiles: vec![(0, 0, 0)] }).unwrap();
+        }
+        loader.wait_idle();
+        let done = loader.poll();
+        assert_eq!(done.len(), 4);
+        assert!(done.iter().all(|d| matches!(d.result, Err(SourceError::Panicked { .. }))));
+    });
+}

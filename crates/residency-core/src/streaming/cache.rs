@@ -16,8 +16,9 @@
 use super::source::{SourceDepth, SourceError, TileSource};
 use crate::device_mask::DeviceIndex;
 use crate::vt_file::VtDesc;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::ThreadId;
 
 /// One decoded tile's key: the source (as registered with the cache) and the tile.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -96,8 +97,9 @@ struct State {
     entries: HashMap<CacheKey, Entry>,
     /// Least recently used first.
     lru: BTreeMap<u64, CacheKey>,
-    /// Tiles a requester is decoding now (others wait for it).
-    decoding: HashSet<CacheKey>,
+    /// Tiles a requester is decoding now, with the thread decoding each (others wait for it;
+    /// that thread asking again is refused: it would wait for itself).
+    decoding: HashMap<CacheKey, ThreadId>,
     bytes: u64,
     next_stamp: u64,
     next_source: u64,
@@ -211,7 +213,10 @@ impl DecodedTileCache {
     }
 
     /// The tile of `key`: from the cache, after another requester's decode of it, or from
-    /// `decode` (whose result is cached when it succeeds and fits).
+    /// `decode` (whose result is cached when it succeeds and fits). A `decode` that asks the cache
+    /// for the tile it is decoding (a source that reads itself through the cache) would wait for
+    /// itself: that read is refused with [`SourceError::Read`]. A `decode` that panics leaves
+    /// nothing behind (waiters decode the tile themselves) and the panic goes on to the caller.
     pub fn get_or_decode(
         &self,
         key: CacheKey,
@@ -227,13 +232,23 @@ impl DecodedTileCache {
                 c.waits += u64::from(waited);
                 return Ok(data.to_vec());
             }
-            if !state.decoding.contains(&key) {
-                break;
+            match state.decoding.get(&key) {
+                None => break,
+                Some(&thread) if thread == std::thread::current().id() => {
+                    return Err(SourceError::Read {
+                        source_name: format!("decoded tile cache source {}", key.source),
+                        reason: format!(
+                            "tile ({}, {}, {}) of mip {} read again by the read decoding it",
+                            key.x, key.y, key.z, key.mip
+                        ),
+                    });
+                }
+                Some(_) => {}
             }
             waited = true;
             state = self.decoded.wait(state).unwrap_or_else(|e| e.into_inner());
         }
-        state.decoding.insert(key);
+        state.decoding.insert(key, std::thread::current().id());
         drop(state);
         let guard = Decoding { cache: self, key };
         let result = decode();

@@ -5,12 +5,29 @@
 //! have finished ([`TileLoader::poll`]); a load no longer wanted is cancelled
 //! ([`TileLoader::cancel`]): a queued one never runs, a running one's result is dropped. Nothing is
 //! joined within a frame. Dropping the loader stops the workers after the reads they are in.
+//!
+//! A source is the renderer's code run on the loader's threads, so a panic in it is caught: the
+//! read becomes [`SourceError::Panicked`], delivered like any other failure, and the worker goes
+//! on with the next load. Nothing of the loader's is borrowed or locked while a source runs, so
+//! the panic leaves the loader's state as it was (hence `AssertUnwindSafe`); the source itself is
+//! the renderer's to keep consistent. A panic anywhere else on a worker (a token's `Hash`, a
+//! source's `Drop`) restarts the worker's loop with the running count put back, so every wait
+//! below ends: [`TileLoader::wait_idle`] waits only for loads that a live worker will finish.
 
 use super::source::{SourceError, TileSource};
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
-use std::sync::{Arc, Condvar, Mutex};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The most worker threads a loader starts ([`TileLoader::new`] clamps to it).
+pub const MAX_LOADER_WORKERS: usize = 64;
+
+/// How long dropping a loader waits for its workers to finish the reads they are in before it
+/// leaves them to finish on their own (a source that blocks forever does not hang the drop).
+pub const LOADER_JOIN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// One load: the tiles `(mip, x, y)` of `source`, under the caller's `token`.
 pub struct LoadJob<T> {
@@ -45,7 +62,7 @@ struct Shared<T> {
     state: Mutex<State<T>>,
     /// Workers wait here for jobs.
     work: Condvar,
-    /// `wait_idle` waits here for the queue to drain.
+    /// `wait_idle` waits here for the queue to drain, `drop` for the workers to stop.
     idle: Condvar,
 }
 
@@ -58,7 +75,10 @@ struct State<T> {
     /// resubmitted token drops the old job's result).
     pending: HashMap<T, u64>,
     next_serial: u64,
+    /// Jobs a worker took and has not delivered.
     running: usize,
+    /// Workers whose loop runs (they leave it only at `stop`).
+    alive: usize,
     stop: bool,
 }
 
@@ -80,8 +100,14 @@ impl<T: Clone + Eq + Hash + Send + 'static> std::fmt::Debug for TileLoader<T> {
 pub struct DuplicateLoad;
 
 impl<T: Clone + Eq + Hash + Send + 'static> TileLoader<T> {
-    /// A loader with `workers` threads (at least one).
+    /// A loader with `workers` threads (at least one, at most [`MAX_LOADER_WORKERS`]; a request
+    /// outside is clamped and logged). A thread the system refuses to start is logged and the
+    /// loader runs with the others; it panics only when the system refuses every one.
     pub fn new(workers: usize) -> TileLoader<T> {
+        let count = workers.clamp(1, MAX_LOADER_WORKERS);
+        if count != workers {
+            tracing::warn!(requested = workers, started = count, "tile loader threads clamped");
+        }
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 queue: VecDeque::new(),
@@ -89,25 +115,32 @@ impl<T: Clone + Eq + Hash + Send + 'static> TileLoader<T> {
                 pending: HashMap::new(),
                 next_serial: 1,
                 running: 0,
+                alive: count,
                 stop: false,
             }),
             work: Condvar::new(),
             idle: Condvar::new(),
         });
-        let workers = (0..workers.max(1))
-            .map(|i| {
-                let shared = Arc::clone(&shared);
-                std::thread::Builder::new()
-                    .name(format!("residency tile loader {i}"))
-                    .spawn(move || work(&shared))
-                    .expect("spawning a tile loader thread")
-            })
-            .collect();
-        TileLoader { shared, workers }
+        let mut handles = Vec::with_capacity(count);
+        for i in 0..count {
+            let worker = Arc::clone(&shared);
+            match std::thread::Builder::new()
+                .name(format!("residency tile loader {i}"))
+                .spawn(move || work(&worker))
+            {
+                Ok(handle) => handles.push(handle),
+                Err(e) => {
+                    tracing::warn!(worker = i, "a tile loader thread could not start: {e}");
+                    lock(&shared.state).alive -= 1;
+                }
+            }
+        }
+        assert!(!handles.is_empty(), "the system started none of the tile loader's threads");
+        TileLoader { shared, workers: handles }
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, State<T>> {
-        self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn state(&self) -> MutexGuard<'_, State<T>> {
+        lock(&self.shared.state)
     }
 
     /// Queues a load; a worker takes it in submission order. A token already pending is refused.
@@ -158,27 +191,78 @@ impl<T: Clone + Eq + Hash + Send + 'static> TileLoader<T> {
     }
 
     /// Blocks until nothing is queued or running (tests and teardown; a frame never calls it).
+    /// Every load ends (a panicking source is a failed load), so this returns once the sources'
+    /// reads return; it never waits for a worker that is gone.
     pub fn wait_idle(&self) {
         let mut state = self.state();
-        while !state.queue.is_empty() || state.running > 0 {
+        while state.running > 0 || (!state.queue.is_empty() && state.alive > 0) {
             state = self.shared.idle.wait(state).unwrap_or_else(|e| e.into_inner());
         }
+    }
+
+    /// Worker threads running (the ones started; a worker stops only when the loader drops).
+    pub fn workers(&self) -> usize {
+        self.state().alive
     }
 }
 
 impl<T: Clone + Eq + Hash + Send + 'static> Drop for TileLoader<T> {
     fn drop(&mut self) {
-        self.state().stop = true;
+        let mut state = self.state();
+        state.stop = true;
         self.shared.work.notify_all();
+        // The workers stop after the reads they are in; a read that has not returned within
+        // `LOADER_JOIN_TIMEOUT` is left to finish on its own (the worker holds what it reads).
+        let deadline = Instant::now() + LOADER_JOIN_TIMEOUT;
+        while state.alive > 0 {
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else { break };
+            state = self.shared.idle.wait_timeout(state, left).unwrap_or_else(|e| e.into_inner()).0;
+        }
+        let stuck = state.alive;
+        drop(state);
+        if stuck > 0 {
+            tracing::warn!(workers = stuck, "tile loader dropped while sources still read: left to finish");
+        }
         for worker in self.workers.drain(..) {
-            // A worker that panicked (a source's bug) has already stopped.
-            let _ = worker.join();
+            if worker.is_finished() {
+                // A worker's loop catches every panic, so it ended normally.
+                let _ = worker.join();
+            }
         }
     }
 }
 
+fn lock<S>(state: &Mutex<S>) -> MutexGuard<'_, S> {
+    state.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A worker: serves jobs until the loader stops. A panic outside a source's read (which
+/// `read_job` catches) is caught here too: the job it was running is counted out and the worker
+/// serves on, so the loader never loses a worker.
 fn work<T: Clone + Eq + Hash + Send>(shared: &Shared<T>) {
-    let mut state = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let mut running = false;
+        // AssertUnwindSafe: after a panic the state is repaired below (the running count) and
+        // the lock's poison is ignored by every `lock`; nothing else is shared.
+        match catch_unwind(AssertUnwindSafe(|| serve(shared, &mut running))) {
+            Ok(()) => break,
+            Err(_) => {
+                let mut state = lock(&shared.state);
+                if running {
+                    state.running -= 1;
+                }
+                drop(state);
+                shared.idle.notify_all();
+            }
+        }
+    }
+    lock(&shared.state).alive -= 1;
+    shared.idle.notify_all();
+}
+
+/// Takes jobs until the loader stops; `running` says whether a job taken is not yet counted out.
+fn serve<T: Clone + Eq + Hash + Send>(shared: &Shared<T>, running: &mut bool) {
+    let mut state = lock(&shared.state);
     loop {
         if state.stop {
             return;
@@ -188,14 +272,54 @@ fn work<T: Clone + Eq + Hash + Send>(shared: &Shared<T>) {
             continue;
         };
         state.running += 1;
+        *running = true;
         drop(state);
-        let result: Result<Vec<Vec<u8>>, SourceError> =
-            job.tiles.iter().map(|&(mip, x, y)| job.source.read_tile(mip, x, y)).collect();
-        state = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+        let LoadJob { token, source, tiles } = job;
+        let result = read_job(&*source, &tiles);
+        // The last reference to a source may be this one: its `Drop` runs here, outside the lock,
+        // and a panic in it does not lose the result.
+        let _ = catch_unwind(AssertUnwindSafe(move || drop(source)));
+        state = lock(&shared.state);
         state.running -= 1;
-        if state.pending.get(&job.token) == Some(&serial) {
-            state.done.push(LoadDone { token: job.token, result });
+        *running = false;
+        if state.pending.get(&token) == Some(&serial) {
+            state.done.push(LoadDone { token, result });
         }
         shared.idle.notify_all();
     }
+}
+
+/// Reads `tiles` of `source` in order, up to the first failure; a read that panics is
+/// [`SourceError::Panicked`].
+fn read_job(source: &dyn TileSource, tiles: &[(u32, u32, u32)]) -> Result<Vec<Vec<u8>>, SourceError> {
+    tiles
+        .iter()
+        .map(|&(mip, x, y)| {
+            // AssertUnwindSafe: the loader holds no lock and lends nothing of its own to the read.
+            catch_unwind(AssertUnwindSafe(|| source.read_tile(mip, x, y))).unwrap_or_else(|payload| {
+                Err(SourceError::Panicked {
+                    source_name: source_name(source),
+                    mip,
+                    x,
+                    y,
+                    message: panic_message(payload.as_ref()),
+                })
+            })
+        })
+        .collect()
+}
+
+/// The source's name for a message (its `name` may panic too).
+fn source_name(source: &dyn TileSource) -> String {
+    catch_unwind(AssertUnwindSafe(|| source.name().to_owned()))
+        .unwrap_or_else(|_| "(a source whose name panicked)".to_owned())
+}
+
+/// What a panic said (`panic!`'s message), or a placeholder for other payloads.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
 }

@@ -38,7 +38,7 @@ pub use feedback::{
     IMAGE_ENTRY_WORDS, MAX_FEEDBACK_IMAGES, MAX_FEEDBACK_MIPS, NO_COUNTS, NO_LOW_WATER,
 };
 pub use lineage::{child_tiles, covering_tiles, parent_tiles};
-pub use loader::{DuplicateLoad, LoadDone, LoadJob, TileLoader};
+pub use loader::{DuplicateLoad, LoadDone, LoadJob, TileLoader, LOADER_JOIN_TIMEOUT, MAX_LOADER_WORKERS};
 pub use lod_warning::{classify_low_water, classify_sample, low_water_level};
 pub use manager::{
     FrameInput, FrameOutput, ImageChanges, ImageCompaction, LoadReason, StreamUnit, StreamingDesc,

@@ -53,6 +53,21 @@ pub enum SourceError {
         /// Why.
         reason: String,
     },
+    /// The source panicked while reading the tile (caught on the loader's worker, which goes on
+    /// with its next load; [`TileLoader`](super::loader::TileLoader)).
+    #[error("`{source_name}` panicked reading tile ({x}, {y}) of mip {mip}: {message}")]
+    Panicked {
+        /// The source.
+        source_name: String,
+        /// The mip asked for (as the loader's job names it).
+        mip: u32,
+        /// Tile column.
+        x: u32,
+        /// Tile row.
+        y: u32,
+        /// The panic's message.
+        message: String,
+    },
 }
 
 /// A source's third dimension ([`TileSource::depth`]): the depth of mip 0 and of a tile, in

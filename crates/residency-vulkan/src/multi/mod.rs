@@ -477,25 +477,8 @@ impl MultiUploader {
                 .uploaders
                 .get(index)
                 .ok_or(MultiDeviceError::MaskNotSubset { requested: buffer.mask(), allowed: self.mask() })?;
-            if !instance.device().is(uploader.device()) {
-                return Err(failed(UploadError::WrongDevice {
-                    name: instance.name().to_owned(),
-                    owner: instance.device_index(),
-                    uploader: index,
-                }));
-            }
-            let end = offset.saturating_add(data.len() as u64);
-            if end > instance.size() {
-                return Err(failed(UploadError::OutOfBounds {
-                    name: instance.name().to_owned(),
-                    offset,
-                    end,
-                    size: instance.size(),
-                }));
-            }
-            if !instance.usage().contains(residency_core::usage::BufferUsage::COPY_DST) {
-                return Err(failed(UploadError::NotCopyDestination { name: instance.name().to_owned() }));
-            }
+            // The checks of `Uploader::write_buffer`, on every device before anything is staged.
+            uploader.check_buffer_write(instance, offset, data.len() as u64).map_err(failed)?;
             targets.push((index, instance, uploader));
         }
         let results: Vec<(DeviceIndex, Result<(), UploadError>)> = std::thread::scope(|scope| {
@@ -770,15 +753,9 @@ impl MultiSparseImage {
                 requested: self.mask(),
                 allowed: uploader.mask(),
             })?;
+            // The checks of `Uploader::write_image`, on every device before anything is staged.
             let region = crate::upload::ImageRegion::new(image, mip, offset, extent);
-            region.check().map_err(failed)?;
-            if data.len() as u64 != region.bytes() {
-                return Err(failed(UploadError::WrongSize {
-                    name: image.name().to_owned(),
-                    expected: region.bytes(),
-                    got: data.len() as u64,
-                }));
-            }
+            target.check_image_write(&region, data.len() as u64).map_err(failed)?;
             targets.push((index, image, target));
         }
         let results: Vec<(DeviceIndex, Result<(), UploadError>)> = std::thread::scope(|scope| {

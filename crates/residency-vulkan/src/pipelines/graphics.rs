@@ -76,6 +76,9 @@ pub struct GraphicsProgram {
     stride: u32,
     /// Bytes of one vertex the attributes reach (0: no attributes, no vertex buffer needed).
     vertex_extent: u32,
+    /// Per attribute: its offset in the vertex and the alignment its address needs
+    /// ([`format_alignment`]).
+    vertex_alignments: Vec<(u32, u32)>,
 }
 
 /// A render pass was refused before anything was recorded.
@@ -260,14 +263,34 @@ impl<'a> Drawing<'_, 'a> {
     }
 
     /// Binds `buffer` from `offset` (bytes into it) as the vertex buffer (binding 0). It needs
-    /// the `VERTEX` usage and `offset` inside it. The recording holds it.
+    /// the `VERTEX` usage, `offset` inside it, and every attribute's address aligned: the bound
+    /// offset (in the `VkBuffer`) plus the attribute's offset a multiple of its format's component
+    /// size (of the whole format for packed formats), as vertex input fetches need
+    /// (`VUID-vkCmdDraw-None-02721`; the stride keeps every later vertex aligned, checked when the
+    /// program was made). The recording holds it.
     pub fn bind_vertex_buffer(&mut self, buffer: &Buffer, offset: u64) -> Result<(), DrawError> {
         let bytes = self.check_buffer(buffer, offset, BufferUsage::VERTEX)?;
+        let base = buffer.offset() + offset;
+        if let Some(&(attribute, align)) = self
+            .program
+            .vertex_alignments
+            .iter()
+            .find(|&&(a, align)| (base + u64::from(a)) % u64::from(align) != 0)
+        {
+            return Err(DrawError::Buffer {
+                program: self.name(),
+                buffer: buffer.name().to_owned(),
+                reason: format!(
+                    "offset {offset} (at {base} in its VkBuffer) puts the attribute at byte {attribute} of a \
+                     vertex off its {align}-byte alignment"
+                ),
+            });
+        }
         self.recording.keep(buffer.life());
         let cmd = self.recording.raw();
         // SAFETY: `cmd` is recording on the buffer's device (checked) inside the render pass
-        // instance; the buffer is live with VERTEX usage and the offset lies inside it (checked),
-        // and the recording holds it until its submission.
+        // instance; the buffer is live with VERTEX usage, the offset lies inside it and aligns
+        // every attribute (checked), and the recording holds it until its submission.
         unsafe {
             self.device().raw().cmd_bind_vertex_buffers(cmd, 0, &[buffer.raw()], &[buffer.offset() + offset]);
         }
@@ -479,6 +502,27 @@ fn format_bytes(format: vk::Format) -> u32 {
     }
 }
 
+/// The alignment a vertex attribute's address needs: the whole format's size for a packed format
+/// (`…_PACK16`, `…_PACK32`), else the size of one component (its first, from the name; the
+/// format's size when the name shows none).
+fn format_alignment(format: vk::Format) -> u32 {
+    let name = format!("{format:?}");
+    if name.contains("_PACK") {
+        return format_bytes(format);
+    }
+    let components = name.split('_').next().unwrap_or_default();
+    let bits: u32 = components
+        .chars()
+        .skip_while(|c| !c.is_ascii_digit())
+        .take_while(char::is_ascii_digit)
+        .fold(0, |n, c| n * 10 + c.to_digit(10).unwrap_or(0));
+    if bits == 0 {
+        format_bytes(format)
+    } else {
+        bits.div_ceil(8).max(1)
+    }
+}
+
 /// Refuses a stage whose shader writes a storage buffer or image when the device cannot write
 /// from that stage: a fragment shader needs `fragmentStoresAndAtomics`, a vertex shader
 /// `vertexPipelineStoresAndAtomics` (which residency never enables). Other stages pass.
@@ -549,6 +593,15 @@ fn check_vertex_input(
             return refuse(format!(
                 "offset {} is over the device's maxVertexInputAttributeOffset {}",
                 a.offset, limits.max_vertex_input_attribute_offset
+            ));
+        }
+        let align = format_alignment(a.format);
+        if stride % align != 0 {
+            // Vertex n is fetched at n × stride past the first: every one must stay aligned.
+            return refuse(format!(
+                "a stride of {stride} B misaligns the {:?} attribute at location {} (its address must be a \
+                 multiple of {align} B)",
+                a.format, a.location
             ));
         }
         // SAFETY: a pure query of this device's physical device.
@@ -791,7 +844,8 @@ impl GraphicsProgram {
         }
         let (program, pipeline) = created.finish(name, "graphics pipeline");
         let vertex_extent = attributes.iter().map(|a| a.offset + format_bytes(a.format)).max().unwrap_or(0);
-        Ok(GraphicsProgram { program, pipeline, color_format, stride, vertex_extent })
+        let vertex_alignments = attributes.iter().map(|a| (a.offset, format_alignment(a.format))).collect();
+        Ok(GraphicsProgram { program, pipeline, color_format, stride, vertex_extent, vertex_alignments })
     }
 
     /// Allocates a descriptor set from the program's pool and writes `bindings` into it (one per
@@ -1153,5 +1207,14 @@ mod tests {
         assert_eq!(format_bytes(vk::Format::A2B10G10R10_UNORM_PACK32), 4);
         assert_eq!(format_bytes(vk::Format::R16_SINT), 2);
         assert_eq!(format_bytes(vk::Format::R64G64B64A64_SFLOAT), 32);
+    }
+
+    #[test]
+    fn vertex_alignments_are_component_sizes_or_packed_sizes() {
+        assert_eq!(format_alignment(vk::Format::R32G32B32_SFLOAT), 4);
+        assert_eq!(format_alignment(vk::Format::R8G8B8A8_UNORM), 1);
+        assert_eq!(format_alignment(vk::Format::R16G16_SFLOAT), 2);
+        assert_eq!(format_alignment(vk::Format::A2B10G10R10_UNORM_PACK32), 4);
+        assert_eq!(format_alignment(vk::Format::R64_UINT), 8);
     }
 }

@@ -370,6 +370,10 @@ impl Image {
         let garbage = Garbage::Image { raw, memory: ResourceMemory::Transient, id };
         let layouts =
             Layouts::new(&desc.name, desc.mip_levels, desc.array_layers, vk::ImageLayout::UNDEFINED);
+        // The bytes it occupies in the heap, as for any placed image (copies check that a buffer
+        // they write shares none of them).
+        // SAFETY: `raw` is a live image of this device; a pure query.
+        let size = unsafe { device.raw().get_image_memory_requirements(raw) }.size;
         Image {
             layouts,
             life: Life::new(device.arc(), garbage, Some(heap)),
@@ -377,7 +381,7 @@ impl Image {
             desc,
             memory,
             memory_offset: offset,
-            size: 0,
+            size,
             committed: false,
             resource: crate::buffer::next_resource_id(),
             user_data: 0,
@@ -768,11 +772,13 @@ impl Device {
     }
 
     /// Creates a view of `image` as `desc` says: as [`Device::create_image_view_range`], and a
-    /// type of its own (`CUBE`: six layers of a `CUBE_COMPATIBLE` image; `CUBE_ARRAY`: a multiple
-    /// of six; a non-array type: one layer) and a format of its own (a `MUTABLE_FORMAT` image, a
-    /// format in its format list if it has one, compatible with the image's, and supporting the
-    /// image's view usages with its tiling). Anything else is [`VulkanError::Unsupported`] naming
-    /// the image; nothing is created on error.
+    /// type of its own (`CUBE`: six layers of a `CUBE_COMPATIBLE` image; a non-array type: one
+    /// layer; `CUBE_ARRAY` is refused: it needs `imageCubeArray`, which residency does not
+    /// enable) and a format of its own (a `MUTABLE_FORMAT` image, a format in its format list if
+    /// it has one, compatible with the image's, and supporting the image's view usages with its
+    /// tiling; on an `EXTENDED_USAGE` image, the view takes the usages its format supports, at
+    /// least one that a view serves, and [`ImageView::usage`] says which). Anything else is
+    /// [`VulkanError::Unsupported`] naming the image; nothing is created on error.
     pub fn create_image_view_as(
         &self,
         image: &Image,
@@ -836,8 +842,19 @@ impl Device {
                 d.dimension, d.flags
             )));
         }
+        if view_type == vk::ImageViewType::CUBE_ARRAY {
+            // `imageCubeArray` is a feature residency does not enable on its devices.
+            return Err(refuse(
+                "a CUBE_ARRAY view needs the imageCubeArray feature, which is not enabled \
+                               (view each cube as CUBE, or the layers as TYPE_2D_ARRAY)"
+                    .to_owned(),
+            ));
+        }
         let image_format = d.raw_format();
         let format = desc.format.unwrap_or(image_format);
+        // The view's usage: the image's, less (on an EXTENDED_USAGE image) what its format cannot
+        // serve, which `VkImageViewUsageCreateInfo` then says.
+        let mut usage = d.usage;
         if format != image_format {
             if !d.flags.contains(vk::ImageCreateFlags::MUTABLE_FORMAT) {
                 return Err(refuse(format!(
@@ -864,13 +881,25 @@ impl Device {
                 (ImageUsage::SAMPLED, vk::FormatFeatureFlags::SAMPLED_IMAGE),
                 (ImageUsage::STORAGE, vk::FormatFeatureFlags::STORAGE_IMAGE),
                 (ImageUsage::COLOR_ATTACHMENT, vk::FormatFeatureFlags::COLOR_ATTACHMENT),
+                (ImageUsage::DEPTH_STENCIL_ATTACHMENT, vk::FormatFeatureFlags::DEPTH_STENCIL_ATTACHMENT),
             ];
             let extended = d.flags.contains(vk::ImageCreateFlags::EXTENDED_USAGE);
-            if let Some((usage, _)) =
+            if let Some((missing, _)) =
                 needs.iter().find(|(u, f)| d.usage.contains(*u) && !features.contains(*f))
             {
                 if !extended {
-                    return Err(refuse(format!("{format:?} does not support the image's {usage:?} usage")));
+                    return Err(refuse(format!("{format:?} does not support the image's {missing:?} usage")));
+                }
+                usage = [ImageUsage::COPY_SRC, ImageUsage::COPY_DST]
+                    .into_iter()
+                    .chain(needs.iter().filter(|(_, f)| features.contains(*f)).map(|(u, _)| *u))
+                    .filter(|u| d.usage.contains(*u))
+                    .fold(ImageUsage::NONE, |all, u| all | u);
+                if !usage.intersects(viewable) {
+                    return Err(refuse(format!(
+                        "{format:?} supports none of the image's view usages {:?}",
+                        d.usage
+                    )));
                 }
             }
         }
@@ -881,15 +910,22 @@ impl Device {
             layer_count: layers.end - layers.start,
             ..image.full_range()
         };
-        let info = vk::ImageViewCreateInfo::default()
+        let mut view_usage =
+            vk::ImageViewUsageCreateInfo::default().usage(vk::ImageUsageFlags::from_raw(usage.bits()));
+        let mut info = vk::ImageViewCreateInfo::default()
             .image(image.raw)
             .view_type(view_type)
             .format(format)
             .subresource_range(range);
+        if usage != d.usage {
+            info = info.push_next(&mut view_usage);
+        }
         // SAFETY: the image is live (borrowed) on this device (checked above); the mip and layer
-        // ranges are non-empty and within it, the type fits its dimension, flags and layer count,
-        // and another format than the image's is one its MUTABLE_FORMAT flag, format list and
-        // compatibility class allow (all checked above).
+        // ranges are non-empty and within it, the type fits its dimension, flags and layer count
+        // and needs no feature residency did not enable (no CUBE_ARRAY), and another format than
+        // the image's is one its MUTABLE_FORMAT flag, format list and compatibility class allow,
+        // whose features serve every usage of the view (the image's, or the subset chained in
+        // `VkImageViewUsageCreateInfo` on an EXTENDED_USAGE image) (all checked above).
         let view = unsafe { self.raw().create_image_view(&info, None) }
             .map_err(|r| VulkanError::from_vk("vkCreateImageView", r))?;
         let name = format!("{} view", d.name);
@@ -906,7 +942,7 @@ impl Device {
             mips,
             format: core_format(format).unwrap_or(Format::Unknown),
             vk_format: format,
-            usage: d.usage,
+            usage,
             samples: d.samples,
             linear: d.linear,
             layouts: Arc::clone(&image.layouts),
@@ -1152,17 +1188,17 @@ impl Device {
             }
             .into());
         }
-        let invalid = |reason| crate::ReadBackError::Invalid { name: d.name.clone(), reason };
-        if !d.usage.contains(ImageUsage::COPY_SRC) {
-            return Err(invalid("it lacks COPY_SRC usage"));
-        }
-        if d.samples != 1 || aspect(d.format).as_raw().count_ones() != 1 {
-            return Err(invalid("only single-sampled images of one aspect are read back"));
-        }
-        if layout != vk::ImageLayout::TRANSFER_SRC_OPTIMAL && layout != vk::ImageLayout::GENERAL {
-            return Err(invalid("the layout must be TRANSFER_SRC_OPTIMAL or GENERAL"));
-        }
-        let bytes = d.format.region_bytes(d.extent[0], d.extent[1], d.extent[2]);
+        // The checks of `Recording::copy_image_to_buffer`, without a caller's buffer.
+        let (_, bytes) =
+            crate::recording::check_image_to_buffer(image, layout, None).map_err(|e| match e {
+                crate::recording::CopyError::Invalid { reason, .. } => {
+                    crate::ReadBackError::Invalid { name: d.name.clone(), reason }
+                }
+                other => crate::ReadBackError::Vulkan(VulkanError::Unsupported {
+                    device: self.name().to_owned(),
+                    reason: other.to_string(),
+                }),
+            })?;
         let copy = crate::ImageRegion {
             image,
             layout,

@@ -505,9 +505,11 @@ impl Uploader {
         (state.ring.used_bytes(), state.in_flight.len())
     }
 
-    /// Queues a copy of `data` into `dst` at `offset`. The data is in the staging ring on return; it
-    /// reaches `dst` after the next [`Uploader::flush`]. Waits for the GPU only when the ring is full.
-    pub fn write_buffer(&self, dst: &Buffer, offset: u64, data: &[u8]) -> Result<(), UploadError> {
+    /// The checks of [`Uploader::write_buffer`] for `len` bytes at `offset` of `dst`, staging
+    /// nothing: its device, the range, `COPY_DST` usage. Every buffer upload goes through it
+    /// (this uploader's, and [`MultiUploader::broadcast`](crate::MultiUploader::broadcast) on
+    /// each device before anything is staged on any).
+    pub(crate) fn check_buffer_write(&self, dst: &Buffer, offset: u64, len: u64) -> Result<(), UploadError> {
         if !dst.device().is(&self.device) {
             return Err(UploadError::WrongDevice {
                 name: dst.name().to_owned(),
@@ -515,7 +517,7 @@ impl Uploader {
                 uploader: self.device.index(),
             });
         }
-        let end = offset.saturating_add(data.len() as u64);
+        let end = offset.saturating_add(len);
         if end > dst.size() {
             return Err(UploadError::OutOfBounds {
                 name: dst.name().to_owned(),
@@ -527,6 +529,47 @@ impl Uploader {
         if !dst.usage().contains(BufferUsage::COPY_DST) {
             return Err(UploadError::NotCopyDestination { name: dst.name().to_owned() });
         }
+        Ok(())
+    }
+
+    /// The checks of [`Uploader::write_image`] for `len` bytes into `region`, staging nothing
+    /// (the queued-layout check aside, which needs the ring's state): its device, `COPY_DST`
+    /// usage, the region, the layout, the size, and at most half the ring. Every image upload
+    /// goes through it (this uploader's, and `MultiImage::broadcast_region` on each device before
+    /// anything is staged on any).
+    pub(crate) fn check_image_write(&self, region: &ImageRegion<'_>, len: u64) -> Result<(), UploadError> {
+        let target = region.image.target();
+        if !target.life.device().is(&self.device) {
+            return Err(UploadError::WrongDevice {
+                name: target.name.to_owned(),
+                owner: target.life.device().index(),
+                uploader: self.device.index(),
+            });
+        }
+        if !target.copy_dst {
+            return Err(UploadError::NotCopyDestination { name: target.name.to_owned() });
+        }
+        region.check()?;
+        let copy_layouts = [vk::ImageLayout::GENERAL, vk::ImageLayout::TRANSFER_DST_OPTIMAL];
+        let sparse_ok = target.layouts.is_some() || region.layout == vk::ImageLayout::GENERAL;
+        if !copy_layouts.contains(&region.layout) || !sparse_ok {
+            return Err(UploadError::Layout { name: target.name.to_owned(), layout: region.layout });
+        }
+        let expected = region.bytes();
+        if len != expected {
+            return Err(UploadError::WrongSize { name: target.name.to_owned(), expected, got: len });
+        }
+        let capacity = self.staging.size();
+        if expected > capacity / 2 {
+            return Err(UploadError::TooLarge { bytes: expected, limit: capacity / 2 });
+        }
+        Ok(())
+    }
+
+    /// Queues a copy of `data` into `dst` at `offset`. The data is in the staging ring on return; it
+    /// reaches `dst` after the next [`Uploader::flush`]. Waits for the GPU only when the ring is full.
+    pub fn write_buffer(&self, dst: &Buffer, offset: u64, data: &[u8]) -> Result<(), UploadError> {
+        self.check_buffer_write(dst, offset, data.len() as u64)?;
         let capacity = self.staging.size();
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         self.reclaim(&mut state);
@@ -588,37 +631,11 @@ impl Uploader {
     /// subresource ([`VulkanError::ImageLayout`]: flush in between). An empty region copies
     /// nothing.
     pub fn write_image(&self, region: &ImageRegion<'_>, data: &[u8]) -> Result<(), UploadError> {
+        self.check_image_write(region, data.len() as u64)?;
         let target = region.image.target();
-        if !target.life.device().is(&self.device) {
-            return Err(UploadError::WrongDevice {
-                name: target.name.to_owned(),
-                owner: target.life.device().index(),
-                uploader: self.device.index(),
-            });
-        }
-        if !target.copy_dst {
-            return Err(UploadError::NotCopyDestination { name: target.name.to_owned() });
-        }
-        region.check()?;
-        let copy_layouts = [vk::ImageLayout::GENERAL, vk::ImageLayout::TRANSFER_DST_OPTIMAL];
-        let sparse_ok = target.layouts.is_some() || region.layout == vk::ImageLayout::GENERAL;
-        if !copy_layouts.contains(&region.layout) || !sparse_ok {
-            return Err(UploadError::Layout { name: target.name.to_owned(), layout: region.layout });
-        }
         let expected = region.bytes();
-        if data.len() as u64 != expected {
-            return Err(UploadError::WrongSize {
-                name: target.name.to_owned(),
-                expected,
-                got: data.len() as u64,
-            });
-        }
         if expected == 0 {
             return Ok(());
-        }
-        let capacity = self.staging.size();
-        if expected > capacity / 2 {
-            return Err(UploadError::TooLarge { bytes: expected, limit: capacity / 2 });
         }
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         self.reclaim(&mut state);

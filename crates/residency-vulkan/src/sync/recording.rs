@@ -623,9 +623,35 @@ pub struct CopyTooSmall {
     pub needed: u64,
 }
 
+/// Whether the byte ranges `a..a + a_len` and `b..b + b_len` share a byte (no overflow).
+fn ranges_overlap(a: u64, a_len: u64, b: u64, b_len: u64) -> bool {
+    a_len > 0 && b_len > 0 && a < b.saturating_add(b_len) && b < a.saturating_add(a_len)
+}
+
+/// Whether bytes `offset..offset + len` of `buffer` and bytes `other..other + other_len` of the
+/// memory object `memory` are the same bytes of memory (a buffer without memory of its own, a
+/// sparse one, shares none this way).
+fn buffer_aliases(
+    buffer: &Buffer,
+    offset: u64,
+    len: u64,
+    memory: vk::DeviceMemory,
+    other: u64,
+    other_len: u64,
+) -> bool {
+    let (own, base) = buffer.memory();
+    own != vk::DeviceMemory::null()
+        && own == memory
+        && ranges_overlap(base.saturating_add(offset), len, other, other_len)
+}
+
 /// Checks a copy of `size` bytes from `src` at `src_offset` to `dst` at `dst_offset` (offsets
-/// within the buffers): usages, a non-empty range inside both, no overlap when they share a
-/// `VkBuffer`. Returns the region in `VkBuffer` offsets.
+/// within the buffers): usages, a non-empty range inside both, and no overlap in memory
+/// (`VUID-vkCmdCopyBuffer-pRegions-00117`): neither in one `VkBuffer` nor through two buffers
+/// bound to the same bytes of one `VkDeviceMemory` (transient buffers that alias, placed
+/// buffers over one range). Returns the region in `VkBuffer` offsets. Every buffer-to-buffer
+/// copy a safe call records goes through it ([`Recording::copy_buffer`], the multi-device
+/// work's copies).
 pub(crate) fn check_buffer_copy(
     src: &Buffer,
     src_offset: u64,
@@ -643,18 +669,70 @@ pub(crate) fn check_buffer_copy(
     }
     let region =
         vk::BufferCopy { src_offset: src.offset() + src_offset, dst_offset: dst.offset() + dst_offset, size };
-    let overlap =
-        region.src_offset < region.dst_offset + size && region.dst_offset < region.src_offset + size;
-    if src.raw() == dst.raw() && overlap {
+    if src.raw() == dst.raw() && ranges_overlap(region.src_offset, size, region.dst_offset, size) {
         return Err("the ranges overlap in one buffer");
     }
+    let (dst_memory, dst_base) = dst.memory();
+    if buffer_aliases(src, src_offset, size, dst_memory, dst_base.saturating_add(dst_offset), size) {
+        return Err("the ranges are the same bytes of memory (the buffers alias)");
+    }
     Ok(region)
+}
+
+/// Checks a copy of mip 0, layer 0 of `image` (in `layout`) into a buffer, tightly packed, and
+/// returns the copy's aspect and bytes: `COPY_SRC` usage, one sample, one aspect, a copy-source
+/// layout and a format whose texel size residency knows. With `buffer` (a caller's buffer, at
+/// its start): its `COPY_DST` usage, an offset that is a multiple of the texel block size and 4,
+/// room for the mip, and no byte shared with the image's memory
+/// (`VUID-vkCmdCopyImageToBuffer-pRegions-00184`). Both image read-backs use it
+/// ([`Recording::copy_image_to_buffer`], [`Device::read_image`]).
+pub(crate) fn check_image_to_buffer(
+    image: &Image,
+    layout: vk::ImageLayout,
+    buffer: Option<&Buffer>,
+) -> Result<(vk::ImageAspectFlags, u64), CopyError> {
+    let d = image.desc();
+    let to = buffer.map_or_else(|| "host memory".to_owned(), |b| b.name().to_owned());
+    let invalid = |reason| CopyError::Invalid { from: d.name.clone(), to: to.clone(), reason };
+    if !d.usage.contains(ImageUsage::COPY_SRC) {
+        return Err(invalid("the image lacks COPY_SRC usage"));
+    }
+    if d.samples != 1 {
+        return Err(invalid("a multisampled image cannot be copied to a buffer"));
+    }
+    let aspect_mask = aspect(d.format);
+    if aspect_mask.as_raw().count_ones() != 1 {
+        return Err(invalid("a depth-stencil image is copied one aspect at a time"));
+    }
+    if layout != vk::ImageLayout::TRANSFER_SRC_OPTIMAL && layout != vk::ImageLayout::GENERAL {
+        return Err(invalid("the layout must be TRANSFER_SRC_OPTIMAL or GENERAL"));
+    }
+    let needed = d.format.region_bytes(d.extent[0], d.extent[1], d.extent[2]);
+    if needed == 0 {
+        return Err(invalid("the image's format has no texel size residency knows"));
+    }
+    let Some(buffer) = buffer else { return Ok((aspect_mask, needed)) };
+    if !buffer.usage().contains(BufferUsage::COPY_DST) {
+        return Err(invalid("the buffer lacks COPY_DST usage"));
+    }
+    if buffer.offset() % u64::from(d.format.block_bytes().max(1)) != 0 || buffer.offset() % 4 != 0 {
+        return Err(invalid("the buffer's offset is not a multiple of the texel block size and 4"));
+    }
+    if buffer.size() < needed {
+        return Err(CopyTooSmall { image: d.name.clone(), buffer: to, size: buffer.size(), needed }.into());
+    }
+    let (memory, base) = image.memory();
+    if buffer_aliases(buffer, 0, needed, memory, base, image.size()) {
+        return Err(invalid("the buffer and the image are the same bytes of memory (they alias)"));
+    }
+    Ok((aspect_mask, needed))
 }
 
 impl Recording<'_> {
     /// Records a copy of `size` bytes from `src` at `src_offset` to `dst` at `dst_offset`. Both
     /// must live on the recording's device, have `COPY_SRC` and `COPY_DST` usage, hold the range,
-    /// and not overlap when they are one buffer; otherwise nothing is recorded. Order it against
+    /// and the two ranges must not overlap in memory (in one buffer, or in two buffers bound to
+    /// the same bytes, as transient buffers may be); otherwise nothing is recorded. Order it against
     /// other accesses with barriers.
     pub fn copy_buffer(
         &mut self,
@@ -674,7 +752,7 @@ impl Recording<'_> {
         // SAFETY: the command buffer is recording on this device outside a render pass (the
         // type's invariant); both buffers are live buffers of this device (checked above), held
         // by the recording until its submission, with the usages, a non-empty range inside both
-        // and no overlap (checked above).
+        // and no overlap in memory (checked above).
         unsafe { self.device.raw().cmd_copy_buffer(self.raw, src.raw(), dst.raw(), &[region]) };
         self.recorded();
         Ok(())
@@ -771,7 +849,8 @@ impl Recording<'_> {
     /// `GENERAL`) into the start of `buffer`, tightly packed. Order it against the image's writes
     /// and the host's read with barriers. Both must live on the recording's device, the image be
     /// single-sampled with one aspect and `COPY_SRC` usage, the buffer have `COPY_DST` usage, an
-    /// offset that is a multiple of the texel block size and room for the whole mip; otherwise
+    /// offset that is a multiple of the texel block size, room for the whole mip, and no byte of
+    /// memory in common with the image (a transient buffer and image that alias); otherwise
     /// nothing is recorded.
     pub fn copy_image_to_buffer(
         &mut self,
@@ -782,37 +861,7 @@ impl Recording<'_> {
         self.accepts(image.name(), image.device())?;
         self.accepts(buffer.name(), buffer.device())?;
         let d = image.desc();
-        let invalid =
-            |reason| CopyError::Invalid { from: d.name.clone(), to: buffer.name().to_owned(), reason };
-        if !d.usage.contains(ImageUsage::COPY_SRC) {
-            return Err(invalid("the image lacks COPY_SRC usage"));
-        }
-        if !buffer.usage().contains(BufferUsage::COPY_DST) {
-            return Err(invalid("the buffer lacks COPY_DST usage"));
-        }
-        if d.samples != 1 {
-            return Err(invalid("a multisampled image cannot be copied to a buffer"));
-        }
-        let aspect_mask = aspect(d.format);
-        if aspect_mask.as_raw().count_ones() != 1 {
-            return Err(invalid("a depth-stencil image is copied one aspect at a time"));
-        }
-        if layout != vk::ImageLayout::TRANSFER_SRC_OPTIMAL && layout != vk::ImageLayout::GENERAL {
-            return Err(invalid("the layout must be TRANSFER_SRC_OPTIMAL or GENERAL"));
-        }
-        if buffer.offset() % u64::from(d.format.block_bytes().max(1)) != 0 || buffer.offset() % 4 != 0 {
-            return Err(invalid("the buffer's offset is not a multiple of the texel block size and 4"));
-        }
-        let needed = d.format.region_bytes(d.extent[0], d.extent[1], d.extent[2]);
-        if buffer.size() < needed {
-            return Err(CopyTooSmall {
-                image: d.name.clone(),
-                buffer: buffer.name().to_owned(),
-                size: buffer.size(),
-                needed,
-            }
-            .into());
-        }
+        let (aspect_mask, _) = check_image_to_buffer(image, layout, Some(buffer))?;
         let copy = vk::BufferImageCopy {
             buffer_offset: buffer.offset(),
             buffer_row_length: 0,
@@ -833,7 +882,8 @@ impl Recording<'_> {
         // SAFETY: the command buffer is recording on this device outside a render pass (the
         // type's invariant); the image and buffer are live objects of this device (checked above),
         // held by the recording until its submission, with the usages, sample count, aspect,
-        // layout value, offset alignment and size the copy needs (checked above). The image is in
+        // layout value, offset alignment and size the copy needs, sharing no byte of memory
+        // (`check_image_to_buffer`). The image is in
         // `layout` when the copy runs: noted as a requirement above, which the submitter checks
         // against the image's layouts in submission order before submitting anything (a
         // `from_raw` recording's `# Safety` asks the renderer for the same check).
@@ -864,16 +914,18 @@ impl Timestamps {
     /// driver allocates a pool's results up front, so a count from a caller is bounded here.
     pub const MAX_COUNT: u32 = 1 << 16;
 
-    /// A pool of `count` timestamps (clamped to `1..=`[`Timestamps::MAX_COUNT`] and logged when
-    /// adjusted; [`Timestamps::count`] says how many), all reset on the GPU before this returns
-    /// (so reading one never meets an uninitialised query).
+    /// A pool of `count` timestamps (at least one), all reset on the GPU before this returns (so
+    /// reading one never meets an uninitialised query). More than [`Timestamps::MAX_COUNT`] is
+    /// [`VulkanError::Unsupported`], with nothing created.
     pub fn new(device: &Device, name: &str, count: u32) -> crate::Result<Timestamps> {
         use crate::error::VkResultExt;
-        let asked = count;
-        let count = count.clamp(1, Self::MAX_COUNT);
-        if count != asked {
-            tracing::debug!(name, asked, count, "timestamp pool size clamped to 1..=MAX_COUNT");
+        if count > Self::MAX_COUNT {
+            return Err(VulkanError::Unsupported {
+                device: device.name().to_owned(),
+                reason: format!("timestamp pool `{name}`: {count} timestamps, more than {}", Self::MAX_COUNT),
+            });
         }
+        let count = count.max(1);
         let info = vk::QueryPoolCreateInfo::default().query_type(vk::QueryType::TIMESTAMP).query_count(count);
         // SAFETY: valid device and create info.
         let pool = unsafe { device.raw().create_query_pool(&info, None) }.during("vkCreateQueryPool")?;

@@ -1,0 +1,33 @@
+//! A hang must fail a test, not stall CI: [`within`] runs a test's body on a thread of its own and
+//! fails (ending the whole test binary, whose other tests would wait on the GPU harness's lock the
+//! hung body holds) when it has not finished in time.
+
+use std::sync::mpsc::{channel, RecvTimeoutError};
+use std::time::Duration;
+
+/// How long a misuse test's body may run.
+pub const LIMIT: Duration = Duration::from_secs(60);
+
+/// Runs `body` on its own thread and returns what it returns; a panic in it fails the test as
+/// usual; a body still running after [`LIMIT`] ends the process with a failure.
+pub fn within<R: Send + 'static>(what: &str, body: impl FnOnce() -> R + Send + 'static) -> R {
+    let (tx, rx) = channel();
+    let handle = std::thread::Builder::new()
+        .name(format!("watched {what}"))
+        .spawn(move || {
+            let out = body();
+            let _ = tx.send(());
+            out
+        })
+        .expect("spawning the watched thread");
+    match rx.recv_timeout(LIMIT) {
+        Ok(()) | Err(RecvTimeoutError::Disconnected) => match handle.join() {
+            Ok(out) => out,
+            Err(panic) => std::panic::resume_unwind(panic),
+        },
+        Err(RecvTimeoutError::Timeout) => {
+            eprintln!("\n**** HUNG: `{what}` did not finish within {LIMIT:?} ****\n");
+            std::process::exit(101);
+        }
+    }
+}
