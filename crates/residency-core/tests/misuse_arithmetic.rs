@@ -109,3 +109,14 @@ fn misuse_feedback_sampling_stride_65536_is_clamped_and_never_wraps() {
     assert!(zero.pixel_writes(3, 4, 7));
     assert_eq!(zero.pixel_weight(), 1);
 }
+
+/// `TilePoolDesc { tile_bytes: 0, .. }` (a struct literal) then `with_heap_bytes` or
+/// `with_budget_bytes` divided by zero; they now treat the size as one byte, and the description
+/// is refused where it is consumed (`TilePoolDesc::validate`: `misuse_internals.rs`).
+#[test]
+fn misuse_tile_pool_desc_setters_with_a_zero_tile_size_do_not_divide_by_zero() {
+    let desc = TilePoolDesc { tile_bytes: 0, ..TilePoolDesc::default() }
+        .with_heap_bytes(1 << 20)
+        .with_budget_bytes(u64::MAX);
+    assert_eq!(desc.budget_tiles, u32::MAX);
+}

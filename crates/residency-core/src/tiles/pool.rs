@@ -149,8 +149,10 @@ impl TilePoolDesc {
 
     /// Sets the heap size in bytes, rounded down to whole tiles (at least one; logged when adjusted).
     pub fn with_heap_bytes(self, bytes: u64) -> Self {
-        let tiles = (bytes / self.tile_bytes).clamp(1, u64::from(u32::MAX)) as u32;
-        if u64::from(tiles) * self.tile_bytes != bytes {
+        // A zero tile size (a struct literal) counts as one byte here; `validate` refuses it.
+        let tile_bytes = self.tile_bytes.max(1);
+        let tiles = (bytes / tile_bytes).clamp(1, u64::from(u32::MAX)) as u32;
+        if u64::from(tiles).checked_mul(tile_bytes) != Some(bytes) {
             tracing::debug!(pool = %self.name, bytes, tiles, "TilePoolDesc: heap size rounded to whole tiles");
         }
         self.with_tiles_per_heap(tiles)
@@ -164,8 +166,9 @@ impl TilePoolDesc {
 
     /// Sets the budget in bytes, rounded down to whole tiles (logged when adjusted).
     pub fn with_budget_bytes(mut self, bytes: u64) -> Self {
-        let tiles = (bytes / self.tile_bytes).min(u64::from(u32::MAX)) as u32;
-        if u64::from(tiles) * self.tile_bytes != bytes {
+        let tile_bytes = self.tile_bytes.max(1);
+        let tiles = (bytes / tile_bytes).min(u64::from(u32::MAX)) as u32;
+        if u64::from(tiles).checked_mul(tile_bytes) != Some(bytes) {
             tracing::debug!(pool = %self.name, bytes, tiles, "TilePoolDesc: budget rounded down to whole tiles");
         }
         self.budget_tiles = tiles;

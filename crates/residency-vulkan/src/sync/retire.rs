@@ -101,8 +101,12 @@ impl Garbage {
         match self {
             Garbage::Buffer { raw, memory, id } => {
                 if raw != vk::Buffer::null() {
-                    // SAFETY: the buffer belongs to this device, no handle to it is left and the GPU
-                    // work that used it has completed (the retire queue's contract).
+                    // SAFETY: the buffer belongs to this device and no handle to it is left. Garbage
+                    // is destroyed only when every use it waited for has passed on this device's
+                    // clocks, and a clock only advances on what its own issuer published and the
+                    // GPU completed (a submission is refused by any context but its own, and
+                    // `ClockCache` caps completions at the published value), or after the device
+                    // is idle or lost at teardown; so the GPU work that used it has completed.
                     unsafe { device.raw().destroy_buffer(raw, None) };
                 }
                 device.ledger().untrack(id);
