@@ -73,11 +73,17 @@ pub enum Class {
     TilesPerHeapHuge,
     /// An image description with more mip levels than its extent has, handed to `vkCreateImage`.
     ImageMips,
+    /// `Recording::fill_buffer` / `update_buffer` with an offset near `u64::MAX` into a buffer
+    /// at a non-zero offset of its page (the alignment check adds them unchecked).
+    TransferOffsetWrap,
+    /// An image (or sparse image) larger than the device's image limits allow (extent, layers,
+    /// `maxResourceSize`), handed to `vkCreateImage`.
+    ImageLimits,
 }
 
 impl Class {
     /// Every class.
-    pub const ALL: [Class; 10] = [
+    pub const ALL: [Class; 12] = [
         Class::ForeignToken,
         Class::ReadRegionWrap,
         Class::LinearHuge,
@@ -88,6 +94,8 @@ impl Class {
         Class::PageSizeHuge,
         Class::TilesPerHeapHuge,
         Class::ImageMips,
+        Class::TransferOffsetWrap,
+        Class::ImageLimits,
     ];
 
     /// The class's name on the command line and in file names.
@@ -103,6 +111,8 @@ impl Class {
             Class::PageSizeHuge => "page-size-huge",
             Class::TilesPerHeapHuge => "tiles-per-heap-huge",
             Class::ImageMips => "image-mips",
+            Class::TransferOffsetWrap => "transfer-offset-wrap",
+            Class::ImageLimits => "image-limits",
         }
     }
 
@@ -119,10 +129,13 @@ impl Class {
             | Class::LinearHuge
             | Class::StreamerBudget
             | Class::PageSizeHuge
-            | Class::TilesPerHeapHuge => "#29 cause 2 (unchecked arithmetic on caller input)",
+            | Class::TilesPerHeapHuge
+            | Class::TransferOffsetWrap => "#29 cause 2 (unchecked arithmetic on caller input)",
             Class::FeedbackSamplingExtreme => "#29 causes 2/3 (arithmetic; public fields of descriptions)",
             Class::FillCount => "#29 cause 4 (shipped shaders trust their inputs)",
-            Class::AliasedCopy | Class::ImageMips => "#29 cause 6 (a check on one path and not its twin)",
+            Class::AliasedCopy | Class::ImageMips | Class::ImageLimits => {
+                "#29 cause 6 (a check on one path and not its twin)"
+            }
         }
     }
 }
@@ -141,6 +154,8 @@ pub const KNOWN_OPEN: &[Class] = &[
     Class::PageSizeHuge,
     Class::TilesPerHeapHuge,
     Class::ImageMips,
+    Class::TransferOffsetWrap,
+    Class::ImageLimits,
 ];
 
 /// The `index`-th random input of `seed` (32 to 1024 bytes, SplitMix64): what the bounded test
@@ -662,6 +677,14 @@ impl<'s> World<'s> {
                 },
             });
         }
+        // The offsets of fills and updates whose sum with the buffer's own offset wraps.
+        for cmd in &mut cmds {
+            let (Cmd::Fill { a, o, .. } | Cmd::Update { a, o, .. }) = cmd else { continue };
+            let base = self.buffers.get(*a).map_or(0, Buffer::offset);
+            if base.checked_add(*o).is_none() && !self.allow(Class::TransferOffsetWrap) {
+                *o = 0;
+            }
+        }
         let waits: Vec<_> = if input.bool() && !self.tokens.is_empty() {
             let t = input.below(self.tokens.len() as u64) as usize;
             vec![self.tokens[t].submission.gpu_use()]
@@ -792,7 +815,10 @@ impl<'s> World<'s> {
     fn create_image(&mut self, input: &mut Input<'_>) {
         let device = self.device(input);
         let name = self.name("image");
-        let (w, h) = (extreme_u32(input), extreme_u32(input));
+        let (mut w, mut h) = (extreme_u32(input), extreme_u32(input));
+        if (w > 8192 || h > 8192) && !self.allow(Class::ImageLimits) {
+            (w, h) = (w.min(8192), h.min(8192));
+        }
         let mut usage = ImageUsage::NONE;
         for (bit, u) in [
             ImageUsage::COPY_SRC,
@@ -819,7 +845,13 @@ impl<'s> World<'s> {
             desc = desc.with_mip_levels(mips);
         }
         if input.bool() {
-            desc = desc.with_array_layers(extreme_u32(input));
+            let mut layers = extreme_u32(input);
+            // Layers × an 8192² extent at up to 16 B a texel passes `maxResourceSize` quickly.
+            let bytes = u64::from(w) * u64::from(h) * 16 * u64::from(layers);
+            if (layers > 256 || bytes > 1 << 31) && !self.allow(Class::ImageLimits) {
+                layers = 1;
+            }
+            desc = desc.with_array_layers(layers);
         }
         if input.bool() {
             desc = desc.committed();
@@ -879,6 +911,15 @@ impl<'s> World<'s> {
         let (w, h) = match input.u8() % 4 {
             0 => (extreme_u32(input), extreme_u32(input)),
             _ => (128 << input.below(4), 128 << input.below(4)),
+        };
+        let huge = w > 16384 || h > 16384;
+        if huge {
+            self.reached.insert(Class::ImageLimits);
+        }
+        let (w, h) = if huge && self.skip.contains(&Class::ImageLimits) {
+            (w.min(16384), h.min(16384))
+        } else {
+            (w, h)
         };
         let mut desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, w, h);
         if input.bool() {
