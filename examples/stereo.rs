@@ -373,6 +373,9 @@ fn frame(
     drop(bindings);
     recorded?;
     streamer.end_frame(submission.gpu_use())?;
+    // Settling is counted in frames, so each frame's loads finish before the next begins
+    // (frame-exact, on any machine); a renderer lets them overlap frames.
+    streamer.wait_for_loads();
     Ok(submission)
 }
 

@@ -450,6 +450,10 @@ pub fn run(device: &Arc<Device>, path: ResidencyPath, frames: u64) -> Result<Out
         drop(bindings);
         recorded?;
         streamer.end_frame(submission.gpu_use())?;
+        // The check at the end counts frames, so each frame's loads finish before the next begins
+        // (frame-exact, on any machine); a renderer lets them overlap frames, and the protocol
+        // is the same either way.
+        streamer.wait_for_loads();
         // --- end streaming
         in_flight[slot] = Some((frame, submission));
     }

@@ -17,6 +17,9 @@ fn early_return(path: &str, fault: &str) {
         .arg(&file)
         .args(["--frames", "40", "--frames-in-flight", "2", "--budget-mib", "1", "--path", path])
         .args(["--inject-fault", fault])
+        // Loads waited for each frame (frames still overlap): how many sparse binds and waits
+        // the run makes, so whether the N-th call is reached, does not depend on load speed.
+        .arg("--wait-loads")
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);

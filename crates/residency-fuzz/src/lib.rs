@@ -6,6 +6,10 @@
 //! run <target>`); `tests/bounded.rs` runs every target for a bounded time on its seed corpus,
 //! its regressions and mutations of them, so that `cargo test` (and CI, on stable Rust) exercises
 //! them too. See `docs/reliability.md` for the figures of the long runs and what they found.
+//!
+//! [`safe_api`] is of another kind: random sequences of public safe calls of `residency_vulkan`
+//! on a real device set under the validation layer (its driver is the `safe-api-fuzz` binary,
+//! its bounded run and corpus replay `tests/safe_api.rs`).
 #![forbid(unsafe_code)]
 
 mod alloc_ops;
@@ -19,6 +23,7 @@ mod placement_path_ops;
 mod profiles;
 mod retire_ops;
 mod rvt_ops;
+pub mod safe_api;
 mod streamer_ops;
 mod streaming_ops;
 mod tile_ops;

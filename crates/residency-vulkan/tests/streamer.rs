@@ -10,9 +10,47 @@ use residency_core::vt_file::VtDesc;
 use residency_vulkan::streaming::{StreamError, Streamer, StreamerDesc};
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::{CommandContext, Device};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 
 mod common;
+
+/// A gate the reads of a source wait at once it is armed, until the test opens it: loads stay in
+/// flight for exactly the frames the test needs, however fast or slow the machine runs (a sleep
+/// in the read would make that depend on the machine). Opened when the test ends, so a failing
+/// assertion never leaves a worker waiting (the streamer's drop joins its workers).
+#[derive(Default)]
+struct Gate {
+    /// (armed, open).
+    state: Mutex<(bool, bool)>,
+    opened: Condvar,
+}
+
+impl Gate {
+    fn arm(&self) {
+        self.state.lock().unwrap().0 = true;
+    }
+
+    fn wait(&self) {
+        let mut state = self.state.lock().unwrap();
+        while state.0 && !state.1 {
+            state = self.opened.wait(state).unwrap();
+        }
+    }
+
+    fn open(&self) {
+        self.state.lock().unwrap().1 = true;
+        self.opened.notify_all();
+    }
+}
+
+/// Opens the gate when dropped (also when the test fails).
+struct OpenOnDrop(Arc<Gate>);
+
+impl Drop for OpenOnDrop {
+    fn drop(&mut self) {
+        self.0.open();
+    }
+}
 
 const SIDE: u32 = 1024;
 
@@ -420,12 +458,21 @@ fn the_stream_view_shader_streams_through_the_bindings() {
     }
 }
 
-/// A procedural RGBA8 source of `w × h` whose reads take `delay` (so loads are in flight across
-/// frames).
-fn sized_source(name: &str, texture: u32, w: u32, h: u32, delay: std::time::Duration) -> Arc<dyn TileSource> {
+/// A procedural RGBA8 source of `w × h` whose reads take `delay` (so loads overlap frames) and
+/// wait at `gate` once it is armed.
+fn sized_source(
+    name: &str,
+    texture: u32,
+    (w, h): (u32, u32),
+    delay: std::time::Duration,
+    gate: Option<Arc<Gate>>,
+) -> Arc<dyn TileSource> {
     let desc = VtDesc::new(Format::R8G8B8A8Unorm, w, h, 128, 128);
     Arc::new(FnSource::new(name, desc, move |mip, x, y| {
         std::thread::sleep(delay);
+        if let Some(gate) = &gate {
+            gate.wait();
+        }
         let (tw, th) = desc.tile_extent(mip, x, y).expect("in the grid");
         Ok((0..th)
             .flat_map(|ty| (0..tw).flat_map(move |tx| texel(texture, mip, x * 128 + tx, y * 128 + ty)))
@@ -460,17 +507,21 @@ fn many_textures_come_and_go_mid_run_under_one_budget() {
             let mut streamer =
                 Streamer::new(&device, desc(path, frames_in_flight).with_budget_tiles(64)).unwrap();
             let slow = std::time::Duration::from_millis(2);
+            // The third one's reads (after its coarse chain) wait at the gate until its handle
+            // goes: its loads are in flight then, whatever the machine's speed.
+            let gate = Arc::new(Gate::default());
+            let _open = OpenOnDrop(Arc::clone(&gate));
             let sizes = [(1024, 1024), (512, 512), (2048, 1024), (768, 1280)];
             let mut textures: Vec<_> = sizes
                 .iter()
                 .enumerate()
-                .map(|(i, &(w, h))| {
+                .map(|(i, &size)| {
                     let name = format!("vt many {i}");
-                    // The third one reads slowly: its loads are in flight when its handle goes.
-                    let delay = if i == 2 { slow * 15 } else { slow };
-                    streamer.add_texture(&name, sized_source(&name, i as u32, w, h, delay)).unwrap()
+                    let gate = (i == 2).then(|| Arc::clone(&gate));
+                    streamer.add_texture(&name, sized_source(&name, i as u32, size, slow, gate)).unwrap()
                 })
                 .collect();
+            gate.arm();
             assert_eq!(streamer.texture_count(), 4);
             let commands = CommandContext::new(&device, "test frames").unwrap();
             for f in 0..24u32 {
@@ -480,21 +531,29 @@ fn many_textures_come_and_go_mid_run_under_one_budget() {
                         streamer.remove_texture(t).unwrap();
                     }
                     9 => {
-                        // Dropped right after a frame started its loads: removed at the next
-                        // `begin_frame`, the loads cancelled.
+                        // Dropped while its loads are in flight (held at the gate): removed at the
+                        // next `begin_frame`, the loads cancelled.
                         assert!(streamer.manager().in_flight().any(|k| k.image == textures[1].id()));
                         drop(textures.remove(1));
+                        gate.open();
                     }
                     12 => {
                         let name = "vt many late";
-                        textures
-                            .push(streamer.add_texture(name, sized_source(name, 9, 640, 640, slow)).unwrap());
+                        let source = sized_source(name, 9, (640, 640), slow, None);
+                        textures.push(streamer.add_texture(name, source).unwrap());
                     }
                     _ => {}
                 }
                 let ids: Vec<ImageId> = textures.iter().map(|t| t.id()).collect();
                 let wanted = wanted_of(&streamer, &ids, f);
-                frame_no_wait(&mut streamer, &commands, &wanted);
+                // Loads overlap frames until the gated texture goes; from then on they are
+                // waited for each frame, so what is streamed by the end does not depend on the
+                // workers' speed.
+                if f < 9 {
+                    frame_no_wait(&mut streamer, &commands, &wanted);
+                } else {
+                    frame(&mut streamer, &commands, &wanted);
+                }
                 assert!(streamer.manager().committed_tiles() <= 64, "frame {f}");
                 assert!(streamer.manager().check_invariants().is_ok(), "frame {f}");
             }
@@ -729,10 +788,15 @@ fn loads_no_longer_wanted_are_cancelled() {
             let device = Arc::clone(&set.devices()[0]);
             let mut streamer = Streamer::new(&device, desc(path, 2)).unwrap();
             let vt = VtDesc::new(Format::R8G8B8A8Unorm, SIDE, SIDE, 128, 128);
-            // The fine mips read slowly; the coarse chain (priming) at once.
+            // The fine mips' reads wait at a gate until the loads were cancelled (however fast
+            // the machine runs); the coarse chain (priming) reads at once.
+            let gate = Arc::new(Gate::default());
+            gate.arm();
+            let _open = OpenOnDrop(Arc::clone(&gate));
+            let held = Arc::clone(&gate);
             let slow: Arc<dyn TileSource> = Arc::new(FnSource::new("vt slow", vt, move |mip, x, y| {
                 if mip < 3 {
-                    std::thread::sleep(std::time::Duration::from_millis(150));
+                    held.wait();
                 }
                 let (w, h) = vt.tile_extent(mip, x, y).expect("in the grid");
                 Ok((0..h)
@@ -753,6 +817,7 @@ fn loads_no_longer_wanted_are_cancelled() {
                 peak = peak.max(streamer.manager().committed_tiles());
                 frames += 1;
             }
+            gate.open();
             streamer.wait_for_loads();
             for _ in 0..3 {
                 frame_no_wait(&mut streamer, &commands, &[]);

@@ -80,6 +80,10 @@ fn frame(streamer: &mut Streamer, commands: &CommandContext, textures: &[Virtual
         }
     }
     common::cpu_feedback_frame(streamer, commands, &wanted);
+    // Frame-exact loads (frames still overlap): the warm-up's and the rest's maxima compared in
+    // `flat` do not depend on how fast the workers load (a late burst of loads would otherwise
+    // hold more staging at once than the warm-up did).
+    streamer.wait_for_loads();
 }
 
 /// `frames` frames on `path` with `frames_in_flight`, textures coming and going every 23 frames

@@ -12,10 +12,12 @@ use residency_vulkan::sparse::{SparseImage, SparseTilePool};
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::{Buffer, BufferInit, BufferPool, BufferPoolDesc, ImageRegion, Uploader};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 const THREADS: usize = 8;
 const OPS_PER_THREAD: usize = 400;
+/// Operations per thread of the mixed run (a count, not a deadline).
+const MIXED_OPS_PER_THREAD: usize = 150;
 
 fn hammer(pool: &BufferPool, thread: usize) -> usize {
     let _device = pool.device();
@@ -124,13 +126,14 @@ impl Counts {
 
 /// One thread of the mixed run: buffers of the shared pool (allocate, write and read through the
 /// mapping, free) and tiles of the shared sparse images (commit, evict, bind, upload and read
-/// back), with both pools' invariant checkers after every operation, until `deadline`.
+/// back), with both pools' invariant checkers after every operation: `ops` operations (a count,
+/// not a deadline, so every machine runs the same operations; the interleaving still varies).
 fn mixed(
     pool: &BufferPool,
     tiles: &SparseTilePool,
     images: &[Mutex<SparseImage>],
     thread: usize,
-    deadline: Instant,
+    ops: usize,
 ) -> Counts {
     let device = pool.device();
     let uploader = Uploader::new(device, &format!("stress t{thread}"), 256 << 10).unwrap();
@@ -138,7 +141,7 @@ fn mixed(
     let mut live: Vec<(Buffer, u8)> = Vec::new();
     let mut counts = Counts::default();
     let mut op = 0usize;
-    while Instant::now() < deadline {
+    while op < ops {
         op += 1;
         match rng.next_u64() % 8 {
             0..=2 if live.len() < 16 => {
@@ -237,12 +240,12 @@ fn eight_threads_allocate_map_commit_and_evict_on_shared_pools_and_sparse_images
             })
             .collect();
         let started = Instant::now();
-        let deadline = started + Duration::from_millis(1500);
+
         let per_thread: Vec<Counts> = std::thread::scope(|scope| {
             let handles: Vec<_> = (0..THREADS)
                 .map(|t| {
                     let (pool, tiles, images) = (&pool, &tiles, &images);
-                    scope.spawn(move || mixed(pool, tiles, images, t, deadline))
+                    scope.spawn(move || mixed(pool, tiles, images, t, MIXED_OPS_PER_THREAD))
                 })
                 .collect();
             handles.into_iter().map(|h| h.join().unwrap()).collect()
