@@ -273,3 +273,60 @@ fn misuse_streamer_feedback_words_with_a_feedback_stride_of_65536() {
         }
     });
 }
+
+/// `fill_buffer`/`update_buffer` on a range of a page buffer (offset > 0 in its `VkBuffer`)
+/// at an offset near `u64::MAX`: the alignment check added the page offset first and overflowed
+/// (found by the safe-API fuzzer, `transfer-offset-wrap-1.bin`); the range is checked first now.
+#[test]
+fn misuse_fill_or_update_at_an_offset_near_u64_max_is_refused() {
+    use residency_core::usage::BufferPoolUsage;
+    use residency_vulkan::{BufferPool, BufferPoolDesc};
+    with_gpu(|set| {
+        let device = Arc::clone(&set.devices()[0]);
+        let usage = BufferUsage::STORAGE | BufferUsage::COPY_DST;
+        let pool = BufferPool::new(
+            Arc::clone(&device),
+            BufferPoolDesc::new("arith ranges", BufferPoolUsage::Known(usage)),
+        )
+        .unwrap();
+        let _first = pool.init_buffer(&BufferInit::new("arith first", 256)).unwrap();
+        let second = pool.init_buffer(&BufferInit::new("arith second", 256)).unwrap();
+        assert!(second.offset() > 0, "a range after the first");
+        let commands = CommandContext::new(&device, "arith fills").unwrap();
+        let done = commands
+            .submit(&[], |rec| {
+                for offset in [u64::MAX - 3, u64::MAX - 255, 1 << 63] {
+                    assert!(rec.fill_buffer(&second, offset, 4, 0).is_err(), "{offset}");
+                    assert!(rec.update_buffer(&second, offset, &[0; 4]).is_err(), "{offset}");
+                }
+                assert_eq!(rec.helper_commands(), 0, "nothing recorded");
+            })
+            .unwrap();
+        commands.wait(done).unwrap();
+    });
+}
+
+/// More mips than the extent has (`VUID-VkImageCreateInfo-mipLevels-00958`) or an image past the
+/// format's `maxResourceSize` reached `vkCreateImage` (found by the safe-API fuzzer,
+/// `image-mips-1.bin`, `image-limits-1.bin`); both are refused before it, nothing created.
+#[test]
+fn misuse_images_with_too_many_mips_or_past_max_resource_size_are_refused() {
+    use residency_core::usage::ImageUsage;
+    use residency_vulkan::ImageDesc;
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let live = device.ledger().live_objects().len();
+        let desc = |w: u32, h: u32| {
+            ImageDesc::new_2d("arith image", Format::R8G8B8A8Unorm, w, h, ImageUsage::SAMPLED)
+        };
+        // 256 × 64 has 9 mips (256 → 1).
+        assert!(device.create_image(&desc(256, 64).with_mip_levels(9)).is_ok());
+        let err = device.create_image(&desc(256, 64).with_mip_levels(10)).unwrap_err();
+        assert!(err.to_string().contains("at most 9"), "{err}");
+        // Within every per-dimension limit, but 16k × 16k × 2048 layers × 4 B is far past any
+        // maxResourceSize.
+        let err = device.create_image(&desc(16384, 16384).with_array_layers(2048)).unwrap_err();
+        assert!(err.to_string().contains("maxResourceSize") || err.to_string().contains("limits"), "{err}");
+        assert_eq!(device.ledger().live_objects().len(), live, "nothing was created");
+    });
+}

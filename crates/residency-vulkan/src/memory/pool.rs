@@ -139,7 +139,12 @@ impl BufferPoolDesc {
 
     /// Sets the page size (clamped to ≥ 64 KiB and rounded up to 64 KiB, with a log line when adjusted).
     pub fn with_page_size(mut self, page_size: u64) -> Self {
-        let adjusted = page_size.max(64 << 10).next_multiple_of(64 << 10);
+        // Past the largest multiple of 64 KiB the rounding saturates; `BufferPoolDesc::validate`
+        // refuses such a size where the pool is made.
+        let adjusted = page_size
+            .max(64 << 10)
+            .checked_next_multiple_of(64 << 10)
+            .unwrap_or(u64::MAX - u64::MAX % (64 << 10));
         if adjusted != page_size {
             tracing::info!(requested = page_size, used = adjusted, pool = %self.name, "page size adjusted");
         }

@@ -626,6 +626,17 @@ impl Device {
         if desc.dimension == ImageDimension::D2 && desc.extent[2] != 1 {
             return Err(invalid(name, "a 2D image has depth 1"));
         }
+        // A full mip chain ends at 1 × 1 × 1: floor(log2(largest extent)) + 1 levels.
+        let full_chain = 32 - desc.extent.iter().copied().max().unwrap_or(1).leading_zeros();
+        if desc.mip_levels > full_chain {
+            return Err(invalid(
+                name,
+                format!(
+                    "{} mips, but an extent of {:?} has at most {full_chain}",
+                    desc.mip_levels, desc.extent
+                ),
+            ));
+        }
         let info = desc.create_info();
         // SAFETY: valid physical device; a pure query.
         let props = unsafe {
@@ -648,6 +659,32 @@ impl Device {
             || !props.sample_counts.contains(vk::SampleCountFlags::from_raw(desc.samples))
         {
             return Err(invalid(name, format!("beyond the device's limits for this format: {props:?}")));
+        }
+        // The first mip's bytes of every layer and sample, rounded up to the buffer-image
+        // granularity (the validation layer's estimate of the resource's size), within the
+        // format's maxResourceSize. Depth/stencil sizes cannot be estimated so and are left to
+        // the driver, as the layer does.
+        if desc.format != Format::Unknown && !desc.format.is_depth_stencil() {
+            let (bw, bh) = desc.format.block_extent();
+            let blocks = u128::from(desc.extent[0].div_ceil(bw.max(1)))
+                * u128::from(desc.extent[1].div_ceil(bh.max(1)))
+                * u128::from(desc.extent[2]);
+            let bytes = blocks
+                * u128::from(desc.format.block_bytes())
+                * u128::from(desc.array_layers)
+                * u128::from(desc.samples);
+            let granularity = u128::from(self.profile().limits.buffer_image_granularity.max(1));
+            let rounded = bytes.div_ceil(granularity) * granularity;
+            if rounded > u128::from(props.max_resource_size) {
+                return Err(invalid(
+                    name,
+                    format!(
+                        "{rounded} B (its first mip, every layer and sample) is more than this format's \
+                         maxResourceSize of {} B",
+                        props.max_resource_size
+                    ),
+                ));
+            }
         }
         Ok(())
     }
