@@ -812,11 +812,13 @@ impl Recording<'_> {
         if !buffer.usage().contains(BufferUsage::COPY_DST) {
             return Err(invalid("the buffer lacks COPY_DST usage"));
         }
-        if offset % 4 != 0 || size % 4 != 0 || (buffer.offset() + offset) % 4 != 0 {
-            return Err(invalid("the offset and size must be multiples of 4"));
-        }
+        // The range first: the offset in the `VkBuffer` is computed only for an offset inside
+        // the buffer, so it cannot overflow (a pooled buffer starts inside its page's buffer).
         if size == 0 || offset.checked_add(size).is_none_or(|end| end > buffer.size()) {
             return Err(invalid("the range is empty or outside the buffer"));
+        }
+        if offset % 4 != 0 || size % 4 != 0 || (buffer.offset() + offset) % 4 != 0 {
+            return Err(invalid("the offset and size must be multiples of 4"));
         }
         Ok(())
     }
