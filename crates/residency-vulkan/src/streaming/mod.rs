@@ -602,8 +602,9 @@ impl FrameBindings<'_> {
     /// reads and writes at [`StreamerDesc::readers`] (and after the frames before it on the
     /// queue, which may sample what the copies overwrite). Returns what `draw` returns.
     ///
-    /// Record each frame once; a frame never recorded writes no feedback, and its copies go into
-    /// the next recorded frame. When the submission of a recorded frame fails, end the frame
+    /// Record each frame once (a second `record`, also one from inside `draw`, is
+    /// [`StreamError::FrameOrder`]); a frame never recorded writes no feedback, and its copies go
+    /// into the next recorded frame. When the submission of a recorded frame fails, end the frame
     /// with [`Streamer::abandon_frame`] instead of [`Streamer::end_frame`]: it queues the
     /// frame's copies again and submits them, so the tiles the frame made resident receive their
     /// texels before any later frame samples them.
@@ -615,9 +616,37 @@ impl FrameBindings<'_> {
         use vk::{AccessFlags2 as A, PipelineStageFlags2 as S};
         let ctx = &self.ctx;
         rec.accepts("the streamer's frame", ctx.device)?;
-        if ctx.recorded.load(Ordering::Acquire) {
-            return Err(StreamError::FrameOrder("a frame recorded twice"));
+        // Raised before anything is recorded, so that a `record` from inside `draw` (the same
+        // frame again, into this recording or another) is refused too: it would take the
+        // uploader's copies a second time and lose what `abandon_frame` queues again.
+        if ctx.recorded.swap(true, Ordering::AcqRel) {
+            return Err(StreamError::FrameOrder("a frame recorded twice (or from inside its own draw)"));
         }
+        if let Err(e) = self.record_streamer_part(rec) {
+            // Refused before the uploader took the frame's copies (what can fail comes before:
+            // the device check, the waits, the feedback reset, the copies' layout checks; the
+            // barriers after them use the readers `Streamer::new` checked): it may be recorded
+            // again.
+            ctx.recorded.store(false, Ordering::Release);
+            return Err(e);
+        }
+        let out = draw(rec);
+        if self.feedback_active && self.feedback.is_some() {
+            rec.memory_barrier(MemoryDependency {
+                src_stages: ctx.readers,
+                src_access: A::SHADER_WRITE,
+                dst_stages: S::HOST,
+                dst_access: A::HOST_READ,
+            })?;
+        }
+        Ok(out)
+    }
+
+    /// The streamer's part of [`FrameBindings::record`]: the bind wait, the feedback reset, the
+    /// staged copies and the barriers around them.
+    fn record_streamer_part(&self, rec: &mut Recording<'_>) -> Result<(), StreamError> {
+        use vk::{AccessFlags2 as A, PipelineStageFlags2 as S};
+        let ctx = &self.ctx;
         let readers = ctx.readers;
         if let Some(bind) = ctx.bind_wait {
             rec.wait_for(bind)?;
@@ -645,17 +674,7 @@ impl FrameBindings<'_> {
             dst_stages: readers,
             dst_access: A::SHADER_READ | A::SHADER_WRITE,
         })?;
-        let out = draw(rec);
-        if self.feedback_active && self.feedback.is_some() {
-            rec.memory_barrier(MemoryDependency {
-                src_stages: readers,
-                src_access: A::SHADER_WRITE,
-                dst_stages: S::HOST,
-                dst_access: A::HOST_READ,
-            })?;
-        }
-        ctx.recorded.store(true, Ordering::Release);
-        Ok(out)
+        Ok(())
     }
 }
 

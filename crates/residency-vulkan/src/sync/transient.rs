@@ -14,6 +14,11 @@
 //! uses then wait, on the GPU, for everything before them (a barrier from all earlier commands
 //! on the queue), so frame N+1 writes a byte only after frame N is done with it. Submit a pool's
 //! frames to one queue, in order.
+//!
+//! **One frame open at a time.** A frame is open from `begin_frame` until it is ended or dropped;
+//! the next `begin_frame` is refused while it is ([`MemoryError::Unsatisfiable`]): its resources
+//! would be placed over the bytes of the open frame's, which the renderer can still record, and
+//! each frame would silently overwrite the other's contents.
 
 use crate::buffer::{create_raw_buffer, next_resource_id, Buffer, BufferPlacement};
 use crate::device::Device;
@@ -32,6 +37,7 @@ use residency_core::sync::{
 };
 use residency_core::usage::BufferUsage;
 use std::ops::RangeInclusive;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// A transient resource a frame asks for.
@@ -62,7 +68,7 @@ pub enum TransientRequest {
 }
 
 /// A frame's transient resources, alive until the frame is dropped (or given to
-/// [`TransientPool::end_frame`]).
+/// [`TransientPool::end_frame`]). Its pool begins no other frame until then.
 #[derive(Debug)]
 pub struct TransientFrame {
     buffers: Vec<Option<Buffer>>,
@@ -73,6 +79,14 @@ pub struct TransientFrame {
     reused: Vec<bool>,
     /// The device its pool placed it on.
     device: Arc<Device>,
+    /// Its pool's "a frame is open" flag, lowered when the frame is dropped.
+    open: Arc<AtomicBool>,
+}
+
+impl Drop for TransientFrame {
+    fn drop(&mut self) {
+        self.open.store(false, Ordering::Release);
+    }
 }
 
 impl TransientFrame {
@@ -105,6 +119,8 @@ pub struct TransientPool {
     planner: TransientPlanner,
     heaps: Vec<Option<Arc<TransientHeap>>>,
     type_index: Option<u32>,
+    /// Whether a frame of this pool is open (begun, not yet ended or dropped).
+    open: Arc<AtomicBool>,
 }
 
 /// `VkBuffer`s and `VkImage`s of a frame being created, not yet handed to a resource: destroyed
@@ -177,7 +193,14 @@ impl TransientPool {
             ..TransientPlannerDesc::default()
         };
         let planner = TransientPlanner::new(desc).map_err(|e| failed(name, e.to_string()))?;
-        Ok(TransientPool { device, name: name.to_owned(), planner, heaps: Vec::new(), type_index: None })
+        Ok(TransientPool {
+            device,
+            name: name.to_owned(),
+            planner,
+            heaps: Vec::new(),
+            type_index: None,
+            open: Arc::new(AtomicBool::new(false)),
+        })
     }
 
     /// Bytes of every heap.
@@ -187,10 +210,20 @@ impl TransientPool {
 
     /// Creates, plans and binds a frame's resources.
     ///
+    /// Refused while the previous frame is open (not yet given to [`TransientPool::end_frame`]
+    /// or dropped), with [`MemoryError::Unsatisfiable`] and nothing created: the new frame would
+    /// be placed over the bytes the open frame's resources still own.
+    ///
     /// Every request's first and last use must be one the device allows in a barrier (core
     /// stages, each access performed by one of them: see
     /// [`BarrierError`](crate::recording::BarrierError)); otherwise nothing is created.
     pub fn begin_frame(&mut self, requests: &[TransientRequest]) -> Result<TransientFrame, MemoryError> {
+        if self.open.load(Ordering::Acquire) {
+            return Err(failed(
+                &self.name,
+                "a frame of this pool is still open: end (or drop) it before beginning the next",
+            ));
+        }
         for request in requests {
             let (name, uses) = match request {
                 TransientRequest::Buffer { name, uses, .. } => (name, uses),
@@ -368,7 +401,9 @@ impl TransientPool {
             requests: requests.to_vec(),
             reused,
             device: Arc::clone(&device),
+            open: Arc::clone(&self.open),
         };
+        self.open.store(true, Ordering::Release);
         if let Some(e) = bind_error {
             self.end_frame(frame);
             return Err(e.into());
