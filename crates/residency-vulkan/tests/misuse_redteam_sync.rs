@@ -164,3 +164,29 @@ fn misuse_a_frame_recorded_again_from_inside_its_own_draw_is_refused() {
         })
     });
 }
+
+/// `end_frame` with the use of a residency submission made before the frame's own (found by the
+/// red team; wrong results, not a crash: the frame's feedback would be read, and tiles it samples
+/// unbound, while it still runs). Refused now; the frame's own submission is accepted.
+#[test]
+fn misuse_end_frame_with_a_use_that_ends_before_the_frames_submission_is_refused() {
+    with_gpu(|set| {
+        let device = Arc::clone(&set.devices()[0]);
+        watchdog::within("early end_frame", move || {
+            let desc = StreamerDesc::default().with_name("misuse redteam early").with_budget_tiles(64);
+            let mut s = Streamer::new(&device, desc.with_workers(1)).unwrap();
+            let texture = s.add_texture("misuse redteam early", source("early")).unwrap();
+            let ctx = CommandContext::new(&device, "misuse redteam early").unwrap();
+            let earlier = ctx.submit(&[], |_| {}).unwrap();
+            let bindings = s.begin_frame().unwrap();
+            let sub = ctx.submit(&[], |rec| bindings.record(rec, |_| ()).unwrap()).unwrap();
+            drop(bindings);
+            let refused = s.end_frame(earlier.gpu_use()).unwrap_err();
+            assert!(matches!(refused, StreamError::FrameOrder(_)), "{refused}");
+            s.end_frame(sub.gpu_use()).unwrap();
+            ctx.wait(earlier).unwrap();
+            ctx.wait(sub).unwrap();
+            s.remove_texture(texture).unwrap();
+        })
+    });
+}

@@ -65,7 +65,7 @@ use residency_core::streaming::{
 use residency_core::tiles::{BindPlanOptions, ImageId, LayoutError, ResidencyPath};
 use residency_core::usage::BufferUsage;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use texture::{Texture, TextureGpu};
 
@@ -565,6 +565,8 @@ struct FrameContext<'a> {
     /// The feedback header for this frame, unless the CPU wrote the whole buffer.
     header: Option<Vec<u8>>,
     recorded: &'a AtomicBool,
+    /// The device's universal timeline value submitted when the frame was recorded.
+    recorded_after: &'a AtomicU64,
 }
 
 impl FrameBindings<'_> {
@@ -630,6 +632,8 @@ impl FrameBindings<'_> {
             ctx.recorded.store(false, Ordering::Release);
             return Err(e);
         }
+        // A submission of this recording through residency signals a later universal value.
+        ctx.recorded_after.store(ctx.device.submitted_work().point.value, Ordering::Release);
         let out = draw(rec);
         if self.feedback_active && self.feedback.is_some() {
             rec.memory_barrier(MemoryDependency {
@@ -751,6 +755,9 @@ pub struct Streamer {
     frame_uses: Vec<GpuUse>,
     /// Whether the current frame was recorded, and whether the CPU wrote its feedback.
     recorded: AtomicBool,
+    /// The universal value submitted when the current frame was recorded: `end_frame` refuses a
+    /// use of residency's submissions that ends before the frame's own submission.
+    recorded_after: AtomicU64,
     cpu_feedback: bool,
     /// The tick not applied to the GPU yet (its bind or staging failed).
     unapplied: Option<Unapplied>,
@@ -851,6 +858,7 @@ impl Streamer {
             bind_wait: None,
             frame_uses: Vec::new(),
             recorded: AtomicBool::new(false),
+            recorded_after: AtomicU64::new(0),
             cpu_feedback: false,
             unapplied: None,
             serial: STREAMERS.fetch_add(1, Ordering::Relaxed),
@@ -1647,6 +1655,7 @@ impl Streamer {
                 readers: self.desc.readers,
                 header,
                 recorded: &self.recorded,
+                recorded_after: &self.recorded_after,
             },
         }
     }
@@ -1738,6 +1747,16 @@ impl Streamer {
         }
         // A point the GPU can wait for (an unbind waits for it): not a frame count.
         self.device.wait_info(&until).map(drop)?;
+        // A recorded frame ends with its own submission or later: an earlier residency submission
+        // would let its feedback be read and its unbinds go ahead while it still runs.
+        if self.recorded.load(Ordering::Acquire)
+            && until.point.clock == crate::retire::UNIVERSAL
+            && until.point.value <= self.recorded_after.load(Ordering::Acquire)
+        {
+            return Err(StreamError::FrameOrder(
+                "end_frame with a use that ends before the frame's own submission",
+            ));
+        }
         let index = (self.frame % self.slots.len() as u64) as usize;
         for texture in self.textures.values() {
             texture.used_until(until)?;
