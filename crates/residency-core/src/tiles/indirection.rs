@@ -122,6 +122,15 @@ pub enum IndirectionError {
         /// Atlas height.
         height: u32,
     },
+    /// The page table is not of the layout the indirection was made for (another image's): its
+    /// tile indices would name other tiles.
+    #[error("a page table of another layout ({table:?}) given to an indirection of {indirection:?}")]
+    OtherLayout {
+        /// The table's mip-0 extent, mips and layers.
+        table: [u32; 3],
+        /// The indirection's.
+        indirection: [u32; 3],
+    },
     /// A tile was mapped to a slot beyond the atlas.
     #[error("physical tile {tile} of heap {heap} lies beyond the atlas's {capacity} slots")]
     SlotOutOfRange {
@@ -321,9 +330,9 @@ impl Indirection {
         unpack(self.texels[((layer * self.rows + self.mip_rows[mip as usize] + y) * self.width + x) as usize])
     }
 
-    /// Recomputes every entry from `table` (whose layout is this one's); returns the rows that
-    /// changed in any layer, if any (upload those of every layer). All or nothing: on error
-    /// nothing changed.
+    /// Recomputes every entry from `table` (whose layout must be this one's: another is
+    /// [`IndirectionError::OtherLayout`]); returns the rows that changed in any layer, if any
+    /// (upload those of every layer). All or nothing: on error nothing changed.
     pub fn update(&mut self, table: &PageTable) -> Result<Option<Range<u32>>, IndirectionError> {
         let before = self.texels.clone();
         let result = self.update_in_place(table);
@@ -334,6 +343,15 @@ impl Indirection {
     }
 
     fn update_in_place(&mut self, table: &PageTable) -> Result<Option<Range<u32>>, IndirectionError> {
+        if table.layout() != &self.layout {
+            let shape = |l: &SparseImageLayout| {
+                [l.desc().width.max(l.desc().height), l.mip_levels(), l.array_layers()]
+            };
+            return Err(IndirectionError::OtherLayout {
+                table: shape(table.layout()),
+                indirection: shape(&self.layout),
+            });
+        }
         let mut changed: Option<Range<u32>> = None;
         let mips = self.layout.mips().to_vec();
         // Coarsest first: an entry that is not chain-resident inherits its parent's entry.

@@ -408,15 +408,21 @@ impl PageTable {
         Some(u32::from(worst))
     }
 
-    /// The cached min-LOD entry of mip-0 region `r` of `layer` (as of the last refresh).
+    /// The cached min-LOD entry of mip-0 region `r` of `layer` (as of the last refresh);
+    /// [`MIN_LOD_NONE`] for a layer or region outside the map.
     pub fn min_lod(&self, layer: u32, r: [u32; 3]) -> u8 {
+        if layer >= self.layout.array_layers() || (0..3).any(|a| r[a] >= self.regions[a]) {
+            return MIN_LOD_NONE;
+        }
         self.min_lod[self.region_slot(layer, r)]
     }
 
-    /// The cached min-LOD map of `layer`, x fastest, then y, then z (as of the last refresh).
+    /// The cached min-LOD map of `layer`, x fastest, then y, then z (as of the last refresh);
+    /// empty for a layer the image does not have.
     pub fn min_lod_layer(&self, layer: u32) -> &[u8] {
         let n = self.regions.iter().map(|&r| r as usize).product::<usize>();
-        &self.min_lod[layer as usize * n..(layer as usize + 1) * n]
+        let start = (layer as usize).checked_mul(n);
+        start.and_then(|s| self.min_lod.get(s..s.checked_add(n)?)).unwrap_or(&[])
     }
 
     /// Recomputes the min-LOD entries touched since the last refresh and returns the boxes that

@@ -423,12 +423,23 @@ impl Buffer {
         self.write(offset, bytemuck::cast_slice(values))
     }
 
-    /// Reads `count` plain-old-data values from `offset` (see [`Buffer::read`]).
+    /// Reads `count` plain-old-data values from `offset` (see [`Buffer::read`]). A range outside
+    /// the buffer (or whose byte count overflows) is [`AccessError::OutOfBounds`], refused before
+    /// anything is allocated for it.
     pub fn read_pod<T: bytemuck::AnyBitPattern + bytemuck::NoUninit>(
         &self,
         offset: u64,
         count: usize,
     ) -> Result<Vec<T>, AccessError> {
+        let bytes = (count as u64).checked_mul(std::mem::size_of::<T>() as u64);
+        if bytes.and_then(|b| offset.checked_add(b)).is_none_or(|end| end > self.size) {
+            return Err(AccessError::OutOfBounds {
+                name: self.name.to_string(),
+                offset,
+                end: bytes.map_or(u64::MAX, |b| offset.saturating_add(b)),
+                size: self.size,
+            });
+        }
         let mut out = vec![T::zeroed(); count];
         self.read(offset, bytemuck::cast_slice_mut(&mut out))?;
         Ok(out)

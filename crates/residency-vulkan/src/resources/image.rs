@@ -75,11 +75,12 @@ pub struct ImageDesc {
     pub queue_families: Vec<u32>,
     /// Width, height, depth in texels.
     pub extent: [u32; 3],
-    /// Mip levels (at least 1).
+    /// Mip levels (at least 1, at most the full chain of the largest side: `⌊log2 max⌋ + 1`).
     pub mip_levels: u32,
     /// Array layers (at least 1; 1 for 3D).
     pub array_layers: u32,
-    /// Samples per texel (1, 2, 4, 8, 16).
+    /// Samples per texel (1, 2, 4, 8, 16). A multisampled image has no `STORAGE` usage (residency
+    /// does not enable `shaderStorageImageMultisample`) and cannot be a copy's destination or source.
     pub samples: u32,
     /// How it will be used.
     pub usage: ImageUsage,
@@ -147,7 +148,8 @@ impl ImageDesc {
 
     /// Sets any `VkFormat`. [`ImageDesc::format`] becomes the core's name for it, or `Unknown` when
     /// the core does not know it (creation then refuses depth/stencil and multi-planar formats
-    /// and `COPY_SRC` usage, and uploads refuse the image: they need texel sizes).
+    /// and `COPY_SRC` usage, and uploads refuse the image: they need texel sizes). Creation
+    /// refuses a value that is not a Vulkan 1.3 core format token.
     pub fn with_vk_format(mut self, format: vk::Format) -> Self {
         self.format = core_format(format).unwrap_or(Format::Unknown);
         self.vk_format = Some(format);
@@ -264,6 +266,20 @@ fn is_depth_stencil(format: vk::Format) -> bool {
             | vk::Format::D24_UNORM_S8_UINT
             | vk::Format::D32_SFLOAT_S8_UINT
     )
+}
+
+/// Whether `format` is a `VkFormat` token of the Vulkan 1.3 core (the 1.0 formats and those
+/// promoted since: Y′CbCr, 4:4:4 planar, 4-bit ARGB, ASTC HDR). Any other value reaching
+/// `vkGetPhysicalDeviceImageFormatProperties` or `vkCreateImage` is a
+/// `VUID-*-format-parameter` error (and undefined behaviour in the driver), so descriptions
+/// naming one are refused before Vulkan sees them.
+fn is_core_vk_format(format: vk::Format) -> bool {
+    let raw = format.as_raw();
+    (1..=184).contains(&raw)
+        || (1_000_156_000..=1_000_156_033).contains(&raw)
+        || (1_000_330_000..=1_000_330_003).contains(&raw)
+        || (1_000_340_000..=1_000_340_001).contains(&raw)
+        || (1_000_066_000..=1_000_066_013).contains(&raw)
 }
 
 /// Multi-planar (Y′CbCr) formats, which need plane aspects and conversions residency lacks.
@@ -511,6 +527,7 @@ impl crate::upload::Sealed for Image {
             extent: self.desc.extent,
             mip_levels: self.desc.mip_levels,
             array_layers: self.desc.array_layers,
+            samples: self.desc.samples,
             copy_dst: self.desc.usage.contains(ImageUsage::COPY_DST),
             life: &self.life,
             layouts: Some(&self.layouts),
@@ -531,6 +548,9 @@ impl Device {
         let raw_format = desc.raw_format();
         if raw_format == vk::Format::UNDEFINED {
             return Err(invalid(name, "an image needs a texel format"));
+        }
+        if !is_core_vk_format(raw_format) {
+            return Err(invalid(name, format!("{raw_format:?} is not a Vulkan 1.3 core format")));
         }
         if core_format(raw_format).unwrap_or(Format::Unknown) != desc.format {
             return Err(invalid(
@@ -616,6 +636,14 @@ impl Device {
         }
         if desc.samples > 1 && (desc.dimension != ImageDimension::D2 || desc.linear || desc.mip_levels != 1) {
             return Err(invalid(name, "a multisampled image is 2D, optimally tiled and has one mip"));
+        }
+        if desc.samples > 1 && desc.usage.contains(ImageUsage::STORAGE) {
+            // `VUID-VkImageCreateInfo-usage-00968`: residency does not enable
+            // `shaderStorageImageMultisample` on its devices.
+            return Err(invalid(
+                name,
+                "a multisampled storage image needs shaderStorageImageMultisample, which is not enabled",
+            ));
         }
         if desc.dimension == ImageDimension::D3 && desc.array_layers != 1 {
             return Err(invalid(name, "a 3D image has one array layer"));

@@ -137,6 +137,26 @@ pub enum UploadError {
         /// The format's block extent.
         block: [u32; 2],
     },
+    /// The region's aspect is not exactly one aspect of the image's format (`COLOR` for colour
+    /// and compressed formats, `DEPTH` or `STENCIL` for depth/stencil ones: a copy moves one
+    /// aspect at a time).
+    #[error("upload to `{name}`: aspect {aspect:?} is not one aspect of its format (of {allowed:?})")]
+    Aspect {
+        /// The destination.
+        name: String,
+        /// The aspect asked for.
+        aspect: vk::ImageAspectFlags,
+        /// The format's aspects.
+        allowed: vk::ImageAspectFlags,
+    },
+    /// The image is multisampled: copies between buffers and images need one sample.
+    #[error("upload to `{name}`: it has {samples} samples; copies need one")]
+    Multisampled {
+        /// The destination.
+        name: String,
+        /// Its samples per texel.
+        samples: u32,
+    },
     /// Creating the staging buffer failed.
     #[error(transparent)]
     Memory(#[from] MemoryError),
@@ -217,6 +237,8 @@ mod target {
         pub(crate) extent: [u32; 3],
         pub(crate) mip_levels: u32,
         pub(crate) array_layers: u32,
+        /// Samples per texel (copies need 1).
+        pub(crate) samples: u32,
         /// Whether copies may write it (`TRANSFER_DST` usage).
         pub(crate) copy_dst: bool,
         /// What keeps it (and what it points into) alive; its device.
@@ -258,7 +280,9 @@ pub struct ImageRegion<'a> {
     /// image's layouts in submission order, and is refused with
     /// [`VulkanError::ImageLayout`] otherwise.
     pub layout: vk::ImageLayout,
-    /// The aspect (colour for the formats the library streams).
+    /// The aspect: exactly one of the format's (`COLOR`; `DEPTH` or `STENCIL` for a
+    /// depth/stencil format, whose aspects are copied one at a time). Anything else is
+    /// [`UploadError::Aspect`].
     pub aspect: vk::ImageAspectFlags,
     /// Mip level.
     pub mip: u32,
@@ -272,12 +296,18 @@ pub struct ImageRegion<'a> {
 
 impl<'a> ImageRegion<'a> {
     /// `extent` texels at `offset` of `mip`, layer 0, of an image in `GENERAL` layout (residency's
-    /// images live in it), the aspect of its format.
+    /// images live in it), the aspect of its format (`DEPTH` for a depth/stencil format: set
+    /// `aspect` to `STENCIL` for the other one).
     pub fn new(image: &'a dyn ImageTarget, mip: u32, offset: [u32; 3], extent: [u32; 3]) -> Self {
+        let aspect = crate::format_map::aspect(image.target().format);
         ImageRegion {
             image,
             layout: vk::ImageLayout::GENERAL,
-            aspect: crate::format_map::aspect(image.target().format),
+            aspect: if aspect.contains(vk::ImageAspectFlags::DEPTH) {
+                vk::ImageAspectFlags::DEPTH
+            } else {
+                aspect
+            },
             mip,
             layer: 0,
             offset,
@@ -297,9 +327,17 @@ impl<'a> ImageRegion<'a> {
         self
     }
 
-    /// The bytes of tightly packed texel blocks the region holds in its image's format.
+    /// The bytes of tightly packed texel blocks the region holds in its image's format (of the
+    /// stencil aspect, one byte per texel, when that is the region's aspect).
     pub fn bytes(&self) -> u64 {
         let format = self.image.target().format;
+        let format = if self.aspect == vk::ImageAspectFlags::STENCIL
+            && format.kind() == residency_core::format::FormatKind::DepthStencil
+        {
+            residency_core::format::Format::R8Uint
+        } else {
+            format
+        };
         format.region_bytes(self.extent[0], self.extent[1], self.extent[2])
     }
 
@@ -345,6 +383,13 @@ impl<'a> ImageRegion<'a> {
         };
         if t.format == residency_core::format::Format::Unknown {
             return Err(UploadError::UnknownTexelSize { name: t.name.to_owned() });
+        }
+        if t.samples != 1 {
+            return Err(UploadError::Multisampled { name: t.name.to_owned(), samples: t.samples });
+        }
+        let allowed = crate::format_map::aspect(t.format);
+        if self.aspect.as_raw().count_ones() != 1 || !allowed.contains(self.aspect) {
+            return Err(UploadError::Aspect { name: t.name.to_owned(), aspect: self.aspect, allowed });
         }
         let Some(mip_extent) = t.mip_extent(self.mip) else { return Err(outside([0; 3])) };
         let texels = TexelRegion { offset: self.offset, extent: self.extent };
@@ -623,7 +668,9 @@ impl Uploader {
     ///
     /// Refused with nothing staged: an image of another device ([`UploadError::WrongDevice`]) or
     /// without copy-destination usage ([`UploadError::NotCopyDestination`]), a region outside
-    /// the image ([`UploadError::RegionOutsideImage`], [`UploadError::RegionMisaligned`]), `data`
+    /// the image ([`UploadError::RegionOutsideImage`], [`UploadError::RegionMisaligned`]), a
+    /// multisampled image ([`UploadError::Multisampled`]), an aspect that is not exactly one of
+    /// the format's ([`UploadError::Aspect`]), `data`
     /// that is not the region's byte count in the image's format ([`UploadError::WrongSize`]),
     /// and data larger than half the ring ([`UploadError::TooLarge`]: split regions, e.g. per
     /// tile), a layout that is not a copy destination's (or not `GENERAL` for a sparse image:

@@ -33,6 +33,10 @@ pub(super) struct HeapsState {
     /// not flushed yet, an image not destroyed yet): freed when the last of those goes.
     pub(super) released: Vec<Heap>,
     pub(super) next_serial: u64,
+    /// The owners (`ImageId`s) of the live images made for these heaps
+    /// ([`SparseImage::new_external`]), with their keys (0 while one is being created): one
+    /// image per owner, so that the pool's owner of a tile names one image.
+    pub(super) external_owners: HashMap<u32, u64>,
 }
 
 impl HeapsState {
@@ -235,9 +239,10 @@ impl HeapsShared {
         }
     }
 
-    /// `image` was destroyed: nothing of it is bound any more.
+    /// `image` was destroyed: nothing of it is bound any more, and its owner id is free again.
     pub(super) fn forget(&self, image: u64) {
         let mut state = self.lock();
+        state.external_owners.retain(|_, key| *key != image);
         for serial in state.bound.remove(&image).into_iter().flat_map(HashMap::into_values).flatten() {
             state.unbound(serial);
         }
@@ -359,7 +364,11 @@ impl TileHeaps {
     /// [`SparseImage::new_external`], with tiles of the pool's tile size
     /// ([`SparseError::Incompatible`]); every non-empty change was
     /// made against `pool` ([`ResidencyChanges::pool`]; [`CommitError::WrongPool`]) and binds
-    /// tiles of its live heaps ([`CommitError::Pool`]).
+    /// tiles of its live heaps ([`CommitError::Pool`]); and every tile an image is left bound to
+    /// (the last change of each of its tiles and tails, over all the items) is one `pool` has
+    /// allocated to that image's owner ([`SparseError::NotOwner`]): a change made by hand cannot
+    /// bind a tile the pool gave another image, or none (which it could hand out later), so no
+    /// memory is bound to two images at once.
     pub fn bind(
         &mut self,
         pool: &TilePool,
@@ -462,6 +471,7 @@ impl TileHeaps {
                 }
             }
         }
+        check_owners(pool, items)?;
         let all: Vec<HeapIndex> = pool.heap_indices().collect();
         let heaps_added = shared.ensure(&mut state, pool, &all)?;
         let mut plans = Vec::with_capacity(items.len());
@@ -486,6 +496,35 @@ impl TileHeaps {
         }
         Ok((stats, done))
     }
+}
+
+/// Checks that every tile `items` leave bound (the last change of each tile and tail of each
+/// image, in item order) is one `pool` allocated to that image's owner.
+fn check_owners(pool: &TilePool, items: &[(&SparseImage, &ResidencyChanges)]) -> Result<(), SparseError> {
+    // Per image key: the physical tiles its tiles and tails end up bound to.
+    let mut last: HashMap<(u64, Bound), Option<Vec<PhysicalTile>>> = HashMap::new();
+    for (image, changes) in items {
+        for c in &changes.tiles {
+            last.insert((image.key, Bound::Tile(c.tile.0)), c.physical.map(|p| vec![p]));
+        }
+        for c in &changes.tails {
+            last.insert((image.key, Bound::Tail(c.tail)), c.physical.clone());
+        }
+    }
+    for (image, _) in items {
+        let owner = image.residency.owner();
+        let bound = last
+            .iter()
+            .filter(|((key, _), _)| *key == image.key)
+            .flat_map(|(_, physical)| physical.iter().flatten());
+        for &tile in bound {
+            let held = pool.owner_of(tile);
+            if held != Some(owner) {
+                return Err(SparseError::NotOwner { name: image.name.clone(), tile, owner, held });
+            }
+        }
+    }
+    Ok(())
 }
 
 impl Drop for TileHeaps {

@@ -187,6 +187,11 @@ impl SparseImage {
     /// bound with [`TileHeaps::bind`] through `heaps` from that owner's changes, and its own page
     /// table stays empty (its residency names [`PoolId::NONE`]: every commit, release and flush
     /// through a [`SparseTilePool`] is refused). It keeps `heaps`' memory alive.
+    ///
+    /// `owner` is the id the owner's pool allocates the image's tiles to: [`TileHeaps::bind`]
+    /// binds the image only to tiles the pool gave that id, so a second live image with the same
+    /// owner in these heaps is refused ([`SparseError::DuplicateOwner`]); the id is free again
+    /// once the image is destroyed (after the GPU work that may use it).
     pub fn new_external(
         heaps: &TileHeaps,
         tile_bytes: u64,
@@ -196,6 +201,18 @@ impl SparseImage {
         storage: bool,
     ) -> Result<SparseImage, SparseError> {
         let shared = &heaps.shared;
+        {
+            let mut state = shared.lock();
+            if state.external_owners.contains_key(&owner.0) {
+                return Err(SparseError::DuplicateOwner {
+                    name: name.to_owned(),
+                    owner,
+                    heaps: shared.name.clone(),
+                });
+            }
+            // Reserved while the image is created (key 0: no image has it).
+            state.external_owners.insert(owner.0, 0);
+        }
         let origin = Origin {
             device: Arc::clone(&shared.device),
             heaps: Arc::clone(shared),
@@ -206,9 +223,19 @@ impl SparseImage {
             tiles: None,
             external: Some(shared.serial),
         };
-        let image = Self::create(origin, name, desc, SparseUsage { storage, color_attachment: false })?;
-        shared.images.fetch_add(1, Ordering::Relaxed);
-        Ok(image)
+        let image = Self::create(origin, name, desc, SparseUsage { storage, color_attachment: false });
+        let mut state = shared.lock();
+        match image {
+            Ok(image) => {
+                state.external_owners.insert(owner.0, image.key);
+                shared.images.fetch_add(1, Ordering::Relaxed);
+                Ok(image)
+            }
+            Err(e) => {
+                state.external_owners.remove(&owner.0);
+                Err(e)
+            }
+        }
     }
 
     pub(super) fn create(
@@ -680,6 +707,7 @@ impl crate::upload::Sealed for SparseImage {
             extent: [self.desc.width, self.desc.height, self.desc.depth],
             mip_levels: self.desc.mip_levels,
             array_layers: self.desc.array_layers,
+            samples: 1,
             copy_dst: true,
             life: &self.life,
             layouts: None,

@@ -17,6 +17,12 @@ pub struct MinLodMap {
     pub(super) image: crate::Image,
     pub(super) view: crate::ImageView,
     pub(super) uploaded: bool,
+    /// The sparse image it was made for (its key): [`MinLodMap::update`] takes no other.
+    pub(super) source: u64,
+    /// The min-LOD extent and layers of that image's page table: what a table given to
+    /// [`MinLodMap::upload_updates`] must have.
+    pub(super) regions: [u32; 3],
+    pub(super) layers: u32,
 }
 
 impl MinLodMap {
@@ -50,7 +56,14 @@ impl MinLodMap {
         let texture = device.create_image(&desc)?;
         let view = device.create_image_view(&texture, 0..1)?;
         device.discard_to_general(&[&texture])?;
-        Ok(MinLodMap { image: texture, view, uploaded: false })
+        Ok(MinLodMap {
+            image: texture,
+            view,
+            uploaded: false,
+            source: image.key,
+            regions: [w, h, d],
+            layers: image.residency().layout().array_layers(),
+        })
     }
 
     /// The view to bind as a `usampler2D`, `usampler2DArray` (arrays) or `usampler3D` (volumes),
@@ -72,12 +85,20 @@ impl MinLodMap {
     }
 
     /// Refreshes `image`'s min-LOD entries changed since the last update and queues their upload
-    /// (the whole map the first time). Returns the number of entries uploaded.
+    /// (the whole map the first time). Returns the number of entries uploaded. `image` must be the
+    /// image the map was made for: another is [`SparseError::Incompatible`], with nothing
+    /// refreshed or queued.
     pub fn update(
         &mut self,
         uploader: &crate::Uploader,
         image: &mut SparseImage,
     ) -> Result<u64, SparseError> {
+        if image.key != self.source {
+            return Err(SparseError::Incompatible {
+                name: image.name.clone(),
+                reason: format!("`{}` was made for another image", self.image.name()),
+            });
+        }
         let updates = image.refresh_min_lod();
         self.upload_updates(uploader, image.residency().page_table(), &updates)
     }
@@ -86,7 +107,9 @@ impl MinLodMap {
     /// the first time): for images whose residency another owner keeps (a streaming manager's
     /// changes carry the updates). An uploader of another device is refused
     /// ([`UploadError::WrongDevice`](crate::UploadError::WrongDevice)), as is a table whose map is
-    /// not this one's size, with nothing queued.
+    /// not this one's size or layer count ([`SparseError::Incompatible`]), and an update naming a
+    /// layer or entries outside the map ([`UploadError::RegionOutsideImage`](crate::UploadError::RegionOutsideImage));
+    /// nothing is queued then.
     pub fn upload_updates(
         &mut self,
         uploader: &crate::Uploader,
@@ -94,24 +117,35 @@ impl MinLodMap {
         updates: &[residency_core::tiles::MinLodUpdate],
     ) -> Result<u64, SparseError> {
         let [w, h, d] = table.min_lod_extent();
+        let layers = table.layout().array_layers();
+        if [w, h, d] != self.regions || layers != self.layers {
+            return Err(SparseError::Incompatible {
+                name: self.image.name().to_owned(),
+                reason: format!(
+                    "a table of {:?} entries × {layers} layers given to a map of {:?} × {}",
+                    [w, h, d],
+                    self.regions,
+                    self.layers
+                ),
+            });
+        }
         let boxes: Vec<(u32, [u32; 3], [u32; 3])> = if self.uploaded {
             updates.iter().map(|u| (u.layer, u.regions.start, u.regions.end)).collect()
         } else {
             (0..table.layout().array_layers()).map(|layer| (layer, [0, 0, 0], [w, h, d])).collect()
         };
+        let region = |&(layer, start, end): &(u32, [u32; 3], [u32; 3])| {
+            crate::ImageRegion::new(&self.image, 0, start, [0, 1, 2].map(|a| end[a].saturating_sub(start[a])))
+                .with_layer(layer)
+        };
+        // Every box is checked against the map (its depth and layers too) before anything is
+        // read or queued.
+        boxes.iter().try_for_each(|b| region(b).check())?;
         let mut uploaded = 0;
-        for (layer, start, end) in boxes {
+        for b in &boxes {
+            let (layer, start, end) = *b;
+            let region = region(b);
             let entries = table.min_lod_layer(layer);
-            let region = crate::ImageRegion::new(
-                &self.image,
-                0,
-                start,
-                [0, 1, 2].map(|a| end[a].saturating_sub(start[a])),
-            )
-            .with_layer(layer);
-            // The region is checked against the map (its depth and layers too) before its
-            // entries are read.
-            region.check()?;
             let data: Vec<u8> = (start[2]..end[2])
                 .flat_map(|z| (start[1]..end[1]).map(move |y| (z, y)))
                 .flat_map(|(z, y)| (start[0]..end[0]).map(move |x| ((z * h + y) * w + x) as usize))

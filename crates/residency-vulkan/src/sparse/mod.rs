@@ -109,6 +109,30 @@ pub enum SparseError {
         /// The image.
         name: String,
     },
+    /// A change given to [`TileHeaps::bind`] leaves an image bound to a tile its pool did not
+    /// allocate to that image's owner (another image's, or a free one); nothing was bound.
+    #[error("`{name}` (owner {owner:?}) would be bound to tile {tile:?}, which the pool gave {held:?}")]
+    NotOwner {
+        /// The image.
+        name: String,
+        /// The tile.
+        tile: PhysicalTile,
+        /// The image's owner.
+        owner: ImageId,
+        /// The tile's owner in the pool (`None`: free).
+        held: Option<ImageId>,
+    },
+    /// Another live image made for these tile heaps has this owner id
+    /// ([`SparseImage::new_external`]); nothing was created.
+    #[error("`{name}`: owner {owner:?} already has a live image in tile heaps `{heaps}`")]
+    DuplicateOwner {
+        /// The image asked for.
+        name: String,
+        /// The owner id.
+        owner: ImageId,
+        /// The heaps.
+        heaps: String,
+    },
     /// The device has no sparse-binding queue.
     #[error("the device has no sparse-binding queue; use the software residency path")]
     NoSparseQueue,
