@@ -383,3 +383,217 @@ fn more_descriptor_sets_than_a_pool_holds_come_from_new_pools_and_are_released_w
         assert!(live.len() <= objects + 1, "{live:?}");
     });
 }
+
+// ---- Shipped shaders bound every index (issue #29, cause 4) -------------------------------------
+//
+// Every shipped shader compares each buffer index with the bound range (`arrayLength`) or the
+// counts it is given, and each texel coordinate of a fetch or store with the image's size, so a
+// count, index or offset past what is bound reads and writes nothing outside it — on any device,
+// with or without `robustBufferAccess` (which residency does not enable). The tests below give
+// each shader that takes a count, index or offset from its caller one past what is bound, inside
+// a larger buffer whose bytes outside the bound range hold a sentinel, and check those bytes
+// are untouched. On lavapipe (which bounds-checks) the old shaders pass the byte checks too; run
+// under `RESIDENCY_VALIDATION=gpu` (GPU-assisted validation), the old ones fail each test with
+// `VUID-vkCmdDispatch-None-02706` and the new ones raise nothing. The SPIR-V check below fails
+// on the old shaders everywhere.
+
+use residency_core::format::Format;
+use residency_core::memory::MemoryIntent;
+use residency_core::usage::{BufferUsage, ImageUsage};
+use residency_vulkan::compute::{Binding, BindingError};
+use residency_vulkan::{Buffer, BufferDesc, Filter, ImageDesc};
+
+/// What the bytes outside a bound range hold.
+const SENTINEL: u8 = 0xA5;
+/// Where the bound range starts in a guarded buffer: a multiple of every device's storage and
+/// uniform offset alignment (at most 256 B by the specification).
+const GUARD: u64 = 256;
+
+/// Little-endian bytes of words.
+fn words(values: &[u32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+fn floats(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// A host-visible buffer of `GUARD + range + GUARD` bytes, every byte `SENTINEL`, with `usage`.
+fn guarded(device: &Device, name: &str, range: u64, usage: BufferUsage) -> Buffer {
+    let size = GUARD + range + GUARD;
+    let mut buffer = device
+        .create_buffer(&BufferDesc::new(name, size, usage).with_intent(MemoryIntent::Readback))
+        .unwrap();
+    buffer.write(0, &vec![SENTINEL; size as usize]).unwrap();
+    buffer
+}
+
+/// The guarded buffer's middle `range` bytes as a binding.
+fn middle(buffer: &Buffer, range: u64) -> Binding<'_> {
+    Binding::BufferRange { buffer, offset: GUARD, size: range }
+}
+
+/// A host-visible buffer holding `data`.
+fn filled(device: &Device, name: &str, data: &[u8], usage: BufferUsage) -> Buffer {
+    let mut buffer = device
+        .create_buffer(&BufferDesc::new(name, data.len() as u64, usage).with_intent(MemoryIntent::Upload))
+        .unwrap();
+    buffer.write(0, data).unwrap();
+    buffer
+}
+
+/// The bound range's bytes, after checking every byte around it is still `SENTINEL`.
+fn range_after_checking_guards(buffer: &Buffer, range: u64) -> Vec<u8> {
+    let mut bytes = vec![0u8; buffer.size() as usize];
+    buffer.read(0, &mut bytes).unwrap();
+    let (start, end) = (GUARD as usize, (GUARD + range) as usize);
+    let outside: Vec<usize> = (0..start).chain(end..bytes.len()).filter(|&i| bytes[i] != SENTINEL).collect();
+    assert!(
+        outside.is_empty(),
+        "`{}`: {} bytes outside the bound range {start}..{end} were written (first at {:?})",
+        buffer.name(),
+        outside.len(),
+        outside.first()
+    );
+    bytes[start..end].to_vec()
+}
+
+fn as_words(bytes: &[u8]) -> Vec<u32> {
+    bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+fn as_floats(bytes: &[u8]) -> Vec<f32> {
+    bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+/// Dispatches `program` once with `bindings` and `push`, and waits for it.
+fn dispatch(
+    device: &Device,
+    program: &ComputeProgram,
+    bindings: &[Binding<'_>],
+    push: &[u8],
+    groups: [u32; 3],
+) {
+    let set = program.descriptor_set(bindings).unwrap();
+    device
+        .submit_compute(program.name(), |rec| {
+            program.dispatch(rec, &set, push, groups).unwrap();
+        })
+        .unwrap();
+    device.wait_submitted().unwrap();
+}
+
+#[test]
+fn misuse_every_shipped_shader_bounds_its_runtime_arrays_and_texel_coordinates() {
+    const OP_VARIABLE: u32 = 59;
+    const OP_LOAD: u32 = 61;
+    const OP_ACCESS_CHAIN: u32 = 65;
+    const OP_IN_BOUNDS_ACCESS_CHAIN: u32 = 66;
+    const OP_ARRAY_LENGTH: u32 = 68;
+    const OP_IMAGE_FETCH: u32 = 95;
+    const OP_IMAGE_READ: u32 = 98;
+    const OP_IMAGE_WRITE: u32 = 99;
+    const OP_IMAGE: u32 = 100;
+    const OP_IMAGE_QUERY_SIZE_LOD: u32 = 103;
+    const OP_IMAGE_QUERY_SIZE: u32 = 104;
+    const OP_IMAGE_SPARSE_FETCH: u32 = 313;
+    const OP_TYPE_RUNTIME_ARRAY: u32 = 29;
+    const OP_TYPE_STRUCT: u32 = 30;
+    const OP_TYPE_POINTER: u32 = 32;
+    const STORAGE_UNIFORM: u32 = 2;
+    const STORAGE_STORAGE_BUFFER: u32 = 12;
+    for shader in shaders::ALL {
+        let name = shader.name();
+        let code = shader.words();
+        let found = instructions(code);
+        let op = |at: usize, i: usize| code[at + 1 + i];
+        // Variables of buffer blocks whose last member is a runtime array.
+        let runtime: std::collections::HashSet<u32> = found
+            .iter()
+            .filter(|&&(_, o, _)| o == OP_TYPE_RUNTIME_ARRAY)
+            .map(|&(at, _, _)| op(at, 0))
+            .collect();
+        let unsized_structs: std::collections::HashSet<u32> = found
+            .iter()
+            .filter(|&&(at, o, n)| o == OP_TYPE_STRUCT && n > 2 && runtime.contains(&code[at + n - 1]))
+            .map(|&(at, _, _)| op(at, 0))
+            .collect();
+        let pointers: std::collections::HashSet<u32> = found
+            .iter()
+            .filter(|&&(at, o, _)| o == OP_TYPE_POINTER && unsized_structs.contains(&op(at, 2)))
+            .map(|&(at, _, _)| op(at, 0))
+            .collect();
+        let arrays: Vec<u32> = found
+            .iter()
+            .filter(|&&(at, o, _)| {
+                o == OP_VARIABLE
+                    && pointers.contains(&op(at, 0))
+                    && [STORAGE_UNIFORM, STORAGE_STORAGE_BUFFER].contains(&op(at, 2))
+            })
+            .map(|&(at, _, _)| op(at, 1))
+            .collect();
+        let indexed = |var: u32| {
+            found.iter().any(|&(at, o, _)| {
+                [OP_ACCESS_CHAIN, OP_IN_BOUNDS_ACCESS_CHAIN].contains(&o) && op(at, 2) == var
+            })
+        };
+        let measured = |var: u32| found.iter().any(|&(at, o, _)| o == OP_ARRAY_LENGTH && op(at, 2) == var);
+        for var in arrays.into_iter().filter(|&v| indexed(v)) {
+            assert!(
+                measured(var),
+                "{name}: runtime array %{var} is indexed but never measured (arrayLength)"
+            );
+        }
+        // Images: each variable a fetch, read or write uses is also size-queried. An image
+        // operand is a load of the variable, or OpImage of such a load.
+        let mut source: std::collections::HashMap<u32, u32> = std::collections::HashMap::new();
+        for &(at, o, _) in &found {
+            match o {
+                OP_LOAD => {
+                    source.insert(op(at, 1), op(at, 2));
+                }
+                OP_IMAGE => {
+                    let from = source.get(&op(at, 2)).copied().unwrap_or(op(at, 2));
+                    source.insert(op(at, 1), from);
+                }
+                _ => {}
+            }
+        }
+        let variable = |id: u32| source.get(&id).copied().unwrap_or(id);
+        let queried: std::collections::HashSet<u32> = found
+            .iter()
+            .filter(|&&(_, o, _)| [OP_IMAGE_QUERY_SIZE_LOD, OP_IMAGE_QUERY_SIZE].contains(&o))
+            .map(|&(at, _, _)| variable(op(at, 2)))
+            .collect();
+        for &(at, o, _) in &found {
+            let image = match o {
+                OP_IMAGE_FETCH | OP_IMAGE_SPARSE_FETCH | OP_IMAGE_READ => op(at, 2),
+                OP_IMAGE_WRITE => op(at, 0),
+                _ => continue,
+            };
+            let var = variable(image);
+            assert!(
+                queried.contains(&var),
+                "{name}: image %{var} is fetched or stored but its size never queried"
+            );
+        }
+    }
+}
+
+#[test]
+fn misuse_fill_with_a_count_past_its_range_writes_only_the_range() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let program = ComputeProgram::new(device, "misuse fill past", &shaders::FILL, 1).unwrap();
+        // 64 words bound in the middle of a larger buffer; a count of 256 dispatched.
+        let range = 256;
+        let target = guarded(device, "misuse fill past target", range, BufferUsage::STORAGE);
+        dispatch(device, &program, &[middle(&target, range)], &words(&[256, 1000]), [4, 1, 1]);
+        let inside = as_words(&range_after_checking_guards(&target, range));
+        assert_eq!(inside, (0..64).map(|i| 1000 + i).collect::<Vec<u32>>(), "the range itself is filled");
+        // A range of 2 bytes holds no whole word: nothing is written.
+        let tiny = guarded(device, "misuse fill tiny", 2, BufferUsage::STORAGE);
+        dispatch(device, &program, &[middle(&tiny, 2)], &words(&[64, 7]), [1, 1, 1]);
+        assert_eq!(range_after_checking_guards(&tiny, 2), [SENTINEL; 2]);
+    });
+}
