@@ -392,10 +392,12 @@ fn more_descriptor_sets_than_a_pool_holds_come_from_new_pools_and_are_released_w
 // with or without `robustBufferAccess` (which residency does not enable). The tests below give
 // each shader that takes a count, index or offset from its caller one past what is bound, inside
 // a larger buffer whose bytes outside the bound range hold a sentinel, and check those bytes
-// are untouched. On lavapipe (which bounds-checks) the old shaders pass the byte checks too; run
-// under `RESIDENCY_VALIDATION=gpu` (GPU-assisted validation), the old ones fail each test with
-// `VUID-vkCmdDispatch-None-02706` and the new ones raise nothing. The SPIR-V check below fails
-// on the old shaders everywhere.
+// are untouched. On lavapipe (which bounds-checks) the old shaders pass most byte checks too;
+// under `RESIDENCY_VALIDATION=gpu` (GPU-assisted validation) the old `fill.comp` fails with
+// `VUID-vkCmdDispatch-None-02706` (layer 1.3.239 compares an access with the end of the buffer,
+// not of the bound range, so only accesses past the guard are reported), the new shaders raise
+// nothing. The SPIR-V check below fails on the old shaders everywhere (the first it names:
+// `placed_buffers.comp`).
 
 use residency_core::format::Format;
 use residency_core::memory::MemoryIntent;
@@ -944,5 +946,64 @@ fn misuse_sparse_probe_outside_the_image_or_past_its_buffers_reads_nothing() {
             assert_eq!((texel, resident), (vec![0.25, 0.5, 0.75, 1.0], 0), "probe {i}: the default value");
         }
         assert_eq!(bytes[6 * 32..], [SENTINEL; 64], "results past the 6 probes are not written");
+    });
+}
+
+#[test]
+fn misuse_fallback_and_warn_shaders_with_a_count_past_their_buffers_write_only_the_range() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let (_pool, sparse) = empty_sparse(device, "misuse fallback sparse");
+        let usage = ImageUsage::SAMPLED | ImageUsage::COPY_DST;
+        let plain = |name: &str, format: Format, side: u32| {
+            let image = device.create_image(&ImageDesc::new_2d(name, format, side, side, usage)).unwrap();
+            device.discard_to_general(&[&image]).unwrap();
+            let view = device.create_image_view(&image, 0..1).unwrap();
+            (image, view)
+        };
+        // The software path's atlas and an indirection texture whose header is whatever the
+        // discarded image holds (tile side, columns and mips of 0 included): its reads and
+        // divisions are bounded too.
+        let (_atlas, atlas) = plain("misuse fallback atlas", Format::R8G8B8A8Unorm, 64);
+        let (_map, map) = plain("misuse fallback map", Format::R8Uint, 2);
+        let (_indirection, indirection) = plain("misuse fallback indirection", Format::R32Uint, 4);
+        let (trilinear, nearest) = (
+            device.create_sampler(Filter::Trilinear).unwrap(),
+            device.create_sampler(Filter::Nearest).unwrap(),
+        );
+        let general = vk::ImageLayout::GENERAL;
+        // 4 probes (u, v, lod, unused), some far outside; 8 results bound; a count of 64.
+        let probes =
+            floats(&[0.5, 0.5, 0.0, 0.0, 7.0, -3.0, 40.0, 0.0, -1.0, 2.0, -5.0, 0.0, 0.1, 0.9, 1.5, 0.0]);
+        let probes = filled(device, "misuse fallback probes", &probes, BufferUsage::STORAGE);
+        let mut push = floats(&[0.25, 0.5, 0.75, 1.0]);
+        push.extend(words(&[64, 0]));
+        let range = 8 * 32;
+        for (shader, software) in [
+            (&shaders::SPARSE_FALLBACK, false),
+            (&shaders::SPARSE_WARN, false),
+            (&shaders::SPARSE_FALLBACK_SOFTWARE, true),
+            (&shaders::SPARSE_WARN_SOFTWARE, true),
+        ] {
+            let program = ComputeProgram::new(device, shader.name(), shader, 1).unwrap();
+            let out = guarded(device, &format!("{} out", shader.name()), range, BufferUsage::STORAGE);
+            let (texture, lods) = if software {
+                (
+                    Binding::sampled(&atlas, &trilinear, general),
+                    Binding::sampled(&indirection, &nearest, general),
+                )
+            } else {
+                (Binding::sampled(&sparse, &trilinear, general), Binding::sampled(&map, &nearest, general))
+            };
+            dispatch(
+                device,
+                &program,
+                &[texture, lods, Binding::Buffer(&probes), middle(&out, range)],
+                &push,
+                [1, 1, 1],
+            );
+            let bytes = range_after_checking_guards(&out, range);
+            assert_eq!(bytes[4 * 32..], [SENTINEL; 128], "{}: results past the 4 probes", shader.name());
+        }
     });
 }
