@@ -8,10 +8,12 @@ layout(push_constant) uniform Push { uint quads; uint culled_mask; } pc;
 
 void main() {
     uint q = gl_GlobalInvocationID.x;
-    if (q >= pc.quads) {
+    // Quads past `quads` or past the six indices per quad the bound range holds write nothing.
+    if (q >= pc.quads || q >= uint(indices.length()) / 6u) {
         return;
     }
-    bool culled = ((pc.culled_mask >> q) & 1u) != 0u;
+    // Quads 32 and on are never culled (the mask has 32 bits).
+    bool culled = q < 32u && ((pc.culled_mask >> q) & 1u) != 0u;
     uint v = q * 4u;
     uint quad[6] = uint[6](v, v + 1u, v + 2u, v + 2u, v + 1u, v + 3u);
     for (uint k = 0u; k < 6u; ++k) {

@@ -44,5 +44,10 @@ void main() {
         }
         t += d;
     }
-    pixels[px.y * pc.sizes.x + px.x] = vec4(hit, float(steps), float(missing), 0.0);
+    // The pixel's word, when the bound range holds it (residencyFetch above reads nothing outside
+    // the volume, whatever `sizes.z` says).
+    uint at = uint(px.y) * uint(pc.sizes.x) + uint(px.x);
+    if (at < uint(pixels.length())) {
+        pixels[at] = vec4(hit, float(steps), float(missing), 0.0);
+    }
 }

@@ -14,5 +14,10 @@ layout(push_constant) uniform Push { uint frame; uint stride; uint interval; uin
 
 void main() {
     uvec2 p = gl_GlobalInvocationID.xy;
-    writes[p.y * pc.width + p.x] = feedbackPixelWrites(p, pc.frame, pc.stride, pc.interval) ? 1u : 0u;
+    // Pixels past the row width, or whose word is past the bound range, write nothing.
+    uint at = p.y * pc.width + p.x;
+    if (p.x >= pc.width || at >= uint(writes.length())) {
+        return;
+    }
+    writes[at] = feedbackPixelWrites(p, pc.frame, pc.stride, pc.interval) ? 1u : 0u;
 }

@@ -14,7 +14,7 @@ layout(push_constant) uniform Push { uint count; } pc;
 
 void main() {
     uint i = gl_GlobalInvocationID.x;
-    if (i >= pc.count) {
+    if (i >= pc.count || i >= uint(samples.length())) {
         return;
     }
     vec4 s = samples[i];

@@ -1,6 +1,7 @@
 #version 450
 // Reads a mesh-sized buffer and a partially resident texture on one device and combines them:
-// results[i] = vertices[i] + texel (i % 256, i / 256 % 256) of mip 0 (resident tiles only).
+// results[i] = vertices[i] + texel (i % 256, i / 256 % 256) of mip 0 (resident tiles only;
+// texels outside the texture read as not resident, vec4(-1)).
 // The dispatch is a 2D grid of workgroups (rows of gl_NumWorkGroups.x), so that more than
 // maxComputeWorkGroupCount[0] workgroups' worth of elements fit in one dispatch.
 #extension GL_ARB_sparse_texture2 : require
@@ -16,7 +17,8 @@ layout(push_constant) uniform Push { uint count; } pc;
 
 void main() {
     uint i = gl_GlobalInvocationID.y * gl_NumWorkGroups.x * gl_WorkGroupSize.x + gl_GlobalInvocationID.x;
-    if (i >= pc.count) {
+    // Elements past `count` or past either bound range are skipped.
+    if (i >= pc.count || i >= uint(vertices.length()) || i >= uint(results.length())) {
         return;
     }
     bool resident;

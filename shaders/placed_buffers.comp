@@ -10,8 +10,16 @@ layout(std430, set = 0, binding = 3) writeonly buffer Results { vec4 results[]; 
 
 void main() {
     uint i = gl_GlobalInvocationID.x;
-    if (i >= params.count) {
+    // Elements past `count` or past the indices or results bound are skipped; an index past the
+    // vertices bound reads vec4(0). (The uniform block is bound whole: programs refuse a range
+    // under its 36 bytes.)
+    if (i >= params.count || i >= uint(indices.length()) || i >= uint(results.length())) {
         return;
     }
-    results[i] = vertices[indices[i]] * params.scale + params.bias;
+    uint v = indices[i];
+    vec4 vertex = vec4(0.0);
+    if (v < uint(vertices.length())) {
+        vertex = vertices[v];
+    }
+    results[i] = vertex * params.scale + params.bias;
 }

@@ -7,6 +7,11 @@
 // to the face's finest level (the MIP fallback), and the two slices around it are sampled
 // bilinearly and blended. Probes are (face, u, v, level wanted); results are the colour, then
 // (level 0, level 1, blend, 0).
+//
+// Bounds: a probe whose face has no 8 words inside the bound faces buffer writes
+// vec4(0) and (0, 0, 0, 0); `levels` is clamped to 1..7 (a face record has 7 slot words) and every
+// slice read is below it; a slot side is at least 2 and a row at least 1 (no division by 0). The slices are sampled with
+// normalized coordinates and a layer that the sampler clamps.
 layout(local_size_x = 64) in;
 
 layout(set = 0, binding = 0) uniform sampler2DArray slices;
@@ -23,9 +28,10 @@ layout(push_constant) uniform Push {
 } pc;
 
 // Bilinear sample of `face` at face coordinates `uv` in the slice of `level`.
+// `face` has a record inside the faces buffer and `slice` < 7 (the caller checked).
 vec4 faceLevel(uint face, vec2 uv, uint slice) {
-    uint slot = pc.finestSlot >> slice;
-    uint perRow = pc.side / slot;
+    uint slot = max(pc.finestSlot >> slice, 2u);
+    uint perRow = max(pc.side / slot, 1u);
     uint index = faces[face * 8u + 1u + slice];
     vec2 origin = vec2(float(index % perRow), float(index / perRow)) * float(slot);
     vec2 texel = origin + 1.0 + uv * float(slot - 2u);
@@ -39,15 +45,21 @@ vec4 faceLevel(uint face, vec2 uv, uint slice) {
 
 void main() {
     uint i = gl_GlobalInvocationID.x;
-    if (i >= pc.count) {
+    if (i >= pc.count || i >= uint(probes.length()) || i >= uint(results.length()) / 2u) {
         return;
     }
     vec4 probe = probes[i];
-    uint face = uint(probe.x);
+    uint face = uint(max(probe.x, 0.0));
+    if (face >= uint(faces.length()) / 8u) {
+        results[2u * i] = vec4(0.0);
+        results[2u * i + 1u] = vec4(0.0);
+        return;
+    }
     vec2 uv = clamp(probe.yz, 0.0, 1.0);
-    float level = clamp(probe.w, float(faces[face * 8u]), float(pc.levels - 1u));
-    uint l0 = uint(floor(level));
-    uint l1 = min(l0 + 1u, pc.levels - 1u);
+    uint levels = clamp(pc.levels, 1u, 7u);
+    float level = clamp(probe.w, float(min(faces[face * 8u], levels - 1u)), float(levels - 1u));
+    uint l0 = min(uint(floor(level)), levels - 1u); // a NaN level is still a slice of the record
+    uint l1 = min(l0 + 1u, levels - 1u);
     float blend = level - float(l0);
     vec4 colour = mix(faceLevel(face, uv, l0), faceLevel(face, uv, l1), blend);
     results[2u * i] = colour;

@@ -9,7 +9,18 @@ layout(push_constant) uniform Push { uint count; uint width; } pc;
 
 void main() {
     uint i = gl_GlobalInvocationID.x;
-    if (i < pc.count) {
-        results[i] = texelFetch(tex, ivec2(i % pc.width, i / pc.width), 0);
+    // Elements past `count` or past the bound range write nothing; a texel outside mip 0 (or any
+    // texel with `width` 0) reads nothing and writes vec4(0).
+    if (i >= pc.count || i >= uint(results.length())) {
+        return;
     }
+    vec4 texel = vec4(0.0);
+    uint width = pc.width;
+    if (width != 0u) {
+        uvec2 at = uvec2(i % width, i / width);
+        if (all(lessThan(at, uvec2(textureSize(tex, 0))))) {
+            texel = texelFetch(tex, ivec2(at), 0);
+        }
+    }
+    results[i] = texel;
 }

@@ -1,6 +1,7 @@
 #version 450
 // Reads texels of a partially resident image with residency codes: resident texels come back
-// exactly, non-resident ones as the default value with resident = 0.
+// exactly, non-resident ones as the default value with resident = 0; a probe outside the image (its
+// LOD or texel) reads nothing and reports the default value, not resident.
 #extension GL_ARB_sparse_texture2 : require
 #extension GL_GOOGLE_include_directive : require
 #include "residency.glsl"
@@ -15,7 +16,7 @@ layout(push_constant) uniform Push { vec4 defaultValue; uint count; } pc;
 
 void main() {
     uint i = gl_GlobalInvocationID.x;
-    if (i >= pc.count) {
+    if (i >= pc.count || i >= uint(probes.length()) || i >= uint(results.length())) {
         return;
     }
     ivec4 p = probes[i];

@@ -12,6 +12,10 @@ void main() {
     if (any(greaterThanEqual(p, pc.size))) {
         return;
     }
+    // Texels outside the bound image (imageSize) are not written, whatever origin and size say.
     ivec2 texel = pc.origin + p;
+    if (any(greaterThanEqual(uvec2(texel), uvec2(imageSize(target))))) {
+        return;
+    }
     imageStore(target, texel, vec4(float(texel.x % 256) / 255.0, float(texel.y % 256) / 255.0, 1.0, 1.0));
 }

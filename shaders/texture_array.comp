@@ -18,11 +18,15 @@ layout(push_constant) uniform Push { vec4 defaultValue; uint count; } pc;
 
 void main() {
     uint i = gl_GlobalInvocationID.x;
-    if (i >= pc.count) {
+    if (i >= pc.count || i >= uint(probes.length()) || i >= uint(results.length()) / 2u) {
         return;
     }
     vec4 probe = probes[i];
-    float lod = probe.w + sliceBias.bias[int(probe.z)].x;
+    // The slice's bias entry: clamped to the image's layers and the block's 256 entries (a
+    // program refuses a uniform range under the block's 4096 bytes).
+    int layers = textureSize(slices, 0).z;
+    int slice = clamp(int(probe.z), 0, min(layers, 256) - 1);
+    float lod = probe.w + sliceBias.bias[slice].x;
     bool resident;
     vec4 texel = residencySampleLod(slices, probe.xyz, lod, pc.defaultValue, resident);
     results[2 * i] = texel;

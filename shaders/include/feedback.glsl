@@ -5,22 +5,46 @@
 // Call `feedback(slot, layer, uv, lambda, minLod)` (2D, 2D arrays) or
 // `feedback(slot, layer, uvw, lambda, minLod)` (3D: uvw's w is the depth) once per sample (for pixels where
 // `feedbackPixelWrites` holds, to sample a fraction of them).
+//
+// Bounds (docs/reliability.md, "shipped shaders bound every index"): the slot, the layer, the mip
+// and every word the table names are data a caller may get wrong, so nothing here trusts them.
+// A slot whose 80-word entry does not lie inside the bound table writes nothing; a request for a
+// mip past 15 (the entry's last per-mip words) is dropped; the layer is
+// clamped to the image's layers (as the sampler clamps it); a tile at or past the entry's tile
+// count is dropped; and every feedback-buffer word is compared with `fbWords.length()` right
+// before it is touched (an index past it drops that write). With a table and a buffer that
+// `FeedbackLayout` made, none of these bounds changes a write.
 
 #ifndef RESIDENCY_FEEDBACK_GLSL
 #define RESIDENCY_FEEDBACK_GLSL
 
-// Feedback for one sample. fb: the Feedback buffer; img: base of the image's table entry.
+// Words of one image's table entry (IMAGE_ENTRY_WORDS) and the mips it has room for.
+const uint FEEDBACK_ENTRY_WORDS = 80u;
+const uint FEEDBACK_MAX_MIPS = 16u;
+
+// Whether word `w` of the feedback buffer exists.
+bool fbInside(uint w) {
+    return w < uint(fbWords.length());
+}
+
+// Feedback for one sample. fb: the Feedback buffer; img: base of the image's table entry (the
+// callers checked that the whole entry is inside the table).
 
 // The tile of (layer, mip) under normalized coordinates uvw (w: a 3D image's depth; 2D images and
 // arrays have depth 1, so w picks nothing there and the layer is `layer`): FeedbackImage::tile_at.
+// A mip past the entry's 16 is read as mip 15 (the callers drop such requests first).
 uint tileAt(uint img, uint layer, uint mip, vec3 uvw) {
+    mip = min(mip, FEEDBACK_MAX_MIPS - 1u);
     uint mipBase = img + 16u + 4u * mip;
     uvec3 extent = max(uvec3(table[img + 10u], table[img + 11u], table[img + 14u]) >> mip, uvec3(1u));
     uvec3 texel = min(uvec3(clamp(uvw, 0.0, 1.0) * vec3(extent)), extent - 1u);
     uvec3 tiles = max(uvec3(table[mipBase + 1u], table[mipBase + 2u], table[mipBase + 3u]), uvec3(1u));
     uvec3 shape = max(uvec3(table[img + 8u], table[img + 9u], table[img + 13u]), uvec3(1u));
     uvec3 t = min(texel / shape, tiles - 1u);
-    return layer * table[img + 4u] + table[mipBase] + (t.z * tiles.y + t.y) * tiles.x + t.x;
+    // The layer the sampler read: clamped to the image's layers (tile count / tiles per layer).
+    uint perLayer = max(table[img + 4u], 1u);
+    uint layers = max(table[img + 3u] / perLayer, 1u);
+    return min(layer, layers - 1u) * table[img + 4u] + table[mipBase] + (t.z * tiles.y + t.y) * tiles.x + t.x;
 }
 
 uint tileAt(uint img, uint layer, uint mip, vec2 uv) {
@@ -29,13 +53,24 @@ uint tileAt(uint img, uint layer, uint mip, vec2 uv) {
 
 // One request for `pixels` pixels (the counter adds them all at once).
 void requestPixels(uint slot, uint img, uint tile, uint mip, uint kind, uint pixels) {
+    if (tile >= table[img + 3u] || !fbInside(3u)) {
+        return;
+    }
     uint counts = table[img + 2u];
-    if (counts != 0xFFFFFFFFu) atomicAdd(fbWords[counts + kind * table[img + 3u] + tile], pixels);
+    if (counts != 0xFFFFFFFFu) {
+        uint c = counts + kind * table[img + 3u] + tile;
+        if (fbInside(c)) atomicAdd(fbWords[c], pixels);
+    }
     uint word = table[img + 0u] + kind * table[img + 1u] + (tile >> 5u);
+    if (!fbInside(word)) {
+        return;
+    }
     uint bit = 1u << (tile & 31u);
     if ((atomicOr(fbWords[word], bit) & bit) == 0u) {
         uint i = atomicAdd(fbWords[2], 1u);
-        if (i < fbWords[3]) {
+        // Records fit below the capacity word 3 and inside the buffer (i < (length - 4) / 2).
+        uint room = (uint(fbWords.length()) - 4u) / 2u;
+        if (i < fbWords[3] && i < room) {
             fbWords[4u + 2u * i] = tile;
             fbWords[5u + 2u * i] = slot | (mip << 16u) | (kind << 21u);
         }
@@ -46,11 +81,19 @@ void request(uint slot, uint img, uint tile, uint mip, uint kind) {
     requestPixels(slot, img, tile, mip, kind, 1u);
 }
 
+// A request for the tile of (layer, mip) under uvw; nothing for a mip the entry has no words for.
+void requestAt(uint slot, uint img, uint layer, uint mip, vec3 uvw, uint kind) {
+    if (mip < FEEDBACK_MAX_MIPS) {
+        request(slot, img, tileAt(img, layer, mip, uvw), mip, kind);
+    }
+}
+
 // The sampling rule of `FeedbackSampling::pixel_writes`: whether pixel `p` writes feedback in
 // `frame` when one pixel of every `stride × stride` block writes, every `interval` frames, the
-// block's pixels taken in turn.
+// block's pixels taken in turn. A stride over 65535 counts as 65535 (stride² fits 32 bits, so
+// the modulus below is never 0).
 bool feedbackPixelWrites(uvec2 p, uint frame, uint stride, uint interval) {
-    stride = max(stride, 1u);
+    stride = clamp(stride, 1u, 65535u);
     interval = max(interval, 1u);
     if (frame % interval != 0u) return false;
     uint j = (frame / interval) % (stride * stride);
@@ -61,22 +104,27 @@ bool feedbackPixelWrites(uvec2 p, uint frame, uint stride, uint interval) {
 // sample's coordinates (a 3D image's depth in w; for a 2D array, its layer is `layer`).
 // Writes a miss or a prefetch warning (lod_warning::classify_sample) and, independently, the
 // seed's low-water warning when the image has a mark (lod_warning::classify_low_water: kind 2,
-// the record's mip is the level that warned).
+// the record's mip is the level that warned). A slot whose entry is not inside the table writes
+// nothing.
 void feedback(uint slot, uint layer, vec3 uvw, float lambda, uint minLod) {
-    uint img = slot * 80u;
-    float l = clamp(lambda, 0.0, float(table[img + 12u] - 1u));
+    uint entries = uint(table.length()) / FEEDBACK_ENTRY_WORDS;
+    if (slot >= entries) {
+        return;
+    }
+    uint img = slot * FEEDBACK_ENTRY_WORDS;
+    float l = clamp(lambda, 0.0, float(max(table[img + 12u], 1u) - 1u));
     uint m = uint(floor(l));
     uint firstTail = table[img + 5u];
     if (m < firstTail && minLod > m) {
-        request(slot, img, tileAt(img, layer, m, uvw), m, 0u);
+        requestAt(slot, img, layer, m, uvw, 0u);
     } else if (minLod == m && m > 0u && m <= firstTail && m <= table[img + 6u]
                && l - float(m) < float(table[img + 7u]) / 256.0) {
-        request(slot, img, tileAt(img, layer, m - 1u, uvw), m - 1u, 1u);
+        requestAt(slot, img, layer, m - 1u, uvw, 1u);
     }
     uint mark = table[img + 15u];
     uint fetched = max(m, minLod);
     if (mark != 0xFFFFFFFFu && minLod != 255u && fetched <= mark && fetched < firstTail) {
-        request(slot, img, tileAt(img, layer, fetched, uvw), fetched, 2u);
+        requestAt(slot, img, layer, fetched, uvw, 2u);
     }
 }
 

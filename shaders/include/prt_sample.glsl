@@ -27,7 +27,7 @@ layout(push_constant) uniform Push { vec4 defaultValue; uint count; uint lowWate
 
 void main() {
     uint i = gl_GlobalInvocationID.x;
-    if (i >= pc.count) {
+    if (i >= pc.count || i >= uint(probes.length()) || i >= uint(results.length())) {
         return;
     }
     vec4 p = probes[i];
@@ -36,7 +36,8 @@ void main() {
     int code = residencySampleWarn(tex, minLodMap, p.xyz, p.w, pc.lowWater, texel, usedLod);
     uint minLod = residencyMinLod(minLodMap, p.xyz);
 #ifdef PRT_ARRAY
-    feedback(0u, uint(p.z + 0.5), p.xy, p.w, minLod);
+    // The layer the sampler reads (rounded, at least 0; feedback clamps it to the layers).
+    feedback(0u, uint(max(p.z + 0.5, 0.0)), p.xy, p.w, minLod);
 #else
     feedback(0u, 0u, p.xyz, p.w, minLod);
 #endif

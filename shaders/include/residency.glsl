@@ -7,14 +7,42 @@
 // value otherwise, with `resident` telling which. The min-LOD map (one texel per mip-0 tile, value =
 // the finest LOD whose whole chain down to the coarsest level is resident, 255 = nothing resident)
 // lets a sample fall back to the finest resident coarser mip without any device feature.
+//
+// Bounds: filtered samples (textureLod and its sparse twin) take normalized coordinates, which the
+// sampler clamps or wraps, and clamp the LOD and the array layer themselves. The texel fetches
+// are the ones that take integer coordinates: residencyFetch checks the LOD against
+// textureQueryLevels and the texel against textureSize of that LOD first, and reads nothing
+// outside (the default value, resident = false); the min-LOD map fetches clamp to its size.
 
 #ifndef RESIDENCY_GLSL
 #define RESIDENCY_GLSL
 
 const uint RESIDENCY_MIN_LOD_NONE = 255u;
 
-// One texel of mip `lod`, no filtering.
+// Whether texel `texel` of mip `lod` lies inside the image (negative coordinates do not: as
+// unsigned numbers they are past every size).
+bool residencyTexelInside(sampler2D tex, ivec2 texel, int lod) {
+    return lod >= 0 && lod < textureQueryLevels(tex)
+        && all(lessThan(uvec2(texel), uvec2(textureSize(tex, lod))));
+}
+
+bool residencyTexelInside(sampler3D tex, ivec3 texel, int lod) {
+    return lod >= 0 && lod < textureQueryLevels(tex)
+        && all(lessThan(uvec3(texel), uvec3(textureSize(tex, lod))));
+}
+
+bool residencyTexelInside(sampler2DArray tex, ivec3 texelLayer, int lod) {
+    return lod >= 0 && lod < textureQueryLevels(tex)
+        && all(lessThan(uvec3(texelLayer), uvec3(textureSize(tex, lod))));
+}
+
+// One texel of mip `lod`, no filtering; a texel or LOD outside the image reads nothing and
+// returns the default value, not resident.
 vec4 residencyFetch(sampler2D tex, ivec2 texel, int lod, vec4 defaultValue, out bool resident) {
+    if (!residencyTexelInside(tex, texel, lod)) {
+        resident = false;
+        return defaultValue;
+    }
     vec4 value;
     int code = sparseTexelFetchARB(tex, texel, lod, value);
     resident = sparseTexelsResidentARB(code);
@@ -61,6 +89,10 @@ vec4 residencySampleFallback(sampler2D tex, usampler2D minLodMap, vec2 uv, float
 // layers stream independently. Array coordinates are vec3(u, v, layer), as texture() takes them.
 
 vec4 residencyFetch(sampler3D tex, ivec3 texel, int lod, vec4 defaultValue, out bool resident) {
+    if (!residencyTexelInside(tex, texel, lod)) {
+        resident = false;
+        return defaultValue;
+    }
     vec4 value;
     int code = sparseTexelFetchARB(tex, texel, lod, value);
     resident = sparseTexelsResidentARB(code);
@@ -68,6 +100,10 @@ vec4 residencyFetch(sampler3D tex, ivec3 texel, int lod, vec4 defaultValue, out 
 }
 
 vec4 residencyFetch(sampler2DArray tex, ivec3 texelLayer, int lod, vec4 defaultValue, out bool resident) {
+    if (!residencyTexelInside(tex, texelLayer, lod)) {
+        resident = false;
+        return defaultValue;
+    }
     vec4 value;
     int code = sparseTexelFetchARB(tex, texelLayer, lod, value);
     resident = sparseTexelsResidentARB(code);

@@ -16,9 +16,33 @@
 
 const uint RESIDENCY_MIN_LOD_NONE = 255u;
 
+// Bounds: the indirection texture is data a caller may get wrong (any R32_UINT image can be bound
+// there), so every word is read through residencySoftwareWord, which reads 0 outside the texture's
+// size (textureSize), and the header is made usable (tile side, columns and mip count at least 1,
+// at most 32 mips) before anything divides or shifts by it. The atlas is sampled with normalized
+// coordinates, which the sampler clamps. A header and entries that `Indirection` wrote are read
+// as they are.
+
+// Word `texel` of the indirection texture; 0 outside it (negative coordinates included).
+uint residencySoftwareWord(usampler2D indirection, ivec2 texel) {
+    if (any(greaterThanEqual(uvec2(texel), uvec2(textureSize(indirection, 0))))) {
+        return 0u;
+    }
+    return texelFetch(indirection, texel, 0).r;
+}
+
+// Word `texelLayer` (x, y, layer) of a 2D array's indirection texture; 0 outside it.
+uint residencySoftwareWord(usampler2DArray indirection, ivec3 texelLayer) {
+    if (any(greaterThanEqual(uvec3(texelLayer), uvec3(textureSize(indirection, 0))))) {
+        return 0u;
+    }
+    return texelFetch(indirection, texelLayer, 0).r;
+}
+
 // The tile grid of mip `mip` of a `size` texture with `tile`-texel tiles.
 ivec2 residencySoftwareTiles(uvec2 size, uint tile, uint mip) {
-    uvec2 extent = max(size >> mip, uvec2(1u));
+    uvec2 extent = max(size >> min(mip, 31u), uvec2(1u));
+    tile = max(tile, 1u);
     return ivec2((extent + tile - 1u) / tile);
 }
 
@@ -30,23 +54,32 @@ struct ResidencySoftware {
     uint columns; // atlas slots per row
 };
 
+// The header with what divides or shifts made usable: tile side and columns at least 1, 1 to 32
+// mips (a header `Indirection` wrote has all of these already).
+ResidencySoftware residencySoftwareUsable(ResidencySoftware h) {
+    h.tile = max(h.tile, 1u);
+    h.columns = max(h.columns, 1u);
+    h.mips = clamp(h.mips, 1u, 32u);
+    return h;
+}
+
 ResidencySoftware residencySoftwareHeader(usampler2D indirection) {
     ResidencySoftware h;
-    h.size = uvec2(texelFetch(indirection, ivec2(0, 0), 0).r, texelFetch(indirection, ivec2(1, 0), 0).r);
-    h.tile = texelFetch(indirection, ivec2(2, 0), 0).r;
-    h.border = texelFetch(indirection, ivec2(3, 0), 0).r;
-    h.mips = texelFetch(indirection, ivec2(4, 0), 0).r;
-    h.columns = texelFetch(indirection, ivec2(5, 0), 0).r;
-    return h;
+    h.size = uvec2(residencySoftwareWord(indirection, ivec2(0, 0)), residencySoftwareWord(indirection, ivec2(1, 0)));
+    h.tile = residencySoftwareWord(indirection, ivec2(2, 0));
+    h.border = residencySoftwareWord(indirection, ivec2(3, 0));
+    h.mips = residencySoftwareWord(indirection, ivec2(4, 0));
+    h.columns = residencySoftwareWord(indirection, ivec2(5, 0));
+    return residencySoftwareUsable(h);
 }
 
 // The entry (slot, data mip) covering `uv` at mip `mip`.
 uvec2 residencySoftwareEntry(usampler2D indirection, ResidencySoftware h, vec2 uv, uint mip) {
-    uint row = texelFetch(indirection, ivec2(6 + int(mip), 0), 0).r;
+    uint row = residencySoftwareWord(indirection, ivec2(6 + int(mip), 0));
     vec2 extent = vec2(max(h.size >> mip, uvec2(1u)));
     ivec2 tiles = residencySoftwareTiles(h.size, h.tile, mip);
     ivec2 t = clamp(ivec2(floor(uv * extent / float(h.tile))), ivec2(0), tiles - 1);
-    uint e = texelFetch(indirection, ivec2(t.x, int(row) + t.y), 0).r;
+    uint e = residencySoftwareWord(indirection, ivec2(t.x, int(row) + t.y));
     return uvec2(e & 0x00ffffffu, e >> 24);
 }
 
@@ -62,8 +95,8 @@ uint residencyMinLod(usampler2D minLodMap, vec2 uv) {
 vec4 residencySoftwareLevel(sampler2D atlas, usampler2D indirection, ResidencySoftware h, vec2 uv, uint mip) {
     ivec2 t = clamp(ivec2(floor(uv * vec2(max(h.size >> mip, uvec2(1u))) / float(h.tile))), ivec2(0),
                     residencySoftwareTiles(h.size, h.tile, mip) - 1);
-    uint row = texelFetch(indirection, ivec2(6 + int(mip), 0), 0).r;
-    uint e = texelFetch(indirection, ivec2(t.x, int(row) + t.y), 0).r;
+    uint row = residencySoftwareWord(indirection, ivec2(6 + int(mip), 0));
+    uint e = residencySoftwareWord(indirection, ivec2(t.x, int(row) + t.y));
     uint slot = e & 0x00ffffffu;
     uint dataMip = min(e >> 24, h.mips - 1u);
     for (uint m = mip + 1u; m <= dataMip; m++) {
@@ -107,12 +140,12 @@ vec4 residencySampleFallback(sampler2D tex, usampler2D minLodMap, vec2 uv, float
 
 ResidencySoftware residencySoftwareHeader(usampler2DArray indirection, int layer) {
     ResidencySoftware h;
-    h.size = uvec2(texelFetch(indirection, ivec3(0, 0, layer), 0).r, texelFetch(indirection, ivec3(1, 0, layer), 0).r);
-    h.tile = texelFetch(indirection, ivec3(2, 0, layer), 0).r;
-    h.border = texelFetch(indirection, ivec3(3, 0, layer), 0).r;
-    h.mips = texelFetch(indirection, ivec3(4, 0, layer), 0).r;
-    h.columns = texelFetch(indirection, ivec3(5, 0, layer), 0).r;
-    return h;
+    h.size = uvec2(residencySoftwareWord(indirection, ivec3(0, 0, layer)), residencySoftwareWord(indirection, ivec3(1, 0, layer)));
+    h.tile = residencySoftwareWord(indirection, ivec3(2, 0, layer));
+    h.border = residencySoftwareWord(indirection, ivec3(3, 0, layer));
+    h.mips = residencySoftwareWord(indirection, ivec3(4, 0, layer));
+    h.columns = residencySoftwareWord(indirection, ivec3(5, 0, layer));
+    return residencySoftwareUsable(h);
 }
 
 int residencySoftwareLayer(usampler2DArray indirection, float layer) {
@@ -120,11 +153,11 @@ int residencySoftwareLayer(usampler2DArray indirection, float layer) {
 }
 
 uvec2 residencySoftwareEntry(usampler2DArray indirection, ResidencySoftware h, vec2 uv, int layer, uint mip) {
-    uint row = texelFetch(indirection, ivec3(6 + int(mip), 0, layer), 0).r;
+    uint row = residencySoftwareWord(indirection, ivec3(6 + int(mip), 0, layer));
     vec2 extent = vec2(max(h.size >> mip, uvec2(1u)));
     ivec2 tiles = residencySoftwareTiles(h.size, h.tile, mip);
     ivec2 t = clamp(ivec2(floor(uv * extent / float(h.tile))), ivec2(0), tiles - 1);
-    uint e = texelFetch(indirection, ivec3(t.x, int(row) + t.y, layer), 0).r;
+    uint e = residencySoftwareWord(indirection, ivec3(t.x, int(row) + t.y, layer));
     return uvec2(e & 0x00ffffffu, e >> 24);
 }
 
@@ -137,8 +170,8 @@ vec4 residencySoftwareLevel(sampler2D atlas, usampler2DArray indirection, Reside
                             uint mip) {
     ivec2 t = clamp(ivec2(floor(uv * vec2(max(h.size >> mip, uvec2(1u))) / float(h.tile))), ivec2(0),
                     residencySoftwareTiles(h.size, h.tile, mip) - 1);
-    uint row = texelFetch(indirection, ivec3(6 + int(mip), 0, layer), 0).r;
-    uint e = texelFetch(indirection, ivec3(t.x, int(row) + t.y, layer), 0).r;
+    uint row = residencySoftwareWord(indirection, ivec3(6 + int(mip), 0, layer));
+    uint e = residencySoftwareWord(indirection, ivec3(t.x, int(row) + t.y, layer));
     uint slot = e & 0x00ffffffu;
     uint dataMip = min(e >> 24, h.mips - 1u);
     for (uint m = mip + 1u; m <= dataMip; m++) {

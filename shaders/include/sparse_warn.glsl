@@ -20,7 +20,7 @@ layout(push_constant) uniform Push { vec4 defaultValue; uint count; uint lowWate
 
 void main() {
     uint i = gl_GlobalInvocationID.x;
-    if (i >= pc.count) {
+    if (i >= pc.count || i >= uint(probes.length()) || i >= uint(results.length())) {
         return;
     }
     vec4 p = probes[i];

@@ -143,10 +143,7 @@ impl Class {
 /// The classes known open on this branch: skipped by the bounded test and the corpus replay, and
 /// by the long driver unless told otherwise. A fix removes its class here, and the regression
 /// inputs of that class in `fuzz/regressions/safe_api/` then exercise it.
-pub const KNOWN_OPEN: &[Class] = &[
-    // Closed by the shaders' bounds (issue #29 cause 4) once merged.
-    Class::FillCount,
-];
+pub const KNOWN_OPEN: &[Class] = &[];
 
 /// The `index`-th random input of `seed` (32 to 1024 bytes, SplitMix64): what the bounded test
 /// and the long driver run, so a finding of either is replayed by its seed and index.

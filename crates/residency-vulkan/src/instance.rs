@@ -120,9 +120,16 @@ impl InstanceShared {
             .engine_name(c"residency")
             .engine_version(vk::make_api_version(0, 0, 1, 0))
             .api_version(vk::API_VERSION_1_3);
-        let enabled_features = [vk::ValidationFeatureEnableEXT::SYNCHRONIZATION_VALIDATION];
+        let enabled_features: &[vk::ValidationFeatureEnableEXT] = match validation {
+            ValidationMode::Synchronization => &[vk::ValidationFeatureEnableEXT::SYNCHRONIZATION_VALIDATION],
+            ValidationMode::GpuAssisted => &[
+                vk::ValidationFeatureEnableEXT::GPU_ASSISTED,
+                vk::ValidationFeatureEnableEXT::GPU_ASSISTED_RESERVE_BINDING_SLOT,
+            ],
+            ValidationMode::Off | ValidationMode::Standard => &[],
+        };
         let mut validation_features =
-            vk::ValidationFeaturesEXT::default().enabled_validation_features(&enabled_features);
+            vk::ValidationFeaturesEXT::default().enabled_validation_features(enabled_features);
         let mut messenger_info = messenger_create_info(&log);
         let mut create_info = vk::InstanceCreateInfo::default()
             .application_info(&app)
@@ -131,7 +138,7 @@ impl InstanceShared {
         if has_debug_utils {
             create_info = create_info.push_next(&mut messenger_info);
         }
-        if validation == ValidationMode::Synchronization {
+        if !enabled_features.is_empty() {
             create_info = create_info.push_next(&mut validation_features);
         }
         // SAFETY: create_info and everything it points at live until the call returns; the

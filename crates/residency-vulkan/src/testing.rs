@@ -18,12 +18,16 @@ pub fn gpu_required() -> bool {
     std::env::var("RESIDENCY_REQUIRE_GPU").is_ok_and(|v| v == "1")
 }
 
-/// The description the harness opens devices with: synchronization validation unless
-/// `RESIDENCY_VALIDATION=0`, a missing layer is an error when a GPU is required, and at least two
-/// devices (one GPU, or lavapipe, is opened twice) so that every multi-device path runs everywhere.
+/// The description the harness opens devices with: synchronization validation, but none with
+/// `RESIDENCY_VALIDATION=0` and GPU-assisted validation with `RESIDENCY_VALIDATION=gpu`
+/// ([`ValidationMode::GpuAssisted`]); a missing layer is an error when a GPU is required, and at
+/// least two devices (one GPU, or lavapipe, is opened twice) so that every multi-device path runs
+/// everywhere.
 pub fn test_desc() -> DeviceSetDesc {
-    let validation = match std::env::var("RESIDENCY_VALIDATION").as_deref() {
-        Ok("0" | "off") => ValidationMode::Off,
+    let validation = match std::env::var("RESIDENCY_VALIDATION").ok().and_then(|v| ValidationMode::parse(&v))
+    {
+        Some(ValidationMode::Off) => ValidationMode::Off,
+        Some(ValidationMode::GpuAssisted) => ValidationMode::GpuAssisted,
         _ => ValidationMode::Synchronization,
     };
     DeviceSetDesc {

@@ -18,16 +18,34 @@ pub enum ValidationMode {
     Standard,
     /// The layer with synchronization validation on as well.
     Synchronization,
+    /// The layer with GPU-assisted validation on as well
+    /// (`VK_VALIDATION_FEATURE_ENABLE_GPU_ASSISTED_EXT`, with its binding slot reserved): the
+    /// layer instruments every shader so that a descriptor access outside its bound range is
+    /// reported when the work runs (`VUID-vkCmdDispatch-None-02706` and its draw twins, "descriptor
+    /// size … highest byte accessed …"). Far slower than the other modes; it takes one of the
+    /// device's descriptor-set slots (programs use only set 0). The layer reports buffer
+    /// accesses out of bounds only on devices without `robustBufferAccess` enabled, which
+    /// residency never enables (docs/reliability.md).
+    GpuAssisted,
 }
 
 impl ValidationMode {
-    /// The mode named by `RESIDENCY_VALIDATION` (`0`/`off`, `1`/`on`/`standard`, `sync`), or `Off`.
-    pub fn from_env() -> ValidationMode {
-        match std::env::var("RESIDENCY_VALIDATION").as_deref().map(str::trim) {
-            Ok("1" | "on" | "standard") => ValidationMode::Standard,
-            Ok("sync" | "synchronization" | "2") => ValidationMode::Synchronization,
-            _ => ValidationMode::Off,
+    /// The mode a `RESIDENCY_VALIDATION` value names: `0`/`off`, `1`/`on`/`standard`,
+    /// `2`/`sync`/`synchronization`, `gpu`/`gpu-assisted`/`gpuav`; `None` for anything else.
+    pub fn parse(value: &str) -> Option<ValidationMode> {
+        match value.trim() {
+            "0" | "off" => Some(ValidationMode::Off),
+            "1" | "on" | "standard" => Some(ValidationMode::Standard),
+            "2" | "sync" | "synchronization" => Some(ValidationMode::Synchronization),
+            "gpu" | "gpu-assisted" | "gpuav" => Some(ValidationMode::GpuAssisted),
+            _ => None,
         }
+    }
+
+    /// The mode named by `RESIDENCY_VALIDATION` ([`ValidationMode::parse`]), or `Off` when it is
+    /// unset or names none.
+    pub fn from_env() -> ValidationMode {
+        std::env::var("RESIDENCY_VALIDATION").ok().and_then(|v| Self::parse(&v)).unwrap_or_default()
     }
 }
 

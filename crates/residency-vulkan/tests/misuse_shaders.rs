@@ -383,3 +383,627 @@ fn more_descriptor_sets_than_a_pool_holds_come_from_new_pools_and_are_released_w
         assert!(live.len() <= objects + 1, "{live:?}");
     });
 }
+
+// ---- Shipped shaders bound every index (issue #29, cause 4) -------------------------------------
+//
+// Every shipped shader compares each buffer index with the bound range (`arrayLength`) or the
+// counts it is given, and each texel coordinate of a fetch or store with the image's size, so a
+// count, index or offset past what is bound reads and writes nothing outside it — on any device,
+// with or without `robustBufferAccess` (which residency does not enable). The tests below give
+// each shader that takes a count, index or offset from its caller one past what is bound, inside
+// a larger buffer whose bytes outside the bound range hold a sentinel, and check those bytes
+// are untouched. On lavapipe (which bounds-checks) the old shaders pass most byte checks too;
+// under `RESIDENCY_VALIDATION=gpu` (GPU-assisted validation) the old `fill.comp` fails with
+// `VUID-vkCmdDispatch-None-02706` (layer 1.3.239 compares an access with the end of the buffer,
+// not of the bound range, so only accesses past the guard are reported), the new shaders raise
+// nothing. The SPIR-V check below fails on the old shaders everywhere (the first it names:
+// `placed_buffers.comp`).
+
+use residency_core::format::Format;
+use residency_core::memory::MemoryIntent;
+use residency_core::tiles::{SparseImageDesc, TilePoolDesc};
+use residency_core::usage::{BufferUsage, ImageUsage};
+use residency_vulkan::compute::{Binding, BindingError};
+use residency_vulkan::sparse::{SparseImage, SparseTilePool};
+use residency_vulkan::{Buffer, BufferDesc, Filter, ImageDesc};
+
+/// What the bytes outside a bound range hold.
+const SENTINEL: u8 = 0xA5;
+/// Where the bound range starts in a guarded buffer: a multiple of every device's storage and
+/// uniform offset alignment (at most 256 B by the specification).
+const GUARD: u64 = 256;
+
+/// Little-endian bytes of words.
+fn words(values: &[u32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+fn floats(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// A host-visible buffer of `GUARD + range + GUARD` bytes, every byte `SENTINEL`, with `usage`.
+fn guarded(device: &Device, name: &str, range: u64, usage: BufferUsage) -> Buffer {
+    let size = GUARD + range + GUARD;
+    let mut buffer = device
+        .create_buffer(&BufferDesc::new(name, size, usage).with_intent(MemoryIntent::Readback))
+        .unwrap();
+    buffer.write(0, &vec![SENTINEL; size as usize]).unwrap();
+    buffer
+}
+
+/// The guarded buffer's middle `range` bytes as a binding.
+fn middle(buffer: &Buffer, range: u64) -> Binding<'_> {
+    Binding::BufferRange { buffer, offset: GUARD, size: range }
+}
+
+/// A host-visible buffer holding `data`.
+fn filled(device: &Device, name: &str, data: &[u8], usage: BufferUsage) -> Buffer {
+    let mut buffer = device
+        .create_buffer(&BufferDesc::new(name, data.len() as u64, usage).with_intent(MemoryIntent::Upload))
+        .unwrap();
+    buffer.write(0, data).unwrap();
+    buffer
+}
+
+/// The bound range's bytes, after checking every byte around it is still `SENTINEL`.
+fn range_after_checking_guards(buffer: &Buffer, range: u64) -> Vec<u8> {
+    let mut bytes = vec![0u8; buffer.size() as usize];
+    buffer.read(0, &mut bytes).unwrap();
+    let (start, end) = (GUARD as usize, (GUARD + range) as usize);
+    let outside: Vec<usize> = (0..start).chain(end..bytes.len()).filter(|&i| bytes[i] != SENTINEL).collect();
+    assert!(
+        outside.is_empty(),
+        "`{}`: {} bytes outside the bound range {start}..{end} were written (first at {:?})",
+        buffer.name(),
+        outside.len(),
+        outside.first()
+    );
+    bytes[start..end].to_vec()
+}
+
+fn as_words(bytes: &[u8]) -> Vec<u32> {
+    bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+fn as_floats(bytes: &[u8]) -> Vec<f32> {
+    bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+/// Dispatches `program` once with `bindings` and `push`, and waits for it.
+fn dispatch(
+    device: &Device,
+    program: &ComputeProgram,
+    bindings: &[Binding<'_>],
+    push: &[u8],
+    groups: [u32; 3],
+) {
+    let set = program.descriptor_set(bindings).unwrap();
+    device
+        .submit_compute(program.name(), |rec| {
+            program.dispatch(rec, &set, push, groups).unwrap();
+        })
+        .unwrap();
+    device.wait_submitted().unwrap();
+}
+
+#[test]
+fn misuse_every_shipped_shader_bounds_its_runtime_arrays_and_texel_coordinates() {
+    const OP_VARIABLE: u32 = 59;
+    const OP_LOAD: u32 = 61;
+    const OP_ACCESS_CHAIN: u32 = 65;
+    const OP_IN_BOUNDS_ACCESS_CHAIN: u32 = 66;
+    const OP_ARRAY_LENGTH: u32 = 68;
+    const OP_IMAGE_FETCH: u32 = 95;
+    const OP_IMAGE_READ: u32 = 98;
+    const OP_IMAGE_WRITE: u32 = 99;
+    const OP_IMAGE: u32 = 100;
+    const OP_IMAGE_QUERY_SIZE_LOD: u32 = 103;
+    const OP_IMAGE_QUERY_SIZE: u32 = 104;
+    const OP_IMAGE_SPARSE_FETCH: u32 = 313;
+    const OP_TYPE_RUNTIME_ARRAY: u32 = 29;
+    const OP_TYPE_STRUCT: u32 = 30;
+    const OP_TYPE_POINTER: u32 = 32;
+    const STORAGE_UNIFORM: u32 = 2;
+    const STORAGE_STORAGE_BUFFER: u32 = 12;
+    for shader in shaders::ALL {
+        let name = shader.name();
+        let code = shader.words();
+        let found = instructions(code);
+        let op = |at: usize, i: usize| code[at + 1 + i];
+        // Variables of buffer blocks whose last member is a runtime array.
+        let runtime: std::collections::HashSet<u32> = found
+            .iter()
+            .filter(|&&(_, o, _)| o == OP_TYPE_RUNTIME_ARRAY)
+            .map(|&(at, _, _)| op(at, 0))
+            .collect();
+        let unsized_structs: std::collections::HashSet<u32> = found
+            .iter()
+            .filter(|&&(at, o, n)| o == OP_TYPE_STRUCT && n > 2 && runtime.contains(&code[at + n - 1]))
+            .map(|&(at, _, _)| op(at, 0))
+            .collect();
+        let pointers: std::collections::HashSet<u32> = found
+            .iter()
+            .filter(|&&(at, o, _)| o == OP_TYPE_POINTER && unsized_structs.contains(&op(at, 2)))
+            .map(|&(at, _, _)| op(at, 0))
+            .collect();
+        let arrays: Vec<u32> = found
+            .iter()
+            .filter(|&&(at, o, _)| {
+                o == OP_VARIABLE
+                    && pointers.contains(&op(at, 0))
+                    && [STORAGE_UNIFORM, STORAGE_STORAGE_BUFFER].contains(&op(at, 2))
+            })
+            .map(|&(at, _, _)| op(at, 1))
+            .collect();
+        let indexed = |var: u32| {
+            found.iter().any(|&(at, o, _)| {
+                [OP_ACCESS_CHAIN, OP_IN_BOUNDS_ACCESS_CHAIN].contains(&o) && op(at, 2) == var
+            })
+        };
+        let measured = |var: u32| found.iter().any(|&(at, o, _)| o == OP_ARRAY_LENGTH && op(at, 2) == var);
+        for var in arrays.into_iter().filter(|&v| indexed(v)) {
+            assert!(
+                measured(var),
+                "{name}: runtime array %{var} is indexed but never measured (arrayLength)"
+            );
+        }
+        // Images: each variable a fetch, read or write uses is also size-queried. An image
+        // operand is a load of the variable, or OpImage of such a load.
+        let mut source: std::collections::HashMap<u32, u32> = std::collections::HashMap::new();
+        for &(at, o, _) in &found {
+            match o {
+                OP_LOAD => {
+                    source.insert(op(at, 1), op(at, 2));
+                }
+                OP_IMAGE => {
+                    let from = source.get(&op(at, 2)).copied().unwrap_or(op(at, 2));
+                    source.insert(op(at, 1), from);
+                }
+                _ => {}
+            }
+        }
+        let variable = |id: u32| source.get(&id).copied().unwrap_or(id);
+        let queried: std::collections::HashSet<u32> = found
+            .iter()
+            .filter(|&&(_, o, _)| [OP_IMAGE_QUERY_SIZE_LOD, OP_IMAGE_QUERY_SIZE].contains(&o))
+            .map(|&(at, _, _)| variable(op(at, 2)))
+            .collect();
+        for &(at, o, _) in &found {
+            let image = match o {
+                OP_IMAGE_FETCH | OP_IMAGE_SPARSE_FETCH | OP_IMAGE_READ => op(at, 2),
+                OP_IMAGE_WRITE => op(at, 0),
+                _ => continue,
+            };
+            let var = variable(image);
+            assert!(
+                queried.contains(&var),
+                "{name}: image %{var} is fetched or stored but its size never queried"
+            );
+        }
+    }
+}
+
+#[test]
+fn misuse_fill_with_a_count_past_its_range_writes_only_the_range() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let program = ComputeProgram::new(device, "misuse fill past", &shaders::FILL, 1).unwrap();
+        // 64 words bound in the middle of a larger buffer; a count of 256 dispatched.
+        let range = 256;
+        let target = guarded(device, "misuse fill past target", range, BufferUsage::STORAGE);
+        dispatch(device, &program, &[middle(&target, range)], &words(&[256, 1000]), [4, 1, 1]);
+        let inside = as_words(&range_after_checking_guards(&target, range));
+        assert_eq!(inside, (0..64).map(|i| 1000 + i).collect::<Vec<u32>>(), "the range itself is filled");
+        // A range of 2 bytes holds no whole word: nothing is written.
+        let tiny = guarded(device, "misuse fill tiny", 2, BufferUsage::STORAGE);
+        dispatch(device, &program, &[middle(&tiny, 2)], &words(&[64, 7]), [1, 1, 1]);
+        assert_eq!(range_after_checking_guards(&tiny, 2), [SENTINEL; 2]);
+    });
+}
+
+#[test]
+fn misuse_cull_indices_with_more_quads_than_its_range_holds_writes_only_the_range() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let program = ComputeProgram::new(device, "misuse cull past", &shaders::CULL_INDICES, 1).unwrap();
+        // Six indices of five quads bound; 64 quads asked for, quad 1 culled.
+        let range = 5 * 6 * 4;
+        let target = guarded(device, "misuse cull past target", range, BufferUsage::STORAGE);
+        dispatch(device, &program, &[middle(&target, range)], &words(&[64, 0b10]), [1, 1, 1]);
+        let inside = as_words(&range_after_checking_guards(&target, range));
+        let expected: Vec<u32> = (0..5u32)
+            .flat_map(|q| {
+                let v = q * 4;
+                if q == 1 {
+                    [0; 6]
+                } else {
+                    [v, v + 1, v + 2, v + 2, v + 1, v + 3]
+                }
+            })
+            .collect();
+        assert_eq!(inside, expected);
+    });
+}
+
+#[test]
+fn misuse_feedback_sampling_with_a_grid_past_its_row_and_range_writes_only_the_range() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let program =
+            ComputeProgram::new(device, "misuse sampling past", &shaders::FEEDBACK_SAMPLING, 1).unwrap();
+        // Rows of 8 pixels, 4 rows bound; a 16 × 16 grid dispatched (frame 0, every pixel writes).
+        let range = 8 * 4 * 4;
+        let out = guarded(device, "misuse sampling past out", range, BufferUsage::STORAGE);
+        let b = middle(&out, range);
+        dispatch(device, &program, &[b, b, b], &words(&[0, 1, 1, 8]), [2, 2, 1]);
+        assert_eq!(as_words(&range_after_checking_guards(&out, range)), [1; 32]);
+    });
+}
+
+#[test]
+fn misuse_sample_texels_past_its_image_and_range_reads_zero_and_writes_only_the_range() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let program = ComputeProgram::new(device, "misuse texels past", &shaders::SAMPLE_TEXELS, 1).unwrap();
+        let usage = ImageUsage::SAMPLED | ImageUsage::COPY_DST;
+        let image = device
+            .create_image(&ImageDesc::new_2d("misuse texels image", Format::R8G8B8A8Unorm, 4, 4, usage))
+            .unwrap();
+        device.discard_to_general(&[&image]).unwrap();
+        let view = device.create_image_view(&image, 0..1).unwrap();
+        let sampler = device.create_sampler(Filter::Nearest).unwrap();
+        let sampled = Binding::sampled(&view, &sampler, vk::ImageLayout::GENERAL);
+        // Rows of 16 texels of a 4 × 4 image, 32 results bound, 256 asked for.
+        let range = 32 * 16;
+        let out = guarded(device, "misuse texels past out", range, BufferUsage::STORAGE);
+        dispatch(device, &program, &[sampled, middle(&out, range)], &words(&[256, 16]), [4, 1, 1]);
+        let results = as_floats(&range_after_checking_guards(&out, range));
+        for i in 0..32usize {
+            let (x, y) = (i % 16, i / 16);
+            if x >= 4 || y >= 4 {
+                assert_eq!(results[4 * i..4 * i + 4], [0.0; 4], "texel ({x}, {y}) is outside the image");
+            }
+        }
+        // A width of 0: every result reads nothing (no division by 0).
+        let zero = guarded(device, "misuse texels width 0", range, BufferUsage::STORAGE);
+        dispatch(device, &program, &[sampled, middle(&zero, range)], &words(&[32, 0]), [1, 1, 1]);
+        assert_eq!(as_floats(&range_after_checking_guards(&zero, range)), [0.0; 128]);
+    });
+}
+
+#[test]
+fn misuse_placed_buffers_with_indices_and_a_count_past_what_is_bound_reads_zero_and_writes_only_the_range() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let program = ComputeProgram::new(device, "misuse placed past", &shaders::PLACED_BUFFERS, 1).unwrap();
+        let storage = BufferUsage::STORAGE;
+        let vertices: Vec<f32> = (0..16).map(|v| v as f32).collect();
+        let vertices = filled(device, "misuse placed vertices", &floats(&vertices), storage);
+        let indices =
+            filled(device, "misuse placed indices", &words(&[0, 1, 2, 3, 1000, u32::MAX, 2, 1]), storage);
+        // std140 { vec4 scale; vec4 bias; uint count; }: 36 bytes; a count of 1000.
+        let mut params = floats(&[2.0; 4]);
+        params.extend(floats(&[0.5; 4]));
+        params.extend(words(&[1000, 0, 0, 0]));
+        let params = filled(device, "misuse placed params", &params, BufferUsage::UNIFORM);
+        let range = 6 * 16;
+        let out = guarded(device, "misuse placed out", range, storage);
+        let bindings = [
+            Binding::Buffer(&vertices),
+            Binding::Buffer(&indices),
+            Binding::Buffer(&params),
+            middle(&out, range),
+        ];
+        dispatch(device, &program, &bindings, &[], [16, 1, 1]);
+        let results = as_floats(&range_after_checking_guards(&out, range));
+        for (i, index) in [0u32, 1, 2, 3, 1000, u32::MAX].into_iter().enumerate() {
+            let vertex: [f32; 4] =
+                if index < 4 { std::array::from_fn(|c| (4 * index as usize + c) as f32) } else { [0.0; 4] };
+            let want: Vec<f32> = vertex.iter().map(|v| v * 2.0 + 0.5).collect();
+            assert_eq!(results[4 * i..4 * i + 4], want[..], "result {i} (index {index})");
+        }
+        // A uniform range under the block's 36 bytes is refused, naming both numbers.
+        let short = Binding::BufferRange { buffer: &params, offset: 0, size: 32 };
+        let err = program
+            .descriptor_set(&[
+                Binding::Buffer(&vertices),
+                Binding::Buffer(&indices),
+                short,
+                middle(&out, range),
+            ])
+            .unwrap_err();
+        assert!(
+            matches!(err, BindingError::RangeUnderBlock { binding: 2, bytes: 32, block: 36, .. }),
+            "{err}"
+        );
+    });
+}
+
+/// One feedback image table entry (`FeedbackLayout::image_table`): an 8 × 8 image of 1 × 1 tiles,
+/// one mip, no tail; bits at `bits`, counters at `counts`.
+fn feedback_entry(bits: u32, counts: u32) -> Vec<u32> {
+    let mut entry = vec![bits, 2, counts, 64, 64, 1, 0, 0, 1, 1, 8, 8, 1, 1, 1, u32::MAX, 0, 8, 8, 1];
+    entry.resize(80, 0);
+    entry
+}
+
+#[test]
+fn misuse_feedback_with_a_table_slot_capacity_or_offsets_past_its_buffers_writes_only_the_range() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let program =
+            ComputeProgram::new(device, "misuse feedback past", &shaders::FEEDBACK_VIEW, 1).unwrap();
+        let storage = BufferUsage::STORAGE;
+        // 64 samples, one per tile, at LOD 0 with nothing resident (min-LOD 255): 64 misses.
+        let samples: Vec<f32> = (0..64)
+            .flat_map(|t| [(t % 8) as f32 / 8.0 + 1.0 / 16.0, (t / 8) as f32 / 8.0 + 1.0 / 16.0, 0.0, 255.0])
+            .collect();
+        let samples = filled(device, "misuse feedback samples", &floats(&samples), storage);
+        // 24 words of feedback buffer bound: the header (capacity 1000, far past its room for
+        // 10 records), the bits at words 20..22.
+        let range = 24 * 4;
+        let run = |name: &str, table: &[u32], count: u32| {
+            let mut fb = guarded(device, name, range, storage);
+            let mut header = words(&[0x3142_4652, 0, 0, 1000]);
+            header.resize(range as usize, 0);
+            fb.write(GUARD, &header).unwrap();
+            let table = filled(device, &format!("{name} table"), &words(table), storage);
+            let bindings = [middle(&fb, range), Binding::Buffer(&table), Binding::Buffer(&samples)];
+            dispatch(device, &program, &bindings, &words(&[count]), [count.div_ceil(64).min(4), 1, 1]);
+            as_words(&range_after_checking_guards(&fb, range))
+        };
+        // Capacity past the buffer: 64 records asked, only those that fit are written.
+        let fb = run("misuse feedback capacity", &feedback_entry(20, u32::MAX), 64);
+        assert_eq!(fb[2], 64, "every miss counted");
+        // Bits and counters past the buffer: nothing is written (no bit, so no record either).
+        let fb = run("misuse feedback offsets", &feedback_entry(1 << 20, 1 << 21), 64);
+        assert_eq!(fb[2], 0);
+        // A table too short for slot 0's 80 words: the slot has no entry, nothing is written.
+        let fb = run("misuse feedback short table", &feedback_entry(20, u32::MAX)[..40], 64);
+        assert_eq!(fb[2], 0);
+        // A count past the samples bound: only the 64 samples there are read.
+        let fb = run("misuse feedback count", &feedback_entry(20, u32::MAX), 256);
+        assert_eq!(fb[2], 64);
+    });
+}
+
+#[test]
+fn misuse_sparse_store_past_its_image_writes_only_the_image() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let program = ComputeProgram::new(device, "misuse store past", &shaders::SPARSE_STORE, 1).unwrap();
+        let usage = ImageUsage::STORAGE | ImageUsage::COPY_SRC;
+        let image = device
+            .create_image(&ImageDesc::new_2d("misuse store image", Format::R8G8B8A8Unorm, 8, 8, usage))
+            .unwrap();
+        device.discard_to_general(&[&image]).unwrap();
+        let view = device.create_image_view(&image, 0..1).unwrap();
+        let storage = Binding::storage(&view, vk::ImageLayout::GENERAL);
+        // The pattern depends only on the texel written, so every run leaves the same image;
+        // regions reaching past every edge write only the texels inside.
+        for (origin, size) in
+            [([0i32, 0], [8i32, 8]), ([4, 4], [64, 64]), ([-4, -4], [64, 64]), ([i32::MIN, 0], [8, 8])]
+        {
+            let push: Vec<u8> = origin.iter().chain(&size).flat_map(|v| v.to_le_bytes()).collect();
+            let groups = [(size[0] as u32).div_ceil(8), (size[1] as u32).div_ceil(8), 1];
+            dispatch(device, &program, &[storage], &push, groups);
+        }
+        let texels = device.read_image(&image, vk::ImageLayout::GENERAL).unwrap();
+        let expected: Vec<u8> = (0..8u8).flat_map(|y| (0..8u8).flat_map(move |x| [x, y, 255, 255])).collect();
+        assert_eq!(texels, expected);
+    });
+}
+
+#[test]
+fn misuse_ptex_with_a_face_or_level_past_its_faces_reads_only_its_records() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let program = ComputeProgram::new(device, "misuse ptex past", &shaders::PTEX, 1).unwrap();
+        let usage = ImageUsage::SAMPLED | ImageUsage::COPY_DST;
+        let image = device
+            .create_image(
+                &ImageDesc::new_2d("misuse ptex slices", Format::R8G8B8A8Unorm, 16, 16, usage)
+                    .with_array_layers(2),
+            )
+            .unwrap();
+        device.discard_to_general(&[&image]).unwrap();
+        let view = device.create_image_view_range(&image, 0..1, 0..2).unwrap();
+        let sampler = device.create_sampler(Filter::Trilinear).unwrap();
+        let storage = BufferUsage::STORAGE;
+        // One face (finest level 0, slot 0 everywhere); probes of face 0, face 3 (no record) and
+        // a face of 2^32 - 1 (no record), each at level 9 (past every slice).
+        let faces = filled(device, "misuse ptex faces", &words(&[0; 8]), storage);
+        let probes = floats(&[0.0, 0.5, 0.5, 9.0, 3.0, 0.5, 0.5, 9.0, 4.0e9, 0.5, 0.5, 9.0]);
+        let probes = filled(device, "misuse ptex probes", &probes, storage);
+        let range = 3 * 2 * 16;
+        let out = guarded(device, "misuse ptex out", range, storage);
+        let bindings = [
+            Binding::sampled(&view, &sampler, vk::ImageLayout::GENERAL),
+            Binding::Buffer(&faces),
+            Binding::Buffer(&probes),
+            middle(&out, range),
+        ];
+        // 64 probes asked of 3; 100 levels asked of a record's 7; slots of 8 texels.
+        dispatch(device, &program, &bindings, &words(&[64, 16, 100, 8]), [1, 1, 1]);
+        let results = as_floats(&range_after_checking_guards(&out, range));
+        assert_eq!(results[4..8], [6.0, 6.0, 0.0, 0.0], "face 0: level clamped to the record's last slice");
+        assert_eq!(results[8..24], [0.0; 16], "faces without a record read nothing");
+    });
+}
+
+#[test]
+fn misuse_texture_array_with_a_layer_past_its_bias_block_reads_inside_it() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let program = ComputeProgram::new(device, "misuse array past", &shaders::TEXTURE_ARRAY, 1).unwrap();
+        let usage = ImageUsage::SAMPLED | ImageUsage::COPY_DST;
+        let image = device
+            .create_image(
+                &ImageDesc::new_2d("misuse array slices", Format::R8G8B8A8Unorm, 16, 16, usage)
+                    .with_array_layers(4),
+            )
+            .unwrap();
+        device.discard_to_general(&[&image]).unwrap();
+        let view = device.create_image_view_range(&image, 0..1, 0..4).unwrap();
+        let sampler = device.create_sampler(Filter::Trilinear).unwrap();
+        // bias[k].x = k for the 256 entries of the block.
+        let bias: Vec<f32> = (0..256).flat_map(|k| [k as f32, 0.0, 0.0, 0.0]).collect();
+        let bias = filled(device, "misuse array bias", &floats(&bias), BufferUsage::UNIFORM);
+        let storage = BufferUsage::STORAGE;
+        let probes = floats(&[0.5, 0.5, 1000.0, 0.0, 0.5, 0.5, -7.0, 0.0, 0.5, 0.5, 2.0, 0.0]);
+        let probes = filled(device, "misuse array probes", &probes, storage);
+        let range = 3 * 2 * 16;
+        let out = guarded(device, "misuse array out", range, storage);
+        let sampled = Binding::sampled(&view, &sampler, vk::ImageLayout::GENERAL);
+        let mut push = floats(&[0.0; 4]);
+        push.extend(words(&[64]));
+        dispatch(
+            device,
+            &program,
+            &[sampled, Binding::Buffer(&bias), Binding::Buffer(&probes), middle(&out, range)],
+            &push,
+            [1, 1, 1],
+        );
+        let results = as_floats(&range_after_checking_guards(&out, range));
+        let lods: Vec<f32> = (0..3).map(|p| results[8 * p + 5]).collect();
+        assert_eq!(lods, [3.0, 0.0, 2.0], "layers 1000 and -7 take the last and the first layer's bias");
+        // A uniform range under the block's 4096 bytes is refused.
+        let short = Binding::BufferRange { buffer: &bias, offset: 0, size: 256 };
+        let err = program
+            .descriptor_set(&[sampled, short, Binding::Buffer(&probes), middle(&out, range)])
+            .unwrap_err();
+        assert!(
+            matches!(err, BindingError::RangeUnderBlock { binding: 1, bytes: 256, block: 4096, .. }),
+            "{err}"
+        );
+    });
+}
+
+/// A 256 × 256 RGBA8 sparse image with every mip and nothing resident, and its tile pool.
+/// (Plain images are no substitute: lavapipe crashes on `sparseTexelFetchARB` of an image that
+/// is not sparse, whatever the coordinates.)
+fn empty_sparse(device: &std::sync::Arc<Device>, name: &str) -> (SparseTilePool, SparseImage) {
+    let pool =
+        SparseTilePool::new(std::sync::Arc::clone(device), TilePoolDesc::default().with_tiles_per_heap(4))
+            .unwrap();
+    let image =
+        SparseImage::new(&pool, name, &SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 256, 256), false)
+            .unwrap();
+    (pool, image)
+}
+
+#[test]
+fn misuse_multi_device_with_a_count_past_its_buffers_writes_only_the_range() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let program = ComputeProgram::new(device, "misuse multi past", &shaders::MULTI_DEVICE, 1).unwrap();
+        let (_pool, image) = empty_sparse(device, "misuse multi texture");
+        let sampler = device.create_sampler(Filter::Nearest).unwrap();
+        let storage = BufferUsage::STORAGE;
+        let vertices = filled(device, "misuse multi vertices", &floats(&[0.0; 4 * 32]), storage);
+        // 16 results bound, 32 vertices, a count of 4096.
+        let range = 16 * 16;
+        let out = guarded(device, "misuse multi out", range, storage);
+        let bindings = [
+            Binding::sampled(&image, &sampler, vk::ImageLayout::GENERAL),
+            Binding::Buffer(&vertices),
+            middle(&out, range),
+        ];
+        dispatch(device, &program, &bindings, &words(&[4096]), [64, 1, 1]);
+        // Nothing is resident: every result is the vertex (0) plus the default texel (-1).
+        assert_eq!(as_floats(&range_after_checking_guards(&out, range)), [-1.0; 64]);
+    });
+}
+
+#[test]
+fn misuse_sparse_probe_outside_the_image_or_past_its_buffers_reads_nothing() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let program = ComputeProgram::new(device, "misuse probe past", &shaders::SPARSE_PROBE, 1).unwrap();
+        let (_pool, image) = empty_sparse(device, "misuse probe image");
+        let sampler = device.create_sampler(Filter::Nearest).unwrap();
+        // (x, y, lod): inside, x past mip 0, x negative, y past mip 1 (128 × 128), LOD 40 and -1.
+        let probes: [[i32; 4]; 6] =
+            [[1, 1, 0, 0], [256, 0, 0, 0], [-1, 0, 0, 0], [0, 128, 1, 0], [0, 0, 40, 0], [0, 0, -1, 0]];
+        let probes: Vec<u8> = probes.iter().flatten().flat_map(|v| v.to_le_bytes()).collect();
+        let probes = filled(device, "misuse probe probes", &probes, BufferUsage::STORAGE);
+        // 8 results bound, 6 probes, a count of 64.
+        let range = 8 * 32;
+        let out = guarded(device, "misuse probe out", range, BufferUsage::STORAGE);
+        let mut push = floats(&[0.25, 0.5, 0.75, 1.0]);
+        push.extend(words(&[64]));
+        let bindings = [
+            Binding::sampled(&image, &sampler, vk::ImageLayout::GENERAL),
+            Binding::Buffer(&probes),
+            middle(&out, range),
+        ];
+        dispatch(device, &program, &bindings, &push, [1, 1, 1]);
+        let bytes = range_after_checking_guards(&out, range);
+        for i in 0..6 {
+            let texel = as_floats(&bytes[32 * i..32 * i + 16]);
+            let resident = as_words(&bytes[32 * i + 16..32 * i + 20])[0];
+            assert_eq!((texel, resident), (vec![0.25, 0.5, 0.75, 1.0], 0), "probe {i}: the default value");
+        }
+        assert_eq!(bytes[6 * 32..], [SENTINEL; 64], "results past the 6 probes are not written");
+    });
+}
+
+#[test]
+fn misuse_fallback_and_warn_shaders_with_a_count_past_their_buffers_write_only_the_range() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let (_pool, sparse) = empty_sparse(device, "misuse fallback sparse");
+        let usage = ImageUsage::SAMPLED | ImageUsage::COPY_DST;
+        let plain = |name: &str, format: Format, side: u32| {
+            let image = device.create_image(&ImageDesc::new_2d(name, format, side, side, usage)).unwrap();
+            device.discard_to_general(&[&image]).unwrap();
+            let view = device.create_image_view(&image, 0..1).unwrap();
+            (image, view)
+        };
+        // The software path's atlas and an indirection texture whose header is whatever the
+        // discarded image holds (tile side, columns and mips of 0 included): its reads and
+        // divisions are bounded too.
+        let (_atlas, atlas) = plain("misuse fallback atlas", Format::R8G8B8A8Unorm, 64);
+        let (_map, map) = plain("misuse fallback map", Format::R8Uint, 2);
+        let (_indirection, indirection) = plain("misuse fallback indirection", Format::R32Uint, 4);
+        let (trilinear, nearest) = (
+            device.create_sampler(Filter::Trilinear).unwrap(),
+            device.create_sampler(Filter::Nearest).unwrap(),
+        );
+        let general = vk::ImageLayout::GENERAL;
+        // 4 probes (u, v, lod, unused), some far outside; 8 results bound; a count of 64.
+        let probes =
+            floats(&[0.5, 0.5, 0.0, 0.0, 7.0, -3.0, 40.0, 0.0, -1.0, 2.0, -5.0, 0.0, 0.1, 0.9, 1.5, 0.0]);
+        let probes = filled(device, "misuse fallback probes", &probes, BufferUsage::STORAGE);
+        let mut push = floats(&[0.25, 0.5, 0.75, 1.0]);
+        push.extend(words(&[64, 0]));
+        let range = 8 * 32;
+        for (shader, software) in [
+            (&shaders::SPARSE_FALLBACK, false),
+            (&shaders::SPARSE_WARN, false),
+            (&shaders::SPARSE_FALLBACK_SOFTWARE, true),
+            (&shaders::SPARSE_WARN_SOFTWARE, true),
+        ] {
+            let program = ComputeProgram::new(device, shader.name(), shader, 1).unwrap();
+            let out = guarded(device, &format!("{} out", shader.name()), range, BufferUsage::STORAGE);
+            let (texture, lods) = if software {
+                (
+                    Binding::sampled(&atlas, &trilinear, general),
+                    Binding::sampled(&indirection, &nearest, general),
+                )
+            } else {
+                (Binding::sampled(&sparse, &trilinear, general), Binding::sampled(&map, &nearest, general))
+            };
+            dispatch(
+                device,
+                &program,
+                &[texture, lods, Binding::Buffer(&probes), middle(&out, range)],
+                &push,
+                [1, 1, 1],
+            );
+            let bytes = range_after_checking_guards(&out, range);
+            assert_eq!(bytes[4 * 32..], [SENTINEL; 128], "{}: results past the 4 probes", shader.name());
+        }
+    });
+}

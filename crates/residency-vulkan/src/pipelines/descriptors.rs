@@ -115,12 +115,16 @@ impl ViewRef<'_> {
 #[derive(Clone, Copy, Debug)]
 pub enum Binding<'a> {
     /// A whole buffer (at its offset, for ranges of a pool page), for
-    /// [`BindingKind::StorageBuffer`] or [`BindingKind::UniformBuffer`].
+    /// [`BindingKind::StorageBuffer`] or [`BindingKind::UniformBuffer`]; the range rules of
+    /// [`Binding::BufferRange`] apply to the whole buffer.
     Buffer(&'a Buffer),
     /// `size` bytes of a buffer from `offset` (bytes into it), for
     /// [`BindingKind::StorageBuffer`] or [`BindingKind::UniformBuffer`]: the range must be
     /// non-empty and inside the buffer, start at a multiple of the device's offset alignment for
-    /// the kind, and be at most the device's range limit for it.
+    /// the kind, be at most the device's range limit for it, and hold the fixed part of the
+    /// block the program's shaders declare at that binding (a uniform block whole; a storage
+    /// block up to its runtime array, whose elements the shipped shaders bound by the range:
+    /// [`BindingError::RangeUnderBlock`] otherwise).
     BufferRange {
         /// The buffer.
         buffer: &'a Buffer,
@@ -203,6 +207,21 @@ pub enum BindingError {
         /// What is wrong.
         reason: String,
     },
+    /// A buffer range is smaller than the fixed part of the block the program's shaders declare
+    /// at the binding (a shader reads its fixed members wherever the range ends).
+    #[error("`{program}` binding {binding}: `{resource}` is bound with {bytes} B, under the {block} B block the shader reads")]
+    RangeUnderBlock {
+        /// The program.
+        program: String,
+        /// The binding.
+        binding: usize,
+        /// The buffer.
+        resource: String,
+        /// Bytes of the range given.
+        bytes: u64,
+        /// Bytes of the block's fixed part.
+        block: u32,
+    },
     /// Allocating the set (or a new descriptor pool when the current one is used up) failed.
     #[error(transparent)]
     Vulkan(#[from] VulkanError),
@@ -283,6 +302,8 @@ pub(crate) struct ProgramLayout {
     pub(crate) life: Arc<Life>,
     pub(crate) name: String,
     pub(crate) kinds: Vec<BindingKind>,
+    /// Per binding, the least buffer range its shaders' block needs (`block_bytes`).
+    block_bytes: Vec<u32>,
     pub(crate) push_constant_bytes: u32,
     push_stages: vk::ShaderStageFlags,
     pub(crate) layout: vk::PipelineLayout,
@@ -465,6 +486,16 @@ impl ProgramLayout {
                 }
                 if size > max {
                     return Err(invalid(name, format!("is {size} B, over the device's {max} B range")));
+                }
+                let block = self.block_bytes.get(i).copied().unwrap_or(0);
+                if size < u64::from(block) {
+                    return Err(BindingError::RangeUnderBlock {
+                        program: self.name.clone(),
+                        binding: i,
+                        resource: name.to_owned(),
+                        bytes: size,
+                        block,
+                    });
                 }
                 Ok(vec![Arc::clone(buffer.life())])
             }
@@ -657,6 +688,18 @@ impl ProgramLayout {
     }
 }
 
+/// Per binding `0..bindings` of set 0, the least buffer range the stages' shaders need there: the
+/// largest fixed block part any of `interfaces` declares (0 where none declares a buffer).
+pub(crate) fn block_bytes(bindings: usize, interfaces: &[&crate::spirv::Interface]) -> Vec<u32> {
+    let mut bytes = vec![0u32; bindings];
+    for b in interfaces.iter().flat_map(|i| i.bindings.iter()).filter(|b| b.set == 0) {
+        if let Some(at) = bytes.get_mut(b.binding as usize) {
+            *at = (*at).max(b.block_bytes);
+        }
+    }
+    bytes
+}
+
 /// Layouts a sampled image may be in (`VkWriteDescriptorSet` for combined image samplers).
 const SAMPLED_LAYOUTS: [vk::ImageLayout; 8] = [
     vk::ImageLayout::GENERAL,
@@ -673,6 +716,7 @@ const SAMPLED_LAYOUTS: [vk::ImageLayout; 8] = [
 pub(crate) struct Created<'a> {
     device: &'a Device,
     kinds: Vec<BindingKind>,
+    block_bytes: Vec<u32>,
     push_constant_bytes: u32,
     push_stages: vk::ShaderStageFlags,
     set_layout: vk::DescriptorSetLayout,
@@ -687,13 +731,16 @@ pub(crate) struct Created<'a> {
 }
 
 impl<'a> Created<'a> {
-    /// Creates set 0's layout (binding `i` of `kinds[i]`, visible to `stages[i]`), a pipeline
+    /// Creates set 0's layout (binding `i` of `kinds[i]`, visible to `stages[i]`, whose buffer
+    /// ranges must hold `block_bytes[i]`: [`block_bytes`]), a pipeline
     /// layout with that set and one push-constant range of `push_constant_bytes` (a multiple of 4
     /// within the device's limit: the caller checked) for `push_stages`, and a pool for
     /// `max_sets` sets (clamped to `1..=MAX_POOL_SETS`). What exists is destroyed if a step fails.
+    #[allow(clippy::too_many_arguments, reason = "the parts of one layout, each checked by the callers")]
     pub(crate) fn layouts(
         device: &'a Device,
         kinds: &[BindingKind],
+        block_bytes: Vec<u32>,
         stages: &[vk::ShaderStageFlags],
         push_constant_bytes: u32,
         push_stages: vk::ShaderStageFlags,
@@ -704,6 +751,7 @@ impl<'a> Created<'a> {
         let mut created = Created {
             device,
             kinds: kinds.to_vec(),
+            block_bytes,
             push_constant_bytes,
             push_stages: if push_constant_bytes > 0 { push_stages } else { vk::ShaderStageFlags::empty() },
             set_layout: vk::DescriptorSetLayout::null(),
@@ -795,6 +843,7 @@ impl<'a> Created<'a> {
             life: Life::new(device.arc(), garbage, None),
             name: name.to_owned(),
             kinds: std::mem::take(&mut self.kinds),
+            block_bytes: std::mem::take(&mut self.block_bytes),
             push_constant_bytes: self.push_constant_bytes,
             push_stages: self.push_stages,
             layout,

@@ -7,6 +7,46 @@
 //! [`ComputeProgram`](crate::compute::ComputeProgram),
 //! [`GraphicsProgram`](crate::graphics::GraphicsProgram) and
 //! [`MultiComputeProgram`](crate::multi_work::MultiComputeProgram).
+//!
+//! # Bounds: no index is trusted
+//!
+//! A safe dispatch or draw of a shipped shader accesses nothing outside what is bound, whatever
+//! counts, indices, offsets, coordinates or table words the caller gives it — on every device,
+//! whether or not it bounds-checks: residency does **not** enable `robustBufferAccess` (a cost on
+//! some hardware, and not every device has `robustBufferAccess2`), so the shaders bound themselves:
+//!
+//! - **Buffers.** Every index into a runtime array is compared with the bound range
+//!   (`arrayLength`, GLSL `.length()`) as well as with the count it is given, right before the
+//!   access; an element past either is skipped (a write) or reads as zero (a read of caller data,
+//!   such as `placed_buffers.comp`'s vertex index). A count past the range therefore writes the
+//!   range and nothing after it ([`FILL`] with a count of 1024 into 256 bound bytes writes 64
+//!   words). Fixed-size blocks (the uniform blocks of [`PLACED_BUFFERS`] and [`TEXTURE_ARRAY`])
+//!   cannot be measured in the shader, so a program refuses a binding whose range is under the
+//!   block ([`BindingError::RangeUnderBlock`](crate::compute::BindingError::RangeUnderBlock),
+//!   from the SPIR-V's block size: [`DescriptorBinding::block_bytes`](crate::spirv::DescriptorBinding::block_bytes)),
+//!   and an index into a fixed array is clamped to its length.
+//! - **Images.** Filtered samples take normalized coordinates, which the sampler clamps, and
+//!   clamp the LOD and array layer themselves. Every integer texel access — a fetch
+//!   (`texelFetch`, `sparseTexelFetchARB`) or a store (`imageStore`) — is first compared with the
+//!   image's size (`textureSize`/`imageSize` of that LOD, `textureQueryLevels` for the LOD): a
+//!   fetch outside reads nothing and returns the default value (not resident) or zero, a store
+//!   outside writes nothing.
+//! - **Tables.** The feedback image table (`include/feedback.glsl`) and the software path's
+//!   indirection texture (`include/residency_software.glsl`) are data a caller can get wrong:
+//!   a slot whose 80-word entry is not inside the bound table writes no feedback, a mip past the
+//!   entry's 16 is dropped, a layer is clamped to the image's, a tile past the entry's count is
+//!   dropped, every feedback word is compared with the buffer's length, and an indirection word
+//!   outside the texture reads 0; divisors taken from caller data are at least 1.
+//!
+//! With the inputs residency's own types produce, none of these bounds changes a result. The
+//! test `misuse_every_shipped_shader_bounds_its_runtime_arrays_and_texel_coordinates` checks
+//! the SPIR-V of every shader here (each indexed runtime array is measured, each fetched or
+//! stored image is size-queried), and one `misuse_*` test per shader that takes a count or an
+//! index shows the bytes around a bound range untouched (`tests/misuse_shaders.rs`); run under
+//! `RESIDENCY_VALIDATION=gpu` ([`ValidationMode::GpuAssisted`](crate::ValidationMode::GpuAssisted))
+//! the layer checks every access of every test as it runs. Vertex fetch is fixed-function, not a
+//! shader index: [`Drawing::draw`](crate::graphics::Drawing::draw) checks its vertex count and
+//! `draw_indexed` is `unsafe` (the index buffer's contents are the caller's to vouch for).
 
 use crate::compute::BindingKind;
 use crate::spirv::Stage;

@@ -67,6 +67,11 @@ pub struct DescriptorBinding {
     /// `NonWritable` (GLSL `readonly`), or a storage image whose variable is not; `false` for
     /// every other kind.
     pub writable: bool,
+    /// For a uniform or storage buffer, bytes of its block without a trailing runtime array (the
+    /// last fixed member's offset plus size): the least range the shader's fixed members need.
+    /// A runtime array's elements are bounded by the range itself (`arrayLength`), so a block of
+    /// only a runtime array needs 0. 0 for images.
+    pub block_bytes: u32,
 }
 
 /// The numeric type of a vertex input.
@@ -355,12 +360,19 @@ pub fn reflect(words: &[u32]) -> Result<Interface, SpirvError> {
                     };
                 let writable = matches!(kind, Some(BindingKind::StorageBuffer | BindingKind::StorageImage))
                     && !read_only;
+                let block_bytes = match kind {
+                    Some(BindingKind::StorageBuffer | BindingKind::UniformBuffer) => {
+                        reflection.size(element, None, &member_offsets, &member_matrix_strides)?
+                    }
+                    _ => 0,
+                };
                 interface.bindings.push(DescriptorBinding {
                     set: decorations.get(&(id, DECORATION_DESCRIPTOR_SET)).copied().unwrap_or(0),
                     binding: decorations.get(&(id, DECORATION_BINDING)).copied().unwrap_or(0),
                     kind,
                     count,
                     writable,
+                    block_bytes,
                 });
             }
             STORAGE_PUSH_CONSTANT => {
@@ -469,7 +481,8 @@ impl Reflection<'_> {
                 }
                 end
             }
-            // Opaque or unsized types cannot be in a push-constant block; count nothing.
+            // Opaque types cannot be in a block, and a runtime array's size is the range's (it is
+            // a block's last member); count nothing.
             _ => 0,
         })
     }
