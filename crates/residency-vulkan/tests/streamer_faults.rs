@@ -458,7 +458,9 @@ fn a_tile_source_fault_inside_frames_is_a_typed_failure_and_the_parent_is_sample
                 let t = streamer.add_texture("vt warm", source("vt warm", 1, |_, _, _| false)).unwrap();
                 streamer.remove_texture(t).unwrap();
                 drop(streamer);
-                accounting(&device)
+                // Settled: `check_texels`'s read-back touches memory types the warm-up does not
+                // (host-cached ones on the H200), whose kept empty heaps are no leak.
+                common::settled_accounting(&device)
             };
             let first_reads = Arc::new(AtomicU32::new(0));
             let reads = Arc::clone(&first_reads);
@@ -508,7 +510,7 @@ fn a_tile_source_fault_inside_frames_is_a_typed_failure_and_the_parent_is_sample
             streamer.remove_texture(t).unwrap();
             drop(streamer);
             drop(commands);
-            assert_eq!(accounting(&device), baseline, "{path:?}: nothing leaked");
+            assert_eq!(common::settled_accounting(&device), baseline, "{path:?}: nothing leaked");
         });
     }
 }

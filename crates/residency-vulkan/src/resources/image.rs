@@ -665,6 +665,33 @@ impl Device {
                 ),
             ));
         }
+        // The usages a view of the image's own format will carry need the format's features for
+        // this tiling (`VUID-VkImageViewCreateInfo-usage-02274..02277`): some drivers report the
+        // image itself as supported where its views are not (NVIDIA: linear colour attachments).
+        if !desc.flags.contains(vk::ImageCreateFlags::EXTENDED_USAGE) {
+            // SAFETY: valid physical device; a pure query.
+            let props =
+                unsafe { self.instance().get_physical_device_format_properties(self.physical(), raw_format) };
+            let features =
+                if desc.linear { props.linear_tiling_features } else { props.optimal_tiling_features };
+            let needs = [
+                (ImageUsage::SAMPLED, vk::FormatFeatureFlags::SAMPLED_IMAGE),
+                (ImageUsage::STORAGE, vk::FormatFeatureFlags::STORAGE_IMAGE),
+                (ImageUsage::COLOR_ATTACHMENT, vk::FormatFeatureFlags::COLOR_ATTACHMENT),
+                (ImageUsage::DEPTH_STENCIL_ATTACHMENT, vk::FormatFeatureFlags::DEPTH_STENCIL_ATTACHMENT),
+            ];
+            if let Some((missing, _)) =
+                needs.iter().find(|(u, f)| desc.usage.contains(*u) && !features.contains(*f))
+            {
+                return Err(invalid(
+                    name,
+                    format!(
+                        "{raw_format:?} with {} tiling does not support the {missing:?} usage",
+                        if desc.linear { "linear" } else { "optimal" }
+                    ),
+                ));
+            }
+        }
         let info = desc.create_info();
         // SAFETY: valid physical device; a pure query.
         let props = unsafe {
