@@ -541,6 +541,15 @@ fn invalid(name: &str, reason: impl Into<String>) -> MemoryError {
     MemoryError::Unsatisfiable { name: name.to_owned(), reason: reason.into() }
 }
 
+/// The format feature each view usage needs (`VUID-VkImageViewCreateInfo-usage-02274..02277`):
+/// checked for an image's own format at creation and for a view's format at view creation.
+const VIEW_USAGE_FEATURES: [(ImageUsage, vk::FormatFeatureFlags); 4] = [
+    (ImageUsage::SAMPLED, vk::FormatFeatureFlags::SAMPLED_IMAGE),
+    (ImageUsage::STORAGE, vk::FormatFeatureFlags::STORAGE_IMAGE),
+    (ImageUsage::COLOR_ATTACHMENT, vk::FormatFeatureFlags::COLOR_ATTACHMENT),
+    (ImageUsage::DEPTH_STENCIL_ATTACHMENT, vk::FormatFeatureFlags::DEPTH_STENCIL_ATTACHMENT),
+];
+
 impl Device {
     /// Whether the device accepts an image of this description.
     pub(crate) fn check_image(&self, desc: &ImageDesc) -> Result<(), MemoryError> {
@@ -674,12 +683,7 @@ impl Device {
                 unsafe { self.instance().get_physical_device_format_properties(self.physical(), raw_format) };
             let features =
                 if desc.linear { props.linear_tiling_features } else { props.optimal_tiling_features };
-            let needs = [
-                (ImageUsage::SAMPLED, vk::FormatFeatureFlags::SAMPLED_IMAGE),
-                (ImageUsage::STORAGE, vk::FormatFeatureFlags::STORAGE_IMAGE),
-                (ImageUsage::COLOR_ATTACHMENT, vk::FormatFeatureFlags::COLOR_ATTACHMENT),
-                (ImageUsage::DEPTH_STENCIL_ATTACHMENT, vk::FormatFeatureFlags::DEPTH_STENCIL_ATTACHMENT),
-            ];
+            let needs = VIEW_USAGE_FEATURES;
             if let Some((missing, _)) =
                 needs.iter().find(|(u, f)| desc.usage.contains(*u) && !features.contains(*f))
             {
@@ -969,12 +973,7 @@ impl Device {
                 unsafe { self.instance().get_physical_device_format_properties(self.physical(), format) };
             let features =
                 if d.linear { props.linear_tiling_features } else { props.optimal_tiling_features };
-            let needs = [
-                (ImageUsage::SAMPLED, vk::FormatFeatureFlags::SAMPLED_IMAGE),
-                (ImageUsage::STORAGE, vk::FormatFeatureFlags::STORAGE_IMAGE),
-                (ImageUsage::COLOR_ATTACHMENT, vk::FormatFeatureFlags::COLOR_ATTACHMENT),
-                (ImageUsage::DEPTH_STENCIL_ATTACHMENT, vk::FormatFeatureFlags::DEPTH_STENCIL_ATTACHMENT),
-            ];
+            let needs = VIEW_USAGE_FEATURES;
             let extended = d.flags.contains(vk::ImageCreateFlags::EXTENDED_USAGE);
             if let Some((missing, _)) =
                 needs.iter().find(|(u, f)| d.usage.contains(*u) && !features.contains(*f))
