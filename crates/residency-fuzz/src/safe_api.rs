@@ -2,12 +2,12 @@
 //! device set (lavapipe opened twice in CI) under the validation layer with synchronization
 //! validation.
 //!
-//! An input is bytes decoded by [`Input`] into at most [`MAX_OPS`] operations over a small world:
+//! An input is bytes decoded by `Input` into at most [`MAX_OPS`] operations over a small world:
 //! buffers (of the device, of [`BufferPool`]s, of [`LinearPool`]s), images, views and samplers, a
 //! sparse tile pool with sparse images, an [`Uploader`], a fill program (the shipped
 //! `shaders::FILL`), three [`CommandContext`]s (two on device 0, one on device 1) and the
 //! [`Submission`]s they issued, a [`TransientPool`], and a [`Streamer`] with small in-memory
-//! textures. Sizes, offsets, counts and extents come from [`Input::size`] and [`extreme_u32`]: mostly
+//! textures. Sizes, offsets, counts and extents come from `Input::size` and `extreme_u32`: mostly
 //! small, often 0, 1, `u32::MAX`, `u64::MAX`, `2^32 − 1` and powers of two.
 //!
 //! Every typed error a safe call returns is fine. A finding is a panic (caught per input), a
