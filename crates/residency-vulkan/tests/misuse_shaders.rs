@@ -837,15 +837,20 @@ fn misuse_texture_array_with_a_layer_past_its_bias_block_reads_inside_it() {
     with_gpu(|set| {
         let device = &set.devices()[0];
         let program = ComputeProgram::new(device, "misuse array past", &shaders::TEXTURE_ARRAY, 1).unwrap();
-        let usage = ImageUsage::SAMPLED | ImageUsage::COPY_DST;
-        let image = device
-            .create_image(
-                &ImageDesc::new_2d("misuse array slices", Format::R8G8B8A8Unorm, 16, 16, usage)
-                    .with_array_layers(4),
-            )
-            .unwrap();
-        device.discard_to_general(&[&image]).unwrap();
-        let view = device.create_image_view_range(&image, 0..1, 0..4).unwrap();
+        // A sparse array (the shader reads it with `sparseTextureLodARB`, which takes only a
+        // sparse image); nothing resident, the LOD sampled is what is checked.
+        let pool = SparseTilePool::new(
+            std::sync::Arc::clone(device),
+            TilePoolDesc::default().with_tiles_per_heap(4),
+        )
+        .unwrap();
+        let view = SparseImage::new(
+            &pool,
+            "misuse array slices",
+            &SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 16, 16).with_array_layers(4),
+            false,
+        )
+        .unwrap();
         let sampler = device.create_sampler(Filter::Trilinear).unwrap();
         // bias[k].x = k for the 256 entries of the block.
         let bias: Vec<f32> = (0..256).flat_map(|k| [k as f32, 0.0, 0.0, 0.0]).collect();
@@ -1004,6 +1009,75 @@ fn misuse_fallback_and_warn_shaders_with_a_count_past_their_buffers_write_only_t
             );
             let bytes = range_after_checking_guards(&out, range);
             assert_eq!(bytes[4 * 32..], [SENTINEL; 128], "{}: results past the 4 probes", shader.name());
+        }
+    });
+}
+
+// Before the binding check, a plain image's view at a binding read with `sparseTexelFetchARB`
+// (SPIR-V `OpImageSparseFetch`) was accepted, and dispatching it segfaulted lavapipe (Mesa
+// 25.0.7). Now the binding takes only a sparse image, on every device.
+#[test]
+fn misuse_a_plain_image_where_a_shader_reads_with_sparse_residency_is_refused_and_creates_nothing() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let usage = ImageUsage::SAMPLED | ImageUsage::COPY_DST;
+        let image = device
+            .create_image(&ImageDesc::new_2d("misuse sparse plain", Format::R8G8B8A8Unorm, 256, 256, usage))
+            .unwrap();
+        device.discard_to_general(&[&image]).unwrap();
+        let view = device.create_image_view(&image, 0..1).unwrap();
+        let sampler = device.create_sampler(Filter::Nearest).unwrap();
+        let (_pool, sparse) = empty_sparse(device, "misuse sparse texture");
+        let storage = BufferUsage::STORAGE;
+        let probes = filled(device, "misuse sparse probes", &words(&[0; 4 * 4]), storage);
+        let uniform = filled(device, "misuse sparse bias", &[0; 256 * 16], BufferUsage::UNIFORM);
+        let out = guarded(device, "misuse sparse out", 4 * 32, storage);
+        let general = vk::ImageLayout::GENERAL;
+        for shader in [
+            &shaders::SPARSE_PROBE,
+            &shaders::MULTI_DEVICE,
+            &shaders::DISTANCE_FIELD,
+            &shaders::TEXTURE_ARRAY,
+        ] {
+            let program = ComputeProgram::new(device, shader.name(), shader, 4).unwrap();
+            // The other bindings are valid, so the texture is all that is refused.
+            let rest: Vec<Binding<'_>> = shader.bindings()[1..]
+                .iter()
+                .enumerate()
+                .map(|(i, kind)| match kind {
+                    BindingKind::UniformBuffer => Binding::Buffer(&uniform),
+                    _ if i + 2 == shader.bindings().len() => middle(&out, 4 * 32),
+                    _ => Binding::Buffer(&probes),
+                })
+                .collect();
+            let before = live(device);
+            let plain: Vec<_> =
+                [Binding::sampled(&view, &sampler, general)].into_iter().chain(rest.clone()).collect();
+            match program.descriptor_set(&plain) {
+                Err(BindingError::NotSparse { binding: 0, resource, .. }) => {
+                    assert_eq!(resource, "misuse sparse plain view", "{}", shader.name())
+                }
+                other => {
+                    panic!("{}: a plain image's view was not refused as NotSparse: {other:?}", shader.name())
+                }
+            }
+            assert_eq!(live(device), before, "{}: the refused set created nothing", shader.name());
+            let with_sparse: Vec<_> =
+                [Binding::sampled(&sparse, &sampler, general)].into_iter().chain(rest.clone()).collect();
+            if [&shaders::SPARSE_PROBE, &shaders::MULTI_DEVICE].iter().any(|s| std::ptr::eq(*s, shader)) {
+                // A sparse image's view works as before: nothing resident, every texel the default.
+                let push = if std::ptr::eq(shader, &shaders::SPARSE_PROBE) {
+                    [floats(&[0.25, 0.5, 0.75, 1.0]), words(&[4])].concat()
+                } else {
+                    words(&[4])
+                };
+                dispatch(device, &program, &with_sparse, &push, [1, 1, 1]);
+                let bytes = range_after_checking_guards(&out, 4 * 32);
+                let default = if std::ptr::eq(shader, &shaders::SPARSE_PROBE) { 0.25 } else { -1.0 };
+                assert_eq!(as_floats(&bytes[..4])[0], default, "{}: the default value", shader.name());
+            } else {
+                program.descriptor_set(&with_sparse).unwrap();
+            }
         }
     });
 }

@@ -1,7 +1,7 @@
 //! Compute programs: a SPIR-V compute shader with its descriptor set layout, pipeline layout,
 //! pipeline and a descriptor pool, for tests, examples, the tour and the streaming demo.
 
-use crate::descriptors::{block_bytes, Created, ProgramLayout};
+use crate::descriptors::{shader_needs, Created, ProgramLayout};
 use crate::device::Device;
 use crate::error::{VkResultExt, VulkanError};
 use crate::recording::Recording;
@@ -358,7 +358,7 @@ impl ComputeProgram {
         let mut created = Created::layouts(
             device,
             kinds,
-            block_bytes(kinds.len(), &[&interface]),
+            shader_needs(kinds.len(), &[&interface]),
             &stages,
             push_constant_bytes,
             vk::ShaderStageFlags::COMPUTE,

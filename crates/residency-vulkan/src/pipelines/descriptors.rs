@@ -112,6 +112,17 @@ impl ViewRef<'_> {
 /// [`Image::layout`](crate::Image::layout)) and is refused with
 /// [`VulkanError::ImageLayout`](crate::VulkanError::ImageLayout) otherwise. A sparse image is in
 /// `GENERAL` for life, so it is bound in `GENERAL`.
+///
+/// An image binding that the program's shaders read with a sparse residency instruction
+/// (`sparseTexelFetchARB`, `sparseTextureLodARB` and the rest: SPIR-V `OpImageSparse*`; see
+/// [`DescriptorBinding::sparse_residency`](crate::spirv::DescriptorBinding::sparse_residency))
+/// takes only a [`SparseImage`] ([`ViewRef::Sparse`]), on every device: residency's shaders
+/// query residency only to read partially resident images, and drivers may crash running these
+/// instructions on an image without sparse residency (lavapipe does). A plain [`ImageView`]
+/// there is refused with [`BindingError::NotSparse`]. Of the shipped shaders,
+/// [`SPARSE_PROBE`](crate::shaders::SPARSE_PROBE), [`MULTI_DEVICE`](crate::shaders::MULTI_DEVICE),
+/// [`DISTANCE_FIELD`](crate::shaders::DISTANCE_FIELD) and
+/// [`TEXTURE_ARRAY`](crate::shaders::TEXTURE_ARRAY) do so at binding 0.
 #[derive(Clone, Copy, Debug)]
 pub enum Binding<'a> {
     /// A whole buffer (at its offset, for ranges of a pool page), for
@@ -222,6 +233,17 @@ pub enum BindingError {
         /// Bytes of the block's fixed part.
         block: u32,
     },
+    /// A plain image view is bound where the program's shaders read with a sparse residency
+    /// instruction (`OpImageSparse*`), which needs a [`SparseImage`] ([`ViewRef::Sparse`]).
+    #[error("`{program}` binding {binding}: `{resource}` is not a sparse image, but the shader reads it with sparse residency instructions")]
+    NotSparse {
+        /// The program.
+        program: String,
+        /// The binding.
+        binding: usize,
+        /// The view.
+        resource: String,
+    },
     /// Allocating the set (or a new descriptor pool when the current one is used up) failed.
     #[error(transparent)]
     Vulkan(#[from] VulkanError),
@@ -302,8 +324,8 @@ pub(crate) struct ProgramLayout {
     pub(crate) life: Arc<Life>,
     pub(crate) name: String,
     pub(crate) kinds: Vec<BindingKind>,
-    /// Per binding, the least buffer range its shaders' block needs (`block_bytes`).
-    block_bytes: Vec<u32>,
+    /// Per binding, what its shaders need of the resource bound there.
+    needs: Vec<ShaderNeeds>,
     pub(crate) push_constant_bytes: u32,
     push_stages: vk::ShaderStageFlags,
     pub(crate) layout: vk::PipelineLayout,
@@ -419,7 +441,11 @@ impl ProgramLayout {
         }
     }
 
-    /// Checks one binding against its kind; returns the life it keeps.
+    /// Checks one binding against its kind and what the program's shaders need there (a buffer
+    /// range that holds the block; a [`SparseImage`] where they use sparse residency
+    /// instructions: [`BindingError::NotSparse`]); returns the life it keeps. The one check of
+    /// every program kind: compute, graphics and multi-device sets are all written through
+    /// [`ProgramLayout::descriptor_set`].
     fn check_binding(&self, i: usize, binding: &Binding<'_>) -> Result<Vec<Arc<Life>>, BindingError> {
         let device = self.life.device();
         let kind = self.kinds[i];
@@ -436,6 +462,14 @@ impl ProgramLayout {
         };
         let wrong_kind = |resource: &str| {
             invalid(resource, format!("is bound as {}, but the binding is {kind:?}", binding.what()))
+        };
+        let sparse_residency = self.needs.get(i).is_some_and(|n| n.sparse_residency);
+        let not_sparse = |view: &ViewRef<'_>, resource: &str| {
+            (sparse_residency && !matches!(view, ViewRef::Sparse(_))).then(|| BindingError::NotSparse {
+                program: self.name.clone(),
+                binding: i,
+                resource: resource.to_owned(),
+            })
         };
         let limits = device.limits();
         let whole = |buffer: &'_ Buffer| (0, buffer.size());
@@ -487,7 +521,7 @@ impl ProgramLayout {
                 if size > max {
                     return Err(invalid(name, format!("is {size} B, over the device's {max} B range")));
                 }
-                let block = self.block_bytes.get(i).copied().unwrap_or(0);
+                let block = self.needs.get(i).map_or(0, |n| n.block_bytes);
                 if size < u64::from(block) {
                     return Err(BindingError::RangeUnderBlock {
                         program: self.name.clone(),
@@ -509,6 +543,9 @@ impl ProgramLayout {
                 }
                 if !sampler.device().is(device) {
                     return Err(foreign("sampler"));
+                }
+                if let Some(e) = not_sparse(&view, &v.name) {
+                    return Err(e);
                 }
                 if !v.usage.contains(vk::ImageUsageFlags::SAMPLED) {
                     return Err(invalid(&v.name, "lacks SAMPLED usage".to_owned()));
@@ -544,6 +581,9 @@ impl ProgramLayout {
                 }
                 if v.device != device.uid() {
                     return Err(foreign(&v.name));
+                }
+                if let Some(e) = not_sparse(&view, &v.name) {
+                    return Err(e);
                 }
                 if !v.usage.contains(vk::ImageUsageFlags::STORAGE) {
                     return Err(invalid(&v.name, "lacks STORAGE usage".to_owned()));
@@ -688,16 +728,26 @@ impl ProgramLayout {
     }
 }
 
-/// Per binding `0..bindings` of set 0, the least buffer range the stages' shaders need there: the
-/// largest fixed block part any of `interfaces` declares (0 where none declares a buffer).
-pub(crate) fn block_bytes(bindings: usize, interfaces: &[&crate::spirv::Interface]) -> Vec<u32> {
-    let mut bytes = vec![0u32; bindings];
+/// What a program's shaders need of the resource at one binding of set 0 (from their SPIR-V).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ShaderNeeds {
+    /// The least buffer range: the largest fixed block part any stage declares (0 for images).
+    block_bytes: u32,
+    /// Whether any stage reads it with a sparse residency instruction: only a [`SparseImage`]
+    /// may be bound there.
+    sparse_residency: bool,
+}
+
+/// Per binding `0..bindings` of set 0, what the stages' shaders (`interfaces`) need there.
+pub(crate) fn shader_needs(bindings: usize, interfaces: &[&crate::spirv::Interface]) -> Vec<ShaderNeeds> {
+    let mut needs = vec![ShaderNeeds::default(); bindings];
     for b in interfaces.iter().flat_map(|i| i.bindings.iter()).filter(|b| b.set == 0) {
-        if let Some(at) = bytes.get_mut(b.binding as usize) {
-            *at = (*at).max(b.block_bytes);
+        if let Some(at) = needs.get_mut(b.binding as usize) {
+            at.block_bytes = at.block_bytes.max(b.block_bytes);
+            at.sparse_residency |= b.sparse_residency;
         }
     }
-    bytes
+    needs
 }
 
 /// Layouts a sampled image may be in (`VkWriteDescriptorSet` for combined image samplers).
@@ -716,7 +766,7 @@ const SAMPLED_LAYOUTS: [vk::ImageLayout; 8] = [
 pub(crate) struct Created<'a> {
     device: &'a Device,
     kinds: Vec<BindingKind>,
-    block_bytes: Vec<u32>,
+    needs: Vec<ShaderNeeds>,
     push_constant_bytes: u32,
     push_stages: vk::ShaderStageFlags,
     set_layout: vk::DescriptorSetLayout,
@@ -731,8 +781,8 @@ pub(crate) struct Created<'a> {
 }
 
 impl<'a> Created<'a> {
-    /// Creates set 0's layout (binding `i` of `kinds[i]`, visible to `stages[i]`, whose buffer
-    /// ranges must hold `block_bytes[i]`: [`block_bytes`]), a pipeline
+    /// Creates set 0's layout (binding `i` of `kinds[i]`, visible to `stages[i]`, whose resources
+    /// must meet `needs[i]`: [`shader_needs`]), a pipeline
     /// layout with that set and one push-constant range of `push_constant_bytes` (a multiple of 4
     /// within the device's limit: the caller checked) for `push_stages`, and a pool for
     /// `max_sets` sets (clamped to `1..=MAX_POOL_SETS`). What exists is destroyed if a step fails.
@@ -740,7 +790,7 @@ impl<'a> Created<'a> {
     pub(crate) fn layouts(
         device: &'a Device,
         kinds: &[BindingKind],
-        block_bytes: Vec<u32>,
+        needs: Vec<ShaderNeeds>,
         stages: &[vk::ShaderStageFlags],
         push_constant_bytes: u32,
         push_stages: vk::ShaderStageFlags,
@@ -751,7 +801,7 @@ impl<'a> Created<'a> {
         let mut created = Created {
             device,
             kinds: kinds.to_vec(),
-            block_bytes,
+            needs,
             push_constant_bytes,
             push_stages: if push_constant_bytes > 0 { push_stages } else { vk::ShaderStageFlags::empty() },
             set_layout: vk::DescriptorSetLayout::null(),
@@ -843,7 +893,7 @@ impl<'a> Created<'a> {
             life: Life::new(device.arc(), garbage, None),
             name: name.to_owned(),
             kinds: std::mem::take(&mut self.kinds),
-            block_bytes: std::mem::take(&mut self.block_bytes),
+            needs: std::mem::take(&mut self.needs),
             push_constant_bytes: self.push_constant_bytes,
             push_stages: self.push_stages,
             layout,

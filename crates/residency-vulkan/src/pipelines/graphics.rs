@@ -4,7 +4,7 @@
 
 use crate::buffer::Buffer;
 use crate::compute::{check_interface, Binding, BindingError, BindingKind, DescriptorSet, ProgramError};
-use crate::descriptors::{block_bytes, Created, ProgramLayout};
+use crate::descriptors::{shader_needs, Created, ProgramLayout};
 use crate::device::{Device, EnabledFeatures};
 use crate::error::VulkanError;
 use crate::format_map::vk_format;
@@ -754,7 +754,7 @@ impl GraphicsProgram {
         let mut created = Created::layouts(
             device,
             kinds,
-            block_bytes(kinds.len(), &[&vs, &fs]),
+            shader_needs(kinds.len(), &[&vs, &fs]),
             &stages,
             push_constant_bytes,
             vk::ShaderStageFlags::VERTEX | vk::ShaderStageFlags::FRAGMENT,

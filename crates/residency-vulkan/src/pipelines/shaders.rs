@@ -31,6 +31,12 @@
 //!   image's size (`textureSize`/`imageSize` of that LOD, `textureQueryLevels` for the LOD): a
 //!   fetch outside reads nothing and returns the default value (not resident) or zero, a store
 //!   outside writes nothing.
+//! - **Residency codes.** A texture read with a sparse residency instruction (`OpImageSparse*`:
+//!   binding 0 of [`SPARSE_PROBE`], [`MULTI_DEVICE`], [`DISTANCE_FIELD`] and [`TEXTURE_ARRAY`])
+//!   must be a sparse image — drivers may crash running these on an image that is not (lavapipe
+//!   does) — so a program refuses a plain view there
+//!   ([`BindingError::NotSparse`](crate::compute::BindingError::NotSparse), from
+//!   [`DescriptorBinding::sparse_residency`](crate::spirv::DescriptorBinding::sparse_residency)).
 //! - **Tables.** The feedback image table (`include/feedback.glsl`) and the software path's
 //!   indirection texture (`include/residency_software.glsl`) are data a caller can get wrong:
 //!   a slot whose 80-word entry is not inside the bound table writes no feedback, a mip past the

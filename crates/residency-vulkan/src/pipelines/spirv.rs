@@ -72,6 +72,15 @@ pub struct DescriptorBinding {
     /// A runtime array's elements are bounded by the range itself (`arrayLength`), so a block of
     /// only a runtime array needs 0. 0 for images.
     pub block_bytes: u32,
+    /// Whether the module reads it with a sparse residency instruction (`OpImageSparse*`: GLSL's
+    /// `sparseTexelFetchARB`, `sparseTextureLodARB` and the rest of `GL_ARB_sparse_texture2`),
+    /// found by following each such instruction's image operand back through loads, copies,
+    /// `OpSampledImage`, `OpImage`, access chains (arrays of images), selects, phis and function
+    /// parameters to the variable. An image operand the reflection cannot follow to a variable
+    /// marks every image binding of the module (the safe side). Such a binding needs a sparse
+    /// image: drivers may crash running these instructions on an image without sparse residency
+    /// (lavapipe does).
+    pub sparse_residency: bool,
 }
 
 /// The numeric type of a vertex input.
@@ -146,6 +155,24 @@ const OP_CONSTANT: u32 = 43;
 const OP_SPEC_CONSTANT: u32 = 50;
 const OP_EXECUTION_MODE_ID: u32 = 331;
 const OP_VARIABLE: u32 = 59;
+const OP_FUNCTION: u32 = 54;
+const OP_FUNCTION_PARAMETER: u32 = 55;
+const OP_FUNCTION_CALL: u32 = 57;
+const OP_LOAD: u32 = 61;
+const OP_ACCESS_CHAIN: u32 = 65;
+const OP_IN_BOUNDS_ACCESS_CHAIN: u32 = 66;
+const OP_PTR_ACCESS_CHAIN: u32 = 67;
+const OP_COPY_OBJECT: u32 = 83;
+const OP_SAMPLED_IMAGE: u32 = 86;
+const OP_IMAGE: u32 = 100;
+const OP_SELECT: u32 = 169;
+const OP_PHI: u32 = 245;
+/// `OpImageSparseSampleImplicitLod` (305) to `OpImageSparseDrefGather` (315); `OpImageSparseRead`
+/// (320). Each has its (sampled) image as its third operand, after result type and result. (316,
+/// `OpImageSparseTexelsResident`, reads a residency code, not an image.)
+const OP_IMAGE_SPARSE_FIRST: u32 = 305;
+const OP_IMAGE_SPARSE_LAST: u32 = 315;
+const OP_IMAGE_SPARSE_READ: u32 = 320;
 const OP_DECORATE: u32 = 71;
 const OP_MEMBER_DECORATE: u32 = 72;
 const OP_TYPE_ACCELERATION_STRUCTURE: u32 = 5341;
@@ -207,6 +234,12 @@ pub fn reflect(words: &[u32]) -> Result<Interface, SpirvError> {
     let mut variables: Vec<(u32, u32, u32)> = Vec::new(); // (pointer type, id, storage class)
     let mut interface = Interface::default();
     let mut local_size_ids: Option<[u32; 3]> = None;
+    // What each id is derived from (for the images of sparse residency instructions).
+    let mut sources: HashMap<u32, Vec<u32>> = HashMap::new();
+    let mut sparse_images: Vec<u32> = Vec::new();
+    let mut parameters: HashMap<u32, Vec<u32>> = HashMap::new(); // function -> parameters
+    let mut calls: Vec<(u32, Vec<u32>)> = Vec::new(); // (function, arguments)
+    let mut function = None;
     let mut at = 5;
     while at < words.len() {
         let count = (words[at] >> 16) as usize;
@@ -306,6 +339,41 @@ pub fn reflect(words: &[u32]) -> Result<Interface, SpirvError> {
                 need(3)?;
                 variables.push((op[0], op[1], op[2]));
             }
+            OP_LOAD
+            | OP_ACCESS_CHAIN
+            | OP_IN_BOUNDS_ACCESS_CHAIN
+            | OP_PTR_ACCESS_CHAIN
+            | OP_COPY_OBJECT
+            | OP_SAMPLED_IMAGE
+            | OP_IMAGE => {
+                need(3)?;
+                sources.entry(op[1]).or_default().push(op[2]);
+            }
+            OP_SELECT => {
+                need(5)?;
+                sources.entry(op[1]).or_default().extend([op[3], op[4]]);
+            }
+            OP_PHI => {
+                need(2)?;
+                sources.entry(op[1]).or_default().extend(op[2..].iter().step_by(2));
+            }
+            OP_FUNCTION => {
+                need(2)?;
+                function = Some(op[1]);
+            }
+            OP_FUNCTION_PARAMETER => {
+                need(2)?;
+                let Some(function) = function else { return Err(SpirvError::Truncated { at }) };
+                parameters.entry(function).or_default().push(op[1]);
+            }
+            OP_FUNCTION_CALL => {
+                need(3)?;
+                calls.push((op[2], op[3..].to_vec()));
+            }
+            OP_IMAGE_SPARSE_FIRST..=OP_IMAGE_SPARSE_LAST | OP_IMAGE_SPARSE_READ => {
+                need(3)?;
+                sparse_images.push(op[2]);
+            }
             OP_DECORATE => {
                 need(2)?;
                 decorations.insert((op[0], op[1]), op.get(2).copied().unwrap_or(0));
@@ -341,6 +409,13 @@ pub fn reflect(words: &[u32]) -> Result<Interface, SpirvError> {
         }
         interface.local_size = Some(size);
     }
+    for (callee, arguments) in &calls {
+        for (&parameter, &argument) in parameters.get(callee).into_iter().flatten().zip(arguments) {
+            sources.entry(parameter).or_default().push(argument);
+        }
+    }
+    let variable_ids: std::collections::HashSet<u32> = variables.iter().map(|&(_, id, _)| id).collect();
+    let (sparse_variables, untraced) = trace_to_variables(&sparse_images, &sources, &variable_ids);
     let reflection = Reflection { types: &types, decorations: &decorations };
     for &(pointer, id, storage) in &variables {
         let pointee = match types.get(&pointer) {
@@ -366,6 +441,7 @@ pub fn reflect(words: &[u32]) -> Result<Interface, SpirvError> {
                     }
                     _ => 0,
                 };
+                let image = matches!(types.get(&element), Some(Type::Image { .. } | Type::SampledImage));
                 interface.bindings.push(DescriptorBinding {
                     set: decorations.get(&(id, DECORATION_DESCRIPTOR_SET)).copied().unwrap_or(0),
                     binding: decorations.get(&(id, DECORATION_BINDING)).copied().unwrap_or(0),
@@ -373,6 +449,7 @@ pub fn reflect(words: &[u32]) -> Result<Interface, SpirvError> {
                     count,
                     writable,
                     block_bytes,
+                    sparse_residency: sparse_variables.contains(&id) || (untraced && image),
                 });
             }
             STORAGE_PUSH_CONSTANT => {
@@ -390,6 +467,32 @@ pub fn reflect(words: &[u32]) -> Result<Interface, SpirvError> {
         }
     }
     Ok(interface)
+}
+
+/// The variables the ids `from` are derived from (following `sources`), and whether some path
+/// ends at an id that is neither a variable nor derived from anything known.
+fn trace_to_variables(
+    from: &[u32],
+    sources: &HashMap<u32, Vec<u32>>,
+    variables: &std::collections::HashSet<u32>,
+) -> (std::collections::HashSet<u32>, bool) {
+    let mut found = std::collections::HashSet::new();
+    let mut untraced = false;
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = from.to_vec();
+    while let Some(id) = stack.pop() {
+        if !seen.insert(id) {
+            continue;
+        }
+        if variables.contains(&id) {
+            found.insert(id);
+        } else if let Some(derived) = sources.get(&id) {
+            stack.extend(derived);
+        } else {
+            untraced = true;
+        }
+    }
+    (found, untraced)
 }
 
 /// A nul-terminated UTF-8 string packed in words (little-endian within each word).
@@ -500,6 +603,64 @@ impl Reflection<'_> {
                 Some(Type::Int { width: 8..=32, signed: false }) => return Numeric::Uint,
                 _ => return Numeric::Other,
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shaders;
+
+    /// The bindings of set 0 the module reads with sparse residency instructions.
+    fn sparse_bindings(words: &[u32]) -> Vec<u32> {
+        let interface = reflect(words).unwrap();
+        let mut marked: Vec<u32> =
+            interface.bindings.iter().filter(|b| b.sparse_residency).map(|b| b.binding).collect();
+        marked.sort_unstable();
+        marked
+    }
+
+    #[test]
+    fn sparse_residency_marks_exactly_the_bindings_read_with_opimagesparse() {
+        // Binding 0 (the texture) of the four shaders that use `GL_ARB_sparse_texture2`
+        // (`residencyFetch`, `sparseTextureLodARB`); no other binding of any shipped shader,
+        // however it samples (the software path, `texelFetch`, storage images, buffers).
+        let expected = [
+            &shaders::SPARSE_PROBE,
+            &shaders::MULTI_DEVICE,
+            &shaders::DISTANCE_FIELD,
+            &shaders::TEXTURE_ARRAY,
+        ];
+        for shader in shaders::ALL {
+            let want: Vec<u32> =
+                if expected.iter().any(|e| std::ptr::eq(*e, shader)) { vec![0] } else { vec![] };
+            assert_eq!(sparse_bindings(shader.words()), want, "{}", shader.name());
+        }
+    }
+
+    /// A module's words with the one instruction at word `at` replaced by `new` (same length).
+    fn patched(words: &[u32], at: usize, new: &[u32]) -> Vec<u32> {
+        let mut words = words.to_vec();
+        words[at..at + new.len()].copy_from_slice(new);
+        words
+    }
+
+    #[test]
+    fn a_sparse_instruction_whose_image_cannot_be_traced_marks_every_image_binding() {
+        // SPARSE_PROBE's `OpImageSparseFetch` pointed at an id nothing defines (its result type
+        // id): every image binding (the texture) is marked, buffers are not.
+        let words = shaders::SPARSE_PROBE.words();
+        let mut at = 5;
+        while words[at] & 0xffff != 313 {
+            at += (words[at] >> 16) as usize;
+        }
+        let result_type = words[at + 1];
+        let words = patched(words, at + 3, &[result_type]);
+        let interface = reflect(&words).unwrap();
+        for b in &interface.bindings {
+            let image = matches!(b.kind, Some(BindingKind::SampledImage | BindingKind::StorageImage));
+            assert_eq!(b.sparse_residency, image, "binding {}", b.binding);
         }
     }
 }
