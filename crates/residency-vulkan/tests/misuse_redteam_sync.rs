@@ -190,3 +190,41 @@ fn misuse_end_frame_with_a_use_that_ends_before_the_frames_submission_is_refused
         })
     });
 }
+
+/// `DispatchItem::new` with fewer bindings than its program has panicked (`assert_eq!` on caller
+/// input); the count is refused at submission now, with nothing submitted.
+#[test]
+fn misuse_a_multi_device_dispatch_with_the_wrong_binding_count_is_a_typed_error() {
+    use residency_core::device_mask::{DeviceIndex, DeviceMask};
+    use residency_vulkan::multi::MultiBufferPool;
+    use residency_vulkan::multi_work::{
+        BufferView, DispatchItem, MultiBinding, MultiComputeProgram, MultiSubmitter, WorkItem,
+    };
+    with_gpu(|set| {
+        let both = DeviceMask::from_bits(0b11);
+        let pool = MultiBufferPool::new(
+            set,
+            both,
+            &BufferPoolDesc::new("misuse binding count", BufferPoolUsage::Unknown).with_page_size(1 << 20),
+        )
+        .unwrap();
+        let usage = BufferUsage::STORAGE | BufferUsage::COPY_DST;
+        let only =
+            pool.init_buffer(&BufferInit::new("misuse only binding", 1024).with_usage(usage), both).unwrap();
+        let program = MultiComputeProgram::new(
+            set,
+            both,
+            "misuse binding count",
+            &residency_vulkan::shaders::PLACED_BUFFERS,
+            2,
+        )
+        .unwrap();
+        let dispatch =
+            DispatchItem::new(&program, vec![MultiBinding::Buffer(BufferView::whole(&only))], &[], [1, 1, 1]);
+        let submitter = MultiSubmitter::new(set, both).unwrap();
+        let refused =
+            submitter.submit(DeviceIndex::new(0).unwrap(), &[WorkItem::Dispatch(&dispatch)]).unwrap_err();
+        assert!(refused.to_string().contains("binding"), "{refused}");
+        assert_eq!(dispatch.cached_devices(), 0);
+    });
+}

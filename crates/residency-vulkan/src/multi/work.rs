@@ -314,14 +314,16 @@ pub struct DispatchItem<'a> {
 }
 
 impl<'a> DispatchItem<'a> {
-    /// Describes a dispatch of `program` with `bindings` (one per binding of the program).
+    /// Describes a dispatch of `program` with `bindings` (one per binding of the program; another
+    /// count is refused at submission with `BindingError::Count`).
     pub fn new(
         program: &'a MultiComputeProgram,
         bindings: Vec<MultiBinding<'a>>,
         push_constants: &[u8],
         groups: [u32; 3],
     ) -> Self {
-        assert_eq!(bindings.len(), program.kinds.len(), "one resource per binding");
+        // A count that does not match the program's bindings is refused at submission, where the
+        // per-device descriptor set is made (`BindingError::Count`), with nothing submitted.
         DispatchItem {
             program,
             bindings,
@@ -894,7 +896,8 @@ impl<'a> DrawItem<'a> {
         vertices: Option<BufferView<'a>>,
         call: DrawCall<'a>,
     ) -> Self {
-        assert_eq!(bindings.len(), program.kinds.len(), "one resource per binding");
+        // A count that does not match the program's bindings is refused at submission, where the
+        // per-device descriptor set is made (`BindingError::Count`), with nothing submitted.
         DrawItem {
             program,
             bindings,
