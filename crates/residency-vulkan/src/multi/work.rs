@@ -42,6 +42,11 @@ pub struct MultiComputeProgram {
 }
 
 impl MultiComputeProgram {
+    /// The kinds of its set-0 bindings (a [`DispatchItem`] takes one resource for each).
+    pub fn bindings(&self) -> &[BindingKind] {
+        &self.kinds
+    }
+
     /// Creates the program `name` of a shipped compute `shader` on every open device of `mask`
     /// (rolled back if one fails), as [`ComputeProgram::new`] does on one.
     pub fn new(
@@ -825,6 +830,11 @@ impl MultiGraphicsProgram {
             programs,
             creating: Mutex::new(()),
         })
+    }
+
+    /// The kinds of its set-0 bindings (a [`DrawItem`] takes one resource for each).
+    pub fn bindings(&self) -> &[BindingKind] {
+        &self.kinds
     }
 
     /// The devices it may be created on.
