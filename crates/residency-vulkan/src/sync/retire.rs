@@ -338,6 +338,11 @@ pub struct Timeline {
     announced: Arc<AtomicU64>,
 }
 
+/// The renderer timeline of `clock` (`None` for residency's own clocks and the frame count).
+fn timeline_entry(timelines: &[TimelineEntry], clock: ClockId) -> Option<&TimelineEntry> {
+    timelines.get(clock.0.checked_sub(FIRST_TIMELINE)? as usize)
+}
+
 /// A renderer timeline as the device keeps it.
 #[derive(Debug)]
 struct TimelineEntry {
@@ -520,7 +525,7 @@ impl Device {
             FRAMES => r.frame.load(Ordering::Acquire),
             ClockId(n) => {
                 let timelines = r.timelines.lock().unwrap_or_else(|e| e.into_inner());
-                let Some(t) = timelines.get((n - FIRST_TIMELINE) as usize) else { return 0 };
+                let Some(t) = timeline_entry(&timelines, ClockId(n)) else { return 0 };
                 // SAFETY: a timeline semaphore of this device, destroyed only at teardown.
                 unsafe { self.raw().get_semaphore_counter_value(t.raw) }.unwrap_or(0)
             }
@@ -621,8 +626,7 @@ impl Device {
         {
             let timelines = self.retirement().timelines.lock().unwrap_or_else(|e| e.into_inner());
             for point in pending.points() {
-                let index = point.clock.0.checked_sub(FIRST_TIMELINE);
-                if let Some(t) = index.and_then(|i| timelines.get(i as usize)) {
+                if let Some(t) = timeline_entry(&timelines, point.clock) {
                     // Only what an announced signal reaches: a use past it was never submitted
                     // (nothing would end the wait); it stays queued and teardown reports it.
                     semaphores.push(t.raw);
@@ -697,8 +701,7 @@ impl Device {
             FRAMES => return Err(refuse("a frame count is not a GPU event a submission can wait for")),
             ClockId(n) => {
                 let timelines = self.retirement().timelines.lock().unwrap_or_else(|e| e.into_inner());
-                let t = timelines
-                    .get((n - FIRST_TIMELINE) as usize)
+                let t = timeline_entry(&timelines, ClockId(n))
                     .ok_or_else(|| refuse("no such timeline on this device"))?;
                 self.check_reachable(t, until.point.value)?;
                 t.raw
@@ -740,8 +743,7 @@ impl Device {
             FRAMES => false,
             ClockId(n) => {
                 let timelines = self.retirement().timelines.lock().unwrap_or_else(|e| e.into_inner());
-                timelines
-                    .get((n - FIRST_TIMELINE) as usize)
+                timeline_entry(&timelines, ClockId(n))
                     .is_some_and(|t| self.check_reachable(t, point.value).is_ok())
             }
         }
