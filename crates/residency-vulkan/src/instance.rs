@@ -114,7 +114,7 @@ impl InstanceShared {
             extension_names.push(ash::ext::validation_features::NAME.as_ptr());
         }
 
-        let log = Arc::new(ValidationLog::default());
+        let log = Arc::new(ValidationLog::new(validation));
         let app = vk::ApplicationInfo::default()
             .application_name(c"residency")
             .engine_name(c"residency")

@@ -85,6 +85,15 @@ impl ValidationMessage {
 /// Most messages kept for inspection; older ones are dropped (counts stay exact).
 const KEPT_MESSAGES: usize = 256;
 
+/// Message IDs the layer raises about itself in GPU-assisted mode, not about the application:
+/// layer 1.3.239's GPU-assisted instrumentation waits on the application's semaphores with its
+/// own timeout and reports `UNASSIGNED-VkSemaphore-state-timeout` ("most likely a validation
+/// bug") when lavapipe runs the instrumented shaders slower than that timeout. Under
+/// [`ValidationMode::GpuAssisted`] only, such a message is counted
+/// ([`ValidationLog::layer_noise_count`]) and kept, but is not a problem; every other message
+/// still is. In every other mode it is a problem like any other.
+const GPU_ASSISTED_LAYER_NOISE: &[&str] = &["UNASSIGNED-VkSemaphore-state-timeout"];
+
 /// Messages seen so far, shared between the callback and the owner of the instance.
 #[derive(Debug, Default)]
 pub struct ValidationLog {
@@ -92,9 +101,25 @@ pub struct ValidationLog {
     messages: Mutex<Vec<ValidationMessage>>,
     /// Performance warnings (not problems) by message ID, counted exactly.
     performance: Mutex<std::collections::BTreeMap<String, u64>>,
+    /// Whether GPU-assisted validation is on (then [`GPU_ASSISTED_LAYER_NOISE`] is not a problem).
+    gpu_assisted: bool,
+    /// Messages of [`GPU_ASSISTED_LAYER_NOISE`] seen under GPU-assisted validation.
+    layer_noise: AtomicU64,
 }
 
 impl ValidationLog {
+    /// An empty log for an instance created with `mode`.
+    pub(crate) fn new(mode: ValidationMode) -> ValidationLog {
+        ValidationLog { gpu_assisted: mode == ValidationMode::GpuAssisted, ..ValidationLog::default() }
+    }
+
+    /// How many messages the layer raised about itself under GPU-assisted validation (its own
+    /// semaphore-wait timeouts; see [`ValidationMode::GpuAssisted`]); they are not problems. Always
+    /// 0 in the other modes.
+    pub fn layer_noise_count(&self) -> u64 {
+        self.layer_noise.load(Ordering::SeqCst)
+    }
+
     /// How many problems ([`ValidationMessage::is_problem`]) have been seen since creation.
     pub fn problem_count(&self) -> u64 {
         self.problems.load(Ordering::SeqCst)
@@ -105,7 +130,7 @@ impl ValidationLog {
         let total = self.problem_count();
         let wanted = usize::try_from(total.saturating_sub(since)).unwrap_or(usize::MAX);
         let messages = self.messages.lock().unwrap_or_else(|e| e.into_inner());
-        let problems: Vec<_> = messages.iter().filter(|m| m.is_problem()).cloned().collect();
+        let problems: Vec<_> = messages.iter().filter(|m| self.counts(m)).cloned().collect();
         let skip = problems.len().saturating_sub(wanted);
         problems.into_iter().skip(skip).collect()
     }
@@ -120,6 +145,16 @@ impl ValidationLog {
     /// Every kept message (problems and others), oldest first.
     pub fn messages(&self) -> Vec<ValidationMessage> {
         self.messages.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Whether `message` is the layer's own noise under GPU-assisted validation.
+    fn is_layer_noise(&self, message: &ValidationMessage) -> bool {
+        self.gpu_assisted && GPU_ASSISTED_LAYER_NOISE.contains(&message.id.as_str())
+    }
+
+    /// Whether `message` counts as a problem in this log.
+    fn counts(&self, message: &ValidationMessage) -> bool {
+        message.is_problem() && !self.is_layer_noise(message)
     }
 
     fn record(&self, message: ValidationMessage, performance: bool) {
@@ -140,8 +175,11 @@ impl ValidationLog {
         if message.severity < Severity::Warning {
             return;
         }
+        if self.is_layer_noise(&message) {
+            self.layer_noise.fetch_add(1, Ordering::SeqCst);
+        }
         let mut messages = self.messages.lock().unwrap_or_else(|e| e.into_inner());
-        if message.is_problem() {
+        if self.counts(&message) {
             self.problems.fetch_add(1, Ordering::SeqCst);
         }
         if messages.len() == KEPT_MESSAGES {
@@ -213,4 +251,34 @@ unsafe extern "system" fn debug_callback(
         types.contains(vk::DebugUtilsMessageTypeFlagsEXT::PERFORMANCE),
     );
     vk::FALSE
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(id: &str) -> ValidationMessage {
+        ValidationMessage {
+            severity: Severity::Error,
+            is_validation: true,
+            id: id.to_owned(),
+            text: String::new(),
+        }
+    }
+
+    #[test]
+    fn the_layers_own_timeouts_are_noise_only_under_gpu_assisted_validation() {
+        let timeout = "UNASSIGNED-VkSemaphore-state-timeout";
+        let gpu = ValidationLog::new(ValidationMode::GpuAssisted);
+        gpu.record(message(timeout), false);
+        assert_eq!((gpu.problem_count(), gpu.layer_noise_count()), (0, 1));
+        assert!(gpu.problems_since(0).is_empty());
+        gpu.record(message("VUID-vkCmdDispatch-None-02706"), false);
+        assert_eq!(gpu.problem_count(), 1);
+        assert_eq!(gpu.problems_since(0)[0].id, "VUID-vkCmdDispatch-None-02706");
+
+        let sync = ValidationLog::new(ValidationMode::Synchronization);
+        sync.record(message(timeout), false);
+        assert_eq!((sync.problem_count(), sync.layer_noise_count()), (1, 0));
+    }
 }

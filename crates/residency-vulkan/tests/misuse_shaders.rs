@@ -1076,8 +1076,117 @@ fn misuse_a_plain_image_where_a_shader_reads_with_sparse_residency_is_refused_an
                 let default = if std::ptr::eq(shader, &shaders::SPARSE_PROBE) { 0.25 } else { -1.0 };
                 assert_eq!(as_floats(&bytes[..4])[0], default, "{}: the default value", shader.name());
             } else {
-                program.descriptor_set(&with_sparse).unwrap();
+                // A 2D sparse image at a `sampler2DArray` or `sampler3D`: refused for its shape
+                // (misuse_a_view_whose_shape_the_shader_does_not_declare_is_refused_and_creates_nothing).
+                let refused = program.descriptor_set(&with_sparse);
+                assert!(
+                    matches!(refused, Err(BindingError::ViewShape { .. })),
+                    "{}: {refused:?}",
+                    shader.name()
+                );
             }
+        }
+    });
+}
+
+// Before the shape check, a view whose type, sample count or numeric format differs from the
+// shader's `OpTypeImage` was written into the set, and a dispatch of it broke
+// `VUID-vkCmdDispatch-viewType-07752` (or `-format-07753`) from safe code. Now the binding
+// refuses it, for sampled and storage images alike, and creates nothing.
+#[test]
+fn misuse_a_view_whose_shape_the_shader_does_not_declare_is_refused_and_creates_nothing() {
+    use residency_vulkan::ImageViewDesc;
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let general = vk::ImageLayout::GENERAL;
+        let sampled = ImageUsage::SAMPLED | ImageUsage::COPY_DST;
+        let sampler = device.create_sampler(Filter::Nearest).unwrap();
+        let out = guarded(device, "misuse shape out", 64, BufferUsage::STORAGE);
+        let texels = ComputeProgram::new(device, "misuse shape texels", &shaders::SAMPLE_TEXELS, 2).unwrap();
+        let layered = device
+            .create_image(
+                &ImageDesc::new_2d("misuse shape layers", Format::R8G8B8A8Unorm, 4, 4, sampled)
+                    .with_array_layers(6),
+            )
+            .unwrap();
+        let cube = device
+            .create_image(
+                &ImageDesc::new_2d("misuse shape cube", Format::R8G8B8A8Unorm, 4, 4, sampled).cube(1),
+            )
+            .unwrap();
+        let uint = device
+            .create_image(&ImageDesc::new_2d("misuse shape uint", Format::R32Uint, 4, 4, sampled))
+            .unwrap();
+        let plain = device
+            .create_image(&ImageDesc::new_2d("misuse shape plain", Format::R8G8B8A8Unorm, 4, 4, sampled))
+            .unwrap();
+        device.discard_to_general(&[&layered, &cube, &uint, &plain]).unwrap();
+        let array_view = device.create_image_view_range(&layered, 0..1, 0..2).unwrap();
+        let cube_view = device
+            .create_image_view_as(&cube, &ImageViewDesc::of(&cube).with_type(vk::ImageViewType::CUBE))
+            .unwrap();
+        let uint_view = device.create_image_view(&uint, 0..1).unwrap();
+        let plain_view = device.create_image_view(&plain, 0..1).unwrap();
+        for (view, says) in [(&array_view, "TYPE_2D_ARRAY"), (&cube_view, "CUBE"), (&uint_view, "Uint")] {
+            let before = live(device);
+            let bindings = [Binding::sampled(view, &sampler, general), middle(&out, 64)];
+            match texels.descriptor_set(&bindings) {
+                Err(BindingError::ViewShape { binding: 0, resource, reason, .. }) => {
+                    assert_eq!(resource, view.name());
+                    assert!(reason.contains(says), "{resource}: {reason}");
+                }
+                other => panic!("{}: not refused as ViewShape: {other:?}", view.name()),
+            }
+            assert_eq!(live(device), before, "{}: the refused set created nothing", view.name());
+        }
+        // The view the shader declares is taken, and the dispatch reads it.
+        dispatch(
+            device,
+            &texels,
+            &[Binding::sampled(&plain_view, &sampler, general), middle(&out, 64)],
+            &words(&[4, 4]),
+            [1, 1, 1],
+        );
+        range_after_checking_guards(&out, 64);
+
+        // The storage twin: `sparse_store.comp` declares an `image2D`.
+        let storage = ImageUsage::STORAGE | ImageUsage::COPY_DST;
+        let store = ComputeProgram::new(device, "misuse shape store", &shaders::SPARSE_STORE, 1).unwrap();
+        let target = device
+            .create_image(
+                &ImageDesc::new_2d("misuse shape target", Format::R8G8B8A8Unorm, 8, 8, storage)
+                    .with_array_layers(2),
+            )
+            .unwrap();
+        device.discard_to_general(&[&target]).unwrap();
+        let target_view = device.create_image_view_range(&target, 0..1, 0..2).unwrap();
+        let before = live(device);
+        match store.descriptor_set(&[Binding::storage(&target_view, general)]) {
+            Err(BindingError::ViewShape { binding: 0, .. }) => {}
+            other => panic!("a 2D-array storage view at an image2D binding was not refused: {other:?}"),
+        }
+        assert_eq!(live(device), before, "the refused storage set created nothing");
+        let single = ImageViewDesc { layers: 1..2, ..ImageViewDesc::of(&target) }
+            .with_type(vk::ImageViewType::TYPE_2D);
+        let single = device.create_image_view_as(&target, &single).unwrap();
+        store.descriptor_set(&[Binding::storage(&single, general)]).unwrap();
+
+        // A sparse image's view too: `texture_array.comp` declares a `sampler2DArray`.
+        let (_pool, flat) = empty_sparse(device, "misuse shape flat sparse");
+        let array = ComputeProgram::new(device, "misuse shape array", &shaders::TEXTURE_ARRAY, 4).unwrap();
+        let uniform = filled(device, "misuse shape bias", &[0; 256 * 16], BufferUsage::UNIFORM);
+        let probes = filled(device, "misuse shape probes", &words(&[0; 16]), BufferUsage::STORAGE);
+        let bindings = [
+            Binding::sampled(&flat, &sampler, general),
+            Binding::Buffer(&uniform),
+            Binding::Buffer(&probes),
+            middle(&out, 64),
+        ];
+        match array.descriptor_set(&bindings) {
+            Err(BindingError::ViewShape { binding: 0, reason, .. }) => {
+                assert!(reason.contains("TYPE_2D_ARRAY"), "{reason}")
+            }
+            other => panic!("a 2D sparse image at a sampler2DArray binding was not refused: {other:?}"),
         }
     });
 }

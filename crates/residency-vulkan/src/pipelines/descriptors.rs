@@ -11,7 +11,9 @@ use crate::image::{Filter, ImageView, Sampler};
 use crate::recording::Recording;
 use crate::retire::{ForeignUse, Garbage, GpuUse, Life};
 use crate::sparse::SparseImage;
+use crate::spirv::{ImageShape, Numeric};
 use ash::vk;
+use residency_core::format::Format;
 use residency_core::usage::BufferUsage;
 use std::sync::{Arc, Mutex};
 
@@ -70,6 +72,11 @@ struct ViewFacts {
     format: vk::Format,
     usage: vk::ImageUsageFlags,
     tiling: vk::ImageTiling,
+    view_type: vk::ImageViewType,
+    samples: u32,
+    /// Whether its format holds unsigned integers (every other format residency knows is read as
+    /// float: UNORM, sRGB, SFLOAT, BCn, depth).
+    uint: bool,
     life: Option<Arc<Life>>,
 }
 
@@ -83,6 +90,9 @@ impl ViewRef<'_> {
                 format: vk_format(view.format()),
                 usage: vk::ImageUsageFlags::from_raw(view.usage().bits()),
                 tiling: if view.is_linear() { vk::ImageTiling::LINEAR } else { vk::ImageTiling::OPTIMAL },
+                view_type: view.view_type(),
+                samples: view.samples(),
+                uint: is_uint(view.format()),
                 life: Some(Arc::clone(view.life())),
             },
             ViewRef::Sparse(image) => {
@@ -94,11 +104,33 @@ impl ViewRef<'_> {
                     format: vk_format(image.desc().format),
                     usage,
                     tiling: vk::ImageTiling::OPTIMAL,
+                    view_type: image.view_type(),
+                    samples: 1,
+                    uint: is_uint(image.desc().format),
                     life: Some(Arc::clone(life)),
                 }
             }
         }
     }
+}
+
+/// Whether a format holds unsigned integers (read through a `uint` sampled type).
+fn is_uint(format: Format) -> bool {
+    matches!(format, Format::R8Uint | Format::R16Uint | Format::R32Uint | Format::R32G32B32A32Uint)
+}
+
+/// The view type a shader's `OpTypeImage` `Dim` and `Arrayed` operands name.
+fn shader_view_type(shape: &ImageShape) -> Option<vk::ImageViewType> {
+    Some(match (shape.dim, shape.arrayed) {
+        (0, false) => vk::ImageViewType::TYPE_1D,
+        (0, true) => vk::ImageViewType::TYPE_1D_ARRAY,
+        (1, false) => vk::ImageViewType::TYPE_2D,
+        (1, true) => vk::ImageViewType::TYPE_2D_ARRAY,
+        (2, false) => vk::ImageViewType::TYPE_3D,
+        (3, false) => vk::ImageViewType::CUBE,
+        (3, true) => vk::ImageViewType::CUBE_ARRAY,
+        _ => return None,
+    })
 }
 
 /// A resource bound at one binding of a descriptor set.
@@ -243,6 +275,21 @@ pub enum BindingError {
         binding: usize,
         /// The view.
         resource: String,
+    },
+    /// The view bound does not have the shape the shaders declare at the binding (`OpTypeImage`):
+    /// its view type is not the one `Dim` and `Arrayed` name, its sample count disagrees with
+    /// `MS`, or its format's numeric type is not the `Sampled Type` (`VUID-vkCmdDispatch-viewType-07752`,
+    /// `-format-07753` and their draw twins).
+    #[error("`{program}` binding {binding}: `{resource}` {reason}")]
+    ViewShape {
+        /// The program.
+        program: String,
+        /// The binding.
+        binding: usize,
+        /// The view.
+        resource: String,
+        /// What differs.
+        reason: String,
     },
     /// Allocating the set (or a new descriptor pool when the current one is used up) failed.
     #[error(transparent)]
@@ -471,6 +518,31 @@ impl ProgramLayout {
                 resource: resource.to_owned(),
             })
         };
+        let shape = self.needs.get(i).and_then(|n| n.image);
+        let wrong_shape = |v: &ViewFacts| {
+            let shape = shape?;
+            let wanted = shader_view_type(&shape);
+            let numeric = if v.uint { Numeric::Uint } else { Numeric::Float };
+            let reason = if wanted.is_some_and(|t| t != v.view_type) {
+                format!("is a {:?} view, but the shader declares {:?}", v.view_type, wanted?)
+            } else if shape.multisampled != (v.samples > 1) {
+                format!(
+                    "has {} samples, but the shader's image is {}multisampled",
+                    v.samples,
+                    if shape.multisampled { "" } else { "not " }
+                )
+            } else if shape.sampled_type != numeric {
+                format!("holds {numeric:?} texels, but the shader reads {:?}", shape.sampled_type)
+            } else {
+                return None;
+            };
+            Some(BindingError::ViewShape {
+                program: self.name.clone(),
+                binding: i,
+                resource: v.name.clone(),
+                reason,
+            })
+        };
         let limits = device.limits();
         let whole = |buffer: &'_ Buffer| (0, buffer.size());
         match *binding {
@@ -544,7 +616,7 @@ impl ProgramLayout {
                 if !sampler.device().is(device) {
                     return Err(foreign("sampler"));
                 }
-                if let Some(e) = not_sparse(&view, &v.name) {
+                if let Some(e) = not_sparse(&view, &v.name).or_else(|| wrong_shape(&v)) {
                     return Err(e);
                 }
                 if !v.usage.contains(vk::ImageUsageFlags::SAMPLED) {
@@ -582,7 +654,7 @@ impl ProgramLayout {
                 if v.device != device.uid() {
                     return Err(foreign(&v.name));
                 }
-                if let Some(e) = not_sparse(&view, &v.name) {
+                if let Some(e) = not_sparse(&view, &v.name).or_else(|| wrong_shape(&v)) {
                     return Err(e);
                 }
                 if !v.usage.contains(vk::ImageUsageFlags::STORAGE) {
@@ -736,6 +808,8 @@ pub(crate) struct ShaderNeeds {
     /// Whether any stage reads it with a sparse residency instruction: only a [`SparseImage`]
     /// may be bound there.
     sparse_residency: bool,
+    /// For an image binding, the shape its shaders declare (the view must match it).
+    image: Option<ImageShape>,
 }
 
 /// Per binding `0..bindings` of set 0, what the stages' shaders (`interfaces`) need there.
@@ -745,6 +819,7 @@ pub(crate) fn shader_needs(bindings: usize, interfaces: &[&crate::spirv::Interfa
         if let Some(at) = needs.get_mut(b.binding as usize) {
             at.block_bytes = at.block_bytes.max(b.block_bytes);
             at.sparse_residency |= b.sparse_residency;
+            at.image = at.image.or(b.image);
         }
     }
     needs

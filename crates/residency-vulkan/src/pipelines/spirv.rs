@@ -81,6 +81,21 @@ pub struct DescriptorBinding {
     /// image: drivers may crash running these instructions on an image without sparse residency
     /// (lavapipe does).
     pub sparse_residency: bool,
+    /// For an image binding, the shape the shader declares (`OpTypeImage`); `None` for buffers.
+    pub image: Option<ImageShape>,
+}
+
+/// What an image binding's `OpTypeImage` declares: the view a descriptor there must be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ImageShape {
+    /// The `Dim` operand: 0 = 1D, 1 = 2D, 2 = 3D, 3 = Cube (4 Rect, 5 Buffer, 6 SubpassData).
+    pub dim: u32,
+    /// The `Arrayed` operand.
+    pub arrayed: bool,
+    /// The `MS` operand (multisampled).
+    pub multisampled: bool,
+    /// The `Sampled Type` operand's numeric type (what a format must hold to be read as it).
+    pub sampled_type: Numeric,
 }
 
 /// The numeric type of a vertex input.
@@ -207,14 +222,22 @@ enum Type {
     Float { width: u32 },
     Vector { component: u32, count: u32 },
     Matrix { column: u32, count: u32 },
-    Image { dim: u32, sampled: u32 },
+    Image { dim: u32, sampled: u32, shape: ImageShapeIds },
     Sampler,
-    SampledImage,
+    SampledImage { image: u32 },
     Array { element: u32, length: u32 },
     RuntimeArray { element: u32 },
     Struct { members: Vec<u32> },
     Pointer { pointee: u32 },
     AccelerationStructure,
+}
+
+/// An `OpTypeImage`'s operands, its sampled type still an id.
+#[derive(Clone, Copy, Debug)]
+struct ImageShapeIds {
+    sampled_type: u32,
+    arrayed: bool,
+    multisampled: bool,
 }
 
 /// Reads the interface of a SPIR-V module.
@@ -300,7 +323,9 @@ pub fn reflect(words: &[u32]) -> Result<Interface, SpirvError> {
             }
             OP_TYPE_IMAGE => {
                 need(7)?;
-                types.insert(op[0], Type::Image { dim: op[2], sampled: op[6] });
+                let shape =
+                    ImageShapeIds { sampled_type: op[1], arrayed: op[4] == 1, multisampled: op[5] == 1 };
+                types.insert(op[0], Type::Image { dim: op[2], sampled: op[6], shape });
             }
             OP_TYPE_SAMPLER => {
                 need(1)?;
@@ -308,7 +333,7 @@ pub fn reflect(words: &[u32]) -> Result<Interface, SpirvError> {
             }
             OP_TYPE_SAMPLED_IMAGE => {
                 need(2)?;
-                types.insert(op[0], Type::SampledImage);
+                types.insert(op[0], Type::SampledImage { image: op[1] });
             }
             OP_TYPE_ARRAY => {
                 need(3)?;
@@ -441,7 +466,8 @@ pub fn reflect(words: &[u32]) -> Result<Interface, SpirvError> {
                     }
                     _ => 0,
                 };
-                let image = matches!(types.get(&element), Some(Type::Image { .. } | Type::SampledImage));
+                let image =
+                    matches!(types.get(&element), Some(Type::Image { .. } | Type::SampledImage { .. }));
                 interface.bindings.push(DescriptorBinding {
                     set: decorations.get(&(id, DECORATION_DESCRIPTOR_SET)).copied().unwrap_or(0),
                     binding: decorations.get(&(id, DECORATION_BINDING)).copied().unwrap_or(0),
@@ -450,6 +476,7 @@ pub fn reflect(words: &[u32]) -> Result<Interface, SpirvError> {
                     writable,
                     block_bytes,
                     sparse_residency: sparse_variables.contains(&id) || (untraced && image),
+                    image: reflection.image_shape(element),
                 });
             }
             STORAGE_PUSH_CONSTANT => {
@@ -539,8 +566,8 @@ impl Reflection<'_> {
             (STORAGE_UNIFORM, Type::Struct { .. }) if decorated(DECORATION_BLOCK) => {
                 Some(BindingKind::UniformBuffer)
             }
-            (STORAGE_UNIFORM_CONSTANT, Type::SampledImage) => Some(BindingKind::SampledImage),
-            (STORAGE_UNIFORM_CONSTANT, Type::Image { dim, sampled: 2 })
+            (STORAGE_UNIFORM_CONSTANT, Type::SampledImage { .. }) => Some(BindingKind::SampledImage),
+            (STORAGE_UNIFORM_CONSTANT, Type::Image { dim, sampled: 2, .. })
                 if *dim != DIM_BUFFER && *dim != DIM_SUBPASS_DATA =>
             {
                 Some(BindingKind::StorageImage)
@@ -588,6 +615,23 @@ impl Reflection<'_> {
             // a block's last member); count nothing.
             _ => 0,
         })
+    }
+
+    /// The shape of an image or sampled-image type; `None` for anything else.
+    fn image_shape(&self, ty: u32) -> Option<ImageShape> {
+        let ty = match self.types.get(&ty)? {
+            Type::SampledImage { image } => *image,
+            _ => ty,
+        };
+        match self.types.get(&ty)? {
+            Type::Image { dim, shape, .. } => Some(ImageShape {
+                dim: *dim,
+                arrayed: shape.arrayed,
+                multisampled: shape.multisampled,
+                sampled_type: self.numeric(shape.sampled_type),
+            }),
+            _ => None,
+        }
     }
 
     fn numeric(&self, ty: u32) -> Numeric {

@@ -324,11 +324,7 @@ impl SparseImage {
         let layout = SparseImageLayout::with_device_mip_tail(desc, &info, &limits, tail)?;
         let view_info = vk::ImageViewCreateInfo::default()
             .image(raw)
-            .view_type(match (desc.dimension, desc.array_layers) {
-                (SparseDimension::D3, _) => vk::ImageViewType::TYPE_3D,
-                (SparseDimension::D2, 1) => vk::ImageViewType::TYPE_2D,
-                (SparseDimension::D2, _) => vk::ImageViewType::TYPE_2D_ARRAY,
-            })
+            .view_type(view_type(desc))
             .format(create.format)
             .subresource_range(vk::ImageSubresourceRange {
                 aspect_mask: wanted,
@@ -429,6 +425,11 @@ impl SparseImage {
     /// What a descriptor set binding the view needs: the view, its device's id, the usage.
     pub(crate) fn view_binding(&self) -> (vk::ImageView, u64, vk::ImageUsageFlags, &Arc<Life>) {
         (self.view, self.device_uid, self.usage, &self.life)
+    }
+
+    /// The type of its whole-image view (what a shader binding it must declare).
+    pub(crate) fn view_type(&self) -> vk::ImageViewType {
+        view_type(&self.desc)
     }
 
     /// Its name.
@@ -730,5 +731,14 @@ impl Drop for Unfinished<'_> {
         if let Some(garbage) = self.garbage.take() {
             self.device.retire(Garbage::SparseImage(Box::new(garbage)), LastUses::none());
         }
+    }
+}
+
+/// The type of a sparse image's whole-image view.
+fn view_type(desc: &SparseImageDesc) -> vk::ImageViewType {
+    match (desc.dimension, desc.array_layers) {
+        (SparseDimension::D3, _) => vk::ImageViewType::TYPE_3D,
+        (SparseDimension::D2, 1) => vk::ImageViewType::TYPE_2D,
+        (SparseDimension::D2, _) => vk::ImageViewType::TYPE_2D_ARRAY,
     }
 }
