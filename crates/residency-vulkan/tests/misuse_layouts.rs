@@ -19,7 +19,7 @@ use residency_vulkan::testing::with_gpu;
 use residency_vulkan::tracking::ResourceTracker;
 use residency_vulkan::{
     ash, Buffer, BufferDesc, CommandContext, Device, Filter, Image, ImageDesc, ImageRegion, ImageView,
-    Sampler, UploadError, Uploader, VulkanError,
+    ImageViewDesc, Sampler, UploadError, Uploader, VulkanError,
 };
 
 mod common;
@@ -488,15 +488,27 @@ fn misuse_a_renderers_own_command_buffer_is_checked_by_submit_checked() {
 fn misuse_a_set_showing_one_subresource_in_two_layouts_is_refused() {
     with_gpu(|set| {
         let device = &set.devices()[0];
-        let s = sampling(device, "misuse two layouts", vk::ImageLayout::GENERAL);
-        let view = device.create_image_view(&s.image, 0..1).unwrap();
+        // One image seen through two views (a float one for binding 0's `sampler2D`, a uint one
+        // for binding 1's `usampler2D`), in two layouts.
+        let usage = ImageUsage::SAMPLED | ImageUsage::COPY_DST;
+        let formats = [vk::Format::R8G8B8A8_UNORM, vk::Format::R32_UINT];
+        let image = device
+            .create_image(
+                &ImageDesc::new_2d("misuse two layouts", Format::R8G8B8A8Unorm, SIZE, SIZE, usage)
+                    .mutable_format(&formats),
+            )
+            .unwrap();
+        let view = device.create_image_view(&image, 0..1).unwrap();
+        let as_uint = device
+            .create_image_view_as(&image, &ImageViewDesc::of(&image).with_format(vk::Format::R32_UINT))
+            .unwrap();
         let sampler = device.create_sampler(Filter::Nearest).unwrap();
         let out = results(device, "misuse two layouts out");
         let program =
             ComputeProgram::new(device, "misuse two layouts program", &shaders::SPARSE_FALLBACK, 32).unwrap();
         let refused = program.descriptor_set(&[
             Binding::sampled(&view, &sampler, vk::ImageLayout::GENERAL),
-            Binding::sampled(&view, &sampler, vk::ImageLayout::SHADER_READ_ONLY_OPTIMAL),
+            Binding::sampled(&as_uint, &sampler, vk::ImageLayout::SHADER_READ_ONLY_OPTIMAL),
             Binding::Buffer(&out),
             Binding::Buffer(&out),
         ]);

@@ -453,9 +453,19 @@ fn misuse_descriptor_bindings_that_do_not_fit_are_refused_before_anything_is_all
         let integer = device
             .create_image(&ImageDesc::new_2d("misuse integer", Format::R8Uint, 16, 16, ImageUsage::SAMPLED))
             .unwrap();
-        let (storage_view, integer_view) = (
+        let float = device
+            .create_image(&ImageDesc::new_2d(
+                "misuse float",
+                Format::R8G8B8A8Unorm,
+                16,
+                16,
+                ImageUsage::SAMPLED,
+            ))
+            .unwrap();
+        let (storage_view, integer_view, float_view) = (
             device.create_image_view(&storage_only, 0..1).unwrap(),
             device.create_image_view(&integer, 0..1).unwrap(),
+            device.create_image_view(&float, 0..1).unwrap(),
         );
         let (nearest, trilinear) = (
             device.create_sampler(Filter::Nearest).unwrap(),
@@ -475,16 +485,35 @@ fn misuse_descriptor_bindings_that_do_not_fit_are_refused_before_anything_is_all
         let (binding, reason) =
             invalid(&[Binding::sampled(&storage_view, &nearest, general), Binding::Buffer(&buffer)]);
         assert!(binding == 0 && reason.contains("SAMPLED"), "{reason}");
-        let (binding, reason) =
-            invalid(&[Binding::sampled(&integer_view, &trilinear, general), Binding::Buffer(&buffer)]);
-        assert!(binding == 0 && reason.contains("linearly"), "{reason}");
+        // An integer format at the shader's float `sampler2D` is the wrong shape; at a
+        // `usampler2D` (sparse_fallback.comp's binding 1) it cannot be filtered linearly.
+        assert!(matches!(
+            program.descriptor_set(&[
+                Binding::sampled(&integer_view, &nearest, general),
+                Binding::Buffer(&buffer)
+            ]),
+            Err(BindingError::ViewShape { binding: 0, .. })
+        ));
+        let fallback =
+            ComputeProgram::new(device, "misuse bindings uint", &shaders::SPARSE_FALLBACK, 1).unwrap();
+        match fallback.descriptor_set(&[
+            Binding::sampled(&float_view, &nearest, general),
+            Binding::sampled(&integer_view, &trilinear, general),
+            Binding::Buffer(&buffer),
+            Binding::Buffer(&buffer),
+        ]) {
+            Err(BindingError::Invalid { binding: 1, reason, .. }) => {
+                assert!(reason.contains("linearly"), "{reason}")
+            }
+            other => panic!("expected a filtering refusal, got {other:?}"),
+        }
         let (binding, reason) = invalid(&[
-            Binding::sampled(&integer_view, &nearest, vk::ImageLayout::TRANSFER_DST_OPTIMAL),
+            Binding::sampled(&float_view, &nearest, vk::ImageLayout::TRANSFER_DST_OPTIMAL),
             Binding::Buffer(&buffer),
         ]);
         assert!(binding == 0 && reason.contains("sampled"), "{reason}");
         let (binding, reason) =
-            invalid(&[Binding::sampled(&integer_view, &nearest, general), Binding::Buffer(&uniform_only)]);
+            invalid(&[Binding::sampled(&float_view, &nearest, general), Binding::Buffer(&uniform_only)]);
         assert!(binding == 1 && reason.contains("usage"), "{reason}");
         assert!(matches!(
             program.descriptor_set(&[Binding::Buffer(&buffer)]),
@@ -493,7 +522,7 @@ fn misuse_descriptor_bindings_that_do_not_fit_are_refused_before_anything_is_all
         // The fitting set is made (the pool had room for only this one: nothing was allocated
         // by the refusals).
         program
-            .descriptor_set(&[Binding::sampled(&integer_view, &nearest, general), Binding::Buffer(&buffer)])
+            .descriptor_set(&[Binding::sampled(&float_view, &nearest, general), Binding::Buffer(&buffer)])
             .unwrap();
     });
 }
