@@ -25,39 +25,35 @@ mod sync;
 pub mod testing;
 pub mod validation;
 
-// The flat paths the crate and its users name things by.
-pub(crate) use device::{ledger, set as device_set};
+// Public modules (one path each) and the types users name from the crate root. Internal code
+// names everything by its folder path (`crate::sync::retire::Life`), never through these.
 pub use device::{profile_capture, requirements};
-pub(crate) use memory::{defrag, placement as resource_memory, pool, report};
 pub use multi::work as multi_work;
-pub(crate) use pipelines::descriptors;
 pub use pipelines::{compute, graphics, shaders, spirv};
-pub(crate) use resources::{buffer, image, upload};
 pub use sparse::{backend as residency_backend, software};
-pub(crate) use sync::{commands, retire};
 pub use sync::{recording, tracking, transient};
 
 pub use ash;
-pub use buffer::{
-    vk_buffer_usage, AccessError, Buffer, BufferDesc, BufferPlacement, ForeignReason, ForeignResource,
-};
-pub use commands::{CommandContext, ReadBackError, Submission};
-pub use defrag::{DefragDesc, DefragError, DefragStats, DefragTotals, Defragmenter, Unmovable};
+pub use device::ledger::{FaultSite, InjectedFault, Ledger, LiveObject};
+pub use device::set::{DeviceSet, DeviceSetDesc, LiveDevice, TeardownError, SETS_DROPPED_IN_USE};
 pub use device::{Device, EnabledFeatures, ExternalDevice, HeapStatus, Queue, QueueGuard, LEAKS_AT_TEARDOWN};
-pub use device_set::{DeviceSet, DeviceSetDesc, LiveDevice, TeardownError, SETS_DROPPED_IN_USE};
 pub use error::{Result, VulkanError, LAVAPIPE_HINT};
-pub use image::{Filter, Image, ImageDesc, ImageView, ImageViewDesc, Sampler};
 pub use instance::{version_string, InstanceDesc};
-pub use ledger::{FaultSite, InjectedFault, Ledger, LiveObject};
+pub use memory::defrag::{DefragDesc, DefragError, DefragStats, DefragTotals, Defragmenter, Unmovable};
 pub use memory::linear_pool::{LinearPool, LinearPoolDesc, LinearPoolStats};
-pub use memory::MemoryError;
-pub use pool::{BufferInit, BufferPool, BufferPoolDesc, PoolRange, PoolStats};
-pub use recording::Recording;
-pub use report::ReportSources;
-pub use residency_backend::ResidencyBackend;
-pub use resource_memory::{
+pub use memory::placement::{
     usage_alignment_floor, Allocation, AllocationDesc, BoundTo, PlacementPolicy, PLACEMENT_MESSAGES_KEPT,
 };
-pub use retire::{ForeignUse, GpuUse, Timeline};
-pub use upload::{ImageRegion, ImageTarget, UploadError, Uploader, PARALLEL_COPY_PIECE};
+pub use memory::pool::{BufferInit, BufferPool, BufferPoolDesc, PoolRange, PoolStats};
+pub use memory::report::ReportSources;
+pub use memory::MemoryError;
+pub use resources::buffer::{
+    vk_buffer_usage, AccessError, Buffer, BufferDesc, BufferPlacement, ForeignReason, ForeignResource,
+};
+pub use resources::image::{Filter, Image, ImageDesc, ImageView, ImageViewDesc, Sampler};
+pub use resources::upload::{ImageRegion, ImageTarget, UploadError, Uploader, PARALLEL_COPY_PIECE};
+pub use sparse::backend::ResidencyBackend;
+pub use sync::commands::{CommandContext, ReadBackError, Submission};
+pub use sync::recording::Recording;
+pub use sync::retire::{ForeignUse, GpuUse, Timeline};
 pub use validation::ValidationMode;

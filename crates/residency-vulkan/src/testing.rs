@@ -5,7 +5,7 @@
 //! while a test runs fails that test. When `RESIDENCY_REQUIRE_GPU=1` (CI sets it) and no device can be
 //! opened, the test fails; otherwise it prints a loud skip line and returns.
 
-use crate::device_set::{DeviceSet, DeviceSetDesc};
+use crate::device::set::{DeviceSet, DeviceSetDesc};
 use crate::instance::InstanceDesc;
 use crate::validation::{ValidationMessage, ValidationMode};
 use std::sync::{Mutex, OnceLock};
@@ -59,8 +59,9 @@ pub fn with_gpu<R>(test: impl FnOnce(&DeviceSet) -> R) -> Option<R> {
     let before = set.validation_log().problem_count();
     // Heaps kept for reuse (memory blocks of the general allocator) may outlive a test; any other
     // object left alive by the test is a leak.
-    let objects =
-        |d: &crate::Device| d.ledger().live_objects().into_iter().filter(|o| o.kind != "memory").count();
+    let objects = |d: &crate::device::Device| {
+        d.ledger().live_objects().into_iter().filter(|o| o.kind != "memory").count()
+    };
     let live_before: Vec<usize> = set.devices().iter().map(|d| objects(d)).collect();
     let result = test(set);
     // What the test released while its work was still on the GPU is destroyed once that work is

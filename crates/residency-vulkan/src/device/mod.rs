@@ -6,11 +6,11 @@ pub mod profile_capture;
 pub mod requirements;
 pub(crate) mod set;
 
+use crate::device::ledger::{FaultSite, Ledger};
 use crate::error::{Result, VkResultExt, VulkanError};
 use crate::instance::{version_string, InstanceShared};
-use crate::ledger::{FaultSite, Ledger};
 use crate::memory::BlockList;
-use crate::retire::Retirement;
+use crate::sync::retire::Retirement;
 use crate::validation::ValidationLog;
 use ash::vk;
 use lock::{Lock, LockGuard, Reentrant};
@@ -172,7 +172,7 @@ pub struct Device {
     /// The tight-alignment tier, derived on first use.
     pub(crate) tight_tier: OnceLock<residency_core::placement::TightAlignmentTier>,
     /// The placement engine's messages.
-    pub(crate) placement_log: crate::resource_memory::PlacementLog,
+    pub(crate) placement_log: crate::memory::placement::PlacementLog,
 }
 
 static NEXT_DEVICE_UID: AtomicU64 = AtomicU64::new(1);
@@ -625,7 +625,8 @@ impl Device {
     /// of its limits and, for a possible build scratch, the scratch alignment (0: none). What
     /// every placement path (general heaps, pools, linear pools, transient heaps) applies.
     pub(crate) fn usage_floor(&self, usage: BufferUsage) -> u64 {
-        crate::usage_alignment_floor(usage, &self.profile().limits).max(self.scratch_floor(usage))
+        crate::memory::placement::usage_alignment_floor(usage, &self.profile().limits)
+            .max(self.scratch_floor(usage))
     }
 
     /// The scratch floor of a buffer that may be a build's scratch (storage + device address)

@@ -2,9 +2,9 @@
 //! `vkGetDeviceBufferMemoryRequirements` / `vkGetDeviceImageMemoryRequirements` answer, asked without
 //! creating objects. A live device never estimates.
 
+use crate::device::profile_capture::{buffer_requirements, image_supported, requirements_of_image};
 use crate::device::Device;
 use crate::format_map::vk_format;
-use crate::profile_capture::{buffer_requirements, image_supported, requirements_of_image};
 use ash::vk;
 use residency_core::placement::{ImageQuery, ImageTiling, RequirementsQuery, RequirementsSource};
 use residency_core::placement::{RequirementsError, SourcedRequirements};
@@ -57,7 +57,7 @@ impl RequirementsSource for Device {
                 if b.size == 0 || b.size > self.profile().limits.max_buffer_size {
                     return Err(RequirementsError::Unsupported { what: format!("a buffer of {} B", b.size) });
                 }
-                buffer_requirements(self, b.size, crate::buffer::vk_buffer_usage(b.usage))
+                buffer_requirements(self, b.size, crate::resources::buffer::vk_buffer_usage(b.usage))
             }
             RequirementsQuery::Image(q) => {
                 let info = image_query_info(q);

@@ -258,7 +258,7 @@ pub struct LiveDevice {
     /// or timelines they were declared `used_until`).
     pub pending_destruction: usize,
     /// Residency objects still alive on it (buffers, images, pools, …), by name.
-    pub objects: Vec<crate::LiveObject>,
+    pub objects: Vec<crate::device::ledger::LiveObject>,
 }
 
 /// [`DeviceSet::close`] found devices still in use; the set is handed back unchanged.

@@ -9,14 +9,14 @@
 // Sizes and offsets here come from callers: no operator that can wrap or panic (issue #29).
 #![deny(clippy::arithmetic_side_effects)]
 
-use crate::buffer::{bind_buffer, create_raw_buffer, Buffer, BufferPlacement};
+use crate::device::ledger::ObjectId;
 use crate::device::Device;
-use crate::ledger::ObjectId;
+use crate::memory::placement::ResourceMemory;
+use crate::memory::pool::BufferInit;
 use crate::memory::{check_priority, MemoryBlock, MemoryError, RawMemoryDesc, DEFAULT_PRIORITY};
-use crate::pool::BufferInit;
-use crate::resource_memory::ResourceMemory;
+use crate::resources::buffer::{bind_buffer, create_raw_buffer, Buffer, BufferPlacement};
 use crate::resources::Unused;
-use crate::retire::{Garbage, Life, Parent, PendingUses};
+use crate::sync::retire::{Garbage, Life, Parent, PendingUses};
 use residency_core::allocator::{LinearAllocation, LinearAllocator, LinearDesc, LinearMode};
 use residency_core::memory::{memory_type_candidates, MemoryIntent};
 use residency_core::sync::LastUses;
@@ -155,7 +155,7 @@ impl LinearPool {
             });
         };
         let desc = LinearPoolDesc { size, ..desc };
-        let allowed = crate::pool::unknown_flags_type_bits(&device);
+        let allowed = crate::memory::pool::unknown_flags_type_bits(&device);
         let Some(&type_index) =
             memory_type_candidates(&device.memory_properties().types, allowed, desc.memory).first()
         else {
@@ -325,7 +325,7 @@ impl LinearShared {
             coherent,
             placement: BufferPlacement::Placed,
             pool: Some(self.pool_id),
-            resource: crate::buffer::next_resource_id(),
+            resource: crate::resources::buffer::next_resource_id(),
             // A linear pool's order is its allocation order: defragmentation leaves it alone.
             movable: false,
             copy_pending: None,

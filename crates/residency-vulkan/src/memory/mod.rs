@@ -11,9 +11,9 @@ pub(crate) mod placement;
 pub(crate) mod pool;
 pub(crate) mod report;
 
+use crate::device::ledger::{FaultSite, ObjectId};
 use crate::device::Device;
 use crate::error::VulkanError;
-use crate::ledger::{FaultSite, ObjectId};
 use ash::vk;
 use residency_core::allocator::{AllocError, Allocation, ResourceKind, TlsfAllocator, TlsfDesc};
 use residency_core::memory::{HeapGrowth, MemoryIntent};

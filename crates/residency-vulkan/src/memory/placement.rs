@@ -2,11 +2,11 @@
 //! allocator, or committed (dedicated memory of its own). Shared by buffers and images, and by
 //! [`Allocation`]s: memory for objects the renderer created itself, or for raw requirements.
 
-use crate::buffer::{ForeignReason, ForeignResource};
 use crate::device::Device;
 use crate::error::VulkanError;
 use crate::memory::{BlockAllocation, MappedPtr, MemoryBlock, MemoryError, RawMemoryDesc, SubRequest};
-use crate::retire::{ForeignUse, Garbage, GpuUse, Life};
+use crate::resources::buffer::{ForeignReason, ForeignResource};
+use crate::sync::retire::{ForeignUse, Garbage, GpuUse, Life};
 use ash::vk;
 use residency_core::allocator::{AllocError, ResourceKind};
 use residency_core::device_mask::DeviceIndex;
@@ -31,7 +31,7 @@ pub(crate) enum ResourceMemory {
     /// A pool's page. Weak: a live resource keeps its pool alive through its `Life`'s parent; a
     /// deferred one returns its range only if the pool is still there (else the pool's pages
     /// retire after it, all at once).
-    Pool { pool: std::sync::Weak<crate::pool::PoolShared>, arena: u16, allocation: BlockAllocation },
+    Pool { pool: std::sync::Weak<crate::memory::pool::PoolShared>, arena: u16, allocation: BlockAllocation },
     /// A transient pool's heap: nothing to return (the heap retires after the resources in it).
     Transient,
     /// A linear pool's block. Weak, as for a buffer pool.
@@ -426,7 +426,8 @@ impl Device {
         desc: &AllocationDesc,
     ) -> Result<Allocation, MemoryError> {
         // SAFETY: the caller's contract: a live buffer of this device.
-        let requirements = unsafe { crate::profile_capture::requirements_of_buffer_object(self, buffer) };
+        let requirements =
+            unsafe { crate::device::profile_capture::requirements_of_buffer_object(self, buffer) };
         let mut allocation =
             self.allocate_own(desc, requirements, ResourceKind::Linear, DedicatedTarget::Buffer(buffer))?;
         // SAFETY: the caller's contract (live, unbound, not in use elsewhere); the range was
@@ -457,7 +458,8 @@ impl Device {
         desc: &AllocationDesc,
     ) -> Result<Allocation, MemoryError> {
         // SAFETY: the caller's contract: a live, non-disjoint image of this device.
-        let requirements = unsafe { crate::profile_capture::requirements_of_image_object(self, image) };
+        let requirements =
+            unsafe { crate::device::profile_capture::requirements_of_image_object(self, image) };
         let mut allocation =
             self.allocate_own(desc, requirements, desc.kind, DedicatedTarget::Image(image))?;
         // SAFETY: the caller's contract (live, unbound, not in use elsewhere); the range was

@@ -11,15 +11,15 @@
 //! placed buffer run outside it. Creating a new page (a `vkAllocateMemory`) happens under the lock,
 //! which is rare: pages are large.
 
-use crate::buffer::{
+use crate::device::ledger::ObjectId;
+use crate::device::Device;
+use crate::memory::placement::ResourceMemory;
+use crate::memory::{BlockAllocation, BlockList, MemoryError, SubRequest};
+use crate::resources::buffer::{
     bind_buffer, create_raw_buffer, vk_buffer_usage, Buffer, BufferPlacement, ForeignReason, ForeignResource,
 };
-use crate::device::Device;
-use crate::ledger::ObjectId;
-use crate::memory::{BlockAllocation, BlockList, MemoryError, SubRequest};
-use crate::resource_memory::ResourceMemory;
 use crate::resources::Unused;
-use crate::retire::{Garbage, GpuUse, Life, Parent, PendingUses};
+use crate::sync::retire::{Garbage, GpuUse, Life, Parent, PendingUses};
 use ash::vk;
 use residency_core::allocator::ResourceKind;
 use residency_core::memory::{memory_type_candidates, HeapGrowth, MemoryIntent};
@@ -58,7 +58,7 @@ pub struct BufferPoolDesc {
     /// How an unknown-flags pool aligns its placed buffers: `Tight` or `Legacy` (64 KiB, D3D12's
     /// layout); `None`, the default: the device's policy at each buffer's creation. Ranges of a
     /// known-flags pool are not resources of their own: they take their usage's offset floors.
-    pub policy: Option<crate::PlacementPolicy>,
+    pub policy: Option<crate::memory::placement::PlacementPolicy>,
 }
 
 impl BufferPoolDesc {
@@ -110,7 +110,7 @@ impl BufferPoolDesc {
     }
 
     /// Sets the pool's own placement policy (see the `policy` field).
-    pub fn with_policy(mut self, policy: crate::PlacementPolicy) -> Self {
+    pub fn with_policy(mut self, policy: crate::memory::placement::PlacementPolicy) -> Self {
         self.policy = Some(policy);
         self
     }
@@ -247,7 +247,7 @@ pub(crate) fn unknown_flags_type_bits(device: &Device) -> u32 {
 
 /// Memory types any buffer of `usage` may use (asked without creating a buffer).
 fn buffer_type_bits(device: &Device, usage: BufferUsage) -> u32 {
-    crate::profile_capture::buffer_requirements(device, 1, vk_buffer_usage(usage)).memory_type_bits
+    crate::device::profile_capture::buffer_requirements(device, 1, vk_buffer_usage(usage)).memory_type_bits
 }
 
 impl BufferPool {
@@ -533,7 +533,7 @@ impl PoolShared {
         }
         // The placement engine under the pool's policy: the driver's alignment, the policy's
         // layout (64 KiB legacy), the usage's floors and the caller's floor on top.
-        let request = crate::resource_memory::PlaceRequest {
+        let request = crate::memory::placement::PlaceRequest {
             name: &init.name,
             requirements: req,
             alignment_floor: init.alignment,
@@ -541,7 +541,7 @@ impl PoolShared {
             intent: self.desc.memory,
             committed: false,
             allow_over_budget: self.desc.allow_over_budget,
-            target: crate::resource_memory::DedicatedTarget::Buffer(raw),
+            target: crate::memory::placement::DedicatedTarget::Buffer(raw),
             priority: None,
             image: None,
         };
@@ -599,7 +599,7 @@ impl PoolShared {
             coherent: self.coherent(),
             placement,
             pool: Some(self.pool_id),
-            resource: crate::buffer::next_resource_id(),
+            resource: crate::resources::buffer::next_resource_id(),
             movable: true,
             copy_pending: None,
             user_data: 0,
@@ -785,9 +785,9 @@ impl PoolRange {
 
     /// Declares that GPU work the renderer submitted itself uses the range until `until`:
     /// dropping it earlier defers its release until then. A use of another device is refused.
-    pub fn used_until(&mut self, until: GpuUse) -> Result<(), crate::ForeignUse> {
+    pub fn used_until(&mut self, until: GpuUse) -> Result<(), crate::sync::retire::ForeignUse> {
         if until.device != self.pool.device.uid() {
-            return Err(crate::ForeignUse);
+            return Err(crate::sync::retire::ForeignUse);
         }
         self.uses.note(until.point);
         Ok(())
@@ -795,7 +795,7 @@ impl PoolRange {
 
     /// Copies `data` into the range at `offset` (flushing non-coherent memory). Needs `&mut`: one
     /// writer. The GPU must not be using these bytes (order your submissions after the write).
-    pub fn write(&mut self, offset: u64, data: &[u8]) -> Result<(), crate::AccessError> {
+    pub fn write(&mut self, offset: u64, data: &[u8]) -> Result<(), crate::resources::buffer::AccessError> {
         let dst = self.bytes(offset, data.len())?;
         // SAFETY: `dst..dst + len` lies inside this range of the page's persistent mapping
         // (checked), which lives as long as the page, which this range keeps alive; the range is
@@ -806,7 +806,7 @@ impl PoolRange {
     }
 
     /// Copies bytes of the range at `offset` into `out` (invalidating non-coherent memory first).
-    pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), crate::AccessError> {
+    pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), crate::resources::buffer::AccessError> {
         let src = self.bytes(offset, out.len())?;
         self.flush_or_invalidate(offset, out.len() as u64, false)?;
         // SAFETY: as in `write`; `&self` excludes a concurrent `write` of this handle.
@@ -814,11 +814,16 @@ impl PoolRange {
         Ok(())
     }
 
-    fn bytes(&self, offset: u64, len: usize) -> Result<std::ptr::NonNull<u8>, crate::AccessError> {
+    fn bytes(
+        &self,
+        offset: u64,
+        len: usize,
+    ) -> Result<std::ptr::NonNull<u8>, crate::resources::buffer::AccessError> {
         let name = || self.pool.desc.name.clone();
-        let mapped = self.mapped.ok_or_else(|| crate::AccessError::NotMappable { name: name() })?;
+        let mapped =
+            self.mapped.ok_or_else(|| crate::resources::buffer::AccessError::NotMappable { name: name() })?;
         let end = offset.checked_add(len as u64).filter(|&end| end <= self.size);
-        let out = || crate::AccessError::OutOfBounds {
+        let out = || crate::resources::buffer::AccessError::OutOfBounds {
             name: name(),
             offset,
             end: offset.saturating_add(len as u64),
@@ -828,7 +833,12 @@ impl PoolRange {
         mapped.range(self.offset + offset, len as u64).ok_or_else(out)
     }
 
-    fn flush_or_invalidate(&self, offset: u64, len: u64, flush: bool) -> Result<(), crate::AccessError> {
+    fn flush_or_invalidate(
+        &self,
+        offset: u64,
+        len: u64,
+        flush: bool,
+    ) -> Result<(), crate::resources::buffer::AccessError> {
         let device = &self.pool.device;
         let coherent = device.memory_properties().types[self.pool.type_index as usize].flags.host_coherent;
         if coherent || len == 0 {
@@ -849,7 +859,7 @@ impl PoolRange {
                 device.raw().invalidate_mapped_memory_ranges(&[range])
             }
         };
-        result.map_err(|r| crate::VulkanError::from_vk("vkFlushMappedMemoryRanges", r).into())
+        result.map_err(|r| crate::error::VulkanError::from_vk("vkFlushMappedMemoryRanges", r).into())
     }
 }
 

@@ -7,13 +7,13 @@
 //! their own outside every heap, so they appear in a report only when listed there. Each heap's
 //! `library_bytes` counts all of this library's memory in it, listed or not.
 
-use crate::buffer::Buffer;
+use crate::device::set::DeviceSet;
 use crate::device::Device;
-use crate::device_set::DeviceSet;
+use crate::memory::placement::ResourceMemory;
+use crate::memory::pool::BufferPool;
 use crate::memory::{BlockList, MemoryBlock};
-use crate::pool::BufferPool;
-use crate::resource_memory::ResourceMemory;
-use crate::retire::Garbage;
+use crate::resources::buffer::Buffer;
+use crate::sync::retire::Garbage;
 use ash::vk;
 use residency_core::allocator::BlockState;
 use residency_core::report::{
@@ -38,8 +38,8 @@ use std::collections::HashMap;
 pub struct ReportSources<'a> {
     pools: Vec<&'a BufferPool>,
     buffers: Vec<&'a Buffer>,
-    images: Vec<&'a crate::Image>,
-    allocations: Vec<&'a crate::Allocation>,
+    images: Vec<&'a crate::resources::image::Image>,
+    allocations: Vec<&'a crate::memory::placement::Allocation>,
 }
 
 impl<'a> ReportSources<'a> {
@@ -74,14 +74,20 @@ impl<'a> ReportSources<'a> {
 
     /// Labels images' allocations with their names, tiling and size (committed ones listed as
     /// dedicated blocks).
-    pub fn with_images(mut self, images: impl IntoIterator<Item = &'a crate::Image>) -> Self {
+    pub fn with_images(
+        mut self,
+        images: impl IntoIterator<Item = &'a crate::resources::image::Image>,
+    ) -> Self {
         self.images.extend(images);
         self
     }
 
     /// Labels [`Allocation`](crate::Allocation)s — memory for the renderer's own objects and raw
     /// requirements — with their names and sizes (dedicated ones listed as dedicated blocks).
-    pub fn with_allocations(mut self, allocations: impl IntoIterator<Item = &'a crate::Allocation>) -> Self {
+    pub fn with_allocations(
+        mut self,
+        allocations: impl IntoIterator<Item = &'a crate::memory::placement::Allocation>,
+    ) -> Self {
         self.allocations.extend(allocations);
         self
     }
@@ -102,7 +108,7 @@ struct Label<'a> {
 type Labels<'a> = HashMap<(vk::DeviceMemory, u64), Label<'a>>;
 
 /// The dedicated block a resource's garbage will free, if it has one.
-fn dedicated_of(life: &crate::retire::Life) -> Option<&MemoryBlock> {
+fn dedicated_of(life: &crate::sync::retire::Life) -> Option<&MemoryBlock> {
     match life.garbage()? {
         Garbage::Buffer { memory: ResourceMemory::Dedicated(block), .. }
         | Garbage::Image { memory: ResourceMemory::Dedicated(block), .. } => Some(block),

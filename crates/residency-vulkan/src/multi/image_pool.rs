@@ -11,12 +11,12 @@
 use super::{
     device_count, fan_out, multi_device, resolve_mask, MultiDevice, MultiDeviceError, MultiImage, PerDevice,
 };
-use crate::buffer::{ForeignReason, ForeignResource};
+use crate::device::set::DeviceSet;
 use crate::device::Device;
-use crate::device_set::DeviceSet;
 use crate::memory::MemoryError;
-use crate::retire::{GpuUse, Life};
-use crate::ImageDesc;
+use crate::resources::buffer::{ForeignReason, ForeignResource};
+use crate::resources::image::ImageDesc;
+use crate::sync::retire::{GpuUse, Life};
 use residency_core::device_mask::{DeviceIndex, DeviceMask};
 use residency_core::memory::MemoryIntent;
 use residency_core::report::DeviceSetReport;
@@ -330,7 +330,8 @@ impl MultiImagePool {
             };
             // The driver's size asked without creating anything (the description was checked
             // against this device above), so a refusal allocates nothing.
-            let expected = crate::profile_capture::requirements_of_image(device, &desc.create_info()).size;
+            let expected =
+                crate::device::profile_capture::requirements_of_image(device, &desc.create_info()).size;
             if let Some(refused) = over(expected) {
                 return Err(refused);
             }
@@ -384,7 +385,7 @@ impl MultiImagePool {
     /// A report of every device of `set` ([`DeviceSet::memory_report_with`]) with the instances of
     /// `images` naming their allocations (each device takes its own instances).
     pub fn report_with(&self, set: &DeviceSet, images: &[&MultiImage]) -> DeviceSetReport {
-        let sources = crate::ReportSources::new()
+        let sources = crate::memory::report::ReportSources::new()
             .with_images(images.iter().flat_map(|m| m.images.iter().map(|(_, image)| image)));
         set.memory_report_with(&sources)
     }

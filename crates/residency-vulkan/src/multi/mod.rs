@@ -23,13 +23,13 @@ pub mod work;
 
 pub use image_pool::{DeviceImagePool, ImagePoolError, ImagePoolStats, MultiImagePool, MultiImagePoolDesc};
 
-use crate::buffer::{Buffer, ForeignReason, ForeignResource};
+use crate::device::set::DeviceSet;
 use crate::device::Device;
-use crate::device_set::DeviceSet;
-use crate::image::ImageView;
+use crate::memory::pool::{BufferInit, BufferPool, BufferPoolDesc, PoolStats};
 use crate::memory::MemoryError;
-use crate::pool::{BufferInit, BufferPool, BufferPoolDesc, PoolStats};
-use crate::upload::{UploadError, Uploader};
+use crate::resources::buffer::{Buffer, ForeignReason, ForeignResource};
+use crate::resources::image::ImageView;
+use crate::resources::upload::{UploadError, Uploader};
 use residency_core::device_mask::{DeviceIndex, DeviceMask};
 use std::sync::Arc;
 
@@ -273,7 +273,7 @@ impl MultiBuffer {
     pub fn create(
         set: &DeviceSet,
         mask: DeviceMask,
-        desc: &crate::BufferDesc,
+        desc: &crate::resources::buffer::BufferDesc,
     ) -> Result<MultiBuffer, MultiDeviceError<MemoryError>> {
         let instances = fan_out_on(set, mask, |d| d.create_buffer(desc))?;
         let init = BufferInit {
@@ -655,7 +655,7 @@ impl MultiSparseImage {
                     let image = self.images.get_mut(i).expect("committed before");
                     let _ = image.release_tiles(pool, &tiles);
                     for tail in tails {
-                        let _ = crate::ResidencyBackend::release_tail(image, pool, tail);
+                        let _ = crate::sparse::backend::ResidencyBackend::release_tail(image, pool, tail);
                     }
                 }
                 return Err(MultiDeviceError::Failed { device: index, source });
@@ -754,7 +754,7 @@ impl MultiSparseImage {
                 allowed: uploader.mask(),
             })?;
             // The checks of `Uploader::write_image`, on every device before anything is staged.
-            let region = crate::upload::ImageRegion::new(image, mip, offset, extent);
+            let region = crate::resources::upload::ImageRegion::new(image, mip, offset, extent);
             target.check_image_write(&region, data.len() as u64).map_err(failed)?;
             targets.push((index, image, target));
         }
@@ -763,7 +763,7 @@ impl MultiSparseImage {
                 .into_iter()
                 .map(|(index, image, uploader)| {
                     scope.spawn(move || {
-                        let region = crate::upload::ImageRegion::new(image, mip, offset, extent);
+                        let region = crate::resources::upload::ImageRegion::new(image, mip, offset, extent);
                         let result = uploader.write_image(&region, data).and_then(|()| uploader.wait_idle());
                         (index, result)
                     })
@@ -793,7 +793,7 @@ fn resident(image: &crate::sparse::SparseImage) -> (Vec<residency_core::tiles::T
 /// when it is dropped (see [`MultiImagePool`] for when the budget comes back).
 #[derive(Debug)]
 pub struct MultiImage {
-    images: PerDevice<crate::Image>,
+    images: PerDevice<crate::resources::image::Image>,
     views: std::sync::Mutex<Vec<CachedView>>,
     /// The per-device pools that charged its instances (none for [`MultiImage::create`]'s).
     charged_by: Vec<Arc<image_pool::Charges>>,
@@ -818,7 +818,7 @@ impl MultiImage {
     pub fn create(
         set: &DeviceSet,
         mask: DeviceMask,
-        desc: &crate::ImageDesc,
+        desc: &crate::resources::image::ImageDesc,
     ) -> Result<Self, MultiDeviceError<MemoryError>> {
         let images = fan_out_on(set, mask, |d| d.create_image(desc))?;
         Ok(MultiImage { images, views: std::sync::Mutex::new(Vec::new()), charged_by: Vec::new() })
@@ -832,7 +832,7 @@ impl MultiImage {
         set: &DeviceSet,
         index: DeviceIndex,
         mips: std::ops::Range<u32>,
-    ) -> Result<Arc<ImageView>, MultiDeviceError<crate::VulkanError>> {
+    ) -> Result<Arc<ImageView>, MultiDeviceError<crate::error::VulkanError>> {
         let not_here = || MultiDeviceError::MaskNotSubset { requested: index.mask(), allowed: self.mask() };
         let device = set.device(index).ok_or_else(not_here)?;
         self.view_on(device, mips)
@@ -843,7 +843,7 @@ impl MultiImage {
         &self,
         device: &Device,
         mips: std::ops::Range<u32>,
-    ) -> Result<Arc<ImageView>, MultiDeviceError<crate::VulkanError>> {
+    ) -> Result<Arc<ImageView>, MultiDeviceError<crate::error::VulkanError>> {
         let index = device.index();
         let not_here = || MultiDeviceError::MaskNotSubset { requested: index.mask(), allowed: self.mask() };
         let image = self.images.get(index).ok_or_else(not_here)?;
@@ -871,18 +871,19 @@ impl MultiImage {
 /// A transient pool on every device of a mask: each device plans and keeps its own heaps.
 #[derive(Debug)]
 pub struct MultiTransientPool {
-    pools: PerDevice<crate::transient::TransientPool>,
+    pools: PerDevice<crate::sync::transient::TransientPool>,
 }
 
 impl MultiTransientPool {
     /// A transient pool on every open device of `mask`.
     pub fn new(set: &DeviceSet, mask: DeviceMask, name: &str) -> Result<Self, MultiDeviceError<MemoryError>> {
-        let pools = fan_out_on(set, mask, |d| crate::transient::TransientPool::new(Arc::clone(d), name))?;
+        let pools =
+            fan_out_on(set, mask, |d| crate::sync::transient::TransientPool::new(Arc::clone(d), name))?;
         Ok(MultiTransientPool { pools })
     }
 
     /// The pool of device `index` (frames are planned and recorded per device).
-    pub fn pool_mut(&mut self, index: DeviceIndex) -> Option<&mut crate::transient::TransientPool> {
+    pub fn pool_mut(&mut self, index: DeviceIndex) -> Option<&mut crate::sync::transient::TransientPool> {
         self.pools.get_mut(index)
     }
 
@@ -916,5 +917,5 @@ multi_device!(MultiBuffer, instances: Buffer);
 multi_device!(MultiUploader, uploaders: Uploader);
 multi_device!(MultiTilePool, pools: crate::sparse::SparseTilePool, pool);
 multi_device!(MultiSparseImage, images: crate::sparse::SparseImage);
-multi_device!(MultiImage, images: crate::Image);
-multi_device!(MultiTransientPool, pools: crate::transient::TransientPool, pool);
+multi_device!(MultiImage, images: crate::resources::image::Image);
+multi_device!(MultiTransientPool, pools: crate::sync::transient::TransientPool, pool);

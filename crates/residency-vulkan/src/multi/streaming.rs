@@ -13,7 +13,7 @@
 //! tiles go back to their budgets, their objects are destroyed after their frames).
 
 use super::{device_count, resolve_mask, MultiDeviceError, PerDevice};
-use crate::device_set::DeviceSet;
+use crate::device::set::DeviceSet;
 use crate::streaming::{StreamError, Streamer, StreamerDesc, StreamerStats, TextureStats, VirtualTexture};
 use residency_core::device_mask::{DeviceIndex, DeviceMask};
 use residency_core::streaming::{CacheStats, CachedSource, DecodedTileCache, StreamingStats, TileSource};

@@ -12,23 +12,23 @@
 //! [`DispatchItem`], [`CopyItem`], [`RenderItem`] with [`DrawItem`]s (vertices, indexed, indirect),
 //! timestamps of [`MultiTimestamps`], and full barriers.
 
-use crate::buffer::Buffer;
-use crate::commands::{CommandContext, Submission};
-use crate::compute::{
-    Binding, BindingError, BindingKind, ComputeProgram, DescriptorSet, DispatchError, ProgramError,
-};
+use crate::device::set::DeviceSet;
 use crate::device::Device;
-use crate::device_set::DeviceSet;
 use crate::error::{Result as VkResult, VkResultExt, VulkanError};
-use crate::graphics::{DrawError, GraphicsProgram, IndexFormat, RenderError, VertexAttribute};
 use crate::multi::MultiImage;
 use crate::multi::{
     device_count, fan_out_on, multi_device, resolve_mask, MultiBuffer, MultiDevice, MultiDeviceError,
     PerDevice,
 };
-use crate::recording::{check_buffer_copy, Recording, Timestamps};
-use crate::retire::{ForeignUse, Garbage, GpuUse, Life};
-use crate::shaders::Shader;
+use crate::pipelines::compute::{
+    Binding, BindingError, BindingKind, ComputeProgram, DescriptorSet, DispatchError, ProgramError,
+};
+use crate::pipelines::graphics::{DrawError, GraphicsProgram, IndexFormat, RenderError, VertexAttribute};
+use crate::pipelines::shaders::Shader;
+use crate::resources::buffer::Buffer;
+use crate::sync::commands::{CommandContext, Submission};
+use crate::sync::recording::{check_buffer_copy, Recording, Timestamps};
+use crate::sync::retire::{ForeignUse, Garbage, GpuUse, Life};
 use ash::vk;
 use residency_core::device_mask::{DeviceIndex, DeviceMask};
 use std::sync::{Arc, Mutex};
@@ -1022,8 +1022,8 @@ enum ResolvedCall<'r> {
 /// A render item resolved on a device.
 struct ResolvedRender<'r> {
     program: &'r GraphicsProgram,
-    image: &'r crate::Image,
-    view: Arc<crate::image::ImageView>,
+    image: &'r crate::resources::image::Image,
+    view: Arc<crate::resources::image::ImageView>,
     extent: [u32; 2],
     clear: [f32; 4],
     draws: Vec<ResolvedDraw<'r>>,

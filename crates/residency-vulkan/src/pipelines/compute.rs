@@ -1,18 +1,18 @@
 //! Compute programs: a SPIR-V compute shader with its descriptor set layout, pipeline layout,
 //! pipeline and a descriptor pool, for tests, examples, the tour and the streaming demo.
 
-use crate::descriptors::{shader_needs, Created, ProgramLayout};
 use crate::device::Device;
 use crate::error::{VkResultExt, VulkanError};
-use crate::recording::Recording;
-use crate::retire::{ForeignUse, GpuUse};
-use crate::shaders::Shader;
-use crate::spirv::{self, Interface, SpirvError, Stage};
+use crate::pipelines::descriptors::{shader_needs, Created, ProgramLayout};
+use crate::pipelines::shaders::Shader;
+use crate::pipelines::spirv::{self, Interface, SpirvError, Stage};
+use crate::sync::recording::Recording;
+use crate::sync::retire::{ForeignUse, GpuUse};
 use ash::vk;
 use residency_core::device_mask::DeviceIndex;
 use std::sync::Arc;
 
-pub use crate::descriptors::{Binding, BindingError, BindingKind, DescriptorSet, ViewRef};
+pub use crate::pipelines::descriptors::{Binding, BindingError, BindingKind, DescriptorSet, ViewRef};
 
 /// A dispatch was refused before anything was recorded: it breaks a rule of `vkCmdDispatch` or
 /// `vkCmdPushConstants` that the program can check.
@@ -225,7 +225,7 @@ pub fn spirv_words(bytes: &[u8]) -> Vec<u32> {
 /// `MinLod` → `shaderResourceMinLod`.
 pub(crate) fn missing_capability_feature(
     interface: &Interface,
-    features: &crate::EnabledFeatures,
+    features: &crate::device::EnabledFeatures,
 ) -> Option<&'static str> {
     let needs = [
         (spirv::CAPABILITY_SPARSE_RESIDENCY, features.shader_resource_residency, "shaderResourceResidency"),

@@ -3,15 +3,15 @@
 //! set-0 layout, pipeline layout, push-constant range and descriptor pool that compute and
 //! graphics programs both build the same way (`ProgramLayout`).
 
-use crate::buffer::Buffer;
 use crate::device::Device;
 use crate::error::{VkResultExt, VulkanError};
 use crate::format_map::vk_format;
-use crate::image::{Filter, ImageView, Sampler};
-use crate::recording::Recording;
-use crate::retire::{ForeignUse, Garbage, GpuUse, Life};
+use crate::pipelines::spirv::{ImageShape, Numeric};
+use crate::resources::buffer::Buffer;
+use crate::resources::image::{Filter, ImageView, Sampler};
 use crate::sparse::SparseImage;
-use crate::spirv::{ImageShape, Numeric};
+use crate::sync::recording::Recording;
+use crate::sync::retire::{ForeignUse, Garbage, GpuUse, Life};
 use ash::vk;
 use residency_core::format::Format;
 use residency_core::usage::BufferUsage;
@@ -314,7 +314,7 @@ pub struct DescriptorSet {
 /// A subresource range of an image that a command needs in one layout.
 #[derive(Debug)]
 pub(crate) struct ImageUse {
-    pub(crate) layouts: Arc<crate::image::Layouts>,
+    pub(crate) layouts: Arc<crate::resources::image::Layouts>,
     pub(crate) mips: std::ops::Range<u32>,
     pub(crate) layers: std::ops::Range<u32>,
     pub(crate) layout: vk::ImageLayout,
@@ -432,7 +432,8 @@ impl ProgramLayout {
         let name = format!("{} descriptors {}", self.name, pools.extra + 1);
         device.set_name(raw, &name);
         let id = device.ledger().track("descriptor pool", name);
-        let parent: Arc<dyn crate::retire::Parent> = Arc::clone(&self.life) as Arc<dyn crate::retire::Parent>;
+        let parent: Arc<dyn crate::sync::retire::Parent> =
+            Arc::clone(&self.life) as Arc<dyn crate::sync::retire::Parent>;
         let life = Life::new(device.arc(), Garbage::DescriptorPool { raw, id }, Some(parent));
         pools.current = raw;
         pools.current_life = Some(life);
@@ -813,7 +814,10 @@ pub(crate) struct ShaderNeeds {
 }
 
 /// Per binding `0..bindings` of set 0, what the stages' shaders (`interfaces`) need there.
-pub(crate) fn shader_needs(bindings: usize, interfaces: &[&crate::spirv::Interface]) -> Vec<ShaderNeeds> {
+pub(crate) fn shader_needs(
+    bindings: usize,
+    interfaces: &[&crate::pipelines::spirv::Interface],
+) -> Vec<ShaderNeeds> {
     let mut needs = vec![ShaderNeeds::default(); bindings];
     for b in interfaces.iter().flat_map(|i| i.bindings.iter()).filter(|b| b.set == 0) {
         if let Some(at) = needs.get_mut(b.binding as usize) {

@@ -2,18 +2,20 @@
 //! and push constants over both stages (the descriptor and push-constant code compute programs
 //! use), and a [`Drawing`] whose binds and draws are checked and keep what they use alive.
 
-use crate::buffer::Buffer;
-use crate::compute::{check_interface, Binding, BindingError, BindingKind, DescriptorSet, ProgramError};
-use crate::descriptors::{shader_needs, Created, ProgramLayout};
 use crate::device::{Device, EnabledFeatures};
 use crate::error::VulkanError;
 use crate::format_map::vk_format;
-use crate::image::ImageView;
-use crate::recording::Recording;
-use crate::retire::{ForeignUse, GpuUse};
-use crate::shaders::Shader;
+use crate::pipelines::compute::{
+    check_interface, Binding, BindingError, BindingKind, DescriptorSet, ProgramError,
+};
+use crate::pipelines::descriptors::{shader_needs, Created, ProgramLayout};
+use crate::pipelines::shaders::Shader;
+use crate::pipelines::spirv::{Interface, Numeric, Stage};
+use crate::resources::buffer::Buffer;
+use crate::resources::image::ImageView;
 use crate::sparse::SparseAttachment;
-use crate::spirv::{Interface, Numeric, Stage};
+use crate::sync::recording::Recording;
+use crate::sync::retire::{ForeignUse, GpuUse};
 use ash::vk;
 use residency_core::usage::{BufferUsage, ImageUsage};
 use std::sync::Arc;
@@ -1129,12 +1131,12 @@ impl GraphicsProgram {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shaders;
-    use crate::spirv::reflect;
+    use crate::pipelines::shaders;
+    use crate::pipelines::spirv::reflect;
 
     #[test]
     fn shaders_with_residency_codes_need_shader_resource_residency() {
-        use crate::compute::missing_capability_feature;
+        use crate::pipelines::compute::missing_capability_feature;
         let sparse = EnabledFeatures { shader_resource_residency: true, ..EnabledFeatures::default() };
         // `sparse_probe.comp` reads residency codes (`OpImageSparse*`: the SparseResidency capability).
         let probe = reflect(shaders::SPARSE_PROBE.words()).unwrap();

@@ -54,8 +54,8 @@
 //! shader index: [`Drawing::draw`](crate::graphics::Drawing::draw) checks its vertex count and
 //! `draw_indexed` is `unsafe` (the index buffer's contents are the caller's to vouch for).
 
-use crate::compute::BindingKind;
-use crate::spirv::Stage;
+use crate::pipelines::compute::BindingKind;
+use crate::pipelines::spirv::Stage;
 
 /// One shipped SPIR-V module: its name, stage, code and the interface it declares (the descriptor
 /// bindings `0..bindings().len()` of set 0, in binding order, and the push-constant bytes a

@@ -3,7 +3,7 @@
 //! workgroup size, so that programs can refuse a shader whose interface does not match what they
 //! are created with. It reads; it does not validate the code (that is `spirv-val`'s job).
 
-use crate::compute::BindingKind;
+use crate::pipelines::compute::BindingKind;
 use std::collections::HashMap;
 
 /// The SPIR-V magic number, in the module's first word.
@@ -654,7 +654,7 @@ impl Reflection<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shaders;
+    use crate::pipelines::shaders;
 
     /// The bindings of set 0 the module reads with sparse residency instructions.
     fn sparse_bindings(words: &[u32]) -> Vec<u32> {

@@ -4,13 +4,13 @@
 // Sizes and offsets here come from callers: no operator that can wrap or panic (issue #29).
 #![deny(clippy::arithmetic_side_effects)]
 
+use crate::device::ledger::FaultSite;
 use crate::device::Device;
 use crate::error::VulkanError;
-use crate::ledger::FaultSite;
+use crate::memory::placement::{DedicatedTarget, PlaceRequest};
 use crate::memory::{MappedPtr, MemoryError};
-use crate::resource_memory::{DedicatedTarget, PlaceRequest};
 use crate::resources::Unused;
-use crate::retire::{ForeignUse, Garbage, GpuUse, Life};
+use crate::sync::retire::{ForeignUse, Garbage, GpuUse, Life};
 use ash::vk;
 use residency_core::allocator::ResourceKind;
 use residency_core::device_mask::DeviceIndex;
@@ -498,7 +498,7 @@ pub(crate) fn create_raw_buffer(
     })?;
     device.set_name(raw, name);
     // SAFETY: raw was just created on this device.
-    let requirements = unsafe { crate::profile_capture::requirements_of_buffer_object(device, raw) };
+    let requirements = unsafe { crate::device::profile_capture::requirements_of_buffer_object(device, raw) };
     Ok((raw, requirements))
 }
 

@@ -3,14 +3,14 @@
 //! Any `VkFormat`: the core's formats carry their texel sizes; a format the core does not know
 //! is created and viewed, and refused by the operations that need texel sizes.
 
-use crate::buffer::{ForeignReason, ForeignResource};
 use crate::device::Device;
 use crate::error::VulkanError;
 use crate::format_map::{aspect, vk_format};
+use crate::memory::placement::{DedicatedTarget, PlaceRequest, ResourceMemory};
 use crate::memory::MemoryError;
-use crate::resource_memory::{DedicatedTarget, PlaceRequest, ResourceMemory};
+use crate::resources::buffer::{ForeignReason, ForeignResource};
 use crate::resources::Unused;
-use crate::retire::{ForeignUse, Garbage, GpuUse, Life, Parent};
+use crate::sync::retire::{ForeignUse, Garbage, GpuUse, Life, Parent};
 use ash::vk;
 use residency_core::allocator::{AllocError, ResourceKind};
 use residency_core::device_mask::DeviceIndex;
@@ -399,7 +399,7 @@ impl Image {
             memory_offset: offset,
             size,
             committed: false,
-            resource: crate::buffer::next_resource_id(),
+            resource: crate::resources::buffer::next_resource_id(),
             user_data: 0,
         }
     }
@@ -518,9 +518,9 @@ impl Image {
     }
 }
 
-impl crate::upload::Sealed for Image {
-    fn target(&self) -> crate::upload::TargetInfo<'_> {
-        crate::upload::TargetInfo {
+impl crate::resources::upload::Sealed for Image {
+    fn target(&self) -> crate::resources::upload::TargetInfo<'_> {
+        crate::resources::upload::TargetInfo {
             raw: self.raw,
             name: &self.desc.name,
             format: self.desc.format,
@@ -535,7 +535,7 @@ impl crate::upload::Sealed for Image {
     }
 }
 
-impl crate::upload::ImageTarget for Image {}
+impl crate::resources::upload::ImageTarget for Image {}
 
 fn invalid(name: &str, reason: impl Into<String>) -> MemoryError {
     MemoryError::Unsatisfiable { name: name.to_owned(), reason: reason.into() }
@@ -781,7 +781,7 @@ impl Device {
         } else {
             info.p_next = next;
         }
-        let raw = self.ledger().guard(crate::ledger::FaultSite::CreateResource, || {
+        let raw = self.ledger().guard(crate::device::ledger::FaultSite::CreateResource, || {
             // SAFETY: the description was checked against the device's format properties above
             // (flags, sharing and the format list included); the chained list outlives the call;
             // the caller's chain after it is valid for this description (this fn's contract).
@@ -796,7 +796,7 @@ impl Device {
         self.set_name(raw, name);
         let guard = Unused::new(self, raw);
         // SAFETY: raw was just created on this device (never disjoint: residency sets no such flag).
-        let requirements = unsafe { crate::profile_capture::requirements_of_image_object(self, raw) };
+        let requirements = unsafe { crate::device::profile_capture::requirements_of_image_object(self, raw) };
         let request = PlaceRequest {
             name,
             requirements,
@@ -826,7 +826,7 @@ impl Device {
             memory_offset: placed.offset,
             size: requirements.size,
             committed: placed.committed,
-            resource: crate::buffer::next_resource_id(),
+            resource: crate::resources::buffer::next_resource_id(),
             user_data: 0,
         })
     }
@@ -1269,7 +1269,7 @@ impl Device {
         &self,
         image: &Image,
         layout: vk::ImageLayout,
-    ) -> Result<Vec<u8>, crate::ReadBackError> {
+    ) -> Result<Vec<u8>, crate::sync::commands::ReadBackError> {
         let d = &image.desc;
         if !image.device().is(self) {
             return Err(VulkanError::WrongDevice {
@@ -1281,16 +1281,16 @@ impl Device {
         }
         // The checks of `Recording::copy_image_to_buffer`, without a caller's buffer.
         let (_, bytes) =
-            crate::recording::check_image_to_buffer(image, layout, None).map_err(|e| match e {
-                crate::recording::CopyError::Invalid { reason, .. } => {
-                    crate::ReadBackError::Invalid { name: d.name.clone(), reason }
+            crate::sync::recording::check_image_to_buffer(image, layout, None).map_err(|e| match e {
+                crate::sync::recording::CopyError::Invalid { reason, .. } => {
+                    crate::sync::commands::ReadBackError::Invalid { name: d.name.clone(), reason }
                 }
-                other => crate::ReadBackError::Vulkan(VulkanError::Unsupported {
+                other => crate::sync::commands::ReadBackError::Vulkan(VulkanError::Unsupported {
                     device: self.name().to_owned(),
                     reason: other.to_string(),
                 }),
             })?;
-        let copy = crate::ImageRegion {
+        let copy = crate::resources::upload::ImageRegion {
             image,
             layout,
             aspect: aspect(d.format),

@@ -12,13 +12,13 @@
 //! ([`Uploader::record`]), with barriers for the stages that read the data: no submission of the
 //! uploader's own, and ring space comes back once that command buffer has run.
 
-use crate::buffer::{Buffer, BufferDesc};
-use crate::commands::{CommandContext, Submission};
 use crate::device::Device;
 use crate::error::VulkanError;
 use crate::memory::MemoryError;
-use crate::recording::{MemoryDependency, Recording};
-use crate::retire::{Garbage, Life};
+use crate::resources::buffer::{Buffer, BufferDesc};
+use crate::sync::commands::{CommandContext, Submission};
+use crate::sync::recording::{MemoryDependency, Recording};
+use crate::sync::retire::{Garbage, Life};
 use ash::vk;
 use residency_core::allocator::{FrameId, RingAllocator, RingError};
 use residency_core::memory::MemoryIntent;
@@ -217,12 +217,12 @@ enum PendingCopy {
         layout: vk::ImageLayout,
         region: vk::BufferImageCopy,
         /// The image's layout record (`None`: a sparse image, `GENERAL` for life).
-        layouts: Option<Arc<crate::image::Layouts>>,
+        layouts: Option<Arc<crate::resources::image::Layouts>>,
     },
 }
 
 mod target {
-    use crate::retire::Life;
+    use crate::sync::retire::Life;
     use ash::vk;
     use residency_core::format::Format;
     use std::sync::Arc;
@@ -244,7 +244,7 @@ mod target {
         /// What keeps it (and what it points into) alive; its device.
         pub(crate) life: &'a Arc<Life>,
         /// Its layout record; `None` for a sparse image, which is in `GENERAL` for life.
-        pub(crate) layouts: Option<&'a Arc<crate::image::Layouts>>,
+        pub(crate) layouts: Option<&'a Arc<crate::resources::image::Layouts>>,
     }
 
     /// Seals [`ImageTarget`](super::ImageTarget): only this crate's images implement it.
@@ -846,7 +846,7 @@ impl Uploader {
                 rec.check_layout(layouts, mip..mip + 1, layer..layer + 1, *layout)?;
             }
         }
-        if readers.is_empty() || !crate::recording::SHADER_STAGES.contains(readers) {
+        if readers.is_empty() || !crate::sync::recording::SHADER_STAGES.contains(readers) {
             return Err(UploadError::Readers { stages: readers });
         }
         rec.memory_barrier(MemoryDependency {

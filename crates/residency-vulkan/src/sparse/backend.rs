@@ -19,7 +19,7 @@
 //! named there): a check cannot exist on one path and be missing on the other.
 
 use crate::device::Device;
-use crate::retire::{ForeignUse, GpuUse};
+use crate::sync::retire::{ForeignUse, GpuUse};
 use residency_core::tiles::{
     CommitError, PoolId, PoolInvariantError, PoolStats, ResidencyChanges, SparseImageLayout, SparseResidency,
     TexelRegion, TileIndex, TilePool,

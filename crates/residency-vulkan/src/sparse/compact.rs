@@ -3,8 +3,8 @@
 //! heaps moved out of go back to the device.
 
 use super::*;
-use crate::buffer::BufferDesc;
-use crate::recording::Timestamps;
+use crate::resources::buffer::BufferDesc;
+use crate::sync::recording::Timestamps;
 use residency_core::tiles::{CompactionPlan, TileChange};
 use residency_core::usage::BufferUsage;
 use std::time::Duration;
@@ -292,7 +292,7 @@ fn compact_pass(
                 .tiles
                 .iter()
                 .map(|&(_, _, _, layer, mip, region, offset)| {
-                    crate::upload::ImageRegion::new(image, mip, region.offset, region.extent)
+                    crate::resources::upload::ImageRegion::new(image, mip, region.offset, region.extent)
                         .with_layer(layer)
                         .buffer_image_copy(offset)
                 })
@@ -416,7 +416,7 @@ enum TileCopy {
 /// and `staging`, the way `direction` says.
 fn record_tile_copies(
     device: &Device,
-    rec: &mut crate::Recording<'_>,
+    rec: &mut crate::sync::recording::Recording<'_>,
     owner: &dyn CompactionOwner,
     regions: &[(usize, Vec<vk::BufferImageCopy>)],
     staging: vk::Buffer,
@@ -455,7 +455,7 @@ fn record_tile_copies(
 }
 
 fn global_barrier(
-    rec: &mut crate::Recording<'_>,
+    rec: &mut crate::sync::recording::Recording<'_>,
     src: (vk::PipelineStageFlags2, vk::AccessFlags2),
     dst: (vk::PipelineStageFlags2, vk::AccessFlags2),
 ) {

@@ -14,8 +14,8 @@ use super::*;
 /// [`MinLodMap::used_until`]).
 #[derive(Debug)]
 pub struct MinLodMap {
-    pub(super) image: crate::Image,
-    pub(super) view: crate::ImageView,
+    pub(super) image: crate::resources::image::Image,
+    pub(super) view: crate::resources::image::ImageView,
     pub(super) uploaded: bool,
     /// The sparse image it was made for (its key): [`MinLodMap::update`] takes no other.
     pub(super) source: u64,
@@ -39,7 +39,7 @@ impl MinLodMap {
                 reason: "a 2D image's min-LOD map has depth 1".into(),
             });
         }
-        let mut desc = crate::ImageDesc::new_2d(
+        let mut desc = crate::resources::image::ImageDesc::new_2d(
             format!("{} min-LOD map", image.name),
             residency_core::format::Format::R8Uint,
             w,
@@ -68,7 +68,7 @@ impl MinLodMap {
 
     /// The view to bind as a `usampler2D`, `usampler2DArray` (arrays) or `usampler3D` (volumes),
     /// in `GENERAL` layout.
-    pub fn view(&self) -> &crate::ImageView {
+    pub fn view(&self) -> &crate::resources::image::ImageView {
         &self.view
     }
 
@@ -90,7 +90,7 @@ impl MinLodMap {
     /// refreshed or queued.
     pub fn update(
         &mut self,
-        uploader: &crate::Uploader,
+        uploader: &crate::resources::upload::Uploader,
         image: &mut SparseImage,
     ) -> Result<u64, SparseError> {
         if image.key != self.source {
@@ -112,7 +112,7 @@ impl MinLodMap {
     /// nothing is queued then.
     pub fn upload_updates(
         &mut self,
-        uploader: &crate::Uploader,
+        uploader: &crate::resources::upload::Uploader,
         table: &residency_core::tiles::PageTable,
         updates: &[residency_core::tiles::MinLodUpdate],
     ) -> Result<u64, SparseError> {
@@ -135,8 +135,13 @@ impl MinLodMap {
             (0..table.layout().array_layers()).map(|layer| (layer, [0, 0, 0], [w, h, d])).collect()
         };
         let region = |&(layer, start, end): &(u32, [u32; 3], [u32; 3])| {
-            crate::ImageRegion::new(&self.image, 0, start, [0, 1, 2].map(|a| end[a].saturating_sub(start[a])))
-                .with_layer(layer)
+            crate::resources::upload::ImageRegion::new(
+                &self.image,
+                0,
+                start,
+                [0, 1, 2].map(|a| end[a].saturating_sub(start[a])),
+            )
+            .with_layer(layer)
         };
         // Every box is checked against the map (its depth and layers too) before anything is
         // read or queued.

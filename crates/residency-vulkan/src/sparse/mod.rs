@@ -32,13 +32,13 @@ mod pool;
 mod render_target;
 pub mod software;
 
+use crate::device::ledger::{FaultSite, ObjectId};
 use crate::device::Device;
 use crate::error::{VkResultExt, VulkanError};
 use crate::format_map::{aspect, vk_format};
-use crate::ledger::{FaultSite, ObjectId};
 use crate::memory::{MemoryBlock, MemoryError, RawMemoryDesc};
-use crate::residency_backend::{Checked, ResidencyBackend};
-use crate::retire::{ForeignUse, Garbage, GpuUse, Life, Parent, PendingUses, TileOwner, TileReturn};
+use crate::sparse::backend::{Checked, ResidencyBackend};
+use crate::sync::retire::{ForeignUse, Garbage, GpuUse, Life, Parent, PendingUses, TileOwner, TileReturn};
 use ash::vk;
 use residency_core::memory::{memory_type_candidates, MemoryIntent};
 use residency_core::sync::LastUses;
@@ -157,10 +157,10 @@ pub enum SparseError {
     Memory(#[from] MemoryError),
     /// Reading texels back failed.
     #[error(transparent)]
-    ReadBack(#[from] crate::commands::ReadBackError),
+    ReadBack(#[from] crate::sync::commands::ReadBackError),
     /// Queueing an upload failed.
     #[error(transparent)]
-    Upload(#[from] crate::upload::UploadError),
+    Upload(#[from] crate::resources::upload::UploadError),
     /// A Vulkan call failed.
     #[error(transparent)]
     Vulkan(#[from] VulkanError),

@@ -17,11 +17,11 @@
 
 use crate::device::Device;
 use crate::error::VulkanError;
-use crate::image::{Image, ImageDesc};
 use crate::memory::MemoryError;
-use crate::residency_backend::{Checked, ResidencyBackend};
-use crate::retire::{ForeignUse, Garbage, GpuUse, Life, Parent, TileOwner, TileReturn};
-use crate::upload::{ImageRegion, UploadError, Uploader};
+use crate::resources::image::{Image, ImageDesc};
+use crate::resources::upload::{ImageRegion, UploadError, Uploader};
+use crate::sparse::backend::{Checked, ResidencyBackend};
+use crate::sync::retire::{ForeignUse, Garbage, GpuUse, Life, Parent, TileOwner, TileReturn};
 use ash::vk;
 use residency_core::format::{Format, FormatKind};
 use residency_core::tiles::{
@@ -274,7 +274,7 @@ struct AtlasShared {
     format: Format,
     layout: AtlasLayout,
     image: Image,
-    view: crate::ImageView,
+    view: crate::resources::image::ImageView,
 }
 
 impl std::fmt::Debug for SoftwareAtlas {
@@ -341,7 +341,7 @@ impl SoftwareAtlas {
     }
 
     /// The atlas view (binding `tex` of `residency_software.glsl`; a bilinear sampler).
-    pub fn view(&self) -> &crate::ImageView {
+    pub fn view(&self) -> &crate::resources::image::ImageView {
         &self.shared.view
     }
 
@@ -483,12 +483,12 @@ impl SoftwareTexture {
     }
 
     /// The atlas view (binding `tex` of the GLSL helper; sample it with a bilinear sampler).
-    pub fn atlas_view(&self) -> &crate::ImageView {
+    pub fn atlas_view(&self) -> &crate::resources::image::ImageView {
         self.atlas.view()
     }
 
     /// The indirection view (binding `minLodMap` of the GLSL helper; a nearest sampler).
-    pub fn indirection_view(&self) -> &crate::ImageView {
+    pub fn indirection_view(&self) -> &crate::resources::image::ImageView {
         &self.indirection.view
     }
 
@@ -580,7 +580,7 @@ pub(crate) struct SoftwarePoolShared {
     format: Format,
     border: u32,
     atlas: Image,
-    atlas_view: crate::ImageView,
+    atlas_view: crate::resources::image::ImageView,
     atlas_layout: AtlasLayout,
     pool: std::sync::Mutex<residency_core::tiles::TilePool>,
     next_image: std::sync::atomic::AtomicU32,
@@ -650,7 +650,10 @@ fn whole_heaps(tiles: u32, per_heap: u32, capacity: u32) -> u32 {
 
 /// An image of `desc` in `GENERAL` layout with a view of its mip 0; nothing is left behind on
 /// error.
-fn sampled_image(device: &Device, desc: &ImageDesc) -> Result<(Image, crate::ImageView), SoftwareError> {
+fn sampled_image(
+    device: &Device,
+    desc: &ImageDesc,
+) -> Result<(Image, crate::resources::image::ImageView), SoftwareError> {
     let image = device.create_image(desc)?;
     let view = device
         .discard_to_general(&[&image])
@@ -771,7 +774,7 @@ impl SoftwareTilePool {
     }
 
     /// The atlas view (binding `tex` of `residency_software.glsl`; a bilinear sampler).
-    pub fn atlas_view(&self) -> &crate::ImageView {
+    pub fn atlas_view(&self) -> &crate::resources::image::ImageView {
         &self.shared.atlas_view
     }
 
@@ -886,7 +889,7 @@ impl SoftwareTilePool {
         uploader.flush()?;
         stats.border_copies = regions.len() as u64;
         if !regions.is_empty() {
-            use crate::recording::MemoryDependency;
+            use crate::sync::recording::MemoryDependency;
             use vk::{AccessFlags2 as A, PipelineStageFlags2 as S};
             let atlas = shared.atlas.raw();
             let atlas_layouts = shared.atlas.layouts();
@@ -960,7 +963,7 @@ fn atlas_copy(src: [u32; 2], dst: [u32; 2], extent: [u32; 2]) -> vk::ImageCopy {
 #[derive(Debug)]
 struct IndirectionTexture {
     image: Image,
-    view: crate::ImageView,
+    view: crate::resources::image::ImageView,
     table: Indirection,
     uploaded_once: bool,
 }
@@ -1107,7 +1110,7 @@ impl SoftwareImage {
     }
 
     /// The indirection view (binding `minLodMap` of `residency_software.glsl`; a nearest sampler).
-    pub fn indirection_view(&self) -> &crate::ImageView {
+    pub fn indirection_view(&self) -> &crate::resources::image::ImageView {
         &self.indirection.view
     }
 

@@ -46,12 +46,13 @@ mod texture;
 
 pub use texture::TextureViews;
 
-use crate::recording::{BarrierError, CopyError, MemoryDependency};
-use crate::software::SoftwareError;
+use crate::sparse::software::SoftwareError;
 use crate::sparse::{SparseError, TileHeaps};
+use crate::sync::recording::{BarrierError, CopyError, MemoryDependency};
 use crate::{
-    AccessError, Buffer, BufferDesc, Device, ForeignUse, GpuUse, Recording, UploadError, Uploader,
-    VulkanError,
+    device::Device, error::VulkanError, resources::buffer::AccessError, resources::buffer::Buffer,
+    resources::buffer::BufferDesc, resources::upload::UploadError, resources::upload::Uploader,
+    sync::recording::Recording, sync::retire::ForeignUse, sync::retire::GpuUse,
 };
 use ash::vk;
 use residency_core::desc::DescError;
@@ -270,7 +271,7 @@ pub enum StreamError {
     Upload(#[from] UploadError),
     /// Allocating a feedback or table buffer.
     #[error(transparent)]
-    Memory(#[from] crate::MemoryError),
+    Memory(#[from] crate::memory::MemoryError),
     /// Mapping a feedback or table buffer.
     #[error(transparent)]
     Access(#[from] AccessError),
@@ -525,7 +526,7 @@ pub struct FrameBindings<'a> {
 /// The device feature a streamer with these `readers` on `path` needs and `features` lacks, with
 /// what needs it.
 fn missing_feature(
-    features: &crate::EnabledFeatures,
+    features: &crate::device::EnabledFeatures,
     readers: vk::PipelineStageFlags2,
     path: ResidencyPath,
 ) -> Option<(&'static str, &'static str)> {
@@ -726,7 +727,7 @@ pub struct Streamer {
     /// texture holds its atlas too, so it outlives the texture on the GPU). The one of
     /// [`StreamerDesc::software_slot_format`] (RGBA8 by default) is made with the streamer, the
     /// others with their first texture.
-    atlases: HashMap<Format, crate::software::SoftwareAtlas>,
+    atlases: HashMap<Format, crate::sparse::software::SoftwareAtlas>,
     /// The budget the atlases were sized for.
     atlas_budget: u32,
     /// After the textures: fields drop in order, and the heaps go after the images bound to them.
@@ -786,7 +787,7 @@ impl Streamer {
     /// (`Hardware` where it has no sparse residency: [`SoftwareError`]).
     pub fn new(device: &Arc<Device>, desc: StreamerDesc) -> Result<Streamer, StreamError> {
         desc.validate(&device.profile().limits)?;
-        if desc.readers.is_empty() || !crate::recording::SHADER_STAGES.contains(desc.readers) {
+        if desc.readers.is_empty() || !crate::sync::recording::SHADER_STAGES.contains(desc.readers) {
             return Err(StreamError::Readers(desc.readers));
         }
         let path = device.residency_path(Format::R8G8B8A8Unorm, desc.path)?;
@@ -814,14 +815,17 @@ impl Streamer {
             if let Some(format) = desc.software_slot_format {
                 streaming = streaming.with_tile_bytes(residency_core::tiles::software_slot_bytes(
                     format,
-                    crate::software::DEFAULT_BORDER,
+                    crate::sparse::software::DEFAULT_BORDER,
                 ));
             }
-            let atlas_desc =
-                crate::software::SoftwareAtlasDesc::new(format!("{} atlas", desc.name), first_atlas, 1)
-                    .with_tiles_per_heap(SOFTWARE_TILES_PER_HEAP)
-                    .with_capacity_for_budget(budget);
-            atlas = Some(crate::software::SoftwareAtlas::new(device, &atlas_desc)?);
+            let atlas_desc = crate::sparse::software::SoftwareAtlasDesc::new(
+                format!("{} atlas", desc.name),
+                first_atlas,
+                1,
+            )
+            .with_tiles_per_heap(SOFTWARE_TILES_PER_HEAP)
+            .with_capacity_for_budget(budget);
+            atlas = Some(crate::sparse::software::SoftwareAtlas::new(device, &atlas_desc)?);
             atlas_budget = budget;
             None
         } else {
@@ -1117,20 +1121,21 @@ impl Streamer {
             })?;
         } else if !self.atlases.contains_key(&format) {
             texture::check_source(&*source, true)?;
-            let atlas_desc = crate::software::SoftwareAtlasDesc::new(
+            let atlas_desc = crate::sparse::software::SoftwareAtlasDesc::new(
                 format!("{} atlas {}", self.desc.name, format.name()),
                 format,
                 1,
             )
             .with_tiles_per_heap(SOFTWARE_TILES_PER_HEAP)
             .with_capacity_for_budget(self.atlas_budget);
-            let atlas =
-                crate::software::SoftwareAtlas::new(&self.device, &atlas_desc).map_err(|e| match e {
+            let atlas = crate::sparse::software::SoftwareAtlas::new(&self.device, &atlas_desc).map_err(
+                |e| match e {
                     SoftwareError::FormatNotSampleable { format, .. } => {
                         StreamError::SoftwareBlockCompressed { name: name.to_owned(), format }
                     }
                     e => e.into(),
-                })?;
+                },
+            )?;
             self.atlases.insert(format, atlas);
         }
         let texture = Texture::create(
@@ -1750,7 +1755,7 @@ impl Streamer {
         // A recorded frame ends with its own submission or later: an earlier residency submission
         // would let its feedback be read and its unbinds go ahead while it still runs.
         if self.recorded.load(Ordering::Acquire)
-            && until.point.clock == crate::retire::UNIVERSAL
+            && until.point.clock == crate::sync::retire::UNIVERSAL
             && until.point.value <= self.recorded_after.load(Ordering::Acquire)
         {
             return Err(StreamError::FrameOrder(
@@ -1800,14 +1805,14 @@ mod tests {
     #[test]
     fn a_missing_feature_is_named() {
         use vk::PipelineStageFlags2 as S;
-        let all = crate::EnabledFeatures {
+        let all = crate::device::EnabledFeatures {
             fragment_stores_and_atomics: true,
             shader_resource_residency: true,
             ..Default::default()
         };
         let fragment = S::FRAGMENT_SHADER | S::COMPUTE_SHADER;
         assert_eq!(missing_feature(&all, fragment, ResidencyPath::Hardware), None);
-        let no_stores = crate::EnabledFeatures { fragment_stores_and_atomics: false, ..all };
+        let no_stores = crate::device::EnabledFeatures { fragment_stores_and_atomics: false, ..all };
         assert_eq!(
             missing_feature(&no_stores, fragment, ResidencyPath::Software).map(|m| m.0),
             Some("fragmentStoresAndAtomics")
@@ -1817,7 +1822,7 @@ mod tests {
             None,
             "compute feedback needs no fragment stores"
         );
-        let no_residency = crate::EnabledFeatures { shader_resource_residency: false, ..all };
+        let no_residency = crate::device::EnabledFeatures { shader_resource_residency: false, ..all };
         assert_eq!(
             missing_feature(&no_residency, fragment, ResidencyPath::Hardware).map(|m| m.0),
             Some("shaderResourceResidency")

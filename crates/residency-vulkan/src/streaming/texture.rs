@@ -1,8 +1,11 @@
 //! One virtual texture's GPU objects on either residency path, and the texels of its loaded units.
 
-use crate::software::{SoftwareAtlas, SoftwareTexture};
+use crate::sparse::software::{SoftwareAtlas, SoftwareTexture};
 use crate::sparse::{MinLodMap, SparseImage, TileHeaps};
-use crate::{ForeignUse, GpuUse, ImageRegion, ImageView, Uploader};
+use crate::{
+    resources::image::ImageView, resources::upload::ImageRegion, resources::upload::Uploader,
+    sync::retire::ForeignUse, sync::retire::GpuUse,
+};
 use residency_core::format::Format;
 use residency_core::streaming::{SourceDepth, SourceError, StreamUnit, TileKey, TileSource};
 use residency_core::tiles::{

@@ -22,12 +22,12 @@
 //! effects once the submission is made. A conflict inside one recording (a use in a layout an
 //! earlier command of it did not leave) fails its submission the same way.
 
-use crate::buffer::Buffer;
 use crate::device::Device;
 use crate::error::VulkanError;
 use crate::format_map::aspect;
-use crate::image::{Image, Layouts};
-use crate::retire::{ForeignUse, Garbage, GpuUse, Life};
+use crate::resources::buffer::Buffer;
+use crate::resources::image::{Image, Layouts};
+use crate::sync::retire::{ForeignUse, Garbage, GpuUse, Life};
 use ash::vk;
 use residency_core::usage::{BufferUsage, ImageUsage};
 use std::collections::{HashMap, HashSet};
@@ -538,7 +538,7 @@ fn access_stages(extra: Stage) -> [(Access, Stage); 22] {
 }
 
 /// The extension stages `features` enabled beyond the core ones.
-pub(crate) fn extension_stages(features: &crate::EnabledFeatures) -> Stage {
+pub(crate) fn extension_stages(features: &crate::device::EnabledFeatures) -> Stage {
     if features.acceleration_structure {
         Stage::ACCELERATION_STRUCTURE_BUILD_KHR
     } else {
@@ -549,7 +549,7 @@ pub(crate) fn extension_stages(features: &crate::EnabledFeatures) -> Stage {
 /// Checks one side of a dependency on a device with `features`: core stages and the extension
 /// stages it enabled only, and every access performed by one of them.
 pub(crate) fn check_scope(
-    features: &crate::EnabledFeatures,
+    features: &crate::device::EnabledFeatures,
     stages: Stage,
     access: Access,
 ) -> Result<(), BarrierError> {
@@ -919,7 +919,7 @@ impl Timestamps {
     /// A pool of `count` timestamps (at least one), all reset on the GPU before this returns (so
     /// reading one never meets an uninitialised query). More than [`Timestamps::MAX_COUNT`] is
     /// [`VulkanError::Unsupported`], with nothing created.
-    pub fn new(device: &Device, name: &str, count: u32) -> crate::Result<Timestamps> {
+    pub fn new(device: &Device, name: &str, count: u32) -> crate::error::Result<Timestamps> {
         use crate::error::VkResultExt;
         if count > Self::MAX_COUNT {
             return Err(VulkanError::Unsupported {

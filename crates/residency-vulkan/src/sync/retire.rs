@@ -27,11 +27,11 @@
 //! resource's parent is told its uses, so a pool's pages or a transient heap never retire before
 //! the resources placed in them.
 
+use crate::device::ledger::ObjectId;
 use crate::device::Device;
 use crate::error::{Result, VkResultExt};
-use crate::ledger::ObjectId;
+use crate::memory::placement::ResourceMemory;
 use crate::memory::MemoryBlock;
-use crate::resource_memory::ResourceMemory;
 use ash::vk;
 use residency_core::sync::{ClockCache, ClockId, GpuPoint, LastUses, RetireQueue};
 use residency_core::tiles::ImageId;

@@ -12,11 +12,11 @@
 //! dropped), so a barrier never names a destroyed buffer or image; dropping a tracked resource's
 //! handle only releases it once the tracker lets go too.
 
-use crate::buffer::{Buffer, BufferPlacement};
 use crate::format_map::aspect;
-use crate::image::{Image, Layouts};
-use crate::recording::{check_scope, BarrierError, Recording};
-use crate::retire::Life;
+use crate::resources::buffer::{Buffer, BufferPlacement};
+use crate::resources::image::{Image, Layouts};
+use crate::sync::recording::{check_scope, BarrierError, Recording};
+use crate::sync::retire::Life;
 use ash::vk;
 use residency_core::device_mask::DeviceIndex;
 use residency_core::sync::{
@@ -77,7 +77,7 @@ pub enum RecordError {
     /// An image barrier's old layout is not what an earlier command of the recording left the
     /// image in ([`VulkanError::ImageLayout`](crate::VulkanError::ImageLayout)).
     #[error("{0}")]
-    ImageLayout(crate::VulkanError),
+    ImageLayout(crate::error::VulkanError),
     /// A buffer barrier covers bytes outside its buffer (`offset + size` past the end, wrapped,
     /// or an empty range; `VK_WHOLE_SIZE` covers from `offset` to the end).
     #[error("a barrier of buffer {resource:?} ({name}) covers {size} bytes at {offset}, outside its {buffer_size} bytes")]

@@ -20,15 +20,15 @@
 //! would be placed over the bytes of the open frame's, which the renderer can still record, and
 //! each frame would silently overwrite the other's contents.
 
-use crate::buffer::{create_raw_buffer, next_resource_id, Buffer, BufferPlacement};
 use crate::device::Device;
 use crate::error::VulkanError;
 use crate::format_map::aspect;
-use crate::image::{Image, ImageDesc};
+use crate::memory::placement::ResourceMemory;
 use crate::memory::{MemoryBlock, MemoryError, RawMemoryDesc};
-use crate::recording::{check_scope, Recording};
-use crate::resource_memory::ResourceMemory;
-use crate::retire::{Garbage, Life, Parent, PendingUses};
+use crate::resources::buffer::{create_raw_buffer, next_resource_id, Buffer, BufferPlacement};
+use crate::resources::image::{Image, ImageDesc};
+use crate::sync::recording::{check_scope, Recording};
+use crate::sync::retire::{Garbage, Life, Parent, PendingUses};
 use ash::vk;
 use residency_core::memory::{memory_type_candidates, MemoryIntent};
 use residency_core::sync::LastUses;

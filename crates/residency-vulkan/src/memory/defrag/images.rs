@@ -2,13 +2,13 @@
 //! copies with their layout transitions, and the swap.
 
 use super::{Candidate, DefragStats, Defragmenter, Heaps, Staged, Target, Unmovable};
+use crate::device::ledger::FaultSite;
 use crate::device::Device;
 use crate::error::VulkanError;
-use crate::image::{Image, Layouts};
-use crate::ledger::FaultSite;
+use crate::memory::placement::ResourceMemory;
 use crate::memory::MemoryError;
-use crate::resource_memory::ResourceMemory;
-use crate::retire::{Garbage, GpuUse, Life, FRAMES, SPARSE, UNIVERSAL};
+use crate::resources::image::{Image, Layouts};
+use crate::sync::retire::{Garbage, GpuUse, Life, FRAMES, SPARSE, UNIVERSAL};
 use ash::vk;
 use residency_core::usage::ImageUsage;
 use std::sync::Arc;
@@ -206,7 +206,8 @@ impl Defragmenter {
         device.set_name(raw, name);
         m.image = raw;
         // SAFETY: raw was just created on this device (never disjoint: residency sets no such flag).
-        let requirements = unsafe { crate::profile_capture::requirements_of_image_object(device, raw) };
+        let requirements =
+            unsafe { crate::device::profile_capture::requirements_of_image_object(device, raw) };
         let room = m.destination.as_ref().map_or(0, |d| d.allocation.size());
         if requirements.memory_type_bits & (1 << m.heaps.type_index()) == 0
             || m.offset % requirements.alignment.max(1) != 0
