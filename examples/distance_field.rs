@@ -5,11 +5,11 @@
 //! of three spheres. Only the bricks (64 KiB tiles) with a texel nearer the surface than the
 //! maximum step are resident; every texel of the others is at least that far away, so a ray that
 //! samples one of them and gets the residency default value — the maximum step — steps no further
-//! than the true distance and never crosses the surface. `shaders/distance_field.comp` marches one
-//! ray per pixel with `residencyFetch`; the CPU marches the same rays through the same bricks and
-//! the same rule, and the image must match it. The CPU also marches the dense field (every brick
-//! resident): the sparse march must find the same surface. Prints resident bytes against the
-//! dense volume's.
+//! than the true distance and never crosses the surface.
+//! `crates/residency-vulkan/shaders/distance_field.comp` marches one ray per pixel with `residencyFetch`; the
+//! CPU marches the same rays through the same bricks and the same rule, and the image must match it. The CPU
+//! also marches the dense field (every brick resident): the sparse march must find the same surface. Prints
+//! resident bytes against the dense volume's.
 //!
 //! Run: `RESIDENCY_VALIDATION=sync cargo run --example distance_field`
 

@@ -5,9 +5,10 @@
 //! one slice per resolution ("multires slices"): slice L holds a slot of `128 >> L` texels for
 //! every face whose finest level is L or finer — the face's texels at that resolution inside a
 //! one-texel border taken from its neighbours ("borders for filtering"), so a bilinear sample
-//! anywhere in the face is seamless. Only the tiles under slots are resident. `shaders/ptex.comp`
-//! filters manually: the level wanted is clamped to the face's finest level (the MIP fallback),
-//! the two slices around it are sampled bilinearly and blended ("manual trilinear filtering").
+//! anywhere in the face is seamless. Only the tiles under slots are resident.
+//! `crates/residency-vulkan/shaders/ptex.comp` filters manually: the level wanted is clamped to the face's
+//! finest level (the MIP fallback), the two slices around it are sampled bilinearly and blended ("manual
+//! trilinear filtering").
 //!
 //! Checks every sample against the same filtering on the CPU and against the continuous surface
 //! colour (no seams at face edges), and prints the resident bytes, measured from the tile pool,

@@ -2,9 +2,9 @@
 //!
 //! Commits two tiles of mip 0 with the mips above them and the coarsest mips (the mip tail where the
 //! device has one), uploads their texels, and samples the image from a compute shader with residency
-//! codes and the min-LOD fallback of `shaders/include/residency.glsl`: resident texels come back
-//! exactly, and a sample over a missing tile falls back to the finest resident coarser mip. Then it
-//! releases a tile, samples again, and frees everything.
+//! codes and the min-LOD fallback of `crates/residency-vulkan/shaders/include/residency.glsl`: resident
+//! texels come back exactly, and a sample over a missing tile falls back to the finest resident coarser mip.
+//! Then it releases a tile, samples again, and frees everything.
 //!
 //! Run: `RESIDENCY_VALIDATION=sync cargo run --example sparse_texture`
 

@@ -5,8 +5,8 @@
 //!    its texel, a sample of an empty one the default value with a non-resident code.
 //! 2. **An array of variable-sized textures**: 8 slices of 512² where slice `s` holds a texture of
 //!    `512 >> bias[s]` texels — only its mips from `bias[s]` down are populated — and a uniform
-//!    buffer holds the per-slice LOD bias, which `shaders/texture_array.comp` adds to every
-//!    sample's LOD. With the biases in the buffer, every slice samples its own finest level at LOD
+//!    buffer holds the per-slice LOD bias, which `crates/residency-vulkan/shaders/texture_array.comp` adds to
+//!    every sample's LOD. With the biases in the buffer, every slice samples its own finest level at LOD
 //!    0; changing the buffer changes the level sampled (coarser levels of the same texture), and
 //!    with no bias the slices whose finest levels are absent read non-resident.
 //!

@@ -222,40 +222,6 @@ fn virtual_texture_example_streams_on_the_software_path() {
     virtual_texture_example_streams_from_fragment_feedback(ResidencyPath::Software);
 }
 
-#[test]
-fn shaders_are_up_to_date() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("shaders");
-    let out_dir = std::env::temp_dir().join(format!("residency-shaders-{}", std::process::id()));
-    std::fs::create_dir_all(&out_dir).unwrap();
-    let mut checked = 0;
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
-        let ext = path.extension().and_then(|e| e.to_str()).unwrap_or_default();
-        if !matches!(ext, "comp" | "vert" | "frag") {
-            continue;
-        }
-        let out = out_dir.join("check.spv");
-        let status = std::process::Command::new("glslc")
-            .args(["--target-env=vulkan1.3", "-O", "-I"])
-            .arg(dir.join("include"))
-            .arg("-o")
-            .arg(&out)
-            .arg(&path)
-            .status()
-            .expect("glslc is installed (bash .ci/install-deps)");
-        assert!(status.success(), "{} does not compile", path.display());
-        let committed = std::fs::read(path.with_extension(format!("{ext}.spv"))).unwrap();
-        assert!(
-            std::fs::read(&out).unwrap() == committed,
-            "{}.spv is stale: run bash shaders/build.sh",
-            path.display()
-        );
-        checked += 1;
-    }
-    std::fs::remove_dir_all(&out_dir).unwrap();
-    assert!(checked > 0);
-}
-
 /// The README's quick start runs `cargo run --release --bin NAME -- tour` from the root: NAME must be
 /// a binary of the workspace's default members, or cargo refuses it.
 #[test]

@@ -22,7 +22,7 @@ use residency::core::placement::heap::explicit_heap_size;
 use residency::core::placement::{
     DiscardMessages, Placement, PlacementEngine, RequirementsSource, ResourceDesc, ResourceFlag,
 };
-use residency::core::profile::DeviceProfile;
+use residency::core::profile::{captured, DeviceProfile};
 use residency::vulkan::{DeviceSet, DeviceSetDesc};
 use serde::Serialize;
 
@@ -52,11 +52,8 @@ pub struct TightOptions {
     json: bool,
 }
 
-const LAVAPIPE: &str = include_str!("../../../profiles/lavapipe.json");
-const H200: &str = include_str!("../../../profiles/nvidia-h200.json");
-
-/// Parses `[--profile FILE]... [--device] [--json]`; without `--profile`, the checked-in
-/// lavapipe and H200 profiles.
+/// Parses `[--profile FILE]... [--device] [--json]`; without `--profile`, the lavapipe and H200
+/// profiles `residency-core` ships (`captured::ALL`).
 pub fn parse_options(args: &[String]) -> Result<TightOptions, String> {
     let mut options = TightOptions { profiles: Vec::new(), device: false, json: false };
     let mut it = args.iter();
@@ -74,7 +71,7 @@ pub fn parse_options(args: &[String]) -> Result<TightOptions, String> {
         }
     }
     if options.profiles.is_empty() {
-        for (label, text) in [("profiles/lavapipe.json", LAVAPIPE), ("profiles/nvidia-h200.json", H200)] {
+        for (label, text) in captured::ALL {
             let profile = DeviceProfile::from_json(text).map_err(|e| format!("{label}: {e}"))?;
             options.profiles.push((label.to_owned(), profile));
         }

@@ -1,7 +1,9 @@
 //! `residency alloc-info` end to end: JSON on stdin, JSON on stdout, exit codes.
 
+use residency::core::profile::captured;
 use std::io::Write;
 use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 
 fn alloc_info(args: &[&str], input: &str) -> (i32, serde_json::Value, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_residency"))
@@ -19,8 +21,16 @@ fn alloc_info(args: &[&str], input: &str) -> (i32, serde_json::Value, String) {
     (out.status.code().unwrap_or(-1), value, String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
+/// The H200 profile `residency-core` ships, as a file for `--profile` (written once per process into
+/// this test's scratch folder).
 fn h200() -> String {
-    concat!(env!("CARGO_MANIFEST_DIR"), "/../../profiles/nvidia-h200.json").to_owned()
+    static PATH: OnceLock<String> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("alloc-info-nvidia-h200.json");
+        std::fs::write(&path, captured::NVIDIA_H200_JSON).unwrap();
+        path.to_str().expect("a UTF-8 target dir").to_owned()
+    })
+    .clone()
 }
 
 const MIB: u64 = 1 << 20;

@@ -1,16 +1,29 @@
 //! `residency info` end to end: the real binary, real profiles, the real device when there is one.
 
 use residency::core::format::Format;
-use residency::core::profile::DeviceProfile;
+use residency::core::profile::{captured, DeviceProfile};
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::Mutex;
 
 fn residency(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_residency")).args(args).output().expect("the residency binary runs")
 }
 
+/// A profile `residency-core` ships (`name` is its file name, e.g. `nvidia-h200.json`), as a file the
+/// binary can read: written into this test's scratch folder under a lock, since tests run in parallel.
 fn profile_path(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../profiles").join(name)
+    static WRITING: Mutex<()> = Mutex::new(());
+    let (_, text) = captured::ALL
+        .into_iter()
+        .find(|(file, _)| file.strip_prefix("profiles/") == Some(name))
+        .expect("a captured profile of that name");
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("info-{name}"));
+    let _writing = WRITING.lock().unwrap_or_else(|e| e.into_inner());
+    if std::fs::read_to_string(&path).ok().as_deref() != Some(text) {
+        std::fs::write(&path, text).unwrap();
+    }
+    path
 }
 
 fn stdout(out: &std::process::Output) -> String {

@@ -1,6 +1,7 @@
-//! The GPU-free half of `residency`: rules, algorithms and data that do not need a device.
+#![doc = include_str!("../README.md")]
 //!
-//! Everything here is plain data and pure functions, testable on any machine in milliseconds:
+//! ## Modules
+//!
 //! - [`desc`]: why a description is refused where it is consumed ([`desc::DescError`]).
 //! - [`device_mask`]: device indices and 32-bit device masks.
 //! - [`format`](mod@format): texel formats and their block sizes.

@@ -180,7 +180,7 @@ mod tests {
         }
     }
 
-    /// The H200's memory types as captured in profiles/nvidia-h200.json.
+    /// The H200's memory types as captured in `profile::captured::NVIDIA_H200_JSON`.
     fn h200() -> Vec<MemoryType> {
         vec![t(1, ""), t(0, "D"), t(1, "VC"), t(1, "VC$"), t(0, "DVC")]
     }

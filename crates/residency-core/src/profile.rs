@@ -2,11 +2,13 @@
 //!
 //! The Vulkan backend fills a [`DeviceProfile`] from a live physical device; the same value
 //! serialises to JSON and loads back, so a profile captured on a GPU you do not have can stand in
-//! for it wherever only requirements and limits are needed (offline planning). Checked-in profiles
-//! live in `profiles/` at the repository root (see `docs/devices/`).
+//! for it wherever only requirements and limits are needed (offline planning). Profiles captured on
+//! real devices ship with this crate: [`captured`].
 //!
 //! Memory requirements are recorded as *probes*: the driver's answer for a fixed list of buffer and
 //! image descriptions, asked without creating objects (`vkGetDevice{Buffer,Image}MemoryRequirements`).
+
+pub mod captured;
 
 use crate::format::Format;
 use serde::{Deserialize, Serialize};

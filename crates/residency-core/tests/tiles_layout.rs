@@ -9,11 +9,11 @@ use residency_core::tiles::{
 };
 
 fn lavapipe() -> DeviceProfile {
-    DeviceProfile::from_json(include_str!("../../../profiles/lavapipe.json")).unwrap()
+    DeviceProfile::from_json(residency_core::profile::captured::LAVAPIPE_JSON).unwrap()
 }
 
 fn h200() -> DeviceProfile {
-    DeviceProfile::from_json(include_str!("../../../profiles/nvidia-h200.json")).unwrap()
+    DeviceProfile::from_json(residency_core::profile::captured::NVIDIA_H200_JSON).unwrap()
 }
 
 fn standard(desc: &SparseImageDesc) -> SparseImageLayout {

@@ -11,11 +11,11 @@ use residency_core::tiles::{
 use SparseDimension::{D2, D3};
 
 fn lavapipe() -> DeviceProfile {
-    DeviceProfile::from_json(include_str!("../../../profiles/lavapipe.json")).unwrap()
+    DeviceProfile::from_json(residency_core::profile::captured::LAVAPIPE_JSON).unwrap()
 }
 
 fn h200() -> DeviceProfile {
-    DeviceProfile::from_json(include_str!("../../../profiles/nvidia-h200.json")).unwrap()
+    DeviceProfile::from_json(residency_core::profile::captured::NVIDIA_H200_JSON).unwrap()
 }
 
 /// Each row: (spec table line, bytes per texel block, dimension, block shape in blocks).

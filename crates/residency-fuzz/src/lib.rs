@@ -1,9 +1,12 @@
-//! Fuzz target bodies for `residency-core`, one public function per target, each taking the
-//! fuzzer's bytes. They panic only on a real bug: a broken invariant, an answer outside the spec's
-//! bounds, a model disagreement, or a panic inside the core itself.
+#![doc = include_str!("../README.md")]
+//!
+//! ## The targets
+//!
+//! They panic only on a real bug: a broken invariant, an answer outside the spec's bounds, a model
+//! disagreement, or a panic inside the core itself.
 //!
 //! The `fuzz/` directory at the repository root runs them under libFuzzer (`cargo +nightly fuzz
-//! run <target>`); `tests/bounded.rs` runs every target for a bounded time on its seed corpus,
+//! run <target>`); `tests/bounded.rs` runs every target a fixed number of times on its seed corpus,
 //! its regressions and mutations of them, so that `cargo test` (and CI, on stable Rust) exercises
 //! them too. See `docs/reliability.md` for the figures of the long runs and what they found.
 //!

@@ -1,12 +1,13 @@
-//! The checked-in device profiles (`profiles/*.json`), parsed once per process.
+//! The device profiles `residency-core` ships (`residency_core::profile::captured`), parsed once per
+//! process.
 
 use residency_core::profile::DeviceProfile;
 use std::sync::OnceLock;
 
-/// The text of `profiles/nvidia-h200.json`.
-pub(crate) const H200_JSON: &str = include_str!("../../../profiles/nvidia-h200.json");
-/// The text of `profiles/lavapipe.json`.
-pub(crate) const LAVAPIPE_JSON: &str = include_str!("../../../profiles/lavapipe.json");
+/// The text of the captured H200 profile.
+pub(crate) const H200_JSON: &str = residency_core::profile::captured::NVIDIA_H200_JSON;
+/// The text of the captured lavapipe profile.
+pub(crate) const LAVAPIPE_JSON: &str = residency_core::profile::captured::LAVAPIPE_JSON;
 
 /// Both profiles: the H200 and lavapipe.
 pub(crate) fn all() -> &'static [DeviceProfile; 2] {

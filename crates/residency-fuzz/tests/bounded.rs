@@ -148,7 +148,10 @@ fn generated_seeds(name: &str) -> Vec<(String, Vec<u8>)> {
             ("generated bc7 lz4 40x24".into(), sample_rvt_of(Format::Bc7Unorm, 4, 40, 24, Compression::Lz4)),
             ("generated bc1 raw 36x20".into(), sample_rvt_of(Format::Bc1Unorm, 0, 36, 20, Compression::None)),
         ],
-        "profile_json" => files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../profiles")),
+        "profile_json" => residency_core::profile::captured::ALL
+            .iter()
+            .map(|(file, text)| (format!("residency-core {file}"), text.as_bytes().to_vec()))
+            .collect(),
         _ => Vec::new(),
     }
 }

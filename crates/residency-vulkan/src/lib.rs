@@ -1,6 +1,7 @@
-//! The Vulkan backend of `residency`, on `ash`.
+#![doc = include_str!("../README.md")]
 //!
-//! All of the library's `unsafe` lives in this crate, each block with a `// SAFETY:` line.
+//! ## Where to start
+//!
 //! - [`DeviceSet`]: loads the Vulkan loader at run time, enumerates every physical device in a stable
 //!   order and opens a logical [`Device`] on each, with a universal queue and a sparse-binding queue.
 //! - [`validation`]: the debug messenger that routes validation messages to `tracing` and counts them.

@@ -48,8 +48,8 @@ const UNUSED: [(&str, u32); 2] = [("feedback_sampling.comp", 1), ("feedback_samp
 
 #[test]
 fn misuse_every_shipped_shader_declares_its_spirv_interface() {
-    // Every `.spv` in shaders/ is shipped, once.
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shaders");
+    // Every `.spv` in this crate's shaders/ is shipped, once.
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("shaders");
     let mut files: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
         .filter_map(|e| e.unwrap().file_name().into_string().ok())
@@ -104,6 +104,41 @@ fn misuse_every_shipped_shader_declares_its_spirv_interface() {
             assert_eq!(inputs, expected, "{name}: quad_attributes() feeds its inputs");
         }
     }
+}
+
+/// The committed SPIR-V is what glslc makes of the GLSL next to it (`shaders/build.sh` writes it).
+#[test]
+fn shaders_are_up_to_date() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("shaders");
+    let out_dir = std::env::temp_dir().join(format!("residency-shaders-{}", std::process::id()));
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let ext = path.extension().and_then(|e| e.to_str()).unwrap_or_default();
+        if !matches!(ext, "comp" | "vert" | "frag") {
+            continue;
+        }
+        let out = out_dir.join("check.spv");
+        let status = std::process::Command::new("glslc")
+            .args(["--target-env=vulkan1.3", "-O", "-I"])
+            .arg(dir.join("include"))
+            .arg("-o")
+            .arg(&out)
+            .arg(&path)
+            .status()
+            .expect("glslc is installed (bash .ci/install-deps)");
+        assert!(status.success(), "{} does not compile", path.display());
+        let committed = std::fs::read(path.with_extension(format!("{ext}.spv"))).unwrap();
+        assert!(
+            std::fs::read(&out).unwrap() == committed,
+            "{}.spv is stale: run bash crates/residency-vulkan/shaders/build.sh",
+            path.display()
+        );
+        checked += 1;
+    }
+    std::fs::remove_dir_all(&out_dir).unwrap();
+    assert!(checked > 0);
 }
 
 #[test]

@@ -88,15 +88,13 @@ fn live_device_and_its_profile_give_the_same_allocation_info() {
 #[test]
 fn live_lavapipe_and_the_checked_in_lavapipe_profile_agree() {
     with_gpu(|set| {
-        let text =
-            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../profiles/lavapipe.json"));
-        let checked_in = DeviceProfile::from_json(&text.unwrap()).unwrap();
+        let checked_in = DeviceProfile::from_json(residency_core::profile::captured::LAVAPIPE_JSON).unwrap();
         let Some(device) = set.devices().iter().find(|d| {
             let live = &d.profile().identity;
             live.driver_info == checked_in.identity.driver_info && live.name == checked_in.identity.name
         }) else {
             eprintln!(
-                "**** no device matches profiles/lavapipe.json ({}); nothing to compare ****",
+                "**** no device matches residency-core's profiles/lavapipe.json ({}); nothing to compare ****",
                 checked_in.identity.driver_info
             );
             return;

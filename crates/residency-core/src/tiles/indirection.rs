@@ -20,7 +20,8 @@
 //! mip `d ≥ m` whose tile covering `(m, x, y)` is resident *with its whole chain of coarser tiles*
 //! (the same rule as the hardware path's min-LOD map), or data mip [`INDIRECTION_NONE`] when
 //! nothing covering it is resident. The GLSL helper
-//! (`shaders/include/residency_software.glsl`) follows [`Indirection::sample_position`] exactly.
+//! (`residency-vulkan`'s `shaders/include/residency_software.glsl`) follows [`Indirection::sample_position`]
+//! exactly.
 
 use super::layout::{SparseImageLayout, TileCoord};
 use super::page_table::{PageTable, PhysicalTile};

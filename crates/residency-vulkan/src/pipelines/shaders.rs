@@ -1,4 +1,4 @@
-//! The shaders residency ships: GLSL in `shaders/`, compiled by `shaders/build.sh` (glslc) into
+//! The shaders residency ships: GLSL in this crate's `shaders/`, compiled by `shaders/build.sh` (glslc) into
 //! the committed `.spv` files embedded here. A [`Shader`] can only be one of these constants, so a
 //! safe program constructor that takes `&Shader` knows its code came from glslc and that its
 //! declared interface was checked against the SPIR-V itself (the test
@@ -118,7 +118,7 @@ macro_rules! shader {
             stage: Stage::$stage,
             words: {
                 const BYTES: &[u8] =
-                    include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shaders/", $name, ".spv"));
+                    include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/", $name, ".spv"));
                 const WORDS: [u32; BYTES.len() / 4] = le_words(BYTES);
                 &WORDS
             },
