@@ -58,6 +58,7 @@ pub use residency_backend::ResidencyBackend;
 pub use resource_memory::{
     usage_alignment_floor, Allocation, AllocationDesc, BoundTo, PlacementPolicy, PLACEMENT_MESSAGES_KEPT,
 };
-pub use retire::{ForeignUse, GpuUse, Timeline};
+pub use retire::{ForeignUse, GpuUse, Timeline, ADOPTED_TEARDOWN_WAIT_NS};
+pub use sync::frame::PendingFrame;
 pub use upload::{ImageRegion, ImageTarget, UploadError, Uploader, PARALLEL_COPY_PIECE};
 pub use validation::ValidationMode;
