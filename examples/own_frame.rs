@@ -109,8 +109,9 @@ unsafe extern "system" fn count_problems(
     // SAFETY: the layer passes a valid callback data pointer whose message lives for the call.
     let message = unsafe { data.as_ref().and_then(|d| d.message_as_c_str()) };
     eprintln!("validation: {}", message.map(|m| m.to_string_lossy()).unwrap_or_default());
-    if severity.intersects(vk::DebugUtilsMessageSeverityFlagsEXT::WARNING | vk::DebugUtilsMessageSeverityFlagsEXT::ERROR)
-    {
+    if severity.intersects(
+        vk::DebugUtilsMessageSeverityFlagsEXT::WARNING | vk::DebugUtilsMessageSeverityFlagsEXT::ERROR,
+    ) {
         PROBLEMS.fetch_add(1, Ordering::SeqCst);
     }
     vk::FALSE
@@ -138,7 +139,8 @@ impl Renderer {
         let entry = unsafe { ash::Entry::load() }?;
         let layers = [c"VK_LAYER_KHRONOS_validation".as_ptr()];
         let extensions = [ash::ext::debug_utils::NAME.as_ptr(), ash::ext::validation_features::NAME.as_ptr()];
-        let app = vk::ApplicationInfo::default().application_name(c"own frame").api_version(vk::API_VERSION_1_3);
+        let app =
+            vk::ApplicationInfo::default().application_name(c"own frame").api_version(vk::API_VERSION_1_3);
         let sync = [vk::ValidationFeatureEnableEXT::SYNCHRONIZATION_VALIDATION];
         let mut validation = vk::ValidationFeaturesEXT::default().enabled_validation_features(&sync);
         let info = vk::InstanceCreateInfo::default()
@@ -149,7 +151,8 @@ impl Renderer {
         // SAFETY: the create info and everything it points at live for the call.
         let instance = unsafe { entry.create_instance(&info, None) }?;
         let debug = ash::ext::debug_utils::Instance::new(&entry, &instance);
-        let severities = vk::DebugUtilsMessageSeverityFlagsEXT::WARNING | vk::DebugUtilsMessageSeverityFlagsEXT::ERROR;
+        let severities =
+            vk::DebugUtilsMessageSeverityFlagsEXT::WARNING | vk::DebugUtilsMessageSeverityFlagsEXT::ERROR;
         let types = vk::DebugUtilsMessageTypeFlagsEXT::VALIDATION;
         let messenger_info = vk::DebugUtilsMessengerCreateInfoEXT::default()
             .message_severity(severities)
@@ -162,7 +165,8 @@ impl Renderer {
         // SAFETY: valid physical device of this instance.
         let families = unsafe { instance.get_physical_device_queue_family_properties(physical) };
         let wanted = vk::QueueFlags::GRAPHICS | vk::QueueFlags::COMPUTE | vk::QueueFlags::TRANSFER;
-        let family = families.iter().position(|f| f.queue_flags.contains(wanted)).ok_or("no graphics queue")?;
+        let family =
+            families.iter().position(|f| f.queue_flags.contains(wanted)).ok_or("no graphics queue")?;
         let sparse_queue = families[family].queue_flags.contains(vk::QueueFlags::SPARSE_BINDING);
         // SAFETY: valid physical device.
         let s = unsafe { instance.get_physical_device_features(physical) };
@@ -188,7 +192,8 @@ impl Renderer {
             .synchronization2(true)
             .maintenance4(true)
             .dynamic_rendering(true);
-        let mut f2 = vk::PhysicalDeviceFeatures2::default().features(enable).push_next(&mut f12).push_next(&mut f13);
+        let mut f2 =
+            vk::PhysicalDeviceFeatures2::default().features(enable).push_next(&mut f12).push_next(&mut f13);
         let priorities = [1.0f32];
         let queues = [vk::DeviceQueueCreateInfo::default()
             .queue_family_index(family as u32)
@@ -206,7 +211,8 @@ impl Renderer {
         let cmds = unsafe { device.allocate_command_buffers(&alloc) }?;
         let mut ty = vk::SemaphoreTypeCreateInfo::default().semaphore_type(vk::SemaphoreType::TIMELINE);
         // SAFETY: valid device with timeline semaphores enabled.
-        let timeline = unsafe { device.create_semaphore(&vk::SemaphoreCreateInfo::default().push_next(&mut ty), None) }?;
+        let timeline =
+            unsafe { device.create_semaphore(&vk::SemaphoreCreateInfo::default().push_next(&mut ty), None) }?;
         let cmds = [cmds[0], cmds[1]];
         let messenger = (debug, messenger);
         let family = family as u32;
@@ -258,7 +264,8 @@ pub fn run(frames: u64, early: Option<ReturnEarly>) -> Result<Outcome> {
     let max_sets = (IN_FLIGHT * scene::PLANES.len()) as u32;
     let samplers = [device.create_sampler(Filter::Trilinear)?, device.create_sampler(Filter::Nearest)?];
     let vertices = scene::plane_vertices(&device)?;
-    let mut targets = vec![scene::Target::new(&device, "target 0")?, scene::Target::new(&device, "target 1")?];
+    let mut targets =
+        vec![scene::Target::new(&device, "target 0")?, scene::Target::new(&device, "target 1")?];
     // streaming: begin
     // SAFETY: the renderer's timeline semaphore, of this device, destroyed after the set; its
     // only signals are the frames `Recording::submit` makes.

@@ -270,7 +270,12 @@ pub(crate) fn plane_vertices(device: &Device) -> Result<Buffer> {
     Ok(vertices)
 }
 
-pub(crate) fn program(device: &Device, name: &str, fragment: &shaders::Shader, sets: u32) -> Result<GraphicsProgram> {
+pub(crate) fn program(
+    device: &Device,
+    name: &str,
+    fragment: &shaders::Shader,
+    sets: u32,
+) -> Result<GraphicsProgram> {
     let attributes = [
         VertexAttribute { location: 0, format: vk::Format::R32G32B32_SFLOAT, offset: 0 },
         VertexAttribute { location: 1, format: vk::Format::R32G32_SFLOAT, offset: 12 },

@@ -156,17 +156,7 @@ impl<'a> Recording<'a> {
             .semaphore(semaphore)
             .value(value)
             .stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS);
-        Ok(PendingFrame {
-            queue,
-            device,
-            cmd,
-            kept,
-            plan,
-            waits,
-            signal,
-            timeline: timeline.clone(),
-            value,
-        })
+        Ok(PendingFrame { queue, device, cmd, kept, plan, waits, signal, timeline: timeline.clone(), value })
     }
 }
 
