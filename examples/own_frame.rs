@@ -24,6 +24,10 @@
 //! Run: `cargo run --example own_frame [-- --return-early-at before-submit]`
 
 #[allow(dead_code, reason = "the scene is virtual_texture.rs's; this example uses a part of it")]
+#[allow(
+    clippy::duplicate_mod,
+    reason = "the examples' test loads virtual_texture.rs as an example of its own too"
+)]
 #[path = "virtual_texture.rs"]
 mod scene;
 
