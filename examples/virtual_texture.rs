@@ -47,15 +47,15 @@ type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 /// Frames drawn by default.
 pub const FRAMES: u64 = 40;
 /// The render target's side in pixels.
-const SIDE: u32 = 256;
+pub(crate) const SIDE: u32 = 256;
 const FRAMES_IN_FLIGHT: usize = 2;
 /// The frame rate the loop keeps to, as a renderer presenting at 60 Hz would.
 const FRAME_TIME: Duration = Duration::from_micros(16_667);
 /// The planes: world-space corner (each is 1 × 1 on the ground, z = 0) and texture side.
-const PLANES: [([f32; 2], u32); 4] =
+pub(crate) const PLANES: [([f32; 2], u32); 4] =
     [([0.0, 0.0], 2048), ([1.1, 0.0], 1024), ([0.0, 1.1], 1024), ([1.1, 1.1], 2048)];
 /// The shaders' colour where nothing is resident.
-const MAGENTA: [u8; 4] = [255, 0, 255, 255];
+pub(crate) const MAGENTA: [u8; 4] = [255, 0, 255, 255];
 /// `vt_quad.vert`'s vertex: position (vec3), uv (vec2).
 const VERTEX_BYTES: u32 = 20;
 /// The streamer's budget: 8 MiB of tiles for the 55 MiB the four textures take fully resident.
@@ -154,7 +154,7 @@ fn view_proj(eye: [f32; 3], at: [f32; 3]) -> [f32; 16] {
 /// The camera of frame `frame` of `frames`: from high over the four planes down to a close pass
 /// over the first one (its finest mips), then up to a view across all four, at rest for the last
 /// half of the run.
-fn camera(frame: u64, frames: u64) -> [f32; 16] {
+pub(crate) fn camera(frame: u64, frames: u64) -> [f32; 16] {
     // (eye, looking at) at 0 %, 25 % and 50 % of the run.
     let keys = [
         ([-0.15, -0.15, 1.5], [1.05, 1.05, 0.0]),
@@ -169,7 +169,7 @@ fn camera(frame: u64, frames: u64) -> [f32; 16] {
 }
 
 /// A colour target with a read-back buffer; its tracker puts it in each use's layout.
-struct Target {
+pub(crate) struct Target {
     image: Image,
     view: ImageView,
     pixels: Buffer,
@@ -178,7 +178,7 @@ struct Target {
 }
 
 impl Target {
-    fn new(device: &Device, name: &str) -> Result<Target> {
+    pub(crate) fn new(device: &Device, name: &str) -> Result<Target> {
         let usage = ImageUsage::COLOR_ATTACHMENT | ImageUsage::COPY_SRC;
         let image =
             device.create_image(&ImageDesc::new_2d(name, Format::R8G8B8A8Unorm, SIDE, SIDE, usage))?;
@@ -209,7 +209,7 @@ impl Target {
     }
 
     /// Renders `draw` with `program` into the target, then copies it to the read-back buffer.
-    fn render(
+    pub(crate) fn render(
         &mut self,
         rec: &mut Recording<'_>,
         program: &GraphicsProgram,
@@ -222,7 +222,7 @@ impl Target {
         self.declare(rec, &[(1, Use::HostRead)], false)
     }
 
-    fn read(&self) -> Result<Vec<u8>> {
+    pub(crate) fn read(&self) -> Result<Vec<u8>> {
         let mut out = vec![0; self.pixels.size() as usize];
         self.pixels.read(0, &mut out)?;
         Ok(out)
@@ -255,7 +255,7 @@ fn resident_copy(
 }
 
 /// The four planes' vertices: two triangles each, uv 0..1 across the plane.
-fn plane_vertices(device: &Device) -> Result<Buffer> {
+pub(crate) fn plane_vertices(device: &Device) -> Result<Buffer> {
     let corners = [[0.0f32, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0], [1.0, 0.0], [1.0, 1.0]];
     let bytes: Vec<u8> = PLANES
         .iter()
@@ -270,7 +270,12 @@ fn plane_vertices(device: &Device) -> Result<Buffer> {
     Ok(vertices)
 }
 
-fn program(device: &Device, name: &str, fragment: &shaders::Shader, sets: u32) -> Result<GraphicsProgram> {
+pub(crate) fn program(
+    device: &Device,
+    name: &str,
+    fragment: &shaders::Shader,
+    sets: u32,
+) -> Result<GraphicsProgram> {
     let attributes = [
         VertexAttribute { location: 0, format: vk::Format::R32G32B32_SFLOAT, offset: 0 },
         VertexAttribute { location: 1, format: vk::Format::R32G32_SFLOAT, offset: 12 },
@@ -289,7 +294,7 @@ fn program(device: &Device, name: &str, fragment: &shaders::Shader, sets: u32) -
 }
 
 /// Draws plane `plane` with `set` bound and `push` (the view-projection first).
-fn draw_plane(
+pub(crate) fn draw_plane(
     draw: &mut Drawing<'_, '_>,
     vertices: &Buffer,
     plane: usize,
@@ -302,7 +307,7 @@ fn draw_plane(
     Ok(draw.draw(6, 1)?)
 }
 
-fn matrix_bytes(m: &[f32; 16]) -> Vec<u8> {
+pub(crate) fn matrix_bytes(m: &[f32; 16]) -> Vec<u8> {
     m.iter().flat_map(|f| f.to_le_bytes()).collect()
 }
 
@@ -323,7 +328,7 @@ fn psnr(a: &[u8], b: &[u8]) -> f64 {
 // --- streaming: the textures' source, and the sets and push constants of a frame's bindings
 /// Texture `index` of `PLANES` as a tile source. Its tiles are made on the loader's threads and
 /// kept: the software path reads a tile's neighbours too (for its border).
-fn source(index: usize) -> Arc<dyn TileSource> {
+pub(crate) fn source(index: usize) -> Arc<dyn TileSource> {
     let side = PLANES[index].1;
     let desc = VtDesc::new(Format::R8G8B8A8Unorm, side, side, 128, 128);
     let made = Mutex::new(HashMap::new());
@@ -339,10 +344,10 @@ fn source(index: usize) -> Arc<dyn TileSource> {
 }
 
 /// Per plane: its descriptor set over the streamer's views and its feedback slot.
-type PlaneSets = Vec<(DescriptorSet, u16)>;
+pub(crate) type PlaneSets = Vec<(DescriptorSet, u16)>;
 
 /// The sets of the planes for `bindings` (made once per ring slot and generation).
-fn plane_sets(
+pub(crate) fn plane_sets(
     program: &GraphicsProgram,
     samplers: &[Sampler; 2],
     bindings: &FrameBindings<'_>,
@@ -372,7 +377,7 @@ fn plane_sets(
 
 /// `vt_quad`'s 96 bytes of push constants: the view-projection, then the feedback slot, frame,
 /// sampling and whether this frame writes feedback.
-fn plane_push(view: &[u8], slot: u16, bindings: &FrameBindings<'_>) -> Vec<u8> {
+pub(crate) fn plane_push(view: &[u8], slot: u16, bindings: &FrameBindings<'_>) -> Vec<u8> {
     let texture = bindings.textures.iter().find(|t| t.feedback_slot == slot);
     let words = texture.map_or([0; 8], |t| bindings.feedback_words(t, true));
     view.iter().copied().chain(words.into_iter().flat_map(u32::to_le_bytes)).collect()

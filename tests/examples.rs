@@ -4,6 +4,8 @@
 mod distance_field;
 #[path = "../examples/multi_device.rs"]
 mod multi_device;
+#[path = "../examples/own_frame.rs"]
+mod own_frame;
 #[path = "../examples/placed_buffers.rs"]
 mod placed_buffers;
 #[path = "../examples/ptex.rs"]
@@ -220,6 +222,80 @@ fn virtual_texture_example_streams_on_the_hardware_path() {
 #[test]
 fn virtual_texture_example_streams_on_the_software_path() {
     virtual_texture_example_streams_from_fragment_feedback(ResidencyPath::Software);
+}
+
+/// Runs `own_frame` with `early` on a thread of its own: a hang fails the test (and ends the
+/// binary) instead of stalling it. Returns whether the run returned `Ok`, checking that it left
+/// no validation message (the renderer's own messenger, synchronization validation on) and no
+/// leak.
+fn own_frame_within_a_minute(early: Option<own_frame::ReturnEarly>) -> bool {
+    use std::sync::atomic::Ordering;
+    let (problems, leaks) = (
+        own_frame::PROBLEMS.load(Ordering::SeqCst),
+        residency::vulkan::LEAKS_AT_TEARDOWN.load(Ordering::SeqCst),
+    );
+    let (tx, rx) = std::sync::mpsc::channel();
+    let runner = std::thread::spawn(move || {
+        let outcome = own_frame::run(own_frame::FRAMES, early);
+        let _ = tx.send(());
+        outcome.map_err(|e| e.to_string())
+    });
+    if rx.recv_timeout(std::time::Duration::from_secs(120)).is_err() {
+        eprintln!("\n**** HUNG: own_frame with {early:?} ****\n");
+        std::process::exit(101);
+    }
+    let outcome = runner.join().expect("no panic");
+    assert_eq!(own_frame::PROBLEMS.load(Ordering::SeqCst), problems, "validation messages with {early:?}");
+    assert_eq!(residency::vulkan::LEAKS_AT_TEARDOWN.load(Ordering::SeqCst), leaks, "leaks with {early:?}");
+    match (early, outcome) {
+        (None, Ok(o)) => {
+            assert_eq!(o.magenta_frame0, 0, "priming: {o:?}");
+            assert_eq!(o.frames, own_frame::FRAMES);
+            assert_ne!(o.path, ResidencyPath::Auto, "a path was resolved: {o:?}");
+            assert!(o.streamed_tiles > 0, "streamed from the fragment shaders' feedback: {o:?}");
+            true
+        }
+        (Some(site), Err(e)) => {
+            assert_eq!(e, format!("returned early at {site:?}"), "the early return, not another error");
+            false
+        }
+        (early, outcome) => panic!("{early:?}: {outcome:?}"),
+    }
+}
+
+/// The renderer's own frame (its instance, device, queue, command buffers and timeline, adopted
+/// by residency) streams four virtual textures, and a `?` at every site of the test mode returns
+/// cleanly: no crash, no hang, no validation message, no leak, and no wait for device idle in
+/// the example (residency's teardown drains its queue). Each site runs three times: an
+/// early-return crash used to show about one run in ten.
+#[test]
+fn own_frame_example_streams_and_returns_early_anywhere_cleanly() {
+    if residency::vulkan::testing::with_gpu(|_| ()).is_none() {
+        return;
+    }
+    assert!(own_frame_within_a_minute(None));
+    for _ in 0..3 {
+        for site in own_frame::ReturnEarly::SITES {
+            assert!(!own_frame_within_a_minute(Some(site)));
+        }
+    }
+}
+
+/// The example's streaming code (between its `// streaming: begin` and `// streaming: end`
+/// markers) stays within 50 lines.
+#[test]
+fn own_frame_example_streaming_code_is_at_most_50_lines() {
+    let source = include_str!("../examples/own_frame.rs");
+    let (mut inside, mut lines, mut blocks) = (false, 0, 0);
+    for line in source.lines().map(str::trim) {
+        match line {
+            "// streaming: begin" => (inside, blocks) = (true, blocks + 1),
+            "// streaming: end" => inside = false,
+            _ => lines += usize::from(inside),
+        }
+    }
+    assert!(blocks >= 2 && !inside, "markers paired");
+    assert!(lines <= 50, "{lines} lines of streaming code");
 }
 
 /// The README's quick start runs `cargo run --release --bin NAME -- tour` from the root: NAME must be

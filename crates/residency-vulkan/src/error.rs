@@ -141,6 +141,24 @@ pub enum VulkanError {
         /// The highest value a signal announced to residency reaches.
         announced: u64,
     },
+    /// A renderer frame would signal a value of its [`Timeline`](crate::Timeline) that is not
+    /// above what the timeline has reached or a signal already announced: Vulkan requires every
+    /// signal of a timeline to be greater than its current and pending values. Nothing was
+    /// submitted.
+    #[error(
+        "timeline `{timeline}`: a frame cannot signal {value}, not above its value {current} and \
+         the announced signals up to {announced}"
+    )]
+    TimelineValue {
+        /// The timeline's name.
+        timeline: String,
+        /// The value the frame would signal.
+        value: u64,
+        /// The timeline's value.
+        current: u64,
+        /// The highest value a signal announced to residency reaches.
+        announced: u64,
+    },
     /// Any other Vulkan error result.
     #[error("{call} failed: {result}")]
     Vk {

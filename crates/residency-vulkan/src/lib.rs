@@ -55,6 +55,7 @@ pub use resources::image::{Filter, Image, ImageDesc, ImageView, ImageViewDesc, S
 pub use resources::upload::{ImageRegion, ImageTarget, UploadError, Uploader, PARALLEL_COPY_PIECE};
 pub use sparse::backend::ResidencyBackend;
 pub use sync::commands::{CommandContext, ReadBackError, Submission};
+pub use sync::frame::PendingFrame;
 pub use sync::recording::Recording;
-pub use sync::retire::{ForeignUse, GpuUse, Timeline};
+pub use sync::retire::{ForeignUse, GpuUse, Timeline, ADOPTED_TEARDOWN_WAIT_NS};
 pub use validation::ValidationMode;

@@ -764,6 +764,62 @@ impl Device {
             .during("vkDeviceWaitIdle")
     }
 
+    /// Waits (at most `timeout` ns) until the driver has finished with everything submitted to
+    /// residency's queues so far: under each queue's lock, an empty submission with a fence,
+    /// which signals once every earlier submission to that queue has completed *and* the driver
+    /// is done with it (a driver that runs submissions on its own thread, as lavapipe does,
+    /// finishes one before it takes the next). Waiting for a semaphore value alone does not say
+    /// the driver's thread has let go of the submission that signalled it; destroying a
+    /// semaphore it still touches crashes. Returns whether every queue drained; a fence still
+    /// pending is not destroyed (it is leaked and reported).
+    pub(crate) fn drain_queues(&self, timeout: u64) -> bool {
+        if self.is_lost() {
+            return true;
+        }
+        let sparse = self.sparse.as_ref().filter(|s| !Arc::ptr_eq(s, &self.universal));
+        let mut drained = true;
+        for queue in std::iter::once(&self.universal).chain(sparse) {
+            // SAFETY: valid device.
+            let fence = match unsafe { self.raw.create_fence(&vk::FenceCreateInfo::default(), None) } {
+                Ok(fence) => fence,
+                Err(result) => {
+                    tracing::warn!(device = %self.index, ?result, "vkCreateFence for the teardown drain failed");
+                    return false;
+                }
+            };
+            let submitted = match queue.lock() {
+                // SAFETY: the queue is locked (externally synchronised) and belongs to this
+                // device; no batch, so nothing is waited on or signalled but the unsignalled fence.
+                Ok(guard) => unsafe { self.raw.queue_submit2(*guard, &[], fence) },
+                Err(_) => {
+                    // SAFETY: created above, never submitted.
+                    unsafe { self.raw.destroy_fence(fence, None) };
+                    return false;
+                }
+            };
+            if let Err(result) = submitted {
+                self.ledger.note_result(result);
+                // SAFETY: the submission failed, so the fence is not pending.
+                unsafe { self.raw.destroy_fence(fence, None) };
+                // A lost device runs nothing more; anything else is a failed drain.
+                drained &= self.is_lost();
+                continue;
+            }
+            // SAFETY: the fence belongs to this device and was submitted above.
+            match unsafe { self.raw.wait_for_fences(&[fence], true, timeout) } {
+                // SAFETY: signalled, so no pending submission uses it.
+                Ok(()) => unsafe { self.raw.destroy_fence(fence, None) },
+                Err(result) => {
+                    self.ledger.note_result(result);
+                    tracing::error!(device = %self.index, ?result, "a queue did not drain at teardown: its fence is leaked");
+                    LEAKS_AT_TEARDOWN.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    drained &= self.is_lost();
+                }
+            }
+        }
+        drained
+    }
+
     /// Whether the device is lost (the driver reported `VK_ERROR_DEVICE_LOST`, or a fault was
     /// injected): submissions, binds and waits then fail with [`VulkanError::DeviceLost`] at once.
     /// Destroying objects still works; recreate the device to go on.

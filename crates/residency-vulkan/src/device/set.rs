@@ -152,13 +152,25 @@ impl DeviceSet {
     /// - the queues are externally synchronised: the application holds
     ///   [`Queue::lock`](crate::Queue::lock) (`device.universal_queue().lock()`) around its own
     ///   submissions to a queue it shares with residency, or gives residency queues of its own;
-    /// - the application destroys its devices only after [`DeviceSet::close`] returned `Ok` (or,
-    ///   after a plain drop, once every residency object and `Arc<Device>` clone is gone): until then
-    ///   residency may still free memory and destroy objects on them. Residency waits for its own
-    ///   submissions (its universal timeline) and for the renderer timelines of declared uses
-    ///   before it frees anything; work the application submitted with residency's resources must
-    ///   be declared with `used_until` or have completed; `close` refuses while a declared use has
-    ///   not ended, and after it the application no longer signals the set's timelines.
+    /// - the application destroys its devices (and the timelines it imported with
+    ///   [`Device::import_timeline`](crate::Device::import_timeline)) only after
+    ///   [`DeviceSet::close`] returned `Ok` (or, after a plain drop, once every residency object
+    ///   and `Arc<Device>` clone is gone): until then residency may still free memory and destroy
+    ///   objects on them;
+    /// - work the application submits on its own (not through [`Recording::submit`](crate::Recording::submit)
+    ///   or a [`PendingFrame`](crate::PendingFrame)) with residency's resources is declared with
+    ///   `used_until` (announced points) or has completed before they are dropped, and work on
+    ///   queues residency does not use has completed before the device is destroyed.
+    ///
+    /// Teardown (`close` or a drop) waits, bounded by
+    /// [`ADOPTED_TEARDOWN_WAIT_NS`](crate::ADOPTED_TEARDOWN_WAIT_NS), for residency's own
+    /// submissions, for the renderer frames submitted through residency and the announced values
+    /// of declared uses, and then drains residency's queues (an empty submission with a fence, so
+    /// the driver is done with every submission on them, the application's included); it never
+    /// waits for a value no announced signal reaches. Once `close` returns `Ok` the application
+    /// destroys its objects and devices without waiting for anything itself; if something was
+    /// still running or waited for past the bound, `close` refuses ([`TeardownError`]) and
+    /// nothing of the device is freed.
     pub unsafe fn adopt(
         entry: ash::Entry,
         instance: ash::Instance,
@@ -212,17 +224,20 @@ impl DeviceSet {
     /// `close` again. A plain drop of the set does the same teardown and, when something is still
     /// alive, logs it as an error and leaves each device to be destroyed with its last reference.
     pub fn close(self) -> std::result::Result<(), TeardownError> {
-        self.settle();
-        // An adopted device must also have nothing waiting for the application's own GPU work:
-        // the application destroys it right after `close` returns Ok.
+        let settled = self.settle();
+        // An adopted device must also have nothing waiting for the application's own GPU work,
+        // and residency's queues drained: the application destroys it right after `close`
+        // returns Ok.
         let alive: Vec<_> = self
             .devices
             .iter()
-            .filter(|d| Arc::strong_count(d) > 1 || (!d.is_owned() && d.pending_destruction() > 0))
-            .map(|d| LiveDevice {
+            .zip(&settled)
+            .filter(|(d, settled)| Arc::strong_count(d) > 1 || !**settled)
+            .map(|(d, settled)| LiveDevice {
                 device: d.index(),
                 references: Arc::strong_count(d) - 1,
                 pending_destruction: d.pending_destruction(),
+                gpu_busy: !settled && d.pending_destruction() == 0,
                 objects: d.ledger().live_objects().into_iter().filter(|o| o.kind != "memory").collect(),
             })
             .collect();
@@ -234,16 +249,26 @@ impl DeviceSet {
         }
     }
 
-    /// Waits for residency's work on every device and destroys what waited for the GPU.
-    fn settle(&self) {
-        for device in &self.devices {
-            if let Err(e) = device.wait_submitted() {
-                tracing::warn!(device = %device.index(), error = %e, "waiting for residency's work at teardown failed");
-            }
-            if !device.is_owned() {
-                device.settle_adopted();
-            }
-        }
+    /// Waits for residency's work on every device and destroys what waited for the GPU. Returns
+    /// per device whether it is settled: always for an owned device (its drop waits idle); for an
+    /// adopted one, whether nothing waits for the GPU any more and its queues drained (bounded:
+    /// see `Device::settle_adopted`).
+    fn settle(&self) -> Vec<bool> {
+        self.devices
+            .iter()
+            .map(|device| {
+                if device.is_owned() {
+                    if let Err(e) = device.wait_submitted() {
+                        tracing::warn!(device = %device.index(), error = %e, "waiting for residency's work at teardown failed");
+                    }
+                    true
+                } else {
+                    // Bounded waits only: an adopted device's queues may hold the application's
+                    // work, and a renderer value no announced signal reaches is never waited for.
+                    device.settle_adopted()
+                }
+            })
+            .collect()
     }
 }
 
@@ -257,6 +282,10 @@ pub struct LiveDevice {
     /// Released objects still waiting for GPU work (on an adopted device, the application's frames
     /// or timelines they were declared `used_until`).
     pub pending_destruction: usize,
+    /// An adopted device whose work (residency's submissions, the announced renderer frames, the
+    /// driver's handling of its queues) did not finish within the teardown bound
+    /// ([`ADOPTED_TEARDOWN_WAIT_NS`](crate::ADOPTED_TEARDOWN_WAIT_NS)).
+    pub gpu_busy: bool,
     /// Residency objects still alive on it (buffers, images, pools, …), by name.
     pub objects: Vec<crate::device::ledger::LiveObject>,
 }
@@ -278,10 +307,11 @@ fn describe_alive(alive: &[LiveDevice]) -> String {
             let names: Vec<String> =
                 d.objects.iter().take(8).map(|o| format!("{} `{}`", o.kind, o.name)).collect();
             format!(
-                "{}: {} references, {} objects waiting for the GPU ({})",
+                "{}: {} references, {} objects waiting for the GPU{} ({})",
                 d.device,
                 d.references,
                 d.pending_destruction,
+                if d.gpu_busy { ", its queues still busy" } else { "" },
                 names.join(", ")
             )
         })

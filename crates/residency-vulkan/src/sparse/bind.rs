@@ -108,7 +108,9 @@ pub(super) fn submit_binds(
     let queue = device.sparse_queue().ok_or(SparseError::NoSparseQueue)?;
     let has_unbinds = !unbinds.0.is_empty() || !unbinds.1.is_empty();
     let has_binds = !binds.0.is_empty() || !binds.1.is_empty();
-    let infos = waits.iter().map(|w| device.wait_info(w)).collect::<Result<Vec<_>, _>>()?;
+    // After the renderer frames submitted on its other queues too: they may use this memory.
+    let frames = device.external_frame_waits();
+    let infos = waits.iter().chain(&frames).map(|w| device.wait_info(w)).collect::<Result<Vec<_>, _>>()?;
     let mut wait_semaphores: Vec<vk::Semaphore> = infos.iter().map(|i| i.semaphore).collect();
     let mut wait_values: Vec<u64> = infos.iter().map(|i| i.value).collect();
     let sparse = [device.retirement().sparse];

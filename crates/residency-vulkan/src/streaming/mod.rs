@@ -568,6 +568,8 @@ struct FrameContext<'a> {
     recorded: &'a AtomicBool,
     /// The device's universal timeline value submitted when the frame was recorded.
     recorded_after: &'a AtomicU64,
+    /// The announced value of each renderer timeline when the frame was recorded.
+    recorded_floor: &'a std::sync::Mutex<Vec<(residency_core::sync::ClockId, u64)>>,
 }
 
 impl FrameBindings<'_> {
@@ -635,6 +637,8 @@ impl FrameBindings<'_> {
         }
         // A submission of this recording through residency signals a later universal value.
         ctx.recorded_after.store(ctx.device.submitted_work().point.value, Ordering::Release);
+        // A frame signalling a renderer timeline signals above what it announced by now.
+        *ctx.recorded_floor.lock().unwrap_or_else(|e| e.into_inner()) = ctx.device.announced_values();
         let out = draw(rec);
         if self.feedback_active && self.feedback.is_some() {
             rec.memory_barrier(MemoryDependency {
@@ -759,6 +763,9 @@ pub struct Streamer {
     /// The universal value submitted when the current frame was recorded: `end_frame` refuses a
     /// use of residency's submissions that ends before the frame's own submission.
     recorded_after: AtomicU64,
+    /// The announced value of each renderer timeline when the current frame was recorded:
+    /// `end_frame` refuses a point of one at or below it.
+    recorded_floor: std::sync::Mutex<Vec<(residency_core::sync::ClockId, u64)>>,
     cpu_feedback: bool,
     /// The tick not applied to the GPU yet (its bind or staging failed).
     unapplied: Option<Unapplied>,
@@ -863,6 +870,7 @@ impl Streamer {
             frame_uses: Vec::new(),
             recorded: AtomicBool::new(false),
             recorded_after: AtomicU64::new(0),
+            recorded_floor: std::sync::Mutex::new(Vec::new()),
             cpu_feedback: false,
             unapplied: None,
             serial: STREAMERS.fetch_add(1, Ordering::Relaxed),
@@ -1661,6 +1669,7 @@ impl Streamer {
                 header,
                 recorded: &self.recorded,
                 recorded_after: &self.recorded_after,
+                recorded_floor: &self.recorded_floor,
             },
         }
     }
@@ -1761,6 +1770,16 @@ impl Streamer {
             return Err(StreamError::FrameOrder(
                 "end_frame with a use that ends before the frame's own submission",
             ));
+        }
+        // The same for a renderer timeline: its frame signals above what was announced when the
+        // frame was recorded (`Recording::submit` refuses anything else).
+        if self.recorded.load(Ordering::Acquire) {
+            let floor = self.recorded_floor.lock().unwrap_or_else(|e| e.into_inner());
+            if floor.iter().any(|&(clock, value)| clock == until.point.clock && until.point.value <= value) {
+                return Err(StreamError::FrameOrder(
+                    "end_frame with a timeline point the GPU may reach before the frame's own submission",
+                ));
+            }
         }
         let index = (self.frame % self.slots.len() as u64) as usize;
         for texture in self.textures.values() {

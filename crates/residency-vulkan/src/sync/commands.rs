@@ -247,7 +247,9 @@ impl CommandContext {
         let mut waits = waits.to_vec();
         // After every sparse bind residency submitted before: nothing this submission does may
         // race a bind or unbind of memory it touches.
-        for until in recorded_waits.iter().chain(device.submitted_binds().as_ref()) {
+        // And after the renderer frames submitted on its other queues (layouts, memory).
+        let frames = device.external_frame_waits();
+        for until in recorded_waits.iter().chain(device.submitted_binds().as_ref()).chain(&frames) {
             waits.push(device.wait_info(until)?);
         }
         let waits = &waits[..];

@@ -3,6 +3,7 @@
 //! state and barriers (`tracking`), and transient memory aliased across passes (`transient`).
 
 pub(crate) mod commands;
+pub(crate) mod frame;
 pub mod recording;
 pub(crate) mod retire;
 pub mod tracking;

@@ -175,38 +175,29 @@ impl<'a> Recording<'a> {
     }
 
     /// A recording over a command buffer the renderer allocated and began itself, for the safe
-    /// helpers to record into.
+    /// helpers to record into. Submit it with [`Recording::submit`] (on residency's universal
+    /// queue, signalling the renderer's [`Timeline`](crate::Timeline)) or
+    /// [`Recording::finish`] (on a queue of the renderer's own): every object the helpers
+    /// recorded is then declared used until the frame's point, in that one call. Dropped
+    /// without either, it declares nothing.
     ///
     /// # Safety
-    /// - `cmd` is a primary command buffer allocated from a command pool of `device`, on a queue
-    ///   family with graphics and compute (the universal queue's), and it is in the recording
-    ///   state, outside any render pass instance, until the recording is dropped (or handed to
-    ///   [`Recording::submit_checked`], whose closure ends it).
-    /// - Nothing else records into `cmd` while the recording lives (external synchronisation),
-    ///   and every command you record into it yourself leaves it in that state.
-    /// - The recording holds every residency object a helper recorded into `cmd` (see
-    ///   [`Recording::used_until`]), but residency does not know when you submit `cmd`: before the
-    ///   recording is dropped, declare a point after `cmd`'s execution completes with
-    ///   [`Recording::used_until`] (a point of a [`Timeline`](crate::Timeline) your submission
-    ///   signals, or [`Device::frames_from_now`]). Keeping the objects alive yourself is not
-    ///   enough: some helpers hold staging space or other state that only a declared use protects
-    ///   (`Uploader::record`, `FrameBindings::record`).
-    /// - The submission of `cmd` waits (at all commands) for every point of
-    ///   [`Recording::waits`] and for [`Device::submitted_binds`]
-    ///   ([`Recording::submit_checked`] hands you these waits).
-    /// - If `cmd` is never submitted, it is reset or freed (never submitted) once any of those
-    ///   objects has been destroyed.
-    /// - Image layouts: the helpers note the layouts their commands need and leave (see the
-    ///   module documentation), but residency does not see a submission you make on your own.
-    ///   Submit `cmd` through [`Recording::submit_checked`] (which checks them and records the
-    ///   new layouts in queue order), or else every layout the helpers' commands need when `cmd`
-    ///   executes, and every layout residency's later submissions expect of those images, is
-    ///   yours to make hold.
+    /// - `cmd` is a primary command buffer allocated from a command pool of `device` on the
+    ///   universal queue's family, in the recording state outside any render pass instance, and
+    ///   nothing else records into it while the recording lives; the commands you record into it
+    ///   yourself ([`Recording::raw`]) leave it so, leave every residency [`Image`] in the layouts
+    ///   the helpers noted, and use only objects that outlive the frame's GPU work;
+    /// - `cmd` is submitted only through [`Recording::submit`], [`Recording::submit_checked`] or a
+    ///   [`PendingFrame`](crate::PendingFrame) (never on its own), and is reset or freed only
+    ///   once that submission completed (or, never submitted, at any time).
     pub unsafe fn from_raw(device: &'a Device, cmd: vk::CommandBuffer) -> Recording<'a> {
         Recording::new(device, cmd)
     }
 
-    /// Submits a recording of [`Recording::from_raw`] yourself, with residency's layout check:
+    /// Submits a recording of [`Recording::from_raw`] yourself, with residency's layout check
+    /// (prefer [`Recording::submit`], which also signals and announces your timeline and
+    /// declares the recording's uses; with this one, declare them with
+    /// [`Recording::used_until`] at a point your submission signals, and announce it):
     /// under the universal queue lock, checks that every image the helpers recorded a command on
     /// is in the layouts those commands need (in residency's submission order); if so calls
     /// `submit` with the locked universal queue, and once it returns `Ok` advances the images'

@@ -46,6 +46,10 @@ pub(crate) const FRAMES: ClockId = ClockId(1);
 pub(crate) const SPARSE: ClockId = ClockId(2);
 /// The first clock of a renderer [`Timeline`].
 const FIRST_TIMELINE: u32 = 3;
+/// How long the teardown of an adopted device waits for work residency knows of (its own
+/// submissions, announced renderer frames) before it gives up and keeps the device's objects
+/// alive: the application's other work may hold the GPU, and teardown never waits forever.
+pub const ADOPTED_TEARDOWN_WAIT_NS: u64 = 30_000_000_000;
 
 /// The moment a GPU use of a resource ends. Declare it with `used_until` on the resource
 /// ([`Buffer::used_until`](crate::Buffer::used_until), …): dropping the resource before then defers
@@ -350,6 +354,8 @@ struct TimelineEntry {
     name: Arc<str>,
     /// The highest value an announced signal reaches.
     announced: Arc<AtomicU64>,
+    /// Imported ([`Device::import_timeline`]): the application's semaphore, never destroyed here.
+    imported: bool,
 }
 
 impl Timeline {
@@ -390,6 +396,16 @@ impl Timeline {
     pub fn at(&self, value: u64) -> GpuUse {
         GpuUse { device: self.device, point: GpuPoint::new(self.clock, value) }
     }
+
+    /// Whether it belongs to the device of unique id `device`.
+    pub(crate) fn is_of(&self, device: &Device) -> bool {
+        self.device == device.uid()
+    }
+
+    /// Raises the announced value to `value` (a signal residency itself submitted).
+    pub(crate) fn announce(&self, value: u64) {
+        self.announced.fetch_max(value, Ordering::AcqRel);
+    }
 }
 
 /// The device's clocks and its retire queue.
@@ -406,6 +422,17 @@ pub(crate) struct Retirement {
     frame: AtomicU64,
     timelines: Mutex<Vec<TimelineEntry>>,
     queue: Mutex<RetireQueue<Garbage>>,
+    /// The latest renderer frame submitted through residency on each renderer timeline
+    /// ([`Recording::submit`](crate::Recording::submit), [`PendingFrame`](crate::PendingFrame)):
+    /// everything released after a frame's submission waits for it, as for residency's own
+    /// submissions. Points the GPU passed are pruned.
+    frames: Mutex<LastUses>,
+    /// Whether `frames` may hold a point (the lock-free fast path of `retire`).
+    frames_pending: std::sync::atomic::AtomicBool,
+    /// Frames submitted on a queue other than residency's universal queue
+    /// ([`PendingFrame::submitted`](crate::PendingFrame::submitted)): residency's later
+    /// submissions and binds wait for them on the GPU (layouts and memory they touch).
+    external_frames: Mutex<LastUses>,
 }
 
 /// Creates a timeline semaphore with initial value 0.
@@ -435,6 +462,9 @@ impl Retirement {
             frame: AtomicU64::new(0),
             timelines: Mutex::new(Vec::new()),
             queue: Mutex::new(RetireQueue::new()),
+            frames: Mutex::new(LastUses::none()),
+            frames_pending: std::sync::atomic::AtomicBool::new(false),
+            external_frames: Mutex::new(LastUses::none()),
         })
     }
 
@@ -502,7 +532,7 @@ impl Retirement {
         unsafe {
             raw.destroy_semaphore(self.universal, None);
             raw.destroy_semaphore(self.sparse, None);
-            for t in timelines {
+            for t in timelines.into_iter().filter(|t| !t.imported) {
                 raw.destroy_semaphore(t.raw, None);
             }
         }
@@ -538,15 +568,90 @@ impl Device {
     /// Whether every residency submission and sparse bind made so far was already seen completed:
     /// what was released now, with no use declared, may be destroyed at once.
     pub(crate) fn idle_so_far(&self) -> bool {
-        self.retirement().all_seen_completed()
+        !self.retirement().frames_pending.load(Ordering::Acquire) && self.retirement().all_seen_completed()
+    }
+
+    /// The renderer frames submitted through residency that the GPU may still run (pruning those
+    /// it passed).
+    fn pending_frames(&self) -> LastUses {
+        let mut frames = self.retirement().frames.lock().unwrap_or_else(|e| e.into_inner());
+        let mut left = LastUses::none();
+        for point in frames.points() {
+            if self.clock_value(point.clock) < point.value {
+                left.note(*point);
+            }
+        }
+        if left.is_empty() {
+            self.retirement().frames_pending.store(false, Ordering::Release);
+        }
+        *frames = left.clone();
+        left
+    }
+
+    /// A renderer frame signalling `point` of a renderer timeline was submitted (and its signal
+    /// announced): what is released from now on waits for it. `external`: it went to a queue
+    /// other than residency's universal queue, so residency's later submissions and binds wait
+    /// for it on the GPU. Call under the universal queue lock (so that no residency submission
+    /// slips between the frame's submission and this).
+    pub(crate) fn note_frame(&self, point: GpuPoint, external: bool) {
+        let r = self.retirement();
+        r.frames.lock().unwrap_or_else(|e| e.into_inner()).note(point);
+        r.frames_pending.store(true, Ordering::Release);
+        if external {
+            r.external_frames.lock().unwrap_or_else(|e| e.into_inner()).note(point);
+        }
+    }
+
+    /// The frames a residency submission or bind must wait for: those submitted on the
+    /// renderer's other queues that the GPU has not passed yet (see [`Device::note_frame`]).
+    pub(crate) fn external_frame_waits(&self) -> Vec<GpuUse> {
+        let mut external = self.retirement().external_frames.lock().unwrap_or_else(|e| e.into_inner());
+        if external.is_empty() {
+            return Vec::new();
+        }
+        let mut left = LastUses::none();
+        for point in external.points() {
+            if self.clock_value(point.clock) < point.value {
+                left.note(*point);
+            }
+        }
+        *external = left;
+        external.points().iter().map(|&point| GpuUse { device: self.uid(), point }).collect()
+    }
+
+    /// The raw semaphore, announced value and name of renderer timeline `timeline`, refusing a
+    /// timeline of another device.
+    pub(crate) fn timeline_state(&self, timeline: &Timeline) -> Option<(vk::Semaphore, u64)> {
+        if !timeline.is_of(self) {
+            return None;
+        }
+        let timelines = self.retirement().timelines.lock().unwrap_or_else(|e| e.into_inner());
+        let t = timeline_entry(&timelines, timeline.clock)?;
+        Some((t.raw, t.announced.load(Ordering::Acquire)))
+    }
+
+    /// The announced value of every renderer timeline now (a floor for the frame being recorded:
+    /// its own signal will lie above it).
+    pub(crate) fn announced_values(&self) -> Vec<(ClockId, u64)> {
+        let timelines = self.retirement().timelines.lock().unwrap_or_else(|e| e.into_inner());
+        timelines
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (ClockId(FIRST_TIMELINE + i as u32), t.announced.load(Ordering::Acquire)))
+            .collect()
     }
 
     pub(crate) fn retire(&self, garbage: Garbage, mut uses: LastUses) -> Option<LastUses> {
         // The common case without a lock, a Vulkan call or an allocation: nothing declared, and
         // every submission and bind made so far already seen completed.
-        if uses.is_empty() && self.retirement().all_seen_completed() {
+        let frames_pending = self.retirement().frames_pending.load(Ordering::Acquire);
+        if uses.is_empty() && !frames_pending && self.retirement().all_seen_completed() {
             garbage.destroy(self);
             return None;
+        }
+        // Renderer frames submitted through residency before the drop may still use it.
+        if frames_pending {
+            uses.merge(&self.pending_frames());
         }
         let submitted = self.retirement().universal_submitted();
         if submitted > 0 {
@@ -612,15 +717,17 @@ impl Device {
             true
         } else {
             // Bounded on a lost device; what is queued is then destroyed (the device is lost).
-            self.wait_for_pending_timelines();
+            self.wait_for_pending_timelines(self.teardown_timeout());
             true
         }
     }
 
-    /// Waits (bounded on a really lost device) until the universal timeline and every renderer
-    /// timeline reach the highest value something queued waits for. Returns whether they did.
-    fn wait_for_pending_timelines(&self) -> bool {
-        let pending = self.retirement().queue.lock().unwrap_or_else(|e| e.into_inner()).pending();
+    /// Waits (at most `timeout` ns) until the universal and sparse timelines reach what residency
+    /// submitted, and every renderer timeline the highest *announced* value something queued (or
+    /// a renderer frame submitted through residency) waits for. Returns whether they did.
+    fn wait_for_pending_timelines(&self, timeout: u64) -> bool {
+        let mut pending = self.retirement().queue.lock().unwrap_or_else(|e| e.into_inner()).pending();
+        pending.merge(&self.retirement().frames.lock().unwrap_or_else(|e| e.into_inner()));
         let mut semaphores = vec![self.retirement().universal, self.retirement().sparse];
         let mut values = vec![self.retirement().universal_submitted(), self.retirement().sparse_submitted()];
         {
@@ -635,19 +742,27 @@ impl Device {
             }
         }
         let info = vk::SemaphoreWaitInfo::default().semaphores(&semaphores).values(&values);
-        // SAFETY: timeline semaphores of this device (destroyed only at teardown, after this);
-        // the universal value was published after its submission succeeded.
-        unsafe { self.raw().wait_semaphores(&info, self.teardown_timeout()) }.is_ok()
+        // SAFETY: timeline semaphores of this device (residency's, destroyed only at teardown
+        // after this, or imported ones, which the application keeps until the set is closed);
+        // the universal and sparse values were published after their submissions succeeded.
+        // The wait is bounded: `Ok(())` only once every value is reached (`TIMEOUT` is a success
+        // code ash maps to an error).
+        unsafe { self.raw().wait_semaphores(&info, timeout) }.is_ok()
     }
 
-    /// Teardown of an adopted device: waits for residency's submissions and the renderer
-    /// timelines queued objects wait for, then destroys what has completed. Returns false when
-    /// something must still wait (a use that has not ended: the application's frames or
-    /// timelines), so that nothing of the device may be freed.
+    /// Teardown of an adopted device: waits (bounded: [`ADOPTED_TEARDOWN_WAIT_NS`]) for
+    /// residency's submissions, the announced renderer values queued objects and submitted
+    /// frames wait for, and then for the driver to finish with everything submitted to
+    /// residency's queues ([`Device::drain_queues`]); then destroys what has completed. Returns
+    /// false when something must still wait (a use that has not ended: the application's frames
+    /// or timelines, or work still running past the bound), so that nothing of the device may be
+    /// freed. Never waits for a renderer value no announced signal reaches.
     pub(crate) fn settle_adopted(&self) -> bool {
-        self.wait_for_pending_timelines();
+        let timeout = self.teardown_timeout().min(ADOPTED_TEARDOWN_WAIT_NS);
+        let reached = self.wait_for_pending_timelines(timeout);
+        let drained = reached && self.drain_queues(timeout);
         self.maintain();
-        self.pending_destruction() == 0
+        drained && self.pending_destruction() == 0
     }
 
     /// Waits until every submission residency has made to this device has completed (its
@@ -834,7 +949,60 @@ impl Device {
         let mut timelines = self.retirement().timelines.lock().unwrap_or_else(|e| e.into_inner());
         let clock = ClockId(FIRST_TIMELINE + timelines.len() as u32);
         let (name, announced): (Arc<str>, _) = (Arc::from(name), Arc::new(AtomicU64::new(0)));
-        timelines.push(TimelineEntry { raw, name: Arc::clone(&name), announced: Arc::clone(&announced) });
+        timelines.push(TimelineEntry {
+            raw,
+            name: Arc::clone(&name),
+            announced: Arc::clone(&announced),
+            imported: false,
+        });
+        Ok(Timeline { device: self.uid(), clock, raw, name, announced })
+    }
+
+    /// Takes the renderer's own timeline semaphore as a [`Timeline`] of this device: its frames
+    /// submitted with [`Recording::submit`](crate::Recording::submit) (or a
+    /// [`PendingFrame`](crate::PendingFrame)) signal it, and the streamer's
+    /// [`end_frame`](crate::streaming::Streamer::end_frame) and every `used_until` take its points
+    /// like those of a timeline residency made. Residency never destroys it. The values it has
+    /// reached count as announced.
+    ///
+    /// Refused with [`VulkanError::Unsupported`](crate::VulkanError::Unsupported), importing
+    /// nothing: a null handle, one of residency's own semaphores, a semaphore already imported or
+    /// created as a timeline of this device. Whether `raw` is a timeline semaphore of this device
+    /// Vulkan gives no way to ask (the counter query on a binary semaphore is itself invalid), so
+    /// that is the caller's promise.
+    ///
+    /// # Safety
+    /// - `raw` is a timeline semaphore (`VK_SEMAPHORE_TYPE_TIMELINE`) created on this device;
+    /// - it is destroyed only after the device set is closed ([`DeviceSet::close`](crate::DeviceSet::close)
+    ///   returned `Ok`, or the set was dropped);
+    /// - every signal of it you make other than through residency's frame submission is announced
+    ///   ([`Timeline::signal_submitted`]) before you hand residency a value it reaches.
+    pub unsafe fn import_timeline(&self, raw: vk::Semaphore, name: &str) -> Result<Timeline> {
+        let refuse = |reason: &str| crate::error::VulkanError::Unsupported {
+            device: self.name().to_owned(),
+            reason: format!("importing timeline `{name}`: {reason}"),
+        };
+        if raw == vk::Semaphore::null() {
+            return Err(refuse("a null semaphore"));
+        }
+        if raw == self.retirement().universal || raw == self.retirement().sparse {
+            return Err(refuse("one of residency's own timelines"));
+        }
+        let mut timelines = self.retirement().timelines.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(t) = timelines.iter().find(|t| t.raw == raw) {
+            return Err(refuse(&format!("already a timeline of this device (`{}`)", t.name)));
+        }
+        // SAFETY: the caller promises a timeline semaphore of this device.
+        let current =
+            unsafe { self.raw().get_semaphore_counter_value(raw) }.during("vkGetSemaphoreCounterValue")?;
+        let clock = ClockId(FIRST_TIMELINE + timelines.len() as u32);
+        let (name, announced): (Arc<str>, _) = (Arc::from(name), Arc::new(AtomicU64::new(current)));
+        timelines.push(TimelineEntry {
+            raw,
+            name: Arc::clone(&name),
+            announced: Arc::clone(&announced),
+            imported: true,
+        });
         Ok(Timeline { device: self.uid(), clock, raw, name, announced })
     }
 
