@@ -19,6 +19,7 @@ mod instance;
 mod memory;
 pub mod multi;
 mod pipelines;
+mod pools;
 mod resources;
 pub mod sparse;
 pub mod streaming;
@@ -31,8 +32,9 @@ pub mod validation;
 pub use device::{profile_capture, requirements};
 pub use multi::work as multi_work;
 pub use pipelines::{compute, graphics, shaders, spirv};
+pub use pools::transient;
 pub use sparse::{backend as residency_backend, software};
-pub use sync::{recording, tracking, transient};
+pub use sync::{recording, tracking};
 
 pub use ash;
 pub use device::ledger::{FaultSite, InjectedFault, Ledger, LiveObject};
@@ -40,14 +42,14 @@ pub use device::set::{DeviceSet, DeviceSetDesc, LiveDevice, TeardownError, SETS_
 pub use device::{Device, EnabledFeatures, ExternalDevice, HeapStatus, Queue, QueueGuard, LEAKS_AT_TEARDOWN};
 pub use error::{Result, VulkanError, LAVAPIPE_HINT};
 pub use instance::{version_string, InstanceDesc};
-pub use memory::defrag::{DefragDesc, DefragError, DefragStats, DefragTotals, Defragmenter, Unmovable};
-pub use memory::linear_pool::{LinearPool, LinearPoolDesc, LinearPoolStats};
 pub use memory::placement::{
     usage_alignment_floor, Allocation, AllocationDesc, BoundTo, PlacementPolicy, PLACEMENT_MESSAGES_KEPT,
 };
-pub use memory::pool::{BufferInit, BufferPool, BufferPoolDesc, PoolRange, PoolStats};
-pub use memory::report::ReportSources;
 pub use memory::MemoryError;
+pub use pools::buffer_pool::{BufferInit, BufferPool, BufferPoolDesc, PoolRange, PoolStats};
+pub use pools::defrag::{DefragDesc, DefragError, DefragStats, DefragTotals, Defragmenter, Unmovable};
+pub use pools::linear_pool::{LinearPool, LinearPoolDesc, LinearPoolStats};
+pub use pools::report::ReportSources;
 pub use resources::buffer::{
     vk_buffer_usage, AccessError, Buffer, BufferDesc, BufferPlacement, ForeignReason, ForeignResource,
 };

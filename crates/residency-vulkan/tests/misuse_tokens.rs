@@ -10,6 +10,8 @@
 //! Every test runs under synchronization validation (a message fails it), checks for leaks at
 //! the end, and runs its body under a watchdog: a hang fails the test instead of stalling CI.
 
+#[path = "common/watchdog.rs"]
+mod watchdog;
 use ash::vk;
 use residency_core::device_mask::{DeviceIndex, DeviceMask};
 use residency_core::memory::MemoryIntent;
@@ -19,28 +21,12 @@ use residency_vulkan::multi_work::{MultiSubmitter, WorkError};
 use residency_vulkan::shaders;
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::{ash, Buffer, BufferDesc, CommandContext, Device, Timeline, VulkanError};
-use std::sync::mpsc;
-use std::time::Duration;
 
 const N: u32 = 256;
 
-/// Runs `body` on a thread and fails if it has not returned within a minute (a hang).
-fn watchdog<R: Send + 'static>(body: impl FnOnce() -> R + Send + 'static) -> R {
-    let (tx, rx) = mpsc::channel();
-    let worker = std::thread::spawn(move || {
-        let _ = tx.send(body());
-    });
-    match rx.recv_timeout(Duration::from_secs(60)) {
-        Ok(r) => {
-            worker.join().unwrap();
-            r
-        }
-        Err(mpsc::RecvTimeoutError::Disconnected) => {
-            // The body panicked: re-raise its panic here.
-            std::panic::resume_unwind(worker.join().unwrap_err())
-        }
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("hung: the call did not return within 60 s"),
-    }
+/// Runs `body` under the shared watchdog (`common/watchdog.rs`): a hang fails the test.
+fn watched<R: Send + 'static>(body: impl FnOnce() -> R + Send + 'static) -> R {
+    watchdog::within("misuse tokens", body)
 }
 
 fn push(count: u32, value: u32) -> Vec<u8> {
@@ -87,7 +73,7 @@ fn foreign(e: &VulkanError) -> bool {
 fn misuse_a_submission_given_to_another_context_is_refused_and_marks_nothing_complete() {
     with_gpu(|set| {
         let device = std::sync::Arc::clone(&set.devices()[0]);
-        watchdog(move || {
+        watched(move || {
             let gate = device.create_timeline("misuse token gate").unwrap();
             // SAFETY: the test opens the gate with a host signal, waiting for nothing that waits for it.
             unsafe { gate.signal_submitted(1) };
@@ -170,7 +156,7 @@ fn misuse_a_submission_given_to_another_devices_context_or_submitter_is_refused(
 fn misuse_a_submit_from_inside_its_own_recording_closure_is_refused_not_a_deadlock() {
     with_gpu(|set| {
         let device = std::sync::Arc::clone(&set.devices()[0]);
-        watchdog(move || {
+        watched(move || {
             let context = CommandContext::new(&device, "misuse reentrant").unwrap();
             let mut inner = None;
             let outer = context
@@ -200,7 +186,7 @@ fn misuse_a_submit_from_inside_its_own_recording_closure_is_refused_not_a_deadlo
 fn misuse_a_residency_call_while_holding_the_queue_lock_is_refused_not_a_deadlock() {
     with_gpu(|set| {
         let device = std::sync::Arc::clone(&set.devices()[0]);
-        watchdog(move || {
+        watched(move || {
             let context = CommandContext::new(&device, "misuse queue lock").unwrap();
             let target = storage(&device, "misuse queue lock target");
             {
@@ -226,7 +212,7 @@ fn misuse_a_residency_call_while_holding_the_queue_lock_is_refused_not_a_deadloc
 fn misuse_a_residency_submit_inside_submit_checked_is_refused_not_a_deadlock() {
     with_gpu(|set| {
         let device = std::sync::Arc::clone(&set.devices()[0]);
-        watchdog(move || {
+        watched(move || {
             let context = CommandContext::new(&device, "misuse checked").unwrap();
             let info =
                 vk::CommandPoolCreateInfo::default().queue_family_index(device.universal_queue().family());
@@ -267,7 +253,7 @@ fn misuse_a_residency_submit_inside_submit_checked_is_refused_not_a_deadlock() {
 fn misuse_a_wait_for_a_timeline_value_nothing_signals_is_refused_and_nothing_hangs() {
     with_gpu(|set| {
         let device = std::sync::Arc::clone(&set.devices()[0]);
-        watchdog(move || {
+        watched(move || {
             let never = device.create_timeline("misuse never signalled").unwrap();
             let context = CommandContext::new(&device, "misuse unreachable").unwrap();
             let mut ran = false;

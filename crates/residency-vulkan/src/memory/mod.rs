@@ -5,11 +5,7 @@
 //! empty heaps are released with hysteresis (one kept). Every `VkDeviceMemory` goes through the
 //! device's ledger, which enforces `maxMemoryAllocationCount` and the heap budget.
 
-pub(crate) mod defrag;
-pub(crate) mod linear_pool;
 pub(crate) mod placement;
-pub(crate) mod pool;
-pub(crate) mod report;
 
 use crate::device::ledger::{FaultSite, ObjectId};
 use crate::device::Device;

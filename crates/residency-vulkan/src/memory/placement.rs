@@ -28,17 +28,34 @@ pub(crate) enum ResourceMemory {
     General { type_index: u32, allocation: BlockAllocation },
     /// Memory of its own.
     Dedicated(Box<MemoryBlock>),
-    /// A pool's page. Weak: a live resource keeps its pool alive through its `Life`'s parent; a
-    /// deferred one returns its range only if the pool is still there (else the pool's pages
-    /// retire after it, all at once).
-    Pool { pool: std::sync::Weak<crate::memory::pool::PoolShared>, arena: u16, allocation: BlockAllocation },
+    /// A range of a sub-allocator above this layer (a buffer pool's page, a linear pool's
+    /// block). Weak: a live resource keeps its sub-allocator alive through its `Life`'s parent; a
+    /// deferred one returns its range only if the sub-allocator is still there (else its memory
+    /// retires after it, all at once).
+    Sub { owner: std::sync::Weak<dyn SubAllocator>, allocation: SubAllocation },
     /// A transient pool's heap: nothing to return (the heap retires after the resources in it).
     Transient,
-    /// A linear pool's block. Weak, as for a buffer pool.
-    Linear {
-        pool: std::sync::Weak<crate::memory::linear_pool::LinearShared>,
-        allocation: residency_core::allocator::LinearAllocation,
-    },
+}
+
+/// A range a [`SubAllocator`] handed out.
+#[derive(Debug)]
+pub(crate) enum SubAllocation {
+    /// A range of a page of heap `arena` (buffer pools).
+    Block { arena: u16, allocation: BlockAllocation },
+    /// A range of a linear allocator's block (linear pools).
+    Linear(residency_core::allocator::LinearAllocation),
+}
+
+/// What a pool is to the memory layer: something that hands out ranges of memory it holds and
+/// takes them back. The one seam a new pool implements (buffer pools and linear pools do); memory
+/// freed through [`Device::release`] returns through it, and the defragmenter finds a pool's
+/// concrete type through [`SubAllocator::as_any`].
+pub(crate) trait SubAllocator: Send + Sync {
+    /// Takes back `allocation`, a range this sub-allocator handed out.
+    fn give_back(&self, allocation: SubAllocation);
+
+    /// This sub-allocator, for a downcast to its concrete type.
+    fn as_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync>;
 }
 
 /// The resource a dedicated allocation is for.
@@ -180,17 +197,12 @@ impl Device {
                 list.free(self, allocation);
             }
             ResourceMemory::Dedicated(block) => block.destroy(self),
-            ResourceMemory::Pool { pool, arena, allocation } => {
-                if let Some(pool) = pool.upgrade() {
-                    pool.free_range(arena, allocation);
+            ResourceMemory::Sub { owner, allocation } => {
+                if let Some(owner) = owner.upgrade() {
+                    owner.give_back(allocation);
                 }
             }
             ResourceMemory::Transient => {}
-            ResourceMemory::Linear { pool, allocation } => {
-                if let Some(pool) = pool.upgrade() {
-                    pool.free_range(allocation);
-                }
-            }
         }
     }
 }
@@ -517,7 +529,7 @@ impl Device {
         let memory_type = match &placed.owner {
             ResourceMemory::General { type_index, .. } => *type_index,
             ResourceMemory::Dedicated(block) => block.type_index,
-            ResourceMemory::Pool { .. } | ResourceMemory::Transient | ResourceMemory::Linear { .. } => {
+            ResourceMemory::Sub { .. } | ResourceMemory::Transient => {
                 unreachable!("Device::place returns general or dedicated memory")
             }
         };

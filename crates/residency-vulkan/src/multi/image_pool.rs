@@ -385,7 +385,7 @@ impl MultiImagePool {
     /// A report of every device of `set` ([`DeviceSet::memory_report_with`]) with the instances of
     /// `images` naming their allocations (each device takes its own instances).
     pub fn report_with(&self, set: &DeviceSet, images: &[&MultiImage]) -> DeviceSetReport {
-        let sources = crate::memory::report::ReportSources::new()
+        let sources = crate::pools::report::ReportSources::new()
             .with_images(images.iter().flat_map(|m| m.images.iter().map(|(_, image)| image)));
         set.memory_report_with(&sources)
     }

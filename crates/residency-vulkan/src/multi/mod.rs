@@ -25,8 +25,8 @@ pub use image_pool::{DeviceImagePool, ImagePoolError, ImagePoolStats, MultiImage
 
 use crate::device::set::DeviceSet;
 use crate::device::Device;
-use crate::memory::pool::{BufferInit, BufferPool, BufferPoolDesc, PoolStats};
 use crate::memory::MemoryError;
+use crate::pools::buffer_pool::{BufferInit, BufferPool, BufferPoolDesc, PoolStats};
 use crate::resources::buffer::{Buffer, ForeignReason, ForeignResource};
 use crate::resources::image::ImageView;
 use crate::resources::upload::{UploadError, Uploader};
@@ -871,19 +871,19 @@ impl MultiImage {
 /// A transient pool on every device of a mask: each device plans and keeps its own heaps.
 #[derive(Debug)]
 pub struct MultiTransientPool {
-    pools: PerDevice<crate::sync::transient::TransientPool>,
+    pools: PerDevice<crate::pools::transient::TransientPool>,
 }
 
 impl MultiTransientPool {
     /// A transient pool on every open device of `mask`.
     pub fn new(set: &DeviceSet, mask: DeviceMask, name: &str) -> Result<Self, MultiDeviceError<MemoryError>> {
         let pools =
-            fan_out_on(set, mask, |d| crate::sync::transient::TransientPool::new(Arc::clone(d), name))?;
+            fan_out_on(set, mask, |d| crate::pools::transient::TransientPool::new(Arc::clone(d), name))?;
         Ok(MultiTransientPool { pools })
     }
 
     /// The pool of device `index` (frames are planned and recorded per device).
-    pub fn pool_mut(&mut self, index: DeviceIndex) -> Option<&mut crate::sync::transient::TransientPool> {
+    pub fn pool_mut(&mut self, index: DeviceIndex) -> Option<&mut crate::pools::transient::TransientPool> {
         self.pools.get_mut(index)
     }
 
@@ -918,4 +918,4 @@ multi_device!(MultiUploader, uploaders: Uploader);
 multi_device!(MultiTilePool, pools: crate::sparse::SparseTilePool, pool);
 multi_device!(MultiSparseImage, images: crate::sparse::SparseImage);
 multi_device!(MultiImage, images: crate::resources::image::Image);
-multi_device!(MultiTransientPool, pools: crate::sync::transient::TransientPool, pool);
+multi_device!(MultiTransientPool, pools: crate::pools::transient::TransientPool, pool);

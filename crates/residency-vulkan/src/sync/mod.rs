@@ -7,4 +7,3 @@ pub(crate) mod frame;
 pub mod recording;
 pub(crate) mod retire;
 pub mod tracking;
-pub mod transient;

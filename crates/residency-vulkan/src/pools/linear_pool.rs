@@ -11,9 +11,9 @@
 
 use crate::device::ledger::ObjectId;
 use crate::device::Device;
-use crate::memory::placement::ResourceMemory;
-use crate::memory::pool::BufferInit;
+use crate::memory::placement::{ResourceMemory, SubAllocation, SubAllocator};
 use crate::memory::{check_priority, MemoryBlock, MemoryError, RawMemoryDesc, DEFAULT_PRIORITY};
+use crate::pools::buffer_pool::BufferInit;
 use crate::resources::buffer::{bind_buffer, create_raw_buffer, Buffer, BufferPlacement};
 use crate::resources::Unused;
 use crate::sync::retire::{Garbage, Life, Parent, PendingUses};
@@ -155,7 +155,7 @@ impl LinearPool {
             });
         };
         let desc = LinearPoolDesc { size, ..desc };
-        let allowed = crate::memory::pool::unknown_flags_type_bits(&device);
+        let allowed = crate::pools::buffer_pool::unknown_flags_type_bits(&device);
         let Some(&type_index) =
             memory_type_candidates(&device.memory_properties().types, allowed, desc.memory).first()
         else {
@@ -308,7 +308,10 @@ impl LinearShared {
         let name: Arc<str> = Arc::clone(&init.name);
         let id = self.device.ledger().track("buffer", Arc::clone(&name));
         self.buffers.fetch_add(1, Ordering::Relaxed);
-        let memory = ResourceMemory::Linear { pool: Arc::downgrade(this), allocation };
+        let memory = ResourceMemory::Sub {
+            owner: Arc::downgrade(this) as _,
+            allocation: SubAllocation::Linear(allocation),
+        };
         let parent: Arc<dyn Parent> = Arc::clone(this) as Arc<dyn Parent>;
         let coherent = self.device.memory_properties().types[block.type_index as usize].flags.host_coherent;
         Ok(Buffer {
@@ -337,6 +340,19 @@ impl LinearShared {
     pub(crate) fn free_range(&self, allocation: LinearAllocation) {
         let freed = self.allocator.lock().unwrap_or_else(|e| e.into_inner()).free(allocation);
         debug_assert!(freed.is_ok(), "a linear pool's own allocation: {freed:?}");
+    }
+}
+
+impl SubAllocator for LinearShared {
+    fn give_back(&self, allocation: SubAllocation) {
+        match allocation {
+            SubAllocation::Linear(allocation) => self.free_range(allocation),
+            SubAllocation::Block { .. } => debug_assert!(false, "a linear pool hands out linear ranges only"),
+        }
+    }
+
+    fn as_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync> {
+        self
     }
 }
 

@@ -11,9 +11,9 @@
 
 use crate::device::Device;
 use crate::error::VulkanError;
-use crate::memory::placement::ResourceMemory;
-use crate::memory::pool::PoolShared;
+use crate::memory::placement::{ResourceMemory, SubAllocation};
 use crate::memory::{BlockAllocation, BlockList, MappedPtr, MemoryError};
+use crate::pools::buffer_pool::PoolShared;
 use crate::resources::buffer::{bind_buffer, create_raw_buffer, Buffer, BufferPlacement};
 use crate::resources::image::{Image, Layouts};
 use crate::sync::commands::{CommandContext, Submission};
@@ -240,9 +240,10 @@ impl Heaps {
     fn memory(&self, allocation: BlockAllocation) -> ResourceMemory {
         match self {
             Heaps::General(type_index) => ResourceMemory::General { type_index: *type_index, allocation },
-            Heaps::Pool { pool, arena } => {
-                ResourceMemory::Pool { pool: Arc::downgrade(pool), arena: *arena, allocation }
-            }
+            Heaps::Pool { pool, arena } => ResourceMemory::Sub {
+                owner: Arc::downgrade(pool) as _,
+                allocation: SubAllocation::Block { arena: *arena, allocation },
+            },
         }
     }
 
@@ -566,10 +567,14 @@ impl Defragmenter {
                     memory: ResourceMemory::General { type_index, allocation }, ..
                 }) => Some((Heaps::General(*type_index), allocation)),
                 Some(Garbage::Buffer {
-                    memory: ResourceMemory::Pool { pool, arena, allocation }, ..
+                    memory:
+                        ResourceMemory::Sub { owner, allocation: SubAllocation::Block { arena, allocation } },
+                    ..
                 }) => {
-                    // The buffer's life holds its pool (its parent), so it is there.
-                    pool.upgrade().map(|pool| (Heaps::Pool { pool, arena: *arena }, allocation))
+                    // The buffer's life holds its pool (its parent), so it is there; a buffer pool
+                    // is the only sub-allocator handing out page ranges the defragmenter moves.
+                    let pool = owner.upgrade().and_then(|o| o.as_any().downcast::<PoolShared>().ok());
+                    pool.map(|pool| (Heaps::Pool { pool, arena: *arena }, allocation))
                 }
                 _ => None,
             };
@@ -784,7 +789,9 @@ impl Defragmenter {
         }
         let old_room = match buffer.life.garbage() {
             Some(Garbage::Buffer {
-                memory: ResourceMemory::General { allocation, .. } | ResourceMemory::Pool { allocation, .. },
+                memory:
+                    ResourceMemory::General { allocation, .. }
+                    | ResourceMemory::Sub { allocation: SubAllocation::Block { allocation, .. }, .. },
                 ..
             }) => allocation.allocation.size(),
             _ => 0,

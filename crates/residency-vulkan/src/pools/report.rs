@@ -10,8 +10,8 @@
 use crate::device::set::DeviceSet;
 use crate::device::Device;
 use crate::memory::placement::ResourceMemory;
-use crate::memory::pool::BufferPool;
 use crate::memory::{BlockList, MemoryBlock};
+use crate::pools::buffer_pool::BufferPool;
 use crate::resources::buffer::Buffer;
 use crate::sync::retire::Garbage;
 use ash::vk;

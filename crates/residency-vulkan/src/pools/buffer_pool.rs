@@ -13,7 +13,7 @@
 
 use crate::device::ledger::ObjectId;
 use crate::device::Device;
-use crate::memory::placement::ResourceMemory;
+use crate::memory::placement::{ResourceMemory, SubAllocation, SubAllocator};
 use crate::memory::{BlockAllocation, BlockList, MemoryError, SubRequest};
 use crate::resources::buffer::{
     bind_buffer, create_raw_buffer, vk_buffer_usage, Buffer, BufferPlacement, ForeignReason, ForeignResource,
@@ -577,7 +577,10 @@ impl PoolShared {
         let name: Arc<str> = Arc::clone(&init.name);
         let id = self.device.ledger().track("buffer", Arc::clone(&name));
         self.buffers.fetch_add(1, Ordering::Relaxed);
-        let memory = ResourceMemory::Pool { pool: Arc::downgrade(this), arena, allocation };
+        let memory = ResourceMemory::Sub {
+            owner: Arc::downgrade(this) as _,
+            allocation: SubAllocation::Block { arena, allocation },
+        };
         let (raw, own, range_offset, placement) = match kind {
             PoolBuffer::Range(page_buffer) => {
                 (page_buffer, vk::Buffer::null(), offset, BufferPlacement::Range)
@@ -612,6 +615,19 @@ impl PoolShared {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .free(&self.device, allocation);
+    }
+}
+
+impl SubAllocator for PoolShared {
+    fn give_back(&self, allocation: SubAllocation) {
+        match allocation {
+            SubAllocation::Block { arena, allocation } => self.free_range(arena, allocation),
+            SubAllocation::Linear(_) => debug_assert!(false, "a buffer pool hands out page ranges only"),
+        }
+    }
+
+    fn as_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync> {
+        self
     }
 }
 
@@ -872,7 +888,10 @@ impl Drop for PoolRange {
             self.pool.free_range(self.arena, allocation);
             return;
         }
-        let memory = ResourceMemory::Pool { pool: Arc::downgrade(&self.pool), arena: self.arena, allocation };
+        let memory = ResourceMemory::Sub {
+            owner: Arc::downgrade(&self.pool) as _,
+            allocation: SubAllocation::Block { arena: self.arena, allocation },
+        };
         // Released at once (the retire path's fast case) or after the uses; the pool, still held
         // here, notes them so its pages retire after them too.
         if let Some(pending) = self.pool.device.retire(Garbage::Range(memory), uses) {
