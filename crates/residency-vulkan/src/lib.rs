@@ -54,10 +54,10 @@ pub use resources::buffer::{
     vk_buffer_usage, AccessError, Buffer, BufferDesc, BufferPlacement, ForeignReason, ForeignResource,
 };
 pub use resources::image::{Filter, Image, ImageDesc, ImageView, ImageViewDesc, Sampler};
-pub use resources::upload::{ImageRegion, ImageTarget, UploadError, Uploader, PARALLEL_COPY_PIECE};
 pub use sparse::backend::ResidencyBackend;
 pub use sync::commands::{CommandContext, ReadBackError, Submission};
 pub use sync::frame::PendingFrame;
 pub use sync::recording::Recording;
 pub use sync::retire::{ForeignUse, GpuUse, Timeline, ADOPTED_TEARDOWN_WAIT_NS};
+pub use sync::upload::{ImageRegion, ImageTarget, UploadError, Uploader, PARALLEL_COPY_PIECE};
 pub use validation::ValidationMode;

@@ -43,7 +43,6 @@ const NOT_YET_RESTACKED: &[(&str, &str)] = &[
     ("pipelines/graphics.rs", "sparse"),
     ("resources/buffer.rs", "sync"),
     ("resources/image.rs", "sync"),
-    ("resources/upload.rs", "sync"),
     ("sync/retire.rs", "sparse"),
 ];
 

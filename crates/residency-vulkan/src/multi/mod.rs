@@ -29,7 +29,7 @@ use crate::memory::MemoryError;
 use crate::pools::buffer_pool::{BufferInit, BufferPool, BufferPoolDesc, PoolStats};
 use crate::resources::buffer::{Buffer, ForeignReason, ForeignResource};
 use crate::resources::image::ImageView;
-use crate::resources::upload::{UploadError, Uploader};
+use crate::sync::upload::{UploadError, Uploader};
 use residency_core::device_mask::{DeviceIndex, DeviceMask};
 use std::sync::Arc;
 
@@ -754,7 +754,7 @@ impl MultiSparseImage {
                 allowed: uploader.mask(),
             })?;
             // The checks of `Uploader::write_image`, on every device before anything is staged.
-            let region = crate::resources::upload::ImageRegion::new(image, mip, offset, extent);
+            let region = crate::sync::upload::ImageRegion::new(image, mip, offset, extent);
             target.check_image_write(&region, data.len() as u64).map_err(failed)?;
             targets.push((index, image, target));
         }
@@ -763,7 +763,7 @@ impl MultiSparseImage {
                 .into_iter()
                 .map(|(index, image, uploader)| {
                     scope.spawn(move || {
-                        let region = crate::resources::upload::ImageRegion::new(image, mip, offset, extent);
+                        let region = crate::sync::upload::ImageRegion::new(image, mip, offset, extent);
                         let result = uploader.write_image(&region, data).and_then(|()| uploader.wait_idle());
                         (index, result)
                     })

@@ -518,9 +518,9 @@ impl Image {
     }
 }
 
-impl crate::resources::upload::Sealed for Image {
-    fn target(&self) -> crate::resources::upload::TargetInfo<'_> {
-        crate::resources::upload::TargetInfo {
+impl crate::sync::upload::Sealed for Image {
+    fn target(&self) -> crate::sync::upload::TargetInfo<'_> {
+        crate::sync::upload::TargetInfo {
             raw: self.raw,
             name: &self.desc.name,
             format: self.desc.format,
@@ -535,7 +535,7 @@ impl crate::resources::upload::Sealed for Image {
     }
 }
 
-impl crate::resources::upload::ImageTarget for Image {}
+impl crate::sync::upload::ImageTarget for Image {}
 
 fn invalid(name: &str, reason: impl Into<String>) -> MemoryError {
     MemoryError::Unsatisfiable { name: name.to_owned(), reason: reason.into() }
@@ -1212,102 +1212,5 @@ impl Sampler {
     /// Declares a use of the renderer's own work (see [`Buffer::used_until`](crate::Buffer::used_until)).
     pub fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
         self.life.used_until(until)
-    }
-}
-
-impl Device {
-    /// Moves every subresource of `images` from `UNDEFINED` (contents discarded) to `GENERAL`,
-    /// visible to all later commands, and waits: for storage and sampled images used in `GENERAL`
-    /// from then on.
-    pub fn discard_to_general(&self, images: &[&Image]) -> Result<(), VulkanError> {
-        if let Some(foreign) = images.iter().find(|i| !i.device().is(self)) {
-            return Err(VulkanError::WrongDevice {
-                name: foreign.name().to_owned(),
-                owner: foreign.device_index(),
-                device: self.index(),
-            });
-        }
-        let barriers: Vec<_> = images
-            .iter()
-            .map(|i| {
-                vk::ImageMemoryBarrier2::default()
-                    .dst_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
-                    .dst_access_mask(vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE)
-                    .old_layout(vk::ImageLayout::UNDEFINED)
-                    .new_layout(vk::ImageLayout::GENERAL)
-                    .image(i.raw)
-                    .subresource_range(i.full_range())
-            })
-            .collect();
-        self.submit_once("images to GENERAL", |rec| {
-            for image in images {
-                let range = image.full_range();
-                rec.transition(
-                    &image.layouts,
-                    0..range.level_count,
-                    0..range.layer_count,
-                    vk::ImageLayout::UNDEFINED,
-                    vk::ImageLayout::GENERAL,
-                );
-            }
-            // SAFETY: `rec` is recording on this device outside a render pass; the images are live
-            // (borrowed until the wait returns) and belong to this device (checked above); the
-            // barriers start from UNDEFINED, which any layout satisfies (the submission records
-            // GENERAL as the images' layout, noted above).
-            unsafe {
-                self.raw().cmd_pipeline_barrier2(
-                    rec.raw(),
-                    &vk::DependencyInfo::default().image_memory_barriers(&barriers),
-                )
-            };
-        })
-    }
-
-    /// Reads back mip 0, layer 0 of `image` (which is in `layout`), tightly packed. An image not
-    /// in `layout` when the copy would run is [`VulkanError::ImageLayout`], nothing submitted.
-    pub fn read_image(
-        &self,
-        image: &Image,
-        layout: vk::ImageLayout,
-    ) -> Result<Vec<u8>, crate::sync::commands::ReadBackError> {
-        let d = &image.desc;
-        if !image.device().is(self) {
-            return Err(VulkanError::WrongDevice {
-                name: d.name.clone(),
-                owner: image.device_index(),
-                device: self.index(),
-            }
-            .into());
-        }
-        // The checks of `Recording::copy_image_to_buffer`, without a caller's buffer.
-        let (_, bytes) =
-            crate::sync::recording::check_image_to_buffer(image, layout, None).map_err(|e| match e {
-                crate::sync::recording::CopyError::Invalid { reason, .. } => {
-                    crate::sync::commands::ReadBackError::Invalid { name: d.name.clone(), reason }
-                }
-                other => crate::sync::commands::ReadBackError::Vulkan(VulkanError::Unsupported {
-                    device: self.name().to_owned(),
-                    reason: other.to_string(),
-                }),
-            })?;
-        let copy = crate::resources::upload::ImageRegion {
-            image,
-            layout,
-            aspect: aspect(d.format),
-            mip: 0,
-            layer: 0,
-            offset: [0; 3],
-            extent: d.extent,
-        }
-        .buffer_image_copy(0);
-        self.copy_to_host(&d.name, bytes, |rec, staging| {
-            rec.use_layout(&image.layouts, 0..1, 0..1, layout);
-            // SAFETY: `rec` is recording on this device; the image is a live image of it (checked
-            // above, borrowed until the wait returns) with COPY_SRC usage, one sample and one
-            // aspect, `layout` is a copy-source layout (checked above) that the submission checks
-            // the image is in (the requirement noted above), and the staging buffer holds exactly
-            // its mip 0.
-            unsafe { self.raw().cmd_copy_image_to_buffer(rec.raw(), image.raw, layout, staging, &[copy]) };
-        })
     }
 }

@@ -4,7 +4,6 @@
 pub(crate) mod buffer;
 pub(crate) mod image;
 pub(crate) mod parallel_copy;
-pub(crate) mod upload;
 
 use crate::device::Device;
 use ash::vk;

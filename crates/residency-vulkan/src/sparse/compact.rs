@@ -292,7 +292,7 @@ fn compact_pass(
                 .tiles
                 .iter()
                 .map(|&(_, _, _, layer, mip, region, offset)| {
-                    crate::resources::upload::ImageRegion::new(image, mip, region.offset, region.extent)
+                    crate::sync::upload::ImageRegion::new(image, mip, region.offset, region.extent)
                         .with_layer(layer)
                         .buffer_image_copy(offset)
                 })

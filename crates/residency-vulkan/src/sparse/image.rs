@@ -666,8 +666,8 @@ impl SparseImage {
         region: TexelRegion,
         limit: u64,
     ) -> Result<Vec<u8>, SparseError> {
-        let texels = crate::resources::upload::ImageRegion::new(self, mip, region.offset, region.extent)
-            .with_layer(layer);
+        let texels =
+            crate::sync::upload::ImageRegion::new(self, mip, region.offset, region.extent).with_layer(layer);
         texels.check()?;
         if region.is_empty() {
             return Err(SparseError::EmptyRegion { name: self.name.clone(), extent: region.extent });
@@ -699,9 +699,9 @@ impl SparseImage {
     }
 }
 
-impl crate::resources::upload::Sealed for SparseImage {
-    fn target(&self) -> crate::resources::upload::TargetInfo<'_> {
-        crate::resources::upload::TargetInfo {
+impl crate::sync::upload::Sealed for SparseImage {
+    fn target(&self) -> crate::sync::upload::TargetInfo<'_> {
+        crate::sync::upload::TargetInfo {
             raw: self.raw,
             name: &self.name,
             format: self.desc.format,
@@ -716,7 +716,7 @@ impl crate::resources::upload::Sealed for SparseImage {
     }
 }
 
-impl crate::resources::upload::ImageTarget for SparseImage {}
+impl crate::sync::upload::ImageTarget for SparseImage {}
 
 /// A sparse image being created: on an error path its objects retire through the device's queue
 /// (after the work submitted so far: the layout transition may have been submitted before a wait

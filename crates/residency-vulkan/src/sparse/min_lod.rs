@@ -90,7 +90,7 @@ impl MinLodMap {
     /// refreshed or queued.
     pub fn update(
         &mut self,
-        uploader: &crate::resources::upload::Uploader,
+        uploader: &crate::sync::upload::Uploader,
         image: &mut SparseImage,
     ) -> Result<u64, SparseError> {
         if image.key != self.source {
@@ -112,7 +112,7 @@ impl MinLodMap {
     /// nothing is queued then.
     pub fn upload_updates(
         &mut self,
-        uploader: &crate::resources::upload::Uploader,
+        uploader: &crate::sync::upload::Uploader,
         table: &residency_core::tiles::PageTable,
         updates: &[residency_core::tiles::MinLodUpdate],
     ) -> Result<u64, SparseError> {
@@ -135,7 +135,7 @@ impl MinLodMap {
             (0..table.layout().array_layers()).map(|layer| (layer, [0, 0, 0], [w, h, d])).collect()
         };
         let region = |&(layer, start, end): &(u32, [u32; 3], [u32; 3])| {
-            crate::resources::upload::ImageRegion::new(
+            crate::sync::upload::ImageRegion::new(
                 &self.image,
                 0,
                 start,

@@ -160,7 +160,7 @@ pub enum SparseError {
     ReadBack(#[from] crate::sync::commands::ReadBackError),
     /// Queueing an upload failed.
     #[error(transparent)]
-    Upload(#[from] crate::resources::upload::UploadError),
+    Upload(#[from] crate::sync::upload::UploadError),
     /// A Vulkan call failed.
     #[error(transparent)]
     Vulkan(#[from] VulkanError),

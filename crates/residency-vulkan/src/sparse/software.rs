@@ -19,9 +19,9 @@ use crate::device::Device;
 use crate::error::VulkanError;
 use crate::memory::MemoryError;
 use crate::resources::image::{Image, ImageDesc};
-use crate::resources::upload::{ImageRegion, UploadError, Uploader};
 use crate::sparse::backend::{Checked, ResidencyBackend};
 use crate::sync::retire::{ForeignUse, Garbage, GpuUse, Life, Parent, TileOwner, TileReturn};
+use crate::sync::upload::{ImageRegion, UploadError, Uploader};
 use ash::vk;
 use residency_core::format::{Format, FormatKind};
 use residency_core::tiles::{

@@ -51,8 +51,8 @@ use crate::sparse::{SparseError, TileHeaps};
 use crate::sync::recording::{BarrierError, CopyError, MemoryDependency};
 use crate::{
     device::Device, error::VulkanError, resources::buffer::AccessError, resources::buffer::Buffer,
-    resources::buffer::BufferDesc, resources::upload::UploadError, resources::upload::Uploader,
-    sync::recording::Recording, sync::retire::ForeignUse, sync::retire::GpuUse,
+    resources::buffer::BufferDesc, sync::recording::Recording, sync::retire::ForeignUse,
+    sync::retire::GpuUse, sync::upload::UploadError, sync::upload::Uploader,
 };
 use ash::vk;
 use residency_core::desc::DescError;

@@ -3,8 +3,8 @@
 use crate::sparse::software::{SoftwareAtlas, SoftwareTexture};
 use crate::sparse::{MinLodMap, SparseImage, TileHeaps};
 use crate::{
-    resources::image::ImageView, resources::upload::ImageRegion, resources::upload::Uploader,
-    sync::retire::ForeignUse, sync::retire::GpuUse,
+    resources::image::ImageView, sync::retire::ForeignUse, sync::retire::GpuUse, sync::upload::ImageRegion,
+    sync::upload::Uploader,
 };
 use residency_core::format::Format;
 use residency_core::streaming::{SourceDepth, SourceError, StreamUnit, TileKey, TileSource};

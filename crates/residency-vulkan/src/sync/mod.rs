@@ -7,3 +7,4 @@ pub(crate) mod frame;
 pub mod recording;
 pub(crate) mod retire;
 pub mod tracking;
+pub(crate) mod upload;

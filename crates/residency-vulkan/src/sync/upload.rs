@@ -1102,8 +1102,8 @@ impl Drop for Uploader {
     }
 }
 
-use super::parallel_copy::copy_in_parallel;
-pub use super::parallel_copy::PARALLEL_COPY_PIECE;
+use crate::resources::parallel_copy::copy_in_parallel;
+pub use crate::resources::parallel_copy::PARALLEL_COPY_PIECE;
 
 fn default_copy_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get()).min(8)
@@ -1124,5 +1124,107 @@ fn write_staging(staging: &Buffer, offset: u64, data: &[u8], threads: usize) {
     copy_in_parallel(dst, data, threads);
     if !staging.coherent && !data.is_empty() {
         staging.flush_range(offset, data.len() as u64);
+    }
+}
+
+// Whole-image conveniences that submit on the universal queue (sync-level: they record and
+// submit), beside the uploads.
+use crate::format_map::aspect;
+use crate::resources::image::Image;
+
+impl Device {
+    /// Moves every subresource of `images` from `UNDEFINED` (contents discarded) to `GENERAL`,
+    /// visible to all later commands, and waits: for storage and sampled images used in `GENERAL`
+    /// from then on.
+    pub fn discard_to_general(&self, images: &[&Image]) -> Result<(), VulkanError> {
+        if let Some(foreign) = images.iter().find(|i| !i.device().is(self)) {
+            return Err(VulkanError::WrongDevice {
+                name: foreign.name().to_owned(),
+                owner: foreign.device_index(),
+                device: self.index(),
+            });
+        }
+        let barriers: Vec<_> = images
+            .iter()
+            .map(|i| {
+                vk::ImageMemoryBarrier2::default()
+                    .dst_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
+                    .dst_access_mask(vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE)
+                    .old_layout(vk::ImageLayout::UNDEFINED)
+                    .new_layout(vk::ImageLayout::GENERAL)
+                    .image(i.raw())
+                    .subresource_range(i.full_range())
+            })
+            .collect();
+        self.submit_once("images to GENERAL", |rec| {
+            for image in images {
+                let range = image.full_range();
+                rec.transition(
+                    image.layouts(),
+                    0..range.level_count,
+                    0..range.layer_count,
+                    vk::ImageLayout::UNDEFINED,
+                    vk::ImageLayout::GENERAL,
+                );
+            }
+            // SAFETY: `rec` is recording on this device outside a render pass; the images are live
+            // (borrowed until the wait returns) and belong to this device (checked above); the
+            // barriers start from UNDEFINED, which any layout satisfies (the submission records
+            // GENERAL as the images' layout, noted above).
+            unsafe {
+                self.raw().cmd_pipeline_barrier2(
+                    rec.raw(),
+                    &vk::DependencyInfo::default().image_memory_barriers(&barriers),
+                )
+            };
+        })
+    }
+
+    /// Reads back mip 0, layer 0 of `image` (which is in `layout`), tightly packed. An image not
+    /// in `layout` when the copy would run is [`VulkanError::ImageLayout`], nothing submitted.
+    pub fn read_image(
+        &self,
+        image: &Image,
+        layout: vk::ImageLayout,
+    ) -> Result<Vec<u8>, crate::sync::commands::ReadBackError> {
+        let d = image.desc();
+        if !image.device().is(self) {
+            return Err(VulkanError::WrongDevice {
+                name: d.name.clone(),
+                owner: image.device_index(),
+                device: self.index(),
+            }
+            .into());
+        }
+        // The checks of `Recording::copy_image_to_buffer`, without a caller's buffer.
+        let (_, bytes) =
+            crate::sync::recording::check_image_to_buffer(image, layout, None).map_err(|e| match e {
+                crate::sync::recording::CopyError::Invalid { reason, .. } => {
+                    crate::sync::commands::ReadBackError::Invalid { name: d.name.clone(), reason }
+                }
+                other => crate::sync::commands::ReadBackError::Vulkan(VulkanError::Unsupported {
+                    device: self.name().to_owned(),
+                    reason: other.to_string(),
+                }),
+            })?;
+        let copy = crate::sync::upload::ImageRegion {
+            image,
+            layout,
+            aspect: aspect(d.format),
+            mip: 0,
+            layer: 0,
+            offset: [0; 3],
+            extent: d.extent,
+        }
+        .buffer_image_copy(0);
+        self.copy_to_host(&d.name, bytes, |rec, staging| {
+            rec.use_layout(image.layouts(), 0..1, 0..1, layout);
+            // SAFETY: `rec` is recording on this device; the image is a live image of it (checked
+            // above, borrowed until the wait returns) with COPY_SRC usage, one sample and one
+            // aspect, `layout` is a copy-source layout (checked above) that the submission checks
+            // the image is in (the requirement noted above), and the staging buffer holds exactly
+            // its mip 0.
+            unsafe { self.raw().cmd_copy_image_to_buffer(rec.raw(), image.raw(), layout, staging, &[copy]) };
+        })
     }
 }
