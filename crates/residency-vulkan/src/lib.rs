@@ -40,7 +40,7 @@ pub use ash;
 pub use device::ledger::{FaultSite, InjectedFault, Ledger, LiveObject};
 pub use device::set::{DeviceSet, DeviceSetDesc, LiveDevice, TeardownError, SETS_DROPPED_IN_USE};
 pub use device::{Device, EnabledFeatures, ExternalDevice, HeapStatus, Queue, QueueGuard, LEAKS_AT_TEARDOWN};
-pub use error::{Result, VulkanError, LAVAPIPE_HINT};
+pub use error::{ForeignReason, ForeignResource, Result, VulkanError, LAVAPIPE_HINT};
 pub use instance::{version_string, InstanceDesc};
 pub use memory::placement::{
     usage_alignment_floor, Allocation, AllocationDesc, BoundTo, PlacementPolicy, PLACEMENT_MESSAGES_KEPT,
@@ -50,9 +50,7 @@ pub use pools::buffer_pool::{BufferInit, BufferPool, BufferPoolDesc, PoolRange, 
 pub use pools::defrag::{DefragDesc, DefragError, DefragStats, DefragTotals, Defragmenter, Unmovable};
 pub use pools::linear_pool::{LinearPool, LinearPoolDesc, LinearPoolStats};
 pub use pools::report::ReportSources;
-pub use resources::buffer::{
-    vk_buffer_usage, AccessError, Buffer, BufferDesc, BufferPlacement, ForeignReason, ForeignResource,
-};
+pub use resources::buffer::{vk_buffer_usage, AccessError, Buffer, BufferDesc, BufferPlacement};
 pub use resources::image::{Filter, Image, ImageDesc, ImageView, ImageViewDesc, Sampler};
 pub use sparse::backend::ResidencyBackend;
 pub use sync::commands::{CommandContext, ReadBackError, Submission};

@@ -37,7 +37,6 @@ const NOT_YET_RESTACKED: &[(&str, &str)] = &[
     ("device/mod.rs", "sync"),
     ("device/profile_capture.rs", "resources"),
     ("device/requirements.rs", "resources"),
-    ("memory/placement.rs", "resources"),
     ("memory/placement.rs", "sync"),
     ("pipelines/descriptors.rs", "sparse"),
     ("pipelines/graphics.rs", "sparse"),

@@ -4,8 +4,8 @@
 
 use crate::device::Device;
 use crate::error::VulkanError;
+use crate::error::{ForeignReason, ForeignResource};
 use crate::memory::{BlockAllocation, MappedPtr, MemoryBlock, MemoryError, RawMemoryDesc, SubRequest};
-use crate::resources::buffer::{ForeignReason, ForeignResource};
 use crate::sync::retire::{ForeignUse, Garbage, GpuUse, Life};
 use ash::vk;
 use residency_core::allocator::{AllocError, ResourceKind};

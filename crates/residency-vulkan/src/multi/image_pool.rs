@@ -13,8 +13,8 @@ use super::{
 };
 use crate::device::set::DeviceSet;
 use crate::device::Device;
+use crate::error::{ForeignReason, ForeignResource};
 use crate::memory::MemoryError;
-use crate::resources::buffer::{ForeignReason, ForeignResource};
 use crate::resources::image::ImageDesc;
 use crate::sync::retire::{GpuUse, Life};
 use residency_core::device_mask::{DeviceIndex, DeviceMask};

@@ -25,9 +25,10 @@ pub use image_pool::{DeviceImagePool, ImagePoolError, ImagePoolStats, MultiImage
 
 use crate::device::set::DeviceSet;
 use crate::device::Device;
+use crate::error::{ForeignReason, ForeignResource};
 use crate::memory::MemoryError;
 use crate::pools::buffer_pool::{BufferInit, BufferPool, BufferPoolDesc, PoolStats};
-use crate::resources::buffer::{Buffer, ForeignReason, ForeignResource};
+use crate::resources::buffer::Buffer;
 use crate::resources::image::ImageView;
 use crate::sync::upload::{UploadError, Uploader};
 use residency_core::device_mask::{DeviceIndex, DeviceMask};

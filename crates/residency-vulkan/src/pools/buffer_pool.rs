@@ -13,11 +13,10 @@
 
 use crate::device::ledger::ObjectId;
 use crate::device::Device;
+use crate::error::{ForeignReason, ForeignResource};
 use crate::memory::placement::{ResourceMemory, SubAllocation, SubAllocator};
 use crate::memory::{BlockAllocation, BlockList, MemoryError, SubRequest};
-use crate::resources::buffer::{
-    bind_buffer, create_raw_buffer, vk_buffer_usage, Buffer, BufferPlacement, ForeignReason, ForeignResource,
-};
+use crate::resources::buffer::{bind_buffer, create_raw_buffer, vk_buffer_usage, Buffer, BufferPlacement};
 use crate::resources::Unused;
 use crate::sync::retire::{Garbage, GpuUse, Life, Parent, PendingUses};
 use ash::vk;

@@ -7,6 +7,7 @@
 use crate::device::ledger::FaultSite;
 use crate::device::Device;
 use crate::error::VulkanError;
+use crate::error::{ForeignReason, ForeignResource};
 use crate::memory::placement::{DedicatedTarget, PlaceRequest};
 use crate::memory::{MappedPtr, MemoryError};
 use crate::resources::Unused;
@@ -171,64 +172,6 @@ pub enum AccessError {
     /// Flushing or invalidating failed.
     #[error(transparent)]
     Vulkan(#[from] VulkanError),
-}
-
-/// Why a resource was refused by the owner it was handed to.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ForeignReason {
-    /// It lives on another device.
-    OtherDevice {
-        /// Its device.
-        owner: DeviceIndex,
-        /// The device it was handed to.
-        target: DeviceIndex,
-    },
-    /// It was made by a pool (or outside any pool) other than the one it was handed to.
-    OtherPool {
-        /// The pool that made it (`None`: the device's general allocator).
-        owner: Option<String>,
-        /// The owner it was handed to (`None`: the device's general allocator).
-        target: Option<String>,
-    },
-    /// A multi-device resource has an instance on a device its multi-device owner is not on.
-    OutsideMask {
-        /// The device of the instance.
-        device: DeviceIndex,
-        /// The devices of the owner it was handed to.
-        mask: residency_core::device_mask::DeviceMask,
-    },
-}
-
-impl std::fmt::Display for ForeignReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let pool = |p: &Option<String>| {
-            p.as_ref().map_or("the device's allocator".to_owned(), |p| format!("pool `{p}`"))
-        };
-        match self {
-            ForeignReason::OtherDevice { owner, target } => {
-                write!(f, "it lives on device {owner}, not device {target}")
-            }
-            ForeignReason::OtherPool { owner, target } => {
-                write!(f, "it was made by {}, not {}", pool(owner), pool(target))
-            }
-            ForeignReason::OutsideMask { device, mask } => {
-                write!(f, "it has an instance on device {device}, outside {mask:?}")
-            }
-        }
-    }
-}
-
-/// A resource handed to an owner that did not make it. Nothing changed: the resource comes back
-/// alive in `resource`.
-#[derive(Debug, thiserror::Error)]
-#[error("`{name}` was refused: {reason}")]
-pub struct ForeignResource<T: std::fmt::Debug> {
-    /// The resource, unchanged.
-    pub resource: Box<T>,
-    /// Its name.
-    pub name: String,
-    /// Why.
-    pub reason: ForeignReason,
 }
 
 impl Buffer {

@@ -5,10 +5,10 @@
 
 use crate::device::Device;
 use crate::error::VulkanError;
+use crate::error::{ForeignReason, ForeignResource};
 use crate::format_map::{aspect, vk_format};
 use crate::memory::placement::{DedicatedTarget, PlaceRequest, ResourceMemory};
 use crate::memory::MemoryError;
-use crate::resources::buffer::{ForeignReason, ForeignResource};
 use crate::resources::Unused;
 use crate::sync::retire::{ForeignUse, Garbage, GpuUse, Life, Parent};
 use ash::vk;
