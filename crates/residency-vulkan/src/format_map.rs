@@ -48,6 +48,11 @@ pub fn aspect(format: Format) -> vk::ImageAspectFlags {
     }
 }
 
+/// The Vulkan usage bits of a set of bind flags (the core uses Vulkan's bit positions).
+pub fn vk_buffer_usage(usage: residency_core::usage::BufferUsage) -> vk::BufferUsageFlags {
+    vk::BufferUsageFlags::from_raw(usage.bits())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

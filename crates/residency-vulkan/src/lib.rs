@@ -28,7 +28,7 @@ pub mod testing;
 pub mod validation;
 
 // Public modules (one path each) and the types users name from the crate root. Internal code
-// names everything by its folder path (`crate::sync::retire::Life`), never through these.
+// names everything by its folder path (`crate::device::life::Life`), never through these.
 pub use device::{profile_capture, requirements};
 pub use multi::work as multi_work;
 pub use pipelines::{compute, graphics, shaders, spirv};
@@ -37,25 +37,24 @@ pub use sparse::{backend as residency_backend, software};
 pub use sync::{recording, tracking};
 
 pub use ash;
+pub use device::blocks::{MemoryError, PLACEMENT_MESSAGES_KEPT};
 pub use device::ledger::{FaultSite, InjectedFault, Ledger, LiveObject};
+pub use device::life::{ForeignUse, GpuUse, Timeline, ADOPTED_TEARDOWN_WAIT_NS};
 pub use device::set::{DeviceSet, DeviceSetDesc, LiveDevice, TeardownError, SETS_DROPPED_IN_USE};
 pub use device::{Device, EnabledFeatures, ExternalDevice, HeapStatus, Queue, QueueGuard, LEAKS_AT_TEARDOWN};
 pub use error::{ForeignReason, ForeignResource, Result, VulkanError, LAVAPIPE_HINT};
+pub use format_map::vk_buffer_usage;
 pub use instance::{version_string, InstanceDesc};
-pub use memory::placement::{
-    usage_alignment_floor, Allocation, AllocationDesc, BoundTo, PlacementPolicy, PLACEMENT_MESSAGES_KEPT,
-};
-pub use memory::MemoryError;
+pub use memory::placement::{usage_alignment_floor, Allocation, AllocationDesc, BoundTo, PlacementPolicy};
 pub use pools::buffer_pool::{BufferInit, BufferPool, BufferPoolDesc, PoolRange, PoolStats};
 pub use pools::defrag::{DefragDesc, DefragError, DefragStats, DefragTotals, Defragmenter, Unmovable};
 pub use pools::linear_pool::{LinearPool, LinearPoolDesc, LinearPoolStats};
 pub use pools::report::ReportSources;
-pub use resources::buffer::{vk_buffer_usage, AccessError, Buffer, BufferDesc, BufferPlacement};
+pub use resources::buffer::{AccessError, Buffer, BufferDesc, BufferPlacement};
 pub use resources::image::{Filter, Image, ImageDesc, ImageView, ImageViewDesc, Sampler};
 pub use sparse::backend::ResidencyBackend;
 pub use sync::commands::{CommandContext, ReadBackError, Submission};
 pub use sync::frame::PendingFrame;
 pub use sync::recording::Recording;
-pub use sync::retire::{ForeignUse, GpuUse, Timeline, ADOPTED_TEARDOWN_WAIT_NS};
 pub use sync::upload::{ImageRegion, ImageTarget, UploadError, Uploader, PARALLEL_COPY_PIECE};
 pub use validation::ValidationMode;

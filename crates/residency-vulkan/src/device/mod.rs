@@ -1,16 +1,18 @@
 //! One logical device: its queues, its enabled features and debug names.
 
+pub(crate) mod blocks;
 pub(crate) mod ledger;
+pub(crate) mod life;
 pub(crate) mod lock;
 pub mod profile_capture;
 pub mod requirements;
 pub(crate) mod set;
 
+use crate::device::blocks::BlockList;
 use crate::device::ledger::{FaultSite, Ledger};
+use crate::device::life::Retirement;
 use crate::error::{Result, VkResultExt, VulkanError};
 use crate::instance::{version_string, InstanceShared};
-use crate::memory::BlockList;
-use crate::sync::retire::Retirement;
 use crate::validation::ValidationLog;
 use ash::vk;
 use lock::{Lock, LockGuard, Reentrant};
@@ -172,7 +174,7 @@ pub struct Device {
     /// The tight-alignment tier, derived on first use.
     pub(crate) tight_tier: OnceLock<residency_core::placement::TightAlignmentTier>,
     /// The placement engine's messages.
-    pub(crate) placement_log: crate::memory::placement::PlacementLog,
+    pub(crate) placement_log: crate::device::blocks::PlacementLog,
 }
 
 static NEXT_DEVICE_UID: AtomicU64 = AtomicU64::new(1);
@@ -621,17 +623,9 @@ impl Device {
         self.scratch_alignment
     }
 
-    /// Every offset floor of a buffer of `usage` on this device: [`crate::usage_alignment_floor`]
-    /// of its limits and, for a possible build scratch, the scratch alignment (0: none). What
-    /// every placement path (general heaps, pools, linear pools, transient heaps) applies.
-    pub(crate) fn usage_floor(&self, usage: BufferUsage) -> u64 {
-        crate::memory::placement::usage_alignment_floor(usage, &self.profile().limits)
-            .max(self.scratch_floor(usage))
-    }
-
     /// The scratch floor of a buffer that may be a build's scratch (storage + device address)
     /// on a device with acceleration structures; 0 otherwise.
-    fn scratch_floor(&self, usage: BufferUsage) -> u64 {
+    pub(crate) fn scratch_floor(&self, usage: BufferUsage) -> u64 {
         let scratch = BufferUsage::STORAGE | BufferUsage::DEVICE_ADDRESS;
         if self.features.acceleration_structure && usage.contains(scratch) {
             self.scratch_alignment.max(1).next_power_of_two()

@@ -16,7 +16,7 @@ use residency_core::usage::BufferUsage;
 /// The Vulkan usage bits of a probed buffer usage class (exactly what the core's placement engine
 /// expects a profile's probes to have been captured with).
 pub fn buffer_usage(usage: BufferProbeUsage) -> vk::BufferUsageFlags {
-    crate::resources::buffer::vk_buffer_usage(BufferUsage::of_probe_class(usage))
+    crate::format_map::vk_buffer_usage(BufferUsage::of_probe_class(usage))
 }
 
 /// The non-sparse image descriptions probed for every format.

@@ -57,7 +57,7 @@ impl RequirementsSource for Device {
                 if b.size == 0 || b.size > self.profile().limits.max_buffer_size {
                     return Err(RequirementsError::Unsupported { what: format!("a buffer of {} B", b.size) });
                 }
-                buffer_requirements(self, b.size, crate::resources::buffer::vk_buffer_usage(b.usage))
+                buffer_requirements(self, b.size, crate::format_map::vk_buffer_usage(b.usage))
             }
             RequirementsQuery::Image(q) => {
                 let info = image_query_info(q);

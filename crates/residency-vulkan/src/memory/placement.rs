@@ -2,11 +2,13 @@
 //! allocator, or committed (dedicated memory of its own). Shared by buffers and images, and by
 //! [`Allocation`]s: memory for objects the renderer created itself, or for raw requirements.
 
+use crate::device::blocks::{
+    MappedPtr, MemoryBlock, MemoryError, PlacementLog, RawMemoryDesc, ResourceMemory, SubRequest,
+};
+use crate::device::life::{ForeignUse, Garbage, GpuUse, Life};
 use crate::device::Device;
 use crate::error::VulkanError;
 use crate::error::{ForeignReason, ForeignResource};
-use crate::memory::{BlockAllocation, MappedPtr, MemoryBlock, MemoryError, RawMemoryDesc, SubRequest};
-use crate::sync::retire::{ForeignUse, Garbage, GpuUse, Life};
 use ash::vk;
 use residency_core::allocator::{AllocError, ResourceKind};
 use residency_core::device_mask::DeviceIndex;
@@ -20,43 +22,6 @@ use residency_core::profile::{Limits, MemoryRequirements};
 use residency_core::usage::BufferUsage;
 use std::ptr::NonNull;
 use std::sync::Arc;
-
-/// Where a resource's memory came from, so that freeing returns it there.
-#[derive(Debug)]
-pub(crate) enum ResourceMemory {
-    /// The device's general allocator, memory type `type_index`.
-    General { type_index: u32, allocation: BlockAllocation },
-    /// Memory of its own.
-    Dedicated(Box<MemoryBlock>),
-    /// A range of a sub-allocator above this layer (a buffer pool's page, a linear pool's
-    /// block). Weak: a live resource keeps its sub-allocator alive through its `Life`'s parent; a
-    /// deferred one returns its range only if the sub-allocator is still there (else its memory
-    /// retires after it, all at once).
-    Sub { owner: std::sync::Weak<dyn SubAllocator>, allocation: SubAllocation },
-    /// A transient pool's heap: nothing to return (the heap retires after the resources in it).
-    Transient,
-}
-
-/// A range a [`SubAllocator`] handed out.
-#[derive(Debug)]
-pub(crate) enum SubAllocation {
-    /// A range of a page of heap `arena` (buffer pools).
-    Block { arena: u16, allocation: BlockAllocation },
-    /// A range of a linear allocator's block (linear pools).
-    Linear(residency_core::allocator::LinearAllocation),
-}
-
-/// What a pool is to the memory layer: something that hands out ranges of memory it holds and
-/// takes them back. The one seam a new pool implements (buffer pools and linear pools do); memory
-/// freed through [`Device::release`] returns through it, and the defragmenter finds a pool's
-/// concrete type through [`SubAllocator::as_any`].
-pub(crate) trait SubAllocator: Send + Sync {
-    /// Takes back `allocation`, a range this sub-allocator handed out.
-    fn give_back(&self, allocation: SubAllocation);
-
-    /// This sub-allocator, for a downcast to its concrete type.
-    fn as_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync>;
-}
 
 /// The resource a dedicated allocation is for.
 #[derive(Clone, Copy, Debug)]
@@ -114,7 +79,7 @@ impl Device {
         req: &PlaceRequest<'_>,
         usage: Option<BufferUsage>,
     ) -> Result<Placed, MemoryError> {
-        crate::memory::check_priority(req.name, req.priority)?;
+        crate::device::blocks::check_priority(req.name, req.priority)?;
         let r = req.requirements;
         let candidates =
             memory_type_candidates(&self.memory_properties().types, r.memory_type_bits, req.intent);
@@ -146,7 +111,7 @@ impl Device {
                     type_index,
                     allow_over_budget: req.allow_over_budget,
                     dedicated: info,
-                    priority: req.priority.unwrap_or(crate::memory::DEFAULT_PRIORITY),
+                    priority: req.priority.unwrap_or(crate::device::blocks::DEFAULT_PRIORITY),
                 };
                 MemoryBlock::new(self, desc, 1).map(|block| Placed {
                     memory: block.memory,
@@ -187,23 +152,6 @@ impl Device {
             }
         }
         Err(last_error.expect("at least one candidate was tried"))
-    }
-
-    /// Returns a resource's memory to where it came from.
-    pub(crate) fn release(&self, owner: ResourceMemory) {
-        match owner {
-            ResourceMemory::General { type_index, allocation } => {
-                let mut list = self.general[type_index as usize].lock().unwrap_or_else(|e| e.into_inner());
-                list.free(self, allocation);
-            }
-            ResourceMemory::Dedicated(block) => block.destroy(self),
-            ResourceMemory::Sub { owner, allocation } => {
-                if let Some(owner) = owner.upgrade() {
-                    owner.give_back(allocation);
-                }
-            }
-            ResourceMemory::Transient => {}
-        }
     }
 }
 
@@ -571,27 +519,6 @@ pub enum PlacementPolicy {
     Legacy,
 }
 
-/// Messages the engine sent while placing the device's resources, oldest first, at most
-/// [`PLACEMENT_MESSAGES_KEPT`] (older ones are dropped; every one also went to `tracing`, target
-/// `residency::placement`).
-#[derive(Debug, Default)]
-pub(crate) struct PlacementLog {
-    messages: std::sync::Mutex<std::collections::VecDeque<(Arc<str>, Message)>>,
-}
-
-/// How many placement messages a device keeps.
-pub const PLACEMENT_MESSAGES_KEPT: usize = 256;
-
-impl PlacementLog {
-    fn push(&self, name: &str, message: Message) {
-        let mut messages = self.messages.lock().unwrap_or_else(|e| e.into_inner());
-        if messages.len() == PLACEMENT_MESSAGES_KEPT {
-            messages.pop_front();
-        }
-        messages.push_back((Arc::from(name), message));
-    }
-}
-
 /// The device's log as the engine's sink, for one named resource.
 struct LogSink<'a> {
     log: &'a PlacementLog,
@@ -676,12 +603,19 @@ impl Device {
         self.placement_policy.store(raw, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Every offset floor of a buffer of `usage` on this device: [`crate::usage_alignment_floor`]
+    /// of its limits and, for a possible build scratch, the scratch alignment (0: none). What
+    /// every placement path (general heaps, pools, linear pools, transient heaps) applies.
+    pub(crate) fn usage_floor(&self, usage: BufferUsage) -> u64 {
+        crate::memory::placement::usage_alignment_floor(usage, &self.profile().limits)
+            .max(self.scratch_floor(usage))
+    }
+
     /// The placement engine's messages about this device's resources (e.g. `ALIGNMENT_OVERRIDDEN`
     /// when a floor below the rules was clamped up), with the resource's name, oldest first; the
-    /// last [`PLACEMENT_MESSAGES_KEPT`].
+    /// last [`PLACEMENT_MESSAGES_KEPT`](crate::PLACEMENT_MESSAGES_KEPT).
     pub fn placement_messages(&self) -> Vec<(String, Message)> {
-        let messages = self.placement_log.messages.lock().unwrap_or_else(|e| e.into_inner());
-        messages.iter().map(|(name, m)| (name.to_string(), m.clone())).collect()
+        self.placement_log.messages()
     }
 
     /// The offset alignment of a placed resource: what [`PlacementEngine`] answers under the

@@ -11,12 +11,12 @@
 use super::{
     device_count, fan_out, multi_device, resolve_mask, MultiDevice, MultiDeviceError, MultiImage, PerDevice,
 };
+use crate::device::blocks::MemoryError;
+use crate::device::life::{GpuUse, Life};
 use crate::device::set::DeviceSet;
 use crate::device::Device;
 use crate::error::{ForeignReason, ForeignResource};
-use crate::memory::MemoryError;
 use crate::resources::image::ImageDesc;
-use crate::sync::retire::{GpuUse, Life};
 use residency_core::device_mask::{DeviceIndex, DeviceMask};
 use residency_core::memory::MemoryIntent;
 use residency_core::report::DeviceSetReport;

@@ -23,10 +23,10 @@ pub mod work;
 
 pub use image_pool::{DeviceImagePool, ImagePoolError, ImagePoolStats, MultiImagePool, MultiImagePoolDesc};
 
+use crate::device::blocks::MemoryError;
 use crate::device::set::DeviceSet;
 use crate::device::Device;
 use crate::error::{ForeignReason, ForeignResource};
-use crate::memory::MemoryError;
 use crate::pools::buffer_pool::{BufferInit, BufferPool, BufferPoolDesc, PoolStats};
 use crate::resources::buffer::Buffer;
 use crate::resources::image::ImageView;

@@ -12,6 +12,7 @@
 //! [`DispatchItem`], [`CopyItem`], [`RenderItem`] with [`DrawItem`]s (vertices, indexed, indirect),
 //! timestamps of [`MultiTimestamps`], and full barriers.
 
+use crate::device::life::{ForeignUse, Garbage, GpuUse, Life};
 use crate::device::set::DeviceSet;
 use crate::device::Device;
 use crate::error::{Result as VkResult, VkResultExt, VulkanError};
@@ -28,7 +29,6 @@ use crate::pipelines::shaders::Shader;
 use crate::resources::buffer::Buffer;
 use crate::sync::commands::{CommandContext, Submission};
 use crate::sync::recording::{check_buffer_copy, Recording, Timestamps};
-use crate::sync::retire::{ForeignUse, Garbage, GpuUse, Life};
 use ash::vk;
 use residency_core::device_mask::{DeviceIndex, DeviceMask};
 use std::sync::{Arc, Mutex};

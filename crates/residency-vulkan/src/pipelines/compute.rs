@@ -1,13 +1,13 @@
 //! Compute programs: a SPIR-V compute shader with its descriptor set layout, pipeline layout,
 //! pipeline and a descriptor pool, for tests, examples, the tour and the streaming demo.
 
+use crate::device::life::{ForeignUse, GpuUse};
 use crate::device::Device;
 use crate::error::{VkResultExt, VulkanError};
 use crate::pipelines::descriptors::{shader_needs, Created, ProgramLayout};
 use crate::pipelines::shaders::Shader;
 use crate::pipelines::spirv::{self, Interface, SpirvError, Stage};
 use crate::sync::recording::Recording;
-use crate::sync::retire::{ForeignUse, GpuUse};
 use ash::vk;
 use residency_core::device_mask::DeviceIndex;
 use std::sync::Arc;

@@ -3,6 +3,7 @@
 //! set-0 layout, pipeline layout, push-constant range and descriptor pool that compute and
 //! graphics programs both build the same way (`ProgramLayout`).
 
+use crate::device::life::{ForeignUse, Garbage, GpuUse, Life};
 use crate::device::Device;
 use crate::error::{VkResultExt, VulkanError};
 use crate::format_map::vk_format;
@@ -11,7 +12,6 @@ use crate::resources::buffer::Buffer;
 use crate::resources::image::{Filter, ImageView, Sampler};
 use crate::sparse::SparseImage;
 use crate::sync::recording::Recording;
-use crate::sync::retire::{ForeignUse, Garbage, GpuUse, Life};
 use ash::vk;
 use residency_core::format::Format;
 use residency_core::usage::BufferUsage;
@@ -432,8 +432,8 @@ impl ProgramLayout {
         let name = format!("{} descriptors {}", self.name, pools.extra + 1);
         device.set_name(raw, &name);
         let id = device.ledger().track("descriptor pool", name);
-        let parent: Arc<dyn crate::sync::retire::Parent> =
-            Arc::clone(&self.life) as Arc<dyn crate::sync::retire::Parent>;
+        let parent: Arc<dyn crate::device::life::Parent> =
+            Arc::clone(&self.life) as Arc<dyn crate::device::life::Parent>;
         let life = Life::new(device.arc(), Garbage::DescriptorPool { raw, id }, Some(parent));
         pools.current = raw;
         pools.current_life = Some(life);

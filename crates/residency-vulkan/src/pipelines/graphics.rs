@@ -2,6 +2,7 @@
 //! and push constants over both stages (the descriptor and push-constant code compute programs
 //! use), and a [`Drawing`] whose binds and draws are checked and keep what they use alive.
 
+use crate::device::life::{ForeignUse, GpuUse};
 use crate::device::{Device, EnabledFeatures};
 use crate::error::VulkanError;
 use crate::format_map::vk_format;
@@ -15,7 +16,6 @@ use crate::resources::buffer::Buffer;
 use crate::resources::image::ImageView;
 use crate::sparse::SparseAttachment;
 use crate::sync::recording::Recording;
-use crate::sync::retire::{ForeignUse, GpuUse};
 use ash::vk;
 use residency_core::usage::{BufferUsage, ImageUsage};
 use std::sync::Arc;

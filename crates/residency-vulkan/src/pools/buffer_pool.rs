@@ -11,14 +11,15 @@
 //! placed buffer run outside it. Creating a new page (a `vkAllocateMemory`) happens under the lock,
 //! which is rare: pages are large.
 
+use crate::device::blocks::{BlockAllocation, BlockList, MemoryError, SubRequest};
+use crate::device::blocks::{ResourceMemory, SubAllocation, SubAllocator};
 use crate::device::ledger::ObjectId;
+use crate::device::life::{Garbage, GpuUse, Life, Parent, PendingUses};
 use crate::device::Device;
 use crate::error::{ForeignReason, ForeignResource};
-use crate::memory::placement::{ResourceMemory, SubAllocation, SubAllocator};
-use crate::memory::{BlockAllocation, BlockList, MemoryError, SubRequest};
-use crate::resources::buffer::{bind_buffer, create_raw_buffer, vk_buffer_usage, Buffer, BufferPlacement};
+use crate::format_map::vk_buffer_usage;
+use crate::resources::buffer::{bind_buffer, create_raw_buffer, Buffer, BufferPlacement};
 use crate::resources::Unused;
-use crate::sync::retire::{Garbage, GpuUse, Life, Parent, PendingUses};
 use ash::vk;
 use residency_core::allocator::ResourceKind;
 use residency_core::memory::{memory_type_candidates, HeapGrowth, MemoryIntent};
@@ -256,7 +257,7 @@ impl BufferPool {
         desc.validate(&device.profile().limits)?;
         let desc =
             BufferPoolDesc { page_size: desc.page_size.max(64 << 10).next_multiple_of(64 << 10), ..desc };
-        crate::memory::check_priority(&desc.name, desc.priority)?;
+        crate::device::blocks::check_priority(&desc.name, desc.priority)?;
         let allowed = match desc.usage {
             BufferPoolUsage::Known(usage) if usage.is_empty() => {
                 return Err(MemoryError::Unsatisfiable {
@@ -293,7 +294,7 @@ impl BufferPool {
             )
             .with_atom(&memory_type, atom);
             pages.fixed_size = true;
-            pages.priority = desc.priority.unwrap_or(crate::memory::DEFAULT_PRIORITY);
+            pages.priority = desc.priority.unwrap_or(crate::device::blocks::DEFAULT_PRIORITY);
             if let BufferPoolUsage::Known(usage) = usage_for_pages {
                 let page_name = desc.name.clone();
                 pages.page_buffer = Some(Box::new(move |device: &Device, block| {
@@ -656,7 +657,7 @@ enum PoolBuffer {
 struct PageInfo {
     memory: vk::DeviceMemory,
     memory_size: u64,
-    mapped: Option<crate::memory::MappedPtr>,
+    mapped: Option<crate::device::blocks::MappedPtr>,
     page_buffer: Option<vk::Buffer>,
 }
 
@@ -704,7 +705,7 @@ pub struct PoolRange {
     arena: u16,
     /// `None` only while it is released (in `drop`).
     allocation: Option<BlockAllocation>,
-    mapped: Option<crate::memory::MappedPtr>,
+    mapped: Option<crate::device::blocks::MappedPtr>,
     uses: LastUses,
 }
 
@@ -800,9 +801,9 @@ impl PoolRange {
 
     /// Declares that GPU work the renderer submitted itself uses the range until `until`:
     /// dropping it earlier defers its release until then. A use of another device is refused.
-    pub fn used_until(&mut self, until: GpuUse) -> Result<(), crate::sync::retire::ForeignUse> {
+    pub fn used_until(&mut self, until: GpuUse) -> Result<(), crate::device::life::ForeignUse> {
         if until.device != self.pool.device.uid() {
-            return Err(crate::sync::retire::ForeignUse);
+            return Err(crate::device::life::ForeignUse);
         }
         self.uses.note(until.point);
         Ok(())

@@ -9,14 +9,14 @@
 // Sizes and offsets here come from callers: no operator that can wrap or panic (issue #29).
 #![deny(clippy::arithmetic_side_effects)]
 
+use crate::device::blocks::{check_priority, MemoryBlock, MemoryError, RawMemoryDesc, DEFAULT_PRIORITY};
+use crate::device::blocks::{ResourceMemory, SubAllocation, SubAllocator};
 use crate::device::ledger::ObjectId;
+use crate::device::life::{Garbage, Life, Parent, PendingUses};
 use crate::device::Device;
-use crate::memory::placement::{ResourceMemory, SubAllocation, SubAllocator};
-use crate::memory::{check_priority, MemoryBlock, MemoryError, RawMemoryDesc, DEFAULT_PRIORITY};
 use crate::pools::buffer_pool::BufferInit;
 use crate::resources::buffer::{bind_buffer, create_raw_buffer, Buffer, BufferPlacement};
 use crate::resources::Unused;
-use crate::sync::retire::{Garbage, Life, Parent, PendingUses};
 use residency_core::allocator::{LinearAllocation, LinearAllocator, LinearDesc, LinearMode};
 use residency_core::memory::{memory_type_candidates, MemoryIntent};
 use residency_core::sync::LastUses;

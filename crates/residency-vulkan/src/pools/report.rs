@@ -7,13 +7,13 @@
 //! their own outside every heap, so they appear in a report only when listed there. Each heap's
 //! `library_bytes` counts all of this library's memory in it, listed or not.
 
+use crate::device::blocks::ResourceMemory;
+use crate::device::blocks::{BlockList, MemoryBlock};
+use crate::device::life::Garbage;
 use crate::device::set::DeviceSet;
 use crate::device::Device;
-use crate::memory::placement::ResourceMemory;
-use crate::memory::{BlockList, MemoryBlock};
 use crate::pools::buffer_pool::BufferPool;
 use crate::resources::buffer::Buffer;
-use crate::sync::retire::Garbage;
 use ash::vk;
 use residency_core::allocator::BlockState;
 use residency_core::report::{
@@ -108,7 +108,7 @@ struct Label<'a> {
 type Labels<'a> = HashMap<(vk::DeviceMemory, u64), Label<'a>>;
 
 /// The dedicated block a resource's garbage will free, if it has one.
-fn dedicated_of(life: &crate::sync::retire::Life) -> Option<&MemoryBlock> {
+fn dedicated_of(life: &crate::device::life::Life) -> Option<&MemoryBlock> {
     match life.garbage()? {
         Garbage::Buffer { memory: ResourceMemory::Dedicated(block), .. }
         | Garbage::Image { memory: ResourceMemory::Dedicated(block), .. } => Some(block),

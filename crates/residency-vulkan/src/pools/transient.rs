@@ -20,15 +20,15 @@
 //! would be placed over the bytes of the open frame's, which the renderer can still record, and
 //! each frame would silently overwrite the other's contents.
 
+use crate::device::blocks::ResourceMemory;
+use crate::device::blocks::{MemoryBlock, MemoryError, RawMemoryDesc};
+use crate::device::life::{Garbage, Life, Parent, PendingUses};
 use crate::device::Device;
 use crate::error::VulkanError;
 use crate::format_map::aspect;
-use crate::memory::placement::ResourceMemory;
-use crate::memory::{MemoryBlock, MemoryError, RawMemoryDesc};
 use crate::resources::buffer::{create_raw_buffer, next_resource_id, Buffer, BufferPlacement};
 use crate::resources::image::{Image, ImageDesc};
 use crate::sync::recording::{check_scope, Recording};
-use crate::sync::retire::{Garbage, Life, Parent, PendingUses};
 use ash::vk;
 use residency_core::memory::{memory_type_candidates, MemoryIntent};
 use residency_core::sync::LastUses;
@@ -330,7 +330,7 @@ impl TransientPool {
                 type_index,
                 allow_over_budget: false,
                 dedicated: None,
-                priority: crate::memory::DEFAULT_PRIORITY,
+                priority: crate::device::blocks::DEFAULT_PRIORITY,
             };
             match MemoryBlock::new(&device, desc, 1) {
                 Ok(block) => new_heaps.push((

@@ -4,14 +4,15 @@
 // Sizes and offsets here come from callers: no operator that can wrap or panic (issue #29).
 #![deny(clippy::arithmetic_side_effects)]
 
+use crate::device::blocks::{MappedPtr, MemoryError};
 use crate::device::ledger::FaultSite;
+use crate::device::life::{ForeignUse, Garbage, GpuUse, Life};
 use crate::device::Device;
 use crate::error::VulkanError;
 use crate::error::{ForeignReason, ForeignResource};
+use crate::format_map::vk_buffer_usage;
 use crate::memory::placement::{DedicatedTarget, PlaceRequest};
-use crate::memory::{MappedPtr, MemoryError};
 use crate::resources::Unused;
-use crate::sync::retire::{ForeignUse, Garbage, GpuUse, Life};
 use ash::vk;
 use residency_core::allocator::ResourceKind;
 use residency_core::device_mask::DeviceIndex;
@@ -19,11 +20,6 @@ use residency_core::memory::MemoryIntent;
 use residency_core::profile::MemoryRequirements;
 use residency_core::usage::BufferUsage;
 use std::sync::Arc;
-
-/// The Vulkan usage bits of a set of bind flags (the core uses Vulkan's bit positions).
-pub fn vk_buffer_usage(usage: BufferUsage) -> vk::BufferUsageFlags {
-    vk::BufferUsageFlags::from_raw(usage.bits())
-}
 
 /// How a buffer's memory was obtained.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]

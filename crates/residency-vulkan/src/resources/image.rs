@@ -3,14 +3,15 @@
 //! Any `VkFormat`: the core's formats carry their texel sizes; a format the core does not know
 //! is created and viewed, and refused by the operations that need texel sizes.
 
+use crate::device::blocks::MemoryError;
+use crate::device::blocks::ResourceMemory;
+use crate::device::life::{ForeignUse, Garbage, GpuUse, Life, Parent};
 use crate::device::Device;
 use crate::error::VulkanError;
 use crate::error::{ForeignReason, ForeignResource};
 use crate::format_map::{aspect, vk_format};
-use crate::memory::placement::{DedicatedTarget, PlaceRequest, ResourceMemory};
-use crate::memory::MemoryError;
+use crate::memory::placement::{DedicatedTarget, PlaceRequest};
 use crate::resources::Unused;
-use crate::sync::retire::{ForeignUse, Garbage, GpuUse, Life, Parent};
 use ash::vk;
 use residency_core::allocator::{AllocError, ResourceKind};
 use residency_core::device_mask::DeviceIndex;
@@ -517,25 +518,6 @@ impl Image {
         }
     }
 }
-
-impl crate::sync::upload::Sealed for Image {
-    fn target(&self) -> crate::sync::upload::TargetInfo<'_> {
-        crate::sync::upload::TargetInfo {
-            raw: self.raw,
-            name: &self.desc.name,
-            format: self.desc.format,
-            extent: self.desc.extent,
-            mip_levels: self.desc.mip_levels,
-            array_layers: self.desc.array_layers,
-            samples: self.desc.samples,
-            copy_dst: self.desc.usage.contains(ImageUsage::COPY_DST),
-            life: &self.life,
-            layouts: Some(&self.layouts),
-        }
-    }
-}
-
-impl crate::sync::upload::ImageTarget for Image {}
 
 fn invalid(name: &str, reason: impl Into<String>) -> MemoryError {
     MemoryError::Unsatisfiable { name: name.to_owned(), reason: reason.into() }

@@ -18,8 +18,8 @@
 //! methods alone, and no type outside this crate can implement the trait (the token cannot be
 //! named there): a check cannot exist on one path and be missing on the other.
 
+use crate::device::life::{ForeignUse, GpuUse};
 use crate::device::Device;
-use crate::sync::retire::{ForeignUse, GpuUse};
 use residency_core::tiles::{
     CommitError, PoolId, PoolInvariantError, PoolStats, ResidencyChanges, SparseImageLayout, SparseResidency,
     TexelRegion, TileIndex, TilePool,

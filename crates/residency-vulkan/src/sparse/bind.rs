@@ -168,7 +168,7 @@ pub(super) fn submit_binds(
         device.retirement().published_sparse(last);
         GpuUse {
             device: device.uid(),
-            point: residency_core::sync::GpuPoint::new(crate::sync::retire::SPARSE, last),
+            point: residency_core::sync::GpuPoint::new(crate::device::life::SPARSE, last),
         }
     };
     if wait {

@@ -200,7 +200,7 @@ impl HeapsShared {
                 type_index: self.memory_type,
                 allow_over_budget: false,
                 dedicated: None,
-                priority: crate::memory::DEFAULT_PRIORITY,
+                priority: crate::device::blocks::DEFAULT_PRIORITY,
             };
             let block = MemoryBlock::new(&self.device, desc, 1)?;
             state.next_serial += 1;

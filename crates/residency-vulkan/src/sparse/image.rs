@@ -2,6 +2,7 @@
 //! read-back, and their garbage (the image, its view and its tiles) once dropped.
 
 use super::*;
+use crate::device::life::Retire;
 
 /// A partially resident image. It is released when dropped: its tiles go back to its pool, and its
 /// `VkImage` and view are destroyed, once the GPU work that may use it has completed (residency's
@@ -42,8 +43,8 @@ pub(crate) struct SparseImageGarbage {
     pub(super) tiles: Option<TileReturn>,
 }
 
-impl SparseImageGarbage {
-    pub(crate) fn destroy(self, device: &Device) {
+impl Retire for SparseImageGarbage {
+    fn retire(self: Box<Self>, device: &Device) {
         // SAFETY: the image and view belong to this device, no handle to them is left and the GPU
         // work that used them has completed (the retire queue's contract); destroying a sparse
         // image releases its bindings.
@@ -360,11 +361,8 @@ impl SparseImage {
         let key = garbage.key;
         garbage.heaps = Arc::downgrade(&origin.heaps);
         garbage.tiles = origin.tiles.map(|pool| TileReturn { pool, owner: origin.owner });
-        let life = Life::new(
-            Arc::clone(&origin.device),
-            Garbage::SparseImage(Box::new(garbage)),
-            Some(origin.parent),
-        );
+        let life =
+            Life::new(Arc::clone(&origin.device), Garbage::Custom(Box::new(garbage)), Some(origin.parent));
         Ok(SparseImage {
             life,
             raw,
@@ -729,7 +727,7 @@ struct Unfinished<'a> {
 impl Drop for Unfinished<'_> {
     fn drop(&mut self) {
         if let Some(garbage) = self.garbage.take() {
-            self.device.retire(Garbage::SparseImage(Box::new(garbage)), LastUses::none());
+            self.device.retire(Garbage::Custom(Box::new(garbage)), LastUses::none());
         }
     }
 }

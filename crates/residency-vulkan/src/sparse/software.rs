@@ -15,12 +15,12 @@
 //! share one atlas ([`SoftwareAtlas`], [`SoftwareTexture::new_in`]; the pool never gives one slot
 //! to two of them at a time), each with an indirection texture of its own.
 
+use crate::device::blocks::MemoryError;
+use crate::device::life::{ForeignUse, Garbage, GpuUse, Life, Parent, TileOwner, TileReturn};
 use crate::device::Device;
 use crate::error::VulkanError;
-use crate::memory::MemoryError;
 use crate::resources::image::{Image, ImageDesc};
 use crate::sparse::backend::{Checked, ResidencyBackend};
-use crate::sync::retire::{ForeignUse, Garbage, GpuUse, Life, Parent, TileOwner, TileReturn};
 use crate::sync::upload::{ImageRegion, UploadError, Uploader};
 use ash::vk;
 use residency_core::format::{Format, FormatKind};

@@ -50,9 +50,9 @@ use crate::sparse::software::SoftwareError;
 use crate::sparse::{SparseError, TileHeaps};
 use crate::sync::recording::{BarrierError, CopyError, MemoryDependency};
 use crate::{
-    device::Device, error::VulkanError, resources::buffer::AccessError, resources::buffer::Buffer,
-    resources::buffer::BufferDesc, sync::recording::Recording, sync::retire::ForeignUse,
-    sync::retire::GpuUse, sync::upload::UploadError, sync::upload::Uploader,
+    device::life::ForeignUse, device::life::GpuUse, device::Device, error::VulkanError,
+    resources::buffer::AccessError, resources::buffer::Buffer, resources::buffer::BufferDesc,
+    sync::recording::Recording, sync::upload::UploadError, sync::upload::Uploader,
 };
 use ash::vk;
 use residency_core::desc::DescError;
@@ -271,7 +271,7 @@ pub enum StreamError {
     Upload(#[from] UploadError),
     /// Allocating a feedback or table buffer.
     #[error(transparent)]
-    Memory(#[from] crate::memory::MemoryError),
+    Memory(#[from] crate::device::blocks::MemoryError),
     /// Mapping a feedback or table buffer.
     #[error(transparent)]
     Access(#[from] AccessError),
@@ -1764,7 +1764,7 @@ impl Streamer {
         // A recorded frame ends with its own submission or later: an earlier residency submission
         // would let its feedback be read and its unbinds go ahead while it still runs.
         if self.recorded.load(Ordering::Acquire)
-            && until.point.clock == crate::sync::retire::UNIVERSAL
+            && until.point.clock == crate::device::life::UNIVERSAL
             && until.point.value <= self.recorded_after.load(Ordering::Acquire)
         {
             return Err(StreamError::FrameOrder(

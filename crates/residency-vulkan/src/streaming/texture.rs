@@ -3,7 +3,7 @@
 use crate::sparse::software::{SoftwareAtlas, SoftwareTexture};
 use crate::sparse::{MinLodMap, SparseImage, TileHeaps};
 use crate::{
-    resources::image::ImageView, sync::retire::ForeignUse, sync::retire::GpuUse, sync::upload::ImageRegion,
+    device::life::ForeignUse, device::life::GpuUse, resources::image::ImageView, sync::upload::ImageRegion,
     sync::upload::Uploader,
 };
 use residency_core::format::Format;

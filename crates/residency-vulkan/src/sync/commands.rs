@@ -4,14 +4,14 @@
 //! reused once their fence has signalled. [`Device::submit_once`] is the simple form: record, submit,
 //! wait.
 
+use crate::device::blocks::MemoryError;
 use crate::device::ledger::FaultSite;
+use crate::device::life::GpuUse;
 use crate::device::lock::Lock;
 use crate::device::Device;
 use crate::error::{Result, VkResultExt, VulkanError};
-use crate::memory::MemoryError;
 use crate::resources::buffer::{AccessError, Buffer, BufferDesc};
 use crate::sync::recording::Recording;
-use crate::sync::retire::GpuUse;
 use ash::vk;
 use residency_core::memory::MemoryIntent;
 use residency_core::usage::BufferUsage;
@@ -83,7 +83,7 @@ impl Submission {
     pub fn gpu_use(&self) -> GpuUse {
         GpuUse {
             device: self.device,
-            point: residency_core::sync::GpuPoint::new(crate::sync::retire::UNIVERSAL, self.point),
+            point: residency_core::sync::GpuPoint::new(crate::device::life::UNIVERSAL, self.point),
         }
     }
 }

@@ -22,10 +22,10 @@
 //! and heaps included, whether or not `end_frame` was reached.
 
 use crate::device::ledger::FaultSite;
+use crate::device::life::{GpuUse, Life, Timeline};
 use crate::device::{Device, QueueGuard};
 use crate::error::{VkResultExt, VulkanError};
 use crate::sync::recording::{LayoutPlan, Recording};
-use crate::sync::retire::{GpuUse, Life, Timeline};
 use ash::vk;
 use std::sync::Arc;
 

@@ -5,6 +5,5 @@
 pub(crate) mod commands;
 pub(crate) mod frame;
 pub mod recording;
-pub(crate) mod retire;
 pub mod tracking;
 pub(crate) mod upload;

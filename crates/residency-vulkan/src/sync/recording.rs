@@ -22,12 +22,12 @@
 //! effects once the submission is made. A conflict inside one recording (a use in a layout an
 //! earlier command of it did not leave) fails its submission the same way.
 
+use crate::device::life::{ForeignUse, Garbage, GpuUse, Life};
 use crate::device::Device;
 use crate::error::VulkanError;
 use crate::format_map::aspect;
 use crate::resources::buffer::Buffer;
 use crate::resources::image::{Image, Layouts};
-use crate::sync::retire::{ForeignUse, Garbage, GpuUse, Life};
 use ash::vk;
 use residency_core::usage::{BufferUsage, ImageUsage};
 use std::collections::{HashMap, HashSet};

@@ -12,11 +12,11 @@
 //! dropped), so a barrier never names a destroyed buffer or image; dropping a tracked resource's
 //! handle only releases it once the tracker lets go too.
 
+use crate::device::life::Life;
 use crate::format_map::aspect;
 use crate::resources::buffer::{Buffer, BufferPlacement};
 use crate::resources::image::{Image, Layouts};
 use crate::sync::recording::{check_scope, BarrierError, Recording};
-use crate::sync::retire::Life;
 use ash::vk;
 use residency_core::device_mask::DeviceIndex;
 use residency_core::sync::{

@@ -12,13 +12,13 @@
 //! ([`Uploader::record`]), with barriers for the stages that read the data: no submission of the
 //! uploader's own, and ring space comes back once that command buffer has run.
 
+use crate::device::blocks::MemoryError;
+use crate::device::life::{Garbage, Life};
 use crate::device::Device;
 use crate::error::VulkanError;
-use crate::memory::MemoryError;
 use crate::resources::buffer::{Buffer, BufferDesc};
 use crate::sync::commands::{CommandContext, Submission};
 use crate::sync::recording::{MemoryDependency, Recording};
-use crate::sync::retire::{Garbage, Life};
 use ash::vk;
 use residency_core::allocator::{FrameId, RingAllocator, RingError};
 use residency_core::memory::MemoryIntent;
@@ -222,7 +222,7 @@ enum PendingCopy {
 }
 
 mod target {
-    use crate::sync::retire::Life;
+    use crate::device::life::Life;
     use ash::vk;
     use residency_core::format::Format;
     use std::sync::Arc;
@@ -1126,6 +1126,26 @@ fn write_staging(staging: &Buffer, offset: u64, data: &[u8], threads: usize) {
         staging.flush_range(offset, data.len() as u64);
     }
 }
+
+// A plain image is an upload target.
+impl Sealed for Image {
+    fn target(&self) -> TargetInfo<'_> {
+        TargetInfo {
+            raw: self.raw(),
+            name: &self.desc().name,
+            format: self.desc().format,
+            extent: self.desc().extent,
+            mip_levels: self.desc().mip_levels,
+            array_layers: self.desc().array_layers,
+            samples: self.desc().samples,
+            copy_dst: self.desc().usage.contains(residency_core::usage::ImageUsage::COPY_DST),
+            life: self.life(),
+            layouts: Some(self.layouts()),
+        }
+    }
+}
+
+impl ImageTarget for Image {}
 
 // Whole-image conveniences that submit on the universal queue (sync-level: they record and
 // submit), beside the uploads.

@@ -2,13 +2,13 @@
 //! copies with their layout transitions, and the swap.
 
 use super::{Candidate, DefragStats, Defragmenter, Heaps, Staged, Target, Unmovable};
+use crate::device::blocks::MemoryError;
+use crate::device::blocks::ResourceMemory;
 use crate::device::ledger::FaultSite;
+use crate::device::life::{Garbage, GpuUse, Life, FRAMES, SPARSE, UNIVERSAL};
 use crate::device::Device;
 use crate::error::VulkanError;
-use crate::memory::placement::ResourceMemory;
-use crate::memory::MemoryError;
 use crate::resources::image::{Image, Layouts};
-use crate::sync::retire::{Garbage, GpuUse, Life, FRAMES, SPARSE, UNIVERSAL};
 use ash::vk;
 use residency_core::usage::ImageUsage;
 use std::sync::Arc;

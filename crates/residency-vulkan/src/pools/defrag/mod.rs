@@ -9,16 +9,16 @@
 //! images) layouts. A resource not handed to the pass never moves. The plan is the core's
 //! ([`residency_core::allocator::plan_defragmentation`]).
 
+use crate::device::blocks::{BlockAllocation, BlockList, MappedPtr, MemoryError};
+use crate::device::blocks::{ResourceMemory, SubAllocation};
+use crate::device::life::{Garbage, GpuUse, Life, Parent, FRAMES, SPARSE, UNIVERSAL};
 use crate::device::Device;
 use crate::error::VulkanError;
-use crate::memory::placement::{ResourceMemory, SubAllocation};
-use crate::memory::{BlockAllocation, BlockList, MappedPtr, MemoryError};
 use crate::pools::buffer_pool::PoolShared;
 use crate::resources::buffer::{bind_buffer, create_raw_buffer, Buffer, BufferPlacement};
 use crate::resources::image::{Image, Layouts};
 use crate::sync::commands::{CommandContext, Submission};
 use crate::sync::recording::Timestamps;
-use crate::sync::retire::{Garbage, GpuUse, Life, Parent, FRAMES, SPARSE, UNIVERSAL};
 use ash::vk;
 use residency_core::allocator::{
     plan_defragmentation_with, BlockState, DefragBudget, DefragHeap, LiveBlock, Repack,

@@ -27,11 +27,11 @@
 //! resource's parent is told its uses, so a pool's pages or a transient heap never retire before
 //! the resources placed in them.
 
+use crate::device::blocks::MemoryBlock;
+use crate::device::blocks::ResourceMemory;
 use crate::device::ledger::ObjectId;
 use crate::device::Device;
 use crate::error::{Result, VkResultExt};
-use crate::memory::placement::ResourceMemory;
-use crate::memory::MemoryBlock;
 use ash::vk;
 use residency_core::sync::{ClockCache, ClockId, GpuPoint, LastUses, RetireQueue};
 use residency_core::tiles::ImageId;
@@ -73,8 +73,10 @@ pub(crate) enum Garbage {
     Sampler { raw: vk::Sampler, id: ObjectId },
     /// A whole memory block (a pool page, a transient heap, a sparse tile heap).
     Memory(Box<MemoryBlock>),
-    /// A sparse image, its view and its tiles.
-    SparseImage(Box<crate::sparse::SparseImageGarbage>),
+    /// Objects of a layer above this one (a sparse image, its view, bindings and tiles), which
+    /// destroy themselves: the seam through which upper layers retire what this layer does not
+    /// know.
+    Custom(Box<dyn Retire>),
     /// An image's tiles in a tile pool (a software image's atlas slots).
     Tiles(TileReturn),
     /// A pipeline (compute or graphics).
@@ -134,7 +136,7 @@ impl Garbage {
             }
             Garbage::Memory(block) => block.destroy(device),
             Garbage::Range(memory) => device.release(memory),
-            Garbage::SparseImage(image) => image.destroy(device),
+            Garbage::Custom(custom) => custom.retire(device),
             Garbage::Tiles(tiles) => tiles.give_back(),
             Garbage::Pipeline { raw, id } => {
                 // SAFETY: the pipeline belongs to this device; no handle to it is left and every
@@ -178,6 +180,14 @@ impl Garbage {
             }
         }
     }
+}
+
+/// Garbage of a layer above this one ([`Garbage::Custom`]): destroyed by the retire queue once
+/// every use it waited for has passed, like every other garbage.
+pub(crate) trait Retire: Send + Sync + std::fmt::Debug {
+    /// Destroys the objects and returns what they held (the retire queue's contract holds: the
+    /// GPU work that used them has completed).
+    fn retire(self: Box<Self>, device: &Device);
 }
 
 /// A tile pool that takes an image's tiles back once the GPU is done with the image.
