@@ -6,10 +6,6 @@
 //! path through the crate root's public re-exports, or a `pub(crate) use` alias in `lib.rs`,
 //! would hide which layer it reaches, and is refused. Comments and doc links are not imports and
 //! are not checked.
-//!
-//! The restack is landing layer by layer: [`NOT_YET_RESTACKED`] lists, exactly, the files that
-//! still name a layer above their own (and which one). The test fails on any upward import not
-//! in that list, and on any entry the sources no longer need, so the list only shrinks.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -23,18 +19,11 @@ const LAYERS: &[&[&str]] = &[
     &["resources"],
     &["sync"],
     &["pools"],
-    &["pipelines"],
     &["sparse"],
+    &["pipelines"],
     &["streaming"],
     &["multi"],
     &["testing"],
-];
-
-/// (file under `src/`, the higher layer it still names): the imports the restack has not yet
-/// moved. Only shrinks.
-const NOT_YET_RESTACKED: &[(&str, &str)] = &[
-    ("pipelines/descriptors.rs", "sparse"),
-    ("pipelines/graphics.rs", "sparse"),
 ];
 
 fn layer_of(module: &str) -> Option<usize> {
@@ -163,15 +152,8 @@ fn layering_no_module_imports_from_a_layer_above_it() {
             }
         }
     }
-    let listed: BTreeSet<(String, String)> =
-        NOT_YET_RESTACKED.iter().map(|&(f, m)| (f.to_owned(), m.to_owned())).collect();
-    for (file, module) in upward.difference(&listed) {
+    for (file, module) in &upward {
         problems.push(format!("src/{file} imports `crate::{module}`, a layer above its own"));
-    }
-    for (file, module) in listed.difference(&upward) {
-        problems.push(format!(
-            "NOT_YET_RESTACKED lists (\"{file}\", \"{module}\"), which the sources no longer need: remove it"
-        ));
     }
     assert!(problems.is_empty(), "{} layering problems:\n{}", problems.len(), problems.join("\n"));
 }
