@@ -16,11 +16,11 @@ use residency::core::tiles::{SparseImageDesc, TexelRegion, TilePoolDesc};
 use residency::core::usage::{BufferPoolUsage, BufferUsage};
 use residency::vulkan::ash::vk;
 use residency::vulkan::compute::Binding;
+use residency::vulkan::multi::work::{
+    BufferView, DispatchItem, MultiBinding, MultiComputeProgram, MultiSubmitter, PerDeviceImage, WorkItem,
+};
 use residency::vulkan::multi::{
     MultiBufferPool, MultiDevice, MultiSparseImage, MultiTilePool, MultiUploader,
-};
-use residency::vulkan::multi_work::{
-    BufferView, DispatchItem, MultiBinding, MultiComputeProgram, MultiSubmitter, PerDeviceImage, WorkItem,
 };
 use residency::vulkan::shaders;
 use residency::vulkan::{BufferInit, BufferPoolDesc, DeviceSet, DeviceSetDesc, Filter};

@@ -25,9 +25,8 @@ use std::time::Instant;
 
 use residency::core::usage::{BufferPoolUsage, BufferUsage};
 use residency::vulkan::ash::vk;
-use residency::vulkan::{
-    vk_buffer_usage, Buffer, BufferDesc, BufferInit, BufferPool, BufferPoolDesc, Device, PoolRange,
-};
+use residency::vulkan::format_map::vk_buffer_usage;
+use residency::vulkan::{Buffer, BufferDesc, BufferInit, BufferPool, BufferPoolDesc, Device, PoolRange};
 
 use crate::measure::{median, minimum, takes_part};
 use crate::report::Record;

@@ -13,7 +13,7 @@ use residency_core::memory::MemoryIntent;
 use residency_core::tiles::{PoolStats, SparseImageDesc, TexelRegion, TileIndex, TilePoolDesc};
 use residency_core::usage::{BufferPoolUsage, BufferUsage};
 use residency_vulkan::multi::{MultiBuffer, MultiDeviceError};
-use residency_vulkan::software::{SoftwareError, SoftwareImage, SoftwareTilePool, DEFAULT_BORDER};
+use residency_vulkan::sparse::software::{SoftwareError, SoftwareImage, SoftwareTilePool, DEFAULT_BORDER};
 use residency_vulkan::sparse::{SparseError, SparseImage, SparseTilePool};
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::{

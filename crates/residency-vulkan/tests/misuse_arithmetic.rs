@@ -12,7 +12,7 @@ use residency_core::vt_file::VtDesc;
 use residency_vulkan::compute::{Binding, ComputeProgram};
 use residency_vulkan::recording::Timestamps;
 use residency_vulkan::shaders;
-use residency_vulkan::software::SoftwareTexture;
+use residency_vulkan::sparse::software::SoftwareTexture;
 use residency_vulkan::sparse::{SparseError, SparseImage, SparseTilePool};
 use residency_vulkan::streaming::{StreamError, Streamer, StreamerDesc};
 use residency_vulkan::testing::with_gpu;

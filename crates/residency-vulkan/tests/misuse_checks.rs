@@ -11,11 +11,11 @@ use residency_core::sync::{Region, ResourceId, SyncError, TrackerOptions, Use};
 use residency_core::usage::{BufferUsage, ImageUsage};
 use residency_vulkan::ash::vk;
 use residency_vulkan::compute::{Binding, ComputeProgram, DispatchError};
-use residency_vulkan::multi::{MultiBuffer, MultiDevice, MultiDeviceError};
-use residency_vulkan::multi_work::{
+use residency_vulkan::multi::work::{
     BufferView, CopyItem, DispatchItem, MultiBinding, MultiComputeProgram, MultiSubmitter, MultiTimeline,
     TimelineError, WorkError, WorkItem,
 };
+use residency_vulkan::multi::{MultiBuffer, MultiDevice, MultiDeviceError};
 use residency_vulkan::shaders::{self, Shader};
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::tracking::{RecordError, ResourceTracker};

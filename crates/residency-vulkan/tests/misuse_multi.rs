@@ -238,7 +238,7 @@ fn misuse_a_multi_device_image_dropped_while_its_cached_views_are_bound_in_pendi
 #[test]
 fn misuse_a_ranged_view_outside_its_buffer_or_misaligned_for_its_binding_is_refused_before_anything_is_recorded(
 ) {
-    use residency_vulkan::multi_work::{
+    use residency_vulkan::multi::work::{
         BufferView, DispatchItem, MultiBinding, MultiComputeProgram, MultiSubmitter, ViewRangeError,
         WorkError, WorkItem,
     };

@@ -16,7 +16,7 @@ use residency_core::tiles::{
 };
 use residency_core::usage::{BufferUsage, ImageUsage};
 use residency_vulkan::ash::vk;
-use residency_vulkan::software::{SoftwareError, SoftwareTexture};
+use residency_vulkan::sparse::software::{SoftwareError, SoftwareTexture};
 use residency_vulkan::sparse::{MinLodMap, SparseError, SparseImage, SparseTilePool, TileHeaps};
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::{

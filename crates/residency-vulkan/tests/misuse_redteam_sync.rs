@@ -196,10 +196,10 @@ fn misuse_end_frame_with_a_use_that_ends_before_the_frames_submission_is_refused
 #[test]
 fn misuse_a_multi_device_dispatch_with_the_wrong_binding_count_is_a_typed_error() {
     use residency_core::device_mask::{DeviceIndex, DeviceMask};
-    use residency_vulkan::multi::MultiBufferPool;
-    use residency_vulkan::multi_work::{
+    use residency_vulkan::multi::work::{
         BufferView, DispatchItem, MultiBinding, MultiComputeProgram, MultiSubmitter, WorkItem,
     };
+    use residency_vulkan::multi::MultiBufferPool;
     with_gpu(|set| {
         let both = DeviceMask::from_bits(0b11);
         let pool = MultiBufferPool::new(

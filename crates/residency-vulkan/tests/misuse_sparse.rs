@@ -10,10 +10,11 @@ use residency_core::tiles::{
     BindPlanOptions, CommitError, HeapIndex, ImageId, PageTableError, PhysicalTile, PoolId, PoolStats,
     SparseImageDesc, SparseResidency, TexelRegion, TileIndex, TilePool, TilePoolDesc,
 };
-use residency_vulkan::software::{SoftwareError, SoftwareImage, SoftwareTilePool, DEFAULT_BORDER};
+use residency_vulkan::sparse::software::{SoftwareError, SoftwareImage, SoftwareTilePool, DEFAULT_BORDER};
+use residency_vulkan::sparse::ResidencyBackend;
 use residency_vulkan::sparse::{SparseError, SparseImage, SparseTilePool, TileHeaps};
 use residency_vulkan::testing::with_gpu;
-use residency_vulkan::{Device, ResidencyBackend, Uploader};
+use residency_vulkan::{Device, Uploader};
 use std::sync::Arc;
 
 const SIZE: u32 = 512;
@@ -70,7 +71,7 @@ impl Path for SoftwareImage {
     fn queued(&self) -> Option<bool> {
         None
     }
-    fn bound(_: &residency_vulkan::software::SoftwareFlushStats) -> Option<u64> {
+    fn bound(_: &residency_vulkan::sparse::software::SoftwareFlushStats) -> Option<u64> {
         None
     }
 }

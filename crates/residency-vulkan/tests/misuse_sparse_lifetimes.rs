@@ -16,7 +16,7 @@ use residency_core::tiles::{
 use residency_core::usage::{BufferUsage, ImageUsage};
 use residency_vulkan::ash::vk;
 use residency_vulkan::compute::{Binding, ComputeProgram, ViewRef};
-use residency_vulkan::software::{SoftwareImage, SoftwareTilePool, DEFAULT_BORDER};
+use residency_vulkan::sparse::software::{SoftwareImage, SoftwareTilePool, DEFAULT_BORDER};
 use residency_vulkan::sparse::{MinLodMap, SparseImage, SparseTilePool, TileHeaps};
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::{

@@ -17,7 +17,7 @@ use residency_core::device_mask::{DeviceIndex, DeviceMask};
 use residency_core::memory::MemoryIntent;
 use residency_core::usage::BufferUsage;
 use residency_vulkan::compute::{Binding, ComputeProgram};
-use residency_vulkan::multi_work::{MultiSubmitter, WorkError};
+use residency_vulkan::multi::work::{MultiSubmitter, WorkError};
 use residency_vulkan::shaders;
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::{ash, Buffer, BufferDesc, CommandContext, Device, Timeline, VulkanError};

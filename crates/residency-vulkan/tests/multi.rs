@@ -4,11 +4,11 @@ use residency_core::device_mask::{DeviceIndex, DeviceMask};
 use residency_core::format::Format;
 use residency_core::tiles::{SparseImageDesc, TexelRegion, TilePoolDesc};
 use residency_core::usage::{BufferPoolUsage, BufferUsage};
+use residency_vulkan::multi::work::MultiTimeline;
 use residency_vulkan::multi::{
     InitialData, MultiBufferPool, MultiDevice, MultiDeviceError, MultiSparseImage, MultiTilePool,
     MultiUploader,
 };
-use residency_vulkan::multi_work::MultiTimeline;
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::{BufferInit, BufferPoolDesc, FaultSite, InjectedFault, MemoryError, UploadError};
 

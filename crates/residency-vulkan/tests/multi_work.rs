@@ -4,13 +4,13 @@ use residency_core::device_mask::{DeviceIndex, DeviceMask};
 use residency_core::format::Format;
 use residency_core::tiles::{SparseImageDesc, TexelRegion, TilePoolDesc};
 use residency_core::usage::{BufferPoolUsage, BufferUsage};
+use residency_vulkan::multi::work::{
+    BufferView, CopyItem, DispatchItem, DrawItem, MultiBinding, MultiComputeProgram, MultiGraphicsProgram,
+    MultiSubmitter, MultiTimeline, MultiTimestamps, RenderItem, ViewRangeError, WorkError, WorkItem,
+};
 use residency_vulkan::multi::{
     InitialData, MultiBufferPool, MultiDevice, MultiDeviceError, MultiSparseImage, MultiTilePool,
     MultiUploader,
-};
-use residency_vulkan::multi_work::{
-    BufferView, CopyItem, DispatchItem, DrawItem, MultiBinding, MultiComputeProgram, MultiGraphicsProgram,
-    MultiSubmitter, MultiTimeline, MultiTimestamps, RenderItem, ViewRangeError, WorkError, WorkItem,
 };
 use residency_vulkan::shaders::{self};
 use residency_vulkan::testing::with_gpu;
@@ -865,8 +865,8 @@ fn a_textured_draw_item_binds_each_devices_view_and_push_constants() {
     use residency_vulkan::ash::vk;
     use residency_vulkan::compute::Binding;
     use residency_vulkan::graphics::VertexAttribute;
+    use residency_vulkan::multi::work::PerDeviceImage;
     use residency_vulkan::multi::MultiImage;
-    use residency_vulkan::multi_work::PerDeviceImage;
     use residency_vulkan::{Filter, ImageDesc, ImageRegion};
     with_gpu(|set| {
         let both = DeviceMask::from_bits(0b11);

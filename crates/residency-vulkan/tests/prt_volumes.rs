@@ -631,7 +631,7 @@ fn run_warn(
 #[test]
 fn lod_warning_gate_gives_the_same_codes_on_both_paths() {
     use residency_core::tiles::ResidencyPath;
-    use residency_vulkan::software::{SoftwareImage, SoftwareTilePool, DEFAULT_BORDER};
+    use residency_vulkan::sparse::software::{SoftwareImage, SoftwareTilePool, DEFAULT_BORDER};
     with_gpu(|set| {
         let device = &set.devices()[0];
         let side = 512;
@@ -739,7 +739,7 @@ fn lod_warning_gate_gives_the_same_codes_on_both_paths() {
 #[test]
 fn array_layers_stream_independently_on_the_software_path() {
     use residency_core::tiles::ResidencyPath;
-    use residency_vulkan::software::{SoftwareImage, SoftwareTilePool, DEFAULT_BORDER};
+    use residency_vulkan::sparse::software::{SoftwareImage, SoftwareTilePool, DEFAULT_BORDER};
     with_gpu(|set| {
         let device = &set.devices()[0];
         let side = 256;

@@ -881,7 +881,7 @@ fn rt_depth_and_stencil_aspects_upload_one_at_a_time() {
 #[test]
 fn rt_software_texture_with_another_tables_size_or_slots_outside_the_atlas_is_refused() {
     use residency_core::tiles::{software_layout, HeapIndex, PageTable, PhysicalTile};
-    use residency_vulkan::software::SoftwareTexture;
+    use residency_vulkan::sparse::software::SoftwareTexture;
     gpu("software odd", |device| {
         let small = software_layout(&SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 256, 256), 4).unwrap();
         let big = software_layout(&SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 1024, 1024), 4).unwrap();

@@ -10,7 +10,7 @@ use residency_core::tiles::{
     bordered_tile, software_layout, ImageId, ResidencyPath, SparseImageDesc, SparseImageLayout,
     SparseResidency, TexelRegion, TileCoord, TilePool, TilePoolDesc,
 };
-use residency_vulkan::software::{SoftwareAtlas, SoftwareAtlasDesc, SoftwareError, SoftwareTexture};
+use residency_vulkan::sparse::software::{SoftwareAtlas, SoftwareAtlasDesc, SoftwareError, SoftwareTexture};
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::{Device, Uploader};
 

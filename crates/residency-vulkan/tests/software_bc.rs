@@ -14,7 +14,7 @@ use residency_core::tiles::{
 };
 use residency_core::usage::ImageUsage;
 use residency_core::vt_file::{VtDesc, VtWriter};
-use residency_vulkan::software::{SoftwareAtlas, SoftwareAtlasDesc, SoftwareError, SoftwareTexture};
+use residency_vulkan::sparse::software::{SoftwareAtlas, SoftwareAtlasDesc, SoftwareError, SoftwareTexture};
 use residency_vulkan::streaming::{Streamer, StreamerDesc, TextureViews};
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::{CommandContext, ImageDesc, ImageRegion, Uploader};
@@ -465,7 +465,7 @@ fn a_bc_atlas_refuses_borders_of_other_than_whole_blocks() {
         let [w, h] = atlas.layout().extent();
         assert_eq!(atlas.memory_bytes(), u64::from(w / 4) * u64::from(h / 4) * 8);
         drop(atlas);
-        let pool = residency_vulkan::software::SoftwareTilePool::new(
+        let pool = residency_vulkan::sparse::software::SoftwareTilePool::new(
             Arc::clone(&device),
             Format::Bc7Unorm,
             4,

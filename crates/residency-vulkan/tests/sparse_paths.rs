@@ -12,7 +12,7 @@ use residency_core::tiles::{
     CommitError, ResidencyPath, SparseImageDesc, SparseImageLayout, TexelRegion, TileCoord, TilePoolDesc,
 };
 use residency_vulkan::compute::ViewRef;
-use residency_vulkan::software::{SoftwareError, SoftwareImage, SoftwareTilePool, DEFAULT_BORDER};
+use residency_vulkan::sparse::software::{SoftwareError, SoftwareImage, SoftwareTilePool, DEFAULT_BORDER};
 use residency_vulkan::sparse::{MinLodMap, SparseError, SparseImage, SparseTilePool};
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::{Device, ImageRegion, Uploader};

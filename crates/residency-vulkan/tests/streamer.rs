@@ -665,7 +665,7 @@ fn misuse_a_texture_of_another_streamer_is_refused() {
 #[test]
 fn software_textures_share_one_atlas_in_distinct_slots() {
     use residency_core::tiles::AtlasLayout;
-    use residency_vulkan::software::SoftwareTexture;
+    use residency_vulkan::sparse::software::SoftwareTexture;
     use residency_vulkan::streaming::TextureViews;
     with_gpu(|set| {
         let device = Arc::clone(&set.devices()[0]);

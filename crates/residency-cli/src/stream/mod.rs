@@ -16,7 +16,7 @@ use report::{mean, percentile, psnr_of, Finished};
 use residency::core::format::Format;
 use residency::core::streaming::{FeedbackSampling, RvtSource, TileSource};
 use residency::core::tiles::{software_slot_bytes, ResidencyPath, SOFTWARE_TILE_SIDE};
-use residency::vulkan::software::DEFAULT_BORDER;
+use residency::vulkan::sparse::software::DEFAULT_BORDER;
 use residency::vulkan::streaming::{Streamer, StreamerDesc};
 use residency::vulkan::{CommandContext, Device, DeviceSet, DeviceSetDesc, Submission};
 use std::process::ExitCode;

@@ -11,8 +11,8 @@ use residency::core::streaming::{
 use residency::core::tiles::TileCoord;
 use residency::core::vt_file::VtDesc;
 use residency::vulkan::multi::streaming::{MultiStreamer, MultiVirtualTexture};
+use residency::vulkan::multi::work::MultiSubmitter;
 use residency::vulkan::multi::{MultiBufferPool, MultiDevice};
-use residency::vulkan::multi_work::MultiSubmitter;
 use residency::vulkan::streaming::{Streamer, StreamerDesc};
 use residency::vulkan::{CommandContext, DeviceSet};
 use serde_json::json;

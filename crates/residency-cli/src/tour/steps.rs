@@ -15,8 +15,8 @@ use residency::core::tiles::{
 use residency::core::usage::{BufferPoolUsage, BufferUsage};
 use residency::vulkan::ash::vk;
 use residency::vulkan::compute::{Binding, ComputeProgram};
+use residency::vulkan::multi::work::{BufferView, CopyItem, MultiSubmitter, WorkItem};
 use residency::vulkan::multi::{MultiBufferPool, MultiDevice, MultiUploader};
-use residency::vulkan::multi_work::{BufferView, CopyItem, MultiSubmitter, WorkItem};
 use residency::vulkan::shaders;
 use residency::vulkan::sparse::{MinLodMap, SparseImage, SparseTilePool};
 use residency::vulkan::{

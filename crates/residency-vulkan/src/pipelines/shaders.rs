@@ -6,7 +6,7 @@
 //! created). A renderer's own SPIR-V goes through the `unsafe` `from_spirv` constructors of
 //! [`ComputeProgram`](crate::compute::ComputeProgram),
 //! [`GraphicsProgram`](crate::graphics::GraphicsProgram) and
-//! [`MultiComputeProgram`](crate::multi_work::MultiComputeProgram).
+//! [`MultiComputeProgram`](crate::multi::work::MultiComputeProgram).
 //!
 //! # Bounds: no index is trusted
 //!

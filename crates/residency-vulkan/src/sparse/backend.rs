@@ -1,6 +1,6 @@
 //! One API over both residency paths: [`ResidencyBackend`], implemented by the hardware path's
 //! [`SparseImage`](crate::sparse::SparseImage) and the software path's
-//! [`SoftwareImage`](crate::software::SoftwareImage).
+//! [`SoftwareImage`](crate::sparse::software::SoftwareImage).
 //!
 //! The provided methods are the API, and they hold the validation, once for both paths: the pool
 //! given must be the one that holds the image's tiles, and the tiles, tails, layers, mips and
@@ -37,11 +37,11 @@ pub(crate) use token::Checked;
 
 /// A partially resident image on one residency path, with the pool it takes tiles from: commits,
 /// releases, flushes and residency queries, validated once for both paths (see the
-/// [module documentation](self)).
+/// documentation of `sparse/backend.rs`, the residency layer's seam).
 ///
 /// ```no_run
 /// use residency_core::tiles::TexelRegion;
-/// use residency_vulkan::ResidencyBackend;
+/// use residency_vulkan::sparse::ResidencyBackend;
 ///
 /// /// Makes the top-left tile of mip 0 resident and visible, on either path.
 /// fn show_corner<B: ResidencyBackend>(
@@ -56,7 +56,7 @@ pub(crate) use token::Checked;
 pub trait ResidencyBackend: Sized {
     /// The pool whose tiles this path's images take
     /// ([`SparseTilePool`](crate::sparse::SparseTilePool),
-    /// [`SoftwareTilePool`](crate::software::SoftwareTilePool)).
+    /// [`SoftwareTilePool`](crate::sparse::software::SoftwareTilePool)).
     type Pool;
     /// What a flush needs besides the pool and the images: the bind planner's options on the
     /// hardware path, the uploader that staged the tiles' texels on the software path.

@@ -22,7 +22,7 @@
 //! ([`TileHeaps`] counts, per heap, the tiles its completed binds left bound), through the device's
 //! retire queue. A dropped image's tiles go back to its pool when its garbage is destroyed.
 
-pub mod backend;
+pub(crate) mod backend;
 mod bind;
 mod compact;
 mod heaps;
@@ -38,7 +38,8 @@ use crate::device::life::{ForeignUse, Garbage, GpuUse, Life, Parent, PendingUses
 use crate::device::Device;
 use crate::error::{VkResultExt, VulkanError};
 use crate::format_map::{aspect, vk_format};
-use crate::sparse::backend::{Checked, ResidencyBackend};
+use crate::sparse::backend::Checked;
+pub use crate::sparse::backend::ResidencyBackend;
 use ash::vk;
 use residency_core::memory::{memory_type_candidates, MemoryIntent};
 use residency_core::sync::LastUses;
