@@ -8,12 +8,14 @@
 //! [`Reentrant`] instead, which the callers turn into a typed error
 //! ([`VulkanError::Reentrant`](crate::VulkanError::Reentrant)). Other threads wait as usual.
 //!
-//! A poisoned lock (a panic while it was held) is taken as is: every structure behind a `Lock`
-//! is left consistent at each point where the code inside can panic (they hold handles and
-//! counters updated after the Vulkan call that may fail, never half-way).
+//! A poisoned lock (a panic while it was held) is taken as is, through
+//! [`PoisonFree`](crate::poison::PoisonFree) (whose module says why): every structure behind a
+//! `Lock` is left consistent at each point where the code inside can panic (they hold handles
+//! and counters updated after the Vulkan call that may fail, never half-way).
 //!
 //! [`CommandContext`]: crate::CommandContext
 
+use crate::poison::PoisonFree;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -61,14 +63,14 @@ impl<T> Lock<T> {
         if self.holder.load(Ordering::Acquire) == me {
             return Err(Reentrant);
         }
-        let guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let guard = self.inner.locked();
         self.holder.store(me, Ordering::Release);
         Ok(LockGuard { guard, holder: &self.holder })
     }
 
     /// The value, through `&mut self` (no other holder can exist).
     pub fn get_mut(&mut self) -> &mut T {
-        self.inner.get_mut().unwrap_or_else(|e| e.into_inner())
+        self.inner.value_mut()
     }
 }
 
