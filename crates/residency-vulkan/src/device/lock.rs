@@ -124,4 +124,23 @@ mod tests {
         .join();
         assert_eq!(*lock.lock().unwrap(), 7);
     }
+
+    #[test]
+    fn a_poisoned_lock_still_refuses_its_holder_and_lends_its_value() {
+        let lock = Arc::new(Lock::new(7));
+        let other = Arc::clone(&lock);
+        let _ = std::thread::spawn(move || {
+            *other.lock().unwrap() += 1;
+            let _g = other.lock().unwrap();
+            panic!("poison it");
+        })
+        .join();
+        let guard = lock.lock().unwrap();
+        assert_eq!(*guard, 8);
+        assert_eq!(lock.lock().err(), Some(Reentrant));
+        drop(guard);
+        let mut lock = Arc::into_inner(lock).expect("the only holder");
+        *lock.get_mut() += 1;
+        assert_eq!(*lock.lock().unwrap(), 9);
+    }
 }
