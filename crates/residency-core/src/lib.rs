@@ -24,6 +24,7 @@ pub mod device_mask;
 pub mod format;
 pub mod memory;
 pub mod placement;
+mod poison;
 pub mod profile;
 pub mod report;
 pub mod streaming;

@@ -22,6 +22,7 @@ mod instance;
 mod memory;
 pub mod multi;
 mod pipelines;
+mod poison;
 mod pools;
 mod resources;
 pub mod sparse;

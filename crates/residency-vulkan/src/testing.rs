@@ -7,6 +7,7 @@
 
 use crate::device::set::{DeviceSet, DeviceSetDesc};
 use crate::instance::InstanceDesc;
+use crate::poison::PoisonFree;
 use crate::validation::{ValidationMessage, ValidationMode};
 use std::sync::{Mutex, OnceLock};
 
@@ -55,7 +56,7 @@ fn devices() -> Option<&'static DeviceSet> {
 /// reported a problem while it ran. Returns `None` when skipped for lack of a device.
 pub fn with_gpu<R>(test: impl FnOnce(&DeviceSet) -> R) -> Option<R> {
     let set = devices()?;
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = SERIAL.locked();
     let before = set.validation_log().problem_count();
     // Heaps kept for reuse (memory blocks of the general allocator) may outlive a test; any other
     // object left alive by the test is a leak.
@@ -91,7 +92,7 @@ pub fn with_gpu<R>(test: impl FnOnce(&DeviceSet) -> R) -> Option<R> {
 /// expected problems do not fail the test. Used by the validation canary. Returns `None` when skipped.
 pub fn expect_validation_problem(id: &str, bad: impl FnOnce(&DeviceSet)) -> Option<Vec<ValidationMessage>> {
     let set = devices()?;
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = SERIAL.locked();
     assert_ne!(set.validation(), ValidationMode::Off, "the validation layer is not enabled");
     let before = set.validation_log().problem_count();
     bad(set);

@@ -3,6 +3,7 @@
 //! Every message keeps its ID (a `VUID-…` or `SYNC-HAZARD-…` name). Errors, and warnings of the
 //! validation type, count as *problems*: tests fail on any problem raised while they ran.
 
+use crate::poison::PoisonFree;
 use ash::vk;
 use std::ffi::{c_void, CStr};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -129,7 +130,7 @@ impl ValidationLog {
     pub fn problems_since(&self, since: u64) -> Vec<ValidationMessage> {
         let total = self.problem_count();
         let wanted = usize::try_from(total.saturating_sub(since)).unwrap_or(usize::MAX);
-        let messages = self.messages.lock().unwrap_or_else(|e| e.into_inner());
+        let messages = self.messages.locked();
         let problems: Vec<_> = messages.iter().filter(|m| self.counts(m)).cloned().collect();
         let skip = problems.len().saturating_sub(wanted);
         problems.into_iter().skip(skip).collect()
@@ -139,12 +140,12 @@ impl ValidationLog {
     /// hints, not as validation: they fail no test), by message ID. docs/reliability.md lists the
     /// kinds residency's own calls raise and why.
     pub fn performance_warnings(&self) -> std::collections::BTreeMap<String, u64> {
-        self.performance.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.performance.locked().clone()
     }
 
     /// Every kept message (problems and others), oldest first.
     pub fn messages(&self) -> Vec<ValidationMessage> {
-        self.messages.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.messages.locked().clone()
     }
 
     /// Whether `message` is the layer's own noise under GPU-assisted validation.
@@ -160,7 +161,7 @@ impl ValidationLog {
     fn record(&self, message: ValidationMessage, performance: bool) {
         if performance && !message.is_validation && message.severity == Severity::Warning {
             let id = if message.id.is_empty() { "(no id)".to_owned() } else { message.id.clone() };
-            *self.performance.lock().unwrap_or_else(|e| e.into_inner()).entry(id).or_insert(0) += 1;
+            *self.performance.locked().entry(id).or_insert(0) += 1;
         }
         match message.severity {
             Severity::Error => tracing::error!(id = %message.id, "{}", message.text),
@@ -178,7 +179,7 @@ impl ValidationLog {
         if self.is_layer_noise(&message) {
             self.layer_noise.fetch_add(1, Ordering::SeqCst);
         }
-        let mut messages = self.messages.lock().unwrap_or_else(|e| e.into_inner());
+        let mut messages = self.messages.locked();
         if self.counts(&message) {
             self.problems.fetch_add(1, Ordering::SeqCst);
         }

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 /// The layers of `crates/residency-vulkan/src`, bottom to top: a top-level module (folder or
 /// file) per entry, and modules sharing an entry are one layer.
 const LAYERS: &[&[&str]] = &[
-    &["error", "validation", "instance", "format_map"],
+    &["error", "validation", "instance", "format_map", "poison"],
     &["device"],
     &["memory"],
     &["resources"],

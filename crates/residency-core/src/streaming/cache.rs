@@ -15,6 +15,7 @@
 
 use super::source::{SourceDepth, SourceError, TileSource};
 use crate::device_mask::DeviceIndex;
+use crate::poison::{PoisonFree, PoisonFreeWait};
 use crate::vt_file::VtDesc;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -148,7 +149,7 @@ impl DecodedTileCache {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.locked()
     }
 
     /// Registers `inner` with the cache under a new id: its tiles are cached under that id.
@@ -246,7 +247,7 @@ impl DecodedTileCache {
                 Some(_) => {}
             }
             waited = true;
-            state = self.decoded.wait(state).unwrap_or_else(|e| e.into_inner());
+            state = self.decoded.wait_locked(state);
         }
         state.decoding.insert(key, std::thread::current().id());
         drop(state);

@@ -15,6 +15,7 @@
 //! below ends: [`TileLoader::wait_idle`] waits only for loads that a live worker will finish.
 
 use super::source::{SourceError, TileSource};
+use crate::poison::{PoisonFree, PoisonFreeWait};
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -196,7 +197,7 @@ impl<T: Clone + Eq + Hash + Send + 'static> TileLoader<T> {
     pub fn wait_idle(&self) {
         let mut state = self.state();
         while state.running > 0 || (!state.queue.is_empty() && state.alive > 0) {
-            state = self.shared.idle.wait(state).unwrap_or_else(|e| e.into_inner());
+            state = self.shared.idle.wait_locked(state);
         }
     }
 
@@ -216,7 +217,7 @@ impl<T: Clone + Eq + Hash + Send + 'static> Drop for TileLoader<T> {
         let deadline = Instant::now() + LOADER_JOIN_TIMEOUT;
         while state.alive > 0 {
             let Some(left) = deadline.checked_duration_since(Instant::now()) else { break };
-            state = self.shared.idle.wait_timeout(state, left).unwrap_or_else(|e| e.into_inner()).0;
+            state = self.shared.idle.wait_timeout_locked(state, left).0;
         }
         let stuck = state.alive;
         drop(state);
@@ -233,7 +234,7 @@ impl<T: Clone + Eq + Hash + Send + 'static> Drop for TileLoader<T> {
 }
 
 fn lock<S>(state: &Mutex<S>) -> MutexGuard<'_, S> {
-    state.lock().unwrap_or_else(|e| e.into_inner())
+    state.locked()
 }
 
 /// A worker: serves jobs until the loader stops. A panic outside a source's read (which
@@ -268,7 +269,7 @@ fn serve<T: Clone + Eq + Hash + Send>(shared: &Shared<T>, running: &mut bool) {
             return;
         }
         let Some((serial, job)) = state.queue.pop_front() else {
-            state = shared.work.wait(state).unwrap_or_else(|e| e.into_inner());
+            state = shared.work.wait_locked(state);
             continue;
         };
         state.running += 1;

@@ -11,6 +11,7 @@
 //! are `Send + Sync`; a read is expected to block (file or network I/O, decompression) and runs
 //! off the frame's thread.
 
+use crate::poison::PoisonFree;
 use crate::vt_file::{VtDesc, VtError, VtIndex};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -195,7 +196,7 @@ impl TileSource for RvtSource {
         let read_error = |reason: String| SourceError::Read { source_name: self.name.clone(), reason };
         let mut stored = vec![0; record.stored_size as usize];
         {
-            let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
+            let mut file = self.file.locked();
             file.seek(SeekFrom::Start(record.offset)).map_err(|e| read_error(e.to_string()))?;
             file.read_exact(&mut stored).map_err(|e| read_error(e.to_string()))?;
         }

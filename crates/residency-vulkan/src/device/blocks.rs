@@ -8,6 +8,7 @@
 use crate::device::ledger::{FaultSite, ObjectId};
 use crate::device::Device;
 use crate::error::VulkanError;
+use crate::poison::PoisonFree;
 use ash::vk;
 use residency_core::allocator::{AllocError, Allocation, ResourceKind, TlsfAllocator, TlsfDesc};
 use residency_core::memory::{HeapGrowth, MemoryIntent};
@@ -659,7 +660,7 @@ impl Device {
     pub(crate) fn release(&self, owner: ResourceMemory) {
         match owner {
             ResourceMemory::General { type_index, allocation } => {
-                let mut list = self.general[type_index as usize].lock().unwrap_or_else(|e| e.into_inner());
+                let mut list = self.general[type_index as usize].locked();
                 list.free(self, allocation);
             }
             ResourceMemory::Dedicated(block) => block.destroy(self),
@@ -686,7 +687,7 @@ pub const PLACEMENT_MESSAGES_KEPT: usize = 256;
 
 impl PlacementLog {
     pub(crate) fn push(&self, name: &str, message: Message) {
-        let mut messages = self.messages.lock().unwrap_or_else(|e| e.into_inner());
+        let mut messages = self.messages.locked();
         if messages.len() == PLACEMENT_MESSAGES_KEPT {
             messages.pop_front();
         }
@@ -695,7 +696,7 @@ impl PlacementLog {
 
     /// The messages kept, oldest first, with the resource's name.
     pub(crate) fn messages(&self) -> Vec<(String, Message)> {
-        let messages = self.messages.lock().unwrap_or_else(|e| e.into_inner());
+        let messages = self.messages.locked();
         messages.iter().map(|(name, m)| (name.to_string(), m.clone())).collect()
     }
 }

@@ -2,6 +2,7 @@
 //! object by name (leaks are reported by name when the device goes); and the device's fault
 //! injection hook, with which tests (ours and applications') make a chosen Vulkan call fail.
 
+use crate::poison::PoisonFree;
 use ash::vk;
 use residency_core::memory::HeapBudget;
 use residency_core::profile::MemoryHeap;
@@ -196,7 +197,7 @@ impl Ledger {
     /// Fault injection: the next `count` `vkAllocateMemory` calls report out of device memory
     /// without reaching the driver (0 disarms). Replaces faults armed at that site.
     pub fn inject_out_of_memory(&self, count: u64) {
-        let mut armed = self.armed.lock().unwrap_or_else(|e| e.into_inner());
+        let mut armed = self.armed.locked();
         armed.retain(|a| a.site != FaultSite::AllocateMemory);
         if count > 0 {
             armed.push(Armed {
@@ -214,14 +215,14 @@ impl Ledger {
     /// different sites. Meant for tests, the library's and applications' own: every site returns
     /// the same typed error as for a real failure and undoes what it had done.
     pub fn inject_fault(&self, site: FaultSite, skip: u64, fault: InjectedFault) {
-        let mut armed = self.armed.lock().unwrap_or_else(|e| e.into_inner());
+        let mut armed = self.armed.locked();
         armed.push(Armed { site, skip, count: 1, fault });
         self.armed_any.store(true, Ordering::SeqCst);
     }
 
     /// Disarms every fault and ends an injected device loss (a real one stays).
     pub fn clear_faults(&self) {
-        let mut armed = self.armed.lock().unwrap_or_else(|e| e.into_inner());
+        let mut armed = self.armed.locked();
         armed.clear();
         self.armed_any.store(false, Ordering::SeqCst);
         let _ = self.lost.compare_exchange(LOST_INJECTED, NOT_LOST, Ordering::SeqCst, Ordering::SeqCst);
@@ -268,7 +269,7 @@ impl Ledger {
         if !self.armed_any.load(Ordering::SeqCst) {
             return None;
         }
-        let mut armed = self.armed.lock().unwrap_or_else(|e| e.into_inner());
+        let mut armed = self.armed.locked();
         let at = armed.iter().position(|a| a.site == site)?;
         let entry = &mut armed[at];
         if entry.skip > 0 {
@@ -321,7 +322,7 @@ impl Ledger {
     pub(crate) fn track(&self, kind: &'static str, name: impl Into<Arc<str>>) -> ObjectId {
         let object = LiveObject { kind, name: name.into() };
         let shard = SHARD.with(|s| *s);
-        let mut slab = self.live[shard].lock().unwrap_or_else(|e| e.into_inner());
+        let mut slab = self.live[shard].locked();
         let slot = match slab.free.pop() {
             Some(slot) => {
                 slab.entries[slot as usize] = Some(object);
@@ -337,7 +338,7 @@ impl Ledger {
 
     /// Forgets a live object.
     pub(crate) fn untrack(&self, id: ObjectId) {
-        let mut slab = self.live[usize::from(id.shard)].lock().unwrap_or_else(|e| e.into_inner());
+        let mut slab = self.live[usize::from(id.shard)].locked();
         if slab.entries.get_mut(id.slot as usize).and_then(Option::take).is_some() {
             slab.free.push(id.slot);
         }
@@ -347,16 +348,7 @@ impl Ledger {
     pub fn live_objects(&self) -> Vec<LiveObject> {
         self.live
             .iter()
-            .flat_map(|shard| {
-                shard
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .entries
-                    .iter()
-                    .flatten()
-                    .cloned()
-                    .collect::<Vec<_>>()
-            })
+            .flat_map(|shard| shard.locked().entries.iter().flatten().cloned().collect::<Vec<_>>())
             .collect()
     }
 }

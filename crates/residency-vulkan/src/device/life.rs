@@ -32,6 +32,7 @@ use crate::device::blocks::ResourceMemory;
 use crate::device::ledger::ObjectId;
 use crate::device::Device;
 use crate::error::{Result, VkResultExt};
+use crate::poison::PoisonFree;
 use ash::vk;
 use residency_core::sync::{ClockCache, ClockId, GpuPoint, LastUses, RetireQueue};
 use residency_core::tiles::ImageId;
@@ -258,7 +259,7 @@ impl Life {
 
     /// The uses declared on it so far.
     pub(crate) fn declared_uses(&self) -> LastUses {
-        self.uses.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.uses.locked().clone()
     }
 
     /// The name of what it points into, if anything.
@@ -271,14 +272,14 @@ impl Life {
         if until.device != self.device.uid() {
             return Err(ForeignUse);
         }
-        self.uses.lock().unwrap_or_else(|e| e.into_inner()).note(until.point);
+        self.uses.locked().note(until.point);
         Ok(())
     }
 }
 
 impl Parent for Life {
     fn note_pending(&self, uses: &LastUses) {
-        self.uses.lock().unwrap_or_else(|e| e.into_inner()).merge(uses);
+        self.uses.locked().merge(uses);
     }
 
     fn name(&self) -> String {
@@ -289,7 +290,7 @@ impl Parent for Life {
 impl Drop for Life {
     fn drop(&mut self) {
         let Some(garbage) = self.garbage.take() else { return };
-        let uses = std::mem::take(self.uses.get_mut().unwrap_or_else(|e| e.into_inner()));
+        let uses = std::mem::take(self.uses.value_mut());
         let uses = self.device.retire(garbage, uses);
         if let Some(parent) = &self.parent {
             if let Some(uses) = uses {
@@ -311,16 +312,16 @@ pub(crate) struct PendingUses(Mutex<LastUses>);
 
 impl PendingUses {
     pub(crate) fn note(&self, uses: &LastUses) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).merge(uses);
+        self.0.locked().merge(uses);
     }
 
     pub(crate) fn take(&mut self) -> LastUses {
-        std::mem::take(self.0.get_mut().unwrap_or_else(|e| e.into_inner()))
+        std::mem::take(self.0.value_mut())
     }
 
     /// The uses collected so far (for memory that retires while its parent lives on).
     pub(crate) fn get(&self) -> LastUses {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.0.locked().clone()
     }
 
     /// Declares a use of `device`'s work that ends at `until`; a use of another device is refused.
@@ -328,7 +329,7 @@ impl PendingUses {
         if until.device != device.uid() {
             return Err(ForeignUse);
         }
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).note(until.point);
+        self.0.locked().note(until.point);
         Ok(())
     }
 }
@@ -537,7 +538,7 @@ impl Retirement {
     /// ([`DeviceSet::adopt`](crate::DeviceSet::adopt)) is to stop using the set's timelines once it
     /// is closed).
     pub(crate) fn destroy(&self, raw: &ash::Device) {
-        let timelines = std::mem::take(&mut *self.timelines.lock().unwrap_or_else(|e| e.into_inner()));
+        let timelines = std::mem::take(&mut *self.timelines.locked());
         // SAFETY: as above, no pending work signals or waits on these semaphores.
         unsafe {
             raw.destroy_semaphore(self.universal, None);
@@ -564,7 +565,7 @@ impl Device {
             UNIVERSAL | SPARSE => 0, // answered above
             FRAMES => r.frame.load(Ordering::Acquire),
             ClockId(n) => {
-                let timelines = r.timelines.lock().unwrap_or_else(|e| e.into_inner());
+                let timelines = r.timelines.locked();
                 let Some(t) = timeline_entry(&timelines, ClockId(n)) else { return 0 };
                 // SAFETY: a timeline semaphore of this device, destroyed only at teardown.
                 unsafe { self.raw().get_semaphore_counter_value(t.raw) }.unwrap_or(0)
@@ -584,7 +585,7 @@ impl Device {
     /// The renderer frames submitted through residency that the GPU may still run (pruning those
     /// it passed).
     fn pending_frames(&self) -> LastUses {
-        let mut frames = self.retirement().frames.lock().unwrap_or_else(|e| e.into_inner());
+        let mut frames = self.retirement().frames.locked();
         let mut left = LastUses::none();
         for point in frames.points() {
             if self.clock_value(point.clock) < point.value {
@@ -605,17 +606,17 @@ impl Device {
     /// slips between the frame's submission and this).
     pub(crate) fn note_frame(&self, point: GpuPoint, external: bool) {
         let r = self.retirement();
-        r.frames.lock().unwrap_or_else(|e| e.into_inner()).note(point);
+        r.frames.locked().note(point);
         r.frames_pending.store(true, Ordering::Release);
         if external {
-            r.external_frames.lock().unwrap_or_else(|e| e.into_inner()).note(point);
+            r.external_frames.locked().note(point);
         }
     }
 
     /// The frames a residency submission or bind must wait for: those submitted on the
     /// renderer's other queues that the GPU has not passed yet (see [`Device::note_frame`]).
     pub(crate) fn external_frame_waits(&self) -> Vec<GpuUse> {
-        let mut external = self.retirement().external_frames.lock().unwrap_or_else(|e| e.into_inner());
+        let mut external = self.retirement().external_frames.locked();
         if external.is_empty() {
             return Vec::new();
         }
@@ -635,7 +636,7 @@ impl Device {
         if !timeline.is_of(self) {
             return None;
         }
-        let timelines = self.retirement().timelines.lock().unwrap_or_else(|e| e.into_inner());
+        let timelines = self.retirement().timelines.locked();
         let t = timeline_entry(&timelines, timeline.clock)?;
         Some((t.raw, t.announced.load(Ordering::Acquire)))
     }
@@ -643,7 +644,7 @@ impl Device {
     /// The announced value of every renderer timeline now (a floor for the frame being recorded:
     /// its own signal will lie above it).
     pub(crate) fn announced_values(&self) -> Vec<(ClockId, u64)> {
-        let timelines = self.retirement().timelines.lock().unwrap_or_else(|e| e.into_inner());
+        let timelines = self.retirement().timelines.locked();
         timelines
             .iter()
             .enumerate()
@@ -676,7 +677,7 @@ impl Device {
             garbage.destroy(self);
             return None;
         }
-        self.retirement().queue.lock().unwrap_or_else(|e| e.into_inner()).push(garbage, uses.clone());
+        self.retirement().queue.locked().push(garbage, uses.clone());
         Some(uses)
     }
 
@@ -685,14 +686,11 @@ impl Device {
     /// Returns how many objects it destroyed.
     pub fn maintain(&self) -> usize {
         let lost = self.is_lost();
-        if lost
-            && !self.retirement().queue.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
-            && !self.idle_after_loss()
-        {
+        if lost && !self.retirement().queue.locked().is_empty() && !self.idle_after_loss() {
             return 0;
         }
         let done = {
-            let mut queue = self.retirement().queue.lock().unwrap_or_else(|e| e.into_inner());
+            let mut queue = self.retirement().queue.locked();
             if queue.is_empty() {
                 return 0;
             }
@@ -736,12 +734,12 @@ impl Device {
     /// submitted, and every renderer timeline the highest *announced* value something queued (or
     /// a renderer frame submitted through residency) waits for. Returns whether they did.
     fn wait_for_pending_timelines(&self, timeout: u64) -> bool {
-        let mut pending = self.retirement().queue.lock().unwrap_or_else(|e| e.into_inner()).pending();
-        pending.merge(&self.retirement().frames.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut pending = self.retirement().queue.locked().pending();
+        pending.merge(&self.retirement().frames.locked());
         let mut semaphores = vec![self.retirement().universal, self.retirement().sparse];
         let mut values = vec![self.retirement().universal_submitted(), self.retirement().sparse_submitted()];
         {
-            let timelines = self.retirement().timelines.lock().unwrap_or_else(|e| e.into_inner());
+            let timelines = self.retirement().timelines.locked();
             for point in pending.points() {
                 if let Some(t) = timeline_entry(&timelines, point.clock) {
                     // Only what an announced signal reaches: a use past it was never submitted
@@ -825,7 +823,7 @@ impl Device {
             SPARSE => self.retirement().sparse,
             FRAMES => return Err(refuse("a frame count is not a GPU event a submission can wait for")),
             ClockId(n) => {
-                let timelines = self.retirement().timelines.lock().unwrap_or_else(|e| e.into_inner());
+                let timelines = self.retirement().timelines.locked();
                 let t = timeline_entry(&timelines, ClockId(n))
                     .ok_or_else(|| refuse("no such timeline on this device"))?;
                 self.check_reachable(t, until.point.value)?;
@@ -867,7 +865,7 @@ impl Device {
             UNIVERSAL | SPARSE => true,
             FRAMES => false,
             ClockId(n) => {
-                let timelines = self.retirement().timelines.lock().unwrap_or_else(|e| e.into_inner());
+                let timelines = self.retirement().timelines.locked();
                 timeline_entry(&timelines, ClockId(n))
                     .is_some_and(|t| self.check_reachable(t, point.value).is_ok())
             }
@@ -880,7 +878,7 @@ impl Device {
         if signals.is_empty() {
             return;
         }
-        let timelines = self.retirement().timelines.lock().unwrap_or_else(|e| e.into_inner());
+        let timelines = self.retirement().timelines.locked();
         for s in signals {
             if let Some(t) = timelines.iter().find(|t| t.raw == s.semaphore) {
                 t.announced.fetch_max(s.value, Ordering::AcqRel);
@@ -890,7 +888,7 @@ impl Device {
 
     /// Objects released but waiting for the GPU.
     pub fn pending_destruction(&self) -> usize {
-        self.retirement().queue.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.retirement().queue.locked().len()
     }
 
     /// Counts a frame: call it once per frame after the frame `N` frames back has completed on the
@@ -956,7 +954,7 @@ impl Device {
     pub fn create_timeline(&self, name: &str) -> Result<Timeline> {
         let raw = timeline_semaphore(self.raw())?;
         self.set_name(raw, name);
-        let mut timelines = self.retirement().timelines.lock().unwrap_or_else(|e| e.into_inner());
+        let mut timelines = self.retirement().timelines.locked();
         let clock = ClockId(FIRST_TIMELINE + timelines.len() as u32);
         let (name, announced): (Arc<str>, _) = (Arc::from(name), Arc::new(AtomicU64::new(0)));
         timelines.push(TimelineEntry {
@@ -998,7 +996,7 @@ impl Device {
         if raw == self.retirement().universal || raw == self.retirement().sparse {
             return Err(refuse("one of residency's own timelines"));
         }
-        let mut timelines = self.retirement().timelines.lock().unwrap_or_else(|e| e.into_inner());
+        let mut timelines = self.retirement().timelines.locked();
         if let Some(t) = timelines.iter().find(|t| t.raw == raw) {
             return Err(refuse(&format!("already a timeline of this device (`{}`)", t.name)));
         }
@@ -1018,7 +1016,7 @@ impl Device {
 
     /// Destroys everything queued, whatever its uses (teardown, after the device is idle).
     pub(crate) fn retire_all(&self) {
-        let all = self.retirement().queue.lock().unwrap_or_else(|e| e.into_inner()).drain_all();
+        let all = self.retirement().queue.locked().drain_all();
         for garbage in all {
             garbage.destroy(self);
         }

@@ -8,12 +8,14 @@
 //! [`Reentrant`] instead, which the callers turn into a typed error
 //! ([`VulkanError::Reentrant`](crate::VulkanError::Reentrant)). Other threads wait as usual.
 //!
-//! A poisoned lock (a panic while it was held) is taken as is: every structure behind a `Lock`
-//! is left consistent at each point where the code inside can panic (they hold handles and
-//! counters updated after the Vulkan call that may fail, never half-way).
+//! A poisoned lock (a panic while it was held) is taken as is, through
+//! [`PoisonFree`](crate::poison::PoisonFree) (whose module says why): every structure behind a
+//! `Lock` is left consistent at each point where the code inside can panic (they hold handles
+//! and counters updated after the Vulkan call that may fail, never half-way).
 //!
 //! [`CommandContext`]: crate::CommandContext
 
+use crate::poison::PoisonFree;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -61,14 +63,14 @@ impl<T> Lock<T> {
         if self.holder.load(Ordering::Acquire) == me {
             return Err(Reentrant);
         }
-        let guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let guard = self.inner.locked();
         self.holder.store(me, Ordering::Release);
         Ok(LockGuard { guard, holder: &self.holder })
     }
 
     /// The value, through `&mut self` (no other holder can exist).
     pub fn get_mut(&mut self) -> &mut T {
-        self.inner.get_mut().unwrap_or_else(|e| e.into_inner())
+        self.inner.value_mut()
     }
 }
 
@@ -121,5 +123,24 @@ mod tests {
         })
         .join();
         assert_eq!(*lock.lock().unwrap(), 7);
+    }
+
+    #[test]
+    fn a_poisoned_lock_still_refuses_its_holder_and_lends_its_value() {
+        let lock = Arc::new(Lock::new(7));
+        let other = Arc::clone(&lock);
+        let _ = std::thread::spawn(move || {
+            *other.lock().unwrap() += 1;
+            let _g = other.lock().unwrap();
+            panic!("poison it");
+        })
+        .join();
+        let guard = lock.lock().unwrap();
+        assert_eq!(*guard, 8);
+        assert_eq!(lock.lock().err(), Some(Reentrant));
+        drop(guard);
+        let mut lock = Arc::into_inner(lock).expect("the only holder");
+        *lock.get_mut() += 1;
+        assert_eq!(*lock.lock().unwrap(), 9);
     }
 }

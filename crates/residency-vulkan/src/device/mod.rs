@@ -13,6 +13,7 @@ use crate::device::ledger::{FaultSite, Ledger};
 use crate::device::life::Retirement;
 use crate::error::{Result, VkResultExt, VulkanError};
 use crate::instance::{version_string, InstanceShared};
+use crate::poison::PoisonFree;
 use crate::validation::ValidationLog;
 use ash::vk;
 use lock::{Lock, LockGuard, Reentrant};
@@ -661,10 +662,7 @@ impl Device {
     /// in the retire queue still hold their ranges, so their heaps stay until they retire
     /// ([`Device::maintain`] or a wait retires them).
     pub fn release_empty_heaps(&self) -> u64 {
-        self.general
-            .iter()
-            .map(|list| list.lock().unwrap_or_else(|e| e.into_inner()).release_empty(self))
-            .sum()
+        self.general.iter().map(|list| list.locked().release_empty(self)).sum()
     }
 
     /// Every memory heap's budget and usage now, in one query of the driver (VK_EXT_memory_budget
@@ -880,7 +878,7 @@ impl Drop for Device {
         self.retirement.destroy(&self.raw);
         let general = std::mem::take(&mut self.general);
         for list in general {
-            list.into_inner().unwrap_or_else(|e| e.into_inner()).destroy_all(self);
+            list.into_value().destroy_all(self);
         }
         let leaks = self.ledger.live_objects();
         for leak in &leaks {

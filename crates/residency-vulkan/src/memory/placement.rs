@@ -9,6 +9,7 @@ use crate::device::life::{ForeignUse, Garbage, GpuUse, Life};
 use crate::device::Device;
 use crate::error::VulkanError;
 use crate::error::{ForeignReason, ForeignResource};
+use crate::poison::PoisonFree;
 use ash::vk;
 use residency_core::allocator::{AllocError, ResourceKind};
 use residency_core::device_mask::DeviceIndex;
@@ -94,7 +95,7 @@ impl Device {
         let mut last_error = None;
         for &type_index in &candidates {
             let coherent = self.memory_properties().types[type_index as usize].flags.host_coherent;
-            let mut list = self.general[type_index as usize].lock().unwrap_or_else(|e| e.into_inner());
+            let mut list = self.general[type_index as usize].locked();
             let dedicated = req.committed
                 || req.priority.is_some()
                 || list.growth.wants_dedicated(r.size, r.prefers_dedicated);

@@ -16,6 +16,7 @@ use crate::device::life::{GpuUse, Life};
 use crate::device::set::DeviceSet;
 use crate::device::Device;
 use crate::error::{ForeignReason, ForeignResource};
+use crate::poison::PoisonFree;
 use crate::resources::image::ImageDesc;
 use residency_core::device_mask::{DeviceIndex, DeviceMask};
 use residency_core::memory::MemoryIntent;
@@ -149,7 +150,7 @@ pub(crate) struct Charges {
 
 impl Charges {
     fn lock(&self) -> MutexGuard<'_, ChargeList> {
-        self.list.lock().unwrap_or_else(|e| e.into_inner())
+        self.list.locked()
     }
 
     /// [`Charges::sweep_locked`] under the lock.

@@ -27,6 +27,7 @@ use crate::device::blocks::MemoryError;
 use crate::device::set::DeviceSet;
 use crate::device::Device;
 use crate::error::{ForeignReason, ForeignResource};
+use crate::poison::PoisonFree;
 use crate::pools::buffer_pool::{BufferInit, BufferPool, BufferPoolDesc, PoolStats};
 use crate::resources::buffer::Buffer;
 use crate::resources::image::ImageView;
@@ -803,7 +804,7 @@ pub struct MultiImage {
 impl Drop for MultiImage {
     fn drop(&mut self) {
         // Instances and cached views first, so that only the pools hold what nothing else does.
-        self.views.get_mut().unwrap_or_else(|e| e.into_inner()).clear();
+        self.views.value_mut().clear();
         drop(std::mem::take(&mut self.images));
         for pool in &self.charged_by {
             pool.sweep();
@@ -851,7 +852,7 @@ impl MultiImage {
         if !image.device().is(device) {
             return Err(not_here());
         }
-        let mut views = self.views.lock().unwrap_or_else(|e| e.into_inner());
+        let mut views = self.views.locked();
         if let Some((.., view)) = views.iter().find(|(i, m, _)| *i == index && *m == mips) {
             return Ok(Arc::clone(view));
         }
@@ -865,7 +866,7 @@ impl MultiImage {
 
     /// Views created so far (all devices).
     pub fn cached_views(&self) -> usize {
-        self.views.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.views.locked().len()
     }
 }
 

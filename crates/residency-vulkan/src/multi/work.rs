@@ -26,6 +26,7 @@ use crate::pipelines::compute::{
 };
 use crate::pipelines::graphics::{DrawError, GraphicsProgram, IndexFormat, RenderError, VertexAttribute};
 use crate::pipelines::shaders::Shader;
+use crate::poison::PoisonFree;
 use crate::resources::buffer::Buffer;
 use crate::sync::commands::{CommandContext, Submission};
 use crate::sync::recording::{check_buffer_copy, Recording, Timestamps};
@@ -279,7 +280,7 @@ fn cached_set(
             MultiBinding::Image(_) => None,
         })
         .collect();
-    let mut sets = sets.lock().unwrap_or_else(|e| e.into_inner());
+    let mut sets = sets.locked();
     if let Some((_, cached, set)) = sets.iter().find(|(i, ..)| *i == index) {
         if *cached == generations {
             return Ok(set.clone());
@@ -340,7 +341,7 @@ impl<'a> DispatchItem<'a> {
 
     /// How many devices have a cached per-device form.
     pub fn cached_devices(&self) -> usize {
-        self.sets.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.sets.locked().len()
     }
 
     fn set_for(&self, index: DeviceIndex) -> Result<(DescriptorSet, &ComputeProgram), WorkError> {
@@ -680,7 +681,7 @@ impl MultiTimeline {
     /// rule), which stays the caller's to keep.
     pub fn signal(&self, mask: DeviceMask, value: u64) -> Result<(), MultiDeviceError<TimelineError>> {
         let mask = resolve_mask(mask, self.mask(), self.device_count)?;
-        let _signalling = self.signalling.lock().unwrap_or_else(|e| e.into_inner());
+        let _signalling = self.signalling.locked();
         let targets: Vec<(DeviceIndex, &DeviceTimeline)> =
             self.semaphores.iter().filter(|(i, _)| mask.contains(*i)).collect();
         for &(i, t) in &targets {
@@ -854,7 +855,7 @@ impl MultiGraphicsProgram {
         if let Some(program) = cell.get() {
             return Ok(program);
         }
-        let _creating = self.creating.lock().unwrap_or_else(|e| e.into_inner());
+        let _creating = self.creating.locked();
         if let Some(program) = cell.get() {
             return Ok(program);
         }
@@ -982,7 +983,7 @@ impl<'a> DrawItem<'a> {
 
     /// How many devices have a cached per-device form.
     pub fn cached_devices(&self) -> usize {
-        self.sets.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.sets.locked().len()
     }
 }
 

@@ -8,6 +8,7 @@ use crate::device::Device;
 use crate::error::{VkResultExt, VulkanError};
 use crate::format_map::vk_format;
 use crate::pipelines::spirv::{ImageShape, Numeric};
+use crate::poison::PoisonFree;
 use crate::resources::buffer::Buffer;
 use crate::resources::image::{Filter, ImageView, Sampler};
 use crate::sparse::SparseImage;
@@ -743,7 +744,7 @@ impl ProgramLayout {
             .collect();
         let layouts = [self.set_layout];
         let (set, pool_life) = {
-            let mut pools = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+            let mut pools = self.pool.locked();
             let mut grown = false;
             loop {
                 if pools.used >= pools.max_sets {

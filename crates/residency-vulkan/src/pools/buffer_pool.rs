@@ -18,6 +18,7 @@ use crate::device::life::{Garbage, GpuUse, Life, Parent, PendingUses};
 use crate::device::Device;
 use crate::error::{ForeignReason, ForeignResource};
 use crate::format_map::vk_buffer_usage;
+use crate::poison::PoisonFree;
 use crate::resources::buffer::{bind_buffer, create_raw_buffer, Buffer, BufferPlacement};
 use crate::resources::Unused;
 use ash::vk;
@@ -387,7 +388,7 @@ impl BufferPool {
     /// lists consistent). For tests and debugging; a failure is a bug in the library.
     pub fn check_invariants(&self) -> Result<(), residency_core::allocator::InvariantError> {
         self.shared.arenas.iter().try_for_each(|arena| {
-            let pages = arena.lock().unwrap_or_else(|e| e.into_inner());
+            let pages = arena.locked();
             pages.blocks.iter().flatten().try_for_each(|b| b.allocator.check_invariants())
         })
     }
@@ -396,7 +397,7 @@ impl BufferPool {
     pub fn stats(&self) -> PoolStats {
         let s = &self.shared;
         let (page_bytes, used_bytes, pages) = s.arenas.iter().fold((0, 0, 0), |(b, u, n), arena| {
-            let (bytes, used, count) = arena.lock().unwrap_or_else(|e| e.into_inner()).totals();
+            let (bytes, used, count) = arena.locked().totals();
             (b + bytes, u + used, n + count)
         });
         PoolStats { pages, page_bytes, used_bytes, buffers: s.buffers.load(Ordering::Relaxed) }
@@ -472,7 +473,7 @@ impl PoolShared {
         alignment: u64,
     ) -> Result<(BlockAllocation, PageInfo, u16), MemoryError> {
         let arena = ARENA.with(|a| *a) % self.arenas.len();
-        let mut pages = self.arenas[arena].lock().unwrap_or_else(|e| e.into_inner());
+        let mut pages = self.arenas[arena].locked();
         let request = SubRequest {
             name: &init.name,
             size,
@@ -611,10 +612,7 @@ impl PoolShared {
 
     /// Returns a released buffer's range (its `VkBuffer` is already destroyed).
     pub(crate) fn free_range(&self, arena: u16, allocation: BlockAllocation) {
-        self.arenas[usize::from(arena)]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .free(&self.device, allocation);
+        self.arenas[usize::from(arena)].locked().free(&self.device, allocation);
     }
 }
 
@@ -680,7 +678,7 @@ impl Drop for PoolShared {
         // for the GPU retire before these pages, which wait for the same uses.
         let uses = self.pending.take();
         for arena in &mut self.arenas {
-            let pages = arena.get_mut().unwrap_or_else(|e| e.into_inner());
+            let pages = arena.value_mut();
             for block in pages.blocks.drain(..).flatten() {
                 self.device.retire(Garbage::Memory(Box::new(block)), uses.clone());
             }
@@ -745,7 +743,7 @@ impl BufferPool {
         let alignment =
             s.known_range_alignment.unwrap_or_else(|| s.range_alignment(pool_usage)).max(alignment);
         let arena = ARENA.with(|a| *a) % s.arenas.len();
-        let mut pages = s.arenas[arena].lock().unwrap_or_else(|e| e.into_inner());
+        let mut pages = s.arenas[arena].locked();
         let request = SubRequest {
             name: &s.desc.name,
             size,

@@ -14,6 +14,7 @@ use crate::device::blocks::{ResourceMemory, SubAllocation, SubAllocator};
 use crate::device::ledger::ObjectId;
 use crate::device::life::{Garbage, Life, Parent, PendingUses};
 use crate::device::Device;
+use crate::poison::PoisonFree;
 use crate::pools::buffer_pool::BufferInit;
 use crate::resources::buffer::{bind_buffer, create_raw_buffer, Buffer, BufferPlacement};
 use crate::resources::Unused;
@@ -220,7 +221,7 @@ impl LinearPool {
 
     /// Its figures now.
     pub fn stats(&self) -> LinearPoolStats {
-        let allocator = self.shared.allocator.lock().unwrap_or_else(|e| e.into_inner());
+        let allocator = self.shared.allocator.locked();
         LinearPoolStats {
             capacity: allocator.capacity(),
             used_bytes: allocator.used_bytes(),
@@ -235,7 +236,7 @@ impl LinearPool {
 
     /// Checks the algorithm's invariants (for tests and debugging; a failure is a library bug).
     pub fn check_invariants(&self) -> Result<(), residency_core::allocator::LinearInvariantError> {
-        self.shared.allocator.lock().unwrap_or_else(|e| e.into_inner()).check_invariants()
+        self.shared.allocator.locked().check_invariants()
     }
 }
 
@@ -292,7 +293,7 @@ impl LinearShared {
             req.alignment.max(init.alignment).max(self.device.usage_floor(usage)).max(atom).max(1);
         let size = req.size.next_multiple_of(atom);
         let allocation = {
-            let mut allocator = self.allocator.lock().unwrap_or_else(|e| e.into_inner());
+            let mut allocator = self.allocator.locked();
             let result = if upper {
                 allocator.allocate_upper(size, alignment)
             } else {
@@ -338,7 +339,7 @@ impl LinearShared {
 
     /// Returns a released buffer's range (its `VkBuffer` is already destroyed).
     pub(crate) fn free_range(&self, allocation: LinearAllocation) {
-        let freed = self.allocator.lock().unwrap_or_else(|e| e.into_inner()).free(allocation);
+        let freed = self.allocator.locked().free(allocation);
         debug_assert!(freed.is_ok(), "a linear pool's own allocation: {freed:?}");
     }
 }

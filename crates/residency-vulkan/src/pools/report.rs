@@ -12,6 +12,7 @@ use crate::device::blocks::{BlockList, MemoryBlock};
 use crate::device::life::Garbage;
 use crate::device::set::DeviceSet;
 use crate::device::Device;
+use crate::poison::PoisonFree;
 use crate::pools::buffer_pool::BufferPool;
 use crate::resources::buffer::Buffer;
 use ash::vk;
@@ -212,11 +213,7 @@ fn pool_report(pool: &BufferPool, labels: &Labels<'_>) -> PoolReport {
         BufferPoolUsage::Known(usage) => u64::from(usage.bits()),
         BufferPoolUsage::Unknown => 0,
     };
-    let blocks = pool
-        .arenas()
-        .iter()
-        .flat_map(|arena| list_blocks(&arena.lock().unwrap_or_else(|e| e.into_inner()), usage, labels))
-        .collect();
+    let blocks = pool.arenas().iter().flat_map(|arena| list_blocks(&arena.locked(), usage, labels)).collect();
     PoolReport {
         name: pool.desc().name.clone(),
         memory_type: pool.memory_type(),
@@ -266,7 +263,7 @@ impl Device {
             .zip(&self.general)
             .enumerate()
             .map(|(i, (t, list))| {
-                let list = list.lock().unwrap_or_else(|e| e.into_inner());
+                let list = list.locked();
                 MemoryTypeReport {
                     index: i as u32,
                     heap_index: t.heap_index,

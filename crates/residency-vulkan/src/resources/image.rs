@@ -11,6 +11,7 @@ use crate::error::VulkanError;
 use crate::error::{ForeignReason, ForeignResource};
 use crate::format_map::{aspect, vk_format};
 use crate::memory::placement::{DedicatedTarget, PlaceRequest};
+use crate::poison::PoisonFree;
 use crate::resources::Unused;
 use ash::vk;
 use residency_core::allocator::{AllocError, ResourceKind};
@@ -49,7 +50,7 @@ impl Layouts {
 
     /// The layouts now (in submission order), index `mip * layers + layer`.
     pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Vec<vk::ImageLayout>> {
-        self.current.lock().unwrap_or_else(|e| e.into_inner())
+        self.current.locked()
     }
 }
 

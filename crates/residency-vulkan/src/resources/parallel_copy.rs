@@ -3,6 +3,7 @@
 //! do not reach. The threads are started once per process, on the first copy that wants them;
 //! each copy blocks until every piece is done, so the pieces never outlive the borrowed slices.
 
+use crate::poison::{PoisonFree, PoisonFreeWait};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
@@ -33,7 +34,7 @@ struct Latch {
 
 impl Latch {
     fn count_down(&self) {
-        let mut left = self.left.lock().unwrap_or_else(|e| e.into_inner());
+        let mut left = self.left.locked();
         *left -= 1;
         if *left == 0 {
             self.zero.notify_all();
@@ -41,9 +42,9 @@ impl Latch {
     }
 
     fn wait(&self) {
-        let mut left = self.left.lock().unwrap_or_else(|e| e.into_inner());
+        let mut left = self.left.locked();
         while *left > 0 {
-            left = self.zero.wait(left).unwrap_or_else(|e| e.into_inner());
+            left = self.zero.wait_locked(left);
         }
     }
 }
@@ -101,7 +102,7 @@ pub(crate) fn copy_in_parallel(dst: &mut [u8], src: &[u8], threads: usize) {
     let done = Arc::new(Latch { left: Mutex::new(rest.len()), zero: Condvar::new() });
     for ((d, s), queue) in rest.into_iter().zip(&helpers.queues) {
         let job = Piece { dst: d.as_mut_ptr(), src: s.as_ptr(), len: d.len(), done: Arc::clone(&done) };
-        if let Err(failed) = queue.lock().unwrap_or_else(|e| e.into_inner()).send(job) {
+        if let Err(failed) = queue.locked().send(job) {
             // Its helper is gone (cannot happen while the process runs): copy the piece here.
             let job = failed.0;
             // SAFETY: as in `serve`: the piece's bytes are borrowed for this call.

@@ -3,6 +3,7 @@
 //! heaps moved out of go back to the device.
 
 use super::*;
+use crate::poison::PoisonFree;
 use crate::resources::buffer::BufferDesc;
 use crate::sync::recording::Timestamps;
 use residency_core::tiles::{CompactionPlan, TileChange};
@@ -167,7 +168,7 @@ impl SparseTilePool {
                 return Err(SparseError::PendingBinds { name: image.name.clone() });
             }
         }
-        let mut pool = shared.pool.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pool = shared.pool.locked();
         let mut heaps = shared.heaps.lock();
         // Every heap that holds tiles has memory (as a flush makes sure): destinations are bound.
         let all: Vec<HeapIndex> = pool.heap_indices().collect();

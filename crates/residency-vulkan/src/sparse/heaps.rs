@@ -2,6 +2,7 @@
 //! bound (memory is freed only when nothing is bound to it and the GPU is done with it).
 
 use super::*;
+use crate::poison::PoisonFree;
 
 /// One heap's memory, and the serial its bound tiles are counted under (the pool may reuse a heap
 /// index while the memory it named before is still bound).
@@ -156,7 +157,7 @@ impl HeapsShared {
     }
 
     pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, HeapsState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.locked()
     }
 
     /// Whether these heaps may serve `pool`: the pool they serve, or any while they serve none.
@@ -275,7 +276,7 @@ impl Drop for HeapsShared {
         // No image bound to these heaps is alive (each holds them); images still waiting for the
         // GPU retire before this memory, which waits for their uses too.
         let uses = self.pending.take();
-        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        let state = self.state.value_mut();
         let heaps = state.heaps.drain(..).flatten().chain(state.released.drain(..));
         for heap in heaps.collect::<Vec<_>>() {
             self.device.retire(Garbage::Memory(Box::new(heap.block)), uses.clone());

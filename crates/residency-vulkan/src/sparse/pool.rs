@@ -2,6 +2,7 @@
 //! the flush that binds every queued change.
 
 use super::*;
+use crate::poison::PoisonFree;
 
 /// The physical tiles shared by a device's sparse images.
 ///
@@ -31,7 +32,7 @@ pub(crate) struct SparsePoolShared {
 
 impl SparsePoolShared {
     pub(super) fn with_pool<R>(&self, f: impl FnOnce(&mut TilePool) -> R) -> R {
-        f(&mut self.pool.lock().unwrap_or_else(|e| e.into_inner()))
+        f(&mut self.pool.locked())
     }
 }
 
@@ -186,7 +187,7 @@ impl SparseTilePool {
         options: BindPlanOptions,
     ) -> Result<BindStats, SparseError> {
         let shared = &*self.shared;
-        let mut pool = shared.pool.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pool = shared.pool.locked();
         let mut heaps = shared.heaps.lock();
         match flush_pending(shared, &pool, &mut heaps, images, options) {
             Ok(stats) => {
@@ -255,7 +256,7 @@ impl SparseTilePool {
     /// them bound on the GPU (flush the images' releases first) and the GPU work that may use it
     /// has completed.
     pub fn trim(&self) {
-        let mut pool = self.shared.pool.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pool = self.shared.pool.locked();
         let released = pool.trim();
         let mut heaps = self.shared.heaps.lock();
         self.shared.heaps.release(&mut heaps, &released);

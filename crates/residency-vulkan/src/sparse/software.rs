@@ -19,6 +19,7 @@ use crate::device::blocks::MemoryError;
 use crate::device::life::{ForeignUse, Garbage, GpuUse, Life, Parent, TileOwner, TileReturn};
 use crate::device::Device;
 use crate::error::VulkanError;
+use crate::poison::PoisonFree;
 use crate::resources::image::{Image, ImageDesc};
 use crate::sparse::backend::{Checked, ResidencyBackend};
 use crate::sync::upload::{ImageRegion, UploadError, Uploader};
@@ -591,7 +592,7 @@ pub(crate) struct SoftwarePoolShared {
 
 impl SoftwarePoolShared {
     fn with_pool<R>(&self, f: impl FnOnce(&mut residency_core::tiles::TilePool) -> R) -> R {
-        f(&mut self.pool.lock().unwrap_or_else(|e| e.into_inner()))
+        f(&mut self.pool.locked())
     }
 }
 

@@ -46,6 +46,7 @@ mod texture;
 
 pub use texture::TextureViews;
 
+use crate::poison::PoisonFree;
 use crate::sparse::software::SoftwareError;
 use crate::sparse::{SparseError, TileHeaps};
 use crate::sync::recording::{BarrierError, CopyError, MemoryDependency};
@@ -381,7 +382,7 @@ impl Eq for VirtualTexture {}
 impl Drop for VirtualTexture {
     fn drop(&mut self) {
         if let Some(dropped) = self.dropped.take() {
-            dropped.lock().unwrap_or_else(|e| e.into_inner()).push(self.id);
+            dropped.locked().push(self.id);
         }
     }
 }
@@ -638,7 +639,7 @@ impl FrameBindings<'_> {
         // A submission of this recording through residency signals a later universal value.
         ctx.recorded_after.store(ctx.device.submitted_work().point.value, Ordering::Release);
         // A frame signalling a renderer timeline signals above what it announced by now.
-        *ctx.recorded_floor.lock().unwrap_or_else(|e| e.into_inner()) = ctx.device.announced_values();
+        *ctx.recorded_floor.locked() = ctx.device.announced_values();
         let out = draw(rec);
         if self.feedback_active && self.feedback.is_some() {
             rec.memory_barrier(MemoryDependency {
@@ -1247,12 +1248,12 @@ impl Streamer {
 
     /// Removes the textures whose handles were dropped.
     fn remove_dropped(&mut self) -> Result<(), StreamError> {
-        let dropped = std::mem::take(&mut *self.dropped.lock().unwrap_or_else(|e| e.into_inner()));
+        let dropped = std::mem::take(&mut *self.dropped.locked());
         for (i, &id) in dropped.iter().enumerate() {
             if self.textures.contains_key(&id) {
                 if let Err(e) = self.remove_id(id) {
                     // The ones not removed yet are tried again next time.
-                    self.dropped.lock().unwrap_or_else(|e| e.into_inner()).extend_from_slice(&dropped[i..]);
+                    self.dropped.locked().extend_from_slice(&dropped[i..]);
                     return Err(e);
                 }
             }
@@ -1774,7 +1775,7 @@ impl Streamer {
         // The same for a renderer timeline: its frame signals above what was announced when the
         // frame was recorded (`Recording::submit` refuses anything else).
         if self.recorded.load(Ordering::Acquire) {
-            let floor = self.recorded_floor.lock().unwrap_or_else(|e| e.into_inner());
+            let floor = self.recorded_floor.locked();
             if floor.iter().any(|&(clock, value)| clock == until.point.clock && until.point.value <= value) {
                 return Err(StreamError::FrameOrder(
                     "end_frame with a timeline point the GPU may reach before the frame's own submission",

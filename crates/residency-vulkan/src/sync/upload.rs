@@ -16,6 +16,7 @@ use crate::device::blocks::MemoryError;
 use crate::device::life::{Garbage, Life};
 use crate::device::Device;
 use crate::error::VulkanError;
+use crate::poison::PoisonFree;
 use crate::resources::buffer::{Buffer, BufferDesc};
 use crate::sync::commands::{CommandContext, Submission};
 use crate::sync::recording::{MemoryDependency, Recording};
@@ -545,7 +546,7 @@ impl Uploader {
     /// Bytes of the staging ring in use now (staged, or in copies the GPU has not run yet), and
     /// how many batches of copies are in flight.
     pub fn staging_in_use(&self) -> (u64, usize) {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = self.state.locked();
         self.reclaim(&mut state);
         (state.ring.used_bytes(), state.in_flight.len())
     }
@@ -616,7 +617,7 @@ impl Uploader {
     pub fn write_buffer(&self, dst: &Buffer, offset: u64, data: &[u8]) -> Result<(), UploadError> {
         self.check_buffer_write(dst, offset, data.len() as u64)?;
         let capacity = self.staging.size();
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = self.state.locked();
         self.reclaim(&mut state);
         // Held from the first queued chunk on: an error part-way leaves queued copies into it.
         state.keep.push(Arc::clone(dst.life()));
@@ -684,7 +685,7 @@ impl Uploader {
         if expected == 0 {
             return Ok(());
         }
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = self.state.locked();
         self.reclaim(&mut state);
         if let Some(layouts) = target.layouts {
             let key = (Arc::as_ptr(layouts) as usize, region.mip, region.layer);
@@ -823,7 +824,7 @@ impl Uploader {
 
     /// Drops what [`Uploader::record_requeueable`] kept (its recording was submitted).
     pub(crate) fn forget_recorded(&self) {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).last_recorded = None;
+        self.state.locked().last_recorded = None;
     }
 
     fn record_batch(
@@ -834,7 +835,7 @@ impl Uploader {
     ) -> Result<usize, UploadError> {
         use vk::{AccessFlags2 as A, PipelineStageFlags2 as S};
         rec.accepts(self.staging.name(), &self.device)?;
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = self.state.locked();
         if state.copies.is_empty() {
             state.last_recorded = None;
             return Ok(0);
@@ -914,7 +915,7 @@ impl Uploader {
     /// the ring space was given back already (the failed recording was retired and reclaimed
     /// first), so the copies are lost as before.
     pub(crate) fn requeue_recorded(&self) -> Option<usize> {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = self.state.locked();
         let Some(batch) = state.last_recorded.take() else { return Some(0) };
         let in_ring = batch.frames.iter().all(|f| state.in_flight.iter().any(|(g, _)| g == f));
         if !in_ring {
@@ -1046,7 +1047,7 @@ impl Uploader {
 
     /// Submits every queued copy. Work submitted to the universal queue afterwards sees the data.
     pub fn flush(&self) -> Result<(), UploadError> {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = self.state.locked();
         if !state.copies.is_empty() {
             self.submit(&mut state)?;
         }
@@ -1056,7 +1057,7 @@ impl Uploader {
     /// Flushes and waits until every upload has reached its destination.
     pub fn wait_idle(&self) -> Result<(), UploadError> {
         self.flush()?;
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = self.state.locked();
         while let Some((_, flight)) = state.in_flight.first() {
             match flight {
                 Flight::Submitted(submission) => self.context.wait_for(submission)?,
@@ -1094,7 +1095,7 @@ impl Drop for Uploader {
                 tracing::warn!(staging = %self.staging.name(), error = %e, "uploader dropped: waiting for its uploads failed");
             }
         }
-        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        let state = self.state.value_mut();
         state.copies.clear();
         state.keep.clear();
         state.last_recorded = None;

@@ -14,6 +14,7 @@ use crate::device::blocks::{ResourceMemory, SubAllocation};
 use crate::device::life::{Garbage, GpuUse, Life, Parent, FRAMES, SPARSE, UNIVERSAL};
 use crate::device::Device;
 use crate::error::VulkanError;
+use crate::poison::PoisonFree;
 use crate::pools::buffer_pool::PoolShared;
 use crate::resources::buffer::{bind_buffer, create_raw_buffer, Buffer, BufferPlacement};
 use crate::resources::image::{Image, Layouts};
@@ -218,7 +219,7 @@ impl Heaps {
             Heaps::General(type_index) => &device.general[*type_index as usize],
             Heaps::Pool { pool, arena } => pool.arena(*arena),
         };
-        list.lock().unwrap_or_else(|e| e.into_inner())
+        list.locked()
     }
 
     /// An order and identity: general heaps by memory type, then pools by id and arena.

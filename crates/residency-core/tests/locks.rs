@@ -1,0 +1,122 @@
+//! Lock poisoning is recovered from in one place, `src/poison.rs` (whose docs say why that is
+//! right here): a recovery written inline anywhere else in the core's sources fails this test.
+//! Comments are not code and are not checked. (The backend's `tests/locks.rs` is its twin.)
+
+use std::path::{Path, PathBuf};
+
+/// The one file allowed to take a poisoned lock's guard.
+const HELPER: &str = "poison.rs";
+
+fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            sources(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// `text` without its comments (line, doc and nested block comments) and without whitespace,
+/// so that a recovery split over lines reads as one.
+fn squeezed_code(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    let mut depth = 0usize;
+    while let Some(c) = chars.next() {
+        if depth > 0 {
+            if c == '*' && chars.peek() == Some(&'/') {
+                chars.next();
+                depth -= 1;
+            } else if c == '/' && chars.peek() == Some(&'*') {
+                chars.next();
+                depth += 1;
+            }
+        } else if c == '/' && chars.peek() == Some(&'/') {
+            for c in chars.by_ref() {
+                if c == '\n' {
+                    break;
+                }
+            }
+        } else if c == '/' && chars.peek() == Some(&'*') {
+            chars.next();
+            depth = 1;
+        } else if !c.is_whitespace() {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The poison recoveries in `code` (squeezed): `PoisonError::into_inner` named, a closure
+/// `|e| e.into_inner()`, or a match arm `Err(e) => e.into_inner()`, whatever the binding's name.
+fn recoveries(code: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for (at, _) in code.match_indices(".into_inner()") {
+        let before = &code[..at];
+        let binding: String = before
+            .chars()
+            .rev()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        if binding.is_empty() {
+            continue;
+        }
+        let head = &before[..before.len() - binding.len()];
+        if head.ends_with(&format!("|{binding}|")) || head.ends_with(&format!("Err({binding})=>")) {
+            let mut start = head.len().saturating_sub(30);
+            while !code.is_char_boundary(start) {
+                start -= 1;
+            }
+            found.push(code[start..at + ".into_inner()".len()].to_owned());
+        }
+    }
+    found.extend(code.match_indices("PoisonError::into_inner").map(|(_, m)| m.to_owned()));
+    found
+}
+
+#[test]
+fn locks_poison_is_recovered_from_only_in_the_helper() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    files.sort();
+    assert!(files.iter().any(|f| f.ends_with(HELPER)), "src/{HELPER} is gone: update this test");
+    let mut problems = Vec::new();
+    for file in &files {
+        let relative = file.strip_prefix(&src).unwrap().to_string_lossy().replace('\\', "/");
+        if relative == HELPER {
+            continue;
+        }
+        let code = squeezed_code(&std::fs::read_to_string(file).unwrap());
+        for recovery in recoveries(&code) {
+            problems.push(format!("src/{relative}: `…{recovery}`"));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "{} inline poison recoveries (use `crate::poison::PoisonFree`: `locked()`, \
+         `PoisonFreeWait::wait_locked`, `wait_timeout_locked`):\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn locks_the_checker_sees_every_spelling_and_skips_comments() {
+    let code = squeezed_code(
+        "let a = m.lock().unwrap_or_else(|e| e.into_inner());\n\
+         let b = m.lock()\n    .unwrap_or_else(|poisoned| poisoned.into_inner());\n\
+         let c = cv.wait(g).unwrap_or_else(std::sync::PoisonError::into_inner);\n\
+         let d = match m.lock() { Ok(g) => g, Err(p) => p.into_inner() };\n\
+         // m.lock().unwrap_or_else(|e| e.into_inner())\n\
+         /* Err(e) => e.into_inner() */\n\
+         let fine = cell.into_inner(); let also = writer.into_inner().map_err(|e| e.to_string());",
+    );
+    let found = recoveries(&code);
+    assert_eq!(found.len(), 4, "{found:?}");
+}
