@@ -709,7 +709,7 @@ impl StreamingManager {
     /// `written_in` later than `input.frame` is taken as `input.frame`.
     ///
     /// The frame runs in these steps, in this order (each a private method below): refuse the
-    /// input ([`check_frame`](Self::check_frame)), start the frame, forget failed loads, commit
+    /// input (`check_frame`), start the frame, forget failed loads, commit
     /// loaded units, refresh their parents in the LRU, gather this frame's wants and the load
     /// candidates, cancel loads no longer wanted, evict down to a cut budget, start loads, evict
     /// back down after pinned loads, forget old wants and evictions, and finish (heaps released,
