@@ -42,6 +42,16 @@ pub struct StreamArgs {
     /// Feedback every N frames.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
     pub(super) feedback_interval: u32,
+    /// Frames a tile must go unwanted before it is evicted to make room (the streamer's
+    /// `eviction_delay_frames`; keep it at or above `--feedback-interval`).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(super) eviction_delay: u32,
+    /// Tile loads in flight at most (the streamer's `max_loads_in_flight`).
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(super) max_loads_in_flight: u32,
+    /// LOD warnings start no loads (only misses do).
+    #[arg(long)]
+    pub(super) no_prefetch: bool,
     /// Cut the tile budget at this frame to `--cut-to-mib`.
     #[arg(long, requires = "cut_to_mib")]
     pub(super) cut_at_frame: Option<u64>,

@@ -162,6 +162,9 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
         .with_budget_tiles((budget_bytes / tile_bytes).max(1) as u32)
         .with_upload_bytes_per_frame(args.upload_mib << 20)
         .with_frames_in_flight(args.frames_in_flight)
+        .with_eviction_delay_frames(args.eviction_delay)
+        .with_max_loads_in_flight(args.max_loads_in_flight)
+        .with_prefetch(!args.no_prefetch)
         .with_sampling(
             FeedbackSampling::new(args.feedback_stride, args.feedback_interval)
                 .with_block(args.feedback_block),

@@ -250,10 +250,43 @@ impl Record {
 /// VMA's linear algorithm over `[0, capacity)`: [`LinearMode::Stack`], [`LinearMode::DoubleStack`]
 /// or [`LinearMode::Ring`].
 ///
-/// Allocation is O(1) (a bump of one end). Free is amortized O(1): the record is found by its
-/// sequence number and marked freed; records at a reclaimable end (the top of a stack, the front of
-/// a ring) are popped, each once. Alignment is exact; the padding it costs is charged to the
-/// allocation (see [`used_bytes`](Self::used_bytes)).
+/// # Algorithm
+///
+/// One record per allocation, in allocation order: a `VecDeque` for the lower stack (or the
+/// ring) and a `Vec` for the upper stack; each record holds the allocation and its *footprint*
+/// (the allocation plus the padding placing it cost). **Allocate** bumps one end: the lower
+/// stack's head up (a ring's head wraps to offset 0 when the allocation does not fit before the
+/// end and the front has been freed, the skipped end joining its footprint), the upper stack's
+/// bottom down, each aligned exactly. **Free** finds the record by the sequence number in the
+/// handle and marks it freed; space returns only at a reclaimable end — the top of a stack, the
+/// front of a ring — where freed records are popped, each once, so an interior free returns its
+/// footprint (counted in [`pending_bytes`](Self::pending_bytes) meanwhile) when everything above
+/// it (stack) or older than it (ring) has been freed too. The free space is the run(s) between
+/// the ends, so there is nothing to coalesce.
+///
+/// ```
+/// use residency_core::allocator::{LinearAllocator, LinearDesc};
+///
+/// let mut stack = LinearAllocator::new(LinearDesc::new(1024))?;
+/// let a = stack.allocate(100, 1)?;
+/// let b = stack.allocate(100, 1)?;
+/// stack.free(a)?; // interior: returns when `b` goes
+/// assert_eq!((stack.pending_bytes(), stack.free_bytes()), (100, 824));
+/// stack.free(b)?; // the top: pops `b`, then `a`
+/// assert_eq!((stack.pending_bytes(), stack.free_bytes()), (0, 1024));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Efficiency
+///
+/// - [`allocate`](Self::allocate) / [`allocate_upper`](Self::allocate_upper): O(1), one bump
+///   and one push (amortized). [`free`](Self::free): amortized O(1): one indexed store, then
+///   pops of the freed records at the end, each record popped once.
+/// - Memory: one 64-byte record per allocation, kept until its space returns (a long-lived
+///   interior allocation keeps the freed records above it). Space overhead per allocation: its
+///   alignment padding, and in a ring the skipped end when it wraps.
+/// - Locking: none; it takes `&mut self`. The backend's `LinearPool` locks it once per
+///   allocation and per free. No figure of its own in `docs/benchmarks.md`.
 ///
 /// The contract, checked by [`check_invariants`](Self::check_invariants): lower records tile
 /// `[tail, head)` contiguously in allocation order (from 0 in the stack modes), upper records tile

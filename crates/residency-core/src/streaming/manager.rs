@@ -353,6 +353,9 @@ struct Want {
     mip: u32,
 }
 
+/// A load to consider, in priority order: class, then coarser mip first, then more pixels.
+type Candidate = (LoadReason, Reverse<u32>, Reverse<u64>, TileKey);
+
 /// The streaming policy. Driven by [`update`](Self::update) once per frame; deterministic (same
 /// inputs, same outputs).
 ///
@@ -704,6 +707,13 @@ impl StreamingManager {
     /// in flight reads each frame's feedback a few frames later). Request-to-resident latency then
     /// counts from `written_in`, the frame that asked, not from the frame that read the request.
     /// `written_in` later than `input.frame` is taken as `input.frame`.
+    ///
+    /// The frame runs in these steps, in this order (each a private method below): refuse the
+    /// input (`check_frame`), start the frame, forget failed loads, commit
+    /// loaded units, refresh their parents in the LRU, gather this frame's wants and the load
+    /// candidates, cancel loads no longer wanted, evict down to a cut budget, start loads, evict
+    /// back down after pinned loads, forget old wants and evictions, and finish (heaps released,
+    /// min-LOD boxes, statistics).
     pub fn update_with_feedback_from(
         &mut self,
         input: &FrameInput<'_>,
@@ -711,12 +721,35 @@ impl StreamingManager {
     ) -> Result<FrameOutput, StreamingError> {
         let frame = input.frame;
         let asked = written_in.min(frame);
+        self.check_frame(input)?;
+        self.start_frame(frame);
+        let mut out = FrameOutput { frame, ..FrameOutput::default() };
+        let mut changes: BTreeMap<ImageId, ResidencyChanges> = BTreeMap::new();
+
+        self.forget_failed(input.failed);
+        self.commit_loaded(input.loaded, frame, &mut out, &mut changes)?;
+        self.refresh_parents(&out.resident, frame);
+        let wants = self.collect_wants(input.requests);
+        let candidates = self.load_candidates(wants, asked, frame);
+        self.cancel_unwanted(frame, &mut out);
+        self.evict_to_budget(frame, &mut changes);
+        let bytes_started = self.start_loads(candidates, frame, &mut out, &mut changes);
+        self.evict_after_pinned(frame, &mut changes);
+        self.forget_old(frame);
+        self.finish_frame(frame, bytes_started, changes, &mut out);
+        Ok(out)
+    }
+
+    /// Refuses a frame before anything changes: a frame not after the last one, a completion or
+    /// failure of a load that is not out (each key may be reported once per load out: the one in
+    /// flight and the cancelled ones), a request for a tile its registered image does not have.
+    fn check_frame(&self, input: &FrameInput<'_>) -> Result<(), StreamingError> {
+        let frame = input.frame;
         if let Some(last) = self.last_frame {
             if frame <= last {
                 return Err(StreamingError::FrameOrder { last, got: frame });
             }
         }
-        // Each key may be reported once per load out: the one in flight and the cancelled ones.
         let mut reported: HashMap<TileKey, u32> = HashMap::new();
         for &key in input.loaded.iter().chain(input.failed) {
             let n = reported.entry(key).or_insert(0);
@@ -735,15 +768,21 @@ impl StreamingManager {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Makes `frame` the current frame: this frame's wants and evictions start empty.
+    fn start_frame(&mut self, frame: u64) {
         self.last_frame = Some(frame);
         self.wanted_now.clear();
         self.evicted_now.clear();
         self.evictions_now = 0;
-        let mut out = FrameOutput { frame, ..FrameOutput::default() };
-        let mut changes: BTreeMap<ImageId, ResidencyChanges> = BTreeMap::new();
+    }
 
-        // 1. Failed loads are forgotten; wanted again, they load again.
-        for &key in input.failed {
+    /// Step 1: failed loads are forgotten (completions of cancelled loads are ignored); wanted
+    /// again, they load again — pinned units go back to pending at once.
+    fn forget_failed(&mut self, failed: &[TileKey]) {
+        for &key in failed {
             if self.take_cancelled(key) {
                 continue;
             }
@@ -756,13 +795,23 @@ impl StreamingManager {
                 self.wanted.insert(key, Wanted { first: f.wanted_since, last: f.wanted_since });
             }
         }
+    }
 
-        // 2. Loaded units become resident: one commit per image (contiguous memory where the
-        //    pool has it). Their pool tiles were reserved when the loads started.
+    /// Step 2: loaded units become resident: one commit per image (contiguous memory where the
+    /// pool has it; their pool tiles were reserved when the loads started), their latency
+    /// recorded, and the unpinned ones enter the LRU as used in `frame`. A commit error is a bug
+    /// (the accounting and the pool disagree) and leaves the frame half done.
+    fn commit_loaded(
+        &mut self,
+        loaded: &[TileKey],
+        frame: u64,
+        out: &mut FrameOutput,
+        changes: &mut BTreeMap<ImageId, ResidencyChanges>,
+    ) -> Result<(), StreamingError> {
         let budget = (u64::from(self.desc.budget_tiles)).max(self.committed_tiles()).min(u64::from(u32::MAX));
         self.pool.set_budget_tiles(budget as u32);
         let mut by_image: BTreeMap<ImageId, (Vec<TileIndex>, Vec<u32>)> = BTreeMap::new();
-        for &key in input.loaded {
+        for &key in loaded {
             if self.take_cancelled(key) {
                 continue;
             }
@@ -802,8 +851,13 @@ impl StreamingManager {
                 self.lru.insert((frame, mip, key));
             }
         }
-        // A new child keeps its parents at least as recent, so LRU order evicts children first.
-        for key in out.resident.clone() {
+        Ok(())
+    }
+
+    /// Step 2b: a new child keeps its parents at least as recent, so LRU order evicts children
+    /// first.
+    fn refresh_parents(&mut self, resident: &[TileKey], frame: u64) {
+        for &key in resident {
             let mut stack = self.parents(key);
             while let Some(p) = stack.pop() {
                 if self.last_used.get(&p).is_some_and(|&l| l != frame) {
@@ -812,10 +866,15 @@ impl StreamingManager {
                 }
             }
         }
+    }
 
-        // 3. This frame's wants: each request and its parent chain, with a priority class.
+    /// Step 3: this frame's wants: each request and its parent chain, with a priority class (the
+    /// most urgent asking) and the most pixels any request counted; requests of unregistered
+    /// images are counted as stale and dropped, LOD warnings only with prefetch on. The wanted
+    /// units are marked wanted this frame.
+    fn collect_wants(&mut self, requests: &[TileRequest]) -> HashMap<TileKey, Want> {
         let mut wants: HashMap<TileKey, Want> = HashMap::new();
-        for r in input.requests {
+        for r in requests {
             if !self.images.contains_key(&r.image) {
                 self.stats.stale_requests += 1;
                 continue;
@@ -855,7 +914,16 @@ impl StreamingManager {
         for (&key, _) in wants.iter() {
             self.wanted_now.insert(key);
         }
-        let mut candidates: Vec<(LoadReason, Reverse<u32>, Reverse<u64>, TileKey)> = Vec::new();
+        wants
+    }
+
+    /// Step 3a: the loads to consider, sorted by priority (class, then coarser mip, then more
+    /// pixels, then key): wanted units neither resident nor loading (resident ones are touched
+    /// in the LRU; a unit evicted within the thrash window counts as thrash), and every pending
+    /// pinned unit. `asked` is the frame whose feedback asked: the wait of a new want counts from
+    /// it.
+    fn load_candidates(&mut self, wants: HashMap<TileKey, Want>, asked: u64, frame: u64) -> Vec<Candidate> {
+        let mut candidates: Vec<Candidate> = Vec::new();
         let mut keys: Vec<TileKey> = wants.keys().copied().collect();
         keys.sort_unstable();
         for key in keys {
@@ -882,10 +950,13 @@ impl StreamingManager {
             candidates.push((LoadReason::Pinned, Reverse(mip), Reverse(u64::MAX), key));
         }
         candidates.sort_unstable();
+        candidates
+    }
 
-        // 3b. Loads in flight wanted this frame stay; those no frame wanted for
-        //     `cancel_after_frames` are cancelled (never pinned ones): their tiles go back to the
-        //     budget before anything is evicted or started, and their completions are ignored.
+    /// Step 3b: loads in flight wanted this frame stay; those no frame wanted for
+    /// `cancel_after_frames` are cancelled (never pinned ones): their tiles go back to the budget
+    /// before anything is evicted or started, and their completions are ignored.
+    fn cancel_unwanted(&mut self, frame: u64, out: &mut FrameOutput) {
         for key in &self.wanted_now {
             if let Some(f) = self.in_flight.get_mut(key) {
                 f.last_wanted = frame;
@@ -907,18 +978,32 @@ impl StreamingManager {
                 out.cancelled.push(key);
             }
         }
+    }
 
-        // 4. Over budget (the budget was cut): evict least recently used tiles not wanted now.
+    /// Step 4: over budget (the budget was cut), evicts least recently used tiles not wanted now,
+    /// at most `evictions_per_frame`.
+    fn evict_to_budget(&mut self, frame: u64, changes: &mut BTreeMap<ImageId, ResidencyChanges>) {
         let budget = u64::from(self.desc.budget_tiles);
         let mut cut = 0;
         while self.committed_tiles() > budget && cut < self.desc.evictions_per_frame {
             let Some(key) = self.eviction_candidate(frame, false) else { break };
-            self.evict(key, frame, &mut changes);
+            self.evict(key, frame, changes);
             cut += 1;
         }
+    }
 
-        // 5. Start loads in priority order within the upload budget, the in-flight cap and the
-        //    pool budget (evicting tiles unused for the eviction delay to make room).
+    /// Step 5: starts loads in priority order within the upload budget (at least one starts),
+    /// the in-flight cap and the pool budget (evicting tiles unused for the eviction delay to
+    /// make room; pinned loads start whatever the budget), once their parents are resident or
+    /// loading; the others are deferred. Returns the bytes started.
+    fn start_loads(
+        &mut self,
+        candidates: Vec<Candidate>,
+        frame: u64,
+        out: &mut FrameOutput,
+        changes: &mut BTreeMap<ImageId, ResidencyChanges>,
+    ) -> u64 {
+        let budget = u64::from(self.desc.budget_tiles);
         let tile_bytes = self.pool.tile_bytes();
         let mut bytes_started = 0u64;
         let mut no_room = false;
@@ -935,7 +1020,7 @@ impl StreamingManager {
             if class != LoadReason::Pinned {
                 while !no_room && self.committed_tiles() + u64::from(tiles) > budget {
                     match self.eviction_candidate(frame, true) {
-                        Some(victim) => self.evict(victim, frame, &mut changes),
+                        Some(victim) => self.evict(victim, frame, changes),
                         None => no_room = true,
                     }
                 }
@@ -959,21 +1044,39 @@ impl StreamingManager {
             };
             out.loads.push(TileLoad { key, coord, bytes, reason: class });
         }
+        bytes_started
+    }
 
-        // Pinned loads start whatever the budget: evict back down to it as a budget cut does, so
-        // that the manager is over budget only while nothing more may be evicted this frame.
+    /// Step 5b: pinned loads start whatever the budget: evicts back down to it as a budget cut
+    /// does (within the frame's eviction quota), so that the manager is over budget only while
+    /// nothing more may be evicted this frame.
+    fn evict_after_pinned(&mut self, frame: u64, changes: &mut BTreeMap<ImageId, ResidencyChanges>) {
+        let budget = u64::from(self.desc.budget_tiles);
         while self.committed_tiles() > budget && self.evictions_now < self.desc.evictions_per_frame as usize {
             let Some(key) = self.eviction_candidate(frame, false) else { break };
-            self.evict(key, frame, &mut changes);
+            self.evict(key, frame, changes);
         }
+    }
 
-        // 6. Forget wants not renewed within the eviction delay, and old evictions.
+    /// Step 6: forgets wants not renewed within the eviction delay, and evictions older than the
+    /// thrash window.
+    fn forget_old(&mut self, frame: u64) {
         let k = u64::from(self.desc.eviction_delay_frames);
         self.wanted.retain(|_, w| frame - w.last <= k);
         let m = u64::from(self.desc.thrash_window_frames);
         self.evicted_at.retain(|_, &mut t| frame - t <= m);
+    }
 
-        // 7. Heaps beyond the budget go back; min-LOD boxes of every changed image.
+    /// Step 7: heaps beyond the budget go back to the device; the min-LOD boxes of every changed
+    /// image; the frame's and the running statistics.
+    fn finish_frame(
+        &mut self,
+        frame: u64,
+        bytes_started: u64,
+        changes: BTreeMap<ImageId, ResidencyChanges>,
+        out: &mut FrameOutput,
+    ) {
+        let budget = u64::from(self.desc.budget_tiles);
         if self.pool.capacity_tiles() > budget.max(self.committed_tiles()) {
             out.heaps_released = self.pool.trim();
         }
@@ -993,10 +1096,9 @@ impl StreamingManager {
         out.stats.cancelled = out.cancelled.len() as u32;
         self.stats.frames += 1;
         self.stats.in_flight = self.in_flight.len() as u64;
-        self.stats.resident_bytes = self.pool.used_tiles() * tile_bytes;
+        self.stats.resident_bytes = self.pool.used_tiles() * self.pool.tile_bytes();
         self.stats.resident_bytes_peak = self.stats.resident_bytes_peak.max(self.stats.resident_bytes);
         self.stats.last_frame = out.stats;
-        Ok(out)
     }
 
     /// Checks the manager's contract after a frame; `Err` names the first broken rule (a bug).

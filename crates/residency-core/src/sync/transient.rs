@@ -225,6 +225,33 @@ pub struct FramePlan {
 }
 
 /// Places frames of transient resources in persistent heaps.
+///
+/// # Algorithm
+///
+/// Greedy by size with first-fit offsets (the module docs): a frame's resources are placed
+/// largest first (ties: earlier first pass, then index); in each heap its place is the lowest
+/// offset aligned to it that overlaps no already placed resource whose pass interval overlaps its
+/// own — the busy ranges sorted by offset and walked once, a conflicting [`ResourceKind`]
+/// widening a range to whole granularity pages. It goes in the first heap where that place ends
+/// within the heap's size; else in the heap that has to grow least, within `max_heap_size`
+/// (reported as a [`HeapGrowth`]); else in a new heap. Nothing
+/// is freed one by one: a frame's placements are dropped with it and the heaps stay, remembering
+/// per byte range the last use of the earlier frames (for the aliasing barriers), so there is no
+/// free list to coalesce.
+///
+/// # Efficiency
+///
+/// - [`plan`](Self::plan): O(h · n² log n) for n resources and h heaps (each placement collects
+///   and sorts, per heap, the placed resources live at the same time), plus O(n²) for the
+///   aliasing barriers. Measured
+///   (`docs/benchmarks.md`, "`sync`", Planning time): 568 µs per frame (median) for 150
+///   resources over 50 passes on this workplace.
+/// - Memory: one [`TransientPlacement`] per resource per frame; per heap, its size and a range
+///   map of last uses (one entry per distinct range). Space: the peak is within 1.013× of the
+///   lower bound (the most bytes live in one pass) on average, 1.102× at worst, over that
+///   benchmark's 32 frames.
+/// - Locking: none; it takes `&mut self`. The backend's `TransientPool` owns one and plans once
+///   per `begin_frame`.
 #[derive(Clone, Debug)]
 pub struct TransientPlanner {
     desc: TransientPlannerDesc,

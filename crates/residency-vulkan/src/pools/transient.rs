@@ -112,6 +112,26 @@ impl TransientFrame {
 }
 
 /// Heaps for transient resources on one device, reused frame after frame.
+///
+/// # Algorithm
+///
+/// [`begin_frame`](Self::begin_frame) creates the frame's buffers and images unbound, reads
+/// their requirements, and lets the core's [`TransientPlanner`] place them (`# Algorithm`
+/// there: largest first, lowest offset that overlaps nothing live in the same passes, heaps that
+/// persist and grow); a heap that grew is replaced by a new `VkDeviceMemory` (the old one
+/// retires after the frames placed in it), then every resource is bound at its offset. Nothing
+/// is freed one by one: the frame's resources are released together when it ends, after the GPU
+/// work that used them, and the next frame is planned over the same heaps.
+///
+/// # Efficiency
+///
+/// - Time per frame: the planner's O(h · n² log n) for n resources in h heaps (568 µs for 150 resources over 50
+///   passes, `docs/benchmarks.md`, "`sync`"), plus one create, one requirements query and one
+///   bind per resource; a heap allocation only when a frame outgrows the heaps.
+/// - Memory: the heaps reach the largest lower bound of the frames (the most bytes live in one
+///   pass): 1.000× of it after 32 frames in that benchmark, 17 % of the unaliased sum on average;
+///   per resource, its `Buffer` or `Image`.
+/// - Locking: no lock of its own: `begin_frame` takes `&mut self`, one frame open at a time.
 #[derive(Debug)]
 pub struct TransientPool {
     device: Arc<Device>,

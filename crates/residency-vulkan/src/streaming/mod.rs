@@ -42,6 +42,7 @@
 #![deny(missing_docs)]
 
 mod compact;
+mod policy;
 mod texture;
 
 pub use texture::TextureViews;
@@ -80,7 +81,10 @@ const PRIME_TICKS: u32 = 256;
 /// A streamer's settings. Defaults: 256 tiles (16 MiB of 64 KiB tiles), 8 MiB of loads started per
 /// frame, 2 frames in flight, `Auto` path, 2 workers, the default feedback layout, feedback from one
 /// pixel of every 8 × 8 block every frame (a 64th of the pixels), read by fragment and compute
-/// shaders, 32 MiB staging.
+/// shaders, 32 MiB staging; the manager's policy at its defaults ([`StreamingDesc`]): at most 1024
+/// loads in flight, eviction delay 8 frames, at most 256 evictions per frame for a budget cut,
+/// prefetch on, thrash window 32 frames, loads no longer wanted cancelled after
+/// `max(sampling.frame_interval + frames_in_flight, 4)` frames.
 #[derive(Clone, Debug)]
 pub struct StreamerDesc {
     /// For messages and object names.
@@ -117,10 +121,38 @@ pub struct StreamerDesc {
     /// atlases of their own, with as many slots. `None` (the default): 64 KiB tiles, as the hardware
     /// path counts. Ignored on the hardware path.
     pub software_slot_format: Option<Format>,
+    /// Loads in flight at most (the manager's [`StreamingDesc::max_in_flight`]; default 1024; at
+    /// least 1, else [`Streamer::new`] refuses it): a load counts from the frame it starts until
+    /// the `begin_frame` that takes its data, so this also bounds the loads a frame starts.
+    pub max_loads_in_flight: u32,
+    /// Frames a resident tile must go unwanted before it is evicted to make room for a load
+    /// (`K`, [`StreamingDesc::eviction_delay_frames`]; default 8; at least 1). Keep it at or
+    /// above `sampling.frame_interval`: a tile in use is wanted only in frames that write
+    /// feedback.
+    pub eviction_delay_frames: u32,
+    /// Tiles evicted per frame at most while over a cut budget
+    /// ([`StreamingDesc::evictions_per_frame`]; default 256; at least 1): a cut is spread over
+    /// frames.
+    pub evictions_per_frame: u32,
+    /// Whether LOD and low-water warnings start loads ahead of need
+    /// ([`StreamingDesc::prefetch`]; default on). Off, only misses (and their parents) load.
+    pub prefetch: bool,
+    /// An eviction followed by a request within this many frames counts as thrash
+    /// ([`StreamingStats::thrash`], [`StreamingDesc::thrash_window_frames`]; default 32); a
+    /// statistic only.
+    pub thrash_window_frames: u32,
+    /// Frames a load in flight may go unwanted before it is cancelled
+    /// ([`StreamingDesc::cancel_after_frames`]). `None` (the default):
+    /// `max(sampling.frame_interval + frames_in_flight, 4)`; `Some(0)`: never; `Some(n)` must be at
+    /// least `sampling.frame_interval + frames_in_flight` (the frames between two feedback
+    /// reads, at most), else [`Streamer::new`] refuses it.
+    pub cancel_after_frames: Option<u32>,
 }
 
 impl Default for StreamerDesc {
     fn default() -> Self {
+        // The manager's policy defaults are the core's.
+        let policy = StreamingDesc::default();
         Self {
             name: "streamer".to_owned(),
             budget_tiles: 256,
@@ -134,6 +166,12 @@ impl Default for StreamerDesc {
             readers: vk::PipelineStageFlags2::FRAGMENT_SHADER | vk::PipelineStageFlags2::COMPUTE_SHADER,
             tiles_per_heap: 2048,
             software_slot_format: None,
+            max_loads_in_flight: policy.max_in_flight,
+            eviction_delay_frames: policy.eviction_delay_frames,
+            evictions_per_frame: policy.evictions_per_frame,
+            prefetch: policy.prefetch,
+            thrash_window_frames: policy.thrash_window_frames,
+            cancel_after_frames: None,
         }
     }
 }
@@ -148,13 +186,17 @@ impl StreamerDesc {
     /// the [`sampling`](Self::sampling) ([`FeedbackSampling::validate`]: no zero stride, interval
     /// or block, `stride²` within 32 bits), the [`feedback`](Self::feedback) records
     /// ([`FeedbackDesc::validate`]), at most [`MAX_WORKERS`](Self::MAX_WORKERS) loader threads, and
-    /// a hardware heap (`tiles_per_heap` 64 KiB tiles) within `maxMemoryAllocationSize`. Values
+    /// a hardware heap (`tiles_per_heap` 64 KiB tiles) within `maxMemoryAllocationSize`, and the
+    /// manager's policy (no zero `max_loads_in_flight`, `eviction_delay_frames` or
+    /// `evictions_per_frame`; a `cancel_after_frames` not below the frames between two feedback
+    /// reads; their setters store what they are given, so this refuses a zero from either). Values
     /// documented as clamped (`frames_in_flight` to 1..=8, a zero budget or worker count raised to
     /// 1) are clamped by the constructor, not refused.
     pub fn validate(&self, limits: &residency_core::profile::Limits) -> Result<(), DescError> {
         const DESC: &str = "StreamerDesc";
         self.sampling.validate()?;
         self.feedback.validate()?;
+        self.validate_policy()?;
         residency_core::desc::check_range(
             DESC,
             &self.name,
@@ -803,12 +845,10 @@ impl Streamer {
             return Err(StreamError::MissingFeature { device: device.name().to_owned(), feature, why });
         }
         let frames_in_flight = desc.frames_in_flight.clamp(1, 8);
-        // A load no frame wanted for longer than the gap between two feedback reads is cancelled.
-        let cancel_after = desc.sampling.frame_interval.saturating_add(frames_in_flight).max(4);
-        let mut streaming = StreamingDesc::default()
+        let mut streaming = desc
+            .manager_policy(frames_in_flight)
             .with_name(desc.name.clone())
-            .with_upload_budget_bytes(desc.upload_bytes_per_frame)
-            .with_cancel_after_frames(cancel_after);
+            .with_upload_budget_bytes(desc.upload_bytes_per_frame);
         let mut atlas = None;
         let mut atlas_budget = 0;
         // The software path's first atlas: of the format its slots are counted at (RGBA8 by default).
