@@ -31,6 +31,7 @@ use crate::device::blocks::MemoryBlock;
 use crate::device::blocks::ResourceMemory;
 use crate::device::ledger::ObjectId;
 use crate::device::Device;
+use crate::error::{ErrorClass, ResidencyError};
 use crate::error::{Result, VkResultExt};
 use ash::vk;
 use residency_core::sync::{ClockCache, ClockId, GpuPoint, LastUses, RetireQueue};
@@ -330,6 +331,12 @@ impl PendingUses {
         }
         self.0.lock().unwrap_or_else(|e| e.into_inner()).note(until.point);
         Ok(())
+    }
+}
+
+impl ResidencyError for ForeignUse {
+    fn class(&self) -> ErrorClass {
+        ErrorClass::Refused
     }
 }
 
