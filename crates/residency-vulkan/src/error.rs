@@ -1,7 +1,16 @@
-//! The backend's small, closed error type.
+//! The backend's small, closed error type, and the class every public error has.
+//!
+//! Each operation has its own error enum that carries the numbers (`MemoryError`,
+//! `UploadError`, `StreamError`, …). Under them is one small closed [`ErrorClass`]: what an
+//! engine can do about a failure (free memory and retry, recreate the device, fix the call, take
+//! another path). Every public error of residency (the core's included) implements
+//! [`ResidencyError`], whose [`class`](ResidencyError::class) looks through nested errors to the
+//! one that failed.
 
 use ash::vk;
 use residency_core::device_mask::DeviceIndex;
+
+mod core_errors;
 
 /// How to get a Vulkan driver on a machine without a GPU.
 pub const LAVAPIPE_HINT: &str = "install a Vulkan loader and driver: on Debian 12, `apt-get install libvulkan1` and \
@@ -181,8 +190,151 @@ impl VulkanError {
     }
 }
 
-/// Result of backend calls.
+/// Result of backend calls: the crate's one `Result` alias (the error defaults to
+/// [`VulkanError`]; per-operation errors are named, `Result<Buffer, MemoryError>`).
 pub type Result<T, E = VulkanError> = std::result::Result<T, E>;
+
+/// What an engine can do about a failed call: the class of every public error of residency
+/// ([`ResidencyError::class`]). Closed: a `match` on it needs no wildcard.
+///
+/// A refused call changes nothing; a call that fails (out of memory, a lost device) undoes what
+/// it had done (no object half made, no memory kept). After [`DeviceLost`](Self::DeviceLost)
+/// every object of the device is unusable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorClass {
+    /// Memory ran out ([`Exhausted`] says which). Free or evict something (a streamer: lower its
+    /// budget; a pool: free buffers, retire finished frames) and retry, or ask for less.
+    OutOfMemory(Exhausted),
+    /// The device was lost (`VK_ERROR_DEVICE_LOST`, or one injected through
+    /// [`Ledger::inject_fault`](crate::Ledger::inject_fault)): every object on it is unusable, and
+    /// every later call that reaches the GPU fails the same way. Drop the device's objects and
+    /// open the device again.
+    DeviceLost,
+    /// The call breaks a rule (an argument out of range, an object of another device or owner,
+    /// a call out of order); the error says which, with the numbers. Fix the call: retried
+    /// unchanged it fails the same way.
+    Refused,
+    /// The machine, driver or device cannot do what was asked (no Vulkan loader or device, no
+    /// sparse residency for a format, a missing feature, a limit of the device). Take another
+    /// path: the software residency path, another format, another device.
+    Unsupported,
+    /// Anything else: a Vulkan result residency does not expect, an I/O error or corrupt data
+    /// from a tile source or file, or a broken internal invariant (a residency bug; please report
+    /// it). Log it; retrying may or may not help.
+    Unexpected,
+}
+
+/// Which memory ran out ([`ErrorClass::OutOfMemory`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Exhausted {
+    /// Device memory: the driver said `VK_ERROR_OUT_OF_DEVICE_MEMORY`, or the request is larger
+    /// than its memory heap or `maxMemoryAllocationSize` (refused before the driver sees it, as
+    /// the driver would refuse it).
+    Device,
+    /// Host memory: the driver said `VK_ERROR_OUT_OF_HOST_MEMORY`.
+    Host,
+    /// A budget would be exceeded: a memory heap's (`VK_EXT_memory_budget`, or residency's
+    /// estimate) or one the application set (a tile pool's, an image pool's). Evict, lower other
+    /// budgets, or allow over budget where the call offers it.
+    Budget,
+    /// A fixed-size structure of residency is full or smaller than the request: an allocator's
+    /// heap, a linear pool, a ring or staging ring, a software tile pool's images, the device's
+    /// `maxMemoryAllocationCount`, a descriptor pool. Free from it or retire finished frames, or
+    /// make a bigger one.
+    Capacity,
+}
+
+impl ErrorClass {
+    /// Whether memory ran out, whichever memory.
+    pub const fn is_out_of_memory(self) -> bool {
+        matches!(self, ErrorClass::OutOfMemory(_))
+    }
+
+    /// Whether the device was lost.
+    pub const fn is_device_lost(self) -> bool {
+        matches!(self, ErrorClass::DeviceLost)
+    }
+
+    /// The class of a Vulkan result code (a failing one; `SUCCESS` and other non-errors are
+    /// [`Unexpected`](Self::Unexpected) here, where only failures are classified).
+    pub fn of_vk(result: vk::Result) -> ErrorClass {
+        use vk::Result as R;
+        match result {
+            R::ERROR_OUT_OF_DEVICE_MEMORY => ErrorClass::OutOfMemory(Exhausted::Device),
+            R::ERROR_OUT_OF_HOST_MEMORY => ErrorClass::OutOfMemory(Exhausted::Host),
+            R::ERROR_OUT_OF_POOL_MEMORY
+            | R::ERROR_FRAGMENTED_POOL
+            | R::ERROR_FRAGMENTATION
+            | R::ERROR_TOO_MANY_OBJECTS => ErrorClass::OutOfMemory(Exhausted::Capacity),
+            R::ERROR_DEVICE_LOST => ErrorClass::DeviceLost,
+            R::ERROR_LAYER_NOT_PRESENT
+            | R::ERROR_EXTENSION_NOT_PRESENT
+            | R::ERROR_FEATURE_NOT_PRESENT
+            | R::ERROR_INCOMPATIBLE_DRIVER
+            | R::ERROR_FORMAT_NOT_SUPPORTED => ErrorClass::Unsupported,
+            _ => ErrorClass::Unexpected,
+        }
+    }
+}
+
+/// The class every public error of residency has: implemented by every public error type of
+/// this crate and of `residency-core`. An error that wraps another (a `StreamError::Sparse`, a
+/// `MemoryError::Vulkan`) has the class of the one inside, so an out-of-memory is
+/// [`is_out_of_memory`](Self::is_out_of_memory) whatever shape it reaches the caller in.
+///
+/// ```no_run
+/// # fn f(streamer: &mut residency_vulkan::streaming::Streamer) -> Result<(), Box<dyn std::error::Error>> {
+/// use residency_vulkan::{ErrorClass, Exhausted, ResidencyError};
+/// match streamer.begin_frame() {
+///     Ok(_bindings) => { /* the frame */ }
+///     Err(e) => match e.class() {
+///         ErrorClass::OutOfMemory(Exhausted::Budget | Exhausted::Device) => {
+///             let budget = streamer.budget_tiles();
+///             streamer.set_budget_tiles(budget * 3 / 4); // evicts over the next frames
+///         }
+///         ErrorClass::DeviceLost => return Err(e.into()), // drop the device's objects, open it again
+///         _ => return Err(e.into()),
+///     },
+/// }
+/// # Ok(()) }
+/// ```
+pub trait ResidencyError: std::error::Error {
+    /// What an engine can do about it.
+    fn class(&self) -> ErrorClass;
+
+    /// Whether memory ran out (any [`ErrorClass::OutOfMemory`]).
+    fn is_out_of_memory(&self) -> bool {
+        self.class().is_out_of_memory()
+    }
+
+    /// Whether the device was lost ([`ErrorClass::DeviceLost`]).
+    fn is_device_lost(&self) -> bool {
+        self.class().is_device_lost()
+    }
+}
+
+impl ResidencyError for VulkanError {
+    fn class(&self) -> ErrorClass {
+        match self {
+            VulkanError::LoaderMissing { .. }
+            | VulkanError::NoDevice
+            | VulkanError::Unsupported { .. }
+            | VulkanError::ValidationLayerMissing => ErrorClass::Unsupported,
+            VulkanError::OutOfDeviceMemory { .. } => ErrorClass::OutOfMemory(Exhausted::Device),
+            VulkanError::OutOfHostMemory { .. } => ErrorClass::OutOfMemory(Exhausted::Host),
+            VulkanError::DeviceLost { .. } => ErrorClass::DeviceLost,
+            VulkanError::NoSuchDevice { .. }
+            | VulkanError::SubresourceRange { .. }
+            | VulkanError::WrongDevice { .. }
+            | VulkanError::ImageLayout { .. }
+            | VulkanError::ForeignToken { .. }
+            | VulkanError::Reentrant { .. }
+            | VulkanError::UnreachableWait { .. }
+            | VulkanError::TimelineValue { .. } => ErrorClass::Refused,
+            VulkanError::Vk { result, .. } => ErrorClass::of_vk(*result),
+        }
+    }
+}
 
 /// Adds the call name to a raw `VkResult`.
 pub(crate) trait VkResultExt<T> {
@@ -251,4 +403,10 @@ pub struct ForeignResource<T: std::fmt::Debug> {
     pub name: String,
     /// Why.
     pub reason: ForeignReason,
+}
+
+impl<T: std::fmt::Debug> ResidencyError for ForeignResource<T> {
+    fn class(&self) -> ErrorClass {
+        ErrorClass::Refused
+    }
 }

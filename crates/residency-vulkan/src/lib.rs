@@ -44,7 +44,9 @@ pub use device::ledger::{FaultSite, InjectedFault, Ledger, LiveObject};
 pub use device::life::{ForeignUse, GpuUse, Timeline, ADOPTED_TEARDOWN_WAIT_NS};
 pub use device::set::{DeviceSet, DeviceSetDesc, LiveDevice, TeardownError, SETS_DROPPED_IN_USE};
 pub use device::{Device, EnabledFeatures, ExternalDevice, HeapStatus, Queue, QueueGuard, LEAKS_AT_TEARDOWN};
-pub use error::{ForeignReason, ForeignResource, Result, VulkanError, LAVAPIPE_HINT};
+pub use error::{
+    ErrorClass, Exhausted, ForeignReason, ForeignResource, ResidencyError, Result, VulkanError, LAVAPIPE_HINT,
+};
 pub use instance::{version_string, InstanceDesc};
 pub use memory::placement::{usage_alignment_floor, Allocation, AllocationDesc, BoundTo, PlacementPolicy};
 pub use pools::buffer_pool::{BufferInit, BufferPool, BufferPoolDesc, PoolRange, PoolStats};

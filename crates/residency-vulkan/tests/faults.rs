@@ -2,8 +2,9 @@
 //! resource creation of a scenario (pools, placed, committed and staging buffers, sparse tile heaps
 //! and images, multi-device buffers), failing `vkQueueBindSparse` with the page table and the tile
 //! pool rolled back, and a lost device (submit, fence wait, bind) that fails fast with a typed
-//! error and tears down without leaks or hangs. Every test runs under `with_gpu`: synchronization
-//! validation on, and no object may outlive it.
+//! error and tears down without leaks or hangs. Every failure is read through its class
+//! ([`ResidencyError`]), whatever shape it comes in. Every test runs under `with_gpu`:
+//! synchronization validation on, and no object may outlive it.
 
 mod common;
 use common::{accounting, Accounting};
@@ -12,18 +13,18 @@ use residency_core::format::Format;
 use residency_core::memory::MemoryIntent;
 use residency_core::tiles::{PoolStats, SparseImageDesc, TexelRegion, TileIndex, TilePoolDesc};
 use residency_core::usage::{BufferPoolUsage, BufferUsage};
-use residency_vulkan::multi::{MultiBuffer, MultiDeviceError};
-use residency_vulkan::sparse::software::{SoftwareError, SoftwareImage, SoftwareTilePool, DEFAULT_BORDER};
-use residency_vulkan::sparse::{SparseError, SparseImage, SparseTilePool};
+use residency_vulkan::multi::MultiBuffer;
+use residency_vulkan::sparse::software::{SoftwareImage, SoftwareTilePool, DEFAULT_BORDER};
+use residency_vulkan::sparse::{SparseImage, SparseTilePool};
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::{
     BufferDesc, BufferInit, BufferPool, BufferPoolDesc, Device, DeviceSet, FaultSite, ImageRegion,
-    InjectedFault, MemoryError, ReadBackError, UploadError, Uploader, VulkanError,
+    InjectedFault, ResidencyError, Uploader,
 };
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// What a failed step reported.
+/// What a failed step reported: its class ([`ResidencyError`]), whatever shape the error has.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Failure {
     OutOfMemory,
@@ -31,61 +32,13 @@ enum Failure {
     Other(String),
 }
 
-fn vulkan(e: &VulkanError) -> Failure {
-    match e {
-        VulkanError::OutOfDeviceMemory { .. } => Failure::OutOfMemory,
-        VulkanError::DeviceLost { .. } => Failure::DeviceLost,
-        e => Failure::Other(e.to_string()),
-    }
-}
-
-fn memory(e: &MemoryError) -> Failure {
-    match e {
-        MemoryError::OutOfDeviceMemory { .. } => Failure::OutOfMemory,
-        MemoryError::Vulkan(v) => vulkan(v),
-        e => Failure::Other(e.to_string()),
-    }
-}
-
-fn upload(e: &UploadError) -> Failure {
-    match e {
-        UploadError::Memory(m) => memory(m),
-        UploadError::Vulkan(v) => vulkan(v),
-        e => Failure::Other(e.to_string()),
-    }
-}
-
-fn read_back(e: &ReadBackError) -> Failure {
-    match e {
-        ReadBackError::Memory(m) => memory(m),
-        ReadBackError::Vulkan(v) => vulkan(v),
-        e => Failure::Other(e.to_string()),
-    }
-}
-
-fn software(e: &SoftwareError) -> Failure {
-    match e {
-        SoftwareError::Memory(m) => memory(m),
-        SoftwareError::Vulkan(v) => vulkan(v),
-        SoftwareError::Upload(u) => upload(u),
-        e => Failure::Other(e.to_string()),
-    }
-}
-
-fn sparse(e: &SparseError) -> Failure {
-    match e {
-        SparseError::Memory(m) => memory(m),
-        SparseError::Vulkan(v) => vulkan(v),
-        SparseError::ReadBack(r) => read_back(r),
-        SparseError::Upload(u) => upload(u),
-        e => Failure::Other(e.to_string()),
-    }
-}
-
-fn multi(e: &MultiDeviceError<MemoryError>) -> Failure {
-    match e {
-        MultiDeviceError::Failed { source, .. } => memory(source),
-        e => Failure::Other(e.to_string()),
+fn failure(e: &impl ResidencyError) -> Failure {
+    if e.is_out_of_memory() {
+        Failure::OutOfMemory
+    } else if e.is_device_lost() {
+        Failure::DeviceLost
+    } else {
+        Failure::Other(e.to_string())
     }
 }
 
@@ -108,14 +61,14 @@ fn upload_tile(uploader: &Uploader, image: &SparseImage, tile: [u32; 2], seed: u
     let region = tile_region(image, tile);
     let data = tile_data(seed, region.extent[0], region.extent[1]);
     let copy = ImageRegion::new(image, 0, region.offset, region.extent);
-    uploader.write_image(&copy, &data).map_err(|e| upload(&e))?;
-    uploader.wait_idle().map_err(|e| upload(&e))
+    uploader.write_image(&copy, &data).map_err(|e| failure(&e))?;
+    uploader.wait_idle().map_err(|e| failure(&e))
 }
 
 /// Reads one mip-0 tile of `image` back and checks `seed`'s pattern.
 fn check_tile(image: &SparseImage, tile: [u32; 2], seed: u8) -> Result<(), Failure> {
     let region = tile_region(image, tile);
-    let back = image.read_region(0, 0, region, 1 << 20).map_err(|e| sparse(&e))?;
+    let back = image.read_region(0, 0, region, 1 << 20).map_err(|e| failure(&e))?;
     assert_eq!(back, tile_data(seed, region.extent[0], region.extent[1]), "{} tile {tile:?}", image.name());
     Ok(())
 }
@@ -205,7 +158,7 @@ impl Made {
         if self.committed_keep {
             keep.image.release_all(&keep.tiles).unwrap();
             match keep.tiles.flush_binds(&mut [&mut keep.image]) {
-                Err(e) if lost => assert_eq!(sparse(&e), Failure::DeviceLost),
+                Err(e) if lost => assert_eq!(failure(&e), Failure::DeviceLost),
                 flushed => drop(flushed.unwrap()),
             }
         }
@@ -215,7 +168,7 @@ impl Made {
         }
         if let Some(uploader) = self.uploader {
             match uploader.destroy() {
-                Err(e) if lost => assert_eq!(upload(&e), Failure::DeviceLost),
+                Err(e) if lost => assert_eq!(failure(&e), Failure::DeviceLost),
                 destroyed => destroyed.unwrap(),
             }
         }
@@ -284,7 +237,7 @@ fn run_scenario(
 ) -> Result<(), Failure> {
     let usage = BufferUsage::STORAGE | BufferUsage::COPY_SRC | BufferUsage::COPY_DST;
     let mut placed =
-        keep.pool.init_buffer(&BufferInit::new("placed", 4096).with_usage(usage)).map_err(|e| memory(&e))?;
+        keep.pool.init_buffer(&BufferInit::new("placed", 4096).with_usage(usage)).map_err(|e| failure(&e))?;
     placed.write(0, &[1; 4096]).unwrap();
     made.placed = Some(placed);
 
@@ -294,9 +247,9 @@ fn run_scenario(
             .with_memory(MemoryIntent::Upload)
             .with_page_size(256 << 10),
     )
-    .map_err(|e| memory(&e))?;
+    .map_err(|e| failure(&e))?;
     let known = made.known.insert(known);
-    let mut range = known.init_buffer(&BufferInit::new("range", 1000)).map_err(|e| memory(&e))?;
+    let mut range = known.init_buffer(&BufferInit::new("range", 1000)).map_err(|e| failure(&e))?;
     range.write(0, &[2; 1000]).unwrap();
     made.range = Some(range);
 
@@ -304,22 +257,22 @@ fn run_scenario(
         .create_buffer(
             &BufferDesc::new("committed", 64 << 10, usage).with_intent(MemoryIntent::DeviceLocal).committed(),
         )
-        .map_err(|e| memory(&e))?;
+        .map_err(|e| failure(&e))?;
     let committed = made.committed.insert(committed);
-    let uploader = Uploader::new(device, "faults", 256 << 10).map_err(|e| upload(&e))?;
+    let uploader = Uploader::new(device, "faults", 256 << 10).map_err(|e| failure(&e))?;
     let uploader = made.uploader.insert(uploader);
     let data: Vec<u8> = (0..64u32 << 10).map(|i| (i % 253) as u8).collect();
-    uploader.write_buffer(committed, 0, &data).map_err(|e| upload(&e))?;
-    uploader.wait_idle().map_err(|e| upload(&e))?;
-    assert_eq!(device.read_back(committed, 0, data.len() as u64).map_err(|e| read_back(&e))?, data);
+    uploader.write_buffer(committed, 0, &data).map_err(|e| failure(&e))?;
+    uploader.wait_idle().map_err(|e| failure(&e))?;
+    assert_eq!(device.read_back(committed, 0, data.len() as u64).map_err(|e| failure(&e))?, data);
 
     let image =
-        SparseImage::new(&keep.tiles, "faults image", &image_desc(), false).map_err(|e| sparse(&e))?;
+        SparseImage::new(&keep.tiles, "faults image", &image_desc(), false).map_err(|e| failure(&e))?;
     made.image = Some(image);
     let region = tile_region(&keep.image, [0, 0]);
-    keep.image.commit_region(&keep.tiles, 0, 0, region).map_err(|e| sparse(&e))?;
+    keep.image.commit_region(&keep.tiles, 0, 0, region).map_err(|e| failure(&e))?;
     made.committed_keep = true;
-    keep.tiles.flush_binds(&mut [&mut keep.image]).map_err(|e| sparse(&e))?;
+    keep.tiles.flush_binds(&mut [&mut keep.image]).map_err(|e| failure(&e))?;
     upload_tile(uploader, &keep.image, [0, 0], 0x5a)?;
     check_tile(&keep.image, [0, 0], 0x5a)?;
 
@@ -330,22 +283,22 @@ fn run_scenario(
         DEFAULT_BORDER,
         TilePoolDesc::default().with_name("faults software").with_tiles_per_heap(4).with_budget_tiles(4),
     )
-    .map_err(|e| software(&e))?;
+    .map_err(|e| failure(&e))?;
     let (pool, slot) = made.software.insert((pool, None));
     let desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 256, 256);
-    let image = SoftwareImage::new(pool, "faults software image", &desc).map_err(|e| software(&e))?;
+    let image = SoftwareImage::new(pool, "faults software image", &desc).map_err(|e| failure(&e))?;
     let image = slot.insert(image);
     let r = TexelRegion { offset: [0, 0, 0], extent: [128, 128, 1] };
-    image.commit_region(pool, 0, 0, r).map_err(|e| software(&e))?;
-    image.write_region(pool, uploader, 0, 0, r, &vec![7; 128 * 128 * 4]).map_err(|e| software(&e))?;
-    pool.flush(uploader, &mut [image]).map_err(|e| software(&e))?;
+    image.commit_region(pool, 0, 0, r).map_err(|e| failure(&e))?;
+    image.write_region(pool, uploader, 0, 0, r, &vec![7; 128 * 128 * 4]).map_err(|e| failure(&e))?;
+    pool.flush(uploader, &mut [image]).map_err(|e| failure(&e))?;
 
     let multi = MultiBuffer::create(
         set,
         DeviceMask::from_bits(0b11),
         &BufferDesc::new("multi", 4096, usage).committed(),
     )
-    .map_err(|e| multi(&e))?;
+    .map_err(|e| failure(&e))?;
     made.multi = Some(multi);
     Ok(())
 }
@@ -492,14 +445,14 @@ fn a_failed_bind_sparse_rolls_back_the_page_table_and_the_pool_and_a_retry_binds
                 InjectedFault::OutOfDeviceMemory => Failure::OutOfMemory,
                 InjectedFault::DeviceLost => Failure::DeviceLost,
             };
-            assert_eq!(sparse(&err), expected, "{err}");
+            assert_eq!(failure(&err), expected, "{err}");
             assert!(err.to_string().contains("vkQueueBindSparse"), "{err}");
             if fault == InjectedFault::DeviceLost {
                 assert!(device.is_lost());
                 // Sticky: the next flush fails the same way at once, and rolls back too.
                 image.commit_region(&tiles, 0, 0, tile_region(&image, [1, 1])).unwrap();
                 let again = tiles.flush_binds(&mut [&mut image]).unwrap_err();
-                assert_eq!(sparse(&again), Failure::DeviceLost);
+                assert_eq!(failure(&again), Failure::DeviceLost);
                 device.ledger().clear_faults();
             }
             // The commits are undone: tile (1, 0) was released and re-committed, so it is now
@@ -596,13 +549,13 @@ fn a_lost_device_fails_fast_with_a_typed_error_and_tears_down_without_leaks_or_h
 
             device.ledger().inject_fault(site, 0, InjectedFault::DeviceLost);
             let first = match site {
-                FaultSite::BindSparse => sparse(&tiles.flush_binds(&mut [&mut image]).unwrap_err()),
+                FaultSite::BindSparse => failure(&tiles.flush_binds(&mut [&mut image]).unwrap_err()),
                 _ => {
                     uploader.write_buffer(&target, 0, &[9; 4096]).unwrap();
-                    let flushed = uploader.flush().map_err(|e| upload(&e));
+                    let flushed = uploader.flush().map_err(|e| failure(&e));
                     match flushed {
                         Err(e) => e,
-                        Ok(()) => upload(&uploader.wait_idle().unwrap_err()),
+                        Ok(()) => failure(&uploader.wait_idle().unwrap_err()),
                     }
                 }
             };
@@ -610,20 +563,20 @@ fn a_lost_device_fails_fast_with_a_typed_error_and_tears_down_without_leaks_or_h
             assert!(device.is_lost());
             // Later calls: the same typed error, at once, no panic.
             let again = quick("read back", || device.read_back(&target, 0, 16).unwrap_err());
-            assert_eq!(read_back(&again), Failure::DeviceLost);
-            assert_eq!(vulkan(&quick("wait idle", || device.wait_idle().unwrap_err())), Failure::DeviceLost);
+            assert_eq!(failure(&again), Failure::DeviceLost);
+            assert_eq!(failure(&quick("wait idle", || device.wait_idle().unwrap_err())), Failure::DeviceLost);
             assert_eq!(
-                vulkan(&quick("submit", || device.submit_once("lost", |_| {}).unwrap_err())),
+                failure(&quick("submit", || device.submit_once("lost", |_| {}).unwrap_err())),
                 Failure::DeviceLost
             );
             let flush = quick("flush binds", || tiles.flush_binds(&mut [&mut image]));
             if site != FaultSite::BindSparse {
-                assert_eq!(sparse(&flush.unwrap_err()), Failure::DeviceLost);
+                assert_eq!(failure(&flush.unwrap_err()), Failure::DeviceLost);
             }
             assert_eq!(tiles.used_tiles(), resident - 1, "the failed flush rolled the commit back");
             uploader.write_buffer(&target, 0, &[7; 4096]).unwrap();
             assert_eq!(
-                upload(&quick("upload wait", || uploader.wait_idle()).unwrap_err()),
+                failure(&quick("upload wait", || uploader.wait_idle()).unwrap_err()),
                 Failure::DeviceLost
             );
             // Mapped memory still works; so does allocating (the driver is not asked to submit).
@@ -638,7 +591,7 @@ fn a_lost_device_fails_fast_with_a_typed_error_and_tears_down_without_leaks_or_h
             // and those copies write into `target`), as the contract asks of any teardown.
             quick("teardown", || {
                 if let Err(e) = uploader.destroy() {
-                    assert_eq!(upload(&e), Failure::DeviceLost);
+                    assert_eq!(failure(&e), Failure::DeviceLost);
                 }
                 pool.free_buffer(mapped).unwrap();
                 pool.free_buffer(target).unwrap();

@@ -10,7 +10,7 @@ use residency_core::format::Format;
 use residency_core::streaming::{FeedbackDesc, FeedbackSampling};
 use residency_core::sync::{
     AccessFlags, BarrierBatch, BufferBarrier, ImageAspects, ImageBarrier, ImageLayout, PipelineStages,
-    QueueFamily, ResourceId, Scope, SubresourceRange, TrackerOptions,
+    QueueFamily, ResourceId, Scope, SubresourceRange, SyncError, TrackerOptions,
 };
 use residency_core::tiles::{
     BindPlanOptions, ImageId, ResidencyChanges, SparseImageDesc, TilePool, TilePoolDesc,
@@ -105,10 +105,16 @@ fn misuse_barrier_batch_buffer_range_outside_the_buffer_is_refused() {
             [(0, BUFFER_BYTES + 1), (BUFFER_BYTES, vk::WHOLE_SIZE), (u64::MAX - 1, 4), (16, 0)]
         {
             match record(device, &tracker, &buffers(vec![buffer_barrier(id, offset, size)])) {
-                Err(RecordError::BufferRange { resource, offset: o, size: s, buffer_size, .. }) => {
+                Err(RecordError::Sync(SyncError::BytesOutOfBounds {
+                    resource,
+                    offset: o,
+                    size: s,
+                    buffer_size,
+                    ..
+                })) => {
                     assert_eq!((resource, o, s, buffer_size), (id, offset, size, BUFFER_BYTES));
                 }
-                other => panic!("{offset}+{size}: expected BufferRange, got {other:?}"),
+                other => panic!("{offset}+{size}: expected BytesOutOfBounds, got {other:?}"),
             }
         }
         // The whole buffer, either way, is fine.
@@ -227,10 +233,15 @@ fn misuse_barrier_batch_image_layouts_aspects_and_subresources_are_checked() {
             range(0, 1, u32::MAX, 2),
         ] {
             match record(device, &tracker, &images(vec![image_barrier(id, r)])) {
-                Err(RecordError::Subresources { resource, mip_levels, array_layers, .. }) => {
+                Err(RecordError::Sync(SyncError::SubresourcesOutOfBounds {
+                    resource,
+                    mip_levels,
+                    array_layers,
+                    ..
+                })) => {
                     assert_eq!((resource, mip_levels, array_layers), (id, MIPS, 1));
                 }
-                other => panic!("{r:?}: expected Subresources, got {other:?}"),
+                other => panic!("{r:?}: expected SubresourcesOutOfBounds, got {other:?}"),
             }
         }
         for mip in 0..MIPS {

@@ -8,6 +8,7 @@
 use crate::device::ledger::{FaultSite, ObjectId};
 use crate::device::Device;
 use crate::error::VulkanError;
+use crate::error::{ErrorClass, Exhausted, ResidencyError};
 use crate::poison::PoisonFree;
 use ash::vk;
 use residency_core::allocator::{AllocError, Allocation, ResourceKind, TlsfAllocator, TlsfDesc};
@@ -129,6 +130,37 @@ pub enum MemoryError {
     Vulkan(#[from] VulkanError),
 }
 
+impl ResidencyError for MemoryError {
+    fn class(&self) -> ErrorClass {
+        match self {
+            MemoryError::Desc(e) => e.class(),
+            MemoryError::InvalidRequest { source, .. } => source.class(),
+            MemoryError::Placement { source, .. } => source.class(),
+            MemoryError::Linear { source, .. } => source.class(),
+            MemoryError::Vulkan(e) => e.class(),
+            MemoryError::OutOfBudget { .. } => ErrorClass::OutOfMemory(Exhausted::Budget),
+            MemoryError::OutOfDeviceMemory { .. } => ErrorClass::OutOfMemory(Exhausted::Device),
+            MemoryError::TooManyAllocations { .. } => ErrorClass::OutOfMemory(Exhausted::Capacity),
+            // Beyond the heap or `maxMemoryAllocationSize`, the driver would say out of device
+            // memory; beyond `maxBufferSize` (or `u64`), the call is invalid.
+            MemoryError::TooLarge { limit_name, .. } => {
+                if [HEAP_SIZE, MAX_ALLOCATION_SIZE].contains(limit_name) {
+                    ErrorClass::OutOfMemory(Exhausted::Device)
+                } else {
+                    ErrorClass::Refused
+                }
+            }
+            MemoryError::NoSuitableMemoryType { .. } => ErrorClass::Unsupported,
+            MemoryError::InvalidPriority { .. } | MemoryError::Unsatisfiable { .. } => ErrorClass::Refused,
+        }
+    }
+}
+
+/// [`MemoryError::TooLarge`]'s `limit_name` for an allocation beyond its memory heap's size.
+const HEAP_SIZE: &str = "memory heap size";
+/// [`MemoryError::TooLarge`]'s `limit_name` for an allocation beyond `maxMemoryAllocationSize`.
+const MAX_ALLOCATION_SIZE: &str = "maxMemoryAllocationSize";
+
 /// A host pointer to the whole mapped range of one memory block, with its length.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct MappedPtr {
@@ -213,11 +245,8 @@ pub(crate) fn check_allocation_size(
         return Err(MemoryError::InvalidRequest { name: name.to_owned(), source: AllocError::ZeroSize });
     }
     let max = device.profile().limits.max_memory_allocation_size;
-    let (limit_name, limit) = if max > 0 && max < heap_size {
-        ("maxMemoryAllocationSize", max)
-    } else {
-        ("memory heap size", heap_size)
-    };
+    let (limit_name, limit) =
+        if max > 0 && max < heap_size { (MAX_ALLOCATION_SIZE, max) } else { (HEAP_SIZE, heap_size) };
     if size > limit {
         return Err(MemoryError::TooLarge { name: name.to_owned(), requested: size, limit_name, limit });
     }

@@ -31,6 +31,7 @@ use crate::device::blocks::MemoryBlock;
 use crate::device::blocks::ResourceMemory;
 use crate::device::ledger::ObjectId;
 use crate::device::Device;
+use crate::error::{ErrorClass, ResidencyError};
 use crate::error::{Result, VkResultExt};
 use crate::poison::PoisonFree;
 use ash::vk;
@@ -331,6 +332,12 @@ impl PendingUses {
         }
         self.0.locked().note(until.point);
         Ok(())
+    }
+}
+
+impl ResidencyError for ForeignUse {
+    fn class(&self) -> ErrorClass {
+        ErrorClass::Refused
     }
 }
 

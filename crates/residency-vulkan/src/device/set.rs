@@ -8,6 +8,7 @@
 //! lets one GPU, or lavapipe, exercise every multi-device path.
 
 use crate::device::{Device, ExternalDevice};
+use crate::error::{ErrorClass, ResidencyError};
 use crate::error::{Result, VkResultExt, VulkanError};
 use crate::instance::{InstanceDesc, InstanceShared};
 use crate::validation::{ValidationLog, ValidationMode};
@@ -298,6 +299,13 @@ pub struct TeardownError {
     pub set: Box<DeviceSet>,
     /// What keeps each device alive.
     pub alive: Vec<LiveDevice>,
+}
+
+impl ResidencyError for TeardownError {
+    fn class(&self) -> ErrorClass {
+        // The set is handed back unchanged: release what keeps the devices alive and close again.
+        ErrorClass::Refused
+    }
 }
 
 fn describe_alive(alive: &[LiveDevice]) -> String {

@@ -15,6 +15,7 @@ use crate::device::blocks::MemoryError;
 use crate::device::life::{GpuUse, Life};
 use crate::device::set::DeviceSet;
 use crate::device::Device;
+use crate::error::{ErrorClass, Exhausted, ResidencyError};
 use crate::error::{ForeignReason, ForeignResource};
 use crate::poison::PoisonFree;
 use crate::resources::image::ImageDesc;
@@ -105,6 +106,15 @@ pub enum ImagePoolError {
         /// The budget.
         budget: u64,
     },
+}
+
+impl ResidencyError for ImagePoolError {
+    fn class(&self) -> ErrorClass {
+        match self {
+            ImagePoolError::Memory(e) => e.class(),
+            ImagePoolError::OverBudget { .. } => ErrorClass::OutOfMemory(Exhausted::Budget),
+        }
+    }
 }
 
 /// A live image's charge: the pool's handle to its life and its bytes.

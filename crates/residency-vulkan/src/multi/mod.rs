@@ -26,6 +26,7 @@ pub use image_pool::{DeviceImagePool, ImagePoolError, ImagePoolStats, MultiImage
 use crate::device::blocks::MemoryError;
 use crate::device::set::DeviceSet;
 use crate::device::Device;
+use crate::error::{ErrorClass, ResidencyError};
 use crate::error::{ForeignReason, ForeignResource};
 use crate::poison::PoisonFree;
 use crate::pools::buffer_pool::{BufferInit, BufferPool, BufferPoolDesc, PoolStats};
@@ -158,6 +159,15 @@ pub enum MultiDeviceError<E: std::error::Error + 'static> {
     /// The mask names no device that exists.
     #[error("mask {0:?} names no open device")]
     EmptyMask(DeviceMask),
+}
+
+impl<E: ResidencyError + 'static> ResidencyError for MultiDeviceError<E> {
+    fn class(&self) -> ErrorClass {
+        match self {
+            MultiDeviceError::Failed { source, .. } => source.class(),
+            MultiDeviceError::MaskNotSubset { .. } | MultiDeviceError::EmptyMask(_) => ErrorClass::Refused,
+        }
+    }
 }
 
 impl<E: std::error::Error + 'static> MultiDeviceError<E> {

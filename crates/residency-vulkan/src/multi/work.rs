@@ -15,6 +15,7 @@
 use crate::device::life::{ForeignUse, Garbage, GpuUse, Life};
 use crate::device::set::DeviceSet;
 use crate::device::Device;
+use crate::error::{ErrorClass, ResidencyError};
 use crate::error::{Result as VkResult, VkResultExt, VulkanError};
 use crate::multi::MultiImage;
 use crate::multi::{
@@ -108,6 +109,12 @@ pub struct ViewRangeError {
     pub size: u64,
     /// The buffer's size.
     pub buffer_size: u64,
+}
+
+impl ResidencyError for ViewRangeError {
+    fn class(&self) -> ErrorClass {
+        ErrorClass::Refused
+    }
 }
 
 /// A [`BufferView`] resolved on one device: the instance there and the view's range in it.
@@ -259,6 +266,24 @@ pub enum WorkError {
     /// A Vulkan call failed.
     #[error(transparent)]
     Vulkan(#[from] VulkanError),
+}
+
+impl ResidencyError for WorkError {
+    fn class(&self) -> ErrorClass {
+        match self {
+            WorkError::Dispatch(e) => e.class(),
+            WorkError::Binding(e) => e.class(),
+            WorkError::Range(e) => e.class(),
+            WorkError::Program(e) => e.class(),
+            WorkError::Draw(e) => e.class(),
+            WorkError::Render(e) => e.class(),
+            WorkError::Vulkan(e) => e.class(),
+            WorkError::NotOnDevice { .. }
+            | WorkError::Copy { .. }
+            | WorkError::Timestamp { .. }
+            | WorkError::OtherProgram { .. } => ErrorClass::Refused,
+        }
+    }
 }
 
 /// The per-device descriptor sets of a work item: per device, the generations of the bound
@@ -593,6 +618,17 @@ pub enum TimelineError {
     /// A Vulkan call failed.
     #[error(transparent)]
     Vulkan(#[from] VulkanError),
+}
+
+impl ResidencyError for TimelineError {
+    fn class(&self) -> ErrorClass {
+        match self {
+            TimelineError::Vulkan(e) => e.class(),
+            TimelineError::NotIncreasing { .. } | TimelineError::DifferenceTooLarge { .. } => {
+                ErrorClass::Refused
+            }
+        }
+    }
 }
 
 /// One device's instance of a [`MultiTimeline`]: the semaphore, its device and that device's

@@ -3,6 +3,7 @@
 
 use crate::device::life::{ForeignUse, GpuUse};
 use crate::device::Device;
+use crate::error::{ErrorClass, ResidencyError};
 use crate::error::{VkResultExt, VulkanError};
 use crate::pipelines::descriptors::{shader_needs, Created, ProgramLayout};
 use crate::pipelines::shaders::Shader;
@@ -75,6 +76,18 @@ pub enum DispatchError {
         /// The program.
         program: String,
     },
+}
+
+impl ResidencyError for DispatchError {
+    fn class(&self) -> ErrorClass {
+        match self {
+            DispatchError::GroupCountOverLimit { .. }
+            | DispatchError::PushConstantSize { .. }
+            | DispatchError::WrongDevice { .. }
+            | DispatchError::ImageLayout { .. }
+            | DispatchError::ForeignSet { .. } => ErrorClass::Refused,
+        }
+    }
 }
 
 /// A program was refused before anything was created: its code is not SPIR-V, or the interface
@@ -195,6 +208,23 @@ pub enum ProgramError {
     /// A Vulkan call failed.
     #[error(transparent)]
     Vulkan(#[from] VulkanError),
+}
+
+impl ResidencyError for ProgramError {
+    fn class(&self) -> ErrorClass {
+        match self {
+            ProgramError::NotSpirv { source, .. } => source.class(),
+            ProgramError::Vulkan(e) => e.class(),
+            ProgramError::Stage { .. }
+            | ProgramError::Binding { .. }
+            | ProgramError::PushConstants { .. }
+            | ProgramError::Graphics { .. } => ErrorClass::Refused,
+            // The shader needs more than this device offers.
+            ProgramError::WorkgroupSize { .. }
+            | ProgramError::CapabilityMissing { .. }
+            | ProgramError::FeatureMissing { .. } => ErrorClass::Unsupported,
+        }
+    }
 }
 
 /// A compute shader with everything needed to dispatch it: its pipeline, layouts and descriptor

@@ -5,6 +5,7 @@
 
 use crate::device::life::{ForeignUse, Garbage, GpuUse, Life};
 use crate::device::Device;
+use crate::error::{ErrorClass, ResidencyError};
 use crate::error::{VkResultExt, VulkanError};
 use crate::format_map::vk_format;
 use crate::pipelines::spirv::{ImageShape, Numeric};
@@ -295,6 +296,20 @@ pub enum BindingError {
     /// Allocating the set (or a new descriptor pool when the current one is used up) failed.
     #[error(transparent)]
     Vulkan(#[from] VulkanError),
+}
+
+impl ResidencyError for BindingError {
+    fn class(&self) -> ErrorClass {
+        match self {
+            BindingError::Vulkan(e) => e.class(),
+            BindingError::Count { .. }
+            | BindingError::WrongDevice { .. }
+            | BindingError::Invalid { .. }
+            | BindingError::RangeUnderBlock { .. }
+            | BindingError::NotSparse { .. }
+            | BindingError::ViewShape { .. } => ErrorClass::Refused,
+        }
+    }
 }
 
 /// A descriptor set of one [`ComputeProgram`](crate::compute::ComputeProgram) or

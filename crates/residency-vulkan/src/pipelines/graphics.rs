@@ -5,6 +5,7 @@
 use crate::device::life::{ForeignUse, GpuUse};
 use crate::device::{Device, EnabledFeatures};
 use crate::error::VulkanError;
+use crate::error::{ErrorClass, ResidencyError};
 use crate::format_map::vk_format;
 use crate::pipelines::compute::{
     check_interface, Binding, BindingError, BindingKind, DescriptorSet, ProgramError,
@@ -105,6 +106,15 @@ pub enum RenderError {
     },
 }
 
+impl ResidencyError for RenderError {
+    fn class(&self) -> ErrorClass {
+        match self {
+            RenderError::WrongDevice(e) | RenderError::ImageLayout(e) => e.class(),
+            RenderError::Target { .. } => ErrorClass::Refused,
+        }
+    }
+}
+
 /// A bind or draw of a [`Drawing`] was refused before anything was recorded.
 #[derive(Debug, thiserror::Error)]
 pub enum DrawError {
@@ -163,6 +173,19 @@ pub enum DrawError {
     /// its binding's ([`VulkanError::ImageLayout`]).
     #[error("{0}")]
     ImageLayout(VulkanError),
+}
+
+impl ResidencyError for DrawError {
+    fn class(&self) -> ErrorClass {
+        match self {
+            DrawError::WrongDevice(e) | DrawError::ImageLayout(e) => e.class(),
+            DrawError::ForeignSet { .. }
+            | DrawError::PushConstantSize { .. }
+            | DrawError::Buffer { .. }
+            | DrawError::OutOfRange { .. }
+            | DrawError::NotBound { .. } => ErrorClass::Refused,
+        }
+    }
 }
 
 /// The commands of one render pass instance of [`GraphicsProgram::render`]: the pipeline,

@@ -3,6 +3,7 @@
 //! workgroup size, so that programs can refuse a shader whose interface does not match what they
 //! are created with. It reads; it does not validate the code (that is `spirv-val`'s job).
 
+use crate::error::{ErrorClass, ResidencyError};
 use crate::pipelines::compute::BindingKind;
 use std::collections::HashMap;
 
@@ -36,6 +37,17 @@ pub enum SpirvError {
         /// The id.
         id: u32,
     },
+}
+
+impl ResidencyError for SpirvError {
+    fn class(&self) -> ErrorClass {
+        match self {
+            SpirvError::NoHeader { .. }
+            | SpirvError::BadMagic { .. }
+            | SpirvError::Truncated { .. }
+            | SpirvError::UnknownId { .. } => ErrorClass::Refused,
+        }
+    }
 }
 
 /// The stage of an entry point (its execution model).

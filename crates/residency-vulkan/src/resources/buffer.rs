@@ -9,6 +9,7 @@ use crate::device::ledger::FaultSite;
 use crate::device::life::{ForeignUse, Garbage, GpuUse, Life};
 use crate::device::Device;
 use crate::error::VulkanError;
+use crate::error::{ErrorClass, ResidencyError};
 use crate::error::{ForeignReason, ForeignResource};
 use crate::format_map::vk_buffer_usage;
 use crate::memory::placement::{DedicatedTarget, PlaceRequest};
@@ -168,6 +169,15 @@ pub enum AccessError {
     /// Flushing or invalidating failed.
     #[error(transparent)]
     Vulkan(#[from] VulkanError),
+}
+
+impl ResidencyError for AccessError {
+    fn class(&self) -> ErrorClass {
+        match self {
+            AccessError::Vulkan(e) => e.class(),
+            AccessError::NotMappable { .. } | AccessError::OutOfBounds { .. } => ErrorClass::Refused,
+        }
+    }
 }
 
 impl Buffer {

@@ -167,6 +167,31 @@ pub enum SparseError {
     Vulkan(#[from] VulkanError),
 }
 
+impl ResidencyError for SparseError {
+    fn class(&self) -> ErrorClass {
+        match self {
+            SparseError::Desc(e) => e.class(),
+            SparseError::Unsupported(e) => e.class(),
+            SparseError::Layout(e) => e.class(),
+            SparseError::Commit(e) => e.class(),
+            SparseError::Plan(e) => e.class(),
+            SparseError::Memory(e) => e.class(),
+            SparseError::ReadBack(e) => e.class(),
+            SparseError::Upload(e) => e.class(),
+            SparseError::Vulkan(e) => e.class(),
+            SparseError::UsageUnsupported { .. } | SparseError::NoSparseQueue => ErrorClass::Unsupported,
+            SparseError::Incompatible { .. }
+            | SparseError::MissingUsage { .. }
+            | SparseError::PendingBinds { .. }
+            | SparseError::NotOwner { .. }
+            | SparseError::DuplicateOwner { .. }
+            | SparseError::ReadbackTooLarge { .. }
+            | SparseError::EmptyRegion { .. } => ErrorClass::Refused,
+        }
+    }
+}
+
+use crate::error::{ErrorClass, ResidencyError};
 use bind::*;
 use heaps::*;
 

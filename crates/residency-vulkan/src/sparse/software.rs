@@ -19,6 +19,7 @@ use crate::device::blocks::MemoryError;
 use crate::device::life::{ForeignUse, Garbage, GpuUse, Life, Parent, TileOwner, TileReturn};
 use crate::device::Device;
 use crate::error::VulkanError;
+use crate::error::{ErrorClass, Exhausted, ResidencyError};
 use crate::poison::PoisonFree;
 use crate::resources::image::{Image, ImageDesc};
 use crate::sparse::backend::{Checked, ResidencyBackend};
@@ -142,6 +143,30 @@ pub enum SoftwareError {
         /// Bytes given.
         got: u64,
     },
+}
+
+impl ResidencyError for SoftwareError {
+    fn class(&self) -> ErrorClass {
+        match self {
+            SoftwareError::Indirection(e) => e.class(),
+            SoftwareError::Memory(e) => e.class(),
+            SoftwareError::Vulkan(e) => e.class(),
+            SoftwareError::Upload(e) => e.class(),
+            SoftwareError::HardwareUnsupported(e) => e.class(),
+            SoftwareError::Layout(e) => e.class(),
+            SoftwareError::Commit(e) => e.class(),
+            SoftwareError::TooManyImages { .. } => ErrorClass::OutOfMemory(Exhausted::Capacity),
+            SoftwareError::UnsupportedFormat { .. } | SoftwareError::FormatNotSampleable { .. } => {
+                ErrorClass::Unsupported
+            }
+            SoftwareError::NotWholeBlocks { .. }
+            | SoftwareError::WrongTileSize { .. }
+            | SoftwareError::FormatMismatch { .. }
+            | SoftwareError::TileMismatch { .. }
+            | SoftwareError::NotResident { .. }
+            | SoftwareError::WrongRegionSize { .. } => ErrorClass::Refused,
+        }
+    }
 }
 
 impl Device {

@@ -47,6 +47,7 @@ mod texture;
 
 pub use texture::TextureViews;
 
+use crate::error::{ErrorClass, ResidencyError};
 use crate::poison::PoisonFree;
 use crate::sparse::software::SoftwareError;
 use crate::sparse::{SparseError, TileHeaps};
@@ -391,6 +392,34 @@ pub enum StreamError {
     /// A broken internal invariant (a bug).
     #[error("streamer bug: {0}")]
     Internal(String),
+}
+
+impl ResidencyError for StreamError {
+    fn class(&self) -> ErrorClass {
+        match self {
+            StreamError::Vulkan(e) => e.class(),
+            StreamError::Sparse(e) => e.class(),
+            StreamError::Software(e) => e.class(),
+            StreamError::Upload(e) => e.class(),
+            StreamError::Memory(e) => e.class(),
+            StreamError::Access(e) => e.class(),
+            StreamError::Streaming(e) => e.class(),
+            StreamError::Feedback(e) => e.class(),
+            StreamError::Layout(e) => e.class(),
+            StreamError::ForeignUse(e) => e.class(),
+            StreamError::Barrier(e) => e.class(),
+            StreamError::Copy(e) => e.class(),
+            StreamError::Desc(e) => e.class(),
+            StreamError::Priming { source, .. } => source.class(),
+            StreamError::MissingFeature { .. }
+            | StreamError::UnsupportedSource { .. }
+            | StreamError::SoftwareBlockCompressed { .. } => ErrorClass::Unsupported,
+            StreamError::Readers(_) | StreamError::FrameOrder(_) | StreamError::ForeignTexture(_) => {
+                ErrorClass::Refused
+            }
+            StreamError::Internal(_) => ErrorClass::Unexpected,
+        }
+    }
 }
 
 /// A texture added to a [`Streamer`]. [`Streamer::remove_texture`] removes it at once (with a

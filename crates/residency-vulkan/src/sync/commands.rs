@@ -9,6 +9,7 @@ use crate::device::ledger::FaultSite;
 use crate::device::life::GpuUse;
 use crate::device::lock::Lock;
 use crate::device::Device;
+use crate::error::{ErrorClass, ResidencyError};
 use crate::error::{Result, VkResultExt, VulkanError};
 use crate::resources::buffer::{AccessError, Buffer, BufferDesc};
 use crate::sync::recording::Recording;
@@ -58,6 +59,19 @@ pub enum ReadBackError {
     /// A Vulkan call failed.
     #[error(transparent)]
     Vulkan(#[from] VulkanError),
+}
+
+impl ResidencyError for ReadBackError {
+    fn class(&self) -> ErrorClass {
+        match self {
+            ReadBackError::Memory(e) => e.class(),
+            ReadBackError::Access(e) => e.class(),
+            ReadBackError::Vulkan(e) => e.class(),
+            ReadBackError::OutOfBounds { .. }
+            | ReadBackError::Refused { .. }
+            | ReadBackError::Invalid { .. } => ErrorClass::Refused,
+        }
+    }
 }
 
 /// A submitted batch; wait for it with [`CommandContext::wait`] of the context that made it.

@@ -25,6 +25,7 @@
 use crate::device::life::{ForeignUse, Garbage, GpuUse, Life};
 use crate::device::Device;
 use crate::error::VulkanError;
+use crate::error::{ErrorClass, ResidencyError};
 use crate::format_map::aspect;
 use crate::resources::buffer::Buffer;
 use crate::resources::image::{Image, Layouts};
@@ -448,6 +449,16 @@ pub enum BarrierError {
     },
 }
 
+impl ResidencyError for BarrierError {
+    fn class(&self) -> ErrorClass {
+        match self {
+            BarrierError::UnsupportedStages { .. }
+            | BarrierError::AccessWithoutStage { .. }
+            | BarrierError::QueueFamily { .. } => ErrorClass::Refused,
+        }
+    }
+}
+
 type Stage = vk::PipelineStageFlags2;
 type Access = vk::AccessFlags2;
 
@@ -600,6 +611,16 @@ pub enum CopyError {
     },
 }
 
+impl ResidencyError for CopyError {
+    fn class(&self) -> ErrorClass {
+        match self {
+            CopyError::TooSmall(e) => e.class(),
+            CopyError::WrongDevice(e) | CopyError::ImageLayout(e) => e.class(),
+            CopyError::Invalid { .. } => ErrorClass::Refused,
+        }
+    }
+}
+
 /// A copy into a buffer too small for the image's mip 0.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("{buffer} holds {size} bytes; mip 0 of {image} needs {needed}")]
@@ -612,6 +633,12 @@ pub struct CopyTooSmall {
     pub size: u64,
     /// Bytes of the image's mip 0.
     pub needed: u64,
+}
+
+impl ResidencyError for CopyTooSmall {
+    fn class(&self) -> ErrorClass {
+        ErrorClass::Refused
+    }
 }
 
 /// Whether the byte ranges `a..a + a_len` and `b..b + b_len` share a byte (no overflow).

@@ -13,6 +13,7 @@
 //! handle only releases it once the tracker lets go too.
 
 use crate::device::life::Life;
+use crate::error::{ErrorClass, ResidencyError};
 use crate::format_map::aspect;
 use crate::resources::buffer::{Buffer, BufferPlacement};
 use crate::resources::image::{Image, Layouts};
@@ -68,7 +69,13 @@ struct Tracked {
 /// A barrier batch could not be recorded; nothing was recorded.
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
-    /// A barrier names a resource the tracker holds no handle for on the recording's device.
+    /// A barrier names a resource the tracker holds no handle for on the recording's device
+    /// ([`SyncError::UnknownResource`]), a buffer barrier covers bytes outside its buffer
+    /// ([`SyncError::BytesOutOfBounds`]: `offset + size` past the end, wrapped, or an empty range;
+    /// `VK_WHOLE_SIZE`, `u64::MAX`, covers from `offset` to the end), or an image barrier covers
+    /// subresources outside its image ([`SyncError::SubresourcesOutOfBounds`]: a count of 0, a
+    /// base past the end, `base + count` past the end or wrapped; `VK_REMAINING_*`, `u32::MAX`,
+    /// covers from the base to the end).
     #[error(transparent)]
     Sync(#[from] SyncError),
     /// A barrier's stages, accesses or queue families are not allowed on the recording's device.
@@ -78,46 +85,6 @@ pub enum RecordError {
     /// image in ([`VulkanError::ImageLayout`](crate::VulkanError::ImageLayout)).
     #[error("{0}")]
     ImageLayout(crate::error::VulkanError),
-    /// A buffer barrier covers bytes outside its buffer (`offset + size` past the end, wrapped,
-    /// or an empty range; `VK_WHOLE_SIZE` covers from `offset` to the end).
-    #[error("a barrier of buffer {resource:?} ({name}) covers {size} bytes at {offset}, outside its {buffer_size} bytes")]
-    BufferRange {
-        /// The buffer (or page) the barrier names.
-        resource: ResourceId,
-        /// Its name.
-        name: String,
-        /// The barrier's offset.
-        offset: u64,
-        /// The barrier's size (`VK_WHOLE_SIZE` = `u64::MAX`).
-        size: u64,
-        /// The buffer's size.
-        buffer_size: u64,
-    },
-    /// An image barrier covers subresources outside its image (a count of 0, a base past the
-    /// end, `base + count` past the end or wrapped; `VK_REMAINING_*` covers from the base to the
-    /// end).
-    #[error(
-        "a barrier of image {resource:?} ({name}) covers mips {base_mip}+{mip_count}, layers \
-         {base_layer}+{layer_count}, outside its {mip_levels} mips and {array_layers} layers"
-    )]
-    Subresources {
-        /// The image.
-        resource: ResourceId,
-        /// Its name.
-        name: String,
-        /// The barrier's first mip.
-        base_mip: u32,
-        /// The barrier's mip count (`VK_REMAINING_MIP_LEVELS` = `u32::MAX`).
-        mip_count: u32,
-        /// The barrier's first layer.
-        base_layer: u32,
-        /// The barrier's layer count (`VK_REMAINING_ARRAY_LAYERS` = `u32::MAX`).
-        layer_count: u32,
-        /// The image's mips.
-        mip_levels: u32,
-        /// The image's layers.
-        array_layers: u32,
-    },
     /// An image barrier's aspects are not its image's aspects.
     #[error("a barrier of image {resource:?} ({name}) names aspects {given:?}; the image has {image:?}")]
     Aspects {
@@ -162,6 +129,19 @@ pub enum RecordError {
         /// Why it is refused.
         reason: &'static str,
     },
+}
+
+impl ResidencyError for RecordError {
+    fn class(&self) -> ErrorClass {
+        match self {
+            RecordError::Sync(e) => e.class(),
+            RecordError::Barrier(e) => e.class(),
+            RecordError::ImageLayout(e) => e.class(),
+            RecordError::Aspects { .. } | RecordError::Layout { .. } | RecordError::Ownership { .. } => {
+                ErrorClass::Refused
+            }
+        }
+    }
 }
 
 /// The range `base..base + count` of `total` (mips or layers) a barrier covers, `count` being
@@ -340,8 +320,10 @@ impl ResourceTracker {
     ///   [`SyncError::UnknownResource`] naming it;
     /// - stages or accesses the device does not allow, or a queue family it does not have:
     ///   [`BarrierError`];
-    /// - bytes outside the buffer ([`RecordError::BufferRange`]; `VK_WHOLE_SIZE` is to the end);
-    /// - mips or layers outside the image, with checked arithmetic ([`RecordError::Subresources`];
+    /// - bytes outside the buffer ([`SyncError::BytesOutOfBounds`]; `VK_WHOLE_SIZE` is to the
+    ///   end);
+    /// - mips or layers outside the image, with checked arithmetic
+    ///   ([`SyncError::SubresourcesOutOfBounds`];
     ///   `VK_REMAINING_MIP_LEVELS` / `VK_REMAINING_ARRAY_LAYERS` are resolved against the image,
     ///   so the layout record covers exactly what the GPU transitions);
     /// - aspects other than the image's ([`RecordError::Aspects`]);
@@ -436,13 +418,13 @@ impl ResourceTracker {
                 b.size > 0 && b.offset.checked_add(b.size).is_some_and(|end| end <= buffer_size)
             };
             if !fits {
-                return Err(RecordError::BufferRange {
+                return Err(RecordError::Sync(SyncError::BytesOutOfBounds {
                     resource: b.resource,
                     name: tracked.name.clone(),
                     offset: b.offset,
                     size: b.size,
                     buffer_size,
-                });
+                }));
             }
             let (src_family, dst_family) =
                 ownership(b.resource, tracked, false, b.src_queue_family, b.dst_queue_family)?;
@@ -476,16 +458,13 @@ impl ResourceTracker {
             let (Some(mip_range), Some(layer_range)) =
                 (covered(r.base_mip, r.mip_count, mips), covered(r.base_layer, r.layer_count, layers))
             else {
-                return Err(RecordError::Subresources {
+                return Err(RecordError::Sync(SyncError::SubresourcesOutOfBounds {
                     resource: b.resource,
                     name: name(),
-                    base_mip: r.base_mip,
-                    mip_count: r.mip_count,
-                    base_layer: r.base_layer,
-                    layer_count: r.layer_count,
+                    range: *r,
                     mip_levels: mips,
                     array_layers: layers,
-                });
+                }));
             };
             let given = vk::ImageAspectFlags::from_raw(b.aspects.bits());
             if given != aspects {

@@ -176,6 +176,30 @@ pub enum UploadError {
     Vulkan(#[from] VulkanError),
 }
 
+impl ResidencyError for UploadError {
+    fn class(&self) -> ErrorClass {
+        match self {
+            UploadError::Memory(e) => e.class(),
+            UploadError::Vulkan(e) => e.class(),
+            // Submit the recordings that hold the ring's copies (or wait for them), then retry.
+            UploadError::RingBusy => ErrorClass::OutOfMemory(Exhausted::Capacity),
+            UploadError::Layout { .. }
+            | UploadError::OutOfBounds { .. }
+            | UploadError::UnknownTexelSize { .. }
+            | UploadError::NotCopyDestination { .. }
+            | UploadError::TooLarge { .. }
+            | UploadError::WrongDevice { .. }
+            | UploadError::RingTooSmall { .. }
+            | UploadError::WrongSize { .. }
+            | UploadError::RegionOutsideImage { .. }
+            | UploadError::RegionMisaligned { .. }
+            | UploadError::Aspect { .. }
+            | UploadError::Multisampled { .. }
+            | UploadError::Readers { .. } => ErrorClass::Refused,
+        }
+    }
+}
+
 /// Records `copies` out of `staging` into `cmd`.
 fn record_copies(device: &Device, cmd: vk::CommandBuffer, staging: vk::Buffer, copies: &[PendingCopy]) {
     // SAFETY: `cmd` is recording on `device`, outside a render pass; the staging buffer and every
@@ -1150,6 +1174,7 @@ impl ImageTarget for Image {}
 
 // Whole-image conveniences that submit on the universal queue (sync-level: they record and
 // submit), beside the uploads.
+use crate::error::{ErrorClass, Exhausted, ResidencyError};
 use crate::format_map::aspect;
 use crate::resources::image::Image;
 

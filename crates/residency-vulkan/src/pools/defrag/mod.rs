@@ -31,6 +31,7 @@ use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 
 mod images;
+use crate::error::{ErrorClass, ResidencyError};
 use images::ImageCopies;
 
 /// What one pass may move, and whether it repacks. Defaults: 64 MiB and 256 moves, repacking
@@ -160,6 +161,15 @@ pub enum DefragError {
     /// The copy's submission failed.
     #[error(transparent)]
     Vulkan(#[from] VulkanError),
+}
+
+impl ResidencyError for DefragError {
+    fn class(&self) -> ErrorClass {
+        match self {
+            DefragError::Memory(e) => e.class(),
+            DefragError::Vulkan(e) => e.class(),
+        }
+    }
 }
 
 /// Carries out defragmentation passes on one device. See the module documentation.
