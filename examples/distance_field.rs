@@ -13,15 +13,14 @@
 //!
 //! Run: `RESIDENCY_VALIDATION=sync cargo run --example distance_field`
 
-use residency::core::format::Format;
-use residency::core::memory::MemoryIntent;
-use residency::core::tiles::{SparseImageDesc, TexelRegion, TilePoolDesc};
-use residency::core::usage::BufferUsage;
 use residency::vulkan::ash::vk;
 use residency::vulkan::compute::{Binding, ComputeProgram};
 use residency::vulkan::shaders;
-use residency::vulkan::sparse::{SparseImage, SparseTilePool};
-use residency::vulkan::{BufferDesc, Device, DeviceSet, DeviceSetDesc, Filter, ImageRegion, Uploader};
+use residency::vulkan::sparse::{SparseImage, SparseImageDesc, SparseTilePool, TexelRegion, TilePoolDesc};
+use residency::vulkan::{
+    BufferDesc, BufferUsage, Device, DeviceSet, DeviceSetDesc, Filter, Format, ImageRegion, MemoryIntent,
+    Uploader,
+};
 use std::sync::Arc;
 
 /// The volume's side in texels.

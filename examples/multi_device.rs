@@ -10,10 +10,6 @@
 //!
 //! Run: `cargo run --release --example multi_device -- [MIB]` (default 64 MiB of vertices).
 
-use residency::core::device_mask::{DeviceIndex, DeviceMask};
-use residency::core::format::Format;
-use residency::core::tiles::{SparseImageDesc, TexelRegion, TilePoolDesc};
-use residency::core::usage::{BufferPoolUsage, BufferUsage};
 use residency::vulkan::ash::vk;
 use residency::vulkan::compute::Binding;
 use residency::vulkan::multi::work::{
@@ -23,7 +19,11 @@ use residency::vulkan::multi::{
     MultiBufferPool, MultiDevice, MultiSparseImage, MultiTilePool, MultiUploader,
 };
 use residency::vulkan::shaders;
-use residency::vulkan::{BufferInit, BufferPoolDesc, DeviceSet, DeviceSetDesc, Filter};
+use residency::vulkan::sparse::{SparseImageDesc, TexelRegion, TilePoolDesc};
+use residency::vulkan::{
+    BufferInit, BufferPoolDesc, BufferPoolUsage, BufferUsage, DeviceIndex, DeviceMask, DeviceSet,
+    DeviceSetDesc, Filter, Format,
+};
 use std::time::Instant;
 
 /// MiB of vertices when no size is given (the README's).

@@ -31,9 +31,9 @@
 #[path = "virtual_texture.rs"]
 mod scene;
 
-use residency::core::tiles::ResidencyPath;
 use residency::vulkan::ash::{self, vk};
 use residency::vulkan::graphics::Drawing;
+use residency::vulkan::sparse::ResidencyPath;
 use residency::vulkan::streaming::{Streamer, StreamerDesc};
 use residency::vulkan::{shaders, DeviceSet, EnabledFeatures, ExternalDevice, Filter, Recording};
 use std::ffi::c_void;

@@ -8,14 +8,13 @@
 //!
 //! Run: `RESIDENCY_VALIDATION=sync cargo run --example placed_buffers`
 
-use residency::core::memory::MemoryIntent;
-use residency::core::usage::{BufferPoolUsage, BufferUsage};
 use residency::vulkan::ash::vk;
 use residency::vulkan::compute::{Binding, ComputeProgram};
 use residency::vulkan::recording::MemoryDependency;
 use residency::vulkan::shaders;
 use residency::vulkan::{
-    BufferDesc, BufferInit, BufferPool, BufferPoolDesc, Device, DeviceSet, DeviceSetDesc, Recording, Uploader,
+    BufferDesc, BufferInit, BufferPool, BufferPoolDesc, BufferPoolUsage, BufferUsage, Device, DeviceSet,
+    DeviceSetDesc, MemoryIntent, Recording, Uploader,
 };
 use std::sync::Arc;
 

@@ -8,15 +8,16 @@
 //!
 //! Run: `RESIDENCY_VALIDATION=sync cargo run --example sparse_texture`
 
-use residency::core::format::Format;
-use residency::core::memory::MemoryIntent;
-use residency::core::tiles::{SparseImageDesc, TexelRegion, TileCoord, TilePoolDesc};
-use residency::core::usage::BufferUsage;
 use residency::vulkan::ash::vk;
 use residency::vulkan::compute::{Binding, ComputeProgram};
 use residency::vulkan::shaders;
-use residency::vulkan::sparse::{MinLodMap, SparseImage, SparseTilePool};
-use residency::vulkan::{BufferDesc, Device, DeviceSet, DeviceSetDesc, Filter, ImageRegion, Uploader};
+use residency::vulkan::sparse::{
+    MinLodMap, SparseImage, SparseImageDesc, SparseTilePool, TexelRegion, TileCoord, TilePoolDesc,
+};
+use residency::vulkan::{
+    BufferDesc, BufferUsage, Device, DeviceSet, DeviceSetDesc, Filter, Format, ImageRegion, MemoryIntent,
+    Uploader,
+};
 use std::sync::Arc;
 
 const SIZE: u32 = 16384;

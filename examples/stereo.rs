@@ -22,14 +22,6 @@
 //!
 //! Run: `RESIDENCY_VALIDATION=sync cargo run --release --example stereo [-- [all] [auto|hardware|software]]`
 
-use residency::core::device_mask::{DeviceIndex, DeviceMask};
-use residency::core::format::Format;
-use residency::core::memory::MemoryIntent;
-use residency::core::streaming::{CacheStats, DecodedTileCache, FeedbackSampling, FnSource, TileSource};
-use residency::core::sync::{Region, ResourceId, TrackerOptions, Use};
-use residency::core::tiles::ResidencyPath;
-use residency::core::usage::{BufferUsage, ImageUsage};
-use residency::core::vt_file::VtDesc;
 use residency::vulkan::ash::vk;
 use residency::vulkan::compute::{Binding, DescriptorSet, ViewRef};
 use residency::vulkan::graphics::{Drawing, GraphicsProgram, VertexAttribute};
@@ -37,11 +29,15 @@ use residency::vulkan::multi::streaming::{MultiStreamer, MultiVirtualTexture};
 use residency::vulkan::multi::work::{MultiGraphicsProgram, MultiSubmitter, MultiTimestamps};
 use residency::vulkan::multi::{MultiBuffer, MultiDevice, MultiImage, MultiUploader};
 use residency::vulkan::recording::MemoryDependency;
-use residency::vulkan::streaming::{FrameBindings, StreamerDesc, TextureViews};
-use residency::vulkan::tracking::ResourceTracker;
+use residency::vulkan::sparse::ResidencyPath;
+use residency::vulkan::streaming::{
+    CacheStats, DecodedTileCache, FeedbackSampling, FnSource, FrameBindings, StreamerDesc, TextureViews,
+    TileSource, VtDesc,
+};
+use residency::vulkan::tracking::{Region, ResourceId, ResourceTracker, TrackerOptions, Use};
 use residency::vulkan::{
-    shaders, Buffer, BufferDesc, Device, DeviceSet, DeviceSetDesc, Filter, Image, ImageDesc, ImageRegion,
-    ImageView, Recording, Sampler,
+    shaders, Buffer, BufferDesc, BufferUsage, Device, DeviceIndex, DeviceMask, DeviceSet, DeviceSetDesc,
+    Filter, Format, Image, ImageDesc, ImageRegion, ImageUsage, ImageView, MemoryIntent, Recording, Sampler,
 };
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -14,16 +14,13 @@
 //!
 //! Run: `RESIDENCY_VALIDATION=sync cargo run --example texture_array`
 
-use residency::core::format::Format;
-use residency::core::memory::MemoryIntent;
-use residency::core::tiles::{SparseImageDesc, TexelRegion, TilePoolDesc};
-use residency::core::usage::BufferUsage;
 use residency::vulkan::ash::vk;
 use residency::vulkan::compute::{Binding, ComputeProgram};
 use residency::vulkan::shaders;
-use residency::vulkan::sparse::{SparseImage, SparseTilePool};
+use residency::vulkan::sparse::{SparseImage, SparseImageDesc, SparseTilePool, TexelRegion, TilePoolDesc};
 use residency::vulkan::{
-    Buffer, BufferDesc, Device, DeviceSet, DeviceSetDesc, Filter, ImageRegion, Sampler, Uploader,
+    Buffer, BufferDesc, BufferUsage, Device, DeviceSet, DeviceSetDesc, Filter, Format, ImageRegion,
+    MemoryIntent, Sampler, Uploader,
 };
 use std::sync::Arc;
 

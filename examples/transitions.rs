@@ -9,21 +9,16 @@
 //!
 //! Run: `RESIDENCY_VALIDATION=sync cargo run --example transitions`
 
-use residency::core::device_mask::DeviceIndex;
-use residency::core::format::Format;
-use residency::core::memory::MemoryIntent;
-use residency::core::sync::{
-    PagedBufferDesc, QueueFamily, Region, ResourceId, StateTracker, TrackedBufferDesc, TrackerOptions, Use,
-};
-use residency::core::usage::{BufferPoolUsage, BufferUsage, ImageUsage};
+use residency::core::sync::{PagedBufferDesc, QueueFamily, TrackedBufferDesc};
 use residency::vulkan::ash::vk;
 use residency::vulkan::compute::{Binding, ComputeProgram};
 use residency::vulkan::graphics::{GraphicsProgram, VertexAttribute};
 use residency::vulkan::shaders;
-use residency::vulkan::tracking::ResourceTracker;
+use residency::vulkan::tracking::{Region, ResourceId, ResourceTracker, StateTracker, TrackerOptions, Use};
 use residency::vulkan::transient::{TransientPool, TransientRequest};
 use residency::vulkan::{
-    BufferDesc, BufferInit, BufferPool, BufferPoolDesc, Device, DeviceSet, DeviceSetDesc, ImageDesc, Uploader,
+    BufferDesc, BufferInit, BufferPool, BufferPoolDesc, BufferPoolUsage, BufferUsage, Device, DeviceIndex,
+    DeviceSet, DeviceSetDesc, Format, ImageDesc, ImageUsage, MemoryIntent, Uploader,
 };
 use std::sync::Arc;
 

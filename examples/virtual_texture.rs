@@ -22,21 +22,18 @@
 //!
 //! Run: `RESIDENCY_VALIDATION=sync cargo run --release --example virtual_texture [-- hardware|software]`
 
-use residency::core::format::Format;
-use residency::core::memory::MemoryIntent;
-use residency::core::streaming::{FnSource, TileSource};
-use residency::core::sync::{Region, ResourceId, TrackerOptions, Use};
-use residency::core::tiles::ResidencyPath;
-use residency::core::usage::{BufferUsage, ImageUsage};
-use residency::core::vt_file::VtDesc;
 use residency::vulkan::ash::vk;
 use residency::vulkan::compute::{Binding, DescriptorSet, ViewRef};
 use residency::vulkan::graphics::{Drawing, GraphicsProgram, VertexAttribute};
-use residency::vulkan::streaming::{FrameBindings, Streamer, StreamerDesc, TextureViews, VirtualTexture};
-use residency::vulkan::tracking::ResourceTracker;
+use residency::vulkan::sparse::ResidencyPath;
+use residency::vulkan::streaming::{
+    FnSource, FrameBindings, Streamer, StreamerDesc, TextureViews, TileSource, VirtualTexture, VtDesc,
+};
+use residency::vulkan::tracking::{Region, ResourceId, ResourceTracker, TrackerOptions, Use};
 use residency::vulkan::{
-    shaders, Buffer, BufferDesc, CommandContext, Device, DeviceSet, DeviceSetDesc, Filter, Image, ImageDesc,
-    ImageRegion, ImageView, Recording, Sampler, Submission, Uploader,
+    shaders, Buffer, BufferDesc, BufferUsage, CommandContext, Device, DeviceSet, DeviceSetDesc, Filter,
+    Format, Image, ImageDesc, ImageRegion, ImageUsage, ImageView, MemoryIntent, Recording, Sampler,
+    Submission, Uploader,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -21,7 +21,7 @@ mod transitions;
 #[path = "../examples/virtual_texture.rs"]
 mod virtual_texture;
 
-use residency::core::tiles::ResidencyPath;
+use residency::vulkan::sparse::ResidencyPath;
 use residency::vulkan::testing::{expect_validation_problem, with_gpu};
 
 #[test]

@@ -11,10 +11,9 @@
 //! each one (`memory` numbers the `VkDeviceMemory` objects in order of first use), then released.
 
 use anyhow::Context;
-use residency::core::device_mask::DeviceIndex;
-use residency::core::placement::{answer_request, DiscardMessages, PlacementEngine, RequirementsSource};
-use residency::core::profile::DeviceProfile;
-use residency::vulkan::{DeviceSet, DeviceSetDesc};
+use residency::core::placement::{answer_request, DiscardMessages, PlacementEngine};
+use residency::vulkan::requirements::RequirementsSource;
+use residency::vulkan::{DeviceIndex, DeviceProfile, DeviceSet, DeviceSetDesc};
 use std::io::Read;
 use std::process::ExitCode;
 
@@ -53,7 +52,7 @@ pub fn run(args: &AllocInfoArgs) -> anyhow::Result<ExitCode> {
 /// The engine's answer, then the resources created on the device: the real offsets.
 fn place(device: &residency::vulkan::Device, input: &str) -> anyhow::Result<ExitCode> {
     use residency::core::placement::parse_request;
-    use residency::core::usage::BufferUsage;
+    use residency::vulkan::BufferUsage;
     use residency::vulkan::PlacementPolicy;
     let engine = PlacementEngine::new(device);
     let info = match answer_request(&engine, input, &mut DiscardMessages) {

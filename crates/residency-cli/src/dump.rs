@@ -4,16 +4,11 @@
 //! totals, each resource's bytes on each device it lives on).
 
 use anyhow::Context;
-use residency::core::device_mask::DeviceIndex;
-use residency::core::device_mask::DeviceMask;
-use residency::core::memory::MemoryIntent;
-use residency::core::report::{
-    format_bytes, to_json, to_svg_with, to_vma_json, DeviceSetReport, MemoryReport, SvgOptions, SvgScale,
-};
-use residency::core::usage::{BufferPoolUsage, BufferUsage};
+use residency::core::report::{format_bytes, to_json, to_svg_with, to_vma_json, SvgOptions, SvgScale};
 use residency::vulkan::multi::{MultiBuffer, MultiBufferPool, MultiDevice, MultiPool};
 use residency::vulkan::{
-    Buffer, BufferDesc, BufferInit, BufferPool, BufferPoolDesc, Device, DeviceSet, DeviceSetDesc,
+    Buffer, BufferDesc, BufferInit, BufferPool, BufferPoolDesc, BufferPoolUsage, BufferUsage, Device,
+    DeviceIndex, DeviceMask, DeviceSet, DeviceSetDesc, DeviceSetReport, MemoryIntent, MemoryReport,
     ReportSources,
 };
 use std::fmt::Write as _;

@@ -1,9 +1,7 @@
 //! `residency info`: device capabilities as a table or as device-profile JSON.
 
 use anyhow::Context;
-use residency::core::device_mask::DeviceMask;
-use residency::core::profile::DeviceProfile;
-use residency::vulkan::{DeviceSet, DeviceSetDesc};
+use residency::vulkan::{DeviceMask, DeviceProfile, DeviceSet, DeviceSetDesc};
 use std::fmt::Write as _;
 use std::process::ExitCode;
 

@@ -3,11 +3,12 @@
 //! what the allocator did next to what the engine computed (`alloc-info --place`, the tour).
 
 use anyhow::Context;
-use residency::core::placement::{ResourceDesc, ResourceDimension};
-use residency::core::profile::ImageDimension;
-use residency::core::usage::{BufferUsage, ImageUsage};
+use residency::core::placement::ResourceDimension;
 use residency::vulkan::ash::vk;
-use residency::vulkan::{Buffer, BufferDesc, Device, Image, ImageDesc, PlacementPolicy};
+use residency::vulkan::{
+    Buffer, BufferDesc, BufferUsage, Device, Image, ImageDesc, ImageDimension, ImageUsage, PlacementPolicy,
+    ResourceDesc,
+};
 
 /// One resource created for real: where the allocator put it.
 #[derive(Debug, Clone, Copy, serde::Serialize)]

@@ -24,7 +24,8 @@ pub use texture_set::build_texture_set;
 
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
-use residency::core::vt_file::{Compression, VtDesc, VtWriter};
+use residency::core::vt_file::{Compression, VtWriter};
+use residency::vulkan::streaming::VtDesc;
 use std::borrow::Cow;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};

@@ -6,11 +6,34 @@
 //!   order and opens a logical [`Device`] on each, with a universal queue and a sparse-binding queue.
 //! - [`ValidationMode`], [`ValidationLog`]: the debug messenger that routes validation messages to
 //!   `tracing` and counts them.
-//! - [`DeviceProfile`](residency_core::profile::DeviceProfile) capture: [`Device::profile`].
+//! - [`DeviceProfile`] capture: [`Device::profile`].
 //! - [`sparse::ResidencyBackend`]: one API over both residency paths (hardware [`sparse`],
 //!   [`sparse::software`]),
 //!   validated once for both.
 //! - [`testing`]: the GPU test harness (one device set per test binary, validation failures fail tests).
+//!
+//! ## The core's types
+//!
+//! A program that uses this crate needs no other: every `residency-core` type that its public
+//! signatures take or return (arguments, return values, public fields, error variants, trait
+//! items) is re-exported here, once, and so are the core types a caller needs to build those
+//! values or to drive the core objects this crate hands out: a [`tracking::Use`] and
+//! [`tracking::Region`] for the tracker's [`tracking::Batch`], a [`sparse::TileCoord`] for a
+//! tile, the [`streaming::TileSource`] implementations [`streaming::FnSource`] and
+//! [`streaming::RvtSource`]. Where one lives follows the core module it comes from, mirrored:
+//!
+//! | core module | here |
+//! |---|---|
+//! | `tiles` (tile math, sparse residency, the residency path) | [`sparse`]; the software path's indirection types in [`sparse::software`] |
+//! | `streaming`, and `vt_file`'s [`streaming::VtDesc`] | [`streaming`] |
+//! | `sync` (state tracking, uses, barriers) | [`tracking`]; the transient planner's results in [`transient`] |
+//! | `placement`'s requirement queries | [`requirements`]; `profile`'s probe descriptions in [`profile_capture`] |
+//! | `format`, `usage`, `memory`, `device_mask`, `desc`, `allocator`, `placement`, `profile`, `report` | the crate root |
+//!
+//! The rest of the core stays at `residency_core` alone: what runs without a device and that no
+//! signature here takes (the placement engine answering requests from a profile, `.rvt` writing,
+//! report rendering to SVG and charts, tile-math functions, a standalone `StateTracker`'s
+//! registrations).
 
 // The folders are layers, bottom to top (docs/ARCHITECTURE.md; the order is checked by
 // tests/layering.rs): device, memory, resources, sync, pools, sparse (residency), pipelines,
@@ -60,3 +83,18 @@ pub use sync::frame::PendingFrame;
 pub use sync::recording::Recording;
 pub use sync::upload::{ImageRegion, ImageTarget, UploadError, Uploader, PARALLEL_COPY_PIECE};
 pub use validation::{Severity, ValidationLog, ValidationMessage, ValidationMode};
+
+// The core types the root's signatures take (see "The core's types" above); the module-specific
+// ones are re-exported by their modules (sparse, streaming, tracking, transient, requirements,
+// profile_capture). Each core item is re-exported once (tests/public_face.rs).
+pub use residency_core::allocator::{
+    AllocError, InvariantError, LinearError, LinearInvariantError, LinearMode, Repack, ResourceKind,
+};
+pub use residency_core::desc::DescError;
+pub use residency_core::device_mask::{DeviceIndex, DeviceMask};
+pub use residency_core::format::Format;
+pub use residency_core::memory::{HeapBudget, MemoryIntent};
+pub use residency_core::placement::{Message, PlacementError, ResourceDesc};
+pub use residency_core::profile::{DeviceProfile, ImageDimension, Limits, MemoryHeap, MemoryProperties};
+pub use residency_core::report::{DeviceSetReport, MemoryReport, PoolReport};
+pub use residency_core::usage::{BufferPoolUsage, BufferUsage, ImageUsage};

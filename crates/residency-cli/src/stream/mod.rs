@@ -13,12 +13,11 @@ pub use report::{StreamReport, SweepPoint};
 
 use anyhow::Context;
 use report::{mean, percentile, psnr_of, Finished};
-use residency::core::format::Format;
-use residency::core::streaming::{FeedbackSampling, RvtSource, TileSource};
-use residency::core::tiles::{software_slot_bytes, ResidencyPath, SOFTWARE_TILE_SIDE};
+use residency::core::tiles::{software_slot_bytes, SOFTWARE_TILE_SIDE};
 use residency::vulkan::sparse::software::DEFAULT_BORDER;
-use residency::vulkan::streaming::{Streamer, StreamerDesc};
-use residency::vulkan::{CommandContext, Device, DeviceSet, DeviceSetDesc, Submission};
+use residency::vulkan::sparse::ResidencyPath;
+use residency::vulkan::streaming::{FeedbackSampling, RvtSource, Streamer, StreamerDesc, TileSource};
+use residency::vulkan::{CommandContext, Device, DeviceSet, DeviceSetDesc, Format, Submission};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -8,21 +8,16 @@
 //! nothing of the streaming protocol.
 
 use anyhow::Context;
-use residency::core::format::Format;
-use residency::core::memory::MemoryIntent;
-use residency::core::streaming::{RvtSource, TileSource};
-use residency::core::sync::{Region, ResourceId, TrackerOptions, Use};
-use residency::core::tiles::ResidencyPath;
-use residency::core::usage::{BufferUsage, ImageUsage};
 use residency::vulkan::ash::vk;
 use residency::vulkan::compute::{Binding, DescriptorSet, ViewRef};
 use residency::vulkan::graphics::{Drawing, GraphicsProgram, VertexAttribute};
 use residency::vulkan::recording::Timestamps;
-use residency::vulkan::streaming::{FrameBindings, TextureViews};
-use residency::vulkan::tracking::ResourceTracker;
+use residency::vulkan::sparse::ResidencyPath;
+use residency::vulkan::streaming::{FrameBindings, RvtSource, TextureViews, TileSource};
+use residency::vulkan::tracking::{Region, ResourceId, ResourceTracker, TrackerOptions, Use};
 use residency::vulkan::{
-    shaders, Buffer, BufferDesc, Device, Filter, Image, ImageDesc, ImageRegion, ImageView, Recording,
-    Sampler, Uploader,
+    shaders, Buffer, BufferDesc, BufferUsage, Device, Filter, Format, Image, ImageDesc, ImageRegion,
+    ImageUsage, ImageView, MemoryIntent, Recording, Sampler, Uploader,
 };
 use std::sync::Arc;
 

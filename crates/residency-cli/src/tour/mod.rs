@@ -17,8 +17,7 @@ mod steps;
 mod streaming;
 
 use anyhow::Context;
-use residency::core::device_mask::DeviceMask;
-use residency::vulkan::{DeviceSet, DeviceSetDesc};
+use residency::vulkan::{DeviceMask, DeviceSet, DeviceSetDesc};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -1,20 +1,17 @@
 //! The multi-device step's second half: one texture streamed on every device through one
 //! decoded-tile cache, each device asking for its own tiles, and one statistics panel per device.
 
-use residency::core::device_mask::{DeviceIndex, DeviceMask};
-use residency::core::format::Format;
 use residency::core::report::charts::stat_panel;
 use residency::core::report::format_bytes;
-use residency::core::streaming::{
-    DecodedTileCache, FeedbackBuffer, FnSource, RequestKind, StreamUnit, TileKey, TileSource,
-};
-use residency::core::tiles::TileCoord;
-use residency::core::vt_file::VtDesc;
 use residency::vulkan::multi::streaming::{MultiStreamer, MultiVirtualTexture};
 use residency::vulkan::multi::work::MultiSubmitter;
 use residency::vulkan::multi::{MultiBufferPool, MultiDevice};
-use residency::vulkan::streaming::{Streamer, StreamerDesc};
-use residency::vulkan::{CommandContext, DeviceSet};
+use residency::vulkan::sparse::TileCoord;
+use residency::vulkan::streaming::{
+    DecodedTileCache, FeedbackBuffer, FnSource, RequestKind, StreamUnit, Streamer, StreamerDesc, TileKey,
+    TileSource, VtDesc,
+};
+use residency::vulkan::{CommandContext, DeviceIndex, DeviceMask, DeviceSet, Format};
 use serde_json::json;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

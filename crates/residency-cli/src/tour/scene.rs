@@ -5,9 +5,9 @@
 //! render targets, a shadow map, thousands of mesh vertex/index buffers and constant buffers. A fixed
 //! seed makes it the same on every run and machine.
 
-use residency::core::format::Format;
-use residency::core::placement::{ResourceDesc, ResourceFlag};
+use residency::core::placement::ResourceFlag;
 use residency::core::sync::measure::SplitMix64;
+use residency::vulkan::{Format, ResourceDesc};
 
 /// One class of resources in the scene.
 #[derive(Debug)]

@@ -3,25 +3,22 @@
 use super::scene::scene;
 use super::Section;
 use anyhow::Context;
-use residency::core::device_mask::DeviceMask;
-use residency::core::format::Format;
-use residency::core::memory::MemoryIntent;
-use residency::core::placement::{allocation_info, DiscardMessages, Placement, ResourceDesc};
+use residency::core::placement::{allocation_info, DiscardMessages, Placement};
 use residency::core::report::charts::bar_chart;
 use residency::core::report::{format_bytes, to_svg_with, SvgOptions};
-use residency::core::tiles::{
-    plan_binds, BindPlanOptions, Coalesce, SparseImageDesc, TexelRegion, TilePoolDesc,
-};
-use residency::core::usage::{BufferPoolUsage, BufferUsage};
+use residency::core::tiles::{plan_binds, Coalesce};
 use residency::vulkan::ash::vk;
 use residency::vulkan::compute::{Binding, ComputeProgram};
 use residency::vulkan::multi::work::{BufferView, CopyItem, MultiSubmitter, WorkItem};
 use residency::vulkan::multi::{MultiBufferPool, MultiDevice, MultiUploader};
 use residency::vulkan::shaders;
-use residency::vulkan::sparse::{MinLodMap, SparseImage, SparseTilePool};
+use residency::vulkan::sparse::{
+    BindPlanOptions, MinLodMap, SparseImage, SparseImageDesc, SparseTilePool, TexelRegion, TilePoolDesc,
+};
 use residency::vulkan::{
-    BufferDesc, BufferInit, BufferPool, BufferPoolDesc, Device, DeviceSet, Filter, ImageRegion,
-    PlacementPolicy, ReportSources, Uploader,
+    BufferDesc, BufferInit, BufferPool, BufferPoolDesc, BufferPoolUsage, BufferUsage, Device, DeviceMask,
+    DeviceSet, Filter, Format, ImageRegion, MemoryIntent, PlacementPolicy, ReportSources, ResourceDesc,
+    Uploader,
 };
 use serde_json::json;
 use std::sync::Arc;
@@ -434,7 +431,7 @@ pub fn sparse(set: &DeviceSet) -> anyhow::Result<Section> {
                 if m >= layout.first_tail_lod() {
                     return layout.tail_of_layer(0).is_some_and(|t| table.is_tail_resident(t));
                 }
-                let c = residency::core::tiles::TileCoord {
+                let c = residency::vulkan::sparse::TileCoord {
                     layer: 0,
                     mip: m,
                     x: (x >> m) / shape.width,

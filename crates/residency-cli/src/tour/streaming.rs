@@ -202,7 +202,7 @@ mod tests {
         dir
     }
 
-    fn desc_of(path: &std::path::Path) -> residency::core::vt_file::VtDesc {
+    fn desc_of(path: &std::path::Path) -> residency::vulkan::streaming::VtDesc {
         *residency::core::vt_file::VtIndex::read(&mut std::fs::File::open(path).unwrap()).unwrap().desc()
     }
 

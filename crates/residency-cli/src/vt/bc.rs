@@ -1,8 +1,9 @@
 //! `vt build --format`: the texel formats a `.rvt` is written in, and block compression of RGBA8
 //! tiles to BC1, BC3 and BC7 with Intel's ISPC texture compressor (`intel_tex_2`).
 
-use residency::core::format::Format;
-use residency::core::tiles::{standard_tile_shape, SparseDimension};
+use residency::core::tiles::standard_tile_shape;
+use residency::vulkan::sparse::SparseDimension;
+use residency::vulkan::Format;
 
 /// The texel format `vt build` writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, clap::ValueEnum)]

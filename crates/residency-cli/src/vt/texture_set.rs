@@ -68,7 +68,7 @@ pub fn build_texture_set(
 }
 
 /// Whether `path` is a complete `.rvt` file of `desc`.
-fn is_built(path: &Path, desc: &residency::core::vt_file::VtDesc) -> bool {
+fn is_built(path: &Path, desc: &residency::vulkan::streaming::VtDesc) -> bool {
     std::fs::File::open(path)
         .ok()
         .and_then(|mut file| VtIndex::read(&mut file).ok())

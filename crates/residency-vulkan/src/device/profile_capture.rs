@@ -6,12 +6,13 @@ use crate::instance::version_string;
 use ash::vk;
 use residency_core::format::Format;
 use residency_core::profile::{
-    BufferProbe, BufferProbeUsage, CaptureInfo, DeviceIdentity, DeviceProfile, DeviceType, Extensions,
-    FormatCaps, ImageDimension, ImageProbe, ImageProbeDesc, Limits, MemoryHeap, MemoryProperties,
-    MemoryRequirements, MemoryType, MemoryTypeFlags, SparseCaps, SparseImageProbe, SparseTileShape,
-    BUFFER_PROBE_SIZES, PROFILE_SCHEMA,
+    BufferProbe, CaptureInfo, DeviceIdentity, DeviceProfile, DeviceType, Extensions, FormatCaps,
+    ImageDimension, ImageProbe, Limits, MemoryHeap, MemoryProperties, MemoryRequirements, MemoryType,
+    MemoryTypeFlags, SparseCaps, SparseImageProbe, SparseTileShape, BUFFER_PROBE_SIZES, PROFILE_SCHEMA,
 };
 use residency_core::usage::BufferUsage;
+// The core's probe descriptions this module maps to Vulkan (crate docs: "The core's types").
+pub use residency_core::profile::{BufferProbeUsage, ImageProbeDesc};
 
 /// The Vulkan usage bits of a probed buffer usage class (exactly what the core's placement engine
 /// expects a profile's probes to have been captured with).

@@ -6,8 +6,12 @@ use crate::device::profile_capture::{buffer_requirements, image_supported, requi
 use crate::device::Device;
 use crate::format_map::vk_format;
 use ash::vk;
-use residency_core::placement::{ImageQuery, ImageTiling, RequirementsQuery, RequirementsSource};
-use residency_core::placement::{RequirementsError, SourcedRequirements};
+use residency_core::placement::ImageTiling;
+// The core's requirement queries, which `Device` answers as a `RequirementsSource` (crate docs:
+// "The core's types").
+pub use residency_core::placement::{
+    ImageQuery, RequirementsError, RequirementsQuery, RequirementsSource, SourcedRequirements,
+};
 use residency_core::profile::{ImageDimension, Limits};
 
 /// The `VkImageCreateInfo` the placement engine's image query stands for: sampled and copied, plus

@@ -32,9 +32,9 @@ use crate::sync::recording::{check_scope, Recording};
 use ash::vk;
 use residency_core::memory::{memory_type_candidates, MemoryIntent};
 use residency_core::sync::LastUses;
-use residency_core::sync::{
-    FramePlan, TransientDesc, TransientPlanner, TransientPlannerDesc, TransientReport, Use,
-};
+use residency_core::sync::{TransientDesc, TransientPlanner, TransientPlannerDesc, Use};
+// The core's transient plan this module's frames return (crate docs: "The core's types").
+pub use residency_core::sync::{FramePlan, TransientReport};
 use residency_core::usage::BufferUsage;
 use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -44,10 +44,15 @@ use ash::vk;
 use residency_core::memory::{memory_type_candidates, MemoryIntent};
 use residency_core::sync::LastUses;
 use residency_core::tiles::{
-    plan_binds, BindPlanError, BindPlanOptions, CommitError, DeviceMipTail, HeapIndex, ImageId, LayoutError,
-    LayoutLimits, PendingChanges, PhysicalTile, PoolError, PoolId, PoolStats, ResidencyChanges, ShapeError,
-    SparseDimension, SparseFormatInfo, SparseImageDesc, SparseImageLayout, SparseResidency, TexelRegion,
-    TileIndex, TilePool, TilePoolDesc,
+    plan_binds, DeviceMipTail, LayoutLimits, PendingChanges, PoolError, SparseFormatInfo,
+};
+// The core's tile types this layer's signatures take, re-exported here once (crate docs: "The
+// core's types"); the software path's indirection types are in `software`.
+pub use residency_core::tiles::{
+    BindPlanError, BindPlanOptions, CommitError, HeapIndex, ImageId, LayoutError, MinLodUpdate, PageTable,
+    PhysicalTile, PoolId, PoolInvariantError, PoolStats, ResidencyChanges, ResidencyPath, ShapeError,
+    SparseDimension, SparseImageDesc, SparseImageLayout, SparseResidency, TexelRegion, TileCoord, TileIndex,
+    TilePool, TilePoolDesc,
 };
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};

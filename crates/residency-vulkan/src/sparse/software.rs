@@ -27,9 +27,11 @@ use crate::sync::upload::{ImageRegion, UploadError, Uploader};
 use ash::vk;
 use residency_core::format::{Format, FormatKind};
 use residency_core::tiles::{
-    border_copies, AtlasLayout, CommitError, HardwarePathUnsupported, Indirection, IndirectionError,
-    PageTable, PhysicalTile, ResidencyPath, SparseDimension, SparseImageLayout, TexelRegion, TileCoord,
+    border_copies, CommitError, PageTable, PhysicalTile, ResidencyPath, SparseDimension, SparseImageLayout,
+    TexelRegion, TileCoord,
 };
+// The software path's indirection types from the core (crate docs: "The core's types").
+pub use residency_core::tiles::{AtlasLayout, HardwarePathUnsupported, Indirection, IndirectionError};
 use residency_core::usage::ImageUsage;
 
 /// Border texels on each side of an atlas slot: enough for bilinear and trilinear footprints and

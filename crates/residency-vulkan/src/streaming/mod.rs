@@ -62,12 +62,19 @@ use residency_core::desc::DescError;
 use residency_core::format::Format;
 use residency_core::memory::MemoryIntent;
 use residency_core::streaming::{
-    FeedbackBuffer, FeedbackDesc, FeedbackError, FeedbackLayout, FeedbackRing, FeedbackSampling, FrameInput,
-    FrameOutput, LoadJob, RequestKind, SourceError, StreamUnit, StreamingDesc, StreamingError,
-    StreamingManager, StreamingStats, TileKey, TileLoader, TileRequest, TileSource,
+    FeedbackRing, FrameInput, FrameOutput, LoadJob, StreamingDesc, TileLoader, TileRequest,
+};
+// The core's streaming types this module's signatures (and multi's streamer) take, the sources
+// that implement `TileSource`, and the description of a virtual texture, re-exported here once
+// (crate docs: "The core's types").
+pub use residency_core::streaming::{
+    CacheStats, CachedSource, DecodedTileCache, FeedbackBuffer, FeedbackDesc, FeedbackError, FeedbackLayout,
+    FeedbackSampling, FnSource, RequestKind, RvtSource, SourceDepth, SourceError, StreamUnit, StreamingError,
+    StreamingManager, StreamingStats, TileKey, TileSource,
 };
 use residency_core::tiles::{BindPlanOptions, ImageId, LayoutError, ResidencyPath};
 use residency_core::usage::BufferUsage;
+pub use residency_core::vt_file::VtDesc;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

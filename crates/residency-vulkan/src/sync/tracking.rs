@@ -20,9 +20,12 @@ use crate::resources::image::{Image, Layouts};
 use crate::sync::recording::{check_scope, BarrierError, Recording};
 use ash::vk;
 use residency_core::device_mask::DeviceIndex;
-use residency_core::sync::{
-    BarrierBatch, Batch, ImageAspects, ImageLayout, PagedBufferDesc, QueueFamily, ResourceId, StateTracker,
-    SyncError, TrackedBufferDesc, TrackedImageDesc, TrackerOptions,
+use residency_core::sync::{ImageAspects, PagedBufferDesc, QueueFamily, TrackedBufferDesc, TrackedImageDesc};
+// The core's tracking types this module's signatures take, and the uses and regions a `Batch`
+// declares, re-exported here once (crate docs: "The core's types").
+pub use residency_core::sync::{
+    AccessFlags, BarrierBatch, Batch, CustomUse, ImageLayout, PipelineStages, Region, ResourceId,
+    StateTracker, SyncError, TrackerOptions, Use,
 };
 use std::collections::HashMap;
 use std::ops::Range;
