@@ -33,9 +33,10 @@ mod scene;
 
 use residency::vulkan::ash::{self, vk};
 use residency::vulkan::graphics::Drawing;
+use residency::vulkan::recording::Recording;
 use residency::vulkan::sparse::ResidencyPath;
 use residency::vulkan::streaming::{Streamer, StreamerDesc};
-use residency::vulkan::{shaders, DeviceSet, EnabledFeatures, ExternalDevice, Filter, Recording};
+use residency::vulkan::{shaders, DeviceSet, EnabledFeatures, ExternalDevice, Filter};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

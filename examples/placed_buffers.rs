@@ -11,10 +11,11 @@
 use residency::vulkan::ash::vk;
 use residency::vulkan::compute::{Binding, ComputeProgram};
 use residency::vulkan::recording::MemoryDependency;
+use residency::vulkan::recording::Recording;
 use residency::vulkan::shaders;
 use residency::vulkan::{
     BufferDesc, BufferInit, BufferPool, BufferPoolDesc, BufferPoolUsage, BufferUsage, Device, DeviceSet,
-    DeviceSetDesc, MemoryIntent, Recording, Uploader,
+    DeviceSetDesc, MemoryIntent, Uploader,
 };
 use std::sync::Arc;
 

@@ -29,6 +29,7 @@ use residency::vulkan::multi::streaming::{MultiStreamer, MultiVirtualTexture};
 use residency::vulkan::multi::work::{MultiGraphicsProgram, MultiSubmitter, MultiTimestamps};
 use residency::vulkan::multi::{MultiBuffer, MultiDevice, MultiImage, MultiUploader};
 use residency::vulkan::recording::MemoryDependency;
+use residency::vulkan::recording::Recording;
 use residency::vulkan::sparse::ResidencyPath;
 use residency::vulkan::streaming::{
     CacheStats, DecodedTileCache, FeedbackSampling, FnSource, FrameBindings, StreamerDesc, TextureViews,
@@ -37,7 +38,7 @@ use residency::vulkan::streaming::{
 use residency::vulkan::tracking::{Region, ResourceId, ResourceTracker, TrackerOptions, Use};
 use residency::vulkan::{
     shaders, Buffer, BufferDesc, BufferUsage, Device, DeviceIndex, DeviceMask, DeviceSet, DeviceSetDesc,
-    Filter, Format, Image, ImageDesc, ImageRegion, ImageUsage, ImageView, MemoryIntent, Recording, Sampler,
+    Filter, Format, Image, ImageDesc, ImageRegion, ImageUsage, ImageView, MemoryIntent, Sampler,
 };
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -25,6 +25,7 @@
 use residency::vulkan::ash::vk;
 use residency::vulkan::compute::{Binding, DescriptorSet, ViewRef};
 use residency::vulkan::graphics::{Drawing, GraphicsProgram, VertexAttribute};
+use residency::vulkan::recording::Recording;
 use residency::vulkan::sparse::ResidencyPath;
 use residency::vulkan::streaming::{
     FnSource, FrameBindings, Streamer, StreamerDesc, TextureViews, TileSource, VirtualTexture, VtDesc,
@@ -32,8 +33,8 @@ use residency::vulkan::streaming::{
 use residency::vulkan::tracking::{Region, ResourceId, ResourceTracker, TrackerOptions, Use};
 use residency::vulkan::{
     shaders, Buffer, BufferDesc, BufferUsage, CommandContext, Device, DeviceSet, DeviceSetDesc, Filter,
-    Format, Image, ImageDesc, ImageRegion, ImageUsage, ImageView, MemoryIntent, Recording, Sampler,
-    Submission, Uploader,
+    Format, Image, ImageDesc, ImageRegion, ImageUsage, ImageView, MemoryIntent, Sampler, Submission,
+    Uploader,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

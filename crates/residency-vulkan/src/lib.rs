@@ -80,7 +80,6 @@ pub use resources::buffer::{AccessError, Buffer, BufferDesc, BufferPlacement};
 pub use resources::image::{Filter, Image, ImageDesc, ImageView, ImageViewDesc, Sampler};
 pub use sync::commands::{CommandContext, ReadBackError, Submission};
 pub use sync::frame::PendingFrame;
-pub use sync::recording::Recording;
 pub use sync::upload::{ImageRegion, ImageTarget, UploadError, Uploader, PARALLEL_COPY_PIECE};
 pub use validation::{Severity, ValidationLog, ValidationMessage, ValidationMode};
 

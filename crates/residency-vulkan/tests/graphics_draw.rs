@@ -18,12 +18,13 @@ use residency_vulkan::ash::vk;
 use residency_vulkan::compute::{Binding, BindingKind, DescriptorSet, ViewRef};
 use residency_vulkan::graphics::{DrawError, Drawing, GraphicsProgram, IndexFormat, VertexAttribute};
 use residency_vulkan::recording::MemoryDependency;
+use residency_vulkan::recording::Recording;
 use residency_vulkan::streaming::{Streamer, StreamerDesc, TextureViews};
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::tracking::ResourceTracker;
 use residency_vulkan::{
     shaders, Buffer, BufferDesc, CommandContext, Device, Filter, Image, ImageDesc, ImageRegion, ImageView,
-    Recording, Uploader,
+    Uploader,
 };
 use std::sync::Arc;
 use vk::{AccessFlags2 as A, PipelineStageFlags2 as S};

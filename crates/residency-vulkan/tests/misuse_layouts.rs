@@ -102,7 +102,11 @@ fn target(device: &Device, name: &str) -> (Image, ImageView) {
 
 /// Records the tracker's barriers that put `image` (tracked from `UNDEFINED`) in
 /// `COLOR_ATTACHMENT_OPTIMAL`, its contents discarded.
-fn to_attachment(rec: &mut residency_vulkan::Recording<'_>, tracker: &mut ResourceTracker, image: &Image) {
+fn to_attachment(
+    rec: &mut residency_vulkan::recording::Recording<'_>,
+    tracker: &mut ResourceTracker,
+    image: &Image,
+) {
     let device = rec.device();
     let mut batch = tracker.batch(device.index(), device.universal_queue().family());
     batch.declare_discard(image.resource_id(), Region::Whole, Use::ColorAttachmentWrite).unwrap();
@@ -246,7 +250,7 @@ fn misuse_a_use_submitted_before_its_transition_is_a_typed_error() {
         let (image, view) = target(device, "misuse reversed target");
         let mut tracker = ResourceTracker::new(TrackerOptions::default());
         tracker.track_image(&image, vk::ImageLayout::UNDEFINED).unwrap();
-        let render = |rec: &mut residency_vulkan::Recording<'_>| {
+        let render = |rec: &mut residency_vulkan::recording::Recording<'_>| {
             program.render(rec, &view, [SIZE, SIZE], [0.0; 4], |_| {}).unwrap();
         };
         assert_layout_error(
@@ -443,7 +447,7 @@ fn misuse_a_renderers_own_command_buffer_is_checked_by_submit_checked() {
             // outside a render pass until `submit_checked` ends it; nothing else records into it;
             // the fence is waited for before anything it used is dropped; its layouts are checked
             // by `submit_checked`.
-            let mut rec = unsafe { residency_vulkan::Recording::from_raw(device, cmd) };
+            let mut rec = unsafe { residency_vulkan::recording::Recording::from_raw(device, cmd) };
             if transition {
                 to_attachment(&mut rec, &mut tracker, &image);
             }

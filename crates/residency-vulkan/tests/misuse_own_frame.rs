@@ -4,11 +4,10 @@
 
 use ash::vk;
 use residency_core::usage::BufferUsage;
+use residency_vulkan::recording::Recording;
 use residency_vulkan::streaming::{StreamError, Streamer, StreamerDesc};
 use residency_vulkan::testing::with_gpu;
-use residency_vulkan::{
-    BufferDesc, Device, DeviceSet, EnabledFeatures, ExternalDevice, Recording, VulkanError,
-};
+use residency_vulkan::{BufferDesc, Device, DeviceSet, EnabledFeatures, ExternalDevice, VulkanError};
 use std::sync::Arc;
 
 mod common;

@@ -12,13 +12,14 @@ use residency_core::sync::{Region, SyncError, TrackerOptions, Use};
 use residency_core::usage::{BufferUsage, ImageUsage};
 use residency_vulkan::compute::{Binding, BindingError, ComputeProgram, DispatchError};
 use residency_vulkan::graphics::{GraphicsProgram, RenderError, VertexAttribute};
+use residency_vulkan::recording::Recording;
 use residency_vulkan::recording::{BarrierError, CopyError, MemoryDependency, Timestamps};
 use residency_vulkan::shaders::{self};
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::tracking::{RecordError, ResourceTracker};
 use residency_vulkan::transient::{TransientPool, TransientRequest};
 use residency_vulkan::{
-    ash, Buffer, BufferDesc, CommandContext, Device, Filter, ImageDesc, Recording, Timeline, VulkanError,
+    ash, Buffer, BufferDesc, CommandContext, Device, Filter, ImageDesc, Timeline, VulkanError,
 };
 use std::sync::Arc;
 

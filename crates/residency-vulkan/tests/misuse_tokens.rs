@@ -230,7 +230,7 @@ fn misuse_a_residency_submit_inside_submit_checked_is_refused_not_a_deadlock() {
             // SAFETY: `cmd` is a primary command buffer of the universal family, recording, used
             // by nothing else; it records nothing through the helpers and is never submitted
             // (the closure refuses), then freed with its pool after the device is idle.
-            let rec = unsafe { residency_vulkan::Recording::from_raw(&device, cmd) };
+            let rec = unsafe { residency_vulkan::recording::Recording::from_raw(&device, cmd) };
             let mut inner = None;
             let result = rec.submit_checked(|_, _| {
                 inner = Some(context.submit(&[], |_| {}));

@@ -681,7 +681,7 @@ impl OwnCommands {
     fn record_and_fail(
         &self,
         device: &Device,
-        record: impl FnOnce(&mut residency_vulkan::Recording<'_>),
+        record: impl FnOnce(&mut residency_vulkan::recording::Recording<'_>),
     ) -> Result<residency_vulkan::Submission, residency_vulkan::VulkanError> {
         use residency_vulkan::ash::vk;
         let begin = vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
@@ -691,7 +691,7 @@ impl OwnCommands {
         // and outside a render pass while `rec` lives; nothing else records into it. It is never
         // submitted (the submission below fails), and it is reset right after the recording is
         // dropped, before anything it names is destroyed.
-        let mut rec = unsafe { residency_vulkan::Recording::from_raw(device, self.cmd) };
+        let mut rec = unsafe { residency_vulkan::recording::Recording::from_raw(device, self.cmd) };
         record(&mut rec);
         let cmd = self.cmd;
         let failed = rec.submit_checked(|_, _| {

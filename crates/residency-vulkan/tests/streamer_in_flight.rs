@@ -162,7 +162,7 @@ fn hold_a_frame_across_evictions(path: ResidencyPath, iterations: u32) -> Held {
         // outside a render pass until `submit_checked` ends it; nothing else records into it; the
         // recording declares the use that ends with its submission (`held_until`) and is submitted
         // through `submit_checked` with the waits it hands over.
-        let mut rec = unsafe { residency_vulkan::Recording::from_raw(&device, own.cmd) };
+        let mut rec = unsafe { residency_vulkan::recording::Recording::from_raw(&device, own.cmd) };
         bindings
             .record(&mut rec, |rec| {
                 timestamps.cmd_write(rec, 0).unwrap();

@@ -11,13 +11,14 @@ use anyhow::Context;
 use residency::vulkan::ash::vk;
 use residency::vulkan::compute::{Binding, DescriptorSet, ViewRef};
 use residency::vulkan::graphics::{Drawing, GraphicsProgram, VertexAttribute};
+use residency::vulkan::recording::Recording;
 use residency::vulkan::recording::Timestamps;
 use residency::vulkan::sparse::ResidencyPath;
 use residency::vulkan::streaming::{FrameBindings, RvtSource, TextureViews, TileSource};
 use residency::vulkan::tracking::{Region, ResourceId, ResourceTracker, TrackerOptions, Use};
 use residency::vulkan::{
     shaders, Buffer, BufferDesc, BufferUsage, Device, Filter, Format, Image, ImageDesc, ImageRegion,
-    ImageUsage, ImageView, MemoryIntent, Recording, Sampler, Uploader,
+    ImageUsage, ImageView, MemoryIntent, Sampler, Uploader,
 };
 use std::sync::Arc;
 

@@ -7,13 +7,13 @@
 //! - every submission residency made to the device's universal queue before the drop (each
 //!   signals the device's *universal* timeline semaphore; this covers uploads, read-backs, compute
 //!   and everything submitted through a [`CommandContext`](crate::CommandContext): the
-//!   [`Recording`](crate::Recording) of a submission holds what its helpers recorded until the
+//!   [`Recording`](crate::recording::Recording) of a submission holds what its helpers recorded until the
 //!   submission has its timeline value, so even an object dropped while it is being recorded
 //!   retires after it), and
 //! - every use the renderer declared with `used_until`: a point of one of its [`Timeline`]s, a
 //!   point of a residency [`Submission`](crate::Submission), or `N` frames from now
 //!   ([`Device::advance_frame`] counts frames). A recording over the renderer's own command
-//!   buffer ([`Recording::from_raw`](crate::Recording::from_raw)) declares its uses this way too.
+//!   buffer ([`Recording::from_raw`](crate::recording::Recording::from_raw)) declares its uses this way too.
 //!
 //! If those have passed at the drop, the objects are destroyed at once; otherwise they wait in the
 //! device's [`RetireQueue`] until [`Device::maintain`] (run at every residency submission, at
@@ -441,7 +441,7 @@ pub(crate) struct Retirement {
     timelines: Mutex<Vec<TimelineEntry>>,
     queue: Mutex<RetireQueue<Garbage>>,
     /// The latest renderer frame submitted through residency on each renderer timeline
-    /// ([`Recording::submit`](crate::Recording::submit), [`PendingFrame`](crate::PendingFrame)):
+    /// ([`Recording::submit`](crate::recording::Recording::submit), [`PendingFrame`](crate::PendingFrame)):
     /// everything released after a frame's submission waits for it, as for residency's own
     /// submissions. Points the GPU passed are pruned.
     frames: Mutex<LastUses>,
@@ -974,7 +974,7 @@ impl Device {
     }
 
     /// Takes the renderer's own timeline semaphore as a [`Timeline`] of this device: its frames
-    /// submitted with [`Recording::submit`](crate::Recording::submit) (or a
+    /// submitted with [`Recording::submit`](crate::recording::Recording::submit) (or a
     /// [`PendingFrame`](crate::PendingFrame)) signal it, and the streamer's
     /// [`end_frame`](crate::streaming::Streamer::end_frame) and every `used_until` take its points
     /// like those of a timeline residency made. Residency never destroys it. The values it has

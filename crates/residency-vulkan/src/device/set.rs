@@ -158,7 +158,7 @@ impl DeviceSet {
     ///   [`DeviceSet::close`] returned `Ok` (or, after a plain drop, once every residency object
     ///   and `Arc<Device>` clone is gone): until then residency may still free memory and destroy
     ///   objects on them;
-    /// - work the application submits on its own (not through [`Recording::submit`](crate::Recording::submit)
+    /// - work the application submits on its own (not through [`Recording::submit`](crate::recording::Recording::submit)
     ///   or a [`PendingFrame`](crate::PendingFrame)) with residency's resources is declared with
     ///   `used_until` (announced points) or has completed before they are dropped, and work on
     ///   queues residency does not use has completed before the device is destroyed.
