@@ -17,6 +17,8 @@
 
 mod common;
 
+#[path = "common/source.rs"]
+mod source;
 use residency_core::format::Format;
 use residency_core::memory::MemoryIntent;
 use residency_core::streaming::{FnSource, SourceError, StreamingError, TileKey, TileSource};
@@ -37,7 +39,7 @@ use residency_vulkan::{
     UploadError, Uploader, VulkanError,
 };
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 /// Lists every public error type of `residency-vulkan` and `residency-core`: `listed()` is their
@@ -119,23 +121,11 @@ all_error_types! {
     residency_core::vt_file::VtError,
 }
 
-fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            sources(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
 /// The public error types declared in the `.rs` files under `dir`: `pub` (not `pub(crate)`)
 /// enums and structs whose attributes derive `thiserror::Error`, or that implement
 /// `std::error::Error` by hand. Sorted, a name once per declaration.
 fn public_errors(dir: &Path) -> Vec<String> {
-    let mut files = Vec::new();
-    sources(dir, &mut files);
+    let files = source::rust_files(dir);
     let mut found = Vec::new();
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();

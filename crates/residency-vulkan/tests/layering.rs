@@ -7,8 +7,10 @@
 //! would hide which layer it reaches, and is refused. Comments and doc links are not imports and
 //! are not checked.
 
+#[path = "common/source.rs"]
+mod source;
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The layers of `crates/residency-vulkan/src`, bottom to top: a top-level module (folder or
 /// file) per entry, and modules sharing an entry are one layer.
@@ -28,55 +30,6 @@ const LAYERS: &[&[&str]] = &[
 
 fn layer_of(module: &str) -> Option<usize> {
     LAYERS.iter().position(|layer| layer.contains(&module))
-}
-
-fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            sources(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
-/// The code of a source file without comments (line comments, doc comments and block
-/// comments); string literals are kept (no source names `crate::` inside one).
-fn code_of(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars().peekable();
-    let mut depth = 0usize;
-    while let Some(c) = chars.next() {
-        if depth > 0 {
-            if c == '*' && chars.peek() == Some(&'/') {
-                chars.next();
-                depth -= 1;
-            } else if c == '/' && chars.peek() == Some(&'*') {
-                chars.next();
-                depth += 1;
-            } else if c == '\n' {
-                out.push('\n');
-            }
-            continue;
-        }
-        if c == '/' && chars.peek() == Some(&'/') {
-            for c in chars.by_ref() {
-                if c == '\n' {
-                    out.push('\n');
-                    break;
-                }
-            }
-            continue;
-        }
-        if c == '/' && chars.peek() == Some(&'*') {
-            chars.next();
-            depth = 1;
-            continue;
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// Every first path segment after `crate::` in `code`, with the segments of a grouped
@@ -123,9 +76,7 @@ fn first_segment(path: &str) -> Option<String> {
 #[test]
 fn layering_no_module_imports_from_a_layer_above_it() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    sources(&src, &mut files);
-    files.sort();
+    let files = source::rust_files(&src);
     let mut upward = BTreeSet::new();
     let mut problems = Vec::new();
     for file in &files {
@@ -138,7 +89,7 @@ fn layering_no_module_imports_from_a_layer_above_it() {
             problems.push(format!("src/{relative}: module `{own}` is in no layer of LAYERS"));
             continue;
         };
-        let code = code_of(&std::fs::read_to_string(file).unwrap());
+        let code = source::without_comments(&std::fs::read_to_string(file).unwrap());
         for segment in crate_paths(&code) {
             match layer_of(&segment) {
                 None => problems.push(format!(
@@ -161,7 +112,7 @@ fn layering_no_module_imports_from_a_layer_above_it() {
 #[test]
 fn layering_lib_rs_is_only_the_public_face() {
     let lib = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs")).unwrap();
-    let code = code_of(&lib);
+    let code = source::without_comments(&lib);
     let aliases: Vec<&str> = code.lines().filter(|l| l.trim_start().starts_with("pub(crate) use")).collect();
     assert!(aliases.is_empty(), "lib.rs routes internal paths: {aliases:?}");
     for module in LAYERS.iter().flat_map(|layer| layer.iter()) {
@@ -174,7 +125,8 @@ fn layering_lib_rs_is_only_the_public_face() {
 
 #[test]
 fn layering_the_checker_sees_grouped_and_plain_paths_and_skips_comments() {
-    let code =
-        code_of("use crate::{a::B, c}; // crate::d\n/* crate::e /* crate::f */ */ let x = crate::g::h();");
+    let code = source::without_comments(
+        "use crate::{a::B, c}; // crate::d\n/* crate::e /* crate::f */ */ let x = crate::g::h();",
+    );
     assert_eq!(crate_paths(&code), ["a", "c", "g"]);
 }

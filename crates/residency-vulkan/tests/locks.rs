@@ -2,51 +2,17 @@
 //! right here): a recovery written inline anywhere else in the backend's sources fails this test.
 //! Comments are not code and are not checked.
 
-use std::path::{Path, PathBuf};
+#[path = "common/source.rs"]
+mod source;
+use std::path::Path;
 
 /// The one file allowed to take a poisoned lock's guard.
 const HELPER: &str = "poison.rs";
 
-fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            sources(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
-/// `text` without its comments (line, doc and nested block comments) and without whitespace,
-/// so that a recovery split over lines reads as one.
+/// `text` without its comments and without whitespace, so that a recovery split over lines
+/// reads as one.
 fn squeezed_code(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars().peekable();
-    let mut depth = 0usize;
-    while let Some(c) = chars.next() {
-        if depth > 0 {
-            if c == '*' && chars.peek() == Some(&'/') {
-                chars.next();
-                depth -= 1;
-            } else if c == '/' && chars.peek() == Some(&'*') {
-                chars.next();
-                depth += 1;
-            }
-        } else if c == '/' && chars.peek() == Some(&'/') {
-            for c in chars.by_ref() {
-                if c == '\n' {
-                    break;
-                }
-            }
-        } else if c == '/' && chars.peek() == Some(&'*') {
-            chars.next();
-            depth = 1;
-        } else if !c.is_whitespace() {
-            out.push(c);
-        }
-    }
-    out
+    source::without_comments(text).chars().filter(|c| !c.is_whitespace()).collect()
 }
 
 /// The poison recoveries in `code` (squeezed): `PoisonError::into_inner` named, a closure
@@ -82,9 +48,7 @@ fn recoveries(code: &str) -> Vec<String> {
 #[test]
 fn locks_poison_is_recovered_from_only_in_the_helper() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    sources(&src, &mut files);
-    files.sort();
+    let files = source::rust_files(&src);
     assert!(files.iter().any(|f| f.ends_with(HELPER)), "src/{HELPER} is gone: update this test");
     let mut problems = Vec::new();
     for file in &files {

@@ -5,6 +5,8 @@
 //! module (that would make a second path to the same item), and an item of another crate
 //! (`residency_core`, `ash`) is re-exported at most once.
 
+#[path = "common/source.rs"]
+mod source;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -14,21 +16,6 @@ struct Module {
     path: Vec<String>,
     file: PathBuf,
     public: bool,
-}
-
-/// The code of a file without comments and without `#[cfg(test)]`-gated inline modules' bodies
-/// mattering (inline `mod x { … }` blocks are not followed).
-fn code_of(text: &str) -> String {
-    let mut out = String::new();
-    for line in text.lines() {
-        let line = match line.find("//") {
-            Some(at) => &line[..at],
-            None => line,
-        };
-        out.push_str(line);
-        out.push('\n');
-    }
-    out
 }
 
 /// `(public, name)` of every file module declared in `code` (`mod x;` / `pub mod x;`).
@@ -65,7 +52,7 @@ fn modules(src: &Path) -> Vec<Module> {
     let mut out = Vec::new();
     let mut stack = vec![Module { path: Vec::new(), file: src.join("lib.rs"), public: true }];
     while let Some(module) = stack.pop() {
-        let code = code_of(&std::fs::read_to_string(&module.file).unwrap());
+        let code = source::without_comments(&std::fs::read_to_string(&module.file).unwrap());
         // Children of `x.rs` live in `x/`, of `x/mod.rs` and `lib.rs` beside it.
         let dir = match module.file.file_name().and_then(|n| n.to_str()) {
             Some("lib.rs" | "mod.rs") => module.file.parent().unwrap().to_path_buf(),
@@ -129,7 +116,7 @@ fn publish_re_exported_modules(all: &mut [Module]) {
         let known: BTreeMap<Vec<String>, bool> = all.iter().map(|m| (m.path.clone(), m.public)).collect();
         let mut newly = BTreeSet::new();
         for module in all.iter().filter(|m| m.public) {
-            let code = code_of(&std::fs::read_to_string(&module.file).unwrap());
+            let code = source::without_comments(&std::fs::read_to_string(&module.file).unwrap());
             for (source, item, _) in pub_uses(&code) {
                 let mut path: Vec<String> = source.iter().filter(|s| *s != "crate").cloned().collect();
                 if source.first().map(String::as_str) != Some("crate") {
@@ -145,7 +132,7 @@ fn publish_re_exported_modules(all: &mut [Module]) {
         for module in all.iter() {
             let parent = &module.path[..module.path.len().saturating_sub(1)];
             if !module.public && (newly.contains(parent) || known.get(parent) == Some(&true)) {
-                let code = code_of(
+                let code = source::without_comments(
                     &std::fs::read_to_string(&all.iter().find(|m| m.path == parent).unwrap().file).unwrap(),
                 );
                 let name = module.path.last().unwrap();
@@ -172,7 +159,7 @@ fn public_face_every_item_has_one_public_path() {
     let mut problems = Vec::new();
     let mut external: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for module in all.iter().filter(|m| m.public) {
-        let code = code_of(&std::fs::read_to_string(&module.file).unwrap());
+        let code = source::without_comments(&std::fs::read_to_string(&module.file).unwrap());
         let here = if module.path.is_empty() { "crate".to_owned() } else { module.path.join("::") };
         for (source, item, alias) in pub_uses(&code) {
             // Resolve the source module from this module.
