@@ -664,10 +664,19 @@ fn pool_pass_moves_within_the_pool(pool: &BufferPool, usage: Option<BufferUsage>
     let pages_before = pool.stats().pages;
     let live = pool.stats().buffers;
     let before: Vec<Place> = buffers.iter().map(|(_, b)| place(b)).collect();
+    for (i, b) in &mut buffers {
+        b.set_user_data(7000 + *i as u64);
+    }
+    let kept = |b: &Buffer| {
+        (b.name().to_owned(), b.size(), b.usage(), b.resource_id(), b.user_data(), b.is_movable())
+    };
+    let kept_before: Vec<_> = buffers.iter().map(|(_, b)| kept(b)).collect();
     let mut defrag = Defragmenter::new(device, DefragDesc::default()).unwrap();
     let mut handed: Vec<&mut Buffer> = buffers.iter_mut().map(|(_, b)| b).collect();
     let stats = defrag.pass(&mut handed).unwrap();
     assert!(stats.unmovable.is_empty(), "{:?}", stats.unmovable);
+    // A move keeps the name, size, usage, state-tracking id, user data and pin of each buffer.
+    assert_eq!(buffers.iter().map(|(_, b)| kept(b)).collect::<Vec<_>>(), kept_before);
     let thinned = before.iter().filter(|p| p.1 != first).count();
     assert_eq!(stats.moves as usize, thinned, "{stats:?}");
     assert_eq!(stats.heaps_emptied as usize, pages_before - 1);
@@ -695,7 +704,10 @@ fn pool_pass_moves_within_the_pool(pool: &BufferPool, usage: Option<BufferUsage>
     for (i, b) in &buffers {
         check_pattern(*i, b);
     }
-    drop(buffers);
+    // A moved buffer is still the pool's: the pool takes each back.
+    for (_, b) in buffers {
+        assert!(pool.free_buffer(b).is_ok(), "a moved buffer stays its pool's");
+    }
 }
 
 #[test]
@@ -792,6 +804,10 @@ fn optimal_images_move_with_their_contents_and_layouts() {
         let places: Vec<(vk::Image, vk::DeviceMemory, u64)> =
             all.iter().map(|(_, image)| (image.raw(), image.memory().0, image.memory().1)).collect();
         let thinned = places.iter().filter(|p| p.1 != full).count();
+        for (i, image) in &mut all {
+            image.set_user_data(9000 + *i as u64);
+        }
+        let ids: Vec<_> = all.iter().map(|(_, image)| image.resource_id()).collect();
         // A view holds one of the fullest heap's images: it stays, and so its heap is no source
         // (else the fullest heap, all movable, could empty into the larger, emptier one).
         let k = places.iter().position(|p| p.1 == full).unwrap();
@@ -823,8 +839,10 @@ fn optimal_images_move_with_their_contents_and_layouts() {
             "the viewed image stays"
         );
         drop(view);
-        for ((_, image), old) in all.iter().zip(&places) {
+        for (((i, image), old), id) in all.iter().zip(&places).zip(&ids) {
             assert_eq!(image.memory().0, full, "`{}` is in the fullest heap", image.name());
+            assert_eq!(image.resource_id(), *id, "`{}` keeps its state-tracking id", image.name());
+            assert_eq!(image.user_data(), 9000 + *i as u64, "`{}` keeps its user data", image.name());
             if old.1 != full {
                 assert_ne!(image.raw(), old.0, "`{}` has a new VkImage", image.name());
             }

@@ -15,12 +15,13 @@
 use crate::device::blocks::{BlockAllocation, BlockList, MemoryError, SubRequest};
 use crate::device::blocks::{ResourceMemory, SubAllocation, SubAllocator};
 use crate::device::ledger::ObjectId;
-use crate::device::life::{Garbage, GpuUse, Life, Parent, PendingUses};
+use crate::device::life::{Garbage, GpuUse, Parent, PendingUses};
 use crate::device::Device;
 use crate::error::{ForeignReason, ForeignResource};
 use crate::format_map::vk_buffer_usage;
 use crate::poison::PoisonFree;
-use crate::resources::buffer::{bind_buffer, create_raw_buffer, Buffer, BufferPlacement};
+use crate::resources::buffer::{bind_buffer, create_raw_buffer, Buffer};
+use crate::resources::buffer::{BufferMemory, BufferObject, BufferParts};
 use crate::resources::Unused;
 use ash::vk;
 use residency_core::allocator::ResourceKind;
@@ -403,14 +404,14 @@ impl BufferPool {
 
     /// Why `buffer` is not this pool's, or `None` when it is.
     pub(crate) fn foreign_reason(&self, buffer: &Buffer) -> Option<ForeignReason> {
-        if buffer.pool == Some(self.shared.pool_id) {
+        if buffer.pool_id() == Some(self.shared.pool_id) {
             return None;
         }
         Some(if !buffer.device().is(&self.shared.device) {
             ForeignReason::OtherDevice { owner: buffer.device_index(), target: self.shared.device.index() }
         } else {
             ForeignReason::OtherPool {
-                owner: buffer.pool.map(|_| buffer.life().parent_name().unwrap_or_default()),
+                owner: buffer.pool_id().map(|_| buffer.life().parent_name().unwrap_or_default()),
                 target: Some(self.shared.desc.name.clone()),
             }
         })
@@ -607,39 +608,33 @@ impl PoolShared {
         kind: PoolBuffer,
     ) -> Buffer {
         let offset = allocation.allocation.offset();
-        let name: Arc<str> = Arc::clone(&init.name);
-        let id = self.device.ledger().track("buffer", Arc::clone(&name));
         self.buffers.fetch_add(1, Ordering::Relaxed);
-        let memory = ResourceMemory::Sub {
+        let owner = ResourceMemory::Sub {
             owner: Arc::downgrade(this) as _,
             allocation: SubAllocation::Block { arena, allocation },
         };
-        let (raw, own, range_offset, placement) = match kind {
-            PoolBuffer::Range(page_buffer) => {
-                (page_buffer, vk::Buffer::null(), offset, BufferPlacement::Range)
-            }
-            PoolBuffer::Placed(raw) => (raw, raw, 0, BufferPlacement::Placed),
+        let object = match kind {
+            PoolBuffer::Range(page_buffer) => BufferObject::Range { page_buffer, offset },
+            PoolBuffer::Placed(raw) => BufferObject::Placed(raw),
         };
-        let parent: Arc<dyn Parent> = Arc::clone(this) as Arc<dyn Parent>;
-        Buffer {
-            life: Life::new(Arc::clone(&self.device), Garbage::Buffer { raw: own, memory, id }, Some(parent)),
-            raw,
-            range_offset,
+        Buffer::new(BufferParts {
+            device: Arc::clone(&self.device),
+            name: Arc::clone(&init.name),
             size: init.size,
             usage,
-            name,
-            memory: page.memory,
-            memory_offset: offset,
-            memory_size: page.memory_size,
-            mapped: page.mapped,
+            object,
+            owner,
+            parent: Some(Arc::clone(this) as Arc<dyn Parent>),
+            memory: BufferMemory {
+                memory: page.memory,
+                offset,
+                memory_size: page.memory_size,
+                mapped: page.mapped,
+            },
             coherent: self.coherent(),
-            placement,
             pool: Some(self.pool_id),
-            resource: crate::resources::buffer::next_resource_id(),
             movable: true,
-            copy_pending: None,
-            user_data: 0,
-        }
+        })
     }
 
     /// Returns a released buffer's range (its `VkBuffer` is already destroyed).

@@ -12,11 +12,12 @@
 use crate::device::blocks::{check_priority, MemoryBlock, MemoryError, RawMemoryDesc, DEFAULT_PRIORITY};
 use crate::device::blocks::{ResourceMemory, SubAllocation, SubAllocator};
 use crate::device::ledger::ObjectId;
-use crate::device::life::{Garbage, Life, Parent, PendingUses};
+use crate::device::life::{Garbage, Parent, PendingUses};
 use crate::device::Device;
 use crate::poison::PoisonFree;
 use crate::pools::buffer_pool::BufferInit;
-use crate::resources::buffer::{bind_buffer, create_raw_buffer, Buffer, BufferPlacement};
+use crate::resources::buffer::{bind_buffer, create_raw_buffer, Buffer};
+use crate::resources::buffer::{BufferMemory, BufferObject, BufferParts};
 use crate::resources::Unused;
 use residency_core::allocator::{LinearAllocation, LinearAllocator, LinearDesc, LinearMode};
 use residency_core::memory::{memory_type_candidates, MemoryIntent};
@@ -235,7 +236,7 @@ impl LinearPool {
 
     /// Whether `buffer` was made by this pool.
     pub fn owns(&self, buffer: &Buffer) -> bool {
-        buffer.pool == Some(self.shared.pool_id)
+        buffer.pool_id() == Some(self.shared.pool_id)
     }
 
     /// Its figures now.
@@ -325,35 +326,31 @@ impl LinearShared {
             self.free_range(allocation);
             return Err(e);
         }
-        let name: Arc<str> = Arc::clone(&init.name);
-        let id = self.device.ledger().track("buffer", Arc::clone(&name));
         self.buffers.fetch_add(1, Ordering::Relaxed);
-        let memory = ResourceMemory::Sub {
+        let owner = ResourceMemory::Sub {
             owner: Arc::downgrade(this) as _,
             allocation: SubAllocation::Linear(allocation),
         };
-        let parent: Arc<dyn Parent> = Arc::clone(this) as Arc<dyn Parent>;
         let coherent = self.device.memory_properties().types[block.type_index as usize].flags.host_coherent;
-        Ok(Buffer {
-            life: Life::new(Arc::clone(&self.device), Garbage::Buffer { raw, memory, id }, Some(parent)),
-            raw,
-            range_offset: 0,
+        Ok(Buffer::new(BufferParts {
+            device: Arc::clone(&self.device),
+            name: Arc::clone(&init.name),
             size: init.size,
             usage,
-            name,
-            memory: block.memory,
-            memory_offset: offset,
-            memory_size: block.size,
-            mapped: block.mapped,
+            object: BufferObject::Placed(raw),
+            owner,
+            parent: Some(Arc::clone(this) as Arc<dyn Parent>),
+            memory: BufferMemory {
+                memory: block.memory,
+                offset,
+                memory_size: block.size,
+                mapped: block.mapped,
+            },
             coherent,
-            placement: BufferPlacement::Placed,
             pool: Some(self.pool_id),
-            resource: crate::resources::buffer::next_resource_id(),
             // A linear pool's order is its allocation order: defragmentation leaves it alone.
             movable: false,
-            copy_pending: None,
-            user_data: 0,
-        })
+        }))
     }
 
     /// Returns a released buffer's range (its `VkBuffer` is already destroyed).

@@ -121,13 +121,13 @@ fn labels<'a>(device: &Device, sources: &ReportSources<'a>) -> Labels<'a> {
     let mut labels = Labels::new();
     for b in sources.buffers.iter().filter(|b| b.device_index() == device.index()) {
         let label = Label {
-            name: &b.name,
+            name: b.name(),
             resource: ResourceType::Buffer,
-            usage: u64::from(b.usage.bits()),
-            size: b.size,
+            usage: u64::from(b.usage().bits()),
+            size: b.size(),
             dedicated: dedicated_of(b.life()),
         };
-        labels.insert((b.memory, b.memory_offset), label);
+        labels.insert(b.memory(), label);
     }
     for i in sources.images.iter().filter(|i| i.device_index() == device.index()) {
         let (memory, offset) = i.memory();

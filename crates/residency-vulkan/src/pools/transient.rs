@@ -22,12 +22,12 @@
 
 use crate::device::blocks::ResourceMemory;
 use crate::device::blocks::{MemoryBlock, MemoryError, RawMemoryDesc};
-use crate::device::life::{Garbage, Life, Parent, PendingUses};
+use crate::device::life::{Garbage, Parent, PendingUses};
 use crate::device::Device;
 use crate::error::VulkanError;
 use crate::format_map::aspect;
-use crate::resources::buffer::{create_raw_buffer, next_resource_id, Buffer, BufferPlacement};
-use crate::resources::image::{Image, ImageDesc};
+use crate::resources::buffer::{create_raw_buffer, Buffer, BufferMemory, BufferObject, BufferParts};
+use crate::resources::image::{Image, ImageDesc, ImageParts};
 use crate::sync::recording::{check_scope, Recording};
 use ash::vk;
 use residency_core::memory::{memory_type_candidates, MemoryIntent};
@@ -391,15 +391,23 @@ impl TransientPool {
             let parent: Arc<dyn Parent> = Arc::clone(heap) as Arc<dyn Parent>;
             let (memory, offset) = (block.memory, placement.offset);
             if let Some((raw, name, size, usage)) = unbound.buffers[i].take() {
-                let mut buffer = Buffer::unbound(&device, raw, &name, size, usage, parent);
+                let buffer = Buffer::new(BufferParts {
+                    device: device.arc(),
+                    name: Arc::from(name.as_str()),
+                    size,
+                    usage,
+                    object: BufferObject::Placed(raw),
+                    owner: ResourceMemory::Transient,
+                    parent: Some(parent),
+                    memory: BufferMemory { memory, offset, memory_size: block.size, mapped: None },
+                    coherent: false,
+                    pool: None,
+                    movable: true,
+                });
                 // SAFETY: raw is unbound; the planner placed it at an offset aligned for it inside the heap.
                 if let Err(r) = unsafe { device.raw().bind_buffer_memory(raw, memory, offset) } {
                     bind_error.get_or_insert(VulkanError::from_vk("vkBindBufferMemory", r));
                 }
-                buffer.memory = memory;
-                buffer.memory_offset = offset;
-                buffer.memory_size = block.size;
-                buffer.mapped = None;
                 out_buffers.push(Some(buffer));
                 out_images.push(None);
             } else if let Some(raw) = unbound.images[i].take() {
@@ -410,7 +418,21 @@ impl TransientPool {
                 let TransientRequest::Image { desc, .. } = &requests[i] else {
                     unreachable!("an image request")
                 };
-                out_images.push(Some(Image::transient(&device, raw, desc.clone(), memory, offset, parent)));
+                // The bytes it occupies in the heap, as for any placed image (copies check that a
+                // buffer they write shares none of them).
+                // SAFETY: `raw` is a live image of this device; a pure query.
+                let size = unsafe { device.raw().get_image_memory_requirements(raw) }.size;
+                out_images.push(Some(Image::new(ImageParts {
+                    device: device.arc(),
+                    raw,
+                    desc: desc.clone(),
+                    owner: ResourceMemory::Transient,
+                    parent: Some(parent),
+                    memory,
+                    memory_offset: offset,
+                    size,
+                    committed: false,
+                })));
                 out_buffers.push(None);
             }
         }
@@ -542,40 +564,5 @@ impl TransientPool {
     /// work that may use it has completed. The heaps stay for the next frame.
     pub fn end_frame(&mut self, frame: TransientFrame) {
         drop(frame);
-    }
-}
-
-impl Buffer {
-    /// A buffer object for a transient `raw` not yet bound (the pool binds it and fills the memory).
-    fn unbound(
-        device: &Device,
-        raw: vk::Buffer,
-        name: &str,
-        size: u64,
-        usage: BufferUsage,
-        heap: Arc<dyn Parent>,
-    ) -> Buffer {
-        let name: Arc<str> = Arc::from(name);
-        let id = device.ledger().track("buffer", Arc::clone(&name));
-        let garbage = Garbage::Buffer { raw, memory: ResourceMemory::Transient, id };
-        Buffer {
-            life: Life::new(device.arc(), garbage, Some(heap)),
-            raw,
-            range_offset: 0,
-            size,
-            usage,
-            name: Arc::clone(&name),
-            memory: vk::DeviceMemory::null(),
-            memory_offset: 0,
-            memory_size: 0,
-            mapped: None,
-            coherent: false,
-            placement: BufferPlacement::Placed,
-            pool: None,
-            resource: next_resource_id(),
-            movable: true,
-            copy_pending: None,
-            user_data: 0,
-        }
     }
 }

@@ -4,9 +4,9 @@
 // Sizes and offsets here come from callers: no operator that can wrap or panic (issue #29).
 #![deny(clippy::arithmetic_side_effects)]
 
-use crate::device::blocks::{MappedPtr, MemoryError};
+use crate::device::blocks::{MappedPtr, MemoryError, ResourceMemory};
 use crate::device::ledger::FaultSite;
-use crate::device::life::{ForeignUse, Garbage, GpuUse, Life};
+use crate::device::life::{ForeignUse, Garbage, GpuUse, Life, Parent};
 use crate::device::Device;
 use crate::error::VulkanError;
 use crate::error::{ErrorClass, ResidencyError};
@@ -112,30 +112,119 @@ impl BufferDesc {
 /// buffer of another device or pool.
 #[derive(Debug)]
 pub struct Buffer {
-    pub(crate) life: Arc<Life>,
-    pub(crate) raw: vk::Buffer,
-    pub(crate) range_offset: u64,
-    pub(crate) size: u64,
-    pub(crate) usage: BufferUsage,
-    pub(crate) name: Arc<str>,
-    pub(crate) memory: vk::DeviceMemory,
-    pub(crate) memory_offset: u64,
-    pub(crate) memory_size: u64,
-    pub(crate) mapped: Option<MappedPtr>,
-    pub(crate) coherent: bool,
-    pub(crate) placement: BufferPlacement,
+    /// What it releases and keeps alive: its `VkBuffer` (unless a range) and memory range.
+    life: Arc<Life>,
+    /// Its `VkBuffer`: its own, or a range of a pool page's (which gives [`Buffer::raw`],
+    /// [`Buffer::offset`] and [`Buffer::placement`]).
+    object: BufferObject,
+    size: u64,
+    usage: BufferUsage,
+    name: Arc<str>,
+    /// The memory its bytes are in.
+    memory: BufferMemory,
+    coherent: bool,
     /// The pool that made it (its id), if any.
-    pub(crate) pool: Option<u64>,
+    pool: Option<u64>,
     /// The id state tracking knows it by.
-    pub(crate) resource: residency_core::sync::ResourceId,
+    resource: residency_core::sync::ResourceId,
     /// Whether a defragmentation pass may move it ([`Buffer::set_movable`]).
-    pub(crate) movable: bool,
+    movable: bool,
     /// The defragmentation copy that fills its bytes, when it was moved: CPU reads and writes
     /// wait for it first (a host write racing the copy would be overwritten, a read would see
     /// bytes not copied yet).
-    pub(crate) copy_pending: Option<GpuUse>,
+    copy_pending: Option<GpuUse>,
     /// The application's own word (VMA's `pUserData`), kept across defragmentation moves.
-    pub(crate) user_data: u64,
+    user_data: u64,
+}
+
+/// The `VkBuffer` a [`Buffer`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BufferObject {
+    /// Its own `VkBuffer`, bound at an offset of memory it shares (a heap, a pool's page or
+    /// block, a transient heap); released with the buffer.
+    Placed(vk::Buffer),
+    /// Its own `VkBuffer` bound to memory of its own; released with the buffer.
+    Committed(vk::Buffer),
+    /// Bytes `offset..` of a pool page's `VkBuffer`, which stays with the page.
+    Range {
+        /// The page's buffer.
+        page_buffer: vk::Buffer,
+        /// Where the range starts in it.
+        offset: u64,
+    },
+}
+
+impl BufferObject {
+    /// The `VkBuffer` the buffer's release destroys (null for a range).
+    fn own(self) -> vk::Buffer {
+        match self {
+            BufferObject::Placed(raw) | BufferObject::Committed(raw) => raw,
+            BufferObject::Range { .. } => vk::Buffer::null(),
+        }
+    }
+
+    fn placement(self) -> BufferPlacement {
+        match self {
+            BufferObject::Placed(_) => BufferPlacement::Placed,
+            BufferObject::Committed(_) => BufferPlacement::Committed,
+            BufferObject::Range { .. } => BufferPlacement::Range,
+        }
+    }
+}
+
+/// The memory a [`Buffer`]'s bytes are in.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BufferMemory {
+    /// The memory object.
+    pub(crate) memory: vk::DeviceMemory,
+    /// The offset of the buffer's first byte in it.
+    pub(crate) offset: u64,
+    /// The memory object's size (flushes and invalidations are clamped to it).
+    pub(crate) memory_size: u64,
+    /// The memory object's mapping (`None`: not host-visible, or not mapped).
+    pub(crate) mapped: Option<MappedPtr>,
+}
+
+/// What a [`Buffer`] is made of ([`Buffer::new`]); the rest (its tracking, its life, its state
+/// tracking id, no pending copy, no user data) the constructor derives.
+pub(crate) struct BufferParts {
+    /// The device it lives on.
+    pub(crate) device: Arc<Device>,
+    /// Its name (the ledger tracks it by this name).
+    pub(crate) name: Arc<str>,
+    /// Size in bytes.
+    pub(crate) size: u64,
+    /// Its bind flags.
+    pub(crate) usage: BufferUsage,
+    /// Its `VkBuffer`.
+    pub(crate) object: BufferObject,
+    /// What its release gives back.
+    pub(crate) owner: ResourceMemory,
+    /// What it keeps alive while it lives (its pool, its transient heap).
+    pub(crate) parent: Option<Arc<dyn Parent>>,
+    /// The memory its bytes are in.
+    pub(crate) memory: BufferMemory,
+    /// Whether that memory is host-coherent.
+    pub(crate) coherent: bool,
+    /// The pool that made it (its id), if any.
+    pub(crate) pool: Option<u64>,
+    /// Whether defragmentation may move it.
+    pub(crate) movable: bool,
+}
+
+/// A defragmentation move of a [`Buffer`] ([`Buffer::rebind`]): its new place, in memory of the
+/// same type.
+pub(crate) struct MovedBuffer {
+    /// Its new `VkBuffer` (placed) or page range (a range): the same kind as before.
+    pub(crate) object: BufferObject,
+    /// What the new place's release gives back.
+    pub(crate) owner: ResourceMemory,
+    /// What the new place keeps alive (its pool).
+    pub(crate) parent: Option<Arc<dyn Parent>>,
+    /// The memory its bytes are in now.
+    pub(crate) memory: BufferMemory,
+    /// The copy that fills the new place.
+    pub(crate) copy: GpuUse,
 }
 
 static NEXT_RESOURCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -181,15 +270,63 @@ impl ResidencyError for AccessError {
 }
 
 impl Buffer {
+    /// The one constructor of a buffer: tracks it in the device's ledger by its name and gives it
+    /// its life (which releases `parts.object`'s own `VkBuffer` and `parts.owner`, and keeps
+    /// `parts.parent` alive) and a fresh state-tracking id.
+    pub(crate) fn new(parts: BufferParts) -> Buffer {
+        let BufferParts { device, name, size, usage, object, owner, parent, memory, coherent, pool, movable } =
+            parts;
+        let id = device.ledger().track("buffer", Arc::clone(&name));
+        let life = Life::new(device, Garbage::Buffer { raw: object.own(), memory: owner, id }, parent);
+        Buffer {
+            life,
+            object,
+            size,
+            usage,
+            name,
+            memory,
+            coherent,
+            pool,
+            resource: next_resource_id(),
+            movable,
+            copy_pending: None,
+            user_data: 0,
+        }
+    }
+
+    /// A defragmentation pass moved it to `moved`: its `VkBuffer` (or page range), memory and
+    /// life are the new place's, and CPU access waits for `moved.copy`. Its size, usage, name,
+    /// pool, state-tracking id, user data and pin stay. The old life is dropped here: the old
+    /// `VkBuffer` and range retire behind the copy (submitted before) and every use declared on
+    /// them.
+    pub(crate) fn rebind(&mut self, moved: MovedBuffer) {
+        let MovedBuffer { object, owner, parent, memory, copy } = moved;
+        debug_assert_eq!(object.placement(), self.placement(), "a move keeps the kind of place");
+        let device = Arc::clone(self.life.device());
+        let id = device.ledger().track("buffer", Arc::clone(&self.name));
+        let life = Life::new(device, Garbage::Buffer { raw: object.own(), memory: owner, id }, parent);
+        let old = std::mem::replace(&mut self.life, life);
+        self.object = object;
+        self.memory = memory;
+        self.copy_pending = Some(copy);
+        drop(old);
+    }
+
     /// The `VkBuffer` to bind. For [`BufferPlacement::Range`] it is the page's buffer: bind it at
     /// [`Buffer::offset`].
     pub fn raw(&self) -> vk::Buffer {
-        self.raw
+        match self.object {
+            BufferObject::Placed(raw) | BufferObject::Committed(raw) => raw,
+            BufferObject::Range { page_buffer, .. } => page_buffer,
+        }
     }
 
     /// The offset of this buffer's first byte in [`Buffer::raw`] (0 unless a range).
     pub fn offset(&self) -> u64 {
-        self.range_offset
+        match self.object {
+            BufferObject::Placed(_) | BufferObject::Committed(_) => 0,
+            BufferObject::Range { offset, .. } => offset,
+        }
     }
 
     /// Size in bytes.
@@ -209,7 +346,7 @@ impl Buffer {
 
     /// How its memory was obtained.
     pub fn placement(&self) -> BufferPlacement {
-        self.placement
+        self.object.placement()
     }
 
     /// The device it lives on.
@@ -224,7 +361,7 @@ impl Buffer {
 
     /// The memory it is bound to and the offset there.
     pub fn memory(&self) -> (vk::DeviceMemory, u64) {
-        (self.memory, self.memory_offset)
+        (self.memory.memory, self.memory.offset)
     }
 
     /// The id state tracking (`ResourceTracker`) knows this buffer by.
@@ -234,7 +371,7 @@ impl Buffer {
 
     /// Whether the CPU can read and write it.
     pub fn is_mappable(&self) -> bool {
-        self.mapped.is_some()
+        self.memory.mapped.is_some()
     }
 
     /// Declares that GPU work the renderer submitted itself uses this buffer until `until` (a
@@ -271,8 +408,31 @@ impl Buffer {
         &self.life
     }
 
+    /// The id of the pool that made it, if any.
+    pub(crate) fn pool_id(&self) -> Option<u64> {
+        self.pool
+    }
+
+    /// The size of the memory object it is bound to.
+    pub(crate) fn memory_size(&self) -> u64 {
+        self.memory.memory_size
+    }
+
+    /// Whether its memory is host-coherent.
+    pub(crate) fn is_coherent(&self) -> bool {
+        self.coherent
+    }
+
+    /// The mapped bytes `offset..offset + len` of the buffer's memory range (`offset` counts from
+    /// the buffer's first byte), if it is mapped and they lie inside its memory object. For a
+    /// crate-internal writer such as the staging ring, which keeps inside the buffer itself.
+    pub(crate) fn mapped_range(&self, offset: u64, len: u64) -> Option<std::ptr::NonNull<u8>> {
+        self.memory.mapped?.range(self.memory.offset.checked_add(offset)?, len)
+    }
+
     fn check(&self, offset: u64, len: usize) -> Result<std::ptr::NonNull<u8>, AccessError> {
-        let mapped = self.mapped.ok_or_else(|| AccessError::NotMappable { name: self.name.to_string() })?;
+        let mapped =
+            self.memory.mapped.ok_or_else(|| AccessError::NotMappable { name: self.name.to_string() })?;
         let end = offset.saturating_add(len as u64);
         let out_of_bounds =
             || AccessError::OutOfBounds { name: self.name.to_string(), offset, end, size: self.size };
@@ -284,7 +444,7 @@ impl Buffer {
             self.device().wait_until(&copy)?;
         }
         // The buffer lies inside its block, so this only fails on a bug; it is checked anyway.
-        let start = self.memory_offset.checked_add(offset).ok_or_else(out_of_bounds)?;
+        let start = self.memory.offset.checked_add(offset).ok_or_else(out_of_bounds)?;
         mapped.range(start, len as u64).ok_or_else(out_of_bounds)
     }
 
@@ -296,14 +456,17 @@ impl Buffer {
         let atom = self.device().limits().non_coherent_atom_size.max(1);
         // Saturating: callers pass ranges `check` accepted (inside the memory object), so none
         // of these saturate; a range that did would still stay inside the object.
-        let first = self.memory_offset.saturating_add(offset);
+        let first = self.memory.offset.saturating_add(offset);
         let start = first.saturating_sub(first.checked_rem(atom).unwrap_or(0));
         let end = first
             .saturating_add(len)
             .checked_next_multiple_of(atom)
             .unwrap_or(u64::MAX)
-            .min(self.memory_size);
-        vk::MappedMemoryRange::default().memory(self.memory).offset(start).size(end.saturating_sub(start))
+            .min(self.memory.memory_size);
+        vk::MappedMemoryRange::default()
+            .memory(self.memory.memory)
+            .offset(start)
+            .size(end.saturating_sub(start))
     }
 
     /// Copies `data` into the buffer at `offset` (flushing non-coherent memory). Writes need the
@@ -501,28 +664,24 @@ impl Device {
             self.release(placed.owner);
             return Err(e);
         }
-        let name: Arc<str> = Arc::clone(&desc.name);
-        let id = self.ledger().track("buffer", Arc::clone(&name));
-        let life = Life::new(self.arc(), Garbage::Buffer { raw, memory: placed.owner, id }, None);
-        Ok(Buffer {
-            life,
-            raw,
-            range_offset: 0,
+        Ok(Buffer::new(BufferParts {
+            device: self.arc(),
+            name: Arc::clone(&desc.name),
             size: desc.size,
             usage: desc.usage,
-            name,
-            memory: placed.memory,
-            memory_offset: placed.offset,
-            memory_size: placed.memory_size,
-            mapped: placed.mapped,
+            object: if placed.committed { BufferObject::Committed(raw) } else { BufferObject::Placed(raw) },
+            owner: placed.owner,
+            parent: None,
+            memory: BufferMemory {
+                memory: placed.memory,
+                offset: placed.offset,
+                memory_size: placed.memory_size,
+                mapped: placed.mapped,
+            },
             coherent: placed.coherent,
-            placement: if placed.committed { BufferPlacement::Committed } else { BufferPlacement::Placed },
             pool: None,
-            resource: next_resource_id(),
             movable: true,
-            copy_pending: None,
-            user_data: 0,
-        })
+        }))
     }
 
     /// Releases a buffer made by [`Device::create_buffer`] on this device (as dropping it does:

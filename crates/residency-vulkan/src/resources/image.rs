@@ -374,33 +374,65 @@ pub struct Image {
     user_data: u64,
 }
 
+/// What an [`Image`] is made of ([`Image::new`]); the rest (its tracking, its life, its layout
+/// record, its state-tracking id, no user data) the constructor derives.
+pub(crate) struct ImageParts {
+    /// The device it lives on.
+    pub(crate) device: Arc<Device>,
+    /// Its `VkImage`, bound to `memory` at `memory_offset`; released with the image.
+    pub(crate) raw: vk::Image,
+    /// How it was described (its name, extent, mips and layers among it).
+    pub(crate) desc: ImageDesc,
+    /// What its release gives back.
+    pub(crate) owner: ResourceMemory,
+    /// What it keeps alive while it lives (a transient image's heap).
+    pub(crate) parent: Option<Arc<dyn Parent>>,
+    /// The memory it is bound to.
+    pub(crate) memory: vk::DeviceMemory,
+    /// Where in `memory`.
+    pub(crate) memory_offset: u64,
+    /// The bytes it occupies there (the driver's size).
+    pub(crate) size: u64,
+    /// Whether `memory` is its own.
+    pub(crate) committed: bool,
+}
+
+/// A defragmentation move of an [`Image`] ([`Image::rebind`]): its new `VkImage` and place.
+pub(crate) struct MovedImage {
+    /// The new `VkImage`, of the same description, bound at the new place.
+    pub(crate) raw: vk::Image,
+    /// What the new place's release gives back.
+    pub(crate) owner: ResourceMemory,
+    /// What the new place keeps alive.
+    pub(crate) parent: Option<Arc<dyn Parent>>,
+    /// The memory it is bound to now.
+    pub(crate) memory: vk::DeviceMemory,
+    /// Where in `memory`.
+    pub(crate) memory_offset: u64,
+    /// The bytes the new image occupies.
+    pub(crate) size: u64,
+    /// The new image's layout record (the copy's submission leaves it in the old one's layouts).
+    pub(crate) layouts: Arc<Layouts>,
+}
+
 impl Image {
-    /// An image bound by a transient pool in `heap`.
-    pub(crate) fn transient(
-        device: &Device,
-        raw: vk::Image,
-        desc: ImageDesc,
-        memory: vk::DeviceMemory,
-        offset: u64,
-        heap: Arc<dyn Parent>,
-    ) -> Image {
+    /// The one constructor of an image: tracks it in the device's ledger by its name and gives it
+    /// its life (which releases `parts.raw` and `parts.owner`, and keeps `parts.parent` alive), a
+    /// layout record with every subresource `UNDEFINED`, and a fresh state-tracking id.
+    pub(crate) fn new(parts: ImageParts) -> Image {
+        let ImageParts { device, raw, desc, owner, parent, memory, memory_offset, size, committed } = parts;
         let id = device.ledger().track("image", desc.name.as_str());
-        let garbage = Garbage::Image { raw, memory: ResourceMemory::Transient, id };
         let layouts =
             Layouts::new(&desc.name, desc.mip_levels, desc.array_layers, vk::ImageLayout::UNDEFINED);
-        // The bytes it occupies in the heap, as for any placed image (copies check that a buffer
-        // they write shares none of them).
-        // SAFETY: `raw` is a live image of this device; a pure query.
-        let size = unsafe { device.raw().get_image_memory_requirements(raw) }.size;
         Image {
             layouts,
-            life: Life::new(device.arc(), garbage, Some(heap)),
+            life: Life::new(device, Garbage::Image { raw, memory: owner, id }, parent),
             raw,
             desc,
             memory,
-            memory_offset: offset,
+            memory_offset,
             size,
-            committed: false,
+            committed,
             resource: crate::resources::buffer::next_resource_id(),
             user_data: 0,
         }
@@ -460,22 +492,22 @@ impl Image {
         &self.layouts
     }
 
-    /// A defragmentation pass moved it: its new `VkImage`, memory, offset, size, layouts and
-    /// life (same description and tracking id). Returns the old life, whose drop retires the old
-    /// image and range behind the copy.
-    pub(crate) fn moved(
-        &mut self,
-        life: Arc<Life>,
-        raw: vk::Image,
-        (memory, memory_offset, size): (vk::DeviceMemory, u64, u64),
-        layouts: Arc<Layouts>,
-    ) -> Arc<Life> {
+    /// A defragmentation pass moved it to `moved`: its `VkImage`, memory, offset, size, layout
+    /// record and life are the new image's. Its description, whether it is committed,
+    /// state-tracking id and user data stay. The old life is dropped here: the old image and
+    /// range retire behind the copy (submitted before) and every use declared on them.
+    pub(crate) fn rebind(&mut self, moved: MovedImage) {
+        let MovedImage { raw, owner, parent, memory, memory_offset, size, layouts } = moved;
+        let device = Arc::clone(self.life.device());
+        let id = device.ledger().track("image", self.desc.name.as_str());
+        let life = Life::new(device, Garbage::Image { raw, memory: owner, id }, parent);
+        let old = std::mem::replace(&mut self.life, life);
         self.raw = raw;
         self.memory = memory;
         self.memory_offset = memory_offset;
         self.size = size;
         self.layouts = layouts;
-        std::mem::replace(&mut self.life, life)
+        drop(old);
     }
 
     /// How it was described.
@@ -798,20 +830,17 @@ impl Device {
             self.release(placed.owner);
             return Err(VulkanError::from_vk("vkBindImageMemory", r).into());
         }
-        let raw = guard.disarm();
-        let id = self.ledger().track("image", name);
-        Ok(Image {
-            layouts: Layouts::new(name, desc.mip_levels, desc.array_layers, vk::ImageLayout::UNDEFINED),
-            life: Life::new(self.arc(), Garbage::Image { raw, memory: placed.owner, id }, None),
-            raw,
+        Ok(Image::new(ImageParts {
+            device: self.arc(),
+            raw: guard.disarm(),
             desc: desc.clone(),
+            owner: placed.owner,
+            parent: None,
             memory: placed.memory,
             memory_offset: placed.offset,
             size: requirements.size,
             committed: placed.committed,
-            resource: crate::resources::buffer::next_resource_id(),
-            user_data: 0,
-        })
+        }))
     }
 
     /// Releases an image made on this device (as dropping it does: deferred while the GPU may use

@@ -234,7 +234,7 @@ impl ResourceTracker {
             self.core.register_page(
                 device,
                 page,
-                TrackedBufferDesc::new(page_name.clone(), buffer.memory_size),
+                TrackedBufferDesc::new(page_name.clone(), buffer.memory_size()),
             )?;
         }
         let paged = PagedBufferDesc { name, page, offset: buffer.offset(), size: buffer.size() };
@@ -247,7 +247,7 @@ impl ResourceTracker {
         let entry = self.handles.entry((device, page)).or_insert_with(|| Tracked {
             handle: Handle::Buffer(buffer.raw()),
             name: page_name,
-            extent: Extent::Bytes(buffer.memory_size),
+            extent: Extent::Bytes(buffer.memory_size()),
             device: uid,
             keep: Vec::new(),
             layouts: None,

@@ -1137,8 +1137,7 @@ fn default_copy_threads() -> usize {
 /// Copies `data` into the staging ring at a ring allocation, split among up to `threads` threads.
 fn write_staging(staging: &Buffer, offset: u64, data: &[u8], threads: usize) {
     let dst = staging
-        .mapped
-        .and_then(|m| m.range(staging.memory_offset + offset, data.len() as u64))
+        .mapped_range(offset, data.len() as u64)
         .expect("ring allocations lie inside the mapped staging buffer");
     // SAFETY: the ring hands out each range to one writer at a time (under the state lock) and the
     // GPU reads it only after this copy (the submission comes later), so nothing else reads or
@@ -1147,7 +1146,7 @@ fn write_staging(staging: &Buffer, offset: u64, data: &[u8], threads: usize) {
     // host memory).
     let dst = unsafe { std::slice::from_raw_parts_mut(dst.as_ptr(), data.len()) };
     copy_in_parallel(dst, data, threads);
-    if !staging.coherent && !data.is_empty() {
+    if !staging.is_coherent() && !data.is_empty() {
         staging.flush_range(offset, data.len() as u64);
     }
 }

@@ -5,10 +5,10 @@ use super::{Candidate, DefragStats, Defragmenter, Heaps, Staged, Target, Unmovab
 use crate::device::blocks::MemoryError;
 use crate::device::blocks::ResourceMemory;
 use crate::device::ledger::FaultSite;
-use crate::device::life::{Garbage, GpuUse, Life, FRAMES, SPARSE, UNIVERSAL};
+use crate::device::life::{Garbage, GpuUse, FRAMES, SPARSE, UNIVERSAL};
 use crate::device::Device;
 use crate::error::VulkanError;
-use crate::resources::image::{Image, Layouts};
+use crate::resources::image::{Image, Layouts, MovedImage};
 use ash::vk;
 use residency_core::usage::ImageUsage;
 use std::sync::Arc;
@@ -225,15 +225,19 @@ impl Defragmenter {
     }
 
     /// Swaps an image's internals for its new place; the old life retires behind the copy.
-    pub(super) fn commit_image(device: &Device, image: &mut Image, mut m: Staged) {
+    pub(super) fn commit_image(image: &mut Image, mut m: Staged) {
         let destination = m.destination.take().expect("a staged move has its destination");
         let layouts = m.layouts.take().expect("a staged image has its layout record");
-        let id = device.ledger().track("image", image.name());
-        let memory = m.heaps.memory(destination);
-        let life = Life::new(device.arc(), Garbage::Image { raw: m.image, memory, id }, None);
-        let old = image.moved(life, m.image, (m.memory, m.offset, m.image_size), layouts);
-        // The old image and range wait for the copy (submitted before this drop) and for the
-        // uses declared on them.
-        drop(old);
+        // The old image and range wait for the copy (submitted before the rebind drops them) and
+        // for the uses declared on them.
+        image.rebind(MovedImage {
+            raw: m.image,
+            owner: m.heaps.memory(destination),
+            parent: None,
+            memory: m.memory,
+            memory_offset: m.offset,
+            size: m.image_size,
+            layouts,
+        });
     }
 }

@@ -11,12 +11,13 @@
 
 use crate::device::blocks::{BlockAllocation, BlockList, MappedPtr, MemoryError};
 use crate::device::blocks::{ResourceMemory, SubAllocation};
-use crate::device::life::{Garbage, GpuUse, Life, Parent, FRAMES, SPARSE, UNIVERSAL};
+use crate::device::life::{Garbage, GpuUse, Parent, FRAMES, SPARSE, UNIVERSAL};
 use crate::device::Device;
 use crate::error::VulkanError;
 use crate::poison::PoisonFree;
 use crate::pools::buffer_pool::PoolShared;
 use crate::resources::buffer::{bind_buffer, create_raw_buffer, Buffer, BufferPlacement};
+use crate::resources::buffer::{BufferMemory, BufferObject, MovedBuffer};
 use crate::resources::image::{Image, Layouts};
 use crate::sync::commands::{CommandContext, Submission};
 use crate::sync::recording::Timestamps;
@@ -539,7 +540,7 @@ impl Defragmenter {
             for m in moves {
                 match m.target {
                     Target::Buffer(i) => Self::commit(device, &mut *movable.buffers[i], m, copy),
-                    Target::Image(i) => Self::commit_image(device, &mut *movable.images[i], m),
+                    Target::Image(i) => Self::commit_image(&mut *movable.images[i], m),
                 }
             }
         }
@@ -559,11 +560,11 @@ impl Defragmenter {
             let refuse = |reason| Some((index, reason));
             let refused = if !buffer.device().is(&self.device) {
                 refuse(Unmovable::OtherDevice)
-            } else if buffer.placement == BufferPlacement::Committed {
+            } else if buffer.placement() == BufferPlacement::Committed {
                 refuse(Unmovable::NotPlaced)
-            } else if !buffer.movable {
+            } else if !buffer.is_movable() {
                 refuse(Unmovable::Pinned)
-            } else if Arc::strong_count(&buffer.life) != 1 || Arc::weak_count(&buffer.life) != 0 {
+            } else if Arc::strong_count(buffer.life()) != 1 || Arc::weak_count(buffer.life()) != 0 {
                 // `&mut` to the only handle: nobody can clone the life while the pass runs.
                 refuse(Unmovable::Shared)
             } else {
@@ -573,7 +574,7 @@ impl Defragmenter {
                 stats.unmovable.push(refused);
                 continue;
             }
-            let placed = match buffer.life.garbage() {
+            let placed = match buffer.life().garbage() {
                 Some(Garbage::Buffer {
                     memory: ResourceMemory::General { type_index, allocation }, ..
                 }) => Some((Heaps::General(*type_index), allocation)),
@@ -593,7 +594,7 @@ impl Defragmenter {
                 stats.unmovable.push((index, Unmovable::NotPlaced));
                 continue;
             };
-            let uses = buffer.life.declared_uses();
+            let uses = buffer.life().declared_uses();
             if uses.points().iter().any(|p| p.clock == FRAMES) {
                 stats.unmovable.push((index, Unmovable::FrameCountedUse));
                 continue;
@@ -782,11 +783,12 @@ impl Defragmenter {
                 && requirements.size <= room
         };
         let room = m.destination.as_ref().map_or(0, |d| d.allocation.size());
-        let range = buffer.placement == BufferPlacement::Range;
+        let range = buffer.placement() == BufferPlacement::Range;
         // What the copy can use directly: the buffer's own usage, or its page buffer's.
-        let copy_usage = if range { m.heaps.page_usage() } else { buffer.usage };
+        let copy_usage = if range { m.heaps.page_usage() } else { buffer.usage() };
         if !range {
-            let (raw, requirements) = create_raw_buffer(device, &buffer.name, buffer.size, buffer.usage)?;
+            let (raw, requirements) =
+                create_raw_buffer(device, buffer.name(), buffer.size(), buffer.usage())?;
             m.raw = raw;
             if !fits(requirements, m.offset, room) {
                 return Ok(false);
@@ -798,7 +800,7 @@ impl Defragmenter {
             }
             bound?;
         }
-        let old_room = match buffer.life.garbage() {
+        let old_room = match buffer.life().garbage() {
             Some(Garbage::Buffer {
                 memory:
                     ResourceMemory::General { allocation, .. }
@@ -808,15 +810,15 @@ impl Defragmenter {
             _ => 0,
         };
         let aliases = [
-            (BufferUsage::COPY_SRC, "source", buffer.memory, buffer.memory_offset, old_room),
+            (BufferUsage::COPY_SRC, "source", buffer.memory().0, buffer.memory().1, old_room),
             (BufferUsage::COPY_DST, "destination", m.memory, m.offset, room),
         ];
         for (usage, what, memory, offset, room) in aliases {
             if copy_usage.contains(usage) {
                 continue;
             }
-            let name = format!("{} (move {what})", buffer.name);
-            let (alias, requirements) = create_raw_buffer(device, &name, buffer.size, usage)?;
+            let name = format!("{} (move {what})", buffer.name());
+            let (alias, requirements) = create_raw_buffer(device, &name, buffer.size(), usage)?;
             let slot = if usage == BufferUsage::COPY_SRC { &mut m.src_alias } else { &mut m.dst_alias };
             *slot = alias;
             if !fits(requirements, offset, room) {
@@ -845,14 +847,14 @@ impl Defragmenter {
                     let buffer = &*movable.buffers[i];
                     let (src, src_offset) = match m.src_alias {
                         alias if alias != vk::Buffer::null() => (alias, 0),
-                        _ => (buffer.raw, buffer.range_offset),
+                        _ => (buffer.raw(), buffer.offset()),
                     };
                     let (dst, dst_offset) = match m.dst_alias {
                         alias if alias != vk::Buffer::null() => (alias, 0),
                         _ if m.raw != vk::Buffer::null() => (m.raw, 0),
                         _ => (m.page_buffer, m.offset),
                     };
-                    copies.push((src, dst, vk::BufferCopy { src_offset, dst_offset, size: buffer.size }));
+                    copies.push((src, dst, vk::BufferCopy { src_offset, dst_offset, size: buffer.size() }));
                 }
                 Target::Image(i) => images.add(&*movable.images[i], m),
             }
@@ -931,8 +933,7 @@ impl Defragmenter {
     /// last handle was the buffer's: checked when it became a candidate).
     fn commit(device: &Device, buffer: &mut Buffer, mut m: Staged, copy: GpuUse) {
         let destination = m.destination.take().expect("a staged move has its destination");
-        let id = device.ledger().track("buffer", Arc::clone(&buffer.name));
-        let memory = m.heaps.memory(destination);
+        let owner = m.heaps.memory(destination);
         let parent: Option<Arc<dyn Parent>> = match &m.heaps {
             Heaps::General(_) => None,
             Heaps::Pool { pool, .. } => {
@@ -941,25 +942,19 @@ impl Defragmenter {
                 Some(Arc::clone(pool) as Arc<dyn Parent>)
             }
         };
-        let life = Life::new(device.arc(), Garbage::Buffer { raw: m.raw, memory, id }, parent);
-        let old = std::mem::replace(&mut buffer.life, life);
-        if m.raw != vk::Buffer::null() {
-            buffer.raw = m.raw;
+        let object = if m.raw != vk::Buffer::null() {
+            BufferObject::Placed(m.raw)
         } else {
-            buffer.raw = m.page_buffer;
-            buffer.range_offset = m.offset;
-        }
-        buffer.memory = m.memory;
-        buffer.memory_offset = m.offset;
-        buffer.memory_size = m.memory_size;
-        buffer.mapped = m.mapped;
-        buffer.copy_pending = Some(copy);
-        // The old buffer and range wait for the copy (submitted before this drop) and for the
-        // uses declared on them.
-        drop(old);
+            BufferObject::Range { page_buffer: m.page_buffer, offset: m.offset }
+        };
+        let memory =
+            BufferMemory { memory: m.memory, offset: m.offset, memory_size: m.memory_size, mapped: m.mapped };
+        // The old buffer and range wait for the copy (submitted before the rebind drops them) and
+        // for the uses declared on them.
+        buffer.rebind(MovedBuffer { object, owner, parent, memory, copy });
         for (alias, what) in [(m.src_alias, "source"), (m.dst_alias, "destination")] {
             if alias != vk::Buffer::null() {
-                let id = device.ledger().track("buffer", format!("{} (move {what})", buffer.name));
+                let id = device.ledger().track("buffer", format!("{} (move {what})", buffer.name()));
                 let garbage = Garbage::Buffer { raw: alias, memory: ResourceMemory::Transient, id };
                 device.retire(garbage, LastUses::none());
             }
