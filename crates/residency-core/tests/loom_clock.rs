@@ -1,7 +1,7 @@
 //! `loom` models of [`ClockCache`], the lock-free part of deferred destruction (issue #21): the
 //! host's cached progress of a GPU clock, which the backend's `Retirement` keeps for its universal
 //! timeline and its sparse-bind timeline and reads from any thread without a lock
-//! (`crates/residency-vulkan/src/sync/retire.rs`).
+//! (`crates/residency-vulkan/src/device/life.rs`).
 //!
 //! The model: a "GPU" counter (the timeline semaphore) that a GPU thread advances up to what was
 //! published and then notices the first submission's fence late (noting value 1); a submitting

@@ -2,7 +2,7 @@
 //! bottom to top in [`LAYERS`] (the one place the order is written down; docs/ARCHITECTURE.md
 //! refers here), and code in one layer names only its own layer and those below it.
 //!
-//! Internal code names items by their folder path (`crate::sync::retire::Life`): a `crate::Name`
+//! Internal code names items by their folder path (`crate::device::life::Life`): a `crate::Name`
 //! path through the crate root's public re-exports, or a `pub(crate) use` alias in `lib.rs`,
 //! would hide which layer it reaches, and is refused. Comments and doc links are not imports and
 //! are not checked.

@@ -18,7 +18,7 @@
 //! holding thread are refused ([`VulkanError::Reentrant`]), other threads wait.
 //!
 //! Every renderer frame submitted this way counts, for deferred destruction, like a residency
-//! submission: whatever is released after it waits for it (`retire.rs`), the streamer's tiles
+//! submission: whatever is released after it waits for it (`device/life.rs`), the streamer's tiles
 //! and heaps included, whether or not `end_frame` was reached.
 
 use crate::device::ledger::FaultSite;

@@ -10,7 +10,7 @@
 //! descriptor sets and the resources bound there, buffers, images, views, query pools) is held by
 //! the recording until its command buffer is submitted: an object dropped inside the closure is
 //! destroyed only after the submission completes, like any object dropped after a residency
-//! submission (see `retire.rs`). Commands you record yourself through [`Recording::raw`] are your
+//! submission (see `device/life.rs`). Commands you record yourself through [`Recording::raw`] are your
 //! own `unsafe` code: what they use must outlive the closure (or be declared with `used_until`).
 //!
 //! **Image layouts.** Every helper that records a command on an [`Image`] notes what it needs and
