@@ -204,7 +204,7 @@ impl Target {
         let usage = ImageUsage::COLOR_ATTACHMENT | ImageUsage::COPY_SRC;
         let image =
             device.create_image(&ImageDesc::new_2d(name, Format::R8G8B8A8Unorm, SIDE, SIDE, usage))?;
-        let view = device.create_image_view(&image, 0..1)?;
+        let view = image.create_view(0..1)?;
         let pixels = device.create_buffer(
             &BufferDesc::new(format!("{name} read-back"), u64::from(SIDE * SIDE * 4), BufferUsage::COPY_DST)
                 .with_intent(MemoryIntent::Readback),

@@ -123,7 +123,7 @@ pub fn run(device: &Arc<Device>, forget_index_read: bool) -> Result<Outcome, Box
         SIZE,
         ImageUsage::COLOR_ATTACHMENT | ImageUsage::COPY_SRC,
     ))?;
-    let view = device.create_image_view(&target, 0..1)?;
+    let view = target.create_view(0..1)?;
     let pixels = device.create_buffer(
         &BufferDesc::new("pixels", u64::from(SIZE * SIZE * 4), BufferUsage::COPY_DST)
             .with_intent(MemoryIntent::Readback),

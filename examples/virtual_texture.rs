@@ -180,7 +180,7 @@ impl Target {
         let usage = ImageUsage::COLOR_ATTACHMENT | ImageUsage::COPY_SRC;
         let image =
             device.create_image(&ImageDesc::new_2d(name, Format::R8G8B8A8Unorm, SIDE, SIDE, usage))?;
-        let view = device.create_image_view(&image, 0..1)?;
+        let view = image.create_view(0..1)?;
         let bytes = u64::from(SIDE * SIDE * 4);
         let pixels = device.create_buffer(
             &BufferDesc::new(format!("{name} read-back"), bytes, BufferUsage::COPY_DST)
@@ -248,7 +248,7 @@ fn resident_copy(
             uploader.write_image(&region, &source.read_tile(mip, x, y)?)?;
         }
     }
-    let view = device.create_image_view(&image, 0..desc.mip_count)?;
+    let view = image.create_view(0..desc.mip_count)?;
     Ok((image, view))
 }
 

@@ -862,12 +862,8 @@ impl<'s> World<'s> {
         let (m0, m1, l0, l1) =
             (extreme_u32(input), extreme_u32(input), extreme_u32(input), extreme_u32(input));
         let image = &self.images[i];
-        let device = Arc::clone(image.device());
-        let r = if input.bool() {
-            device.create_image_view(image, m0..m1)
-        } else {
-            device.create_image_view_range(image, m0..m1, l0..l1)
-        };
+        let r =
+            if input.bool() { image.create_view(m0..m1) } else { image.create_view_range(m0..m1, l0..l1) };
         if let Some(v) = self.note(r) {
             Self::push(&mut self.views, v);
         }

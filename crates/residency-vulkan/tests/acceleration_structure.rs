@@ -262,7 +262,7 @@ fn blas_scratch_one_frame_and_terrain_vertices_over_the_same_memory_the_next() {
         let image = device
             .create_image(&ImageDesc::new_2d("terrain target", Format::R8G8B8A8Unorm, SIDE, SIDE, usage))
             .unwrap();
-        let view = device.create_image_view(&image, 0..1).unwrap();
+        let view = image.create_view(0..1).unwrap();
         let pixels = device
             .create_buffer(
                 &BufferDesc::new("terrain pixels", u64::from(SIDE * SIDE * 4), BufferUsage::COPY_DST)

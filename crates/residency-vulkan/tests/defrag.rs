@@ -293,7 +293,7 @@ fn a_moved_vertex_buffer_is_drawn_in_the_next_frame() {
                 target_usage,
             ))
             .unwrap();
-        let view = device.create_image_view(&image, 0..1).unwrap();
+        let view = image.create_view(0..1).unwrap();
         let pixels = device
             .create_buffer(
                 &BufferDesc::new("defrag pixels", u64::from(side * side * 4), BufferUsage::COPY_DST)
@@ -811,7 +811,7 @@ fn optimal_images_move_with_their_contents_and_layouts() {
         // A view holds one of the fullest heap's images: it stays, and so its heap is no source
         // (else the fullest heap, all movable, could empty into the larger, emptier one).
         let k = places.iter().position(|p| p.1 == full).unwrap();
-        let view = device.create_image_view(&all[k].1, 0..1).unwrap();
+        let view = all[k].1.create_view(0..1).unwrap();
         let mut defrag = Defragmenter::new(device, DefragDesc::default()).unwrap();
         // Out of memory creating the second new image, then a failed submission: nothing moves,
         // no layout changes, nothing is left behind.

@@ -96,7 +96,7 @@ impl Target {
                 ImageUsage::COLOR_ATTACHMENT | ImageUsage::COPY_SRC | usage,
             ))
             .unwrap();
-        let view = device.create_image_view(&image, 0..1).unwrap();
+        let view = image.create_view(0..1).unwrap();
         let pixels = device
             .create_buffer(
                 &BufferDesc::new(format!("{name} pixels"), u64::from(side * side * 4), BufferUsage::COPY_DST)
@@ -172,7 +172,7 @@ fn texture(device: &Device, uploader: &Uploader, name: &str) -> (Image, ImageVie
     let region = ImageRegion::new(&image, 0, [0; 3], [16, 16, 1]);
     uploader.write_image(&region, &common::region_texels(0, [0, 0], [16, 16])).unwrap();
     uploader.wait_idle().unwrap();
-    let view = device.create_image_view(&image, 0..1).unwrap();
+    let view = image.create_view(0..1).unwrap();
     (image, view)
 }
 

@@ -242,7 +242,7 @@ fn placed_images_and_buffers_never_share_a_granularity_page() {
             let desc = ImageDesc::new_2d(format!("i{i}"), Format::R8G8B8A8Unorm, 16 + i, 16, usage);
             images.push(device.create_image(&desc).unwrap());
         }
-        let view = device.create_image_view(&images[0], 0..1).unwrap();
+        let view = images[0].create_view(0..1).unwrap();
         drop(view);
         for image in &images {
             let (memory, offset) = image.memory();

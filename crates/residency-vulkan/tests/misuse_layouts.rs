@@ -61,7 +61,7 @@ fn sampling(device: &Device, name: &str, layout: vk::ImageLayout) -> Sampling {
     let usage = ImageUsage::SAMPLED | ImageUsage::COPY_DST | ImageUsage::COPY_SRC;
     let image =
         device.create_image(&ImageDesc::new_2d(name, Format::R8G8B8A8Unorm, SIZE, SIZE, usage)).unwrap();
-    let view = device.create_image_view(&image, 0..1).unwrap();
+    let view = image.create_view(0..1).unwrap();
     let sampler = device.create_sampler(Filter::Nearest).unwrap();
     let out = results(device, &format!("{name} results"));
     let program =
@@ -96,7 +96,7 @@ fn target(device: &Device, name: &str) -> (Image, ImageView) {
     let usage = ImageUsage::COLOR_ATTACHMENT | ImageUsage::COPY_SRC;
     let image =
         device.create_image(&ImageDesc::new_2d(name, Format::R8G8B8A8Unorm, SIZE, SIZE, usage)).unwrap();
-    let view = device.create_image_view(&image, 0..1).unwrap();
+    let view = image.create_view(0..1).unwrap();
     (image, view)
 }
 
@@ -502,10 +502,9 @@ fn misuse_a_set_showing_one_subresource_in_two_layouts_is_refused() {
                     .mutable_format(&formats),
             )
             .unwrap();
-        let view = device.create_image_view(&image, 0..1).unwrap();
-        let as_uint = device
-            .create_image_view_as(&image, &ImageViewDesc::of(&image).with_format(vk::Format::R32_UINT))
-            .unwrap();
+        let view = image.create_view(0..1).unwrap();
+        let as_uint =
+            image.create_view_as(&ImageViewDesc::of(&image).with_format(vk::Format::R32_UINT)).unwrap();
         let sampler = device.create_sampler(Filter::Nearest).unwrap();
         let out = results(device, "misuse two layouts out");
         let program =

@@ -148,7 +148,7 @@ fn misuse_destroy_on_the_wrong_device_is_refused_and_changes_nothing() {
             .unwrap();
         let refused = d1.destroy_image(image).unwrap_err();
         assert!(matches!(refused.reason, ForeignReason::OtherDevice { .. }), "{refused}");
-        let view = d1.create_image_view(&refused.resource, 0..1);
+        let view = refused.resource.create_view(0..1);
         assert!(view.is_err(), "a view on another device is refused too");
         d0.destroy_image(*refused.resource).unwrap();
     });
@@ -230,7 +230,7 @@ fn misuse_dropping_a_pool_image_and_view_in_use_defers_them_in_order() {
                 ImageUsage::SAMPLED,
             ))
             .unwrap();
-        let view = device.create_image_view(&image, 0..1).unwrap();
+        let view = image.create_view(0..1).unwrap();
         let sampler = device.create_sampler(Filter::Nearest).unwrap();
         let submission = gated_copy(&context, &gate, &src, &dst);
         drop((src, dst, pool, image, view, sampler));
@@ -390,7 +390,7 @@ fn misuse_an_early_return_from_a_frame_loop_with_frames_in_flight_leaks_nothing(
                     ImageUsage::SAMPLED,
                 ))
                 .map_err(|_| Stop)?;
-            let view = device.create_image_view(&image, 0..1).map_err(|_| Stop)?;
+            let view = image.create_view(0..1).map_err(|_| Stop)?;
             slots.push((gated_copy(&context, gate, &src, &dst), src, dst, image, view));
             if frame == 5 {
                 // The renderer bails out with frames in flight: everything above drops here.
@@ -492,7 +492,7 @@ fn misuse_a_view_of_an_image_no_view_can_serve_is_refused() {
         let device = &set.devices()[0];
         let desc = ImageDesc::new_2d("copy only", Format::R8G8B8A8Unorm, 8, 8, ImageUsage::COPY_DST);
         let image = device.create_image(&desc).unwrap();
-        let err = device.create_image_view(&image, 0..1).unwrap_err();
+        let err = image.create_view(0..1).unwrap_err();
         assert!(err.to_string().contains("no usage a view can serve"), "{err}");
         assert!(!live(device, "copy only view"));
     });

@@ -120,7 +120,7 @@ fn misuse_a_recording_of_device_0_given_to_device_1_helpers_is_refused_and_recor
                 ImageUsage::COLOR_ATTACHMENT | ImageUsage::COPY_SRC,
             ))
             .unwrap();
-        let color_view = d1.create_image_view(&color, 0..1).unwrap();
+        let color_view = color.create_view(0..1).unwrap();
         let own = storage(d0, "misuse device 0 buffer");
 
         let mut drew = false;
@@ -298,7 +298,7 @@ fn misuse_dropping_a_sets_view_and_sampler_while_the_set_is_in_use_is_safe() {
             ))
             .unwrap();
         device.discard_to_general(&[&image]).unwrap();
-        let view = device.create_image_view(&image, 0..1).unwrap();
+        let view = image.create_view(0..1).unwrap();
         let sampler = device.create_sampler(Filter::Nearest).unwrap();
         let results = storage(&device, "misuse view results");
         // `sample_texels.comp`: `results[i] = texel (i % width, i / width)`; push `{ count, width }`.
@@ -464,9 +464,9 @@ fn misuse_descriptor_bindings_that_do_not_fit_are_refused_before_anything_is_all
             ))
             .unwrap();
         let (storage_view, integer_view, float_view) = (
-            device.create_image_view(&storage_only, 0..1).unwrap(),
-            device.create_image_view(&integer, 0..1).unwrap(),
-            device.create_image_view(&float, 0..1).unwrap(),
+            storage_only.create_view(0..1).unwrap(),
+            integer.create_view(0..1).unwrap(),
+            float.create_view(0..1).unwrap(),
         );
         let (nearest, trilinear) = (
             device.create_sampler(Filter::Nearest).unwrap(),

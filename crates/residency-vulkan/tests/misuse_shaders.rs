@@ -686,7 +686,7 @@ fn misuse_sample_texels_past_its_image_and_range_reads_zero_and_writes_only_the_
             .create_image(&ImageDesc::new_2d("misuse texels image", Format::R8G8B8A8Unorm, 4, 4, usage))
             .unwrap();
         device.discard_to_general(&[&image]).unwrap();
-        let view = device.create_image_view(&image, 0..1).unwrap();
+        let view = image.create_view(0..1).unwrap();
         let sampler = device.create_sampler(Filter::Nearest).unwrap();
         let sampled = Binding::sampled(&view, &sampler, vk::ImageLayout::GENERAL);
         // Rows of 16 texels of a 4 × 4 image, 32 results bound, 256 asked for.
@@ -813,7 +813,7 @@ fn misuse_sparse_store_past_its_image_writes_only_the_image() {
             .create_image(&ImageDesc::new_2d("misuse store image", Format::R8G8B8A8Unorm, 8, 8, usage))
             .unwrap();
         device.discard_to_general(&[&image]).unwrap();
-        let view = device.create_image_view(&image, 0..1).unwrap();
+        let view = image.create_view(0..1).unwrap();
         let storage = Binding::storage(&view, vk::ImageLayout::GENERAL);
         // The pattern depends only on the texel written, so every run leaves the same image;
         // regions reaching past every edge write only the texels inside.
@@ -843,7 +843,7 @@ fn misuse_ptex_with_a_face_or_level_past_its_faces_reads_only_its_records() {
             )
             .unwrap();
         device.discard_to_general(&[&image]).unwrap();
-        let view = device.create_image_view_range(&image, 0..1, 0..2).unwrap();
+        let view = image.create_view_range(0..1, 0..2).unwrap();
         let sampler = device.create_sampler(Filter::Trilinear).unwrap();
         let storage = BufferUsage::STORAGE;
         // One face (finest level 0, slot 0 everywhere); probes of face 0, face 3 (no record) and
@@ -998,7 +998,7 @@ fn misuse_fallback_and_warn_shaders_with_a_count_past_their_buffers_write_only_t
         let plain = |name: &str, format: Format, side: u32| {
             let image = device.create_image(&ImageDesc::new_2d(name, format, side, side, usage)).unwrap();
             device.discard_to_general(&[&image]).unwrap();
-            let view = device.create_image_view(&image, 0..1).unwrap();
+            let view = image.create_view(0..1).unwrap();
             (image, view)
         };
         // The software path's atlas and an indirection texture whose header is whatever the
@@ -1060,7 +1060,7 @@ fn misuse_a_plain_image_where_a_shader_reads_with_sparse_residency_is_refused_an
             .create_image(&ImageDesc::new_2d("misuse sparse plain", Format::R8G8B8A8Unorm, 256, 256, usage))
             .unwrap();
         device.discard_to_general(&[&image]).unwrap();
-        let view = device.create_image_view(&image, 0..1).unwrap();
+        let view = image.create_view(0..1).unwrap();
         let sampler = device.create_sampler(Filter::Nearest).unwrap();
         let (_pool, sparse) = empty_sparse(device, "misuse sparse texture");
         let storage = BufferUsage::STORAGE;
@@ -1156,12 +1156,11 @@ fn misuse_a_view_whose_shape_the_shader_does_not_declare_is_refused_and_creates_
             .create_image(&ImageDesc::new_2d("misuse shape plain", Format::R8G8B8A8Unorm, 4, 4, sampled))
             .unwrap();
         device.discard_to_general(&[&layered, &cube, &uint, &plain]).unwrap();
-        let array_view = device.create_image_view_range(&layered, 0..1, 0..2).unwrap();
-        let cube_view = device
-            .create_image_view_as(&cube, &ImageViewDesc::of(&cube).with_type(vk::ImageViewType::CUBE))
-            .unwrap();
-        let uint_view = device.create_image_view(&uint, 0..1).unwrap();
-        let plain_view = device.create_image_view(&plain, 0..1).unwrap();
+        let array_view = layered.create_view_range(0..1, 0..2).unwrap();
+        let cube_view =
+            cube.create_view_as(&ImageViewDesc::of(&cube).with_type(vk::ImageViewType::CUBE)).unwrap();
+        let uint_view = uint.create_view(0..1).unwrap();
+        let plain_view = plain.create_view(0..1).unwrap();
         for (view, says) in [(&array_view, "TYPE_2D_ARRAY"), (&cube_view, "CUBE"), (&uint_view, "Uint")] {
             let before = live(device);
             let bindings = [Binding::sampled(view, &sampler, general), middle(&out, 64)];
@@ -1194,7 +1193,7 @@ fn misuse_a_view_whose_shape_the_shader_does_not_declare_is_refused_and_creates_
             )
             .unwrap();
         device.discard_to_general(&[&target]).unwrap();
-        let target_view = device.create_image_view_range(&target, 0..1, 0..2).unwrap();
+        let target_view = target.create_view_range(0..1, 0..2).unwrap();
         let before = live(device);
         match store.descriptor_set(&[Binding::storage(&target_view, general)]) {
             Err(BindingError::ViewShape { binding: 0, .. }) => {}
@@ -1203,7 +1202,7 @@ fn misuse_a_view_whose_shape_the_shader_does_not_declare_is_refused_and_creates_
         assert_eq!(live(device), before, "the refused storage set created nothing");
         let single = ImageViewDesc { layers: 1..2, ..ImageViewDesc::of(&target) }
             .with_type(vk::ImageViewType::TYPE_2D);
-        let single = device.create_image_view_as(&target, &single).unwrap();
+        let single = target.create_view_as(&single).unwrap();
         store.descriptor_set(&[Binding::storage(&single, general)]).unwrap();
 
         // A sparse image's view too: `texture_array.comp` declares a `sampler2DArray`.

@@ -167,7 +167,7 @@ fn misuse_a_vertex_buffer_offset_or_stride_that_misaligns_an_attribute_is_refuse
                     ImageUsage::COLOR_ATTACHMENT,
                 ))
                 .unwrap();
-            let view = device.create_image_view(&image, 0..1).unwrap();
+            let view = image.create_view(0..1).unwrap();
             let vertices = device
                 .create_buffer(&residency_vulkan::BufferDesc::new(
                     "twins vertices",
@@ -218,10 +218,7 @@ fn misuse_a_cube_array_view_without_image_cube_array_is_refused() {
                         .cube(2),
                 )
                 .unwrap();
-            match device.create_image_view_as(
-                &image,
-                &ImageViewDesc::of(&image).with_type(vk::ImageViewType::CUBE_ARRAY),
-            ) {
+            match image.create_view_as(&ImageViewDesc::of(&image).with_type(vk::ImageViewType::CUBE_ARRAY)) {
                 Err(VulkanError::Unsupported { reason, .. }) => {
                     assert!(reason.contains("imageCubeArray"), "{reason}")
                 }
@@ -230,15 +227,9 @@ fn misuse_a_cube_array_view_without_image_cube_array_is_refused() {
             // Each cube on its own, and the layers as a 2D array, are views residency can make.
             let mut cube = ImageViewDesc::of(&image).with_type(vk::ImageViewType::CUBE);
             cube.layers = 6..12;
-            assert_eq!(
-                device.create_image_view_as(&image, &cube).unwrap().view_type(),
-                vk::ImageViewType::CUBE
-            );
-            device
-                .create_image_view_as(
-                    &image,
-                    &ImageViewDesc::of(&image).with_type(vk::ImageViewType::TYPE_2D_ARRAY),
-                )
+            assert_eq!(image.create_view_as(&cube).unwrap().view_type(), vk::ImageViewType::CUBE);
+            image
+                .create_view_as(&ImageViewDesc::of(&image).with_type(vk::ImageViewType::TYPE_2D_ARRAY))
                 .unwrap();
         })
     });
@@ -264,8 +255,7 @@ fn misuse_a_view_format_that_cannot_serve_an_extended_usage_image_s_usages_is_li
             let features =
                 unsafe { device.instance().get_physical_device_format_properties(device.physical(), srgb) }
                     .optimal_tiling_features;
-            let view =
-                device.create_image_view_as(&image, &ImageViewDesc::of(&image).with_format(srgb)).unwrap();
+            let view = image.create_view_as(&ImageViewDesc::of(&image).with_format(srgb)).unwrap();
             // The view serves only what its format supports (the layer would report a view whose
             // usage includes STORAGE on a format without STORAGE_IMAGE).
             assert_eq!(
@@ -286,7 +276,7 @@ fn misuse_a_view_format_that_cannot_serve_an_extended_usage_image_s_usages_is_li
                     .mutable_format(&[unorm, srgb]),
                 )
                 .unwrap();
-            let refused = device.create_image_view_as(&plain, &ImageViewDesc::of(&plain).with_format(srgb));
+            let refused = plain.create_view_as(&ImageViewDesc::of(&plain).with_format(srgb));
             assert_eq!(refused.is_err(), !features.contains(vk::FormatFeatureFlags::STORAGE_IMAGE));
         })
     });

@@ -565,7 +565,7 @@ fn single_device_render(device: &residency_vulkan::Device) -> Vec<u8> {
             residency_core::usage::ImageUsage::COLOR_ATTACHMENT | residency_core::usage::ImageUsage::COPY_SRC,
         ))
         .unwrap();
-    let view = device.create_image_view(&image, 0..1).unwrap();
+    let view = image.create_view(0..1).unwrap();
     let mut tracker = ResourceTracker::new(TrackerOptions::default());
     let id = tracker.track_image(&image, vk::ImageLayout::UNDEFINED).unwrap();
     let family = device.universal_queue().family();

@@ -192,14 +192,12 @@ fn cube_map_has_six_layers_and_a_cube_view() {
         let desc = ImageDesc::new_2d("sky", Format::R8G8B8A8Unorm, 64, 64, ImageUsage::SAMPLED).cube(1);
         assert_eq!(desc.array_layers, 6);
         let image = device.create_image(&desc).unwrap();
-        let view = device
-            .create_image_view_as(&image, &ImageViewDesc::of(&image).with_type(vk::ImageViewType::CUBE))
-            .unwrap();
+        let view =
+            image.create_view_as(&ImageViewDesc::of(&image).with_type(vk::ImageViewType::CUBE)).unwrap();
         assert_eq!(view.view_type(), vk::ImageViewType::CUBE);
         assert_eq!(view.layers(), 0..6);
-        let face = device
-            .create_image_view_as(
-                &image,
+        let face = image
+            .create_view_as(
                 &ImageViewDesc { layers: 2..3, ..ImageViewDesc::of(&image) }
                     .with_type(vk::ImageViewType::TYPE_2D),
             )
@@ -217,23 +215,20 @@ fn mutable_format_image_is_viewed_as_another_format() {
         let desc = ImageDesc::new_2d("mutable", Format::R8G8B8A8Unorm, 32, 32, ImageUsage::SAMPLED)
             .mutable_format(&formats);
         let image = device.create_image(&desc).unwrap();
-        let srgb = device
-            .create_image_view_as(&image, &ImageViewDesc::of(&image).with_format(vk::Format::R8G8B8A8_SRGB))
-            .unwrap();
+        let srgb =
+            image.create_view_as(&ImageViewDesc::of(&image).with_format(vk::Format::R8G8B8A8_SRGB)).unwrap();
         assert_eq!(srgb.vk_format(), vk::Format::R8G8B8A8_SRGB);
         assert_eq!(srgb.format(), Format::R8G8B8A8Srgb);
         // Not in the list: refused, though size-compatible.
-        let err = device
-            .create_image_view_as(&image, &ImageViewDesc::of(&image).with_format(vk::Format::R32_UINT))
-            .unwrap_err();
+        let err =
+            image.create_view_as(&ImageViewDesc::of(&image).with_format(vk::Format::R32_UINT)).unwrap_err();
         assert!(err.to_string().contains("format list"), "{err}");
         // Without a list, any compatible format.
         let open = ImageDesc::new_2d("mutable any", Format::R8G8B8A8Unorm, 32, 32, ImageUsage::SAMPLED)
             .mutable_format(&[]);
         let open = device.create_image(&open).unwrap();
-        let as_uint = device
-            .create_image_view_as(&open, &ImageViewDesc::of(&open).with_format(vk::Format::R32_UINT))
-            .unwrap();
+        let as_uint =
+            open.create_view_as(&ImageViewDesc::of(&open).with_format(vk::Format::R32_UINT)).unwrap();
         assert_eq!(as_uint.vk_format(), vk::Format::R32_UINT);
         drop((srgb, image, as_uint, open));
     });
@@ -248,7 +243,7 @@ fn any_vk_format_is_created_and_viewed() {
             .with_vk_format(vk::Format::R16G16B16A16_UNORM);
         assert_eq!(desc.format, Format::Unknown);
         let image = device.create_image(&desc).unwrap();
-        let view = device.create_image_view(&image, 0..1).unwrap();
+        let view = image.create_view(0..1).unwrap();
         assert_eq!(view.vk_format(), vk::Format::R16G16B16A16_UNORM);
         // A format the core knows keeps its core name.
         let known = ImageDesc::new_2d("known", Format::Unknown, 16, 16, ImageUsage::SAMPLED)
@@ -434,16 +429,16 @@ fn misuse_views_of_the_wrong_type_or_format_are_refused() {
             .with_array_layers(6);
         let image = device.create_image(&plain).unwrap();
         let cube = ImageViewDesc::of(&image).with_type(vk::ImageViewType::CUBE);
-        let err = device.create_image_view_as(&image, &cube).unwrap_err();
+        let err = image.create_view_as(&cube).unwrap_err();
         assert!(err.to_string().contains("CUBE"), "{err}");
         let srgb = ImageViewDesc::of(&image).with_format(vk::Format::R8G8B8A8_SRGB);
-        let err = device.create_image_view_as(&image, &srgb).unwrap_err();
+        let err = image.create_view_as(&srgb).unwrap_err();
         assert!(err.to_string().contains("MUTABLE_FORMAT"), "{err}");
         let sky = ImageDesc::new_2d("sky", Format::R8G8B8A8Unorm, 16, 16, ImageUsage::SAMPLED).cube(1);
         let sky = device.create_image(&sky).unwrap();
         let five =
             ImageViewDesc { layers: 0..5, ..ImageViewDesc::of(&sky) }.with_type(vk::ImageViewType::CUBE);
-        assert!(device.create_image_view_as(&sky, &five).is_err(), "a cube view has six layers");
+        assert!(sky.create_view_as(&five).is_err(), "a cube view has six layers");
         drop((image, sky));
     });
 }
@@ -479,8 +474,8 @@ fn an_images_pnext_chain_of_the_callers_is_passed_through() {
         let image2 =
             unsafe { device.create_image_with_next(&mutable, std::ptr::from_ref(&usage_list).cast()) }
                 .unwrap();
-        let srgb = device
-            .create_image_view_as(&image2, &ImageViewDesc::of(&image2).with_format(vk::Format::R8G8B8A8_SRGB))
+        let srgb = image2
+            .create_view_as(&ImageViewDesc::of(&image2).with_format(vk::Format::R8G8B8A8_SRGB))
             .unwrap();
         drop((srgb, image2, image));
     });

@@ -174,15 +174,12 @@ fn rt_cube_3d_and_1d_views_fit_or_are_refused() {
         let cube = device
             .create_image(&image_2d("rt cube", 16, 16, ImageUsage::SAMPLED).cube(2).with_mip_levels(5))
             .unwrap();
-        let ok = device.create_image_view_as(
-            &cube,
-            &ImageViewDesc {
-                mips: 0..5,
-                layers: 3..9,
-                view_type: Some(vk::ImageViewType::CUBE),
-                format: None,
-            },
-        );
+        let ok = cube.create_view_as(&ImageViewDesc {
+            mips: 0..5,
+            layers: 3..9,
+            view_type: Some(vk::ImageViewType::CUBE),
+            format: None,
+        });
         ok.unwrap();
         for (mips, layers, ty) in [
             (0..5, 0..12, vk::ImageViewType::CUBE_ARRAY),
@@ -193,15 +190,12 @@ fn rt_cube_3d_and_1d_views_fit_or_are_refused() {
             (4..4, 0..6, vk::ImageViewType::CUBE),
             (0..1, u32::MAX..0, vk::ImageViewType::TYPE_2D),
         ] {
-            let result = device.create_image_view_as(
-                &cube,
-                &ImageViewDesc {
-                    mips: mips.clone(),
-                    layers: layers.clone(),
-                    view_type: Some(ty),
-                    format: None,
-                },
-            );
+            let result = cube.create_view_as(&ImageViewDesc {
+                mips: mips.clone(),
+                layers: layers.clone(),
+                view_type: Some(ty),
+                format: None,
+            });
             assert!(result.is_err(), "{mips:?} {layers:?} {ty:?} accepted");
         }
         let volume = ImageDesc {
@@ -211,12 +205,14 @@ fn rt_cube_3d_and_1d_views_fit_or_are_refused() {
         }
         .with_mip_levels(5);
         let volume = device.create_image(&volume).unwrap();
-        device.create_image_view(&volume, 0..5).unwrap();
+        volume.create_view(0..5).unwrap();
         for ty in [vk::ImageViewType::TYPE_2D, vk::ImageViewType::TYPE_2D_ARRAY] {
-            let r = device.create_image_view_as(
-                &volume,
-                &ImageViewDesc { mips: 0..1, layers: 0..1, view_type: Some(ty), format: None },
-            );
+            let r = volume.create_view_as(&ImageViewDesc {
+                mips: 0..1,
+                layers: 0..1,
+                view_type: Some(ty),
+                format: None,
+            });
             assert!(r.is_err(), "a 2D view of a 3D image without 2D_ARRAY_COMPATIBLE");
         }
         device.discard_to_general(&[&volume]).unwrap();
@@ -237,7 +233,7 @@ fn rt_cube_3d_and_1d_views_fit_or_are_refused() {
         }
         .with_array_layers(3);
         let line = device.create_image(&line).unwrap();
-        let view = device.create_image_view(&line, 0..1).unwrap();
+        let view = line.create_view(0..1).unwrap();
         assert_eq!(view.view_type(), vk::ImageViewType::TYPE_1D_ARRAY);
     });
 }
@@ -255,14 +251,12 @@ fn rt_mutable_format_views_with_odd_formats_are_refused() {
             vk::Format::D32_SFLOAT,
             vk::Format::BC1_RGBA_UNORM_BLOCK,
         ] {
-            let r = device.create_image_view_as(&image, &ImageViewDesc::of(&image).with_format(format));
+            let r = image.create_view_as(&ImageViewDesc::of(&image).with_format(format));
             assert!(r.is_err(), "{format:?} accepted");
         }
         // R32_UINT is a same-size format but the core does not know it.
-        let _ = device
-            .create_image_view_as(&image, &ImageViewDesc::of(&image).with_format(vk::Format::R32_SFLOAT));
-        let _ = device
-            .create_image_view_as(&image, &ImageViewDesc::of(&image).with_format(vk::Format::R8G8B8A8_SRGB));
+        let _ = image.create_view_as(&ImageViewDesc::of(&image).with_format(vk::Format::R32_SFLOAT));
+        let _ = image.create_view_as(&ImageViewDesc::of(&image).with_format(vk::Format::R8G8B8A8_SRGB));
     });
 }
 
@@ -923,7 +917,7 @@ fn rt_odd_intents_and_tilings_create_or_refuse() {
             d.intent = intent;
             if let Ok(image) = device.create_image(&d) {
                 device.discard_to_general(&[&image]).unwrap();
-                let _ = device.create_image_view(&image, 0..1);
+                let _ = image.create_view(0..1);
             }
         }
         let ds = ImageDesc::new_2d(
@@ -934,7 +928,7 @@ fn rt_odd_intents_and_tilings_create_or_refuse() {
             ImageUsage::SAMPLED | ImageUsage::DEPTH_STENCIL_ATTACHMENT,
         );
         let ds = device.create_image(&ds).unwrap();
-        let _ = device.create_image_view(&ds, 0..1).unwrap();
+        let _ = ds.create_view(0..1).unwrap();
         let heaps = device.heap_budgets();
         assert!(!heaps.is_empty());
     });

@@ -360,7 +360,7 @@ fn render_into_prt_target_program_draws_the_store_pattern_into_a_plain_image() {
         let image = device
             .create_image(&ImageDesc::new_2d("plain target", Format::R8G8B8A8Unorm, side, side, usage))
             .unwrap();
-        let view = device.create_image_view(&image, 0..1).unwrap();
+        let view = image.create_view(0..1).unwrap();
         let pixels = device
             .create_buffer(
                 &BufferDesc::new("plain target pixels", u64::from(side * side * 4), BufferUsage::COPY_DST)

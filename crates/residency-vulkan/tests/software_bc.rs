@@ -381,8 +381,7 @@ fn fully_resident_samples(
     }
     uploader.write_image(&ImageRegion::new(&map, 0, [0; 3], [1, 1, 1]), &[0]).unwrap();
     uploader.flush().unwrap();
-    let (view, map_view) =
-        (device.create_image_view(&image, 0..mips).unwrap(), device.create_image_view(&map, 0..1).unwrap());
+    let (view, map_view) = (image.create_view(0..mips).unwrap(), map.create_view(0..1).unwrap());
     let samples = common::sample_fallback(
         device,
         common::HARDWARE_FALLBACK,

@@ -341,7 +341,7 @@ fn the_stream_view_shader_streams_through_the_bindings() {
                 ))
                 .unwrap();
             device.discard_to_general(&[&output]).unwrap();
-            let output_view = device.create_image_view(&output, 0..1).unwrap();
+            let output_view = output.create_view(0..1).unwrap();
             let readback = device
                 .create_buffer(
                     &BufferDesc::new("vt gpu read-back", u64::from(w * h * 4), BufferUsage::COPY_DST)

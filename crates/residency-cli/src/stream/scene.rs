@@ -47,7 +47,7 @@ impl Target {
             h,
             ImageUsage::COLOR_ATTACHMENT | ImageUsage::COPY_SRC,
         ))?;
-        let view = device.create_image_view(&image, 0..1)?;
+        let view = image.create_view(0..1)?;
         let pixels = read_back
             .then(|| {
                 device.create_buffer(
@@ -191,7 +191,7 @@ fn reference_copy(
         }
     }
     uploader.flush()?;
-    let view = device.create_image_view(&image, 0..vt.mip_count)?;
+    let view = image.create_view(0..vt.mip_count)?;
     Ok((image, view))
 }
 

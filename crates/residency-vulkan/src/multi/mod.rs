@@ -866,8 +866,8 @@ impl MultiImage {
         if let Some((.., view)) = views.iter().find(|(i, m, _)| *i == index && *m == mips) {
             return Ok(Arc::clone(view));
         }
-        let view = device
-            .create_image_view(image, mips.clone())
+        let view = image
+            .create_view(mips.clone())
             .map_err(|source| MultiDeviceError::Failed { device: index, source })?;
         let view = Arc::new(view);
         views.push((index, mips, Arc::clone(&view)));

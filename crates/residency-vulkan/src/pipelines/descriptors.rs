@@ -47,7 +47,7 @@ impl BindingKind {
 /// a [`SparseImage`]; the set keeps either (and so its image) alive.
 #[derive(Clone, Copy, Debug)]
 pub enum ViewRef<'a> {
-    /// A view made by [`Device::create_image_view`] (or held by a min-LOD map or a software
+    /// A view made by [`Image::create_view`](crate::Image::create_view) (or held by a min-LOD map or a software
     /// texture).
     View(&'a ImageView),
     /// The view of all mips and layers of a partially resident image.

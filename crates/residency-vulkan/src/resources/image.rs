@@ -319,7 +319,7 @@ const ACCEPTED_FLAGS: vk::ImageCreateFlags = vk::ImageCreateFlags::from_raw(
         | vk::ImageCreateFlags::EXTENDED_USAGE.as_raw(),
 );
 
-/// What a view shows and how ([`Device::create_image_view_as`]).
+/// What a view shows and how ([`Image::create_view_as`]).
 #[derive(Clone, Debug)]
 pub struct ImageViewDesc {
     /// The mips it shows.
@@ -854,44 +854,8 @@ impl Device {
         Err(ForeignResource { name: image.name().to_owned(), resource: Box::new(image), reason })
     }
 
-    /// Creates a view of mips `mips` and all layers of `image` (2D array view for 2D images with
-    /// layers). The view keeps the image alive and is released when dropped. An empty, reversed or
-    /// out-of-range `mips` is [`VulkanError::SubresourceRange`], an image of another device
-    /// [`VulkanError::WrongDevice`]; nothing is created then.
-    pub fn create_image_view(
-        &self,
-        image: &Image,
-        mips: std::ops::Range<u32>,
-    ) -> Result<ImageView, VulkanError> {
-        self.create_image_view_range(image, mips, 0..image.desc.array_layers)
-    }
-
-    /// Creates a view of mips `mips` and layers `layers` of `image` (an array view when the image
-    /// has several layers, whatever `layers` covers). The ranges must be non-empty and within the
-    /// image's mip levels and array layers, or the call is [`VulkanError::SubresourceRange`];
-    /// an image of another device is [`VulkanError::WrongDevice`]. Nothing is created on error.
-    pub fn create_image_view_range(
-        &self,
-        image: &Image,
-        mips: std::ops::Range<u32>,
-        layers: std::ops::Range<u32>,
-    ) -> Result<ImageView, VulkanError> {
-        self.create_image_view_as(image, &ImageViewDesc { mips, layers, view_type: None, format: None })
-    }
-
-    /// Creates a view of `image` as `desc` says: as [`Device::create_image_view_range`], and a
-    /// type of its own (`CUBE`: six layers of a `CUBE_COMPATIBLE` image; a non-array type: one
-    /// layer; `CUBE_ARRAY` is refused: it needs `imageCubeArray`, which residency does not
-    /// enable) and a format of its own (a `MUTABLE_FORMAT` image, a format in its format list if
-    /// it has one, compatible with the image's, and supporting the image's view usages with its
-    /// tiling; on an `EXTENDED_USAGE` image, the view takes the usages its format supports, at
-    /// least one that a view serves, and [`ImageView::usage`] says which). Anything else is
-    /// [`VulkanError::Unsupported`] naming the image; nothing is created on error.
-    pub fn create_image_view_as(
-        &self,
-        image: &Image,
-        desc: &ImageViewDesc,
-    ) -> Result<ImageView, VulkanError> {
+    /// [`Image::create_view_as`]: the one constructor of an [`ImageView`].
+    fn create_view_of(&self, image: &Image, desc: &ImageViewDesc) -> Result<ImageView, VulkanError> {
         let (mips, layers) = (desc.mips.clone(), desc.layers.clone());
         let d = &image.desc;
         if !image.device().is(self) {
@@ -1224,5 +1188,39 @@ impl Sampler {
     /// Declares a use of the renderer's own work (see [`Buffer::used_until`](crate::Buffer::used_until)).
     pub fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
         self.life.used_until(until)
+    }
+}
+
+impl Image {
+    /// Creates a view of mips `mips` and all layers of this image (2D array view for 2D images
+    /// with layers). The view keeps the image alive and is released when dropped. An empty,
+    /// reversed or out-of-range `mips` is [`VulkanError::SubresourceRange`]; nothing is created
+    /// then.
+    pub fn create_view(&self, mips: std::ops::Range<u32>) -> Result<ImageView, VulkanError> {
+        self.create_view_range(mips, 0..self.desc.array_layers)
+    }
+
+    /// Creates a view of mips `mips` and layers `layers` of this image (an array view when the
+    /// image has several layers, whatever `layers` covers). The ranges must be non-empty and
+    /// within the image's mip levels and array layers, or the call is
+    /// [`VulkanError::SubresourceRange`]. Nothing is created on error.
+    pub fn create_view_range(
+        &self,
+        mips: std::ops::Range<u32>,
+        layers: std::ops::Range<u32>,
+    ) -> Result<ImageView, VulkanError> {
+        self.create_view_as(&ImageViewDesc { mips, layers, view_type: None, format: None })
+    }
+
+    /// Creates a view of this image as `desc` says: as [`Image::create_view_range`], and a type of
+    /// its own (`CUBE`: six layers of a `CUBE_COMPATIBLE` image; a non-array type: one layer;
+    /// `CUBE_ARRAY` is refused: it needs `imageCubeArray`, which residency does not enable) and a
+    /// format of its own (a `MUTABLE_FORMAT` image, a format in its format list if it has one,
+    /// compatible with the image's, and supporting the image's view usages with its tiling; on an
+    /// `EXTENDED_USAGE` image, the view takes the usages its format supports, at least one that a
+    /// view serves, and [`ImageView::usage`] says which). Anything else is
+    /// [`VulkanError::Unsupported`] naming the image; nothing is created on error.
+    pub fn create_view_as(&self, desc: &ImageViewDesc) -> Result<ImageView, VulkanError> {
+        self.device().create_view_of(self, desc)
     }
 }

@@ -54,7 +54,7 @@ impl MinLodMap {
         }
         // Dropped on error: nothing is left behind.
         let texture = device.create_image(&desc)?;
-        let view = device.create_image_view(&texture, 0..1)?;
+        let view = texture.create_view(0..1)?;
         device.discard_to_general(&[&texture])?;
         Ok(MinLodMap {
             image: texture,

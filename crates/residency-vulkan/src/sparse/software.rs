@@ -686,7 +686,7 @@ fn sampled_image(
     let view = device
         .discard_to_general(&[&image])
         .map_err(SoftwareError::from)
-        .and_then(|()| device.create_image_view(&image, 0..1).map_err(SoftwareError::from));
+        .and_then(|()| image.create_view(0..1).map_err(SoftwareError::from));
     match view {
         Ok(view) => Ok((image, view)),
         Err(e) => {
