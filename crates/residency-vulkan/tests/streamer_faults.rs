@@ -24,6 +24,7 @@ use residency_core::tiles::{ImageId, ResidencyPath, TexelRegion, TileCoord};
 use residency_core::vt_file::VtDesc;
 use residency_vulkan::streaming::{StreamError, Streamer, StreamerDesc, TextureViews, VirtualTexture};
 use residency_vulkan::testing::with_gpu;
+use residency_vulkan::ResidencyError;
 use residency_vulkan::{CommandContext, Device, FaultSite, InjectedFault};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -92,18 +93,17 @@ fn tile(streamer: &Streamer, id: ImageId, mip: u32, x: u32, y: u32) -> TileKey {
     TileKey::tile(id, layout.tile_index(TileCoord { layer: 0, mip, x, y, z: 0 }).unwrap())
 }
 
-/// What an injected fault came back as (the variant names in the error's chain).
+/// What an injected fault came back as: the class of the error (`ResidencyError`), whatever its nesting.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     OutOfMemory,
     DeviceLost,
 }
 
-fn kind_of(e: &dyn std::fmt::Debug) -> Option<Kind> {
-    let text = format!("{e:?}");
-    if text.contains("DeviceLost") {
+fn kind_of(e: &impl ResidencyError) -> Option<Kind> {
+    if e.is_device_lost() {
         Some(Kind::DeviceLost)
-    } else if text.contains("OutOfDeviceMemory") {
+    } else if e.is_out_of_memory() {
         Some(Kind::OutOfMemory)
     } else {
         None
