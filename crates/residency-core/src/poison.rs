@@ -1,7 +1,7 @@
 //! Taking a mutex whatever a panic left behind: the one place the core recovers from lock
-//! poisoning (a test, `tests/locks.rs`, refuses recovery written anywhere else). The backend has
-//! its own twin (`residency-vulkan`'s `poison.rs`); the helper is crate-private in both, so it
-//! adds nothing to either public face.
+//! poisoning (a test, residency-vulkan's `tests/locks.rs`, refuses recovery written anywhere
+//! else). The backend has its own twin (`residency-vulkan`'s `poison.rs`); the helper is
+//! crate-private in both, so it adds nothing to either public face.
 //!
 //! A `std` mutex is *poisoned* when a thread panics while holding it, and every later `lock`
 //! returns an error carrying the guard. The core takes the guard as is: its locks (the tile
