@@ -156,6 +156,30 @@ fn own_buffer(device: &Device, usage: vk::BufferUsageFlags) -> vk::Buffer {
     unsafe { device.raw().create_buffer(&info, None) }.unwrap()
 }
 
+/// The floor of a buffer with several usages is the largest floor of any of them, for every
+/// combination of the usage bits (issue #31: a uniform usage used to replace the floors before it,
+/// so a uniform + acceleration-structure-storage buffer lost its 256 B).
+#[test]
+fn usage_floors_are_the_maximum_of_every_use_for_every_combination() {
+    with_policy(PlacementPolicy::Tight, |device| {
+        let limits = &device.profile().limits;
+        let bits: Vec<BufferUsage> = BufferUsage::NAMED.iter().map(|&(usage, _)| usage).collect();
+        for subset in 0u32..(1 << bits.len()) {
+            let usage = (0..bits.len())
+                .filter(|i| subset & (1 << i) != 0)
+                .fold(BufferUsage::NONE, |all, i| all.union(bits[i]));
+            let expected = (0..bits.len())
+                .filter(|i| subset & (1 << i) != 0)
+                .map(|i| usage_alignment_floor(bits[i], limits))
+                .max()
+                .unwrap_or(0);
+            assert_eq!(usage_alignment_floor(usage, limits), expected, "{usage:?}");
+        }
+        let both = BufferUsage::UNIFORM.union(BufferUsage::ACCELERATION_STRUCTURE_STORAGE);
+        assert!(usage_alignment_floor(both, limits) >= 256, "the acceleration-structure floor stays");
+    });
+}
+
 #[test]
 fn uniform_buffer_is_placed_at_min_uniform_buffer_offset_alignment_without_a_floor() {
     with_policy(PlacementPolicy::Tight, |device| {

@@ -575,7 +575,7 @@ pub fn usage_alignment_floor(usage: BufferUsage, limits: &Limits) -> u64 {
         floor = floor.max(64);
     }
     if usage.contains(BufferUsage::UNIFORM) {
-        floor = BufferUse::ConstantBuffer.device_limit(limits);
+        floor = floor.max(BufferUse::ConstantBuffer.device_limit(limits));
     }
     if usage.contains(BufferUsage::STORAGE) {
         floor = floor.max(limits.min_storage_buffer_offset_alignment.max(1).next_power_of_two());
