@@ -5,7 +5,7 @@ use super::{Candidate, DefragStats, Defragmenter, Heaps, Staged, Target, Unmovab
 use crate::device::blocks::MemoryError;
 use crate::device::blocks::ResourceMemory;
 use crate::device::ledger::FaultSite;
-use crate::device::life::{Garbage, GpuUse, FRAMES, SPARSE, UNIVERSAL};
+use crate::device::life::Garbage;
 use crate::device::Device;
 use crate::error::VulkanError;
 use crate::resources::image::{Image, Layouts, MovedImage};
@@ -154,21 +154,13 @@ impl Defragmenter {
                 stats.unmovable_images.push((index, Unmovable::NotPlaced));
                 continue;
             };
-            let uses = image.life().declared_uses();
-            if uses.points().iter().any(|p| p.clock == FRAMES) {
-                stats.unmovable_images.push((index, Unmovable::FrameCountedUse));
-                continue;
-            }
-            if !uses.points().iter().all(|&point| self.device.is_reachable(point)) {
-                stats.unmovable_images.push((index, Unmovable::UnsubmittedUse));
-                continue;
-            }
-            let waits = uses
-                .points()
-                .iter()
-                .filter(|p| p.clock != UNIVERSAL && p.clock != SPARSE)
-                .map(|&point| GpuUse { device: self.device.uid(), point })
-                .collect();
+            let waits = match self.copy_waits(image.life()) {
+                Ok(waits) => waits,
+                Err(reason) => {
+                    stats.unmovable_images.push((index, reason));
+                    continue;
+                }
+            };
             out.push(Candidate {
                 target: Target::Image(index),
                 heaps: Heaps::General(*type_index),

@@ -11,7 +11,7 @@
 
 use crate::device::blocks::{BlockAllocation, BlockList, MappedPtr, MemoryError};
 use crate::device::blocks::{ResourceMemory, SubAllocation};
-use crate::device::life::{Garbage, GpuUse, Parent, FRAMES, SPARSE, UNIVERSAL};
+use crate::device::life::{Garbage, GpuUse, Life, Parent, FRAMES, SPARSE, UNIVERSAL};
 use crate::device::Device;
 use crate::error::VulkanError;
 use crate::poison::PoisonFree;
@@ -554,6 +554,27 @@ impl Defragmenter {
     }
 
     /// The buffers that may move, with their place; the others go to `stats.unmovable`.
+    /// What a move's copy must wait for, from a resource's declared uses: the renderer's points
+    /// (residency's own clocks need no wait: its submissions are on this queue, ordered by the
+    /// copy's first barrier, and every submission waits for the binds before it). A use counted in
+    /// frames cannot be waited for on the GPU, and one whose signal was never announced may never
+    /// come: such a resource stays where it is.
+    fn copy_waits(&self, life: &Life) -> Result<Vec<GpuUse>, Unmovable> {
+        let uses = life.declared_uses();
+        if uses.points().iter().any(|p| p.clock == FRAMES) {
+            return Err(Unmovable::FrameCountedUse);
+        }
+        if !uses.points().iter().all(|&point| self.device.is_reachable(point)) {
+            return Err(Unmovable::UnsubmittedUse);
+        }
+        Ok(uses
+            .points()
+            .iter()
+            .filter(|p| p.clock != UNIVERSAL && p.clock != SPARSE)
+            .map(|&point| GpuUse { device: self.device.uid(), point })
+            .collect())
+    }
+
     fn candidates(&self, movable: &[&mut Buffer], stats: &mut DefragStats) -> Vec<Candidate> {
         let mut out = Vec::new();
         for (index, buffer) in movable.iter().enumerate() {
@@ -594,23 +615,13 @@ impl Defragmenter {
                 stats.unmovable.push((index, Unmovable::NotPlaced));
                 continue;
             };
-            let uses = buffer.life().declared_uses();
-            if uses.points().iter().any(|p| p.clock == FRAMES) {
-                stats.unmovable.push((index, Unmovable::FrameCountedUse));
-                continue;
-            }
-            if !uses.points().iter().all(|&point| self.device.is_reachable(point)) {
-                stats.unmovable.push((index, Unmovable::UnsubmittedUse));
-                continue;
-            }
-            // Residency's own clocks need no wait: its submissions are on this queue (ordered by
-            // the copy's first barrier) and every submission waits for the binds before it.
-            let waits = uses
-                .points()
-                .iter()
-                .filter(|p| p.clock != UNIVERSAL && p.clock != SPARSE)
-                .map(|&point| GpuUse { device: self.device.uid(), point })
-                .collect();
+            let waits = match self.copy_waits(buffer.life()) {
+                Ok(waits) => waits,
+                Err(reason) => {
+                    stats.unmovable.push((index, reason));
+                    continue;
+                }
+            };
             out.push(Candidate {
                 target: Target::Buffer(index),
                 heaps,
