@@ -6,7 +6,7 @@
 use residency_core::desc::DescError;
 use residency_core::format::Format;
 use residency_core::streaming::{
-    FeedbackBuffer, FeedbackSampling, FnSource, RequestKind, StreamUnit, StreamingDesc, TileKey, TileSource,
+    FeedbackSampling, FnSource, RequestKind, StreamingDesc, TileKey, TileSource,
 };
 use residency_core::tiles::{ImageId, TileCoord};
 use residency_core::vt_file::VtDesc;
@@ -82,23 +82,7 @@ fn mip_tiles(streamer: &Streamer, image: ImageId, mip: u32) -> Vec<TileKey> {
 
 /// One frame whose feedback asks for `wanted` as `kind` records; waits for the loads it started.
 fn frame(streamer: &mut Streamer, commands: &CommandContext, wanted: &[TileKey], kind: RequestKind) {
-    let bindings = streamer.begin_frame().unwrap();
-    let records = bindings.layout.map(|layout| {
-        let mut records = FeedbackBuffer::new(layout, bindings.frame);
-        for key in wanted {
-            let (Some(slot), StreamUnit::Tile(t)) = (layout.slot_of(key.image), key.unit) else { continue };
-            records.record(layout, slot, t, kind);
-        }
-        records
-    });
-    drop(bindings);
-    if let Some(records) = records {
-        streamer.write_cpu_feedback(&records).unwrap();
-    }
-    let bindings = streamer.frame_bindings().unwrap();
-    let submission = commands.submit(&[], |rec| bindings.record(rec, |_| ()).unwrap()).unwrap();
-    drop(bindings);
-    streamer.end_frame(submission.gpu_use()).unwrap();
+    common::try_cpu_feedback_frame_of(streamer, commands, wanted, kind).unwrap();
     streamer.wait_for_loads();
 }
 

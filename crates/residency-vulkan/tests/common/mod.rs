@@ -133,12 +133,21 @@ pub fn miss_records(
     bindings: &residency_vulkan::streaming::FrameBindings<'_>,
     wanted: &[residency_core::streaming::TileKey],
 ) -> Option<residency_core::streaming::FeedbackBuffer> {
-    use residency_core::streaming::{FeedbackBuffer, RequestKind, StreamUnit};
+    records_of(bindings, wanted, residency_core::streaming::RequestKind::Miss)
+}
+
+/// [`miss_records`] with records of `kind` (a miss, a min-LOD warning, …).
+pub fn records_of(
+    bindings: &residency_vulkan::streaming::FrameBindings<'_>,
+    wanted: &[residency_core::streaming::TileKey],
+    kind: residency_core::streaming::RequestKind,
+) -> Option<residency_core::streaming::FeedbackBuffer> {
+    use residency_core::streaming::{FeedbackBuffer, StreamUnit};
     bindings.layout.map(|layout| {
         let mut records = FeedbackBuffer::new(layout, bindings.frame);
         for key in wanted {
             let (Some(slot), StreamUnit::Tile(t)) = (layout.slot_of(key.image), key.unit) else { continue };
-            records.record(layout, slot, t, RequestKind::Miss);
+            records.record(layout, slot, t, kind);
         }
         records
     })
@@ -197,9 +206,19 @@ pub fn try_cpu_feedback_frame(
     commands: &residency_vulkan::CommandContext,
     wanted: &[residency_core::streaming::TileKey],
 ) -> Result<u64, residency_vulkan::streaming::StreamError> {
+    try_cpu_feedback_frame_of(streamer, commands, wanted, residency_core::streaming::RequestKind::Miss)
+}
+
+/// [`try_cpu_feedback_frame`] with records of `kind` ([`records_of`]).
+pub fn try_cpu_feedback_frame_of(
+    streamer: &mut residency_vulkan::streaming::Streamer,
+    commands: &residency_vulkan::CommandContext,
+    wanted: &[residency_core::streaming::TileKey],
+    kind: residency_core::streaming::RequestKind,
+) -> Result<u64, residency_vulkan::streaming::StreamError> {
     let bindings = streamer.begin_frame()?;
     let frame = bindings.frame;
-    let records = miss_records(&bindings, wanted);
+    let records = records_of(&bindings, wanted, kind);
     drop(bindings);
     if let Some(records) = records {
         streamer.write_cpu_feedback(&records).unwrap();
