@@ -1155,13 +1155,23 @@ fn misuse_a_view_whose_shape_the_shader_does_not_declare_is_refused_and_creates_
         let plain = device
             .create_image(&ImageDesc::new_2d("misuse shape plain", Format::R8G8B8A8Unorm, 4, 4, sampled))
             .unwrap();
-        device.discard_to_general(&[&layered, &cube, &uint, &plain]).unwrap();
+        // A format the core does not name (a signed-integer one): its numeric type counts too.
+        let sint = device
+            .create_image(
+                &ImageDesc::new_2d("misuse shape sint", Format::R8G8B8A8Unorm, 4, 4, sampled)
+                    .with_vk_format(vk::Format::R8G8B8A8_SINT),
+            )
+            .unwrap();
+        device.discard_to_general(&[&layered, &cube, &uint, &plain, &sint]).unwrap();
         let array_view = layered.create_view_range(0..1, 0..2).unwrap();
         let cube_view =
             cube.create_view_as(&ImageViewDesc::of(&cube).with_type(vk::ImageViewType::CUBE)).unwrap();
         let uint_view = uint.create_view(0..1).unwrap();
         let plain_view = plain.create_view(0..1).unwrap();
-        for (view, says) in [(&array_view, "TYPE_2D_ARRAY"), (&cube_view, "CUBE"), (&uint_view, "Uint")] {
+        let sint_view = sint.create_view(0..1).unwrap();
+        for (view, says) in
+            [(&array_view, "TYPE_2D_ARRAY"), (&cube_view, "CUBE"), (&uint_view, "Uint"), (&sint_view, "Sint")]
+        {
             let before = live(device);
             let bindings = [Binding::sampled(view, &sampler, general), middle(&out, 64)];
             match texels.descriptor_set(&bindings) {

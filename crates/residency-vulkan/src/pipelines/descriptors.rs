@@ -15,7 +15,6 @@ use crate::resources::image::{Filter, ImageView, Sampler};
 use crate::sparse::SparseImage;
 use crate::sync::recording::Recording;
 use ash::vk;
-use residency_core::format::Format;
 use residency_core::usage::BufferUsage;
 use std::sync::{Arc, Mutex};
 
@@ -76,9 +75,6 @@ struct ViewFacts {
     tiling: vk::ImageTiling,
     view_type: vk::ImageViewType,
     samples: u32,
-    /// Whether its format holds unsigned integers (every other format residency knows is read as
-    /// float: UNORM, sRGB, SFLOAT, BCn, depth).
-    uint: bool,
     life: Option<Arc<Life>>,
 }
 
@@ -89,12 +85,11 @@ impl ViewRef<'_> {
                 raw: view.raw(),
                 device: view.device().uid(),
                 name: view.name().to_owned(),
-                format: vk_format(view.format()),
+                format: view.vk_format(),
                 usage: vk::ImageUsageFlags::from_raw(view.usage().bits()),
                 tiling: if view.is_linear() { vk::ImageTiling::LINEAR } else { vk::ImageTiling::OPTIMAL },
                 view_type: view.view_type(),
                 samples: view.samples(),
-                uint: is_uint(view.format()),
                 life: Some(Arc::clone(view.life())),
             },
             ViewRef::Sparse(image) => {
@@ -108,17 +103,11 @@ impl ViewRef<'_> {
                     tiling: vk::ImageTiling::OPTIMAL,
                     view_type: image.view_type(),
                     samples: 1,
-                    uint: is_uint(image.desc().format),
                     life: Some(Arc::clone(life)),
                 }
             }
         }
     }
-}
-
-/// Whether a format holds unsigned integers (read through a `uint` sampled type).
-fn is_uint(format: Format) -> bool {
-    matches!(format, Format::R8Uint | Format::R16Uint | Format::R32Uint | Format::R32G32B32A32Uint)
 }
 
 /// The view type a shader's `OpTypeImage` `Dim` and `Arrayed` operands name.
@@ -539,7 +528,7 @@ impl ProgramLayout {
         let wrong_shape = |v: &ViewFacts| {
             let shape = shape?;
             let wanted = shader_view_type(&shape);
-            let numeric = if v.uint { Numeric::Uint } else { Numeric::Float };
+            let numeric = Numeric::of_format(v.format);
             let reason = if wanted.is_some_and(|t| t != v.view_type) {
                 format!("is a {:?} view, but the shader declares {:?}", v.view_type, wanted?)
             } else if shape.multisampled != (v.samples > 1) {

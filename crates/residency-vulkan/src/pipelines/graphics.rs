@@ -573,20 +573,6 @@ pub(crate) fn check_stage_stores(
     }
 }
 
-/// The numeric type a vertex format gives the shader.
-fn format_numeric(format: vk::Format) -> Numeric {
-    let name = format!("{format:?}");
-    if name.ends_with("_UINT") {
-        Numeric::Uint
-    } else if name.ends_with("_SINT") {
-        Numeric::Sint
-    } else if name.starts_with("R64") {
-        Numeric::Other
-    } else {
-        Numeric::Float
-    }
-}
-
 /// Checks the vertex input state and the colour format against the vertex shader and the device.
 fn check_vertex_input(
     device: &Device,
@@ -644,7 +630,7 @@ fn check_vertex_input(
                     input.location
                 ))
             }
-            Some(a) if format_numeric(a.format) != input.numeric || input.numeric == Numeric::Other => {
+            Some(a) if Numeric::of_format(a.format) != input.numeric || input.numeric == Numeric::Other => {
                 return refuse(format!(
                     "location {} is {:?} in the vertex shader, the attribute is {:?}",
                     input.location, input.numeric, a.format

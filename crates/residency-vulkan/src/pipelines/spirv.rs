@@ -123,6 +123,27 @@ pub enum Numeric {
     Other,
 }
 
+impl Numeric {
+    /// What a shader reads from `format`: `Uint` and `Sint` for `_UINT`/`_SINT` formats, `Other`
+    /// for 64-bit ones, `Float` for the rest (UNORM, SNORM, sRGB, SFLOAT, BCn); a depth/stencil
+    /// format reads float (its depth aspect). The one mapping for vertex attributes and image
+    /// bindings.
+    pub(crate) fn of_format(format: ash::vk::Format) -> Numeric {
+        let name = format!("{format:?}");
+        if name.starts_with('D') || name.starts_with("X8_D24") {
+            Numeric::Float
+        } else if name.ends_with("_UINT") {
+            Numeric::Uint
+        } else if name.ends_with("_SINT") {
+            Numeric::Sint
+        } else if name.starts_with("R64") {
+            Numeric::Other
+        } else {
+            Numeric::Float
+        }
+    }
+}
+
 /// A `Location`-decorated `Input` variable of the module (a vertex attribute in a vertex shader).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Input {
