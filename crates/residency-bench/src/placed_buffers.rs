@@ -181,7 +181,7 @@ struct VmaMaker {
 
 /// Creates a VMA allocator on `device`, told the API version (1.3) and the features and
 /// extensions the device was created with, so that its Vulkan calls are valid.
-fn new_vma(device: &Arc<Device>) -> Result<vk_mem::Allocator, String> {
+pub(crate) fn new_vma(device: &Arc<Device>) -> Result<vk_mem::Allocator, String> {
     let mut info = vk_mem::AllocatorCreateInfo::new(device.instance(), device.raw(), device.physical());
     info.vulkan_api_version = vk::API_VERSION_1_3;
     let mut flags = vk_mem::AllocatorCreateFlags::KHR_MAINTENANCE4;
@@ -205,30 +205,100 @@ impl BufferMaker for VmaMaker {
 
     #[inline]
     fn create(&mut self, _index: Option<usize>, init: &BufferInit) -> Result<Self::Handle, String> {
-        let usage = init.usage.ok_or("W3 buffers have a usage")?;
-        let buffer_info = vk::BufferCreateInfo::default()
-            .size(init.size)
-            .usage(vk_buffer_usage(usage))
-            .sharing_mode(vk::SharingMode::EXCLUSIVE);
-        let create_info = vk_mem::AllocationCreateInfo {
-            usage: vk_mem::MemoryUsage::AutoPreferDevice,
-            ..Default::default()
-        };
-        // SAFETY: the allocator is valid; the create info is complete (non-zero size, a usage).
-        unsafe { vk_mem::Alloc::create_buffer(&self.allocator, &buffer_info, &create_info) }
-            .map_err(|e| format!("vmaCreateBuffer: {e}"))
+        vma_create_buffer(&self.allocator, init.size, init.usage.ok_or("W3 buffers have a usage")?)
     }
 
     #[inline]
-    fn destroy(&mut self, (buffer, mut allocation): Self::Handle) {
-        // SAFETY: both were created together by this allocator; no GPU work uses them; each is
-        // destroyed once (taken by value).
-        unsafe { self.allocator.destroy_buffer(buffer, &mut allocation) };
+    fn destroy(&mut self, handle: Self::Handle) {
+        vma_destroy_buffer(&self.allocator, handle);
     }
 
     fn location(&self, handle: &Self::Handle) -> (u64, u64) {
         let info = self.allocator.get_allocation_info(&handle.1);
         (vk::Handle::as_raw(info.device_memory), info.offset)
+    }
+}
+
+/// `vmaCreateBuffer` of a device-preferring buffer of `size` bytes and `usage` (VMA locks inside).
+#[inline]
+pub(crate) fn vma_create_buffer(
+    allocator: &vk_mem::Allocator,
+    size: u64,
+    usage: BufferUsage,
+) -> Result<(vk::Buffer, vk_mem::Allocation), String> {
+    let buffer_info = vk::BufferCreateInfo::default()
+        .size(size)
+        .usage(vk_buffer_usage(usage))
+        .sharing_mode(vk::SharingMode::EXCLUSIVE);
+    let create_info =
+        vk_mem::AllocationCreateInfo { usage: vk_mem::MemoryUsage::AutoPreferDevice, ..Default::default() };
+    // SAFETY: the allocator is valid; the create info is complete (non-zero size, a usage).
+    unsafe { vk_mem::Alloc::create_buffer(allocator, &buffer_info, &create_info) }
+        .map_err(|e| format!("vmaCreateBuffer: {e}"))
+}
+
+/// `vmaDestroyBuffer` of what [`vma_create_buffer`] made with `allocator`.
+#[inline]
+pub(crate) fn vma_destroy_buffer(
+    allocator: &vk_mem::Allocator,
+    (buffer, mut allocation): (vk::Buffer, vk_mem::Allocation),
+) {
+    // SAFETY: both were created together by this allocator; no GPU work uses them; each is
+    // destroyed once (taken by value).
+    unsafe { allocator.destroy_buffer(buffer, &mut allocation) };
+}
+
+/// An unbound `VkBuffer` of `size` bytes and `usage` with its memory requirements (the first half
+/// of a placed buffer made with gpu-allocator).
+#[inline]
+pub(crate) fn create_unbound(
+    device: &Device,
+    size: u64,
+    usage: BufferUsage,
+) -> Result<(vk::Buffer, vk::MemoryRequirements), String> {
+    let raw = device.raw();
+    let info = vk::BufferCreateInfo::default()
+        .size(size)
+        .usage(vk_buffer_usage(usage))
+        .sharing_mode(vk::SharingMode::EXCLUSIVE);
+    // SAFETY: valid device; non-zero size and a usage.
+    let buffer = unsafe { raw.create_buffer(&info, None) }.map_err(|e| format!("vkCreateBuffer: {e}"))?;
+    // SAFETY: the buffer was just created on this device.
+    Ok((buffer, unsafe { raw.get_buffer_memory_requirements(buffer) }))
+}
+
+/// The gpu-allocator description of a linear, device-only allocation for `requirements`.
+pub(crate) fn gpu_allocator_desc<'a>(
+    name: &'a str,
+    requirements: vk::MemoryRequirements,
+) -> gpu_allocator::vulkan::AllocationCreateDesc<'a> {
+    gpu_allocator::vulkan::AllocationCreateDesc {
+        name,
+        requirements,
+        location: gpu_allocator::MemoryLocation::GpuOnly,
+        linear: true,
+        allocation_scheme: gpu_allocator::vulkan::AllocationScheme::GpuAllocatorManaged,
+    }
+}
+
+/// Binds `buffer` (unbound, from [`create_unbound`]) to `allocation`; on failure destroys it and
+/// hands the allocation back for the caller to free.
+#[inline]
+pub(crate) fn bind_allocation(
+    device: &Device,
+    buffer: vk::Buffer,
+    allocation: gpu_allocator::vulkan::Allocation,
+) -> Result<(vk::Buffer, gpu_allocator::vulkan::Allocation), (String, gpu_allocator::vulkan::Allocation)> {
+    // SAFETY: the allocation satisfies the buffer's requirements (size, alignment, memory type),
+    // and it outlives the binding (freed only after the buffer is destroyed).
+    let bound = unsafe { device.raw().bind_buffer_memory(buffer, allocation.memory(), allocation.offset()) };
+    match bound {
+        Ok(()) => Ok((buffer, allocation)),
+        Err(e) => {
+            // SAFETY: the buffer is unused; destroyed before its memory is freed.
+            unsafe { device.raw().destroy_buffer(buffer, None) };
+            Err((format!("vkBindBufferMemory: {e}"), allocation))
+        }
     }
 }
 
@@ -245,40 +315,19 @@ impl BufferMaker for GpuAllocatorMaker {
     #[inline]
     fn create(&mut self, _index: Option<usize>, init: &BufferInit) -> Result<Self::Handle, String> {
         let usage = init.usage.ok_or("W3 buffers have a usage")?;
-        let raw = self.device.raw();
-        let info = vk::BufferCreateInfo::default()
-            .size(init.size)
-            .usage(vk_buffer_usage(usage))
-            .sharing_mode(vk::SharingMode::EXCLUSIVE);
-        // SAFETY: valid device; non-zero size and a usage.
-        let buffer = unsafe { raw.create_buffer(&info, None) }.map_err(|e| format!("vkCreateBuffer: {e}"))?;
-        // SAFETY: the buffer was just created on this device.
-        let requirements = unsafe { raw.get_buffer_memory_requirements(buffer) };
-        let desc = gpu_allocator::vulkan::AllocationCreateDesc {
-            name: &init.name,
-            requirements,
-            location: gpu_allocator::MemoryLocation::GpuOnly,
-            linear: true,
-            allocation_scheme: gpu_allocator::vulkan::AllocationScheme::GpuAllocatorManaged,
-        };
-        let allocation = match self.allocator.allocate(&desc) {
+        let (buffer, requirements) = create_unbound(&self.device, init.size, usage)?;
+        let allocation = match self.allocator.allocate(&gpu_allocator_desc(&init.name, requirements)) {
             Ok(allocation) => allocation,
             Err(e) => {
                 // SAFETY: created above, unbound, unused.
-                unsafe { raw.destroy_buffer(buffer, None) };
+                unsafe { self.device.raw().destroy_buffer(buffer, None) };
                 return Err(format!("gpu-allocator: {e}"));
             }
         };
-        // SAFETY: the allocation satisfies the buffer's requirements (size, alignment, memory
-        // type), and it outlives the binding (freed only after the buffer is destroyed).
-        let bound = unsafe { raw.bind_buffer_memory(buffer, allocation.memory(), allocation.offset()) };
-        if let Err(e) = bound {
-            // SAFETY: the buffer is unused; destroyed before its memory is freed.
-            unsafe { raw.destroy_buffer(buffer, None) };
+        bind_allocation(&self.device, buffer, allocation).map_err(|(e, allocation)| {
             let _ = self.allocator.free(allocation);
-            return Err(format!("vkBindBufferMemory: {e}"));
-        }
-        Ok((buffer, allocation))
+            e
+        })
     }
 
     #[inline]

@@ -102,3 +102,120 @@ fn eight_threads_share_a_pool_an_uploader_ranges_and_descriptor_pools() {
         assert!(live.len() <= objects + 1, "{live:?}");
     });
 }
+
+/// Threads of the cross-thread run (more than the pools' 8-arena stress).
+const CROSS_THREADS: usize = 12;
+/// Rounds per thread of the cross-thread run: each makes one placed buffer, one range buffer and
+/// one light range and hands all three to the next thread.
+const CROSS_ROUNDS: usize = 24;
+
+/// What one thread hands the next: a placed buffer whose upload may still be queued or running,
+/// a range buffer with its tag written through the mapping, and a light range (with a declared use
+/// of the frame being recorded on every other round).
+type Handoff = (Buffer, (Buffer, u8), residency_vulkan::PoolRange);
+
+/// Pools with an arena per thread (the per-thread paths: each thread allocates from its own arena
+/// and holds only its arena's handle), and every buffer released by a thread other than the one
+/// that made it — half dropped with their copies queued or in flight, half through `free_buffer` —
+/// so releases land in other arenas than the releasing thread's. Counts, not timings: every
+/// thread hands over and releases the same number of objects on any machine.
+#[test]
+fn twelve_threads_release_each_others_buffers_across_per_thread_arenas_with_copies_in_flight() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let usage = BufferUsage::STORAGE | BufferUsage::COPY_DST | BufferUsage::COPY_SRC;
+        let placed = BufferPool::new(
+            Arc::clone(device),
+            BufferPoolDesc::new("cross placed", BufferPoolUsage::Unknown)
+                .with_page_size(1 << 20)
+                .with_arenas(CROSS_THREADS as u32),
+        )
+        .unwrap();
+        let ranges = BufferPool::new(
+            Arc::clone(device),
+            BufferPoolDesc::new("cross ranges", BufferPoolUsage::Known(BufferUsage::UNIFORM))
+                .with_memory(MemoryIntent::Upload)
+                .with_page_size(1 << 20)
+                .with_arenas(CROSS_THREADS as u32),
+        )
+        .unwrap();
+        let uploader = Uploader::new(device, "cross uploader", 1 << 20).unwrap();
+        let (senders, receivers): (Vec<_>, Vec<_>) =
+            (0..CROSS_THREADS).map(|_| std::sync::mpsc::channel::<Handoff>()).unzip();
+        let released: Vec<usize> = std::thread::scope(|scope| {
+            let workers: Vec<_> = receivers
+                .into_iter()
+                .enumerate()
+                .map(|(t, inbox)| {
+                    let next = senders[(t + 1) % CROSS_THREADS].clone();
+                    let (placed, ranges, uploader) = (&placed, &ranges, &uploader);
+                    scope.spawn(move || {
+                        let mut released = 0;
+                        let release = |(buffer, (range_buffer, tag), range): Handoff,
+                                       released: &mut usize| {
+                            let mut back = vec![0; range_buffer.size() as usize];
+                            range_buffer.read(0, &mut back).unwrap();
+                            assert!(back.iter().all(|&b| b == tag), "{}: overwritten", range_buffer.name());
+                            if *released % 2 == 0 {
+                                placed.free_buffer(buffer).unwrap();
+                                ranges.free_buffer(range_buffer).unwrap();
+                            } else {
+                                drop((buffer, range_buffer));
+                            }
+                            drop(range);
+                            *released += 1;
+                        };
+                        for round in 0..CROSS_ROUNDS {
+                            let len = 64 + (t * 53 + round * 29) % 2000;
+                            let name = format!("cross t{t} r{round}");
+                            let init = BufferInit::new(name.as_str(), len as u64).with_usage(usage);
+                            let buffer = placed.init_buffer(&init).unwrap();
+                            uploader.write_buffer(&buffer, 0, &bytes(t, round, len)).unwrap();
+                            if round % 3 == 0 {
+                                uploader.flush().unwrap();
+                            }
+                            let tag = (t * 16 + round) as u8;
+                            let mut range_buffer =
+                                ranges.init_buffer(&BufferInit::new(name.as_str(), 256)).unwrap();
+                            range_buffer.write(0, &[tag; 256]).unwrap();
+                            let mut range = ranges.allocate_range(96, 0).unwrap();
+                            if round % 2 == 0 {
+                                range.used_until(device.frames_from_now(1)).unwrap();
+                            }
+                            next.send((buffer, (range_buffer, tag), range)).unwrap();
+                            while let Ok(handoff) = inbox.try_recv() {
+                                release(handoff, &mut released);
+                            }
+                        }
+                        while released < CROSS_ROUNDS {
+                            release(inbox.recv().unwrap(), &mut released);
+                        }
+                        released
+                    })
+                })
+                .collect();
+            drop(senders);
+            workers.into_iter().map(|w| w.join().unwrap()).collect()
+        });
+        assert_eq!(released, vec![CROSS_ROUNDS; CROSS_THREADS], "every thread released its neighbour's");
+        // Copies still queued hold their buffers until they are submitted and done.
+        uploader.wait_idle().unwrap();
+        device.wait_submitted().unwrap();
+        assert_eq!((placed.stats().buffers, ranges.stats().buffers), (0, 0));
+        // The light ranges declared the frame being recorded: they return once it is counted.
+        device.advance_frame();
+        device.advance_frame();
+        assert_eq!(device.pending_destruction(), 0, "everything released has retired");
+        for pool in [&placed, &ranges] {
+            pool.check_invariants().unwrap();
+            let stats = pool.stats();
+            assert_eq!(stats.used_bytes, 0, "{:?}: every range is back", pool.desc().name);
+            assert!(stats.pages <= CROSS_THREADS, "at most one empty page kept per arena");
+        }
+        drop((uploader, placed, ranges));
+        device.wait_submitted().unwrap();
+        let left: Vec<_> =
+            device.ledger().live_objects().into_iter().filter(|o| o.name.starts_with("cross")).collect();
+        assert!(left.is_empty(), "left behind: {left:?}");
+    });
+}

@@ -2,6 +2,7 @@
 //! object by name (leaks are reported by name when the device goes); and the device's fault
 //! injection hook, with which tests (ours and applications') make a chosen Vulkan call fail.
 
+use crate::device::lock::CachePadded;
 use crate::poison::PoisonFree;
 use ash::vk;
 use residency_core::memory::HeapBudget;
@@ -25,8 +26,9 @@ pub struct ObjectId {
     slot: u32,
 }
 
-/// Shards of the live-object table: threads creating resources at once mostly take different
-/// locks (each thread keeps to one shard).
+/// Shards of the live-object table and of the fault sites' call counters: threads creating
+/// resources at once mostly take different locks and write different cache lines (each thread
+/// keeps to one shard; each shard is alone on its cache lines).
 const SHARDS: usize = 16;
 
 thread_local! {
@@ -42,6 +44,14 @@ thread_local! {
 struct Slab {
     entries: Vec<Option<LiveObject>>,
     free: Vec<u32>,
+}
+
+/// One shard: its part of the live-object table, and the calls its threads made at each fault
+/// site (summed by [`Ledger::site_calls`]).
+#[derive(Debug, Default)]
+struct Shard {
+    live: Mutex<Slab>,
+    site_calls: [AtomicU64; SITES],
 }
 
 /// A call site where [`Ledger::inject_fault`] can make a Vulkan call fail. The call is not made:
@@ -131,11 +141,10 @@ pub struct Ledger {
     /// Armed faults (rarely more than one); `armed_any` keeps the unarmed path lock-free.
     armed: Mutex<Vec<Armed>>,
     armed_any: AtomicBool,
-    /// Calls reached at each site, and faults fired there.
-    site_calls: [AtomicU64; SITES],
+    /// Faults fired at each site (the calls reached are counted per shard).
     site_faults: [AtomicU64; SITES],
     lost: AtomicU8,
-    live: [Mutex<Slab>; SHARDS],
+    shards: [CachePadded<Shard>; SHARDS],
 }
 
 impl Ledger {
@@ -147,10 +156,9 @@ impl Ledger {
             heap_limits: (0..heap_count).map(|_| AtomicU64::new(u64::MAX)).collect(),
             armed: Mutex::new(Vec::new()),
             armed_any: AtomicBool::new(false),
-            site_calls: std::array::from_fn(|_| AtomicU64::new(0)),
             site_faults: std::array::from_fn(|_| AtomicU64::new(0)),
             lost: AtomicU8::new(NOT_LOST),
-            live: std::array::from_fn(|_| Mutex::new(Slab::default())),
+            shards: std::array::from_fn(|_| CachePadded::default()),
         }
     }
 
@@ -231,7 +239,7 @@ impl Ledger {
     /// How many calls reached `site` since the device was created (injected failures included):
     /// run a scenario once to count them, then inject a fault at each index in turn.
     pub fn site_calls(&self, site: FaultSite) -> u64 {
-        self.site_calls[site.index()].load(Ordering::SeqCst)
+        self.shards.iter().map(|shard| shard.site_calls[site.index()].load(Ordering::SeqCst)).sum()
     }
 
     /// How many injected faults fired at `site` (device-lost refusals excluded).
@@ -262,7 +270,8 @@ impl Ledger {
     /// Counts a call at `site` and says whether it must fail instead of reaching the driver: a
     /// lost device, or an armed fault.
     pub(crate) fn fault_at(&self, site: FaultSite) -> Option<vk::Result> {
-        self.site_calls[site.index()].fetch_add(1, Ordering::SeqCst);
+        // This thread's shard: concurrent creations do not share the counter's cache line.
+        self.shards[SHARD.with(|s| *s)].site_calls[site.index()].fetch_add(1, Ordering::SeqCst);
         if site.fails_when_lost() && self.is_device_lost() {
             return Some(vk::Result::ERROR_DEVICE_LOST);
         }
@@ -322,7 +331,7 @@ impl Ledger {
     pub(crate) fn track(&self, kind: &'static str, name: impl Into<Arc<str>>) -> ObjectId {
         let object = LiveObject { kind, name: name.into() };
         let shard = SHARD.with(|s| *s);
-        let mut slab = self.live[shard].locked();
+        let mut slab = self.shards[shard].live.locked();
         let slot = match slab.free.pop() {
             Some(slot) => {
                 slab.entries[slot as usize] = Some(object);
@@ -338,7 +347,7 @@ impl Ledger {
 
     /// Forgets a live object.
     pub(crate) fn untrack(&self, id: ObjectId) {
-        let mut slab = self.live[usize::from(id.shard)].locked();
+        let mut slab = self.shards[usize::from(id.shard)].live.locked();
         if slab.entries.get_mut(id.slot as usize).and_then(Option::take).is_some() {
             slab.free.push(id.slot);
         }
@@ -346,9 +355,9 @@ impl Ledger {
 
     /// Every live object, shard by shard.
     pub fn live_objects(&self) -> Vec<LiveObject> {
-        self.live
+        self.shards
             .iter()
-            .flat_map(|shard| shard.locked().entries.iter().flatten().cloned().collect::<Vec<_>>())
+            .flat_map(|shard| shard.live.locked().entries.iter().flatten().cloned().collect::<Vec<_>>())
             .collect()
     }
 }

@@ -230,12 +230,40 @@ pub(crate) trait Parent: Send + Sync {
     fn child_released(&self) {}
 }
 
+/// A [`Parent`] that also holds the device of the resources in it (a buffer pool's arena): a
+/// resource held by [`Holder::Parent`] keeps its device alive through it, so creating and
+/// releasing the resource touches one reference count (the parent's, which is per arena) instead
+/// of two shared ones (the device's and the pool's).
+pub(crate) trait DeviceParent: Parent {
+    /// The device of the resources in it.
+    fn device(&self) -> &Arc<Device>;
+    /// Itself as a plain parent.
+    fn as_parent(&self) -> &dyn Parent;
+}
+
+/// How a [`Life`] keeps its device (and its parent) alive.
+pub(crate) enum Holder {
+    /// Its own reference to the device, and its parent if it has one.
+    Device(Arc<Device>, Option<Arc<dyn Parent>>),
+    /// Through its parent, which holds the device.
+    Parent(Arc<dyn DeviceParent>),
+}
+
+impl Holder {
+    /// The device it keeps alive.
+    pub(crate) fn device(&self) -> &Arc<Device> {
+        match self {
+            Holder::Device(device, _) => device,
+            Holder::Parent(parent) => parent.device(),
+        }
+    }
+}
+
 /// What a resource leaves behind, and what it keeps alive. Dropped with the last handle.
 pub(crate) struct Life {
-    device: Arc<Device>,
+    holder: Holder,
     garbage: Option<Garbage>,
     uses: Mutex<LastUses>,
-    parent: Option<Arc<dyn Parent>>,
 }
 
 impl std::fmt::Debug for Life {
@@ -246,11 +274,24 @@ impl std::fmt::Debug for Life {
 
 impl Life {
     pub(crate) fn new(device: Arc<Device>, garbage: Garbage, parent: Option<Arc<dyn Parent>>) -> Arc<Life> {
-        Arc::new(Life { device, garbage: Some(garbage), uses: Mutex::new(LastUses::none()), parent })
+        Life::held(Holder::Device(device, parent), garbage)
+    }
+
+    /// The life of a resource whose device (and parent) `holder` keeps alive.
+    pub(crate) fn held(holder: Holder, garbage: Garbage) -> Arc<Life> {
+        Arc::new(Life { holder, garbage: Some(garbage), uses: Mutex::new(LastUses::none()) })
     }
 
     pub(crate) fn device(&self) -> &Arc<Device> {
-        &self.device
+        self.holder.device()
+    }
+
+    /// What it points into, if anything.
+    fn parent(&self) -> Option<&dyn Parent> {
+        match &self.holder {
+            Holder::Device(_, parent) => parent.as_deref(),
+            Holder::Parent(parent) => Some(parent.as_parent()),
+        }
     }
 
     /// What it will release.
@@ -265,12 +306,12 @@ impl Life {
 
     /// The name of what it points into, if anything.
     pub(crate) fn parent_name(&self) -> Option<String> {
-        self.parent.as_ref().map(|p| p.name())
+        self.parent().map(|p| p.name())
     }
 
     /// Declares a use that ends at `until`. A use on another device is refused.
     pub(crate) fn used_until(&self, until: GpuUse) -> std::result::Result<(), ForeignUse> {
-        if until.device != self.device.uid() {
+        if until.device != self.device().uid() {
             return Err(ForeignUse);
         }
         self.uses.locked().note(until.point);
@@ -292,8 +333,8 @@ impl Drop for Life {
     fn drop(&mut self) {
         let Some(garbage) = self.garbage.take() else { return };
         let uses = std::mem::take(self.uses.value_mut());
-        let uses = self.device.retire(garbage, uses);
-        if let Some(parent) = &self.parent {
+        let uses = self.device().retire(garbage, uses);
+        if let Some(parent) = self.parent() {
             if let Some(uses) = uses {
                 parent.note_pending(&uses);
             }

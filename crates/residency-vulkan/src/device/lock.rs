@@ -94,6 +94,27 @@ impl<T> DerefMut for LockGuard<'_, T> {
     }
 }
 
+/// A value alone on its cache lines (128 bytes: two 64-byte lines, as adjacent-line prefetchers
+/// pull pairs): per-thread or per-arena state kept in an array or allocated next to its siblings
+/// (shards of the ledger, a pool's arenas) so that one thread's writes never invalidate the line
+/// another thread is working on (false sharing).
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub(crate) struct CachePadded<T>(pub(crate) T);
+
+impl<T> Deref for CachePadded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T> DerefMut for CachePadded<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

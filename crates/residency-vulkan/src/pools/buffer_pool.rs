@@ -15,7 +15,8 @@
 use crate::device::blocks::{BlockAllocation, BlockList, MemoryError, SubRequest};
 use crate::device::blocks::{ResourceMemory, SubAllocation, SubAllocator};
 use crate::device::ledger::ObjectId;
-use crate::device::life::{Garbage, GpuUse, Parent, PendingUses};
+use crate::device::life::{DeviceParent, Garbage, GpuUse, Holder, Parent, PendingUses};
+use crate::device::lock::CachePadded;
 use crate::device::Device;
 use crate::error::{ForeignReason, ForeignResource};
 use crate::format_map::vk_buffer_usage;
@@ -239,20 +240,40 @@ pub struct PoolStats {
 ///   6.4–7.8 M/s.
 pub struct BufferPool {
     shared: Arc<PoolShared>,
+    /// One handle per arena, which the arena's buffers and ranges hold (see [`PoolArena`]).
+    arenas: Vec<Arc<PoolArena>>,
 }
 
-/// What a pool's buffers keep alive: the device, the pages and their allocators.
+/// What a pool's arenas keep alive: the device, the pages and their allocators.
 pub(crate) struct PoolShared {
     device: Arc<Device>,
     desc: BufferPoolDesc,
     type_index: u32,
-    arenas: Vec<Mutex<BlockList>>,
+    /// Each arena's pages behind its lock, alone on its cache lines (threads on different arenas
+    /// share no line).
+    arenas: Vec<CachePadded<Mutex<BlockList>>>,
     pool_id: u64,
-    buffers: AtomicU64,
+    /// Uses of deferred buffers and ranges whose arena handle went before the pool: its pages
+    /// retire after them.
     pending: PendingUses,
     id: ObjectId,
     /// A known-flags pool's range alignment (its flags' floors), computed once.
     known_range_alignment: Option<u64>,
+}
+
+/// One arena of a pool as its buffers and ranges hold it: their parent (it keeps the pool, and
+/// through it the device, alive) and where their ranges return. Creating or releasing a buffer
+/// touches only its arena's handle (its reference count, its live count, its lock), never a count
+/// every thread shares: with an arena per thread, threads share no cache line on these paths.
+/// Aligned to 128 bytes, so that two arenas' handles never share a line either.
+#[repr(align(128))]
+pub(crate) struct PoolArena {
+    pool: Arc<PoolShared>,
+    index: u16,
+    /// Live buffers of this arena (the pool's count is the sum).
+    buffers: AtomicU64,
+    /// Uses of this arena's deferred buffers and ranges: the pool's pages retire after them.
+    pending: PendingUses,
 }
 
 impl std::fmt::Debug for BufferPool {
@@ -345,26 +366,34 @@ impl BufferPool {
                     Ok(raw)
                 }));
             }
-            Mutex::new(pages)
+            CachePadded(Mutex::new(pages))
         };
         let arenas = (0..desc.arenas.max(1)).map(make_arena).collect();
         let id = device.ledger().track("buffer pool", desc.name.as_str());
-        Ok(BufferPool {
-            shared: Arc::new(PoolShared {
-                known_range_alignment: match desc.usage {
-                    BufferPoolUsage::Known(usage) => Some(range_alignment(&device, usage)),
-                    BufferPoolUsage::Unknown => None,
-                },
-                device,
-                desc,
-                type_index,
-                arenas,
-                pool_id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
-                buffers: AtomicU64::new(0),
-                pending: PendingUses::default(),
-                id,
-            }),
-        })
+        let shared = Arc::new(PoolShared {
+            known_range_alignment: match desc.usage {
+                BufferPoolUsage::Known(usage) => Some(range_alignment(&device, usage)),
+                BufferPoolUsage::Unknown => None,
+            },
+            device,
+            desc,
+            type_index,
+            arenas,
+            pool_id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
+            pending: PendingUses::default(),
+            id,
+        });
+        let arenas = (0..shared.arenas.len())
+            .map(|index| {
+                Arc::new(PoolArena {
+                    pool: Arc::clone(&shared),
+                    index: index as u16,
+                    buffers: AtomicU64::new(0),
+                    pending: PendingUses::default(),
+                })
+            })
+            .collect();
+        Ok(BufferPool { shared, arenas })
     }
 
     /// The pool's description.
@@ -384,7 +413,7 @@ impl BufferPool {
 
     /// Creates a buffer in the pool (the seed's `InitBuffer`).
     pub fn init_buffer(&self, init: &BufferInit) -> Result<Buffer, MemoryError> {
-        self.shared.init_buffer(&self.shared, init)
+        self.shared.init_buffer(&self.arenas, init)
     }
 
     /// Releases a buffer of this pool (as dropping it does: deferred while the GPU may use it). A
@@ -433,30 +462,24 @@ impl BufferPool {
             let (bytes, used, count) = arena.locked().totals();
             (b + bytes, u + used, n + count)
         });
-        PoolStats { pages, page_bytes, used_bytes, buffers: s.buffers.load(Ordering::Relaxed) }
+        PoolStats { pages, page_bytes, used_bytes, buffers: self.live_buffers() }
+    }
+
+    /// Live buffers of every arena.
+    fn live_buffers(&self) -> u64 {
+        self.arenas.iter().map(|arena| arena.buffers.load(Ordering::Relaxed)).sum()
     }
 
     /// The pool's arenas of pages, for memory reports.
-    pub(crate) fn arenas(&self) -> &[Mutex<BlockList>] {
+    pub(crate) fn arenas(&self) -> &[CachePadded<Mutex<BlockList>>] {
         &self.shared.arenas
     }
 }
 
 impl PoolShared {
-    /// Arena `arena`'s pages (for defragmentation, which plans and takes destinations under its lock).
-    pub(crate) fn arena(&self, arena: u16) -> &Mutex<BlockList> {
-        &self.arenas[usize::from(arena)]
-    }
-
     /// The pool's id (what its buffers' `pool` names), its flags and its pages' memory type.
     pub(crate) fn identity(&self) -> (u64, BufferPoolUsage, u32) {
         (self.pool_id, self.desc.usage, self.type_index)
-    }
-
-    /// A buffer moved by defragmentation gets a new life in this pool before its old one is
-    /// dropped (whose release counts one buffer fewer): count it.
-    pub(crate) fn count_moved(&self) {
-        self.buffers.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The usage's offset floors (descriptor offsets, acceleration structures, shader tables,
@@ -469,7 +492,7 @@ impl PoolShared {
         MemoryError::Unsatisfiable { name: init.name.to_string(), reason }
     }
 
-    fn init_buffer(&self, this: &Arc<PoolShared>, init: &BufferInit) -> Result<Buffer, MemoryError> {
+    fn init_buffer(&self, arenas: &[Arc<PoolArena>], init: &BufferInit) -> Result<Buffer, MemoryError> {
         if init.alignment != 0 && !init.alignment.is_power_of_two() {
             return Err(MemoryError::InvalidRequest {
                 name: init.name.to_string(),
@@ -487,10 +510,10 @@ impl PoolShared {
                         format!("usage {usage:?} is not within the pool's flags {pool_usage:?}"),
                     ));
                 }
-                self.init_range(this, init, pool_usage, usage)
+                self.init_range(arenas, init, pool_usage, usage)
             }
             BufferPoolUsage::Unknown => match init.usage {
-                Some(usage) if !usage.is_empty() => self.init_placed(this, init, usage),
+                Some(usage) if !usage.is_empty() => self.init_placed(arenas, init, usage),
                 _ => {
                     Err(self
                         .invalid(init, "a pool with unknown bind flags needs each buffer's own flags".into()))
@@ -531,7 +554,7 @@ impl PoolShared {
 
     fn init_range(
         &self,
-        this: &Arc<PoolShared>,
+        arenas: &[Arc<PoolArena>],
         init: &BufferInit,
         pool_usage: BufferUsage,
         usage: BufferUsage,
@@ -548,12 +571,19 @@ impl PoolShared {
             .max(init.alignment);
         let (allocation, page, arena) = self.allocate(init, init.size, alignment)?;
         let page_buffer = page.page_buffer.expect("known-flags pages have a page buffer");
-        Ok(self.pool_buffer(this, init, usage, page, arena, allocation, PoolBuffer::Range(page_buffer)))
+        Ok(self.pool_buffer(
+            &arenas[usize::from(arena)],
+            init,
+            usage,
+            page,
+            allocation,
+            PoolBuffer::Range(page_buffer),
+        ))
     }
 
     fn init_placed(
         &self,
-        this: &Arc<PoolShared>,
+        arenas: &[Arc<PoolArena>],
         init: &BufferInit,
         usage: BufferUsage,
     ) -> Result<Buffer, MemoryError> {
@@ -590,41 +620,45 @@ impl PoolShared {
             self.free_range(arena, allocation);
             return Err(e);
         }
-        Ok(self.pool_buffer(this, init, usage, page, arena, allocation, PoolBuffer::Placed(raw)))
+        Ok(self.pool_buffer(
+            &arenas[usize::from(arena)],
+            init,
+            usage,
+            page,
+            allocation,
+            PoolBuffer::Placed(raw),
+        ))
     }
 
     /// The `Buffer` of an allocation made in page `page` of arena `arena`: tracked by name, counted,
-    /// and holding the pool (its parent) while it lives; a placed buffer's own `VkBuffer` goes with
-    /// it, a range's page buffer stays with the page.
-    #[allow(clippy::too_many_arguments, reason = "the parts of one allocation, assembled in one place")]
+    /// and holding its arena (its parent, which holds the pool and the device) while it lives; a
+    /// placed buffer's own `VkBuffer` goes with it, a range's page buffer stays with the page.
     fn pool_buffer(
         &self,
-        this: &Arc<PoolShared>,
+        arena: &Arc<PoolArena>,
         init: &BufferInit,
         usage: BufferUsage,
         page: PageInfo,
-        arena: u16,
         allocation: BlockAllocation,
         kind: PoolBuffer,
     ) -> Buffer {
         let offset = allocation.allocation.offset();
-        self.buffers.fetch_add(1, Ordering::Relaxed);
+        arena.buffers.fetch_add(1, Ordering::Relaxed);
         let owner = ResourceMemory::Sub {
-            owner: Arc::downgrade(this) as _,
-            allocation: SubAllocation::Block { arena, allocation },
+            owner: Arc::downgrade(arena) as _,
+            allocation: SubAllocation::Block { arena: arena.index, allocation },
         };
         let object = match kind {
             PoolBuffer::Range(page_buffer) => BufferObject::Range { page_buffer, offset },
             PoolBuffer::Placed(raw) => BufferObject::Placed(raw),
         };
         Buffer::new(BufferParts {
-            device: Arc::clone(&self.device),
+            holder: Holder::Parent(Arc::clone(arena) as Arc<dyn DeviceParent>),
             name: Arc::clone(&init.name),
             size: init.size,
             usage,
             object,
             owner,
-            parent: Some(Arc::clone(this) as Arc<dyn Parent>),
             memory: BufferMemory {
                 memory: page.memory,
                 offset,
@@ -643,10 +677,33 @@ impl PoolShared {
     }
 }
 
-impl SubAllocator for PoolShared {
+impl PoolArena {
+    /// The pool it is an arena of.
+    pub(crate) fn pool(&self) -> &Arc<PoolShared> {
+        &self.pool
+    }
+
+    /// Its index in the pool.
+    pub(crate) fn index(&self) -> u16 {
+        self.index
+    }
+
+    /// Its pages (for defragmentation, which plans and takes destinations under its lock).
+    pub(crate) fn pages(&self) -> &Mutex<BlockList> {
+        &self.pool.arenas[usize::from(self.index)]
+    }
+
+    /// A buffer moved by defragmentation gets a new life in this arena before its old one is
+    /// dropped (whose release counts one buffer fewer): count it.
+    pub(crate) fn count_moved(&self) {
+        self.buffers.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl SubAllocator for PoolArena {
     fn give_back(&self, allocation: SubAllocation) {
         match allocation {
-            SubAllocation::Block { arena, allocation } => self.free_range(arena, allocation),
+            SubAllocation::Block { arena, allocation } => self.pool.free_range(arena, allocation),
             SubAllocation::Linear(_) => debug_assert!(false, "a buffer pool hands out page ranges only"),
         }
     }
@@ -656,17 +713,37 @@ impl SubAllocator for PoolShared {
     }
 }
 
-impl Parent for PoolShared {
+impl Parent for PoolArena {
     fn note_pending(&self, uses: &LastUses) {
         self.pending.note(uses);
     }
 
     fn name(&self) -> String {
-        self.desc.name.clone()
+        self.pool.desc.name.clone()
     }
 
     fn child_released(&self) {
         self.buffers.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl DeviceParent for PoolArena {
+    fn device(&self) -> &Arc<Device> {
+        &self.pool.device
+    }
+
+    fn as_parent(&self) -> &dyn Parent {
+        self
+    }
+}
+
+impl Drop for PoolArena {
+    fn drop(&mut self) {
+        // The pool's pages retire after the uses of this arena's deferred buffers and ranges too.
+        let uses = self.pending.take();
+        if !uses.is_empty() {
+            self.pool.pending.note(&uses);
+        }
     }
 }
 
@@ -688,7 +765,7 @@ struct PageInfo {
 
 impl Drop for BufferPool {
     fn drop(&mut self) {
-        let live = self.shared.buffers.load(Ordering::Relaxed);
+        let live = self.live_buffers();
         if live != 0 {
             tracing::warn!(
                 pool = %self.shared.desc.name,
@@ -705,7 +782,7 @@ impl Drop for PoolShared {
         // for the GPU retire before these pages, which wait for the same uses.
         let uses = self.pending.take();
         for arena in &mut self.arenas {
-            let pages = arena.value_mut();
+            let pages = arena.0.value_mut();
             for block in pages.blocks.drain(..).flatten() {
                 self.device.retire(Garbage::Memory(Box::new(block)), uses.clone());
             }
@@ -722,12 +799,12 @@ impl Drop for PoolShared {
 /// submissions made before the drop and the uses declared with [`PoolRange::used_until`]
 /// (deferred destruction, as for every resource). Made by [`BufferPool::allocate_range`].
 pub struct PoolRange {
-    pool: Arc<PoolShared>,
+    /// Its arena (which keeps the pool alive): the only reference count it touches.
+    arena: Arc<PoolArena>,
     buffer: vk::Buffer,
     memory: vk::DeviceMemory,
     offset: u64,
     size: u64,
-    arena: u16,
     /// `None` only while it is released (in `drop`).
     allocation: Option<BlockAllocation>,
     mapped: Option<crate::device::blocks::MappedPtr>,
@@ -737,7 +814,7 @@ pub struct PoolRange {
 impl std::fmt::Debug for PoolRange {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PoolRange")
-            .field("pool", &self.pool.desc.name)
+            .field("pool", &self.arena.pool.desc.name)
             .field("offset", &self.offset)
             .field("size", &self.size)
             .finish_non_exhaustive()
@@ -769,8 +846,8 @@ impl BufferPool {
         }
         let alignment =
             s.known_range_alignment.unwrap_or_else(|| s.range_alignment(pool_usage)).max(alignment);
-        let arena = ARENA.with(|a| *a) % s.arenas.len();
-        let mut pages = s.arenas[arena].locked();
+        let arena = &self.arenas[ARENA.with(|a| *a) % self.arenas.len()];
+        let mut pages = arena.pages().locked();
         let request = SubRequest {
             name: &s.desc.name,
             size,
@@ -784,12 +861,11 @@ impl BufferPool {
         let buffer = block.page_buffer.expect("known-flags pages have a page buffer");
         drop(pages);
         Ok(PoolRange {
-            pool: Arc::clone(s),
+            arena: Arc::clone(arena),
             buffer,
             memory,
             offset: allocation.allocation.offset(),
             size,
-            arena: arena as u16,
             allocation: Some(allocation),
             mapped,
             uses: LastUses::default(),
@@ -827,7 +903,7 @@ impl PoolRange {
     /// Declares that GPU work the renderer submitted itself uses the range until `until`:
     /// dropping it earlier defers its release until then. A use of another device is refused.
     pub fn used_until(&mut self, until: GpuUse) -> Result<(), crate::device::life::ForeignUse> {
-        if until.device != self.pool.device.uid() {
+        if until.device != self.arena.pool.device.uid() {
             return Err(crate::device::life::ForeignUse);
         }
         self.uses.note(until.point);
@@ -860,7 +936,7 @@ impl PoolRange {
         offset: u64,
         len: usize,
     ) -> Result<std::ptr::NonNull<u8>, crate::resources::buffer::AccessError> {
-        let name = || self.pool.desc.name.clone();
+        let name = || self.arena.pool.desc.name.clone();
         let mapped =
             self.mapped.ok_or_else(|| crate::resources::buffer::AccessError::NotMappable { name: name() })?;
         let end = offset.checked_add(len as u64).filter(|&end| end <= self.size);
@@ -880,8 +956,9 @@ impl PoolRange {
         len: u64,
         flush: bool,
     ) -> Result<(), crate::resources::buffer::AccessError> {
-        let device = &self.pool.device;
-        let coherent = device.memory_properties().types[self.pool.type_index as usize].flags.host_coherent;
+        let pool = &self.arena.pool;
+        let device = &pool.device;
+        let coherent = device.memory_properties().types[pool.type_index as usize].flags.host_coherent;
         if coherent || len == 0 {
             return Ok(());
         }
@@ -908,19 +985,20 @@ impl Drop for PoolRange {
     fn drop(&mut self) {
         let Some(allocation) = self.allocation.take() else { return };
         let uses = std::mem::take(&mut self.uses);
-        if uses.is_empty() && self.pool.device.idle_so_far() {
+        let (pool, arena) = (&self.arena.pool, self.arena.index);
+        if uses.is_empty() && pool.device.idle_so_far() {
             // Nothing may use it: straight back to the allocator.
-            self.pool.free_range(self.arena, allocation);
+            pool.free_range(arena, allocation);
             return;
         }
         let memory = ResourceMemory::Sub {
-            owner: Arc::downgrade(&self.pool) as _,
-            allocation: SubAllocation::Block { arena: self.arena, allocation },
+            owner: Arc::downgrade(&self.arena) as _,
+            allocation: SubAllocation::Block { arena, allocation },
         };
-        // Released at once (the retire path's fast case) or after the uses; the pool, still held
-        // here, notes them so its pages retire after them too.
-        if let Some(pending) = self.pool.device.retire(Garbage::Range(memory), uses) {
-            self.pool.pending.note(&pending);
+        // Released at once (the retire path's fast case) or after the uses; the arena, still
+        // held here, notes them so the pool's pages retire after them too.
+        if let Some(pending) = pool.device.retire(Garbage::Range(memory), uses) {
+            self.arena.pending.note(&pending);
         }
     }
 }

@@ -12,7 +12,7 @@
 use crate::device::blocks::{check_priority, MemoryBlock, MemoryError, RawMemoryDesc, DEFAULT_PRIORITY};
 use crate::device::blocks::{ResourceMemory, SubAllocation, SubAllocator};
 use crate::device::ledger::ObjectId;
-use crate::device::life::{Garbage, Parent, PendingUses};
+use crate::device::life::{Garbage, Holder, Parent, PendingUses};
 use crate::device::Device;
 use crate::poison::PoisonFree;
 use crate::pools::buffer_pool::BufferInit;
@@ -333,13 +333,12 @@ impl LinearShared {
         };
         let coherent = self.device.memory_properties().types[block.type_index as usize].flags.host_coherent;
         Ok(Buffer::new(BufferParts {
-            device: Arc::clone(&self.device),
+            holder: Holder::Device(Arc::clone(&self.device), Some(Arc::clone(this) as Arc<dyn Parent>)),
             name: Arc::clone(&init.name),
             size: init.size,
             usage,
             object: BufferObject::Placed(raw),
             owner,
-            parent: Some(Arc::clone(this) as Arc<dyn Parent>),
             memory: BufferMemory {
                 memory: block.memory,
                 offset,

@@ -22,7 +22,7 @@
 
 use crate::device::blocks::ResourceMemory;
 use crate::device::blocks::{MemoryBlock, MemoryError, RawMemoryDesc};
-use crate::device::life::{Garbage, Parent, PendingUses};
+use crate::device::life::{Garbage, Holder, Parent, PendingUses};
 use crate::device::Device;
 use crate::error::VulkanError;
 use crate::format_map::aspect;
@@ -392,13 +392,12 @@ impl TransientPool {
             let (memory, offset) = (block.memory, placement.offset);
             if let Some((raw, name, size, usage)) = unbound.buffers[i].take() {
                 let buffer = Buffer::new(BufferParts {
-                    device: device.arc(),
+                    holder: Holder::Device(device.arc(), Some(parent)),
                     name: Arc::from(name.as_str()),
                     size,
                     usage,
                     object: BufferObject::Placed(raw),
                     owner: ResourceMemory::Transient,
-                    parent: Some(parent),
                     memory: BufferMemory { memory, offset, memory_size: block.size, mapped: None },
                     coherent: false,
                     pool: None,

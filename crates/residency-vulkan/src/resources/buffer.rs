@@ -6,7 +6,7 @@
 
 use crate::device::blocks::{MappedPtr, MemoryError, ResourceMemory};
 use crate::device::ledger::FaultSite;
-use crate::device::life::{ForeignUse, Garbage, GpuUse, Life, Parent};
+use crate::device::life::{ForeignUse, Garbage, GpuUse, Holder, Life};
 use crate::device::Device;
 use crate::error::VulkanError;
 use crate::error::{ErrorClass, ResidencyError};
@@ -188,8 +188,9 @@ pub(crate) struct BufferMemory {
 /// What a [`Buffer`] is made of ([`Buffer::new`]); the rest (its tracking, its life, its state
 /// tracking id, no pending copy, no user data) the constructor derives.
 pub(crate) struct BufferParts {
-    /// The device it lives on.
-    pub(crate) device: Arc<Device>,
+    /// The device it lives on, and what it keeps alive while it lives (its pool's arena, its
+    /// transient heap).
+    pub(crate) holder: Holder,
     /// Its name (the ledger tracks it by this name).
     pub(crate) name: Arc<str>,
     /// Size in bytes.
@@ -200,8 +201,6 @@ pub(crate) struct BufferParts {
     pub(crate) object: BufferObject,
     /// What its release gives back.
     pub(crate) owner: ResourceMemory,
-    /// What it keeps alive while it lives (its pool, its transient heap).
-    pub(crate) parent: Option<Arc<dyn Parent>>,
     /// The memory its bytes are in.
     pub(crate) memory: BufferMemory,
     /// Whether that memory is host-coherent.
@@ -219,8 +218,8 @@ pub(crate) struct MovedBuffer {
     pub(crate) object: BufferObject,
     /// What the new place's release gives back.
     pub(crate) owner: ResourceMemory,
-    /// What the new place keeps alive (its pool).
-    pub(crate) parent: Option<Arc<dyn Parent>>,
+    /// The device, and what the new place keeps alive (its pool's arena).
+    pub(crate) holder: Holder,
     /// The memory its bytes are in now.
     pub(crate) memory: BufferMemory,
     /// The copy that fills the new place.
@@ -229,9 +228,29 @@ pub(crate) struct MovedBuffer {
 
 static NEXT_RESOURCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
-/// A fresh id for state tracking (buffers and images; pages use `1 << 63 | handle`).
+/// Ids a thread takes from [`NEXT_RESOURCE`] at once: threads creating buffers at the same time
+/// touch the shared counter once per this many.
+const RESOURCE_ID_BLOCK: u64 = 1024;
+
+thread_local! {
+    /// This thread's block of ids: the next one and the end of the block.
+    static RESOURCE_IDS: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// A fresh id for state tracking (buffers and images; pages use `1 << 63 | handle`): unique in
+/// the process, taken from this thread's block (ids are not in creation order across threads).
 pub(crate) fn next_resource_id() -> residency_core::sync::ResourceId {
-    residency_core::sync::ResourceId::new(NEXT_RESOURCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    let id = RESOURCE_IDS.with(|ids| {
+        let (mut next, mut end) = ids.get();
+        if next == end {
+            // 2^64 ids last longer than any process: the shared counter never wraps.
+            next = NEXT_RESOURCE.fetch_add(RESOURCE_ID_BLOCK, std::sync::atomic::Ordering::Relaxed);
+            end = next.saturating_add(RESOURCE_ID_BLOCK);
+        }
+        ids.set((next.saturating_add(1), end));
+        next
+    });
+    residency_core::sync::ResourceId::new(id)
 }
 
 /// Reading or writing a buffer's mapped memory failed.
@@ -274,10 +293,9 @@ impl Buffer {
     /// its life (which releases `parts.object`'s own `VkBuffer` and `parts.owner`, and keeps
     /// `parts.parent` alive) and a fresh state-tracking id.
     pub(crate) fn new(parts: BufferParts) -> Buffer {
-        let BufferParts { device, name, size, usage, object, owner, parent, memory, coherent, pool, movable } =
-            parts;
-        let id = device.ledger().track("buffer", Arc::clone(&name));
-        let life = Life::new(device, Garbage::Buffer { raw: object.own(), memory: owner, id }, parent);
+        let BufferParts { holder, name, size, usage, object, owner, memory, coherent, pool, movable } = parts;
+        let id = holder.device().ledger().track("buffer", Arc::clone(&name));
+        let life = Life::held(holder, Garbage::Buffer { raw: object.own(), memory: owner, id });
         Buffer {
             life,
             object,
@@ -300,11 +318,11 @@ impl Buffer {
     /// `VkBuffer` and range retire behind the copy (submitted before) and every use declared on
     /// them.
     pub(crate) fn rebind(&mut self, moved: MovedBuffer) {
-        let MovedBuffer { object, owner, parent, memory, copy } = moved;
+        let MovedBuffer { object, owner, holder, memory, copy } = moved;
         debug_assert_eq!(object.placement(), self.placement(), "a move keeps the kind of place");
-        let device = Arc::clone(self.life.device());
-        let id = device.ledger().track("buffer", Arc::clone(&self.name));
-        let life = Life::new(device, Garbage::Buffer { raw: object.own(), memory: owner, id }, parent);
+        debug_assert!(holder.device().is(self.device()), "a move stays on its device");
+        let id = holder.device().ledger().track("buffer", Arc::clone(&self.name));
+        let life = Life::held(holder, Garbage::Buffer { raw: object.own(), memory: owner, id });
         let old = std::mem::replace(&mut self.life, life);
         self.object = object;
         self.memory = memory;
@@ -665,13 +683,12 @@ impl Device {
             return Err(e);
         }
         Ok(Buffer::new(BufferParts {
-            device: self.arc(),
+            holder: Holder::Device(self.arc(), None),
             name: Arc::clone(&desc.name),
             size: desc.size,
             usage: desc.usage,
             object: if placed.committed { BufferObject::Committed(raw) } else { BufferObject::Placed(raw) },
             owner: placed.owner,
-            parent: None,
             memory: BufferMemory {
                 memory: placed.memory,
                 offset: placed.offset,

@@ -11,11 +11,11 @@
 
 use crate::device::blocks::{BlockAllocation, BlockList, MappedPtr, MemoryError};
 use crate::device::blocks::{ResourceMemory, SubAllocation};
-use crate::device::life::{Garbage, GpuUse, Life, Parent, FRAMES, SPARSE, UNIVERSAL};
+use crate::device::life::{DeviceParent, Garbage, GpuUse, Holder, Life, FRAMES, SPARSE, UNIVERSAL};
 use crate::device::Device;
 use crate::error::VulkanError;
 use crate::poison::PoisonFree;
-use crate::pools::buffer_pool::PoolShared;
+use crate::pools::buffer_pool::PoolArena;
 use crate::resources::buffer::{bind_buffer, create_raw_buffer, Buffer, BufferPlacement};
 use crate::resources::buffer::{BufferMemory, BufferObject, MovedBuffer};
 use crate::resources::image::{Image, Layouts};
@@ -221,14 +221,14 @@ struct PlanOutcome {
 #[derive(Clone)]
 enum Heaps {
     General(u32),
-    Pool { pool: Arc<PoolShared>, arena: u16 },
+    Pool(Arc<PoolArena>),
 }
 
 impl Heaps {
     fn lock<'a>(&'a self, device: &'a Device) -> MutexGuard<'a, BlockList> {
         let list = match self {
             Heaps::General(type_index) => &device.general[*type_index as usize],
-            Heaps::Pool { pool, arena } => pool.arena(*arena),
+            Heaps::Pool(arena) => arena.pages(),
         };
         list.locked()
     }
@@ -237,14 +237,14 @@ impl Heaps {
     fn key(&self) -> (u8, u64, u32) {
         match self {
             Heaps::General(type_index) => (0, 0, *type_index),
-            Heaps::Pool { pool, arena } => (1, pool.identity().0, u32::from(*arena)),
+            Heaps::Pool(arena) => (1, arena.pool().identity().0, u32::from(arena.index())),
         }
     }
 
     fn type_index(&self) -> u32 {
         match self {
             Heaps::General(type_index) => *type_index,
-            Heaps::Pool { pool, .. } => pool.identity().2,
+            Heaps::Pool(arena) => arena.pool().identity().2,
         }
     }
 
@@ -252,9 +252,9 @@ impl Heaps {
     fn memory(&self, allocation: BlockAllocation) -> ResourceMemory {
         match self {
             Heaps::General(type_index) => ResourceMemory::General { type_index: *type_index, allocation },
-            Heaps::Pool { pool, arena } => ResourceMemory::Sub {
-                owner: Arc::downgrade(pool) as _,
-                allocation: SubAllocation::Block { arena: *arena, allocation },
+            Heaps::Pool(arena) => ResourceMemory::Sub {
+                owner: Arc::downgrade(arena) as _,
+                allocation: SubAllocation::Block { arena: arena.index(), allocation },
             },
         }
     }
@@ -263,7 +263,7 @@ impl Heaps {
     /// pool's page buffer).
     fn page_usage(&self) -> BufferUsage {
         match self {
-            Heaps::Pool { pool, .. } => match pool.identity().1 {
+            Heaps::Pool(arena) => match arena.pool().identity().1 {
                 BufferPoolUsage::Known(usage) => usage,
                 BufferPoolUsage::Unknown => BufferUsage::empty(),
             },
@@ -600,14 +600,14 @@ impl Defragmenter {
                     memory: ResourceMemory::General { type_index, allocation }, ..
                 }) => Some((Heaps::General(*type_index), allocation)),
                 Some(Garbage::Buffer {
-                    memory:
-                        ResourceMemory::Sub { owner, allocation: SubAllocation::Block { arena, allocation } },
+                    memory: ResourceMemory::Sub { owner, allocation: SubAllocation::Block { allocation, .. } },
                     ..
                 }) => {
-                    // The buffer's life holds its pool (its parent), so it is there; a buffer pool
-                    // is the only sub-allocator handing out page ranges the defragmenter moves.
-                    let pool = owner.upgrade().and_then(|o| o.as_any().downcast::<PoolShared>().ok());
-                    pool.map(|pool| (Heaps::Pool { pool, arena: *arena }, allocation))
+                    // The buffer's life holds its pool's arena (its parent), so it is there; a
+                    // buffer pool is the only sub-allocator handing out page ranges the
+                    // defragmenter moves.
+                    let arena = owner.upgrade().and_then(|o| o.as_any().downcast::<PoolArena>().ok());
+                    arena.map(|arena| (Heaps::Pool(arena), allocation))
                 }
                 _ => None,
             };
@@ -945,12 +945,12 @@ impl Defragmenter {
     fn commit(device: &Device, buffer: &mut Buffer, mut m: Staged, copy: GpuUse) {
         let destination = m.destination.take().expect("a staged move has its destination");
         let owner = m.heaps.memory(destination);
-        let parent: Option<Arc<dyn Parent>> = match &m.heaps {
-            Heaps::General(_) => None,
-            Heaps::Pool { pool, .. } => {
+        let holder = match &m.heaps {
+            Heaps::General(_) => Holder::Device(device.arc(), None),
+            Heaps::Pool(arena) => {
                 // The old life's release counts one buffer fewer.
-                pool.count_moved();
-                Some(Arc::clone(pool) as Arc<dyn Parent>)
+                arena.count_moved();
+                Holder::Parent(Arc::clone(arena) as Arc<dyn DeviceParent>)
             }
         };
         let object = if m.raw != vk::Buffer::null() {
@@ -962,7 +962,7 @@ impl Defragmenter {
             BufferMemory { memory: m.memory, offset: m.offset, memory_size: m.memory_size, mapped: m.mapped };
         // The old buffer and range wait for the copy (submitted before the rebind drops them) and
         // for the uses declared on them.
-        buffer.rebind(MovedBuffer { object, owner, parent, memory, copy });
+        buffer.rebind(MovedBuffer { object, owner, holder, memory, copy });
         for (alias, what) in [(m.src_alias, "source"), (m.dst_alias, "destination")] {
             if alias != vk::Buffer::null() {
                 let id = device.ledger().track("buffer", format!("{} (move {what})", buffer.name()));
