@@ -24,7 +24,6 @@
 use residency::core::sync::measure::SplitMix64;
 use residency::core::usage::{BufferPoolUsage, BufferUsage};
 use residency::vulkan::ash::vk;
-use residency::vulkan::format_map::vk_buffer_usage;
 use residency::vulkan::{Buffer, BufferInit, BufferPool, BufferPoolDesc, Device, DeviceSet, DeviceSetDesc};
 use serde::Serialize;
 use std::process::ExitCode;
@@ -34,10 +33,19 @@ use std::time::Instant;
 use crate::placed_buffers::{bind_allocation, create_unbound, gpu_allocator_desc, new_vma};
 use crate::placed_buffers::{vma_create_buffer, vma_destroy_buffer};
 use crate::suballocators::{new_gpu_allocator, OffsetAllocator, SubAllocator};
+use residency::vulkan::ash;
+use residency::vulkan::format_map::vk_buffer_usage;
 
 /// The contenders, in the report's order.
 const CONTENDERS: [&str; 8] =
     ["driver", "vma", "gpu-allocator", "placed-1", "placed-n", "offset-allocator", "ranges-1", "ranges-n"];
+
+/// Variants of `driver` run only when `--only` names them, to find where the driver serialises:
+/// `driver-memory-per-thread` binds each thread's buffers to a memory object of its own (on
+/// residency's device); `driver-plain` runs on a second instance and device of the same GPU made
+/// here with no extension, feature or debug messenger; `driver-messenger` adds to that a debug
+/// messenger of every severity, as residency's instance has.
+const DRIVER_VARIANTS: [&str; 3] = ["driver-memory-per-thread", "driver-plain", "driver-messenger"];
 
 /// Usage of the placed buffers (every contender that makes a `VkBuffer` per buffer).
 const PLACED_USAGE: BufferUsage = BufferUsage::STORAGE.union(BufferUsage::VERTEX);
@@ -86,8 +94,10 @@ pub fn parse_options(args: &[String]) -> Result<ContentionOptions, String> {
             "--only" => {
                 let list = it.next().ok_or("--only needs a list of contenders")?;
                 let only: Vec<String> = list.split(',').map(|c| c.trim().to_owned()).collect();
-                if let Some(bad) = only.iter().find(|c| !CONTENDERS.contains(&c.as_str())) {
-                    return Err(format!("unknown contender `{bad}` (known: {})", CONTENDERS.join(", ")));
+                let known = |c: &str| CONTENDERS.contains(&c) || DRIVER_VARIANTS.contains(&c);
+                if let Some(bad) = only.iter().find(|c| !known(c)) {
+                    let all = CONTENDERS.iter().chain(&DRIVER_VARIANTS).copied().collect::<Vec<_>>();
+                    return Err(format!("unknown contender `{bad}` (known: {})", all.join(", ")));
                 }
                 o.only = Some(only);
             }
@@ -231,31 +241,75 @@ impl Contender for Pool {
     }
 }
 
-/// The driver alone: a `VkBuffer` per buffer, bound at offset 0 of one memory object (aliasing
-/// is allowed; nothing reads the buffers).
+/// The driver alone: a `VkBuffer` per buffer, bound at offset 0 of a memory object (aliasing is
+/// allowed; nothing reads the buffers): one shared by every thread, or one per thread.
 struct Driver {
-    device: Arc<Device>,
-    memory: vk::DeviceMemory,
+    raw: ash::Device,
+    memories: Vec<vk::DeviceMemory>,
     memory_size: u64,
+    /// Keeps what `raw` belongs to alive (declared last, dropped after the memory is freed).
+    _owner: DriverOwner,
+}
+
+/// What a [`Driver`]'s device belongs to.
+enum DriverOwner {
+    Residency(#[allow(dead_code, reason = "held only to keep the device alive")] Arc<Device>),
+    Plain(#[allow(dead_code, reason = "held only to keep the device alive")] Box<PlainDevice>),
+}
+
+thread_local! {
+    /// This thread's memory object in `driver-memory-per-thread` (modulo their count).
+    static MEMORY_SLOT: usize = {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    };
+}
+
+/// A buffer of the contention's placed usage.
+fn placed_info(size: u64) -> vk::BufferCreateInfo<'static> {
+    vk::BufferCreateInfo::default()
+        .size(size)
+        .usage(vk_buffer_usage(PLACED_USAGE))
+        .sharing_mode(vk::SharingMode::EXCLUSIVE)
 }
 
 impl Driver {
-    fn new(device: &Arc<Device>) -> Result<Driver, String> {
-        let (probe, requirements) = create_unbound(device, 4096, PLACED_USAGE)?;
-        // SAFETY: created above, unbound, unused.
-        unsafe { device.raw().destroy_buffer(probe, None) };
-        let types = &device.memory_properties().types;
-        let type_index = (0..types.len() as u32)
+    /// On residency's device, with `memories` memory objects (threads take them in turn).
+    fn on(device: &Arc<Device>, memories: usize) -> Result<Driver, String> {
+        let local: Vec<bool> =
+            device.memory_properties().types.iter().map(|t| t.flags.device_local).collect();
+        Driver::new(device.raw().clone(), &local, memories, DriverOwner::Residency(Arc::clone(device)))
+    }
+
+    fn new(
+        raw: ash::Device,
+        device_local: &[bool],
+        count: usize,
+        owner: DriverOwner,
+    ) -> Result<Driver, String> {
+        // SAFETY: valid device; non-zero size and a usage; the probe is destroyed at once.
+        let requirements = unsafe {
+            let probe =
+                raw.create_buffer(&placed_info(4096), None).map_err(|e| format!("vkCreateBuffer: {e}"))?;
+            let requirements = raw.get_buffer_memory_requirements(probe);
+            raw.destroy_buffer(probe, None);
+            requirements
+        };
+        let type_index = (0..device_local.len() as u32)
             .filter(|&t| requirements.memory_type_bits & (1 << t) != 0)
-            .min_by_key(|&t| !types[t as usize].flags.device_local)
+            .min_by_key(|&t| !device_local[t as usize])
             .ok_or("no memory type for the driver's buffers")?;
         let memory_size = 1 << 20;
         let info =
             vk::MemoryAllocateInfo::default().allocation_size(memory_size).memory_type_index(type_index);
-        // SAFETY: valid device; a type its buffers accept; freed in `drop`.
-        let memory = unsafe { device.raw().allocate_memory(&info, None) }
-            .map_err(|e| format!("vkAllocateMemory: {e}"))?;
-        Ok(Driver { device: Arc::clone(device), memory, memory_size })
+        let mut driver = Driver { raw, memories: Vec::new(), memory_size, _owner: owner };
+        for _ in 0..count {
+            // SAFETY: valid device; a type its buffers accept; freed in `drop`.
+            let memory = unsafe { driver.raw.allocate_memory(&info, None) }
+                .map_err(|e| format!("vkAllocateMemory: {e}"))?;
+            driver.memories.push(memory);
+        }
+        Ok(driver)
     }
 }
 
@@ -263,12 +317,16 @@ impl Contender for Driver {
     type Handle = vk::Buffer;
 
     fn create(&self, _name: &Arc<str>, size: u64) -> Option<vk::Buffer> {
-        let (buffer, requirements) = create_unbound(&self.device, size, PLACED_USAGE).ok()?;
+        let memory = self.memories[MEMORY_SLOT.with(|s| *s) % self.memories.len()];
+        // SAFETY: valid device; non-zero size and a usage.
+        let buffer = unsafe { self.raw.create_buffer(&placed_info(size), None) }.ok()?;
+        // SAFETY: just created on this device.
+        let requirements = unsafe { self.raw.get_buffer_memory_requirements(buffer) };
         let fits = requirements.size <= self.memory_size;
         // SAFETY: unbound; offset 0 satisfies every alignment; the range fits the memory (checked).
-        if !fits || unsafe { self.device.raw().bind_buffer_memory(buffer, self.memory, 0) }.is_err() {
+        if !fits || unsafe { self.raw.bind_buffer_memory(buffer, memory, 0) }.is_err() {
             // SAFETY: created above, unused.
-            unsafe { self.device.raw().destroy_buffer(buffer, None) };
+            unsafe { self.raw.destroy_buffer(buffer, None) };
             return None;
         }
         Some(buffer)
@@ -276,14 +334,108 @@ impl Contender for Driver {
 
     fn destroy(&self, buffer: vk::Buffer) {
         // SAFETY: made by `create` on this device; no GPU work uses it; destroyed once.
-        unsafe { self.device.raw().destroy_buffer(buffer, None) };
+        unsafe { self.raw.destroy_buffer(buffer, None) };
     }
 }
 
 impl Drop for Driver {
     fn drop(&mut self) {
-        // SAFETY: every buffer bound to it was destroyed (each run destroys what it made).
-        unsafe { self.device.raw().free_memory(self.memory, None) };
+        for &memory in &self.memories {
+            // SAFETY: every buffer bound to it was destroyed (each run destroys what it made).
+            unsafe { self.raw.free_memory(memory, None) };
+        }
+    }
+}
+
+/// A second instance and device of residency's GPU, made with no extension and no feature (and a
+/// debug messenger of every severity when asked), for the driver variants.
+struct PlainDevice {
+    entry: ash::Entry,
+    instance: ash::Instance,
+    device: Option<ash::Device>,
+    messenger: vk::DebugUtilsMessengerEXT,
+}
+
+/// The messenger of `driver-messenger`: takes every message and does nothing with it.
+unsafe extern "system" fn ignore_message(
+    _severity: vk::DebugUtilsMessageSeverityFlagsEXT,
+    _types: vk::DebugUtilsMessageTypeFlagsEXT,
+    _data: *const vk::DebugUtilsMessengerCallbackDataEXT<'_>,
+    _user_data: *mut std::ffi::c_void,
+) -> vk::Bool32 {
+    vk::FALSE
+}
+
+impl PlainDevice {
+    /// The plain device's [`Driver`] (one shared memory object) on the GPU named `name`.
+    fn driver(name: &str, messenger: bool) -> Result<Driver, String> {
+        // SAFETY: loads the system's Vulkan loader.
+        let entry = unsafe { ash::Entry::load() }.map_err(|e| format!("Vulkan loader: {e}"))?;
+        let app = vk::ApplicationInfo::default().api_version(vk::API_VERSION_1_3);
+        let extensions = [ash::ext::debug_utils::NAME.as_ptr()];
+        let mut info = vk::InstanceCreateInfo::default().application_info(&app);
+        if messenger {
+            info = info.enabled_extension_names(&extensions);
+        }
+        // SAFETY: the create info and what it points at live for the call.
+        let instance =
+            unsafe { entry.create_instance(&info, None) }.map_err(|e| format!("vkCreateInstance: {e}"))?;
+        let mut plain =
+            PlainDevice { entry, instance, device: None, messenger: vk::DebugUtilsMessengerEXT::null() };
+        if messenger {
+            // Every severity (verbose, info, warning, error) and type (general, validation,
+            // performance), as residency's own messenger asks for.
+            let info = vk::DebugUtilsMessengerCreateInfoEXT::default()
+                .message_severity(vk::DebugUtilsMessageSeverityFlagsEXT::from_raw(0x1111))
+                .message_type(vk::DebugUtilsMessageTypeFlagsEXT::from_raw(0x7))
+                .pfn_user_callback(Some(ignore_message));
+            let utils = ash::ext::debug_utils::Instance::new(&plain.entry, &plain.instance);
+            // SAFETY: valid instance with VK_EXT_debug_utils; destroyed in `drop`.
+            plain.messenger = unsafe { utils.create_debug_utils_messenger(&info, None) }
+                .map_err(|e| format!("vkCreateDebugUtilsMessengerEXT: {e}"))?;
+        }
+        // SAFETY: valid instance.
+        let physicals = unsafe { plain.instance.enumerate_physical_devices() }.map_err(|e| e.to_string())?;
+        let physical = physicals
+            .into_iter()
+            .find(|&p| {
+                // SAFETY: a physical device of this instance.
+                let props = unsafe { plain.instance.get_physical_device_properties(p) };
+                props.device_name_as_c_str().is_ok_and(|n| n.to_string_lossy() == name)
+            })
+            .ok_or_else(|| format!("no physical device named {name}"))?;
+        let priorities = [1.0];
+        let queues =
+            [vk::DeviceQueueCreateInfo::default().queue_family_index(0).queue_priorities(&priorities)];
+        let info = vk::DeviceCreateInfo::default().queue_create_infos(&queues);
+        // SAFETY: valid physical device; family 0 exists on every device; no extension or feature.
+        let device = unsafe { plain.instance.create_device(physical, &info, None) }
+            .map_err(|e| format!("vkCreateDevice: {e}"))?;
+        // SAFETY: valid physical device.
+        let memory = unsafe { plain.instance.get_physical_device_memory_properties(physical) };
+        let local: Vec<bool> = memory.memory_types[..memory.memory_type_count as usize]
+            .iter()
+            .map(|t| t.property_flags.contains(vk::MemoryPropertyFlags::DEVICE_LOCAL))
+            .collect();
+        plain.device = Some(device.clone());
+        Driver::new(device, &local, 1, DriverOwner::Plain(Box::new(plain)))
+    }
+}
+
+impl Drop for PlainDevice {
+    fn drop(&mut self) {
+        // SAFETY: the driver freed its memory before (its owner is dropped after it); nothing else
+        // was made on the device; the messenger and the instance go last.
+        unsafe {
+            if let Some(device) = self.device.take() {
+                device.destroy_device(None);
+            }
+            if self.messenger != vk::DebugUtilsMessengerEXT::null() {
+                ash::ext::debug_utils::Instance::new(&self.entry, &self.instance)
+                    .destroy_debug_utils_messenger(self.messenger, None);
+            }
+            self.instance.destroy_instance(None);
+        }
     }
 }
 
@@ -378,7 +530,10 @@ fn measure_contender(
     let placed = BufferPoolUsage::Unknown;
     let ranges = BufferPoolUsage::Known(RANGE_USAGE);
     Ok(match name {
-        "driver" => measure(name, &Driver::new(device)?, threads, ops),
+        "driver" => measure(name, &Driver::on(device, 1)?, threads, ops),
+        "driver-memory-per-thread" => measure(name, &Driver::on(device, threads)?, threads, ops),
+        "driver-plain" => measure(name, &PlainDevice::driver(device.name(), false)?, threads, ops),
+        "driver-messenger" => measure(name, &PlainDevice::driver(device.name(), true)?, threads, ops),
         "vma" => {
             let vma = Vma { allocator: new_vma(device)?, _device: Arc::clone(device) };
             measure(name, &vma, threads, ops)
@@ -408,7 +563,10 @@ fn measure_contender(
 
 fn measure_all(device: &Arc<Device>, o: &ContentionOptions) -> Result<Vec<Row>, String> {
     let mut rows = Vec::new();
-    for name in CONTENDERS {
+    for name in CONTENDERS.into_iter().chain(DRIVER_VARIANTS) {
+        if o.only.is_none() && DRIVER_VARIANTS.contains(&name) {
+            continue;
+        }
         if o.only.as_ref().is_some_and(|only| !only.iter().any(|c| c == name)) {
             continue;
         }
@@ -451,12 +609,12 @@ pub fn run(o: &ContentionOptions) -> ExitCode {
     } else {
         println!("{name}, {cores} cores; median of 3 runs; scaling = rate / (one-thread rate per thread)");
         println!(
-            "{:<18} {:>7} {:>12} {:>8} {:>8} {:>8} {:>8}",
+            "{:<24} {:>7} {:>12} {:>8} {:>8} {:>8} {:>8}",
             "contender", "threads", "ops/s", "scaling", "p50 ns", "p99 ns", "failed"
         );
         for r in &rows {
             println!(
-                "{:<18} {:>7} {:>12.0} {:>8.2} {:>8} {:>8} {:>8}",
+                "{:<24} {:>7} {:>12.0} {:>8.2} {:>8} {:>8} {:>8}",
                 r.contender, r.threads, r.ops_per_sec, r.scaling, r.p50_ns, r.p99_ns, r.failures
             );
         }

@@ -1,5 +1,6 @@
 //! The lock helper: a mutex that recovers from poisoning in one place and refuses to be taken
-//! again by the thread that holds it.
+//! again by the thread that holds it; and [`CachePadded`], which keeps per-thread or per-arena
+//! state (ledger shards, pool arenas) off each other's cache lines.
 //!
 //! Residency runs the caller's code while it holds some locks (a [`CommandContext`]'s state
 //! while `submit`'s closure records, the universal queue while `submit_checked`'s closure

@@ -11,6 +11,13 @@
 //! sub-allocation and the bookkeeping; `vkCreateBuffer` and `vkBindResourceMemory` of a placed
 //! buffer run outside it. Creating a new page (a `vkAllocateMemory`) happens under the lock,
 //! which is rare: pages are large.
+//!
+//! **Nothing shared between arenas on the hot path.** A buffer or range holds its arena's handle
+//! (`PoolArena`: its parent, which keeps the pool and the device alive, counts the arena's live
+//! buffers and takes its deferred uses), not the pool's or the device's `Arc`; arenas and their
+//! handles sit on cache lines of their own, the device's ledger is sharded per thread, and
+//! state-tracking ids come from per-thread blocks. So with an arena per thread, creating and
+//! releasing a buffer writes no cache line another thread writes.
 
 use crate::device::blocks::{BlockAllocation, BlockList, MemoryError, SubRequest};
 use crate::device::blocks::{ResourceMemory, SubAllocation, SubAllocator};
@@ -234,13 +241,13 @@ pub struct PoolStats {
 ///   the pool; per `Buffer`, its `Arc<Life>`, name and ledger entry (and its
 ///   `VkBuffer` when placed). Space overhead: TLSF's (alignment padding returned to the free
 ///   lists, ends rounded to at most 256 B) and the free space of part-full pages.
-/// - Locking: one `Mutex` per arena, taken once per allocation and once per free. Throughput
-///   under contention (`docs/benchmarks.md`, "`contention`", H200): ranges from one arena fall
-///   from 8.27 M/s on one thread to 1.04 M/s on 16; with an arena per thread they stay at
-///   6.4–7.8 M/s.
+/// - Locking: one `Mutex` per arena, taken once per allocation and once per free; besides it a
+///   buffer touches only its arena's handle (reference and live counts) and its thread's ledger
+///   shard, so arenas share no cache line (see the module's notes). Throughput under contention:
+///   `docs/benchmarks.md`, "`contention`" (threads on one arena still queue on its lock).
 pub struct BufferPool {
     shared: Arc<PoolShared>,
-    /// One handle per arena, which the arena's buffers and ranges hold (see [`PoolArena`]).
+    /// One handle per arena, which the arena's buffers and ranges hold (see `PoolArena`).
     arenas: Vec<Arc<PoolArena>>,
 }
 
@@ -571,14 +578,8 @@ impl PoolShared {
             .max(init.alignment);
         let (allocation, page, arena) = self.allocate(init, init.size, alignment)?;
         let page_buffer = page.page_buffer.expect("known-flags pages have a page buffer");
-        Ok(self.pool_buffer(
-            &arenas[usize::from(arena)],
-            init,
-            usage,
-            page,
-            allocation,
-            PoolBuffer::Range(page_buffer),
-        ))
+        let arena = &arenas[usize::from(arena)];
+        Ok(self.pool_buffer(arena, init, usage, page, allocation, PoolBuffer::Range(page_buffer)))
     }
 
     fn init_placed(
@@ -620,14 +621,8 @@ impl PoolShared {
             self.free_range(arena, allocation);
             return Err(e);
         }
-        Ok(self.pool_buffer(
-            &arenas[usize::from(arena)],
-            init,
-            usage,
-            page,
-            allocation,
-            PoolBuffer::Placed(raw),
-        ))
+        let arena = &arenas[usize::from(arena)];
+        Ok(self.pool_buffer(arena, init, usage, page, allocation, PoolBuffer::Placed(raw)))
     }
 
     /// The `Buffer` of an allocation made in page `page` of arena `arena`: tracked by name, counted,
