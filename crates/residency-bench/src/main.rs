@@ -51,7 +51,7 @@ const USAGE: &str = "usage:
   residency-bench tight [--profile FILE]... [--device] [--json]
   residency-bench sparse [--full] [--side-tiles N] [--per-tile-max N] [--reps N] [--json]
   residency-bench sync [--buffers N] [--frames N] [--passes N] [--seed S] [--json]
-  residency-bench contention [--threads 1,2,4,8] [--ops N] [--json]
+  residency-bench contention [--threads 1,2,4,8,16] [--ops N] [--only driver,vma,...] [--json]
   residency-bench upload [--mib N] [--ring-mib N] [--threads N] [--reps N] [--json]
   residency-bench defrag [--mib N] [--images N] [--tiles N] [--seed S] [--max-passes N] [--dump PREFIX] [--json]";
 
