@@ -15,7 +15,10 @@
 //!   its name, ledger entry, deferred destruction) with one arena, and with an arena per thread;
 //! - `offset-allocator`: `offset-allocator` ranges behind a `Mutex` (no `VkBuffer`);
 //! - `ranges-1`, `ranges-n`: our known-flags pool's ranges as full `Buffer`s (name, ledger entry,
-//!   state-tracking id, deferred destruction), one arena and an arena per thread.
+//!   state-tracking id, deferred destruction), one arena and an arena per thread;
+//! - `ranges-n-in-flight`: `ranges-n` with every buffer used by the frames in flight, so every
+//!   release goes through the device's retire queue (each thread counts a frame every 1024
+//!   creations).
 //!
 //! Reported per contender and thread count: total operations per second (median of 3 runs after a
 //! warm-up), the scaling against its one-thread rate, and the latency of single operations (p50
@@ -37,8 +40,17 @@ use residency::vulkan::ash;
 use residency::vulkan::format_map::vk_buffer_usage;
 
 /// The contenders, in the report's order.
-const CONTENDERS: [&str; 8] =
-    ["driver", "vma", "gpu-allocator", "placed-1", "placed-n", "offset-allocator", "ranges-1", "ranges-n"];
+const CONTENDERS: [&str; 9] = [
+    "driver",
+    "vma",
+    "gpu-allocator",
+    "placed-1",
+    "placed-n",
+    "offset-allocator",
+    "ranges-1",
+    "ranges-n",
+    "ranges-n-in-flight",
+];
 
 /// Variants of `driver` run only when `--only` names them, to find where the driver serialises:
 /// `driver-memory-per-thread` binds each thread's buffers to a memory object of its own (on
@@ -238,6 +250,46 @@ impl Contender for Pool {
 
     fn destroy(&self, buffer: Buffer) {
         let _ = self.pool.free_buffer(buffer);
+    }
+}
+
+/// Frames a buffer of `ranges-n-in-flight` is used for after its creation.
+const FRAMES_IN_FLIGHT: u64 = 2;
+/// Creations per thread between two frames of `ranges-n-in-flight` (each thread counts frames).
+const OPS_PER_FRAME: u32 = 1024;
+
+thread_local! {
+    /// This thread's creations since its last frame (`ranges-n-in-flight`).
+    static SINCE_FRAME: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Ours, as a renderer releases: every buffer is used by the frames in flight
+/// (`used_until(frames_from_now(2))`), so each release is deferred (queued in the device's retire
+/// queue, returned when a later frame is counted); each thread counts a frame every
+/// [`OPS_PER_FRAME`] creations (`advance_frame`, which retires what is due).
+struct InFlight {
+    pool: Pool,
+    device: Arc<Device>,
+}
+
+impl Contender for InFlight {
+    type Handle = Buffer;
+
+    fn create(&self, name: &Arc<str>, size: u64) -> Option<Buffer> {
+        let buffer = self.pool.create(name, size)?;
+        buffer.used_until(self.device.frames_from_now(FRAMES_IN_FLIGHT)).ok()?;
+        let since = SINCE_FRAME.with(|s| {
+            s.set((s.get() + 1) % OPS_PER_FRAME);
+            s.get()
+        });
+        if since == 0 {
+            self.device.advance_frame();
+        }
+        Some(buffer)
+    }
+
+    fn destroy(&self, buffer: Buffer) {
+        self.pool.destroy(buffer);
     }
 }
 
@@ -557,6 +609,16 @@ fn measure_contender(
         }
         "ranges-1" => measure(name, &pool(ranges, None, 1)?, threads, ops),
         "ranges-n" => measure(name, &pool(ranges, None, threads)?, threads, ops),
+        "ranges-n-in-flight" => {
+            let in_flight = InFlight { pool: pool(ranges, None, threads)?, device: Arc::clone(device) };
+            let row = measure(name, &in_flight, threads, ops);
+            drop(in_flight);
+            // What waits for the frames (the last buffers, then the pool's pages) retires.
+            for _ in 0..=FRAMES_IN_FLIGHT {
+                device.advance_frame();
+            }
+            row
+        }
         other => return Err(format!("unknown contender `{other}`")),
     })
 }

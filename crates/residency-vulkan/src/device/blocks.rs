@@ -360,8 +360,9 @@ impl MemoryBlock {
     /// placed in it: a block is freed by its list when its last allocation is freed, by a pool or
     /// transient heap when the last resource holding that pool or heap is gone (resources keep
     /// their parent alive), and by the device at teardown, when no resource of it is left. Deferred
-    /// resources still counted as allocations here retire no later than the block (the retire
-    /// queue destroys in release order and a parent waits for its deferred children's uses).
+    /// resources still counted as allocations here retire no later than the block (a parent waits
+    /// for its deferred children's uses, and the retire queue destroys blocks after the other
+    /// garbage due with them).
     pub(crate) fn destroy(self, device: &Device) {
         // SAFETY: the page buffer and the memory belong to this device; by the contract above no
         // live resource is placed in the block and no pending GPU work uses it.

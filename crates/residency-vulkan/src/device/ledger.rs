@@ -2,7 +2,7 @@
 //! object by name (leaks are reported by name when the device goes); and the device's fault
 //! injection hook, with which tests (ours and applications') make a chosen Vulkan call fail.
 
-use crate::device::lock::CachePadded;
+use crate::device::lock::{thread_shard, CachePadded, SHARDS};
 use crate::poison::PoisonFree;
 use ash::vk;
 use residency_core::memory::HeapBudget;
@@ -26,18 +26,6 @@ pub struct ObjectId {
     slot: u32,
 }
 
-/// Shards of the live-object table and of the fault sites' call counters: threads creating
-/// resources at once mostly take different locks and write different cache lines (each thread
-/// keeps to one shard; each shard is alone on its cache lines).
-const SHARDS: usize = 16;
-
-thread_local! {
-    static SHARD: usize = {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        NEXT.fetch_add(1, Ordering::Relaxed) as usize % SHARDS
-    };
-}
-
 /// Live objects in slots reused through a free list: tracking is O(1) and allocation-free once
 /// the slab has grown (creating a buffer must stay cheap).
 #[derive(Debug, Default)]
@@ -46,7 +34,8 @@ struct Slab {
     free: Vec<u32>,
 }
 
-/// One shard: its part of the live-object table, and the calls its threads made at each fault
+/// One shard (threads creating resources at once mostly take different shards, each alone on its
+/// cache lines): its part of the live-object table, and the calls its threads made at each fault
 /// site (summed by [`Ledger::site_calls`]).
 #[derive(Debug, Default)]
 struct Shard {
@@ -271,7 +260,7 @@ impl Ledger {
     /// lost device, or an armed fault.
     pub(crate) fn fault_at(&self, site: FaultSite) -> Option<vk::Result> {
         // This thread's shard: concurrent creations do not share the counter's cache line.
-        self.shards[SHARD.with(|s| *s)].site_calls[site.index()].fetch_add(1, Ordering::SeqCst);
+        self.shards[thread_shard()].site_calls[site.index()].fetch_add(1, Ordering::SeqCst);
         if site.fails_when_lost() && self.is_device_lost() {
             return Some(vk::Result::ERROR_DEVICE_LOST);
         }
@@ -330,7 +319,7 @@ impl Ledger {
     /// Records a live object.
     pub(crate) fn track(&self, kind: &'static str, name: impl Into<Arc<str>>) -> ObjectId {
         let object = LiveObject { kind, name: name.into() };
-        let shard = SHARD.with(|s| *s);
+        let shard = thread_shard();
         let mut slab = self.shards[shard].live.locked();
         let slot = match slab.free.pop() {
             Some(slot) => {

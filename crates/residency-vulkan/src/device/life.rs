@@ -30,6 +30,7 @@
 use crate::device::blocks::MemoryBlock;
 use crate::device::blocks::ResourceMemory;
 use crate::device::ledger::ObjectId;
+use crate::device::lock::{thread_shard, CachePadded, SHARDS};
 use crate::device::Device;
 use crate::error::{ErrorClass, ResidencyError};
 use crate::error::{Result, VkResultExt};
@@ -480,7 +481,9 @@ pub(crate) struct Retirement {
     sparse_clock: ClockCache,
     frame: AtomicU64,
     timelines: Mutex<Vec<TimelineEntry>>,
-    queue: Mutex<RetireQueue<Garbage>>,
+    /// The retire queue, one shard per releasing thread's [`thread_shard`]: threads dropping
+    /// resources while GPU work runs queue them without sharing a lock.
+    queues: [CachePadded<Mutex<RetireQueue<Garbage>>>; SHARDS],
     /// The latest renderer frame submitted through residency on each renderer timeline
     /// ([`Recording::submit`](crate::recording::Recording::submit), [`PendingFrame`](crate::PendingFrame)):
     /// everything released after a frame's submission waits for it, as for residency's own
@@ -520,7 +523,7 @@ impl Retirement {
             sparse_clock: ClockCache::new(),
             frame: AtomicU64::new(0),
             timelines: Mutex::new(Vec::new()),
-            queue: Mutex::new(RetireQueue::new()),
+            queues: std::array::from_fn(|_| CachePadded(Mutex::new(RetireQueue::new()))),
             frames: Mutex::new(LastUses::none()),
             frames_pending: std::sync::atomic::AtomicBool::new(false),
             external_frames: Mutex::new(LastUses::none()),
@@ -725,8 +728,18 @@ impl Device {
             garbage.destroy(self);
             return None;
         }
-        self.retirement().queue.locked().push(garbage, uses.clone());
+        self.retirement().queues[thread_shard()].locked().push(garbage, uses.clone());
         Some(uses)
+    }
+
+    /// Destroys garbage that became due together: memory blocks after everything else, so that
+    /// what was placed in a block goes before it, as in release order (the queue's shards keep
+    /// the release order only within each shard).
+    fn destroy_due(&self, due: Vec<Garbage>) {
+        let (blocks, rest): (Vec<_>, Vec<_>) = due.into_iter().partition(|g| matches!(g, Garbage::Memory(_)));
+        for garbage in rest.into_iter().chain(blocks) {
+            garbage.destroy(self);
+        }
     }
 
     /// Destroys what was released and whose GPU uses have all ended. Residency runs it at every
@@ -734,24 +747,23 @@ impl Device {
     /// Returns how many objects it destroyed.
     pub fn maintain(&self) -> usize {
         let lost = self.is_lost();
-        if lost && !self.retirement().queue.locked().is_empty() && !self.idle_after_loss() {
+        if self.pending_destruction() == 0 || (lost && !self.idle_after_loss()) {
             return 0;
         }
-        let done = {
-            let mut queue = self.retirement().queue.locked();
+        let mut done = Vec::new();
+        for queue in &self.retirement().queues {
+            let mut queue = queue.locked();
             if queue.is_empty() {
-                return 0;
+                continue;
             }
-            if lost {
+            done.extend(if lost {
                 queue.drain_all()
             } else {
                 queue.collect(|clock| self.clock_value(clock))
-            }
-        };
-        let n = done.len();
-        for garbage in done {
-            garbage.destroy(self);
+            });
         }
+        let n = done.len();
+        self.destroy_due(done);
         n
     }
 
@@ -782,7 +794,10 @@ impl Device {
     /// submitted, and every renderer timeline the highest *announced* value something queued (or
     /// a renderer frame submitted through residency) waits for. Returns whether they did.
     fn wait_for_pending_timelines(&self, timeout: u64) -> bool {
-        let mut pending = self.retirement().queue.locked().pending();
+        let mut pending = LastUses::none();
+        for queue in &self.retirement().queues {
+            pending.merge(&queue.locked().pending());
+        }
         pending.merge(&self.retirement().frames.locked());
         let mut semaphores = vec![self.retirement().universal, self.retirement().sparse];
         let mut values = vec![self.retirement().universal_submitted(), self.retirement().sparse_submitted()];
@@ -936,7 +951,7 @@ impl Device {
 
     /// Objects released but waiting for the GPU.
     pub fn pending_destruction(&self) -> usize {
-        self.retirement().queue.locked().len()
+        self.retirement().queues.iter().map(|queue| queue.locked().len()).sum()
     }
 
     /// Counts a frame: call it once per frame after the frame `N` frames back has completed on the
@@ -1064,9 +1079,7 @@ impl Device {
 
     /// Destroys everything queued, whatever its uses (teardown, after the device is idle).
     pub(crate) fn retire_all(&self) {
-        let all = self.retirement().queue.locked().drain_all();
-        for garbage in all {
-            garbage.destroy(self);
-        }
+        let all = self.retirement().queues.iter().flat_map(|queue| queue.locked().drain_all()).collect();
+        self.destroy_due(all);
     }
 }

@@ -95,6 +95,21 @@ impl<T> DerefMut for LockGuard<'_, T> {
     }
 }
 
+/// Shards of per-thread state (the ledger's live-object table and fault-site counters, the retire
+/// queue): threads working at once mostly use different shards.
+pub(crate) const SHARDS: usize = 16;
+
+/// This thread's shard, below [`SHARDS`] (threads take them in turn as they first ask).
+pub(crate) fn thread_shard() -> usize {
+    thread_local! {
+        static SHARD: usize = {
+            static NEXT: AtomicU64 = AtomicU64::new(0);
+            NEXT.fetch_add(1, Ordering::Relaxed) as usize % SHARDS
+        };
+    }
+    SHARD.with(|s| *s)
+}
+
 /// A value alone on its cache lines (128 bytes: two 64-byte lines, as adjacent-line prefetchers
 /// pull pairs): per-thread or per-arena state kept in an array or allocated next to its siblings
 /// (shards of the ledger, a pool's arenas) so that one thread's writes never invalidate the line
