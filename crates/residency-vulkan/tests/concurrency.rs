@@ -1,7 +1,10 @@
 //! Real concurrency, no lock around the test: eight threads share one buffer pool, one uploader,
 //! one known-flags pool's ranges and one program's descriptor pools, create and drop resources
 //! while their copies are in flight (deferred destruction from any thread), and every byte that
-//! was kept arrives. Under synchronization validation.
+//! was kept arrives. Then the per-thread paths: pools with an arena per thread whose buffers
+//! twelve threads hand to each other and release (copies in flight, declared frame uses), and
+//! pools dropped while buffers released on many threads still wait in the retire queue's shards.
+//! Under synchronization validation; counts, never timings.
 
 use residency_core::memory::MemoryIntent;
 use residency_core::usage::{BufferPoolUsage, BufferUsage};
@@ -216,6 +219,72 @@ fn twelve_threads_release_each_others_buffers_across_per_thread_arenas_with_copi
         device.wait_submitted().unwrap();
         let left: Vec<_> =
             device.ledger().live_objects().into_iter().filter(|o| o.name.starts_with("cross")).collect();
+        assert!(left.is_empty(), "left behind: {left:?}");
+    });
+}
+
+/// Pools dropped while buffers released by many threads still wait for the frames in flight: the
+/// releases sit in different shards of the retire queue, and the pools' pages retire after every
+/// one of them (a parent waits for its deferred children; blocks are destroyed after the other
+/// garbage due with them). Nothing is left once the frames are counted.
+#[test]
+fn pages_of_dropped_pools_retire_after_buffers_released_on_other_threads() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let placed = BufferPool::new(
+            Arc::clone(device),
+            BufferPoolDesc::new("late placed", BufferPoolUsage::Unknown)
+                .with_page_size(1 << 20)
+                .with_arenas(4),
+        )
+        .unwrap();
+        let ranges = BufferPool::new(
+            Arc::clone(device),
+            BufferPoolDesc::new("late ranges", BufferPoolUsage::Known(BufferUsage::STORAGE))
+                .with_page_size(1 << 20)
+                .with_arenas(4),
+        )
+        .unwrap();
+        let made: Vec<Vec<Buffer>> = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..CROSS_THREADS)
+                .map(|t| {
+                    let (placed, ranges) = (&placed, &ranges);
+                    scope.spawn(move || {
+                        let mut made = Vec::new();
+                        for round in 0..CROSS_ROUNDS {
+                            let name = format!("late t{t} r{round}");
+                            let init = BufferInit::new(name.as_str(), 64 + round as u64 * 8)
+                                .with_usage(BufferUsage::STORAGE);
+                            made.push(placed.init_buffer(&init).unwrap());
+                            made.push(ranges.init_buffer(&BufferInit::new(name.as_str(), 128)).unwrap());
+                        }
+                        made
+                    })
+                })
+                .collect();
+            workers.into_iter().map(|w| w.join().unwrap()).collect()
+        });
+        // Each thread releases the buffers another made, every one used by the frame in flight.
+        std::thread::scope(|scope| {
+            for (t, buffers) in made.into_iter().enumerate() {
+                scope.spawn(move || {
+                    for buffer in buffers {
+                        buffer.used_until(device.frames_from_now(1)).unwrap();
+                        assert!(buffer.name().starts_with(&format!("late t{t} ")));
+                        drop(buffer);
+                    }
+                });
+            }
+        });
+        assert_eq!(device.pending_destruction(), CROSS_THREADS * CROSS_ROUNDS * 2, "every release waits");
+        drop((placed, ranges));
+        // The pools' pages wait for the same frame, behind their buffers.
+        assert!(device.pending_destruction() > CROSS_THREADS * CROSS_ROUNDS * 2);
+        device.advance_frame();
+        device.advance_frame();
+        assert_eq!(device.pending_destruction(), 0);
+        let left: Vec<_> =
+            device.ledger().live_objects().into_iter().filter(|o| o.name.starts_with("late")).collect();
         assert!(left.is_empty(), "left behind: {left:?}");
     });
 }
