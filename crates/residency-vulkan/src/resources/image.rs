@@ -330,6 +330,10 @@ pub struct ImageViewDesc {
     pub view_type: Option<vk::ImageViewType>,
     /// Its format; `None`: the image's. Another format needs a `MUTABLE_FORMAT` image.
     pub format: Option<vk::Format>,
+    /// The aspects it shows; `None`: every aspect of the format. A shader reads one aspect of a
+    /// depth/stencil image: a view bound as a sampled or storage image shows `DEPTH` or `STENCIL`,
+    /// not both (`VUID-VkDescriptorImageInfo-imageView-01976`, checked at binding).
+    pub aspect: Option<vk::ImageAspectFlags>,
 }
 
 impl ImageViewDesc {
@@ -340,12 +344,19 @@ impl ImageViewDesc {
             layers: 0..image.desc.array_layers,
             view_type: None,
             format: None,
+            aspect: None,
         }
     }
 
     /// Sets the view type (`CUBE` for a cube map's six layers, …).
     pub fn with_type(mut self, view_type: vk::ImageViewType) -> Self {
         self.view_type = Some(view_type);
+        self
+    }
+
+    /// Sets the aspects it shows (one of a depth/stencil format's two, to sample it).
+    pub fn with_aspect(mut self, aspect: vk::ImageAspectFlags) -> Self {
+        self.aspect = Some(aspect);
         self
     }
 
@@ -970,12 +981,19 @@ impl Device {
                 }
             }
         }
+        let all_aspects = image.full_range().aspect_mask;
+        let aspect_mask = desc.aspect.unwrap_or(all_aspects);
+        if aspect_mask.is_empty() || !all_aspects.contains(aspect_mask) {
+            return Err(refuse(format!(
+                "aspects {aspect_mask:?} are not a part of its format's {all_aspects:?}"
+            )));
+        }
         let range = vk::ImageSubresourceRange {
+            aspect_mask,
             base_mip_level: mips.start,
             level_count: mips.end - mips.start,
             base_array_layer: layers.start,
             layer_count: layers.end - layers.start,
-            ..image.full_range()
         };
         let mut view_usage =
             vk::ImageViewUsageCreateInfo::default().usage(vk::ImageUsageFlags::from_raw(usage.bits()));
@@ -988,7 +1006,7 @@ impl Device {
             info = info.push_next(&mut view_usage);
         }
         // SAFETY: the image is live (borrowed) on this device (checked above); the mip and layer
-        // ranges are non-empty and within it, the type fits its dimension, flags and layer count
+        // ranges are non-empty and within it, the aspects a non-empty part of its format's, the type fits its dimension, flags and layer count
         // and needs no feature residency did not enable (no CUBE_ARRAY), and another format than
         // the image's is one its MUTABLE_FORMAT flag, format list and compatibility class allow,
         // whose features serve every usage of the view (the image's, or the subset chained in
@@ -1009,6 +1027,7 @@ impl Device {
             mips,
             format: core_format(format).unwrap_or(Format::Unknown),
             vk_format: format,
+            aspect: aspect_mask,
             usage,
             samples: d.samples,
             linear: d.linear,
@@ -1031,6 +1050,7 @@ pub struct ImageView {
     extent: [u32; 3],
     format: Format,
     vk_format: vk::Format,
+    aspect: vk::ImageAspectFlags,
     usage: ImageUsage,
     samples: u32,
     linear: bool,
@@ -1078,6 +1098,11 @@ impl ImageView {
     /// Its `VkFormat`.
     pub fn vk_format(&self) -> vk::Format {
         self.vk_format
+    }
+
+    /// The aspects it shows ([`ImageViewDesc::aspect`]).
+    pub fn aspect(&self) -> vk::ImageAspectFlags {
+        self.aspect
     }
 
     /// Its image's usage.
@@ -1209,7 +1234,7 @@ impl Image {
         mips: std::ops::Range<u32>,
         layers: std::ops::Range<u32>,
     ) -> Result<ImageView, VulkanError> {
-        self.create_view_as(&ImageViewDesc { mips, layers, view_type: None, format: None })
+        self.create_view_as(&ImageViewDesc { mips, layers, view_type: None, format: None, aspect: None })
     }
 
     /// Creates a view of this image as `desc` says: as [`Image::create_view_range`], and a type of
