@@ -30,7 +30,7 @@ pub mod validation;
 
 pub use desc::{Placement, ResourceDesc, ResourceDimension, ResourceFlag, ResourceFlags, TextureLayout};
 pub use engine::{allocation_info, AllocationInfo, ElementDetails, ElementInfo, PlacementEngine};
-pub use floors::{alignment_floor, BufferUse};
+pub use floors::{alignment_floor, usage_alignment_floor, BufferUse};
 pub use heap::{HeapDesc, HeapPlacementError};
 pub use messages::{DiscardMessages, Message, MessageId, MessageSink, Severity};
 pub use request::{answer_request, parse_request, AllocInfoRequest, ErrorReport, RequestError};

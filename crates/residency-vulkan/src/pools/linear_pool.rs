@@ -350,6 +350,7 @@ impl LinearShared {
             pool: Some(self.pool_id),
             // A linear pool's order is its allocation order: defragmentation leaves it alone.
             movable: false,
+            placed_with: crate::memory::placement::PlacedWith::driver(req.size, alignment),
         }))
     }
 
