@@ -7,10 +7,10 @@ use residency_core::format::Format;
 use residency_core::memory::MemoryIntent;
 use residency_core::placement::heap::explicit_heap_size;
 use residency_core::placement::{
-    allocation_info, ErrorCode, MessageId, Placement, PlacementEngine, PlacementErrorKind, RequirementsError,
-    RequirementsQuery, RequirementsSource, ResourceDesc, SourcedRequirements, TightAlignmentTier,
+    allocation_info, ErrorCode, MessageId, ObjectRequirements, Placement, PlacementEngine,
+    PlacementErrorKind, ResourceDesc, TightAlignmentTier,
 };
-use residency_core::profile::{Limits, MemoryRequirements};
+use residency_core::profile::MemoryRequirements;
 use residency_core::usage::{BufferPoolUsage, BufferUsage, ImageUsage};
 use residency_vulkan::ash::vk;
 use residency_vulkan::testing::with_gpu;
@@ -313,28 +313,6 @@ fn a_pool_has_a_policy_of_its_own_over_the_devices() {
     });
 }
 
-/// The core's engine over one object's own requirements (what the live path asks it), for the
-/// property tests: the device's limits and tier, the buffer's `vkGetBufferMemoryRequirements`.
-struct OwnRequirements<'a> {
-    limits: &'a Limits,
-    requirements: MemoryRequirements,
-    tier: TightAlignmentTier,
-}
-
-impl RequirementsSource for OwnRequirements<'_> {
-    fn limits(&self) -> &Limits {
-        self.limits
-    }
-
-    fn requirements(&self, _query: &RequirementsQuery) -> Result<SourcedRequirements, RequirementsError> {
-        Ok(SourcedRequirements { requirements: self.requirements, estimated: false })
-    }
-
-    fn tight_alignment_tier(&self) -> TightAlignmentTier {
-        self.tier
-    }
-}
-
 /// The core's answer for `buffer`: the engine under `policy` for `placement`, over the buffer's own
 /// requirements, with the core's usage floor (`usage_alignment_floor`) and `minimum` as the floor.
 fn core_answer(
@@ -346,7 +324,7 @@ fn core_answer(
 ) -> (u64, u64) {
     // SAFETY: a live buffer of this device; a pure query.
     let own = unsafe { device.raw().get_buffer_memory_requirements(buffer.raw()) };
-    let source = OwnRequirements {
+    let source = ObjectRequirements {
         limits: &device.profile().limits,
         requirements: MemoryRequirements {
             size: own.size,
@@ -356,8 +334,13 @@ fn core_answer(
         },
         tier: device.tight_alignment_tier(),
     };
-    let mut desc = ResourceDesc::buffer(buffer.size())
-        .with_alignment(usage_alignment_floor(buffer.usage(), &device.profile().limits).max(minimum));
+    // A possible build scratch (storage + device address) also takes the device's scratch
+    // alignment, a feature the core's profile does not carry.
+    let scratch = BufferUsage::STORAGE | BufferUsage::DEVICE_ADDRESS;
+    let scratch =
+        if buffer.usage().contains(scratch) { device.scratch_alignment().next_power_of_two() } else { 0 };
+    let floor = usage_alignment_floor(buffer.usage(), &device.profile().limits).max(scratch).max(minimum);
+    let mut desc = ResourceDesc::buffer(buffer.size()).with_alignment(floor);
     if policy == PlacementPolicy::Tight {
         desc = desc.tight();
     }

@@ -17,10 +17,10 @@ use residency_core::format::Format;
 use residency_core::memory::{memory_type_candidates, MemoryIntent};
 use residency_core::placement::heap::committed_heap_size;
 use residency_core::placement::{
-    DiscardMessages, Message, MessageSink, Placement, PlacementEngine, RequirementsError, RequirementsQuery,
-    RequirementsSource, ResourceDesc, ResourceFlag, SourcedRequirements, TightAlignmentTier,
+    DiscardMessages, Message, MessageSink, ObjectRequirements, Placement, PlacementEngine, ResourceDesc,
+    ResourceFlag, TightAlignmentTier,
 };
-use residency_core::profile::{Limits, MemoryRequirements};
+use residency_core::profile::MemoryRequirements;
 use residency_core::usage::BufferUsage;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -639,28 +639,6 @@ struct LogSink<'a> {
 impl MessageSink for LogSink<'_> {
     fn push(&mut self, message: Message) {
         self.log.push(self.name, message);
-    }
-}
-
-/// The engine's requirements source for one object: the device's limits and the object's own
-/// requirements (queried from the object itself), whatever the description.
-struct ObjectRequirements<'a> {
-    limits: &'a Limits,
-    requirements: MemoryRequirements,
-    tier: TightAlignmentTier,
-}
-
-impl RequirementsSource for ObjectRequirements<'_> {
-    fn limits(&self) -> &Limits {
-        self.limits
-    }
-
-    fn requirements(&self, _query: &RequirementsQuery) -> Result<SourcedRequirements, RequirementsError> {
-        Ok(SourcedRequirements { requirements: self.requirements, estimated: false })
-    }
-
-    fn tight_alignment_tier(&self) -> TightAlignmentTier {
-        self.tier
     }
 }
 

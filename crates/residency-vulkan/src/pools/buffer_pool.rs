@@ -227,7 +227,9 @@ pub struct PoolStats {
 /// other's granularity pages). A request — a range of a known-flags page's one `VkBuffer`
 /// ([`allocate_range`](Self::allocate_range), or a `Buffer` over it), or a placed `VkBuffer` of
 /// its own (unknown flags) — is tried on the arena's pages newest first, and a new page is
-/// allocated (sized by the pool's growth, at least the request) when none has room. Dropping a
+/// allocated (sized by the pool's growth, at least the request) when none has room. A request
+/// larger than a page gets a page of its own (sized by the core's heap rules), which takes nothing
+/// else and is freed with it. Dropping a
 /// range or buffer frees its TLSF block, and so coalesces it, once the GPU work declared on it
 /// has completed (the deferred destruction); a page emptied this way is freed, unless it is the
 /// one empty page the pool keeps for reuse.
