@@ -94,7 +94,7 @@ pub use residency_core::device_mask::{DeviceIndex, DeviceMask};
 pub use residency_core::format::Format;
 pub use residency_core::memory::{HeapBudget, MemoryIntent};
 pub use residency_core::placement::{
-    usage_alignment_floor, Message, Placement, PlacementError, ResourceDesc, TightAlignmentTier,
+    usage_alignment_floor, Message, Placement, PlacementError, ResourceDesc,
 };
 pub use residency_core::profile::{DeviceProfile, ImageDimension, Limits, MemoryHeap, MemoryProperties};
 pub use residency_core::report::{DeviceSetReport, MemoryReport, PoolReport};
