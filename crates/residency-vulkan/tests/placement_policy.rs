@@ -600,6 +600,22 @@ fn committed_resources_are_checked_against_the_committed_tables_4_kib_cases() {
         assert_eq!((info.placement, info.offset), (Placement::Committed, 0));
         assert_eq!(info.alignment, engine.alignment);
         assert!(info.alignment >= KIB_4 && info.size % KIB_4 == 0, "{info:?}");
+        // Raw requirements (the renderer binds its own object): committed when dedicated, in an
+        // implicit heap of 4 KiB granularity; placed otherwise.
+        let requirements = vk::MemoryRequirements { size: 100, alignment: 16, memory_type_bits: !0 };
+        let raw =
+            device.allocate_memory(&requirements, &AllocationDesc::new("raw committed").dedicated()).unwrap();
+        let info = raw.existing_allocation_info();
+        assert_eq!(
+            (info.placement, info.policy, info.offset),
+            (Placement::Committed, PlacementPolicy::Tight, 0)
+        );
+        assert!(info.alignment >= KIB_4 && info.size % KIB_4 == 0, "{info:?}");
+        assert_eq!(info.memory, raw.memory());
+        let placed = device.allocate_memory(&requirements, &AllocationDesc::new("raw placed")).unwrap();
+        let info = placed.existing_allocation_info();
+        assert_eq!(info.placement, Placement::Placed);
+        assert_eq!((info.offset % info.alignment, info.offset), (0, placed.offset()));
         // Legacy committed buffers: the legacy table, 64 KiB.
         let legacy = device
             .create_buffer(&desc("committed legacy", 0).committed().with_policy(PlacementPolicy::Legacy))

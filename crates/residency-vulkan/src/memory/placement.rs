@@ -111,7 +111,8 @@ impl PlacedWith {
 
 /// What an existing resource was placed with: the seed's `CheckExistingResourceAllocationInfo`
 /// ([`Buffer::existing_allocation_info`](crate::Buffer::existing_allocation_info),
-/// [`Image::existing_allocation_info`](crate::Image::existing_allocation_info)). For a resource the
+/// [`Image::existing_allocation_info`](crate::Image::existing_allocation_info),
+/// [`Allocation::existing_allocation_info`]). For a resource the
 /// device's general allocator or an unknown-flags pool placed, `size` and `alignment` are
 /// [`PlacementEngine`]'s answer for it under `policy` and `placement` (with its usage's floors and
 /// the caller's floor), as `residency_core::placement::allocation_info` gives for its description.
@@ -368,6 +369,8 @@ pub struct Allocation {
     bound: BoundTo,
     /// The application's own word (VMA's `pUserData`).
     user_data: u64,
+    /// The rules it was placed with.
+    placed_with: PlacedWith,
 }
 
 impl Allocation {
@@ -421,6 +424,13 @@ impl Allocation {
     /// What it was bound to.
     pub fn bound_to(&self) -> BoundTo {
         self.bound
+    }
+
+    /// What it was placed with (the seed's `CheckExistingResourceAllocationInfo`): placed or
+    /// committed (memory of its own), tight or legacy, the rules' size and alignment, its memory
+    /// and offset.
+    pub fn existing_allocation_info(&self) -> ExistingAllocationInfo {
+        self.placed_with.existing(self.dedicated, self.memory, self.offset)
     }
 
     /// Its name.
@@ -599,6 +609,7 @@ impl Device {
             mapped: placed.mapped,
             bound: BoundTo::Nothing,
             user_data: 0,
+            placed_with: placed.with,
         })
     }
 }
