@@ -63,8 +63,9 @@ pub struct BufferPoolDesc {
     /// VK_EXT_memory_priority's priority of its pages, in `[0, 1]` (`None`: the default, 0.5).
     pub priority: Option<f32>,
     /// How an unknown-flags pool aligns its placed buffers: `Tight` or `Legacy` (64 KiB, D3D12's
-    /// layout); `None`, the default: the device's policy at each buffer's creation. Ranges of a
-    /// known-flags pool are not resources of their own: they take their usage's offset floors.
+    /// layout); `None`, the default: the device's policy at each buffer's creation. A buffer's own
+    /// ([`BufferInit::policy`]) wins over it. Ranges of a known-flags pool are not resources of
+    /// their own: they take their usage's offset floors.
     pub policy: Option<PlacementPolicy>,
 }
 
