@@ -684,3 +684,39 @@ fn a_buffer_larger_than_a_pools_page_gets_a_page_of_its_own() {
         }
     });
 }
+
+/// Issue #31: the core's heap rules (`placement::heap`) size every heap the device makes: the
+/// general allocator's heaps are multiples of the explicit-heap alignment (64 KiB), one that holds
+/// a legacy multisampled image (4 MiB aligned) a multiple of the MSAA heap alignment (4 MiB).
+#[test]
+fn the_core_heap_rules_size_every_heap() {
+    use residency_core::placement::heap::{EXPLICIT_HEAP_ALIGNMENT, MSAA_HEAP_ALIGNMENT};
+    use residency_core::report::RangeKind;
+    use residency_vulkan::ReportSources;
+    with_policy(PlacementPolicy::Legacy, |device| {
+        let colour = ImageUsage::COLOR_ATTACHMENT | ImageUsage::SAMPLED;
+        let mut msaa = ImageDesc::new_2d("heap rules msaa", Format::R8G8B8A8Unorm, 64, 64, colour);
+        msaa.samples = 4;
+        let image = device.create_image(&msaa).unwrap();
+        let info = image.existing_allocation_info();
+        assert_eq!((info.placement, info.alignment), (Placement::Placed, MSAA_HEAP_ALIGNMENT));
+        let buffer =
+            device.create_buffer(&BufferDesc::new("heap rules buffer", 100, BufferUsage::VERTEX)).unwrap();
+        let report =
+            device.memory_report_with(&ReportSources::new().with_images([&image]).with_buffer(&buffer));
+        let mut holding_msaa = 0;
+        for (_, pool, block) in report.blocks().filter(|(_, pool, block)| pool.is_none() && !block.dedicated)
+        {
+            assert!(pool.is_none());
+            assert_eq!(block.size % EXPLICIT_HEAP_ALIGNMENT, 0, "{}: {} B", block.name, block.size);
+            let holds = block.ranges.iter().any(|r| {
+                matches!(&r.kind, RangeKind::Allocation(a) if a.name.as_deref() == Some("heap rules msaa"))
+            });
+            if holds {
+                holding_msaa += 1;
+                assert_eq!(block.size % MSAA_HEAP_ALIGNMENT, 0, "{}: {} B", block.name, block.size);
+            }
+        }
+        assert_eq!(holding_msaa, 1, "the image is in one general heap");
+    });
+}

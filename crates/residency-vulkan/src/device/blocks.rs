@@ -516,24 +516,25 @@ impl BlockList {
 
     fn new_block(&mut self, device: &Device, req: SubRequest<'_>) -> Result<MemoryBlock, MemoryError> {
         let largest = self.blocks.iter().flatten().map(|b| b.size).max().unwrap_or(0);
+        // The core's heap rules size every heap: a multiple of 64 KiB, of 4 MiB when it holds a
+        // resource aligned above 64 KiB (D3D12's MSAA heaps).
+        let msaa = req.alignment > EXPLICIT_HEAP_ALIGNMENT;
+        // Room for the worst-case alignment padding too.
+        let needed = req.size.saturating_add(req.alignment.max(self.granularity));
         let mut size = if self.fixed_size {
             self.growth.page_size
         } else {
-            // Room for the worst-case alignment padding too.
-            self.growth.next_heap_size(largest, req.size.saturating_add(req.alignment.max(self.granularity)))
+            explicit_heap_size(self.growth.next_heap_size(largest, needed), msaa)
         };
-        let minimum = explicit_heap_size(
-            req.size.saturating_add(req.alignment.max(self.granularity)),
-            req.alignment > EXPLICIT_HEAP_ALIGNMENT,
-        );
+        let minimum = explicit_heap_size(needed, msaa);
         loop {
             match self.create_block(device, size, req.allow_over_budget) {
                 Ok(block) => return Ok(block),
                 // Out of memory or budget: a smaller heap that still fits may succeed (VMA does the same).
                 Err(MemoryError::OutOfDeviceMemory { .. } | MemoryError::OutOfBudget { .. })
-                    if !self.fixed_size && size / 2 >= minimum =>
+                    if !self.fixed_size && (minimum..size).contains(&explicit_heap_size(size / 2, msaa)) =>
                 {
-                    size /= 2;
+                    size = explicit_heap_size(size / 2, msaa);
                 }
                 Err(e) => return Err(e),
             }
