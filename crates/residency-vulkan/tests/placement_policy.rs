@@ -72,12 +72,17 @@ fn legacy_policy_places_buffers_at_64_kib() {
     });
 }
 
+/// A 64 × 64 RGBA8 colour attachment with 4 samples: 4 MiB aligned under the legacy rules.
+fn multisampled(name: &str) -> ImageDesc {
+    let colour = ImageUsage::COLOR_ATTACHMENT | ImageUsage::SAMPLED;
+    ImageDesc { samples: 4, ..ImageDesc::new_2d(name, Format::R8G8B8A8Unorm, 64, 64, colour) }
+}
+
 #[test]
 fn legacy_policy_gives_images_d3d12s_layouts_small_default_and_multisampled() {
     with_policy(PlacementPolicy::Legacy, |device| {
         let colour = ImageUsage::COLOR_ATTACHMENT | ImageUsage::SAMPLED;
-        let mut msaa = ImageDesc::new_2d("legacy msaa", Format::R8G8B8A8Unorm, 64, 64, colour);
-        msaa.samples = 4;
+        let msaa = multisampled("legacy msaa");
         // (description, the legacy alignment D3D12 gives it)
         let cases = [
             // 16 × 16 RGBA8, sampled only: a small resource (its mip 0 fits in 64 KiB): 4 KiB.
@@ -694,10 +699,7 @@ fn the_core_heap_rules_size_every_heap() {
     use residency_core::report::RangeKind;
     use residency_vulkan::ReportSources;
     with_policy(PlacementPolicy::Legacy, |device| {
-        let colour = ImageUsage::COLOR_ATTACHMENT | ImageUsage::SAMPLED;
-        let mut msaa = ImageDesc::new_2d("heap rules msaa", Format::R8G8B8A8Unorm, 64, 64, colour);
-        msaa.samples = 4;
-        let image = device.create_image(&msaa).unwrap();
+        let image = device.create_image(&multisampled("heap rules msaa")).unwrap();
         let info = image.existing_allocation_info();
         assert_eq!((info.placement, info.alignment), (Placement::Placed, MSAA_HEAP_ALIGNMENT));
         let buffer =
