@@ -10,7 +10,9 @@ use crate::device::Device;
 use crate::error::VulkanError;
 use crate::error::{ForeignReason, ForeignResource};
 use crate::format_map::{aspect, vk_format};
-use crate::memory::placement::{DedicatedTarget, PlaceRequest};
+use crate::memory::placement::{
+    DedicatedTarget, ExistingAllocationInfo, PlaceRequest, PlacedWith, PlacementPolicy,
+};
 use crate::poison::PoisonFree;
 use crate::resources::Unused;
 use ash::vk;
@@ -98,6 +100,10 @@ pub struct ImageDesc {
     /// belongs to a whole `VkDeviceMemory`, so a resource that asks for one gets memory of its
     /// own; without the extension it is checked and otherwise ignored.
     pub priority: Option<f32>,
+    /// Its own alignment rules, over the device's ([`PlacementPolicy`]: D3D12's per-resource
+    /// `USE_TIGHT_ALIGNMENT`; `None`, the default: the device's). Its own `Tight` on a device
+    /// without tight support is [`MemoryError::Placement`].
+    pub policy: Option<PlacementPolicy>,
 }
 
 impl ImageDesc {
@@ -127,12 +133,19 @@ impl ImageDesc {
             committed: false,
             allow_over_budget: false,
             priority: None,
+            policy: None,
         }
     }
 
     /// Sets the memory priority (see the `priority` field).
     pub fn with_priority(mut self, priority: f32) -> Self {
         self.priority = Some(priority);
+        self
+    }
+
+    /// Sets its own alignment rules (see [`ImageDesc::policy`]).
+    pub fn with_policy(mut self, policy: PlacementPolicy) -> Self {
+        self.policy = Some(policy);
         self
     }
 
@@ -383,6 +396,8 @@ pub struct Image {
     layouts: Arc<Layouts>,
     /// The application's own word (VMA's `pUserData`).
     user_data: u64,
+    /// The rules it was placed with (kept across defragmentation moves, which keep its alignment).
+    placed_with: PlacedWith,
 }
 
 /// What an [`Image`] is made of ([`Image::new`]); the rest (its tracking, its life, its layout
@@ -406,6 +421,8 @@ pub(crate) struct ImageParts {
     pub(crate) size: u64,
     /// Whether `memory` is its own.
     pub(crate) committed: bool,
+    /// The rules it was placed with.
+    pub(crate) placed_with: PlacedWith,
 }
 
 /// A defragmentation move of an [`Image`] ([`Image::rebind`]): its new `VkImage` and place.
@@ -431,7 +448,18 @@ impl Image {
     /// its life (which releases `parts.raw` and `parts.owner`, and keeps `parts.parent` alive), a
     /// layout record with every subresource `UNDEFINED`, and a fresh state-tracking id.
     pub(crate) fn new(parts: ImageParts) -> Image {
-        let ImageParts { device, raw, desc, owner, parent, memory, memory_offset, size, committed } = parts;
+        let ImageParts {
+            device,
+            raw,
+            desc,
+            owner,
+            parent,
+            memory,
+            memory_offset,
+            size,
+            committed,
+            placed_with,
+        } = parts;
         let id = device.ledger().track("image", desc.name.as_str());
         let layouts =
             Layouts::new(&desc.name, desc.mip_levels, desc.array_layers, vk::ImageLayout::UNDEFINED);
@@ -446,6 +474,7 @@ impl Image {
             committed,
             resource: crate::resources::buffer::next_resource_id(),
             user_data: 0,
+            placed_with,
         }
     }
 
@@ -544,6 +573,12 @@ impl Image {
     /// Whether it has memory of its own.
     pub fn is_committed(&self) -> bool {
         self.committed
+    }
+
+    /// What it was placed with (the seed's `CheckExistingResourceAllocationInfo`): placed or
+    /// committed, tight or legacy, the rules' size and alignment, its memory and offset there.
+    pub fn existing_allocation_info(&self) -> ExistingAllocationInfo {
+        self.placed_with.existing(self.committed, self.memory, self.memory_offset)
     }
 
     /// The device it lives on.
@@ -834,6 +869,7 @@ impl Device {
             priority: desc.priority,
             target: DedicatedTarget::Image(raw),
             image: Some(desc.placement_desc()),
+            policy: desc.policy,
         };
         let placed = self.place(&request)?;
         // SAFETY: raw is unbound; the offset satisfies its alignment inside `memory`.
@@ -851,6 +887,7 @@ impl Device {
             memory_offset: placed.offset,
             size: requirements.size,
             committed: placed.committed,
+            placed_with: placed.with,
         }))
     }
 
