@@ -1,0 +1,312 @@
+//! The bridge on lavapipe (or any Vulkan adapter) through wgpu's Vulkan backend, with the
+//! validation layer and synchronization validation on both wgpu's and residency's calls: opening,
+//! the software path when sparse residency is not there, and residency's buffers and images used
+//! by a wgpu compute pipeline and dropped in either order with work in flight.
+
+use residency_vulkan::{
+    BufferInit, BufferPool, BufferPoolDesc, BufferPoolUsage, BufferUsage, Format, ImageDesc, ImageUsage,
+    MemoryIntent, Uploader, ValidationMode, LEAKS_AT_TEARDOWN,
+};
+use residency_wgpu::{Bridge, BridgeDesc, ImportReason, PathSupport, QueueSharing, SparseLack};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+/// One test at a time: the leak counters are process-wide.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn desc() -> BridgeDesc {
+    let validation = match std::env::var("RESIDENCY_VALIDATION").ok().and_then(|v| ValidationMode::parse(&v))
+    {
+        Some(ValidationMode::Off) => ValidationMode::Off,
+        _ => ValidationMode::Synchronization,
+    };
+    BridgeDesc {
+        validation,
+        require_validation: residency_vulkan::testing::gpu_required(),
+        ..BridgeDesc::default()
+    }
+}
+
+/// Opens the bridge (sharing the queue where there is one), runs `test`, then checks that the
+/// layer reported nothing, that nothing leaked and that the device was destroyed.
+fn with_bridge(desc: BridgeDesc, test: impl FnOnce(&Bridge)) {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    // SAFETY: the tests submit wgpu work only through `Bridge::submit` or on this one thread,
+    // between residency calls.
+    let bridge = match unsafe { residency_wgpu::open_sharing_queue(&desc) } {
+        Ok(bridge) => bridge,
+        Err(e) => {
+            assert!(!residency_vulkan::testing::gpu_required(), "RESIDENCY_REQUIRE_GPU=1 but: {e}");
+            eprintln!("\n**** SKIPPED: {e} ****\n");
+            return;
+        }
+    };
+    let leaks = LEAKS_AT_TEARDOWN.load(Ordering::Relaxed);
+    let alive = residency_wgpu::DEVICES_LEFT_ALIVE.load(Ordering::Relaxed);
+    test(&bridge);
+    bridge.device().poll(wgpu::PollType::wait_indefinitely()).unwrap();
+    bridge.residency().wait_idle().unwrap();
+    bridge.residency().maintain();
+    let live: Vec<_> =
+        bridge.residency().ledger().live_objects().into_iter().filter(|o| o.kind != "memory").collect();
+    assert!(live.is_empty(), "live residency objects after the test: {live:?}");
+    let problems = bridge.validation_log().problems_since(0);
+    assert!(problems.is_empty(), "validation problems: {problems:#?}");
+    drop(bridge);
+    assert_eq!(LEAKS_AT_TEARDOWN.load(Ordering::Relaxed), leaks, "residency objects leaked at teardown");
+    assert_eq!(
+        residency_wgpu::DEVICES_LEFT_ALIVE.load(Ordering::Relaxed),
+        alive,
+        "the device was left alive"
+    );
+}
+
+#[test]
+fn the_bridge_opens_one_device_for_wgpu_and_residency() {
+    with_bridge(desc(), |bridge| {
+        // The same VkDevice on both sides.
+        // SAFETY: read-only look at the hal device.
+        let hal = unsafe { bridge.device().as_hal::<wgpu::hal::api::Vulkan>() }.unwrap();
+        assert_eq!(hal.raw_device().handle(), bridge.residency().raw().handle());
+        drop(hal);
+        let features = bridge.residency().features();
+        assert!(features.timeline_semaphore);
+        match bridge.path() {
+            PathSupport::Hardware => assert!(features.sparse_binding && features.sparse_residency_image_2d),
+            PathSupport::SoftwareOnly(why) => {
+                assert!(!features.sparse_binding);
+                eprintln!("software path only: {why}");
+            }
+        }
+        if bridge.queue_sharing() == QueueSharing::Shared {
+            // SAFETY: no other thread makes residency calls.
+            assert!(matches!(residency_wgpu::open(&desc()), Err(residency_wgpu::OpenError::OneQueue)));
+        }
+    });
+}
+
+#[test]
+fn the_validation_layer_hears_calls_on_the_shared_device() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    // SAFETY: single-threaded use (see `with_bridge`).
+    let Ok(bridge) = (unsafe { residency_wgpu::open_sharing_queue(&desc()) }) else {
+        assert!(!residency_vulkan::testing::gpu_required());
+        return;
+    };
+    let info = ash::vk::BufferCreateInfo::default()
+        .size(0)
+        .usage(ash::vk::BufferUsageFlags::TRANSFER_DST)
+        .sharing_mode(ash::vk::SharingMode::EXCLUSIVE);
+    let raw = bridge.residency().raw();
+    // SAFETY: deliberately invalid (size 0) to trigger validation; lavapipe and NVIDIA accept the
+    // call, and any buffer created is destroyed at once.
+    if let Ok(buffer) = unsafe { raw.create_buffer(&info, None) } {
+        // SAFETY: the buffer was just created on this device and is unused.
+        unsafe { raw.destroy_buffer(buffer, None) };
+    }
+    if residency_vulkan::testing::gpu_required() && desc().validation != ValidationMode::Off {
+        let messages = bridge.validation_log().messages();
+        assert!(messages.iter().any(|m| m.id.contains("VUID-VkBufferCreateInfo-size-00912")), "{messages:?}");
+    }
+}
+
+#[test]
+fn an_adapter_without_sparse_residency_takes_the_software_path() {
+    with_bridge(desc().with_sparse(false), |bridge| {
+        assert_eq!(bridge.path(), &PathSupport::SoftwareOnly(SparseLack::NotRequested));
+        let features = bridge.residency().features();
+        assert!(!features.sparse_binding && !features.shader_resource_residency);
+        assert!(bridge.residency().sparse_queue().is_none());
+    });
+}
+
+const SHADER: &str = r#"
+@group(0) @binding(0) var<storage, read> src: array<u32>;
+@group(0) @binding(1) var<storage, read_write> dst: array<u32>;
+@group(0) @binding(2) var tex: texture_2d<f32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    let i = id.x;
+    if (i >= arrayLength(&dst)) { return; }
+    let t = textureLoad(tex, vec2<i32>(i32(i % 16u), i32((i / 16u) % 16u)), 0);
+    dst[i] = src[i] * 2u + u32(round(t.x * 255.0));
+}
+"#;
+
+const N: u64 = 1024;
+
+/// Residency's resources imported into wgpu: a source buffer placed in a pool of unknown flags
+/// (written by residency's uploader), a destination buffer from the general heaps, a texture;
+/// a compute pass reads and writes them; returns them with the work still in flight.
+fn dispatch(
+    bridge: &Bridge,
+    pool: &BufferPool,
+) -> (residency_wgpu::SharedBuffer, residency_wgpu::SharedBuffer, wgpu::Texture) {
+    let device = bridge.residency();
+    let usage = BufferUsage::STORAGE | BufferUsage::COPY_SRC | BufferUsage::COPY_DST;
+    let src = pool.init_buffer(&BufferInit::new("wgpu src", N * 4).with_usage(usage)).unwrap();
+    let uploader = Uploader::new(device, "wgpu uploads", 1 << 16).unwrap();
+    let values: Vec<u32> = (0..N as u32).collect();
+    uploader.write_buffer(&src, 0, bytemuck_bytes(&values)).unwrap();
+    uploader.wait_idle().unwrap();
+    uploader.destroy().unwrap();
+    let src = bridge.import_buffer(src, wgpu::BufferUsages::STORAGE).unwrap();
+    assert_eq!(src.wgpu().size(), N * 4);
+    let dst = device.create_buffer(&residency_vulkan::BufferDesc::new("wgpu dst", N * 4, usage)).unwrap();
+    let dst = bridge.import_buffer(dst, wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC).unwrap();
+    let image = device
+        .create_image(&ImageDesc::new_2d(
+            "wgpu tex",
+            Format::R8G8B8A8Unorm,
+            16,
+            16,
+            ImageUsage::SAMPLED | ImageUsage::COPY_DST,
+        ))
+        .unwrap();
+    let tex = bridge
+        .import_texture(
+            image,
+            wgpu::TextureFormat::Rgba8Unorm,
+            wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
+        )
+        .unwrap();
+    let texels: Vec<u8> = (0..256u32).flat_map(|i| [(i % 7) as u8, 0, 0, 255]).collect();
+    bridge.write_texture(
+        wgpu::TexelCopyTextureInfo {
+            texture: &tex,
+            mip_level: 0,
+            origin: wgpu::Origin3d::ZERO,
+            aspect: wgpu::TextureAspect::All,
+        },
+        &texels,
+        wgpu::TexelCopyBufferLayout { offset: 0, bytes_per_row: Some(64), rows_per_image: None },
+        wgpu::Extent3d { width: 16, height: 16, depth_or_array_layers: 1 },
+    );
+
+    let wgpu_device = bridge.device();
+    let module = wgpu_device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some("double"),
+        source: wgpu::ShaderSource::Wgsl(SHADER.into()),
+    });
+    let pipeline = wgpu_device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some("double"),
+        layout: None,
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    let view = tex.create_view(&Default::default());
+    let group = wgpu_device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: None,
+        layout: &pipeline.get_bind_group_layout(0),
+        entries: &[
+            wgpu::BindGroupEntry { binding: 0, resource: src.wgpu().as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 1, resource: dst.wgpu().as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 2, resource: wgpu::BindingResource::TextureView(&view) },
+        ],
+    });
+    let mut encoder = wgpu_device.create_command_encoder(&Default::default());
+    {
+        let mut pass = encoder.begin_compute_pass(&Default::default());
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, &group, &[]);
+        pass.dispatch_workgroups((N / 64) as u32, 1, 1);
+    }
+    bridge.submit([encoder.finish()]).unwrap();
+    (src, dst, tex)
+}
+
+fn bytemuck_bytes(values: &[u32]) -> &[u8] {
+    // SAFETY: u32 has no padding and any byte is a valid u8; the length is the same memory.
+    unsafe { std::slice::from_raw_parts(values.as_ptr().cast(), std::mem::size_of_val(values)) }
+}
+
+fn expected(i: u32) -> u32 {
+    i * 2 + (i % 256) % 7
+}
+
+#[test]
+fn residency_buffers_and_textures_serve_a_wgpu_pipeline_and_drop_in_either_order() {
+    with_bridge(desc(), |bridge| {
+        let pool = Arc::new(
+            BufferPool::new(
+                Arc::clone(bridge.residency()),
+                BufferPoolDesc::new("wgpu pool", BufferPoolUsage::Unknown)
+                    .with_memory(MemoryIntent::DeviceLocal),
+            )
+            .unwrap(),
+        );
+
+        // wgpu's handles first, with the dispatch still in flight; then residency reads the
+        // result back and drops its handles.
+        let (src, dst, tex) = dispatch(bridge, &pool);
+        let (src_wgpu, src_res) = src.into_parts();
+        let (dst_wgpu, dst_res) = dst.into_parts();
+        drop((src_wgpu, dst_wgpu, tex));
+        bridge.device().poll(wgpu::PollType::wait_indefinitely()).unwrap();
+        let out = bridge.residency().read_back(&dst_res, 0, N * 4).unwrap();
+        let out: Vec<u32> = out.chunks(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        for (i, v) in out.iter().enumerate() {
+            assert_eq!(*v, expected(i as u32), "element {i}");
+        }
+        drop((src_res, dst_res));
+
+        // Residency's handles first, with the dispatch in flight: wgpu keeps the buffers alive
+        // until its work completes and its handles are gone.
+        let (src, dst, tex) = dispatch(bridge, &pool);
+        let (src_wgpu, src_res) = src.into_parts();
+        let (dst_wgpu, dst_res) = dst.into_parts();
+        drop((src_res, dst_res));
+        drop((src_wgpu, dst_wgpu, tex));
+
+        // Everything dropped at once, still in flight.
+        drop(dispatch(bridge, &pool));
+        bridge.device().poll(wgpu::PollType::wait_indefinitely()).unwrap();
+        drop(pool);
+    });
+}
+
+#[test]
+fn imports_that_cannot_be_wgpu_resources_are_refused_and_change_nothing() {
+    with_bridge(desc(), |bridge| {
+        let device = bridge.residency();
+        // A range of a known-flags pool page.
+        let known = BufferPool::new(
+            Arc::clone(device),
+            BufferPoolDesc::new("known", BufferPoolUsage::Known(BufferUsage::STORAGE))
+                .with_memory(MemoryIntent::DeviceLocal),
+        )
+        .unwrap();
+        let range = known.init_buffer(&BufferInit::new("range", 256)).unwrap();
+        let err = bridge.import_buffer(range, wgpu::BufferUsages::STORAGE).unwrap_err();
+        assert_eq!(err.reason, ImportReason::Range);
+        known.free_buffer(*err.resource).unwrap();
+
+        let usage = BufferUsage::STORAGE;
+        let make = || device.create_buffer(&residency_vulkan::BufferDesc::new("plain", 256, usage)).unwrap();
+        let err = bridge.import_buffer(make(), wgpu::BufferUsages::VERTEX).unwrap_err();
+        assert!(matches!(err.reason, ImportReason::Usage(_)), "{:?}", err.reason);
+        let err = bridge.import_buffer(*err.resource, wgpu::BufferUsages::MAP_READ).unwrap_err();
+        assert!(matches!(err.reason, ImportReason::Unsupported(_)), "{:?}", err.reason);
+        drop(err.resource);
+
+        let image = device
+            .create_image(&ImageDesc::new_2d("img", Format::R8G8B8A8Unorm, 16, 16, ImageUsage::SAMPLED))
+            .unwrap();
+        let err = bridge
+            .import_texture(image, wgpu::TextureFormat::Bgra8Unorm, wgpu::TextureUsages::TEXTURE_BINDING)
+            .unwrap_err();
+        assert!(matches!(err.reason, ImportReason::Format { .. }), "{:?}", err.reason);
+        let err = bridge
+            .import_texture(
+                *err.resource,
+                wgpu::TextureFormat::Rgba8Unorm,
+                wgpu::TextureUsages::STORAGE_BINDING,
+            )
+            .unwrap_err();
+        assert!(matches!(err.reason, ImportReason::Usage(_)), "{:?}", err.reason);
+        drop(err.resource);
+    });
+}
