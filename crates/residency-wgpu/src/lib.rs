@@ -2,6 +2,7 @@
 
 mod open;
 mod resources;
+pub mod wgsl;
 
 pub use open::{
     open, open_sharing_queue, Bridge, BridgeDesc, PathSupport, QueueSharing, SparseLack, DEVICES_LEFT_ALIVE,
