@@ -2,12 +2,14 @@
 
 mod open;
 mod resources;
+mod sync;
 pub mod wgsl;
 
 pub use open::{
     open, open_sharing_queue, Bridge, BridgeDesc, PathSupport, QueueSharing, SparseLack, DEVICES_LEFT_ALIVE,
 };
 pub use resources::{ImportError, ImportReason, SharedBuffer};
+pub use sync::FrameTimeline;
 
 /// What [`open`] reports.
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +54,9 @@ pub enum OpenError {
     /// wgpu refused the device.
     #[error("wgpu: {0}")]
     Device(String),
+    /// The timeline belongs to another bridge's device.
+    #[error("the timeline belongs to another device")]
+    ForeignTimeline,
     /// Residency refused to adopt the device, or a residency call failed.
     #[error(transparent)]
     Residency(#[from] residency_vulkan::VulkanError),
@@ -68,6 +73,7 @@ impl residency_vulkan::ResidencyError for OpenError {
             | OpenError::Lacks(_)
             | OpenError::OneQueue
             | OpenError::NoValidationLayer => ErrorClass::Unsupported,
+            OpenError::ForeignTimeline => ErrorClass::Refused,
             OpenError::Vulkan(result, _) => match *result {
                 ash::vk::Result::ERROR_OUT_OF_DEVICE_MEMORY => {
                     ErrorClass::OutOfMemory(residency_vulkan::Exhausted::Device)

@@ -14,7 +14,7 @@ use residency_vulkan::{Device, DeviceSet, EnabledFeatures, ExternalDevice, Valid
 use std::ffi::CStr;
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use wgpu::hal::api::Vulkan;
 
 /// Devices the bridge left alive at teardown because residency objects still held them (over the
@@ -159,6 +159,8 @@ pub struct Bridge {
     residency: Arc<Device>,
     sharing: QueueSharing,
     path: PathSupport,
+    /// Held across a staged signal and the submission that consumes it.
+    submit_lock: Mutex<()>,
     _keeper: Arc<Keeper>,
 }
 
@@ -224,7 +226,8 @@ impl Bridge {
         &self,
         buffers: I,
     ) -> Result<wgpu::SubmissionIndex> {
-        let _guard = match self.sharing {
+        let _guard = self.submit_guard()?;
+        let _queue_guard = match self.sharing {
             QueueSharing::Shared => Some(self.residency.universal_queue().lock()?),
             QueueSharing::Separate => None,
         };
@@ -247,6 +250,15 @@ impl Bridge {
         size: wgpu::Extent3d,
     ) {
         self.queue.write_texture(texture, data, layout, size)
+    }
+
+    pub(crate) fn queue_ref(&self) -> &wgpu::Queue {
+        &self.queue
+    }
+
+    /// The bridge's submission lock; a poisoned one is taken as it is (it guards no data).
+    pub(crate) fn submit_guard(&self) -> Result<std::sync::MutexGuard<'_, ()>> {
+        Ok(self.submit_lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
     }
 
     /// wgpu's queue.
@@ -568,6 +580,7 @@ fn open_with(desc: &BridgeDesc, allow_shared: bool) -> Result<Bridge> {
         residency,
         sharing,
         path,
+        submit_lock: Mutex::new(()),
         _keeper: keeper,
     })
 }

@@ -310,3 +310,82 @@ fn imports_that_cannot_be_wgpu_resources_are_refused_and_change_nothing() {
         drop(err.resource);
     });
 }
+
+#[test]
+fn wgpu_and_residency_submissions_are_ordered_by_timelines_without_host_waits() {
+    with_bridge(desc(), |bridge| {
+        let device = bridge.residency();
+        let usage = BufferUsage::STORAGE | BufferUsage::COPY_SRC | BufferUsage::COPY_DST;
+        let timeline = bridge.create_timeline("wgpu frames").unwrap();
+        let uploader = Uploader::new(device, "ordered uploads", 1 << 16).unwrap();
+        let (pipeline, tex) = {
+            let (_, _, tex) = dispatch(
+                bridge,
+                &BufferPool::new(
+                    Arc::clone(device),
+                    BufferPoolDesc::new("warm-up", BufferPoolUsage::Unknown)
+                        .with_memory(MemoryIntent::DeviceLocal),
+                )
+                .unwrap(),
+            );
+            let module = bridge.device().create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some("double"),
+                source: wgpu::ShaderSource::Wgsl(SHADER.into()),
+            });
+            let pipeline = bridge.device().create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some("double"),
+                layout: None,
+                module: &module,
+                entry_point: Some("main"),
+                compilation_options: Default::default(),
+                cache: None,
+            });
+            (pipeline, tex)
+        };
+        let view = tex.create_view(&Default::default());
+        for frame in 1..=3u32 {
+            // Residency uploads (submitted, not waited for); wgpu's frame waits for them on the GPU.
+            let src = device
+                .create_buffer(&residency_vulkan::BufferDesc::new("ordered src", N * 4, usage))
+                .unwrap();
+            let values: Vec<u32> = (0..N as u32).map(|i| i + frame).collect();
+            uploader.write_buffer(&src, 0, bytemuck_bytes(&values)).unwrap();
+            uploader.flush().unwrap();
+            let src = bridge.import_buffer(src, wgpu::BufferUsages::STORAGE).unwrap();
+            let dst = device
+                .create_buffer(&residency_vulkan::BufferDesc::new("ordered dst", N * 4, usage))
+                .unwrap();
+            let dst = bridge.import_buffer(dst, wgpu::BufferUsages::STORAGE).unwrap();
+            bridge.wait_for(&device.submitted_work()).unwrap();
+            let group = bridge.device().create_bind_group(&wgpu::BindGroupDescriptor {
+                label: None,
+                layout: &pipeline.get_bind_group_layout(0),
+                entries: &[
+                    wgpu::BindGroupEntry { binding: 0, resource: src.wgpu().as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: 1, resource: dst.wgpu().as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: 2, resource: wgpu::BindingResource::TextureView(&view) },
+                ],
+            });
+            let mut encoder = bridge.device().create_command_encoder(&Default::default());
+            {
+                let mut pass = encoder.begin_compute_pass(&Default::default());
+                pass.set_pipeline(&pipeline);
+                pass.set_bind_group(0, &group, &[]);
+                pass.dispatch_workgroups((N / 64) as u32, 1, 1);
+            }
+            // wgpu's frame signals the timeline; residency's uses of the buffers end there.
+            let (_, point) = bridge.submit_signalling([encoder.finish()], &timeline).unwrap();
+            assert_eq!(timeline.last(), u64::from(frame));
+            src.residency().used_until(point).unwrap();
+            dst.residency().used_until(point).unwrap();
+            // Only to check the result: wait for the point, then residency reads dst back.
+            device.wait_until(&point).unwrap();
+            let out = device.read_back(dst.residency(), 0, N * 4).unwrap();
+            for (i, c) in out.chunks(4).enumerate() {
+                let v = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                assert_eq!(v, (i as u32 + frame) * 2 + (i as u32 % 256) % 7, "frame {frame}, element {i}");
+            }
+        }
+        uploader.destroy().unwrap();
+    });
+}
