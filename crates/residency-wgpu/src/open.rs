@@ -155,6 +155,7 @@ pub struct Bridge {
     queue: ManuallyDrop<wgpu::Queue>,
     device: wgpu::Device,
     adapter: wgpu::Adapter,
+    instance: wgpu::Instance,
     set: DeviceSet,
     residency: Arc<Device>,
     sharing: QueueSharing,
@@ -198,6 +199,11 @@ impl Bridge {
     /// wgpu's adapter.
     pub fn adapter(&self) -> &wgpu::Adapter {
         &self.adapter
+    }
+
+    /// wgpu's instance (Vulkan only).
+    pub fn instance(&self) -> &wgpu::Instance {
+        &self.instance
     }
 
     /// Residency's device (the same `VkDevice`).
@@ -576,6 +582,7 @@ fn open_with(desc: &BridgeDesc, allow_shared: bool) -> Result<Bridge> {
         queue: ManuallyDrop::new(queue),
         device,
         adapter,
+        instance,
         set,
         residency,
         sharing,
