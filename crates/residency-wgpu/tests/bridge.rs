@@ -136,6 +136,49 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
 
 const N: u64 = 1024;
 
+/// The compute pipeline of `SHADER`.
+fn pipeline(bridge: &Bridge) -> wgpu::ComputePipeline {
+    let module = bridge.device().create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some("double"),
+        source: wgpu::ShaderSource::Wgsl(SHADER.into()),
+    });
+    bridge.device().create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some("double"),
+        layout: None,
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    })
+}
+
+/// One dispatch of `pipeline` over `src`, `dst` and `view`, recorded.
+fn encode(
+    bridge: &Bridge,
+    pipeline: &wgpu::ComputePipeline,
+    src: &residency_wgpu::SharedBuffer,
+    dst: &residency_wgpu::SharedBuffer,
+    view: &wgpu::TextureView,
+) -> wgpu::CommandBuffer {
+    let group = bridge.device().create_bind_group(&wgpu::BindGroupDescriptor {
+        label: None,
+        layout: &pipeline.get_bind_group_layout(0),
+        entries: &[
+            wgpu::BindGroupEntry { binding: 0, resource: src.wgpu().as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 1, resource: dst.wgpu().as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 2, resource: wgpu::BindingResource::TextureView(view) },
+        ],
+    });
+    let mut encoder = bridge.device().create_command_encoder(&Default::default());
+    {
+        let mut pass = encoder.begin_compute_pass(&Default::default());
+        pass.set_pipeline(pipeline);
+        pass.set_bind_group(0, &group, &[]);
+        pass.dispatch_workgroups((N / 64) as u32, 1, 1);
+    }
+    encoder.finish()
+}
+
 /// Residency's resources imported into wgpu: a source buffer placed in a pool of unknown flags
 /// (written by residency's uploader), a destination buffer from the general heaps, a texture;
 /// a compute pass reads and writes them; returns them with the work still in flight.
@@ -184,37 +227,9 @@ fn dispatch(
         wgpu::Extent3d { width: 16, height: 16, depth_or_array_layers: 1 },
     );
 
-    let wgpu_device = bridge.device();
-    let module = wgpu_device.create_shader_module(wgpu::ShaderModuleDescriptor {
-        label: Some("double"),
-        source: wgpu::ShaderSource::Wgsl(SHADER.into()),
-    });
-    let pipeline = wgpu_device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-        label: Some("double"),
-        layout: None,
-        module: &module,
-        entry_point: Some("main"),
-        compilation_options: Default::default(),
-        cache: None,
-    });
     let view = tex.create_view(&Default::default());
-    let group = wgpu_device.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: None,
-        layout: &pipeline.get_bind_group_layout(0),
-        entries: &[
-            wgpu::BindGroupEntry { binding: 0, resource: src.wgpu().as_entire_binding() },
-            wgpu::BindGroupEntry { binding: 1, resource: dst.wgpu().as_entire_binding() },
-            wgpu::BindGroupEntry { binding: 2, resource: wgpu::BindingResource::TextureView(&view) },
-        ],
-    });
-    let mut encoder = wgpu_device.create_command_encoder(&Default::default());
-    {
-        let mut pass = encoder.begin_compute_pass(&Default::default());
-        pass.set_pipeline(&pipeline);
-        pass.set_bind_group(0, &group, &[]);
-        pass.dispatch_workgroups((N / 64) as u32, 1, 1);
-    }
-    bridge.submit([encoder.finish()]).unwrap();
+    let commands = encode(bridge, &pipeline(bridge), &src, &dst, &view);
+    bridge.submit([commands]).unwrap();
     (src, dst, tex)
 }
 
@@ -318,30 +333,14 @@ fn wgpu_and_residency_submissions_are_ordered_by_timelines_without_host_waits() 
         let usage = BufferUsage::STORAGE | BufferUsage::COPY_SRC | BufferUsage::COPY_DST;
         let timeline = bridge.create_timeline("wgpu frames").unwrap();
         let uploader = Uploader::new(device, "ordered uploads", 1 << 16).unwrap();
-        let (pipeline, tex) = {
-            let (_, _, tex) = dispatch(
-                bridge,
-                &BufferPool::new(
-                    Arc::clone(device),
-                    BufferPoolDesc::new("warm-up", BufferPoolUsage::Unknown)
-                        .with_memory(MemoryIntent::DeviceLocal),
-                )
-                .unwrap(),
-            );
-            let module = bridge.device().create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some("double"),
-                source: wgpu::ShaderSource::Wgsl(SHADER.into()),
-            });
-            let pipeline = bridge.device().create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some("double"),
-                layout: None,
-                module: &module,
-                entry_point: Some("main"),
-                compilation_options: Default::default(),
-                cache: None,
-            });
-            (pipeline, tex)
-        };
+        // The texture of a first dispatch (written by wgpu), then the pipeline again.
+        let warm_up = BufferPool::new(
+            Arc::clone(device),
+            BufferPoolDesc::new("warm-up", BufferPoolUsage::Unknown).with_memory(MemoryIntent::DeviceLocal),
+        )
+        .unwrap();
+        let (_, _, tex) = dispatch(bridge, &warm_up);
+        let pipeline = pipeline(bridge);
         let view = tex.create_view(&Default::default());
         for frame in 1..=3u32 {
             // Residency uploads (submitted, not waited for); wgpu's frame waits for them on the GPU.
@@ -357,24 +356,9 @@ fn wgpu_and_residency_submissions_are_ordered_by_timelines_without_host_waits() 
                 .unwrap();
             let dst = bridge.import_buffer(dst, wgpu::BufferUsages::STORAGE).unwrap();
             bridge.wait_for(&device.submitted_work()).unwrap();
-            let group = bridge.device().create_bind_group(&wgpu::BindGroupDescriptor {
-                label: None,
-                layout: &pipeline.get_bind_group_layout(0),
-                entries: &[
-                    wgpu::BindGroupEntry { binding: 0, resource: src.wgpu().as_entire_binding() },
-                    wgpu::BindGroupEntry { binding: 1, resource: dst.wgpu().as_entire_binding() },
-                    wgpu::BindGroupEntry { binding: 2, resource: wgpu::BindingResource::TextureView(&view) },
-                ],
-            });
-            let mut encoder = bridge.device().create_command_encoder(&Default::default());
-            {
-                let mut pass = encoder.begin_compute_pass(&Default::default());
-                pass.set_pipeline(&pipeline);
-                pass.set_bind_group(0, &group, &[]);
-                pass.dispatch_workgroups((N / 64) as u32, 1, 1);
-            }
+            let commands = encode(bridge, &pipeline, &src, &dst, &view);
             // wgpu's frame signals the timeline; residency's uses of the buffers end there.
-            let (_, point) = bridge.submit_signalling([encoder.finish()], &timeline).unwrap();
+            let (_, point) = bridge.submit_signalling([commands], &timeline).unwrap();
             assert_eq!(timeline.last(), u64::from(frame));
             src.residency().used_until(point).unwrap();
             dst.residency().used_until(point).unwrap();
