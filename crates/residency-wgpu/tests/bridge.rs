@@ -373,3 +373,126 @@ fn wgpu_and_residency_submissions_are_ordered_by_timelines_without_host_waits() 
         uploader.destroy().unwrap();
     });
 }
+
+/// A compute shader that writes the feedback of one sample per invocation (u, v, lod, min-LOD).
+const FEEDBACK_VIEW: &str = r#"
+@group(0) @binding(0) var<storage, read_write> residency_feedback: array<atomic<u32>>;
+@group(0) @binding(1) var<storage, read> residency_table: array<u32>;
+@group(0) @binding(2) var<storage, read> samples: array<vec4<f32>>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    if (id.x >= arrayLength(&samples)) { return; }
+    let s = samples[id.x];
+    residency_feedback_write(0u, 0u, s.xy, s.z, u32(s.w));
+}
+"#;
+
+#[test]
+fn wgsl_feedback_requests_exactly_the_tiles_of_residencys_cpu_model() {
+    use residency_core::streaming::classify_sample;
+    use residency_vulkan::sparse::{ImageId, SparseImageDesc, SparseImageLayout};
+    use residency_vulkan::streaming::{FeedbackBuffer, FeedbackDesc, FeedbackLayout, RequestKind};
+    with_bridge(desc(), |bridge| {
+        let device = bridge.residency();
+        let desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 16384, 16384);
+        let layout = SparseImageLayout::for_device(&desc, device.profile()).unwrap();
+        let id = ImageId(7);
+        let mut feedback = FeedbackLayout::new(FeedbackDesc::default(), &[(id, &layout)]).unwrap();
+        assert!(feedback.set_lod_warning(id, 8, 64));
+        // residency-vulkan's tests/feedback.rs view: 32 × 32 samples, LODs 0.1–3.1, a third seeing
+        // their own mip resident (LOD warnings), the rest nothing (misses).
+        let mut samples = Vec::new();
+        for y in 0..32u32 {
+            for x in 0..32u32 {
+                let u = (f64::from(x * 97) + 13.5) / 16384.0;
+                let v = (f64::from(y * 89) + 21.5) / 16384.0;
+                let lod = (y % 4) as f32 + 0.1;
+                let min_lod = if x % 3 == 0 { (y % 4) as f32 } else { 255.0 };
+                samples.push([u as f32, v as f32, lod, min_lod]);
+            }
+        }
+        let frame = 42;
+        let mut expected = FeedbackBuffer::new(&feedback, frame);
+        for s in &samples {
+            if let Some((tile, kind)) =
+                classify_sample(&feedback.images()[0], 0, [s[0], s[1], 0.0], s[2], s[3] as u8)
+            {
+                expected.record(&feedback, 0, tile, kind);
+            }
+        }
+
+        // Residency's buffers: the feedback buffer (reset by an upload), the table and the
+        // samples (written by the host), all imported into wgpu.
+        let bytes = feedback.buffer_bytes();
+        let usage = BufferUsage::STORAGE | BufferUsage::COPY_SRC | BufferUsage::COPY_DST;
+        let fb = device.create_buffer(&residency_vulkan::BufferDesc::new("feedback", bytes, usage)).unwrap();
+        let mut initial = vec![0u32; (bytes / 4) as usize];
+        initial[..4].copy_from_slice(&feedback.header_words(frame));
+        let uploader = Uploader::new(device, "feedback reset", bytes * 2).unwrap();
+        uploader.write_buffer(&fb, 0, bytemuck_bytes(&initial)).unwrap();
+        uploader.flush().unwrap();
+        let host = |name: &str, words: &[u32]| {
+            let mut b = device
+                .create_buffer(
+                    &residency_vulkan::BufferDesc::new(name, words.len() as u64 * 4, BufferUsage::STORAGE)
+                        .with_intent(MemoryIntent::Upload),
+                )
+                .unwrap();
+            b.write(0, bytemuck_bytes(words)).unwrap();
+            bridge.import_buffer(b, wgpu::BufferUsages::STORAGE).unwrap()
+        };
+        let table = host("image table", &feedback.image_table());
+        let sample_words: Vec<u32> = samples.iter().flatten().map(|f| f.to_bits()).collect();
+        let input = host("samples", &sample_words);
+        let fb = bridge.import_buffer(fb, wgpu::BufferUsages::STORAGE).unwrap();
+
+        let source = format!("{FEEDBACK_VIEW}\n{}", residency_wgpu::wgsl::FEEDBACK);
+        let module = bridge.device().create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some("feedback view"),
+            source: wgpu::ShaderSource::Wgsl(source.into()),
+        });
+        let pipeline = bridge.device().create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some("feedback view"),
+            layout: None,
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        let group = bridge.device().create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &[
+                wgpu::BindGroupEntry { binding: 0, resource: fb.wgpu().as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 1, resource: table.wgpu().as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 2, resource: input.wgpu().as_entire_binding() },
+            ],
+        });
+        let mut encoder = bridge.device().create_command_encoder(&Default::default());
+        {
+            let mut pass = encoder.begin_compute_pass(&Default::default());
+            pass.set_pipeline(&pipeline);
+            pass.set_bind_group(0, &group, &[]);
+            pass.dispatch_workgroups((samples.len() as u32).div_ceil(64), 1, 1);
+        }
+        // wgpu waits for the reset upload on the GPU and signals the timeline.
+        bridge.wait_for(&device.submitted_work()).unwrap();
+        let timeline = bridge.create_timeline("feedback frame").unwrap();
+        let (_, point) = bridge.submit_signalling([encoder.finish()], &timeline).unwrap();
+        for b in [&fb, &table, &input] {
+            b.residency().used_until(point).unwrap();
+        }
+        device.wait_until(&point).unwrap();
+        let gpu = device.read_back(fb.residency(), 0, bytes).unwrap();
+
+        let from_gpu = feedback.decode(&gpu, frame).unwrap();
+        let from_cpu = feedback.decode(&expected.bytes(), frame).unwrap();
+        assert!(from_cpu.requests.iter().any(|r| r.kind == RequestKind::Miss));
+        assert!(from_cpu.requests.iter().any(|r| r.kind == RequestKind::LodWarning));
+        assert_eq!(from_gpu.requests, from_cpu.requests, "the WGSL requested exactly the CPU model's tiles");
+        assert_eq!(from_gpu.records, from_cpu.records);
+        assert!(!from_gpu.overflowed);
+        uploader.destroy().unwrap();
+    });
+}
