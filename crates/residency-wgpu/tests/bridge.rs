@@ -496,3 +496,186 @@ fn wgsl_feedback_requests_exactly_the_tiles_of_residencys_cpu_model() {
         uploader.destroy().unwrap();
     });
 }
+
+/// A compute shader that samples the software path at (u, v, lod) per invocation.
+const SOFTWARE_VIEW: &str = r#"
+@group(1) @binding(0) var<storage, read> points: array<vec4<f32>>;
+@group(1) @binding(1) var<storage, read_write> colours: array<vec4<f32>>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    if (id.x >= arrayLength(&points)) { return; }
+    let p = points[id.x];
+    colours[id.x] = residency_sample(p.xy, p.z, vec4<f32>(-1.0));
+}
+"#;
+
+#[test]
+fn wgsl_software_sampling_reads_where_residencys_cpu_model_says() {
+    use residency_core::tiles::{
+        AtlasLayout, HeapIndex, Indirection, LayoutLimits, MipTailModel, PageTable, PhysicalTile,
+        SparseDimension, SparseFormatInfo, SparseImageDesc, SparseImageLayout, TileCoord,
+    };
+    use residency_wgpu::wgsl::{self, ShaderPath};
+    with_bridge(desc(), |bridge| {
+        // residency-core's tests/tiles_indirection.rs case: 512², 128-texel tiles, 10 mips; the
+        // chain from the coarsest mip to mip 1 (tile 0,0) and mip 0's tile (1,1) resident.
+        let mut info = SparseFormatInfo::standard(Format::R8G8B8A8Unorm, SparseDimension::D2).unwrap();
+        info.mip_tail_model = MipTailModel::NoTail;
+        let image_desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 512, 512);
+        let image_desc = image_desc.with_mip_levels(image_desc.full_mip_chain());
+        let layout = SparseImageLayout::new(&image_desc, &info, &LayoutLimits::unbounded()).unwrap();
+        let atlas_layout = AtlasLayout::new(128, 4, 64, 16).unwrap();
+        let mut indirection = Indirection::new(&layout, atlas_layout).unwrap();
+        let mut table = PageTable::new(&layout);
+        let tile = |mip, x, y| layout.tile_index(TileCoord { layer: 0, mip, x, y, z: 0 }).unwrap();
+        let physical = |i: u32| PhysicalTile { heap: HeapIndex(i / 16), tile: i % 16 };
+        table.map(tile(0, 1, 1), physical(0)).unwrap();
+        for (n, mip) in (1..).zip((1..10).rev()) {
+            table.map(tile(mip, 0, 0), physical(n)).unwrap();
+        }
+        indirection.update(&table).unwrap();
+
+        // The indirection and an atlas whose every texel holds its own coordinates (x in R, G;
+        // y in B, A), as residency images imported into wgpu; a nearest sampler.
+        let device = bridge.residency();
+        let [iw, ih] = indirection.extent();
+        let image = |name: &str, format, w, h| {
+            device
+                .create_image(&ImageDesc::new_2d(
+                    name,
+                    format,
+                    w,
+                    h,
+                    ImageUsage::SAMPLED | ImageUsage::COPY_DST,
+                ))
+                .unwrap()
+        };
+        let usage = wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST;
+        let ind_tex = bridge
+            .import_texture(
+                image("indirection", Format::R32Uint, iw, ih),
+                wgpu::TextureFormat::R32Uint,
+                usage,
+            )
+            .unwrap();
+        let [aw, ah] = atlas_layout.extent();
+        let atlas_tex = bridge
+            .import_texture(
+                image("atlas", Format::R8G8B8A8Unorm, aw, ah),
+                wgpu::TextureFormat::Rgba8Unorm,
+                usage,
+            )
+            .unwrap();
+        let write = |texture: &wgpu::Texture, bytes: &[u8], w: u32, h: u32| {
+            bridge.write_texture(
+                wgpu::TexelCopyTextureInfo {
+                    texture,
+                    mip_level: 0,
+                    origin: wgpu::Origin3d::ZERO,
+                    aspect: wgpu::TextureAspect::All,
+                },
+                bytes,
+                wgpu::TexelCopyBufferLayout { offset: 0, bytes_per_row: Some(w * 4), rows_per_image: None },
+                wgpu::Extent3d { width: w, height: h, depth_or_array_layers: 1 },
+            )
+        };
+        write(&ind_tex, bytemuck_bytes(indirection.texels()), iw, ih);
+        let atlas: Vec<u8> = (0..ah)
+            .flat_map(|y| (0..aw).flat_map(move |x| [x as u8, (x >> 8) as u8, y as u8, (y >> 8) as u8]))
+            .collect();
+        write(&atlas_tex, &atlas, aw, ah);
+
+        // Points at odd multiples of half a mip-0 texel (never on a texel edge at any mip), at
+        // every LOD.
+        let mut points = Vec::new();
+        for k in 0..24u32 {
+            for lod in 0..10u32 {
+                let u = (k * 21 % 512) as f32 + 0.5;
+                let v = (k * 37 % 512) as f32 + 0.5;
+                points.push([u / 512.0, v / 512.0, lod as f32, 0.0]);
+            }
+        }
+        let expected: Vec<Option<[u32; 2]>> = points
+            .iter()
+            .map(|p| {
+                let min_lod = indirection.min_lod([p[0], p[1]]);
+                let mip = (p[2] as u32).max(min_lod).min(layout.mip_levels() - 1);
+                indirection
+                    .sample_position([p[0], p[1]], mip)
+                    .map(|(pos, _)| [pos[0].floor() as u32, pos[1].floor() as u32])
+            })
+            .collect();
+        // The coarsest mip covers everything, so every point reads; over several data mips.
+        assert!(expected.iter().all(Option::is_some));
+        let distinct: std::collections::BTreeSet<_> = expected.iter().collect();
+        assert!(distinct.len() > 50, "{} distinct atlas texels", distinct.len());
+
+        let source = format!("{}{SOFTWARE_VIEW}", wgsl::prelude(ShaderPath::Software, 0, 0));
+        let module = bridge.device().create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some("software view"),
+            source: wgpu::ShaderSource::Wgsl(source.into()),
+        });
+        let pipeline = bridge.device().create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some("software view"),
+            layout: None,
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        let sampler = bridge.device().create_sampler(&wgpu::SamplerDescriptor::default());
+        let usage = BufferUsage::STORAGE | BufferUsage::COPY_SRC | BufferUsage::COPY_DST;
+        let buffer = |name: &str, bytes: u64| {
+            let b = device.create_buffer(&residency_vulkan::BufferDesc::new(name, bytes, usage)).unwrap();
+            bridge.import_buffer(b, wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST).unwrap()
+        };
+        let bytes = points.len() as u64 * 16;
+        let (input, output) = (buffer("points", bytes), buffer("colours", bytes));
+        let point_words: Vec<u32> = points.iter().flatten().map(|f| f.to_bits()).collect();
+        bridge.write_buffer(input.wgpu(), 0, bytemuck_bytes(&point_words));
+        let ind_view = ind_tex.create_view(&Default::default());
+        let atlas_view = atlas_tex.create_view(&Default::default());
+        let residency_group = bridge.device().create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &[
+                wgpu::BindGroupEntry {
+                    binding: 0,
+                    resource: wgpu::BindingResource::TextureView(&atlas_view),
+                },
+                wgpu::BindGroupEntry { binding: 1, resource: wgpu::BindingResource::Sampler(&sampler) },
+                wgpu::BindGroupEntry { binding: 2, resource: wgpu::BindingResource::TextureView(&ind_view) },
+            ],
+        });
+        let io_group = bridge.device().create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &pipeline.get_bind_group_layout(1),
+            entries: &[
+                wgpu::BindGroupEntry { binding: 0, resource: input.wgpu().as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 1, resource: output.wgpu().as_entire_binding() },
+            ],
+        });
+        let mut encoder = bridge.device().create_command_encoder(&Default::default());
+        {
+            let mut pass = encoder.begin_compute_pass(&Default::default());
+            pass.set_pipeline(&pipeline);
+            pass.set_bind_group(0, &residency_group, &[]);
+            pass.set_bind_group(1, &io_group, &[]);
+            pass.dispatch_workgroups((points.len() as u32).div_ceil(64), 1, 1);
+        }
+        let timeline = bridge.create_timeline("software view").unwrap();
+        let (_, point) = bridge.submit_signalling([encoder.finish()], &timeline).unwrap();
+        for b in [&input, &output] {
+            b.residency().used_until(point).unwrap();
+        }
+        device.wait_until(&point).unwrap();
+        let out = device.read_back(output.residency(), 0, bytes).unwrap();
+        for (i, (c, want)) in out.chunks(16).zip(&expected).enumerate() {
+            let f = |j: usize| f32::from_le_bytes([c[4 * j], c[4 * j + 1], c[4 * j + 2], c[4 * j + 3]]);
+            let byte = |j: usize| (f(j) * 255.0).round() as u32;
+            let got = (f(0) >= 0.0).then(|| [byte(0) | byte(1) << 8, byte(2) | byte(3) << 8]);
+            assert_eq!(got, *want, "point {i}: {:?}", points[i]);
+        }
+    });
+}
