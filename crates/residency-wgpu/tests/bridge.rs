@@ -136,20 +136,25 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
 
 const N: u64 = 1024;
 
-/// The compute pipeline of `SHADER`.
-fn pipeline(bridge: &Bridge) -> wgpu::ComputePipeline {
+/// The compute pipeline of WGSL `source` (entry point `main`, layout from the shader).
+fn compute_pipeline(bridge: &Bridge, label: &str, source: String) -> wgpu::ComputePipeline {
     let module = bridge.device().create_shader_module(wgpu::ShaderModuleDescriptor {
-        label: Some("double"),
-        source: wgpu::ShaderSource::Wgsl(SHADER.into()),
+        label: Some(label),
+        source: wgpu::ShaderSource::Wgsl(source.into()),
     });
     bridge.device().create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-        label: Some("double"),
+        label: Some(label),
         layout: None,
         module: &module,
         entry_point: Some("main"),
         compilation_options: Default::default(),
         cache: None,
     })
+}
+
+/// The compute pipeline of `SHADER`.
+fn pipeline(bridge: &Bridge) -> wgpu::ComputePipeline {
+    compute_pipeline(bridge, "double", SHADER.into())
 }
 
 /// One dispatch of `pipeline` over `src`, `dst` and `view`, recorded.
@@ -448,18 +453,7 @@ fn wgsl_feedback_requests_exactly_the_tiles_of_residencys_cpu_model() {
         let fb = bridge.import_buffer(fb, wgpu::BufferUsages::STORAGE).unwrap();
 
         let source = format!("{FEEDBACK_VIEW}\n{}", residency_wgpu::wgsl::FEEDBACK);
-        let module = bridge.device().create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some("feedback view"),
-            source: wgpu::ShaderSource::Wgsl(source.into()),
-        });
-        let pipeline = bridge.device().create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some("feedback view"),
-            layout: None,
-            module: &module,
-            entry_point: Some("main"),
-            compilation_options: Default::default(),
-            cache: None,
-        });
+        let pipeline = compute_pipeline(bridge, "feedback view", source);
         let group = bridge.device().create_bind_group(&wgpu::BindGroupDescriptor {
             label: None,
             layout: &pipeline.get_bind_group_layout(0),
@@ -497,8 +491,8 @@ fn wgsl_feedback_requests_exactly_the_tiles_of_residencys_cpu_model() {
     });
 }
 
-/// A compute shader that samples the software path at (u, v, lod) per invocation.
-const SOFTWARE_VIEW: &str = r#"
+/// A compute shader that samples either path at (u, v, lod) per invocation.
+const SAMPLE_VIEW: &str = r#"
 @group(1) @binding(0) var<storage, read> points: array<vec4<f32>>;
 @group(1) @binding(1) var<storage, read_write> colours: array<vec4<f32>>;
 
@@ -611,19 +605,8 @@ fn wgsl_software_sampling_reads_where_residencys_cpu_model_says() {
         let distinct: std::collections::BTreeSet<_> = expected.iter().collect();
         assert!(distinct.len() > 50, "{} distinct atlas texels", distinct.len());
 
-        let source = format!("{}{SOFTWARE_VIEW}", wgsl::prelude(ShaderPath::Software, 0, 0));
-        let module = bridge.device().create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some("software view"),
-            source: wgpu::ShaderSource::Wgsl(source.into()),
-        });
-        let pipeline = bridge.device().create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some("software view"),
-            layout: None,
-            module: &module,
-            entry_point: Some("main"),
-            compilation_options: Default::default(),
-            cache: None,
-        });
+        let source = format!("{}{SAMPLE_VIEW}", wgsl::prelude(ShaderPath::Software, 0, 0));
+        let pipeline = compute_pipeline(bridge, "software view", source);
         let sampler = bridge.device().create_sampler(&wgpu::SamplerDescriptor::default());
         let usage = BufferUsage::STORAGE | BufferUsage::COPY_SRC | BufferUsage::COPY_DST;
         let buffer = |name: &str, bytes: u64| {
@@ -675,6 +658,149 @@ fn wgsl_software_sampling_reads_where_residencys_cpu_model_says() {
             let f = |j: usize| f32::from_le_bytes([c[4 * j], c[4 * j + 1], c[4 * j + 2], c[4 * j + 3]]);
             let byte = |j: usize| (f(j) * 255.0).round() as u32;
             let got = (f(0) >= 0.0).then(|| [byte(0) | byte(1) << 8, byte(2) | byte(3) << 8]);
+            assert_eq!(got, *want, "point {i}: {:?}", points[i]);
+        }
+    });
+}
+
+#[test]
+fn wgsl_hardware_sampling_is_clamped_by_the_min_lod_map() {
+    use residency_wgpu::wgsl::{self, ShaderPath};
+    with_bridge(desc(), |bridge| {
+        // A 64² texture with 7 mips, mip m filled with the value m; a 4 × 4 min-LOD map whose
+        // region (x, y) says min-LOD (x + y) (255, nothing resident, where x + y > 5).
+        let wgpu_device = bridge.device();
+        let usage = wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST;
+        let tex = wgpu_device.create_texture(&wgpu::TextureDescriptor {
+            label: Some("mips"),
+            size: wgpu::Extent3d { width: 64, height: 64, depth_or_array_layers: 1 },
+            mip_level_count: 7,
+            sample_count: 1,
+            dimension: wgpu::TextureDimension::D2,
+            format: wgpu::TextureFormat::Rgba8Unorm,
+            usage,
+            view_formats: &[],
+        });
+        for mip in 0..7u32 {
+            let side = 64 >> mip;
+            let texels = vec![mip as u8; (side * side * 4) as usize];
+            bridge.write_texture(
+                wgpu::TexelCopyTextureInfo {
+                    texture: &tex,
+                    mip_level: mip,
+                    origin: wgpu::Origin3d::ZERO,
+                    aspect: wgpu::TextureAspect::All,
+                },
+                &texels,
+                wgpu::TexelCopyBufferLayout {
+                    offset: 0,
+                    bytes_per_row: Some(side * 4),
+                    rows_per_image: None,
+                },
+                wgpu::Extent3d { width: side, height: side, depth_or_array_layers: 1 },
+            );
+        }
+        let map = wgpu_device.create_texture(&wgpu::TextureDescriptor {
+            label: Some("min-LOD map"),
+            size: wgpu::Extent3d { width: 4, height: 4, depth_or_array_layers: 1 },
+            mip_level_count: 1,
+            sample_count: 1,
+            dimension: wgpu::TextureDimension::D2,
+            format: wgpu::TextureFormat::R32Uint,
+            usage,
+            view_formats: &[],
+        });
+        let min_lod = |x: u32, y: u32| if x + y > 5 { 255 } else { x + y };
+        let words: Vec<u32> = (0..4).flat_map(|y| (0..4).map(move |x| min_lod(x, y))).collect();
+        bridge.write_texture(
+            wgpu::TexelCopyTextureInfo {
+                texture: &map,
+                mip_level: 0,
+                origin: wgpu::Origin3d::ZERO,
+                aspect: wgpu::TextureAspect::All,
+            },
+            bytemuck_bytes(&words),
+            wgpu::TexelCopyBufferLayout { offset: 0, bytes_per_row: Some(16), rows_per_image: None },
+            wgpu::Extent3d { width: 4, height: 4, depth_or_array_layers: 1 },
+        );
+        let mut points = Vec::new();
+        let mut expected = Vec::new();
+        for y in 0..4u32 {
+            for x in 0..4u32 {
+                for lod in 0..7u32 {
+                    points.push([(x as f32 + 0.5) / 4.0, (y as f32 + 0.5) / 4.0, lod as f32, 0.0]);
+                    let m = min_lod(x, y);
+                    expected.push((m != 255).then(|| lod.max(m)));
+                }
+            }
+        }
+
+        let source = format!("{}{SAMPLE_VIEW}", wgsl::prelude(ShaderPath::Hardware, 0, 0));
+        let pipeline = compute_pipeline(bridge, "hardware view", source);
+        let sampler = wgpu_device.create_sampler(&wgpu::SamplerDescriptor::default());
+        let bytes = points.len() as u64 * 16;
+        let buffer = |label| {
+            wgpu_device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: bytes,
+                usage: wgpu::BufferUsages::STORAGE
+                    | wgpu::BufferUsages::COPY_DST
+                    | wgpu::BufferUsages::COPY_SRC,
+                mapped_at_creation: false,
+            })
+        };
+        let (input, output) = (buffer("points"), buffer("colours"));
+        let readback = wgpu_device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("readback"),
+            size: bytes,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let point_words: Vec<u32> = points.iter().flatten().map(|f| f.to_bits()).collect();
+        bridge.write_buffer(&input, 0, bytemuck_bytes(&point_words));
+        let tex_view = tex.create_view(&Default::default());
+        let map_view = map.create_view(&Default::default());
+        let groups = [
+            wgpu_device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: None,
+                layout: &pipeline.get_bind_group_layout(0),
+                entries: &[
+                    wgpu::BindGroupEntry {
+                        binding: 0,
+                        resource: wgpu::BindingResource::TextureView(&tex_view),
+                    },
+                    wgpu::BindGroupEntry { binding: 1, resource: wgpu::BindingResource::Sampler(&sampler) },
+                    wgpu::BindGroupEntry {
+                        binding: 2,
+                        resource: wgpu::BindingResource::TextureView(&map_view),
+                    },
+                ],
+            }),
+            wgpu_device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: None,
+                layout: &pipeline.get_bind_group_layout(1),
+                entries: &[
+                    wgpu::BindGroupEntry { binding: 0, resource: input.as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: 1, resource: output.as_entire_binding() },
+                ],
+            }),
+        ];
+        let mut encoder = wgpu_device.create_command_encoder(&Default::default());
+        {
+            let mut pass = encoder.begin_compute_pass(&Default::default());
+            pass.set_pipeline(&pipeline);
+            pass.set_bind_group(0, &groups[0], &[]);
+            pass.set_bind_group(1, &groups[1], &[]);
+            pass.dispatch_workgroups((points.len() as u32).div_ceil(64), 1, 1);
+        }
+        encoder.copy_buffer_to_buffer(&output, 0, &readback, 0, bytes);
+        bridge.submit([encoder.finish()]).unwrap();
+        readback.slice(..).map_async(wgpu::MapMode::Read, |r| r.unwrap());
+        wgpu_device.poll(wgpu::PollType::wait_indefinitely()).unwrap();
+        let out = readback.slice(..).get_mapped_range().unwrap().to_vec();
+        for (i, (c, want)) in out.chunks(16).zip(&expected).enumerate() {
+            let r = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            let got = (r >= 0.0).then(|| (r * 255.0).round() as u32);
             assert_eq!(got, *want, "point {i}: {:?}", points[i]);
         }
     });
