@@ -157,6 +157,26 @@ fn pipeline(bridge: &Bridge) -> wgpu::ComputePipeline {
     compute_pipeline(bridge, "double", SHADER.into())
 }
 
+/// A compute pass of `pipeline` with `groups` (group `i` at index `i`) over `invocations`
+/// invocations in workgroups of 64, recorded in a new encoder.
+fn record(
+    bridge: &Bridge,
+    pipeline: &wgpu::ComputePipeline,
+    groups: &[&wgpu::BindGroup],
+    invocations: u32,
+) -> wgpu::CommandEncoder {
+    let mut encoder = bridge.device().create_command_encoder(&Default::default());
+    {
+        let mut pass = encoder.begin_compute_pass(&Default::default());
+        pass.set_pipeline(pipeline);
+        for (i, group) in groups.iter().enumerate() {
+            pass.set_bind_group(i as u32, *group, &[]);
+        }
+        pass.dispatch_workgroups(invocations.div_ceil(64), 1, 1);
+    }
+    encoder
+}
+
 /// One dispatch of `pipeline` over `src`, `dst` and `view`, recorded.
 fn encode(
     bridge: &Bridge,
@@ -174,13 +194,7 @@ fn encode(
             wgpu::BindGroupEntry { binding: 2, resource: wgpu::BindingResource::TextureView(view) },
         ],
     });
-    let mut encoder = bridge.device().create_command_encoder(&Default::default());
-    {
-        let mut pass = encoder.begin_compute_pass(&Default::default());
-        pass.set_pipeline(pipeline);
-        pass.set_bind_group(0, &group, &[]);
-        pass.dispatch_workgroups((N / 64) as u32, 1, 1);
-    }
+    let encoder = record(bridge, pipeline, &[&group], N as u32);
     encoder.finish()
 }
 
@@ -463,13 +477,7 @@ fn wgsl_feedback_requests_exactly_the_tiles_of_residencys_cpu_model() {
                 wgpu::BindGroupEntry { binding: 2, resource: input.wgpu().as_entire_binding() },
             ],
         });
-        let mut encoder = bridge.device().create_command_encoder(&Default::default());
-        {
-            let mut pass = encoder.begin_compute_pass(&Default::default());
-            pass.set_pipeline(&pipeline);
-            pass.set_bind_group(0, &group, &[]);
-            pass.dispatch_workgroups((samples.len() as u32).div_ceil(64), 1, 1);
-        }
+        let encoder = record(bridge, &pipeline, &[&group], samples.len() as u32);
         // wgpu waits for the reset upload on the GPU and signals the timeline.
         bridge.wait_for(&device.submitted_work()).unwrap();
         let timeline = bridge.create_timeline("feedback frame").unwrap();
@@ -639,14 +647,7 @@ fn wgsl_software_sampling_reads_where_residencys_cpu_model_says() {
                 wgpu::BindGroupEntry { binding: 1, resource: output.wgpu().as_entire_binding() },
             ],
         });
-        let mut encoder = bridge.device().create_command_encoder(&Default::default());
-        {
-            let mut pass = encoder.begin_compute_pass(&Default::default());
-            pass.set_pipeline(&pipeline);
-            pass.set_bind_group(0, &residency_group, &[]);
-            pass.set_bind_group(1, &io_group, &[]);
-            pass.dispatch_workgroups((points.len() as u32).div_ceil(64), 1, 1);
-        }
+        let encoder = record(bridge, &pipeline, &[&residency_group, &io_group], points.len() as u32);
         let timeline = bridge.create_timeline("software view").unwrap();
         let (_, point) = bridge.submit_signalling([encoder.finish()], &timeline).unwrap();
         for b in [&input, &output] {
@@ -785,14 +786,7 @@ fn wgsl_hardware_sampling_is_clamped_by_the_min_lod_map() {
                 ],
             }),
         ];
-        let mut encoder = wgpu_device.create_command_encoder(&Default::default());
-        {
-            let mut pass = encoder.begin_compute_pass(&Default::default());
-            pass.set_pipeline(&pipeline);
-            pass.set_bind_group(0, &groups[0], &[]);
-            pass.set_bind_group(1, &groups[1], &[]);
-            pass.dispatch_workgroups((points.len() as u32).div_ceil(64), 1, 1);
-        }
+        let mut encoder = record(bridge, &pipeline, &[&groups[0], &groups[1]], points.len() as u32);
         encoder.copy_buffer_to_buffer(&output, 0, &readback, 0, bytes);
         bridge.submit([encoder.finish()]).unwrap();
         readback.slice(..).map_async(wgpu::MapMode::Read, |r| r.unwrap());
