@@ -81,14 +81,14 @@ impl Bridge {
         let value = timeline.last.load(Ordering::Acquire) + 1;
         let semaphore = timeline.timeline.raw();
         // SAFETY: as in `wait_for`; the value is above every value signalled or staged before
-        // (values are given out in order under the submit lock).
+        // (values are given out in order under the submit lock, and a signal wgpu did not
+        // consume is taken back below, also when its submission panics).
         let queue = unsafe { self.queue_ref().as_hal::<Vulkan>() }.ok_or(OpenError::NotVulkan)?;
         queue.add_signal_semaphore(semaphore, Some(value));
         drop(queue);
+        let staged = Staged { queue: self.queue_ref(), semaphore };
         let index = self.queue_ref().submit(buffers);
-        // SAFETY: as above.
-        let queue = unsafe { self.queue_ref().as_hal::<Vulkan>() }.ok_or(OpenError::NotVulkan)?;
-        if queue.remove_signal_semaphore(semaphore) {
+        if staged.take_back() {
             // wgpu made no hal submission (nothing consumed the signal): announce nothing.
             return Err(OpenError::Device("wgpu submitted nothing to signal the timeline".into()));
         }
@@ -97,5 +97,26 @@ impl Bridge {
         // signal in its queue submission).
         unsafe { timeline.timeline.signal_submitted(value) };
         Ok((index, timeline.timeline.at(value)))
+    }
+}
+
+/// A signal staged in wgpu-hal's queue for the next submission, taken back if that submission
+/// did not consume it (or panicked).
+struct Staged<'a> {
+    queue: &'a wgpu::Queue,
+    semaphore: vk::Semaphore,
+}
+
+impl Staged<'_> {
+    /// Takes the signal back if it is still staged; whether it was.
+    fn take_back(&self) -> bool {
+        // SAFETY: the hal queue is only used to remove a staged signal.
+        unsafe { self.queue.as_hal::<Vulkan>() }.is_some_and(|q| q.remove_signal_semaphore(self.semaphore))
+    }
+}
+
+impl Drop for Staged<'_> {
+    fn drop(&mut self) {
+        self.take_back();
     }
 }
