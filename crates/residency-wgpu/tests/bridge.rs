@@ -799,3 +799,55 @@ fn wgsl_hardware_sampling_is_clamped_by_the_min_lod_map() {
         }
     });
 }
+
+#[test]
+fn an_image_residency_wrote_is_imported_in_its_layout_and_read_by_wgpu() {
+    with_bridge(desc(), |bridge| {
+        let device = bridge.residency();
+        let image = device
+            .create_image(&ImageDesc::new_2d(
+                "uploaded tex",
+                Format::R8G8B8A8Unorm,
+                16,
+                16,
+                ImageUsage::SAMPLED | ImageUsage::COPY_DST,
+            ))
+            .unwrap();
+        let uploader = Uploader::new(device, "image upload", 1 << 16).unwrap();
+        let texels: Vec<u8> = (0..256u32).flat_map(|i| [(i % 7) as u8, 0, 0, 255]).collect();
+        device.discard_to_general(&[&image]).unwrap();
+        uploader
+            .write_image(&residency_vulkan::ImageRegion::new(&image, 0, [0, 0, 0], [16, 16, 1]), &texels)
+            .unwrap();
+        uploader.flush().unwrap();
+        let layout = image.layout(0, 0);
+        assert_ne!(layout, Some(ash::vk::ImageLayout::UNDEFINED), "the upload left it in a layout");
+        // Imported with that layout as wgpu's starting state; wgpu's work waits for the upload.
+        let tex = bridge
+            .import_texture(image, wgpu::TextureFormat::Rgba8Unorm, wgpu::TextureUsages::TEXTURE_BINDING)
+            .unwrap();
+        bridge.wait_for(&device.submitted_work()).unwrap();
+        let usage = BufferUsage::STORAGE | BufferUsage::COPY_SRC | BufferUsage::COPY_DST;
+        let buffer = |name: &str| {
+            let b = device.create_buffer(&residency_vulkan::BufferDesc::new(name, N * 4, usage)).unwrap();
+            bridge.import_buffer(b, wgpu::BufferUsages::STORAGE).unwrap()
+        };
+        let (src, dst) = (buffer("zeros"), buffer("result"));
+        uploader.write_buffer(src.residency(), 0, &vec![0u8; (N * 4) as usize]).unwrap();
+        uploader.flush().unwrap();
+        bridge.wait_for(&device.submitted_work()).unwrap();
+        let view = tex.create_view(&Default::default());
+        let timeline = bridge.create_timeline("image frame").unwrap();
+        let commands = encode(bridge, &pipeline(bridge), &src, &dst, &view);
+        let (_, point) = bridge.submit_signalling([commands], &timeline).unwrap();
+        dst.residency().used_until(point).unwrap();
+        src.residency().used_until(point).unwrap();
+        device.wait_until(&point).unwrap();
+        let out = device.read_back(dst.residency(), 0, N * 4).unwrap();
+        for (i, c) in out.chunks(4).enumerate() {
+            let v = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            assert_eq!(v, (i as u32 % 256) % 7, "element {i}");
+        }
+        uploader.destroy().unwrap();
+    });
+}
