@@ -244,7 +244,8 @@ impl Contender for Pool {
     type Handle = Buffer;
 
     fn create(&self, name: &Arc<str>, size: u64) -> Option<Buffer> {
-        let init = BufferInit { name: Arc::clone(name), size, alignment: 0, usage: self.usage };
+        let mut init = BufferInit::new(Arc::clone(name), size);
+        init.usage = self.usage;
         self.pool.init_buffer(&init).ok()
     }
 
