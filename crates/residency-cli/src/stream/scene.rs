@@ -301,7 +301,7 @@ impl Scene {
                 bindings.image_table.context("the streamer has textures")?,
             );
             let mut sets = Vec::new();
-            for t in &bindings.textures {
+            for t in &bindings.textures() {
                 let (texture, map): (ViewRef<'_>, ViewRef<'_>) = match t.views {
                     TextureViews::Hardware { image, min_lod } => (image.into(), min_lod.into()),
                     TextureViews::Software { atlas, indirection } => (atlas.into(), indirection.into()),
@@ -330,9 +330,10 @@ impl Scene {
         if bindings.frame % 2 == 1 {
             passes.reverse();
         }
+        let textures = bindings.textures();
         for (pass, target) in passes {
             target.record(rec, (ts, q + 2 * pass), |rec, target| {
-                let planes = bindings.textures.iter().enumerate().map(|(i, t)| {
+                let planes = textures.iter().enumerate().map(|(i, t)| {
                     let mut push = view.clone();
                     push.extend(bindings.feedback_words(t, pass == 0).iter().flat_map(|w| w.to_le_bytes()));
                     (&sets[i], push)

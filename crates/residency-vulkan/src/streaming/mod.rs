@@ -507,6 +507,31 @@ pub struct StreamerStats {
     /// Frames ended with [`Streamer::abandon_frame`] (their submission failed): their staged
     /// copies were queued again.
     pub frames_abandoned: u64,
+    /// The work of the last `begin_frame`, counted (not timed): it follows what the frame's
+    /// feedback asked for and what changed, not how many textures are registered.
+    pub last_frame_work: FrameWork,
+    /// Textures visited by every frame so far ([`FrameWork::textures_visited`] summed).
+    pub textures_visited: u64,
+    /// Feedback words read by every frame so far ([`FrameWork::feedback_words_read`] summed).
+    pub feedback_words_read: u64,
+}
+
+/// What one `begin_frame` did, counted: the streamer's per-frame cost in units that do not depend
+/// on the machine's speed ([`StreamerStats::last_frame_work`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FrameWork {
+    /// Distinct textures the frame did per-texture work for: those its feedback named (their
+    /// counters), and those with loads started, finished, failed or cancelled, tiles evicted or
+    /// page tables changed. A texture nobody sampled and with nothing pending is not visited.
+    pub textures_visited: u32,
+    /// Textures whose feedback bitsets were decoded: those the frame's shaders marked touched
+    /// (summed over the feedback frames read).
+    pub feedback_images_decoded: u32,
+    /// Words of feedback read back and decoded (header, touched bitset, records, the touched
+    /// textures' bitsets, one pixel counter per request).
+    pub feedback_words_read: u64,
+    /// Feedback requests given to the manager.
+    pub requests: u32,
 }
 
 /// When a unit became resident, for request-to-resident latency in time: the renderer maps the
@@ -592,14 +617,24 @@ pub struct FrameBindings<'a> {
     pub image_table: Option<&'a Buffer>,
     /// The layout of both.
     pub layout: Option<&'a FeedbackLayout>,
-    /// The textures, in feedback-slot order.
-    pub textures: Vec<TextureBinding<'a>>,
+    /// The textures, by id ([`FrameBindings::textures`] lists them in feedback-slot order).
+    all: AllTextures<'a>,
     /// Which pixels write feedback this frame (push it to the shader: `feedbackPixelWrites`).
     pub sampling: FeedbackSampling,
     /// Whether this frame writes feedback at all (`sampling`'s interval; false while no texture
     /// is added): shaders skip their feedback writes when it is false.
     pub feedback_active: bool,
     ctx: FrameContext<'a>,
+}
+
+/// The streamer's textures, for [`FrameBindings`] (which lists them only when asked).
+#[derive(Clone, Copy)]
+struct AllTextures<'a>(&'a HashMap<ImageId, Texture>);
+
+impl std::fmt::Debug for AllTextures<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} textures", self.0.len())
+    }
 }
 
 /// The device feature a streamer with these `readers` on `path` needs and `features` lacks, with
@@ -651,10 +686,29 @@ struct FrameContext<'a> {
     recorded_floor: &'a std::sync::Mutex<Vec<(residency_core::sync::ClockId, u64)>>,
 }
 
-impl FrameBindings<'_> {
-    /// The binding of `texture` (`None`: not one of the streamer's textures now).
-    pub fn texture(&self, texture: &VirtualTexture) -> Option<&TextureBinding<'_>> {
-        self.textures.iter().find(|t| t.id == texture.id)
+impl<'a> FrameBindings<'a> {
+    /// The textures, in feedback-slot order (the slot is the shader's `imageSlot`). Built on each
+    /// call, for every texture: call it when [`generation`](Self::generation) changed (descriptor
+    /// sets made for a generation stay valid until it does), not every frame.
+    pub fn textures(&self) -> Vec<TextureBinding<'a>> {
+        let Some(layout) = self.layout else { return Vec::new() };
+        layout
+            .images()
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, i)| Some(self.binding(i.image, slot as u16, self.all.0.get(&i.image)?)))
+            .collect()
+    }
+
+    /// The binding of `texture` (`None`: not one of the streamer's textures now); a lookup, not a
+    /// walk of the textures.
+    pub fn texture(&self, texture: &VirtualTexture) -> Option<TextureBinding<'a>> {
+        let slot = self.layout?.slot_of(texture.id)?;
+        Some(self.binding(texture.id, slot, self.all.0.get(&texture.id)?))
+    }
+
+    fn binding(&self, id: ImageId, slot: u16, t: &'a Texture) -> TextureBinding<'a> {
+        TextureBinding { id, name: &t.name, feedback_slot: slot, views: t.views() }
     }
 
     /// The feedback words of the shipped `vt_quad` fragment shaders' push constants for drawing
@@ -855,6 +909,26 @@ pub struct Streamer {
     feedback_frames: std::collections::VecDeque<FeedbackFrame>,
     /// Ids of texture handles dropped without `remove_texture`.
     dropped: Arc<std::sync::Mutex<Vec<ImageId>>>,
+    /// Textures whose [`TextureStats::requests`] and `pixels` the last feedback read set: reset
+    /// at the next read (not every texture's).
+    requested: Vec<ImageId>,
+    /// The textures the current `begin_frame` visited ([`FrameWork::textures_visited`]).
+    visited: std::collections::HashSet<ImageId>,
+}
+
+impl Drop for Streamer {
+    fn drop(&mut self) {
+        // The frames that may still sample the textures: their objects outlive them (a frame
+        // declares nothing per texture; a removed texture is given the running frames at its
+        // removal, and these are the last ones).
+        let running = self.running_frames();
+        for texture in self.textures.values() {
+            for &until in &running {
+                // Another device's use cannot be among the frames (`end_frame` checked it).
+                let _ = texture.used_until(until);
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Streamer {
@@ -955,6 +1029,8 @@ impl Streamer {
             latencies: Default::default(),
             feedback_frames: Default::default(),
             dropped: Arc::default(),
+            requested: Vec::new(),
+            visited: Default::default(),
             desc: StreamerDesc { frames_in_flight, ..desc },
         })
     }
@@ -1371,6 +1447,13 @@ impl Streamer {
             self.pending.remove(&key);
             self.cancelled.push(key);
         }
+        // The frames that may still sample it (frames declare nothing per texture, so that a
+        // frame's cost does not grow with the textures registered): its objects outlive them.
+        if let Some(texture) = &removed {
+            for until in self.running_frames() {
+                texture.used_until(until)?;
+            }
+        }
         // Dropped here: destroyed once the declared frame uses and residency's own work (the
         // unbind above included) are done.
         drop(removed);
@@ -1458,6 +1541,14 @@ impl Streamer {
             &FrameInput { frame: self.tick, requests, loaded: &loaded, failed: &failed },
             requested_in,
         )?;
+        let keys =
+            loaded.iter().chain(&failed).chain(&out.cancelled).chain(&out.resident).chain(&out.evicted);
+        for key in keys.chain(out.loads.iter().map(|l| &l.key)) {
+            self.visited.insert(key.image);
+        }
+        for change in &out.changes {
+            self.visited.insert(change.image);
+        }
         for &key in &out.cancelled {
             self.loader.cancel(&key);
             self.pending.remove(&key);
@@ -1613,10 +1704,16 @@ impl Streamer {
         }
         let active = self.desc.sampling.frame_active(frame);
         let step = self.ring.begin_frame(frame, gpu_completed, active);
-        for t in self.textures.values_mut().map(|t| &mut t.stats) {
-            t.requests = 0;
-            t.pixels = 0;
+        let mut work = FrameWork::default();
+        self.visited.clear();
+        let mut requested = std::mem::take(&mut self.requested);
+        for id in requested.drain(..) {
+            if let Some(t) = self.textures.get_mut(&id).map(|t| &mut t.stats) {
+                t.requests = 0;
+                t.pixels = 0;
+            }
         }
+        self.requested = requested;
         let mut oldest = None;
         for &(slot_index, f) in &step.read {
             let Some(slot) = self.slots[slot_index].as_mut() else { continue };
@@ -1624,29 +1721,37 @@ impl Streamer {
             if sf != f {
                 continue;
             }
-            // The header, records and bitsets; of the pixel counters only the requested tiles'.
-            let mut bytes = vec![0u8; slot.layout.prefix_bytes() as usize];
-            slot.feedback.read(0, &mut bytes)?;
+            // Only what the frame wrote: the header, the touched bitset, the records, the touched
+            // textures' bitsets and the requested tiles' pixel counters.
             let (feedback, mut failed) = (&slot.feedback, None);
-            let decoded = slot.layout.decode_prefix(&bytes, f, |w| {
-                let mut word = [0u8; 4];
-                if let Err(e) = feedback.read(u64::from(w) * 4, &mut word) {
+            let mut bytes = Vec::new();
+            let decoded = slot.layout.decode_with(f, |start, out| {
+                bytes.resize(out.len() * 4, 0);
+                if let Err(e) = feedback.read(u64::from(start) * 4, &mut bytes) {
                     failed.get_or_insert(e);
                 }
-                u32::from_le_bytes(word)
+                for (w, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                    *w = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                }
             })?;
             if let Some(e) = failed {
                 return Err(e.into());
             }
+            work.feedback_images_decoded += decoded.images_visited;
+            work.feedback_words_read += decoded.words_read;
             self.stats.feedback_frames_read += 1;
             self.stats.feedback_overflows += u64::from(decoded.overflowed);
             let mut summary =
                 FeedbackFrame { frame: f, misses: 0, warnings: 0, overflowed: decoded.overflowed };
             for r in &decoded.requests {
                 if let Some(t) = self.textures.get_mut(&r.image).map(|t| &mut t.stats) {
+                    if t.requests == 0 {
+                        self.requested.push(r.image);
+                    }
                     t.requests += 1;
                     t.pixels += u64::from(r.pixels);
                 }
+                self.visited.insert(r.image);
                 match r.kind {
                     RequestKind::Miss => summary.misses += 1,
                     _ => summary.warnings += 1,
@@ -1665,7 +1770,13 @@ impl Streamer {
             self.requested_in = tick;
         }
         let requests = std::mem::take(&mut self.requests);
-        self.tick(&requests, self.requested_in.max(1), Some(frame))?;
+        work.requests = requests.len() as u32;
+        let ticked = self.tick(&requests, self.requested_in.max(1), Some(frame));
+        work.textures_visited = self.visited.len() as u32;
+        self.stats.textures_visited += u64::from(work.textures_visited);
+        self.stats.feedback_words_read += work.feedback_words_read;
+        self.stats.last_frame_work = work;
+        ticked?;
 
         // This frame's slot: buffers for the current layout (reset by the frame's recording).
         if let Some(layout) = self.layout.clone() {
@@ -1712,17 +1823,6 @@ impl Streamer {
             }
             _ => None,
         };
-        let mut textures: Vec<TextureBinding<'_>> = self
-            .textures
-            .iter()
-            .map(|(&id, t)| TextureBinding {
-                id,
-                name: &t.name,
-                feedback_slot: slot.and_then(|s| s.layout.slot_of(id)).unwrap_or(u16::MAX),
-                views: t.views(),
-            })
-            .collect();
-        textures.sort_unstable_by_key(|t| t.feedback_slot);
         FrameBindings {
             frame: self.frame,
             slot: index,
@@ -1735,7 +1835,7 @@ impl Streamer {
             feedback: slot.map(|s| &s.feedback),
             image_table: slot.map(|s| &s.table),
             layout: slot.map(|s| &*s.layout),
-            textures,
+            all: AllTextures(&self.textures),
             sampling: self.desc.sampling,
             feedback_active: slot.is_some() && self.desc.sampling.frame_active(self.frame),
             ctx: FrameContext {
@@ -1809,9 +1909,6 @@ impl Streamer {
         // residency submitted until now covers it: its objects are kept and later unbinds wait
         // for that, as for a frame in flight. (Nothing is read back from it.)
         let until = self.device.submitted_work();
-        for texture in self.textures.values() {
-            texture.used_until(until)?;
-        }
         if let Some(heaps) = &self.heaps {
             heaps.used_until(until)?;
         }
@@ -1859,9 +1956,8 @@ impl Streamer {
             }
         }
         let index = (self.frame % self.slots.len() as u64) as usize;
-        for texture in self.textures.values() {
-            texture.used_until(until)?;
-        }
+        // Per texture nothing: the frame is one of `frame_uses`, which a removed texture is given
+        // (`remove_id`), as are the textures left when the streamer is dropped.
         if let Some(heaps) = &self.heaps {
             heaps.used_until(until)?;
         }
