@@ -1543,11 +1543,11 @@ impl Streamer {
         )?;
         let keys =
             loaded.iter().chain(&failed).chain(&out.cancelled).chain(&out.resident).chain(&out.evicted);
-        for key in keys.chain(out.loads.iter().map(|l| &l.key)) {
-            self.visited.insert(key.image);
-        }
-        for change in &out.changes {
-            self.visited.insert(change.image);
+        let images = keys.chain(out.loads.iter().map(|l| &l.key)).map(|k| k.image);
+        for image in images.chain(out.changes.iter().map(|c| c.image)) {
+            if self.textures.contains_key(&image) {
+                self.visited.insert(image);
+            }
         }
         for &key in &out.cancelled {
             self.loader.cancel(&key);
@@ -1750,8 +1750,8 @@ impl Streamer {
                     }
                     t.requests += 1;
                     t.pixels += u64::from(r.pixels);
+                    self.visited.insert(r.image);
                 }
-                self.visited.insert(r.image);
                 match r.kind {
                     RequestKind::Miss => summary.misses += 1,
                     _ => summary.warnings += 1,
