@@ -534,6 +534,41 @@ pub struct FrameWork {
     pub requests: u32,
 }
 
+/// Residency's own memory behind a streamer's textures, apart from their texels (the tile heaps
+/// or atlases: [`Streamer::backing_bytes`]): what virtual size and texture count cost
+/// ([`Streamer::overhead`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StreamerOverhead {
+    /// Textures counted.
+    pub textures: u64,
+    /// Host memory of the manager's page tables: entries, residency bits, the CPU min-LOD map and
+    /// the region covers behind it (`PageTable::memory_bytes`).
+    pub page_table_bytes: u64,
+    /// Device memory of the maps the shaders read: the min-LOD maps (hardware) or the indirection
+    /// textures (software).
+    pub map_bytes: u64,
+    /// Host-visible memory of the feedback buffers and image tables of every ring slot.
+    pub feedback_bytes: u64,
+    /// The host-visible staging ring.
+    pub staging_bytes: u64,
+}
+
+impl StreamerOverhead {
+    /// Everything together.
+    pub fn total_bytes(&self) -> u64 {
+        self.page_table_bytes + self.map_bytes + self.feedback_bytes + self.staging_bytes
+    }
+
+    /// [`total_bytes`](Self::total_bytes) over the textures (0 without textures).
+    pub fn per_texture_bytes(&self) -> f64 {
+        if self.textures == 0 {
+            0.0
+        } else {
+            self.total_bytes() as f64 / self.textures as f64
+        }
+    }
+}
+
 /// When a unit became resident, for request-to-resident latency in time: the renderer maps the
 /// frames to its GPU timestamps (the end of the requesting frame's feedback writes, the start of
 /// the first frame that samples the unit).
@@ -1107,6 +1142,25 @@ impl Streamer {
                 self.atlases.values().map(|a| a.memory_bytes()).sum::<u64>() + indirections
             }
         }
+    }
+
+    /// Residency's own memory behind the textures now, apart from their texels: page tables,
+    /// min-LOD maps or indirection textures, feedback buffers and image tables, staging. A walk
+    /// of the textures (a report, not a per-frame call).
+    pub fn overhead(&self) -> StreamerOverhead {
+        let mut o = StreamerOverhead {
+            textures: self.textures.len() as u64,
+            staging_bytes: self.uploader.staging_capacity(),
+            ..StreamerOverhead::default()
+        };
+        for (id, texture) in &self.textures {
+            o.map_bytes += texture.map_bytes();
+            o.page_table_bytes += self.manager.residency(*id).map_or(0, |r| r.page_table().memory_bytes());
+        }
+        for slot in self.slots.iter().flatten() {
+            o.feedback_bytes += slot.feedback.size() + slot.table.size();
+        }
+        o
     }
 
     /// The staging ring's bytes in use and batches in flight ([`Uploader::staging_in_use`]).
