@@ -714,6 +714,9 @@ struct FrameContext<'a> {
     readers: vk::PipelineStageFlags2,
     /// The feedback header for this frame, unless the CPU wrote the whole buffer.
     header: Option<Vec<u8>>,
+    /// The byte ranges of the feedback buffer to zero before the frame: what the slot's last
+    /// frame wrote (`None`: all of it after the header).
+    clear: Option<Vec<(u64, u64)>>,
     recorded: &'a AtomicBool,
     /// The device's universal timeline value submitted when the frame was recorded.
     recorded_after: &'a AtomicU64,
@@ -839,8 +842,18 @@ impl<'a> FrameBindings<'a> {
         if let (true, Some(feedback), Some(header)) = (self.feedback_active, self.feedback, &ctx.header) {
             let size = self.layout.map_or(0, |l| l.buffer_bytes());
             let header_bytes = header.len() as u64;
-            if size > header_bytes {
-                rec.fill_buffer(feedback, header_bytes, size - header_bytes, 0)?;
+            match &ctx.clear {
+                // Only what the slot's last frame wrote: the reset follows the frame's feedback,
+                // not the buffer's size (every texture's bitsets and counters).
+                Some(ranges) => {
+                    for &(offset, bytes) in ranges {
+                        rec.fill_buffer(feedback, offset, bytes, 0)?;
+                    }
+                }
+                None if size > header_bytes => {
+                    rec.fill_buffer(feedback, header_bytes, size - header_bytes, 0)?
+                }
+                None => {}
             }
             rec.update_buffer(feedback, 0, header)?;
         }
@@ -864,6 +877,43 @@ struct Slot {
     generation: u64,
     /// The frame written here, its manager tick and the end of its GPU work.
     submitted: Option<(u64, u64, GpuUse)>,
+    /// The byte ranges (past the header) the last frame written here may have written, known
+    /// once its feedback was decoded: the next reset zeroes only these. `None`: unknown (a new
+    /// buffer, an abandoned frame, a read that failed): the whole buffer is reset.
+    written: Option<Vec<(u64, u64)>>,
+}
+
+/// The byte ranges past the header that the feedback `decoded` (written in a buffer of
+/// `layout`) occupies: the records, the touched bitset, and the bitsets and counters of each
+/// image it names (every touched image has a request).
+fn written_ranges(
+    layout: &FeedbackLayout,
+    decoded: &residency_core::streaming::DecodedFeedback,
+) -> Vec<(u64, u64)> {
+    use residency_core::streaming::{FEEDBACK_KINDS, HEADER_WORDS, NO_COUNTS};
+    let words = |start: u32, len: u64| (u64::from(start) * 4, len * 4);
+    let records = u64::from(decoded.records.min(layout.desc().record_capacity));
+    let mut ranges = vec![words(layout.touched_offset(), u64::from(layout.touched_words()))];
+    if records > 0 {
+        ranges.push(words(HEADER_WORDS, 2 * records));
+    }
+    let mut last = None;
+    for r in &decoded.requests {
+        // Sorted by image: each image once.
+        if last == Some(r.image) {
+            continue;
+        }
+        last = Some(r.image);
+        let Some(img) = layout.slot_of(r.image).and_then(|s| layout.images().get(usize::from(s))) else {
+            continue;
+        };
+        ranges.push(words(img.bits_offset, u64::from(FEEDBACK_KINDS * img.bit_words)));
+        if img.counts_offset != NO_COUNTS {
+            ranges.push(words(img.counts_offset, u64::from(FEEDBACK_KINDS) * u64::from(img.tile_count)));
+        }
+    }
+    ranges.retain(|&(_, bytes)| bytes > 0);
+    ranges
 }
 
 /// A finished load's tiles `(mip, x, y)` and their texels.
@@ -910,6 +960,8 @@ pub struct Streamer {
     /// reported to the manager as failed at the next tick, which ignores them.
     cancelled: Vec<TileKey>,
     layout: Option<Arc<FeedbackLayout>>,
+    /// The textures or their settings changed since `layout` was made (`current_layout`).
+    layout_stale: bool,
     generation: u64,
     ring: FeedbackRing,
     slots: Vec<Option<Slot>>,
@@ -1042,6 +1094,7 @@ impl Streamer {
             pending: HashMap::new(),
             cancelled: Vec::new(),
             layout: None,
+            layout_stale: false,
             generation: 0,
             ring: FeedbackRing::new(frames_in_flight),
             slots: (0..frames_in_flight).map(|_| None).collect(),
@@ -1361,6 +1414,14 @@ impl Streamer {
             name,
             sources,
         )?;
+        // What the feedback layout (built at the next frame) would refuse, refused now.
+        let mips = texture.layout.first_tail_lod();
+        if mips > residency_core::streaming::MAX_FEEDBACK_MIPS {
+            return Err(FeedbackError::TooManyMips { image: id, mips }.into());
+        }
+        if self.textures.len() >= residency_core::streaming::MAX_FEEDBACK_IMAGES {
+            return Err(FeedbackError::TooManyImages { images: self.textures.len() + 1 }.into());
+        }
         self.next_id += 1;
         self.manager.register_image(id, &texture.layout)?;
         self.textures.insert(id, texture);
@@ -1514,14 +1575,26 @@ impl Streamer {
         self.refresh_layout()
     }
 
+    /// The textures or their feedback settings changed: the next frame lays the feedback out
+    /// again (once, however many textures were added or removed since: a registration does not
+    /// walk the others).
     fn refresh_layout(&mut self) -> Result<(), StreamError> {
         self.generation += 1;
-        self.layout = if self.textures.is_empty() {
-            None
-        } else {
-            Some(Arc::new(self.manager.feedback_layout(self.desc.feedback)?))
-        };
+        self.layout_stale = true;
         Ok(())
+    }
+
+    /// Lays the feedback out for the textures now, when they changed since the last time.
+    fn current_layout(&mut self) -> Result<Option<Arc<FeedbackLayout>>, StreamError> {
+        if self.layout_stale {
+            self.layout = if self.textures.is_empty() {
+                None
+            } else {
+                Some(Arc::new(self.manager.feedback_layout(self.desc.feedback)?))
+            };
+            self.layout_stale = false;
+        }
+        Ok(self.layout.clone())
     }
 
     /// The ends of the frames that may still run (what an unbind waits for on the GPU).
@@ -1773,10 +1846,13 @@ impl Streamer {
             let Some(slot) = self.slots[slot_index].as_mut() else { continue };
             let Some((sf, tick, _)) = slot.submitted.take() else { continue };
             if sf != f {
+                slot.written = None;
                 continue;
             }
             // Only what the frame wrote: the header, the touched bitset, the records, the touched
             // textures' bitsets and the requested tiles' pixel counters.
+            // Until decoded, what the frame wrote is unknown: a failed read resets the whole slot.
+            slot.written = None;
             let (feedback, mut failed) = (&slot.feedback, None);
             let mut bytes = Vec::new();
             let decoded = slot.layout.decode_with(f, |start, out| {
@@ -1791,6 +1867,7 @@ impl Streamer {
             if let Some(e) = failed {
                 return Err(e.into());
             }
+            slot.written = Some(written_ranges(&slot.layout, &decoded));
             work.feedback_images_decoded += decoded.images_visited;
             work.feedback_words_read += decoded.words_read;
             self.stats.feedback_frames_read += 1;
@@ -1833,7 +1910,7 @@ impl Streamer {
         ticked?;
 
         // This frame's slot: buffers for the current layout (reset by the frame's recording).
-        if let Some(layout) = self.layout.clone() {
+        if let Some(layout) = self.current_layout()? {
             let fresh = self.slots[index].as_ref().is_none_or(|s| s.generation != self.generation);
             if fresh {
                 self.slots[index] = Some(self.make_slot(index, layout)?);
@@ -1866,7 +1943,7 @@ impl Streamer {
             .with_intent(MemoryIntent::Upload),
         )?;
         table.write(0, &words.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<_>>())?;
-        Ok(Slot { feedback, table, layout, generation: self.generation, submitted: None })
+        Ok(Slot { feedback, table, layout, generation: self.generation, submitted: None, written: None })
     }
 
     fn bindings(&self, index: usize) -> FrameBindings<'_> {
@@ -1898,6 +1975,7 @@ impl Streamer {
                 bind_wait: self.bind_wait,
                 readers: self.desc.readers,
                 header,
+                clear: slot.and_then(|s| s.written.clone()),
                 recorded: &self.recorded,
                 recorded_after: &self.recorded_after,
                 recorded_floor: &self.recorded_floor,
@@ -1970,6 +2048,8 @@ impl Streamer {
             slot.feedback.used_until(until)?;
             slot.table.used_until(until)?;
             slot.submitted = None;
+            // It may have run after all and written anything: the next reset clears it all.
+            slot.written = None;
         }
         self.frame_uses.push(until);
         if !requeued {
