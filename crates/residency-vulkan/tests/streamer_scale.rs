@@ -173,3 +173,56 @@ fn a_frames_work_follows_what_it_sampled_not_the_1024_textures_registered() {
         assert_eq!(streamer.texture_count(), 0);
     });
 }
+
+/// A feedback slot is reset only where its last frame wrote (the records, the touched bitset, the
+/// touched textures' bitsets and counters), and that is everything it wrote: after a frame whose
+/// feedback named 3 of 64 textures, the next frame on the same slot (one in flight) leaves the
+/// whole buffer zero but its header — with the records kept, and after an overflow (bitsets
+/// scanned). The CPU writes the first frame's feedback in the shader's protocol.
+#[test]
+fn a_feedback_slot_is_reset_where_its_last_frame_wrote_and_nothing_stays() {
+    for capacity in [4096, 8] {
+        with_gpu(|set| {
+            let device = Arc::clone(&set.devices()[0]);
+            let mut desc = StreamerDesc::default()
+                .with_name("reset streamer")
+                .with_frames_in_flight(1)
+                .with_budget_tiles(512)
+                .with_workers(1);
+            desc.feedback.record_capacity = capacity;
+            let mut streamer = Streamer::new(&device, desc).unwrap();
+            let textures: Vec<VirtualTexture> = (0..64)
+                .map(|i| streamer.add_texture(&format!("reset {i}"), source("reset")).unwrap())
+                .collect();
+            let commands = CommandContext::new(&device, "reset frames").unwrap();
+            let wanted: Vec<TileKey> =
+                [3, 17, 40].iter().flat_map(|&i| mip0(&streamer, &textures[i])).collect();
+            common::cpu_feedback_frame(&mut streamer, &commands, &wanted);
+            let bindings = streamer.begin_frame().unwrap();
+            let frame = bindings.frame;
+            let submission = commands.submit(&[], |rec| bindings.record(rec, |_| ()).unwrap()).unwrap();
+            commands.wait_for(&submission).unwrap();
+            let layout = bindings.layout.unwrap();
+            let mut bytes = vec![0u8; layout.buffer_bytes() as usize];
+            bindings.feedback.unwrap().read(0, &mut bytes).unwrap();
+            let header = layout.header_words(frame);
+            drop(bindings);
+            streamer.end_frame(submission.gpu_use()).unwrap();
+            let work = streamer.stats().last_frame_work;
+            assert_eq!(
+                (work.feedback_images_decoded, work.requests),
+                (3, 12),
+                "capacity {capacity}: {work:?}"
+            );
+            let words: Vec<u32> =
+                bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            assert_eq!(words[..4], header, "capacity {capacity}");
+            let stale: Vec<usize> = (4..words.len()).filter(|&i| words[i] != 0).collect();
+            assert!(
+                stale.is_empty(),
+                "capacity {capacity}: words {stale:?} of the last frame were not reset"
+            );
+            drop(textures);
+        });
+    }
+}
