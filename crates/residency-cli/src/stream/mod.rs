@@ -338,6 +338,7 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
         gpu_reference_ms_mean: gpu_of(2),
         streamer_cpu_ms_mean: mean(&streamer_ms),
         streamer_cpu_ms_p99: percentile(&streamer_ms, 99.0),
+        streamer_cpu_ms_p50: percentile(&streamer_ms, 50.0),
         psnr_cpu_ms_mean: mean(&done.psnr_ms),
         cpu_ms_mean: mean(&cpu_ms),
         psnr_db_run: psnr_of(done.mse_sum / done.psnr.len().max(1) as f64),

@@ -52,6 +52,9 @@ pub struct StreamReport {
     /// binds, staging; its part of the recording; end_frame), ms.
     pub streamer_cpu_ms_mean: f64,
     pub streamer_cpu_ms_p99: f64,
+    /// The median frame's streamer CPU time: the steady state (the first frame of each ring slot
+    /// after textures were added lays the feedback out for all of them and makes its buffers).
+    pub streamer_cpu_ms_p50: f64,
     /// The PSNR comparison per frame (read-back, MSE), timed apart, ms.
     pub psnr_cpu_ms_mean: f64,
     /// Mean CPU time per frame, waits and the PSNR comparison excluded, ms.
