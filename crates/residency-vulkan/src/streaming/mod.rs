@@ -30,9 +30,11 @@
 //!    adds the waits the recording asks for).
 //! 3. [`Streamer::end_frame`] with the [`GpuUse`] that ends the frame's GPU work
 //!    ([`Submission::gpu_use`](crate::Submission::gpu_use), or a point of a renderer timeline):
-//!    the streamer reads that frame's feedback once it has passed, declares it on every object
-//!    the frame samples (a removed texture or a replaced buffer is destroyed only after it), and
-//!    waits for it on the GPU before unbinding anything it may sample.
+//!    the streamer reads that frame's feedback once it has passed, declares it on the tile heaps
+//!    and the frame's feedback buffers, keeps it among the frames in flight (a texture removed
+//!    while it may still run is given it then, so its objects are destroyed only after it: no
+//!    per-texture work per frame), and waits for it on the GPU before unbinding anything it may
+//!    sample.
 //!
 //! A frame that was not recorded (the renderer skipped it) writes no feedback; its staged copies
 //! go into the next recorded frame, before that frame's draws.
