@@ -12,7 +12,9 @@ use crate::error::VulkanError;
 use crate::error::{ErrorClass, ResidencyError};
 use crate::error::{ForeignReason, ForeignResource};
 use crate::format_map::vk_buffer_usage;
-use crate::memory::placement::{DedicatedTarget, PlaceRequest};
+use crate::memory::placement::{
+    DedicatedTarget, ExistingAllocationInfo, PlaceRequest, PlacedWith, PlacementPolicy,
+};
 use crate::resources::Unused;
 use ash::vk;
 use residency_core::allocator::ResourceKind;
@@ -56,6 +58,10 @@ pub struct BufferDesc {
     /// belongs to a whole `VkDeviceMemory`, so a resource that asks for one gets memory of its
     /// own; without the extension it is checked and otherwise ignored.
     pub priority: Option<f32>,
+    /// Its own alignment rules, over the device's ([`PlacementPolicy`]: D3D12's per-resource
+    /// `USE_TIGHT_ALIGNMENT`; `None`, the default: the device's). Its own `Tight` on a device
+    /// without tight support is [`MemoryError::Placement`].
+    pub policy: Option<PlacementPolicy>,
 }
 
 impl BufferDesc {
@@ -70,7 +76,14 @@ impl BufferDesc {
             committed: false,
             allow_over_budget: false,
             priority: None,
+            policy: None,
         }
+    }
+
+    /// Sets its own alignment rules (see [`BufferDesc::policy`]).
+    pub fn with_policy(mut self, policy: PlacementPolicy) -> Self {
+        self.policy = Some(policy);
+        self
     }
 
     /// Sets the memory priority (see the `priority` field).
@@ -135,6 +148,8 @@ pub struct Buffer {
     copy_pending: Option<GpuUse>,
     /// The application's own word (VMA's `pUserData`), kept across defragmentation moves.
     user_data: u64,
+    /// The rules it was placed with (kept across defragmentation moves, which keep its alignment).
+    placed_with: PlacedWith,
 }
 
 /// The `VkBuffer` a [`Buffer`] is.
@@ -210,6 +225,8 @@ pub(crate) struct BufferParts {
     pub(crate) pool: Option<u64>,
     /// Whether defragmentation may move it.
     pub(crate) movable: bool,
+    /// The rules it was placed with.
+    pub(crate) placed_with: PlacedWith,
 }
 
 /// A defragmentation move of a [`Buffer`] ([`Buffer::rebind`]): its new place, in memory of the
@@ -274,8 +291,20 @@ impl Buffer {
     /// its life (which releases `parts.object`'s own `VkBuffer` and `parts.owner`, and keeps
     /// `parts.parent` alive) and a fresh state-tracking id.
     pub(crate) fn new(parts: BufferParts) -> Buffer {
-        let BufferParts { device, name, size, usage, object, owner, parent, memory, coherent, pool, movable } =
-            parts;
+        let BufferParts {
+            device,
+            name,
+            size,
+            usage,
+            object,
+            owner,
+            parent,
+            memory,
+            coherent,
+            pool,
+            movable,
+            placed_with,
+        } = parts;
         let id = device.ledger().track("buffer", Arc::clone(&name));
         let life = Life::new(device, Garbage::Buffer { raw: object.own(), memory: owner, id }, parent);
         Buffer {
@@ -291,6 +320,7 @@ impl Buffer {
             movable,
             copy_pending: None,
             user_data: 0,
+            placed_with,
         }
     }
 
@@ -347,6 +377,14 @@ impl Buffer {
     /// How its memory was obtained.
     pub fn placement(&self) -> BufferPlacement {
         self.object.placement()
+    }
+
+    /// What it was placed with (the seed's `CheckExistingResourceAllocationInfo`): placed or
+    /// committed, tight or legacy, the rules' size and alignment, its memory and offset there.
+    /// A range of a known-flags pool's page reports the range (tight, at its usage's floors).
+    pub fn existing_allocation_info(&self) -> ExistingAllocationInfo {
+        let committed = matches!(self.object, BufferObject::Committed(_));
+        self.placed_with.existing(committed, self.memory.memory, self.memory.offset)
     }
 
     /// The device it lives on.
@@ -658,6 +696,7 @@ impl Device {
             priority: desc.priority,
             image: None,
             target: DedicatedTarget::Buffer(raw),
+            policy: desc.policy,
         };
         let placed = self.place_for_usage(&request, Some(desc.usage))?;
         if let Err(e) = bind_buffer(self, raw_guard.disarm(), placed.memory, placed.offset) {
@@ -681,6 +720,7 @@ impl Device {
             coherent: placed.coherent,
             pool: None,
             movable: true,
+            placed_with: placed.with,
         }))
     }
 
