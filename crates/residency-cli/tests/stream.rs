@@ -87,14 +87,17 @@ fn frames_in_flight_stream_the_same_tiles_and_wait_before_unbinds_on(path: &str)
     std::fs::remove_dir_all(file.parent().unwrap()).unwrap();
 }
 
+/// `residency stream FILE ARGS…`, which must fail: its standard error.
+fn stream_error(file: &std::path::Path, args: &[&str]) -> String {
+    let output =
+        Command::new(env!("CARGO_BIN_EXE_residency")).arg("stream").arg(file).args(args).output().unwrap();
+    assert!(!output.status.success());
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
 #[test]
 fn a_missing_file_is_a_clear_error() {
-    let output = Command::new(env!("CARGO_BIN_EXE_residency"))
-        .args(["stream", "/nonexistent/terrain.rvt", "--frames", "1"])
-        .output()
-        .unwrap();
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = stream_error("/nonexistent/terrain.rvt".as_ref(), &["--frames", "1"]);
     assert!(stderr.contains("/nonexistent/terrain.rvt"), "error should name the file: {stderr}");
 }
 
@@ -334,14 +337,7 @@ fn software_path_references_and_size_run_past_the_references_memory() {
 #[test]
 fn a_size_that_is_not_the_file_times_a_power_of_two_is_a_clear_error() {
     let Some(file) = build_texture("bad-size") else { return };
-    let output = Command::new(env!("CARGO_BIN_EXE_residency"))
-        .arg("stream")
-        .arg(&file)
-        .args(["--frames", "1", "--size", "3000"])
-        .output()
-        .unwrap();
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = stream_error(&file, &["--frames", "1", "--size", "3000"]);
     assert!(stderr.contains("--size 3000"), "the error names the option: {stderr}");
     std::fs::remove_dir_all(file.parent().unwrap()).unwrap();
 }
