@@ -302,10 +302,10 @@ fn record_eye(
     let view = eye_view(eye);
     let (set, slot) = ds.ground_set.as_ref().map(|(_, s, slot)| (s, *slot)).ok_or("no ground set")?;
     let words = bindings
-        .textures
-        .iter()
+        .textures()
+        .into_iter()
         .find(|t| t.feedback_slot == slot)
-        .map_or([0; 8], |t| bindings.feedback_words(t, true));
+        .map_or([0; 8], |t| bindings.feedback_words(&t, true));
     let push: Vec<u8> = view.iter().copied().chain(words.into_iter().flat_map(u32::to_le_bytes)).collect();
     let target = &mut ds.targets[eye];
     target.declare(rec, &[(0, Use::ColorAttachmentWrite)], true)?;

@@ -357,7 +357,7 @@ pub(crate) fn plane_sets(
     textures
         .iter()
         .map(|texture| {
-            let t = bindings.textures.iter().find(|t| t.id == texture.id()).ok_or("a texture not bound")?;
+            let t = bindings.texture(texture).ok_or("a texture not bound")?;
             let (image, map): (ViewRef<'_>, ViewRef<'_>) = match t.views {
                 TextureViews::Hardware { image, min_lod } => (image.into(), min_lod.into()),
                 TextureViews::Software { atlas, indirection } => (atlas.into(), indirection.into()),
@@ -376,8 +376,8 @@ pub(crate) fn plane_sets(
 /// `vt_quad`'s 96 bytes of push constants: the view-projection, then the feedback slot, frame,
 /// sampling and whether this frame writes feedback.
 pub(crate) fn plane_push(view: &[u8], slot: u16, bindings: &FrameBindings<'_>) -> Vec<u8> {
-    let texture = bindings.textures.iter().find(|t| t.feedback_slot == slot);
-    let words = texture.map_or([0; 8], |t| bindings.feedback_words(t, true));
+    let texture = bindings.textures().into_iter().find(|t| t.feedback_slot == slot);
+    let words = texture.map_or([0; 8], |t| bindings.feedback_words(&t, true));
     view.iter().copied().chain(words.into_iter().flat_map(u32::to_le_bytes)).collect()
 }
 // --- end streaming

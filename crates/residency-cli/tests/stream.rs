@@ -87,14 +87,17 @@ fn frames_in_flight_stream_the_same_tiles_and_wait_before_unbinds_on(path: &str)
     std::fs::remove_dir_all(file.parent().unwrap()).unwrap();
 }
 
+/// `residency stream FILE ARGS…`, which must fail: its standard error.
+fn stream_error(file: &std::path::Path, args: &[&str]) -> String {
+    let output =
+        Command::new(env!("CARGO_BIN_EXE_residency")).arg("stream").arg(file).args(args).output().unwrap();
+    assert!(!output.status.success());
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
 #[test]
 fn a_missing_file_is_a_clear_error() {
-    let output = Command::new(env!("CARGO_BIN_EXE_residency"))
-        .args(["stream", "/nonexistent/terrain.rvt", "--frames", "1"])
-        .output()
-        .unwrap();
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = stream_error("/nonexistent/terrain.rvt".as_ref(), &["--frames", "1"]);
     assert!(stderr.contains("/nonexistent/terrain.rvt"), "error should name the file: {stderr}");
 }
 
@@ -281,4 +284,60 @@ fn a_bc7_texture_streams_on_the_hardware_path_and_compares_with_its_rgba8_source
         "streamed vs source {streamed:.1}, fully resident {reference:.1}: {r}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Past the references' memory (issue #32): 16 textures of 4096² (`--size`: the 2048² file
+/// repeated 2 × 2 times, one more mip) with fully resident references for 2 of them only — the
+/// ones in view — whose PSNR is measured on their pixels alone; one reference copy serves every
+/// plane of a file, so the references hold a sixteenth of the virtual size. The JSON reports
+/// residency's own memory (page tables, min-LOD maps or indirections, feedback, staging) and the
+/// streamer's counted work, which follows the planes in view, not the 16 registered.
+fn references_and_size_run_past_the_references_memory_on(path: &str) {
+    let Some(file) = build_texture(&format!("{path}-references")) else { return };
+    let exact = ["--wait-loads", "--wait-frames"];
+    let args = [&["--size", "4096", "--textures", "16", "--references", "2"][..], &exact].concat();
+    let (r, _) = stream_on(path, &file, &args);
+    assert_eq!(f(&r, "textures"), 16.0, "{r}");
+    assert_eq!(r["texture_size"], serde_json::json!([4096, 4096]), "{r}");
+    assert_eq!(f(&r, "references"), 2.0, "{r}");
+    // One fully resident 4096² RGBA8 copy (every mip): 4/3 of 64 MiB, and far below the
+    // virtual size of the 16 textures.
+    let copy = f(&r, "reference_bytes");
+    assert!((4096.0 * 4096.0 * 4.0 * 4.0 / 3.0 * 0.99..128.0 * 1048576.0).contains(&copy), "{r}");
+    assert!(f(&r, "fully_resident_bytes") >= 15.0 * copy, "{r}");
+    // The referenced planes are in view, the others too: some pixels compared, not all.
+    let compared = f(&r, "psnr_pixels_compared_mean");
+    assert!(compared > 0.1 && compared <= 1.0, "{r}");
+    // Every frame but the two after the start and after the cut converges.
+    assert!(f(&r, "converged_frames") >= 25.0, "{r}");
+    assert!(f(&r, "psnr_db_min") >= 40.0, "the repeated texture matches its repeated reference: {r}");
+    let o = &r["overhead"];
+    for key in ["page_table_bytes", "map_bytes", "feedback_bytes", "staging_bytes"] {
+        assert!(f(o, key) > 0.0, "{key}: {r}");
+    }
+    let sum = f(o, "page_table_bytes") + f(o, "map_bytes") + f(o, "feedback_bytes") + f(o, "staging_bytes");
+    assert_eq!(f(o, "total_bytes"), sum, "{r}");
+    assert_eq!(f(o, "per_texture_bytes"), sum / 16.0, "{r}");
+    let w = &r["work"];
+    assert!(f(w, "textures_visited_max") < 16.0, "per-frame work follows the planes in view: {r}");
+    assert!(f(w, "feedback_images_decoded_mean") <= f(w, "textures_visited_max"), "{r}");
+    std::fs::remove_dir_all(file.parent().unwrap()).unwrap();
+}
+
+#[test]
+fn references_and_size_run_past_the_references_memory() {
+    references_and_size_run_past_the_references_memory_on("hardware");
+}
+
+#[test]
+fn software_path_references_and_size_run_past_the_references_memory() {
+    references_and_size_run_past_the_references_memory_on("software");
+}
+
+#[test]
+fn a_size_that_is_not_the_file_times_a_power_of_two_is_a_clear_error() {
+    let Some(file) = build_texture("bad-size") else { return };
+    let stderr = stream_error(&file, &["--frames", "1", "--size", "3000"]);
+    assert!(stderr.contains("--size 3000"), "the error names the option: {stderr}");
+    std::fs::remove_dir_all(file.parent().unwrap()).unwrap();
 }

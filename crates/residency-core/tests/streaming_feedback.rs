@@ -111,34 +111,47 @@ fn a_known_view_requests_exactly_its_tiles_with_pixel_counts() {
     assert_eq!(got.values().sum::<u32>(), 64 * 64);
 }
 
-/// Decoding from the buffer's prefix (header, records, bitsets) reads one counter per request and
-/// gives what decoding the whole buffer gives.
+/// Decoding through a reader reads one counter per request, only the touched image's bitsets
+/// and nothing of the images no pixel asked for, and gives what decoding the whole buffer gives.
 #[test]
-fn decoding_the_prefix_reads_only_the_requested_counters() {
+fn decoding_reads_only_what_the_frame_wrote() {
     let l = layout(4096, 4096);
-    let fl = FeedbackLayout::new(FeedbackDesc::default(), &[(ImageId(7), &l)]).unwrap();
+    let quiet: Vec<(ImageId, &SparseImageLayout)> = (100..1124).map(|i| (ImageId(i), &l)).collect();
+    let mut images = vec![(ImageId(7), &l)];
+    images.extend(quiet.iter().copied());
+    let fl = FeedbackLayout::new(FeedbackDesc::default(), &images).unwrap();
     let (buf, _) = synthetic_view(&fl, &l, 64, [0.25, 0.25], [0.5, 0.5], 1.5, 42);
     let bytes = buf.bytes();
-    assert!(fl.prefix_bytes() < fl.buffer_bytes(), "the counters come last");
-    let mut reads = Vec::new();
-    let prefix = &bytes[..fl.prefix_bytes() as usize];
+    let mut reads: Vec<(u32, usize)> = Vec::new();
     let decoded = fl
-        .decode_prefix(prefix, 42, |w| {
-            reads.push(w);
-            let i = w as usize * 4;
-            u32::from_le_bytes(bytes[i..i + 4].try_into().unwrap())
+        .decode_with(42, |start, out| {
+            reads.push((start, out.len()));
+            for (k, w) in out.iter_mut().enumerate() {
+                let i = (start as usize + k) * 4;
+                *w = u32::from_le_bytes(bytes[i..i + 4].try_into().unwrap());
+            }
         })
         .unwrap();
     assert_eq!(decoded, fl.decode(&bytes, 42).unwrap());
-    assert_eq!(reads.len(), decoded.requests.len());
-    assert!(reads.iter().all(|&w| u64::from(w) * 4 >= fl.prefix_bytes()));
-    assert!(fl.decode_prefix(&bytes, 42, |_| 0).is_err(), "the whole buffer is not the prefix");
-    let counting_off = FeedbackLayout::new(
-        FeedbackDesc { count_pixels: false, ..FeedbackDesc::default() },
-        &[(ImageId(7), &l)],
-    )
-    .unwrap();
-    assert_eq!(counting_off.prefix_bytes(), counting_off.buffer_bytes());
+    assert_eq!(decoded.images_visited, 1, "one of 1025 images was sampled");
+    let img = &fl.images()[0];
+    let expected_words = 4
+        + u64::from(fl.touched_words())
+        + 2 * u64::from(decoded.records)
+        + 3 * u64::from(img.bit_words)
+        + decoded.requests.len() as u64;
+    assert_eq!(decoded.words_read, expected_words);
+    assert_eq!(reads.iter().map(|&(_, n)| n as u64).sum::<u64>(), expected_words);
+    for &(start, n) in &reads {
+        let range = start..start + n as u32;
+        for other in &fl.images()[1..] {
+            let bits = other.bits_offset..other.bits_offset + 3 * other.bit_words;
+            assert!(
+                range.end <= bits.start || range.start >= bits.end,
+                "an untouched image's bitset was read"
+            );
+        }
+    }
 }
 
 #[test]
@@ -174,6 +187,10 @@ fn decode_errors_are_typed() {
     let mut b = bytes.clone();
     b[8] = 2; // two records claimed, one bit set
     assert!(matches!(fl.decode(&b, 9), Err(FeedbackError::Inconsistent { records: 2, bits: 1 })));
+    let mut b = bytes.clone();
+    let touched = fl.touched_offset() as usize * 4;
+    b[touched] = 0; // the image's bits set but its touched bit clear: its bitsets are not read
+    assert!(matches!(fl.decode(&b, 9), Err(FeedbackError::Inconsistent { records: 1, bits: 0 })));
     assert!(matches!(
         FeedbackLayout::new(FeedbackDesc::default(), &[(ImageId(1), &l), (ImageId(1), &l)]),
         Err(FeedbackError::DuplicateImage(ImageId(1)))
@@ -190,7 +207,10 @@ fn buffer_and_table_layout() {
     )
     .unwrap();
     let [ia, ib] = [&fl.images()[0], &fl.images()[1]];
-    assert_eq!(ia.bits_offset, 4 + 200);
+    // The header, 100 records, then the touched bitset (one word for two images).
+    assert_eq!(fl.touched_offset(), 4 + 200);
+    assert_eq!(fl.touched_words(), 1);
+    assert_eq!(ia.bits_offset, 4 + 200 + 1);
     assert_eq!(ia.bit_words, a.tile_count().div_ceil(32));
     // Three bitsets and three counter arrays per image: miss, prefetch and low-water warnings.
     assert_eq!(ib.bits_offset, ia.bits_offset + 3 * ia.bit_words);

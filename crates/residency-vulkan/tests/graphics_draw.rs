@@ -411,7 +411,7 @@ fn draw_frame(
     let trilinear = device.create_sampler(Filter::Trilinear).unwrap();
     let nearest = device.create_sampler(Filter::Nearest).unwrap();
     let bindings = streamer.begin_frame().unwrap();
-    let texture = &bindings.textures[0];
+    let texture = bindings.textures()[0];
     let (views, fallback): ((ViewRef<'_>, ViewRef<'_>), _) = match texture.views {
         TextureViews::Hardware { image, min_lod } => {
             ((image.into(), min_lod.into()), common::HARDWARE_FALLBACK)

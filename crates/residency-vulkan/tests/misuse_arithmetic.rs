@@ -257,7 +257,7 @@ fn misuse_streamer_feedback_words_with_a_feedback_stride_of_65536() {
             for _ in 0..3 {
                 let bindings = streamer.begin_frame().unwrap();
                 let binding = bindings.texture(&texture).expect("the texture is in the frame");
-                let words = bindings.feedback_words(binding, true);
+                let words = bindings.feedback_words(&binding, true);
                 assert_eq!(words[2], sampling.pixel_stride);
                 let [x, y] = sampling.phase(bindings.frame);
                 if words[7] & 1 == 1 {

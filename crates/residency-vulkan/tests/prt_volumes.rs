@@ -939,7 +939,7 @@ fn streamer_streams_a_volume_from_gpu_feedback_at_z_above_zero() {
             let bindings = streamer.begin_frame().unwrap();
             let slot = bindings.slot;
             if sets[slot].is_none() {
-                let TextureViews::Hardware { image, min_lod } = bindings.textures[0].views else {
+                let TextureViews::Hardware { image, min_lod } = bindings.textures()[0].views else {
                     panic!("the hardware path")
                 };
                 let (image, min_lod): (ViewRef<'_>, ViewRef<'_>) = (image.into(), min_lod.into());

@@ -219,7 +219,7 @@ fn bc7_and_bc1_rvt_textures_stream_on_the_software_path_and_sample_as_the_fully_
         let probes = probes();
         let plain: Vec<([f32; 2], f32)> = probes.iter().map(|p| (p.0, p.1)).collect();
         for (texture, &format) in textures.iter().zip(&formats) {
-            let binding = bindings.textures.iter().find(|t| t.id == texture.id()).unwrap();
+            let binding = bindings.textures().into_iter().find(|t| t.id == texture.id()).unwrap();
             let TextureViews::Software { atlas, indirection } = binding.views else {
                 panic!("software path")
             };
@@ -317,7 +317,7 @@ fn evicted_bc_slots_are_rewritten_with_the_new_tiles_blocks() {
         let bindings = streamer.begin_frame().unwrap();
         let submission = commands.submit(&[], |rec| bindings.record(rec, |_| ()).unwrap()).unwrap();
         commands.wait_for(&submission).unwrap();
-        let binding = bindings.textures.iter().find(|t| t.id == texture.id()).unwrap();
+        let binding = bindings.textures().into_iter().find(|t| t.id == texture.id()).unwrap();
         let TextureViews::Software { atlas, indirection } = binding.views else { panic!("software path") };
         let probes: Vec<([f32; 2], f32)> = square(5, 3)
             .iter()

@@ -363,7 +363,7 @@ fn the_stream_view_shader_streams_through_the_bindings() {
                 let bindings = streamer.begin_frame().unwrap();
                 let slot = bindings.slot;
                 if sets[slot].is_none() {
-                    let (texture, map): (ViewRef<'_>, ViewRef<'_>) = match bindings.textures[0].views {
+                    let (texture, map): (ViewRef<'_>, ViewRef<'_>) = match bindings.textures()[0].views {
                         TextureViews::Hardware { image, min_lod } => (image.into(), min_lod.into()),
                         TextureViews::Software { atlas, indirection } => (atlas.into(), indirection.into()),
                     };
@@ -649,7 +649,7 @@ fn misuse_a_texture_of_another_streamer_is_refused() {
         assert_eq!(two.texture_count(), 1);
         // The refused handle was dropped: `one` removes its texture at its next frame.
         let bindings = one.begin_frame().unwrap();
-        assert!(bindings.textures.is_empty());
+        assert!(bindings.textures().is_empty());
         drop(bindings);
         one.end_frame(device.submitted_work()).unwrap();
         assert_eq!(one.texture_count(), 0);
@@ -725,7 +725,7 @@ fn software_textures_share_one_atlas_in_distinct_slots() {
         commands.wait_for(&submission).unwrap();
         let mut atlas_views = Vec::new();
         for (i, &id) in ids.iter().enumerate() {
-            let binding = bindings.textures.iter().find(|t| t.id == id).unwrap();
+            let binding = bindings.textures().into_iter().find(|t| t.id == id).unwrap();
             let TextureViews::Software { atlas, indirection } = binding.views else {
                 panic!("software path")
             };

@@ -179,7 +179,7 @@ fn check_texels(
     let bindings = streamer.begin_frame().unwrap();
     let submission = commands.submit(&[], |rec| bindings.record(rec, |_| ()).unwrap()).unwrap();
     commands.wait_for(&submission).unwrap();
-    let binding = bindings.textures.iter().find(|b| b.id == t.id()).unwrap();
+    let binding = bindings.textures().into_iter().find(|b| b.id == t.id()).unwrap();
     let TextureViews::Software { atlas, indirection } = binding.views else { panic!("software path") };
     let probes: Vec<_> = [(5, 7), (100, 120)]
         .iter()

@@ -131,7 +131,7 @@ fn hold_a_frame_across_evictions(path: ResidencyPath, iterations: u32) -> Held {
         // The held frame: A is resident when it records (nothing needed its room).
         let evicted_before = streamer.manager_stats().tiles_evicted;
         let bindings = streamer.begin_frame().unwrap();
-        let (texture, map): (ViewRef<'_>, ViewRef<'_>) = match bindings.textures[0].views {
+        let (texture, map): (ViewRef<'_>, ViewRef<'_>) = match bindings.textures()[0].views {
             TextureViews::Hardware { image, min_lod } => (image.into(), min_lod.into()),
             TextureViews::Software { atlas, indirection } => (atlas.into(), indirection.into()),
         };

@@ -56,6 +56,13 @@ fn residency_request_pixels(slot: u32, img: u32, tile: u32, mip: u32, kind: u32,
     }
     let bit = 1u << (tile & 31u);
     if ((atomicOr(&residency_feedback[word], bit) & bit) == 0u) {
+        // The image's touched bit (after the records: word 4 + 2 * capacity + slot / 32), so the
+        // decoder reads the bitsets of touched images only.
+        let capacity = atomicLoad(&residency_feedback[3]);
+        let touched = 4u + 2u * capacity + (slot >> 5u);
+        if (capacity < 0x40000000u && residency_fb_inside(touched)) {
+            atomicOr(&residency_feedback[touched], 1u << (slot & 31u));
+        }
         let i = atomicAdd(&residency_feedback[2], 1u);
         let room = (arrayLength(&residency_feedback) - 4u) / 2u;
         if (i < atomicLoad(&residency_feedback[3]) && i < room) {

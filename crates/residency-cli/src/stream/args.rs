@@ -14,9 +14,20 @@ pub struct StreamArgs {
     /// (`psnr_db_vs_source_*`).
     #[arg(long = "source", value_name = "FILE.rvt")]
     pub(super) sources: Vec<PathBuf>,
-    /// Virtual textures on a grid of planes (default: one per file).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    /// Virtual textures on a grid of planes (default: one per file; at most 65 536, what one
+    /// feedback buffer addresses).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub(super) textures: Option<u32>,
+    /// Texture width in texels: each file repeated (SIZE / its width)² times, a power of two
+    /// (e.g. 16384 from 4096² files: 16 copies, four more mips), for virtual sizes past the
+    /// files' (terabytes with thousands of textures). Default: the files' own size.
+    #[arg(long, value_name = "SIZE")]
+    pub(super) size: Option<u32>,
+    /// Textures drawn fully resident in the reference passes (PSNR measured on their pixels),
+    /// spread over the grid. Default: every texture when the fully resident copies of their
+    /// files fit in a quarter of the device's memory, else the planes of as many files as fit.
+    #[arg(long, value_name = "K")]
+    pub(super) references: Option<u32>,
     /// Frames to render.
     #[arg(long, default_value_t = 120)]
     pub(super) frames: u64,

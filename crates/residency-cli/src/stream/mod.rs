@@ -5,6 +5,7 @@
 //! `FrameBindings::record`, submits, and calls `end_frame`.
 
 mod args;
+mod repeat;
 mod report;
 mod scene;
 
@@ -16,7 +17,9 @@ use report::{mean, percentile, psnr_of, Finished};
 use residency::core::tiles::{software_slot_bytes, SOFTWARE_TILE_SIDE};
 use residency::vulkan::sparse::software::DEFAULT_BORDER;
 use residency::vulkan::sparse::ResidencyPath;
-use residency::vulkan::streaming::{FeedbackSampling, RvtSource, Streamer, StreamerDesc, TileSource};
+use residency::vulkan::streaming::{
+    FeedbackSampling, FrameWork, RvtSource, Streamer, StreamerDesc, TileSource,
+};
 use residency::vulkan::{CommandContext, Device, DeviceSet, DeviceSetDesc, Format, Submission};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -116,9 +119,21 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
             );
         }
     }
+    // `--size`: each file (and its `--source`) repeated to that size.
+    let repeated = |list: &[Arc<RvtSource>]| -> anyhow::Result<Vec<Arc<dyn TileSource>>> {
+        list.iter()
+            .map(|f| match args.size {
+                Some(size) => {
+                    Ok(Arc::new(repeat::RepeatSource::new(Arc::clone(f), size)?) as Arc<dyn TileSource>)
+                }
+                None => Ok(Arc::clone(f) as Arc<dyn TileSource>),
+            })
+            .collect()
+    };
+    let (files, sources) = (repeated(&files)?, repeated(&sources)?);
     let textures = args.textures.unwrap_or(files.len() as u32);
     let plane_files: Vec<usize> = (0..textures as usize).map(|i| i % files.len()).collect();
-    let format_of = |f: usize| files[f].index().desc().format;
+    let format_of = |f: usize| files[f].desc().format;
     let texel_format = if plane_files.iter().all(|&f| format_of(f) == format_of(plane_files[0])) {
         format_of(plane_files[0]).name().to_owned()
     } else {
@@ -142,7 +157,7 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
         &plane_files
             .iter()
             .map(|&f| {
-                let d = files[f].index().desc();
+                let d = files[f].desc();
                 if software {
                     tile_bytes as f64 / f64::from(SOFTWARE_TILE_SIDE * SOFTWARE_TILE_SIDE)
                 } else {
@@ -152,8 +167,15 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
             .collect::<Vec<_>>(),
     );
     // Fully resident: every tile of every mip (64 KiB each).
-    let full: u64 = plane_files.iter().map(|&f| files[f].index().desc().tile_count() * 65536).sum();
-    let budget_bytes = budget.unwrap_or_else(|| args.budget_mib.map_or(full / 10, |m| m << 20));
+    let full: u64 = plane_files.iter().map(|&f| files[f].desc().tile_count() * 65536).sum();
+    // A quarter of the device's memory (its largest device-local heap): the most the default
+    // budget and the default references each take.
+    let quarter =
+        device.memory_properties().heaps.iter().filter(|h| h.device_local).map(|h| h.size).max().unwrap_or(0)
+            / 4;
+    let budget_bytes =
+        budget.unwrap_or_else(|| args.budget_mib.map_or((full / 10).min(quarter.max(1 << 20)), |m| m << 20));
+    let referenced = referenced_planes(args.references, &plane_files, &files, quarter, args.frames);
     let desc = StreamerDesc::default()
         .with_name("stream")
         .with_path(path)
@@ -176,12 +198,14 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
         handles.push(streamer.add_texture(&format!("plane {i}"), Arc::clone(&files[f]) as _)?);
     }
     let fif = args.frames_in_flight as usize;
+    let references = referenced.len() as u32;
     let mut scene = scene::Scene::new(
         device,
         streamer.path(),
         &files,
         &sources,
         plane_files,
+        referenced,
         [args.width, args.height],
         fif as u32,
     )?;
@@ -191,6 +215,7 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
     let mut in_flight: Vec<Option<(u64, Submission)>> = (0..fif).map(|_| None).collect();
     let mut done = Finished::default();
     let (mut streamer_ms, mut cpu_ms, mut frame_ms) = (Vec::new(), Vec::new(), Vec::new());
+    let mut work = Vec::new();
     for frame in 0..args.frames {
         let started = Instant::now();
         let slot = frame as usize % fif;
@@ -242,6 +267,7 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
         if args.wait_loads {
             streamer.wait_for_loads();
         }
+        work.push(streamer.stats().last_frame_work);
         r.tiles_per_frame.push(streamer.manager_stats().last_frame.became_resident.into());
         r.resident_mib_per_frame.push(streamer.manager_stats().resident_bytes as f64 / f64::from(1 << 20));
         r.backing_bytes_peak = r.backing_bytes_peak.max(streamer.backing_bytes());
@@ -279,7 +305,29 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
         done.max_diff.iter().zip(&converged).filter(|(_, c)| **c).map(|(d, _)| *d).max();
     let gpu_of = |i: usize| mean(&done.gpu_ms.iter().filter_map(|g| g[i]).collect::<Vec<_>>());
     let run_s = frame_ms.iter().sum::<f64>() / 1e3;
+    let o = streamer.overhead();
+    let work_mean = |f: &dyn Fn(&FrameWork) -> f64| mean(&work.iter().map(f).collect::<Vec<_>>());
+    let desc0 = files[0].desc();
     r = StreamReport {
+        texture_size: [desc0.width, desc0.height],
+        references,
+        reference_bytes: scene.reference_bytes,
+        psnr_pixels_compared_mean: mean(&done.compared),
+        overhead: report::Overhead {
+            page_table_bytes: o.page_table_bytes,
+            map_bytes: o.map_bytes,
+            feedback_bytes: o.feedback_bytes,
+            staging_bytes: o.staging_bytes,
+            total_bytes: o.total_bytes(),
+            per_texture_bytes: o.per_texture_bytes(),
+        },
+        work: report::Work {
+            textures_visited_mean: work_mean(&|w| f64::from(w.textures_visited)),
+            textures_visited_max: work.iter().map(|w| w.textures_visited).max().unwrap_or(0),
+            feedback_images_decoded_mean: work_mean(&|w| f64::from(w.feedback_images_decoded)),
+            feedback_words_read_mean: work_mean(&|w| w.feedback_words_read as f64),
+            feedback_words_read_max: work.iter().map(|w| w.feedback_words_read).max().unwrap_or(0),
+        },
         device: device.name().to_owned(),
         path: streamer.path().name().to_owned(),
         textures,
@@ -290,6 +338,7 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
         gpu_reference_ms_mean: gpu_of(2),
         streamer_cpu_ms_mean: mean(&streamer_ms),
         streamer_cpu_ms_p99: percentile(&streamer_ms, 99.0),
+        streamer_cpu_ms_p50: percentile(&streamer_ms, 50.0),
         psnr_cpu_ms_mean: mean(&done.psnr_ms),
         cpu_ms_mean: mean(&cpu_ms),
         psnr_db_run: psnr_of(done.mse_sum / done.psnr.len().max(1) as f64),
@@ -347,6 +396,64 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
         ..r
     };
     Ok(r)
+}
+
+/// The planes the reference passes draw, in plane order: the planes nearest to where the camera
+/// looks (its centre ray on the ground at the first frame and at the cut), so that they are in
+/// view — with `--references K` the `K` nearest; by default every plane whose file's fully
+/// resident copy fits, with those taken before, in `quarter` bytes (all of them when every
+/// file's does).
+fn referenced_planes(
+    references: Option<u32>,
+    plane_files: &[usize],
+    files: &[Arc<dyn TileSource>],
+    quarter: u64,
+    frames: u64,
+) -> Vec<usize> {
+    let grid = scene::grid_of(plane_files.len());
+    let focus = [scene::focus(0, frames, grid), scene::focus(frames / 2, frames, grid)];
+    let distance = |i: usize| {
+        let g = grid as usize;
+        let c = [((i % g) as f32 + 0.5) * scene::PLANE, ((i / g) as f32 + 0.5) * scene::PLANE];
+        focus.iter().map(|p| (p[0] - c[0]).powi(2) + (p[1] - c[1]).powi(2)).fold(f32::INFINITY, f32::min)
+    };
+    let mut nearest: Vec<usize> = (0..plane_files.len()).collect();
+    nearest.sort_by(|&a, &b| distance(a).total_cmp(&distance(b)).then(a.cmp(&b)));
+    let mut chosen: Vec<usize> = match references {
+        Some(k) => nearest.into_iter().take(k as usize).collect(),
+        None => {
+            let mut taken = vec![false; files.len()];
+            let mut used = 0u64;
+            nearest
+                .into_iter()
+                .filter(|&i| {
+                    let file = plane_files[i];
+                    if !taken[file] {
+                        let bytes = copy_bytes(&files[file]);
+                        if used.saturating_add(bytes) > quarter {
+                            return false;
+                        }
+                        used += bytes;
+                        taken[file] = true;
+                    }
+                    true
+                })
+                .collect()
+        }
+    };
+    chosen.sort_unstable();
+    chosen
+}
+
+/// Bytes of a fully resident copy of `f`: every mip, tightly packed.
+fn copy_bytes(f: &Arc<dyn TileSource>) -> u64 {
+    let d = f.desc();
+    (0..d.mip_count)
+        .map(|m| {
+            let (w, h) = d.mip_extent(m);
+            d.format.region_bytes(w, h, 1)
+        })
+        .sum()
 }
 
 pub(super) fn write_png(

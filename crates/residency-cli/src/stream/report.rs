@@ -52,6 +52,9 @@ pub struct StreamReport {
     /// binds, staging; its part of the recording; end_frame), ms.
     pub streamer_cpu_ms_mean: f64,
     pub streamer_cpu_ms_p99: f64,
+    /// The median frame's streamer CPU time: the steady state (the first frame of each ring slot
+    /// after textures were added lays the feedback out for all of them and makes its buffers).
+    pub streamer_cpu_ms_p50: f64,
     /// The PSNR comparison per frame (read-back, MSE), timed apart, ms.
     pub psnr_cpu_ms_mean: f64,
     /// Mean CPU time per frame, waits and the PSNR comparison excluded, ms.
@@ -124,9 +127,50 @@ pub struct StreamReport {
     /// The validation layer's performance warnings of the run, by message ID (docs/reliability.md
     /// says why each kind stays); empty without the layer.
     pub validation_performance_warnings: BTreeMap<String, u64>,
+    /// The texture size streamed (`--size`, else the files'), width and height of mip 0.
+    pub texture_size: [u32; 2],
+    /// Textures drawn fully resident in the reference passes (`--references`; PSNR is measured
+    /// on their pixels), and the device memory of those fully resident copies (one per file
+    /// they take).
+    pub references: u32,
+    pub reference_bytes: u64,
+    /// The mean share of each frame's pixels the PSNR compared (1 when every texture has a
+    /// reference).
+    pub psnr_pixels_compared_mean: f64,
+    /// Residency's own memory behind the textures at the end of the run, apart from their
+    /// texels: page tables (host), min-LOD maps or indirection textures (device), feedback
+    /// buffers and image tables (host-visible), staging.
+    pub overhead: Overhead,
+    /// The streamer's counted work per frame (`StreamerStats::last_frame_work`): it follows
+    /// what the frame's feedback asked for, not the textures registered.
+    pub work: Work,
     /// The last frame, streamed and fully resident, RGBA8 (`width × height`).
     #[serde(skip)]
     pub last_frame: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// `StreamReport::overhead`.
+#[derive(Debug, Default, Serialize)]
+pub struct Overhead {
+    pub page_table_bytes: u64,
+    pub map_bytes: u64,
+    pub feedback_bytes: u64,
+    pub staging_bytes: u64,
+    pub total_bytes: u64,
+    pub per_texture_bytes: f64,
+}
+
+/// `StreamReport::work`: means and maxima over the frames.
+#[derive(Debug, Default, Serialize)]
+pub struct Work {
+    /// Textures the streamer did per-texture work for in a frame.
+    pub textures_visited_mean: f64,
+    pub textures_visited_max: u32,
+    /// Textures whose feedback bitsets a frame decoded (touched ones only).
+    pub feedback_images_decoded_mean: f64,
+    /// Words of feedback a frame read.
+    pub feedback_words_read_mean: f64,
+    pub feedback_words_read_max: u64,
 }
 
 /// The frames read back so far, in frame order.
@@ -145,6 +189,9 @@ pub(super) struct Finished {
     pub(super) pass_at_ms: Vec<Option<(f64, f64)>>,
     /// The PSNR comparison's CPU time per frame.
     pub(super) psnr_ms: Vec<f64>,
+    /// Per frame, the share of its pixels compared (with `--references` below the textures,
+    /// those of the referenced planes; else all).
+    pub(super) compared: Vec<f64>,
     pub(super) last_frame: Option<(Vec<u8>, Vec<u8>)>,
 }
 
@@ -159,17 +206,30 @@ impl Finished {
         debug_assert_eq!(f as usize, self.psnr.len(), "frames finish in order");
         let t = Instant::now();
         let out = scene.finished(slot)?;
-        let error = mse(&out.streamed, &out.reference);
+        // Only the referenced planes' pixels when not every plane has a reference (the others
+        // are left clear, all zero, in the reference passes).
+        let mask: Option<Vec<bool>> = scene
+            .masked()
+            .then(|| out.reference.chunks_exact(4).map(|p| p.iter().any(|&c| c != 0)).collect());
+        let keep = |a: &[u8]| match &mask {
+            Some(m) => {
+                a.chunks_exact(4).zip(m).filter(|(_, &k)| k).flat_map(|(p, _)| p.iter().copied()).collect()
+            }
+            None => a.to_vec(),
+        };
+        let (streamed, reference) = (keep(&out.streamed), keep(&out.reference));
+        self.compared.push(streamed.len() as f64 / out.streamed.len().max(1) as f64);
+        let error = mse(&streamed, &reference);
         self.psnr.push(psnr_of(error));
         self.mse_sum += error;
         if let Some(source) = &out.source {
-            let error = mse(&out.streamed, source);
+            let source = keep(source);
+            let error = mse(&streamed, &source);
             self.psnr_source.push(psnr_of(error));
             self.mse_source_sum += error;
-            self.mse_reference_source_sum += mse(&out.reference, source);
+            self.mse_reference_source_sum += mse(&reference, &source);
         }
-        self.max_diff
-            .push(out.streamed.iter().zip(&out.reference).map(|(&a, &b)| a.abs_diff(b)).max().unwrap_or(0));
+        self.max_diff.push(streamed.iter().zip(&reference).map(|(&a, &b)| a.abs_diff(b)).max().unwrap_or(0));
         self.psnr_ms.push(t.elapsed().as_secs_f64() * 1e3);
         self.gpu_ms.push(out.gpu_ms);
         self.pass_at_ms.push(out.pass_at_ms);
@@ -191,7 +251,7 @@ pub fn mse(a: &[u8], b: &[u8]) -> f64 {
         .filter(|(i, _)| i % 4 != 3)
         .map(|(_, (&x, &y))| (f64::from(x) - f64::from(y)).powi(2))
         .sum::<f64>()
-        / (a.len() as f64 * 0.75)
+        / (a.len().max(1) as f64 * 0.75)
 }
 
 /// PSNR of a mean squared error, 99 dB for identical images.

@@ -14,7 +14,7 @@ use residency::vulkan::graphics::{Drawing, GraphicsProgram, VertexAttribute};
 use residency::vulkan::recording::Recording;
 use residency::vulkan::recording::Timestamps;
 use residency::vulkan::sparse::ResidencyPath;
-use residency::vulkan::streaming::{FrameBindings, RvtSource, TextureViews, TileSource};
+use residency::vulkan::streaming::{FrameBindings, TextureViews, TileSource};
 use residency::vulkan::tracking::{Region, ResourceId, ResourceTracker, TrackerOptions, Use};
 use residency::vulkan::{
     shaders, Buffer, BufferDesc, BufferUsage, Device, Filter, Format, Image, ImageDesc, ImageRegion,
@@ -138,11 +138,16 @@ pub struct Scene {
     streamed: GraphicsProgram,
     reference: GraphicsProgram,
     vertices: Buffer,
-    /// Per plane: its reference descriptor set's index.
+    /// Per plane: its file, whose reference descriptor set it draws with.
     plane_files: Vec<usize>,
-    reference_sets: Vec<DescriptorSet>,
+    /// The planes drawn in the reference passes (`--references`), in plane order.
+    referenced: Vec<usize>,
+    /// Per file: its fully resident copy's descriptor set (`None`: no referenced plane takes it).
+    reference_sets: Vec<Option<DescriptorSet>>,
     /// Per file: the descriptor set of its `--source` file's fully resident copy.
-    source_sets: Vec<DescriptorSet>,
+    source_sets: Vec<Option<DescriptorSet>>,
+    /// Device memory of the fully resident copies.
+    pub reference_bytes: u64,
     _references: Vec<(Image, ImageView)>,
     trilinear: Sampler,
     nearest: Sampler,
@@ -164,7 +169,7 @@ fn attributes() -> [VertexAttribute; 2] {
 fn reference_copy(
     device: &Device,
     uploader: &Uploader,
-    source: &RvtSource,
+    source: &dyn TileSource,
 ) -> anyhow::Result<(Image, ImageView)> {
     let vt = source.desc();
     let image = device.create_image(
@@ -198,17 +203,21 @@ fn reference_copy(
 impl Scene {
     /// `planes` planes on a square grid, plane `i` textured by `files[plane_files[i]]`; with
     /// `sources` (one per file, or none) a fourth pass draws `sources[plane_files[i]]` instead.
+    /// The reference passes draw the `referenced` planes only (in plane order), from fully
+    /// resident copies of their files alone.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         device: &Arc<Device>,
         path: ResidencyPath,
-        files: &[Arc<RvtSource>],
-        sources: &[Arc<RvtSource>],
+        files: &[Arc<dyn TileSource>],
+        sources: &[Arc<dyn TileSource>],
         plane_files: Vec<usize>,
+        referenced: Vec<usize>,
         extent: [u32; 2],
         frames_in_flight: u32,
     ) -> anyhow::Result<Scene> {
         let planes = plane_files.len() as u32;
-        let grid = (f64::from(planes).sqrt().ceil() as u32).max(1);
+        let grid = grid_of(plane_files.len());
         let fragment = shaders::vt_quad_fragment(path);
         let color = vk::Format::R8G8B8A8_UNORM;
         let make = |name: &str, fragment, sets| {
@@ -247,16 +256,26 @@ impl Scene {
         let trilinear = device.create_sampler(Filter::Trilinear)?;
         let nearest = device.create_sampler(Filter::Nearest)?;
         let uploader = Uploader::new(device, "stream references", 32 << 20)?;
+        let general = vk::ImageLayout::GENERAL;
+        let mut wanted = vec![false; files.len()];
+        for &plane in &referenced {
+            wanted[plane_files[plane]] = true;
+        }
         let mut references = Vec::new();
-        for file in files.iter().chain(sources) {
-            references.push(reference_copy(device, &uploader, file)?);
+        let mut reference_bytes = 0;
+        let mut reference_sets = Vec::new();
+        for (i, file) in files.iter().chain(sources).enumerate() {
+            if !wanted[i % files.len()] {
+                reference_sets.push(None);
+                continue;
+            }
+            let (image, view) = reference_copy(device, &uploader, &**file)?;
+            reference_bytes += image.size();
+            reference_sets
+                .push(Some(reference.descriptor_set(&[Binding::sampled(&view, &trilinear, general)])?));
+            references.push((image, view));
         }
         uploader.destroy()?;
-        let general = vk::ImageLayout::GENERAL;
-        let mut reference_sets = references
-            .iter()
-            .map(|(_, view)| reference.descriptor_set(&[Binding::sampled(view, &trilinear, general)]))
-            .collect::<Result<Vec<_>, _>>()?;
         let source_sets = reference_sets.split_off(files.len());
         let mut slots = Vec::new();
         for n in 0..frames_in_flight {
@@ -273,8 +292,10 @@ impl Scene {
             reference,
             vertices,
             plane_files,
+            referenced,
             reference_sets,
             source_sets,
+            reference_bytes,
             _references: references,
             trilinear,
             nearest,
@@ -301,7 +322,7 @@ impl Scene {
                 bindings.image_table.context("the streamer has textures")?,
             );
             let mut sets = Vec::new();
-            for t in &bindings.textures {
+            for t in &bindings.textures() {
                 let (texture, map): (ViewRef<'_>, ViewRef<'_>) = match t.views {
                     TextureViews::Hardware { image, min_lod } => (image.into(), min_lod.into()),
                     TextureViews::Software { atlas, indirection } => (atlas.into(), indirection.into()),
@@ -321,8 +342,8 @@ impl Scene {
         self.timestamps.cmd_reset(rec, q..q + QUERIES)?;
         let (vertices, extent, ts) = (&self.vertices, self.extent, &self.timestamps);
         let (streamed, reference_program) = (&self.streamed, &self.reference);
-        let (plane_files, reference_sets, source_sets) =
-            (&self.plane_files, &self.reference_sets, &self.source_sets);
+        let (plane_files, referenced, reference_sets, source_sets) =
+            (&self.plane_files, &self.referenced, &self.reference_sets, &self.source_sets);
         let [with_feedback, without, reference] = &mut slot.targets;
         // The two streamed passes take turns going first, so that neither is always the one that
         // finds the texture caches cold.
@@ -330,12 +351,13 @@ impl Scene {
         if bindings.frame % 2 == 1 {
             passes.reverse();
         }
+        let textures = bindings.textures();
         for (pass, target) in passes {
             target.record(rec, (ts, q + 2 * pass), |rec, target| {
-                let planes = bindings.textures.iter().enumerate().map(|(i, t)| {
+                let planes = textures.iter().enumerate().map(|(i, t)| {
                     let mut push = view.clone();
                     push.extend(bindings.feedback_words(t, pass == 0).iter().flat_map(|w| w.to_le_bytes()));
-                    (&sets[i], push)
+                    (i, &sets[i], push)
                 });
                 streamed
                     .render(rec, target, extent, [0.0; 4], |draw| draw_planes(draw, vertices, planes))??;
@@ -343,20 +365,30 @@ impl Scene {
             })?;
         }
         reference.record(rec, (ts, q + 4), |rec, target| {
-            let planes = plane_files.iter().map(|&file| (&reference_sets[file], view.clone()));
+            let planes = referenced
+                .iter()
+                .filter_map(|&i| Some((i, reference_sets[plane_files[i]].as_ref()?, view.clone())));
             reference_program
                 .render(rec, target, extent, [0.0; 4], |draw| draw_planes(draw, vertices, planes))??;
             Ok(())
         })?;
         if let Some(source) = &mut slot.source {
             source.record(rec, (ts, q + 6), |rec, target| {
-                let planes = plane_files.iter().map(|&file| (&source_sets[file], view.clone()));
+                let planes = referenced
+                    .iter()
+                    .filter_map(|&i| Some((i, source_sets[plane_files[i]].as_ref()?, view.clone())));
                 reference_program
                     .render(rec, target, extent, [0.0; 4], |draw| draw_planes(draw, vertices, planes))??;
                 Ok(())
             })?;
         }
         Ok(())
+    }
+
+    /// Whether the reference passes draw only some of the planes (the PSNR then compares their
+    /// pixels only).
+    pub fn masked(&self) -> bool {
+        self.referenced.len() < self.plane_files.len()
     }
 
     /// What the frame in `slot` rendered, once its submission has completed.
@@ -374,13 +406,14 @@ impl Scene {
     }
 }
 
-/// Draws plane `i` of `vertices` with the `i`-th set and push constants of `planes`.
+/// Draws each `(i, set, push)` of `planes`: plane `i` of `vertices` with that set and push
+/// constants.
 fn draw_planes<'s>(
     draw: &mut Drawing<'_, '_>,
     vertices: &Buffer,
-    planes: impl Iterator<Item = (&'s DescriptorSet, Vec<u8>)>,
+    planes: impl Iterator<Item = (usize, &'s DescriptorSet, Vec<u8>)>,
 ) -> anyhow::Result<()> {
-    for (i, (set, push)) in planes.enumerate() {
+    for (i, set, push) in planes {
         draw.bind_descriptor_set(set)?;
         draw.push_constants(&push)?;
         draw.bind_vertex_buffer(vertices, 6 * u64::from(STRIDE) * i as u64)?;
@@ -393,15 +426,9 @@ fn draw_planes<'s>(
 /// 2 % of a plane's side above the ground, with a cut at mid-run. Returns the view-projection
 /// (column-major, Vulkan clip space) for an `aspect` of width / height.
 pub fn camera(frame: u64, frames: u64, grid: u32, aspect: f32) -> [f32; 16] {
-    let half = frames / 2;
-    let (t, start) = if frame < half {
-        (frame as f32, [0.15f32, 0.2f32])
-    } else {
-        ((frame - half) as f32, [0.6f32, 0.55f32])
-    };
     let total = grid as f32 * PLANE;
-    let eye = [total * start[0] + PLANE * 0.0015 * t, total * start[1] + PLANE * 0.001 * t, PLANE * 0.02];
-    let f = normalize([0.6, 0.45, -0.35]);
+    let eye = eye(frame, frames, grid);
+    let f = normalize(LOOK);
     let r = normalize(cross(f, [0.0, 0.0, 1.0]));
     let u = cross(r, f);
     let tan = 30f32.to_radians().tan();
@@ -423,6 +450,33 @@ pub fn camera(frame: u64, frames: u64, grid: u32, aspect: f32) -> [f32; 16] {
         }
     }
     m
+}
+
+/// The camera's viewing direction (before normalizing).
+const LOOK: [f32; 3] = [0.6, 0.45, -0.35];
+
+/// The camera's position at `frame` of `frames` over a `grid × grid` grid.
+fn eye(frame: u64, frames: u64, grid: u32) -> [f32; 3] {
+    let half = frames / 2;
+    let (t, start) = if frame < half {
+        (frame as f32, [0.15f32, 0.2f32])
+    } else {
+        ((frame - half) as f32, [0.6f32, 0.55f32])
+    };
+    let total = grid as f32 * PLANE;
+    [total * start[0] + PLANE * 0.0015 * t, total * start[1] + PLANE * 0.001 * t, PLANE * 0.02]
+}
+
+/// Where the camera's centre ray meets the ground at `frame` (x, y).
+pub fn focus(frame: u64, frames: u64, grid: u32) -> [f32; 2] {
+    let e = eye(frame, frames, grid);
+    let t = e[2] / -LOOK[2];
+    [e[0] + LOOK[0] * t, e[1] + LOOK[1] * t]
+}
+
+/// Planes per row of a grid of `planes` planes.
+pub fn grid_of(planes: usize) -> u32 {
+    ((planes as f64).sqrt().ceil() as u32).max(1)
 }
 
 fn normalize(v: [f32; 3]) -> [f32; 3] {

@@ -11,16 +11,23 @@
 //! | 2 | record count: `atomicAdd` per appended record; may exceed the capacity | shader |
 //! | 3 | record capacity `C` | CPU at reset |
 //! | 4 .. 4 + 2C | records, two words each ([`FeedbackRecord`]) | shader |
+//! | 4 + 2C .. 4 + 2C + ceil(images / 32) | the *touched* bitset: bit `i % 32` of word `i / 32` is set when image slot `i` asked for anything this frame | shader (`atomicOr`) |
 //! | per image `i`, per kind `k` (miss 0, prefetch warning 1, low-water warning 2) | bitset of `ceil(tile_count / 32)` words at `bits_offset + k·bit_words`; bit `t % 32` of word `t / 32` is tile index `t` | shader (`atomicOr`) |
 //! | per image `i`, per kind `k`, when counting | `tile_count` counters at `counts_offset + k·tile_count`: pixels that asked for tile `t` | shader (`atomicAdd`) |
 //!
 //! The CPU resets a slot by filling it with zeros and writing words 0, 1 and 3
 //! ([`FeedbackLayout::header_words`]). A shader invocation that wants tile `t` of image slot `i`
 //! with kind `k` does, in this order: add 1 to the counter (when counting); `atomicOr` the bit;
-//! when the bit was clear before, `atomicAdd` the record count and, when the returned index is
-//! below the capacity, write the record there. So each (image, kind, tile) is appended at most
-//! once per frame however many pixels ask; when more distinct tiles are asked than the capacity,
-//! the decoder falls back to scanning the bitsets and loses nothing.
+//! when the bit was clear before, `atomicOr` the image's touched bit, `atomicAdd` the record count
+//! and, when the returned index is below the capacity, write the record there. So each (image,
+//! kind, tile) is appended at most once per frame however many pixels ask; when more distinct
+//! tiles are asked than the capacity, the decoder falls back to scanning the bitsets and loses
+//! nothing.
+//!
+//! The decoder reads only what the frame wrote: the header, the touched bitset (one bit per
+//! image), the records, and the tile bitsets of the touched images alone — never those of the
+//! images nobody sampled, so its cost follows what the frame asked for, not how many images are
+//! registered ([`DecodedFeedback::images_visited`], [`DecodedFeedback::words_read`]).
 //!
 //! The per-image parameters the shader needs are in a separate table
 //! ([`FeedbackLayout::image_table`], [`IMAGE_ENTRY_WORDS`] words per image).
@@ -316,6 +323,8 @@ impl Default for FeedbackDesc {
 pub struct FeedbackLayout {
     desc: FeedbackDesc,
     images: Vec<FeedbackImage>,
+    /// `(image, slot)` sorted by image: [`FeedbackLayout::slot_of`] is a binary search.
+    by_image: Vec<(ImageId, u16)>,
     words: u32,
 }
 
@@ -325,12 +334,15 @@ impl FeedbackLayout {
         if images.len() > MAX_FEEDBACK_IMAGES {
             return Err(FeedbackError::TooManyImages { images: images.len() });
         }
+        let mut by_image: Vec<(ImageId, u16)> =
+            images.iter().enumerate().map(|(slot, &(image, _))| (image, slot as u16)).collect();
+        by_image.sort_unstable();
+        if let Some(w) = by_image.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(FeedbackError::DuplicateImage(w[0].0));
+        }
         let mut out = Vec::with_capacity(images.len());
-        let mut next = HEADER_WORDS + 2 * desc.record_capacity;
+        let mut next = Self::touched_offset_for(&desc) + (images.len() as u32).div_ceil(32);
         for &(image, layout) in images {
-            if out.iter().any(|i: &FeedbackImage| i.image == image) {
-                return Err(FeedbackError::DuplicateImage(image));
-            }
             let first_tail_lod = layout.first_tail_lod();
             if first_tail_lod > MAX_FEEDBACK_MIPS {
                 return Err(FeedbackError::TooManyMips { image, mips: first_tail_lod });
@@ -366,7 +378,22 @@ impl FeedbackLayout {
                 next += FEEDBACK_KINDS * image.tile_count;
             }
         }
-        Ok(Self { desc, images: out, words: next })
+        Ok(Self { desc, images: out, by_image, words: next })
+    }
+
+    fn touched_offset_for(desc: &FeedbackDesc) -> u32 {
+        HEADER_WORDS + 2 * desc.record_capacity
+    }
+
+    /// Word index of the touched bitset (right after the records): bit `i % 32` of word
+    /// `touched_offset + i / 32` is image slot `i`.
+    pub fn touched_offset(&self) -> u32 {
+        Self::touched_offset_for(&self.desc)
+    }
+
+    /// Words of the touched bitset: `ceil(images / 32)`.
+    pub fn touched_words(&self) -> u32 {
+        (self.images.len() as u32).div_ceil(32)
     }
 
     /// The sizes this layout was made with.
@@ -381,13 +408,19 @@ impl FeedbackLayout {
 
     /// The slot of `image`.
     pub fn slot_of(&self, image: ImageId) -> Option<u16> {
-        self.images.iter().position(|i| i.image == image).map(|p| p as u16)
+        let at = self.by_image.binary_search_by_key(&image, |&(i, _)| i).ok()?;
+        Some(self.by_image[at].1)
+    }
+
+    fn image_mut(&mut self, image: ImageId) -> Option<&mut FeedbackImage> {
+        let slot = self.slot_of(image)?;
+        self.images.get_mut(usize::from(slot))
     }
 
     /// Sets an image's LOD-warning parameters (the shader reads them from the image table, so
     /// re-upload it).
     pub fn set_lod_warning(&mut self, image: ImageId, min_warning_lod: u8, lead: u8) -> bool {
-        match self.images.iter_mut().find(|i| i.image == image) {
+        match self.image_mut(image) {
             Some(i) => {
                 i.min_warning_lod = min_warning_lod;
                 i.lead = lead;
@@ -400,7 +433,7 @@ impl FeedbackLayout {
     /// Sets an image's low-water mark (`None`: none); re-upload the image table. Returns whether
     /// the image is in the layout.
     pub fn set_low_water(&mut self, image: ImageId, low_water: Option<u8>) -> bool {
-        match self.images.iter_mut().find(|i| i.image == image) {
+        match self.image_mut(image) {
             Some(i) => {
                 i.low_water = low_water;
                 true
@@ -480,92 +513,105 @@ impl FeedbackLayout {
         if bytes.len() as u64 != self.buffer_bytes() {
             return Err(FeedbackError::BufferSize { expected: self.buffer_bytes(), got: bytes.len() as u64 });
         }
-        let prefix = &bytes[..self.prefix_bytes() as usize];
-        self.decode_prefix(prefix, frame, |i| {
-            let i = i as usize * 4;
-            u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]])
+        self.decode_with(frame, |start, out| {
+            for (k, w) in out.iter_mut().enumerate() {
+                let i = (start as usize + k) * 4;
+                *w = u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
+            }
         })
     }
 
-    /// Bytes of the buffer before its pixel counters: the header, the records and the bitsets
-    /// (the whole buffer when counting is off).
-    pub fn prefix_bytes(&self) -> u64 {
-        let first_counts = self.images.iter().map(|i| i.counts_offset).filter(|&o| o != NO_COUNTS).min();
-        u64::from(first_counts.unwrap_or(self.words)) * 4
-    }
-
-    /// [`FeedbackLayout::decode`] from the buffer's first [`prefix_bytes`](Self::prefix_bytes)
-    /// only, with `counter(word)` reading one pixel-counter word of the buffer (by word index) for
-    /// each request: a read-back of a few words instead of every counter of every image.
-    pub fn decode_prefix(
+    /// [`FeedbackLayout::decode`] through `read(first_word, words)`, which fills `words` with the
+    /// buffer's words from `first_word` on (a read of mapped memory, say). It reads only what the
+    /// frame wrote: the header, the touched bitset, the records the shader appended, the three
+    /// tile bitsets of each touched image (never an untouched image's), and one pixel counter per
+    /// request. [`DecodedFeedback::images_visited`] and [`DecodedFeedback::words_read`] count it.
+    /// `read` is never asked for a word at or past [`buffer_words`](Self::buffer_words).
+    pub fn decode_with(
         &self,
-        bytes: &[u8],
         frame: u64,
-        mut counter: impl FnMut(u32) -> u32,
+        mut read: impl FnMut(u32, &mut [u32]),
     ) -> Result<DecodedFeedback, FeedbackError> {
-        if bytes.len() as u64 != self.prefix_bytes() {
-            return Err(FeedbackError::BufferSize { expected: self.prefix_bytes(), got: bytes.len() as u64 });
-        }
-        let word = |i: u32| {
-            let i = i as usize * 4;
-            u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]])
+        let mut words_read = 0u64;
+        let mut fetch = |start: u32, len: u32| {
+            let mut out = vec![0u32; len as usize];
+            read(start, &mut out);
+            words_read += u64::from(len);
+            out
         };
-        if word(0) != FEEDBACK_MAGIC {
-            return Err(FeedbackError::BadMagic { found: word(0) });
+        let header = fetch(0, HEADER_WORDS);
+        if header[0] != FEEDBACK_MAGIC {
+            return Err(FeedbackError::BadMagic { found: header[0] });
         }
-        if word(1) != frame as u32 {
-            return Err(FeedbackError::FrameMismatch { expected: frame, found: word(1) });
+        if header[1] != frame as u32 {
+            return Err(FeedbackError::FrameMismatch { expected: frame, found: header[1] });
         }
-        if word(3) != self.desc.record_capacity {
+        if header[3] != self.desc.record_capacity {
             return Err(FeedbackError::CapacityMismatch {
                 expected: self.desc.record_capacity,
-                found: word(3),
+                found: header[3],
             });
         }
-        let count = word(2);
+        let count = header[2];
         let overflowed = count > self.desc.record_capacity;
-        let bit = |img: &FeedbackImage, kind: u32, t: u32| {
-            word(img.bits_offset + kind * img.bit_words + t / 32) & (1 << (t % 32)) != 0
-        };
-        let mut pixels = |img: &FeedbackImage, kind: u32, t: u32| {
-            if img.counts_offset == NO_COUNTS {
-                1
-            } else {
-                counter(img.counts_offset + kind * img.tile_count + t)
+        let mut touched = fetch(self.touched_offset(), self.touched_words());
+        let slots = self.images.len() as u32;
+        if let Some(last) = touched.last_mut() {
+            if slots % 32 != 0 {
+                *last &= (1u32 << (slots % 32)) - 1;
             }
-        };
-        let mut requests = Vec::new();
+        }
+        // The tile bitsets of the touched images, by slot.
+        let mut bits: Vec<(u16, Vec<u32>)> = Vec::new();
         let mut bits_set = 0u64;
-        for img in &self.images {
-            for kind in 0..FEEDBACK_KINDS {
-                for w in 0..img.bit_words {
-                    let mut v = word(img.bits_offset + kind * img.bit_words + w);
-                    if w == img.bit_words - 1 && img.tile_count % 32 != 0 {
-                        v &= (1u32 << (img.tile_count % 32)) - 1;
+        for (w, &word) in touched.iter().enumerate() {
+            let mut v = word;
+            while v != 0 {
+                let slot = w as u32 * 32 + v.trailing_zeros();
+                v &= v - 1;
+                let img = &self.images[slot as usize];
+                let mut set = fetch(img.bits_offset, FEEDBACK_KINDS * img.bit_words);
+                if img.tile_count % 32 != 0 {
+                    for kind in 0..FEEDBACK_KINDS {
+                        set[((kind + 1) * img.bit_words - 1) as usize] &= (1u32 << (img.tile_count % 32)) - 1;
                     }
-                    bits_set += u64::from(v.count_ones());
-                    if overflowed {
+                }
+                bits_set += set.iter().map(|b| u64::from(b.count_ones())).sum::<u64>();
+                bits.push((slot as u16, set));
+            }
+        }
+        let images_visited = bits.len() as u32;
+        let bit = |slot: u16, img: &FeedbackImage, kind: u32, t: u32| {
+            bits.binary_search_by_key(&slot, |(s, _)| *s)
+                .is_ok_and(|at| bits[at].1[(kind * img.bit_words + t / 32) as usize] & (1 << (t % 32)) != 0)
+        };
+        let mut found: Vec<(u16, u32, TileIndex, RequestKind)> = Vec::new();
+        if overflowed {
+            for (slot, set) in &bits {
+                let img = &self.images[usize::from(*slot)];
+                for kind in 0..FEEDBACK_KINDS {
+                    for w in 0..img.bit_words {
+                        let mut v = set[(kind * img.bit_words + w) as usize];
                         while v != 0 {
                             let t = w * 32 + v.trailing_zeros();
                             v &= v - 1;
-                            requests.push(TileRequest {
-                                image: img.image,
-                                tile: TileIndex(t),
-                                mip: img.mip_of(TileIndex(t)).expect("tile in range"),
-                                kind: kind_of(kind).expect("a feedback kind"),
-                                pixels: pixels(img, kind, t),
-                            });
+                            found.push((
+                                *slot,
+                                img.mip_of(TileIndex(t)).expect("tile in range"),
+                                TileIndex(t),
+                                kind_of(kind).expect("a feedback kind"),
+                            ));
                         }
                     }
                 }
             }
-        }
-        if !overflowed {
+        } else {
             if u64::from(count) != bits_set {
                 return Err(FeedbackError::Inconsistent { records: count, bits: bits_set });
             }
+            let records = fetch(HEADER_WORDS, 2 * count);
             for index in 0..count {
-                let words = [word(HEADER_WORDS + 2 * index), word(HEADER_WORDS + 2 * index + 1)];
+                let words = [records[2 * index as usize], records[2 * index as usize + 1]];
                 let bad = |reason| FeedbackError::BadRecord { index, words, reason };
                 let rec = FeedbackRecord::decode(words).ok_or(bad("reserved bits or kind set"))?;
                 let img = self.images.get(usize::from(rec.image_slot)).ok_or(bad("no such image slot"))?;
@@ -573,29 +619,33 @@ impl FeedbackLayout {
                 if mip != u32::from(rec.mip) {
                     return Err(bad("mip does not match the tile index"));
                 }
-                let kind = kind_index(rec.kind);
-                if !bit(img, kind, rec.tile.0) {
-                    return Err(bad("record without its de-duplication bit"));
+                if !bit(rec.image_slot, img, kind_index(rec.kind), rec.tile.0) {
+                    return Err(bad("record without its de-duplication bit (or its image's touched bit)"));
                 }
-                requests.push(TileRequest {
-                    image: img.image,
-                    tile: rec.tile,
-                    mip,
-                    kind: rec.kind,
-                    pixels: pixels(img, kind, rec.tile.0),
-                });
+                found.push((rec.image_slot, mip, rec.tile, rec.kind));
             }
-            requests.sort_unstable_by_key(|r| (r.image, r.kind, r.tile));
-            if requests
+        }
+        let mut requests: Vec<TileRequest> = found
+            .into_iter()
+            .map(|(slot, mip, tile, kind)| {
+                let img = &self.images[usize::from(slot)];
+                let pixels = if img.counts_offset == NO_COUNTS {
+                    1
+                } else {
+                    fetch(img.counts_offset + kind_index(kind) * img.tile_count + tile.0, 1)[0]
+                };
+                TileRequest { image: img.image, tile, mip, kind, pixels }
+            })
+            .collect();
+        requests.sort_unstable_by_key(|r| (r.image, r.kind, r.tile));
+        if !overflowed
+            && requests
                 .windows(2)
                 .any(|w| (w[0].image, w[0].kind, w[0].tile) == (w[1].image, w[1].kind, w[1].tile))
-            {
-                return Err(FeedbackError::Inconsistent { records: count, bits: bits_set });
-            }
-        } else {
-            requests.sort_unstable_by_key(|r| (r.image, r.kind, r.tile));
+        {
+            return Err(FeedbackError::Inconsistent { records: count, bits: bits_set });
         }
-        Ok(DecodedFeedback { frame, requests, records: count, overflowed })
+        Ok(DecodedFeedback { frame, requests, records: count, overflowed, images_visited, words_read })
     }
 }
 
@@ -610,6 +660,12 @@ pub struct DecodedFeedback {
     pub records: u32,
     /// Whether more requests came than the record capacity (they were recovered from the bitsets).
     pub overflowed: bool,
+    /// Images whose tile bitsets were read: those whose touched bit the frame set (the others
+    /// are never visited).
+    pub images_visited: u32,
+    /// Words of the buffer read to decode it (header, touched bitset, records, the touched
+    /// images' bitsets, one pixel counter per request).
+    pub words_read: u64,
 }
 
 /// A CPU model of a feedback buffer that does exactly what the shader does; tests and the CPU
@@ -643,6 +699,7 @@ impl FeedbackBuffer {
         if old & mask != 0 {
             return false;
         }
+        self.words[(layout.touched_offset() + u32::from(slot) / 32) as usize] |= 1 << (slot % 32);
         let index = self.words[2];
         self.words[2] += 1;
         if index < layout.desc.record_capacity {

@@ -511,21 +511,33 @@ impl StreamingManager {
     /// loads of it still in flight are forgotten, and their completions ignored.
     pub fn unregister_image(&mut self, image: ImageId) -> Result<ImageChanges, StreamingError> {
         let mut state = self.images.remove(&image).ok_or(StreamingError::UnknownImage(image))?;
+        // The image's own entries only (its resident tiles, its keys' ranges): the cost follows
+        // the image, not how many images are registered.
+        let resident: Vec<TileIndex> = state.residency.page_table().mapped().map(|(t, _)| t).collect();
         let changes = state
             .residency
             .release_all(&mut self.pool)
             .map_err(|source| StreamingError::Commit { image, source })?;
         let min_lod = state.residency.refresh_min_lod();
-        self.lru.retain(|(_, _, k)| k.image != image);
-        self.last_used.retain(|k, _| k.image != image);
+        for tile in resident {
+            let key = TileKey::tile(image, tile);
+            if let Some(last) = self.last_used.remove(&key) {
+                let mip = state.residency.layout().tile_coord(tile).map_or(0, |c| c.mip);
+                self.lru.remove(&(last, mip, key));
+            }
+        }
         self.wanted.retain(|k, _| k.image != image);
         self.evicted_at.retain(|k, _| k.image != image);
-        self.pinned_pending.retain(|k| k.image != image);
+        let keys = TileKey::tile(image, TileIndex(0))..=TileKey::tail(image, u32::MAX);
+        let pinned: Vec<TileKey> = self.pinned_pending.range(keys.clone()).copied().collect();
+        for k in pinned {
+            self.pinned_pending.remove(&k);
+        }
         // This frame's wants and evictions of the image are gone with it: the id may be
         // registered again, with another layout, before the next frame.
         self.wanted_now.retain(|k| k.image != image);
         self.evicted_now.retain(|k| k.image != image);
-        let gone: Vec<TileKey> = self.in_flight.keys().filter(|k| k.image == image).copied().collect();
+        let gone: Vec<TileKey> = self.in_flight.range(keys).map(|(&k, _)| k).collect();
         for k in gone {
             let f = self.in_flight.remove(&k).expect("listed");
             self.in_flight_tiles -= u64::from(f.tiles);

@@ -249,6 +249,33 @@ impl PageTable {
         (tile.0 as usize) < self.entries.len() && self.bit(tile.0 as usize)
     }
 
+    /// Bytes of host memory the table holds (its entries, residency bits, min-LOD map and the
+    /// region covers behind it, tails included): the CPU cost of the image's virtual size.
+    pub fn memory_bytes(&self) -> u64 {
+        let vec = |len: usize, size: usize| (len * size) as u64;
+        let covers: u64 = self
+            .cover
+            .iter()
+            .chain(&self.covered_by)
+            .flat_map(|axes| axes.iter())
+            .map(|v| vec(v.capacity(), std::mem::size_of::<(u32, u32)>()))
+            .sum();
+        let tails: u64 =
+            self.tails.iter().flatten().map(|t| vec(t.capacity(), std::mem::size_of::<PhysicalTile>())).sum();
+        vec(self.entries.capacity(), 8)
+            + vec(self.bits.capacity(), 8)
+            + vec(self.mip_resident.capacity(), 4)
+            + vec(self.tails.capacity(), std::mem::size_of::<Option<Vec<PhysicalTile>>>())
+            + tails
+            + covers
+            + vec(
+                self.cover.capacity() + self.covered_by.capacity(),
+                std::mem::size_of::<[Vec<(u32, u32)>; 3]>(),
+            )
+            + vec(self.min_lod.capacity(), 1)
+            + vec(self.dirty.capacity(), std::mem::size_of::<Option<TileRange>>())
+    }
+
     /// Resident tiles in the whole image (mip tails excluded).
     pub fn resident_tiles(&self) -> u32 {
         self.resident

@@ -67,6 +67,10 @@ void requestPixels(uint slot, uint img, uint tile, uint mip, uint kind, uint pix
     }
     uint bit = 1u << (tile & 31u);
     if ((atomicOr(fbWords[word], bit) & bit) == 0u) {
+        // The image's touched bit (after the records: word 4 + 2 * capacity + slot / 32), so the
+        // decoder reads the bitsets of touched images only.
+        uint touched = 4u + 2u * fbWords[3] + (slot >> 5u);
+        if (fbWords[3] < 0x40000000u && fbInside(touched)) atomicOr(fbWords[touched], 1u << (slot & 31u));
         uint i = atomicAdd(fbWords[2], 1u);
         // Records fit below the capacity word 3 and inside the buffer (i < (length - 4) / 2).
         uint room = (uint(fbWords.length()) - 4u) / 2u;

@@ -26,6 +26,11 @@ pub struct MinLodMap {
 }
 
 impl MinLodMap {
+    /// Bytes of device memory the map texture occupies.
+    pub fn memory_bytes(&self) -> u64 {
+        self.image.size()
+    }
+
     /// Creates the map texture for `image` (2D images, 2D arrays and 3D images), on its device:
     /// a `usampler2D`, `usampler2DArray` or `usampler3D` for `residency.glsl`. Its contents are
     /// undefined until the first [`upload_updates`](Self::upload_updates), which writes the whole

@@ -64,7 +64,7 @@ impl Streamer {
     /// for both copies. The page tables change only in which physical tile a resident tile names:
     /// residency, the min-LOD maps, the LRU and the loads in flight keep their meaning, so frames
     /// go on as before. Mip tails do not move (a heap holding one stays). An emptied heap's memory
-    /// is freed through the retire queue once the frames declared on the textures and the rebind
+    /// is freed through the retire queue once the frames declared on the heaps and the rebind
     /// have completed ([`backing_bytes`](Self::backing_bytes) drops at once).
     ///
     /// The software path's atlas is allocated whole: there is nothing to give back, and this

@@ -30,9 +30,11 @@
 //!    adds the waits the recording asks for).
 //! 3. [`Streamer::end_frame`] with the [`GpuUse`] that ends the frame's GPU work
 //!    ([`Submission::gpu_use`](crate::Submission::gpu_use), or a point of a renderer timeline):
-//!    the streamer reads that frame's feedback once it has passed, declares it on every object
-//!    the frame samples (a removed texture or a replaced buffer is destroyed only after it), and
-//!    waits for it on the GPU before unbinding anything it may sample.
+//!    the streamer reads that frame's feedback once it has passed, declares it on the tile heaps
+//!    and the frame's feedback buffers, keeps it among the frames in flight (a texture removed
+//!    while it may still run is given it then, so its objects are destroyed only after it: no
+//!    per-texture work per frame), and waits for it on the GPU before unbinding anything it may
+//!    sample.
 //!
 //! A frame that was not recorded (the renderer skipped it) writes no feedback; its staged copies
 //! go into the next recorded frame, before that frame's draws.
@@ -507,6 +509,66 @@ pub struct StreamerStats {
     /// Frames ended with [`Streamer::abandon_frame`] (their submission failed): their staged
     /// copies were queued again.
     pub frames_abandoned: u64,
+    /// The work of the last `begin_frame`, counted (not timed): it follows what the frame's
+    /// feedback asked for and what changed, not how many textures are registered.
+    pub last_frame_work: FrameWork,
+    /// Textures visited by every frame so far ([`FrameWork::textures_visited`] summed).
+    pub textures_visited: u64,
+    /// Feedback words read by every frame so far ([`FrameWork::feedback_words_read`] summed).
+    pub feedback_words_read: u64,
+}
+
+/// What one `begin_frame` did, counted: the streamer's per-frame cost in units that do not depend
+/// on the machine's speed ([`StreamerStats::last_frame_work`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FrameWork {
+    /// Distinct textures the frame did per-texture work for: those its feedback named (their
+    /// counters), and those with loads started, finished, failed or cancelled, tiles evicted or
+    /// page tables changed. A texture nobody sampled and with nothing pending is not visited.
+    pub textures_visited: u32,
+    /// Textures whose feedback bitsets were decoded: those the frame's shaders marked touched
+    /// (summed over the feedback frames read).
+    pub feedback_images_decoded: u32,
+    /// Words of feedback read back and decoded (header, touched bitset, records, the touched
+    /// textures' bitsets, one pixel counter per request).
+    pub feedback_words_read: u64,
+    /// Feedback requests given to the manager.
+    pub requests: u32,
+}
+
+/// Residency's own memory behind a streamer's textures, apart from their texels (the tile heaps
+/// or atlases: [`Streamer::backing_bytes`]): what virtual size and texture count cost
+/// ([`Streamer::overhead`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StreamerOverhead {
+    /// Textures counted.
+    pub textures: u64,
+    /// Host memory of the manager's page tables: entries, residency bits, the CPU min-LOD map and
+    /// the region covers behind it (`PageTable::memory_bytes`).
+    pub page_table_bytes: u64,
+    /// Device memory of the maps the shaders read: the min-LOD maps (hardware) or the indirection
+    /// textures (software).
+    pub map_bytes: u64,
+    /// Host-visible memory of the feedback buffers and image tables of every ring slot.
+    pub feedback_bytes: u64,
+    /// The host-visible staging ring.
+    pub staging_bytes: u64,
+}
+
+impl StreamerOverhead {
+    /// Everything together.
+    pub fn total_bytes(&self) -> u64 {
+        self.page_table_bytes + self.map_bytes + self.feedback_bytes + self.staging_bytes
+    }
+
+    /// [`total_bytes`](Self::total_bytes) over the textures (0 without textures).
+    pub fn per_texture_bytes(&self) -> f64 {
+        if self.textures == 0 {
+            0.0
+        } else {
+            self.total_bytes() as f64 / self.textures as f64
+        }
+    }
 }
 
 /// When a unit became resident, for request-to-resident latency in time: the renderer maps the
@@ -592,14 +654,24 @@ pub struct FrameBindings<'a> {
     pub image_table: Option<&'a Buffer>,
     /// The layout of both.
     pub layout: Option<&'a FeedbackLayout>,
-    /// The textures, in feedback-slot order.
-    pub textures: Vec<TextureBinding<'a>>,
+    /// The textures, by id ([`FrameBindings::textures`] lists them in feedback-slot order).
+    all: AllTextures<'a>,
     /// Which pixels write feedback this frame (push it to the shader: `feedbackPixelWrites`).
     pub sampling: FeedbackSampling,
     /// Whether this frame writes feedback at all (`sampling`'s interval; false while no texture
     /// is added): shaders skip their feedback writes when it is false.
     pub feedback_active: bool,
     ctx: FrameContext<'a>,
+}
+
+/// The streamer's textures, for [`FrameBindings`] (which lists them only when asked).
+#[derive(Clone, Copy)]
+struct AllTextures<'a>(&'a HashMap<ImageId, Texture>);
+
+impl std::fmt::Debug for AllTextures<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} textures", self.0.len())
+    }
 }
 
 /// The device feature a streamer with these `readers` on `path` needs and `features` lacks, with
@@ -644,6 +716,9 @@ struct FrameContext<'a> {
     readers: vk::PipelineStageFlags2,
     /// The feedback header for this frame, unless the CPU wrote the whole buffer.
     header: Option<Vec<u8>>,
+    /// The byte ranges of the feedback buffer to zero before the frame: what the slot's last
+    /// frame wrote (`None`: all of it after the header).
+    clear: Option<Vec<(u64, u64)>>,
     recorded: &'a AtomicBool,
     /// The device's universal timeline value submitted when the frame was recorded.
     recorded_after: &'a AtomicU64,
@@ -651,10 +726,29 @@ struct FrameContext<'a> {
     recorded_floor: &'a std::sync::Mutex<Vec<(residency_core::sync::ClockId, u64)>>,
 }
 
-impl FrameBindings<'_> {
-    /// The binding of `texture` (`None`: not one of the streamer's textures now).
-    pub fn texture(&self, texture: &VirtualTexture) -> Option<&TextureBinding<'_>> {
-        self.textures.iter().find(|t| t.id == texture.id)
+impl<'a> FrameBindings<'a> {
+    /// The textures, in feedback-slot order (the slot is the shader's `imageSlot`). Built on each
+    /// call, for every texture: call it when [`generation`](Self::generation) changed (descriptor
+    /// sets made for a generation stay valid until it does), not every frame.
+    pub fn textures(&self) -> Vec<TextureBinding<'a>> {
+        let Some(layout) = self.layout else { return Vec::new() };
+        layout
+            .images()
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, i)| Some(self.binding(i.image, slot as u16, self.all.0.get(&i.image)?)))
+            .collect()
+    }
+
+    /// The binding of `texture` (`None`: not one of the streamer's textures now); a lookup, not a
+    /// walk of the textures.
+    pub fn texture(&self, texture: &VirtualTexture) -> Option<TextureBinding<'a>> {
+        let slot = self.layout?.slot_of(texture.id)?;
+        Some(self.binding(texture.id, slot, self.all.0.get(&texture.id)?))
+    }
+
+    fn binding(&self, id: ImageId, slot: u16, t: &'a Texture) -> TextureBinding<'a> {
+        TextureBinding { id, name: &t.name, feedback_slot: slot, views: t.views() }
     }
 
     /// The feedback words of the shipped `vt_quad` fragment shaders' push constants for drawing
@@ -750,8 +844,18 @@ impl FrameBindings<'_> {
         if let (true, Some(feedback), Some(header)) = (self.feedback_active, self.feedback, &ctx.header) {
             let size = self.layout.map_or(0, |l| l.buffer_bytes());
             let header_bytes = header.len() as u64;
-            if size > header_bytes {
-                rec.fill_buffer(feedback, header_bytes, size - header_bytes, 0)?;
+            match &ctx.clear {
+                // Only what the slot's last frame wrote: the reset follows the frame's feedback,
+                // not the buffer's size (every texture's bitsets and counters).
+                Some(ranges) => {
+                    for &(offset, bytes) in ranges {
+                        rec.fill_buffer(feedback, offset, bytes, 0)?;
+                    }
+                }
+                None if size > header_bytes => {
+                    rec.fill_buffer(feedback, header_bytes, size - header_bytes, 0)?
+                }
+                None => {}
             }
             rec.update_buffer(feedback, 0, header)?;
         }
@@ -775,6 +879,43 @@ struct Slot {
     generation: u64,
     /// The frame written here, its manager tick and the end of its GPU work.
     submitted: Option<(u64, u64, GpuUse)>,
+    /// The byte ranges (past the header) the last frame written here may have written, known
+    /// once its feedback was decoded: the next reset zeroes only these. `None`: unknown (a new
+    /// buffer, an abandoned frame, a read that failed): the whole buffer is reset.
+    written: Option<Vec<(u64, u64)>>,
+}
+
+/// The byte ranges past the header that the feedback `decoded` (written in a buffer of
+/// `layout`) occupies: the records, the touched bitset, and the bitsets and counters of each
+/// image it names (every touched image has a request).
+fn written_ranges(
+    layout: &FeedbackLayout,
+    decoded: &residency_core::streaming::DecodedFeedback,
+) -> Vec<(u64, u64)> {
+    use residency_core::streaming::{FEEDBACK_KINDS, HEADER_WORDS, NO_COUNTS};
+    let words = |start: u32, len: u64| (u64::from(start) * 4, len * 4);
+    let records = u64::from(decoded.records.min(layout.desc().record_capacity));
+    let mut ranges = vec![words(layout.touched_offset(), u64::from(layout.touched_words()))];
+    if records > 0 {
+        ranges.push(words(HEADER_WORDS, 2 * records));
+    }
+    let mut last = None;
+    for r in &decoded.requests {
+        // Sorted by image: each image once.
+        if last == Some(r.image) {
+            continue;
+        }
+        last = Some(r.image);
+        let Some(img) = layout.slot_of(r.image).and_then(|s| layout.images().get(usize::from(s))) else {
+            continue;
+        };
+        ranges.push(words(img.bits_offset, u64::from(FEEDBACK_KINDS * img.bit_words)));
+        if img.counts_offset != NO_COUNTS {
+            ranges.push(words(img.counts_offset, u64::from(FEEDBACK_KINDS) * u64::from(img.tile_count)));
+        }
+    }
+    ranges.retain(|&(_, bytes)| bytes > 0);
+    ranges
 }
 
 /// A finished load's tiles `(mip, x, y)` and their texels.
@@ -821,6 +962,8 @@ pub struct Streamer {
     /// reported to the manager as failed at the next tick, which ignores them.
     cancelled: Vec<TileKey>,
     layout: Option<Arc<FeedbackLayout>>,
+    /// The textures or their settings changed since `layout` was made (`current_layout`).
+    layout_stale: bool,
     generation: u64,
     ring: FeedbackRing,
     slots: Vec<Option<Slot>>,
@@ -855,6 +998,26 @@ pub struct Streamer {
     feedback_frames: std::collections::VecDeque<FeedbackFrame>,
     /// Ids of texture handles dropped without `remove_texture`.
     dropped: Arc<std::sync::Mutex<Vec<ImageId>>>,
+    /// Textures whose [`TextureStats::requests`] and `pixels` the last feedback read set: reset
+    /// at the next read (not every texture's).
+    requested: Vec<ImageId>,
+    /// The textures the current `begin_frame` visited ([`FrameWork::textures_visited`]).
+    visited: std::collections::HashSet<ImageId>,
+}
+
+impl Drop for Streamer {
+    fn drop(&mut self) {
+        // The frames that may still sample the textures: their objects outlive them (a frame
+        // declares nothing per texture; a removed texture is given the running frames at its
+        // removal, and these are the last ones).
+        let running = self.running_frames();
+        for texture in self.textures.values() {
+            for &until in &running {
+                // Another device's use cannot be among the frames (`end_frame` checked it).
+                let _ = texture.used_until(until);
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Streamer {
@@ -933,6 +1096,7 @@ impl Streamer {
             pending: HashMap::new(),
             cancelled: Vec::new(),
             layout: None,
+            layout_stale: false,
             generation: 0,
             ring: FeedbackRing::new(frames_in_flight),
             slots: (0..frames_in_flight).map(|_| None).collect(),
@@ -955,6 +1119,8 @@ impl Streamer {
             latencies: Default::default(),
             feedback_frames: Default::default(),
             dropped: Arc::default(),
+            requested: Vec::new(),
+            visited: Default::default(),
             desc: StreamerDesc { frames_in_flight, ..desc },
         })
     }
@@ -1031,6 +1197,25 @@ impl Streamer {
                 self.atlases.values().map(|a| a.memory_bytes()).sum::<u64>() + indirections
             }
         }
+    }
+
+    /// Residency's own memory behind the textures now, apart from their texels: page tables,
+    /// min-LOD maps or indirection textures, feedback buffers and image tables, staging. A walk
+    /// of the textures (a report, not a per-frame call).
+    pub fn overhead(&self) -> StreamerOverhead {
+        let mut o = StreamerOverhead {
+            textures: self.textures.len() as u64,
+            staging_bytes: self.uploader.staging_capacity(),
+            ..StreamerOverhead::default()
+        };
+        for (id, texture) in &self.textures {
+            o.map_bytes += texture.map_bytes();
+            o.page_table_bytes += self.manager.residency(*id).map_or(0, |r| r.page_table().memory_bytes());
+        }
+        for slot in self.slots.iter().flatten() {
+            o.feedback_bytes += slot.feedback.size() + slot.table.size();
+        }
+        o
     }
 
     /// The staging ring's bytes in use and batches in flight ([`Uploader::staging_in_use`]).
@@ -1231,6 +1416,14 @@ impl Streamer {
             name,
             sources,
         )?;
+        // What the feedback layout (built at the next frame) would refuse, refused now.
+        let mips = texture.layout.first_tail_lod();
+        if mips > residency_core::streaming::MAX_FEEDBACK_MIPS {
+            return Err(FeedbackError::TooManyMips { image: id, mips }.into());
+        }
+        if self.textures.len() >= residency_core::streaming::MAX_FEEDBACK_IMAGES {
+            return Err(FeedbackError::TooManyImages { images: self.textures.len() + 1 }.into());
+        }
         self.next_id += 1;
         self.manager.register_image(id, &texture.layout)?;
         self.textures.insert(id, texture);
@@ -1371,20 +1564,39 @@ impl Streamer {
             self.pending.remove(&key);
             self.cancelled.push(key);
         }
+        // The frames that may still sample it (frames declare nothing per texture, so that a
+        // frame's cost does not grow with the textures registered): its objects outlive them.
+        if let Some(texture) = &removed {
+            for until in self.running_frames() {
+                texture.used_until(until)?;
+            }
+        }
         // Dropped here: destroyed once the declared frame uses and residency's own work (the
         // unbind above included) are done.
         drop(removed);
         self.refresh_layout()
     }
 
+    /// The textures or their feedback settings changed: the next frame lays the feedback out
+    /// again (once, however many textures were added or removed since: a registration does not
+    /// walk the others).
     fn refresh_layout(&mut self) -> Result<(), StreamError> {
         self.generation += 1;
-        self.layout = if self.textures.is_empty() {
-            None
-        } else {
-            Some(Arc::new(self.manager.feedback_layout(self.desc.feedback)?))
-        };
+        self.layout_stale = true;
         Ok(())
+    }
+
+    /// Lays the feedback out for the textures now, when they changed since the last time.
+    fn current_layout(&mut self) -> Result<Option<Arc<FeedbackLayout>>, StreamError> {
+        if self.layout_stale {
+            self.layout = if self.textures.is_empty() {
+                None
+            } else {
+                Some(Arc::new(self.manager.feedback_layout(self.desc.feedback)?))
+            };
+            self.layout_stale = false;
+        }
+        Ok(self.layout.clone())
     }
 
     /// The ends of the frames that may still run (what an unbind waits for on the GPU).
@@ -1458,6 +1670,14 @@ impl Streamer {
             &FrameInput { frame: self.tick, requests, loaded: &loaded, failed: &failed },
             requested_in,
         )?;
+        let keys =
+            loaded.iter().chain(&failed).chain(&out.cancelled).chain(&out.resident).chain(&out.evicted);
+        let images = keys.chain(out.loads.iter().map(|l| &l.key)).map(|k| k.image);
+        for image in images.chain(out.changes.iter().map(|c| c.image)) {
+            if self.textures.contains_key(&image) {
+                self.visited.insert(image);
+            }
+        }
         for &key in &out.cancelled {
             self.loader.cancel(&key);
             self.pending.remove(&key);
@@ -1613,39 +1833,57 @@ impl Streamer {
         }
         let active = self.desc.sampling.frame_active(frame);
         let step = self.ring.begin_frame(frame, gpu_completed, active);
-        for t in self.textures.values_mut().map(|t| &mut t.stats) {
-            t.requests = 0;
-            t.pixels = 0;
+        let mut work = FrameWork::default();
+        self.visited.clear();
+        let mut requested = std::mem::take(&mut self.requested);
+        for id in requested.drain(..) {
+            if let Some(t) = self.textures.get_mut(&id).map(|t| &mut t.stats) {
+                t.requests = 0;
+                t.pixels = 0;
+            }
         }
+        self.requested = requested;
         let mut oldest = None;
         for &(slot_index, f) in &step.read {
             let Some(slot) = self.slots[slot_index].as_mut() else { continue };
             let Some((sf, tick, _)) = slot.submitted.take() else { continue };
             if sf != f {
+                slot.written = None;
                 continue;
             }
-            // The header, records and bitsets; of the pixel counters only the requested tiles'.
-            let mut bytes = vec![0u8; slot.layout.prefix_bytes() as usize];
-            slot.feedback.read(0, &mut bytes)?;
+            // Only what the frame wrote: the header, the touched bitset, the records, the touched
+            // textures' bitsets and the requested tiles' pixel counters.
+            // Until decoded, what the frame wrote is unknown: a failed read resets the whole slot.
+            slot.written = None;
             let (feedback, mut failed) = (&slot.feedback, None);
-            let decoded = slot.layout.decode_prefix(&bytes, f, |w| {
-                let mut word = [0u8; 4];
-                if let Err(e) = feedback.read(u64::from(w) * 4, &mut word) {
+            let mut bytes = Vec::new();
+            let decoded = slot.layout.decode_with(f, |start, out| {
+                bytes.resize(out.len() * 4, 0);
+                if let Err(e) = feedback.read(u64::from(start) * 4, &mut bytes) {
                     failed.get_or_insert(e);
                 }
-                u32::from_le_bytes(word)
+                for (w, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                    *w = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                }
             })?;
             if let Some(e) = failed {
                 return Err(e.into());
             }
+            slot.written = Some(written_ranges(&slot.layout, &decoded));
+            work.feedback_images_decoded += decoded.images_visited;
+            work.feedback_words_read += decoded.words_read;
             self.stats.feedback_frames_read += 1;
             self.stats.feedback_overflows += u64::from(decoded.overflowed);
             let mut summary =
                 FeedbackFrame { frame: f, misses: 0, warnings: 0, overflowed: decoded.overflowed };
             for r in &decoded.requests {
                 if let Some(t) = self.textures.get_mut(&r.image).map(|t| &mut t.stats) {
+                    if t.requests == 0 {
+                        self.requested.push(r.image);
+                    }
                     t.requests += 1;
                     t.pixels += u64::from(r.pixels);
+                    self.visited.insert(r.image);
                 }
                 match r.kind {
                     RequestKind::Miss => summary.misses += 1,
@@ -1665,10 +1903,16 @@ impl Streamer {
             self.requested_in = tick;
         }
         let requests = std::mem::take(&mut self.requests);
-        self.tick(&requests, self.requested_in.max(1), Some(frame))?;
+        work.requests = requests.len() as u32;
+        let ticked = self.tick(&requests, self.requested_in.max(1), Some(frame));
+        work.textures_visited = self.visited.len() as u32;
+        self.stats.textures_visited += u64::from(work.textures_visited);
+        self.stats.feedback_words_read += work.feedback_words_read;
+        self.stats.last_frame_work = work;
+        ticked?;
 
         // This frame's slot: buffers for the current layout (reset by the frame's recording).
-        if let Some(layout) = self.layout.clone() {
+        if let Some(layout) = self.current_layout()? {
             let fresh = self.slots[index].as_ref().is_none_or(|s| s.generation != self.generation);
             if fresh {
                 self.slots[index] = Some(self.make_slot(index, layout)?);
@@ -1701,7 +1945,7 @@ impl Streamer {
             .with_intent(MemoryIntent::Upload),
         )?;
         table.write(0, &words.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<_>>())?;
-        Ok(Slot { feedback, table, layout, generation: self.generation, submitted: None })
+        Ok(Slot { feedback, table, layout, generation: self.generation, submitted: None, written: None })
     }
 
     fn bindings(&self, index: usize) -> FrameBindings<'_> {
@@ -1712,17 +1956,6 @@ impl Streamer {
             }
             _ => None,
         };
-        let mut textures: Vec<TextureBinding<'_>> = self
-            .textures
-            .iter()
-            .map(|(&id, t)| TextureBinding {
-                id,
-                name: &t.name,
-                feedback_slot: slot.and_then(|s| s.layout.slot_of(id)).unwrap_or(u16::MAX),
-                views: t.views(),
-            })
-            .collect();
-        textures.sort_unstable_by_key(|t| t.feedback_slot);
         FrameBindings {
             frame: self.frame,
             slot: index,
@@ -1735,7 +1968,7 @@ impl Streamer {
             feedback: slot.map(|s| &s.feedback),
             image_table: slot.map(|s| &s.table),
             layout: slot.map(|s| &*s.layout),
-            textures,
+            all: AllTextures(&self.textures),
             sampling: self.desc.sampling,
             feedback_active: slot.is_some() && self.desc.sampling.frame_active(self.frame),
             ctx: FrameContext {
@@ -1744,6 +1977,7 @@ impl Streamer {
                 bind_wait: self.bind_wait,
                 readers: self.desc.readers,
                 header,
+                clear: slot.and_then(|s| s.written.clone()),
                 recorded: &self.recorded,
                 recorded_after: &self.recorded_after,
                 recorded_floor: &self.recorded_floor,
@@ -1809,9 +2043,6 @@ impl Streamer {
         // residency submitted until now covers it: its objects are kept and later unbinds wait
         // for that, as for a frame in flight. (Nothing is read back from it.)
         let until = self.device.submitted_work();
-        for texture in self.textures.values() {
-            texture.used_until(until)?;
-        }
         if let Some(heaps) = &self.heaps {
             heaps.used_until(until)?;
         }
@@ -1819,6 +2050,8 @@ impl Streamer {
             slot.feedback.used_until(until)?;
             slot.table.used_until(until)?;
             slot.submitted = None;
+            // It may have run after all and written anything: the next reset clears it all.
+            slot.written = None;
         }
         self.frame_uses.push(until);
         if !requeued {
@@ -1859,9 +2092,8 @@ impl Streamer {
             }
         }
         let index = (self.frame % self.slots.len() as u64) as usize;
-        for texture in self.textures.values() {
-            texture.used_until(until)?;
-        }
+        // Per texture nothing: the frame is one of `frame_uses`, which a removed texture is given
+        // (`remove_id`), as are the textures left when the streamer is dropped.
         if let Some(heaps) = &self.heaps {
             heaps.used_until(until)?;
         }

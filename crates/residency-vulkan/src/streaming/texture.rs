@@ -223,6 +223,15 @@ impl Texture {
         }
     }
 
+    /// Bytes of device memory of the map the shaders read: the min-LOD map (hardware) or the
+    /// indirection texture (software; the shared atlas is not counted).
+    pub(super) fn map_bytes(&self) -> u64 {
+        match &self.gpu {
+            TextureGpu::Hardware { map, .. } => map.memory_bytes(),
+            TextureGpu::Software { texture } => texture.indirection_bytes(),
+        }
+    }
+
     /// The views a shader binds: the texture (sparse image or atlas) and its map (min-LOD map or
     /// indirection).
     pub(super) fn views(&self) -> TextureViews<'_> {

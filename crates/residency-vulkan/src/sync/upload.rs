@@ -567,6 +567,11 @@ impl Uploader {
         &self.device
     }
 
+    /// Bytes of the staging ring (host-visible memory it holds for its life).
+    pub fn staging_capacity(&self) -> u64 {
+        self.state.locked().ring.capacity()
+    }
+
     /// Bytes of the staging ring in use now (staged, or in copies the GPU has not run yet), and
     /// how many batches of copies are in flight.
     pub fn staging_in_use(&self) -> (u64, usize) {
