@@ -14,6 +14,8 @@
 #ifndef RESIDENCY_SOFTWARE_GLSL
 #define RESIDENCY_SOFTWARE_GLSL
 
+#include "residency_footprint.glsl"
+
 const uint RESIDENCY_MIN_LOD_NONE = 255u;
 
 // Bounds: the indirection texture is data a caller may get wrong (any R32_UINT image can be bound
@@ -113,26 +115,101 @@ vec4 residencySoftwareLevel(sampler2D atlas, usampler2D indirection, ResidencySo
     return textureLod(atlas, pos / vec2(textureSize(atlas, 0)), 0.0);
 }
 
-// A trilinear sample at `lod`, clamped to the finest resident coarser mip, as the hardware path's
-// residencySampleFallback: two bilinear samples from the atlas, blended.
-vec4 residencySampleFallback(sampler2D tex, usampler2D minLodMap, vec2 uv, float lod, vec4 defaultValue,
-                             out bool resident, out float usedLod) {
-    ResidencySoftware h = residencySoftwareHeader(minLodMap);
-    uint minLod = residencySoftwareEntry(minLodMap, h, uv, 0u).y;
-    if (minLod == RESIDENCY_MIN_LOD_NONE) {
-        resident = false;
-        usedLod = -1.0;
-        return defaultValue;
-    }
-    usedLod = min(max(lod, float(minLod)), float(h.mips - 1u));
-    uint lo = uint(floor(usedLod));
-    float f = usedLod - float(lo);
-    vec4 a = residencySoftwareLevel(tex, minLodMap, h, uv, lo);
-    resident = true;
+// A trilinear sample of the atlas at `lod` (clamped to the mips): two bilinear samples, blended.
+vec4 residencySoftwareTrilinear(sampler2D atlas, usampler2D indirection, ResidencySoftware h, vec2 uv, float lod) {
+    float l = clamp(lod, 0.0, float(h.mips - 1u));
+    uint lo = uint(floor(l));
+    float f = l - float(lo);
+    vec4 a = residencySoftwareLevel(atlas, indirection, h, uv, lo);
     if (f <= 0.0 || lo + 1u >= h.mips) {
         return a;
     }
-    return mix(a, residencySoftwareLevel(tex, minLodMap, h, uv, lo + 1u), f);
+    return mix(a, residencySoftwareLevel(atlas, indirection, h, uv, lo + 1u), f);
+}
+
+// Whether every texel a bilinear filter reads at `mip` for taps centred in the uv box [lo, hi]
+// comes from a tile of that mip holding its own data: each tile of the mip the texels fall in
+// has an entry whose data mip is `mip` (resident with its chain). A slot's border holds its
+// neighbours' texels only while they are resident, so a tap across a tile edge needs the
+// neighbour too. More than RESIDENCY_FOOTPRINT_TILES tiles along an axis is not resident.
+bool residencyMipResident(sampler2D atlas, usampler2D indirection, vec2 lo, vec2 hi, int mip) {
+    ResidencySoftware h = residencySoftwareHeader(indirection);
+    if (mip < 0 || uint(mip) >= h.mips) {
+        return false;
+    }
+    ivec2 extent = ivec2(max(h.size >> uint(mip), uvec2(1u)));
+    ivec2 t0;
+    ivec2 t1;
+    residencyBilinearTexels(lo, hi, extent, t0, t1);
+    int side = int(min(h.tile, 1u << 30));
+    ivec2 a = t0 / side;
+    ivec2 b = t1 / side;
+    if (any(greaterThanEqual(b - a, ivec2(RESIDENCY_FOOTPRINT_TILES)))) {
+        return false;
+    }
+    uint row = residencySoftwareWord(indirection, ivec2(6 + mip, 0));
+    for (int ty = a.y; ty <= b.y; ty++) {
+        for (int tx = a.x; tx <= b.x; tx++) {
+            if ((residencySoftwareWord(indirection, ivec2(tx, int(row) + ty)) >> 24) != uint(mip)) {
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+int residencyLevels(sampler2D atlas, usampler2D indirection) {
+    return int(residencySoftwareHeader(indirection).mips);
+}
+
+vec2 residencySize(sampler2D atlas, usampler2D indirection) {
+    return vec2(residencySoftwareHeader(indirection).size);
+}
+
+#include "residency_search.glsl"
+
+// A trilinear sample at `lod` at the finest LOD at or above it whose whole footprint (the
+// bilinear neighbours of `uv` at each mip blended) comes from resident tiles, as the hardware
+// path's residencySampleFallback: two bilinear samples from the atlas, blended. `usedLod` is -1
+// and the default value is returned when no LOD's footprint is resident.
+vec4 residencySampleFallback(sampler2D tex, usampler2D minLodMap, vec2 uv, float lod, vec4 defaultValue,
+                             out bool resident, out float usedLod) {
+    ResidencyFootprint f = residencyFootprintLod(tex, minLodMap, uv, vec2(0.0), lod, RESIDENCY_NO_SLACK, RESIDENCY_BY_LOD);
+    usedLod = f.lod;
+    resident = f.found;
+    if (!f.found) {
+        return defaultValue;
+    }
+    return residencySoftwareTrilinear(tex, minLodMap, residencySoftwareHeader(minLodMap), uv, usedLod);
+}
+
+// The hardware path's residencySampleGradFallback on the atlas, filtered in the shader as
+// Vulkan's anisotropic reference: N = ceil(η) trilinear samples (two bilinear atlas reads each)
+// at uv + (i/(N+1) − ½)·(major derivative), i = 1..N, averaged, at λ = log2(ρmax/η); N = 1 is
+// the plain trilinear sample. Its cost grows with N (up to 16 taps: 32 atlas reads and their
+// indirection reads). No LOD slack: the shader computes the LOD it reads.
+vec4 residencySampleGradFallback(sampler2D tex, usampler2D minLodMap, vec2 uv, vec2 dPdx, vec2 dPdy,
+                                 float maxAnisotropy, vec4 defaultValue, out bool resident, out float usedLod) {
+    ResidencySoftware h = residencySoftwareHeader(minLodMap);
+    vec2 size = vec2(h.size);
+    float lambda = residencyGradLod(dPdx, dPdy, size, maxAnisotropy);
+    vec2 spread = residencyTapSpread(dPdx, dPdy, maxAnisotropy);
+    ResidencyFootprint f = residencyFootprintLod(tex, minLodMap, uv, spread, lambda, RESIDENCY_NO_SLACK, RESIDENCY_BY_SCALE);
+    usedLod = f.lod;
+    resident = f.found;
+    if (!f.found) {
+        return defaultValue;
+    }
+    int n = maxAnisotropy > 1.0 ? residencyAnisoTaps(dPdx, dPdy, size, maxAnisotropy) : 1;
+    if (n == 1) {
+        return residencySoftwareTrilinear(tex, minLodMap, h, uv, usedLod);
+    }
+    vec2 major = (length(dPdx * size) >= length(dPdy * size) ? dPdx : dPdy) * f.scale;
+    vec4 sum = vec4(0.0);
+    for (int i = 1; i <= n; i++) {
+        sum += residencySoftwareTrilinear(tex, minLodMap, h, uv + (float(i) / float(n + 1) - 0.5) * major, usedLod);
+    }
+    return sum / float(n);
 }
 
 // ---- 2D arrays: an indirection texture with one layer per layer (a usampler2DArray) over the ---
@@ -216,6 +293,15 @@ int residencySampleWarn(sampler2D tex, usampler2D minLodMap, vec2 uv, float lod,
                         inout vec4 texel, out float usedLod) {
     bool resident;
     vec4 value = residencySampleFallback(tex, minLodMap, uv, lod, texel, resident, usedLod);
+    texel = value;
+    return residencyWarnCode(resident, usedLod, int(residencySoftwareHeader(minLodMap).mips), lowWater);
+}
+
+// residencySampleWarn of a gradient sample (residencySampleGradFallback).
+int residencySampleGradWarn(sampler2D tex, usampler2D minLodMap, vec2 uv, vec2 dPdx, vec2 dPdy, float maxAnisotropy,
+                            uint lowWater, inout vec4 texel, out float usedLod) {
+    bool resident;
+    vec4 value = residencySampleGradFallback(tex, minLodMap, uv, dPdx, dPdy, maxAnisotropy, texel, resident, usedLod);
     texel = value;
     return residencyWarnCode(resident, usedLod, int(residencySoftwareHeader(minLodMap).mips), lowWater);
 }
