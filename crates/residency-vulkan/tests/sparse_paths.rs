@@ -173,11 +173,13 @@ fn software_images_refuse_what_they_cannot_hold() {
                 .unwrap();
         let uploader = Uploader::new(device, "refusals", 1 << 20).unwrap();
         let r = TexelRegion { offset: [0, 0, 0], extent: [4, 4, 1] };
-        // Writing a tile that is not resident, or data of the wrong size: typed errors.
+        // Data of the wrong size: a typed error that commits nothing (a write into tiles that are
+        // not resident commits them: `uploads_into_uncommitted_tiles_commit_them_on_both_paths`).
         assert!(matches!(
-            image.write_region(&pool, &uploader, 0, 0, r, &[0; 64]),
-            Err(SoftwareError::NotResident { mip: 0, .. })
+            image.write_region(&pool, &uploader, 0, 0, r, &[0; 60]),
+            Err(SoftwareError::WrongRegionSize { expected: 64, got: 60 })
         ));
+        assert_eq!(pool.used_tiles(), 0, "a refused write commits nothing");
         image.commit_region(&pool, 0, 0, r).unwrap();
         assert!(matches!(
             image.write_region(&pool, &uploader, 0, 0, r, &[0; 60]),
@@ -212,6 +214,70 @@ fn software_images_refuse_what_they_cannot_hold() {
         assert_eq!(pool.used_tiles(), 1);
         uploader.destroy().unwrap();
         drop((image, pool, stranger));
+    });
+}
+
+/// An upload into tiles that are not committed commits them (the seed's `glTexSubImage2D` into a
+/// sparse texture), on both paths through `write_region`: a region across one resident and three
+/// uncommitted mip-0 tiles commits exactly the three, and its texels come back (sampled at their
+/// centres on both paths; read back byte for byte from the sparse image on the hardware path). An
+/// exhausted pool refuses the write with a typed error and commits nothing.
+fn uploads_commit_on_demand(device: &Arc<Device>, path: ResidencyPath) {
+    let name = path.name();
+    let desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, SIZE, SIZE);
+    let mut texture = Texture::new(device, path, desc, 64);
+    let uploader = Uploader::new(device, "on-demand uploads", 16 << 20).unwrap();
+    let mips = texture.layout().mip_levels();
+    for mip in 1..mips {
+        let r = texture.whole(mip);
+        texture.commit(mip, r).unwrap();
+        texture.write(device, &uploader, mip, r);
+    }
+    texture.commit(0, TexelRegion { offset: [128, 128, 0], extent: [1, 1, 1] }).unwrap();
+    let before = texture.used_tiles();
+    // Mip-0 texels 200..300 in x and y: tiles (1, 1) (resident), (2, 1), (1, 2), (2, 2).
+    let region = TexelRegion { offset: [200, 200, 0], extent: [100, 100, 1] };
+    texture.write_on_demand(&uploader, 0, region).unwrap();
+    assert_eq!(texture.used_tiles(), before + 3, "{name}: the three uncommitted tiles, committed");
+    assert_eq!(texture.used_tiles(), texture.resident_tiles(), "{name}");
+    texture.flush(&uploader);
+
+    let texels = [(200, 200), (255, 256), (256, 255), (299, 299), (230, 290)];
+    let probes: Vec<_> = texels.iter().map(|&(x, y)| (centre(x, y, 0), 0.0)).collect();
+    let got = sample(device, &texture, path, &probes);
+    for (&(x, y), (texel_got, resident, lod)) in texels.iter().zip(got) {
+        assert!(resident && lod == 0.0, "{name}: texel ({x}, {y}) resident at LOD 0");
+        close(texel_got, as_f32(texel(x, y, 0)), &format!("{name}: texel ({x}, {y})"));
+    }
+    if let Texture::Hardware { image, .. } = &texture {
+        let bytes = image.read_region(0, 0, region, 1 << 20).unwrap();
+        assert_eq!(bytes, common::region_texels(0, [200, 200], [100, 100]), "{name}: read back");
+    }
+
+    // An exhausted pool: a write into uncommitted tiles is refused and commits nothing.
+    match &texture {
+        Texture::Hardware { pool, .. } => pool.set_budget_tiles(texture.used_tiles() as u32),
+        Texture::Software { pool, .. } => pool.set_budget_tiles(texture.used_tiles() as u32),
+    }
+    let used = texture.used_tiles();
+    let far = TexelRegion { offset: [0, 768, 0], extent: [1024, 256, 1] };
+    let refused = texture.write_on_demand(&uploader, 0, far);
+    if refused.is_err() {
+        assert_eq!(texture.used_tiles(), used, "{name}: a refused write commits nothing");
+        assert_eq!(texture.used_tiles(), texture.resident_tiles(), "{name}");
+    } else {
+        panic!("{name}: 8 more tiles fit a pool of {used} used tiles at its budget");
+    }
+
+    uploader.destroy().unwrap();
+    texture.destroy(device);
+}
+
+#[test]
+fn uploads_into_uncommitted_tiles_commit_them_on_both_paths() {
+    with_gpu(|set| {
+        uploads_commit_on_demand(&set.devices()[0], ResidencyPath::Hardware);
+        uploads_commit_on_demand(&set.devices()[0], ResidencyPath::Software);
     });
 }
 

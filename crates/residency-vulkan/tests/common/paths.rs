@@ -112,6 +112,33 @@ impl Texture {
         }
     }
 
+    /// Writes the test pattern into `region` of `mip` through the path's `write_region`, which
+    /// commits the tiles it touches on demand; the error as text, its variant checked per path
+    /// (a refused commit).
+    pub fn write_on_demand(
+        &mut self,
+        uploader: &Uploader,
+        mip: u32,
+        region: TexelRegion,
+    ) -> Result<(), String> {
+        let data =
+            region_texels(mip, [region.offset[0], region.offset[1]], [region.extent[0], region.extent[1]]);
+        match self {
+            Texture::Hardware { pool, image, .. } => {
+                image.write_region(pool, uploader, 0, mip, region, &data).map_err(|e| {
+                    assert!(matches!(e, SparseError::Commit(_)), "{e:?}");
+                    e.to_string()
+                })
+            }
+            Texture::Software { pool, image } => {
+                image.write_region(pool, uploader, 0, mip, region, &data).map_err(|e| {
+                    assert!(matches!(e, SoftwareError::Commit(_)), "{e:?}");
+                    e.to_string()
+                })
+            }
+        }
+    }
+
     /// Makes everything visible to the next dispatch.
     pub fn flush(&mut self, uploader: &Uploader) {
         match self {
