@@ -97,6 +97,22 @@ fn textures(device: &Arc<Device>, path: ResidencyPath, mips: u32, uploader: &Upl
     (partial, twin)
 }
 
+/// Runs `body` over [`textures`] of `mips` mips on `path`, then drops them (checking that their
+/// pools get every tile back).
+fn with_textures(
+    device: &Arc<Device>,
+    path: ResidencyPath,
+    mips: u32,
+    body: impl FnOnce(&Texture, &Texture),
+) {
+    let uploader = Uploader::new(device, "footprint uploads", 16 << 20).unwrap();
+    let (partial, twin) = textures(device, path, mips, &uploader);
+    body(&partial, &twin);
+    uploader.destroy().unwrap();
+    partial.destroy(device);
+    twin.destroy(device);
+}
+
 /// The path's footprint shader (`sparse_footprint{,_software}.comp`).
 fn shader_of(path: ResidencyPath) -> &'static Shader {
     if path == ResidencyPath::Software {
@@ -243,48 +259,45 @@ fn expect(name: &str, probes: &[Probe], answers: &[Answer], want: &[(bool, f32)]
 /// trilinear sample, and where 16× anisotropic taps cross either.
 fn misses_at_tile_and_mip_edges(device: &Arc<Device>, path: ResidencyPath) {
     let name = path.name();
-    let uploader = Uploader::new(device, "footprint uploads", 16 << 20).unwrap();
-    let (partial, twin) = textures(device, path, 2, &uploader);
-    let probes = [
-        lod(190.5, 190.5, 0.0), // inside mip-0 tile (1, 1)
-        lod(255.9, 190.5, 0.0), // bilinear across the mip-0 edge 255 | 256: tile (2, 1) absent
-        lod(255.2, 190.5, 0.5), // mip 0 inside; mip 1 reads texel 128 of absent tile (1, 0)
-        lod(255.2, 190.5, 0.0), // the same at LOD 0: mip 0 inside (the hardware path tests mip 1 too)
-        lod(190.5, 190.5, 0.5), // trilinear, both mips inside
-        lod(64.5, 64.5, 0.0),   // no mip-0 tile: mip 1 (resident) stands in
-    ];
-    let got = sample(device, path, (&partial, &twin), Filter::Trilinear, 1.0, u32::MAX, &probes);
-    check_honest(name, &probes, &got);
-    // A trilinear sample at a whole LOD may fetch the next mip with weight 0, and lavapipe's
-    // residency code counts it: the hardware path tests that mip too (docs/tiles.md).
-    let whole_lod_alone = path == ResidencyPath::Software;
-    expect(
-        name,
-        &probes,
-        &got,
-        &[(true, 0.0), (false, 0.0), (false, 0.0), (whole_lod_alone, 0.0), (true, 0.5), (true, 1.0)],
-    );
+    with_textures(device, path, 2, |partial, twin| {
+        let probes = [
+            lod(190.5, 190.5, 0.0), // inside mip-0 tile (1, 1)
+            lod(255.9, 190.5, 0.0), // bilinear across the mip-0 edge 255 | 256: tile (2, 1) absent
+            lod(255.2, 190.5, 0.5), // mip 0 inside; mip 1 reads texel 128 of absent tile (1, 0)
+            lod(255.2, 190.5, 0.0), // the same at LOD 0: mip 0 inside (the hardware path tests mip 1 too)
+            lod(190.5, 190.5, 0.5), // trilinear, both mips inside
+            lod(64.5, 64.5, 0.0),   // no mip-0 tile: mip 1 (resident) stands in
+        ];
+        let got = sample(device, path, (partial, twin), Filter::Trilinear, 1.0, u32::MAX, &probes);
+        check_honest(name, &probes, &got);
+        // A trilinear sample at a whole LOD may fetch the next mip with weight 0, and lavapipe's
+        // residency code counts it: the hardware path tests that mip too (docs/tiles.md).
+        let whole_lod_alone = path == ResidencyPath::Software;
+        expect(
+            name,
+            &probes,
+            &got,
+            &[(true, 0.0), (false, 0.0), (false, 0.0), (whole_lod_alone, 0.0), (true, 0.5), (true, 1.0)],
+        );
 
-    // 16× anisotropic gradient samples (a 16 : 1 footprint along x) against isotropic ones with
-    // the same derivatives: the anisotropic taps spread ±8 texels at LOD 0, ±16 at LOD 1.
-    let aniso = [
-        grad(200.5, 190.5, 16.0, 1.0), // LOD 0, taps 192.5..208.5: inside
-        grad(250.5, 190.5, 16.0, 1.0), // LOD 0, taps to 258.5: tile (2, 1)
-        grad(230.5, 190.5, 32.0, 2.0), // LOD 1, taps 214.5..246.5: mip-1 texels to 123
-        grad(240.5, 190.5, 32.0, 2.0), // LOD 1, taps to 256.5: mip-1 texel 128, tile (1, 0)
-    ];
-    let filter = if path == ResidencyPath::Software { Filter::Trilinear } else { Filter::Anisotropic(16) };
-    let got = sample(device, path, (&partial, &twin), filter, 16.0, u32::MAX, &aniso);
-    check_honest(&format!("{name} 16x"), &aniso, &got);
-    expect(&format!("{name} 16x"), &aniso, &got, &[(true, 0.0), (false, 0.0), (true, 1.0), (false, 0.0)]);
-    // Isotropic, the same derivatives: one tap at the centre, LOD log2(16) = 4 clamped to 1.
-    let got = sample(device, path, (&partial, &twin), Filter::Trilinear, 1.0, u32::MAX, &aniso);
-    check_honest(&format!("{name} 1x"), &aniso, &got);
-    expect(&format!("{name} 1x"), &aniso, &got, &[(true, 1.0), (true, 1.0), (true, 1.0), (true, 1.0)]);
-
-    uploader.destroy().unwrap();
-    partial.destroy(device);
-    twin.destroy(device);
+        // 16× anisotropic gradient samples (a 16 : 1 footprint along x) against isotropic ones with
+        // the same derivatives: the anisotropic taps spread ±8 texels at LOD 0, ±16 at LOD 1.
+        let aniso = [
+            grad(200.5, 190.5, 16.0, 1.0), // LOD 0, taps 192.5..208.5: inside
+            grad(250.5, 190.5, 16.0, 1.0), // LOD 0, taps to 258.5: tile (2, 1)
+            grad(230.5, 190.5, 32.0, 2.0), // LOD 1, taps 214.5..246.5: mip-1 texels to 123
+            grad(240.5, 190.5, 32.0, 2.0), // LOD 1, taps to 256.5: mip-1 texel 128, tile (1, 0)
+        ];
+        let filter =
+            if path == ResidencyPath::Software { Filter::Trilinear } else { Filter::Anisotropic(16) };
+        let got = sample(device, path, (partial, twin), filter, 16.0, u32::MAX, &aniso);
+        check_honest(&format!("{name} 16x"), &aniso, &got);
+        expect(&format!("{name} 16x"), &aniso, &got, &[(true, 0.0), (false, 0.0), (true, 1.0), (false, 0.0)]);
+        // Isotropic, the same derivatives: one tap at the centre, LOD log2(16) = 4 clamped to 1.
+        let got = sample(device, path, (partial, twin), Filter::Trilinear, 1.0, u32::MAX, &aniso);
+        check_honest(&format!("{name} 1x"), &aniso, &got);
+        expect(&format!("{name} 1x"), &aniso, &got, &[(true, 1.0), (true, 1.0), (true, 1.0), (true, 1.0)]);
+    });
 }
 
 /// The full mip chain: the same edges fall back to the finest LOD whose whole footprint is
@@ -293,59 +306,58 @@ fn misses_at_tile_and_mip_edges(device: &Arc<Device>, path: ResidencyPath) {
 /// the fully resident twin's; the warn code follows the LOD used.
 fn falls_back_at_tile_and_mip_edges(device: &Arc<Device>, path: ResidencyPath) {
     let name = path.name();
-    let uploader = Uploader::new(device, "footprint uploads", 16 << 20).unwrap();
-    let (partial, twin) = textures(device, path, 10, &uploader);
-    let probes =
-        [lod(190.5, 190.5, 0.0), lod(255.9, 190.5, 0.0), lod(255.2, 190.5, 0.5), lod(190.5, 255.7, 0.25)];
-    let got = sample(device, path, (&partial, &twin), Filter::Trilinear, 1.0, u32::MAX, &probes);
-    check_honest(name, &probes, &got);
-    expect(name, &probes, &got, &[(true, 0.0), (true, 2.0), (true, 2.0), (true, 2.0)]);
+    with_textures(device, path, 10, |partial, twin| {
+        let probes =
+            [lod(190.5, 190.5, 0.0), lod(255.9, 190.5, 0.0), lod(255.2, 190.5, 0.5), lod(190.5, 255.7, 0.25)];
+        let got = sample(device, path, (partial, twin), Filter::Trilinear, 1.0, u32::MAX, &probes);
+        check_honest(name, &probes, &got);
+        expect(name, &probes, &got, &[(true, 0.0), (true, 2.0), (true, 2.0), (true, 2.0)]);
 
-    // 16×: taps across the mip-0 edge fall back to mip 2 (the hardware path's half level of LOD
-    // slack makes it 2.5 there: its filter may take the LOD half a level finer).
-    let aniso = [grad(200.5, 190.5, 16.0, 1.0), grad(250.5, 190.5, 16.0, 1.0)];
-    let filter = if path == ResidencyPath::Software { Filter::Trilinear } else { Filter::Anisotropic(16) };
-    let slack = if path == ResidencyPath::Software { 0.0 } else { 0.5 };
-    let got = sample(device, path, (&partial, &twin), filter, 16.0, u32::MAX, &aniso);
-    check_honest(&format!("{name} 16x"), &aniso, &got);
-    expect(&format!("{name} 16x"), &aniso, &got, &[(true, 0.0), (true, 2.0 + slack)]);
+        // 16×: taps across the mip-0 edge fall back to mip 2 (the hardware path's half level of LOD
+        // slack makes it 2.5 there: its filter may take the LOD half a level finer).
+        let aniso = [grad(200.5, 190.5, 16.0, 1.0), grad(250.5, 190.5, 16.0, 1.0)];
+        let filter =
+            if path == ResidencyPath::Software { Filter::Trilinear } else { Filter::Anisotropic(16) };
+        let slack = if path == ResidencyPath::Software { 0.0 } else { 0.5 };
+        let got = sample(device, path, (partial, twin), filter, 16.0, u32::MAX, &aniso);
+        check_honest(&format!("{name} 16x"), &aniso, &got);
+        expect(&format!("{name} 16x"), &aniso, &got, &[(true, 0.0), (true, 2.0 + slack)]);
 
-    // The warn code of the same samples with the low-water mark at level 1: the sample at LOD 0
-    // warns (level 0), the fallen-back one fetched from level 2 and does not.
-    let warn: Vec<Probe> = aniso.iter().map(|p| Probe { mode: Mode::GradWarn, ..*p }).collect();
-    let got = sample(device, path, (&partial, &twin), filter, 16.0, 1, &warn);
-    check_honest(&format!("{name} warn"), &warn, &got);
-    assert_eq!((got[0].code, got[1].code), (1 | 2, 1), "{name}: warn codes");
+        // The warn code of the same samples with the low-water mark at level 1: the sample at LOD 0
+        // warns (level 0), the fallen-back one fetched from level 2 and does not.
+        let warn: Vec<Probe> = aniso.iter().map(|p| Probe { mode: Mode::GradWarn, ..*p }).collect();
+        let got = sample(device, path, (partial, twin), filter, 16.0, 1, &warn);
+        check_honest(&format!("{name} warn"), &warn, &got);
+        assert_eq!((got[0].code, got[1].code), (1 | 2, 1), "{name}: warn codes");
 
-    // The sweep: across the mip-0 edge x = 256 and the mip-1 edge under it, and across y = 256,
-    // at LODs 0 to 3 in quarters, explicit and 1× / 16× gradients.
-    let mut sweep = Vec::new();
-    for i in 0..48 {
-        let x = 236.0 + i as f32 * 0.75;
-        for q in 0..13 {
-            let l = q as f32 * 0.25;
-            sweep.push(lod(x, 190.5, l));
-            sweep.push(lod(190.5, x, l));
-            let along = 2f32.powf(l);
-            sweep.push(grad(x, 190.5, 16.0 * along, along));
-            sweep.push(grad(190.5, x, along, 16.0 * along));
+        // The sweep: across the mip-0 edge x = 256 and the mip-1 edge under it, and across y = 256,
+        // at LODs 0 to 3 in quarters, explicit and 1× / 16× gradients.
+        let mut sweep = Vec::new();
+        for i in 0..48 {
+            let x = 236.0 + i as f32 * 0.75;
+            for q in 0..13 {
+                let l = q as f32 * 0.25;
+                sweep.push(lod(x, 190.5, l));
+                sweep.push(lod(190.5, x, l));
+                let along = 2f32.powf(l);
+                sweep.push(grad(x, 190.5, 16.0 * along, along));
+                sweep.push(grad(190.5, x, along, 16.0 * along));
+            }
         }
-    }
-    for (filter, max) in [(Filter::Trilinear, 1.0), (filter, 16.0)] {
-        let got = sample(device, path, (&partial, &twin), filter, max, u32::MAX, &sweep);
-        check_honest(&format!("{name} sweep {max}x"), &sweep, &got);
-        let resident = got.iter().filter(|a| a.resident).count();
-        let asked =
-            got.iter().zip(&sweep).filter(|(a, p)| a.resident && p.mode == Mode::Lod && a.used_lod == p.lod);
-        assert!(
-            asked.count() > 0 && resident == sweep.len(),
-            "{name} sweep {max}x: every probe has a fallback"
-        );
-    }
-
-    uploader.destroy().unwrap();
-    partial.destroy(device);
-    twin.destroy(device);
+        for (filter, max) in [(Filter::Trilinear, 1.0), (filter, 16.0)] {
+            let got = sample(device, path, (partial, twin), filter, max, u32::MAX, &sweep);
+            check_honest(&format!("{name} sweep {max}x"), &sweep, &got);
+            let resident = got.iter().filter(|a| a.resident).count();
+            let asked = got
+                .iter()
+                .zip(&sweep)
+                .filter(|(a, p)| a.resident && p.mode == Mode::Lod && a.used_lod == p.lod);
+            assert!(
+                asked.count() > 0 && resident == sweep.len(),
+                "{name} sweep {max}x: every probe has a fallback"
+            );
+        }
+    });
 }
 
 #[test]
@@ -406,40 +418,37 @@ fn footprint_codes_with_the_samples_own_residency_code_on_the_hardware_path() {
     with_gpu(|set| {
         let device = &set.devices()[0];
         let path = ResidencyPath::Hardware;
-        let uploader = Uploader::new(device, "footprint uploads", 16 << 20).unwrap();
-        let (partial, twin) = textures(device, path, 2, &uploader);
-        let probes = [
-            lod(190.5, 190.5, 0.25),
-            lod(255.9, 190.5, 0.0),
-            lod(255.2, 190.5, 0.5),
-            grad(200.5, 190.5, 16.0, 1.0),
-            grad(250.5, 190.5, 16.0, 1.0),
-            grad(240.5, 190.5, 32.0, 2.0),
-        ];
-        let got = sample_with(
-            device,
-            &shaders::SPARSE_FOOTPRINT_CODES,
-            path,
-            (&partial, &twin),
-            Filter::Anisotropic(16),
-            16.0,
-            u32::MAX,
-            &probes,
-        );
-        for (i, (p, a)) in probes.iter().zip(&got).enumerate() {
-            if a.resident && a.twin_resident {
-                assert!(
-                    a.texel.iter().zip(a.twin).all(|(g, w)| (g - w).abs() <= 0.01),
-                    "probe {i} {p:?}: {a:?}"
-                );
-            } else if !a.resident {
-                assert_eq!(a.texel, DEFAULT.map(|v| v * 255.0), "probe {i} {p:?}");
+        with_textures(device, path, 2, |partial, twin| {
+            let probes = [
+                lod(190.5, 190.5, 0.25),
+                lod(255.9, 190.5, 0.0),
+                lod(255.2, 190.5, 0.5),
+                grad(200.5, 190.5, 16.0, 1.0),
+                grad(250.5, 190.5, 16.0, 1.0),
+                grad(240.5, 190.5, 32.0, 2.0),
+            ];
+            let got = sample_with(
+                device,
+                &shaders::SPARSE_FOOTPRINT_CODES,
+                path,
+                (partial, twin),
+                Filter::Anisotropic(16),
+                16.0,
+                u32::MAX,
+                &probes,
+            );
+            for (i, (p, a)) in probes.iter().zip(&got).enumerate() {
+                if a.resident && a.twin_resident {
+                    assert!(
+                        a.texel.iter().zip(a.twin).all(|(g, w)| (g - w).abs() <= 0.01),
+                        "probe {i} {p:?}: {a:?}"
+                    );
+                } else if !a.resident {
+                    assert_eq!(a.texel, DEFAULT.map(|v| v * 255.0), "probe {i} {p:?}");
+                }
             }
-        }
-        assert!(!got[1].resident && !got[2].resident && !got[4].resident && !got[5].resident, "{got:?}");
-        uploader.destroy().unwrap();
-        partial.destroy(device);
-        twin.destroy(device);
+            assert!(!got[1].resident && !got[2].resident && !got[4].resident && !got[5].resident, "{got:?}");
+        });
     });
 }
 
@@ -469,28 +478,25 @@ fn footprint_codes_with_the_hardware_lod_clamp() {
             return;
         }
         let path = ResidencyPath::Hardware;
-        let uploader = Uploader::new(device, "footprint uploads", 16 << 20).unwrap();
-        let (partial, twin) = textures(device, path, 10, &uploader);
-        let clamp = |x: f32, ax: f32, ay: f32| Probe { mode: Mode::GradClamp, ..grad(x, 190.5, ax, ay) };
-        let probes = [clamp(200.5, 16.0, 1.0), clamp(250.5, 16.0, 1.0), clamp(255.9, 1.0, 1.0)];
-        let got = sample_with(
-            device,
-            shader,
-            path,
-            (&partial, &twin),
-            Filter::Anisotropic(16),
-            16.0,
-            u32::MAX,
-            &probes,
-        );
-        check_honest("clamp", &probes, &got);
-        // The taps across the mip-0 edge are clamped to mip 2, the whole one.
-        assert!(
-            got[1].resident && got[1].used_lod == 2.0 && got[2].resident && got[2].used_lod == 2.0,
-            "{got:?}"
-        );
-        uploader.destroy().unwrap();
-        partial.destroy(device);
-        twin.destroy(device);
+        with_textures(device, path, 10, |partial, twin| {
+            let clamp = |x: f32, ax: f32, ay: f32| Probe { mode: Mode::GradClamp, ..grad(x, 190.5, ax, ay) };
+            let probes = [clamp(200.5, 16.0, 1.0), clamp(250.5, 16.0, 1.0), clamp(255.9, 1.0, 1.0)];
+            let got = sample_with(
+                device,
+                shader,
+                path,
+                (partial, twin),
+                Filter::Anisotropic(16),
+                16.0,
+                u32::MAX,
+                &probes,
+            );
+            check_honest("clamp", &probes, &got);
+            // The taps across the mip-0 edge are clamped to mip 2, the whole one.
+            assert!(
+                got[1].resident && got[1].used_lod == 2.0 && got[2].resident && got[2].used_lod == 2.0,
+                "{got:?}"
+            );
+        });
     });
 }

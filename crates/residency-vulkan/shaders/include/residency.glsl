@@ -162,10 +162,8 @@ vec4 residencySampleFallback(sampler2D tex, usampler2D minLodMap, vec2 uv, float
 // scaling (-1 when no footprint is resident).
 vec4 residencySampleGradFallback(sampler2D tex, usampler2D minLodMap, vec2 uv, vec2 dPdx, vec2 dPdy,
                                  float maxAnisotropy, vec4 defaultValue, out bool resident, out float usedLod) {
-    float lambda = residencyGradLod(dPdx, dPdy, residencySize(tex, minLodMap), maxAnisotropy);
-    vec2 spread = residencyTapSpread(dPdx, dPdy, maxAnisotropy);
-    ResidencyFootprint f =
-        residencyFootprintLod(tex, minLodMap, uv, spread, lambda, RESIDENCY_HARDWARE_GRAD_SLACK, RESIDENCY_BY_SCALE);
+    ResidencyFootprint f = residencyGradFootprint(tex, minLodMap, uv, dPdx, dPdy, maxAnisotropy,
+                                                  RESIDENCY_HARDWARE_GRAD_SLACK, RESIDENCY_BY_SCALE);
     usedLod = f.lod;
     if (!f.found) {
         resident = false;
@@ -307,10 +305,8 @@ int residencySampleWarn(sampler2DArray tex, usampler2DArray minLodMap, vec3 uvLa
 // resident.
 vec4 residencySampleGradClamp(sampler2D tex, usampler2D minLodMap, vec2 uv, vec2 dPdx, vec2 dPdy,
                               float maxAnisotropy, vec4 defaultValue, out bool resident, out float clampLod) {
-    float lambda = residencyGradLod(dPdx, dPdy, residencySize(tex, minLodMap), maxAnisotropy);
-    vec2 spread = residencyTapSpread(dPdx, dPdy, maxAnisotropy);
-    ResidencyFootprint f =
-        residencyFootprintLod(tex, minLodMap, uv, spread, lambda, RESIDENCY_HARDWARE_GRAD_SLACK, RESIDENCY_BY_CLAMP);
+    ResidencyFootprint f = residencyGradFootprint(tex, minLodMap, uv, dPdx, dPdy, maxAnisotropy,
+                                                  RESIDENCY_HARDWARE_GRAD_SLACK, RESIDENCY_BY_CLAMP);
     clampLod = f.found ? f.clampLod : -1.0;
     if (!f.found) {
         resident = false;
@@ -335,10 +331,8 @@ vec4 residencySampleClamp(sampler2D tex, usampler2D minLodMap, vec2 uv, float ma
                           out bool resident) {
     vec2 dPdx = dFdx(uv);
     vec2 dPdy = dFdy(uv);
-    float lambda = residencyGradLod(dPdx, dPdy, residencySize(tex, minLodMap), maxAnisotropy);
-    vec2 spread = residencyTapSpread(dPdx, dPdy, maxAnisotropy);
-    ResidencyFootprint f =
-        residencyFootprintLod(tex, minLodMap, uv, spread, lambda, RESIDENCY_HARDWARE_GRAD_SLACK, RESIDENCY_BY_CLAMP);
+    ResidencyFootprint f = residencyGradFootprint(tex, minLodMap, uv, dPdx, dPdy, maxAnisotropy,
+                                                  RESIDENCY_HARDWARE_GRAD_SLACK, RESIDENCY_BY_CLAMP);
     if (!f.found) {
         resident = false;
         return defaultValue;

@@ -75,4 +75,13 @@ ResidencyFootprint residencyFootprintLod(sampler2D tex, usampler2D map, vec2 uv,
     return f;
 }
 
+// residencyFootprintLod of a gradient sample: its LOD and tap box from the derivatives and the
+// sampler's `maxAnisotropy` (1 without anisotropy).
+ResidencyFootprint residencyGradFootprint(sampler2D tex, usampler2D map, vec2 uv, vec2 dPdx, vec2 dPdy,
+                                          float maxAnisotropy, vec2 slack, int how) {
+    float lambda = residencyGradLod(dPdx, dPdy, residencySize(tex, map), maxAnisotropy);
+    vec2 spread = residencyTapSpread(dPdx, dPdy, maxAnisotropy);
+    return residencyFootprintLod(tex, map, uv, spread, lambda, slack, how);
+}
+
 #endif

@@ -192,9 +192,8 @@ vec4 residencySampleGradFallback(sampler2D tex, usampler2D minLodMap, vec2 uv, v
                                  float maxAnisotropy, vec4 defaultValue, out bool resident, out float usedLod) {
     ResidencySoftware h = residencySoftwareHeader(minLodMap);
     vec2 size = vec2(h.size);
-    float lambda = residencyGradLod(dPdx, dPdy, size, maxAnisotropy);
-    vec2 spread = residencyTapSpread(dPdx, dPdy, maxAnisotropy);
-    ResidencyFootprint f = residencyFootprintLod(tex, minLodMap, uv, spread, lambda, RESIDENCY_NO_SLACK, RESIDENCY_BY_SCALE);
+    ResidencyFootprint f = residencyGradFootprint(tex, minLodMap, uv, dPdx, dPdy, maxAnisotropy, RESIDENCY_NO_SLACK,
+                                                  RESIDENCY_BY_SCALE);
     usedLod = f.lod;
     resident = f.found;
     if (!f.found) {
