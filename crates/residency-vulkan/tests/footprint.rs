@@ -12,7 +12,8 @@ use residency_core::memory::MemoryIntent;
 use residency_core::tiles::{ResidencyPath, SparseImageDesc, TexelRegion};
 use residency_core::usage::BufferUsage;
 use residency_vulkan::ash::vk;
-use residency_vulkan::compute::{Binding, ComputeProgram};
+use residency_vulkan::compute::{Binding, ComputeProgram, ProgramError};
+use residency_vulkan::graphics::{GraphicsProgram, VertexAttribute};
 use residency_vulkan::shaders::{self, Shader};
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::{BufferDesc, Device, Filter, ResidencyError, Uploader, VulkanError};
@@ -76,8 +77,13 @@ fn grad(x: f32, y: f32, along_x: f32, along_y: f32) -> Probe {
 
 /// The partial texture: mip-0 tile (1, 1), mip-1 tile (0, 0) and, when the image has more mips,
 /// every coarser mip whole; written with the test pattern. Its twin: every tile of every mip.
-fn textures(device: &Arc<Device>, path: ResidencyPath, mips: u32, uploader: &Uploader) -> (Texture, Texture) {
-    let desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, SIZE, SIZE).with_mip_levels(mips);
+fn textures(
+    device: &Arc<Device>,
+    path: ResidencyPath,
+    desc: SparseImageDesc,
+    uploader: &Uploader,
+) -> (Texture, Texture) {
+    let mips = desc.mip_levels;
     let mut partial = Texture::new(device, path, desc, 64);
     let mut twin = Texture::new(device, path, desc, 64);
     let tile = |x: u32, y: u32| TexelRegion { offset: [x * TILE, y * TILE, 0], extent: [TILE, TILE, 1] };
@@ -106,7 +112,8 @@ fn with_textures(
     body: impl FnOnce(&Texture, &Texture),
 ) {
     let uploader = Uploader::new(device, "footprint uploads", 16 << 20).unwrap();
-    let (partial, twin) = textures(device, path, mips, &uploader);
+    let desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, SIZE, SIZE).with_mip_levels(mips);
+    let (partial, twin) = textures(device, path, desc, &uploader);
     body(&partial, &twin);
     uploader.destroy().unwrap();
     partial.destroy(device);
@@ -464,13 +471,7 @@ fn footprint_codes_with_the_hardware_lod_clamp() {
             let before = device.ledger().live_objects().len();
             let e = ComputeProgram::new(device, "clamp", shader, 1).map(|_| ()).unwrap_err();
             assert!(
-                matches!(
-                    e,
-                    residency_vulkan::compute::ProgramError::CapabilityMissing {
-                        feature: "shaderResourceMinLod",
-                        ..
-                    }
-                ),
+                matches!(e, ProgramError::CapabilityMissing { feature: "shaderResourceMinLod", .. }),
                 "{e}"
             );
             assert_eq!(e.class(), residency_vulkan::ErrorClass::Unsupported);
@@ -498,5 +499,87 @@ fn footprint_codes_with_the_hardware_lod_clamp() {
                 "{got:?}"
             );
         });
+    });
+}
+
+/// The fragment shader's clamp variant (`residencySampleClamp`, `sparseTextureClampARB` at the
+/// fragment's implicit LOD) compiles into a shipped shader; without `shaderResourceMinLod`
+/// (lavapipe) its program is a typed error that creates nothing, with it the program is made.
+#[test]
+fn the_fragment_clamp_variant_needs_shader_resource_min_lod() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let before = device.ledger().live_objects().len();
+        let attributes = [
+            VertexAttribute { location: 0, format: vk::Format::R32G32B32_SFLOAT, offset: 0 },
+            VertexAttribute { location: 1, format: vk::Format::R32G32_SFLOAT, offset: 12 },
+        ];
+        let made = GraphicsProgram::new(
+            device,
+            "clamp",
+            &shaders::VT_QUAD_VERT,
+            &shaders::SPARSE_CLAMP_FRAG,
+            20,
+            &attributes,
+            vk::Format::R8G8B8A8_UNORM,
+            1,
+        );
+        if device.features().shader_resource_min_lod {
+            drop(made.unwrap());
+        } else {
+            let e = made.map(|_| ()).unwrap_err();
+            assert!(
+                matches!(e, ProgramError::CapabilityMissing { feature: "shaderResourceMinLod", .. }),
+                "{e}"
+            );
+        }
+        device.wait_idle().unwrap();
+        device.maintain();
+        assert_eq!(device.ledger().live_objects().len(), before);
+    });
+}
+
+/// A texture whose sizes are not powers of two (500 × 300: partial tiles at the right and bottom
+/// edges, mip tiles that do not halve): the sweep across the mip-0 and mip-1 edges, explicit and
+/// 1× / 16× gradient samples, never answers "resident" with other data than the twin's, and
+/// always finds a fallback.
+fn npot_sweep(device: &Arc<Device>, path: ResidencyPath) {
+    let name = format!("{} npot", path.name());
+    let (w, h) = (500.0f32, 300.0f32);
+    let desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 500, 300);
+    let uploader = Uploader::new(device, "footprint uploads", 16 << 20).unwrap();
+    let (partial, twin) = textures(device, path, desc, &uploader);
+    let mut sweep = Vec::new();
+    for i in 0..40 {
+        let x = 236.0 + i as f32 * 0.9;
+        for q in 0..9 {
+            let l = q as f32 * 0.375;
+            let along = 2f32.powf(l);
+            for (px, py) in [(x, 190.5), (190.5, x.min(299.0))] {
+                let uv = [px / w, py / h];
+                sweep.push(Probe { uv, lod: l, mode: Mode::Lod, dx: [0.0; 2], dy: [0.0; 2] });
+                let dx = [16.0 * along / w, 0.0];
+                let dy = [0.0, along / h];
+                sweep.push(Probe { uv, lod: 0.0, mode: Mode::Grad, dx, dy });
+            }
+        }
+    }
+    let filter = if path == ResidencyPath::Software { Filter::Trilinear } else { Filter::Anisotropic(16) };
+    for (filter, max) in [(Filter::Trilinear, 1.0), (filter, 16.0)] {
+        let got = sample(device, path, (&partial, &twin), filter, max, u32::MAX, &sweep);
+        check_honest(&format!("{name} {max}x"), &sweep, &got);
+        assert!(got.iter().all(|a| a.resident), "{name} {max}x: every probe has a fallback");
+        assert!(got.iter().zip(&sweep).any(|(a, p)| p.mode == Mode::Lod && a.used_lod == p.lod), "{name}");
+    }
+    uploader.destroy().unwrap();
+    partial.destroy(device);
+    twin.destroy(device);
+}
+
+#[test]
+fn footprint_codes_hold_on_sizes_that_are_not_powers_of_two_on_both_paths() {
+    with_gpu(|set| {
+        npot_sweep(&set.devices()[0], ResidencyPath::Hardware);
+        npot_sweep(&set.devices()[0], ResidencyPath::Software);
     });
 }

@@ -471,8 +471,21 @@ shader!(
     8
 );
 
+shader!(
+    /// `sparse_clamp.frag`: `residencySampleClamp` (implicit LOD clamped by the hardware to the
+    /// finest mip whose whole footprint is resident, `sparseTextureClampARB`, residency codes)
+    /// with [`VT_QUAD_VERT`]: binding 0 the sparse image, binding 1 its min-LOD map (nearest);
+    /// push 64..80 `vec4 defaultValue`, 80..84 `float maxAnisotropy` (96 bytes for both stages).
+    /// Needs the device feature `shaderResourceMinLod`.
+    SPARSE_CLAMP_FRAG,
+    "sparse_clamp.frag",
+    Fragment,
+    [SampledImage, SampledImage],
+    96
+);
+
 /// Every shipped shader.
-pub static ALL: [&Shader; 34] = [
+pub static ALL: [&Shader; 35] = [
     &PLACED_BUFFERS,
     &FILL,
     &BUSY,
@@ -507,6 +520,7 @@ pub static ALL: [&Shader; 34] = [
     &SPARSE_FOOTPRINT_SOFTWARE,
     &SPARSE_FOOTPRINT_CODES,
     &SPARSE_FOOTPRINT_CLAMP,
+    &SPARSE_CLAMP_FRAG,
 ];
 
 /// The `vt_quad` fragment shader for a residency path: [`VT_QUAD_SOFTWARE_FRAG`] on the software
