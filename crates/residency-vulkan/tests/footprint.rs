@@ -367,24 +367,19 @@ fn falls_back_at_tile_and_mip_edges(device: &Arc<Device>, path: ResidencyPath) {
     });
 }
 
+/// The paths the footprint tests run on, each on its own.
+const PATHS: [ResidencyPath; 2] = [ResidencyPath::Hardware, ResidencyPath::Software];
+
 #[test]
-fn footprint_codes_miss_at_tile_and_mip_edges_on_the_hardware_path() {
-    with_gpu(|set| misses_at_tile_and_mip_edges(&set.devices()[0], ResidencyPath::Hardware));
+fn footprint_codes_miss_at_tile_and_mip_edges_on_both_paths() {
+    with_gpu(|set| PATHS.into_iter().for_each(|path| misses_at_tile_and_mip_edges(&set.devices()[0], path)));
 }
 
 #[test]
-fn footprint_codes_miss_at_tile_and_mip_edges_on_the_software_path() {
-    with_gpu(|set| misses_at_tile_and_mip_edges(&set.devices()[0], ResidencyPath::Software));
-}
-
-#[test]
-fn footprint_codes_fall_back_at_tile_and_mip_edges_on_the_hardware_path() {
-    with_gpu(|set| falls_back_at_tile_and_mip_edges(&set.devices()[0], ResidencyPath::Hardware));
-}
-
-#[test]
-fn footprint_codes_fall_back_at_tile_and_mip_edges_on_the_software_path() {
-    with_gpu(|set| falls_back_at_tile_and_mip_edges(&set.devices()[0], ResidencyPath::Software));
+fn footprint_codes_fall_back_at_tile_and_mip_edges_on_both_paths() {
+    with_gpu(|set| {
+        PATHS.into_iter().for_each(|path| falls_back_at_tile_and_mip_edges(&set.devices()[0], path))
+    });
 }
 
 /// Anisotropic samplers: checked against the feature and the device's limit before Vulkan sees
@@ -578,8 +573,5 @@ fn npot_sweep(device: &Arc<Device>, path: ResidencyPath) {
 
 #[test]
 fn footprint_codes_hold_on_sizes_that_are_not_powers_of_two_on_both_paths() {
-    with_gpu(|set| {
-        npot_sweep(&set.devices()[0], ResidencyPath::Hardware);
-        npot_sweep(&set.devices()[0], ResidencyPath::Software);
-    });
+    with_gpu(|set| PATHS.into_iter().for_each(|path| npot_sweep(&set.devices()[0], path)));
 }

@@ -137,7 +137,8 @@ vec2 residencySize(sampler2D tex, usampler2D minLodMap) {
 // the LOD sampled (-1 when no footprint is resident).
 vec4 residencySampleFallback(sampler2D tex, usampler2D minLodMap, vec2 uv, float lod, vec4 defaultValue,
                              out bool resident, out float usedLod) {
-    ResidencyFootprint f = residencyFootprintLod(tex, minLodMap, uv, vec2(0.0), lod, RESIDENCY_HARDWARE_LOD_SLACK, RESIDENCY_BY_LOD);
+    ResidencyFootprint f =
+        residencyFootprintLod(tex, minLodMap, uv, vec2(0.0), lod, RESIDENCY_HARDWARE_LOD_SLACK, RESIDENCY_BY_LOD);
     usedLod = f.lod;
     if (!f.found) {
         resident = false;
@@ -158,8 +159,8 @@ vec4 residencySampleFallback(sampler2D tex, usampler2D minLodMap, vec2 uv, float
 // 1 when it has none, up to 16) at the finest LOD at or above the derivatives' whose every tap is
 // resident: a coarser LOD scales the derivatives (the taps spread with them). The footprint is
 // the taps' box (residency_footprint.glsl) with half a level of LOD slack; with RESIDENCY_CODES
-// the sample's residency code (sparseTextureGradARB) must agree too. `usedLod` is the LOD the derivatives ask for after the
-// scaling (-1 when no footprint is resident).
+// the sample's residency code (sparseTextureGradARB) must agree too. `usedLod` is the LOD the
+// derivatives ask for after the scaling (-1 when no footprint is resident).
 vec4 residencySampleGradFallback(sampler2D tex, usampler2D minLodMap, vec2 uv, vec2 dPdx, vec2 dPdy,
                                  float maxAnisotropy, vec4 defaultValue, out bool resident, out float usedLod) {
     ResidencyFootprint f = residencyGradFootprint(tex, minLodMap, uv, dPdx, dPdy, maxAnisotropy,

@@ -174,7 +174,8 @@ vec2 residencySize(sampler2D atlas, usampler2D indirection) {
 // and the default value is returned when no LOD's footprint is resident.
 vec4 residencySampleFallback(sampler2D tex, usampler2D minLodMap, vec2 uv, float lod, vec4 defaultValue,
                              out bool resident, out float usedLod) {
-    ResidencyFootprint f = residencyFootprintLod(tex, minLodMap, uv, vec2(0.0), lod, RESIDENCY_NO_SLACK, RESIDENCY_BY_LOD);
+    ResidencyFootprint f =
+        residencyFootprintLod(tex, minLodMap, uv, vec2(0.0), lod, RESIDENCY_NO_SLACK, RESIDENCY_BY_LOD);
     usedLod = f.lod;
     resident = f.found;
     if (!f.found) {
