@@ -52,6 +52,7 @@ struct ResidencySoftware {
     uvec2 size;   // texture extent
     uint tile;    // tile side in texels
     uint border;  // border texels per side in the atlas
+    bool sourceBorders; // the borders hold the neighbours' texels, resident or not (header bit 31)
     uint mips;    // mip levels
     uint columns; // atlas slots per row
 };
@@ -69,7 +70,9 @@ ResidencySoftware residencySoftwareHeader(usampler2D indirection) {
     ResidencySoftware h;
     h.size = uvec2(residencySoftwareWord(indirection, ivec2(0, 0)), residencySoftwareWord(indirection, ivec2(1, 0)));
     h.tile = residencySoftwareWord(indirection, ivec2(2, 0));
-    h.border = residencySoftwareWord(indirection, ivec2(3, 0));
+    uint borderWord = residencySoftwareWord(indirection, ivec2(3, 0));
+    h.border = borderWord & 0x7fffffffu;
+    h.sourceBorders = (borderWord >> 31) != 0u;
     h.mips = residencySoftwareWord(indirection, ivec2(4, 0));
     h.columns = residencySoftwareWord(indirection, ivec2(5, 0));
     return residencySoftwareUsable(h);
@@ -129,21 +132,32 @@ vec4 residencySoftwareTrilinear(sampler2D atlas, usampler2D indirection, Residen
 
 // Whether every texel a bilinear filter reads at `mip` for taps centred in the uv box [lo, hi]
 // comes from a tile of that mip holding its own data: each tile of the mip the texels fall in
-// has an entry whose data mip is `mip` (resident with its chain). A slot's border holds its
-// neighbours' texels only while they are resident, so a tap across a tile edge needs the
-// neighbour too. More than RESIDENCY_FOOTPRINT_TILES tiles along an axis is not resident.
+// has an entry whose data mip is `mip` (resident with its chain). A SoftwareTilePool's slot
+// border holds its neighbours' texels only while they are resident, so a tap across a tile edge
+// needs the neighbour too; a streamer's atlas fills borders from the source (the header's
+// INDIRECTION_SOURCE_BORDERS bit), so there only the taps' own tiles need to be. More than RESIDENCY_FOOTPRINT_TILES tiles along an axis is not resident.
 bool residencyMipResident(sampler2D atlas, usampler2D indirection, vec2 lo, vec2 hi, int mip) {
     ResidencySoftware h = residencySoftwareHeader(indirection);
     if (mip < 0 || uint(mip) >= h.mips) {
         return false;
     }
     ivec2 extent = ivec2(max(h.size >> uint(mip), uvec2(1u)));
-    ivec2 t0;
-    ivec2 t1;
-    residencyBilinearTexels(lo, hi, extent, t0, t1);
     int side = int(min(h.tile, 1u << 30));
-    ivec2 a = t0 / side;
-    ivec2 b = t1 / side;
+    ivec2 a;
+    ivec2 b;
+    if (h.sourceBorders && h.border >= 1u) {
+        // Each tap reads its own tile's slot (residencySoftwareLevel), whose border holds the
+        // neighbours' texels from the source: only the taps' own tiles need to be resident.
+        ivec2 tiles = residencySoftwareTiles(h.size, h.tile, uint(mip));
+        a = clamp(ivec2(floor(lo * vec2(extent) / float(h.tile))), ivec2(0), tiles - 1);
+        b = clamp(ivec2(floor(hi * vec2(extent) / float(h.tile))), ivec2(0), tiles - 1);
+    } else {
+        ivec2 t0;
+        ivec2 t1;
+        residencyBilinearTexels(lo, hi, extent, t0, t1);
+        a = t0 / side;
+        b = t1 / side;
+    }
     if (any(greaterThanEqual(b - a, ivec2(RESIDENCY_FOOTPRINT_TILES)))) {
         return false;
     }
@@ -219,7 +233,9 @@ ResidencySoftware residencySoftwareHeader(usampler2DArray indirection, int layer
     ResidencySoftware h;
     h.size = uvec2(residencySoftwareWord(indirection, ivec3(0, 0, layer)), residencySoftwareWord(indirection, ivec3(1, 0, layer)));
     h.tile = residencySoftwareWord(indirection, ivec3(2, 0, layer));
-    h.border = residencySoftwareWord(indirection, ivec3(3, 0, layer));
+    uint borderWord = residencySoftwareWord(indirection, ivec3(3, 0, layer));
+    h.border = borderWord & 0x7fffffffu;
+    h.sourceBorders = (borderWord >> 31) != 0u;
     h.mips = residencySoftwareWord(indirection, ivec3(4, 0, layer));
     h.columns = residencySoftwareWord(indirection, ivec3(5, 0, layer));
     return residencySoftwareUsable(h);

@@ -462,7 +462,9 @@ impl SoftwareTexture {
                 atlas: side,
             });
         }
-        let table = Indirection::new(layout, *atlas.layout())?;
+        let mut table = Indirection::new(layout, *atlas.layout())?;
+        // The streamer assembles each slot's border from the source at load time.
+        table.set_source_borders();
         let indirection = IndirectionTexture::new(atlas.device(), name, table)?;
         Ok(SoftwareTexture { name: name.to_owned(), atlas: atlas.clone(), indirection })
     }
