@@ -129,24 +129,11 @@ fn shader_of(path: ResidencyPath) -> &'static Shader {
     }
 }
 
-/// Samples `probes` through the path's footprint shader over `partial` and `twin`; `filter` is
-/// the texture's sampler on the hardware path (the software path filters in the shader, its
-/// atlas trilinear), `max_anisotropy` what the shader is told.
-fn sample(
-    device: &Device,
-    path: ResidencyPath,
-    (partial, twin): (&Texture, &Texture),
-    filter: Filter,
-    max_anisotropy: f32,
-    low_water: u32,
-    probes: &[Probe],
-) -> Vec<Answer> {
-    sample_with(device, shader_of(path), path, (partial, twin), filter, max_anisotropy, low_water, probes)
-}
-
-/// [`sample`] through `shader`.
+/// Samples `probes` through `shader` (the path's: [`shader_of`]) over `partial` and `twin`;
+/// `filter` is the texture's sampler on the hardware path (the software path filters in the
+/// shader, its atlas trilinear), `max_anisotropy` what the shader is told.
 #[allow(clippy::too_many_arguments, reason = "a test's knobs, named at each call")]
-fn sample_with(
+fn sample(
     device: &Device,
     shader: &Shader,
     path: ResidencyPath,
@@ -275,7 +262,8 @@ fn misses_at_tile_and_mip_edges(device: &Arc<Device>, path: ResidencyPath) {
             lod(190.5, 190.5, 0.5), // trilinear, both mips inside
             lod(64.5, 64.5, 0.0),   // no mip-0 tile: mip 1 (resident) stands in
         ];
-        let got = sample(device, path, (partial, twin), Filter::Trilinear, 1.0, u32::MAX, &probes);
+        let got =
+            sample(device, shader_of(path), path, (partial, twin), Filter::Trilinear, 1.0, u32::MAX, &probes);
         check_honest(name, &probes, &got);
         // A trilinear sample at a whole LOD may fetch the next mip with weight 0, and lavapipe's
         // residency code counts it: the hardware path tests that mip too (docs/tiles.md).
@@ -297,11 +285,12 @@ fn misses_at_tile_and_mip_edges(device: &Arc<Device>, path: ResidencyPath) {
         ];
         let filter =
             if path == ResidencyPath::Software { Filter::Trilinear } else { Filter::Anisotropic(16) };
-        let got = sample(device, path, (partial, twin), filter, 16.0, u32::MAX, &aniso);
+        let got = sample(device, shader_of(path), path, (partial, twin), filter, 16.0, u32::MAX, &aniso);
         check_honest(&format!("{name} 16x"), &aniso, &got);
         expect(&format!("{name} 16x"), &aniso, &got, &[(true, 0.0), (false, 0.0), (true, 1.0), (false, 0.0)]);
         // Isotropic, the same derivatives: one tap at the centre, LOD log2(16) = 4 clamped to 1.
-        let got = sample(device, path, (partial, twin), Filter::Trilinear, 1.0, u32::MAX, &aniso);
+        let got =
+            sample(device, shader_of(path), path, (partial, twin), Filter::Trilinear, 1.0, u32::MAX, &aniso);
         check_honest(&format!("{name} 1x"), &aniso, &got);
         expect(&format!("{name} 1x"), &aniso, &got, &[(true, 1.0), (true, 1.0), (true, 1.0), (true, 1.0)]);
     });
@@ -316,7 +305,8 @@ fn falls_back_at_tile_and_mip_edges(device: &Arc<Device>, path: ResidencyPath) {
     with_textures(device, path, 10, |partial, twin| {
         let probes =
             [lod(190.5, 190.5, 0.0), lod(255.9, 190.5, 0.0), lod(255.2, 190.5, 0.5), lod(190.5, 255.7, 0.25)];
-        let got = sample(device, path, (partial, twin), Filter::Trilinear, 1.0, u32::MAX, &probes);
+        let got =
+            sample(device, shader_of(path), path, (partial, twin), Filter::Trilinear, 1.0, u32::MAX, &probes);
         check_honest(name, &probes, &got);
         expect(name, &probes, &got, &[(true, 0.0), (true, 2.0), (true, 2.0), (true, 2.0)]);
 
@@ -326,14 +316,14 @@ fn falls_back_at_tile_and_mip_edges(device: &Arc<Device>, path: ResidencyPath) {
         let filter =
             if path == ResidencyPath::Software { Filter::Trilinear } else { Filter::Anisotropic(16) };
         let slack = if path == ResidencyPath::Software { 0.0 } else { 0.5 };
-        let got = sample(device, path, (partial, twin), filter, 16.0, u32::MAX, &aniso);
+        let got = sample(device, shader_of(path), path, (partial, twin), filter, 16.0, u32::MAX, &aniso);
         check_honest(&format!("{name} 16x"), &aniso, &got);
         expect(&format!("{name} 16x"), &aniso, &got, &[(true, 0.0), (true, 2.0 + slack)]);
 
         // The warn code of the same samples with the low-water mark at level 1: the sample at LOD 0
         // warns (level 0), the fallen-back one fetched from level 2 and does not.
         let warn: Vec<Probe> = aniso.iter().map(|p| Probe { mode: Mode::GradWarn, ..*p }).collect();
-        let got = sample(device, path, (partial, twin), filter, 16.0, 1, &warn);
+        let got = sample(device, shader_of(path), path, (partial, twin), filter, 16.0, 1, &warn);
         check_honest(&format!("{name} warn"), &warn, &got);
         assert_eq!((got[0].code, got[1].code), (1 | 2, 1), "{name}: warn codes");
 
@@ -352,7 +342,7 @@ fn falls_back_at_tile_and_mip_edges(device: &Arc<Device>, path: ResidencyPath) {
             }
         }
         for (filter, max) in [(Filter::Trilinear, 1.0), (filter, 16.0)] {
-            let got = sample(device, path, (partial, twin), filter, max, u32::MAX, &sweep);
+            let got = sample(device, shader_of(path), path, (partial, twin), filter, max, u32::MAX, &sweep);
             check_honest(&format!("{name} sweep {max}x"), &sweep, &got);
             let resident = got.iter().filter(|a| a.resident).count();
             let asked = got
@@ -429,7 +419,7 @@ fn footprint_codes_with_the_samples_own_residency_code_on_the_hardware_path() {
                 grad(250.5, 190.5, 16.0, 1.0),
                 grad(240.5, 190.5, 32.0, 2.0),
             ];
-            let got = sample_with(
+            let got = sample(
                 device,
                 &shaders::SPARSE_FOOTPRINT_CODES,
                 path,
@@ -477,7 +467,7 @@ fn footprint_codes_with_the_hardware_lod_clamp() {
         with_textures(device, path, 10, |partial, twin| {
             let clamp = |x: f32, ax: f32, ay: f32| Probe { mode: Mode::GradClamp, ..grad(x, 190.5, ax, ay) };
             let probes = [clamp(200.5, 16.0, 1.0), clamp(250.5, 16.0, 1.0), clamp(255.9, 1.0, 1.0)];
-            let got = sample_with(
+            let got = sample(
                 device,
                 shader,
                 path,
@@ -561,7 +551,7 @@ fn npot_sweep(device: &Arc<Device>, path: ResidencyPath) {
     }
     let filter = if path == ResidencyPath::Software { Filter::Trilinear } else { Filter::Anisotropic(16) };
     for (filter, max) in [(Filter::Trilinear, 1.0), (filter, 16.0)] {
-        let got = sample(device, path, (&partial, &twin), filter, max, u32::MAX, &sweep);
+        let got = sample(device, shader_of(path), path, (&partial, &twin), filter, max, u32::MAX, &sweep);
         check_honest(&format!("{name} {max}x"), &sweep, &got);
         assert!(got.iter().all(|a| a.resident), "{name} {max}x: every probe has a fallback");
         assert!(got.iter().zip(&sweep).any(|(a, p)| p.mode == Mode::Lod && a.used_lod == p.lod), "{name}");
