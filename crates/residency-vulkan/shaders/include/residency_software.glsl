@@ -9,7 +9,11 @@
 //
 // residencyFetch and residencySampleLod (residency codes of the hardware path) have no software
 // twin: use residencySampleFallback, which both paths provide, or residencySampleWarn (the seed's
-// codes with the low-water warning, residency_codes.glsl), which both provide for 2D too.
+// codes with the low-water warning, residency_codes.glsl), which both provide for 2D too; for 2D
+// both also provide residencySampleGradFallback / residencySampleGradWarn (derivatives,
+// anisotropic up to 16×, filtered here in the shader). The 2D helpers answer for the whole
+// filter footprint (residency_footprint.glsl, docs/tiles.md); the 2D array ones still answer
+// from the centre's entry only.
 
 #ifndef RESIDENCY_SOFTWARE_GLSL
 #define RESIDENCY_SOFTWARE_GLSL
