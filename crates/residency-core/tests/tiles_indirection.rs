@@ -5,7 +5,7 @@ use residency_core::format::Format;
 use residency_core::tiles::{
     bordered_tile, AtlasLayout, HeapIndex, Indirection, IndirectionError, LayoutLimits, MipTailModel,
     PageTable, PhysicalTile, SparseDimension, SparseFormatInfo, SparseImageDesc, SparseImageLayout,
-    TileCoord, INDIRECTION_NONE,
+    TileCoord, INDIRECTION_NONE, INDIRECTION_SOURCE_BORDERS,
 };
 
 fn layout(side: u32) -> SparseImageLayout {
@@ -29,6 +29,11 @@ fn entries_follow_the_resident_chain() {
     assert_eq!(ind.extent(), [16, 1 + 4 + 2 + 8]);
     assert_eq!(ind.texels()[..6], [512, 512, 128, 4, 10, 8]);
     assert_eq!(ind.texels()[6..16], [1, 5, 7, 8, 9, 10, 11, 12, 13, 14], "each mip's first row");
+    // A streamer's atlas: the border word carries the source-borders bit, the rest stays.
+    let mut sourced = Indirection::new(&l, atlas).unwrap();
+    sourced.set_source_borders();
+    assert_eq!(sourced.texels()[..6], [512, 512, 128, 4 | INDIRECTION_SOURCE_BORDERS, 10, 8]);
+    assert_eq!(sourced.texels()[6..], ind.texels()[6..]);
     let mut table = PageTable::new(&l);
     let tile = |mip, x, y| l.tile_index(TileCoord { layer: 0, mip, x, y, z: 0 }).unwrap();
     // Nothing resident: every entry is NONE, and the first update changes nothing.

@@ -168,6 +168,16 @@ pub enum VulkanError {
         /// The highest value a signal announced to residency reaches.
         announced: u64,
     },
+    /// A sampler asks for anisotropic filtering the device cannot give (nothing was created):
+    /// the feature `samplerAnisotropy` is off (`maximum` 0), or `asked` is 0 or above the
+    /// device's `maxSamplerAnisotropy` (`maximum`).
+    #[error("anisotropic filtering of {asked} taps asked; the device allows 1 to {maximum} (0: no samplerAnisotropy)")]
+    Anisotropy {
+        /// The taps asked for.
+        asked: u32,
+        /// The device's `maxSamplerAnisotropy`; 0 without the feature `samplerAnisotropy`.
+        maximum: u32,
+    },
     /// Any other Vulkan error result.
     #[error("{call} failed: {result}")]
     Vk {
@@ -320,6 +330,8 @@ impl ResidencyError for VulkanError {
             | VulkanError::NoDevice
             | VulkanError::Unsupported { .. }
             | VulkanError::ValidationLayerMissing => ErrorClass::Unsupported,
+            VulkanError::Anisotropy { asked: 0, .. } => ErrorClass::Refused,
+            VulkanError::Anisotropy { .. } => ErrorClass::Unsupported,
             VulkanError::OutOfDeviceMemory { .. } => ErrorClass::OutOfMemory(Exhausted::Device),
             VulkanError::OutOfHostMemory { .. } => ErrorClass::OutOfMemory(Exhausted::Host),
             VulkanError::DeviceLost { .. } => ErrorClass::DeviceLost,

@@ -9,171 +9,21 @@
 
 use residency_core::format::Format;
 use residency_core::tiles::{
-    CommitError, ResidencyPath, SparseImageDesc, SparseImageLayout, TexelRegion, TileCoord, TilePoolDesc,
+    CommitError, ResidencyPath, SparseImageDesc, TexelRegion, TileCoord, TilePoolDesc,
 };
-use residency_vulkan::compute::ViewRef;
 use residency_vulkan::sparse::software::{SoftwareError, SoftwareImage, SoftwareTilePool, DEFAULT_BORDER};
-use residency_vulkan::sparse::{MinLodMap, SparseError, SparseImage, SparseTilePool};
 use residency_vulkan::testing::with_gpu;
-use residency_vulkan::{Device, ImageRegion, Uploader};
+use residency_vulkan::{Device, Uploader};
 use std::sync::Arc;
 
 mod common;
-use common::{as_f32, close, region_texels, sample_fallback, texel, HARDWARE_FALLBACK, SOFTWARE_FALLBACK};
+use common::paths::Texture;
+use common::{as_f32, close, sample_fallback, texel, HARDWARE_FALLBACK, SOFTWARE_FALLBACK};
 
 const SIZE: u32 = 1024;
 
 fn centre(x: u32, y: u32, mip: u32) -> [f32; 2] {
     common::centre(SIZE, x, y, mip)
-}
-
-/// One partially resident texture on either path (one at a time: the size difference is moot).
-#[allow(clippy::large_enum_variant)]
-enum Texture {
-    Hardware { pool: SparseTilePool, image: SparseImage, map: MinLodMap },
-    Software { pool: SoftwareTilePool, image: SoftwareImage },
-}
-
-impl Texture {
-    fn new(device: &Arc<Device>, path: ResidencyPath, budget: u32) -> Texture {
-        let desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, SIZE, SIZE).with_path(path);
-        let pool_desc =
-            TilePoolDesc::default().with_name("paths").with_tiles_per_heap(16).with_budget_tiles(budget);
-        match path {
-            ResidencyPath::Software => {
-                let pool = SoftwareTilePool::new(
-                    Arc::clone(device),
-                    Format::R8G8B8A8Unorm,
-                    DEFAULT_BORDER,
-                    pool_desc,
-                )
-                .unwrap();
-                let image = SoftwareImage::new(&pool, "paths texture", &desc).unwrap();
-                Texture::Software { pool, image }
-            }
-            _ => {
-                let pool = SparseTilePool::new(Arc::clone(device), pool_desc).unwrap();
-                let image = SparseImage::new(&pool, "paths texture", &desc, false).unwrap();
-                let map = MinLodMap::new(&image).unwrap();
-                Texture::Hardware { pool, image, map }
-            }
-        }
-    }
-
-    fn layout(&self) -> &SparseImageLayout {
-        match self {
-            Texture::Hardware { image, .. } => image.layout(),
-            Texture::Software { image, .. } => image.layout(),
-        }
-    }
-
-    /// Commits the tiles `region` of `mip` touches; the error as text (both are typed; the test
-    /// checks the variant per path below).
-    fn commit(&mut self, mip: u32, region: TexelRegion) -> Result<(), String> {
-        match self {
-            Texture::Hardware { pool, image, .. } => {
-                image.commit_region(pool, 0, mip, region).map_err(|e| {
-                    assert!(matches!(e, SparseError::Commit(_)), "{e:?}");
-                    e.to_string()
-                })?;
-                pool.flush_binds(&mut [image]).unwrap();
-                Ok(())
-            }
-            Texture::Software { pool, image } => image.commit_region(pool, 0, mip, region).map_err(|e| {
-                assert!(matches!(e, SoftwareError::Commit(_)), "{e:?}");
-                e.to_string()
-            }),
-        }
-    }
-
-    fn release(&mut self, mip: u32, region: TexelRegion) {
-        match self {
-            Texture::Hardware { pool, image, .. } => {
-                image.release_region(pool, 0, mip, region).unwrap();
-                pool.flush_binds(&mut [image]).unwrap();
-            }
-            Texture::Software { pool, image } => image.release_region(pool, 0, mip, region).unwrap(),
-        }
-    }
-
-    fn release_all(&mut self) {
-        match self {
-            Texture::Hardware { pool, image, .. } => {
-                image.release_all(pool).unwrap();
-                pool.flush_binds(&mut [image]).unwrap();
-            }
-            Texture::Software { pool, image } => image.release_all(pool).unwrap(),
-        }
-    }
-
-    /// Writes the texels of `region` of `mip` (its tiles resident).
-    fn write(&mut self, _device: &Device, uploader: &Uploader, mip: u32, region: TexelRegion) {
-        let data =
-            region_texels(mip, [region.offset[0], region.offset[1]], [region.extent[0], region.extent[1]]);
-        match self {
-            Texture::Hardware { image, .. } => {
-                let target = ImageRegion::new(&*image, mip, region.offset, region.extent);
-                uploader.write_image(&target, &data).unwrap();
-            }
-            Texture::Software { pool, image } => {
-                image.write_region(pool, uploader, 0, mip, region, &data).unwrap()
-            }
-        }
-    }
-
-    /// Makes everything visible to the next dispatch.
-    fn flush(&mut self, uploader: &Uploader) {
-        match self {
-            Texture::Hardware { image, map, .. } => {
-                map.update(uploader, image).unwrap();
-            }
-            Texture::Software { pool, image } => {
-                pool.flush(uploader, &mut [image]).unwrap();
-            }
-        }
-        uploader.wait_idle().unwrap();
-    }
-
-    fn used_tiles(&self) -> u64 {
-        match self {
-            Texture::Hardware { pool, .. } => pool.used_tiles(),
-            Texture::Software { pool, .. } => pool.used_tiles(),
-        }
-    }
-
-    fn resident_tiles(&self) -> u64 {
-        let (table, layout) = match self {
-            Texture::Hardware { image, .. } => (image.residency().page_table(), image.layout()),
-            Texture::Software { image, .. } => (image.residency().page_table(), image.layout()),
-        };
-        let tails = (0..layout.mip_tail_count()).filter(|&t| table.is_tail_resident(t));
-        u64::from(table.resident_tiles())
-            + tails.map(|_| layout.mip_tail().map_or(0, |t| u64::from(t.tiles))).sum::<u64>()
-    }
-
-    fn views(&self) -> (ViewRef<'_>, ViewRef<'_>) {
-        match self {
-            Texture::Hardware { image, map, .. } => (image.into(), map.view().into()),
-            Texture::Software { pool, image } => (pool.atlas_view().into(), image.indirection_view().into()),
-        }
-    }
-
-    /// Drops the texture; once the work that sampled it is done, its pool has every tile back.
-    fn destroy(self, device: &Device) {
-        let used = match self {
-            Texture::Hardware { pool, image, map } => {
-                drop((map, image));
-                device.wait_submitted().unwrap();
-                pool.used_tiles()
-            }
-            Texture::Software { pool, image } => {
-                drop(image);
-                device.wait_submitted().unwrap();
-                pool.used_tiles()
-            }
-        };
-        assert_eq!(used, 0);
-    }
 }
 
 /// Samples at `probes` (uv, lod) through the path's fallback GLSL.
@@ -187,21 +37,17 @@ fn sample(
     sample_fallback(device, spirv, texture.views(), probes)
 }
 
-fn whole(layout: &SparseImageLayout, mip: u32) -> TexelRegion {
-    let e = layout.mips()[mip as usize].extent;
-    TexelRegion { offset: [0, 0, 0], extent: [e[0], e[1], 1] }
-}
-
 fn scenario(device: &Arc<Device>, path: ResidencyPath) {
     let name = path.name();
-    let mut texture = Texture::new(device, path, 64);
+    let desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, SIZE, SIZE);
+    let mut texture = Texture::new(device, path, desc, 64);
     let uploader = Uploader::new(device, "paths uploads", 16 << 20).unwrap();
     let mips = texture.layout().mip_levels();
     // Mip-0 tiles (2, 3) and (3, 3), and every coarser mip whole.
     let pair = TexelRegion { offset: [256, 384, 0], extent: [256, 128, 1] };
     texture.commit(0, pair).unwrap();
     for mip in 1..mips {
-        let r = whole(texture.layout(), mip);
+        let r = texture.whole(mip);
         texture.commit(mip, r).unwrap();
     }
     assert_eq!(texture.used_tiles(), texture.resident_tiles(), "{name}: pool accounting");
@@ -209,7 +55,7 @@ fn scenario(device: &Arc<Device>, path: ResidencyPath) {
     texture.write(device, &uploader, 0, TexelRegion { offset: [256, 384, 0], extent: [128, 128, 1] });
     texture.write(device, &uploader, 0, TexelRegion { offset: [384, 384, 0], extent: [128, 128, 1] });
     for mip in 1..mips {
-        let r = whole(texture.layout(), mip);
+        let r = texture.whole(mip);
         texture.write(device, &uploader, mip, r);
     }
     texture.flush(&uploader);
@@ -327,11 +173,13 @@ fn software_images_refuse_what_they_cannot_hold() {
                 .unwrap();
         let uploader = Uploader::new(device, "refusals", 1 << 20).unwrap();
         let r = TexelRegion { offset: [0, 0, 0], extent: [4, 4, 1] };
-        // Writing a tile that is not resident, or data of the wrong size: typed errors.
+        // Data of the wrong size: a typed error that commits nothing (a write into tiles that are
+        // not resident commits them: `uploads_into_uncommitted_tiles_commit_them_on_both_paths`).
         assert!(matches!(
-            image.write_region(&pool, &uploader, 0, 0, r, &[0; 64]),
-            Err(SoftwareError::NotResident { mip: 0, .. })
+            image.write_region(&pool, &uploader, 0, 0, r, &[0; 60]),
+            Err(SoftwareError::WrongRegionSize { expected: 64, got: 60 })
         ));
+        assert_eq!(pool.used_tiles(), 0, "a refused write commits nothing");
         image.commit_region(&pool, 0, 0, r).unwrap();
         assert!(matches!(
             image.write_region(&pool, &uploader, 0, 0, r, &[0; 60]),
@@ -366,6 +214,70 @@ fn software_images_refuse_what_they_cannot_hold() {
         assert_eq!(pool.used_tiles(), 1);
         uploader.destroy().unwrap();
         drop((image, pool, stranger));
+    });
+}
+
+/// An upload into tiles that are not committed commits them (the seed's `glTexSubImage2D` into a
+/// sparse texture), on both paths through `write_region`: a region across one resident and three
+/// uncommitted mip-0 tiles commits exactly the three, and its texels come back (sampled at their
+/// centres on both paths; read back byte for byte from the sparse image on the hardware path). An
+/// exhausted pool refuses the write with a typed error and commits nothing.
+fn uploads_commit_on_demand(device: &Arc<Device>, path: ResidencyPath) {
+    let name = path.name();
+    let desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, SIZE, SIZE);
+    let mut texture = Texture::new(device, path, desc, 64);
+    let uploader = Uploader::new(device, "on-demand uploads", 16 << 20).unwrap();
+    let mips = texture.layout().mip_levels();
+    for mip in 1..mips {
+        let r = texture.whole(mip);
+        texture.commit(mip, r).unwrap();
+        texture.write(device, &uploader, mip, r);
+    }
+    texture.commit(0, TexelRegion { offset: [128, 128, 0], extent: [1, 1, 1] }).unwrap();
+    let before = texture.used_tiles();
+    // Mip-0 texels 200..300 in x and y: tiles (1, 1) (resident), (2, 1), (1, 2), (2, 2).
+    let region = TexelRegion { offset: [200, 200, 0], extent: [100, 100, 1] };
+    texture.write_on_demand(&uploader, 0, region).unwrap();
+    assert_eq!(texture.used_tiles(), before + 3, "{name}: the three uncommitted tiles, committed");
+    assert_eq!(texture.used_tiles(), texture.resident_tiles(), "{name}");
+    texture.flush(&uploader);
+
+    let texels = [(200, 200), (255, 256), (256, 255), (299, 299), (230, 290)];
+    let probes: Vec<_> = texels.iter().map(|&(x, y)| (centre(x, y, 0), 0.0)).collect();
+    let got = sample(device, &texture, path, &probes);
+    for (&(x, y), (texel_got, resident, lod)) in texels.iter().zip(got) {
+        assert!(resident && lod == 0.0, "{name}: texel ({x}, {y}) resident at LOD 0");
+        close(texel_got, as_f32(texel(x, y, 0)), &format!("{name}: texel ({x}, {y})"));
+    }
+    if let Texture::Hardware { image, .. } = &texture {
+        let bytes = image.read_region(0, 0, region, 1 << 20).unwrap();
+        assert_eq!(bytes, common::region_texels(0, [200, 200], [100, 100]), "{name}: read back");
+    }
+
+    // An exhausted pool: a write into uncommitted tiles is refused and commits nothing.
+    match &texture {
+        Texture::Hardware { pool, .. } => pool.set_budget_tiles(texture.used_tiles() as u32),
+        Texture::Software { pool, .. } => pool.set_budget_tiles(texture.used_tiles() as u32),
+    }
+    let used = texture.used_tiles();
+    let far = TexelRegion { offset: [0, 768, 0], extent: [1024, 256, 1] };
+    let refused = texture.write_on_demand(&uploader, 0, far);
+    if refused.is_err() {
+        assert_eq!(texture.used_tiles(), used, "{name}: a refused write commits nothing");
+        assert_eq!(texture.used_tiles(), texture.resident_tiles(), "{name}");
+    } else {
+        panic!("{name}: 8 more tiles fit a pool of {used} used tiles at its budget");
+    }
+
+    uploader.destroy().unwrap();
+    texture.destroy(device);
+}
+
+#[test]
+fn uploads_into_uncommitted_tiles_commit_them_on_both_paths() {
+    with_gpu(|set| {
+        uploads_commit_on_demand(&set.devices()[0], ResidencyPath::Hardware);
+        uploads_commit_on_demand(&set.devices()[0], ResidencyPath::Software);
     });
 }
 

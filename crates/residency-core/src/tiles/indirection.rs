@@ -9,8 +9,9 @@
 //! accounting is the same as the hardware path's: a [`PhysicalTile`] (heap, tile) *is* a slot.
 //!
 //! The indirection texture (`R32_UINT`, one level) is laid out as rows:
-//! - row 0, the header: texture width, texture height, tile side, border, mip levels, atlas
-//!   columns (slots per atlas row), then the first row of each mip's entries;
+//! - row 0, the header: texture width, texture height, tile side, border (bit 31:
+//!   [`INDIRECTION_SOURCE_BORDERS`]), mip levels, atlas columns (slots per atlas row), then the
+//!   first row of each mip's entries;
 //! - then, for each mip `m` in order, `tiles_y(m)` rows of `tiles_x(m)` entries.
 //!
 //! A 2D array has one such layer of the texture per array layer (the texture is a 2D array of
@@ -98,6 +99,14 @@ pub fn software_slot_bytes(format: crate::format::Format, border: u32) -> u64 {
 
 /// The data mip of an entry that has nothing resident.
 pub const INDIRECTION_NONE: u32 = 0xff;
+
+/// Bit of the header's border word ([`Indirection::set_source_borders`]): the atlas's slot
+/// borders hold the neighbouring tiles' texels whether or not those tiles are resident (a
+/// streamer's atlas, whose borders are assembled from the source at load time). Shaders then read
+/// a tap within its own slot's border as resident; without it a tap reaching a neighbour needs
+/// the neighbour resident (a `SoftwareTilePool`'s borders are refilled from resident neighbours
+/// only).
+pub const INDIRECTION_SOURCE_BORDERS: u32 = 1 << 31;
 
 /// Why a layout cannot back a software texture.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
@@ -276,6 +285,16 @@ impl Indirection {
             layer[6..6 + mip_rows.len()].copy_from_slice(&mip_rows);
         }
         Ok(Self { layout: layout.clone(), atlas, width, rows, mip_rows, texels })
+    }
+
+    /// Marks the header ([`INDIRECTION_SOURCE_BORDERS`] in the border word of every layer): the
+    /// atlas's slot borders are filled from the source, neighbours resident or not. Set before the
+    /// texture is first uploaded.
+    pub fn set_source_borders(&mut self) {
+        let per_layer = (self.width * self.rows) as usize;
+        for layer in self.texels.chunks_exact_mut(per_layer) {
+            layer[3] |= INDIRECTION_SOURCE_BORDERS;
+        }
     }
 
     /// The texture's extent: `[width, rows]` (of each layer).

@@ -40,7 +40,7 @@ pub use changes::PendingChanges;
 pub use indirection::{
     border_copies, bordered_block_tile, bordered_tile, software_layout, software_slot_bytes, AtlasLayout,
     BorderCopy, HardwarePathUnsupported, Indirection, IndirectionError, ResidencyPath, INDIRECTION_NONE,
-    SOFTWARE_TILE_SIDE,
+    INDIRECTION_SOURCE_BORDERS, SOFTWARE_TILE_SIDE,
 };
 pub use layout::{
     full_mip_chain, DeviceMipTail, LayoutError, LayoutLimits, MipInfo, MipTail, MipTailSource,

@@ -9,10 +9,16 @@
 //
 // residencyFetch and residencySampleLod (residency codes of the hardware path) have no software
 // twin: use residencySampleFallback, which both paths provide, or residencySampleWarn (the seed's
-// codes with the low-water warning, residency_codes.glsl), which both provide for 2D too.
+// codes with the low-water warning, residency_codes.glsl), which both provide for 2D too; for 2D
+// both also provide residencySampleGradFallback / residencySampleGradWarn (derivatives,
+// anisotropic up to 16×, filtered here in the shader). The 2D helpers answer for the whole
+// filter footprint (residency_footprint.glsl, docs/tiles.md); the 2D array ones still answer
+// from the centre's entry only.
 
 #ifndef RESIDENCY_SOFTWARE_GLSL
 #define RESIDENCY_SOFTWARE_GLSL
+
+#include "residency_footprint.glsl"
 
 const uint RESIDENCY_MIN_LOD_NONE = 255u;
 
@@ -50,6 +56,7 @@ struct ResidencySoftware {
     uvec2 size;   // texture extent
     uint tile;    // tile side in texels
     uint border;  // border texels per side in the atlas
+    bool sourceBorders; // the borders hold the neighbours' texels, resident or not (header bit 31)
     uint mips;    // mip levels
     uint columns; // atlas slots per row
 };
@@ -67,7 +74,9 @@ ResidencySoftware residencySoftwareHeader(usampler2D indirection) {
     ResidencySoftware h;
     h.size = uvec2(residencySoftwareWord(indirection, ivec2(0, 0)), residencySoftwareWord(indirection, ivec2(1, 0)));
     h.tile = residencySoftwareWord(indirection, ivec2(2, 0));
-    h.border = residencySoftwareWord(indirection, ivec2(3, 0));
+    uint borderWord = residencySoftwareWord(indirection, ivec2(3, 0));
+    h.border = borderWord & 0x7fffffffu;
+    h.sourceBorders = (borderWord >> 31) != 0u;
     h.mips = residencySoftwareWord(indirection, ivec2(4, 0));
     h.columns = residencySoftwareWord(indirection, ivec2(5, 0));
     return residencySoftwareUsable(h);
@@ -113,26 +122,112 @@ vec4 residencySoftwareLevel(sampler2D atlas, usampler2D indirection, ResidencySo
     return textureLod(atlas, pos / vec2(textureSize(atlas, 0)), 0.0);
 }
 
-// A trilinear sample at `lod`, clamped to the finest resident coarser mip, as the hardware path's
-// residencySampleFallback: two bilinear samples from the atlas, blended.
-vec4 residencySampleFallback(sampler2D tex, usampler2D minLodMap, vec2 uv, float lod, vec4 defaultValue,
-                             out bool resident, out float usedLod) {
-    ResidencySoftware h = residencySoftwareHeader(minLodMap);
-    uint minLod = residencySoftwareEntry(minLodMap, h, uv, 0u).y;
-    if (minLod == RESIDENCY_MIN_LOD_NONE) {
-        resident = false;
-        usedLod = -1.0;
-        return defaultValue;
-    }
-    usedLod = min(max(lod, float(minLod)), float(h.mips - 1u));
-    uint lo = uint(floor(usedLod));
-    float f = usedLod - float(lo);
-    vec4 a = residencySoftwareLevel(tex, minLodMap, h, uv, lo);
-    resident = true;
+// A trilinear sample of the atlas at `lod` (clamped to the mips): two bilinear samples, blended.
+vec4 residencySoftwareTrilinear(sampler2D atlas, usampler2D indirection, ResidencySoftware h, vec2 uv, float lod) {
+    float l = clamp(lod, 0.0, float(h.mips - 1u));
+    uint lo = uint(floor(l));
+    float f = l - float(lo);
+    vec4 a = residencySoftwareLevel(atlas, indirection, h, uv, lo);
     if (f <= 0.0 || lo + 1u >= h.mips) {
         return a;
     }
-    return mix(a, residencySoftwareLevel(tex, minLodMap, h, uv, lo + 1u), f);
+    return mix(a, residencySoftwareLevel(atlas, indirection, h, uv, lo + 1u), f);
+}
+
+// Whether every texel a bilinear filter reads at `mip` for taps centred in the uv box [lo, hi]
+// comes from a tile of that mip holding its own data: each tile of the mip the texels fall in
+// has an entry whose data mip is `mip` (resident with its chain). A SoftwareTilePool's slot
+// border holds its neighbours' texels only while they are resident, so a tap across a tile edge
+// needs the neighbour too; a streamer's atlas fills borders from the source (the header's
+// INDIRECTION_SOURCE_BORDERS bit), so there only the taps' own tiles need to be. More than RESIDENCY_FOOTPRINT_TILES tiles along an axis is not resident.
+bool residencyMipResident(sampler2D atlas, usampler2D indirection, vec2 lo, vec2 hi, int mip) {
+    ResidencySoftware h = residencySoftwareHeader(indirection);
+    if (mip < 0 || uint(mip) >= h.mips) {
+        return false;
+    }
+    ivec2 extent = ivec2(max(h.size >> uint(mip), uvec2(1u)));
+    int side = int(min(h.tile, 1u << 30));
+    ivec2 a;
+    ivec2 b;
+    if (h.sourceBorders && h.border >= 1u) {
+        // Each tap reads its own tile's slot (residencySoftwareLevel), whose border holds the
+        // neighbours' texels from the source: only the taps' own tiles need to be resident.
+        ivec2 tiles = residencySoftwareTiles(h.size, h.tile, uint(mip));
+        a = clamp(ivec2(floor(lo * vec2(extent) / float(h.tile))), ivec2(0), tiles - 1);
+        b = clamp(ivec2(floor(hi * vec2(extent) / float(h.tile))), ivec2(0), tiles - 1);
+    } else {
+        ivec2 t0;
+        ivec2 t1;
+        residencyBilinearTexels(lo, hi, extent, t0, t1);
+        a = t0 / side;
+        b = t1 / side;
+    }
+    if (any(greaterThanEqual(b - a, ivec2(RESIDENCY_FOOTPRINT_TILES)))) {
+        return false;
+    }
+    uint row = residencySoftwareWord(indirection, ivec2(6 + mip, 0));
+    for (int ty = a.y; ty <= b.y; ty++) {
+        for (int tx = a.x; tx <= b.x; tx++) {
+            if ((residencySoftwareWord(indirection, ivec2(tx, int(row) + ty)) >> 24) != uint(mip)) {
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+int residencyLevels(sampler2D atlas, usampler2D indirection) {
+    return int(residencySoftwareHeader(indirection).mips);
+}
+
+vec2 residencySize(sampler2D atlas, usampler2D indirection) {
+    return vec2(residencySoftwareHeader(indirection).size);
+}
+
+#include "residency_search.glsl"
+
+// A trilinear sample at `lod` at the finest LOD at or above it whose whole footprint (the
+// bilinear neighbours of `uv` at each mip blended) comes from resident tiles, as the hardware
+// path's residencySampleFallback: two bilinear samples from the atlas, blended. `usedLod` is -1
+// and the default value is returned when no LOD's footprint is resident.
+vec4 residencySampleFallback(sampler2D tex, usampler2D minLodMap, vec2 uv, float lod, vec4 defaultValue,
+                             out bool resident, out float usedLod) {
+    ResidencyFootprint f =
+        residencyFootprintLod(tex, minLodMap, uv, vec2(0.0), lod, RESIDENCY_NO_SLACK, RESIDENCY_BY_LOD);
+    usedLod = f.lod;
+    resident = f.found;
+    if (!f.found) {
+        return defaultValue;
+    }
+    return residencySoftwareTrilinear(tex, minLodMap, residencySoftwareHeader(minLodMap), uv, usedLod);
+}
+
+// The hardware path's residencySampleGradFallback on the atlas, filtered in the shader as
+// Vulkan's anisotropic reference: N = ceil(η) trilinear samples (two bilinear atlas reads each)
+// at uv + (i/(N+1) − ½)·(major derivative), i = 1..N, averaged, at λ = log2(ρmax/η); N = 1 is
+// the plain trilinear sample. Its cost grows with N (up to 16 taps: 32 atlas reads and their
+// indirection reads). No LOD slack: the shader computes the LOD it reads.
+vec4 residencySampleGradFallback(sampler2D tex, usampler2D minLodMap, vec2 uv, vec2 dPdx, vec2 dPdy,
+                                 float maxAnisotropy, vec4 defaultValue, out bool resident, out float usedLod) {
+    ResidencySoftware h = residencySoftwareHeader(minLodMap);
+    vec2 size = vec2(h.size);
+    ResidencyFootprint f = residencyGradFootprint(tex, minLodMap, uv, dPdx, dPdy, maxAnisotropy, RESIDENCY_NO_SLACK,
+                                                  RESIDENCY_BY_SCALE);
+    usedLod = f.lod;
+    resident = f.found;
+    if (!f.found) {
+        return defaultValue;
+    }
+    int n = maxAnisotropy > 1.0 ? residencyAnisoTaps(dPdx, dPdy, size, maxAnisotropy) : 1;
+    if (n == 1) {
+        return residencySoftwareTrilinear(tex, minLodMap, h, uv, usedLod);
+    }
+    vec2 major = (length(dPdx * size) >= length(dPdy * size) ? dPdx : dPdy) * f.scale;
+    vec4 sum = vec4(0.0);
+    for (int i = 1; i <= n; i++) {
+        sum += residencySoftwareTrilinear(tex, minLodMap, h, uv + (float(i) / float(n + 1) - 0.5) * major, usedLod);
+    }
+    return sum / float(n);
 }
 
 // ---- 2D arrays: an indirection texture with one layer per layer (a usampler2DArray) over the ---
@@ -142,7 +237,9 @@ ResidencySoftware residencySoftwareHeader(usampler2DArray indirection, int layer
     ResidencySoftware h;
     h.size = uvec2(residencySoftwareWord(indirection, ivec3(0, 0, layer)), residencySoftwareWord(indirection, ivec3(1, 0, layer)));
     h.tile = residencySoftwareWord(indirection, ivec3(2, 0, layer));
-    h.border = residencySoftwareWord(indirection, ivec3(3, 0, layer));
+    uint borderWord = residencySoftwareWord(indirection, ivec3(3, 0, layer));
+    h.border = borderWord & 0x7fffffffu;
+    h.sourceBorders = (borderWord >> 31) != 0u;
     h.mips = residencySoftwareWord(indirection, ivec3(4, 0, layer));
     h.columns = residencySoftwareWord(indirection, ivec3(5, 0, layer));
     return residencySoftwareUsable(h);
@@ -216,6 +313,15 @@ int residencySampleWarn(sampler2D tex, usampler2D minLodMap, vec2 uv, float lod,
                         inout vec4 texel, out float usedLod) {
     bool resident;
     vec4 value = residencySampleFallback(tex, minLodMap, uv, lod, texel, resident, usedLod);
+    texel = value;
+    return residencyWarnCode(resident, usedLod, int(residencySoftwareHeader(minLodMap).mips), lowWater);
+}
+
+// residencySampleWarn of a gradient sample (residencySampleGradFallback).
+int residencySampleGradWarn(sampler2D tex, usampler2D minLodMap, vec2 uv, vec2 dPdx, vec2 dPdy, float maxAnisotropy,
+                            uint lowWater, inout vec4 texel, out float usedLod) {
+    bool resident;
+    vec4 value = residencySampleGradFallback(tex, minLodMap, uv, dPdx, dPdy, maxAnisotropy, texel, resident, usedLod);
     texel = value;
     return residencyWarnCode(resident, usedLod, int(residencySoftwareHeader(minLodMap).mips), lowWater);
 }

@@ -116,6 +116,8 @@ pub struct EnabledFeatures {
     pub shader_resource_residency: bool,
     /// `shaderResourceMinLod`.
     pub shader_resource_min_lod: bool,
+    /// `samplerAnisotropy`: samplers may filter anisotropically (`Filter::Anisotropic`).
+    pub sampler_anisotropy: bool,
     /// `timelineSemaphore`.
     pub timeline_semaphore: bool,
     /// `bufferDeviceAddress`.
@@ -286,6 +288,7 @@ impl Device {
             sparse_residency_aliased: sparse(supported.sparse_residency_aliased),
             shader_resource_residency: sparse(supported.shader_resource_residency),
             shader_resource_min_lod: supported.shader_resource_min_lod == vk::TRUE,
+            sampler_anisotropy: supported.sampler_anisotropy == vk::TRUE,
             timeline_semaphore: has_timeline,
             buffer_device_address: has_bda,
             memory_budget: has_budget,
@@ -304,7 +307,7 @@ impl Device {
             .shader_resource_residency(features.shader_resource_residency)
             .shader_resource_min_lod(features.shader_resource_min_lod)
             .shader_int64(supported.shader_int64 == vk::TRUE)
-            .sampler_anisotropy(supported.sampler_anisotropy == vk::TRUE)
+            .sampler_anisotropy(features.sampler_anisotropy)
             .fragment_stores_and_atomics(features.fragment_stores_and_atomics)
             .shader_storage_image_write_without_format(
                 supported.shader_storage_image_write_without_format == vk::TRUE,

@@ -355,6 +355,49 @@ shader!(
     32
 );
 shader!(
+    /// `sparse_footprint.comp`: the footprint-exact residency helpers of `residency.glsl`
+    /// (`residencySampleFallback`, `residencySampleGradFallback`, `residencySampleGradWarn`) over a
+    /// partially resident texture (bindings 0, 1: sparse image, min-LOD map) and a fully resident
+    /// twin (2, 3), sampled where the first was resident at the LOD it used. Probes (binding 4)
+    /// `{ vec4 (u, v, lod, mode); vec4 (dPdx, dPdy) }`, mode 0 explicit LOD, 1 gradients, 2
+    /// gradients with the warn code; results (binding 5) `{ vec4 texel; vec4 twin; vec4 (resident,
+    /// LOD used, code, twin resident) }`; push `{ vec4 defaultValue; uint count; float
+    /// maxAnisotropy; uint lowWater; }` (32 bytes reserved).
+    SPARSE_FOOTPRINT,
+    "sparse_footprint.comp",
+    Compute,
+    [SampledImage, SampledImage, SampledImage, SampledImage, StorageBuffer, StorageBuffer],
+    32
+);
+shader!(
+    /// `sparse_footprint_software.comp`: [`SPARSE_FOOTPRINT`] on the software path
+    /// (`residency_software.glsl`: the atlas at bindings 0 and 2, the two indirections at 1 and 3).
+    SPARSE_FOOTPRINT_SOFTWARE,
+    "sparse_footprint_software.comp",
+    Compute,
+    [SampledImage, SampledImage, SampledImage, SampledImage, StorageBuffer, StorageBuffer],
+    32
+);
+shader!(
+    /// `sparse_footprint_codes.comp`: [`SPARSE_FOOTPRINT`] compiled with `RESIDENCY_CODES`: the
+    /// hardware helpers also require each sample's own residency code.
+    SPARSE_FOOTPRINT_CODES,
+    "sparse_footprint_codes.comp",
+    Compute,
+    [SampledImage, SampledImage, SampledImage, SampledImage, StorageBuffer, StorageBuffer],
+    32
+);
+shader!(
+    /// `sparse_footprint_clamp.comp`: [`SPARSE_FOOTPRINT_CODES`] with mode 3, the hardware's
+    /// minimum-LOD clamp (`residencySampleGradClamp`, `sparseTextureGradClampARB`); needs the
+    /// device feature `shaderResourceMinLod`.
+    SPARSE_FOOTPRINT_CLAMP,
+    "sparse_footprint_clamp.comp",
+    Compute,
+    [SampledImage, SampledImage, SampledImage, SampledImage, StorageBuffer, StorageBuffer],
+    32
+);
+shader!(
     /// `prt_array_software.comp`: a 2D array on the software path (the atlas and an indirection
     /// with one layer per layer) sampled at probes `(u, v, layer, lod)` with
     /// `residencySampleWarn`; results and push as [`PRT_ARRAY`]'s, without feedback.
@@ -428,8 +471,21 @@ shader!(
     8
 );
 
+shader!(
+    /// `sparse_clamp.frag`: `residencySampleClamp` (implicit LOD clamped by the hardware to the
+    /// finest mip whose whole footprint is resident, `sparseTextureClampARB`, residency codes)
+    /// with [`VT_QUAD_VERT`]: binding 0 the sparse image, binding 1 its min-LOD map (nearest);
+    /// push 64..80 `vec4 defaultValue`, 80..84 `float maxAnisotropy` (96 bytes for both stages).
+    /// Needs the device feature `shaderResourceMinLod`.
+    SPARSE_CLAMP_FRAG,
+    "sparse_clamp.frag",
+    Fragment,
+    [SampledImage, SampledImage],
+    96
+);
+
 /// Every shipped shader.
-pub static ALL: [&Shader; 30] = [
+pub static ALL: [&Shader; 35] = [
     &PLACED_BUFFERS,
     &FILL,
     &BUSY,
@@ -460,6 +516,11 @@ pub static ALL: [&Shader; 30] = [
     &DISTANCE_FIELD,
     &TEXTURE_ARRAY,
     &PTEX,
+    &SPARSE_FOOTPRINT,
+    &SPARSE_FOOTPRINT_SOFTWARE,
+    &SPARSE_FOOTPRINT_CODES,
+    &SPARSE_FOOTPRINT_CLAMP,
+    &SPARSE_CLAMP_FRAG,
 ];
 
 /// The `vt_quad` fragment shader for a residency path: [`VT_QUAD_SOFTWARE_FRAG`] on the software

@@ -1186,17 +1186,41 @@ pub enum Filter {
     Nearest,
     /// Bilinear within a mip, linear between mips (trilinear).
     Trilinear,
+    /// Trilinear with anisotropic filtering of at most this many taps (`maxAnisotropy`, 1 to the
+    /// device's `maxSamplerAnisotropy`, at most 16 on every device); needs the device feature
+    /// `samplerAnisotropy` ([`VulkanError::Anisotropy`] otherwise). Shaders that sample partially
+    /// resident textures with it pass the same number to `residencySampleGradFallback`.
+    Anisotropic(u32),
 }
 
 impl Device {
     /// Creates a sampler with clamp-to-edge addressing and the full LOD range; released when
-    /// dropped, once the GPU work that may use it has completed.
+    /// dropped, once the GPU work that may use it has completed. An anisotropic filter without
+    /// the device feature `samplerAnisotropy`, of 0 taps or of more than the device's
+    /// `maxSamplerAnisotropy` is [`VulkanError::Anisotropy`]; nothing is created then.
     pub fn create_sampler(&self, filter: Filter) -> Result<Sampler, VulkanError> {
         let (f, m) = match filter {
             Filter::Nearest => (vk::Filter::NEAREST, vk::SamplerMipmapMode::NEAREST),
-            Filter::Trilinear => (vk::Filter::LINEAR, vk::SamplerMipmapMode::LINEAR),
+            Filter::Trilinear | Filter::Anisotropic(_) => (vk::Filter::LINEAR, vk::SamplerMipmapMode::LINEAR),
+        };
+        let anisotropy = match filter {
+            Filter::Anisotropic(asked) => {
+                // The limit is a float; every device's is a whole number (at most 16).
+                let maximum = if self.features().sampler_anisotropy {
+                    self.limits().max_sampler_anisotropy as u32
+                } else {
+                    0
+                };
+                if asked == 0 || asked > maximum {
+                    return Err(VulkanError::Anisotropy { asked, maximum });
+                }
+                Some(asked as f32)
+            }
+            _ => None,
         };
         let info = vk::SamplerCreateInfo::default()
+            .anisotropy_enable(anisotropy.is_some())
+            .max_anisotropy(anisotropy.unwrap_or(1.0))
             .mag_filter(f)
             .min_filter(f)
             .mipmap_mode(m)

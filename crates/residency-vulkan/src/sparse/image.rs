@@ -644,6 +644,48 @@ impl ResidencyBackend for SparseImage {
 }
 
 impl SparseImage {
+    /// Writes `data` (the region's texels, rows packed) into `region` of (`layer`, `mip`),
+    /// committing on demand, as the seed's `glTexSubImage2D` into a sparse texture: the tiles the
+    /// region touches that are not resident (a tail mip: the tail) are committed from `pool` and
+    /// bound — with the binds this image already had queued, in one
+    /// [`SparseTilePool::flush_binds`] — before the copy is staged on `uploader`. Resident tiles
+    /// keep their memory. Shaders see the texels after the upload is flushed and the min-LOD map
+    /// refreshed, as with any commit.
+    ///
+    /// Checked before anything changes: the region and `data` as
+    /// [`Uploader::write_image`](crate::Uploader::write_image) checks them
+    /// ([`SparseError::Upload`]: outside the mip, misaligned, the wrong byte count, more than half
+    /// the staging ring), the pool and the subresource ([`SparseError::Commit`]). An exhausted
+    /// pool is [`SparseError::Commit`] with nothing committed. An empty region writes and commits
+    /// nothing. A failure after the commit (the binds' or the staging's memory, a lost device)
+    /// leaves the committed tiles resident, as a [`SparseImage::commit_region`] would.
+    pub fn write_region(
+        &mut self,
+        pool: &SparseTilePool,
+        uploader: &crate::sync::upload::Uploader,
+        layer: u32,
+        mip: u32,
+        region: TexelRegion,
+        data: &[u8],
+    ) -> Result<(), SparseError> {
+        {
+            let target = crate::sync::upload::ImageRegion::new(&*self, mip, region.offset, region.extent)
+                .with_layer(layer);
+            uploader.check_image_write(&target, data.len() as u64)?;
+        }
+        if region.is_empty() {
+            return Ok(());
+        }
+        self.commit_region(pool, layer, mip, region)?;
+        if self.has_pending_binds() {
+            pool.flush_binds(&mut [&mut *self])?;
+        }
+        let target = crate::sync::upload::ImageRegion::new(&*self, mip, region.offset, region.extent)
+            .with_layer(layer);
+        uploader.write_image(&target, data)?;
+        Ok(())
+    }
+
     /// Reads back the texels of `region` of (`layer`, `mip`), tightly packed. Non-resident texels read
     /// as whatever the device returns for unbound memory (zero with residencyNonResidentStrict;
     /// undefined elsewhere — never rely on it).

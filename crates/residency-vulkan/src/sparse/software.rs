@@ -121,16 +121,6 @@ pub enum SoftwareError {
         /// The atlas's tile side.
         atlas: u32,
     },
-    /// Texels written to a tile that is not resident.
-    #[error("`{name}`: tile {tile} of mip {mip} is not resident; commit it before writing")]
-    NotResident {
-        /// The image.
-        name: String,
-        /// The mip.
-        mip: u32,
-        /// The tile index.
-        tile: u32,
-    },
     /// A pool hands out image ids in 20 bits.
     #[error("a software tile pool makes at most {limit} images; create another pool")]
     TooManyImages {
@@ -165,7 +155,6 @@ impl ResidencyError for SoftwareError {
             | SoftwareError::WrongTileSize { .. }
             | SoftwareError::FormatMismatch { .. }
             | SoftwareError::TileMismatch { .. }
-            | SoftwareError::NotResident { .. }
             | SoftwareError::WrongRegionSize { .. } => ErrorClass::Refused,
         }
     }
@@ -473,7 +462,9 @@ impl SoftwareTexture {
                 atlas: side,
             });
         }
-        let table = Indirection::new(layout, *atlas.layout())?;
+        let mut table = Indirection::new(layout, *atlas.layout())?;
+        // The streamer assembles each slot's border from the source at load time.
+        table.set_source_borders();
         let indirection = IndirectionTexture::new(atlas.device(), name, table)?;
         Ok(SoftwareTexture { name: name.to_owned(), atlas: atlas.clone(), indirection })
     }
@@ -1199,11 +1190,15 @@ impl SoftwareImage {
         ResidencyBackend::release_all(self, pool)
     }
 
-    /// Stages `data` (the region's texels, rows packed) into the slots of the resident tiles that
-    /// `region` of `mip` covers; the borders follow at the next [`SoftwareTilePool::flush`]. Every
-    /// tile the region touches must be resident (else [`SoftwareError::NotResident`], nothing
-    /// staged); the pool must be the image's and the region inside its mip (else
-    /// [`SoftwareError::Commit`]). An empty region writes nothing.
+    /// Stages `data` (the region's texels, rows packed) into the slots of the tiles that `region`
+    /// of `mip` covers, committing on demand, as the seed's `glTexSubImage2D` into a sparse
+    /// texture and the hardware path's [`SparseImage::write_region`](crate::sparse::SparseImage::write_region):
+    /// tiles the region touches that are not resident are committed from `pool` first (all or
+    /// nothing: an exhausted pool is [`SoftwareError::Commit`] and nothing is committed or
+    /// staged). The borders follow at the next [`SoftwareTilePool::flush`]. The pool must be the
+    /// image's and the region inside its mip (else [`SoftwareError::Commit`]), `data` the region's
+    /// byte count (else [`SoftwareError::WrongRegionSize`]); nothing changes then. An empty region
+    /// writes and commits nothing.
     pub fn write_region(
         &mut self,
         pool: &SoftwareTilePool,
@@ -1215,7 +1210,6 @@ impl SoftwareImage {
     ) -> Result<(), SoftwareError> {
         self.check_pool(pool)?;
         let info = self.residency.check_region(layer, mip, region)?;
-        let layout = self.residency.layout();
         let texel = u64::from(self.desc.format.block_bytes());
         let expected =
             u64::from(region.extent[0]) * u64::from(region.extent[1]) * u64::from(region.extent[2]) * texel;
@@ -1225,12 +1219,14 @@ impl SoftwareImage {
         if expected == 0 {
             return Ok(());
         }
-        let range = layout.tiles_covering(mip, region).expect("a tiled mip");
-        let tiles: Vec<_> = layout.tiles_in(layer, mip, range).collect();
+        let tiles: Vec<_> = {
+            let layout = self.residency.layout();
+            let range = layout.tiles_covering(mip, region).expect("a tiled mip");
+            layout.tiles_in(layer, mip, range).collect()
+        };
+        ResidencyBackend::commit_tiles(self, pool, &tiles)?;
+        let layout = self.residency.layout();
         let table = self.residency.page_table();
-        if let Some(&missing) = tiles.iter().find(|&&t| !table.is_resident(t)) {
-            return Err(SoftwareError::NotResident { name: self.name.clone(), mip, tile: missing.0 });
-        }
         let shared = &*pool.shared;
         let side = shared.atlas_layout.tile_side;
         for &tile in &tiles {

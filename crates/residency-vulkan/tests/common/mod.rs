@@ -9,6 +9,8 @@ use residency_vulkan::compute::{Binding, ComputeProgram, ViewRef};
 use residency_vulkan::shaders::{self, Shader};
 use residency_vulkan::{BufferDesc, Device, Filter};
 
+pub mod paths;
+
 /// `sparse_fallback.comp`: the hardware path (sparse image + min-LOD map).
 pub static HARDWARE_FALLBACK: &Shader = &shaders::SPARSE_FALLBACK;
 /// `sparse_fallback_software.comp`: the software path (atlas + indirection).
