@@ -65,6 +65,7 @@ pub use ash;
 pub use device::blocks::{MemoryError, PLACEMENT_MESSAGES_KEPT};
 pub use device::ledger::{FaultSite, InjectedFault, Ledger, LiveObject};
 pub use device::life::{ForeignUse, GpuUse, Timeline, ADOPTED_TEARDOWN_WAIT_NS};
+pub use device::pressure::{PressureStats, DEFAULT_HEADROOM_PERCENT, REFRESH_EVERY};
 pub use device::set::{DeviceSet, DeviceSetDesc, LiveDevice, TeardownError, SETS_DROPPED_IN_USE};
 pub use device::{Device, EnabledFeatures, ExternalDevice, HeapStatus, Queue, QueueGuard, LEAKS_AT_TEARDOWN};
 pub use error::{
@@ -92,7 +93,7 @@ pub use residency_core::allocator::{
 pub use residency_core::desc::DescError;
 pub use residency_core::device_mask::{DeviceIndex, DeviceMask};
 pub use residency_core::format::Format;
-pub use residency_core::memory::{HeapBudget, MemoryIntent};
+pub use residency_core::memory::{HeapBudget, MemoryIntent, MemoryTier};
 pub use residency_core::placement::{Message, PlacementError, ResourceDesc};
 pub use residency_core::profile::{DeviceProfile, ImageDimension, Limits, MemoryHeap, MemoryProperties};
 pub use residency_core::report::{DeviceSetReport, MemoryReport, PoolReport};

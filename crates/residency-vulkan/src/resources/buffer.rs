@@ -52,6 +52,13 @@ pub struct BufferDesc {
     pub committed: bool,
     /// Allocate even when over the heap budget.
     pub allow_over_budget: bool,
+    /// Whether it may go down its memory-type fallback chain (device-local → device-local
+    /// host-visible → host, `residency_core::memory::fallback_chain`) when its preferred tier is
+    /// out of memory or budget, the device-local limit included (default true, as VMA falls back
+    /// to another type). False refuses it there with the preferred tier's error (`OutOfBudget`,
+    /// `OutOfDeviceMemory`). With `allow_over_budget` false (the default) an allocation never
+    /// takes a heap over its budget: VMA's `WITHIN_BUDGET`.
+    pub fallback: bool,
     /// VK_EXT_memory_priority's priority in `[0, 1]` (`None`: the default, 0.5). A priority
     /// belongs to a whole `VkDeviceMemory`, so a resource that asks for one gets memory of its
     /// own; without the extension it is checked and otherwise ignored.
@@ -69,8 +76,15 @@ impl BufferDesc {
             alignment: 0,
             committed: false,
             allow_over_budget: false,
+            fallback: true,
             priority: None,
         }
+    }
+
+    /// Forbids the fallback chain (see the `fallback` field).
+    pub fn without_fallback(mut self) -> Self {
+        self.fallback = false;
+        self
     }
 
     /// Sets the memory priority (see the `priority` field).
@@ -357,6 +371,15 @@ impl Buffer {
     /// The device it lives on (kept alive by the buffer).
     pub fn device(&self) -> &Arc<Device> {
         self.life.device()
+    }
+
+    /// The memory tier it lives in (a later one than its intent's first: it fell back or was
+    /// demoted); `None` for a pool's or transient buffer.
+    pub fn memory_tier(&self) -> Option<residency_core::memory::MemoryTier> {
+        match self.life.garbage() {
+            Some(crate::device::life::Garbage::Buffer { memory, .. }) => self.life.device().tier_of(memory),
+            _ => None,
+        }
     }
 
     /// The memory it is bound to and the offset there.
@@ -655,6 +678,7 @@ impl Device {
             intent: desc.intent,
             committed: desc.committed,
             allow_over_budget: desc.allow_over_budget,
+            fallback: desc.fallback,
             priority: desc.priority,
             image: None,
             target: DedicatedTarget::Buffer(raw),

@@ -227,7 +227,7 @@ enum Heaps {
 impl Heaps {
     fn lock<'a>(&'a self, device: &'a Device) -> MutexGuard<'a, BlockList> {
         let list = match self {
-            Heaps::General(type_index) => &device.general[*type_index as usize],
+            Heaps::General(list) => &device.general[*list as usize],
             Heaps::Pool { pool, arena } => pool.arena(*arena),
         };
         list.locked()
@@ -241,9 +241,9 @@ impl Heaps {
         }
     }
 
-    fn type_index(&self) -> u32 {
+    fn type_index(&self, device: &Device) -> u32 {
         match self {
-            Heaps::General(type_index) => *type_index,
+            Heaps::General(list) => device.list_type(*list),
             Heaps::Pool { pool, .. } => pool.identity().2,
         }
     }
@@ -251,7 +251,7 @@ impl Heaps {
     /// Where an allocation of these heaps returns when it is freed.
     fn memory(&self, allocation: BlockAllocation) -> ResourceMemory {
         match self {
-            Heaps::General(type_index) => ResourceMemory::General { type_index: *type_index, allocation },
+            Heaps::General(list) => ResourceMemory::General { list: *list, allocation },
             Heaps::Pool { pool, arena } => ResourceMemory::Sub {
                 owner: Arc::downgrade(pool) as _,
                 allocation: SubAllocation::Block { arena: *arena, allocation },
@@ -596,9 +596,9 @@ impl Defragmenter {
                 continue;
             }
             let placed = match buffer.life().garbage() {
-                Some(Garbage::Buffer {
-                    memory: ResourceMemory::General { type_index, allocation }, ..
-                }) => Some((Heaps::General(*type_index), allocation)),
+                Some(Garbage::Buffer { memory: ResourceMemory::General { list, allocation }, .. }) => {
+                    Some((Heaps::General(*list), allocation))
+                }
                 Some(Garbage::Buffer {
                     memory:
                         ResourceMemory::Sub { owner, allocation: SubAllocation::Block { arena, allocation } },
@@ -787,7 +787,7 @@ impl Defragmenter {
     /// of one move. `Ok(false)`: the requirements do not fit the planned place (the move is
     /// dropped); an error fails the pass.
     fn create(device: &Device, buffer: &Buffer, m: &mut Staged) -> Result<bool, MemoryError> {
-        let type_index = m.heaps.type_index();
+        let type_index = m.heaps.type_index(device);
         let fits = |requirements: residency_core::profile::MemoryRequirements, offset: u64, room: u64| {
             requirements.memory_type_bits & (1 << type_index) != 0
                 && offset % requirements.alignment.max(1) == 0
