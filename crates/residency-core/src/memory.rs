@@ -148,17 +148,22 @@ pub struct ChainStep {
 /// The memory-type fallback chain of `intent` among the types in `allowed_bits`: the
 /// [`memory_type_candidates`] in order, each with its tier (device-local → device-local
 /// host-visible → host). An allocation that does not fit a step within its budget goes to the
-/// next one. For the device intents (`DeviceLocal`, `DeviceLocalHostVisible`) on a device with
-/// no host memory type among the candidates (unified memory), the host-visible candidates are
+/// next one. On a device with no host memory type among the candidates (unified memory): for the
+/// device intents (`DeviceLocal`, `DeviceLocalHostVisible`) the host-visible candidates are
 /// appended once more as [`MemoryTier::Host`] steps, so that a device-local budget below the
-/// device's memory still has somewhere to fall back to.
+/// device's memory still has somewhere to fall back to; the host intents (`Upload`, `Readback`:
+/// staging) are [`MemoryTier::Host`] throughout, so they never count against it.
 pub fn fallback_chain(types: &[MemoryType], allowed_bits: u32, intent: MemoryIntent) -> Vec<ChainStep> {
     let candidates = memory_type_candidates(types, allowed_bits, intent);
     let tier = |i: u32| MemoryTier::of(types[i as usize].flags);
     let mut chain: Vec<ChainStep> =
         candidates.iter().map(|&type_index| ChainStep { type_index, tier: tier(type_index) }).collect();
     let device_intent = matches!(intent, MemoryIntent::DeviceLocal | MemoryIntent::DeviceLocalHostVisible);
-    if device_intent && chain.iter().all(|s| s.tier.is_device()) {
+    let unified = chain.iter().all(|s| s.tier.is_device());
+    if unified && !device_intent {
+        chain.iter_mut().for_each(|s| s.tier = MemoryTier::Host);
+    }
+    if device_intent && unified {
         let host = candidates
             .iter()
             .filter(|&&i| types[i as usize].flags.host_visible)
@@ -319,7 +324,9 @@ mod tests {
                 ChainStep { type_index: 0, tier: MemoryTier::Host },
             ]
         );
-        assert_eq!(fallback_chain(&types, 1, MemoryIntent::Upload).len(), 1);
+        let staging = ChainStep { type_index: 0, tier: MemoryTier::Host };
+        assert_eq!(fallback_chain(&types, 1, MemoryIntent::Upload), vec![staging]);
+        assert_eq!(fallback_chain(&types, 1, MemoryIntent::Readback), vec![staging]);
     }
 
     #[test]

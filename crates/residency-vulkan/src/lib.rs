@@ -74,7 +74,9 @@ pub use error::{
 pub use instance::{version_string, InstanceDesc};
 pub use memory::placement::{usage_alignment_floor, Allocation, AllocationDesc, BoundTo, PlacementPolicy};
 pub use pools::buffer_pool::{BufferInit, BufferPool, BufferPoolDesc, PoolRange, PoolStats};
-pub use pools::defrag::{DefragDesc, DefragError, DefragStats, DefragTotals, Defragmenter, Unmovable};
+pub use pools::defrag::{
+    DefragDesc, DefragError, DefragStats, DefragTotals, Defragmenter, RelieveStats, Unmovable,
+};
 pub use pools::linear_pool::{LinearPool, LinearPoolDesc, LinearPoolStats};
 pub use pools::report::ReportSources;
 pub use resources::buffer::{AccessError, Buffer, BufferDesc, BufferPlacement};

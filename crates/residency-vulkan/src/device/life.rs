@@ -236,6 +236,9 @@ pub(crate) struct Life {
     garbage: Option<Garbage>,
     uses: Mutex<LastUses>,
     parent: Option<Arc<dyn Parent>>,
+    /// The frame count when a use was last declared (or it was made): how cold it is under
+    /// memory pressure.
+    last_used_frame: AtomicU64,
 }
 
 impl std::fmt::Debug for Life {
@@ -246,7 +249,29 @@ impl std::fmt::Debug for Life {
 
 impl Life {
     pub(crate) fn new(device: Arc<Device>, garbage: Garbage, parent: Option<Arc<dyn Parent>>) -> Arc<Life> {
-        Arc::new(Life { device, garbage: Some(garbage), uses: Mutex::new(LastUses::none()), parent })
+        let frame = AtomicU64::new(device.retirement().frame.load(Ordering::Acquire));
+        Arc::new(Life {
+            device,
+            garbage: Some(garbage),
+            uses: Mutex::new(LastUses::none()),
+            parent,
+            last_used_frame: frame,
+        })
+    }
+
+    /// The frame count when a use was last declared on it, or when it was made.
+    pub(crate) fn last_used_frame(&self) -> u64 {
+        self.last_used_frame.load(Ordering::Relaxed)
+    }
+
+    /// Carries the last-used frame of the life it replaces (a move is no use).
+    pub(crate) fn set_last_used_frame(&self, frame: u64) {
+        self.last_used_frame.store(frame, Ordering::Relaxed);
+    }
+
+    /// Notes a use in frame `frame` (a later one than noted so far wins).
+    pub(crate) fn note_used_in_frame(&self, frame: u64) {
+        self.last_used_frame.fetch_max(frame, Ordering::Relaxed);
     }
 
     pub(crate) fn device(&self) -> &Arc<Device> {
@@ -274,6 +299,7 @@ impl Life {
             return Err(ForeignUse);
         }
         self.uses.locked().note(until.point);
+        self.note_used_in_frame(self.device.retirement().frame.load(Ordering::Acquire));
         Ok(())
     }
 }

@@ -224,6 +224,45 @@ impl Device {
         heaps.min().unwrap_or(u64::MAX).min(under_limit)
     }
 
+    /// Bytes the device tiers could still hold: [`Device::device_tier_room`] plus the free
+    /// ranges of the general allocator's device-tier heaps (those a defragmentation pass is
+    /// draining left out). What [`Defragmenter::relieve`](crate::Defragmenter::relieve) gives to
+    /// the hottest buffers on top of what they hold.
+    pub fn device_tier_free(&self) -> u64 {
+        let holes: u64 = self
+            .general
+            .iter()
+            .enumerate()
+            .filter(|(list, _)| self.list_tier(*list as u32).is_device())
+            .map(|(_, list)| {
+                let list = list.locked();
+                list.blocks
+                    .iter()
+                    .flatten()
+                    .filter(|b| !b.draining)
+                    .map(|b| b.size - b.allocator.used_bytes())
+                    .sum::<u64>()
+            })
+            .sum();
+        self.device_tier_room().saturating_add(holes)
+    }
+
+    /// Bytes the device tiers hold beyond what they may: over the device-local limit, or over a
+    /// device-local heap's budget (0 when within both). With [`Device::device_tier_room`], the
+    /// pressure signal the streamer's tile budget follows
+    /// ([`Streamer::follow_pressure`](crate::streaming::Streamer::follow_pressure)).
+    pub fn device_tier_excess(&self) -> u64 {
+        let limit = self.pressure.device_limit.load(Ordering::SeqCst);
+        let over_limit = self.pressure.device_bytes().saturating_sub(limit);
+        let props = self.memory_properties();
+        let over_heaps = props.heaps.iter().enumerate().filter(|(_, h)| h.device_local).map(|(i, heap)| {
+            let index = i as u32;
+            let budget = self.ledger().budget(&self.current_heap(index, heap), index);
+            budget.usage.saturating_sub(budget.budget)
+        });
+        over_heaps.max().unwrap_or(0).max(over_limit)
+    }
+
     /// The pressure counters now (totals; [`PressureStats::since`] gives one frame's).
     pub fn pressure_stats(&self) -> PressureStats {
         let p = &self.pressure;

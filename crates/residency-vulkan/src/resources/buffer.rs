@@ -149,6 +149,9 @@ pub struct Buffer {
     copy_pending: Option<GpuUse>,
     /// The application's own word (VMA's `pUserData`), kept across defragmentation moves.
     user_data: u64,
+    /// Its residency priority in `[0, 1]`: under pressure the lowest, least recently used
+    /// buffers are demoted first ([`Defragmenter::relieve`](crate::Defragmenter::relieve)).
+    priority: f32,
 }
 
 /// The `VkBuffer` a [`Buffer`] is.
@@ -305,6 +308,7 @@ impl Buffer {
             movable,
             copy_pending: None,
             user_data: 0,
+            priority: crate::device::blocks::DEFAULT_PRIORITY,
         }
     }
 
@@ -319,6 +323,7 @@ impl Buffer {
         let device = Arc::clone(self.life.device());
         let id = device.ledger().track("buffer", Arc::clone(&self.name));
         let life = Life::new(device, Garbage::Buffer { raw: object.own(), memory: owner, id }, parent);
+        life.set_last_used_frame(self.life.last_used_frame());
         let old = std::mem::replace(&mut self.life, life);
         self.object = object;
         self.memory = memory;
@@ -414,6 +419,29 @@ impl Buffer {
     /// Sets [`Buffer::user_data`].
     pub fn set_user_data(&mut self, user_data: u64) {
         self.user_data = user_data;
+    }
+
+    /// Its residency priority in `[0, 1]`: the `priority` of its description (its
+    /// VK_EXT_memory_priority value where the device has the extension), else 0.5. Under
+    /// pressure, buffers of lower priority, then those used longest ago
+    /// ([`Buffer::last_used_frame`]), are demoted first and promoted last.
+    pub fn priority(&self) -> f32 {
+        self.priority
+    }
+
+    /// Sets [`Buffer::priority`] (residency's ordering only: the `VkDeviceMemory`'s own
+    /// VK_EXT_memory_priority value is fixed at allocation). Outside `[0, 1]` or not a number:
+    /// [`MemoryError::InvalidPriority`], nothing changed.
+    pub fn set_priority(&mut self, priority: f32) -> Result<(), MemoryError> {
+        crate::device::blocks::check_priority(&self.name, Some(priority))?;
+        self.priority = priority;
+        Ok(())
+    }
+
+    /// The frame count ([`Device::advance_frame`]) when a GPU use of it was last declared
+    /// ([`Buffer::used_until`], a recording's uses at submission), or when it was made.
+    pub fn last_used_frame(&self) -> u64 {
+        self.life.last_used_frame()
     }
 
     /// Whether a [`Defragmenter`](crate::Defragmenter) pass may move it (default: true). A pass
@@ -688,7 +716,7 @@ impl Device {
             self.release(placed.owner);
             return Err(e);
         }
-        Ok(Buffer::new(BufferParts {
+        let mut buffer = Buffer::new(BufferParts {
             device: self.arc(),
             name: Arc::clone(&desc.name),
             size: desc.size,
@@ -705,7 +733,9 @@ impl Device {
             coherent: placed.coherent,
             pool: None,
             movable: true,
-        }))
+        });
+        buffer.priority = desc.priority.unwrap_or(crate::device::blocks::DEFAULT_PRIORITY);
+        Ok(buffer)
     }
 
     /// Releases a buffer made by [`Device::create_buffer`] on this device (as dropping it does:

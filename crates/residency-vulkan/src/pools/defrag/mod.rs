@@ -32,8 +32,10 @@ use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 
 mod images;
+mod tiers;
 use crate::error::{ErrorClass, ResidencyError};
 use images::ImageCopies;
+pub use tiers::RelieveStats;
 
 /// What one pass may move, and whether it repacks. Defaults: 64 MiB and 256 moves, repacking
 /// heaps under 90 % full into new heaps in whole 2 MiB.
@@ -107,6 +109,9 @@ pub enum Unmovable {
     /// An image without both `COPY_SRC` and `COPY_DST` usage (images are copied with
     /// `vkCmdCopyImage`; optimal images cannot be aliased for the copy as buffers are).
     NoCopyUsage,
+    /// A use declared on it has not completed (a frame in flight uses it):
+    /// [`Defragmenter::relieve`] never moves it between tiers under that frame.
+    InFlight,
 }
 
 /// What one pass did.
@@ -575,24 +580,27 @@ impl Defragmenter {
             .collect())
     }
 
+    /// Why a buffer handed to a pass may not move at all, if it may not.
+    fn refusal(&self, buffer: &Buffer) -> Option<Unmovable> {
+        if !buffer.device().is(&self.device) {
+            Some(Unmovable::OtherDevice)
+        } else if buffer.placement() == BufferPlacement::Committed {
+            Some(Unmovable::NotPlaced)
+        } else if !buffer.is_movable() {
+            Some(Unmovable::Pinned)
+        } else if Arc::strong_count(buffer.life()) != 1 || Arc::weak_count(buffer.life()) != 0 {
+            // `&mut` to the only handle: nobody can clone the life while the pass runs.
+            Some(Unmovable::Shared)
+        } else {
+            None
+        }
+    }
+
     fn candidates(&self, movable: &[&mut Buffer], stats: &mut DefragStats) -> Vec<Candidate> {
         let mut out = Vec::new();
         for (index, buffer) in movable.iter().enumerate() {
-            let refuse = |reason| Some((index, reason));
-            let refused = if !buffer.device().is(&self.device) {
-                refuse(Unmovable::OtherDevice)
-            } else if buffer.placement() == BufferPlacement::Committed {
-                refuse(Unmovable::NotPlaced)
-            } else if !buffer.is_movable() {
-                refuse(Unmovable::Pinned)
-            } else if Arc::strong_count(buffer.life()) != 1 || Arc::weak_count(buffer.life()) != 0 {
-                // `&mut` to the only handle: nobody can clone the life while the pass runs.
-                refuse(Unmovable::Shared)
-            } else {
-                None
-            };
-            if let Some(refused) = refused {
-                stats.unmovable.push(refused);
+            if let Some(refused) = self.refusal(buffer) {
+                stats.unmovable.push((index, refused));
                 continue;
             }
             let placed = match buffer.life().garbage() {
