@@ -360,3 +360,31 @@ fn the_streamers_tile_budget_follows_the_pressure_signal() {
         fresh(device);
     });
 }
+
+/// Bytes of `VkDeviceMemory` residency holds on `device`, every heap.
+fn held(device: &Device) -> u64 {
+    (0..device.memory_properties().heaps.len() as u32).map(|h| device.ledger().heap_bytes(h)).sum()
+}
+
+#[test]
+fn an_empty_device_holds_no_memory_and_its_heaps_grow_with_use() {
+    // A device set of its own, as an application opens it: nothing allocated before it is needed.
+    let Some(()) = with_gpu(|_| ()) else { return };
+    let set = residency_vulkan::DeviceSet::new(&residency_vulkan::testing::test_desc()).unwrap();
+    for device in set.devices() {
+        assert_eq!(held(device), 0, "an empty device reserves nothing");
+        assert_eq!(device.ledger().memory_objects(), 0);
+    }
+    let device = &set.devices()[0];
+    let usage = BufferUsage::STORAGE | BufferUsage::COPY_DST;
+    // The first heap is an eighth of a page; each new one doubles the largest, up to a page.
+    let first = device.create_buffer(&BufferDesc::new("first", 4096, usage)).unwrap();
+    let page = residency_core::memory::HeapGrowth::default_page_size(device.memory_properties().heaps[0].size);
+    let first_heap = held(device);
+    assert_eq!(first_heap, (page / 8).max(64 << 10));
+    let fill = device.create_buffer(&BufferDesc::new("fill", first_heap, usage)).unwrap();
+    assert_eq!(held(device), first_heap + 2 * first_heap, "the second heap doubles the first");
+    drop((first, fill));
+    assert!(set.validation_log().problems_since(0).is_empty());
+    set.close().unwrap();
+}
