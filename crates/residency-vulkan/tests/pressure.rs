@@ -141,6 +141,13 @@ fn an_allocation_over_the_device_local_limit_falls_back_to_the_host_tier_and_is_
     });
 }
 
+/// Declares `buffers` and `late` used by the frame being recorded.
+fn used_now(device: &Device, buffers: &[Buffer], late: &Buffer) {
+    for b in buffers.iter().chain(std::iter::once(late)) {
+        b.used_until(device.frames_from_now(0)).unwrap();
+    }
+}
+
 /// The word at `j` of buffer `i`'s pattern.
 fn word(i: usize, j: usize) -> u32 {
     (i as u32).wrapping_mul(0x9e37_79b9) ^ (j as u32).wrapping_mul(0x85eb_ca6b) ^ 0x5bd1_e995
@@ -209,8 +216,10 @@ fn the_coldest_buffer_is_demoted_and_promoted_back_when_room_returns_with_its_co
         assert_eq!(buffers[0].last_used_frame(), cold, "demotion is no use");
         check_pattern(device, 0, &buffers[0]);
 
-        // Its old range retires behind the copy; the next pass promotes the late buffer there.
+        // Its old range retires behind the copy; the next pass promotes the late buffer there
+        // (the others are used in the next frame: resident 0 is the coldest again).
         device.advance_frame();
+        used_now(device, &buffers[1..], &late);
         let stats = defrag.relieve(&mut all(&mut buffers, &mut late), 64 * MIB).unwrap();
         assert_eq!((stats.demotions, stats.promotions), (0, 1), "{stats:?}");
         assert_eq!(late.memory_tier(), Some(preferred(device)));
@@ -242,10 +251,7 @@ fn a_buffer_a_frame_in_flight_uses_is_never_demoted_under_it() {
         let device = &set.devices()[0];
         fresh(device);
         let (mut buffers, mut late) = crowded(device);
-        for b in &buffers[2..] {
-            b.used_until(device.frames_from_now(0)).unwrap();
-        }
-        late.used_until(device.frames_from_now(0)).unwrap();
+        used_now(device, &buffers[2..], &late);
         // Resident 0 is the coldest by its last use, but the frame being recorded uses it until
         // two frames from now; resident 1 is the coldest that may move.
         let frame_0 = buffers[0].last_used_frame();
@@ -274,10 +280,7 @@ fn out_of_memory_during_a_demotion_leaves_everything_where_it_was() {
         let device = &set.devices()[0];
         fresh(device);
         let (mut buffers, mut late) = crowded(device);
-        for b in &buffers[1..] {
-            b.used_until(device.frames_from_now(0)).unwrap();
-        }
-        late.used_until(device.frames_from_now(0)).unwrap();
+        used_now(device, &buffers[1..], &late);
         let mut defrag = Defragmenter::new(device, DefragDesc::default()).unwrap();
         // The late buffer made the host tier's first heap; filled, a demotion needs another.
         let objects = device.ledger().memory_objects();
@@ -305,7 +308,10 @@ fn out_of_memory_during_a_demotion_leaves_everything_where_it_was() {
         for (i, b) in buffers.iter().enumerate() {
             check_pattern(device, i, b);
         }
-        // Without the fault the same pass goes through.
+        // Without the fault the same pass goes through (the read-backs were uses: resident 0 is
+        // made the coldest again).
+        device.advance_frame();
+        used_now(device, &buffers[1..], &late);
         let stats = defrag.relieve(&mut all(&mut buffers, &mut late), 64 * MIB).unwrap();
         assert_eq!(stats.demotions, 1);
         check_pattern(device, 0, &buffers[0]);
@@ -379,7 +385,8 @@ fn an_empty_device_holds_no_memory_and_its_heaps_grow_with_use() {
     let usage = BufferUsage::STORAGE | BufferUsage::COPY_DST;
     // The first heap is an eighth of a page; each new one doubles the largest, up to a page.
     let first = device.create_buffer(&BufferDesc::new("first", 4096, usage)).unwrap();
-    let page = residency_core::memory::HeapGrowth::default_page_size(device.memory_properties().heaps[0].size);
+    let page =
+        residency_core::memory::HeapGrowth::default_page_size(device.memory_properties().heaps[0].size);
     let first_heap = held(device);
     assert_eq!(first_heap, (page / 8).max(64 << 10));
     let fill = device.create_buffer(&BufferDesc::new("fill", first_heap, usage)).unwrap();

@@ -269,6 +269,11 @@ impl Life {
         self.last_used_frame.store(frame, Ordering::Relaxed);
     }
 
+    /// Notes a use in the frame being recorded (the device's frame count now).
+    pub(crate) fn note_used_now(&self) {
+        self.note_used_in_frame(self.device.retirement().frame.load(Ordering::Acquire));
+    }
+
     /// Notes a use in frame `frame` (a later one than noted so far wins).
     pub(crate) fn note_used_in_frame(&self, frame: u64) {
         self.last_used_frame.fetch_max(frame, Ordering::Relaxed);
@@ -299,7 +304,7 @@ impl Life {
             return Err(ForeignUse);
         }
         self.uses.locked().note(until.point);
-        self.note_used_in_frame(self.device.retirement().frame.load(Ordering::Acquire));
+        self.note_used_now();
         Ok(())
     }
 }

@@ -337,6 +337,37 @@ struct Stage<'a> {
     new_heaps: Vec<(Heaps, u32)>,
 }
 
+impl Staged {
+    /// A buffer move to `destination` in `block` of `heaps`, nothing made for it yet.
+    fn to_block(
+        target: Target,
+        heaps: Heaps,
+        from_block: u32,
+        block: &crate::device::blocks::MemoryBlock,
+        destination: BlockAllocation,
+        waits: Vec<GpuUse>,
+    ) -> Staged {
+        Staged {
+            target,
+            heaps,
+            from_block,
+            offset: destination.allocation.offset(),
+            destination: Some(destination),
+            memory: block.memory,
+            memory_size: block.size,
+            mapped: block.mapped,
+            page_buffer: block.page_buffer.unwrap_or_default(),
+            raw: vk::Buffer::null(),
+            src_alias: vk::Buffer::null(),
+            dst_alias: vk::Buffer::null(),
+            image: vk::Image::null(),
+            image_size: 0,
+            layouts: None,
+            waits,
+        }
+    }
+}
+
 impl Stage<'_> {
     fn undo(&self, m: &mut Staged) {
         for raw in [&mut m.raw, &mut m.src_alias, &mut m.dst_alias] {
@@ -758,24 +789,16 @@ impl Defragmenter {
                     return Ok(());
                 }
             };
-            stage.moves.push(Staged {
-                target: candidate.target,
-                heaps: heaps.clone(),
-                from_block: from,
-                offset: allocation.offset(),
-                destination: Some(BlockAllocation { block: to, allocation }),
-                memory: block.memory,
-                memory_size: block.size,
-                mapped: block.mapped,
-                page_buffer: block.page_buffer.unwrap_or_default(),
-                raw: vk::Buffer::null(),
-                src_alias: vk::Buffer::null(),
-                dst_alias: vk::Buffer::null(),
-                image: vk::Image::null(),
-                image_size: 0,
-                layouts: None,
-                waits: candidate.waits.clone(),
-            });
+            let destination = BlockAllocation { block: to, allocation };
+            let waits = candidate.waits.clone();
+            stage.moves.push(Staged::to_block(
+                candidate.target,
+                heaps.clone(),
+                from,
+                block,
+                destination,
+                waits,
+            ));
         }
         emptied.extend(plan.emptied.iter().map(|&h| (heaps.key(), slots[h])));
         // This list's marks are replaced by the plan's (a `None` name: none left), unless the

@@ -5,14 +5,13 @@
 //! copy. A pass that fails leaves every buffer where it was and nothing allocated.
 
 use super::{DefragError, Defragmenter, Heaps, Movable, Stage, Staged, Unmovable};
-use crate::device::blocks::{BlockAllocation, MemoryError, ResourceMemory, SubRequest};
+use crate::device::blocks::{MemoryError, ResourceMemory, SubRequest};
 use crate::device::life::Garbage;
 use crate::device::pressure::Counter;
 use crate::device::Device;
 use crate::poison::PoisonFree;
 use crate::resources::buffer::Buffer;
 use crate::sync::commands::Submission;
-use ash::vk;
 use residency_core::allocator::ResourceKind;
 use residency_core::memory::{fallback_chain, ChainStep, MemoryIntent, MemoryTier};
 use std::cmp::Ordering;
@@ -256,28 +255,16 @@ impl Defragmenter {
                 }
                 Err(e) => return Err(e),
             };
-            let block = list.block(allocation.block);
-            let staged = Staged {
-                target: super::Target::Buffer(resident.index),
-                heaps: Heaps::General(list_index),
-                from_block: resident.block,
-                memory: block.memory,
-                offset: allocation.allocation.offset(),
-                memory_size: block.size,
-                mapped: block.mapped,
-                destination: Some(BlockAllocation {
-                    block: allocation.block,
-                    allocation: allocation.allocation,
-                }),
-                page_buffer: vk::Buffer::null(),
-                raw: vk::Buffer::null(),
-                src_alias: vk::Buffer::null(),
-                dst_alias: vk::Buffer::null(),
-                image: vk::Image::null(),
-                image_size: 0,
-                layouts: None,
-                waits: Vec::new(),
-            };
+            let target = super::Target::Buffer(resident.index);
+            let heaps = Heaps::General(list_index);
+            let staged = Staged::to_block(
+                target,
+                heaps,
+                resident.block,
+                list.block(allocation.block),
+                allocation,
+                Vec::new(),
+            );
             drop(list);
             stage.moves.push(staged);
             let m = stage.moves.last_mut().expect("just pushed");
