@@ -204,6 +204,16 @@ fn the_coldest_buffer_is_demoted_and_promoted_back_when_room_returns_with_its_co
         let mut defrag = Defragmenter::new(device, DefragDesc::default()).unwrap();
         let first = buffers[0].memory();
         let cold = buffers[0].last_used_frame();
+        // A use recorded in a residency submission counts as one too.
+        let scratch = device.create_buffer(&BufferDesc::new("scratch", 256, BufferUsage::COPY_DST)).unwrap();
+        let recorded = buffers[1].last_used_frame();
+        device.advance_frame();
+        device
+            .submit_once("recorded use", |rec| rec.copy_buffer(&buffers[1], 0, &scratch, 0, 256).unwrap())
+            .unwrap();
+        assert!(buffers[1].last_used_frame() > recorded, "a recorded use makes it hot");
+        used_now(device, &buffers[2..], &late);
+        drop(scratch);
 
         // The late buffer deserves the device tier more than resident 0: resident 0 goes out.
         let stats = defrag.relieve(&mut all(&mut buffers, &mut late), 64 * MIB).unwrap();
