@@ -28,7 +28,7 @@ pub struct Made {
     _image: Option<Image>,
 }
 
-/// Creates `desc` on `device` under `policy` (restored afterwards): a buffer of `buffer_usage`
+/// Creates `desc` on `device` under `policy` (the resource's own): a buffer of `buffer_usage`
 /// with the description's alignment as its floor, or an optimally tiled sampled image (an
 /// attachment image when the description allows render target or depth-stencil).
 pub fn create(
@@ -39,48 +39,45 @@ pub fn create(
     policy: PlacementPolicy,
 ) -> anyhow::Result<(Made, Place)> {
     use residency::core::placement::ResourceFlag;
-    let previous = device.placement_policy();
-    device.set_placement_policy(policy);
-    let made = (|| -> anyhow::Result<(Made, Place)> {
-        if desc.dimension == ResourceDimension::Buffer {
-            let b = device
-                .create_buffer(
-                    &BufferDesc::new(name.clone(), desc.width, buffer_usage).with_alignment(desc.alignment),
-                )
-                .with_context(|| name.clone())?;
-            let (memory, offset) = b.memory();
-            let size = b.size();
-            return Ok((Made { _buffer: Some(b), _image: None }, Place { memory, offset, size }));
+    if desc.dimension == ResourceDimension::Buffer {
+        let b = device
+            .create_buffer(
+                &BufferDesc::new(name.clone(), desc.width, buffer_usage)
+                    .with_alignment(desc.alignment)
+                    .with_policy(policy),
+            )
+            .with_context(|| name.clone())?;
+        let (memory, offset) = b.memory();
+        let size = b.size();
+        return Ok((Made { _buffer: Some(b), _image: None }, Place { memory, offset, size }));
+    }
+    let mut usage = ImageUsage::SAMPLED;
+    if desc.flags.has(ResourceFlag::AllowRenderTarget) {
+        usage = usage | ImageUsage::COLOR_ATTACHMENT;
+    }
+    if desc.flags.has(ResourceFlag::AllowDepthStencil) {
+        usage = ImageUsage::DEPTH_STENCIL_ATTACHMENT;
+    }
+    if desc.flags.has(ResourceFlag::AllowUnorderedAccess) {
+        usage = usage | ImageUsage::STORAGE;
+    }
+    let mips = if desc.mip_levels == 0 { desc.full_mip_chain() } else { desc.mip_levels };
+    let mut image = ImageDesc::new_2d(name.clone(), desc.format, desc.width as u32, desc.height, usage)
+        .with_mip_levels(mips)
+        .with_policy(policy);
+    image.samples = desc.sample_count.max(1);
+    match desc.dimension {
+        ResourceDimension::Texture3d => {
+            image.dimension = ImageDimension::D3;
+            image.extent[2] = desc.depth();
         }
-        let mut usage = ImageUsage::SAMPLED;
-        if desc.flags.has(ResourceFlag::AllowRenderTarget) {
-            usage = usage | ImageUsage::COLOR_ATTACHMENT;
-        }
-        if desc.flags.has(ResourceFlag::AllowDepthStencil) {
-            usage = ImageUsage::DEPTH_STENCIL_ATTACHMENT;
-        }
-        if desc.flags.has(ResourceFlag::AllowUnorderedAccess) {
-            usage = usage | ImageUsage::STORAGE;
-        }
-        let mips = if desc.mip_levels == 0 { desc.full_mip_chain() } else { desc.mip_levels };
-        let mut image = ImageDesc::new_2d(name.clone(), desc.format, desc.width as u32, desc.height, usage)
-            .with_mip_levels(mips);
-        image.samples = desc.sample_count.max(1);
-        match desc.dimension {
-            ResourceDimension::Texture3d => {
-                image.dimension = ImageDimension::D3;
-                image.extent[2] = desc.depth();
-            }
-            ResourceDimension::Texture1d => image.dimension = ImageDimension::D1,
-            _ => image = image.with_array_layers(desc.array_layers()),
-        }
-        let made = device.create_image(&image).with_context(|| name.clone())?;
-        let (memory, offset) = made.memory();
-        let size = made.size();
-        Ok((Made { _buffer: None, _image: Some(made) }, Place { memory, offset, size }))
-    })();
-    device.set_placement_policy(previous);
-    made
+        ResourceDimension::Texture1d => image.dimension = ImageDimension::D1,
+        _ => image = image.with_array_layers(desc.array_layers()),
+    }
+    let made = device.create_image(&image).with_context(|| name.clone())?;
+    let (memory, offset) = made.memory();
+    let size = made.size();
+    Ok((Made { _buffer: None, _image: Some(made) }, Place { memory, offset, size }))
 }
 
 /// The largest power of two that divides every offset (what they are all aligned to).

@@ -21,6 +21,7 @@
 //! **Budgets.** With VK_EXT_memory_budget the driver's budget and usage for each heap are used; without
 //! it the budget is estimated as 80 % of the heap's size and usage as what this library allocated.
 
+use crate::placement::heap::{explicit_heap_size, EXPLICIT_HEAP_ALIGNMENT};
 use crate::profile::{MemoryHeap, MemoryType, MemoryTypeFlags};
 use serde::{Deserialize, Serialize};
 
@@ -184,20 +185,22 @@ pub struct HeapGrowth {
 
 impl HeapGrowth {
     /// The default page size for a memory heap of `heap_size` bytes: 256 MiB for heaps over 1 GiB,
-    /// else an eighth of the heap, rounded up to 64 KiB (VMA's rule).
+    /// else an eighth of the heap, rounded up to the explicit-heap alignment (64 KiB, the heap rules
+    /// of `placement::heap`; VMA's rule otherwise).
     pub fn default_page_size(heap_size: u64) -> u64 {
         const LARGE: u64 = 256 << 20;
         if heap_size > 1 << 30 {
             LARGE
         } else {
-            (heap_size / 8).max(64 << 10).next_multiple_of(64 << 10)
+            explicit_heap_size((heap_size / 8).max(EXPLICIT_HEAP_ALIGNMENT), false)
         }
     }
 
-    /// Growth with `page_size` pages, starting at an eighth of a page (at least 64 KiB).
+    /// Growth with `page_size` pages, starting at an eighth of a page (at least one explicit-heap
+    /// alignment, 64 KiB).
     pub fn new(page_size: u64) -> HeapGrowth {
-        let page_size = page_size.max(64 << 10);
-        HeapGrowth { page_size, min_heap_size: (page_size / 8).max(64 << 10).min(page_size) }
+        let page_size = page_size.max(EXPLICIT_HEAP_ALIGNMENT);
+        HeapGrowth { page_size, min_heap_size: (page_size / 8).max(EXPLICIT_HEAP_ALIGNMENT).min(page_size) }
     }
 
     /// Whether a request of `size` bytes should get memory of its own rather than a heap slot.
@@ -205,10 +208,11 @@ impl HeapGrowth {
         driver_prefers_dedicated || size > self.page_size / 2
     }
 
-    /// The size of the next heap, given the largest existing one and the request that needs it.
+    /// The size of the next heap, given the largest existing one and the request that needs it
+    /// (at least the request, sized by the heap rules: [`explicit_heap_size`]).
     pub fn next_heap_size(&self, largest_existing: u64, request: u64) -> u64 {
         let grown = largest_existing.saturating_mul(2).max(self.min_heap_size).min(self.page_size);
-        grown.max(request.next_multiple_of(64 << 10))
+        grown.max(explicit_heap_size(request, false))
     }
 }
 

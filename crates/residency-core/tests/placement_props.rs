@@ -4,15 +4,16 @@ use proptest::prelude::*;
 use residency_core::format::Format;
 use residency_core::placement::tables::{KIB_64, MIB_4};
 use residency_core::placement::{
-    AlignmentMode, AllocationInfo, FixedRequirements, MessageId, Placement, PlacementEngine, PlacementError,
-    RequirementsSource, ResourceClass, ResourceDesc, ResourceDimension, ResourceFlag, ResourceFlags,
-    TextureLayout, TightAlignmentTier,
+    usage_alignment_floor, AlignmentMode, AllocationInfo, DiscardMessages, FixedRequirements, MessageId,
+    Placement, PlacementEngine, PlacementError, RequirementsSource, ResourceClass, ResourceDesc,
+    ResourceDimension, ResourceFlag, ResourceFlags, TextureLayout, TightAlignmentTier,
 };
 use residency_core::profile::{
     BufferProbe, BufferProbeUsage, CaptureInfo, DeviceIdentity, DeviceProfile, DeviceType, Extensions,
     FormatCaps, ImageDimension, ImageProbe, ImageProbeDesc, MemoryProperties, MemoryRequirements, SparseCaps,
     BUFFER_PROBE_SIZES, PROFILE_SCHEMA,
 };
+use residency_core::usage::BufferUsage;
 
 fn pow2(max_shift: u32) -> impl Strategy<Value = u64> {
     (0..=max_shift).prop_map(|s| 1u64 << s)
@@ -381,6 +382,47 @@ proptest! {
             prop_assert_eq!(e.alignment, forced);
             prop_assert_eq!(e.details.mode, AlignmentMode::Legacy);
             prop_assert!(info.messages.iter().any(|m| m.id == MessageId::TightAlignmentWithCrossAdapter));
+        }
+    }
+
+    /// Issue #31: the live path applies a buffer's usage floor (`usage_alignment_floor`, the
+    /// maximum of every use) on top of the engine's answer; the core's answer passes it to the
+    /// engine as the description's floor. For every usage set, device, size, rules and placement
+    /// the two are the same size and alignment, and the floor covers each single use.
+    #[test]
+    fn usage_floor_on_top_of_the_engine_is_the_engines_answer_with_the_floor(
+        mut source in fixed_source(),
+        bits in any::<u32>(),
+        limits in (pow2(8), pow2(8), pow2(8)),
+        width in 1u64..(1 << 22),
+        tight in any::<bool>(),
+        placement in placement(),
+    ) {
+        (
+            source.limits.min_uniform_buffer_offset_alignment,
+            source.limits.min_storage_buffer_offset_alignment,
+            source.limits.min_texel_buffer_offset_alignment,
+        ) = limits;
+        let usage = BufferUsage::NAMED
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| bits & (1 << i) != 0)
+            .fold(BufferUsage::NONE, |all, (_, &(u, _))| all.union(u));
+        let floor = usage_alignment_floor(usage, &source.limits);
+        for &(single, _) in BufferUsage::NAMED.iter().filter(|(u, _)| usage.contains(*u)) {
+            prop_assert!(floor >= usage_alignment_floor(single, &source.limits));
+        }
+        let engine = PlacementEngine::new(&source);
+        let desc = with_tight(ResourceDesc::buffer(width), tight);
+        let live = engine.resource_allocation_info(placement, &desc, &mut DiscardMessages);
+        let core = engine.resource_allocation_info(placement, &desc.with_alignment(floor), &mut DiscardMessages);
+        match (live, core) {
+            (Ok(live), Ok(core)) => {
+                prop_assert_eq!(live.alignment.max(floor), core.alignment);
+                prop_assert_eq!(live.size, core.size);
+            }
+            (Err(live), Err(core)) => prop_assert_eq!(live.id(), core.id()),
+            (live, core) => prop_assert!(false, "live {:?} core {:?}", live, core),
         }
     }
 }

@@ -72,7 +72,7 @@ pub use error::{
     ErrorClass, Exhausted, ForeignReason, ForeignResource, ResidencyError, Result, VulkanError, LAVAPIPE_HINT,
 };
 pub use instance::{version_string, InstanceDesc};
-pub use memory::placement::{usage_alignment_floor, Allocation, AllocationDesc, BoundTo, PlacementPolicy};
+pub use memory::placement::{Allocation, AllocationDesc, BoundTo, ExistingAllocationInfo, PlacementPolicy};
 pub use pools::buffer_pool::{BufferInit, BufferPool, BufferPoolDesc, PoolRange, PoolStats};
 pub use pools::defrag::{
     DefragDesc, DefragError, DefragStats, DefragTotals, Defragmenter, RelieveStats, Unmovable,
@@ -96,7 +96,9 @@ pub use residency_core::desc::DescError;
 pub use residency_core::device_mask::{DeviceIndex, DeviceMask};
 pub use residency_core::format::Format;
 pub use residency_core::memory::{HeapBudget, MemoryIntent, MemoryTier};
-pub use residency_core::placement::{Message, PlacementError, ResourceDesc};
+pub use residency_core::placement::{
+    usage_alignment_floor, Message, Placement, PlacementError, ResourceDesc,
+};
 pub use residency_core::profile::{DeviceProfile, ImageDimension, Limits, MemoryHeap, MemoryProperties};
 pub use residency_core::report::{DeviceSetReport, MemoryReport, PoolReport};
 pub use residency_core::usage::{BufferPoolUsage, BufferUsage, ImageUsage};

@@ -89,11 +89,14 @@ const KEPT_MESSAGES: usize = 256;
 /// Message IDs the layer raises about itself in GPU-assisted mode, not about the application:
 /// layer 1.3.239's GPU-assisted instrumentation waits on the application's semaphores with its
 /// own timeout and reports `UNASSIGNED-VkSemaphore-state-timeout` ("most likely a validation
-/// bug") when lavapipe runs the instrumented shaders slower than that timeout. Under
+/// bug") when lavapipe runs the instrumented shaders slower than that timeout; layer 1.4.x
+/// warns that GPU-assisted and core validation together are slow (`VALIDATION-SETTINGS`) and
+/// lists the features it turns on for its instrumentation (`WARNING-Setting-Limit-Adjusted`). Under
 /// [`ValidationMode::GpuAssisted`] only, such a message is counted
 /// ([`ValidationLog::layer_noise_count`]) and kept, but is not a problem; every other message
 /// still is. In every other mode it is a problem like any other.
-const GPU_ASSISTED_LAYER_NOISE: &[&str] = &["UNASSIGNED-VkSemaphore-state-timeout"];
+const GPU_ASSISTED_LAYER_NOISE: &[&str] =
+    &["UNASSIGNED-VkSemaphore-state-timeout", "VALIDATION-SETTINGS", "WARNING-Setting-Limit-Adjusted"];
 
 /// Messages seen so far, shared between the callback and the owner of the instance.
 #[derive(Debug, Default)]
@@ -269,17 +272,21 @@ mod tests {
 
     #[test]
     fn the_layers_own_timeouts_are_noise_only_under_gpu_assisted_validation() {
-        let timeout = "UNASSIGNED-VkSemaphore-state-timeout";
+        let noise = GPU_ASSISTED_LAYER_NOISE.len() as u64;
         let gpu = ValidationLog::new(ValidationMode::GpuAssisted);
-        gpu.record(message(timeout), false);
-        assert_eq!((gpu.problem_count(), gpu.layer_noise_count()), (0, 1));
+        for id in GPU_ASSISTED_LAYER_NOISE {
+            gpu.record(message(id), false);
+        }
+        assert_eq!((gpu.problem_count(), gpu.layer_noise_count()), (0, noise));
         assert!(gpu.problems_since(0).is_empty());
         gpu.record(message("VUID-vkCmdDispatch-None-02706"), false);
         assert_eq!(gpu.problem_count(), 1);
         assert_eq!(gpu.problems_since(0)[0].id, "VUID-vkCmdDispatch-None-02706");
 
         let sync = ValidationLog::new(ValidationMode::Synchronization);
-        sync.record(message(timeout), false);
-        assert_eq!((sync.problem_count(), sync.layer_noise_count()), (1, 0));
+        for id in GPU_ASSISTED_LAYER_NOISE {
+            sync.record(message(id), false);
+        }
+        assert_eq!((sync.problem_count(), sync.layer_noise_count()), (noise, 0));
     }
 }

@@ -440,7 +440,7 @@ use residency_core::tiles::{SparseImageDesc, TilePoolDesc};
 use residency_core::usage::{BufferUsage, ImageUsage};
 use residency_vulkan::compute::{Binding, BindingError};
 use residency_vulkan::sparse::{SparseImage, SparseTilePool};
-use residency_vulkan::{Buffer, BufferDesc, Filter, ImageDesc};
+use residency_vulkan::{Buffer, BufferDesc, Filter, ImageDesc, VulkanError};
 
 /// What the bytes outside a bound range hold.
 const SENTINEL: u8 = 0xA5;
@@ -1128,6 +1128,63 @@ fn misuse_a_plain_image_where_a_shader_reads_with_sparse_residency_is_refused_an
 // shader's `OpTypeImage` was written into the set, and a dispatch of it broke
 // `VUID-vkCmdDispatch-viewType-07752` (or `-format-07753`) from safe code. Now the binding
 // refuses it, for sampled and storage images alike, and creates nothing.
+/// A view of both aspects of a depth/stencil image (what `create_view` gives by default) bound
+/// where a shader samples or stores is refused (`VUID-VkDescriptorImageInfo-imageView-01976`); a
+/// view of one aspect is taken (depth reads as float, stencil as unsigned integers), and an aspect
+/// the format does not have makes no view.
+#[test]
+fn misuse_a_depth_and_stencil_view_bound_for_a_shader_is_refused_and_creates_nothing() {
+    use residency_vulkan::ImageViewDesc;
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let general = vk::ImageLayout::GENERAL;
+        let sampler = device.create_sampler(Filter::Nearest).unwrap();
+        let out = guarded(device, "misuse aspects out", 64, BufferUsage::STORAGE);
+        let texels =
+            ComputeProgram::new(device, "misuse aspects texels", &shaders::SAMPLE_TEXELS, 2).unwrap();
+        let usage = ImageUsage::SAMPLED | ImageUsage::DEPTH_STENCIL_ATTACHMENT;
+        let depth_stencil = device
+            .create_image(&ImageDesc::new_2d("misuse aspects ds", Format::D24UnormS8Uint, 4, 4, usage))
+            .unwrap();
+        device.discard_to_general(&[&depth_stencil]).unwrap();
+        let both = depth_stencil.create_view(0..1).unwrap();
+        assert_eq!(both.aspect(), vk::ImageAspectFlags::DEPTH | vk::ImageAspectFlags::STENCIL);
+        let stencil = depth_stencil
+            .create_view_as(&ImageViewDesc::of(&depth_stencil).with_aspect(vk::ImageAspectFlags::STENCIL))
+            .unwrap();
+        for (view, says) in [(&both, "both the depth and the stencil"), (&stencil, "Uint")] {
+            let before = live(device);
+            match texels.descriptor_set(&[Binding::sampled(view, &sampler, general), middle(&out, 64)]) {
+                Err(BindingError::ViewShape { binding: 0, resource, reason, .. }) => {
+                    assert_eq!(resource, view.name());
+                    assert!(reason.contains(says), "{resource}: {reason}");
+                }
+                other => panic!("{says}: not refused as ViewShape: {other:?}"),
+            }
+            assert_eq!(live(device), before, "{says}: the refused set created nothing");
+        }
+        let before = live(device);
+        let colour = ImageViewDesc::of(&depth_stencil).with_aspect(vk::ImageAspectFlags::COLOR);
+        match depth_stencil.create_view_as(&colour) {
+            Err(VulkanError::Unsupported { reason, .. }) => assert!(reason.contains("aspects"), "{reason}"),
+            other => panic!("a COLOR view of a depth/stencil image was not refused: {other:?}"),
+        }
+        assert_eq!(live(device), before, "the refused view created nothing");
+        // One aspect, read as the shader declares it: taken, and the dispatch reads it.
+        let depth = depth_stencil
+            .create_view_as(&ImageViewDesc::of(&depth_stencil).with_aspect(vk::ImageAspectFlags::DEPTH))
+            .unwrap();
+        dispatch(
+            device,
+            &texels,
+            &[Binding::sampled(&depth, &sampler, general), middle(&out, 64)],
+            &words(&[4, 4]),
+            [1, 1, 1],
+        );
+        range_after_checking_guards(&out, 64);
+    });
+}
+
 #[test]
 fn misuse_a_view_whose_shape_the_shader_does_not_declare_is_refused_and_creates_nothing() {
     use residency_vulkan::ImageViewDesc;

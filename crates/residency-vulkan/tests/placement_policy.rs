@@ -4,17 +4,23 @@
 //! impossible floor is a typed error.
 
 use residency_core::format::Format;
+use residency_core::memory::MemoryIntent;
+use residency_core::placement::heap::explicit_heap_size;
 use residency_core::placement::{
-    allocation_info, ErrorCode, MessageId, Placement, PlacementErrorKind, ResourceDesc,
+    allocation_info, ErrorCode, MessageId, ObjectRequirements, Placement, PlacementEngine,
+    PlacementErrorKind, ResourceDesc, TightAlignmentTier,
 };
-use residency_core::usage::{BufferUsage, ImageUsage};
+use residency_core::profile::MemoryRequirements;
+use residency_core::usage::{BufferPoolUsage, BufferUsage, ImageUsage};
 use residency_vulkan::ash::vk;
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::{
-    usage_alignment_floor, AllocationDesc, Buffer, BufferDesc, Device, ImageDesc, MemoryError,
-    PlacementPolicy,
+    usage_alignment_floor, AllocationDesc, Buffer, BufferDesc, BufferInit, BufferPool, BufferPoolDesc,
+    Device, ExistingAllocationInfo, ImageDesc, MemoryError, PlacementPolicy,
 };
+use std::sync::Arc;
 
+const KIB_4: u64 = 4 << 10;
 const KIB_64: u64 = 64 << 10;
 
 /// The tests share one device (`with_gpu`) and its policy: each holds this while it runs and sets
@@ -66,12 +72,17 @@ fn legacy_policy_places_buffers_at_64_kib() {
     });
 }
 
+/// A 64 × 64 RGBA8 colour attachment with 4 samples: 4 MiB aligned under the legacy rules.
+fn multisampled(name: &str) -> ImageDesc {
+    let colour = ImageUsage::COLOR_ATTACHMENT | ImageUsage::SAMPLED;
+    ImageDesc { samples: 4, ..ImageDesc::new_2d(name, Format::R8G8B8A8Unorm, 64, 64, colour) }
+}
+
 #[test]
 fn legacy_policy_gives_images_d3d12s_layouts_small_default_and_multisampled() {
     with_policy(PlacementPolicy::Legacy, |device| {
         let colour = ImageUsage::COLOR_ATTACHMENT | ImageUsage::SAMPLED;
-        let mut msaa = ImageDesc::new_2d("legacy msaa", Format::R8G8B8A8Unorm, 64, 64, colour);
-        msaa.samples = 4;
+        let msaa = multisampled("legacy msaa");
         // (description, the legacy alignment D3D12 gives it)
         let cases = [
             // 16 × 16 RGBA8, sampled only: a small resource (its mip 0 fits in 64 KiB): 4 KiB.
@@ -264,8 +275,6 @@ fn a_floor_above_the_rules_maximum_is_a_typed_error() {
 
 #[test]
 fn a_pool_has_a_policy_of_its_own_over_the_devices() {
-    use residency_core::usage::BufferPoolUsage;
-    use residency_vulkan::{BufferInit, BufferPool, BufferPoolDesc};
     with_policy(PlacementPolicy::Tight, |device| {
         let legacy = BufferPool::new(
             std::sync::Arc::clone(device),
@@ -306,5 +315,410 @@ fn a_pool_has_a_policy_of_its_own_over_the_devices() {
         device.set_placement_policy(PlacementPolicy::Legacy);
         let later = make(&tight, 9);
         assert_eq!(later.memory().1 % KIB_64, 0);
+    });
+}
+
+/// The core's answer for `buffer`: the engine under `policy` for `placement`, over the buffer's own
+/// requirements, with the core's usage floor (`usage_alignment_floor`) and `minimum` as the floor.
+fn core_answer(
+    device: &Device,
+    buffer: &Buffer,
+    policy: PlacementPolicy,
+    placement: Placement,
+    minimum: u64,
+) -> (u64, u64) {
+    // SAFETY: a live buffer of this device; a pure query.
+    let own = unsafe { device.raw().get_buffer_memory_requirements(buffer.raw()) };
+    let source = ObjectRequirements {
+        limits: &device.profile().limits,
+        requirements: MemoryRequirements {
+            size: own.size,
+            alignment: own.alignment,
+            memory_type_bits: own.memory_type_bits,
+            prefers_dedicated: false,
+        },
+        tier: device.tight_alignment_tier(),
+    };
+    // A possible build scratch (storage + device address) also takes the device's scratch
+    // alignment, a feature the core's profile does not carry.
+    let scratch = BufferUsage::STORAGE | BufferUsage::DEVICE_ADDRESS;
+    let scratch =
+        if buffer.usage().contains(scratch) { device.scratch_alignment().next_power_of_two() } else { 0 };
+    let floor = usage_alignment_floor(buffer.usage(), &device.profile().limits).max(scratch).max(minimum);
+    let mut desc = ResourceDesc::buffer(buffer.size()).with_alignment(floor);
+    if policy == PlacementPolicy::Tight {
+        desc = desc.tight();
+    }
+    let element = PlacementEngine::new(source)
+        .resource_allocation_info(placement, &desc, &mut Vec::new())
+        .unwrap_or_else(|e| panic!("{}: {e}", buffer.name()));
+    (element.size, element.alignment)
+}
+
+/// Every combination of the usage bits this device supports.
+fn usage_combinations(device: &Device) -> Vec<BufferUsage> {
+    let bits: Vec<BufferUsage> = BufferUsage::NAMED
+        .iter()
+        .map(|&(usage, _)| usage)
+        .filter(|&usage| device.unsupported_usage(usage).is_none())
+        .collect();
+    (1u32..(1 << bits.len()))
+        .map(|subset| {
+            (0..bits.len())
+                .filter(|i| subset & (1 << i) != 0)
+                .fold(BufferUsage::NONE, |all, i| all.union(bits[i]))
+        })
+        .collect()
+}
+
+/// Issue #31: for every combination of the usage bits, under both rules, on every path that places
+/// a buffer by the engine (the general heaps placed and committed, an unknown-flags pool), what
+/// the buffer was placed with (`existing_allocation_info`) is the core's answer: the engine over
+/// the buffer's own requirements with the core's usage floor.
+#[test]
+fn usage_floors_core_and_live_answers_are_equal_for_every_combination_on_every_path() {
+    with_policy(PlacementPolicy::Tight, |device| {
+        let pool =
+            BufferPool::new(Arc::clone(device), BufferPoolDesc::new("floors pool", BufferPoolUsage::Unknown))
+                .unwrap();
+        let sizes = [1u64, 100, 256, 4097, 70_000];
+        let mut checked = 0;
+        for (i, usage) in usage_combinations(device).into_iter().enumerate() {
+            let size = sizes[i % sizes.len()];
+            for policy in [PlacementPolicy::Tight, PlacementPolicy::Legacy] {
+                let name = format!("floors {usage:?} {policy:?}");
+                let desc = BufferDesc::new(name.as_str(), size, usage).with_policy(policy);
+                let check = |buffer: &Buffer, placement: Placement, minimum: u64| {
+                    let live = buffer.existing_allocation_info();
+                    let (size, alignment) = core_answer(device, buffer, policy, placement, minimum);
+                    assert_eq!((live.placement, live.policy), (placement, policy), "{name}");
+                    assert_eq!((live.size, live.alignment), (size, alignment), "{name}: {placement:?}");
+                    assert_eq!(live.offset % alignment, 0, "{name}: bound at its alignment");
+                    assert_eq!(live.memory, buffer.memory().0, "{name}");
+                };
+                check(&device.create_buffer(&desc).unwrap(), Placement::Placed, 0);
+                // A pool's buffers are at least 16 B aligned: a floor of its own.
+                let init = BufferInit::new(name.as_str(), size).with_usage(usage).with_policy(policy);
+                check(&pool.init_buffer(&init).unwrap(), Placement::Placed, 16);
+                if i % 16 == 0 {
+                    check(&device.create_buffer(&desc.clone().committed()).unwrap(), Placement::Committed, 0);
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked >= 2 * 255, "every combination of at least 8 usage bits: {checked}");
+    });
+}
+
+/// Issue #31: tight alignment is a flag of each resource (`with_policy`), over the device's and a
+/// pool's policy: tight and legacy resources side by side on one device, each placed and reported
+/// by its own rules.
+#[test]
+fn tight_and_legacy_resources_live_side_by_side_on_one_device() {
+    with_policy(PlacementPolicy::Tight, |device| {
+        assert_eq!(device.tight_alignment_tier(), TightAlignmentTier::Tier1, "lavapipe supports tight");
+        let vertex = |name: &str| BufferDesc::new(name, 100, BufferUsage::VERTEX);
+        let mut live = Vec::new();
+        for round in 0..3 {
+            let legacy =
+                device.create_buffer(&vertex("own legacy").with_policy(PlacementPolicy::Legacy)).unwrap();
+            let tight =
+                device.create_buffer(&vertex("own tight").with_policy(PlacementPolicy::Tight)).unwrap();
+            let default = device.create_buffer(&vertex("device's tight")).unwrap();
+            let info = legacy.existing_allocation_info();
+            assert_eq!((info.policy, info.alignment, info.size), (PlacementPolicy::Legacy, KIB_64, KIB_64));
+            assert_eq!(info.offset % KIB_64, 0, "round {round}");
+            for b in [&tight, &default] {
+                let info = b.existing_allocation_info();
+                assert_eq!(info.policy, PlacementPolicy::Tight, "{}", b.name());
+                assert!(info.alignment <= 256 && info.size < KIB_4, "{}: {info:?}", b.name());
+            }
+            live.extend([legacy, tight, default]);
+        }
+        // Images: a small sampled texture, 4 KiB legacy (D3D12's small-resource rule), the
+        // driver's alignment tight.
+        let small = ImageDesc::new_2d("small", Format::R8G8B8A8Unorm, 16, 16, ImageUsage::SAMPLED);
+        let legacy = device.create_image(&small.clone().with_policy(PlacementPolicy::Legacy)).unwrap();
+        let tight = device.create_image(&small.clone().with_policy(PlacementPolicy::Tight)).unwrap();
+        let granularity = device.limits().buffer_image_granularity.max(1);
+        let info = legacy.existing_allocation_info();
+        assert_eq!((info.policy, info.alignment), (PlacementPolicy::Legacy, KIB_4.max(granularity)));
+        let engine =
+            allocation_info(&**device, Placement::Placed, &[small.placement_desc().tight()], &mut Vec::new())
+                .unwrap();
+        let info = tight.existing_allocation_info();
+        assert_eq!((info.policy, info.alignment), (PlacementPolicy::Tight, engine.alignment));
+        assert_eq!(tight.memory().1 % info.alignment, 0);
+        // The device turns legacy: a resource's own Tight still wins; its default follows.
+        device.set_placement_policy(PlacementPolicy::Legacy);
+        let own =
+            device.create_buffer(&vertex("own tight on legacy").with_policy(PlacementPolicy::Tight)).unwrap();
+        let followed = device.create_buffer(&vertex("device's legacy")).unwrap();
+        assert_eq!(own.existing_allocation_info().policy, PlacementPolicy::Tight);
+        assert!(own.existing_allocation_info().alignment <= 256);
+        assert_eq!(followed.existing_allocation_info().alignment, KIB_64);
+        // A legacy pool with a tight buffer, and its default.
+        let pool = BufferPool::new(
+            Arc::clone(device),
+            BufferPoolDesc::new("mixed pool", BufferPoolUsage::Unknown).with_policy(PlacementPolicy::Legacy),
+        )
+        .unwrap();
+        let init = |name: &str| BufferInit::new(name, 100).with_usage(BufferUsage::VERTEX);
+        let in_pool = pool.init_buffer(&init("pool default")).unwrap();
+        let own = pool.init_buffer(&init("pool own tight").with_policy(PlacementPolicy::Tight)).unwrap();
+        assert_eq!(in_pool.existing_allocation_info().policy, PlacementPolicy::Legacy);
+        assert_eq!(own.existing_allocation_info().policy, PlacementPolicy::Tight);
+        assert!(own.existing_allocation_info().alignment <= 256);
+        pool.check_invariants().unwrap();
+    });
+}
+
+fn assert_tight_not_supported(result: Result<impl std::fmt::Debug, MemoryError>, what: &str) {
+    match result {
+        Err(MemoryError::Placement { name, source }) => {
+            assert_eq!(name, what);
+            assert_eq!(source.kind, PlacementErrorKind::TightAlignmentNotSupported, "{what}");
+            assert_eq!(source.id(), "TIGHT_ALIGNMENT_NOT_SUPPORTED");
+        }
+        other => panic!("{what}: expected TIGHT_ALIGNMENT_NOT_SUPPORTED, got {other:?}"),
+    }
+}
+
+/// Issue #31: where the seed errors — the tight flag on a device without tight support — a
+/// resource's own `Tight` is a typed error that creates nothing, on every path; the device's
+/// default `Tight` (a preference) places by the legacy rules instead.
+#[test]
+fn a_resources_own_tight_on_a_device_without_tight_support_is_a_typed_error() {
+    /// Turns tight support back on however the test ends (the device is shared).
+    struct Restore<'a>(&'a Device);
+    impl Drop for Restore<'_> {
+        fn drop(&mut self) {
+            self.0.set_tight_alignment_supported(true);
+        }
+    }
+    with_policy(PlacementPolicy::Tight, |device| {
+        let _restore = Restore(device);
+        device.set_tight_alignment_supported(false);
+        assert_eq!(device.tight_alignment_tier(), TightAlignmentTier::NotSupported);
+        let tight =
+            |name: &str| BufferDesc::new(name, 100, BufferUsage::VERTEX).with_policy(PlacementPolicy::Tight);
+        assert_tight_not_supported(device.create_buffer(&tight("no tight buffer")), "no tight buffer");
+        assert_tight_not_supported(
+            device.create_buffer(&tight("no tight committed").committed()),
+            "no tight committed",
+        );
+        let image = ImageDesc::new_2d("no tight image", Format::R8G8B8A8Unorm, 16, 16, ImageUsage::SAMPLED)
+            .with_policy(PlacementPolicy::Tight);
+        assert_tight_not_supported(device.create_image(&image), "no tight image");
+        let pool = BufferPool::new(
+            Arc::clone(device),
+            BufferPoolDesc::new("unsupported pool", BufferPoolUsage::Unknown),
+        )
+        .unwrap();
+        let init = BufferInit::new("no tight pooled", 100)
+            .with_usage(BufferUsage::VERTEX)
+            .with_policy(PlacementPolicy::Tight);
+        assert_tight_not_supported(pool.init_buffer(&init), "no tight pooled");
+        let requirements = vk::MemoryRequirements { size: 256, alignment: 16, memory_type_bits: !0 };
+        let desc = AllocationDesc::new("no tight raw").with_policy(PlacementPolicy::Tight);
+        assert_tight_not_supported(device.allocate_memory(&requirements, &desc), "no tight raw");
+        assert!(
+            device.ledger().live_objects().iter().all(|o| !o.name.starts_with("no tight")),
+            "a refused request leaves nothing"
+        );
+        assert_eq!(pool.stats().buffers, 0);
+        // The device's own Tight is "tight where supported": legacy here, no error.
+        let fallback =
+            device.create_buffer(&BufferDesc::new("legacy fallback", 100, BufferUsage::VERTEX)).unwrap();
+        let info = fallback.existing_allocation_info();
+        assert_eq!((info.policy, info.alignment), (PlacementPolicy::Legacy, KIB_64));
+        // And the engine the live device feeds says the same.
+        let err = allocation_info(
+            &**device,
+            Placement::Placed,
+            &[ResourceDesc::buffer(100).tight()],
+            &mut Vec::new(),
+        );
+        assert_eq!(err.unwrap_err().kind, PlacementErrorKind::TightAlignmentNotSupported);
+        device.set_tight_alignment_supported(true);
+        assert_eq!(device.tight_alignment_tier(), TightAlignmentTier::Tier1);
+        assert!(device.create_buffer(&tight("tight again")).is_ok());
+    });
+}
+
+/// Issue #31: committed resources are checked against the committed table, not the placed one:
+/// a tight committed buffer is 4 KiB aligned and sized in 4 KiB (the implicit heap's granularity),
+/// takes a 4 KiB floor that a tight placed buffer refuses (its maximum is 256 B), and refuses a
+/// floor above 4 KiB; legacy committed buffers keep 64 KiB.
+#[test]
+fn committed_resources_are_checked_against_the_committed_tables_4_kib_cases() {
+    with_policy(PlacementPolicy::Tight, |device| {
+        let desc =
+            |name: &str, floor: u64| BufferDesc::new(name, 100, BufferUsage::VERTEX).with_alignment(floor);
+        for floor in [0, 256, KIB_4] {
+            let buffer = device.create_buffer(&desc("committed tight", floor).committed()).unwrap();
+            let info: ExistingAllocationInfo = buffer.existing_allocation_info();
+            assert_eq!(info.placement, Placement::Committed);
+            assert_eq!((info.policy, info.offset), (PlacementPolicy::Tight, 0));
+            // SAFETY: a live buffer of this device; a pure query.
+            let own = unsafe { device.raw().get_buffer_memory_requirements(buffer.raw()) };
+            assert_eq!(info.alignment, KIB_4.max(own.alignment), "floor {floor}");
+            assert_eq!(info.size, own.size.next_multiple_of(KIB_4), "the implicit heap's 4 KiB granularity");
+        }
+        match device.create_buffer(&desc("placed 4 KiB floor", KIB_4)) {
+            Err(MemoryError::Placement { source, .. }) => assert!(
+                matches!(
+                    source.kind,
+                    PlacementErrorKind::AlignmentAboveMaximum { alignment: KIB_4, maximum: 256 }
+                ),
+                "{source}"
+            ),
+            other => panic!("a tight placed buffer's maximum is 256 B: {other:?}"),
+        }
+        match device.create_buffer(&desc("committed 8 KiB floor", 8 << 10).committed()) {
+            Err(MemoryError::Placement { source, .. }) => assert!(
+                matches!(source.kind, PlacementErrorKind::AlignmentAboveMaximum { maximum: KIB_4, .. }),
+                "{source}"
+            ),
+            other => panic!("a tight committed buffer's maximum is 4 KiB: {other:?}"),
+        }
+        // The same answers from the core's engine on the live device.
+        let committed = |floor| ResourceDesc::buffer(100).tight().with_alignment(floor);
+        let info =
+            allocation_info(&**device, Placement::Committed, &[committed(KIB_4)], &mut Vec::new()).unwrap();
+        assert_eq!(info.alignment, KIB_4);
+        assert!(
+            allocation_info(&**device, Placement::Committed, &[committed(8 << 10)], &mut Vec::new()).is_err()
+        );
+        // A small texture committed: 4 KiB (the committed table's small maximum), at offset 0.
+        let small = ImageDesc::new_2d("committed small", Format::R8G8B8A8Unorm, 16, 16, ImageUsage::SAMPLED)
+            .committed();
+        let image = device.create_image(&small).unwrap();
+        let engine = allocation_info(
+            &**device,
+            Placement::Committed,
+            &[small.placement_desc().tight()],
+            &mut Vec::new(),
+        )
+        .unwrap();
+        let info = image.existing_allocation_info();
+        assert_eq!((info.placement, info.offset), (Placement::Committed, 0));
+        assert_eq!(info.alignment, engine.alignment);
+        assert!(info.alignment >= KIB_4 && info.size % KIB_4 == 0, "{info:?}");
+        // Raw requirements (the renderer binds its own object): committed when dedicated, in an
+        // implicit heap of 4 KiB granularity; placed otherwise.
+        let requirements = vk::MemoryRequirements { size: 100, alignment: 16, memory_type_bits: !0 };
+        let raw =
+            device.allocate_memory(&requirements, &AllocationDesc::new("raw committed").dedicated()).unwrap();
+        let info = raw.existing_allocation_info();
+        assert_eq!(
+            (info.placement, info.policy, info.offset),
+            (Placement::Committed, PlacementPolicy::Tight, 0)
+        );
+        assert!(info.alignment >= KIB_4 && info.size % KIB_4 == 0, "{info:?}");
+        assert_eq!(info.memory, raw.memory());
+        let placed = device.allocate_memory(&requirements, &AllocationDesc::new("raw placed")).unwrap();
+        let info = placed.existing_allocation_info();
+        assert_eq!(info.placement, Placement::Placed);
+        assert_eq!((info.offset % info.alignment, info.offset), (0, placed.offset()));
+        // Legacy committed buffers: the legacy table, 64 KiB.
+        let legacy = device
+            .create_buffer(&desc("committed legacy", 0).committed().with_policy(PlacementPolicy::Legacy))
+            .unwrap();
+        assert_eq!(legacy.existing_allocation_info().alignment, KIB_64);
+    });
+}
+
+/// Issue #31: a buffer (or range) larger than a pool's page gets a page of its own, sized by the
+/// heap rules, instead of being refused: it works (its bytes round-trip), nothing else is placed
+/// on that page, the pool's statistics count it, and its page goes with it (0 leaks at teardown).
+#[test]
+fn a_buffer_larger_than_a_pools_page_gets_a_page_of_its_own() {
+    with_policy(PlacementPolicy::Tight, |device| {
+        for usage in
+            [BufferPoolUsage::Unknown, BufferPoolUsage::Known(BufferUsage::STORAGE | BufferUsage::TRANSFER)]
+        {
+            let pool = BufferPool::new(
+                Arc::clone(device),
+                BufferPoolDesc::new("small pages", usage)
+                    .with_page_size(KIB_64)
+                    .with_memory(MemoryIntent::Upload),
+            )
+            .unwrap();
+            let init = |name: &str, size| BufferInit::new(name, size).with_usage(BufferUsage::STORAGE);
+            let small = pool.init_buffer(&init("small", 100)).unwrap();
+            let before = pool.stats();
+            assert_eq!((before.pages, before.page_bytes, before.buffers), (1, KIB_64, 1));
+            let size = (1 << 20) + 3;
+            let mut big = pool.init_buffer(&init("big", size)).unwrap();
+            let stats = pool.stats();
+            assert_eq!((stats.pages, stats.buffers), (2, 2), "{usage:?}: a page of its own, counted");
+            assert_eq!(stats.page_bytes, KIB_64 + explicit_heap_size(size, false), "sized by the heap rules");
+            assert!(stats.used_bytes >= size);
+            let info = big.existing_allocation_info();
+            assert_ne!(info.memory, small.memory().0, "not on the small buffers' page");
+            assert_eq!(info.offset, 0);
+            let bytes: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+            big.write(0, &bytes).unwrap();
+            let mut back = vec![0; bytes.len()];
+            big.read(0, &mut back).unwrap();
+            assert!(back == bytes, "the big buffer's bytes round-trip");
+            // Nothing else goes on its page, though it has room left.
+            let more: Vec<Buffer> =
+                (0..4).map(|i| pool.init_buffer(&init(&format!("more {i}"), 100)).unwrap()).collect();
+            assert!(more.iter().all(|b| b.memory().0 != info.memory));
+            pool.check_invariants().unwrap();
+            drop(big);
+            device.wait_submitted().unwrap();
+            device.maintain();
+            let after = pool.stats();
+            assert_eq!(
+                (after.pages, after.page_bytes, after.buffers),
+                (1, KIB_64, 5),
+                "its page went with it"
+            );
+            if let BufferPoolUsage::Known(_) = usage {
+                let range = pool.allocate_range(3 * KIB_64, 0).unwrap();
+                assert_eq!(pool.stats().pages, 2, "a range larger than a page too");
+                drop(range);
+                device.wait_submitted().unwrap();
+                device.maintain();
+                assert_eq!(pool.stats().pages, 1);
+            }
+            drop((small, more));
+        }
+    });
+}
+
+/// Issue #31: the core's heap rules (`placement::heap`) size every heap the device makes: the
+/// general allocator's heaps are multiples of the explicit-heap alignment (64 KiB), one that holds
+/// a legacy multisampled image (4 MiB aligned) a multiple of the MSAA heap alignment (4 MiB).
+#[test]
+fn the_core_heap_rules_size_every_heap() {
+    use residency_core::placement::heap::{EXPLICIT_HEAP_ALIGNMENT, MSAA_HEAP_ALIGNMENT};
+    use residency_core::report::RangeKind;
+    use residency_vulkan::ReportSources;
+    with_policy(PlacementPolicy::Legacy, |device| {
+        let image = device.create_image(&multisampled("heap rules msaa")).unwrap();
+        let info = image.existing_allocation_info();
+        assert_eq!((info.placement, info.alignment), (Placement::Placed, MSAA_HEAP_ALIGNMENT));
+        let buffer =
+            device.create_buffer(&BufferDesc::new("heap rules buffer", 100, BufferUsage::VERTEX)).unwrap();
+        let report =
+            device.memory_report_with(&ReportSources::new().with_images([&image]).with_buffer(&buffer));
+        let mut holding_msaa = 0;
+        for (_, pool, block) in report.blocks().filter(|(_, pool, block)| pool.is_none() && !block.dedicated)
+        {
+            assert!(pool.is_none());
+            assert_eq!(block.size % EXPLICIT_HEAP_ALIGNMENT, 0, "{}: {} B", block.name, block.size);
+            let holds = block.ranges.iter().any(|r| {
+                matches!(&r.kind, RangeKind::Allocation(a) if a.name.as_deref() == Some("heap rules msaa"))
+            });
+            if holds {
+                holding_msaa += 1;
+                assert_eq!(block.size % MSAA_HEAP_ALIGNMENT, 0, "{}: {} B", block.name, block.size);
+            }
+        }
+        assert_eq!(holding_msaa, 1, "the image is in one general heap");
     });
 }

@@ -179,6 +179,7 @@ fn rt_cube_3d_and_1d_views_fit_or_are_refused() {
             layers: 3..9,
             view_type: Some(vk::ImageViewType::CUBE),
             format: None,
+            aspect: None,
         });
         ok.unwrap();
         for (mips, layers, ty) in [
@@ -195,6 +196,7 @@ fn rt_cube_3d_and_1d_views_fit_or_are_refused() {
                 layers: layers.clone(),
                 view_type: Some(ty),
                 format: None,
+                aspect: None,
             });
             assert!(result.is_err(), "{mips:?} {layers:?} {ty:?} accepted");
         }
@@ -212,6 +214,7 @@ fn rt_cube_3d_and_1d_views_fit_or_are_refused() {
                 layers: 0..1,
                 view_type: Some(ty),
                 format: None,
+                aspect: None,
             });
             assert!(r.is_err(), "a 2D view of a 3D image without 2D_ARRAY_COMPATIBLE");
         }

@@ -3,7 +3,7 @@
 use super::scene::scene;
 use super::Section;
 use anyhow::Context;
-use residency::core::placement::{allocation_info, DiscardMessages, Placement};
+use residency::core::placement::{allocation_info, DiscardMessages};
 use residency::core::report::charts::bar_chart;
 use residency::core::report::{format_bytes, to_svg_with, SvgOptions};
 use residency::core::tiles::{plan_binds, Coalesce};
@@ -17,8 +17,8 @@ use residency::vulkan::sparse::{
 };
 use residency::vulkan::{
     BufferDesc, BufferInit, BufferPool, BufferPoolDesc, BufferPoolUsage, BufferUsage, Device, DeviceMask,
-    DeviceSet, Filter, Format, ImageRegion, MemoryIntent, PlacementPolicy, ReportSources, ResourceDesc,
-    Uploader,
+    DeviceSet, Filter, Format, ImageRegion, MemoryIntent, Placement, PlacementPolicy, ReportSources,
+    ResourceDesc, Uploader,
 };
 use serde_json::json;
 use std::sync::Arc;

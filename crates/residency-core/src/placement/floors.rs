@@ -19,6 +19,7 @@
 //! [`Limits`]; the spec floors stand for them. A buffer with several uses takes the maximum.
 
 use crate::profile::Limits;
+use crate::usage::BufferUsage;
 use serde::{Deserialize, Serialize};
 
 /// A buffer use case that carries its own alignment.
@@ -137,4 +138,62 @@ pub fn spec_floor(uses: &[BufferUse]) -> u64 {
 /// floor) for no uses. Always 0 or a power of two.
 pub fn alignment_floor(uses: &[BufferUse], limits: &Limits) -> u64 {
     uses.iter().map(|u| u.spec_floor().max(u.device_limit(limits))).max().unwrap_or(0)
+}
+
+/// The offset-alignment floor of a buffer of Vulkan `usage` on a device with `limits`: the largest
+/// floor of any of its uses (for every combination of the usage bits, issue #31) —
+/// `minUniformBufferOffsetAlignment` for uniform buffers, `minStorageBufferOffsetAlignment` for
+/// storage buffers, `minTexelBufferOffsetAlignment` for texel buffers, 256 B for
+/// acceleration-structure storage (an acceleration structure's offset in its buffer is a multiple of
+/// 256), 16 B for acceleration-structure build inputs (instances, transforms: the spec's
+/// [`BufferUse::AccelerationStructureInputs`]), 64 B for a shader binding table (the largest
+/// `shaderGroupBaseAlignment` Vulkan allows, the spec's [`BufferUse::ShaderTable`]); 0 for none.
+/// Always 0 or a power of two. The one definition: the backend's placement paths apply it (with a
+/// build scratch's own alignment, which needs a device feature) on top of the engine's answer.
+pub fn usage_alignment_floor(usage: BufferUsage, limits: &Limits) -> u64 {
+    let pow2 = |limit: u64| limit.max(1).checked_next_power_of_two().unwrap_or(1 << 63);
+    let floors = [
+        (BufferUsage::ACCELERATION_STRUCTURE_STORAGE, 256),
+        (
+            BufferUsage::ACCELERATION_STRUCTURE_BUILD_INPUT,
+            BufferUse::AccelerationStructureInputs.spec_floor(),
+        ),
+        (BufferUsage::SHADER_BINDING_TABLE, BufferUse::ShaderTable.spec_floor()),
+        (BufferUsage::UNIFORM, BufferUse::ConstantBuffer.device_limit(limits)),
+        (BufferUsage::STORAGE, pow2(limits.min_storage_buffer_offset_alignment)),
+        (BufferUsage::UNIFORM_TEXEL, pow2(limits.min_texel_buffer_offset_alignment)),
+        (BufferUsage::STORAGE_TEXEL, pow2(limits.min_texel_buffer_offset_alignment)),
+    ];
+    floors.iter().filter(|(bit, _)| usage.intersects(*bit)).map(|&(_, floor)| floor).max().unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue #31: a buffer with several usages takes the largest floor of any of them, for every
+    /// combination of the usage bits, on limits that make each floor distinct.
+    #[test]
+    fn usage_floor_is_the_maximum_of_every_use_for_every_combination() {
+        let limits = Limits {
+            min_uniform_buffer_offset_alignment: 128,
+            min_storage_buffer_offset_alignment: 32,
+            min_texel_buffer_offset_alignment: 4,
+            ..crate::placement::FixedRequirements::typical_limits()
+        };
+        let bits: Vec<BufferUsage> = BufferUsage::NAMED.iter().map(|&(usage, _)| usage).collect();
+        for subset in 0u32..(1 << bits.len()) {
+            let chosen: Vec<BufferUsage> =
+                (0..bits.len()).filter(|i| subset & (1 << i) != 0).map(|i| bits[i]).collect();
+            let usage = chosen.iter().fold(BufferUsage::NONE, |all, &u| all.union(u));
+            let expected = chosen.iter().map(|&u| usage_alignment_floor(u, &limits)).max().unwrap_or(0);
+            let floor = usage_alignment_floor(usage, &limits);
+            assert_eq!(floor, expected, "{usage:?}");
+            assert!(floor == 0 || floor.is_power_of_two(), "{usage:?}");
+        }
+        let both = BufferUsage::UNIFORM.union(BufferUsage::ACCELERATION_STRUCTURE_STORAGE);
+        assert_eq!(usage_alignment_floor(both, &limits), 256);
+        assert_eq!(usage_alignment_floor(BufferUsage::SHADER_BINDING_TABLE, &limits), 64);
+        assert_eq!(usage_alignment_floor(BufferUsage::ACCELERATION_STRUCTURE_BUILD_INPUT, &limits), 16);
+    }
 }

@@ -30,13 +30,13 @@ pub mod validation;
 
 pub use desc::{Placement, ResourceDesc, ResourceDimension, ResourceFlag, ResourceFlags, TextureLayout};
 pub use engine::{allocation_info, AllocationInfo, ElementDetails, ElementInfo, PlacementEngine};
-pub use floors::{alignment_floor, BufferUse};
+pub use floors::{alignment_floor, usage_alignment_floor, BufferUse};
 pub use heap::{HeapDesc, HeapPlacementError};
 pub use messages::{DiscardMessages, Message, MessageId, MessageSink, Severity};
 pub use request::{answer_request, parse_request, AllocInfoRequest, ErrorReport, RequestError};
 pub use requirements::{
-    derive_tight_alignment_tier, BufferQuery, FixedRequirements, ImageQuery, ImageTiling, RequirementsError,
-    RequirementsQuery, RequirementsSource, SourcedRequirements, TightAlignmentTier,
+    derive_tight_alignment_tier, BufferQuery, FixedRequirements, ImageQuery, ImageTiling, ObjectRequirements,
+    RequirementsError, RequirementsQuery, RequirementsSource, SourcedRequirements, TightAlignmentTier,
 };
 pub use small::is_small_resource;
 pub use tables::{AlignmentMode, AlignmentRange, ResourceClass};

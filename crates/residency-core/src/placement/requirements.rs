@@ -152,6 +152,34 @@ impl<S: RequirementsSource + ?Sized> RequirementsSource for &S {
     }
 }
 
+/// A requirements source for one object that exists: a device's limits and tier, and the object's
+/// own requirements (what `vkGet*MemoryRequirements` answered for it) whatever the query. What the
+/// backend gives the engine for each resource it places, so that the engine's driver part is that
+/// object's own answer; also how a test asks the engine about an existing object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ObjectRequirements<'a> {
+    /// The device's limits.
+    pub limits: &'a Limits,
+    /// The object's own requirements.
+    pub requirements: MemoryRequirements,
+    /// The device's tight-alignment tier.
+    pub tier: TightAlignmentTier,
+}
+
+impl RequirementsSource for ObjectRequirements<'_> {
+    fn limits(&self) -> &Limits {
+        self.limits
+    }
+
+    fn requirements(&self, _query: &RequirementsQuery) -> Result<SourcedRequirements, RequirementsError> {
+        Ok(SourcedRequirements { requirements: self.requirements, estimated: false })
+    }
+
+    fn tight_alignment_tier(&self) -> TightAlignmentTier {
+        self.tier
+    }
+}
+
 /// Buffer sizes the tier rule asks about.
 pub const TIER_PROBE_SIZES: [u64; 4] = [8, 256, 65_537, 1 << 20];
 

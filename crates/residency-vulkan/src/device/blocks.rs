@@ -13,6 +13,7 @@ use crate::poison::PoisonFree;
 use ash::vk;
 use residency_core::allocator::{AllocError, Allocation, ResourceKind, TlsfAllocator, TlsfDesc};
 use residency_core::memory::{HeapGrowth, MemoryIntent, MemoryTier};
+use residency_core::placement::heap::{explicit_heap_size, EXPLICIT_HEAP_ALIGNMENT};
 use residency_core::placement::Message;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -201,8 +202,9 @@ pub(crate) struct MemoryBlock {
     pub(crate) page_buffer: Option<vk::Buffer>,
     pub(crate) allocator: TlsfAllocator,
     pub(crate) name: String,
-    /// A defragmentation pass emptied it: no new allocation goes here, and its list frees it when
-    /// its last (old) allocation retires, whatever its keep-one-empty policy says.
+    /// A defragmentation pass emptied it, or it is a pool's page of its own for one request
+    /// larger than a page: no new allocation goes here, and its list frees it when its last
+    /// allocation retires, whatever its keep-one-empty policy says.
     pub(crate) draining: bool,
     /// The tier it counts in (its type's, or the host tier of a unified-memory device's host
     /// lists): `device/pressure.rs`.
@@ -497,16 +499,18 @@ impl BlockList {
                 return Ok(BlockAllocation { block: index as u32, allocation });
             }
         }
-        if self.fixed_size && req.size > self.growth.page_size {
-            return Err(MemoryError::Unsatisfiable {
-                name: req.name.to_owned(),
-                reason: format!(
-                    "{} B is larger than the pool's page size {} B",
-                    req.size, self.growth.page_size
-                ),
-            });
-        }
-        let block = self.new_block(device, req)?;
+        // A request larger than a fixed-size list's page gets a page of its own (issue #31): sized
+        // by the heap rules, and marked `draining` so that nothing else is placed there and it is
+        // freed with its one allocation.
+        let own_page = self.fixed_size && req.size > self.growth.page_size;
+        let block = if own_page {
+            let size = explicit_heap_size(req.size, req.alignment > EXPLICIT_HEAP_ALIGNMENT);
+            let mut block = self.create_block(device, size, req.allow_over_budget)?;
+            block.draining = true;
+            block
+        } else {
+            self.new_block(device, req)?
+        };
         let index = match self.blocks.iter().position(Option::is_none) {
             Some(free) => free,
             None => {
@@ -524,21 +528,25 @@ impl BlockList {
 
     fn new_block(&mut self, device: &Device, req: SubRequest<'_>) -> Result<MemoryBlock, MemoryError> {
         let largest = self.blocks.iter().flatten().map(|b| b.size).max().unwrap_or(0);
+        // The core's heap rules size every heap: a multiple of 64 KiB, of 4 MiB when it holds a
+        // resource aligned above 64 KiB (D3D12's MSAA heaps).
+        let msaa = req.alignment > EXPLICIT_HEAP_ALIGNMENT;
+        // Room for the worst-case alignment padding too.
+        let needed = req.size.saturating_add(req.alignment.max(self.granularity));
         let mut size = if self.fixed_size {
             self.growth.page_size
         } else {
-            // Room for the worst-case alignment padding too.
-            self.growth.next_heap_size(largest, req.size.saturating_add(req.alignment.max(self.granularity)))
+            explicit_heap_size(self.growth.next_heap_size(largest, needed), msaa)
         };
-        let minimum = req.size.saturating_add(req.alignment.max(self.granularity)).next_multiple_of(64 << 10);
+        let minimum = explicit_heap_size(needed, msaa);
         loop {
             match self.create_block(device, size, req.allow_over_budget) {
                 Ok(block) => return Ok(block),
                 // Out of memory or budget: a smaller heap that still fits may succeed (VMA does the same).
                 Err(MemoryError::OutOfDeviceMemory { .. } | MemoryError::OutOfBudget { .. })
-                    if !self.fixed_size && size / 2 >= minimum =>
+                    if !self.fixed_size && (minimum..size).contains(&explicit_heap_size(size / 2, msaa)) =>
                 {
-                    size /= 2;
+                    size = explicit_heap_size(size / 2, msaa);
                 }
                 Err(e) => return Err(e),
             }

@@ -845,6 +845,17 @@ impl Device {
         Ok(())
     }
 
+    /// The timeline semaphore and value that stand for `until` — residency's universal or sparse
+    /// timeline, or a renderer [`Timeline`] of this device — for a wait in a submission residency
+    /// does not make (another API's, such as wgpu's `Queue::add_wait_semaphore`). Refused as
+    /// [`Device::wait_until`] refuses a GPU wait: a frame count, another device's use, a renderer
+    /// timeline value no announced signal reaches. The values of residency's own timelines are
+    /// those of submissions already made, so a wait for them never waits for a later signal.
+    pub fn semaphore_point(&self, until: &GpuUse) -> Result<(vk::Semaphore, u64)> {
+        let info = self.wait_info(until)?;
+        Ok((info.semaphore, info.value))
+    }
+
     /// The semaphore wait standing for `until`: the universal timeline or a renderer
     /// [`Timeline`] of this device. A frame count is no GPU event, and another device's use is
     /// refused.

@@ -179,6 +179,8 @@ pub struct Device {
     pub(crate) placement_policy: std::sync::atomic::AtomicU8,
     /// The tight-alignment tier, derived on first use.
     pub(crate) tight_tier: OnceLock<residency_core::placement::TightAlignmentTier>,
+    /// `Device::set_tight_alignment_supported`: false answers the tier `NotSupported`.
+    pub(crate) tight_supported: std::sync::atomic::AtomicBool,
     /// The placement engine's messages.
     pub(crate) placement_log: crate::device::blocks::PlacementLog,
 }
@@ -508,6 +510,7 @@ impl Device {
             scratch_alignment,
             placement_policy: std::sync::atomic::AtomicU8::new(0),
             tight_tier: OnceLock::new(),
+            tight_supported: std::sync::atomic::AtomicBool::new(true),
             placement_log: Default::default(),
         });
         let label = format!("residency {} ({})", device.index, device.name);

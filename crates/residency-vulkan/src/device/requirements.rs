@@ -11,6 +11,7 @@ use residency_core::placement::ImageTiling;
 // "The core's types").
 pub use residency_core::placement::{
     ImageQuery, RequirementsError, RequirementsQuery, RequirementsSource, SourcedRequirements,
+    TightAlignmentTier,
 };
 use residency_core::profile::{ImageDimension, Limits};
 
@@ -85,5 +86,32 @@ impl RequirementsSource for Device {
             }
         };
         Ok(SourcedRequirements { requirements, estimated: false })
+    }
+
+    /// [`Device::tight_alignment_tier`]: derived once, `NotSupported` while turned off.
+    fn tight_alignment_tier(&self) -> TightAlignmentTier {
+        Device::tight_alignment_tier(self)
+    }
+}
+
+impl Device {
+    /// This device's tight-alignment tier (the seed's `D3D12_FEATURE_TIGHT_ALIGNMENT` cap): derived
+    /// once from its requirements (`derive_tight_alignment_tier`), `NotSupported` while
+    /// [`Device::set_tight_alignment_supported`] turned it off.
+    pub fn tight_alignment_tier(&self) -> TightAlignmentTier {
+        use std::sync::atomic::Ordering::Relaxed;
+        if !self.tight_supported.load(Relaxed) {
+            return TightAlignmentTier::NotSupported;
+        }
+        *self.tight_tier.get_or_init(|| residency_core::placement::derive_tight_alignment_tier(self))
+    }
+
+    /// Turns the device's tight-alignment support off (`false`: the device then answers as one
+    /// whose tier is `NotSupported`, so a resource's own `Tight` is refused and the device's or a
+    /// pool's `Tight` places by the legacy rules) or back to what the device derives (`true`,
+    /// which cannot grant support the device lacks): how an engine tests its path for devices
+    /// without tight support. Resources already placed stay where they are.
+    pub fn set_tight_alignment_supported(&self, supported: bool) {
+        self.tight_supported.store(supported, std::sync::atomic::Ordering::Relaxed);
     }
 }

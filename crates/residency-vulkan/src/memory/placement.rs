@@ -15,11 +15,12 @@ use residency_core::allocator::{AllocError, ResourceKind};
 use residency_core::device_mask::DeviceIndex;
 use residency_core::format::Format;
 use residency_core::memory::{fallback_chain, MemoryIntent, MemoryTier};
+use residency_core::placement::heap::committed_heap_size;
 use residency_core::placement::{
-    BufferUse, Message, MessageSink, Placement, PlacementEngine, RequirementsError, RequirementsQuery,
-    RequirementsSource, ResourceDesc, ResourceFlag, SourcedRequirements, TightAlignmentTier,
+    DiscardMessages, Message, MessageSink, ObjectRequirements, Placement, PlacementEngine, ResourceDesc,
+    ResourceFlag, TightAlignmentTier,
 };
-use residency_core::profile::{Limits, MemoryRequirements};
+use residency_core::profile::MemoryRequirements;
 use residency_core::usage::BufferUsage;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -55,6 +56,9 @@ pub(crate) struct PlaceRequest<'a> {
     /// it: 4 KiB for a small texture, 64 KiB, 4 MiB for a multisampled one. `None` (raw
     /// requirements, renderer-made images): described as a non-small texture.
     pub(crate) image: Option<ResourceDesc>,
+    /// The resource's own alignment rules ([`BufferDesc::policy`](crate::BufferDesc::policy) and
+    /// its siblings): `None` follows the pool's or device's policy.
+    pub(crate) policy: Option<PlacementPolicy>,
 }
 
 /// Where it went.
@@ -69,6 +73,72 @@ pub(crate) struct Placed {
     pub(crate) committed: bool,
     /// The tier it went to (a later one than the chain's first: it fell back).
     pub(crate) tier: MemoryTier,
+    /// The rules it was placed with (for [`ExistingAllocationInfo`]).
+    pub(crate) with: PlacedWith,
+}
+
+/// The rules a resource was placed with, kept with it for [`ExistingAllocationInfo`]: the
+/// engine's answer (size and alignment) under the policy that applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PlacedWith {
+    /// Tight or legacy.
+    pub(crate) policy: PlacementPolicy,
+    /// The rules' size (D3D12's `SizeInBytes`).
+    pub(crate) size: u64,
+    /// The offset alignment it was placed at.
+    pub(crate) alignment: u64,
+}
+
+impl PlacedWith {
+    /// What the paths that place at the driver's alignment and the usage's floors (linear pools,
+    /// transient heaps, pool ranges) record: tight rules, the driver's size.
+    pub(crate) fn driver(size: u64, alignment: u64) -> PlacedWith {
+        PlacedWith { policy: PlacementPolicy::Tight, size, alignment }
+    }
+
+    /// The public answer for a resource bound at `offset` of `memory`.
+    pub(crate) fn existing(
+        self,
+        committed: bool,
+        memory: vk::DeviceMemory,
+        offset: u64,
+    ) -> ExistingAllocationInfo {
+        ExistingAllocationInfo {
+            placement: if committed { Placement::Committed } else { Placement::Placed },
+            policy: self.policy,
+            size: self.size,
+            alignment: self.alignment,
+            memory,
+            offset,
+        }
+    }
+}
+
+/// What an existing resource was placed with: the seed's `CheckExistingResourceAllocationInfo`
+/// ([`Buffer::existing_allocation_info`](crate::Buffer::existing_allocation_info),
+/// [`Image::existing_allocation_info`](crate::Image::existing_allocation_info),
+/// [`Allocation::existing_allocation_info`]). For a resource the
+/// device's general allocator or an unknown-flags pool placed, `size` and `alignment` are
+/// [`PlacementEngine`]'s answer for it under `policy` and `placement` (with its usage's floors and
+/// the caller's floor), as `residency_core::placement::allocation_info` gives for its description.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExistingAllocationInfo {
+    /// `Placed` in a shared heap (a general heap, a pool's page, a transient heap) or `Committed`
+    /// (memory of its own, an implicit heap).
+    pub placement: Placement,
+    /// The rules it was placed under: `Tight` (also for the paths that always place at the
+    /// driver's alignment: linear pools, transient heaps, known-flags pool ranges) or `Legacy`.
+    pub policy: PlacementPolicy,
+    /// The rules' size in bytes (D3D12's `SizeInBytes`: the driver's size, rounded to the
+    /// alignment under legacy rules and to the implicit heap's 4 KiB when committed). The heap
+    /// range it holds is the driver's size at `offset`.
+    pub size: u64,
+    /// Its alignment: `offset` is a multiple of it.
+    pub alignment: u64,
+    /// The memory (heap) it is bound to.
+    pub memory: vk::DeviceMemory,
+    /// Its offset in `memory` (0 when committed).
+    pub offset: u64,
 }
 
 impl Device {
@@ -98,7 +168,8 @@ impl Device {
                 intent: req.intent,
             });
         }
-        let alignment = self.placed_alignment(req, usage)?;
+        let placed_with = self.placed_alignment(req, usage)?;
+        let alignment = placed_with.alignment;
         let mut last_error = None;
         let preferred = chain[0].tier;
         for &step in &chain {
@@ -120,9 +191,16 @@ impl Device {
                     DedicatedTarget::Image(i) => Some(vk::MemoryDedicatedAllocateInfo::default().image(i)),
                     DedicatedTarget::Nothing => None,
                 };
+                // A dedicated allocation of an object is exactly its requirement's size
+                // (VUID-VkMemoryDedicatedAllocateInfo-buffer-02965, -image-02964); memory for raw
+                // requirements is an implicit heap of 4 KiB granularity.
+                let size = match req.target {
+                    DedicatedTarget::Nothing => committed_heap_size(r.size),
+                    DedicatedTarget::Buffer(_) | DedicatedTarget::Image(_) => r.size,
+                };
                 let desc = RawMemoryDesc {
                     name: req.name,
-                    size: r.size,
+                    size,
                     type_index,
                     allow_over_budget: req.allow_over_budget,
                     dedicated: info,
@@ -136,6 +214,7 @@ impl Device {
                     coherent,
                     committed: true,
                     tier: step.tier,
+                    with: placed_with,
                     owner: ResourceMemory::Dedicated(Box::new(block)),
                 })
             } else {
@@ -156,15 +235,27 @@ impl Device {
                         coherent,
                         committed: false,
                         tier: step.tier,
+                        with: placed_with,
                         owner: ResourceMemory::General { list: list_index, allocation },
                     }
                 })
             };
             match result {
-                Ok(placed) => {
+                Ok(mut placed) => {
                     if placed.tier != preferred {
                         self.pressure.count(crate::device::pressure::Counter::Fallback, r.size);
                         tracing::debug!(name = req.name, tier = ?placed.tier, "placed down its fallback chain");
+                    }
+                    // Memory of its own it was not asked for (large, or the driver prefers it):
+                    // the committed table's answer, as the record of what it was placed with.
+                    if placed.committed && !req.committed {
+                        // The committed table never refuses what the placed one accepted (its
+                        // maxima are at least the placed ones); on a source error the placed
+                        // answer stays.
+                        let policy = self.placement_policy();
+                        if let Ok(with) = self.placed_with_rules(req, usage, policy, Placement::Committed) {
+                            placed.with = with;
+                        }
                     }
                     return Ok(placed);
                 }
@@ -193,7 +284,7 @@ pub struct AllocationDesc {
     /// An alignment floor on top of the placement rules' (0: none; else a power of two).
     pub alignment: u64,
     /// The usage the buffer was created with ([`Device::allocate_for_buffer`]): its offset-alignment
-    /// floors ([`usage_alignment_floor`]) are applied on top of the placement rules. `None` (the
+    /// floors ([`usage_alignment_floor`](crate::usage_alignment_floor)) are applied on top of the placement rules. `None` (the
     /// default): no usage floors. Ignored for images and raw requirements.
     pub buffer_usage: Option<BufferUsage>,
     /// Memory of its own even when the driver does not prefer it (it always gets its own when the
@@ -209,6 +300,9 @@ pub struct AllocationDesc {
     /// belongs to a whole `VkDeviceMemory`, so an allocation that asks for one gets memory of its
     /// own; without the extension it is checked and otherwise ignored.
     pub priority: Option<f32>,
+    /// Its own alignment rules, over the device's ([`PlacementPolicy`]; `None`, the default:
+    /// the device's).
+    pub policy: Option<PlacementPolicy>,
 }
 
 impl AllocationDesc {
@@ -224,6 +318,7 @@ impl AllocationDesc {
             allow_over_budget: false,
             fallback: true,
             priority: None,
+            policy: None,
         }
     }
 
@@ -236,6 +331,12 @@ impl AllocationDesc {
     /// Sets the memory priority (see the `priority` field).
     pub fn with_priority(mut self, priority: f32) -> Self {
         self.priority = Some(priority);
+        self
+    }
+
+    /// Sets its own alignment rules (see [`AllocationDesc::policy`]).
+    pub fn with_policy(mut self, policy: PlacementPolicy) -> Self {
+        self.policy = Some(policy);
         self
     }
 
@@ -302,6 +403,8 @@ pub struct Allocation {
     bound: BoundTo,
     /// The application's own word (VMA's `pUserData`).
     user_data: u64,
+    /// The rules it was placed with.
+    placed_with: PlacedWith,
 }
 
 impl Allocation {
@@ -361,6 +464,13 @@ impl Allocation {
     /// What it was bound to.
     pub fn bound_to(&self) -> BoundTo {
         self.bound
+    }
+
+    /// What it was placed with (the seed's `CheckExistingResourceAllocationInfo`): placed or
+    /// committed (memory of its own), tight or legacy, the rules' size and alignment, its memory
+    /// and offset.
+    pub fn existing_allocation_info(&self) -> ExistingAllocationInfo {
+        self.placed_with.existing(self.dedicated, self.memory, self.offset)
     }
 
     /// Its name.
@@ -513,6 +623,7 @@ impl Device {
             target,
             priority: desc.priority,
             image: None,
+            policy: desc.policy,
         };
         let usage = if matches!(target, DedicatedTarget::Buffer(_)) { desc.buffer_usage } else { None };
         let placed = self.place_for_usage(&request, usage)?;
@@ -540,14 +651,24 @@ impl Device {
             mapped: placed.mapped,
             bound: BoundTo::Nothing,
             user_data: 0,
+            placed_with: placed.with,
         })
     }
 }
 
-/// How the device's placed resources are aligned in their heaps. Either way the offset comes from
+/// How placed resources are aligned in their heaps: the device's default
+/// ([`Device::set_placement_policy`]), a pool's ([`BufferPoolDesc::with_policy`](crate::BufferPoolDesc::with_policy)),
+/// or one resource's own ([`BufferDesc::with_policy`](crate::BufferDesc::with_policy),
+/// [`ImageDesc::with_policy`](crate::ImageDesc::with_policy),
+/// [`BufferInit::with_policy`](crate::BufferInit::with_policy),
+/// [`AllocationDesc::with_policy`]), the most specific one applying. Either way the offset comes from
 /// [`PlacementEngine`]: the driver's requirement (the object's own `vkGet*MemoryRequirements`),
 /// the tight placed-resource alignment rules, the buffer usage's offset-alignment floors and the
-/// caller's floor, the largest of them.
+/// caller's floor, the largest of them. A resource's own `Tight` on a device without tight
+/// support ([`Device::tight_alignment_tier`] `NotSupported`) is refused
+/// ([`MemoryError::Placement`], `TIGHT_ALIGNMENT_NOT_SUPPORTED`), as D3D12 refuses the flag; a
+/// device's or pool's `Tight` is the preference "tight where the device supports it" and places
+/// such a device's resources by the legacy rules.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum PlacementPolicy {
     /// D3D12's `USE_TIGHT_ALIGNMENT` rules: buffers at the driver's alignment (at least 8 B),
@@ -574,60 +695,6 @@ impl MessageSink for LogSink<'_> {
     }
 }
 
-/// The engine's requirements source for one object: the device's limits and the object's own
-/// requirements (queried from the object itself), whatever the description.
-struct ObjectRequirements<'a> {
-    limits: &'a Limits,
-    requirements: MemoryRequirements,
-    tier: TightAlignmentTier,
-}
-
-impl RequirementsSource for ObjectRequirements<'_> {
-    fn limits(&self) -> &Limits {
-        self.limits
-    }
-
-    fn requirements(&self, _query: &RequirementsQuery) -> Result<SourcedRequirements, RequirementsError> {
-        Ok(SourcedRequirements { requirements: self.requirements, estimated: false })
-    }
-
-    fn tight_alignment_tier(&self) -> TightAlignmentTier {
-        self.tier
-    }
-}
-
-/// The offset-alignment floor of a buffer usage on a device: `minUniformBufferOffsetAlignment`
-/// for uniform buffers, `minStorageBufferOffsetAlignment` for storage buffers,
-/// `minTexelBufferOffsetAlignment` for texel buffers, 256 B for acceleration-structure storage
-/// (an acceleration structure's offset in its buffer is a multiple of 256), 16 B for
-/// acceleration-structure build inputs (instances, transforms), 64 B for a shader binding table
-/// (the largest `shaderGroupBaseAlignment` Vulkan allows, D3D12's shader-table alignment), the
-/// largest that applies; 0 for none. (A build's scratch buffer, storage + device address, also
-/// gets the device's `minAccelerationStructureScratchOffsetAlignment`: see
-/// [`Device::scratch_alignment`].)
-pub fn usage_alignment_floor(usage: BufferUsage, limits: &Limits) -> u64 {
-    let mut floor = 0;
-    if usage.contains(BufferUsage::ACCELERATION_STRUCTURE_STORAGE) {
-        floor = floor.max(256);
-    }
-    if usage.contains(BufferUsage::ACCELERATION_STRUCTURE_BUILD_INPUT) {
-        floor = floor.max(16);
-    }
-    if usage.contains(BufferUsage::SHADER_BINDING_TABLE) {
-        floor = floor.max(64);
-    }
-    if usage.contains(BufferUsage::UNIFORM) {
-        floor = floor.max(BufferUse::ConstantBuffer.device_limit(limits));
-    }
-    if usage.contains(BufferUsage::STORAGE) {
-        floor = floor.max(limits.min_storage_buffer_offset_alignment.max(1).next_power_of_two());
-    }
-    if usage.intersects(BufferUsage::UNIFORM_TEXEL | BufferUsage::STORAGE_TEXEL) {
-        floor = floor.max(limits.min_texel_buffer_offset_alignment.max(1).next_power_of_two());
-    }
-    floor
-}
-
 impl Device {
     /// How this device aligns placed resources (default [`PlacementPolicy::Tight`]).
     pub fn placement_policy(&self) -> PlacementPolicy {
@@ -650,7 +717,7 @@ impl Device {
     /// of its limits and, for a possible build scratch, the scratch alignment (0: none). What
     /// every placement path (general heaps, pools, linear pools, transient heaps) applies.
     pub(crate) fn usage_floor(&self, usage: BufferUsage) -> u64 {
-        crate::memory::placement::usage_alignment_floor(usage, &self.profile().limits)
+        residency_core::placement::usage_alignment_floor(usage, &self.profile().limits)
             .max(self.scratch_floor(usage))
     }
 
@@ -661,32 +728,41 @@ impl Device {
         self.placement_log.messages()
     }
 
-    /// The offset alignment of a placed resource: what [`PlacementEngine`] answers under the
-    /// device's policy for the object's own requirements, the usage's floors (buffers) and the
-    /// caller's floor. A floor above the rules' maximum is [`MemoryError::Placement`].
+    /// The rules a placed resource gets: what [`PlacementEngine`] answers under the resource's own
+    /// policy or else the device's, for the object's own requirements, the usage's floors
+    /// (buffers) and the caller's floor, for its placement (committed when asked for). A floor
+    /// above the rules' maximum, or a resource's own `Tight` on a device without tight support, is
+    /// [`MemoryError::Placement`].
     pub(crate) fn placed_alignment(
         &self,
         req: &PlaceRequest<'_>,
         usage: Option<BufferUsage>,
-    ) -> Result<u64, MemoryError> {
-        self.placed_alignment_with(req, usage, self.placement_policy())
+    ) -> Result<PlacedWith, MemoryError> {
+        let placement = if req.committed { Placement::Committed } else { Placement::Placed };
+        self.placed_with_rules(req, usage, self.placement_policy(), placement)
     }
 
-    /// [`Device::placed_alignment`] under `policy` (a pool's own, say) instead of the device's.
-    pub(crate) fn placed_alignment_with(
+    /// [`Device::placed_alignment`] with `default` (a pool's own, say) instead of the device's
+    /// policy where the resource has none of its own, for `placement`.
+    pub(crate) fn placed_with_rules(
         &self,
         req: &PlaceRequest<'_>,
         usage: Option<BufferUsage>,
-        policy: PlacementPolicy,
-    ) -> Result<u64, MemoryError> {
+        default: PlacementPolicy,
+        placement: Placement,
+    ) -> Result<PlacedWith, MemoryError> {
         let limits = &self.profile().limits;
-        let tier = *self.tight_tier.get_or_init(|| RequirementsSource::tight_alignment_tier(self));
+        let tier = self.tight_alignment_tier();
         // The usage's floors are the device's own rules for binding offsets (at most 256 B, a power of
         // two), not a request of the caller's: they go on top of the engine's answer, so that only
         // a floor the caller passed below the rules is reported as ALIGNMENT_OVERRIDDEN.
         let usage_floor = usage.map_or(0, |u| self.usage_floor(u));
-        let floor = req.alignment_floor;
-        let tight = policy == PlacementPolicy::Tight && tier != TightAlignmentTier::NotSupported;
+        // The resource's own Tight goes to the engine as the tight flag whatever the tier (the
+        // engine refuses it without support); a default Tight only where the device supports it.
+        let tight = match req.policy {
+            Some(policy) => policy == PlacementPolicy::Tight,
+            None => default == PlacementPolicy::Tight && tier != TightAlignmentTier::NotSupported,
+        };
         let buffer = matches!(req.target, DedicatedTarget::Buffer(_));
         // Images and raw requirements are described as a non-small texture: the engine then
         // keeps the driver's alignment (tight) or 64 KiB (legacy), on granularity pages for
@@ -703,13 +779,17 @@ impl Device {
         if tight {
             desc = desc.tight();
         }
-        desc = desc.with_alignment(floor);
+        desc = desc.with_alignment(req.alignment_floor);
         let source = ObjectRequirements { limits, requirements: req.requirements, tier };
         let engine = PlacementEngine::new(source);
-        let mut sink = LogSink { log: &self.placement_log, name: req.name };
+        let mut log = LogSink { log: &self.placement_log, name: req.name };
+        // A second answer for the same resource (committed after all) reports nothing twice.
+        let sink: &mut dyn MessageSink =
+            if placement == Placement::Committed && !req.committed { &mut DiscardMessages } else { &mut log };
         let element = engine
-            .resource_allocation_info(Placement::Placed, &desc, &mut sink)
+            .resource_allocation_info(placement, &desc, sink)
             .map_err(|source| MemoryError::Placement { name: req.name.to_owned(), source })?;
-        Ok(element.alignment.max(usage_floor))
+        let policy = if tight { PlacementPolicy::Tight } else { PlacementPolicy::Legacy };
+        Ok(PlacedWith { policy, size: element.size, alignment: element.alignment.max(usage_floor) })
     }
 }

@@ -293,6 +293,7 @@ impl MultiBuffer {
             size: desc.size,
             alignment: desc.alignment,
             usage: Some(desc.usage),
+            policy: desc.policy,
         };
         Ok(MultiBuffer { init, instances, generation: next_generation() })
     }

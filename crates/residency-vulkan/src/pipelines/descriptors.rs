@@ -71,6 +71,7 @@ struct ViewFacts {
     device: u64,
     name: String,
     format: vk::Format,
+    aspect: vk::ImageAspectFlags,
     usage: vk::ImageUsageFlags,
     tiling: vk::ImageTiling,
     view_type: vk::ImageViewType,
@@ -86,6 +87,7 @@ impl ViewRef<'_> {
                 device: view.device().uid(),
                 name: view.name().to_owned(),
                 format: view.vk_format(),
+                aspect: view.aspect(),
                 usage: vk::ImageUsageFlags::from_raw(view.usage().bits()),
                 tiling: if view.is_linear() { vk::ImageTiling::LINEAR } else { vk::ImageTiling::OPTIMAL },
                 view_type: view.view_type(),
@@ -99,6 +101,7 @@ impl ViewRef<'_> {
                     device,
                     name: image.name().to_owned(),
                     format: vk_format(image.desc().format),
+                    aspect: crate::format_map::aspect(image.desc().format),
                     usage,
                     tiling: vk::ImageTiling::OPTIMAL,
                     view_type: image.view_type(),
@@ -270,7 +273,8 @@ pub enum BindingError {
     /// The view bound does not have the shape the shaders declare at the binding (`OpTypeImage`):
     /// its view type is not the one `Dim` and `Arrayed` name, its sample count disagrees with
     /// `MS`, or its format's numeric type is not the `Sampled Type` (`VUID-vkCmdDispatch-viewType-07752`,
-    /// `-format-07753` and their draw twins).
+    /// `-format-07753` and their draw twins; a stencil-aspect view holds unsigned integers), or it
+    /// shows both aspects of a depth/stencil image (`VUID-VkDescriptorImageInfo-imageView-01976`).
     #[error("`{program}` binding {binding}: `{resource}` {reason}")]
     ViewShape {
         /// The program.
@@ -526,21 +530,34 @@ impl ProgramLayout {
         };
         let shape = self.needs.get(i).and_then(|n| n.image);
         let wrong_shape = |v: &ViewFacts| {
-            let shape = shape?;
-            let wanted = shader_view_type(&shape);
-            let numeric = Numeric::of_format(v.format);
-            let reason = if wanted.is_some_and(|t| t != v.view_type) {
-                format!("is a {:?} view, but the shader declares {:?}", v.view_type, wanted?)
-            } else if shape.multisampled != (v.samples > 1) {
-                format!(
-                    "has {} samples, but the shader's image is {}multisampled",
-                    v.samples,
-                    if shape.multisampled { "" } else { "not " }
-                )
-            } else if shape.sampled_type != numeric {
-                format!("holds {numeric:?} texels, but the shader reads {:?}", shape.sampled_type)
+            let both = vk::ImageAspectFlags::DEPTH | vk::ImageAspectFlags::STENCIL;
+            let reason = if v.aspect.contains(both) {
+                // Whatever the shader declares, it reads one aspect.
+                "shows both the depth and the stencil aspect, and a shader reads one (a view of \
+                 one aspect: `ImageViewDesc::with_aspect`)"
+                    .to_owned()
             } else {
-                return None;
+                let shape = shape?;
+                let wanted = shader_view_type(&shape);
+                // A stencil view holds integers whatever its depth/stencil format says.
+                let numeric = if v.aspect == vk::ImageAspectFlags::STENCIL {
+                    Numeric::Uint
+                } else {
+                    Numeric::of_format(v.format)
+                };
+                if wanted.is_some_and(|t| t != v.view_type) {
+                    format!("is a {:?} view, but the shader declares {:?}", v.view_type, wanted?)
+                } else if shape.multisampled != (v.samples > 1) {
+                    format!(
+                        "has {} samples, but the shader's image is {}multisampled",
+                        v.samples,
+                        if shape.multisampled { "" } else { "not " }
+                    )
+                } else if shape.sampled_type != numeric {
+                    format!("holds {numeric:?} texels, but the shader reads {:?}", shape.sampled_type)
+                } else {
+                    return None;
+                }
             };
             Some(BindingError::ViewShape {
                 program: self.name.clone(),

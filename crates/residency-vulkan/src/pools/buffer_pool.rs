@@ -19,6 +19,7 @@ use crate::device::life::{Garbage, GpuUse, Parent, PendingUses};
 use crate::device::Device;
 use crate::error::{ForeignReason, ForeignResource};
 use crate::format_map::vk_buffer_usage;
+use crate::memory::placement::{PlacedWith, PlacementPolicy};
 use crate::poison::PoisonFree;
 use crate::resources::buffer::{bind_buffer, create_raw_buffer, Buffer};
 use crate::resources::buffer::{BufferMemory, BufferObject, BufferParts};
@@ -26,6 +27,7 @@ use crate::resources::Unused;
 use ash::vk;
 use residency_core::allocator::ResourceKind;
 use residency_core::memory::{memory_type_candidates, HeapGrowth, MemoryIntent};
+use residency_core::placement::heap::{explicit_heap_size, EXPLICIT_HEAP_ALIGNMENT};
 use residency_core::sync::LastUses;
 use residency_core::usage::{BufferPoolUsage, BufferUsage};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -50,7 +52,9 @@ pub struct BufferPoolDesc {
     pub memory: MemoryIntent,
     /// Bind flags: known for every buffer, or unknown (each buffer brings its own).
     pub usage: BufferPoolUsage,
-    /// Bytes per page (default 64 MiB; clamped to at least 64 KiB, rounded up to 64 KiB).
+    /// Bytes per page (default 64 MiB; clamped to at least 64 KiB, rounded up to 64 KiB: an
+    /// explicit heap's alignment, `residency_core::placement::heap`). A buffer or range larger
+    /// than a page gets a page of its own, sized by the same rules, freed with it.
     pub page_size: u64,
     /// Whether pages may be allocated over the heap budget.
     pub allow_over_budget: bool,
@@ -59,9 +63,10 @@ pub struct BufferPoolDesc {
     /// VK_EXT_memory_priority's priority of its pages, in `[0, 1]` (`None`: the default, 0.5).
     pub priority: Option<f32>,
     /// How an unknown-flags pool aligns its placed buffers: `Tight` or `Legacy` (64 KiB, D3D12's
-    /// layout); `None`, the default: the device's policy at each buffer's creation. Ranges of a
-    /// known-flags pool are not resources of their own: they take their usage's offset floors.
-    pub policy: Option<crate::memory::placement::PlacementPolicy>,
+    /// layout); `None`, the default: the device's policy at each buffer's creation. A buffer's own
+    /// ([`BufferInit::policy`]) wins over it. Ranges of a known-flags pool are not resources of
+    /// their own: they take their usage's offset floors.
+    pub policy: Option<PlacementPolicy>,
 }
 
 impl BufferPoolDesc {
@@ -84,7 +89,7 @@ impl BufferPoolDesc {
             "page_size",
             self.page_size,
             0,
-            limits.max_memory_allocation_size.min(u64::MAX - (64 << 10)),
+            limits.max_memory_allocation_size.min(u64::MAX - EXPLICIT_HEAP_ALIGNMENT),
             "a page is one allocation: maxMemoryAllocationSize",
         )?;
         check_range(
@@ -113,7 +118,7 @@ impl BufferPoolDesc {
     }
 
     /// Sets the pool's own placement policy (see the `policy` field).
-    pub fn with_policy(mut self, policy: crate::memory::placement::PlacementPolicy) -> Self {
+    pub fn with_policy(mut self, policy: PlacementPolicy) -> Self {
         self.policy = Some(policy);
         self
     }
@@ -144,10 +149,7 @@ impl BufferPoolDesc {
     pub fn with_page_size(mut self, page_size: u64) -> Self {
         // Past the largest multiple of 64 KiB the rounding saturates; `BufferPoolDesc::validate`
         // refuses such a size where the pool is made.
-        let adjusted = page_size
-            .max(64 << 10)
-            .checked_next_multiple_of(64 << 10)
-            .unwrap_or(u64::MAX - u64::MAX % (64 << 10));
+        let adjusted = explicit_heap_size(page_size.max(EXPLICIT_HEAP_ALIGNMENT), false);
         if adjusted != page_size {
             tracing::info!(requested = page_size, used = adjusted, pool = %self.name, "page size adjusted");
         }
@@ -169,12 +171,22 @@ pub struct BufferInit {
     /// Its own bind flags: required in unknown-flags pools; in known-flags pools, `None` or a subset
     /// of the pool's flags.
     pub usage: Option<BufferUsage>,
+    /// Its own alignment rules in an unknown-flags pool, over the pool's and the device's
+    /// ([`PlacementPolicy`]; `None`, the default: the pool's). Its own `Tight` on a device without
+    /// tight support is [`MemoryError::Placement`]. Ranges of a known-flags pool ignore it.
+    pub policy: Option<PlacementPolicy>,
 }
 
 impl BufferInit {
     /// A buffer request without a floor or flags of its own.
     pub fn new(name: impl Into<Arc<str>>, size: u64) -> BufferInit {
-        BufferInit { name: name.into(), size, alignment: 0, usage: None }
+        BufferInit { name: name.into(), size, alignment: 0, usage: None, policy: None }
+    }
+
+    /// Sets its own alignment rules (see [`BufferInit::policy`]).
+    pub fn with_policy(mut self, policy: PlacementPolicy) -> Self {
+        self.policy = Some(policy);
+        self
     }
 
     /// Sets its own bind flags.
@@ -216,7 +228,9 @@ pub struct PoolStats {
 /// other's granularity pages). A request — a range of a known-flags page's one `VkBuffer`
 /// ([`allocate_range`](Self::allocate_range), or a `Buffer` over it), or a placed `VkBuffer` of
 /// its own (unknown flags) — is tried on the arena's pages newest first, and a new page is
-/// allocated (sized by the pool's growth, at least the request) when none has room. Dropping a
+/// allocated (sized by the pool's growth, at least the request) when none has room. A request
+/// larger than a page gets a page of its own (sized by the core's heap rules), which takes nothing
+/// else and is freed with it. Dropping a
 /// range or buffer frees its TLSF block, and so coalesces it, once the GPU work declared on it
 /// has completed (the deferred destruction); a page emptied this way is freed, unless it is the
 /// one empty page the pool keeps for reuse.
@@ -289,8 +303,10 @@ impl BufferPool {
     /// pass [`BufferPoolDesc::validate`] is refused ([`MemoryError::Desc`]).
     pub fn new(device: Arc<Device>, desc: BufferPoolDesc) -> Result<BufferPool, MemoryError> {
         desc.validate(&device.profile().limits)?;
-        let desc =
-            BufferPoolDesc { page_size: desc.page_size.max(64 << 10).next_multiple_of(64 << 10), ..desc };
+        let desc = BufferPoolDesc {
+            page_size: explicit_heap_size(desc.page_size.max(EXPLICIT_HEAP_ALIGNMENT), false),
+            ..desc
+        };
         crate::device::blocks::check_priority(&desc.name, desc.priority)?;
         let allowed = match desc.usage {
             BufferPoolUsage::Known(usage) if usage.is_empty() => {
@@ -548,7 +564,17 @@ impl PoolShared {
             .max(init.alignment);
         let (allocation, page, arena) = self.allocate(init, init.size, alignment)?;
         let page_buffer = page.page_buffer.expect("known-flags pages have a page buffer");
-        Ok(self.pool_buffer(this, init, usage, page, arena, allocation, PoolBuffer::Range(page_buffer)))
+        let placed_with = PlacedWith::driver(init.size, alignment);
+        Ok(self.pool_buffer(
+            this,
+            init,
+            usage,
+            page,
+            arena,
+            allocation,
+            PoolBuffer::Range(page_buffer),
+            placed_with,
+        ))
     }
 
     fn init_placed(
@@ -565,8 +591,9 @@ impl PoolShared {
                 format!("usage {usage:?} cannot live in memory type {} of this pool", self.type_index),
             ));
         }
-        // The placement engine under the pool's policy: the driver's alignment, the policy's
-        // layout (64 KiB legacy), the usage's floors and the caller's floor on top.
+        // The placement engine under the buffer's own policy, else the pool's, else the device's:
+        // the driver's alignment, the policy's layout (64 KiB legacy), the usage's floors and the
+        // caller's floor on top.
         let request = crate::memory::placement::PlaceRequest {
             name: &init.name,
             requirements: req,
@@ -579,19 +606,24 @@ impl PoolShared {
             target: crate::memory::placement::DedicatedTarget::Buffer(raw),
             priority: None,
             image: None,
+            policy: init.policy,
         };
         let policy = self.desc.policy.unwrap_or_else(|| self.device.placement_policy());
-        let alignment = self
-            .device
-            .placed_alignment_with(&request, Some(usage), policy)?
-            .max(self.range_alignment(usage));
+        let mut placed_with = self.device.placed_with_rules(
+            &request,
+            Some(usage),
+            policy,
+            residency_core::placement::Placement::Placed,
+        )?;
+        placed_with.alignment = placed_with.alignment.max(self.range_alignment(usage));
+        let alignment = placed_with.alignment;
         let (allocation, page, arena) = self.allocate(init, req.size, alignment)?;
         let offset = allocation.allocation.offset();
         if let Err(e) = bind_buffer(&self.device, guard.disarm(), page.memory, offset) {
             self.free_range(arena, allocation);
             return Err(e);
         }
-        Ok(self.pool_buffer(this, init, usage, page, arena, allocation, PoolBuffer::Placed(raw)))
+        Ok(self.pool_buffer(this, init, usage, page, arena, allocation, PoolBuffer::Placed(raw), placed_with))
     }
 
     /// The `Buffer` of an allocation made in page `page` of arena `arena`: tracked by name, counted,
@@ -607,6 +639,7 @@ impl PoolShared {
         arena: u16,
         allocation: BlockAllocation,
         kind: PoolBuffer,
+        placed_with: PlacedWith,
     ) -> Buffer {
         let offset = allocation.allocation.offset();
         self.buffers.fetch_add(1, Ordering::Relaxed);
@@ -635,6 +668,7 @@ impl PoolShared {
             coherent: self.coherent(),
             pool: Some(self.pool_id),
             movable: true,
+            placed_with,
         })
     }
 
@@ -750,8 +784,8 @@ impl BufferPool {
     /// `alignment` (0: none) on top of the pool flags' offset floors (uniform, storage, texel, …,
     /// at least 16 B). Refused: an unknown-flags pool (its buffers are placed resources:
     /// [`BufferPool::init_buffer`]), a zero size or an alignment that is not a power of two
-    /// ([`MemoryError::InvalidRequest`]), a request larger than a page
-    /// ([`MemoryError::Unsatisfiable`]), and a new page over budget or out of memory.
+    /// ([`MemoryError::InvalidRequest`]), and a new page over budget or out of memory. A range
+    /// larger than a page gets a page of its own.
     pub fn allocate_range(&self, size: u64, alignment: u64) -> Result<PoolRange, MemoryError> {
         let s = &self.shared;
         let invalid = |source| MemoryError::InvalidRequest { name: s.desc.name.clone(), source };

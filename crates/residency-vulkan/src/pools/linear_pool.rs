@@ -21,12 +21,10 @@ use crate::resources::buffer::{BufferMemory, BufferObject, BufferParts};
 use crate::resources::Unused;
 use residency_core::allocator::{LinearAllocation, LinearAllocator, LinearDesc, LinearMode};
 use residency_core::memory::{fallback_chain, MemoryIntent};
+use residency_core::placement::heap::EXPLICIT_HEAP_ALIGNMENT;
 use residency_core::sync::LastUses;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-
-/// A linear pool's block is a multiple of this (64 KiB), and at least this.
-const LINEAR_POOL_GRANULE: u64 = 64 << 10;
 
 /// How to create a [`LinearPool`].
 #[derive(Clone, Debug)]
@@ -60,7 +58,7 @@ impl LinearPoolDesc {
             "size",
             self.size,
             0,
-            limits.max_memory_allocation_size.min(u64::MAX - (64 << 10)),
+            limits.max_memory_allocation_size.min(u64::MAX - EXPLICIT_HEAP_ALIGNMENT),
             "the block is one allocation: maxMemoryAllocationSize",
         )
     }
@@ -166,13 +164,14 @@ impl LinearPool {
     pub fn new(device: Arc<Device>, desc: LinearPoolDesc) -> Result<LinearPool, MemoryError> {
         desc.validate(&device.profile().limits)?;
         check_priority(&desc.name, desc.priority)?;
-        let Some(size) = desc.size.max(LINEAR_POOL_GRANULE).checked_next_multiple_of(LINEAR_POOL_GRANULE)
+        let Some(size) =
+            desc.size.max(EXPLICIT_HEAP_ALIGNMENT).checked_next_multiple_of(EXPLICIT_HEAP_ALIGNMENT)
         else {
             return Err(MemoryError::TooLarge {
                 name: desc.name,
                 requested: desc.size,
                 limit_name: "largest u64 multiple of 64 KiB",
-                limit: u64::MAX - u64::MAX % LINEAR_POOL_GRANULE,
+                limit: u64::MAX - u64::MAX % EXPLICIT_HEAP_ALIGNMENT,
             });
         };
         let desc = LinearPoolDesc { size, ..desc };
@@ -351,6 +350,7 @@ impl LinearShared {
             pool: Some(self.pool_id),
             // A linear pool's order is its allocation order: defragmentation leaves it alone.
             movable: false,
+            placed_with: crate::memory::placement::PlacedWith::driver(req.size, alignment),
         }))
     }
 

@@ -26,6 +26,7 @@ use crate::device::life::{Garbage, Parent, PendingUses};
 use crate::device::Device;
 use crate::error::VulkanError;
 use crate::format_map::aspect;
+use crate::memory::placement::PlacedWith;
 use crate::resources::buffer::{create_raw_buffer, Buffer, BufferMemory, BufferObject, BufferParts};
 use crate::resources::image::{Image, ImageDesc, ImageParts};
 use crate::sync::recording::{check_scope, Recording};
@@ -403,6 +404,7 @@ impl TransientPool {
                     coherent: false,
                     pool: None,
                     movable: true,
+                    placed_with: PlacedWith::driver(descs[i].size, descs[i].alignment),
                 });
                 // SAFETY: raw is unbound; the planner placed it at an offset aligned for it inside the heap.
                 if let Err(r) = unsafe { device.raw().bind_buffer_memory(raw, memory, offset) } {
@@ -432,6 +434,7 @@ impl TransientPool {
                     memory_offset: offset,
                     size,
                     committed: false,
+                    placed_with: PlacedWith::driver(descs[i].size, descs[i].alignment),
                 })));
                 out_buffers.push(None);
             }

@@ -12,7 +12,9 @@ use crate::error::VulkanError;
 use crate::error::{ErrorClass, ResidencyError};
 use crate::error::{ForeignReason, ForeignResource};
 use crate::format_map::vk_buffer_usage;
-use crate::memory::placement::{DedicatedTarget, PlaceRequest};
+use crate::memory::placement::{
+    DedicatedTarget, ExistingAllocationInfo, PlaceRequest, PlacedWith, PlacementPolicy,
+};
 use crate::resources::Unused;
 use ash::vk;
 use residency_core::allocator::ResourceKind;
@@ -63,6 +65,10 @@ pub struct BufferDesc {
     /// belongs to a whole `VkDeviceMemory`, so a resource that asks for one gets memory of its
     /// own; without the extension it is checked and otherwise ignored.
     pub priority: Option<f32>,
+    /// Its own alignment rules, over the device's ([`PlacementPolicy`]: D3D12's per-resource
+    /// `USE_TIGHT_ALIGNMENT`; `None`, the default: the device's). Its own `Tight` on a device
+    /// without tight support is [`MemoryError::Placement`].
+    pub policy: Option<PlacementPolicy>,
 }
 
 impl BufferDesc {
@@ -78,12 +84,19 @@ impl BufferDesc {
             allow_over_budget: false,
             fallback: true,
             priority: None,
+            policy: None,
         }
     }
 
     /// Forbids the fallback chain (see the `fallback` field).
     pub fn without_fallback(mut self) -> Self {
         self.fallback = false;
+        self
+    }
+
+    /// Sets its own alignment rules (see [`BufferDesc::policy`]).
+    pub fn with_policy(mut self, policy: PlacementPolicy) -> Self {
+        self.policy = Some(policy);
         self
     }
 
@@ -152,6 +165,8 @@ pub struct Buffer {
     /// Its residency priority in `[0, 1]`: under pressure the lowest, least recently used
     /// buffers are demoted first ([`Defragmenter::relieve`](crate::Defragmenter::relieve)).
     priority: f32,
+    /// The rules it was placed with (kept across defragmentation moves, which keep its alignment).
+    placed_with: PlacedWith,
 }
 
 /// The `VkBuffer` a [`Buffer`] is.
@@ -227,6 +242,8 @@ pub(crate) struct BufferParts {
     pub(crate) pool: Option<u64>,
     /// Whether defragmentation may move it.
     pub(crate) movable: bool,
+    /// The rules it was placed with.
+    pub(crate) placed_with: PlacedWith,
 }
 
 /// A defragmentation move of a [`Buffer`] ([`Buffer::rebind`]): its new place, in memory of the
@@ -291,8 +308,20 @@ impl Buffer {
     /// its life (which releases `parts.object`'s own `VkBuffer` and `parts.owner`, and keeps
     /// `parts.parent` alive) and a fresh state-tracking id.
     pub(crate) fn new(parts: BufferParts) -> Buffer {
-        let BufferParts { device, name, size, usage, object, owner, parent, memory, coherent, pool, movable } =
-            parts;
+        let BufferParts {
+            device,
+            name,
+            size,
+            usage,
+            object,
+            owner,
+            parent,
+            memory,
+            coherent,
+            pool,
+            movable,
+            placed_with,
+        } = parts;
         let id = device.ledger().track("buffer", Arc::clone(&name));
         let life = Life::new(device, Garbage::Buffer { raw: object.own(), memory: owner, id }, parent);
         Buffer {
@@ -309,6 +338,7 @@ impl Buffer {
             copy_pending: None,
             user_data: 0,
             priority: crate::device::blocks::DEFAULT_PRIORITY,
+            placed_with,
         }
     }
 
@@ -366,6 +396,14 @@ impl Buffer {
     /// How its memory was obtained.
     pub fn placement(&self) -> BufferPlacement {
         self.object.placement()
+    }
+
+    /// What it was placed with (the seed's `CheckExistingResourceAllocationInfo`): placed or
+    /// committed, tight or legacy, the rules' size and alignment, its memory and offset there.
+    /// A range of a known-flags pool's page reports the range (tight, at its usage's floors).
+    pub fn existing_allocation_info(&self) -> ExistingAllocationInfo {
+        let committed = matches!(self.object, BufferObject::Committed(_));
+        self.placed_with.existing(committed, self.memory.memory, self.memory.offset)
     }
 
     /// The device it lives on.
@@ -710,6 +748,7 @@ impl Device {
             priority: desc.priority,
             image: None,
             target: DedicatedTarget::Buffer(raw),
+            policy: desc.policy,
         };
         let placed = self.place_for_usage(&request, Some(desc.usage))?;
         if let Err(e) = bind_buffer(self, raw_guard.disarm(), placed.memory, placed.offset) {
@@ -733,6 +772,7 @@ impl Device {
             coherent: placed.coherent,
             pool: None,
             movable: true,
+            placed_with: placed.with,
         });
         buffer.priority = desc.priority.unwrap_or(crate::device::blocks::DEFAULT_PRIORITY);
         Ok(buffer)

@@ -10,7 +10,9 @@ use crate::device::Device;
 use crate::error::VulkanError;
 use crate::error::{ForeignReason, ForeignResource};
 use crate::format_map::{aspect, vk_format};
-use crate::memory::placement::{DedicatedTarget, PlaceRequest};
+use crate::memory::placement::{
+    DedicatedTarget, ExistingAllocationInfo, PlaceRequest, PlacedWith, PlacementPolicy,
+};
 use crate::poison::PoisonFree;
 use crate::resources::Unused;
 use ash::vk;
@@ -101,6 +103,10 @@ pub struct ImageDesc {
     /// belongs to a whole `VkDeviceMemory`, so a resource that asks for one gets memory of its
     /// own; without the extension it is checked and otherwise ignored.
     pub priority: Option<f32>,
+    /// Its own alignment rules, over the device's ([`PlacementPolicy`]: D3D12's per-resource
+    /// `USE_TIGHT_ALIGNMENT`; `None`, the default: the device's). Its own `Tight` on a device
+    /// without tight support is [`MemoryError::Placement`].
+    pub policy: Option<PlacementPolicy>,
 }
 
 impl ImageDesc {
@@ -131,6 +137,7 @@ impl ImageDesc {
             allow_over_budget: false,
             fallback: true,
             priority: None,
+            policy: None,
         }
     }
 
@@ -143,6 +150,12 @@ impl ImageDesc {
     /// Sets the memory priority (see the `priority` field).
     pub fn with_priority(mut self, priority: f32) -> Self {
         self.priority = Some(priority);
+        self
+    }
+
+    /// Sets its own alignment rules (see [`ImageDesc::policy`]).
+    pub fn with_policy(mut self, policy: PlacementPolicy) -> Self {
+        self.policy = Some(policy);
         self
     }
 
@@ -340,6 +353,10 @@ pub struct ImageViewDesc {
     pub view_type: Option<vk::ImageViewType>,
     /// Its format; `None`: the image's. Another format needs a `MUTABLE_FORMAT` image.
     pub format: Option<vk::Format>,
+    /// The aspects it shows; `None`: every aspect of the format. A shader reads one aspect of a
+    /// depth/stencil image: a view bound as a sampled or storage image shows `DEPTH` or `STENCIL`,
+    /// not both (`VUID-VkDescriptorImageInfo-imageView-01976`, checked at binding).
+    pub aspect: Option<vk::ImageAspectFlags>,
 }
 
 impl ImageViewDesc {
@@ -350,12 +367,19 @@ impl ImageViewDesc {
             layers: 0..image.desc.array_layers,
             view_type: None,
             format: None,
+            aspect: None,
         }
     }
 
     /// Sets the view type (`CUBE` for a cube map's six layers, …).
     pub fn with_type(mut self, view_type: vk::ImageViewType) -> Self {
         self.view_type = Some(view_type);
+        self
+    }
+
+    /// Sets the aspects it shows (one of a depth/stencil format's two, to sample it).
+    pub fn with_aspect(mut self, aspect: vk::ImageAspectFlags) -> Self {
+        self.aspect = Some(aspect);
         self
     }
 
@@ -382,6 +406,8 @@ pub struct Image {
     layouts: Arc<Layouts>,
     /// The application's own word (VMA's `pUserData`).
     user_data: u64,
+    /// The rules it was placed with (kept across defragmentation moves, which keep its alignment).
+    placed_with: PlacedWith,
 }
 
 /// What an [`Image`] is made of ([`Image::new`]); the rest (its tracking, its life, its layout
@@ -405,6 +431,8 @@ pub(crate) struct ImageParts {
     pub(crate) size: u64,
     /// Whether `memory` is its own.
     pub(crate) committed: bool,
+    /// The rules it was placed with.
+    pub(crate) placed_with: PlacedWith,
 }
 
 /// A defragmentation move of an [`Image`] ([`Image::rebind`]): its new `VkImage` and place.
@@ -430,7 +458,18 @@ impl Image {
     /// its life (which releases `parts.raw` and `parts.owner`, and keeps `parts.parent` alive), a
     /// layout record with every subresource `UNDEFINED`, and a fresh state-tracking id.
     pub(crate) fn new(parts: ImageParts) -> Image {
-        let ImageParts { device, raw, desc, owner, parent, memory, memory_offset, size, committed } = parts;
+        let ImageParts {
+            device,
+            raw,
+            desc,
+            owner,
+            parent,
+            memory,
+            memory_offset,
+            size,
+            committed,
+            placed_with,
+        } = parts;
         let id = device.ledger().track("image", desc.name.as_str());
         let layouts =
             Layouts::new(&desc.name, desc.mip_levels, desc.array_layers, vk::ImageLayout::UNDEFINED);
@@ -445,6 +484,7 @@ impl Image {
             committed,
             resource: crate::resources::buffer::next_resource_id(),
             user_data: 0,
+            placed_with,
         }
     }
 
@@ -552,6 +592,12 @@ impl Image {
     /// Whether it has memory of its own.
     pub fn is_committed(&self) -> bool {
         self.committed
+    }
+
+    /// What it was placed with (the seed's `CheckExistingResourceAllocationInfo`): placed or
+    /// committed, tight or legacy, the rules' size and alignment, its memory and offset there.
+    pub fn existing_allocation_info(&self) -> ExistingAllocationInfo {
+        self.placed_with.existing(self.committed, self.memory, self.memory_offset)
     }
 
     /// The device it lives on.
@@ -843,6 +889,7 @@ impl Device {
             priority: desc.priority,
             target: DedicatedTarget::Image(raw),
             image: Some(desc.placement_desc()),
+            policy: desc.policy,
         };
         let placed = self.place(&request)?;
         // SAFETY: raw is unbound; the offset satisfies its alignment inside `memory`.
@@ -860,6 +907,7 @@ impl Device {
             memory_offset: placed.offset,
             size: requirements.size,
             committed: placed.committed,
+            placed_with: placed.with,
         }))
     }
 
@@ -990,12 +1038,19 @@ impl Device {
                 }
             }
         }
+        let all_aspects = image.full_range().aspect_mask;
+        let aspect_mask = desc.aspect.unwrap_or(all_aspects);
+        if aspect_mask.is_empty() || !all_aspects.contains(aspect_mask) {
+            return Err(refuse(format!(
+                "aspects {aspect_mask:?} are not a part of its format's {all_aspects:?}"
+            )));
+        }
         let range = vk::ImageSubresourceRange {
+            aspect_mask,
             base_mip_level: mips.start,
             level_count: mips.end - mips.start,
             base_array_layer: layers.start,
             layer_count: layers.end - layers.start,
-            ..image.full_range()
         };
         let mut view_usage =
             vk::ImageViewUsageCreateInfo::default().usage(vk::ImageUsageFlags::from_raw(usage.bits()));
@@ -1008,7 +1063,7 @@ impl Device {
             info = info.push_next(&mut view_usage);
         }
         // SAFETY: the image is live (borrowed) on this device (checked above); the mip and layer
-        // ranges are non-empty and within it, the type fits its dimension, flags and layer count
+        // ranges are non-empty and within it, the aspects a non-empty part of its format's, the type fits its dimension, flags and layer count
         // and needs no feature residency did not enable (no CUBE_ARRAY), and another format than
         // the image's is one its MUTABLE_FORMAT flag, format list and compatibility class allow,
         // whose features serve every usage of the view (the image's, or the subset chained in
@@ -1029,6 +1084,7 @@ impl Device {
             mips,
             format: core_format(format).unwrap_or(Format::Unknown),
             vk_format: format,
+            aspect: aspect_mask,
             usage,
             samples: d.samples,
             linear: d.linear,
@@ -1051,6 +1107,7 @@ pub struct ImageView {
     extent: [u32; 3],
     format: Format,
     vk_format: vk::Format,
+    aspect: vk::ImageAspectFlags,
     usage: ImageUsage,
     samples: u32,
     linear: bool,
@@ -1098,6 +1155,11 @@ impl ImageView {
     /// Its `VkFormat`.
     pub fn vk_format(&self) -> vk::Format {
         self.vk_format
+    }
+
+    /// The aspects it shows ([`ImageViewDesc::aspect`]).
+    pub fn aspect(&self) -> vk::ImageAspectFlags {
+        self.aspect
     }
 
     /// Its image's usage.
@@ -1229,7 +1291,7 @@ impl Image {
         mips: std::ops::Range<u32>,
         layers: std::ops::Range<u32>,
     ) -> Result<ImageView, VulkanError> {
-        self.create_view_as(&ImageViewDesc { mips, layers, view_type: None, format: None })
+        self.create_view_as(&ImageViewDesc { mips, layers, view_type: None, format: None, aspect: None })
     }
 
     /// Creates a view of this image as `desc` says: as [`Image::create_view_range`], and a type of
