@@ -65,12 +65,7 @@ pub fn parse_options(args: &[String]) -> Result<DefragOptions, String> {
         DefragOptions { json: false, mib: 512, images: 8, tiles: 1024, seed: 18, max_passes: 64, dump: None };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
-        let mut number = |name: &str| -> Result<u64, String> {
-            it.next()
-                .and_then(|n| n.parse().ok())
-                .filter(|&n| n > 0)
-                .ok_or(format!("{name} needs a positive number"))
-        };
+        let mut number = |name: &str| crate::positive::<u64>(&mut it, name);
         match arg.as_str() {
             "--json" => o.json = true,
             "--mib" => o.mib = number("--mib")?,
@@ -535,7 +530,7 @@ fn tiles(device: &Arc<Device>, o: &DefragOptions) -> BenchResult<PartReport> {
 /// One device-local buffer copy of `bytes`, four times into the same destination: (wall GB/s,
 /// GPU GB/s) of the last three (median), and GPU GB/s of the first, into memory never written
 /// before (what a move's destination is, and on lavapipe host memory its first touch).
-fn plain_copy(device: &Arc<Device>, bytes: u64) -> BenchResult<(f64, Option<f64>, Option<f64>)> {
+pub(crate) fn plain_copy(device: &Arc<Device>, bytes: u64) -> BenchResult<(f64, Option<f64>, Option<f64>)> {
     let usage = BufferUsage::COPY_SRC | BufferUsage::COPY_DST;
     let src = device.create_buffer(&BufferDesc::new("defrag bench copy source", bytes, usage).committed())?;
     let dst = device.create_buffer(&BufferDesc::new("defrag bench copy target", bytes, usage).committed())?;

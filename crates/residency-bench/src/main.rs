@@ -19,6 +19,10 @@
 //!   and of a sparse tile pool, in passes, contents verified (see `defrag`).
 //! - `residency-bench sync [--buffers N] [--frames N] [--passes N] [--seed S] [--json]`: issue 7's
 //!   state-tracking and transient-aliasing benchmark, CPU only (see `sync`).
+//! - `residency-bench pressure [--frames N] [--budget-mib N] [--buffers-mib N] [--buffer-kib N]
+//!   [--touch-kib N] [--working-set PERCENT] [--per-frame-mib N] [--json]`: issue 34's workload at
+//!   twice its device-local budget, fallback, demotion and promotion, contents verified (see
+//!   `pressure`).
 //!
 //! With `RESIDENCY_VALIDATION=1` the Vulkan parts run under `VK_LAYER_KHRONOS_validation`; any
 //! validation problem is printed and makes the exit status 1.
@@ -27,6 +31,7 @@ mod contention;
 mod defrag;
 mod measure;
 mod placed_buffers;
+mod pressure;
 mod report;
 mod sparse;
 mod suballocators;
@@ -53,7 +58,8 @@ const USAGE: &str = "usage:
   residency-bench sync [--buffers N] [--frames N] [--passes N] [--seed S] [--json]
   residency-bench contention [--threads 1,2,4,8,16] [--ops N] [--only driver,vma,...] [--json]
   residency-bench upload [--mib N] [--ring-mib N] [--threads N] [--reps N] [--json]
-  residency-bench defrag [--mib N] [--images N] [--tiles N] [--seed S] [--max-passes N] [--dump PREFIX] [--json]";
+  residency-bench defrag [--mib N] [--images N] [--tiles N] [--seed S] [--max-passes N] [--dump PREFIX] [--json]
+  residency-bench pressure [--frames N] [--budget-mib N] [--buffers-mib N] [--buffer-kib N] [--touch-kib N] [--working-set PERCENT] [--per-frame-mib N] [--json]";
 
 /// The `alloc` command's options.
 #[derive(Clone, Debug, Default)]
@@ -98,6 +104,10 @@ fn main() -> ExitCode {
             Ok(options) => defrag::run(&options),
             Err(message) => usage_error(&message),
         },
+        Some("pressure") => match pressure::parse_options(&args[1..]) {
+            Ok(options) => pressure::run(&options),
+            Err(message) => usage_error(&message),
+        },
         Some("sync") => match sync::parse_options(&args[1..]) {
             Ok(options) => sync::run(&options),
             Err(message) => usage_error(&message),
@@ -108,6 +118,17 @@ fn main() -> ExitCode {
         }
         _ => usage_error("a command is needed"),
     }
+}
+
+/// The positive number that follows an option (`--name N`) in `it`.
+pub fn positive<T: std::str::FromStr + PartialOrd + Default>(
+    it: &mut std::slice::Iter<'_, String>,
+    name: &str,
+) -> Result<T, String> {
+    it.next()
+        .and_then(|n| n.parse().ok())
+        .filter(|n| *n > T::default())
+        .ok_or(format!("{name} needs a positive number"))
 }
 
 fn usage_error(message: &str) -> ExitCode {

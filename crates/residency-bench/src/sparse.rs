@@ -39,12 +39,7 @@ pub fn parse_options(args: &[String]) -> Result<SparseOptions, String> {
     let mut o = SparseOptions { json: false, full: false, side_tiles: 32, per_tile_max: 512, reps: 3 };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
-        let mut number = |name: &str| -> Result<u32, String> {
-            it.next()
-                .and_then(|n| n.parse().ok())
-                .filter(|&n| n > 0)
-                .ok_or(format!("{name} needs a positive number"))
-        };
+        let mut number = |name: &str| crate::positive::<u32>(&mut it, name);
         match arg.as_str() {
             "--json" => o.json = true,
             "--full" => o.full = true,

@@ -38,12 +38,7 @@ pub fn parse_options(args: &[String]) -> Result<UploadOptions, String> {
     let mut o = UploadOptions { json: false, mib: 256, ring_mib: 64, threads: None, reps: 5 };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
-        let mut number = |name: &str| -> Result<u64, String> {
-            it.next()
-                .and_then(|n| n.parse().ok())
-                .filter(|&n| n > 0)
-                .ok_or(format!("{name} needs a positive number"))
-        };
+        let mut number = |name: &str| crate::positive::<u64>(&mut it, name);
         match arg.as_str() {
             "--json" => o.json = true,
             "--mib" => o.mib = number("--mib")?,

@@ -94,6 +94,86 @@ pub fn memory_type_candidates(types: &[MemoryType], allowed_bits: u32, intent: M
     candidates.into_iter().map(|(_, i)| i).collect()
 }
 
+/// Where a placement lives, from best to worst for GPU-only data: the steps of a
+/// [`fallback_chain`]. A placement's tier is recorded on the resource; residency's device-local
+/// budget (the backend's `Device::set_device_local_limit`) counts the two device tiers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemoryTier {
+    /// Device-local memory the host cannot map.
+    #[default]
+    DeviceLocal,
+    /// Device-local memory the host can map (ReBAR; every type of a unified-memory device).
+    DeviceLocalHostVisible,
+    /// Host memory the device reads over the bus: where a demoted or fallen-back resource lives.
+    /// On a device whose every type is device-local (unified memory: integrated GPUs, lavapipe)
+    /// it is the same memory type, in heaps of its own counted outside the device-local budget.
+    Host,
+}
+
+impl MemoryTier {
+    /// Every tier, best first.
+    pub const ALL: [MemoryTier; 3] =
+        [MemoryTier::DeviceLocal, MemoryTier::DeviceLocalHostVisible, MemoryTier::Host];
+
+    /// The tier of a memory type by its flags.
+    pub const fn of(flags: MemoryTypeFlags) -> MemoryTier {
+        match (flags.device_local, flags.host_visible) {
+            (true, false) => MemoryTier::DeviceLocal,
+            (true, true) => MemoryTier::DeviceLocalHostVisible,
+            (false, _) => MemoryTier::Host,
+        }
+    }
+
+    /// Whether the device-local budget counts it.
+    pub const fn is_device(self) -> bool {
+        !matches!(self, MemoryTier::Host)
+    }
+
+    /// Its index in [`MemoryTier::ALL`].
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// One step of a [`fallback_chain`]: a memory type and the tier a placement there counts in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ChainStep {
+    /// The memory type.
+    pub type_index: u32,
+    /// The tier (the type's own, or [`MemoryTier::Host`] for the host step of a unified-memory
+    /// device).
+    pub tier: MemoryTier,
+}
+
+/// The memory-type fallback chain of `intent` among the types in `allowed_bits`: the
+/// [`memory_type_candidates`] in order, each with its tier (device-local → device-local
+/// host-visible → host). An allocation that does not fit a step within its budget goes to the
+/// next one. On a device with no host memory type among the candidates (unified memory): for the
+/// device intents (`DeviceLocal`, `DeviceLocalHostVisible`) the host-visible candidates are
+/// appended once more as [`MemoryTier::Host`] steps, so that a device-local budget below the
+/// device's memory still has somewhere to fall back to; the host intents (`Upload`, `Readback`:
+/// staging) are [`MemoryTier::Host`] throughout, so they never count against it.
+pub fn fallback_chain(types: &[MemoryType], allowed_bits: u32, intent: MemoryIntent) -> Vec<ChainStep> {
+    let candidates = memory_type_candidates(types, allowed_bits, intent);
+    let tier = |i: u32| MemoryTier::of(types[i as usize].flags);
+    let mut chain: Vec<ChainStep> =
+        candidates.iter().map(|&type_index| ChainStep { type_index, tier: tier(type_index) }).collect();
+    let device_intent = matches!(intent, MemoryIntent::DeviceLocal | MemoryIntent::DeviceLocalHostVisible);
+    let unified = chain.iter().all(|s| s.tier.is_device());
+    if unified && !device_intent {
+        chain.iter_mut().for_each(|s| s.tier = MemoryTier::Host);
+    }
+    if device_intent && unified {
+        let host = candidates
+            .iter()
+            .filter(|&&i| types[i as usize].flags.host_visible)
+            .map(|&type_index| ChainStep { type_index, tier: MemoryTier::Host });
+        chain.extend(host.collect::<Vec<_>>());
+    }
+    chain
+}
+
 /// How heaps of one memory type grow.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HeapGrowth {
@@ -216,6 +296,41 @@ mod tests {
         ] {
             assert_eq!(memory_type_candidates(&types, 1, intent), vec![0], "{intent:?}");
         }
+    }
+
+    #[test]
+    fn fallback_chain_goes_device_local_then_rebar_then_host() {
+        let chain = fallback_chain(&h200(), !0, MemoryIntent::DeviceLocal);
+        let steps: Vec<(u32, MemoryTier)> = chain.iter().map(|s| (s.type_index, s.tier)).collect();
+        assert_eq!(
+            steps,
+            vec![
+                (1, MemoryTier::DeviceLocal),
+                (4, MemoryTier::DeviceLocalHostVisible),
+                (0, MemoryTier::Host),
+                (2, MemoryTier::Host),
+                (3, MemoryTier::Host),
+            ]
+        );
+        // Upload memory is host memory already: no extra step.
+        let upload = fallback_chain(&h200(), !0, MemoryIntent::Upload);
+        assert_eq!(upload.len(), memory_type_candidates(&h200(), !0, MemoryIntent::Upload).len());
+    }
+
+    #[test]
+    fn unified_memory_falls_back_to_its_own_type_in_the_host_tier() {
+        let types = vec![t(0, "DVC$")];
+        let chain = fallback_chain(&types, 1, MemoryIntent::DeviceLocal);
+        assert_eq!(
+            chain,
+            vec![
+                ChainStep { type_index: 0, tier: MemoryTier::DeviceLocalHostVisible },
+                ChainStep { type_index: 0, tier: MemoryTier::Host },
+            ]
+        );
+        let staging = ChainStep { type_index: 0, tier: MemoryTier::Host };
+        assert_eq!(fallback_chain(&types, 1, MemoryIntent::Upload), vec![staging]);
+        assert_eq!(fallback_chain(&types, 1, MemoryIntent::Readback), vec![staging]);
     }
 
     #[test]

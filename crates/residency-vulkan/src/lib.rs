@@ -65,6 +65,7 @@ pub use ash;
 pub use device::blocks::{MemoryError, PLACEMENT_MESSAGES_KEPT};
 pub use device::ledger::{FaultSite, InjectedFault, Ledger, LiveObject};
 pub use device::life::{ForeignUse, GpuUse, Timeline, ADOPTED_TEARDOWN_WAIT_NS};
+pub use device::pressure::{PressureStats, DEFAULT_HEADROOM_PERCENT, REFRESH_EVERY};
 pub use device::set::{DeviceSet, DeviceSetDesc, LiveDevice, TeardownError, SETS_DROPPED_IN_USE};
 pub use device::{Device, EnabledFeatures, ExternalDevice, HeapStatus, Queue, QueueGuard, LEAKS_AT_TEARDOWN};
 pub use error::{
@@ -73,7 +74,9 @@ pub use error::{
 pub use instance::{version_string, InstanceDesc};
 pub use memory::placement::{Allocation, AllocationDesc, BoundTo, ExistingAllocationInfo, PlacementPolicy};
 pub use pools::buffer_pool::{BufferInit, BufferPool, BufferPoolDesc, PoolRange, PoolStats};
-pub use pools::defrag::{DefragDesc, DefragError, DefragStats, DefragTotals, Defragmenter, Unmovable};
+pub use pools::defrag::{
+    DefragDesc, DefragError, DefragStats, DefragTotals, Defragmenter, RelieveStats, Unmovable,
+};
 pub use pools::linear_pool::{LinearPool, LinearPoolDesc, LinearPoolStats};
 pub use pools::report::ReportSources;
 pub use resources::buffer::{AccessError, Buffer, BufferDesc, BufferPlacement};
@@ -92,7 +95,7 @@ pub use residency_core::allocator::{
 pub use residency_core::desc::DescError;
 pub use residency_core::device_mask::{DeviceIndex, DeviceMask};
 pub use residency_core::format::Format;
-pub use residency_core::memory::{HeapBudget, MemoryIntent};
+pub use residency_core::memory::{HeapBudget, MemoryIntent, MemoryTier};
 pub use residency_core::placement::{
     usage_alignment_floor, Message, Placement, PlacementError, ResourceDesc,
 };

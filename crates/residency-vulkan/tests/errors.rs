@@ -374,9 +374,10 @@ fn out_of_memory_is_out_of_memory_in_each_shape() {
         let injected =
             |site: FaultSite| device.ledger().inject_fault(site, 0, InjectedFault::OutOfDeviceMemory);
         injected(FaultSite::AllocateMemory);
+        // Without its fallback chain (which would take the next memory type or tier).
         shapes.insert(out_of_memory(
             "vkAllocateMemory",
-            device.create_buffer(&BufferDesc::new("injected", 4096, usage).committed()),
+            device.create_buffer(&BufferDesc::new("injected", 4096, usage).committed().without_fallback()),
             Exhausted::Device,
         ));
         injected(FaultSite::CreateResource);

@@ -12,7 +12,7 @@ use crate::error::{ErrorClass, Exhausted, ResidencyError};
 use crate::poison::PoisonFree;
 use ash::vk;
 use residency_core::allocator::{AllocError, Allocation, ResourceKind, TlsfAllocator, TlsfDesc};
-use residency_core::memory::{HeapGrowth, MemoryIntent};
+use residency_core::memory::{HeapGrowth, MemoryIntent, MemoryTier};
 use residency_core::placement::heap::{explicit_heap_size, EXPLICIT_HEAP_ALIGNMENT};
 use residency_core::placement::Message;
 use std::ptr::NonNull;
@@ -206,6 +206,9 @@ pub(crate) struct MemoryBlock {
     /// larger than a page: no new allocation goes here, and its list frees it when its last
     /// allocation retires, whatever its keep-one-empty policy says.
     pub(crate) draining: bool,
+    /// The tier it counts in (its type's, or the host tier of a unified-memory device's host
+    /// lists): `device/pressure.rs`.
+    pub(crate) tier: MemoryTier,
     id: ObjectId,
 }
 
@@ -264,25 +267,27 @@ impl MemoryBlock {
         desc: RawMemoryDesc<'_>,
         granularity: u64,
     ) -> Result<MemoryBlock, MemoryError> {
+        let tier = MemoryTier::of(device.memory_properties().types[desc.type_index as usize].flags);
+        MemoryBlock::new_in_tier(device, desc, granularity, tier)
+    }
+
+    /// [`MemoryBlock::new`] counted in `tier` (the heap budget and, for a device tier, the
+    /// device-local limit: `Device::admit_block`).
+    pub(crate) fn new_in_tier(
+        device: &Device,
+        desc: RawMemoryDesc<'_>,
+        granularity: u64,
+        tier: MemoryTier,
+    ) -> Result<MemoryBlock, MemoryError> {
         let profile_memory = device.memory_properties();
         let memory_type = &profile_memory.types[desc.type_index as usize];
         let heap_index = memory_type.heap_index;
         let heap = &profile_memory.heaps[heap_index as usize];
         let name = desc.name.to_owned();
         check_allocation_size(device, &name, desc.size, heap.size)?;
-        if !desc.allow_over_budget {
-            let budget = device.ledger().budget(&device.current_heap(heap_index, heap), heap_index);
-            if !budget.allows(desc.size) {
-                return Err(MemoryError::OutOfBudget {
-                    name,
-                    heap: heap_index,
-                    requested: desc.size,
-                    available: budget.available(),
-                    budget: budget.budget,
-                });
-            }
-        }
+        device.admit_block(&name, heap_index, tier, desc.size, desc.allow_over_budget)?;
         if !device.ledger().reserve_memory(heap_index, desc.size) {
+            device.pressure.release(tier, desc.size);
             return Err(MemoryError::TooManyAllocations {
                 name,
                 limit: device.ledger().max_memory_objects(),
@@ -290,6 +295,7 @@ impl MemoryBlock {
         }
         let release = |e: MemoryError| {
             device.ledger().release_memory(heap_index, desc.size);
+            device.pressure.release(tier, desc.size);
             e
         };
         let mut flags_info =
@@ -354,6 +360,7 @@ impl MemoryBlock {
             allocator,
             name,
             draining: false,
+            tier,
             id,
         })
     }
@@ -375,6 +382,7 @@ impl MemoryBlock {
             device.raw().free_memory(self.memory, None);
         }
         device.ledger().release_memory(self.heap_index, self.size);
+        device.pressure.release(self.tier, self.size);
         device.ledger().untrack(self.id);
     }
 }
@@ -401,6 +409,9 @@ pub(crate) struct BlockList {
     pub(crate) atom: u64,
     /// The memory priority of its blocks ([`DEFAULT_PRIORITY`] unless a pool asked for another).
     pub(crate) priority: f32,
+    /// The tier its blocks count in (its type's unless set: the host lists of a unified-memory
+    /// device).
+    pub(crate) tier: Option<MemoryTier>,
     created: u64,
 }
 
@@ -444,6 +455,7 @@ impl BlockList {
             fixed_size: false,
             atom: 1,
             priority: DEFAULT_PRIORITY,
+            tier: None,
             created: 0,
         }
     }
@@ -559,7 +571,10 @@ impl BlockList {
             dedicated: None,
             priority: self.priority,
         };
-        let mut block = MemoryBlock::new(device, desc, self.granularity)?;
+        let mut block = match self.tier {
+            Some(tier) => MemoryBlock::new_in_tier(device, desc, self.granularity, tier)?,
+            None => MemoryBlock::new(device, desc, self.granularity)?,
+        };
         if let Some(factory) = &self.page_buffer {
             match factory(device, &block) {
                 Ok(buffer) => block.page_buffer = Some(buffer),
@@ -659,8 +674,9 @@ impl BlockList {
 /// Where a resource's memory came from, so that freeing returns it there.
 #[derive(Debug)]
 pub(crate) enum ResourceMemory {
-    /// The device's general allocator, memory type `type_index`.
-    General { type_index: u32, allocation: BlockAllocation },
+    /// The device's general allocator, list `list` (memory type `list`, or for the host lists
+    /// of a unified-memory device, type `list − type count`: `Device::list_type`).
+    General { list: u32, allocation: BlockAllocation },
     /// Memory of its own.
     Dedicated(Box<MemoryBlock>),
     /// A range of a sub-allocator above this layer (a buffer pool's page, a linear pool's
@@ -697,8 +713,8 @@ impl Device {
     /// Returns a resource's memory to where it came from.
     pub(crate) fn release(&self, owner: ResourceMemory) {
         match owner {
-            ResourceMemory::General { type_index, allocation } => {
-                let mut list = self.general[type_index as usize].locked();
+            ResourceMemory::General { list, allocation } => {
+                let mut list = self.general[list as usize].locked();
                 list.free(self, allocation);
             }
             ResourceMemory::Dedicated(block) => block.destroy(self),

@@ -265,6 +265,9 @@ pub(crate) struct Life {
     holder: Holder,
     garbage: Option<Garbage>,
     uses: Mutex<LastUses>,
+    /// The frame count when a use was last declared (or it was made): how cold it is under
+    /// memory pressure.
+    last_used_frame: AtomicU64,
 }
 
 impl std::fmt::Debug for Life {
@@ -280,7 +283,33 @@ impl Life {
 
     /// The life of a resource whose device (and parent) `holder` keeps alive.
     pub(crate) fn held(holder: Holder, garbage: Garbage) -> Arc<Life> {
-        Arc::new(Life { holder, garbage: Some(garbage), uses: Mutex::new(LastUses::none()) })
+        let frame = AtomicU64::new(holder.device().retirement().frame.load(Ordering::Acquire));
+        Arc::new(Life {
+            holder,
+            garbage: Some(garbage),
+            uses: Mutex::new(LastUses::none()),
+            last_used_frame: frame,
+        })
+    }
+
+    /// The frame count when a use was last declared on it, or when it was made.
+    pub(crate) fn last_used_frame(&self) -> u64 {
+        self.last_used_frame.load(Ordering::Relaxed)
+    }
+
+    /// Carries the last-used frame of the life it replaces (a move is no use).
+    pub(crate) fn set_last_used_frame(&self, frame: u64) {
+        self.last_used_frame.store(frame, Ordering::Relaxed);
+    }
+
+    /// Notes a use in the frame being recorded (the device's frame count now).
+    pub(crate) fn note_used_now(&self) {
+        self.note_used_in_frame(self.device().retirement().frame.load(Ordering::Acquire));
+    }
+
+    /// Notes a use in frame `frame` (a later one than noted so far wins).
+    pub(crate) fn note_used_in_frame(&self, frame: u64) {
+        self.last_used_frame.fetch_max(frame, Ordering::Relaxed);
     }
 
     pub(crate) fn device(&self) -> &Arc<Device> {
@@ -316,6 +345,7 @@ impl Life {
             return Err(ForeignUse);
         }
         self.uses.locked().note(until.point);
+        self.note_used_now();
         Ok(())
     }
 }

@@ -4,6 +4,7 @@ pub(crate) mod blocks;
 pub(crate) mod ledger;
 pub(crate) mod life;
 pub(crate) mod lock;
+pub(crate) mod pressure;
 pub mod profile_capture;
 pub mod requirements;
 pub(crate) mod set;
@@ -19,7 +20,7 @@ use ash::vk;
 use lock::{Lock, LockGuard, Reentrant};
 use residency_core::device_mask::DeviceIndex;
 use residency_core::memory::HeapGrowth;
-use residency_core::profile::{DeviceProfile, MemoryHeap, MemoryProperties};
+use residency_core::profile::{DeviceProfile, MemoryProperties};
 use residency_core::usage::BufferUsage;
 use std::ffi::{CStr, CString};
 use std::sync::atomic::AtomicU64;
@@ -155,8 +156,12 @@ pub struct Device {
     memory: MemoryProperties,
     limits: vk::PhysicalDeviceLimits,
     ledger: Ledger,
-    /// The general allocator: heaps per memory type, for resources created outside pools.
+    /// The general allocator: heaps per memory type, for resources created outside pools; then
+    /// the host-tier lists of the same types (used on unified-memory devices only, where the
+    /// fallback chain's host steps reuse device-local types: `device/pressure.rs`).
     pub(crate) general: Vec<Mutex<BlockList>>,
+    /// Budget cache, tier accounting and pressure counters.
+    pub(crate) pressure: pressure::Pressure,
     debug_utils: Option<ash::ext::debug_utils::Device>,
     raw: ash::Device,
     physical: vk::PhysicalDevice,
@@ -451,23 +456,28 @@ impl Device {
                 limits.non_coherent_atom_size.max(non_coherent_atom).next_power_of_two();
         }
         let ledger = Ledger::new(memory.heaps.len(), props.limits.max_memory_allocation_count);
-        let general = memory
-            .types
-            .iter()
-            .enumerate()
-            .map(|(i, t)| {
+        let type_count = memory.types.len();
+        let general = (0..2 * type_count)
+            .map(|l| {
+                let i = l % type_count;
+                let t = &memory.types[i];
                 let heap_size = memory.heaps[t.heap_index as usize].size;
                 let growth = HeapGrowth::new(HeapGrowth::default_page_size(heap_size));
-                let list = BlockList::new(
-                    format!("device {} type {i}", index.get()),
-                    i as u32,
-                    growth,
-                    props.limits.buffer_image_granularity,
-                )
-                .with_atom(t, limits.non_coherent_atom_size);
+                let host = l >= type_count;
+                let name = if host {
+                    format!("device {} type {i} host tier", index.get())
+                } else {
+                    format!("device {} type {i}", index.get())
+                };
+                let mut list = BlockList::new(name, i as u32, growth, props.limits.buffer_image_granularity)
+                    .with_atom(t, limits.non_coherent_atom_size);
+                if host {
+                    list.tier = Some(residency_core::memory::MemoryTier::Host);
+                }
                 Mutex::new(list)
             })
             .collect();
+        let pressure = pressure::Pressure::new(memory.heaps.clone());
         let scratch_alignment = if features.acceleration_structure {
             let mut as_props = vk::PhysicalDeviceAccelerationStructurePropertiesKHR::default();
             let mut props2 = vk::PhysicalDeviceProperties2::default().push_next(&mut as_props);
@@ -491,6 +501,7 @@ impl Device {
             limits,
             ledger,
             general,
+            pressure,
             debug_utils,
             raw,
             physical,
@@ -615,15 +626,6 @@ impl Device {
         &self.ledger
     }
 
-    /// Heap `index` with its budget and usage as the driver reports them now.
-    pub fn current_heap(&self, index: u32, heap: &MemoryHeap) -> MemoryHeap {
-        if !self.features.memory_budget {
-            return heap.clone();
-        }
-        let now = profile_capture::memory_properties(&self.shared.instance, self.physical, true);
-        now.heaps.get(index as usize).cloned().unwrap_or_else(|| heap.clone())
-    }
-
     /// `minAccelerationStructureScratchOffsetAlignment` (0 without VK_KHR_acceleration_structure):
     /// a build's scratch address must be a multiple of it.
     pub fn scratch_alignment(&self) -> u64 {
@@ -674,25 +676,25 @@ impl Device {
     /// Every memory heap's budget and usage now, in one query of the driver (VK_EXT_memory_budget
     /// when the device has it, else the estimate residency's allocations use: 80 % of the heap):
     /// what the driver reports for the whole process, what residency itself holds, the
-    /// application's cap ([`Ledger::set_heap_limit`]) and the budget residency allocates against.
+    /// application's cap ([`Ledger::set_heap_limit`]) and the budget residency allocates against
+    /// (the driver's less the headroom, [`Device::set_budget_headroom_percent`]). Refreshes the
+    /// cached budgets ([`Device::refresh_budgets`]).
     pub fn heap_budgets(&self) -> Vec<HeapStatus> {
-        let now = if self.features.memory_budget {
-            profile_capture::memory_properties(&self.shared.instance, self.physical, true)
-        } else {
-            self.memory.clone()
-        };
-        now.heaps
+        self.refresh_budgets();
+        self.memory
+            .heaps
             .iter()
             .enumerate()
             .map(|(i, heap)| {
                 let index = i as u32;
-                let effective = self.ledger.budget(heap, index);
+                let driver = self.driver_heap(index).unwrap_or_else(|| heap.clone());
+                let effective = self.ledger.budget(&self.current_heap(index, heap), index);
                 HeapStatus {
                     index,
                     size: heap.size,
                     device_local: heap.device_local,
-                    driver_budget: heap.budget,
-                    driver_usage: heap.usage,
+                    driver_budget: driver.budget,
+                    driver_usage: driver.usage,
                     residency_bytes: self.ledger.heap_bytes(index),
                     limit: self.ledger.heap_limit(index),
                     budget: effective.budget,

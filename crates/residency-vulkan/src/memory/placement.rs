@@ -14,7 +14,7 @@ use ash::vk;
 use residency_core::allocator::{AllocError, ResourceKind};
 use residency_core::device_mask::DeviceIndex;
 use residency_core::format::Format;
-use residency_core::memory::{memory_type_candidates, MemoryIntent};
+use residency_core::memory::{fallback_chain, MemoryIntent, MemoryTier};
 use residency_core::placement::heap::committed_heap_size;
 use residency_core::placement::{
     DiscardMessages, Message, MessageSink, ObjectRequirements, Placement, PlacementEngine, ResourceDesc,
@@ -44,6 +44,9 @@ pub(crate) struct PlaceRequest<'a> {
     pub(crate) intent: MemoryIntent,
     pub(crate) committed: bool,
     pub(crate) allow_over_budget: bool,
+    /// Whether a placement that does not fit its preferred tier may go down the fallback chain
+    /// (else it is refused there).
+    pub(crate) fallback: bool,
     pub(crate) target: DedicatedTarget,
     /// A memory priority asked for (checked): the resource gets memory of its own with it, since
     /// a priority belongs to a whole `VkDeviceMemory`.
@@ -68,6 +71,8 @@ pub(crate) struct Placed {
     pub(crate) mapped: Option<MappedPtr>,
     pub(crate) coherent: bool,
     pub(crate) committed: bool,
+    /// The tier it went to (a later one than the chain's first: it fell back).
+    pub(crate) tier: MemoryTier,
     /// The rules it was placed with (for [`ExistingAllocationInfo`]).
     pub(crate) with: PlacedWith,
 }
@@ -137,8 +142,11 @@ pub struct ExistingAllocationInfo {
 }
 
 impl Device {
-    /// Finds memory for a resource: each candidate memory type in preference order, placed in a
-    /// shared heap or dedicated, falling back to the next type only when one runs out.
+    /// Finds memory for a resource: each step of the intent's fallback chain in order
+    /// ([`fallback_chain`]: device-local → device-local host-visible → host), placed in a shared
+    /// heap or dedicated, going to the next step only when one runs out of memory or budget (the
+    /// device-local limit included); a step of a worse tier than the first is taken only when the
+    /// request allows fallback, and is counted in the device's pressure statistics.
     pub(crate) fn place(&self, req: &PlaceRequest<'_>) -> Result<Placed, MemoryError> {
         self.place_for_usage(req, None)
     }
@@ -152,9 +160,8 @@ impl Device {
     ) -> Result<Placed, MemoryError> {
         crate::device::blocks::check_priority(req.name, req.priority)?;
         let r = req.requirements;
-        let candidates =
-            memory_type_candidates(&self.memory_properties().types, r.memory_type_bits, req.intent);
-        if candidates.is_empty() {
+        let chain = fallback_chain(&self.memory_properties().types, r.memory_type_bits, req.intent);
+        if chain.is_empty() {
             return Err(MemoryError::NoSuitableMemoryType {
                 name: req.name.to_owned(),
                 allowed_bits: r.memory_type_bits,
@@ -164,9 +171,16 @@ impl Device {
         let placed_with = self.placed_alignment(req, usage)?;
         let alignment = placed_with.alignment;
         let mut last_error = None;
-        for &type_index in &candidates {
+        let preferred = chain[0].tier;
+        for &step in &chain {
+            if step.tier != preferred && !req.fallback {
+                self.pressure.count(crate::device::pressure::Counter::FallbackRefused, r.size);
+                break;
+            }
+            let type_index = step.type_index;
+            let list_index = self.list_of(step);
             let coherent = self.memory_properties().types[type_index as usize].flags.host_coherent;
-            let mut list = self.general[type_index as usize].locked();
+            let mut list = self.general[list_index as usize].locked();
             let dedicated = req.committed
                 || req.priority.is_some()
                 || list.growth.wants_dedicated(r.size, r.prefers_dedicated);
@@ -192,13 +206,14 @@ impl Device {
                     dedicated: info,
                     priority: req.priority.unwrap_or(crate::device::blocks::DEFAULT_PRIORITY),
                 };
-                MemoryBlock::new(self, desc, 1).map(|block| Placed {
+                MemoryBlock::new_in_tier(self, desc, 1, step.tier).map(|block| Placed {
                     memory: block.memory,
                     offset: 0,
                     memory_size: block.size,
                     mapped: block.mapped,
                     coherent,
                     committed: true,
+                    tier: step.tier,
                     with: placed_with,
                     owner: ResourceMemory::Dedicated(Box::new(block)),
                 })
@@ -219,31 +234,38 @@ impl Device {
                         mapped: block.mapped,
                         coherent,
                         committed: false,
+                        tier: step.tier,
                         with: placed_with,
-                        owner: ResourceMemory::General { type_index, allocation },
+                        owner: ResourceMemory::General { list: list_index, allocation },
                     }
                 })
             };
             match result {
-                // Memory of its own it was not asked for (large, or the driver prefers it): the
-                // committed table's answer, as the record of what it was placed with.
-                Ok(mut placed) if placed.committed && !req.committed => {
-                    // The committed table never refuses what the placed one accepted (its
-                    // maxima are at least the placed ones); on a source error the placed answer stays.
-                    let policy = self.placement_policy();
-                    if let Ok(with) = self.placed_with_rules(req, usage, policy, Placement::Committed) {
-                        placed.with = with;
+                Ok(mut placed) => {
+                    if placed.tier != preferred {
+                        self.pressure.count(crate::device::pressure::Counter::Fallback, r.size);
+                        tracing::debug!(name = req.name, tier = ?placed.tier, "placed down its fallback chain");
+                    }
+                    // Memory of its own it was not asked for (large, or the driver prefers it):
+                    // the committed table's answer, as the record of what it was placed with.
+                    if placed.committed && !req.committed {
+                        // The committed table never refuses what the placed one accepted (its
+                        // maxima are at least the placed ones); on a source error the placed
+                        // answer stays.
+                        let policy = self.placement_policy();
+                        if let Ok(with) = self.placed_with_rules(req, usage, policy, Placement::Committed) {
+                            placed.with = with;
+                        }
                     }
                     return Ok(placed);
                 }
-                Ok(placed) => return Ok(placed),
                 Err(e @ (MemoryError::OutOfDeviceMemory { .. } | MemoryError::OutOfBudget { .. })) => {
                     last_error = Some(e);
                 }
                 Err(e) => return Err(e),
             }
         }
-        Err(last_error.expect("at least one candidate was tried"))
+        Err(last_error.expect("the chain's first step was tried"))
     }
 }
 
@@ -270,6 +292,10 @@ pub struct AllocationDesc {
     pub dedicated: bool,
     /// Allocate even when over the heap budget.
     pub allow_over_budget: bool,
+    /// Whether it may go down its memory-type fallback chain when its preferred tier is out of
+    /// memory or budget (default true); false refuses it there instead (see
+    /// [`BufferDesc::fallback`](crate::BufferDesc::fallback)).
+    pub fallback: bool,
     /// VK_EXT_memory_priority's priority in `[0, 1]` (`None`: the default, 0.5). A priority
     /// belongs to a whole `VkDeviceMemory`, so an allocation that asks for one gets memory of its
     /// own; without the extension it is checked and otherwise ignored.
@@ -290,9 +316,16 @@ impl AllocationDesc {
             buffer_usage: None,
             dedicated: false,
             allow_over_budget: false,
+            fallback: true,
             priority: None,
             policy: None,
         }
+    }
+
+    /// Forbids the fallback chain (see the `fallback` field).
+    pub fn without_fallback(mut self) -> Self {
+        self.fallback = false;
+        self
     }
 
     /// Sets the memory priority (see the `priority` field).
@@ -363,6 +396,7 @@ pub struct Allocation {
     offset: u64,
     size: u64,
     memory_type: u32,
+    tier: MemoryTier,
     dedicated: bool,
     coherent: bool,
     mapped: Option<MappedPtr>,
@@ -402,6 +436,12 @@ impl Allocation {
     /// The memory type it was allocated from.
     pub fn memory_type(&self) -> u32 {
         self.memory_type
+    }
+
+    /// The tier it was placed in: a later one than its intent's first means it fell back
+    /// ([`Device::pressure_stats`] counts it).
+    pub fn memory_tier(&self) -> MemoryTier {
+        self.tier
     }
 
     /// Whether it is memory of its own (a dedicated allocation), not a range of a shared heap.
@@ -579,6 +619,7 @@ impl Device {
             intent: desc.intent,
             committed: desc.dedicated,
             allow_over_budget: desc.allow_over_budget,
+            fallback: desc.fallback,
             target,
             priority: desc.priority,
             image: None,
@@ -587,7 +628,7 @@ impl Device {
         let usage = if matches!(target, DedicatedTarget::Buffer(_)) { desc.buffer_usage } else { None };
         let placed = self.place_for_usage(&request, usage)?;
         let memory_type = match &placed.owner {
-            ResourceMemory::General { type_index, .. } => *type_index,
+            ResourceMemory::General { list, .. } => self.list_type(*list),
             ResourceMemory::Dedicated(block) => block.type_index,
             ResourceMemory::Sub { .. } | ResourceMemory::Transient => {
                 unreachable!("Device::place returns general or dedicated memory")
@@ -604,6 +645,7 @@ impl Device {
             offset: placed.offset,
             size: requirements.size,
             memory_type,
+            tier: placed.tier,
             dedicated: placed.committed,
             coherent: placed.coherent,
             mapped: placed.mapped,

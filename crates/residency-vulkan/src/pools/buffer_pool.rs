@@ -632,6 +632,7 @@ impl PoolShared {
             intent: self.desc.memory,
             committed: false,
             allow_over_budget: self.desc.allow_over_budget,
+            fallback: false,
             target: crate::memory::placement::DedicatedTarget::Buffer(raw),
             priority: None,
             image: None,

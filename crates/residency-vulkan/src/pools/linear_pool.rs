@@ -20,7 +20,7 @@ use crate::resources::buffer::{bind_buffer, create_raw_buffer, Buffer};
 use crate::resources::buffer::{BufferMemory, BufferObject, BufferParts};
 use crate::resources::Unused;
 use residency_core::allocator::{LinearAllocation, LinearAllocator, LinearDesc, LinearMode};
-use residency_core::memory::{memory_type_candidates, MemoryIntent};
+use residency_core::memory::{fallback_chain, MemoryIntent};
 use residency_core::placement::heap::EXPLICIT_HEAP_ALIGNMENT;
 use residency_core::sync::LastUses;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -176,8 +176,9 @@ impl LinearPool {
         };
         let desc = LinearPoolDesc { size, ..desc };
         let allowed = crate::pools::buffer_pool::unknown_flags_type_bits(&device);
-        let Some(&type_index) =
-            memory_type_candidates(&device.memory_properties().types, allowed, desc.memory).first()
+        // The chain's first step: its type, and the tier it counts in (staging on a unified-memory
+        // device counts in the host tier, outside the device-local limit).
+        let Some(&step) = fallback_chain(&device.memory_properties().types, allowed, desc.memory).first()
         else {
             return Err(MemoryError::NoSuitableMemoryType {
                 name: desc.name,
@@ -189,12 +190,12 @@ impl LinearPool {
         let raw = RawMemoryDesc {
             name: &name,
             size: desc.size,
-            type_index,
+            type_index: step.type_index,
             allow_over_budget: desc.allow_over_budget,
             dedicated: None,
             priority: desc.priority.unwrap_or(DEFAULT_PRIORITY),
         };
-        let block = MemoryBlock::new(&device, raw, 1)?;
+        let block = MemoryBlock::new_in_tier(&device, raw, 1, step.tier)?;
         let allocator = LinearAllocator::new(LinearDesc::new(desc.size).with_mode(desc.mode))
             .expect("the capacity is at least 64 KiB");
         let id = device.ledger().track("linear pool", desc.name.as_str());

@@ -264,12 +264,22 @@ impl Device {
             .enumerate()
             .map(|(i, (t, list))| {
                 let list = list.locked();
+                let mut blocks = list_blocks(&list, 0, &labels);
+                // The type's host-tier heaps (a unified-memory device's fallback and demotion
+                // destination), named so, after its own.
+                if let Some(host) = self.general.get(i + props.types.len()) {
+                    let first = blocks.iter().map(|b| b.id + 1).max().unwrap_or(0);
+                    blocks.extend(list_blocks(&host.locked(), 0, &labels).into_iter().map(|mut b| {
+                        b.id += first;
+                        b
+                    }));
+                }
                 MemoryTypeReport {
                     index: i as u32,
                     heap_index: t.heap_index,
                     flags: t.flags,
                     preferred_block_size: list.growth.page_size,
-                    blocks: list_blocks(&list, 0, &labels),
+                    blocks,
                 }
             })
             .collect();

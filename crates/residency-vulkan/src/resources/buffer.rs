@@ -54,6 +54,13 @@ pub struct BufferDesc {
     pub committed: bool,
     /// Allocate even when over the heap budget.
     pub allow_over_budget: bool,
+    /// Whether it may go down its memory-type fallback chain (device-local → device-local
+    /// host-visible → host, `residency_core::memory::fallback_chain`) when its preferred tier is
+    /// out of memory or budget, the device-local limit included (default true, as VMA falls back
+    /// to another type). False refuses it there with the preferred tier's error (`OutOfBudget`,
+    /// `OutOfDeviceMemory`). With `allow_over_budget` false (the default) an allocation never
+    /// takes a heap over its budget: VMA's `WITHIN_BUDGET`.
+    pub fallback: bool,
     /// VK_EXT_memory_priority's priority in `[0, 1]` (`None`: the default, 0.5). A priority
     /// belongs to a whole `VkDeviceMemory`, so a resource that asks for one gets memory of its
     /// own; without the extension it is checked and otherwise ignored.
@@ -75,9 +82,16 @@ impl BufferDesc {
             alignment: 0,
             committed: false,
             allow_over_budget: false,
+            fallback: true,
             priority: None,
             policy: None,
         }
+    }
+
+    /// Forbids the fallback chain (see the `fallback` field).
+    pub fn without_fallback(mut self) -> Self {
+        self.fallback = false;
+        self
     }
 
     /// Sets its own alignment rules (see [`BufferDesc::policy`]).
@@ -148,6 +162,9 @@ pub struct Buffer {
     copy_pending: Option<GpuUse>,
     /// The application's own word (VMA's `pUserData`), kept across defragmentation moves.
     user_data: u64,
+    /// Its residency priority in `[0, 1]`: under pressure the lowest, least recently used
+    /// buffers are demoted first ([`Defragmenter::relieve`](crate::Defragmenter::relieve)).
+    priority: f32,
     /// The rules it was placed with (kept across defragmentation moves, which keep its alignment).
     placed_with: PlacedWith,
 }
@@ -338,6 +355,7 @@ impl Buffer {
             movable,
             copy_pending: None,
             user_data: 0,
+            priority: crate::device::blocks::DEFAULT_PRIORITY,
             placed_with,
         }
     }
@@ -353,6 +371,7 @@ impl Buffer {
         debug_assert!(holder.device().is(self.device()), "a move stays on its device");
         let id = holder.device().ledger().track("buffer", Arc::clone(&self.name));
         let life = Life::held(holder, Garbage::Buffer { raw: object.own(), memory: owner, id });
+        life.set_last_used_frame(self.life.last_used_frame());
         let old = std::mem::replace(&mut self.life, life);
         self.object = object;
         self.memory = memory;
@@ -415,6 +434,15 @@ impl Buffer {
         self.life.device()
     }
 
+    /// The memory tier it lives in (a later one than its intent's first: it fell back or was
+    /// demoted); `None` for a pool's or transient buffer.
+    pub fn memory_tier(&self) -> Option<residency_core::memory::MemoryTier> {
+        match self.life.garbage() {
+            Some(crate::device::life::Garbage::Buffer { memory, .. }) => self.life.device().tier_of(memory),
+            _ => None,
+        }
+    }
+
     /// The memory it is bound to and the offset there.
     pub fn memory(&self) -> (vk::DeviceMemory, u64) {
         (self.memory.memory, self.memory.offset)
@@ -447,6 +475,29 @@ impl Buffer {
     /// Sets [`Buffer::user_data`].
     pub fn set_user_data(&mut self, user_data: u64) {
         self.user_data = user_data;
+    }
+
+    /// Its residency priority in `[0, 1]`: the `priority` of its description (its
+    /// VK_EXT_memory_priority value where the device has the extension), else 0.5. Under
+    /// pressure, buffers of lower priority, then those used longest ago
+    /// ([`Buffer::last_used_frame`]), are demoted first and promoted last.
+    pub fn priority(&self) -> f32 {
+        self.priority
+    }
+
+    /// Sets [`Buffer::priority`] (residency's ordering only: the `VkDeviceMemory`'s own
+    /// VK_EXT_memory_priority value is fixed at allocation). Outside `[0, 1]` or not a number:
+    /// [`MemoryError::InvalidPriority`], nothing changed.
+    pub fn set_priority(&mut self, priority: f32) -> Result<(), MemoryError> {
+        crate::device::blocks::check_priority(&self.name, Some(priority))?;
+        self.priority = priority;
+        Ok(())
+    }
+
+    /// The frame count ([`Device::advance_frame`]) when a GPU use of it was last declared
+    /// ([`Buffer::used_until`], a recording's uses at submission), or when it was made.
+    pub fn last_used_frame(&self) -> u64 {
+        self.life.last_used_frame()
     }
 
     /// Whether a [`Defragmenter`](crate::Defragmenter) pass may move it (default: true). A pass
@@ -711,6 +762,7 @@ impl Device {
             intent: desc.intent,
             committed: desc.committed,
             allow_over_budget: desc.allow_over_budget,
+            fallback: desc.fallback,
             priority: desc.priority,
             image: None,
             target: DedicatedTarget::Buffer(raw),
@@ -721,7 +773,7 @@ impl Device {
             self.release(placed.owner);
             return Err(e);
         }
-        Ok(Buffer::new(BufferParts {
+        let mut buffer = Buffer::new(BufferParts {
             holder: Holder::Device(self.arc(), None),
             name: Arc::clone(&desc.name),
             size: desc.size,
@@ -738,7 +790,9 @@ impl Device {
             pool: None,
             movable: true,
             placed_with: placed.with,
-        }))
+        });
+        buffer.priority = desc.priority.unwrap_or(crate::device::blocks::DEFAULT_PRIORITY);
+        Ok(buffer)
     }
 
     /// Releases a buffer made by [`Device::create_buffer`] on this device (as dropping it does:

@@ -96,6 +96,9 @@ pub struct ImageDesc {
     pub committed: bool,
     /// Allocate even when over budget.
     pub allow_over_budget: bool,
+    /// Whether it may go down its memory-type fallback chain when its preferred tier is out of
+    /// memory or budget (default true; see [`BufferDesc::fallback`](crate::BufferDesc::fallback)).
+    pub fallback: bool,
     /// VK_EXT_memory_priority's priority in `[0, 1]` (`None`: the default, 0.5). A priority
     /// belongs to a whole `VkDeviceMemory`, so a resource that asks for one gets memory of its
     /// own; without the extension it is checked and otherwise ignored.
@@ -132,9 +135,16 @@ impl ImageDesc {
             intent: MemoryIntent::DeviceLocal,
             committed: false,
             allow_over_budget: false,
+            fallback: true,
             priority: None,
             policy: None,
         }
+    }
+
+    /// Forbids the fallback chain (see the `fallback` field).
+    pub fn without_fallback(mut self) -> Self {
+        self.fallback = false;
+        self
     }
 
     /// Sets the memory priority (see the `priority` field).
@@ -560,6 +570,15 @@ impl Image {
         &self.desc.name
     }
 
+    /// The memory tier it lives in (a later one than its intent's first: it fell back or was
+    /// demoted); `None` for a transient image.
+    pub fn memory_tier(&self) -> Option<residency_core::memory::MemoryTier> {
+        match self.life.garbage() {
+            Some(crate::device::life::Garbage::Image { memory, .. }) => self.life.device().tier_of(memory),
+            _ => None,
+        }
+    }
+
     /// The memory it is bound to and the offset there.
     pub fn memory(&self) -> (vk::DeviceMemory, u64) {
         (self.memory, self.memory_offset)
@@ -866,6 +885,7 @@ impl Device {
             intent: desc.intent,
             committed: desc.committed,
             allow_over_budget: desc.allow_over_budget,
+            fallback: desc.fallback,
             priority: desc.priority,
             target: DedicatedTarget::Image(raw),
             image: Some(desc.placement_desc()),

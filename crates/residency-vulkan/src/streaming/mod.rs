@@ -1179,6 +1179,22 @@ impl Streamer {
         tiles
     }
 
+    /// Follows the device's memory pressure (issue #34): sets the tile budget to the tiles the
+    /// streamer's memory holds now ([`Streamer::backing_bytes`]) plus those the device tiers may
+    /// still take ([`Device::device_tier_room`]), less those they hold beyond their limit or
+    /// budget ([`Device::device_tier_excess`]), within 1 and the description's budget: it shrinks
+    /// while the device is over its device-local limit and grows back when room returns. Call it
+    /// once a frame (before [`Streamer::begin_frame`]); returns the budget in effect (as
+    /// [`Streamer::set_budget_tiles`]).
+    pub fn follow_pressure(&mut self) -> u32 {
+        let tile = self.manager.pool().tile_bytes().max(1);
+        let held = self.backing_bytes() / tile;
+        let room = self.device.device_tier_room() / tile;
+        let over = self.device.device_tier_excess().div_ceil(tile);
+        let target = held.saturating_add(room).saturating_sub(over).min(u64::from(self.desc.budget_tiles));
+        self.set_budget_tiles(target as u32)
+    }
+
     /// Device memory behind the textures now: the tile heaps' memory (hardware; allocated as the
     /// pool grows), or the one shared atlas plus every texture's indirection texture (software,
     /// allocated whole).

@@ -271,6 +271,8 @@ impl<'a> Recording<'a> {
     /// Holds `life` until the command buffer was submitted.
     pub(crate) fn keep(&mut self, life: &Arc<Life>) {
         if self.seen.insert(Arc::as_ptr(life) as usize) {
+            // A recorded use makes it hot (memory pressure: `Buffer::last_used_frame`).
+            life.note_used_now();
             self.kept.push(Arc::clone(life));
         }
     }

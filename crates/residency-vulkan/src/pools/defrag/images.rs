@@ -148,7 +148,7 @@ impl Defragmenter {
                 stats.unmovable_images.push((index, reason));
                 continue;
             }
-            let Some(Garbage::Image { memory: ResourceMemory::General { type_index, allocation }, .. }) =
+            let Some(Garbage::Image { memory: ResourceMemory::General { list, allocation }, .. }) =
                 image.life().garbage()
             else {
                 stats.unmovable_images.push((index, Unmovable::NotPlaced));
@@ -163,7 +163,7 @@ impl Defragmenter {
             };
             out.push(Candidate {
                 target: Target::Image(index),
-                heaps: Heaps::General(*type_index),
+                heaps: Heaps::General(*list),
                 block: allocation.block,
                 offset: allocation.allocation.offset(),
                 size: allocation.allocation.size(),
@@ -201,7 +201,7 @@ impl Defragmenter {
         let requirements =
             unsafe { crate::device::profile_capture::requirements_of_image_object(device, raw) };
         let room = m.destination.as_ref().map_or(0, |d| d.allocation.size());
-        if requirements.memory_type_bits & (1 << m.heaps.type_index()) == 0
+        if requirements.memory_type_bits & (1 << m.heaps.type_index(device)) == 0
             || m.offset % requirements.alignment.max(1) != 0
             || requirements.size > room
         {

@@ -32,8 +32,10 @@ use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 
 mod images;
+mod tiers;
 use crate::error::{ErrorClass, ResidencyError};
 use images::ImageCopies;
+pub use tiers::RelieveStats;
 
 /// What one pass may move, and whether it repacks. Defaults: 64 MiB and 256 moves, repacking
 /// heaps under 90 % full into new heaps in whole 2 MiB.
@@ -107,6 +109,9 @@ pub enum Unmovable {
     /// An image without both `COPY_SRC` and `COPY_DST` usage (images are copied with
     /// `vkCmdCopyImage`; optimal images cannot be aliased for the copy as buffers are).
     NoCopyUsage,
+    /// A use declared on it has not completed (a frame in flight uses it):
+    /// [`Defragmenter::relieve`] never moves it between tiers under that frame.
+    InFlight,
 }
 
 /// What one pass did.
@@ -227,7 +232,7 @@ enum Heaps {
 impl Heaps {
     fn lock<'a>(&'a self, device: &'a Device) -> MutexGuard<'a, BlockList> {
         let list = match self {
-            Heaps::General(type_index) => &device.general[*type_index as usize],
+            Heaps::General(list) => &device.general[*list as usize],
             Heaps::Pool(arena) => arena.pages(),
         };
         list.locked()
@@ -241,9 +246,9 @@ impl Heaps {
         }
     }
 
-    fn type_index(&self) -> u32 {
+    fn type_index(&self, device: &Device) -> u32 {
         match self {
-            Heaps::General(type_index) => *type_index,
+            Heaps::General(list) => device.list_type(*list),
             Heaps::Pool(arena) => arena.pool().identity().2,
         }
     }
@@ -251,7 +256,7 @@ impl Heaps {
     /// Where an allocation of these heaps returns when it is freed.
     fn memory(&self, allocation: BlockAllocation) -> ResourceMemory {
         match self {
-            Heaps::General(type_index) => ResourceMemory::General { type_index: *type_index, allocation },
+            Heaps::General(list) => ResourceMemory::General { list: *list, allocation },
             Heaps::Pool(arena) => ResourceMemory::Sub {
                 owner: Arc::downgrade(arena) as _,
                 allocation: SubAllocation::Block { arena: arena.index(), allocation },
@@ -330,6 +335,37 @@ struct Stage<'a> {
     moves: Vec<Staged>,
     /// Heaps made for repacking: freed again when the pass fails (nothing is left in them).
     new_heaps: Vec<(Heaps, u32)>,
+}
+
+impl Staged {
+    /// A buffer move to `destination` in `block` of `heaps`, nothing made for it yet.
+    fn to_block(
+        target: Target,
+        heaps: Heaps,
+        from_block: u32,
+        block: &crate::device::blocks::MemoryBlock,
+        destination: BlockAllocation,
+        waits: Vec<GpuUse>,
+    ) -> Staged {
+        Staged {
+            target,
+            heaps,
+            from_block,
+            offset: destination.allocation.offset(),
+            destination: Some(destination),
+            memory: block.memory,
+            memory_size: block.size,
+            mapped: block.mapped,
+            page_buffer: block.page_buffer.unwrap_or_default(),
+            raw: vk::Buffer::null(),
+            src_alias: vk::Buffer::null(),
+            dst_alias: vk::Buffer::null(),
+            image: vk::Image::null(),
+            image_size: 0,
+            layouts: None,
+            waits,
+        }
+    }
 }
 
 impl Stage<'_> {
@@ -575,30 +611,33 @@ impl Defragmenter {
             .collect())
     }
 
+    /// Why a buffer handed to a pass may not move at all, if it may not.
+    fn refusal(&self, buffer: &Buffer) -> Option<Unmovable> {
+        if !buffer.device().is(&self.device) {
+            Some(Unmovable::OtherDevice)
+        } else if buffer.placement() == BufferPlacement::Committed {
+            Some(Unmovable::NotPlaced)
+        } else if !buffer.is_movable() {
+            Some(Unmovable::Pinned)
+        } else if Arc::strong_count(buffer.life()) != 1 || Arc::weak_count(buffer.life()) != 0 {
+            // `&mut` to the only handle: nobody can clone the life while the pass runs.
+            Some(Unmovable::Shared)
+        } else {
+            None
+        }
+    }
+
     fn candidates(&self, movable: &[&mut Buffer], stats: &mut DefragStats) -> Vec<Candidate> {
         let mut out = Vec::new();
         for (index, buffer) in movable.iter().enumerate() {
-            let refuse = |reason| Some((index, reason));
-            let refused = if !buffer.device().is(&self.device) {
-                refuse(Unmovable::OtherDevice)
-            } else if buffer.placement() == BufferPlacement::Committed {
-                refuse(Unmovable::NotPlaced)
-            } else if !buffer.is_movable() {
-                refuse(Unmovable::Pinned)
-            } else if Arc::strong_count(buffer.life()) != 1 || Arc::weak_count(buffer.life()) != 0 {
-                // `&mut` to the only handle: nobody can clone the life while the pass runs.
-                refuse(Unmovable::Shared)
-            } else {
-                None
-            };
-            if let Some(refused) = refused {
-                stats.unmovable.push(refused);
+            if let Some(refused) = self.refusal(buffer) {
+                stats.unmovable.push((index, refused));
                 continue;
             }
             let placed = match buffer.life().garbage() {
-                Some(Garbage::Buffer {
-                    memory: ResourceMemory::General { type_index, allocation }, ..
-                }) => Some((Heaps::General(*type_index), allocation)),
+                Some(Garbage::Buffer { memory: ResourceMemory::General { list, allocation }, .. }) => {
+                    Some((Heaps::General(*list), allocation))
+                }
                 Some(Garbage::Buffer {
                     memory: ResourceMemory::Sub { owner, allocation: SubAllocation::Block { allocation, .. } },
                     ..
@@ -750,24 +789,16 @@ impl Defragmenter {
                     return Ok(());
                 }
             };
-            stage.moves.push(Staged {
-                target: candidate.target,
-                heaps: heaps.clone(),
-                from_block: from,
-                offset: allocation.offset(),
-                destination: Some(BlockAllocation { block: to, allocation }),
-                memory: block.memory,
-                memory_size: block.size,
-                mapped: block.mapped,
-                page_buffer: block.page_buffer.unwrap_or_default(),
-                raw: vk::Buffer::null(),
-                src_alias: vk::Buffer::null(),
-                dst_alias: vk::Buffer::null(),
-                image: vk::Image::null(),
-                image_size: 0,
-                layouts: None,
-                waits: candidate.waits.clone(),
-            });
+            let destination = BlockAllocation { block: to, allocation };
+            let waits = candidate.waits.clone();
+            stage.moves.push(Staged::to_block(
+                candidate.target,
+                heaps.clone(),
+                from,
+                block,
+                destination,
+                waits,
+            ));
         }
         emptied.extend(plan.emptied.iter().map(|&h| (heaps.key(), slots[h])));
         // This list's marks are replaced by the plan's (a `None` name: none left), unless the
@@ -787,7 +818,7 @@ impl Defragmenter {
     /// of one move. `Ok(false)`: the requirements do not fit the planned place (the move is
     /// dropped); an error fails the pass.
     fn create(device: &Device, buffer: &Buffer, m: &mut Staged) -> Result<bool, MemoryError> {
-        let type_index = m.heaps.type_index();
+        let type_index = m.heaps.type_index(device);
         let fits = |requirements: residency_core::profile::MemoryRequirements, offset: u64, room: u64| {
             requirements.memory_type_bits & (1 << type_index) != 0
                 && offset % requirements.alignment.max(1) == 0
