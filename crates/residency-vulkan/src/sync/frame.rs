@@ -109,6 +109,18 @@ impl<'a> Recording<'a> {
     /// `value` and the image layouts, and returns the [`PendingFrame`] to submit. Refused as
     /// `submit` is, with nothing changed.
     pub fn finish(self, timeline: &Timeline, value: u64) -> Result<PendingFrame<'a>, VulkanError> {
+        self.finish_inner(timeline, value, true)
+    }
+
+    /// [`Recording::finish`] for a command buffer that its owner ends itself (a wgpu command
+    /// encoder's, which wgpu ends when the encoder is finished): the same checks and the same
+    /// [`PendingFrame`], without `vkEndCommandBuffer`. The owner ends the command buffer before
+    /// submitting it.
+    pub fn finish_unended(self, timeline: &Timeline, value: u64) -> Result<PendingFrame<'a>, VulkanError> {
+        self.finish_inner(timeline, value, false)
+    }
+
+    fn finish_inner(self, timeline: &Timeline, value: u64, end: bool) -> Result<PendingFrame<'a>, VulkanError> {
         let device = self.device();
         if let Some(result) = device.ledger().fault_at(FaultSite::QueueSubmit) {
             return Err(VulkanError::from_vk("vkQueueSubmit2", result));
@@ -133,9 +145,11 @@ impl<'a> Recording<'a> {
         }
         after.extend(device.external_frame_waits());
         let waits = after.iter().map(|u| device.wait_info(u)).collect::<Result<Vec<_>, _>>()?;
-        // SAFETY: `from_raw`'s contract: the command buffer is recording, outside a render pass,
-        // and nothing else records into it.
-        unsafe { device.raw().end_command_buffer(cmd) }.during("vkEndCommandBuffer")?;
+        if end {
+            // SAFETY: `from_raw`'s contract: the command buffer is recording, outside a render
+            // pass, and nothing else records into it.
+            unsafe { device.raw().end_command_buffer(cmd) }.during("vkEndCommandBuffer")?;
+        }
         let queue = device.universal_queue().lock()?;
         // Under the lock: every signal residency makes or announces is too.
         let (_, announced) = device.timeline_state(timeline).unwrap_or((semaphore, u64::MAX));
@@ -161,7 +175,7 @@ impl<'a> Recording<'a> {
 }
 
 impl PendingFrame<'_> {
-    /// The command buffer to submit (ended).
+    /// The command buffer to submit (ended; by its owner after [`Recording::finish_unended`]).
     pub fn command_buffer(&self) -> vk::CommandBuffer {
         self.cmd
     }
