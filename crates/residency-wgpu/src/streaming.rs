@@ -120,10 +120,13 @@ impl Bridge {
     /// Records an image barrier over every image of `bindings`' textures, `from` → `to`.
     fn transition(&self, cmd: vk::CommandBuffer, bindings: &FrameBindings<'_>, from: vk::ImageLayout, to: vk::ImageLayout) {
         use vk::{AccessFlags2 as A, PipelineStageFlags2 as S};
+        // Once per image: on the software path the textures share the streamer's atlas.
+        let mut seen = std::collections::HashSet::new();
         let barriers: Vec<_> = bindings
             .textures
             .iter()
             .flat_map(shared_images)
+            .filter(|image| seen.insert(image.raw))
             .map(|image| {
                 vk::ImageMemoryBarrier2::default()
                     .src_stage_mask(S::ALL_COMMANDS)

@@ -38,6 +38,9 @@ fn run_on(path: ResidencyPath) {
     let leaks = LEAKS_AT_TEARDOWN.load(Ordering::SeqCst);
     let outcome = example::run(&bridge, path, example::FRAMES).unwrap();
     eprintln!("{outcome:?}");
+    for problem in bridge.validation_log().problems_since(0).iter().take(3) {
+        eprintln!("validation: {problem:?}");
+    }
     drop(bridge);
     assert_eq!(outcome.path, path);
     assert_eq!(outcome.validation_problems, 0, "validation messages");
