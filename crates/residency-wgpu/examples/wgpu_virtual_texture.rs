@@ -19,7 +19,9 @@
 //! Run: `RESIDENCY_VALIDATION=sync cargo run -p residency-wgpu --example wgpu_virtual_texture [-- hardware|software]`
 
 use residency_vulkan::sparse::ResidencyPath;
-use residency_vulkan::streaming::{FnSource, SourceError, Streamer, StreamerDesc, TileSource, VirtualTexture, VtDesc};
+use residency_vulkan::streaming::{
+    FnSource, SourceError, Streamer, StreamerDesc, TileSource, VirtualTexture, VtDesc,
+};
 use residency_vulkan::Format;
 use residency_wgpu::wgsl::{self, ShaderPath};
 use residency_wgpu::{Bridge, BridgeDesc};
@@ -79,7 +81,9 @@ fn source(index: usize) -> Arc<dyn TileSource> {
         let (w, h) = desc.tile_extent(mip, x, y).ok_or_else(missing)?;
         let (mw, mh) = desc.mip_extent(mip);
         let (x0, y0) = (x * desc.tile_width, y * desc.tile_height);
-        let pixel = |(i, j): (u32, u32)| texel(index, mip, (i as f32 + 0.5) / mw as f32, (j as f32 + 0.5) / mh as f32);
+        let pixel = |(i, j): (u32, u32)| {
+            texel(index, mip, (i as f32 + 0.5) / mw as f32, (j as f32 + 0.5) / mh as f32)
+        };
         Ok((y0..y0 + h).flat_map(|j| (x0..x0 + w).map(move |i| (i, j))).flat_map(pixel).collect())
     };
     Arc::new(FnSource::new(format!("plane {index}"), desc, read))
@@ -95,7 +99,9 @@ fn camera(frame: u64, frames: u64) -> [f32; 16] {
     let sub = |a: [f32; 3], b: [f32; 3]| [a[0] - b[0], a[1] - b[1], a[2] - b[2]];
     let dot = |a: [f32; 3], b: [f32; 3]| a[0] * b[0] + a[1] * b[1] + a[2] * b[2];
     let unit = |a: [f32; 3]| a.map(|c| c / dot(a, a).sqrt());
-    let cross = |a: [f32; 3], b: [f32; 3]| [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]];
+    let cross = |a: [f32; 3], b: [f32; 3]| {
+        [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]
+    };
     let forward = unit(sub(at, eye));
     let right = unit(cross(forward, [0.0, 0.0, 1.0]));
     let up = cross(right, forward);
@@ -227,7 +233,12 @@ impl Renderer {
             .flatten()
             .flat_map(f32::to_le_bytes)
             .collect();
-        let vertices = buffer(device, "planes", bytes.len() as u64, wgpu::BufferUsages::VERTEX | wgpu::BufferUsages::COPY_DST);
+        let vertices = buffer(
+            device,
+            "planes",
+            bytes.len() as u64,
+            wgpu::BufferUsages::VERTEX | wgpu::BufferUsages::COPY_DST,
+        );
         bridge.write_buffer(&vertices, 0, &bytes);
         let uniform_usage = wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST;
         let uniforms = (0..=IN_FLIGHT).map(|_| buffer(device, "frame", 96, uniform_usage)).collect();
@@ -251,7 +262,13 @@ impl Renderer {
     }
 
     /// The bind group of one plane: its texture and map, the sampler, feedback and table.
-    fn group(&self, device: &wgpu::Device, tex: &wgpu::Texture, map: &wgpu::Texture, buffers: &[wgpu::Buffer; 2]) -> wgpu::BindGroup {
+    fn group(
+        &self,
+        device: &wgpu::Device,
+        tex: &wgpu::Texture,
+        map: &wgpu::Texture,
+        buffers: &[wgpu::Buffer; 2],
+    ) -> wgpu::BindGroup {
         let view = |t: &wgpu::Texture| t.create_view(&Default::default());
         let (tex, map) = (view(tex), view(map));
         device.create_bind_group(&wgpu::BindGroupDescriptor {
@@ -269,14 +286,24 @@ impl Renderer {
 
     /// Draws the planes with `groups` into target `slot` (view and feedback words in its uniform
     /// buffer) and copies the target to its read-back buffer.
-    fn draw(&self, bridge: &Bridge, slot: usize, uniform: &[u32], groups: &[wgpu::BindGroup], reference: bool) -> wgpu::CommandBuffer {
+    fn draw(
+        &self,
+        bridge: &Bridge,
+        slot: usize,
+        uniform: &[u32],
+        groups: &[wgpu::BindGroup],
+        reference: bool,
+    ) -> wgpu::CommandBuffer {
         let device = bridge.device();
         let bytes: Vec<u8> = uniform.iter().flat_map(|w| w.to_le_bytes()).collect();
         bridge.write_buffer(&self.uniforms[slot], 0, &bytes);
         let frame = device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some("frame"),
             layout: &self.frame_layout,
-            entries: &[wgpu::BindGroupEntry { binding: 0, resource: self.uniforms[slot].as_entire_binding() }],
+            entries: &[wgpu::BindGroupEntry {
+                binding: 0,
+                resource: self.uniforms[slot].as_entire_binding(),
+            }],
         });
         let (target, pixels) = &self.targets[slot];
         let view = target.create_view(&Default::default());
@@ -307,7 +334,11 @@ impl Renderer {
             target.as_image_copy(),
             wgpu::TexelCopyBufferInfo {
                 buffer: pixels,
-                layout: wgpu::TexelCopyBufferLayout { offset: 0, bytes_per_row: Some(SIDE * 4), rows_per_image: None },
+                layout: wgpu::TexelCopyBufferLayout {
+                    offset: 0,
+                    bytes_per_row: Some(SIDE * 4),
+                    rows_per_image: None,
+                },
             },
             wgpu::Extent3d { width: SIDE, height: SIDE, depth_or_array_layers: 1 },
         );
@@ -326,7 +357,12 @@ impl Renderer {
 }
 
 fn buffer(device: &wgpu::Device, label: &str, size: u64, usage: wgpu::BufferUsages) -> wgpu::Buffer {
-    device.create_buffer(&wgpu::BufferDescriptor { label: Some(label), size, usage, mapped_at_creation: false })
+    device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some(label),
+        size,
+        usage,
+        mapped_at_creation: false,
+    })
 }
 
 /// The uniform words of a frame: the view, the feedback words and each plane's feedback slot.
@@ -349,16 +385,26 @@ fn resident_copy(bridge: &Bridge, source: &dyn TileSource) -> Result<[wgpu::Text
             view_formats: &[],
         })
     };
-    let full = texture("reference", wgpu::TextureFormat::Rgba8Unorm, [desc.width, desc.height], desc.mip_count);
+    let full =
+        texture("reference", wgpu::TextureFormat::Rgba8Unorm, [desc.width, desc.height], desc.mip_count);
     for mip in 0..desc.mip_count {
         let (columns, rows) = desc.tile_grid(mip);
         for (x, y) in (0..rows).flat_map(|y| (0..columns).map(move |x| (x, y))) {
             let (w, h) = desc.tile_extent(mip, x, y).ok_or("outside the tile grid")?;
             let origin = wgpu::Origin3d { x: x * desc.tile_width, y: y * desc.tile_height, z: 0 };
             bridge.write_texture(
-                wgpu::TexelCopyTextureInfo { texture: &full, mip_level: mip, origin, aspect: wgpu::TextureAspect::All },
+                wgpu::TexelCopyTextureInfo {
+                    texture: &full,
+                    mip_level: mip,
+                    origin,
+                    aspect: wgpu::TextureAspect::All,
+                },
                 &source.read_tile(mip, x, y)?,
-                wgpu::TexelCopyBufferLayout { offset: 0, bytes_per_row: Some(w * 4), rows_per_image: Some(h) },
+                wgpu::TexelCopyBufferLayout {
+                    offset: 0,
+                    bytes_per_row: Some(w * 4),
+                    rows_per_image: Some(h),
+                },
                 wgpu::Extent3d { width: w, height: h, depth_or_array_layers: 1 },
             );
         }
@@ -373,7 +419,11 @@ fn psnr(a: &[u8], b: &[u8]) -> f64 {
         sum += (0..3).map(|i| (f64::from(p[i]) - f64::from(q[i])).powi(2)).sum::<f64>();
         n += 3.0;
     }
-    if sum == 0.0 { 99.0 } else { 10.0 * (255.0f64.powi(2) * n / sum).log10() }
+    if sum == 0.0 {
+        99.0
+    } else {
+        10.0 * (255.0f64.powi(2) * n / sum).log10()
+    }
 }
 
 /// Runs `frames` frames on `path` through an open bridge.
@@ -436,7 +486,8 @@ pub fn run(bridge: &Bridge, path: ResidencyPath, frames: u64) -> Result<Outcome>
         }
         let part = bridge.record_streamer_part(&bindings)?;
         let feedback = [words[1], words[2], words[3], words[4]];
-        let draw = renderer.draw(bridge, slot, &uniform(&camera(frame, frames), feedback, slots), planes, false);
+        let draw =
+            renderer.draw(bridge, slot, &uniform(&camera(frame, frames), feedback, slots), planes, false);
         drop(bindings);
         let (_, done) = bridge.submit_streamer_frame(part, [draw], &timeline)?;
         streamer.end_frame(done)?;
@@ -457,8 +508,12 @@ pub fn run(bridge: &Bridge, path: ResidencyPath, frames: u64) -> Result<Outcome>
     // The reference: the last view drawn from fully resident copies.
     let copies = sources.iter().map(|s| resident_copy(bridge, &**s)).collect::<Result<Vec<_>>>()?;
     let buffer_usage = wgpu::BufferUsages::STORAGE;
-    let dummy = [buffer(bridge.device(), "unused feedback", 64, buffer_usage), buffer(bridge.device(), "unused table", 64, buffer_usage)];
-    let reference_groups: Vec<_> = copies.iter().map(|[t, m]| renderer.group(bridge.device(), t, m, &dummy)).collect();
+    let dummy = [
+        buffer(bridge.device(), "unused feedback", 64, buffer_usage),
+        buffer(bridge.device(), "unused table", 64, buffer_usage),
+    ];
+    let reference_groups: Vec<_> =
+        copies.iter().map(|[t, m]| renderer.group(bridge.device(), t, m, &dummy)).collect();
     let view = uniform(&camera(frames - 1, frames), [0; 4], [0; 4]);
     bridge.submit([renderer.draw(bridge, IN_FLIGHT, &view, &reference_groups, true)])?;
     bridge.device().poll(wgpu::PollType::wait_indefinitely())?;

@@ -118,7 +118,13 @@ impl Bridge {
     }
 
     /// Records an image barrier over every image of `bindings`' textures, `from` → `to`.
-    fn transition(&self, cmd: vk::CommandBuffer, bindings: &FrameBindings<'_>, from: vk::ImageLayout, to: vk::ImageLayout) {
+    fn transition(
+        &self,
+        cmd: vk::CommandBuffer,
+        bindings: &FrameBindings<'_>,
+        from: vk::ImageLayout,
+        to: vk::ImageLayout,
+    ) {
         use vk::{AccessFlags2 as A, PipelineStageFlags2 as S};
         // Once per image: on the software path the textures share the streamer's atlas.
         let mut seen = std::collections::HashSet::new();
@@ -218,7 +224,8 @@ impl Bridge {
         queue.add_signal_semaphore(signal.semaphore, Some(signal.value));
         drop(queue);
         let staged = crate::sync::Staged::new(self.queue_ref(), signal.semaphore);
-        let index = self.queue_ref().submit(std::iter::once(before).chain(buffers).chain(std::iter::once(after)));
+        let index =
+            self.queue_ref().submit(std::iter::once(before).chain(buffers).chain(std::iter::once(after)));
         if staged.take_back() {
             return Err(OpenError::Device("wgpu submitted nothing to signal the timeline".into()));
         }

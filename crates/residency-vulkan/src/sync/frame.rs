@@ -120,7 +120,12 @@ impl<'a> Recording<'a> {
         self.finish_inner(timeline, value, false)
     }
 
-    fn finish_inner(self, timeline: &Timeline, value: u64, end: bool) -> Result<PendingFrame<'a>, VulkanError> {
+    fn finish_inner(
+        self,
+        timeline: &Timeline,
+        value: u64,
+        end: bool,
+    ) -> Result<PendingFrame<'a>, VulkanError> {
         let device = self.device();
         if let Some(result) = device.ledger().fault_at(FaultSite::QueueSubmit) {
             return Err(VulkanError::from_vk("vkQueueSubmit2", result));
