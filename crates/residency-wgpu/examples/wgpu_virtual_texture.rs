@@ -89,33 +89,26 @@ fn source(index: usize) -> Arc<dyn TileSource> {
     Arc::new(FnSource::new(format!("plane {index}"), desc, read))
 }
 
-/// The world → clip matrix (column-major, wgpu clip space) of frame `frame` of `frames`: the
-/// eye glides from high over the planes to a low view across them, then rests.
+/// The world → clip matrix (column-major, wgpu clip space, 60° vertical field of view) of frame
+/// `frame` of `frames`: the eye glides from high over the planes to a low view across them, then
+/// rests for the second half.
 fn camera(frame: u64, frames: u64) -> [f32; 16] {
     let t = (frame as f32 / (frames as f32 * 0.5).max(1.0)).min(1.0);
     let s = t * t * (3.0 - 2.0 * t);
     let eye = [-0.2 + 0.3 * s, -0.2 + 0.2 * s, 1.6 - 1.3 * s];
-    let at = [1.05, 1.05, 0.0];
-    let sub = |a: [f32; 3], b: [f32; 3]| [a[0] - b[0], a[1] - b[1], a[2] - b[2]];
-    let dot = |a: [f32; 3], b: [f32; 3]| a[0] * b[0] + a[1] * b[1] + a[2] * b[2];
-    let unit = |a: [f32; 3]| a.map(|c| c / dot(a, a).sqrt());
-    let cross = |a: [f32; 3], b: [f32; 3]| {
-        [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]
+    let norm = |a: [f32; 3]| a.map(|c| c / (a[0] * a[0] + a[1] * a[1] + a[2] * a[2]).sqrt());
+    let f = norm([1.05 - eye[0], 1.05 - eye[1], -eye[2]]);
+    let r = norm([f[1], -f[0], 0.0]);
+    let u = [r[1] * f[2] - r[2] * f[1], r[2] * f[0] - r[0] * f[2], r[0] * f[1] - r[1] * f[0]];
+    let (g, near, far) = (1.0 / 30f32.to_radians().tan(), 0.02, 20.0);
+    let d = far / (far - near);
+    // A row of the matrix: axis `v` scaled by `k`, translated by the eye, plus `o`.
+    let row = |v: [f32; 3], k: f32, o: f32| {
+        let w = v.map(|c| c * k);
+        [w[0], w[1], w[2], o - (w[0] * eye[0] + w[1] * eye[1] + w[2] * eye[2])]
     };
-    let forward = unit(sub(at, eye));
-    let right = unit(cross(forward, [0.0, 0.0, 1.0]));
-    let up = cross(right, forward);
-    let focal = 1.0 / 30f32.to_radians().tan();
-    let (near, far) = (0.02f32, 20.0f32);
-    let depth = far / (far - near);
-    let rows = [right.map(|c| c * focal), up.map(|c| c * focal), forward.map(|c| c * depth), forward];
-    let offsets = [0.0, 0.0, -near * depth, 0.0];
-    let mut m = [0.0; 16];
-    for (r, row) in rows.iter().enumerate() {
-        (0..3).for_each(|c| m[c * 4 + r] = row[c]);
-        m[12 + r] = offsets[r] - dot(*row, eye);
-    }
-    m
+    let rows = [row(r, g, 0.0), row(u, g, 0.0), row(f, d, -near * d), row(f, 1.0, 0.0)];
+    std::array::from_fn(|i| rows[i % 4][i / 4])
 }
 
 /// The renderer's WGSL after the residency prelude: planes drawn by instance, sampled on the
@@ -227,12 +220,12 @@ impl Renderer {
             ..Default::default()
         });
         let corners = [[0.0f32, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0], [1.0, 0.0], [1.0, 1.0]];
-        let bytes: Vec<u8> = PLANES
-            .iter()
-            .flat_map(|&([x, y], _)| corners.map(|[u, v]| [x + u, y + v, 0.0, u, v]))
-            .flatten()
-            .flat_map(f32::to_le_bytes)
-            .collect();
+        // Vertex `i`: corner `i % 6` of plane `i / 6`, position then uv.
+        let vertex = |i: usize| {
+            let (([x, y], _), [u, v]) = (PLANES[i / 6], corners[i % 6]);
+            [x + u, y + v, 0.0, u, v]
+        };
+        let bytes: Vec<u8> = (0..PLANES.len() * 6).flat_map(vertex).flat_map(f32::to_le_bytes).collect();
         let vertices = buffer(
             device,
             "planes",
@@ -414,15 +407,13 @@ fn resident_copy(bridge: &Bridge, source: &dyn TileSource) -> Result<[wgpu::Text
 
 /// PSNR in dB of the RGB channels of two RGBA images (99 when identical).
 fn psnr(a: &[u8], b: &[u8]) -> f64 {
-    let (mut sum, mut n) = (0.0, 0.0);
-    for (p, q) in a.chunks_exact(4).zip(b.chunks_exact(4)) {
-        sum += (0..3).map(|i| (f64::from(p[i]) - f64::from(q[i])).powi(2)).sum::<f64>();
-        n += 3.0;
-    }
-    if sum == 0.0 {
+    let pixels = a.chunks_exact(4).zip(b.chunks_exact(4));
+    let squares = pixels.flat_map(|(p, q)| (0..3).map(move |i| (f64::from(p[i]) - f64::from(q[i])).powi(2)));
+    let mse = squares.sum::<f64>() / (a.len() / 4 * 3).max(1) as f64;
+    if mse == 0.0 {
         99.0
     } else {
-        10.0 * (255.0f64.powi(2) * n / sum).log10()
+        10.0 * (255.0f64 * 255.0 / mse).log10()
     }
 }
 

@@ -284,39 +284,13 @@ impl Bridge {
     /// is; the frames' ends are passed to `Streamer::end_frame`, so the streamer retires the
     /// images only after wgpu's work with them.
     pub unsafe fn streamer_textures(&self, binding: &TextureBinding<'_>) -> Result<[wgpu::Texture; 2]> {
-        let images = shared_images(binding);
-        let mut out = Vec::with_capacity(2);
-        for image in images {
+        let wrap = |image: SharedImage| -> Result<wgpu::Texture> {
             let format = wgpu_format(image.format)
                 .ok_or_else(|| OpenError::Device(format!("no wgpu format for {:?}", image.format)))?;
             let size = wgpu::Extent3d {
                 width: image.extent[0],
                 height: image.extent[1],
                 depth_or_array_layers: image.range.layer_count,
-            };
-            let hal_desc = wgpu::hal::TextureDescriptor {
-                label: Some(binding.name),
-                size,
-                mip_level_count: image.range.level_count,
-                sample_count: 1,
-                dimension: wgpu::TextureDimension::D2,
-                format,
-                usage: wgpu::TextureUses::RESOURCE,
-                memory_flags: wgpu::hal::MemoryFlags::empty(),
-                view_formats: Vec::new(),
-            };
-            // SAFETY: read-only access to the hal device, dropped at the end of the block.
-            let hal = unsafe {
-                let device = self.device().as_hal::<Vulkan>().ok_or(OpenError::NotVulkan)?;
-                // SAFETY: the streamer's image, made with the shape and format of `hal_desc`
-                // (its views show all of it) and sampled usage; wgpu never destroys it (a drop
-                // callback is given) and uses it only as the caller's contract says.
-                device.texture_from_raw(
-                    image.raw,
-                    &hal_desc,
-                    Some(Box::new(|| {})),
-                    wgpu::hal::vulkan::TextureMemory::External,
-                )
             };
             let desc = wgpu::TextureDescriptor {
                 label: Some(binding.name),
@@ -328,17 +302,14 @@ impl Bridge {
                 usage: wgpu::TextureUsages::TEXTURE_BINDING,
                 view_formats: &[],
             };
-            // SAFETY: the hal texture is this device's and respects `desc`; its state is
-            // `RESOURCE` (`SHADER_READ_ONLY_OPTIMAL`) in every submission that uses it (the
-            // caller's contract and `submit_streamer_frame`'s transitions).
-            out.push(unsafe {
-                self.device().create_texture_from_hal::<Vulkan>(hal, &desc, wgpu::TextureUses::RESOURCE)
-            });
-        }
-        let mut out = out.into_iter();
-        match (out.next(), out.next()) {
-            (Some(a), Some(b)) => Ok([a, b]),
-            _ => unreachable!("two images"),
-        }
+            // SAFETY: the streamer's image, made with the shape and format of `desc` (its views
+            // show all of it) and sampled usage; wgpu never destroys it (a callback is given)
+            // and uses it only as the caller's contract says: in frames of
+            // `submit_streamer_frame`, whose transitions put it in `SHADER_READ_ONLY_OPTIMAL`
+            // (the state `RESOURCE`) for the renderer's buffers.
+            Ok(unsafe { self.texture_over(image.raw, &desc, Box::new(|| {}), wgpu::TextureUses::RESOURCE) })
+        };
+        let [a, b] = shared_images(binding);
+        Ok([wrap(a)?, wrap(b)?])
     }
 }
