@@ -12,7 +12,8 @@
 //! For a submission on a queue of the renderer's own, [`Recording::finish`] does the same checks
 //! and returns a [`PendingFrame`]: the command buffer (ended), the semaphore waits and the signal
 //! the renderer's `vkQueueSubmit2` must include, and the `unsafe` [`PendingFrame::submitted`] to
-//! call once that submission succeeded. Residency's later submissions and binds then wait for the
+//! call once that submission succeeded ([`Recording::finish_unended`] where the command buffer's
+//! owner ends it, as wgpu does for its encoders). Residency's later submissions and binds then wait for the
 //! frame on the GPU. While a `PendingFrame` lives, residency's universal queue stays locked, so
 //! that the layouts it checked hold when the frame runs: residency calls that submit on the
 //! holding thread are refused ([`VulkanError::Reentrant`]), other threads wait.
