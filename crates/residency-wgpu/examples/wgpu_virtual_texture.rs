@@ -73,7 +73,7 @@ fn texel(index: usize, mip: u32, u: f32, v: f32) -> [u8; 4] {
 }
 
 /// Texture `index` as a tile source.
-fn source(index: usize) -> Arc<dyn TileSource> {
+pub fn source(index: usize) -> Arc<dyn TileSource> {
     let side = PLANES[index].1;
     let desc = VtDesc::new(Format::R8G8B8A8Unorm, side, side, 128, 128);
     let read = move |mip: u32, x: u32, y: u32| {

@@ -76,3 +76,50 @@ fn the_wgpu_examples_streaming_code_is_at_most_100_lines() {
     assert!(blocks > 0 && !inside, "the markers pair up");
     assert!(lines <= 100, "{lines} lines of streaming code");
 }
+
+/// A frame whose streamer part was recorded but never submitted (dropped, as a `?` would) is
+/// abandoned: the streamer submits its copies itself and finds its images in the layouts it
+/// recorded (the part's transitions never ran); the next frame goes through the bridge. The layer
+/// reports nothing and nothing leaks.
+#[test]
+fn a_streamer_part_dropped_unsubmitted_leaves_the_images_to_the_streamer() {
+    use residency_vulkan::streaming::{Streamer, StreamerDesc};
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let desc = BridgeDesc {
+        validation: ValidationMode::Synchronization,
+        require_validation: residency_vulkan::testing::gpu_required(),
+        ..BridgeDesc::default()
+    };
+    let bridge = match example::open(&desc) {
+        Ok(bridge) => bridge,
+        Err(e) => {
+            assert!(!residency_vulkan::testing::gpu_required(), "RESIDENCY_REQUIRE_GPU=1 but: {e}");
+            eprintln!("\n**** SKIPPED: {e} ****\n");
+            return;
+        }
+    };
+    let leaks = LEAKS_AT_TEARDOWN.load(Ordering::SeqCst);
+    {
+        let device = bridge.residency();
+        let desc = StreamerDesc::default().with_path(ResidencyPath::Software).with_frames_in_flight(2);
+        let mut streamer = Streamer::new(device, desc).unwrap();
+        let texture = streamer.add_texture("plane", example::source(1)).unwrap();
+        let timeline = bridge.create_timeline("frames").unwrap();
+        let bindings = streamer.begin_frame().unwrap();
+        let part = bridge.record_streamer_part(&bindings).unwrap();
+        drop((part, bindings));
+        streamer.abandon_frame().unwrap();
+        let bindings = streamer.begin_frame().unwrap();
+        let part = bridge.record_streamer_part(&bindings).unwrap();
+        drop(bindings);
+        let (_, done) = bridge.submit_streamer_frame(part, [], &timeline).unwrap();
+        streamer.end_frame(done).unwrap();
+        device.wait_until(&done).unwrap();
+        drop((texture, streamer));
+    }
+    bridge.device().poll(wgpu::PollType::wait_indefinitely()).unwrap();
+    let problems = bridge.validation_log().problems_since(0);
+    assert!(problems.is_empty(), "validation problems: {problems:#?}");
+    drop(bridge);
+    assert_eq!(LEAKS_AT_TEARDOWN.load(Ordering::SeqCst), leaks, "residency objects leaked at teardown");
+}
