@@ -170,7 +170,11 @@ impl Bridge {
         // (residency's universal family, `open`), begun by wgpu and recorded into by nothing
         // else; it is submitted only through `submit_streamer_frame`'s `PendingFrame` (the
         // `StreamerPart` keeps its encoder until then; dropped, it is never submitted) and wgpu
-        // resets it only once that submission completed.
+        // resets it only once that submission completed. The transition recorded after the
+        // helpers' commands leaves the streamer's images in `SHADER_READ_ONLY_OPTIMAL`, not the
+        // `GENERAL` the helpers noted, but only within the one submission that carries it: the
+        // `after` command buffer, last in that same submission (`submit_streamer_frame` submits
+        // both or neither), takes them back before any other work on the queue.
         let mut rec = unsafe { Recording::from_raw(self.residency(), before_cmd) };
         bindings.record(&mut rec, |_| ())?;
         let (general, read_only) = (vk::ImageLayout::GENERAL, vk::ImageLayout::SHADER_READ_ONLY_OPTIMAL);
