@@ -2,6 +2,7 @@
 
 mod open;
 mod resources;
+mod streaming;
 mod sync;
 pub mod wgsl;
 
@@ -9,6 +10,7 @@ pub use open::{
     open, open_sharing_queue, Bridge, BridgeDesc, PathSupport, QueueSharing, SparseLack, DEVICES_LEFT_ALIVE,
 };
 pub use resources::{ImportError, ImportReason, SharedBuffer};
+pub use streaming::StreamerPart;
 pub use sync::FrameTimeline;
 
 /// What [`open`] reports.
@@ -60,6 +62,9 @@ pub enum OpenError {
     /// Residency refused to adopt the device, or a residency call failed.
     #[error(transparent)]
     Residency(#[from] residency_vulkan::VulkanError),
+    /// The streamer refused to record its part of a frame.
+    #[error(transparent)]
+    Stream(#[from] residency_vulkan::streaming::StreamError),
 }
 
 impl residency_vulkan::ResidencyError for OpenError {
@@ -86,6 +91,7 @@ impl residency_vulkan::ResidencyError for OpenError {
             },
             OpenError::Hal(_) | OpenError::Device(_) => ErrorClass::Unexpected,
             OpenError::Residency(e) => e.class(),
+            OpenError::Stream(e) => e.class(),
         }
     }
 }

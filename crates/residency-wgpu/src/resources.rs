@@ -275,33 +275,6 @@ impl Bridge {
         let label = desc.name.clone();
         let (mip_level_count, sample_count) = (desc.mip_levels, desc.samples);
         let raw = image.raw();
-        let hal_desc = wgpu::hal::TextureDescriptor {
-            label: Some(&label),
-            size,
-            mip_level_count,
-            sample_count,
-            dimension,
-            format,
-            usage: wgpu::TextureUses::empty(),
-            memory_flags: wgpu::hal::MemoryFlags::empty(),
-            view_formats: Vec::new(),
-        };
-        // SAFETY: read-only access to the hal device, dropped at the end of the statement.
-        let hal_device =
-            unsafe { self.device().as_hal::<Vulkan>() }.expect("the bridge's device is a Vulkan device");
-        // SAFETY: `raw` is the image's VkImage, created as `hal_desc` says (format, shape and
-        // usage checked above, no mutable format so no view formats); it stays valid until the
-        // callback runs, which drops the residency image (residency then retires it behind its
-        // own work); its memory is residency's (`External`).
-        let hal = unsafe {
-            hal_device.texture_from_raw(
-                raw,
-                &hal_desc,
-                Some(Box::new(move || drop(image))),
-                wgpu::hal::vulkan::TextureMemory::External,
-            )
-        };
-        drop(hal_device);
         let wgpu_desc = wgpu::TextureDescriptor {
             label: Some(&label),
             size,
@@ -312,10 +285,56 @@ impl Bridge {
             usage,
             view_formats: &[],
         };
-        // SAFETY: the hal texture is this device's, respects `wgpu_desc` (as above); `state` is
-        // the state of the layout residency recorded for every subresource, which is the
-        // driver's once residency's submissions so far have run (they precede wgpu's on the
-        // queue), or `UNINITIALIZED`.
-        Ok(unsafe { self.device().create_texture_from_hal::<Vulkan>(hal, &wgpu_desc, state) })
+        // SAFETY: `raw` is the image's VkImage, created as `wgpu_desc` says (format, shape and
+        // usage checked above, no mutable format so no view formats); it stays valid until the
+        // callback runs, which drops the residency image (residency then retires it behind its
+        // own work); `state` is the state of the layout residency recorded for every
+        // subresource, which is the driver's once residency's submissions so far have run (they
+        // precede wgpu's on the queue), or `UNINITIALIZED`.
+        Ok(unsafe { self.texture_over(raw, &wgpu_desc, Box::new(move || drop(image)), state) })
+    }
+
+    /// A `wgpu::Texture` over `raw`, whose memory wgpu does not own, starting in `state`; wgpu
+    /// runs `on_drop` once its work with the texture is done, and never destroys the image.
+    ///
+    /// # Safety
+    /// `raw` is a `VkImage` of this device created as `desc` says (format, shape, usage; no view
+    /// formats), valid until `on_drop` runs or for as long as wgpu uses it, and in the layout of
+    /// `state` when a wgpu submission using it starts.
+    pub(crate) unsafe fn texture_over(
+        &self,
+        raw: vk::Image,
+        desc: &wgpu::TextureDescriptor<'_>,
+        on_drop: wgpu::hal::DropCallback,
+        state: wgpu::TextureUses,
+    ) -> wgpu::Texture {
+        let hal_desc = wgpu::hal::TextureDescriptor {
+            label: desc.label,
+            size: desc.size,
+            mip_level_count: desc.mip_level_count,
+            sample_count: desc.sample_count,
+            dimension: desc.dimension,
+            format: desc.format,
+            usage: wgpu::TextureUses::empty(),
+            memory_flags: wgpu::hal::MemoryFlags::empty(),
+            view_formats: Vec::new(),
+        };
+        // SAFETY: read-only access to the hal device, dropped at the end of the statement.
+        let hal_device =
+            unsafe { self.device().as_hal::<Vulkan>() }.expect("the bridge's device is a Vulkan device");
+        // SAFETY: the caller's contract: `raw` is made as `hal_desc` says and valid while wgpu
+        // uses it; its memory is not wgpu's (`External`).
+        let hal = unsafe {
+            hal_device.texture_from_raw(
+                raw,
+                &hal_desc,
+                Some(on_drop),
+                wgpu::hal::vulkan::TextureMemory::External,
+            )
+        };
+        drop(hal_device);
+        // SAFETY: the hal texture is this device's and respects `desc`; `state` is its layout's
+        // (the caller's contract).
+        unsafe { self.device().create_texture_from_hal::<Vulkan>(hal, desc, state) }
     }
 }

@@ -36,6 +36,16 @@ impl FrameTimeline {
     pub fn last(&self) -> u64 {
         self.last.load(Ordering::Acquire)
     }
+
+    /// The residency device the timeline belongs to.
+    pub(crate) fn device(&self) -> &Arc<residency_vulkan::Device> {
+        &self.device
+    }
+
+    /// Records that a submission signals `value` (made under the bridge's submit lock).
+    pub(crate) fn set_last(&self, value: u64) {
+        self.last.store(value, Ordering::Release);
+    }
 }
 
 impl Bridge {
@@ -102,14 +112,19 @@ impl Bridge {
 
 /// A signal staged in wgpu-hal's queue for the next submission, taken back if that submission
 /// did not consume it (or panicked).
-struct Staged<'a> {
+pub(crate) struct Staged<'a> {
     queue: &'a wgpu::Queue,
     semaphore: vk::Semaphore,
 }
 
-impl Staged<'_> {
+impl<'a> Staged<'a> {
+    /// A signal of `semaphore` staged in `queue`.
+    pub(crate) fn new(queue: &'a wgpu::Queue, semaphore: vk::Semaphore) -> Staged<'a> {
+        Staged { queue, semaphore }
+    }
+
     /// Takes the signal back if it is still staged; whether it was.
-    fn take_back(&self) -> bool {
+    pub(crate) fn take_back(&self) -> bool {
         // SAFETY: the hal queue is only used to remove a staged signal.
         unsafe { self.queue.as_hal::<Vulkan>() }.is_some_and(|q| q.remove_signal_semaphore(self.semaphore))
     }

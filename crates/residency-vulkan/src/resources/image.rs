@@ -1089,6 +1089,7 @@ impl Device {
             samples: d.samples,
             linear: d.linear,
             layouts: Arc::clone(&image.layouts),
+            image: image.raw,
         })
     }
 }
@@ -1113,9 +1114,17 @@ pub struct ImageView {
     linear: bool,
     /// Its image's layout record.
     layouts: Arc<Layouts>,
+    /// Its image's `VkImage`.
+    image: vk::Image,
 }
 
 impl ImageView {
+    /// Its image's `VkImage` (for barriers of your own, under the same rules as
+    /// [`Image::raw`]).
+    pub fn raw_image(&self) -> vk::Image {
+        self.image
+    }
+
     /// Its image's layout record.
     pub(crate) fn layouts(&self) -> &Arc<Layouts> {
         &self.layouts

@@ -12,7 +12,8 @@
 //! For a submission on a queue of the renderer's own, [`Recording::finish`] does the same checks
 //! and returns a [`PendingFrame`]: the command buffer (ended), the semaphore waits and the signal
 //! the renderer's `vkQueueSubmit2` must include, and the `unsafe` [`PendingFrame::submitted`] to
-//! call once that submission succeeded. Residency's later submissions and binds then wait for the
+//! call once that submission succeeded ([`Recording::finish_unended`] where the command buffer's
+//! owner ends it, as wgpu does for its encoders). Residency's later submissions and binds then wait for the
 //! frame on the GPU. While a `PendingFrame` lives, residency's universal queue stays locked, so
 //! that the layouts it checked hold when the frame runs: residency calls that submit on the
 //! holding thread are refused ([`VulkanError::Reentrant`]), other threads wait.
@@ -109,6 +110,23 @@ impl<'a> Recording<'a> {
     /// `value` and the image layouts, and returns the [`PendingFrame`] to submit. Refused as
     /// `submit` is, with nothing changed.
     pub fn finish(self, timeline: &Timeline, value: u64) -> Result<PendingFrame<'a>, VulkanError> {
+        self.finish_inner(timeline, value, true)
+    }
+
+    /// [`Recording::finish`] for a command buffer that its owner ends itself (a wgpu command
+    /// encoder's, which wgpu ends when the encoder is finished): the same checks and the same
+    /// [`PendingFrame`], without `vkEndCommandBuffer`. The owner ends the command buffer before
+    /// submitting it.
+    pub fn finish_unended(self, timeline: &Timeline, value: u64) -> Result<PendingFrame<'a>, VulkanError> {
+        self.finish_inner(timeline, value, false)
+    }
+
+    fn finish_inner(
+        self,
+        timeline: &Timeline,
+        value: u64,
+        end: bool,
+    ) -> Result<PendingFrame<'a>, VulkanError> {
         let device = self.device();
         if let Some(result) = device.ledger().fault_at(FaultSite::QueueSubmit) {
             return Err(VulkanError::from_vk("vkQueueSubmit2", result));
@@ -133,9 +151,11 @@ impl<'a> Recording<'a> {
         }
         after.extend(device.external_frame_waits());
         let waits = after.iter().map(|u| device.wait_info(u)).collect::<Result<Vec<_>, _>>()?;
-        // SAFETY: `from_raw`'s contract: the command buffer is recording, outside a render pass,
-        // and nothing else records into it.
-        unsafe { device.raw().end_command_buffer(cmd) }.during("vkEndCommandBuffer")?;
+        if end {
+            // SAFETY: `from_raw`'s contract: the command buffer is recording, outside a render
+            // pass, and nothing else records into it.
+            unsafe { device.raw().end_command_buffer(cmd) }.during("vkEndCommandBuffer")?;
+        }
         let queue = device.universal_queue().lock()?;
         // Under the lock: every signal residency makes or announces is too.
         let (_, announced) = device.timeline_state(timeline).unwrap_or((semaphore, u64::MAX));
@@ -161,7 +181,7 @@ impl<'a> Recording<'a> {
 }
 
 impl PendingFrame<'_> {
-    /// The command buffer to submit (ended).
+    /// The command buffer to submit (ended; by its owner after [`Recording::finish_unended`]).
     pub fn command_buffer(&self) -> vk::CommandBuffer {
         self.cmd
     }
