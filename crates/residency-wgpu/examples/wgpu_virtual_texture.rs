@@ -462,7 +462,7 @@ pub fn run(bridge: &Bridge, path: ResidencyPath, frames: u64) -> Result<Outcome>
             for texture in &textures {
                 let binding = bindings.texture(texture).ok_or("a texture not bound")?;
                 // SAFETY: as above.
-                images.push(unsafe { bridge.streamer_textures(binding) }?);
+                images.push(unsafe { bridge.streamer_textures(&binding) }?);
             }
             let made = images.iter().map(|[t, m]| renderer.group(bridge.device(), t, m, &buffers)).collect();
             groups[slot] = Some((bindings.generation, made, images, buffers));
@@ -472,7 +472,7 @@ pub fn run(bridge: &Bridge, path: ResidencyPath, frames: u64) -> Result<Outcome>
         let mut words = [0; 8];
         for (plane, texture) in textures.iter().enumerate() {
             let binding = bindings.texture(texture).ok_or("a texture not bound")?;
-            words = bindings.feedback_words(binding, true);
+            words = bindings.feedback_words(&binding, true);
             slots[plane] = words[0];
         }
         let part = bridge.record_streamer_part(&bindings)?;

@@ -129,7 +129,7 @@ impl Bridge {
         // Once per image: on the software path the textures share the streamer's atlas.
         let mut seen = std::collections::HashSet::new();
         let barriers: Vec<_> = bindings
-            .textures
+            .textures()
             .iter()
             .flat_map(shared_images)
             .filter(|image| seen.insert(image.raw))
