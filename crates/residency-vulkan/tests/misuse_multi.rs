@@ -128,10 +128,13 @@ fn misuse_a_fan_out_failing_on_the_second_device_leaves_nothing_on_the_first() {
         };
 
         // Committed, so each instance allocates its own memory: every allocation on device 1 fails
-        // (every memory type residency would fall back to: the H200 has several).
+        // (every memory type of the intent's tier: the H200 has several; no fallback to the host
+        // tier, which would place it there).
         let types = d1.memory_properties().types.len() as u64;
         d1.ledger().inject_out_of_memory(types);
-        let desc = BufferDesc::new("misuse fan-out buffer", 1 << 16, BufferUsage::STORAGE).committed();
+        let desc = BufferDesc::new("misuse fan-out buffer", 1 << 16, BufferUsage::STORAGE)
+            .committed()
+            .without_fallback();
         let err = MultiBuffer::create(set, both(), &desc).unwrap_err();
         assert!(out_of_memory(&err), "{err}");
         d0.wait_submitted().unwrap();
@@ -140,7 +143,8 @@ fn misuse_a_fan_out_failing_on_the_second_device_leaves_nothing_on_the_first() {
         d1.ledger().inject_out_of_memory(types);
         let desc =
             ImageDesc::new_2d("misuse fan-out image", Format::R8G8B8A8Unorm, 64, 64, ImageUsage::SAMPLED)
-                .committed();
+                .committed()
+                .without_fallback();
         let err = MultiImage::create(set, both(), &desc).unwrap_err();
         assert!(out_of_memory(&err), "{err}");
         d0.wait_submitted().unwrap();

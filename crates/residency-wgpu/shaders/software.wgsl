@@ -41,7 +41,8 @@ fn residency_header() -> ResidencySoftware {
     var h: ResidencySoftware;
     h.size = vec2<u32>(residency_word(vec2<i32>(0, 0)), residency_word(vec2<i32>(1, 0)));
     h.tile = max(residency_word(vec2<i32>(2, 0)), 1u);
-    h.border = residency_word(vec2<i32>(3, 0));
+    // Bit 31 of the border word marks borders filled from the source (INDIRECTION_SOURCE_BORDERS).
+    h.border = residency_word(vec2<i32>(3, 0)) & 0x7fffffffu;
     h.mips = clamp(residency_word(vec2<i32>(4, 0)), 1u, 32u);
     h.columns = max(residency_word(vec2<i32>(5, 0)), 1u);
     return h;

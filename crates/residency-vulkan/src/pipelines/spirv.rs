@@ -687,7 +687,7 @@ impl Reflection<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipelines::shaders;
+    use crate::pipelines::shaders::{self, Shader};
 
     /// The bindings of set 0 the module reads with sparse residency instructions.
     fn sparse_bindings(words: &[u32]) -> Vec<u32> {
@@ -701,19 +701,28 @@ mod tests {
     #[test]
     fn sparse_residency_marks_exactly_the_bindings_read_with_opimagesparse() {
         // Binding 0 (the texture) of the four shaders that use `GL_ARB_sparse_texture2`
-        // (`residencyFetch`, `sparseTextureLodARB`); no other binding of any shipped shader,
-        // however it samples (the software path, `texelFetch`, storage images, buffers).
-        let expected = [
-            &shaders::SPARSE_PROBE,
-            &shaders::MULTI_DEVICE,
-            &shaders::DISTANCE_FIELD,
-            &shaders::TEXTURE_ARRAY,
+        // (`residencyFetch`, `sparseTextureLodARB`), and the footprint shaders built with
+        // `RESIDENCY_CODES` (the texture and its fully resident twin, both read with residency
+        // codes) and the `sparseTextureClampARB` fragment shader; no other binding of any shipped shader, however it samples (the software path,
+        // `texelFetch`, storage images, buffers).
+        let expected: [(&Shader, &[u32]); 7] = [
+            (&shaders::SPARSE_PROBE, &[0]),
+            (&shaders::MULTI_DEVICE, &[0]),
+            (&shaders::DISTANCE_FIELD, &[0]),
+            (&shaders::TEXTURE_ARRAY, &[0]),
+            (&shaders::SPARSE_FOOTPRINT_CODES, &[0, 2]),
+            (&shaders::SPARSE_FOOTPRINT_CLAMP, &[0, 2]),
+            (&shaders::SPARSE_CLAMP_FRAG, &[0]),
         ];
+        let mut wrong = Vec::new();
         for shader in shaders::ALL {
-            let want: Vec<u32> =
-                if expected.iter().any(|e| std::ptr::eq(*e, shader)) { vec![0] } else { vec![] };
-            assert_eq!(sparse_bindings(shader.words()), want, "{}", shader.name());
+            let want = expected.iter().find(|(e, _)| std::ptr::eq(*e, shader)).map_or(&[][..], |(_, b)| *b);
+            let got = sparse_bindings(shader.words());
+            if got != want {
+                wrong.push(format!("{}: {got:?}, expected {want:?}", shader.name()));
+            }
         }
+        assert!(wrong.is_empty(), "{wrong:#?}");
     }
 
     /// A module's words with the one instruction at word `at` replaced by `new` (same length).
