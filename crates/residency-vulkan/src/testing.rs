@@ -113,3 +113,21 @@ pub fn expect_validation_problem(id: &str, bad: impl FnOnce(&DeviceSet)) -> Opti
 fn describe(messages: &[ValidationMessage]) -> String {
     messages.iter().map(|m| format!("  [{:?}] {}: {}\n", m.severity, m.id, m.text)).collect()
 }
+
+/// The camera view the feedback tests sample (`tests/feedback.rs` and residency-wgpu's WGSL
+/// mirror of it): 32 × 32 samples `[u, v, lod, min_lod]` over a 16384² texture at mip-0 texel
+/// centres, LODs 0.1–3.1; a third see their own mip resident (min-LOD = that mip: LOD warnings),
+/// the rest nothing resident (255: misses).
+pub fn known_feedback_view() -> Vec<[f32; 4]> {
+    let mut samples = Vec::with_capacity(32 * 32);
+    for y in 0..32u32 {
+        for x in 0..32u32 {
+            let u = (f64::from(x * 97) + 13.5) / 16384.0;
+            let v = (f64::from(y * 89) + 21.5) / 16384.0;
+            let lod = (y % 4) as f32 + 0.1;
+            let min_lod = if x % 3 == 0 { (y % 4) as f32 } else { 255.0 };
+            samples.push([u as f32, v as f32, lod, min_lod]);
+        }
+    }
+    samples
+}

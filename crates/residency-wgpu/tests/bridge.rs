@@ -421,16 +421,7 @@ fn wgsl_feedback_requests_exactly_the_tiles_of_residencys_cpu_model() {
         assert!(feedback.set_lod_warning(id, 8, 64));
         // residency-vulkan's tests/feedback.rs view: 32 × 32 samples, LODs 0.1–3.1, a third seeing
         // their own mip resident (LOD warnings), the rest nothing (misses).
-        let mut samples = Vec::new();
-        for y in 0..32u32 {
-            for x in 0..32u32 {
-                let u = (f64::from(x * 97) + 13.5) / 16384.0;
-                let v = (f64::from(y * 89) + 21.5) / 16384.0;
-                let lod = (y % 4) as f32 + 0.1;
-                let min_lod = if x % 3 == 0 { (y % 4) as f32 } else { 255.0 };
-                samples.push([u as f32, v as f32, lod, min_lod]);
-            }
-        }
+        let samples = residency_vulkan::testing::known_feedback_view();
         let frame = 42;
         let mut expected = FeedbackBuffer::new(&feedback, frame);
         for s in &samples {

@@ -16,22 +16,33 @@ use std::sync::Mutex;
 /// One run at a time: the leak counter is process-wide.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn run_on(path: ResidencyPath) {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+/// The example's bridge under synchronization validation; `None` (a skip) only when no GPU is
+/// required and none opens.
+fn open() -> Option<residency_wgpu::Bridge> {
     let desc = BridgeDesc {
         validation: ValidationMode::Synchronization,
         require_validation: residency_vulkan::testing::gpu_required(),
         ..BridgeDesc::default()
     };
-    let bridge = match example::open(&desc) {
-        Ok(bridge) => bridge,
+    match example::open(&desc) {
+        Ok(bridge) => Some(bridge),
         Err(e) => {
             assert!(!residency_vulkan::testing::gpu_required(), "RESIDENCY_REQUIRE_GPU=1 but: {e}");
             eprintln!("\n**** SKIPPED: {e} ****\n");
-            return;
+            None
         }
-    };
+    }
+}
+
+fn run_on(path: ResidencyPath) {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(bridge) = open() else { return };
     if path == ResidencyPath::Hardware && !matches!(bridge.path(), PathSupport::Hardware) {
+        assert!(
+            !residency_vulkan::testing::gpu_required(),
+            "RESIDENCY_REQUIRE_GPU=1 but no sparse residency: {:?}",
+            bridge.path()
+        );
         eprintln!("\n**** SKIPPED: no sparse residency ({:?}) ****\n", bridge.path());
         return;
     }
@@ -85,19 +96,7 @@ fn the_wgpu_examples_streaming_code_is_at_most_100_lines() {
 fn a_streamer_part_dropped_unsubmitted_leaves_the_images_to_the_streamer() {
     use residency_vulkan::streaming::{Streamer, StreamerDesc};
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let desc = BridgeDesc {
-        validation: ValidationMode::Synchronization,
-        require_validation: residency_vulkan::testing::gpu_required(),
-        ..BridgeDesc::default()
-    };
-    let bridge = match example::open(&desc) {
-        Ok(bridge) => bridge,
-        Err(e) => {
-            assert!(!residency_vulkan::testing::gpu_required(), "RESIDENCY_REQUIRE_GPU=1 but: {e}");
-            eprintln!("\n**** SKIPPED: {e} ****\n");
-            return;
-        }
-    };
+    let Some(bridge) = open() else { return };
     let leaks = LEAKS_AT_TEARDOWN.load(Ordering::SeqCst);
     {
         let device = bridge.residency();
