@@ -1025,7 +1025,7 @@ fn misuse_distance_field_with_a_count_and_step_limit_past_what_is_bound_marches_
         assert_eq!(results[0..4], [64.0, 8.0, 8.0, 0.0], "steps of the maximum step until it leaves at x = 65");
         assert_eq!(results[4..8], [0.0; 4], "an origin outside the volume samples nothing");
         assert_eq!(results[8..12], [0.0; 4], "a NaN origin samples nothing");
-        assert_eq!(results[12..16], [0.0, 1024.0, 1024.0, 0.0], "a ray standing still stops at the step cap");
+        assert_eq!(results[12..16], [8192.0, 1024.0, 1024.0, 0.0], "a ray standing still stops at the step cap");
         assert_eq!(bytes[64..], [SENTINEL; 16], "no result past the 4 rays bound");
     });
 }
