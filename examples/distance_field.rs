@@ -55,7 +55,10 @@ fn ray(px: u32, py: u32) -> Ray {
     let scale = SIDE as f32 / PIXELS as f32;
     let [x, y, z] = DIRECTION;
     let n = (x * x + y * y + z * z).sqrt();
-    Ray { origin: [(px as f32 + 0.5) * scale, (py as f32 + 0.5) * scale, 0.0], direction: [x / n, y / n, z / n] }
+    Ray {
+        origin: [(px as f32 + 0.5) * scale, (py as f32 + 0.5) * scale, 0.0],
+        direction: [x / n, y / n, z / n],
+    }
 }
 
 /// What the example checked, for the test that runs it.
@@ -93,7 +96,8 @@ pub fn run(device: &Arc<Device>) -> Result<Outcome, Box<dyn std::error::Error>> 
     let field = DistanceField::from_fn([SIDE; 3], MAX_STEP, |[x, y, z]| {
         distance([x as f32 + 0.5, y as f32 + 0.5, z as f32 + 0.5])
     })?;
-    let volume = DistanceFieldVolume::new(&pool, &uploader, &DistanceFieldDesc::new("distance field"), field)?;
+    let volume =
+        DistanceFieldVolume::new(&pool, &uploader, &DistanceFieldDesc::new("distance field"), field)?;
     let (bricks, shape) = (volume.bricks().count(), volume.bricks().brick());
     let (resident_bytes, dense_bytes) = (volume.resident_bytes(), volume.dense_bytes());
     println!(
@@ -113,11 +117,13 @@ pub fn run(device: &Arc<Device>) -> Result<Outcome, Box<dyn std::error::Error>> 
     let rays: Vec<Ray> = (0..PIXELS * PIXELS).map(|i| ray(i % PIXELS, i / PIXELS)).collect();
     let n = rays.len() as u64;
     let program = ComputeProgram::new(device, "distance_field.comp", &shaders::DISTANCE_FIELD, 1)?;
-    let mut input =
-        device.create_buffer(&BufferDesc::new("rays", n * 32, BufferUsage::STORAGE).with_intent(MemoryIntent::Upload))?;
+    let mut input = device.create_buffer(
+        &BufferDesc::new("rays", n * 32, BufferUsage::STORAGE).with_intent(MemoryIntent::Upload),
+    )?;
     input.write(0, &DistanceFieldVolume::encode_rays(&rays))?;
-    let out = device
-        .create_buffer(&BufferDesc::new("marches", n * 16, BufferUsage::STORAGE).with_intent(MemoryIntent::Readback))?;
+    let out = device.create_buffer(
+        &BufferDesc::new("marches", n * 16, BufferUsage::STORAGE).with_intent(MemoryIntent::Readback),
+    )?;
     let set = program.descriptor_set(&[
         Binding::sampled(volume.image(), volume.sampler(), vk::ImageLayout::GENERAL),
         Binding::Buffer(&input),

@@ -45,8 +45,10 @@ fn analytic(p: [f32; 3]) -> f32 {
 }
 
 fn field() -> DistanceField {
-    DistanceField::from_fn(EXTENT, MAX_STEP, |[x, y, z]| analytic([x as f32 + 0.5, y as f32 + 0.5, z as f32 + 0.5]))
-        .unwrap()
+    DistanceField::from_fn(EXTENT, MAX_STEP, |[x, y, z]| {
+        analytic([x as f32 + 0.5, y as f32 + 0.5, z as f32 + 0.5])
+    })
+    .unwrap()
 }
 
 fn normalised(v: [f32; 3]) -> [f32; 3] {
@@ -82,20 +84,32 @@ fn rays() -> Vec<Ray> {
 }
 
 fn pool(device: &Arc<Device>) -> SparseTilePool {
-    SparseTilePool::new(Arc::clone(device), TilePoolDesc::default().with_name("raymarch bricks").with_tiles_per_heap(16))
-        .unwrap()
+    SparseTilePool::new(
+        Arc::clone(device),
+        TilePoolDesc::default().with_name("raymarch bricks").with_tiles_per_heap(16),
+    )
+    .unwrap()
 }
 
 /// Marches `rays` through `volume` on the GPU with the shipped `DISTANCE_FIELD` program.
-fn gpu_march(device: &Arc<Device>, volume: &DistanceFieldVolume, rays: &[Ray], params: &MarchParams) -> Vec<MarchResult> {
+fn gpu_march(
+    device: &Arc<Device>,
+    volume: &DistanceFieldVolume,
+    rays: &[Ray],
+    params: &MarchParams,
+) -> Vec<MarchResult> {
     let program = ComputeProgram::new(device, "raymarch", &shaders::DISTANCE_FIELD, 1).unwrap();
     let n = rays.len() as u64;
     let mut input = device
-        .create_buffer(&BufferDesc::new("rays", n * 32, BufferUsage::STORAGE).with_intent(MemoryIntent::Upload))
+        .create_buffer(
+            &BufferDesc::new("rays", n * 32, BufferUsage::STORAGE).with_intent(MemoryIntent::Upload),
+        )
         .unwrap();
     input.write(0, &DistanceFieldVolume::encode_rays(rays)).unwrap();
     let output = device
-        .create_buffer(&BufferDesc::new("marches", n * 16, BufferUsage::STORAGE).with_intent(MemoryIntent::Readback))
+        .create_buffer(
+            &BufferDesc::new("marches", n * 16, BufferUsage::STORAGE).with_intent(MemoryIntent::Readback),
+        )
         .unwrap();
     let set = program
         .descriptor_set(&[
@@ -143,7 +157,8 @@ fn the_gpu_march_through_the_include_equals_the_cpu_reference_march() {
         let pool = pool(device);
         let uploader = Uploader::new(device, "raymarch", 1 << 20).unwrap();
         let volume =
-            DistanceFieldVolume::new(&pool, &uploader, &DistanceFieldDesc::new("raymarch volume"), field()).unwrap();
+            DistanceFieldVolume::new(&pool, &uploader, &DistanceFieldDesc::new("raymarch volume"), field())
+                .unwrap();
         assert_eq!(volume.bricks().count(), [3, 3, 4]);
         let near = volume.bricks().near_count();
         assert!(near > 0 && near < volume.bricks().len(), "{near} of {} bricks near", volume.bricks().len());
@@ -181,7 +196,8 @@ fn the_sparse_and_the_fully_resident_volume_find_the_same_surface() {
         let pool = pool(device);
         let uploader = Uploader::new(device, "raymarch", 1 << 20).unwrap();
         let sparse =
-            DistanceFieldVolume::new(&pool, &uploader, &DistanceFieldDesc::new("raymarch sparse"), field()).unwrap();
+            DistanceFieldVolume::new(&pool, &uploader, &DistanceFieldDesc::new("raymarch sparse"), field())
+                .unwrap();
         let dense_desc = DistanceFieldDesc::new("raymarch dense").with_residency(BrickResidency::All);
         let dense = DistanceFieldVolume::new(&pool, &uploader, &dense_desc, field()).unwrap();
         assert_eq!(dense.resident_bricks() as usize, dense.bricks().len());
@@ -189,7 +205,11 @@ fn the_sparse_and_the_fully_resident_volume_find_the_same_surface() {
         let rays = rays();
         let s = gpu_equals_cpu(device, &sparse, &rays);
         let d = gpu_equals_cpu(device, &dense, &rays);
-        assert_eq!(d.iter().map(|m| m.missing).sum::<u32>(), 0, "nothing reads the default in the dense volume");
+        assert_eq!(
+            d.iter().map(|m| m.missing).sum::<u32>(),
+            0,
+            "nothing reads the default in the dense volume"
+        );
         let (mut both, mut differ) = (0, 0);
         for (i, ((ray, s), d)) in rays.iter().zip(&s).zip(&d).enumerate() {
             if s.hit {
@@ -254,7 +274,11 @@ fn a_brick_made_non_resident_reads_as_the_maximum_step_and_the_march_never_cross
         assert!(!volume.is_brick_resident(brick));
         assert_eq!(volume.resident_bricks(), 35);
         let read = gpu_march(device, &volume, &probe, &one)[0];
-        assert_eq!((read.t, read.steps, read.missing, read.hit), (MAX_STEP, 1, 1, false), "the default value");
+        assert_eq!(
+            (read.t, read.steps, read.missing, read.hit),
+            (MAX_STEP, 1, 1, false),
+            "the default value"
+        );
         let after = gpu_equals_cpu(device, &volume, &rays);
         let stepped: Vec<usize> = (0..rays.len()).filter(|&i| after[i].missing > 0).collect();
         println!("brick {brick:?} released: {} rays read it as the maximum step", stepped.len());
@@ -291,10 +315,16 @@ fn bad_input_is_refused_with_a_typed_error_and_changes_nothing() {
         DistanceField::new([2, 2, 2], vec![1.0; 9], 1.0),
         Err(DistanceFieldError::WrongLength { extent: [2, 2, 2], expected: 8, got: 9 })
     );
-    assert_eq!(DistanceField::new([2, 0, 2], vec![], 1.0), Err(DistanceFieldError::EmptyExtent { extent: [2, 0, 2] }));
+    assert_eq!(
+        DistanceField::new([2, 0, 2], vec![], 1.0),
+        Err(DistanceFieldError::EmptyExtent { extent: [2, 0, 2] })
+    );
     let mut values = vec![1.0; 8];
     values[3] = f32::NAN;
-    assert_eq!(DistanceField::new([2, 2, 2], values, 1.0), Err(DistanceFieldError::NotANumber { texel: [1, 1, 0] }));
+    assert_eq!(
+        DistanceField::new([2, 2, 2], values, 1.0),
+        Err(DistanceFieldError::NotANumber { texel: [1, 1, 0] })
+    );
 
     with_gpu(|set| {
         let device = &set.devices()[0];
@@ -311,15 +341,26 @@ fn bad_input_is_refused_with_a_typed_error_and_changes_nothing() {
         let ragged = DistanceField::new([96, 96, 40], vec![10.0; 96 * 96 * 40], MAX_STEP).unwrap();
         let err = DistanceFieldVolume::new(&pool, &uploader, &desc, ragged).unwrap_err();
         assert!(
-            matches!(err, VolumeError::Field(DistanceFieldError::NotWholeBricks { extent: [96, 96, 40], brick: [32, 32, 16] })),
+            matches!(
+                err,
+                VolumeError::Field(DistanceFieldError::NotWholeBricks {
+                    extent: [96, 96, 40],
+                    brick: [32, 32, 16]
+                })
+            ),
             "{err}"
         );
         assert!(err.class() == residency_vulkan::ErrorClass::Refused);
         unchanged("not whole bricks");
 
         // The software path holds no volumes.
-        let err = DistanceFieldVolume::new(&pool, &uploader, &desc.clone().with_path(ResidencyPath::Software), field())
-            .unwrap_err();
+        let err = DistanceFieldVolume::new(
+            &pool,
+            &uploader,
+            &desc.clone().with_path(ResidencyPath::Software),
+            field(),
+        )
+        .unwrap_err();
         assert!(matches!(err, VolumeError::SoftwarePath { .. }), "{err}");
         assert!(err.class() == residency_vulkan::ErrorClass::Unsupported);
         unchanged("software path");
@@ -341,10 +382,15 @@ fn bad_input_is_refused_with_a_typed_error_and_changes_nothing() {
             let err = volume.commit_brick(&pool, &uploader, brick).unwrap_err();
             assert!(matches!(err, VolumeError::NoSuchBrick { .. }), "{err}");
         }
-        let other = SparseTilePool::new(Arc::clone(device), TilePoolDesc::default().with_name("other")).unwrap();
-        let far = (0..36u32).map(|i| [i % 3, (i / 3) % 3, i / 9]).find(|&b| !volume.bricks().is_near(b)).unwrap();
+        let other =
+            SparseTilePool::new(Arc::clone(device), TilePoolDesc::default().with_name("other")).unwrap();
+        let far =
+            (0..36u32).map(|i| [i % 3, (i / 3) % 3, i / 9]).find(|&b| !volume.bricks().is_near(b)).unwrap();
         let err = volume.commit_brick(&other, &uploader, far).unwrap_err();
-        assert!(matches!(err, VolumeError::Sparse(SparseError::Commit(CommitError::WrongPool { .. }))), "{err}");
+        assert!(
+            matches!(err, VolumeError::Sparse(SparseError::Commit(CommitError::WrongPool { .. }))),
+            "{err}"
+        );
         assert_eq!((volume.resident_bricks(), other.used_tiles()), (resident, 0), "nothing committed");
         drop((volume, other));
         uploader.destroy().unwrap();

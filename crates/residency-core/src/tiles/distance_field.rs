@@ -79,7 +79,11 @@ impl DistanceField {
     /// ([`DistanceFieldError::MaxStep`]), not one value per texel
     /// ([`DistanceFieldError::WrongLength`]), a NaN ([`DistanceFieldError::NotANumber`]).
     /// Infinities are distances like any other (a march over `+∞` leaves the volume).
-    pub fn new(extent: [u32; 3], values: Vec<f32>, max_step: f32) -> Result<DistanceField, DistanceFieldError> {
+    pub fn new(
+        extent: [u32; 3],
+        values: Vec<f32>,
+        max_step: f32,
+    ) -> Result<DistanceField, DistanceFieldError> {
         if extent.contains(&0) {
             return Err(DistanceFieldError::EmptyExtent { extent });
         }
@@ -142,13 +146,15 @@ impl DistanceField {
     pub fn at(&self, texel: [u32; 3]) -> Option<f32> {
         let [x, y, z] = texel;
         let [w, h, d] = self.extent;
-        (x < w && y < h && z < d).then(|| self.values[((z as usize * h as usize) + y as usize) * w as usize + x as usize])
+        (x < w && y < h && z < d)
+            .then(|| self.values[((z as usize * h as usize) + y as usize) * w as usize + x as usize])
     }
 
     /// The distances of the box at `offset` of `extent` texels, x fastest (what an upload of that
     /// box takes, as `f32` texels); `None` when the box does not lie inside the volume.
     pub fn region(&self, offset: [u32; 3], extent: [u32; 3]) -> Option<Vec<f32>> {
-        let inside = (0..3).all(|a| offset[a].checked_add(extent[a]).is_some_and(|end| end <= self.extent[a]));
+        let inside =
+            (0..3).all(|a| offset[a].checked_add(extent[a]).is_some_and(|end| end <= self.extent[a]));
         if !inside {
             return None;
         }
@@ -156,7 +162,9 @@ impl DistanceField {
         for z in offset[2]..offset[2] + extent[2] {
             for y in offset[1]..offset[1] + extent[1] {
                 let row = ((z as usize * self.extent[1] as usize) + y as usize) * self.extent[0] as usize;
-                out.extend_from_slice(&self.values[row + offset[0] as usize..row + (offset[0] + extent[0]) as usize]);
+                out.extend_from_slice(
+                    &self.values[row + offset[0] as usize..row + (offset[0] + extent[0]) as usize],
+                );
             }
         }
         Some(out)
@@ -177,15 +185,16 @@ impl DistanceField {
         }
         let count = [0, 1, 2].map(|a| self.extent[a] / brick[a]);
         let mut near = vec![false; count.iter().map(|&c| c as usize).product()];
-        let [w, h, _] = self.extent;
+        let [w, h, _] = self.extent.map(|s| s as usize);
+        let (cx, cy) = (count[0] as usize, count[1] as usize);
+        let brick = brick.map(|s| s as usize);
         for (i, &v) in self.values.iter().enumerate() {
             if v < self.max_step {
-                let (x, y, z) = (i as u32 % w, (i as u32 / w) % h, i as u32 / (w * h));
-                let b = [x / brick[0], y / brick[1], z / brick[2]];
-                near[((b[2] * count[1] + b[1]) * count[0] + b[0]) as usize] = true;
+                let (x, y, z) = (i % w, (i / w) % h, i / (w * h));
+                near[(z / brick[2] * cy + y / brick[1]) * cx + x / brick[0]] = true;
             }
         }
-        Ok(BrickGrid { brick, count, near })
+        Ok(BrickGrid { brick: brick.map(|s| s as u32), count, near })
     }
 }
 
@@ -226,11 +235,12 @@ impl BrickGrid {
 
     /// The near bricks, x fastest, then y, then z.
     pub fn near(&self) -> impl Iterator<Item = [u32; 3]> + '_ {
-        let [cx, cy, _] = self.count;
-        self.near.iter().enumerate().filter(|(_, &n)| n).map(move |(i, _)| {
-            let i = i as u32;
-            [i % cx, (i / cx) % cy, i / (cx * cy)]
-        })
+        let [cx, cy, _] = self.count.map(|c| c as usize);
+        self.near
+            .iter()
+            .enumerate()
+            .filter(|(_, &n)| n)
+            .map(move |(i, _)| [i % cx, (i / cx) % cy, i / (cx * cy)].map(|c| c as u32))
     }
 
     /// How many bricks are near.
@@ -245,7 +255,8 @@ impl BrickGrid {
 
     fn index(&self, b: [u32; 3]) -> Option<usize> {
         let [cx, cy, cz] = self.count;
-        (b[0] < cx && b[1] < cy && b[2] < cz).then(|| ((b[2] * cy + b[1]) * cx + b[0]) as usize)
+        let u = |v: u32| v as usize;
+        (b[0] < cx && b[1] < cy && b[2] < cz).then(|| (u(b[2]) * u(cy) + u(b[1])) * u(cx) + u(b[0]))
     }
 }
 
@@ -391,10 +402,14 @@ mod tests {
         let params = MarchParams { hit_distance: 0.5, step_limit: 64 };
         let mut missing = 0;
         for i in 0..64 {
-            let ray = Ray { origin: [(i % 8) as f32 * 4.0 + 2.0, (i / 8) as f32 * 4.0 + 2.0, 0.0], direction: [0.0, 0.0, 1.0] };
+            let ray = Ray {
+                origin: [(i % 8) as f32 * 4.0 + 2.0, (i / 8) as f32 * 4.0 + 2.0, 0.0],
+                direction: [0.0, 0.0, 1.0],
+            };
             let dense = march(field.extent(), 4.0, &ray, &params, |t| field.at(t));
-            let sparse =
-                march(field.extent(), 4.0, &ray, &params, |t| grid.is_near(grid.brick_of(t)).then(|| field.at(t)).flatten());
+            let sparse = march(field.extent(), 4.0, &ray, &params, |t| {
+                grid.is_near(grid.brick_of(t)).then(|| field.at(t)).flatten()
+            });
             assert_eq!(dense.hit, sparse.hit, "ray {i}");
             if dense.hit {
                 assert!((dense.t - sparse.t).abs() < 1.5, "ray {i}: {dense:?} {sparse:?}");
@@ -412,7 +427,9 @@ mod tests {
         let m = march(field.extent(), 1.0, &still, &params, |t| field.at(t));
         assert_eq!((m.steps, m.hit), (MAX_MARCH_STEPS, false));
         for origin in [[-0.5, 1.0, 1.0], [2.0, 1.0, 1.0], [f32::NAN, 1.0, 1.0]] {
-            let m = march(field.extent(), 1.0, &Ray { origin, direction: [1.0, 0.0, 0.0] }, &params, |t| field.at(t));
+            let m = march(field.extent(), 1.0, &Ray { origin, direction: [1.0, 0.0, 0.0] }, &params, |t| {
+                field.at(t)
+            });
             assert_eq!(m.steps, 0);
         }
     }

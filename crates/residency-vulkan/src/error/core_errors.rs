@@ -22,8 +22,8 @@ use residency_core::report::ReportError;
 use residency_core::streaming::{DuplicateLoad, FeedbackError, SourceError, StreamingError};
 use residency_core::sync::{SyncError, TransientError};
 use residency_core::tiles::{
-    BindPlanError, CommitError, DistanceFieldError, HardwarePathUnsupported, IndirectionError, LayoutError, PageTableError,
-    PoolError, PoolInvariantError, ShapeError,
+    BindPlanError, CommitError, DistanceFieldError, HardwarePathUnsupported, IndirectionError, LayoutError,
+    PageTableError, PoolError, PoolInvariantError, ShapeError,
 };
 use residency_core::vt_file::VtError;
 

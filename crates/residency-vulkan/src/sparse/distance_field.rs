@@ -48,7 +48,11 @@ pub struct DistanceFieldDesc {
 impl DistanceFieldDesc {
     /// A description with the defaults.
     pub fn new(name: impl Into<String>) -> DistanceFieldDesc {
-        DistanceFieldDesc { name: name.into(), residency: BrickResidency::default(), path: ResidencyPath::Auto }
+        DistanceFieldDesc {
+            name: name.into(),
+            residency: BrickResidency::default(),
+            path: ResidencyPath::Auto,
+        }
     }
 
     /// Sets which bricks are resident.
@@ -80,7 +84,9 @@ pub enum VolumeError {
     },
     /// The device has no sparse residency for 3D images (`sparseResidencyImage3D`, shader
     /// residency codes and a sparse queue), and the software path cannot hold a volume.
-    #[error("`{name}`: {device} has no sparse residency for 3D images (and the software path holds no volumes)")]
+    #[error(
+        "`{name}`: {device} has no sparse residency for 3D images (and the software path holds no volumes)"
+    )]
     NoSparseVolumes {
         /// The volume.
         name: String,
@@ -169,7 +175,10 @@ impl DistanceFieldVolume {
         }
         let f = device.features();
         if !(f.sparse_residency_image_3d && f.shader_resource_residency && device.sparse_queue().is_some()) {
-            return Err(VolumeError::NoSparseVolumes { name: name.clone(), device: device.name().to_owned() });
+            return Err(VolumeError::NoSparseVolumes {
+                name: name.clone(),
+                device: device.name().to_owned(),
+            });
         }
         if !uploader.device().is(device) {
             return Err(UploadError::WrongDevice {
@@ -181,7 +190,8 @@ impl DistanceFieldVolume {
         }
         let [w, h, d] = field.extent();
         let image_desc = SparseImageDesc::new_3d(Format::R32Float, w, h, d).with_mip_levels(1);
-        let layout = SparseImageLayout::for_device(&image_desc, device.profile()).map_err(SparseError::from)?;
+        let layout =
+            SparseImageLayout::for_device(&image_desc, device.profile()).map_err(SparseError::from)?;
         let shape = layout.tile_shape();
         let grid = field.bricks([shape.width, shape.height, shape.depth])?;
         let sampler = device.create_sampler(Filter::Nearest)?;
@@ -293,8 +303,11 @@ impl DistanceFieldVolume {
     }
 
     /// Commits brick `brick`, binds it and stages its texels from the field on `uploader`,
-    /// submitted (a resident brick is uploaded again). An exhausted pool is
-    /// [`SparseError::Commit`] with nothing committed.
+    /// submitted (a resident brick is uploaded again). A brick outside the grid
+    /// ([`VolumeError::NoSuchBrick`]), an uploader of another device and an exhausted pool
+    /// ([`SparseError::Commit`]) change nothing; a failure after the commit (the bind's or the
+    /// staging's memory, a lost device) leaves the brick committed, as
+    /// [`SparseImage::write_region`] does.
     pub fn commit_brick(
         &mut self,
         pool: &SparseTilePool,

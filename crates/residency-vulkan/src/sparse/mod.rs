@@ -50,10 +50,11 @@ use residency_core::tiles::{
 // The core's tile types this layer's signatures take, re-exported here once (crate docs: "The
 // core's types"); the software path's indirection types are in `software`.
 pub use residency_core::tiles::{
-    BindPlanError, BindPlanOptions, BrickGrid, CommitError, DistanceField, DistanceFieldError, HeapIndex, ImageId, LayoutError, MarchParams, MarchResult, MinLodUpdate, PageTable,
-    PhysicalTile, PoolId, PoolInvariantError, PoolStats, Ray, ResidencyChanges, ResidencyPath, ShapeError,
-    SparseDimension, SparseImageDesc, SparseImageLayout, SparseResidency, TexelRegion, TileCoord, TileIndex,
-    TilePool, TilePoolDesc, MAX_MARCH_STEPS,
+    BindPlanError, BindPlanOptions, BrickGrid, CommitError, DistanceField, DistanceFieldError, HeapIndex,
+    ImageId, LayoutError, MarchParams, MarchResult, MinLodUpdate, PageTable, PhysicalTile, PoolId,
+    PoolInvariantError, PoolStats, Ray, ResidencyChanges, ResidencyPath, ShapeError, SparseDimension,
+    SparseImageDesc, SparseImageLayout, SparseResidency, TexelRegion, TileCoord, TileIndex, TilePool,
+    TilePoolDesc, MAX_MARCH_STEPS,
 };
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -202,8 +203,8 @@ use bind::*;
 use heaps::*;
 
 pub use compact::CompactStats;
-pub use distance_field::{BrickResidency, DistanceFieldDesc, DistanceFieldVolume, VolumeError};
 pub(crate) use compact::{CompactionOwner, ImageMoves};
+pub use distance_field::{BrickResidency, DistanceFieldDesc, DistanceFieldVolume, VolumeError};
 pub use heaps::TileHeaps;
 pub use image::{SparseImage, SparseUsage};
 pub use min_lod::MinLodMap;
