@@ -196,6 +196,20 @@ impl DistanceFieldVolume {
         let grid = field.bricks([shape.width, shape.height, shape.depth])?;
         let sampler = device.create_sampler(Filter::Nearest)?;
         let image = SparseImage::new(pool, name, &image_desc, false)?;
+        // The driver's layout of the image made must be the bricks the profile gave.
+        let made = image.layout();
+        if made.tile_shape() != shape || made.first_tail_lod() == 0 {
+            return Err(SparseError::Incompatible {
+                name: name.clone(),
+                reason: format!(
+                    "the driver lays the volume out in {:?} tiles with its mip tail from level {}; \
+                     the device profile said {shape:?} tiles and whole bricks",
+                    made.tile_shape(),
+                    made.first_tail_lod()
+                ),
+            }
+            .into());
+        }
         let mut volume = DistanceFieldVolume { image, sampler, field, grid };
         let bricks: Vec<[u32; 3]> = match desc.residency {
             BrickResidency::NearSurface => volume.grid.near().collect(),
