@@ -73,6 +73,7 @@ all_error_types! {
     residency_vulkan::recording::CopyTooSmall,
     residency_vulkan::tracking::RecordError,
     residency_vulkan::sparse::SparseError,
+    residency_vulkan::sparse::VolumeError,
     residency_vulkan::sparse::software::SoftwareError,
     residency_vulkan::compute::DispatchError,
     residency_vulkan::compute::ProgramError,
@@ -117,6 +118,7 @@ all_error_types! {
     residency_core::tiles::PoolError,
     residency_core::tiles::PoolInvariantError,
     residency_core::tiles::CommitError,
+    residency_core::tiles::DistanceFieldError,
     residency_core::tiles::ShapeError,
     residency_core::vt_file::VtError,
 }

@@ -18,6 +18,8 @@
 //!   of the same tile before a flush cancel out).
 //! - [`indirection`]: the software residency path — a page table as an indirection texture into a
 //!   tile-cache atlas with bordered slots, for devices without sparse residency.
+//! - [`distance_field`]: distance-field volumes: which bricks a ray march needs resident (the
+//!   seed's "default value is maximum step distance") and the reference march.
 //!
 //! Nothing here touches a GPU; the Vulkan backend turns the results into `vkQueueBindSparse` calls.
 //! See `docs/tiles.md` for the model and the decisions behind it.
@@ -25,6 +27,7 @@
 
 pub mod bind_plan;
 pub mod changes;
+pub mod distance_field;
 pub mod indirection;
 pub mod layout;
 pub mod page_table;
@@ -37,6 +40,9 @@ pub use bind_plan::{
     TailChange, TileChange,
 };
 pub use changes::PendingChanges;
+pub use distance_field::{
+    march, BrickGrid, DistanceField, DistanceFieldError, MarchParams, MarchResult, Ray, MAX_MARCH_STEPS,
+};
 pub use indirection::{
     border_copies, bordered_block_tile, bordered_tile, software_layout, software_slot_bytes, AtlasLayout,
     BorderCopy, HardwarePathUnsupported, Indirection, IndirectionError, ResidencyPath, INDIRECTION_NONE,

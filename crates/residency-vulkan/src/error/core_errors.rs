@@ -22,8 +22,8 @@ use residency_core::report::ReportError;
 use residency_core::streaming::{DuplicateLoad, FeedbackError, SourceError, StreamingError};
 use residency_core::sync::{SyncError, TransientError};
 use residency_core::tiles::{
-    BindPlanError, CommitError, HardwarePathUnsupported, IndirectionError, LayoutError, PageTableError,
-    PoolError, PoolInvariantError, ShapeError,
+    BindPlanError, CommitError, DistanceFieldError, HardwarePathUnsupported, IndirectionError, LayoutError,
+    PageTableError, PoolError, PoolInvariantError, ShapeError,
 };
 use residency_core::vt_file::VtError;
 
@@ -44,7 +44,7 @@ macro_rules! one_class {
 }
 
 one_class!(REFUSED => AllocatorDescError, DescError, HeapPlacementError, RequestError, ProfileError,
-    ReportError, SyncError, BindPlanError, PageTableError, UnknownFormat, DuplicateLoad);
+    ReportError, SyncError, BindPlanError, PageTableError, UnknownFormat, DuplicateLoad, DistanceFieldError);
 one_class!(UNEXPECTED => InvariantError, RingInvariantError, LinearInvariantError, PoolInvariantError);
 one_class!(ErrorClass::Unsupported => HardwarePathUnsupported);
 
