@@ -395,7 +395,8 @@ fn variable_textures(device: &Arc<Device>, outcome: &mut Outcome) -> Result<(), 
         commands: CommandContext::new(device, "variable-sized texture frames")?,
         input,
         output: device.create_buffer(
-            &BufferDesc::new("slice results", n * 32, BufferUsage::STORAGE).with_intent(MemoryIntent::Readback),
+            &BufferDesc::new("slice results", n * 32, BufferUsage::STORAGE)
+                .with_intent(MemoryIntent::Readback),
         )?,
         count: n as u32,
     };
@@ -421,7 +422,10 @@ fn variable_textures(device: &Arc<Device>, outcome: &mut Outcome) -> Result<(), 
             let level = level(p);
             levels[p.layer as usize] = lod;
             outcome.variable_probes += 1;
-            if lod == level as f32 && code & 1 == 1 && rgba == texel(p.x >> level, p.y >> level, level, p.layer) {
+            if lod == level as f32
+                && code & 1 == 1
+                && rgba == texel(p.x >> level, p.y >> level, level, p.layer)
+            {
                 outcome.variable_matched += 1;
             }
         }
@@ -445,7 +449,8 @@ fn variable_textures(device: &Arc<Device>, outcome: &mut Outcome) -> Result<(), 
             Err(e) => return Err(e.into()),
         }
     }
-    outcome.variable_resident_bytes = streamer.manager().pool().used_tiles() * streamer.manager().pool().tile_bytes();
+    outcome.variable_resident_bytes =
+        streamer.manager().pool().used_tiles() * streamer.manager().pool().tile_bytes();
     outcome.variable_full_bytes = layout.virtual_bytes();
     println!(
         "variable-sized textures, {VARIABLE_SLICES} slices of up to {VARIABLE_SIDE}² with biases {BIAS:?}, \

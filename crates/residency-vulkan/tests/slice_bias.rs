@@ -43,7 +43,7 @@ fn array_desc() -> VtDesc {
 
 /// A texture of `SIDE >> finest` texels (its own full mip chain) tagged `tag`: its mip `m` holds
 /// the array level `finest + m`'s texels.
-fn texture(tag: u32, finest: u32) -> Arc<dyn TileSource> {
+fn slice_texture(tag: u32, finest: u32) -> Arc<dyn TileSource> {
     let side = SIDE >> finest;
     let desc = VtDesc::new(Format::R8G8B8A8Unorm, side, side, TILE, TILE);
     Arc::new(FnSource::new(format!("texture {tag} of {side}²"), desc, move |mip, x, y| {
@@ -135,7 +135,8 @@ impl Gpu {
             ])
             .unwrap();
         let mut push: Vec<u8> = DEFAULT.iter().flat_map(|f| f.to_le_bytes()).collect();
-        for word in [n as u32, NO_MARK, u32::from(binding.feedback_slot), u32::from(bindings.feedback_active)] {
+        for word in [n as u32, NO_MARK, u32::from(binding.feedback_slot), u32::from(bindings.feedback_active)]
+        {
             push.extend_from_slice(&word.to_le_bytes());
         }
         let groups = [(n as u32).div_ceil(64), 1, 1];
@@ -240,12 +241,14 @@ fn streamer(device: &Arc<Device>, path: ResidencyPath) -> Streamer {
 const FINEST: [u32; 5] = [0, 1, 2, 3, 0];
 
 fn slices() -> Vec<Option<Arc<dyn TileSource>>> {
-    (0..5u32).map(|s| (s < 4).then(|| texture(s + 1, FINEST[s as usize]))).collect()
+    (0..5u32).map(|s| (s < 4).then(|| slice_texture(s + 1, FINEST[s as usize]))).collect()
 }
 
-fn key(texture: &VirtualTexture, streamer: &Streamer, layer: u32, mip: u32, x: u32, y: u32) -> TileKey {
+/// Whether tile (x, y) of `mip` of slice `layer` is resident.
+fn resident(streamer: &Streamer, texture: &VirtualTexture, layer: u32, mip: u32, x: u32, y: u32) -> bool {
     let layout = streamer.manager().residency(texture.id()).unwrap().layout();
-    TileKey::tile(texture.id(), layout.tile_index(TileCoord { layer, mip, x, y, z: 0 }).unwrap())
+    let tile = layout.tile_index(TileCoord { layer, mip, x, y, z: 0 }).unwrap();
+    streamer.manager().is_resident(TileKey::tile(texture.id(), tile))
 }
 
 #[test]
@@ -259,7 +262,11 @@ fn sliced_array_samples_each_slice_at_its_bias_like_the_cpu_and_streams_each_sli
         let tags = [1, 2, 3, 4, 0];
         for s in 0..5 {
             let want = (s < 4).then_some(FINEST[s as usize]);
-            assert_eq!(streamer.slice_bias(&texture, s).unwrap(), want, "slice {s}'s bias is its finest level");
+            assert_eq!(
+                streamer.slice_bias(&texture, s).unwrap(),
+                want,
+                "slice {s}'s bias is its finest level"
+            );
         }
         // Priming: every slice's coarse chain, the levels of its own texture with its texels.
         assert!(streamer.coarse_chain(&texture).iter().all(|&k| streamer.manager().is_resident(k)));
@@ -280,11 +287,11 @@ fn sliced_array_samples_each_slice_at_its_bias_like_the_cpu_and_streams_each_sli
 
         // Probes at LOD 0 of each slice's own texture, in tiles the other slices leave alone.
         let probes = [
-            Probe { slice: 0, x: 400, y: 40, lod: 0 },  // level 0, tile (3, 0); its parent (1, 0)
-            Probe { slice: 1, x: 20, y: 200, lod: 0 },  // level 1, tile (0, 1)
-            Probe { slice: 2, x: 100, y: 27, lod: 0 },  // level 2 (the coarse chain)
-            Probe { slice: 3, x: 63, y: 5, lod: 0 },    // level 3
-            Probe { slice: 3, x: 10, y: 50, lod: 2 },   // level 5
+            Probe { slice: 0, x: 400, y: 40, lod: 0 }, // level 0, tile (3, 0); its parent (1, 0)
+            Probe { slice: 1, x: 20, y: 200, lod: 0 }, // level 1, tile (0, 1)
+            Probe { slice: 2, x: 100, y: 27, lod: 0 }, // level 2 (the coarse chain)
+            Probe { slice: 3, x: 63, y: 5, lod: 0 },   // level 3
+            Probe { slice: 3, x: 10, y: 50, lod: 2 },  // level 5
             Probe { slice: 4, x: 200, y: 200, lod: 0 }, // empty
         ];
         let finest = FINEST;
@@ -296,18 +303,30 @@ fn sliced_array_samples_each_slice_at_its_bias_like_the_cpu_and_streams_each_sli
         // Each slice's feedback streamed that slice's tiles: slice 0's level-0 tile and its
         // parent, slice 1's level-1 tile; not the same tiles of the other slices, and never a
         // level finer than a slice's texture (slice 1's LOD warnings ask for level 0: dropped).
-        let resident = |layer, mip, x, y| streamer.manager().is_resident(key(&texture, &streamer, layer, mip, x, y));
-        assert!(resident(0, 0, 3, 0) && resident(0, 1, 1, 0), "slice 0's tile and its parent");
-        assert!(resident(1, 1, 0, 1), "slice 1's tile");
-        assert!(!resident(1, 0, 3, 0) && !resident(1, 1, 1, 0), "slice 0's tiles, not slice 1's");
-        assert!(!resident(0, 1, 0, 1), "slice 1's tile, not slice 0's");
+        assert!(
+            resident(&streamer, &texture, 0, 0, 3, 0) && resident(&streamer, &texture, 0, 1, 1, 0),
+            "slice 0's tile and its parent"
+        );
+        assert!(resident(&streamer, &texture, 1, 1, 0, 1), "slice 1's tile");
+        assert!(
+            !resident(&streamer, &texture, 1, 0, 3, 0) && !resident(&streamer, &texture, 1, 1, 1, 0),
+            "slice 0's tiles, not slice 1's"
+        );
+        assert!(!resident(&streamer, &texture, 0, 1, 0, 1), "slice 1's tile, not slice 0's");
         for layer in 1..5 {
             for (x, y) in (0..4).flat_map(|y| (0..4).map(move |x| (x, y))) {
-                assert!(!resident(layer, 0, x, y), "level 0 of slice {layer} ({x}, {y}): finer than its texture");
+                assert!(
+                    !resident(&streamer, &texture, layer, 0, x, y),
+                    "level 0 of slice {layer} ({x}, {y}): finer than its texture"
+                );
             }
         }
         for (x, y) in [(0, 0), (1, 0), (0, 1), (1, 1)] {
-            assert!(!resident(4, 1, x, y) && !resident(3, 1, x, y) && !resident(2, 1, x, y));
+            assert!(
+                !resident(&streamer, &texture, 4, 1, x, y)
+                    && !resident(&streamer, &texture, 3, 1, x, y)
+                    && !resident(&streamer, &texture, 2, 1, x, y)
+            );
         }
 
         // A coarser bias changes the level the GPU samples from the next frame on (the buffer's
@@ -331,20 +350,24 @@ fn sliced_array_samples_each_slice_at_its_bias_like_the_cpu_and_streams_each_sli
         // once, its bias becomes 2, its coarse chain is the new texture's before `set_slice`
         // returns, and the samples read the new texels. Slice 4 gets a 512² texture (tag 8) and
         // slice 2 is emptied (the default value). The other slices keep their tiles.
-        let before_0 = resident(0, 0, 3, 0);
-        streamer.set_slice(&texture, 1, Some(texture_source(7, 2))).unwrap();
-        streamer.set_slice(&texture, 4, Some(texture_source(8, 0))).unwrap();
+        let before_0 = resident(&streamer, &texture, 0, 0, 3, 0);
+        streamer.set_slice(&texture, 1, Some(slice_texture(7, 2))).unwrap();
+        streamer.set_slice(&texture, 4, Some(slice_texture(8, 0))).unwrap();
         streamer.set_slice(&texture, 2, None).unwrap();
-        let resident = |layer, mip, x, y| streamer.manager().is_resident(key(&texture, &streamer, layer, mip, x, y));
-        assert!(!resident(1, 1, 0, 1), "slice 1's old tile went with its texture");
-        assert_eq!(resident(0, 0, 3, 0), before_0, "slice 0 kept its tile");
+        assert!(!resident(&streamer, &texture, 1, 1, 0, 1), "slice 1's old tile went with its texture");
+        assert_eq!(resident(&streamer, &texture, 0, 0, 3, 0), before_0, "slice 0 kept its tile");
         assert_eq!(streamer.slice_bias(&texture, 1).unwrap(), Some(2));
         assert_eq!(streamer.slice_bias(&texture, 4).unwrap(), Some(0));
         assert_eq!(streamer.slice_bias(&texture, 2).unwrap(), None);
         assert!(streamer.coarse_chain(&texture).iter().all(|&k| streamer.manager().is_resident(k)));
         let image = streamer.sparse_image(&texture).unwrap();
         let got = image
-            .read_region(1, coarse, residency_core::tiles::TexelRegion { offset: [0; 3], extent: [1, 1, 1] }, 1 << 20)
+            .read_region(
+                1,
+                coarse,
+                residency_core::tiles::TexelRegion { offset: [0; 3], extent: [1, 1, 1] },
+                1 << 20,
+            )
             .unwrap();
         assert_eq!(got, texel(7, coarse, 0, 0), "slice 1's coarse chain is the new texture's");
         let tags = [1, 7, 0, 4, 8];
@@ -358,9 +381,11 @@ fn sliced_array_samples_each_slice_at_its_bias_like_the_cpu_and_streams_each_sli
         ];
         let got = converge(&gpu, &mut streamer, &texture, &finest, &probes);
         check(&streamer, &texture, &tags, &probes, &got);
-        let resident = |layer, mip, x, y| streamer.manager().is_resident(key(&texture, &streamer, layer, mip, x, y));
-        assert!(resident(4, 0, 2, 3), "slice 4's new texture streamed from its feedback");
-        assert!(!resident(2, 0, 0, 0), "an empty slice streams nothing");
+        assert!(
+            resident(&streamer, &texture, 4, 0, 2, 3),
+            "slice 4's new texture streamed from its feedback"
+        );
+        assert!(!resident(&streamer, &texture, 2, 0, 0, 0), "an empty slice streams nothing");
 
         let stats = streamer.manager_stats().clone();
         assert_eq!(stats.loads_failed, 0, "{stats:?}");
@@ -370,11 +395,6 @@ fn sliced_array_samples_each_slice_at_its_bias_like_the_cpu_and_streams_each_sli
         drop(streamer);
         drop(gpu);
     });
-}
-
-/// The texture tagged `tag` of `SIDE >> finest` texels.
-fn texture_source(tag: u32, finest: u32) -> Arc<dyn TileSource> {
-    texture(tag, finest)
 }
 
 #[test]
@@ -391,7 +411,7 @@ fn sliced_array_input_is_checked_and_a_refusal_changes_nothing() {
         drop(software);
 
         let mut streamer = streamer(&device, ResidencyPath::Hardware);
-        unsupported(streamer.add_sliced_texture("one slice", array_desc(), &[Some(texture(1, 0))]));
+        unsupported(streamer.add_sliced_texture("one slice", array_desc(), &[Some(slice_texture(1, 0))]));
         unsupported(streamer.add_sliced_texture("no slices", array_desc(), &[]));
         // Not the array at any level: 300², a 512² texture with fewer mips, another format.
         let odd = VtDesc::new(Format::R8G8B8A8Unorm, 300, 300, TILE, TILE);
@@ -424,31 +444,21 @@ fn sliced_array_input_is_checked_and_a_refusal_changes_nothing() {
             Err(e) if ok(&e) => {}
             other => panic!("{what}: {other:?}"),
         };
-        is(
-            streamer.set_slice_bias(&texture, 5, 1),
-            "a slice past the array",
-            |e| matches!(e, StreamError::SliceOutOfRange { slice: 5, slices: 5, .. }),
-        );
-        is(
-            streamer.set_slice_bias(&texture, 2, 1),
-            "finer than the slice's texture",
-            |e| matches!(e, StreamError::SliceBiasOutOfRange { slice: 2, bias: 1, finest: 2, mips: 10, .. }),
-        );
-        is(
-            streamer.set_slice_bias(&texture, 0, 10),
-            "past the mips",
-            |e| matches!(e, StreamError::SliceBiasOutOfRange { bias: 10, mips: 10, .. }),
-        );
-        is(
-            streamer.set_slice_bias(&texture, 4, 2),
-            "an empty slice",
-            |e| matches!(e, StreamError::EmptySlice { slice: 4, .. }),
-        );
-        is(
-            streamer.set_slice(&texture, 9, None),
-            "set_slice past the array",
-            |e| matches!(e, StreamError::SliceOutOfRange { slice: 9, .. }),
-        );
+        is(streamer.set_slice_bias(&texture, 5, 1), "a slice past the array", |e| {
+            matches!(e, StreamError::SliceOutOfRange { slice: 5, slices: 5, .. })
+        });
+        is(streamer.set_slice_bias(&texture, 2, 1), "finer than the slice's texture", |e| {
+            matches!(e, StreamError::SliceBiasOutOfRange { slice: 2, bias: 1, finest: 2, mips: 10, .. })
+        });
+        is(streamer.set_slice_bias(&texture, 0, 10), "past the mips", |e| {
+            matches!(e, StreamError::SliceBiasOutOfRange { bias: 10, mips: 10, .. })
+        });
+        is(streamer.set_slice_bias(&texture, 4, 2), "an empty slice", |e| {
+            matches!(e, StreamError::EmptySlice { slice: 4, .. })
+        });
+        is(streamer.set_slice(&texture, 9, None), "set_slice past the array", |e| {
+            matches!(e, StreamError::SliceOutOfRange { slice: 9, .. })
+        });
         is(
             streamer.set_slice(&texture, 1, Some(Arc::clone(&short))),
             "a texture that is not the array's",
@@ -458,16 +468,14 @@ fn sliced_array_input_is_checked_and_a_refusal_changes_nothing() {
         unchanged(&streamer);
 
         // A texture that is not a sliced array, and a handle of another streamer.
-        let plain = streamer.add_texture("plain", texture(9, 0)).unwrap();
+        let plain = streamer.add_texture("plain", slice_texture(9, 0)).unwrap();
         is(streamer.set_slice_bias(&plain, 0, 1), "not sliced", |e| matches!(e, StreamError::NotSliced(_)));
         is(streamer.set_slice(&plain, 0, None), "not sliced", |e| matches!(e, StreamError::NotSliced(_)));
         let mut other = self::streamer(&device, ResidencyPath::Hardware);
         let foreign = other.add_sliced_texture("foreign", array_desc(), &slices()).unwrap();
-        is(
-            streamer.set_slice_bias(&foreign, 0, 1),
-            "another streamer's texture",
-            |e| matches!(e, StreamError::ForeignTexture(_)),
-        );
+        is(streamer.set_slice_bias(&foreign, 0, 1), "another streamer's texture", |e| {
+            matches!(e, StreamError::ForeignTexture(_))
+        });
         other.remove_texture(foreign).unwrap();
         drop(other);
         streamer.remove_texture(plain).unwrap();
@@ -476,12 +484,12 @@ fn sliced_array_input_is_checked_and_a_refusal_changes_nothing() {
         let commands = CommandContext::new(&device, "refusal frames").unwrap();
         let bindings = streamer.begin_frame().unwrap();
         drop(bindings);
-        is(
-            streamer.set_slice_bias(&texture, 0, 1),
-            "inside a frame",
-            |e| matches!(e, StreamError::FrameOrder(_)),
-        );
-        is(streamer.set_slice(&texture, 0, None), "inside a frame", |e| matches!(e, StreamError::FrameOrder(_)));
+        is(streamer.set_slice_bias(&texture, 0, 1), "inside a frame", |e| {
+            matches!(e, StreamError::FrameOrder(_))
+        });
+        is(streamer.set_slice(&texture, 0, None), "inside a frame", |e| {
+            matches!(e, StreamError::FrameOrder(_))
+        });
         let bindings = streamer.frame_bindings().unwrap();
         let submission = commands.submit(&[], |rec| bindings.record(rec, |_| ()).unwrap()).unwrap();
         drop(bindings);

@@ -615,7 +615,8 @@ impl StreamingManager {
         self.wanted_now.retain(|k| !in_layer(k));
         self.evicted_now.retain(|k| !in_layer(k));
         let keys = TileKey::tile(image, TileIndex(0))..=TileKey::tail(image, u32::MAX);
-        let gone: Vec<TileKey> = self.in_flight.range(keys).map(|(&k, _)| k).filter(|k| in_layer(k)).collect();
+        let gone: Vec<TileKey> =
+            self.in_flight.range(keys).map(|(&k, _)| k).filter(|k| in_layer(k)).collect();
         for k in gone {
             let f = self.in_flight.remove(&k).expect("listed");
             self.in_flight_tiles -= u64::from(f.tiles);

@@ -591,7 +591,7 @@ pub struct StreamerOverhead {
     /// the region covers behind it (`PageTable::memory_bytes`).
     pub page_table_bytes: u64,
     /// Device memory of the maps the shaders read: the min-LOD maps (hardware) or the indirection
-    /// textures (software).
+    /// textures (software), and the sliced arrays' per-slice LOD-bias buffers.
     pub map_bytes: u64,
     /// Host-visible memory of the feedback buffers and image tables of every ring slot.
     pub feedback_bytes: u64,

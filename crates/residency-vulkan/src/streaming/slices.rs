@@ -177,7 +177,8 @@ impl Streamer {
         };
         let bytes: Vec<u8> = (0..slices.sources.len()).flat_map(|s| slices.value(s).to_le_bytes()).collect();
         // A new buffer no frame reads yet: written by the uploader's own submission now.
-        let written = self.uploader.write_buffer(&slices.buffer, 0, &bytes).and_then(|()| self.uploader.flush());
+        let written =
+            self.uploader.write_buffer(&slices.buffer, 0, &bytes).and_then(|()| self.uploader.flush());
         if let Some(t) = self.textures.get_mut(&handle.id) {
             t.slices = Some(slices);
         }
@@ -230,7 +231,8 @@ impl Streamer {
             StreamUnit::Tile(t) => layout.tile_coord(t).is_some_and(|c| c.layer == slice),
             StreamUnit::Tail(t) => layout.tail_of_layer(slice) == Some(t),
         };
-        let keys: Vec<TileKey> = self.pending.keys().filter(|k| k.image == id && in_slice(k)).copied().collect();
+        let keys: Vec<TileKey> =
+            self.pending.keys().filter(|k| k.image == id && in_slice(k)).copied().collect();
         for key in keys {
             self.loader.cancel(&key);
             self.pending.remove(&key);
@@ -269,7 +271,12 @@ impl Streamer {
     /// streamer or not a sliced array, a slice past the array's
     /// ([`StreamError::SliceOutOfRange`]), an empty slice ([`StreamError::EmptySlice`]), a bias
     /// outside `finest..mip_count` ([`StreamError::SliceBiasOutOfRange`]).
-    pub fn set_slice_bias(&mut self, texture: &VirtualTexture, slice: u32, bias: u32) -> Result<(), StreamError> {
+    pub fn set_slice_bias(
+        &mut self,
+        texture: &VirtualTexture,
+        slice: u32,
+        bias: u32,
+    ) -> Result<(), StreamError> {
         if self.in_frame {
             return Err(StreamError::FrameOrder("set_slice_bias between begin_frame and end_frame"));
         }
@@ -300,7 +307,11 @@ impl Streamer {
 
     /// The finest level of slice `slice`'s texture (`None`: empty), refused as
     /// [`slice_bias`](Self::slice_bias) is.
-    pub fn slice_finest_level(&self, texture: &VirtualTexture, slice: u32) -> Result<Option<u32>, StreamError> {
+    pub fn slice_finest_level(
+        &self,
+        texture: &VirtualTexture,
+        slice: u32,
+    ) -> Result<Option<u32>, StreamError> {
         let s = self.check_slice(texture, slice)?;
         let slices = self.textures[&texture.id].slices.as_ref().ok_or(StreamError::NotSliced(texture.id))?;
         Ok(slices.finest(s))
