@@ -746,5 +746,8 @@ fn resetting_a_layer_releases_only_that_layer_and_reloads_its_coarse_chain() {
     }
     assert!(sim.m.is_resident(TileKey::tail(img, 1)), "layer 1's coarse chain loaded again");
     assert!(!sim.m.is_resident(key(wanted[1])) && !sim.m.is_resident(key(late)));
-    assert!(sim.m.pool().leaks().is_empty());
+    let held = sim.m.residency(img).unwrap().page_table().resident_tiles();
+    assert!(sim.m.pool().owned_tiles(img) >= held, "the pool and the page table agree");
+    sim.m.unregister_image(img).unwrap();
+    assert!(sim.m.pool().leaks().is_empty(), "nothing leaked: {:?}", sim.m.pool().leaks());
 }
