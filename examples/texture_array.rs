@@ -285,6 +285,9 @@ fn slice_texture(layer: u32, finest: u32) -> Arc<dyn TileSource> {
     }))
 }
 
+/// What a streamed sample returned: the texel (× 255, rounded), its residency code, the LOD used.
+type Streamed = ([u8; 4], i32, f32);
+
 /// The streamed frames of part 2: `slice_bias.comp` samples the probes through the frame's
 /// bindings and writes their feedback.
 struct Frames<'a> {
@@ -303,7 +306,7 @@ impl Frames<'_> {
         &self,
         streamer: &mut Streamer,
         texture: &VirtualTexture,
-    ) -> Result<Vec<([u8; 4], i32, f32)>, Box<dyn std::error::Error>> {
+    ) -> Result<Vec<Streamed>, Box<dyn std::error::Error>> {
         use vk::{AccessFlags2 as A, PipelineStageFlags2 as S};
         let bindings = streamer.begin_frame()?;
         let binding = bindings.texture(texture).ok_or("the streamer's texture")?;
