@@ -253,11 +253,13 @@ impl Streamer {
         // tick of its own, retried first at the next call when it fails.
         let out = FrameOutput { changes: vec![changes], ..FrameOutput::default() };
         let mut tick = Unapplied { out, staged: Default::default(), bound: false, unbinds: true };
+        // Staged whatever the unbind does (a copy into the next recorded frame).
+        let staged = self.write_bias(id, slice, value);
         if let Err(e) = self.apply(&mut tick) {
             self.unapplied = Some(tick);
             return Err(e);
         }
-        self.write_bias(id, slice, value)?;
+        staged?;
         self.prime(id)
     }
 
