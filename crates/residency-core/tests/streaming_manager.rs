@@ -693,3 +693,61 @@ fn compaction_moves_resident_tiles_keeps_their_meaning_and_reverts() {
     assert!(out.loads.is_empty() && out.evicted.is_empty(), "{out:?}");
     assert!(even.iter().all(|r| sim.m.is_resident(TileKey::tile(img, r.tile))));
 }
+
+/// `reset_layer` (a slice of a sliced array given another texture): the layer's tiles and its tail
+/// go back to the pool and its load in flight is forgotten (its late completion ignored), the
+/// other layer keeps everything, the layer's pinned tail loads again, and a layer the image does
+/// not have is refused with nothing changed.
+#[test]
+fn resetting_a_layer_releases_only_that_layer_and_reloads_its_coarse_chain() {
+    use residency_core::streaming::StreamingError;
+    let info = SparseFormatInfo::standard(Format::R8G8B8A8Unorm, SparseDimension::D2).unwrap();
+    let l = SparseImageLayout::new(
+        &SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 1024, 1024).with_array_layers(2),
+        &info,
+        &LayoutLimits::unbounded(),
+    )
+    .unwrap();
+    assert_eq!(l.mip_tail_count(), 2, "one tail per layer");
+    let img = ImageId(4);
+    let at = |layer, mip, x, y| {
+        let tile = l.tile_index(TileCoord { layer, mip, x, y, z: 0 }).unwrap();
+        TileRequest { image: img, tile, mip, kind: RequestKind::Miss, pixels: 1 }
+    };
+    let key = |r: TileRequest| TileKey::tile(img, r.tile);
+    let mut sim = Sim::new(StreamingDesc::default(), 2);
+    sim.m.register_image(img, &l).unwrap();
+    let wanted = [at(0, 0, 1, 1), at(1, 0, 1, 1)];
+    for _ in 0..12 {
+        sim.step(&wanted);
+    }
+    assert!(wanted.iter().all(|&r| sim.m.is_resident(key(r))));
+    // A tile of layer 1 in flight when the layer is reset.
+    let late = at(1, 0, 3, 3);
+    sim.step(&[late]);
+    assert!(sim.m.is_in_flight(key(late)));
+    let used = sim.m.pool().used_tiles();
+    assert_eq!(
+        sim.m.reset_layer(img, 2),
+        Err(StreamingError::LayerOutOfRange { image: img, layer: 2, layers: 2 })
+    );
+    assert_eq!(sim.m.pool().used_tiles(), used, "a refusal changed nothing");
+    let changes = sim.m.reset_layer(img, 1).unwrap();
+    assert_eq!(changes.changes.tails.len(), 1, "layer 1's tail is unbound");
+    assert!(!changes.changes.tiles.is_empty(), "layer 1's tiles are unbound");
+    assert!(!sim.m.is_resident(key(wanted[1])) && !sim.m.is_in_flight(key(late)));
+    assert!(!sim.m.is_resident(TileKey::tail(img, 1)));
+    assert!(sim.m.is_resident(key(wanted[0])) && sim.m.is_resident(TileKey::tail(img, 0)), "layer 0 kept");
+    assert!(sim.m.check_invariants().is_ok(), "{:?}", sim.m.check_invariants());
+    // The late load's completion is ignored; the tail loads again first.
+    for _ in 0..6 {
+        let out = sim.step(&[wanted[0]]);
+        assert!(!out.resident.contains(&key(late)), "a forgotten load never becomes resident");
+    }
+    assert!(sim.m.is_resident(TileKey::tail(img, 1)), "layer 1's coarse chain loaded again");
+    assert!(!sim.m.is_resident(key(wanted[1])) && !sim.m.is_resident(key(late)));
+    let held = sim.m.residency(img).unwrap().page_table().resident_tiles();
+    assert!(sim.m.pool().owned_tiles(img) >= held, "the pool and the page table agree");
+    sim.m.unregister_image(img).unwrap();
+    assert!(sim.m.pool().leaks().is_empty(), "nothing leaked: {:?}", sim.m.pool().leaks());
+}

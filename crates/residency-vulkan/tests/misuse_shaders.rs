@@ -920,6 +920,73 @@ fn misuse_texture_array_with_a_layer_past_its_bias_block_reads_inside_it() {
     });
 }
 
+/// `slice_bias.comp` with a bias buffer shorter than the array's layers, slices past both, a count
+/// past its results, a feedback slot past its table: it reads inside the bias buffer (a slice past
+/// its entries is the last entry's, a negative one the first's), writes only the bound results and
+/// no feedback word outside the bound range.
+#[test]
+fn misuse_slice_bias_with_slices_counts_and_slots_past_its_buffers_stays_inside_them() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let program = ComputeProgram::new(device, "misuse slices past", &shaders::SLICE_BIAS, 1).unwrap();
+        let pool = SparseTilePool::new(
+            std::sync::Arc::clone(device),
+            TilePoolDesc::default().with_tiles_per_heap(4),
+        )
+        .unwrap();
+        let mut image = SparseImage::new(
+            &pool,
+            "misuse slices",
+            &SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 16, 16).with_array_layers(4),
+            false,
+        )
+        .unwrap();
+        let mut map = residency_vulkan::sparse::MinLodMap::new(&image).unwrap();
+        let uploader = residency_vulkan::Uploader::new(device, "misuse slices map", 1 << 20).unwrap();
+        map.update(&uploader, &mut image).unwrap();
+        uploader.wait_idle().unwrap();
+        let (linear, nearest) = (
+            device.create_sampler(Filter::Trilinear).unwrap(),
+            device.create_sampler(Filter::Nearest).unwrap(),
+        );
+        let storage = BufferUsage::STORAGE;
+        // Two entries for four layers: slice 0 biased by 3, slice 1 empty.
+        let bias = filled(device, "misuse slices bias", &floats(&[3.0, -1.0]), storage);
+        let probes = floats(&[0.5, 0.5, 1000.0, 0.0, 0.5, 0.5, -7.0, 0.0, 0.5, 0.5, 1.0, 2.0]);
+        let probes = filled(device, "misuse slices probes", &probes, storage);
+        let range = 3 * 2 * 16;
+        let out = guarded(device, "misuse slices out", range, storage);
+        // A feedback buffer of 16 words and a table shorter than one image entry.
+        let feedback = guarded(device, "misuse slices feedback", 64, storage);
+        let table = filled(device, "misuse slices table", &words(&[7; 20]), storage);
+        let general = vk::ImageLayout::GENERAL;
+        let bindings = [
+            Binding::sampled(&image, &linear, general),
+            Binding::sampled(map.view(), &nearest, general),
+            Binding::Buffer(&bias),
+            Binding::Buffer(&probes),
+            middle(&out, range),
+            middle(&feedback, 64),
+            Binding::Buffer(&table),
+        ];
+        let mut push = floats(&[0.0; 4]);
+        push.extend(words(&[64, u32::MAX, 9, 1]));
+        dispatch(device, &program, &bindings, &push, [1, 1, 1]);
+        let results = as_floats(&range_after_checking_guards(&out, range));
+        let info = |p: usize| results[8 * p + 4..8 * p + 8].to_vec();
+        // Layer 1000: slice 1 (the last entry), empty: code 0, LOD -1, bias -1.
+        assert_eq!(info(0)[..3], [0.0, -1.0, -1.0], "a slice past the entries is the last entry's");
+        // Layer -7: slice 0, bias 3; nothing resident, so not resident either.
+        assert_eq!(info(1)[2], 3.0, "a negative layer is slice 0");
+        assert_eq!(info(2)[..3], [0.0, -1.0, -1.0]);
+        let fb = range_after_checking_guards(&feedback, 64);
+        assert_eq!(fb, vec![SENTINEL; 64], "a slot past the table writes no feedback");
+        drop(map);
+        uploader.destroy().unwrap();
+        image.release_all(&pool).unwrap();
+    });
+}
+
 /// A 256 × 256 RGBA8 sparse image with every mip and nothing resident, and its tile pool.
 /// (Plain images are no substitute: lavapipe crashes on `sparseTexelFetchARB` of an image that
 /// is not sparse, whatever the coordinates.)

@@ -311,6 +311,16 @@ pub enum StreamingError {
         /// Its tile count.
         count: u32,
     },
+    /// A layer the image does not have.
+    #[error("layer {layer} of image {}, which has {layers} layers", image.0)]
+    LayerOutOfRange {
+        /// The image.
+        image: ImageId,
+        /// The layer.
+        layer: u32,
+        /// Its layers.
+        layers: u32,
+    },
     /// Committing loaded tiles failed: the manager's accounting and the pool disagree (a bug).
     #[error("committing loaded tiles of image {}: {source}", image.0)]
     Commit {
@@ -542,6 +552,88 @@ impl StreamingManager {
             let f = self.in_flight.remove(&k).expect("listed");
             self.in_flight_tiles -= u64::from(f.tiles);
             *self.cancelled.entry(k).or_insert(0) += 1;
+        }
+        Ok(ImageChanges { image, changes, min_lod })
+    }
+
+    /// Forgets what `layer` of `image` holds, as if it had never been loaded (its source changed:
+    /// a slice of a texture array given another texture): its resident tiles and its mip tail (the
+    /// image's one tail when all layers share it) go back to the pool (the returned changes unbind
+    /// them; the min-LOD updates cover the layer), loads of the layer in flight are forgotten
+    /// (their completions ignored, as for [`unregister_image`](Self::unregister_image)), its wants
+    /// and evictions are dropped, and its pinned units are pending again (loaded first from the
+    /// next frame on). The work follows the layer's tiles, not the images registered. Refused
+    /// with nothing changed for an image not registered or a layer it does not have.
+    pub fn reset_layer(&mut self, image: ImageId, layer: u32) -> Result<ImageChanges, StreamingError> {
+        let state = self.images.get(&image).ok_or(StreamingError::UnknownImage(image))?;
+        let layout = state.residency.layout().clone();
+        let layers = layout.array_layers();
+        if layer >= layers {
+            return Err(StreamingError::LayerOutOfRange { image, layer, layers });
+        }
+        let tail = layout.tail_of_layer(layer);
+        let in_layer = |key: &TileKey| {
+            key.image == image
+                && match key.unit {
+                    StreamUnit::Tile(t) => layout.tile_coord(t).is_some_and(|c| c.layer == layer),
+                    StreamUnit::Tail(t) => tail == Some(t),
+                }
+        };
+        // The layer's tiles, mip by mip (the tail's mips have no tiles of their own).
+        let mut tiles = Vec::new();
+        for mip in 0..layout.first_tail_lod().min(layout.mip_levels()) {
+            if let Some((first, n)) = layout.mip_tile_span(layer, mip) {
+                tiles.extend((first.0..first.0 + n).map(TileIndex));
+            }
+        }
+        let state = self.images.get_mut(&image).expect("looked up above");
+        let resident: Vec<TileIndex> =
+            tiles.iter().copied().filter(|&t| state.residency.page_table().is_resident(t)).collect();
+        let mut changes = state
+            .residency
+            .release(&mut self.pool, &resident)
+            .map_err(|source| StreamingError::Commit { image, source })?;
+        if let Some(t) = tail.filter(|&t| state.residency.page_table().is_tail_resident(t)) {
+            changes.extend(
+                state
+                    .residency
+                    .release_tail(&mut self.pool, t)
+                    .map_err(|source| StreamingError::Commit { image, source })?,
+            );
+        }
+        let min_lod = state.residency.refresh_min_lod();
+        let pinned_mip = state.pinned_mip;
+        for &tile in &resident {
+            let key = TileKey::tile(image, tile);
+            if let Some(last) = self.last_used.remove(&key) {
+                let mip = layout.tile_coord(tile).map_or(0, |c| c.mip);
+                self.lru.remove(&(last, mip, key));
+            }
+        }
+        self.wanted.retain(|k, _| !in_layer(k));
+        self.evicted_at.retain(|k, _| !in_layer(k));
+        self.wanted_now.retain(|k| !in_layer(k));
+        self.evicted_now.retain(|k| !in_layer(k));
+        let keys = TileKey::tile(image, TileIndex(0))..=TileKey::tail(image, u32::MAX);
+        let gone: Vec<TileKey> =
+            self.in_flight.range(keys).map(|(&k, _)| k).filter(|k| in_layer(k)).collect();
+        for k in gone {
+            let f = self.in_flight.remove(&k).expect("listed");
+            self.in_flight_tiles -= u64::from(f.tiles);
+            *self.cancelled.entry(k).or_insert(0) += 1;
+        }
+        // Its coarse chain loads again first.
+        if let Some(t) = tail {
+            self.pinned_pending.insert(TileKey::tail(image, t));
+        }
+        if let Some(first_pinned) = pinned_mip {
+            for mip in first_pinned..layout.mip_levels() {
+                if let Some((first, n)) = layout.mip_tile_span(layer, mip) {
+                    for t in first.0..first.0 + n {
+                        self.pinned_pending.insert(TileKey::tile(image, TileIndex(t)));
+                    }
+                }
+            }
         }
         Ok(ImageChanges { image, changes, min_lod })
     }

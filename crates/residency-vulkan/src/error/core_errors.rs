@@ -150,7 +150,8 @@ impl ResidencyError for StreamingError {
             | StreamingError::UnknownImage(_)
             | StreamingError::FrameOrder { .. }
             | StreamingError::UnexpectedCompletion { .. }
-            | StreamingError::TileOutOfRange { .. } => REFUSED,
+            | StreamingError::TileOutOfRange { .. }
+            | StreamingError::LayerOutOfRange { .. } => REFUSED,
         }
     }
 }

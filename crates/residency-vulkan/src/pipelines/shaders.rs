@@ -452,6 +452,21 @@ shader!(
     32
 );
 shader!(
+    /// `slice_bias.comp`: a sliced texture array
+    /// ([`Streamer::add_sliced_texture`](crate::streaming::Streamer::add_sliced_texture)) sampled
+    /// through `residency_slices.glsl` at probes `(u, v, slice, lod)`, `lod` that of the slice's
+    /// own texture: binding 0 the sparse array (`sampler2DArray`), 1 its min-LOD map
+    /// (`usampler2DArray`, nearest), 2 the streamer's per-slice LOD-bias buffer (`float[]`), 3 the
+    /// probes, 4 the results `{ vec4 texel; vec4 (code, LOD used, the slice's bias, min-LOD) }`,
+    /// 5 the feedback buffer, 6 the image table (`residencySliceFeedback`); push
+    /// `{ vec4 defaultValue; uint count; uint lowWater; uint slot; uint writeFeedback; }`.
+    SLICE_BIAS,
+    "slice_bias.comp",
+    Compute,
+    [SampledImage, SampledImage, StorageBuffer, StorageBuffer, StorageBuffer, StorageBuffer, StorageBuffer],
+    32
+);
+shader!(
     /// `ptex.comp`: PRT-Ptex, per-face textures with borders in a sparse 2D array of one slice per
     /// resolution, sampled with manual trilinear filtering between slices and the face's finest
     /// level as fallback; faces `uint[8]` (finest level, slot per level), probes
@@ -489,7 +504,7 @@ shader!(
 );
 
 /// Every shipped shader.
-pub static ALL: [&Shader; 35] = [
+pub static ALL: [&Shader; 36] = [
     &PLACED_BUFFERS,
     &FILL,
     &BUSY,
@@ -519,6 +534,7 @@ pub static ALL: [&Shader; 35] = [
     &PRT_TARGET_FRAG,
     &DISTANCE_FIELD,
     &TEXTURE_ARRAY,
+    &SLICE_BIAS,
     &PTEX,
     &SPARSE_FOOTPRINT,
     &SPARSE_FOOTPRINT_SOFTWARE,

@@ -45,8 +45,10 @@
 
 mod compact;
 mod policy;
+mod slices;
 mod texture;
 
+pub use slices::SLICE_EMPTY_BIAS;
 pub use texture::TextureViews;
 
 use crate::error::{ErrorClass, ResidencyError};
@@ -398,6 +400,44 @@ pub enum StreamError {
     /// A texture handle of another streamer.
     #[error("texture {0:?} belongs to another streamer")]
     ForeignTexture(ImageId),
+    /// A slice call on a texture that is not a sliced array ([`Streamer::add_sliced_texture`]).
+    #[error("texture {0:?} is not a sliced array")]
+    NotSliced(ImageId),
+    /// A slice past a sliced array's; nothing changed.
+    #[error("slice {slice} of texture {texture:?}, which has {slices} slices")]
+    SliceOutOfRange {
+        /// The texture.
+        texture: ImageId,
+        /// The slice asked for.
+        slice: u32,
+        /// Its slices.
+        slices: u32,
+    },
+    /// A LOD bias for an empty slice (it holds no texture to sample); nothing changed.
+    #[error("slice {slice} of texture {texture:?} is empty: it has no bias to set")]
+    EmptySlice {
+        /// The texture.
+        texture: ImageId,
+        /// The slice.
+        slice: u32,
+    },
+    /// A LOD bias finer than the slice's texture or past the array's mips; nothing changed.
+    #[error(
+        "LOD bias {bias} for slice {slice} of texture {texture:?}: it must lie in {finest}..{mips} (the \
+         slice's finest level to the array's mip count)"
+    )]
+    SliceBiasOutOfRange {
+        /// The texture.
+        texture: ImageId,
+        /// The slice.
+        slice: u32,
+        /// The bias asked for.
+        bias: u32,
+        /// The slice's finest level.
+        finest: u32,
+        /// The array's mips.
+        mips: u32,
+    },
     /// A broken internal invariant (a bug).
     #[error("streamer bug: {0}")]
     Internal(String),
@@ -423,9 +463,13 @@ impl ResidencyError for StreamError {
             StreamError::MissingFeature { .. }
             | StreamError::UnsupportedSource { .. }
             | StreamError::SoftwareBlockCompressed { .. } => ErrorClass::Unsupported,
-            StreamError::Readers(_) | StreamError::FrameOrder(_) | StreamError::ForeignTexture(_) => {
-                ErrorClass::Refused
-            }
+            StreamError::Readers(_)
+            | StreamError::FrameOrder(_)
+            | StreamError::ForeignTexture(_)
+            | StreamError::NotSliced(_)
+            | StreamError::SliceOutOfRange { .. }
+            | StreamError::EmptySlice { .. }
+            | StreamError::SliceBiasOutOfRange { .. } => ErrorClass::Refused,
             StreamError::Internal(_) => ErrorClass::Unexpected,
         }
     }
@@ -547,7 +591,7 @@ pub struct StreamerOverhead {
     /// the region covers behind it (`PageTable::memory_bytes`).
     pub page_table_bytes: u64,
     /// Device memory of the maps the shaders read: the min-LOD maps (hardware) or the indirection
-    /// textures (software).
+    /// textures (software), and the sliced arrays' per-slice LOD-bias buffers.
     pub map_bytes: u64,
     /// Host-visible memory of the feedback buffers and image tables of every ring slot.
     pub feedback_bytes: u64,
@@ -630,6 +674,9 @@ pub struct TextureBinding<'a> {
     pub feedback_slot: u16,
     /// The views to bind.
     pub views: TextureViews<'a>,
+    /// A sliced array's per-slice LOD-bias buffer ([`Streamer::add_sliced_texture`]; a storage
+    /// buffer of one `float` per slice, `residency_slices.glsl`), `None` for other textures.
+    pub slice_bias: Option<&'a Buffer>,
 }
 
 /// What the renderer binds for one frame.
@@ -748,7 +795,13 @@ impl<'a> FrameBindings<'a> {
     }
 
     fn binding(&self, id: ImageId, slot: u16, t: &'a Texture) -> TextureBinding<'a> {
-        TextureBinding { id, name: &t.name, feedback_slot: slot, views: t.views() }
+        TextureBinding {
+            id,
+            name: &t.name,
+            feedback_slot: slot,
+            views: t.views(),
+            slice_bias: t.slices.as_ref().map(|s| &s.buffer),
+        }
     }
 
     /// The feedback words of the shipped `vt_quad` fragment shaders' push constants for drawing
@@ -928,6 +981,9 @@ struct Unapplied {
     staged: HashMap<TileKey, Loaded>,
     /// Whether its binds were submitted.
     bound: bool,
+    /// Whether its changes unbind tiles that no eviction names (a slice emptied or given another
+    /// texture): the bind waits for the frames in flight as an eviction's does.
+    unbinds: bool,
 }
 
 /// A load given to the workers, until the manager was told of it.
@@ -1738,7 +1794,7 @@ impl Streamer {
             self.pending.insert(load.key, Pending { tiles, done: None });
         }
         // A failed bind bound nothing: the tick waits, and is applied first next time.
-        let mut tick = Unapplied { out: out.clone(), staged, bound: false };
+        let mut tick = Unapplied { out: out.clone(), staged, bound: false, unbinds: false };
         if let Err(e) = self.apply(&mut tick) {
             self.unapplied = Some(tick);
             return Err(e);
@@ -1766,7 +1822,8 @@ impl Streamer {
         let out = &tick.out;
         if self.heaps.is_some() && !tick.bound {
             // Unbinding a tile a frame in flight may sample waits for those frames, on the GPU.
-            let waits = if out.evicted.is_empty() { Vec::new() } else { self.running_frames() };
+            let waits =
+                if out.evicted.is_empty() && !tick.unbinds { Vec::new() } else { self.running_frames() };
             let items: Vec<_> = out
                 .changes
                 .iter()
@@ -1918,7 +1975,8 @@ impl Streamer {
         if let Some(tick) = oldest {
             self.requested_in = tick;
         }
-        let requests = std::mem::take(&mut self.requests);
+        let mut requests = std::mem::take(&mut self.requests);
+        self.filter_slice_requests(&mut requests);
         work.requests = requests.len() as u32;
         let ticked = self.tick(&requests, self.requested_in.max(1), Some(frame));
         work.textures_visited = self.visited.len() as u32;

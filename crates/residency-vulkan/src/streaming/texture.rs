@@ -42,6 +42,8 @@ pub(super) struct Texture {
     pub(super) pinned: Vec<TileKey>,
     /// Its counters ([`Streamer::texture_stats`](super::Streamer::texture_stats)).
     pub(super) stats: super::TextureStats,
+    /// A sliced array's slices and LOD-bias buffer (`None`: any other texture).
+    pub(super) slices: Option<super::slices::Slices>,
 }
 
 /// Refuses what the streamer does not stream: a depth, stencil or `unknown` format, tiles that
@@ -191,6 +193,7 @@ impl Texture {
             gpu,
             pinned,
             stats: Default::default(),
+            slices: None,
         })
     }
 
@@ -212,8 +215,17 @@ impl Texture {
         Ok(())
     }
 
+    /// Gives an array texture's layers new sources (a slice's texture changed): later loads of
+    /// layer `i` read `sources[i]` (loads in flight keep the old ones; the caller cancels them).
+    pub(super) fn set_layer_sources(&mut self, sources: Vec<Arc<dyn TileSource>>) {
+        self.load_source = Arc::new(Layers { name: self.name.clone(), sources, mips: self.desc.mip_count });
+    }
+
     /// Declares that the frame ending at `until` samples the texture.
     pub(super) fn used_until(&self, until: GpuUse) -> Result<(), ForeignUse> {
+        if let Some(slices) = &self.slices {
+            slices.buffer.used_until(until)?;
+        }
         match &self.gpu {
             TextureGpu::Hardware { image, map } => {
                 image.used_until(until)?;
@@ -226,7 +238,8 @@ impl Texture {
     /// Bytes of device memory of the map the shaders read: the min-LOD map (hardware) or the
     /// indirection texture (software; the shared atlas is not counted).
     pub(super) fn map_bytes(&self) -> u64 {
-        match &self.gpu {
+        let bias = self.slices.as_ref().map_or(0, |s| s.buffer.size());
+        bias + match &self.gpu {
             TextureGpu::Hardware { map, .. } => map.memory_bytes(),
             TextureGpu::Software { texture } => texture.indirection_bytes(),
         }
