@@ -200,7 +200,7 @@ use crate::error::{ErrorClass, ResidencyError};
 use bind::*;
 use heaps::*;
 
-pub use compact::CompactStats;
+pub use compact::{CompactCopy, CompactStats};
 pub(crate) use compact::{CompactionOwner, ImageMoves};
 pub use heaps::TileHeaps;
 pub use image::{SparseImage, SparseUsage};
