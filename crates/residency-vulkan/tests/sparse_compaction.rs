@@ -397,14 +397,20 @@ fn a_run_of_adjacent_tiles_between_two_heaps_is_one_region_one_barrier_set_and_o
         }
         let read = |image: &SparseImage| {
             let all = image
-                .read_region(0, 0, TexelRegion { offset: [0; 3], extent: [SIZE, 4 * shape.height, 1] }, 64 << 20)
+                .read_region(
+                    0,
+                    0,
+                    TexelRegion { offset: [0; 3], extent: [SIZE, 4 * shape.height, 1] },
+                    64 << 20,
+                )
                 .unwrap();
             let row_bytes = (SIZE * 4) as usize;
             for (tile, _) in image.residency().page_table().mapped() {
                 let c = image.layout().tile_coord(tile).unwrap();
                 let mut texels = Vec::new();
                 for y in 0..shape.height {
-                    let start = (c.y * shape.height + y) as usize * row_bytes + (c.x * shape.width * 4) as usize;
+                    let start =
+                        (c.y * shape.height + y) as usize * row_bytes + (c.x * shape.width * 4) as usize;
                     texels.extend_from_slice(&all[start..start + (shape.width * 4) as usize]);
                 }
                 assert_eq!(texels, pattern(0x77, c.x, c.y, texels.len()), "tile {tile:?}");

@@ -234,7 +234,8 @@ impl CompactionPlan {
             let k = class(m);
             if let (Some(run), Some(lc)) = (runs.last_mut(), last_class.as_ref()) {
                 let follows = |start: PhysicalTile, next: PhysicalTile| {
-                    next.heap == start.heap && u64::from(next.tile) == u64::from(start.tile) + u64::from(run.len)
+                    next.heap == start.heap
+                        && u64::from(next.tile) == u64::from(start.tile) + u64::from(run.len)
                 };
                 if *lc == k && follows(run.from, m.from) && follows(run.to, m.to) {
                     run.len += 1;

@@ -2,11 +2,11 @@
 //! holes of fuller ones (texels copied, the image's tile rebound on the sparse timeline), so the
 //! heaps moved out of go back to the device.
 
+use super::image::{create_carrier, Carrier, CarrierClass};
 use super::*;
 use crate::poison::PoisonFree;
 use crate::resources::buffer::BufferDesc;
 use crate::sync::recording::Timestamps;
-use super::image::{create_carrier, Carrier, CarrierClass};
 use residency_core::tiles::{CompactionPlan, TileChange};
 use residency_core::usage::BufferUsage;
 use std::time::Duration;
@@ -608,7 +608,11 @@ impl CarrierLayout {
 
     /// Texel extent of `w × h` blocks.
     fn extent(&self, w: u32, h: u32) -> vk::Extent3D {
-        vk::Extent3D { width: w * self.class.tile[0], height: h * self.class.tile[1], depth: self.class.tile[2] }
+        vk::Extent3D {
+            width: w * self.class.tile[0],
+            height: h * self.class.tile[1],
+            depth: self.class.tile[2],
+        }
     }
 
     /// The carrier's binds: the sources in the upper half, the destinations in the lower, slots
@@ -622,7 +626,8 @@ impl CarrierLayout {
             for (j, &(from, to)) in self.moves.iter().enumerate() {
                 let (slot, p) = (j as u32, if lower { to } else { from });
                 if let Some(last) = entries.last_mut() {
-                    let follows = last.2.heap == p.heap && u64::from(last.2.tile) + u64::from(last.1) == u64::from(p.tile);
+                    let follows = last.2.heap == p.heap
+                        && u64::from(last.2.tile) + u64::from(last.1) == u64::from(p.tile);
                     if follows && slot % self.cols != 0 {
                         last.1 += 1;
                         continue;
@@ -638,7 +643,10 @@ impl CarrierLayout {
                     mip: 0,
                     offset: [o.x as u32, o.y as u32, 0],
                     extent: [e.width, e.height, e.depth],
-                    tiles: residency_core::tiles::TileRange { start: [b[0], b[1], 0], end: [b[0] + len, b[1] + 1, 1] },
+                    tiles: residency_core::tiles::TileRange {
+                        start: [b[0], b[1], 0],
+                        end: [b[0] + len, b[1] + 1, 1],
+                    },
                     memory: Some(residency_core::tiles::BindMemory {
                         heap: p.heap,
                         offset: u64::from(p.tile) * tile_bytes,
@@ -756,7 +764,10 @@ fn direct_pass(
         global_barrier(
             rec,
             (vk::PipelineStageFlags2::ALL_COMMANDS, vk::AccessFlags2::MEMORY_WRITE),
-            (vk::PipelineStageFlags2::COPY, vk::AccessFlags2::TRANSFER_READ | vk::AccessFlags2::TRANSFER_WRITE),
+            (
+                vk::PipelineStageFlags2::COPY,
+                vk::AccessFlags2::TRANSFER_READ | vk::AccessFlags2::TRANSFER_WRITE,
+            ),
         );
         for (carrier, regions) in carriers.iter().zip(&regions) {
             // SAFETY: `rec` is recording on this device outside a render pass; the carrier is

@@ -920,9 +920,10 @@ pub(super) fn create_carrier<'a>(
             !r.format_properties.aspect_mask.contains(vk::ImageAspectFlags::METADATA)
                 && r.image_mip_tail_first_lod >= 1
         })
-        && sparse_reqs
-            .iter()
-            .any(|r| r.format_properties.aspect_mask.intersects(class.aspect) && r.format_properties.image_granularity == block);
+        && sparse_reqs.iter().any(|r| {
+            r.format_properties.aspect_mask.intersects(class.aspect)
+                && r.format_properties.image_granularity == block
+        });
     if !suits {
         return Ok(None);
     }
