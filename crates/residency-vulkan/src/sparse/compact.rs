@@ -160,17 +160,25 @@ impl SparseTilePool {
     /// ones, at most `max_tiles` per pass, and releases the heaps that leaves empty (the core's
     /// [`TilePool::plan_compaction`]). Call repeatedly until `moves` is 0.
     ///
-    /// Each moved tile's texels are copied to a staging buffer (after every residency submission
-    /// before, the `waits` and the renderer's writes they stand for), the image's tile is rebound
-    /// to its new memory in one `vkQueueBindSparse` (after that copy, the `waits` and every
-    /// residency submission), and the texels are copied back into the tile (after the rebind, on
-    /// the GPU); the pass waits on the host for both copies, not for the rebind. Page tables change only in which physical tile a resident
-    /// tile names: residency and the min-LOD map keep their meaning. A released heap's memory is
-    /// freed through the device's retire queue after the rebind, and the old physical tiles are
-    /// reused only by binds after it.
+    /// Where the device has `sparseResidencyAliased` ([`CompactCopy::Direct`]), the moved tiles
+    /// are copied heap to heap, once: per class of images (format, type, usage) a carrier image
+    /// whose upper half is bound to the tiles' old memory and lower half to their new memory,
+    /// slot for slot, is copied in one `vkCmdCopyImage` of at most two regions, between one
+    /// barrier from every earlier write (every residency submission before, the `waits` and the
+    /// renderer's writes they stand for) and one to every later command; the pass waits on the
+    /// host for that copy. Then the images' tiles are rebound to their new memory in one
+    /// `vkQueueBindSparse` (after the copy, the `waits` and every residency submission; not
+    /// waited for on the host). Elsewhere ([`CompactCopy::Staging`]) each moved tile's texels
+    /// are copied to a staging buffer, the tiles rebound, and the texels copied back into the
+    /// tiles (after the rebind, on the GPU); the pass waits on the host for both copies. Page
+    /// tables change only in which physical tile a resident tile names: residency and the
+    /// min-LOD map keep their meaning. A released heap's memory is freed through the device's
+    /// retire queue after the rebind, and the old physical tiles are reused only by binds after
+    /// it. [`CompactStats`] counts the pass's copy commands, regions, barriers and bind entries.
     ///
     /// The staging buffer is device-local memory of the general allocator, the pass's tiles'
-    /// texels (at most `max_tiles` × tile bytes), released after the copy back.
+    /// texels (at most `max_tiles` × tile bytes), released after the copy back; the carriers
+    /// hold no memory of their own and retire once the copy completed.
     ///
     /// `waits` are the renderer's frames in flight that may still write or sample these images
     /// (ends of their submissions, points of its timelines), as for
@@ -180,9 +188,10 @@ impl SparseTilePool {
     ///
     /// Refused with nothing changed: an image of another pool ([`CommitError::WrongPool`]), an
     /// image with binds queued ([`SparseError::PendingBinds`]: flush first). On an error
-    /// (out of memory for the staging buffer, a failed submit or bind) every tile stays where it
-    /// was, page tables and GPU bindings included; only a failed undo after a failed copy back
-    /// (a lost device) leaves the tiles rebound, with the page tables saying so.
+    /// (out of memory for the staging buffer or a carrier, a failed submit or bind) every tile
+    /// stays where it was, page tables and GPU bindings included (heap to heap, the copy wrote
+    /// only free tiles); only through staging, a failed undo after a failed copy back (a lost
+    /// device) leaves the tiles rebound, with the page tables saying so.
     pub fn compact(
         &self,
         images: &mut [&mut SparseImage],
@@ -686,11 +695,10 @@ impl CarrierLayout {
     }
 }
 
-/// The direct pass: the carriers to `GENERAL` (nothing bound yet, so nothing discarded), bound to
-/// the runs' old and new memory in one `vkQueueBindSparse`, one copy per carrier after the waits
-/// (one barrier before, one after), waited for on the host; then the accounting and the rebind
-/// of the images at their new places, as through staging but with no copy back: a failed step
-/// before the rebind wrote only free tiles, so everything stays where it was.
+/// The direct pass: the accounting first (a plan it refuses changes nothing and writes nothing),
+/// then the copy heap to heap ([`copy_direct`]; undone on an error: it wrote only the plan's
+/// destinations, free tiles until the accounting), then the rebind of the images at their new
+/// places, as through staging but with no copy back.
 #[allow(clippy::too_many_arguments, reason = "the pass's heaps, owner, plan, carriers and stats")]
 fn direct_pass(
     heaps_shared: &HeapsShared,
@@ -705,9 +713,53 @@ fn direct_pass(
     (mut stats, mut plan_time, started): (CompactStats, Duration, Instant),
 ) -> Result<CompactStats, SparseError> {
     let device = &*heaps_shared.device;
+    // 1. The accounting: checked (every source allocated to its owner, every destination free
+    // and named once) before the GPU writes anything.
+    let accounted = Instant::now();
+    let changes: Vec<(usize, ResidencyChanges)> =
+        per_image.iter().map(ImageMoves::index).zip(owner.apply(plan, &per_image)?).collect();
+    plan_time += accounted.elapsed();
+    // 2. The copy.
+    if let Err(e) = copy_direct(heaps_shared, heaps, name, (direct, carriers), tile_bytes, waits, &mut stats)
+    {
+        owner.undo(plan, &per_image);
+        return Err(e);
+    }
+    // 3. The rebind (undone if it fails: the copy wrote only free tiles, so nothing else changed).
+    let mut bind_waits = waits.to_vec();
+    bind_waits.push(device.submitted_work());
+    let bind = match rebind(device, heaps, &*owner, &changes, tile_bytes, &bind_waits) {
+        Ok(bind) => bind,
+        Err(e) => {
+            owner.undo(plan, &per_image);
+            return Err(e);
+        }
+    };
+    for (index, c) in &changes {
+        heaps_shared.record(heaps, owner.image(*index).key, c);
+    }
+    stats.bind = bind;
+    stats.plan_time = plan_time;
+    Ok(release_emptied(heaps_shared, heaps, name, owner, plan, &per_image, stats, started))
+}
+
+/// A direct pass's copy: the carriers to `GENERAL` (nothing bound yet, so nothing discarded),
+/// bound to the moves' old and new memory in one `vkQueueBindSparse`, one copy per carrier after
+/// the waits (one barrier before, one after), waited for on the host; the carriers then retire.
+/// Counts go into `stats`.
+fn copy_direct(
+    heaps_shared: &HeapsShared,
+    heaps: &HeapsState,
+    name: &str,
+    (direct, carriers): (&DirectCopy, Vec<Carrier<'_>>),
+    tile_bytes: u64,
+    waits: &[GpuUse],
+    stats: &mut CompactStats,
+) -> Result<(), SparseError> {
+    let device = &*heaps_shared.device;
     stats.direct = true;
     let timestamps = Timestamps::new(device, &format!("{name} compaction timestamps"), 2)?;
-    // 1. The carriers to GENERAL while nothing is bound to them (a transition touches no memory).
+    // The carriers to GENERAL while nothing is bound to them (a transition touches no memory).
     let to_general: Vec<vk::ImageMemoryBarrier2<'_>> = carriers
         .iter()
         .zip(&direct.carriers)
@@ -739,7 +791,7 @@ fn direct_pass(
             )
         };
     })?;
-    // 2. Their binds, in one submission: the sources (still bound to their images too: aliased
+    // Their binds, in one submission: the sources (still bound to their images too: aliased
     // reads of one format and block extent read the same) and the destinations (free tiles).
     let plans: Vec<_> = carriers
         .iter()
@@ -748,7 +800,7 @@ fn direct_pass(
         .collect();
     let (carrier_binds, _) = submit_plans(device, &plans, heaps, tile_bytes, &[], false)?;
     stats.carrier_bind_entries = carrier_binds.bind_entries;
-    // 3. One copy per carrier, after every write before (residency's, the binds', the waits'):
+    // One copy per carrier, after every write before (residency's, the binds', the waits'):
     // one barrier before all of them, one after.
     let regions: Vec<Vec<vk::ImageCopy>> = direct.carriers.iter().map(CarrierLayout::regions).collect();
     let mut recorded = Ok(());
@@ -805,28 +857,7 @@ fn direct_pass(
     stats.copy_regions = regions.iter().map(|r| r.len() as u32).sum();
     stats.barriers = 3;
     stats.copy_gpu_ms = timestamps.elapsed_ms(0, 1);
-
-    // 4. The accounting, then the rebind (undone if the rebind fails: the copies wrote only free
-    // tiles, so nothing else changed).
-    let accounted = Instant::now();
-    let changes: Vec<(usize, ResidencyChanges)> =
-        per_image.iter().map(ImageMoves::index).zip(owner.apply(plan, &per_image)?).collect();
-    plan_time += accounted.elapsed();
-    let mut bind_waits = waits.to_vec();
-    bind_waits.push(device.submitted_work());
-    let bind = match rebind(device, heaps, &*owner, &changes, tile_bytes, &bind_waits) {
-        Ok(bind) => bind,
-        Err(e) => {
-            owner.undo(plan, &per_image);
-            return Err(e);
-        }
-    };
-    for (index, c) in &changes {
-        heaps_shared.record(heaps, owner.image(*index).key, c);
-    }
-    stats.bind = bind;
-    stats.plan_time = plan_time;
-    Ok(release_emptied(heaps_shared, heaps, name, owner, plan, &per_image, stats, started))
+    Ok(())
 }
 
 /// One global memory barrier from `src` to `dst`.
