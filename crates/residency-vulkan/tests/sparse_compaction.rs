@@ -450,3 +450,104 @@ fn a_run_of_adjacent_tiles_between_two_heaps_is_one_region_one_barrier_set_and_o
         drop(image);
     });
 }
+
+/// Two image classes in one pool (RGBA8 tiles of 128², R8 tiles of 256²): a pass moving tiles of
+/// both copies each class through its own carrier, one copy each, and keeps every tile's texels.
+#[test]
+fn tiles_of_two_formats_move_through_one_carrier_each() {
+    with_gpu(|set| {
+        let device = Arc::clone(&set.devices()[0]);
+        let pool = SparseTilePool::new(
+            Arc::clone(&device),
+            TilePoolDesc::default().with_name(POOL).with_tiles_per_heap(4),
+        )
+        .unwrap();
+        let rgba = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 512, 512).with_mip_levels(1);
+        let r8 = SparseImageDesc::new_2d(Format::R8Unorm, 1024, 1024).with_mip_levels(1);
+        let mut a = SparseImage::new(&pool, "rgba", &rgba, false).unwrap();
+        let mut b = SparseImage::new(&pool, "r8", &r8, false).unwrap();
+        let row = |image: &SparseImage, y: u32| {
+            let shape = image.layout().tile_shape();
+            TexelRegion { offset: [0, y * shape.height, 0], extent: [4 * shape.width, shape.height, 1] }
+        };
+        // Heap 0: A row 0; heap 1: A row 1; heap 2: B row 0; heap 3: A row 2.
+        for (which, y) in [(0, 0), (0, 1), (1, 0), (0, 2)] {
+            let image = if which == 0 { &mut a } else { &mut b };
+            let region = row(image, y);
+            image.commit_region(&pool, 0, 0, region).unwrap();
+            pool.flush_binds(&mut [image]).unwrap();
+        }
+        let uploader = Uploader::new(&device, "two formats upload", 4 << 20).unwrap();
+        for (seed, image, bpp) in [(0x11u8, &a, 4u32), (0x22, &b, 1)] {
+            let shape = image.layout().tile_shape();
+            for (tile, _) in image.residency().page_table().mapped() {
+                let c = image.layout().tile_coord(tile).unwrap();
+                let region = residency_vulkan::ImageRegion::new(
+                    image,
+                    0,
+                    [c.x * shape.width, c.y * shape.height, 0],
+                    [shape.width, shape.height, 1],
+                );
+                let bytes = (shape.width * shape.height * bpp) as usize;
+                uploader.write_image(&region, &pattern(seed, c.x, c.y, bytes)).unwrap();
+            }
+        }
+        uploader.wait_idle().unwrap();
+        uploader.destroy().unwrap();
+        device.wait_idle().unwrap();
+        let one = |image: &SparseImage, x: u32, y: u32| tile_origin(image, x, y);
+        // Heap 1 (A) and heap 2 (B) keep one tile each, heap 3 two, heap 0 three: the pass
+        // empties heaps 2 and 1 into the holes of heaps 0 and 3.
+        for x in 1..4 {
+            let r = one(&a, x, 1);
+            a.release_region(&pool, 0, 0, r).unwrap();
+            let r = one(&b, x, 0);
+            b.release_region(&pool, 0, 0, r).unwrap();
+        }
+        for x in 2..4 {
+            let r = one(&a, x, 2);
+            a.release_region(&pool, 0, 0, r).unwrap();
+        }
+        let r = one(&a, 3, 0);
+        a.release_region(&pool, 0, 0, r).unwrap();
+        pool.flush_binds(&mut [&mut a, &mut b]).unwrap();
+        let read = |image: &SparseImage, seed: u8, bpp: u32| {
+            let shape = image.layout().tile_shape();
+            let mut n = 0;
+            for (tile, _) in image.residency().page_table().mapped() {
+                let c = image.layout().tile_coord(tile).unwrap();
+                let region = TexelRegion {
+                    offset: [c.x * shape.width, c.y * shape.height, 0],
+                    extent: [shape.width, shape.height, 1],
+                };
+                let texels = image.read_region(0, 0, region, 16 << 20).unwrap();
+                assert_eq!(
+                    texels,
+                    pattern(seed, c.x, c.y, (shape.width * shape.height * bpp) as usize),
+                    "{tile:?}"
+                );
+                n += 1;
+            }
+            n
+        };
+        assert_eq!((read(&a, 0x11, 4), read(&b, 0x22, 1)), (6, 1));
+
+        let stats = pool.compact(&mut [&mut a, &mut b], u32::MAX, &[]).unwrap();
+        assert_eq!((stats.moves, stats.heaps_released), (2, 2), "{stats:?}");
+        if device.features().sparse_residency_aliased {
+            assert!(stats.direct, "{stats:?}");
+            assert_eq!((stats.copy_commands, stats.copy_regions, stats.barriers), (2, 2, 3), "{stats:?}");
+            assert_eq!(stats.carrier_bind_entries, 4, "{stats:?}");
+        }
+        pool.check_invariants().unwrap();
+        assert_eq!((read(&a, 0x11, 4), read(&b, 0x22, 1)), (6, 1));
+
+        device.wait_submitted().unwrap();
+        for image in [&mut a, &mut b] {
+            image.release_all(&pool).unwrap();
+        }
+        pool.flush_binds(&mut [&mut a, &mut b]).unwrap();
+        pool.trim();
+        drop((a, b));
+    });
+}
