@@ -824,8 +824,10 @@ fn copy_direct(
         for (carrier, regions) in carriers.iter().zip(&regions) {
             // SAFETY: `rec` is recording on this device outside a render pass; the carrier is
             // live and in GENERAL (the transition above completed: the host waited for it), the
-            // regions lie in it, each a row of bound blocks, and the sources (upper half) and
-            // destinations (lower half) are different memory (a move's tiles are distinct).
+            // regions lie in it and cover only bound blocks (its first `moves` slots of each
+            // half), and the sources (upper half) and destinations (lower half) do not overlap
+            // in memory: the accounting checked that every destination was free and every source
+            // allocated, so no tile is both.
             unsafe {
                 device.raw().cmd_copy_image(
                     rec.raw(),

@@ -835,9 +835,9 @@ pub(super) struct Carrier<'a> {
 
 /// Creates a carrier of `class`, `tiles` (x, y) blocks large, for heaps of `memory_type` and
 /// `tile_bytes` blocks. `Ok(None)`: the device cannot make one that aliases the class's tiles
-/// (no `sparseResidencyAliased`, an unsupported format, another block extent or size, a memory
-/// type the heaps are not of, metadata or a mip tail to bind); the caller copies through staging
-/// instead. An error: creation failed (out of memory, a fault), nothing left behind.
+/// (no `sparseResidencyAliased`, an unsupported format or extent, a virtual size over
+/// `sparseAddressSpaceSize`, another block extent or size, a memory type the heaps are not of,
+/// metadata or a mip tail to bind); the caller copies through staging instead. An error: creation failed (out of memory, a fault), nothing left behind.
 pub(super) fn create_carrier<'a>(
     device: &'a Device,
     name: &str,
@@ -885,7 +885,9 @@ pub(super) fn create_carrier<'a>(
             && extent.height <= p.max_extent.height
             && extent.depth <= p.max_extent.depth
     });
-    if !fits {
+    // Its virtual size against sparseAddressSpaceSize, as every sparse image's.
+    let virtual_bytes = u64::from(tiles[0]) * u64::from(tiles[1]) * tile_bytes;
+    if !fits || virtual_bytes > device.limits().sparse_address_space_size {
         return Ok(None);
     }
     let raw = device
