@@ -11,11 +11,18 @@
 //!   RGBA8 in a pool of 4 MiB heaps (64 tiles); random tiles streamed in under a budget of
 //!   `--tiles` tiles (a random resident tile evicted when over it), then a random half of the
 //!   resident tiles evicted (the camera moved on); compacted by `SparseTilePool::compact` until a
-//!   pass moves nothing. Move rate: bytes moved over the GPU time of the two copies (timestamps;
-//!   a move copies each tile out to staging and back after the rebind) and over the wall time.
+//!   pass moves nothing. Move rate: bytes moved over the GPU time of the pass's copies
+//!   (timestamps; heap to heap through carrier images where the device has
+//!   `sparseResidencyAliased`, one region per run of tiles) and over the wall time. The same
+//!   workload (same seed) is compacted a second time through staging
+//!   (`CompactCopy::Staging`: each tile out to staging and back after the rebind, one region per
+//!   tile each way), `tiles_staging`, for comparison. Each pass reports its runs, copy regions,
+//!   barrier sets and bind entries.
 //!
 //! Baseline, same run: one `vkCmdCopyBuffer` of the same bytes between two device-local buffers,
-//! timed the same two ways (GPU timestamps; submission wall time of `Device::submit_once`).
+//! timed the same two ways (GPU timestamps; submission wall time of `Device::submit_once`): of
+//! the bytes of the largest pass of either workload, and of the largest tile pass
+//! (`tile_plain_copy_*`, what `tile_moves_over_tile_copy_gpu` compares the tile moves to).
 //! Heap figures: heaps (general: non-dedicated blocks that hold an allocation; tiles: pool heaps)
 //! and their bytes, before and after, against the live bytes. Heaps freed are counted in the
 //! device's ledger once the GPU is past the passes (the real frees), not just emptied. With
@@ -29,7 +36,7 @@ use residency::core::usage::{BufferUsage, ImageUsage};
 use residency::vulkan::ash::vk;
 
 use residency::vulkan::recording::Timestamps;
-use residency::vulkan::sparse::{SparseImage, SparseTilePool};
+use residency::vulkan::sparse::{CompactCopy, CompactStats, SparseImage, SparseTilePool};
 use residency::vulkan::{
     Buffer, BufferDesc, DefragDesc, Defragmenter, Device, DeviceSet, DeviceSetDesc, Image, ImageDesc,
     ImageRegion, Uploader,
@@ -94,8 +101,41 @@ struct PassReport {
     cpu_us: u64,
     /// Wall time until the pass's copies completed, microseconds.
     wall_us: u64,
-    /// GPU time of the copies (tiles: timestamps around both copies), milliseconds.
+    /// GPU time of the copies (tiles: timestamps around the pass's copies), milliseconds.
     gpu_copy_ms: Option<f64>,
+    /// Tiles: how the pass copied, counted (none for the general heaps).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tile_copies: Option<TileCopies>,
+}
+
+/// A tile pass's copies and binds, counted.
+#[derive(Debug, Serialize)]
+struct TileCopies {
+    /// Heap to heap (one copy per tile), not through staging (two).
+    direct: bool,
+    /// Runs of moves between one heap pair, consecutive in both (what one region can carry).
+    runs: u32,
+    copy_commands: u32,
+    copy_regions: u32,
+    /// Pipeline barrier commands (barrier sets).
+    barriers: u32,
+    /// Bind entries of the images' rebind, and of the carrier images (direct).
+    bind_entries: u64,
+    carrier_bind_entries: u64,
+}
+
+impl TileCopies {
+    fn of(stats: &CompactStats) -> TileCopies {
+        TileCopies {
+            direct: stats.direct,
+            runs: stats.runs,
+            copy_commands: stats.copy_commands,
+            copy_regions: stats.copy_regions,
+            barriers: stats.barriers,
+            bind_entries: stats.bind.bind_entries,
+            carrier_bind_entries: stats.carrier_bind_entries,
+        }
+    }
 }
 
 /// One workload before and after.
@@ -136,7 +176,18 @@ struct DefragReport {
     verified: bool,
     validation_problems: u64,
     general: PartReport,
+    /// The tile pool compacted the default way (`CompactCopy::Direct`).
     tiles: PartReport,
+    /// The same workload compacted through staging (`CompactCopy::Staging`).
+    tiles_staging: PartReport,
+    /// The tile baseline: one buffer copy of the bytes the largest tile pass moved, as
+    /// `plain_copy_*`.
+    tile_plain_copy_bytes: u64,
+    tile_plain_copy_gb_per_s_gpu: Option<f64>,
+    /// Tile moves (GPU) over the tile baseline (GPU): the target is ≥ 0.5.
+    tile_moves_over_tile_copy_gpu: Option<f64>,
+    /// Tile moves through staging (GPU) over the tile baseline (GPU).
+    tile_staging_moves_over_tile_copy_gpu: Option<f64>,
     /// The baseline: one buffer copy of the bytes the largest pass moved.
     plain_copy_bytes: u64,
     plain_copy_gb_per_s_wall: f64,
@@ -150,7 +201,7 @@ struct DefragReport {
     /// General moves (GPU) over the first plain copy, into fresh memory (GPU): the moves'
     /// destinations were never written either.
     general_moves_over_first_copy_gpu: Option<f64>,
-    /// Tile moves (GPU) over the plain copy (GPU); each tile is copied twice.
+    /// Tile moves (GPU) over the plain copy (GPU).
     tile_moves_over_copy_gpu: Option<f64>,
     /// Blocks and bytes in the VMA-format dumps of the general heaps.
     vma_dump_before: DumpSummary,
@@ -315,6 +366,7 @@ fn general(device: &Arc<Device>, o: &DefragOptions, dumps: &mut [DumpSummary; 2]
             cpu_us: stats.cpu_time.as_micros() as u64,
             wall_us: wall.as_micros() as u64,
             gpu_copy_ms: defrag.last_copy_gpu_ms(),
+            tile_copies: None,
         });
     }
     device.wait_submitted()?;
@@ -401,7 +453,7 @@ fn check_tiles(images: &[SparseImage]) -> BenchResult<(bool, Vec<BTreeSet<TileIn
     Ok((ok, resident))
 }
 
-fn tiles(device: &Arc<Device>, o: &DefragOptions) -> BenchResult<PartReport> {
+fn tiles(device: &Arc<Device>, o: &DefragOptions, copy: CompactCopy) -> BenchResult<PartReport> {
     let mut rng = VmaRng::new(o.seed ^ 0x7111);
     let pool = SparseTilePool::new(
         Arc::clone(device),
@@ -463,7 +515,7 @@ fn tiles(device: &Arc<Device>, o: &DefragOptions) -> BenchResult<PartReport> {
 
     let mut passes = Vec::new();
     for _ in 0..o.max_passes {
-        let stats = pool.compact(&mut images.iter_mut().collect::<Vec<_>>(), 1024, &[])?;
+        let stats = pool.compact_with(&mut images.iter_mut().collect::<Vec<_>>(), 1024, &[], copy)?;
         if stats.moves == 0 {
             break;
         }
@@ -476,6 +528,7 @@ fn tiles(device: &Arc<Device>, o: &DefragOptions) -> BenchResult<PartReport> {
             cpu_us: stats.plan_time.as_micros() as u64,
             wall_us: stats.wall_time.as_micros() as u64,
             gpu_copy_ms: stats.copy_gpu_ms,
+            tile_copies: Some(TileCopies::of(&stats)),
         });
     }
     device.wait_submitted()?;
@@ -570,11 +623,14 @@ fn measure(device: &Arc<Device>, o: &DefragOptions) -> BenchResult<DefragReport>
     let started = Instant::now();
     let mut dumps = [DumpSummary::default(), DumpSummary::default()];
     let general = general(device, o, &mut dumps)?;
-    let tiles = tiles(device, o)?;
+    let tiles_staging = tiles(device, o, CompactCopy::Staging)?;
+    let tiles = tiles(device, o, CompactCopy::Direct)?;
     // The baseline copies what the largest pass copied (a pass's copies are one submission).
     let largest_pass = general.passes.iter().chain(&tiles.passes).map(|p| p.bytes_moved).max().unwrap_or(0);
     let copy_bytes = largest_pass.max(1 << 20);
     let (copy_wall, copy_gpu, copy_gpu_first) = plain_copy(device, copy_bytes)?;
+    let tile_copy_bytes = tiles.passes.iter().map(|p| p.bytes_moved).max().unwrap_or(0).max(1 << 16);
+    let (_, tile_copy_gpu, _) = plain_copy(device, tile_copy_bytes)?;
     let [before, after] = dumps;
     Ok(DefragReport {
         device: device.name().to_owned(),
@@ -582,14 +638,22 @@ fn measure(device: &Arc<Device>, o: &DefragOptions) -> BenchResult<DefragReport>
         heaps_before: general.heaps_before + tiles.heaps_before,
         heaps_after: general.heaps_after + tiles.heaps_after,
         bytes_moved: general.bytes_moved + tiles.bytes_moved,
-        verified: general.verified && tiles.verified,
+        verified: general.verified && tiles.verified && tiles_staging.verified,
         validation_problems: 0,
         general_moves_over_copy_wall: general.move_gb_per_s_wall / copy_wall,
         general_moves_over_copy_gpu: general.move_gb_per_s_gpu.zip(copy_gpu).map(|(m, c)| m / c),
         general_moves_over_first_copy_gpu: general.move_gb_per_s_gpu.zip(copy_gpu_first).map(|(m, c)| m / c),
         tile_moves_over_copy_gpu: tiles.move_gb_per_s_gpu.zip(copy_gpu).map(|(m, c)| m / c),
+        tile_plain_copy_bytes: tile_copy_bytes,
+        tile_plain_copy_gb_per_s_gpu: tile_copy_gpu,
+        tile_moves_over_tile_copy_gpu: tiles.move_gb_per_s_gpu.zip(tile_copy_gpu).map(|(m, c)| m / c),
+        tile_staging_moves_over_tile_copy_gpu: tiles_staging
+            .move_gb_per_s_gpu
+            .zip(tile_copy_gpu)
+            .map(|(m, c)| m / c),
         general,
         tiles,
+        tiles_staging,
         plain_copy_bytes: copy_bytes,
         plain_copy_gb_per_s_wall: copy_wall,
         plain_copy_gb_per_s_gpu: copy_gpu,
@@ -637,6 +701,18 @@ fn print_part(name: &str, p: &PartReport) {
             pass.wall_us as f64 / 1e3,
             opt(pass.gpu_copy_ms)
         );
+        if let Some(c) = &pass.tile_copies {
+            println!(
+                "    {}: {} runs, {} copies with {} regions, {} barrier sets, {} bind entries (+ {} carrier)",
+                if c.direct { "heap to heap" } else { "through staging" },
+                c.runs,
+                c.copy_commands,
+                c.copy_regions,
+                c.barriers,
+                c.bind_entries,
+                c.carrier_bind_entries
+            );
+        }
     }
 }
 
@@ -668,6 +744,14 @@ pub fn run(o: &DefragOptions) -> ExitCode {
         println!("{}: seed {}, {:.1} s", r.device, r.seed, r.seconds);
         print_part("general heaps (buffers + images)", &r.general);
         print_part("sparse tile pool", &r.tiles);
+        print_part("sparse tile pool, through staging", &r.tiles_staging);
+        println!(
+            "plain copy of {:.1} MiB (the largest tile pass): {} GB/s (GPU); tile moves / copy {} (GPU), through staging {} (GPU)",
+            r.tile_plain_copy_bytes as f64 / f64::from(1 << 20),
+            opt(r.tile_plain_copy_gb_per_s_gpu),
+            opt(r.tile_moves_over_tile_copy_gpu),
+            opt(r.tile_staging_moves_over_tile_copy_gpu)
+        );
         println!(
             "plain copy of {:.1} MiB: {:.2} GB/s (wall), {} GB/s (GPU), {} GB/s (GPU, first into fresh memory); general moves / copy {:.2} (wall), {} (GPU), {} (GPU, over the first copy); tile moves / copy {} (GPU)",
             r.plain_copy_bytes as f64 / f64::from(1 << 20),

@@ -159,3 +159,79 @@ proptest! {
         prop_assert!(heaps <= needed + 1, "{} heaps for {} tiles", heaps, p.used_tiles());
     }
 }
+
+fn mv(owner: u32, from: (u32, u32), to: (u32, u32)) -> TileMove {
+    TileMove {
+        owner: ImageId(owner),
+        from: PhysicalTile { heap: HeapIndex(from.0), tile: from.1 },
+        to: PhysicalTile { heap: HeapIndex(to.0), tile: to.1 },
+    }
+}
+
+#[test]
+fn consecutive_moves_between_one_heap_pair_are_one_run() {
+    // 8 tiles of heap 3 (tiles 4..12) into heap 1 (tiles 0..8): one run.
+    let plan =
+        CompactionPlan { moves: (0..8).map(|i| mv(1, (3, 4 + i), (1, i))).collect(), heaps_emptied: vec![] };
+    let runs = plan.runs(|_| ());
+    assert_eq!(runs.len(), 1);
+    assert_eq!((runs[0].first, runs[0].len), (0, 8));
+    assert_eq!(runs[0].from, PhysicalTile { heap: HeapIndex(3), tile: 4 });
+    assert_eq!(runs[0].to, PhysicalTile { heap: HeapIndex(1), tile: 0 });
+}
+
+#[test]
+fn runs_break_at_a_gap_a_heap_change_or_a_class_change_and_cover_every_move_once() {
+    let moves = vec![
+        mv(1, (3, 0), (1, 0)),
+        mv(1, (3, 1), (1, 1)),
+        // A gap in the source.
+        mv(1, (3, 3), (1, 2)),
+        // A gap in the destination.
+        mv(1, (3, 4), (1, 4)),
+        // Another destination heap, the tile numbers following.
+        mv(1, (3, 5), (2, 5)),
+        // Another class (image) at consecutive tiles.
+        mv(2, (3, 6), (2, 6)),
+        mv(2, (3, 7), (2, 7)),
+        // Another source heap.
+        mv(2, (4, 8), (2, 8)),
+    ];
+    let plan = CompactionPlan { moves, heaps_emptied: vec![] };
+    let runs = plan.runs(|m| m.owner);
+    let lens: Vec<(usize, u32)> = runs.iter().map(|r| (r.first, r.len)).collect();
+    assert_eq!(lens, vec![(0, 2), (2, 1), (3, 1), (4, 1), (5, 2), (7, 1)]);
+    // Without classes the owner change no longer breaks the run.
+    let lens: Vec<u32> = plan.runs(|_| ()).iter().map(|r| r.len).collect();
+    assert_eq!(lens, vec![2, 1, 1, 3, 1]);
+    for runs in [plan.runs(|m| m.owner), plan.runs(|_| ())] {
+        let mut next = 0;
+        for r in &runs {
+            assert_eq!(r.first, next, "runs are in order and cover every move once");
+            for i in 0..r.len {
+                let m = &plan.moves[r.first + i as usize];
+                assert_eq!((m.from.heap, m.from.tile), (r.from.heap, r.from.tile + i));
+                assert_eq!((m.to.heap, m.to.tile), (r.to.heap, r.to.tile + i));
+            }
+            next += r.len as usize;
+        }
+        assert_eq!(next, plan.moves.len());
+    }
+}
+
+#[test]
+fn a_planned_pass_out_of_a_run_of_tiles_into_a_run_of_holes_is_one_run() {
+    // Heap 0 holds tiles 0..4, heap 1 tiles 2..6: the later of the two equal heaps moves into
+    // the other's holes (4..8), in order, so the pass is one run.
+    let mut p = pool(8, 16);
+    p.allocate(ImageId(1), 16).unwrap();
+    p.free(TileRun { heap: HeapIndex(0), first: 4, len: 4 }).unwrap();
+    p.free(TileRun { heap: HeapIndex(1), first: 0, len: 2 }).unwrap();
+    p.free(TileRun { heap: HeapIndex(1), first: 6, len: 2 }).unwrap();
+    p.check_invariants().unwrap();
+    let plan = p.plan_compaction(u32::MAX, |_, _| true);
+    assert_eq!(plan.moves.len(), 4);
+    let runs = plan.runs(|m| m.owner);
+    assert_eq!(runs.len(), 1, "{:?}", plan.moves);
+    assert_eq!(runs[0].len, 4);
+}

@@ -5,7 +5,7 @@
 
 use residency_core::format::Format;
 use residency_core::tiles::{PhysicalTile, SparseImageDesc, TexelRegion, TileIndex, TilePoolDesc};
-use residency_vulkan::sparse::{SparseError, SparseImage, SparseTilePool};
+use residency_vulkan::sparse::{CompactCopy, SparseError, SparseImage, SparseTilePool};
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::{Device, FaultSite, InjectedFault, Uploader, VulkanError};
 use std::sync::Arc;
@@ -150,16 +150,38 @@ fn teardown(mut scene: Scene, device: &Device) {
 
 #[test]
 fn compaction_moves_tiles_into_fuller_heaps_keeps_contents_and_residency_and_frees_heaps() {
-    with_gpu(|set| {
-        let device = Arc::clone(&set.devices()[0]);
+    with_gpu(|set| moves_tiles_and_keeps_contents(&set.devices()[0], CompactCopy::Direct));
+}
+
+#[test]
+fn compaction_through_staging_keeps_contents_and_residency_and_frees_heaps() {
+    with_gpu(|set| moves_tiles_and_keeps_contents(&set.devices()[0], CompactCopy::Staging));
+}
+
+fn moves_tiles_and_keeps_contents(device: &Arc<Device>, copy: CompactCopy) {
+    {
+        let device = Arc::clone(device);
         let mut scene = scene(&device);
         let before = snapshot(&scene);
         let physical_before = [physical(&scene.a), physical(&scene.b)];
         assert_eq!(heap_memories(&device), 6);
 
-        let stats = scene.pool.compact(&mut [&mut scene.a, &mut scene.b], u32::MAX, &[]).unwrap();
+        let stats = scene.pool.compact_with(&mut [&mut scene.a, &mut scene.b], u32::MAX, &[], copy).unwrap();
         assert_eq!(stats.moves, 8, "{stats:?}");
         assert_eq!(stats.bytes_moved, 8 << 16);
+        // Every other tile of a heap moves into every other tile of another: 8 runs of one tile.
+        assert_eq!(stats.runs, 8, "{stats:?}");
+        let direct = copy == CompactCopy::Direct && device.features().sparse_residency_aliased;
+        assert_eq!(stats.direct, direct, "{stats:?}");
+        if direct {
+            assert_eq!((stats.copy_commands, stats.copy_regions, stats.barriers), (1, 1, 3), "{stats:?}");
+            assert_eq!(stats.carrier_bind_entries, 16, "{stats:?}");
+        } else {
+            // Per tile a region out and one back, per image moved a copy each way.
+            assert_eq!((stats.copy_regions, stats.barriers), (16, 3), "{stats:?}");
+            assert!(stats.copy_commands == 2 || stats.copy_commands == 4, "{stats:?}");
+            assert_eq!(stats.carrier_bind_entries, 0, "{stats:?}");
+        }
         assert_eq!((stats.heaps_emptied, stats.heaps_released), (2, 2));
         assert!(stats.bind.tiles_bound == 8 && stats.bind.tiles_unbound == 0, "{stats:?}");
         scene.pool.check_invariants().unwrap();
@@ -181,13 +203,14 @@ fn compaction_moves_tiles_into_fuller_heaps_keeps_contents_and_residency_and_fre
             .sum();
         assert_eq!(moved, 8);
 
-        // The emptied heaps' memory is freed once the GPU is past the rebind.
-        device.wait_idle().unwrap();
+        // The emptied heaps' memory is freed once the GPU is past the rebind (and what waited for
+        // it is destroyed).
+        device.wait_submitted().unwrap();
         assert_eq!(heap_memories(&device), 4);
-        let again = scene.pool.compact(&mut [&mut scene.a, &mut scene.b], u32::MAX, &[]).unwrap();
+        let again = scene.pool.compact_with(&mut [&mut scene.a, &mut scene.b], u32::MAX, &[], copy).unwrap();
         assert_eq!(again.moves, 0, "nothing left to gain");
         teardown(scene, &device);
-    });
+    }
 }
 
 #[test]
@@ -252,8 +275,17 @@ fn compaction_in_bounded_passes_and_its_refusals() {
 
 #[test]
 fn a_fault_at_any_step_of_a_compaction_leaves_every_tile_where_it_was() {
-    with_gpu(|set| {
-        let device = Arc::clone(&set.devices()[0]);
+    with_gpu(|set| faults_leave_every_tile_where_it_was(&set.devices()[0], CompactCopy::Direct));
+}
+
+#[test]
+fn a_fault_at_any_step_of_a_compaction_through_staging_leaves_every_tile_where_it_was() {
+    with_gpu(|set| faults_leave_every_tile_where_it_was(&set.devices()[0], CompactCopy::Staging));
+}
+
+fn faults_leave_every_tile_where_it_was(device: &Arc<Device>, copy: CompactCopy) {
+    {
+        let device = Arc::clone(device);
         let mut failed = Vec::new();
         for site in [
             FaultSite::CreateResource,
@@ -266,7 +298,7 @@ fn a_fault_at_any_step_of_a_compaction_leaves_every_tile_where_it_was() {
                 let mut scene = scene(&device);
                 let before = (snapshot(&scene), physical(&scene.a), physical(&scene.b), scene.pool.stats());
                 device.ledger().inject_fault(site, skip, InjectedFault::OutOfDeviceMemory);
-                let result = scene.pool.compact(&mut [&mut scene.a, &mut scene.b], u32::MAX, &[]);
+                let result = scene.pool.compact_with(&mut [&mut scene.a, &mut scene.b], u32::MAX, &[], copy);
                 device.ledger().clear_faults();
                 match result {
                     Ok(stats) => {
@@ -287,8 +319,10 @@ fn a_fault_at_any_step_of_a_compaction_leaves_every_tile_where_it_was() {
                         assert_eq!(after, before, "{site:?} call {skip}: {e}");
                         scene.pool.check_invariants().unwrap();
                         // Retried without the fault, the pass completes.
-                        let stats =
-                            scene.pool.compact(&mut [&mut scene.a, &mut scene.b], u32::MAX, &[]).unwrap();
+                        let stats = scene
+                            .pool
+                            .compact_with(&mut [&mut scene.a, &mut scene.b], u32::MAX, &[], copy)
+                            .unwrap();
                         assert_eq!(stats.moves, 8);
                         assert_eq!(snapshot(&scene), before.0);
                         teardown(scene, &device);
@@ -296,14 +330,224 @@ fn a_fault_at_any_step_of_a_compaction_leaves_every_tile_where_it_was() {
                 }
             }
         }
-        // The staging buffer's creation, both copies, the rebind and the waits failed at least
-        // once; a failed copy back (its submission or its wait) was undone by binding the old
-        // tiles again.
+        // The staging buffer's (or the carriers') creation, both copies (the carriers' transition
+        // and the copy), the rebind (and the carriers' binds) and the waits failed at least once;
+        // through staging a failed copy back (its submission or its wait) was undone by binding
+        // the old tiles again.
         for site in
             [FaultSite::CreateResource, FaultSite::QueueSubmit, FaultSite::BindSparse, FaultSite::Wait]
         {
             assert!(failed.iter().any(|f| f.0 == site), "{site:?} never failed: {failed:?}");
         }
         assert!(failed.iter().filter(|f| f.0 == FaultSite::QueueSubmit).count() >= 2, "{failed:?}");
+        if copy == CompactCopy::Direct && device.features().sparse_residency_aliased {
+            assert!(failed.iter().filter(|f| f.0 == FaultSite::BindSparse).count() >= 2, "{failed:?}");
+        }
+    }
+}
+
+/// One image of 8 × 8 tiles in heaps of 16: rows 0–1 in heap 0, rows 2–3 in heap 1; rows 1 and
+/// 3 released, so each heap holds 8 consecutive tiles and heap 1's move as one run into heap 0's
+/// 8 consecutive holes.
+#[test]
+fn a_run_of_adjacent_tiles_between_two_heaps_is_one_region_one_barrier_set_and_one_bind() {
+    with_gpu(|set| {
+        let device = Arc::clone(&set.devices()[0]);
+        let pool = SparseTilePool::new(
+            Arc::clone(&device),
+            TilePoolDesc::default().with_name(POOL).with_tiles_per_heap(16),
+        )
+        .unwrap();
+        let desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, SIZE, SIZE).with_mip_levels(1);
+        let mut image = SparseImage::new(&pool, "run", &desc, false).unwrap();
+        let shape = image.layout().tile_shape();
+        let per_row = SIZE / shape.width;
+        let row = |y: u32| TexelRegion { offset: [0, y * shape.height, 0], extent: [SIZE, shape.height, 1] };
+        for rows in [0..2, 2..4] {
+            for y in rows {
+                image.commit_region(&pool, 0, 0, row(y)).unwrap();
+            }
+            pool.flush_binds(&mut [&mut image]).unwrap();
+        }
+        let uploader = Uploader::new(&device, "run upload", 4 << 20).unwrap();
+        let bytes = (shape.width * shape.height * 4) as usize;
+        for y in 0..4 {
+            for x in 0..per_row {
+                let region = residency_vulkan::ImageRegion::new(
+                    &image,
+                    0,
+                    [x * shape.width, y * shape.height, 0],
+                    [shape.width, shape.height, 1],
+                );
+                uploader.write_image(&region, &pattern(0x77, x, y, bytes)).unwrap();
+            }
+        }
+        uploader.wait_idle().unwrap();
+        uploader.destroy().unwrap();
+        device.wait_idle().unwrap();
+        for y in [1, 3] {
+            image.release_region(&pool, 0, 0, row(y)).unwrap();
+        }
+        pool.flush_binds(&mut [&mut image]).unwrap();
+        image.refresh_min_lod();
+        // Rows 0 and 2 at tiles 0–7 of heaps 0 and 1.
+        let before = physical(&image);
+        assert_eq!(before.len(), 16);
+        for (i, (_, p)) in before.iter().enumerate() {
+            assert_eq!((p.heap.0, p.tile), (i as u32 / 8, i as u32 % 8), "{before:?}");
+        }
+        let read = |image: &SparseImage| {
+            let all = image
+                .read_region(
+                    0,
+                    0,
+                    TexelRegion { offset: [0; 3], extent: [SIZE, 4 * shape.height, 1] },
+                    64 << 20,
+                )
+                .unwrap();
+            let row_bytes = (SIZE * 4) as usize;
+            for (tile, _) in image.residency().page_table().mapped() {
+                let c = image.layout().tile_coord(tile).unwrap();
+                let mut texels = Vec::new();
+                for y in 0..shape.height {
+                    let start =
+                        (c.y * shape.height + y) as usize * row_bytes + (c.x * shape.width * 4) as usize;
+                    texels.extend_from_slice(&all[start..start + (shape.width * 4) as usize]);
+                }
+                assert_eq!(texels, pattern(0x77, c.x, c.y, texels.len()), "tile {tile:?}");
+            }
+        };
+        read(&image);
+
+        let stats = pool.compact(&mut [&mut image], u32::MAX, &[]).unwrap();
+        assert_eq!((stats.moves, stats.heaps_released), (8, 1), "{stats:?}");
+        assert_eq!(stats.runs, 1, "8 adjacent tiles between one heap pair: one run: {stats:?}");
+        // Counted, never timed: one region, one barrier set before the copy and one after (and the
+        // carrier's layout transition before anything is bound to it), one carrier bind each for
+        // the run's sources and destinations, and one rebind entry (a row of the image whose new
+        // memory is consecutive).
+        if device.features().sparse_residency_aliased {
+            assert!(stats.direct, "{stats:?}");
+            assert_eq!((stats.copy_commands, stats.copy_regions, stats.barriers), (1, 1, 3), "{stats:?}");
+            assert_eq!(stats.carrier_bind_entries, 2, "{stats:?}");
+        }
+        assert_eq!((stats.bind.bind_entries, stats.bind.tiles_bound), (1, 8), "{stats:?}");
+        pool.check_invariants().unwrap();
+        let after = physical(&image);
+        for (i, (_, p)) in after.iter().enumerate() {
+            assert_eq!((p.heap.0, p.tile), (0, i as u32), "{after:?}");
+        }
+        assert!(image.refresh_min_lod().is_empty(), "no min-LOD entry changed");
+        read(&image);
+        // Once the GPU is past the pass (and what waited for it destroyed), heap 1's memory is
+        // freed.
+        device.wait_submitted().unwrap();
+        assert_eq!(heap_memories(&device), 1);
+
+        image.release_all(&pool).unwrap();
+        pool.flush_binds(&mut [&mut image]).unwrap();
+        pool.trim();
+        drop(image);
+    });
+}
+
+/// Two image classes in one pool (RGBA8 tiles of 128², R8 tiles of 256²): a pass moving tiles of
+/// both copies each class through its own carrier, one copy each, and keeps every tile's texels.
+#[test]
+fn tiles_of_two_formats_move_through_one_carrier_each() {
+    with_gpu(|set| {
+        let device = Arc::clone(&set.devices()[0]);
+        let pool = SparseTilePool::new(
+            Arc::clone(&device),
+            TilePoolDesc::default().with_name(POOL).with_tiles_per_heap(4),
+        )
+        .unwrap();
+        let rgba = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 512, 512).with_mip_levels(1);
+        let r8 = SparseImageDesc::new_2d(Format::R8Unorm, 1024, 1024).with_mip_levels(1);
+        let mut a = SparseImage::new(&pool, "rgba", &rgba, false).unwrap();
+        let mut b = SparseImage::new(&pool, "r8", &r8, false).unwrap();
+        let row = |image: &SparseImage, y: u32| {
+            let shape = image.layout().tile_shape();
+            TexelRegion { offset: [0, y * shape.height, 0], extent: [4 * shape.width, shape.height, 1] }
+        };
+        // Heap 0: A row 0; heap 1: A row 1; heap 2: B row 0; heap 3: A row 2.
+        for (which, y) in [(0, 0), (0, 1), (1, 0), (0, 2)] {
+            let image = if which == 0 { &mut a } else { &mut b };
+            let region = row(image, y);
+            image.commit_region(&pool, 0, 0, region).unwrap();
+            pool.flush_binds(&mut [image]).unwrap();
+        }
+        let uploader = Uploader::new(&device, "two formats upload", 4 << 20).unwrap();
+        for (seed, image, bpp) in [(0x11u8, &a, 4u32), (0x22, &b, 1)] {
+            let shape = image.layout().tile_shape();
+            for (tile, _) in image.residency().page_table().mapped() {
+                let c = image.layout().tile_coord(tile).unwrap();
+                let region = residency_vulkan::ImageRegion::new(
+                    image,
+                    0,
+                    [c.x * shape.width, c.y * shape.height, 0],
+                    [shape.width, shape.height, 1],
+                );
+                let bytes = (shape.width * shape.height * bpp) as usize;
+                uploader.write_image(&region, &pattern(seed, c.x, c.y, bytes)).unwrap();
+            }
+        }
+        uploader.wait_idle().unwrap();
+        uploader.destroy().unwrap();
+        device.wait_idle().unwrap();
+        let one = |image: &SparseImage, x: u32, y: u32| tile_origin(image, x, y);
+        // Heap 1 (A) and heap 2 (B) keep one tile each, heap 3 two, heap 0 three: the pass
+        // empties heaps 2 and 1 into the holes of heaps 0 and 3.
+        for x in 1..4 {
+            let r = one(&a, x, 1);
+            a.release_region(&pool, 0, 0, r).unwrap();
+            let r = one(&b, x, 0);
+            b.release_region(&pool, 0, 0, r).unwrap();
+        }
+        for x in 2..4 {
+            let r = one(&a, x, 2);
+            a.release_region(&pool, 0, 0, r).unwrap();
+        }
+        let r = one(&a, 3, 0);
+        a.release_region(&pool, 0, 0, r).unwrap();
+        pool.flush_binds(&mut [&mut a, &mut b]).unwrap();
+        let read = |image: &SparseImage, seed: u8, bpp: u32| {
+            let shape = image.layout().tile_shape();
+            let mut n = 0;
+            for (tile, _) in image.residency().page_table().mapped() {
+                let c = image.layout().tile_coord(tile).unwrap();
+                let region = TexelRegion {
+                    offset: [c.x * shape.width, c.y * shape.height, 0],
+                    extent: [shape.width, shape.height, 1],
+                };
+                let texels = image.read_region(0, 0, region, 16 << 20).unwrap();
+                assert_eq!(
+                    texels,
+                    pattern(seed, c.x, c.y, (shape.width * shape.height * bpp) as usize),
+                    "{tile:?}"
+                );
+                n += 1;
+            }
+            n
+        };
+        assert_eq!((read(&a, 0x11, 4), read(&b, 0x22, 1)), (6, 1));
+
+        let stats = pool.compact(&mut [&mut a, &mut b], u32::MAX, &[]).unwrap();
+        assert_eq!((stats.moves, stats.heaps_released), (2, 2), "{stats:?}");
+        if device.features().sparse_residency_aliased {
+            assert!(stats.direct, "{stats:?}");
+            assert_eq!((stats.copy_commands, stats.copy_regions, stats.barriers), (2, 2, 3), "{stats:?}");
+            assert_eq!(stats.carrier_bind_entries, 4, "{stats:?}");
+        }
+        pool.check_invariants().unwrap();
+        assert_eq!((read(&a, 0x11, 4), read(&b, 0x22, 1)), (6, 1));
+
+        device.wait_submitted().unwrap();
+        for image in [&mut a, &mut b] {
+            image.release_all(&pool).unwrap();
+        }
+        pool.flush_binds(&mut [&mut a, &mut b]).unwrap();
+        pool.trim();
+        drop((a, b));
     });
 }

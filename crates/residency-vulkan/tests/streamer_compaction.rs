@@ -170,6 +170,15 @@ fn streamer_compaction_frees_heaps_and_keeps_every_tile_and_the_next_frames_stre
         assert!(stats.moves > 0 && stats.heaps_released > 0, "{stats:?}");
         assert_eq!(stats.bytes_moved, u64::from(stats.moves) << 16);
         assert_eq!(stats.bind.tiles_bound, u64::from(stats.moves), "{stats:?}");
+        // Batched, counted: heap to heap one copy of at most 2 regions (one image class) between
+        // one barrier before and one after (plus the carrier's transition), whatever the moves.
+        if device.features().sparse_residency_aliased {
+            assert!(stats.direct, "{stats:?}");
+            assert_eq!(stats.copy_commands, 1, "{stats:?}");
+            assert!(stats.copy_regions <= 2, "{stats:?}");
+            assert_eq!(stats.barriers, 3, "{stats:?}");
+            assert!(stats.carrier_bind_entries <= 2 * u64::from(stats.moves), "{stats:?}");
+        }
         let pool = scene.streamer.manager().pool().stats();
         assert_eq!(pool.used_tiles, 28);
         assert_eq!(pool.heaps.len(), heaps_before - stats.heaps_released as usize);

@@ -54,7 +54,7 @@ pub use layout::{
 };
 pub use page_table::{MinLodUpdate, PageTable, PageTableError, PhysicalTile, MIN_LOD_NONE};
 pub use pool::{
-    CompactionPlan, HeapIndex, HeapStats, ImageId, PoolError, PoolId, PoolInvariantError, PoolStats,
+    CompactionPlan, HeapIndex, HeapStats, ImageId, MoveRun, PoolError, PoolId, PoolInvariantError, PoolStats,
     TileAllocation, TileMove, TilePool, TilePoolDesc, TileRun,
 };
 pub use residency::{CommitError, ResidencyChanges, SparseResidency};

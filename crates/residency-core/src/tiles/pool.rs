@@ -206,6 +206,49 @@ pub struct CompactionPlan {
     pub heaps_emptied: Vec<HeapIndex>,
 }
 
+/// A run of a [`CompactionPlan`]'s moves that one copy region carries: `len` moves in a row of
+/// the plan whose sources are consecutive tiles of one heap and whose destinations are
+/// consecutive tiles of one heap ([`CompactionPlan::runs`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct MoveRun {
+    /// Index of the run's first move in [`CompactionPlan::moves`].
+    pub first: usize,
+    /// Moves in the run (at least 1).
+    pub len: u32,
+    /// Where the first move's tile is; the run's sources are the `len` tiles from here.
+    pub from: PhysicalTile,
+    /// Where it goes; the run's destinations are the `len` tiles from here.
+    pub to: PhysicalTile,
+}
+
+impl CompactionPlan {
+    /// The plan's moves as runs, in the order of [`moves`](Self::moves): consecutive moves join
+    /// a run while both their source and their destination tiles follow the run's last ones in
+    /// the same heaps and `class` gives them the class of the run's first move (the backend's
+    /// copies need one image format per run). Every move is in exactly one run; a plan of `n`
+    /// moves whose sources and destinations are each one stretch of one heap is one run.
+    pub fn runs<K: PartialEq>(&self, class: impl Fn(&TileMove) -> K) -> Vec<MoveRun> {
+        let mut runs: Vec<MoveRun> = Vec::new();
+        let mut last_class: Option<K> = None;
+        for (i, m) in self.moves.iter().enumerate() {
+            let k = class(m);
+            if let (Some(run), Some(lc)) = (runs.last_mut(), last_class.as_ref()) {
+                let follows = |start: PhysicalTile, next: PhysicalTile| {
+                    next.heap == start.heap
+                        && u64::from(next.tile) == u64::from(start.tile) + u64::from(run.len)
+                };
+                if *lc == k && follows(run.from, m.from) && follows(run.to, m.to) {
+                    run.len += 1;
+                    continue;
+                }
+            }
+            runs.push(MoveRun { first: i, len: 1, from: m.from, to: m.to });
+            last_class = Some(k);
+        }
+        runs
+    }
+}
+
 /// A pool operation was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PoolError {

@@ -2,6 +2,7 @@
 //! holes of fuller ones (texels copied, the image's tile rebound on the sparse timeline), so the
 //! heaps moved out of go back to the device.
 
+use super::image::{create_carrier, Carrier, CarrierClass};
 use super::*;
 use crate::poison::PoisonFree;
 use crate::resources::buffer::BufferDesc;
@@ -15,17 +16,40 @@ use std::time::Duration;
 pub struct CompactStats {
     /// Tiles moved.
     pub moves: u32,
-    /// Bytes of the tiles moved (`moves` × tile bytes); each went through two copies.
+    /// Bytes of the tiles moved (`moves` × tile bytes): copied once heap to heap (`direct`), or
+    /// twice through staging.
     pub bytes_moved: u64,
+    /// Whether the tiles were copied heap to heap (one copy each, through carrier images that
+    /// alias the old and the new memory: needs `sparseResidencyAliased`), not through staging.
+    pub direct: bool,
+    /// Runs of moves between one pair of heaps whose sources and destinations are each
+    /// consecutive tiles, of one image class ([`CompactionPlan::runs`]): what a copy of raw
+    /// memory could carry as one region. The direct path's regions do not depend on them (its
+    /// carrier pairs any tiles); its bind entries merge runs of each side.
+    pub runs: u32,
+    /// Copy commands recorded.
+    pub copy_commands: u32,
+    /// Copy regions of all of them: on the direct path at most two per class of images (the
+    /// carrier's full rows, its last partial row), whatever the number of tiles; through
+    /// staging two per tile (out and back).
+    pub copy_regions: u32,
+    /// Pipeline barrier commands recorded, each one barrier set: on the direct path the
+    /// carriers' layout transition (before anything is bound to them), one before the copies
+    /// and one after, whatever the number of tiles.
+    pub barriers: u32,
+    /// Bind entries of the carrier images (the direct path): per side (sources, destinations)
+    /// one per stretch of consecutive tiles of one heap within a carrier row.
+    pub carrier_bind_entries: u64,
     /// Heaps the pass left empty.
     pub heaps_emptied: u32,
     /// Of those, heaps released: their memory is in the device's retire queue, freed once the GPU
     /// work that may use it has completed.
     pub heaps_released: u32,
-    /// The rebind's entries and wall time.
+    /// The rebind's entries and wall time (one `vkQueueBindSparse`, tiles merged into rows and
+    /// boxes where their new memory is consecutive).
     pub bind: BindStats,
-    /// GPU time of the two copies (image → staging, staging → image) from timestamps, in
-    /// milliseconds; `None` when the queue has no timestamps.
+    /// GPU time of the copies from timestamps (direct: the one heap-to-heap copy; staging: image
+    /// → staging plus staging → image), in milliseconds; `None` when the queue has no timestamps.
     pub copy_gpu_ms: Option<f64>,
     /// Wall time of the whole pass (planning, both copies with their host waits, the rebind).
     #[serde(serialize_with = "micros")]
@@ -33,6 +57,22 @@ pub struct CompactStats {
     /// CPU time of planning and accounting alone (no GPU waits).
     #[serde(serialize_with = "micros")]
     pub plan_time: Duration,
+}
+
+/// How a compaction pass copies its tiles.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CompactCopy {
+    /// Heap to heap, once per tile, where the device can (`sparseResidencyAliased` and carrier
+    /// images that alias the tiles' memory with the data consistent): one carrier image per
+    /// class of images (format, type, usage), its upper half bound to the tiles' old memory and
+    /// its lower half to their new memory slot for slot, copied in at most two regions between
+    /// one barrier set before and one after. Elsewhere through staging.
+    #[default]
+    Direct,
+    /// Through a staging buffer, twice per tile (out, rebind, back), each tile its own region:
+    /// what every device can do (for comparison, and the fallback of `Direct`).
+    Staging,
 }
 
 fn micros<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -120,17 +160,25 @@ impl SparseTilePool {
     /// ones, at most `max_tiles` per pass, and releases the heaps that leaves empty (the core's
     /// [`TilePool::plan_compaction`]). Call repeatedly until `moves` is 0.
     ///
-    /// Each moved tile's texels are copied to a staging buffer (after every residency submission
-    /// before, the `waits` and the renderer's writes they stand for), the image's tile is rebound
-    /// to its new memory in one `vkQueueBindSparse` (after that copy, the `waits` and every
-    /// residency submission), and the texels are copied back into the tile (after the rebind, on
-    /// the GPU); the pass waits on the host for both copies, not for the rebind. Page tables change only in which physical tile a resident
-    /// tile names: residency and the min-LOD map keep their meaning. A released heap's memory is
-    /// freed through the device's retire queue after the rebind, and the old physical tiles are
-    /// reused only by binds after it.
+    /// Where the device has `sparseResidencyAliased` ([`CompactCopy::Direct`]), the moved tiles
+    /// are copied heap to heap, once: per class of images (format, type, usage) a carrier image
+    /// whose upper half is bound to the tiles' old memory and lower half to their new memory,
+    /// slot for slot, is copied in one `vkCmdCopyImage` of at most two regions, between one
+    /// barrier from every earlier write (every residency submission before, the `waits` and the
+    /// renderer's writes they stand for) and one to every later command; the pass waits on the
+    /// host for that copy. Then the images' tiles are rebound to their new memory in one
+    /// `vkQueueBindSparse` (after the copy, the `waits` and every residency submission; not
+    /// waited for on the host). Elsewhere ([`CompactCopy::Staging`]) each moved tile's texels
+    /// are copied to a staging buffer, the tiles rebound, and the texels copied back into the
+    /// tiles (after the rebind, on the GPU); the pass waits on the host for both copies. Page
+    /// tables change only in which physical tile a resident tile names: residency and the
+    /// min-LOD map keep their meaning. A released heap's memory is freed through the device's
+    /// retire queue after the rebind, and the old physical tiles are reused only by binds after
+    /// it. [`CompactStats`] counts the pass's copy commands, regions, barriers and bind entries.
     ///
     /// The staging buffer is device-local memory of the general allocator, the pass's tiles'
-    /// texels (at most `max_tiles` × tile bytes), released after the copy back.
+    /// texels (at most `max_tiles` × tile bytes), released after the copy back; the carriers
+    /// hold no memory of their own and retire once the copy completed.
     ///
     /// `waits` are the renderer's frames in flight that may still write or sample these images
     /// (ends of their submissions, points of its timelines), as for
@@ -140,14 +188,27 @@ impl SparseTilePool {
     ///
     /// Refused with nothing changed: an image of another pool ([`CommitError::WrongPool`]), an
     /// image with binds queued ([`SparseError::PendingBinds`]: flush first). On an error
-    /// (out of memory for the staging buffer, a failed submit or bind) every tile stays where it
-    /// was, page tables and GPU bindings included; only a failed undo after a failed copy back
-    /// (a lost device) leaves the tiles rebound, with the page tables saying so.
+    /// (out of memory for the staging buffer or a carrier, a failed submit or bind) every tile
+    /// stays where it was, page tables and GPU bindings included (heap to heap, the copy wrote
+    /// only free tiles); only through staging, a failed undo after a failed copy back (a lost
+    /// device) leaves the tiles rebound, with the page tables saying so.
     pub fn compact(
         &self,
         images: &mut [&mut SparseImage],
         max_tiles: u32,
         waits: &[GpuUse],
+    ) -> Result<CompactStats, SparseError> {
+        self.compact_with(images, max_tiles, waits, CompactCopy::Direct)
+    }
+
+    /// [`compact`](Self::compact), copying the tiles the way `copy` says
+    /// ([`CompactCopy::Staging`] forces the staging path the default falls back to).
+    pub fn compact_with(
+        &self,
+        images: &mut [&mut SparseImage],
+        max_tiles: u32,
+        waits: &[GpuUse],
+        copy: CompactCopy,
     ) -> Result<CompactStats, SparseError> {
         let started = Instant::now();
         let shared = &*self.shared;
@@ -188,7 +249,7 @@ impl SparseTilePool {
             &plan,
             &at,
             tile_bytes,
-            waits,
+            (waits, copy),
             started,
         )
     }
@@ -224,7 +285,17 @@ impl TileHeaps {
             }
         }
         let mut state = shared.lock();
-        compact_pass(shared, &mut state, &shared.name, owner, plan, at, tile_bytes, waits, started)
+        compact_pass(
+            shared,
+            &mut state,
+            &shared.name,
+            owner,
+            plan,
+            at,
+            tile_bytes,
+            (waits, CompactCopy::Direct),
+            started,
+        )
     }
 }
 
@@ -240,7 +311,7 @@ fn compact_pass(
     plan: &CompactionPlan,
     at: &HashMap<PhysicalTile, (usize, TileIndex)>,
     tile_bytes: u64,
-    waits: &[GpuUse],
+    (waits, copy): (&[GpuUse], CompactCopy),
     started: Instant,
 ) -> Result<CompactStats, SparseError> {
     let device = &*heaps_shared.device;
@@ -272,7 +343,31 @@ fn compact_pass(
     }
     stats.moves = plan.moves.len() as u32;
     stats.bytes_moved = u64::from(stats.moves) * tile_bytes;
+    let runs = plan.runs(|m| CarrierClass::of(owner.image(at[&m.from].0)));
+    stats.runs = runs.len() as u32;
     let mut plan_time = started.elapsed();
+
+    let direct = match copy {
+        CompactCopy::Direct => DirectCopy::plan(device, &*owner, plan, at),
+        CompactCopy::Staging => None,
+    };
+    if let Some(direct) = direct {
+        // Carriers that cannot alias the tiles (a driver's choice) leave the staging path.
+        if let Some(carriers) = direct.create(device, heaps_shared, name, tile_bytes)? {
+            return direct_pass(
+                heaps_shared,
+                heaps,
+                name,
+                owner,
+                plan,
+                (&direct, carriers),
+                per_image,
+                tile_bytes,
+                waits,
+                (stats, plan_time, started),
+            );
+        }
+    }
 
     let staging = device.create_buffer(
         &BufferDesc::new(
@@ -387,20 +482,384 @@ fn compact_pass(
         return Err(e.into());
     }
     stats.copy_gpu_ms = timestamps.elapsed_ms(0, 1).zip(timestamps.elapsed_ms(2, 3)).map(|(a, b)| a + b);
+    stats.copy_commands = 2 * regions.len() as u32;
+    stats.copy_regions = 2 * regions.iter().map(|(_, r)| r.len() as u32).sum::<u32>();
+    stats.barriers = 3;
 
-    // 4. The emptied heaps go: their memory retires after the rebind and after every use
-    // declared on the moved images (frames that may sample the old bindings).
-    for moves in &per_image {
+    stats.plan_time = plan_time;
+    Ok(release_emptied(heaps_shared, heaps, name, owner, plan, &per_image, stats, started))
+}
+
+/// The end of a pass: the emptied heaps go, their memory retiring after the rebind and after
+/// every use declared on the moved images (frames that may sample the old bindings).
+#[allow(clippy::too_many_arguments, reason = "the pass's heaps, owner, plan and stats")]
+fn release_emptied(
+    heaps_shared: &HeapsShared,
+    heaps: &mut HeapsState,
+    name: &str,
+    owner: &mut dyn CompactionOwner,
+    plan: &CompactionPlan,
+    per_image: &[ImageMoves],
+    mut stats: CompactStats,
+    started: Instant,
+) -> CompactStats {
+    for moves in per_image {
         heaps_shared.pending.note(&owner.image(moves.index).life.declared_uses());
     }
     let released = owner.trim(&plan.heaps_emptied);
     heaps_shared.release(heaps, &released);
     stats.heaps_emptied = plan.heaps_emptied.len() as u32;
     stats.heaps_released = released.len() as u32;
-    stats.plan_time = plan_time;
     stats.wall_time = started.elapsed();
-    tracing::debug!(pool = %name, moves = stats.moves, heaps = stats.heaps_released, "tile pool compacted");
-    Ok(stats)
+    tracing::debug!(pool = %name, moves = stats.moves, heaps = stats.heaps_released, direct = stats.direct, "tile pool compacted");
+    stats
+}
+
+/// A direct pass's copies: per class of images, one carrier image of `cols` blocks a row whose
+/// upper `rows` rows are bound to the moves' sources and the lower `rows` to their destinations,
+/// slot for slot (move `j` of the class at slot `j`, x first): one `vkCmdCopyImage` region
+/// copies every full row of the upper half to the lower half, a second the last, partial row,
+/// whatever the moves' heaps. The binds merge slots whose memory is consecutive (runs of tiles
+/// in one heap) into one entry per row.
+struct DirectCopy {
+    carriers: Vec<CarrierLayout>,
+}
+
+/// One carrier's layout: its class, `cols` blocks a row, `rows` rows a half, and its moves
+/// (source, destination) in slot order.
+struct CarrierLayout {
+    class: CarrierClass,
+    cols: u32,
+    rows: u32,
+    moves: Vec<(PhysicalTile, PhysicalTile)>,
+}
+
+impl DirectCopy {
+    /// Lays the plan's moves out on carriers, one per class, in the plan's order; `None` without
+    /// `sparseResidencyAliased` or when a class's tiles do not fit one image of the device's
+    /// largest extent.
+    fn plan(
+        device: &Device,
+        owner: &dyn CompactionOwner,
+        plan: &CompactionPlan,
+        at: &HashMap<PhysicalTile, (usize, TileIndex)>,
+    ) -> Option<DirectCopy> {
+        if !device.features().sparse_residency_aliased {
+            return None;
+        }
+        let mut carriers: Vec<CarrierLayout> = Vec::new();
+        for m in &plan.moves {
+            let class = CarrierClass::of(owner.image(at[&m.from].0));
+            match carriers.iter_mut().find(|c| c.class == class) {
+                Some(c) => c.moves.push((m.from, m.to)),
+                None => carriers.push(CarrierLayout { class, cols: 0, rows: 0, moves: vec![(m.from, m.to)] }),
+            }
+        }
+        let limits = device.limits();
+        for carrier in &mut carriers {
+            let class = carrier.class;
+            let max = if class.image_type == vk::ImageType::TYPE_3D {
+                limits.max_image_dimension3_d
+            } else {
+                limits.max_image_dimension2_d
+            };
+            let n = carrier.moves.len() as u32;
+            let cols = (max / class.tile[0]).min(n);
+            if cols == 0 || class.tile[2] > max {
+                return None;
+            }
+            let rows = n.div_ceil(cols);
+            if u64::from(rows) * 2 * u64::from(class.tile[1]) > u64::from(max) {
+                return None;
+            }
+            (carrier.cols, carrier.rows) = (cols, rows);
+        }
+        Some(DirectCopy { carriers })
+    }
+
+    /// Creates the carriers; `Ok(None)` when the device cannot make one that aliases its
+    /// class's tiles (those made so far retire).
+    fn create<'d>(
+        &self,
+        device: &'d Device,
+        heaps_shared: &HeapsShared,
+        name: &str,
+        tile_bytes: u64,
+    ) -> Result<Option<Vec<Carrier<'d>>>, SparseError> {
+        let mut carriers = Vec::with_capacity(self.carriers.len());
+        for (i, layout) in self.carriers.iter().enumerate() {
+            match create_carrier(
+                device,
+                &format!("{name} compaction carrier {i}"),
+                layout.class,
+                [layout.cols, 2 * layout.rows],
+                heaps_shared.memory_type,
+                tile_bytes,
+            )? {
+                Some(c) => carriers.push(c),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(carriers))
+    }
+}
+
+impl CarrierLayout {
+    /// Block coordinates of slot `slot` in the upper half, or in the lower half.
+    fn block(&self, slot: u32, lower: bool) -> [u32; 2] {
+        [slot % self.cols, slot / self.cols + if lower { self.rows } else { 0 }]
+    }
+
+    /// Texel offset of block `b`.
+    fn offset(&self, b: [u32; 2]) -> vk::Offset3D {
+        vk::Offset3D { x: (b[0] * self.class.tile[0]) as i32, y: (b[1] * self.class.tile[1]) as i32, z: 0 }
+    }
+
+    /// Texel extent of `w × h` blocks.
+    fn extent(&self, w: u32, h: u32) -> vk::Extent3D {
+        vk::Extent3D {
+            width: w * self.class.tile[0],
+            height: h * self.class.tile[1],
+            depth: self.class.tile[2],
+        }
+    }
+
+    /// The carrier's binds: the sources in the upper half, the destinations in the lower, slots
+    /// whose memory is consecutive in one heap merged into one entry per row (a row of blocks
+    /// takes consecutive memory, x first).
+    fn binds(&self, tile_bytes: u64) -> residency_core::tiles::BindPlan {
+        let mut plan = residency_core::tiles::BindPlan::default();
+        for lower in [false, true] {
+            // (first slot, tiles, first physical tile)
+            let mut entries: Vec<(u32, u32, PhysicalTile)> = Vec::new();
+            for (j, &(from, to)) in self.moves.iter().enumerate() {
+                let (slot, p) = (j as u32, if lower { to } else { from });
+                if let Some(last) = entries.last_mut() {
+                    let follows = last.2.heap == p.heap
+                        && u64::from(last.2.tile) + u64::from(last.1) == u64::from(p.tile);
+                    if follows && slot % self.cols != 0 {
+                        last.1 += 1;
+                        continue;
+                    }
+                }
+                entries.push((slot, 1, p));
+            }
+            for (slot, len, p) in entries {
+                let b = self.block(slot, lower);
+                let (o, e) = (self.offset(b), self.extent(len, 1));
+                plan.image_binds.push(residency_core::tiles::ImageBind {
+                    layer: 0,
+                    mip: 0,
+                    offset: [o.x as u32, o.y as u32, 0],
+                    extent: [e.width, e.height, e.depth],
+                    tiles: residency_core::tiles::TileRange {
+                        start: [b[0], b[1], 0],
+                        end: [b[0] + len, b[1] + 1, 1],
+                    },
+                    memory: Some(residency_core::tiles::BindMemory {
+                        heap: p.heap,
+                        offset: u64::from(p.tile) * tile_bytes,
+                    }),
+                });
+            }
+        }
+        plan
+    }
+
+    /// The copy regions from the upper half to the lower: its full rows in one, the last,
+    /// partial row in another.
+    fn regions(&self) -> Vec<vk::ImageCopy> {
+        let layers = vk::ImageSubresourceLayers {
+            aspect_mask: self.class.aspect,
+            mip_level: 0,
+            base_array_layer: 0,
+            layer_count: 1,
+        };
+        let n = self.moves.len() as u32;
+        let (full, rest) = (n / self.cols, n % self.cols);
+        let region = |row: u32, w: u32, h: u32| vk::ImageCopy {
+            src_subresource: layers,
+            src_offset: self.offset([0, row]),
+            dst_subresource: layers,
+            dst_offset: self.offset([0, row + self.rows]),
+            extent: self.extent(w, h),
+        };
+        let mut regions = Vec::with_capacity(2);
+        if full > 0 {
+            regions.push(region(0, self.cols, full));
+        }
+        if rest > 0 {
+            regions.push(region(full, rest, 1));
+        }
+        regions
+    }
+}
+
+/// The direct pass: the accounting first (a plan it refuses changes nothing and writes nothing),
+/// then the copy heap to heap ([`copy_direct`]; undone on an error: it wrote only the plan's
+/// destinations, free tiles until the accounting), then the rebind of the images at their new
+/// places, as through staging but with no copy back.
+#[allow(clippy::too_many_arguments, reason = "the pass's heaps, owner, plan, carriers and stats")]
+fn direct_pass(
+    heaps_shared: &HeapsShared,
+    heaps: &mut HeapsState,
+    name: &str,
+    owner: &mut dyn CompactionOwner,
+    plan: &CompactionPlan,
+    (direct, carriers): (&DirectCopy, Vec<Carrier<'_>>),
+    per_image: Vec<ImageMoves>,
+    tile_bytes: u64,
+    waits: &[GpuUse],
+    (mut stats, mut plan_time, started): (CompactStats, Duration, Instant),
+) -> Result<CompactStats, SparseError> {
+    let device = &*heaps_shared.device;
+    // 1. The accounting: checked (every source allocated to its owner, every destination free
+    // and named once) before the GPU writes anything.
+    let accounted = Instant::now();
+    let changes: Vec<(usize, ResidencyChanges)> =
+        per_image.iter().map(ImageMoves::index).zip(owner.apply(plan, &per_image)?).collect();
+    plan_time += accounted.elapsed();
+    // 2. The copy.
+    if let Err(e) = copy_direct(heaps_shared, heaps, name, (direct, carriers), tile_bytes, waits, &mut stats)
+    {
+        owner.undo(plan, &per_image);
+        return Err(e);
+    }
+    // 3. The rebind (undone if it fails: the copy wrote only free tiles, so nothing else changed).
+    let mut bind_waits = waits.to_vec();
+    bind_waits.push(device.submitted_work());
+    let bind = match rebind(device, heaps, &*owner, &changes, tile_bytes, &bind_waits) {
+        Ok(bind) => bind,
+        Err(e) => {
+            owner.undo(plan, &per_image);
+            return Err(e);
+        }
+    };
+    for (index, c) in &changes {
+        heaps_shared.record(heaps, owner.image(*index).key, c);
+    }
+    stats.bind = bind;
+    stats.plan_time = plan_time;
+    Ok(release_emptied(heaps_shared, heaps, name, owner, plan, &per_image, stats, started))
+}
+
+/// A direct pass's copy: the carriers to `GENERAL` (nothing bound yet, so nothing discarded),
+/// bound to the moves' old and new memory in one `vkQueueBindSparse`, one copy per carrier after
+/// the waits (one barrier before, one after), waited for on the host; the carriers then retire.
+/// Counts go into `stats`.
+fn copy_direct(
+    heaps_shared: &HeapsShared,
+    heaps: &HeapsState,
+    name: &str,
+    (direct, carriers): (&DirectCopy, Vec<Carrier<'_>>),
+    tile_bytes: u64,
+    waits: &[GpuUse],
+    stats: &mut CompactStats,
+) -> Result<(), SparseError> {
+    let device = &*heaps_shared.device;
+    stats.direct = true;
+    let timestamps = Timestamps::new(device, &format!("{name} compaction timestamps"), 2)?;
+    // The carriers to GENERAL while nothing is bound to them (a transition touches no memory).
+    let to_general: Vec<vk::ImageMemoryBarrier2<'_>> = carriers
+        .iter()
+        .zip(&direct.carriers)
+        .map(|(c, layout)| {
+            vk::ImageMemoryBarrier2::default()
+                .src_stage_mask(vk::PipelineStageFlags2::NONE)
+                .dst_stage_mask(vk::PipelineStageFlags2::COPY)
+                .dst_access_mask(vk::AccessFlags2::TRANSFER_READ | vk::AccessFlags2::TRANSFER_WRITE)
+                .old_layout(vk::ImageLayout::UNDEFINED)
+                .new_layout(vk::ImageLayout::GENERAL)
+                .image(c.raw)
+                .subresource_range(vk::ImageSubresourceRange {
+                    aspect_mask: layout.class.aspect,
+                    base_mip_level: 0,
+                    level_count: 1,
+                    base_array_layer: 0,
+                    layer_count: 1,
+                })
+        })
+        .collect();
+    device.submit_once("tile compaction: carriers to GENERAL", |rec| {
+        // SAFETY: `rec` is recording on this device outside a render pass; the carriers are live
+        // (retired only after the work submitted when they are dropped) and the ranges cover
+        // their one mip and layer.
+        unsafe {
+            device.raw().cmd_pipeline_barrier2(
+                rec.raw(),
+                &vk::DependencyInfo::default().image_memory_barriers(&to_general),
+            )
+        };
+    })?;
+    // Their binds, in one submission: the sources (still bound to their images too: aliased
+    // reads of one format and block extent read the same) and the destinations (free tiles).
+    let plans: Vec<_> = carriers
+        .iter()
+        .zip(&direct.carriers)
+        .map(|(c, layout)| (c.raw, layout.class.aspect, layout.binds(tile_bytes)))
+        .collect();
+    let (carrier_binds, _) = submit_plans(device, &plans, heaps, tile_bytes, &[], false)?;
+    stats.carrier_bind_entries = carrier_binds.bind_entries;
+    // One copy per carrier, after every write before (residency's, the binds', the waits'):
+    // one barrier before all of them, one after.
+    let regions: Vec<Vec<vk::ImageCopy>> = direct.carriers.iter().map(CarrierLayout::regions).collect();
+    let mut recorded = Ok(());
+    device.submit_once("tile compaction: copy", |rec| {
+        for w in waits {
+            if let Err(e) = rec.wait_for(*w) {
+                recorded = Err(e);
+            }
+        }
+        // Timestamps are measurement only: one not written reads as `None`.
+        timestamps.cmd_reset(rec, 0..2).ok();
+        timestamps.cmd_write(rec, 0).ok();
+        global_barrier(
+            rec,
+            (vk::PipelineStageFlags2::ALL_COMMANDS, vk::AccessFlags2::MEMORY_WRITE),
+            (
+                vk::PipelineStageFlags2::COPY,
+                vk::AccessFlags2::TRANSFER_READ | vk::AccessFlags2::TRANSFER_WRITE,
+            ),
+        );
+        for (carrier, regions) in carriers.iter().zip(&regions) {
+            // SAFETY: `rec` is recording on this device outside a render pass; the carrier is
+            // live and in GENERAL (the transition above completed: the host waited for it), the
+            // regions lie in it and cover only bound blocks (its first `moves` slots of each
+            // half), and the sources (upper half) and destinations (lower half) do not overlap
+            // in memory: the accounting checked that every destination was free and every source
+            // allocated, so no tile is both.
+            unsafe {
+                device.raw().cmd_copy_image(
+                    rec.raw(),
+                    carrier.raw,
+                    vk::ImageLayout::GENERAL,
+                    carrier.raw,
+                    vk::ImageLayout::GENERAL,
+                    regions,
+                )
+            };
+        }
+        // Every later command on the queue (the renderer's frames, through the images rebound
+        // to these tiles) sees the texels.
+        global_barrier(
+            rec,
+            (vk::PipelineStageFlags2::COPY, vk::AccessFlags2::TRANSFER_WRITE),
+            (
+                vk::PipelineStageFlags2::ALL_COMMANDS,
+                vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE,
+            ),
+        );
+        timestamps.cmd_write(rec, 1).ok();
+    })?;
+    recorded?;
+    stats.copy_commands = carriers.len() as u32;
+    // The host waited for the copy, and the copy for the carriers' binds: they retire now,
+    // before any heap they alias is released.
+    drop(carriers);
+    stats.copy_regions = regions.iter().map(|r| r.len() as u32).sum();
+    stats.barriers = 3;
+    stats.copy_gpu_ms = timestamps.elapsed_ms(0, 1);
+    Ok(())
 }
 
 /// One global memory barrier from `src` to `dst`.

@@ -100,7 +100,14 @@ impl SparseUsage {
     pub const COLOR_ATTACHMENT: SparseUsage = SparseUsage { storage: false, color_attachment: true };
 }
 
-pub(super) fn sparse_create_info(desc: &SparseImageDesc, usage: SparseUsage) -> vk::ImageCreateInfo<'static> {
+/// The create info of a sparse image; `aliased` (the device enabled `sparseResidencyAliased`) adds
+/// `SPARSE_ALIASED`, so a compaction's carrier images ([`create_carrier`]) may alias its tiles'
+/// memory with the data consistent.
+pub(super) fn sparse_create_info(
+    desc: &SparseImageDesc,
+    usage: SparseUsage,
+    aliased: bool,
+) -> vk::ImageCreateInfo<'static> {
     let extra = usage;
     let mut usage =
         vk::ImageUsageFlags::SAMPLED | vk::ImageUsageFlags::TRANSFER_DST | vk::ImageUsageFlags::TRANSFER_SRC;
@@ -110,8 +117,12 @@ pub(super) fn sparse_create_info(desc: &SparseImageDesc, usage: SparseUsage) -> 
     if extra.color_attachment {
         usage |= vk::ImageUsageFlags::COLOR_ATTACHMENT;
     }
+    let mut flags = vk::ImageCreateFlags::SPARSE_BINDING | vk::ImageCreateFlags::SPARSE_RESIDENCY;
+    if aliased {
+        flags |= vk::ImageCreateFlags::SPARSE_ALIASED;
+    }
     vk::ImageCreateInfo::default()
-        .flags(vk::ImageCreateFlags::SPARSE_BINDING | vk::ImageCreateFlags::SPARSE_RESIDENCY)
+        .flags(flags)
         .image_type(match desc.dimension {
             SparseDimension::D2 => vk::ImageType::TYPE_2D,
             SparseDimension::D3 => vk::ImageType::TYPE_3D,
@@ -252,7 +263,7 @@ impl SparseImage {
         let limits = LayoutLimits::from_profile(profile);
         // Validate the description (limits, address space) before creating anything.
         SparseImageLayout::new(desc, &info, &limits)?;
-        let create = sparse_create_info(desc, usage);
+        let create = sparse_create_info(desc, usage, device.features().sparse_residency_aliased);
         if usage.color_attachment {
             check_sparse_attachment(device, desc, &create)?;
         }
@@ -761,7 +772,7 @@ impl crate::sync::upload::ImageTarget for SparseImage {}
 /// A sparse image being created: on an error path its objects retire through the device's queue
 /// (after the work submitted so far: the layout transition may have been submitted before a wait
 /// failed), not at once.
-struct Unfinished<'a> {
+pub(super) struct Unfinished<'a> {
     device: &'a Device,
     garbage: Option<SparseImageGarbage>,
 }
@@ -781,4 +792,142 @@ fn view_type(desc: &SparseImageDesc) -> vk::ImageViewType {
         (SparseDimension::D2, 1) => vk::ImageViewType::TYPE_2D,
         (SparseDimension::D2, _) => vk::ImageViewType::TYPE_2D_ARRAY,
     }
+}
+
+/// What a compaction's carrier image shares with the images whose tiles it carries: the
+/// conditions under which aliased sparse memory reads the same through both (same format,
+/// image type, usage and sparse block extent).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct CarrierClass {
+    pub(super) format: vk::Format,
+    pub(super) image_type: vk::ImageType,
+    pub(super) usage: vk::ImageUsageFlags,
+    pub(super) aspect: vk::ImageAspectFlags,
+    /// The sparse block (tile) extent in texels.
+    pub(super) tile: [u32; 3],
+}
+
+impl CarrierClass {
+    /// The class of `image`'s tiles.
+    pub(super) fn of(image: &SparseImage) -> CarrierClass {
+        let shape = image.layout().tile_shape();
+        CarrierClass {
+            format: vk_format(image.desc.format),
+            image_type: match image.desc.dimension {
+                SparseDimension::D2 => vk::ImageType::TYPE_2D,
+                SparseDimension::D3 => vk::ImageType::TYPE_3D,
+            },
+            usage: image.usage,
+            aspect: aspect(image.desc.format),
+            tile: [shape.width, shape.height, shape.depth],
+        }
+    }
+}
+
+/// A carrier image of a compaction pass: a sparse, `SPARSE_ALIASED` image of one mip and layer in
+/// a [`CarrierClass`], `tiles` (x, y) blocks large, whose blocks the pass binds to the moved
+/// tiles' old and new memory to copy them heap to heap. Dropping it retires it after the work
+/// submitted so far (its binds are released with it).
+pub(super) struct Carrier<'a> {
+    pub(super) raw: vk::Image,
+    _guard: Unfinished<'a>,
+}
+
+/// Creates a carrier of `class`, `tiles` (x, y) blocks large, for heaps of `memory_type` and
+/// `tile_bytes` blocks. `Ok(None)`: the device cannot make one that aliases the class's tiles
+/// (no `sparseResidencyAliased`, an unsupported format or extent, a virtual size over
+/// `sparseAddressSpaceSize`, another block extent or size, a memory type the heaps are not of,
+/// metadata or a mip tail to bind); the caller copies through staging instead. An error: creation failed (out of memory, a fault), nothing left behind.
+pub(super) fn create_carrier<'a>(
+    device: &'a Device,
+    name: &str,
+    class: CarrierClass,
+    tiles: [u32; 2],
+    memory_type: u32,
+    tile_bytes: u64,
+) -> Result<Option<Carrier<'a>>, SparseError> {
+    if !device.features().sparse_residency_aliased {
+        return Ok(None);
+    }
+    let extent = vk::Extent3D {
+        width: tiles[0] * class.tile[0],
+        height: tiles[1] * class.tile[1],
+        depth: class.tile[2],
+    };
+    let flags = vk::ImageCreateFlags::SPARSE_BINDING
+        | vk::ImageCreateFlags::SPARSE_RESIDENCY
+        | vk::ImageCreateFlags::SPARSE_ALIASED;
+    let create = vk::ImageCreateInfo::default()
+        .flags(flags)
+        .image_type(class.image_type)
+        .format(class.format)
+        .extent(extent)
+        .mip_levels(1)
+        .array_layers(1)
+        .samples(vk::SampleCountFlags::TYPE_1)
+        .tiling(vk::ImageTiling::OPTIMAL)
+        .usage(class.usage | vk::ImageUsageFlags::TRANSFER_SRC | vk::ImageUsageFlags::TRANSFER_DST)
+        .sharing_mode(vk::SharingMode::EXCLUSIVE)
+        .initial_layout(vk::ImageLayout::UNDEFINED);
+    // SAFETY: a pure query on this device's physical device.
+    let supported = unsafe {
+        device.instance().get_physical_device_image_format_properties(
+            device.physical(),
+            create.format,
+            create.image_type,
+            create.tiling,
+            create.usage,
+            create.flags,
+        )
+    };
+    let fits = supported.is_ok_and(|p| {
+        extent.width <= p.max_extent.width
+            && extent.height <= p.max_extent.height
+            && extent.depth <= p.max_extent.depth
+    });
+    // Its virtual size against sparseAddressSpaceSize, as every sparse image's.
+    let virtual_bytes = u64::from(tiles[0]) * u64::from(tiles[1]) * tile_bytes;
+    if !fits || virtual_bytes > device.limits().sparse_address_space_size {
+        return Ok(None);
+    }
+    let raw = device
+        .ledger()
+        .guard(FaultSite::CreateResource, || {
+            // SAFETY: the flags' features are enabled (sparse residency of the class's image type,
+            // as its images have it, and sparseResidencyAliased) and the format properties allow
+            // the extent.
+            unsafe { device.raw().create_image(&create, None) }
+        })
+        .during("vkCreateImage")?;
+    let guard = Unfinished {
+        device,
+        garbage: Some(SparseImageGarbage {
+            raw,
+            view: vk::ImageView::null(),
+            id: device.ledger().track("sparse image", name),
+            key: NEXT_SPARSE_IMAGE.fetch_add(1, Ordering::Relaxed),
+            heaps: Weak::new(),
+            tiles: None,
+        }),
+    };
+    device.set_name(raw, name);
+    // SAFETY: raw is a sparse image of this device.
+    let requirements = unsafe { device.raw().get_image_memory_requirements(raw) };
+    // SAFETY: raw is a sparse image of this device.
+    let sparse_reqs = unsafe { device.raw().get_image_sparse_memory_requirements(raw) };
+    let block = vk::Extent3D { width: class.tile[0], height: class.tile[1], depth: class.tile[2] };
+    let suits = requirements.alignment == tile_bytes
+        && requirements.memory_type_bits & (1 << memory_type) != 0
+        && sparse_reqs.iter().all(|r| {
+            !r.format_properties.aspect_mask.contains(vk::ImageAspectFlags::METADATA)
+                && r.image_mip_tail_first_lod >= 1
+        })
+        && sparse_reqs.iter().any(|r| {
+            r.format_properties.aspect_mask.intersects(class.aspect)
+                && r.format_properties.image_granularity == block
+        });
+    if !suits {
+        return Ok(None);
+    }
+    Ok(Some(Carrier { raw, _guard: guard }))
 }

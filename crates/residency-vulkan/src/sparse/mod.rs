@@ -202,7 +202,7 @@ use crate::error::{ErrorClass, ResidencyError};
 use bind::*;
 use heaps::*;
 
-pub use compact::CompactStats;
+pub use compact::{CompactCopy, CompactStats};
 pub(crate) use compact::{CompactionOwner, ImageMoves};
 pub use distance_field::{BrickResidency, DistanceFieldDesc, DistanceFieldVolume, VolumeError};
 pub use heaps::TileHeaps;

@@ -58,10 +58,11 @@ impl Streamer {
     /// frames, repeatedly until `moves` is 0 (or a few tiles per frame, to spread the cost).
     ///
     /// The pass is [`SparseTilePool::compact`](crate::sparse::SparseTilePool::compact)'s, over the
-    /// manager's pool and page tables: the tiles' texels are copied to a staging buffer after the
-    /// frames in flight (the streamer passes them itself), the tiles rebound to their new memory
-    /// on the sparse timeline after those frames, and the texels copied back; it waits on the host
-    /// for both copies. The page tables change only in which physical tile a resident tile names:
+    /// manager's pool and page tables: after the frames in flight (the streamer passes them
+    /// itself) the tiles' texels are copied heap to heap in one copy (carrier images, where the
+    /// device has `sparseResidencyAliased`; else out to a staging buffer), the tiles rebound to
+    /// their new memory on the sparse timeline after those frames (and, through staging, the
+    /// texels copied back); it waits on the host for the copies. The page tables change only in which physical tile a resident tile names:
     /// residency, the min-LOD maps, the LRU and the loads in flight keep their meaning, so frames
     /// go on as before. Mip tails do not move (a heap holding one stays). An emptied heap's memory
     /// is freed through the retire queue once the frames declared on the heaps and the rebind
@@ -70,7 +71,8 @@ impl Streamer {
     /// The software path's atlas is allocated whole: there is nothing to give back, and this
     /// returns zero moves. A frame open ([`StreamError::FrameOrder`]) is refused. A tick whose
     /// bind failed is applied first (its error is returned, nothing moved). On an error (out of
-    /// memory for the staging buffer, a failed submission or bind) every tile stays where it was,
+    /// memory for the staging buffer or a carrier, a failed submission or bind) every tile stays
+    /// where it was,
     /// in the page tables, the pool and on the GPU — except when the copy back fails and binding
     /// the old tiles again fails too (a lost device): then the tiles are at their new places
     /// without their texels, the page tables saying so (as for `SparseTilePool::compact`).
