@@ -113,6 +113,7 @@ impl Allocation {
 /// list of its bin. 32 bytes, two per cache line: a used node keeps [`USED`] in `next_free` and its
 /// kind and alignment in `prev_free`, links it does not need while used.
 #[derive(Clone, Copy, Debug)]
+#[repr(align(32))]
 struct Node {
     offset: u64,
     size: u64,
