@@ -382,6 +382,7 @@ impl TlsfAllocator {
     /// Allocates `size` bytes at a multiple of `alignment` (a power of two) for a resource of
     /// `kind`. Errors: [`AllocError::ZeroSize`], [`AllocError::AlignmentNotPowerOfTwo`], and
     /// [`AllocError::OutOfSpace`] when no free range can hold the request.
+    #[inline]
     pub fn allocate(
         &mut self,
         size: u64,
@@ -505,6 +506,7 @@ impl TlsfAllocator {
 
     /// Frees `allocation`, coalescing its range with free neighbours. The only error is
     /// [`AllocError::ForeignAllocation`], for a handle made by another allocator.
+    #[inline]
     pub fn free(&mut self, allocation: Allocation) -> Result<(), AllocError> {
         if allocation.owner != self.id {
             return Err(AllocError::ForeignAllocation { offset: allocation.offset, size: allocation.size });
