@@ -113,6 +113,7 @@ impl Allocation {
 /// list of its bin. 32 bytes, two per cache line: a used node keeps [`USED`] in `next_free` and its
 /// kind and alignment in `prev_free`, links it does not need while used.
 #[derive(Clone, Copy, Debug)]
+#[repr(align(32))]
 struct Node {
     offset: u64,
     size: u64,
@@ -319,10 +320,10 @@ impl TlsfAllocator {
         let start = self.nodes.len();
         let end = start.saturating_add(additional).min(USED as usize);
         self.nodes.reserve(end - start);
-        // Node `i` links to `i + 1`, the last one to the spares there were, so the lowest index
-        // is taken first.
+        // Node `i` links to `i - 1`, the first one to the spares there were, so the highest index
+        // (the last one written, still in cache) is taken first.
         for index in start..end {
-            let next = if index + 1 == end { self.spare } else { (index + 1) as u32 };
+            let next = if index == start { self.spare } else { (index - 1) as u32 };
             self.nodes.push(Node {
                 offset: 0,
                 size: 0,
@@ -333,7 +334,7 @@ impl TlsfAllocator {
             });
         }
         if end > start {
-            self.spare = start as u32;
+            self.spare = (end - 1) as u32;
         }
     }
 
@@ -381,6 +382,7 @@ impl TlsfAllocator {
     /// Allocates `size` bytes at a multiple of `alignment` (a power of two) for a resource of
     /// `kind`. Errors: [`AllocError::ZeroSize`], [`AllocError::AlignmentNotPowerOfTwo`], and
     /// [`AllocError::OutOfSpace`] when no free range can hold the request.
+    #[inline]
     pub fn allocate(
         &mut self,
         size: u64,
@@ -504,6 +506,7 @@ impl TlsfAllocator {
 
     /// Frees `allocation`, coalescing its range with free neighbours. The only error is
     /// [`AllocError::ForeignAllocation`], for a handle made by another allocator.
+    #[inline]
     pub fn free(&mut self, allocation: Allocation) -> Result<(), AllocError> {
         if allocation.owner != self.id {
             return Err(AllocError::ForeignAllocation { offset: allocation.offset, size: allocation.size });
@@ -661,8 +664,9 @@ impl TlsfAllocator {
             while cursor != NONE {
                 let node = &self.nodes[cursor as usize];
                 let seen = &mut listed_in[cursor as usize];
-                if node.is_used() || node.prev_free != before || bin_floor(node.size) != bin || *seen != NONE
-                {
+                // A head's `prev_free` is not kept (see `FreeLists`).
+                let prev_wrong = cursor != head && node.prev_free != before;
+                if node.is_used() || prev_wrong || bin_floor(node.size) != bin || *seen != NONE {
                     return Err(InvariantError::CorruptFreeList { bin });
                 }
                 *seen = bin as u32;
@@ -929,8 +933,12 @@ impl TlsfAllocator {
     fn rounded_end(&self, node: &Node, end: u64, alignment: u64, kind: ResourceKind) -> u64 {
         let rounded =
             align_up(end, alignment.min(TAIL_ROUNDING_MAX)).map_or(node.end(), |e| e.min(node.end()));
+        let g = self.granularity;
+        if g == 1 {
+            // `rounded >= end`; without granularity it is always taken (no data-dependent branch).
+            return rounded;
+        }
         if rounded > end {
-            let g = self.granularity;
             let crosses_into_conflict = g > 1
                 && node.next_phys != NONE
                 && self.nodes[node.next_phys as usize].kind().conflicts_with(kind)
@@ -994,6 +1002,10 @@ fn release_node(spare: &mut u32, nodes: &mut [Node], index: u32) {
 
 /// The segregated free lists: which first levels have a non-empty bin, which bins of each first
 /// level are non-empty, and the head of each bin's list (linked through `prev_free`/`next_free`).
+/// Every listed block but a head has its predecessor in `prev_free`; a head's `prev_free` is
+/// stale (whatever it was when the block before it left), because whether a block is a head is
+/// read from `heads`, never from its own link. Linking a new head sets the old head's
+/// `prev_free`, so a block that stops being a head has it right again.
 ///
 /// Each bin also keeps `max`, an upper bound on the sizes on its list, for the slow path: linking
 /// or growing a block raises it, emptying the list resets it to 0, and a walk of the whole list by
@@ -1082,13 +1094,13 @@ impl FreeLists {
         let head = std::mem::replace(&mut self.heads[bin & (BIN_SLOTS - 1)], index);
         let size = {
             let node = &mut nodes[index as usize];
-            node.prev_free = NONE;
             node.next_free = head;
             node.size
         };
-        if head != NONE {
-            nodes[head as usize].prev_free = index;
-        }
+        // The old head learns its predecessor. With no old head the store lands on the new head's
+        // own `prev_free`, which a head does not keep: a select instead of a branch.
+        let target = if head != NONE { head } else { index };
+        nodes[target as usize].prev_free = index;
         self.raise_bound(bin, size);
         let (fl, sl) = (bin >> SL_LOG2, bin % SL_COUNT);
         self.sl_bitmaps[fl & (FL_SLOTS - 1)] |= 1 << sl;
@@ -1096,26 +1108,31 @@ impl FreeLists {
     }
 
     /// Takes free block `index` out of the list of `bin`.
+    ///
+    /// A head's `prev_free` is not kept (see [`FreeLists`]): taking the head out writes only the
+    /// list's head, not the next block's node, which is how `allocate` usually takes a block.
     #[inline(always)]
     fn unlink(&mut self, nodes: &mut [Node], index: u32, bin: usize) {
         let Node { prev_free, next_free, .. } = nodes[index as usize];
-        if next_free != NONE {
-            nodes[next_free as usize].prev_free = prev_free;
-        }
-        if prev_free != NONE {
+        let head = &mut self.heads[bin & (BIN_SLOTS - 1)];
+        if *head != index {
             nodes[prev_free as usize].next_free = next_free;
+            // With no next block the store lands on the leaving block's own node, whose links its
+            // caller rewrites: a select instead of a branch.
+            let target = if next_free != NONE { next_free } else { index };
+            nodes[target as usize].prev_free = prev_free;
             return;
         }
-        self.heads[bin & (BIN_SLOTS - 1)] = next_free;
-        if next_free == NONE {
-            let (fl, sl) = (bin >> SL_LOG2, bin % SL_COUNT);
-            self.max[bin & (BIN_SLOTS - 1)] = 0;
-            let sl_map = &mut self.sl_bitmaps[fl & (FL_SLOTS - 1)];
-            *sl_map &= !(1 << sl);
-            if *sl_map == 0 {
-                self.fl_bitmap &= !(1 << (fl & 63));
-            }
-        }
+        *head = next_free;
+        // Emptying the list clears its bound and bits; without branches, because whether a list
+        // empties depends on the data.
+        let emptied = next_free == NONE;
+        let (fl, sl) = (bin >> SL_LOG2, bin % SL_COUNT);
+        // All ones, or zero when emptied (a mask, since a select compiles to a branch here).
+        self.max[bin & (BIN_SLOTS - 1)] &= u64::from(emptied).wrapping_sub(1);
+        let sl_map = &mut self.sl_bitmaps[fl & (FL_SLOTS - 1)];
+        *sl_map &= !(u32::from(emptied) << sl);
+        self.fl_bitmap &= !(u64::from(*sl_map == 0) << (fl & 63));
     }
 
     /// Sets free block `index`, listed in `old_bin`, to `[offset, end)`, moving it to the list of
