@@ -25,6 +25,7 @@ use residency_core::tiles::{
     BindPlanError, CommitError, HardwarePathUnsupported, IndirectionError, LayoutError, PageTableError,
     PoolError, PoolInvariantError, ShapeError,
 };
+use residency_core::tiles::ptex::{PtexLayoutError, PtexResidencyError};
 use residency_core::vt_file::VtError;
 
 const REFUSED: ErrorClass = ErrorClass::Refused;
@@ -44,7 +45,7 @@ macro_rules! one_class {
 }
 
 one_class!(REFUSED => AllocatorDescError, DescError, HeapPlacementError, RequestError, ProfileError,
-    ReportError, SyncError, BindPlanError, PageTableError, UnknownFormat, DuplicateLoad);
+    ReportError, SyncError, BindPlanError, PageTableError, UnknownFormat, DuplicateLoad, PtexResidencyError);
 one_class!(UNEXPECTED => InvariantError, RingInvariantError, LinearInvariantError, PoolInvariantError);
 one_class!(ErrorClass::Unsupported => HardwarePathUnsupported);
 
@@ -265,6 +266,22 @@ impl ResidencyError for VtError {
             | VtError::UnknownFormat(_)
             | VtError::BadRecord { .. }
             | VtError::Decompress { .. } => UNEXPECTED,
+        }
+    }
+}
+
+impl ResidencyError for PtexLayoutError {
+    fn class(&self) -> ErrorClass {
+        match self {
+            PtexLayoutError::SliceTooLarge { .. } | PtexLayoutError::TooManyLayers { .. } => ErrorClass::Unsupported,
+            PtexLayoutError::NoFaces
+            | PtexLayoutError::TooManyFaces { .. }
+            | PtexLayoutError::SlotNotPowerOfTwo { .. }
+            | PtexLayoutError::Levels { .. }
+            | PtexLayoutError::FinestLevel { .. }
+            | PtexLayoutError::NeighbourOutOfRange { .. }
+            | PtexLayoutError::SelfAdjacent { .. }
+            | PtexLayoutError::AsymmetricAdjacency { .. } => REFUSED,
         }
     }
 }
