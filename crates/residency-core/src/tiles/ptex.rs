@@ -41,7 +41,9 @@
 //!
 //! A border corner is the texel diagonally across the vertex when the vertex is regular (four faces
 //! around it, found by walking the adjacency: A → B → D → E → A), at D's level as above; at a
-//! boundary or an irregular vertex it is A's own corner texel.
+//! boundary vertex where only one of A's two edges there has a neighbour, that neighbour's corner
+//! texel at the vertex (clamping along the boundary, so the edge between them stays seamless up to
+//! the boundary); else (a corner of the mesh, an irregular vertex) A's own corner texel.
 //!
 //! The layout holds no texels: [`PtexEdges`] keeps each face's edge rows (what borders need), and
 //! [`bordered_slot`] builds a slot from a face's interior and its neighbours' edges.
@@ -668,9 +670,17 @@ pub fn bordered_slot(
     }
     for corner in 0..4 {
         // A face's corner c texel is the first of its edge c row.
-        let value = match diagonal(layout, face, corner) {
-            Some((d, cd)) => edges.row(layout, d, level, PtexEdge::from_index(cd))?[..b].to_vec(),
-            None => edge_row(interior, n as u32, b as u32, PtexEdge::from_index(corner))[..b].to_vec(),
+        let across = |edge: usize| record.neighbours[edge % 4];
+        let value = match (diagonal(layout, face, corner), across(corner), across(corner + 3)) {
+            (Some((d, cd)), _, _) => edges.row(layout, d, level, PtexEdge::from_index(cd))?[..b].to_vec(),
+            // A boundary vertex: the one neighbour's corner texel there (the edge `corner` starts
+            // at the vertex, where that neighbour's edge ends: its next edge's first texel; the
+            // edge `corner - 1` ends there, where the neighbour's edge starts).
+            (None, Some(nb), None) => {
+                edges.row(layout, nb.face, level, PtexEdge::from_index(nb.edge.index() + 1))?[..b].to_vec()
+            }
+            (None, None, Some(nb)) => edges.row(layout, nb.face, level, nb.edge)?[..b].to_vec(),
+            _ => edge_row(interior, n as u32, b as u32, PtexEdge::from_index(corner))[..b].to_vec(),
         };
         let (x, y) = [(0, 0), (n + 1, 0), (n + 1, n + 1), (0, n + 1)][corner];
         put(&mut out, x, y, &value);

@@ -90,7 +90,7 @@ pub enum PtexError {
 
 impl crate::error::ResidencyError for PtexError {
     fn class(&self) -> crate::error::ErrorClass {
-        use crate::error::{ErrorClass, ResidencyError};
+        use crate::error::ErrorClass;
         match self {
             PtexError::Layout(e) => e.class(),
             PtexError::Residency(e) => e.class(),
@@ -248,7 +248,7 @@ impl PtexTexture {
     pub fn drop_finest_level(&mut self, pool: &SparseTilePool, face: u32) -> Result<u32, PtexError> {
         let (level, freed) = self.residency.plan_drop(&self.layout, face)?;
         let tile = self.tile();
-        let mut released = Vec::with_capacity(freed.len());
+        let mut released: Vec<PtexTile> = Vec::with_capacity(freed.len());
         for &t in &freed {
             if let Err(e) = self.image.release_region(pool, t.0, 0, tile_region(&self.layout, tile, t)) {
                 for &back in &released {
