@@ -160,8 +160,11 @@ pub fn run(device: &Arc<Device>) -> Result<Outcome, Box<dyn std::error::Error>> 
     for face in &faces {
         faces_per_level[face.finest_level as usize] += 1;
     }
-    let data: Vec<Vec<u8>> =
-        faces.iter().enumerate().map(|(f, face)| face_texels(f as u32 % GRID, f as u32 / GRID, face.finest_level)).collect();
+    let data: Vec<Vec<u8>> = faces
+        .iter()
+        .enumerate()
+        .map(|(f, face)| face_texels(f as u32 % GRID, f as u32 / GRID, face.finest_level))
+        .collect();
     let texels: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
     let desc = PtexDesc { finest_slot: FINEST_SLOT, levels: LEVELS, faces };
 
@@ -170,7 +173,8 @@ pub fn run(device: &Arc<Device>) -> Result<Outcome, Box<dyn std::error::Error>> 
         TilePoolDesc::default().with_name("ptex tiles").with_tiles_per_heap(128),
     )?;
     let uploader = Uploader::new(device, "ptex", 4 << 20)?;
-    let mut texture = PtexTexture::new(&pool, &uploader, "ptex slices", Format::R8G8B8A8Unorm, &desc, &texels)?;
+    let mut texture =
+        PtexTexture::new(&pool, &uploader, "ptex slices", Format::R8G8B8A8Unorm, &desc, &texels)?;
     let layout = texture.layout().clone();
     let resident_bytes = pool.used_tiles() * pool.stats().tile_bytes;
     let per_face_bytes: u64 = layout.slots().map(|(_, s)| u64::from(s.side).pow(2) * 4).sum();
@@ -195,7 +199,11 @@ pub fn run(device: &Arc<Device>) -> Result<Outcome, Box<dyn std::error::Error>> 
         bordered_slot(&layout, &edges, f, level, &data[f as usize][at..at + n * n * 4]).unwrap_or_default()
     };
     let slots: Vec<Vec<Vec<u8>>> = (0..layout.face_count())
-        .map(|f| (0..LEVELS).map(|l| if l >= layout.finest_level(f).unwrap_or(0) { slot(f, l) } else { Vec::new() }).collect())
+        .map(|f| {
+            (0..LEVELS)
+                .map(|l| if l >= layout.finest_level(f).unwrap_or(0) { slot(f, l) } else { Vec::new() })
+                .collect()
+        })
         .collect();
 
     // The samples: inside and on the edges of every face at several wanted levels, and pairs of
@@ -247,7 +255,11 @@ pub fn run(device: &Arc<Device>) -> Result<Outcome, Box<dyn std::error::Error>> 
         output.read(0, &mut out)?;
         Ok(out
             .chunks_exact(32)
-            .map(|r| std::array::from_fn(|k| f32::from_le_bytes([r[4 * k], r[4 * k + 1], r[4 * k + 2], r[4 * k + 3]])))
+            .map(|r| {
+                std::array::from_fn(|k| {
+                    f32::from_le_bytes([r[4 * k], r[4 * k + 1], r[4 * k + 2], r[4 * k + 3]])
+                })
+            })
             .collect())
     };
     let check = |texture: &PtexTexture, got: &[[f32; 8]]| {
@@ -260,7 +272,9 @@ pub fn run(device: &Arc<Device>) -> Result<Outcome, Box<dyn std::error::Error>> 
                 bilinear(&slots[f as usize][l1 as usize], FINEST_SLOT >> l1, u, v),
             );
             let want: [f32; 4] = std::array::from_fn(|k| a[k] + (b[k] - a[k]) * blend);
-            let close = |x: &[f32], y: &[f32], tolerance: f32| x.iter().zip(y).all(|(p, q)| (p - q).abs() <= tolerance);
+            let close = |x: &[f32], y: &[f32], tolerance: f32| {
+                x.iter().zip(y).all(|(p, q)| (p - q).abs() <= tolerance)
+            };
             if close(&g[..4], &want, REFERENCE_TOLERANCE)
                 && g[4] == l0 as f32
                 && g[5] == l1 as f32

@@ -13,8 +13,8 @@ use residency_vulkan::ash::vk;
 use residency_vulkan::compute::{Binding, ComputeProgram};
 use residency_vulkan::shaders;
 use residency_vulkan::sparse::ptex::{
-    bordered_slot, PtexDesc, PtexEdge, PtexEdges, PtexError, PtexFace, PtexLayout, PtexLayoutError, PtexNeighbour,
-    PtexResidencyError, PtexTexture,
+    bordered_slot, PtexDesc, PtexEdge, PtexEdges, PtexError, PtexFace, PtexLayout, PtexLayoutError,
+    PtexNeighbour, PtexResidencyError, PtexTexture,
 };
 use residency_vulkan::sparse::{SparseError, SparseTilePool};
 use residency_vulkan::testing::with_gpu;
@@ -122,7 +122,15 @@ impl Mesh {
 
     /// The CPU's manual trilinear filtering of face f at (u, v) and the level wanted, for the face's
     /// finest resident level `resident`: (colour, l0, l1, blend).
-    fn reference(&self, layout: &PtexLayout, resident: u32, f: u32, u: f32, v: f32, wanted: f32) -> ([f32; 4], u32, u32, f32) {
+    fn reference(
+        &self,
+        layout: &PtexLayout,
+        resident: u32,
+        f: u32,
+        u: f32,
+        v: f32,
+        wanted: f32,
+    ) -> ([f32; 4], u32, u32, f32) {
         let last = layout.levels() - 1;
         let level = wanted.clamp(resident as f32, last as f32);
         let l0 = level.floor() as u32;
@@ -156,13 +164,17 @@ fn sample(device: &Arc<Device>, texture: &PtexTexture, probes: &[[f32; 4]]) -> V
     let program = ComputeProgram::new(device, "ptex test", &shaders::PTEX, 1).unwrap();
     let n = probes.len() as u64;
     let mut input = device
-        .create_buffer(&BufferDesc::new("ptex test probes", n * 16, BufferUsage::STORAGE).with_intent(MemoryIntent::Upload))
+        .create_buffer(
+            &BufferDesc::new("ptex test probes", n * 16, BufferUsage::STORAGE)
+                .with_intent(MemoryIntent::Upload),
+        )
         .unwrap();
     let bytes: Vec<u8> = probes.iter().flatten().flat_map(|v| v.to_le_bytes()).collect();
     input.write(0, &bytes).unwrap();
     let output = device
         .create_buffer(
-            &BufferDesc::new("ptex test results", n * 32, BufferUsage::STORAGE).with_intent(MemoryIntent::Readback),
+            &BufferDesc::new("ptex test results", n * 32, BufferUsage::STORAGE)
+                .with_intent(MemoryIntent::Readback),
         )
         .unwrap();
     let set = program
@@ -182,7 +194,9 @@ fn sample(device: &Arc<Device>, texture: &PtexTexture, probes: &[[f32; 4]]) -> V
     let mut out = vec![0u8; (n * 32) as usize];
     output.read(0, &mut out).unwrap();
     out.chunks_exact(32)
-        .map(|r| std::array::from_fn(|k| f32::from_le_bytes([r[4 * k], r[4 * k + 1], r[4 * k + 2], r[4 * k + 3]])))
+        .map(|r| {
+            std::array::from_fn(|k| f32::from_le_bytes([r[4 * k], r[4 * k + 1], r[4 * k + 2], r[4 * k + 3]]))
+        })
         .collect()
 }
 
@@ -190,7 +204,8 @@ fn sample(device: &Arc<Device>, texture: &PtexTexture, probes: &[[f32; 4]]) -> V
 fn probes_of(faces: u32) -> Vec<[f32; 4]> {
     let mut probes = Vec::new();
     for f in 0..faces {
-        for (u, v) in [(0.0, 0.0), (1.0, 0.3), (0.37, 0.0), (0.61, 1.0), (0.43, 0.58), (0.0, 0.9), (1.0, 1.0)] {
+        for (u, v) in [(0.0, 0.0), (1.0, 0.3), (0.37, 0.0), (0.61, 1.0), (0.43, 0.58), (0.0, 0.9), (1.0, 1.0)]
+        {
             for wanted in [-1.0, 0.0, 0.6, 1.0, 1.5, 2.25, 3.0, 9.0] {
                 probes.push([f as f32, u, v, wanted]);
             }
@@ -218,8 +233,11 @@ fn matching(mesh: &Mesh, texture: &PtexTexture, probes: &[[f32; 4]], got: &[[f32
 }
 
 fn pool(device: &Arc<Device>) -> SparseTilePool {
-    SparseTilePool::new(Arc::clone(device), TilePoolDesc::default().with_name("ptex test").with_tiles_per_heap(64))
-        .unwrap()
+    SparseTilePool::new(
+        Arc::clone(device),
+        TilePoolDesc::default().with_name("ptex test").with_tiles_per_heap(64),
+    )
+    .unwrap()
 }
 
 #[test]
@@ -231,7 +249,8 @@ fn ptex_gpu_samples_match_the_cpu_filtering_and_are_seamless_across_turned_faces
         let pool = pool(device);
         let uploader = Uploader::new(device, "ptex test", 1 << 20).unwrap();
         let texture =
-            PtexTexture::new(&pool, &uploader, "ptex test", Format::R8G8B8A8Unorm, &mesh.desc, &mesh.refs()).unwrap();
+            PtexTexture::new(&pool, &uploader, "ptex test", Format::R8G8B8A8Unorm, &mesh.desc, &mesh.refs())
+                .unwrap();
         assert_eq!(texture.table_words().len(), 16 * 13);
         let probes = probes_of(texture.layout().face_count());
         let got = sample(device, &texture, &probes);
@@ -244,7 +263,9 @@ fn ptex_gpu_samples_match_the_cpu_filtering_and_are_seamless_across_turned_faces
         for j in 0..h {
             for i in 0..w {
                 let f = j * w + i;
-                for (other, along) in [(i + 1 < w).then(|| f + 1), (j + 1 < h).then(|| f + w)].into_iter().zip([true, false]) {
+                for (other, along) in
+                    [(i + 1 < w).then(|| f + 1), (j + 1 < h).then(|| f + w)].into_iter().zip([true, false])
+                {
                     let Some(g) = other else { continue };
                     for t in [0.15f32, 0.4, 0.77] {
                         for wanted in [2.0f32, 2.5] {
@@ -298,7 +319,8 @@ fn ptex_dropping_and_restoring_a_level_releases_and_commits_its_tiles() {
         let pool = pool(device);
         let uploader = Uploader::new(device, "ptex test", 1 << 20).unwrap();
         let mut texture =
-            PtexTexture::new(&pool, &uploader, "ptex test", Format::R8G8B8A8Unorm, &mesh.desc, &mesh.refs()).unwrap();
+            PtexTexture::new(&pool, &uploader, "ptex test", Format::R8G8B8A8Unorm, &mesh.desc, &mesh.refs())
+                .unwrap();
         let layout = texture.layout().clone();
         let tiles = pool.used_tiles();
         assert_eq!(tiles, 3 * 4 + 4 + 2, "exactly the tiles under slots: {:?}", texture.residency().tiles());
@@ -325,8 +347,14 @@ fn ptex_dropping_and_restoring_a_level_releases_and_commits_its_tiles() {
             texture.restore_finer_level(&pool, &uploader, 0, &[0; 12]).unwrap_err(),
             texture.restore_finer_level(&pool, &uploader, 0, &vec![7; (126 * 126 * 4) as usize]).unwrap_err(),
         ];
-        assert!(matches!(refused[0], PtexError::Residency(PtexResidencyError::LastLevel { face: 0, level: 2 })));
-        assert!(matches!(refused[1], PtexError::Residency(PtexResidencyError::FaceOutOfRange { face: 4, .. })));
+        assert!(matches!(
+            refused[0],
+            PtexError::Residency(PtexResidencyError::LastLevel { face: 0, level: 2 })
+        ));
+        assert!(matches!(
+            refused[1],
+            PtexError::Residency(PtexResidencyError::FaceOutOfRange { face: 4, .. })
+        ));
         assert!(matches!(refused[2], PtexError::Residency(PtexResidencyError::AllResident { face: 1, .. })));
         assert!(matches!(refused[3], PtexError::FaceBytes { face: 0, level: 1, given: 12, .. }));
         assert!(matches!(refused[4], PtexError::EdgesDiffer { face: 0, level: 1 }));
@@ -376,7 +404,10 @@ fn ptex_bad_input_is_refused_with_nothing_created() {
         let mut desc = mesh.desc.clone();
         desc.faces[0].neighbours[0] = Some(PtexNeighbour { face: 17, edge: PtexEdge::Top });
         let e = make(Format::R8G8B8A8Unorm, &desc, &refs);
-        assert!(matches!(e, PtexError::Layout(PtexLayoutError::NeighbourOutOfRange { face: 0, neighbour: 17, .. })));
+        assert!(matches!(
+            e,
+            PtexError::Layout(PtexLayoutError::NeighbourOutOfRange { face: 0, neighbour: 17, .. })
+        ));
         let mut desc = mesh.desc.clone();
         desc.faces[1].neighbours = [None; 4];
         let e = make(Format::R8G8B8A8Unorm, &desc, &refs);

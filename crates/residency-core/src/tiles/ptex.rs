@@ -329,7 +329,10 @@ impl PtexLayout {
             return Err(PtexLayoutError::Levels { levels: desc.levels, finest_slot: desc.finest_slot });
         }
         if desc.levels > limits.max_layers {
-            return Err(PtexLayoutError::TooManyLayers { levels: desc.levels, max_layers: limits.max_layers });
+            return Err(PtexLayoutError::TooManyLayers {
+                levels: desc.levels,
+                max_layers: limits.max_layers,
+            });
         }
         for (f, face) in desc.faces.iter().enumerate() {
             let f = f as u32;
@@ -450,14 +453,19 @@ impl PtexLayout {
 
     /// Every slot, face by face, finest level first.
     pub fn slots(&self) -> impl Iterator<Item = (u32, PtexSlot)> + '_ {
-        (0..self.face_count()).flat_map(move |f| (0..self.desc.levels).filter_map(move |l| Some((f, self.slot(f, l)?))))
+        (0..self.face_count())
+            .flat_map(move |f| (0..self.desc.levels).filter_map(move |l| Some((f, self.slot(f, l)?))))
     }
 
     /// Bytes of a face's interior texels from `level` to the last, `texel_bytes` each: what
     /// [`PtexEdges::new`] and the backend take per face.
     pub fn face_bytes(&self, face: u32, texel_bytes: u32) -> Option<u64> {
         let finest = self.finest_level(face)?;
-        Some((finest..self.desc.levels).map(|l| u64::from(self.interior(l)).pow(2) * u64::from(texel_bytes)).sum())
+        Some(
+            (finest..self.desc.levels)
+                .map(|l| u64::from(self.interior(l)).pow(2) * u64::from(texel_bytes))
+                .sum(),
+        )
     }
 
     /// The face table for faces whose finest resident level is `resident[f]` (layout in
@@ -470,7 +478,8 @@ impl PtexLayout {
         for (f, face) in self.desc.faces.iter().enumerate() {
             let record = &mut table[words * (f + 1)..words * (f + 2)];
             let finest = face.finest_level;
-            let r = resident.get(f).copied().filter(|&r| r >= finest && r < self.desc.levels).unwrap_or(finest);
+            let r =
+                resident.get(f).copied().filter(|&r| r >= finest && r < self.desc.levels).unwrap_or(finest);
             record[0] = r;
             record[1] = finest;
             for level in 0..PTEX_MAX_LEVELS {
@@ -497,7 +506,10 @@ pub struct PtexEdges {
 
 impl fmt::Debug for PtexEdges {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PtexEdges").field("texel_bytes", &self.texel_bytes).field("faces", &self.rows.len()).finish()
+        f.debug_struct("PtexEdges")
+            .field("texel_bytes", &self.texel_bytes)
+            .field("faces", &self.rows.len())
+            .finish()
     }
 }
 
@@ -541,7 +553,7 @@ impl PtexEdges {
             let mut levels = Vec::new();
             for level in finest..layout.levels() {
                 let n = layout.interior(level);
-                let bytes = (n * n * texel_bytes) as usize;
+                let bytes = n as usize * n as usize * texel_bytes as usize;
                 let interior = &data[at..at + bytes];
                 at += bytes;
                 levels.push(PtexEdge::ALL.map(|e| edge_row(interior, n, texel_bytes, e)));
@@ -573,7 +585,7 @@ impl PtexEdges {
             return false;
         }
         let n = layout.interior(level);
-        if interior.len() != (n * n) as usize * self.texel_bytes {
+        if interior.len() != n as usize * n as usize * self.texel_bytes {
             return false;
         }
         let rows = PtexEdge::ALL.map(|e| edge_row(interior, n, self.texel_bytes as u32, e));
@@ -588,7 +600,7 @@ impl PtexEdges {
             return false;
         }
         let n = layout.interior(level);
-        if interior.len() != (n * n) as usize * self.texel_bytes {
+        if interior.len() != n as usize * n as usize * self.texel_bytes {
             return false;
         }
         let kept = &self.rows[face as usize][(level - finest) as usize];
@@ -762,7 +774,11 @@ impl PtexResidency {
 
     /// What dropping face `face`'s finest resident level would do: the level and the tiles it
     /// releases (those no other resident slot covers), sorted. Changes nothing.
-    pub fn plan_drop(&self, layout: &PtexLayout, face: u32) -> Result<(u32, Vec<PtexTile>), PtexResidencyError> {
+    pub fn plan_drop(
+        &self,
+        layout: &PtexLayout,
+        face: u32,
+    ) -> Result<(u32, Vec<PtexTile>), PtexResidencyError> {
         let level = self.check_face(layout, face)?;
         if level + 1 >= layout.levels() {
             return Err(PtexResidencyError::LastLevel { face, level });
@@ -775,7 +791,11 @@ impl PtexResidency {
     }
 
     /// Drops face `face`'s finest resident level ([`PtexResidency::plan_drop`]'s answer, applied).
-    pub fn drop_finest(&mut self, layout: &PtexLayout, face: u32) -> Result<(u32, Vec<PtexTile>), PtexResidencyError> {
+    pub fn drop_finest(
+        &mut self,
+        layout: &PtexLayout,
+        face: u32,
+    ) -> Result<(u32, Vec<PtexTile>), PtexResidencyError> {
         let (level, freed) = self.plan_drop(layout, face)?;
         let slot = layout.slot(face, level).expect("a resident level has a slot");
         for t in slot_tiles(slot, self.tile) {
@@ -792,7 +812,11 @@ impl PtexResidency {
 
     /// What bringing back the level finer than face `face`'s finest resident one would do: the
     /// level and the tiles it commits (those no resident slot covers yet), sorted.
-    pub fn plan_restore(&self, layout: &PtexLayout, face: u32) -> Result<(u32, Vec<PtexTile>), PtexResidencyError> {
+    pub fn plan_restore(
+        &self,
+        layout: &PtexLayout,
+        face: u32,
+    ) -> Result<(u32, Vec<PtexTile>), PtexResidencyError> {
         let resident = self.check_face(layout, face)?;
         let finest = layout.desc.faces[face as usize].finest_level;
         if resident == finest {
@@ -800,13 +824,18 @@ impl PtexResidency {
         }
         let level = resident - 1;
         let slot = layout.slot(face, level).expect("a level of the face has a slot");
-        let mut added: Vec<PtexTile> = slot_tiles(slot, self.tile).filter(|t| !self.refs.contains_key(t)).collect();
+        let mut added: Vec<PtexTile> =
+            slot_tiles(slot, self.tile).filter(|t| !self.refs.contains_key(t)).collect();
         added.sort_unstable();
         Ok((level, added))
     }
 
     /// Brings back the level finer than face `face`'s finest resident one.
-    pub fn restore_finer(&mut self, layout: &PtexLayout, face: u32) -> Result<(u32, Vec<PtexTile>), PtexResidencyError> {
+    pub fn restore_finer(
+        &mut self,
+        layout: &PtexLayout,
+        face: u32,
+    ) -> Result<(u32, Vec<PtexTile>), PtexResidencyError> {
         let (level, added) = self.plan_restore(layout, face)?;
         let slot = layout.slot(face, level).expect("a level of the face has a slot");
         for t in slot_tiles(slot, self.tile) {

@@ -22,7 +22,8 @@ fn turned_grid(w: u32, h: u32, rot: &[u8], finest: &[u32]) -> Vec<PtexFace> {
                 let opposite = (g + 2) % 4;
                 let local = (g + 4 - r) % 4;
                 let their = (opposite + 4 - rot[nf] as usize) % 4;
-                neighbours[local] = Some(PtexNeighbour { face: nf as u32, edge: PtexEdge::from_index(their) });
+                neighbours[local] =
+                    Some(PtexNeighbour { face: nf as u32, edge: PtexEdge::from_index(their) });
             }
             faces.push(PtexFace { finest_level: finest[f], neighbours });
         }
@@ -52,7 +53,8 @@ fn face_data(layout: &PtexLayout, f: u32, seed: u32) -> Vec<u8> {
     for level in layout.finest_level(f).unwrap()..layout.levels() {
         let n = layout.interior(level);
         for k in 0..n * n {
-            let v = (f.wrapping_mul(2_654_435_761) ^ (level << 24) ^ k.wrapping_mul(40_503) ^ seed).to_le_bytes();
+            let v =
+                (f.wrapping_mul(2_654_435_761) ^ (level << 24) ^ k.wrapping_mul(40_503) ^ seed).to_le_bytes();
             out.extend_from_slice(&v);
         }
     }
@@ -106,7 +108,10 @@ fn ptex_bad_descriptions_are_refused() {
     assert!(matches!(with(&|d| d.finest_slot = 48), PtexLayoutError::SlotNotPowerOfTwo { .. }));
     assert!(matches!(with(&|d| d.finest_slot = 2), PtexLayoutError::SlotNotPowerOfTwo { .. }));
     assert!(matches!(with(&|d| d.levels = 0), PtexLayoutError::Levels { .. }));
-    assert!(PtexLayout::new(&PtexDesc { levels: 4, ..ok.clone() }, PtexLimits::NONE).is_ok(), "32 >> 3 = 4 is allowed");
+    assert!(
+        PtexLayout::new(&PtexDesc { levels: 4, ..ok.clone() }, PtexLimits::NONE).is_ok(),
+        "32 >> 3 = 4 is allowed"
+    );
     assert!(matches!(with(&|d| d.levels = 5), PtexLayoutError::Levels { .. }));
     assert!(matches!(with(&|d| d.faces[1].finest_level = 3), PtexLayoutError::FinestLevel { face: 1, .. }));
     assert!(matches!(
@@ -122,9 +127,15 @@ fn ptex_bad_descriptions_are_refused() {
         PtexLayoutError::AsymmetricAdjacency { face: 0, .. }
     ));
     let small = PtexLimits { max_side: 32, max_layers: 16 };
-    assert!(matches!(PtexLayout::new(&ok, small), Err(PtexLayoutError::SliceTooLarge { side: 64, max_side: 32 })));
+    assert!(matches!(
+        PtexLayout::new(&ok, small),
+        Err(PtexLayoutError::SliceTooLarge { side: 64, max_side: 32 })
+    ));
     let few = PtexLimits { max_side: 1024, max_layers: 2 };
-    assert!(matches!(PtexLayout::new(&ok, few), Err(PtexLayoutError::TooManyLayers { levels: 3, max_layers: 2 })));
+    assert!(matches!(
+        PtexLayout::new(&ok, few),
+        Err(PtexLayoutError::TooManyLayers { levels: 3, max_layers: 2 })
+    ));
 }
 
 #[test]

@@ -21,11 +21,11 @@ use residency_core::profile::ProfileError;
 use residency_core::report::ReportError;
 use residency_core::streaming::{DuplicateLoad, FeedbackError, SourceError, StreamingError};
 use residency_core::sync::{SyncError, TransientError};
+use residency_core::tiles::ptex::{PtexLayoutError, PtexResidencyError};
 use residency_core::tiles::{
     BindPlanError, CommitError, HardwarePathUnsupported, IndirectionError, LayoutError, PageTableError,
     PoolError, PoolInvariantError, ShapeError,
 };
-use residency_core::tiles::ptex::{PtexLayoutError, PtexResidencyError};
 use residency_core::vt_file::VtError;
 
 const REFUSED: ErrorClass = ErrorClass::Refused;
@@ -273,7 +273,9 @@ impl ResidencyError for VtError {
 impl ResidencyError for PtexLayoutError {
     fn class(&self) -> ErrorClass {
         match self {
-            PtexLayoutError::SliceTooLarge { .. } | PtexLayoutError::TooManyLayers { .. } => ErrorClass::Unsupported,
+            PtexLayoutError::SliceTooLarge { .. } | PtexLayoutError::TooManyLayers { .. } => {
+                ErrorClass::Unsupported
+            }
             PtexLayoutError::NoFaces
             | PtexLayoutError::TooManyFaces { .. }
             | PtexLayoutError::SlotNotPowerOfTwo { .. }

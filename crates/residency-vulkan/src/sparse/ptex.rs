@@ -17,13 +17,13 @@ use crate::resources::buffer::{Buffer, BufferDesc};
 use crate::resources::image::{Filter, Sampler};
 use crate::sparse::{SparseError, SparseImage, SparseTilePool};
 use crate::sync::upload::{ImageRegion, UploadError, Uploader};
+use residency_core::format::Format;
+use residency_core::memory::MemoryIntent;
 pub use residency_core::tiles::ptex::{
     bordered_slot, diagonal, edge_row, grid_faces, PtexDesc, PtexEdge, PtexEdges, PtexFace, PtexLayout,
     PtexLayoutError, PtexLimits, PtexNeighbour, PtexResidency, PtexResidencyError, PtexSlot, PtexTile,
     PTEX_MAX_LEVELS, PTEX_MAX_SIDE, PTEX_MIN_SLOT, PTEX_NO_SLOT, PTEX_RECORD_WORDS,
 };
-use residency_core::format::Format;
-use residency_core::memory::MemoryIntent;
 use residency_core::tiles::{SparseImageDesc, TexelRegion};
 use residency_core::usage::BufferUsage;
 use std::sync::Arc;
@@ -64,7 +64,9 @@ pub enum PtexError {
         expected: u64,
     },
     /// A restored level whose edge texels are not those its neighbours' borders were built from.
-    #[error("face {face}'s level {level} came back with other edge texels than its neighbours' borders hold")]
+    #[error(
+        "face {face}'s level {level} came back with other edge texels than its neighbours' borders hold"
+    )]
     EdgesDiffer {
         /// The face.
         face: u32,
@@ -186,7 +188,8 @@ impl PtexTexture {
         pool.flush_binds(&mut [&mut image])?;
         for (f, slot) in layout.slots() {
             let interior = level_texels(&layout, texel_bytes, faces[f as usize], f, slot.level);
-            let texels = bordered_slot(&layout, &edges, f, slot.level, interior).expect("lengths were checked");
+            let texels =
+                bordered_slot(&layout, &edges, f, slot.level, interior).expect("lengths were checked");
             upload_slot(uploader, &image, slot, texel_bytes, &texels)?;
         }
         uploader.wait_idle()?;
@@ -315,7 +318,8 @@ impl PtexTexture {
         if self.image.has_pending_binds() {
             pool.flush_binds(&mut [&mut self.image])?;
         }
-        let uploaded = upload_slot(uploader, &self.image, slot, texel_bytes, &bordered).and_then(|()| uploader.wait_idle());
+        let uploaded = upload_slot(uploader, &self.image, slot, texel_bytes, &bordered)
+            .and_then(|()| uploader.wait_idle());
         if let Err(e) = uploaded {
             undo(&mut self.image, &committed);
             return Err(e.into());
@@ -349,9 +353,16 @@ fn tile_region(layout: &PtexLayout, tile: [u32; 2], t: PtexTile) -> TexelRegion 
 }
 
 /// Face `face`'s interior texels at `level` inside its data (lengths checked by the caller).
-fn level_texels<'a>(layout: &PtexLayout, texel_bytes: u32, data: &'a [u8], face: u32, level: u32) -> &'a [u8] {
+fn level_texels<'a>(
+    layout: &PtexLayout,
+    texel_bytes: u32,
+    data: &'a [u8],
+    face: u32,
+    level: u32,
+) -> &'a [u8] {
     let finest = layout.finest_level(face).unwrap_or(0);
-    let at: u64 = (finest..level).map(|l| u64::from(layout.interior(l)).pow(2) * u64::from(texel_bytes)).sum();
+    let at: u64 =
+        (finest..level).map(|l| u64::from(layout.interior(l)).pow(2) * u64::from(texel_bytes)).sum();
     let n = u64::from(layout.interior(level));
     &data[at as usize..(at + n * n * u64::from(texel_bytes)) as usize]
 }
@@ -369,8 +380,9 @@ fn upload_slot(
     let mut y = 0;
     while y < slot.side {
         let count = rows.min(slot.side - y);
-        let region = ImageRegion::new(image, 0, [slot.origin[0], slot.origin[1] + y, 0], [slot.side, count, 1])
-            .with_layer(slot.level);
+        let region =
+            ImageRegion::new(image, 0, [slot.origin[0], slot.origin[1] + y, 0], [slot.side, count, 1])
+                .with_layer(slot.level);
         let from = (u64::from(y) * row) as usize;
         uploader.write_image(&region, &texels[from..from + (u64::from(count) * row) as usize])?;
         y += count;
