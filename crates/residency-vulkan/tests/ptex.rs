@@ -317,7 +317,8 @@ fn ptex_dropping_and_restoring_a_level_releases_and_commits_its_tiles() {
         // own (RGBA8), level-1 slots one each, level-2 slots two to a tile.
         let mesh = Mesh::new(2, 2, 256, 3, |f| if f == 3 { 1 } else { 0 });
         let pool = pool(device);
-        let uploader = Uploader::new(device, "ptex test", 1 << 20).unwrap();
+        // A 256 KiB staging ring: a level-0 slot (256 KiB) goes up in two bands of 128 rows.
+        let uploader = Uploader::new(device, "ptex test", 256 << 10).unwrap();
         let mut texture =
             PtexTexture::new(&pool, &uploader, "ptex test", Format::R8G8B8A8Unorm, &mesh.desc, &mesh.refs())
                 .unwrap();

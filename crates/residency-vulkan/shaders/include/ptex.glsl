@@ -16,8 +16,8 @@
 // - `ptexSampleLevel(slices, face, uv, level)`: bilinear sample of one level's slot at face
 //   coordinates uv in [0, 1]².
 // - `ptexSample(slices, face, uv, wanted)`: both, blended (the seed's "manual trilinear filtering").
-// - `ptexLevelFromGradients(face, dx, dy)`: the level wanted for uv derivatives (a fragment shader's
-//   dFdx/dFdy of the face coordinates): log2 of the texels the pixel spans at level 0.
+//   A fragment shader's level wanted is log2 of the texels a pixel spans at level 0:
+//   `log2(max(length(dFdx(uv)), length(dFdy(uv))) * float(finestSlot - 2))`.
 //
 // Bounds (docs/reliability.md, "shipped shaders bound every index"): the face, the level and every
 // table word are data a caller may get wrong. Every table read is compared with
@@ -86,14 +86,6 @@ vec4 ptexSample(sampler2DArray slices, uint face, vec2 uv, float wanted) {
     uint l0 = uint(l.x);
     uint l1 = uint(l.y);
     return mix(ptexSampleLevel(slices, face, uv, l0), ptexSampleLevel(slices, face, uv, l1), l.z);
-}
-
-// The level wanted for face-coordinate derivatives `dx`, `dy` (texels per pixel at level 0 as a
-// power of two; the slices halve per level).
-float ptexLevelFromGradients(vec2 dx, vec2 dy) {
-    float texels = float(max(ptexWord(2u), 3u) - 2u);
-    float span = max(length(dx), length(dy)) * texels;
-    return log2(max(span, 1e-8));
 }
 
 #endif
