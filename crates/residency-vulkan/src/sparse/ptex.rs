@@ -9,8 +9,9 @@
 //! Every input is checked before anything is created or changed: the description (through
 //! [`PtexLayout::new`], against the device's `maxImageDimension2D` and `maxImageArrayLayers`), the
 //! format (uncompressed, not depth), the number of faces and each face's bytes. A failure after a
-//! change has begun undoes it (released tiles committed again, committed tiles released) except a
-//! failure of the bind flush itself (a lost device, memory), which leaves the binds queued.
+//! change has begun undoes it (released tiles committed again, committed tiles released), except
+//! that a drop whose final unbind flush fails (a lost device, memory) has dropped the level with
+//! its unbinds still queued (the next flush of the pool issues them).
 
 use crate::device::Device;
 use crate::resources::buffer::{Buffer, BufferDesc};
@@ -250,6 +251,10 @@ impl PtexTexture {
     /// ([`PtexError::Sparse`]).
     pub fn drop_finest_level(&mut self, pool: &SparseTilePool, face: u32) -> Result<u32, PtexError> {
         let (level, freed) = self.residency.plan_drop(&self.layout, face)?;
+        let mut next = self.residency.clone();
+        next.drop_finest(&self.layout, face).expect("planned above");
+        // Nothing of residency's reads the table or the level after this wait.
+        self.device().wait_submitted()?;
         let tile = self.tile();
         let mut released: Vec<PtexTile> = Vec::with_capacity(freed.len());
         for &t in &freed {
@@ -261,9 +266,13 @@ impl PtexTexture {
             }
             released.push(t);
         }
-        self.device().wait_submitted()?;
-        self.residency.drop_finest(&self.layout, face).expect("planned above");
-        self.write_record(face)?;
+        if let Err(e) = write_record(&mut self.table, &self.layout, &next, face) {
+            for &back in &released {
+                let _ = self.image.commit_region(pool, back.0, 0, tile_region(&self.layout, tile, back));
+            }
+            return Err(e);
+        }
+        self.residency = next;
         if self.image.has_pending_binds() {
             pool.flush_binds(&mut [&mut self.image])?;
         }
@@ -316,7 +325,10 @@ impl PtexTexture {
             committed.push(t);
         }
         if self.image.has_pending_binds() {
-            pool.flush_binds(&mut [&mut self.image])?;
+            if let Err(e) = pool.flush_binds(&mut [&mut self.image]) {
+                undo(&mut self.image, &committed);
+                return Err(e.into());
+            }
         }
         let uploaded = upload_slot(uploader, &self.image, slot, texel_bytes, &bordered)
             .and_then(|()| uploader.wait_idle());
@@ -324,9 +336,19 @@ impl PtexTexture {
             undo(&mut self.image, &committed);
             return Err(e.into());
         }
-        self.device().wait_submitted()?;
-        self.residency.restore_finer(&self.layout, face).expect("planned above");
-        self.write_record(face)?;
+        let mut next = self.residency.clone();
+        next.restore_finer(&self.layout, face).expect("planned above");
+        // Nothing of residency's reads the table after this wait.
+        let recorded = self
+            .device()
+            .wait_submitted()
+            .map_err(PtexError::from)
+            .and_then(|()| write_record(&mut self.table, &self.layout, &next, face));
+        if let Err(e) = recorded {
+            undo(&mut self.image, &committed);
+            return Err(e);
+        }
+        self.residency = next;
         Ok(level)
     }
 
@@ -334,15 +356,20 @@ impl PtexTexture {
         let shape = self.image.layout().tile_shape();
         [shape.width, shape.height]
     }
+}
 
-    /// Writes face `face`'s record of the table.
-    fn write_record(&mut self, face: u32) -> Result<(), PtexError> {
-        let words = self.layout.face_table(self.residency.resident_levels());
-        let record = PTEX_RECORD_WORDS as usize;
-        let at = record * (face as usize + 1);
-        self.table.write(at as u64 * 4, &words_bytes(&words[at..at + record]))?;
-        Ok(())
-    }
+/// Writes face `face`'s record of `table` as `residency` has it.
+fn write_record(
+    table: &mut Buffer,
+    layout: &PtexLayout,
+    residency: &PtexResidency,
+    face: u32,
+) -> Result<(), PtexError> {
+    let words = layout.face_table(residency.resident_levels());
+    let record = PTEX_RECORD_WORDS as usize;
+    let at = record * (face as usize + 1);
+    table.write(at as u64 * 4, &words_bytes(&words[at..at + record]))?;
+    Ok(())
 }
 
 /// The texel region of tile `(level, x, y)` in its slice, clipped to the slice.
