@@ -433,3 +433,96 @@ fn ptex_bad_input_is_refused_with_nothing_created() {
         uploader.destroy().unwrap();
     });
 }
+
+/// A failure at any Vulkan call `PtexTexture::new` or a restore makes (memory, objects, binds;
+/// injected) is a typed error, leaves nothing behind (no tile, no object) and, for a
+/// restore, changes nothing.
+#[test]
+fn ptex_failures_at_every_call_leave_nothing_behind() {
+    use residency_vulkan::{FaultSite, InjectedFault};
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        // Face 0 alone at level 0: its level-0 slot has a tile of its own.
+        let mesh = Mesh::new(2, 2, 32, 2, |f| u32::from(f != 0));
+        let pool = pool(device);
+        let ledger = device.ledger();
+        // Not `QueueSubmit`: after an injected submission failure the retire queue may hold an
+        // image's garbage until a later submission (seen with a plain `SparseImage` and
+        // `Uploader` too), so "nothing left after `wait_idle`" is not deterministic there.
+        let sites = [FaultSite::AllocateMemory, FaultSite::CreateResource, FaultSite::BindSparse];
+        let mut failures = 0;
+        for site in sites {
+            // Count the calls one creation makes at this site, then fail each in turn.
+            let uploader = Uploader::new(device, "ptex faults", 1 << 20).unwrap();
+            let before = ledger.site_calls(site);
+            let texture = PtexTexture::new(
+                &pool,
+                &uploader,
+                "ptex faults",
+                Format::R8G8B8A8Unorm,
+                &mesh.desc,
+                &mesh.refs(),
+            )
+            .unwrap();
+            let calls = ledger.site_calls(site) - before;
+            drop(texture);
+            uploader.destroy().unwrap();
+            device.wait_idle().unwrap();
+            let live = ledger.live_objects().len();
+            for skip in 0..calls {
+                let uploader = Uploader::new(device, "ptex faults", 1 << 20).unwrap();
+                ledger.inject_fault(site, skip, InjectedFault::OutOfDeviceMemory);
+                let made = PtexTexture::new(
+                    &pool,
+                    &uploader,
+                    "ptex faults",
+                    Format::R8G8B8A8Unorm,
+                    &mesh.desc,
+                    &mesh.refs(),
+                );
+                ledger.clear_faults();
+                if let Err(e) = &made {
+                    failures += 1;
+                    assert!(e.is_out_of_memory(), "{site:?} call {skip}: {e:?}");
+                }
+                drop(made);
+                uploader.destroy().unwrap();
+                device.wait_idle().unwrap();
+                assert_eq!(pool.used_tiles(), 0, "{site:?} call {skip}: tiles left");
+                assert_eq!(ledger.live_objects().len(), live, "{site:?} call {skip}: objects left");
+            }
+        }
+        assert!(failures >= 3, "faults reached creation {failures} times");
+
+        // A restore failing at its binds changes nothing.
+        let uploader = Uploader::new(device, "ptex faults", 1 << 20).unwrap();
+        let mut texture = PtexTexture::new(
+            &pool,
+            &uploader,
+            "ptex faults",
+            Format::R8G8B8A8Unorm,
+            &mesh.desc,
+            &mesh.refs(),
+        )
+        .unwrap();
+        let layout = texture.layout().clone();
+        texture.drop_finest_level(&pool, 0).unwrap();
+        let (words, tiles) = (texture.table_words(), pool.used_tiles());
+        for site in [FaultSite::BindSparse] {
+            ledger.inject_fault(site, 0, InjectedFault::OutOfDeviceMemory);
+            let e = texture.restore_finer_level(&pool, &uploader, 0, mesh.level(&layout, 0, 0)).unwrap_err();
+            ledger.clear_faults();
+            assert!(e.is_out_of_memory(), "{site:?}: {e:?}");
+            assert_eq!(
+                (texture.table_words(), texture.residency().finest_resident(0)),
+                (words.clone(), Some(1))
+            );
+            device.wait_idle().unwrap();
+            assert_eq!(pool.used_tiles(), tiles, "{site:?}");
+        }
+        drop(texture);
+        let _ = uploader.destroy();
+        device.wait_idle().unwrap();
+        assert_eq!(pool.used_tiles(), 0);
+    });
+}
