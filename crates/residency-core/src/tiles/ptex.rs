@@ -29,6 +29,8 @@
 //! `e` of face A names the face B across it and B's edge `e'` there. Neighbouring faces wind the
 //! same way, so the shared edge runs in opposite directions in the two faces: A's corner `e` is
 //! B's corner `e' + 1`. Adjacency must be symmetric ([`PtexLayoutError::AsymmetricAdjacency`]).
+//! [`grid_faces`] makes a quad grid's adjacency and [`quad_mesh_faces`] any quad mesh's from its
+//! vertex indices.
 //!
 //! # Border rules
 //!
@@ -148,6 +150,45 @@ pub fn grid_faces(width: u32, height: u32, finest_level: impl Fn(u32, u32) -> u3
     faces
 }
 
+/// The faces of a quad mesh given by its vertex indices, each quad's corners in Ptex order
+/// (counter-clockwise: corner 0 at `(0, 0)`, then `(1, 0)`, `(1, 1)`, `(0, 1)`), with their
+/// adjacency derived from shared edges: edge `e` of a quad runs from its vertex `e` to its vertex
+/// `e + 1`, and the quad whose edge runs from `e + 1` back to `e` is its neighbour there (a cube,
+/// a closed surface, any orientable manifold). Every face gets `finest_level(face)`.
+///
+/// Refused: an edge that two quads run the same way (the winding is inconsistent, or three
+/// quads share it) ([`PtexLayoutError::NonManifoldEdge`]); a quad with a repeated vertex
+/// ([`PtexLayoutError::DegenerateQuad`]).
+pub fn quad_mesh_faces(
+    quads: &[[u32; 4]],
+    finest_level: impl Fn(u32) -> u32,
+) -> Result<Vec<PtexFace>, PtexLayoutError> {
+    let mut directed: HashMap<(u32, u32), (u32, PtexEdge)> = HashMap::with_capacity(quads.len() * 4);
+    for (f, quad) in quads.iter().enumerate() {
+        let f = u32::try_from(f).map_err(|_| PtexLayoutError::TooManyFaces { faces: quads.len() })?;
+        for e in 0..4 {
+            if (e + 1..4).any(|k| quad[k] == quad[e]) {
+                return Err(PtexLayoutError::DegenerateQuad { face: f });
+            }
+            let edge = PtexEdge::from_index(e);
+            if let Some(&(other, other_edge)) = directed.get(&(quad[e], quad[(e + 1) % 4])) {
+                return Err(PtexLayoutError::NonManifoldEdge { face: f, edge, other, other_edge });
+            }
+            directed.insert((quad[e], quad[(e + 1) % 4]), (f, edge));
+        }
+    }
+    Ok(quads
+        .iter()
+        .enumerate()
+        .map(|(f, quad)| PtexFace {
+            finest_level: finest_level(f as u32),
+            neighbours: std::array::from_fn(|e| {
+                directed.get(&(quad[(e + 1) % 4], quad[e])).map(|&(face, edge)| PtexNeighbour { face, edge })
+            }),
+        })
+        .collect())
+}
+
 /// What to pack.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PtexDesc {
@@ -252,6 +293,24 @@ pub enum PtexLayoutError {
         side: u64,
         /// The limit.
         max_side: u32,
+    },
+    /// A quad mesh edge that two quads run the same way ([`quad_mesh_faces`]).
+    #[error("face {face}'s edge {edge:?} runs the same way as face {other}'s edge {other_edge:?}: inconsistent winding or a non-manifold edge")]
+    NonManifoldEdge {
+        /// The face.
+        face: u32,
+        /// Its edge.
+        edge: PtexEdge,
+        /// The face that has the edge already.
+        other: u32,
+        /// Its edge.
+        other_edge: PtexEdge,
+    },
+    /// A quad with a vertex twice ([`quad_mesh_faces`]).
+    #[error("face {face} names a vertex twice")]
+    DegenerateQuad {
+        /// The face.
+        face: u32,
     },
     /// More levels than the device's array layers.
     #[error("{levels} levels need as many array layers, past the device's {max_layers}")]

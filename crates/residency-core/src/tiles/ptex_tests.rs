@@ -333,3 +333,70 @@ fn ptex_edges_match_and_update_by_level() {
     assert!(!edges.set_level(&layout, 0, 2, &other));
     assert!(!edges.set_level(&layout, 5, 0, &other));
 }
+
+/// A cube's six quads (vertex `x + 2y + 4z`), counter-clockwise seen from outside.
+const CUBE: [[u32; 4]; 6] =
+    [[0, 2, 3, 1], [4, 5, 7, 6], [0, 1, 5, 4], [2, 6, 7, 3], [0, 4, 6, 2], [1, 3, 7, 5]];
+
+#[test]
+fn ptex_quad_mesh_adjacency_matches_the_grid_and_closes_a_cube() {
+    let (w, h) = (4u32, 3u32);
+    let v = |i: u32, j: u32| j * (w + 1) + i;
+    let quads: Vec<[u32; 4]> = (0..h)
+        .flat_map(|j| (0..w).map(move |i| [v(i, j), v(i + 1, j), v(i + 1, j + 1), v(i, j + 1)]))
+        .collect();
+    assert_eq!(quad_mesh_faces(&quads, |f| f % 2).unwrap(), grid_faces(w, h, |i, j| (j * w + i) % 2));
+
+    let faces = quad_mesh_faces(&CUBE, |f| f % 3).unwrap();
+    assert!(faces.iter().all(|f| f.neighbours.iter().all(Option::is_some)), "a cube is closed");
+    let layout = PtexLayout::new(&PtexDesc { finest_slot: 16, levels: 3, faces }, PtexLimits::NONE).unwrap();
+    let data: Vec<Vec<u8>> = (0..6).map(|f| face_data(&layout, f, 11)).collect();
+    let refs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+    let edges = PtexEdges::new(&layout, 4, &refs).unwrap();
+    for f in 0..6u32 {
+        for corner in 0..4 {
+            assert_eq!(diagonal(&layout, f, corner), None, "three faces meet at a cube's corners");
+        }
+        for level in layout.finest_level(f).unwrap()..3 {
+            let n = layout.interior(level) as usize;
+            let interior = level_of(&layout, &data[f as usize], f, level);
+            let slot = bordered_slot(&layout, &edges, f, level, &interior).unwrap();
+            let side = n + 2;
+            let at = |x: usize, y: usize| slot[(y * side + x) * 4..(y * side + x) * 4 + 4].to_vec();
+            for edge in PtexEdge::ALL {
+                let nb = layout.desc().faces[f as usize].neighbours[edge.index()].unwrap();
+                if level < layout.finest_level(nb.face).unwrap() {
+                    continue;
+                }
+                let theirs = edge_row(
+                    level_of(&layout, &data[nb.face as usize], nb.face, level).as_slice(),
+                    n as u32,
+                    4,
+                    nb.edge,
+                );
+                for k in 0..n {
+                    let (x, y) = match edge {
+                        PtexEdge::Bottom => (1 + k, 0),
+                        PtexEdge::Right => (n + 1, 1 + k),
+                        PtexEdge::Top => (n - k, n + 1),
+                        PtexEdge::Left => (0, n - k),
+                    };
+                    let want = &theirs[(n - 1 - k) * 4..(n - k) * 4];
+                    assert_eq!(at(x, y), want, "face {f} edge {edge:?} texel {k} at level {level}");
+                }
+            }
+            // Corners at valence-3 vertices: the face's own corner texels.
+            for (corner, (x, y)) in [(0, 0), (n + 1, 0), (n + 1, n + 1), (0, n + 1)].into_iter().enumerate() {
+                let own = [(0, 0), (n - 1, 0), (n - 1, n - 1), (0, n - 1)][corner];
+                assert_eq!(at(x, y), interior[(own.1 * n + own.0) * 4..(own.1 * n + own.0) * 4 + 4].to_vec());
+            }
+        }
+    }
+
+    let mut flipped = CUBE;
+    flipped[3].reverse();
+    assert!(matches!(quad_mesh_faces(&flipped, |_| 0), Err(PtexLayoutError::NonManifoldEdge { .. })));
+    let mut degenerate = CUBE;
+    degenerate[2][3] = degenerate[2][0];
+    assert_eq!(quad_mesh_faces(&degenerate, |_| 0), Err(PtexLayoutError::DegenerateQuad { face: 2 }));
+}

@@ -283,7 +283,9 @@ impl ResidencyError for PtexLayoutError {
             | PtexLayoutError::FinestLevel { .. }
             | PtexLayoutError::NeighbourOutOfRange { .. }
             | PtexLayoutError::SelfAdjacent { .. }
-            | PtexLayoutError::AsymmetricAdjacency { .. } => REFUSED,
+            | PtexLayoutError::AsymmetricAdjacency { .. }
+            | PtexLayoutError::NonManifoldEdge { .. }
+            | PtexLayoutError::DegenerateQuad { .. } => REFUSED,
         }
     }
 }

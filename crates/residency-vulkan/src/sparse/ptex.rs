@@ -21,9 +21,9 @@ use crate::sync::upload::{ImageRegion, UploadError, Uploader};
 use residency_core::format::Format;
 use residency_core::memory::MemoryIntent;
 pub use residency_core::tiles::ptex::{
-    bordered_slot, diagonal, edge_row, grid_faces, PtexDesc, PtexEdge, PtexEdges, PtexFace, PtexLayout,
-    PtexLayoutError, PtexLimits, PtexNeighbour, PtexResidency, PtexResidencyError, PtexSlot, PtexTile,
-    PTEX_MAX_LEVELS, PTEX_MAX_SIDE, PTEX_MIN_SLOT, PTEX_NO_SLOT, PTEX_RECORD_WORDS,
+    bordered_slot, diagonal, edge_row, grid_faces, quad_mesh_faces, PtexDesc, PtexEdge, PtexEdges, PtexFace,
+    PtexLayout, PtexLayoutError, PtexLimits, PtexNeighbour, PtexResidency, PtexResidencyError, PtexSlot,
+    PtexTile, PTEX_MAX_LEVELS, PTEX_MAX_SIDE, PTEX_MIN_SLOT, PTEX_NO_SLOT, PTEX_RECORD_WORDS,
 };
 use residency_core::tiles::{SparseImageDesc, TexelRegion};
 use residency_core::usage::BufferUsage;
