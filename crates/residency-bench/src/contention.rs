@@ -56,8 +56,25 @@ const CONTENDERS: [&str; 9] = [
 /// `driver-memory-per-thread` binds each thread's buffers to a memory object of its own (on
 /// residency's device); `driver-plain` runs on a second instance and device of the same GPU made
 /// here with no extension, feature or debug messenger; `driver-messenger` adds to that a debug
-/// messenger of every severity, as residency's instance has.
-const DRIVER_VARIANTS: [&str; 3] = ["driver-memory-per-thread", "driver-plain", "driver-messenger"];
+/// messenger of every severity, as residency's instance has. `driver-plain+X` runs on a plain device
+/// with one group of what residency's device enables (`sparse`: sparse binding and residency;
+/// `bda`: buffer device address; `priority`: `VK_EXT_memory_priority`; `budget`:
+/// `VK_EXT_memory_budget`; `rt`: acceleration structures and ray-tracing pipelines with their
+/// extensions; `core`: timeline semaphores, synchronization2, maintenance4, dynamic rendering;
+/// `queues`: two queues of family 0; `all`: every group), to find the one the driver serialises on.
+const DRIVER_VARIANTS: [&str; 11] = [
+    "driver-memory-per-thread",
+    "driver-plain",
+    "driver-messenger",
+    "driver-plain+sparse",
+    "driver-plain+bda",
+    "driver-plain+priority",
+    "driver-plain+budget",
+    "driver-plain+rt",
+    "driver-plain+core",
+    "driver-plain+queues",
+    "driver-plain+all",
+];
 
 /// Usage of the placed buffers (every contender that makes a `VkBuffer` per buffer).
 const PLACED_USAGE: BufferUsage = BufferUsage::STORAGE.union(BufferUsage::VERTEX);
@@ -420,8 +437,9 @@ unsafe extern "system" fn ignore_message(
 }
 
 impl PlainDevice {
-    /// The plain device's [`Driver`] (one shared memory object) on the GPU named `name`.
-    fn driver(name: &str, messenger: bool) -> Result<Driver, String> {
+    /// The plain device's [`Driver`] (one shared memory object) on the GPU named `name`, with the
+    /// group `group` of residency's features enabled (see [`DRIVER_VARIANTS`]; `""`: none).
+    fn driver(name: &str, messenger: bool, group: &str) -> Result<Driver, String> {
         // SAFETY: loads the system's Vulkan loader.
         let entry = unsafe { ash::Entry::load() }.map_err(|e| format!("Vulkan loader: {e}"))?;
         let app = vk::ApplicationInfo::default().api_version(vk::API_VERSION_1_3);
@@ -457,13 +475,64 @@ impl PlainDevice {
                 props.device_name_as_c_str().is_ok_and(|n| n.to_string_lossy() == name)
             })
             .ok_or_else(|| format!("no physical device named {name}"))?;
-        let priorities = [1.0];
-        let queues =
-            [vk::DeviceQueueCreateInfo::default().queue_family_index(0).queue_priorities(&priorities)];
-        let info = vk::DeviceCreateInfo::default().queue_create_infos(&queues);
-        // SAFETY: valid physical device; family 0 exists on every device; no extension or feature.
+        let on = |g: &str| group == g || group == "all";
+        let priorities = [1.0, 1.0];
+        // SAFETY: a physical device of this instance.
+        let families = unsafe { plain.instance.get_physical_device_queue_family_properties(physical) };
+        let queue_count = if on("queues") { 2 } else { 1 };
+        if families.first().is_none_or(|f| (f.queue_count as usize) < queue_count) {
+            return Err(format!("family 0 has fewer than {queue_count} queues"));
+        }
+        let queues = [vk::DeviceQueueCreateInfo::default()
+            .queue_family_index(0)
+            .queue_priorities(&priorities[..queue_count])];
+        let features = vk::PhysicalDeviceFeatures::default()
+            .sparse_binding(on("sparse"))
+            .sparse_residency_buffer(on("sparse"))
+            .sparse_residency_image2_d(on("sparse"))
+            .sparse_residency_image3_d(on("sparse"))
+            .sparse_residency_aliased(on("sparse"))
+            .shader_resource_residency(on("sparse"))
+            .shader_resource_min_lod(on("sparse"));
+        let mut v12 = vk::PhysicalDeviceVulkan12Features::default()
+            .timeline_semaphore(on("core"))
+            .buffer_device_address(on("bda") || on("rt"));
+        let mut v13 = vk::PhysicalDeviceVulkan13Features::default()
+            .synchronization2(on("core"))
+            .maintenance4(on("core"))
+            .dynamic_rendering(on("core"));
+        let mut priority = vk::PhysicalDeviceMemoryPriorityFeaturesEXT::default().memory_priority(true);
+        let mut accel =
+            vk::PhysicalDeviceAccelerationStructureFeaturesKHR::default().acceleration_structure(true);
+        let mut rt = vk::PhysicalDeviceRayTracingPipelineFeaturesKHR::default().ray_tracing_pipeline(true);
+        let mut features2 =
+            vk::PhysicalDeviceFeatures2::default().features(features).push_next(&mut v12).push_next(&mut v13);
+        let mut extensions = Vec::new();
+        if on("priority") {
+            features2 = features2.push_next(&mut priority);
+            extensions.push(ash::ext::memory_priority::NAME.as_ptr());
+        }
+        if on("budget") {
+            extensions.push(ash::ext::memory_budget::NAME.as_ptr());
+        }
+        if on("rt") {
+            features2 = features2.push_next(&mut accel).push_next(&mut rt);
+            extensions.push(ash::khr::acceleration_structure::NAME.as_ptr());
+            extensions.push(ash::khr::deferred_host_operations::NAME.as_ptr());
+            extensions.push(ash::khr::ray_tracing_pipeline::NAME.as_ptr());
+        }
+        if !["", "sparse", "bda", "priority", "budget", "rt", "core", "queues", "all"].contains(&group) {
+            return Err(format!("unknown feature group `{group}`"));
+        }
+        let info = vk::DeviceCreateInfo::default()
+            .queue_create_infos(&queues)
+            .enabled_extension_names(&extensions)
+            .push_next(&mut features2);
+        // SAFETY: valid physical device; family 0 has the queues asked for (checked). A feature or
+        // extension the device lacks is answered by vkCreateDevice with
+        // VK_ERROR_FEATURE_NOT_PRESENT / VK_ERROR_EXTENSION_NOT_PRESENT, which is returned.
         let device = unsafe { plain.instance.create_device(physical, &info, None) }
-            .map_err(|e| format!("vkCreateDevice: {e}"))?;
+            .map_err(|e| format!("vkCreateDevice ({group}): {e}"))?;
         // SAFETY: valid physical device.
         let memory = unsafe { plain.instance.get_physical_device_memory_properties(physical) };
         let local: Vec<bool> = memory.memory_types[..memory.memory_type_count as usize]
@@ -585,8 +654,12 @@ fn measure_contender(
     Ok(match name {
         "driver" => measure(name, &Driver::on(device, 1)?, threads, ops),
         "driver-memory-per-thread" => measure(name, &Driver::on(device, threads)?, threads, ops),
-        "driver-plain" => measure(name, &PlainDevice::driver(device.name(), false)?, threads, ops),
-        "driver-messenger" => measure(name, &PlainDevice::driver(device.name(), true)?, threads, ops),
+        "driver-plain" => measure(name, &PlainDevice::driver(device.name(), false, "")?, threads, ops),
+        "driver-messenger" => measure(name, &PlainDevice::driver(device.name(), true, "")?, threads, ops),
+        plain if plain.starts_with("driver-plain+") => {
+            let group = &plain["driver-plain+".len()..];
+            measure(name, &PlainDevice::driver(device.name(), false, group)?, threads, ops)
+        }
         "vma" => {
             let vma = Vma { allocator: new_vma(device)?, _device: Arc::clone(device) };
             measure(name, &vma, threads, ops)

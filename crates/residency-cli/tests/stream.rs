@@ -334,6 +334,25 @@ fn software_path_references_and_size_run_past_the_references_memory() {
     references_and_size_run_past_the_references_memory_on("software");
 }
 
+/// `--size` as a list mixes sizes, one per file in turn (how a run fills a device's sparse
+/// address space to the byte it wants): the file given twice, the first at 4096², the second at
+/// its own 2048², over four planes — two of each, so the fully resident size is ten 2048²
+/// textures' worth where four 4096² would be sixteen.
+#[test]
+fn a_size_list_mixes_texture_sizes_one_per_file() {
+    let Some(file) = build_texture("size-list") else { return };
+    let second = file.to_str().unwrap();
+    let args = ["--size", "4096,2048", "--textures", "4", "--references", "1", second];
+    let (r, _) = stream_on("hardware", &file, &args);
+    assert_eq!(f(&r, "textures"), 4.0, "{r}");
+    let large = 4096.0 * 4096.0 * 4.0 * 4.0 / 3.0;
+    let ratio = f(&r, "fully_resident_bytes") / (4.0 * large);
+    assert!((0.6..0.7).contains(&ratio), "two 4096² and two 2048² textures: {ratio} of four 4096²: {r}");
+    let stderr = stream_error(&file, &["--frames", "1", "--size", "4096,2048"]);
+    assert!(stderr.contains("--size: 2 sizes for 1 files"), "more sizes than files: {stderr}");
+    std::fs::remove_dir_all(file.parent().unwrap()).unwrap();
+}
+
 #[test]
 fn a_size_that_is_not_the_file_times_a_power_of_two_is_a_clear_error() {
     let Some(file) = build_texture("bad-size") else { return };

@@ -23,7 +23,8 @@ pub fn gpu_required() -> bool {
 /// `RESIDENCY_VALIDATION=0` and GPU-assisted validation with `RESIDENCY_VALIDATION=gpu`
 /// ([`ValidationMode::GpuAssisted`]); a missing layer is an error when a GPU is required, and at
 /// least two devices (one GPU, or lavapipe, is opened twice) so that every multi-device path runs
-/// everywhere.
+/// everywhere; VK_EXT_memory_priority enabled where present (off by default in
+/// [`DeviceSetDesc`]), so that its path runs too.
 pub fn test_desc() -> DeviceSetDesc {
     let validation = match std::env::var("RESIDENCY_VALIDATION").ok().and_then(|v| ValidationMode::parse(&v))
     {
@@ -36,6 +37,7 @@ pub fn test_desc() -> DeviceSetDesc {
         ..DeviceSetDesc::default()
     }
     .with_min_devices(2)
+    .with_memory_priority(true)
 }
 
 fn devices() -> Option<&'static DeviceSet> {

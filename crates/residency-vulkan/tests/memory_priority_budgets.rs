@@ -12,11 +12,36 @@ use residency_vulkan::{
 };
 use std::sync::Arc;
 
+/// VK_EXT_memory_priority is enabled only when asked (it serialises buffer creation on the
+/// NVIDIA driver); without it a priority is still kept on the resource and still gives memory of
+/// its own, and nothing reaches the driver that it did not enable.
+#[test]
+fn memory_priority_is_enabled_only_when_asked() {
+    let Some(asked) = with_gpu(|set| set.devices()[0].features().memory_priority) else { return };
+    let desc = residency_vulkan::testing::test_desc().with_memory_priority(false).with_min_devices(1);
+    assert!(!residency_vulkan::DeviceSetDesc::default().memory_priority, "off by default");
+    let set = residency_vulkan::DeviceSet::new(&desc).unwrap();
+    let device = &set.devices()[0];
+    assert!(!device.features().memory_priority, "not asked for: not enabled");
+    // The harness asks for it; lavapipe and the NVIDIA driver both have it.
+    if residency_vulkan::testing::gpu_required() {
+        assert!(asked, "the harness's devices enable memory priority where the driver has it");
+    }
+    let usage = BufferUsage::STORAGE | BufferUsage::COPY_DST;
+    let high =
+        device.create_buffer(&BufferDesc::new("high priority", 4096, usage).with_priority(1.0)).unwrap();
+    assert_eq!(high.placement(), BufferPlacement::Committed, "a priority still has memory of its own");
+    assert_eq!(high.priority(), 1.0);
+    drop(high);
+    assert!(set.validation_log().problems_since(0).is_empty());
+    set.close().unwrap();
+}
+
 #[test]
 fn a_priority_gives_memory_of_its_own_and_a_bad_one_is_refused() {
     with_gpu(|set| {
         let device = &set.devices()[0];
-        // Lavapipe and the NVIDIA driver both have the extension: it is enabled when present.
+        // Lavapipe and the NVIDIA driver both have the extension: the harness enables it.
         println!("memory_priority enabled: {}", device.features().memory_priority);
         let usage = BufferUsage::STORAGE | BufferUsage::COPY_DST;
         // Placed first: its shared heap stays (the general allocator keeps one empty heap).

@@ -1006,6 +1006,85 @@ fn misuse_sparse_probe_outside_the_image_or_past_its_buffers_reads_nothing() {
 }
 
 #[test]
+fn misuse_distance_field_with_a_count_and_step_limit_past_what_is_bound_marches_only_its_rays() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let program = ComputeProgram::new(device, "misuse march past", &shaders::DISTANCE_FIELD, 1).unwrap();
+        // A 64 × 64 × 32 sparse volume with nothing resident: every sample is the maximum step.
+        let pool = SparseTilePool::new(
+            std::sync::Arc::clone(device),
+            TilePoolDesc::default().with_tiles_per_heap(4),
+        )
+        .unwrap();
+        let desc = SparseImageDesc::new_3d(Format::R32Float, 64, 64, 32).with_mip_levels(1);
+        let image = SparseImage::new(&pool, "misuse march volume", &desc, false).unwrap();
+        let sampler = device.create_sampler(Filter::Nearest).unwrap();
+        // (origin, direction): inside along +x; outside; a NaN origin; standing still.
+        let rays = floats(&[
+            1.0,
+            1.0,
+            1.0,
+            0.0,
+            1.0,
+            0.0,
+            0.0,
+            0.0, //
+            -1.0,
+            1.0,
+            1.0,
+            0.0,
+            1.0,
+            0.0,
+            0.0,
+            0.0, //
+            f32::NAN,
+            1.0,
+            1.0,
+            0.0,
+            1.0,
+            0.0,
+            0.0,
+            0.0, //
+            1.0,
+            1.0,
+            1.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+        ]);
+        let rays = filled(device, "misuse march rays", &rays, BufferUsage::STORAGE);
+        // 5 results bound, 4 rays, a count of 4096 and a step limit of 2^32 - 1.
+        let range = 5 * 16;
+        let out = guarded(device, "misuse march out", range, BufferUsage::STORAGE);
+        let mut push = floats(&[8.0, 0.5]);
+        push.extend(words(&[u32::MAX, 4096]));
+        let bindings = [
+            Binding::sampled(&image, &sampler, vk::ImageLayout::GENERAL),
+            Binding::Buffer(&rays),
+            middle(&out, range),
+        ];
+        dispatch(device, &program, &bindings, &push, [64, 1, 1]);
+        let bytes = range_after_checking_guards(&out, range);
+        let results = as_floats(&bytes[..64]);
+        assert_eq!(
+            results[0..4],
+            [64.0, 8.0, 8.0, 0.0],
+            "steps of the maximum step until it leaves at x = 65"
+        );
+        assert_eq!(results[4..8], [0.0; 4], "an origin outside the volume samples nothing");
+        assert_eq!(results[8..12], [0.0; 4], "a NaN origin samples nothing");
+        assert_eq!(
+            results[12..16],
+            [8192.0, 1024.0, 1024.0, 0.0],
+            "a ray standing still stops at the step cap"
+        );
+        assert_eq!(bytes[64..], [SENTINEL; 16], "no result past the 4 rays bound");
+    });
+}
+
+#[test]
 fn misuse_fallback_and_warn_shaders_with_a_count_past_their_buffers_write_only_the_range() {
     with_gpu(|set| {
         let device = &set.devices()[0];

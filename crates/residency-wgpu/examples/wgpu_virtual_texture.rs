@@ -59,6 +59,15 @@ pub struct Outcome {
     pub psnr_last_db: f64,
     /// Validation messages (warnings and errors) over the run.
     pub validation_problems: usize,
+    /// The streamer's CPU time per frame (`begin_frame`, the recorded part, `end_frame`): mean,
+    /// in ms.
+    pub streamer_cpu_ms_mean: f64,
+    /// The same, 99th percentile.
+    pub streamer_cpu_ms_p99: f64,
+    /// Request-to-resident latency in frames, median.
+    pub latency_frames_p50: u32,
+    /// The same, 95th percentile.
+    pub latency_frames_p95: u32,
 }
 
 /// The texel of texture `index` at (u, v) of `mip`: stripes and rings with detail at every mip.
@@ -447,11 +456,14 @@ pub fn run(bridge: &Bridge, path: ResidencyPath, frames: u64) -> Result<Outcome>
     // the streamer's images and buffers that they hold (remade when the generation changes).
     type Groups = (u64, Vec<wgpu::BindGroup>, Vec<[wgpu::Texture; 2]>, [wgpu::Buffer; 2]);
     let mut groups: Vec<Option<Groups>> = (0..IN_FLIGHT).map(|_| None).collect();
+    let mut cpu = Vec::new();
     for frame in 0..frames {
         if frame >= IN_FLIGHT as u64 {
             device.wait_until(&timeline.timeline().at(frame + 1 - IN_FLIGHT as u64))?;
         }
+        let start = std::time::Instant::now();
         let bindings = streamer.begin_frame()?;
+        let mut spent = start.elapsed();
         let slot = bindings.slot;
         if groups[slot].as_ref().is_none_or(|g| g.0 != bindings.generation) {
             groups[slot] = None;
@@ -475,13 +487,17 @@ pub fn run(bridge: &Bridge, path: ResidencyPath, frames: u64) -> Result<Outcome>
             words = bindings.feedback_words(&binding, true);
             slots[plane] = words[0];
         }
+        let start = std::time::Instant::now();
         let part = bridge.record_streamer_part(&bindings)?;
+        spent += start.elapsed();
         let feedback = [words[1], words[2], words[3], words[4]];
         let draw =
             renderer.draw(bridge, slot, &uniform(&camera(frame, frames), feedback, slots), planes, false);
         drop(bindings);
         let (_, done) = bridge.submit_streamer_frame(part, [draw], &timeline)?;
+        let start = std::time::Instant::now();
         streamer.end_frame(done)?;
+        cpu.push((spent + start.elapsed()).as_secs_f64() * 1e3);
         // Frame-exact: each frame's loads finish before the next begins (a renderer lets them
         // overlap frames; the protocol is the same).
         streamer.wait_for_loads();
@@ -510,7 +526,9 @@ pub fn run(bridge: &Bridge, path: ResidencyPath, frames: u64) -> Result<Outcome>
     bridge.device().poll(wgpu::PollType::wait_indefinitely())?;
     let reference = renderer.read(bridge, IN_FLIGHT)?;
     let path = streamer.path();
+    let latency = streamer.manager_stats().latency.summary();
     drop((streamer, textures));
+    cpu.sort_by(f64::total_cmp);
     let textured_frame0 = first.chunks_exact(4).filter(|p| *p != CLEAR).count();
     Ok(Outcome {
         path,
@@ -520,6 +538,10 @@ pub fn run(bridge: &Bridge, path: ResidencyPath, frames: u64) -> Result<Outcome>
         streamed_tiles,
         psnr_last_db: psnr(&last, &reference),
         validation_problems: bridge.validation_log().problems_since(0).len(),
+        streamer_cpu_ms_mean: cpu.iter().sum::<f64>() / cpu.len() as f64,
+        streamer_cpu_ms_p99: cpu[(cpu.len() * 99 / 100).min(cpu.len() - 1)],
+        latency_frames_p50: latency.p50,
+        latency_frames_p95: latency.p95,
     })
 }
 
@@ -544,7 +566,17 @@ fn main() -> Result<()> {
         Some(other) => return Err(format!("unknown path `{other}`: auto, hardware or software").into()),
     };
     let bridge = open(&BridgeDesc::default())?;
+    let leaks = residency_vulkan::LEAKS_AT_TEARDOWN.load(std::sync::atomic::Ordering::SeqCst);
     let outcome = run(&bridge, path, FRAMES)?;
     println!("{outcome:?}");
+    for problem in bridge.validation_log().problems_since(0).iter().take(5) {
+        println!("validation: {problem:?}");
+    }
+    drop(bridge);
+    let leaked = residency_vulkan::LEAKS_AT_TEARDOWN.load(std::sync::atomic::Ordering::SeqCst) - leaks;
+    println!("leaks at teardown: {leaked}");
+    if leaked > 0 || outcome.validation_problems > 0 {
+        return Err("validation messages or leaks (above)".into());
+    }
     Ok(())
 }

@@ -20,9 +20,11 @@ pub struct StreamArgs {
     pub(super) textures: Option<u32>,
     /// Texture width in texels: each file repeated (SIZE / its width)² times, a power of two
     /// (e.g. 16384 from 4096² files: 16 copies, four more mips), for virtual sizes past the
-    /// files' (terabytes with thousands of textures). Default: the files' own size.
-    #[arg(long, value_name = "SIZE")]
-    pub(super) size: Option<u32>,
+    /// files' (terabytes with thousands of textures). A comma list gives one size per file, in
+    /// turn (`8192,8192,4096`: the first two files at 8192², the third at 4096², then again),
+    /// to mix sizes up to a device's sparse address space. Default: the files' own size.
+    #[arg(long, value_name = "SIZE[,SIZE...]", value_delimiter = ',')]
+    pub(super) size: Vec<u32>,
     /// Textures drawn fully resident in the reference passes (PSNR measured on their pixels),
     /// spread over the grid. Default: every texture when the fully resident copies of their
     /// files fit in a quarter of the device's memory, else the planes of as many files as fit.

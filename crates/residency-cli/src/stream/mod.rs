@@ -119,11 +119,15 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
             );
         }
     }
-    // `--size`: each file (and its `--source`) repeated to that size.
+    if args.size.len() > files.len() {
+        anyhow::bail!("--size: {} sizes for {} files (at most one per file)", args.size.len(), files.len());
+    }
+    // `--size`: each file (and its `--source`) repeated to its size (the list taken in turn).
     let repeated = |list: &[Arc<RvtSource>]| -> anyhow::Result<Vec<Arc<dyn TileSource>>> {
         list.iter()
-            .map(|f| match args.size {
-                Some(size) => {
+            .enumerate()
+            .map(|(i, f)| match args.size.get(i % args.size.len().max(1)) {
+                Some(&size) => {
                     Ok(Arc::new(repeat::RepeatSource::new(Arc::clone(f), size)?) as Arc<dyn TileSource>)
                 }
                 None => Ok(Arc::clone(f) as Arc<dyn TileSource>),

@@ -20,6 +20,8 @@
 //!   tile-cache atlas with bordered slots, for devices without sparse residency.
 //! - [`ptex`]: PRT-Ptex packing — per-face textures with borders in a sparse array of one slice
 //!   per resolution, the face table shaders read, and which tiles each face's levels hold.
+//! - [`distance_field`]: distance-field volumes: which bricks a ray march needs resident (the
+//!   seed's "default value is maximum step distance") and the reference march.
 //!
 //! Nothing here touches a GPU; the Vulkan backend turns the results into `vkQueueBindSparse` calls.
 //! See `docs/tiles.md` for the model and the decisions behind it.
@@ -27,6 +29,7 @@
 
 pub mod bind_plan;
 pub mod changes;
+pub mod distance_field;
 pub mod indirection;
 pub mod layout;
 pub mod page_table;
@@ -40,6 +43,9 @@ pub use bind_plan::{
     TailChange, TileChange,
 };
 pub use changes::PendingChanges;
+pub use distance_field::{
+    march, BrickGrid, DistanceField, DistanceFieldError, MarchParams, MarchResult, Ray, MAX_MARCH_STEPS,
+};
 pub use indirection::{
     border_copies, bordered_block_tile, bordered_tile, software_layout, software_slot_bytes, AtlasLayout,
     BorderCopy, HardwarePathUnsupported, Indirection, IndirectionError, ResidencyPath, INDIRECTION_NONE,

@@ -127,7 +127,9 @@ pub struct EnabledFeatures {
     pub memory_budget: bool,
     /// VK_EXT_memory_priority with `memoryPriority`: each `VkDeviceMemory` carries a priority
     /// (`with_priority` on the descriptions; 0.5 by default) the driver weighs when it must
-    /// demote memory under pressure.
+    /// demote memory under pressure. Enabled only when asked
+    /// ([`DeviceSetDesc::memory_priority`](crate::device::set::DeviceSetDesc::memory_priority):
+    /// it serialises buffer creation on some drivers).
     pub memory_priority: bool,
     /// VK_KHR_acceleration_structure (with VK_KHR_deferred_host_operations and
     /// `bufferDeviceAddress`): buffers may have the acceleration-structure usages
@@ -204,7 +206,9 @@ impl std::fmt::Debug for Device {
 
 impl Device {
     /// Creates a logical device on `physical`, as device `index` of its set; without
-    /// `sparse_residency` the sparse features are left off, as on a device that lacks them.
+    /// `sparse_residency` the sparse features are left off, as on a device that lacks them;
+    /// VK_EXT_memory_priority is enabled only with `memory_priority`
+    /// ([`DeviceSetDesc::memory_priority`](crate::device::set::DeviceSetDesc::memory_priority)).
     pub(crate) fn new(
         shared: Arc<InstanceShared>,
         physical: vk::PhysicalDevice,
@@ -212,6 +216,7 @@ impl Device {
         index: DeviceIndex,
         sparse_residency: bool,
         non_coherent_atom: u64,
+        memory_priority: bool,
     ) -> Result<Arc<Device>> {
         let instance = &shared.instance;
         // SAFETY: physical was enumerated from this instance.
@@ -252,6 +257,7 @@ impl Device {
             extensions.iter().any(|e| e.extension_name_as_c_str() == Ok(ash::ext::memory_budget::NAME));
         let has_priority_extension =
             extensions.iter().any(|e| e.extension_name_as_c_str() == Ok(ash::ext::memory_priority::NAME));
+        let has_priority_extension = memory_priority && has_priority_extension;
         if has_priority_extension {
             let mut f2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut priority_features);
             // SAFETY: valid physical device; the chain points at a live struct of an extension the

@@ -23,8 +23,8 @@ use residency_core::streaming::{DuplicateLoad, FeedbackError, SourceError, Strea
 use residency_core::sync::{SyncError, TransientError};
 use residency_core::tiles::ptex::{PtexLayoutError, PtexResidencyError};
 use residency_core::tiles::{
-    BindPlanError, CommitError, HardwarePathUnsupported, IndirectionError, LayoutError, PageTableError,
-    PoolError, PoolInvariantError, ShapeError,
+    BindPlanError, CommitError, DistanceFieldError, HardwarePathUnsupported, IndirectionError, LayoutError,
+    PageTableError, PoolError, PoolInvariantError, ShapeError,
 };
 use residency_core::vt_file::VtError;
 
@@ -45,7 +45,8 @@ macro_rules! one_class {
 }
 
 one_class!(REFUSED => AllocatorDescError, DescError, HeapPlacementError, RequestError, ProfileError,
-    ReportError, SyncError, BindPlanError, PageTableError, UnknownFormat, DuplicateLoad, PtexResidencyError);
+    ReportError, SyncError, BindPlanError, PageTableError, UnknownFormat, DuplicateLoad, DistanceFieldError,
+    PtexResidencyError);
 one_class!(UNEXPECTED => InvariantError, RingInvariantError, LinearInvariantError, PoolInvariantError);
 one_class!(ErrorClass::Unsupported => HardwarePathUnsupported);
 

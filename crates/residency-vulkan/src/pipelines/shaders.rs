@@ -427,14 +427,18 @@ shader!(
 );
 shader!(
     /// `distance_field.comp`: ray-marches a sparse distance-field volume (`sampler3D`, distances
-    /// in texels) whose non-resident bricks return the maximum step as the residency default
-    /// value; per pixel `vec4(t at the hit or -1, steps, non-resident samples, 0)`; push
-    /// `{ vec4 dir (xyz direction, w maximum step); ivec4 (width, height, volume side, step limit) }`.
+    /// in texels) with `include/raymarch.glsl`'s `residencyMarch`, a non-resident brick reading as
+    /// the maximum step (the residency default value); one ray per invocation from a buffer of
+    /// two `vec4`s per ray (origin, direction: texel coordinates of mip 0), per ray
+    /// `vec4(t, steps, non-resident samples, 1 at a hit else 0)`; push
+    /// `{ float maxStep, hitDistance; uint stepLimit, count; }`. Made for
+    /// [`DistanceFieldVolume`](crate::sparse::DistanceFieldVolume), whose `march_cpu` takes the
+    /// same steps.
     DISTANCE_FIELD,
     "distance_field.comp",
     Compute,
-    [SampledImage, StorageBuffer],
-    32
+    [SampledImage, StorageBuffer, StorageBuffer],
+    16
 );
 shader!(
     /// `texture_array.comp`: samples a sparse 2D array at probes `(u, v, layer, lod)` at

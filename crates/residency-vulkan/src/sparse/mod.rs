@@ -25,6 +25,7 @@
 pub(crate) mod backend;
 mod bind;
 mod compact;
+mod distance_field;
 mod heaps;
 mod image;
 mod min_lod;
@@ -50,10 +51,11 @@ use residency_core::tiles::{
 // The core's tile types this layer's signatures take, re-exported here once (crate docs: "The
 // core's types"); the software path's indirection types are in `software`.
 pub use residency_core::tiles::{
-    BindPlanError, BindPlanOptions, CommitError, HeapIndex, ImageId, LayoutError, MinLodUpdate, PageTable,
-    PhysicalTile, PoolId, PoolInvariantError, PoolStats, ResidencyChanges, ResidencyPath, ShapeError,
-    SparseDimension, SparseImageDesc, SparseImageLayout, SparseResidency, TexelRegion, TileCoord, TileIndex,
-    TilePool, TilePoolDesc,
+    BindPlanError, BindPlanOptions, BrickGrid, CommitError, DistanceField, DistanceFieldError, HeapIndex,
+    ImageId, LayoutError, MarchParams, MarchResult, MinLodUpdate, PageTable, PhysicalTile, PoolId,
+    PoolInvariantError, PoolStats, Ray, ResidencyChanges, ResidencyPath, ShapeError, SparseDimension,
+    SparseImageDesc, SparseImageLayout, SparseResidency, TexelRegion, TileCoord, TileIndex, TilePool,
+    TilePoolDesc, MAX_MARCH_STEPS,
 };
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -203,6 +205,7 @@ use heaps::*;
 
 pub use compact::CompactStats;
 pub(crate) use compact::{CompactionOwner, ImageMoves};
+pub use distance_field::{BrickResidency, DistanceFieldDesc, DistanceFieldVolume, VolumeError};
 pub use heaps::TileHeaps;
 pub use image::{SparseImage, SparseUsage};
 pub use min_lod::MinLodMap;
