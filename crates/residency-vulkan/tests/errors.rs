@@ -75,6 +75,7 @@ all_error_types! {
     residency_vulkan::sparse::SparseError,
     residency_vulkan::sparse::VolumeError,
     residency_vulkan::sparse::software::SoftwareError,
+    residency_vulkan::sparse::ptex::PtexError,
     residency_vulkan::compute::DispatchError,
     residency_vulkan::compute::ProgramError,
     residency_vulkan::compute::BindingError,
@@ -120,6 +121,8 @@ all_error_types! {
     residency_core::tiles::CommitError,
     residency_core::tiles::DistanceFieldError,
     residency_core::tiles::ShapeError,
+    residency_core::tiles::ptex::PtexLayoutError,
+    residency_core::tiles::ptex::PtexResidencyError,
     residency_core::vt_file::VtError,
 }
 

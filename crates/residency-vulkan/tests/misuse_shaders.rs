@@ -846,9 +846,12 @@ fn misuse_ptex_with_a_face_or_level_past_its_faces_reads_only_its_records() {
         let view = image.create_view_range(0..1, 0..2).unwrap();
         let sampler = device.create_sampler(Filter::Trilinear).unwrap();
         let storage = BufferUsage::STORAGE;
-        // One face (finest level 0, slot 0 everywhere); probes of face 0, face 3 (no record) and
-        // a face of 2^32 - 1 (no record), each at level 9 (past every slice).
-        let faces = filled(device, "misuse ptex faces", &words(&[0; 8]), storage);
+        // A table whose header claims 5 faces and 100 levels but holds one record (finest level
+        // 0, slot words 0); probes of face 0, face 3 (no record) and a face of 2^32 - 1 (no
+        // record), each at level 9.
+        let mut table = vec![0u32; 32];
+        table[..4].copy_from_slice(&[5, 100, 8, 16]);
+        let faces = filled(device, "misuse ptex faces", &words(&table), storage);
         let probes = floats(&[0.0, 0.5, 0.5, 9.0, 3.0, 0.5, 0.5, 9.0, 4.0e9, 0.5, 0.5, 9.0]);
         let probes = filled(device, "misuse ptex probes", &probes, storage);
         let range = 3 * 2 * 16;
@@ -859,10 +862,23 @@ fn misuse_ptex_with_a_face_or_level_past_its_faces_reads_only_its_records() {
             Binding::Buffer(&probes),
             middle(&out, range),
         ];
-        // 64 probes asked of 3; 100 levels asked of a record's 7; slots of 8 texels.
-        dispatch(device, &program, &bindings, &words(&[64, 16, 100, 8]), [1, 1, 1]);
+        // 64 probes asked of 3; 100 levels claimed, a record's 12 read.
+        dispatch(device, &program, &bindings, &words(&[64]), [1, 1, 1]);
         let results = as_floats(&range_after_checking_guards(&out, range));
-        assert_eq!(results[4..8], [6.0, 6.0, 0.0, 0.0], "face 0: level clamped to the record's last slice");
+        assert_eq!(results[4..8], [9.0, 10.0, 0.0, 1.0], "face 0: level 9 of the 12 a record has");
+        // Past the last level: clamped to the record's last.
+        let probes = floats(&[0.0, 0.5, 0.5, 50.0]);
+        let probes = filled(device, "misuse ptex probes past", &probes, storage);
+        let out = guarded(device, "misuse ptex out past", 32, storage);
+        let bindings = [
+            Binding::sampled(&view, &sampler, vk::ImageLayout::GENERAL),
+            Binding::Buffer(&faces),
+            Binding::Buffer(&probes),
+            middle(&out, 32),
+        ];
+        dispatch(device, &program, &bindings, &words(&[64]), [1, 1, 1]);
+        let past = as_floats(&range_after_checking_guards(&out, 32));
+        assert_eq!(past[4..8], [11.0, 11.0, 0.0, 1.0], "face 0: clamped to the record's last level");
         assert_eq!(results[8..24], [0.0; 16], "faces without a record read nothing");
     });
 }

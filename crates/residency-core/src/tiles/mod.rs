@@ -18,6 +18,8 @@
 //!   of the same tile before a flush cancel out).
 //! - [`indirection`]: the software residency path — a page table as an indirection texture into a
 //!   tile-cache atlas with bordered slots, for devices without sparse residency.
+//! - [`ptex`]: PRT-Ptex packing — per-face textures with borders in a sparse array of one slice
+//!   per resolution, the face table shaders read, and which tiles each face's levels hold.
 //! - [`distance_field`]: distance-field volumes: which bricks a ray march needs resident (the
 //!   seed's "default value is maximum step distance") and the reference march.
 //!
@@ -32,6 +34,7 @@ pub mod indirection;
 pub mod layout;
 pub mod page_table;
 pub mod pool;
+pub mod ptex;
 pub mod residency;
 pub mod shape;
 

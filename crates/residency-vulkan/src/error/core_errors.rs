@@ -21,6 +21,7 @@ use residency_core::profile::ProfileError;
 use residency_core::report::ReportError;
 use residency_core::streaming::{DuplicateLoad, FeedbackError, SourceError, StreamingError};
 use residency_core::sync::{SyncError, TransientError};
+use residency_core::tiles::ptex::{PtexLayoutError, PtexResidencyError};
 use residency_core::tiles::{
     BindPlanError, CommitError, DistanceFieldError, HardwarePathUnsupported, IndirectionError, LayoutError,
     PageTableError, PoolError, PoolInvariantError, ShapeError,
@@ -44,7 +45,8 @@ macro_rules! one_class {
 }
 
 one_class!(REFUSED => AllocatorDescError, DescError, HeapPlacementError, RequestError, ProfileError,
-    ReportError, SyncError, BindPlanError, PageTableError, UnknownFormat, DuplicateLoad, DistanceFieldError);
+    ReportError, SyncError, BindPlanError, PageTableError, UnknownFormat, DuplicateLoad, DistanceFieldError,
+    PtexResidencyError);
 one_class!(UNEXPECTED => InvariantError, RingInvariantError, LinearInvariantError, PoolInvariantError);
 one_class!(ErrorClass::Unsupported => HardwarePathUnsupported);
 
@@ -266,6 +268,26 @@ impl ResidencyError for VtError {
             | VtError::UnknownFormat(_)
             | VtError::BadRecord { .. }
             | VtError::Decompress { .. } => UNEXPECTED,
+        }
+    }
+}
+
+impl ResidencyError for PtexLayoutError {
+    fn class(&self) -> ErrorClass {
+        match self {
+            PtexLayoutError::SliceTooLarge { .. } | PtexLayoutError::TooManyLayers { .. } => {
+                ErrorClass::Unsupported
+            }
+            PtexLayoutError::NoFaces
+            | PtexLayoutError::TooManyFaces { .. }
+            | PtexLayoutError::SlotNotPowerOfTwo { .. }
+            | PtexLayoutError::Levels { .. }
+            | PtexLayoutError::FinestLevel { .. }
+            | PtexLayoutError::NeighbourOutOfRange { .. }
+            | PtexLayoutError::SelfAdjacent { .. }
+            | PtexLayoutError::AsymmetricAdjacency { .. }
+            | PtexLayoutError::NonManifoldEdge { .. }
+            | PtexLayoutError::DegenerateQuad { .. } => REFUSED,
         }
     }
 }

@@ -467,16 +467,17 @@ shader!(
     32
 );
 shader!(
-    /// `ptex.comp`: PRT-Ptex, per-face textures with borders in a sparse 2D array of one slice per
-    /// resolution, sampled with manual trilinear filtering between slices and the face's finest
-    /// level as fallback; faces `uint[8]` (finest level, slot per level), probes
-    /// `(face, u, v, level)`, results `{ vec4 colour; vec4 (level 0, level 1, blend, 0) }`; push
-    /// `{ uint count, side, levels, finestSlot; }`.
+    /// `ptex.comp`: PRT-Ptex probes through `include/ptex.glsl` (per-face textures with borders in
+    /// a sparse 2D array of one slice per level, manual trilinear filtering between slices with the
+    /// face's finest resident level as fallback); binding 1 the face table of
+    /// [`PtexTexture`](crate::sparse::ptex::PtexTexture), probes `(face, u, v, level)`, results
+    /// `{ vec4 colour; vec4 (level 0, level 1, blend, 1 for a face with a record) }`; push
+    /// `{ uint count; }`.
     PTEX,
     "ptex.comp",
     Compute,
     [SampledImage, StorageBuffer, StorageBuffer, StorageBuffer],
-    16
+    4
 );
 
 shader!(

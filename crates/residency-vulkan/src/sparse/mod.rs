@@ -30,6 +30,7 @@ mod heaps;
 mod image;
 mod min_lod;
 mod pool;
+pub mod ptex;
 mod render_target;
 pub mod software;
 
