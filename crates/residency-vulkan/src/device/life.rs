@@ -268,6 +268,10 @@ pub(crate) struct Life {
     /// The frame count when a use was last declared (or it was made): how cold it is under
     /// memory pressure.
     last_used_frame: AtomicU64,
+    /// The universal timeline value of the copy that fills this resource's memory, while it may
+    /// still be pending (0: none): a move under pressure orders later work after it per
+    /// resource, through the waits of the recordings that use it ([`Life::pending_fill`]).
+    filled_at: AtomicU64,
 }
 
 impl std::fmt::Debug for Life {
@@ -289,7 +293,32 @@ impl Life {
             garbage: Some(garbage),
             uses: Mutex::new(LastUses::none()),
             last_used_frame: frame,
+            filled_at: AtomicU64::new(0),
         })
+    }
+
+    /// Notes that `copy` (a residency submission on the universal queue) fills this resource's
+    /// memory: every recording that uses it waits for `copy` until it has completed.
+    pub(crate) fn set_filled_by(&self, copy: GpuUse) {
+        debug_assert!(copy.point.clock == UNIVERSAL && copy.device == self.device().uid());
+        self.filled_at.fetch_max(copy.point.value, Ordering::AcqRel);
+    }
+
+    /// The copy that fills this resource's memory ([`Life::set_filled_by`]), while the GPU has
+    /// not passed it; `None` once it has (one atomic load for a resource never moved).
+    pub(crate) fn pending_fill(&self) -> Option<GpuUse> {
+        let value = self.filled_at.load(Ordering::Acquire);
+        if value == 0 {
+            return None;
+        }
+        let device = self.device();
+        let fill = GpuUse { device: device.uid(), point: GpuPoint::new(UNIVERSAL, value) };
+        if device.has_completed(&fill) {
+            // A later fill (a greater value) stays.
+            let _ = self.filled_at.compare_exchange(value, 0, Ordering::AcqRel, Ordering::Relaxed);
+            return None;
+        }
+        Some(fill)
     }
 
     /// The frame count when a use was last declared on it, or when it was made.

@@ -322,6 +322,16 @@ struct Staged {
     waits: Vec<GpuUse>,
 }
 
+/// How the work submitted after a pass's copies is ordered after them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LaterWork {
+    /// All of it, by a barrier at the end of the copies (a defragmentation pass).
+    Ordered,
+    /// Only the work that uses a moved resource, through the semaphore wait its recording adds
+    /// (a pass under pressure: [`Defragmenter::relieve`]).
+    PerResource,
+}
+
 /// The resources handed to a pass.
 struct Movable<'r, 'b, 'i> {
     buffers: &'r mut [&'b mut Buffer],
@@ -519,7 +529,7 @@ impl Defragmenter {
         }
         let mut copy = None;
         if !stage.moves.is_empty() {
-            let submission = self.copy(&stage, movable)?;
+            let submission = self.copy(&stage, movable, LaterWork::Ordered)?;
             copy = Some(submission.gpu_use());
             stats.submission = Some(submission);
         }
@@ -875,8 +885,16 @@ impl Defragmenter {
         Ok(true)
     }
 
-    /// Records and submits the copies of every staged move.
-    fn copy(&self, stage: &Stage<'_>, movable: &Movable<'_, '_, '_>) -> Result<Submission, VulkanError> {
+    /// Records and submits the copies of every staged move: after every earlier command on the
+    /// universal queue, and before every later one ([`LaterWork::Ordered`]) or only before the host's
+    /// reads ([`LaterWork::PerResource`]: the caller marks each moved resource's life with the
+    /// copy, which the recordings that use it wait for).
+    fn copy(
+        &self,
+        stage: &Stage<'_>,
+        movable: &Movable<'_, '_, '_>,
+        later: LaterWork,
+    ) -> Result<Submission, VulkanError> {
         let device = &*self.device;
         let mut waits: Vec<GpuUse> = stage.moves.iter().flat_map(|m| m.waits.iter().copied()).collect();
         waits.sort_by_key(|w| (w.point.clock.0, std::cmp::Reverse(w.point.value)));
@@ -906,13 +924,24 @@ impl Defragmenter {
             .src_access_mask(vk::AccessFlags2::MEMORY_WRITE)
             .dst_stage_mask(vk::PipelineStageFlags2::COPY)
             .dst_access_mask(vk::AccessFlags2::TRANSFER_READ | vk::AccessFlags2::TRANSFER_WRITE)];
-        let after = [vk::MemoryBarrier2::default()
-            .src_stage_mask(vk::PipelineStageFlags2::COPY)
-            .src_access_mask(vk::AccessFlags2::TRANSFER_WRITE)
-            .dst_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS | vk::PipelineStageFlags2::HOST)
-            .dst_access_mask(
-                vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE | vk::AccessFlags2::HOST_READ,
-            )];
+        let after = match later {
+            LaterWork::Ordered => [vk::MemoryBarrier2::default()
+                .src_stage_mask(vk::PipelineStageFlags2::COPY)
+                .src_access_mask(vk::AccessFlags2::TRANSFER_WRITE)
+                .dst_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS | vk::PipelineStageFlags2::HOST)
+                .dst_access_mask(
+                    vk::AccessFlags2::MEMORY_READ
+                        | vk::AccessFlags2::MEMORY_WRITE
+                        | vk::AccessFlags2::HOST_READ,
+                )],
+            // Only the host's reads (a buffer's `read` waits for the copy on the CPU): the GPU's
+            // later work waits for the submission's signal where it uses a moved resource.
+            LaterWork::PerResource => [vk::MemoryBarrier2::default()
+                .src_stage_mask(vk::PipelineStageFlags2::COPY)
+                .src_access_mask(vk::AccessFlags2::TRANSFER_WRITE)
+                .dst_stage_mask(vk::PipelineStageFlags2::HOST)
+                .dst_access_mask(vk::AccessFlags2::HOST_READ | vk::AccessFlags2::HOST_WRITE)],
+        };
         self.commands.submit(&waits, |rec| {
             // Measurement only: a timestamp not written reads as `None`.
             self.timestamps.cmd_reset(rec, 0..2).ok();
@@ -943,7 +972,9 @@ impl Defragmenter {
             // planned place; each region is one whole subresource. The destinations are ranges no
             // live resource holds, so no copy overlaps another or its own source. The barriers
             // order the copies after every earlier command on the queue, transition the images
-            // around them, and order every later command after them.
+            // around them, and order every later command after them (`LaterWork::Ordered`) or
+            // the host's accesses only (`LaterWork::PerResource`: the caller then has every
+            // recording that uses a moved resource wait for this submission's signal).
             unsafe {
                 let first = vk::DependencyInfo::default()
                     .memory_barriers(&before)
