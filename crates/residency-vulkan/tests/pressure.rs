@@ -341,9 +341,9 @@ fn a_frame_that_does_not_use_a_moved_buffer_is_not_ordered_after_its_copy() {
         let usage = BufferUsage::COPY_DST;
         let scratch = device.create_buffer(&BufferDesc::new("frames scratch", 768, usage)).unwrap();
         let held = device.create_buffer(&BufferDesc::new("held", 256, usage)).unwrap();
-        // The copy is held back by state, never by time: a submission before it waits on the GPU
-        // for a renderer timeline the test signals from the host only at the end, and its fill is
-        // in the first scope of the copy's opening barrier.
+        // The copy is held back by state, never by time: a universal submission before it waits
+        // on the GPU for a renderer timeline the test signals from the host only at the end, and
+        // the copy waits for every universal submission made before it.
         let frame = device.create_timeline("pressure hold").unwrap();
         let value = {
             // SAFETY: a timeline semaphore of this device.

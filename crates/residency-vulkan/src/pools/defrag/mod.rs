@@ -19,7 +19,7 @@ use crate::pools::buffer_pool::PoolArena;
 use crate::resources::buffer::{bind_buffer, create_raw_buffer, Buffer, BufferPlacement};
 use crate::resources::buffer::{BufferMemory, BufferObject, MovedBuffer};
 use crate::resources::image::{Image, Layouts};
-use crate::sync::commands::{CommandContext, Submission};
+use crate::sync::commands::{CommandContext, Lane, Submission};
 use crate::sync::recording::Timestamps;
 use ash::vk;
 use residency_core::allocator::{
@@ -193,6 +193,8 @@ impl ResidencyError for DefragError {
 pub struct Defragmenter {
     device: Arc<Device>,
     commands: CommandContext,
+    /// The copies of [`Defragmenter::relieve`], on the device's moves queue.
+    moves: CommandContext,
     desc: DefragDesc,
     totals: DefragTotals,
     /// Written before and after the copies of each pass (measurement only).
@@ -328,7 +330,8 @@ enum LaterWork {
     /// All of it, by a barrier at the end of the copies (a defragmentation pass).
     Ordered,
     /// Only the work that uses a moved resource, through the semaphore wait its recording adds
-    /// (a pass under pressure: [`Defragmenter::relieve`]).
+    /// (a pass under pressure: [`Defragmenter::relieve`], whose copies run on the device's moves
+    /// queue).
     PerResource,
 }
 
@@ -415,10 +418,12 @@ impl Defragmenter {
     /// A defragmenter for `device`, with its own command context for the copies.
     pub fn new(device: &Device, desc: DefragDesc) -> Result<Defragmenter, VulkanError> {
         let commands = CommandContext::new(device, "defragmenter")?;
+        let moves = CommandContext::on_lane(device, "defragmenter moves", Lane::Moves)?;
         let timestamps = Timestamps::new(device, "defragmenter timestamps", 2)?;
         Ok(Defragmenter {
             device: device.arc(),
             commands,
+            moves,
             desc,
             totals: DefragTotals::default(),
             timestamps,
@@ -885,10 +890,12 @@ impl Defragmenter {
         Ok(true)
     }
 
-    /// Records and submits the copies of every staged move: after every earlier command on the
-    /// universal queue, and before every later one ([`LaterWork::Ordered`]) or only before the host's
-    /// reads ([`LaterWork::PerResource`]: the caller marks each moved resource's life with the
-    /// copy, which the recordings that use it wait for).
+    /// Records and submits the copies of every staged move: on the universal queue after every
+    /// earlier command there and before every later one ([`LaterWork::Ordered`]), or on the
+    /// device's moves queue after every earlier universal submission (a semaphore wait) and every
+    /// earlier command of the moves queue, before the host's reads only
+    /// ([`LaterWork::PerResource`]: the caller marks each moved resource's life with the copy,
+    /// which the recordings that use it wait for).
     fn copy(
         &self,
         stage: &Stage<'_>,
@@ -897,6 +904,13 @@ impl Defragmenter {
     ) -> Result<Submission, VulkanError> {
         let device = &*self.device;
         let mut waits: Vec<GpuUse> = stage.moves.iter().flat_map(|m| m.waits.iter().copied()).collect();
+        // A buffer an earlier pass under pressure moved: after the copy that filled it (on the
+        // moves queue, which this queue's barriers do not reach).
+        for m in &stage.moves {
+            if let Target::Buffer(i) = m.target {
+                waits.extend(movable.buffers[i].life().pending_fill());
+            }
+        }
         waits.sort_by_key(|w| (w.point.clock.0, std::cmp::Reverse(w.point.value)));
         waits.dedup_by_key(|w| w.point.clock);
         let mut copies: Vec<(vk::Buffer, vk::Buffer, vk::BufferCopy)> = Vec::new();
@@ -942,7 +956,11 @@ impl Defragmenter {
                 .dst_stage_mask(vk::PipelineStageFlags2::HOST)
                 .dst_access_mask(vk::AccessFlags2::HOST_READ | vk::AccessFlags2::HOST_WRITE)],
         };
-        self.commands.submit(&waits, |rec| {
+        let commands = match later {
+            LaterWork::Ordered => &self.commands,
+            LaterWork::PerResource => &self.moves,
+        };
+        commands.submit(&waits, |rec| {
             // Measurement only: a timestamp not written reads as `None`.
             self.timestamps.cmd_reset(rec, 0..2).ok();
             self.timestamps.cmd_write(rec, 0).ok();

@@ -75,8 +75,10 @@ impl Defragmenter {
     ///
     /// A buffer a declared use has not completed on (a frame in flight) is never moved
     /// ([`Unmovable::InFlight`]), nor one the defragmenter would not move (committed, a pool's,
-    /// pinned, shared). Moves copy in one submission, ordered after every earlier command on the
-    /// universal queue but not before the later ones as a whole: each moved buffer carries its
+    /// pinned, shared). Moves copy in one submission on the device's moves queue
+    /// ([`Device::moves_queue`]: a second queue of the universal family where there is one),
+    /// ordered after every earlier residency submission but not before the later ones as a
+    /// whole: each moved buffer carries its
     /// copy ([`Buffer::pending_move`]) until the GPU has passed it, and a recording that uses it
     /// waits for that copy ([`Recording::waits`](crate::recording::Recording::waits)), so only the
     /// frames that read or write a moved buffer wait for its move and the others run beside the
