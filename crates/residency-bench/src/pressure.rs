@@ -26,8 +26,8 @@ use residency::core::usage::BufferUsage;
 use residency::vulkan::ash::vk;
 use residency::vulkan::recording::MemoryDependency;
 use residency::vulkan::{
-    Buffer, BufferDesc, DefragDesc, Defragmenter, Device, DeviceSet, DeviceSetDesc, FaultSite,
-    MemoryTier, ResidencyError,
+    Buffer, BufferDesc, DefragDesc, Defragmenter, Device, DeviceSet, DeviceSetDesc, FaultSite, MemoryTier,
+    ResidencyError,
 };
 use serde::Serialize;
 use std::process::ExitCode;

@@ -355,7 +355,8 @@ fn a_frame_that_does_not_use_a_moved_buffer_is_not_ordered_after_its_copy() {
         let frames = CommandContext::new(device, "pressure frames").unwrap();
         // Made first: its timestamps' first reset is a submission waited for.
         let mut defrag = Defragmenter::new(device, DefragDesc::default()).unwrap();
-        let blocker = frames.submit(&[frame.at(value)], |rec| rec.fill_buffer(&held, 0, 256, 7).unwrap()).unwrap();
+        let blocker =
+            frames.submit(&[frame.at(value)], |rec| rec.fill_buffer(&held, 0, 256, 7).unwrap()).unwrap();
 
         let stats = defrag.relieve(&mut all(&mut buffers, &mut late), 64 * MIB).unwrap();
         assert_eq!((stats.demotions, stats.promotions), (1, 0), "{stats:?}");

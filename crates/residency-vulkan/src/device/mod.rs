@@ -357,9 +357,8 @@ impl Device {
             .queue_priorities(&priorities)];
         let one = [1.0f32];
         if let Some(SparseQueue::SeparateFamily(family)) = queues.sparse {
-            queue_infos.push(
-                vk::DeviceQueueCreateInfo::default().queue_family_index(family).queue_priorities(&one),
-            );
+            queue_infos
+                .push(vk::DeviceQueueCreateInfo::default().queue_family_index(family).queue_priorities(&one));
         }
         let mut extension_names = Vec::new();
         if has_budget {
@@ -784,7 +783,8 @@ impl Device {
             .filter(|s| !Arc::ptr_eq(s, &self.universal))
             .map(|s| s.lock())
             .transpose()?;
-        let _moves = Some(&self.moves).filter(|m| !Arc::ptr_eq(m, &self.universal)).map(|m| m.lock()).transpose()?;
+        let _moves =
+            Some(&self.moves).filter(|m| !Arc::ptr_eq(m, &self.universal)).map(|m| m.lock()).transpose()?;
         self.ledger
             .guard(FaultSite::Wait, || {
                 // SAFETY: valid device; all its queues are locked.
@@ -1092,9 +1092,8 @@ fn choose_queues(instance: &ash::Instance, physical: vk::PhysicalDevice) -> Queu
         _ => None,
     };
     let mut universal_queue_count = if sparse == Some(SparseQueue::SecondInUniversalFamily) { 2 } else { 1 };
-    let moves_index = universal_props
-        .filter(|u| u.queue_count > universal_queue_count)
-        .map(|_| universal_queue_count);
+    let moves_index =
+        universal_props.filter(|u| u.queue_count > universal_queue_count).map(|_| universal_queue_count);
     if moves_index.is_some() {
         universal_queue_count += 1;
     }

@@ -301,10 +301,10 @@ impl CommandContext {
         let frames = device.external_frame_waits();
         // On the moves queue: after every universal submission made before (the copy's opening
         // barrier orders it only after the work of its own queue).
-        let universal = (self.lane == Lane::Moves)
-            .then(|| device.submitted_universal())
-            .flatten();
-        for until in recorded_waits.iter().chain(device.submitted_binds().as_ref()).chain(&frames).chain(&universal) {
+        let universal = (self.lane == Lane::Moves).then(|| device.submitted_universal()).flatten();
+        for until in
+            recorded_waits.iter().chain(device.submitted_binds().as_ref()).chain(&frames).chain(&universal)
+        {
             waits.push(device.wait_info(until)?);
         }
         let waits = &waits[..];
