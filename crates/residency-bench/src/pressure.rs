@@ -6,8 +6,9 @@
 //! back to the host tier when they are made. Each buffer is filled with its own word. Every frame
 //! reads `--touch-kib` KiB of each buffer of a working set (`--working-set` percent of the
 //! buffers, a window sliding one buffer a frame) into a scratch buffer, in one submission waited
-//! for; then `Device::advance_frame` and one `Defragmenter::relieve` pass of at most
-//! `--per-frame-mib` MiB (demoting the coldest buffers, promoting the working set).
+//! for (the frame time: what a renderer waits for); then `Device::advance_frame` and one
+//! `Defragmenter::relieve` pass of at most `--per-frame-mib` MiB (demoting the coldest buffers,
+//! promoting the working set), timed apart (its CPU time: `pass_ms_*`).
 //! The same workload runs first without the limit (everything device-local): its frame-time p99
 //! is `frame_ms_p99_under_budget`. After the frames every buffer is read back and checked
 //! (`verified`); any out-of-memory error on the way is counted (`out_of_memory_errors`).
@@ -16,14 +17,16 @@
 //! is made: `empty_device_bytes`) and after one 4 KiB buffer (`first_buffer_bytes`); the moves'
 //! throughput (bytes demoted and promoted over the GPU time of the passes' copies, timestamps)
 //! against one plain device-local copy of a pass's mean bytes (the `defrag` benchmark's baseline).
-//! A pass is not waited for: the next frame's work is ordered after its copies, and its frame
-//! time includes them.
+//! A pass is not waited for, and the frames are not ordered after its copies as a whole: a frame
+//! that reads a buffer the pass moved waits for that pass's copy (the wait its recording adds),
+//! the others run beside the copies. The frame submits no barrier of its own at its start (the
+//! previous frame was waited for on the host), so only those waits order it after a pass.
 
 use residency::core::usage::BufferUsage;
 use residency::vulkan::ash::vk;
 use residency::vulkan::recording::MemoryDependency;
 use residency::vulkan::{
-    Buffer, BufferDesc, DefragDesc, Defragmenter, Device, DeviceSet, DeviceSetDesc, MemoryTier,
+    Buffer, BufferDesc, DefragDesc, Defragmenter, Device, DeviceSet, DeviceSetDesc, FaultSite, MemoryTier,
     ResidencyError,
 };
 use serde::Serialize;
@@ -101,6 +104,21 @@ struct PressureReport {
     frame_ms_p99_under_budget: f64,
     /// `frame_ms_p99 / frame_ms_p99_under_budget` (target ≤ 2).
     p99_over_under_budget: f64,
+    /// CPU time of the frame's `Defragmenter::relieve` pass (not waited for), under the limit
+    /// and without it.
+    pass_ms_p50: f64,
+    pass_ms_p99: f64,
+    pass_ms_p50_under_budget: f64,
+    pass_ms_p99_under_budget: f64,
+    /// The frame and its pass together (one thread doing both), under the limit and without it.
+    frame_and_pass_ms_p50: f64,
+    frame_and_pass_ms_p99: f64,
+    frame_and_pass_ms_p99_under_budget: f64,
+    /// Frames whose submission waited for a pass's copy (they read a buffer it moved).
+    frames_waiting_for_a_move: u64,
+    /// `vkAllocateMemory` calls during the frames, under the limit and without it.
+    allocate_memory_calls: u64,
+    allocate_memory_calls_under_budget: u64,
     /// Buffers that fell back to the host tier when they were made.
     fallbacks: u64,
     demotions: u64,
@@ -130,6 +148,9 @@ struct PressureReport {
 #[derive(Default)]
 struct Run {
     frame_ms: Vec<f64>,
+    pass_ms: Vec<f64>,
+    frames_waiting: u64,
+    allocate_calls: u64,
     verified: bool,
     out_of_memory: u64,
     other_errors: u64,
@@ -199,9 +220,10 @@ fn workload(device: &Arc<Device>, o: &PressureOptions, limit: Option<u64>) -> Be
     })?;
     let commands = residency::vulkan::CommandContext::new(device, "pressure frames")?;
     let mut defrag = Defragmenter::new(device, DefragDesc::default())?;
-    let mut copies_pending = false;
+    // The last moving pass's copy, until its timestamps were read.
+    let mut copies_pending: Option<residency::vulkan::GpuUse> = None;
+    let allocations_before = device.ledger().site_calls(FaultSite::AllocateMemory);
     for frame in 0..o.frames as usize {
-        let start = Instant::now();
         let window: Vec<usize> = (0..ws).map(|k| (frame + k) % n).collect();
         for &i in &window {
             run.reads += 1;
@@ -209,39 +231,51 @@ fn workload(device: &Arc<Device>, o: &PressureOptions, limit: Option<u64>) -> Be
                 run.device_reads += 1;
             }
         }
+        // The frame: its submission and the wait for it. No barrier at its start: the previous
+        // frame was waited for on the host, and a buffer a pass moved makes the recording wait
+        // for that pass's copy.
+        let start = Instant::now();
+        let mut waited = false;
         let submitted = commands.submit(&[], |rec| {
-            rec.memory_barrier(transfer).expect("transfer stages");
             for (k, &i) in window.iter().enumerate() {
                 rec.copy_buffer(&buffers[i], 0, &scratch, k as u64 * touch, touch)
                     .expect("ranges inside both");
             }
+            waited = !rec.waits().is_empty();
         });
         match submitted.and_then(|s| commands.wait(s)) {
             Ok(()) => {}
             Err(e) => count(&mut run, &e),
         }
-        // The last pass's copies ran before this frame's (one queue): their timestamps are in.
-        if std::mem::take(&mut copies_pending) {
+        let frame_ms = start.elapsed().as_secs_f64() * 1e3;
+        run.frame_ms.push(frame_ms);
+        run.frames_waiting += u64::from(waited);
+        // Measurement only, outside both timed parts: the last pass's timestamps, once its copy
+        // completed (this frame may not have waited for it).
+        if let Some(copy) = copies_pending.take() {
+            device.wait_until(&copy)?;
             run.move_gpu_seconds += defrag.last_copy_gpu_ms().unwrap_or(0.0) / 1e3;
         }
         device.advance_frame();
+        let pass_start = Instant::now();
         let mut movable: Vec<&mut Buffer> = buffers.iter_mut().collect();
-        // Not waited for: the next frame's work is ordered after the pass's copies.
+        // Not waited for: a later frame that reads a moved buffer waits for its copy.
         match defrag.relieve(&mut movable, per_frame) {
             Ok(stats) => {
                 let bytes = stats.demoted_bytes + stats.promoted_bytes;
                 if bytes > 0 {
                     run.moved_bytes += bytes;
                     run.moving_passes += 1;
-                    copies_pending = true;
                 }
+                copies_pending = stats.submission.map(|s| s.gpu_use());
             }
             Err(e) => count(&mut run, &e),
         }
-        run.frame_ms.push(start.elapsed().as_secs_f64() * 1e3);
+        run.pass_ms.push(pass_start.elapsed().as_secs_f64() * 1e3);
     }
+    run.allocate_calls = device.ledger().site_calls(FaultSite::AllocateMemory) - allocations_before;
     device.wait_submitted()?;
-    if copies_pending {
+    if copies_pending.is_some() {
         run.move_gpu_seconds += defrag.last_copy_gpu_ms().unwrap_or(0.0) / 1e3;
     }
     run.verified = true;
@@ -297,6 +331,28 @@ fn measure(o: &PressureOptions) -> BenchResult<PressureReport> {
     r.frame_ms_p50 = percentile(&p, 0.5);
     r.frame_ms_p99 = percentile(&p, 0.99);
     r.p99_over_under_budget = r.frame_ms_p99 / r.frame_ms_p99_under_budget.max(1e-9);
+    let pass = |run: &Run| {
+        let mut v = run.pass_ms.clone();
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    let both = |run: &Run| {
+        let mut v: Vec<f64> = run.frame_ms.iter().zip(&run.pass_ms).map(|(f, p)| f + p).collect();
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    let (pu, pp) = (pass(&under), pass(&over));
+    r.pass_ms_p50 = percentile(&pp, 0.5);
+    r.pass_ms_p99 = percentile(&pp, 0.99);
+    r.pass_ms_p50_under_budget = percentile(&pu, 0.5);
+    r.pass_ms_p99_under_budget = percentile(&pu, 0.99);
+    let (bu, bp) = (both(&under), both(&over));
+    r.frame_and_pass_ms_p50 = percentile(&bp, 0.5);
+    r.frame_and_pass_ms_p99 = percentile(&bp, 0.99);
+    r.frame_and_pass_ms_p99_under_budget = percentile(&bu, 0.99);
+    r.frames_waiting_for_a_move = over.frames_waiting;
+    r.allocate_memory_calls = over.allocate_calls;
+    r.allocate_memory_calls_under_budget = under.allocate_calls;
     r.out_of_memory_errors = under.out_of_memory + over.out_of_memory;
     r.other_errors = under.other_errors + over.other_errors;
     r.verified = under.verified && over.verified && r.out_of_memory_errors == 0 && r.other_errors == 0;
@@ -348,6 +404,18 @@ pub fn run(o: &PressureOptions) -> ExitCode {
             r.frame_ms_p50_under_budget,
             r.frame_ms_p99_under_budget,
             r.p99_over_under_budget
+        );
+        println!(
+            "pass CPU ms p50/p99: {:.3}/{:.3} under pressure, {:.3}/{:.3} under budget; frame + pass p99 {:.3} vs {:.3}; {} frames waited for a move; vkAllocateMemory {} vs {}",
+            r.pass_ms_p50,
+            r.pass_ms_p99,
+            r.pass_ms_p50_under_budget,
+            r.pass_ms_p99_under_budget,
+            r.frame_and_pass_ms_p99,
+            r.frame_and_pass_ms_p99_under_budget,
+            r.frames_waiting_for_a_move,
+            r.allocate_memory_calls,
+            r.allocate_memory_calls_under_budget
         );
         println!(
             "fallbacks {}, demoted {} ({:.1} MiB), promoted {} ({:.1} MiB), device-tier reads {:.1} %",

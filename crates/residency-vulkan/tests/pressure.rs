@@ -331,6 +331,82 @@ fn out_of_memory_during_a_demotion_leaves_everything_where_it_was() {
 }
 
 #[test]
+fn a_frame_that_does_not_use_a_moved_buffer_is_not_ordered_after_its_copy() {
+    use residency_vulkan::CommandContext;
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        fresh(device);
+        let (mut buffers, mut late) = crowded(device);
+        used_now(device, &buffers[1..], &late);
+        let usage = BufferUsage::COPY_DST;
+        let scratch = device.create_buffer(&BufferDesc::new("frames scratch", 768, usage)).unwrap();
+        let held = device.create_buffer(&BufferDesc::new("held", 256, usage)).unwrap();
+        // The copy is held back by state, never by time: a universal submission before it waits
+        // on the GPU for a renderer timeline the test signals from the host only at the end, and
+        // the copy waits for every universal submission made before it.
+        let frame = device.create_timeline("pressure hold").unwrap();
+        let value = {
+            // SAFETY: a timeline semaphore of this device.
+            unsafe { device.raw().get_semaphore_counter_value(frame.raw()) }.unwrap() + 1
+        };
+        // SAFETY: the test signals the timeline from the host below, and waits for nothing that
+        // waits for it before.
+        unsafe { frame.signal_submitted(value) };
+        let frames = CommandContext::new(device, "pressure frames").unwrap();
+        // Made first: its timestamps' first reset is a submission waited for.
+        let mut defrag = Defragmenter::new(device, DefragDesc::default()).unwrap();
+        let blocker =
+            frames.submit(&[frame.at(value)], |rec| rec.fill_buffer(&held, 0, 256, 7).unwrap()).unwrap();
+
+        let stats = defrag.relieve(&mut all(&mut buffers, &mut late), 64 * MIB).unwrap();
+        assert_eq!((stats.demotions, stats.promotions), (1, 0), "{stats:?}");
+        let copy = stats.submission.as_ref().expect("a move copies").gpu_use();
+        assert!(!device.has_completed(&copy), "held back by the timeline");
+        // The moved buffer carries its copy; the others carry nothing.
+        assert_eq!(buffers[0].pending_move(), Some(copy));
+        assert!(buffers[1..].iter().chain([&late]).all(|b| b.pending_move().is_none()));
+
+        // A frame that reads only buffers that did not move waits for nothing: its submission is
+        // not ordered after the copy (which ends with no barrier over later work).
+        let mut unrelated = None;
+        let a = frames
+            .submit(&[], |rec| {
+                rec.copy_buffer(&buffers[1], 0, &scratch, 0, 256).unwrap();
+                rec.copy_buffer(&late, 0, &scratch, 256, 256).unwrap();
+                unrelated = Some(rec.waits().to_vec());
+            })
+            .unwrap();
+        assert_eq!(unrelated.unwrap(), Vec::new(), "no wait for the move");
+        // A frame that reads the moved buffer waits for exactly its copy.
+        let mut related = None;
+        let b = frames
+            .submit(&[], |rec| {
+                // Its own range of the scratch: the two frames are not ordered one after the other.
+                rec.copy_buffer(&buffers[0], 0, &scratch, 512, 256).unwrap();
+                related = Some(rec.waits().to_vec());
+            })
+            .unwrap();
+        assert_eq!(related.unwrap(), vec![copy], "the move's copy, nothing else");
+
+        let signal = vk::SemaphoreSignalInfo::default().semaphore(frame.raw()).value(value);
+        // SAFETY: the test's own timeline, signalled once to a greater value; nothing else signals it.
+        unsafe { device.raw().signal_semaphore(&signal) }.unwrap();
+        for s in [blocker, a, b] {
+            frames.wait(s).unwrap();
+        }
+        assert!(device.has_completed(&copy));
+        assert_eq!(buffers[0].pending_move(), None, "the copy completed");
+        assert_eq!(buffers[0].memory_tier(), Some(MemoryTier::Host));
+        for (i, b) in buffers.iter().enumerate() {
+            check_pattern(device, i, b);
+        }
+        check_pattern(device, 8, &late);
+        drop((buffers, late, scratch, held, defrag, frames, stats));
+        fresh(device);
+    });
+}
+
+#[test]
 fn the_streamers_tile_budget_follows_the_pressure_signal() {
     use residency_core::tiles::ResidencyPath;
     use residency_vulkan::streaming::{Streamer, StreamerDesc};

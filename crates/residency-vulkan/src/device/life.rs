@@ -47,8 +47,11 @@ pub(crate) const UNIVERSAL: ClockId = ClockId(0);
 pub(crate) const FRAMES: ClockId = ClockId(1);
 /// The clock of residency's sparse binds (the device's sparse timeline semaphore).
 pub(crate) const SPARSE: ClockId = ClockId(2);
+/// The clock of residency's submissions to its moves queue (the copies of moves under memory
+/// pressure: [`Device::moves_queue`]).
+pub(crate) const MOVES: ClockId = ClockId(3);
 /// The first clock of a renderer [`Timeline`].
-const FIRST_TIMELINE: u32 = 3;
+const FIRST_TIMELINE: u32 = 4;
 /// How long the teardown of an adopted device waits for work residency knows of (its own
 /// submissions, announced renderer frames) before it gives up and keeps the device's objects
 /// alive: the application's other work may hold the GPU, and teardown never waits forever.
@@ -268,6 +271,11 @@ pub(crate) struct Life {
     /// The frame count when a use was last declared (or it was made): how cold it is under
     /// memory pressure.
     last_used_frame: AtomicU64,
+    /// The value of the copy that fills this resource's memory on residency's moves timeline
+    /// ([`MOVES`]), while it may still be pending (0: none): a move under pressure orders later
+    /// work after it per resource, through the waits of the recordings that use it
+    /// ([`Life::pending_fill`]).
+    filled_at: AtomicU64,
 }
 
 impl std::fmt::Debug for Life {
@@ -289,7 +297,32 @@ impl Life {
             garbage: Some(garbage),
             uses: Mutex::new(LastUses::none()),
             last_used_frame: frame,
+            filled_at: AtomicU64::new(0),
         })
+    }
+
+    /// Notes that `copy` (a residency submission on the moves queue) fills this resource's
+    /// memory: every recording that uses it waits for `copy` until it has completed.
+    pub(crate) fn set_filled_by(&self, copy: GpuUse) {
+        debug_assert!(copy.point.clock == MOVES && copy.device == self.device().uid());
+        self.filled_at.fetch_max(copy.point.value, Ordering::AcqRel);
+    }
+
+    /// The copy that fills this resource's memory ([`Life::set_filled_by`]), while the GPU has
+    /// not passed it; `None` once it has (one atomic load for a resource never moved).
+    pub(crate) fn pending_fill(&self) -> Option<GpuUse> {
+        let value = self.filled_at.load(Ordering::Acquire);
+        if value == 0 {
+            return None;
+        }
+        let device = self.device();
+        let fill = GpuUse { device: device.uid(), point: GpuPoint::new(MOVES, value) };
+        if device.has_completed(&fill) {
+            // A later fill (a greater value) stays.
+            let _ = self.filled_at.compare_exchange(value, 0, Ordering::AcqRel, Ordering::Relaxed);
+            return None;
+        }
+        Some(fill)
     }
 
     /// The frame count when a use was last declared on it, or when it was made.
@@ -509,6 +542,10 @@ pub(crate) struct Retirement {
     /// are taken under its lock).
     pub(crate) sparse: vk::Semaphore,
     sparse_clock: ClockCache,
+    /// The timeline semaphore residency's submissions to its moves queue signal (values taken
+    /// under that queue's lock).
+    pub(crate) moves: vk::Semaphore,
+    moves_clock: ClockCache,
     frame: AtomicU64,
     timelines: Mutex<Vec<TimelineEntry>>,
     /// The retire queue, one shard per releasing thread's [`thread_shard`]: threads dropping
@@ -546,11 +583,24 @@ impl Retirement {
                 return Err(e);
             }
         };
+        let moves = match timeline_semaphore(raw) {
+            Ok(s) => s,
+            Err(e) => {
+                // SAFETY: created above, never used.
+                unsafe {
+                    raw.destroy_semaphore(universal, None);
+                    raw.destroy_semaphore(sparse, None);
+                }
+                return Err(e);
+            }
+        };
         Ok(Retirement {
             universal,
             universal_clock: ClockCache::new(),
             sparse,
             sparse_clock: ClockCache::new(),
+            moves,
+            moves_clock: ClockCache::new(),
             frame: AtomicU64::new(0),
             timelines: Mutex::new(Vec::new()),
             queues: std::array::from_fn(|_| CachePadded(Mutex::new(RetireQueue::new()))),
@@ -595,6 +645,27 @@ impl Retirement {
         self.sparse_clock.publish(value);
     }
 
+    /// The value the next submission to the moves queue signals: call with that queue locked,
+    /// and [`Retirement::published_moves`] once it was submitted, still under the lock.
+    pub(crate) fn next_moves(&self) -> u64 {
+        self.moves_clock.next()
+    }
+
+    /// The moves-queue submission signalling `value` (from [`Retirement::next_moves`]) was made.
+    pub(crate) fn published_moves(&self, value: u64) {
+        self.moves_clock.publish(value);
+    }
+
+    /// A moves-queue submission's fence signalled (as [`Retirement::note_completed`]).
+    pub(crate) fn note_moves_completed(&self, value: u64) {
+        self.moves_clock.note_completed(value);
+    }
+
+    /// The highest value submitted to the moves queue.
+    pub(crate) fn moves_submitted(&self) -> u64 {
+        self.moves_clock.submitted()
+    }
+
     pub(crate) fn sparse_submitted(&self) -> u64 {
         self.sparse_clock.submitted()
     }
@@ -602,7 +673,9 @@ impl Retirement {
     /// Whether every residency submission and sparse bind made so far was already seen completed
     /// (two pairs of atomic loads; `false` only means "ask the semaphores").
     fn all_seen_completed(&self) -> bool {
-        self.universal_clock.all_seen_completed() && self.sparse_clock.all_seen_completed()
+        self.universal_clock.all_seen_completed()
+            && self.sparse_clock.all_seen_completed()
+            && self.moves_clock.all_seen_completed()
     }
 
     /// One of residency's own clocks: its semaphore and its cached progress.
@@ -610,6 +683,7 @@ impl Retirement {
         match clock {
             UNIVERSAL => Some((self.universal, &self.universal_clock)),
             SPARSE => Some((self.sparse, &self.sparse_clock)),
+            MOVES => Some((self.moves, &self.moves_clock)),
             _ => None,
         }
     }
@@ -624,6 +698,7 @@ impl Retirement {
         unsafe {
             raw.destroy_semaphore(self.universal, None);
             raw.destroy_semaphore(self.sparse, None);
+            raw.destroy_semaphore(self.moves, None);
             for t in timelines.into_iter().filter(|t| !t.imported) {
                 raw.destroy_semaphore(t.raw, None);
             }
@@ -643,7 +718,7 @@ impl Device {
             });
         }
         match clock {
-            UNIVERSAL | SPARSE => 0, // answered above
+            UNIVERSAL | SPARSE | MOVES => 0, // answered above
             FRAMES => r.frame.load(Ordering::Acquire),
             ClockId(n) => {
                 let timelines = r.timelines.locked();
@@ -754,6 +829,11 @@ impl Device {
         if binds > 0 {
             uses.note(GpuPoint::new(SPARSE, binds));
         }
+        // And moves' copies submitted before the drop (their sources and destinations).
+        let moves = self.retirement().moves_submitted();
+        if moves > 0 {
+            uses.note(GpuPoint::new(MOVES, moves));
+        }
         if uses.is_done(|clock| self.clock_value(clock)) {
             garbage.destroy(self);
             return None;
@@ -809,6 +889,8 @@ impl Device {
             let Ok(_universal) = self.universal_queue().lock() else { return false };
             let sparse = self.sparse_queue().filter(|s| !Arc::ptr_eq(s, self.universal_queue()));
             let Ok(_sparse) = sparse.map(|s| s.lock()).transpose() else { return false };
+            let moves = Some(self.moves_queue()).filter(|m| !Arc::ptr_eq(m, self.universal_queue()));
+            let Ok(_moves) = moves.map(|m| m.lock()).transpose() else { return false };
             // SAFETY: valid device; all its queues are locked. On a really lost device the call
             // returns in finite time, as the spec requires.
             let _ = unsafe { self.raw().device_wait_idle() };
@@ -829,8 +911,9 @@ impl Device {
             pending.merge(&queue.locked().pending());
         }
         pending.merge(&self.retirement().frames.locked());
-        let mut semaphores = vec![self.retirement().universal, self.retirement().sparse];
-        let mut values = vec![self.retirement().universal_submitted(), self.retirement().sparse_submitted()];
+        let r = self.retirement();
+        let mut semaphores = vec![r.universal, r.sparse, r.moves];
+        let mut values = vec![r.universal_submitted(), r.sparse_submitted(), r.moves_submitted()];
         {
             let timelines = self.retirement().timelines.locked();
             for point in pending.points() {
@@ -873,6 +956,7 @@ impl Device {
     pub fn wait_submitted(&self) -> Result<()> {
         self.wait_universal(self.retirement().universal_submitted())?;
         self.wait_own(SPARSE, self.retirement().sparse_submitted())?;
+        self.wait_own(MOVES, self.retirement().moves_submitted())?;
         self.maintain();
         Ok(())
     }
@@ -925,6 +1009,7 @@ impl Device {
         let semaphore = match until.point.clock {
             UNIVERSAL => self.retirement().universal,
             SPARSE => self.retirement().sparse,
+            MOVES => self.retirement().moves,
             FRAMES => return Err(refuse("a frame count is not a GPU event a submission can wait for")),
             ClockId(n) => {
                 let timelines = self.retirement().timelines.locked();
@@ -966,7 +1051,7 @@ impl Device {
     /// announced signal or the timeline itself reached, a frame count never (no GPU event).
     pub(crate) fn is_reachable(&self, point: GpuPoint) -> bool {
         match point.clock {
-            UNIVERSAL | SPARSE => true,
+            UNIVERSAL | SPARSE | MOVES => true,
             FRAMES => false,
             ClockId(n) => {
                 let timelines = self.retirement().timelines.locked();
@@ -1020,6 +1105,13 @@ impl Device {
         }
     }
 
+    /// The use that ends when every universal submission residency has made so far completes
+    /// (`None`: none was).
+    pub(crate) fn submitted_universal(&self) -> Option<GpuUse> {
+        let value = self.retirement().universal_submitted();
+        (value > 0).then(|| GpuUse { device: self.uid(), point: GpuPoint::new(UNIVERSAL, value) })
+    }
+
     /// The use that ends when every sparse bind residency has submitted to this device so far
     /// completes (`None`: none was).
     pub fn submitted_binds(&self) -> Option<GpuUse> {
@@ -1040,7 +1132,7 @@ impl Device {
         if self.has_completed(until) {
             return Ok(());
         }
-        if until.device == self.uid() && matches!(until.point.clock, UNIVERSAL | SPARSE) {
+        if until.device == self.uid() && matches!(until.point.clock, UNIVERSAL | SPARSE | MOVES) {
             return self.wait_own(until.point.clock, until.point.value);
         }
         let info = self.wait_info(until)?;
@@ -1097,7 +1189,8 @@ impl Device {
         if raw == vk::Semaphore::null() {
             return Err(refuse("a null semaphore"));
         }
-        if raw == self.retirement().universal || raw == self.retirement().sparse {
+        let r = self.retirement();
+        if raw == r.universal || raw == r.sparse || raw == r.moves {
             return Err(refuse("one of residency's own timelines"));
         }
         let mut timelines = self.retirement().timelines.locked();

@@ -154,6 +154,9 @@ pub struct Device {
     features: EnabledFeatures,
     universal: Arc<Queue>,
     sparse: Option<Arc<Queue>>,
+    /// The queue of moves under memory pressure: a second queue of the universal family where
+    /// there is one, else the universal queue itself.
+    moves: Arc<Queue>,
     profile: OnceLock<DeviceProfile>,
     memory: MemoryProperties,
     limits: vk::PhysicalDeviceLimits,
@@ -350,16 +353,18 @@ impl Device {
             enable2 = enable2.push_next(&mut enable_rt);
         }
 
-        let priorities = [1.0f32, 1.0];
+        // The moves queue last, at a lower priority than the frames' queue.
+        let mut priorities = vec![1.0f32; queues.universal_queue_count as usize];
+        if let Some(moves) = queues.moves_index {
+            priorities[moves as usize] = 0.5;
+        }
         let mut queue_infos = vec![vk::DeviceQueueCreateInfo::default()
             .queue_family_index(universal_family)
-            .queue_priorities(&priorities[..queues.universal_queue_count as usize])];
+            .queue_priorities(&priorities)];
+        let one = [1.0f32];
         if let Some(SparseQueue::SeparateFamily(family)) = queues.sparse {
-            queue_infos.push(
-                vk::DeviceQueueCreateInfo::default()
-                    .queue_family_index(family)
-                    .queue_priorities(&priorities[..1]),
-            );
+            queue_infos
+                .push(vk::DeviceQueueCreateInfo::default().queue_family_index(family).queue_priorities(&one));
         }
         let mut extension_names = Vec::new();
         if has_budget {
@@ -395,6 +400,7 @@ impl Device {
             Some(SparseQueue::SecondInUniversalFamily) => Some(get_queue(universal_family, 1)),
             Some(SparseQueue::SeparateFamily(family)) => Some(get_queue(family, 0)),
         };
+        let moves = queues.moves_index.map(|i| get_queue(universal_family, i));
         let device = Device::from_parts(Parts {
             shared,
             physical,
@@ -406,6 +412,7 @@ impl Device {
             raw,
             universal,
             sparse,
+            moves,
             owned: true,
             non_coherent_atom,
         })?;
@@ -413,6 +420,7 @@ impl Device {
             device = %device.index,
             name = %device.name,
             sparse_queue = ?queues.sparse,
+            moves_queue = ?queues.moves_index,
             "logical device created"
         );
         Ok(device)
@@ -433,9 +441,11 @@ impl Device {
             raw,
             universal,
             sparse,
+            moves,
             owned,
             non_coherent_atom,
         } = parts;
+        let moves = moves.unwrap_or_else(|| Arc::clone(&universal));
         let retirement = match Retirement::new(&raw) {
             Ok(r) => r,
             Err(e) => {
@@ -502,6 +512,7 @@ impl Device {
             features,
             universal,
             sparse,
+            moves,
             profile: OnceLock::new(),
             memory,
             limits,
@@ -533,6 +544,12 @@ impl Device {
                 device.set_name(*queue, &format!("{label} sparse queue"));
             }
         }
+        if !Arc::ptr_eq(&device.moves, &device.universal) {
+            if let Ok(queue) = device.moves.lock() {
+                device.set_name(*queue, &format!("{label} moves queue"));
+            }
+        }
+        device.set_name(device.retirement.moves, &format!("{label} moves timeline"));
         device.set_name(device.retirement.universal, &format!("{label} universal timeline"));
         Ok(device)
     }
@@ -590,6 +607,16 @@ impl Device {
     /// queue itself (compare with `Arc::ptr_eq`).
     pub fn sparse_queue(&self) -> Option<&Arc<Queue>> {
         self.sparse.as_ref()
+    }
+
+    /// The queue the copies of moves under memory pressure run on
+    /// ([`Defragmenter::relieve`](crate::Defragmenter::relieve)): a second queue of the universal
+    /// queue's family where the family has one (no queue-family ownership transfer: the same
+    /// family), so the copies run beside the renderer's frames; else the universal queue itself
+    /// (compare with `Arc::ptr_eq`), as on lavapipe and on an adopted device. Its submissions
+    /// signal a timeline of their own; the work that uses a moved buffer waits for its copy there.
+    pub fn moves_queue(&self) -> &Arc<Queue> {
+        &self.moves
     }
 
     /// The raw `ash` device, for code that records its own commands.
@@ -762,6 +789,8 @@ impl Device {
             .filter(|s| !Arc::ptr_eq(s, &self.universal))
             .map(|s| s.lock())
             .transpose()?;
+        let _moves =
+            Some(&self.moves).filter(|m| !Arc::ptr_eq(m, &self.universal)).map(|m| m.lock()).transpose()?;
         self.ledger
             .guard(FaultSite::Wait, || {
                 // SAFETY: valid device; all its queues are locked.
@@ -783,8 +812,9 @@ impl Device {
             return true;
         }
         let sparse = self.sparse.as_ref().filter(|s| !Arc::ptr_eq(s, &self.universal));
+        let moves = Some(&self.moves).filter(|m| !Arc::ptr_eq(m, &self.universal));
         let mut drained = true;
-        for queue in std::iter::once(&self.universal).chain(sparse) {
+        for queue in std::iter::once(&self.universal).chain(sparse).chain(moves) {
             // SAFETY: valid device.
             let fence = match unsafe { self.raw.create_fence(&vk::FenceCreateInfo::default(), None) } {
                 Ok(fence) => fence,
@@ -921,6 +951,8 @@ struct Parts {
     raw: ash::Device,
     universal: Arc<Queue>,
     sparse: Option<Arc<Queue>>,
+    /// The moves queue, when it is not the universal queue.
+    moves: Option<Arc<Queue>>,
     owned: bool,
     non_coherent_atom: u64,
 }
@@ -1010,6 +1042,7 @@ impl Device {
             raw,
             universal,
             sparse,
+            moves: None,
             owned: false,
             non_coherent_atom: 0,
         })?;
@@ -1036,6 +1069,9 @@ struct QueueChoice {
     universal_family: Option<u32>,
     universal_queue_count: u32,
     sparse: Option<SparseQueue>,
+    /// The index in the universal family of the moves queue, when the family has a queue to
+    /// spare for it.
+    moves_index: Option<u32>,
 }
 
 fn choose_queues(instance: &ash::Instance, physical: vk::PhysicalDevice) -> QueueChoice {
@@ -1061,6 +1097,11 @@ fn choose_queues(instance: &ash::Instance, physical: vk::PhysicalDevice) -> Queu
         }
         _ => None,
     };
-    let universal_queue_count = if sparse == Some(SparseQueue::SecondInUniversalFamily) { 2 } else { 1 };
-    QueueChoice { universal_family, universal_queue_count, sparse }
+    let mut universal_queue_count = if sparse == Some(SparseQueue::SecondInUniversalFamily) { 2 } else { 1 };
+    let moves_index =
+        universal_props.filter(|u| u.queue_count > universal_queue_count).map(|_| universal_queue_count);
+    if moves_index.is_some() {
+        universal_queue_count += 1;
+    }
+    QueueChoice { universal_family, universal_queue_count, sparse, moves_index }
 }

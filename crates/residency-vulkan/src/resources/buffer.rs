@@ -500,6 +500,18 @@ impl Buffer {
         self.life.last_used_frame()
     }
 
+    /// The copy that fills its memory after a move under pressure
+    /// ([`Defragmenter::relieve`](crate::Defragmenter::relieve)), while the GPU has not passed it:
+    /// later work is not ordered after such a copy as a whole, so work that uses the buffer
+    /// waits for it. Residency's submissions and the recordings of its helpers add this wait
+    /// themselves ([`Recording::waits`](crate::recording::Recording::waits)); commands you record
+    /// yourself with [`Buffer::raw`] must wait for it too (a semaphore wait:
+    /// [`Device::semaphore_point`]). `None` for a buffer never moved so, or once the copy
+    /// completed.
+    pub fn pending_move(&self) -> Option<GpuUse> {
+        self.life.pending_fill()
+    }
+
     /// Whether a [`Defragmenter`](crate::Defragmenter) pass may move it (default: true). A pass
     /// moves only the buffers it is handed, and never a pinned one.
     pub fn is_movable(&self) -> bool {

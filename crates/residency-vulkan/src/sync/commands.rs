@@ -83,8 +83,10 @@ impl ResidencyError for ReadBackError {
 pub struct Submission {
     slot: usize,
     serial: u64,
-    /// The value of the device's universal timeline this submission signals.
+    /// The value of its lane's timeline (the device's universal timeline, or its moves timeline)
+    /// this submission signals.
     point: u64,
+    lane: Lane,
     device: u64,
     /// The [`CommandContext`] that made it (unique in the process).
     context: u64,
@@ -97,7 +99,7 @@ impl Submission {
     pub fn gpu_use(&self) -> GpuUse {
         GpuUse {
             device: self.device,
-            point: residency_core::sync::GpuPoint::new(crate::device::life::UNIVERSAL, self.point),
+            point: residency_core::sync::GpuPoint::new(self.lane.clock(), self.point),
         }
     }
 }
@@ -119,12 +121,40 @@ struct ContextState {
     next_serial: u64,
 }
 
+/// Which of residency's queues and timelines a [`CommandContext`] submits to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lane {
+    /// The universal queue and timeline: every public context.
+    Universal,
+    /// The moves queue ([`Device::moves_queue`]) and its timeline: the copies of moves under
+    /// memory pressure (buffers only: no image layouts are checked there). Each submission waits
+    /// on the GPU for every universal submission made before it.
+    Moves,
+}
+
+impl Lane {
+    fn clock(self) -> residency_core::sync::ClockId {
+        match self {
+            Lane::Universal => crate::device::life::UNIVERSAL,
+            Lane::Moves => crate::device::life::MOVES,
+        }
+    }
+
+    fn queue(self, device: &Device) -> &Arc<crate::device::Queue> {
+        match self {
+            Lane::Universal => device.universal_queue(),
+            Lane::Moves => device.moves_queue(),
+        }
+    }
+}
+
 /// A command pool on the universal queue's family with reusable command buffers and fences.
 /// Dropping it waits for its submissions (bounded on a lost device) and destroys them.
 #[derive(Debug)]
 pub struct CommandContext {
     device: Arc<Device>,
     name: String,
+    lane: Lane,
     /// Unique in the process: the issuer of this context's [`Submission`]s.
     id: u64,
     state: Lock<ContextState>,
@@ -139,8 +169,13 @@ const REENTRANT_SUBMIT: &str =
 impl CommandContext {
     /// Creates an empty context; command buffers are created as needed.
     pub fn new(device: &Device, name: &str) -> Result<CommandContext> {
+        CommandContext::on_lane(device, name, Lane::Universal)
+    }
+
+    /// A context of `lane` (its queue is of the universal queue's family).
+    pub(crate) fn on_lane(device: &Device, name: &str, lane: Lane) -> Result<CommandContext> {
         let info = vk::CommandPoolCreateInfo::default()
-            .queue_family_index(device.universal_queue().family())
+            .queue_family_index(lane.queue(device).family())
             .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
         // SAFETY: valid device and queue family.
         let pool = unsafe { device.raw().create_command_pool(&info, None) }.during("vkCreateCommandPool")?;
@@ -148,6 +183,7 @@ impl CommandContext {
         Ok(CommandContext {
             device: device.arc(),
             name: name.to_owned(),
+            lane,
             id: NEXT_CONTEXT.fetch_add(1, Ordering::Relaxed),
             state: Lock::new(ContextState { pool, slots: Vec::new(), next_serial: 1 }),
         })
@@ -170,7 +206,7 @@ impl CommandContext {
             });
             if signalled.during("vkGetFenceStatus")? {
                 slot.serial = 0;
-                device.retirement().note_completed(slot.point);
+                self.note_completed(slot.point);
                 return Ok(i);
             }
         }
@@ -263,7 +299,12 @@ impl CommandContext {
         // race a bind or unbind of memory it touches.
         // And after the renderer frames submitted on its other queues (layouts, memory).
         let frames = device.external_frame_waits();
-        for until in recorded_waits.iter().chain(device.submitted_binds().as_ref()).chain(&frames) {
+        // On the moves queue: after every universal submission made before (the copy's opening
+        // barrier orders it only after the work of its own queue).
+        let universal = (self.lane == Lane::Moves).then(|| device.submitted_universal()).flatten();
+        for until in
+            recorded_waits.iter().chain(device.submitted_binds().as_ref()).chain(&frames).chain(&universal)
+        {
             waits.push(device.wait_info(until)?);
         }
         let waits = &waits[..];
@@ -272,19 +313,26 @@ impl CommandContext {
         unsafe { device.raw().end_command_buffer(command_buffer) }.during("vkEndCommandBuffer")?;
         let buffers = [vk::CommandBufferSubmitInfo::default().command_buffer(command_buffer)];
         let point = {
-            let queue = device.universal_queue().lock()?;
+            let queue = self.lane.queue(device).lock()?;
             // The device's universal timeline: values are taken under the queue lock, so they grow
             // in submission order.
             // Every image must be in the layouts the recorded commands need, in submission order
             // (checked under the queue lock, so no other submission comes between the check,
             // the submission and the new layouts); a mismatch submits nothing.
             layouts.check()?;
-            let point = device.retirement().next_universal();
+            let point = match self.lane {
+                Lane::Universal => device.retirement().next_universal(),
+                Lane::Moves => device.retirement().next_moves(),
+            };
+            let timeline = match self.lane {
+                Lane::Universal => device.retirement().universal,
+                Lane::Moves => device.retirement().moves,
+            };
             let mut all_signals = Vec::with_capacity(signals.len() + 1);
             all_signals.extend_from_slice(signals);
             all_signals.push(
                 vk::SemaphoreSubmitInfo::default()
-                    .semaphore(device.retirement().universal)
+                    .semaphore(timeline)
                     .value(point)
                     .stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS),
             );
@@ -304,7 +352,10 @@ impl CommandContext {
                 device.ledger().note_result(result);
                 return Err(VulkanError::from_vk("vkQueueSubmit2", result));
             }
-            device.retirement().published(point);
+            match self.lane {
+                Lane::Universal => device.retirement().published(point),
+                Lane::Moves => device.retirement().published_moves(point),
+            }
             device.announce_signals(signals);
             layouts.apply();
             point
@@ -316,7 +367,15 @@ impl CommandContext {
         drop(state);
         drop(kept);
         device.maintain();
-        Ok(Submission { slot: index, serial, point, device: device.uid(), context: self.id })
+        Ok(Submission { slot: index, serial, point, lane: self.lane, device: device.uid(), context: self.id })
+    }
+
+    /// A fence of this context signalled for the submission of `point` on its lane's timeline.
+    fn note_completed(&self, point: u64) {
+        match self.lane {
+            Lane::Universal => self.device.retirement().note_completed(point),
+            Lane::Moves => self.device.retirement().note_moves_completed(point),
+        }
     }
 
     fn lock_state(&self) -> Result<crate::device::lock::LockGuard<'_, ContextState>> {
@@ -358,7 +417,7 @@ impl CommandContext {
             })
             .during("vkGetFenceStatus")?;
         if done {
-            device.retirement().note_completed(submission.point);
+            self.note_completed(submission.point);
         }
         Ok(done)
     }
@@ -381,7 +440,7 @@ impl CommandContext {
             if slot.serial != submission.serial {
                 // Already observed complete (its fence) and reused: only the timeline may lag.
                 drop(state);
-                return device.wait_universal(submission.point);
+                return device.wait_until(&submission.gpu_use());
             }
             slot.fence
         };
@@ -392,7 +451,7 @@ impl CommandContext {
                 unsafe { device.raw().wait_for_fences(&[fence], true, u64::MAX) }
             })
             .during("vkWaitForFences")?;
-        device.retirement().note_completed(submission.point);
+        self.note_completed(submission.point);
         Ok(())
     }
 

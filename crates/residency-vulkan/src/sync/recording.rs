@@ -273,6 +273,13 @@ impl<'a> Recording<'a> {
         if self.seen.insert(Arc::as_ptr(life) as usize) {
             // A recorded use makes it hot (memory pressure: `Buffer::last_used_frame`).
             life.note_used_now();
+            // A move under pressure fills its new memory with a copy that later work is not
+            // ordered after as a whole: a submission that uses it waits for that copy.
+            if let Some(fill) = life.pending_fill() {
+                if !self.waits.contains(&fill) {
+                    self.waits.push(fill);
+                }
+            }
             self.kept.push(Arc::clone(life));
         }
     }

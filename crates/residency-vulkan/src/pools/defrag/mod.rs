@@ -19,7 +19,7 @@ use crate::pools::buffer_pool::PoolArena;
 use crate::resources::buffer::{bind_buffer, create_raw_buffer, Buffer, BufferPlacement};
 use crate::resources::buffer::{BufferMemory, BufferObject, MovedBuffer};
 use crate::resources::image::{Image, Layouts};
-use crate::sync::commands::{CommandContext, Submission};
+use crate::sync::commands::{CommandContext, Lane, Submission};
 use crate::sync::recording::Timestamps;
 use ash::vk;
 use residency_core::allocator::{
@@ -193,6 +193,8 @@ impl ResidencyError for DefragError {
 pub struct Defragmenter {
     device: Arc<Device>,
     commands: CommandContext,
+    /// The copies of [`Defragmenter::relieve`], on the device's moves queue.
+    moves: CommandContext,
     desc: DefragDesc,
     totals: DefragTotals,
     /// Written before and after the copies of each pass (measurement only).
@@ -322,6 +324,17 @@ struct Staged {
     waits: Vec<GpuUse>,
 }
 
+/// How the work submitted after a pass's copies is ordered after them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LaterWork {
+    /// All of it, by a barrier at the end of the copies (a defragmentation pass).
+    Ordered,
+    /// Only the work that uses a moved resource, through the semaphore wait its recording adds
+    /// (a pass under pressure: [`Defragmenter::relieve`], whose copies run on the device's moves
+    /// queue).
+    PerResource,
+}
+
 /// The resources handed to a pass.
 struct Movable<'r, 'b, 'i> {
     buffers: &'r mut [&'b mut Buffer],
@@ -405,10 +418,12 @@ impl Defragmenter {
     /// A defragmenter for `device`, with its own command context for the copies.
     pub fn new(device: &Device, desc: DefragDesc) -> Result<Defragmenter, VulkanError> {
         let commands = CommandContext::new(device, "defragmenter")?;
+        let moves = CommandContext::on_lane(device, "defragmenter moves", Lane::Moves)?;
         let timestamps = Timestamps::new(device, "defragmenter timestamps", 2)?;
         Ok(Defragmenter {
             device: device.arc(),
             commands,
+            moves,
             desc,
             totals: DefragTotals::default(),
             timestamps,
@@ -519,7 +534,7 @@ impl Defragmenter {
         }
         let mut copy = None;
         if !stage.moves.is_empty() {
-            let submission = self.copy(&stage, movable)?;
+            let submission = self.copy(&stage, movable, LaterWork::Ordered)?;
             copy = Some(submission.gpu_use());
             stats.submission = Some(submission);
         }
@@ -875,10 +890,27 @@ impl Defragmenter {
         Ok(true)
     }
 
-    /// Records and submits the copies of every staged move.
-    fn copy(&self, stage: &Stage<'_>, movable: &Movable<'_, '_, '_>) -> Result<Submission, VulkanError> {
+    /// Records and submits the copies of every staged move: on the universal queue after every
+    /// earlier command there and before every later one ([`LaterWork::Ordered`]), or on the
+    /// device's moves queue after every earlier universal submission (a semaphore wait) and every
+    /// earlier command of the moves queue, before the host's reads only
+    /// ([`LaterWork::PerResource`]: the caller marks each moved resource's life with the copy,
+    /// which the recordings that use it wait for).
+    fn copy(
+        &self,
+        stage: &Stage<'_>,
+        movable: &Movable<'_, '_, '_>,
+        later: LaterWork,
+    ) -> Result<Submission, VulkanError> {
         let device = &*self.device;
         let mut waits: Vec<GpuUse> = stage.moves.iter().flat_map(|m| m.waits.iter().copied()).collect();
+        // A buffer an earlier pass under pressure moved: after the copy that filled it (on the
+        // moves queue, which this queue's barriers do not reach).
+        for m in &stage.moves {
+            if let Target::Buffer(i) = m.target {
+                waits.extend(movable.buffers[i].life().pending_fill());
+            }
+        }
         waits.sort_by_key(|w| (w.point.clock.0, std::cmp::Reverse(w.point.value)));
         waits.dedup_by_key(|w| w.point.clock);
         let mut copies: Vec<(vk::Buffer, vk::Buffer, vk::BufferCopy)> = Vec::new();
@@ -906,14 +938,29 @@ impl Defragmenter {
             .src_access_mask(vk::AccessFlags2::MEMORY_WRITE)
             .dst_stage_mask(vk::PipelineStageFlags2::COPY)
             .dst_access_mask(vk::AccessFlags2::TRANSFER_READ | vk::AccessFlags2::TRANSFER_WRITE)];
-        let after = [vk::MemoryBarrier2::default()
-            .src_stage_mask(vk::PipelineStageFlags2::COPY)
-            .src_access_mask(vk::AccessFlags2::TRANSFER_WRITE)
-            .dst_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS | vk::PipelineStageFlags2::HOST)
-            .dst_access_mask(
-                vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE | vk::AccessFlags2::HOST_READ,
-            )];
-        self.commands.submit(&waits, |rec| {
+        let after = match later {
+            LaterWork::Ordered => [vk::MemoryBarrier2::default()
+                .src_stage_mask(vk::PipelineStageFlags2::COPY)
+                .src_access_mask(vk::AccessFlags2::TRANSFER_WRITE)
+                .dst_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS | vk::PipelineStageFlags2::HOST)
+                .dst_access_mask(
+                    vk::AccessFlags2::MEMORY_READ
+                        | vk::AccessFlags2::MEMORY_WRITE
+                        | vk::AccessFlags2::HOST_READ,
+                )],
+            // Only the host's reads (a buffer's `read` waits for the copy on the CPU): the GPU's
+            // later work waits for the submission's signal where it uses a moved resource.
+            LaterWork::PerResource => [vk::MemoryBarrier2::default()
+                .src_stage_mask(vk::PipelineStageFlags2::COPY)
+                .src_access_mask(vk::AccessFlags2::TRANSFER_WRITE)
+                .dst_stage_mask(vk::PipelineStageFlags2::HOST)
+                .dst_access_mask(vk::AccessFlags2::HOST_READ | vk::AccessFlags2::HOST_WRITE)],
+        };
+        let commands = match later {
+            LaterWork::Ordered => &self.commands,
+            LaterWork::PerResource => &self.moves,
+        };
+        commands.submit(&waits, |rec| {
             // Measurement only: a timestamp not written reads as `None`.
             self.timestamps.cmd_reset(rec, 0..2).ok();
             self.timestamps.cmd_write(rec, 0).ok();
@@ -943,7 +990,9 @@ impl Defragmenter {
             // planned place; each region is one whole subresource. The destinations are ranges no
             // live resource holds, so no copy overlaps another or its own source. The barriers
             // order the copies after every earlier command on the queue, transition the images
-            // around them, and order every later command after them.
+            // around them, and order every later command after them (`LaterWork::Ordered`) or
+            // the host's accesses only (`LaterWork::PerResource`: the caller then has every
+            // recording that uses a moved resource wait for this submission's signal).
             unsafe {
                 let first = vk::DependencyInfo::default()
                     .memory_barriers(&before)

@@ -4,7 +4,7 @@
 //! user data, priority and last-used frame kept) and the old buffer and range retire behind the
 //! copy. A pass that fails leaves every buffer where it was and nothing allocated.
 
-use super::{DefragError, Defragmenter, Heaps, Movable, Stage, Staged, Unmovable};
+use super::{DefragError, Defragmenter, Heaps, LaterWork, Movable, Stage, Staged, Unmovable};
 use crate::device::blocks::{MemoryError, ResourceMemory, SubRequest};
 use crate::device::life::Garbage;
 use crate::device::pressure::Counter;
@@ -75,8 +75,14 @@ impl Defragmenter {
     ///
     /// A buffer a declared use has not completed on (a frame in flight) is never moved
     /// ([`Unmovable::InFlight`]), nor one the defragmenter would not move (committed, a pool's,
-    /// pinned, shared). Moves copy in one submission, ordered after every earlier command on the
-    /// universal queue; demotions and promotions are counted in [`Device::pressure_stats`].
+    /// pinned, shared). Moves copy in one submission on the device's moves queue
+    /// ([`Device::moves_queue`]: a second queue of the universal family where there is one),
+    /// ordered after every earlier residency submission but not before the later ones as a
+    /// whole: each moved buffer carries its
+    /// copy ([`Buffer::pending_move`]) until the GPU has passed it, and a recording that uses it
+    /// waits for that copy ([`Recording::waits`](crate::recording::Recording::waits)), so only the
+    /// frames that read or write a moved buffer wait for its move and the others run beside the
+    /// copies. Demotions and promotions are counted in [`Device::pressure_stats`].
     ///
     /// On an error (out of memory or budget for a demotion's host memory, a failed submission)
     /// every buffer is where it was and nothing is left allocated; a promotion that finds no room
@@ -152,7 +158,7 @@ impl Defragmenter {
             return Ok(stats);
         }
         let movable = Movable { buffers, images: &mut [] };
-        let submission = self.copy(&stage, &movable)?;
+        let submission = self.copy(&stage, &movable, LaterWork::PerResource)?;
         let copy = submission.gpu_use();
         stats.submission = Some(submission);
         let Movable { buffers, .. } = movable;
@@ -161,6 +167,8 @@ impl Defragmenter {
         for (m, (counter, size)) in moves.into_iter().zip(counted) {
             let super::Target::Buffer(index) = m.target else { continue };
             Self::commit(device, &mut *buffers[index], m, copy);
+            // Only the work that uses it waits for its copy (the copy orders no later work).
+            buffers[index].life().set_filled_by(copy);
             device.pressure.count(counter, size);
             match counter {
                 Counter::Demotion => {
