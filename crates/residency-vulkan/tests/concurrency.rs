@@ -413,3 +413,39 @@ fn ten_threads_share_one_arena_through_per_thread_range_caches() {
         assert!(left.is_empty(), "left behind: {left:?}");
     });
 }
+
+/// The range caches cost no page: a thread fills a one-page arena with ranges and releases them
+/// (they wait in its cache, still allocated in the page), and a request no cached range fits
+/// makes every cache give its ranges back before the arena would grow, so it fits in the same
+/// page; a released range is reused by its thread's next request of its size; statistics count
+/// no cached range as used.
+#[test]
+fn cached_ranges_go_back_before_a_page_is_added_and_never_show_as_used() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let pool = BufferPool::new(
+            Arc::clone(device),
+            BufferPoolDesc::new("cache pool", BufferPoolUsage::Known(BufferUsage::STORAGE)).with_page_size(64 << 10),
+        )
+        .unwrap();
+        let objects = device.ledger().memory_objects();
+        let ranges: Vec<_> = (0..16).map(|_| pool.allocate_range(4 << 10, 0).unwrap()).collect();
+        assert_eq!(device.ledger().memory_objects(), objects + 1, "one page holds the sixteen");
+        let offsets: Vec<u64> = ranges.iter().map(|r| r.offset()).collect();
+        drop(ranges);
+        // Reused: the last released range comes back first.
+        let again = pool.allocate_range(4 << 10, 0).unwrap();
+        assert_eq!(again.offset(), *offsets.last().unwrap());
+        drop(again);
+        // Half the page in one range: no cached range fits; the caches give theirs back.
+        let half = pool.allocate_range(32 << 10, 0).unwrap();
+        assert_eq!(device.ledger().memory_objects(), objects + 1, "no page added");
+        let buffer = pool.init_buffer(&BufferInit::new("cache pool buffer", 4 << 10)).unwrap();
+        drop(buffer);
+        let stats = pool.stats();
+        assert_eq!((stats.pages, stats.used_bytes, stats.buffers), (1, 32 << 10, 0));
+        drop(half);
+        assert_eq!(pool.stats().used_bytes, 0);
+        pool.check_invariants().unwrap();
+    });
+}

@@ -414,9 +414,10 @@ pub(crate) struct BlockList {
     /// device).
     pub(crate) tier: Option<MemoryTier>,
     created: u64,
-    /// Blocks removed so far (incremented under the list's lock, read without it): a pool's
-    /// per-thread range caches know which block a slot holds from it (a slot's block is the one
-    /// they recorded as long as no block was removed since).
+    /// Blocks removed so far (incremented under the list's lock, read without it; a buffer
+    /// pool also counts a defragmentation pass's access as one): a pool's per-thread range
+    /// caches know which block a slot holds from it (a slot's block is the one they recorded as
+    /// long as no block was removed since).
     removals: Arc<AtomicU64>,
 }
 

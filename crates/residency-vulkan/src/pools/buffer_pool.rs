@@ -658,7 +658,13 @@ impl PoolShared {
                     // read and recorded for this slot's next releases.
                     let mut pages = self.arenas[usize::from(arena)].locked();
                     let block = allocation.block;
-                    let page = pages.blocks.get(block as usize).and_then(Option::as_ref).map(PageInfo::of);
+                    // A page a defragmentation pass is emptying takes no range again: not recorded.
+                    let page = pages
+                        .blocks
+                        .get(block as usize)
+                        .and_then(Option::as_ref)
+                        .filter(|b| !b.draining)
+                        .map(PageInfo::of);
                     let removals = self.removals[usize::from(arena)].load(Ordering::Acquire);
                     pages.free(&self.device, allocation);
                     drop(pages);
@@ -841,11 +847,17 @@ impl PoolArena {
         self.index
     }
 
-    /// Its pages (for defragmentation, which plans and takes destinations under its lock), after
-    /// the arena's range caches gave their ranges back (a cached range is free space to it).
+    /// Its pages (for defragmentation, which plans and takes destinations under its lock, and
+    /// marks the pages it empties), after the arena's range caches gave their ranges back (a
+    /// cached range is free space to it) and with the caches' page records made stale (counted
+    /// as a removal): a page it marks as emptying is not recorded again, so the caches keep no
+    /// range of it (a record made while the pass runs, before its mark, may keep one until the
+    /// cache is flushed: the page then goes later, never early).
     pub(crate) fn pages(&self) -> &Mutex<BlockList> {
-        self.pool.flush_arena(usize::from(self.index));
-        &self.pool.arenas[usize::from(self.index)]
+        let index = usize::from(self.index);
+        self.pool.flush_arena(index);
+        self.pool.removals[index].fetch_add(1, Ordering::Release);
+        &self.pool.arenas[index]
     }
 
     /// A buffer moved by defragmentation gets a new life in this arena before its old one is
