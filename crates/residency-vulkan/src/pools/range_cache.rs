@@ -257,7 +257,10 @@ mod tests {
         use loom::sync::atomic::AtomicU64;
         use loom::sync::{Arc, Mutex};
         use std::sync::atomic::Ordering;
-        loom::model(move || {
+        let mut builder = loom::model::Builder::new();
+        // Two preemptions reach every order of the three threads' lock sections and loads.
+        builder.preemption_bound = Some(2);
+        builder.check(move || {
             let mut tlsf = TlsfAllocator::new(TlsfDesc::new(1 << 20)).expect("valid");
             let range = allocate(&mut tlsf, 0, 256);
             let page = Arc::new(Mutex::new(1u32));
