@@ -347,7 +347,8 @@ fn ten_threads_share_one_arena_through_per_thread_range_caches() {
                             let init = BufferInit::new(name.as_str(), len).with_usage(usage);
                             let mut buffer = placed.init_buffer(&init).unwrap();
                             buffer.write(0, &vec![tag; len as usize]).unwrap();
-                            let mut range_buffer = ranges.init_buffer(&BufferInit::new(name.as_str(), len)).unwrap();
+                            let mut range_buffer =
+                                ranges.init_buffer(&BufferInit::new(name.as_str(), len)).unwrap();
                             range_buffer.write(0, &vec![tag; len as usize]).unwrap();
                             let mut range = ranges.allocate_range(len / 2 + 16, 0).unwrap();
                             range.write(0, &vec![tag; (len / 2 + 16) as usize]).unwrap();
@@ -403,7 +404,12 @@ fn ten_threads_share_one_arena_through_per_thread_range_caches() {
         for pool in [&placed, &ranges] {
             pool.check_invariants().unwrap();
             let stats = pool.stats();
-            assert_eq!((stats.buffers, stats.used_bytes), (0, 0), "{:?}: every range is back", pool.desc().name);
+            assert_eq!(
+                (stats.buffers, stats.used_bytes),
+                (0, 0),
+                "{:?}: every range is back",
+                pool.desc().name
+            );
             assert_eq!(stats.pages, 1, "{:?}: one arena keeps one empty page", pool.desc().name);
         }
         drop((uploader, placed, ranges));
@@ -425,7 +431,8 @@ fn cached_ranges_go_back_before_a_page_is_added_and_never_show_as_used() {
         let device = &set.devices()[0];
         let pool = BufferPool::new(
             Arc::clone(device),
-            BufferPoolDesc::new("cache pool", BufferPoolUsage::Known(BufferUsage::STORAGE)).with_page_size(64 << 10),
+            BufferPoolDesc::new("cache pool", BufferPoolUsage::Known(BufferUsage::STORAGE))
+                .with_page_size(64 << 10),
         )
         .unwrap();
         let objects = device.ledger().memory_objects();

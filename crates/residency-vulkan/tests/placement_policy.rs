@@ -417,7 +417,12 @@ fn usage_floors_core_and_live_answers_are_equal_for_every_combination_on_every_p
                 let init = BufferInit::new(name.as_str(), size).with_usage(usage).with_policy(policy);
                 check(&pool.init_buffer(&init).unwrap(), Placement::Placed, 16, true);
                 if i % 16 == 0 {
-                    check(&device.create_buffer(&desc.clone().committed()).unwrap(), Placement::Committed, 0, false);
+                    check(
+                        &device.create_buffer(&desc.clone().committed()).unwrap(),
+                        Placement::Committed,
+                        0,
+                        false,
+                    );
                 }
                 checked += 1;
             }

@@ -872,7 +872,8 @@ impl Device {
             return Ok(placed_with);
         }
         let mut reported = false;
-        let placed_with = self.placed_with_rules_reporting(req, Some(usage), default, Placement::Placed, &mut reported)?;
+        let placed_with =
+            self.placed_with_rules_reporting(req, Some(usage), default, Placement::Placed, &mut reported)?;
         if !reported {
             PLACED_WITH.with(|table| {
                 let mut table = table.borrow_mut();

@@ -281,7 +281,8 @@ mod tests {
                 })
             };
             let mutator = {
-                let (page, removals, handoff) = (Arc::clone(&page), Arc::clone(&removals), Arc::clone(&handoff));
+                let (page, removals, handoff) =
+                    (Arc::clone(&page), Arc::clone(&removals), Arc::clone(&handoff));
                 loom::thread::spawn(move || {
                     let mut guard = page.lock().unwrap();
                     removals.fetch_add(1, Ordering::Release);
@@ -291,7 +292,8 @@ mod tests {
                 })
             };
             let releaser = {
-                let (removals, cache, handoff) = (Arc::clone(&removals), Arc::clone(&cache), Arc::clone(&handoff));
+                let (removals, cache, handoff) =
+                    (Arc::clone(&removals), Arc::clone(&cache), Arc::clone(&handoff));
                 loom::thread::spawn(move || {
                     let Some(range) = handoff.lock().unwrap().take() else { return };
                     let count = removals.load(Ordering::Acquire);

@@ -776,7 +776,8 @@ fn device_requirements(device: &Device, size: u64, usage: vk::BufferUsageFlags) 
     let hit = REQUIREMENTS.with(|table| {
         let table = table.borrow();
         let entry = table.get(at).copied().flatten()?;
-        (entry.device == device.uid() && entry.usage == usage && entry.size == size).then_some(entry.requirements)
+        (entry.device == device.uid() && entry.usage == usage && entry.size == size)
+            .then_some(entry.requirements)
     });
     if let Some(requirements) = hit {
         return requirements;
@@ -801,7 +802,11 @@ fn device_requirements(device: &Device, size: u64, usage: vk::BufferUsageFlags) 
 /// usage's alignment (where drivers round sizes anyway) — has this buffer's types and alignment
 /// and a size at least its own: memory reserved by it holds the buffer. A rounded size above
 /// `maxBufferSize` is not asked: `size` itself is.
-pub(crate) fn class_requirements(device: &Device, size: u64, usage: vk::BufferUsageFlags) -> MemoryRequirements {
+pub(crate) fn class_requirements(
+    device: &Device,
+    size: u64,
+    usage: vk::BufferUsageFlags,
+) -> MemoryRequirements {
     let alignment = device_requirements(device, 1, usage).alignment.max(1);
     let limit = device.profile().limits.max_buffer_size;
     let bound = size
