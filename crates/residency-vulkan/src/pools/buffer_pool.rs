@@ -743,7 +743,7 @@ impl PoolShared {
         init: &BufferInit,
         usage: BufferUsage,
     ) -> Result<Buffer, MemoryError> {
-        // The requirements of its size class, asked once per thread (`requirements_cache`): no
+        // The requirements of its size class, asked once per thread (`class_requirements`): no
         // query per buffer.
         let (raw, req) = create_raw_buffer_cached(&self.device, &init.name, init.size, usage)?;
         let guard = Unused::new(&self.device, raw);

@@ -215,9 +215,7 @@ mod tests {
         cache.record(0, 8, 1);
         assert!(cache.put(b, 2).expect("kept").is_empty());
         assert_eq!(cache.take(64, 16).map(|(_, p)| p), Some(9));
-        for a in [hit] {
-            tlsf.free(a.allocation).expect("live");
-        }
+        tlsf.free(hit.allocation).expect("live");
     }
 
     #[test]
