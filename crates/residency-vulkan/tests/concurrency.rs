@@ -420,11 +420,12 @@ fn ten_threads_share_one_arena_through_per_thread_range_caches() {
     });
 }
 
-/// The range caches cost no page: a thread fills a one-page arena with ranges and releases them
-/// (they wait in its cache, still allocated in the page), and a request no cached range fits
-/// makes every cache give its ranges back before the arena would grow, so it fits in the same
-/// page; a released range is reused by its thread's next request of its size; statistics count
-/// no cached range as used.
+/// The range caches cost no page: once two threads have allocated from an arena (its caches are
+/// used from then on), a thread fills the one-page arena with ranges and releases them (they wait
+/// in its cache, still allocated in the page, as the other thread's released range waits in its
+/// own), and a request no cached range fits makes every cache give its ranges back before the
+/// arena would grow, so it fits in the same page; a released range is reused by its thread's
+/// next request of its size; statistics count no cached range as used.
 #[test]
 fn cached_ranges_go_back_before_a_page_is_added_and_never_show_as_used() {
     with_gpu(|set| {
@@ -436,7 +437,13 @@ fn cached_ranges_go_back_before_a_page_is_added_and_never_show_as_used() {
         )
         .unwrap();
         let objects = device.ledger().memory_objects();
+        // This thread, then another: the arena is shared (the other's range stays in its cache).
+        drop(pool.allocate_range(4 << 10, 0).unwrap());
+        std::thread::scope(|scope| {
+            scope.spawn(|| drop(pool.allocate_range(4 << 10, 0).unwrap()));
+        });
         let ranges: Vec<_> = (0..16).map(|_| pool.allocate_range(4 << 10, 0).unwrap()).collect();
+        // The sixteenth made the other thread's cache give its range back: one page holds them.
         assert_eq!(device.ledger().memory_objects(), objects + 1, "one page holds the sixteen");
         let offsets: Vec<u64> = ranges.iter().map(|r| r.offset()).collect();
         drop(ranges);

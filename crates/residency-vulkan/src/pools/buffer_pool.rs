@@ -307,6 +307,10 @@ pub(crate) struct PoolShared {
     /// The range caches, one per handle slot (`slot = shard × arenas + arena`), each alone on
     /// its cache lines: recently freed ranges of the slot's arena, reused without its lock.
     caches: Vec<CachePadded<Mutex<RangeCache>>>,
+    /// Per arena, the shards (bit `slot / arenas`) that have allocated from it: its caches are
+    /// used once two have (an arena one thread uses goes to its pages directly, as its lock is
+    /// uncontended). Set once per shard, read on every operation.
+    users: Vec<CachePadded<AtomicU64>>,
     pool_id: u64,
     /// Uses of deferred buffers and ranges whose arena handle went before the pool: its pages
     /// retire after them.
@@ -327,6 +331,8 @@ pub(crate) struct PoolArena {
     index: u16,
     /// Its slot among the pool's handles (and range caches).
     slot: u16,
+    /// Its shard's bit in the arena's users (`PoolShared::users`).
+    shard_bit: u64,
     /// Live buffers of this arena (the pool's count is the sum).
     buffers: AtomicU64,
     /// Uses of this arena's deferred buffers and ranges: the pool's pages retire after them.
@@ -429,6 +435,7 @@ impl BufferPool {
         };
         let arenas: Vec<CachePadded<Mutex<BlockList>>> = (0..desc.arenas.max(1)).map(make_arena).collect();
         let removals = arenas.iter().map(|arena| arena.locked().removals()).collect();
+        let arena_count = arenas.len();
         let slots = arenas.len() * shards_per_arena(arenas.len());
         let caches = (0..slots).map(|_| CachePadded::default()).collect();
         let id = device.ledger().track("buffer pool", desc.name.as_str());
@@ -443,17 +450,18 @@ impl BufferPool {
             arenas,
             removals,
             caches,
+            users: (0..arena_count).map(|_| CachePadded::default()).collect(),
             pool_id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
             pending: PendingUses::default(),
             id,
         });
-        let arena_count = shared.arenas.len();
         let arenas = (0..shared.caches.len())
             .map(|slot| {
                 Arc::new(PoolArena {
                     pool: Arc::clone(&shared),
                     index: (slot % arena_count) as u16,
                     slot: slot as u16,
+                    shard_bit: 1 << (slot / arena_count),
                     buffers: AtomicU64::new(0),
                     pending: PendingUses::default(),
                 })
@@ -610,10 +618,16 @@ impl PoolShared {
         size: u64,
         alignment: u64,
     ) -> Result<(BlockAllocation, PageInfo), MemoryError> {
-        if cacheable(size) {
-            if let Some(hit) = self.caches[usize::from(handle.slot)].locked().take(size, alignment) {
+        // This slot's cache, held through a miss (its lock is taken before the arena's, never
+        // while the arena's is held), so that the miss records its page under the same lock.
+        let slot = &self.caches[usize::from(handle.slot)];
+        let mut cache = None;
+        if cacheable(size) && self.note_user(handle) {
+            let mut guard = slot.locked();
+            if let Some(hit) = guard.take(size, alignment) {
                 return Ok(hit);
             }
+            cache = Some(guard);
         }
         let arena = usize::from(handle.index);
         let request = SubRequest {
@@ -627,19 +641,22 @@ impl PoolShared {
         let allocation = match pages.allocate_existing(request) {
             Some(allocation) => allocation,
             None => {
-                // Full: the ranges the caches hold go back before a new page is made.
+                // Full: the ranges the caches hold (this slot's too) go back before a new page
+                // is made.
                 drop(pages);
+                drop(cache.take());
                 self.flush_arena(arena);
                 pages = self.arenas[arena].locked();
                 pages.allocate(&self.device, request)?
             }
         };
         let page = PageInfo::of(pages.block(allocation.block));
-        // The page in this slot and the removals then, read together under the arena's lock.
-        let removals = self.removals[arena].load(Ordering::Acquire);
-        drop(pages);
-        if cacheable(size) {
-            self.caches[usize::from(handle.slot)].locked().record(allocation.block, page, removals);
+        let record = cache.is_some() || (cacheable(size) && self.shared_arena(arena));
+        if record {
+            // The page in this slot and the removals then, read together under the arena's lock.
+            let removals = self.removals[arena].load(Ordering::Acquire);
+            drop(pages);
+            cache.unwrap_or_else(|| slot.locked()).record(allocation.block, page, removals);
         }
         Ok((allocation, page))
     }
@@ -647,7 +664,8 @@ impl PoolShared {
     /// Gives a released range back for the thread of `handle`: into its slot's cache when it is
     /// small and its page is known there, else to the arena's pages.
     fn release(&self, handle: &PoolArena, arena: u16, allocation: BlockAllocation) {
-        if arena == handle.index && cacheable(allocation.allocation.size()) {
+        let cached = arena == handle.index && cacheable(allocation.allocation.size());
+        if cached && self.shared_arena(usize::from(arena)) {
             let removals = self.removals[usize::from(arena)].load(Ordering::Acquire);
             let evicted = self.caches[usize::from(handle.slot)].locked().put(allocation, removals);
             match evicted {
@@ -676,6 +694,24 @@ impl PoolShared {
             return;
         }
         self.free_range(arena, allocation);
+    }
+
+    /// Notes that the shard of `handle` allocates from its arena; whether the arena is shared
+    /// (two shards or more have allocated from it).
+    fn note_user(&self, handle: &PoolArena) -> bool {
+        let arena = usize::from(handle.index);
+        let bit = handle.shard_bit;
+        let users = &self.users[arena];
+        let mut seen = users.load(Ordering::Relaxed);
+        if seen & bit == 0 {
+            seen = users.fetch_or(bit, Ordering::Relaxed) | bit;
+        }
+        seen.count_ones() > 1
+    }
+
+    /// Whether two shards or more have allocated from arena `arena` (its caches are in use).
+    fn shared_arena(&self, arena: usize) -> bool {
+        self.users[arena].load(Ordering::Relaxed).count_ones() > 1
     }
 
     /// Frees `ranges` of arena `arena`, under one lock.
