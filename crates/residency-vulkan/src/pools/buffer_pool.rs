@@ -17,9 +17,10 @@
 //! counts live buffers and takes deferred uses), not the pool's or the device's `Arc`; an arena
 //! has up to 16 handles (one per thread shard, `shards_per_arena`), which threads take in turn,
 //! each on cache lines of its own, the device's ledger is sharded per thread, and state-tracking
-//! ids come from per-thread blocks. A released range of up to 64 KiB goes into the releasing
-//! thread's slot's cache of freed ranges (`range_cache.rs`), from which that slot's next
-//! requests of its size class are served without the arena's lock; past the cache's bounds its
+//! ids come from per-thread blocks. Once two thread shards have allocated from an arena, a
+//! released range of up to 64 KiB goes into the releasing thread's slot's cache of freed ranges
+//! (`range_cache.rs`), from which that slot's next requests of its size class are served without
+//! the arena's lock (an arena one thread uses goes straight to its pages); past the cache's bounds its
 //! oldest ranges go back to the pages in one batch, and every cache of an arena gives its ranges
 //! back before the arena grows a page and before `stats`, reports, defragmentation or
 //! `check_invariants` look at the pages. So threads sharing one arena mostly take no lock another

@@ -3,7 +3,9 @@
 //!
 //! A pool keeps one [`RangeCache`] per handle slot (a thread's shard of an arena, see
 //! `buffer_pool.rs`), each behind a mutex of its own on its own cache lines: the threads of a slot
-//! (one, unless more threads than slots run) take it uncontended. A released range small enough
+//! (one, unless more threads than slots run) take it uncontended. The caches of an arena are used
+//! once two thread shards have allocated from it (an arena one thread uses keeps its uncontended
+//! lock and no cache: `buffer_pool.rs`, `PoolShared::users`). A released range small enough
 //! ([`cacheable`]) goes into the releasing thread's cache, by size class, still allocated in its
 //! page's TLSF; a request of the same class (or the next) takes it back without the arena's lock.
 //! The cache is bounded ([`MAX_PER_CLASS`], [`MAX_BYTES`]): past a bound its oldest ranges go
