@@ -288,3 +288,178 @@ fn pages_of_dropped_pools_retire_after_buffers_released_on_other_threads() {
         assert!(left.is_empty(), "left behind: {left:?}");
     });
 }
+
+/// Threads of the shared-arena run.
+const SHARED_THREADS: usize = 10;
+/// Rounds per thread of the shared-arena run.
+const SHARED_ROUNDS: usize = 200;
+
+/// One arena shared by every thread (issue #31's per-thread range caches): ten threads create
+/// placed buffers, range buffers and light ranges of a few sizes, so that released ranges come
+/// back through the releasing thread's cache and are taken again by it; every other round each
+/// thread hands a placed buffer and a range buffer to the next thread, which releases them (into
+/// its own cache), and a third of the releases wait for a declared frame or a copy in flight.
+/// Deterministic (counts, not timings): whatever the interleaving, every tag written is read back
+/// unchanged (no range is handed out twice), the pages' invariants hold, every range is back in
+/// the pages once the caches are flushed (`stats`), at most one page per arena is kept, and
+/// nothing is left in the ledger.
+#[test]
+fn ten_threads_share_one_arena_through_per_thread_range_caches() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let usage = BufferUsage::STORAGE | BufferUsage::COPY_DST | BufferUsage::COPY_SRC;
+        let placed = BufferPool::new(
+            Arc::clone(device),
+            BufferPoolDesc::new("one-arena placed", BufferPoolUsage::Unknown)
+                .with_memory(MemoryIntent::Upload)
+                .with_page_size(1 << 20),
+        )
+        .unwrap();
+        let ranges = BufferPool::new(
+            Arc::clone(device),
+            BufferPoolDesc::new("one-arena ranges", BufferPoolUsage::Known(BufferUsage::STORAGE))
+                .with_memory(MemoryIntent::Upload)
+                .with_page_size(1 << 20),
+        )
+        .unwrap();
+        let uploader = Uploader::new(device, "one-arena uploader", 1 << 20).unwrap();
+        let (senders, receivers): (Vec<_>, Vec<_>) =
+            (0..SHARED_THREADS).map(|_| std::sync::mpsc::channel::<(Buffer, Buffer, u8)>()).unzip();
+        let checked: Vec<usize> = std::thread::scope(|scope| {
+            let workers: Vec<_> = receivers
+                .into_iter()
+                .enumerate()
+                .map(|(t, inbox)| {
+                    let next = senders[(t + 1) % SHARED_THREADS].clone();
+                    let (placed, ranges, uploader) = (&placed, &ranges, &uploader);
+                    scope.spawn(move || {
+                        let mut checked = 0;
+                        let check = |buffer: &Buffer, tag: u8| {
+                            let mut back = vec![0; buffer.size() as usize];
+                            buffer.read(0, &mut back).unwrap();
+                            assert!(back.iter().all(|&b| b == tag), "{}: overwritten", buffer.name());
+                        };
+                        let mut live: Vec<(Buffer, Buffer, residency_vulkan::PoolRange, u8)> = Vec::new();
+                        for round in 0..SHARED_ROUNDS {
+                            let tag = (t * 31 + round) as u8;
+                            let len = [48u64, 200, 1000, 3000][round % 4];
+                            let name = format!("one-arena t{t} r{round}");
+                            let init = BufferInit::new(name.as_str(), len).with_usage(usage);
+                            let mut buffer = placed.init_buffer(&init).unwrap();
+                            buffer.write(0, &vec![tag; len as usize]).unwrap();
+                            let mut range_buffer =
+                                ranges.init_buffer(&BufferInit::new(name.as_str(), len)).unwrap();
+                            range_buffer.write(0, &vec![tag; len as usize]).unwrap();
+                            let mut range = ranges.allocate_range(len / 2 + 16, 0).unwrap();
+                            range.write(0, &vec![tag; (len / 2 + 16) as usize]).unwrap();
+                            if round % 3 == 0 {
+                                range.used_until(device.frames_from_now(1)).unwrap();
+                                buffer.used_until(device.frames_from_now(1)).unwrap();
+                            }
+                            live.push((buffer, range_buffer, range, tag));
+                            if live.len() > 6 {
+                                let (buffer, range_buffer, range, tag) = live.remove(round % 5);
+                                check(&buffer, tag);
+                                check(&range_buffer, tag);
+                                let mut back = vec![0; range.size() as usize];
+                                range.read(0, &mut back).unwrap();
+                                assert!(back.iter().all(|&b| b == tag), "a light range was overwritten");
+                                checked += 1;
+                                if round % 2 == 0 {
+                                    next.send((buffer, range_buffer, tag)).unwrap();
+                                } else {
+                                    if round % 7 == 0 {
+                                        // Released with a copy from it queued.
+                                        uploader.write_buffer(&buffer, 0, &[tag; 16]).unwrap();
+                                    }
+                                    drop((buffer, range_buffer));
+                                }
+                                drop(range);
+                            }
+                            while let Ok((buffer, range_buffer, tag)) = inbox.try_recv() {
+                                check(&range_buffer, tag);
+                                placed.free_buffer(buffer).unwrap();
+                                ranges.free_buffer(range_buffer).unwrap();
+                            }
+                        }
+                        drop(next);
+                        drop(live);
+                        for (buffer, range_buffer, tag) in inbox.iter() {
+                            check(&range_buffer, tag);
+                            drop((buffer, range_buffer));
+                        }
+                        checked
+                    })
+                })
+                .collect();
+            drop(senders);
+            workers.into_iter().map(|w| w.join().unwrap()).collect()
+        });
+        assert_eq!(checked, vec![SHARED_ROUNDS - 6; SHARED_THREADS]);
+        uploader.wait_idle().unwrap();
+        device.wait_submitted().unwrap();
+        device.advance_frame();
+        device.advance_frame();
+        assert_eq!(device.pending_destruction(), 0, "everything released has retired");
+        for pool in [&placed, &ranges] {
+            pool.check_invariants().unwrap();
+            let stats = pool.stats();
+            assert_eq!(
+                (stats.buffers, stats.used_bytes),
+                (0, 0),
+                "{:?}: every range is back",
+                pool.desc().name
+            );
+            assert_eq!(stats.pages, 1, "{:?}: one arena keeps one empty page", pool.desc().name);
+        }
+        drop((uploader, placed, ranges));
+        device.wait_submitted().unwrap();
+        let left: Vec<_> =
+            device.ledger().live_objects().into_iter().filter(|o| o.name.starts_with("one-arena")).collect();
+        assert!(left.is_empty(), "left behind: {left:?}");
+    });
+}
+
+/// The range caches cost no page: once two threads have allocated from an arena (its caches are
+/// used from then on), a thread fills the one-page arena with ranges and releases them (they wait
+/// in its cache, still allocated in the page, as the other thread's released range waits in its
+/// own), and a request no cached range fits makes every cache give its ranges back before the
+/// arena would grow, so it fits in the same page; a released range is reused by its thread's
+/// next request of its size; statistics count no cached range as used.
+#[test]
+fn cached_ranges_go_back_before_a_page_is_added_and_never_show_as_used() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let pool = BufferPool::new(
+            Arc::clone(device),
+            BufferPoolDesc::new("cache pool", BufferPoolUsage::Known(BufferUsage::STORAGE))
+                .with_page_size(64 << 10),
+        )
+        .unwrap();
+        let objects = device.ledger().memory_objects();
+        // This thread, then another: the arena is shared (the other's range stays in its cache).
+        drop(pool.allocate_range(4 << 10, 0).unwrap());
+        std::thread::scope(|scope| {
+            scope.spawn(|| drop(pool.allocate_range(4 << 10, 0).unwrap()));
+        });
+        let ranges: Vec<_> = (0..16).map(|_| pool.allocate_range(4 << 10, 0).unwrap()).collect();
+        // The sixteenth made the other thread's cache give its range back: one page holds them.
+        assert_eq!(device.ledger().memory_objects(), objects + 1, "one page holds the sixteen");
+        let offsets: Vec<u64> = ranges.iter().map(|r| r.offset()).collect();
+        drop(ranges);
+        // Reused: the last released range comes back first.
+        let again = pool.allocate_range(4 << 10, 0).unwrap();
+        assert_eq!(again.offset(), *offsets.last().unwrap());
+        drop(again);
+        // Half the page in one range: no cached range fits; the caches give theirs back.
+        let half = pool.allocate_range(32 << 10, 0).unwrap();
+        assert_eq!(device.ledger().memory_objects(), objects + 1, "no page added");
+        let buffer = pool.init_buffer(&BufferInit::new("cache pool buffer", 4 << 10)).unwrap();
+        drop(buffer);
+        let stats = pool.stats();
+        assert_eq!((stats.pages, stats.used_bytes, stats.buffers), (1, 32 << 10, 0));
+        drop(half);
+        assert_eq!(pool.stats().used_bytes, 0);
+        pool.check_invariants().unwrap();
+    });
+}

@@ -320,15 +320,30 @@ fn a_pool_has_a_policy_of_its_own_over_the_devices() {
 
 /// The core's answer for `buffer`: the engine under `policy` for `placement`, over the buffer's own
 /// requirements, with the core's usage floor (`usage_alignment_floor`) and `minimum` as the floor.
+/// A pool's placed buffer (`size_class`) is placed by the requirements of its size class (issue
+/// #31: asked once per class, not per buffer): those of a buffer of its usage whose size is its
+/// own rounded up to its alignment.
 fn core_answer(
     device: &Device,
     buffer: &Buffer,
     policy: PlacementPolicy,
     placement: Placement,
     minimum: u64,
+    size_class: bool,
 ) -> (u64, u64) {
     // SAFETY: a live buffer of this device; a pure query.
-    let own = unsafe { device.raw().get_buffer_memory_requirements(buffer.raw()) };
+    let mut own = unsafe { device.raw().get_buffer_memory_requirements(buffer.raw()) };
+    if size_class {
+        let info = vk::BufferCreateInfo::default()
+            .size(buffer.size().next_multiple_of(own.alignment))
+            .usage(residency_vulkan::format_map::vk_buffer_usage(buffer.usage()))
+            .sharing_mode(vk::SharingMode::EXCLUSIVE);
+        let query = vk::DeviceBufferMemoryRequirements::default().create_info(&info);
+        let mut out = vk::MemoryRequirements2::default();
+        // SAFETY: a valid buffer description of this device (the buffer's own usage); a pure query.
+        unsafe { device.raw().get_device_buffer_memory_requirements(&query, &mut out) };
+        own = out.memory_requirements;
+    }
     let source = ObjectRequirements {
         limits: &device.profile().limits,
         requirements: MemoryRequirements {
@@ -345,7 +360,8 @@ fn core_answer(
     let scratch =
         if buffer.usage().contains(scratch) { device.scratch_alignment().next_power_of_two() } else { 0 };
     let floor = usage_alignment_floor(buffer.usage(), &device.profile().limits).max(scratch).max(minimum);
-    let mut desc = ResourceDesc::buffer(buffer.size()).with_alignment(floor);
+    let size = if size_class { own.size } else { buffer.size() };
+    let mut desc = ResourceDesc::buffer(size).with_alignment(floor);
     if policy == PlacementPolicy::Tight {
         desc = desc.tight();
     }
@@ -374,7 +390,7 @@ fn usage_combinations(device: &Device) -> Vec<BufferUsage> {
 /// Issue #31: for every combination of the usage bits, under both rules, on every path that places
 /// a buffer by the engine (the general heaps placed and committed, an unknown-flags pool), what
 /// the buffer was placed with (`existing_allocation_info`) is the core's answer: the engine over
-/// the buffer's own requirements with the core's usage floor.
+/// the buffer's own requirements (a pool's: its size class's) with the core's usage floor.
 #[test]
 fn usage_floors_core_and_live_answers_are_equal_for_every_combination_on_every_path() {
     with_policy(PlacementPolicy::Tight, |device| {
@@ -388,20 +404,25 @@ fn usage_floors_core_and_live_answers_are_equal_for_every_combination_on_every_p
             for policy in [PlacementPolicy::Tight, PlacementPolicy::Legacy] {
                 let name = format!("floors {usage:?} {policy:?}");
                 let desc = BufferDesc::new(name.as_str(), size, usage).with_policy(policy);
-                let check = |buffer: &Buffer, placement: Placement, minimum: u64| {
+                let check = |buffer: &Buffer, placement: Placement, minimum: u64, pooled: bool| {
                     let live = buffer.existing_allocation_info();
-                    let (size, alignment) = core_answer(device, buffer, policy, placement, minimum);
+                    let (size, alignment) = core_answer(device, buffer, policy, placement, minimum, pooled);
                     assert_eq!((live.placement, live.policy), (placement, policy), "{name}");
                     assert_eq!((live.size, live.alignment), (size, alignment), "{name}: {placement:?}");
                     assert_eq!(live.offset % alignment, 0, "{name}: bound at its alignment");
                     assert_eq!(live.memory, buffer.memory().0, "{name}");
                 };
-                check(&device.create_buffer(&desc).unwrap(), Placement::Placed, 0);
+                check(&device.create_buffer(&desc).unwrap(), Placement::Placed, 0, false);
                 // A pool's buffers are at least 16 B aligned: a floor of its own.
                 let init = BufferInit::new(name.as_str(), size).with_usage(usage).with_policy(policy);
-                check(&pool.init_buffer(&init).unwrap(), Placement::Placed, 16);
+                check(&pool.init_buffer(&init).unwrap(), Placement::Placed, 16, true);
                 if i % 16 == 0 {
-                    check(&device.create_buffer(&desc.clone().committed()).unwrap(), Placement::Committed, 0);
+                    check(
+                        &device.create_buffer(&desc.clone().committed()).unwrap(),
+                        Placement::Committed,
+                        0,
+                        false,
+                    );
                 }
                 checked += 1;
             }

@@ -16,6 +16,7 @@ use residency_core::memory::{HeapGrowth, MemoryIntent, MemoryTier};
 use residency_core::placement::heap::{explicit_heap_size, EXPLICIT_HEAP_ALIGNMENT};
 use residency_core::placement::Message;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Allocating memory failed. Out of memory and over budget are values, never panics.
@@ -413,6 +414,11 @@ pub(crate) struct BlockList {
     /// device).
     pub(crate) tier: Option<MemoryTier>,
     created: u64,
+    /// Blocks removed so far (incremented under the list's lock, read without it; a buffer
+    /// pool also counts a defragmentation pass's access as one): a pool's per-thread range
+    /// caches know which block a slot holds from it (a slot's block is the one they recorded as
+    /// long as no block was removed since).
+    removals: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for BlockList {
@@ -457,7 +463,44 @@ impl BlockList {
             priority: DEFAULT_PRIORITY,
             tier: None,
             created: 0,
+            removals: Arc::default(),
         }
+    }
+
+    /// The count of blocks removed from this list so far, shared: it only grows, each removal
+    /// counted before the list's lock is released.
+    pub(crate) fn removals(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.removals)
+    }
+
+    /// Takes the block out of `slot` (counted in [`BlockList::removals`]).
+    fn take_block(&mut self, slot: usize) -> Option<MemoryBlock> {
+        let block = self.blocks.get_mut(slot)?.take();
+        if block.is_some() {
+            self.removals.fetch_add(1, Ordering::Release);
+        }
+        block
+    }
+
+    /// Sub-allocates in an existing block only (no new block): `None` when none has room.
+    /// Fullest-first would pack tighter; newest-first finds room fastest. Blocks are few (they
+    /// grow geometrically), so try each.
+    pub(crate) fn allocate_existing(&mut self, req: SubRequest<'_>) -> Option<BlockAllocation> {
+        if req.size == 0 || !req.alignment.is_power_of_two() {
+            return None;
+        }
+        let size = req.size.checked_next_multiple_of(self.atom)?;
+        let alignment = req.alignment.max(self.atom);
+        for (index, slot) in self.blocks.iter_mut().enumerate().rev() {
+            let Some(block) = slot else { continue };
+            if block.draining || block.size - block.allocator.used_bytes() < size {
+                continue;
+            }
+            if let Ok(allocation) = block.allocator.allocate(size, alignment, req.kind) {
+                return Some(BlockAllocation { block: index as u32, allocation });
+            }
+        }
+        None
     }
 
     /// Sets the atom from the memory type: host-visible and not coherent → `atom`, else 1.
@@ -489,16 +532,8 @@ impl BlockList {
             alignment: req.alignment.max(self.atom),
             ..req
         };
-        // Fullest-first would pack tighter; newest-first finds room fastest. Blocks are few (they
-        // grow geometrically), so try each.
-        for (index, slot) in self.blocks.iter_mut().enumerate().rev() {
-            let Some(block) = slot else { continue };
-            if block.draining || block.size - block.allocator.used_bytes() < req.size {
-                continue;
-            }
-            if let Ok(allocation) = block.allocator.allocate(req.size, req.alignment, req.kind) {
-                return Ok(BlockAllocation { block: index as u32, allocation });
-            }
+        if let Some(allocation) = self.allocate_existing(req) {
+            return Ok(allocation);
         }
         // A request larger than a fixed-size list's page gets a page of its own (issue #31): sized
         // by the heap rules, and marked `draining` so that nothing else is placed there and it is
@@ -610,7 +645,7 @@ impl BlockList {
             .and_then(Option::as_ref)
             .is_some_and(|b| b.allocator.allocation_count() == 0);
         if empty {
-            if let Some(block) = self.blocks[slot as usize].take() {
+            if let Some(block) = self.take_block(slot as usize) {
                 block.destroy(device);
             }
         }
@@ -632,7 +667,7 @@ impl BlockList {
             let draining = block.draining;
             let empty = self.blocks.iter().flatten().filter(|b| b.allocator.allocation_count() == 0).count();
             if draining || empty > self.keep_empty {
-                if let Some(block) = self.blocks[index].take() {
+                if let Some(block) = self.take_block(index) {
                     block.destroy(device);
                 }
             }
@@ -644,9 +679,9 @@ impl BlockList {
     /// waiting in the retire queue (their ranges are freed only when they retire).
     pub(crate) fn release_empty(&mut self, device: &Device) -> u64 {
         let mut freed = 0;
-        for slot in &mut self.blocks {
-            if slot.as_ref().is_some_and(|b| b.allocator.allocation_count() == 0) {
-                if let Some(block) = slot.take() {
+        for slot in 0..self.blocks.len() {
+            if self.blocks[slot].as_ref().is_some_and(|b| b.allocator.allocation_count() == 0) {
+                if let Some(block) = self.take_block(slot) {
                     freed += block.size;
                     block.destroy(device);
                 }
@@ -657,6 +692,7 @@ impl BlockList {
 
     /// Releases every heap (at teardown; anything still placed in them is reported as leaked).
     pub(crate) fn destroy_all(&mut self, device: &Device) {
+        self.removals.fetch_add(1, Ordering::Release);
         for block in self.blocks.drain(..).flatten() {
             block.destroy(device);
         }

@@ -753,7 +753,7 @@ impl Device {
     /// device).
     pub(crate) fn set_name<H: vk::Handle>(&self, handle: H, name: &str) {
         let Some(debug_utils) = &self.debug_utils else { return };
-        let name = name.split('\0').next().unwrap_or_default();
+        let name = name.find('\0').map_or(name, |end| &name[..end]);
         // Names are short: build the NUL-terminated copy on the stack, not the heap.
         let mut stack = [0u8; 128];
         let owned;

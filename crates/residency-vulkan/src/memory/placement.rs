@@ -687,11 +687,45 @@ pub enum PlacementPolicy {
 struct LogSink<'a> {
     log: &'a PlacementLog,
     name: &'a str,
+    /// Whether a message was sent.
+    sent: bool,
 }
 
 impl MessageSink for LogSink<'_> {
     fn push(&mut self, message: Message) {
+        self.sent = true;
         self.log.push(self.name, message);
+    }
+}
+
+/// Entries of a thread's cache of placed pool buffers' rules (direct-mapped).
+const PLACED_WITH_ENTRIES: usize = 512;
+
+/// What the engine answered for one placed pool buffer's inputs (everything its answer depends
+/// on besides the device's limits and tight tier, which do not change).
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct PlacedWithKey {
+    device: u64,
+    usage: u32,
+    requirements: MemoryRequirements,
+    alignment_floor: u64,
+    /// The resource's own policy (0: none, 1: tight, 2: legacy) and the default (1, 2).
+    policies: (u8, u8),
+}
+
+thread_local! {
+    /// This thread's answers of the placement engine for placed pool buffers (issue #31): the
+    /// engine is a pure function of its inputs, so a buffer of the same inputs as one placed
+    /// before gets the same rules without running it again.
+    static PLACED_WITH: std::cell::RefCell<Vec<Option<(PlacedWithKey, PlacedWith)>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn policy_code(policy: Option<PlacementPolicy>) -> u8 {
+    match policy {
+        None => 0,
+        Some(PlacementPolicy::Tight) => 1,
+        Some(PlacementPolicy::Legacy) => 2,
     }
 }
 
@@ -751,6 +785,18 @@ impl Device {
         default: PlacementPolicy,
         placement: Placement,
     ) -> Result<PlacedWith, MemoryError> {
+        self.placed_with_rules_reporting(req, usage, default, placement, &mut false)
+    }
+
+    /// [`Device::placed_with_rules`], saying in `reported` whether the engine sent a message.
+    fn placed_with_rules_reporting(
+        &self,
+        req: &PlaceRequest<'_>,
+        usage: Option<BufferUsage>,
+        default: PlacementPolicy,
+        placement: Placement,
+        reported: &mut bool,
+    ) -> Result<PlacedWith, MemoryError> {
         let limits = &self.profile().limits;
         let tier = self.tight_alignment_tier();
         // The usage's floors are the device's own rules for binding offsets (at most 256 B, a power of
@@ -782,7 +828,7 @@ impl Device {
         desc = desc.with_alignment(req.alignment_floor);
         let source = ObjectRequirements { limits, requirements: req.requirements, tier };
         let engine = PlacementEngine::new(source);
-        let mut log = LogSink { log: &self.placement_log, name: req.name };
+        let mut log = LogSink { log: &self.placement_log, name: req.name, sent: false };
         // A second answer for the same resource (committed after all) reports nothing twice.
         let sink: &mut dyn MessageSink =
             if placement == Placement::Committed && !req.committed { &mut DiscardMessages } else { &mut log };
@@ -790,6 +836,53 @@ impl Device {
             .resource_allocation_info(placement, &desc, sink)
             .map_err(|source| MemoryError::Placement { name: req.name.to_owned(), source })?;
         let policy = if tight { PlacementPolicy::Tight } else { PlacementPolicy::Legacy };
+        *reported = log.sent;
         Ok(PlacedWith { policy, size: element.size, alignment: element.alignment.max(usage_floor) })
+    }
+
+    /// [`Device::placed_with_rules`] for a placed buffer of a pool (`req.target` a buffer, no
+    /// image), from this thread's cache of the engine's answers: the engine runs once per set of
+    /// inputs (requirements, usage, floor, policies) and device. An answer that sent a message
+    /// (an overridden floor, …) is not kept, so every such buffer reports it as before.
+    pub(crate) fn pooled_placed_with(
+        &self,
+        req: &PlaceRequest<'_>,
+        usage: BufferUsage,
+        default: PlacementPolicy,
+    ) -> Result<PlacedWith, MemoryError> {
+        debug_assert!(matches!(req.target, DedicatedTarget::Buffer(_)) && req.image.is_none());
+        let key = PlacedWithKey {
+            device: self.uid(),
+            usage: usage.bits(),
+            requirements: req.requirements,
+            alignment_floor: req.alignment_floor,
+            policies: (policy_code(req.policy), policy_code(Some(default))),
+        };
+        let hash = key.device
+            ^ u64::from(key.usage).rotate_left(24)
+            ^ key.requirements.size
+            ^ key.alignment_floor.rotate_left(48)
+            ^ u64::from(key.policies.0 * 3 + key.policies.1).rotate_left(56);
+        let at = (hash.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 55) as usize % PLACED_WITH_ENTRIES;
+        let hit = PLACED_WITH.with(|table| match table.borrow().get(at) {
+            Some(Some((k, placed_with))) if *k == key => Some(*placed_with),
+            _ => None,
+        });
+        if let Some(placed_with) = hit {
+            return Ok(placed_with);
+        }
+        let mut reported = false;
+        let placed_with =
+            self.placed_with_rules_reporting(req, Some(usage), default, Placement::Placed, &mut reported)?;
+        if !reported {
+            PLACED_WITH.with(|table| {
+                let mut table = table.borrow_mut();
+                if table.is_empty() {
+                    table.resize(PLACED_WITH_ENTRIES, None);
+                }
+                table[at] = Some((key, placed_with));
+            });
+        }
+        Ok(placed_with)
     }
 }

@@ -12,24 +12,39 @@
 //! buffer run outside it. Creating a new page (a `vkAllocateMemory`) happens under the lock,
 //! which is rare: pages are large.
 //!
-//! **Nothing shared between arenas on the hot path.** A buffer or range holds its arena's handle
-//! (`PoolArena`: its parent, which keeps the pool and the device alive, counts the arena's live
-//! buffers and takes its deferred uses), not the pool's or the device's `Arc`; arenas and their
-//! handles sit on cache lines of their own, the device's ledger is sharded per thread, and
-//! state-tracking ids come from per-thread blocks. So with an arena per thread, creating and
-//! releasing a buffer writes no cache line another thread writes.
+//! **Nothing shared between threads on the hot path.** A buffer or range holds its thread's
+//! handle of its arena (`PoolArena`: its parent, which keeps the pool and the device alive,
+//! counts live buffers and takes deferred uses), not the pool's or the device's `Arc`; an arena
+//! has up to 16 handles (one per thread shard, `shards_per_arena`), which threads take in turn,
+//! each on cache lines of its own, the device's ledger is sharded per thread, and state-tracking
+//! ids come from per-thread blocks. Once two thread shards have allocated from an arena, a
+//! released range of up to 64 KiB goes into the releasing thread's slot's cache of freed ranges
+//! (`range_cache.rs`), from which that slot's next requests of its size class are served without
+//! the arena's lock (an arena one thread uses goes straight to its pages); past the cache's bounds its
+//! oldest ranges go back to the pages in one batch, and every cache of an arena gives its ranges
+//! back before the arena grows a page and before `stats`, reports, defragmentation or
+//! `check_invariants` look at the pages. So threads sharing one arena mostly take no lock another
+//! thread takes, and with an arena per thread creating and releasing a buffer writes no cache
+//! line another thread writes.
+//!
+//! **Per-buffer work kept per thread.** A placed buffer's memory requirements are those of its
+//! size class, asked once per thread (`resources::buffer::class_requirements`, the spec's
+//! invariance rules), and the placement engine's answer for the same inputs is kept per thread
+//! (`Device::pooled_placed_with`): creating one is `vkCreateBuffer`, its name, a bind, and the
+//! bookkeeping.
 
 use crate::device::blocks::{BlockAllocation, BlockList, MemoryError, SubRequest};
 use crate::device::blocks::{ResourceMemory, SubAllocation, SubAllocator};
 use crate::device::ledger::ObjectId;
 use crate::device::life::{DeviceParent, Garbage, GpuUse, Holder, Parent, PendingUses};
-use crate::device::lock::CachePadded;
+use crate::device::lock::{CachePadded, SHARDS};
 use crate::device::Device;
 use crate::error::{ForeignReason, ForeignResource};
 use crate::format_map::vk_buffer_usage;
 use crate::memory::placement::{PlacedWith, PlacementPolicy};
 use crate::poison::PoisonFree;
-use crate::resources::buffer::{bind_buffer, create_raw_buffer, Buffer};
+use crate::pools::range_cache::cacheable;
+use crate::resources::buffer::{bind_buffer, create_raw_buffer, create_raw_buffer_cached, Buffer};
 use crate::resources::buffer::{BufferMemory, BufferObject, BufferParts};
 use crate::resources::Unused;
 use ash::vk;
@@ -42,6 +57,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 static NEXT_POOL_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A slot's cache of freed ranges, with their pages.
+type RangeCache = crate::pools::range_cache::RangeCache<PageInfo>;
+
+/// Handles (and range caches) per arena: [`SHARDS`] slots in all when arenas are fewer, one per
+/// arena when they are as many or more. Threads take slots in turn, so up to `SHARDS` threads on
+/// one arena share no handle.
+fn shards_per_arena(arenas: usize) -> usize {
+    (SHARDS / arenas.max(1)).max(1)
+}
 
 thread_local! {
     /// This thread's arena index (taken modulo a pool's arena count).
@@ -245,8 +270,9 @@ pub struct PoolStats {
 ///
 /// # Efficiency
 ///
-/// - Time: O(pages of the arena) TLSF attempts per request, each O(1) (pages are few and large);
-///   a placed buffer adds `vkCreateBuffer` and a bind, outside the lock. Measured
+/// - Time: a cached range of the request's size class (O(1): a few entries probed), else
+///   O(pages of the arena) TLSF attempts, each O(1) (pages are few and large); a placed buffer
+///   adds `vkCreateBuffer` and a bind, outside the lock. Measured
 ///   (`docs/benchmarks.md`, "W3"): a `PoolRange` 49–77 ns, a placed buffer created and bound
 ///   438–894 ns (this workplace's lavapipe and the H200); VMA's virtual block does a range in
 ///   30–53 ns, unlocked.
@@ -254,11 +280,15 @@ pub struct PoolStats {
 ///   page's handles, offset, size, TLSF handle, mapping and declared uses) holding an `Arc` of
 ///   the pool; per `Buffer`, its `Arc<Life>`, name and ledger entry (and its
 ///   `VkBuffer` when placed). Space overhead: TLSF's (alignment padding returned to the free
-///   lists, ends rounded to at most 256 B) and the free space of part-full pages.
-/// - Locking: one `Mutex` per arena, taken once per allocation and once per free; besides it a
-///   buffer touches only its arena's handle (reference and live counts) and its thread's ledger
-///   shard, so arenas share no cache line (see the module's notes). Throughput under contention:
-///   `docs/benchmarks.md`, "`contention`" (threads on one arena still queue on its lock).
+///   lists, ends rounded to at most 256 B), the free space of part-full pages, a range taken from
+///   the cache less than a quarter larger than asked (less than 32 B below 128 B), and per
+///   handle slot up to 512 KiB of freed ranges held by its cache (given back before a page is
+///   added).
+/// - Locking: one `Mutex` per arena, taken by an allocation or a free of more than 64 KiB, by a
+///   request its thread's range cache cannot serve, and once per batch of ranges a cache gives
+///   back; besides it a buffer touches only its thread's handle of its arena (reference and live
+///   counts), range cache and ledger shard, so threads share no cache line (see the module's
+///   notes). Throughput under contention: `docs/benchmarks.md`, "`contention`".
 pub struct BufferPool {
     shared: Arc<PoolShared>,
     /// One handle per arena, which the arena's buffers and ranges hold (see `PoolArena`).
@@ -273,6 +303,15 @@ pub(crate) struct PoolShared {
     /// Each arena's pages behind its lock, alone on its cache lines (threads on different arenas
     /// share no line).
     arenas: Vec<CachePadded<Mutex<BlockList>>>,
+    /// Each arena's count of removed pages ([`BlockList::removals`]), read without its lock.
+    removals: Vec<Arc<AtomicU64>>,
+    /// The range caches, one per handle slot (`slot = shard × arenas + arena`), each alone on
+    /// its cache lines: recently freed ranges of the slot's arena, reused without its lock.
+    caches: Vec<CachePadded<Mutex<RangeCache>>>,
+    /// Per arena, the shards (bit `slot / arenas`) that have allocated from it: its caches are
+    /// used once two have (an arena one thread uses goes to its pages directly, as its lock is
+    /// uncontended). Set once per shard, read on every operation.
+    users: Vec<CachePadded<AtomicU64>>,
     pool_id: u64,
     /// Uses of deferred buffers and ranges whose arena handle went before the pool: its pages
     /// retire after them.
@@ -291,6 +330,10 @@ pub(crate) struct PoolShared {
 pub(crate) struct PoolArena {
     pool: Arc<PoolShared>,
     index: u16,
+    /// Its slot among the pool's handles (and range caches).
+    slot: u16,
+    /// Its shard's bit in the arena's users (`PoolShared::users`).
+    shard_bit: u64,
     /// Live buffers of this arena (the pool's count is the sum).
     buffers: AtomicU64,
     /// Uses of this arena's deferred buffers and ranges: the pool's pages retire after them.
@@ -391,7 +434,11 @@ impl BufferPool {
             }
             CachePadded(Mutex::new(pages))
         };
-        let arenas = (0..desc.arenas.max(1)).map(make_arena).collect();
+        let arenas: Vec<CachePadded<Mutex<BlockList>>> = (0..desc.arenas.max(1)).map(make_arena).collect();
+        let removals = arenas.iter().map(|arena| arena.locked().removals()).collect();
+        let arena_count = arenas.len();
+        let slots = arenas.len() * shards_per_arena(arenas.len());
+        let caches = (0..slots).map(|_| CachePadded::default()).collect();
         let id = device.ledger().track("buffer pool", desc.name.as_str());
         let shared = Arc::new(PoolShared {
             known_range_alignment: match desc.usage {
@@ -402,15 +449,20 @@ impl BufferPool {
             desc,
             type_index,
             arenas,
+            removals,
+            caches,
+            users: (0..arena_count).map(|_| CachePadded::default()).collect(),
             pool_id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
             pending: PendingUses::default(),
             id,
         });
-        let arenas = (0..shared.arenas.len())
-            .map(|index| {
+        let arenas = (0..shared.caches.len())
+            .map(|slot| {
                 Arc::new(PoolArena {
                     pool: Arc::clone(&shared),
-                    index: index as u16,
+                    index: (slot % arena_count) as u16,
+                    slot: slot as u16,
+                    shard_bit: 1 << (slot / arena_count),
                     buffers: AtomicU64::new(0),
                     pending: PendingUses::default(),
                 })
@@ -436,7 +488,15 @@ impl BufferPool {
 
     /// Creates a buffer in the pool (the seed's `InitBuffer`).
     pub fn init_buffer(&self, init: &BufferInit) -> Result<Buffer, MemoryError> {
-        self.shared.init_buffer(&self.arenas, init)
+        self.shared.init_buffer(self.handle(), init)
+    }
+
+    /// This thread's handle: its arena (`thread index mod arenas`) and its slot there (whose
+    /// reference count, live count and range cache it uses).
+    fn handle(&self) -> &Arc<PoolArena> {
+        // Slots are `shard × arenas + arena`, a multiple of the arena count in all: a thread's
+        // arena is its index mod arenas, as without shards.
+        &self.arenas[ARENA.with(|a| *a) % self.arenas.len()]
     }
 
     /// Releases a buffer of this pool (as dropping it does: deferred while the GPU may use it). A
@@ -472,15 +532,18 @@ impl BufferPool {
     /// Checks every page's allocator invariants (in bounds, no overlap, aligned, granularity, free
     /// lists consistent). For tests and debugging; a failure is a bug in the library.
     pub fn check_invariants(&self) -> Result<(), residency_core::allocator::InvariantError> {
+        self.shared.flush_caches();
         self.shared.arenas.iter().try_for_each(|arena| {
             let pages = arena.locked();
             pages.blocks.iter().flatten().try_for_each(|b| b.allocator.check_invariants())
         })
     }
 
-    /// The pool's statistics.
+    /// The pool's statistics (the ranges its threads' caches hold are given back to the pages
+    /// first, so `used_bytes` counts live and deferred buffers only).
     pub fn stats(&self) -> PoolStats {
         let s = &self.shared;
+        s.flush_caches();
         let (page_bytes, used_bytes, pages) = s.arenas.iter().fold((0, 0, 0), |(b, u, n), arena| {
             let (bytes, used, count) = arena.locked().totals();
             (b + bytes, u + used, n + count)
@@ -495,6 +558,7 @@ impl BufferPool {
 
     /// The pool's arenas of pages, for memory reports.
     pub(crate) fn arenas(&self) -> &[CachePadded<Mutex<BlockList>>] {
+        self.shared.flush_caches();
         &self.shared.arenas
     }
 }
@@ -515,7 +579,7 @@ impl PoolShared {
         MemoryError::Unsatisfiable { name: init.name.to_string(), reason }
     }
 
-    fn init_buffer(&self, arenas: &[Arc<PoolArena>], init: &BufferInit) -> Result<Buffer, MemoryError> {
+    fn init_buffer(&self, handle: &Arc<PoolArena>, init: &BufferInit) -> Result<Buffer, MemoryError> {
         if init.alignment != 0 && !init.alignment.is_power_of_two() {
             return Err(MemoryError::InvalidRequest {
                 name: init.name.to_string(),
@@ -533,10 +597,10 @@ impl PoolShared {
                         format!("usage {usage:?} is not within the pool's flags {pool_usage:?}"),
                     ));
                 }
-                self.init_range(arenas, init, pool_usage, usage)
+                self.init_range(handle, init, pool_usage, usage)
             }
             BufferPoolUsage::Unknown => match init.usage {
-                Some(usage) if !usage.is_empty() => self.init_placed(arenas, init, usage),
+                Some(usage) if !usage.is_empty() => self.init_placed(handle, init, usage),
                 _ => {
                     Err(self
                         .invalid(init, "a pool with unknown bind flags needs each buffer's own flags".into()))
@@ -545,30 +609,134 @@ impl PoolShared {
         }
     }
 
+    /// A range of `size` bytes at a multiple of `alignment` for the thread of `handle`: from its
+    /// slot's cache of freed ranges when one fits, else from its arena's pages under their lock
+    /// (a new page only after every cache of the arena has given its ranges back).
     fn allocate(
         &self,
-        init: &BufferInit,
+        handle: &PoolArena,
+        name: &str,
         size: u64,
         alignment: u64,
-    ) -> Result<(BlockAllocation, PageInfo, u16), MemoryError> {
-        let arena = ARENA.with(|a| *a) % self.arenas.len();
-        let mut pages = self.arenas[arena].locked();
+    ) -> Result<(BlockAllocation, PageInfo), MemoryError> {
+        // This slot's cache, held through a miss (its lock is taken before the arena's, never
+        // while the arena's is held), so that the miss records its page under the same lock.
+        let slot = &self.caches[usize::from(handle.slot)];
+        let mut cache = None;
+        if cacheable(size) && self.note_user(handle) {
+            let mut guard = slot.locked();
+            if let Some(hit) = guard.take(size, alignment) {
+                return Ok(hit);
+            }
+            cache = Some(guard);
+        }
+        let arena = usize::from(handle.index);
         let request = SubRequest {
-            name: &init.name,
+            name,
             size,
             alignment,
             kind: ResourceKind::Linear,
             allow_over_budget: self.desc.allow_over_budget,
         };
-        let allocation = pages.allocate(&self.device, request)?;
-        let block = pages.block(allocation.block);
-        let info = PageInfo {
-            memory: block.memory,
-            memory_size: block.size,
-            mapped: block.mapped,
-            page_buffer: block.page_buffer,
+        let mut pages = self.arenas[arena].locked();
+        let allocation = match pages.allocate_existing(request) {
+            Some(allocation) => allocation,
+            None => {
+                // Full: the ranges the caches hold (this slot's too) go back before a new page
+                // is made.
+                drop(pages);
+                drop(cache.take());
+                self.flush_arena(arena);
+                pages = self.arenas[arena].locked();
+                pages.allocate(&self.device, request)?
+            }
         };
-        Ok((allocation, info, arena as u16))
+        let page = PageInfo::of(pages.block(allocation.block));
+        let record = cache.is_some() || (cacheable(size) && self.shared_arena(arena));
+        if record {
+            // The page in this slot and the removals then, read together under the arena's lock.
+            let removals = self.removals[arena].load(Ordering::Acquire);
+            drop(pages);
+            cache.unwrap_or_else(|| slot.locked()).record(allocation.block, page, removals);
+        }
+        Ok((allocation, page))
+    }
+
+    /// Gives a released range back for the thread of `handle`: into its slot's cache when it is
+    /// small and its page is known there, else to the arena's pages.
+    fn release(&self, handle: &PoolArena, arena: u16, allocation: BlockAllocation) {
+        let cached = arena == handle.index && cacheable(allocation.allocation.size());
+        if cached && self.shared_arena(usize::from(arena)) {
+            let removals = self.removals[usize::from(arena)].load(Ordering::Acquire);
+            let evicted = self.caches[usize::from(handle.slot)].locked().put(allocation, removals);
+            match evicted {
+                Ok(evicted) if evicted.is_empty() => {}
+                Ok(evicted) => self.free_all(arena, evicted),
+                Err(allocation) => {
+                    // Its page is not known here (yet): freed under the lock, where the page is
+                    // read and recorded for this slot's next releases.
+                    let mut pages = self.arenas[usize::from(arena)].locked();
+                    let block = allocation.block;
+                    // A page a defragmentation pass is emptying takes no range again: not recorded.
+                    let page = pages
+                        .blocks
+                        .get(block as usize)
+                        .and_then(Option::as_ref)
+                        .filter(|b| !b.draining)
+                        .map(PageInfo::of);
+                    let removals = self.removals[usize::from(arena)].load(Ordering::Acquire);
+                    pages.free(&self.device, allocation);
+                    drop(pages);
+                    if let Some(page) = page {
+                        self.caches[usize::from(handle.slot)].locked().record(block, page, removals);
+                    }
+                }
+            }
+            return;
+        }
+        self.free_range(arena, allocation);
+    }
+
+    /// Notes that the shard of `handle` allocates from its arena; whether the arena is shared
+    /// (two shards or more have allocated from it).
+    fn note_user(&self, handle: &PoolArena) -> bool {
+        let arena = usize::from(handle.index);
+        let bit = handle.shard_bit;
+        let users = &self.users[arena];
+        let mut seen = users.load(Ordering::Relaxed);
+        if seen & bit == 0 {
+            seen = users.fetch_or(bit, Ordering::Relaxed) | bit;
+        }
+        seen.count_ones() > 1
+    }
+
+    /// Whether two shards or more have allocated from arena `arena` (its caches are in use).
+    fn shared_arena(&self, arena: usize) -> bool {
+        self.users[arena].load(Ordering::Relaxed).count_ones() > 1
+    }
+
+    /// Frees `ranges` of arena `arena`, under one lock.
+    fn free_all(&self, arena: u16, ranges: Vec<BlockAllocation>) {
+        let mut pages = self.arenas[usize::from(arena)].locked();
+        for allocation in ranges {
+            pages.free(&self.device, allocation);
+        }
+    }
+
+    /// Every cache of arena `arena` gives its ranges back to the pages.
+    fn flush_arena(&self, arena: usize) {
+        let step = self.arenas.len();
+        let ranges: Vec<BlockAllocation> =
+            self.caches.iter().skip(arena).step_by(step).flat_map(|cache| cache.locked().drain()).collect();
+        if !ranges.is_empty() {
+            self.free_all(arena as u16, ranges);
+        }
+    }
+
+    /// Every cache gives its ranges back (statistics, reports, defragmentation and invariant
+    /// checks see the pages as the buffers use them).
+    pub(crate) fn flush_caches(&self) {
+        (0..self.arenas.len()).for_each(|arena| self.flush_arena(arena));
     }
 
     fn coherent(&self) -> bool {
@@ -577,7 +745,7 @@ impl PoolShared {
 
     fn init_range(
         &self,
-        arenas: &[Arc<PoolArena>],
+        handle: &Arc<PoolArena>,
         init: &BufferInit,
         pool_usage: BufferUsage,
         usage: BufferUsage,
@@ -592,12 +760,11 @@ impl PoolShared {
             .known_range_alignment
             .unwrap_or_else(|| self.range_alignment(pool_usage))
             .max(init.alignment);
-        let (allocation, page, arena) = self.allocate(init, init.size, alignment)?;
+        let (allocation, page) = self.allocate(handle, &init.name, init.size, alignment)?;
         let page_buffer = page.page_buffer.expect("known-flags pages have a page buffer");
-        let arena = &arenas[usize::from(arena)];
         let placed_with = PlacedWith::driver(init.size, alignment);
         Ok(self.pool_buffer(
-            arena,
+            handle,
             init,
             usage,
             page,
@@ -609,11 +776,13 @@ impl PoolShared {
 
     fn init_placed(
         &self,
-        arenas: &[Arc<PoolArena>],
+        handle: &Arc<PoolArena>,
         init: &BufferInit,
         usage: BufferUsage,
     ) -> Result<Buffer, MemoryError> {
-        let (raw, req) = create_raw_buffer(&self.device, &init.name, init.size, usage)?;
+        // The requirements of its size class, asked once per thread (`class_requirements`): no
+        // query per buffer.
+        let (raw, req) = create_raw_buffer_cached(&self.device, &init.name, init.size, usage)?;
         let guard = Unused::new(&self.device, raw);
         if req.memory_type_bits & (1 << self.type_index) == 0 {
             return Err(self.invalid(
@@ -639,22 +808,19 @@ impl PoolShared {
             policy: init.policy,
         };
         let policy = self.desc.policy.unwrap_or_else(|| self.device.placement_policy());
-        let mut placed_with = self.device.placed_with_rules(
-            &request,
-            Some(usage),
-            policy,
-            residency_core::placement::Placement::Placed,
-        )?;
-        placed_with.alignment = placed_with.alignment.max(self.range_alignment(usage));
+        // The engine's answer for these inputs, kept per thread (`pooled_placed_with`).
+        let mut placed_with = self.device.pooled_placed_with(&request, usage, policy)?;
+        // The engine's alignment holds the usage's floors already: the pool's range alignment
+        // (`range_alignment`: those floors, at least 16 B) adds only its 16 B.
+        placed_with.alignment = placed_with.alignment.max(16);
         let alignment = placed_with.alignment;
-        let (allocation, page, arena) = self.allocate(init, req.size, alignment)?;
+        let (allocation, page) = self.allocate(handle, &init.name, req.size, alignment)?;
         let offset = allocation.allocation.offset();
         if let Err(e) = bind_buffer(&self.device, guard.disarm(), page.memory, offset) {
-            self.free_range(arena, allocation);
+            self.free_range(handle.index, allocation);
             return Err(e);
         }
-        let arena = &arenas[usize::from(arena)];
-        Ok(self.pool_buffer(arena, init, usage, page, allocation, PoolBuffer::Placed(raw), placed_with))
+        Ok(self.pool_buffer(handle, init, usage, page, allocation, PoolBuffer::Placed(raw), placed_with))
     }
 
     /// The `Buffer` of an allocation made in page `page` of arena `arena`: tracked by name, counted,
@@ -718,9 +884,17 @@ impl PoolArena {
         self.index
     }
 
-    /// Its pages (for defragmentation, which plans and takes destinations under its lock).
+    /// Its pages (for defragmentation, which plans and takes destinations under its lock, and
+    /// marks the pages it empties), after the arena's range caches gave their ranges back (a
+    /// cached range is free space to it) and with the caches' page records made stale (counted
+    /// as a removal): a page it marks as emptying is not recorded again, so the caches keep no
+    /// range of it (a record made while the pass runs, before its mark, may keep one until the
+    /// cache is flushed: the page then goes later, never early).
     pub(crate) fn pages(&self) -> &Mutex<BlockList> {
-        &self.pool.arenas[usize::from(self.index)]
+        let index = usize::from(self.index);
+        self.pool.flush_arena(index);
+        self.pool.removals[index].fetch_add(1, Ordering::Release);
+        &self.pool.arenas[index]
     }
 
     /// A buffer moved by defragmentation gets a new life in this arena before its old one is
@@ -733,7 +907,7 @@ impl PoolArena {
 impl SubAllocator for PoolArena {
     fn give_back(&self, allocation: SubAllocation) {
         match allocation {
-            SubAllocation::Block { arena, allocation } => self.pool.free_range(arena, allocation),
+            SubAllocation::Block { arena, allocation } => self.pool.release(self, arena, allocation),
             SubAllocation::Linear(_) => debug_assert!(false, "a buffer pool hands out page ranges only"),
         }
     }
@@ -785,12 +959,24 @@ enum PoolBuffer {
     Placed(vk::Buffer),
 }
 
-#[derive(Clone, Copy)]
+/// A page's handles, as a buffer placed in it needs them.
+#[derive(Clone, Copy, Debug)]
 struct PageInfo {
     memory: vk::DeviceMemory,
     memory_size: u64,
     mapped: Option<crate::device::blocks::MappedPtr>,
     page_buffer: Option<vk::Buffer>,
+}
+
+impl PageInfo {
+    fn of(block: &crate::device::blocks::MemoryBlock) -> PageInfo {
+        PageInfo {
+            memory: block.memory,
+            memory_size: block.size,
+            mapped: block.mapped,
+            page_buffer: block.page_buffer,
+        }
+    }
 }
 
 impl Drop for BufferPool {
@@ -876,20 +1062,10 @@ impl BufferPool {
         }
         let alignment =
             s.known_range_alignment.unwrap_or_else(|| s.range_alignment(pool_usage)).max(alignment);
-        let arena = &self.arenas[ARENA.with(|a| *a) % self.arenas.len()];
-        let mut pages = arena.pages().locked();
-        let request = SubRequest {
-            name: &s.desc.name,
-            size,
-            alignment,
-            kind: ResourceKind::Linear,
-            allow_over_budget: s.desc.allow_over_budget,
-        };
-        let allocation = pages.allocate(&s.device, request)?;
-        let block = pages.block(allocation.block);
-        let (memory, mapped) = (block.memory, block.mapped);
-        let buffer = block.page_buffer.expect("known-flags pages have a page buffer");
-        drop(pages);
+        let arena = self.handle();
+        let (allocation, page) = s.allocate(arena, &s.desc.name, size, alignment)?;
+        let (memory, mapped) = (page.memory, page.mapped);
+        let buffer = page.page_buffer.expect("known-flags pages have a page buffer");
         Ok(PoolRange {
             arena: Arc::clone(arena),
             buffer,
@@ -1017,8 +1193,8 @@ impl Drop for PoolRange {
         let uses = std::mem::take(&mut self.uses);
         let (pool, arena) = (&self.arena.pool, self.arena.index);
         if uses.is_empty() && pool.device.idle_so_far() {
-            // Nothing may use it: straight back to the allocator.
-            pool.free_range(arena, allocation);
+            // Nothing may use it: straight back to the allocator (through this thread's cache).
+            pool.release(&self.arena, arena, allocation);
             return;
         }
         let memory = ResourceMemory::Sub {

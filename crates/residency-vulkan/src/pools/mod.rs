@@ -6,5 +6,6 @@
 pub(crate) mod buffer_pool;
 pub(crate) mod defrag;
 pub(crate) mod linear_pool;
+pub(crate) mod range_cache;
 pub(crate) mod report;
 pub mod transient;

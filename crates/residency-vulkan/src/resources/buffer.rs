@@ -686,6 +686,29 @@ pub(crate) fn create_raw_buffer(
     size: u64,
     usage: BufferUsage,
 ) -> Result<(vk::Buffer, MemoryRequirements), MemoryError> {
+    create_raw_buffer_with(device, name, size, usage, false)
+}
+
+/// [`create_raw_buffer`] answering with the requirements of the buffer's size class, kept per
+/// thread ([`class_requirements`]) instead of asking the driver about each buffer: for buffers
+/// placed in memory they share (a pool's placed buffers), where a size at least the buffer's is
+/// all a placement needs.
+pub(crate) fn create_raw_buffer_cached(
+    device: &Device,
+    name: &str,
+    size: u64,
+    usage: BufferUsage,
+) -> Result<(vk::Buffer, MemoryRequirements), MemoryError> {
+    create_raw_buffer_with(device, name, size, usage, true)
+}
+
+fn create_raw_buffer_with(
+    device: &Device,
+    name: &str,
+    size: u64,
+    usage: BufferUsage,
+    cached: bool,
+) -> Result<(vk::Buffer, MemoryRequirements), MemoryError> {
     if size == 0 {
         return Err(MemoryError::InvalidRequest {
             name: name.to_owned(),
@@ -728,9 +751,81 @@ pub(crate) fn create_raw_buffer(
         r => VulkanError::from_vk("vkCreateBuffer", r).into(),
     })?;
     device.set_name(raw, name);
-    // SAFETY: raw was just created on this device.
-    let requirements = unsafe { crate::device::profile_capture::requirements_of_buffer_object(device, raw) };
+    let requirements = if cached {
+        class_requirements(device, size, info.usage)
+    } else {
+        // SAFETY: raw was just created on this device.
+        unsafe { crate::device::profile_capture::requirements_of_buffer_object(device, raw) }
+    };
     Ok((raw, requirements))
+}
+
+/// Entries of a thread's requirements cache (direct-mapped).
+const REQUIREMENT_ENTRIES: usize = 1024;
+
+/// One answer of `vkGetDeviceBufferMemoryRequirements`: a buffer of `size` bytes and `usage` (no
+/// flags, exclusive, no `pNext`) on the device of unique id `device`.
+#[derive(Clone, Copy)]
+struct RequirementsEntry {
+    device: u64,
+    usage: vk::BufferUsageFlags,
+    size: u64,
+    requirements: MemoryRequirements,
+}
+
+thread_local! {
+    /// This thread's answers (issue #31): no lock, no atomic, nothing shared between threads.
+    static REQUIREMENTS: std::cell::RefCell<Vec<Option<RequirementsEntry>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The requirements of a buffer of `size` bytes and `usage` (created as [`create_raw_buffer`]
+/// creates it), from this thread's cache of `vkGetDeviceBufferMemoryRequirements` answers.
+fn device_requirements(device: &Device, size: u64, usage: vk::BufferUsageFlags) -> MemoryRequirements {
+    let key = device.uid() ^ u64::from(usage.as_raw()).rotate_left(40) ^ size;
+    // Fibonacci hashing onto the table's 10 bits.
+    let at = (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 54) as usize % REQUIREMENT_ENTRIES;
+    let hit = REQUIREMENTS.with(|table| {
+        let table = table.borrow();
+        let entry = table.get(at).copied().flatten()?;
+        (entry.device == device.uid() && entry.usage == usage && entry.size == size)
+            .then_some(entry.requirements)
+    });
+    if let Some(requirements) = hit {
+        return requirements;
+    }
+    let requirements = crate::device::profile_capture::buffer_requirements(device, size, usage);
+    REQUIREMENTS.with(|table| {
+        let mut table = table.borrow_mut();
+        if table.is_empty() {
+            table.resize(REQUIREMENT_ENTRIES, None);
+        }
+        table[at] = Some(RequirementsEntry { device: device.uid(), usage, size, requirements });
+    });
+    requirements
+}
+
+/// The requirements a buffer of `size` bytes and `usage` may be placed with, asked per size
+/// class instead of per buffer. The spec's invariance rules ("Resource Memory Association"):
+/// `memoryTypeBits` and `alignment` are identical for every buffer created with the same usage
+/// and flags, and with `maintenance4` (which every residency device has enabled) "the size memory
+/// requirement of a buffer is never greater than that of another buffer created with a greater
+/// or equal size". So the answer for the class's largest size — `size` rounded up to the
+/// usage's alignment (where drivers round sizes anyway) — has this buffer's types and alignment
+/// and a size at least its own: memory reserved by it holds the buffer. A rounded size above
+/// `maxBufferSize` is not asked: `size` itself is.
+pub(crate) fn class_requirements(
+    device: &Device,
+    size: u64,
+    usage: vk::BufferUsageFlags,
+) -> MemoryRequirements {
+    let alignment = device_requirements(device, 1, usage).alignment.max(1);
+    let limit = device.profile().limits.max_buffer_size;
+    let bound = size
+        .checked_next_multiple_of(alignment)
+        .filter(|&bound| limit == 0 || bound <= limit)
+        .unwrap_or(size);
+    device_requirements(device, bound, usage)
 }
 
 /// Binds `raw` to `memory` at `offset`, destroying `raw` on failure.
