@@ -23,10 +23,14 @@
 //!   [--touch-kib N] [--working-set PERCENT] [--per-frame-mib N] [--json]`: issue 34's workload at
 //!   twice its device-local budget, fallback, demotion and promotion, contents verified (see
 //!   `pressure`).
+//! - `residency-bench sparse-capacity [--side N] [--no-mips] [--layers N] [--max N]`: how much
+//!   virtual size of unbound sparse images the driver takes before `vkCreateImage` refuses (see
+//!   `capacity`).
 //!
 //! With `RESIDENCY_VALIDATION=1` the Vulkan parts run under `VK_LAYER_KHRONOS_validation`; any
 //! validation problem is printed and makes the exit status 1.
 
+mod capacity;
 mod contention;
 mod defrag;
 mod measure;
@@ -59,7 +63,8 @@ const USAGE: &str = "usage:
   residency-bench contention [--threads 1,2,4,8,16] [--ops N] [--only driver,vma,...] [--json]
   residency-bench upload [--mib N] [--ring-mib N] [--threads N] [--reps N] [--json]
   residency-bench defrag [--mib N] [--images N] [--tiles N] [--seed S] [--max-passes N] [--dump PREFIX] [--json]
-  residency-bench pressure [--frames N] [--budget-mib N] [--buffers-mib N] [--buffer-kib N] [--touch-kib N] [--working-set PERCENT] [--per-frame-mib N] [--json]";
+  residency-bench pressure [--frames N] [--budget-mib N] [--buffers-mib N] [--buffer-kib N] [--touch-kib N] [--working-set PERCENT] [--per-frame-mib N] [--json]
+  residency-bench sparse-capacity [--side N] [--no-mips] [--layers N] [--max N]";
 
 /// The `alloc` command's options.
 #[derive(Clone, Debug, Default)]
@@ -106,6 +111,10 @@ fn main() -> ExitCode {
         },
         Some("pressure") => match pressure::parse_options(&args[1..]) {
             Ok(options) => pressure::run(&options),
+            Err(message) => usage_error(&message),
+        },
+        Some("sparse-capacity") => match capacity::parse_options(&args[1..]) {
+            Ok(options) => capacity::run(&options),
             Err(message) => usage_error(&message),
         },
         Some("sync") => match sync::parse_options(&args[1..]) {

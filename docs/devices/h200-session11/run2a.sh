@@ -12,8 +12,9 @@ export RESIDENCY_REQUIRE_VALIDATION=1
 step wgpu-hardware.txt 60 env RESIDENCY_VALIDATION=sync ./b/wgpu_virtual_texture hardware
 step wgpu-software.txt 60 env RESIDENCY_VALIDATION=sync ./b/wgpu_virtual_texture software
 unset RESIDENCY_REQUIRE_VALIDATION
-for t in b/t-*; do n=$(basename $t); step test-$n.txt 60 env RESIDENCY_REQUIRE_GPU=1 RESIDENCY_VALIDATION=sync $t --test-threads 1; done
+for t in b/t-*; do n=$(basename $t); step test-$n.txt 60 env RESIDENCY_REQUIRE_GPU=1 RESIDENCY_VALIDATION=sync $t --test-threads 1 --skip shaders_are_up_to_date; done
 step contention.json 170 ./b/residency-bench contention --json
 step alloc-w123.json 90 ./b/residency-bench alloc --only w1,w2,w3 --json
 step defrag.json 90 ./b/residency-bench defrag --json
+step pressure.json 100 ./b/residency-bench pressure --json --budget-mib 4096 --buffer-kib 4096 --touch-kib 256 --per-frame-mib 256
 cat r/log.txt; grep -h "test result" r/test-*.txt; tail -n 2 r/wgpu-*.txt
