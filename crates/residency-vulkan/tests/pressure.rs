@@ -9,8 +9,8 @@ use residency_core::usage::BufferUsage;
 use residency_vulkan::ash::vk;
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::{
-    AllocationDesc, Buffer, BufferDesc, DefragDesc, Defragmenter, Device, MemoryError, MemoryTier,
-    ResidencyError, Unmovable, REFRESH_EVERY,
+    AllocationDesc, Buffer, BufferDesc, BufferPlacement, DefragDesc, Defragmenter, Device, MemoryError,
+    MemoryTier, ResidencyError, Unmovable, REFRESH_EVERY,
 };
 
 const MIB: u64 = 1 << 20;
@@ -153,9 +153,31 @@ fn word(i: usize, j: usize) -> u32 {
     (i as u32).wrapping_mul(0x9e37_79b9) ^ (j as u32).wrapping_mul(0x85eb_ca6b) ^ 0x5bd1_e995
 }
 
-fn write_pattern(i: usize, b: &mut Buffer) {
+/// Fills `b` with buffer `i`'s pattern the way a renderer fills device-local memory on any
+/// device: by GPU commands (`vkCmdUpdateBuffer`, 64 KiB at a time), never through a host mapping
+/// (a real GPU's device-local memory is not host-visible). It allocates no memory (no staging
+/// ring in the tiers the tests count) and waits; a barrier makes the writes visible to every
+/// later submission (the defragmenter's copies, the read-backs).
+fn write_pattern(device: &Device, i: usize, b: &Buffer) {
+    use residency_vulkan::recording::MemoryDependency;
+    use vk::{AccessFlags2 as A, PipelineStageFlags2 as S};
+    const CHUNK: usize = 65536;
     let words: Vec<u32> = (0..(b.size() / 4) as usize).map(|j| word(i, j)).collect();
-    b.write_pod(0, &words).unwrap();
+    let bytes: &[u8] = bytemuck::cast_slice(&words);
+    device
+        .submit_once("write pattern", |rec| {
+            for (k, chunk) in bytes.chunks(CHUNK).enumerate() {
+                rec.update_buffer(b, (k * CHUNK) as u64, chunk).unwrap();
+            }
+            let visible = MemoryDependency {
+                src_stages: S::ALL_TRANSFER,
+                src_access: A::TRANSFER_WRITE,
+                dst_stages: S::ALL_COMMANDS,
+                dst_access: A::MEMORY_READ | A::MEMORY_WRITE,
+            };
+            rec.memory_barrier(visible).unwrap();
+        })
+        .unwrap();
 }
 
 fn check_pattern(device: &Device, i: usize, b: &Buffer) {
@@ -172,16 +194,16 @@ fn crowded(device: &Device) -> (Vec<Buffer>, Buffer) {
         .map(|i| device.create_buffer(&BufferDesc::new(format!("resident {i}"), 4 * MIB, usage)).unwrap())
         .collect();
     for (i, b) in buffers.iter_mut().enumerate() {
-        write_pattern(i, b);
+        write_pattern(device, i, b);
         b.set_user_data(100 + i as u64);
     }
     device.set_device_local_limit(Some(device.pressure_stats().device_tier_bytes));
     for _ in 0..3 {
         device.advance_frame();
     }
-    let mut late = device.create_buffer(&BufferDesc::new("late", 4 * MIB, usage)).unwrap();
+    let late = device.create_buffer(&BufferDesc::new("late", 4 * MIB, usage)).unwrap();
     assert_eq!(late.memory_tier(), Some(MemoryTier::Host), "the device tier is full");
-    write_pattern(8, &mut late);
+    write_pattern(device, 8, &late);
     (buffers, late)
 }
 
@@ -475,9 +497,33 @@ fn an_empty_device_holds_no_memory_and_its_heaps_grow_with_use() {
         residency_core::memory::HeapGrowth::default_page_size(device.memory_properties().heaps[0].size);
     let first_heap = held(device);
     assert_eq!(first_heap, (page / 8).max(64 << 10));
+    // A buffer that does not fit the first heap: at most half a page, so it is placed in a new
+    // heap (twice the first) unless the driver prefers memory of its own for it
+    // (`VkMemoryDedicatedRequirements`, honoured as VMA does: NVIDIA's driver prefers it for
+    // such a buffer, lavapipe's never). Then it holds exactly its own memory and no heap grows.
+    assert!(first_heap <= page / 2, "not large enough to be committed by size");
     let fill = device.create_buffer(&BufferDesc::new("fill", first_heap, usage)).unwrap();
-    assert_eq!(held(device), first_heap + 2 * first_heap, "the second heap doubles the first");
-    drop((first, fill));
+    let fill_info = fill.existing_allocation_info();
+    let after_fill = held(device);
+    match fill.placement() {
+        BufferPlacement::Placed => {
+            assert_eq!(after_fill, first_heap + 2 * first_heap, "the second heap doubles the first");
+            assert_ne!(fill.memory().0, first.memory().0);
+        }
+        BufferPlacement::Committed => {
+            assert_eq!(fill_info.placement, residency_vulkan::Placement::Committed);
+            assert_eq!(after_fill, first_heap + fill_info.size, "memory of its own, no heap grown");
+        }
+        BufferPlacement::Range => unreachable!("a buffer outside a pool is never a range"),
+    }
+    // Raw requirements never prefer memory of their own: a second heap, twice the largest (the
+    // first, or the second when the fill made it), on every device.
+    let largest = if fill.placement() == BufferPlacement::Placed { 2 * first_heap } else { first_heap };
+    let requirements = vk::MemoryRequirements { size: largest, alignment: 256, memory_type_bits: u32::MAX };
+    let raw = device.allocate_memory(&requirements, &AllocationDesc::new("raw fill")).unwrap();
+    assert!(!raw.is_dedicated());
+    assert_eq!(held(device), after_fill + (2 * largest).min(page), "the next heap doubles the largest");
+    drop((first, fill, raw));
     assert!(set.validation_log().problems_since(0).is_empty());
     set.close().unwrap();
 }
