@@ -252,6 +252,11 @@ fn ptex_gpu_samples_match_the_cpu_filtering_and_are_seamless_across_turned_faces
             PtexTexture::new(&pool, &uploader, "ptex test", Format::R8G8B8A8Unorm, &mesh.desc, &mesh.refs())
                 .unwrap();
         assert_eq!(texture.table_words().len(), 16 * 13);
+        // Slices of at least one sparse tile: the single mip is tiled on every device (the H200
+        // would put 64² RGBA8 slices wholly in per-layer mip tails).
+        let shape = texture.image().layout().tile_shape();
+        assert!(texture.layout().side() >= shape.width.max(shape.height));
+        assert!(texture.image().layout().mip_tail().is_none());
         let probes = probes_of(texture.layout().face_count());
         let got = sample(device, &texture, &probes);
         assert_eq!(matching(&mesh, &texture, &probes, &got), probes.len());
@@ -508,6 +513,12 @@ fn ptex_failures_at_every_call_leave_nothing_behind() {
         let layout = texture.layout().clone();
         texture.drop_finest_level(&pool, 0).unwrap();
         let (words, tiles) = (texture.table_words(), pool.used_tiles());
+        // Whether the restore binds follows from the layout, not the device: slices are whole
+        // tiles (no mip tail on any device), and face 0's level-0 slot has a tile of its own, which
+        // the drop released and the restore binds.
+        assert!(texture.image().layout().mip_tail().is_none(), "the slices are tiled, not a mip tail");
+        let (_, added) = texture.residency().plan_restore(&layout, 0).unwrap();
+        assert_eq!(added.len(), 1, "the restore commits (and binds) face 0's own tile");
         ledger.inject_fault(FaultSite::BindSparse, 0, InjectedFault::OutOfDeviceMemory);
         let e = texture.restore_finer_level(&pool, &uploader, 0, mesh.level(&layout, 0, 0)).unwrap_err();
         ledger.clear_faults();
@@ -517,10 +528,43 @@ fn ptex_failures_at_every_call_leave_nothing_behind() {
         assert_eq!(pool.used_tiles(), tiles);
         // And it comes back once the binds go through.
         assert_eq!(texture.restore_finer_level(&pool, &uploader, 0, mesh.level(&layout, 0, 0)).unwrap(), 0);
-        assert_eq!(pool.used_tiles(), tiles + 1);
+        assert_eq!(pool.used_tiles(), tiles + added.len() as u64);
         drop(texture);
         let _ = uploader.destroy();
         device.wait_idle().unwrap();
+        assert_eq!(pool.used_tiles(), 0);
+    });
+}
+
+/// A diagnostic for the lead's device runs, not part of the suite: the sparse arrays `PtexTexture`
+/// made before its slices had a tile floor (64² and 32² RGBA8, one mip), as the driver lays them
+/// out (their mip tail: first LOD, size, offset, stride, tails) and whether binding every layer's
+/// tail goes through. Run with `--ignored --nocapture`; it asserts only that nothing is left.
+#[test]
+#[ignore = "a diagnostic of the driver's mip tails for slices under a tile; run by hand"]
+fn ptex_diagnostic_sub_tile_slices_and_their_mip_tails() {
+    use residency_core::tiles::SparseImageDesc;
+    use residency_vulkan::sparse::SparseImage;
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let pool = pool(device);
+        for (side, layers) in [(64, 4), (32, 2), (128, 4)] {
+            let desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, side, side)
+                .with_mip_levels(1)
+                .with_array_layers(layers);
+            let mut image = SparseImage::new(&pool, "ptex diagnostic", &desc, false).unwrap();
+            let tail = image.layout().mip_tail().copied();
+            eprintln!("{} {side}² × {layers}: mip tail {tail:?}", device.name());
+            let Some(tail) = tail else { continue };
+            let committed = (0..tail.count).try_for_each(|t| image.commit_tail(&pool, t));
+            let flushed = committed.and_then(|()| pool.flush_binds(&mut [&mut image]));
+            eprintln!("  binding its {} tails: {flushed:?}", tail.count);
+            device.wait_idle().unwrap();
+            let _ = image.release_all(&pool);
+            let _ = pool.flush_binds(&mut [&mut image]);
+            drop(image);
+            device.wait_idle().unwrap();
+        }
         assert_eq!(pool.used_tiles(), 0);
     });
 }

@@ -50,6 +50,9 @@
 //! The layout holds no texels: [`PtexEdges`] keeps each face's edge rows (what borders need), and
 //! [`bordered_slot`] builds a slot from a face's interior and its neighbours' edges.
 
+use crate::format::Format;
+use crate::profile::DeviceProfile;
+use crate::tiles::shape::{SparseDimension, SparseFormatInfo};
 use std::collections::HashMap;
 use std::fmt;
 
@@ -209,11 +212,31 @@ pub struct PtexLimits {
     pub max_side: u32,
     /// The most array layers (`maxImageArrayLayers`).
     pub max_layers: u32,
+    /// The narrowest slice: the format's sparse tile side (the larger of its width and height).
+    /// A slice narrower than a tile is a mip below the tile shape, which a device may place in
+    /// its mip tail (the H200 does, one tail per layer): a tail is one pinned unit, so a level's
+    /// tiles could be neither released nor bound on their own. With every slice a whole number
+    /// of tiles, the single mip is tiled on every device.
+    pub min_side: u32,
 }
 
 impl PtexLimits {
     /// No limit past the layout's own.
-    pub const NONE: PtexLimits = PtexLimits { max_side: PTEX_MAX_SIDE, max_layers: PTEX_MAX_LEVELS };
+    pub const NONE: PtexLimits =
+        PtexLimits { max_side: PTEX_MAX_SIDE, max_layers: PTEX_MAX_LEVELS, min_side: 0 };
+
+    /// A captured device's limits for slices of `format`: its `maxImageDimension2D` and
+    /// `maxImageArrayLayers`, and its 2D sparse tile side for `format` as the narrowest slice
+    /// (0 where the device has no 2D sparse tile for it: creating the image refuses it then).
+    pub fn for_device(profile: &DeviceProfile, format: Format) -> PtexLimits {
+        let min_side = SparseFormatInfo::from_profile(profile, format, SparseDimension::D2)
+            .map_or(0, |info| info.tile.width.max(info.tile.height));
+        PtexLimits {
+            max_side: profile.limits.max_image_dimension_2d,
+            max_layers: profile.limits.max_image_array_layers,
+            min_side,
+        }
+    }
 }
 
 /// Why a description cannot be packed.
@@ -366,8 +389,8 @@ pub struct PtexLayout {
 impl PtexLayout {
     /// Packs `desc` into slices that fit `limits`, or says why not. Slot `k` of slice `L` (faces in
     /// index order among those that have level `L`) is at `(k % per_row, k / per_row) * slot`, with
-    /// `per_row = side / slot`; the side is the smallest power of two (at least the finest slot)
-    /// that holds every slice's slots.
+    /// `per_row = side / slot`; the side is the smallest power of two (at least the finest slot and
+    /// `limits.min_side`) that holds every slice's slots.
     pub fn new(desc: &PtexDesc, limits: PtexLimits) -> Result<PtexLayout, PtexLayoutError> {
         if desc.faces.is_empty() {
             return Err(PtexLayoutError::NoFaces);
@@ -437,9 +460,10 @@ impl PtexLayout {
             }
             slots.push(s);
         }
-        // The smallest power-of-two side at least the finest slot where every slice fits.
+        // The smallest power-of-two side at least the finest slot and the narrowest slice where
+        // every slice fits.
         let max_side = limits.max_side.min(PTEX_MAX_SIDE);
-        let mut side = u64::from(desc.finest_slot);
+        let mut side = u64::from(desc.finest_slot).max(u64::from(limits.min_side).next_power_of_two());
         loop {
             let fits = (0..desc.levels).all(|l| {
                 let per_row = side / u64::from(desc.finest_slot >> l);

@@ -126,12 +126,12 @@ fn ptex_bad_descriptions_are_refused() {
         with(&|d| d.faces[0].neighbours[1] = Some(PtexNeighbour { face: 1, edge: PtexEdge::Top })),
         PtexLayoutError::AsymmetricAdjacency { face: 0, .. }
     ));
-    let small = PtexLimits { max_side: 32, max_layers: 16 };
+    let small = PtexLimits { max_side: 32, max_layers: 16, min_side: 0 };
     assert!(matches!(
         PtexLayout::new(&ok, small),
         Err(PtexLayoutError::SliceTooLarge { side: 64, max_side: 32 })
     ));
-    let few = PtexLimits { max_side: 1024, max_layers: 2 };
+    let few = PtexLimits { max_side: 1024, max_layers: 2, min_side: 0 };
     assert!(matches!(
         PtexLayout::new(&ok, few),
         Err(PtexLayoutError::TooManyLayers { levels: 3, max_layers: 2 })
@@ -399,4 +399,69 @@ fn ptex_quad_mesh_adjacency_matches_the_grid_and_closes_a_cube() {
     let mut degenerate = CUBE;
     degenerate[2][3] = degenerate[2][0];
     assert_eq!(quad_mesh_faces(&degenerate, |_| 0), Err(PtexLayoutError::DegenerateQuad { face: 2 }));
+}
+
+/// Every slice is a whole number of the format's sparse tiles on every captured device, so the one
+/// mip of a Ptex array is tiled there, never in a mip tail. Without the tile floor the H200 puts a
+/// slice of 64 or 32 texels (RGBA8 tiles are 128²) wholly in a per-layer mip tail: a pinned unit
+/// that `PtexTexture` bound through four per-layer tail binds at creation (the H200's
+/// `vkQueueBindSparse` answered out of memory) and that no drop released, so no restore bound.
+#[test]
+fn ptex_slices_are_whole_tiles_on_every_captured_device() {
+    use crate::format::Format;
+    use crate::profile::{captured, DeviceProfile};
+    use crate::tiles::{SparseImageDesc, SparseImageLayout};
+    // The meshes of the backend's tests: 4 × 3 faces of slot 32 at finest levels 0..2, 2 × 2 of
+    // slot 32 with one face at level 0, 2 × 2 of slot 256.
+    let grid = |w: u32, h: u32, finest_slot: u32, levels: u32, finest: &dyn Fn(u32) -> u32| {
+        let n = (w * h) as usize;
+        let finest: Vec<u32> = (0..n as u32).map(finest).collect();
+        PtexDesc { finest_slot, levels, faces: turned_grid(w, h, &vec![0; n], &finest) }
+    };
+    let descs = [
+        grid(4, 3, 32, 4, &|f| (f * 5) % 3),
+        grid(2, 2, 32, 2, &|f| u32::from(f != 0)),
+        grid(2, 2, 256, 3, &|f| u32::from(f == 3)),
+    ];
+    for (file, text) in captured::ALL {
+        let profile = DeviceProfile::from_json(text).unwrap();
+        for format in
+            [Format::R8Unorm, Format::R8G8B8A8Unorm, Format::R16G16B16A16Float, Format::R32G32B32A32Float]
+        {
+            let limits = PtexLimits::for_device(&profile, format);
+            for desc in &descs {
+                let layout = PtexLayout::new(desc, limits).unwrap();
+                let image = SparseImageDesc::new_2d(format, layout.side(), layout.side())
+                    .with_mip_levels(1)
+                    .with_array_layers(layout.levels());
+                let sparse = SparseImageLayout::for_device(&image, &profile).unwrap();
+                assert!(
+                    sparse.mip_tail().is_none(),
+                    "{file} {format:?}: side {} in a mip tail",
+                    layout.side()
+                );
+                let shape = sparse.tile_shape();
+                assert_eq!(layout.side() % shape.width, 0, "{file} {format:?}");
+                assert_eq!(layout.side() % shape.height, 0, "{file} {format:?}");
+                assert!(layout.side() >= limits.min_side && layout.side().is_power_of_two());
+            }
+        }
+    }
+    // What the H200 did before: a 64-texel RGBA8 slice is all mip tail, one per layer.
+    let nvidia = DeviceProfile::from_json(captured::NVIDIA_H200_JSON).unwrap();
+    let old = PtexLayout::new(&descs[0], PtexLimits::NONE).unwrap();
+    assert_eq!(old.side(), 64);
+    let image =
+        SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 64, 64).with_mip_levels(1).with_array_layers(4);
+    let tail = *SparseImageLayout::for_device(&image, &nvidia).unwrap().mip_tail().unwrap();
+    assert_eq!((tail.first_lod, tail.count), (0, 4));
+    // The floor only raises the side: a layout past it keeps its side, one under it is refused
+    // where the floor passes the widest side.
+    let limits = PtexLimits::for_device(&nvidia, Format::R8G8B8A8Unorm);
+    assert_eq!(limits.min_side, 128);
+    assert_eq!(PtexLayout::new(&descs[2], limits).unwrap().side(), 512);
+    assert!(matches!(
+        PtexLayout::new(&descs[0], PtexLimits { max_side: 64, ..limits }),
+        Err(PtexLayoutError::SliceTooLarge { side: 128, max_side: 64 })
+    ));
 }

@@ -126,14 +126,21 @@ pub struct PtexTexture {
     sampler: Sampler,
 }
 
-/// The device's limits as the core's.
-pub fn device_limits(device: &Device) -> PtexLimits {
+/// The device's limits for slices of `format` as the core's: its widest 2D image, most array
+/// layers, and its 2D sparse tile side for `format` as the narrowest slice
+/// ([`PtexLimits::for_device`]), so every slice is whole tiles and none lies in a mip tail.
+pub fn device_limits(device: &Device, format: Format) -> PtexLimits {
     let limits = device.limits();
-    PtexLimits { max_side: limits.max_image_dimension2_d, max_layers: limits.max_image_array_layers }
+    PtexLimits {
+        max_side: limits.max_image_dimension2_d,
+        max_layers: limits.max_image_array_layers,
+        ..PtexLimits::for_device(device.profile(), format)
+    }
 }
 
 impl PtexTexture {
-    /// Packs `desc`, creates the sparse array (`format`, one mip, one layer per level) from `pool`,
+    /// Packs `desc` (in slices of at least the device's sparse tile for `format`, so no slice is in
+    /// a mip tail), creates the sparse array (`format`, one mip, one layer per level) from `pool`,
     /// commits the tiles under every slot, uploads each face's slots with their borders through
     /// `uploader` and waits for the uploads, and creates the face table (every level resident) and
     /// a linear sampler.
@@ -160,7 +167,7 @@ impl PtexTexture {
             return Err(PtexError::Format { format });
         }
         let texel_bytes = format.block_bytes();
-        let layout = PtexLayout::new(desc, device_limits(device))?;
+        let layout = PtexLayout::new(desc, device_limits(device, format))?;
         if faces.len() != layout.face_count() as usize {
             return Err(PtexError::FaceCount { given: faces.len(), expected: layout.face_count() });
         }
@@ -181,6 +188,19 @@ impl PtexTexture {
             .with_mip_levels(1)
             .with_array_layers(layout.levels());
         let mut image = SparseImage::new(pool, name, &image_desc, false)?;
+        // Slices are whole tiles (the layout's floor), so the driver keeps the mip out of a tail;
+        // a driver that still reported one would make levels unreleasable (a tail is one pinned
+        // unit per layer), so that is refused rather than managed wrongly.
+        if let Some(tail) = image.layout().mip_tail() {
+            return Err(PtexError::Sparse(SparseError::Incompatible {
+                name: name.to_owned(),
+                reason: format!(
+                    "the driver puts the {side}² slices in a mip tail from lod {lod}; Ptex levels need tiled slices",
+                    side = layout.side(),
+                    lod = tail.first_lod
+                ),
+            }));
+        }
         let shape = image.layout().tile_shape();
         let residency = PtexResidency::new(&layout, [shape.width, shape.height]);
         for tile in residency.tiles() {
