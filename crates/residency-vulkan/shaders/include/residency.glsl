@@ -135,10 +135,12 @@ vec2 residencySize(sampler2D tex, usampler2D minLodMap) {
 // sample's own residency code must agree too (sparseTextureLodARB). `resident` is false, with the
 // default value, when no LOD's footprint is resident or the code says a tap was not; `usedLod` is
 // the LOD sampled (-1 when no footprint is resident).
-vec4 residencySampleFallback(sampler2D tex, usampler2D minLodMap, vec2 uv, float lod, vec4 defaultValue,
-                             out bool resident, out float usedLod) {
-    ResidencyFootprint f =
-        residencyFootprintLod(tex, minLodMap, uv, vec2(0.0), lod, RESIDENCY_HARDWARE_LOD_SLACK, RESIDENCY_BY_LOD);
+// residencySampleFallbackFrom: the same with `minLod` = residencyMinLod(minLodMap, uv) read by the
+// caller (vt_quad.glsl reads it once for the sample and its feedback).
+vec4 residencySampleFallbackFrom(sampler2D tex, usampler2D minLodMap, vec2 uv, float lod, vec4 defaultValue,
+                                 uint minLod, out bool resident, out float usedLod) {
+    ResidencyFootprint f = residencyFootprintLodFrom(tex, minLodMap, uv, vec2(0.0), lod,
+                                                     RESIDENCY_HARDWARE_LOD_SLACK, RESIDENCY_BY_LOD, minLod);
     usedLod = f.lod;
     if (!f.found) {
         resident = false;
@@ -153,6 +155,12 @@ vec4 residencySampleFallback(sampler2D tex, usampler2D minLodMap, vec2 uv, float
     resident = true;
     return textureLod(tex, uv, usedLod);
 #endif
+}
+
+vec4 residencySampleFallback(sampler2D tex, usampler2D minLodMap, vec2 uv, float lod, vec4 defaultValue,
+                             out bool resident, out float usedLod) {
+    return residencySampleFallbackFrom(tex, minLodMap, uv, lod, defaultValue, residencyMinLod(minLodMap, uv),
+                                       resident, usedLod);
 }
 
 // A gradient sample (textureGrad: trilinear, or anisotropic with the sampler's `maxAnisotropy`,

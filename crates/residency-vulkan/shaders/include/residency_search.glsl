@@ -22,14 +22,15 @@ struct ResidencyFootprint {
 // centred in uv ± `spread` (at the LOD asked for), the mips tested reaching `slack.x` levels below
 // and `slack.y` above the LOD sampled, coarser mips reached `how`. Starts at the centre region's chain (nothing finer can be whole) and steps
 // one mip coarser while some mip read is not resident; at most one step per mip.
-ResidencyFootprint residencyFootprintLod(sampler2D tex, usampler2D map, vec2 uv, vec2 spread, float lod,
-                                         vec2 slack, int how) {
+// `start`: residencyMinLod(map, uv), which a caller that needs it too (feedback) reads once and
+// passes to residencyFootprintLodFrom.
+ResidencyFootprint residencyFootprintLodFrom(sampler2D tex, usampler2D map, vec2 uv, vec2 spread, float lod,
+                                             vec2 slack, int how, uint start) {
     ResidencyFootprint f;
     f.found = false;
     f.lod = -1.0;
     f.clampLod = 0.0;
     f.scale = 1.0;
-    uint start = residencyMinLod(map, uv);
     int levels = residencyLevels(tex, map);
     if (start >= uint(levels)) {
         return f;
@@ -73,6 +74,11 @@ ResidencyFootprint residencyFootprintLod(sampler2D tex, usampler2D map, vec2 uv,
         }
     }
     return f;
+}
+
+ResidencyFootprint residencyFootprintLod(sampler2D tex, usampler2D map, vec2 uv, vec2 spread, float lod,
+                                         vec2 slack, int how) {
+    return residencyFootprintLodFrom(tex, map, uv, spread, lod, slack, how, residencyMinLod(map, uv));
 }
 
 // residencyFootprintLod of a gradient sample: its LOD and tap box from the derivatives and the

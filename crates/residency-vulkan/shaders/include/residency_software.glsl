@@ -190,16 +190,24 @@ vec2 residencySize(sampler2D atlas, usampler2D indirection) {
 // bilinear neighbours of `uv` at each mip blended) comes from resident tiles, as the hardware
 // path's residencySampleFallback: two bilinear samples from the atlas, blended. `usedLod` is -1
 // and the default value is returned when no LOD's footprint is resident.
-vec4 residencySampleFallback(sampler2D tex, usampler2D minLodMap, vec2 uv, float lod, vec4 defaultValue,
-                             out bool resident, out float usedLod) {
-    ResidencyFootprint f =
-        residencyFootprintLod(tex, minLodMap, uv, vec2(0.0), lod, RESIDENCY_NO_SLACK, RESIDENCY_BY_LOD);
+// residencySampleFallbackFrom: the same with `minLod` = residencyMinLod(minLodMap, uv) read by the
+// caller (vt_quad.glsl reads it once for the sample and its feedback).
+vec4 residencySampleFallbackFrom(sampler2D tex, usampler2D minLodMap, vec2 uv, float lod, vec4 defaultValue,
+                                 uint minLod, out bool resident, out float usedLod) {
+    ResidencyFootprint f = residencyFootprintLodFrom(tex, minLodMap, uv, vec2(0.0), lod, RESIDENCY_NO_SLACK,
+                                                     RESIDENCY_BY_LOD, minLod);
     usedLod = f.lod;
     resident = f.found;
     if (!f.found) {
         return defaultValue;
     }
     return residencySoftwareTrilinear(tex, minLodMap, residencySoftwareHeader(minLodMap), uv, usedLod);
+}
+
+vec4 residencySampleFallback(sampler2D tex, usampler2D minLodMap, vec2 uv, float lod, vec4 defaultValue,
+                             out bool resident, out float usedLod) {
+    return residencySampleFallbackFrom(tex, minLodMap, uv, lod, defaultValue, residencyMinLod(minLodMap, uv),
+                                       resident, usedLod);
 }
 
 // The hardware path's residencySampleGradFallback on the atlas, filtered in the shader as

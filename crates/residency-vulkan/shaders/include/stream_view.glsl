@@ -54,9 +54,12 @@ void main() {
             } else {
                 bool resident;
                 float usedLod;
-                color = residencySampleFallback(tex, minLodMap, uv, lod, vec4(1.0, 0.0, 1.0, 1.0), resident, usedLod);
+                // The min LOD read once, for the sample's footprint search and the feedback.
+                uint minLod = residencyMinLod(minLodMap, uv);
+                color = residencySampleFallbackFrom(tex, minLodMap, uv, lod, vec4(1.0, 0.0, 1.0, 1.0), minLod, resident,
+                                                    usedLod);
                 if (feedbackPixelWrites(uvec2(p), pc.sampling.x, pc.sampling.y, pc.sampling.z)) {
-                    feedback(0u, 0u, uv, lambda, residencyMinLod(minLodMap, uv));
+                    feedback(0u, 0u, uv, lambda, minLod);
                 }
             }
         }

@@ -65,18 +65,24 @@ bool vtFeedbackPixelWrites(uvec2 p) {
 }
 
 void main() {
+    // The min LOD under uv (residencyMinLod) is read once: the sample's footprint search starts
+    // from it and the feedback reports it. On the software path that is the indirection's header
+    // and the mip-0 entry (8 texel fetches), read once instead of twice.
 #ifdef RESIDENCY_SOFTWARE
-    vec2 size = vec2(residencySoftwareHeader(minLodMap).size);
+    ResidencySoftware h = residencySoftwareHeader(minLodMap);
+    vec2 size = vec2(h.size);
+    uint minLod = residencySoftwareEntry(minLodMap, h, uv, 0u).y;
 #else
     vec2 size = vec2(textureSize(tex, 0));
+    uint minLod = residencyMinLod(minLodMap, uv);
 #endif
     // Derivatives first, in uniform control flow.
     float lambda = vtLambda(uv, size);
     bool resident;
     float usedLod;
-    fragColor = residencySampleFallback(tex, minLodMap, uv, max(lambda, 0.0), vec4(1.0, 0.0, 1.0, 1.0),
-                                        resident, usedLod);
+    fragColor = residencySampleFallbackFrom(tex, minLodMap, uv, max(lambda, 0.0), vec4(1.0, 0.0, 1.0, 1.0), minLod,
+                                            resident, usedLod);
     if ((pc.control.x & 1u) != 0u && vtFeedbackPixelWrites(uvec2(gl_FragCoord.xy))) {
-        feedback(pc.feedback.x, 0u, uv, lambda, residencyMinLod(minLodMap, uv));
+        feedback(pc.feedback.x, 0u, uv, lambda, minLod);
     }
 }
