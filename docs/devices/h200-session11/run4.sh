@@ -14,3 +14,8 @@ for k in 0 1 2 3 4 5 6 7; do ./b/residency vt build --synthetic $k --size 4096 -
 T="t0.rvt t1.rvt t2.rvt t3.rvt t4.rvt t5.rvt t6.rvt t7.rvt"
 step stream-4096-0.92tb.json 300 ./b/residency stream $T --textures 4096 --size 8192,8192,8192,8192,4096,4096,4096,4096 --budget-mib 8192 --references 8 --width 3840 --height 2160 --frames-in-flight 2 --frames 300 --json
 cat r/log.txt; grep -h "test result" r/test-*.txt; tail -n 30 r/test-ptex-diagnostic.txt; tail -n 3 r/stream*.err
+# The software path after the min LOD is read once (h-swfeedback), and the hardware path at 4K.
+step stream-software-4k.json 120 ./b/residency stream $T --textures 64 --path software --width 3840 --height 2160 --frames-in-flight 2 --frames 300 --json
+step stream-software-1080p.json 60 ./b/residency stream $T --textures 64 --path software --width 1920 --height 1080 --frames-in-flight 2 --frames 300 --json
+step stream-hardware-4k.json 120 ./b/residency stream $T --textures 64 --path hardware --width 3840 --height 2160 --frames-in-flight 2 --frames 300 --json
+cat r/log.txt

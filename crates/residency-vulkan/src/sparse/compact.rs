@@ -419,19 +419,7 @@ fn compact_pass(
     let changes: Vec<(usize, ResidencyChanges)> =
         per_image.iter().map(ImageMoves::index).zip(owner.apply(plan, &per_image)?).collect();
     plan_time += accounted.elapsed();
-    let mut bind_waits = waits.to_vec();
-    bind_waits.push(device.submitted_work());
-    let bind = match rebind(device, heaps, &*owner, &changes, tile_bytes, &bind_waits) {
-        Ok(bind) => bind,
-        Err(e) => {
-            owner.undo(plan, &per_image);
-            return Err(e);
-        }
-    };
-    for (index, c) in &changes {
-        heaps_shared.record(heaps, owner.image(*index).key, c);
-    }
-    stats.bind = bind;
+    stats.bind = rebind_or_undo(heaps_shared, heaps, owner, (plan, &per_image), &changes, tile_bytes, waits)?;
 
     // 3. The texels back into the tiles, now bound to their new memory (the submission waits
     // for the rebind, as every residency submission waits for the binds before it).
@@ -712,7 +700,6 @@ fn direct_pass(
     waits: &[GpuUse],
     (mut stats, mut plan_time, started): (CompactStats, Duration, Instant),
 ) -> Result<CompactStats, SparseError> {
-    let device = &*heaps_shared.device;
     // 1. The accounting: checked (every source allocated to its owner, every destination free
     // and named once) before the GPU writes anything.
     let accounted = Instant::now();
@@ -726,19 +713,7 @@ fn direct_pass(
         return Err(e);
     }
     // 3. The rebind (undone if it fails: the copy wrote only free tiles, so nothing else changed).
-    let mut bind_waits = waits.to_vec();
-    bind_waits.push(device.submitted_work());
-    let bind = match rebind(device, heaps, &*owner, &changes, tile_bytes, &bind_waits) {
-        Ok(bind) => bind,
-        Err(e) => {
-            owner.undo(plan, &per_image);
-            return Err(e);
-        }
-    };
-    for (index, c) in &changes {
-        heaps_shared.record(heaps, owner.image(*index).key, c);
-    }
-    stats.bind = bind;
+    stats.bind = rebind_or_undo(heaps_shared, heaps, owner, (plan, &per_image), &changes, tile_bytes, waits)?;
     stats.plan_time = plan_time;
     Ok(release_emptied(heaps_shared, heaps, name, owner, plan, &per_image, stats, started))
 }
@@ -931,6 +906,33 @@ fn global_barrier(
             .raw()
             .cmd_pipeline_barrier2(rec.raw(), &vk::DependencyInfo::default().memory_barriers(&barrier))
     };
+}
+
+/// The pass's rebind ([`rebind`] after `waits` and the work submitted so far), its changes
+/// recorded on the heaps; on an error the accounting of `plan` is undone and nothing was submitted.
+fn rebind_or_undo(
+    heaps_shared: &HeapsShared,
+    heaps: &mut HeapsState,
+    owner: &mut dyn CompactionOwner,
+    (plan, per_image): (&CompactionPlan, &[ImageMoves]),
+    changes: &[(usize, ResidencyChanges)],
+    tile_bytes: u64,
+    waits: &[GpuUse],
+) -> Result<BindStats, SparseError> {
+    let device = &*heaps_shared.device;
+    let mut bind_waits = waits.to_vec();
+    bind_waits.push(device.submitted_work());
+    let bind = match rebind(device, heaps, &*owner, changes, tile_bytes, &bind_waits) {
+        Ok(bind) => bind,
+        Err(e) => {
+            owner.undo(plan, per_image);
+            return Err(e);
+        }
+    };
+    for (index, c) in changes {
+        heaps_shared.record(heaps, owner.image(*index).key, c);
+    }
+    Ok(bind)
 }
 
 /// Binds `changes` (per image index) in one `vkQueueBindSparse` after `waits`, on the sparse

@@ -294,18 +294,7 @@ impl SparseImage {
             })
             .during("vkCreateImage")?;
         // Until it is handed to its `Life`, every error path retires it (after any work submitted).
-        let mut guard = Unfinished {
-            device,
-            garbage: Some(SparseImageGarbage {
-                raw,
-                view: vk::ImageView::null(),
-                id: device.ledger().track("sparse image", name),
-                key: NEXT_SPARSE_IMAGE.fetch_add(1, Ordering::Relaxed),
-                heaps: Weak::new(),
-                tiles: None,
-            }),
-        };
-        device.set_name(raw, name);
+        let mut guard = Unfinished::new(device, raw, name);
         // SAFETY: raw is a sparse image of this device.
         let requirements = unsafe { device.raw().get_image_memory_requirements(raw) };
         if requirements.alignment != tile_bytes || requirements.memory_type_bits & (1 << memory_type) == 0 {
@@ -777,6 +766,26 @@ pub(super) struct Unfinished<'a> {
     garbage: Option<SparseImageGarbage>,
 }
 
+impl<'a> Unfinished<'a> {
+    /// Takes `raw`, a sparse image just made on `device`: tracked in the ledger and named `name`,
+    /// with a key of its own; retired (after any work submitted) unless handed on.
+    pub(super) fn new(device: &'a Device, raw: vk::Image, name: &str) -> Unfinished<'a> {
+        let guard = Unfinished {
+            device,
+            garbage: Some(SparseImageGarbage {
+                raw,
+                view: vk::ImageView::null(),
+                id: device.ledger().track("sparse image", name),
+                key: NEXT_SPARSE_IMAGE.fetch_add(1, Ordering::Relaxed),
+                heaps: Weak::new(),
+                tiles: None,
+            }),
+        };
+        device.set_name(raw, name);
+        guard
+    }
+}
+
 impl Drop for Unfinished<'_> {
     fn drop(&mut self) {
         if let Some(garbage) = self.garbage.take() {
@@ -899,18 +908,7 @@ pub(super) fn create_carrier<'a>(
             unsafe { device.raw().create_image(&create, None) }
         })
         .during("vkCreateImage")?;
-    let guard = Unfinished {
-        device,
-        garbage: Some(SparseImageGarbage {
-            raw,
-            view: vk::ImageView::null(),
-            id: device.ledger().track("sparse image", name),
-            key: NEXT_SPARSE_IMAGE.fetch_add(1, Ordering::Relaxed),
-            heaps: Weak::new(),
-            tiles: None,
-        }),
-    };
-    device.set_name(raw, name);
+    let guard = Unfinished::new(device, raw, name);
     // SAFETY: raw is a sparse image of this device.
     let requirements = unsafe { device.raw().get_image_memory_requirements(raw) };
     // SAFETY: raw is a sparse image of this device.
