@@ -23,7 +23,7 @@ use residency_vulkan::streaming::{
     StreamError, Streamer, StreamerDesc, TextureViews, VirtualTexture, SLICE_EMPTY_BIAS,
 };
 use residency_vulkan::testing::with_gpu;
-use residency_vulkan::{BufferDesc, CommandContext, Device, Filter};
+use residency_vulkan::{BufferDesc, CommandContext, Device, Filter, GpuUse, Timeline};
 use std::sync::Arc;
 
 const SIDE: u32 = 512;
@@ -95,16 +95,18 @@ impl Gpu {
         finest: &[u32],
         probes: &[Probe],
     ) -> Vec<Sampled> {
-        self.frame_then(streamer, texture, finest, probes, true)
+        self.frame_then(streamer, texture, finest, probes, &[], true)
     }
 
-    /// [`Gpu::frame`]; without `wait`, the frame stays in flight and nothing is read back.
+    /// [`Gpu::frame`], its submission waiting on the GPU for `after`; without `wait`, the frame
+    /// stays in flight and nothing is read back.
     fn frame_then(
         &self,
         streamer: &mut Streamer,
         texture: &VirtualTexture,
         finest: &[u32],
         probes: &[Probe],
+        after: &[GpuUse],
         wait: bool,
     ) -> Vec<Sampled> {
         use vk::{AccessFlags2 as A, PipelineStageFlags2 as S};
@@ -154,7 +156,7 @@ impl Gpu {
         let groups = [(n as u32).div_ceil(64), 1, 1];
         let submission = self
             .commands
-            .submit(&[], |rec| {
+            .submit(after, |rec| {
                 bindings.record(rec, |rec| self.program.dispatch(rec, &set, &push, groups).unwrap()).unwrap();
                 rec.memory_barrier(MemoryDependency {
                     src_stages: S::COMPUTE_SHADER,
@@ -518,10 +520,26 @@ fn sliced_array_input_is_checked_and_a_refusal_changes_nothing() {
     });
 }
 
+/// Host-signals `gate` to `value`: the frame held behind it may run.
+fn open(device: &Device, gate: &Timeline, value: u64) {
+    let info = vk::SemaphoreSignalInfo::default().semaphore(gate.raw()).value(value);
+    // SAFETY: a timeline semaphore of this device (`create_timeline`), signalled only here, with
+    // values that only grow.
+    unsafe { device.raw().signal_semaphore(&info) }.unwrap();
+}
+
 /// Slice changes while frames are in flight (nothing waited for on the host between frames): a
 /// bias update, a slice given another texture and a slice emptied are ordered after the frames that
 /// read the bias buffer, the min-LOD map and the slice's tiles (synchronization validation stays
 /// silent), and the frames after them sample the new state as the CPU reference says.
+///
+/// The last frame before each change is held on the GPU (its submission waits for a timeline the
+/// test signals on the host once the change was made), so it is in flight when the slice changes
+/// on every device, however fast its GPU (a fast one has run the frames before it already, and
+/// an unbind rightly waits for no finished frame). The unbind of the slice's old tiles (at least its
+/// coarse chain, which priming bound: the mip tail of the slice on a device with one, its
+/// single-tile mips on one without) then waits for the held frame: counted in
+/// `unbinds_after_frames`, and no bind has run while the frame is held.
 #[test]
 fn slice_changes_between_frames_in_flight_are_ordered_with_the_frames() {
     with_gpu(|set| {
@@ -534,11 +552,18 @@ fn slice_changes_between_frames_in_flight_are_ordered_with_the_frames() {
             Probe { slice: 1, x: 20, y: 200, lod: 0 },
             Probe { slice: 3, x: 63, y: 5, lod: 0 },
         ];
+        let gate = device.create_timeline("slice change gate").unwrap();
         let mut finest = FINEST;
         for round in 0..4u32 {
-            for _ in 0..3 {
-                gpu.frame_then(&mut streamer, &texture, &finest, &probes, false);
+            for _ in 0..2 {
+                gpu.frame_then(&mut streamer, &texture, &finest, &probes, &[], false);
             }
+            let held = u64::from(round) + 1;
+            // SAFETY: the test signals the gate to `held` on the host below, after the change,
+            // and waits for nothing that waits for it before (the change waits on the GPU only).
+            unsafe { gate.signal_submitted(held) };
+            gpu.frame_then(&mut streamer, &texture, &finest, &probes, &[gate.at(held)], false);
+            let unbinds_before = streamer.stats().unbinds_after_frames;
             match round {
                 0 => streamer.set_slice_bias(&texture, 0, 2).unwrap(),
                 1 => {
@@ -551,11 +576,23 @@ fn slice_changes_between_frames_in_flight_are_ordered_with_the_frames() {
                 }
                 _ => streamer.set_slice(&texture, 3, Some(slice_texture(9, 3))).unwrap(),
             }
+            if round > 0 {
+                assert!(
+                    streamer.stats().unbinds_after_frames > unbinds_before,
+                    "round {round}: the slice's unbind waited for the held frame: {:?}",
+                    streamer.stats()
+                );
+                let binds = device.submitted_binds().expect("set_slice bound and unbound tiles");
+                assert!(
+                    !device.has_completed(&binds),
+                    "round {round}: no bind ran while the frame that samples the old tiles is held"
+                );
+            }
+            open(&device, &gate, held);
         }
         finest[3] = 3;
         let got = converge(&gpu, &mut streamer, &texture, &finest, &probes);
         check(&streamer, &texture, &[1, 6, 3, 9, 0], &probes, &got);
-        assert!(streamer.stats().unbinds_after_frames > 0, "an unbind waited for the frames in flight");
         streamer.remove_texture(texture).unwrap();
         drop(streamer);
         drop(gpu);
