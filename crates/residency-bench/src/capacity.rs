@@ -53,8 +53,34 @@ pub fn run(o: &CapacityOptions) -> ExitCode {
     }
     let raw = device.raw();
     let mips = if o.mips { o.side.ilog2() + 1 } else { 1 };
+    // The image must be one the device can make: within its limits and the format's sparse
+    // image properties (checked here, so that vkCreateImage sees only valid input).
+    let limits = device.limits();
+    let flags = vk::ImageCreateFlags::SPARSE_BINDING | vk::ImageCreateFlags::SPARSE_RESIDENCY;
+    let usage = vk::ImageUsageFlags::SAMPLED | vk::ImageUsageFlags::TRANSFER_DST;
+    // SAFETY: the device's own instance and physical device; plain enum and flag arguments.
+    let properties = unsafe {
+        device.instance().get_physical_device_image_format_properties(
+            device.physical(),
+            vk::Format::R8G8B8A8_UNORM,
+            vk::ImageType::TYPE_2D,
+            vk::ImageTiling::OPTIMAL,
+            usage,
+            flags,
+        )
+    };
+    let fits = properties.is_ok_and(|p| {
+        o.side <= p.max_extent.width
+            && o.side <= p.max_extent.height
+            && mips <= p.max_mip_levels
+            && o.layers <= p.max_array_layers
+    });
+    if !fits || o.side > limits.max_image_dimension2_d || o.layers > limits.max_image_array_layers {
+        eprintln!("{}: no sparse RGBA8 image of {}² × {} layers", device.name(), o.side, o.layers);
+        return ExitCode::FAILURE;
+    }
     let info = vk::ImageCreateInfo::default()
-        .flags(vk::ImageCreateFlags::SPARSE_BINDING | vk::ImageCreateFlags::SPARSE_RESIDENCY)
+        .flags(flags)
         .image_type(vk::ImageType::TYPE_2D)
         .format(vk::Format::R8G8B8A8_UNORM)
         .extent(vk::Extent3D { width: o.side, height: o.side, depth: 1 })
@@ -62,14 +88,15 @@ pub fn run(o: &CapacityOptions) -> ExitCode {
         .array_layers(o.layers)
         .samples(vk::SampleCountFlags::TYPE_1)
         .tiling(vk::ImageTiling::OPTIMAL)
-        .usage(vk::ImageUsageFlags::SAMPLED | vk::ImageUsageFlags::TRANSFER_DST)
+        .usage(usage)
         .sharing_mode(vk::SharingMode::EXCLUSIVE)
         .initial_layout(vk::ImageLayout::UNDEFINED);
     let (mut images, mut total, mut first) = (Vec::new(), 0u64, None);
     let mut refused = None;
     while images.len() < o.max as usize {
         // SAFETY: valid device with sparseBinding and sparseResidencyImage2D enabled (checked
-        // above); a 2D RGBA8 image of at most 16384² with a valid mip count; destroyed below.
+        // above); extent, mips and layers within the device's limits and the format's sparse
+        // image properties (checked above); destroyed below.
         match unsafe { raw.create_image(&info, None) } {
             Ok(image) => {
                 // SAFETY: just created on this device.
