@@ -322,10 +322,7 @@ pub enum CopyRefusal {
 
 /// A copy item was refused on a device; nothing was recorded or submitted.
 #[derive(Debug, thiserror::Error)]
-#[error(
-    "copy from `{src}` to `{dst}` on {device}{}: {refusal}",
-    region.map(|r| format!(", region {r}")).unwrap_or_default()
-)]
+#[error("copy from `{src}` to `{dst}` on {device}, {}: {refusal}", which(region))]
 pub struct ImageCopyError {
     /// The device of the submission.
     pub device: DeviceIndex,
@@ -343,6 +340,17 @@ impl ResidencyError for ImageCopyError {
     fn class(&self) -> ErrorClass {
         ErrorClass::Refused
     }
+}
+
+impl ResidencyError for CopyRefusal {
+    fn class(&self) -> ErrorClass {
+        ErrorClass::Refused
+    }
+}
+
+/// The part of an item a refusal names.
+fn which(region: &Option<usize>) -> String {
+    region.map_or_else(|| "the item".to_owned(), |r| format!("region {r}"))
 }
 
 /// What an item's copy is on one device.
