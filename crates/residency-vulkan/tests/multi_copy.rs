@@ -99,7 +99,7 @@ impl Model {
         }
     }
 
-    fn from_buffer(&mut self, buffer: &[u8], r: &BufferImageRegion) {
+    fn write_from(&mut self, buffer: &[u8], r: &BufferImageRegion) {
         let bb = self.format.block_bytes() as usize;
         let mut writes = Vec::new();
         self.walk(r, |layer, block, addr| writes.push((self.at(r.image.mip, layer, block), addr)));
@@ -108,7 +108,7 @@ impl Model {
         }
     }
 
-    fn to_buffer(&self, buffer: &mut [u8], r: &BufferImageRegion) {
+    fn read_into(&self, buffer: &mut [u8], r: &BufferImageRegion) {
         let bb = self.format.block_bytes() as usize;
         self.walk(r, |layer, block, addr| {
             let (s, at) = self.at(r.image.mip, layer, block);
@@ -338,21 +338,21 @@ fn expected(src_format: Format, dst_format: Format) -> (Vec<u8>, Vec<u8>) {
     let texels = pattern(s.upload_bytes, 1);
     let background = pattern(s.background_bytes, 2);
     for r in &s.upload {
-        src.from_buffer(&texels, r);
+        src.write_from(&texels, r);
     }
     for r in &s.background {
-        dst.from_buffer(&background, r);
+        dst.write_from(&background, r);
     }
     for r in &s.copies {
         Model::copy(&src, &mut dst, r);
     }
     let mut read = vec![0; s.read_bytes];
     for r in &s.read {
-        dst.to_buffer(&mut read, r);
+        dst.read_into(&mut read, r);
     }
     let mut halves = vec![0; s.halves_bytes];
     for r in &s.halves {
-        src.to_buffer(&mut halves, r);
+        src.read_into(&mut halves, r);
     }
     (read, halves)
 }
@@ -772,5 +772,101 @@ fn misused_image_copy_items_are_refused_per_device_with_nothing_recorded() {
             assert_eq!(other.instance(device).unwrap().layout(0, 0), Some(vk::ImageLayout::GENERAL));
         }
         submitter.destroy();
+    });
+}
+
+#[test]
+fn copies_of_3d_images_move_depth_slices_on_both_devices_as_the_model_does() {
+    use residency_vulkan::ImageDimension;
+    with_gpu(|set| {
+        let format = Format::R8G8B8A8Unorm;
+        let extent = [8, 8, 4];
+        let volume = |name: &str| {
+            let usage = ImageUsage::COPY_SRC | ImageUsage::COPY_DST;
+            let mut desc = ImageDesc::new_2d(name, format, extent[0], extent[1], usage).with_mip_levels(2);
+            desc.dimension = ImageDimension::D3;
+            desc.extent = extent;
+            MultiImage::create(set, both(), &desc).unwrap()
+        };
+        let (src, dst) = (volume("volume source"), volume("volume destination"));
+        // Mip 0 in rows of 10 texels and slices of 9 rows; mip 1 packed after it; the destination
+        // packed from one background buffer.
+        let mip0 = ImageArea::new(0, [0; 3], extent);
+        let mip1 = ImageArea::new(1, [0; 3], [4, 4, 2]);
+        let padded = BufferImageRegion { buffer_offset: 0, row_length: 10, image_height: 9, image: mip0 };
+        let upload = [padded, BufferImageRegion::packed(10 * 9 * 4 * 4, mip1)];
+        let upload_bytes = 10 * 9 * 4 * 4 + 4 * 4 * 2 * 4;
+        let background = [BufferImageRegion::packed(0, mip0), BufferImageRegion::packed(8 * 8 * 4 * 4, mip1)];
+        let volume_bytes = 8 * 8 * 4 * 4 + 4 * 4 * 2 * 4;
+        let copies = [
+            ImageCopyRegion {
+                src: ImageArea::new(0, [2, 2, 1], [4, 4, 2]),
+                dst_mip: 0,
+                dst_base_layer: 0,
+                dst_offset: [4, 0, 2],
+            },
+            ImageCopyRegion { src: mip1, dst_mip: 0, dst_base_layer: 0, dst_offset: [0, 4, 0] },
+        ];
+
+        let mut src_model = Model::new(format, extent, 2, 1);
+        let mut dst_model = Model::new(format, extent, 2, 1);
+        let texels = pattern(upload_bytes, 20);
+        let fill = pattern(volume_bytes, 21);
+        upload.iter().for_each(|r| src_model.write_from(&texels, r));
+        background.iter().for_each(|r| dst_model.write_from(&fill, r));
+        copies.iter().for_each(|r| Model::copy(&src_model, &mut dst_model, r));
+        let mut expected = vec![0; volume_bytes];
+        background.iter().for_each(|r| dst_model.read_into(&mut expected, r));
+
+        let texel_buffer = buffer(set, both(), "volume texels", upload_bytes);
+        let fill_buffer = buffer(set, both(), "volume background", volume_bytes);
+        let read = buffer(set, both(), "volume read back", volume_bytes);
+        let uploader = MultiUploader::new(set, both(), 1 << 20).unwrap();
+        uploader.broadcast(&texel_buffer, 0, &texels).unwrap();
+        uploader.broadcast(&fill_buffer, 0, &fill).unwrap();
+        uploader.wait_idle().unwrap();
+        let up = ImageCopyItem::buffer_to_image(BufferView::whole(&texel_buffer), &src, &upload);
+        let bg = ImageCopyItem::buffer_to_image(BufferView::whole(&fill_buffer), &dst, &background);
+        let copy = ImageCopyItem::images(&src, &dst, &copies);
+        let back = ImageCopyItem::image_to_buffer(&dst, BufferView::whole(&read), &background);
+        let items = [
+            WorkItem::ImageCopy(&up),
+            WorkItem::ImageCopy(&bg),
+            WorkItem::Barrier,
+            WorkItem::ImageCopy(&copy),
+            WorkItem::Barrier,
+            WorkItem::ImageCopy(&back),
+        ];
+        let submitter = MultiSubmitter::new(set, both()).unwrap();
+        for index in [d(0), d(1)] {
+            let submission = submitter.submit(index, &items).unwrap();
+            submitter.wait(index, submission).unwrap();
+            let got =
+                set.device(index).unwrap().read_back(read.instance(index).unwrap(), 0, volume_bytes as u64);
+            assert!(got.unwrap() == expected, "{index}: the volume's texels are the model's");
+        }
+        // A 3D image has one layer, and a box ends inside the mip's depth.
+        let layers =
+            ImageCopyItem::images(&src, &dst, &[ImageCopyRegion::same_place(mip1.with_layers(0, 2))]);
+        let (region, why) = refusal(&submitter, d(1), &[WorkItem::ImageCopy(&layers)]);
+        assert_eq!(
+            (region, why),
+            (Some(0), CopyRefusal::NoSuchLayers { base_layer: 0, layer_count: 2, array_layers: 1 })
+        );
+        let deep = ImageCopyItem::images(
+            &src,
+            &dst,
+            &[ImageCopyRegion::same_place(ImageArea::new(1, [0, 0, 1], [4, 4, 2]))],
+        );
+        let (region, why) = refusal(&submitter, d(0), &[WorkItem::ImageCopy(&deep)]);
+        assert_eq!(
+            (region, why),
+            (
+                Some(0),
+                CopyRefusal::OutsideMip { offset: [0, 0, 1], extent: [4, 4, 2], mip_extent: [4, 4, 2] }
+            )
+        );
+        submitter.destroy();
+        uploader.destroy().unwrap();
     });
 }

@@ -156,7 +156,14 @@ enum Kind<'a> {
 /// buffer view (the seed's `CopyImageDescriptor`, `CopyBufferToImageDescriptor` and
 /// `CopyImageToBufferDescriptor`), the same regions on every device, resolved and checked per
 /// device at submission ([`ImageCopyError`]: nothing is recorded or submitted on a refusal).
-/// Layouts are handled by the library (see the [module documentation](self)).
+///
+/// Layouts are handled by the library: every subresource the copy touches is moved to `GENERAL`
+/// from the layout its image's record says it is in (what an earlier command of the submission
+/// left, else its layout in submission order, checked again when the submission is made), with a
+/// barrier that makes earlier work on it finish first, and it stays in `GENERAL`. The copy is
+/// ordered against the other items of its submission as a [`CopyItem`](crate::multi::work::CopyItem)
+/// is: by [`WorkItem::Barrier`](crate::multi::work::WorkItem::Barrier) between them, and the
+/// barriers around each submission.
 #[derive(Clone, Debug)]
 pub struct ImageCopyItem<'a> {
     kind: Kind<'a>,
@@ -524,13 +531,20 @@ fn overlapping_footprints(footprints: &[Footprint]) -> Option<(usize, usize)> {
     if involved.is_empty() {
         return None;
     }
-    let mut rows: Vec<(u64, u64, usize)> =
-        involved.iter().flat_map(|&i| footprints[i].rows().map(move |(s, e)| (s, e, i))).collect();
-    rows.sort_unstable();
+    // Each region's rows come in increasing order: merge them (memory for one row per region,
+    // however many rows there are).
+    let mut streams: Vec<(usize, _)> = involved.iter().map(|&i| (i, footprints[i].rows())).collect();
+    let mut next = std::collections::BinaryHeap::new();
+    for (k, (_, rows)) in streams.iter_mut().enumerate() {
+        if let Some((start, end)) = rows.next() {
+            next.push(std::cmp::Reverse((start, end, k)));
+        }
+    }
     // Rows of one region never share a byte (pitches are at least the row and slice sizes), so a
     // row starting before the furthest end seen so far meets a row of another region.
     let mut furthest: Option<(u64, usize)> = None;
-    for (start, end, i) in rows {
+    while let Some(std::cmp::Reverse((start, end, k))) = next.pop() {
+        let i = streams[k].0;
         if let Some((far, j)) = furthest {
             if start < far {
                 return Some((i.max(j), i.min(j)));
@@ -538,6 +552,9 @@ fn overlapping_footprints(footprints: &[Footprint]) -> Option<(usize, usize)> {
         }
         if furthest.is_none_or(|(far, _)| end > far) {
             furthest = Some((end, i));
+        }
+        if let Some((start, end)) = streams[k].1.next() {
+            next.push(std::cmp::Reverse((start, end, k)));
         }
     }
     None
