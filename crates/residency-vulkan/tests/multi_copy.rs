@@ -870,3 +870,70 @@ fn copies_of_3d_images_move_depth_slices_on_both_devices_as_the_model_does() {
         uploader.destroy().unwrap();
     });
 }
+
+#[test]
+fn a_broadcast_image_copied_then_sampled_in_one_submission_reads_the_broadcast_texels_on_each_device() {
+    use residency_vulkan::compute::Binding;
+    use residency_vulkan::multi::work::{DispatchItem, MultiBinding, MultiComputeProgram, PerDeviceImage};
+    use residency_vulkan::{shaders, Filter};
+    with_gpu(|set| {
+        const COUNT: u32 = 64 * 64;
+        let format = Format::R8G8B8A8Unorm;
+        let usage = ImageUsage::COPY_SRC | ImageUsage::COPY_DST | ImageUsage::SAMPLED;
+        let source =
+            MultiImage::create(set, both(), &ImageDesc::new_2d("sampled source", format, 64, 64, usage))
+                .unwrap();
+        let target =
+            MultiImage::create(set, both(), &ImageDesc::new_2d("sampled copy", format, 64, 64, usage))
+                .unwrap();
+        let texels = pattern(COUNT as usize * 4, 30);
+        source.broadcast(ImageArea::new(0, [0; 3], [64, 64, 1]), &texels).unwrap();
+
+        let program =
+            MultiComputeProgram::new(set, both(), "sampled copy", &shaders::SAMPLE_TEXELS, 2).unwrap();
+        let views: Vec<_> = [d(0), d(1)].map(|i| (i, target.view(set, i, 0..1).unwrap())).to_vec();
+        let samplers: Vec<_> = views
+            .iter()
+            .map(|(i, _)| set.device(*i).unwrap().create_sampler(Filter::Nearest).unwrap())
+            .collect();
+        let bound = views
+            .iter()
+            .zip(&samplers)
+            .map(|((i, v), s)| (*i, Binding::sampled(&**v, s, vk::ImageLayout::GENERAL)))
+            .collect();
+        let usage = BufferUsage::STORAGE | BufferUsage::COPY_SRC;
+        let out = MultiBuffer::create(set, both(), &BufferDesc::new("samples", u64::from(COUNT) * 16, usage))
+            .unwrap();
+        let push: Vec<u8> = [COUNT, 64].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let dispatch = DispatchItem::new(
+            &program,
+            vec![
+                MultiBinding::Image(PerDeviceImage { views: bound }),
+                MultiBinding::Buffer(BufferView::whole(&out)),
+            ],
+            &push,
+            [COUNT / 64, 1, 1],
+        );
+        // The copy moves the target from UNDEFINED to GENERAL, where the dispatch samples it.
+        let copy = ImageCopyItem::images(
+            &source,
+            &target,
+            &[ImageCopyRegion::same_place(ImageArea::new(0, [0; 3], [64, 64, 1]))],
+        );
+        let submitter = MultiSubmitter::new(set, both()).unwrap();
+        for index in [d(0), d(1)] {
+            let items = [WorkItem::ImageCopy(&copy), WorkItem::Barrier, WorkItem::Dispatch(&dispatch)];
+            let submission = submitter.submit(index, &items).unwrap();
+            submitter.wait(index, submission).unwrap();
+            let bytes =
+                set.device(index).unwrap().read_back(out.instance(index).unwrap(), 0, u64::from(COUNT) * 16);
+            let samples: Vec<u8> = bytes
+                .unwrap()
+                .chunks_exact(4)
+                .map(|f| (f32::from_le_bytes([f[0], f[1], f[2], f[3]]) * 255.0).round() as u8)
+                .collect();
+            assert!(samples == texels, "{index}: the sampled copy holds the broadcast texels");
+        }
+        submitter.destroy();
+    });
+}
