@@ -46,7 +46,9 @@ impl MultiImage {
     /// submission first copies the area's old texels into a buffer on that device. If a device
     /// then fails (its buffers, a submission, a wait), the devices whose copies were submitted get
     /// their old texels copied back, and are waited for, before the error returns. (Undoing
-    /// itself needs a working device: on a device that is lost, its texels are undefined anyway.)
+    /// itself needs a working device: on a device that is lost, its texels are undefined anyway.
+    /// An image on one device keeps no old texels: there a failed wait, after the submission was
+    /// made, leaves the copy to land.)
     /// The area's subresources are left in `GENERAL`, moved there from the layout the image's
     /// record says they are in.
     pub fn broadcast(&self, area: ImageArea, data: &[u8]) -> UploadResult<()> {
