@@ -866,6 +866,17 @@ fn copies_of_3d_images_move_depth_slices_on_both_devices_as_the_model_does() {
                 CopyRefusal::OutsideMip { offset: [0, 0, 1], extent: [4, 4, 2], mip_extent: [4, 4, 2] }
             )
         );
+        // A volume and a 2D image are not copied between.
+        let flat = MultiImage::create(set, both(), &image_desc("flat", format)).unwrap();
+        let across = ImageCopyItem::images(
+            &src,
+            &flat,
+            &[ImageCopyRegion::same_place(ImageArea::new(0, [0; 3], [4, 4, 1]))],
+        );
+        assert_eq!(
+            refusal(&submitter, d(1), &[WorkItem::ImageCopy(&across)]),
+            (None, CopyRefusal::Dimensions)
+        );
         submitter.destroy();
         uploader.destroy().unwrap();
     });
