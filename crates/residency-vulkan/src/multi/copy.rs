@@ -508,7 +508,7 @@ fn footprint(format: Format, r: &BufferImageRegion, view_size: u64) -> Result<Fo
     // One past the last byte: the last slice's last row's end.
     let bytes = (slices - 1)
         .checked_mul(slice_pitch)
-        .and_then(|b| b.checked_add((rows - 1) * row_pitch))
+        .and_then(|b| (rows - 1).checked_mul(row_pitch).and_then(|r| b.checked_add(r)))
         .and_then(|b| b.checked_add(row_bytes))
         .ok_or(outside(None))?;
     let end = r.buffer_offset.checked_add(bytes).ok_or(outside(None))?;
