@@ -17,7 +17,9 @@
 //! With one device everything reduces to a single instance: no extra allocation beyond a one-entry
 //! vector.
 
+mod copy;
 mod image_pool;
+mod image_upload;
 pub mod streaming;
 pub mod work;
 

@@ -65,6 +65,16 @@ pub enum UploadError {
         /// The destination.
         name: String,
     },
+    /// A broadcast of an image to several devices needs to read the old texels back to undo a
+    /// device's copy when another device fails (`MultiImage::broadcast`), and the image cannot be
+    /// read by copies.
+    #[error(
+        "upload to `{name}`: it lacks the copy_src usage a broadcast to several devices needs to undo a copy"
+    )]
+    NotCopySource {
+        /// The destination.
+        name: String,
+    },
     /// One image region is larger than half the staging ring.
     #[error("an image upload of {bytes} B exceeds the staging limit of {limit} B per region")]
     TooLarge {
@@ -187,6 +197,7 @@ impl ResidencyError for UploadError {
             | UploadError::OutOfBounds { .. }
             | UploadError::UnknownTexelSize { .. }
             | UploadError::NotCopyDestination { .. }
+            | UploadError::NotCopySource { .. }
             | UploadError::TooLarge { .. }
             | UploadError::WrongDevice { .. }
             | UploadError::RingTooSmall { .. }
