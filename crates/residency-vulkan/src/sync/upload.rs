@@ -558,7 +558,7 @@ impl Uploader {
     }
 
     /// Sets how many threads copy a large write into the staging ring (at least 1; the default is
-    /// the host's available parallelism, at most 8). A chunk is split among them only when each
+    /// the host's available parallelism, at most 16). A chunk is split among them only when each
     /// gets at least [`PARALLEL_COPY_PIECE`] bytes, so small writes stay on the calling thread; the helpers are
     /// persistent threads started once per process. Copying
     /// from ordinary (pageable) host memory into the pinned ring is what limits a single thread;
@@ -1147,7 +1147,7 @@ use crate::resources::parallel_copy::copy_in_parallel;
 pub use crate::resources::parallel_copy::PARALLEL_COPY_PIECE;
 
 fn default_copy_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get()).min(8)
+    std::thread::available_parallelism().map_or(1, |n| n.get()).min(16)
 }
 
 /// Copies `data` into the staging ring at a ring allocation, split among up to `threads` threads.
