@@ -200,6 +200,9 @@ pub enum MultiBinding<'a> {
     Buffer(BufferView<'a>),
     /// An image, with its view per device.
     Image(PerDeviceImage<'a>),
+    /// A top-level acceleration structure, resolved to its structure on the device of the
+    /// submission (a ray query's scene).
+    AccelerationStructure(&'a crate::multi::accel::MultiAccelerationStructure),
 }
 
 /// Work cannot be resolved or recorded for a device.
@@ -302,7 +305,7 @@ fn cached_set(
         .iter()
         .filter_map(|b| match b {
             MultiBinding::Buffer(view) => Some(view.buffer.generation()),
-            MultiBinding::Image(_) => None,
+            MultiBinding::Image(_) | MultiBinding::AccelerationStructure(_) => None,
         })
         .collect();
     let mut sets = sets.locked();
@@ -323,6 +326,10 @@ fn cached_set(
                     .ok_or(WorkError::NotOnDevice { name: "image view".to_owned(), device: index })?;
                 binding
             }
+            MultiBinding::AccelerationStructure(s) => Binding::AccelerationStructure(
+                s.resolve(index)
+                    .ok_or(WorkError::NotOnDevice { name: s.name().to_owned(), device: index })?,
+            ),
         });
     }
     // A new set for a new form (the old one may still be in use by work in flight: what it

@@ -2,6 +2,7 @@
 //! (both with reflected descriptor sets that keep what they bind alive, in `descriptors`), the shaders residency ships (`shaders`) and
 //! the SPIR-V reader that checks a shader's interface (`spirv`).
 
+pub mod acceleration;
 pub mod compute;
 pub(crate) mod descriptors;
 pub mod graphics;

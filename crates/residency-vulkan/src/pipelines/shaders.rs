@@ -504,8 +504,20 @@ shader!(
     96
 );
 
+shader!(
+    /// `ray_query.comp`: traces a ray per pixel through a top-level acceleration structure with a
+    /// ray query (`GL_EXT_ray_query`; needs `EnabledFeatures::ray_query`) and writes
+    /// `customIndex * 10 + primitiveIndex + 1` of the hit, 0 on a miss; push
+    /// `{ uint width; uint height; float scale; float yBias; }`.
+    RAY_QUERY,
+    "ray_query.comp",
+    Compute,
+    [AccelerationStructure, StorageBuffer],
+    16
+);
+
 /// Every shipped shader.
-pub static ALL: [&Shader; 36] = [
+pub static ALL: [&Shader; 37] = [
     &PLACED_BUFFERS,
     &FILL,
     &BUSY,
@@ -542,6 +554,7 @@ pub static ALL: [&Shader; 36] = [
     &SPARSE_FOOTPRINT_CODES,
     &SPARSE_FOOTPRINT_CLAMP,
     &SPARSE_CLAMP_FRAG,
+    &RAY_QUERY,
 ];
 
 /// The `vt_quad` fragment shader for a residency path: [`VT_QUAD_SOFTWARE_FRAG`] on the software
