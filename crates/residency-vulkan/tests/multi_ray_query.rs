@@ -2,7 +2,9 @@
 //! per device from per-device geometry, compacted per device, traversed by a ray query in a
 //! compute work item on each device and compared with a single-device run and the CPU's answer;
 //! and the misuse cases (bad counts, ranges, formats, usages, a structure missing on a device, a
-//! use before the build, a drop with work in flight), each a typed error that changes nothing.
+//! use before the build, a drop with work in flight), each a typed error that changes nothing; and
+//! the same scene traced by a ray-tracing pipeline with a shader table per device in a
+//! dispatch-rays work item.
 
 use residency_core::device_mask::{DeviceIndex, DeviceMask};
 use residency_core::memory::MemoryIntent;
@@ -13,11 +15,14 @@ use residency_vulkan::acceleration::{
 };
 use residency_vulkan::ash::vk;
 use residency_vulkan::compute::{Binding, BindingError, ComputeProgram};
-use residency_vulkan::multi::accel::{MultiAccelerationStructure, MultiInstance, MultiTriangleGeometry};
+use residency_vulkan::multi::accel::{
+    MultiAccelerationStructure, MultiInstance, MultiRayTracingProgram, MultiTriangleGeometry, TraceRaysItem,
+};
 use residency_vulkan::multi::work::{
     BufferView, DispatchItem, MultiBinding, MultiComputeProgram, MultiSubmitter, WorkError, WorkItem,
 };
 use residency_vulkan::multi::{MultiBuffer, MultiBufferPool, MultiDevice, MultiDeviceError, MultiUploader};
+use residency_vulkan::ray_tracing::{RayTracingError, RayTracingProgram};
 use residency_vulkan::recording::MemoryDependency;
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::{
@@ -680,4 +685,201 @@ fn ray_query_a_missing_feature_is_named() {
     let e = AccelerationError::Unsupported { device: "x".into(), feature: "VK_KHR_ray_query" };
     assert!(e.to_string().contains("VK_KHR_ray_query"));
     assert_eq!(residency_vulkan::ResidencyError::class(&e), residency_vulkan::ErrorClass::Unsupported);
+}
+
+/// The single-device ray-tracing run: the same scene traced by a ray-tracing pipeline.
+fn single_device_traced_pixels(device: &Arc<Device>) -> Vec<u32> {
+    let pool = rt_pool(device, "single rt pipeline");
+    let vertices = vertex_buffer(device, "single rt quad");
+    let context = CommandContext::new(device, "single trace rays").unwrap();
+    let program = RayTracingProgram::new(
+        device,
+        "trace",
+        &shaders::TRACE_RAYGEN,
+        &shaders::TRACE_MISS,
+        &shaders::TRACE_CLOSEST_HIT,
+        1,
+    )
+    .unwrap();
+    let pixels = device
+        .create_buffer(
+            &BufferDesc::new("traced pixels", u64::from(W * H * 4), BufferUsage::STORAGE)
+                .with_intent(MemoryIntent::Readback),
+        )
+        .unwrap();
+    let mut sets = None;
+    let submission = context
+        .submit(&[], |rec| {
+            let blas = AccelerationStructure::build_bottom(
+                rec,
+                &pool,
+                &BottomLevelDesc {
+                    name: "rt blas".into(),
+                    geometries: vec![geometry(&vertices)],
+                    allow_compaction: false,
+                },
+            )
+            .unwrap();
+            let instances = INSTANCES
+                .iter()
+                .map(|&(x, custom)| Instance {
+                    transform: translate(x),
+                    custom_index: custom,
+                    ..Instance::new(&blas)
+                })
+                .collect();
+            let tlas = AccelerationStructure::build_top(
+                rec,
+                &pool,
+                &TopLevelDesc { name: "rt tlas".into(), instances, allow_compaction: false },
+            )
+            .unwrap();
+            let set = program
+                .descriptor_set(&[Binding::AccelerationStructure(&tlas), Binding::Buffer(&pixels)])
+                .unwrap();
+            // Over the device's launch limits: refused, nothing recorded.
+            let e = program.trace(rec, &set, &push(), [u32::MAX, u32::MAX, 1]).unwrap_err();
+            assert!(matches!(e, RayTracingError::LaunchOverLimit { .. }), "{e}");
+            program.trace(rec, &set, &push(), [W, H, 1]).unwrap();
+            rec.memory_barrier(MemoryDependency {
+                src_stages: vk::PipelineStageFlags2::ALL_COMMANDS,
+                src_access: vk::AccessFlags2::SHADER_WRITE,
+                dst_stages: vk::PipelineStageFlags2::HOST,
+                dst_access: vk::AccessFlags2::HOST_READ,
+            })
+            .unwrap();
+            sets = Some(set);
+        })
+        .unwrap();
+    drop(sets);
+    context.wait(submission).unwrap();
+    let mut out = vec![0u8; (W * H * 4) as usize];
+    pixels.read(0, &mut out).unwrap();
+    context.destroy();
+    words(&out)
+}
+
+#[test]
+fn ray_query_twin_a_dispatch_rays_work_item_with_a_shader_table_per_device_traces_the_same_pixels() {
+    with_gpu(|set| {
+        let devices = set.devices();
+        assert!(
+            devices.iter().all(|dev| dev.features().ray_tracing_pipeline),
+            "lavapipe (Mesa 25.0.7) and the H200 have VK_KHR_ray_tracing_pipeline: {:?}",
+            residency_vulkan::ray_tracing::missing_feature(&devices[0].features())
+        );
+        let reference = single_device_traced_pixels(&devices[0]);
+        assert_eq!(reference, expected(), "the pipeline traces what the ray query and the CPU do");
+
+        let both = DeviceMask::from_bits(0b11);
+        let pool = MultiBufferPool::new(
+            set,
+            both,
+            &BufferPoolDesc::new("multi rt pipeline", BufferPoolUsage::Unknown).with_page_size(4 << 20),
+        )
+        .unwrap();
+        let uploader = MultiUploader::new(set, both, 1 << 20).unwrap();
+        let bytes = quad_bytes();
+        let vertices = MultiBuffer::create(
+            set,
+            both,
+            &BufferDesc::new("rt quad", bytes.len() as u64, input_usage() | BufferUsage::COPY_DST),
+        )
+        .unwrap();
+        uploader.broadcast(&vertices, 0, &bytes).unwrap();
+        uploader.wait_idle().unwrap();
+        let submitter = MultiSubmitter::new(set, both).unwrap();
+        let geometry = MultiTriangleGeometry {
+            vertices: &vertices,
+            offset: 0,
+            stride: 12,
+            vertex_count: 6,
+            format: vk::Format::R32G32B32_SFLOAT,
+            triangles: 2,
+            opaque: true,
+        };
+        let (blas, _) = MultiAccelerationStructure::build_bottom(
+            &submitter,
+            &pool,
+            DeviceMask::ALL,
+            "rt blas",
+            &[geometry],
+            false,
+        )
+        .unwrap();
+        let instances: Vec<_> = INSTANCES
+            .iter()
+            .map(|&(x, custom)| MultiInstance {
+                transform: translate(x),
+                custom_index: custom,
+                ..MultiInstance::new(&blas)
+            })
+            .collect();
+        let (tlas, _) = MultiAccelerationStructure::build_top(
+            &submitter,
+            &pool,
+            DeviceMask::ALL,
+            "rt scene",
+            &instances,
+            false,
+        )
+        .unwrap();
+        let readback = MultiBufferPool::new(
+            set,
+            both,
+            &BufferPoolDesc::new("rt pixels", BufferPoolUsage::Unknown)
+                .with_memory(MemoryIntent::Readback)
+                .with_page_size(1 << 20),
+        )
+        .unwrap();
+        let pixels = readback
+            .init_buffer(
+                &residency_vulkan::BufferInit::new("pixels", u64::from(W * H * 4))
+                    .with_usage(BufferUsage::STORAGE),
+                both,
+            )
+            .unwrap();
+        // A miss shader where the ray generation goes: refused before anything is created.
+        let e = MultiRayTracingProgram::new(
+            set,
+            both,
+            "backwards",
+            &shaders::TRACE_MISS,
+            &shaders::TRACE_MISS,
+            &shaders::TRACE_CLOSEST_HIT,
+            1,
+        )
+        .unwrap_err();
+        assert!(matches!(e, MultiDeviceError::Failed { source: RayTracingError::Program(_), .. }), "{e}");
+        let program = MultiRayTracingProgram::new(
+            set,
+            both,
+            "trace",
+            &shaders::TRACE_RAYGEN,
+            &shaders::TRACE_MISS,
+            &shaders::TRACE_CLOSEST_HIT,
+            2,
+        )
+        .unwrap();
+        for (i, p) in program.iter() {
+            println!("{i}: shader table {} B", p.shader_table().size());
+        }
+        let bindings = || {
+            vec![MultiBinding::AccelerationStructure(&tlas), MultiBinding::Buffer(BufferView::whole(&pixels))]
+        };
+        let too_wide = TraceRaysItem::new(&program, bindings(), &push(), [u32::MAX, u32::MAX, 1]);
+        let e = submitter.submit(d(0), &[WorkItem::TraceRays(&too_wide)]).unwrap_err();
+        assert!(matches!(e, WorkError::RayTracing(RayTracingError::LaunchOverLimit { .. })), "{e}");
+        assert_eq!(too_wide.cached_devices(), 0, "refused before its set was made");
+        let trace = TraceRaysItem::new(&program, bindings(), &push(), [W, H, 1]);
+        for i in [d(0), d(1)] {
+            let s = submitter.submit(i, &[WorkItem::TraceRays(&trace)]).unwrap();
+            submitter.wait(i, s).unwrap();
+            let mut out = vec![0u8; (W * H * 4) as usize];
+            pixels.instance(i).unwrap().read(0, &mut out).unwrap();
+            assert_eq!(words(&out), reference, "{i} traces what the single-device run traced");
+        }
+        assert_eq!(trace.cached_devices(), 2);
+        submitter.destroy();
+    });
 }

@@ -12,8 +12,11 @@
 //! device's structure (those already submitted are destroyed after their builds, like any
 //! resource dropped with work in flight).
 
+use crate::device::set::DeviceSet;
 use crate::device::Device;
+use crate::multi::fan_out_on;
 use crate::multi::work::MultiSubmitter;
+use crate::multi::work::{cached_set, MultiBinding, SetCache, WorkError};
 use crate::multi::{
     fan_out, multi_device, MultiBuffer, MultiBufferPool, MultiDevice, MultiDeviceError, MultiPool, PerDevice,
 };
@@ -21,7 +24,12 @@ use crate::pipelines::acceleration::{
     AccelerationError, AccelerationLevel, AccelerationStructure, BottomLevelDesc, Instance, Prepared,
     TopLevelDesc, TriangleGeometry,
 };
+use crate::pipelines::descriptors::DescriptorSet;
+use crate::pipelines::ray_tracing::{RayTracingError, RayTracingProgram};
+use crate::pipelines::shaders::Shader;
+use crate::poison::PoisonFree;
 use crate::sync::commands::Submission;
+use crate::sync::recording::Recording;
 use ash::vk;
 use residency_core::device_mask::{DeviceIndex, DeviceMask};
 use std::sync::Arc;
@@ -266,5 +274,103 @@ impl MultiAccelerationStructure {
     /// Its structure on `device`, as a binding resolves it.
     pub(crate) fn resolve(&self, device: DeviceIndex) -> Option<&AccelerationStructure> {
         self.structures.get(device)
+    }
+}
+
+/// A ray-tracing program (and its shader table) on every device of a mask, as
+/// [`RayTracingProgram::new`] makes on one; rolled back if one device fails (a device without
+/// ray-tracing pipelines is [`RayTracingError::Unsupported`] naming the extension).
+#[derive(Debug)]
+pub struct MultiRayTracingProgram {
+    programs: PerDevice<RayTracingProgram>,
+}
+
+multi_device!(MultiRayTracingProgram, programs: RayTracingProgram);
+
+impl MultiRayTracingProgram {
+    /// Creates the program `name` of the shipped shaders on every open device of `mask`.
+    pub fn new(
+        set: &DeviceSet,
+        mask: DeviceMask,
+        name: &str,
+        raygen: &Shader,
+        miss: &Shader,
+        closest_hit: &Shader,
+        max_sets: u32,
+    ) -> Result<Self, MultiDeviceError<RayTracingError>> {
+        let programs =
+            fan_out_on(set, mask, |d| RayTracingProgram::new(d, name, raygen, miss, closest_hit, max_sets))?;
+        Ok(MultiRayTracingProgram { programs })
+    }
+}
+
+/// A ray-tracing launch over multi-device resources
+/// ([`WorkItem::TraceRays`](crate::multi::work::WorkItem::TraceRays)): its descriptor set per device
+/// is made on the first submission to that device and reused after; the launch uses that
+/// device's program and shader table.
+#[derive(Debug)]
+pub struct TraceRaysItem<'a> {
+    program: &'a MultiRayTracingProgram,
+    bindings: Vec<MultiBinding<'a>>,
+    push_constants: Vec<u8>,
+    extent: [u32; 3],
+    sets: SetCache,
+}
+
+impl<'a> TraceRaysItem<'a> {
+    /// Describes a launch of `extent` rays of `program` with `bindings` (one per binding of the
+    /// program; another count is refused at submission).
+    pub fn new(
+        program: &'a MultiRayTracingProgram,
+        bindings: Vec<MultiBinding<'a>>,
+        push_constants: &[u8],
+        extent: [u32; 3],
+    ) -> Self {
+        TraceRaysItem {
+            program,
+            bindings,
+            push_constants: push_constants.to_vec(),
+            extent,
+            sets: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// How many devices have a cached per-device form.
+    pub fn cached_devices(&self) -> usize {
+        self.sets.locked().len()
+    }
+
+    /// The launch on `index` (of device `dev`): its program there, checked against the device's
+    /// limits before its descriptor set is made or taken from the cache.
+    pub(crate) fn resolve(&self, index: DeviceIndex, dev: &Device) -> Result<ResolvedTrace<'_>, WorkError> {
+        let program = self
+            .program
+            .programs
+            .get(index)
+            .ok_or(WorkError::NotOnDevice { name: "ray tracing program".to_owned(), device: index })?;
+        if !program.device().is(dev) {
+            return Err(WorkError::NotOnDevice { name: program.name().to_owned(), device: index });
+        }
+        program.check_trace(&self.push_constants, self.extent)?;
+        let set = cached_set(&self.bindings, &self.sets, index, |b| program.descriptor_set(b))?;
+        debug_assert!(program.made(&set));
+        Ok(ResolvedTrace { program, set, push_constants: &self.push_constants, extent: self.extent })
+    }
+}
+
+/// A [`TraceRaysItem`] resolved on one device.
+#[derive(Debug)]
+pub(crate) struct ResolvedTrace<'r> {
+    program: &'r RayTracingProgram,
+    set: DescriptorSet,
+    push_constants: &'r [u8],
+    extent: [u32; 3],
+}
+
+impl ResolvedTrace<'_> {
+    /// Records the launch (checked by `resolve`; a set whose bindings' layouts or builds do not
+    /// hold refuses the submission).
+    pub(crate) fn record(&self, rec: &mut Recording<'_>) {
+        self.program.record_checked(rec, &self.set, self.push_constants, self.extent);
     }
 }

@@ -266,6 +266,9 @@ pub enum WorkError {
         /// The render item's program.
         pass: String,
     },
+    /// A ray-tracing launch was refused on the device (nothing was recorded or submitted).
+    #[error(transparent)]
+    RayTracing(#[from] crate::pipelines::ray_tracing::RayTracingError),
     /// A Vulkan call failed.
     #[error(transparent)]
     Vulkan(#[from] VulkanError),
@@ -274,6 +277,7 @@ pub enum WorkError {
 impl ResidencyError for WorkError {
     fn class(&self) -> ErrorClass {
         match self {
+            WorkError::RayTracing(e) => e.class(),
             WorkError::Dispatch(e) => e.class(),
             WorkError::Binding(e) => e.class(),
             WorkError::Range(e) => e.class(),
@@ -291,11 +295,11 @@ impl ResidencyError for WorkError {
 
 /// The per-device descriptor sets of a work item: per device, the generations of the bound
 /// buffers when the set was written, and the set.
-type SetCache = Mutex<Vec<(DeviceIndex, Vec<u64>, DescriptorSet)>>;
+pub(crate) type SetCache = Mutex<Vec<(DeviceIndex, Vec<u64>, DescriptorSet)>>;
 
 /// The descriptor set of `bindings` on `index`: the cached one while the bound buffers' instances
 /// are unchanged, else one made by `make` from the bindings resolved there (and cached).
-fn cached_set(
+pub(crate) fn cached_set(
     bindings: &[MultiBinding<'_>],
     sets: &SetCache,
     index: DeviceIndex,
@@ -417,6 +421,8 @@ pub enum WorkItem<'a, 'b> {
     Timestamp(&'a MultiTimestamps, u32),
     /// A full memory barrier between the previous items and the next.
     Barrier,
+    /// A ray-tracing launch (`vkCmdTraceRaysKHR`) with its program's shader table on the device.
+    TraceRays(&'b crate::multi::accel::TraceRaysItem<'a>),
 }
 
 /// A command context on each device, for submitting work items to one chosen device.
@@ -509,6 +515,7 @@ impl MultiSubmitter {
             Render(ResolvedRender<'r>),
             Timestamp(&'r Timestamps, u32),
             Barrier,
+            Trace(crate::multi::accel::ResolvedTrace<'r>),
         }
         let mut resolved = Vec::with_capacity(items.len());
         for item in items {
@@ -533,6 +540,7 @@ impl MultiSubmitter {
                     Resolved::Timestamp(pool, *index)
                 }
                 WorkItem::Barrier => Resolved::Barrier,
+                WorkItem::TraceRays(t) => Resolved::Trace(t.resolve(device, dev)?),
             });
         }
         // The first draw or render pass refused while recording: the submission is refused too.
@@ -569,6 +577,7 @@ impl MultiSubmitter {
                         t.cmd_write(rec, *index).expect("the pool of the recording's device (checked)")
                     }
                     Resolved::Barrier => full_barrier(rec),
+                    Resolved::Trace(t) => t.record(rec),
                 }
             }
             full_barrier(rec);

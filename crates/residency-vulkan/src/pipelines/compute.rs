@@ -261,6 +261,11 @@ pub(crate) fn missing_capability_feature(
         (spirv::CAPABILITY_SPARSE_RESIDENCY, features.shader_resource_residency, "shaderResourceResidency"),
         (spirv::CAPABILITY_MIN_LOD, features.shader_resource_min_lod, "shaderResourceMinLod"),
         (spirv::CAPABILITY_RAY_QUERY, features.ray_query, "rayQuery (VK_KHR_ray_query)"),
+        (
+            spirv::CAPABILITY_RAY_TRACING,
+            features.ray_tracing_pipeline,
+            "rayTracingPipeline (VK_KHR_ray_tracing_pipeline)",
+        ),
     ];
     needs.iter().find(|(cap, enabled, _)| !enabled && interface.capabilities.contains(cap)).map(|n| n.2)
 }

@@ -7,5 +7,6 @@ pub mod acceleration;
 pub mod compute;
 pub(crate) mod descriptors;
 pub mod graphics;
+pub mod ray_tracing;
 pub mod shaders;
 pub mod spirv;

@@ -516,8 +516,36 @@ shader!(
     16
 );
 
+shader!(
+    /// `trace.rgen`: the ray-tracing twin of [`RAY_QUERY`] (`GL_EXT_ray_tracing`; needs
+    /// `EnabledFeatures::ray_tracing_pipeline`): one ray per pixel of the launch, the payload of
+    /// [`TRACE_CLOSEST_HIT`] or [`TRACE_MISS`] written; the same bindings and push constants.
+    TRACE_RAYGEN,
+    "trace.rgen",
+    RayGeneration,
+    [AccelerationStructure, StorageBuffer],
+    16
+);
+shader!(
+    /// `trace.rmiss`: the miss shader of [`TRACE_RAYGEN`] (payload 0).
+    TRACE_MISS,
+    "trace.rmiss",
+    Miss,
+    [],
+    0
+);
+shader!(
+    /// `trace.rchit`: the closest-hit shader of [`TRACE_RAYGEN`] (payload
+    /// `customIndex * 10 + primitiveIndex + 1`).
+    TRACE_CLOSEST_HIT,
+    "trace.rchit",
+    ClosestHit,
+    [],
+    0
+);
+
 /// Every shipped shader.
-pub static ALL: [&Shader; 37] = [
+pub static ALL: [&Shader; 40] = [
     &PLACED_BUFFERS,
     &FILL,
     &BUSY,
@@ -555,6 +583,9 @@ pub static ALL: [&Shader; 37] = [
     &SPARSE_FOOTPRINT_CLAMP,
     &SPARSE_CLAMP_FRAG,
     &RAY_QUERY,
+    &TRACE_RAYGEN,
+    &TRACE_MISS,
+    &TRACE_CLOSEST_HIT,
 ];
 
 /// The `vt_quad` fragment shader for a residency path: [`VT_QUAD_SOFTWARE_FRAG`] on the software

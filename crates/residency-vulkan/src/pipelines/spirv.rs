@@ -59,6 +59,12 @@ pub enum Stage {
     Vertex,
     /// `Fragment`.
     Fragment,
+    /// `RayGenerationKHR`.
+    RayGeneration,
+    /// `MissKHR`.
+    Miss,
+    /// `ClosestHitKHR`.
+    ClosestHit,
     /// Any other execution model (its SPIR-V number).
     Other(u32),
 }
@@ -177,6 +183,8 @@ pub const CAPABILITY_SPARSE_RESIDENCY: u32 = 41;
 pub const CAPABILITY_MIN_LOD: u32 = 42;
 /// `RayQueryKHR` (`rayQueryEXT` of `GL_EXT_ray_query`), which needs VK_KHR_ray_query's `rayQuery`.
 pub const CAPABILITY_RAY_QUERY: u32 = 4472;
+/// `RayTracingKHR` (`GL_EXT_ray_tracing` stages), which needs VK_KHR_ray_tracing_pipeline.
+pub const CAPABILITY_RAY_TRACING: u32 = 4479;
 
 impl Interface {
     /// Whether the module has an entry point `name` of `stage`.
@@ -318,6 +326,9 @@ pub fn reflect(words: &[u32]) -> Result<Interface, SpirvError> {
                     0 => Stage::Vertex,
                     4 => Stage::Fragment,
                     5 => Stage::Compute,
+                    5313 => Stage::RayGeneration,
+                    5316 => Stage::ClosestHit,
+                    5317 => Stage::Miss,
                     n => Stage::Other(n),
                 };
                 interface.entry_points.push((stage, literal_string(&op[2..])));
