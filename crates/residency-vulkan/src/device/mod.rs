@@ -140,7 +140,7 @@ pub struct EnabledFeatures {
     /// VK_KHR_ray_tracing_pipeline: buffers may have `BufferUsage::SHADER_BINDING_TABLE`.
     pub ray_tracing_pipeline: bool,
     /// VK_KHR_ray_query with `rayQuery` (on top of `acceleration_structure`): shaders may trace
-    /// rays through a top-level [`AccelerationStructure`](crate::pipelines::acceleration::AccelerationStructure)
+    /// rays through a top-level [`AccelerationStructure`](crate::acceleration::AccelerationStructure)
     /// with `rayQueryEXT` (GLSL `GL_EXT_ray_query`, SPIR-V `RayQueryKHR`). Enabled wherever
     /// supported; lavapipe and the NVIDIA driver have it.
     pub ray_query: bool,

@@ -3,7 +3,9 @@
 //! multi-device bottom-level structures, resolved per device), compacted per device, and bound by
 //! multi-device object in a work item
 //! ([`MultiBinding::AccelerationStructure`](crate::multi::work::MultiBinding::AccelerationStructure)),
-//! resolved to the device of the submission.
+//! resolved to the device of the submission; and ray-tracing programs with a shader table per
+//! device ([`MultiRayTracingProgram`]) launched by a [`TraceRaysItem`]
+//! ([`WorkItem::TraceRays`](crate::multi::work::WorkItem::TraceRays)).
 //!
 //! A build checks every device's inputs and creates every device's structure (storage, scratch,
 //! instance records) before it records anything; a failure on any device drops what was made on

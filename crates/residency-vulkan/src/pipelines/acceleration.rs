@@ -401,8 +401,8 @@ impl AccelerationStructure {
         pool: &BufferPool,
         desc: &BottomLevelDesc<'_>,
     ) -> Result<AccelerationStructure, AccelerationError> {
+        check_recording(rec, pool.device(), &desc.name)?;
         let prepared = Self::prepare_bottom(pool, desc)?;
-        prepared.check_recording(rec)?;
         Ok(prepared.record(rec))
     }
 
@@ -415,8 +415,8 @@ impl AccelerationStructure {
         pool: &BufferPool,
         desc: &TopLevelDesc<'_>,
     ) -> Result<AccelerationStructure, AccelerationError> {
+        check_recording(rec, pool.device(), &desc.name)?;
         let prepared = Self::prepare_top(pool, desc)?;
-        prepared.check_recording(rec)?;
         Ok(prepared.record(rec))
     }
 
@@ -455,8 +455,8 @@ impl AccelerationStructure {
         pool: &BufferPool,
         name: &str,
     ) -> Result<AccelerationStructure, AccelerationError> {
+        check_recording(rec, pool.device(), name)?;
         let prepared = self.prepare_compact(pool, name)?;
-        prepared.check_recording(rec)?;
         Ok(prepared.record(rec))
     }
 
@@ -968,25 +968,25 @@ fn barrier(
     rec.recorded();
 }
 
+/// Whether `rec` can take a build of a structure of `pool_device`, before anything is made.
+fn check_recording(rec: &Recording<'_>, pool_device: &Device, name: &str) -> Result<(), AccelerationError> {
+    if !rec.device().is(pool_device) {
+        return Err(AccelerationError::WrongDevice {
+            name: name.to_owned(),
+            resource: "the recording".to_owned(),
+        });
+    }
+    Ok(())
+}
+
 impl Prepared {
     /// The structure it will build.
     pub(crate) fn structure(&self) -> &AccelerationStructure {
         &self.structure
     }
 
-    /// Whether `rec` can take the build: the structure's device.
-    pub(crate) fn check_recording(&self, rec: &Recording<'_>) -> Result<(), AccelerationError> {
-        if !rec.device().is(self.structure.device()) {
-            return Err(AccelerationError::WrongDevice {
-                name: self.structure.name.clone(),
-                resource: "the recording".to_owned(),
-            });
-        }
-        Ok(())
-    }
-
     /// Records the build (or compacting copy) between its barriers; `rec` is of the structure's
-    /// device ([`Prepared::check_recording`]).
+    /// device (checked by the callers).
     pub(crate) fn record(self, rec: &mut Recording<'_>) -> AccelerationStructure {
         assert!(rec.device().is(self.structure.device()), "checked by the callers");
         let Prepared { structure, scratch, kind } = self;

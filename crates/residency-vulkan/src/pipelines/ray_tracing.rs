@@ -328,10 +328,10 @@ impl RayTracingProgram {
             extent,
             reason,
         };
-        for axis in 0..3 {
+        for (axis, &rays) in extent.iter().enumerate() {
             let limit = u64::from(limits.max_compute_work_group_count[axis])
                 * u64::from(limits.max_compute_work_group_size[axis]);
-            if u64::from(extent[axis]) > limit {
+            if u64::from(rays) > limit {
                 return Err(over(format!("axis {axis} over {limit}")));
             }
         }
