@@ -2,7 +2,7 @@
 //! a mask from that device's geometry (the instances of [`MultiBuffer`]s) or instances (of
 //! multi-device bottom-level structures, resolved per device), compacted per device, and bound by
 //! multi-device object in a work item
-//! ([`MultiBinding::AccelerationStructure`](crate::multi::work::MultiBinding::AccelerationStructure)),
+//! ([`MultiBinding::AccelerationStructure`]),
 //! resolved to the device of the submission; and ray-tracing programs with a shader table per
 //! device ([`MultiRayTracingProgram`]) launched by a [`TraceRaysItem`]
 //! ([`WorkItem::TraceRays`](crate::multi::work::WorkItem::TraceRays)).
