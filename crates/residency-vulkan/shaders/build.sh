@@ -4,7 +4,7 @@
 # `shaders_are_up_to_date` (`tests/misuse_shaders.rs`) recompiles with glslc and fails when a .spv is stale.
 set -euo pipefail
 cd "$(dirname "$0")"
-for src in *.comp *.vert *.frag; do
+for src in *.comp *.vert *.frag *.rgen *.rmiss *.rchit; do
   [ -e "$src" ] || continue
   glslc --target-env=vulkan1.3 -O -I include -o "$src.spv" "$src"
 done

@@ -57,7 +57,7 @@ mod validation;
 // Public modules (one path each) and the types users name from the crate root. Internal code
 // names everything by its folder path (`crate::device::life::Life`), never through these.
 pub use device::{profile_capture, requirements};
-pub use pipelines::{compute, graphics, shaders, spirv};
+pub use pipelines::{acceleration, compute, graphics, ray_tracing, shaders, spirv};
 pub use pools::transient;
 pub use sync::{recording, tracking};
 

@@ -76,6 +76,8 @@ all_error_types! {
     residency_vulkan::sparse::VolumeError,
     residency_vulkan::sparse::software::SoftwareError,
     residency_vulkan::sparse::ptex::PtexError,
+    residency_vulkan::acceleration::AccelerationError,
+    residency_vulkan::ray_tracing::RayTracingError,
     residency_vulkan::compute::DispatchError,
     residency_vulkan::compute::ProgramError,
     residency_vulkan::compute::BindingError,

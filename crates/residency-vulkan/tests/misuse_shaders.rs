@@ -73,6 +73,9 @@ fn misuse_every_shipped_shader_declares_its_spirv_interface() {
             Some("comp") => Stage::Compute,
             Some("vert") => Stage::Vertex,
             Some("frag") => Stage::Fragment,
+            Some("rgen") => Stage::RayGeneration,
+            Some("rmiss") => Stage::Miss,
+            Some("rchit") => Stage::ClosestHit,
             other => panic!("{name}: unknown extension {other:?}"),
         };
         assert_eq!(shader.stage(), stage, "{name}: stage");
@@ -116,7 +119,7 @@ fn shaders_are_up_to_date() {
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
         let ext = path.extension().and_then(|e| e.to_str()).unwrap_or_default();
-        if !matches!(ext, "comp" | "vert" | "frag") {
+        if !matches!(ext, "comp" | "vert" | "frag" | "rgen" | "rmiss" | "rchit") {
             continue;
         }
         let out = out_dir.join("check.spv");

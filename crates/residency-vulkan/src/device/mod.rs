@@ -139,6 +139,11 @@ pub struct EnabledFeatures {
     pub acceleration_structure: bool,
     /// VK_KHR_ray_tracing_pipeline: buffers may have `BufferUsage::SHADER_BINDING_TABLE`.
     pub ray_tracing_pipeline: bool,
+    /// VK_KHR_ray_query with `rayQuery` (on top of `acceleration_structure`): shaders may trace
+    /// rays through a top-level [`AccelerationStructure`](crate::acceleration::AccelerationStructure)
+    /// with `rayQueryEXT` (GLSL `GL_EXT_ray_query`, SPIR-V `RayQueryKHR`). Enabled wherever
+    /// supported; lavapipe and the NVIDIA driver have it.
+    pub ray_query: bool,
     /// `fragmentStoresAndAtomics`: fragment shaders may write storage buffers and images (shader
     /// feedback from a fragment shader needs it).
     pub fragment_stores_and_atomics: bool,
@@ -238,6 +243,7 @@ impl Device {
         let mut priority_features = vk::PhysicalDeviceMemoryPriorityFeaturesEXT::default();
         let mut as_features = vk::PhysicalDeviceAccelerationStructureFeaturesKHR::default();
         let mut rt_features = vk::PhysicalDeviceRayTracingPipelineFeaturesKHR::default();
+        let mut rq_features = vk::PhysicalDeviceRayQueryFeaturesKHR::default();
         let mut f2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut f12).push_next(&mut f13);
         // SAFETY: valid physical device; the chain points at live structs.
         unsafe { instance.get_physical_device_features2(physical, &mut f2) };
@@ -274,10 +280,14 @@ impl Device {
             && has_extension(ash::khr::acceleration_structure::NAME)
             && has_extension(ash::khr::deferred_host_operations::NAME);
         let rt_extension = as_extensions && has_extension(ash::khr::ray_tracing_pipeline::NAME);
+        let rq_extension = as_extensions && has_extension(ash::khr::ray_query::NAME);
         if as_extensions {
             let mut f2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut as_features);
             if rt_extension {
                 f2 = f2.push_next(&mut rt_features);
+            }
+            if rq_extension {
+                f2 = f2.push_next(&mut rq_features);
             }
             // SAFETY: valid physical device; the chain points at live structs of extensions the
             // device supports.
@@ -285,6 +295,7 @@ impl Device {
         }
         let has_as = as_extensions && as_features.acceleration_structure == vk::TRUE;
         let has_rt = has_as && rt_extension && rt_features.ray_tracing_pipeline == vk::TRUE;
+        let has_rq = has_as && rq_extension && rq_features.ray_query == vk::TRUE;
 
         let queues = choose_queues(instance, physical);
         let Some(universal_family) = queues.universal_family else {
@@ -309,6 +320,7 @@ impl Device {
             memory_priority: has_priority,
             acceleration_structure: has_as,
             ray_tracing_pipeline: has_rt,
+            ray_query: has_rq,
             fragment_stores_and_atomics: supported.fragment_stores_and_atomics == vk::TRUE,
         };
         let sparse_ok = features.sparse_binding;
@@ -352,6 +364,10 @@ impl Device {
         if has_rt {
             enable2 = enable2.push_next(&mut enable_rt);
         }
+        let mut enable_rq = vk::PhysicalDeviceRayQueryFeaturesKHR::default().ray_query(true);
+        if has_rq {
+            enable2 = enable2.push_next(&mut enable_rq);
+        }
 
         // The moves queue last, at a lower priority than the frames' queue.
         let mut priorities = vec![1.0f32; queues.universal_queue_count as usize];
@@ -379,6 +395,9 @@ impl Device {
         }
         if has_rt {
             extension_names.push(ash::khr::ray_tracing_pipeline::NAME.as_ptr());
+        }
+        if has_rq {
+            extension_names.push(ash::khr::ray_query::NAME.as_ptr());
         }
         let create_info = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queue_infos)

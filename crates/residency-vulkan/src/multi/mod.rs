@@ -17,6 +17,7 @@
 //! With one device everything reduces to a single instance: no extra allocation beyond a one-entry
 //! vector.
 
+pub mod accel;
 mod copy;
 mod image_pool;
 mod image_upload;

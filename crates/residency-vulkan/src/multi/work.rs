@@ -205,6 +205,9 @@ pub enum MultiBinding<'a> {
     Buffer(BufferView<'a>),
     /// An image, with its view per device.
     Image(PerDeviceImage<'a>),
+    /// A top-level acceleration structure, resolved to its structure on the device of the
+    /// submission (a ray query's scene).
+    AccelerationStructure(&'a crate::multi::accel::MultiAccelerationStructure),
 }
 
 /// Work cannot be resolved or recorded for a device.
@@ -272,6 +275,9 @@ pub enum WorkError {
     /// recorded or submitted).
     #[error(transparent)]
     ImageCopy(#[from] ImageCopyError),
+    /// A ray-tracing launch was refused on the device (nothing was recorded or submitted).
+    #[error(transparent)]
+    RayTracing(#[from] crate::pipelines::ray_tracing::RayTracingError),
     /// A Vulkan call failed.
     #[error(transparent)]
     Vulkan(#[from] VulkanError),
@@ -280,6 +286,7 @@ pub enum WorkError {
 impl ResidencyError for WorkError {
     fn class(&self) -> ErrorClass {
         match self {
+            WorkError::RayTracing(e) => e.class(),
             WorkError::Dispatch(e) => e.class(),
             WorkError::Binding(e) => e.class(),
             WorkError::Range(e) => e.class(),
@@ -298,11 +305,11 @@ impl ResidencyError for WorkError {
 
 /// The per-device descriptor sets of a work item: per device, the generations of the bound
 /// buffers when the set was written, and the set.
-type SetCache = Mutex<Vec<(DeviceIndex, Vec<u64>, DescriptorSet)>>;
+pub(crate) type SetCache = Mutex<Vec<(DeviceIndex, Vec<u64>, DescriptorSet)>>;
 
 /// The descriptor set of `bindings` on `index`: the cached one while the bound buffers' instances
 /// are unchanged, else one made by `make` from the bindings resolved there (and cached).
-fn cached_set(
+pub(crate) fn cached_set(
     bindings: &[MultiBinding<'_>],
     sets: &SetCache,
     index: DeviceIndex,
@@ -312,7 +319,7 @@ fn cached_set(
         .iter()
         .filter_map(|b| match b {
             MultiBinding::Buffer(view) => Some(view.buffer.generation()),
-            MultiBinding::Image(_) => None,
+            MultiBinding::Image(_) | MultiBinding::AccelerationStructure(_) => None,
         })
         .collect();
     let mut sets = sets.locked();
@@ -333,6 +340,10 @@ fn cached_set(
                     .ok_or(WorkError::NotOnDevice { name: "image view".to_owned(), device: index })?;
                 binding
             }
+            MultiBinding::AccelerationStructure(s) => Binding::AccelerationStructure(
+                s.resolve(index)
+                    .ok_or(WorkError::NotOnDevice { name: s.name().to_owned(), device: index })?,
+            ),
         });
     }
     // A new set for a new form (the old one may still be in use by work in flight: what it
@@ -422,6 +433,8 @@ pub enum WorkItem<'a, 'b> {
     Timestamp(&'a MultiTimestamps, u32),
     /// A full memory barrier between the previous items and the next.
     Barrier,
+    /// A ray-tracing launch (`vkCmdTraceRaysKHR`) with its program's shader table on the device.
+    TraceRays(&'b crate::multi::accel::TraceRaysItem<'a>),
 }
 
 /// A command context on each device, for submitting work items to one chosen device.
@@ -516,6 +529,7 @@ impl MultiSubmitter {
             ImageCopy(ResolvedImageCopy<'r>),
             Timestamp(&'r Timestamps, u32),
             Barrier,
+            Trace(crate::multi::accel::ResolvedTrace<'r>),
         }
         let mut resolved = Vec::with_capacity(items.len());
         for item in items {
@@ -541,6 +555,7 @@ impl MultiSubmitter {
                     Resolved::Timestamp(pool, *index)
                 }
                 WorkItem::Barrier => Resolved::Barrier,
+                WorkItem::TraceRays(t) => Resolved::Trace(t.resolve(device, dev)?),
             });
         }
         // The first draw or render pass refused while recording: the submission is refused too.
@@ -578,6 +593,7 @@ impl MultiSubmitter {
                         t.cmd_write(rec, *index).expect("the pool of the recording's device (checked)")
                     }
                     Resolved::Barrier => full_barrier(rec),
+                    Resolved::Trace(t) => t.record(rec),
                 }
             }
             full_barrier(rec);

@@ -252,7 +252,7 @@ pub fn spirv_words(bytes: &[u8]) -> Vec<u32> {
 /// limit).
 /// The device feature a capability the module declares needs and the device did not enable
 /// (a pipeline with it would be invalid): `SparseResidency` → `shaderResourceResidency`,
-/// `MinLod` → `shaderResourceMinLod`.
+/// `MinLod` → `shaderResourceMinLod`, `RayQueryKHR` → `rayQuery`.
 pub(crate) fn missing_capability_feature(
     interface: &Interface,
     features: &crate::device::EnabledFeatures,
@@ -260,6 +260,12 @@ pub(crate) fn missing_capability_feature(
     let needs = [
         (spirv::CAPABILITY_SPARSE_RESIDENCY, features.shader_resource_residency, "shaderResourceResidency"),
         (spirv::CAPABILITY_MIN_LOD, features.shader_resource_min_lod, "shaderResourceMinLod"),
+        (spirv::CAPABILITY_RAY_QUERY, features.ray_query, "rayQuery (VK_KHR_ray_query)"),
+        (
+            spirv::CAPABILITY_RAY_TRACING,
+            features.ray_tracing_pipeline,
+            "rayTracingPipeline (VK_KHR_ray_tracing_pipeline)",
+        ),
     ];
     needs.iter().find(|(cap, enabled, _)| !enabled && interface.capabilities.contains(cap)).map(|n| n.2)
 }

@@ -8,6 +8,7 @@ use crate::device::Device;
 use crate::error::{ErrorClass, ResidencyError};
 use crate::error::{VkResultExt, VulkanError};
 use crate::format_map::vk_format;
+use crate::pipelines::acceleration::{AccelerationLevel, AccelerationStructure, BUILT};
 use crate::pipelines::spirv::{ImageShape, Numeric};
 use crate::poison::PoisonFree;
 use crate::resources::buffer::Buffer;
@@ -29,6 +30,9 @@ pub enum BindingKind {
     SampledImage,
     /// A storage image (`image2D`).
     StorageImage,
+    /// A top-level acceleration structure (`accelerationStructureEXT` of `GL_EXT_ray_query`):
+    /// [`Binding::AccelerationStructure`].
+    AccelerationStructure,
 }
 
 impl BindingKind {
@@ -38,6 +42,7 @@ impl BindingKind {
             BindingKind::UniformBuffer => vk::DescriptorType::UNIFORM_BUFFER,
             BindingKind::SampledImage => vk::DescriptorType::COMBINED_IMAGE_SAMPLER,
             BindingKind::StorageImage => vk::DescriptorType::STORAGE_IMAGE,
+            BindingKind::AccelerationStructure => vk::DescriptorType::ACCELERATION_STRUCTURE_KHR,
         }
     }
 }
@@ -187,6 +192,13 @@ pub enum Binding<'a> {
         /// The layout the image is in when the set is used.
         layout: vk::ImageLayout,
     },
+    /// A top-level acceleration structure, for [`BindingKind::AccelerationStructure`]. The set
+    /// keeps it (and through it its bottom-level structures) alive; every submission of a command
+    /// that uses the set checks, in submission order, that the structure's build was submitted
+    /// before it: the build state is kept as a one-subresource layout record (`GENERAL` once
+    /// built), so a use submitted before the build is refused with
+    /// [`VulkanError::ImageLayout`] naming the structure, `expected: GENERAL`, `actual: UNDEFINED`.
+    AccelerationStructure(&'a AccelerationStructure),
 }
 
 impl<'a> Binding<'a> {
@@ -205,6 +217,7 @@ impl<'a> Binding<'a> {
             Binding::Buffer(_) | Binding::BufferRange { .. } => "a buffer",
             Binding::Sampled { .. } => "a sampled image",
             Binding::Storage { .. } => "a storage image",
+            Binding::AccelerationStructure(_) => "an acceleration structure",
         }
     }
 }
@@ -688,6 +701,23 @@ impl ProgramLayout {
                 }
                 Ok(v.life.into_iter().collect())
             }
+            Binding::AccelerationStructure(structure) => {
+                let name = structure.name();
+                if kind != BindingKind::AccelerationStructure {
+                    return Err(wrong_kind(name));
+                }
+                if !structure.device().is(device) {
+                    return Err(foreign(name));
+                }
+                if structure.level() != AccelerationLevel::Top {
+                    return Err(invalid(
+                        name,
+                        "is a bottom-level structure; a shader traces rays through a top-level one"
+                            .to_owned(),
+                    ));
+                }
+                Ok(vec![Arc::clone(structure.life())])
+            }
         }
     }
 
@@ -734,6 +764,15 @@ impl ProgramLayout {
                     layout,
                 });
             }
+            if let Binding::AccelerationStructure(structure) = *binding {
+                // Its build state is a one-subresource record: built = GENERAL.
+                images.push(ImageUse {
+                    layouts: Arc::clone(structure.build_state()),
+                    mips: 0..1,
+                    layers: 0..1,
+                    layout: BUILT,
+                });
+            }
         }
         let device = self.life.device();
         let buffer_infos: Vec<_> = bindings
@@ -760,8 +799,21 @@ impl ProgramLayout {
                 Binding::Storage { view, layout } => {
                     [vk::DescriptorImageInfo::default().image_view(view.facts().raw).image_layout(layout)]
                 }
-                Binding::Buffer(_) | Binding::BufferRange { .. } => [vk::DescriptorImageInfo::default()],
+                Binding::Buffer(_) | Binding::BufferRange { .. } | Binding::AccelerationStructure(_) => {
+                    [vk::DescriptorImageInfo::default()]
+                }
             })
+            .collect();
+        let structures: Vec<[vk::AccelerationStructureKHR; 1]> = bindings
+            .iter()
+            .map(|b| match b {
+                Binding::AccelerationStructure(s) => [s.raw()],
+                _ => [vk::AccelerationStructureKHR::null()],
+            })
+            .collect();
+        let mut structure_writes: Vec<_> = structures
+            .iter()
+            .map(|s| vk::WriteDescriptorSetAccelerationStructureKHR::default().acceleration_structures(s))
             .collect();
         let layouts = [self.set_layout];
         let (set, pool_life) = {
@@ -798,14 +850,16 @@ impl ProgramLayout {
         }
         let writes: Vec<_> = bindings
             .iter()
+            .zip(structure_writes.iter_mut())
             .enumerate()
-            .map(|(i, b)| {
+            .map(|(i, (b, structure))| {
                 let write = vk::WriteDescriptorSet::default()
                     .dst_set(set)
                     .dst_binding(i as u32)
                     .descriptor_type(self.kinds[i].descriptor_type());
                 match b {
                     Binding::Buffer(_) | Binding::BufferRange { .. } => write.buffer_info(&buffer_infos[i]),
+                    Binding::AccelerationStructure(_) => write.descriptor_count(1).push_next(structure),
                     _ => write.image_info(&image_infos[i]),
                 }
             })

@@ -504,8 +504,48 @@ shader!(
     96
 );
 
+shader!(
+    /// `ray_query.comp`: traces a ray per pixel through a top-level acceleration structure with a
+    /// ray query (`GL_EXT_ray_query`; needs `EnabledFeatures::ray_query`) and writes
+    /// `customIndex * 10 + primitiveIndex + 1` of the hit, 0 on a miss; push
+    /// `{ uint width; uint height; float scale; float yBias; }`.
+    RAY_QUERY,
+    "ray_query.comp",
+    Compute,
+    [AccelerationStructure, StorageBuffer],
+    16
+);
+
+shader!(
+    /// `trace.rgen`: the ray-tracing twin of [`RAY_QUERY`] (`GL_EXT_ray_tracing`; needs
+    /// `EnabledFeatures::ray_tracing_pipeline`): one ray per pixel of the launch, the payload of
+    /// [`TRACE_CLOSEST_HIT`] or [`TRACE_MISS`] written; the same bindings and push constants.
+    TRACE_RAYGEN,
+    "trace.rgen",
+    RayGeneration,
+    [AccelerationStructure, StorageBuffer],
+    16
+);
+shader!(
+    /// `trace.rmiss`: the miss shader of [`TRACE_RAYGEN`] (payload 0).
+    TRACE_MISS,
+    "trace.rmiss",
+    Miss,
+    [],
+    0
+);
+shader!(
+    /// `trace.rchit`: the closest-hit shader of [`TRACE_RAYGEN`] (payload
+    /// `customIndex * 10 + primitiveIndex + 1`).
+    TRACE_CLOSEST_HIT,
+    "trace.rchit",
+    ClosestHit,
+    [],
+    0
+);
+
 /// Every shipped shader.
-pub static ALL: [&Shader; 36] = [
+pub static ALL: [&Shader; 40] = [
     &PLACED_BUFFERS,
     &FILL,
     &BUSY,
@@ -542,6 +582,10 @@ pub static ALL: [&Shader; 36] = [
     &SPARSE_FOOTPRINT_CODES,
     &SPARSE_FOOTPRINT_CLAMP,
     &SPARSE_CLAMP_FRAG,
+    &RAY_QUERY,
+    &TRACE_RAYGEN,
+    &TRACE_MISS,
+    &TRACE_CLOSEST_HIT,
 ];
 
 /// The `vt_quad` fragment shader for a residency path: [`VT_QUAD_SOFTWARE_FRAG`] on the software

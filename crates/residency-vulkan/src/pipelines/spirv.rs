@@ -59,6 +59,12 @@ pub enum Stage {
     Vertex,
     /// `Fragment`.
     Fragment,
+    /// `RayGenerationKHR`.
+    RayGeneration,
+    /// `MissKHR`.
+    Miss,
+    /// `ClosestHitKHR`.
+    ClosestHit,
     /// Any other execution model (its SPIR-V number).
     Other(u32),
 }
@@ -71,7 +77,7 @@ pub struct DescriptorBinding {
     /// `Binding` decoration.
     pub binding: u32,
     /// Its kind, or `None` for a descriptor type residency's programs cannot create (a separate
-    /// image or sampler, a texel buffer, an input attachment, an acceleration structure).
+    /// image or sampler, a texel buffer, an input attachment).
     pub kind: Option<BindingKind>,
     /// Descriptors in it: 1, the length of an array of descriptors, or 0 for a runtime array.
     pub count: u32,
@@ -175,6 +181,10 @@ pub struct Interface {
 pub const CAPABILITY_SPARSE_RESIDENCY: u32 = 41;
 /// `MinLod` (sampling with a minimum LOD operand), which needs `shaderResourceMinLod`.
 pub const CAPABILITY_MIN_LOD: u32 = 42;
+/// `RayQueryKHR` (`rayQueryEXT` of `GL_EXT_ray_query`), which needs VK_KHR_ray_query's `rayQuery`.
+pub const CAPABILITY_RAY_QUERY: u32 = 4472;
+/// `RayTracingKHR` (`GL_EXT_ray_tracing` stages), which needs VK_KHR_ray_tracing_pipeline.
+pub const CAPABILITY_RAY_TRACING: u32 = 4479;
 
 impl Interface {
     /// Whether the module has an entry point `name` of `stage`.
@@ -316,6 +326,9 @@ pub fn reflect(words: &[u32]) -> Result<Interface, SpirvError> {
                     0 => Stage::Vertex,
                     4 => Stage::Fragment,
                     5 => Stage::Compute,
+                    5313 => Stage::RayGeneration,
+                    5316 => Stage::ClosestHit,
+                    5317 => Stage::Miss,
                     n => Stage::Other(n),
                 };
                 interface.entry_points.push((stage, literal_string(&op[2..])));
@@ -605,8 +618,11 @@ impl Reflection<'_> {
             {
                 Some(BindingKind::StorageImage)
             }
-            // Separate images and samplers, texel buffers, input attachments, acceleration
-            // structures: descriptor types residency's programs do not create.
+            (STORAGE_UNIFORM_CONSTANT, Type::AccelerationStructure) => {
+                Some(BindingKind::AccelerationStructure)
+            }
+            // Separate images and samplers, texel buffers, input attachments: descriptor types
+            // residency's programs do not create.
             _ => None,
         })
     }
