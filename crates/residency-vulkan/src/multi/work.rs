@@ -17,6 +17,7 @@ use crate::device::set::DeviceSet;
 use crate::device::Device;
 use crate::error::{ErrorClass, ResidencyError};
 use crate::error::{Result as VkResult, VkResultExt, VulkanError};
+use crate::multi::queries::{self as multi_queries, DrawQueries, DrawQuery, MultiQueryPool, QueryCopyItem};
 use crate::multi::MultiImage;
 use crate::multi::{
     device_count, fan_out_on, multi_device, resolve_mask, MultiBuffer, MultiDevice, MultiDeviceError,
@@ -30,6 +31,7 @@ use crate::pipelines::shaders::Shader;
 use crate::poison::PoisonFree;
 use crate::resources::buffer::Buffer;
 use crate::sync::commands::{CommandContext, Submission};
+use crate::sync::queries::QueryError;
 use crate::sync::recording::{check_buffer_copy, Recording, Timestamps};
 use ash::vk;
 use residency_core::device_mask::{DeviceIndex, DeviceMask};
@@ -263,6 +265,10 @@ pub enum WorkError {
         /// The render item's program.
         pass: String,
     },
+    /// A query item was refused (nothing was recorded or submitted), or a query's results
+    /// cannot be read.
+    #[error(transparent)]
+    Query(#[from] QueryError),
     /// A Vulkan call failed.
     #[error(transparent)]
     Vulkan(#[from] VulkanError),
@@ -278,6 +284,7 @@ impl ResidencyError for WorkError {
             WorkError::Draw(e) => e.class(),
             WorkError::Render(e) => e.class(),
             WorkError::Vulkan(e) => e.class(),
+            WorkError::Query(e) => e.class(),
             WorkError::NotOnDevice { .. }
             | WorkError::Copy { .. }
             | WorkError::Timestamp { .. }
@@ -410,6 +417,16 @@ pub enum WorkItem<'a, 'b> {
     Timestamp(&'a MultiTimestamps, u32),
     /// A full memory barrier between the previous items and the next.
     Barrier,
+    /// Resets and begins query `index` of the submission's device's pool, outside a render pass
+    /// (around dispatches, copies and whole render passes); ended by a [`WorkItem::EndQuery`] of
+    /// the same submission ([`crate::multi::queries`]).
+    BeginQuery(&'a MultiQueryPool, u32),
+    /// Ends query `index`, begun earlier in the submission.
+    EndQuery(&'a MultiQueryPool, u32),
+    /// Copies query results into a buffer view on the submission's device.
+    CopyQueryResults(QueryCopyItem<'a>),
+    /// A render pass with queries around ranges of its draws, inside the pass.
+    QueriedRender(RenderItem<'a, 'b>, &'b [DrawQuery<'a>]),
 }
 
 /// A command context on each device, for submitting work items to one chosen device.
@@ -502,6 +519,10 @@ impl MultiSubmitter {
             Render(ResolvedRender<'r>),
             Timestamp(&'r Timestamps, u32),
             Barrier,
+            BeginQuery(multi_queries::ResolvedQuery<'r>),
+            EndQuery(multi_queries::ResolvedQuery<'r>),
+            CopyQuery(multi_queries::ResolvedCopy<'r>),
+            QueriedRender(ResolvedRender<'r>, Vec<multi_queries::ResolvedDrawQuery<'r>>),
         }
         let mut resolved = Vec::with_capacity(items.len());
         for item in items {
@@ -526,8 +547,22 @@ impl MultiSubmitter {
                     Resolved::Timestamp(pool, *index)
                 }
                 WorkItem::Barrier => Resolved::Barrier,
+                WorkItem::BeginQuery(p, index) => {
+                    Resolved::BeginQuery(multi_queries::resolve_query(p, *index, device, dev)?)
+                }
+                WorkItem::EndQuery(p, index) => {
+                    Resolved::EndQuery(multi_queries::resolve_query(p, *index, device, dev)?)
+                }
+                WorkItem::CopyQueryResults(c) => {
+                    Resolved::CopyQuery(multi_queries::resolve_copy(c, device, dev)?)
+                }
+                WorkItem::QueriedRender(r, queries) => Resolved::QueriedRender(
+                    resolve_render(r, dev)?,
+                    multi_queries::resolve_draw_queries(queries, r.draws.len(), device, dev)?,
+                ),
             });
         }
+        multi_queries::check_sequence(items, device)?;
         // The first draw or render pass refused while recording: the submission is refused too.
         let mut refused: Option<WorkError> = None;
         let submission = context.submit(&[], |rec| {
@@ -549,7 +584,7 @@ impl MultiSubmitter {
                         rec.recorded();
                     }
                     Resolved::Render(r) => {
-                        if let Err(e) = record_render(rec, r) {
+                        if let Err(e) = record_render(rec, r, &[]) {
                             rec.refuse_submission(VulkanError::Unsupported {
                                 device: dev.name().to_owned(),
                                 reason: format!("a refused draw: {e}"),
@@ -562,6 +597,20 @@ impl MultiSubmitter {
                         t.cmd_write(rec, *index).expect("the pool of the recording's device (checked)")
                     }
                     Resolved::Barrier => full_barrier(rec),
+                    Resolved::BeginQuery(q) => multi_queries::record_begin(rec, q),
+                    Resolved::EndQuery(q) => multi_queries::record_end(rec, q),
+                    Resolved::CopyQuery(c) => multi_queries::record_copy(rec, c),
+                    Resolved::QueriedRender(r, queries) => {
+                        multi_queries::reset_draw_queries(rec, queries);
+                        if let Err(e) = record_render(rec, r, queries) {
+                            rec.refuse_submission(VulkanError::Unsupported {
+                                device: dev.name().to_owned(),
+                                reason: format!("a refused draw: {e}"),
+                            });
+                            refused = Some(e);
+                            break;
+                        }
+                    }
                 }
             }
             full_barrier(rec);
@@ -569,7 +618,9 @@ impl MultiSubmitter {
         if let Some(e) = refused {
             return Err(e);
         }
-        Ok(submission?)
+        let submission = submission?;
+        multi_queries::note_written(items, device);
+        Ok(submission)
     }
 
     /// Waits for a submission made on `device`.
@@ -1171,7 +1222,11 @@ fn target_barrier(
 
 /// Records a resolved render item: the target to `COLOR_ATTACHMENT_OPTIMAL`, the pass with its
 /// draws through the checked [`Drawing`](crate::graphics::Drawing), the target to `GENERAL`.
-fn record_render(rec: &mut Recording<'_>, r: &ResolvedRender<'_>) -> Result<(), WorkError> {
+fn record_render(
+    rec: &mut Recording<'_>,
+    r: &ResolvedRender<'_>,
+    queries: &[multi_queries::ResolvedDrawQuery<'_>],
+) -> Result<(), WorkError> {
     use vk::{AccessFlags2 as A, ImageLayout as L, PipelineStageFlags2 as S};
     let attachment = L::COLOR_ATTACHMENT_OPTIMAL;
     target_barrier(
@@ -1181,32 +1236,41 @@ fn record_render(rec: &mut Recording<'_>, r: &ResolvedRender<'_>) -> Result<(), 
         (S::COLOR_ATTACHMENT_OUTPUT, A::COLOR_ATTACHMENT_READ | A::COLOR_ATTACHMENT_WRITE, attachment),
     );
     r.program.render(rec, &r.view, r.extent, r.clear, |pass| -> Result<(), DrawError> {
-        for d in &r.draws {
-            if let Some(set) = &d.set {
-                pass.bind_descriptor_set(set)?;
-            }
-            if r.program.push_constant_bytes() > 0 || !d.push_constants.is_empty() {
-                pass.push_constants(d.push_constants)?;
-            }
-            if let Some(v) = d.vertices {
-                pass.bind_vertex_buffer(v.buffer, v.offset)?;
-            }
-            match d.call {
-                ResolvedCall::Vertices { count, instances } => pass.draw(count, instances)?,
-                ResolvedCall::Indexed { indices, format, count, instances } => {
-                    pass.bind_index_buffer(indices.buffer, indices.offset, format)?;
-                    // SAFETY: every index names a vertex inside the vertex view, which lies inside
-                    // the bound vertex buffer from its offset: `DrawItem::new_indexed`'s contract.
-                    unsafe { pass.draw_indexed(count, instances)? }
+        // Queries around ranges of the draws, every one ended inside the pass even when a draw
+        // is refused (`DrawQueries::close`).
+        let mut open = DrawQueries::new(queries);
+        let drawn = (|| -> Result<(), DrawError> {
+            for (i, d) in r.draws.iter().enumerate() {
+                open.before(pass, i);
+                if let Some(set) = &d.set {
+                    pass.bind_descriptor_set(set)?;
                 }
-                ResolvedCall::Indirect { args } => {
-                    // SAFETY: the command names vertices inside the vertex view (inside the bound
-                    // vertex buffer) and has firstInstance 0: `DrawItem::new_indirect`'s contract.
-                    unsafe { pass.draw_indirect(args.buffer, args.offset)? }
+                if r.program.push_constant_bytes() > 0 || !d.push_constants.is_empty() {
+                    pass.push_constants(d.push_constants)?;
                 }
+                if let Some(v) = d.vertices {
+                    pass.bind_vertex_buffer(v.buffer, v.offset)?;
+                }
+                match d.call {
+                    ResolvedCall::Vertices { count, instances } => pass.draw(count, instances)?,
+                    ResolvedCall::Indexed { indices, format, count, instances } => {
+                        pass.bind_index_buffer(indices.buffer, indices.offset, format)?;
+                        // SAFETY: every index names a vertex inside the vertex view, which lies inside
+                        // the bound vertex buffer from its offset: `DrawItem::new_indexed`'s contract.
+                        unsafe { pass.draw_indexed(count, instances)? }
+                    }
+                    ResolvedCall::Indirect { args } => {
+                        // SAFETY: the command names vertices inside the vertex view (inside the bound
+                        // vertex buffer) and has firstInstance 0: `DrawItem::new_indirect`'s contract.
+                        unsafe { pass.draw_indirect(args.buffer, args.offset)? }
+                    }
+                }
+                open.after(pass, i);
             }
-        }
-        Ok(())
+            Ok(())
+        })();
+        open.close(pass);
+        drawn
     })??;
     target_barrier(
         rec,
