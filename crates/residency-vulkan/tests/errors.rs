@@ -89,6 +89,7 @@ all_error_types! {
     residency_vulkan::multi::work::WorkError,
     residency_vulkan::multi::work::TimelineError,
     residency_vulkan::queries::QueryError,
+    residency_vulkan::multi::map::MapError,
     residency_core::desc::DescError,
     residency_core::allocator::DescError,
     residency_core::allocator::AllocError,

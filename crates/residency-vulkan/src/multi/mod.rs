@@ -18,6 +18,7 @@
 //! vector.
 
 mod image_pool;
+pub mod map;
 pub mod queries;
 pub mod streaming;
 pub mod work;
