@@ -2,6 +2,9 @@
 //! single-device run: counts read on the host per device and copied into a buffer view per
 //! device; misuse refused with nothing submitted.
 
+#[path = "common/app.rs"]
+mod app;
+
 use residency_core::device_mask::{DeviceIndex, DeviceMask};
 use residency_core::format::Format;
 use residency_core::usage::{BufferPoolUsage, BufferUsage, ImageUsage};
@@ -147,6 +150,31 @@ fn run(set: &DeviceSet, mask: DeviceMask) -> Vec<(DeviceIndex, Counts)> {
     let copy =
         QueryCopyItem { pool: &precise, queries: 0..2, dst: BufferView::range(&results, 0, 16).unwrap() };
     let submitter = MultiSubmitter::new(set, mask).unwrap();
+    // Queries of a render pass: overlapping ones of one type, one query twice in a pass, a
+    // draw range past the draws or empty, and one inside an active query of its type are
+    // refused before anything is recorded.
+    let q = |index, draws| DrawQuery { pool: &precise, index, draws };
+    let first_device = precise.mask().iter().next().unwrap();
+    for queries in
+        [vec![q(0, 0..2), q(1, 1..2)], vec![q(0, 0..1), q(0, 1..2)], vec![q(0, 1..3)], vec![q(0, 1..1)]]
+    {
+        let err = submitter.submit(first_device, &[WorkItem::QueriedRender(render, &queries)]).unwrap_err();
+        assert!(
+            matches!(err, WorkError::Query(QueryError::AlreadyActive { .. } | QueryError::Draws { .. })),
+            "{err}"
+        );
+    }
+    let err = submitter
+        .submit(
+            first_device,
+            &[
+                WorkItem::BeginQuery(&loose, 0),
+                WorkItem::QueriedRender(render, &[q(0, 0..1)]),
+                WorkItem::EndQuery(&loose, 0),
+            ],
+        )
+        .unwrap_err();
+    assert!(matches!(err, WorkError::Query(QueryError::AlreadyActive { .. })), "{err}");
     let mut out = Vec::new();
     for (device, _) in precise.iter() {
         let items = [
@@ -335,4 +363,51 @@ fn occlusion_query_misuse_is_refused_with_nothing_submitted() {
         buffers.free_buffer(dst).unwrap();
         buffers.free_buffer(no_dst).unwrap();
     });
+}
+
+/// A device without `pipelineStatisticsQuery` and `occlusionQueryPrecise` (an application's own
+/// device that did not enable them): the pools that need them are refused with the feature
+/// named, nothing created.
+#[test]
+fn query_pools_a_device_lacks_the_feature_for_are_refused_with_the_feature_named() {
+    let Some(app) = app::app() else { return };
+    assert!(!app.features.pipeline_statistics_query && !app.features.occlusion_query_precise);
+    let external = residency_vulkan::ExternalDevice {
+        physical: app.physical,
+        device: app.device.clone(),
+        universal_queue: (app.family, 0),
+        sparse_queue: app.features.sparse_binding.then_some((app.family, 0)),
+        features: app.features,
+    };
+    // SAFETY: the instance and device were made as `adopt` requires and outlive the set; this
+    // test submits nothing itself while the set lives.
+    let set =
+        unsafe { DeviceSet::adopt(app.entry.clone(), app.instance.clone(), true, &[external]) }.unwrap();
+    let statistics =
+        QueryKind::PipelineStatistics(vk::QueryPipelineStatisticFlags::COMPUTE_SHADER_INVOCATIONS);
+    for (kind, feature) in [
+        (statistics, "pipelineStatisticsQuery"),
+        (QueryKind::Occlusion { precise: true }, "occlusionQueryPrecise"),
+    ] {
+        let err = MultiQueryPool::new(&set, DeviceMask::ALL, "unsupported", kind, 1).unwrap_err();
+        assert!(
+            matches!(&err, MultiDeviceError::Failed { source: QueryError::Unsupported { feature: f, .. }, .. } if *f == feature),
+            "{err}"
+        );
+    }
+    // A non-precise occlusion pool needs no feature.
+    let loose =
+        MultiQueryPool::new(&set, DeviceMask::ALL, "loose", QueryKind::Occlusion { precise: false }, 1)
+            .unwrap();
+    drop(loose);
+    assert_eq!(set.validation_log().problem_count(), 0, "{:?}", set.validation_log().messages());
+    let leaks = residency_vulkan::LEAKS_AT_TEARDOWN.load(std::sync::atomic::Ordering::SeqCst);
+    drop(set);
+    assert_eq!(residency_vulkan::LEAKS_AT_TEARDOWN.load(std::sync::atomic::Ordering::SeqCst), leaks);
+    // SAFETY: the device is valid (residency did not destroy it) and idle; nothing else uses it.
+    unsafe {
+        app.device.device_wait_idle().unwrap();
+        app.device.destroy_device(None);
+        app.instance.destroy_instance(None);
+    }
 }
