@@ -1,5 +1,5 @@
-//! Multi-device occlusion and pipeline-statistics queries on two logical devices, compared with a
-//! single-device run: counts read on the host per device and copied into a buffer view per
+//! Multi-device occlusion and pipeline-statistics queries on two logical devices (around draws
+//! inside a render pass, a whole pass and a dispatch), compared with a single-device run: counts read on the host per device and copied into a buffer view per
 //! device; misuse refused with nothing submitted.
 
 #[path = "common/app.rs"]
@@ -49,6 +49,7 @@ struct Counts {
     draws: Vec<u64>,
     pass: u64,
     compute: u64,
+    draw_statistics: Vec<u64>,
     copied: Vec<u64>,
 }
 
@@ -135,6 +136,17 @@ fn run(set: &DeviceSet, mask: DeviceMask) -> Vec<(DeviceIndex, Counts)> {
         1,
     )
     .unwrap();
+    let draw_stats = MultiQueryPool::new(
+        set,
+        mask,
+        "draw statistics",
+        QueryKind::PipelineStatistics(
+            vk::QueryPipelineStatisticFlags::INPUT_ASSEMBLY_VERTICES
+                | vk::QueryPipelineStatisticFlags::INPUT_ASSEMBLY_PRIMITIVES,
+        ),
+        1,
+    )
+    .unwrap();
     let compute = MultiComputeProgram::new(set, mask, "query fill", &shaders::FILL, 1).unwrap();
     let push: Vec<u8> = [16u32, 7].iter().flat_map(|w| w.to_le_bytes()).collect();
     let dispatch = DispatchItem::new(
@@ -146,6 +158,7 @@ fn run(set: &DeviceSet, mask: DeviceMask) -> Vec<(DeviceIndex, Counts)> {
     let per_draw = [
         DrawQuery { pool: &precise, index: 0, draws: 0..1 },
         DrawQuery { pool: &precise, index: 1, draws: 1..2 },
+        DrawQuery { pool: &draw_stats, index: 0, draws: 0..2 },
     ];
     let copy =
         QueryCopyItem { pool: &precise, queries: 0..2, dst: BufferView::range(&results, 0, 16).unwrap() };
@@ -198,6 +211,7 @@ fn run(set: &DeviceSet, mask: DeviceMask) -> Vec<(DeviceIndex, Counts)> {
                 draws: precise.results(device, 0..2).unwrap(),
                 pass: loose.results(device, 0..1).unwrap()[0],
                 compute: stats.results(device, 0..1).unwrap()[0],
+                draw_statistics: draw_stats.results(device, 0..1).unwrap(),
                 copied: copied.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect(),
             },
         ));
@@ -222,10 +236,12 @@ fn occlusion_and_statistics_queries_count_on_both_devices_as_on_one() {
         let single = run(set, d(0).mask());
         let both = run(set, DeviceMask::from_bits(0b11));
         assert_eq!(both.len(), 2);
+        eprintln!("one device: {single:?}\ntwo devices: {both:?}");
         let expected = Counts {
             draws: vec![FIRST, SECOND],
             pass: FIRST + SECOND,
             compute: 5 * 64,
+            draw_statistics: vec![12, 4],
             copied: vec![FIRST, SECOND],
         };
         assert_eq!(single[0].1.draws, expected.draws, "the exact covered samples, one device");
@@ -236,6 +252,7 @@ fn occlusion_and_statistics_queries_count_on_both_devices_as_on_one() {
             assert_eq!(counts.draws, expected.draws, "{device}");
             assert_eq!(counts.copied, expected.copied, "{device}: the copied results");
             assert_eq!(counts.compute, expected.compute, "{device}");
+            assert_eq!(counts.draw_statistics, expected.draw_statistics, "{device}: 2 quads of 6 vertices");
         }
     });
 }
