@@ -19,10 +19,10 @@ use crate::device::set::DeviceSet;
 use crate::device::Device;
 use crate::multi::work::{BufferView, WorkError, WorkItem};
 use crate::multi::{fan_out_on, multi_device, MultiDeviceError, PerDevice};
-use crate::pipelines::graphics::Drawing;
 use crate::resources::buffer::Buffer;
 use crate::sync::queries::{QueryError, QueryKind, QueryPool};
 use crate::sync::recording::Recording;
+use ash::vk;
 use residency_core::device_mask::{DeviceIndex, DeviceMask};
 use residency_core::usage::BufferUsage;
 use std::ops::Range;
@@ -353,53 +353,66 @@ pub(crate) fn reset_draw_queries(rec: &mut Recording<'_>, queries: &[ResolvedDra
 }
 
 /// The queries of a render item while its draws are recorded: each begun before its first
-/// draw and ended after its last, and every one still active ended when the draws stop early
-/// (a refused draw), so none outlives the render pass.
+/// draw and ended after its last; dropped (when the draws end, or stop early at a refused draw)
+/// it ends every one still active, so none outlives the render pass.
 pub(crate) struct DrawQueries<'q, 'r> {
     queries: &'q [ResolvedDrawQuery<'r>],
+    device: &'q Device,
+    cmd: vk::CommandBuffer,
     active: Vec<usize>,
 }
 
 impl<'q, 'r> DrawQueries<'q, 'r> {
-    /// The queries of a render item, none active yet.
-    pub(crate) fn new(queries: &'q [ResolvedDrawQuery<'r>]) -> Self {
-        DrawQueries { queries, active: Vec::new() }
+    /// The queries of a render item, none active yet, recorded into `cmd` of `device`.
+    ///
+    /// # Safety
+    /// `cmd` is recording inside the item's render pass instance on the queries' device, in a
+    /// recording that holds their pools ([`reset_draw_queries`] before the pass), and stays
+    /// inside that instance until this value is dropped.
+    pub(crate) unsafe fn new(
+        queries: &'q [ResolvedDrawQuery<'r>],
+        device: &'q Device,
+        cmd: vk::CommandBuffer,
+    ) -> Self {
+        DrawQueries { queries, device, cmd, active: Vec::new() }
     }
 
     /// Begins the queries whose first draw is `draw`.
-    pub(crate) fn before(&mut self, pass: &Drawing<'_, '_>, draw: usize) {
+    pub(crate) fn before(&mut self, draw: usize) {
         for (n, q) in self.queries.iter().enumerate().filter(|(_, q)| q.draws.start == draw) {
-            // SAFETY: `pass` records inside the item's render pass on the pool's device (resolved
-            // there), in a recording that holds the pool (`reset_draw_queries` before the pass);
-            // the query was reset before the pass and begun once in it (`check_sequence` refused
-            // a query twice in one pass and overlapping queries of one type, and any query of its
-            // type active around the pass); it is ended in this pass (`after` or `close`).
-            unsafe { q.pool.record_begin(pass.device(), pass.raw(), q.index) };
+            // SAFETY: `cmd` records inside the item's render pass on the pool's device (resolved
+            // there), in a recording that holds the pool (`new`'s contract); the query was reset
+            // before the pass and is begun once in it (`check_sequence` refused a query twice in
+            // one pass, overlapping queries of one type, and any query of its type active
+            // around the pass); it is ended in this pass (`after`, or the drop).
+            unsafe { q.pool.record_begin(self.device, self.cmd, q.index) };
             self.active.push(n);
         }
     }
 
     /// Ends the queries whose last draw is `draw`.
-    pub(crate) fn after(&mut self, pass: &Drawing<'_, '_>, draw: usize) {
-        let queries = self.queries;
+    pub(crate) fn after(&mut self, draw: usize) {
+        let (queries, device, cmd) = (self.queries, self.device, self.cmd);
         self.active.retain(|&n| {
             let q = &queries[n];
             if q.draws.end == draw + 1 {
                 // SAFETY: begun in this render pass (`before`) and not yet ended.
-                unsafe { q.pool.record_end(pass.device(), pass.raw(), q.index) };
+                unsafe { q.pool.record_end(device, cmd, q.index) };
                 false
             } else {
                 true
             }
         });
     }
+}
 
-    /// Ends every query still active (the draws stopped early).
-    pub(crate) fn close(&mut self, pass: &Drawing<'_, '_>) {
+impl Drop for DrawQueries<'_, '_> {
+    fn drop(&mut self) {
         for n in self.active.drain(..) {
             let q = &self.queries[n];
-            // SAFETY: begun in this render pass (`before`) and not yet ended.
-            unsafe { q.pool.record_end(pass.device(), pass.raw(), q.index) };
+            // SAFETY: begun in this render pass (`before`) and not yet ended; still inside the
+            // pass (`new`'s contract).
+            unsafe { q.pool.record_end(self.device, self.cmd, q.index) };
         }
     }
 }

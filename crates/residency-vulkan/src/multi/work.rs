@@ -10,7 +10,8 @@
 //! resolves to that range of the instance on the device of the submission, so the view follows
 //! the buffer's mask (resolution iterates the resource's mask, not the pool's). Items:
 //! [`DispatchItem`], [`CopyItem`], [`RenderItem`] with [`DrawItem`]s (vertices, indexed, indirect),
-//! timestamps of [`MultiTimestamps`], and full barriers.
+//! timestamps of [`MultiTimestamps`], occlusion and pipeline-statistics queries of
+//! [`MultiQueryPool`] ([`crate::multi::queries`]), and full barriers.
 
 use crate::device::life::{ForeignUse, Garbage, GpuUse, Life};
 use crate::device::set::DeviceSet;
@@ -1236,41 +1237,37 @@ fn record_render(
         (S::COLOR_ATTACHMENT_OUTPUT, A::COLOR_ATTACHMENT_READ | A::COLOR_ATTACHMENT_WRITE, attachment),
     );
     r.program.render(rec, &r.view, r.extent, r.clear, |pass| -> Result<(), DrawError> {
-        // Queries around ranges of the draws, every one ended inside the pass even when a draw
-        // is refused (`DrawQueries::close`).
-        let mut open = DrawQueries::new(queries);
-        let drawn = (|| -> Result<(), DrawError> {
-            for (i, d) in r.draws.iter().enumerate() {
-                open.before(pass, i);
-                if let Some(set) = &d.set {
-                    pass.bind_descriptor_set(set)?;
-                }
-                if r.program.push_constant_bytes() > 0 || !d.push_constants.is_empty() {
-                    pass.push_constants(d.push_constants)?;
-                }
-                if let Some(v) = d.vertices {
-                    pass.bind_vertex_buffer(v.buffer, v.offset)?;
-                }
-                match d.call {
-                    ResolvedCall::Vertices { count, instances } => pass.draw(count, instances)?,
-                    ResolvedCall::Indexed { indices, format, count, instances } => {
-                        pass.bind_index_buffer(indices.buffer, indices.offset, format)?;
-                        // SAFETY: every index names a vertex inside the vertex view, which lies inside
-                        // the bound vertex buffer from its offset: `DrawItem::new_indexed`'s contract.
-                        unsafe { pass.draw_indexed(count, instances)? }
-                    }
-                    ResolvedCall::Indirect { args } => {
-                        // SAFETY: the command names vertices inside the vertex view (inside the bound
-                        // vertex buffer) and has firstInstance 0: `DrawItem::new_indirect`'s contract.
-                        unsafe { pass.draw_indirect(args.buffer, args.offset)? }
-                    }
-                }
-                open.after(pass, i);
+        // SAFETY: `pass` records inside the render pass instance, which ends after this closure
+        // returns (and with it `open`, which ends the queries still active).
+        let mut open = unsafe { DrawQueries::new(queries, pass.device(), pass.raw()) };
+        for (i, d) in r.draws.iter().enumerate() {
+            open.before(i);
+            if let Some(set) = &d.set {
+                pass.bind_descriptor_set(set)?;
             }
-            Ok(())
-        })();
-        open.close(pass);
-        drawn
+            if r.program.push_constant_bytes() > 0 || !d.push_constants.is_empty() {
+                pass.push_constants(d.push_constants)?;
+            }
+            if let Some(v) = d.vertices {
+                pass.bind_vertex_buffer(v.buffer, v.offset)?;
+            }
+            match d.call {
+                ResolvedCall::Vertices { count, instances } => pass.draw(count, instances)?,
+                ResolvedCall::Indexed { indices, format, count, instances } => {
+                    pass.bind_index_buffer(indices.buffer, indices.offset, format)?;
+                    // SAFETY: every index names a vertex inside the vertex view, which lies inside
+                    // the bound vertex buffer from its offset: `DrawItem::new_indexed`'s contract.
+                    unsafe { pass.draw_indexed(count, instances)? }
+                }
+                ResolvedCall::Indirect { args } => {
+                    // SAFETY: the command names vertices inside the vertex view (inside the bound
+                    // vertex buffer) and has firstInstance 0: `DrawItem::new_indirect`'s contract.
+                    unsafe { pass.draw_indirect(args.buffer, args.offset)? }
+                }
+            }
+            open.after(i);
+        }
+        Ok(())
     })??;
     target_barrier(
         rec,
