@@ -492,7 +492,9 @@ impl MultiSubmitter {
     /// view fails before anything is recorded. A draw or render pass that the checked
     /// [`Drawing`](crate::graphics::Drawing) refuses while recording (e.g. a target without
     /// `COLOR_ATTACHMENT` usage, a sampled image in another layout) is returned as that error and
-    /// nothing is submitted.
+    /// nothing is submitted. Query items are checked as [`crate::multi::queries`] says (indices,
+    /// begins and ends in pairs, copies of ended queries) before anything is recorded
+    /// ([`WorkError::Query`]); once submitted, the queries the items end are noted as written.
     pub fn submit(&self, device: DeviceIndex, items: &[WorkItem<'_, '_>]) -> Result<Submission, WorkError> {
         let context = self
             .contexts
