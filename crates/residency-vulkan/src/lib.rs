@@ -59,7 +59,7 @@ mod validation;
 pub use device::{profile_capture, requirements};
 pub use pipelines::{acceleration, compute, graphics, ray_tracing, shaders, spirv};
 pub use pools::transient;
-pub use sync::{recording, tracking};
+pub use sync::{queries, recording, tracking};
 
 pub use ash;
 pub use device::blocks::{MemoryError, PLACEMENT_MESSAGES_KEPT};

@@ -92,6 +92,8 @@ all_error_types! {
     residency_vulkan::multi::work::ImageCopyError,
     residency_vulkan::multi::work::CopyRefusal,
     residency_vulkan::multi::work::TimelineError,
+    residency_vulkan::queries::QueryError,
+    residency_vulkan::multi::map::MapError,
     residency_core::desc::DescError,
     residency_core::allocator::DescError,
     residency_core::allocator::AllocError,

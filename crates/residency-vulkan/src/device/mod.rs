@@ -147,6 +147,12 @@ pub struct EnabledFeatures {
     /// `fragmentStoresAndAtomics`: fragment shaders may write storage buffers and images (shader
     /// feedback from a fragment shader needs it).
     pub fragment_stores_and_atomics: bool,
+    /// `pipelineStatisticsQuery`: pipeline-statistics query pools
+    /// ([`QueryKind::PipelineStatistics`](crate::sync::queries::QueryKind::PipelineStatistics)).
+    pub pipeline_statistics_query: bool,
+    /// `occlusionQueryPrecise`: occlusion queries that count exactly
+    /// ([`QueryKind::Occlusion`](crate::sync::queries::QueryKind::Occlusion) `{ precise: true }`).
+    pub occlusion_query_precise: bool,
 }
 
 /// A logical device on one physical device, with a universal queue and (when the device can bind
@@ -322,6 +328,8 @@ impl Device {
             ray_tracing_pipeline: has_rt,
             ray_query: has_rq,
             fragment_stores_and_atomics: supported.fragment_stores_and_atomics == vk::TRUE,
+            pipeline_statistics_query: supported.pipeline_statistics_query == vk::TRUE,
+            occlusion_query_precise: supported.occlusion_query_precise == vk::TRUE,
         };
         let sparse_ok = features.sparse_binding;
         let enable = vk::PhysicalDeviceFeatures::default()
@@ -335,6 +343,8 @@ impl Device {
             .shader_int64(supported.shader_int64 == vk::TRUE)
             .sampler_anisotropy(features.sampler_anisotropy)
             .fragment_stores_and_atomics(features.fragment_stores_and_atomics)
+            .pipeline_statistics_query(features.pipeline_statistics_query)
+            .occlusion_query_precise(features.occlusion_query_precise)
             .shader_storage_image_write_without_format(
                 supported.shader_storage_image_write_without_format == vk::TRUE,
             );

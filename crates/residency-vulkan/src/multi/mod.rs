@@ -21,6 +21,8 @@ pub mod accel;
 mod copy;
 mod image_pool;
 mod image_upload;
+pub mod map;
+pub mod queries;
 pub mod streaming;
 pub mod work;
 

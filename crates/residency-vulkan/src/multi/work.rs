@@ -11,7 +11,8 @@
 //! the buffer's mask (resolution iterates the resource's mask, not the pool's). Items:
 //! [`DispatchItem`], [`CopyItem`], [`ImageCopyItem`] (image↔image, buffer↔image, checked per device),
 //! [`RenderItem`] with [`DrawItem`]s (vertices, indexed, indirect),
-//! timestamps of [`MultiTimestamps`], and full barriers.
+//! timestamps of [`MultiTimestamps`], occlusion and pipeline-statistics queries of
+//! [`MultiQueryPool`] ([`crate::multi::queries`]), ray-tracing launches, and full barriers.
 
 use crate::device::life::{ForeignUse, Garbage, GpuUse, Life};
 use crate::device::set::DeviceSet;
@@ -22,6 +23,7 @@ use crate::multi::copy::{self, ResolvedImageCopy};
 pub use crate::multi::copy::{
     BufferImageRegion, CopyRefusal, ImageArea, ImageCopyError, ImageCopyItem, ImageCopyRegion,
 };
+use crate::multi::queries::{self as multi_queries, DrawQueries, DrawQuery, MultiQueryPool, QueryCopyItem};
 use crate::multi::MultiImage;
 use crate::multi::{
     device_count, fan_out_on, multi_device, resolve_mask, MultiBuffer, MultiDevice, MultiDeviceError,
@@ -35,6 +37,7 @@ use crate::pipelines::shaders::Shader;
 use crate::poison::PoisonFree;
 use crate::resources::buffer::Buffer;
 use crate::sync::commands::{CommandContext, Submission};
+use crate::sync::queries::QueryError;
 use crate::sync::recording::{check_buffer_copy, Recording, Timestamps};
 use ash::vk;
 use residency_core::device_mask::{DeviceIndex, DeviceMask};
@@ -278,6 +281,10 @@ pub enum WorkError {
     /// A ray-tracing launch was refused on the device (nothing was recorded or submitted).
     #[error(transparent)]
     RayTracing(#[from] crate::pipelines::ray_tracing::RayTracingError),
+    /// A query item was refused (nothing was recorded or submitted), or a query's results
+    /// cannot be read.
+    #[error(transparent)]
+    Query(#[from] QueryError),
     /// A Vulkan call failed.
     #[error(transparent)]
     Vulkan(#[from] VulkanError),
@@ -295,6 +302,7 @@ impl ResidencyError for WorkError {
             WorkError::Render(e) => e.class(),
             WorkError::Vulkan(e) => e.class(),
             WorkError::ImageCopy(e) => e.class(),
+            WorkError::Query(e) => e.class(),
             WorkError::NotOnDevice { .. }
             | WorkError::Copy { .. }
             | WorkError::Timestamp { .. }
@@ -435,6 +443,16 @@ pub enum WorkItem<'a, 'b> {
     Barrier,
     /// A ray-tracing launch (`vkCmdTraceRaysKHR`) with its program's shader table on the device.
     TraceRays(&'b crate::multi::accel::TraceRaysItem<'a>),
+    /// Resets and begins query `index` of the submission's device's pool, outside a render pass
+    /// (around dispatches, copies and whole render passes); ended by a [`WorkItem::EndQuery`] of
+    /// the same submission ([`crate::multi::queries`]).
+    BeginQuery(&'a MultiQueryPool, u32),
+    /// Ends query `index`, begun earlier in the submission.
+    EndQuery(&'a MultiQueryPool, u32),
+    /// Copies query results into a buffer view on the submission's device.
+    CopyQueryResults(QueryCopyItem<'a>),
+    /// A render pass with queries around ranges of its draws, inside the pass.
+    QueriedRender(RenderItem<'a, 'b>, &'b [DrawQuery<'a>]),
 }
 
 /// A command context on each device, for submitting work items to one chosen device.
@@ -500,7 +518,9 @@ impl MultiSubmitter {
     /// view fails before anything is recorded. A draw or render pass that the checked
     /// [`Drawing`](crate::graphics::Drawing) refuses while recording (e.g. a target without
     /// `COLOR_ATTACHMENT` usage, a sampled image in another layout) is returned as that error and
-    /// nothing is submitted.
+    /// nothing is submitted. Query items are checked as [`crate::multi::queries`] says (indices,
+    /// begins and ends in pairs, copies of ended queries) before anything is recorded
+    /// ([`WorkError::Query`]); once submitted, the queries the items end are noted as written.
     pub fn submit(&self, device: DeviceIndex, items: &[WorkItem<'_, '_>]) -> Result<Submission, WorkError> {
         let context = self
             .contexts
@@ -530,6 +550,10 @@ impl MultiSubmitter {
             Timestamp(&'r Timestamps, u32),
             Barrier,
             Trace(crate::multi::accel::ResolvedTrace<'r>),
+            BeginQuery(multi_queries::ResolvedQuery<'r>),
+            EndQuery(multi_queries::ResolvedQuery<'r>),
+            CopyQuery(multi_queries::ResolvedCopy<'r>),
+            QueriedRender(ResolvedRender<'r>, Vec<multi_queries::ResolvedDrawQuery<'r>>),
         }
         let mut resolved = Vec::with_capacity(items.len());
         for item in items {
@@ -556,8 +580,22 @@ impl MultiSubmitter {
                 }
                 WorkItem::Barrier => Resolved::Barrier,
                 WorkItem::TraceRays(t) => Resolved::Trace(t.resolve(device, dev)?),
+                WorkItem::BeginQuery(p, index) => {
+                    Resolved::BeginQuery(multi_queries::resolve_query(p, *index, device, dev)?)
+                }
+                WorkItem::EndQuery(p, index) => {
+                    Resolved::EndQuery(multi_queries::resolve_query(p, *index, device, dev)?)
+                }
+                WorkItem::CopyQueryResults(c) => {
+                    Resolved::CopyQuery(multi_queries::resolve_copy(c, device, dev)?)
+                }
+                WorkItem::QueriedRender(r, queries) => Resolved::QueriedRender(
+                    resolve_render(r, dev)?,
+                    multi_queries::resolve_draw_queries(queries, r.draws.len(), device, dev)?,
+                ),
             });
         }
+        multi_queries::check_sequence(items, device)?;
         // The first draw or render pass refused while recording: the submission is refused too.
         let mut refused: Option<WorkError> = None;
         let submission = context.submit(&[], |rec| {
@@ -579,7 +617,7 @@ impl MultiSubmitter {
                         rec.recorded();
                     }
                     Resolved::Render(r) => {
-                        if let Err(e) = record_render(rec, r) {
+                        if let Err(e) = record_render(rec, r, &[]) {
                             rec.refuse_submission(VulkanError::Unsupported {
                                 device: dev.name().to_owned(),
                                 reason: format!("a refused draw: {e}"),
@@ -594,6 +632,20 @@ impl MultiSubmitter {
                     }
                     Resolved::Barrier => full_barrier(rec),
                     Resolved::Trace(t) => t.record(rec),
+                    Resolved::BeginQuery(q) => multi_queries::record_begin(rec, q),
+                    Resolved::EndQuery(q) => multi_queries::record_end(rec, q),
+                    Resolved::CopyQuery(c) => multi_queries::record_copy(rec, c),
+                    Resolved::QueriedRender(r, queries) => {
+                        multi_queries::reset_draw_queries(rec, queries);
+                        if let Err(e) = record_render(rec, r, queries) {
+                            rec.refuse_submission(VulkanError::Unsupported {
+                                device: dev.name().to_owned(),
+                                reason: format!("a refused draw: {e}"),
+                            });
+                            refused = Some(e);
+                            break;
+                        }
+                    }
                 }
             }
             full_barrier(rec);
@@ -601,7 +653,9 @@ impl MultiSubmitter {
         if let Some(e) = refused {
             return Err(e);
         }
-        Ok(submission?)
+        let submission = submission?;
+        multi_queries::note_written(items, device);
+        Ok(submission)
     }
 
     /// Waits for a submission made on `device`.
@@ -1203,7 +1257,11 @@ fn target_barrier(
 
 /// Records a resolved render item: the target to `COLOR_ATTACHMENT_OPTIMAL`, the pass with its
 /// draws through the checked [`Drawing`](crate::graphics::Drawing), the target to `GENERAL`.
-fn record_render(rec: &mut Recording<'_>, r: &ResolvedRender<'_>) -> Result<(), WorkError> {
+fn record_render(
+    rec: &mut Recording<'_>,
+    r: &ResolvedRender<'_>,
+    queries: &[multi_queries::ResolvedDrawQuery<'_>],
+) -> Result<(), WorkError> {
     use vk::{AccessFlags2 as A, ImageLayout as L, PipelineStageFlags2 as S};
     let attachment = L::COLOR_ATTACHMENT_OPTIMAL;
     target_barrier(
@@ -1213,7 +1271,11 @@ fn record_render(rec: &mut Recording<'_>, r: &ResolvedRender<'_>) -> Result<(), 
         (S::COLOR_ATTACHMENT_OUTPUT, A::COLOR_ATTACHMENT_READ | A::COLOR_ATTACHMENT_WRITE, attachment),
     );
     r.program.render(rec, &r.view, r.extent, r.clear, |pass| -> Result<(), DrawError> {
-        for d in &r.draws {
+        // SAFETY: `pass` records inside the render pass instance, which ends after this closure
+        // returns (and with it `open`, which ends the queries still active).
+        let mut open = unsafe { DrawQueries::new(queries, pass.device(), pass.raw()) };
+        for (i, d) in r.draws.iter().enumerate() {
+            open.before(i);
             if let Some(set) = &d.set {
                 pass.bind_descriptor_set(set)?;
             }
@@ -1237,6 +1299,7 @@ fn record_render(rec: &mut Recording<'_>, r: &ResolvedRender<'_>) -> Result<(), 
                     unsafe { pass.draw_indirect(args.buffer, args.offset)? }
                 }
             }
+            open.after(i);
         }
         Ok(())
     })??;

@@ -4,6 +4,7 @@
 
 pub(crate) mod commands;
 pub(crate) mod frame;
+pub mod queries;
 pub mod recording;
 pub mod tracking;
 pub(crate) mod upload;
