@@ -17,7 +17,9 @@
 //! With one device everything reduces to a single instance: no extra allocation beyond a one-entry
 //! vector.
 
+pub mod bindless;
 mod image_pool;
+pub mod indirect;
 pub mod streaming;
 pub mod work;
 

@@ -200,6 +200,9 @@ pub enum MultiBinding<'a> {
     Buffer(BufferView<'a>),
     /// An image, with its view per device.
     Image(PerDeviceImage<'a>),
+    /// Multi-device images (one, or an array) and a multi-device sampler, resolved per device
+    /// ([`crate::multi::bindless`]).
+    Sampled(crate::multi::bindless::MultiSampled<'a>),
 }
 
 /// Work cannot be resolved or recorded for a device.
@@ -263,6 +266,10 @@ pub enum WorkError {
         /// The render item's program.
         pass: String,
     },
+    /// An indirect dispatch's argument view was refused on the device, or its clamp pass could
+    /// not be made there (nothing was recorded or submitted).
+    #[error(transparent)]
+    Indirect(#[from] crate::multi::indirect::IndirectError),
     /// A Vulkan call failed.
     #[error(transparent)]
     Vulkan(#[from] VulkanError),
@@ -278,6 +285,7 @@ impl ResidencyError for WorkError {
             WorkError::Draw(e) => e.class(),
             WorkError::Render(e) => e.class(),
             WorkError::Vulkan(e) => e.class(),
+            WorkError::Indirect(e) => e.class(),
             WorkError::NotOnDevice { .. }
             | WorkError::Copy { .. }
             | WorkError::Timestamp { .. }
@@ -288,11 +296,11 @@ impl ResidencyError for WorkError {
 
 /// The per-device descriptor sets of a work item: per device, the generations of the bound
 /// buffers when the set was written, and the set.
-type SetCache = Mutex<Vec<(DeviceIndex, Vec<u64>, DescriptorSet)>>;
+pub(super) type SetCache = Mutex<Vec<(DeviceIndex, Vec<u64>, DescriptorSet)>>;
 
 /// The descriptor set of `bindings` on `index`: the cached one while the bound buffers' instances
 /// are unchanged, else one made by `make` from the bindings resolved there (and cached).
-fn cached_set(
+pub(super) fn cached_set(
     bindings: &[MultiBinding<'_>],
     sets: &SetCache,
     index: DeviceIndex,
@@ -302,7 +310,7 @@ fn cached_set(
         .iter()
         .filter_map(|b| match b {
             MultiBinding::Buffer(view) => Some(view.buffer.generation()),
-            MultiBinding::Image(_) => None,
+            MultiBinding::Image(_) | MultiBinding::Sampled(_) => None,
         })
         .collect();
     let mut sets = sets.locked();
@@ -311,10 +319,21 @@ fn cached_set(
             return Ok(set.clone());
         }
     }
+    // Multi-device images resolve to views owned here, which the bindings borrow.
+    let sampled = bindings
+        .iter()
+        .map(|b| match b {
+            MultiBinding::Sampled(s) => s.resolve(index).map(Some),
+            _ => Ok(None),
+        })
+        .collect::<Result<Vec<_>, WorkError>>()?;
+    let refs: Vec<Vec<_>> =
+        sampled.iter().map(|s| s.as_ref().map_or_else(Vec::new, |s| s.view_refs())).collect();
     let mut resolved = Vec::with_capacity(bindings.len());
-    for binding in bindings {
+    for (i, binding) in bindings.iter().enumerate() {
         resolved.push(match binding {
             MultiBinding::Buffer(view) => view.binding(index)?,
+            MultiBinding::Sampled(_) => sampled[i].as_ref().expect("resolved above").binding(&refs[i]),
             MultiBinding::Image(images) => {
                 let &(_, binding) = images
                     .views
@@ -401,6 +420,9 @@ pub struct CopyItem<'a> {
 pub enum WorkItem<'a, 'b> {
     /// A dispatch.
     Dispatch(&'b DispatchItem<'a>),
+    /// A dispatch whose workgroup counts the GPU reads from an argument view
+    /// ([`crate::multi::indirect`]).
+    DispatchIndirect(&'b crate::multi::indirect::IndirectDispatchItem<'a>),
     /// A copy.
     Copy(CopyItem<'a>),
     /// A render pass of draws.
@@ -494,10 +516,14 @@ impl MultiSubmitter {
                 }
                 program.check_dispatch(&d.push_constants, d.groups)?;
             }
+            if let WorkItem::DispatchIndirect(d) = item {
+                d.check(dev)?;
+            }
         }
         // Resolve everything first, so that a missing instance fails before anything is recorded.
         enum Resolved<'r> {
             Dispatch(DescriptorSet, &'r ComputeProgram, &'r DispatchItem<'r>),
+            DispatchIndirect(crate::multi::indirect::ResolvedIndirect<'r>),
             Copy(&'r Buffer, &'r Buffer, vk::BufferCopy),
             Render(ResolvedRender<'r>),
             Timestamp(&'r Timestamps, u32),
@@ -510,6 +536,7 @@ impl MultiSubmitter {
                     let (set, program) = d.set_for(device)?;
                     Resolved::Dispatch(set, program, d)
                 }
+                WorkItem::DispatchIndirect(d) => Resolved::DispatchIndirect(d.resolve(dev)?),
                 WorkItem::Copy(c) => {
                     let (src, dst) = (c.src.resolve(device)?, c.dst.resolve(device)?);
                     if !src.buffer.device().is(dev) || !dst.buffer.device().is(dev) {
@@ -539,6 +566,7 @@ impl MultiSubmitter {
                     Resolved::Dispatch(set, program, d) => {
                         program.record_checked(rec, set, &d.push_constants, d.groups)
                     }
+                    Resolved::DispatchIndirect(d) => d.record(rec),
                     Resolved::Copy(src, dst, region) => {
                         rec.keep(src.life());
                         rec.keep(dst.life());

@@ -111,7 +111,7 @@ const fn le_words<const N: usize>(bytes: &[u8]) -> [u32; N] {
 
 /// A shipped shader: `$name` is the source in `shaders/`, whose `$name.spv` is embedded.
 macro_rules! shader {
-    ($(#[$doc:meta])* $const:ident, $name:literal, $stage:ident, [$($kind:ident),*], $push:literal) => {
+    ($(#[$doc:meta])* $const:ident, $name:literal, $stage:ident, [$($kind:ident $(($n:literal))?),*], $push:literal) => {
         $(#[$doc])*
         pub static $const: Shader = Shader {
             name: $name,
@@ -122,7 +122,7 @@ macro_rules! shader {
                 const WORDS: [u32; BYTES.len() / 4] = le_words(BYTES);
                 &WORDS
             },
-            bindings: &[$(BindingKind::$kind),*],
+            bindings: &[$(BindingKind::$kind $(($n))?),*],
             push_constant_bytes: $push,
         };
     };
@@ -503,9 +503,30 @@ shader!(
     [SampledImage, SampledImage],
     96
 );
+shader!(
+    /// `indirect_clamp.comp`: residency's pass before an indirect dispatch
+    /// ([`IndirectDispatchItem`](crate::multi::indirect::IndirectDispatchItem)): copies the
+    /// command at word `first` of binding 0 into binding 1, `(0, 0, 0)` when a count is over the
+    /// limits pushed; push `{ first, limit_x, limit_y, limit_z }`.
+    INDIRECT_CLAMP,
+    "indirect_clamp.comp",
+    Compute,
+    [StorageBuffer, StorageBuffer],
+    16
+);
+shader!(
+    /// `bindless_sample.comp`: invocation `i` writes the centre texel of texture `i` (clamped
+    /// below `textures_bound` and the array's 64) of a bindless array, as RGBA8; push
+    /// `{ count, textures_bound }`.
+    BINDLESS_SAMPLE,
+    "bindless_sample.comp",
+    Compute,
+    [StorageBuffer, BindlessSampledImages(64)],
+    8
+);
 
 /// Every shipped shader.
-pub static ALL: [&Shader; 36] = [
+pub static ALL: [&Shader; 38] = [
     &PLACED_BUFFERS,
     &FILL,
     &BUSY,
@@ -542,6 +563,8 @@ pub static ALL: [&Shader; 36] = [
     &SPARSE_FOOTPRINT_CODES,
     &SPARSE_FOOTPRINT_CLAMP,
     &SPARSE_CLAMP_FRAG,
+    &INDIRECT_CLAMP,
+    &BINDLESS_SAMPLE,
 ];
 
 /// The `vt_quad` fragment shader for a residency path: [`VT_QUAD_SOFTWARE_FRAG`] on the software

@@ -175,6 +175,10 @@ pub struct Interface {
 pub const CAPABILITY_SPARSE_RESIDENCY: u32 = 41;
 /// `MinLod` (sampling with a minimum LOD operand), which needs `shaderResourceMinLod`.
 pub const CAPABILITY_MIN_LOD: u32 = 42;
+/// `RuntimeDescriptorArray` (needs `runtimeDescriptorArray`).
+pub const CAPABILITY_RUNTIME_DESCRIPTOR_ARRAY: u32 = 5302;
+/// `SampledImageArrayNonUniformIndexing` (needs `shaderSampledImageArrayNonUniformIndexing`).
+pub const CAPABILITY_SAMPLED_IMAGE_ARRAY_NON_UNIFORM_INDEXING: u32 = 5307;
 
 impl Interface {
     /// Whether the module has an entry point `name` of `stage`.
