@@ -88,6 +88,7 @@ all_error_types! {
     residency_vulkan::multi::work::ViewRangeError,
     residency_vulkan::multi::work::WorkError,
     residency_vulkan::multi::work::TimelineError,
+    residency_vulkan::multi::indirect::IndirectError,
     residency_core::desc::DescError,
     residency_core::allocator::DescError,
     residency_core::allocator::AllocError,
