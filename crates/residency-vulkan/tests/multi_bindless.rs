@@ -254,3 +254,116 @@ fn bindless_arrays_over_the_binding_or_the_device_limits_are_refused() {
         uploader.destroy().unwrap();
     });
 }
+
+#[test]
+fn multi_device_images_bound_as_a_fixed_array_or_one_image_resolve_per_device_as_on_one() {
+    with_gpu(|set| {
+        let both = DeviceMask::from_bits(0b11);
+        let uploader = MultiUploader::new(set, both, 1 << 20).unwrap();
+        let images = textures(set, &uploader, 4);
+        let sampler = MultiSampler::new(set, both, Filter::Nearest).unwrap();
+        let pool = MultiBufferPool::new(
+            set,
+            both,
+            &BufferPoolDesc::new("sampled", BufferPoolUsage::Unknown).with_page_size(1 << 20),
+        )
+        .unwrap();
+        let usage = BufferUsage::STORAGE | BufferUsage::COPY_SRC | BufferUsage::COPY_DST;
+        let bytes = 16 * 16;
+        let out = pool.init_buffer(&BufferInit::new("sampled out", bytes).with_usage(usage), both).unwrap();
+        let general = vk::ImageLayout::GENERAL;
+        let submitter = MultiSubmitter::new(set, both).unwrap();
+        let run = |item: &DispatchItem<'_>, device: DeviceIndex| {
+            uploader.broadcast(&out, 0, &vec![0; bytes as usize]).unwrap();
+            uploader.wait_idle().unwrap();
+            let submission = submitter.submit(device, &[WorkItem::Dispatch(item)]).unwrap();
+            submitter.wait(device, submission).unwrap();
+            set.device(device).unwrap().read_back(out.instance(device).unwrap(), 0, bytes).unwrap()
+        };
+
+        // A fixed array of four: exactly four images.
+        let fixed =
+            MultiComputeProgram::new(set, both, "sample_array.comp", &shaders::SAMPLE_ARRAY, 2).unwrap();
+        assert_eq!(fixed.bindings()[1], BindingKind::SampledImageArray(4));
+        let array = DispatchItem::new(
+            &fixed,
+            vec![
+                MultiBinding::Buffer(BufferView::whole(&out)),
+                MultiBinding::Sampled(MultiSampled::array(images.iter().collect(), 0..1, &sampler, general)),
+            ],
+            &words(&[INVOCATIONS]),
+            [1, 1, 1],
+        );
+        let expected: Vec<u8> = (0..INVOCATIONS as usize).flat_map(|i| color(i.min(3))).collect();
+        for device in [d(0), d(1)] {
+            assert_eq!(run(&array, device)[..expected.len()], expected[..], "{device}: the fixed array");
+        }
+        let three = DispatchItem::new(
+            &fixed,
+            vec![
+                MultiBinding::Buffer(BufferView::whole(&out)),
+                MultiBinding::Sampled(MultiSampled::array(
+                    images.iter().take(3).collect(),
+                    0..1,
+                    &sampler,
+                    general,
+                )),
+            ],
+            &words(&[INVOCATIONS]),
+            [1, 1, 1],
+        );
+        let e = submitter.submit(d(0), &[WorkItem::Dispatch(&three)]).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                WorkError::Binding(BindingError::ArrayLength { given: 3, length: 4, bindless: false, .. })
+            ),
+            "{e}"
+        );
+
+        // One image by multi-device object: sample_texels.comp reads every texel of image 2.
+        let texels =
+            MultiComputeProgram::new(set, both, "sample_texels.comp", &shaders::SAMPLE_TEXELS, 2).unwrap();
+        let one = DispatchItem::new(
+            &texels,
+            vec![
+                MultiBinding::Sampled(MultiSampled::image(&images[2], 0..1, &sampler, general)),
+                MultiBinding::Buffer(BufferView::whole(&out)),
+            ],
+            &words(&[16, 4]),
+            [1, 1, 1],
+        );
+        let device = set.device(d(0)).unwrap();
+        let single = ComputeProgram::new(device, "single texels", &shaders::SAMPLE_TEXELS, 1).unwrap();
+        let view = images[2].view(set, d(0), 0..1).unwrap();
+        let own_sampler = device.create_sampler(Filter::Nearest).unwrap();
+        let mut target = device
+            .create_buffer(
+                &BufferDesc::new("single texels", bytes, BufferUsage::STORAGE | BufferUsage::COPY_SRC)
+                    .with_intent(MemoryIntent::Readback),
+            )
+            .unwrap();
+        target.write(0, &vec![0; bytes as usize]).unwrap();
+        let descriptors = single
+            .descriptor_set(&[Binding::sampled(&*view, &own_sampler, general), Binding::Buffer(&target)])
+            .unwrap();
+        device
+            .submit_compute("single texels", |rec| {
+                single.dispatch(rec, &descriptors, &words(&[16, 4]), [1, 1, 1]).unwrap()
+            })
+            .unwrap();
+        device.wait_submitted().unwrap();
+        let reference = device.read_back(&target, 0, bytes).unwrap();
+        assert_ne!(reference, vec![0; bytes as usize]);
+        for device in [d(1), d(0)] {
+            assert_eq!(run(&one, device), reference, "{device}: one image, as on one device");
+        }
+        assert_eq!((array.cached_devices(), one.cached_devices()), (2, 2));
+
+        submitter.destroy();
+        drop((array, three, one, descriptors, single, view, own_sampler, target));
+        drop((images, sampler, fixed, texels));
+        pool.free_buffer(out).unwrap();
+        uploader.destroy().unwrap();
+    });
+}

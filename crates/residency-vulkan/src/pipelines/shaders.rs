@@ -31,6 +31,11 @@
 //!   image's size (`textureSize`/`imageSize` of that LOD, `textureQueryLevels` for the LOD): a
 //!   fetch outside reads nothing and returns the default value (not resident) or zero, a store
 //!   outside writes nothing.
+//! - **Descriptor arrays.** An index into an array of descriptors is clamped below the array's
+//!   length ([`SAMPLE_ARRAY`]'s 4) or, for a bindless array, below the count of views it is
+//!   pushed and the array's declared length ([`BINDLESS_SAMPLE`]'s 64); residency writes every
+//!   descriptor of a bindless array (the last view repeated past the views given), so an index
+//!   below that length always reads a bound view.
 //! - **Residency codes.** A texture read with a sparse residency instruction (`OpImageSparse*`:
 //!   binding 0 of [`SPARSE_PROBE`], [`MULTI_DEVICE`], [`DISTANCE_FIELD`] and [`TEXTURE_ARRAY`])
 //!   must be a sparse image — drivers may crash running these on an image that is not (lavapipe
@@ -524,9 +529,18 @@ shader!(
     [StorageBuffer, BindlessSampledImages(64)],
     8
 );
+shader!(
+    /// `sample_array.comp`: invocation `i` writes the centre texel of texture `min(i, 3)` of a
+    /// fixed array of four, as RGBA8; push `{ count }`.
+    SAMPLE_ARRAY,
+    "sample_array.comp",
+    Compute,
+    [StorageBuffer, SampledImageArray(4)],
+    4
+);
 
 /// Every shipped shader.
-pub static ALL: [&Shader; 38] = [
+pub static ALL: [&Shader; 39] = [
     &PLACED_BUFFERS,
     &FILL,
     &BUSY,
@@ -565,6 +579,7 @@ pub static ALL: [&Shader; 38] = [
     &SPARSE_CLAMP_FRAG,
     &INDIRECT_CLAMP,
     &BINDLESS_SAMPLE,
+    &SAMPLE_ARRAY,
 ];
 
 /// The `vt_quad` fragment shader for a residency path: [`VT_QUAD_SOFTWARE_FRAG`] on the software
