@@ -309,3 +309,240 @@ fn indirect_dispatch_arguments_out_of_range_misaligned_or_without_usage_are_refu
         f.uploader.destroy().unwrap();
     });
 }
+
+const SIDE: u32 = 16;
+const INDEX_BYTES: u64 = 64;
+const DRAW_ARGS: u64 = 128;
+
+/// A quad's four corners (x, y, r, g, b, a) at byte 0, six `u16` indices at `INDEX_BYTES`.
+fn quad_geometry() -> Vec<u8> {
+    let mut bytes = vec![0u8; DRAW_ARGS as usize];
+    let corners = [[-1.0f32, -1.0], [1.0, -1.0], [-1.0, 1.0], [1.0, 1.0]];
+    let vertices: Vec<u8> =
+        corners.iter().flat_map(|&[x, y]| [x, y, 0.25, 0.5, 1.0, 1.0]).flat_map(f32::to_le_bytes).collect();
+    bytes[..vertices.len()].copy_from_slice(&vertices);
+    let indices: Vec<u8> = [0u16, 1, 2, 2, 1, 3].iter().flat_map(|i| i.to_le_bytes()).collect();
+    bytes[INDEX_BYTES as usize..INDEX_BYTES as usize + 12].copy_from_slice(&indices);
+    bytes
+}
+
+fn quad_attributes() -> [residency_vulkan::graphics::VertexAttribute; 2] {
+    use residency_vulkan::ash::vk::Format as F;
+    use residency_vulkan::graphics::VertexAttribute;
+    [
+        VertexAttribute { location: 0, format: F::R32G32_SFLOAT, offset: 0 },
+        VertexAttribute { location: 1, format: F::R32G32B32A32_SFLOAT, offset: 8 },
+    ]
+}
+
+/// Copies mip 0 of `image` (in `layout`) to the host.
+fn read_target(
+    device: &Device,
+    image: &residency_vulkan::Image,
+    layout: residency_vulkan::ash::vk::ImageLayout,
+) -> Vec<u8> {
+    use residency_vulkan::ash::vk;
+    use residency_vulkan::recording::MemoryDependency;
+    let bytes = u64::from(SIDE * SIDE * 4);
+    let pixels = device
+        .create_buffer(
+            &BufferDesc::new("indirect target pixels", bytes, BufferUsage::COPY_DST)
+                .with_intent(MemoryIntent::Readback),
+        )
+        .unwrap();
+    device
+        .submit_once("read the target", |rec| {
+            rec.copy_image_to_buffer(image, layout, &pixels).unwrap();
+            rec.memory_barrier(MemoryDependency {
+                src_stages: vk::PipelineStageFlags2::COPY,
+                src_access: vk::AccessFlags2::TRANSFER_WRITE,
+                dst_stages: vk::PipelineStageFlags2::HOST,
+                dst_access: vk::AccessFlags2::HOST_READ,
+            })
+            .unwrap();
+        })
+        .unwrap();
+    let mut out = vec![0u8; bytes as usize];
+    pixels.read(0, &mut out).unwrap();
+    out
+}
+
+/// The indexed indirect draw of `command` through a single-device `GraphicsProgram` on `device`.
+fn single_device_indexed_indirect(device: &Device, command: DrawIndexedArgs) -> Vec<u8> {
+    use residency_core::sync::{Region, TrackerOptions, Use};
+    use residency_vulkan::ash::vk;
+    use residency_vulkan::graphics::{GraphicsProgram, IndexFormat};
+    use residency_vulkan::tracking::ResourceTracker;
+    let program = GraphicsProgram::new(
+        device,
+        "single-device quads",
+        &shaders::QUADS_VERT,
+        &shaders::QUADS_FRAG,
+        24,
+        &quad_attributes(),
+        vk::Format::R8G8B8A8_UNORM,
+        1,
+    )
+    .unwrap();
+    let mut geometry = quad_geometry();
+    geometry.extend(words(&[
+        command.index_count,
+        command.instance_count,
+        command.first_index,
+        command.vertex_offset as u32,
+        command.first_instance,
+    ]));
+    let mut buffer = device
+        .create_buffer(
+            &BufferDesc::new(
+                "single-device geometry",
+                geometry.len() as u64,
+                BufferUsage::VERTEX | BufferUsage::INDEX | BufferUsage::INDIRECT,
+            )
+            .with_intent(MemoryIntent::Upload),
+        )
+        .unwrap();
+    buffer.write(0, &geometry).unwrap();
+    let image = device
+        .create_image(&residency_vulkan::ImageDesc::new_2d(
+            "single-device target",
+            residency_vulkan::Format::R8G8B8A8Unorm,
+            SIDE,
+            SIDE,
+            residency_vulkan::ImageUsage::COLOR_ATTACHMENT | residency_vulkan::ImageUsage::COPY_SRC,
+        ))
+        .unwrap();
+    let view = image.create_view(0..1).unwrap();
+    let mut tracker = ResourceTracker::new(TrackerOptions::default());
+    let id = tracker.track_image(&image, vk::ImageLayout::UNDEFINED).unwrap();
+    let family = device.universal_queue().family();
+    device
+        .submit_once("single-device render", |rec| {
+            let mut batch = tracker.batch(device.index(), family);
+            batch.declare_discard(id, Region::Whole, Use::ColorAttachmentWrite).unwrap();
+            let flush = batch.flush();
+            tracker.record(rec, &flush.barriers).unwrap();
+            program
+                .render(rec, &view, [SIDE; 2], [0.0, 0.0, 0.0, 1.0], |pass| {
+                    pass.bind_vertex_buffer(&buffer, 0).unwrap();
+                    pass.bind_index_buffer(&buffer, INDEX_BYTES, IndexFormat::U16).unwrap();
+                    // SAFETY: the command reads the six indices bound, which name the 4 corners
+                    // bound; first instance 0.
+                    unsafe { pass.draw_indexed_indirect(&buffer, DRAW_ARGS) }.unwrap();
+                })
+                .unwrap();
+            let mut batch = tracker.batch(device.index(), family);
+            batch.declare(id, Region::Whole, Use::TransferSrc).unwrap();
+            let flush = batch.flush();
+            tracker.record(rec, &flush.barriers).unwrap();
+        })
+        .unwrap();
+    let pixels = read_target(device, &image, vk::ImageLayout::TRANSFER_SRC_OPTIMAL);
+    tracker.untrack(device.index(), id).unwrap();
+    pixels
+}
+
+#[test]
+fn indirect_draws_read_the_commands_written_for_each_device_as_a_single_device_draw_does() {
+    use residency_vulkan::ash::vk;
+    use residency_vulkan::graphics::IndexFormat;
+    use residency_vulkan::multi::work::{DrawItem, MultiGraphicsProgram, RenderItem};
+    with_gpu(|set| {
+        let both = DeviceMask::from_bits(0b11);
+        let f = fixture(set);
+        let usage = BufferUsage::VERTEX | BufferUsage::INDEX | BufferUsage::INDIRECT | BufferUsage::COPY_DST;
+        let geometry =
+            f.pool.init_buffer(&BufferInit::new("indirect geometry", 160).with_usage(usage), both).unwrap();
+        f.uploader.broadcast(&geometry, 0, &quad_geometry()).unwrap();
+        // The whole quad on device 0, its first triangle on device 1.
+        let command = |index_count| DrawIndexedArgs {
+            index_count,
+            instance_count: 1,
+            first_index: 0,
+            vertex_offset: 0,
+            first_instance: 0,
+        };
+        let commands = [(d(0), command(6)), (d(1), command(3))];
+        let args = BufferView::range(&geometry, DRAW_ARGS, 20).unwrap();
+        IndirectWriter::new(&f.uploader).write(args, &commands).unwrap();
+        f.uploader.wait_idle().unwrap();
+        let target = residency_vulkan::multi::MultiImage::create(
+            set,
+            both,
+            &residency_vulkan::ImageDesc::new_2d(
+                "indirect draw target",
+                residency_vulkan::Format::R8G8B8A8Unorm,
+                SIDE,
+                SIDE,
+                residency_vulkan::ImageUsage::COLOR_ATTACHMENT | residency_vulkan::ImageUsage::COPY_SRC,
+            ),
+        )
+        .unwrap();
+        let program = MultiGraphicsProgram::new(
+            set,
+            both,
+            "indirect quads",
+            &shaders::QUADS_VERT,
+            &shaders::QUADS_FRAG,
+            24,
+            &quad_attributes(),
+            vk::Format::R8G8B8A8_UNORM,
+            1,
+        )
+        .unwrap();
+        // SAFETY: every command written reads indices inside the index view naming the 4 corners
+        // of the vertex view, first instance 0.
+        let draw = unsafe {
+            DrawItem::new_indexed_indirect(
+                &program,
+                vec![],
+                Some(BufferView::range(&geometry, 0, 96).unwrap()),
+                BufferView::range(&geometry, INDEX_BYTES, 12).unwrap(),
+                IndexFormat::U16,
+                args,
+            )
+        };
+        let draws = [&draw];
+        let render = RenderItem {
+            program: &program,
+            target: &target,
+            extent: [SIDE; 2],
+            clear: [0.0, 0.0, 0.0, 1.0],
+            draws: &draws,
+        };
+        let submitter = MultiSubmitter::new(set, both).unwrap();
+        let mut rendered = Vec::new();
+        for (device, command) in commands {
+            let submission = submitter.submit(device, &[WorkItem::Render(render)]).unwrap();
+            submitter.wait(device, submission).unwrap();
+            let dev = set.device(device).unwrap();
+            let pixels = read_target(dev, target.instance(device).unwrap(), vk::ImageLayout::GENERAL);
+            assert_eq!(pixels, single_device_indexed_indirect(dev, command), "{device}");
+            rendered.push(pixels);
+        }
+        assert_ne!(rendered[0], rendered[1], "each device drew its own command");
+        // An argument view under the 20-byte command is refused before anything is recorded.
+        // SAFETY: as above (it is refused).
+        let short = unsafe {
+            DrawItem::new_indexed_indirect(
+                &program,
+                vec![],
+                Some(BufferView::range(&geometry, 0, 96).unwrap()),
+                BufferView::range(&geometry, INDEX_BYTES, 12).unwrap(),
+                IndexFormat::U16,
+                BufferView::range(&geometry, DRAW_ARGS, 16).unwrap(),
+            )
+        };
+        let refused = [&short];
+        let e = submitter
+            .submit(d(0), &[WorkItem::Render(RenderItem { draws: &refused, ..render })])
+            .unwrap_err();
+        assert!(matches!(e, WorkError::Draw(_)), "{e}");
+
+        submitter.destroy();
+        drop((draw, short));
+        drop((program, target));
+        f.pool.free_buffer(geometry).unwrap();
+        f.uploader.destroy().unwrap();
+    });
+}

@@ -946,6 +946,8 @@ enum DrawCall<'a> {
     Indexed { indices: BufferView<'a>, format: IndexFormat, count: u32, instances: u32 },
     /// The one `VkDrawIndirectCommand` at the start of `args`.
     Indirect { args: BufferView<'a> },
+    /// The one `VkDrawIndexedIndirectCommand` at the start of `args`, through `indices`.
+    IndexedIndirect { indices: BufferView<'a>, format: IndexFormat, args: BufferView<'a> },
 }
 
 /// A draw over multi-device resources (the seed's `DrawItem`): a [`MultiGraphicsProgram`], its
@@ -1039,6 +1041,28 @@ impl<'a> DrawItem<'a> {
         Self::with_call(program, bindings, vertices, DrawCall::Indirect { args })
     }
 
+    /// Draws indexed through `indices` (of `format`) with the one `VkDrawIndexedIndirectCommand`
+    /// (20 bytes) at the start of `args`, read by the GPU when the draw runs (written per device
+    /// by an [`IndirectWriter`](crate::multi::indirect::IndirectWriter), for one). Checked at
+    /// submission: the index view's offset is a multiple of the index size, the argument view
+    /// holds 20 bytes at an offset that is a multiple of 4, and its buffer has `INDIRECT` usage.
+    ///
+    /// # Safety
+    /// On every device the item is submitted to, the command read when the draw runs names only
+    /// indices inside the index view, every vertex they name inside the vertex view (when the
+    /// program has vertex attributes), and has `firstInstance` 0
+    /// ([`Drawing::draw_indexed_indirect`](crate::graphics::Drawing::draw_indexed_indirect)).
+    pub unsafe fn new_indexed_indirect(
+        program: &'a MultiGraphicsProgram,
+        bindings: Vec<MultiBinding<'a>>,
+        vertices: Option<BufferView<'a>>,
+        indices: BufferView<'a>,
+        format: IndexFormat,
+        args: BufferView<'a>,
+    ) -> Self {
+        Self::with_call(program, bindings, vertices, DrawCall::IndexedIndirect { indices, format, args })
+    }
+
     /// The push constants of the draw (pushed before it; at most the program's size).
     pub fn with_push_constants(mut self, bytes: &[u8]) -> Self {
         self.push_constants = bytes.to_vec();
@@ -1082,6 +1106,7 @@ enum ResolvedCall<'r> {
     Vertices { count: u32, instances: u32 },
     Indexed { indices: DeviceBufferView<'r>, format: IndexFormat, count: u32, instances: u32 },
     Indirect { args: DeviceBufferView<'r> },
+    IndexedIndirect { indices: DeviceBufferView<'r>, format: IndexFormat, args: DeviceBufferView<'r> },
 }
 
 /// A render item resolved on a device.
@@ -1146,6 +1171,14 @@ fn resolve_render<'r>(r: &RenderItem<'r, 'r>, dev: &Device) -> Result<ResolvedRe
                     return Err(out_of_range("indirect", needed, args.size));
                 }
                 ResolvedCall::Indirect { args }
+            }
+            DrawCall::IndexedIndirect { indices, format, args } => {
+                let (indices, args) = (indices.resolve(device)?, args.resolve(device)?);
+                let needed = std::mem::size_of::<vk::DrawIndexedIndirectCommand>() as u64;
+                if needed > args.size {
+                    return Err(out_of_range("indirect", needed, args.size));
+                }
+                ResolvedCall::IndexedIndirect { indices, format, args }
             }
         };
         let set = if d.bindings.is_empty() {
@@ -1231,6 +1264,13 @@ fn record_render(rec: &mut Recording<'_>, r: &ResolvedRender<'_>) -> Result<(), 
                     // SAFETY: the command names vertices inside the vertex view (inside the bound
                     // vertex buffer) and has firstInstance 0: `DrawItem::new_indirect`'s contract.
                     unsafe { pass.draw_indirect(args.buffer, args.offset)? }
+                }
+                ResolvedCall::IndexedIndirect { indices, format, args } => {
+                    pass.bind_index_buffer(indices.buffer, indices.offset, format)?;
+                    // SAFETY: the command names indices inside the index view (inside the bound
+                    // index buffer from its offset), vertices inside the vertex view, and has
+                    // firstInstance 0: `DrawItem::new_indexed_indirect`'s contract.
+                    unsafe { pass.draw_indexed_indirect(args.buffer, args.offset)? }
                 }
             }
         }
