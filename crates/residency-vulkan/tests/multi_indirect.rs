@@ -3,7 +3,8 @@
 
 use residency_vulkan::compute::{Binding, ComputeProgram};
 use residency_vulkan::multi::indirect::{
-    DispatchArgs, DrawArgs, DrawIndexedArgs, IndirectDispatchItem, IndirectError, IndirectWriter,
+    DispatchArgs, DrawArgs, DrawIndexedArgs, GpuIndirectWriter, IndirectDispatchItem, IndirectError,
+    IndirectWriter,
 };
 use residency_vulkan::multi::work::{
     BufferView, DispatchItem, MultiBinding, MultiComputeProgram, MultiSubmitter, WorkError, WorkItem,
@@ -543,6 +544,91 @@ fn indirect_draws_read_the_commands_written_for_each_device_as_a_single_device_d
         drop((draw, short));
         drop((program, target));
         f.pool.free_buffer(geometry).unwrap();
+        f.uploader.destroy().unwrap();
+    });
+}
+
+#[test]
+fn indirect_dispatch_of_commands_the_gpu_writer_made_from_per_device_counts() {
+    with_gpu(|set| {
+        let both = DeviceMask::from_bits(0b11);
+        let f = fixture(set);
+        let counts = f
+            .pool
+            .init_buffer(
+                &BufferInit::new("survivors", 16).with_usage(BufferUsage::STORAGE | BufferUsage::COPY_DST),
+                both,
+            )
+            .unwrap();
+        let args = f
+            .pool
+            .init_buffer(&BufferInit::new("counted arguments", 32).with_usage(args_usage()), both)
+            .unwrap();
+        let target = zeroed_target(&f, "counted fill target");
+        let writer = GpuIndirectWriter::new(set, both).unwrap();
+        // Counts at word 1, the command at byte 16; 64 items per workgroup.
+        let write = writer
+            .dispatch_from_count(
+                BufferView::range(&counts, 4, 4).unwrap(),
+                BufferView::range(&args, 16, 12).unwrap(),
+                64,
+            )
+            .unwrap();
+        let push = words(&[WORDS, 3]);
+        let fill = IndirectDispatchItem::new(
+            &f.program,
+            vec![MultiBinding::Buffer(BufferView::whole(&target))],
+            &push,
+            BufferView::range(&args, 16, 12).unwrap(),
+        );
+        let submitter = MultiSubmitter::new(set, both).unwrap();
+        let limit = set.device(d(0)).unwrap().limits().max_compute_work_group_count[0];
+        // 100 survivors on device 0 (2 groups), 300 on device 1 (5 groups); then more than the
+        // limit's worth on device 0: nothing runs.
+        for (device, survivors, groups) in
+            [(d(0), 100u32, [2, 1, 1]), (d(1), 300, [5, 1, 1]), (d(0), u32::MAX, [0, 1, 1])]
+        {
+            assert!(u64::from(survivors).div_ceil(64) > u64::from(limit) || groups[0] > 0);
+            let up = f.uploader.instance(device).unwrap();
+            up.write_buffer(counts.instance(device).unwrap(), 4, &survivors.to_le_bytes()).unwrap();
+            up.write_buffer(target.instance(device).unwrap(), 0, &vec![0; WORDS as usize * 4]).unwrap();
+            up.wait_idle().unwrap();
+            let items = [WorkItem::Dispatch(&write), WorkItem::Barrier, WorkItem::DispatchIndirect(&fill)];
+            let submission = submitter.submit(device, &items).unwrap();
+            submitter.wait(device, submission).unwrap();
+            let dev = set.device(device).unwrap();
+            assert_eq!(
+                dev.read_back(args.instance(device).unwrap(), 16, 12).unwrap(),
+                words(&groups),
+                "{device}"
+            );
+            let got = dev.read_back(target.instance(device).unwrap(), 0, u64::from(WORDS) * 4).unwrap();
+            assert_eq!(got, single_device_fill(dev, &push, groups), "{device}: {survivors} survivors");
+        }
+        // Views the writer cannot use are refused when the item is made.
+        assert!(matches!(
+            writer.dispatch_from_count(
+                BufferView::range(&counts, 2, 4).unwrap(),
+                BufferView::whole(&args),
+                1
+            ),
+            Err(IndirectError::Misaligned { offset: 2, .. })
+        ));
+        assert!(matches!(
+            writer.dispatch_from_count(
+                BufferView::whole(&counts),
+                BufferView::range(&args, 0, 8).unwrap(),
+                1
+            ),
+            Err(IndirectError::TooSmall { bytes: 8, needed: 12, .. })
+        ));
+
+        submitter.destroy();
+        drop((write, fill));
+        drop(writer);
+        for b in [counts, args, target] {
+            f.pool.free_buffer(b).unwrap();
+        }
         f.uploader.destroy().unwrap();
     });
 }

@@ -317,6 +317,77 @@ impl<'u> IndirectWriter<'u> {
     }
 }
 
+/// The GPU indirect-argument writer: a compute pass ([`INDIRECT_FROM_COUNT`](crate::shaders::INDIRECT_FROM_COUNT))
+/// on every device of a mask that turns a count an earlier pass wrote — the survivors of a
+/// culling pass, say — into a `VkDispatchIndirectCommand` `(ceil(count / per_group), 1, 1)`,
+/// each device from its own count. A group count over the devices' smallest
+/// `maxComputeWorkGroupCount[0]` is written as `(0, 1, 1)`; an [`IndirectDispatchItem`] reading
+/// the command checks it again on its own device.
+#[derive(Debug)]
+pub struct GpuIndirectWriter {
+    program: MultiComputeProgram,
+    /// The smallest `maxComputeWorkGroupCount[0]` of the program's devices.
+    limit_x: u32,
+}
+
+impl GpuIndirectWriter {
+    /// The writer's program on every open device of `mask` (rolled back if one fails).
+    pub fn new(
+        set: &crate::device::set::DeviceSet,
+        mask: residency_core::device_mask::DeviceMask,
+    ) -> Result<Self, MultiDeviceError<crate::pipelines::compute::ProgramError>> {
+        let program = MultiComputeProgram::new(
+            set,
+            mask,
+            "indirect from count",
+            &crate::pipelines::shaders::INDIRECT_FROM_COUNT,
+            4,
+        )?;
+        let limit_x = program
+            .iter()
+            .map(|(_, p)| p.device().limits().max_compute_work_group_count[0])
+            .min()
+            .unwrap_or(0);
+        Ok(GpuIndirectWriter { program, limit_x })
+    }
+
+    /// A dispatch item (one invocation) that writes the command at the start of `args` from the
+    /// count (one `u32`) at the start of `count`, `per_group` items per workgroup (at least 1),
+    /// on whichever device it is submitted to. Put a [`WorkItem::Barrier`](crate::multi::work::WorkItem::Barrier)
+    /// between it and the work that reads the command. Refused here: a count view under 4 bytes
+    /// or an argument view under 12, either not at a multiple of 4 bytes of its buffer (its
+    /// first instance's offset); at submission the buffers must have `STORAGE` usage (bound whole).
+    pub fn dispatch_from_count<'a>(
+        &'a self,
+        count: BufferView<'a>,
+        args: BufferView<'a>,
+        per_group: u32,
+    ) -> Result<super::work::DispatchItem<'a>, IndirectError> {
+        let word = |view: &BufferView<'a>, needed: u64| -> Result<u32, IndirectError> {
+            let name = view.buffer().name().to_owned();
+            if view.size() < needed {
+                return Err(IndirectError::TooSmall { name, bytes: view.size(), needed });
+            }
+            if view.offset() % 4 != 0 {
+                return Err(IndirectError::Misaligned { name, offset: view.offset() });
+            }
+            u32::try_from(view.offset() / 4)
+                .map_err(|_| IndirectError::Misaligned { name, offset: view.offset() })
+        };
+        let count_at = word(&count, 4)?;
+        let first = word(&args, DispatchArgs::BYTES)?;
+        Ok(super::work::DispatchItem::new(
+            &self.program,
+            vec![
+                MultiBinding::Buffer(BufferView::whole(count.buffer())),
+                MultiBinding::Buffer(BufferView::whole(args.buffer())),
+            ],
+            &words(&[count_at, first, per_group.max(1), self.limit_x]),
+            [1, 1, 1],
+        ))
+    }
+}
+
 /// Residency's clamp pass on one device: the program, the buffer the clamped counts go to, and
 /// the pass's descriptor set with the generation of the argument buffer it binds.
 #[derive(Debug)]

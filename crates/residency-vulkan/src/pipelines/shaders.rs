@@ -520,6 +520,17 @@ shader!(
     16
 );
 shader!(
+    /// `indirect_from_count.comp`: the GPU indirect-argument writer
+    /// ([`GpuIndirectWriter`](crate::multi::indirect::GpuIndirectWriter)): writes
+    /// `(ceil(count / per_group), 1, 1)` from word `count_at` of binding 0 at word `first` of
+    /// binding 1, `(0, 1, 1)` over `limit_x`; push `{ count_at, first, per_group, limit_x }`.
+    INDIRECT_FROM_COUNT,
+    "indirect_from_count.comp",
+    Compute,
+    [StorageBuffer, StorageBuffer],
+    16
+);
+shader!(
     /// `bindless_sample.comp`: invocation `i` writes the centre texel of texture `i` (clamped
     /// below `textures_bound` and the array's 64) of a bindless array, as RGBA8; push
     /// `{ count, textures_bound }`.
@@ -540,7 +551,7 @@ shader!(
 );
 
 /// Every shipped shader.
-pub static ALL: [&Shader; 39] = [
+pub static ALL: [&Shader; 40] = [
     &PLACED_BUFFERS,
     &FILL,
     &BUSY,
@@ -580,6 +591,7 @@ pub static ALL: [&Shader; 39] = [
     &INDIRECT_CLAMP,
     &BINDLESS_SAMPLE,
     &SAMPLE_ARRAY,
+    &INDIRECT_FROM_COUNT,
 ];
 
 /// The `vt_quad` fragment shader for a residency path: [`VT_QUAD_SOFTWARE_FRAG`] on the software
