@@ -566,34 +566,35 @@ fn indirect_dispatch_of_commands_the_gpu_writer_made_from_per_device_counts() {
             .unwrap();
         let target = zeroed_target(&f, "counted fill target");
         let writer = GpuIndirectWriter::new(set, both).unwrap();
-        // Counts at word 1, the command at byte 16; 64 items per workgroup.
-        let write = writer
-            .dispatch_from_count(
-                BufferView::range(&counts, 4, 4).unwrap(),
-                BufferView::range(&args, 16, 12).unwrap(),
-                64,
-            )
-            .unwrap();
+        // Counts at word 1, the command at byte 16; 64 items per workgroup, or 1.
+        let (count_view, args_view) =
+            (BufferView::range(&counts, 4, 4).unwrap(), BufferView::range(&args, 16, 12).unwrap());
+        let write = writer.dispatch_from_count(count_view, args_view, 64).unwrap();
+        let write_each = writer.dispatch_from_count(count_view, args_view, 1).unwrap();
         let push = words(&[WORDS, 3]);
         let fill = IndirectDispatchItem::new(
             &f.program,
             vec![MultiBinding::Buffer(BufferView::whole(&target))],
             &push,
-            BufferView::range(&args, 16, 12).unwrap(),
+            args_view,
         );
         let submitter = MultiSubmitter::new(set, both).unwrap();
         let limit = set.device(d(0)).unwrap().limits().max_compute_work_group_count[0];
-        // 100 survivors on device 0 (2 groups), 300 on device 1 (5 groups); then more than the
-        // limit's worth on device 0: nothing runs.
-        for (device, survivors, groups) in
-            [(d(0), 100u32, [2, 1, 1]), (d(1), 300, [5, 1, 1]), (d(0), u32::MAX, [0, 1, 1])]
-        {
-            assert!(u64::from(survivors).div_ceil(64) > u64::from(limit) || groups[0] > 0);
+        assert!(limit < u32::MAX, "a count of u32::MAX at one item per group is over the limit");
+        // 100 survivors on device 0 (2 groups of 64), 300 on device 1 (5 groups); then u32::MAX
+        // at one per group on device 0, over the limit: nothing runs.
+        let cases = [
+            (d(0), 100u32, &write, [2, 1, 1]),
+            (d(1), 300, &write, [5, 1, 1]),
+            (d(0), u32::MAX, &write_each, [0, 1, 1]),
+        ];
+        for (device, survivors, writer_item, groups) in cases {
             let up = f.uploader.instance(device).unwrap();
             up.write_buffer(counts.instance(device).unwrap(), 4, &survivors.to_le_bytes()).unwrap();
             up.write_buffer(target.instance(device).unwrap(), 0, &vec![0; WORDS as usize * 4]).unwrap();
             up.wait_idle().unwrap();
-            let items = [WorkItem::Dispatch(&write), WorkItem::Barrier, WorkItem::DispatchIndirect(&fill)];
+            let items =
+                [WorkItem::Dispatch(writer_item), WorkItem::Barrier, WorkItem::DispatchIndirect(&fill)];
             let submission = submitter.submit(device, &items).unwrap();
             submitter.wait(device, submission).unwrap();
             let dev = set.device(device).unwrap();
@@ -624,7 +625,7 @@ fn indirect_dispatch_of_commands_the_gpu_writer_made_from_per_device_counts() {
         ));
 
         submitter.destroy();
-        drop((write, fill));
+        drop((write, write_each, fill));
         drop(writer);
         for b in [counts, args, target] {
             f.pool.free_buffer(b).unwrap();
