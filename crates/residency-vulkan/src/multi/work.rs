@@ -9,7 +9,8 @@
 //! descriptor*: a [`BufferView`] names a range of a [`MultiBuffer`] (checked against it) and
 //! resolves to that range of the instance on the device of the submission, so the view follows
 //! the buffer's mask (resolution iterates the resource's mask, not the pool's). Items:
-//! [`DispatchItem`], [`CopyItem`], [`RenderItem`] with [`DrawItem`]s (vertices, indexed, indirect),
+//! [`DispatchItem`], [`IndirectDispatchItem`](crate::multi::indirect::IndirectDispatchItem),
+//! [`CopyItem`], [`RenderItem`] with [`DrawItem`]s (vertices, indexed, indirect, indexed indirect),
 //! timestamps of [`MultiTimestamps`], and full barriers.
 
 use crate::device::life::{ForeignUse, Garbage, GpuUse, Life};

@@ -84,7 +84,8 @@ impl BindingKind {
 /// one descriptor, a bindless array needs descriptor indexing, and the combined image samplers
 /// of the layout (each counts as a sampled image and a sampler) are within the device's
 /// per-stage and per-set limits — the update-after-bind ones when a binding is bindless (the
-/// layout is then `UPDATE_AFTER_BIND_POOL`), the plain ones otherwise.
+/// layout is then `UPDATE_AFTER_BIND_POOL`, and all its descriptors together are within
+/// `maxPerStageUpdateAfterBindResources`), the plain ones otherwise.
 pub(crate) fn check_descriptor_counts(
     device: &Device,
     program: &str,
@@ -101,16 +102,19 @@ pub(crate) fn check_descriptor_counts(
         });
     }
     let limits = device.limits();
+    // Every descriptor of an update-after-bind layout counts towards
+    // maxPerStageUpdateAfterBindResources.
+    let mut resources_limit = u32::MAX;
     let (per_stage, per_set, names) = if bindless {
         let mut indexing = vk::PhysicalDeviceDescriptorIndexingProperties::default();
         let mut props = vk::PhysicalDeviceProperties2::default().push_next(&mut indexing);
         // SAFETY: a pure query of this device's physical device; the output chain is live.
         unsafe { device.instance().get_physical_device_properties2(device.physical(), &mut props) };
+        resources_limit = indexing.max_per_stage_update_after_bind_resources;
         (
             indexing
                 .max_per_stage_descriptor_update_after_bind_sampled_images
-                .min(indexing.max_per_stage_descriptor_update_after_bind_samplers)
-                .min(indexing.max_per_stage_update_after_bind_resources),
+                .min(indexing.max_per_stage_descriptor_update_after_bind_samplers),
             indexing
                 .max_descriptor_set_update_after_bind_sampled_images
                 .min(indexing.max_descriptor_set_update_after_bind_samplers),
@@ -126,7 +130,7 @@ pub(crate) fn check_descriptor_counts(
             ("maxPerStageDescriptorSampledImages/Samplers", "maxDescriptorSetSampledImages/Samplers"),
         )
     };
-    let mut total = 0u64;
+    let (mut total, mut resources) = (0u64, 0u64);
     for (binding, kind) in kinds.iter().enumerate() {
         let count = kind.descriptor_count();
         let refuse = |limit: u32, limit_name: &'static str| ProgramError::DescriptorCount {
@@ -138,6 +142,10 @@ pub(crate) fn check_descriptor_counts(
         };
         if count == 0 {
             return Err(refuse(0, "an array of at least one descriptor"));
+        }
+        resources += u64::from(count);
+        if resources > u64::from(resources_limit) {
+            return Err(refuse(resources_limit, "maxPerStageUpdateAfterBindResources"));
         }
         if kind.descriptor_type() != vk::DescriptorType::COMBINED_IMAGE_SAMPLER {
             continue;
