@@ -94,6 +94,7 @@ all_error_types! {
     residency_vulkan::multi::work::TimelineError,
     residency_vulkan::queries::QueryError,
     residency_vulkan::multi::map::MapError,
+    residency_vulkan::multi::indirect::IndirectError,
     residency_core::desc::DescError,
     residency_core::allocator::DescError,
     residency_core::allocator::AllocError,

@@ -80,8 +80,9 @@ fn misuse_every_shipped_shader_declares_its_spirv_interface() {
         };
         assert_eq!(shader.stage(), stage, "{name}: stage");
         assert!(interface.has_entry_point(stage, "main"), "{name}: {:?}", interface.entry_points);
-        // Exactly the declared bindings, in binding order, each one descriptor in set 0 (but for
-        // bindings the GLSL declares and never uses, which glslc -O removes).
+        // Exactly the declared bindings, in binding order, each one descriptor (or the array the
+        // kind declares) in set 0 (but for bindings the GLSL declares and never uses, which
+        // glslc -O removes).
         let mut found: Vec<_> =
             interface.bindings.iter().map(|b| (b.set, b.binding, b.kind, b.count)).collect();
         found.sort_by_key(|&(set, binding, _, _)| (set, binding));
@@ -90,7 +91,10 @@ fn misuse_every_shipped_shader_declares_its_spirv_interface() {
             .iter()
             .enumerate()
             .filter(|&(i, _)| !UNUSED.contains(&(name, i as u32)))
-            .map(|(i, &k)| (0, i as u32, Some(k), 1))
+            .map(|(i, &k)| {
+                let (element, count) = k.shader_declaration();
+                (0, i as u32, Some(element), count)
+            })
             .collect();
         assert_eq!(found, declared, "{name}: descriptor bindings");
         // The push-constant range covers the block, in whole words, with less than 16 B of slack.

@@ -153,6 +153,11 @@ pub struct EnabledFeatures {
     /// `occlusionQueryPrecise`: occlusion queries that count exactly
     /// ([`QueryKind::Occlusion`](crate::sync::queries::QueryKind::Occlusion) `{ precise: true }`).
     pub occlusion_query_precise: bool,
+    /// Descriptor indexing for sampled images (Vulkan 1.2): `runtimeDescriptorArray`,
+    /// `shaderSampledImageArrayNonUniformIndexing` and
+    /// `descriptorBindingSampledImageUpdateAfterBind`, all three — bindless arrays of sampled
+    /// images ([`BindingKind::BindlessSampledImages`](crate::compute::BindingKind::BindlessSampledImages)).
+    pub descriptor_indexing: bool,
 }
 
 /// A logical device on one physical device, with a universal queue and (when the device can bind
@@ -330,6 +335,9 @@ impl Device {
             fragment_stores_and_atomics: supported.fragment_stores_and_atomics == vk::TRUE,
             pipeline_statistics_query: supported.pipeline_statistics_query == vk::TRUE,
             occlusion_query_precise: supported.occlusion_query_precise == vk::TRUE,
+            descriptor_indexing: f12.runtime_descriptor_array == vk::TRUE
+                && f12.shader_sampled_image_array_non_uniform_indexing == vk::TRUE
+                && f12.descriptor_binding_sampled_image_update_after_bind == vk::TRUE,
         };
         let sparse_ok = features.sparse_binding;
         let enable = vk::PhysicalDeviceFeatures::default()
@@ -350,7 +358,10 @@ impl Device {
             );
         let mut enable12 = vk::PhysicalDeviceVulkan12Features::default()
             .timeline_semaphore(has_timeline)
-            .buffer_device_address(has_bda);
+            .buffer_device_address(has_bda)
+            .runtime_descriptor_array(features.descriptor_indexing)
+            .shader_sampled_image_array_non_uniform_indexing(features.descriptor_indexing)
+            .descriptor_binding_sampled_image_update_after_bind(features.descriptor_indexing);
         let mut enable13 = vk::PhysicalDeviceVulkan13Features::default()
             .synchronization2(true)
             .maintenance4(true)

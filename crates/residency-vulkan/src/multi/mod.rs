@@ -21,8 +21,10 @@ pub mod accel;
 mod copy;
 mod image_pool;
 mod image_upload;
+pub mod indirect;
 pub mod map;
 pub mod queries;
+pub mod bindless;
 pub mod streaming;
 pub mod work;
 

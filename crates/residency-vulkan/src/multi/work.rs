@@ -9,8 +9,9 @@
 //! descriptor*: a [`BufferView`] names a range of a [`MultiBuffer`] (checked against it) and
 //! resolves to that range of the instance on the device of the submission, so the view follows
 //! the buffer's mask (resolution iterates the resource's mask, not the pool's). Items:
-//! [`DispatchItem`], [`CopyItem`], [`ImageCopyItem`] (image↔image, buffer↔image, checked per device),
-//! [`RenderItem`] with [`DrawItem`]s (vertices, indexed, indirect),
+//! [`DispatchItem`], [`IndirectDispatchItem`](crate::multi::indirect::IndirectDispatchItem),
+//! [`CopyItem`], [`ImageCopyItem`] (image↔image, buffer↔image, checked per device),
+//! [`RenderItem`] with [`DrawItem`]s (vertices, indexed, indirect, indexed indirect),
 //! timestamps of [`MultiTimestamps`], occlusion and pipeline-statistics queries of
 //! [`MultiQueryPool`] ([`crate::multi::queries`]), ray-tracing launches, and full barriers.
 
@@ -211,6 +212,9 @@ pub enum MultiBinding<'a> {
     /// A top-level acceleration structure, resolved to its structure on the device of the
     /// submission (a ray query's scene).
     AccelerationStructure(&'a crate::multi::accel::MultiAccelerationStructure),
+    /// Multi-device images (one, or an array) and a multi-device sampler, resolved per device
+    /// ([`crate::multi::bindless`]).
+    Sampled(crate::multi::bindless::MultiSampled<'a>),
 }
 
 /// Work cannot be resolved or recorded for a device.
@@ -285,6 +289,10 @@ pub enum WorkError {
     /// cannot be read.
     #[error(transparent)]
     Query(#[from] QueryError),
+    /// An indirect dispatch's argument view was refused on the device, or its clamp pass could
+    /// not be made there (nothing was recorded or submitted).
+    #[error(transparent)]
+    Indirect(#[from] crate::multi::indirect::IndirectError),
     /// A Vulkan call failed.
     #[error(transparent)]
     Vulkan(#[from] VulkanError),
@@ -303,6 +311,7 @@ impl ResidencyError for WorkError {
             WorkError::Vulkan(e) => e.class(),
             WorkError::ImageCopy(e) => e.class(),
             WorkError::Query(e) => e.class(),
+            WorkError::Indirect(e) => e.class(),
             WorkError::NotOnDevice { .. }
             | WorkError::Copy { .. }
             | WorkError::Timestamp { .. }
@@ -327,7 +336,7 @@ pub(crate) fn cached_set(
         .iter()
         .filter_map(|b| match b {
             MultiBinding::Buffer(view) => Some(view.buffer.generation()),
-            MultiBinding::Image(_) | MultiBinding::AccelerationStructure(_) => None,
+            MultiBinding::Image(_) | MultiBinding::AccelerationStructure(_) | MultiBinding::Sampled(_) => None,
         })
         .collect();
     let mut sets = sets.locked();
@@ -336,10 +345,21 @@ pub(crate) fn cached_set(
             return Ok(set.clone());
         }
     }
+    // Multi-device images resolve to views owned here, which the bindings borrow.
+    let sampled = bindings
+        .iter()
+        .map(|b| match b {
+            MultiBinding::Sampled(s) => s.resolve(index).map(Some),
+            _ => Ok(None),
+        })
+        .collect::<Result<Vec<_>, WorkError>>()?;
+    let refs: Vec<Vec<_>> =
+        sampled.iter().map(|s| s.as_ref().map_or_else(Vec::new, |s| s.view_refs())).collect();
     let mut resolved = Vec::with_capacity(bindings.len());
-    for binding in bindings {
+    for (i, binding) in bindings.iter().enumerate() {
         resolved.push(match binding {
             MultiBinding::Buffer(view) => view.binding(index)?,
+            MultiBinding::Sampled(_) => sampled[i].as_ref().expect("resolved above").binding(&refs[i]),
             MultiBinding::Image(images) => {
                 let &(_, binding) = images
                     .views
@@ -430,6 +450,9 @@ pub struct CopyItem<'a> {
 pub enum WorkItem<'a, 'b> {
     /// A dispatch.
     Dispatch(&'b DispatchItem<'a>),
+    /// A dispatch whose workgroup counts the GPU reads from an argument view
+    /// ([`crate::multi::indirect`]).
+    DispatchIndirect(&'b crate::multi::indirect::IndirectDispatchItem<'a>),
     /// A copy.
     Copy(CopyItem<'a>),
     /// A render pass of draws.
@@ -540,10 +563,14 @@ impl MultiSubmitter {
                 }
                 program.check_dispatch(&d.push_constants, d.groups)?;
             }
+            if let WorkItem::DispatchIndirect(d) = item {
+                d.check(dev)?;
+            }
         }
         // Resolve everything first, so that a missing instance fails before anything is recorded.
         enum Resolved<'r> {
             Dispatch(DescriptorSet, &'r ComputeProgram, &'r DispatchItem<'r>),
+            DispatchIndirect(crate::multi::indirect::ResolvedIndirect<'r>),
             Copy(&'r Buffer, &'r Buffer, vk::BufferCopy),
             Render(ResolvedRender<'r>),
             ImageCopy(ResolvedImageCopy<'r>),
@@ -562,6 +589,7 @@ impl MultiSubmitter {
                     let (set, program) = d.set_for(device)?;
                     Resolved::Dispatch(set, program, d)
                 }
+                WorkItem::DispatchIndirect(d) => Resolved::DispatchIndirect(d.resolve(dev)?),
                 WorkItem::Copy(c) => {
                     let (src, dst) = (c.src.resolve(device)?, c.dst.resolve(device)?);
                     if !src.buffer.device().is(dev) || !dst.buffer.device().is(dev) {
@@ -607,6 +635,7 @@ impl MultiSubmitter {
                     Resolved::Dispatch(set, program, d) => {
                         program.record_checked(rec, set, &d.push_constants, d.groups)
                     }
+                    Resolved::DispatchIndirect(d) => d.record(rec),
                     Resolved::Copy(src, dst, region) => {
                         rec.keep(src.life());
                         rec.keep(dst.life());
@@ -1004,6 +1033,8 @@ enum DrawCall<'a> {
     Indexed { indices: BufferView<'a>, format: IndexFormat, count: u32, instances: u32 },
     /// The one `VkDrawIndirectCommand` at the start of `args`.
     Indirect { args: BufferView<'a> },
+    /// The one `VkDrawIndexedIndirectCommand` at the start of `args`, through `indices`.
+    IndexedIndirect { indices: BufferView<'a>, format: IndexFormat, args: BufferView<'a> },
 }
 
 /// A draw over multi-device resources (the seed's `DrawItem`): a [`MultiGraphicsProgram`], its
@@ -1097,6 +1128,28 @@ impl<'a> DrawItem<'a> {
         Self::with_call(program, bindings, vertices, DrawCall::Indirect { args })
     }
 
+    /// Draws indexed through `indices` (of `format`) with the one `VkDrawIndexedIndirectCommand`
+    /// (20 bytes) at the start of `args`, read by the GPU when the draw runs (written per device
+    /// by an [`IndirectWriter`](crate::multi::indirect::IndirectWriter), for one). Checked at
+    /// submission: the index view's offset is a multiple of the index size, the argument view
+    /// holds 20 bytes at an offset that is a multiple of 4, and its buffer has `INDIRECT` usage.
+    ///
+    /// # Safety
+    /// On every device the item is submitted to, the command read when the draw runs names only
+    /// indices inside the index view, every vertex they name inside the vertex view (when the
+    /// program has vertex attributes), and has `firstInstance` 0
+    /// ([`Drawing::draw_indexed_indirect`](crate::graphics::Drawing::draw_indexed_indirect)).
+    pub unsafe fn new_indexed_indirect(
+        program: &'a MultiGraphicsProgram,
+        bindings: Vec<MultiBinding<'a>>,
+        vertices: Option<BufferView<'a>>,
+        indices: BufferView<'a>,
+        format: IndexFormat,
+        args: BufferView<'a>,
+    ) -> Self {
+        Self::with_call(program, bindings, vertices, DrawCall::IndexedIndirect { indices, format, args })
+    }
+
     /// The push constants of the draw (pushed before it; at most the program's size).
     pub fn with_push_constants(mut self, bytes: &[u8]) -> Self {
         self.push_constants = bytes.to_vec();
@@ -1140,6 +1193,7 @@ enum ResolvedCall<'r> {
     Vertices { count: u32, instances: u32 },
     Indexed { indices: DeviceBufferView<'r>, format: IndexFormat, count: u32, instances: u32 },
     Indirect { args: DeviceBufferView<'r> },
+    IndexedIndirect { indices: DeviceBufferView<'r>, format: IndexFormat, args: DeviceBufferView<'r> },
 }
 
 /// A render item resolved on a device.
@@ -1204,6 +1258,14 @@ fn resolve_render<'r>(r: &RenderItem<'r, 'r>, dev: &Device) -> Result<ResolvedRe
                     return Err(out_of_range("indirect", needed, args.size));
                 }
                 ResolvedCall::Indirect { args }
+            }
+            DrawCall::IndexedIndirect { indices, format, args } => {
+                let (indices, args) = (indices.resolve(device)?, args.resolve(device)?);
+                let needed = std::mem::size_of::<vk::DrawIndexedIndirectCommand>() as u64;
+                if needed > args.size {
+                    return Err(out_of_range("indirect", needed, args.size));
+                }
+                ResolvedCall::IndexedIndirect { indices, format, args }
             }
         };
         let set = if d.bindings.is_empty() {
@@ -1297,6 +1359,13 @@ fn record_render(
                     // SAFETY: the command names vertices inside the vertex view (inside the bound
                     // vertex buffer) and has firstInstance 0: `DrawItem::new_indirect`'s contract.
                     unsafe { pass.draw_indirect(args.buffer, args.offset)? }
+                }
+                ResolvedCall::IndexedIndirect { indices, format, args } => {
+                    pass.bind_index_buffer(indices.buffer, indices.offset, format)?;
+                    // SAFETY: the command names indices inside the index view (inside the bound
+                    // index buffer from its offset), vertices inside the vertex view, and has
+                    // firstInstance 0: `DrawItem::new_indexed_indirect`'s contract.
+                    unsafe { pass.draw_indexed_indirect(args.buffer, args.offset)? }
                 }
             }
             open.after(i);

@@ -205,6 +205,21 @@ pub enum ProgramError {
         /// What does not fit.
         reason: String,
     },
+    /// A descriptor array is empty, or the layout's combined image samplers are over a limit of
+    /// the device (the update-after-bind limits when a binding is bindless).
+    #[error("`{program}` binding {binding}: {count} descriptors, over {limit_name} = {limit}")]
+    DescriptorCount {
+        /// The program.
+        program: String,
+        /// The binding at which the total went over.
+        binding: u32,
+        /// Descriptors in the binding.
+        count: u32,
+        /// The device's limit (0 for an empty array).
+        limit: u32,
+        /// The limit, as the specification names it.
+        limit_name: &'static str,
+    },
     /// A Vulkan call failed.
     #[error(transparent)]
     Vulkan(#[from] VulkanError),
@@ -221,6 +236,7 @@ impl ResidencyError for ProgramError {
             | ProgramError::Graphics { .. } => ErrorClass::Refused,
             // The shader needs more than this device offers.
             ProgramError::WorkgroupSize { .. }
+            | ProgramError::DescriptorCount { .. }
             | ProgramError::CapabilityMissing { .. }
             | ProgramError::FeatureMissing { .. } => ErrorClass::Unsupported,
         }
@@ -266,6 +282,12 @@ pub(crate) fn missing_capability_feature(
             features.ray_tracing_pipeline,
             "rayTracingPipeline (VK_KHR_ray_tracing_pipeline)",
         ),
+        (spirv::CAPABILITY_RUNTIME_DESCRIPTOR_ARRAY, features.descriptor_indexing, "runtimeDescriptorArray"),
+        (
+            spirv::CAPABILITY_SAMPLED_IMAGE_ARRAY_NON_UNIFORM_INDEXING,
+            features.descriptor_indexing,
+            "shaderSampledImageArrayNonUniformIndexing",
+        ),
     ];
     needs.iter().find(|(cap, enabled, _)| !enabled && interface.capabilities.contains(cap)).map(|n| n.2)
 }
@@ -290,9 +312,14 @@ pub(crate) fn check_interface(
     if let Some(feature) = missing_capability_feature(&interface, &device.features()) {
         return Err(ProgramError::CapabilityMissing { program: program.to_owned(), stage, feature });
     }
+    crate::pipelines::descriptors::check_descriptor_counts(device, program, stage, kinds)?;
     for b in &interface.bindings {
         let declared = if b.set == 0 { kinds.get(b.binding as usize).copied() } else { None };
-        if b.count != 1 || declared.is_none() || declared != b.kind {
+        let fits = declared.is_some_and(|k| {
+            let (element, count) = k.shader_declaration();
+            Some(element) == b.kind && count == b.count
+        });
+        if !fits {
             return Err(ProgramError::Binding {
                 program: program.to_owned(),
                 set: b.set,
@@ -540,6 +567,46 @@ impl ComputeProgram {
         // SAFETY: as above; the pipeline, its set and push constants are bound, and the group
         // counts are within maxComputeWorkGroupCount (`check_dispatch`).
         unsafe { rec.device().raw().cmd_dispatch(cmd, groups[0], groups[1], groups[2]) };
+        rec.recorded();
+    }
+
+    /// [`ComputeProgram::record_checked`] with the group counts read by the GPU from the
+    /// `VkDispatchIndirectCommand` at `offset` bytes into `args` (residency's own clamped copy:
+    /// `multi::indirect`), which the recording keeps alive.
+    ///
+    /// # Safety
+    /// When the dispatch runs, the three counts at `offset` of `args` are within the device's
+    /// `maxComputeWorkGroupCount`; `args` lives on the program's device with `INDIRECT` usage,
+    /// `offset` is a multiple of 4 and 12 bytes from it lie inside `args`; a write of those bytes
+    /// before this command is made visible to `DRAW_INDIRECT` reads by a barrier.
+    pub(crate) unsafe fn record_indirect_checked(
+        &self,
+        rec: &mut Recording<'_>,
+        set: &DescriptorSet,
+        push_constants: &[u8],
+        args: &crate::resources::buffer::Buffer,
+        offset: u64,
+    ) {
+        debug_assert!(rec.device().is(self.device()) && set.made_by(&self.program.life));
+        debug_assert!(self.program.push_fits(push_constants), "checked by the caller");
+        if let Err(e) = set.check_layouts(rec) {
+            rec.refuse_submission(e);
+            return;
+        }
+        rec.keep(&self.program.life);
+        rec.keep(args.life());
+        set.note_use(rec);
+        let cmd = rec.raw();
+        // SAFETY: as in `record_checked`: `cmd` records on the program's device outside a render
+        // pass, and the recording holds the pipeline.
+        unsafe { rec.device().raw().cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, self.pipeline) };
+        self.program.record_bind(rec, vk::PipelineBindPoint::COMPUTE, set);
+        self.program.record_push(rec, push_constants);
+        // SAFETY: the pipeline, its set and push constants are bound; `args` is a live buffer of
+        // this device with INDIRECT usage, held by the recording, whose 12 bytes at the 4-aligned
+        // `offset` hold counts within maxComputeWorkGroupCount, visible to the indirect read: the
+        // caller's contract.
+        unsafe { rec.device().raw().cmd_dispatch_indirect(cmd, args.raw(), args.offset() + offset) };
         rec.recorded();
     }
 }

@@ -33,6 +33,19 @@ pub enum BindingKind {
     /// A top-level acceleration structure (`accelerationStructureEXT` of `GL_EXT_ray_query`):
     /// [`Binding::AccelerationStructure`].
     AccelerationStructure,
+    /// An array of this many combined image samplers (`sampler2D textures[N]`), bound with
+    /// exactly that many views ([`Binding::SampledArray`]).
+    SampledImageArray(u32),
+    /// A bindless array of at most this many combined image samplers: a runtime array in the
+    /// shader (`sampler2D textures[]`, indexed with `nonuniformEXT`), bound with 1 to that many
+    /// views ([`Binding::SampledArray`]). Needs descriptor indexing
+    /// ([`EnabledFeatures::descriptor_indexing`](crate::device::EnabledFeatures::descriptor_indexing));
+    /// the binding is `UPDATE_AFTER_BIND`, so the device's update-after-bind limits apply
+    /// (`maxPerStageDescriptorUpdateAfterBindSampledImages` and the rest, checked when the program
+    /// is made). Every one of its descriptors is written: the views given, then the last of them
+    /// repeated, so any index below the count reads a view that is bound; the shaders index
+    /// below it (the shipped ones clamp to the count they are given and to the array's).
+    BindlessSampledImages(u32),
 }
 
 impl BindingKind {
@@ -40,11 +53,117 @@ impl BindingKind {
         match self {
             BindingKind::StorageBuffer => vk::DescriptorType::STORAGE_BUFFER,
             BindingKind::UniformBuffer => vk::DescriptorType::UNIFORM_BUFFER,
-            BindingKind::SampledImage => vk::DescriptorType::COMBINED_IMAGE_SAMPLER,
+            BindingKind::SampledImage
+            | BindingKind::SampledImageArray(_)
+            | BindingKind::BindlessSampledImages(_) => vk::DescriptorType::COMBINED_IMAGE_SAMPLER,
             BindingKind::StorageImage => vk::DescriptorType::STORAGE_IMAGE,
             BindingKind::AccelerationStructure => vk::DescriptorType::ACCELERATION_STRUCTURE_KHR,
         }
     }
+
+    /// Descriptors in the binding: 1, or the array's length (a bindless array's maximum).
+    pub fn descriptor_count(self) -> u32 {
+        match self {
+            BindingKind::SampledImageArray(n) | BindingKind::BindlessSampledImages(n) => n,
+            _ => 1,
+        }
+    }
+
+    /// The kind of one descriptor of the binding and the count the SPIR-V declares (an array's
+    /// length; 0 for a runtime array), as [`DescriptorBinding`](crate::spirv::DescriptorBinding)
+    /// reflects them.
+    pub fn shader_declaration(self) -> (BindingKind, u32) {
+        match self {
+            BindingKind::SampledImageArray(n) => (BindingKind::SampledImage, n),
+            BindingKind::BindlessSampledImages(_) => (BindingKind::SampledImage, 0),
+            kind => (kind, 1),
+        }
+    }
+
+    fn is_bindless(self) -> bool {
+        matches!(self, BindingKind::BindlessSampledImages(_))
+    }
+}
+
+/// Checks the descriptor counts of a program's `kinds` against `device`: an array holds at least
+/// one descriptor, a bindless array needs descriptor indexing, and the combined image samplers
+/// of the layout (each counts as a sampled image and a sampler) are within the device's
+/// per-stage and per-set limits — the update-after-bind ones when a binding is bindless (the
+/// layout is then `UPDATE_AFTER_BIND_POOL`, and all its descriptors together are within
+/// `maxPerStageUpdateAfterBindResources`), the plain ones otherwise.
+pub(crate) fn check_descriptor_counts(
+    device: &Device,
+    program: &str,
+    stage: crate::pipelines::spirv::Stage,
+    kinds: &[BindingKind],
+) -> Result<(), crate::pipelines::compute::ProgramError> {
+    use crate::pipelines::compute::ProgramError;
+    let bindless = kinds.iter().any(|k| k.is_bindless());
+    if bindless && !device.features().descriptor_indexing {
+        return Err(ProgramError::CapabilityMissing {
+            program: program.to_owned(),
+            stage,
+            feature: "descriptorIndexing (runtimeDescriptorArray, descriptorBindingSampledImageUpdateAfterBind, shaderSampledImageArrayNonUniformIndexing)",
+        });
+    }
+    let limits = device.limits();
+    // Every descriptor of an update-after-bind layout counts towards
+    // maxPerStageUpdateAfterBindResources.
+    let mut resources_limit = u32::MAX;
+    let (per_stage, per_set, names) = if bindless {
+        let mut indexing = vk::PhysicalDeviceDescriptorIndexingProperties::default();
+        let mut props = vk::PhysicalDeviceProperties2::default().push_next(&mut indexing);
+        // SAFETY: a pure query of this device's physical device; the output chain is live.
+        unsafe { device.instance().get_physical_device_properties2(device.physical(), &mut props) };
+        resources_limit = indexing.max_per_stage_update_after_bind_resources;
+        (
+            indexing
+                .max_per_stage_descriptor_update_after_bind_sampled_images
+                .min(indexing.max_per_stage_descriptor_update_after_bind_samplers),
+            indexing
+                .max_descriptor_set_update_after_bind_sampled_images
+                .min(indexing.max_descriptor_set_update_after_bind_samplers),
+            (
+                "maxPerStageDescriptorUpdateAfterBindSampledImages/Samplers",
+                "maxDescriptorSetUpdateAfterBindSampledImages/Samplers",
+            ),
+        )
+    } else {
+        (
+            limits.max_per_stage_descriptor_sampled_images.min(limits.max_per_stage_descriptor_samplers),
+            limits.max_descriptor_set_sampled_images.min(limits.max_descriptor_set_samplers),
+            ("maxPerStageDescriptorSampledImages/Samplers", "maxDescriptorSetSampledImages/Samplers"),
+        )
+    };
+    let (mut total, mut resources) = (0u64, 0u64);
+    for (binding, kind) in kinds.iter().enumerate() {
+        let count = kind.descriptor_count();
+        let refuse = |limit: u32, limit_name: &'static str| ProgramError::DescriptorCount {
+            program: program.to_owned(),
+            binding: binding as u32,
+            count,
+            limit,
+            limit_name,
+        };
+        if count == 0 {
+            return Err(refuse(0, "an array of at least one descriptor"));
+        }
+        resources += u64::from(count);
+        if resources > u64::from(resources_limit) {
+            return Err(refuse(resources_limit, "maxPerStageUpdateAfterBindResources"));
+        }
+        if kind.descriptor_type() != vk::DescriptorType::COMBINED_IMAGE_SAMPLER {
+            continue;
+        }
+        total += u64::from(count);
+        if total > u64::from(per_stage) {
+            return Err(refuse(per_stage, names.0));
+        }
+        if total > u64::from(per_set) {
+            return Err(refuse(per_set, names.1));
+        }
+    }
+    Ok(())
 }
 
 /// An image view a descriptor set can point at: one of residency's [`ImageView`]s or the view of
@@ -199,6 +318,18 @@ pub enum Binding<'a> {
     /// built), so a use submitted before the build is refused with
     /// [`VulkanError::ImageLayout`] naming the structure, `expected: GENERAL`, `actual: UNDEFINED`.
     AccelerationStructure(&'a AccelerationStructure),
+    /// Views sampled through `sampler` in `layout`, for [`BindingKind::SampledImageArray`]
+    /// (exactly its length) or [`BindingKind::BindlessSampledImages`] (1 to its maximum; the
+    /// descriptors past the views repeat the last one). Each view is checked as
+    /// [`Binding::Sampled`] checks one.
+    SampledArray {
+        /// The views, element `i` at array index `i`.
+        views: &'a [ViewRef<'a>],
+        /// The sampler of every element.
+        sampler: &'a Sampler,
+        /// The layout every image is in when the set is used.
+        layout: vk::ImageLayout,
+    },
 }
 
 impl<'a> Binding<'a> {
@@ -218,6 +349,7 @@ impl<'a> Binding<'a> {
             Binding::Sampled { .. } => "a sampled image",
             Binding::Storage { .. } => "a storage image",
             Binding::AccelerationStructure(_) => "an acceleration structure",
+            Binding::SampledArray { .. } => "an array of sampled images",
         }
     }
 }
@@ -299,6 +431,23 @@ pub enum BindingError {
         /// What differs.
         reason: String,
     },
+    /// An array binding is given another number of views than it holds: not exactly the length
+    /// of a [`BindingKind::SampledImageArray`], not 1 to the maximum of a
+    /// [`BindingKind::BindlessSampledImages`].
+    #[error("`{program}` binding {binding}: {given} views for an array of {length} ({})",
+        if *.bindless { "at most" } else { "exactly" })]
+    ArrayLength {
+        /// The program.
+        program: String,
+        /// The binding.
+        binding: usize,
+        /// Views given.
+        given: usize,
+        /// The array's length (a bindless array's maximum).
+        length: u32,
+        /// Whether the array is bindless (1 to `length` views) or fixed (exactly `length`).
+        bindless: bool,
+    },
     /// Allocating the set (or a new descriptor pool when the current one is used up) failed.
     #[error(transparent)]
     Vulkan(#[from] VulkanError),
@@ -313,6 +462,7 @@ impl ResidencyError for BindingError {
             | BindingError::Invalid { .. }
             | BindingError::RangeUnderBlock { .. }
             | BindingError::NotSparse { .. }
+            | BindingError::ArrayLength { .. }
             | BindingError::ViewShape { .. } => ErrorClass::Refused,
         }
     }
@@ -432,6 +582,8 @@ struct Pools {
     used: u32,
     max_sets: u32,
     sizes: Vec<vk::DescriptorPoolSize>,
+    /// The flags the first pool was made with.
+    flags: vk::DescriptorPoolCreateFlags,
     /// Extra pools made so far (for their names).
     extra: u32,
 }
@@ -446,7 +598,10 @@ impl ProgramLayout {
     /// Makes a new pool of the first one's size the current one; the old one stays (its sets
     /// live on) and goes with the program, or with its own life for an extra pool.
     fn grow(&self, device: &Device, pools: &mut Pools) -> Result<(), VulkanError> {
-        let info = vk::DescriptorPoolCreateInfo::default().max_sets(pools.max_sets).pool_sizes(&pools.sizes);
+        let info = vk::DescriptorPoolCreateInfo::default()
+            .flags(pools.flags)
+            .max_sets(pools.max_sets)
+            .pool_sizes(&pools.sizes);
         // SAFETY: valid device and create info (the sizes and count the first pool was made with).
         let raw =
             unsafe { device.raw().create_descriptor_pool(&info, None) }.during("vkCreateDescriptorPool")?;
@@ -579,6 +734,47 @@ impl ProgramLayout {
                 reason,
             })
         };
+        let sampled = |view: ViewRef<'_>,
+                       sampler: &Sampler,
+                       layout: vk::ImageLayout|
+         -> Result<Vec<Arc<Life>>, BindingError> {
+            let v = view.facts();
+            if v.device != device.uid() {
+                return Err(foreign(&v.name));
+            }
+            if !sampler.device().is(device) {
+                return Err(foreign("sampler"));
+            }
+            if let Some(e) = not_sparse(&view, &v.name).or_else(|| wrong_shape(&v)) {
+                return Err(e);
+            }
+            if !v.usage.contains(vk::ImageUsageFlags::SAMPLED) {
+                return Err(invalid(&v.name, "lacks SAMPLED usage".to_owned()));
+            }
+            if !SAMPLED_LAYOUTS.contains(&layout) {
+                return Err(invalid(&v.name, format!("cannot be sampled in {layout:?}")));
+            }
+            if matches!(view, ViewRef::Sparse(_)) && layout != vk::ImageLayout::GENERAL {
+                return Err(invalid(
+                    &v.name,
+                    format!("is a sparse image, in GENERAL for life, not {layout:?}"),
+                ));
+            }
+            if sampler.filter() != Filter::Nearest {
+                // SAFETY: a pure query of this device's physical device.
+                let props = unsafe {
+                    device.instance().get_physical_device_format_properties(device.physical(), v.format)
+                };
+                let features = match v.tiling {
+                    vk::ImageTiling::LINEAR => props.linear_tiling_features,
+                    _ => props.optimal_tiling_features,
+                };
+                if !features.contains(vk::FormatFeatureFlags::SAMPLED_IMAGE_FILTER_LINEAR) {
+                    return Err(invalid(&v.name, format!("{:?} cannot be filtered linearly", v.format)));
+                }
+            }
+            Ok(v.life.into_iter().chain([Arc::clone(sampler.life())]).collect())
+        };
         let limits = device.limits();
         let whole = |buffer: &'_ Buffer| (0, buffer.size());
         match *binding {
@@ -642,45 +838,36 @@ impl ProgramLayout {
                 Ok(vec![Arc::clone(buffer.life())])
             }
             Binding::Sampled { view, sampler, layout } => {
-                let v = view.facts();
                 if kind != BindingKind::SampledImage {
-                    return Err(wrong_kind(&v.name));
+                    return Err(wrong_kind(&view.facts().name));
                 }
-                if v.device != device.uid() {
-                    return Err(foreign(&v.name));
+                sampled(view, sampler, layout)
+            }
+            Binding::SampledArray { views, sampler, layout } => {
+                let (length, bindless) = match kind {
+                    BindingKind::SampledImageArray(n) => (n, false),
+                    BindingKind::BindlessSampledImages(n) => (n, true),
+                    _ => return Err(wrong_kind(&views.first().map_or_else(String::new, |v| v.facts().name))),
+                };
+                let fits = if bindless {
+                    (1..=length as usize).contains(&views.len())
+                } else {
+                    views.len() == length as usize
+                };
+                if !fits {
+                    return Err(BindingError::ArrayLength {
+                        program: self.name.clone(),
+                        binding: i,
+                        given: views.len(),
+                        length,
+                        bindless,
+                    });
                 }
-                if !sampler.device().is(device) {
-                    return Err(foreign("sampler"));
+                let mut lives = Vec::with_capacity(views.len() + 1);
+                for &view in views {
+                    lives.extend(sampled(view, sampler, layout)?);
                 }
-                if let Some(e) = not_sparse(&view, &v.name).or_else(|| wrong_shape(&v)) {
-                    return Err(e);
-                }
-                if !v.usage.contains(vk::ImageUsageFlags::SAMPLED) {
-                    return Err(invalid(&v.name, "lacks SAMPLED usage".to_owned()));
-                }
-                if !SAMPLED_LAYOUTS.contains(&layout) {
-                    return Err(invalid(&v.name, format!("cannot be sampled in {layout:?}")));
-                }
-                if matches!(view, ViewRef::Sparse(_)) && layout != vk::ImageLayout::GENERAL {
-                    return Err(invalid(
-                        &v.name,
-                        format!("is a sparse image, in GENERAL for life, not {layout:?}"),
-                    ));
-                }
-                if sampler.filter() != Filter::Nearest {
-                    // SAFETY: a pure query of this device's physical device.
-                    let props = unsafe {
-                        device.instance().get_physical_device_format_properties(device.physical(), v.format)
-                    };
-                    let features = match v.tiling {
-                        vk::ImageTiling::LINEAR => props.linear_tiling_features,
-                        _ => props.optimal_tiling_features,
-                    };
-                    if !features.contains(vk::FormatFeatureFlags::SAMPLED_IMAGE_FILTER_LINEAR) {
-                        return Err(invalid(&v.name, format!("{:?} cannot be filtered linearly", v.format)));
-                    }
-                }
-                Ok(v.life.into_iter().chain([Arc::clone(sampler.life())]).collect())
+                Ok(lives)
             }
             Binding::Storage { view, layout } => {
                 let v = view.facts();
@@ -735,9 +922,19 @@ impl ProgramLayout {
         let mut images = Vec::new();
         for (i, binding) in bindings.iter().enumerate() {
             bound.extend(self.check_binding(i, binding)?);
-            if let Binding::Sampled { view: ViewRef::View(view), layout, .. }
-            | Binding::Storage { view: ViewRef::View(view), layout } = *binding
-            {
+            let views: Vec<(&ImageView, vk::ImageLayout)> = match *binding {
+                Binding::Sampled { view: ViewRef::View(view), layout, .. }
+                | Binding::Storage { view: ViewRef::View(view), layout } => vec![(view, layout)],
+                Binding::SampledArray { views, layout, .. } => views
+                    .iter()
+                    .filter_map(|v| match v {
+                        ViewRef::View(view) => Some((*view, layout)),
+                        ViewRef::Sparse(_) => None,
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            };
+            for (view, layout) in views {
                 let overlaps =
                     |a: &std::ops::Range<u32>, b: &std::ops::Range<u32>| a.start < b.end && b.start < a.end;
                 let clash = images.iter().find(|u: &&ImageUse| {
@@ -789,19 +986,32 @@ impl ProgramLayout {
                 _ => [vk::DescriptorBufferInfo::default()],
             })
             .collect();
-        let image_infos: Vec<_> = bindings
+        let image_infos: Vec<Vec<_>> = bindings
             .iter()
-            .map(|b| match *b {
-                Binding::Sampled { view, sampler, layout } => [vk::DescriptorImageInfo::default()
+            .enumerate()
+            .map(|(i, b)| match *b {
+                Binding::Sampled { view, sampler, layout } => vec![vk::DescriptorImageInfo::default()
                     .image_view(view.facts().raw)
                     .sampler(sampler.raw())
                     .image_layout(layout)],
                 Binding::Storage { view, layout } => {
-                    [vk::DescriptorImageInfo::default().image_view(view.facts().raw).image_layout(layout)]
+                    vec![vk::DescriptorImageInfo::default().image_view(view.facts().raw).image_layout(layout)]
                 }
-                Binding::Buffer(_) | Binding::BufferRange { .. } | Binding::AccelerationStructure(_) => {
-                    [vk::DescriptorImageInfo::default()]
+                Binding::SampledArray { views, sampler, layout } => {
+                    let info = |view: &ViewRef<'_>| {
+                        vk::DescriptorImageInfo::default()
+                            .image_view(view.facts().raw)
+                            .sampler(sampler.raw())
+                            .image_layout(layout)
+                    };
+                    let mut infos: Vec<_> = views.iter().map(info).collect();
+                    // Every descriptor of the array is written: the last view repeated after
+                    // the views given (at least one: `check_binding`).
+                    let last = *infos.last().expect("an array binding holds at least one view");
+                    infos.resize(self.kinds[i].descriptor_count() as usize, last);
+                    infos
                 }
+                Binding::Buffer(_) | Binding::BufferRange { .. } | Binding::AccelerationStructure(_) => Vec::new(),
             })
             .collect();
         let structures: Vec<[vk::AccelerationStructureKHR; 1]> = bindings
@@ -931,6 +1141,8 @@ pub(crate) struct Created<'a> {
     /// The pool's set count and sizes (extra pools are made alike).
     max_sets: u32,
     sizes: Vec<vk::DescriptorPoolSize>,
+    /// The pool's flags (`UPDATE_AFTER_BIND` for a layout with a bindless binding).
+    pool_flags: vk::DescriptorPoolCreateFlags,
     /// The pipeline, once the caller created it.
     pub(crate) pipeline: vk::Pipeline,
 }
@@ -964,6 +1176,7 @@ impl<'a> Created<'a> {
             pool: vk::DescriptorPool::null(),
             max_sets,
             sizes: Vec::new(),
+            pool_flags: vk::DescriptorPoolCreateFlags::empty(),
             pipeline: vk::Pipeline::null(),
         };
         let bindings: Vec<_> = kinds
@@ -974,30 +1187,55 @@ impl<'a> Created<'a> {
                 vk::DescriptorSetLayoutBinding::default()
                     .binding(i as u32)
                     .descriptor_type(k.descriptor_type())
-                    .descriptor_count(1)
+                    .descriptor_count(k.descriptor_count())
                     .stage_flags(stages)
             })
             .collect();
+        // A bindless binding is UPDATE_AFTER_BIND (its larger limits), which takes a layout and
+        // pools made for it.
+        let update_after_bind = kinds.iter().any(|k| k.is_bindless());
+        let binding_flags: Vec<vk::DescriptorBindingFlags> = kinds
+            .iter()
+            .map(|k| {
+                if k.is_bindless() {
+                    vk::DescriptorBindingFlags::UPDATE_AFTER_BIND
+                } else {
+                    vk::DescriptorBindingFlags::empty()
+                }
+            })
+            .collect();
+        let mut flags_info =
+            vk::DescriptorSetLayoutBindingFlagsCreateInfo::default().binding_flags(&binding_flags);
+        let mut set_layout_info = vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings);
+        let pool_flags = if update_after_bind {
+            set_layout_info = set_layout_info
+                .flags(vk::DescriptorSetLayoutCreateFlags::UPDATE_AFTER_BIND_POOL)
+                .push_next(&mut flags_info);
+            vk::DescriptorPoolCreateFlags::UPDATE_AFTER_BIND
+        } else {
+            vk::DescriptorPoolCreateFlags::empty()
+        };
         // Each type's count is (bindings of it) × sets, saturated: a layout with more bindings of
         // a type than `u32::MAX / MAX_POOL_SETS` is refused by the limits long before.
         let mut sizes: Vec<vk::DescriptorPoolSize> = Vec::new();
         for k in kinds {
             let ty = k.descriptor_type();
+            let count = k.descriptor_count().saturating_mul(max_sets);
             match sizes.iter_mut().find(|s| s.ty == ty) {
-                Some(s) => s.descriptor_count = s.descriptor_count.saturating_add(max_sets),
-                None => sizes.push(vk::DescriptorPoolSize { ty, descriptor_count: max_sets }),
+                Some(s) => s.descriptor_count = s.descriptor_count.saturating_add(count),
+                None => sizes.push(vk::DescriptorPoolSize { ty, descriptor_count: count }),
             }
         }
         let raw = device.raw();
         // SAFETY: valid device; the create infos live for each call; the push-constant range is a
-        // multiple of 4 within the device's limit (the callers checked). Objects are recorded in
+        // multiple of 4 within the device's limit (the callers checked); descriptor counts are
+        // within the device's limits and a bindless (update-after-bind) binding exists only with
+        // descriptor indexing enabled (`check_descriptor_counts`, through `check_interface`, before
+        // every call of this function). Objects are recorded in
         // `created`, which destroys what exists if a later step fails (none was used).
         unsafe {
             created.set_layout = raw
-                .create_descriptor_set_layout(
-                    &vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings),
-                    None,
-                )
+                .create_descriptor_set_layout(&set_layout_info, None)
                 .during("vkCreateDescriptorSetLayout")?;
             let ranges =
                 [vk::PushConstantRange::default().stage_flags(created.push_stages).size(push_constant_bytes)];
@@ -1008,10 +1246,14 @@ impl<'a> Created<'a> {
             }
             created.layout =
                 raw.create_pipeline_layout(&layout_info, None).during("vkCreatePipelineLayout")?;
-            let pool_info = vk::DescriptorPoolCreateInfo::default().max_sets(max_sets).pool_sizes(&sizes);
+            let pool_info = vk::DescriptorPoolCreateInfo::default()
+                .flags(pool_flags)
+                .max_sets(max_sets)
+                .pool_sizes(&sizes);
             created.pool = raw.create_descriptor_pool(&pool_info, None).during("vkCreateDescriptorPool")?;
         }
         created.sizes = sizes;
+        created.pool_flags = pool_flags;
         Ok(created)
     }
 
@@ -1059,6 +1301,7 @@ impl<'a> Created<'a> {
                 used: 0,
                 max_sets: self.max_sets,
                 sizes: std::mem::take(&mut self.sizes),
+                flags: self.pool_flags,
                 extra: 0,
             }),
         };

@@ -491,6 +491,53 @@ impl Drawing<'_, '_> {
         self.recording.recorded();
         Ok(())
     }
+
+    /// Draws indexed with the one `VkDrawIndexedIndirectCommand` (20 bytes: index count, instance
+    /// count, first index, vertex offset, first instance) the GPU reads from `args` at `offset`
+    /// when the draw runs, through the bound index buffer. Refused, recording nothing, as
+    /// [`Drawing::draw_indexed`] is without an index buffer, and as [`Drawing::draw_indirect`] is
+    /// for `args` (its device, `INDIRECT` usage, a 4-byte aligned offset leaving 20 bytes).
+    ///
+    /// # Safety
+    /// The command's contents cannot be checked: when the draw runs, the indices it reads
+    /// (`firstIndex .. firstIndex + indexCount`) must lie inside the bound index buffer, every
+    /// vertex they name (plus `vertexOffset`) inside the bound vertex buffer when the program has
+    /// vertex attributes, and `firstInstance` must be 0.
+    pub unsafe fn draw_indexed_indirect(&mut self, args: &Buffer, offset: u64) -> Result<(), DrawError> {
+        self.ready()?;
+        if self.index.is_none() {
+            return Err(DrawError::NotBound { program: self.name(), what: "index buffer" });
+        }
+        let available = self.check_buffer(args, offset, BufferUsage::INDIRECT)?;
+        if (args.offset() + offset) % 4 != 0 {
+            return Err(DrawError::Buffer {
+                program: self.name(),
+                buffer: args.name().to_owned(),
+                reason: format!("offset {offset} is not a multiple of 4"),
+            });
+        }
+        const COMMAND: u64 = std::mem::size_of::<vk::DrawIndexedIndirectCommand>() as u64;
+        if available < COMMAND {
+            return Err(DrawError::OutOfRange {
+                program: self.name(),
+                what: "indirect",
+                needed: COMMAND,
+                available,
+            });
+        }
+        self.note_set();
+        self.recording.keep(args.life());
+        let cmd = self.recording.raw();
+        // SAFETY: as in `draw_indirect`, with the index buffer bound (checked above) and one
+        // 20-byte command at a 4-byte aligned offset inside `args`. The indices and vertices the
+        // command names lie inside the bound buffers and its firstInstance is 0: the caller's
+        // contract.
+        unsafe {
+            self.device().raw().cmd_draw_indexed_indirect(cmd, args.raw(), args.offset() + offset, 1, 0)
+        };
+        self.recording.recorded();
+        Ok(())
+    }
 }
 
 impl GraphicsProgram {

@@ -31,6 +31,11 @@
 //!   image's size (`textureSize`/`imageSize` of that LOD, `textureQueryLevels` for the LOD): a
 //!   fetch outside reads nothing and returns the default value (not resident) or zero, a store
 //!   outside writes nothing.
+//! - **Descriptor arrays.** An index into an array of descriptors is clamped below the array's
+//!   length ([`SAMPLE_ARRAY`]'s 4) or, for a bindless array, below the count of views it is
+//!   pushed and the array's declared length ([`BINDLESS_SAMPLE`]'s 64); residency writes every
+//!   descriptor of a bindless array (the last view repeated past the views given), so an index
+//!   below that length always reads a bound view.
 //! - **Residency codes.** A texture read with a sparse residency instruction (`OpImageSparse*`:
 //!   binding 0 of [`SPARSE_PROBE`], [`MULTI_DEVICE`], [`DISTANCE_FIELD`] and [`TEXTURE_ARRAY`])
 //!   must be a sparse image — drivers may crash running these on an image that is not (lavapipe
@@ -111,7 +116,7 @@ const fn le_words<const N: usize>(bytes: &[u8]) -> [u32; N] {
 
 /// A shipped shader: `$name` is the source in `shaders/`, whose `$name.spv` is embedded.
 macro_rules! shader {
-    ($(#[$doc:meta])* $const:ident, $name:literal, $stage:ident, [$($kind:ident),*], $push:literal) => {
+    ($(#[$doc:meta])* $const:ident, $name:literal, $stage:ident, [$($kind:ident $(($n:literal))?),*], $push:literal) => {
         $(#[$doc])*
         pub static $const: Shader = Shader {
             name: $name,
@@ -122,7 +127,7 @@ macro_rules! shader {
                 const WORDS: [u32; BYTES.len() / 4] = le_words(BYTES);
                 &WORDS
             },
-            bindings: &[$(BindingKind::$kind),*],
+            bindings: &[$(BindingKind::$kind $(($n))?),*],
             push_constant_bytes: $push,
         };
     };
@@ -503,6 +508,47 @@ shader!(
     [SampledImage, SampledImage],
     96
 );
+shader!(
+    /// `indirect_clamp.comp`: residency's pass before an indirect dispatch
+    /// ([`IndirectDispatchItem`](crate::multi::indirect::IndirectDispatchItem)): copies the
+    /// command at word `first` of binding 0 into binding 1, `(0, 0, 0)` when a count is over the
+    /// limits pushed; push `{ first, limit_x, limit_y, limit_z }`.
+    INDIRECT_CLAMP,
+    "indirect_clamp.comp",
+    Compute,
+    [StorageBuffer, StorageBuffer],
+    16
+);
+shader!(
+    /// `indirect_from_count.comp`: the GPU indirect-argument writer
+    /// ([`GpuIndirectWriter`](crate::multi::indirect::GpuIndirectWriter)): writes
+    /// `(ceil(count / per_group), 1, 1)` from word `count_at` of binding 0 at word `first` of
+    /// binding 1, `(0, 1, 1)` over `limit_x`; push `{ count_at, first, per_group, limit_x }`.
+    INDIRECT_FROM_COUNT,
+    "indirect_from_count.comp",
+    Compute,
+    [StorageBuffer, StorageBuffer],
+    16
+);
+shader!(
+    /// `bindless_sample.comp`: invocation `i` writes the centre texel of texture `i` (clamped
+    /// below `textures_bound` and the array's 64) of a bindless array, as RGBA8; push
+    /// `{ count, textures_bound }`.
+    BINDLESS_SAMPLE,
+    "bindless_sample.comp",
+    Compute,
+    [StorageBuffer, BindlessSampledImages(64)],
+    8
+);
+shader!(
+    /// `sample_array.comp`: invocation `i` writes the centre texel of texture `min(i, 3)` of a
+    /// fixed array of four, as RGBA8; push `{ count }`.
+    SAMPLE_ARRAY,
+    "sample_array.comp",
+    Compute,
+    [StorageBuffer, SampledImageArray(4)],
+    4
+);
 
 shader!(
     /// `ray_query.comp`: traces a ray per pixel through a top-level acceleration structure with a
@@ -545,7 +591,7 @@ shader!(
 );
 
 /// Every shipped shader.
-pub static ALL: [&Shader; 40] = [
+pub static ALL: [&Shader; 44] = [
     &PLACED_BUFFERS,
     &FILL,
     &BUSY,
@@ -586,6 +632,10 @@ pub static ALL: [&Shader; 40] = [
     &TRACE_RAYGEN,
     &TRACE_MISS,
     &TRACE_CLOSEST_HIT,
+    &INDIRECT_CLAMP,
+    &BINDLESS_SAMPLE,
+    &SAMPLE_ARRAY,
+    &INDIRECT_FROM_COUNT,
 ];
 
 /// The `vt_quad` fragment shader for a residency path: [`VT_QUAD_SOFTWARE_FRAG`] on the software

@@ -185,6 +185,10 @@ pub const CAPABILITY_MIN_LOD: u32 = 42;
 pub const CAPABILITY_RAY_QUERY: u32 = 4472;
 /// `RayTracingKHR` (`GL_EXT_ray_tracing` stages), which needs VK_KHR_ray_tracing_pipeline.
 pub const CAPABILITY_RAY_TRACING: u32 = 4479;
+/// `RuntimeDescriptorArray` (needs `runtimeDescriptorArray`).
+pub const CAPABILITY_RUNTIME_DESCRIPTOR_ARRAY: u32 = 5302;
+/// `SampledImageArrayNonUniformIndexing` (needs `shaderSampledImageArrayNonUniformIndexing`).
+pub const CAPABILITY_SAMPLED_IMAGE_ARRAY_NON_UNIFORM_INDEXING: u32 = 5307;
 
 impl Interface {
     /// Whether the module has an entry point `name` of `stage`.
