@@ -48,8 +48,9 @@ pub struct CompactStats {
     /// The rebind's entries and wall time (one `vkQueueBindSparse`, tiles merged into rows and
     /// boxes where their new memory is consecutive).
     pub bind: BindStats,
-    /// GPU time of the copies from timestamps (direct: the one heap-to-heap copy; staging: image
-    /// → staging plus staging → image), in milliseconds; `None` when the queue has no timestamps.
+    /// GPU time of the copies from timestamps written after the barrier before them and before
+    /// the barrier after (direct: the heap-to-heap copy; staging: image → staging plus staging →
+    /// image), in milliseconds; `None` when the queue has no timestamps.
     pub copy_gpu_ms: Option<f64>,
     /// Wall time of the whole pass (planning, both copies with their host waits, the rebind).
     #[serde(serialize_with = "micros")]
@@ -406,9 +407,7 @@ fn compact_pass(
         }
         // Timestamps are measurement only: one not written reads as `None`.
         timestamps.cmd_reset(rec, 0..4).ok();
-        timestamps.cmd_write(rec, 0).ok();
-        record_tile_copies(device, rec, &*owner, &regions, staging.raw(), TileCopy::Out);
-        timestamps.cmd_write(rec, 1).ok();
+        record_tile_copies(device, rec, &*owner, &regions, staging.raw(), (TileCopy::Out, &timestamps, 0));
     })?;
     // The waits were checked above, so they were all recorded; a refusal would mean the copy
     // ran without them, so it is reported (nothing else changed yet).
@@ -424,8 +423,7 @@ fn compact_pass(
     // 3. The texels back into the tiles, now bound to their new memory (the submission waits
     // for the rebind, as every residency submission waits for the binds before it).
     let copied_back = device.submit_once("tile compaction: copy in", |rec| {
-        timestamps.cmd_write(rec, 2).ok();
-        record_tile_copies(device, rec, &*owner, &regions, staging.raw(), TileCopy::In);
+        record_tile_copies(device, rec, &*owner, &regions, staging.raw(), (TileCopy::In, &timestamps, 2));
         // Every later command on the queue (the renderer's frames) sees the texels.
         global_barrier(
             rec,
@@ -435,7 +433,6 @@ fn compact_pass(
                 vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE,
             ),
         );
-        timestamps.cmd_write(rec, 3).ok();
     });
     if let Err(e) = copied_back {
         // The old tiles still hold the texels (nothing was freed): bind them again.
@@ -785,9 +782,10 @@ fn copy_direct(
                 recorded = Err(e);
             }
         }
-        // Timestamps are measurement only: one not written reads as `None`.
+        // Timestamps are measurement only: one not written reads as `None`. They bracket the
+        // copies alone (after the barrier before, before the barrier after), as the bench's
+        // plain copy is bracketed.
         timestamps.cmd_reset(rec, 0..2).ok();
-        timestamps.cmd_write(rec, 0).ok();
         global_barrier(
             rec,
             (vk::PipelineStageFlags2::ALL_COMMANDS, vk::AccessFlags2::MEMORY_WRITE),
@@ -796,6 +794,7 @@ fn copy_direct(
                 vk::AccessFlags2::TRANSFER_READ | vk::AccessFlags2::TRANSFER_WRITE,
             ),
         );
+        timestamps.cmd_write(rec, 0).ok();
         for (carrier, regions) in carriers.iter().zip(&regions) {
             // SAFETY: `rec` is recording on this device outside a render pass; the carrier is
             // live and in GENERAL (the transition above completed: the host waited for it), the
@@ -814,6 +813,7 @@ fn copy_direct(
                 )
             };
         }
+        timestamps.cmd_write(rec, 1).ok();
         // Every later command on the queue (the renderer's frames, through the images rebound
         // to these tiles) sees the texels.
         global_barrier(
@@ -824,7 +824,6 @@ fn copy_direct(
                 vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE,
             ),
         );
-        timestamps.cmd_write(rec, 1).ok();
     })?;
     recorded?;
     stats.copy_commands = carriers.len() as u32;
@@ -848,20 +847,23 @@ enum TileCopy {
 }
 
 /// Records a barrier from every earlier write, then each image's copy `regions` between its tiles
-/// and `staging`, the way `direction` says.
+/// and `staging`, the way `direction` says, bracketed by timestamps `at` and `at + 1` (the copies
+/// alone, not the barrier).
 fn record_tile_copies(
     device: &Device,
     rec: &mut crate::sync::recording::Recording<'_>,
     owner: &dyn CompactionOwner,
     regions: &[(usize, Vec<vk::BufferImageCopy>)],
     staging: vk::Buffer,
-    direction: TileCopy,
+    (direction, timestamps, at): (TileCopy, &Timestamps, u32),
 ) {
     global_barrier(
         rec,
         (vk::PipelineStageFlags2::ALL_COMMANDS, vk::AccessFlags2::MEMORY_WRITE),
         (vk::PipelineStageFlags2::COPY, vk::AccessFlags2::TRANSFER_READ | vk::AccessFlags2::TRANSFER_WRITE),
     );
+    // Measurement only: a timestamp not written reads as `None`.
+    timestamps.cmd_write(rec, at).ok();
     for (index, copies) in regions {
         let image = owner.image(*index);
         // SAFETY: `rec` is recording on this device outside a render pass; the image (a sparse
@@ -887,6 +889,7 @@ fn record_tile_copies(
             }
         };
     }
+    timestamps.cmd_write(rec, at + 1).ok();
 }
 
 fn global_barrier(
