@@ -66,8 +66,8 @@ pub struct CompactStats {
 pub enum CompactCopy {
     /// Heap to heap, once per tile, where the device can (`sparseResidencyAliased` and carrier
     /// images that alias the tiles' memory with the data consistent): one carrier image per
-    /// class of images (format, type, usage), its upper half bound to the tiles' old memory and
-    /// its lower half to their new memory slot for slot, copied in at most two regions between
+    /// class of images (format, type, usage) a source carrier bound to the tiles' old memory and
+    /// a destination carrier bound to their new memory slot for slot, copied in at most two regions between
     /// one barrier set before and one after. Elsewhere through staging.
     #[default]
     Direct,
@@ -163,8 +163,8 @@ impl SparseTilePool {
     ///
     /// Where the device has `sparseResidencyAliased` ([`CompactCopy::Direct`]), the moved tiles
     /// are copied heap to heap, once: per class of images (format, type, usage) a carrier image
-    /// whose upper half is bound to the tiles' old memory and lower half to their new memory,
-    /// slot for slot, is copied in one `vkCmdCopyImage` of at most two regions, between one
+    /// pair, a source carrier bound to the tiles' old memory and a destination carrier bound to
+    /// their new memory, slot for slot, is copied in one `vkCmdCopyImage` of at most two regions, between one
     /// barrier from every earlier write (every residency submission before, the `waits` and the
     /// renderer's writes they stand for) and one to every later command; the pass waits on the
     /// host for that copy. Then the images' tiles are rebound to their new memory in one
@@ -500,18 +500,25 @@ fn release_emptied(
     stats
 }
 
-/// A direct pass's copies: per class of images, one carrier image of `cols` blocks a row whose
-/// upper `rows` rows are bound to the moves' sources and the lower `rows` to their destinations,
+/// A direct pass's copies: per class of images, two carrier images of `cols` × `rows` blocks, the
+/// source carrier bound to the moves' sources and the destination carrier to their destinations,
 /// slot for slot (move `j` of the class at slot `j`, x first): one `vkCmdCopyImage` region
-/// copies every full row of the upper half to the lower half, a second the last, partial row,
+/// copies every full row of the source carrier to the destination's, a second the last, partial row,
 /// whatever the moves' heaps. The binds merge slots whose memory is consecutive (runs of tiles
 /// in one heap) into one entry per row.
 struct DirectCopy {
     carriers: Vec<CarrierLayout>,
 }
 
-/// One carrier's layout: its class, `cols` blocks a row, `rows` rows a half, and its moves
-/// (source, destination) in slot order.
+/// A class's two carriers: the source carrier (bound to the moves' old memory) and the
+/// destination carrier (to their new memory); copying between two images, not within one.
+struct CarrierPair<'a> {
+    src: Carrier<'a>,
+    dst: Carrier<'a>,
+}
+
+/// One class's carriers' layout: its class, `cols` blocks a row, `rows` rows (each carrier), and
+/// its moves (source, destination) in slot order.
 struct CarrierLayout {
     class: CarrierClass,
     cols: u32,
@@ -520,7 +527,7 @@ struct CarrierLayout {
 }
 
 impl DirectCopy {
-    /// Lays the plan's moves out on carriers, one per class, in the plan's order; `None` without
+    /// Lays the plan's moves out on carriers, a pair per class, in the plan's order; `None` without
     /// `sparseResidencyAliased` or when a class's tiles do not fit one image of the device's
     /// largest extent.
     fn plan(
@@ -554,7 +561,7 @@ impl DirectCopy {
                 return None;
             }
             let rows = n.div_ceil(cols);
-            if u64::from(rows) * 2 * u64::from(class.tile[1]) > u64::from(max) {
+            if u64::from(rows) * u64::from(class.tile[1]) > u64::from(max) {
                 return None;
             }
             (carrier.cols, carrier.rows) = (cols, rows);
@@ -570,29 +577,35 @@ impl DirectCopy {
         heaps_shared: &HeapsShared,
         name: &str,
         tile_bytes: u64,
-    ) -> Result<Option<Vec<Carrier<'d>>>, SparseError> {
+    ) -> Result<Option<Vec<CarrierPair<'d>>>, SparseError> {
         let mut carriers = Vec::with_capacity(self.carriers.len());
         for (i, layout) in self.carriers.iter().enumerate() {
-            match create_carrier(
-                device,
-                &format!("{name} compaction carrier {i}"),
-                layout.class,
-                [layout.cols, 2 * layout.rows],
-                heaps_shared.memory_type,
-                tile_bytes,
-            )? {
-                Some(c) => carriers.push(c),
-                None => return Ok(None),
+            let mut pair = Vec::with_capacity(2);
+            for side in ["source", "destination"] {
+                match create_carrier(
+                    device,
+                    &format!("{name} compaction {side} carrier {i}"),
+                    layout.class,
+                    [layout.cols, layout.rows],
+                    heaps_shared.memory_type,
+                    tile_bytes,
+                )? {
+                    Some(c) => pair.push(c),
+                    None => return Ok(None),
+                }
             }
+            let dst = pair.pop().expect("two carriers");
+            let src = pair.pop().expect("two carriers");
+            carriers.push(CarrierPair { src, dst });
         }
         Ok(Some(carriers))
     }
 }
 
 impl CarrierLayout {
-    /// Block coordinates of slot `slot` in the upper half, or in the lower half.
-    fn block(&self, slot: u32, lower: bool) -> [u32; 2] {
-        [slot % self.cols, slot / self.cols + if lower { self.rows } else { 0 }]
+    /// Block coordinates of slot `slot` (in either carrier).
+    fn block(&self, slot: u32) -> [u32; 2] {
+        [slot % self.cols, slot / self.cols]
     }
 
     /// Texel offset of block `b`.
@@ -609,16 +622,16 @@ impl CarrierLayout {
         }
     }
 
-    /// The carrier's binds: the sources in the upper half, the destinations in the lower, slots
-    /// whose memory is consecutive in one heap merged into one entry per row (a row of blocks
-    /// takes consecutive memory, x first).
-    fn binds(&self, tile_bytes: u64) -> residency_core::tiles::BindPlan {
+    /// A carrier's binds: the source carrier's to the moves' sources (`destination` false), the
+    /// destination carrier's to their destinations, slots whose memory is consecutive in one
+    /// heap merged into one entry per row (a row of blocks takes consecutive memory, x first).
+    fn binds(&self, tile_bytes: u64, destination: bool) -> residency_core::tiles::BindPlan {
         let mut plan = residency_core::tiles::BindPlan::default();
-        for lower in [false, true] {
+        {
             // (first slot, tiles, first physical tile)
             let mut entries: Vec<(u32, u32, PhysicalTile)> = Vec::new();
             for (j, &(from, to)) in self.moves.iter().enumerate() {
-                let (slot, p) = (j as u32, if lower { to } else { from });
+                let (slot, p) = (j as u32, if destination { to } else { from });
                 if let Some(last) = entries.last_mut() {
                     let follows = last.2.heap == p.heap
                         && u64::from(last.2.tile) + u64::from(last.1) == u64::from(p.tile);
@@ -630,7 +643,7 @@ impl CarrierLayout {
                 entries.push((slot, 1, p));
             }
             for (slot, len, p) in entries {
-                let b = self.block(slot, lower);
+                let b = self.block(slot);
                 let (o, e) = (self.offset(b), self.extent(len, 1));
                 plan.image_binds.push(residency_core::tiles::ImageBind {
                     layer: 0,
@@ -651,8 +664,8 @@ impl CarrierLayout {
         plan
     }
 
-    /// The copy regions from the upper half to the lower: its full rows in one, the last,
-    /// partial row in another.
+    /// The copy regions from the source carrier to the destination carrier (the same blocks):
+    /// its full rows in one, the last, partial row in another.
     fn regions(&self) -> Vec<vk::ImageCopy> {
         let layers = vk::ImageSubresourceLayers {
             aspect_mask: self.class.aspect,
@@ -666,7 +679,7 @@ impl CarrierLayout {
             src_subresource: layers,
             src_offset: self.offset([0, row]),
             dst_subresource: layers,
-            dst_offset: self.offset([0, row + self.rows]),
+            dst_offset: self.offset([0, row]),
             extent: self.extent(w, h),
         };
         let mut regions = Vec::with_capacity(2);
@@ -691,7 +704,7 @@ fn direct_pass(
     name: &str,
     owner: &mut dyn CompactionOwner,
     plan: &CompactionPlan,
-    (direct, carriers): (&DirectCopy, Vec<Carrier<'_>>),
+    (direct, carriers): (&DirectCopy, Vec<CarrierPair<'_>>),
     per_image: Vec<ImageMoves>,
     tile_bytes: u64,
     waits: &[GpuUse],
@@ -723,7 +736,7 @@ fn copy_direct(
     heaps_shared: &HeapsShared,
     heaps: &HeapsState,
     name: &str,
-    (direct, carriers): (&DirectCopy, Vec<Carrier<'_>>),
+    (direct, carriers): (&DirectCopy, Vec<CarrierPair<'_>>),
     tile_bytes: u64,
     waits: &[GpuUse],
     stats: &mut CompactStats,
@@ -735,6 +748,7 @@ fn copy_direct(
     let to_general: Vec<vk::ImageMemoryBarrier2<'_>> = carriers
         .iter()
         .zip(&direct.carriers)
+        .flat_map(|(pair, layout)| [(&pair.src, layout), (&pair.dst, layout)])
         .map(|(c, layout)| {
             vk::ImageMemoryBarrier2::default()
                 .src_stage_mask(vk::PipelineStageFlags2::NONE)
@@ -768,11 +782,16 @@ fn copy_direct(
     let plans: Vec<_> = carriers
         .iter()
         .zip(&direct.carriers)
-        .map(|(c, layout)| (c.raw, layout.class.aspect, layout.binds(tile_bytes)))
+        .flat_map(|(pair, layout)| {
+            [
+                (pair.src.raw, layout.class.aspect, layout.binds(tile_bytes, false)),
+                (pair.dst.raw, layout.class.aspect, layout.binds(tile_bytes, true)),
+            ]
+        })
         .collect();
     let (carrier_binds, _) = submit_plans(device, &plans, heaps, tile_bytes, &[], false)?;
     stats.carrier_bind_entries = carrier_binds.bind_entries;
-    // One copy per carrier, after every write before (residency's, the binds', the waits'):
+    // One copy per class, source carrier to destination carrier, after every write before (residency's, the binds', the waits'):
     // one barrier before all of them, one after.
     let regions: Vec<Vec<vk::ImageCopy>> = direct.carriers.iter().map(CarrierLayout::regions).collect();
     let mut recorded = Ok(());
@@ -795,19 +814,19 @@ fn copy_direct(
             ),
         );
         timestamps.cmd_write(rec, 0).ok();
-        for (carrier, regions) in carriers.iter().zip(&regions) {
-            // SAFETY: `rec` is recording on this device outside a render pass; the carrier is
+        for (pair, regions) in carriers.iter().zip(&regions) {
+            // SAFETY: `rec` is recording on this device outside a render pass; both carriers are
             // live and in GENERAL (the transition above completed: the host waited for it), the
-            // regions lie in it and cover only bound blocks (its first `moves` slots of each
-            // half), and the sources (upper half) and destinations (lower half) do not overlap
-            // in memory: the accounting checked that every destination was free and every source
-            // allocated, so no tile is both.
+            // regions lie in both and cover only bound blocks (the first `moves` slots of each),
+            // and the sources (the source carrier's memory) and destinations (the destination
+            // carrier's) do not overlap in memory: the accounting checked that every destination
+            // was free and every source allocated, so no tile is both.
             unsafe {
                 device.raw().cmd_copy_image(
                     rec.raw(),
-                    carrier.raw,
+                    pair.src.raw,
                     vk::ImageLayout::GENERAL,
-                    carrier.raw,
+                    pair.dst.raw,
                     vk::ImageLayout::GENERAL,
                     regions,
                 )
