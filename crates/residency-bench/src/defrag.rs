@@ -627,7 +627,7 @@ pub(crate) fn plain_copy(device: &Arc<Device>, bytes: u64) -> BenchResult<(f64, 
 #[derive(Debug, Serialize)]
 struct ProbeCopy {
     name: &'static str,
-    /// Whether source and destination are sparse images (bound tile by tile, `SPARSE_ALIASED`
+    /// Whether the source or the destination (both unless the name says) is a sparse image (bound tile by tile, `SPARSE_ALIASED`
     /// where the device has `sparseResidencyAliased`), one image (upper half to lower half), and
     /// the region's extent in tiles (x, y).
     sparse: bool,
@@ -643,8 +643,9 @@ struct ProbeCopy {
 /// `residency-bench defrag`'s copy probe: the bytes of the largest tile pass (whole rows of
 /// 2048-texel-wide RGBA8 images) copied one way after another, to tell what makes a tile
 /// pass's image copy slower than a buffer copy of the same bytes on a device: sparse against
-/// plain images, one image against two, scattered against consecutive memory, a square region
-/// against a strip as wide as the device allows (the carriers' shape).
+/// plain images (and which side: sparse into plain, plain into sparse), one image against two,
+/// scattered against consecutive memory, a square region against a strip as wide as the device
+/// allows (the carriers' shape).
 #[derive(Debug, Serialize)]
 struct CopyProbe {
     tiles: u32,
@@ -656,7 +657,12 @@ struct CopyProbe {
 const PROBE_POOL: &str = "bench copy probe";
 
 /// A sparse RGBA8 image of `tiles` (x, y) tiles of `shape` texels, one mip, nothing resident.
-fn probe_image(pool: &SparseTilePool, name: &str, tiles: [u32; 2], shape: [u32; 2]) -> BenchResult<SparseImage> {
+fn probe_image(
+    pool: &SparseTilePool,
+    name: &str,
+    tiles: [u32; 2],
+    shape: [u32; 2],
+) -> BenchResult<SparseImage> {
     let desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, tiles[0] * shape[0], tiles[1] * shape[1])
         .with_mip_levels(1);
     Ok(SparseImage::new(pool, name, &desc, false)?)
@@ -777,7 +783,8 @@ fn copy_probe(device: &Arc<Device>, bytes: u64, seed: u32) -> BenchResult<CopyPr
     let tile_bytes = pool.stats().tile_bytes;
     // The RGBA8 tile shape (128 × 128 on standard block shapes).
     let shape = {
-        let desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, SPARSE_SIDE, SPARSE_SIDE).with_mip_levels(1);
+        let desc =
+            SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, SPARSE_SIDE, SPARSE_SIDE).with_mip_levels(1);
         let image = SparseImage::new(&pool, "defrag bench copy probe shape", &desc, false)?;
         let s = image.layout().tile_shape();
         [s.width, s.height]
@@ -790,7 +797,12 @@ fn copy_probe(device: &Arc<Device>, bytes: u64, seed: u32) -> BenchResult<CopyPr
     let max = device.limits().max_image_dimension2_d;
     let strip = (max / shape[0]).min(n);
     let mut copies = Vec::new();
-    let mut note = |name, sparse, same_image, tiles_extent, regions: &[vk::ImageCopy], (first, median): (Option<f64>, Option<f64>)| {
+    let mut note = |name,
+                    sparse,
+                    same_image,
+                    tiles_extent,
+                    regions: &[vk::ImageCopy],
+                    (first, median): (Option<f64>, Option<f64>)| {
         let rate = |ms: Option<f64>| ms.map(|ms| gb_per_s(bytes, ms / 1e3));
         copies.push(ProbeCopy {
             name,
@@ -804,10 +816,11 @@ fn copy_probe(device: &Arc<Device>, bytes: u64, seed: u32) -> BenchResult<CopyPr
         });
     };
 
-    // Plain images, two of them, in GENERAL.
-    {
+    // Plain images, two of them, in GENERAL (kept for the copies between plain and sparse).
+    let plain = {
         let usage = ImageUsage::COPY_SRC | ImageUsage::COPY_DST;
-        let desc = |name: &str| ImageDesc::new_2d(name, Format::R8G8B8A8Unorm, SPARSE_SIDE, rows * shape[1], usage);
+        let desc =
+            |name: &str| ImageDesc::new_2d(name, Format::R8G8B8A8Unorm, SPARSE_SIDE, rows * shape[1], usage);
         let a = device.create_image(&desc("defrag bench copy probe a"))?;
         let b = device.create_image(&desc("defrag bench copy probe b"))?;
         let to_general: Vec<vk::ImageMemoryBarrier2<'_>> = [a.raw(), b.raw()]
@@ -839,9 +852,17 @@ fn copy_probe(device: &Arc<Device>, bytes: u64, seed: u32) -> BenchResult<CopyPr
             };
         })?;
         let regions = probe_regions(n, square, 0, shape);
-        note("image", false, false, [square, rows], &regions, probe_time(device, (a.raw(), b.raw()), &regions)?);
+        note(
+            "image",
+            false,
+            false,
+            [square, rows],
+            &regions,
+            probe_time(device, (a.raw(), b.raw()), &regions)?,
+        );
         device.wait_submitted()?;
-    }
+        [a, b]
+    };
     // Sparse images: two of them (scattered, then consecutive memory), one (upper half to lower
     // half), and strips as wide as the device allows (one image, then two).
     for (name, same, cols, scatter) in [
@@ -865,6 +886,26 @@ fn copy_probe(device: &Arc<Device>, bytes: u64, seed: u32) -> BenchResult<CopyPr
         let pair = (images[0].raw(), images[images.len() - 1].raw());
         let extent = [cols.min(n), r];
         note(name, true, same, extent, &regions, probe_time(device, pair, &regions)?);
+        if name == "sparse" {
+            // Which side is slow: a sparse source into a plain image, a plain source into a sparse one.
+            let (src, dst) = (plain[0].raw(), plain[1].raw());
+            note(
+                "sparse_to_image",
+                true,
+                false,
+                extent,
+                &regions,
+                probe_time(device, (pair.0, dst), &regions)?,
+            );
+            note(
+                "image_to_sparse",
+                true,
+                false,
+                extent,
+                &regions,
+                probe_time(device, (src, pair.1), &regions)?,
+            );
+        }
         device.wait_submitted()?;
         for image in images.iter_mut() {
             image.release_all(&pool)?;
@@ -873,6 +914,7 @@ fn copy_probe(device: &Arc<Device>, bytes: u64, seed: u32) -> BenchResult<CopyPr
         drop(images);
         pool.trim();
     }
+    drop(plain);
     Ok(CopyProbe { tiles: n, bytes, buffer_gb_per_s_gpu: buffer, copies })
 }
 
