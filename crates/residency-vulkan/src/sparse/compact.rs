@@ -65,10 +65,10 @@ pub struct CompactStats {
 #[serde(rename_all = "snake_case")]
 pub enum CompactCopy {
     /// Heap to heap, once per tile, where the device can (`sparseResidencyAliased` and carrier
-    /// images that alias the tiles' memory with the data consistent): one carrier image per
-    /// class of images (format, type, usage) a source carrier bound to the tiles' old memory and
-    /// a destination carrier bound to their new memory slot for slot, copied in at most two regions between
-    /// one barrier set before and one after. Elsewhere through staging.
+    /// images that alias the tiles' memory with the data consistent): per class of images
+    /// (format, type, usage) a source carrier image bound to the tiles' old memory and a
+    /// destination carrier bound to their new memory slot for slot, copied in at most two
+    /// regions between one barrier set before and one after. Elsewhere through staging.
     #[default]
     Direct,
     /// Through a staging buffer, twice per tile (out, rebind, back), each tile its own region:
@@ -162,9 +162,9 @@ impl SparseTilePool {
     /// [`TilePool::plan_compaction`]). Call repeatedly until `moves` is 0.
     ///
     /// Where the device has `sparseResidencyAliased` ([`CompactCopy::Direct`]), the moved tiles
-    /// are copied heap to heap, once: per class of images (format, type, usage) a carrier image
-    /// pair, a source carrier bound to the tiles' old memory and a destination carrier bound to
-    /// their new memory, slot for slot, is copied in one `vkCmdCopyImage` of at most two regions, between one
+    /// are copied heap to heap, once: per class of images (format, type, usage) a source carrier
+    /// image bound to the tiles' old memory is copied into a destination carrier bound to their
+    /// new memory, slot for slot, in one `vkCmdCopyImage` of at most two regions, between one
     /// barrier from every earlier write (every residency submission before, the `waits` and the
     /// renderer's writes they stand for) and one to every later command; the pass waits on the
     /// host for that copy. Then the images' tiles are rebound to their new memory in one
@@ -503,8 +503,8 @@ fn release_emptied(
 /// A direct pass's copies: per class of images, two carrier images of `cols` × `rows` blocks, the
 /// source carrier bound to the moves' sources and the destination carrier to their destinations,
 /// slot for slot (move `j` of the class at slot `j`, x first): one `vkCmdCopyImage` region
-/// copies every full row of the source carrier to the destination's, a second the last, partial row,
-/// whatever the moves' heaps. The binds merge slots whose memory is consecutive (runs of tiles
+/// copies every full row of the source carrier to the destination's, a second the last, partial
+/// row, whatever the moves' heaps. The binds merge slots whose memory is consecutive (runs of tiles
 /// in one heap) into one entry per row.
 struct DirectCopy {
     carriers: Vec<CarrierLayout>,
@@ -791,8 +791,8 @@ fn copy_direct(
         .collect();
     let (carrier_binds, _) = submit_plans(device, &plans, heaps, tile_bytes, &[], false)?;
     stats.carrier_bind_entries = carrier_binds.bind_entries;
-    // One copy per class, source carrier to destination carrier, after every write before (residency's, the binds', the waits'):
-    // one barrier before all of them, one after.
+    // One copy per class, source carrier to destination carrier, after every write before
+    // (residency's, the binds', the waits'): one barrier before all of them, one after.
     let regions: Vec<Vec<vk::ImageCopy>> = direct.carriers.iter().map(CarrierLayout::regions).collect();
     let mut recorded = Ok(());
     device.submit_once("tile compaction: copy", |rec| {
