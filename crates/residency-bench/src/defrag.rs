@@ -35,6 +35,7 @@ use residency::core::tiles::{SparseImageDesc, TexelRegion, TileIndex, TilePoolDe
 use residency::core::usage::{BufferUsage, ImageUsage};
 use residency::vulkan::ash::vk;
 
+use residency::vulkan::compute::{spirv_words, Binding, BindingKind, ComputeProgram};
 use residency::vulkan::recording::Timestamps;
 use residency::vulkan::sparse::{CompactCopy, CompactStats, SparseImage, SparseTilePool};
 use residency::vulkan::{
@@ -656,6 +657,9 @@ struct CopyProbe {
 
 const PROBE_POOL: &str = "bench copy probe";
 
+/// `shaders/copy_probe.comp`, compiled.
+const COPY_PROBE_SPV: &[u8] = include_bytes!("../shaders/copy_probe.comp.spv");
+
 /// A sparse RGBA8 image of `tiles` (x, y) tiles of `shape` texels, one mip, nothing resident.
 fn probe_image(
     pool: &SparseTilePool,
@@ -692,13 +696,13 @@ fn probe_commit(
     Ok(())
 }
 
-/// A memory barrier from every earlier write to copies.
+/// A memory barrier from every earlier write to every later command.
 fn probe_barrier(device: &Device, rec: &residency::vulkan::recording::Recording<'_>) {
     let barrier = [vk::MemoryBarrier2::default()
         .src_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
         .src_access_mask(vk::AccessFlags2::MEMORY_WRITE)
-        .dst_stage_mask(vk::PipelineStageFlags2::COPY)
-        .dst_access_mask(vk::AccessFlags2::TRANSFER_READ | vk::AccessFlags2::TRANSFER_WRITE)];
+        .dst_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
+        .dst_access_mask(vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE)];
     // SAFETY: `rec` is recording on `device` outside a render pass; core stages and accesses.
     unsafe {
         device
@@ -714,29 +718,44 @@ fn probe_time(
     (src, dst): (vk::Image, vk::Image),
     regions: &[vk::ImageCopy],
 ) -> BenchResult<(Option<f64>, Option<f64>)> {
+    probe_time_with(device, |rec| {
+        // SAFETY: `rec` records on `device` outside a render pass; both images are live
+        // images of this device (the caller keeps them until this submission completed: it
+        // is waited for) in GENERAL with transfer usage, every region lies in both and is
+        // bound (fully committed sparse images, or plain images), and the source and
+        // destination regions do not overlap.
+        unsafe {
+            device.raw().cmd_copy_image(
+                rec.raw(),
+                src,
+                vk::ImageLayout::GENERAL,
+                dst,
+                vk::ImageLayout::GENERAL,
+                regions,
+            )
+        };
+        Ok(())
+    })
+}
+
+/// Records `record` four times, one submission each, after a barrier from every earlier write,
+/// between two timestamps: GPU milliseconds of the first and the median of the other three.
+fn probe_time_with(
+    device: &Arc<Device>,
+    mut record: impl FnMut(&mut residency::vulkan::recording::Recording<'_>) -> BenchResult<()>,
+) -> BenchResult<(Option<f64>, Option<f64>)> {
     let timestamps = Timestamps::new(device, "defrag bench copy probe", 2)?;
     let mut times = Vec::new();
     for _ in 0..4 {
-        let mut recorded = Ok(());
+        let mut recorded: BenchResult<()> = Ok(());
         device.submit_once("defrag bench copy probe", |rec| {
             probe_barrier(device, rec);
-            recorded = timestamps.cmd_reset(rec, 0..2).and_then(|()| timestamps.cmd_write(rec, 0));
-            // SAFETY: `rec` records on `device` outside a render pass; both images are live
-            // images of this device (the caller keeps them until this submission completed: it
-            // is waited for) in GENERAL with transfer usage, every region lies in both and is
-            // bound (fully committed sparse images, or plain images), and the source and
-            // destination regions do not overlap.
-            unsafe {
-                device.raw().cmd_copy_image(
-                    rec.raw(),
-                    src,
-                    vk::ImageLayout::GENERAL,
-                    dst,
-                    vk::ImageLayout::GENERAL,
-                    regions,
-                )
-            };
-            recorded = std::mem::replace(&mut recorded, Ok(())).and_then(|()| timestamps.cmd_write(rec, 1));
+            recorded = timestamps
+                .cmd_reset(rec, 0..2)
+                .and_then(|()| timestamps.cmd_write(rec, 0))
+                .map_err(Into::into)
+                .and_then(|()| record(rec))
+                .and_then(|()| timestamps.cmd_write(rec, 1).map_err(Into::into));
         })?;
         recorded?;
         times.push(timestamps.elapsed_ms(0, 1));
@@ -907,6 +926,47 @@ fn copy_probe(device: &Arc<Device>, bytes: u64, seed: u32) -> BenchResult<CopyPr
             );
         }
         device.wait_submitted()?;
+        for image in images.iter_mut() {
+            image.release_all(&pool)?;
+        }
+        pool.flush_binds(&mut images.iter_mut().collect::<Vec<_>>())?;
+        drop(images);
+        pool.trim();
+    }
+    // A compute copy between two sparse storage images (tiles scattered), texel for texel.
+    {
+        let desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, square * shape[0], rows * shape[1])
+            .with_mip_levels(1);
+        let mut images = vec![
+            SparseImage::new(&pool, "defrag bench copy probe compute src", &desc, true)?,
+            SparseImage::new(&pool, "defrag bench copy probe compute dst", &desc, true)?,
+        ];
+        probe_commit(&pool, &mut images.iter_mut().collect::<Vec<_>>(), true, &mut rng)?;
+        // SAFETY: the words are `shaders/copy_probe.comp` compiled by glslc for Vulkan 1.3 (a
+        // valid module of core capabilities only: Shader, no storage-image format extensions,
+        // rgba8 being a required storage format): a compute
+        // `main` of 16 × 16 invocations that uses two rgba8 storage images, bindings 0 and 1 of
+        // set 0 (the views bound are R8G8B8A8_UNORM storage images), and no push constants.
+        let program = unsafe {
+            ComputeProgram::from_spirv(
+                device,
+                "copy_probe.comp",
+                &spirv_words(COPY_PROBE_SPV),
+                &[BindingKind::StorageImage; 2],
+                0,
+                1,
+            )?
+        };
+        let set = program.descriptor_set(&[
+            Binding::storage(&images[0], vk::ImageLayout::GENERAL),
+            Binding::storage(&images[1], vk::ImageLayout::GENERAL),
+        ])?;
+        let groups = [(square * shape[0]).div_ceil(16), (rows * shape[1]).div_ceil(16), 1];
+        let time = probe_time_with(device, |rec| Ok(program.dispatch(rec, &set, &[], groups)?))?;
+        note("sparse_compute", true, false, [square, rows], &[], time);
+        device.wait_submitted()?;
+        drop(set);
+        drop(program);
         for image in images.iter_mut() {
             image.release_all(&pool)?;
         }
