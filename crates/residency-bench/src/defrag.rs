@@ -35,6 +35,7 @@ use residency::core::tiles::{SparseImageDesc, TexelRegion, TileIndex, TilePoolDe
 use residency::core::usage::{BufferUsage, ImageUsage};
 use residency::vulkan::ash::vk;
 
+use residency::vulkan::compute::{spirv_words, Binding, BindingKind, ComputeProgram};
 use residency::vulkan::recording::Timestamps;
 use residency::vulkan::sparse::{CompactCopy, CompactStats, SparseImage, SparseTilePool};
 use residency::vulkan::{
@@ -203,6 +204,8 @@ struct DefragReport {
     general_moves_over_first_copy_gpu: Option<f64>,
     /// Tile moves (GPU) over the plain copy (GPU).
     tile_moves_over_copy_gpu: Option<f64>,
+    /// The bytes of the largest tile pass copied image to image in several ways.
+    copy_probe: CopyProbe,
     /// Blocks and bytes in the VMA-format dumps of the general heaps.
     vma_dump_before: DumpSummary,
     vma_dump_after: DumpSummary,
@@ -619,6 +622,362 @@ pub(crate) fn plain_copy(device: &Arc<Device>, bytes: u64) -> BenchResult<(f64, 
     Ok((median(walls), (!gpus.is_empty()).then(|| median(gpus)), first))
 }
 
+/// One copy of the copy probe: what it copies and its GPU rate (timestamps around the copy
+/// alone, after a barrier from every earlier write), the first time (memory just bound or made)
+/// and the median of the next three.
+#[derive(Debug, Serialize)]
+struct ProbeCopy {
+    name: &'static str,
+    /// Whether the source or the destination (both unless the name says) is a sparse image (bound tile by tile, `SPARSE_ALIASED`
+    /// where the device has `sparseResidencyAliased`), one image (upper half to lower half), and
+    /// the region's extent in tiles (x, y).
+    sparse: bool,
+    same_image: bool,
+    tiles_extent: [u32; 2],
+    regions: u32,
+    first_gb_per_s_gpu: Option<f64>,
+    gb_per_s_gpu: Option<f64>,
+    /// `gb_per_s_gpu` over the buffer copy's.
+    over_buffer_copy: Option<f64>,
+}
+
+/// `residency-bench defrag`'s copy probe: the bytes of the largest tile pass (whole rows of
+/// 2048-texel-wide RGBA8 images) copied one way after another, to tell what makes a tile
+/// pass's image copy slower than a buffer copy of the same bytes on a device: sparse against
+/// plain images (and which side: sparse into plain, plain into sparse), one image against two,
+/// scattered against consecutive memory, a square region against a strip as wide as the device
+/// allows (the carriers' shape).
+#[derive(Debug, Serialize)]
+struct CopyProbe {
+    tiles: u32,
+    bytes: u64,
+    buffer_gb_per_s_gpu: Option<f64>,
+    copies: Vec<ProbeCopy>,
+}
+
+const PROBE_POOL: &str = "bench copy probe";
+
+/// `shaders/copy_probe.comp`, compiled.
+const COPY_PROBE_SPV: &[u8] = include_bytes!("../shaders/copy_probe.comp.spv");
+
+/// A sparse RGBA8 image of `tiles` (x, y) tiles of `shape` texels, one mip, nothing resident.
+fn probe_image(
+    pool: &SparseTilePool,
+    name: &str,
+    tiles: [u32; 2],
+    shape: [u32; 2],
+) -> BenchResult<SparseImage> {
+    let desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, tiles[0] * shape[0], tiles[1] * shape[1])
+        .with_mip_levels(1);
+    Ok(SparseImage::new(pool, name, &desc, false)?)
+}
+
+/// Commits every tile of `images`, interleaved and in a random order when `scatter` (so the
+/// tiles of one image lie scattered over the heaps), image after image in order otherwise.
+fn probe_commit(
+    pool: &SparseTilePool,
+    images: &mut [&mut SparseImage],
+    scatter: bool,
+    rng: &mut VmaRng,
+) -> BenchResult<()> {
+    let mut all: Vec<(usize, TileIndex)> = Vec::new();
+    for (k, image) in images.iter().enumerate() {
+        all.extend((0..image.layout().tile_count()).map(|t| (k, TileIndex(t))));
+    }
+    if scatter {
+        for i in (1..all.len()).rev() {
+            all.swap(i, rng.generate() as usize % (i + 1));
+        }
+    }
+    for (k, tile) in all {
+        images[k].commit_tiles(pool, &[tile])?;
+    }
+    pool.flush_binds(images)?;
+    Ok(())
+}
+
+/// A memory barrier from every earlier write to every later command.
+fn probe_barrier(device: &Device, rec: &residency::vulkan::recording::Recording<'_>) {
+    let barrier = [vk::MemoryBarrier2::default()
+        .src_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
+        .src_access_mask(vk::AccessFlags2::MEMORY_WRITE)
+        .dst_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
+        .dst_access_mask(vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE)];
+    // SAFETY: `rec` is recording on `device` outside a render pass; core stages and accesses.
+    unsafe {
+        device
+            .raw()
+            .cmd_pipeline_barrier2(rec.raw(), &vk::DependencyInfo::default().memory_barriers(&barrier))
+    };
+}
+
+/// Copies `regions` from `src` to `dst` (both in GENERAL) four times, one submission each:
+/// GPU milliseconds of the first and the median of the other three.
+fn probe_time(
+    device: &Arc<Device>,
+    (src, dst): (vk::Image, vk::Image),
+    regions: &[vk::ImageCopy],
+) -> BenchResult<(Option<f64>, Option<f64>)> {
+    probe_time_with(device, |rec| {
+        // SAFETY: `rec` records on `device` outside a render pass; both images are live
+        // images of this device (the caller keeps them until this submission completed: it
+        // is waited for) in GENERAL with transfer usage, every region lies in both and is
+        // bound (fully committed sparse images, or plain images), and the source and
+        // destination regions do not overlap.
+        unsafe {
+            device.raw().cmd_copy_image(
+                rec.raw(),
+                src,
+                vk::ImageLayout::GENERAL,
+                dst,
+                vk::ImageLayout::GENERAL,
+                regions,
+            )
+        };
+        Ok(())
+    })
+}
+
+/// Records `record` four times, one submission each, after a barrier from every earlier write,
+/// between two timestamps: GPU milliseconds of the first and the median of the other three.
+fn probe_time_with(
+    device: &Arc<Device>,
+    mut record: impl FnMut(&mut residency::vulkan::recording::Recording<'_>) -> BenchResult<()>,
+) -> BenchResult<(Option<f64>, Option<f64>)> {
+    let timestamps = Timestamps::new(device, "defrag bench copy probe", 2)?;
+    let mut times = Vec::new();
+    for _ in 0..4 {
+        let mut recorded: BenchResult<()> = Ok(());
+        device.submit_once("defrag bench copy probe", |rec| {
+            probe_barrier(device, rec);
+            recorded = timestamps
+                .cmd_reset(rec, 0..2)
+                .and_then(|()| timestamps.cmd_write(rec, 0))
+                .map_err(Into::into)
+                .and_then(|()| record(rec))
+                .and_then(|()| timestamps.cmd_write(rec, 1).map_err(Into::into));
+        })?;
+        recorded?;
+        times.push(timestamps.elapsed_ms(0, 1));
+    }
+    let first = times[0];
+    let mut rest: Vec<f64> = times[1..].iter().flatten().copied().collect();
+    rest.sort_by(f64::total_cmp);
+    Ok((first, rest.get(rest.len() / 2).copied()))
+}
+
+/// The region(s) copying `n` tiles laid out `cols` a row from rows `0..` to rows `dst_row..`
+/// (the full rows in one region, the last partial row in another).
+fn probe_regions(n: u32, cols: u32, dst_row: u32, shape: [u32; 2]) -> Vec<vk::ImageCopy> {
+    let layers = vk::ImageSubresourceLayers {
+        aspect_mask: vk::ImageAspectFlags::COLOR,
+        mip_level: 0,
+        base_array_layer: 0,
+        layer_count: 1,
+    };
+    let region = |row: u32, w: u32, h: u32| vk::ImageCopy {
+        src_subresource: layers,
+        src_offset: vk::Offset3D { x: 0, y: (row * shape[1]) as i32, z: 0 },
+        dst_subresource: layers,
+        dst_offset: vk::Offset3D { x: 0, y: ((row + dst_row) * shape[1]) as i32, z: 0 },
+        extent: vk::Extent3D { width: w * shape[0], height: h * shape[1], depth: 1 },
+    };
+    let (full, rest) = (n / cols, n % cols);
+    let mut regions = Vec::new();
+    if full > 0 {
+        regions.push(region(0, cols, full));
+    }
+    if rest > 0 {
+        regions.push(region(full, rest, 1));
+    }
+    regions
+}
+
+fn copy_probe(device: &Arc<Device>, bytes: u64, seed: u32) -> BenchResult<CopyProbe> {
+    let mut rng = VmaRng::new(seed ^ 0x9e0b);
+    let pool = SparseTilePool::new(
+        Arc::clone(device),
+        TilePoolDesc::default().with_name(PROBE_POOL).with_tiles_per_heap(64),
+    )?;
+    let tile_bytes = pool.stats().tile_bytes;
+    // The RGBA8 tile shape (128 × 128 on standard block shapes).
+    let shape = {
+        let desc =
+            SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, SPARSE_SIDE, SPARSE_SIDE).with_mip_levels(1);
+        let image = SparseImage::new(&pool, "defrag bench copy probe shape", &desc, false)?;
+        let s = image.layout().tile_shape();
+        [s.width, s.height]
+    };
+    let square = SPARSE_SIDE / shape[0];
+    let n = bytes.div_ceil(tile_bytes).div_ceil(u64::from(square)) as u32 * square;
+    let rows = n / square;
+    let bytes = u64::from(n) * tile_bytes;
+    let (_, buffer, _) = plain_copy(device, bytes)?;
+    let max = device.limits().max_image_dimension2_d;
+    let strip = (max / shape[0]).min(n);
+    let mut copies = Vec::new();
+    let mut note = |name,
+                    sparse,
+                    same_image,
+                    tiles_extent,
+                    regions: &[vk::ImageCopy],
+                    (first, median): (Option<f64>, Option<f64>)| {
+        let rate = |ms: Option<f64>| ms.map(|ms| gb_per_s(bytes, ms / 1e3));
+        copies.push(ProbeCopy {
+            name,
+            sparse,
+            same_image,
+            tiles_extent,
+            regions: regions.len() as u32,
+            first_gb_per_s_gpu: rate(first),
+            gb_per_s_gpu: rate(median),
+            over_buffer_copy: rate(median).zip(buffer).map(|(m, b)| m / b),
+        });
+    };
+
+    // Plain images, two of them, in GENERAL (kept for the copies between plain and sparse).
+    let plain = {
+        let usage = ImageUsage::COPY_SRC | ImageUsage::COPY_DST;
+        let desc =
+            |name: &str| ImageDesc::new_2d(name, Format::R8G8B8A8Unorm, SPARSE_SIDE, rows * shape[1], usage);
+        let a = device.create_image(&desc("defrag bench copy probe a"))?;
+        let b = device.create_image(&desc("defrag bench copy probe b"))?;
+        let to_general: Vec<vk::ImageMemoryBarrier2<'_>> = [a.raw(), b.raw()]
+            .into_iter()
+            .map(|image| {
+                vk::ImageMemoryBarrier2::default()
+                    .dst_stage_mask(vk::PipelineStageFlags2::COPY)
+                    .dst_access_mask(vk::AccessFlags2::TRANSFER_READ | vk::AccessFlags2::TRANSFER_WRITE)
+                    .old_layout(vk::ImageLayout::UNDEFINED)
+                    .new_layout(vk::ImageLayout::GENERAL)
+                    .image(image)
+                    .subresource_range(vk::ImageSubresourceRange {
+                        aspect_mask: vk::ImageAspectFlags::COLOR,
+                        base_mip_level: 0,
+                        level_count: 1,
+                        base_array_layer: 0,
+                        layer_count: 1,
+                    })
+            })
+            .collect();
+        device.submit_once("defrag bench copy probe: to GENERAL", |rec| {
+            // SAFETY: `rec` records on `device` outside a render pass; both images are live,
+            // bound, of one mip and layer, and used by nothing else.
+            unsafe {
+                device.raw().cmd_pipeline_barrier2(
+                    rec.raw(),
+                    &vk::DependencyInfo::default().image_memory_barriers(&to_general),
+                )
+            };
+        })?;
+        let regions = probe_regions(n, square, 0, shape);
+        note(
+            "image",
+            false,
+            false,
+            [square, rows],
+            &regions,
+            probe_time(device, (a.raw(), b.raw()), &regions)?,
+        );
+        device.wait_submitted()?;
+        [a, b]
+    };
+    // Sparse images: two of them (scattered, then consecutive memory), one (upper half to lower
+    // half), and strips as wide as the device allows (one image, then two).
+    for (name, same, cols, scatter) in [
+        ("sparse", false, square, true),
+        ("sparse_consecutive", false, square, false),
+        ("sparse_one_image", true, square, true),
+        ("sparse_strip_one_image", true, strip, true),
+        ("sparse_strip", false, strip, true),
+    ] {
+        let r = n.div_ceil(cols);
+        let mut images = if same {
+            vec![probe_image(&pool, "defrag bench copy probe one", [cols, 2 * r], shape)?]
+        } else {
+            vec![
+                probe_image(&pool, "defrag bench copy probe src", [cols, r], shape)?,
+                probe_image(&pool, "defrag bench copy probe dst", [cols, r], shape)?,
+            ]
+        };
+        probe_commit(&pool, &mut images.iter_mut().collect::<Vec<_>>(), scatter, &mut rng)?;
+        let regions = probe_regions(n, cols, if same { r } else { 0 }, shape);
+        let pair = (images[0].raw(), images[images.len() - 1].raw());
+        let extent = [cols.min(n), r];
+        note(name, true, same, extent, &regions, probe_time(device, pair, &regions)?);
+        if name == "sparse" {
+            // Which side is slow: a sparse source into a plain image, a plain source into a sparse one.
+            let (src, dst) = (plain[0].raw(), plain[1].raw());
+            note(
+                "sparse_to_image",
+                true,
+                false,
+                extent,
+                &regions,
+                probe_time(device, (pair.0, dst), &regions)?,
+            );
+            note(
+                "image_to_sparse",
+                true,
+                false,
+                extent,
+                &regions,
+                probe_time(device, (src, pair.1), &regions)?,
+            );
+        }
+        device.wait_submitted()?;
+        for image in images.iter_mut() {
+            image.release_all(&pool)?;
+        }
+        pool.flush_binds(&mut images.iter_mut().collect::<Vec<_>>())?;
+        drop(images);
+        pool.trim();
+    }
+    // A compute copy between two sparse storage images (tiles scattered), texel for texel.
+    {
+        let desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, square * shape[0], rows * shape[1])
+            .with_mip_levels(1);
+        let mut images = vec![
+            SparseImage::new(&pool, "defrag bench copy probe compute src", &desc, true)?,
+            SparseImage::new(&pool, "defrag bench copy probe compute dst", &desc, true)?,
+        ];
+        probe_commit(&pool, &mut images.iter_mut().collect::<Vec<_>>(), true, &mut rng)?;
+        // SAFETY: the words are `shaders/copy_probe.comp` compiled by glslc for Vulkan 1.3 (a
+        // valid module of core capabilities only: Shader, no storage-image format extensions,
+        // rgba8 being a required storage format): a compute
+        // `main` of 16 × 16 invocations that uses two rgba8 storage images, bindings 0 and 1 of
+        // set 0 (the views bound are R8G8B8A8_UNORM storage images), and no push constants.
+        let program = unsafe {
+            ComputeProgram::from_spirv(
+                device,
+                "copy_probe.comp",
+                &spirv_words(COPY_PROBE_SPV),
+                &[BindingKind::StorageImage; 2],
+                0,
+                1,
+            )?
+        };
+        let set = program.descriptor_set(&[
+            Binding::storage(&images[0], vk::ImageLayout::GENERAL),
+            Binding::storage(&images[1], vk::ImageLayout::GENERAL),
+        ])?;
+        let groups = [(square * shape[0]).div_ceil(16), (rows * shape[1]).div_ceil(16), 1];
+        let time = probe_time_with(device, |rec| Ok(program.dispatch(rec, &set, &[], groups)?))?;
+        note("sparse_compute", true, false, [square, rows], &[], time);
+        device.wait_submitted()?;
+        drop(set);
+        drop(program);
+        for image in images.iter_mut() {
+            image.release_all(&pool)?;
+        }
+        pool.flush_binds(&mut images.iter_mut().collect::<Vec<_>>())?;
+        drop(images);
+        pool.trim();
+    }
+    drop(plain);
+    Ok(CopyProbe { tiles: n, bytes, buffer_gb_per_s_gpu: buffer, copies })
+}
+
 fn measure(device: &Arc<Device>, o: &DefragOptions) -> BenchResult<DefragReport> {
     let started = Instant::now();
     let mut dumps = [DumpSummary::default(), DumpSummary::default()];
@@ -631,6 +990,7 @@ fn measure(device: &Arc<Device>, o: &DefragOptions) -> BenchResult<DefragReport>
     let (copy_wall, copy_gpu, copy_gpu_first) = plain_copy(device, copy_bytes)?;
     let tile_copy_bytes = tiles.passes.iter().map(|p| p.bytes_moved).max().unwrap_or(0).max(1 << 16);
     let (_, tile_copy_gpu, _) = plain_copy(device, tile_copy_bytes)?;
+    let copy_probe = copy_probe(device, tile_copy_bytes, o.seed)?;
     let [before, after] = dumps;
     Ok(DefragReport {
         device: device.name().to_owned(),
@@ -654,6 +1014,7 @@ fn measure(device: &Arc<Device>, o: &DefragOptions) -> BenchResult<DefragReport>
         general,
         tiles,
         tiles_staging,
+        copy_probe,
         plain_copy_bytes: copy_bytes,
         plain_copy_gb_per_s_wall: copy_wall,
         plain_copy_gb_per_s_gpu: copy_gpu,
@@ -763,6 +1124,25 @@ pub fn run(o: &DefragOptions) -> ExitCode {
             opt(r.general_moves_over_first_copy_gpu),
             opt(r.tile_moves_over_copy_gpu)
         );
+        let p = &r.copy_probe;
+        println!(
+            "copy probe, {} tiles ({:.1} MiB), buffer copy {} GB/s (GPU):",
+            p.tiles,
+            p.bytes as f64 / f64::from(1 << 20),
+            opt(p.buffer_gb_per_s_gpu)
+        );
+        for c in &p.copies {
+            println!(
+                "  {:<24} {:>3} x {:<3} tiles, {} region(s): {} GB/s (first {}), {} of the buffer copy",
+                c.name,
+                c.tiles_extent[0],
+                c.tiles_extent[1],
+                c.regions,
+                opt(c.gb_per_s_gpu),
+                opt(c.first_gb_per_s_gpu),
+                opt(c.over_buffer_copy)
+            );
+        }
         println!(
             "VMA dump: {} -> {} blocks, {:.1} -> {:.1} MiB; heaps {} -> {}, verified: {}",
             r.vma_dump_before.blocks,

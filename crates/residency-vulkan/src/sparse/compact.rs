@@ -48,8 +48,9 @@ pub struct CompactStats {
     /// The rebind's entries and wall time (one `vkQueueBindSparse`, tiles merged into rows and
     /// boxes where their new memory is consecutive).
     pub bind: BindStats,
-    /// GPU time of the copies from timestamps (direct: the one heap-to-heap copy; staging: image
-    /// → staging plus staging → image), in milliseconds; `None` when the queue has no timestamps.
+    /// GPU time of the copies from timestamps written after the barrier before them and before
+    /// the barrier after (direct: the heap-to-heap copy; staging: image → staging plus staging →
+    /// image), in milliseconds; `None` when the queue has no timestamps.
     pub copy_gpu_ms: Option<f64>,
     /// Wall time of the whole pass (planning, both copies with their host waits, the rebind).
     #[serde(serialize_with = "micros")]
@@ -64,10 +65,10 @@ pub struct CompactStats {
 #[serde(rename_all = "snake_case")]
 pub enum CompactCopy {
     /// Heap to heap, once per tile, where the device can (`sparseResidencyAliased` and carrier
-    /// images that alias the tiles' memory with the data consistent): one carrier image per
-    /// class of images (format, type, usage), its upper half bound to the tiles' old memory and
-    /// its lower half to their new memory slot for slot, copied in at most two regions between
-    /// one barrier set before and one after. Elsewhere through staging.
+    /// images that alias the tiles' memory with the data consistent): per class of images
+    /// (format, type, usage) a source carrier image bound to the tiles' old memory and a
+    /// destination carrier bound to their new memory slot for slot, copied in at most two
+    /// regions between one barrier set before and one after. Elsewhere through staging.
     #[default]
     Direct,
     /// Through a staging buffer, twice per tile (out, rebind, back), each tile its own region:
@@ -161,9 +162,9 @@ impl SparseTilePool {
     /// [`TilePool::plan_compaction`]). Call repeatedly until `moves` is 0.
     ///
     /// Where the device has `sparseResidencyAliased` ([`CompactCopy::Direct`]), the moved tiles
-    /// are copied heap to heap, once: per class of images (format, type, usage) a carrier image
-    /// whose upper half is bound to the tiles' old memory and lower half to their new memory,
-    /// slot for slot, is copied in one `vkCmdCopyImage` of at most two regions, between one
+    /// are copied heap to heap, once: per class of images (format, type, usage) a source carrier
+    /// image bound to the tiles' old memory is copied into a destination carrier bound to their
+    /// new memory, slot for slot, in one `vkCmdCopyImage` of at most two regions, between one
     /// barrier from every earlier write (every residency submission before, the `waits` and the
     /// renderer's writes they stand for) and one to every later command; the pass waits on the
     /// host for that copy. Then the images' tiles are rebound to their new memory in one
@@ -406,9 +407,7 @@ fn compact_pass(
         }
         // Timestamps are measurement only: one not written reads as `None`.
         timestamps.cmd_reset(rec, 0..4).ok();
-        timestamps.cmd_write(rec, 0).ok();
-        record_tile_copies(device, rec, &*owner, &regions, staging.raw(), TileCopy::Out);
-        timestamps.cmd_write(rec, 1).ok();
+        record_tile_copies(device, rec, &*owner, &regions, staging.raw(), (TileCopy::Out, &timestamps, 0));
     })?;
     // The waits were checked above, so they were all recorded; a refusal would mean the copy
     // ran without them, so it is reported (nothing else changed yet).
@@ -424,8 +423,7 @@ fn compact_pass(
     // 3. The texels back into the tiles, now bound to their new memory (the submission waits
     // for the rebind, as every residency submission waits for the binds before it).
     let copied_back = device.submit_once("tile compaction: copy in", |rec| {
-        timestamps.cmd_write(rec, 2).ok();
-        record_tile_copies(device, rec, &*owner, &regions, staging.raw(), TileCopy::In);
+        record_tile_copies(device, rec, &*owner, &regions, staging.raw(), (TileCopy::In, &timestamps, 2));
         // Every later command on the queue (the renderer's frames) sees the texels.
         global_barrier(
             rec,
@@ -435,7 +433,6 @@ fn compact_pass(
                 vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE,
             ),
         );
-        timestamps.cmd_write(rec, 3).ok();
     });
     if let Err(e) = copied_back {
         // The old tiles still hold the texels (nothing was freed): bind them again.
@@ -503,18 +500,25 @@ fn release_emptied(
     stats
 }
 
-/// A direct pass's copies: per class of images, one carrier image of `cols` blocks a row whose
-/// upper `rows` rows are bound to the moves' sources and the lower `rows` to their destinations,
+/// A direct pass's copies: per class of images, two carrier images of `cols` × `rows` blocks, the
+/// source carrier bound to the moves' sources and the destination carrier to their destinations,
 /// slot for slot (move `j` of the class at slot `j`, x first): one `vkCmdCopyImage` region
-/// copies every full row of the upper half to the lower half, a second the last, partial row,
-/// whatever the moves' heaps. The binds merge slots whose memory is consecutive (runs of tiles
+/// copies every full row of the source carrier to the destination's, a second the last, partial
+/// row, whatever the moves' heaps. The binds merge slots whose memory is consecutive (runs of tiles
 /// in one heap) into one entry per row.
 struct DirectCopy {
     carriers: Vec<CarrierLayout>,
 }
 
-/// One carrier's layout: its class, `cols` blocks a row, `rows` rows a half, and its moves
-/// (source, destination) in slot order.
+/// A class's two carriers: the source carrier (bound to the moves' old memory) and the
+/// destination carrier (to their new memory); copying between two images, not within one.
+struct CarrierPair<'a> {
+    src: Carrier<'a>,
+    dst: Carrier<'a>,
+}
+
+/// One class's carriers' layout: its class, `cols` blocks a row, `rows` rows (each carrier), and
+/// its moves (source, destination) in slot order.
 struct CarrierLayout {
     class: CarrierClass,
     cols: u32,
@@ -523,7 +527,7 @@ struct CarrierLayout {
 }
 
 impl DirectCopy {
-    /// Lays the plan's moves out on carriers, one per class, in the plan's order; `None` without
+    /// Lays the plan's moves out on carriers, a pair per class, in the plan's order; `None` without
     /// `sparseResidencyAliased` or when a class's tiles do not fit one image of the device's
     /// largest extent.
     fn plan(
@@ -557,7 +561,7 @@ impl DirectCopy {
                 return None;
             }
             let rows = n.div_ceil(cols);
-            if u64::from(rows) * 2 * u64::from(class.tile[1]) > u64::from(max) {
+            if u64::from(rows) * u64::from(class.tile[1]) > u64::from(max) {
                 return None;
             }
             (carrier.cols, carrier.rows) = (cols, rows);
@@ -573,29 +577,35 @@ impl DirectCopy {
         heaps_shared: &HeapsShared,
         name: &str,
         tile_bytes: u64,
-    ) -> Result<Option<Vec<Carrier<'d>>>, SparseError> {
+    ) -> Result<Option<Vec<CarrierPair<'d>>>, SparseError> {
         let mut carriers = Vec::with_capacity(self.carriers.len());
         for (i, layout) in self.carriers.iter().enumerate() {
-            match create_carrier(
-                device,
-                &format!("{name} compaction carrier {i}"),
-                layout.class,
-                [layout.cols, 2 * layout.rows],
-                heaps_shared.memory_type,
-                tile_bytes,
-            )? {
-                Some(c) => carriers.push(c),
-                None => return Ok(None),
+            let mut pair = Vec::with_capacity(2);
+            for side in ["source", "destination"] {
+                match create_carrier(
+                    device,
+                    &format!("{name} compaction {side} carrier {i}"),
+                    layout.class,
+                    [layout.cols, layout.rows],
+                    heaps_shared.memory_type,
+                    tile_bytes,
+                )? {
+                    Some(c) => pair.push(c),
+                    None => return Ok(None),
+                }
             }
+            let dst = pair.pop().expect("two carriers");
+            let src = pair.pop().expect("two carriers");
+            carriers.push(CarrierPair { src, dst });
         }
         Ok(Some(carriers))
     }
 }
 
 impl CarrierLayout {
-    /// Block coordinates of slot `slot` in the upper half, or in the lower half.
-    fn block(&self, slot: u32, lower: bool) -> [u32; 2] {
-        [slot % self.cols, slot / self.cols + if lower { self.rows } else { 0 }]
+    /// Block coordinates of slot `slot` (in either carrier).
+    fn block(&self, slot: u32) -> [u32; 2] {
+        [slot % self.cols, slot / self.cols]
     }
 
     /// Texel offset of block `b`.
@@ -612,16 +622,16 @@ impl CarrierLayout {
         }
     }
 
-    /// The carrier's binds: the sources in the upper half, the destinations in the lower, slots
-    /// whose memory is consecutive in one heap merged into one entry per row (a row of blocks
-    /// takes consecutive memory, x first).
-    fn binds(&self, tile_bytes: u64) -> residency_core::tiles::BindPlan {
+    /// A carrier's binds: the source carrier's to the moves' sources (`destination` false), the
+    /// destination carrier's to their destinations, slots whose memory is consecutive in one
+    /// heap merged into one entry per row (a row of blocks takes consecutive memory, x first).
+    fn binds(&self, tile_bytes: u64, destination: bool) -> residency_core::tiles::BindPlan {
         let mut plan = residency_core::tiles::BindPlan::default();
-        for lower in [false, true] {
+        {
             // (first slot, tiles, first physical tile)
             let mut entries: Vec<(u32, u32, PhysicalTile)> = Vec::new();
             for (j, &(from, to)) in self.moves.iter().enumerate() {
-                let (slot, p) = (j as u32, if lower { to } else { from });
+                let (slot, p) = (j as u32, if destination { to } else { from });
                 if let Some(last) = entries.last_mut() {
                     let follows = last.2.heap == p.heap
                         && u64::from(last.2.tile) + u64::from(last.1) == u64::from(p.tile);
@@ -633,7 +643,7 @@ impl CarrierLayout {
                 entries.push((slot, 1, p));
             }
             for (slot, len, p) in entries {
-                let b = self.block(slot, lower);
+                let b = self.block(slot);
                 let (o, e) = (self.offset(b), self.extent(len, 1));
                 plan.image_binds.push(residency_core::tiles::ImageBind {
                     layer: 0,
@@ -654,8 +664,8 @@ impl CarrierLayout {
         plan
     }
 
-    /// The copy regions from the upper half to the lower: its full rows in one, the last,
-    /// partial row in another.
+    /// The copy regions from the source carrier to the destination carrier (the same blocks):
+    /// its full rows in one, the last, partial row in another.
     fn regions(&self) -> Vec<vk::ImageCopy> {
         let layers = vk::ImageSubresourceLayers {
             aspect_mask: self.class.aspect,
@@ -669,7 +679,7 @@ impl CarrierLayout {
             src_subresource: layers,
             src_offset: self.offset([0, row]),
             dst_subresource: layers,
-            dst_offset: self.offset([0, row + self.rows]),
+            dst_offset: self.offset([0, row]),
             extent: self.extent(w, h),
         };
         let mut regions = Vec::with_capacity(2);
@@ -694,7 +704,7 @@ fn direct_pass(
     name: &str,
     owner: &mut dyn CompactionOwner,
     plan: &CompactionPlan,
-    (direct, carriers): (&DirectCopy, Vec<Carrier<'_>>),
+    (direct, carriers): (&DirectCopy, Vec<CarrierPair<'_>>),
     per_image: Vec<ImageMoves>,
     tile_bytes: u64,
     waits: &[GpuUse],
@@ -726,7 +736,7 @@ fn copy_direct(
     heaps_shared: &HeapsShared,
     heaps: &HeapsState,
     name: &str,
-    (direct, carriers): (&DirectCopy, Vec<Carrier<'_>>),
+    (direct, carriers): (&DirectCopy, Vec<CarrierPair<'_>>),
     tile_bytes: u64,
     waits: &[GpuUse],
     stats: &mut CompactStats,
@@ -738,6 +748,7 @@ fn copy_direct(
     let to_general: Vec<vk::ImageMemoryBarrier2<'_>> = carriers
         .iter()
         .zip(&direct.carriers)
+        .flat_map(|(pair, layout)| [(&pair.src, layout), (&pair.dst, layout)])
         .map(|(c, layout)| {
             vk::ImageMemoryBarrier2::default()
                 .src_stage_mask(vk::PipelineStageFlags2::NONE)
@@ -771,12 +782,17 @@ fn copy_direct(
     let plans: Vec<_> = carriers
         .iter()
         .zip(&direct.carriers)
-        .map(|(c, layout)| (c.raw, layout.class.aspect, layout.binds(tile_bytes)))
+        .flat_map(|(pair, layout)| {
+            [
+                (pair.src.raw, layout.class.aspect, layout.binds(tile_bytes, false)),
+                (pair.dst.raw, layout.class.aspect, layout.binds(tile_bytes, true)),
+            ]
+        })
         .collect();
     let (carrier_binds, _) = submit_plans(device, &plans, heaps, tile_bytes, &[], false)?;
     stats.carrier_bind_entries = carrier_binds.bind_entries;
-    // One copy per carrier, after every write before (residency's, the binds', the waits'):
-    // one barrier before all of them, one after.
+    // One copy per class, source carrier to destination carrier, after every write before
+    // (residency's, the binds', the waits'): one barrier before all of them, one after.
     let regions: Vec<Vec<vk::ImageCopy>> = direct.carriers.iter().map(CarrierLayout::regions).collect();
     let mut recorded = Ok(());
     device.submit_once("tile compaction: copy", |rec| {
@@ -785,9 +801,10 @@ fn copy_direct(
                 recorded = Err(e);
             }
         }
-        // Timestamps are measurement only: one not written reads as `None`.
+        // Timestamps are measurement only: one not written reads as `None`. They bracket the
+        // copies alone (after the barrier before, before the barrier after), as the bench's
+        // plain copy is bracketed.
         timestamps.cmd_reset(rec, 0..2).ok();
-        timestamps.cmd_write(rec, 0).ok();
         global_barrier(
             rec,
             (vk::PipelineStageFlags2::ALL_COMMANDS, vk::AccessFlags2::MEMORY_WRITE),
@@ -796,24 +813,26 @@ fn copy_direct(
                 vk::AccessFlags2::TRANSFER_READ | vk::AccessFlags2::TRANSFER_WRITE,
             ),
         );
-        for (carrier, regions) in carriers.iter().zip(&regions) {
-            // SAFETY: `rec` is recording on this device outside a render pass; the carrier is
+        timestamps.cmd_write(rec, 0).ok();
+        for (pair, regions) in carriers.iter().zip(&regions) {
+            // SAFETY: `rec` is recording on this device outside a render pass; both carriers are
             // live and in GENERAL (the transition above completed: the host waited for it), the
-            // regions lie in it and cover only bound blocks (its first `moves` slots of each
-            // half), and the sources (upper half) and destinations (lower half) do not overlap
-            // in memory: the accounting checked that every destination was free and every source
-            // allocated, so no tile is both.
+            // regions lie in both and cover only bound blocks (the first `moves` slots of each),
+            // and the sources (the source carrier's memory) and destinations (the destination
+            // carrier's) do not overlap in memory: the accounting checked that every destination
+            // was free and every source allocated, so no tile is both.
             unsafe {
                 device.raw().cmd_copy_image(
                     rec.raw(),
-                    carrier.raw,
+                    pair.src.raw,
                     vk::ImageLayout::GENERAL,
-                    carrier.raw,
+                    pair.dst.raw,
                     vk::ImageLayout::GENERAL,
                     regions,
                 )
             };
         }
+        timestamps.cmd_write(rec, 1).ok();
         // Every later command on the queue (the renderer's frames, through the images rebound
         // to these tiles) sees the texels.
         global_barrier(
@@ -824,7 +843,6 @@ fn copy_direct(
                 vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE,
             ),
         );
-        timestamps.cmd_write(rec, 1).ok();
     })?;
     recorded?;
     stats.copy_commands = carriers.len() as u32;
@@ -848,20 +866,23 @@ enum TileCopy {
 }
 
 /// Records a barrier from every earlier write, then each image's copy `regions` between its tiles
-/// and `staging`, the way `direction` says.
+/// and `staging`, the way `direction` says, bracketed by timestamps `at` and `at + 1` (the copies
+/// alone, not the barrier).
 fn record_tile_copies(
     device: &Device,
     rec: &mut crate::sync::recording::Recording<'_>,
     owner: &dyn CompactionOwner,
     regions: &[(usize, Vec<vk::BufferImageCopy>)],
     staging: vk::Buffer,
-    direction: TileCopy,
+    (direction, timestamps, at): (TileCopy, &Timestamps, u32),
 ) {
     global_barrier(
         rec,
         (vk::PipelineStageFlags2::ALL_COMMANDS, vk::AccessFlags2::MEMORY_WRITE),
         (vk::PipelineStageFlags2::COPY, vk::AccessFlags2::TRANSFER_READ | vk::AccessFlags2::TRANSFER_WRITE),
     );
+    // Measurement only: a timestamp not written reads as `None`.
+    timestamps.cmd_write(rec, at).ok();
     for (index, copies) in regions {
         let image = owner.image(*index);
         // SAFETY: `rec` is recording on this device outside a render pass; the image (a sparse
@@ -887,6 +908,7 @@ fn record_tile_copies(
             }
         };
     }
+    timestamps.cmd_write(rec, at + 1).ok();
 }
 
 fn global_barrier(
