@@ -17,6 +17,7 @@
 //! With one device everything reduces to a single instance: no extra allocation beyond a one-entry
 //! vector.
 
+mod barriers;
 mod image_pool;
 pub mod streaming;
 pub mod work;
