@@ -118,6 +118,49 @@ pub(crate) enum Declared<'r> {
     FullBarrier,
 }
 
+impl Access<'_> {
+    /// The resource.
+    fn id(&self) -> ResourceId {
+        match self {
+            Access::Buffer { buffer, .. } => buffer.resource_id(),
+            Access::RenderTarget { image, .. } => image.resource_id(),
+        }
+    }
+
+    /// The memory the whole resource is bound to and its bytes there (null: sparse).
+    fn memory(&self) -> (vk::DeviceMemory, Range<u64>) {
+        let ((memory, offset), size) = match self {
+            Access::Buffer { buffer, .. } => (buffer.memory(), buffer.size()),
+            Access::RenderTarget { image, .. } => (image.memory(), image.size()),
+        };
+        (memory, offset..offset.saturating_add(size))
+    }
+}
+
+/// Declares `access` in `batch` and notes its region as used.
+fn declare(
+    batch: &mut residency_core::sync::Batch<'_>,
+    access: &Access<'_>,
+    used: &mut Vec<(ResourceId, Region)>,
+) -> Result<(), SyncError> {
+    let region = match access {
+        Access::Buffer { offset, size, use_, .. } => {
+            let region = Region::bytes(*offset, *size);
+            batch.declare(access.id(), region, *use_)?;
+            region
+        }
+        Access::RenderTarget { layers, .. } => {
+            let region = Region::subresources(0, 1, layers.start, layers.end - layers.start);
+            batch.declare_discard(access.id(), region, Use::ColorAttachmentWrite)?;
+            region
+        }
+    };
+    if !used.contains(&(access.id(), region)) {
+        used.push((access.id(), region));
+    }
+    Ok(())
+}
+
 /// Everything before, made available and visible to everything after (host reads included).
 const FULL: MemoryBarrier = MemoryBarrier {
     src: Scope::new(PipelineStages::ALL_COMMANDS, AccessFlags::MEMORY_READ.union(AccessFlags::MEMORY_WRITE)),
@@ -191,31 +234,52 @@ impl Plan {
         let (index, family) = (device.index(), device.universal_queue().family());
         // The regions used since the resources were last closed.
         let mut used: Vec<(ResourceId, Region)> = Vec::new();
+        // Up to the first full barrier, each resource's first use is declared in the opening
+        // batch (its barrier from the unknown prior state moves there, merged), and not again at
+        // its item: nothing between the opening and that item uses the resource. Not when its
+        // memory may be memory an earlier item used through another resource (aliasing, or a
+        // sparse resource): that first use keeps its barrier at its item.
+        let declaring = items.iter().take_while(|i| matches!(i, Declared::Accesses(_)));
+        let mut first: Vec<(ResourceId, usize)> = Vec::new();
+        let mut seen: Vec<(ResourceId, vk::DeviceMemory, Range<u64>)> = Vec::new();
+        for (n, item) in declaring.enumerate() {
+            let Declared::Accesses(accesses) = item else { break };
+            for access in accesses {
+                plan.track(access)?;
+                let (id, (memory, bytes)) = (access.id(), access.memory());
+                let aliases = memory == vk::DeviceMemory::null()
+                    || seen.iter().any(|(other, m, b)| {
+                        *other != id && *m == memory && b.start < bytes.end && bytes.start < b.end
+                    });
+                if !aliases && !seen.iter().any(|(other, ..)| *other == id) && !first.iter().any(|(f, _)| *f == id) {
+                    first.push((id, n));
+                }
+            }
+            for access in accesses {
+                let (memory, bytes) = access.memory();
+                seen.push((access.id(), memory, bytes));
+            }
+        }
+        let hoisted = |n: usize, access: &Access<'_>| first.contains(&(access.id(), n));
+        let mut opening = plan.tracker.batch(index, family);
+        for (n, item) in items.iter().enumerate() {
+            let Declared::Accesses(accesses) = item else { break };
+            for access in accesses.iter().filter(|a| hoisted(n, a)) {
+                declare(&mut opening, access, &mut used)?;
+            }
+        }
+        plan.opening = opening.flush().barriers;
         // Undeclared work ran since the last full barrier.
         let mut dirty = false;
-        for item in items {
+        for (n, item) in items.iter().enumerate() {
             match item {
                 Declared::Accesses(accesses) => {
                     for access in accesses {
                         plan.track(access)?;
                     }
                     let mut batch = plan.tracker.batch(index, family);
-                    for access in accesses {
-                        let (id, region) = match access {
-                            Access::Buffer { buffer, offset, size, use_ } => {
-                                let region = Region::bytes(*offset, *size);
-                                batch.declare(buffer.resource_id(), region, *use_)?;
-                                (buffer.resource_id(), region)
-                            }
-                            Access::RenderTarget { image, layers } => {
-                                let region = Region::subresources(0, 1, layers.start, layers.end - layers.start);
-                                batch.declare_discard(image.resource_id(), region, Use::ColorAttachmentWrite)?;
-                                (image.resource_id(), region)
-                            }
-                        };
-                        if !used.contains(&(id, region)) {
-                            used.push((id, region));
-                        }
+                    for access in accesses.iter().filter(|a| !hoisted(n, a)) {
+                        declare(&mut batch, access, &mut used)?;
                     }
                     plan.gaps.push(batch.flush().barriers);
                     plan.own.push(false);
