@@ -400,7 +400,10 @@ fn record_eye(
             src_stages: S::COLOR_ATTACHMENT_OUTPUT | S::FRAGMENT_SHADER,
             src_access: A::COLOR_ATTACHMENT_WRITE | A::SHADER_WRITE,
             dst_stages: S::COLOR_ATTACHMENT_OUTPUT | S::FRAGMENT_SHADER,
-            dst_access: A::COLOR_ATTACHMENT_READ | A::COLOR_ATTACHMENT_WRITE | A::SHADER_READ | A::SHADER_WRITE,
+            dst_access: A::COLOR_ATTACHMENT_READ
+                | A::COLOR_ATTACHMENT_WRITE
+                | A::SHADER_READ
+                | A::SHADER_WRITE,
         },
         Barriers::Full => full_barrier(),
     })?;

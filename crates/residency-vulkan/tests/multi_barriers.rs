@@ -9,8 +9,8 @@ use residency_core::usage::{BufferPoolUsage, BufferUsage, ImageUsage};
 use residency_vulkan::ash::vk;
 use residency_vulkan::compute::{Binding, ComputeProgram};
 use residency_vulkan::multi::work::{
-    BarrierMode, BarrierStats, BufferView, CopyItem, DispatchItem, DrawItem, MultiBinding, MultiComputeProgram,
-    MultiGraphicsProgram, MultiSubmitter, MultiTimestamps, RenderItem, WorkItem,
+    BarrierMode, BarrierStats, BufferView, CopyItem, DispatchItem, DrawItem, MultiBinding,
+    MultiComputeProgram, MultiGraphicsProgram, MultiSubmitter, MultiTimestamps, RenderItem, WorkItem,
 };
 use residency_vulkan::multi::{MultiBuffer, MultiBufferPool, MultiDevice, MultiImage, MultiUploader};
 use residency_vulkan::recording::MemoryDependency;
@@ -76,19 +76,41 @@ fn single_device_frame(device: &Device) -> Vec<u8> {
     };
     let storage = BufferUsage::STORAGE | BufferUsage::COPY_SRC | BufferUsage::COPY_DST;
     let (v, i) = (buffer("v", &vertices(), storage), buffer("i", &indices(), storage));
-    let (p1, p2) = (buffer("p1", &params(1.0, 0.5), BufferUsage::UNIFORM), buffer("p2", &params(2.0, 1.0), BufferUsage::UNIFORM));
+    let (p1, p2) = (
+        buffer("p1", &params(1.0, 0.5), BufferUsage::UNIFORM),
+        buffer("p2", &params(2.0, 1.0), BufferUsage::UNIFORM),
+    );
     let zeros = vec![0u8; N as usize * 16];
     // The output starts as junk, as in the multi-device runs (its first element is not copied).
     let junk = vec![0xabu8; N as usize * 16];
-    let (a, mid, b, out) =
-        (buffer("a", &zeros, storage), buffer("mid", &zeros, storage), buffer("b", &zeros, storage), buffer("out", &junk, storage));
+    let (a, mid, b, out) = (
+        buffer("a", &zeros, storage),
+        buffer("mid", &zeros, storage),
+        buffer("b", &zeros, storage),
+        buffer("out", &junk, storage),
+    );
     let set1 = program
-        .descriptor_set(&[Binding::Buffer(&v), Binding::Buffer(&i), Binding::Buffer(&p1), Binding::Buffer(&a)])
+        .descriptor_set(&[
+            Binding::Buffer(&v),
+            Binding::Buffer(&i),
+            Binding::Buffer(&p1),
+            Binding::Buffer(&a),
+        ])
         .unwrap();
     let set2 = program
-        .descriptor_set(&[Binding::Buffer(&mid), Binding::Buffer(&i), Binding::Buffer(&p2), Binding::Buffer(&b)])
+        .descriptor_set(&[
+            Binding::Buffer(&mid),
+            Binding::Buffer(&i),
+            Binding::Buffer(&p2),
+            Binding::Buffer(&b),
+        ])
         .unwrap();
-    let dep = |src_stages, src_access, dst_stages, dst_access| MemoryDependency { src_stages, src_access, dst_stages, dst_access };
+    let dep = |src_stages, src_access, dst_stages, dst_access| MemoryDependency {
+        src_stages,
+        src_access,
+        dst_stages,
+        dst_access,
+    };
     device
         .submit_once("single passes", |rec| {
             let groups = [N.div_ceil(64), 1, 1];
@@ -149,13 +171,20 @@ fn a_multi_pass_frame_records_fewer_barriers_from_the_tracker_with_the_same_resu
         .unwrap();
         let uploader = MultiUploader::new(set, both, 1 << 20).unwrap();
         let storage = BufferUsage::STORAGE | BufferUsage::COPY_DST | BufferUsage::COPY_SRC;
-        let init = |name: &str, size: u64, usage| pool.init_buffer(&BufferInit::new(name, size).with_usage(usage), both).unwrap();
+        let init = |name: &str, size: u64, usage| {
+            pool.init_buffer(&BufferInit::new(name, size).with_usage(usage), both).unwrap()
+        };
         let bytes = u64::from(N) * 16;
         let v = init("vertices", bytes, storage);
         let i = init("indices", u64::from(N) * 4, storage);
         let uniform = BufferUsage::UNIFORM | BufferUsage::COPY_DST;
         let (p1, p2) = (init("params 1", 48, uniform), init("params 2", 48, uniform));
-        let (a, mid, b, out) = (init("a", bytes, storage), init("mid", bytes, storage), init("b", bytes, storage), init("out", bytes, storage));
+        let (a, mid, b, out) = (
+            init("a", bytes, storage),
+            init("mid", bytes, storage),
+            init("b", bytes, storage),
+            init("out", bytes, storage),
+        );
         let geo = init("quad", 144, BufferUsage::VERTEX | BufferUsage::COPY_DST);
         uploader.broadcast(&v, 0, &vertices()).unwrap();
         uploader.broadcast(&i, 0, &indices()).unwrap();
@@ -167,13 +196,32 @@ fn a_multi_pass_frame_records_fewer_barriers_from_the_tracker_with_the_same_resu
         let compute = MultiComputeProgram::new(set, both, "passes", &shaders::PLACED_BUFFERS, 4).unwrap();
         let groups = [N.div_ceil(64), 1, 1];
         let d1 = DispatchItem::new(&compute, vec![whole(&v), whole(&i), whole(&p1), whole(&a)], &[], groups);
-        let d2 = DispatchItem::new(&compute, vec![whole(&mid), whole(&i), whole(&p2), whole(&b)], &[], groups);
-        let c1 = CopyItem { src: BufferView::whole(&a), dst: BufferView::whole(&mid), src_offset: 0, dst_offset: 0, size: bytes };
-        let c2 = CopyItem { src: BufferView::whole(&b), dst: BufferView::whole(&out), src_offset: 0, dst_offset: 16, size: COPY2 };
+        let d2 =
+            DispatchItem::new(&compute, vec![whole(&mid), whole(&i), whole(&p2), whole(&b)], &[], groups);
+        let c1 = CopyItem {
+            src: BufferView::whole(&a),
+            dst: BufferView::whole(&mid),
+            src_offset: 0,
+            dst_offset: 0,
+            size: bytes,
+        };
+        let c2 = CopyItem {
+            src: BufferView::whole(&b),
+            dst: BufferView::whole(&out),
+            src_offset: 0,
+            dst_offset: 16,
+            size: COPY2,
+        };
         let target = MultiImage::create(
             set,
             both,
-            &ImageDesc::new_2d("passes target", Format::R8G8B8A8Unorm, SIDE, SIDE, ImageUsage::COLOR_ATTACHMENT | ImageUsage::COPY_SRC),
+            &ImageDesc::new_2d(
+                "passes target",
+                Format::R8G8B8A8Unorm,
+                SIDE,
+                SIDE,
+                ImageUsage::COLOR_ATTACHMENT | ImageUsage::COPY_SRC,
+            ),
         )
         .unwrap();
         let quads = MultiGraphicsProgram::new(
@@ -184,8 +232,16 @@ fn a_multi_pass_frame_records_fewer_barriers_from_the_tracker_with_the_same_resu
             &shaders::QUADS_FRAG,
             24,
             &[
-                residency_vulkan::graphics::VertexAttribute { location: 0, format: vk::Format::R32G32_SFLOAT, offset: 0 },
-                residency_vulkan::graphics::VertexAttribute { location: 1, format: vk::Format::R32G32B32A32_SFLOAT, offset: 8 },
+                residency_vulkan::graphics::VertexAttribute {
+                    location: 0,
+                    format: vk::Format::R32G32_SFLOAT,
+                    offset: 0,
+                },
+                residency_vulkan::graphics::VertexAttribute {
+                    location: 1,
+                    format: vk::Format::R32G32B32A32_SFLOAT,
+                    offset: 8,
+                },
             ],
             vk::Format::R8G8B8A8_UNORM,
             1,
@@ -193,7 +249,13 @@ fn a_multi_pass_frame_records_fewer_barriers_from_the_tracker_with_the_same_resu
         .unwrap();
         let red = DrawItem::new(&quads, vec![], Some(BufferView::whole(&geo)), 6, 1);
         let draws = [&red];
-        let render = RenderItem { program: &quads, target: &target, extent: [SIDE; 2], clear: [0.0, 0.0, 0.0, 1.0], draws: &draws };
+        let render = RenderItem {
+            program: &quads,
+            target: &target,
+            extent: [SIDE; 2],
+            clear: [0.0, 0.0, 0.0, 1.0],
+            draws: &draws,
+        };
         let stamps = MultiTimestamps::new(set, both, "passes", 2).unwrap();
 
         // Before the tracker, each dependent pass needed an explicit full barrier; the render does
@@ -210,7 +272,8 @@ fn a_multi_pass_frame_records_fewer_barriers_from_the_tracker_with_the_same_resu
             WorkItem::Render(render),
             WorkItem::Timestamp(&stamps, 1),
         ];
-        let tracked_items: Vec<&WorkItem<'_, '_>> = full_items.iter().filter(|i| !matches!(i, WorkItem::Barrier)).collect();
+        let tracked_items: Vec<&WorkItem<'_, '_>> =
+            full_items.iter().filter(|i| !matches!(i, WorkItem::Barrier)).collect();
         let tracked_items: Vec<WorkItem<'_, '_>> = tracked_items
             .into_iter()
             .map(|i| match i {
@@ -222,7 +285,10 @@ fn a_multi_pass_frame_records_fewer_barriers_from_the_tracker_with_the_same_resu
             })
             .collect();
 
-        let run = |submitter: &MultiSubmitter, items: &[WorkItem<'_, '_>], device: DeviceIndex| -> (Frame, BarrierStats) {
+        let run = |submitter: &MultiSubmitter,
+                   items: &[WorkItem<'_, '_>],
+                   device: DeviceIndex|
+         -> (Frame, BarrierStats) {
             // The outputs start from junk each run, so a run that wrote nothing would show.
             uploader.broadcast(&out, 0, &vec![0xab; bytes as usize]).unwrap();
             uploader.wait_idle().unwrap();
@@ -253,7 +319,8 @@ fn a_multi_pass_frame_records_fewer_barriers_from_the_tracker_with_the_same_resu
             assert!(*pixels == frames[0].1, "run {n}: other pixels");
         }
         // b[i] = a[n-1-i] * 2 + 1 = (v[i] + 0.5) * 2 + 1; out = b shifted by one element.
-        let word = |bytes: &[u8], at: usize| f32::from_le_bytes(bytes[at * 4..at * 4 + 4].try_into().unwrap());
+        let word =
+            |bytes: &[u8], at: usize| f32::from_le_bytes(bytes[at * 4..at * 4 + 4].try_into().unwrap());
         assert_eq!(word(&single, 0).to_le_bytes(), [0xab; 4], "not copied");
         assert_eq!(word(&single, 4), 2.0 * 0.5 + 1.0, "the first element of b");
         assert_eq!(word(&single, 8), 2.0 * (4.0 + 0.5) + 1.0, "the second element of b");

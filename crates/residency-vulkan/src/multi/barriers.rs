@@ -226,7 +226,11 @@ impl Plan {
             plan.opening = full();
             plan.closing = full();
             for item in items {
-                plan.gaps.push(if matches!(item, Declared::FullBarrier) { full() } else { BarrierBatch::default() });
+                plan.gaps.push(if matches!(item, Declared::FullBarrier) {
+                    full()
+                } else {
+                    BarrierBatch::default()
+                });
                 plan.own.push(true);
             }
             return Ok(plan);
@@ -251,7 +255,10 @@ impl Plan {
                     || seen.iter().any(|(other, m, b)| {
                         *other != id && *m == memory && b.start < bytes.end && bytes.start < b.end
                     });
-                if !aliases && !seen.iter().any(|(other, ..)| *other == id) && !first.iter().any(|(f, _)| *f == id) {
+                if !aliases
+                    && !seen.iter().any(|(other, ..)| *other == id)
+                    && !first.iter().any(|(f, _)| *f == id)
+                {
                     first.push((id, n));
                 }
             }

@@ -551,7 +551,8 @@ impl MultiSubmitter {
                 (_, Resolved::Dispatch(_, _, d)) => {
                     let kinds = &d.program.kinds;
                     let stages = PipelineStages::COMPUTE_SHADER;
-                    binding_accesses(&d.bindings, kinds, stages, device)?.map_or(Declared::Undeclared, Declared::Accesses)
+                    binding_accesses(&d.bindings, kinds, stages, device)?
+                        .map_or(Declared::Undeclared, Declared::Accesses)
                 }
                 (_, Resolved::Copy(src, dst, region)) => Declared::Accesses(vec![
                     Access::Buffer {
@@ -1349,7 +1350,12 @@ fn render_accesses<'r>(
             return Ok(None);
         };
         accesses.extend(bound);
-        let view = |v: DeviceBufferView<'r>, use_| Access::Buffer { buffer: v.buffer, offset: v.offset, size: v.size, use_ };
+        let view = |v: DeviceBufferView<'r>, use_| Access::Buffer {
+            buffer: v.buffer,
+            offset: v.offset,
+            size: v.size,
+            use_,
+        };
         if let Some(v) = resolved.vertices {
             accesses.push(view(v, Use::VertexRead));
         }
