@@ -352,3 +352,117 @@ fn a_multi_pass_frame_records_fewer_barriers_from_the_tracker_with_the_same_resu
         uploader.destroy().unwrap();
     });
 }
+
+#[test]
+fn an_item_that_declares_no_accesses_gets_full_barriers_and_the_tracked_items_around_it_stay_ordered() {
+    use residency_vulkan::multi::work::PerDeviceImage;
+    use residency_vulkan::{Filter, ImageRegion};
+    with_gpu(|set| {
+        let both = DeviceMask::from_bits(0b11);
+        let pool = MultiBufferPool::new(
+            set,
+            both,
+            &BufferPoolDesc::new("fallback", BufferPoolUsage::Unknown).with_page_size(1 << 20),
+        )
+        .unwrap();
+        let uploader = MultiUploader::new(set, both, 1 << 20).unwrap();
+        let storage = BufferUsage::STORAGE | BufferUsage::COPY_DST | BufferUsage::COPY_SRC;
+        let init = |name: &str, size: u64, usage| {
+            pool.init_buffer(&BufferInit::new(name, size).with_usage(usage), both).unwrap()
+        };
+        let bytes = u64::from(N) * 16;
+        let v = init("vertices", bytes, storage);
+        let i = init("indices", u64::from(N) * 4, storage);
+        let p1 = init("params", 48, BufferUsage::UNIFORM | BufferUsage::COPY_DST);
+        let (a, mid, t, t_copy) = (
+            init("a", bytes, storage),
+            init("mid", bytes, storage),
+            init("t", bytes, storage),
+            init("t copy", bytes, storage),
+        );
+        uploader.broadcast(&v, 0, &vertices()).unwrap();
+        uploader.broadcast(&i, 0, &indices()).unwrap();
+        uploader.broadcast(&p1, 0, &params(1.0, 0.5)).unwrap();
+        // A 16 × 16 texture, sampled by a dispatch that binds an image: it declares no accesses.
+        let texture = MultiImage::create(
+            set,
+            both,
+            &ImageDesc::new_2d(
+                "fallback texture",
+                Format::R8G8B8A8Unorm,
+                16,
+                16,
+                ImageUsage::SAMPLED | ImageUsage::COPY_DST,
+            ),
+        )
+        .unwrap();
+        let texels: Vec<u8> = (0..256u32).flat_map(|n| [n as u8, 255 - n as u8, 7, 255]).collect();
+        for (index, instance) in texture.iter() {
+            set.device(index).unwrap().discard_to_general(&[instance]).unwrap();
+            let up = uploader.instance(index).unwrap();
+            up.write_image(&ImageRegion::new(instance, 0, [0; 3], [16, 16, 1]), &texels).unwrap();
+        }
+        uploader.wait_idle().unwrap();
+        let samplers: Vec<_> =
+            [d(0), d(1)].map(|n| set.device(n).unwrap().create_sampler(Filter::Nearest).unwrap()).into();
+        let views: Vec<_> = [d(0), d(1)].map(|n| texture.view(set, n, 0..1).unwrap()).into();
+        let general = vk::ImageLayout::GENERAL;
+        let per_device = PerDeviceImage {
+            views: vec![
+                (d(0), Binding::sampled(&*views[0], &samplers[0], general)),
+                (d(1), Binding::sampled(&*views[1], &samplers[1], general)),
+            ],
+        };
+        let compute = MultiComputeProgram::new(set, both, "passes", &shaders::PLACED_BUFFERS, 4).unwrap();
+        let sampling = MultiComputeProgram::new(set, both, "sampling", &shaders::SAMPLE_TEXELS, 4).unwrap();
+        let groups = [N.div_ceil(64), 1, 1];
+        let d1 = DispatchItem::new(&compute, vec![whole(&v), whole(&i), whole(&p1), whole(&a)], &[], groups);
+        let push: Vec<u8> = [N, 16].iter().flat_map(|w| w.to_le_bytes()).collect();
+        let sample =
+            DispatchItem::new(&sampling, vec![MultiBinding::Image(per_device), whole(&t)], &push, groups);
+        let copy = |src, dst| CopyItem {
+            src: BufferView::whole(src),
+            dst: BufferView::whole(dst),
+            src_offset: 0,
+            dst_offset: 0,
+            size: bytes,
+        };
+        let items = [
+            WorkItem::Dispatch(&d1),
+            WorkItem::Dispatch(&sample),
+            WorkItem::Copy(copy(&a, &mid)),
+            WorkItem::Copy(copy(&t, &t_copy)),
+        ];
+        let submitter = MultiSubmitter::new(set, both).unwrap();
+        for device in [d(0), d(1)] {
+            let before = submitter.barrier_stats(device);
+            let submission = submitter.submit(device, &items).unwrap();
+            submitter.wait(device, submission).unwrap();
+            let stats = submitter.barrier_stats(device).since(&before);
+            // The start (the dispatch's first uses), the full barrier before the undeclared
+            // dispatch (with everything used closed), one before each copy, the end (with a full
+            // barrier after the undeclared work).
+            assert_eq!(stats.commands, 5, "{stats:?}");
+            let dev = set.device(device).unwrap();
+            let mid = dev.read_back(mid.instance(device).unwrap(), 0, bytes).unwrap();
+            let t = dev.read_back(t_copy.instance(device).unwrap(), 0, bytes).unwrap();
+            let word = |b: &[u8], at: usize| f32::from_le_bytes(b[at * 4..at * 4 + 4].try_into().unwrap());
+            for n in 0..N as usize {
+                let source = (N as usize - 1 - n) * 4;
+                assert_eq!(word(&mid, n * 4), source as f32 + 0.5, "{device}: a[{n}] copied");
+                assert_eq!(
+                    (word(&t, n * 4) * 255.0).round(),
+                    f32::from(texels[n * 4]),
+                    "{device}: texel {n}"
+                );
+            }
+        }
+        submitter.destroy();
+        drop((d1, sample));
+        drop((compute, sampling, views, samplers, texture));
+        for buffer in [v, i, p1, a, mid, t, t_copy] {
+            pool.free_buffer(buffer).unwrap();
+        }
+        uploader.destroy().unwrap();
+    });
+}
