@@ -13,7 +13,9 @@
 //! use the same resources between two submissions, and residency sees none of that. So no state
 //! is carried from one submission to the next: the first use of a resource in a submission
 //! assumes an unknown prior state (written by any command: a barrier from `ALL_COMMANDS` /
-//! `MEMORY_WRITE` for that resource only, merged with the gap's other barriers), and the
+//! `MEMORY_WRITE` for that resource only; up to the first full barrier these are declared together
+//! in the submission's first barrier, unless the resource's memory may be memory an earlier item
+//! used through another resource, whose first use then keeps its barrier at its item), and the
 //! submission ends with every used resource made available and visible to everything after it
 //! (`ALL_COMMANDS | HOST`, host reads included, images in `GENERAL`) — one barrier command at the
 //! end, so a host read after waiting for the submission, or any later submission, sees the writes.
@@ -35,7 +37,7 @@ use std::ops::Range;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum BarrierMode {
     /// The barriers the per-device resource states require, from the state tracker (the
-    /// default): see the module docs of `multi::work`.
+    /// default): see [`MultiSubmitter::submit`](crate::multi::work::MultiSubmitter::submit).
     #[default]
     Tracked,
     /// A full barrier (`ALL_COMMANDS`, every memory access) before and after every submission and

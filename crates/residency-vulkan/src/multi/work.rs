@@ -10,7 +10,10 @@
 //! resolves to that range of the instance on the device of the submission, so the view follows
 //! the buffer's mask (resolution iterates the resource's mask, not the pool's). Items:
 //! [`DispatchItem`], [`CopyItem`], [`RenderItem`] with [`DrawItem`]s (vertices, indexed, indirect),
-//! timestamps of [`MultiTimestamps`], and full barriers.
+//! timestamps of [`MultiTimestamps`], and full barriers. The barriers between items come from
+//! the state tracker of the submission's device ([`BarrierMode::Tracked`], see
+//! [`MultiSubmitter::submit`]); storage buffers count as read and written (the reflection does
+//! not say which).
 
 use crate::device::life::{ForeignUse, Garbage, GpuUse, Life};
 use crate::device::set::DeviceSet;
