@@ -751,3 +751,57 @@ fn resetting_a_layer_releases_only_that_layer_and_reloads_its_coarse_chain() {
     sim.m.unregister_image(img).unwrap();
     assert!(sim.m.pool().leaks().is_empty(), "nothing leaked: {:?}", sim.m.pool().leaks());
 }
+
+/// `pinned_mip_tiles`: besides the tail, every mip of at most that many tiles is pinned (loaded
+/// first, never evicted, even with the budget cut to one tile); 0 pins the tail alone; without a
+/// tail the single-tile mips are pinned whatever is asked.
+#[test]
+fn pinned_mip_tiles_pins_the_coarse_mips_beside_the_tail() {
+    use residency_core::streaming::first_pinned_mip;
+    let l = layout(1024, 1024); // mip 0: 8 × 8 tiles, 1: 4 × 4, 2: 2 × 2, 3: 1, tail from 4
+    assert_eq!(l.first_tail_lod(), 4);
+    let expect = [(0, None), (1, Some(3)), (3, Some(3)), (4, Some(2)), (16, Some(1)), (64, Some(0))];
+    for (tiles, first) in expect {
+        assert_eq!(first_pinned_mip(&l, tiles), first, "pinned_mip_tiles = {tiles}");
+    }
+    let img = ImageId(1);
+    let mut sim = Sim::new(StreamingDesc { pinned_mip_tiles: 4, ..StreamingDesc::default() }, 2);
+    sim.m.register_image(img, &l).unwrap();
+    for _ in 0..8 {
+        sim.step(&[]);
+    }
+    let tile = |mip, x, y| TileKey::tile(img, l.tile_index(TileCoord { layer: 0, mip, x, y, z: 0 }).unwrap());
+    let pinned: Vec<TileKey> =
+        [(2, 0, 0), (2, 1, 0), (2, 0, 1), (2, 1, 1), (3, 0, 0)].map(|(m, x, y)| tile(m, x, y)).to_vec();
+    assert!(pinned.iter().all(|&k| sim.m.is_resident(k)), "loaded with no request");
+    assert!(sim.m.is_resident(TileKey::tail(img, 0)));
+    let wanted = TileRequest {
+        image: img,
+        tile: l.tile_index(TileCoord { layer: 0, mip: 1, x: 0, y: 0, z: 0 }).unwrap(),
+        mip: 1,
+        kind: RequestKind::Miss,
+        pixels: 1,
+    };
+    for _ in 0..6 {
+        sim.step(&[wanted]);
+    }
+    assert!(sim.m.is_resident(tile(1, 0, 0)));
+    sim.m.set_budget_tiles(1);
+    for _ in 0..24 {
+        sim.step(&[]);
+    }
+    assert!(!sim.m.is_resident(tile(1, 0, 0)), "an unpinned tile is evicted");
+    assert!(pinned.iter().all(|&k| sim.m.is_resident(k)), "pinned tiles never are");
+    // Without a tail the single-tile mips stand in for it, whatever is asked.
+    let mut info = SparseFormatInfo::standard(Format::R8G8B8A8Unorm, SparseDimension::D2).unwrap();
+    info.mip_tail_model = residency_core::tiles::MipTailModel::NoTail;
+    let no_tail = SparseImageLayout::new(
+        &SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 1024, 1024),
+        &info,
+        &LayoutLimits::unbounded(),
+    )
+    .unwrap();
+    assert!(no_tail.mip_tail().is_none());
+    assert_eq!(first_pinned_mip(&no_tail, 0), Some(3));
+    assert_eq!(first_pinned_mip(&no_tail, 4), Some(2));
+}

@@ -87,6 +87,8 @@ all_error_types! {
     residency_vulkan::multi::MultiDeviceError<residency_vulkan::MemoryError>,
     residency_vulkan::multi::work::ViewRangeError,
     residency_vulkan::multi::work::WorkError,
+    residency_vulkan::multi::work::ImageCopyError,
+    residency_vulkan::multi::work::CopyRefusal,
     residency_vulkan::multi::work::TimelineError,
     residency_core::desc::DescError,
     residency_core::allocator::DescError,

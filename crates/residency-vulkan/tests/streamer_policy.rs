@@ -394,3 +394,63 @@ fn misuse_cancel_delay_below_the_feedback_gap_is_refused() {
         StreamerDesc::default().with_cancel_after_frames(0).validate(limits).unwrap();
     });
 }
+
+/// `pinned_mip_tiles` pins every mip of at most that many tiles besides the tails: `add_texture`
+/// makes them resident before it returns and a budget cut to nothing evicts none of them, while
+/// the default keeps to the single-tile mips (lavapipe has no mip tail).
+#[test]
+fn pinned_mip_tiles_primes_the_coarse_mips_and_never_evicts_them() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let commands = CommandContext::new(device, "pinned mips").unwrap();
+        let mut plain = Streamer::new(device, desc()).unwrap();
+        let t = plain.add_texture("plain", source("plain", None)).unwrap();
+        let image = t.id();
+        let mip2 = mip_tiles(&plain, image, 2);
+        assert!(
+            mip2.iter().all(|k| !plain.coarse_chain(&t).contains(k)),
+            "the default pins the single-tile mips only"
+        );
+        assert!(plain.coarse_chain(&t).contains(&mip_tiles(&plain, image, 3)[0]));
+        plain.remove_texture(t).unwrap();
+        drop(plain);
+
+        let mut streamer = Streamer::new(device, desc().with_pinned_mip_tiles(4)).unwrap();
+        assert_eq!(streamer.manager().desc().pinned_mip_tiles, 4);
+        let t = streamer.add_texture("pinned", source("pinned", None)).unwrap();
+        let image = t.id();
+        let (mip1, mip2) = (mip_tiles(&streamer, image, 1), mip_tiles(&streamer, image, 2));
+        let chain = streamer.coarse_chain(&t).to_vec();
+        assert!(mip2.iter().all(|k| chain.contains(k)), "the 2 × 2 mip is pinned");
+        assert!(mip1.iter().all(|k| !chain.contains(k)), "the 4 × 4 mip is not");
+        assert!(all_resident(&streamer, &chain), "primed before add_texture returned");
+        // Mip 1 streams in, then the budget falls to one tile: mip 1 goes, the pinned chain stays.
+        for _ in 0..3 {
+            misses(&mut streamer, &commands, &mip1);
+        }
+        assert!(all_resident(&streamer, &mip1));
+        let _ = streamer.set_budget_tiles(1);
+        for _ in 0..24 {
+            frame(&mut streamer, &commands, &[], RequestKind::Miss);
+        }
+        assert!(mip1.iter().all(|&k| !streamer.manager().is_resident(k)), "unpinned tiles are evicted");
+        assert!(all_resident(&streamer, &chain), "pinned tiles are never evicted");
+        streamer.remove_texture(t).unwrap();
+    });
+}
+
+/// More than `MAX_PINNED_MIP_TILES` would pin most of a texture: refused, nothing created.
+#[test]
+fn misuse_pinned_mip_tiles_over_the_maximum_is_refused() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let max = StreamerDesc::MAX_PINNED_MIP_TILES;
+        match Streamer::new(device, desc().with_pinned_mip_tiles(max + 1)) {
+            Err(StreamError::Desc(DescError::TooLarge { field, value, .. })) => {
+                assert_eq!((field, value), ("pinned_mip_tiles", u64::from(max) + 1))
+            }
+            other => panic!("expected TooLarge, got {other:?}"),
+        }
+        desc().with_pinned_mip_tiles(max).validate(&device.profile().limits).unwrap();
+    });
+}

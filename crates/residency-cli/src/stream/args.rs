@@ -65,6 +65,11 @@ pub struct StreamArgs {
     /// LOD warnings start no loads (only misses do).
     #[arg(long)]
     pub(super) no_prefetch: bool,
+    /// Besides the mip tails, pin every mip of at most N tiles (the streamer's
+    /// `pinned_mip_tiles`: loaded before frame 0, never evicted; 1 or 4 sharpen the first frame of
+    /// large textures). 0: the tails only.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64))]
+    pub(super) pin_mip_tiles: u32,
     /// Cut the tile budget at this frame to `--cut-to-mib`.
     #[arg(long, requires = "cut_to_mib")]
     pub(super) cut_at_frame: Option<u64>,

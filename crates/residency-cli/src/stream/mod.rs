@@ -190,6 +190,7 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
         .with_eviction_delay_frames(args.eviction_delay)
         .with_max_loads_in_flight(args.max_loads_in_flight)
         .with_prefetch(!args.no_prefetch)
+        .with_pinned_mip_tiles(args.pin_mip_tiles)
         .with_sampling(
             FeedbackSampling::new(args.feedback_stride, args.feedback_interval)
                 .with_block(args.feedback_block),
@@ -371,6 +372,7 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
         psnr_db_reference_vs_source_run: (!sources.is_empty())
             .then(|| psnr_of(done.mse_reference_source_sum / done.psnr_source.len().max(1) as f64)),
         budget_bytes,
+        pinned_mip_tiles: args.pin_mip_tiles,
         resident_bytes_peak: stats.resident_bytes_peak,
         tiles_streamed: stats.tiles_streamed,
         tiles_evicted: stats.tiles_evicted,

@@ -82,6 +82,8 @@ pub struct StreamReport {
     /// (full tiles).
     pub resident_texels_peak: u64,
     pub budget_bytes: u64,
+    /// `--pin-mip-tiles`: besides the tails, every mip of at most this many tiles is pinned.
+    pub pinned_mip_tiles: u32,
     pub resident_bytes_peak: u64,
     pub tiles_streamed: u64,
     pub tiles_evicted: u64,

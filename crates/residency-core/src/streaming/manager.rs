@@ -170,6 +170,32 @@ pub struct StreamingDesc {
     /// its own bytes ([`software_slot_bytes`](crate::tiles::software_slot_bytes)).
     #[serde(default = "default_tile_bytes")]
     pub tile_bytes: u64,
+    /// Besides the mip tails, every mip of at most this many tiles per layer is pinned (loaded at
+    /// registration, never evicted): 0 (the default) pins the tails only, or, for an image
+    /// without a tail, every mip from the first single-tile one on — what a standard tail would
+    /// hold. A renderer that wants a sharper first frame of large textures (an 8192² RGBA8
+    /// texture's tail starts at 64 × 64 texels on NVIDIA) pins 1 or 4 (the 128² and 256² mips)
+    /// at 64 KiB each per texture. [`first_pinned_mip`] is the rule.
+    #[serde(default)]
+    pub pinned_mip_tiles: u32,
+}
+
+/// The first mip (of every layer) whose tiles `layout`'s image pins besides its mip tails, with
+/// [`StreamingDesc::pinned_mip_tiles`] `= pinned_mip_tiles`: the first mip outside the tail of at
+/// most `pinned_mip_tiles` tiles per layer (at most one without a tail, whatever is asked), or
+/// `None` when no such mip is pinned. Without a tail and no single-tile mip, the last mip.
+pub fn first_pinned_mip(layout: &SparseImageLayout, pinned_mip_tiles: u32) -> Option<u32> {
+    let no_tail = layout.mip_tail().is_none();
+    let limit = if no_tail { pinned_mip_tiles.max(1) } else { pinned_mip_tiles };
+    if limit == 0 {
+        return None;
+    }
+    let first = layout.mips().iter().find(|m| !m.in_tail && m.tile_count() <= limit).map(|m| m.lod);
+    if no_tail {
+        Some(first.unwrap_or(layout.mip_levels() - 1))
+    } else {
+        first
+    }
 }
 
 fn default_tile_bytes() -> u64 {
@@ -194,6 +220,7 @@ impl Default for StreamingDesc {
             prefetch: true,
             cancel_after_frames: default_cancel_after_frames(),
             tile_bytes: default_tile_bytes(),
+            pinned_mip_tiles: 0,
         }
     }
 }
@@ -474,7 +501,8 @@ impl StreamingManager {
     }
 
     /// Registers `image`; its pinned units (mip tails; without a tail, every mip from the first
-    /// one that is a single tile — what a standard mip tail would hold) are loaded first, from the
+    /// one that is a single tile — what a standard mip tail would hold; and the mips of at most
+    /// [`StreamingDesc::pinned_mip_tiles`] tiles, [`first_pinned_mip`]) are loaded first, from the
     /// next frame on. The default LOD warning is every mip with a lead of a
     /// quarter level.
     pub fn register_image(
@@ -486,10 +514,8 @@ impl StreamingManager {
             return Err(StreamingError::DuplicateImage(image));
         }
         // Without a tail (lavapipe, the software path) the coarse single-tile mips stand in for it,
-        // so both kinds of device start from the same coarse chain.
-        let pinned_mip = (layout.mip_tail().is_none()).then(|| {
-            layout.mips().iter().find(|m| m.tiles == [1, 1, 1]).map_or(layout.mip_levels() - 1, |m| m.lod)
-        });
+        // so both kinds of device start from the same coarse chain; `pinned_mip_tiles` adds mips.
+        let pinned_mip = first_pinned_mip(layout, self.desc.pinned_mip_tiles);
         for tail in 0..layout.mip_tail_count() {
             self.pinned_pending.insert(TileKey::tail(image, tail));
         }

@@ -41,8 +41,8 @@ pub use lineage::{child_tiles, covering_tiles, parent_tiles};
 pub use loader::{DuplicateLoad, LoadDone, LoadJob, TileLoader, LOADER_JOIN_TIMEOUT, MAX_LOADER_WORKERS};
 pub use lod_warning::{classify_low_water, classify_sample, low_water_level};
 pub use manager::{
-    FrameInput, FrameOutput, ImageChanges, ImageCompaction, LoadReason, StreamUnit, StreamingDesc,
-    StreamingError, StreamingManager, TileKey, TileLoad,
+    first_pinned_mip, FrameInput, FrameOutput, ImageChanges, ImageCompaction, LoadReason, StreamUnit,
+    StreamingDesc, StreamingError, StreamingManager, TileKey, TileLoad,
 };
 pub use request::{RequestKind, TileRequest};
 pub use source::{FnSource, FnVolumeSource, RvtSource, SourceDepth, SourceError, TileSource};

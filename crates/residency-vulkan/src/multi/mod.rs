@@ -18,7 +18,9 @@
 //! vector.
 
 mod barriers;
+mod copy;
 mod image_pool;
+mod image_upload;
 pub mod streaming;
 pub mod work;
 

@@ -9,7 +9,8 @@
 //! descriptor*: a [`BufferView`] names a range of a [`MultiBuffer`] (checked against it) and
 //! resolves to that range of the instance on the device of the submission, so the view follows
 //! the buffer's mask (resolution iterates the resource's mask, not the pool's). Items:
-//! [`DispatchItem`], [`CopyItem`], [`RenderItem`] with [`DrawItem`]s (vertices, indexed, indirect),
+//! [`DispatchItem`], [`CopyItem`], [`ImageCopyItem`] (image↔image, buffer↔image, checked per device),
+//! [`RenderItem`] with [`DrawItem`]s (vertices, indexed, indirect),
 //! timestamps of [`MultiTimestamps`], and full barriers. The barriers between items come from
 //! the state tracker of the submission's device ([`BarrierMode::Tracked`], see
 //! [`MultiSubmitter::submit`]); storage buffers count as read and written (the reflection does
@@ -22,6 +23,10 @@ use crate::error::{ErrorClass, ResidencyError};
 use crate::error::{Result as VkResult, VkResultExt, VulkanError};
 use crate::multi::barriers::{Access, Declared, Plan, Point};
 pub use crate::multi::barriers::{BarrierMode, BarrierStats};
+use crate::multi::copy::{self, ResolvedImageCopy};
+pub use crate::multi::copy::{
+    BufferImageRegion, CopyRefusal, ImageArea, ImageCopyError, ImageCopyItem, ImageCopyRegion,
+};
 use crate::multi::MultiImage;
 use crate::multi::{
     device_count, fan_out_on, multi_device, resolve_mask, MultiBuffer, MultiDevice, MultiDeviceError,
@@ -272,6 +277,10 @@ pub enum WorkError {
     /// The barriers between the items could not be planned or recorded (nothing was submitted).
     #[error(transparent)]
     Barrier(#[from] RecordError),
+    /// An image copy item does not fit its images or buffers on the device (nothing was
+    /// recorded or submitted).
+    #[error(transparent)]
+    ImageCopy(#[from] ImageCopyError),
     /// A Vulkan call failed.
     #[error(transparent)]
     Vulkan(#[from] VulkanError),
@@ -288,6 +297,7 @@ impl ResidencyError for WorkError {
             WorkError::Draw(e) => e.class(),
             WorkError::Render(e) => e.class(),
             WorkError::Vulkan(e) => e.class(),
+            WorkError::ImageCopy(e) => e.class(),
             WorkError::NotOnDevice { .. }
             | WorkError::Copy { .. }
             | WorkError::Timestamp { .. }
@@ -415,6 +425,8 @@ pub enum WorkItem<'a, 'b> {
     Copy(CopyItem<'a>),
     /// A render pass of draws.
     Render(RenderItem<'a, 'b>),
+    /// A copy between images, or between a buffer and an image.
+    ImageCopy(&'b ImageCopyItem<'a>),
     /// Writes timestamp `index` of the submission's device's pool once the earlier items have
     /// finished.
     Timestamp(&'a MultiTimestamps, u32),
@@ -489,7 +501,8 @@ impl MultiSubmitter {
     ///
     /// A dispatch over that device's limits ([`WorkError::Dispatch`]) fails before any item is
     /// resolved, recorded or submitted; a resource missing on the device, a view range outside its
-    /// instance, a copy outside its views, or a draw reading past its vertex, index or indirect
+    /// instance, a copy outside its views, an image copy that its instances there refuse
+    /// ([`WorkError::ImageCopy`]), or a draw reading past its vertex, index or indirect
     /// view fails before anything is recorded. A draw or render pass that the checked
     /// [`Drawing`](crate::graphics::Drawing) refuses while recording (e.g. a target without
     /// `COLOR_ATTACHMENT` usage, a sampled image in another layout) is returned as that error and
@@ -519,6 +532,7 @@ impl MultiSubmitter {
             Dispatch(DescriptorSet, &'r ComputeProgram, &'r DispatchItem<'r>),
             Copy(&'r Buffer, &'r Buffer, vk::BufferCopy),
             Render(ResolvedRender<'r>),
+            ImageCopy(ResolvedImageCopy<'r>),
             Timestamp(&'r Timestamps, u32),
             Barrier,
         }
@@ -537,6 +551,7 @@ impl MultiSubmitter {
                     Resolved::Copy(src.buffer, dst.buffer, check_copy(src, dst, c)?)
                 }
                 WorkItem::Render(r) => Resolved::Render(resolve_render(r, dev)?),
+                WorkItem::ImageCopy(c) => Resolved::ImageCopy(copy::resolve(c, dev)?),
                 WorkItem::Timestamp(t, index) => {
                     let pool = t.resolve(device, *index)?;
                     if !pool.device().is(dev) {
@@ -628,6 +643,7 @@ impl MultiSubmitter {
                             break;
                         }
                     }
+                    Resolved::ImageCopy(c) => copy::record(rec, c),
                     Resolved::Timestamp(t, index) => {
                         t.cmd_write(rec, *index).expect("the pool of the recording's device (checked)")
                     }

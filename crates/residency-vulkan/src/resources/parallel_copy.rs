@@ -11,7 +11,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 pub const PARALLEL_COPY_PIECE: usize = 1 << 20;
 
 /// The most helper threads the process starts (a copy uses at most this many plus its caller).
-const MAX_HELPERS: usize = 7;
+const MAX_HELPERS: usize = 15;
 
 /// One piece: copy `len` bytes from `src` to `dst`, then count down `done`.
 struct Piece {

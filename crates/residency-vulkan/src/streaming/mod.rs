@@ -159,6 +159,13 @@ pub struct StreamerDesc {
     /// least `sampling.frame_interval + frames_in_flight` (the frames between two feedback
     /// reads, at most), else [`Streamer::new`] refuses it.
     pub cancel_after_frames: Option<u32>,
+    /// Besides the mip tails, every mip of at most this many tiles per layer is pinned: loaded
+    /// by [`Streamer::add_texture`] before it returns and never evicted
+    /// ([`StreamingDesc::pinned_mip_tiles`], [`first_pinned_mip`](residency_core::streaming::first_pinned_mip)).
+    /// Default 0: the tails only (without a tail, the single-tile mips). 1 or 4 give large
+    /// textures a sharper first frame for 64 or 320 KiB each; at most
+    /// [`MAX_PINNED_MIP_TILES`](Self::MAX_PINNED_MIP_TILES), else [`Streamer::new`] refuses it.
+    pub pinned_mip_tiles: u32,
 }
 
 impl Default for StreamerDesc {
@@ -184,6 +191,7 @@ impl Default for StreamerDesc {
             prefetch: policy.prefetch,
             thrash_window_frames: policy.thrash_window_frames,
             cancel_after_frames: None,
+            pinned_mip_tiles: policy.pinned_mip_tiles,
         }
     }
 }
@@ -192,6 +200,10 @@ impl StreamerDesc {
     /// The most loader threads a streamer starts (more only contend for the same loads; a
     /// thread the system cannot start would otherwise fail inside the constructor).
     pub const MAX_WORKERS: usize = 256;
+
+    /// The most tiles per layer a pinned mip may have ([`pinned_mip_tiles`](Self::pinned_mip_tiles)):
+    /// a 1024 × 1024-texel RGBA8 mip.
+    pub const MAX_PINNED_MIP_TILES: u32 = 64;
 
     /// Checks the fields a struct literal can set beyond what the `with_*` setters allow, against
     /// the device's `limits`; [`Streamer::new`] calls it first and creates nothing when it fails:
@@ -1484,6 +1496,7 @@ impl Streamer {
             self.heaps.as_ref(),
             self.atlases.get(&format),
             self.manager.pool().tile_bytes(),
+            self.manager.desc().pinned_mip_tiles,
             id,
             name,
             sources,

@@ -52,6 +52,15 @@ impl StreamerDesc {
         self
     }
 
+    /// Sets the tiles per layer up to which a mip is pinned besides the tails
+    /// ([`pinned_mip_tiles`](Self::pinned_mip_tiles)); more than
+    /// [`MAX_PINNED_MIP_TILES`](Self::MAX_PINNED_MIP_TILES) is refused by
+    /// [`Streamer::new`](super::Streamer::new).
+    pub fn with_pinned_mip_tiles(mut self, tiles: u32) -> Self {
+        self.pinned_mip_tiles = tiles;
+        self
+    }
+
     /// The most frames between two feedback reads that name a tile in use: a frame writes
     /// feedback every `sampling.frame_interval` frames, read up to `frames_in_flight` frames
     /// later.
@@ -71,6 +80,15 @@ impl StreamerDesc {
             let gap = self.feedback_gap(self.frames_in_flight.clamp(1, 8));
             check_range(DESC, name, "cancel_after_frames", frames.into(), gap.into(), u32::MAX.into(), "")?;
         }
+        check_range(
+            DESC,
+            name,
+            "pinned_mip_tiles",
+            self.pinned_mip_tiles.into(),
+            0,
+            Self::MAX_PINNED_MIP_TILES.into(),
+            "StreamerDesc::MAX_PINNED_MIP_TILES",
+        )?;
         Ok(())
     }
 
@@ -87,6 +105,7 @@ impl StreamerDesc {
             prefetch: self.prefetch,
             thrash_window_frames: self.thrash_window_frames,
             cancel_after_frames: cancel_after,
+            pinned_mip_tiles: self.pinned_mip_tiles,
             ..StreamingDesc::default()
         }
     }

@@ -7,7 +7,9 @@ use crate::{
     sync::upload::Uploader,
 };
 use residency_core::format::Format;
-use residency_core::streaming::{SourceDepth, SourceError, StreamUnit, TileKey, TileSource};
+use residency_core::streaming::{
+    first_pinned_mip, SourceDepth, SourceError, StreamUnit, TileKey, TileSource,
+};
 use residency_core::tiles::{
     bordered_block_tile, bordered_tile, software_layout, standard_tile_shape, ImageId, MinLodUpdate,
     PageTable, PhysicalTile, ResidencyPath, SparseDimension, SparseImageDesc, SparseImageLayout, TexelRegion,
@@ -106,6 +108,7 @@ impl Texture {
         heaps: Option<&TileHeaps>,
         atlas: Option<&SoftwareAtlas>,
         tile_bytes: u64,
+        pinned_mip_tiles: u32,
         id: ImageId,
         name: &str,
         sources: Vec<Arc<dyn TileSource>>,
@@ -167,7 +170,7 @@ impl Texture {
                 (layout, TextureGpu::Software { texture })
             }
         };
-        let pinned = pinned_units(id, &layout);
+        let pinned = pinned_units(id, &layout, pinned_mip_tiles);
         let load_source: Arc<dyn TileSource> = match &gpu {
             TextureGpu::Hardware { .. } if layers > 1 => {
                 Arc::new(Layers { name: name.to_owned(), sources, mips: desc.mip_count })
@@ -357,13 +360,11 @@ fn unit_tiles(
     }
 }
 
-/// The units the manager pins for `layout` (its rule: the mip tails, or without one every mip from
-/// the first single-tile mip on): the coarse chain that priming makes resident.
-fn pinned_units(id: ImageId, layout: &SparseImageLayout) -> Vec<TileKey> {
+/// The units the manager pins for `layout` (its rule: the mip tails, and every mip from
+/// [`first_pinned_mip`] on): the coarse chain that priming makes resident.
+fn pinned_units(id: ImageId, layout: &SparseImageLayout, pinned_mip_tiles: u32) -> Vec<TileKey> {
     let mut units: Vec<TileKey> = (0..layout.mip_tail_count()).map(|t| TileKey::tail(id, t)).collect();
-    if layout.mip_tail().is_none() {
-        let first =
-            layout.mips().iter().find(|m| m.tiles == [1, 1, 1]).map_or(layout.mip_levels() - 1, |m| m.lod);
+    if let Some(first) = first_pinned_mip(layout, pinned_mip_tiles) {
         for layer in 0..layout.array_layers() {
             for mip in first..layout.mip_levels() {
                 if let Some((t, n)) = layout.mip_tile_span(layer, mip) {

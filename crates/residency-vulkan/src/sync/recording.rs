@@ -344,6 +344,21 @@ impl<'a> Recording<'a> {
         Ok(())
     }
 
+    /// The layout subresource (`mip`, `layer`) of the image of `state` is in once this
+    /// recording's commands so far have run: what an earlier command of it left, else the
+    /// image's record in submission order (which the submission checks again under the queue
+    /// lock when a command notes it as a requirement). A helper that transitions an image to
+    /// the layout its command needs starts from this.
+    pub(crate) fn layout_now(&self, state: &Arc<Layouts>, mip: u32, layer: u32) -> vk::ImageLayout {
+        let i = (mip * state.layers + layer) as usize;
+        if let Some(&index) = self.layouts.get(&(Arc::as_ptr(state) as usize)) {
+            if let Some(now) = self.plan.touched[index].now.get(i).copied().flatten() {
+                return now;
+            }
+        }
+        state.lock().get(i).copied().unwrap_or(vk::ImageLayout::UNDEFINED)
+    }
+
     /// Makes the submission of this recording fail with `error` (a command refused while the
     /// caller could not be told at once); the first one counts.
     pub(crate) fn refuse_submission(&mut self, error: VulkanError) {
@@ -658,7 +673,7 @@ fn ranges_overlap(a: u64, a_len: u64, b: u64, b_len: u64) -> bool {
 /// Whether bytes `offset..offset + len` of `buffer` and bytes `other..other + other_len` of the
 /// memory object `memory` are the same bytes of memory (a buffer without memory of its own, a
 /// sparse one, shares none this way).
-fn buffer_aliases(
+pub(crate) fn buffer_aliases(
     buffer: &Buffer,
     offset: u64,
     len: u64,

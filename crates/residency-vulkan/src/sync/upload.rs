@@ -65,6 +65,16 @@ pub enum UploadError {
         /// The destination.
         name: String,
     },
+    /// A broadcast of an image to several devices needs to read the old texels back to undo a
+    /// device's copy when another device fails (`MultiImage::broadcast`), and the image cannot be
+    /// read by copies.
+    #[error(
+        "upload to `{name}`: it lacks the copy_src usage a broadcast to several devices needs to undo a copy"
+    )]
+    NotCopySource {
+        /// The destination.
+        name: String,
+    },
     /// One image region is larger than half the staging ring.
     #[error("an image upload of {bytes} B exceeds the staging limit of {limit} B per region")]
     TooLarge {
@@ -187,6 +197,7 @@ impl ResidencyError for UploadError {
             | UploadError::OutOfBounds { .. }
             | UploadError::UnknownTexelSize { .. }
             | UploadError::NotCopyDestination { .. }
+            | UploadError::NotCopySource { .. }
             | UploadError::TooLarge { .. }
             | UploadError::WrongDevice { .. }
             | UploadError::RingTooSmall { .. }
@@ -547,7 +558,7 @@ impl Uploader {
     }
 
     /// Sets how many threads copy a large write into the staging ring (at least 1; the default is
-    /// the host's available parallelism, at most 8). A chunk is split among them only when each
+    /// the host's available parallelism, at most 16). A chunk is split among them only when each
     /// gets at least [`PARALLEL_COPY_PIECE`] bytes, so small writes stay on the calling thread; the helpers are
     /// persistent threads started once per process. Copying
     /// from ordinary (pageable) host memory into the pinned ring is what limits a single thread;
@@ -1136,7 +1147,7 @@ use crate::resources::parallel_copy::copy_in_parallel;
 pub use crate::resources::parallel_copy::PARALLEL_COPY_PIECE;
 
 fn default_copy_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get()).min(8)
+    std::thread::available_parallelism().map_or(1, |n| n.get()).min(16)
 }
 
 /// Copies `data` into the staging ring at a ring allocation, split among up to `threads` threads.
