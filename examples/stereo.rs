@@ -20,7 +20,15 @@
 //! or one GPU twice); `all` takes every device there is (at least two, repeating if need be).
 //! The ground's path: `auto` (default), `hardware` or `software`.
 //!
-//! Run: `RESIDENCY_VALIDATION=sync cargo run --release --example stereo [-- [all] [auto|hardware|software]]`
+//! Barriers: each eye's own barriers come from its state tracker (`ResourceTracker`: each use
+//! declared, the barriers the target's and read-back buffer's states require). `full-barriers`
+//! runs the comparison of before the tracker: a full barrier (`ALL_COMMANDS`, every memory
+//! access) before and after each eye and every use declared as all commands and all memory, as
+//! `MultiSubmitter`'s `BarrierMode::Full` orders work items. The example prints the barriers it
+//! records per eye frame (commands and barrier structures; the streamer's part records its own,
+//! the same in both modes) and the eyes' GPU time (timestamps).
+//!
+//! Run: `RESIDENCY_VALIDATION=sync cargo run --release --example stereo [-- [all] [auto|hardware|software] [full-barriers]]`
 
 use residency::vulkan::ash::vk;
 use residency::vulkan::compute::{Binding, DescriptorSet, ViewRef};
@@ -35,7 +43,9 @@ use residency::vulkan::streaming::{
     CacheStats, DecodedTileCache, FeedbackSampling, FnSource, FrameBindings, StreamerDesc, TextureViews,
     TileSource, VtDesc,
 };
-use residency::vulkan::tracking::{Region, ResourceId, ResourceTracker, TrackerOptions, Use};
+use residency::vulkan::tracking::{
+    AccessFlags, CustomUse, PipelineStages, Region, ResourceId, ResourceTracker, TrackerOptions, Use,
+};
 use residency::vulkan::{
     shaders, Buffer, BufferDesc, BufferUsage, Device, DeviceIndex, DeviceMask, DeviceSet, DeviceSetDesc,
     Filter, Format, Image, ImageDesc, ImageRegion, ImageUsage, ImageView, MemoryIntent, Sampler,
@@ -98,6 +108,13 @@ pub struct Outcome {
     pub clear_pixels: usize,
     /// Median GPU time of each eye's frame in ms (`None` without timestamps).
     pub eye_ms: [Option<f64>; 2],
+    /// How the eyes' barriers were made.
+    pub barriers: Barriers,
+    /// The example's own barrier commands (`vkCmdPipelineBarrier2`) per eye frame, stereo phase
+    /// (the streamer's part not counted: the same in both modes).
+    pub barrier_commands_per_eye: f64,
+    /// The barrier structures (memory, buffer, image) in them, per eye frame.
+    pub barriers_per_eye: f64,
     /// Units each eye's device streamed (priming included).
     pub tiles_streamed: [u64; 2],
     /// Of them, the units priming made resident (the coarse chain, before the first frame).
@@ -190,6 +207,46 @@ fn mesh_vertices() -> Vec<u8> {
     ground.into_iter().chain(panels).flatten().flat_map(f32::to_le_bytes).collect()
 }
 
+/// How an eye's barriers are made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Barriers {
+    /// From the eye's state tracker: the barriers its resources' states require.
+    #[default]
+    Tracker,
+    /// As before the tracker: a full barrier before and after the eye, every use declared as all
+    /// commands and all memory (its layout kept).
+    Full,
+}
+
+/// `use_` as all commands and all memory, in its layout: what a full barrier waits for and
+/// makes visible.
+fn full_use(use_: Use) -> Use {
+    let info = use_.info();
+    Use::Custom(CustomUse {
+        stages: PipelineStages::ALL_COMMANDS | info.stages,
+        access: AccessFlags::MEMORY_READ | AccessFlags::MEMORY_WRITE | info.access,
+        layout: info.layout,
+    })
+}
+
+/// The full barrier of [`Barriers::Full`] (host reads included).
+fn full_barrier() -> MemoryDependency {
+    use vk::{AccessFlags2 as A, PipelineStageFlags2 as S};
+    MemoryDependency {
+        src_stages: S::ALL_COMMANDS,
+        src_access: A::MEMORY_READ | A::MEMORY_WRITE,
+        dst_stages: S::ALL_COMMANDS | S::HOST,
+        dst_access: A::MEMORY_READ | A::MEMORY_WRITE | A::HOST_READ,
+    }
+}
+
+/// Barrier commands and structures an eye recorded.
+#[derive(Clone, Copy, Debug, Default)]
+struct BarrierCount {
+    commands: u64,
+    barriers: u64,
+}
+
 /// An eye's colour target with a read-back buffer; its tracker puts it in each use's layout.
 struct Target {
     image: Image,
@@ -214,10 +271,19 @@ impl Target {
         Ok(Target { image, view, pixels, tracker, ids })
     }
 
-    /// Records the barriers for `uses` (the first of them may discard the image's contents).
-    fn declare(&mut self, rec: &mut Recording<'_>, uses: &[(usize, Use)], discard: bool) -> Result<()> {
+    /// Records the barriers for `uses` (the first of them may discard the image's contents),
+    /// counted in `count`; under [`Barriers::Full`] each use is declared as all commands and all
+    /// memory.
+    fn declare(
+        &mut self,
+        rec: &mut Recording<'_>,
+        uses: &[(usize, Use)],
+        discard: bool,
+        (mode, count): (Barriers, &mut BarrierCount),
+    ) -> Result<()> {
         let mut batch = self.tracker.batch(rec.device().index(), rec.device().universal_queue().family());
         for (n, &(which, usage)) in uses.iter().enumerate() {
+            let usage = if mode == Barriers::Full { full_use(usage) } else { usage };
             if discard && n == 0 {
                 batch.declare_discard(self.ids[which], Region::Whole, usage)?;
             } else {
@@ -225,7 +291,9 @@ impl Target {
             }
         }
         let flush = batch.flush();
-        self.tracker.record(rec, &flush.barriers)?;
+        let recorded = self.tracker.record(rec, &flush.barriers)? as u64;
+        count.commands += u64::from(recorded > 0);
+        count.barriers += recorded;
         Ok(())
     }
 
@@ -244,6 +312,8 @@ struct DeviceScene {
     samplers: [Sampler; 2],
     panel_sets: Vec<DescriptorSet>,
     ground_set: Option<(u64, DescriptorSet, u16)>,
+    /// The barriers its eyes recorded so far.
+    barriers: BarrierCount,
 }
 
 /// The scene on every device.
@@ -254,6 +324,7 @@ struct Scene {
     panel_program: MultiGraphicsProgram,
     stamps: MultiTimestamps,
     submitter: MultiSubmitter,
+    barriers: Barriers,
 }
 
 fn attributes() -> [VertexAttribute; 2] {
@@ -307,8 +378,15 @@ fn record_eye(
         .find(|t| t.feedback_slot == slot)
         .map_or([0; 8], |t| bindings.feedback_words(&t, true));
     let push: Vec<u8> = view.iter().copied().chain(words.into_iter().flat_map(u32::to_le_bytes)).collect();
+    let mode = scene.barriers;
+    let count = &mut ds.barriers;
     let target = &mut ds.targets[eye];
-    target.declare(rec, &[(0, Use::ColorAttachmentWrite)], true)?;
+    if mode == Barriers::Full {
+        rec.memory_barrier(full_barrier())?;
+        count.commands += 1;
+        count.barriers += 1;
+    }
+    target.declare(rec, &[(0, Use::ColorAttachmentWrite)], true, (mode, count))?;
     ground.render(rec, &target.view, [SIDE; 2], CLEAR, |draw: &mut Drawing<'_, '_>| -> Result<()> {
         draw.bind_descriptor_set(set)?;
         draw.push_constants(&push)?;
@@ -317,12 +395,20 @@ fn record_eye(
     })??;
     // The panels load what the ground pass stored; a later eye's ground pass writes the same
     // feedback buffer.
-    rec.memory_barrier(MemoryDependency {
-        src_stages: S::COLOR_ATTACHMENT_OUTPUT | S::FRAGMENT_SHADER,
-        src_access: A::COLOR_ATTACHMENT_WRITE | A::SHADER_WRITE,
-        dst_stages: S::COLOR_ATTACHMENT_OUTPUT | S::FRAGMENT_SHADER,
-        dst_access: A::COLOR_ATTACHMENT_READ | A::COLOR_ATTACHMENT_WRITE | A::SHADER_READ | A::SHADER_WRITE,
+    rec.memory_barrier(match mode {
+        Barriers::Tracker => MemoryDependency {
+            src_stages: S::COLOR_ATTACHMENT_OUTPUT | S::FRAGMENT_SHADER,
+            src_access: A::COLOR_ATTACHMENT_WRITE | A::SHADER_WRITE,
+            dst_stages: S::COLOR_ATTACHMENT_OUTPUT | S::FRAGMENT_SHADER,
+            dst_access: A::COLOR_ATTACHMENT_READ
+                | A::COLOR_ATTACHMENT_WRITE
+                | A::SHADER_READ
+                | A::SHADER_WRITE,
+        },
+        Barriers::Full => full_barrier(),
     })?;
+    count.commands += 1;
+    count.barriers += 1;
     panels.render_over(rec, &target.view, [SIDE; 2], |draw| -> Result<()> {
         for (n, &(.., texture)) in PANELS.iter().enumerate() {
             draw.bind_descriptor_set(&ds.panel_sets[texture])?;
@@ -332,9 +418,15 @@ fn record_eye(
         }
         Ok(())
     })??;
-    target.declare(rec, &[(0, Use::TransferSrc), (1, Use::TransferDst)], false)?;
+    target.declare(rec, &[(0, Use::TransferSrc), (1, Use::TransferDst)], false, (mode, count))?;
     rec.copy_image_to_buffer(&target.image, vk::ImageLayout::TRANSFER_SRC_OPTIMAL, &target.pixels)?;
-    target.declare(rec, &[(1, Use::HostRead)], false)
+    target.declare(rec, &[(1, Use::HostRead)], false, (mode, count))?;
+    if mode == Barriers::Full {
+        rec.memory_barrier(full_barrier())?;
+        count.commands += 1;
+        count.barriers += 1;
+    }
+    Ok(())
 }
 
 /// One frame on device `ds.index`: its streamer's frame around eyes `eyes` drawn in one
@@ -411,6 +503,11 @@ pub fn run(set: &DeviceSet, frames: u64) -> Result<Outcome> {
 
 /// [`run`] with the ground streamed on `path`.
 pub fn run_on_path(set: &DeviceSet, path: ResidencyPath, frames: u64) -> Result<Outcome> {
+    run_with(set, path, Barriers::Tracker, frames)
+}
+
+/// [`run_on_path`] with the eyes' barriers made as `barriers` says.
+pub fn run_with(set: &DeviceSet, path: ResidencyPath, barriers: Barriers, frames: u64) -> Result<Outcome> {
     let devices: Vec<&Arc<Device>> = set.devices().iter().take(2).collect();
     if devices.len() < 2 {
         return Err("the stereo example needs two devices (open one twice: logical_per_physical)".into());
@@ -490,6 +587,7 @@ pub fn run_on_path(set: &DeviceSet, path: ResidencyPath, frames: u64) -> Result<
         panel_program,
         stamps: MultiTimestamps::new(set, all, "stereo eye", 2)?,
         submitter: MultiSubmitter::new(set, all)?,
+        barriers,
     };
     let mut per_device = Vec::new();
     for device in &devices {
@@ -506,7 +604,14 @@ pub fn run_on_path(set: &DeviceSet, path: ResidencyPath, frames: u64) -> Result<
             )])?);
         }
         let targets = [Target::new(device, "left eye")?, Target::new(device, "right eye")?];
-        per_device.push(DeviceScene { index, targets, samplers, panel_sets, ground_set: None });
+        per_device.push(DeviceScene {
+            index,
+            targets,
+            samplers,
+            panel_sets,
+            ground_set: None,
+            barriers: BarrierCount::default(),
+        });
     }
 
     // Stereo: in each frame the left eye on device 0 and the right eye on device 1, each its own
@@ -532,6 +637,10 @@ pub fn run_on_path(set: &DeviceSet, path: ResidencyPath, frames: u64) -> Result<
         stereo_frames += 1;
     }
     let stereo = [per_device[0].targets[0].read()?, per_device[1].targets[1].read()?];
+    let eye_frames = (2 * stereo_frames).max(1) as f64;
+    let barrier_commands_per_eye =
+        per_device.iter().map(|ds| ds.barriers.commands).sum::<u64>() as f64 / eye_frames;
+    let barriers_per_eye = per_device.iter().map(|ds| ds.barriers.barriers).sum::<u64>() as f64 / eye_frames;
 
     // The single-device render: both views on device 0, until its feedback (of both) settles.
     let mut single_frames = 0;
@@ -563,6 +672,9 @@ pub fn run_on_path(set: &DeviceSet, path: ResidencyPath, frames: u64) -> Result<
         magenta: count(&stereo[0], MAGENTA) + count(&stereo[1], MAGENTA),
         clear_pixels: count(&stereo[0], clear) + count(&stereo[1], clear),
         eye_ms: eye_ms.map(median),
+        barriers,
+        barrier_commands_per_eye,
+        barriers_per_eye,
         tiles_streamed: [streamed(left), streamed(right)],
         tiles_primed,
         cache: stats.cache,
@@ -575,14 +687,19 @@ pub fn run_on_path(set: &DeviceSet, path: ResidencyPath, frames: u64) -> Result<
 fn main() -> Result<()> {
     tracing_subscriber::fmt().with_env_filter("warn").init();
     let (mut desc, mut path) = (DeviceSetDesc::default().with_logical_per_physical(2), ResidencyPath::Auto);
+    let mut barriers = Barriers::Tracker;
     for arg in std::env::args().skip(1) {
         match arg.as_str() {
+            "full-barriers" => barriers = Barriers::Full,
             "all" => desc = DeviceSetDesc::default().with_devices(DeviceMask::ALL).with_min_devices(2),
             "auto" => path = ResidencyPath::Auto,
             "hardware" => path = ResidencyPath::Hardware,
             "software" => path = ResidencyPath::Software,
             other => {
-                return Err(format!("unknown argument `{other}`: all, auto, hardware or software").into())
+                return Err(format!(
+                    "unknown argument `{other}`: all, auto, hardware, software or full-barriers"
+                )
+                .into())
             }
         }
     }
@@ -590,7 +707,7 @@ fn main() -> Result<()> {
     for d in set.devices().iter().take(2) {
         println!("device {}: {} (physical {})", d.index().get(), d.name(), d.physical_index());
     }
-    let outcome = run_on_path(&set, path, FRAMES)?;
+    let outcome = run_with(&set, path, barriers, FRAMES)?;
     let problems = set.validation_log().problem_count();
     drop(set);
     let leaks = residency::vulkan::LEAKS_AT_TEARDOWN.load(std::sync::atomic::Ordering::SeqCst);
@@ -608,6 +725,15 @@ fn main() -> Result<()> {
         o.cache.hit_rate() * 100.0,
         o.cache.hits,
         o.cache.decodes
+    );
+    println!(
+        "barriers ({:?}): {:.1} barrier commands, {:.1} barriers per eye frame (the example's own); \
+         GPU time per eye frame (median): left {}, right {}",
+        o.barriers,
+        o.barrier_commands_per_eye,
+        o.barriers_per_eye,
+        ms(o.eye_ms[0]),
+        ms(o.eye_ms[1])
     );
     println!(
         "against device 0 alone ({} frames): left {:.1} dB (max diff {}), right {:.1} dB (max diff {}); \

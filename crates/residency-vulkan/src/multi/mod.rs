@@ -18,13 +18,14 @@
 //! vector.
 
 pub mod accel;
+mod barriers;
+pub mod bindless;
 mod copy;
 mod image_pool;
 mod image_upload;
 pub mod indirect;
 pub mod map;
 pub mod queries;
-pub mod bindless;
 pub mod streaming;
 pub mod work;
 

@@ -13,13 +13,19 @@
 //! [`CopyItem`], [`ImageCopyItem`] (image↔image, buffer↔image, checked per device),
 //! [`RenderItem`] with [`DrawItem`]s (vertices, indexed, indirect, indexed indirect),
 //! timestamps of [`MultiTimestamps`], occlusion and pipeline-statistics queries of
-//! [`MultiQueryPool`] ([`crate::multi::queries`]), ray-tracing launches, and full barriers.
+//! [`MultiQueryPool`] ([`crate::multi::queries`]), ray-tracing launches, and full barriers. The
+//! barriers between items come from the state tracker of the submission's device
+//! ([`BarrierMode::Tracked`], see [`MultiSubmitter::submit`]); storage buffers count as read and
+//! written (the reflection does not say which); an item kind that does not declare its accesses
+//! gets full barriers around it.
 
 use crate::device::life::{ForeignUse, Garbage, GpuUse, Life};
 use crate::device::set::DeviceSet;
 use crate::device::Device;
 use crate::error::{ErrorClass, ResidencyError};
 use crate::error::{Result as VkResult, VkResultExt, VulkanError};
+use crate::multi::barriers::{Access, Declared, Plan, Point};
+pub use crate::multi::barriers::{BarrierMode, BarrierStats};
 use crate::multi::copy::{self, ResolvedImageCopy};
 pub use crate::multi::copy::{
     BufferImageRegion, CopyRefusal, ImageArea, ImageCopyError, ImageCopyItem, ImageCopyRegion,
@@ -40,6 +46,7 @@ use crate::resources::buffer::Buffer;
 use crate::sync::commands::{CommandContext, Submission};
 use crate::sync::queries::QueryError;
 use crate::sync::recording::{check_buffer_copy, Recording, Timestamps};
+use crate::sync::tracking::{AccessFlags, CustomUse, PipelineStages, RecordError, Use};
 use ash::vk;
 use residency_core::device_mask::{DeviceIndex, DeviceMask};
 use std::sync::{Arc, Mutex};
@@ -278,6 +285,9 @@ pub enum WorkError {
         /// The render item's program.
         pass: String,
     },
+    /// The barriers between the items could not be planned or recorded (nothing was submitted).
+    #[error(transparent)]
+    Barrier(#[from] RecordError),
     /// An image copy item does not fit its images or buffers on the device (nothing was
     /// recorded or submitted).
     #[error(transparent)]
@@ -302,6 +312,7 @@ impl ResidencyError for WorkError {
     fn class(&self) -> ErrorClass {
         match self {
             WorkError::RayTracing(e) => e.class(),
+            WorkError::Barrier(e) => e.class(),
             WorkError::Dispatch(e) => e.class(),
             WorkError::Binding(e) => e.class(),
             WorkError::Range(e) => e.class(),
@@ -336,7 +347,9 @@ pub(crate) fn cached_set(
         .iter()
         .filter_map(|b| match b {
             MultiBinding::Buffer(view) => Some(view.buffer.generation()),
-            MultiBinding::Image(_) | MultiBinding::AccelerationStructure(_) | MultiBinding::Sampled(_) => None,
+            MultiBinding::Image(_) | MultiBinding::AccelerationStructure(_) | MultiBinding::Sampled(_) => {
+                None
+            }
         })
         .collect();
     let mut sets = sets.locked();
@@ -482,24 +495,10 @@ pub enum WorkItem<'a, 'b> {
 #[derive(Debug)]
 pub struct MultiSubmitter {
     contexts: PerDevice<CommandContext>,
-}
-
-fn full_barrier(rec: &mut Recording<'_>) {
-    let barrier = [vk::MemoryBarrier2::default()
-        .src_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
-        .src_access_mask(vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE)
-        .dst_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS | vk::PipelineStageFlags2::HOST)
-        .dst_access_mask(
-            vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE | vk::AccessFlags2::HOST_READ,
-        )];
-    // SAFETY: `rec` is recording on its device outside a render pass; core stages with accesses
-    // ALL_COMMANDS performs; the barrier lives for the call.
-    unsafe {
-        rec.device()
-            .raw()
-            .cmd_pipeline_barrier2(rec.raw(), &vk::DependencyInfo::default().memory_barriers(&barrier))
-    };
-    rec.recorded();
+    /// How the items of a submission are ordered.
+    barriers: BarrierMode,
+    /// The barriers recorded so far, per device.
+    stats: Mutex<Vec<(DeviceIndex, BarrierStats)>>,
 }
 
 /// Checks a copy item resolved on one device: inside both views, then [`check_buffer_copy`] at
@@ -528,11 +527,34 @@ impl MultiSubmitter {
     /// A command context on every open device of `mask`.
     pub fn new(set: &DeviceSet, mask: DeviceMask) -> Result<Self, MultiDeviceError<VulkanError>> {
         let contexts = fan_out_on(set, mask, |d| CommandContext::new(d, "multi-device work"))?;
-        Ok(MultiSubmitter { contexts })
+        Ok(MultiSubmitter { contexts, barriers: BarrierMode::default(), stats: Mutex::new(Vec::new()) })
     }
 
-    /// Records `items` for `device` — each resolved to its per-device form — with a full barrier
-    /// before and after, submits them to that device's universal queue, and returns the submission.
+    /// The submitter with its items ordered under `mode` (by default [`BarrierMode::Tracked`]:
+    /// the barriers the per-device resource states require; [`BarrierMode::Full`]: the full
+    /// barriers of before the tracker, for comparison).
+    pub fn with_barriers(mut self, mode: BarrierMode) -> Self {
+        self.barriers = mode;
+        self
+    }
+
+    /// How the items of a submission are ordered.
+    pub fn barrier_mode(&self) -> BarrierMode {
+        self.barriers
+    }
+
+    /// The barriers recorded on `device` by the submissions made so far (zero before the first).
+    pub fn barrier_stats(&self, device: DeviceIndex) -> BarrierStats {
+        self.stats.locked().iter().find(|(i, _)| *i == device).map_or_else(BarrierStats::default, |(_, s)| *s)
+    }
+
+    /// Records `items` for `device` — each resolved to its per-device form — with the barriers
+    /// between them (under [`BarrierMode::Tracked`]: the ones the per-device resource states
+    /// require, each gap's as one `vkCmdPipelineBarrier2`, and one at the end that makes every
+    /// used resource available to later work and the host; an item kind that does not declare
+    /// its accesses gets a full barrier before and after it), submits them to that device's
+    /// universal queue, and returns the submission. [`MultiSubmitter::barrier_stats`] counts the
+    /// barriers.
     ///
     /// A dispatch over that device's limits ([`WorkError::Dispatch`]) fails before any item is
     /// resolved, recorded or submitted; a resource missing on the device, a view range outside its
@@ -624,11 +646,62 @@ impl MultiSubmitter {
             });
         }
         multi_queries::check_sequence(items, device)?;
+        // What each item reads and writes on this device, and the barriers between them.
+        let mut declared = Vec::with_capacity(resolved.len());
+        for (item, r) in items.iter().zip(&resolved) {
+            declared.push(match (item, r) {
+                (_, Resolved::Dispatch(_, _, d)) => {
+                    let kinds = &d.program.kinds;
+                    let stages = PipelineStages::COMPUTE_SHADER;
+                    binding_accesses(&d.bindings, kinds, stages, device)?
+                        .map_or(Declared::Undeclared, Declared::Accesses)
+                }
+                (_, Resolved::Copy(src, dst, region)) => Declared::Accesses(vec![
+                    Access::Buffer {
+                        buffer: src,
+                        offset: region.src_offset - src.offset(),
+                        size: region.size,
+                        use_: Use::TransferSrc,
+                    },
+                    Access::Buffer {
+                        buffer: dst,
+                        offset: region.dst_offset - dst.offset(),
+                        size: region.size,
+                        use_: Use::TransferDst,
+                    },
+                ]),
+                (WorkItem::Render(item), Resolved::Render(r)) => {
+                    render_accesses(item, r, device)?.map_or(Declared::Undeclared, Declared::Accesses)
+                }
+                (_, Resolved::Timestamp(..)) => Declared::Accesses(Vec::new()),
+                (_, Resolved::Barrier) => Declared::FullBarrier,
+                // An item kind that does not declare its accesses: full barriers around it.
+                _ => Declared::Undeclared,
+            });
+        }
+        let plan = Plan::new(dev, self.barriers, &declared).map_err(RecordError::from)?;
+        let mut stats = BarrierStats { submissions: 1, ..BarrierStats::default() };
+        // A barrier batch the tracker refused while recording (nothing is submitted).
+        let mut barrier_refused: Option<RecordError> = None;
         // The first draw or render pass refused while recording: the submission is refused too.
         let mut refused: Option<WorkError> = None;
         let submission = context.submit(&[], |rec| {
-            full_barrier(rec);
-            for r in &resolved {
+            let mut barrier = |rec: &mut Recording<'_>, point: Point| -> bool {
+                let Err(e) = plan.record(rec, point, &mut stats) else { return true };
+                rec.refuse_submission(VulkanError::Unsupported {
+                    device: dev.name().to_owned(),
+                    reason: format!("a refused barrier: {e}"),
+                });
+                barrier_refused = Some(e);
+                false
+            };
+            if !barrier(rec, Point::Opening) {
+                return;
+            }
+            for (n, r) in resolved.iter().enumerate() {
+                if !barrier(rec, Point::Before(n)) {
+                    return;
+                }
                 match r {
                     // The program and set are this device's, checked against its limits before
                     // anything was resolved.
@@ -646,7 +719,7 @@ impl MultiSubmitter {
                         rec.recorded();
                     }
                     Resolved::Render(r) => {
-                        if let Err(e) = record_render(rec, r, &[]) {
+                        if let Err(e) = record_render(rec, r, &[], plan.own_barriers(n)) {
                             rec.refuse_submission(VulkanError::Unsupported {
                                 device: dev.name().to_owned(),
                                 reason: format!("a refused draw: {e}"),
@@ -659,14 +732,15 @@ impl MultiSubmitter {
                     Resolved::Timestamp(t, index) => {
                         t.cmd_write(rec, *index).expect("the pool of the recording's device (checked)")
                     }
-                    Resolved::Barrier => full_barrier(rec),
+                    // Its full barrier is the plan's before the next item.
+                    Resolved::Barrier => {}
                     Resolved::Trace(t) => t.record(rec),
                     Resolved::BeginQuery(q) => multi_queries::record_begin(rec, q),
                     Resolved::EndQuery(q) => multi_queries::record_end(rec, q),
                     Resolved::CopyQuery(c) => multi_queries::record_copy(rec, c),
                     Resolved::QueriedRender(r, queries) => {
                         multi_queries::reset_draw_queries(rec, queries);
-                        if let Err(e) = record_render(rec, r, queries) {
+                        if let Err(e) = record_render(rec, r, queries, plan.own_barriers(n)) {
                             rec.refuse_submission(VulkanError::Unsupported {
                                 device: dev.name().to_owned(),
                                 reason: format!("a refused draw: {e}"),
@@ -677,13 +751,31 @@ impl MultiSubmitter {
                     }
                 }
             }
-            full_barrier(rec);
+            barrier(rec, Point::Closing);
         });
         if let Some(e) = refused {
             return Err(e);
         }
+        if let Some(e) = barrier_refused {
+            return Err(e.into());
+        }
         let submission = submission?;
         multi_queries::note_written(items, device);
+        // A render item that orders itself records two image barriers around its target.
+        let own_renders = resolved
+            .iter()
+            .enumerate()
+            .filter(|(n, r)| {
+                matches!(r, Resolved::Render(_) | Resolved::QueriedRender(..)) && plan.own_barriers(*n)
+            })
+            .count() as u64;
+        stats.commands += 2 * own_renders;
+        stats.image += 2 * own_renders;
+        let mut all = self.stats.locked();
+        match all.iter_mut().find(|(i, _)| *i == device) {
+            Some((_, s)) => s.add(&stats),
+            None => all.push((device, stats)),
+        }
         Ok(submission)
     }
 
@@ -1319,19 +1411,24 @@ fn target_barrier(
 
 /// Records a resolved render item: the target to `COLOR_ATTACHMENT_OPTIMAL`, the pass with its
 /// draws through the checked [`Drawing`](crate::graphics::Drawing), the target to `GENERAL`.
+/// Without `own` barriers the submitter's plan moved the target into `COLOR_ATTACHMENT_OPTIMAL`
+/// before it and moves it to `GENERAL` after it (merged with the other items' barriers).
 fn record_render(
     rec: &mut Recording<'_>,
     r: &ResolvedRender<'_>,
     queries: &[multi_queries::ResolvedDrawQuery<'_>],
+    own: bool,
 ) -> Result<(), WorkError> {
     use vk::{AccessFlags2 as A, ImageLayout as L, PipelineStageFlags2 as S};
     let attachment = L::COLOR_ATTACHMENT_OPTIMAL;
-    target_barrier(
-        rec,
-        r,
-        (S::ALL_COMMANDS, A::MEMORY_READ | A::MEMORY_WRITE, L::UNDEFINED),
-        (S::COLOR_ATTACHMENT_OUTPUT, A::COLOR_ATTACHMENT_READ | A::COLOR_ATTACHMENT_WRITE, attachment),
-    );
+    if own {
+        target_barrier(
+            rec,
+            r,
+            (S::ALL_COMMANDS, A::MEMORY_READ | A::MEMORY_WRITE, L::UNDEFINED),
+            (S::COLOR_ATTACHMENT_OUTPUT, A::COLOR_ATTACHMENT_READ | A::COLOR_ATTACHMENT_WRITE, attachment),
+        );
+    }
     r.program.render(rec, &r.view, r.extent, r.clear, |pass| -> Result<(), DrawError> {
         // SAFETY: `pass` records inside the render pass instance, which ends after this closure
         // returns (and with it `open`, which ends the queries still active).
@@ -1372,13 +1469,83 @@ fn record_render(
         }
         Ok(())
     })??;
-    target_barrier(
-        rec,
-        r,
-        (S::COLOR_ATTACHMENT_OUTPUT, A::COLOR_ATTACHMENT_WRITE, attachment),
-        (S::ALL_COMMANDS | S::HOST, A::MEMORY_READ | A::MEMORY_WRITE | A::HOST_READ, L::GENERAL),
-    );
+    if own {
+        target_barrier(
+            rec,
+            r,
+            (S::COLOR_ATTACHMENT_OUTPUT, A::COLOR_ATTACHMENT_WRITE, attachment),
+            (S::ALL_COMMANDS | S::HOST, A::MEMORY_READ | A::MEMORY_WRITE | A::HOST_READ, L::GENERAL),
+        );
+    }
     Ok(())
+}
+
+/// The accesses of a program's set-0 `bindings` (of `kinds`) by `stages` on `device`: storage
+/// buffers read and written, uniform buffers read; `None` when one is an image (not declared:
+/// the item falls back to full barriers).
+fn binding_accesses<'r>(
+    bindings: &[MultiBinding<'r>],
+    kinds: &[BindingKind],
+    stages: PipelineStages,
+    device: DeviceIndex,
+) -> Result<Option<Vec<Access<'r>>>, WorkError> {
+    let mut accesses = Vec::with_capacity(bindings.len());
+    for (binding, kind) in bindings.iter().zip(kinds) {
+        let MultiBinding::Buffer(view) = binding else { return Ok(None) };
+        let use_ = match kind {
+            BindingKind::StorageBuffer => Use::Custom(CustomUse {
+                stages,
+                access: AccessFlags::SHADER_STORAGE_READ | AccessFlags::SHADER_STORAGE_WRITE,
+                layout: None,
+            }),
+            BindingKind::UniformBuffer => Use::UniformRead(stages),
+            BindingKind::SampledImage
+            | BindingKind::StorageImage
+            | BindingKind::SampledImageArray(_)
+            | BindingKind::BindlessSampledImages(_)
+            | BindingKind::AccelerationStructure => return Ok(None),
+        };
+        let v = view.resolve(device)?;
+        accesses.push(Access::Buffer { buffer: v.buffer, offset: v.offset, size: v.size, use_ });
+    }
+    Ok(Some(accesses))
+}
+
+/// The accesses of a resolved render item: its target (discarded, written as a colour
+/// attachment), each draw's vertex, index and indirect views and its bindings; `None` when a
+/// draw binds an image.
+fn render_accesses<'r>(
+    item: &RenderItem<'r, '_>,
+    r: &ResolvedRender<'r>,
+    device: DeviceIndex,
+) -> Result<Option<Vec<Access<'r>>>, WorkError> {
+    let mut accesses = vec![Access::RenderTarget { image: r.image, layers: r.view.layers() }];
+    let stages = PipelineStages::VERTEX_SHADER | PipelineStages::FRAGMENT_SHADER;
+    for (d, resolved) in item.draws.iter().zip(&r.draws) {
+        let Some(bound) = binding_accesses(&d.bindings, &item.program.kinds, stages, device)? else {
+            return Ok(None);
+        };
+        accesses.extend(bound);
+        let view = |v: DeviceBufferView<'r>, use_| Access::Buffer {
+            buffer: v.buffer,
+            offset: v.offset,
+            size: v.size,
+            use_,
+        };
+        if let Some(v) = resolved.vertices {
+            accesses.push(view(v, Use::VertexRead));
+        }
+        match resolved.call {
+            ResolvedCall::Vertices { .. } => {}
+            ResolvedCall::Indexed { indices, .. } => accesses.push(view(indices, Use::IndexRead)),
+            ResolvedCall::Indirect { args } => accesses.push(view(args, Use::IndirectRead)),
+            ResolvedCall::IndexedIndirect { indices, args, .. } => {
+                accesses.push(view(indices, Use::IndexRead));
+                accesses.push(view(args, Use::IndirectRead));
+            }
+        }
+    }
+    Ok(Some(accesses))
 }
 
 /// A pool of GPU timestamps on every device of a mask (a [`Timestamps`] query pool per device):

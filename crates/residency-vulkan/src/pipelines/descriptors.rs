@@ -1011,7 +1011,9 @@ impl ProgramLayout {
                     infos.resize(self.kinds[i].descriptor_count() as usize, last);
                     infos
                 }
-                Binding::Buffer(_) | Binding::BufferRange { .. } | Binding::AccelerationStructure(_) => Vec::new(),
+                Binding::Buffer(_) | Binding::BufferRange { .. } | Binding::AccelerationStructure(_) => {
+                    Vec::new()
+                }
             })
             .collect();
         let structures: Vec<[vk::AccelerationStructureKHR; 1]> = bindings
