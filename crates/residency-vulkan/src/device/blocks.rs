@@ -489,7 +489,8 @@ impl BlockList {
         if req.size == 0 || !req.alignment.is_power_of_two() {
             return None;
         }
-        let size = req.size.checked_next_multiple_of(self.atom)?;
+        // Most lists have no atom (1): no division then.
+        let size = if self.atom == 1 { req.size } else { req.size.checked_next_multiple_of(self.atom)? };
         let alignment = req.alignment.max(self.atom);
         for (index, slot) in self.blocks.iter_mut().enumerate().rev() {
             let Some(block) = slot else { continue };

@@ -257,8 +257,8 @@ pub struct PoolStats {
 /// Pages are `VkDeviceMemory` blocks of one memory type, grouped in arenas (a thread uses arena
 /// `thread index mod arenas`); each page has its own core
 /// [`TlsfAllocator`](residency_core::allocator::TlsfAllocator) (`# Algorithm` there: segregated
-/// free lists, exact alignment, immediate coalescing, linear and optimal kinds kept off each
-/// other's granularity pages). A request — a range of a known-flags page's one `VkBuffer`
+/// free lists, exact alignment, immediate coalescing; no granularity pages, since every block of
+/// a buffer pool is linear). A request — a range of a known-flags page's one `VkBuffer`
 /// ([`allocate_range`](Self::allocate_range), or a `Buffer` over it), or a placed `VkBuffer` of
 /// its own (unknown flags) — is tried on the arena's pages newest first, and a new page is
 /// allocated (sized by the pool's growth, at least the request) when none has room. A request
@@ -398,7 +398,11 @@ impl BufferPool {
                 intent: desc.memory,
             });
         };
-        let granularity = device.limits().buffer_image_granularity;
+        // Every block of a pool's page is a buffer or a range (`ResourceKind::Linear`), and linear
+        // resources never conflict with each other: `bufferImageGranularity` cannot apply, so the
+        // pages' allocators take none (and skip the neighbour checks it would cost on every
+        // allocation; the placements are the same).
+        let granularity = 1;
         let atom = device.limits().non_coherent_atom_size;
         let memory_type = device.memory_properties().types[type_index as usize].clone();
         let usage_for_pages = desc.usage;
@@ -496,7 +500,8 @@ impl BufferPool {
     fn handle(&self) -> &Arc<PoolArena> {
         // Slots are `shard × arenas + arena`, a multiple of the arena count in all: a thread's
         // arena is its index mod arenas, as without shards.
-        &self.arenas[ARENA.with(|a| *a) % self.arenas.len()]
+        // (A 32-bit remainder: slots are at most `SHARDS × MAX_ARENAS`, and it divides faster.)
+        &self.arenas[(ARENA.with(|a| *a) as u32 % self.arenas.len() as u32) as usize]
     }
 
     /// Releases a buffer of this pool (as dropping it does: deferred while the GPU may use it). A
