@@ -687,20 +687,22 @@ pub(crate) fn create_raw_buffer(
     size: u64,
     usage: BufferUsage,
 ) -> Result<(vk::Buffer, MemoryRequirements), MemoryError> {
-    create_raw_buffer_with(device, name, size, usage, false)
+    create_raw_buffer_with(device, name, size, usage, false, true)
 }
 
 /// [`create_raw_buffer`] answering with the requirements of the buffer's size class, kept per
 /// thread ([`class_requirements`]) instead of asking the driver about each buffer: for buffers
 /// placed in memory they share (a pool's placed buffers), where a size at least the buffer's is
-/// all a placement needs.
+/// all a placement needs. The `VkBuffer` is named in the driver only when `named` (its pool's
+/// `debug_names`).
 pub(crate) fn create_raw_buffer_cached(
     device: &Device,
     name: &str,
     size: u64,
     usage: BufferUsage,
+    named: bool,
 ) -> Result<(vk::Buffer, MemoryRequirements), MemoryError> {
-    create_raw_buffer_with(device, name, size, usage, true)
+    create_raw_buffer_with(device, name, size, usage, true, named)
 }
 
 fn create_raw_buffer_with(
@@ -709,6 +711,7 @@ fn create_raw_buffer_with(
     size: u64,
     usage: BufferUsage,
     cached: bool,
+    named: bool,
 ) -> Result<(vk::Buffer, MemoryRequirements), MemoryError> {
     if size == 0 {
         return Err(MemoryError::InvalidRequest {
@@ -751,7 +754,9 @@ fn create_raw_buffer_with(
         }
         r => VulkanError::from_vk("vkCreateBuffer", r).into(),
     })?;
-    device.set_name(raw, name);
+    if named {
+        device.set_name(raw, name);
+    }
     let requirements = if cached {
         class_requirements(device, size, info.usage)
     } else {
