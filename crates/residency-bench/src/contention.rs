@@ -21,8 +21,10 @@
 //!   creations).
 //!
 //! Reported per contender and thread count: total operations per second (median of 3 runs after a
-//! warm-up), the scaling against its one-thread rate, and the latency of single operations (p50
-//! and p99 over every operation of the 3 runs, each timed alone: the clock reads add ~20 ns).
+//! warm-up), the scaling against its one-thread rate, the latency of single operations (p50
+//! and p99 over every operation of the 3 runs, each timed alone: the clock reads add ~20 ns), and
+//! the Rust heap allocations per operation (the bench's counting allocator: the library's and the
+//! peers' Rust code; not the driver's or VMA's C/C++ allocations).
 
 use residency::core::sync::measure::SplitMix64;
 use residency::core::usage::{BufferPoolUsage, BufferUsage};
@@ -56,14 +58,21 @@ const CONTENDERS: [&str; 9] = [
 /// `driver-memory-per-thread` binds each thread's buffers to a memory object of its own (on
 /// residency's device); `driver-plain` runs on a second instance and device of the same GPU made
 /// here with no extension, feature or debug messenger; `driver-messenger` adds to that a debug
-/// messenger of every severity, as residency's instance has. `driver-plain+X` runs on a plain device
+/// messenger of every severity, as residency's instance has; `driver-named` is `driver` naming each
+/// buffer (`vkSetDebugUtilsObjectNameEXT`, as residency names its own objects), and
+/// `placed-1-unnamed` / `placed-n-unnamed` are `placed-1` / `placed-n` with pools that do not name
+/// their buffers in the driver (`BufferPoolDesc::debug_names` off): the two pairs show what the
+/// name costs. `driver-plain+X` runs on a plain device
 /// with one group of what residency's device enables (`sparse`: sparse binding and residency;
 /// `bda`: buffer device address; `priority`: `VK_EXT_memory_priority`; `budget`:
 /// `VK_EXT_memory_budget`; `rt`: acceleration structures and ray-tracing pipelines with their
 /// extensions; `core`: timeline semaphores, synchronization2, maintenance4, dynamic rendering;
 /// `queues`: two queues of family 0; `all`: every group), to find the one the driver serialises on.
-const DRIVER_VARIANTS: [&str; 11] = [
+const DRIVER_VARIANTS: [&str; 14] = [
     "driver-memory-per-thread",
+    "driver-named",
+    "placed-1-unnamed",
+    "placed-n-unnamed",
     "driver-plain",
     "driver-messenger",
     "driver-plain+sparse",
@@ -146,6 +155,8 @@ struct Row {
     p50_ns: u32,
     p99_ns: u32,
     failures: usize,
+    /// Rust heap allocations per operation (steady state: the warm-up's are not counted).
+    allocs_per_op: f64,
 }
 
 /// Something every thread creates and destroys buffers (or ranges) with.
@@ -159,12 +170,14 @@ trait Contender: Sync {
 }
 
 /// One thread's loop: `ops` operations in a window of live buffers; each operation's latency in
-/// `latencies` (ns). Returns the operations done and the failed creations.
-fn hammer<C: Contender>(c: &C, thread: usize, ops: usize, latencies: &mut Vec<u32>) -> (usize, usize) {
+/// `latencies` (ns). Returns the operations done, the failed creations and the heap allocations
+/// the operations made (the window's last buffers, destroyed after, are not counted).
+fn hammer<C: Contender>(c: &C, thread: usize, ops: usize, latencies: &mut Vec<u32>) -> (usize, usize, u64) {
     let names: Vec<Arc<str>> = (0..NAMES).map(|i| Arc::from(format!("contention t{thread} b{i}"))).collect();
     let mut rng = SplitMix64::new(0x9e37_79b9 ^ (thread as u64 + 1));
     let mut live = Vec::with_capacity(WINDOW);
     let (mut done, mut failures) = (0, 0);
+    let allocations = crate::thread_allocations();
     for i in 0..ops {
         let create = live.len() < WINDOW && (live.is_empty() || rng.next_u64() % 2 == 0);
         if create {
@@ -187,30 +200,33 @@ fn hammer<C: Contender>(c: &C, thread: usize, ops: usize, latencies: &mut Vec<u3
             done += 1;
         }
     }
+    let allocations = crate::thread_allocations() - allocations;
     for handle in live {
         c.destroy(handle);
     }
-    (done, failures)
+    (done, failures, allocations)
 }
 
-/// Runs `threads` threads of [`hammer`] once: operations done, failures, and the latencies.
-fn run_once<C: Contender>(c: &C, threads: usize, ops: usize) -> (usize, usize, Vec<u32>) {
+/// Runs `threads` threads of [`hammer`] once: operations done, failures, the latencies and the
+/// heap allocations.
+fn run_once<C: Contender>(c: &C, threads: usize, ops: usize) -> (usize, usize, Vec<u32>, u64) {
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 scope.spawn(move || {
                     let mut latencies = Vec::with_capacity(ops);
-                    let (done, failures) = hammer(c, t, ops, &mut latencies);
-                    (done, failures, latencies)
+                    let (done, failures, allocations) = hammer(c, t, ops, &mut latencies);
+                    (done, failures, latencies, allocations)
                 })
             })
             .collect();
-        let mut all = (0, 0, Vec::with_capacity(ops * threads));
+        let mut all = (0, 0, Vec::with_capacity(ops * threads), 0);
         for h in handles {
-            let (done, failures, latencies) = h.join().unwrap_or_default();
+            let (done, failures, latencies, allocations) = h.join().unwrap_or_default();
             all.0 += done;
             all.1 += failures;
             all.2.extend(latencies);
+            all.3 += allocations;
         }
         all
     })
@@ -231,12 +247,15 @@ fn measure<C: Contender>(name: &'static str, c: &C, threads: usize, ops: usize) 
     let mut rates = Vec::new();
     let mut latencies = Vec::new();
     let mut failures = 0;
+    let (mut allocations, mut operations) = (0, 0);
     for _ in 0..3 {
         let started = Instant::now();
-        let (done, failed, l) = run_once(c, threads, ops);
+        let (done, failed, l, allocated) = run_once(c, threads, ops);
         rates.push(done as f64 / started.elapsed().as_secs_f64());
+        operations += l.len();
         latencies.extend(l);
         failures += failed;
+        allocations += allocated;
     }
     rates.sort_by(f64::total_cmp);
     Row {
@@ -248,6 +267,7 @@ fn measure<C: Contender>(name: &'static str, c: &C, threads: usize, ops: usize) 
         p50_ns: quantile(&mut latencies, 0.50),
         p99_ns: quantile(&mut latencies, 0.99),
         failures,
+        allocs_per_op: allocations as f64 / operations.max(1) as f64,
     }
 }
 
@@ -317,6 +337,8 @@ struct Driver {
     raw: ash::Device,
     memories: Vec<vk::DeviceMemory>,
     memory_size: u64,
+    /// Names each buffer through it (`driver-named`).
+    names: Option<Arc<Device>>,
     /// Keeps what `raw` belongs to alive (declared last, dropped after the memory is freed).
     _owner: DriverOwner,
 }
@@ -372,7 +394,7 @@ impl Driver {
         let memory_size = 1 << 20;
         let info =
             vk::MemoryAllocateInfo::default().allocation_size(memory_size).memory_type_index(type_index);
-        let mut driver = Driver { raw, memories: Vec::new(), memory_size, _owner: owner };
+        let mut driver = Driver { raw, memories: Vec::new(), memory_size, names: None, _owner: owner };
         for _ in 0..count {
             // SAFETY: valid device; a type its buffers accept; freed in `drop`.
             let memory = unsafe { driver.raw.allocate_memory(&info, None) }
@@ -386,10 +408,14 @@ impl Driver {
 impl Contender for Driver {
     type Handle = vk::Buffer;
 
-    fn create(&self, _name: &Arc<str>, size: u64) -> Option<vk::Buffer> {
+    fn create(&self, name: &Arc<str>, size: u64) -> Option<vk::Buffer> {
         let memory = self.memories[MEMORY_SLOT.with(|s| *s) % self.memories.len()];
         // SAFETY: valid device; non-zero size and a usage.
         let buffer = unsafe { self.raw.create_buffer(&placed_info(size), None) }.ok()?;
+        if let Some(device) = &self.names {
+            // SAFETY: just created on this device (`names` is the device of `raw`).
+            unsafe { device.set_object_name(buffer, name) };
+        }
         // SAFETY: just created on this device.
         let requirements = unsafe { self.raw.get_buffer_memory_requirements(buffer) };
         let fits = requirements.size <= self.memory_size;
@@ -645,7 +671,8 @@ fn measure_contender(
     let pool = |usage: BufferPoolUsage, own: Option<BufferUsage>, arenas: usize| {
         let desc = BufferPoolDesc::new(format!("contention {name}"), usage)
             .with_page_size(PAGE)
-            .with_arenas(arenas as u32);
+            .with_arenas(arenas as u32)
+            .with_debug_names(!name.ends_with("-unnamed"));
         let pool = BufferPool::new(Arc::clone(device), desc).map_err(|e| e.to_string())?;
         Ok::<_, String>(Pool { pool, usage: own })
     };
@@ -654,6 +681,11 @@ fn measure_contender(
     Ok(match name {
         "driver" => measure(name, &Driver::on(device, 1)?, threads, ops),
         "driver-memory-per-thread" => measure(name, &Driver::on(device, threads)?, threads, ops),
+        "driver-named" => {
+            let mut driver = Driver::on(device, 1)?;
+            driver.names = Some(Arc::clone(device));
+            measure(name, &driver, threads, ops)
+        }
         "driver-plain" => measure(name, &PlainDevice::driver(device.name(), false, "")?, threads, ops),
         "driver-messenger" => measure(name, &PlainDevice::driver(device.name(), true, "")?, threads, ops),
         plain if plain.starts_with("driver-plain+") => {
@@ -668,8 +700,10 @@ fn measure_contender(
             let allocator = Mutex::new(new_gpu_allocator(device, PAGE));
             measure(name, &GpuAllocator { allocator, device: Arc::clone(device) }, threads, ops)
         }
-        "placed-1" => measure(name, &pool(placed, Some(PLACED_USAGE), 1)?, threads, ops),
-        "placed-n" => measure(name, &pool(placed, Some(PLACED_USAGE), threads)?, threads, ops),
+        "placed-1" | "placed-1-unnamed" => measure(name, &pool(placed, Some(PLACED_USAGE), 1)?, threads, ops),
+        "placed-n" | "placed-n-unnamed" => {
+            measure(name, &pool(placed, Some(PLACED_USAGE), threads)?, threads, ops)
+        }
         "offset-allocator" => {
             // Our ranges' alignment: the pool flags' offset floors, at least 16 B.
             let limits = device.limits();
@@ -745,13 +779,20 @@ pub fn run(o: &ContentionOptions) -> ExitCode {
     } else {
         println!("{name}, {cores} cores; median of 3 runs; scaling = rate / (one-thread rate per thread)");
         println!(
-            "{:<24} {:>7} {:>12} {:>8} {:>8} {:>8} {:>8}",
-            "contender", "threads", "ops/s", "scaling", "p50 ns", "p99 ns", "failed"
+            "{:<24} {:>7} {:>12} {:>8} {:>8} {:>8} {:>8} {:>10}",
+            "contender", "threads", "ops/s", "scaling", "p50 ns", "p99 ns", "failed", "allocs/op"
         );
         for r in &rows {
             println!(
-                "{:<24} {:>7} {:>12.0} {:>8.2} {:>8} {:>8} {:>8}",
-                r.contender, r.threads, r.ops_per_sec, r.scaling, r.p50_ns, r.p99_ns, r.failures
+                "{:<24} {:>7} {:>12.0} {:>8.2} {:>8} {:>8} {:>8} {:>10.3}",
+                r.contender,
+                r.threads,
+                r.ops_per_sec,
+                r.scaling,
+                r.p50_ns,
+                r.p99_ns,
+                r.failures,
+                r.allocs_per_op
             );
         }
     }

@@ -82,6 +82,57 @@ impl AllocOptions {
     }
 }
 
+/// The bench's allocator: the system's, counting allocations per thread (`contention` reports
+/// heap allocations per operation). The counter is thread-local: counting shares nothing between
+/// threads.
+struct CountingAllocator;
+
+thread_local! {
+    /// Heap allocations (and reallocations) this thread made.
+    static ALLOCATIONS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Heap allocations (and reallocations) the calling thread has made so far.
+pub(crate) fn thread_allocations() -> u64 {
+    ALLOCATIONS.try_with(std::cell::Cell::get).unwrap_or(0)
+}
+
+fn count_allocation() {
+    // A thread being torn down has no counter left: its allocations go uncounted.
+    let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+}
+
+// SAFETY: every method forwards to `System` with the caller's arguments, so `System`'s guarantees
+// are this allocator's; counting touches only a thread-local `Cell` (const-initialised, no
+// destructor), which allocates nothing.
+unsafe impl std::alloc::GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        count_allocation();
+        // SAFETY: the caller's contract for `GlobalAlloc::alloc`, passed on.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        count_allocation();
+        // SAFETY: as for `alloc`.
+        unsafe { std::alloc::System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: `ptr` came from `System` (every allocation here does) with `layout`.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        count_allocation();
+        // SAFETY: as for `dealloc`, and the caller's contract for `realloc`.
+        unsafe { std::alloc::System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {

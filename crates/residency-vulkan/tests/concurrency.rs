@@ -463,3 +463,52 @@ fn cached_ranges_go_back_before_a_page_is_added_and_never_show_as_used() {
         pool.check_invariants().unwrap();
     });
 }
+
+/// Spare lives (issue #31): a released buffer's life is reused by its thread's next resource.
+/// A spare keeps nothing alive (the pool, and with it its hold on the device, goes while this
+/// thread still holds spares); a buffer released with a frame use pending still waits for it (the
+/// garbage is queued, only the emptied life is reused); and a pool that does not name its
+/// buffers in the driver keeps their names in the ledger.
+#[test]
+fn spare_lives_keep_nothing_alive_and_deferred_buffers_still_wait() {
+    with_gpu(|set| {
+        let device = set.devices()[0].clone();
+        let baseline = Arc::strong_count(&device);
+        let desc = BufferPoolDesc::new("spare lives", BufferPoolUsage::Unknown)
+            .with_page_size(1 << 20)
+            .with_debug_names(false);
+        let pool = BufferPool::new(Arc::clone(&device), desc).unwrap();
+        let named = |prefix: &str| {
+            device.ledger().live_objects().iter().filter(|o| o.name.starts_with(prefix)).count()
+        };
+        for round in 0..3 {
+            let buffers: Vec<Buffer> = (0..100)
+                .map(|i| {
+                    let init =
+                        BufferInit::new(format!("life {round} {i}"), 256).with_usage(BufferUsage::STORAGE);
+                    pool.init_buffer(&init).unwrap()
+                })
+                .collect();
+            assert_eq!(named(&format!("life {round} ")), 100, "every buffer is in the ledger by name");
+            assert_eq!(buffers[7].name(), format!("life {round} 7"));
+            drop(buffers);
+            assert_eq!(named("life "), 0, "released at once: nothing was declared");
+        }
+        // Released with a frame use pending: its garbage waits for two frames.
+        let kept =
+            pool.init_buffer(&BufferInit::new("life deferred", 64).with_usage(BufferUsage::STORAGE)).unwrap();
+        kept.used_until(device.frames_from_now(2)).unwrap();
+        drop(kept);
+        assert_eq!(named("life deferred"), 1, "still waiting for its frames");
+        let reused =
+            pool.init_buffer(&BufferInit::new("life reused", 64).with_usage(BufferUsage::STORAGE)).unwrap();
+        assert_eq!(named("life deferred"), 1, "a new buffer does not retire the deferred one");
+        drop(reused);
+        device.advance_frame();
+        device.advance_frame();
+        assert_eq!(named("life "), 0, "retired once its frames passed");
+        assert_eq!(pool.stats().buffers, 0);
+        drop(pool);
+        assert_eq!(Arc::strong_count(&device), baseline, "spare lives hold no pool and no device");
+    });
+}

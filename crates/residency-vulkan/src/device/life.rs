@@ -263,9 +263,21 @@ impl Holder {
     }
 }
 
+/// Spare lives a thread keeps at most ([`Life::release`]).
+const SPARE_LIVES: usize = 64;
+
+thread_local! {
+    /// This thread's spare lives: allocations of released resources' lives, reused by its next
+    /// [`Life::held`] (issue #31: creating and releasing a pool buffer allocates nothing in steady
+    /// state). Each is the only handle to its life and holds nothing (no holder, garbage or
+    /// uses), so a spare keeps no device or pool alive.
+    static SPARES: std::cell::RefCell<Vec<Arc<Life>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// What a resource leaves behind, and what it keeps alive. Dropped with the last handle.
 pub(crate) struct Life {
-    holder: Holder,
+    /// `None` only for a spare (kept for reuse by [`Life::release`], never handed out).
+    holder: Option<Holder>,
     garbage: Option<Garbage>,
     uses: Mutex<LastUses>,
     /// The frame count when a use was last declared (or it was made): how cold it is under
@@ -291,14 +303,62 @@ impl Life {
 
     /// The life of a resource whose device (and parent) `holder` keeps alive.
     pub(crate) fn held(holder: Holder, garbage: Garbage) -> Arc<Life> {
-        let frame = AtomicU64::new(holder.device().retirement().frame.load(Ordering::Acquire));
+        let frame = holder.device().retirement().frame.load(Ordering::Acquire);
+        // A spare of this thread's, if it has one (none while the thread is being torn down).
+        let spare = SPARES.try_with(|spares| spares.borrow_mut().pop()).ok().flatten();
+        if let Some(mut life) = spare {
+            // A spare is the only handle to its life (`release` keeps only those), so this holds.
+            if let Some(inner) = Arc::get_mut(&mut life) {
+                debug_assert!(inner.holder.is_none() && inner.garbage.is_none());
+                debug_assert!(inner.uses.value_mut().is_empty());
+                inner.holder = Some(holder);
+                inner.garbage = Some(garbage);
+                *inner.last_used_frame.get_mut() = frame;
+                *inner.filled_at.get_mut() = 0;
+                return life;
+            }
+        }
         Arc::new(Life {
-            holder,
+            holder: Some(holder),
             garbage: Some(garbage),
             uses: Mutex::new(LastUses::none()),
-            last_used_frame: frame,
+            last_used_frame: AtomicU64::new(frame),
             filled_at: AtomicU64::new(0),
         })
+    }
+
+    /// Releases a resource's handle to its life: when it was the last, the life's garbage
+    /// retires as dropping it does ([`Drop`]), and the emptied allocation becomes a spare of this
+    /// thread for its next [`Life::held`] instead of going back to the heap. When another handle
+    /// is left (a recording holding the resource), that one's drop retires it later.
+    pub(crate) fn release(mut life: Arc<Life>) {
+        let Some(inner) = Arc::get_mut(&mut life) else { return };
+        inner.retire();
+        // What it kept alive goes now: a spare holds nothing.
+        drop(inner.holder.take());
+        // A thread being torn down keeps no spare (the closure, and with it `life`, is dropped).
+        let _ = SPARES.try_with(move |spares| {
+            let mut spares = spares.borrow_mut();
+            if spares.len() < SPARE_LIVES {
+                if spares.capacity() == 0 {
+                    spares.reserve_exact(SPARE_LIVES);
+                }
+                spares.push(life);
+            }
+        });
+    }
+
+    /// Retires its garbage (once): destroyed now or queued behind its uses, its parent told.
+    fn retire(&mut self) {
+        let Some(garbage) = self.garbage.take() else { return };
+        let uses = std::mem::take(self.uses.value_mut());
+        let uses = self.device().retire(garbage, uses);
+        if let Some(parent) = self.parent() {
+            if let Some(uses) = uses {
+                parent.note_pending(&uses);
+            }
+            parent.child_released();
+        }
     }
 
     /// Notes that `copy` (a residency submission on the moves queue) fills this resource's
@@ -346,12 +406,15 @@ impl Life {
     }
 
     pub(crate) fn device(&self) -> &Arc<Device> {
-        self.holder.device()
+        match &self.holder {
+            Some(holder) => holder.device(),
+            None => unreachable!("a spare life is never handed out"),
+        }
     }
 
     /// What it points into, if anything.
     fn parent(&self) -> Option<&dyn Parent> {
-        match &self.holder {
+        match self.holder.as_ref()? {
             Holder::Device(_, parent) => parent.as_deref(),
             Holder::Parent(parent) => Some(parent.as_parent()),
         }
@@ -395,15 +458,7 @@ impl Parent for Life {
 
 impl Drop for Life {
     fn drop(&mut self) {
-        let Some(garbage) = self.garbage.take() else { return };
-        let uses = std::mem::take(self.uses.value_mut());
-        let uses = self.device().retire(garbage, uses);
-        if let Some(parent) = self.parent() {
-            if let Some(uses) = uses {
-                parent.note_pending(&uses);
-            }
-            parent.child_released();
-        }
+        self.retire();
     }
 }
 

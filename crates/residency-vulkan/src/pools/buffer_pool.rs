@@ -100,6 +100,13 @@ pub struct BufferPoolDesc {
     /// ([`BufferInit::policy`]) wins over it. Ranges of a known-flags pool are not resources of
     /// their own: they take their usage's offset floors.
     pub policy: Option<PlacementPolicy>,
+    /// Whether an unknown-flags pool names each placed buffer's `VkBuffer` through
+    /// `VK_EXT_debug_utils` (default true: debuggers and validation messages show the buffer's
+    /// name). Off, a creation skips `vkSetDebugUtilsObjectNameEXT`, a driver call per buffer
+    /// (`residency-bench contention --only driver,driver-named` measures it); the name stays the
+    /// buffer's and the ledger's (leak reports, [`Buffer::name`]). A known-flags pool's ranges have
+    /// no `VkBuffer` of their own and are never named in the driver.
+    pub debug_names: bool,
 }
 
 impl BufferPoolDesc {
@@ -147,7 +154,14 @@ impl BufferPoolDesc {
             arenas: 1,
             priority: None,
             policy: None,
+            debug_names: true,
         }
+    }
+
+    /// Sets whether its placed buffers are named in the driver (see the `debug_names` field).
+    pub fn with_debug_names(mut self, debug_names: bool) -> Self {
+        self.debug_names = debug_names;
+        self
     }
 
     /// Sets the pool's own placement policy (see the `policy` field).
@@ -787,7 +801,8 @@ impl PoolShared {
     ) -> Result<Buffer, MemoryError> {
         // The requirements of its size class, asked once per thread (`class_requirements`): no
         // query per buffer.
-        let (raw, req) = create_raw_buffer_cached(&self.device, &init.name, init.size, usage)?;
+        let (raw, req) =
+            create_raw_buffer_cached(&self.device, &init.name, init.size, usage, self.desc.debug_names)?;
         let guard = Unused::new(&self.device, raw);
         if req.memory_type_bits & (1 << self.type_index) == 0 {
             return Err(self.invalid(

@@ -140,7 +140,8 @@ impl BufferDesc {
 #[derive(Debug)]
 pub struct Buffer {
     /// What it releases and keeps alive: its `VkBuffer` (unless a range) and memory range.
-    life: Arc<Life>,
+    /// Released by [`Buffer`]'s `Drop` through [`Life::release`] (which reuses the allocation).
+    life: std::mem::ManuallyDrop<Arc<Life>>,
     /// Its `VkBuffer`: its own, or a range of a pool page's (which gives [`Buffer::raw`],
     /// [`Buffer::offset`] and [`Buffer::placement`]).
     object: BufferObject,
@@ -343,7 +344,7 @@ impl Buffer {
         let id = holder.device().ledger().track("buffer", Arc::clone(&name));
         let life = Life::held(holder, Garbage::Buffer { raw: object.own(), memory: owner, id });
         Buffer {
-            life,
+            life: std::mem::ManuallyDrop::new(life),
             object,
             size,
             usage,
@@ -372,11 +373,11 @@ impl Buffer {
         let id = holder.device().ledger().track("buffer", Arc::clone(&self.name));
         let life = Life::held(holder, Garbage::Buffer { raw: object.own(), memory: owner, id });
         life.set_last_used_frame(self.life.last_used_frame());
-        let old = std::mem::replace(&mut self.life, life);
+        let old = std::mem::replace(&mut self.life, std::mem::ManuallyDrop::new(life));
         self.object = object;
         self.memory = memory;
         self.copy_pending = Some(copy);
-        drop(old);
+        Life::release(std::mem::ManuallyDrop::into_inner(old));
     }
 
     /// The `VkBuffer` to bind. For [`BufferPlacement::Range`] it is the page's buffer: bind it at
@@ -686,20 +687,22 @@ pub(crate) fn create_raw_buffer(
     size: u64,
     usage: BufferUsage,
 ) -> Result<(vk::Buffer, MemoryRequirements), MemoryError> {
-    create_raw_buffer_with(device, name, size, usage, false)
+    create_raw_buffer_with(device, name, size, usage, false, true)
 }
 
 /// [`create_raw_buffer`] answering with the requirements of the buffer's size class, kept per
 /// thread ([`class_requirements`]) instead of asking the driver about each buffer: for buffers
 /// placed in memory they share (a pool's placed buffers), where a size at least the buffer's is
-/// all a placement needs.
+/// all a placement needs. The `VkBuffer` is named in the driver only when `named` (its pool's
+/// `debug_names`).
 pub(crate) fn create_raw_buffer_cached(
     device: &Device,
     name: &str,
     size: u64,
     usage: BufferUsage,
+    named: bool,
 ) -> Result<(vk::Buffer, MemoryRequirements), MemoryError> {
-    create_raw_buffer_with(device, name, size, usage, true)
+    create_raw_buffer_with(device, name, size, usage, true, named)
 }
 
 fn create_raw_buffer_with(
@@ -708,6 +711,7 @@ fn create_raw_buffer_with(
     size: u64,
     usage: BufferUsage,
     cached: bool,
+    named: bool,
 ) -> Result<(vk::Buffer, MemoryRequirements), MemoryError> {
     if size == 0 {
         return Err(MemoryError::InvalidRequest {
@@ -750,7 +754,9 @@ fn create_raw_buffer_with(
         }
         r => VulkanError::from_vk("vkCreateBuffer", r).into(),
     })?;
-    device.set_name(raw, name);
+    if named {
+        device.set_name(raw, name);
+    }
     let requirements = if cached {
         class_requirements(device, size, info.usage)
     } else {
@@ -915,6 +921,14 @@ impl Device {
             return Ok(());
         };
         Err(ForeignResource { name: buffer.name.to_string(), resource: Box::new(buffer), reason })
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        // SAFETY: `self.life` is taken once, here, as the buffer goes: nothing reads it after.
+        let life = unsafe { std::mem::ManuallyDrop::take(&mut self.life) };
+        Life::release(life);
     }
 }
 
