@@ -29,12 +29,17 @@ fn gpu_contents(set: &DeviceSet, buffer: &MultiBuffer) -> Vec<(DeviceIndex, Vec<
 #[test]
 fn a_map_of_a_subset_of_the_mask_writes_only_the_chosen_devices_and_reads_each_devices_bytes() {
     with_gpu(|set| {
+        // Where the copies are not host-visible (the H200's device-local memory), writes stage
+        // through the devices' uploaders.
+        let uploader =
+            residency_vulkan::multi::MultiUploader::new(set, DeviceMask::from_bits(0b11), 1 << 16).unwrap();
         let both = DeviceMask::from_bits(0b11);
         let usage = BufferUsage::STORAGE | BufferUsage::COPY_SRC | BufferUsage::COPY_DST;
         let mut buffer = MultiBuffer::create(set, both, &BufferDesc::new("mapped", SIZE, usage)).unwrap();
 
         // Different bytes per device, through one write map of the whole mask.
-        let mut map = buffer.map_write(set, None, &BufferMapRequest::whole(DeviceMask::ALL, SIZE)).unwrap();
+        let mut map =
+            buffer.map_write(set, Some(&uploader), &BufferMapRequest::whole(DeviceMask::ALL, SIZE)).unwrap();
         assert_eq!(map.devices(), both);
         map.data_mut(d(0)).unwrap().fill(0x10);
         map.data_mut(d(1)).unwrap().fill(0x20);
@@ -45,7 +50,7 @@ fn a_map_of_a_subset_of_the_mask_writes_only_the_chosen_devices_and_reads_each_d
 
         // A write map of device 1 only, bytes 64..128: device 0 keeps its bytes.
         let request = BufferMapRequest { mask: d(1).mask(), offset: 64, size: 64 };
-        let mut map = buffer.map_write(set, None, &request).unwrap();
+        let mut map = buffer.map_write(set, Some(&uploader), &request).unwrap();
         assert_eq!(map.devices(), d(1).mask());
         assert!(map.data(d(0)).is_none(), "device 0 is not mapped");
         assert_eq!(map.data(d(1)).unwrap(), &[0x20; 64][..], "the map holds the device's bytes");
@@ -86,16 +91,21 @@ fn a_map_of_a_subset_of_the_mask_writes_only_the_chosen_devices_and_reads_each_d
         assert_eq!(read.data(d(1)).unwrap(), &one[..], "device 1 untouched");
         submitter.destroy();
         drop(program);
+        uploader.destroy().unwrap();
     });
 }
 
 #[test]
 fn a_map_misused_is_refused_and_changes_nothing_on_any_device() {
     with_gpu(|set| {
+        // Where the copies are not host-visible (the H200's device-local memory), writes stage
+        // through the devices' uploaders.
+        let uploader =
+            residency_vulkan::multi::MultiUploader::new(set, DeviceMask::from_bits(0b11), 1 << 16).unwrap();
         let both = DeviceMask::from_bits(0b11);
         let usage = BufferUsage::STORAGE | BufferUsage::COPY_SRC | BufferUsage::COPY_DST;
         let mut buffer = MultiBuffer::create(set, both, &BufferDesc::new("map misuse", SIZE, usage)).unwrap();
-        let mut map = buffer.map_write(set, None, &BufferMapRequest::whole(both, SIZE)).unwrap();
+        let mut map = buffer.map_write(set, Some(&uploader), &BufferMapRequest::whole(both, SIZE)).unwrap();
         map.data_mut(d(0)).unwrap().fill(1);
         map.data_mut(d(1)).unwrap().fill(2);
         map.unmap().unwrap();
@@ -105,7 +115,8 @@ fn a_map_misused_is_refused_and_changes_nothing_on_any_device() {
         let mut only_0 =
             MultiBuffer::create(set, d(0).mask(), &BufferDesc::new("map only 0", SIZE, usage)).unwrap();
         for mask in [d(1).mask(), both] {
-            let err = only_0.map_write(set, None, &BufferMapRequest::whole(mask, SIZE)).unwrap_err();
+            let err =
+                only_0.map_write(set, Some(&uploader), &BufferMapRequest::whole(mask, SIZE)).unwrap_err();
             assert!(matches!(err, MultiDeviceError::MaskNotSubset { .. }), "{err}");
             let err = only_0.map_read(set, &BufferMapRequest::whole(mask, SIZE)).unwrap_err();
             assert!(matches!(err, MultiDeviceError::MaskNotSubset { .. }), "{err}");
@@ -119,7 +130,7 @@ fn a_map_misused_is_refused_and_changes_nothing_on_any_device() {
         // A range outside the buffer, an empty one, one that overflows.
         for (offset, size) in [(200, 100), (0, 0), (8, u64::MAX)] {
             let request = BufferMapRequest { mask: both, offset, size };
-            let err = buffer.map_write(set, None, &request).unwrap_err();
+            let err = buffer.map_write(set, Some(&uploader), &request).unwrap_err();
             assert!(
                 matches!(err, MultiDeviceError::Failed { device, source: MapError::Range { .. } } if device == d(0)),
                 "{err}"
@@ -133,7 +144,7 @@ fn a_map_misused_is_refused_and_changes_nothing_on_any_device() {
         let d1 = set.device(d(1)).unwrap();
         let gate = d1.create_timeline("map gate").unwrap();
         buffer.instance(d(1)).unwrap().used_until(gate.at(1)).unwrap();
-        let err = buffer.map_write(set, None, &BufferMapRequest::whole(both, SIZE)).unwrap_err();
+        let err = buffer.map_write(set, Some(&uploader), &BufferMapRequest::whole(both, SIZE)).unwrap_err();
         assert!(
             matches!(err, MultiDeviceError::Failed { device, source: MapError::Vulkan(_) } if device == d(1)),
             "{err}"
@@ -146,13 +157,14 @@ fn a_map_misused_is_refused_and_changes_nothing_on_any_device() {
         unsafe { d1.raw().signal_semaphore(&info) }.unwrap();
 
         // A write map dropped without unmap writes nothing.
-        let mut map = buffer.map_write(set, None, &BufferMapRequest::whole(both, SIZE)).unwrap();
+        let mut map = buffer.map_write(set, Some(&uploader), &BufferMapRequest::whole(both, SIZE)).unwrap();
         map.data_mut(d(0)).unwrap().fill(0xee);
         map.data_mut(d(1)).unwrap().fill(0xee);
         drop(map);
         assert_eq!(gpu_contents(set, &buffer), before, "nothing changed on any device");
         drop(buffer);
         d1.maintain();
+        uploader.destroy().unwrap();
     });
 }
 

@@ -789,6 +789,16 @@ impl Device {
         self.set_name(handle, name);
     }
 
+    /// Whether residency names the objects it makes per resource in the driver by default (a pool's
+    /// placed buffers: [`BufferPoolDesc::debug_names`](crate::BufferPoolDesc::debug_names)): when
+    /// the instance runs the validation layer (its messages then name them) or the environment
+    /// sets `RESIDENCY_DEBUG_NAMES=1` (a debugger or capture tool). Long-lived objects (memory
+    /// blocks, pools, images) are always named where debug utils are available.
+    pub fn names_objects_by_default(&self) -> bool {
+        self.debug_utils.is_some()
+            && (self.shared.validation != crate::validation::ValidationMode::Off || debug_names_from_env())
+    }
+
     /// Names one of residency's own objects (every caller passes a live object it created on this
     /// device).
     pub(crate) fn set_name<H: vk::Handle>(&self, handle: H, name: &str) {
@@ -1144,4 +1154,10 @@ fn choose_queues(instance: &ash::Instance, physical: vk::PhysicalDevice) -> Queu
         universal_queue_count += 1;
     }
     QueueChoice { universal_family, universal_queue_count, sparse, moves_index }
+}
+
+/// `RESIDENCY_DEBUG_NAMES=1`, read once per process.
+fn debug_names_from_env() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("RESIDENCY_DEBUG_NAMES").is_ok_and(|v| v == "1"))
 }
