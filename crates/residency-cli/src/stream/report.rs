@@ -46,6 +46,18 @@ pub struct StreamReport {
     pub render_gpu_ms_mean: f64,
     /// What feedback adds: `gpu_ms_mean - render_gpu_ms_mean`, ms.
     pub feedback_gpu_ms_mean: f64,
+    /// The median over frames of each frame's difference (with feedback − without), ms: robust
+    /// to a stalled frame where the mean is not.
+    pub feedback_gpu_ms_p50: f64,
+    /// The mean difference over the frames whose feedback pass ran first / second (the two
+    /// streamed passes take turns going first): far apart, the order (cold caches) and not
+    /// feedback makes the difference.
+    pub feedback_gpu_ms_first_mean: f64,
+    pub feedback_gpu_ms_second_mean: f64,
+    /// The mean difference over frames that wrote no feedback (`--feedback-interval` above 1):
+    /// both passes then draw the same, so this is the measurement's own bias (`None` when every
+    /// frame wrote feedback).
+    pub feedback_gpu_ms_idle_mean: Option<f64>,
     /// The fully resident reference draw, ms.
     pub gpu_reference_ms_mean: f64,
     /// Everything the streamer does on the CPU per frame (begin_frame: feedback decode, update,
@@ -84,6 +96,8 @@ pub struct StreamReport {
     pub budget_bytes: u64,
     /// `--pin-mip-tiles`: besides the tails, every mip of at most this many tiles is pinned.
     pub pinned_mip_tiles: u32,
+    /// `--feedback-device-local`: the feedback buffers in device-local host-visible memory.
+    pub feedback_device_local: bool,
     pub resident_bytes_peak: u64,
     pub tiles_streamed: u64,
     pub tiles_evicted: u64,
