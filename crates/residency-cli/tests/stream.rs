@@ -407,10 +407,12 @@ fn device_local_feedback_streams_the_same_tiles_on(path: &str) {
     }
     assert_eq!(host["psnr_db_per_frame"], device["psnr_db_per_frame"]);
     for r in [&host, &device] {
-        for key in ["feedback_gpu_ms_p50", "feedback_gpu_ms_first_mean", "feedback_gpu_ms_second_mean"] {
+        // Feedback every other frame: the even frames, whose feedback pass goes first; the odd
+        // ones are idle.
+        for key in ["feedback_gpu_ms_p50", "feedback_gpu_ms_first_mean", "feedback_gpu_ms_idle_mean"] {
             assert!(r[key].as_f64().is_some_and(f64::is_finite), "{key}: {r}");
         }
-        assert!(r["feedback_gpu_ms_idle_mean"].as_f64().is_some_and(f64::is_finite), "{r}");
+        assert!(r["feedback_gpu_ms_second_mean"].is_null(), "{r}");
     }
     std::fs::remove_dir_all(file.parent().unwrap()).unwrap();
 }

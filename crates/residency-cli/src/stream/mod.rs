@@ -321,7 +321,7 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
             .filter_map(|(_, g)| Some(g[0]? - g[1]?))
             .collect::<Vec<_>>()
     };
-    let idle = differences(&|f| !sampling.frame_active(f));
+    let mean_of = |v: Vec<f64>| (!v.is_empty()).then(|| mean(&v));
     let run_s = frame_ms.iter().sum::<f64>() / 1e3;
     let o = streamer.overhead();
     let work_mean = |f: &dyn Fn(&FrameWork) -> f64| mean(&work.iter().map(f).collect::<Vec<_>>());
@@ -354,9 +354,9 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
         render_gpu_ms_mean: gpu_of(1),
         feedback_gpu_ms_mean: gpu_of(0) - gpu_of(1),
         feedback_gpu_ms_p50: percentile(&differences(&|f| sampling.frame_active(f)), 50.0),
-        feedback_gpu_ms_first_mean: mean(&differences(&|f| f % 2 == 0 && sampling.frame_active(f))),
-        feedback_gpu_ms_second_mean: mean(&differences(&|f| f % 2 == 1 && sampling.frame_active(f))),
-        feedback_gpu_ms_idle_mean: (!idle.is_empty()).then(|| mean(&idle)),
+        feedback_gpu_ms_first_mean: mean_of(differences(&|f| f % 2 == 0 && sampling.frame_active(f))),
+        feedback_gpu_ms_second_mean: mean_of(differences(&|f| f % 2 == 1 && sampling.frame_active(f))),
+        feedback_gpu_ms_idle_mean: mean_of(differences(&|f| !sampling.frame_active(f))),
         gpu_reference_ms_mean: gpu_of(2),
         streamer_cpu_ms_mean: mean(&streamer_ms),
         streamer_cpu_ms_p99: percentile(&streamer_ms, 99.0),

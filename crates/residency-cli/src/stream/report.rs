@@ -49,14 +49,17 @@ pub struct StreamReport {
     /// The median over frames of each frame's difference (with feedback − without), ms: robust
     /// to a stalled frame where the mean is not.
     pub feedback_gpu_ms_p50: f64,
-    /// The mean difference over the frames whose feedback pass ran first / second (the two
-    /// streamed passes take turns going first): far apart, the order (cold caches) and not
-    /// feedback makes the difference.
-    pub feedback_gpu_ms_first_mean: f64,
-    pub feedback_gpu_ms_second_mean: f64,
-    /// The mean difference over frames that wrote no feedback (`--feedback-interval` above 1):
-    /// both passes then draw the same, so this is the measurement's own bias (`None` when every
-    /// frame wrote feedback).
+    /// The mean difference over the feedback frames whose feedback pass ran first (even
+    /// frames) / second (odd frames): the two streamed passes take turns going first, so the
+    /// order's effect (the first pass finds colder caches) cancels in the mean; far apart, the
+    /// order and not feedback makes most of each (`None` without such frames).
+    pub feedback_gpu_ms_first_mean: Option<f64>,
+    pub feedback_gpu_ms_second_mean: Option<f64>,
+    /// The mean difference over frames that wrote no feedback (`--feedback-interval` above 1;
+    /// `None` when every frame wrote feedback): both passes then draw the same, so this is the
+    /// order's effect alone. With an even interval only odd frames are idle, where the pass
+    /// labelled "with feedback" runs second: then feedback's own cost is about
+    /// `feedback_gpu_ms_first_mean + feedback_gpu_ms_idle_mean`.
     pub feedback_gpu_ms_idle_mean: Option<f64>,
     /// The fully resident reference draw, ms.
     pub gpu_reference_ms_mean: f64,
