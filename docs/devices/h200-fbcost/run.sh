@@ -18,5 +18,7 @@ step fb-sw-host.json 120 ./b/residency stream $T $A --path software
 step fb-sw-device.json 120 ./b/residency stream $T $A --path software --feedback-device-local
 step fb-hw-device-idle.json 120 ./b/residency stream $T $A --path hardware --feedback-device-local --feedback-interval 2
 step fb-hw-device-nocounts.json 120 ./b/residency stream $T $A --path hardware --feedback-device-local --no-pixel-counts
+# 4096 textures at 0.92 TB (run4.sh's setting) with device-local feedback: 2 × 175 MB of feedback in ReBAR
+step fb-4096-device.json 300 ./b/residency stream $T --textures 4096 --size 8192,8192,8192,8192,4096,4096,4096,4096 --budget-mib 8192 --references 8 --width 3840 --height 2160 --frames-in-flight 2 --frames 300 --json --feedback-device-local
 cat r/log.txt
 for f in r/fb-*.json; do python3 -c "import json,sys; d=json.load(open('$f')); print('$f', *(f'{k}={d[k]}' for k in ['feedback_gpu_ms_mean','render_gpu_ms_mean','feedback_gpu_ms_p50','feedback_gpu_ms_first_mean','feedback_gpu_ms_second_mean','feedback_gpu_ms_idle_mean','streamer_cpu_ms_mean','latency_frames_p95','psnr_db_min']))"; done
