@@ -322,6 +322,9 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
             .collect::<Vec<_>>()
     };
     let mean_of = |v: Vec<f64>| (!v.is_empty()).then(|| mean(&v));
+    let median_of = |v: &[f64]| (!v.is_empty()).then(|| percentile(v, 50.0));
+    let first = differences(&|f| f % 2 == 0 && sampling.frame_active(f));
+    let second = differences(&|f| f % 2 == 1 && sampling.frame_active(f));
     let run_s = frame_ms.iter().sum::<f64>() / 1e3;
     let o = streamer.overhead();
     let work_mean = |f: &dyn Fn(&FrameWork) -> f64| mean(&work.iter().map(f).collect::<Vec<_>>());
@@ -353,9 +356,13 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
         gpu_ms_mean: gpu_of(0),
         render_gpu_ms_mean: gpu_of(1),
         feedback_gpu_ms_mean: gpu_of(0) - gpu_of(1),
-        feedback_gpu_ms_p50: percentile(&differences(&|f| sampling.frame_active(f)), 50.0),
-        feedback_gpu_ms_first_mean: mean_of(differences(&|f| f % 2 == 0 && sampling.frame_active(f))),
-        feedback_gpu_ms_second_mean: mean_of(differences(&|f| f % 2 == 1 && sampling.frame_active(f))),
+        feedback_gpu_ms_p50: match (median_of(&first), median_of(&second)) {
+            (Some(a), Some(b)) => (a + b) / 2.0,
+            (Some(a), None) | (None, Some(a)) => a,
+            (None, None) => 0.0,
+        },
+        feedback_gpu_ms_first_mean: (!first.is_empty()).then(|| mean(&first)),
+        feedback_gpu_ms_second_mean: (!second.is_empty()).then(|| mean(&second)),
         feedback_gpu_ms_idle_mean: mean_of(differences(&|f| !sampling.frame_active(f))),
         gpu_reference_ms_mean: gpu_of(2),
         streamer_cpu_ms_mean: mean(&streamer_ms),

@@ -46,8 +46,11 @@ pub struct StreamReport {
     pub render_gpu_ms_mean: f64,
     /// What feedback adds: `gpu_ms_mean - render_gpu_ms_mean`, ms.
     pub feedback_gpu_ms_mean: f64,
-    /// The median over frames of each frame's difference (with feedback − without), ms: robust
-    /// to a stalled frame where the mean is not.
+    /// Each frame's difference (with feedback − without), its median over the feedback frames
+    /// whose feedback pass went first and over those where it went second, averaged (ms; one
+    /// order's median when the other has no frames): robust to a stalled frame where the mean
+    /// is not, and, like the mean, free of the order's effect (a plain median of the two
+    /// orders' frames would land on one of them).
     pub feedback_gpu_ms_p50: f64,
     /// The mean difference over the feedback frames whose feedback pass ran first (even
     /// frames) / second (odd frames): the two streamed passes take turns going first, so the
