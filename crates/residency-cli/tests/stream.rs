@@ -390,3 +390,39 @@ fn pinning_coarse_mips_sharpens_frame_zero() {
 fn software_path_pinning_coarse_mips_sharpens_frame_zero() {
     pinning_coarse_mips_sharpens_frame_zero_on("software");
 }
+
+/// `--feedback-device-local` (the streamer's `feedback_device_local`: feedback buffers and image
+/// tables in device-local host-visible memory) streams exactly what host-memory feedback streams,
+/// and the JSON's feedback-cost breakdown is there: the per-frame median, the means by which
+/// streamed pass went first, and (every other frame writing no feedback) the idle frames' mean.
+fn device_local_feedback_streams_the_same_tiles_on(path: &str) {
+    let Some(file) = build_texture(&format!("{path}-fbmemory")) else { return };
+    let exact = ["--wait-loads", "--wait-frames", "--feedback-interval", "2"];
+    let (host, _) = stream_on(path, &file, &exact);
+    let (device, _) = stream_on(path, &file, &[&exact[..], &["--feedback-device-local"]].concat());
+    assert_eq!(host["feedback_device_local"], false, "{host}");
+    assert_eq!(device["feedback_device_local"], true, "{device}");
+    for key in ["tiles_streamed", "converged_frames", "psnr_db_min", "psnr_db_frame0"] {
+        assert_eq!(f(&host, key), f(&device, key), "{key}: {host} {device}");
+    }
+    assert_eq!(host["psnr_db_per_frame"], device["psnr_db_per_frame"]);
+    for r in [&host, &device] {
+        // Feedback every other frame: the even frames, whose feedback pass goes first; the odd
+        // ones are idle.
+        for key in ["feedback_gpu_ms_p50", "feedback_gpu_ms_first_mean", "feedback_gpu_ms_idle_mean"] {
+            assert!(r[key].as_f64().is_some_and(f64::is_finite), "{key}: {r}");
+        }
+        assert!(r["feedback_gpu_ms_second_mean"].is_null(), "{r}");
+    }
+    std::fs::remove_dir_all(file.parent().unwrap()).unwrap();
+}
+
+#[test]
+fn device_local_feedback_streams_the_same_tiles() {
+    device_local_feedback_streams_the_same_tiles_on("hardware");
+}
+
+#[test]
+fn software_path_device_local_feedback_streams_the_same_tiles() {
+    device_local_feedback_streams_the_same_tiles_on("software");
+}

@@ -317,144 +317,157 @@ fn the_stream_view_shader_streams_through_the_bindings() {
     use residency_vulkan::{shaders, BufferDesc, Filter, ImageDesc};
     use vk::{AccessFlags2 as A, PipelineStageFlags2 as S};
 
+    // Both paths, with the feedback buffers in host memory (the default) and in device-local
+    // host-visible memory (`feedback_device_local`): the same feedback streams the same tiles.
     for path in [ResidencyPath::Hardware, ResidencyPath::Software] {
-        with_gpu(|set| {
-            let device = Arc::clone(&set.devices()[0]);
-            let mut streamer = Streamer::new(&device, desc(path, 2)).unwrap();
-            let t = streamer.add_texture("vt gpu", source("vt gpu", 7, 0)).unwrap();
-            let shader = if path == ResidencyPath::Software {
-                &shaders::STREAM_VIEW_SOFTWARE
-            } else {
-                &shaders::STREAM_VIEW
-            };
-            let program = ComputeProgram::new(&device, shader.name(), shader, 2).unwrap();
-            let trilinear = device.create_sampler(Filter::Trilinear).unwrap();
-            let nearest = device.create_sampler(Filter::Nearest).unwrap();
-            let (w, h) = (64u32, 64u32);
-            let output = device
-                .create_image(&ImageDesc::new_2d(
-                    "vt gpu output",
-                    Format::R8G8B8A8Unorm,
-                    w,
-                    h,
-                    ImageUsage::STORAGE | ImageUsage::COPY_SRC,
-                ))
-                .unwrap();
-            device.discard_to_general(&[&output]).unwrap();
-            let output_view = output.create_view(0..1).unwrap();
-            let readback = device
-                .create_buffer(
-                    &BufferDesc::new("vt gpu read-back", u64::from(w * h * 4), BufferUsage::COPY_DST)
-                        .with_intent(residency_core::memory::MemoryIntent::Readback),
-                )
-                .unwrap();
-            let commands = CommandContext::new(&device, "test frames").unwrap();
-            let general = vk::ImageLayout::GENERAL;
-            // Looking straight down at the texture's centre from low enough for mip 0.
-            let side = SIDE as f32;
-            let tan = 30f32.to_radians().tan();
-            let mut sets: Vec<Option<_>> = vec![None, None];
-            let wanted: Vec<TileKey> = [(3, 3), (4, 3), (3, 4), (4, 4)]
-                .iter()
-                .map(|&(x, y)| tile(&streamer, t.id(), 0, x, y))
-                .collect();
-            let mut resident_at = None;
-            for f in 0..16u32 {
-                let bindings = streamer.begin_frame().unwrap();
-                let slot = bindings.slot;
-                if sets[slot].is_none() {
-                    let (texture, map): (ViewRef<'_>, ViewRef<'_>) = match bindings.textures()[0].views {
-                        TextureViews::Hardware { image, min_lod } => (image.into(), min_lod.into()),
-                        TextureViews::Software { atlas, indirection } => (atlas.into(), indirection.into()),
-                    };
-                    sets[slot] = Some(
-                        program
-                            .descriptor_set(&[
-                                Binding::sampled(texture, &trilinear, general),
-                                Binding::sampled(map, &nearest, general),
-                                Binding::storage(&output_view, general),
-                                Binding::Buffer(bindings.feedback.unwrap()),
-                                Binding::Buffer(bindings.image_table.unwrap()),
-                                Binding::sampled(texture, &trilinear, general),
-                            ])
-                            .unwrap(),
-                    );
-                }
-                let v = [
-                    side / 2.0,
-                    side / 2.0,
-                    20.0,
-                    side,
-                    0.0,
-                    0.0,
-                    -1.0,
-                    tan,
-                    1.0,
-                    0.0,
-                    0.0,
-                    side,
-                    0.0,
-                    1.0,
-                    0.0,
-                    0.0,
-                ];
-                let mut push: Vec<u8> = v.iter().flat_map(|x: &f32| x.to_le_bytes()).collect();
-                let sampling = bindings.sampling;
-                for word in [bindings.frame as u32, sampling.pixel_stride, sampling.frame_interval, 0] {
-                    push.extend_from_slice(&word.to_le_bytes());
-                }
-                let groups = [w.div_ceil(8), h.div_ceil(8), 1];
-                let submission = commands
-                    .submit(&[], |rec| {
-                        bindings
-                            .record(rec, |rec| {
-                                program.dispatch(rec, sets[slot].as_ref().unwrap(), &push, groups).unwrap()
+        for device_local in [false, true] {
+            with_gpu(|set| {
+                let device = Arc::clone(&set.devices()[0]);
+                let desc = StreamerDesc { feedback_device_local: device_local, ..desc(path, 2) };
+                let mut streamer = Streamer::new(&device, desc).unwrap();
+                let t = streamer.add_texture("vt gpu", source("vt gpu", 7, 0)).unwrap();
+                let shader = if path == ResidencyPath::Software {
+                    &shaders::STREAM_VIEW_SOFTWARE
+                } else {
+                    &shaders::STREAM_VIEW
+                };
+                let program = ComputeProgram::new(&device, shader.name(), shader, 2).unwrap();
+                let trilinear = device.create_sampler(Filter::Trilinear).unwrap();
+                let nearest = device.create_sampler(Filter::Nearest).unwrap();
+                let (w, h) = (64u32, 64u32);
+                let output = device
+                    .create_image(&ImageDesc::new_2d(
+                        "vt gpu output",
+                        Format::R8G8B8A8Unorm,
+                        w,
+                        h,
+                        ImageUsage::STORAGE | ImageUsage::COPY_SRC,
+                    ))
+                    .unwrap();
+                device.discard_to_general(&[&output]).unwrap();
+                let output_view = output.create_view(0..1).unwrap();
+                let readback = device
+                    .create_buffer(
+                        &BufferDesc::new("vt gpu read-back", u64::from(w * h * 4), BufferUsage::COPY_DST)
+                            .with_intent(residency_core::memory::MemoryIntent::Readback),
+                    )
+                    .unwrap();
+                let commands = CommandContext::new(&device, "test frames").unwrap();
+                let general = vk::ImageLayout::GENERAL;
+                // Looking straight down at the texture's centre from low enough for mip 0.
+                let side = SIDE as f32;
+                let tan = 30f32.to_radians().tan();
+                let mut sets: Vec<Option<_>> = vec![None, None];
+                let wanted: Vec<TileKey> = [(3, 3), (4, 3), (3, 4), (4, 4)]
+                    .iter()
+                    .map(|&(x, y)| tile(&streamer, t.id(), 0, x, y))
+                    .collect();
+                let mut resident_at = None;
+                for f in 0..16u32 {
+                    let bindings = streamer.begin_frame().unwrap();
+                    let slot = bindings.slot;
+                    if sets[slot].is_none() {
+                        let (texture, map): (ViewRef<'_>, ViewRef<'_>) = match bindings.textures()[0].views {
+                            TextureViews::Hardware { image, min_lod } => (image.into(), min_lod.into()),
+                            TextureViews::Software { atlas, indirection } => {
+                                (atlas.into(), indirection.into())
+                            }
+                        };
+                        sets[slot] = Some(
+                            program
+                                .descriptor_set(&[
+                                    Binding::sampled(texture, &trilinear, general),
+                                    Binding::sampled(map, &nearest, general),
+                                    Binding::storage(&output_view, general),
+                                    Binding::Buffer(bindings.feedback.unwrap()),
+                                    Binding::Buffer(bindings.image_table.unwrap()),
+                                    Binding::sampled(texture, &trilinear, general),
+                                ])
+                                .unwrap(),
+                        );
+                    }
+                    let v = [
+                        side / 2.0,
+                        side / 2.0,
+                        20.0,
+                        side,
+                        0.0,
+                        0.0,
+                        -1.0,
+                        tan,
+                        1.0,
+                        0.0,
+                        0.0,
+                        side,
+                        0.0,
+                        1.0,
+                        0.0,
+                        0.0,
+                    ];
+                    let mut push: Vec<u8> = v.iter().flat_map(|x: &f32| x.to_le_bytes()).collect();
+                    let sampling = bindings.sampling;
+                    for word in [bindings.frame as u32, sampling.pixel_stride, sampling.frame_interval, 0] {
+                        push.extend_from_slice(&word.to_le_bytes());
+                    }
+                    let groups = [w.div_ceil(8), h.div_ceil(8), 1];
+                    let submission = commands
+                        .submit(&[], |rec| {
+                            bindings
+                                .record(rec, |rec| {
+                                    program
+                                        .dispatch(rec, sets[slot].as_ref().unwrap(), &push, groups)
+                                        .unwrap()
+                                })
+                                .unwrap();
+                            rec.memory_barrier(MemoryDependency {
+                                src_stages: S::COMPUTE_SHADER,
+                                src_access: A::SHADER_WRITE,
+                                dst_stages: S::COPY | S::HOST,
+                                dst_access: A::TRANSFER_READ | A::HOST_READ,
                             })
                             .unwrap();
-                        rec.memory_barrier(MemoryDependency {
-                            src_stages: S::COMPUTE_SHADER,
-                            src_access: A::SHADER_WRITE,
-                            dst_stages: S::COPY | S::HOST,
-                            dst_access: A::TRANSFER_READ | A::HOST_READ,
+                            rec.copy_image_to_buffer(&output, general, &readback).unwrap();
+                            rec.memory_barrier(MemoryDependency {
+                                src_stages: S::COPY,
+                                src_access: A::TRANSFER_WRITE,
+                                dst_stages: S::HOST,
+                                dst_access: A::HOST_READ,
+                            })
+                            .unwrap();
                         })
                         .unwrap();
-                        rec.copy_image_to_buffer(&output, general, &readback).unwrap();
-                        rec.memory_barrier(MemoryDependency {
-                            src_stages: S::COPY,
-                            src_access: A::TRANSFER_WRITE,
-                            dst_stages: S::HOST,
-                            dst_access: A::HOST_READ,
-                        })
-                        .unwrap();
-                    })
-                    .unwrap();
-                drop(bindings);
-                streamer.end_frame(submission.gpu_use()).unwrap();
-                commands.wait_for(&submission).unwrap();
-                let mut pixels = vec![0u8; (w * h * 4) as usize];
-                readback.read(0, &mut pixels).unwrap();
-                assert!(
-                    pixels.chunks(4).all(|p| p != [255, 0, 255, 255]),
-                    "frame {f}: a pixel with nothing resident under it"
-                );
-                streamer.wait_for_loads();
-                if resident_at.is_none() && wanted.iter().all(|&k| streamer.manager().is_resident(k)) {
-                    resident_at = Some(f);
+                    drop(bindings);
+                    streamer.end_frame(submission.gpu_use()).unwrap();
+                    commands.wait_for(&submission).unwrap();
+                    let mut pixels = vec![0u8; (w * h * 4) as usize];
+                    readback.read(0, &mut pixels).unwrap();
+                    assert!(
+                        pixels.chunks(4).all(|p| p != [255, 0, 255, 255]),
+                        "frame {f}: a pixel with nothing resident under it"
+                    );
+                    streamer.wait_for_loads();
+                    if resident_at.is_none() && wanted.iter().all(|&k| streamer.manager().is_resident(k)) {
+                        resident_at = Some(f);
+                    }
                 }
-            }
-            assert!(resident_at.is_some_and(|f| f <= 8), "{resident_at:?} {:?}", streamer.manager_stats());
-            // The one kind of performance warning the streamer's calls raise, documented in
-            // docs/reliability.md: copies into images that stay in GENERAL (the sparse image,
-            // the min-LOD map, the atlas and the indirection), sampled by frames in flight.
-            let warnings = set.validation_log().performance_warnings();
-            assert!(
-                warnings.keys().all(|id| id == "UNASSIGNED-CoreValidation-DrawState-InvalidImageLayout"),
-                "{warnings:?}"
-            );
-            assert!(streamer.stats().feedback_frames_read >= 8);
-            drop(sets);
-            streamer.remove_texture(t).unwrap();
-        });
+                assert!(
+                    resident_at.is_some_and(|f| f <= 8),
+                    "{resident_at:?} {:?}",
+                    streamer.manager_stats()
+                );
+                // The one kind of performance warning the streamer's calls raise, documented in
+                // docs/reliability.md: copies into images that stay in GENERAL (the sparse image,
+                // the min-LOD map, the atlas and the indirection), sampled by frames in flight.
+                let warnings = set.validation_log().performance_warnings();
+                assert!(
+                    warnings.keys().all(|id| id == "UNASSIGNED-CoreValidation-DrawState-InvalidImageLayout"),
+                    "{warnings:?}"
+                );
+                assert!(streamer.stats().feedback_frames_read >= 8);
+                drop(sets);
+                streamer.remove_texture(t).unwrap();
+            });
+        }
     }
 }
 

@@ -55,6 +55,11 @@ fn residency_request_pixels(slot: u32, img: u32, tile: u32, mip: u32, kind: u32,
         return;
     }
     let bit = 1u << (tile & 31u);
+    // Read before the atomic (as feedback.glsl): a bit already set (an earlier pixel asked for
+    // the tile) skips the returning atomicOr; a load that misses a bit set meanwhile only costs it.
+    if ((atomicLoad(&residency_feedback[word]) & bit) != 0u) {
+        return;
+    }
     if ((atomicOr(&residency_feedback[word], bit) & bit) == 0u) {
         // The image's touched bit (after the records: word 4 + 2 * capacity + slot / 32), so the
         // decoder reads the bitsets of touched images only.

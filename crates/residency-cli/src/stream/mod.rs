@@ -197,6 +197,7 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
         );
     let mut desc = desc;
     desc.feedback.count_pixels = !args.no_pixel_counts;
+    desc.feedback_device_local = args.feedback_device_local;
     let mut streamer = Streamer::new(device, desc)?;
     let mut handles = Vec::new();
     for (i, &f) in plane_files.iter().enumerate() {
@@ -309,6 +310,21 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
     let max_abs_diff_converged =
         done.max_diff.iter().zip(&converged).filter(|(_, c)| **c).map(|(d, _)| *d).max();
     let gpu_of = |i: usize| mean(&done.gpu_ms.iter().filter_map(|g| g[i]).collect::<Vec<_>>());
+    // Per frame (index = frame): with feedback − without, for the frames `keep` takes. Even
+    // frames draw the feedback pass first (scene.rs).
+    let sampling = FeedbackSampling::new(args.feedback_stride, args.feedback_interval);
+    let differences = |keep: &dyn Fn(u64) -> bool| {
+        done.gpu_ms
+            .iter()
+            .enumerate()
+            .filter(|(f, _)| keep(*f as u64))
+            .filter_map(|(_, g)| Some(g[0]? - g[1]?))
+            .collect::<Vec<_>>()
+    };
+    let mean_of = |v: Vec<f64>| (!v.is_empty()).then(|| mean(&v));
+    let median_of = |v: &[f64]| (!v.is_empty()).then(|| percentile(v, 50.0));
+    let first = differences(&|f| f % 2 == 0 && sampling.frame_active(f));
+    let second = differences(&|f| f % 2 == 1 && sampling.frame_active(f));
     let run_s = frame_ms.iter().sum::<f64>() / 1e3;
     let o = streamer.overhead();
     let work_mean = |f: &dyn Fn(&FrameWork) -> f64| mean(&work.iter().map(f).collect::<Vec<_>>());
@@ -340,6 +356,14 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
         gpu_ms_mean: gpu_of(0),
         render_gpu_ms_mean: gpu_of(1),
         feedback_gpu_ms_mean: gpu_of(0) - gpu_of(1),
+        feedback_gpu_ms_p50: match (median_of(&first), median_of(&second)) {
+            (Some(a), Some(b)) => (a + b) / 2.0,
+            (Some(a), None) | (None, Some(a)) => a,
+            (None, None) => 0.0,
+        },
+        feedback_gpu_ms_first_mean: (!first.is_empty()).then(|| mean(&first)),
+        feedback_gpu_ms_second_mean: (!second.is_empty()).then(|| mean(&second)),
+        feedback_gpu_ms_idle_mean: mean_of(differences(&|f| !sampling.frame_active(f))),
         gpu_reference_ms_mean: gpu_of(2),
         streamer_cpu_ms_mean: mean(&streamer_ms),
         streamer_cpu_ms_p99: percentile(&streamer_ms, 99.0),
@@ -373,6 +397,7 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
             .then(|| psnr_of(done.mse_reference_source_sum / done.psnr_source.len().max(1) as f64)),
         budget_bytes,
         pinned_mip_tiles: args.pin_mip_tiles,
+        feedback_device_local: args.feedback_device_local,
         resident_bytes_peak: stats.resident_bytes_peak,
         tiles_streamed: stats.tiles_streamed,
         tiles_evicted: stats.tiles_evicted,

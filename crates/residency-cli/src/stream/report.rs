@@ -46,6 +46,24 @@ pub struct StreamReport {
     pub render_gpu_ms_mean: f64,
     /// What feedback adds: `gpu_ms_mean - render_gpu_ms_mean`, ms.
     pub feedback_gpu_ms_mean: f64,
+    /// Each frame's difference (with feedback − without), its median over the feedback frames
+    /// whose feedback pass went first and over those where it went second, averaged (ms; one
+    /// order's median when the other has no frames): robust to a stalled frame where the mean
+    /// is not, and, like the mean, free of the order's effect (a plain median of the two
+    /// orders' frames would land on one of them).
+    pub feedback_gpu_ms_p50: f64,
+    /// The mean difference over the feedback frames whose feedback pass ran first (even
+    /// frames) / second (odd frames): the two streamed passes take turns going first, so the
+    /// order's effect (the first pass finds colder caches) cancels in the mean; far apart, the
+    /// order and not feedback makes most of each (`None` without such frames).
+    pub feedback_gpu_ms_first_mean: Option<f64>,
+    pub feedback_gpu_ms_second_mean: Option<f64>,
+    /// The mean difference over frames that wrote no feedback (`--feedback-interval` above 1;
+    /// `None` when every frame wrote feedback): both passes then draw the same, so this is the
+    /// order's effect alone. With an even interval only odd frames are idle, where the pass
+    /// labelled "with feedback" runs second: then feedback's own cost is about
+    /// `feedback_gpu_ms_first_mean + feedback_gpu_ms_idle_mean`.
+    pub feedback_gpu_ms_idle_mean: Option<f64>,
     /// The fully resident reference draw, ms.
     pub gpu_reference_ms_mean: f64,
     /// Everything the streamer does on the CPU per frame (begin_frame: feedback decode, update,
@@ -84,6 +102,8 @@ pub struct StreamReport {
     pub budget_bytes: u64,
     /// `--pin-mip-tiles`: besides the tails, every mip of at most this many tiles is pinned.
     pub pinned_mip_tiles: u32,
+    /// `--feedback-device-local`: the feedback buffers in device-local host-visible memory.
+    pub feedback_device_local: bool,
     pub resident_bytes_peak: u64,
     pub tiles_streamed: u64,
     pub tiles_evicted: u64,

@@ -66,15 +66,23 @@ void requestPixels(uint slot, uint img, uint tile, uint mip, uint kind, uint pix
         return;
     }
     uint bit = 1u << (tile & 31u);
+    // Read before the atomic: most writing pixels ask for a tile that an earlier pixel of the
+    // frame asked for, whose bit a plain load already finds set, and the atomic (a round trip
+    // that the whole subgroup waits on) is skipped. A load that misses a bit set meanwhile only
+    // costs the atomic, which decides who appends the record.
+    if ((fbWords[word] & bit) != 0u) {
+        return;
+    }
     if ((atomicOr(fbWords[word], bit) & bit) == 0u) {
         // The image's touched bit (after the records: word 4 + 2 * capacity + slot / 32), so the
         // decoder reads the bitsets of touched images only.
-        uint touched = 4u + 2u * fbWords[3] + (slot >> 5u);
-        if (fbWords[3] < 0x40000000u && fbInside(touched)) atomicOr(fbWords[touched], 1u << (slot & 31u));
+        uint capacity = fbWords[3];
+        uint touched = 4u + 2u * capacity + (slot >> 5u);
+        if (capacity < 0x40000000u && fbInside(touched)) atomicOr(fbWords[touched], 1u << (slot & 31u));
         uint i = atomicAdd(fbWords[2], 1u);
         // Records fit below the capacity word 3 and inside the buffer (i < (length - 4) / 2).
         uint room = (uint(fbWords.length()) - 4u) / 2u;
-        if (i < fbWords[3] && i < room) {
+        if (i < capacity && i < room) {
             fbWords[4u + 2u * i] = tile;
             fbWords[5u + 2u * i] = slot | (mip << 16u) | (kind << 21u);
         }

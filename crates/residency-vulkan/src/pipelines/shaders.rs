@@ -290,7 +290,8 @@ shader!(
     ///
     /// Feedback from a fragment shader needs the device feature `fragmentStoresAndAtomics`
     /// ([`ProgramError::FeatureMissing`](crate::compute::ProgramError::FeatureMissing) without
-    /// it); the feedback buffer needs the `Readback` intent, and a barrier from the fragment
+    /// it); the feedback buffer needs a host-visible intent (`Readback`, or
+    /// `DeviceLocalHostVisible` to keep the atomics in the GPU's memory), and a barrier from the fragment
     /// shader's writes to host reads must follow the draws before it is decoded. Pixels with
     /// nothing resident are magenta.
     VT_QUAD_FRAG,

@@ -166,6 +166,13 @@ pub struct StreamerDesc {
     /// textures a sharper first frame for 64 or 320 KiB each; at most
     /// [`MAX_PINNED_MIP_TILES`](Self::MAX_PINNED_MIP_TILES), else [`Streamer::new`] refuses it.
     pub pinned_mip_tiles: u32,
+    /// Where the feedback buffers and image tables live. `false` (the default): host memory the
+    /// CPU reads cached (the `Readback` and `Upload` intents), so every feedback atomic of the
+    /// shaders crosses the bus on a discrete GPU. `true`: device-local memory the host can map
+    /// (ReBAR, the `DeviceLocalHostVisible` intent; any host-visible type where the device has
+    /// none), so the atomics stay in the GPU's memory and the CPU's decode (the words the frame
+    /// wrote only: `FrameWork::feedback_words_read`) reads uncached over the bus instead.
+    pub feedback_device_local: bool,
 }
 
 impl Default for StreamerDesc {
@@ -192,6 +199,7 @@ impl Default for StreamerDesc {
             thrash_window_frames: policy.thrash_window_frames,
             cancel_after_frames: None,
             pinned_mip_tiles: policy.pinned_mip_tiles,
+            feedback_device_local: false,
         }
     }
 }
@@ -2014,13 +2022,18 @@ impl Streamer {
 
     fn make_slot(&self, index: usize, layout: Arc<FeedbackLayout>) -> Result<Slot, StreamError> {
         let name = &self.desc.name;
+        let (feedback_intent, table_intent) = if self.desc.feedback_device_local {
+            (MemoryIntent::DeviceLocalHostVisible, MemoryIntent::DeviceLocalHostVisible)
+        } else {
+            (MemoryIntent::Readback, MemoryIntent::Upload)
+        };
         let feedback = self.device.create_buffer(
             &BufferDesc::new(
                 format!("{name} feedback {index}"),
                 layout.buffer_bytes(),
                 BufferUsage::STORAGE | BufferUsage::COPY_DST,
             )
-            .with_intent(MemoryIntent::Readback),
+            .with_intent(feedback_intent),
         )?;
         let words = layout.image_table();
         let mut table = self.device.create_buffer(
@@ -2029,7 +2042,7 @@ impl Streamer {
                 words.len() as u64 * 4,
                 BufferUsage::STORAGE,
             )
-            .with_intent(MemoryIntent::Upload),
+            .with_intent(table_intent),
         )?;
         table.write(0, &words.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<_>>())?;
         Ok(Slot { feedback, table, layout, generation: self.generation, submitted: None, written: None })
