@@ -106,6 +106,16 @@ pub(crate) enum Access<'r> {
     /// Mip 0 and `layers` of `image` written as a colour attachment, its contents discarded (a
     /// render item's target).
     RenderTarget { image: &'r Image, layers: Range<u32> },
+    /// Mips `mips` and layers `layers` of `image` used as `use_`, in `GENERAL` (the layout
+    /// residency's image copies and sampled bindings use, see [`image_use`]); the item itself
+    /// moves a subresource that is in another layout (an image copy's own transitions), so the
+    /// plan orders these uses with memory barriers only and never changes their layout.
+    Image { image: &'r Image, mips: Range<u32>, layers: Range<u32>, use_: Use },
+}
+
+/// A use of an image in `GENERAL` by `stages` with `access` (for [`Access::Image`]).
+pub(crate) fn image_use(stages: PipelineStages, access: AccessFlags) -> Use {
+    Use::Custom(CustomUse { stages, access, layout: Some(ImageLayout::GENERAL) })
 }
 
 /// What a resolved work item says about its accesses.
@@ -125,7 +135,7 @@ impl Access<'_> {
     fn id(&self) -> ResourceId {
         match self {
             Access::Buffer { buffer, .. } => buffer.resource_id(),
-            Access::RenderTarget { image, .. } => image.resource_id(),
+            Access::RenderTarget { image, .. } | Access::Image { image, .. } => image.resource_id(),
         }
     }
 
@@ -133,7 +143,7 @@ impl Access<'_> {
     fn memory(&self) -> (vk::DeviceMemory, Range<u64>) {
         let ((memory, offset), size) = match self {
             Access::Buffer { buffer, .. } => (buffer.memory(), buffer.size()),
-            Access::RenderTarget { image, .. } => (image.memory(), image.size()),
+            Access::RenderTarget { image, .. } | Access::Image { image, .. } => (image.memory(), image.size()),
         };
         (memory, offset..offset.saturating_add(size))
     }
@@ -156,11 +166,38 @@ fn declare(
             batch.declare_discard(access.id(), region, Use::ColorAttachmentWrite)?;
             region
         }
+        Access::Image { mips, layers, use_, .. } => {
+            let region = Region::subresources(mips.start, mips.len() as u32, layers.start, layers.len() as u32);
+            batch.declare(access.id(), region, *use_)?;
+            region
+        }
     };
     if !used.contains(&(access.id(), region)) {
         used.push((access.id(), region));
     }
     Ok(())
+}
+
+/// `batch` with its image barriers that keep the layout (`GENERAL` to `GENERAL`: the uses of
+/// [`Access::Image`] and the closing of every image) merged into one global memory barrier: the
+/// same dependency, without a layout requirement on the image. The plan believes every image it
+/// has not transitioned itself to be in `GENERAL`; an image copy moves the subresources it
+/// touches there itself (from whatever layout they are in, with its own barrier), and a sampled
+/// binding in `GENERAL` is checked by its item, so no barrier of the plan may claim that layout.
+/// Barriers that change the layout (a render target's) stay image barriers.
+fn relaxed(mut batch: BarrierBatch) -> BarrierBatch {
+    let mut merged: Option<MemoryBarrier> = None;
+    batch.images.retain(|b| {
+        if b.old_layout != b.new_layout || b.src_queue_family != b.dst_queue_family {
+            return true;
+        }
+        let m = merged.get_or_insert(MemoryBarrier { src: Scope::NONE, dst: Scope::NONE });
+        m.src = Scope::new(m.src.stages.union(b.src.stages), m.src.access.union(b.src.access));
+        m.dst = Scope::new(m.dst.stages.union(b.dst.stages), m.dst.access.union(b.dst.access));
+        false
+    });
+    batch.memory.extend(merged);
+    batch
 }
 
 /// Everything before, made available and visible to everything after (host reads included).
@@ -277,7 +314,7 @@ impl Plan {
                 declare(&mut opening, access, &mut used)?;
             }
         }
-        plan.opening = opening.flush().barriers;
+        plan.opening = relaxed(opening.flush().barriers);
         // Undeclared work ran since the last full barrier.
         let mut dirty = false;
         for (n, item) in items.iter().enumerate() {
@@ -290,7 +327,7 @@ impl Plan {
                     for access in accesses.iter().filter(|a| !hoisted(n, a)) {
                         declare(&mut batch, access, &mut used)?;
                     }
-                    plan.gaps.push(batch.flush().barriers);
+                    plan.gaps.push(relaxed(batch.flush().barriers));
                     plan.own.push(false);
                 }
                 Declared::Undeclared | Declared::FullBarrier => {
@@ -314,7 +351,9 @@ impl Plan {
     fn track(&mut self, access: &Access<'_>) -> Result<(), SyncError> {
         let (device, id) = match access {
             Access::Buffer { buffer, .. } => (buffer.device_index(), buffer.resource_id()),
-            Access::RenderTarget { image, .. } => (image.device_index(), image.resource_id()),
+            Access::RenderTarget { image, .. } | Access::Image { image, .. } => {
+                (image.device_index(), image.resource_id())
+            }
         };
         if self.tracker.core().contains(device, id) {
             return Ok(());
@@ -324,7 +363,7 @@ impl Plan {
                 self.tracker.track_buffer(buffer)?;
                 buffer.device().universal_queue().family()
             }
-            Access::RenderTarget { image, .. } => {
+            Access::RenderTarget { image, .. } | Access::Image { image, .. } => {
                 self.tracker.track_image(image, vk::ImageLayout::GENERAL)?;
                 image.device().universal_queue().family()
             }
@@ -350,7 +389,7 @@ impl Plan {
         for (id, region) in used.drain(..) {
             batch.declare(id, region, Use::Custom(CLOSE))?;
         }
-        Ok(batch.flush().barriers)
+        Ok(relaxed(batch.flush().barriers))
     }
 
     /// Whether item `n` records its own barriers (a render item's around its target).

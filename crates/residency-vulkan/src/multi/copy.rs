@@ -12,14 +12,16 @@
 //! else the layout in submission order, checked again when the submission is made), with the
 //! barrier that makes earlier work on it finish first, and it stays in `GENERAL` (where
 //! residency's images live and where sampling work items read them). The copy itself is ordered
-//! against the other items of its submission as a buffer copy is: by
-//! [`WorkItem::Barrier`](crate::multi::work::WorkItem::Barrier) between them and the full
-//! barriers around each submission.
+//! against the other items of its submission by the submitter's state tracker, as a buffer copy
+//! is: it declares the mips and layers it touches per image (transfer reads and writes in
+//! `GENERAL`) and its buffer view.
 
 use crate::device::Device;
 use crate::error::{ErrorClass, ResidencyError};
 use crate::format_map::aspect;
+use crate::multi::barriers::{image_use, Access};
 use crate::multi::work::{BufferView, DeviceBufferView, WorkError};
+use residency_core::sync::Use;
 use crate::multi::{MultiDevice, MultiImage};
 use crate::resources::buffer::Buffer;
 use crate::resources::image::Image;
@@ -162,8 +164,8 @@ enum Kind<'a> {
 /// left, else its layout in submission order, checked again when the submission is made), with a
 /// barrier that makes earlier work on it finish first, and it stays in `GENERAL`. The copy is
 /// ordered against the other items of its submission as a [`CopyItem`](crate::multi::work::CopyItem)
-/// is: by [`WorkItem::Barrier`](crate::multi::work::WorkItem::Barrier) between them, and the
-/// barriers around each submission.
+/// is: by the barriers the submitter's state tracker requires (it declares the subresources it
+/// touches and its buffer view).
 #[derive(Clone, Debug)]
 pub struct ImageCopyItem<'a> {
     kind: Kind<'a>,
@@ -374,6 +376,44 @@ enum Op<'r> {
 pub(crate) struct ResolvedImageCopy<'r> {
     op: Op<'r>,
     subresources: Vec<(&'r Image, u32, u32)>,
+    /// The buffer view of a buffer↔image copy.
+    view: Option<DeviceBufferView<'r>>,
+}
+
+impl<'r> ResolvedImageCopy<'r> {
+    /// What the copy reads and writes, for the submitter's barriers: per image, the mips and
+    /// layers its regions touch (their bounding range) read or written by transfers in
+    /// `GENERAL` (where [`record`] moves them first); the buffer view read or written whole.
+    pub(crate) fn accesses(&self) -> Vec<Access<'r>> {
+        use residency_core::sync::{AccessFlags as A, PipelineStages as S};
+        let image = |image: &'r Image, subresources: &mut dyn Iterator<Item = vk::ImageSubresourceLayers>, access| {
+            let (mut mips, mut layers) = (u32::MAX..0, u32::MAX..0);
+            for s in subresources {
+                mips = mips.start.min(s.mip_level)..mips.end.max(s.mip_level + 1);
+                layers = layers.start.min(s.base_array_layer)..layers.end.max(s.base_array_layer + s.layer_count);
+            }
+            Access::Image { image, mips, layers, use_: image_use(S::ALL_TRANSFER, access) }
+        };
+        let view = |use_| {
+            self.view.map(|v| Access::Buffer { buffer: v.buffer, offset: v.offset, size: v.size, use_ })
+        };
+        match &self.op {
+            Op::Images { src, dst, regions } => vec![
+                image(src, &mut regions.iter().map(|r| r.src_subresource), A::TRANSFER_READ),
+                image(dst, &mut regions.iter().map(|r| r.dst_subresource), A::TRANSFER_WRITE),
+            ],
+            Op::BufferToImage { dst, regions, .. } => view(Use::TransferSrc)
+                .into_iter()
+                .chain([image(dst, &mut regions.iter().map(|r| r.image_subresource), A::TRANSFER_WRITE)])
+                .collect(),
+            Op::ImageToBuffer { src, regions, .. } => {
+                [image(src, &mut regions.iter().map(|r| r.image_subresource), A::TRANSFER_READ)]
+                    .into_iter()
+                    .chain(view(Use::TransferDst))
+                    .collect()
+            }
+        }
+    }
 }
 
 /// The instance of `image` on `dev`.
@@ -717,7 +757,7 @@ pub(crate) fn resolve<'r>(
                 .collect();
             touch(&mut subresources, src, regions.iter().map(|r| r.src));
             touch(&mut subresources, dst, dsts.into_iter());
-            Ok(ResolvedImageCopy { op: Op::Images { src, dst, regions: copies }, subresources })
+            Ok(ResolvedImageCopy { op: Op::Images { src, dst, regions: copies }, subresources, view: None })
         }
         Kind::BufferToImage { src, dst, regions } => {
             let (view, image) = (view_on(src, dev)?, instance(dst, dev)?);
@@ -744,6 +784,7 @@ pub(crate) fn resolve<'r>(
             Ok(ResolvedImageCopy {
                 op: Op::BufferToImage { src: view.buffer, dst: image, regions: copies },
                 subresources,
+                view: Some(view),
             })
         }
         Kind::ImageToBuffer { src, dst, regions } => {
@@ -771,6 +812,7 @@ pub(crate) fn resolve<'r>(
             Ok(ResolvedImageCopy {
                 op: Op::ImageToBuffer { src: image, dst: view.buffer, regions: copies },
                 subresources,
+                view: Some(view),
             })
         }
     }
