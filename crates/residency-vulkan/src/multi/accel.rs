@@ -16,9 +16,9 @@
 
 use crate::device::set::DeviceSet;
 use crate::device::Device;
+use crate::multi::barriers::Access;
 use crate::multi::fan_out_on;
 use crate::multi::work::MultiSubmitter;
-use crate::multi::barriers::Access;
 use crate::multi::work::{binding_accesses, cached_set, MultiBinding, SetCache, WorkError};
 use crate::multi::{
     fan_out, multi_device, MultiBuffer, MultiBufferPool, MultiDevice, MultiDeviceError, MultiPool, PerDevice,

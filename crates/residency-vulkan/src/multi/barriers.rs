@@ -143,7 +143,9 @@ impl Access<'_> {
     fn memory(&self) -> (vk::DeviceMemory, Range<u64>) {
         let ((memory, offset), size) = match self {
             Access::Buffer { buffer, .. } => (buffer.memory(), buffer.size()),
-            Access::RenderTarget { image, .. } | Access::Image { image, .. } => (image.memory(), image.size()),
+            Access::RenderTarget { image, .. } | Access::Image { image, .. } => {
+                (image.memory(), image.size())
+            }
         };
         (memory, offset..offset.saturating_add(size))
     }
@@ -167,7 +169,8 @@ fn declare(
             region
         }
         Access::Image { mips, layers, use_, .. } => {
-            let region = Region::subresources(mips.start, mips.len() as u32, layers.start, layers.len() as u32);
+            let region =
+                Region::subresources(mips.start, mips.len() as u32, layers.start, layers.len() as u32);
             batch.declare(access.id(), region, *use_)?;
             region
         }

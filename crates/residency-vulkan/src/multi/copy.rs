@@ -21,7 +21,6 @@ use crate::error::{ErrorClass, ResidencyError};
 use crate::format_map::aspect;
 use crate::multi::barriers::{image_use, Access};
 use crate::multi::work::{BufferView, DeviceBufferView, WorkError};
-use residency_core::sync::Use;
 use crate::multi::{MultiDevice, MultiImage};
 use crate::resources::buffer::Buffer;
 use crate::resources::image::Image;
@@ -29,6 +28,7 @@ use crate::sync::recording::{buffer_aliases, Recording};
 use ash::vk;
 use residency_core::device_mask::DeviceIndex;
 use residency_core::format::{Format, FormatKind};
+use residency_core::sync::Use;
 use residency_core::tiles::TexelRegion;
 use residency_core::usage::{BufferUsage, ImageUsage};
 
@@ -386,14 +386,16 @@ impl<'r> ResolvedImageCopy<'r> {
     /// `GENERAL` (where [`record`] moves them first); the buffer view read or written whole.
     pub(crate) fn accesses(&self) -> Vec<Access<'r>> {
         use residency_core::sync::{AccessFlags as A, PipelineStages as S};
-        let image = |image: &'r Image, subresources: &mut dyn Iterator<Item = vk::ImageSubresourceLayers>, access| {
-            let (mut mips, mut layers) = (u32::MAX..0, u32::MAX..0);
-            for s in subresources {
-                mips = mips.start.min(s.mip_level)..mips.end.max(s.mip_level + 1);
-                layers = layers.start.min(s.base_array_layer)..layers.end.max(s.base_array_layer + s.layer_count);
-            }
-            Access::Image { image, mips, layers, use_: image_use(S::ALL_TRANSFER, access) }
-        };
+        let image =
+            |image: &'r Image, subresources: &mut dyn Iterator<Item = vk::ImageSubresourceLayers>, access| {
+                let (mut mips, mut layers) = (u32::MAX..0, u32::MAX..0);
+                for s in subresources {
+                    mips = mips.start.min(s.mip_level)..mips.end.max(s.mip_level + 1);
+                    layers = layers.start.min(s.base_array_layer)
+                        ..layers.end.max(s.base_array_layer + s.layer_count);
+                }
+                Access::Image { image, mips, layers, use_: image_use(S::ALL_TRANSFER, access) }
+            };
         let view = |use_| {
             self.view.map(|v| Access::Buffer { buffer: v.buffer, offset: v.offset, size: v.size, use_ })
         };

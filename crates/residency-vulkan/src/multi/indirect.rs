@@ -24,7 +24,6 @@ use crate::multi::barriers::Access;
 use crate::multi::work::{
     binding_accesses, cached_set, BufferView, DeviceBufferView, MultiBinding, SetCache, WorkError,
 };
-use residency_core::sync::Use;
 use crate::multi::{MultiDevice, MultiDeviceError, MultiUploader};
 use crate::pipelines::compute::{Binding, ComputeProgram, DescriptorSet};
 use crate::poison::PoisonFree;
@@ -33,6 +32,7 @@ use crate::sync::recording::Recording;
 use crate::sync::upload::UploadError;
 use ash::vk;
 use residency_core::device_mask::DeviceIndex;
+use residency_core::sync::Use;
 use residency_core::usage::BufferUsage;
 use std::sync::{Arc, Mutex};
 
@@ -572,11 +572,17 @@ impl<'a> IndirectDispatchItem<'a> {
         device: DeviceIndex,
     ) -> Result<Option<Vec<Access<'r>>>, WorkError> {
         let stages = residency_core::sync::PipelineStages::COMPUTE_SHADER;
-        let Some(mut accesses) = binding_accesses(&self.bindings, self.program.bindings(), stages, device)? else {
+        let Some(mut accesses) = binding_accesses(&self.bindings, self.program.bindings(), stages, device)?
+        else {
             return Ok(None);
         };
         let args = resolved.args.buffer;
-        accesses.push(Access::Buffer { buffer: args, offset: 0, size: args.size(), use_: Use::ComputeStorageRead });
+        accesses.push(Access::Buffer {
+            buffer: args,
+            offset: 0,
+            size: args.size(),
+            use_: Use::ComputeStorageRead,
+        });
         Ok(Some(accesses))
     }
 }

@@ -1520,9 +1520,8 @@ pub(crate) fn binding_accesses<'r>(
                 None => return Ok(None),
             },
             MultiBinding::AccelerationStructure(s) => {
-                let structure = s
-                    .resolve(device)
-                    .ok_or(WorkError::NotOnDevice { name: s.name().to_owned(), device })?;
+                let structure =
+                    s.resolve(device).ok_or(WorkError::NotOnDevice { name: s.name().to_owned(), device })?;
                 let storage = structure.storage();
                 let use_ = Use::Custom(CustomUse {
                     stages,
