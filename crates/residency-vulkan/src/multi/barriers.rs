@@ -2,8 +2,12 @@
 //! submission, from the state tracker on the submission's device.
 //!
 //! Each resolved item declares what it reads and writes on that device ([`Declared`]): buffer
-//! ranges with the stage and access of their use, and render targets (mip 0 of the view's layers,
-//! contents discarded). The plan runs the declarations through a [`ResourceTracker`] of that
+//! ranges with the stage and access of their use, render targets (mip 0 of the view's layers,
+//! contents discarded), and mips × layers of images used in `GENERAL` ([`Access::Image`]: image
+//! copies, sampled bindings). Images rest in `GENERAL` between items, and an image copy moves the
+//! subresources it touches there itself (from whatever layout they are in), so the image barriers
+//! the plan would record without a layout change are recorded as one memory barrier instead
+//! ([`relaxed`]): the same dependency, with no claim on a layout the plan did not set. The plan runs the declarations through a [`ResourceTracker`] of that
 //! device, in item order, and keeps per gap the barriers the states require, as one
 //! `vkCmdPipelineBarrier2` (nothing when none is needed). An item that does not declare its
 //! accesses ([`Declared::Undeclared`]) gets the full barrier before it (with every tracked
@@ -213,8 +217,9 @@ const FULL: MemoryBarrier = MemoryBarrier {
 };
 
 /// The state a resource is assumed to be in at its first use in a submission: written by any
-/// earlier command (images: in `GENERAL`, where every submission leaves them; the only image use
-/// declared, a render target, discards its contents anyway).
+/// earlier command (images: in `GENERAL`, where every submission leaves them; a render target
+/// discards its contents, and the barriers of other image uses keep `GENERAL` and are recorded
+/// as memory barriers, see [`relaxed`], so the assumption is never claimed on the GPU).
 const UNKNOWN: CustomUse = CustomUse {
     stages: PipelineStages::ALL_COMMANDS,
     access: AccessFlags::MEMORY_WRITE,

@@ -388,13 +388,16 @@ impl<'r> ResolvedImageCopy<'r> {
         use residency_core::sync::{AccessFlags as A, PipelineStages as S};
         let image =
             |image: &'r Image, subresources: &mut dyn Iterator<Item = vk::ImageSubresourceLayers>, access| {
-                let (mut mips, mut layers) = (u32::MAX..0, u32::MAX..0);
+                // (first, end) of the mips and of the layers; `resolve` refused an item without
+                // regions and every region outside the image.
+                let (mut mips, mut layers) = ((u32::MAX, 0), (u32::MAX, 0));
                 for s in subresources {
-                    mips = mips.start.min(s.mip_level)..mips.end.max(s.mip_level + 1);
-                    layers = layers.start.min(s.base_array_layer)
-                        ..layers.end.max(s.base_array_layer + s.layer_count);
+                    mips = (mips.0.min(s.mip_level), mips.1.max(s.mip_level.saturating_add(1)));
+                    let end = s.base_array_layer.saturating_add(s.layer_count);
+                    layers = (layers.0.min(s.base_array_layer), layers.1.max(end));
                 }
-                Access::Image { image, mips, layers, use_: image_use(S::ALL_TRANSFER, access) }
+                let use_ = image_use(S::ALL_TRANSFER, access);
+                Access::Image { image, mips: mips.0..mips.1, layers: layers.0..layers.1, use_ }
             };
         let view = |use_| {
             self.view.map(|v| Access::Buffer { buffer: v.buffer, offset: v.offset, size: v.size, use_ })
