@@ -7,8 +7,10 @@
 //! copies, sampled bindings). Images rest in `GENERAL` between items, and an image copy moves the
 //! subresources it touches there itself (from whatever layout they are in), so the image barriers
 //! the plan would record without a layout change are recorded as one memory barrier instead
-//! ([`relaxed`]): the same dependency, with no claim on a layout the plan did not set. The plan runs the declarations through a [`ResourceTracker`] of that
-//! device, in item order, and keeps per gap the barriers the states require, as one
+//! ([`relaxed`]): the same dependency, with no claim on a layout the plan did not set.
+//!
+//! The plan runs the declarations through a [`ResourceTracker`] of that device, in item order,
+//! and keeps per gap the barriers the states require, as one
 //! `vkCmdPipelineBarrier2` (nothing when none is needed). An item that does not declare its
 //! accesses ([`Declared::Undeclared`]) gets the full barrier before it (with every tracked
 //! resource closed, images back to `GENERAL`), and the submission ends with one after it.
