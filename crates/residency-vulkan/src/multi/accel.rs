@@ -16,9 +16,10 @@
 
 use crate::device::set::DeviceSet;
 use crate::device::Device;
+use crate::multi::barriers::Access;
 use crate::multi::fan_out_on;
 use crate::multi::work::MultiSubmitter;
-use crate::multi::work::{cached_set, MultiBinding, SetCache, WorkError};
+use crate::multi::work::{binding_accesses, cached_set, MultiBinding, SetCache, WorkError};
 use crate::multi::{
     fan_out, multi_device, MultiBuffer, MultiBufferPool, MultiDevice, MultiDeviceError, MultiPool, PerDevice,
 };
@@ -367,6 +368,23 @@ pub(crate) struct ResolvedTrace<'r> {
     set: DescriptorSet,
     push_constants: &'r [u8],
     extent: [u32; 3],
+}
+
+impl<'a> TraceRaysItem<'a> {
+    /// What the launch reads and writes on `device` (the program resolved there as `resolved`),
+    /// for the submitter's barriers: its bindings, used by `ALL_COMMANDS` (the ray-tracing
+    /// shader stage is not one residency's barrier checks know, so the launch is declared as
+    /// every stage: per resource, but over the whole pipeline); `None` when a binding is not
+    /// declared (the item then gets full barriers). The shader table is written once, when the
+    /// program is made, and only read after.
+    pub(crate) fn accesses<'r>(
+        &'r self,
+        resolved: &ResolvedTrace<'r>,
+        device: DeviceIndex,
+    ) -> Result<Option<Vec<Access<'r>>>, WorkError> {
+        let stages = residency_core::sync::PipelineStages::ALL_COMMANDS;
+        binding_accesses(&self.bindings, resolved.program.bindings(), stages, device)
+    }
 }
 
 impl ResolvedTrace<'_> {

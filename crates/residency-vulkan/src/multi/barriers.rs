@@ -2,9 +2,15 @@
 //! submission, from the state tracker on the submission's device.
 //!
 //! Each resolved item declares what it reads and writes on that device ([`Declared`]): buffer
-//! ranges with the stage and access of their use, and render targets (mip 0 of the view's layers,
-//! contents discarded). The plan runs the declarations through a [`ResourceTracker`] of that
-//! device, in item order, and keeps per gap the barriers the states require, as one
+//! ranges with the stage and access of their use, render targets (mip 0 of the view's layers,
+//! contents discarded), and mips × layers of images used in `GENERAL` ([`Access::Image`]: image
+//! copies, sampled bindings). Images rest in `GENERAL` between items, and an image copy moves the
+//! subresources it touches there itself (from whatever layout they are in), so the image barriers
+//! the plan would record without a layout change are recorded as one memory barrier instead
+//! ([`relaxed`]): the same dependency, with no claim on a layout the plan did not set.
+//!
+//! The plan runs the declarations through a [`ResourceTracker`] of that device, in item order,
+//! and keeps per gap the barriers the states require, as one
 //! `vkCmdPipelineBarrier2` (nothing when none is needed). An item that does not declare its
 //! accesses ([`Declared::Undeclared`]) gets the full barrier before it (with every tracked
 //! resource closed, images back to `GENERAL`), and the submission ends with one after it.
@@ -106,6 +112,16 @@ pub(crate) enum Access<'r> {
     /// Mip 0 and `layers` of `image` written as a colour attachment, its contents discarded (a
     /// render item's target).
     RenderTarget { image: &'r Image, layers: Range<u32> },
+    /// Mips `mips` and layers `layers` of `image` used as `use_`, in `GENERAL` (the layout
+    /// residency's image copies and sampled bindings use, see [`image_use`]); the item itself
+    /// moves a subresource that is in another layout (an image copy's own transitions), so the
+    /// plan orders these uses with memory barriers only and never changes their layout.
+    Image { image: &'r Image, mips: Range<u32>, layers: Range<u32>, use_: Use },
+}
+
+/// A use of an image in `GENERAL` by `stages` with `access` (for [`Access::Image`]).
+pub(crate) fn image_use(stages: PipelineStages, access: AccessFlags) -> Use {
+    Use::Custom(CustomUse { stages, access, layout: Some(ImageLayout::GENERAL) })
 }
 
 /// What a resolved work item says about its accesses.
@@ -125,7 +141,7 @@ impl Access<'_> {
     fn id(&self) -> ResourceId {
         match self {
             Access::Buffer { buffer, .. } => buffer.resource_id(),
-            Access::RenderTarget { image, .. } => image.resource_id(),
+            Access::RenderTarget { image, .. } | Access::Image { image, .. } => image.resource_id(),
         }
     }
 
@@ -133,7 +149,9 @@ impl Access<'_> {
     fn memory(&self) -> (vk::DeviceMemory, Range<u64>) {
         let ((memory, offset), size) = match self {
             Access::Buffer { buffer, .. } => (buffer.memory(), buffer.size()),
-            Access::RenderTarget { image, .. } => (image.memory(), image.size()),
+            Access::RenderTarget { image, .. } | Access::Image { image, .. } => {
+                (image.memory(), image.size())
+            }
         };
         (memory, offset..offset.saturating_add(size))
     }
@@ -156,11 +174,39 @@ fn declare(
             batch.declare_discard(access.id(), region, Use::ColorAttachmentWrite)?;
             region
         }
+        Access::Image { mips, layers, use_, .. } => {
+            let region =
+                Region::subresources(mips.start, mips.len() as u32, layers.start, layers.len() as u32);
+            batch.declare(access.id(), region, *use_)?;
+            region
+        }
     };
     if !used.contains(&(access.id(), region)) {
         used.push((access.id(), region));
     }
     Ok(())
+}
+
+/// `batch` with its image barriers that keep the layout (`GENERAL` to `GENERAL`: the uses of
+/// [`Access::Image`] and the closing of every image) merged into one global memory barrier: the
+/// same dependency, without a layout requirement on the image. The plan believes every image it
+/// has not transitioned itself to be in `GENERAL`; an image copy moves the subresources it
+/// touches there itself (from whatever layout they are in, with its own barrier), and a sampled
+/// binding in `GENERAL` is checked by its item, so no barrier of the plan may claim that layout.
+/// Barriers that change the layout (a render target's) stay image barriers.
+fn relaxed(mut batch: BarrierBatch) -> BarrierBatch {
+    let mut merged: Option<MemoryBarrier> = None;
+    batch.images.retain(|b| {
+        if b.old_layout != b.new_layout || b.src_queue_family != b.dst_queue_family {
+            return true;
+        }
+        let m = merged.get_or_insert(MemoryBarrier { src: Scope::NONE, dst: Scope::NONE });
+        m.src = Scope::new(m.src.stages.union(b.src.stages), m.src.access.union(b.src.access));
+        m.dst = Scope::new(m.dst.stages.union(b.dst.stages), m.dst.access.union(b.dst.access));
+        false
+    });
+    batch.memory.extend(merged);
+    batch
 }
 
 /// Everything before, made available and visible to everything after (host reads included).
@@ -173,8 +219,9 @@ const FULL: MemoryBarrier = MemoryBarrier {
 };
 
 /// The state a resource is assumed to be in at its first use in a submission: written by any
-/// earlier command (images: in `GENERAL`, where every submission leaves them; the only image use
-/// declared, a render target, discards its contents anyway).
+/// earlier command (images: in `GENERAL`, where every submission leaves them; a render target
+/// discards its contents, and the barriers of other image uses keep `GENERAL` and are recorded
+/// as memory barriers, see [`relaxed`], so the assumption is never claimed on the GPU).
 const UNKNOWN: CustomUse = CustomUse {
     stages: PipelineStages::ALL_COMMANDS,
     access: AccessFlags::MEMORY_WRITE,
@@ -277,7 +324,7 @@ impl Plan {
                 declare(&mut opening, access, &mut used)?;
             }
         }
-        plan.opening = opening.flush().barriers;
+        plan.opening = relaxed(opening.flush().barriers);
         // Undeclared work ran since the last full barrier.
         let mut dirty = false;
         for (n, item) in items.iter().enumerate() {
@@ -290,7 +337,7 @@ impl Plan {
                     for access in accesses.iter().filter(|a| !hoisted(n, a)) {
                         declare(&mut batch, access, &mut used)?;
                     }
-                    plan.gaps.push(batch.flush().barriers);
+                    plan.gaps.push(relaxed(batch.flush().barriers));
                     plan.own.push(false);
                 }
                 Declared::Undeclared | Declared::FullBarrier => {
@@ -314,7 +361,9 @@ impl Plan {
     fn track(&mut self, access: &Access<'_>) -> Result<(), SyncError> {
         let (device, id) = match access {
             Access::Buffer { buffer, .. } => (buffer.device_index(), buffer.resource_id()),
-            Access::RenderTarget { image, .. } => (image.device_index(), image.resource_id()),
+            Access::RenderTarget { image, .. } | Access::Image { image, .. } => {
+                (image.device_index(), image.resource_id())
+            }
         };
         if self.tracker.core().contains(device, id) {
             return Ok(());
@@ -324,7 +373,7 @@ impl Plan {
                 self.tracker.track_buffer(buffer)?;
                 buffer.device().universal_queue().family()
             }
-            Access::RenderTarget { image, .. } => {
+            Access::RenderTarget { image, .. } | Access::Image { image, .. } => {
                 self.tracker.track_image(image, vk::ImageLayout::GENERAL)?;
                 image.device().universal_queue().family()
             }
@@ -350,7 +399,7 @@ impl Plan {
         for (id, region) in used.drain(..) {
             batch.declare(id, region, Use::Custom(CLOSE))?;
         }
-        Ok(batch.flush().barriers)
+        Ok(relaxed(batch.flush().barriers))
     }
 
     /// Whether item `n` records its own barriers (a render item's around its target).

@@ -12,6 +12,7 @@
 
 use crate::device::set::DeviceSet;
 use crate::error::VulkanError;
+use crate::multi::barriers::{image_use, Access};
 use crate::multi::work::WorkError;
 use crate::multi::{fan_out_on, multi_device, MultiDevice, MultiDeviceError, MultiImage, PerDevice};
 use crate::pipelines::compute::{Binding, ViewRef};
@@ -117,6 +118,35 @@ impl<'a> MultiSampled<'a> {
             views.push(view);
         }
         Ok(ResolvedSampled { views, array: self.array, sampler, layout: self.layout })
+    }
+}
+
+impl<'a> MultiSampled<'a> {
+    /// What sampling reads on `device` by `stages`, for the submitter's barriers: per image its
+    /// instance there, mips `mips` of every layer (the cached view's subresources), sampled in
+    /// `GENERAL`; `None` when the layout is another (not declared: the item gets full barriers,
+    /// since the plan never moves an image out of `GENERAL`).
+    pub(crate) fn accesses(
+        &self,
+        device: DeviceIndex,
+        stages: residency_core::sync::PipelineStages,
+    ) -> Result<Option<Vec<Access<'a>>>, WorkError> {
+        if self.layout != vk::ImageLayout::GENERAL {
+            return Ok(None);
+        }
+        let mut accesses = Vec::with_capacity(self.images.len());
+        for image in &self.images {
+            let instance = image
+                .instance(device)
+                .ok_or_else(|| WorkError::NotOnDevice { name: "sampled image".to_owned(), device })?;
+            accesses.push(Access::Image {
+                image: instance,
+                mips: self.mips.clone(),
+                layers: 0..instance.desc().array_layers,
+                use_: image_use(stages, residency_core::sync::AccessFlags::SHADER_SAMPLED_READ),
+            });
+        }
+        Ok(Some(accesses))
     }
 }
 

@@ -12,13 +12,14 @@
 //! else the layout in submission order, checked again when the submission is made), with the
 //! barrier that makes earlier work on it finish first, and it stays in `GENERAL` (where
 //! residency's images live and where sampling work items read them). The copy itself is ordered
-//! against the other items of its submission as a buffer copy is: by
-//! [`WorkItem::Barrier`](crate::multi::work::WorkItem::Barrier) between them and the full
-//! barriers around each submission.
+//! against the other items of its submission by the submitter's state tracker, as a buffer copy
+//! is: it declares the mips and layers it touches per image (transfer reads and writes in
+//! `GENERAL`) and its buffer view.
 
 use crate::device::Device;
 use crate::error::{ErrorClass, ResidencyError};
 use crate::format_map::aspect;
+use crate::multi::barriers::{image_use, Access};
 use crate::multi::work::{BufferView, DeviceBufferView, WorkError};
 use crate::multi::{MultiDevice, MultiImage};
 use crate::resources::buffer::Buffer;
@@ -27,6 +28,7 @@ use crate::sync::recording::{buffer_aliases, Recording};
 use ash::vk;
 use residency_core::device_mask::DeviceIndex;
 use residency_core::format::{Format, FormatKind};
+use residency_core::sync::Use;
 use residency_core::tiles::TexelRegion;
 use residency_core::usage::{BufferUsage, ImageUsage};
 
@@ -162,8 +164,8 @@ enum Kind<'a> {
 /// left, else its layout in submission order, checked again when the submission is made), with a
 /// barrier that makes earlier work on it finish first, and it stays in `GENERAL`. The copy is
 /// ordered against the other items of its submission as a [`CopyItem`](crate::multi::work::CopyItem)
-/// is: by [`WorkItem::Barrier`](crate::multi::work::WorkItem::Barrier) between them, and the
-/// barriers around each submission.
+/// is: by the barriers the submitter's state tracker requires (it declares the subresources it
+/// touches and its buffer view).
 #[derive(Clone, Debug)]
 pub struct ImageCopyItem<'a> {
     kind: Kind<'a>,
@@ -374,6 +376,49 @@ enum Op<'r> {
 pub(crate) struct ResolvedImageCopy<'r> {
     op: Op<'r>,
     subresources: Vec<(&'r Image, u32, u32)>,
+    /// The buffer view of a buffer↔image copy.
+    view: Option<DeviceBufferView<'r>>,
+}
+
+impl<'r> ResolvedImageCopy<'r> {
+    /// What the copy reads and writes, for the submitter's barriers: per image, the mips and
+    /// layers its regions touch (their bounding range) read or written by transfers in
+    /// `GENERAL` (where [`record`] moves them first); the buffer view read or written whole.
+    pub(crate) fn accesses(&self) -> Vec<Access<'r>> {
+        use residency_core::sync::{AccessFlags as A, PipelineStages as S};
+        let image =
+            |image: &'r Image, subresources: &mut dyn Iterator<Item = vk::ImageSubresourceLayers>, access| {
+                // (first, end) of the mips and of the layers; `resolve` refused an item without
+                // regions and every region outside the image.
+                let (mut mips, mut layers) = ((u32::MAX, 0), (u32::MAX, 0));
+                for s in subresources {
+                    mips = (mips.0.min(s.mip_level), mips.1.max(s.mip_level.saturating_add(1)));
+                    let end = s.base_array_layer.saturating_add(s.layer_count);
+                    layers = (layers.0.min(s.base_array_layer), layers.1.max(end));
+                }
+                let use_ = image_use(S::ALL_TRANSFER, access);
+                Access::Image { image, mips: mips.0..mips.1, layers: layers.0..layers.1, use_ }
+            };
+        let view = |use_| {
+            self.view.map(|v| Access::Buffer { buffer: v.buffer, offset: v.offset, size: v.size, use_ })
+        };
+        match &self.op {
+            Op::Images { src, dst, regions } => vec![
+                image(src, &mut regions.iter().map(|r| r.src_subresource), A::TRANSFER_READ),
+                image(dst, &mut regions.iter().map(|r| r.dst_subresource), A::TRANSFER_WRITE),
+            ],
+            Op::BufferToImage { dst, regions, .. } => view(Use::TransferSrc)
+                .into_iter()
+                .chain([image(dst, &mut regions.iter().map(|r| r.image_subresource), A::TRANSFER_WRITE)])
+                .collect(),
+            Op::ImageToBuffer { src, regions, .. } => {
+                [image(src, &mut regions.iter().map(|r| r.image_subresource), A::TRANSFER_READ)]
+                    .into_iter()
+                    .chain(view(Use::TransferDst))
+                    .collect()
+            }
+        }
+    }
 }
 
 /// The instance of `image` on `dev`.
@@ -717,7 +762,7 @@ pub(crate) fn resolve<'r>(
                 .collect();
             touch(&mut subresources, src, regions.iter().map(|r| r.src));
             touch(&mut subresources, dst, dsts.into_iter());
-            Ok(ResolvedImageCopy { op: Op::Images { src, dst, regions: copies }, subresources })
+            Ok(ResolvedImageCopy { op: Op::Images { src, dst, regions: copies }, subresources, view: None })
         }
         Kind::BufferToImage { src, dst, regions } => {
             let (view, image) = (view_on(src, dev)?, instance(dst, dev)?);
@@ -744,6 +789,7 @@ pub(crate) fn resolve<'r>(
             Ok(ResolvedImageCopy {
                 op: Op::BufferToImage { src: view.buffer, dst: image, regions: copies },
                 subresources,
+                view: Some(view),
             })
         }
         Kind::ImageToBuffer { src, dst, regions } => {
@@ -771,6 +817,7 @@ pub(crate) fn resolve<'r>(
             Ok(ResolvedImageCopy {
                 op: Op::ImageToBuffer { src: image, dst: view.buffer, regions: copies },
                 subresources,
+                view: Some(view),
             })
         }
     }

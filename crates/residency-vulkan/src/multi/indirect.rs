@@ -20,7 +20,10 @@
 use crate::device::blocks::MemoryError;
 use crate::device::Device;
 use crate::error::{ErrorClass, ResidencyError};
-use crate::multi::work::{cached_set, BufferView, DeviceBufferView, MultiBinding, SetCache, WorkError};
+use crate::multi::barriers::Access;
+use crate::multi::work::{
+    binding_accesses, cached_set, BufferView, DeviceBufferView, MultiBinding, SetCache, WorkError,
+};
 use crate::multi::{MultiDevice, MultiDeviceError, MultiUploader};
 use crate::pipelines::compute::{Binding, ComputeProgram, DescriptorSet};
 use crate::poison::PoisonFree;
@@ -29,6 +32,7 @@ use crate::sync::recording::Recording;
 use crate::sync::upload::UploadError;
 use ash::vk;
 use residency_core::device_mask::DeviceIndex;
+use residency_core::sync::Use;
 use residency_core::usage::BufferUsage;
 use std::sync::{Arc, Mutex};
 
@@ -430,6 +434,8 @@ pub(crate) struct ResolvedIndirect<'r> {
     /// The clamp pass's push constants: the first word of the command in the bound buffer, the
     /// device's limits.
     clamp_push: [u8; 16],
+    /// The argument view on the device (its whole buffer is bound to the clamp pass).
+    args: DeviceBufferView<'r>,
 }
 
 impl<'a> IndirectDispatchItem<'a> {
@@ -550,7 +556,34 @@ impl<'a> IndirectDispatchItem<'a> {
             clamp,
             clamp_set,
             clamp_push,
+            args,
         })
+    }
+
+    /// What the item reads and writes on `device` (resolved there as `resolved`), for the
+    /// submitter's barriers: the argument view's buffer, read whole by the clamp pass in compute
+    /// (it is bound whole), and the dispatch's bindings; `None` when a binding is not declared
+    /// (the item then gets full barriers). The indirect read is of the item's own copy of the
+    /// counts, which the item orders itself (a barrier before its pass and one before the
+    /// dispatch).
+    pub(crate) fn accesses<'r>(
+        &'r self,
+        resolved: &ResolvedIndirect<'r>,
+        device: DeviceIndex,
+    ) -> Result<Option<Vec<Access<'r>>>, WorkError> {
+        let stages = residency_core::sync::PipelineStages::COMPUTE_SHADER;
+        let Some(mut accesses) = binding_accesses(&self.bindings, self.program.bindings(), stages, device)?
+        else {
+            return Ok(None);
+        };
+        let args = resolved.args.buffer;
+        accesses.push(Access::Buffer {
+            buffer: args,
+            offset: 0,
+            size: args.size(),
+            use_: Use::ComputeStorageRead,
+        });
+        Ok(Some(accesses))
     }
 }
 

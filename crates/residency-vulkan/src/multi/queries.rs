@@ -17,6 +17,7 @@
 
 use crate::device::set::DeviceSet;
 use crate::device::Device;
+use crate::multi::barriers::Access;
 use crate::multi::work::{BufferView, WorkError, WorkItem};
 use crate::multi::{fan_out_on, multi_device, MultiDeviceError, PerDevice};
 use crate::resources::buffer::Buffer;
@@ -24,6 +25,7 @@ use crate::sync::queries::{QueryError, QueryKind, QueryPool};
 use crate::sync::recording::Recording;
 use ash::vk;
 use residency_core::device_mask::{DeviceIndex, DeviceMask};
+use residency_core::sync::Use;
 use residency_core::usage::BufferUsage;
 use std::ops::Range;
 
@@ -132,6 +134,18 @@ pub(crate) struct ResolvedCopy<'r> {
     range: Range<u32>,
     dst: &'r Buffer,
     offset: u64,
+    /// The results' bytes in the destination (from the view's offset into its buffer).
+    written: (u64, u64),
+}
+
+impl<'r> ResolvedCopy<'r> {
+    /// What the copy writes, for the submitter's barriers: the results' bytes of the destination
+    /// view, as a transfer write (`vkCmdCopyQueryPoolResults` is a transfer; the queries
+    /// themselves are ordered by the query commands, not by memory barriers).
+    pub(crate) fn accesses(&self) -> Vec<Access<'r>> {
+        let (offset, size) = self.written;
+        vec![Access::Buffer { buffer: self.dst, offset, size, use_: Use::TransferDst }]
+    }
 }
 
 /// A [`DrawQuery`] resolved on a device.
@@ -183,7 +197,7 @@ pub(crate) fn resolve_copy<'r>(
     if bytes > dst.size {
         return Err(refuse(format!("{bytes} B of results into a view of {} B", dst.size)));
     }
-    Ok(ResolvedCopy { pool, range: c.queries.clone(), dst: dst.buffer, offset })
+    Ok(ResolvedCopy { pool, range: c.queries.clone(), dst: dst.buffer, offset, written: (dst.offset, bytes) })
 }
 
 /// Resolves the queries of a render item of `draws` draws on `dev`: each pool, index and draw

@@ -673,9 +673,23 @@ impl MultiSubmitter {
                 (WorkItem::Render(item), Resolved::Render(r)) => {
                     render_accesses(item, r, device)?.map_or(Declared::Undeclared, Declared::Accesses)
                 }
+                (WorkItem::DispatchIndirect(item), Resolved::DispatchIndirect(r)) => {
+                    item.accesses(r, device)?.map_or(Declared::Undeclared, Declared::Accesses)
+                }
+                (_, Resolved::ImageCopy(c)) => Declared::Accesses(c.accesses()),
+                (WorkItem::TraceRays(item), Resolved::Trace(r)) => {
+                    item.accesses(r, device)?.map_or(Declared::Undeclared, Declared::Accesses)
+                }
+                // Queries are ordered by the query commands, not by memory: a begin or end
+                // touches no memory; a copy of results writes its destination view.
+                (_, Resolved::BeginQuery(_) | Resolved::EndQuery(_)) => Declared::Accesses(Vec::new()),
+                (_, Resolved::CopyQuery(c)) => Declared::Accesses(c.accesses()),
+                (WorkItem::QueriedRender(item, _), Resolved::QueriedRender(r, _)) => {
+                    render_accesses(item, r, device)?.map_or(Declared::Undeclared, Declared::Accesses)
+                }
                 (_, Resolved::Timestamp(..)) => Declared::Accesses(Vec::new()),
                 (_, Resolved::Barrier) => Declared::FullBarrier,
-                // An item kind that does not declare its accesses: full barriers around it.
+                // Cannot happen (each item resolves to its own kind); full barriers around it.
                 _ => Declared::Undeclared,
             });
         }
@@ -1481,9 +1495,13 @@ fn record_render(
 }
 
 /// The accesses of a program's set-0 `bindings` (of `kinds`) by `stages` on `device`: storage
-/// buffers read and written, uniform buffers read; `None` when one is an image (not declared:
-/// the item falls back to full barriers).
-fn binding_accesses<'r>(
+/// buffers read and written, uniform buffers read, multi-device sampled images read in
+/// `GENERAL` ([`MultiSampled`](crate::multi::bindless::MultiSampled)), acceleration structures
+/// read from their storage (traversal; builds order themselves with full barriers); `None` when
+/// one cannot be declared — an image bound per device by view ([`MultiBinding::Image`]: the
+/// view does not name its image), or a sampled image in another layout — and the item falls
+/// back to full barriers.
+pub(crate) fn binding_accesses<'r>(
     bindings: &[MultiBinding<'r>],
     kinds: &[BindingKind],
     stages: PipelineStages,
@@ -1491,7 +1509,29 @@ fn binding_accesses<'r>(
 ) -> Result<Option<Vec<Access<'r>>>, WorkError> {
     let mut accesses = Vec::with_capacity(bindings.len());
     for (binding, kind) in bindings.iter().zip(kinds) {
-        let MultiBinding::Buffer(view) = binding else { return Ok(None) };
+        let view = match binding {
+            MultiBinding::Buffer(view) => view,
+            MultiBinding::Image(_) => return Ok(None),
+            MultiBinding::Sampled(sampled) => match sampled.accesses(device, stages)? {
+                Some(sampled) => {
+                    accesses.extend(sampled);
+                    continue;
+                }
+                None => return Ok(None),
+            },
+            MultiBinding::AccelerationStructure(s) => {
+                let structure =
+                    s.resolve(device).ok_or(WorkError::NotOnDevice { name: s.name().to_owned(), device })?;
+                let storage = structure.storage();
+                let use_ = Use::Custom(CustomUse {
+                    stages,
+                    access: AccessFlags::ACCELERATION_STRUCTURE_READ,
+                    layout: None,
+                });
+                accesses.push(Access::Buffer { buffer: storage, offset: 0, size: storage.size(), use_ });
+                continue;
+            }
+        };
         let use_ = match kind {
             BindingKind::StorageBuffer => Use::Custom(CustomUse {
                 stages,
