@@ -391,15 +391,16 @@ fn software_path_pinning_coarse_mips_sharpens_frame_zero() {
     pinning_coarse_mips_sharpens_frame_zero_on("software");
 }
 
-/// `--feedback-device-local` (the streamer's `feedback_device_local`: feedback buffers and image
-/// tables in device-local host-visible memory) streams exactly what host-memory feedback streams,
+/// Device-local feedback (the default; the streamer's `feedback_device_local`: feedback buffers
+/// and image tables in device-local host-visible memory) streams exactly what host-memory feedback
+/// (`--feedback-host-memory`) streams,
 /// and the JSON's feedback-cost breakdown is there: the per-frame median, the means by which
 /// streamed pass went first, and (every other frame writing no feedback) the idle frames' mean.
 fn device_local_feedback_streams_the_same_tiles_on(path: &str) {
     let Some(file) = build_texture(&format!("{path}-fbmemory")) else { return };
     let exact = ["--wait-loads", "--wait-frames", "--feedback-interval", "2"];
-    let (host, _) = stream_on(path, &file, &exact);
-    let (device, _) = stream_on(path, &file, &[&exact[..], &["--feedback-device-local"]].concat());
+    let (host, _) = stream_on(path, &file, &[&exact[..], &["--feedback-host-memory"]].concat());
+    let (device, _) = stream_on(path, &file, &exact);
     assert_eq!(host["feedback_device_local"], false, "{host}");
     assert_eq!(device["feedback_device_local"], true, "{device}");
     for key in ["tiles_streamed", "converged_frames", "psnr_db_min", "psnr_db_frame0"] {

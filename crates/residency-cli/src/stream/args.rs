@@ -70,11 +70,12 @@ pub struct StreamArgs {
     /// large textures). 0: the tails only.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64))]
     pub(super) pin_mip_tiles: u32,
-    /// Feedback buffers and image tables in device-local memory the host can map (ReBAR; the
-    /// streamer's `feedback_device_local`): the shaders' feedback atomics stay in the GPU's
-    /// memory, the CPU reads the words the frame wrote uncached. Default: host memory.
+    /// Feedback buffers and image tables in host memory (the streamer's `feedback_device_local`
+    /// off). Default: device-local memory the host can map (ReBAR), where the shaders' reads and
+    /// feedback atomics stay in the GPU's memory and the CPU reads the words the frame wrote
+    /// uncached.
     #[arg(long)]
-    pub(super) feedback_device_local: bool,
+    pub(super) feedback_host_memory: bool,
     /// Cut the tile budget at this frame to `--cut-to-mib`.
     #[arg(long, requires = "cut_to_mib")]
     pub(super) cut_at_frame: Option<u64>,

@@ -197,7 +197,7 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
         );
     let mut desc = desc;
     desc.feedback.count_pixels = !args.no_pixel_counts;
-    desc.feedback_device_local = args.feedback_device_local;
+    desc.feedback_device_local = !args.feedback_host_memory;
     let mut streamer = Streamer::new(device, desc)?;
     let mut handles = Vec::new();
     for (i, &f) in plane_files.iter().enumerate() {
@@ -397,7 +397,7 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
             .then(|| psnr_of(done.mse_reference_source_sum / done.psnr_source.len().max(1) as f64)),
         budget_bytes,
         pinned_mip_tiles: args.pin_mip_tiles,
-        feedback_device_local: args.feedback_device_local,
+        feedback_device_local: !args.feedback_host_memory,
         resident_bytes_peak: stats.resident_bytes_peak,
         tiles_streamed: stats.tiles_streamed,
         tiles_evicted: stats.tiles_evicted,

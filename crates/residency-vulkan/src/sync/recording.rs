@@ -60,7 +60,7 @@ impl LayoutPlan {
     /// Call with the universal queue locked.
     pub(crate) fn check(&self) -> Result<(), VulkanError> {
         if let Some(conflict) = &self.conflict {
-            return Err(clone_layout_error(conflict));
+            return Err(clone_conflict(conflict));
         }
         for t in &self.touched {
             let current = t.state.lock();
@@ -105,7 +105,10 @@ fn layout_error(
     }
 }
 
-fn clone_layout_error(e: &VulkanError) -> VulkanError {
+/// A copy of the recorded conflict for each check: a layout conflict or a refusal
+/// ([`Recording::refuse_submission`]: the multi-device submitter refuses with `Unsupported`);
+/// any other error is carried as its message.
+fn clone_conflict(e: &VulkanError) -> VulkanError {
     match e {
         VulkanError::ImageLayout { image, mip, layer, expected, actual } => VulkanError::ImageLayout {
             image: image.clone(),
@@ -114,7 +117,10 @@ fn clone_layout_error(e: &VulkanError) -> VulkanError {
             expected: *expected,
             actual: *actual,
         },
-        _ => unreachable!("only layout errors are recorded as conflicts"),
+        VulkanError::Unsupported { device, reason } => {
+            VulkanError::Unsupported { device: device.clone(), reason: reason.clone() }
+        }
+        other => VulkanError::Unsupported { device: String::new(), reason: other.to_string() },
     }
 }
 
