@@ -928,6 +928,24 @@ impl AccelerationStructure {
     }
 }
 
+/// One build of `dst` from `geometries` with the scratch at `scratch_address` (compactable when
+/// its size is to be queried).
+fn build_info<'a>(
+    ty: vk::AccelerationStructureTypeKHR,
+    compactable: bool,
+    geometries: &'a [vk::AccelerationStructureGeometryKHR<'a>],
+    dst: vk::AccelerationStructureKHR,
+    scratch_address: vk::DeviceAddress,
+) -> vk::AccelerationStructureBuildGeometryInfoKHR<'a> {
+    vk::AccelerationStructureBuildGeometryInfoKHR::default()
+        .ty(ty)
+        .flags(build_flags(compactable))
+        .mode(vk::BuildAccelerationStructureModeKHR::BUILD)
+        .geometries(geometries)
+        .dst_acceleration_structure(dst)
+        .scratch_data(vk::DeviceOrHostAddressKHR { device_address: scratch_address })
+}
+
 fn build_flags(allow_compaction: bool) -> vk::BuildAccelerationStructureFlagsKHR {
     let mut flags = vk::BuildAccelerationStructureFlagsKHR::PREFER_FAST_TRACE;
     if allow_compaction {
@@ -1026,13 +1044,13 @@ impl Prepared {
                     .iter()
                     .map(|&n| vk::AccelerationStructureBuildRangeInfoKHR::default().primitive_count(n))
                     .collect();
-                let info = vk::AccelerationStructureBuildGeometryInfoKHR::default()
-                    .ty(vk::AccelerationStructureTypeKHR::BOTTOM_LEVEL)
-                    .flags(build_flags(structure.query.is_some()))
-                    .mode(vk::BuildAccelerationStructureModeKHR::BUILD)
-                    .geometries(&geometry)
-                    .dst_acceleration_structure(structure.raw)
-                    .scratch_data(vk::DeviceOrHostAddressKHR { device_address: scratch_address });
+                let info = build_info(
+                    vk::AccelerationStructureTypeKHR::BOTTOM_LEVEL,
+                    structure.query.is_some(),
+                    &geometry,
+                    structure.raw,
+                    scratch_address,
+                );
                 // SAFETY: `cmd` is recording on this device outside a render pass; the structure
                 // was created for these geometries' sizes, its storage and the scratch (at the
                 // device's scratch alignment, of the build's scratch size) are live and held by
@@ -1049,13 +1067,13 @@ impl Prepared {
                 }
                 let geometry = [instances_geometry(*address)];
                 let ranges = [vk::AccelerationStructureBuildRangeInfoKHR::default().primitive_count(*count)];
-                let info = vk::AccelerationStructureBuildGeometryInfoKHR::default()
-                    .ty(vk::AccelerationStructureTypeKHR::TOP_LEVEL)
-                    .flags(build_flags(structure.query.is_some()))
-                    .mode(vk::BuildAccelerationStructureModeKHR::BUILD)
-                    .geometries(&geometry)
-                    .dst_acceleration_structure(structure.raw)
-                    .scratch_data(vk::DeviceOrHostAddressKHR { device_address: scratch_address });
+                let info = build_info(
+                    vk::AccelerationStructureTypeKHR::TOP_LEVEL,
+                    structure.query.is_some(),
+                    &geometry,
+                    structure.raw,
+                    scratch_address,
+                );
                 // SAFETY: as for triangles; the instance records were written by residency from
                 // live bottom-level structures of this device, which the recording holds and
                 // whose builds the submission requires before it (`use_layout`), at a 16 B

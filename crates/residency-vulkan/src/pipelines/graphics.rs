@@ -448,6 +448,28 @@ impl<'a> Drawing<'_, 'a> {
 }
 
 impl Drawing<'_, '_> {
+    /// Checks an indirect draw's `args` at `offset`: this device's, with `INDIRECT` usage, a
+    /// 4-byte aligned offset and `command` bytes left from it.
+    fn check_indirect_args(&self, args: &Buffer, offset: u64, command: u64) -> Result<(), DrawError> {
+        let available = self.check_buffer(args, offset, BufferUsage::INDIRECT)?;
+        if (args.offset() + offset) % 4 != 0 {
+            return Err(DrawError::Buffer {
+                program: self.name(),
+                buffer: args.name().to_owned(),
+                reason: format!("offset {offset} is not a multiple of 4"),
+            });
+        }
+        if available < command {
+            return Err(DrawError::OutOfRange {
+                program: self.name(),
+                what: "indirect",
+                needed: command,
+                available,
+            });
+        }
+        Ok(())
+    }
+
     /// Draws with the one `VkDrawIndirectCommand` (16 bytes: vertex count, instance count, first
     /// vertex, first instance) the GPU reads from `args` at `offset` when the draw runs. Refused,
     /// recording nothing, as [`Drawing::draw`] is (what the program needs must be bound), and when
@@ -463,23 +485,7 @@ impl Drawing<'_, '_> {
     /// `drawIndirectFirstInstance`).
     pub unsafe fn draw_indirect(&mut self, args: &Buffer, offset: u64) -> Result<(), DrawError> {
         self.ready()?;
-        let available = self.check_buffer(args, offset, BufferUsage::INDIRECT)?;
-        if (args.offset() + offset) % 4 != 0 {
-            return Err(DrawError::Buffer {
-                program: self.name(),
-                buffer: args.name().to_owned(),
-                reason: format!("offset {offset} is not a multiple of 4"),
-            });
-        }
-        const COMMAND: u64 = std::mem::size_of::<vk::DrawIndirectCommand>() as u64;
-        if available < COMMAND {
-            return Err(DrawError::OutOfRange {
-                program: self.name(),
-                what: "indirect",
-                needed: COMMAND,
-                available,
-            });
-        }
+        self.check_indirect_args(args, offset, std::mem::size_of::<vk::DrawIndirectCommand>() as u64)?;
         self.note_set();
         self.recording.keep(args.life());
         let cmd = self.recording.raw();
@@ -508,23 +514,7 @@ impl Drawing<'_, '_> {
         if self.index.is_none() {
             return Err(DrawError::NotBound { program: self.name(), what: "index buffer" });
         }
-        let available = self.check_buffer(args, offset, BufferUsage::INDIRECT)?;
-        if (args.offset() + offset) % 4 != 0 {
-            return Err(DrawError::Buffer {
-                program: self.name(),
-                buffer: args.name().to_owned(),
-                reason: format!("offset {offset} is not a multiple of 4"),
-            });
-        }
-        const COMMAND: u64 = std::mem::size_of::<vk::DrawIndexedIndirectCommand>() as u64;
-        if available < COMMAND {
-            return Err(DrawError::OutOfRange {
-                program: self.name(),
-                what: "indirect",
-                needed: COMMAND,
-                available,
-            });
-        }
+        self.check_indirect_args(args, offset, std::mem::size_of::<vk::DrawIndexedIndirectCommand>() as u64)?;
         self.note_set();
         self.recording.keep(args.life());
         let cmd = self.recording.raw();
