@@ -60,19 +60,22 @@ const CONTENDERS: [&str; 9] = [
 /// here with no extension, feature or debug messenger; `driver-messenger` adds to that a debug
 /// messenger of every severity, as residency's instance has; `driver-named` is `driver` naming each
 /// buffer (`vkSetDebugUtilsObjectNameEXT`, as residency names its own objects), and
-/// `placed-1-unnamed` / `placed-n-unnamed` are `placed-1` / `placed-n` with pools that do not name
-/// their buffers in the driver (`BufferPoolDesc::debug_names` off): the two pairs show what the
-/// name costs. `driver-plain+X` runs on a plain device
+/// `placed-1-named` / `placed-n-named` and `placed-1-unnamed` / `placed-n-unnamed` are `placed-1` /
+/// `placed-n` with pools that do / do not name their buffers in the driver
+/// (`BufferPoolDesc::debug_names` forced; `placed-*` take the default, named only under validation
+/// or `RESIDENCY_DEBUG_NAMES=1`): the pairs show what the name costs. `driver-plain+X` runs on a plain device
 /// with one group of what residency's device enables (`sparse`: sparse binding and residency;
 /// `bda`: buffer device address; `priority`: `VK_EXT_memory_priority`; `budget`:
 /// `VK_EXT_memory_budget`; `rt`: acceleration structures and ray-tracing pipelines with their
 /// extensions; `core`: timeline semaphores, synchronization2, maintenance4, dynamic rendering;
 /// `queues`: two queues of family 0; `all`: every group), to find the one the driver serialises on.
-const DRIVER_VARIANTS: [&str; 14] = [
+const DRIVER_VARIANTS: [&str; 16] = [
     "driver-memory-per-thread",
     "driver-named",
     "placed-1-unnamed",
     "placed-n-unnamed",
+    "placed-1-named",
+    "placed-n-named",
     "driver-plain",
     "driver-messenger",
     "driver-plain+sparse",
@@ -671,8 +674,14 @@ fn measure_contender(
     let pool = |usage: BufferPoolUsage, own: Option<BufferUsage>, arenas: usize| {
         let desc = BufferPoolDesc::new(format!("contention {name}"), usage)
             .with_page_size(PAGE)
-            .with_arenas(arenas as u32)
-            .with_debug_names(!name.ends_with("-unnamed"));
+            .with_arenas(arenas as u32);
+        // `placed-*` take the pool's default (named in the driver only under validation or
+        // RESIDENCY_DEBUG_NAMES=1); the `-named` / `-unnamed` variants force it.
+        let desc = match name {
+            n if n.ends_with("-unnamed") => desc.with_debug_names(false),
+            n if n.ends_with("-named") => desc.with_debug_names(true),
+            _ => desc,
+        };
         let pool = BufferPool::new(Arc::clone(device), desc).map_err(|e| e.to_string())?;
         Ok::<_, String>(Pool { pool, usage: own })
     };
@@ -700,8 +709,10 @@ fn measure_contender(
             let allocator = Mutex::new(new_gpu_allocator(device, PAGE));
             measure(name, &GpuAllocator { allocator, device: Arc::clone(device) }, threads, ops)
         }
-        "placed-1" | "placed-1-unnamed" => measure(name, &pool(placed, Some(PLACED_USAGE), 1)?, threads, ops),
-        "placed-n" | "placed-n-unnamed" => {
+        "placed-1" | "placed-1-unnamed" | "placed-1-named" => {
+            measure(name, &pool(placed, Some(PLACED_USAGE), 1)?, threads, ops)
+        }
+        "placed-n" | "placed-n-unnamed" | "placed-n-named" => {
             measure(name, &pool(placed, Some(PLACED_USAGE), threads)?, threads, ops)
         }
         "offset-allocator" => {
