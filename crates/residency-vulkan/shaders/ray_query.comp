@@ -22,6 +22,11 @@ void main() {
         return;
     }
     vec3 origin = vec3((float(p.x) + 0.5) * pc.scale, (float(p.y) + pc.yBias) * pc.scale, -1.0);
+    // A ray's origin must be finite (the caller's scale and bias are any floats): a miss instead.
+    if (any(isnan(origin)) || any(isinf(origin))) {
+        pixels[i] = 0u;
+        return;
+    }
     rayQueryEXT q;
     rayQueryInitializeEXT(q, scene, gl_RayFlagsOpaqueEXT, 0xFF, origin, 0.0, vec3(0.0, 0.0, 1.0), 16.0);
     while (rayQueryProceedEXT(q)) {

@@ -456,6 +456,20 @@ fn ray_query_misuse_bad_counts_ranges_formats_and_usages_are_typed_errors_that_c
                 };
                 let e = AccelerationStructure::build_top(rec, &pool, &wide).unwrap_err();
                 assert!(matches!(e, AccelerationError::Invalid { .. }), "{e}");
+                // A hit-group offset past residency's one hit group (a trace would read past the
+                // shader table) and flags of extensions residency does not enable: refused.
+                for instance in [
+                    Instance { sbt_offset: 1, ..Instance::new(&b) },
+                    Instance { flags: vk::GeometryInstanceFlagsKHR::from_raw(0x10), ..Instance::new(&b) },
+                ] {
+                    let desc = TopLevelDesc {
+                        name: "bad instance".into(),
+                        instances: vec![instance],
+                        allow_compaction: false,
+                    };
+                    let e = AccelerationStructure::build_top(rec, &pool, &desc).unwrap_err();
+                    assert!(matches!(e, AccelerationError::Invalid { .. }), "{e}");
+                }
                 let t = AccelerationStructure::build_top(
                     rec,
                     &pool,
@@ -769,6 +783,18 @@ fn single_device_traced_pixels(device: &Arc<Device>) -> Vec<u32> {
             // Over the device's launch limits: refused, nothing recorded.
             let e = program.trace(rec, &set, &push(), [u32::MAX, u32::MAX, 1]).unwrap_err();
             assert!(matches!(e, RayTracingError::LaunchOverLimit { .. }), "{e}");
+            // Every axis within its limit, the product past 64 bits: refused, not wrapped.
+            let limits = device.limits();
+            let axis = |a: usize| {
+                (u64::from(limits.max_compute_work_group_count[a])
+                    * u64::from(limits.max_compute_work_group_size[a]))
+                .min(u64::from(u32::MAX)) as u32
+            };
+            let extent = [axis(0), axis(1), axis(2)];
+            if extent.iter().map(|&e| f64::from(e)).product::<f64>() > u64::MAX as f64 {
+                let e = program.trace(rec, &set, &push(), extent).unwrap_err();
+                assert!(matches!(e, RayTracingError::LaunchOverLimit { .. }), "{e}");
+            }
             program.trace(rec, &set, &push(), [W, H, 1]).unwrap();
             rec.memory_barrier(MemoryDependency {
                 src_stages: vk::PipelineStageFlags2::ALL_COMMANDS,

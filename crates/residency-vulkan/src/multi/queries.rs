@@ -127,6 +127,13 @@ pub(crate) struct ResolvedQuery<'r> {
     index: u32,
 }
 
+impl ResolvedQuery<'_> {
+    /// Whether `other` is the same query (pool and index).
+    pub(crate) fn is(&self, other: &ResolvedQuery<'_>) -> bool {
+        std::ptr::eq(self.pool, other.pool) && self.index == other.index
+    }
+}
+
 /// A [`QueryCopyItem`] resolved on a device.
 #[derive(Debug)]
 pub(crate) struct ResolvedCopy<'r> {

@@ -712,9 +712,14 @@ impl MultiSubmitter {
             if !barrier(rec, Point::Opening) {
                 return;
             }
+            // Outer queries begun and not yet ended: a recording that stops early (a refused
+            // barrier or draw) ends them, so no query is left active at vkEndCommandBuffer.
+            let mut open: Vec<&multi_queries::ResolvedQuery<'_>> = Vec::new();
+            let mut aborted = false;
             for (n, r) in resolved.iter().enumerate() {
                 if !barrier(rec, Point::Before(n)) {
-                    return;
+                    aborted = true;
+                    break;
                 }
                 match r {
                     // The program and set are this device's, checked against its limits before
@@ -749,8 +754,14 @@ impl MultiSubmitter {
                     // Its full barrier is the plan's before the next item.
                     Resolved::Barrier => {}
                     Resolved::Trace(t) => t.record(rec),
-                    Resolved::BeginQuery(q) => multi_queries::record_begin(rec, q),
-                    Resolved::EndQuery(q) => multi_queries::record_end(rec, q),
+                    Resolved::BeginQuery(q) => {
+                        multi_queries::record_begin(rec, q);
+                        open.push(q);
+                    }
+                    Resolved::EndQuery(q) => {
+                        multi_queries::record_end(rec, q);
+                        open.retain(|o| !o.is(q));
+                    }
                     Resolved::CopyQuery(c) => multi_queries::record_copy(rec, c),
                     Resolved::QueriedRender(r, queries) => {
                         multi_queries::reset_draw_queries(rec, queries);
@@ -765,7 +776,13 @@ impl MultiSubmitter {
                     }
                 }
             }
-            barrier(rec, Point::Closing);
+            // Empty unless the loop stopped early (`check_sequence` pairs every begin and end).
+            for q in open {
+                multi_queries::record_end(rec, q);
+            }
+            if !aborted {
+                barrier(rec, Point::Closing);
+            }
         });
         if let Some(e) = refused {
             return Err(e);

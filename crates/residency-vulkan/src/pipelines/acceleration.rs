@@ -199,9 +199,10 @@ pub struct Instance<'a> {
     pub custom_index: u32,
     /// Visibility mask, and-ed with a ray's cull mask.
     pub mask: u8,
-    /// Shader binding table record offset (below 2²⁴).
+    /// Shader binding table record offset: 0 (residency's ray-tracing programs have one hit
+    /// group; any other value is refused, since a trace would read past the table).
     pub sbt_offset: u32,
-    /// `VkGeometryInstanceFlagsKHR` (the low 8 bits only).
+    /// `VkGeometryInstanceFlagsKHR` (the four core bits only).
     pub flags: vk::GeometryInstanceFlagsKHR,
 }
 
@@ -432,9 +433,10 @@ impl AccelerationStructure {
             return Err(AccelerationError::NotBuilt { name: self.name.clone() });
         }
         let mut size = [0u64; 1];
-        // SAFETY: the query pool is this structure's, of its device; its one query was reset and
-        // written by the build, whose submission was made (the build state is applied only then),
-        // so it is not uninitialized; no WAIT: an unfinished query answers NOT_READY.
+        // SAFETY: the query pool is this structure's, of its device; its one query was reset by a
+        // waited submission when the structure was made (`create`), and again and written by the
+        // build, so it is never uninitialized; no WAIT: a query the build has not written yet
+        // answers NOT_READY.
         let result = unsafe {
             self.device().raw().get_query_pool_results(query, 0, &mut size, vk::QueryResultFlags::TYPE_64)
         };
@@ -589,6 +591,21 @@ impl AccelerationStructure {
             }
         }
         let query = garbage.query.map(|(q, _)| q);
+        if let Some(query) = query {
+            // A query is uninitialized until reset, and the host may read the compacted size as
+            // soon as the build is submitted, before the GPU runs the build's own reset: reset it
+            // here, waited for, so every read finds it reset (NOT_READY) or written.
+            let reset = device.submit_once(&format!("{name} compacted size reset"), |rec| {
+                // SAFETY: `rec` is recording on this device outside a render pass; the pool is
+                // this structure's one-query pool, alive (in `garbage`) until the wait returns.
+                unsafe { device.raw().cmd_reset_query_pool(rec.raw(), query, 0, 1) };
+            });
+            if let Err(e) = reset {
+                // Nothing used the structure or the pool: both go now.
+                Garbage::Custom(Box::new(garbage)).destroy(device);
+                return Err(e.into());
+            }
+        }
         let info = vk::AccelerationStructureDeviceAddressInfoKHR::default().acceleration_structure(raw);
         // SAFETY: a live structure of this device.
         let address = unsafe { garbage.loader.get_acceleration_structure_device_address(&info) };
@@ -833,14 +850,28 @@ impl AccelerationStructure {
             if s.level != AccelerationLevel::Bottom {
                 return Err(invalid(format!("instance {i}: `{}` is not a bottom-level structure", s.name())));
             }
-            if instance.custom_index >= 1 << 24 || instance.sbt_offset >= 1 << 24 {
+            if instance.custom_index >= 1 << 24 {
                 return Err(invalid(format!(
-                    "instance {i}: custom index {} or shader binding table offset {} is not below 2^24",
-                    instance.custom_index, instance.sbt_offset
+                    "instance {i}: custom index {} is not below 2^24",
+                    instance.custom_index
                 )));
             }
-            if instance.flags.as_raw() > 0xFF {
-                return Err(invalid(format!("instance {i}: flags {:?} are not 8 bits", instance.flags)));
+            // The GPU reads hit group `sbt_offset` of the shader table a trace binds, and
+            // residency's ray-tracing programs have exactly one: any other offset would read past
+            // the table.
+            if instance.sbt_offset != 0 {
+                return Err(invalid(format!(
+                    "instance {i}: shader binding table offset {} (residency's ray-tracing programs have one hit group: 0)",
+                    instance.sbt_offset
+                )));
+            }
+            // The core instance flags only: the others belong to extensions residency does not
+            // enable (opacity micromaps).
+            if instance.flags.as_raw() > 0x0F {
+                return Err(invalid(format!(
+                    "instance {i}: flags {:?} are not core instance flags",
+                    instance.flags
+                )));
             }
             for row in &instance.transform {
                 for v in row {

@@ -335,7 +335,10 @@ impl RayTracingProgram {
                 return Err(over(format!("axis {axis} over {limit}")));
             }
         }
-        let total = extent.iter().map(|&e| u64::from(e)).product::<u64>();
+        let total = extent.iter().try_fold(1u64, |product, &e| product.checked_mul(u64::from(e)));
+        let Some(total) = total else {
+            return Err(over("the launch's ray count overflows 64 bits".to_owned()));
+        };
         if total > u64::from(props.max_ray_dispatch_invocation_count) {
             return Err(over(format!(
                 "{total} rays over maxRayDispatchInvocationCount = {}",

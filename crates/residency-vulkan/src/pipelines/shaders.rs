@@ -554,7 +554,8 @@ shader!(
 shader!(
     /// `ray_query.comp`: traces a ray per pixel through a top-level acceleration structure with a
     /// ray query (`GL_EXT_ray_query`; needs `EnabledFeatures::ray_query`) and writes
-    /// `customIndex * 10 + primitiveIndex + 1` of the hit, 0 on a miss; push
+    /// `customIndex * 10 + primitiveIndex + 1` of the hit, 0 on a miss (and for a non-finite ray
+    /// origin, which the push constants could make); push
     /// `{ uint width; uint height; float scale; float yBias; }`.
     RAY_QUERY,
     "ray_query.comp",
