@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 mod common;
-use common::accounting;
+use common::settled_accounting;
 
 const SIDE: u32 = 1024;
 /// Frames of the scenario: the first [`SWITCH`] want one row of mip-0 tiles, the others another
@@ -308,7 +308,7 @@ fn faults_on(path: ResidencyPath) -> (u64, u64, Vec<String>) {
         // A first run settles what the device keeps for reuse (shader modules, readback
         // heaps), then the baseline; and counts the calls of each site inside the frames.
         let calls = frame_calls(&device, path);
-        let baseline = accounting(&device);
+        let baseline = settled_accounting(&device);
         for (&site, &n) in SITES.iter().zip(&calls) {
             let mut fired = 0;
             let mut failed_frames = 0;
@@ -325,7 +325,7 @@ fn faults_on(path: ResidencyPath) -> (u64, u64, Vec<String>) {
                 let hit = device.ledger().faults_fired(site) - before;
                 fired += hit;
                 failed_frames += run.begin_failed + run.submit_failed;
-                assert_eq!(accounting(&device), baseline, "{path:?} {site:?} k = {k}: nothing leaked");
+                assert_eq!(settled_accounting(&device), baseline, "{path:?} {site:?} k = {k}: nothing leaked");
             }
             injected += fired;
             survived += fired;
@@ -350,7 +350,7 @@ fn faults_on(path: ResidencyPath) -> (u64, u64, Vec<String>) {
                 let hit = device.ledger().faults_fired(site) - before;
                 fired += hit;
                 assert_eq!(
-                    accounting(&device),
+                    settled_accounting(&device),
                     baseline,
                     "{path:?} {site:?} lost at k = {k}: nothing leaked"
                 );
@@ -460,7 +460,7 @@ fn a_tile_source_fault_inside_frames_is_a_typed_failure_and_the_parent_is_sample
                 drop(streamer);
                 // Settled: `check_texels`'s read-back touches memory types the warm-up does not
                 // (host-cached ones on the H200), whose kept empty heaps are no leak.
-                common::settled_accounting(&device)
+                settled_accounting(&device)
             };
             let first_reads = Arc::new(AtomicU32::new(0));
             let reads = Arc::clone(&first_reads);
@@ -510,7 +510,7 @@ fn a_tile_source_fault_inside_frames_is_a_typed_failure_and_the_parent_is_sample
             streamer.remove_texture(t).unwrap();
             drop(streamer);
             drop(commands);
-            assert_eq!(common::settled_accounting(&device), baseline, "{path:?}: nothing leaked");
+            assert_eq!(settled_accounting(&device), baseline, "{path:?}: nothing leaked");
         });
     }
 }
@@ -540,7 +540,7 @@ fn a_faulted_frame_submission_is_abandoned_and_its_copies_land_before_a_later_fr
                     streamer.remove_texture(t).unwrap();
                     drop(streamer);
                     // Settled: the read-backs below touch memory types the warm-up does not.
-                    common::settled_accounting(&device)
+                    settled_accounting(&device)
                 };
                 let mut streamer = Streamer::new(&device, desc(path)).unwrap();
                 let t = streamer
@@ -658,7 +658,7 @@ fn a_faulted_frame_submission_is_abandoned_and_its_copies_land_before_a_later_fr
                 drop(streamer);
                 drop(commands);
                 own.destroy(&device);
-                assert_eq!(common::settled_accounting(&device), baseline, "{path:?}: nothing leaked");
+                assert_eq!(settled_accounting(&device), baseline, "{path:?}: nothing leaked");
             });
         }
     }
@@ -765,7 +765,7 @@ fn faults_at_every_allocation_creation_bind_submit_and_wait_of_add_texture() {
             };
             // Settle what the device keeps for reuse; then count the calls of one add.
             run(&|| ());
-            let baseline = accounting(&device);
+            let baseline = settled_accounting(&device);
             let (start, end) = {
                 let mut streamer = Streamer::new(&device, desc(path)).unwrap();
                 let start = sites_now(&device);
@@ -774,7 +774,7 @@ fn faults_at_every_allocation_creation_bind_submit_and_wait_of_add_texture() {
                 streamer.remove_texture(t).unwrap();
                 (start, end)
             };
-            assert_eq!(accounting(&device), baseline, "{path:?}: the counting run leaked");
+            assert_eq!(settled_accounting(&device), baseline, "{path:?}: the counting run leaked");
             let mut injected = 0;
             let mut errors = 0;
             let mut rows = Vec::new();
@@ -790,7 +790,7 @@ fn faults_at_every_allocation_creation_bind_submit_and_wait_of_add_texture() {
                         assert_eq!(kind, Kind::OutOfMemory, "{path:?} {site:?} k = {k}");
                         errors += 1;
                     }
-                    assert_eq!(accounting(&device), baseline, "{path:?} {site:?} k = {k}: nothing leaked");
+                    assert_eq!(settled_accounting(&device), baseline, "{path:?} {site:?} k = {k}: nothing leaked");
                 }
                 injected += fired;
                 rows.push(format!("{site:?}: {n} calls, {fired} injected"));

@@ -166,16 +166,15 @@ pub struct StreamerDesc {
     /// textures a sharper first frame for 64 or 320 KiB each; at most
     /// [`MAX_PINNED_MIP_TILES`](Self::MAX_PINNED_MIP_TILES), else [`Streamer::new`] refuses it.
     pub pinned_mip_tiles: u32,
-    /// Where the feedback buffers and image tables live. `true`: device-local memory the host
-    /// can map (ReBAR, the `DeviceLocalHostVisible` intent; any host-visible type where the device
-    /// has none), so the shaders' reads and feedback atomics stay in the GPU's memory and the
-    /// CPU's decode (the words the frame wrote only: `FrameWork::feedback_words_read`) reads
-    /// uncached over the bus — on the H200 a 4K frame of 64 textures rendered in 12.4 ms instead
-    /// of 16.3 ms (session 12, run 8), and `residency stream` takes it by default. `false` (the
-    /// library's default for now: its fault-injection tests account the fallback heap a faulted
-    /// device-local creation leaves, still to be reworked): host memory the CPU reads cached (the
-    /// `Readback` and `Upload` intents), every access of the shaders over the bus on a discrete
-    /// GPU.
+    /// Where the feedback buffers and image tables live. `true` (the default): device-local
+    /// memory the host can map (ReBAR, the `DeviceLocalHostVisible` intent; any host-visible type
+    /// where the device has none), so the shaders' reads and feedback atomics stay in the GPU's
+    /// memory and the CPU's decode (the words the frame wrote only:
+    /// `FrameWork::feedback_words_read`) reads uncached over the bus — on the H200 a 4K frame of
+    /// 64 textures rendered in 12.4 ms instead of 16.3 ms (session 12, run 8). `false`: host
+    /// memory the CPU reads cached (the `Readback` and `Upload` intents), every access of the
+    /// shaders over the bus on a discrete GPU (for a host whose CPU reads of device memory are
+    /// very slow).
     pub feedback_device_local: bool,
 }
 
@@ -203,7 +202,7 @@ impl Default for StreamerDesc {
             thrash_window_frames: policy.thrash_window_frames,
             cancel_after_frames: None,
             pinned_mip_tiles: policy.pinned_mip_tiles,
-            feedback_device_local: false,
+            feedback_device_local: true,
         }
     }
 }
