@@ -805,3 +805,51 @@ fn pinned_mip_tiles_pins_the_coarse_mips_beside_the_tail() {
     assert_eq!(first_pinned_mip(&no_tail, 0), Some(3));
     assert_eq!(first_pinned_mip(&no_tail, 4), Some(2));
 }
+
+/// `capacity_tiles` (a software atlas's slots): an image whose pinned tiles would take the
+/// registered images' past it is refused with nothing changed; pinned loads, which start
+/// whatever the budget, evict unpinned tiles to stay within it; committed tiles never pass it
+/// (the invariant after every frame).
+#[test]
+fn capacity_tiles_refuses_pinned_tiles_past_it_and_pinned_loads_stay_within_it() {
+    use residency_core::streaming::StreamingError;
+    let l = layout(1024, 1024); // pinned with 4: mips 2 (4 tiles) and 3 (1), and the tail
+    let tail = l.mip_tail().map_or(0, |t| t.tiles);
+    let per_image = u64::from(tail) + 5;
+    let capacity = (2 * per_image + 2) as u32;
+    let desc = StreamingDesc {
+        pinned_mip_tiles: 4,
+        budget_tiles: capacity,
+        tiles_per_heap: 1,
+        capacity_tiles: Some(capacity),
+        ..StreamingDesc::default()
+    };
+    let mut sim = Sim::new(desc, 2);
+    let [a, b, c] = [ImageId(1), ImageId(2), ImageId(3)];
+    sim.m.register_image(a, &l).unwrap();
+    sim.m.register_image(b, &l).unwrap();
+    let refused = sim.m.register_image(c, &l).unwrap_err();
+    assert_eq!(refused, StreamingError::PinnedOverCapacity { image: c, pinned: 3 * per_image, capacity });
+    assert_eq!(sim.m.images().count(), 2, "nothing registered");
+    for _ in 0..6 {
+        sim.step(&[]);
+    }
+    // Image a's mip-0 tiles fill the budget (= the capacity) around the pinned ones.
+    let mip0: Vec<TileRequest> =
+        (0..8).flat_map(|y| (0..8).map(move |x| (x, y))).map(|(x, y)| miss(a, &l, 0, x, y)).collect();
+    for i in 0..12 {
+        sim.step(&mip0[(i * 4) % 64..(i * 4) % 64 + 4]);
+        assert!(sim.m.committed_tiles() <= u64::from(capacity));
+    }
+    assert!(sim.m.committed_tiles() > 2 * per_image, "unpinned tiles share the capacity");
+    // b leaves and c comes: c's pinned loads evict a's unpinned tiles to fit.
+    sim.m.unregister_image(b).unwrap();
+    sim.m.register_image(c, &l).unwrap();
+    for _ in 0..12 {
+        sim.step(&[]);
+        assert!(sim.m.committed_tiles() <= u64::from(capacity));
+    }
+    assert!(sim.m.is_resident(TileKey::tail(c, 0)), "c's pinned tail is resident");
+    let pinned = l.tile_index(TileCoord { layer: 0, mip: 3, x: 0, y: 0, z: 0 }).unwrap();
+    assert!(sim.m.is_resident(TileKey::tile(c, pinned)), "c's pinned mip is resident");
+}

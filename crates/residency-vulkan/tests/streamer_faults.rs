@@ -325,7 +325,11 @@ fn faults_on(path: ResidencyPath) -> (u64, u64, Vec<String>) {
                 let hit = device.ledger().faults_fired(site) - before;
                 fired += hit;
                 failed_frames += run.begin_failed + run.submit_failed;
-                assert_eq!(settled_accounting(&device), baseline, "{path:?} {site:?} k = {k}: nothing leaked");
+                assert_eq!(
+                    settled_accounting(&device),
+                    baseline,
+                    "{path:?} {site:?} k = {k}: nothing leaked"
+                );
             }
             injected += fired;
             survived += fired;
@@ -790,7 +794,11 @@ fn faults_at_every_allocation_creation_bind_submit_and_wait_of_add_texture() {
                         assert_eq!(kind, Kind::OutOfMemory, "{path:?} {site:?} k = {k}");
                         errors += 1;
                     }
-                    assert_eq!(settled_accounting(&device), baseline, "{path:?} {site:?} k = {k}: nothing leaked");
+                    assert_eq!(
+                        settled_accounting(&device),
+                        baseline,
+                        "{path:?} {site:?} k = {k}: nothing leaked"
+                    );
                 }
                 injected += fired;
                 rows.push(format!("{site:?}: {n} calls, {fired} injected"));

@@ -226,3 +226,45 @@ fn a_feedback_slot_is_reset_where_its_last_frame_wrote_and_nothing_stays() {
         });
     }
 }
+
+/// The software path's atlas cannot grow: a texture whose pinned tiles (here its one-tile mip 1)
+/// would take the registered textures' past the atlas's whole heaps is refused with an
+/// out-of-capacity error and nothing added; removing one makes room again. (Before, the
+/// manager started pinned loads whatever the budget, and a frame failed on a slot beyond the
+/// atlas.)
+#[test]
+fn the_software_atlas_refuses_pinned_tiles_past_its_slots() {
+    use residency_core::tiles::ResidencyPath;
+    use residency_vulkan::{ErrorClass, Exhausted, ResidencyError};
+    with_gpu(|set| {
+        let device = Arc::clone(&set.devices()[0]);
+        let desc = StreamerDesc::default()
+            .with_name("atlas capacity")
+            .with_path(ResidencyPath::Software)
+            .with_frames_in_flight(1)
+            .with_budget_tiles(32);
+        let commands = CommandContext::new(&device, "atlas capacity frames").unwrap();
+        let mut streamer = Streamer::new(&device, desc).unwrap();
+        let mut textures = Vec::new();
+        let refused = loop {
+            match streamer.add_texture(&format!("t{}", textures.len()), source("t")) {
+                Ok(t) => textures.push(t),
+                Err(e) => break e,
+            }
+            assert!(textures.len() <= 4096, "the atlas never refused");
+        };
+        assert_eq!(refused.class(), ErrorClass::OutOfMemory(Exhausted::Capacity), "{refused}");
+        let added = textures.len();
+        assert!(added >= 32 && added % 16 == 0, "whole heaps of slots, at least the budget: {added}");
+        assert_eq!(streamer.texture_count(), added, "nothing added");
+        // Frames run within the atlas; a removal makes room for another texture.
+        let turn = |f: usize| vec![f % added];
+        run(&mut streamer, &commands, &textures, 0..4, turn);
+        let gone = textures.pop().unwrap();
+        streamer.remove_texture(gone).unwrap();
+        textures.push(streamer.add_texture("again", source("t")).unwrap());
+        run(&mut streamer, &commands, &textures, 4..8, turn);
+        streamer.manager().check_invariants().unwrap();
+        drop(textures);
+    });
+}

@@ -178,6 +178,14 @@ pub struct StreamingDesc {
     /// at 64 KiB each per texture. [`first_pinned_mip`] is the rule.
     #[serde(default)]
     pub pinned_mip_tiles: u32,
+    /// A hard limit on the tiles resident plus in flight, pinned ones included (a software
+    /// atlas's slots, which cannot grow): pinned loads, which start whatever the budget, evict
+    /// to stay within it or wait, and [`StreamingManager::register_image`] refuses an image whose
+    /// pinned tiles would take the registered images' pinned tiles past it
+    /// ([`StreamingError::PinnedOverCapacity`]). `None` (the default): no limit beyond the
+    /// budget's (a pool of sparse heaps grows).
+    #[serde(default)]
+    pub capacity_tiles: Option<u32>,
 }
 
 /// The first mip (of every layer) whose tiles `layout`'s image pins besides its mip tails, with
@@ -221,11 +229,18 @@ impl Default for StreamingDesc {
             cancel_after_frames: default_cancel_after_frames(),
             tile_bytes: default_tile_bytes(),
             pinned_mip_tiles: 0,
+            capacity_tiles: None,
         }
     }
 }
 
 impl StreamingDesc {
+    /// Sets [`capacity_tiles`](Self::capacity_tiles), the hard limit on tiles resident plus in flight.
+    pub fn with_capacity_tiles(mut self, tiles: Option<u32>) -> Self {
+        self.capacity_tiles = tiles;
+        self
+    }
+
     /// Sets the name.
     pub fn with_name(mut self, name: impl Into<String>) -> Self {
         self.name = name.into();
@@ -348,6 +363,21 @@ pub enum StreamingError {
         /// Its layers.
         layers: u32,
     },
+    /// The image's pinned tiles (its mip tails and [`StreamingDesc::pinned_mip_tiles`] mips) with
+    /// those of the images registered would exceed [`StreamingDesc::capacity_tiles`]: they could
+    /// never all be resident. Nothing was registered.
+    #[error(
+        "image {}: {pinned} pinned tiles with those of the registered images, beyond the capacity of {capacity} tiles",
+        image.0
+    )]
+    PinnedOverCapacity {
+        /// The image refused.
+        image: ImageId,
+        /// The pinned tiles of the registered images and this one.
+        pinned: u64,
+        /// The capacity.
+        capacity: u32,
+    },
     /// Committing loaded tiles failed: the manager's accounting and the pool disagree (a bug).
     #[error("committing loaded tiles of image {}: {source}", image.0)]
     Commit {
@@ -363,6 +393,8 @@ struct ImageState {
     residency: SparseResidency,
     /// Without a mip tail, the tiles of this mip and every coarser one are pinned instead.
     pinned_mip: Option<u32>,
+    /// Its pinned units' tiles (every layer's), counted against [`StreamingDesc::capacity_tiles`].
+    pinned_tiles: u64,
     min_warning_lod: u8,
     warning_lead: u8,
     low_water: Option<u8>,
@@ -413,6 +445,8 @@ pub struct StreamingManager {
     in_flight_tiles: u64,
     wanted: HashMap<TileKey, Wanted>,
     pinned_pending: BTreeSet<TileKey>,
+    /// The registered images' pinned tiles (their [`ImageState::pinned_tiles`]).
+    pinned_tiles: u64,
     evicted_at: HashMap<TileKey, u64>,
     /// Loads of unregistered images, and loads cancelled as no longer wanted, still out, by key:
     /// their completions are ignored. A count, because an image unregistered, registered again and
@@ -447,6 +481,7 @@ impl StreamingManager {
             in_flight_tiles: 0,
             wanted: HashMap::new(),
             pinned_pending: BTreeSet::new(),
+            pinned_tiles: 0,
             evicted_at: HashMap::new(),
             cancelled: HashMap::new(),
             wanted_now: HashSet::new(),
@@ -516,6 +551,23 @@ impl StreamingManager {
         // Without a tail (lavapipe, the software path) the coarse single-tile mips stand in for it,
         // so both kinds of device start from the same coarse chain; `pinned_mip_tiles` adds mips.
         let pinned_mip = first_pinned_mip(layout, self.desc.pinned_mip_tiles);
+        let tail_tiles = layout.mip_tail().map_or(0, |t| u64::from(t.tiles));
+        let mut pinned_tiles = u64::from(layout.mip_tail_count()) * tail_tiles;
+        if let Some(first_pinned) = pinned_mip {
+            for layer in 0..layout.array_layers() {
+                for mip in first_pinned..layout.mip_levels() {
+                    if let Some((_, n)) = layout.mip_tile_span(layer, mip) {
+                        pinned_tiles += u64::from(n);
+                    }
+                }
+            }
+        }
+        if let Some(capacity) = self.desc.capacity_tiles {
+            let pinned = self.pinned_tiles + pinned_tiles;
+            if pinned > u64::from(capacity) {
+                return Err(StreamingError::PinnedOverCapacity { image, pinned, capacity });
+            }
+        }
         for tail in 0..layout.mip_tail_count() {
             self.pinned_pending.insert(TileKey::tail(image, tail));
         }
@@ -530,11 +582,13 @@ impl StreamingManager {
                 }
             }
         }
+        self.pinned_tiles += pinned_tiles;
         self.images.insert(
             image,
             ImageState {
                 residency: SparseResidency::new(self.pool.id(), image, layout),
                 pinned_mip,
+                pinned_tiles,
                 min_warning_lod: u8::MAX,
                 low_water: None,
                 warning_lead: 64,
@@ -547,6 +601,7 @@ impl StreamingManager {
     /// loads of it still in flight are forgotten, and their completions ignored.
     pub fn unregister_image(&mut self, image: ImageId) -> Result<ImageChanges, StreamingError> {
         let mut state = self.images.remove(&image).ok_or(StreamingError::UnknownImage(image))?;
+        self.pinned_tiles -= state.pinned_tiles;
         // The image's own entries only (its resident tiles, its keys' ranges): the cost follows
         // the image, not how many images are registered.
         let resident: Vec<TileIndex> = state.residency.page_table().mapped().map(|(t, _)| t).collect();
@@ -938,8 +993,14 @@ impl StreamingManager {
         out: &mut FrameOutput,
         changes: &mut BTreeMap<ImageId, ResidencyChanges>,
     ) -> Result<(), StreamingError> {
-        let budget = (u64::from(self.desc.budget_tiles)).max(self.committed_tiles()).min(u64::from(u32::MAX));
-        self.pool.set_budget_tiles(budget as u32);
+        let mut budget = (u64::from(self.desc.budget_tiles)).max(self.committed_tiles());
+        if let Some(capacity) = self.desc.capacity_tiles {
+            // Whole heaps within the capacity: a heap cut short by the budget would leave the
+            // next heap's index past the atlas's slots (slot = heap × tiles per heap + tile).
+            budget =
+                budget.next_multiple_of(u64::from(self.desc.tiles_per_heap.max(1))).min(u64::from(capacity));
+        }
+        self.pool.set_budget_tiles(budget.min(u64::from(u32::MAX)) as u32);
         let mut by_image: BTreeMap<ImageId, (Vec<TileIndex>, Vec<u32>)> = BTreeMap::new();
         for &key in loaded {
             if self.take_cancelled(key) {
@@ -1148,13 +1209,31 @@ impl StreamingManager {
                 continue;
             }
             if class != LoadReason::Pinned {
-                while !no_room && self.committed_tiles() + u64::from(tiles) > budget {
+                let limit = self.desc.capacity_tiles.map_or(budget, |c| budget.min(u64::from(c)));
+                while !no_room && self.committed_tiles() + u64::from(tiles) > limit {
                     match self.eviction_candidate(frame, true) {
                         Some(victim) => self.evict(victim, frame, changes),
                         None => no_room = true,
                     }
                 }
                 if no_room {
+                    out.stats.deferred += 1;
+                    continue;
+                }
+            } else if let Some(capacity) = self.desc.capacity_tiles {
+                // Pinned loads start whatever the budget, but not past a hard capacity: they
+                // evict any tile not wanted this frame to make room, or wait for a later frame.
+                let mut full = false;
+                while self.committed_tiles() + u64::from(tiles) > u64::from(capacity) {
+                    match self.eviction_candidate(frame, false) {
+                        Some(victim) => self.evict(victim, frame, changes),
+                        None => {
+                            full = true;
+                            break;
+                        }
+                    }
+                }
+                if full {
                     out.stats.deferred += 1;
                     continue;
                 }
@@ -1326,6 +1405,18 @@ impl StreamingManager {
                     return Err(format!("{key:?} is wanted this frame but its last use is {last}"));
                 }
             }
+        }
+        if let Some(capacity) = self.desc.capacity_tiles {
+            if self.committed_tiles() > u64::from(capacity) {
+                return Err(format!(
+                    "{} tiles committed past the capacity of {capacity}",
+                    self.committed_tiles()
+                ));
+            }
+        }
+        let pinned: u64 = self.images.values().map(|s| s.pinned_tiles).sum();
+        if pinned != self.pinned_tiles {
+            return Err(format!("pinned tiles {} but the images' add up to {pinned}", self.pinned_tiles));
         }
         let over = self.committed_tiles() > u64::from(self.desc.budget_tiles);
         if over

@@ -154,6 +154,8 @@ impl ResidencyError for StreamingError {
             | StreamingError::UnexpectedCompletion { .. }
             | StreamingError::TileOutOfRange { .. }
             | StreamingError::LayerOutOfRange { .. } => REFUSED,
+            // The pinned tiles need more slots than the software atlas has: a larger budget.
+            StreamingError::PinnedOverCapacity { .. } => CAPACITY,
         }
     }
 }

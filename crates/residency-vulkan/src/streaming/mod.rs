@@ -1151,7 +1151,12 @@ impl Streamer {
             )
             .with_tiles_per_heap(SOFTWARE_TILES_PER_HEAP)
             .with_capacity_for_budget(budget);
-            atlas = Some(crate::sparse::software::SoftwareAtlas::new(device, &atlas_desc)?);
+            let made = crate::sparse::software::SoftwareAtlas::new(device, &atlas_desc)?;
+            // The atlas cannot grow: pinned loads (which start whatever the budget) stay within
+            // its whole heaps, and a texture whose pinned tiles would not fit is refused.
+            let slots = made.layout().capacity() / SOFTWARE_TILES_PER_HEAP * SOFTWARE_TILES_PER_HEAP;
+            streaming = streaming.with_capacity_tiles(Some(slots));
+            atlas = Some(made);
             atlas_budget = budget;
             None
         } else {
