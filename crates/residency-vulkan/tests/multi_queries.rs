@@ -428,3 +428,133 @@ fn query_pools_a_device_lacks_the_feature_for_are_refused_with_the_feature_named
         app.instance.destroy_instance(None);
     }
 }
+
+/// A draw refused while recording (its vertex view's buffer lacks `VERTEX` usage, which only the
+/// checked `Drawing` sees) inside an outer query — an occlusion query around the whole pass, and
+/// a statistics query around a pass with its own draw query: the submission returns the draw's
+/// typed error, submits nothing and writes no query, and the recording ends the queries it had
+/// begun before `vkEndCommandBuffer` (a query left active there is
+/// VUID-vkEndCommandBuffer-commandBuffer-00061, which `with_gpu` fails on), on both devices.
+#[test]
+fn a_draw_refused_inside_an_outer_query_ends_the_query_and_submits_nothing() {
+    with_gpu(|set| {
+        let both = DeviceMask::from_bits(0b11);
+        let buffers = MultiBufferPool::new(
+            set,
+            both,
+            &BufferPoolDesc::new("refused draw buffers", BufferPoolUsage::Unknown).with_page_size(1 << 16),
+        )
+        .unwrap();
+        // Big enough for the draw's vertices (checked before recording), but no VERTEX usage.
+        let not_vertices: MultiBuffer = buffers
+            .init_buffer(
+                &BufferInit::new("not vertices", QUAD_BYTES).with_usage(BufferUsage::STORAGE),
+                DeviceMask::ALL,
+            )
+            .unwrap();
+        let target = MultiImage::create(
+            set,
+            both,
+            &ImageDesc::new_2d(
+                "refused target",
+                Format::R8G8B8A8Unorm,
+                SIDE,
+                SIDE,
+                ImageUsage::COLOR_ATTACHMENT,
+            ),
+        )
+        .unwrap();
+        let attributes = [
+            residency_vulkan::graphics::VertexAttribute {
+                location: 0,
+                format: vk::Format::R32G32_SFLOAT,
+                offset: 0,
+            },
+            residency_vulkan::graphics::VertexAttribute {
+                location: 1,
+                format: vk::Format::R32G32B32A32_SFLOAT,
+                offset: 8,
+            },
+        ];
+        let program = MultiGraphicsProgram::new(
+            set,
+            both,
+            "refused quads",
+            &shaders::QUADS_VERT,
+            &shaders::QUADS_FRAG,
+            STRIDE,
+            &attributes,
+            vk::Format::R8G8B8A8_UNORM,
+            1,
+        )
+        .unwrap();
+        let draw = DrawItem::new(
+            &program,
+            vec![],
+            Some(BufferView::range(&not_vertices, 0, QUAD_BYTES).unwrap()),
+            6,
+            1,
+        );
+        let draws = [&draw];
+        let render = RenderItem {
+            program: &program,
+            target: &target,
+            extent: [SIDE; 2],
+            clear: [0.0; 4],
+            draws: &draws,
+        };
+        let loose =
+            MultiQueryPool::new(set, both, "refused loose", QueryKind::Occlusion { precise: false }, 1)
+                .unwrap();
+        let precise =
+            MultiQueryPool::new(set, both, "refused precise", QueryKind::Occlusion { precise: true }, 1)
+                .unwrap();
+        let stats = MultiQueryPool::new(
+            set,
+            both,
+            "refused statistics",
+            QueryKind::PipelineStatistics(vk::QueryPipelineStatisticFlags::INPUT_ASSEMBLY_VERTICES),
+            1,
+        )
+        .unwrap();
+        let inner = [DrawQuery { pool: &precise, index: 0, draws: 0..1 }];
+        let submitter = MultiSubmitter::new(set, both).unwrap();
+        for device in [d(0), d(1)] {
+            let before = set.device(device).unwrap().submitted_work();
+            for items in [
+                vec![
+                    WorkItem::BeginQuery(&loose, 0),
+                    WorkItem::Render(render),
+                    WorkItem::EndQuery(&loose, 0),
+                ],
+                vec![
+                    WorkItem::BeginQuery(&stats, 0),
+                    WorkItem::QueriedRender(render, &inner),
+                    WorkItem::EndQuery(&stats, 0),
+                ],
+            ] {
+                let err = submitter.submit(device, &items).unwrap_err();
+                assert!(
+                    matches!(
+                        &err,
+                        WorkError::Draw(residency_vulkan::graphics::DrawError::Buffer { buffer, .. })
+                            if buffer == "not vertices"
+                    ),
+                    "{device}: {err}"
+                );
+            }
+            assert_eq!(
+                set.device(device).unwrap().submitted_work(),
+                before,
+                "{device}: nothing was submitted"
+            );
+            for pool in [&loose, &precise, &stats] {
+                assert_query(pool.results(device, 0..1), |e| matches!(e, QueryError::NeverWritten { .. }));
+            }
+        }
+        submitter.destroy();
+        drop(draw);
+        drop((program, target));
+        buffers.free_buffer(not_vertices).unwrap();
+    });
+}
