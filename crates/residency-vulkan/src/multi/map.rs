@@ -290,8 +290,13 @@ impl MultiBuffer {
     /// it (see [`crate::multi::map`]): the seed's map for read. Refused before anything is read
     /// on any device: a mask outside the buffer's, a range outside it, a device whose copy the
     /// host cannot reach.
+    ///
+    /// It takes the buffer exclusively (`&mut`, as [`MultiBuffer::map_write`]): no other thread
+    /// can describe or submit work over the buffer between the wait and the read, so the bytes
+    /// are the ones all work submitted before the call left. (The instance's
+    /// [`Buffer::read`] waits for nothing and may return bytes torn by a GPU write in flight.)
     pub fn map_read(
-        &self,
+        &mut self,
         set: &DeviceSet,
         request: &BufferMapRequest,
     ) -> Result<BufferMapResponse, MultiDeviceError<MapError>> {

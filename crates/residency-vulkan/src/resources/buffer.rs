@@ -624,6 +624,14 @@ impl Buffer {
     }
 
     /// Copies bytes of the buffer at `offset` into `out` (invalidating non-coherent memory first).
+    ///
+    /// It waits for no GPU work: bytes that GPU work still in flight writes (submitted earlier,
+    /// or by another thread holding `&Buffer` meanwhile) may come back old, new or a mix of both
+    /// (torn). That is not undefined behaviour — the bytes are copied through a raw pointer into
+    /// the mapping, no reference to the mapped memory is formed, and every bit pattern is a valid
+    /// `u8` — only stale data; wait for the work first (`Device::wait_until`, or
+    /// [`MultiBuffer::map_read`](crate::multi::MultiBuffer::map_read), which waits and takes the
+    /// buffer exclusively) to read what it wrote.
     pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), AccessError> {
         let src = self.check(offset, out.len())?;
         if !self.coherent && !out.is_empty() {
