@@ -542,31 +542,25 @@ impl ComputeProgram {
         push_constants: &[u8],
         groups: [u32; 3],
     ) {
-        debug_assert!(rec.device().is(self.device()) && set.made_by(&self.program.life));
         debug_assert!(self.check_dispatch(push_constants, groups).is_ok(), "checked by the caller");
-        if let Err(e) = set.check_layouts(rec) {
-            // The multi-device submitter cannot refuse one command: its submission fails.
-            rec.refuse_submission(e);
+        // SAFETY: `self.pipeline` is this program's compute pipeline, made with its layout and
+        // released with its life.
+        let bound = unsafe {
+            self.program.record_launch_start(
+                rec,
+                vk::PipelineBindPoint::COMPUTE,
+                self.pipeline,
+                set,
+                push_constants,
+            )
+        };
+        if !bound {
             return;
         }
-        rec.keep(&self.program.life);
-        set.note_use(rec);
-        let cmd = rec.raw();
-        // SAFETY: `cmd` is recording on the program's device (checked by `dispatch` and the
-        // multi-device submitter, this function's only callers, and asserted above) outside a
-        // render pass (the `Recording` invariant); the pipeline is this program's, which the
-        // recording holds until its submission.
-        unsafe { rec.device().raw().cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, self.pipeline) };
-        // The set's program is this one (checked by those callers); every image view it binds is
-        // in its binding's layout when the dispatch runs: noted by `note_use` as requirements,
-        // which the submitter checks against the images' layouts in submission order before
-        // submitting (a sparse image is GENERAL for life, and its bindings are GENERAL: checked
-        // by `descriptor_set`). The push constants fit the declared range (`check_dispatch`).
-        self.program.record_bind(rec, vk::PipelineBindPoint::COMPUTE, set);
-        self.program.record_push(rec, push_constants);
-        // SAFETY: as above; the pipeline, its set and push constants are bound, and the group
+        // SAFETY: `rec` records on the program's device outside a render pass, with the
+        // pipeline, its set and push constants bound (`record_launch_start`), and the group
         // counts are within maxComputeWorkGroupCount (`check_dispatch`).
-        unsafe { rec.device().raw().cmd_dispatch(cmd, groups[0], groups[1], groups[2]) };
+        unsafe { rec.device().raw().cmd_dispatch(rec.raw(), groups[0], groups[1], groups[2]) };
         rec.recorded();
     }
 
@@ -587,26 +581,26 @@ impl ComputeProgram {
         args: &crate::resources::buffer::Buffer,
         offset: u64,
     ) {
-        debug_assert!(rec.device().is(self.device()) && set.made_by(&self.program.life));
-        debug_assert!(self.program.push_fits(push_constants), "checked by the caller");
-        if let Err(e) = set.check_layouts(rec) {
-            rec.refuse_submission(e);
+        // SAFETY: as in `record_checked`.
+        let bound = unsafe {
+            self.program.record_launch_start(
+                rec,
+                vk::PipelineBindPoint::COMPUTE,
+                self.pipeline,
+                set,
+                push_constants,
+            )
+        };
+        if !bound {
             return;
         }
-        rec.keep(&self.program.life);
         rec.keep(args.life());
-        set.note_use(rec);
-        let cmd = rec.raw();
-        // SAFETY: as in `record_checked`: `cmd` records on the program's device outside a render
-        // pass, and the recording holds the pipeline.
-        unsafe { rec.device().raw().cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, self.pipeline) };
-        self.program.record_bind(rec, vk::PipelineBindPoint::COMPUTE, set);
-        self.program.record_push(rec, push_constants);
-        // SAFETY: the pipeline, its set and push constants are bound; `args` is a live buffer of
-        // this device with INDIRECT usage, held by the recording, whose 12 bytes at the 4-aligned
-        // `offset` hold counts within maxComputeWorkGroupCount, visible to the indirect read: the
-        // caller's contract.
-        unsafe { rec.device().raw().cmd_dispatch_indirect(cmd, args.raw(), args.offset() + offset) };
+        // SAFETY: `rec` records on the program's device outside a render pass, with the
+        // pipeline, its set and push constants bound (`record_launch_start`); `args` is a live
+        // buffer of this device with INDIRECT usage, held by the recording, whose 12 bytes at the
+        // 4-aligned `offset` hold counts within maxComputeWorkGroupCount, visible to the indirect
+        // read: the caller's contract.
+        unsafe { rec.device().raw().cmd_dispatch_indirect(rec.raw(), args.raw(), args.offset() + offset) };
         rec.recorded();
     }
 }

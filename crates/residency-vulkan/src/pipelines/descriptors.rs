@@ -644,6 +644,48 @@ impl ProgramLayout {
         }
     }
 
+    /// The start every checked launch of this program's pipeline shares (a compute dispatch,
+    /// direct or indirect, and a ray-tracing launch): when an image `set` binds is in another
+    /// layout than its binding's, refuses the submission (the multi-device submitter cannot
+    /// refuse one command) and records nothing — `false`; else keeps the program and the set's
+    /// resources, notes the set's layout requirements, binds `pipeline` at `bind_point`, the set
+    /// and `push_constants` — `true`: the caller records its launch command next (and keeps what
+    /// else it uses). The callers checked the recording's device, the set's program and the push
+    /// constants with typed errors first; here they are a bug (a panic).
+    ///
+    /// # Safety
+    /// `pipeline` is this program's pipeline of `bind_point`, made with its `layout` and released
+    /// with its `life`.
+    pub(crate) unsafe fn record_launch_start(
+        &self,
+        rec: &mut Recording<'_>,
+        bind_point: vk::PipelineBindPoint,
+        pipeline: vk::Pipeline,
+        set: &DescriptorSet,
+        push_constants: &[u8],
+    ) -> bool {
+        assert!(rec.device().is(self.life.device()) && set.made_by(&self.life), "checked by the callers");
+        if let Err(e) = set.check_layouts(rec) {
+            rec.refuse_submission(e);
+            return false;
+        }
+        rec.keep(&self.life);
+        set.note_use(rec);
+        // SAFETY: `rec` is recording on this program's device (asserted) outside a render pass
+        // (the `Recording` invariant: a launch is recorded only outside one); `pipeline` is this
+        // program's of `bind_point` (the caller's contract), held by the recording until its
+        // submission through the program's life, kept above.
+        unsafe { rec.device().raw().cmd_bind_pipeline(rec.raw(), bind_point, pipeline) };
+        // The set's program is this one (asserted); every image view it binds is in its
+        // binding's layout when the launch runs: noted by `note_use` as requirements, which the
+        // submitter checks against the images' layouts in submission order before submitting (a
+        // sparse image is GENERAL for life, and its bindings are GENERAL: checked by
+        // `descriptor_set`).
+        self.record_bind(rec, bind_point, set);
+        self.record_push(rec, push_constants);
+        true
+    }
+
     /// Records pushing `push_constants`, zero-filled up to the declared size, to every stage of
     /// the range (nothing when the program has no push constants). The callers refuse what
     /// [`ProgramLayout::push_fits`] does not accept, and a recording of another device, with typed

@@ -394,26 +394,29 @@ impl RayTracingProgram {
         push_constants: &[u8],
         extent: [u32; 3],
     ) {
-        debug_assert!(rec.device().is(self.device()) && set.made_by(&self.program.life));
-        if let Err(e) = set.check_layouts(rec) {
-            rec.refuse_submission(e);
+        // SAFETY: `self.pipeline` is this program's ray-tracing pipeline, made with its layout
+        // and released with its life.
+        let bound = unsafe {
+            self.program.record_launch_start(
+                rec,
+                vk::PipelineBindPoint::RAY_TRACING_KHR,
+                self.pipeline,
+                set,
+                push_constants,
+            )
+        };
+        if !bound {
             return;
         }
-        rec.keep(&self.program.life);
         rec.keep(self.table.life());
-        set.note_use(rec);
         let device = Arc::clone(self.device());
         let cmd = rec.raw();
-        // SAFETY: `cmd` is recording on the program's device outside a render pass; the pipeline
-        // is this program's, held by the recording until its submission.
-        unsafe { device.raw().cmd_bind_pipeline(cmd, vk::PipelineBindPoint::RAY_TRACING_KHR, self.pipeline) };
-        self.program.record_bind(rec, vk::PipelineBindPoint::RAY_TRACING_KHR, set);
-        self.program.record_push(rec, push_constants);
         let loader = ash::khr::ray_tracing_pipeline::Device::new(device.instance(), device.raw());
         let [raygen, miss, hit, callable] = &self.regions;
-        // SAFETY: as above; the set and push constants are bound; the shader table (held by the
-        // recording) holds this pipeline's group handles at the device's base and handle
-        // alignments, the raygen region's size equal to its stride; the extent is within the
+        // SAFETY: `cmd` records on the program's device outside a render pass, with the
+        // pipeline, its set and push constants bound (`record_launch_start`); the shader table
+        // (held by the recording) holds this pipeline's group handles at the device's base and
+        // handle alignments, the raygen region's size equal to its stride; the extent is within the
         // device's limits (`check_trace`); every resource the set binds is held and checked at
         // submission.
         unsafe {
