@@ -805,7 +805,8 @@ fn view_type(desc: &SparseImageDesc) -> vk::ImageViewType {
 
 /// What a compaction's carrier image shares with the images whose tiles it carries: the
 /// conditions under which aliased sparse memory reads the same through both (same format,
-/// image type, usage and sparse block extent).
+/// image type, usage and sparse block extent; a compute copy's storage carriers a compatible
+/// format and the same block extent: `sparse/compact_compute.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct CarrierClass {
     pub(super) format: vk::Format,
@@ -814,6 +815,9 @@ pub(super) struct CarrierClass {
     pub(super) aspect: vk::ImageAspectFlags,
     /// The sparse block (tile) extent in texels.
     pub(super) tile: [u32; 3],
+    /// Creation flags beyond the sparse ones (a compute copy's block-compressed carriers:
+    /// `sparse/compact_compute.rs`).
+    pub(super) flags: vk::ImageCreateFlags,
 }
 
 impl CarrierClass {
@@ -829,6 +833,7 @@ impl CarrierClass {
             usage: image.usage,
             aspect: aspect(image.desc.format),
             tile: [shape.width, shape.height, shape.depth],
+            flags: vk::ImageCreateFlags::empty(),
         }
     }
 }
@@ -865,7 +870,8 @@ pub(super) fn create_carrier<'a>(
     };
     let flags = vk::ImageCreateFlags::SPARSE_BINDING
         | vk::ImageCreateFlags::SPARSE_RESIDENCY
-        | vk::ImageCreateFlags::SPARSE_ALIASED;
+        | vk::ImageCreateFlags::SPARSE_ALIASED
+        | class.flags;
     let create = vk::ImageCreateInfo::default()
         .flags(flags)
         .image_type(class.image_type)
