@@ -28,7 +28,7 @@
 //! Nothing here names the `pipelines` layer (above `sparse`): the pass makes its own pipeline,
 //! layouts, descriptor sets and views, and retires them with its carriers.
 
-use super::image::CarrierClass;
+use super::image::{granularity_is, CarrierClass};
 use super::*;
 use residency_core::format::{Format, FormatKind};
 
@@ -121,6 +121,7 @@ pub(super) fn storage_class(device: &Device, image: &SparseImage) -> Option<(Car
         usage: vk::ImageUsageFlags::STORAGE,
         aspect: vk::ImageAspectFlags::COLOR,
         tile: [shape.width, shape.height, 1],
+        texel_block: [bw, bh],
         flags,
     };
     let instance = device.instance();
@@ -133,16 +134,20 @@ pub(super) fn storage_class(device: &Device, image: &SparseImage) -> Option<(Car
                 carrier,
                 vk::ImageType::TYPE_2D,
                 vk::SampleCountFlags::TYPE_1,
-                class.usage | vk::ImageUsageFlags::TRANSFER_SRC | vk::ImageUsageFlags::TRANSFER_DST,
+                // The block shape is the format's: a compressed format has no storage usage of
+                // its own (its carrier gets it through EXTENDED_USAGE, which this query cannot
+                // say), so it is asked with the copies' usage alone.
+                if flags.is_empty() { class.usage } else { vk::ImageUsageFlags::empty() }
+                    | vk::ImageUsageFlags::TRANSFER_SRC
+                    | vk::ImageUsageFlags::TRANSFER_DST,
                 vk::ImageTiling::OPTIMAL,
             ),
         )
     };
-    let block = vk::Extent3D { width: shape.width, height: shape.height, depth: 1 };
     let storage = features.optimal_tiling_features.contains(vk::FormatFeatureFlags::STORAGE_IMAGE);
     let same_shape = sparse.iter().any(|p| {
         p.aspect_mask.contains(vk::ImageAspectFlags::COLOR)
-            && p.image_granularity == block
+            && granularity_is(p.image_granularity, class.tile, class.texel_block)
             && !p.flags.contains(vk::SparseImageFormatFlags::NONSTANDARD_BLOCK_SIZE)
     });
     (storage && same_shape).then_some((class, ComputeView { format: view, tile: [shape.width / bw, shape.height / bh], shader }))

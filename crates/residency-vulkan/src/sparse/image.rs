@@ -815,6 +815,8 @@ pub(super) struct CarrierClass {
     pub(super) aspect: vk::ImageAspectFlags,
     /// The sparse block (tile) extent in texels.
     pub(super) tile: [u32; 3],
+    /// The format's texel block extent (4 × 4 for block-compressed formats, else 1 × 1).
+    pub(super) texel_block: [u32; 2],
     /// Creation flags beyond the sparse ones (a compute copy's block-compressed carriers:
     /// `sparse/compact_compute.rs`).
     pub(super) flags: vk::ImageCreateFlags,
@@ -833,9 +835,23 @@ impl CarrierClass {
             usage: image.usage,
             aspect: aspect(image.desc.format),
             tile: [shape.width, shape.height, shape.depth],
+            texel_block: {
+                let (w, h) = image.desc.format.block_extent();
+                [w, h]
+            },
             flags: vk::ImageCreateFlags::empty(),
         }
     }
+}
+
+/// Whether a reported sparse granularity `g` is the block (tile) extent `tile`, in texels — or,
+/// for a compressed format (`texel_block` over 1 × 1), in compressed blocks, as some drivers
+/// (lavapipe) report it (`device/profile_capture.rs` reads it the same way).
+pub(super) fn granularity_is(g: vk::Extent3D, tile: [u32; 3], texel_block: [u32; 2]) -> bool {
+    let texels = [g.width, g.height, g.depth] == tile;
+    let blocks = texel_block != [1, 1]
+        && [g.width * texel_block[0], g.height * texel_block[1], g.depth] == tile;
+    texels || blocks
 }
 
 /// A carrier image of a compaction pass: a sparse, `SPARSE_ALIASED` image of one mip and layer in
@@ -919,7 +935,6 @@ pub(super) fn create_carrier<'a>(
     let requirements = unsafe { device.raw().get_image_memory_requirements(raw) };
     // SAFETY: raw is a sparse image of this device.
     let sparse_reqs = unsafe { device.raw().get_image_sparse_memory_requirements(raw) };
-    let block = vk::Extent3D { width: class.tile[0], height: class.tile[1], depth: class.tile[2] };
     let suits = requirements.alignment == tile_bytes
         && requirements.memory_type_bits & (1 << memory_type) != 0
         && sparse_reqs.iter().all(|r| {
@@ -928,7 +943,7 @@ pub(super) fn create_carrier<'a>(
         })
         && sparse_reqs.iter().any(|r| {
             r.format_properties.aspect_mask.intersects(class.aspect)
-                && r.format_properties.image_granularity == block
+                && granularity_is(r.format_properties.image_granularity, class.tile, class.texel_block)
         });
     if !suits {
         return Ok(None);
