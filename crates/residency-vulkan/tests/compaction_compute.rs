@@ -136,7 +136,8 @@ fn compaction_copies_tiles_by_compute_where_a_storage_carrier_fits_and_keeps_eve
         for format in formats {
             let ((path, tiles, dispatches), old) = {
                 let supported = SparseImage::new(
-                    &SparseTilePool::new(Arc::clone(device), TilePoolDesc::default().with_name("probe")).unwrap(),
+                    &SparseTilePool::new(Arc::clone(device), TilePoolDesc::default().with_name("probe"))
+                        .unwrap(),
                     "probe",
                     &SparseImageDesc::new_2d(format, SIZE, SIZE).with_mip_levels(1),
                     false,

@@ -849,8 +849,11 @@ fn copy_direct(
         .collect();
     // The compute copies' pipelines, sets and views (before anything is submitted: a failure
     // here leaves nothing to undo on the GPU).
-    let pairs: Vec<(vk::Image, vk::Image, Option<ComputeView>)> =
-        carriers.iter().zip(&direct.carriers).map(|(pair, layout)| (pair.src.raw, pair.dst.raw, layout.compute)).collect();
+    let pairs: Vec<(vk::Image, vk::Image, Option<ComputeView>)> = carriers
+        .iter()
+        .zip(&direct.carriers)
+        .map(|(pair, layout)| (pair.src.raw, pair.dst.raw, layout.compute))
+        .collect();
     let compute = ComputeCopies::new(device, name, &pairs)?;
     device.submit_once("tile compaction: carriers to GENERAL", |rec| {
         // SAFETY: `rec` is recording on this device outside a render pass; the carriers are live
@@ -903,7 +906,8 @@ fn copy_direct(
             (stages, accesses),
         );
         timestamps.cmd_write(rec, 0).ok();
-        for (i, ((pair, layout), regions)) in carriers.iter().zip(&direct.carriers).zip(&regions).enumerate() {
+        for (i, ((pair, layout), regions)) in carriers.iter().zip(&direct.carriers).zip(&regions).enumerate()
+        {
             if let Some(view) = layout.compute {
                 // Every texel of the first `moves` slots, read through the source carrier's
                 // storage view and written through the destination's (both in GENERAL, the
@@ -944,12 +948,8 @@ fn copy_direct(
     recorded?;
     stats.dispatches = dispatches;
     stats.copy_commands = regions.iter().filter(|r| !r.is_empty()).count() as u32;
-    stats.compute_tiles = direct
-        .carriers
-        .iter()
-        .filter(|c| c.compute.is_some())
-        .map(|c| c.moves.len() as u32)
-        .sum();
+    stats.compute_tiles =
+        direct.carriers.iter().filter(|c| c.compute.is_some()).map(|c| c.moves.len() as u32).sum();
     stats.path = match (stats.compute_tiles, stats.copy_commands) {
         (0, _) => CompactPath::ImageCopy,
         (_, 0) => CompactPath::Compute,

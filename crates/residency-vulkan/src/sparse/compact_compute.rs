@@ -150,7 +150,8 @@ pub(super) fn storage_class(device: &Device, image: &SparseImage) -> Option<(Car
             && granularity_is(p.image_granularity, class.tile, class.texel_block)
             && !p.flags.contains(vk::SparseImageFormatFlags::NONSTANDARD_BLOCK_SIZE)
     });
-    (storage && same_shape).then_some((class, ComputeView { format: view, tile: [shape.width / bw, shape.height / bh], shader }))
+    (storage && same_shape)
+        .then_some((class, ComputeView { format: view, tile: [shape.width / bw, shape.height / bh], shader }))
 }
 
 /// The objects of one pass's compute copies: a pipeline per shader used, their layout, a
@@ -243,17 +244,25 @@ impl<'a> ComputeCopies<'a> {
             .stage_flags(vk::ShaderStageFlags::COMPUTE)
             .offset(0)
             .size(PUSH_BYTES)];
-        let sizes = [vk::DescriptorPoolSize { ty: vk::DescriptorType::STORAGE_IMAGE, descriptor_count: 2 * computed }];
+        let sizes = [vk::DescriptorPoolSize {
+            ty: vk::DescriptorType::STORAGE_IMAGE,
+            descriptor_count: 2 * computed,
+        }];
         // SAFETY: valid device; the create infos live for each call; what is created is put in
         // `g` at once, so it retires on every path.
         unsafe {
             g.set_layout = raw
-                .create_descriptor_set_layout(&vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings), None)
+                .create_descriptor_set_layout(
+                    &vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings),
+                    None,
+                )
                 .during("vkCreateDescriptorSetLayout")?;
             let set_layouts = [g.set_layout];
             g.layout = raw
                 .create_pipeline_layout(
-                    &vk::PipelineLayoutCreateInfo::default().set_layouts(&set_layouts).push_constant_ranges(&push),
+                    &vk::PipelineLayoutCreateInfo::default()
+                        .set_layouts(&set_layouts)
+                        .push_constant_ranges(&push),
                     None,
                 )
                 .during("vkCreatePipelineLayout")?;
@@ -278,7 +287,10 @@ impl<'a> ComputeCopies<'a> {
                 // destroyed on every path and the pipeline put in `g` at once.
                 unsafe {
                     let module = raw
-                        .create_shader_module(&vk::ShaderModuleCreateInfo::default().code(view.shader.spirv()), None)
+                        .create_shader_module(
+                            &vk::ShaderModuleCreateInfo::default().code(view.shader.spirv()),
+                            None,
+                        )
                         .during("vkCreateShaderModule")?;
                     let stage = vk::PipelineShaderStageCreateInfo::default()
                         .stage(vk::ShaderStageFlags::COMPUTE)
@@ -320,7 +332,9 @@ impl<'a> ComputeCopies<'a> {
             // SAFETY: the pool was made for one set per computed pair, of this layout.
             let set = unsafe {
                 raw.allocate_descriptor_sets(
-                    &vk::DescriptorSetAllocateInfo::default().descriptor_pool(g.pool).set_layouts(&set_layouts),
+                    &vk::DescriptorSetAllocateInfo::default()
+                        .descriptor_pool(g.pool)
+                        .set_layouts(&set_layouts),
                 )
             }
             .during("vkAllocateDescriptorSets")?[0];

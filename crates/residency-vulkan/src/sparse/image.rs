@@ -849,8 +849,8 @@ impl CarrierClass {
 /// (lavapipe) report it (`device/profile_capture.rs` reads it the same way).
 pub(super) fn granularity_is(g: vk::Extent3D, tile: [u32; 3], texel_block: [u32; 2]) -> bool {
     let texels = [g.width, g.height, g.depth] == tile;
-    let blocks = texel_block != [1, 1]
-        && [g.width * texel_block[0], g.height * texel_block[1], g.depth] == tile;
+    let blocks =
+        texel_block != [1, 1] && [g.width * texel_block[0], g.height * texel_block[1], g.depth] == tile;
     texels || blocks
 }
 
