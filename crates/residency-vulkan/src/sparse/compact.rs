@@ -196,10 +196,12 @@ impl SparseTilePool {
     /// [`TilePool::plan_compaction`]). Call repeatedly until `moves` is 0.
     ///
     /// Where the device has `sparseResidencyAliased` ([`CompactCopy::Direct`]), the moved tiles
-    /// are copied heap to heap, once: per class of images (format, type, usage) a source carrier
-    /// image bound to the tiles' old memory is copied into a destination carrier bound to their
-    /// new memory, slot for slot, in one `vkCmdCopyImage` of at most two regions, between one
-    /// barrier from every earlier write (every residency submission before, the `waits` and the
+    /// are copied heap to heap, once: per carrier class a source carrier image bound to the
+    /// tiles' old memory is copied into a destination carrier bound to their new memory, slot for
+    /// slot — by one compute dispatch between storage carriers for 2D tiles of 4-, 8- or 16-byte
+    /// texels or compressed blocks (`sparse/compact_compute.rs`; [`CompactStats::path`] says
+    /// which way ran), else (per format, type and usage) by one `vkCmdCopyImage` of at most two
+    /// regions — between one barrier from every earlier write (every residency submission before, the `waits` and the
     /// renderer's writes they stand for) and one to every later command; the pass waits on the
     /// host for that copy. Then the images' tiles are rebound to their new memory in one
     /// `vkQueueBindSparse` (after the copy, the `waits` and every residency submission; not
@@ -223,7 +225,8 @@ impl SparseTilePool {
     ///
     /// Refused with nothing changed: an image of another pool ([`CommitError::WrongPool`]), an
     /// image with binds queued ([`SparseError::PendingBinds`]: flush first). On an error
-    /// (out of memory for the staging buffer or a carrier, a failed submit or bind) every tile
+    /// (out of memory for the staging buffer or a carrier, a failed creation of the compute
+    /// copy's pipeline or views, a failed submit or bind) every tile
     /// stays where it was, page tables and GPU bindings included (heap to heap, the copy wrote
     /// only free tiles); only through staging, a failed undo after a failed copy back (a lost
     /// device) leaves the tiles rebound, with the page tables saying so.
