@@ -799,7 +799,7 @@ fn direct_pass(
 /// one after), waited for on the host; the carriers then retire. Counts go into `stats`.
 fn copy_direct(
     heaps_shared: &HeapsShared,
-    heaps: &HeapsState,
+    heaps: &mut HeapsState,
     name: &str,
     (direct, carriers): (&DirectCopy, Vec<CarrierPair<'_>>),
     tile_bytes: u64,
@@ -857,7 +857,7 @@ fn copy_direct(
         .zip(&direct.carriers)
         .map(|(pair, layout)| (pair.src.raw, pair.dst.raw, layout.compute))
         .collect();
-    let compute = ComputeCopies::new(device, name, &pairs)?;
+    let compute = ComputeCopies::new(device, name, &mut heaps.copy_pipelines, &pairs)?;
     device.submit_once("tile compaction: carriers to GENERAL", |rec| {
         // SAFETY: `rec` is recording on this device outside a render pass; the carriers are live
         // (retired only after the work submitted when they are dropped) and the ranges cover

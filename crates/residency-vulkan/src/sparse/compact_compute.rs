@@ -25,8 +25,9 @@
 //!   keeps `vkCmdCopyImage` between carriers of its own format.
 //!
 //! The shader copies texel for texel, so the bits move unchanged whatever the format means.
-//! Nothing here names the `pipelines` layer (above `sparse`): the pass makes its own pipeline,
-//! layouts, descriptor sets and views, and retires them with its carriers.
+//! Nothing here names the `pipelines` layer (above `sparse`): the heaps make their own pipeline
+//! and layouts on their first compute pass and keep them ([`CopyPipelines`]); each pass makes its
+//! descriptor sets and views and retires them with its carriers.
 
 use super::image::{granularity_is, CarrierClass};
 use super::*;
@@ -154,25 +155,137 @@ pub(super) fn storage_class(device: &Device, image: &SparseImage) -> Option<(Car
         .then_some((class, ComputeView { format: view, tile: [shape.width / bw, shape.height / bh], shader }))
 }
 
-/// The objects of one pass's compute copies: a pipeline per shader used, their layout, a
-/// descriptor set per carrier pair and the pairs' storage views. Retired (destroyed once the
-/// work submitted so far completed) when dropped.
+/// The compute copy's pipelines, kept by the heaps (`HeapsState::copy_pipelines`) from their
+/// first compute pass until they are dropped: the descriptor-set layout (two storage images),
+/// the pipeline layout (and its 20 bytes of push constants), and a pipeline per shader used so
+/// far. Retired with the heaps' memory (after every use declared on them).
+#[derive(Debug)]
+pub(crate) struct CopyPipelines {
+    id: crate::device::ledger::ObjectId,
+    set_layout: vk::DescriptorSetLayout,
+    layout: vk::PipelineLayout,
+    pipelines: Vec<(CopyShader, vk::Pipeline)>,
+}
+
+impl crate::device::life::Retire for CopyPipelines {
+    fn retire(self: Box<Self>, device: &Device) {
+        // SAFETY: every object belongs to this device, no handle to them is left (the heaps kept
+        // them alone; a pass copies the handles only while it holds the heaps' lock and waits for
+        // its copy) and the GPU work that used them has completed (the retire queue's contract);
+        // null handles (a creation that failed) are ignored by the destroy calls.
+        unsafe {
+            let raw = device.raw();
+            for &(_, pipeline) in &self.pipelines {
+                raw.destroy_pipeline(pipeline, None);
+            }
+            raw.destroy_pipeline_layout(self.layout, None);
+            raw.destroy_descriptor_set_layout(self.set_layout, None);
+        }
+        device.ledger().untrack(self.id);
+    }
+}
+
+impl CopyPipelines {
+    /// The layouts, no pipeline yet; on an error what was made retires.
+    fn new(device: &Device, name: &str) -> Result<CopyPipelines, SparseError> {
+        let mut made = CopyPipelines {
+            id: device
+                .ledger()
+                .track("compaction copy pipelines", format!("{name} compaction copy pipelines")),
+            set_layout: vk::DescriptorSetLayout::null(),
+            layout: vk::PipelineLayout::null(),
+            pipelines: Vec::new(),
+        };
+        let bindings = [0, 1].map(|b| {
+            vk::DescriptorSetLayoutBinding::default()
+                .binding(b)
+                .descriptor_type(vk::DescriptorType::STORAGE_IMAGE)
+                .descriptor_count(1)
+                .stage_flags(vk::ShaderStageFlags::COMPUTE)
+        });
+        let push = [vk::PushConstantRange::default()
+            .stage_flags(vk::ShaderStageFlags::COMPUTE)
+            .offset(0)
+            .size(PUSH_BYTES)];
+        let raw = device.raw();
+        // SAFETY: valid device; the create infos live for each call; what is created is put in
+        // `made` at once, which retires on the error path.
+        let result = unsafe {
+            raw.create_descriptor_set_layout(
+                &vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings),
+                None,
+            )
+            .during("vkCreateDescriptorSetLayout")
+            .and_then(|set_layout| {
+                made.set_layout = set_layout;
+                let set_layouts = [set_layout];
+                raw.create_pipeline_layout(
+                    &vk::PipelineLayoutCreateInfo::default()
+                        .set_layouts(&set_layouts)
+                        .push_constant_ranges(&push),
+                    None,
+                )
+                .during("vkCreatePipelineLayout")
+            })
+        };
+        match result {
+            Ok(layout) => {
+                made.layout = layout;
+                Ok(made)
+            }
+            Err(e) => {
+                device.retire(Garbage::Custom(Box::new(made)), LastUses::none());
+                Err(e.into())
+            }
+        }
+    }
+
+    /// The pipeline of `shader`, made the first time.
+    fn pipeline(&mut self, device: &Device, shader: CopyShader) -> Result<vk::Pipeline, SparseError> {
+        if let Some(&(_, pipeline)) = self.pipelines.iter().find(|p| p.0 == shader) {
+            return Ok(pipeline);
+        }
+        let raw = device.raw();
+        // SAFETY: valid device; the code is a shipped compute shader (glslc-compiled, checked by
+        // `misuse_every_shipped_shader_declares_its_spirv_interface`) whose interface is this
+        // layout's: two storage images at bindings 0 and 1 of set 0, 20 bytes of push constants,
+        // no features beyond the core; the module is destroyed on every path and the pipeline
+        // kept in `self` at once.
+        unsafe {
+            let module = raw
+                .create_shader_module(&vk::ShaderModuleCreateInfo::default().code(shader.spirv()), None)
+                .during("vkCreateShaderModule")?;
+            let stage = vk::PipelineShaderStageCreateInfo::default()
+                .stage(vk::ShaderStageFlags::COMPUTE)
+                .module(module)
+                .name(c"main");
+            let info = vk::ComputePipelineCreateInfo::default().stage(stage).layout(self.layout);
+            let made = raw.create_compute_pipelines(vk::PipelineCache::null(), &[info], None);
+            raw.destroy_shader_module(module, None);
+            let pipeline = made.map_err(|(_, r)| VulkanError::from_vk("vkCreateComputePipelines", r))?[0];
+            self.pipelines.push((shader, pipeline));
+            Ok(pipeline)
+        }
+    }
+}
+
+/// The objects of one pass's compute copies: a descriptor set per storage carrier pair and the
+/// pairs' storage views (the pipelines are the heaps': [`CopyPipelines`]). Retired (destroyed
+/// once the work submitted so far completed) when dropped.
 pub(super) struct ComputeCopies<'a> {
     device: &'a Device,
     garbage: Option<ComputeGarbage>,
-    /// Per carrier pair given to [`ComputeCopies::new`] (in order), its descriptor set and shader;
-    /// `None` for a pair copied by `vkCmdCopyImage`.
-    sets: Vec<Option<(vk::DescriptorSet, CopyShader)>>,
+    layout: vk::PipelineLayout,
+    /// Per carrier pair given to [`ComputeCopies::new`] (in order), its descriptor set and
+    /// pipeline; `None` for a pair copied by `vkCmdCopyImage`.
+    sets: Vec<Option<(vk::DescriptorSet, vk::Pipeline)>>,
 }
 
 #[derive(Debug)]
 struct ComputeGarbage {
     id: crate::device::ledger::ObjectId,
     views: Vec<vk::ImageView>,
-    set_layout: vk::DescriptorSetLayout,
-    layout: vk::PipelineLayout,
     pool: vk::DescriptorPool,
-    pipelines: Vec<(CopyShader, vk::Pipeline)>,
 }
 
 impl crate::device::life::Retire for ComputeGarbage {
@@ -180,15 +293,10 @@ impl crate::device::life::Retire for ComputeGarbage {
         // SAFETY: every object belongs to this device, no handle to them is left (the pass kept
         // them in its `ComputeCopies` alone) and the GPU work that used them has completed (the
         // retire queue's contract); null handles (a creation that failed) are ignored by the
-        // destroy calls.
+        // destroy calls. Destroying the pool frees its sets.
         unsafe {
             let raw = device.raw();
-            for &(_, pipeline) in &self.pipelines {
-                raw.destroy_pipeline(pipeline, None);
-            }
             raw.destroy_descriptor_pool(self.pool, None);
-            raw.destroy_pipeline_layout(self.layout, None);
-            raw.destroy_descriptor_set_layout(self.set_layout, None);
             for &view in &self.views {
                 raw.destroy_image_view(view, None);
             }
@@ -207,11 +315,13 @@ impl Drop for ComputeCopies<'_> {
 
 impl<'a> ComputeCopies<'a> {
     /// The objects for `pairs`: per carrier pair (source, destination image) its compute view,
-    /// or `None` for a pair `vkCmdCopyImage` copies. An error: a creation failed; what was made
-    /// retires.
+    /// or `None` for a pair `vkCmdCopyImage` copies; the pipelines come from (and are made
+    /// into) `cache`, the heaps' [`CopyPipelines`]. An error: a creation failed; what was made for
+    /// the pass retires, what the cache got stays in it.
     pub(super) fn new(
         device: &'a Device,
         name: &str,
+        cache: &mut Option<CopyPipelines>,
         pairs: &[(vk::Image, vk::Image, Option<ComputeView>)],
     ) -> Result<ComputeCopies<'a>, SparseError> {
         let computed = pairs.iter().filter(|p| p.2.is_some()).count() as u32;
@@ -220,90 +330,42 @@ impl<'a> ComputeCopies<'a> {
             garbage: Some(ComputeGarbage {
                 id: device.ledger().track("compaction compute copy", format!("{name} compute copy")),
                 views: Vec::new(),
-                set_layout: vk::DescriptorSetLayout::null(),
-                layout: vk::PipelineLayout::null(),
                 pool: vk::DescriptorPool::null(),
-                pipelines: Vec::new(),
             }),
+            layout: vk::PipelineLayout::null(),
             sets: Vec::with_capacity(pairs.len()),
         };
         if computed == 0 {
             copies.sets.resize(pairs.len(), None);
             return Ok(copies);
         }
+        if cache.is_none() {
+            *cache = Some(CopyPipelines::new(device, name)?);
+        }
+        let pipelines = cache.as_mut().expect("made above");
+        copies.layout = pipelines.layout;
         let raw = device.raw();
-        let g = copies.garbage.as_mut().expect("made above");
-        let bindings = [0, 1].map(|b| {
-            vk::DescriptorSetLayoutBinding::default()
-                .binding(b)
-                .descriptor_type(vk::DescriptorType::STORAGE_IMAGE)
-                .descriptor_count(1)
-                .stage_flags(vk::ShaderStageFlags::COMPUTE)
-        });
-        let push = [vk::PushConstantRange::default()
-            .stage_flags(vk::ShaderStageFlags::COMPUTE)
-            .offset(0)
-            .size(PUSH_BYTES)];
         let sizes = [vk::DescriptorPoolSize {
             ty: vk::DescriptorType::STORAGE_IMAGE,
             descriptor_count: 2 * computed,
         }];
-        // SAFETY: valid device; the create infos live for each call; what is created is put in
-        // `g` at once, so it retires on every path.
-        unsafe {
-            g.set_layout = raw
-                .create_descriptor_set_layout(
-                    &vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings),
-                    None,
-                )
-                .during("vkCreateDescriptorSetLayout")?;
-            let set_layouts = [g.set_layout];
-            g.layout = raw
-                .create_pipeline_layout(
-                    &vk::PipelineLayoutCreateInfo::default()
-                        .set_layouts(&set_layouts)
-                        .push_constant_ranges(&push),
-                    None,
-                )
-                .during("vkCreatePipelineLayout")?;
-            g.pool = raw
-                .create_descriptor_pool(
-                    &vk::DescriptorPoolCreateInfo::default().max_sets(computed).pool_sizes(&sizes),
-                    None,
-                )
-                .during("vkCreateDescriptorPool")?;
+        let g = copies.garbage.as_mut().expect("made above");
+        // SAFETY: valid device; the create info lives for the call; the pool is put in `g` at
+        // once, so it retires on every path.
+        g.pool = unsafe {
+            raw.create_descriptor_pool(
+                &vk::DescriptorPoolCreateInfo::default().max_sets(computed).pool_sizes(&sizes),
+                None,
+            )
         }
+        .during("vkCreateDescriptorPool")?;
         for (i, &(src, dst, view)) in pairs.iter().enumerate() {
             let Some(view) = view else {
                 copies.sets.push(None);
                 continue;
             };
+            let pipeline = pipelines.pipeline(device, view.shader)?;
             let g = copies.garbage.as_mut().expect("made above");
-            if !g.pipelines.iter().any(|p| p.0 == view.shader) {
-                // SAFETY: valid device; the code is a shipped compute shader (glslc-compiled,
-                // checked by `misuse_every_shipped_shader_declares_its_spirv_interface`) whose
-                // interface is this layout's: two storage images at bindings 0 and 1 of set 0,
-                // 20 bytes of push constants, no features beyond the core; the module is
-                // destroyed on every path and the pipeline put in `g` at once.
-                unsafe {
-                    let module = raw
-                        .create_shader_module(
-                            &vk::ShaderModuleCreateInfo::default().code(view.shader.spirv()),
-                            None,
-                        )
-                        .during("vkCreateShaderModule")?;
-                    let stage = vk::PipelineShaderStageCreateInfo::default()
-                        .stage(vk::ShaderStageFlags::COMPUTE)
-                        .module(module)
-                        .name(c"main");
-                    let info = vk::ComputePipelineCreateInfo::default().stage(stage).layout(g.layout);
-                    let made = raw.create_compute_pipelines(vk::PipelineCache::null(), &[info], None);
-                    raw.destroy_shader_module(module, None);
-                    let pipeline =
-                        made.map_err(|(_, r)| VulkanError::from_vk("vkCreateComputePipelines", r))?[0];
-                    g.pipelines.push((view.shader, pipeline));
-                }
-            }
             let mut image_views = [vk::ImageView::null(); 2];
             for (k, image) in [src, dst].into_iter().enumerate() {
                 let mut usage = vk::ImageViewUsageCreateInfo::default().usage(vk::ImageUsageFlags::STORAGE);
@@ -328,7 +390,7 @@ impl<'a> ComputeCopies<'a> {
                 device.set_name(v, &format!("{name} compute copy view {i}.{k}"));
                 image_views[k] = v;
             }
-            let set_layouts = [g.set_layout];
+            let set_layouts = [pipelines.set_layout];
             // SAFETY: the pool was made for one set per computed pair, of this layout.
             let set = unsafe {
                 raw.allocate_descriptor_sets(
@@ -351,7 +413,7 @@ impl<'a> ComputeCopies<'a> {
             // SAFETY: the set and views are live objects of this device, the set is used by no
             // command yet, and each write matches its binding (one storage image, GENERAL).
             unsafe { raw.update_descriptor_sets(&writes, &[]) };
-            copies.sets.push(Some((set, view.shader)));
+            copies.sets.push(Some((set, pipeline)));
         }
         Ok(copies)
     }
@@ -359,26 +421,32 @@ impl<'a> ComputeCopies<'a> {
     /// Records pair `i`'s copy of slots `0..count`, `cols` tiles a row, each `tile` view texels:
     /// one dispatch per `maxComputeWorkGroupCount[2]` slots; returns the dispatches recorded.
     /// The carriers must be in `GENERAL` and the copy ordered after their binds and before their
-    /// reads by the caller's barriers.
+    /// reads by the caller's barriers; the heaps' [`CopyPipelines`] must live until the copy
+    /// completed (the pass holds the heaps and waits for it).
     pub(super) fn record(
         &self,
         rec: &mut crate::sync::recording::Recording<'_>,
         i: usize,
         (tile, cols, count): ([u32; 2], u32, u32),
     ) -> u32 {
-        let Some((set, shader)) = self.sets[i] else { return 0 };
-        let g = self.garbage.as_ref().expect("alive until dropped");
-        let pipeline = g.pipelines.iter().find(|p| p.0 == shader).expect("made with its set").1;
+        let Some((set, pipeline)) = self.sets[i] else { return 0 };
         let limit = self.device.limits().max_compute_work_group_count[2].max(1);
         let groups = [tile[0].div_ceil(GROUP), tile[1].div_ceil(GROUP)];
         let raw = self.device.raw();
-        // SAFETY: `rec` is recording on this device outside a render pass; the pipeline, layout
-        // and set are live (retired after the work submitted when this is dropped), the set's
-        // views show carriers in GENERAL (the caller's contract), and the push constants are
-        // the layout's 20 bytes.
+        // SAFETY: `rec` is recording on this device outside a render pass; the pipeline and
+        // layout (the heaps', alive for the pass) and the set are live, the set's views show
+        // carriers in GENERAL (the caller's contract), and the push constants are the layout's
+        // 20 bytes.
         unsafe {
             raw.cmd_bind_pipeline(rec.raw(), vk::PipelineBindPoint::COMPUTE, pipeline);
-            raw.cmd_bind_descriptor_sets(rec.raw(), vk::PipelineBindPoint::COMPUTE, g.layout, 0, &[set], &[]);
+            raw.cmd_bind_descriptor_sets(
+                rec.raw(),
+                vk::PipelineBindPoint::COMPUTE,
+                self.layout,
+                0,
+                &[set],
+                &[],
+            );
         }
         let mut dispatches = 0;
         let mut first = 0u32;
@@ -389,7 +457,7 @@ impl<'a> ComputeCopies<'a> {
             // SAFETY: as above; the workgroup counts are within the device's limits (x and y a
             // 64 KiB tile's extent over 16, z at most maxComputeWorkGroupCount[2]).
             unsafe {
-                raw.cmd_push_constants(rec.raw(), g.layout, vk::ShaderStageFlags::COMPUTE, 0, &push);
+                raw.cmd_push_constants(rec.raw(), self.layout, vk::ShaderStageFlags::COMPUTE, 0, &push);
                 raw.cmd_dispatch(rec.raw(), groups[0], groups[1], z);
             }
             dispatches += 1;
