@@ -41,9 +41,10 @@ fn resident_bytes(image: &SparseImage) -> Vec<(u32, u32, Vec<u8>)> {
 /// pattern, then every other tile released, so 8 tiles sit in 4 half-empty heaps; compacted
 /// with `copy`. Returns the pass's path and compute tiles; asserts every tile's bytes kept.
 fn compact_one(device: &Arc<Device>, format: Format, copy: CompactCopy) -> (CompactPath, u32, u32) {
+    let pool_name = format!("compute compaction {} {copy:?}", format.name());
     let pool = SparseTilePool::new(
         Arc::clone(device),
-        TilePoolDesc::default().with_name("compute compaction").with_tiles_per_heap(4),
+        TilePoolDesc::default().with_name(&pool_name).with_tiles_per_heap(4),
     )
     .unwrap();
     let desc = SparseImageDesc::new_2d(format, SIZE, SIZE).with_mip_levels(1);
@@ -103,6 +104,17 @@ fn compact_one(device: &Arc<Device>, format: Format, copy: CompactCopy) -> (Comp
     // Bit for bit, every tile (moved or not) where it was in the image.
     assert_eq!(resident_bytes(&image), before, "{} after {copy:?}", format.name());
     assert!(image.refresh_min_lod().is_empty());
+    // The pool's heaps keep the compute copy's pipelines after a compute pass (one set of them,
+    // made once), and make none for a pass without one.
+    let pipelines = || {
+        device
+            .ledger()
+            .live_objects()
+            .iter()
+            .filter(|o| o.kind == "compaction copy pipelines" && o.name.starts_with(&pool_name))
+            .count()
+    };
+    assert_eq!(pipelines(), usize::from(stats.compute_tiles > 0), "{}", format.name());
 
     device.wait_submitted().unwrap();
     image.release_all(&pool).unwrap();
