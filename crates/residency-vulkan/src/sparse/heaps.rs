@@ -38,6 +38,8 @@ pub(super) struct HeapsState {
     /// ([`SparseImage::new_external`]), with their keys (0 while one is being created): one
     /// image per owner, so that the pool's owner of a tile names one image.
     pub(super) external_owners: HashMap<u32, u64>,
+    /// The compaction compute copy's pipelines, made on the first compute pass.
+    pub(super) copy_pipelines: Option<super::compact_compute::CopyPipelines>,
 }
 
 impl HeapsState {
@@ -280,6 +282,9 @@ impl Drop for HeapsShared {
         let heaps = state.heaps.drain(..).flatten().chain(state.released.drain(..));
         for heap in heaps.collect::<Vec<_>>() {
             self.device.retire(Garbage::Memory(Box::new(heap.block)), uses.clone());
+        }
+        if let Some(pipelines) = state.copy_pipelines.take() {
+            self.device.retire(Garbage::Custom(Box::new(pipelines)), uses);
         }
     }
 }
