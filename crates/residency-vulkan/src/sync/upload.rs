@@ -18,7 +18,7 @@ use crate::device::Device;
 use crate::error::VulkanError;
 use crate::poison::PoisonFree;
 use crate::resources::buffer::{Buffer, BufferDesc};
-use crate::resources::host_import::ImportedSlice;
+use crate::resources::host_import::{ImportRefused, ImportedSlice};
 use crate::sync::commands::{CommandContext, Submission};
 use crate::sync::recording::{MemoryDependency, Recording};
 use ash::vk;
@@ -520,6 +520,8 @@ pub struct Uploader {
     import_threshold: u64,
     /// Bytes per import and copy of an imported slice ([`Uploader::with_import_chunk`]).
     import_chunk: u64,
+    /// Threads that import the pieces of one slice ([`Uploader::with_import_threads`]).
+    import_threads: usize,
 }
 
 impl std::fmt::Debug for Uploader {
@@ -562,6 +564,7 @@ impl Uploader {
             copy_threads: default_copy_threads(),
             import_threshold: DEFAULT_IMPORT_THRESHOLD,
             import_chunk: DEFAULT_IMPORT_CHUNK,
+            import_threads: default_copy_threads().min(4),
         })
     }
 
@@ -735,6 +738,26 @@ impl Uploader {
         Ok(())
     }
 
+    /// Sets how many threads import the pieces of one slice for [`Uploader::upload_buffer`] (at
+    /// least 1; default: the host's available parallelism, at most 4). Importing pins pages, a
+    /// cost per page the driver pays on the importing thread; scoped threads started per call
+    /// pin pieces side by side while the calling thread submits their copies.
+    pub fn with_import_threads(mut self, threads: usize) -> Uploader {
+        self.import_threads = threads.max(1);
+        self
+    }
+
+    /// Bytes of one import of [`Uploader::upload_buffer`] (before rounding to the device's import
+    /// alignment).
+    pub fn import_chunk(&self) -> u64 {
+        self.import_chunk
+    }
+
+    /// Threads that import the pieces of one slice.
+    pub fn import_threads(&self) -> usize {
+        self.import_threads
+    }
+
     /// Copies `data` into `dst` at `offset` and returns once it is there (with every copy queued
     /// before it): what [`Uploader::write_buffer`] and [`Uploader::wait_idle`] do together, on
     /// the fastest path the device has.
@@ -780,41 +803,77 @@ impl Uploader {
         if !state.copies.is_empty() {
             self.submit(&mut state)?;
         }
-        // The middle piece by piece: import, submit its copy, import the next while it runs.
+        // The middle piece by piece: import, submit its copy, import the next while it runs
+        // (with several import threads, pieces are pinned side by side and submitted as they
+        // come).
         let alignment = self.device.host_import_alignment().unwrap_or(1);
         let chunk = self.import_chunk.next_multiple_of(alignment).min(usize::MAX as u64) as usize;
+        let pieces: Vec<(usize, &[u8])> =
+            middle.chunks(chunk).enumerate().map(|(i, piece)| (head.len() + i * chunk, piece)).collect();
         let mut imports = Vec::new();
         let mut failed = None;
-        let mut done = 0usize;
-        for piece in middle.chunks(chunk) {
-            let at = offset + (head.len() + done) as u64;
-            let import = match ImportedSlice::new(&self.device, piece, self.staging.name()) {
-                Ok(import) => import,
-                Err(refused) => {
-                    tracing::debug!(reason = %refused.reason, bytes = piece.len(), "host import refused: staging");
-                    break;
+        let mut refused = Vec::new();
+        let name = self.staging.name();
+        let mut take = |i: usize, import| {
+            let (at, piece) = pieces[i];
+            match import {
+                Ok(import) if failed.is_none() => {
+                    match self.submit_imported(&import, dst, offset + at as u64, piece.len() as u64) {
+                        Ok(submission) => imports.push((import, submission)),
+                        Err(e) => {
+                            // SAFETY: never submitted: no GPU work uses it.
+                            unsafe { import.destroy() };
+                            failed = Some(e);
+                        }
+                    }
                 }
-            };
-            match self.submit_imported(&import, dst, at, piece.len() as u64) {
-                Ok(submission) => imports.push((import, submission)),
-                Err(e) => {
-                    // SAFETY: never submitted: no GPU work uses it.
-                    unsafe { import.destroy() };
-                    failed = Some(e);
-                    break;
+                // SAFETY: never submitted (an earlier piece's submission failed): no GPU work uses it.
+                Ok(import) => unsafe { import.destroy() },
+                Err(ImportRefused { reason }) => {
+                    tracing::debug!(%reason, bytes = piece.len(), "host import refused: staging");
+                    refused.push(i);
                 }
             }
-            done += piece.len();
+        };
+        let threads = self.import_threads.min(pieces.len());
+        if threads <= 1 {
+            for (i, &(_, piece)) in pieces.iter().enumerate() {
+                take(i, ImportedSlice::new(&self.device, piece, name));
+            }
+        } else {
+            let next = std::sync::atomic::AtomicUsize::new(0);
+            let device = &*self.device;
+            std::thread::scope(|scope| {
+                let (tx, rx) = std::sync::mpsc::channel();
+                for _ in 0..threads {
+                    let (tx, next, pieces) = (tx.clone(), &next, &pieces);
+                    scope.spawn(move || loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(&(_, piece)) = pieces.get(i) else { break };
+                        // The receiver drains every piece (below), so a send never fails while
+                        // an import is in it.
+                        let _ = tx.send((i, ImportedSlice::new(device, piece, name)));
+                    });
+                }
+                drop(tx);
+                for (i, import) in rx {
+                    take(i, import);
+                }
+            });
         }
-        // A piece the driver refused, and the pieces after it, through the ring.
-        if failed.is_none() && done < middle.len() {
-            let rest = &middle[done..];
-            staged += rest.len() as u64;
-            let staged_rest = self.stage_buffer(&mut state, dst, offset + (head.len() + done) as u64, rest);
-            let submitted =
-                staged_rest
-                    .and_then(|()| if state.copies.is_empty() { Ok(()) } else { self.submit(&mut state) });
-            if let Err(e) = submitted {
+        // Pieces the driver refused to import, through the ring.
+        let mut done = middle.len();
+        for (at, piece) in refused.into_iter().map(|i| pieces[i]) {
+            done -= piece.len();
+            staged += piece.len() as u64;
+            if failed.is_none() {
+                if let Err(e) = self.stage_buffer(&mut state, dst, offset + at as u64, piece) {
+                    failed = Some(e);
+                }
+            }
+        }
+        if failed.is_none() && !state.copies.is_empty() {
+            if let Err(e) = self.submit(&mut state) {
                 failed = Some(e);
             }
         }
