@@ -5,6 +5,8 @@
 //!   ordinary (pageable) `Vec<u8>` into a device-local buffer, then `wait_idle`: the ring's
 //!   quarters staged by the host's threads while the GPU copies the ones before;
 //! - the same with one staging thread (`single_thread_gb_per_s`, the baseline);
+//! - the same with non-temporal stores into the ring (`host_to_device_streaming_gb_per_s`,
+//!   `Uploader::with_streaming_stores`);
 //! - **the DMA part alone** (`dma_gb_per_s`): a copy of the same bytes from a filled host-visible
 //!   buffer to the device-local one, timed by GPU timestamps around the copy;
 //! - the CPU part alone (`staging_write_gb_per_s`): `Buffer::write_with_threads` into a mapped
@@ -86,6 +88,7 @@ struct UploadReport {
     host_to_device_gb_per_s: f64,
     single_thread_gb_per_s: f64,
     threads_over_single: f64,
+    host_to_device_streaming_gb_per_s: f64,
     dma_gb_per_s: Option<f64>,
     end_to_end_over_dma: Option<f64>,
     staging_write_gb_per_s: f64,
@@ -131,6 +134,9 @@ fn measure(device: &Arc<Device>, o: &UploadOptions) -> BenchResult<UploadReport>
     };
     let threads = threaded.copy_threads();
     let single = Uploader::new(device, "upload bench (1 thread)", o.ring_mib << 20)?.with_copy_threads(1);
+    let streaming = Uploader::new(device, "upload bench (streaming stores)", o.ring_mib << 20)?
+        .with_copy_threads(threads)
+        .with_streaming_stores(true);
     let mut importer =
         Uploader::new(device, "upload bench (import)", o.ring_mib << 20)?.with_copy_threads(threads);
     if let Some(mib) = o.import_chunk_mib {
@@ -159,13 +165,15 @@ fn measure(device: &Arc<Device>, o: &UploadOptions) -> BenchResult<UploadReport>
     // Warm-up (first touch of the ring and the destination), then alternating rounds.
     run(&threaded)?;
     run(&single)?;
+    run(&streaming)?;
     if import_alignment.is_some() {
         upload(&importer, data.len())?;
     }
-    let (mut many, mut one, mut imported) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut many, mut one, mut imported, mut streamed) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..o.reps {
         many.push(run(&threaded)?);
         one.push(run(&single)?);
+        streamed.push(run(&streaming)?);
         if import_alignment.is_some() {
             imported.push(upload(&importer, data.len())?);
         }
@@ -196,7 +204,7 @@ fn measure(device: &Arc<Device>, o: &UploadOptions) -> BenchResult<UploadReport>
         .rposition(|p| p.imported_gb_per_s < p.staged_gb_per_s)
         .map_or(sweep.first(), |i| sweep.get(i + 1))
         .map(|p| p.bytes);
-    drop((threaded, single, importer, staged_only));
+    drop((threaded, single, streaming, importer, staged_only));
 
     // The CPU part and the DMA part alone.
     let staging_desc = BufferDesc::new("upload bench staging", bytes, BufferUsage::COPY_SRC)
@@ -266,6 +274,7 @@ fn measure(device: &Arc<Device>, o: &UploadOptions) -> BenchResult<UploadReport>
         host_to_device_gb_per_s: host_to_device,
         single_thread_gb_per_s: single_thread,
         threads_over_single: host_to_device / single_thread,
+        host_to_device_streaming_gb_per_s: median(streamed),
         dma_gb_per_s: dma,
         end_to_end_over_dma: dma.map(|d| host_to_device / d),
         staging_write_gb_per_s: median(writes),
@@ -319,6 +328,7 @@ pub fn run(o: &UploadOptions) -> ExitCode {
             "one staging thread  {:>8.2} GB/s  (threads / one: {:.2}x)",
             r.single_thread_gb_per_s, r.threads_over_single
         );
+        println!("streaming stores    {:>8.2} GB/s", r.host_to_device_streaming_gb_per_s);
         println!("DMA copy alone      {:>8} GB/s  (GPU timestamps)", opt(r.dma_gb_per_s));
         println!("staging write alone {:>8.2} GB/s", r.staging_write_gb_per_s);
         println!("ReBAR write         {:>8} GB/s", opt(r.rebar_gb_per_s));

@@ -522,6 +522,8 @@ pub struct Uploader {
     import_chunk: u64,
     /// Threads that import the pieces of one slice ([`Uploader::with_import_threads`]).
     import_threads: usize,
+    /// Whether staging writes use non-temporal stores ([`Uploader::with_streaming_stores`]).
+    streaming_stores: bool,
 }
 
 impl std::fmt::Debug for Uploader {
@@ -565,6 +567,7 @@ impl Uploader {
             import_threshold: DEFAULT_IMPORT_THRESHOLD,
             import_chunk: DEFAULT_IMPORT_CHUNK,
             import_threads: default_copy_threads().min(4),
+            streaming_stores: false,
         })
     }
 
@@ -582,6 +585,17 @@ impl Uploader {
     /// How many threads copy a large write into the ring.
     pub fn copy_threads(&self) -> usize {
         self.copy_threads
+    }
+
+    /// Sets whether the copies into the staging ring use non-temporal (streaming) stores, where
+    /// the CPU has them (x86-64: AVX or SSE2), for pieces of 4 KiB and more (default: off).
+    /// Ordinary stores read each destination line into the cache before writing it, so a
+    /// staging copy moves three bytes over the memory bus per byte staged; streaming stores write
+    /// the line without reading it (two per byte: the source read, the ring write) and leave the
+    /// cache to the caller.
+    pub fn with_streaming_stores(mut self, on: bool) -> Uploader {
+        self.streaming_stores = on;
+        self
     }
 
     /// Sets the smallest slice [`Uploader::upload_buffer`] imports instead of staging (default
@@ -713,7 +727,13 @@ impl Uploader {
                     Err(e) => unreachable!("chunks are non-empty and at most half the ring: {e}"),
                 }
             };
-            write_staging(&self.staging, allocation.offset, &data[done..done + chunk], self.copy_threads);
+            write_staging(
+                &self.staging,
+                allocation.offset,
+                &data[done..done + chunk],
+                self.copy_threads,
+                self.streaming_stores,
+            );
             let start = dst.offset() + offset + done as u64;
             state.note_write(
                 (vk::Handle::as_raw(dst.raw()), 0, 0),
@@ -995,7 +1015,7 @@ impl Uploader {
                 Err(e) => unreachable!("image chunks are non-empty and at most half the ring: {e}"),
             }
         };
-        write_staging(&self.staging, allocation.offset, data, self.copy_threads);
+        write_staging(&self.staging, allocation.offset, data, self.copy_threads, self.streaming_stores);
         if let Some(layouts) = target.layouts {
             state
                 .copy_layouts
@@ -1440,8 +1460,9 @@ fn default_copy_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get()).min(16)
 }
 
-/// Copies `data` into the staging ring at a ring allocation, split among up to `threads` threads.
-fn write_staging(staging: &Buffer, offset: u64, data: &[u8], threads: usize) {
+/// Copies `data` into the staging ring at a ring allocation, split among up to `threads` threads
+/// (with non-temporal stores when `streaming`).
+fn write_staging(staging: &Buffer, offset: u64, data: &[u8], threads: usize, streaming: bool) {
     let dst = staging
         .mapped_range(offset, data.len() as u64)
         .expect("ring allocations lie inside the mapped staging buffer");
@@ -1451,7 +1472,7 @@ fn write_staging(staging: &Buffer, offset: u64, data: &[u8], threads: usize) {
     // mapping (checked), which lives as long as the buffer, and cannot overlap `data` (ordinary
     // host memory).
     let dst = unsafe { std::slice::from_raw_parts_mut(dst.as_ptr(), data.len()) };
-    copy_in_parallel(dst, data, threads);
+    copy_in_parallel(dst, data, threads, streaming);
     if !staging.is_coherent() && !data.is_empty() {
         staging.flush_range(offset, data.len() as u64);
     }
