@@ -228,3 +228,64 @@ fn an_upload_falls_back_to_staging_where_it_must() {
         assert!(device.read_back(&dst, 0, len as u64).unwrap() == expected);
     });
 }
+
+/// Staging with non-temporal stores (where the CPU has them) moves the same bytes: an unaligned
+/// source into an unaligned destination offset, pipelined through the ring by several threads.
+#[test]
+fn a_write_staged_with_streaming_stores_arrives_intact() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let uploader = Uploader::new(device, "streaming", 4 << 20)
+            .unwrap()
+            .with_copy_threads(3)
+            .with_streaming_stores(true);
+        let len = (9 << 20) + 13;
+        let source = pattern(len + 5, 0x77);
+        let data = &source[5..];
+        let dst = filled_destination(device, "streaming destination", len + 40);
+        uploader.write_buffer(&dst, 17, data).unwrap();
+        uploader.wait_idle().unwrap();
+        let mut expected = pattern(len + 40, 99);
+        expected[17..17 + len].copy_from_slice(data);
+        assert!(device.read_back(&dst, 0, expected.len() as u64).unwrap() == expected);
+    });
+}
+
+/// A piece whose import fails (an injected `vkAllocateMemory` failure, as a driver refusing the
+/// pointer would) goes through the ring instead; the other pieces are imported, every byte
+/// arrives and no import is left behind — with one import thread and with several.
+#[test]
+fn a_piece_that_fails_to_import_is_staged_instead() {
+    use residency_vulkan::{FaultSite, InjectedFault};
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let Some(align) = device.host_import_alignment() else { return };
+        let align = align as usize;
+        let source = pattern((4 << 20) + 3 * align, 0x3c);
+        let start = index_at(&source, align, 100);
+        // A 4 MiB aligned middle in four 1 MiB pieces, 100 B and 50 B at the ends.
+        let data = &source[start..start + (align - 100) + (4 << 20) + 50];
+        let dst = filled_destination(device, "refused destination", data.len());
+        for threads in [1, 3] {
+            let uploader = Uploader::new(device, "refused imports", 1 << 20)
+                .unwrap()
+                .with_import_threshold(0)
+                .with_import_chunk(1 << 20)
+                .with_import_threads(threads);
+            device.ledger().inject_fault(FaultSite::AllocateMemory, 1, InjectedFault::OutOfDeviceMemory);
+            let path = uploader.upload_buffer(&dst, 0, data).unwrap();
+            device.ledger().clear_faults();
+            assert_eq!(
+                path,
+                UploadPath::Imported { staged: (align - 100 + 50 + (1 << 20)) as u64 },
+                "{threads} threads"
+            );
+            assert!(device.read_back(&dst, 0, data.len() as u64).unwrap() == data, "{threads} threads");
+            // The next upload (other data) imports every piece again.
+            let other: Vec<u8> = data.iter().map(|b| !b).collect();
+            let path = uploader.upload_buffer(&dst, 0, &other).unwrap();
+            assert!(matches!(path, UploadPath::Imported { .. }));
+            assert!(device.read_back(&dst, 0, data.len() as u64).unwrap() == other);
+        }
+    });
+}
