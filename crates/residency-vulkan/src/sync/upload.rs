@@ -827,7 +827,8 @@ impl Uploader {
         // (with several import threads, pieces are pinned side by side and submitted as they
         // come).
         let alignment = self.device.host_import_alignment().unwrap_or(1);
-        let chunk = self.import_chunk.next_multiple_of(alignment).min(usize::MAX as u64) as usize;
+        // A piece is at most the middle (a huge chunk setting cannot overflow the rounding).
+        let chunk = self.import_chunk.min(middle.len() as u64).next_multiple_of(alignment) as usize;
         let pieces: Vec<(usize, &[u8])> =
             middle.chunks(chunk).enumerate().map(|(i, piece)| (head.len() + i * chunk, piece)).collect();
         let mut imports = Vec::new();
