@@ -127,7 +127,8 @@ fn measure(device: &Arc<Device>, o: &UploadOptions) -> BenchResult<UploadReport>
     let data: Vec<u8> = (0..bytes).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
     let usage = BufferUsage::COPY_DST | BufferUsage::COPY_SRC | BufferUsage::STORAGE;
     let dst = device.create_buffer(&BufferDesc::new("upload destination", bytes, usage).committed())?;
-    let threaded = Uploader::new(device, "upload bench", o.ring_mib << 20)?;
+    // The plain-store baseline (streaming stores are the default; their row is `streaming`).
+    let threaded = Uploader::new(device, "upload bench", o.ring_mib << 20)?.with_streaming_stores(false);
     let threaded = match o.threads {
         Some(n) => threaded.with_copy_threads(n),
         None => threaded,

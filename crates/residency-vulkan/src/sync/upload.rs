@@ -567,7 +567,7 @@ impl Uploader {
             import_threshold: DEFAULT_IMPORT_THRESHOLD,
             import_chunk: DEFAULT_IMPORT_CHUNK,
             import_threads: default_copy_threads().min(4),
-            streaming_stores: false,
+            streaming_stores: true,
         })
     }
 
@@ -588,7 +588,8 @@ impl Uploader {
     }
 
     /// Sets whether the copies into the staging ring use non-temporal (streaming) stores, where
-    /// the CPU has them (x86-64: AVX or SSE2), for pieces of 4 KiB and more (default: off).
+    /// the CPU has them (x86-64: AVX or SSE2), for pieces of 4 KiB and more (default: on; the H200 staged 35.9 instead of 34.7 GB/s at
+    /// 256 MiB and 39.1 instead of 32.2 at 1 GiB with them, session 13).
     /// Ordinary stores read each destination line into the cache before writing it, so a
     /// staging copy moves three bytes over the memory bus per byte staged; streaming stores write
     /// the line without reading it (two per byte: the source read, the ring write) and leave the
@@ -1419,8 +1420,10 @@ impl Drop for Uploader {
 use crate::resources::parallel_copy::copy_in_parallel;
 pub use crate::resources::parallel_copy::PARALLEL_COPY_PIECE;
 
-/// The default [`Uploader::with_import_threshold`]: slices from 8 MiB on are imported.
-pub const DEFAULT_IMPORT_THRESHOLD: u64 = 8 << 20;
+/// The default [`Uploader::with_import_threshold`]: `u64::MAX`, never import. On the H200
+/// (session 13) importing a slice's pages ran 9 GB/s at 256 MiB and 1 GiB, where staging ran 35–39:
+/// pinning costs more than the copy it saves, so imports are opt-in.
+pub const DEFAULT_IMPORT_THRESHOLD: u64 = u64::MAX;
 
 /// The default [`Uploader::with_import_chunk`]: 16 MiB per import.
 pub const DEFAULT_IMPORT_CHUNK: u64 = 16 << 20;
