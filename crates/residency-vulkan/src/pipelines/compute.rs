@@ -543,17 +543,7 @@ impl ComputeProgram {
         groups: [u32; 3],
     ) {
         debug_assert!(self.check_dispatch(push_constants, groups).is_ok(), "checked by the caller");
-        // SAFETY: `self.pipeline` is this program's compute pipeline, made with its layout and
-        // released with its life.
-        let bound = unsafe {
-            self.program.record_launch_start(
-                rec,
-                vk::PipelineBindPoint::COMPUTE,
-                self.pipeline,
-                set,
-                push_constants,
-            )
-        };
+        let bound = self.launch_start(rec, set, push_constants);
         if !bound {
             return;
         }
@@ -562,6 +552,22 @@ impl ComputeProgram {
         // counts are within maxComputeWorkGroupCount (`check_dispatch`).
         unsafe { rec.device().raw().cmd_dispatch(rec.raw(), groups[0], groups[1], groups[2]) };
         rec.recorded();
+    }
+
+    /// [`ProgramLayout::record_launch_start`] for this program's compute pipeline: `false` when
+    /// the set's layouts refused the submission.
+    fn launch_start(&self, rec: &mut Recording<'_>, set: &DescriptorSet, push_constants: &[u8]) -> bool {
+        // SAFETY: `self.pipeline` is this program's compute pipeline, made with its layout and
+        // released with its life.
+        unsafe {
+            self.program.record_launch_start(
+                rec,
+                vk::PipelineBindPoint::COMPUTE,
+                self.pipeline,
+                set,
+                push_constants,
+            )
+        }
     }
 
     /// [`ComputeProgram::record_checked`] with the group counts read by the GPU from the
@@ -581,16 +587,7 @@ impl ComputeProgram {
         args: &crate::resources::buffer::Buffer,
         offset: u64,
     ) {
-        // SAFETY: as in `record_checked`.
-        let bound = unsafe {
-            self.program.record_launch_start(
-                rec,
-                vk::PipelineBindPoint::COMPUTE,
-                self.pipeline,
-                set,
-                push_constants,
-            )
-        };
+        let bound = self.launch_start(rec, set, push_constants);
         if !bound {
             return;
         }

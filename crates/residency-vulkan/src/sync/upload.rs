@@ -938,16 +938,7 @@ impl Uploader {
         size: u64,
     ) -> Result<Submission, UploadError> {
         let device = &*self.device;
-        let before = [vk::MemoryBarrier2::default()
-            .src_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
-            .src_access_mask(vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE)
-            .dst_stage_mask(vk::PipelineStageFlags2::COPY)
-            .dst_access_mask(vk::AccessFlags2::TRANSFER_WRITE)];
-        let after = [vk::MemoryBarrier2::default()
-            .src_stage_mask(vk::PipelineStageFlags2::COPY)
-            .src_access_mask(vk::AccessFlags2::TRANSFER_WRITE)
-            .dst_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
-            .dst_access_mask(vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE)];
+        let (before, after) = copy_barriers();
         let region = vk::BufferCopy { src_offset: 0, dst_offset: dst.offset() + dst_offset, size };
         let binds = device.submitted_binds();
         let submission = self.context.submit(binds.as_slice(), |rec| {
@@ -1273,16 +1264,7 @@ impl Uploader {
         let copy_layouts = std::mem::take(&mut state.copy_layouts);
         state.written.clear();
         let staging = self.staging.raw();
-        let before = [vk::MemoryBarrier2::default()
-            .src_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
-            .src_access_mask(vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE)
-            .dst_stage_mask(vk::PipelineStageFlags2::COPY)
-            .dst_access_mask(vk::AccessFlags2::TRANSFER_WRITE)];
-        let after = [vk::MemoryBarrier2::default()
-            .src_stage_mask(vk::PipelineStageFlags2::COPY)
-            .src_access_mask(vk::AccessFlags2::TRANSFER_WRITE)
-            .dst_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
-            .dst_access_mask(vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE)];
+        let (before, after) = copy_barriers();
         // After the sparse binds submitted so far: a copy into a tile bound asynchronously
         // (`TileHeaps::bind_after`) waits for its memory.
         let binds = device.submitted_binds();
@@ -1415,6 +1397,22 @@ impl Drop for Uploader {
         state.last_recorded = None;
         state.carried.clear();
     }
+}
+
+/// The barriers around an uploader's copies: earlier work on the destination before the copy
+/// writes, and the written data visible to later work.
+fn copy_barriers() -> ([vk::MemoryBarrier2<'static>; 1], [vk::MemoryBarrier2<'static>; 1]) {
+    let before = [vk::MemoryBarrier2::default()
+        .src_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
+        .src_access_mask(vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE)
+        .dst_stage_mask(vk::PipelineStageFlags2::COPY)
+        .dst_access_mask(vk::AccessFlags2::TRANSFER_WRITE)];
+    let after = [vk::MemoryBarrier2::default()
+        .src_stage_mask(vk::PipelineStageFlags2::COPY)
+        .src_access_mask(vk::AccessFlags2::TRANSFER_WRITE)
+        .dst_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
+        .dst_access_mask(vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE)];
+    (before, after)
 }
 
 use crate::resources::parallel_copy::copy_in_parallel;
