@@ -551,37 +551,26 @@ impl StreamingManager {
         // Without a tail (lavapipe, the software path) the coarse single-tile mips stand in for it,
         // so both kinds of device start from the same coarse chain; `pinned_mip_tiles` adds mips.
         let pinned_mip = first_pinned_mip(layout, self.desc.pinned_mip_tiles);
-        let tail_tiles = layout.mip_tail().map_or(0, |t| u64::from(t.tiles));
-        let mut pinned_tiles = u64::from(layout.mip_tail_count()) * tail_tiles;
+        let mut units: Vec<TileKey> = (0..layout.mip_tail_count()).map(|t| TileKey::tail(image, t)).collect();
         if let Some(first_pinned) = pinned_mip {
             for layer in 0..layout.array_layers() {
                 for mip in first_pinned..layout.mip_levels() {
-                    if let Some((_, n)) = layout.mip_tile_span(layer, mip) {
-                        pinned_tiles += u64::from(n);
+                    if let Some((first, n)) = layout.mip_tile_span(layer, mip) {
+                        units.extend((first.0..first.0 + n).map(|t| TileKey::tile(image, TileIndex(t))));
                     }
                 }
             }
         }
+        let tail_tiles = layout.mip_tail().map_or(0, |t| u64::from(t.tiles));
+        let tails = u64::from(layout.mip_tail_count());
+        let pinned_tiles = tails * tail_tiles + (units.len() as u64 - tails);
         if let Some(capacity) = self.desc.capacity_tiles {
             let pinned = self.pinned_tiles + pinned_tiles;
             if pinned > u64::from(capacity) {
                 return Err(StreamingError::PinnedOverCapacity { image, pinned, capacity });
             }
         }
-        for tail in 0..layout.mip_tail_count() {
-            self.pinned_pending.insert(TileKey::tail(image, tail));
-        }
-        if let Some(first_pinned) = pinned_mip {
-            for layer in 0..layout.array_layers() {
-                for mip in first_pinned..layout.mip_levels() {
-                    if let Some((first, n)) = layout.mip_tile_span(layer, mip) {
-                        for t in first.0..first.0 + n {
-                            self.pinned_pending.insert(TileKey::tile(image, TileIndex(t)));
-                        }
-                    }
-                }
-            }
-        }
+        self.pinned_pending.extend(units);
         self.pinned_tiles += pinned_tiles;
         self.images.insert(
             image,
