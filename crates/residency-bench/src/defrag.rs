@@ -13,11 +13,14 @@
 //!   resident tiles evicted (the camera moved on); compacted by `SparseTilePool::compact` until a
 //!   pass moves nothing. Move rate: bytes moved over the GPU time of the pass's copies
 //!   (timestamps; heap to heap through carrier images where the device has
-//!   `sparseResidencyAliased`, one region per run of tiles) and over the wall time. The same
-//!   workload (same seed) is compacted a second time through staging
-//!   (`CompactCopy::Staging`: each tile out to staging and back after the rebind, one region per
-//!   tile each way), `tiles_staging`, for comparison. Each pass reports its runs, copy regions,
-//!   barrier sets and bind entries.
+//!   `sparseResidencyAliased`: RGBA8 tiles by the compute copy, one dispatch per pass, between
+//!   R32_UINT storage carriers) and over the wall time. The same workload (same seed) is
+//!   compacted twice more for comparison: heap to heap by `vkCmdCopyImage` alone
+//!   (`CompactCopy::ImageCopy`: the carriers copied in at most two regions), `tiles_image_copy`,
+//!   and through staging (`CompactCopy::Staging`: each tile out to staging and back after the
+//!   rebind, one region per tile each way), `tiles_staging`. Each pass reports its path
+//!   (`compute`, `image_copy`, `staging`), dispatches, runs, copy regions, barrier sets and bind
+//!   entries.
 //!
 //! Baseline, same run: one `vkCmdCopyBuffer` of the same bytes between two device-local buffers,
 //! timed the same two ways (GPU timestamps; submission wall time of `Device::submit_once`): of
@@ -37,7 +40,7 @@ use residency::vulkan::ash::vk;
 
 use residency::vulkan::compute::{spirv_words, Binding, BindingKind, ComputeProgram};
 use residency::vulkan::recording::Timestamps;
-use residency::vulkan::sparse::{CompactCopy, CompactStats, SparseImage, SparseTilePool};
+use residency::vulkan::sparse::{CompactCopy, CompactPath, CompactStats, SparseImage, SparseTilePool};
 use residency::vulkan::{
     Buffer, BufferDesc, DefragDesc, Defragmenter, Device, DeviceSet, DeviceSetDesc, Image, ImageDesc,
     ImageRegion, Uploader,
@@ -114,6 +117,11 @@ struct PassReport {
 struct TileCopies {
     /// Heap to heap (one copy per tile), not through staging (two).
     direct: bool,
+    /// How the tiles were copied (`compute`, `mixed`, `image_copy`, `staging`).
+    path: CompactPath,
+    /// Tiles copied by the compute shader, and its dispatches.
+    compute_tiles: u32,
+    dispatches: u32,
     /// Runs of moves between one heap pair, consecutive in both (what one region can carry).
     runs: u32,
     copy_commands: u32,
@@ -129,6 +137,9 @@ impl TileCopies {
     fn of(stats: &CompactStats) -> TileCopies {
         TileCopies {
             direct: stats.direct,
+            path: stats.path,
+            compute_tiles: stats.compute_tiles,
+            dispatches: stats.dispatches,
             runs: stats.runs,
             copy_commands: stats.copy_commands,
             copy_regions: stats.copy_regions,
@@ -177,8 +188,12 @@ struct DefragReport {
     verified: bool,
     validation_problems: u64,
     general: PartReport,
-    /// The tile pool compacted the default way (`CompactCopy::Direct`).
+    /// The tile pool compacted the default way (`CompactCopy::Direct`: the compute copy where
+    /// the tiles' class has storage carriers).
     tiles: PartReport,
+    /// The same workload compacted heap to heap by `vkCmdCopyImage` alone
+    /// (`CompactCopy::ImageCopy`: the way before the compute copy).
+    tiles_image_copy: PartReport,
     /// The same workload compacted through staging (`CompactCopy::Staging`).
     tiles_staging: PartReport,
     /// The tile baseline: one buffer copy of the bytes the largest tile pass moved, as
@@ -187,6 +202,8 @@ struct DefragReport {
     tile_plain_copy_gb_per_s_gpu: Option<f64>,
     /// Tile moves (GPU) over the tile baseline (GPU): the target is ≥ 0.5.
     tile_moves_over_tile_copy_gpu: Option<f64>,
+    /// Tile moves by `vkCmdCopyImage` between carriers (GPU) over the tile baseline (GPU).
+    tile_image_copy_moves_over_tile_copy_gpu: Option<f64>,
     /// Tile moves through staging (GPU) over the tile baseline (GPU).
     tile_staging_moves_over_tile_copy_gpu: Option<f64>,
     /// The baseline: one buffer copy of the bytes the largest pass moved.
@@ -983,6 +1000,7 @@ fn measure(device: &Arc<Device>, o: &DefragOptions) -> BenchResult<DefragReport>
     let mut dumps = [DumpSummary::default(), DumpSummary::default()];
     let general = general(device, o, &mut dumps)?;
     let tiles_staging = tiles(device, o, CompactCopy::Staging)?;
+    let tiles_image_copy = tiles(device, o, CompactCopy::ImageCopy)?;
     let tiles = tiles(device, o, CompactCopy::Direct)?;
     // The baseline copies what the largest pass copied (a pass's copies are one submission).
     let largest_pass = general.passes.iter().chain(&tiles.passes).map(|p| p.bytes_moved).max().unwrap_or(0);
@@ -998,7 +1016,7 @@ fn measure(device: &Arc<Device>, o: &DefragOptions) -> BenchResult<DefragReport>
         heaps_before: general.heaps_before + tiles.heaps_before,
         heaps_after: general.heaps_after + tiles.heaps_after,
         bytes_moved: general.bytes_moved + tiles.bytes_moved,
-        verified: general.verified && tiles.verified && tiles_staging.verified,
+        verified: general.verified && tiles.verified && tiles_image_copy.verified && tiles_staging.verified,
         validation_problems: 0,
         general_moves_over_copy_wall: general.move_gb_per_s_wall / copy_wall,
         general_moves_over_copy_gpu: general.move_gb_per_s_gpu.zip(copy_gpu).map(|(m, c)| m / c),
@@ -1007,12 +1025,17 @@ fn measure(device: &Arc<Device>, o: &DefragOptions) -> BenchResult<DefragReport>
         tile_plain_copy_bytes: tile_copy_bytes,
         tile_plain_copy_gb_per_s_gpu: tile_copy_gpu,
         tile_moves_over_tile_copy_gpu: tiles.move_gb_per_s_gpu.zip(tile_copy_gpu).map(|(m, c)| m / c),
+        tile_image_copy_moves_over_tile_copy_gpu: tiles_image_copy
+            .move_gb_per_s_gpu
+            .zip(tile_copy_gpu)
+            .map(|(m, c)| m / c),
         tile_staging_moves_over_tile_copy_gpu: tiles_staging
             .move_gb_per_s_gpu
             .zip(tile_copy_gpu)
             .map(|(m, c)| m / c),
         general,
         tiles,
+        tiles_image_copy,
         tiles_staging,
         copy_probe,
         plain_copy_bytes: copy_bytes,
@@ -1064,8 +1087,11 @@ fn print_part(name: &str, p: &PartReport) {
         );
         if let Some(c) = &pass.tile_copies {
             println!(
-                "    {}: {} runs, {} copies with {} regions, {} barrier sets, {} bind entries (+ {} carrier)",
+                "    {} ({:?}, {} tiles by {} dispatches): {} runs, {} copies with {} regions, {} barrier sets, {} bind entries (+ {} carrier)",
                 if c.direct { "heap to heap" } else { "through staging" },
+                c.path,
+                c.compute_tiles,
+                c.dispatches,
                 c.runs,
                 c.copy_commands,
                 c.copy_regions,
@@ -1105,12 +1131,14 @@ pub fn run(o: &DefragOptions) -> ExitCode {
         println!("{}: seed {}, {:.1} s", r.device, r.seed, r.seconds);
         print_part("general heaps (buffers + images)", &r.general);
         print_part("sparse tile pool", &r.tiles);
+        print_part("sparse tile pool, vkCmdCopyImage heap to heap", &r.tiles_image_copy);
         print_part("sparse tile pool, through staging", &r.tiles_staging);
         println!(
-            "plain copy of {:.1} MiB (the largest tile pass): {} GB/s (GPU); tile moves / copy {} (GPU), through staging {} (GPU)",
+            "plain copy of {:.1} MiB (the largest tile pass): {} GB/s (GPU); tile moves / copy {} (GPU), by vkCmdCopyImage {} (GPU), through staging {} (GPU)",
             r.tile_plain_copy_bytes as f64 / f64::from(1 << 20),
             opt(r.tile_plain_copy_gb_per_s_gpu),
             opt(r.tile_moves_over_tile_copy_gpu),
+            opt(r.tile_image_copy_moves_over_tile_copy_gpu),
             opt(r.tile_staging_moves_over_tile_copy_gpu)
         );
         println!(

@@ -5,7 +5,7 @@
 
 use residency_core::format::Format;
 use residency_core::tiles::{PhysicalTile, SparseImageDesc, TexelRegion, TileIndex, TilePoolDesc};
-use residency_vulkan::sparse::{CompactCopy, SparseError, SparseImage, SparseTilePool};
+use residency_vulkan::sparse::{CompactCopy, CompactPath, SparseError, SparseImage, SparseTilePool};
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::{Device, FaultSite, InjectedFault, Uploader, VulkanError};
 use std::sync::Arc;
@@ -154,6 +154,11 @@ fn compaction_moves_tiles_into_fuller_heaps_keeps_contents_and_residency_and_fre
 }
 
 #[test]
+fn compaction_by_image_copies_keeps_contents_and_residency_and_frees_heaps() {
+    with_gpu(|set| moves_tiles_and_keeps_contents(&set.devices()[0], CompactCopy::ImageCopy));
+}
+
+#[test]
 fn compaction_through_staging_keeps_contents_and_residency_and_frees_heaps() {
     with_gpu(|set| moves_tiles_and_keeps_contents(&set.devices()[0], CompactCopy::Staging));
 }
@@ -171,12 +176,21 @@ fn moves_tiles_and_keeps_contents(device: &Arc<Device>, copy: CompactCopy) {
         assert_eq!(stats.bytes_moved, 8 << 16);
         // Every other tile of a heap moves into every other tile of another: 8 runs of one tile.
         assert_eq!(stats.runs, 8, "{stats:?}");
-        let direct = copy == CompactCopy::Direct && device.features().sparse_residency_aliased;
+        let direct = copy != CompactCopy::Staging && device.features().sparse_residency_aliased;
         assert_eq!(stats.direct, direct, "{stats:?}");
-        if direct {
+        if direct && copy == CompactCopy::Direct {
+            // RGBA8 tiles: R32_UINT storage carriers, one dispatch for the 8 tiles, no copy command.
+            assert_eq!(stats.path, CompactPath::Compute, "{stats:?}");
+            assert_eq!((stats.dispatches, stats.compute_tiles), (1, 8), "{stats:?}");
+            assert_eq!((stats.copy_commands, stats.copy_regions, stats.barriers), (0, 0, 3), "{stats:?}");
+            assert_eq!(stats.carrier_bind_entries, 16, "{stats:?}");
+        } else if direct {
+            assert_eq!(stats.path, CompactPath::ImageCopy, "{stats:?}");
+            assert_eq!((stats.dispatches, stats.compute_tiles), (0, 0), "{stats:?}");
             assert_eq!((stats.copy_commands, stats.copy_regions, stats.barriers), (1, 1, 3), "{stats:?}");
             assert_eq!(stats.carrier_bind_entries, 16, "{stats:?}");
         } else {
+            assert_eq!(stats.path, CompactPath::Staging, "{stats:?}");
             // Per tile a region out and one back, per image moved a copy each way.
             assert_eq!((stats.copy_regions, stats.barriers), (16, 3), "{stats:?}");
             assert!(stats.copy_commands == 2 || stats.copy_commands == 4, "{stats:?}");
@@ -422,13 +436,14 @@ fn a_run_of_adjacent_tiles_between_two_heaps_is_one_region_one_barrier_set_and_o
         let stats = pool.compact(&mut [&mut image], u32::MAX, &[]).unwrap();
         assert_eq!((stats.moves, stats.heaps_released), (8, 1), "{stats:?}");
         assert_eq!(stats.runs, 1, "8 adjacent tiles between one heap pair: one run: {stats:?}");
-        // Counted, never timed: one region, one barrier set before the copy and one after (and the
-        // carrier's layout transition before anything is bound to it), one carrier bind each for
-        // the run's sources and destinations, and one rebind entry (a row of the image whose new
-        // memory is consecutive).
+        // Counted, never timed: one dispatch (RGBA8: a compute copy), one barrier set before it
+        // and one after (and the carrier's layout transition before anything is bound to it),
+        // one carrier bind each for the run's sources and destinations, and one rebind entry (a
+        // row of the image whose new memory is consecutive).
         if device.features().sparse_residency_aliased {
             assert!(stats.direct, "{stats:?}");
-            assert_eq!((stats.copy_commands, stats.copy_regions, stats.barriers), (1, 1, 3), "{stats:?}");
+            assert_eq!(stats.path, CompactPath::Compute, "{stats:?}");
+            assert_eq!((stats.dispatches, stats.copy_commands, stats.barriers), (1, 0, 3), "{stats:?}");
             assert_eq!(stats.carrier_bind_entries, 2, "{stats:?}");
         }
         assert_eq!((stats.bind.bind_entries, stats.bind.tiles_bound), (1, 8), "{stats:?}");
@@ -452,7 +467,9 @@ fn a_run_of_adjacent_tiles_between_two_heaps_is_one_region_one_barrier_set_and_o
 }
 
 /// Two image classes in one pool (RGBA8 tiles of 128², R8 tiles of 256²): a pass moving tiles of
-/// both copies each class through its own carrier, one copy each, and keeps every tile's texels.
+/// both copies each class through its own carrier pair — RGBA8 by the compute shader (R32_UINT
+/// storage carriers), R8 (1-byte texels: no storage carrier) by `vkCmdCopyImage` — one dispatch
+/// and one copy, and keeps every tile's texels.
 #[test]
 fn tiles_of_two_formats_move_through_one_carrier_each() {
     with_gpu(|set| {
@@ -536,7 +553,9 @@ fn tiles_of_two_formats_move_through_one_carrier_each() {
         assert_eq!((stats.moves, stats.heaps_released), (2, 2), "{stats:?}");
         if device.features().sparse_residency_aliased {
             assert!(stats.direct, "{stats:?}");
-            assert_eq!((stats.copy_commands, stats.copy_regions, stats.barriers), (2, 2, 3), "{stats:?}");
+            assert_eq!(stats.path, CompactPath::Mixed, "{stats:?}");
+            assert_eq!((stats.dispatches, stats.compute_tiles), (1, 1), "{stats:?}");
+            assert_eq!((stats.copy_commands, stats.copy_regions, stats.barriers), (1, 1, 3), "{stats:?}");
             assert_eq!(stats.carrier_bind_entries, 4, "{stats:?}");
         }
         pool.check_invariants().unwrap();

@@ -592,8 +592,39 @@ shader!(
     0
 );
 
+shader!(
+    /// `compact_copy_r32.comp`: tile compaction's compute copy between two carrier images of
+    /// 4-byte texels (`r32ui` views; `sparse/compact_compute.rs`): every texel of slots
+    /// `first..count`, each a `tile`-sized block of a grid `cols` blocks a row, copied from
+    /// binding 0 to the same texel of binding 1; push `{ uvec2 tile; uint cols; uint count;
+    /// uint first; }`.
+    COMPACT_COPY_R32,
+    "compact_copy_r32.comp",
+    Compute,
+    [StorageImage, StorageImage],
+    20
+);
+shader!(
+    /// `compact_copy_rgba16.comp`: [`COMPACT_COPY_R32`] for 8-byte texels or compressed blocks
+    /// (`rgba16ui` views).
+    COMPACT_COPY_RGBA16,
+    "compact_copy_rgba16.comp",
+    Compute,
+    [StorageImage, StorageImage],
+    20
+);
+shader!(
+    /// `compact_copy_rgba32.comp`: [`COMPACT_COPY_R32`] for 16-byte texels or compressed blocks
+    /// (`rgba32ui` views).
+    COMPACT_COPY_RGBA32,
+    "compact_copy_rgba32.comp",
+    Compute,
+    [StorageImage, StorageImage],
+    20
+);
+
 /// Every shipped shader.
-pub static ALL: [&Shader; 44] = [
+pub static ALL: [&Shader; 47] = [
     &PLACED_BUFFERS,
     &FILL,
     &BUSY,
@@ -638,6 +669,9 @@ pub static ALL: [&Shader; 44] = [
     &BINDLESS_SAMPLE,
     &SAMPLE_ARRAY,
     &INDIRECT_FROM_COUNT,
+    &COMPACT_COPY_R32,
+    &COMPACT_COPY_RGBA16,
+    &COMPACT_COPY_RGBA32,
 ];
 
 /// The `vt_quad` fragment shader for a residency path: [`VT_QUAD_SOFTWARE_FRAG`] on the software

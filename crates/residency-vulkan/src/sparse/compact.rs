@@ -2,6 +2,7 @@
 //! holes of fuller ones (texels copied, the image's tile rebound on the sparse timeline), so the
 //! heaps moved out of go back to the device.
 
+use super::compact_compute::{storage_class, ComputeCopies, ComputeView};
 use super::image::{create_carrier, Carrier, CarrierClass};
 use super::*;
 use crate::poison::PoisonFree;
@@ -22,12 +23,21 @@ pub struct CompactStats {
     /// Whether the tiles were copied heap to heap (one copy each, through carrier images that
     /// alias the old and the new memory: needs `sparseResidencyAliased`), not through staging.
     pub direct: bool,
+    /// Which way the tiles were copied: by the compute shader, by `vkCmdCopyImage` between
+    /// carriers, both (some classes each way), or through staging.
+    pub path: CompactPath,
+    /// Tiles copied by the compute shader (heap to heap, storage carriers).
+    pub compute_tiles: u32,
+    /// Compute dispatches recorded: one per storage carrier pair (class of 4-, 8- or 16-byte
+    /// texels or blocks), whatever the number of tiles and heaps.
+    pub dispatches: u32,
     /// Runs of moves between one pair of heaps whose sources and destinations are each
     /// consecutive tiles, of one image class ([`CompactionPlan::runs`]): what a copy of raw
     /// memory could carry as one region. The direct path's regions do not depend on them (its
     /// carrier pairs any tiles); its bind entries merge runs of each side.
     pub runs: u32,
-    /// Copy commands recorded.
+    /// Copy commands (`vkCmdCopyImage`, or through staging buffer↔image copies) recorded;
+    /// compute copies are [`dispatches`](Self::dispatches).
     pub copy_commands: u32,
     /// Copy regions of all of them: on the direct path at most two per class of images (the
     /// carrier's full rows, its last partial row), whatever the number of tiles; through
@@ -49,8 +59,9 @@ pub struct CompactStats {
     /// boxes where their new memory is consecutive).
     pub bind: BindStats,
     /// GPU time of the copies from timestamps written after the barrier before them and before
-    /// the barrier after (direct: the heap-to-heap copy; staging: image → staging plus staging →
-    /// image), in milliseconds; `None` when the queue has no timestamps.
+    /// the barrier after (direct: the heap-to-heap copy, dispatches and copy commands; staging:
+    /// image → staging plus staging → image), in milliseconds; `None` when the queue has no
+    /// timestamps.
     pub copy_gpu_ms: Option<f64>,
     /// Wall time of the whole pass (planning, both copies with their host waits, the rebind).
     #[serde(serialize_with = "micros")]
@@ -65,14 +76,37 @@ pub struct CompactStats {
 #[serde(rename_all = "snake_case")]
 pub enum CompactCopy {
     /// Heap to heap, once per tile, where the device can (`sparseResidencyAliased` and carrier
-    /// images that alias the tiles' memory with the data consistent): per class of images
-    /// (format, type, usage) a source carrier image bound to the tiles' old memory and a
-    /// destination carrier bound to their new memory slot for slot, copied in at most two
-    /// regions between one barrier set before and one after. Elsewhere through staging.
+    /// images that alias the tiles' memory with the data consistent): per carrier class a source
+    /// carrier image bound to the tiles' old memory and a destination carrier bound to their new
+    /// memory slot for slot, copied between one barrier set before and one after. A class of
+    /// 2D tiles of 4-, 8- or 16-byte texels or compressed blocks whose storage carriers the
+    /// device can make is copied by a compute shader (one dispatch per class; carriers of the
+    /// size's unsigned-integer format, or of a compressed format viewed as blocks); any other
+    /// class by `vkCmdCopyImage` in at most two regions. Elsewhere through staging.
     #[default]
     Direct,
+    /// Heap to heap as [`Direct`](Self::Direct), every class by `vkCmdCopyImage` (no compute
+    /// copy): for comparison, and what `Direct` does where no storage carrier fits.
+    ImageCopy,
     /// Through a staging buffer, twice per tile (out, rebind, back), each tile its own region:
     /// what every device can do (for comparison, and the fallback of `Direct`).
+    Staging,
+}
+
+/// Which way a pass copied its tiles ([`CompactStats::path`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CompactPath {
+    /// No tile moved.
+    #[default]
+    None,
+    /// Heap to heap, every tile by the compute shader.
+    Compute,
+    /// Heap to heap, some classes by the compute shader, the others by `vkCmdCopyImage`.
+    Mixed,
+    /// Heap to heap, every tile by `vkCmdCopyImage` between carriers.
+    ImageCopy,
+    /// Out to a staging buffer and back.
     Staging,
 }
 
@@ -162,10 +196,12 @@ impl SparseTilePool {
     /// [`TilePool::plan_compaction`]). Call repeatedly until `moves` is 0.
     ///
     /// Where the device has `sparseResidencyAliased` ([`CompactCopy::Direct`]), the moved tiles
-    /// are copied heap to heap, once: per class of images (format, type, usage) a source carrier
-    /// image bound to the tiles' old memory is copied into a destination carrier bound to their
-    /// new memory, slot for slot, in one `vkCmdCopyImage` of at most two regions, between one
-    /// barrier from every earlier write (every residency submission before, the `waits` and the
+    /// are copied heap to heap, once: per carrier class a source carrier image bound to the
+    /// tiles' old memory is copied into a destination carrier bound to their new memory, slot for
+    /// slot — by one compute dispatch between storage carriers for 2D tiles of 4-, 8- or 16-byte
+    /// texels or compressed blocks (`sparse/compact_compute.rs`; [`CompactStats::path`] says
+    /// which way ran), else (per format, type and usage) by one `vkCmdCopyImage` of at most two
+    /// regions — between one barrier from every earlier write (every residency submission before, the `waits` and the
     /// renderer's writes they stand for) and one to every later command; the pass waits on the
     /// host for that copy. Then the images' tiles are rebound to their new memory in one
     /// `vkQueueBindSparse` (after the copy, the `waits` and every residency submission; not
@@ -189,7 +225,8 @@ impl SparseTilePool {
     ///
     /// Refused with nothing changed: an image of another pool ([`CommitError::WrongPool`]), an
     /// image with binds queued ([`SparseError::PendingBinds`]: flush first). On an error
-    /// (out of memory for the staging buffer or a carrier, a failed submit or bind) every tile
+    /// (out of memory for the staging buffer or a carrier, a failed creation of the compute
+    /// copy's pipeline or views, a failed submit or bind) every tile
     /// stays where it was, page tables and GPU bindings included (heap to heap, the copy wrote
     /// only free tiles); only through staging, a failed undo after a failed copy back (a lost
     /// device) leaves the tiles rebound, with the page tables saying so.
@@ -348,12 +385,16 @@ fn compact_pass(
     stats.runs = runs.len() as u32;
     let mut plan_time = started.elapsed();
 
-    let direct = match copy {
-        CompactCopy::Direct => DirectCopy::plan(device, &*owner, plan, at),
-        CompactCopy::Staging => None,
+    // Heap to heap: with compute copies where the classes allow (`Direct`), then, if a storage
+    // carrier could not be made after all, by `vkCmdCopyImage` alone.
+    let tries: &[bool] = match copy {
+        CompactCopy::Direct => &[true, false],
+        CompactCopy::ImageCopy => &[false],
+        CompactCopy::Staging => &[],
     };
-    if let Some(direct) = direct {
-        // Carriers that cannot alias the tiles (a driver's choice) leave the staging path.
+    for &compute in tries {
+        let Some(direct) = DirectCopy::plan(device, &*owner, plan, at, compute) else { break };
+        // Carriers that cannot alias the tiles (a driver's choice) leave the next way.
         if let Some(carriers) = direct.create(device, heaps_shared, name, tile_bytes)? {
             return direct_pass(
                 heaps_shared,
@@ -367,6 +408,9 @@ fn compact_pass(
                 waits,
                 (stats, plan_time, started),
             );
+        }
+        if !direct.carriers.iter().any(|c| c.compute.is_some()) {
+            break;
         }
     }
 
@@ -470,6 +514,7 @@ fn compact_pass(
     stats.copy_commands = 2 * regions.len() as u32;
     stats.copy_regions = 2 * regions.iter().map(|(_, r)| r.len() as u32).sum::<u32>();
     stats.barriers = 3;
+    stats.path = CompactPath::Staging;
 
     stats.plan_time = plan_time;
     Ok(release_emptied(heaps_shared, heaps, name, owner, plan, &per_image, stats, started))
@@ -521,30 +566,50 @@ struct CarrierPair<'a> {
 /// its moves (source, destination) in slot order.
 struct CarrierLayout {
     class: CarrierClass,
+    /// The storage view a compute copy uses; `None`: `vkCmdCopyImage`.
+    compute: Option<ComputeView>,
     cols: u32,
     rows: u32,
     moves: Vec<(PhysicalTile, PhysicalTile)>,
 }
 
 impl DirectCopy {
-    /// Lays the plan's moves out on carriers, a pair per class, in the plan's order; `None` without
-    /// `sparseResidencyAliased` or when a class's tiles do not fit one image of the device's
-    /// largest extent.
+    /// Lays the plan's moves out on carriers, a pair per class, in the plan's order (with
+    /// `compute`, a storage class for the images that have one: [`storage_class`]); `None`
+    /// without `sparseResidencyAliased` or when a class's tiles do not fit one image of the
+    /// device's largest extent.
     fn plan(
         device: &Device,
         owner: &dyn CompactionOwner,
         plan: &CompactionPlan,
         at: &HashMap<PhysicalTile, (usize, TileIndex)>,
+        compute: bool,
     ) -> Option<DirectCopy> {
         if !device.features().sparse_residency_aliased {
             return None;
         }
         let mut carriers: Vec<CarrierLayout> = Vec::new();
+        // Per image of the pass, its carrier class (looked up once: the storage class queries
+        // the device).
+        let mut classes: HashMap<usize, (CarrierClass, Option<ComputeView>)> = HashMap::new();
         for m in &plan.moves {
-            let class = CarrierClass::of(owner.image(at[&m.from].0));
-            match carriers.iter_mut().find(|c| c.class == class) {
+            let index = at[&m.from].0;
+            let (class, view) = *classes.entry(index).or_insert_with(|| {
+                let image = owner.image(index);
+                match storage_class(device, image).filter(|_| compute) {
+                    Some((class, view)) => (class, Some(view)),
+                    None => (CarrierClass::of(image), None),
+                }
+            });
+            match carriers.iter_mut().find(|c| c.class == class && c.compute == view) {
                 Some(c) => c.moves.push((m.from, m.to)),
-                None => carriers.push(CarrierLayout { class, cols: 0, rows: 0, moves: vec![(m.from, m.to)] }),
+                None => carriers.push(CarrierLayout {
+                    class,
+                    compute: view,
+                    cols: 0,
+                    rows: 0,
+                    moves: vec![(m.from, m.to)],
+                }),
             }
         }
         let limits = device.limits();
@@ -729,9 +794,9 @@ fn direct_pass(
 }
 
 /// A direct pass's copy: the carriers to `GENERAL` (nothing bound yet, so nothing discarded),
-/// bound to the moves' old and new memory in one `vkQueueBindSparse`, one copy per carrier after
-/// the waits (one barrier before, one after), waited for on the host; the carriers then retire.
-/// Counts go into `stats`.
+/// bound to the moves' old and new memory in one `vkQueueBindSparse`, one dispatch (storage
+/// carriers: [`ComputeCopies`]) or one copy per carrier pair after the waits (one barrier before,
+/// one after), waited for on the host; the carriers then retire. Counts go into `stats`.
 fn copy_direct(
     heaps_shared: &HeapsShared,
     heaps: &HeapsState,
@@ -743,6 +808,24 @@ fn copy_direct(
 ) -> Result<(), SparseError> {
     let device = &*heaps_shared.device;
     stats.direct = true;
+    // What the copies do, as stages and accesses: a dispatch's storage reads and writes, a copy
+    // command's transfers.
+    let access = |layout: &CarrierLayout| match layout.compute {
+        Some(_) => (
+            vk::PipelineStageFlags2::COMPUTE_SHADER,
+            vk::AccessFlags2::SHADER_STORAGE_READ | vk::AccessFlags2::SHADER_STORAGE_WRITE,
+            vk::AccessFlags2::SHADER_STORAGE_WRITE,
+        ),
+        None => (
+            vk::PipelineStageFlags2::COPY,
+            vk::AccessFlags2::TRANSFER_READ | vk::AccessFlags2::TRANSFER_WRITE,
+            vk::AccessFlags2::TRANSFER_WRITE,
+        ),
+    };
+    let (stages, accesses, writes) = direct.carriers.iter().map(access).fold(
+        (vk::PipelineStageFlags2::NONE, vk::AccessFlags2::NONE, vk::AccessFlags2::NONE),
+        |(s, a, w), (s2, a2, w2)| (s | s2, a | a2, w | w2),
+    );
     let timestamps = Timestamps::new(device, &format!("{name} compaction timestamps"), 2)?;
     // The carriers to GENERAL while nothing is bound to them (a transition touches no memory).
     let to_general: Vec<vk::ImageMemoryBarrier2<'_>> = carriers
@@ -750,10 +833,11 @@ fn copy_direct(
         .zip(&direct.carriers)
         .flat_map(|(pair, layout)| [(&pair.src, layout), (&pair.dst, layout)])
         .map(|(c, layout)| {
+            let (stage, access, _) = access(layout);
             vk::ImageMemoryBarrier2::default()
                 .src_stage_mask(vk::PipelineStageFlags2::NONE)
-                .dst_stage_mask(vk::PipelineStageFlags2::COPY)
-                .dst_access_mask(vk::AccessFlags2::TRANSFER_READ | vk::AccessFlags2::TRANSFER_WRITE)
+                .dst_stage_mask(stage)
+                .dst_access_mask(access)
                 .old_layout(vk::ImageLayout::UNDEFINED)
                 .new_layout(vk::ImageLayout::GENERAL)
                 .image(c.raw)
@@ -766,6 +850,14 @@ fn copy_direct(
                 })
         })
         .collect();
+    // The compute copies' pipelines, sets and views (before anything is submitted: a failure
+    // here leaves nothing to undo on the GPU).
+    let pairs: Vec<(vk::Image, vk::Image, Option<ComputeView>)> = carriers
+        .iter()
+        .zip(&direct.carriers)
+        .map(|(pair, layout)| (pair.src.raw, pair.dst.raw, layout.compute))
+        .collect();
+    let compute = ComputeCopies::new(device, name, &pairs)?;
     device.submit_once("tile compaction: carriers to GENERAL", |rec| {
         // SAFETY: `rec` is recording on this device outside a render pass; the carriers are live
         // (retired only after the work submitted when they are dropped) and the ranges cover
@@ -778,7 +870,8 @@ fn copy_direct(
         };
     })?;
     // Their binds, in one submission: the sources (still bound to their images too: aliased
-    // reads of one format and block extent read the same) and the destinations (free tiles).
+    // reads of a compatible format and one block extent read the same) and the destinations
+    // (free tiles).
     let plans: Vec<_> = carriers
         .iter()
         .zip(&direct.carriers)
@@ -791,10 +884,15 @@ fn copy_direct(
         .collect();
     let (carrier_binds, _) = submit_plans(device, &plans, heaps, tile_bytes, &[], false)?;
     stats.carrier_bind_entries = carrier_binds.bind_entries;
-    // One copy per class, source carrier to destination carrier, after every write before
-    // (residency's, the binds', the waits'): one barrier before all of them, one after.
-    let regions: Vec<Vec<vk::ImageCopy>> = direct.carriers.iter().map(CarrierLayout::regions).collect();
+    // One dispatch or copy per class, source carrier to destination carrier, after every write
+    // before (residency's, the binds', the waits'): one barrier before all of them, one after.
+    let regions: Vec<Vec<vk::ImageCopy>> = direct
+        .carriers
+        .iter()
+        .map(|layout| if layout.compute.is_some() { Vec::new() } else { layout.regions() })
+        .collect();
     let mut recorded = Ok(());
+    let mut dispatches = 0;
     device.submit_once("tile compaction: copy", |rec| {
         for w in waits {
             if let Err(e) = rec.wait_for(*w) {
@@ -802,19 +900,25 @@ fn copy_direct(
             }
         }
         // Timestamps are measurement only: one not written reads as `None`. They bracket the
-        // copies alone (after the barrier before, before the barrier after), as the bench's
+        // copies alone (after the barrier before them, before the barrier after), as the bench's
         // plain copy is bracketed.
         timestamps.cmd_reset(rec, 0..2).ok();
         global_barrier(
             rec,
             (vk::PipelineStageFlags2::ALL_COMMANDS, vk::AccessFlags2::MEMORY_WRITE),
-            (
-                vk::PipelineStageFlags2::COPY,
-                vk::AccessFlags2::TRANSFER_READ | vk::AccessFlags2::TRANSFER_WRITE,
-            ),
+            (stages, accesses),
         );
         timestamps.cmd_write(rec, 0).ok();
-        for (pair, regions) in carriers.iter().zip(&regions) {
+        for (i, ((pair, layout), regions)) in carriers.iter().zip(&direct.carriers).zip(&regions).enumerate()
+        {
+            if let Some(view) = layout.compute {
+                // Every texel of the first `moves` slots, read through the source carrier's
+                // storage view and written through the destination's (both in GENERAL, the
+                // barrier above after their transition and binds); sources and destinations do
+                // not overlap in memory (see below).
+                dispatches += compute.record(rec, i, (view.tile, layout.cols, layout.moves.len() as u32));
+                continue;
+            }
             // SAFETY: `rec` is recording on this device outside a render pass; both carriers are
             // live and in GENERAL (the transition above completed: the host waited for it), the
             // regions lie in both and cover only bound blocks (the first `moves` slots of each),
@@ -837,7 +941,7 @@ fn copy_direct(
         // to these tiles) sees the texels.
         global_barrier(
             rec,
-            (vk::PipelineStageFlags2::COPY, vk::AccessFlags2::TRANSFER_WRITE),
+            (stages, writes),
             (
                 vk::PipelineStageFlags2::ALL_COMMANDS,
                 vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE,
@@ -845,9 +949,18 @@ fn copy_direct(
         );
     })?;
     recorded?;
-    stats.copy_commands = carriers.len() as u32;
-    // The host waited for the copy, and the copy for the carriers' binds: they retire now,
-    // before any heap they alias is released.
+    stats.dispatches = dispatches;
+    stats.copy_commands = regions.iter().filter(|r| !r.is_empty()).count() as u32;
+    stats.compute_tiles =
+        direct.carriers.iter().filter(|c| c.compute.is_some()).map(|c| c.moves.len() as u32).sum();
+    stats.path = match (stats.compute_tiles, stats.copy_commands) {
+        (0, _) => CompactPath::ImageCopy,
+        (_, 0) => CompactPath::Compute,
+        _ => CompactPath::Mixed,
+    };
+    // The host waited for the copy, and the copy for the carriers' binds: the views, then the
+    // carriers retire now, before any heap they alias is released.
+    drop(compute);
     drop(carriers);
     stats.copy_regions = regions.iter().map(|r| r.len() as u32).sum();
     stats.barriers = 3;

@@ -805,7 +805,8 @@ fn view_type(desc: &SparseImageDesc) -> vk::ImageViewType {
 
 /// What a compaction's carrier image shares with the images whose tiles it carries: the
 /// conditions under which aliased sparse memory reads the same through both (same format,
-/// image type, usage and sparse block extent).
+/// image type, usage and sparse block extent; a compute copy's storage carriers a compatible
+/// format and the same block extent: `sparse/compact_compute.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct CarrierClass {
     pub(super) format: vk::Format,
@@ -814,6 +815,11 @@ pub(super) struct CarrierClass {
     pub(super) aspect: vk::ImageAspectFlags,
     /// The sparse block (tile) extent in texels.
     pub(super) tile: [u32; 3],
+    /// The format's texel block extent (4 × 4 for block-compressed formats, else 1 × 1).
+    pub(super) texel_block: [u32; 2],
+    /// Creation flags beyond the sparse ones (a compute copy's block-compressed carriers:
+    /// `sparse/compact_compute.rs`).
+    pub(super) flags: vk::ImageCreateFlags,
 }
 
 impl CarrierClass {
@@ -829,8 +835,23 @@ impl CarrierClass {
             usage: image.usage,
             aspect: aspect(image.desc.format),
             tile: [shape.width, shape.height, shape.depth],
+            texel_block: {
+                let (w, h) = image.desc.format.block_extent();
+                [w, h]
+            },
+            flags: vk::ImageCreateFlags::empty(),
         }
     }
+}
+
+/// Whether a reported sparse granularity `g` is the block (tile) extent `tile`, in texels — or,
+/// for a compressed format (`texel_block` over 1 × 1), in compressed blocks, as some drivers
+/// (lavapipe) report it (`device/profile_capture.rs` reads it the same way).
+pub(super) fn granularity_is(g: vk::Extent3D, tile: [u32; 3], texel_block: [u32; 2]) -> bool {
+    let texels = [g.width, g.height, g.depth] == tile;
+    let blocks =
+        texel_block != [1, 1] && [g.width * texel_block[0], g.height * texel_block[1], g.depth] == tile;
+    texels || blocks
 }
 
 /// A carrier image of a compaction pass: a sparse, `SPARSE_ALIASED` image of one mip and layer in
@@ -865,7 +886,8 @@ pub(super) fn create_carrier<'a>(
     };
     let flags = vk::ImageCreateFlags::SPARSE_BINDING
         | vk::ImageCreateFlags::SPARSE_RESIDENCY
-        | vk::ImageCreateFlags::SPARSE_ALIASED;
+        | vk::ImageCreateFlags::SPARSE_ALIASED
+        | class.flags;
     let create = vk::ImageCreateInfo::default()
         .flags(flags)
         .image_type(class.image_type)
@@ -913,7 +935,6 @@ pub(super) fn create_carrier<'a>(
     let requirements = unsafe { device.raw().get_image_memory_requirements(raw) };
     // SAFETY: raw is a sparse image of this device.
     let sparse_reqs = unsafe { device.raw().get_image_sparse_memory_requirements(raw) };
-    let block = vk::Extent3D { width: class.tile[0], height: class.tile[1], depth: class.tile[2] };
     let suits = requirements.alignment == tile_bytes
         && requirements.memory_type_bits & (1 << memory_type) != 0
         && sparse_reqs.iter().all(|r| {
@@ -922,7 +943,7 @@ pub(super) fn create_carrier<'a>(
         })
         && sparse_reqs.iter().any(|r| {
             r.format_properties.aspect_mask.intersects(class.aspect)
-                && r.format_properties.image_granularity == block
+                && granularity_is(r.format_properties.image_granularity, class.tile, class.texel_block)
         });
     if !suits {
         return Ok(None);

@@ -25,6 +25,7 @@
 pub(crate) mod backend;
 mod bind;
 mod compact;
+mod compact_compute;
 mod distance_field;
 mod heaps;
 mod image;
@@ -203,7 +204,7 @@ use crate::error::{ErrorClass, ResidencyError};
 use bind::*;
 use heaps::*;
 
-pub use compact::{CompactCopy, CompactStats};
+pub use compact::{CompactCopy, CompactPath, CompactStats};
 pub(crate) use compact::{CompactionOwner, ImageMoves};
 pub use distance_field::{BrickResidency, DistanceFieldDesc, DistanceFieldVolume, VolumeError};
 pub use heaps::TileHeaps;

@@ -60,7 +60,9 @@ impl Streamer {
     /// The pass is [`SparseTilePool::compact`](crate::sparse::SparseTilePool::compact)'s, over the
     /// manager's pool and page tables: after the frames in flight (the streamer passes them
     /// itself) the tiles' texels are copied heap to heap in one copy (carrier images, where the
-    /// device has `sparseResidencyAliased`; else out to a staging buffer), the tiles rebound to
+    /// device has `sparseResidencyAliased`: by one compute dispatch per class of 4-, 8- or
+    /// 16-byte texels or compressed blocks, else `vkCmdCopyImage`; elsewhere out to a staging
+    /// buffer), the tiles rebound to
     /// their new memory on the sparse timeline after those frames (and, through staging, the
     /// texels copied back); it waits on the host for the copies. The page tables change only in which physical tile a resident tile names:
     /// residency, the min-LOD maps, the LRU and the loads in flight keep their meaning, so frames
