@@ -76,6 +76,12 @@ pub struct StreamArgs {
     /// uncached.
     #[arg(long)]
     pub(super) feedback_host_memory: bool,
+    /// The shaders write feedback themselves (`vt_quad.frag`: table reads and atomics in the
+    /// writing pixel). Default: deferred feedback (the streamer's `deferred_feedback`): the
+    /// writing pixel stores one record, and the streamer's resolve pass, inside the feedback
+    /// pass's timestamps, writes the feedback.
+    #[arg(long)]
+    pub(super) feedback_direct: bool,
     /// Cut the tile budget at this frame to `--cut-to-mib`.
     #[arg(long, requires = "cut_to_mib")]
     pub(super) cut_at_frame: Option<u64>,

@@ -198,6 +198,7 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
     let mut desc = desc;
     desc.feedback.count_pixels = !args.no_pixel_counts;
     desc.feedback_device_local = !args.feedback_host_memory;
+    desc.deferred_feedback = (!args.feedback_direct).then_some([args.width, args.height]);
     let mut streamer = Streamer::new(device, desc)?;
     let mut handles = Vec::new();
     for (i, &f) in plane_files.iter().enumerate() {
@@ -214,6 +215,7 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
         referenced,
         [args.width, args.height],
         fif as u32,
+        !args.feedback_direct,
     )?;
     let commands = CommandContext::new(device, "stream frames")?;
     let aspect = args.width as f32 / args.height as f32;
@@ -398,6 +400,7 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
         budget_bytes,
         pinned_mip_tiles: args.pin_mip_tiles,
         feedback_device_local: !args.feedback_host_memory,
+        feedback_deferred: !args.feedback_direct,
         resident_bytes_peak: stats.resident_bytes_peak,
         tiles_streamed: stats.tiles_streamed,
         tiles_evicted: stats.tiles_evicted,

@@ -104,6 +104,9 @@ pub struct StreamReport {
     pub pinned_mip_tiles: u32,
     /// `--feedback-device-local`: the feedback buffers in device-local host-visible memory.
     pub feedback_device_local: bool,
+    /// Deferred feedback (default; `--feedback-direct` turns it off): the writing pixels store
+    /// records and the streamer's resolve pass, timed with the feedback pass, writes the feedback.
+    pub feedback_deferred: bool,
     pub resident_bytes_peak: u64,
     pub tiles_streamed: u64,
     pub tiles_evicted: u64,

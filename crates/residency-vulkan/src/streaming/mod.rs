@@ -44,6 +44,7 @@
 #![deny(missing_docs)]
 
 mod compact;
+mod deferred;
 mod policy;
 mod slices;
 mod texture;
@@ -52,6 +53,7 @@ pub use slices::SLICE_EMPTY_BIAS;
 pub use texture::TextureViews;
 
 use crate::error::{ErrorClass, ResidencyError};
+use crate::pipelines::compute::ComputeProgram;
 use crate::poison::PoisonFree;
 use crate::sparse::software::SoftwareError;
 use crate::sparse::{SparseError, TileHeaps};
@@ -176,6 +178,21 @@ pub struct StreamerDesc {
     /// shaders over the bus on a discrete GPU (for a host whose CPU reads of device memory are
     /// very slow).
     pub feedback_device_local: bool,
+    /// Deferred feedback for a render of this extent (pixels, `[width, height]`; default `None`:
+    /// shaders write feedback themselves, `feedback.glsl`). With it, the pixels that write
+    /// feedback store one 16-byte record each into the frame's record buffer
+    /// ([`FrameBindings::feedback_records`]; `feedback_deferred.glsl`, the shipped
+    /// [`VT_QUAD_DEFERRED_FRAG`](crate::shaders::VT_QUAD_DEFERRED_FRAG) and its software twin) —
+    /// no table read, no atomic — and a compute pass the streamer records after the draws
+    /// ([`FrameBindings::resolve_feedback`], or [`FrameBindings::record`] after `draw`) folds
+    /// them into the feedback buffer, so the CPU decodes the same requests. A writing pixel's
+    /// subgroup no longer waits on its table reads and atomics (docs/tiles.md, "Deferred
+    /// feedback"). One record per writing pixel: where several fragments of one pixel write
+    /// (overdraw), one of them is kept. Pixels outside the extent write nothing. The record
+    /// buffers (device-local, `ceil(w / (stride · block)) · ceil(h / (stride · block)) · block²`
+    /// records of 16 bytes per frame in flight) may take at most 128 MiB each, else
+    /// [`Streamer::new`] refuses the desc.
+    pub deferred_feedback: Option<[u32; 2]>,
 }
 
 impl Default for StreamerDesc {
@@ -203,6 +220,7 @@ impl Default for StreamerDesc {
             cancel_after_frames: None,
             pinned_mip_tiles: policy.pinned_mip_tiles,
             feedback_device_local: true,
+            deferred_feedback: None,
         }
     }
 }
@@ -232,6 +250,31 @@ impl StreamerDesc {
         self.sampling.validate()?;
         self.feedback.validate()?;
         self.validate_policy()?;
+        if let Some(extent) = self.deferred_feedback {
+            for (field, v) in
+                [("deferred_feedback width", extent[0]), ("deferred_feedback height", extent[1])]
+            {
+                residency_core::desc::check_range(
+                    DESC,
+                    &self.name,
+                    field,
+                    u64::from(v),
+                    1,
+                    1 << 16,
+                    "a render extent",
+                )?;
+            }
+            let (_, records) = deferred::record_grid(self.sampling, extent);
+            residency_core::desc::check_range(
+                DESC,
+                &self.name,
+                "deferred feedback record bytes",
+                records * deferred::RECORD_BYTES,
+                0,
+                deferred::MAX_RECORD_BYTES,
+                "the guaranteed maxStorageBufferRange",
+            )?;
+        }
         residency_core::desc::check_range(
             DESC,
             &self.name,
@@ -318,6 +361,13 @@ impl StreamerDesc {
     /// ([`software_slot_format`](Self::software_slot_format)).
     pub fn with_software_slot_format(mut self, format: Option<Format>) -> Self {
         self.software_slot_format = format;
+        self
+    }
+
+    /// Sets deferred feedback for a render of `extent` pixels, or turns it off
+    /// ([`deferred_feedback`](Self::deferred_feedback)).
+    pub fn with_deferred_feedback(mut self, extent: Option<[u32; 2]>) -> Self {
+        self.deferred_feedback = extent;
         self
     }
 
@@ -461,6 +511,15 @@ pub enum StreamError {
         /// The array's mips.
         mips: u32,
     },
+    /// The deferred-feedback resolve program could not be made.
+    #[error(transparent)]
+    Program(#[from] crate::pipelines::compute::ProgramError),
+    /// The resolve's descriptor set could not be made.
+    #[error(transparent)]
+    Binding(#[from] crate::pipelines::descriptors::BindingError),
+    /// The resolve's dispatch was refused.
+    #[error(transparent)]
+    Dispatch(#[from] crate::pipelines::compute::DispatchError),
     /// A broken internal invariant (a bug).
     #[error("streamer bug: {0}")]
     Internal(String),
@@ -482,6 +541,9 @@ impl ResidencyError for StreamError {
             StreamError::Barrier(e) => e.class(),
             StreamError::Copy(e) => e.class(),
             StreamError::Desc(e) => e.class(),
+            StreamError::Program(e) => e.class(),
+            StreamError::Binding(e) => e.class(),
+            StreamError::Dispatch(e) => e.class(),
             StreamError::Priming { source, .. } => source.class(),
             StreamError::MissingFeature { .. }
             | StreamError::UnsupportedSource { .. }
@@ -722,6 +784,10 @@ pub struct FrameBindings<'a> {
     pub feedback: Option<&'a Buffer>,
     /// The feedback image table (read-only storage buffer), `None` while no texture is added.
     pub image_table: Option<&'a Buffer>,
+    /// With [`StreamerDesc::deferred_feedback`]: the record buffer this frame's shaders write
+    /// (`feedback_deferred.glsl`, binding 2 of the deferred `vt_quad` shaders) instead of the
+    /// feedback buffer and image table; `None` otherwise or while no texture is added.
+    pub feedback_records: Option<&'a Buffer>,
     /// The layout of both.
     pub layout: Option<&'a FeedbackLayout>,
     /// The textures, by id ([`FrameBindings::textures`] lists them in feedback-slot order).
@@ -790,6 +856,12 @@ struct FrameContext<'a> {
     /// frame wrote (`None`: all of it after the header).
     clear: Option<Vec<(u64, u64)>>,
     recorded: &'a AtomicBool,
+    /// Deferred feedback: the resolve program and this slot's records.
+    deferred: Option<(&'a ComputeProgram, &'a deferred::Records)>,
+    /// Record cells per row (`feedback_words`' control bits 8..31), 0 without deferred feedback.
+    record_row_cells: u32,
+    /// Whether this frame's feedback was resolved (`resolve_feedback`).
+    resolved: &'a AtomicBool,
     /// The device's universal timeline value submitted when the frame was recorded.
     recorded_after: &'a AtomicU64,
     /// The announced value of each renderer timeline when the frame was recorded.
@@ -840,7 +912,7 @@ impl<'a> FrameBindings<'a> {
             self.frame as u32,
             s.pixel_stride,
             s.frame_interval,
-            u32::from(feedback && self.feedback_active),
+            u32::from(feedback && self.feedback_active) | self.ctx.record_row_cells << 8,
             s.block,
             phase,
             fast,
@@ -889,9 +961,12 @@ impl<'a> FrameBindings<'a> {
         // A frame signalling a renderer timeline signals above what it announced by now.
         *ctx.recorded_floor.locked() = ctx.device.announced_values();
         let out = draw(rec);
+        if !ctx.resolved.load(Ordering::Acquire) {
+            self.resolve_feedback(rec)?;
+        }
         if self.feedback_active && self.feedback.is_some() {
             rec.memory_barrier(MemoryDependency {
-                src_stages: ctx.readers,
+                src_stages: self.shader_stages(),
                 src_access: A::SHADER_WRITE,
                 dst_stages: S::HOST,
                 dst_access: A::HOST_READ,
@@ -900,12 +975,41 @@ impl<'a> FrameBindings<'a> {
         Ok(out)
     }
 
+    /// With [`StreamerDesc::deferred_feedback`]: records the pass that folds this frame's
+    /// feedback records into its feedback buffer (a barrier from the draws' stores at
+    /// [`StreamerDesc::readers`], one compute dispatch over the records), into `rec`. Call it
+    /// inside [`FrameBindings::record`]'s `draw`, after the draws that write feedback, to place
+    /// it yourself (e.g. inside your own timestamps); otherwise `record` records it right after
+    /// `draw`. Nothing is recorded without deferred feedback or in a frame that writes none.
+    /// Refused outside `record` and a second time in a frame ([`StreamError::FrameOrder`]).
+    pub fn resolve_feedback(&self, rec: &mut Recording<'_>) -> Result<(), StreamError> {
+        let ctx = &self.ctx;
+        if !ctx.recorded.load(Ordering::Acquire) {
+            return Err(StreamError::FrameOrder("resolve_feedback outside the frame's record"));
+        }
+        if ctx.resolved.swap(true, Ordering::AcqRel) {
+            return Err(StreamError::FrameOrder("the frame's feedback resolved twice"));
+        }
+        let (Some((program, records)), true) = (ctx.deferred, self.feedback_active) else { return Ok(()) };
+        rec.accepts("the streamer's feedback resolve", ctx.device)?;
+        records.record_resolve(rec, program, ctx.readers)
+    }
+
+    /// The stages that touch the feedback: the readers, and the resolve's compute stage with
+    /// deferred feedback.
+    fn shader_stages(&self) -> vk::PipelineStageFlags2 {
+        match self.ctx.deferred {
+            Some(_) => self.ctx.readers | vk::PipelineStageFlags2::COMPUTE_SHADER,
+            None => self.ctx.readers,
+        }
+    }
+
     /// The streamer's part of [`FrameBindings::record`]: the bind wait, the feedback reset, the
     /// staged copies and the barriers around them.
     fn record_streamer_part(&self, rec: &mut Recording<'_>) -> Result<(), StreamError> {
         use vk::{AccessFlags2 as A, PipelineStageFlags2 as S};
         let ctx = &self.ctx;
-        let readers = ctx.readers;
+        let readers = self.shader_stages();
         if let Some(bind) = ctx.bind_wait {
             rec.wait_for(bind)?;
         }
@@ -935,6 +1039,13 @@ impl<'a> FrameBindings<'a> {
             }
             rec.update_buffer(feedback, 0, header)?;
         }
+        // A record buffer's first frame (or one after an abandoned frame): zeroed once, then each
+        // resolve zeroes the records it folds.
+        if let (true, Some((_, records))) = (self.feedback_active, ctx.deferred) {
+            if !records.clean {
+                rec.fill_buffer(&records.buffer, 0, records.buffer.size(), 0)?;
+            }
+        }
         ctx.uploader.record_requeueable(rec, readers)?;
         rec.memory_barrier(MemoryDependency {
             src_stages: S::ALL_TRANSFER,
@@ -951,6 +1062,8 @@ impl<'a> FrameBindings<'a> {
 struct Slot {
     feedback: Buffer,
     table: Buffer,
+    /// Deferred feedback's record buffer and resolve set.
+    records: Option<deferred::Records>,
     layout: Arc<FeedbackLayout>,
     generation: u64,
     /// The frame written here, its manager tick and the end of its GPU work.
@@ -1046,6 +1159,10 @@ pub struct Streamer {
     generation: u64,
     ring: FeedbackRing,
     slots: Vec<Option<Slot>>,
+    /// Deferred feedback's resolve program (after `slots`: their sets go first).
+    resolve: Option<ComputeProgram>,
+    /// Whether the current frame's feedback was resolved.
+    resolved: AtomicBool,
     frame: u64,
     tick: u64,
     in_frame: bool,
@@ -1166,6 +1283,8 @@ impl Streamer {
             Some(TileHeaps::new(Arc::clone(device), &format!("{} tiles", desc.name))?)
         };
         let uploader = Uploader::new(device, &desc.name, desc.staging_bytes)?;
+        let resolve =
+            desc.deferred_feedback.map(|_| deferred::resolve_program(device, &desc.name)).transpose()?;
         Ok(Streamer {
             device: Arc::clone(device),
             path,
@@ -1184,6 +1303,8 @@ impl Streamer {
             generation: 0,
             ring: FeedbackRing::new(frames_in_flight),
             slots: (0..frames_in_flight).map(|_| None).collect(),
+            resolve,
+            resolved: AtomicBool::new(false),
             frame: 0,
             tick: 0,
             in_frame: false,
@@ -1314,6 +1435,7 @@ impl Streamer {
         }
         for slot in self.slots.iter().flatten() {
             o.feedback_bytes += slot.feedback.size() + slot.table.size();
+            o.feedback_bytes += slot.records.as_ref().map_or(0, |r| r.buffer.size());
         }
         o
     }
@@ -2022,6 +2144,7 @@ impl Streamer {
             }
         }
         self.recorded.store(false, Ordering::Release);
+        self.resolved.store(false, Ordering::Release);
         self.cpu_feedback = false;
         self.in_frame = true;
         self.stats.frames += 1;
@@ -2053,7 +2176,22 @@ impl Streamer {
             .with_intent(table_intent),
         )?;
         table.write(0, &words.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<_>>())?;
-        Ok(Slot { feedback, table, layout, generation: self.generation, submitted: None, written: None })
+        let records = match (&self.resolve, self.desc.deferred_feedback) {
+            (Some(program), Some(extent)) => {
+                let (_, count) = deferred::record_grid(self.desc.sampling, extent);
+                Some(deferred::Records::new(&self.device, program, name, index, count, (&feedback, &table))?)
+            }
+            _ => None,
+        };
+        Ok(Slot {
+            feedback,
+            table,
+            records,
+            layout,
+            generation: self.generation,
+            submitted: None,
+            written: None,
+        })
     }
 
     fn bindings(&self, index: usize) -> FrameBindings<'_> {
@@ -2075,6 +2213,7 @@ impl Streamer {
             },
             feedback: slot.map(|s| &s.feedback),
             image_table: slot.map(|s| &s.table),
+            feedback_records: slot.and_then(|s| Some(&s.records.as_ref()?.buffer)),
             layout: slot.map(|s| &*s.layout),
             all: AllTextures(&self.textures),
             sampling: self.desc.sampling,
@@ -2087,6 +2226,12 @@ impl Streamer {
                 header,
                 clear: slot.and_then(|s| s.written.clone()),
                 recorded: &self.recorded,
+                deferred: self.resolve.as_ref().zip(slot.and_then(|s| s.records.as_ref())),
+                record_row_cells: self
+                    .desc
+                    .deferred_feedback
+                    .map_or(0, |e| deferred::record_grid(self.desc.sampling, e).0 as u32),
+                resolved: &self.resolved,
                 recorded_after: &self.recorded_after,
                 recorded_floor: &self.recorded_floor,
             },
@@ -2157,6 +2302,11 @@ impl Streamer {
         if let Some(slot) = self.slots[index].as_mut() {
             slot.feedback.used_until(until)?;
             slot.table.used_until(until)?;
+            if let Some(records) = &mut slot.records {
+                records.used_until(until)?;
+                // It may have run after all, up to anywhere: the next frame zeroes the records.
+                records.clean = false;
+            }
             slot.submitted = None;
             // It may have run after all and written anything: the next reset clears it all.
             slot.written = None;
@@ -2210,6 +2360,13 @@ impl Streamer {
         if let Some(slot) = self.slots[index].as_mut() {
             slot.feedback.used_until(until)?;
             slot.table.used_until(until)?;
+            if let Some(records) = &mut slot.records {
+                records.used_until(until)?;
+                // Zeroed by this frame's fill (if any) and its resolve.
+                if recorded && active && slot.generation == self.generation {
+                    records.clean = true;
+                }
+            }
             // A slot of an older layout (no texture left) was not reset: nothing to read.
             let current = slot.generation == self.generation;
             slot.submitted = (recorded && active && current).then_some((self.frame, self.tick, until));
