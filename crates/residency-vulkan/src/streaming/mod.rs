@@ -43,6 +43,7 @@
 //! takes; request-to-resident latency is in ticks.
 #![deny(missing_docs)]
 
+mod bind_worker;
 mod compact;
 mod deferred;
 mod policy;
@@ -193,6 +194,17 @@ pub struct StreamerDesc {
     /// records of 16 bytes per frame in flight) may take at most 128 MiB each, else
     /// [`Streamer::new`] refuses the desc.
     pub deferred_feedback: Option<[u32; 2]>,
+    /// Hardware path: a bind worker thread makes each frame's `vkQueueBindSparse` and stages its
+    /// tiles' texels, between the frame's `end_frame` and the next `begin_frame`, instead of the
+    /// frame thread inside `begin_frame` (SamplerFeedbackStreaming's update threads). The frame
+    /// thread keeps the manager update, plans the binds (checks, coalesced entries) and publishes
+    /// what the worker finished at the next frame: the min-LOD map updates and the bind the frame
+    /// waits for. A tile so becomes visible to shaders one frame after the tick that made it
+    /// resident ([`ResidentLatency::resident_frame`] says which), after its bind and upload as
+    /// without the worker. Counted per frame in [`FrameWork::frame_thread_binds`] and
+    /// [`FrameWork::frame_thread_tiles_staged`] (0 with the worker, but for ticks outside frames
+    /// and retries of a failed one). Default off; ignored on the software path (no binds).
+    pub bind_worker: bool,
 }
 
 impl Default for StreamerDesc {
@@ -221,6 +233,7 @@ impl Default for StreamerDesc {
             pinned_mip_tiles: policy.pinned_mip_tiles,
             feedback_device_local: true,
             deferred_feedback: None,
+            bind_worker: false,
         }
     }
 }
@@ -368,6 +381,12 @@ impl StreamerDesc {
     /// ([`deferred_feedback`](Self::deferred_feedback)).
     pub fn with_deferred_feedback(mut self, extent: Option<[u32; 2]>) -> Self {
         self.deferred_feedback = extent;
+        self
+    }
+
+    /// Sets whether a bind worker thread binds and stages (see [`bind_worker`](Self::bind_worker)).
+    pub fn with_bind_worker(mut self, on: bool) -> Self {
+        self.bind_worker = on;
         self
     }
 
@@ -645,6 +664,10 @@ pub struct StreamerStats {
     pub textures_visited: u64,
     /// Feedback words read by every frame so far ([`FrameWork::feedback_words_read`] summed).
     pub feedback_words_read: u64,
+    /// Binds the bind worker submitted ([`StreamerDesc::bind_worker`]; also in [`binds`](Self::binds)).
+    pub worker_binds: u64,
+    /// Tiles whose texels the bind worker staged.
+    pub worker_tiles_staged: u64,
 }
 
 /// What one `begin_frame` did, counted: the streamer's per-frame cost in units that do not depend
@@ -663,6 +686,12 @@ pub struct FrameWork {
     pub feedback_words_read: u64,
     /// Feedback requests given to the manager.
     pub requests: u32,
+    /// `vkQueueBindSparse` calls the frame thread made in the frame's `begin_frame` (0 with
+    /// [`StreamerDesc::bind_worker`], but for a retried tick).
+    pub frame_thread_binds: u32,
+    /// Tiles whose texels the frame thread staged in the frame's `begin_frame` (0 with
+    /// [`StreamerDesc::bind_worker`], but for a retried tick).
+    pub frame_thread_tiles_staged: u32,
 }
 
 /// Residency's own memory behind a streamer's textures, apart from their texels (the tile heaps
@@ -710,7 +739,9 @@ pub struct ResidentLatency {
     /// The frame whose feedback first wanted it (`None`: priming wanted it, before any frame).
     pub requested_frame: Option<u64>,
     /// The frame whose `begin_frame` made it resident: its recording copies the texels before
-    /// its draws, so it is the first frame that samples them.
+    /// its draws, so it is the first frame that samples them. With
+    /// [`StreamerDesc::bind_worker`], the frame after the tick's (the worker binds and stages in
+    /// between).
     pub resident_frame: u64,
 }
 
@@ -1122,6 +1153,17 @@ struct Unapplied {
     unbinds: bool,
 }
 
+/// A frame tick handed to the bind worker, until published.
+struct Deferred {
+    out: FrameOutput,
+    /// Not handed out yet (until the frame's `end_frame`).
+    job: Option<bind_worker::Job>,
+    /// Its outcome, where it ran on the frame thread (the worker was gone).
+    done: Option<bind_worker::Done>,
+    /// Whether its bind waits for the frames in flight (it unbinds).
+    waited: bool,
+}
+
 /// A load given to the workers, until the manager was told of it.
 struct Pending {
     tiles: Vec<(u32, u32, u32)>,
@@ -1136,7 +1178,13 @@ pub struct Streamer {
     path: ResidencyPath,
     manager: StreamingManager,
     loader: TileLoader<TileKey>,
-    uploader: Uploader,
+    /// Shared with the bind worker, which stages its jobs' texels here.
+    uploader: Arc<Uploader>,
+    /// The bind worker ([`StreamerDesc::bind_worker`], hardware path).
+    worker: Option<bind_worker::BindWorker>,
+    /// The frame tick whose binds and staging the worker has (or will be given at `end_frame`),
+    /// until joined and published.
+    deferred: Option<Deferred>,
     textures: HashMap<ImageId, Texture>,
     /// Software path: the atlas of each texel format in use, which every texture of that format
     /// samples (each sized for the first budget: any tile of the pool may go to any texture; a
@@ -1199,10 +1247,19 @@ pub struct Streamer {
     requested: Vec<ImageId>,
     /// The textures the current `begin_frame` visited ([`FrameWork::textures_visited`]).
     visited: std::collections::HashSet<ImageId>,
+    /// Binds and tiles staged on the frame thread so far ([`FrameWork::frame_thread_binds`],
+    /// [`FrameWork::frame_thread_tiles_staged`]).
+    inline_binds: u64,
+    inline_tiles: u64,
 }
 
 impl Drop for Streamer {
     fn drop(&mut self) {
+        // The worker's job finishes first (its bind and copies retire through the device); what
+        // it did is not published (nothing samples it any more).
+        if let Some(worker) = self.worker.as_mut() {
+            let _ = worker.join();
+        }
         // The frames that may still sample the textures: their objects outlive them (a frame
         // declares nothing per texture; a removed texture is given the running frames at its
         // removal, and these are the last ones).
@@ -1285,12 +1342,19 @@ impl Streamer {
         let uploader = Uploader::new(device, &desc.name, desc.staging_bytes)?;
         let resolve =
             desc.deferred_feedback.map(|_| deferred::resolve_program(device, &desc.name)).transpose()?;
+        let uploader = Arc::new(Uploader::new(device, &desc.name, desc.staging_bytes)?);
+        let worker = match (desc.bind_worker, &heaps) {
+            (true, Some(_)) => Some(bind_worker::BindWorker::new(&desc.name, Arc::clone(&uploader))?),
+            _ => None,
+        };
         Ok(Streamer {
             device: Arc::clone(device),
             path,
             manager: StreamingManager::new(streaming),
             loader: TileLoader::new(desc.workers.max(1)),
             uploader,
+            worker,
+            deferred: None,
             heaps,
             textures: HashMap::new(),
             atlases: atlas.into_iter().map(|a| (first_atlas, a)).collect(),
@@ -1326,6 +1390,8 @@ impl Streamer {
             dropped: Arc::default(),
             requested: Vec::new(),
             visited: Default::default(),
+            inline_binds: 0,
+            inline_tiles: 0,
             desc: StreamerDesc { frames_in_flight, ..desc },
         })
     }
@@ -1536,7 +1602,7 @@ impl Streamer {
             return None;
         }
         match &self.textures.get(&texture.id)?.gpu {
-            TextureGpu::Hardware { image, .. } => Some(image),
+            TextureGpu::Hardware { image, .. } => Some(&**image),
             TextureGpu::Software { .. } => None,
         }
     }
@@ -1602,6 +1668,8 @@ impl Streamer {
         if self.in_frame {
             return Err(StreamError::FrameOrder("add_texture between begin_frame and end_frame"));
         }
+        // The bind worker's job done first: priming binds and stages on this thread.
+        self.apply_unapplied()?;
         self.remove_dropped()?;
         let id = ImageId(self.next_id);
         let source = Arc::clone(&sources[0]);
@@ -1774,7 +1842,7 @@ impl Streamer {
                 let heaps = self.heaps.as_mut().expect("checked above");
                 let (_, done) = heaps.bind_after(
                     self.manager.pool(),
-                    &[(image, &changes.changes)],
+                    &[(&**image, &changes.changes)],
                     BindPlanOptions::default(),
                     &waits,
                 )?;
@@ -1923,7 +1991,9 @@ impl Streamer {
                     .binary_search_by_key(&since, |&(t, _)| t)
                     .ok()
                     .map(|i| self.tick_frames[i].1);
-                self.latencies.push_back(ResidentLatency { key, requested_frame, resident_frame: frame });
+                // With the bind worker, the next frame publishes it.
+                let resident_frame = frame + u64::from(self.worker.is_some());
+                self.latencies.push_back(ResidentLatency { key, requested_frame, resident_frame });
                 if self.latencies.len() > KEPT_LATENCIES {
                     self.latencies.pop_front();
                 }
@@ -1946,6 +2016,14 @@ impl Streamer {
         }
         // A failed bind bound nothing: the tick waits, and is applied first next time.
         let mut tick = Unapplied { out: out.clone(), staged, bound: false, unbinds: false };
+        if frame.is_some() && self.worker.is_some() {
+            // A frame's tick: its binds and staging go to the worker at `end_frame` (what cannot be
+            // prepared is applied here, with the errors `apply` gives).
+            if let Some(job) = self.prepare_job(&mut tick) {
+                self.deferred = Some(Deferred { out: tick.out, job: Some(job), done: None, waited: false });
+                return Ok(out);
+            }
+        }
         if let Err(e) = self.apply(&mut tick) {
             self.unapplied = Some(tick);
             return Err(e);
@@ -1953,9 +2031,132 @@ impl Streamer {
         Ok(out)
     }
 
+    /// A frame tick's job for the bind worker: its bind planned, its loaded units' texels with
+    /// their places (moved out of `tick.staged`). `None` (`tick` untouched): something would not
+    /// prepare; `apply` then runs the tick on the frame thread and returns that error.
+    fn prepare_job(&mut self, tick: &mut Unapplied) -> Option<bind_worker::Job> {
+        let out = &tick.out;
+        let mut writes = Vec::new();
+        for key in &out.resident {
+            let (Some((tiles, data)), Some(texture)) = (tick.staged.get(key), self.textures.get(&key.image))
+            else {
+                continue;
+            };
+            if self.manager.is_resident(*key) {
+                writes.push((*key, texture.tile_writes(tiles, data).ok()?));
+            }
+        }
+        let items: Vec<_> = out
+            .changes
+            .iter()
+            .filter_map(|c| match &self.textures.get(&c.image)?.gpu {
+                TextureGpu::Hardware { image, .. } => Some((image, &c.changes)),
+                TextureGpu::Software { .. } => None,
+            })
+            .collect();
+        let bind = match (items.is_empty(), self.heaps.as_mut()) {
+            (false, Some(heaps)) => {
+                heaps.prepare_bind(self.manager.pool(), &items, BindPlanOptions::default()).ok()?
+            }
+            _ => None,
+        };
+        let units = writes
+            .into_iter()
+            .map(|(key, writes)| {
+                let (tiles, data) = tick.staged.remove(&key).expect("listed above");
+                bind_worker::UnitUpload { key, tiles, data, writes }
+            })
+            .collect();
+        Some(bind_worker::Job { bind, waits: Vec::new(), units })
+    }
+
+    /// Hands the frame tick's job to the bind worker (at `end_frame` or `abandon_frame`: the
+    /// frame's recording has taken the uploader's copies, and the frame is among those an unbind
+    /// waits for).
+    fn hand_out(&mut self) {
+        let Some(mut job) = self.deferred.as_mut().and_then(|d| d.job.take()) else { return };
+        let unbinds = self.deferred.as_ref().is_some_and(|d| !d.out.evicted.is_empty()) || job.unbinds();
+        if unbinds {
+            job.waits = self.running_frames();
+        }
+        let d = self.deferred.as_mut().expect("taken from it");
+        d.waited = !job.waits.is_empty();
+        let worker = self.worker.as_mut().expect("jobs are made for the worker");
+        if let Err(done) = worker.send(job) {
+            d.done = Some(done);
+        }
+    }
+
+    /// Joins the bind worker's job and publishes it: the bind is what the next recorded frame
+    /// waits for, the min-LOD map updates are staged, the released heaps go. A job never handed
+    /// out (its frame was not ended) runs here first. A failed bind or staging is returned, the
+    /// tick kept as the unapplied one.
+    fn settle(&mut self) -> Result<(), StreamError> {
+        let Some(mut d) = self.deferred.take() else { return Ok(()) };
+        // Whether it ran on this thread (the worker's counters count the worker's work only).
+        let mut here = true;
+        let done = if let Some(mut job) = d.job.take() {
+            if !d.out.evicted.is_empty() || job.unbinds() {
+                job.waits = self.running_frames();
+            }
+            d.waited = !job.waits.is_empty();
+            job.run(&self.uploader)
+        } else if let Some(done) = d.done.take() {
+            done
+        } else {
+            here = false;
+            match self.worker.as_mut().and_then(bind_worker::BindWorker::join) {
+                Some(Ok(done)) => done,
+                Some(Err(e)) => {
+                    // Whether it bound is unknown: bound again (the same binds again are
+                    // harmless); its texels are lost with it.
+                    self.unapplied =
+                        Some(Unapplied { out: d.out, staged: HashMap::new(), bound: false, unbinds: false });
+                    return Err(e);
+                }
+                None => return Err(StreamError::Internal("a bind job neither out nor run".into())),
+            }
+        };
+        if here {
+            self.inline_tiles += done.tiles_staged;
+        } else {
+            self.stats.worker_tiles_staged += done.tiles_staged;
+        }
+        let staged = done.left.into_iter().map(|u| (u.key, (u.tiles, u.data))).collect();
+        let mut tick = Unapplied { out: d.out, staged, bound: true, unbinds: false };
+        match done.bound {
+            Some(Ok((_, bind))) => {
+                if here {
+                    self.inline_binds += u64::from(bind.is_some());
+                } else {
+                    self.stats.worker_binds += u64::from(bind.is_some());
+                }
+                self.note_bind(bind, d.waited);
+            }
+            Some(Err(e)) => {
+                tick.bound = false;
+                self.unapplied = Some(tick);
+                return Err(e.into());
+            }
+            None => {}
+        }
+        if let Some(e) = done.staging {
+            self.unapplied = Some(tick);
+            return Err(e);
+        }
+        // Bound and staged: the map updates and the heaps released, here.
+        if let Err(e) = self.apply(&mut tick) {
+            self.unapplied = Some(tick);
+            return Err(e);
+        }
+        Ok(())
+    }
+
     /// Applies the tick whose bind or staging failed before, so the GPU catches up with the
     /// manager's page tables before anything new happens (nothing else runs while it fails).
+    /// The bind worker's job is joined and published first.
     fn apply_unapplied(&mut self) -> Result<(), StreamError> {
+        self.settle()?;
         if let Some(mut tick) = self.unapplied.take() {
             self.stats.ticks_retried += 1;
             if let Err(e) = self.apply(&mut tick) {
@@ -1979,7 +2180,7 @@ impl Streamer {
                 .changes
                 .iter()
                 .filter_map(|c| match &self.textures.get(&c.image)?.gpu {
-                    TextureGpu::Hardware { image, .. } => Some((image, &c.changes)),
+                    TextureGpu::Hardware { image, .. } => Some((&**image, &c.changes)),
                     TextureGpu::Software { .. } => None,
                 })
                 .collect();
@@ -1987,6 +2188,7 @@ impl Streamer {
                 let heaps = self.heaps.as_mut().expect("hardware path");
                 let (_, done) =
                     heaps.bind_after(self.manager.pool(), &items, BindPlanOptions::default(), &waits)?;
+                self.inline_binds += u64::from(done.is_some());
                 self.note_bind(done, !waits.is_empty());
             }
         }
@@ -2007,6 +2209,7 @@ impl Streamer {
                 tick.staged.insert(*key, (tiles, data));
                 return Err(e);
             }
+            self.inline_tiles += tiles.len() as u64;
         }
         for change in &out.changes {
             let Some(residency) = self.manager.residency(change.image) else { continue };
@@ -2129,7 +2332,10 @@ impl Streamer {
         let mut requests = std::mem::take(&mut self.requests);
         self.filter_slice_requests(&mut requests);
         work.requests = requests.len() as u32;
+        let (binds, tiles) = (self.inline_binds, self.inline_tiles);
         let ticked = self.tick(&requests, self.requested_in.max(1), Some(frame));
+        work.frame_thread_binds = (self.inline_binds - binds) as u32;
+        work.frame_thread_tiles_staged = (self.inline_tiles - tiles) as u32;
         work.textures_visited = self.visited.len() as u32;
         self.stats.textures_visited += u64::from(work.textures_visited);
         self.stats.feedback_words_read += work.feedback_words_read;
@@ -2312,6 +2518,7 @@ impl Streamer {
             slot.written = None;
         }
         self.frame_uses.push(until);
+        self.hand_out();
         if !requeued {
             return Err(StreamError::Internal(
                 "an abandoned frame's copies were given back before they could be queued again".into(),
@@ -2378,6 +2585,7 @@ impl Streamer {
             self.uploader.forget_recorded();
         }
         self.frame_uses.push(until);
+        self.hand_out();
         self.in_frame = false;
         self.frame += 1;
         Ok(())
