@@ -357,3 +357,53 @@ fn pool_ranges_are_light_ranges_of_page_buffers_released_after_the_gpu() {
         pool.check_invariants().unwrap();
     });
 }
+
+/// Issue #31: a placed pool buffer's range goes back through its arena, the parent its life
+/// holds (no `Weak` of its own): at once when released with nothing pending, and when released
+/// with a use pending, only once the use has passed (its owner is the arena's `Weak` while it is
+/// queued). Its `VkBuffer` and ledger entry go with it.
+#[test]
+fn placed_pool_ranges_return_at_once_or_after_their_uses() {
+    use residency_vulkan::ash::vk;
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let pool = BufferPool::new(
+            Arc::clone(device),
+            BufferPoolDesc::new("returning pool", BufferPoolUsage::Unknown).with_page_size(1 << 20),
+        )
+        .unwrap();
+        let init = BufferInit::new("returning", 1000).with_usage(BufferUsage::STORAGE);
+        // Holds the page, so that the pool's used bytes are the other buffers'.
+        let anchor = pool.init_buffer(&init).unwrap();
+        let base = pool.stats().used_bytes;
+        let named = |name: &str| device.ledger().live_objects().iter().filter(|o| &*o.name == name).count();
+        let buffer = pool
+            .init_buffer(&BufferInit::new("returned at once", 1000).with_usage(BufferUsage::STORAGE))
+            .unwrap();
+        assert!(pool.stats().used_bytes > base);
+        assert_eq!(named("returned at once"), 1);
+        drop(buffer);
+        assert_eq!(pool.stats().used_bytes, base, "returned at once");
+        assert_eq!(named("returned at once"), 0, "untracked with it");
+        let gate = device.create_timeline("placed gate").unwrap();
+        let buffer = pool
+            .init_buffer(&BufferInit::new("returned later", 1000).with_usage(BufferUsage::STORAGE))
+            .unwrap();
+        buffer.used_until(gate.at(1)).unwrap();
+        // SAFETY: the test signals the gate from the host below, waiting for nothing first.
+        unsafe { gate.signal_submitted(1) };
+        drop(buffer);
+        device.maintain();
+        assert!(pool.stats().used_bytes > base, "held by its declared use");
+        assert_eq!(named("returned later"), 1, "still tracked while queued");
+        assert_eq!(pool.stats().buffers, 1, "the queued one no longer counts as live");
+        let info = vk::SemaphoreSignalInfo::default().semaphore(gate.raw()).value(1);
+        // SAFETY: a timeline semaphore of this device, signalled once, upwards.
+        unsafe { device.raw().signal_semaphore(&info) }.unwrap();
+        device.maintain();
+        assert_eq!(pool.stats().used_bytes, base, "returned after its use");
+        assert_eq!(named("returned later"), 0);
+        pool.check_invariants().unwrap();
+        drop(anchor);
+    });
+}

@@ -431,6 +431,51 @@ fn usage_floors_core_and_live_answers_are_equal_for_every_combination_on_every_p
     });
 }
 
+/// Issue #31: a thread keeps a placed pool buffer's answer per 16-byte class (pool, usage, size
+/// class, floor, policies) and reuses it for the class's other sizes. Every size of the classes
+/// up to 640 B, in both orders (so that the first of a class is kept and the others reuse it),
+/// under both policies and with and without a floor, gets the core's answer over its size
+/// class's requirements, room for its own requirements, and its own alignment.
+#[test]
+fn kept_class_answers_equal_the_engines_for_every_size_of_a_class() {
+    with_policy(PlacementPolicy::Tight, |device| {
+        let pool =
+            BufferPool::new(Arc::clone(device), BufferPoolDesc::new("class pool", BufferPoolUsage::Unknown))
+                .unwrap();
+        let usages =
+            [BufferUsage::STORAGE | BufferUsage::VERTEX, BufferUsage::UNIFORM | BufferUsage::COPY_DST];
+        let ascending: Vec<u64> = (1..=640).collect();
+        let descending: Vec<u64> = ascending.iter().rev().copied().collect();
+        for usage in usages {
+            for policy in [PlacementPolicy::Tight, PlacementPolicy::Legacy] {
+                for floor in [0u64, 256] {
+                    for sizes in [&ascending, &descending] {
+                        let mut live = Vec::new();
+                        for &size in sizes {
+                            let name = format!("class {usage:?} {policy:?} floor {floor} {size} B");
+                            let init = BufferInit::new(name.as_str(), size)
+                                .with_usage(usage)
+                                .with_policy(policy)
+                                .with_alignment(floor);
+                            let buffer = pool.init_buffer(&init).unwrap();
+                            let info = buffer.existing_allocation_info();
+                            let (class_size, alignment) =
+                                core_answer(device, &buffer, policy, Placement::Placed, floor.max(16), true);
+                            assert_eq!((info.size, info.alignment), (class_size, alignment), "{name}");
+                            // SAFETY: a live buffer of this device; a pure query.
+                            let own = unsafe { device.raw().get_buffer_memory_requirements(buffer.raw()) };
+                            assert!(info.size >= own.size, "{name}: room for its own requirements");
+                            assert_eq!(info.offset % own.alignment, 0, "{name}: at its own alignment");
+                            live.push(buffer);
+                        }
+                        pool.check_invariants().unwrap();
+                    }
+                }
+            }
+        }
+    });
+}
+
 /// Issue #31: tight alignment is a flag of each resource (`with_policy`), over the device's and a
 /// pool's policy: tight and legacy resources side by side on one device, each placed and reported
 /// by its own rules.

@@ -39,6 +39,7 @@ pub struct LastUses {
 
 impl LastUses {
     /// No use at all: retires at once.
+    #[inline]
     pub fn none() -> LastUses {
         LastUses::default()
     }
@@ -65,6 +66,7 @@ impl LastUses {
     }
 
     /// Whether no use was recorded.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.points.is_empty()
     }

@@ -719,8 +719,13 @@ pub(crate) enum ResourceMemory {
     /// A range of a sub-allocator above this layer (a buffer pool's page, a linear pool's
     /// block). Weak: a live resource keeps its sub-allocator alive through its `Life`'s parent; a
     /// deferred one returns its range only if the sub-allocator is still there (else its memory
-    /// retires after it, all at once).
-    Sub { owner: std::sync::Weak<dyn SubAllocator>, allocation: SubAllocation },
+    /// retires after it, all at once). `None`: the sub-allocator is the parent of the `Life` that
+    /// holds this memory (a buffer pool's arena, [`DeviceParent::as_sub_allocator`]): no `Weak`
+    /// per resource (issue #31); `Life::retire` gives the range back through its parent, or
+    /// fills in the `Weak` before the garbage is queued.
+    ///
+    /// [`DeviceParent::as_sub_allocator`]: crate::device::life::DeviceParent::as_sub_allocator
+    Sub { owner: Option<std::sync::Weak<dyn SubAllocator>>, allocation: SubAllocation },
     /// A transient pool's heap: nothing to return (the heap retires after the resources in it).
     Transient,
 }
@@ -749,13 +754,25 @@ pub(crate) trait SubAllocator: Send + Sync {
 impl Device {
     /// Returns a resource's memory to where it came from.
     pub(crate) fn release(&self, owner: ResourceMemory) {
+        self.release_to(owner, None);
+    }
+
+    /// [`Device::release`], with `parent` the sub-allocator a [`ResourceMemory::Sub`] without a
+    /// `Weak` of its own returns to (its `Life`'s parent, alive while the life holds it).
+    pub(crate) fn release_to(&self, owner: ResourceMemory, parent: Option<&dyn SubAllocator>) {
         match owner {
             ResourceMemory::General { list, allocation } => {
                 let mut list = self.general[list as usize].locked();
                 list.free(self, allocation);
             }
             ResourceMemory::Dedicated(block) => block.destroy(self),
-            ResourceMemory::Sub { owner, allocation } => {
+            ResourceMemory::Sub { owner: None, allocation } => match parent {
+                Some(parent) => parent.give_back(allocation),
+                // `Life::retire` resolves the owner before the garbage leaves the life: never
+                // reached (the range would stay allocated until its page goes).
+                None => debug_assert!(false, "a parent's range released without its parent"),
+            },
+            ResourceMemory::Sub { owner: Some(owner), allocation } => {
                 if let Some(owner) = owner.upgrade() {
                     owner.give_back(allocation);
                 }

@@ -28,7 +28,7 @@
 //! the resources placed in them.
 
 use crate::device::blocks::MemoryBlock;
-use crate::device::blocks::ResourceMemory;
+use crate::device::blocks::{ResourceMemory, SubAllocator};
 use crate::device::ledger::ObjectId;
 use crate::device::lock::{thread_shard, CachePadded, SHARDS};
 use crate::device::Device;
@@ -110,6 +110,12 @@ pub(crate) enum Garbage {
 impl Garbage {
     /// Destroys the objects and returns the memory where it came from.
     pub(crate) fn destroy(self, device: &Device) {
+        self.destroy_to(device, None);
+    }
+
+    /// [`Garbage::destroy`], with `parent` the sub-allocator its memory returns to when it has
+    /// no `Weak` of its own ([`ResourceMemory::Sub`]: its life's parent, alive here).
+    fn destroy_to(self, device: &Device, parent: Option<&dyn SubAllocator>) {
         match self {
             Garbage::Buffer { raw, memory, id } => {
                 if raw != vk::Buffer::null() {
@@ -122,7 +128,7 @@ impl Garbage {
                     unsafe { device.raw().destroy_buffer(raw, None) };
                 }
                 device.ledger().untrack(id);
-                device.release(memory);
+                device.release_to(memory, parent);
             }
             Garbage::Image { raw, memory, id } => {
                 // SAFETY: as for buffers; its views retired before it (they hold the image alive).
@@ -188,6 +194,19 @@ impl Garbage {
     }
 }
 
+impl Garbage {
+    /// Gives memory returned through its life's parent ([`ResourceMemory::Sub`] without a `Weak`)
+    /// the parent's `Weak` (`parent`), before the garbage leaves the life that holds the parent
+    /// (queued behind its uses: the queue keeps no pool alive).
+    fn resolve_owner(&mut self, parent: impl FnOnce() -> Option<Weak<dyn SubAllocator>>) {
+        if let Garbage::Buffer { memory: ResourceMemory::Sub { owner: owner @ None, .. }, .. }
+        | Garbage::Image { memory: ResourceMemory::Sub { owner: owner @ None, .. }, .. } = self
+        {
+            *owner = parent();
+        }
+    }
+}
+
 /// Garbage of a layer above this one ([`Garbage::Custom`]): destroyed by the retire queue once
 /// every use it waited for has passed, like every other garbage.
 pub(crate) trait Retire: Send + Sync + std::fmt::Debug {
@@ -243,6 +262,15 @@ pub(crate) trait DeviceParent: Parent {
     fn device(&self) -> &Arc<Device>;
     /// Itself as a plain parent.
     fn as_parent(&self) -> &dyn Parent;
+    /// Itself as the sub-allocator its children's memory returns to (a buffer pool's arena),
+    /// if it is one: a child's [`ResourceMemory::Sub`] without a `Weak` returns there.
+    fn as_sub_allocator(&self) -> Option<&dyn SubAllocator> {
+        None
+    }
+    /// The same as a `Weak` (for garbage queued behind its uses, which keeps nothing alive).
+    fn weak_sub_allocator(self: Arc<Self>) -> Option<Weak<dyn SubAllocator>> {
+        None
+    }
 }
 
 /// How a [`Life`] keeps its device (and its parent) alive.
@@ -350,9 +378,23 @@ impl Life {
 
     /// Retires its garbage (once): destroyed now or queued behind its uses, its parent told.
     fn retire(&mut self) {
-        let Some(garbage) = self.garbage.take() else { return };
+        let Some(mut garbage) = self.garbage.take() else { return };
         let uses = std::mem::take(self.uses.value_mut());
-        let uses = self.device().retire(garbage, uses);
+        let device = self.device();
+        if device.retires_now(&uses) {
+            // Destroyed here, while this life still holds its parent: memory without a `Weak`
+            // of its own returns to it directly.
+            garbage.destroy_to(device, self.sub_parent());
+            if let Some(parent) = self.parent() {
+                parent.child_released();
+            }
+            return;
+        }
+        garbage.resolve_owner(|| match &self.holder {
+            Some(Holder::Parent(parent)) => Arc::clone(parent).weak_sub_allocator(),
+            _ => None,
+        });
+        let uses = device.retire(garbage, uses);
         if let Some(parent) = self.parent() {
             if let Some(uses) = uses {
                 parent.note_pending(&uses);
@@ -409,6 +451,22 @@ impl Life {
         match &self.holder {
             Some(holder) => holder.device(),
             None => unreachable!("a spare life is never handed out"),
+        }
+    }
+
+    /// Its parent as the sub-allocator its memory returns to (a buffer pool's arena), shared.
+    pub(crate) fn sub_allocator(&self) -> Option<Arc<dyn SubAllocator>> {
+        match self.holder.as_ref()? {
+            Holder::Parent(parent) => Arc::clone(parent).weak_sub_allocator()?.upgrade(),
+            Holder::Device(..) => None,
+        }
+    }
+
+    /// Its parent as the sub-allocator its memory may return to (a buffer pool's arena).
+    fn sub_parent(&self) -> Option<&dyn SubAllocator> {
+        match self.holder.as_ref()? {
+            Holder::Parent(parent) => parent.as_sub_allocator(),
+            Holder::Device(..) => None,
         }
     }
 
@@ -863,14 +921,21 @@ impl Device {
             .collect()
     }
 
+    /// Whether garbage released now with `uses` declared is destroyed at once without a lock, a
+    /// Vulkan call or an allocation (the common case): nothing declared, no renderer frame
+    /// pending, and every submission and bind made so far already seen completed.
+    pub(crate) fn retires_now(&self, uses: &LastUses) -> bool {
+        uses.is_empty()
+            && !self.retirement().frames_pending.load(Ordering::Acquire)
+            && self.retirement().all_seen_completed()
+    }
+
     pub(crate) fn retire(&self, garbage: Garbage, mut uses: LastUses) -> Option<LastUses> {
-        // The common case without a lock, a Vulkan call or an allocation: nothing declared, and
-        // every submission and bind made so far already seen completed.
-        let frames_pending = self.retirement().frames_pending.load(Ordering::Acquire);
-        if uses.is_empty() && !frames_pending && self.retirement().all_seen_completed() {
+        if self.retires_now(&uses) {
             garbage.destroy(self);
             return None;
         }
+        let frames_pending = self.retirement().frames_pending.load(Ordering::Acquire);
         // Renderer frames submitted through residency before the drop may still use it.
         if frames_pending {
             uses.merge(&self.pending_frames());

@@ -721,7 +721,7 @@ thread_local! {
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
-fn policy_code(policy: Option<PlacementPolicy>) -> u8 {
+pub(crate) fn policy_code(policy: Option<PlacementPolicy>) -> u8 {
     match policy {
         None => 0,
         Some(PlacementPolicy::Tight) => 1,
@@ -843,13 +843,15 @@ impl Device {
     /// [`Device::placed_with_rules`] for a placed buffer of a pool (`req.target` a buffer, no
     /// image), from this thread's cache of the engine's answers: the engine runs once per set of
     /// inputs (requirements, usage, floor, policies) and device. An answer that sent a message
-    /// (an overridden floor, …) is not kept, so every such buffer reports it as before.
+    /// (an overridden floor, …) is not kept, so every such buffer reports it as before: the
+    /// second value says whether it was kept (a pure function of the inputs, which callers may
+    /// keep too).
     pub(crate) fn pooled_placed_with(
         &self,
         req: &PlaceRequest<'_>,
         usage: BufferUsage,
         default: PlacementPolicy,
-    ) -> Result<PlacedWith, MemoryError> {
+    ) -> Result<(PlacedWith, bool), MemoryError> {
         debug_assert!(matches!(req.target, DedicatedTarget::Buffer(_)) && req.image.is_none());
         let key = PlacedWithKey {
             device: self.uid(),
@@ -869,7 +871,7 @@ impl Device {
             _ => None,
         });
         if let Some(placed_with) = hit {
-            return Ok(placed_with);
+            return Ok((placed_with, true));
         }
         let mut reported = false;
         let placed_with =
@@ -883,6 +885,6 @@ impl Device {
                 table[at] = Some((key, placed_with));
             });
         }
-        Ok(placed_with)
+        Ok((placed_with, !reported))
     }
 }

@@ -30,8 +30,12 @@
 //! **Per-buffer work kept per thread.** A placed buffer's memory requirements are those of its
 //! size class, asked once per thread (`resources::buffer::class_requirements`, the spec's
 //! invariance rules), and the placement engine's answer for the same inputs is kept per thread
-//! (`Device::pooled_placed_with`): creating one is `vkCreateBuffer`, its name, a bind, and the
-//! bookkeeping.
+//! (`Device::pooled_placed_with`); in front of both, a thread keeps the whole answer (size to
+//! reserve, alignment, engine's answer) per 16-byte class of the pool (`PlacedClassKey`): one
+//! lookup per buffer. Creating one is `vkCreateBuffer`, its name, a bind, and the bookkeeping.
+//! A placed buffer's range returns through its arena, which its life holds as its parent: no
+//! `Weak` per buffer (`ResourceMemory::Sub` without an owner; a release queued behind GPU uses
+//! takes the arena's `Weak` then).
 
 use crate::device::blocks::{BlockAllocation, BlockList, MemoryError, SubRequest};
 use crate::device::blocks::{ResourceMemory, SubAllocation, SubAllocator};
@@ -41,10 +45,12 @@ use crate::device::lock::{CachePadded, SHARDS};
 use crate::device::Device;
 use crate::error::{ForeignReason, ForeignResource};
 use crate::format_map::vk_buffer_usage;
-use crate::memory::placement::{PlacedWith, PlacementPolicy};
+use crate::memory::placement::{policy_code, PlacedWith, PlacementPolicy};
 use crate::poison::PoisonFree;
 use crate::pools::range_cache::cacheable;
-use crate::resources::buffer::{bind_buffer, create_raw_buffer, create_raw_buffer_cached, Buffer};
+use crate::resources::buffer::{
+    bind_buffer, class_requirements, create_raw_buffer, create_unbound_buffer, Buffer,
+};
 use crate::resources::buffer::{BufferMemory, BufferObject, BufferParts};
 use crate::resources::Unused;
 use ash::vk;
@@ -802,9 +808,7 @@ impl PoolShared {
         init: &BufferInit,
         usage: BufferUsage,
     ) -> Result<Buffer, MemoryError> {
-        // The requirements of its size class, asked once per thread (`class_requirements`): no
-        // query per buffer.
-        let (raw, req) = create_raw_buffer_cached(
+        let raw = create_unbound_buffer(
             &self.device,
             &init.name,
             init.size,
@@ -812,6 +816,37 @@ impl PoolShared {
             self.desc.debug_names.unwrap_or_else(|| self.device.names_objects_by_default()),
         )?;
         let guard = Unused::new(&self.device, raw);
+        let policy = self.desc.policy.unwrap_or_else(|| self.device.placement_policy());
+        // This thread's answer for the buffer's class in this pool, when it has one: one lookup
+        // instead of the requirements' and the engine's (below).
+        let class = PlacedClassKey::new(self.pool_id, init, usage, policy);
+        let (size, alignment, placed_with) = match class.and_then(PlacedClassKey::find) {
+            Some(answer) => answer,
+            None => self.placed_class(init, usage, policy, raw, class)?,
+        };
+        let (allocation, page) = self.allocate(handle, &init.name, size, alignment)?;
+        let offset = allocation.allocation.offset();
+        if let Err(e) = bind_buffer(&self.device, guard.disarm(), page.memory, offset) {
+            self.free_range(handle.index, allocation);
+            return Err(e);
+        }
+        Ok(self.pool_buffer(handle, init, usage, page, allocation, PoolBuffer::Placed(raw), placed_with))
+    }
+
+    /// What a placed buffer of `usage` and `init`'s size takes in this pool: the size to
+    /// reserve (its class's), the offset alignment, and the placement engine's answer; kept for
+    /// the buffer's class (`class`) when every buffer of the class gets the same answer.
+    fn placed_class(
+        &self,
+        init: &BufferInit,
+        usage: BufferUsage,
+        policy: PlacementPolicy,
+        raw: vk::Buffer,
+        class: Option<PlacedClassKey>,
+    ) -> Result<(u64, u64, PlacedWith), MemoryError> {
+        // The requirements of its size class, asked once per thread (`class_requirements`): no
+        // query per buffer.
+        let req = class_requirements(&self.device, init.size, vk_buffer_usage(usage));
         if req.memory_type_bits & (1 << self.type_index) == 0 {
             return Err(self.invalid(
                 init,
@@ -835,20 +870,18 @@ impl PoolShared {
             image: None,
             policy: init.policy,
         };
-        let policy = self.desc.policy.unwrap_or_else(|| self.device.placement_policy());
         // The engine's answer for these inputs, kept per thread (`pooled_placed_with`).
-        let mut placed_with = self.device.pooled_placed_with(&request, usage, policy)?;
+        let (mut placed_with, pure) = self.device.pooled_placed_with(&request, usage, policy)?;
         // The engine's alignment holds the usage's floors already: the pool's range alignment
         // (`range_alignment`: those floors, at least 16 B) adds only its 16 B.
         placed_with.alignment = placed_with.alignment.max(16);
-        let alignment = placed_with.alignment;
-        let (allocation, page) = self.allocate(handle, &init.name, req.size, alignment)?;
-        let offset = allocation.allocation.offset();
-        if let Err(e) = bind_buffer(&self.device, guard.disarm(), page.memory, offset) {
-            self.free_range(handle.index, allocation);
-            return Err(e);
+        let answer = (req.size, placed_with.alignment, placed_with);
+        // Every size of a 16-byte class rounds to the same driver class when the driver's
+        // alignment is a multiple of 16, so the whole class gets this answer.
+        if let Some(class) = class.filter(|_| pure && req.alignment % CLASS_BYTES == 0) {
+            class.keep(answer);
         }
-        Ok(self.pool_buffer(handle, init, usage, page, allocation, PoolBuffer::Placed(raw), placed_with))
+        Ok(answer)
     }
 
     /// The `Buffer` of an allocation made in page `page` of arena `arena`: tracked by name, counted,
@@ -868,7 +901,8 @@ impl PoolShared {
         let offset = allocation.allocation.offset();
         arena.buffers.fetch_add(1, Ordering::Relaxed);
         let owner = ResourceMemory::Sub {
-            owner: Arc::downgrade(arena) as _,
+            // Its arena is its life's parent: no `Weak` of its own (`ResourceMemory::Sub`).
+            owner: None,
             allocation: SubAllocation::Block { arena: arena.index, allocation },
         };
         let object = match kind {
@@ -898,6 +932,87 @@ impl PoolShared {
     /// Returns a released buffer's range (its `VkBuffer` is already destroyed).
     pub(crate) fn free_range(&self, arena: u16, allocation: BlockAllocation) {
         self.arenas[usize::from(arena)].locked().free(&self.device, allocation);
+    }
+}
+
+/// Bytes of a placed buffer's class in [`PlacedClassKey`]: sizes `(16 k, 16 (k + 1)]` share a
+/// class.
+const CLASS_BYTES: u64 = 16;
+/// The largest placed buffer whose class answer a thread keeps (far below any `maxBufferSize`,
+/// at least 2^30 with maintenance4, so its driver class is never clamped to it).
+const CLASS_MAX_SIZE: u64 = 64 << 10;
+/// Entries of a thread's table of placed class answers (two ways per set).
+const CLASS_ENTRIES: usize = 2048;
+
+/// A placed pool buffer's class (issue #31): its pool (which fixes the device, memory type,
+/// intent and budget rule), usage, size in 16-byte steps, alignment floor and the two policies.
+/// Every buffer of a class gets the same requirements class and engine answer (when the
+/// driver's alignment is a multiple of 16 and the engine sent no message: `placed_class`), so
+/// a thread keeps that answer for the class and looks it up once per buffer.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct PlacedClassKey {
+    pool: u64,
+    class: u32,
+    usage: u32,
+    floor: u64,
+    /// The buffer's own policy (0: none, 1: tight, 2: legacy) × 3 + the pool's default.
+    policies: u8,
+}
+
+/// What a class gets: the size to reserve, the offset alignment and the engine's answer.
+type PlacedClassAnswer = (u64, u64, PlacedWith);
+
+thread_local! {
+    /// This thread's class answers, direct-mapped by two ways: no lock, nothing shared.
+    static PLACED_CLASSES: std::cell::RefCell<Vec<Option<(PlacedClassKey, PlacedClassAnswer)>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl PlacedClassKey {
+    /// The class of a buffer of `init` and `usage` in pool `pool` under the default `policy`;
+    /// `None` past [`CLASS_MAX_SIZE`].
+    fn new(pool: u64, init: &BufferInit, usage: BufferUsage, policy: PlacementPolicy) -> Option<Self> {
+        (init.size <= CLASS_MAX_SIZE).then(|| PlacedClassKey {
+            pool,
+            class: init.size.div_ceil(CLASS_BYTES) as u32,
+            usage: usage.bits(),
+            floor: init.alignment,
+            policies: policy_code(init.policy) * 3 + policy_code(Some(policy)),
+        })
+    }
+
+    /// The first way of its set in the table.
+    fn set(&self) -> usize {
+        let hash = self.pool.rotate_left(32)
+            ^ u64::from(self.usage).rotate_left(16)
+            ^ u64::from(self.class)
+            ^ self.floor.rotate_left(40)
+            ^ u64::from(self.policies).rotate_left(56);
+        ((hash.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 53) as usize % CLASS_ENTRIES) & !1
+    }
+
+    /// This thread's answer for the class, if it keeps one.
+    fn find(self) -> Option<PlacedClassAnswer> {
+        let set = self.set();
+        PLACED_CLASSES.with(|table| {
+            let table = table.borrow();
+            let ways = table.get(set..set + 2)?;
+            ways.iter().flatten().find(|(key, _)| *key == self).map(|&(_, answer)| answer)
+        })
+    }
+
+    /// Keeps `answer` for the class (the set's first way; its previous entry moves to the
+    /// second).
+    fn keep(self, answer: PlacedClassAnswer) {
+        let set = self.set();
+        PLACED_CLASSES.with(|table| {
+            let mut table = table.borrow_mut();
+            if table.is_empty() {
+                table.resize(CLASS_ENTRIES, None);
+            }
+            table[set + 1] = table[set].take();
+            table[set] = Some((self, answer));
+        });
     }
 }
 
@@ -966,6 +1081,14 @@ impl DeviceParent for PoolArena {
 
     fn as_parent(&self) -> &dyn Parent {
         self
+    }
+
+    fn as_sub_allocator(&self) -> Option<&dyn SubAllocator> {
+        Some(self)
+    }
+
+    fn weak_sub_allocator(self: Arc<Self>) -> Option<std::sync::Weak<dyn SubAllocator>> {
+        Some(Arc::downgrade(&self) as _)
     }
 }
 
@@ -1226,7 +1349,7 @@ impl Drop for PoolRange {
             return;
         }
         let memory = ResourceMemory::Sub {
-            owner: Arc::downgrade(&self.arena) as _,
+            owner: Some(Arc::downgrade(&self.arena) as _),
             allocation: SubAllocation::Block { arena, allocation },
         };
         // Released at once (the retire path's fast case) or after the uses; the arena, still

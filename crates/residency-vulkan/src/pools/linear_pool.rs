@@ -328,7 +328,7 @@ impl LinearShared {
         }
         self.buffers.fetch_add(1, Ordering::Relaxed);
         let owner = ResourceMemory::Sub {
-            owner: Arc::downgrade(this) as _,
+            owner: Some(Arc::downgrade(this) as _),
             allocation: SubAllocation::Linear(allocation),
         };
         let coherent = self.device.memory_properties().types[block.type_index as usize].flags.host_coherent;

@@ -687,32 +687,23 @@ pub(crate) fn create_raw_buffer(
     size: u64,
     usage: BufferUsage,
 ) -> Result<(vk::Buffer, MemoryRequirements), MemoryError> {
-    create_raw_buffer_with(device, name, size, usage, false, true)
+    let raw = create_unbound_buffer(device, name, size, usage, true)?;
+    // SAFETY: raw was just created on this device.
+    let requirements = unsafe { crate::device::profile_capture::requirements_of_buffer_object(device, raw) };
+    Ok((raw, requirements))
 }
 
-/// [`create_raw_buffer`] answering with the requirements of the buffer's size class, kept per
-/// thread ([`class_requirements`]) instead of asking the driver about each buffer: for buffers
-/// placed in memory they share (a pool's placed buffers), where a size at least the buffer's is
-/// all a placement needs. The `VkBuffer` is named in the driver only when `named` (its pool's
-/// `debug_names`).
-pub(crate) fn create_raw_buffer_cached(
+/// [`create_raw_buffer`] without asking the requirements: for buffers placed in memory they
+/// share (a pool's placed buffers), whose pool takes the requirements of their size class
+/// ([`class_requirements`]) instead of asking the driver about each buffer. The `VkBuffer` is
+/// named in the driver only when `named` (its pool's `debug_names`).
+pub(crate) fn create_unbound_buffer(
     device: &Device,
     name: &str,
     size: u64,
     usage: BufferUsage,
     named: bool,
-) -> Result<(vk::Buffer, MemoryRequirements), MemoryError> {
-    create_raw_buffer_with(device, name, size, usage, true, named)
-}
-
-fn create_raw_buffer_with(
-    device: &Device,
-    name: &str,
-    size: u64,
-    usage: BufferUsage,
-    cached: bool,
-    named: bool,
-) -> Result<(vk::Buffer, MemoryRequirements), MemoryError> {
+) -> Result<vk::Buffer, MemoryError> {
     if size == 0 {
         return Err(MemoryError::InvalidRequest {
             name: name.to_owned(),
@@ -757,13 +748,7 @@ fn create_raw_buffer_with(
     if named {
         device.set_name(raw, name);
     }
-    let requirements = if cached {
-        class_requirements(device, size, info.usage)
-    } else {
-        // SAFETY: raw was just created on this device.
-        unsafe { crate::device::profile_capture::requirements_of_buffer_object(device, raw) }
-    };
-    Ok((raw, requirements))
+    Ok(raw)
 }
 
 /// Entries of a thread's requirements cache (direct-mapped).

@@ -260,7 +260,7 @@ impl Heaps {
         match self {
             Heaps::General(list) => ResourceMemory::General { list: *list, allocation },
             Heaps::Pool(arena) => ResourceMemory::Sub {
-                owner: Arc::downgrade(arena) as _,
+                owner: Some(Arc::downgrade(arena) as _),
                 allocation: SubAllocation::Block { arena: arena.index(), allocation },
             },
         }
@@ -659,8 +659,12 @@ impl Defragmenter {
                 }) => {
                     // The buffer's life holds its pool's arena (its parent), so it is there; a
                     // buffer pool is the only sub-allocator handing out page ranges the
-                    // defragmenter moves.
-                    let arena = owner.upgrade().and_then(|o| o.as_any().downcast::<PoolArena>().ok());
+                    // defragmenter moves. No `Weak` of its own: the arena is that parent.
+                    let owner = match owner {
+                        Some(owner) => owner.upgrade(),
+                        None => buffer.life().sub_allocator(),
+                    };
+                    let arena = owner.and_then(|o| o.as_any().downcast::<PoolArena>().ok());
                     arena.map(|arena| (Heaps::Pool(arena), allocation))
                 }
                 _ => None,
