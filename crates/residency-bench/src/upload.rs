@@ -5,12 +5,21 @@
 //!   ordinary (pageable) `Vec<u8>` into a device-local buffer, then `wait_idle`: the ring's
 //!   quarters staged by the host's threads while the GPU copies the ones before;
 //! - the same with one staging thread (`single_thread_gb_per_s`, the baseline);
+//! - the same with non-temporal stores into the ring (`host_to_device_streaming_gb_per_s`,
+//!   `Uploader::with_streaming_stores`);
 //! - **the DMA part alone** (`dma_gb_per_s`): a copy of the same bytes from a filled host-visible
 //!   buffer to the device-local one, timed by GPU timestamps around the copy;
 //! - the CPU part alone (`staging_write_gb_per_s`): `Buffer::write_with_threads` into a mapped
 //!   host-visible buffer with the uploader's thread count;
 //! - where a memory type is device-local and host-visible (ReBAR), `rebar_gb_per_s`: the same
-//!   write straight into device-local memory, no copy at all.
+//!   write straight into device-local memory, no copy at all;
+//! - where the device imports host memory (VK_EXT_external_memory_host), **zero copy**
+//!   (`imported_gb_per_s`): `Uploader::upload_buffer` with the import forced on (threshold 0),
+//!   the slice's own pages imported piece by piece (`--import-chunk-mib`, `--import-threads`)
+//!   and copied by the DMA engine, no staging write;
+//! - with `--sweep`, staged (`upload_buffer`, imports off) against imported per size from 64 KiB
+//!   to `--mib`, and the smallest size from which importing wins (`import_wins_from_bytes`): the
+//!   threshold for `Uploader::with_import_threshold`.
 
 use residency::core::memory::MemoryIntent;
 use residency::core::usage::BufferUsage;
@@ -31,11 +40,23 @@ pub struct UploadOptions {
     ring_mib: u64,
     threads: Option<usize>,
     reps: usize,
+    import_chunk_mib: Option<u64>,
+    import_threads: Option<usize>,
+    sweep: bool,
 }
 
 /// Parses the options.
 pub fn parse_options(args: &[String]) -> Result<UploadOptions, String> {
-    let mut o = UploadOptions { json: false, mib: 256, ring_mib: 64, threads: None, reps: 5 };
+    let mut o = UploadOptions {
+        json: false,
+        mib: 256,
+        ring_mib: 64,
+        threads: None,
+        reps: 5,
+        import_chunk_mib: None,
+        import_threads: None,
+        sweep: false,
+    };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let mut number = |name: &str| crate::positive::<u64>(&mut it, name);
@@ -45,6 +66,9 @@ pub fn parse_options(args: &[String]) -> Result<UploadOptions, String> {
             "--ring-mib" => o.ring_mib = number("--ring-mib")?,
             "--threads" => o.threads = Some(number("--threads")? as usize),
             "--reps" => o.reps = number("--reps")? as usize,
+            "--import-chunk-mib" => o.import_chunk_mib = Some(number("--import-chunk-mib")?),
+            "--import-threads" => o.import_threads = Some(number("--import-threads")? as usize),
+            "--sweep" => o.sweep = true,
             other => return Err(format!("unexpected argument `{other}`")),
         }
     }
@@ -64,12 +88,29 @@ struct UploadReport {
     host_to_device_gb_per_s: f64,
     single_thread_gb_per_s: f64,
     threads_over_single: f64,
+    host_to_device_streaming_gb_per_s: f64,
     dma_gb_per_s: Option<f64>,
     end_to_end_over_dma: Option<f64>,
     staging_write_gb_per_s: f64,
     rebar_gb_per_s: Option<f64>,
+    /// `minImportedHostPointerAlignment` (`None`: the device does not import host memory).
+    import_alignment: Option<u64>,
+    import_chunk_bytes: u64,
+    import_threads: usize,
+    imported_gb_per_s: Option<f64>,
+    imported_over_dma: Option<f64>,
+    sweep: Vec<SweepPoint>,
+    import_wins_from_bytes: Option<u64>,
     verified: bool,
     validation_problems: u64,
+}
+
+/// Staged against imported at one size (`--sweep`).
+#[derive(Debug, Serialize)]
+struct SweepPoint {
+    bytes: u64,
+    staged_gb_per_s: f64,
+    imported_gb_per_s: f64,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -93,23 +134,77 @@ fn measure(device: &Arc<Device>, o: &UploadOptions) -> BenchResult<UploadReport>
     };
     let threads = threaded.copy_threads();
     let single = Uploader::new(device, "upload bench (1 thread)", o.ring_mib << 20)?.with_copy_threads(1);
+    let streaming = Uploader::new(device, "upload bench (streaming stores)", o.ring_mib << 20)?
+        .with_copy_threads(threads)
+        .with_streaming_stores(true);
+    let mut importer =
+        Uploader::new(device, "upload bench (import)", o.ring_mib << 20)?.with_copy_threads(threads);
+    if let Some(mib) = o.import_chunk_mib {
+        importer = importer.with_import_chunk(mib << 20);
+    }
+    if let Some(n) = o.import_threads {
+        importer = importer.with_import_threads(n);
+    }
+    let (import_chunk, import_threads) = (importer.import_chunk(), importer.import_threads());
+    let staged_only = Uploader::new(device, "upload bench (staged)", o.ring_mib << 20)?
+        .with_copy_threads(threads)
+        .with_import_threshold(u64::MAX);
+    let importer = importer.with_import_threshold(0);
+    let import_alignment = device.host_import_alignment();
     let run = |uploader: &Uploader| -> BenchResult<f64> {
         let started = Instant::now();
         uploader.write_buffer(&dst, 0, &data)?;
         uploader.wait_idle()?;
         Ok(gb_per_s(bytes, started.elapsed().as_secs_f64()))
     };
+    let upload = |uploader: &Uploader, len: usize| -> BenchResult<f64> {
+        let started = Instant::now();
+        uploader.upload_buffer(&dst, 0, &data[..len])?;
+        Ok(gb_per_s(len as u64, started.elapsed().as_secs_f64()))
+    };
     // Warm-up (first touch of the ring and the destination), then alternating rounds.
     run(&threaded)?;
     run(&single)?;
-    let (mut many, mut one) = (Vec::new(), Vec::new());
+    run(&streaming)?;
+    if import_alignment.is_some() {
+        upload(&importer, data.len())?;
+    }
+    let (mut many, mut one, mut imported, mut streamed) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..o.reps {
         many.push(run(&threaded)?);
         one.push(run(&single)?);
+        streamed.push(run(&streaming)?);
+        if import_alignment.is_some() {
+            imported.push(upload(&importer, data.len())?);
+        }
     }
-    // The last write was the single-threaded one: check every byte arrived.
+    // The last write was the imported one (where the device imports), else the single-threaded
+    // one: check every byte arrived.
     let verified = device.read_back(&dst, 0, bytes)? == data;
-    drop((threaded, single));
+    let mut sweep = Vec::new();
+    if o.sweep && import_alignment.is_some() {
+        let mut len = 64usize << 10;
+        while len <= data.len() {
+            let (mut staged, mut imports) = (Vec::new(), Vec::new());
+            for _ in 0..o.reps.max(3) {
+                staged.push(upload(&staged_only, len)?);
+                imports.push(upload(&importer, len)?);
+            }
+            sweep.push(SweepPoint {
+                bytes: len as u64,
+                staged_gb_per_s: median(staged),
+                imported_gb_per_s: median(imports),
+            });
+            len *= 2;
+        }
+    }
+    // The smallest size from which importing is at least as fast at every larger size measured.
+    let import_wins_from_bytes = sweep
+        .iter()
+        .rposition(|p| p.imported_gb_per_s < p.staged_gb_per_s)
+        .map_or(sweep.first(), |i| sweep.get(i + 1))
+        .map(|p| p.bytes);
+    drop((threaded, single, streaming, importer, staged_only));
 
     // The CPU part and the DMA part alone.
     let staging_desc = BufferDesc::new("upload bench staging", bytes, BufferUsage::COPY_SRC)
@@ -169,6 +264,7 @@ fn measure(device: &Arc<Device>, o: &UploadOptions) -> BenchResult<UploadReport>
         None
     };
     let (host_to_device, single_thread) = (median(many), median(one));
+    let imported = (!imported.is_empty()).then(|| median(imported));
     Ok(UploadReport {
         device: device.name().to_owned(),
         bytes,
@@ -178,10 +274,18 @@ fn measure(device: &Arc<Device>, o: &UploadOptions) -> BenchResult<UploadReport>
         host_to_device_gb_per_s: host_to_device,
         single_thread_gb_per_s: single_thread,
         threads_over_single: host_to_device / single_thread,
+        host_to_device_streaming_gb_per_s: median(streamed),
         dma_gb_per_s: dma,
         end_to_end_over_dma: dma.map(|d| host_to_device / d),
         staging_write_gb_per_s: median(writes),
         rebar_gb_per_s: rebar,
+        import_alignment,
+        import_chunk_bytes: import_chunk,
+        import_threads,
+        imported_gb_per_s: imported,
+        imported_over_dma: imported.zip(dma).map(|(i, d)| i / d),
+        sweep,
+        import_wins_from_bytes,
         verified,
         validation_problems: 0,
     })
@@ -224,9 +328,25 @@ pub fn run(o: &UploadOptions) -> ExitCode {
             "one staging thread  {:>8.2} GB/s  (threads / one: {:.2}x)",
             r.single_thread_gb_per_s, r.threads_over_single
         );
+        println!("streaming stores    {:>8.2} GB/s", r.host_to_device_streaming_gb_per_s);
         println!("DMA copy alone      {:>8} GB/s  (GPU timestamps)", opt(r.dma_gb_per_s));
         println!("staging write alone {:>8.2} GB/s", r.staging_write_gb_per_s);
         println!("ReBAR write         {:>8} GB/s", opt(r.rebar_gb_per_s));
+        println!(
+            "zero copy (import)  {:>8} GB/s  ({} MiB pieces, {} import threads)",
+            opt(r.imported_gb_per_s),
+            r.import_chunk_bytes >> 20,
+            r.import_threads
+        );
+        for p in &r.sweep {
+            println!(
+                "  {:>10} B: staged {:>7.2} GB/s, imported {:>7.2} GB/s",
+                p.bytes, p.staged_gb_per_s, p.imported_gb_per_s
+            );
+        }
+        if let Some(from) = r.import_wins_from_bytes {
+            println!("importing wins from {from} B");
+        }
         println!("verified: {}", r.verified);
     }
     if !report.verified {

@@ -83,7 +83,10 @@ pub use resources::buffer::{AccessError, Buffer, BufferDesc, BufferPlacement};
 pub use resources::image::{Filter, Image, ImageDesc, ImageView, ImageViewDesc, Sampler};
 pub use sync::commands::{CommandContext, ReadBackError, Submission};
 pub use sync::frame::PendingFrame;
-pub use sync::upload::{ImageRegion, ImageTarget, UploadError, Uploader, PARALLEL_COPY_PIECE};
+pub use sync::upload::{
+    ImageRegion, ImageTarget, UploadError, UploadPath, Uploader, DEFAULT_IMPORT_CHUNK,
+    DEFAULT_IMPORT_THRESHOLD, PARALLEL_COPY_PIECE,
+};
 pub use validation::{Severity, ValidationLog, ValidationMessage, ValidationMode};
 
 // The core types the root's signatures take (see "The core's types" above); the module-specific

@@ -14,7 +14,7 @@ use residency_core::tiles::{SparseImageDesc, TexelRegion, TilePoolDesc};
 use residency_core::usage::{BufferPoolUsage, BufferUsage};
 use residency_vulkan::sparse::{SparseImage, SparseTilePool};
 use residency_vulkan::{
-    BufferInit, BufferPool, BufferPoolDesc, DeviceSet, ExternalDevice, ImageRegion, Uploader,
+    BufferInit, BufferPool, BufferPoolDesc, DeviceSet, ExternalDevice, ImageRegion, UploadPath, Uploader,
 };
 use std::sync::Arc;
 
@@ -49,6 +49,12 @@ fn an_applications_own_device_is_used_and_left_alive() {
     uploader.write_buffer(&buffer, 0, &data).unwrap();
     uploader.wait_idle().unwrap();
     assert_eq!(device.read_back(&buffer, 0, 4096).unwrap(), data);
+    // The application did not enable VK_EXT_external_memory_host: `upload_buffer` stages.
+    assert_eq!(device.host_import_alignment(), None);
+    let uploader = uploader.with_import_threshold(0);
+    let again: Vec<u8> = data.iter().map(|b| b ^ 0x5a).collect();
+    assert_eq!(uploader.upload_buffer(&buffer, 0, &again).unwrap(), UploadPath::Staged);
+    assert_eq!(device.read_back(&buffer, 0, 4096).unwrap(), again);
 
     // Sparse tiles, when the device has them: committed, bound, uploaded, read back.
     if app.features.sparse_binding {

@@ -4,7 +4,7 @@
 use residency_core::memory::MemoryIntent;
 use residency_core::usage::BufferUsage;
 use residency_vulkan::testing::with_gpu;
-use residency_vulkan::{BufferDesc, Uploader, PARALLEL_COPY_PIECE};
+use residency_vulkan::{BufferDesc, UploadPath, Uploader, PARALLEL_COPY_PIECE};
 
 fn pattern(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed;
@@ -103,6 +103,189 @@ fn bc_tiles_side_by_side_in_one_batch_arrive_intact_without_a_hazard() {
             let back = device.read_image(&image, vk::ImageLayout::GENERAL).unwrap();
             assert!(back == expected, "{format:?}: every tile's blocks, the later writes last");
             uploader.destroy().unwrap();
+        }
+    });
+}
+
+/// The first index of `data` whose address is `rem` past a multiple of `alignment`.
+fn index_at(data: &[u8], alignment: usize, rem: usize) -> usize {
+    let address = data.as_ptr() as usize;
+    (alignment + rem - address % alignment) % alignment
+}
+
+/// A destination filled with a known pattern, so that bytes outside an upload are checked too.
+fn filled_destination(device: &residency_vulkan::Device, name: &str, len: usize) -> residency_vulkan::Buffer {
+    let usage = BufferUsage::COPY_DST | BufferUsage::COPY_SRC | BufferUsage::STORAGE;
+    let dst = device.create_buffer(&BufferDesc::new(name, len as u64, usage)).unwrap();
+    let fill = Uploader::new(device, "fill", 1 << 20).unwrap().with_import_threshold(u64::MAX);
+    assert_eq!(fill.upload_buffer(&dst, 0, &pattern(len, 99)).unwrap(), UploadPath::Staged);
+    dst
+}
+
+/// A slice whose start and end are not on the import alignment, imported in several pieces into
+/// a destination offset that is not aligned either: every byte arrives, the bytes around the
+/// range keep what they held, the ends went through the ring and the middle was imported (on a
+/// device with VK_EXT_external_memory_host; elsewhere it is staged).
+#[test]
+fn an_imported_upload_of_an_unaligned_slice_arrives_bit_exact() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let alignment = device.host_import_alignment();
+        if std::env::var("RESIDENCY_REQUIRE_GPU").is_ok_and(|v| v == "1") {
+            // Lavapipe and the NVIDIA driver have the extension.
+            assert!(alignment.is_some(), "{} imports host memory", device.name());
+        }
+        let align = alignment.unwrap_or(4096) as usize;
+        let source = pattern(3 * (1 << 20) + 3 * align, 0x51);
+        // Start 7 B past an aligned address, end 5 B before the next one after ~3 MiB.
+        let start = index_at(&source, align, 7);
+        let end = start + (3 << 20) + align - 7 - 5 + align;
+        let data = &source[start..end];
+        assert_ne!(data.as_ptr() as usize % align, 0);
+        assert_ne!((data.as_ptr() as usize + data.len()) % align, 0);
+        let total = data.len() + 64;
+        let dst = filled_destination(device, "imported destination", total);
+        // 1 MiB pieces: several imports, each with its own submission.
+        let uploader = Uploader::new(device, "imports", 1 << 20)
+            .unwrap()
+            .with_import_threshold(0)
+            .with_import_chunk(1 << 20);
+        let path = uploader.upload_buffer(&dst, 3, data).unwrap();
+        if alignment.is_some() {
+            let head = align - 7;
+            let tail = align - 5;
+            assert_eq!(path, UploadPath::Imported { staged: (head + tail) as u64 });
+        } else {
+            assert_eq!(path, UploadPath::Staged);
+        }
+        let mut expected = pattern(total, 99);
+        expected[3..3 + data.len()].copy_from_slice(data);
+        assert!(
+            device.read_back(&dst, 0, total as u64).unwrap() == expected,
+            "bit-exact, nothing else touched"
+        );
+        assert_eq!(uploader.staging_in_use(), (0, 0), "nothing left in flight");
+        // No import outlives the call.
+        let imports = |d: &residency_vulkan::Device| {
+            d.ledger().live_objects().iter().filter(|o| o.kind == "imported host memory").count()
+        };
+        assert_eq!(imports(device), 0);
+    });
+}
+
+/// An upload queued before an imported one (overlapping bytes) is copied first: the imported
+/// data wins, and the one queued after it wins over it.
+#[test]
+fn an_imported_upload_is_ordered_between_queued_writes() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let len = 2 << 20;
+        let dst = filled_destination(device, "ordered destination", len);
+        let uploader = Uploader::new(device, "ordered", 1 << 20).unwrap().with_import_threshold(0);
+        let first = pattern(1 << 18, 1);
+        uploader.write_buffer(&dst, 4096, &first).unwrap();
+        let second = pattern(len - 8192, 2);
+        assert_ne!(uploader.upload_buffer(&dst, 100, &second).unwrap(), UploadPath::Staged);
+        let third = pattern(1000, 3);
+        uploader.write_buffer(&dst, 5000, &third).unwrap();
+        uploader.wait_idle().unwrap();
+        let mut expected = pattern(len, 99);
+        expected[100..100 + second.len()].copy_from_slice(&second);
+        expected[5000..6000].copy_from_slice(&third);
+        assert!(device.read_back(&dst, 0, len as u64).unwrap() == expected);
+    });
+}
+
+/// Where importing cannot pay or cannot work, `upload_buffer` stages: a slice under the
+/// threshold, a slice with no aligned middle, imports turned off; each arrives bit-exact.
+#[test]
+fn an_upload_falls_back_to_staging_where_it_must() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let align = device.host_import_alignment().unwrap_or(4096) as usize;
+        let len = 4 << 20;
+        let dst = filled_destination(device, "fallback destination", len);
+        let source = pattern(len, 5);
+        let mut expected = pattern(len, 99);
+        // Under the default threshold.
+        let uploader = Uploader::new(device, "fallbacks", 1 << 20).unwrap();
+        let small = &source[..(residency_vulkan::DEFAULT_IMPORT_THRESHOLD as usize).min(len) - 1];
+        assert_eq!(uploader.upload_buffer(&dst, 0, small).unwrap(), UploadPath::Staged);
+        expected[..small.len()].copy_from_slice(small);
+        // No whole aligned block inside: staged even with no threshold.
+        let uploader = uploader.with_import_threshold(0);
+        let at = index_at(&source, align, 1);
+        let short = &source[at..at + align - 2];
+        assert_eq!(uploader.upload_buffer(&dst, 11, short).unwrap(), UploadPath::Staged);
+        expected[11..11 + short.len()].copy_from_slice(short);
+        // Imports turned off.
+        let uploader = uploader.with_import_threshold(u64::MAX);
+        assert_eq!(uploader.upload_buffer(&dst, 1 << 20, &source[..1 << 20]).unwrap(), UploadPath::Staged);
+        expected[1 << 20..2 << 20].copy_from_slice(&source[..1 << 20]);
+        // Refused with nothing staged, as `write_buffer` is.
+        let err = uploader.with_import_threshold(0).upload_buffer(&dst, len as u64 - 10, &source[..4096 * 3]);
+        assert!(err.unwrap_err().to_string().contains("outside"));
+        assert!(device.read_back(&dst, 0, len as u64).unwrap() == expected);
+    });
+}
+
+/// Staging with non-temporal stores (where the CPU has them) moves the same bytes: an unaligned
+/// source into an unaligned destination offset, pipelined through the ring by several threads.
+#[test]
+fn a_write_staged_with_streaming_stores_arrives_intact() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let uploader = Uploader::new(device, "streaming", 4 << 20)
+            .unwrap()
+            .with_copy_threads(3)
+            .with_streaming_stores(true);
+        let len = (9 << 20) + 13;
+        let source = pattern(len + 5, 0x77);
+        let data = &source[5..];
+        let dst = filled_destination(device, "streaming destination", len + 40);
+        uploader.write_buffer(&dst, 17, data).unwrap();
+        uploader.wait_idle().unwrap();
+        let mut expected = pattern(len + 40, 99);
+        expected[17..17 + len].copy_from_slice(data);
+        assert!(device.read_back(&dst, 0, expected.len() as u64).unwrap() == expected);
+    });
+}
+
+/// A piece whose import fails (an injected `vkAllocateMemory` failure, as a driver refusing the
+/// pointer would) goes through the ring instead; the other pieces are imported, every byte
+/// arrives and no import is left behind — with one import thread and with several.
+#[test]
+fn a_piece_that_fails_to_import_is_staged_instead() {
+    use residency_vulkan::{FaultSite, InjectedFault};
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let Some(align) = device.host_import_alignment() else { return };
+        let align = align as usize;
+        let source = pattern((4 << 20) + 3 * align, 0x3c);
+        let start = index_at(&source, align, 100);
+        // A 4 MiB aligned middle in four 1 MiB pieces, 100 B and 50 B at the ends.
+        let data = &source[start..start + (align - 100) + (4 << 20) + 50];
+        let dst = filled_destination(device, "refused destination", data.len());
+        for threads in [1, 3] {
+            let uploader = Uploader::new(device, "refused imports", 1 << 20)
+                .unwrap()
+                .with_import_threshold(0)
+                .with_import_chunk(1 << 20)
+                .with_import_threads(threads);
+            device.ledger().inject_fault(FaultSite::AllocateMemory, 1, InjectedFault::OutOfDeviceMemory);
+            let path = uploader.upload_buffer(&dst, 0, data).unwrap();
+            device.ledger().clear_faults();
+            assert_eq!(
+                path,
+                UploadPath::Imported { staged: (align - 100 + 50 + (1 << 20)) as u64 },
+                "{threads} threads"
+            );
+            assert!(device.read_back(&dst, 0, data.len() as u64).unwrap() == data, "{threads} threads");
+            // The next upload (other data) imports every piece again.
+            let other: Vec<u8> = data.iter().map(|b| !b).collect();
+            let path = uploader.upload_buffer(&dst, 0, &other).unwrap();
+            assert!(matches!(path, UploadPath::Imported { .. }));
+            assert!(device.read_back(&dst, 0, data.len() as u64).unwrap() == other);
         }
     });
 }

@@ -158,6 +158,19 @@ pub struct EnabledFeatures {
     /// `descriptorBindingSampledImageUpdateAfterBind`, all three — bindless arrays of sampled
     /// images ([`BindingKind::BindlessSampledImages`](crate::compute::BindingKind::BindlessSampledImages)).
     pub descriptor_indexing: bool,
+    /// VK_EXT_external_memory_host, with host allocations importable as the source of copies:
+    /// [`Uploader::upload_buffer`](crate::Uploader::upload_buffer) copies a large host slice
+    /// straight from its pages (imported, pinned for the copy) instead of staging it. Enabled
+    /// wherever supported; lavapipe and the NVIDIA driver have it. An adopted device declares
+    /// it only when the application enabled the extension.
+    pub external_memory_host: bool,
+}
+
+/// What importing host memory needs (VK_EXT_external_memory_host).
+pub(crate) struct HostImport {
+    pub(crate) loader: ash::ext::external_memory_host::Device,
+    /// `minImportedHostPointerAlignment`: an imported pointer and size are multiples of it.
+    pub(crate) alignment: u64,
 }
 
 /// A logical device on one physical device, with a universal queue and (when the device can bind
@@ -198,6 +211,9 @@ pub struct Device {
     retirement: Retirement,
     /// `minAccelerationStructureScratchOffsetAlignment` (0 without acceleration structures).
     scratch_alignment: u64,
+    /// VK_EXT_external_memory_host's entry points and `minImportedHostPointerAlignment`, where
+    /// the extension is enabled.
+    host_import: Option<HostImport>,
     /// The [`crate::PlacementPolicy`] of placed resources (0 tight, 1 legacy).
     pub(crate) placement_policy: std::sync::atomic::AtomicU8,
     /// The tight-alignment tier, derived on first use.
@@ -307,6 +323,19 @@ impl Device {
         let has_as = as_extensions && as_features.acceleration_structure == vk::TRUE;
         let has_rt = has_as && rt_extension && rt_features.ray_tracing_pipeline == vk::TRUE;
         let has_rq = has_as && rq_extension && rq_features.ray_query == vk::TRUE;
+        let has_host_import = has_extension(ash::ext::external_memory_host::NAME) && {
+            let info = vk::PhysicalDeviceExternalBufferInfo::default()
+                .usage(vk::BufferUsageFlags::TRANSFER_SRC)
+                .handle_type(vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT);
+            let mut props = vk::ExternalBufferProperties::default();
+            // SAFETY: valid physical device of a Vulkan 1.3 instance (the query is core since
+            // 1.1); the info and the output struct live for the call.
+            unsafe { instance.get_physical_device_external_buffer_properties(physical, &info, &mut props) };
+            props
+                .external_memory_properties
+                .external_memory_features
+                .contains(vk::ExternalMemoryFeatureFlags::IMPORTABLE)
+        };
 
         let queues = choose_queues(instance, physical);
         let Some(universal_family) = queues.universal_family else {
@@ -338,6 +367,7 @@ impl Device {
             descriptor_indexing: f12.runtime_descriptor_array == vk::TRUE
                 && f12.shader_sampled_image_array_non_uniform_indexing == vk::TRUE
                 && f12.descriptor_binding_sampled_image_update_after_bind == vk::TRUE,
+            external_memory_host: has_host_import,
         };
         let sparse_ok = features.sparse_binding;
         let enable = vk::PhysicalDeviceFeatures::default()
@@ -419,6 +449,9 @@ impl Device {
         }
         if has_rq {
             extension_names.push(ash::khr::ray_query::NAME.as_ptr());
+        }
+        if has_host_import {
+            extension_names.push(ash::ext::external_memory_host::NAME.as_ptr());
         }
         let create_info = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queue_infos)
@@ -544,6 +577,17 @@ impl Device {
         } else {
             0
         };
+        let host_import = features.external_memory_host.then(|| {
+            let mut host_props = vk::PhysicalDeviceExternalMemoryHostPropertiesEXT::default();
+            let mut props2 = vk::PhysicalDeviceProperties2::default().push_next(&mut host_props);
+            // SAFETY: valid physical device; the extension is enabled on the device (so supported),
+            // and the chain points at a live struct.
+            unsafe { instance.get_physical_device_properties2(physical, &mut props2) };
+            HostImport {
+                loader: ash::ext::external_memory_host::Device::new(instance, &raw),
+                alignment: host_props.min_imported_host_pointer_alignment.max(1),
+            }
+        });
         let device = Arc::new_cyclic(|this| Device {
             index,
             physical_index,
@@ -568,6 +612,7 @@ impl Device {
             this: this.clone(),
             retirement,
             scratch_alignment,
+            host_import,
             placement_policy: std::sync::atomic::AtomicU8::new(0),
             tight_tier: OnceLock::new(),
             tight_supported: std::sync::atomic::AtomicBool::new(true),
@@ -697,6 +742,18 @@ impl Device {
     /// What this device has allocated, and every live object by name.
     pub fn ledger(&self) -> &Ledger {
         &self.ledger
+    }
+
+    /// `minImportedHostPointerAlignment` where VK_EXT_external_memory_host is enabled
+    /// ([`EnabledFeatures::external_memory_host`]): host memory imported for a copy starts and
+    /// ends on a multiple of it. `None` without the extension.
+    pub fn host_import_alignment(&self) -> Option<u64> {
+        self.host_import.as_ref().map(|h| h.alignment)
+    }
+
+    /// VK_EXT_external_memory_host's entry points and alignment, where enabled.
+    pub(crate) fn host_import(&self) -> Option<&HostImport> {
+        self.host_import.as_ref()
     }
 
     /// `minAccelerationStructureScratchOffsetAlignment` (0 without VK_KHR_acceleration_structure):

@@ -613,7 +613,7 @@ impl Buffer {
         // mapped while the buffer lives; `&mut self` makes this the only CPU access to them while
         // the slice lives, and `data` is ordinary host memory that cannot overlap the mapping.
         let bytes = unsafe { std::slice::from_raw_parts_mut(dst.as_ptr(), data.len()) };
-        super::parallel_copy::copy_in_parallel(bytes, data, threads);
+        super::parallel_copy::copy_in_parallel(bytes, data, threads, false);
         if !self.coherent && !data.is_empty() {
             let range = self.atom_range(offset, data.len() as u64);
             // SAFETY: the range lies in mapped memory of this buffer's device, atom-aligned.

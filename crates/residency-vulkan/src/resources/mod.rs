@@ -2,6 +2,7 @@
 //! views and samplers, and the staging uploader that fills them.
 
 pub(crate) mod buffer;
+pub(crate) mod host_import;
 pub(crate) mod image;
 pub(crate) mod parallel_copy;
 

@@ -18,6 +18,7 @@ use crate::device::Device;
 use crate::error::VulkanError;
 use crate::poison::PoisonFree;
 use crate::resources::buffer::{Buffer, BufferDesc};
+use crate::resources::host_import::{ImportRefused, ImportedSlice};
 use crate::sync::commands::{CommandContext, Submission};
 use crate::sync::recording::{MemoryDependency, Recording};
 use ash::vk;
@@ -514,6 +515,15 @@ pub struct Uploader {
     state: Mutex<State>,
     /// Threads that copy one large chunk of a write into the ring (see [`Uploader::with_copy_threads`]).
     copy_threads: usize,
+    /// [`Uploader::upload_buffer`] imports slices of at least this many bytes
+    /// ([`Uploader::with_import_threshold`]).
+    import_threshold: u64,
+    /// Bytes per import and copy of an imported slice ([`Uploader::with_import_chunk`]).
+    import_chunk: u64,
+    /// Threads that import the pieces of one slice ([`Uploader::with_import_threads`]).
+    import_threads: usize,
+    /// Whether staging writes use non-temporal stores ([`Uploader::with_streaming_stores`]).
+    streaming_stores: bool,
 }
 
 impl std::fmt::Debug for Uploader {
@@ -554,6 +564,10 @@ impl Uploader {
                 carried: Vec::new(),
             }),
             copy_threads: default_copy_threads(),
+            import_threshold: DEFAULT_IMPORT_THRESHOLD,
+            import_chunk: DEFAULT_IMPORT_CHUNK,
+            import_threads: default_copy_threads().min(4),
+            streaming_stores: false,
         })
     }
 
@@ -571,6 +585,33 @@ impl Uploader {
     /// How many threads copy a large write into the ring.
     pub fn copy_threads(&self) -> usize {
         self.copy_threads
+    }
+
+    /// Sets whether the copies into the staging ring use non-temporal (streaming) stores, where
+    /// the CPU has them (x86-64: AVX or SSE2), for pieces of 4 KiB and more (default: off).
+    /// Ordinary stores read each destination line into the cache before writing it, so a
+    /// staging copy moves three bytes over the memory bus per byte staged; streaming stores write
+    /// the line without reading it (two per byte: the source read, the ring write) and leave the
+    /// cache to the caller.
+    pub fn with_streaming_stores(mut self, on: bool) -> Uploader {
+        self.streaming_stores = on;
+        self
+    }
+
+    /// Sets the smallest slice [`Uploader::upload_buffer`] imports instead of staging (default
+    /// [`DEFAULT_IMPORT_THRESHOLD`]; `u64::MAX`: never import). Importing pins the slice's pages,
+    /// a cost per page that a small slice's staging copy undercuts.
+    pub fn with_import_threshold(mut self, bytes: u64) -> Uploader {
+        self.import_threshold = bytes;
+        self
+    }
+
+    /// Sets the bytes of one import of [`Uploader::upload_buffer`] (default
+    /// [`DEFAULT_IMPORT_CHUNK`]; rounded up to the device's import alignment): a large slice is
+    /// imported and copied piece by piece, the GPU copying one piece while the host pins the next.
+    pub fn with_import_chunk(mut self, bytes: u64) -> Uploader {
+        self.import_chunk = bytes.max(1);
+        self
     }
 
     /// The device it uploads on.
@@ -656,9 +697,20 @@ impl Uploader {
     /// reaches `dst` after the next [`Uploader::flush`]. Waits for the GPU only when the ring is full.
     pub fn write_buffer(&self, dst: &Buffer, offset: u64, data: &[u8]) -> Result<(), UploadError> {
         self.check_buffer_write(dst, offset, data.len() as u64)?;
-        let capacity = self.staging.size();
         let mut state = self.state.locked();
         self.reclaim(&mut state);
+        self.stage_buffer(&mut state, dst, offset, data)
+    }
+
+    /// [`Uploader::write_buffer`] after its checks, under the state lock.
+    fn stage_buffer(
+        &self,
+        state: &mut State,
+        dst: &Buffer,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), UploadError> {
+        let capacity = self.staging.size();
         // Held from the first queued chunk on: an error part-way leaves queued copies into it.
         state.keep.push(Arc::clone(dst.life()));
         // A write larger than a quarter of the ring goes in quarters, each submitted once staged,
@@ -671,11 +723,17 @@ impl Uploader {
             let allocation = loop {
                 match state.ring.allocate(chunk as u64, STAGING_ALIGNMENT) {
                     Ok(a) => break a,
-                    Err(RingError::Full { .. }) => self.make_room(&mut state)?,
+                    Err(RingError::Full { .. }) => self.make_room(state)?,
                     Err(e) => unreachable!("chunks are non-empty and at most half the ring: {e}"),
                 }
             };
-            write_staging(&self.staging, allocation.offset, &data[done..done + chunk], self.copy_threads);
+            write_staging(
+                &self.staging,
+                allocation.offset,
+                &data[done..done + chunk],
+                self.copy_threads,
+                self.streaming_stores,
+            );
             let start = dst.offset() + offset + done as u64;
             state.note_write(
                 (vk::Handle::as_raw(dst.raw()), 0, 0),
@@ -692,12 +750,220 @@ impl Uploader {
             });
             done += chunk;
             if pipelined && done < data.len() {
-                self.submit(&mut state)?;
+                self.submit(state)?;
                 // The submission let go of the destination; the next chunk's copy holds it again.
                 state.keep.push(Arc::clone(dst.life()));
             }
         }
         Ok(())
+    }
+
+    /// Sets how many threads import the pieces of one slice for [`Uploader::upload_buffer`] (at
+    /// least 1; default: the host's available parallelism, at most 4). Importing pins pages, a
+    /// cost per page the driver pays on the importing thread; scoped threads started per call
+    /// pin pieces side by side while the calling thread submits their copies.
+    pub fn with_import_threads(mut self, threads: usize) -> Uploader {
+        self.import_threads = threads.max(1);
+        self
+    }
+
+    /// Bytes of one import of [`Uploader::upload_buffer`] (before rounding to the device's import
+    /// alignment).
+    pub fn import_chunk(&self) -> u64 {
+        self.import_chunk
+    }
+
+    /// Threads that import the pieces of one slice.
+    pub fn import_threads(&self) -> usize {
+        self.import_threads
+    }
+
+    /// Copies `data` into `dst` at `offset` and returns once it is there (with every copy queued
+    /// before it): what [`Uploader::write_buffer`] and [`Uploader::wait_idle`] do together, on
+    /// the fastest path the device has.
+    ///
+    /// Where the device imports host memory ([`EnabledFeatures::external_memory_host`]) and the
+    /// slice has at least [`Uploader::with_import_threshold`] bytes, the slice is copied from its
+    /// own pages, with no staging copy on the host: its aligned middle (whole multiples of
+    /// `minImportedHostPointerAlignment`, [`Device::host_import_alignment`]) is imported as host
+    /// memory in pieces of [`Uploader::with_import_chunk`] bytes, each copied to `dst` by a
+    /// submission of its own as soon as it is imported, so the GPU copies one piece while the
+    /// host pins the next; the unaligned bytes at either end go through the staging ring. The
+    /// call waits for those copies before it returns, so the slice stays borrowed (nobody
+    /// writes or frees it) for as long as the GPU reads it. Elsewhere (a small slice, a device
+    /// without the extension, a pointer the driver refuses to import) the bytes are staged.
+    /// Returns the path taken.
+    ///
+    /// Like a write larger than a quarter of the ring, it submits on its own: copies recorded
+    /// into a renderer's command buffer ([`Uploader::record`]) and not yet submitted run after
+    /// it. Refused with nothing staged as [`Uploader::write_buffer`] is.
+    ///
+    /// [`EnabledFeatures::external_memory_host`]: crate::device::EnabledFeatures::external_memory_host
+    pub fn upload_buffer(&self, dst: &Buffer, offset: u64, data: &[u8]) -> Result<UploadPath, UploadError> {
+        self.check_buffer_write(dst, offset, data.len() as u64)?;
+        let mut state = self.state.locked();
+        self.reclaim(&mut state);
+        let plan = match self.device.host_import_alignment() {
+            Some(alignment) if data.len() as u64 >= self.import_threshold => import_plan(data, alignment),
+            _ => None,
+        };
+        let Some((head, middle, tail)) = plan else {
+            self.stage_buffer(&mut state, dst, offset, data)?;
+            if !state.copies.is_empty() {
+                self.submit(&mut state)?;
+            }
+            self.wait_flights(&mut state)?;
+            return Ok(UploadPath::Staged);
+        };
+        // The ends through the ring, submitted with whatever was queued before (one submission).
+        let mut staged = (head.len() + tail.len()) as u64;
+        self.stage_buffer(&mut state, dst, offset, head)?;
+        let tail_at = offset + (head.len() + middle.len()) as u64;
+        self.stage_buffer(&mut state, dst, tail_at, tail)?;
+        if !state.copies.is_empty() {
+            self.submit(&mut state)?;
+        }
+        // The middle piece by piece: import, submit its copy, import the next while it runs
+        // (with several import threads, pieces are pinned side by side and submitted as they
+        // come).
+        let alignment = self.device.host_import_alignment().unwrap_or(1);
+        let chunk = self.import_chunk.next_multiple_of(alignment).min(usize::MAX as u64) as usize;
+        let pieces: Vec<(usize, &[u8])> =
+            middle.chunks(chunk).enumerate().map(|(i, piece)| (head.len() + i * chunk, piece)).collect();
+        let mut imports = Vec::new();
+        let mut failed = None;
+        let mut refused = Vec::new();
+        let name = self.staging.name();
+        let mut take = |i: usize, import| {
+            let (at, piece) = pieces[i];
+            match import {
+                Ok(import) if failed.is_none() => {
+                    match self.submit_imported(&import, dst, offset + at as u64, piece.len() as u64) {
+                        Ok(submission) => imports.push((import, submission)),
+                        Err(e) => {
+                            // SAFETY: never submitted: no GPU work uses it.
+                            unsafe { import.destroy() };
+                            failed = Some(e);
+                        }
+                    }
+                }
+                // SAFETY: never submitted (an earlier piece's submission failed): no GPU work uses it.
+                Ok(import) => unsafe { import.destroy() },
+                Err(ImportRefused { reason }) => {
+                    tracing::debug!(%reason, bytes = piece.len(), "host import refused: staging");
+                    refused.push(i);
+                }
+            }
+        };
+        let threads = self.import_threads.min(pieces.len());
+        if threads <= 1 {
+            for (i, &(_, piece)) in pieces.iter().enumerate() {
+                take(i, ImportedSlice::new(&self.device, piece, name));
+            }
+        } else {
+            let next = std::sync::atomic::AtomicUsize::new(0);
+            let device = &*self.device;
+            std::thread::scope(|scope| {
+                let (tx, rx) = std::sync::mpsc::channel();
+                for _ in 0..threads {
+                    let (tx, next, pieces) = (tx.clone(), &next, &pieces);
+                    scope.spawn(move || loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(&(_, piece)) = pieces.get(i) else { break };
+                        // The receiver drains every piece (below), so a send never fails while
+                        // an import is in it.
+                        let _ = tx.send((i, ImportedSlice::new(device, piece, name)));
+                    });
+                }
+                drop(tx);
+                for (i, import) in rx {
+                    take(i, import);
+                }
+            });
+        }
+        // Pieces the driver refused to import, through the ring.
+        let mut done = middle.len();
+        for (at, piece) in refused.into_iter().map(|i| pieces[i]) {
+            done -= piece.len();
+            staged += piece.len() as u64;
+            if failed.is_none() {
+                if let Err(e) = self.stage_buffer(&mut state, dst, offset + at as u64, piece) {
+                    failed = Some(e);
+                }
+            }
+        }
+        if failed.is_none() && !state.copies.is_empty() {
+            if let Err(e) = self.submit(&mut state) {
+                failed = Some(e);
+            }
+        }
+        // Wait for every imported piece before the slice's borrow ends, then free the imports.
+        for (import, submission) in imports {
+            let complete = match self.context.wait_for(&submission) {
+                Ok(()) => true,
+                Err(e) => {
+                    failed.get_or_insert(e.into());
+                    // Not known complete: wait for the whole device (bounded once it is lost,
+                    // when it runs no more work).
+                    self.device.wait_idle().is_ok() || self.device.is_lost()
+                }
+            };
+            if complete {
+                // SAFETY: its copy has completed (one of the waits above returned), or the
+                // device is lost and runs no more work.
+                unsafe { import.destroy() };
+            } else {
+                // Not known complete: leaked (and reported at teardown) rather than freed under
+                // a copy that may still read it.
+                drop(import);
+            }
+        }
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        self.wait_flights(&mut state)?;
+        Ok(if done == 0 { UploadPath::Staged } else { UploadPath::Imported { staged } })
+    }
+
+    /// Submits one copy of `size` bytes from an imported slice into `dst` at `dst_offset`, between
+    /// the barriers of [`Uploader::submit`] (earlier work on the destination first; later work
+    /// sees the data).
+    fn submit_imported(
+        &self,
+        import: &ImportedSlice<'_>,
+        dst: &Buffer,
+        dst_offset: u64,
+        size: u64,
+    ) -> Result<Submission, UploadError> {
+        let device = &*self.device;
+        let before = [vk::MemoryBarrier2::default()
+            .src_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
+            .src_access_mask(vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE)
+            .dst_stage_mask(vk::PipelineStageFlags2::COPY)
+            .dst_access_mask(vk::AccessFlags2::TRANSFER_WRITE)];
+        let after = [vk::MemoryBarrier2::default()
+            .src_stage_mask(vk::PipelineStageFlags2::COPY)
+            .src_access_mask(vk::AccessFlags2::TRANSFER_WRITE)
+            .dst_stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
+            .dst_access_mask(vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE)];
+        let region = vk::BufferCopy { src_offset: 0, dst_offset: dst.offset() + dst_offset, size };
+        let binds = device.submitted_binds();
+        let submission = self.context.submit(binds.as_slice(), |rec| {
+            rec.keep(dst.life());
+            // SAFETY: `rec` is recording on this device outside a render pass; the imported
+            // buffer is a live transfer-source buffer of this device holding at least `size`
+            // bytes (the piece's length), which `upload_buffer` destroys only after this
+            // submission completed; `dst` is a live buffer of this device with COPY_DST usage
+            // (checked by `check_buffer_write`, kept by the recording) and the region lies inside
+            // it (checked there too); the barriers live for the calls.
+            unsafe {
+                let raw = device.raw();
+                raw.cmd_pipeline_barrier2(rec.raw(), &vk::DependencyInfo::default().memory_barriers(&before));
+                raw.cmd_copy_buffer(rec.raw(), import.buffer(), dst.raw(), &[region]);
+                raw.cmd_pipeline_barrier2(rec.raw(), &vk::DependencyInfo::default().memory_barriers(&after));
+            }
+        })?;
+        Ok(submission)
     }
 
     /// Queues a copy of `data` (tightly packed texel blocks of the region, rows then slices) into an
@@ -749,7 +1015,7 @@ impl Uploader {
                 Err(e) => unreachable!("image chunks are non-empty and at most half the ring: {e}"),
             }
         };
-        write_staging(&self.staging, allocation.offset, data, self.copy_threads);
+        write_staging(&self.staging, allocation.offset, data, self.copy_threads, self.streaming_stores);
         if let Some(layouts) = target.layouts {
             state
                 .copy_layouts
@@ -1098,6 +1364,12 @@ impl Uploader {
     pub fn wait_idle(&self) -> Result<(), UploadError> {
         self.flush()?;
         let mut state = self.state.locked();
+        self.wait_flights(&mut state)
+    }
+
+    /// Waits for every frame in flight (those recorded into a renderer's command buffer that
+    /// has not run yet excepted) and gives their ring space back.
+    fn wait_flights(&self, state: &mut State) -> Result<(), UploadError> {
         while let Some((_, flight)) = state.in_flight.first() {
             match flight {
                 Flight::Submitted(submission) => self.context.wait_for(submission)?,
@@ -1146,12 +1418,51 @@ impl Drop for Uploader {
 use crate::resources::parallel_copy::copy_in_parallel;
 pub use crate::resources::parallel_copy::PARALLEL_COPY_PIECE;
 
+/// The default [`Uploader::with_import_threshold`]: slices from 8 MiB on are imported.
+pub const DEFAULT_IMPORT_THRESHOLD: u64 = 8 << 20;
+
+/// The default [`Uploader::with_import_chunk`]: 16 MiB per import.
+pub const DEFAULT_IMPORT_CHUNK: u64 = 16 << 20;
+
+/// The way [`Uploader::upload_buffer`] moved a slice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UploadPath {
+    /// Through the staging ring: a slice under the import threshold, a device without
+    /// VK_EXT_external_memory_host, or a pointer the driver would not import.
+    Staged,
+    /// Copied from the slice's own pages, imported as host memory; `staged` bytes (the unaligned
+    /// ends, and any piece the driver refused to import) went through the ring.
+    Imported {
+        /// Bytes that went through the staging ring.
+        staged: u64,
+    },
+}
+
+/// Splits `data` into an unaligned head, a middle whose start and length are multiples of
+/// `alignment` (to import), and an unaligned tail; `None` when the middle is empty.
+fn import_plan(data: &[u8], alignment: u64) -> Option<(&[u8], &[u8], &[u8])> {
+    let alignment = usize::try_from(alignment).ok()?;
+    let address = data.as_ptr() as usize;
+    let head = address.next_multiple_of(alignment) - address;
+    if head >= data.len() {
+        return None;
+    }
+    let middle = (data.len() - head) / alignment * alignment;
+    if middle == 0 {
+        return None;
+    }
+    let (head, rest) = data.split_at(head);
+    let (middle, tail) = rest.split_at(middle);
+    Some((head, middle, tail))
+}
+
 fn default_copy_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get()).min(16)
 }
 
-/// Copies `data` into the staging ring at a ring allocation, split among up to `threads` threads.
-fn write_staging(staging: &Buffer, offset: u64, data: &[u8], threads: usize) {
+/// Copies `data` into the staging ring at a ring allocation, split among up to `threads` threads
+/// (with non-temporal stores when `streaming`).
+fn write_staging(staging: &Buffer, offset: u64, data: &[u8], threads: usize, streaming: bool) {
     let dst = staging
         .mapped_range(offset, data.len() as u64)
         .expect("ring allocations lie inside the mapped staging buffer");
@@ -1161,7 +1472,7 @@ fn write_staging(staging: &Buffer, offset: u64, data: &[u8], threads: usize) {
     // mapping (checked), which lives as long as the buffer, and cannot overlap `data` (ordinary
     // host memory).
     let dst = unsafe { std::slice::from_raw_parts_mut(dst.as_ptr(), data.len()) };
-    copy_in_parallel(dst, data, threads);
+    copy_in_parallel(dst, data, threads, streaming);
     if !staging.is_coherent() && !data.is_empty() {
         staging.flush_range(offset, data.len() as u64);
     }
