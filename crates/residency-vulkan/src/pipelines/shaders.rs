@@ -670,7 +670,7 @@ shader!(
 );
 
 /// Every shipped shader.
-pub static ALL: [&Shader; 47] = [
+pub static ALL: [&Shader; 50] = [
     &PLACED_BUFFERS,
     &FILL,
     &BUSY,

@@ -1339,7 +1339,6 @@ impl Streamer {
                 .with_tiles_per_heap(desc.tiles_per_heap);
             Some(TileHeaps::new(Arc::clone(device), &format!("{} tiles", desc.name))?)
         };
-        let uploader = Uploader::new(device, &desc.name, desc.staging_bytes)?;
         let resolve =
             desc.deferred_feedback.map(|_| deferred::resolve_program(device, &desc.name)).transpose()?;
         let uploader = Arc::new(Uploader::new(device, &desc.name, desc.staging_bytes)?);
