@@ -587,3 +587,265 @@ fn vt_quad_frag_writes_feedback_that_streams_a_sparse_image() {
 fn vt_quad_software_frag_writes_feedback_that_streams_a_software_texture() {
     fragment_feedback_streams(ResidencyPath::Software);
 }
+
+// --- Deferred feedback: the same requests as the shaders' own ---------------------------------
+
+/// One frame of `streamer` drawn with `program` (a direct or deferred `vt_quad` shader, whose
+/// feedback bindings the streamer's frame gives) showing the square `[lo, hi]²` of the texture,
+/// with the streamer's own push words: its pixels and the frame's decoded requests.
+fn draw_streamer_frame(
+    streamer: &mut Streamer,
+    commands: &CommandContext,
+    program: &GraphicsProgram,
+    target: &mut Target,
+    buffers: (&Buffer, &Buffer),
+    [lo, hi]: [f32; 2],
+) -> (Vec<u8>, Vec<residency_core::streaming::TileRequest>) {
+    let device = Arc::clone(commands.device());
+    let trilinear = device.create_sampler(Filter::Trilinear).unwrap();
+    let nearest = device.create_sampler(Filter::Nearest).unwrap();
+    let bindings = streamer.begin_frame().unwrap();
+    let texture = bindings.textures()[0];
+    let views: (ViewRef<'_>, ViewRef<'_>) = match texture.views {
+        TextureViews::Hardware { image, min_lod } => (image.into(), min_lod.into()),
+        TextureViews::Software { atlas, indirection } => (atlas.into(), indirection.into()),
+    };
+    let general = vk::ImageLayout::GENERAL;
+    let (fb, table) = (bindings.feedback.unwrap(), bindings.image_table.unwrap());
+    let mut set =
+        vec![Binding::sampled(views.0, &trilinear, general), Binding::sampled(views.1, &nearest, general)];
+    match bindings.feedback_records {
+        Some(records) => set.push(Binding::Buffer(records)),
+        None => set.extend([Binding::Buffer(fb), Binding::Buffer(table)]),
+    }
+    let ds = program.descriptor_set(&set).unwrap();
+    let mut push = ortho(lo, hi);
+    push.extend(bindings.feedback_words(&texture, true).iter().flat_map(|w| w.to_le_bytes()));
+    let (vertices, indices) = buffers;
+    let submission = commands
+        .submit(&[], |rec| {
+            bindings
+                .record(rec, |rec| {
+                    target.record(rec, program, |pass| {
+                        pass.bind_descriptor_set(&ds).unwrap();
+                        pass.push_constants(&push).unwrap();
+                        pass.bind_vertex_buffer(vertices, 0).unwrap();
+                        pass.bind_index_buffer(indices, 0, IndexFormat::U16).unwrap();
+                        // SAFETY: the indices are 0–3 and the vertex buffer holds the 4 corners.
+                        unsafe { pass.draw_indexed(6, 1) }.unwrap();
+                    });
+                })
+                .unwrap();
+        })
+        .unwrap();
+    commands.wait_for(&submission).unwrap();
+    let pixels = target.read();
+    let mut words = vec![0u8; fb.size() as usize];
+    fb.read(0, &mut words).unwrap();
+    let layout = bindings.layout.unwrap();
+    let decoded = layout.decode(&words[..layout.buffer_bytes() as usize], bindings.frame).unwrap();
+    assert!(!decoded.overflowed);
+    drop(ds);
+    drop(bindings);
+    streamer.end_frame(submission.gpu_use()).unwrap();
+    streamer.wait_for_loads();
+    (pixels, decoded.requests)
+}
+
+/// Deferred feedback (`vt_quad_deferred.frag` / `vt_quad_software_deferred.frag`, the streamer's
+/// resolve pass) against the shaders' own (`vt_quad.frag` / `vt_quad_software.frag`): two
+/// streamers fed the same frames — views at LOD 3, 1 and 0, tiles made resident in between, so
+/// misses, warnings and several mips — decode the same requests with the same pixel counts and
+/// draw the same pixels, for samplings on the shift path (stride 8; stride 4 in 2 × 2 squares;
+/// every pixel) and the dividing path (stride 3).
+fn deferred_feedback_matches_direct(path: ResidencyPath) {
+    use residency_core::streaming::FeedbackSampling;
+    with_gpu(|set| {
+        let device = Arc::clone(&set.devices()[0]);
+        for sampling in [
+            FeedbackSampling::new(8, 1),
+            FeedbackSampling::new(4, 1).with_block(2),
+            FeedbackSampling::new(1, 1),
+            FeedbackSampling::new(3, 1),
+        ] {
+            let make_streamer = |deferred: bool| {
+                let desc = StreamerDesc::default()
+                    .with_name(if deferred { "deferred streamer" } else { "direct streamer" })
+                    .with_path(path)
+                    .with_frames_in_flight(1)
+                    .with_budget_tiles(96)
+                    .with_sampling(sampling)
+                    .with_deferred_feedback(deferred.then_some([VIEW, VIEW]));
+                let mut streamer = Streamer::new(&device, desc).unwrap();
+                let t = streamer.add_texture("vt quad", source("vt quad")).unwrap();
+                (streamer, t)
+            };
+            let make_program = |fragment: &shaders::Shader| {
+                GraphicsProgram::new(
+                    &device,
+                    fragment.name(),
+                    &shaders::VT_QUAD_VERT,
+                    fragment,
+                    STRIDE,
+                    &attributes(),
+                    vk::Format::R8G8B8A8_UNORM,
+                    16,
+                )
+                .unwrap()
+            };
+            let (mut direct, t0) = make_streamer(false);
+            let (mut deferred, t1) = make_streamer(true);
+            assert_eq!(t0.id(), t1.id());
+            let programs = [
+                make_program(shaders::vt_quad_fragment(path)),
+                make_program(shaders::vt_quad_deferred_fragment(path)),
+            ];
+            assert_eq!(programs[1].bindings().len(), 3, "the deferred shader binds the records only");
+            let vertices =
+                host_buffer(&device, "vt quad vertices", &vertex_bytes(CORNERS), BufferUsage::VERTEX);
+            let index_bytes: Vec<u8> = QUAD_INDICES.iter().flat_map(|i| i.to_le_bytes()).collect();
+            let indices = host_buffer(&device, "vt quad indices", &index_bytes, BufferUsage::INDEX);
+            let mut targets = [
+                Target::new(&device, "direct target", VIEW, ImageUsage::NONE),
+                Target::new(&device, "deferred target", VIEW, ImageUsage::NONE),
+            ];
+            let commands = CommandContext::new(&device, "deferred frames").unwrap();
+            let lo = FIRST_TEXEL as f32 / SIDE as f32;
+            let views = [[0.0, 1.0], [0.25, 0.5], [lo, lo + VIEW as f32 / SIDE as f32]];
+            let mut asked = 0;
+            for frame in 0..9 {
+                let view = views[frame % views.len()];
+                let [a, b] = &mut targets;
+                let (pixels, requests) =
+                    draw_streamer_frame(&mut direct, &commands, &programs[0], a, (&vertices, &indices), view);
+                let (pixels_deferred, requests_deferred) = draw_streamer_frame(
+                    &mut deferred,
+                    &commands,
+                    &programs[1],
+                    b,
+                    (&vertices, &indices),
+                    view,
+                );
+                assert_eq!(requests, requests_deferred, "{path:?} {sampling:?} frame {frame}");
+                assert!(pixels == pixels_deferred, "{path:?} {sampling:?} frame {frame}: the pixels differ");
+                asked += requests.len();
+            }
+            assert!(asked > 0, "the frames asked for tiles");
+            assert_eq!(direct.manager_stats().tiles_streamed, deferred.manager_stats().tiles_streamed);
+            for target in targets {
+                target.release();
+            }
+            direct.remove_texture(t0).unwrap();
+            deferred.remove_texture(t1).unwrap();
+        }
+    });
+}
+
+#[test]
+fn deferred_feedback_asks_for_what_direct_feedback_asks_for_hardware() {
+    deferred_feedback_matches_direct(ResidencyPath::Hardware);
+}
+
+#[test]
+fn deferred_feedback_asks_for_what_direct_feedback_asks_for_software() {
+    deferred_feedback_matches_direct(ResidencyPath::Software);
+}
+
+/// The resolve pass trusts no record: records written into the record buffer by the host's
+/// commands (not by a shader) with an unknown slot (1, 999, 0xFFFF) or without the written bit ask
+/// for nothing, and the good records
+/// (slot 0, a uv, LOD 0, nothing resident) ask for the mip-0 tile under their uv, once each with
+/// their pixels counted. `resolve_feedback` outside the
+/// frame's `record` or twice in one frame is refused.
+#[test]
+fn the_resolve_ignores_records_out_of_range() {
+    use residency_core::streaming::FeedbackSampling;
+    use residency_vulkan::streaming::StreamError;
+    with_gpu(|set| {
+        let device = Arc::clone(&set.devices()[0]);
+        // 64 × 64 pixels, every pixel its record: 4096 records.
+        let desc = StreamerDesc::default()
+            .with_name("resolve streamer")
+            .with_path(ResidencyPath::Software)
+            .with_frames_in_flight(1)
+            .with_sampling(FeedbackSampling::new(1, 1))
+            .with_deferred_feedback(Some([64, 64]));
+        let mut streamer = Streamer::new(&device, desc).unwrap();
+        let t = streamer.add_texture("resolve", source("resolve")).unwrap();
+        let id = t.id();
+        let commands = CommandContext::new(&device, "resolve frames").unwrap();
+        let record = |slot: u32, uv: [f32; 2], lambda: f32, written: bool| -> [u32; 4] {
+            [uv[0].to_bits(), uv[1].to_bits(), lambda.to_bits(), slot | 255 << 16 | u32::from(written) << 31]
+        };
+        // Tile (1, 2) of mip 0 is under uv (0.2, 0.3) (128-texel tiles of 1024), (6, 7) under (0.8, 0.9).
+        let good = [record(0, [0.2, 0.3], 0.0, true), record(0, [0.8, 0.9], 0.0, true)];
+        let bad = [
+            record(1, [0.2, 0.3], 0.0, true),
+            record(999, [0.5, 0.5], 0.0, true),
+            record(0xFFFF, [0.5, 0.5], 0.0, true),
+            record(0, [0.5, 0.5], 0.0, false),
+        ];
+        let mut records: Vec<[u32; 4]> = vec![good[0], bad[0], good[0], bad[1], bad[2], good[1], bad[3]];
+        records.resize(4096, [0; 4]);
+        // The last record is a bad one too.
+        records[4095] = bad[1];
+        let bytes: Vec<u8> = records.iter().flatten().flat_map(|w| w.to_le_bytes()).collect();
+
+        let want_tiles = [tile(&streamer, id, 0, 1, 2), tile(&streamer, id, 0, 6, 7)];
+        let bindings = streamer.begin_frame().unwrap();
+        let buffer = bindings.feedback_records.expect("deferred feedback has a record buffer");
+        assert_eq!(buffer.size(), 4096 * 16);
+        let mut early = None;
+        let nothing = commands.submit(&[], |rec| early = Some(bindings.resolve_feedback(rec))).unwrap();
+        assert!(matches!(early, Some(Err(StreamError::FrameOrder(_)))), "outside record: {early:?}");
+        commands.wait_for(&nothing).unwrap();
+        let submission = commands
+            .submit(&[], |rec| {
+                bindings
+                    .record(rec, |rec| {
+                        // After the streamer's own fill of the records (their first frame).
+                        rec.memory_barrier(MemoryDependency {
+                            src_stages: S::ALL_TRANSFER,
+                            src_access: A::TRANSFER_WRITE,
+                            dst_stages: S::ALL_TRANSFER,
+                            dst_access: A::TRANSFER_WRITE,
+                        })
+                        .unwrap();
+                        for (i, chunk) in bytes.chunks(65536).enumerate() {
+                            rec.update_buffer(buffer, (i * 65536) as u64, chunk).unwrap();
+                        }
+                        rec.memory_barrier(MemoryDependency {
+                            src_stages: S::ALL_TRANSFER,
+                            src_access: A::TRANSFER_WRITE,
+                            dst_stages: S::FRAGMENT_SHADER | S::COMPUTE_SHADER,
+                            dst_access: A::SHADER_READ | A::SHADER_WRITE,
+                        })
+                        .unwrap();
+                        bindings.resolve_feedback(rec).unwrap();
+                        assert!(matches!(bindings.resolve_feedback(rec), Err(StreamError::FrameOrder(_))));
+                    })
+                    .unwrap();
+            })
+            .unwrap();
+        commands.wait_for(&submission).unwrap();
+        let fb = bindings.feedback.unwrap();
+        let mut words = vec![0u8; fb.size() as usize];
+        fb.read(0, &mut words).unwrap();
+        let layout = bindings.layout.unwrap();
+        let decoded = layout.decode(&words[..layout.buffer_bytes() as usize], bindings.frame).unwrap();
+        let got: Vec<_> = decoded
+            .requests
+            .iter()
+            .map(|r| (TileKey::tile(r.image, r.tile), r.mip, r.kind, r.pixels))
+            .collect();
+        let mut want =
+            vec![(want_tiles[0], 0, RequestKind::Miss, 2), (want_tiles[1], 0, RequestKind::Miss, 1)];
+        want.sort();
+        let mut got_sorted = got.clone();
+        got_sorted.sort();
+        assert_eq!(got_sorted, want, "only the good records asked");
+        drop(bindings);
+        streamer.end_frame(submission.gpu_use()).unwrap();
+        streamer.remove_texture(t).unwrap();
+    });
+}

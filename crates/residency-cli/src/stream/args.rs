@@ -76,6 +76,12 @@ pub struct StreamArgs {
     /// uncached.
     #[arg(long)]
     pub(super) feedback_host_memory: bool,
+    /// The shaders write feedback themselves (`vt_quad.frag`: table reads and atomics in the
+    /// writing pixel). Default: deferred feedback (the streamer's `deferred_feedback`): the
+    /// writing pixel stores one record, and the streamer's resolve pass, inside the feedback
+    /// pass's timestamps, writes the feedback.
+    #[arg(long)]
+    pub(super) feedback_direct: bool,
     /// Cut the tile budget at this frame to `--cut-to-mib`.
     #[arg(long, requires = "cut_to_mib")]
     pub(super) cut_at_frame: Option<u64>,
@@ -96,6 +102,11 @@ pub struct StreamArgs {
     pub(super) no_sparse: bool,
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=8))]
     pub(super) frames_in_flight: u32,
+    /// Hardware path: a bind worker thread makes each frame's sparse bind and stages its tiles'
+    /// texels between frames (the streamer's `bind_worker`); the frame thread plans and publishes
+    /// them a frame later.
+    #[arg(long)]
+    pub(super) bind_worker: bool,
     /// Also fly again with budgets of 25, 50 and 100 % of the working set (thrash rate).
     #[arg(long)]
     pub(super) sweep: bool,

@@ -198,6 +198,8 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
     let mut desc = desc;
     desc.feedback.count_pixels = !args.no_pixel_counts;
     desc.feedback_device_local = !args.feedback_host_memory;
+    desc.deferred_feedback = (!args.feedback_direct).then_some([args.width, args.height]);
+    desc.bind_worker = args.bind_worker;
     let mut streamer = Streamer::new(device, desc)?;
     let mut handles = Vec::new();
     for (i, &f) in plane_files.iter().enumerate() {
@@ -214,6 +216,7 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
         referenced,
         [args.width, args.height],
         fif as u32,
+        !args.feedback_direct,
     )?;
     let commands = CommandContext::new(device, "stream frames")?;
     let aspect = args.width as f32 / args.height as f32;
@@ -348,6 +351,10 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
             feedback_images_decoded_mean: work_mean(&|w| f64::from(w.feedback_images_decoded)),
             feedback_words_read_mean: work_mean(&|w| w.feedback_words_read as f64),
             feedback_words_read_max: work.iter().map(|w| w.feedback_words_read).max().unwrap_or(0),
+            frame_thread_binds_mean: work_mean(&|w| f64::from(w.frame_thread_binds)),
+            frame_thread_tiles_staged_mean: work_mean(&|w| f64::from(w.frame_thread_tiles_staged)),
+            worker_binds: streamer.stats().worker_binds,
+            worker_tiles_staged: streamer.stats().worker_tiles_staged,
         },
         device: device.name().to_owned(),
         path: streamer.path().name().to_owned(),
@@ -398,6 +405,8 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
         budget_bytes,
         pinned_mip_tiles: args.pin_mip_tiles,
         feedback_device_local: !args.feedback_host_memory,
+        feedback_deferred: !args.feedback_direct,
+        bind_worker: args.bind_worker,
         resident_bytes_peak: stats.resident_bytes_peak,
         tiles_streamed: stats.tiles_streamed,
         tiles_evicted: stats.tiles_evicted,

@@ -104,6 +104,11 @@ pub struct StreamReport {
     pub pinned_mip_tiles: u32,
     /// `--feedback-device-local`: the feedback buffers in device-local host-visible memory.
     pub feedback_device_local: bool,
+    /// Deferred feedback (default; `--feedback-direct` turns it off): the writing pixels store
+    /// records and the streamer's resolve pass, timed with the feedback pass, writes the feedback.
+    pub feedback_deferred: bool,
+    /// `--bind-worker`: the streamer's bind worker binds and stages between frames.
+    pub bind_worker: bool,
     pub resident_bytes_peak: u64,
     pub tiles_streamed: u64,
     pub tiles_evicted: u64,
@@ -193,6 +198,12 @@ pub struct Work {
     /// Words of feedback a frame read.
     pub feedback_words_read_mean: f64,
     pub feedback_words_read_max: u64,
+    /// Sparse binds and tiles staged per frame on the frame thread, inside `begin_frame`.
+    pub frame_thread_binds_mean: f64,
+    pub frame_thread_tiles_staged_mean: f64,
+    /// Over the run: binds the bind worker made and tiles it staged (`--bind-worker`).
+    pub worker_binds: u64,
+    pub worker_tiles_staged: u64,
 }
 
 /// The frames read back so far, in frame order.

@@ -215,10 +215,12 @@ impl Scene {
         referenced: Vec<usize>,
         extent: [u32; 2],
         frames_in_flight: u32,
+        deferred: bool,
     ) -> anyhow::Result<Scene> {
         let planes = plane_files.len() as u32;
         let grid = grid_of(plane_files.len());
-        let fragment = shaders::vt_quad_fragment(path);
+        let fragment =
+            if deferred { shaders::vt_quad_deferred_fragment(path) } else { shaders::vt_quad_fragment(path) };
         let color = vk::Format::R8G8B8A8_UNORM;
         let make = |name: &str, fragment, sets| {
             GraphicsProgram::new(
@@ -321,18 +323,23 @@ impl Scene {
                 bindings.feedback.context("the streamer has textures")?,
                 bindings.image_table.context("the streamer has textures")?,
             );
+            // Deferred feedback: the shader writes the record buffer only.
+            let feedback_bindings = match bindings.feedback_records {
+                Some(records) => vec![Binding::Buffer(records)],
+                None => vec![Binding::Buffer(feedback), Binding::Buffer(table)],
+            };
             let mut sets = Vec::new();
             for t in &bindings.textures() {
                 let (texture, map): (ViewRef<'_>, ViewRef<'_>) = match t.views {
                     TextureViews::Hardware { image, min_lod } => (image.into(), min_lod.into()),
                     TextureViews::Software { atlas, indirection } => (atlas.into(), indirection.into()),
                 };
-                sets.push(self.streamed.descriptor_set(&[
+                let mut set = vec![
                     Binding::sampled(texture, &self.trilinear, general),
                     Binding::sampled(map, &self.nearest, general),
-                    Binding::Buffer(feedback),
-                    Binding::Buffer(table),
-                ])?);
+                ];
+                set.extend(feedback_bindings.iter().copied());
+                sets.push(self.streamed.descriptor_set(&set)?);
             }
             slot.sets = Some((bindings.generation, sets));
         }
@@ -361,6 +368,11 @@ impl Scene {
                 });
                 streamed
                     .render(rec, target, extent, [0.0; 4], |draw| draw_planes(draw, vertices, planes))??;
+                // Deferred feedback's resolve pass belongs to the feedback pass's cost: inside its
+                // timestamps (nothing is recorded without deferred feedback).
+                if pass == 0 {
+                    bindings.resolve_feedback(rec)?;
+                }
                 Ok(())
             })?;
         }

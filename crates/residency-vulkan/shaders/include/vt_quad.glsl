@@ -10,6 +10,11 @@
 //   set 0 binding 2: buffer Feedback      the frame's feedback buffer (read-write, atomics)
 //   set 0 binding 3: buffer ImageTable    the feedback image table (read-only)
 //
+// With RESIDENCY_FEEDBACK_DEFERRED (vt_quad_deferred.frag, vt_quad_software_deferred.frag) the
+// writing pixel only stores a record (feedback_deferred.glsl) and the streamer's resolve pass
+// writes the feedback: binding 2 is the frame's record buffer (FrameBindings::feedback_records,
+// write-only), there is no binding 3, and control.x bits 8..31 hold the record cells per row.
+//
 // Push constants (96 bytes, vertex and fragment stages; bytes 0..64 are vt_quad.vert's):
 //   bytes  0..64: mat4 viewProj (vt_quad.vert)
 //   bytes 64..80: uvec4 feedback: x = feedback image slot, y = frame, z = pixel stride,
@@ -34,8 +39,12 @@ layout(location = 0) out vec4 fragColor;
 
 layout(set = 0, binding = 0) uniform sampler2D tex;
 layout(set = 0, binding = 1) uniform usampler2D minLodMap;
+#ifdef RESIDENCY_FEEDBACK_DEFERRED
+layout(std430, set = 0, binding = 2) writeonly buffer FeedbackRecords { uvec4 fbRecords[]; };
+#else
 layout(std430, set = 0, binding = 2) buffer Feedback { uint fbWords[]; };
 layout(std430, set = 0, binding = 3) readonly buffer ImageTable { uint table[]; };
+#endif
 
 layout(push_constant) uniform Push {
     layout(offset = 64) uvec4 feedback; // x: slot, y: frame, z: pixel stride, w: frame interval
@@ -47,7 +56,11 @@ layout(push_constant) uniform Push {
 #else
 #include "residency.glsl"
 #endif
+#ifdef RESIDENCY_FEEDBACK_DEFERRED
+#include "feedback_deferred.glsl"
+#else
 #include "feedback.glsl"
+#endif
 #include "vt_lod.glsl"
 
 // Whether this pixel writes feedback this frame (FeedbackSampling::pixel_writes). With a stride
@@ -83,6 +96,18 @@ void main() {
     fragColor = residencySampleFallbackFrom(tex, minLodMap, uv, max(lambda, 0.0), vec4(1.0, 0.0, 1.0, 1.0), minLod,
                                             resident, usedLod);
     if ((pc.control.x & 1u) != 0u && vtFeedbackPixelWrites(uvec2(gl_FragCoord.xy))) {
+#ifdef RESIDENCY_FEEDBACK_DEFERRED
+        // One plain store into this pixel's record (control.x >> 8: record cells per row); the
+        // streamer's resolve pass does the table reads and atomics after the draws.
+        uvec2 p = uvec2(gl_FragCoord.xy);
+        uint fast = pc.control.w;
+        uint rowCells = pc.control.x >> 8u;
+        uint index = (fast & 1u) != 0u
+            ? feedbackRecordIndexShift(p, (fast >> 16u) & 31u, (fast >> 8u) & 31u, rowCells)
+            : feedbackRecordIndex(p, pc.feedback.z, pc.control.y, rowCells);
+        feedbackDefer(index, pc.feedback.x, 0u, uv, lambda, minLod);
+#else
         feedback(pc.feedback.x, 0u, uv, lambda, minLod);
+#endif
     }
 }

@@ -313,6 +313,52 @@ shader!(
     96
 );
 shader!(
+    /// `vt_quad_deferred.frag`: [`VT_QUAD_FRAG`] with deferred feedback: the pixel that writes
+    /// feedback stores one 16-byte record (uv, LOD, slot, min LOD: `feedback_deferred.glsl`) into
+    /// the frame's record buffer, with no table read or atomic, and the streamer's resolve pass
+    /// ([`FEEDBACK_RESOLVE`], recorded by
+    /// [`FrameBindings::resolve_feedback`](crate::streaming::FrameBindings::resolve_feedback)) writes the
+    /// feedback after the draws. For a streamer made with
+    /// [`StreamerDesc::deferred_feedback`](crate::streaming::StreamerDesc::deferred_feedback).
+    ///
+    /// - binding 0: `sampler2D` — the sparse image (all mips, `GENERAL`), trilinear;
+    /// - binding 1: `usampler2D` — its min-LOD map, **nearest**;
+    /// - binding 2: storage buffer — the frame's record buffer
+    ///   ([`FrameBindings::feedback_records`](crate::streaming::FrameBindings::feedback_records));
+    /// - push constants: [`VT_QUAD_FRAG`]'s 96 bytes, with the record cells per row in bits 8..31
+    ///   of the control word ([`FrameBindings::feedback_words`](crate::streaming::FrameBindings::feedback_words)
+    ///   fills them).
+    ///
+    /// Needs `fragmentStoresAndAtomics` (the store) and `shaderResourceResidency`.
+    VT_QUAD_DEFERRED_FRAG,
+    "vt_quad_deferred.frag",
+    Fragment,
+    [SampledImage, SampledImage, StorageBuffer],
+    96
+);
+shader!(
+    /// `vt_quad_software_deferred.frag`: [`VT_QUAD_DEFERRED_FRAG`] on the software path (binding 0
+    /// the atlas, binding 1 the indirection, **nearest**, binding 2 the record buffer; the same
+    /// push constants). Needs `fragmentStoresAndAtomics`; no sparse feature.
+    VT_QUAD_SOFTWARE_DEFERRED_FRAG,
+    "vt_quad_software_deferred.frag",
+    Fragment,
+    [SampledImage, SampledImage, StorageBuffer],
+    96
+);
+shader!(
+    /// `feedback_resolve.comp`: folds a frame's deferred feedback records into its feedback
+    /// buffer (per written record, `feedback()` of `feedback.glsl`: the table reads, bounds and
+    /// atomics), zeroing each record it folds. Binding 0 the record buffer, 1 the feedback buffer,
+    /// 2 the image table (read-only); push `uint count` (records visited). The streamer records it
+    /// ([`FrameBindings::resolve_feedback`](crate::streaming::FrameBindings::resolve_feedback)).
+    FEEDBACK_RESOLVE,
+    "feedback_resolve.comp",
+    Compute,
+    [StorageBuffer, StorageBuffer, StorageBuffer],
+    4
+);
+shader!(
     /// `vt_quad_reference.frag`: the reference for [`VT_QUAD_FRAG`] (PSNR): samples an ordinary
     /// fully resident `sampler2D` at binding 0 (trilinear) at the same uv and derivative LOD. Its
     /// program's push constants are [`VT_QUAD_VERT`]'s 64 bytes only.
@@ -624,7 +670,7 @@ shader!(
 );
 
 /// Every shipped shader.
-pub static ALL: [&Shader; 47] = [
+pub static ALL: [&Shader; 50] = [
     &PLACED_BUFFERS,
     &FILL,
     &BUSY,
@@ -645,6 +691,9 @@ pub static ALL: [&Shader; 47] = [
     &VT_QUAD_FRAG,
     &VT_QUAD_SOFTWARE_FRAG,
     &VT_QUAD_REFERENCE_FRAG,
+    &VT_QUAD_DEFERRED_FRAG,
+    &VT_QUAD_SOFTWARE_DEFERRED_FRAG,
+    &FEEDBACK_RESOLVE,
     &PRT_VOLUME,
     &PRT_ARRAY,
     &SPARSE_WARN,
@@ -681,5 +730,14 @@ pub fn vt_quad_fragment(path: residency_core::tiles::ResidencyPath) -> &'static 
     match path {
         residency_core::tiles::ResidencyPath::Software => &VT_QUAD_SOFTWARE_FRAG,
         _ => &VT_QUAD_FRAG,
+    }
+}
+
+/// The deferred-feedback `vt_quad` fragment shader for a residency path:
+/// [`VT_QUAD_SOFTWARE_DEFERRED_FRAG`] on the software path, [`VT_QUAD_DEFERRED_FRAG`] otherwise.
+pub fn vt_quad_deferred_fragment(path: residency_core::tiles::ResidencyPath) -> &'static Shader {
+    match path {
+        residency_core::tiles::ResidencyPath::Software => &VT_QUAD_SOFTWARE_DEFERRED_FRAG,
+        _ => &VT_QUAD_DEFERRED_FRAG,
     }
 }

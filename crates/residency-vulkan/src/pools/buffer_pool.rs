@@ -523,8 +523,11 @@ impl BufferPool {
     fn handle(&self) -> &Arc<PoolArena> {
         // Slots are `shard × arenas + arena`, a multiple of the arena count in all: a thread's
         // arena is its index mod arenas, as without shards.
-        // (A 32-bit remainder: slots are at most `SHARDS × MAX_ARENAS`, and it divides faster.)
-        &self.arenas[(ARENA.with(|a| *a) as u32 % self.arenas.len() as u32) as usize]
+        // Slots are usually a power of two (`SHARDS` with 1, 2, 4, 8 or 16 arenas): a mask then,
+        // else a 32-bit remainder (slots are at most `SHARDS × MAX_ARENAS`); the same slot.
+        let (thread, slots) = (ARENA.with(|a| *a) as u32, self.arenas.len() as u32);
+        let slot = if slots.is_power_of_two() { thread & (slots - 1) } else { thread % slots };
+        &self.arenas[slot as usize]
     }
 
     /// Releases a buffer of this pool (as dropping it does: deferred while the GPU may use it). A

@@ -414,17 +414,133 @@ impl TileHeaps {
         waits: &[GpuUse],
         wait: bool,
     ) -> Result<(BindStats, Option<GpuUse>), SparseError> {
-        for w in waits {
-            self.shared.device.wait_info(w).map(drop)?;
-        }
-        // After every residency submission before it too (the uploader's copies, frames submitted
-        // through residency): a bind or unbind never races GPU work that touches those tiles.
-        let mut waits = waits.to_vec();
-        waits.push(self.shared.device.submitted_work());
-        let waits = &waits[..];
+        let waits = with_submitted(&self.shared.device, waits)?;
         let shared = &*self.shared;
         let mut state = shared.lock();
-        HeapsShared::check_serves(&state, pool)?;
+        let (plans, heaps_added) = shared.check_and_plan(&mut state, pool, items, options)?;
+        let (mut stats, done) =
+            submit_plans(&shared.device, &plans, &state, pool.tile_bytes(), &waits, false)?;
+        // Submitted: what is bound is recorded before any wait, so a failed wait (a lost device)
+        // cannot leave the counts behind the binds that run.
+        for (image, changes) in items {
+            shared.record(&mut state, image.key, changes);
+        }
+        drop(state);
+        stats.heaps_added = heaps_added;
+        if let (true, Some(done)) = (wait, done) {
+            wait_for_bind(&shared.device, &done)?;
+        }
+        Ok((stats, done))
+    }
+
+    /// The checks and plans of [`TileHeaps::bind_after`] now (heaps allocated as there), the
+    /// `vkQueueBindSparse` later, from any thread: [`PreparedBind::submit`] (the streamer's bind
+    /// worker). `None`: nothing to bind. The prepared bind holds its images; the heaps it binds
+    /// must not be released ([`TileHeaps::release`]) and no other bind of these images made
+    /// before it is submitted (the streamer joins its worker first), else its submission panics
+    /// or binds what the pool has since given elsewhere. Dropped unsubmitted, it bound nothing
+    /// (the caller's page tables then say more than the GPU has, as after a failed bind).
+    pub(crate) fn prepare_bind(
+        &mut self,
+        pool: &TilePool,
+        items: &[(&Arc<SparseImage>, &ResidencyChanges)],
+        options: BindPlanOptions,
+    ) -> Result<Option<PreparedBind>, SparseError> {
+        let shared = &*self.shared;
+        let mut state = shared.lock();
+        let borrowed: Vec<(&SparseImage, &ResidencyChanges)> =
+            items.iter().map(|(i, c)| (&***i, *c)).collect();
+        let (plans, heaps_added) = shared.check_and_plan(&mut state, pool, &borrowed, options)?;
+        drop(state);
+        if plans.iter().all(|(_, _, p)| p.image_binds.is_empty() && p.opaque_binds.is_empty()) {
+            return Ok(None);
+        }
+        Ok(Some(PreparedBind {
+            shared: Arc::clone(&self.shared),
+            images: items.iter().map(|(i, _)| Arc::clone(i)).collect(),
+            changes: items.iter().map(|(i, c)| (i.key, (*c).clone())).collect(),
+            plans,
+            tile_bytes: pool.tile_bytes(),
+            heaps_added,
+        }))
+    }
+}
+
+/// `waits` checked (a frame count or another device's work refused), and every residency
+/// submission so far added: a bind or unbind never races GPU work that touches those tiles (the
+/// uploader's copies, frames submitted through residency).
+fn with_submitted(device: &Device, waits: &[GpuUse]) -> Result<Vec<GpuUse>, SparseError> {
+    for w in waits {
+        device.wait_info(w).map(drop)?;
+    }
+    let mut waits = waits.to_vec();
+    waits.push(device.submitted_work());
+    Ok(waits)
+}
+
+/// The planned binds of [`TileHeaps::prepare_bind`], submitted by [`PreparedBind::submit`]
+/// (`Send`: the streamer's bind worker submits them). Holds its images until then.
+pub(crate) struct PreparedBind {
+    shared: Arc<HeapsShared>,
+    /// Kept alive until the bind was submitted (the plans name their raw handles).
+    images: Vec<Arc<SparseImage>>,
+    changes: Vec<(u64, ResidencyChanges)>,
+    plans: Vec<(vk::Image, vk::ImageAspectFlags, residency_core::tiles::BindPlan)>,
+    tile_bytes: u64,
+    heaps_added: u64,
+}
+
+impl std::fmt::Debug for PreparedBind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreparedBind")
+            .field("heaps", &self.shared.name)
+            .field("images", &self.images.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PreparedBind {
+    /// Whether its changes unbind anything (a tile or tail left without memory).
+    pub(crate) fn unbinds(&self) -> bool {
+        self.changes.iter().any(|(_, c)| {
+            c.tiles.iter().any(|t| t.physical.is_none()) || c.tails.iter().any(|t| t.physical.is_none())
+        })
+    }
+
+    /// The one `vkQueueBindSparse` of [`TileHeaps::bind_after`] (under the sparse queue's lock and
+    /// the heaps' state lock, as there), waiting on the GPU for `waits`, and what it bound
+    /// recorded in the heaps. On an error nothing was bound (or the device is lost).
+    pub(crate) fn submit(self, waits: &[GpuUse]) -> Result<(BindStats, Option<GpuUse>), SparseError> {
+        let shared = &*self.shared;
+        let waits = with_submitted(&shared.device, waits)?;
+        let mut state = shared.lock();
+        let (mut stats, done) =
+            submit_plans(&shared.device, &self.plans, &state, self.tile_bytes, &waits, false)?;
+        for (key, changes) in &self.changes {
+            shared.record(&mut state, *key, changes);
+        }
+        drop(state);
+        stats.heaps_added = self.heaps_added;
+        // The images may go now: their garbage waits for the bind on the sparse timeline.
+        drop(self.images);
+        Ok((stats, done))
+    }
+}
+
+impl HeapsShared {
+    /// [`TileHeaps::bind_after`]'s checks, every heap of `pool` allocated, and the plans; nothing
+    /// submitted.
+    #[allow(clippy::type_complexity)]
+    fn check_and_plan(
+        &self,
+        state: &mut HeapsState,
+        pool: &TilePool,
+        items: &[(&SparseImage, &ResidencyChanges)],
+        options: BindPlanOptions,
+    ) -> Result<(Vec<(vk::Image, vk::ImageAspectFlags, residency_core::tiles::BindPlan)>, u64), SparseError>
+    {
+        let shared = self;
+        HeapsShared::check_serves(state, pool)?;
         for (image, changes) in items {
             if image.external != Some(shared.serial) {
                 return Err(SparseError::Incompatible {
@@ -479,7 +595,7 @@ impl TileHeaps {
         }
         check_owners(pool, items)?;
         let all: Vec<HeapIndex> = pool.heap_indices().collect();
-        let heaps_added = shared.ensure(&mut state, pool, &all)?;
+        let heaps_added = shared.ensure(state, pool, &all)?;
         let mut plans = Vec::with_capacity(items.len());
         for (image, changes) in items {
             plans.push((
@@ -488,19 +604,7 @@ impl TileHeaps {
                 plan_binds(image.layout(), &changes.tiles, &changes.tails, options)?,
             ));
         }
-        let (mut stats, done) =
-            submit_plans(&shared.device, &plans, &state, pool.tile_bytes(), waits, false)?;
-        // Submitted: what is bound is recorded before any wait, so a failed wait (a lost device)
-        // cannot leave the counts behind the binds that run.
-        for (image, changes) in items {
-            shared.record(&mut state, image.key, changes);
-        }
-        drop(state);
-        stats.heaps_added = heaps_added;
-        if let (true, Some(done)) = (wait, done) {
-            wait_for_bind(&shared.device, &done)?;
-        }
-        Ok((stats, done))
+        Ok((plans, heaps_added))
     }
 }
 

@@ -207,6 +207,7 @@ use heaps::*;
 pub use compact::{CompactCopy, CompactPath, CompactStats};
 pub(crate) use compact::{CompactionOwner, ImageMoves};
 pub use distance_field::{BrickResidency, DistanceFieldDesc, DistanceFieldVolume, VolumeError};
+pub(crate) use heaps::PreparedBind;
 pub use heaps::TileHeaps;
 pub use image::{SparseImage, SparseUsage};
 pub use min_lod::MinLodMap;

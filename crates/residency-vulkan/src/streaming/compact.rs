@@ -103,7 +103,7 @@ impl Streamer {
         for g in &grouped {
             let index = ids.len();
             let image = match self.textures.get(&g.image).map(|t| &t.gpu) {
-                Some(TextureGpu::Hardware { image, .. }) => image,
+                Some(TextureGpu::Hardware { image, .. }) => &**image,
                 _ => {
                     return Err(StreamError::Internal(format!(
                         "compaction of an unknown texture {}",

@@ -43,7 +43,9 @@
 //! takes; request-to-resident latency is in ticks.
 #![deny(missing_docs)]
 
+mod bind_worker;
 mod compact;
+mod deferred;
 mod policy;
 mod slices;
 mod texture;
@@ -52,6 +54,7 @@ pub use slices::SLICE_EMPTY_BIAS;
 pub use texture::TextureViews;
 
 use crate::error::{ErrorClass, ResidencyError};
+use crate::pipelines::compute::ComputeProgram;
 use crate::poison::PoisonFree;
 use crate::sparse::software::SoftwareError;
 use crate::sparse::{SparseError, TileHeaps};
@@ -176,6 +179,32 @@ pub struct StreamerDesc {
     /// shaders over the bus on a discrete GPU (for a host whose CPU reads of device memory are
     /// very slow).
     pub feedback_device_local: bool,
+    /// Deferred feedback for a render of this extent (pixels, `[width, height]`; default `None`:
+    /// shaders write feedback themselves, `feedback.glsl`). With it, the pixels that write
+    /// feedback store one 16-byte record each into the frame's record buffer
+    /// ([`FrameBindings::feedback_records`]; `feedback_deferred.glsl`, the shipped
+    /// [`VT_QUAD_DEFERRED_FRAG`](crate::shaders::VT_QUAD_DEFERRED_FRAG) and its software twin) —
+    /// no table read, no atomic — and a compute pass the streamer records after the draws
+    /// ([`FrameBindings::resolve_feedback`], or [`FrameBindings::record`] after `draw`) folds
+    /// them into the feedback buffer, so the CPU decodes the same requests. A writing pixel's
+    /// subgroup no longer waits on its table reads and atomics (docs/tiles.md, "Deferred
+    /// feedback"). One record per writing pixel: where several fragments of one pixel write
+    /// (overdraw), one of them is kept. Pixels outside the extent write nothing. The record
+    /// buffers (device-local, `ceil(w / (stride · block)) · ceil(h / (stride · block)) · block²`
+    /// records of 16 bytes per frame in flight) may take at most 128 MiB each, else
+    /// [`Streamer::new`] refuses the desc.
+    pub deferred_feedback: Option<[u32; 2]>,
+    /// Hardware path: a bind worker thread makes each frame's `vkQueueBindSparse` and stages its
+    /// tiles' texels, between the frame's `end_frame` and the next `begin_frame`, instead of the
+    /// frame thread inside `begin_frame` (SamplerFeedbackStreaming's update threads). The frame
+    /// thread keeps the manager update, plans the binds (checks, coalesced entries) and publishes
+    /// what the worker finished at the next frame: the min-LOD map updates and the bind the frame
+    /// waits for. A tile so becomes visible to shaders one frame after the tick that made it
+    /// resident ([`ResidentLatency::resident_frame`] says which), after its bind and upload as
+    /// without the worker. Counted per frame in [`FrameWork::frame_thread_binds`] and
+    /// [`FrameWork::frame_thread_tiles_staged`] (0 with the worker, but for ticks outside frames
+    /// and retries of a failed one). Default off; ignored on the software path (no binds).
+    pub bind_worker: bool,
 }
 
 impl Default for StreamerDesc {
@@ -203,6 +232,8 @@ impl Default for StreamerDesc {
             cancel_after_frames: None,
             pinned_mip_tiles: policy.pinned_mip_tiles,
             feedback_device_local: true,
+            deferred_feedback: None,
+            bind_worker: false,
         }
     }
 }
@@ -232,6 +263,31 @@ impl StreamerDesc {
         self.sampling.validate()?;
         self.feedback.validate()?;
         self.validate_policy()?;
+        if let Some(extent) = self.deferred_feedback {
+            for (field, v) in
+                [("deferred_feedback width", extent[0]), ("deferred_feedback height", extent[1])]
+            {
+                residency_core::desc::check_range(
+                    DESC,
+                    &self.name,
+                    field,
+                    u64::from(v),
+                    1,
+                    1 << 16,
+                    "a render extent",
+                )?;
+            }
+            let (_, records) = deferred::record_grid(self.sampling, extent);
+            residency_core::desc::check_range(
+                DESC,
+                &self.name,
+                "deferred feedback record bytes",
+                records * deferred::RECORD_BYTES,
+                0,
+                deferred::MAX_RECORD_BYTES,
+                "the guaranteed maxStorageBufferRange",
+            )?;
+        }
         residency_core::desc::check_range(
             DESC,
             &self.name,
@@ -318,6 +374,19 @@ impl StreamerDesc {
     /// ([`software_slot_format`](Self::software_slot_format)).
     pub fn with_software_slot_format(mut self, format: Option<Format>) -> Self {
         self.software_slot_format = format;
+        self
+    }
+
+    /// Sets deferred feedback for a render of `extent` pixels, or turns it off
+    /// ([`deferred_feedback`](Self::deferred_feedback)).
+    pub fn with_deferred_feedback(mut self, extent: Option<[u32; 2]>) -> Self {
+        self.deferred_feedback = extent;
+        self
+    }
+
+    /// Sets whether a bind worker thread binds and stages (see [`bind_worker`](Self::bind_worker)).
+    pub fn with_bind_worker(mut self, on: bool) -> Self {
+        self.bind_worker = on;
         self
     }
 
@@ -461,6 +530,15 @@ pub enum StreamError {
         /// The array's mips.
         mips: u32,
     },
+    /// The deferred-feedback resolve program could not be made.
+    #[error(transparent)]
+    Program(#[from] crate::pipelines::compute::ProgramError),
+    /// The resolve's descriptor set could not be made.
+    #[error(transparent)]
+    Binding(#[from] crate::pipelines::descriptors::BindingError),
+    /// The resolve's dispatch was refused.
+    #[error(transparent)]
+    Dispatch(#[from] crate::pipelines::compute::DispatchError),
     /// A broken internal invariant (a bug).
     #[error("streamer bug: {0}")]
     Internal(String),
@@ -482,6 +560,9 @@ impl ResidencyError for StreamError {
             StreamError::Barrier(e) => e.class(),
             StreamError::Copy(e) => e.class(),
             StreamError::Desc(e) => e.class(),
+            StreamError::Program(e) => e.class(),
+            StreamError::Binding(e) => e.class(),
+            StreamError::Dispatch(e) => e.class(),
             StreamError::Priming { source, .. } => source.class(),
             StreamError::MissingFeature { .. }
             | StreamError::UnsupportedSource { .. }
@@ -583,6 +664,10 @@ pub struct StreamerStats {
     pub textures_visited: u64,
     /// Feedback words read by every frame so far ([`FrameWork::feedback_words_read`] summed).
     pub feedback_words_read: u64,
+    /// Binds the bind worker submitted ([`StreamerDesc::bind_worker`]; also in [`binds`](Self::binds)).
+    pub worker_binds: u64,
+    /// Tiles whose texels the bind worker staged.
+    pub worker_tiles_staged: u64,
 }
 
 /// What one `begin_frame` did, counted: the streamer's per-frame cost in units that do not depend
@@ -601,6 +686,12 @@ pub struct FrameWork {
     pub feedback_words_read: u64,
     /// Feedback requests given to the manager.
     pub requests: u32,
+    /// `vkQueueBindSparse` calls the frame thread made in the frame's `begin_frame` (0 with
+    /// [`StreamerDesc::bind_worker`], but for a retried tick).
+    pub frame_thread_binds: u32,
+    /// Tiles whose texels the frame thread staged in the frame's `begin_frame` (0 with
+    /// [`StreamerDesc::bind_worker`], but for a retried tick).
+    pub frame_thread_tiles_staged: u32,
 }
 
 /// Residency's own memory behind a streamer's textures, apart from their texels (the tile heaps
@@ -648,7 +739,9 @@ pub struct ResidentLatency {
     /// The frame whose feedback first wanted it (`None`: priming wanted it, before any frame).
     pub requested_frame: Option<u64>,
     /// The frame whose `begin_frame` made it resident: its recording copies the texels before
-    /// its draws, so it is the first frame that samples them.
+    /// its draws, so it is the first frame that samples them. With
+    /// [`StreamerDesc::bind_worker`], the frame after the tick's (the worker binds and stages in
+    /// between).
     pub resident_frame: u64,
 }
 
@@ -722,6 +815,10 @@ pub struct FrameBindings<'a> {
     pub feedback: Option<&'a Buffer>,
     /// The feedback image table (read-only storage buffer), `None` while no texture is added.
     pub image_table: Option<&'a Buffer>,
+    /// With [`StreamerDesc::deferred_feedback`]: the record buffer this frame's shaders write
+    /// (`feedback_deferred.glsl`, binding 2 of the deferred `vt_quad` shaders) instead of the
+    /// feedback buffer and image table; `None` otherwise or while no texture is added.
+    pub feedback_records: Option<&'a Buffer>,
     /// The layout of both.
     pub layout: Option<&'a FeedbackLayout>,
     /// The textures, by id ([`FrameBindings::textures`] lists them in feedback-slot order).
@@ -790,6 +887,12 @@ struct FrameContext<'a> {
     /// frame wrote (`None`: all of it after the header).
     clear: Option<Vec<(u64, u64)>>,
     recorded: &'a AtomicBool,
+    /// Deferred feedback: the resolve program and this slot's records.
+    deferred: Option<(&'a ComputeProgram, &'a deferred::Records)>,
+    /// Record cells per row (`feedback_words`' control bits 8..31), 0 without deferred feedback.
+    record_row_cells: u32,
+    /// Whether this frame's feedback was resolved (`resolve_feedback`).
+    resolved: &'a AtomicBool,
     /// The device's universal timeline value submitted when the frame was recorded.
     recorded_after: &'a AtomicU64,
     /// The announced value of each renderer timeline when the frame was recorded.
@@ -840,7 +943,7 @@ impl<'a> FrameBindings<'a> {
             self.frame as u32,
             s.pixel_stride,
             s.frame_interval,
-            u32::from(feedback && self.feedback_active),
+            u32::from(feedback && self.feedback_active) | self.ctx.record_row_cells << 8,
             s.block,
             phase,
             fast,
@@ -889,9 +992,12 @@ impl<'a> FrameBindings<'a> {
         // A frame signalling a renderer timeline signals above what it announced by now.
         *ctx.recorded_floor.locked() = ctx.device.announced_values();
         let out = draw(rec);
+        if !ctx.resolved.load(Ordering::Acquire) {
+            self.resolve_feedback(rec)?;
+        }
         if self.feedback_active && self.feedback.is_some() {
             rec.memory_barrier(MemoryDependency {
-                src_stages: ctx.readers,
+                src_stages: self.shader_stages(),
                 src_access: A::SHADER_WRITE,
                 dst_stages: S::HOST,
                 dst_access: A::HOST_READ,
@@ -900,12 +1006,41 @@ impl<'a> FrameBindings<'a> {
         Ok(out)
     }
 
+    /// With [`StreamerDesc::deferred_feedback`]: records the pass that folds this frame's
+    /// feedback records into its feedback buffer (a barrier from the draws' stores at
+    /// [`StreamerDesc::readers`], one compute dispatch over the records), into `rec`. Call it
+    /// inside [`FrameBindings::record`]'s `draw`, after the draws that write feedback, to place
+    /// it yourself (e.g. inside your own timestamps); otherwise `record` records it right after
+    /// `draw`. Nothing is recorded without deferred feedback or in a frame that writes none.
+    /// Refused outside `record` and a second time in a frame ([`StreamError::FrameOrder`]).
+    pub fn resolve_feedback(&self, rec: &mut Recording<'_>) -> Result<(), StreamError> {
+        let ctx = &self.ctx;
+        if !ctx.recorded.load(Ordering::Acquire) {
+            return Err(StreamError::FrameOrder("resolve_feedback outside the frame's record"));
+        }
+        if ctx.resolved.swap(true, Ordering::AcqRel) {
+            return Err(StreamError::FrameOrder("the frame's feedback resolved twice"));
+        }
+        let (Some((program, records)), true) = (ctx.deferred, self.feedback_active) else { return Ok(()) };
+        rec.accepts("the streamer's feedback resolve", ctx.device)?;
+        records.record_resolve(rec, program, ctx.readers)
+    }
+
+    /// The stages that touch the feedback: the readers, and the resolve's compute stage with
+    /// deferred feedback.
+    fn shader_stages(&self) -> vk::PipelineStageFlags2 {
+        match self.ctx.deferred {
+            Some(_) => self.ctx.readers | vk::PipelineStageFlags2::COMPUTE_SHADER,
+            None => self.ctx.readers,
+        }
+    }
+
     /// The streamer's part of [`FrameBindings::record`]: the bind wait, the feedback reset, the
     /// staged copies and the barriers around them.
     fn record_streamer_part(&self, rec: &mut Recording<'_>) -> Result<(), StreamError> {
         use vk::{AccessFlags2 as A, PipelineStageFlags2 as S};
         let ctx = &self.ctx;
-        let readers = ctx.readers;
+        let readers = self.shader_stages();
         if let Some(bind) = ctx.bind_wait {
             rec.wait_for(bind)?;
         }
@@ -935,6 +1070,13 @@ impl<'a> FrameBindings<'a> {
             }
             rec.update_buffer(feedback, 0, header)?;
         }
+        // A record buffer's first frame (or one after an abandoned frame): zeroed once, then each
+        // resolve zeroes the records it folds.
+        if let (true, Some((_, records))) = (self.feedback_active, ctx.deferred) {
+            if !records.clean {
+                rec.fill_buffer(&records.buffer, 0, records.buffer.size(), 0)?;
+            }
+        }
         ctx.uploader.record_requeueable(rec, readers)?;
         rec.memory_barrier(MemoryDependency {
             src_stages: S::ALL_TRANSFER,
@@ -951,6 +1093,8 @@ impl<'a> FrameBindings<'a> {
 struct Slot {
     feedback: Buffer,
     table: Buffer,
+    /// Deferred feedback's record buffer and resolve set.
+    records: Option<deferred::Records>,
     layout: Arc<FeedbackLayout>,
     generation: u64,
     /// The frame written here, its manager tick and the end of its GPU work.
@@ -1009,6 +1153,17 @@ struct Unapplied {
     unbinds: bool,
 }
 
+/// A frame tick handed to the bind worker, until published.
+struct Deferred {
+    out: FrameOutput,
+    /// Not handed out yet (until the frame's `end_frame`).
+    job: Option<bind_worker::Job>,
+    /// Its outcome, where it ran on the frame thread (the worker was gone).
+    done: Option<bind_worker::Done>,
+    /// Whether its bind waits for the frames in flight (it unbinds).
+    waited: bool,
+}
+
 /// A load given to the workers, until the manager was told of it.
 struct Pending {
     tiles: Vec<(u32, u32, u32)>,
@@ -1023,7 +1178,13 @@ pub struct Streamer {
     path: ResidencyPath,
     manager: StreamingManager,
     loader: TileLoader<TileKey>,
-    uploader: Uploader,
+    /// Shared with the bind worker, which stages its jobs' texels here.
+    uploader: Arc<Uploader>,
+    /// The bind worker ([`StreamerDesc::bind_worker`], hardware path).
+    worker: Option<bind_worker::BindWorker>,
+    /// The frame tick whose binds and staging the worker has (or will be given at `end_frame`),
+    /// until joined and published.
+    deferred: Option<Deferred>,
     textures: HashMap<ImageId, Texture>,
     /// Software path: the atlas of each texel format in use, which every texture of that format
     /// samples (each sized for the first budget: any tile of the pool may go to any texture; a
@@ -1046,6 +1207,10 @@ pub struct Streamer {
     generation: u64,
     ring: FeedbackRing,
     slots: Vec<Option<Slot>>,
+    /// Deferred feedback's resolve program (after `slots`: their sets go first).
+    resolve: Option<ComputeProgram>,
+    /// Whether the current frame's feedback was resolved.
+    resolved: AtomicBool,
     frame: u64,
     tick: u64,
     in_frame: bool,
@@ -1082,10 +1247,19 @@ pub struct Streamer {
     requested: Vec<ImageId>,
     /// The textures the current `begin_frame` visited ([`FrameWork::textures_visited`]).
     visited: std::collections::HashSet<ImageId>,
+    /// Binds and tiles staged on the frame thread so far ([`FrameWork::frame_thread_binds`],
+    /// [`FrameWork::frame_thread_tiles_staged`]).
+    inline_binds: u64,
+    inline_tiles: u64,
 }
 
 impl Drop for Streamer {
     fn drop(&mut self) {
+        // The worker's job finishes first (its bind and copies retire through the device); what
+        // it did is not published (nothing samples it any more).
+        if let Some(worker) = self.worker.as_mut() {
+            let _ = worker.join();
+        }
         // The frames that may still sample the textures: their objects outlive them (a frame
         // declares nothing per texture; a removed texture is given the running frames at its
         // removal, and these are the last ones).
@@ -1165,13 +1339,21 @@ impl Streamer {
                 .with_tiles_per_heap(desc.tiles_per_heap);
             Some(TileHeaps::new(Arc::clone(device), &format!("{} tiles", desc.name))?)
         };
-        let uploader = Uploader::new(device, &desc.name, desc.staging_bytes)?;
+        let resolve =
+            desc.deferred_feedback.map(|_| deferred::resolve_program(device, &desc.name)).transpose()?;
+        let uploader = Arc::new(Uploader::new(device, &desc.name, desc.staging_bytes)?);
+        let worker = match (desc.bind_worker, &heaps) {
+            (true, Some(_)) => Some(bind_worker::BindWorker::new(&desc.name, Arc::clone(&uploader))?),
+            _ => None,
+        };
         Ok(Streamer {
             device: Arc::clone(device),
             path,
             manager: StreamingManager::new(streaming),
             loader: TileLoader::new(desc.workers.max(1)),
             uploader,
+            worker,
+            deferred: None,
             heaps,
             textures: HashMap::new(),
             atlases: atlas.into_iter().map(|a| (first_atlas, a)).collect(),
@@ -1184,6 +1366,8 @@ impl Streamer {
             generation: 0,
             ring: FeedbackRing::new(frames_in_flight),
             slots: (0..frames_in_flight).map(|_| None).collect(),
+            resolve,
+            resolved: AtomicBool::new(false),
             frame: 0,
             tick: 0,
             in_frame: false,
@@ -1205,6 +1389,8 @@ impl Streamer {
             dropped: Arc::default(),
             requested: Vec::new(),
             visited: Default::default(),
+            inline_binds: 0,
+            inline_tiles: 0,
             desc: StreamerDesc { frames_in_flight, ..desc },
         })
     }
@@ -1314,6 +1500,7 @@ impl Streamer {
         }
         for slot in self.slots.iter().flatten() {
             o.feedback_bytes += slot.feedback.size() + slot.table.size();
+            o.feedback_bytes += slot.records.as_ref().map_or(0, |r| r.buffer.size());
         }
         o
     }
@@ -1414,7 +1601,7 @@ impl Streamer {
             return None;
         }
         match &self.textures.get(&texture.id)?.gpu {
-            TextureGpu::Hardware { image, .. } => Some(image),
+            TextureGpu::Hardware { image, .. } => Some(&**image),
             TextureGpu::Software { .. } => None,
         }
     }
@@ -1480,6 +1667,8 @@ impl Streamer {
         if self.in_frame {
             return Err(StreamError::FrameOrder("add_texture between begin_frame and end_frame"));
         }
+        // The bind worker's job done first: priming binds and stages on this thread.
+        self.apply_unapplied()?;
         self.remove_dropped()?;
         let id = ImageId(self.next_id);
         let source = Arc::clone(&sources[0]);
@@ -1652,7 +1841,7 @@ impl Streamer {
                 let heaps = self.heaps.as_mut().expect("checked above");
                 let (_, done) = heaps.bind_after(
                     self.manager.pool(),
-                    &[(image, &changes.changes)],
+                    &[(&**image, &changes.changes)],
                     BindPlanOptions::default(),
                     &waits,
                 )?;
@@ -1801,7 +1990,9 @@ impl Streamer {
                     .binary_search_by_key(&since, |&(t, _)| t)
                     .ok()
                     .map(|i| self.tick_frames[i].1);
-                self.latencies.push_back(ResidentLatency { key, requested_frame, resident_frame: frame });
+                // With the bind worker, the next frame publishes it.
+                let resident_frame = frame + u64::from(self.worker.is_some());
+                self.latencies.push_back(ResidentLatency { key, requested_frame, resident_frame });
                 if self.latencies.len() > KEPT_LATENCIES {
                     self.latencies.pop_front();
                 }
@@ -1824,6 +2015,14 @@ impl Streamer {
         }
         // A failed bind bound nothing: the tick waits, and is applied first next time.
         let mut tick = Unapplied { out: out.clone(), staged, bound: false, unbinds: false };
+        if frame.is_some() && self.worker.is_some() {
+            // A frame's tick: its binds and staging go to the worker at `end_frame` (what cannot be
+            // prepared is applied here, with the errors `apply` gives).
+            if let Some(job) = self.prepare_job(&mut tick) {
+                self.deferred = Some(Deferred { out: tick.out, job: Some(job), done: None, waited: false });
+                return Ok(out);
+            }
+        }
         if let Err(e) = self.apply(&mut tick) {
             self.unapplied = Some(tick);
             return Err(e);
@@ -1831,9 +2030,132 @@ impl Streamer {
         Ok(out)
     }
 
+    /// A frame tick's job for the bind worker: its bind planned, its loaded units' texels with
+    /// their places (moved out of `tick.staged`). `None` (`tick` untouched): something would not
+    /// prepare; `apply` then runs the tick on the frame thread and returns that error.
+    fn prepare_job(&mut self, tick: &mut Unapplied) -> Option<bind_worker::Job> {
+        let out = &tick.out;
+        let mut writes = Vec::new();
+        for key in &out.resident {
+            let (Some((tiles, data)), Some(texture)) = (tick.staged.get(key), self.textures.get(&key.image))
+            else {
+                continue;
+            };
+            if self.manager.is_resident(*key) {
+                writes.push((*key, texture.tile_writes(tiles, data).ok()?));
+            }
+        }
+        let items: Vec<_> = out
+            .changes
+            .iter()
+            .filter_map(|c| match &self.textures.get(&c.image)?.gpu {
+                TextureGpu::Hardware { image, .. } => Some((image, &c.changes)),
+                TextureGpu::Software { .. } => None,
+            })
+            .collect();
+        let bind = match (items.is_empty(), self.heaps.as_mut()) {
+            (false, Some(heaps)) => {
+                heaps.prepare_bind(self.manager.pool(), &items, BindPlanOptions::default()).ok()?
+            }
+            _ => None,
+        };
+        let units = writes
+            .into_iter()
+            .map(|(key, writes)| {
+                let (tiles, data) = tick.staged.remove(&key).expect("listed above");
+                bind_worker::UnitUpload { key, tiles, data, writes }
+            })
+            .collect();
+        Some(bind_worker::Job { bind, waits: Vec::new(), units })
+    }
+
+    /// Hands the frame tick's job to the bind worker (at `end_frame` or `abandon_frame`: the
+    /// frame's recording has taken the uploader's copies, and the frame is among those an unbind
+    /// waits for).
+    fn hand_out(&mut self) {
+        let Some(mut job) = self.deferred.as_mut().and_then(|d| d.job.take()) else { return };
+        let unbinds = self.deferred.as_ref().is_some_and(|d| !d.out.evicted.is_empty()) || job.unbinds();
+        if unbinds {
+            job.waits = self.running_frames();
+        }
+        let d = self.deferred.as_mut().expect("taken from it");
+        d.waited = !job.waits.is_empty();
+        let worker = self.worker.as_mut().expect("jobs are made for the worker");
+        if let Err(done) = worker.send(job) {
+            d.done = Some(done);
+        }
+    }
+
+    /// Joins the bind worker's job and publishes it: the bind is what the next recorded frame
+    /// waits for, the min-LOD map updates are staged, the released heaps go. A job never handed
+    /// out (its frame was not ended) runs here first. A failed bind or staging is returned, the
+    /// tick kept as the unapplied one.
+    fn settle(&mut self) -> Result<(), StreamError> {
+        let Some(mut d) = self.deferred.take() else { return Ok(()) };
+        // Whether it ran on this thread (the worker's counters count the worker's work only).
+        let mut here = true;
+        let done = if let Some(mut job) = d.job.take() {
+            if !d.out.evicted.is_empty() || job.unbinds() {
+                job.waits = self.running_frames();
+            }
+            d.waited = !job.waits.is_empty();
+            job.run(&self.uploader)
+        } else if let Some(done) = d.done.take() {
+            done
+        } else {
+            here = false;
+            match self.worker.as_mut().and_then(bind_worker::BindWorker::join) {
+                Some(Ok(done)) => done,
+                Some(Err(e)) => {
+                    // Whether it bound is unknown: bound again (the same binds again are
+                    // harmless); its texels are lost with it.
+                    self.unapplied =
+                        Some(Unapplied { out: d.out, staged: HashMap::new(), bound: false, unbinds: false });
+                    return Err(e);
+                }
+                None => return Err(StreamError::Internal("a bind job neither out nor run".into())),
+            }
+        };
+        if here {
+            self.inline_tiles += done.tiles_staged;
+        } else {
+            self.stats.worker_tiles_staged += done.tiles_staged;
+        }
+        let staged = done.left.into_iter().map(|u| (u.key, (u.tiles, u.data))).collect();
+        let mut tick = Unapplied { out: d.out, staged, bound: true, unbinds: false };
+        match done.bound {
+            Some(Ok((_, bind))) => {
+                if here {
+                    self.inline_binds += u64::from(bind.is_some());
+                } else {
+                    self.stats.worker_binds += u64::from(bind.is_some());
+                }
+                self.note_bind(bind, d.waited);
+            }
+            Some(Err(e)) => {
+                tick.bound = false;
+                self.unapplied = Some(tick);
+                return Err(e.into());
+            }
+            None => {}
+        }
+        if let Some(e) = done.staging {
+            self.unapplied = Some(tick);
+            return Err(e);
+        }
+        // Bound and staged: the map updates and the heaps released, here.
+        if let Err(e) = self.apply(&mut tick) {
+            self.unapplied = Some(tick);
+            return Err(e);
+        }
+        Ok(())
+    }
+
     /// Applies the tick whose bind or staging failed before, so the GPU catches up with the
     /// manager's page tables before anything new happens (nothing else runs while it fails).
+    /// The bind worker's job is joined and published first.
     fn apply_unapplied(&mut self) -> Result<(), StreamError> {
+        self.settle()?;
         if let Some(mut tick) = self.unapplied.take() {
             self.stats.ticks_retried += 1;
             if let Err(e) = self.apply(&mut tick) {
@@ -1857,7 +2179,7 @@ impl Streamer {
                 .changes
                 .iter()
                 .filter_map(|c| match &self.textures.get(&c.image)?.gpu {
-                    TextureGpu::Hardware { image, .. } => Some((image, &c.changes)),
+                    TextureGpu::Hardware { image, .. } => Some((&**image, &c.changes)),
                     TextureGpu::Software { .. } => None,
                 })
                 .collect();
@@ -1865,6 +2187,7 @@ impl Streamer {
                 let heaps = self.heaps.as_mut().expect("hardware path");
                 let (_, done) =
                     heaps.bind_after(self.manager.pool(), &items, BindPlanOptions::default(), &waits)?;
+                self.inline_binds += u64::from(done.is_some());
                 self.note_bind(done, !waits.is_empty());
             }
         }
@@ -1885,6 +2208,7 @@ impl Streamer {
                 tick.staged.insert(*key, (tiles, data));
                 return Err(e);
             }
+            self.inline_tiles += tiles.len() as u64;
         }
         for change in &out.changes {
             let Some(residency) = self.manager.residency(change.image) else { continue };
@@ -2007,7 +2331,10 @@ impl Streamer {
         let mut requests = std::mem::take(&mut self.requests);
         self.filter_slice_requests(&mut requests);
         work.requests = requests.len() as u32;
+        let (binds, tiles) = (self.inline_binds, self.inline_tiles);
         let ticked = self.tick(&requests, self.requested_in.max(1), Some(frame));
+        work.frame_thread_binds = (self.inline_binds - binds) as u32;
+        work.frame_thread_tiles_staged = (self.inline_tiles - tiles) as u32;
         work.textures_visited = self.visited.len() as u32;
         self.stats.textures_visited += u64::from(work.textures_visited);
         self.stats.feedback_words_read += work.feedback_words_read;
@@ -2022,6 +2349,7 @@ impl Streamer {
             }
         }
         self.recorded.store(false, Ordering::Release);
+        self.resolved.store(false, Ordering::Release);
         self.cpu_feedback = false;
         self.in_frame = true;
         self.stats.frames += 1;
@@ -2053,7 +2381,22 @@ impl Streamer {
             .with_intent(table_intent),
         )?;
         table.write(0, &words.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<_>>())?;
-        Ok(Slot { feedback, table, layout, generation: self.generation, submitted: None, written: None })
+        let records = match (&self.resolve, self.desc.deferred_feedback) {
+            (Some(program), Some(extent)) => {
+                let (_, count) = deferred::record_grid(self.desc.sampling, extent);
+                Some(deferred::Records::new(&self.device, program, name, index, count, (&feedback, &table))?)
+            }
+            _ => None,
+        };
+        Ok(Slot {
+            feedback,
+            table,
+            records,
+            layout,
+            generation: self.generation,
+            submitted: None,
+            written: None,
+        })
     }
 
     fn bindings(&self, index: usize) -> FrameBindings<'_> {
@@ -2075,6 +2418,7 @@ impl Streamer {
             },
             feedback: slot.map(|s| &s.feedback),
             image_table: slot.map(|s| &s.table),
+            feedback_records: slot.and_then(|s| Some(&s.records.as_ref()?.buffer)),
             layout: slot.map(|s| &*s.layout),
             all: AllTextures(&self.textures),
             sampling: self.desc.sampling,
@@ -2087,6 +2431,12 @@ impl Streamer {
                 header,
                 clear: slot.and_then(|s| s.written.clone()),
                 recorded: &self.recorded,
+                deferred: self.resolve.as_ref().zip(slot.and_then(|s| s.records.as_ref())),
+                record_row_cells: self
+                    .desc
+                    .deferred_feedback
+                    .map_or(0, |e| deferred::record_grid(self.desc.sampling, e).0 as u32),
+                resolved: &self.resolved,
                 recorded_after: &self.recorded_after,
                 recorded_floor: &self.recorded_floor,
             },
@@ -2157,11 +2507,17 @@ impl Streamer {
         if let Some(slot) = self.slots[index].as_mut() {
             slot.feedback.used_until(until)?;
             slot.table.used_until(until)?;
+            if let Some(records) = &mut slot.records {
+                records.used_until(until)?;
+                // It may have run after all, up to anywhere: the next frame zeroes the records.
+                records.clean = false;
+            }
             slot.submitted = None;
             // It may have run after all and written anything: the next reset clears it all.
             slot.written = None;
         }
         self.frame_uses.push(until);
+        self.hand_out();
         if !requeued {
             return Err(StreamError::Internal(
                 "an abandoned frame's copies were given back before they could be queued again".into(),
@@ -2210,6 +2566,13 @@ impl Streamer {
         if let Some(slot) = self.slots[index].as_mut() {
             slot.feedback.used_until(until)?;
             slot.table.used_until(until)?;
+            if let Some(records) = &mut slot.records {
+                records.used_until(until)?;
+                // Zeroed by this frame's fill (if any) and its resolve.
+                if recorded && active && slot.generation == self.generation {
+                    records.clean = true;
+                }
+            }
             // A slot of an older layout (no texture left) was not reset: nothing to read.
             let current = slot.generation == self.generation;
             slot.submitted = (recorded && active && current).then_some((self.frame, self.tick, until));
@@ -2221,6 +2584,7 @@ impl Streamer {
             self.uploader.forget_recorded();
         }
         self.frame_uses.push(until);
+        self.hand_out();
         self.in_frame = false;
         self.frame += 1;
         Ok(())

@@ -12,7 +12,7 @@ use residency_core::streaming::{
 };
 use residency_core::tiles::{
     bordered_block_tile, bordered_tile, software_layout, standard_tile_shape, ImageId, MinLodUpdate,
-    PageTable, PhysicalTile, ResidencyPath, SparseDimension, SparseImageDesc, SparseImageLayout, TexelRegion,
+    PageTable, PhysicalTile, ResidencyPath, SparseDimension, SparseImageDesc, SparseImageLayout,
 };
 use residency_core::vt_file::VtDesc;
 use std::sync::Arc;
@@ -23,8 +23,14 @@ use super::StreamError;
 /// (every frame's [`GpuUse`](crate::GpuUse), through `used_until`) has completed.
 #[allow(clippy::large_enum_variant, reason = "one per texture, never moved in bulk")]
 pub(super) enum TextureGpu {
-    Hardware { image: SparseImage, map: MinLodMap },
-    Software { texture: SoftwareTexture },
+    /// The image in an `Arc`: the bind worker's jobs hold it until their bind and staging are done.
+    Hardware {
+        image: Arc<SparseImage>,
+        map: MinLodMap,
+    },
+    Software {
+        texture: SoftwareTexture,
+    },
 }
 
 /// A registered texture.
@@ -160,7 +166,7 @@ impl Texture {
                     });
                 }
                 let map = MinLodMap::new(&image)?;
-                (image.layout().clone(), TextureGpu::Hardware { image, map })
+                (image.layout().clone(), TextureGpu::Hardware { image: Arc::new(image), map })
             }
             None => {
                 let atlas = atlas
@@ -280,20 +286,10 @@ impl Texture {
         data: &[Vec<u8>],
     ) -> Result<(), StreamError> {
         let short = |what: &str| StreamError::Internal(format!("{}: {what}", self.name));
-        let (tw, th, format) = (self.desc.tile_width, self.desc.tile_height, self.desc.format);
         match &self.gpu {
-            TextureGpu::Hardware { image, .. } => {
-                for (&(m, x, y), texels) in tiles.iter().zip(data) {
-                    let (slab, mip) = (m / self.desc.mip_count, m % self.desc.mip_count);
-                    // `slab` is the layer of an array, the z of a volume.
-                    let (layer, z) = if self.depth.is_volume() { (0, slab) } else { (slab, 0) };
-                    let (w, h) = self.desc.tile_extent(mip, x, y).ok_or_else(|| short("tile extent"))?;
-                    let d = self.depth.slab_depth(mip, z).ok_or_else(|| short("tile depth"))?;
-                    let td = self.depth.tile_depth;
-                    let region = TexelRegion { offset: [x * tw, y * th, z * td], extent: [w, h, d] };
-                    check_len(&self.name, texels, w, h, d, format)?;
-                    let target = ImageRegion::new(image, mip, region.offset, region.extent).with_layer(layer);
-                    uploader.write_image(&target, texels)?;
+            TextureGpu::Hardware { .. } => {
+                for (write, texels) in self.tile_writes(tiles, data)?.iter().zip(data) {
+                    write.write(uploader, texels)?;
                 }
             }
             TextureGpu::Software { texture } => {
@@ -303,11 +299,62 @@ impl Texture {
                 // Bordered on the workers (`Bordered`): one slot's texels (or blocks).
                 let side = texture.atlas_layout().slot_side();
                 let bordered = data.first().ok_or_else(|| short("a loaded tile"))?;
-                check_len(&self.name, bordered, side, side, 1, format)?;
+                check_len(&self.name, bordered, side, side, 1, self.desc.format)?;
                 let physical = physical.ok_or_else(|| short("a resident tile has a slot"))?;
                 texture.write_tile(uploader, physical, bordered)?;
             }
         }
+        Ok(())
+    }
+
+    /// Hardware path: where each loaded tile `tiles[i]` (texels `data[i]`, their length checked)
+    /// goes in the sparse image, for [`TileWrite::write`] here or on the bind worker.
+    pub(super) fn tile_writes(
+        &self,
+        tiles: &[(u32, u32, u32)],
+        data: &[Vec<u8>],
+    ) -> Result<Vec<TileWrite>, StreamError> {
+        let short = |what: &str| StreamError::Internal(format!("{}: {what}", self.name));
+        let (tw, th, format) = (self.desc.tile_width, self.desc.tile_height, self.desc.format);
+        let TextureGpu::Hardware { image, .. } = &self.gpu else {
+            return Err(short("tile writes are the hardware path's"));
+        };
+        let mut writes = Vec::with_capacity(tiles.len());
+        for (&(m, x, y), texels) in tiles.iter().zip(data) {
+            let (slab, mip) = (m / self.desc.mip_count, m % self.desc.mip_count);
+            // `slab` is the layer of an array, the z of a volume.
+            let (layer, z) = if self.depth.is_volume() { (0, slab) } else { (slab, 0) };
+            let (w, h) = self.desc.tile_extent(mip, x, y).ok_or_else(|| short("tile extent"))?;
+            let d = self.depth.slab_depth(mip, z).ok_or_else(|| short("tile depth"))?;
+            let td = self.depth.tile_depth;
+            check_len(&self.name, texels, w, h, d, format)?;
+            writes.push(TileWrite {
+                image: Arc::clone(image),
+                mip,
+                layer,
+                offset: [x * tw, y * th, z * td],
+                extent: [w, h, d],
+            });
+        }
+        Ok(writes)
+    }
+}
+
+/// One loaded tile's place in a texture's sparse image ([`Texture::tile_writes`]); holds the image.
+pub(super) struct TileWrite {
+    image: Arc<SparseImage>,
+    mip: u32,
+    layer: u32,
+    offset: [u32; 3],
+    extent: [u32; 3],
+}
+
+impl TileWrite {
+    /// Stages `texels` (checked against the region by [`Texture::tile_writes`]) in `uploader`.
+    pub(super) fn write(&self, uploader: &Uploader, texels: &[u8]) -> Result<(), StreamError> {
+        let target =
+            ImageRegion::new(&*self.image, self.mip, self.offset, self.extent).with_layer(self.layer);
+        uploader.write_image(&target, texels)?;
         Ok(())
     }
 }
