@@ -656,7 +656,7 @@ impl PoolShared {
     /// [`PoolShared::allocate`]; with `lend`, also one of the strong references of `handle` that
     /// released ranges left in its arena ([`PoolShared::release_range`]), when the range came from
     /// the pages and there is one: the new range takes it over, no reference count touched.
-    #[inline]
+    #[inline(always)]
     fn allocate_lending(
         &self,
         handle: &PoolArena,
@@ -698,7 +698,7 @@ impl PoolShared {
             }
         };
         let page = PageInfo::of(pages.block(allocation.block));
-        let lent = if lend { self.take_lent(&mut pages, handle) } else { None };
+        let lent = if lend { Self::take_lent(&mut pages, handle) } else { None };
         let record = cache.is_some() || (cacheable(size) && self.shared_arena(arena));
         if record {
             // The page in this slot and the removals then, read together under the arena's lock.
@@ -709,15 +709,16 @@ impl PoolShared {
         Ok((allocation, page, lent))
     }
 
-    /// The shard of `handle` among its arena's handles (its index in the arena's lent counts).
-    fn shard(&self, handle: &PoolArena) -> usize {
-        usize::from(handle.slot) / self.arenas.len()
+    /// The shard of `handle` among its arena's handles (its index in the arena's lent counts):
+    /// `slot / arenas`, read from its bit (no division).
+    fn shard(handle: &PoolArena) -> usize {
+        handle.shard_bit.trailing_zeros() as usize
     }
 
     /// Takes over one strong reference of `handle` that a released range left in its arena's lent
     /// counts (`pages` is that arena's list, locked), if there is one.
-    fn take_lent(&self, pages: &mut BlockList, handle: &PoolArena) -> Option<Arc<PoolArena>> {
-        let (ptr, count) = pages.lent.as_mut()?.get_mut(self.shard(handle))?;
+    fn take_lent(pages: &mut BlockList, handle: &PoolArena) -> Option<Arc<PoolArena>> {
+        let (ptr, count) = pages.lent.as_mut()?.get_mut(Self::shard(handle))?;
         if *count == 0 {
             return None;
         }
@@ -753,12 +754,11 @@ impl PoolShared {
             let pool = &handle.pool;
             let mut pages = pool.arenas[usize::from(index)].locked();
             pages.free(&pool.device, allocation);
-            let shards = shards_per_arena(pool.arenas.len());
-            let shard = pool.shard(handle);
+            let shard = Self::shard(handle);
             match pages.lent.as_mut() {
                 Some(lent) => {
-                    if lent.len() < shards {
-                        lent.resize(shards, (0, 0));
+                    if lent.len() <= shard {
+                        lent.resize(shard + 1, (0, 0));
                     }
                     lent[shard] = (ptr as usize, lent[shard].1 + 1);
                     true
