@@ -407,3 +407,43 @@ fn placed_pool_ranges_return_at_once_or_after_their_uses() {
         drop(anchor);
     });
 }
+
+/// Issue 31's lent handles: a `PoolRange` released to the pages leaves its arena handle's
+/// reference there for the thread's next range, so the pool must take them back when dropped; its
+/// pages then go with its last live range, dropped on another thread after the pool.
+#[test]
+fn released_ranges_lend_their_handle_and_the_pool_still_goes_with_its_last_range() {
+    with_gpu(|set| {
+        let device = Arc::clone(&set.devices()[0]);
+        let objects = device.ledger().memory_objects();
+        let usage = BufferUsage::STORAGE | BufferUsage::COPY_DST;
+        let pool = BufferPool::new(
+            Arc::clone(&device),
+            BufferPoolDesc::new("lent handles", BufferPoolUsage::Known(usage)).with_page_size(1 << 20),
+        )
+        .unwrap();
+        // One thread: no range cache, every release goes to the pages (and lends its reference),
+        // every allocation after the first round takes one over.
+        for round in 0..3u64 {
+            let ranges: Vec<_> =
+                (0..64u64).map(|i| pool.allocate_range(64 + i * 16 + round, 0).unwrap()).collect();
+            let mut spans: Vec<_> = ranges.iter().map(|r| (r.offset(), r.offset() + r.size())).collect();
+            spans.sort_unstable();
+            assert!(spans.windows(2).all(|w| w[0].1 <= w[1].0), "ranges do not overlap: {spans:?}");
+            drop(ranges);
+            assert_eq!(pool.stats().used_bytes, 0, "round {round}: every range went back");
+        }
+        let kept: Vec<_> = (0..8).map(|_| pool.allocate_range(256, 0).unwrap()).collect();
+        // References are still lent when the pool goes.
+        drop(pool.allocate_range(512, 0).unwrap());
+        drop(pool.allocate_range(1024, 0).unwrap());
+        pool.check_invariants().unwrap();
+        drop(pool);
+        device.maintain();
+        assert!(device.ledger().memory_objects() > objects, "the kept ranges keep the page");
+        std::thread::spawn(move || drop(kept)).join().unwrap();
+        device.wait_submitted().unwrap();
+        device.maintain();
+        assert_eq!(device.ledger().memory_objects(), objects, "the pool's page went with its last range");
+    });
+}

@@ -203,9 +203,7 @@ impl Node {
 ///   bin by bin, every free block that could hold the request, skipping a bin whose recorded
 ///   largest size is below it, so it fails ([`AllocError::OutOfSpace`]) only when no free range
 ///   can hold the request.
-/// - **Free** reads whether its physical neighbours are free from a bitmap of used nodes (a bit
-///   per node, so a used neighbour's node is not read at), and coalesces at once with both
-///   physical neighbours when they are free: a free
+/// - **Free** coalesces at once with both physical neighbours when they are free: a free
 ///   neighbour's node grows over the freed range (with two, the larger one is kept and the other
 ///   leaves its list), so no two free blocks are ever adjacent (the contract in the
 ///   [module docs](super)).
@@ -237,8 +235,7 @@ impl Node {
 ///   15–60 ns per operation (this workplace and the H200) on VMA's virtual-allocator benchmark and the tiny-buffer churn, and
 ///   9–15 ns per failing request over 100 000 fragments.
 /// - Memory: one 32-byte node per block (used or free), so at most `32 × (2 × allocations + 1)`
-///   bytes, and one bit per node saying whether it holds a used block (`free` reads its
-///   neighbours' states there instead of in their nodes); nodes of merged blocks are recycled through a spare stack, never returned. Space
+///   bytes; nodes of merged blocks are recycled through a spare stack, never returned. Space
 ///   overhead per allocation: its alignment padding (returned to the free lists as a block of
 ///   its own, not lost) and its end rounded up to its alignment (at most 255 B); W2's heap
 ///   high-water is 1.04–1.08 × the live requested bytes on the H200 (the "heap" columns).
@@ -252,10 +249,6 @@ pub struct TlsfAllocator {
     granularity: u64,
     id: u32,
     nodes: Vec<Node>,
-    /// One bit per node, set while it holds a used block: what `free` reads of its physical
-    /// neighbours (a word covers 64 nodes, so these reads stay in the L1 cache where the
-    /// neighbours' 32-byte nodes would miss it). The node's own marker ([`USED`]) says the same.
-    used: Vec<u64>,
     /// First of the nodes that hold no block, chained through `next_free` (an intrusive stack,
     /// so that recycling a node is two stores, with no `Vec` capacity check).
     spare: u32,
@@ -300,7 +293,6 @@ impl TlsfAllocator {
             granularity: desc.granularity,
             id: NEXT_ALLOCATOR_ID.fetch_add(1, Ordering::Relaxed),
             nodes: Vec::new(),
-            used: Vec::new(),
             spare: NONE,
             first: NONE,
             lists: FreeLists::new(),
@@ -344,7 +336,6 @@ impl TlsfAllocator {
         if end > start {
             self.spare = (end - 1) as u32;
         }
-        self.used.resize(end.div_ceil(64), 0);
     }
 
     /// Size of the managed range.
@@ -534,11 +525,8 @@ impl TlsfAllocator {
         // kept (the likelier to stay in its bin) and the other leaves its list.
         let (prev, next) = (node.prev_phys, node.next_phys);
         let nodes = &mut self.nodes[..];
-        // The neighbours' states from the bitmap, not from their nodes: a used neighbour's node
-        // is then not read at all.
-        clear_used(&mut self.used, index);
-        let prev_is_free = prev != NONE && !is_used(&self.used, prev);
-        let next_is_free = next != NONE && !is_used(&self.used, next);
+        let prev_is_free = prev != NONE && !nodes[prev as usize].is_used();
+        let next_is_free = next != NONE && !nodes[next as usize].is_used();
         match (prev_is_free, next_is_free) {
             (false, false) => {
                 self.lists.link(nodes, index, bin_floor(node.size));
@@ -710,11 +698,8 @@ impl TlsfAllocator {
         let mut free_blocks = 0usize;
         let mut last_used: Option<&Node> = None;
         let mut prev_free: Option<&Node> = None;
-        let mut bitmap_disagrees = 0u64;
         while cursor != NONE {
             let node = &self.nodes[cursor as usize];
-            let bit = self.used.get((cursor >> 6) as usize).is_some_and(|w| w >> (cursor & 63) & 1 != 0);
-            bitmap_disagrees += u64::from(bit != node.is_used());
             if node.offset != expected {
                 return Err(InvariantError::NotContiguous { offset: node.offset, expected });
             }
@@ -783,14 +768,10 @@ impl TlsfAllocator {
         if in_lists != free_blocks {
             return Err(InvariantError::FreeCountMismatch { in_lists, in_blocks: free_blocks });
         }
-        // Every set bit is a used block's (spare nodes and free blocks have none).
-        let bits_set: u64 = self.used.iter().map(|w| u64::from(w.count_ones())).sum();
         let counters = [
             ("free_range_count", self.free_range_count, free_blocks as u64),
             ("allocation_count", self.allocation_count, allocations),
             ("used_bytes", self.used_bytes, used),
-            ("used-node bitmap: blocks whose bit disagrees", bitmap_disagrees, 0),
-            ("used-node bitmap: bits set", bits_set, allocations),
         ];
         for (counter, counted, actual) in counters {
             if counted != actual {
@@ -923,7 +904,6 @@ impl TlsfAllocator {
                 Node::used(offset, end - offset, node.prev_phys, node.next_phys, kind, align_log2);
             index
         };
-        set_used(&mut self.used, used);
         if offset > node.offset {
             self.free_padding(node.offset, node.prev_phys, used);
         }
@@ -993,29 +973,8 @@ impl TlsfAllocator {
             .filter(|&i| i < USED)
             .expect("more than 2^32 - 2 blocks in one heap");
         self.nodes.push(node);
-        if self.used.len() * 64 < self.nodes.len() {
-            self.used.push(0);
-        }
         index
     }
-}
-
-/// Whether node `index` holds a used block, from the bitmap.
-#[inline(always)]
-fn is_used(used: &[u64], index: u32) -> bool {
-    used[(index >> 6) as usize] >> (index & 63) & 1 != 0
-}
-
-/// Marks node `index` as holding a used block.
-#[inline(always)]
-fn set_used(used: &mut [u64], index: u32) {
-    used[(index >> 6) as usize] |= 1 << (index & 63);
-}
-
-/// Marks node `index` as holding no used block.
-#[inline(always)]
-fn clear_used(used: &mut [u64], index: u32) {
-    used[(index >> 6) as usize] &= !(1 << (index & 63));
 }
 
 // The helpers below take the node slice apart from the allocator, so that the compiler keeps its

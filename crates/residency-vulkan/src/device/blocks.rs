@@ -419,6 +419,11 @@ pub(crate) struct BlockList {
     /// caches know which block a slot holds from it (a slot's block is the one they recorded as
     /// long as no block was removed since).
     removals: Arc<AtomicU64>,
+    /// Strong references of its owner's handles kept under the list's lock, for its owner only
+    /// (a buffer pool's "lent handles": `buffer_pool.rs`, `PoolShared::release_range`): per
+    /// handle shard, a pointer from `Arc::into_raw` and how many references it stands for. `None`
+    /// once the owner took them back. This layer never reads them.
+    pub(crate) lent: Option<Vec<(usize, usize)>>,
 }
 
 impl std::fmt::Debug for BlockList {
@@ -464,6 +469,7 @@ impl BlockList {
             tier: None,
             created: 0,
             removals: Arc::default(),
+            lent: Some(Vec::new()),
         }
     }
 

@@ -14,7 +14,9 @@
 //!
 //! **Nothing shared between threads on the hot path.** A buffer or range holds its thread's
 //! handle of its arena (`PoolArena`: its parent, which keeps the pool and the device alive,
-//! counts live buffers and takes deferred uses), not the pool's or the device's `Arc`; an arena
+//! counts live buffers and takes deferred uses), not the pool's or the device's `Arc` (and a
+//! `PoolRange` released to the pages leaves its handle's reference under the arena's lock for the
+//! thread's next range: "lent handles", `PoolShared::release_range`); an arena
 //! has up to 16 handles (one per thread shard, `shards_per_arena`), which threads take in turn,
 //! each on cache lines of its own, the device's ledger is sharded per thread, and state-tracking
 //! ids come from per-thread blocks. Once two thread shards have allocated from an arena, a
@@ -59,6 +61,7 @@ use residency_core::memory::{memory_type_candidates, HeapGrowth, MemoryIntent};
 use residency_core::placement::heap::{explicit_heap_size, EXPLICIT_HEAP_ALIGNMENT};
 use residency_core::sync::LastUses;
 use residency_core::usage::{BufferPoolUsage, BufferUsage};
+use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -299,9 +302,12 @@ pub struct PoolStats {
 ///   (`docs/benchmarks.md`, "W3"): a `PoolRange` 49–77 ns, a placed buffer created and bound
 ///   438–894 ns (this workplace's lavapipe and the H200); VMA's virtual block does a range in
 ///   30–53 ns, unlocked.
-/// - Memory: per page, its TLSF nodes (32 bytes per block); per [`PoolRange`], one value (its
-///   page's handles, offset, size, TLSF handle, mapping and declared uses) holding an `Arc` of
-///   the pool; per `Buffer`, its `Arc<Life>`, name and ledger entry (and its
+/// - Memory: per page, its TLSF nodes (32 bytes per block and a bit); per [`PoolRange`], one
+///   value (its page's handles, offset, size, TLSF handle, mapping and declared uses) holding a
+///   strong reference of its thread's arena handle, which it takes over from a range released
+///   to the pages before it when there is one and leaves there when it is released to the pages
+///   (counted under the arena's lock: no reference count touched on that path; the pool takes
+///   them back when dropped); per `Buffer`, its `Arc<Life>`, name and ledger entry (and its
 ///   `VkBuffer` when placed). Space overhead: TLSF's (alignment padding returned to the free
 ///   lists, ends rounded to at most 256 B), the free space of part-full pages, a range taken from
 ///   the cache less than a quarter larger than asked (less than 32 B below 128 B), and per
@@ -526,7 +532,7 @@ impl BufferPool {
         // Slots are usually a power of two (`SHARDS` with 1, 2, 4, 8 or 16 arenas): a mask then,
         // else a 32-bit remainder (slots are at most `SHARDS × MAX_ARENAS`); the same slot.
         let (thread, slots) = (ARENA.with(|a| *a) as u32, self.arenas.len() as u32);
-        let slot = if slots.is_power_of_two() { thread & (slots - 1) } else { thread % slots };
+        let slot = if slots & (slots - 1) == 0 { thread & (slots - 1) } else { thread % slots };
         &self.arenas[slot as usize]
     }
 
@@ -650,14 +656,29 @@ impl PoolShared {
         size: u64,
         alignment: u64,
     ) -> Result<(BlockAllocation, PageInfo), MemoryError> {
+        self.allocate_lending(handle, name, size, alignment, false).map(|(a, page, _)| (a, page))
+    }
+
+    /// [`PoolShared::allocate`]; with `lend`, also one of the strong references of `handle` that
+    /// released ranges left in its arena ([`PoolShared::release_range`]), when the range came from
+    /// the pages and there is one: the new range takes it over, no reference count touched.
+    #[inline(always)]
+    fn allocate_lending(
+        &self,
+        handle: &PoolArena,
+        name: &str,
+        size: u64,
+        alignment: u64,
+        lend: bool,
+    ) -> Result<(BlockAllocation, PageInfo, Option<Arc<PoolArena>>), MemoryError> {
         // This slot's cache, held through a miss (its lock is taken before the arena's, never
         // while the arena's is held), so that the miss records its page under the same lock.
         let slot = &self.caches[usize::from(handle.slot)];
         let mut cache = None;
         if cacheable(size) && self.note_user(handle) {
             let mut guard = slot.locked();
-            if let Some(hit) = guard.take(size, alignment) {
-                return Ok(hit);
+            if let Some((hit, page)) = guard.take(size, alignment) {
+                return Ok((hit, page, None));
             }
             cache = Some(guard);
         }
@@ -683,6 +704,7 @@ impl PoolShared {
             }
         };
         let page = PageInfo::of(pages.block(allocation.block));
+        let lent = if lend { Self::take_lent(&mut pages, handle) } else { None };
         let record = cache.is_some() || (cacheable(size) && self.shared_arena(arena));
         if record {
             // The page in this slot and the removals then, read together under the arena's lock.
@@ -690,7 +712,70 @@ impl PoolShared {
             drop(pages);
             cache.unwrap_or_else(|| slot.locked()).record(allocation.block, page, removals);
         }
-        Ok((allocation, page))
+        Ok((allocation, page, lent))
+    }
+
+    /// The shard of `handle` among its arena's handles (its index in the arena's lent counts):
+    /// `slot / arenas`, read from its bit (no division).
+    fn shard(handle: &PoolArena) -> usize {
+        handle.shard_bit.trailing_zeros() as usize
+    }
+
+    /// Takes over one strong reference of `handle` that a released range left in its arena's lent
+    /// counts (`pages` is that arena's list, locked), if there is one.
+    fn take_lent(pages: &mut BlockList, handle: &PoolArena) -> Option<Arc<PoolArena>> {
+        let (ptr, count) = pages.lent.as_mut()?.get_mut(Self::shard(handle))?;
+        if *count == 0 {
+            return None;
+        }
+        debug_assert!(std::ptr::eq(*ptr as *const PoolArena, handle));
+        *count -= 1;
+        // SAFETY: `ptr` was returned by `Arc::into_raw` of a strong reference of this handle that
+        // a released range gave to these counts (`release_range`, under this arena's lock, which
+        // is held here); each such reference is counted once and taken back once, so this takes
+        // ownership of a reference nobody else owns, and the handle is alive while it is counted.
+        Some(unsafe { Arc::from_raw(*ptr as *const PoolArena) })
+    }
+
+    /// Releases a `PoolRange`'s allocation (nothing may use it any more) with the range's handle
+    /// `arena`: into the handle slot's cache of freed ranges like any release when the arena is
+    /// shared, else back to the pages under the arena's lock, where the handle's strong reference
+    /// stays ("lent", counted under the same lock) for the thread's next range to take over
+    /// (`take_lent`), so that a range allocated and released through the pages touches no
+    /// reference count. The pool takes them back when it is dropped (`BufferPool::drop`).
+    fn release_range(arena: Arc<PoolArena>, allocation: BlockAllocation) {
+        let index = arena.index;
+        if cacheable(allocation.allocation.size()) && arena.pool.shared_arena(usize::from(index)) {
+            arena.pool.release(&arena, index, allocation);
+            return;
+        }
+        let ptr = Arc::into_raw(arena);
+        let lent = {
+            // SAFETY: `ptr` holds the strong reference `arena` held, so the handle (and the pool
+            // it keeps) lives at least until that reference is given away below: given to the
+            // lent counts, under the arena's lock, whose holder keeps using it only until the lock
+            // is released (while the lock is held the counts are open, so the `BufferPool`, which
+            // holds a reference of its own and closes them under this lock, is alive); or dropped.
+            let handle = unsafe { &*ptr };
+            let pool = &handle.pool;
+            let mut pages = pool.arenas[usize::from(index)].locked();
+            pages.free(&pool.device, allocation);
+            let shard = Self::shard(handle);
+            match pages.lent.as_mut() {
+                Some(lent) => {
+                    if lent.len() <= shard {
+                        lent.resize(shard + 1, (0, 0));
+                    }
+                    lent[shard] = (ptr as usize, lent[shard].1 + 1);
+                    true
+                }
+                None => false,
+            }
+        };
+        if !lent {
+            // SAFETY: `ptr` came from `Arc::into_raw` above and its reference was not given away.
+            drop(unsafe { Arc::from_raw(ptr) });
+        }
     }
 
     /// Gives a released range back for the thread of `handle`: into its slot's cache when it is
@@ -1135,6 +1220,20 @@ impl PageInfo {
 
 impl Drop for BufferPool {
     fn drop(&mut self) {
+        // The handles' references the released ranges left in the arenas go back: the arenas keep
+        // none once the pool is gone (they would keep it alive), and ranges released from now on
+        // drop theirs.
+        for arena in &self.shared.arenas {
+            let lent = arena.locked().lent.take();
+            for (ptr, count) in lent.into_iter().flatten() {
+                for _ in 0..count {
+                    // SAFETY: each counted reference came from `Arc::into_raw` of that pointer's
+                    // handle (`release_range`) and is taken back once here, the counts now closed;
+                    // `self.arenas` still holds a reference of each handle, so none is freed here.
+                    drop(unsafe { Arc::from_raw(ptr as *const PoolArena) });
+                }
+            }
+        }
         let live = self.live_buffers();
         if live != 0 {
             tracing::warn!(
@@ -1169,8 +1268,9 @@ impl Drop for PoolShared {
 /// submissions made before the drop and the uses declared with [`PoolRange::used_until`]
 /// (deferred destruction, as for every resource). Made by [`BufferPool::allocate_range`].
 pub struct PoolRange {
-    /// Its arena (which keeps the pool alive): the only reference count it touches.
-    arena: Arc<PoolArena>,
+    /// Its arena handle (which keeps the pool alive). Dropped by `drop` (given to the arena's lent
+    /// counts or dropped there), not by the field's own drop.
+    arena: ManuallyDrop<Arc<PoolArena>>,
     buffer: vk::Buffer,
     memory: vk::DeviceMemory,
     offset: u64,
@@ -1217,11 +1317,11 @@ impl BufferPool {
         let alignment =
             s.known_range_alignment.unwrap_or_else(|| s.range_alignment(pool_usage)).max(alignment);
         let arena = self.handle();
-        let (allocation, page) = s.allocate(arena, &s.desc.name, size, alignment)?;
+        let (allocation, page, lent) = s.allocate_lending(arena, &s.desc.name, size, alignment, true)?;
         let (memory, mapped) = (page.memory, page.mapped);
         let buffer = page.page_buffer.expect("known-flags pages have a page buffer");
         Ok(PoolRange {
-            arena: Arc::clone(arena),
+            arena: ManuallyDrop::new(lent.unwrap_or_else(|| Arc::clone(arena))),
             buffer,
             memory,
             offset: allocation.allocation.offset(),
@@ -1343,22 +1443,26 @@ impl PoolRange {
 
 impl Drop for PoolRange {
     fn drop(&mut self) {
+        // SAFETY: `drop` runs once, and nothing reads `self.arena` after this (its own drop does
+        // nothing: it is a `ManuallyDrop`).
+        let handle = unsafe { ManuallyDrop::take(&mut self.arena) };
         let Some(allocation) = self.allocation.take() else { return };
         let uses = std::mem::take(&mut self.uses);
-        let (pool, arena) = (&self.arena.pool, self.arena.index);
+        let (pool, arena) = (&handle.pool, handle.index);
         if uses.is_empty() && pool.device.idle_so_far() {
-            // Nothing may use it: straight back to the allocator (through this thread's cache).
-            pool.release(&self.arena, arena, allocation);
+            // Nothing may use it: straight back to the allocator (through this thread's cache, or
+            // to the pages, which keep the handle's reference for the next range).
+            PoolShared::release_range(handle, allocation);
             return;
         }
         let memory = ResourceMemory::Sub {
-            owner: Some(Arc::downgrade(&self.arena) as _),
+            owner: Some(Arc::downgrade(&handle) as _),
             allocation: SubAllocation::Block { arena, allocation },
         };
         // Released at once (the retire path's fast case) or after the uses; the arena, still
         // held here, notes them so the pool's pages retire after them too.
         if let Some(pending) = pool.device.retire(Garbage::Range(memory), uses) {
-            self.arena.pending.note(&pending);
+            handle.pending.note(&pending);
         }
     }
 }
