@@ -102,10 +102,11 @@ pub struct StreamArgs {
     pub(super) no_sparse: bool,
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=8))]
     pub(super) frames_in_flight: u32,
-    /// Hardware path: a bind worker thread makes each frame's sparse bind and stages its tiles'
-    /// texels between frames (the streamer's `bind_worker`); the frame thread plans and publishes
-    /// them a frame later.
-    #[arg(long)]
+    /// Hardware path: the frame thread makes each frame's sparse bind and stages its tiles'
+    /// texels itself, inside `begin_frame`. Default: a bind worker thread does both between
+    /// frames (the streamer's `bind_worker`), and the frame thread plans and publishes them a
+    /// frame later (the per-frame CPU cost then stays flat with thousands of textures).
+    #[arg(long = "no-bind-worker", action = clap::ArgAction::SetFalse)]
     pub(super) bind_worker: bool,
     /// Also fly again with budgets of 25, 50 and 100 % of the working set (thrash rate).
     #[arg(long)]

@@ -406,7 +406,7 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
         pinned_mip_tiles: args.pin_mip_tiles,
         feedback_device_local: !args.feedback_host_memory,
         feedback_deferred: !args.feedback_direct,
-        bind_worker: args.bind_worker,
+        bind_worker: args.bind_worker && streamer.path() == ResidencyPath::Hardware,
         resident_bytes_peak: stats.resident_bytes_peak,
         tiles_streamed: stats.tiles_streamed,
         tiles_evicted: stats.tiles_evicted,

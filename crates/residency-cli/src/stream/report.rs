@@ -107,7 +107,8 @@ pub struct StreamReport {
     /// Deferred feedback (default; `--feedback-direct` turns it off): the writing pixels store
     /// records and the streamer's resolve pass, timed with the feedback pass, writes the feedback.
     pub feedback_deferred: bool,
-    /// `--bind-worker`: the streamer's bind worker binds and stages between frames.
+    /// The streamer's bind worker binds and stages between frames (the default on the hardware
+    /// path; `--no-bind-worker` turns it off; the software path makes no binds).
     pub bind_worker: bool,
     pub resident_bytes_peak: u64,
     pub tiles_streamed: u64,
@@ -201,7 +202,7 @@ pub struct Work {
     /// Sparse binds and tiles staged per frame on the frame thread, inside `begin_frame`.
     pub frame_thread_binds_mean: f64,
     pub frame_thread_tiles_staged_mean: f64,
-    /// Over the run: binds the bind worker made and tiles it staged (`--bind-worker`).
+    /// Over the run: binds the bind worker made and tiles it staged (the bind worker, on by default).
     pub worker_binds: u64,
     pub worker_tiles_staged: u64,
 }
