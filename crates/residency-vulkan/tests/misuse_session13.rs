@@ -7,16 +7,26 @@
 //! announced (`Timeline::signal_submitted`) and then signalled from the host, to hold GPU work
 //! back until the test lets it run.
 
+mod common;
 #[path = "common/watchdog.rs"]
 mod watchdog;
 
 use residency_core::format::Format;
-use residency_core::tiles::{ImageId, SparseImageDesc, SparseResidency, TileIndex, TilePool, TilePoolDesc};
-use residency_core::usage::BufferUsage;
+use residency_core::memory::MemoryIntent;
+use residency_core::streaming::{FnSource, TileKey, TileSource};
+use residency_core::tiles::{
+    ImageId, ResidencyPath, SparseImageDesc, SparseResidency, TileCoord, TileIndex, TilePool, TilePoolDesc,
+};
+use residency_core::usage::{BufferPoolUsage, BufferUsage};
+use residency_core::vt_file::VtDesc;
 use residency_vulkan::ash::vk;
 use residency_vulkan::sparse::{SparseError, SparseImage, TileHeaps};
+use residency_vulkan::streaming::{Streamer, StreamerDesc};
 use residency_vulkan::testing::with_gpu;
-use residency_vulkan::{BufferDesc, Device, FaultSite, InjectedFault, Timeline, UploadPath, Uploader};
+use residency_vulkan::{
+    BufferDesc, BufferPool, BufferPoolDesc, CommandContext, Device, FaultSite, InjectedFault, Timeline,
+    UploadPath, Uploader,
+};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -171,4 +181,201 @@ fn misuse_an_imported_upload_whose_wait_fails_returns_only_after_its_copy_read_t
             drop(gated);
         });
     }
+}
+
+/// A procedural RGBA8 1024² source of 128² tiles.
+fn source(name: &str, pattern: u32) -> Arc<dyn TileSource> {
+    let desc = VtDesc::new(Format::R8G8B8A8Unorm, 1024, 1024, 128, 128);
+    Arc::new(FnSource::new(name, desc, move |mip, x, y| {
+        let (w, h) = desc.tile_extent(mip, x, y).expect("in the grid");
+        Ok((0..h)
+            .flat_map(|ty| {
+                (0..w).flat_map(move |tx| {
+                    [(x * 128 + tx) as u8, (y * 128 + ty) as u8, mip as u8, pattern as u8]
+                })
+            })
+            .collect())
+    }))
+}
+
+/// Row `y` of mip 0 of `id`.
+fn row(streamer: &Streamer, id: ImageId, y: u32) -> Vec<TileKey> {
+    let layout = streamer.manager().residency(id).unwrap().layout().clone();
+    (0..8)
+        .map(|x| TileKey::tile(id, layout.tile_index(TileCoord { layer: 0, mip: 0, x, y, z: 0 }).unwrap()))
+        .collect()
+}
+
+/// One frame wanting `wanted`, its GPU work and loads waited for (frame-exact).
+fn frame(streamer: &mut Streamer, commands: &CommandContext, wanted: &[TileKey]) {
+    common::cpu_feedback_frame(streamer, commands, wanted);
+    streamer.device().wait_idle().unwrap();
+    streamer.wait_for_loads();
+}
+
+/// The bind worker's job (a frame's binds, unbinds and staging) is out from `end_frame` until
+/// the next call that needs the GPU caught up. Every `&mut` call in between — removing the
+/// texture whose tiles it binds (or dropping its handle), cutting the budget so the next tick
+/// evicts them, compacting the heaps it binds into, adding a texture, a frame begun and
+/// abandoned, dropping the streamer — must join it first: else its bind would name heaps the
+/// pool released or tiles the pool handed on (a panic on the worker, memory bound to two images,
+/// a freed heap bound). Under synchronization validation and the harness's leak check, with the
+/// page tables checked against the pool after each.
+#[test]
+fn misuse_every_call_between_frames_with_a_bind_job_out_joins_it_before_touching_tiles() {
+    gpu("bind job out", |device| {
+        if device.residency_path(Format::R8G8B8A8Unorm, ResidencyPath::Hardware).is_err() {
+            return;
+        }
+        let baseline = common::settled_accounting(device);
+        for case in 0..7 {
+            let desc = StreamerDesc::default()
+                .with_name("job out streamer")
+                .with_path(ResidencyPath::Hardware)
+                .with_frames_in_flight(2)
+                .with_budget_tiles(48)
+                .with_tiles_per_heap(8)
+                .with_bind_worker(true);
+            let mut streamer = Streamer::new(device, desc).unwrap();
+            let t = streamer.add_texture("vt job", source("vt job", 7)).unwrap();
+            let other = streamer.add_texture("vt other", source("vt other", 9)).unwrap();
+            let commands = CommandContext::new(device, "job out frames").unwrap();
+            let id = t.id();
+            for _ in 0..3 {
+                let w = row(&streamer, id, 3);
+                frame(&mut streamer, &commands, &w);
+            }
+            // Frame 2's tick (binds of row 3, their texels) is out on the worker now.
+            assert_eq!(streamer.stats().worker_binds, 0, "case {case}: the first job is still out");
+            let mut t = Some(t);
+            match case {
+                0 => streamer.remove_texture(t.take().unwrap()).unwrap(),
+                1 => {
+                    drop(t.take());
+                    streamer.remove_dropped_textures().unwrap();
+                }
+                2 => {
+                    streamer.set_budget_tiles(1);
+                    let w = row(&streamer, other.id(), 5);
+                    frame(&mut streamer, &commands, &w);
+                }
+                3 => {
+                    streamer.compact(64).unwrap();
+                }
+                4 => {
+                    let third = streamer.add_texture("vt third", source("vt third", 11)).unwrap();
+                    streamer.remove_texture(third).unwrap();
+                }
+                5 => {
+                    drop(streamer.begin_frame().unwrap());
+                    streamer.abandon_frame().unwrap();
+                }
+                _ => {
+                    drop(t.take());
+                    drop(streamer);
+                    drop(other);
+                    drop(commands);
+                    assert_eq!(common::settled_accounting(device), baseline, "case {case}: nothing leaked");
+                    continue;
+                }
+            }
+            assert!(streamer.stats().worker_binds > 0, "case {case}: the job was joined");
+            streamer.manager().check_invariants().unwrap();
+            // Frames go on, on the other texture (and the first where it is left).
+            for y in [4, 6] {
+                let mut w = row(&streamer, other.id(), y);
+                if let Some(t) = &t {
+                    w.extend(row(&streamer, t.id(), y));
+                }
+                frame(&mut streamer, &commands, &w);
+                streamer.manager().check_invariants().unwrap();
+            }
+            drop(streamer);
+            drop(t);
+            drop(other);
+            drop(commands);
+            assert_eq!(common::settled_accounting(device), baseline, "case {case}: nothing leaked");
+        }
+    });
+}
+
+/// Lent range handles: ranges released to the pages leave their arena handle's reference there;
+/// ranges cached per thread once several threads share the arena. Ranges that outlive their pool,
+/// dropped on other threads than the one that made them (some with a GPU use still pending,
+/// declared with `used_until`), written and read after the pool went: the pool's page stays until
+/// the last range is gone and its last use has passed, then goes; nothing is released twice (the
+/// pool's allocator is checked before the pool goes) and nothing leaks.
+#[test]
+fn misuse_ranges_outliving_their_pool_on_other_threads_with_uses_pending_keep_its_page() {
+    gpu("ranges outlive their pool", |device| {
+        let objects = device.ledger().memory_objects();
+        let usage = BufferUsage::STORAGE | BufferUsage::COPY_DST;
+        let pool = Arc::new(
+            BufferPool::new(
+                Arc::clone(device),
+                BufferPoolDesc::new("outlived pool", BufferPoolUsage::Known(usage))
+                    .with_page_size(1 << 20)
+                    .with_memory(MemoryIntent::Upload),
+            )
+            .unwrap(),
+        );
+        let gate = Gate::new(device, "range gate");
+        // Four threads share the one arena: each lends, caches and takes ranges back in turn,
+        // and keeps a few.
+        let kept: Vec<Vec<_>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..4u64)
+                .map(|k| {
+                    let pool = Arc::clone(&pool);
+                    scope.spawn(move || {
+                        for round in 0..4u64 {
+                            let ranges: Vec<_> = (0..32u64)
+                                .map(|i| pool.allocate_range(64 + i * 16 + round + k, 0).unwrap())
+                                .collect();
+                            drop(ranges);
+                        }
+                        (0..4u64).map(|i| pool.allocate_range(256 + i, 0).unwrap()).collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        pool.check_invariants().unwrap();
+        let mut kept: Vec<_> = kept.into_iter().flatten().collect();
+        // Some have a GPU use still pending.
+        for r in kept.iter_mut().step_by(3) {
+            r.used_until(gate.timeline.at(1)).unwrap();
+        }
+        drop(Arc::into_inner(pool).expect("the threads gave their references back"));
+        device.maintain();
+        assert!(device.ledger().memory_objects() > objects, "the live ranges keep the page");
+        // Each range is written and read after its pool went, then dropped, on other threads.
+        let chunks: Vec<Vec<_>> = {
+            let mut chunks: Vec<Vec<_>> = (0..3).map(|_| Vec::new()).collect();
+            for (i, r) in kept.drain(..).enumerate() {
+                chunks[i % 3].push(r);
+            }
+            chunks
+        };
+        std::thread::scope(|scope| {
+            for chunk in chunks {
+                scope.spawn(move || {
+                    for mut r in chunk {
+                        let bytes = vec![r.offset() as u8; r.size() as usize];
+                        r.write(0, &bytes).unwrap();
+                        let mut back = vec![0; bytes.len()];
+                        r.read(0, &mut back).unwrap();
+                        assert_eq!(back, bytes);
+                        drop(r);
+                    }
+                });
+            }
+        });
+        device.wait_submitted().unwrap();
+        device.maintain();
+        assert!(device.ledger().memory_objects() > objects, "the ranges' pending uses keep the page");
+        gate.open();
+        device.wait_submitted().unwrap();
+        device.maintain();
+        assert_eq!(device.ledger().memory_objects(), objects, "the page went after the last use");
+    });
 }
