@@ -21,11 +21,12 @@ use residency_core::usage::{BufferPoolUsage, BufferUsage};
 use residency_core::vt_file::VtDesc;
 use residency_vulkan::ash::vk;
 use residency_vulkan::sparse::{SparseError, SparseImage, TileHeaps};
+use residency_vulkan::streaming::StreamError;
 use residency_vulkan::streaming::{Streamer, StreamerDesc};
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::{
     BufferDesc, BufferPool, BufferPoolDesc, CommandContext, Device, FaultSite, InjectedFault, Timeline,
-    UploadPath, Uploader,
+    UploadPath, Uploader, VulkanError,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -377,5 +378,90 @@ fn misuse_ranges_outliving_their_pool_on_other_threads_with_uses_pending_keep_it
         device.wait_submitted().unwrap();
         device.maintain();
         assert_eq!(device.ledger().memory_objects(), objects, "the page went after the last use");
+    });
+}
+
+/// Every queue of `device` (universal, sparse, moves), some of them the same queue.
+fn queues(device: &Device) -> Vec<&Arc<residency_vulkan::Queue>> {
+    std::iter::once(device.universal_queue())
+        .chain(device.sparse_queue())
+        .chain(std::iter::once(device.moves_queue()))
+        .collect()
+}
+
+/// Without the worker, a streamer call on a thread that holds a queue's lock and binds or
+/// submits there is refused (`VulkanError::Reentrant`), not a deadlock. With the bind worker,
+/// the calls that join its job out (`begin_frame`, `remove_texture`, `compact`, `add_texture`,
+/// dropping the streamer) waited for the worker, whose `vkQueueBindSparse` (and the uploader's
+/// submissions) wait for that very lock: a hang from safe code. Now each such call is refused
+/// with the same typed error, leaving the job out (a later call joins and publishes it), and a
+/// streamer dropped there leaves the worker to finish the job, which owns what it binds and
+/// stages: nothing leaks once it has.
+#[test]
+fn misuse_a_streamer_call_holding_a_queue_lock_with_a_bind_job_out_is_refused_not_a_deadlock() {
+    gpu("queue lock with a bind job out", |device| {
+        if device.residency_path(Format::R8G8B8A8Unorm, ResidencyPath::Hardware).is_err() {
+            return;
+        }
+        let baseline = common::settled_accounting(device);
+        let references = Arc::strong_count(device);
+        let reentrant = |what: &str, result: Result<(), StreamError>| {
+            assert!(
+                matches!(result, Err(StreamError::Vulkan(VulkanError::Reentrant { .. }))),
+                "{what}: {result:?}"
+            );
+        };
+        let desc = StreamerDesc::default()
+            .with_name("queue lock streamer")
+            .with_path(ResidencyPath::Hardware)
+            .with_frames_in_flight(2)
+            .with_budget_tiles(48)
+            .with_bind_worker(true);
+        for case in 0..2 {
+            let mut streamer = Streamer::new(device, desc.clone()).unwrap();
+            let t = streamer.add_texture("vt lock", source("vt lock", 5)).unwrap();
+            let commands = CommandContext::new(device, "queue lock frames").unwrap();
+            let id = t.id();
+            for _ in 0..3 {
+                let w = row(&streamer, id, 2);
+                frame(&mut streamer, &commands, &w);
+            }
+            assert_eq!(streamer.stats().worker_binds, 0, "a job is out");
+            for queue in queues(device) {
+                let guard = queue.lock().unwrap();
+                reentrant("begin_frame", streamer.begin_frame().map(drop));
+                reentrant("compact", streamer.compact(8).map(drop));
+                reentrant(
+                    "add_texture",
+                    streamer.add_texture("vt refused", source("vt refused", 6)).map(drop),
+                );
+                drop(guard);
+            }
+            assert_eq!(streamer.stats().worker_binds, 0, "the job is still out");
+            if case == 1 {
+                // Dropped while holding the lock: the worker finishes the job once it is free.
+                let guard = device.sparse_queue().unwrap().lock().unwrap();
+                drop(t);
+                drop(streamer);
+                drop(guard);
+                drop(commands);
+                // The worker's thread lets go of the device when its job is done (no timing: it
+                // ends once the lock is free).
+                while Arc::strong_count(device) > references {
+                    std::thread::yield_now();
+                }
+                assert_eq!(common::settled_accounting(device), baseline, "case {case}: nothing leaked");
+                continue;
+            }
+            // Lock released: the next call joins the job and frames go on.
+            let w = row(&streamer, id, 2);
+            frame(&mut streamer, &commands, &w);
+            assert!(streamer.stats().worker_binds > 0, "joined");
+            streamer.manager().check_invariants().unwrap();
+            streamer.remove_texture(t).unwrap();
+            drop(streamer);
+            drop(commands);
+            assert_eq!(common::settled_accounting(device), baseline, "case {case}: nothing leaked");
+        }
     });
 }
