@@ -427,6 +427,7 @@ fn misuse_a_streamer_call_holding_a_queue_lock_with_a_bind_job_out_is_refused_no
                 frame(&mut streamer, &commands, &w);
             }
             assert_eq!(streamer.stats().worker_binds, 0, "a job is out");
+            let frames = streamer.stats().frames;
             for queue in queues(device) {
                 let guard = queue.lock().unwrap();
                 reentrant("begin_frame", streamer.begin_frame().map(drop));
@@ -438,6 +439,8 @@ fn misuse_a_streamer_call_holding_a_queue_lock_with_a_bind_job_out_is_refused_no
                 drop(guard);
             }
             assert_eq!(streamer.stats().worker_binds, 0, "the job is still out");
+            assert_eq!(streamer.stats().frames, frames, "a refused begin_frame began nothing");
+            assert!(!streamer.in_frame());
             if case == 1 {
                 // Dropped while holding the lock: the worker finishes the job once it is free.
                 let guard = device.sparse_queue().unwrap().lock().unwrap();

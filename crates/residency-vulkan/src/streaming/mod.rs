@@ -2096,10 +2096,7 @@ impl Streamer {
     /// out (its frame was not ended) runs here first. A failed bind or staging is returned, the
     /// tick kept as the unapplied one.
     fn settle(&mut self) -> Result<(), StreamError> {
-        if self.worker.as_ref().is_some_and(bind_worker::BindWorker::blocked_here) {
-            // The job stays out (joined by a later call): waiting here would wait forever.
-            return Err(VulkanError::Reentrant { what: bind_worker::JOIN_REENTRANT }.into());
-        }
+        self.refuse_blocked_join()?;
         let Some(mut d) = self.deferred.take() else { return Ok(()) };
         // Whether it ran on this thread (the worker's counters count the worker's work only).
         let mut here = true;
@@ -2156,6 +2153,15 @@ impl Streamer {
         if let Err(e) = self.apply(&mut tick) {
             self.unapplied = Some(tick);
             return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Refuses, changing nothing, to wait for the bind worker's job out on a thread that holds a
+    /// queue's lock the worker needs (the job stays out, joined by a later call).
+    fn refuse_blocked_join(&self) -> Result<(), StreamError> {
+        if self.worker.as_ref().is_some_and(bind_worker::BindWorker::blocked_here) {
+            return Err(VulkanError::Reentrant { what: bind_worker::JOIN_REENTRANT }.into());
         }
         Ok(())
     }
@@ -2238,6 +2244,8 @@ impl Streamer {
         if self.in_frame {
             return Err(StreamError::FrameOrder("begin_frame twice without end_frame"));
         }
+        // Before anything changes: the tick below joins the worker's job.
+        self.refuse_blocked_join()?;
         self.remove_dropped()?;
         let frame = self.frame;
         let n = self.slots.len() as u64;
