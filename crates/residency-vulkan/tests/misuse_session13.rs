@@ -468,3 +468,58 @@ fn misuse_a_streamer_call_holding_a_queue_lock_with_a_bind_job_out_is_refused_no
         }
     });
 }
+
+/// The same cause elsewhere: `MultiUploader::broadcast` and `MultiSparseImage::broadcast_region`
+/// stage and submit on a scoped thread per device and wait for them; on a thread that holds one
+/// of those devices' queue locks, the device's thread waited forever for it (on one thread the
+/// submission answers `Reentrant`). Now refused with `Reentrant` before anything is staged.
+#[test]
+fn misuse_a_broadcast_holding_a_devices_queue_lock_is_refused_not_a_deadlock() {
+    use residency_core::device_mask::DeviceMask;
+    use residency_vulkan::multi::{MultiBufferPool, MultiDevice, MultiDeviceError, MultiUploader};
+    use residency_vulkan::{BufferInit, UploadError};
+    watchdog::within("broadcast holding a queue lock", || {
+        with_gpu(|set| {
+            let mask = DeviceMask::from_bits((1u32 << set.devices().len().min(2)) - 1);
+            let pool = MultiBufferPool::new(
+                set,
+                mask,
+                &BufferPoolDesc::new("broadcast pool", BufferPoolUsage::Unknown).with_page_size(1 << 20),
+            )
+            .unwrap();
+            let uploader = MultiUploader::new(set, mask, 1 << 20).unwrap();
+            let init =
+                BufferInit::new("broadcast", 4096).with_usage(BufferUsage::STORAGE | BufferUsage::COPY_DST);
+            let buffer = pool.init_buffer(&init, mask).unwrap();
+            let data = vec![0x5a; 4096];
+            for device in set.devices().iter().take(2) {
+                for queue in queues(device) {
+                    let guard = queue.lock().unwrap();
+                    let err = uploader.broadcast(&buffer, 0, &data).unwrap_err();
+                    assert!(
+                        matches!(
+                            err,
+                            MultiDeviceError::Failed {
+                                source: UploadError::Vulkan(VulkanError::Reentrant { .. }),
+                                ..
+                            }
+                        ),
+                        "{err}"
+                    );
+                    drop(guard);
+                }
+                for d in set.devices().iter().take(2) {
+                    assert_eq!(
+                        uploader.instance(d.index()).unwrap().staging_in_use(),
+                        (0, 0),
+                        "nothing staged"
+                    );
+                }
+            }
+            uploader.broadcast(&buffer, 0, &data).unwrap();
+            uploader.wait_idle().unwrap();
+            pool.free_buffer(buffer).unwrap();
+            uploader.destroy().unwrap();
+        });
+    });
+}
