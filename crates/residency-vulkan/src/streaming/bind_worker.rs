@@ -132,6 +132,7 @@ impl BindWorker {
 
     /// Hands `job` to the thread; a thread that is gone (it panicked) gets none: the job runs
     /// here, now, and its outcome is what the next [`BindWorker::join`] returns.
+    #[allow(clippy::result_large_err, reason = "once a frame, moved once: no hot path to shrink")]
     pub(super) fn send(&mut self, job: Job) -> Result<(), Done> {
         debug_assert!(!self.out, "one job out at a time");
         match self.jobs.as_ref().map(|tx| tx.send(job)) {
