@@ -909,10 +909,14 @@ impl Uploader {
         // fault hook, as teardown's): neither the import nor the caller's slice may go while the
         // GPU may still read them — an injected loss or a failed wait leaves the copy running.
         while let Some((import, submission)) = in_flight.imports.pop() {
-            if let Err(e) = self.context.wait_for(&submission) {
-                failed.get_or_insert(e.into());
+            match self.context.wait_for(&submission) {
+                // SAFETY: its one copy, the only GPU work that uses it, has completed.
+                Ok(()) => unsafe { import.destroy() },
+                Err(e) => {
+                    failed.get_or_insert(e.into());
+                    in_flight.release(import, &submission);
+                }
             }
-            in_flight.release(import, &submission);
         }
         if let Some(e) = failed {
             return Err(e);
