@@ -69,6 +69,12 @@ impl<T> Lock<T> {
         Ok(LockGuard { guard, holder: &self.holder })
     }
 
+    /// Whether this thread holds it (then taking it, or waiting for a thread that waits for it,
+    /// would wait forever).
+    pub(crate) fn held_here(&self) -> bool {
+        self.holder.load(Ordering::Acquire) == this_thread()
+    }
+
     /// The value, through `&mut self` (no other holder can exist).
     pub fn get_mut(&mut self) -> &mut T {
         self.inner.value_mut()

@@ -62,6 +62,11 @@ impl Queue {
         self.index
     }
 
+    /// Whether this thread holds the queue's lock ([`Queue::lock`]).
+    pub(crate) fn locked_here(&self) -> bool {
+        self.raw.held_here()
+    }
+
     /// Locks the queue for a submission, waiting for another thread that holds it. Residency
     /// takes this lock for each of its submissions, so a thread that holds it and calls a
     /// residency function that submits (or locks it again) would wait for itself: that call
@@ -702,6 +707,14 @@ impl Device {
     /// signal a timeline of their own; the work that uses a moved buffer waits for its copy there.
     pub fn moves_queue(&self) -> &Arc<Queue> {
         &self.moves
+    }
+
+    /// Whether this thread holds the lock of one of the device's queues (universal, sparse,
+    /// moves): it must not wait for another thread that submits or binds on them.
+    pub(crate) fn queue_locked_here(&self) -> bool {
+        self.universal.locked_here()
+            || self.sparse.as_ref().is_some_and(|q| q.locked_here())
+            || self.moves.locked_here()
     }
 
     /// The raw `ash` device, for code that records its own commands.

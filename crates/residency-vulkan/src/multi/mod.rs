@@ -484,7 +484,10 @@ impl MultiUploader {
     /// undone on the devices whose copies were already submitted (a submitted copy cannot be
     /// withdrawn, and the old bytes are not kept): the error names the failing device, whose
     /// copies stay queued in its uploader (unless the device is lost) and land with its next
-    /// flush, so [`MultiUploader::wait_idle`] or a second broadcast completes the upload.
+    /// flush, so [`MultiUploader::wait_idle`] or a second broadcast completes the upload. On a
+    /// thread that holds a queue lock of one of the devices ([`Queue::lock`](crate::Queue::lock))
+    /// it is refused with [`VulkanError::Reentrant`](crate::VulkanError::Reentrant) before
+    /// anything is staged (its per-device threads would wait for that lock forever).
     pub fn broadcast(
         &self,
         buffer: &MultiBuffer,
@@ -500,6 +503,7 @@ impl MultiUploader {
                 .ok_or(MultiDeviceError::MaskNotSubset { requested: buffer.mask(), allowed: self.mask() })?;
             // The checks of `Uploader::write_buffer`, on every device before anything is staged.
             uploader.check_buffer_write(instance, offset, data.len() as u64).map_err(failed)?;
+            refuse_held_queue(uploader).map_err(failed)?;
             targets.push((index, instance, uploader));
         }
         let results: Vec<(DeviceIndex, Result<(), UploadError>)> = std::thread::scope(|scope| {
@@ -579,6 +583,21 @@ impl MultiTilePool {
     pub fn used_tiles(&self) -> Vec<(DeviceIndex, u64)> {
         self.pools.iter().map(|(i, p)| (i, p.used_tiles())).collect()
     }
+}
+
+/// Refuses a broadcast on a thread that holds a queue lock of `uploader`'s device: the broadcast
+/// submits from a thread of its own per device and waits for it, which would wait forever for
+/// that lock (on one thread, the submission itself answers `Reentrant`).
+fn refuse_held_queue(uploader: &Uploader) -> Result<(), UploadError> {
+    if uploader.device().queue_locked_here() {
+        return Err(crate::error::VulkanError::Reentrant {
+            what: "a queue of the device is locked by this thread, and the broadcast submits on it \
+                   from a thread of its own (a broadcast while holding `Queue::lock` or inside \
+                   `submit_checked`)",
+        }
+        .into());
+    }
+    Ok(())
 }
 
 impl MultiSparseImage {
@@ -777,6 +796,7 @@ impl MultiSparseImage {
             // The checks of `Uploader::write_image`, on every device before anything is staged.
             let region = crate::sync::upload::ImageRegion::new(image, mip, offset, extent);
             target.check_image_write(&region, data.len() as u64).map_err(failed)?;
+            refuse_held_queue(target).map_err(failed)?;
             targets.push((index, image, target));
         }
         let results: Vec<(DeviceIndex, Result<(), UploadError>)> = std::thread::scope(|scope| {

@@ -20,7 +20,11 @@
 //! first). A failed bind or staging comes back as the job's error and is returned by the call
 //! that joins it, the tick then kept as the streamer's unapplied tick (applied again, on the
 //! frame thread, first thing at the next call). Dropping the streamer joins the worker; the GPU
-//! work it submitted retires through the device as any bind and copy does.
+//! work it submitted retires through the device as any bind and copy does. A thread that holds
+//! a queue's lock never waits for the worker (which takes the queues' locks): a call that would
+//! join is refused with [`VulkanError::Reentrant`](crate::VulkanError::Reentrant), the job left
+//! out, and a streamer dropped there leaves the thread to finish the job, which owns what it
+//! binds and stages.
 
 use super::texture::TileWrite;
 use super::StreamError;
@@ -128,6 +132,7 @@ impl BindWorker {
 
     /// Hands `job` to the thread; a thread that is gone (it panicked) gets none: the job runs
     /// here, now, and its outcome is what the next [`BindWorker::join`] returns.
+    #[allow(clippy::result_large_err, reason = "once a frame, moved once: no hot path to shrink")]
     pub(super) fn send(&mut self, job: Job) -> Result<(), Done> {
         debug_assert!(!self.out, "one job out at a time");
         match self.jobs.as_ref().map(|tx| tx.send(job)) {
@@ -141,17 +146,36 @@ impl BindWorker {
     }
 
     /// Waits for the job out, if any (`None`: none). A worker that died with it (a panic) is
-    /// an internal error.
+    /// an internal error. The caller checks [`BindWorker::blocked_here`] first.
     pub(super) fn join(&mut self) -> Option<Result<Done, StreamError>> {
         if !std::mem::take(&mut self.out) {
             return None;
         }
         Some(self.done.recv().map_err(|_| StreamError::Internal("the bind worker stopped with a job".into())))
     }
+
+    /// Whether joining the job out would wait forever: this thread holds the lock of one of the
+    /// device's queues ([`Queue::lock`](crate::device::Queue::lock), or inside `submit_checked`),
+    /// which the job's `vkQueueBindSparse` and the uploader's submissions take on the worker.
+    pub(super) fn blocked_here(&self) -> bool {
+        self.out && self.uploader.device().queue_locked_here()
+    }
 }
+
+/// What a call that must join the bind worker's job answers on a thread that holds a queue lock.
+pub(super) const JOIN_REENTRANT: &str =
+    "a queue is locked by this thread, and the streamer's bind worker needs it to finish the job \
+     this call waits for (a streamer call while holding `Queue::lock` or inside `submit_checked`)";
 
 impl Drop for BindWorker {
     fn drop(&mut self) {
+        if self.blocked_here() {
+            // Joining would wait for this thread's own lock: the thread is left to finish the
+            // job (which owns its images, heaps and uploader) and end with its channel.
+            self.jobs = None;
+            drop(self.thread.take());
+            return;
+        }
         // The job out finishes (its bind and copies are the device's to retire), then the
         // thread ends with its channel.
         let _ = self.join();

@@ -204,6 +204,11 @@ pub struct StreamerDesc {
     /// without the worker. Counted per frame in [`FrameWork::frame_thread_binds`] and
     /// [`FrameWork::frame_thread_tiles_staged`] (0 with the worker, but for ticks outside frames
     /// and retries of a failed one). Default off; ignored on the software path (no binds).
+    /// The worker takes the device's queue locks: on a thread that holds one
+    /// ([`Queue::lock`](crate::Queue::lock)), a call that would wait for the worker's job is
+    /// refused with [`VulkanError::Reentrant`] (the job stays out), as a call that binds or
+    /// submits there is without the worker, and a streamer dropped there leaves the worker to
+    /// finish the job on its own.
     pub bind_worker: bool,
 }
 
@@ -1257,7 +1262,7 @@ impl Drop for Streamer {
     fn drop(&mut self) {
         // The worker's job finishes first (its bind and copies retire through the device); what
         // it did is not published (nothing samples it any more).
-        if let Some(worker) = self.worker.as_mut() {
+        if let Some(worker) = self.worker.as_mut().filter(|w| !w.blocked_here()) {
             let _ = worker.join();
         }
         // The frames that may still sample the textures: their objects outlive them (a frame
@@ -2091,6 +2096,7 @@ impl Streamer {
     /// out (its frame was not ended) runs here first. A failed bind or staging is returned, the
     /// tick kept as the unapplied one.
     fn settle(&mut self) -> Result<(), StreamError> {
+        self.refuse_blocked_join()?;
         let Some(mut d) = self.deferred.take() else { return Ok(()) };
         // Whether it ran on this thread (the worker's counters count the worker's work only).
         let mut here = true;
@@ -2147,6 +2153,15 @@ impl Streamer {
         if let Err(e) = self.apply(&mut tick) {
             self.unapplied = Some(tick);
             return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Refuses, changing nothing, to wait for the bind worker's job out on a thread that holds a
+    /// queue's lock the worker needs (the job stays out, joined by a later call).
+    fn refuse_blocked_join(&self) -> Result<(), StreamError> {
+        if self.worker.as_ref().is_some_and(bind_worker::BindWorker::blocked_here) {
+            return Err(VulkanError::Reentrant { what: bind_worker::JOIN_REENTRANT }.into());
         }
         Ok(())
     }
@@ -2229,6 +2244,8 @@ impl Streamer {
         if self.in_frame {
             return Err(StreamError::FrameOrder("begin_frame twice without end_frame"));
         }
+        // Before anything changes: the tick below joins the worker's job.
+        self.refuse_blocked_join()?;
         self.remove_dropped()?;
         let frame = self.frame;
         let n = self.slots.len() as u64;

@@ -455,6 +455,41 @@ impl CommandContext {
         Ok(())
     }
 
+    /// Waits for `submission` as teardown does, past the fault hook: unbounded unless the driver
+    /// reported the device lost (then at most 5 s, as teardown).
+    /// Returns whether it is known complete; for a caller that must not go on (free or hand back
+    /// what the work reads) before it is, after [`CommandContext::wait_for`] failed.
+    pub(crate) fn settle(&self, submission: &Submission) -> bool {
+        if self.check_issuer(submission).is_err() {
+            return false;
+        }
+        let device = &*self.device;
+        let fence = match self.state.lock() {
+            Ok(state) => {
+                let slot = &state.slots[submission.slot];
+                if slot.serial != submission.serial {
+                    return true; // already observed complete and reused
+                }
+                slot.fence
+            }
+            // Held by this thread: nothing can be waited for here.
+            Err(_) => return false,
+        };
+        // SAFETY: the fence belongs to this device and was submitted with `submission`.
+        let result = unsafe { device.raw().wait_for_fences(&[fence], true, device.teardown_timeout()) };
+        match result {
+            Ok(()) => {
+                self.note_completed(submission.point);
+                true
+            }
+            Err(result) => {
+                device.ledger().note_result(result);
+                tracing::warn!(device = %device.index(), ?result, "waiting for a submission failed");
+                false
+            }
+        }
+    }
+
     /// Waits for every submission, then destroys the pool, its command buffers and fences (as
     /// dropping it does).
     pub fn destroy(self) {

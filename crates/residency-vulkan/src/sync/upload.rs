@@ -791,7 +791,9 @@ impl Uploader {
     /// submission of its own as soon as it is imported, so the GPU copies one piece while the
     /// host pins the next; the unaligned bytes at either end go through the staging ring. The
     /// call waits for those copies before it returns, so the slice stays borrowed (nobody
-    /// writes or frees it) for as long as the GPU reads it. Elsewhere (a small slice, a device
+    /// writes or frees it) for as long as the GPU reads it — also when a wait fails (an error,
+    /// an injected fault or loss): the call then waits on past the fault hook, bounded only on
+    /// a device the driver reported lost, before it returns that error. Elsewhere (a small slice, a device
     /// without the extension, a pointer the driver refuses to import) the bytes are staged.
     /// Returns the path taken.
     ///
@@ -832,10 +834,13 @@ impl Uploader {
         let chunk = self.import_chunk.min(middle.len() as u64).next_multiple_of(alignment) as usize;
         let pieces: Vec<(usize, &[u8])> =
             middle.chunks(chunk).enumerate().map(|(i, piece)| (head.len() + i * chunk, piece)).collect();
-        let mut imports = Vec::new();
+        // Every submitted piece is held here until its copy is known complete, also on an
+        // unwind (a panic in an import thread): the slice's borrow never ends while one reads it.
+        let mut in_flight = ImportsInFlight { context: &self.context, imports: Vec::new() };
         let mut failed = None;
         let mut refused = Vec::new();
         let name = self.staging.name();
+        let imports = &mut in_flight.imports;
         let mut take = |i: usize, import| {
             let (at, piece) = pieces[i];
             match import {
@@ -900,24 +905,17 @@ impl Uploader {
             }
         }
         // Wait for every imported piece before the slice's borrow ends, then free the imports.
-        for (import, submission) in imports {
-            let complete = match self.context.wait_for(&submission) {
-                Ok(()) => true,
+        // A failed wait is returned, but only once the copy is known complete (a wait past the
+        // fault hook, as teardown's): neither the import nor the caller's slice may go while the
+        // GPU may still read them — an injected loss or a failed wait leaves the copy running.
+        while let Some((import, submission)) = in_flight.imports.pop() {
+            match self.context.wait_for(&submission) {
+                // SAFETY: its one copy, the only GPU work that uses it, has completed.
+                Ok(()) => unsafe { import.destroy() },
                 Err(e) => {
                     failed.get_or_insert(e.into());
-                    // Not known complete: wait for the whole device (bounded once it is lost,
-                    // when it runs no more work).
-                    self.device.wait_idle().is_ok() || self.device.is_lost()
+                    in_flight.release(import, &submission);
                 }
-            };
-            if complete {
-                // SAFETY: its copy has completed (one of the waits above returned), or the
-                // device is lost and runs no more work.
-                unsafe { import.destroy() };
-            } else {
-                // Not known complete: leaked (and reported at teardown) rather than freed under
-                // a copy that may still read it.
-                drop(import);
             }
         }
         if let Some(e) = failed {
@@ -1438,6 +1436,38 @@ pub enum UploadPath {
         /// Bytes that went through the staging ring.
         staged: u64,
     },
+}
+
+/// The imported pieces of one [`Uploader::upload_buffer`] whose copies were submitted, with
+/// their submissions. Each is released only once its copy is known complete: released by
+/// `upload_buffer` after its wait, or by `drop` on an unwind.
+struct ImportsInFlight<'u, 'a> {
+    context: &'u CommandContext,
+    imports: Vec<(ImportedSlice<'a>, Submission)>,
+}
+
+impl ImportsInFlight<'_, '_> {
+    /// Waits for `submission` (past the fault hook; bounded only on a device the driver reported
+    /// lost), then destroys `import`; leaks it (reported at teardown) if the wait failed even so.
+    fn release(&self, import: ImportedSlice<'_>, submission: &Submission) {
+        if self.context.settle(submission) {
+            // SAFETY: `submission` is the only GPU work that uses the import (its one copy),
+            // and it has completed (`settle` returned true).
+            unsafe { import.destroy() };
+        } else {
+            // Not known complete (a device the driver reported lost, past the bound): leaked
+            // rather than freed under a copy that may still read it.
+            drop(import);
+        }
+    }
+}
+
+impl Drop for ImportsInFlight<'_, '_> {
+    fn drop(&mut self) {
+        while let Some((import, submission)) = self.imports.pop() {
+            self.release(import, &submission);
+        }
+    }
 }
 
 /// Splits `data` into an unaligned head, a middle whose start and length are multiples of
