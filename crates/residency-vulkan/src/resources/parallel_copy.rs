@@ -5,6 +5,7 @@
 
 use crate::poison::{PoisonFree, PoisonFreeWait};
 use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 /// Below this many bytes per thread a copy stays on the calling thread.
@@ -12,15 +13,6 @@ pub const PARALLEL_COPY_PIECE: usize = 1 << 20;
 
 /// The most helper threads the process starts (a copy uses at most this many plus its caller).
 const MAX_HELPERS: usize = 15;
-
-/// One piece: copy `len` bytes from `src` to `dst`, then count down `done`.
-struct Piece {
-    dst: *mut u8,
-    src: *const u8,
-    len: usize,
-    streaming: bool,
-    done: Arc<Latch>,
-}
 
 /// Below this many bytes a streaming copy is a plain one (the fence costs more than it saves).
 const STREAMING_MIN: usize = 4096;
@@ -127,12 +119,53 @@ mod stream {
     }
 }
 
-// SAFETY: a piece's pointers name disjoint bytes of a `&mut [u8]` and a `&[u8]` that
-// `copy_in_parallel` borrows until every piece has counted down its latch, so moving the piece to
-// a helper thread hands it exclusive (dst) and shared (src) access for that time only.
-unsafe impl Send for Piece {}
+/// Bytes one thread takes at a time from a shared copy (a multiple of 4 KiB, so threads start on
+/// pages of their own): small enough that a thread that starts late (woken after the others, or
+/// the caller busy submitting) only takes fewer pieces instead of holding up the copy, large
+/// enough that taking one (an atomic add) costs nothing beside its copy.
+pub const SHARED_COPY_PIECE: usize = 256 << 10;
 
-/// Counts the pieces still being copied.
+/// One copy shared by the caller and some helpers: each takes the next piece of
+/// [`SHARED_COPY_PIECE`] bytes until none is left, then counts down `done` (a helper) or waits
+/// for it (the caller).
+struct Job {
+    dst: *mut u8,
+    src: *const u8,
+    len: usize,
+    /// The next piece to take (pieces past the end mean nothing is left).
+    next: AtomicUsize,
+    streaming: bool,
+    /// Helpers still working on the job.
+    done: Latch,
+}
+
+// SAFETY: a job's pointers name a `&mut [u8]` and a `&[u8]` that `copy_in_parallel_while`
+// borrows until every helper handed the job has counted down its latch; pieces are handed out
+// once each (an atomic counter), so each byte of `dst` is written by one thread only, and `src`
+// is only read.
+unsafe impl Send for Job {}
+// SAFETY: as above: shared between threads, the job only hands out disjoint pieces.
+unsafe impl Sync for Job {}
+
+impl Job {
+    /// Copies pieces until none is left.
+    fn work(&self) {
+        loop {
+            let i = self.next.fetch_add(1, Ordering::Relaxed);
+            let at = i.saturating_mul(SHARED_COPY_PIECE);
+            if at >= self.len {
+                break;
+            }
+            let len = (self.len - at).min(SHARED_COPY_PIECE);
+            // SAFETY: `at + len ≤ self.len`: inside both ranges, which stay borrowed (dst
+            // exclusively) until every helper has counted down (`Job`'s contract); piece `i` is
+            // taken by this thread alone (the counter hands each index out once).
+            unsafe { copy_bytes(self.dst.add(at), self.src.add(at), len, self.streaming) };
+        }
+    }
+}
+
+/// Counts the helpers still copying.
 struct Latch {
     left: Mutex<usize>,
     zero: Condvar,
@@ -155,9 +188,9 @@ impl Latch {
     }
 }
 
-/// The helpers, each with a queue of its own (a piece wakes exactly the helper that copies it).
+/// The helpers, each with a queue of its own (a job wakes exactly the helpers it is handed to).
 struct Helpers {
-    queues: Vec<Mutex<Sender<Piece>>>,
+    queues: Vec<Mutex<Sender<Arc<Job>>>>,
 }
 
 fn helpers() -> &'static Helpers {
@@ -166,7 +199,7 @@ fn helpers() -> &'static Helpers {
         let wanted = std::thread::available_parallelism().map_or(1, |n| n.get()).saturating_sub(1);
         let mut queues = Vec::new();
         for i in 0..wanted.min(MAX_HELPERS) {
-            let (tx, rx) = channel::<Piece>();
+            let (tx, rx) = channel::<Arc<Job>>();
             let started =
                 std::thread::Builder::new().name(format!("residency copy {i}")).spawn(move || serve(&rx));
             if started.is_ok() {
@@ -177,55 +210,75 @@ fn helpers() -> &'static Helpers {
     })
 }
 
-fn serve(rx: &Receiver<Piece>) {
-    while let Ok(piece) = rx.recv() {
-        // SAFETY: `Piece`'s contract: `dst` and `src` name `len` valid, non-overlapping bytes that
-        // stay borrowed (dst exclusively) until this piece counts down its latch, just below.
-        unsafe { copy_bytes(piece.dst, piece.src, piece.len, piece.streaming) };
-        piece.done.count_down();
+fn serve(rx: &Receiver<Arc<Job>>) {
+    while let Ok(job) = rx.recv() {
+        job.work();
+        job.done.count_down();
     }
 }
 
 /// `dst.copy_from_slice(src)` by up to `threads` threads (the caller and persistent helpers),
-/// each taking one contiguous piece of at least [`PARALLEL_COPY_PIECE`] bytes; with `streaming`,
-/// each piece with non-temporal stores where the CPU has them (see `copy_bytes`). Panics, like
-/// `copy_from_slice`, when the lengths differ.
+/// each taking pieces of [`SHARED_COPY_PIECE`] bytes in turn (see [`copy_in_parallel_while`]).
+/// Panics, like `copy_from_slice`, when the lengths differ.
 pub(crate) fn copy_in_parallel(dst: &mut [u8], src: &[u8], threads: usize, streaming: bool) {
+    copy_in_parallel_while(dst, src, threads, streaming, || ());
+}
+
+/// `dst.copy_from_slice(src)` by up to `threads` threads — the caller and persistent helpers,
+/// at most one thread per [`PARALLEL_COPY_PIECE`] bytes — running `meanwhile` on the calling
+/// thread once the helpers have the copy, before the caller joins it (the uploader submits the
+/// previous chunk's copies there while this chunk is staged). Every thread takes the next piece
+/// of [`SHARED_COPY_PIECE`] bytes until none is left, so a helper woken late, or the caller
+/// still in `meanwhile`, takes fewer pieces instead of delaying the copy. With `streaming`, each
+/// piece is copied with non-temporal stores where the CPU has them (see `copy_bytes`). Returns
+/// once every byte is copied (also when `meanwhile` panics: the helpers' writes end before the
+/// borrow does). Panics, like `copy_from_slice`, when the lengths differ.
+pub(crate) fn copy_in_parallel_while<R>(
+    dst: &mut [u8],
+    src: &[u8],
+    threads: usize,
+    streaming: bool,
+    meanwhile: impl FnOnce() -> R,
+) -> R {
     assert_eq!(dst.len(), src.len(), "copy_in_parallel: lengths differ");
-    let copy_here = |dst: &mut [u8], src: &[u8]| {
-        // SAFETY: `dst` and `src` are slices of equal length (checked above, or pieces of equal
-        // length of such slices), and a `&mut` slice overlaps no other slice.
-        unsafe { copy_bytes(dst.as_mut_ptr(), src.as_ptr(), src.len(), streaming) }
-    };
     let wanted = threads.min(src.len() / PARALLEL_COPY_PIECE).max(1);
-    let helpers = if wanted > 1 { helpers() } else { return copy_here(dst, src) };
-    let threads = wanted.min(helpers.queues.len() + 1);
-    if threads == 1 {
-        return copy_here(dst, src);
+    let queues = if wanted > 1 { &helpers().queues[..] } else { &[] };
+    let helpers = queues.len().min(wanted - 1);
+    if helpers == 0 {
+        let result = meanwhile();
+        // SAFETY: `dst` and `src` are slices of equal length (checked above), and a `&mut`
+        // slice overlaps no other slice.
+        unsafe { copy_bytes(dst.as_mut_ptr(), src.as_ptr(), src.len(), streaming) };
+        return result;
     }
-    // Pieces a multiple of 4 KiB, so every thread starts on its own pages.
-    let piece = src.len().div_ceil(threads).next_multiple_of(4096);
-    let mut pieces = dst.chunks_mut(piece).zip(src.chunks(piece));
-    let (first_dst, first_src) = pieces.next().expect("a non-empty copy has a first piece");
-    let rest: Vec<_> = pieces.collect();
-    // `piece ≥ len / threads`: at most `threads − 1` pieces beside the first, one per helper, so
-    // every piece below is handed out and the latch reaches zero.
-    assert!(rest.len() < threads, "one helper per piece");
-    let done = Arc::new(Latch { left: Mutex::new(rest.len()), zero: Condvar::new() });
-    for ((d, s), queue) in rest.into_iter().zip(&helpers.queues) {
-        let job =
-            Piece { dst: d.as_mut_ptr(), src: s.as_ptr(), len: d.len(), streaming, done: Arc::clone(&done) };
-        if let Err(failed) = queue.locked().send(job) {
-            // Its helper is gone (cannot happen while the process runs): copy the piece here.
-            let job = failed.0;
-            // SAFETY: as in `serve`: the piece's bytes are borrowed for this call.
-            unsafe { copy_bytes(job.dst, job.src, job.len, job.streaming) };
-            job.done.count_down();
+    let job = Arc::new(Job {
+        dst: dst.as_mut_ptr(),
+        src: src.as_ptr(),
+        len: src.len(),
+        next: AtomicUsize::new(0),
+        streaming,
+        done: Latch { left: Mutex::new(helpers), zero: Condvar::new() },
+    });
+    /// Waits for the helpers when dropped: on return and on a panic of `meanwhile` alike, so the
+    /// borrows of `dst` and `src` outlive every helper's access.
+    struct Joined<'j>(&'j Job);
+    impl Drop for Joined<'_> {
+        fn drop(&mut self) {
+            self.0.done.wait();
         }
     }
-    copy_here(first_dst, first_src);
-    // Every piece's bytes stay borrowed until here: the helpers are done with them on return.
-    done.wait();
+    let joined = Joined(&job);
+    for queue in &queues[..helpers] {
+        if let Err(failed) = queue.locked().send(Arc::clone(&job)) {
+            // Its helper is gone (cannot happen while the process runs): count it done; the
+            // others and the caller take its pieces.
+            failed.0.done.count_down();
+        }
+    }
+    let result = meanwhile();
+    job.work();
+    drop(joined);
+    result
 }
 
 #[cfg(test)]

@@ -499,6 +499,26 @@ impl State {
     }
 }
 
+/// Queued copies taken out of [`State`] to submit.
+struct Batch {
+    copies: Vec<PendingCopy>,
+    copy_layouts: std::collections::HashMap<(usize, u32, u32), vk::ImageLayout>,
+    carried: Vec<(FrameId, Arc<AtomicBool>)>,
+}
+
+impl Batch {
+    /// Takes every queued copy (with the layouts they use and the carried frames their
+    /// submission gives back) out of `state`.
+    fn take(state: &mut State) -> Batch {
+        state.written.clear();
+        Batch {
+            copies: std::mem::take(&mut state.copies),
+            copy_layouts: std::mem::take(&mut state.copy_layouts),
+            carried: std::mem::take(&mut state.carried),
+        }
+    }
+}
+
 /// Ring space in use by the GPU: copies of the uploader's own submission, or copies recorded into
 /// a renderer's command buffer (the flag rises once that has run, through the retire queue).
 enum Flight {
@@ -524,6 +544,38 @@ pub struct Uploader {
     import_threads: usize,
     /// Whether staging writes use non-temporal stores ([`Uploader::with_streaming_stores`]).
     streaming_stores: bool,
+    /// The memory the ring lives in ([`Uploader::with_staging_memory`]).
+    staging_memory: StagingMemory,
+    /// Bytes per staged and submitted chunk of a large write (`None`: a quarter of the ring;
+    /// [`Uploader::with_chunk_bytes`]).
+    chunk_bytes: Option<u64>,
+}
+
+/// The host memory an [`Uploader`]'s staging ring lives in ([`Uploader::with_staging_memory`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum StagingMemory {
+    /// A host-coherent type that is not host-cached where the device has one
+    /// ([`MemoryIntent::Upload`]): on a discrete GPU, write-combined system memory. Host stores
+    /// bypass the cache (combined into whole lines), and the DMA engine's reads need no snoop.
+    #[default]
+    WriteCombined,
+    /// A host-cached type, host-coherent where the device has one ([`MemoryIntent::Readback`]),
+    /// flushed after each staging write where it is not coherent. Host stores go through the
+    /// cache: with plain stores (`with_streaming_stores(false)`) and a ring that fits the
+    /// host's last-level cache, the DMA engine can read the staged bytes from the cache instead
+    /// of memory, so memory only sees the source's reads. Where the device has one host-visible
+    /// type (lavapipe, unified memory), both kinds are the same memory.
+    Cached,
+}
+
+impl StagingMemory {
+    /// The intent the ring's buffer is created with.
+    pub fn intent(self) -> MemoryIntent {
+        match self {
+            StagingMemory::WriteCombined => MemoryIntent::Upload,
+            StagingMemory::Cached => MemoryIntent::Readback,
+        }
+    }
 }
 
 impl std::fmt::Debug for Uploader {
@@ -537,14 +589,25 @@ impl std::fmt::Debug for Uploader {
 const STAGING_ALIGNMENT: u64 = 16;
 
 impl Uploader {
-    /// Creates an uploader with a staging ring of `capacity` bytes.
+    /// Creates an uploader with a staging ring of `capacity` bytes in
+    /// [`StagingMemory::WriteCombined`] memory.
     pub fn new(device: &Device, name: &str, capacity: u64) -> Result<Uploader, UploadError> {
+        Uploader::with_staging_memory(device, name, capacity, StagingMemory::default())
+    }
+
+    /// Creates an uploader with a staging ring of `capacity` bytes in `memory`.
+    pub fn with_staging_memory(
+        device: &Device,
+        name: &str,
+        capacity: u64,
+        memory: StagingMemory,
+    ) -> Result<Uploader, UploadError> {
         let minimum = 4 * STAGING_ALIGNMENT;
         if capacity < minimum {
             return Err(UploadError::RingTooSmall { capacity, minimum });
         }
         let desc = BufferDesc::new(format!("{name} staging ring"), capacity, BufferUsage::COPY_SRC)
-            .with_intent(MemoryIntent::Upload)
+            .with_intent(memory.intent())
             .committed();
         let staging = device.create_buffer(&desc)?;
         let context = CommandContext::new(device, &format!("{name} commands"))?;
@@ -568,7 +631,31 @@ impl Uploader {
             import_chunk: DEFAULT_IMPORT_CHUNK,
             import_threads: default_copy_threads().min(4),
             streaming_stores: true,
+            staging_memory: memory,
+            chunk_bytes: None,
         })
+    }
+
+    /// The memory the staging ring lives in.
+    pub fn staging_memory(&self) -> StagingMemory {
+        self.staging_memory
+    }
+
+    /// Sets the bytes of one chunk of a large write (default: a quarter of the ring): a write
+    /// larger than a chunk is staged chunk by chunk, each chunk's copy submitted while the host
+    /// threads stage the next, so the DMA engine starts on the first chunk as soon as it is
+    /// staged. Clamped to between 64 KiB and half the ring (two chunks in flight at least);
+    /// smaller chunks start the DMA sooner and keep a small ring in the host's cache, larger
+    /// ones submit less often.
+    pub fn with_chunk_bytes(mut self, bytes: u64) -> Uploader {
+        self.chunk_bytes = Some(bytes);
+        self
+    }
+
+    /// Bytes of one chunk of a large write (see [`Uploader::with_chunk_bytes`]).
+    pub fn chunk_bytes(&self) -> u64 {
+        let capacity = self.staging.size();
+        self.chunk_bytes.unwrap_or(capacity / 4).clamp(MIN_CHUNK.min(capacity / 2), capacity / 2)
     }
 
     /// Sets how many threads copy a large write into the staging ring (at least 1; the default is
@@ -714,27 +801,46 @@ impl Uploader {
         let capacity = self.staging.size();
         // Held from the first queued chunk on: an error part-way leaves queued copies into it.
         state.keep.push(Arc::clone(dst.life()));
-        // A write larger than a quarter of the ring goes in quarters, each submitted once staged,
-        // so the GPU copies one while the CPU stages the next (the ring waits only for the oldest).
-        let pipelined = data.len() as u64 > capacity / 4;
-        let step = if pipelined { capacity / 4 } else { capacity / 2 } as usize;
+        // A write larger than a chunk (a quarter of the ring by default) goes chunk by chunk:
+        // each chunk's copy is submitted while the host threads stage the next, so the GPU
+        // copies one while the CPU stages the next (the ring waits only for the oldest).
+        let chunk_bytes = self.chunk_bytes();
+        let pipelined = data.len() as u64 > chunk_bytes;
+        let step = if pipelined { chunk_bytes } else { capacity / 2 } as usize;
+        // The copies of the chunk staged last, their ring frame already finished (so that the
+        // next chunk's ring space is not charged to it), submitted while the next is staged.
+        let mut staged: Option<(Batch, FrameId)> = None;
         let mut done = 0usize;
         while done < data.len() {
             let chunk = (data.len() - done).min(step);
             let allocation = loop {
                 match state.ring.allocate(chunk as u64, STAGING_ALIGNMENT) {
                     Ok(a) => break a,
-                    Err(RingError::Full { .. }) => self.make_room(state)?,
+                    Err(RingError::Full { .. }) => {
+                        if let Some((batch, frame)) = staged.take() {
+                            self.submit_batch(state, batch, Some(frame))?;
+                            state.keep.push(Arc::clone(dst.life()));
+                        }
+                        self.make_room(state)?
+                    }
                     Err(e) => unreachable!("chunks are non-empty and at most half the ring: {e}"),
                 }
             };
-            write_staging(
+            // The previous chunk's copies are submitted by this thread while the helpers stage
+            // this one (disjoint ring bytes: this chunk's were free, the GPU reads the last's).
+            let submitted = write_staging_while(
                 &self.staging,
                 allocation.offset,
                 &data[done..done + chunk],
                 self.copy_threads,
                 self.streaming_stores,
+                || match staged.take() {
+                    Some((batch, frame)) => self.submit_batch(state, batch, Some(frame)),
+                    None => Ok(()),
+                },
             );
+            // A submission let go of the destination; this chunk's copy holds it again.
+            state.keep.push(Arc::clone(dst.life()));
             let start = dst.offset() + offset + done as u64;
             state.note_write(
                 (vk::Handle::as_raw(dst.raw()), 0, 0),
@@ -749,12 +855,20 @@ impl Uploader {
                     size: chunk as u64,
                 },
             });
+            // A failed submission queued its copies again (before this chunk's): they stay
+            // queued for a retry, like this chunk's.
+            submitted?;
             done += chunk;
             if pipelined && done < data.len() {
-                self.submit(state)?;
-                // The submission let go of the destination; the next chunk's copy holds it again.
-                state.keep.push(Arc::clone(dst.life()));
+                let batch = Batch::take(state);
+                let frame = state.ring.finish_frame();
+                staged = Some((batch, frame));
             }
+        }
+        // The last chunk stays queued (submitted by the next flush, like any write); the one
+        // before it, if still staged here, is submitted now.
+        if let Some((batch, frame)) = staged {
+            self.submit_batch(state, batch, Some(frame))?;
         }
         Ok(())
     }
@@ -1259,16 +1373,26 @@ impl Uploader {
     }
 
     fn submit(&self, state: &mut State) -> Result<(), UploadError> {
+        let batch = Batch::take(state);
+        self.submit_batch(state, batch, None)
+    }
+
+    /// Submits `batch` (taken from `state` by [`Batch::take`]), its ring space in `frame` where
+    /// that frame was finished when the batch was taken (`None`: the open frame, finished here
+    /// once submitted). On failure the copies are queued again ahead of any queued since.
+    fn submit_batch(
+        &self,
+        state: &mut State,
+        batch: Batch,
+        frame: Option<FrameId>,
+    ) -> Result<(), UploadError> {
         let device = &*self.device;
-        let copies = std::mem::take(&mut state.copies);
-        let copy_layouts = std::mem::take(&mut state.copy_layouts);
-        state.written.clear();
+        let Batch { copies, copy_layouts, carried } = batch;
         let staging = self.staging.raw();
         let (before, after) = copy_barriers();
         // After the sparse binds submitted so far: a copy into a tile bound asynchronously
         // (`TileHeaps::bind_after`) waits for its memory.
         let binds = device.submitted_binds();
-        let carried = std::mem::take(&mut state.carried);
         let submitted = self.context.submit(binds.as_slice(), |rec| {
             // Ring frames of copies queued again (see `requeue_recorded`) are given back once this
             // submission has run.
@@ -1311,9 +1435,13 @@ impl Uploader {
                 // unless the device is lost and they can never run, or an image was not in its
                 // region's layout (they are dropped: a retry would fail the same way).
                 if !device.is_lost() && !matches!(e, VulkanError::ImageLayout { .. }) {
-                    state.copies = copies;
+                    // (With `frame` given, its ring space is retired with the frame of the
+                    // submission that carries these copies later: frames retire in order.)
+                    let since = std::mem::replace(&mut state.copies, copies);
                     state.copies.push(PendingCopy::Barrier);
-                    state.copy_layouts = copy_layouts;
+                    state.copies.extend(since);
+                    let since = std::mem::replace(&mut state.copy_layouts, copy_layouts);
+                    state.copy_layouts.extend(since);
                     // The flags kept by the recording that failed rise when it is retired: the
                     // carried frames wait for fresh ones.
                     let frames: Vec<FrameId> = carried.iter().map(|(f, _)| *f).collect();
@@ -1327,7 +1455,7 @@ impl Uploader {
                 return Err(e.into());
             }
         };
-        let frame = state.ring.finish_frame();
+        let frame = frame.unwrap_or_else(|| state.ring.finish_frame());
         state.in_flight.push((frame, Flight::Submitted(submission)));
         // Submitted: a destination dropped from now on retires after this upload.
         state.keep.clear();
@@ -1415,7 +1543,10 @@ fn copy_barriers() -> ([vk::MemoryBarrier2<'static>; 1], [vk::MemoryBarrier2<'st
     (before, after)
 }
 
-use crate::resources::parallel_copy::copy_in_parallel;
+use crate::resources::parallel_copy::copy_in_parallel_while;
+
+/// The smallest [`Uploader::with_chunk_bytes`].
+const MIN_CHUNK: u64 = 64 << 10;
 pub use crate::resources::parallel_copy::PARALLEL_COPY_PIECE;
 
 /// The default [`Uploader::with_import_threshold`]: `u64::MAX`, never import. On the H200
@@ -1465,6 +1596,19 @@ fn default_copy_threads() -> usize {
 /// Copies `data` into the staging ring at a ring allocation, split among up to `threads` threads
 /// (with non-temporal stores when `streaming`).
 fn write_staging(staging: &Buffer, offset: u64, data: &[u8], threads: usize, streaming: bool) {
+    write_staging_while(staging, offset, data, threads, streaming, || ());
+}
+
+/// [`write_staging`], running `meanwhile` on the calling thread while the helpers copy (see
+/// `copy_in_parallel_while`).
+fn write_staging_while<R>(
+    staging: &Buffer,
+    offset: u64,
+    data: &[u8],
+    threads: usize,
+    streaming: bool,
+    meanwhile: impl FnOnce() -> R,
+) -> R {
     let dst = staging
         .mapped_range(offset, data.len() as u64)
         .expect("ring allocations lie inside the mapped staging buffer");
@@ -1474,10 +1618,11 @@ fn write_staging(staging: &Buffer, offset: u64, data: &[u8], threads: usize, str
     // mapping (checked), which lives as long as the buffer, and cannot overlap `data` (ordinary
     // host memory).
     let dst = unsafe { std::slice::from_raw_parts_mut(dst.as_ptr(), data.len()) };
-    copy_in_parallel(dst, data, threads, streaming);
+    let result = copy_in_parallel_while(dst, data, threads, streaming, meanwhile);
     if !staging.is_coherent() && !data.is_empty() {
         staging.flush_range(offset, data.len() as u64);
     }
+    result
 }
 
 // A plain image is an upload target.
