@@ -4,7 +4,7 @@
 use residency_core::memory::MemoryIntent;
 use residency_core::usage::BufferUsage;
 use residency_vulkan::testing::with_gpu;
-use residency_vulkan::{BufferDesc, UploadPath, Uploader, PARALLEL_COPY_PIECE};
+use residency_vulkan::{BufferDesc, StagingMemory, UploadPath, Uploader, PARALLEL_COPY_PIECE};
 
 fn pattern(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed;
@@ -44,6 +44,42 @@ fn a_large_write_is_pipelined_through_the_ring_and_arrives_intact() {
         let back = device.read_back(&dst, 100, second.len() as u64).unwrap();
         assert!(back == second, "the later write wins");
         assert_eq!(uploader.staging_in_use(), (0, 0));
+    });
+}
+
+#[test]
+fn small_chunks_in_either_staging_memory_arrive_intact_in_order() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let usage = BufferUsage::COPY_DST | BufferUsage::COPY_SRC | BufferUsage::STORAGE;
+        for memory in [StagingMemory::WriteCombined, StagingMemory::Cached] {
+            for (chunk, streaming) in [(1u64 << 20, false), ((2 << 20) + 4096, true), (1, false), (u64::MAX, true)] {
+                // 6 MiB of ring: 1 MiB chunks (each staged while the last one's copy is
+                // submitted), chunks that leave an odd remainder, the smallest chunk (64 KiB)
+                // and the largest (half the ring), the ring wrapping many times.
+                let uploader = Uploader::with_staging_memory(device, "chunked upload", 6 << 20, memory)
+                    .unwrap()
+                    .with_copy_threads(3)
+                    .with_chunk_bytes(chunk)
+                    .with_streaming_stores(streaming);
+                assert_eq!(uploader.staging_memory(), memory);
+                assert_eq!(uploader.chunk_bytes(), chunk.clamp(64 << 10, 3 << 20));
+                let len = (13 << 20) + 5;
+                let dst = device.create_buffer(&BufferDesc::new("chunked destination", len as u64 + 32, usage)).unwrap();
+                let first = pattern(len, chunk ^ 0x5555);
+                uploader.write_buffer(&dst, 32, &first).unwrap();
+                // Overlapping the first write's last bytes while they may still be queued: the
+                // later write wins.
+                let second = pattern(3 << 20, chunk ^ 0x7777);
+                uploader.write_buffer(&dst, len as u64 + 32 - (2 << 20), &second[..2 << 20]).unwrap();
+                uploader.wait_idle().unwrap();
+                let back = device.read_back(&dst, 32, len as u64).unwrap();
+                let split = len - (2 << 20);
+                assert!(back[..split] == first[..split], "{memory:?}, chunk {chunk}: the first write");
+                assert!(back[split..] == second[..2 << 20], "{memory:?}, chunk {chunk}: the later write wins");
+                assert_eq!(uploader.staging_in_use(), (0, 0));
+            }
+        }
     });
 }
 
