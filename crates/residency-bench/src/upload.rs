@@ -27,11 +27,11 @@
 //!   to `--mib`, and the smallest size from which importing wins (`import_wins_from_bytes`): the
 //!   threshold for `Uploader::with_import_threshold`.
 
+use residency::core::memory::memory_type_candidates;
 use residency::core::memory::MemoryIntent;
+use residency::core::profile::MemoryTypeFlags;
 use residency::core::usage::BufferUsage;
 use residency::vulkan::recording::Timestamps;
-use residency::core::memory::memory_type_candidates;
-use residency::core::profile::MemoryTypeFlags;
 use residency::vulkan::{BufferDesc, Device, DeviceSet, DeviceSetDesc, StagingMemory, Uploader};
 use serde::Serialize;
 use std::process::ExitCode;
@@ -245,7 +245,13 @@ fn preferred_type(device: &Device, memory: StagingMemory) -> Option<String> {
 
 /// The host part of an upload alone: `data` written chunk by chunk into `ring` (a ring-sized
 /// buffer of the staging memory), wrapping like the uploader's ring, by `threads` threads.
-fn host_only(ring: &mut residency::vulkan::Buffer, data: &[u8], chunk: u64, threads: usize, streaming: bool) -> BenchResult<f64> {
+fn host_only(
+    ring: &mut residency::vulkan::Buffer,
+    data: &[u8],
+    chunk: u64,
+    threads: usize,
+    streaming: bool,
+) -> BenchResult<f64> {
     let capacity = ring.size();
     let chunk = if data.len() as u64 > chunk { chunk } else { capacity / 2 } as usize;
     let started = Instant::now();
@@ -520,10 +526,11 @@ fn measure_grid(
             for &chunk_kib in &chunks {
                 for &threads in &thread_counts {
                     for &streaming in &stores {
-                        let uploader = Uploader::with_staging_memory(device, "upload grid", ring_mib << 20, staging)?
-                            .with_chunk_bytes(chunk_kib << 10)
-                            .with_copy_threads(threads)
-                            .with_streaming_stores(streaming);
+                        let uploader =
+                            Uploader::with_staging_memory(device, "upload grid", ring_mib << 20, staging)?
+                                .with_chunk_bytes(chunk_kib << 10)
+                                .with_copy_threads(threads)
+                                .with_streaming_stores(streaming);
                         let chunk = uploader.chunk_bytes();
                         let round = || -> BenchResult<f64> {
                             let started = Instant::now();
@@ -539,7 +546,10 @@ fn measure_grid(
                             host.push(host_only(&mut alone, data, chunk, threads, streaming)?);
                         }
                         if device.read_back(dst, 0, bytes)? != data {
-                            return Err(format!("grid point {staging:?} ring {ring_mib} MiB chunk {chunk} B: bytes differ").into());
+                            return Err(format!(
+                                "grid point {staging:?} ring {ring_mib} MiB chunk {chunk} B: bytes differ"
+                            )
+                            .into());
                         }
                         let (e2e, host) = (median(e2e), median(host));
                         points.push(GridPoint {

@@ -53,7 +53,9 @@ fn small_chunks_in_either_staging_memory_arrive_intact_in_order() {
         let device = &set.devices()[0];
         let usage = BufferUsage::COPY_DST | BufferUsage::COPY_SRC | BufferUsage::STORAGE;
         for memory in [StagingMemory::WriteCombined, StagingMemory::Cached] {
-            for (chunk, streaming) in [(1u64 << 20, false), ((2 << 20) + 4096, true), (1, false), (u64::MAX, true)] {
+            for (chunk, streaming) in
+                [(1u64 << 20, false), ((2 << 20) + 4096, true), (1, false), (u64::MAX, true)]
+            {
                 // 6 MiB of ring: 1 MiB chunks (each staged while the last one's copy is
                 // submitted), chunks that leave an odd remainder, the smallest chunk (64 KiB)
                 // and the largest (half the ring), the ring wrapping many times.
@@ -65,7 +67,9 @@ fn small_chunks_in_either_staging_memory_arrive_intact_in_order() {
                 assert_eq!(uploader.staging_memory(), memory);
                 assert_eq!(uploader.chunk_bytes(), chunk.clamp(64 << 10, 3 << 20));
                 let len = (13 << 20) + 5;
-                let dst = device.create_buffer(&BufferDesc::new("chunked destination", len as u64 + 32, usage)).unwrap();
+                let dst = device
+                    .create_buffer(&BufferDesc::new("chunked destination", len as u64 + 32, usage))
+                    .unwrap();
                 let first = pattern(len, chunk ^ 0x5555);
                 uploader.write_buffer(&dst, 32, &first).unwrap();
                 // Overlapping the first write's last bytes while they may still be queued: the
@@ -76,7 +80,10 @@ fn small_chunks_in_either_staging_memory_arrive_intact_in_order() {
                 let back = device.read_back(&dst, 32, len as u64).unwrap();
                 let split = len - (2 << 20);
                 assert!(back[..split] == first[..split], "{memory:?}, chunk {chunk}: the first write");
-                assert!(back[split..] == second[..2 << 20], "{memory:?}, chunk {chunk}: the later write wins");
+                assert!(
+                    back[split..] == second[..2 << 20],
+                    "{memory:?}, chunk {chunk}: the later write wins"
+                );
                 assert_eq!(uploader.staging_in_use(), (0, 0));
             }
         }

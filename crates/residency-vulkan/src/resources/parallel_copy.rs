@@ -4,8 +4,8 @@
 //! each copy blocks until every piece is done, so the pieces never outlive the borrowed slices.
 
 use crate::poison::{PoisonFree, PoisonFreeWait};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 /// Below this many bytes per thread a copy stays on the calling thread.
@@ -190,7 +190,7 @@ impl Latch {
 
 /// The helpers, each with a queue of its own (a job wakes exactly the helpers it is handed to).
 struct Helpers {
-    queues: Vec<Mutex<Sender<Arc<Job>>>>,
+    queues: Vec<Mutex<Sender<Task>>>,
 }
 
 fn helpers() -> &'static Helpers {
@@ -199,7 +199,7 @@ fn helpers() -> &'static Helpers {
         let wanted = std::thread::available_parallelism().map_or(1, |n| n.get()).saturating_sub(1);
         let mut queues = Vec::new();
         for i in 0..wanted.min(MAX_HELPERS) {
-            let (tx, rx) = channel::<Arc<Job>>();
+            let (tx, rx) = channel::<Task>();
             let started =
                 std::thread::Builder::new().name(format!("residency copy {i}")).spawn(move || serve(&rx));
             if started.is_ok() {
@@ -210,10 +210,18 @@ fn helpers() -> &'static Helpers {
     })
 }
 
-fn serve(rx: &Receiver<Arc<Job>>) {
-    while let Ok(job) = rx.recv() {
-        job.work();
-        job.done.count_down();
+fn serve(rx: &Receiver<Task>) {
+    while let Ok(task) = rx.recv() {
+        match task {
+            Task::Shared(job) => {
+                job.work();
+                job.done.count_down();
+            }
+            Task::Stream(job) => {
+                job.work();
+                job.done.count_down();
+            }
+        }
     }
 }
 
@@ -269,16 +277,251 @@ pub(crate) fn copy_in_parallel_while<R>(
     }
     let joined = Joined(&job);
     for queue in &queues[..helpers] {
-        if let Err(failed) = queue.locked().send(Arc::clone(&job)) {
+        if let Err(failed) = queue.locked().send(Task::Shared(Arc::clone(&job))) {
             // Its helper is gone (cannot happen while the process runs): count it done; the
             // others and the caller take its pieces.
-            failed.0.done.count_down();
+            if let Task::Shared(job) = failed.0 {
+                job.done.count_down();
+            }
         }
     }
     let result = meanwhile();
     job.work();
     drop(joined);
     result
+}
+
+/// One streamed copy: `src` in chunks of `chunk` bytes, each chunk's destination published by
+/// the caller when it has one (ring space), pieces of `piece` bytes taken by the helpers and the
+/// caller from published chunks only.
+struct StreamJob {
+    src: *const u8,
+    len: usize,
+    chunk: usize,
+    piece: usize,
+    pieces_per_chunk: usize,
+    total_pieces: usize,
+    /// Each chunk's destination, set before `ready` moves past its pieces.
+    bases: Vec<AtomicPtr<u8>>,
+    /// Pieces that may be taken (those of published chunks).
+    ready: AtomicUsize,
+    /// The next piece to take.
+    next: AtomicUsize,
+    /// Pieces of each chunk not yet copied.
+    left: Vec<AtomicUsize>,
+    /// No more chunks will be published: helpers leave once the published pieces are taken.
+    closed: AtomicBool,
+    streaming: bool,
+    /// Woken on every publication, chunk completion and close (checked under `lock`).
+    lock: Mutex<()>,
+    event: Condvar,
+    /// Helpers still in the job.
+    done: Latch,
+}
+
+// SAFETY: `src` is a `&[u8]` that `stream_copy` borrows until every helper has left the job,
+// and each published destination is valid for exclusive writes of its chunk until then
+// (`StreamCopy::publish`'s contract); pieces are handed out once each (a compare-exchange on
+// `next`), so each destination byte is written by one thread only.
+unsafe impl Send for StreamJob {}
+// SAFETY: as above.
+unsafe impl Sync for StreamJob {}
+
+impl StreamJob {
+    fn chunk_len(&self, j: usize) -> usize {
+        (self.len - j * self.chunk).min(self.chunk)
+    }
+
+    fn notify(&self) {
+        let _guard = self.lock.locked();
+        self.event.notify_all();
+    }
+
+    /// Takes the next published piece, if any.
+    fn take(&self) -> Option<usize> {
+        let mut p = self.next.load(Ordering::Relaxed);
+        loop {
+            if p >= self.ready.load(Ordering::Acquire) {
+                return None;
+            }
+            match self.next.compare_exchange_weak(p, p + 1, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return Some(p),
+                Err(now) => p = now,
+            }
+        }
+    }
+
+    /// Copies piece `p` (taken by this thread) and counts it done.
+    fn copy(&self, p: usize) {
+        let j = p / self.pieces_per_chunk;
+        let at = (p % self.pieces_per_chunk) * self.piece;
+        let len = (self.chunk_len(j) - at).min(self.piece);
+        let base = self.bases[j].load(Ordering::Relaxed);
+        // SAFETY: piece `p` is published (`take` saw `ready` past it with Acquire, after its
+        // chunk's base was stored), so `base` is valid for writes of the chunk's length, which
+        // `at + len` does not exceed, and `src` for reads of `len` bytes at `j·chunk + at` (inside
+        // the slice); this thread alone took `p` (`StreamJob`'s contract).
+        unsafe { copy_bytes(base.add(at), self.src.add(j * self.chunk + at), len, self.streaming) };
+        if self.left[j].fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.notify();
+        }
+    }
+
+    /// A helper's part: pieces until every piece is taken, or none is published and the caller
+    /// closed the job.
+    fn work(&self) {
+        loop {
+            if let Some(p) = self.take() {
+                self.copy(p);
+                continue;
+            }
+            let guard = self.lock.locked();
+            let nothing_published = self.next.load(Ordering::Relaxed) >= self.ready.load(Ordering::Acquire);
+            if self.next.load(Ordering::Relaxed) >= self.total_pieces
+                || (nothing_published && self.closed.load(Ordering::Acquire))
+            {
+                return;
+            }
+            if nothing_published {
+                drop(self.event.wait_locked(guard));
+            }
+        }
+    }
+}
+
+/// The caller's handle on a streamed copy ([`stream_copy`]).
+pub(crate) struct StreamCopy<'a> {
+    job: &'a StreamJob,
+    published: std::cell::Cell<usize>,
+}
+
+impl StreamCopy<'_> {
+    /// How many chunks the copy has.
+    pub(crate) fn chunks(&self) -> usize {
+        self.job.bases.len()
+    }
+
+    /// Bytes of chunk `j`.
+    pub(crate) fn chunk_len(&self, j: usize) -> usize {
+        self.job.chunk_len(j)
+    }
+
+    /// Chunks published so far.
+    pub(crate) fn published(&self) -> usize {
+        self.published.get()
+    }
+
+    /// Publishes the next chunk's destination: from now on the threads copy its bytes there.
+    ///
+    /// # Safety
+    /// `dst` is valid for writes of the chunk's length ([`StreamCopy::chunk_len`]), and nothing
+    /// else reads or writes those bytes until [`stream_copy`] returns.
+    pub(crate) unsafe fn publish(&self, dst: *mut u8) {
+        let j = self.published.get();
+        assert!(j < self.chunks(), "every chunk is published once");
+        self.job.bases[j].store(dst, Ordering::Relaxed);
+        self.published.set(j + 1);
+        let ready = ((j + 1) * self.job.pieces_per_chunk).min(self.job.total_pieces);
+        self.job.ready.store(ready, Ordering::Release);
+        self.job.notify();
+    }
+
+    /// Whether every byte of chunk `j` (published) is copied.
+    pub(crate) fn is_copied(&self, j: usize) -> bool {
+        j < self.published.get() && self.job.left[j].load(Ordering::Acquire) == 0
+    }
+
+    /// Copies one published piece on the calling thread, or, with none left to take, waits until
+    /// chunk `j` (published) is copied.
+    pub(crate) fn help_or_wait(&self, j: usize) {
+        if let Some(p) = self.job.take() {
+            return self.job.copy(p);
+        }
+        let mut guard = self.job.lock.locked();
+        while !self.is_copied(j) {
+            guard = self.job.event.wait_locked(guard);
+        }
+    }
+}
+
+/// Copies `src` chunk by chunk (`chunk` bytes each, the last one shorter) into destinations the
+/// caller publishes as it gets them (`drive` calls [`StreamCopy::publish`] for the chunks in
+/// order), by up to `threads` threads: persistent helpers take pieces of at most
+/// [`SHARED_COPY_PIECE`] bytes of published chunks as soon as they are published, and the
+/// caller, between its own work (submitting the copied chunks), with
+/// [`StreamCopy::help_or_wait`]. Returns once `drive` has returned (or panicked) and every
+/// piece of a published chunk is copied; chunks not published are not copied.
+pub(crate) fn stream_copy<R>(
+    src: &[u8],
+    chunk: usize,
+    threads: usize,
+    streaming: bool,
+    drive: impl FnOnce(&StreamCopy<'_>) -> R,
+) -> R {
+    let chunk = chunk.max(1);
+    let chunks = src.len().div_ceil(chunk);
+    let piece = SHARED_COPY_PIECE.min(chunk);
+    let pieces_per_chunk = chunk.div_ceil(piece);
+    let last = src.len() - chunks.saturating_sub(1) * chunk;
+    let total_pieces = chunks.saturating_sub(1) * pieces_per_chunk + last.div_ceil(piece);
+    let wanted = threads.min(src.len() / PARALLEL_COPY_PIECE).max(1);
+    let queues = if wanted > 1 { &helpers().queues[..] } else { &[] };
+    let helpers = queues.len().min(wanted - 1);
+    let job = Arc::new(StreamJob {
+        src: src.as_ptr(),
+        len: src.len(),
+        chunk,
+        piece,
+        pieces_per_chunk,
+        total_pieces,
+        bases: (0..chunks).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
+        ready: AtomicUsize::new(0),
+        next: AtomicUsize::new(0),
+        left: (0..chunks)
+            .map(|j| AtomicUsize::new(if j + 1 == chunks { last.div_ceil(piece) } else { pieces_per_chunk }))
+            .collect(),
+        closed: AtomicBool::new(false),
+        streaming,
+        lock: Mutex::new(()),
+        event: Condvar::new(),
+        done: Latch { left: Mutex::new(helpers), zero: Condvar::new() },
+    });
+    /// Closes the job and waits for the helpers when dropped (on return and on a panic of
+    /// `drive` alike): every published piece is copied before the borrows end.
+    struct Closed<'j>(&'j StreamJob);
+    impl Drop for Closed<'_> {
+        fn drop(&mut self) {
+            self.0.closed.store(true, Ordering::Release);
+            self.0.notify();
+            // The published pieces nobody took yet: copied here.
+            while let Some(p) = self.0.take() {
+                self.0.copy(p);
+            }
+            self.0.done.wait();
+        }
+    }
+    let closed = Closed(&job);
+    for queue in &queues[..helpers] {
+        if let Err(failed) = queue.locked().send(Task::Stream(Arc::clone(&job))) {
+            // Its helper is gone (cannot happen while the process runs): the others and the
+            // caller take its pieces.
+            if let Task::Stream(job) = failed.0 {
+                job.done.count_down();
+            }
+        }
+    }
+    let handle = StreamCopy { job: &job, published: std::cell::Cell::new(0) };
+    let result = drive(&handle);
+    drop(closed);
+    result
+}
+
+/// What a helper is handed.
+enum Task {
+    /// A copy shared piece by piece ([`copy_in_parallel_while`]).
+    Shared(Arc<Job>),
+    /// A streamed copy ([`stream_copy`]).
+    Stream(Arc<StreamJob>),
 }
 
 #[cfg(test)]
@@ -308,6 +551,52 @@ mod tests {
                 copy_in_parallel(&mut dst[shift..shift + len], &src[3..3 + len], 1, true);
                 assert!(dst[shift..shift + len] == src[3..3 + len], "shift {shift}, len {len}");
                 assert!(dst[..shift].iter().chain(&dst[shift + len..]).all(|&b| b == 0xee), "nothing else");
+            }
+        }
+    }
+
+    #[test]
+    fn a_streamed_copy_fills_every_published_chunk_and_nothing_else() {
+        let len = 5 * PARALLEL_COPY_PIECE + 12_345;
+        let src: Vec<u8> = (0..len).map(|i| (i * 13 % 251) as u8).collect();
+        for chunk in [777, 4096, SHARED_COPY_PIECE + 1, PARALLEL_COPY_PIECE, 2 * PARALLEL_COPY_PIECE, len + 1]
+        {
+            for threads in [1, 2, 4] {
+                for publish in [usize::MAX, 2] {
+                    let chunks = len.div_ceil(chunk);
+                    // Each chunk in a buffer of its own (a ring's scattered space), with a guard byte.
+                    let mut outs: Vec<Vec<u8>> =
+                        (0..chunks).map(|j| vec![0xee; (len - j * chunk).min(chunk) + 1]).collect();
+                    let ptrs: Vec<*mut u8> = outs.iter_mut().map(|o| o.as_mut_ptr()).collect();
+                    let published = stream_copy(&src, chunk, threads, chunk % 2 == 0, |s| {
+                        assert_eq!(s.chunks(), chunks);
+                        let mut waited = 0;
+                        while s.published() < chunks.min(publish) {
+                            // SAFETY: each buffer holds the chunk's length plus one and is not
+                            // touched until `stream_copy` returns.
+                            unsafe { s.publish(ptrs[s.published()]) };
+                            if s.published() % 3 == 0 {
+                                while !s.is_copied(waited) {
+                                    s.help_or_wait(waited);
+                                }
+                                waited += 1;
+                            }
+                        }
+                        s.published()
+                    });
+                    for (j, out) in outs.iter().enumerate() {
+                        let n = out.len() - 1;
+                        if j < published {
+                            assert!(
+                                out[..n] == src[j * chunk..j * chunk + n],
+                                "chunk {chunk}, threads {threads}, #{j}"
+                            );
+                        } else {
+                            assert!(out[..n].iter().all(|&b| b == 0xee), "an unpublished chunk is untouched");
+                        }
+                        assert_eq!(out[n], 0xee, "nothing past a chunk");
+                    }
+                }
             }
         }
     }

@@ -801,76 +801,126 @@ impl Uploader {
         let capacity = self.staging.size();
         // Held from the first queued chunk on: an error part-way leaves queued copies into it.
         state.keep.push(Arc::clone(dst.life()));
-        // A write larger than a chunk (a quarter of the ring by default) goes chunk by chunk:
-        // each chunk's copy is submitted while the host threads stage the next, so the GPU
-        // copies one while the CPU stages the next (the ring waits only for the oldest).
         let chunk_bytes = self.chunk_bytes();
-        let pipelined = data.len() as u64 > chunk_bytes;
-        let step = if pipelined { chunk_bytes } else { capacity / 2 } as usize;
-        // The copies of the chunk staged last, their ring frame already finished (so that the
-        // next chunk's ring space is not charged to it), submitted while the next is staged.
-        let mut staged: Option<(Batch, FrameId)> = None;
-        let mut done = 0usize;
-        while done < data.len() {
-            let chunk = (data.len() - done).min(step);
-            let allocation = loop {
-                match state.ring.allocate(chunk as u64, STAGING_ALIGNMENT) {
-                    Ok(a) => break a,
-                    Err(RingError::Full { .. }) => {
-                        if let Some((batch, frame)) = staged.take() {
-                            self.submit_batch(state, batch, Some(frame))?;
-                            state.keep.push(Arc::clone(dst.life()));
-                        }
-                        self.make_room(state)?
-                    }
-                    Err(e) => unreachable!("chunks are non-empty and at most half the ring: {e}"),
-                }
-            };
-            // The previous chunk's copies are submitted by this thread while the helpers stage
-            // this one (disjoint ring bytes: this chunk's were free, the GPU reads the last's).
-            let submitted = write_staging_while(
-                &self.staging,
-                allocation.offset,
-                &data[done..done + chunk],
-                self.copy_threads,
-                self.streaming_stores,
-                || match staged.take() {
-                    Some((batch, frame)) => self.submit_batch(state, batch, Some(frame)),
-                    None => Ok(()),
-                },
-            );
-            // A submission let go of the destination; this chunk's copy holds it again.
-            state.keep.push(Arc::clone(dst.life()));
-            let start = dst.offset() + offset + done as u64;
-            state.note_write(
-                (vk::Handle::as_raw(dst.raw()), 0, 0),
-                [start, 0, 0],
-                [start + chunk as u64, 1, 1],
-            );
-            state.copies.push(PendingCopy::Buffer {
-                dst: dst.raw(),
-                region: vk::BufferCopy {
-                    src_offset: allocation.offset,
-                    dst_offset: dst.offset() + offset + done as u64,
-                    size: chunk as u64,
-                },
-            });
-            // A failed submission queued its copies again (before this chunk's): they stay
-            // queued for a retry, like this chunk's.
-            submitted?;
-            done += chunk;
-            if pipelined && done < data.len() {
-                let batch = Batch::take(state);
-                let frame = state.ring.finish_frame();
-                staged = Some((batch, frame));
+        if data.len() as u64 > chunk_bytes {
+            return self.stream_buffer(state, dst, offset, data, chunk_bytes as usize);
+        }
+        let allocation = loop {
+            match state.ring.allocate(data.len() as u64, STAGING_ALIGNMENT) {
+                Ok(a) => break a,
+                Err(RingError::Full { .. }) => self.make_room(state)?,
+                Err(e) => unreachable!("a chunk is non-empty and at most half the ring ({capacity} B): {e}"),
             }
-        }
-        // The last chunk stays queued (submitted by the next flush, like any write); the one
-        // before it, if still staged here, is submitted now.
-        if let Some((batch, frame)) = staged {
-            self.submit_batch(state, batch, Some(frame))?;
-        }
+        };
+        write_staging(&self.staging, allocation.offset, data, self.copy_threads, self.streaming_stores);
+        Self::queue_buffer_copy(state, dst, offset, allocation.offset, data.len() as u64);
         Ok(())
+    }
+
+    /// Queues the copy of `len` staged bytes at `ring_offset` into `dst` at `offset`.
+    fn queue_buffer_copy(state: &mut State, dst: &Buffer, offset: u64, ring_offset: u64, len: u64) {
+        let start = dst.offset() + offset;
+        state.note_write((vk::Handle::as_raw(dst.raw()), 0, 0), [start, 0, 0], [start + len, 1, 1]);
+        state.copies.push(PendingCopy::Buffer {
+            dst: dst.raw(),
+            region: vk::BufferCopy { src_offset: ring_offset, dst_offset: start, size: len },
+        });
+    }
+
+    /// A write larger than a chunk, streamed through the ring: the calling thread gives each
+    /// chunk ring space as soon as the ring has room (each in a ring frame of its own), the copy
+    /// threads stage pieces of every chunk that has space without waiting for each other
+    /// (`stream_copy`), and the calling thread submits each chunk's copy as soon as its bytes
+    /// are staged — the DMA engine copies one chunk while the threads stage the next ones, and
+    /// the ring waits only for the oldest chunk. Between those steps the calling thread stages
+    /// pieces itself. The last chunk stays queued (submitted by the next flush, like any write).
+    fn stream_buffer(
+        &self,
+        state: &mut State,
+        dst: &Buffer,
+        offset: u64,
+        data: &[u8],
+        chunk: usize,
+    ) -> Result<(), UploadError> {
+        let staging = &self.staging;
+        // Ring offset and frame of each chunk given space.
+        let mut placed: Vec<(u64, FrameId)> = Vec::new();
+        let mut submitted = 0usize;
+        let mut failed = None;
+        stream_copy(data, chunk, self.copy_threads, self.streaming_stores, |s| {
+            let last = s.chunks() - 1;
+            loop {
+                // Submit the staged chunks in order (the last one excepted).
+                while submitted < last && s.is_copied(submitted) {
+                    let (ring_offset, frame) = placed[submitted];
+                    let len = s.chunk_len(submitted) as u64;
+                    if !staging.is_coherent() {
+                        staging.flush_range(ring_offset, len);
+                    }
+                    let at = offset + (submitted * chunk) as u64;
+                    Self::queue_buffer_copy(state, dst, at, ring_offset, len);
+                    let batch = Batch::take(state);
+                    // (A failed submission queues its copies again.)
+                    let result = self.submit_batch(state, batch, Some(frame));
+                    // A submission let go of the destination; the next chunk's copy holds it.
+                    state.keep.push(Arc::clone(dst.life()));
+                    submitted += 1;
+                    if let Err(e) = result {
+                        failed = Some(e);
+                        return;
+                    }
+                }
+                if submitted == last && s.published() == s.chunks() {
+                    return;
+                }
+                // Ring space for as many chunks as fit.
+                let mut published = false;
+                while s.published() < s.chunks() {
+                    self.reclaim(state);
+                    let len = s.chunk_len(s.published()) as u64;
+                    let allocation = match state.ring.allocate(len, STAGING_ALIGNMENT) {
+                        Ok(a) => a,
+                        Err(RingError::Full { .. }) => break,
+                        Err(e) => unreachable!("chunks are non-empty and at most half the ring: {e}"),
+                    };
+                    // A frame of its own: its space comes back once its own copy has run.
+                    let frame = state.ring.finish_frame();
+                    placed.push((allocation.offset, frame));
+                    let bytes = staging
+                        .mapped_range(allocation.offset, len)
+                        .expect("ring allocations lie inside the mapped staging buffer");
+                    // SAFETY: the ring hands this range to this write alone (under the state
+                    // lock, which this call holds until `stream_copy` returns) and the GPU reads
+                    // it only after the chunk's copy is submitted, below, once every byte is
+                    // staged; the range lies inside the staging buffer's mapping (checked),
+                    // which outlives the call.
+                    unsafe { s.publish(bytes.as_ptr()) };
+                    published = true;
+                }
+                if published {
+                    continue;
+                }
+                if submitted < s.published() && submitted < last {
+                    // Stage a piece here, or wait for the oldest unsubmitted chunk.
+                    s.help_or_wait(submitted);
+                } else if let Err(e) = self.make_room(state) {
+                    // The ring is full of submitted chunks: the oldest's space comes back once
+                    // its copy has run.
+                    failed = Some(e);
+                    return;
+                }
+            }
+        });
+        // Chunks staged but not submitted (the last; more after an error): every published
+        // byte is staged now; queued for the next flush (a retry after an error).
+        for (j, &(ring_offset, _)) in placed.iter().enumerate().skip(submitted) {
+            let len = (data.len() - j * chunk).min(chunk) as u64;
+            if !staging.is_coherent() {
+                staging.flush_range(ring_offset, len);
+            }
+            Self::queue_buffer_copy(state, dst, offset + (j * chunk) as u64, ring_offset, len);
+        }
+        failed.map_or(Ok(()), Err)
     }
 
     /// Sets how many threads import the pieces of one slice for [`Uploader::upload_buffer`] (at
@@ -1543,7 +1593,7 @@ fn copy_barriers() -> ([vk::MemoryBarrier2<'static>; 1], [vk::MemoryBarrier2<'st
     (before, after)
 }
 
-use crate::resources::parallel_copy::copy_in_parallel_while;
+use crate::resources::parallel_copy::{copy_in_parallel_while, stream_copy};
 
 /// The smallest [`Uploader::with_chunk_bytes`].
 const MIN_CHUNK: u64 = 64 << 10;
