@@ -91,6 +91,39 @@ fn small_chunks_in_either_staging_memory_arrive_intact_in_order() {
 }
 
 #[test]
+fn a_submission_failing_mid_stream_leaves_every_chunk_queued_for_the_retry() {
+    use residency_vulkan::{FaultSite, InjectedFault};
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let usage = BufferUsage::COPY_DST | BufferUsage::COPY_SRC | BufferUsage::STORAGE;
+        let len = (9 << 20) + 11;
+        let dst = device.create_buffer(&BufferDesc::new("retried destination", len as u64, usage)).unwrap();
+        for skip in [0, 2] {
+            // 8 MiB of ring, 1 MiB chunks: the first (or third) chunk's submission fails.
+            let uploader = Uploader::new(device, "failing upload", 8 << 20)
+                .unwrap()
+                .with_copy_threads(2)
+                .with_chunk_bytes(1 << 20);
+            let data = pattern(len, 41 + skip);
+            device.ledger().inject_fault(FaultSite::QueueSubmit, skip, InjectedFault::OutOfDeviceMemory);
+            let err = uploader.write_buffer(&dst, 0, &data).unwrap_err();
+            device.ledger().clear_faults();
+            assert!(err.to_string().to_lowercase().contains("memory"), "{err}");
+            // Every staged chunk stays queued: the retry (a flush) lands the whole write.
+            uploader.wait_idle().unwrap();
+            let back = device.read_back(&dst, 0, len as u64).unwrap();
+            let staged = (1 + skip as usize) << 20;
+            assert!(back[..staged] == data[..staged], "the chunks staged before the failure arrive");
+            assert_eq!(uploader.staging_in_use(), (0, 0), "every chunk's ring space came back");
+            // Written again whole: arrives intact.
+            uploader.write_buffer(&dst, 0, &data).unwrap();
+            uploader.wait_idle().unwrap();
+            assert!(device.read_back(&dst, 0, len as u64).unwrap() == data);
+        }
+    });
+}
+
+#[test]
 fn a_mapped_buffer_written_by_several_threads_holds_the_data() {
     with_gpu(|set| {
         let device = &set.devices()[0];
