@@ -434,6 +434,8 @@ impl StreamCopy<'_> {
     /// Copies one published piece on the calling thread, or, with none left to take, waits until
     /// chunk `j` (published) is copied.
     pub(crate) fn help_or_wait(&self, j: usize) {
+        // An unpublished chunk is never copied: waiting for one would never end.
+        assert!(j < self.published.get(), "help_or_wait waits for a published chunk");
         if let Some(p) = self.job.take() {
             return self.job.copy(p);
         }
@@ -451,6 +453,10 @@ impl StreamCopy<'_> {
 /// caller, between its own work (submitting the copied chunks), with
 /// [`StreamCopy::help_or_wait`]. Returns once `drive` has returned (or panicked) and every
 /// piece of a published chunk is copied; chunks not published are not copied.
+///
+/// A helper with nothing published to take waits in the job until the caller publishes more or
+/// returns, so a copy handed to the helpers by another thread meanwhile waits behind it: `drive`
+/// must not wait for another thread's parallel copy (the uploader's waits only for the GPU).
 pub(crate) fn stream_copy<R>(
     src: &[u8],
     chunk: usize,
