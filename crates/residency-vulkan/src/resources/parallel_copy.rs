@@ -139,7 +139,7 @@ struct Job {
     done: Latch,
 }
 
-// SAFETY: a job's pointers name a `&mut [u8]` and a `&[u8]` that `copy_in_parallel_while`
+// SAFETY: a job's pointers name a `&mut [u8]` and a `&[u8]` that `copy_in_parallel`
 // borrows until every helper handed the job has counted down its latch; pieces are handed out
 // once each (an atomic counter), so each byte of `dst` is written by one thread only, and `src`
 // is only read.
@@ -225,39 +225,22 @@ fn serve(rx: &Receiver<Task>) {
     }
 }
 
-/// `dst.copy_from_slice(src)` by up to `threads` threads (the caller and persistent helpers),
-/// each taking pieces of [`SHARED_COPY_PIECE`] bytes in turn (see [`copy_in_parallel_while`]).
-/// Panics, like `copy_from_slice`, when the lengths differ.
-pub(crate) fn copy_in_parallel(dst: &mut [u8], src: &[u8], threads: usize, streaming: bool) {
-    copy_in_parallel_while(dst, src, threads, streaming, || ());
-}
-
 /// `dst.copy_from_slice(src)` by up to `threads` threads — the caller and persistent helpers,
-/// at most one thread per [`PARALLEL_COPY_PIECE`] bytes — running `meanwhile` on the calling
-/// thread once the helpers have the copy, before the caller joins it (the uploader submits the
-/// previous chunk's copies there while this chunk is staged). Every thread takes the next piece
-/// of [`SHARED_COPY_PIECE`] bytes until none is left, so a helper woken late, or the caller
-/// still in `meanwhile`, takes fewer pieces instead of delaying the copy. With `streaming`, each
-/// piece is copied with non-temporal stores where the CPU has them (see `copy_bytes`). Returns
-/// once every byte is copied (also when `meanwhile` panics: the helpers' writes end before the
-/// borrow does). Panics, like `copy_from_slice`, when the lengths differ.
-pub(crate) fn copy_in_parallel_while<R>(
-    dst: &mut [u8],
-    src: &[u8],
-    threads: usize,
-    streaming: bool,
-    meanwhile: impl FnOnce() -> R,
-) -> R {
+/// at most one thread per [`PARALLEL_COPY_PIECE`] bytes. Every thread takes the next piece of
+/// [`SHARED_COPY_PIECE`] bytes until none is left, so a helper woken late takes fewer pieces
+/// instead of delaying the copy. With `streaming`, each piece is copied with non-temporal stores
+/// where the CPU has them (see `copy_bytes`). Returns once every byte is copied. Panics, like
+/// `copy_from_slice`, when the lengths differ.
+pub(crate) fn copy_in_parallel(dst: &mut [u8], src: &[u8], threads: usize, streaming: bool) {
     assert_eq!(dst.len(), src.len(), "copy_in_parallel: lengths differ");
     let wanted = threads.min(src.len() / PARALLEL_COPY_PIECE).max(1);
     let queues = if wanted > 1 { &helpers().queues[..] } else { &[] };
     let helpers = queues.len().min(wanted - 1);
     if helpers == 0 {
-        let result = meanwhile();
         // SAFETY: `dst` and `src` are slices of equal length (checked above), and a `&mut`
         // slice overlaps no other slice.
         unsafe { copy_bytes(dst.as_mut_ptr(), src.as_ptr(), src.len(), streaming) };
-        return result;
+        return;
     }
     let job = Arc::new(Job {
         dst: dst.as_mut_ptr(),
@@ -267,7 +250,7 @@ pub(crate) fn copy_in_parallel_while<R>(
         streaming,
         done: Latch { left: Mutex::new(helpers), zero: Condvar::new() },
     });
-    /// Waits for the helpers when dropped: on return and on a panic of `meanwhile` alike, so the
+    /// Waits for the helpers when dropped (also should the caller's part unwind), so the
     /// borrows of `dst` and `src` outlive every helper's access.
     struct Joined<'j>(&'j Job);
     impl Drop for Joined<'_> {
@@ -285,10 +268,8 @@ pub(crate) fn copy_in_parallel_while<R>(
             }
         }
     }
-    let result = meanwhile();
     job.work();
     drop(joined);
-    result
 }
 
 /// One streamed copy: `src` in chunks of `chunk` bytes, each chunk's destination published by
@@ -524,7 +505,7 @@ pub(crate) fn stream_copy<R>(
 
 /// What a helper is handed.
 enum Task {
-    /// A copy shared piece by piece ([`copy_in_parallel_while`]).
+    /// A copy shared piece by piece ([`copy_in_parallel`]).
     Shared(Arc<Job>),
     /// A streamed copy ([`stream_copy`]).
     Stream(Arc<StreamJob>),
@@ -605,6 +586,39 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn streamed_and_shared_copies_from_several_callers_at_once_do_not_mix() {
+        std::thread::scope(|scope| {
+            for t in 0..4u8 {
+                scope.spawn(move || {
+                    let src = vec![t + 1; 3 * PARALLEL_COPY_PIECE + 7];
+                    for round in 0..6 {
+                        let mut dst = vec![0u8; src.len()];
+                        if (round + t) % 2 == 0 {
+                            copy_in_parallel(&mut dst, &src, 4, false);
+                        } else {
+                            let chunk = PARALLEL_COPY_PIECE / 2 + 1;
+                            let base = dst.as_mut_ptr();
+                            stream_copy(&src, chunk, 4, true, |s| {
+                                // Published one at a time, each waited for: the helpers wait
+                                // in the job between publications.
+                                for j in 0..s.chunks() {
+                                    // SAFETY: chunk `j` of `dst` (same length as `src`), not
+                                    // touched until `stream_copy` returns.
+                                    unsafe { s.publish(base.add(j * chunk)) };
+                                    while !s.is_copied(j) {
+                                        s.help_or_wait(j);
+                                    }
+                                }
+                            });
+                        }
+                        assert!(dst == src);
+                    }
+                });
+            }
+        });
     }
 
     #[test]

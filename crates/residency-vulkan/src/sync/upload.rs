@@ -1601,7 +1601,7 @@ fn copy_barriers() -> ([vk::MemoryBarrier2<'static>; 1], [vk::MemoryBarrier2<'st
     (before, after)
 }
 
-use crate::resources::parallel_copy::{copy_in_parallel_while, stream_copy};
+use crate::resources::parallel_copy::{copy_in_parallel, stream_copy};
 
 /// The default [`Uploader::with_chunk_bytes`]: 4 MiB (a quarter of the ring where that is
 /// less). At the H200's 51 GB/s a 4 MiB copy takes 80 µs: the copy left after the host's last
@@ -1659,19 +1659,6 @@ fn default_copy_threads() -> usize {
 /// Copies `data` into the staging ring at a ring allocation, split among up to `threads` threads
 /// (with non-temporal stores when `streaming`).
 fn write_staging(staging: &Buffer, offset: u64, data: &[u8], threads: usize, streaming: bool) {
-    write_staging_while(staging, offset, data, threads, streaming, || ());
-}
-
-/// [`write_staging`], running `meanwhile` on the calling thread while the helpers copy (see
-/// `copy_in_parallel_while`).
-fn write_staging_while<R>(
-    staging: &Buffer,
-    offset: u64,
-    data: &[u8],
-    threads: usize,
-    streaming: bool,
-    meanwhile: impl FnOnce() -> R,
-) -> R {
     let dst = staging
         .mapped_range(offset, data.len() as u64)
         .expect("ring allocations lie inside the mapped staging buffer");
@@ -1681,11 +1668,10 @@ fn write_staging_while<R>(
     // mapping (checked), which lives as long as the buffer, and cannot overlap `data` (ordinary
     // host memory).
     let dst = unsafe { std::slice::from_raw_parts_mut(dst.as_ptr(), data.len()) };
-    let result = copy_in_parallel_while(dst, data, threads, streaming, meanwhile);
+    copy_in_parallel(dst, data, threads, streaming);
     if !staging.is_coherent() && !data.is_empty() {
         staging.flush_range(offset, data.len() as u64);
     }
-    result
 }
 
 // A plain image is an upload target.
