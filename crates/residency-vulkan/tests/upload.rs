@@ -1,4 +1,4 @@
-//! Large uploads from a host slice: pipelined quarters of the staging ring, staged by several
+//! Large uploads from a host slice: streamed through the staging ring in chunks, staged by several
 //! threads, reach a device-local buffer intact (under synchronization validation).
 
 use residency_core::memory::MemoryIntent;
@@ -22,8 +22,8 @@ fn pattern(len: usize, seed: u64) -> Vec<u8> {
 fn a_large_write_is_pipelined_through_the_ring_and_arrives_intact() {
     with_gpu(|set| {
         let device = &set.devices()[0];
-        // 8 MiB of ring, 2 MiB quarters: a 21 MiB + 3 B write takes 11 submissions, each staged
-        // by up to 4 threads (2 MiB pieces of 1 MiB), the ring wrapping several times.
+        // 8 MiB of ring, 2 MiB chunks (a quarter): a 21 MiB + 3 B write takes 11 submissions, staged
+        // by up to 4 threads taking 256 KiB pieces, the ring wrapping several times.
         let uploader = Uploader::new(device, "big upload", 8 << 20).unwrap().with_copy_threads(4);
         assert_eq!(uploader.copy_threads(), 4);
         let len = (21 << 20) + 3;

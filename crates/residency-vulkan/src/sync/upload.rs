@@ -550,7 +550,8 @@ pub struct Uploader {
     streaming_stores: bool,
     /// The memory the ring lives in ([`Uploader::with_staging_memory`]).
     staging_memory: StagingMemory,
-    /// Bytes per staged and submitted chunk of a large write (`None`: a quarter of the ring;
+    /// Bytes per staged and submitted chunk of a large write (`None`: [`DEFAULT_CHUNK_BYTES`], at
+    /// most a quarter of the ring;
     /// [`Uploader::with_chunk_bytes`]).
     chunk_bytes: Option<u64>,
 }
@@ -967,7 +968,7 @@ impl Uploader {
     /// without the extension, a pointer the driver refuses to import) the bytes are staged.
     /// Returns the path taken.
     ///
-    /// Like a write larger than a quarter of the ring, it submits on its own: copies recorded
+    /// Like a write larger than a chunk ([`Uploader::with_chunk_bytes`]), it submits on its own: copies recorded
     /// into a renderer's command buffer ([`Uploader::record`]) and not yet submitted run after
     /// it. Refused with nothing staged as [`Uploader::write_buffer`] is.
     ///
