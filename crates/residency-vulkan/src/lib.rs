@@ -84,8 +84,8 @@ pub use resources::image::{Filter, Image, ImageDesc, ImageView, ImageViewDesc, S
 pub use sync::commands::{CommandContext, ReadBackError, Submission};
 pub use sync::frame::PendingFrame;
 pub use sync::upload::{
-    ImageRegion, ImageTarget, UploadError, UploadPath, Uploader, DEFAULT_IMPORT_CHUNK,
-    DEFAULT_IMPORT_THRESHOLD, PARALLEL_COPY_PIECE,
+    ImageRegion, ImageTarget, StagingMemory, UploadError, UploadPath, Uploader, DEFAULT_CHUNK_BYTES,
+    DEFAULT_IMPORT_CHUNK, DEFAULT_IMPORT_THRESHOLD, PARALLEL_COPY_PIECE,
 };
 pub use validation::{Severity, ValidationLog, ValidationMessage, ValidationMode};
 

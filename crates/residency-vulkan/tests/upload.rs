@@ -1,10 +1,10 @@
-//! Large uploads from a host slice: pipelined quarters of the staging ring, staged by several
+//! Large uploads from a host slice: streamed through the staging ring in chunks, staged by several
 //! threads, reach a device-local buffer intact (under synchronization validation).
 
 use residency_core::memory::MemoryIntent;
 use residency_core::usage::BufferUsage;
 use residency_vulkan::testing::with_gpu;
-use residency_vulkan::{BufferDesc, UploadPath, Uploader, PARALLEL_COPY_PIECE};
+use residency_vulkan::{BufferDesc, StagingMemory, UploadPath, Uploader, PARALLEL_COPY_PIECE};
 
 fn pattern(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed;
@@ -22,8 +22,8 @@ fn pattern(len: usize, seed: u64) -> Vec<u8> {
 fn a_large_write_is_pipelined_through_the_ring_and_arrives_intact() {
     with_gpu(|set| {
         let device = &set.devices()[0];
-        // 8 MiB of ring, 2 MiB quarters: a 21 MiB + 3 B write takes 11 submissions, each staged
-        // by up to 4 threads (2 MiB pieces of 1 MiB), the ring wrapping several times.
+        // 8 MiB of ring, 2 MiB chunks (a quarter): a 21 MiB + 3 B write takes 11 submissions, staged
+        // by up to 4 threads taking 256 KiB pieces, the ring wrapping several times.
         let uploader = Uploader::new(device, "big upload", 8 << 20).unwrap().with_copy_threads(4);
         assert_eq!(uploader.copy_threads(), 4);
         let len = (21 << 20) + 3;
@@ -44,6 +44,82 @@ fn a_large_write_is_pipelined_through_the_ring_and_arrives_intact() {
         let back = device.read_back(&dst, 100, second.len() as u64).unwrap();
         assert!(back == second, "the later write wins");
         assert_eq!(uploader.staging_in_use(), (0, 0));
+    });
+}
+
+#[test]
+fn small_chunks_in_either_staging_memory_arrive_intact_in_order() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let usage = BufferUsage::COPY_DST | BufferUsage::COPY_SRC | BufferUsage::STORAGE;
+        for memory in [StagingMemory::WriteCombined, StagingMemory::Cached] {
+            for (chunk, streaming) in
+                [(1u64 << 20, false), ((2 << 20) + 4096, true), (1, false), (u64::MAX, true)]
+            {
+                // 6 MiB of ring: 1 MiB chunks (each staged while the last one's copy is
+                // submitted), chunks that leave an odd remainder, the smallest chunk (64 KiB)
+                // and the largest (half the ring), the ring wrapping many times.
+                let uploader = Uploader::with_staging_memory(device, "chunked upload", 6 << 20, memory)
+                    .unwrap()
+                    .with_copy_threads(3)
+                    .with_chunk_bytes(chunk)
+                    .with_streaming_stores(streaming);
+                assert_eq!(uploader.staging_memory(), memory);
+                assert_eq!(uploader.chunk_bytes(), chunk.clamp(64 << 10, 3 << 20));
+                let len = (13 << 20) + 5;
+                let dst = device
+                    .create_buffer(&BufferDesc::new("chunked destination", len as u64 + 32, usage))
+                    .unwrap();
+                let first = pattern(len, chunk ^ 0x5555);
+                uploader.write_buffer(&dst, 32, &first).unwrap();
+                // Overlapping the first write's last bytes while they may still be queued: the
+                // later write wins.
+                let second = pattern(3 << 20, chunk ^ 0x7777);
+                uploader.write_buffer(&dst, len as u64 + 32 - (2 << 20), &second[..2 << 20]).unwrap();
+                uploader.wait_idle().unwrap();
+                let back = device.read_back(&dst, 32, len as u64).unwrap();
+                let split = len - (2 << 20);
+                assert!(back[..split] == first[..split], "{memory:?}, chunk {chunk}: the first write");
+                assert!(
+                    back[split..] == second[..2 << 20],
+                    "{memory:?}, chunk {chunk}: the later write wins"
+                );
+                assert_eq!(uploader.staging_in_use(), (0, 0));
+            }
+        }
+    });
+}
+
+#[test]
+fn a_submission_failing_mid_stream_leaves_every_chunk_queued_for_the_retry() {
+    use residency_vulkan::{FaultSite, InjectedFault};
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let usage = BufferUsage::COPY_DST | BufferUsage::COPY_SRC | BufferUsage::STORAGE;
+        let len = (9 << 20) + 11;
+        let dst = device.create_buffer(&BufferDesc::new("retried destination", len as u64, usage)).unwrap();
+        for skip in [0, 2] {
+            // 8 MiB of ring, 1 MiB chunks: the first (or third) chunk's submission fails.
+            let uploader = Uploader::new(device, "failing upload", 8 << 20)
+                .unwrap()
+                .with_copy_threads(2)
+                .with_chunk_bytes(1 << 20);
+            let data = pattern(len, 41 + skip);
+            device.ledger().inject_fault(FaultSite::QueueSubmit, skip, InjectedFault::OutOfDeviceMemory);
+            let err = uploader.write_buffer(&dst, 0, &data).unwrap_err();
+            device.ledger().clear_faults();
+            assert!(err.to_string().to_lowercase().contains("memory"), "{err}");
+            // Every staged chunk stays queued: the retry (a flush) lands the whole write.
+            uploader.wait_idle().unwrap();
+            let back = device.read_back(&dst, 0, len as u64).unwrap();
+            let staged = (1 + skip as usize) << 20;
+            assert!(back[..staged] == data[..staged], "the chunks staged before the failure arrive");
+            assert_eq!(uploader.staging_in_use(), (0, 0), "every chunk's ring space came back");
+            // Written again whole: arrives intact.
+            uploader.write_buffer(&dst, 0, &data).unwrap();
+            uploader.wait_idle().unwrap();
+            assert!(device.read_back(&dst, 0, len as u64).unwrap() == data);
+        }
     });
 }
 

@@ -608,12 +608,30 @@ impl Buffer {
         data: &[u8],
         threads: usize,
     ) -> Result<(), AccessError> {
+        self.write_threaded(offset, data, threads, false)
+    }
+
+    /// [`Buffer::write_with_threads`] with non-temporal (streaming) stores where the CPU has
+    /// them (x86-64: AVX or SSE2), for pieces of 4 KiB and more: each line is written without
+    /// being read into the cache first, and the written bytes do not stay in the cache (the
+    /// uploader's ring writes with `Uploader::with_streaming_stores`).
+    pub fn write_streaming(&mut self, offset: u64, data: &[u8], threads: usize) -> Result<(), AccessError> {
+        self.write_threaded(offset, data, threads, true)
+    }
+
+    fn write_threaded(
+        &mut self,
+        offset: u64,
+        data: &[u8],
+        threads: usize,
+        streaming: bool,
+    ) -> Result<(), AccessError> {
         let dst = self.check(offset, data.len())?;
         // SAFETY: `dst..dst+len` lies inside this buffer's mapped bytes (checked), which stay
         // mapped while the buffer lives; `&mut self` makes this the only CPU access to them while
         // the slice lives, and `data` is ordinary host memory that cannot overlap the mapping.
         let bytes = unsafe { std::slice::from_raw_parts_mut(dst.as_ptr(), data.len()) };
-        super::parallel_copy::copy_in_parallel(bytes, data, threads, false);
+        super::parallel_copy::copy_in_parallel(bytes, data, threads, streaming);
         if !self.coherent && !data.is_empty() {
             let range = self.atom_range(offset, data.len() as u64);
             // SAFETY: the range lies in mapped memory of this buffer's device, atom-aligned.

@@ -4,6 +4,7 @@
 //! each copy blocks until every piece is done, so the pieces never outlive the borrowed slices.
 
 use crate::poison::{PoisonFree, PoisonFreeWait};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
@@ -12,15 +13,6 @@ pub const PARALLEL_COPY_PIECE: usize = 1 << 20;
 
 /// The most helper threads the process starts (a copy uses at most this many plus its caller).
 const MAX_HELPERS: usize = 15;
-
-/// One piece: copy `len` bytes from `src` to `dst`, then count down `done`.
-struct Piece {
-    dst: *mut u8,
-    src: *const u8,
-    len: usize,
-    streaming: bool,
-    done: Arc<Latch>,
-}
 
 /// Below this many bytes a streaming copy is a plain one (the fence costs more than it saves).
 const STREAMING_MIN: usize = 4096;
@@ -127,12 +119,53 @@ mod stream {
     }
 }
 
-// SAFETY: a piece's pointers name disjoint bytes of a `&mut [u8]` and a `&[u8]` that
-// `copy_in_parallel` borrows until every piece has counted down its latch, so moving the piece to
-// a helper thread hands it exclusive (dst) and shared (src) access for that time only.
-unsafe impl Send for Piece {}
+/// Bytes one thread takes at a time from a shared copy (a multiple of 4 KiB, so threads start on
+/// pages of their own): small enough that a thread that starts late (woken after the others, or
+/// the caller busy submitting) only takes fewer pieces instead of holding up the copy, large
+/// enough that taking one (an atomic add) costs nothing beside its copy.
+pub const SHARED_COPY_PIECE: usize = 256 << 10;
 
-/// Counts the pieces still being copied.
+/// One copy shared by the caller and some helpers: each takes the next piece of
+/// [`SHARED_COPY_PIECE`] bytes until none is left, then counts down `done` (a helper) or waits
+/// for it (the caller).
+struct Job {
+    dst: *mut u8,
+    src: *const u8,
+    len: usize,
+    /// The next piece to take (pieces past the end mean nothing is left).
+    next: AtomicUsize,
+    streaming: bool,
+    /// Helpers still working on the job.
+    done: Latch,
+}
+
+// SAFETY: a job's pointers name a `&mut [u8]` and a `&[u8]` that `copy_in_parallel`
+// borrows until every helper handed the job has counted down its latch; pieces are handed out
+// once each (an atomic counter), so each byte of `dst` is written by one thread only, and `src`
+// is only read.
+unsafe impl Send for Job {}
+// SAFETY: as above: shared between threads, the job only hands out disjoint pieces.
+unsafe impl Sync for Job {}
+
+impl Job {
+    /// Copies pieces until none is left.
+    fn work(&self) {
+        loop {
+            let i = self.next.fetch_add(1, Ordering::Relaxed);
+            let at = i.saturating_mul(SHARED_COPY_PIECE);
+            if at >= self.len {
+                break;
+            }
+            let len = (self.len - at).min(SHARED_COPY_PIECE);
+            // SAFETY: `at + len ≤ self.len`: inside both ranges, which stay borrowed (dst
+            // exclusively) until every helper has counted down (`Job`'s contract); piece `i` is
+            // taken by this thread alone (the counter hands each index out once).
+            unsafe { copy_bytes(self.dst.add(at), self.src.add(at), len, self.streaming) };
+        }
+    }
+}
+
+/// Counts the helpers still copying.
 struct Latch {
     left: Mutex<usize>,
     zero: Condvar,
@@ -155,9 +188,9 @@ impl Latch {
     }
 }
 
-/// The helpers, each with a queue of its own (a piece wakes exactly the helper that copies it).
+/// The helpers, each with a queue of its own (a job wakes exactly the helpers it is handed to).
 struct Helpers {
-    queues: Vec<Mutex<Sender<Piece>>>,
+    queues: Vec<Mutex<Sender<Task>>>,
 }
 
 fn helpers() -> &'static Helpers {
@@ -166,7 +199,7 @@ fn helpers() -> &'static Helpers {
         let wanted = std::thread::available_parallelism().map_or(1, |n| n.get()).saturating_sub(1);
         let mut queues = Vec::new();
         for i in 0..wanted.min(MAX_HELPERS) {
-            let (tx, rx) = channel::<Piece>();
+            let (tx, rx) = channel::<Task>();
             let started =
                 std::thread::Builder::new().name(format!("residency copy {i}")).spawn(move || serve(&rx));
             if started.is_ok() {
@@ -177,55 +210,305 @@ fn helpers() -> &'static Helpers {
     })
 }
 
-fn serve(rx: &Receiver<Piece>) {
-    while let Ok(piece) = rx.recv() {
-        // SAFETY: `Piece`'s contract: `dst` and `src` name `len` valid, non-overlapping bytes that
-        // stay borrowed (dst exclusively) until this piece counts down its latch, just below.
-        unsafe { copy_bytes(piece.dst, piece.src, piece.len, piece.streaming) };
-        piece.done.count_down();
+fn serve(rx: &Receiver<Task>) {
+    while let Ok(task) = rx.recv() {
+        match task {
+            Task::Shared(job) => {
+                job.work();
+                job.done.count_down();
+            }
+            Task::Stream(job) => {
+                job.work();
+                job.done.count_down();
+            }
+        }
     }
 }
 
-/// `dst.copy_from_slice(src)` by up to `threads` threads (the caller and persistent helpers),
-/// each taking one contiguous piece of at least [`PARALLEL_COPY_PIECE`] bytes; with `streaming`,
-/// each piece with non-temporal stores where the CPU has them (see `copy_bytes`). Panics, like
+/// `dst.copy_from_slice(src)` by up to `threads` threads — the caller and persistent helpers,
+/// at most one thread per [`PARALLEL_COPY_PIECE`] bytes. Every thread takes the next piece of
+/// [`SHARED_COPY_PIECE`] bytes until none is left, so a helper woken late takes fewer pieces
+/// instead of delaying the copy. With `streaming`, each piece is copied with non-temporal stores
+/// where the CPU has them (see `copy_bytes`). Returns once every byte is copied. Panics, like
 /// `copy_from_slice`, when the lengths differ.
 pub(crate) fn copy_in_parallel(dst: &mut [u8], src: &[u8], threads: usize, streaming: bool) {
     assert_eq!(dst.len(), src.len(), "copy_in_parallel: lengths differ");
-    let copy_here = |dst: &mut [u8], src: &[u8]| {
-        // SAFETY: `dst` and `src` are slices of equal length (checked above, or pieces of equal
-        // length of such slices), and a `&mut` slice overlaps no other slice.
-        unsafe { copy_bytes(dst.as_mut_ptr(), src.as_ptr(), src.len(), streaming) }
-    };
     let wanted = threads.min(src.len() / PARALLEL_COPY_PIECE).max(1);
-    let helpers = if wanted > 1 { helpers() } else { return copy_here(dst, src) };
-    let threads = wanted.min(helpers.queues.len() + 1);
-    if threads == 1 {
-        return copy_here(dst, src);
+    let queues = if wanted > 1 { &helpers().queues[..] } else { &[] };
+    let helpers = queues.len().min(wanted - 1);
+    if helpers == 0 {
+        // SAFETY: `dst` and `src` are slices of equal length (checked above), and a `&mut`
+        // slice overlaps no other slice.
+        unsafe { copy_bytes(dst.as_mut_ptr(), src.as_ptr(), src.len(), streaming) };
+        return;
     }
-    // Pieces a multiple of 4 KiB, so every thread starts on its own pages.
-    let piece = src.len().div_ceil(threads).next_multiple_of(4096);
-    let mut pieces = dst.chunks_mut(piece).zip(src.chunks(piece));
-    let (first_dst, first_src) = pieces.next().expect("a non-empty copy has a first piece");
-    let rest: Vec<_> = pieces.collect();
-    // `piece ≥ len / threads`: at most `threads − 1` pieces beside the first, one per helper, so
-    // every piece below is handed out and the latch reaches zero.
-    assert!(rest.len() < threads, "one helper per piece");
-    let done = Arc::new(Latch { left: Mutex::new(rest.len()), zero: Condvar::new() });
-    for ((d, s), queue) in rest.into_iter().zip(&helpers.queues) {
-        let job =
-            Piece { dst: d.as_mut_ptr(), src: s.as_ptr(), len: d.len(), streaming, done: Arc::clone(&done) };
-        if let Err(failed) = queue.locked().send(job) {
-            // Its helper is gone (cannot happen while the process runs): copy the piece here.
-            let job = failed.0;
-            // SAFETY: as in `serve`: the piece's bytes are borrowed for this call.
-            unsafe { copy_bytes(job.dst, job.src, job.len, job.streaming) };
-            job.done.count_down();
+    let job = Arc::new(Job {
+        dst: dst.as_mut_ptr(),
+        src: src.as_ptr(),
+        len: src.len(),
+        next: AtomicUsize::new(0),
+        streaming,
+        done: Latch { left: Mutex::new(helpers), zero: Condvar::new() },
+    });
+    /// Waits for the helpers when dropped (also should the caller's part unwind), so the
+    /// borrows of `dst` and `src` outlive every helper's access.
+    struct Joined<'j>(&'j Job);
+    impl Drop for Joined<'_> {
+        fn drop(&mut self) {
+            self.0.done.wait();
         }
     }
-    copy_here(first_dst, first_src);
-    // Every piece's bytes stay borrowed until here: the helpers are done with them on return.
-    done.wait();
+    let joined = Joined(&job);
+    for queue in &queues[..helpers] {
+        if let Err(failed) = queue.locked().send(Task::Shared(Arc::clone(&job))) {
+            // Its helper is gone (cannot happen while the process runs): count it done; the
+            // others and the caller take its pieces.
+            if let Task::Shared(job) = failed.0 {
+                job.done.count_down();
+            }
+        }
+    }
+    job.work();
+    drop(joined);
+}
+
+/// One streamed copy: `src` in chunks of `chunk` bytes, each chunk's destination published by
+/// the caller when it has one (ring space), pieces of `piece` bytes taken by the helpers and the
+/// caller from published chunks only.
+struct StreamJob {
+    src: *const u8,
+    len: usize,
+    chunk: usize,
+    piece: usize,
+    pieces_per_chunk: usize,
+    total_pieces: usize,
+    /// Each chunk's destination, set before `ready` moves past its pieces.
+    bases: Vec<AtomicPtr<u8>>,
+    /// Pieces that may be taken (those of published chunks).
+    ready: AtomicUsize,
+    /// The next piece to take.
+    next: AtomicUsize,
+    /// Pieces of each chunk not yet copied.
+    left: Vec<AtomicUsize>,
+    /// No more chunks will be published: helpers leave once the published pieces are taken.
+    closed: AtomicBool,
+    streaming: bool,
+    /// Woken on every publication, chunk completion and close (checked under `lock`).
+    lock: Mutex<()>,
+    event: Condvar,
+    /// Helpers still in the job.
+    done: Latch,
+}
+
+// SAFETY: `src` is a `&[u8]` that `stream_copy` borrows until every helper has left the job,
+// and each published destination is valid for exclusive writes of its chunk until then
+// (`StreamCopy::publish`'s contract); pieces are handed out once each (a compare-exchange on
+// `next`), so each destination byte is written by one thread only.
+unsafe impl Send for StreamJob {}
+// SAFETY: as above.
+unsafe impl Sync for StreamJob {}
+
+impl StreamJob {
+    fn chunk_len(&self, j: usize) -> usize {
+        (self.len - j * self.chunk).min(self.chunk)
+    }
+
+    fn notify(&self) {
+        let _guard = self.lock.locked();
+        self.event.notify_all();
+    }
+
+    /// Takes the next published piece, if any.
+    fn take(&self) -> Option<usize> {
+        let mut p = self.next.load(Ordering::Relaxed);
+        loop {
+            if p >= self.ready.load(Ordering::Acquire) {
+                return None;
+            }
+            match self.next.compare_exchange_weak(p, p + 1, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return Some(p),
+                Err(now) => p = now,
+            }
+        }
+    }
+
+    /// Copies piece `p` (taken by this thread) and counts it done.
+    fn copy(&self, p: usize) {
+        let j = p / self.pieces_per_chunk;
+        let at = (p % self.pieces_per_chunk) * self.piece;
+        let len = (self.chunk_len(j) - at).min(self.piece);
+        let base = self.bases[j].load(Ordering::Relaxed);
+        // SAFETY: piece `p` is published (`take` saw `ready` past it with Acquire, after its
+        // chunk's base was stored), so `base` is valid for writes of the chunk's length, which
+        // `at + len` does not exceed, and `src` for reads of `len` bytes at `j·chunk + at` (inside
+        // the slice); this thread alone took `p` (`StreamJob`'s contract).
+        unsafe { copy_bytes(base.add(at), self.src.add(j * self.chunk + at), len, self.streaming) };
+        if self.left[j].fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.notify();
+        }
+    }
+
+    /// A helper's part: pieces until every piece is taken, or none is published and the caller
+    /// closed the job.
+    fn work(&self) {
+        loop {
+            if let Some(p) = self.take() {
+                self.copy(p);
+                continue;
+            }
+            let guard = self.lock.locked();
+            let nothing_published = self.next.load(Ordering::Relaxed) >= self.ready.load(Ordering::Acquire);
+            if self.next.load(Ordering::Relaxed) >= self.total_pieces
+                || (nothing_published && self.closed.load(Ordering::Acquire))
+            {
+                return;
+            }
+            if nothing_published {
+                drop(self.event.wait_locked(guard));
+            }
+        }
+    }
+}
+
+/// The caller's handle on a streamed copy ([`stream_copy`]).
+pub(crate) struct StreamCopy<'a> {
+    job: &'a StreamJob,
+    published: std::cell::Cell<usize>,
+}
+
+impl StreamCopy<'_> {
+    /// How many chunks the copy has.
+    pub(crate) fn chunks(&self) -> usize {
+        self.job.bases.len()
+    }
+
+    /// Bytes of chunk `j`.
+    pub(crate) fn chunk_len(&self, j: usize) -> usize {
+        self.job.chunk_len(j)
+    }
+
+    /// Chunks published so far.
+    pub(crate) fn published(&self) -> usize {
+        self.published.get()
+    }
+
+    /// Publishes the next chunk's destination: from now on the threads copy its bytes there.
+    ///
+    /// # Safety
+    /// `dst` is valid for writes of the chunk's length ([`StreamCopy::chunk_len`]), and nothing
+    /// else reads or writes those bytes until [`stream_copy`] returns.
+    pub(crate) unsafe fn publish(&self, dst: *mut u8) {
+        let j = self.published.get();
+        assert!(j < self.chunks(), "every chunk is published once");
+        self.job.bases[j].store(dst, Ordering::Relaxed);
+        self.published.set(j + 1);
+        let ready = ((j + 1) * self.job.pieces_per_chunk).min(self.job.total_pieces);
+        self.job.ready.store(ready, Ordering::Release);
+        self.job.notify();
+    }
+
+    /// Whether every byte of chunk `j` (published) is copied.
+    pub(crate) fn is_copied(&self, j: usize) -> bool {
+        j < self.published.get() && self.job.left[j].load(Ordering::Acquire) == 0
+    }
+
+    /// Copies one published piece on the calling thread, or, with none left to take, waits until
+    /// chunk `j` (published) is copied.
+    pub(crate) fn help_or_wait(&self, j: usize) {
+        // An unpublished chunk is never copied: waiting for one would never end.
+        assert!(j < self.published.get(), "help_or_wait waits for a published chunk");
+        if let Some(p) = self.job.take() {
+            return self.job.copy(p);
+        }
+        let mut guard = self.job.lock.locked();
+        while !self.is_copied(j) {
+            guard = self.job.event.wait_locked(guard);
+        }
+    }
+}
+
+/// Copies `src` chunk by chunk (`chunk` bytes each, the last one shorter) into destinations the
+/// caller publishes as it gets them (`drive` calls [`StreamCopy::publish`] for the chunks in
+/// order), by up to `threads` threads: persistent helpers take pieces of at most
+/// [`SHARED_COPY_PIECE`] bytes of published chunks as soon as they are published, and the
+/// caller, between its own work (submitting the copied chunks), with
+/// [`StreamCopy::help_or_wait`]. Returns once `drive` has returned (or panicked) and every
+/// piece of a published chunk is copied; chunks not published are not copied.
+///
+/// A helper with nothing published to take waits in the job until the caller publishes more or
+/// returns, so a copy handed to the helpers by another thread meanwhile waits behind it: `drive`
+/// must not wait for another thread's parallel copy (the uploader's waits only for the GPU).
+pub(crate) fn stream_copy<R>(
+    src: &[u8],
+    chunk: usize,
+    threads: usize,
+    streaming: bool,
+    drive: impl FnOnce(&StreamCopy<'_>) -> R,
+) -> R {
+    let chunk = chunk.max(1);
+    let chunks = src.len().div_ceil(chunk);
+    let piece = SHARED_COPY_PIECE.min(chunk);
+    let pieces_per_chunk = chunk.div_ceil(piece);
+    let last = src.len() - chunks.saturating_sub(1) * chunk;
+    let total_pieces = chunks.saturating_sub(1) * pieces_per_chunk + last.div_ceil(piece);
+    let wanted = threads.min(src.len() / PARALLEL_COPY_PIECE).max(1);
+    let queues = if wanted > 1 { &helpers().queues[..] } else { &[] };
+    let helpers = queues.len().min(wanted - 1);
+    let job = Arc::new(StreamJob {
+        src: src.as_ptr(),
+        len: src.len(),
+        chunk,
+        piece,
+        pieces_per_chunk,
+        total_pieces,
+        bases: (0..chunks).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
+        ready: AtomicUsize::new(0),
+        next: AtomicUsize::new(0),
+        left: (0..chunks)
+            .map(|j| AtomicUsize::new(if j + 1 == chunks { last.div_ceil(piece) } else { pieces_per_chunk }))
+            .collect(),
+        closed: AtomicBool::new(false),
+        streaming,
+        lock: Mutex::new(()),
+        event: Condvar::new(),
+        done: Latch { left: Mutex::new(helpers), zero: Condvar::new() },
+    });
+    /// Closes the job and waits for the helpers when dropped (on return and on a panic of
+    /// `drive` alike): every published piece is copied before the borrows end.
+    struct Closed<'j>(&'j StreamJob);
+    impl Drop for Closed<'_> {
+        fn drop(&mut self) {
+            self.0.closed.store(true, Ordering::Release);
+            self.0.notify();
+            // The published pieces nobody took yet: copied here.
+            while let Some(p) = self.0.take() {
+                self.0.copy(p);
+            }
+            self.0.done.wait();
+        }
+    }
+    let closed = Closed(&job);
+    for queue in &queues[..helpers] {
+        if let Err(failed) = queue.locked().send(Task::Stream(Arc::clone(&job))) {
+            // Its helper is gone (cannot happen while the process runs): the others and the
+            // caller take its pieces.
+            if let Task::Stream(job) = failed.0 {
+                job.done.count_down();
+            }
+        }
+    }
+    let handle = StreamCopy { job: &job, published: std::cell::Cell::new(0) };
+    let result = drive(&handle);
+    drop(closed);
+    result
+}
+
+/// What a helper is handed.
+enum Task {
+    /// A copy shared piece by piece ([`copy_in_parallel`]).
+    Shared(Arc<Job>),
+    /// A streamed copy ([`stream_copy`]).
+    Stream(Arc<StreamJob>),
 }
 
 #[cfg(test)]
@@ -257,6 +540,85 @@ mod tests {
                 assert!(dst[..shift].iter().chain(&dst[shift + len..]).all(|&b| b == 0xee), "nothing else");
             }
         }
+    }
+
+    #[test]
+    fn a_streamed_copy_fills_every_published_chunk_and_nothing_else() {
+        let len = 5 * PARALLEL_COPY_PIECE + 12_345;
+        let src: Vec<u8> = (0..len).map(|i| (i * 13 % 251) as u8).collect();
+        for chunk in [777, 4096, SHARED_COPY_PIECE + 1, PARALLEL_COPY_PIECE, 2 * PARALLEL_COPY_PIECE, len + 1]
+        {
+            for threads in [1, 2, 4] {
+                for publish in [usize::MAX, 2] {
+                    let chunks = len.div_ceil(chunk);
+                    // Each chunk in a buffer of its own (a ring's scattered space), with a guard byte.
+                    let mut outs: Vec<Vec<u8>> =
+                        (0..chunks).map(|j| vec![0xee; (len - j * chunk).min(chunk) + 1]).collect();
+                    let ptrs: Vec<*mut u8> = outs.iter_mut().map(|o| o.as_mut_ptr()).collect();
+                    let published = stream_copy(&src, chunk, threads, chunk % 2 == 0, |s| {
+                        assert_eq!(s.chunks(), chunks);
+                        let mut waited = 0;
+                        while s.published() < chunks.min(publish) {
+                            // SAFETY: each buffer holds the chunk's length plus one and is not
+                            // touched until `stream_copy` returns.
+                            unsafe { s.publish(ptrs[s.published()]) };
+                            if s.published() % 3 == 0 {
+                                while !s.is_copied(waited) {
+                                    s.help_or_wait(waited);
+                                }
+                                waited += 1;
+                            }
+                        }
+                        s.published()
+                    });
+                    for (j, out) in outs.iter().enumerate() {
+                        let n = out.len() - 1;
+                        if j < published {
+                            assert!(
+                                out[..n] == src[j * chunk..j * chunk + n],
+                                "chunk {chunk}, threads {threads}, #{j}"
+                            );
+                        } else {
+                            assert!(out[..n].iter().all(|&b| b == 0xee), "an unpublished chunk is untouched");
+                        }
+                        assert_eq!(out[n], 0xee, "nothing past a chunk");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn streamed_and_shared_copies_from_several_callers_at_once_do_not_mix() {
+        std::thread::scope(|scope| {
+            for t in 0..4u8 {
+                scope.spawn(move || {
+                    let src = vec![t + 1; 3 * PARALLEL_COPY_PIECE + 7];
+                    for round in 0..6 {
+                        let mut dst = vec![0u8; src.len()];
+                        if (round + t) % 2 == 0 {
+                            copy_in_parallel(&mut dst, &src, 4, false);
+                        } else {
+                            let chunk = PARALLEL_COPY_PIECE / 2 + 1;
+                            let base = dst.as_mut_ptr();
+                            stream_copy(&src, chunk, 4, true, |s| {
+                                // Published one at a time, each waited for: the helpers wait
+                                // in the job between publications.
+                                for j in 0..s.chunks() {
+                                    // SAFETY: chunk `j` of `dst` (same length as `src`), not
+                                    // touched until `stream_copy` returns.
+                                    unsafe { s.publish(base.add(j * chunk)) };
+                                    while !s.is_copied(j) {
+                                        s.help_or_wait(j);
+                                    }
+                                }
+                            });
+                        }
+                        assert!(dst == src);
+                    }
+                });
+            }
+        });
     }
 
     #[test]
