@@ -11,7 +11,9 @@
 //!
 //! `w3-range`: ranges of one storage buffer (no `VkBuffer` each): `residency` is a [`BufferPool`]
 //! with known flags; `vma` is a VMA virtual block over a page of the same size, the way VMA's
-//! documentation suggests sub-allocating one buffer.
+//! documentation suggests sub-allocating one buffer; `vma-locked` is that block behind a `Mutex`
+//! taken per call (the synchronization a `Sync` pool pays, so `vma-locked` − `vma` is the lock's
+//! cost on the machine).
 //!
 //! Each repetition creates the plan's buffers in order (timed), then destroys them in a fixed
 //! shuffled order (timed apart). Every allocator first creates one small "anchor" buffer that
@@ -369,6 +371,37 @@ impl BufferMaker for VirtualRangeMaker {
     }
 }
 
+/// VMA's virtual block behind a `Mutex`, taken per allocation and per release: the
+/// synchronization a `Sync` pool pays (ours takes its arena's lock the same way), so that
+/// `vma-locked` against `vma` is what the lock costs on the machine (issue #31's account of
+/// W3-range).
+struct LockedVirtualRangeMaker {
+    block: std::sync::Mutex<VmaVirtual>,
+    alignment: u64,
+}
+
+impl BufferMaker for LockedVirtualRangeMaker {
+    type Handle = <VmaVirtual as SubAllocator>::Handle;
+
+    #[inline]
+    fn create(&mut self, _index: Option<usize>, init: &BufferInit) -> Result<Self::Handle, String> {
+        // `&self.block` as a shared pool's would be: locked through `&`, not `get_mut`.
+        let block = &self.block;
+        let mut guard = block.lock().map_err(|_| "poisoned")?;
+        guard.allocate(init.size, self.alignment).ok_or_else(|| "vmaVirtualAllocate: out of space".into())
+    }
+
+    #[inline]
+    fn destroy(&mut self, handle: Self::Handle) {
+        let block = &self.block;
+        block.lock().expect("not poisoned").free(handle);
+    }
+
+    fn location(&self, handle: &Self::Handle) -> (u64, u64) {
+        (0, self.block.lock().expect("not poisoned").offset(handle))
+    }
+}
+
 /// What one cycle measured.
 #[derive(Clone, Copy, Debug, Default)]
 struct Cycle {
@@ -568,6 +601,16 @@ pub fn run_w3(
     ) {
         Ok(c) => ranges.push(Box::new(c)),
         Err(e) => skipped.push(("vma", e)),
+    }
+    let block = std::sync::Mutex::new(VmaVirtual::with_capacity(&(), PAGE_SIZE));
+    match Contender::new(
+        "vma-locked",
+        "VMA virtual block behind a std Mutex taken per call (a Sync pool's synchronization); timed: allocate",
+        usize::MAX,
+        LockedVirtualRangeMaker { block, alignment },
+    ) {
+        Ok(c) => ranges.push(Box::new(c)),
+        Err(e) => skipped.push(("vma-locked", e)),
     }
     if range_part {
         records.extend(measure("w3-range", &range_plan, config.reps, &mut ranges));
