@@ -11,7 +11,10 @@
 //!
 //! `w3-range`: ranges of one storage buffer (no `VkBuffer` each): `residency` is a [`BufferPool`]
 //! with known flags; `vma` is a VMA virtual block over a page of the same size, the way VMA's
-//! documentation suggests sub-allocating one buffer.
+//! documentation suggests sub-allocating one buffer; `vma-locked` is that block behind a `Mutex`
+//! taken per call (the synchronization a `Sync` pool pays, so `vma-locked` − `vma` is the lock's
+//! cost on the machine), and `residency-tlsf-locked` the core's `TlsfAllocator` over a page behind
+//! the same `Mutex` (so `residency` − `residency-tlsf-locked` is what the pool adds around them).
 //!
 //! Each repetition creates the plan's buffers in order (timed), then destroys them in a fixed
 //! shuffled order (timed apart). Every allocator first creates one small "anchor" buffer that
@@ -30,7 +33,7 @@ use residency::vulkan::{Buffer, BufferDesc, BufferInit, BufferPool, BufferPoolDe
 
 use crate::measure::{median, minimum, takes_part};
 use crate::report::Record;
-use crate::suballocators::{new_gpu_allocator, SubAllocator, VmaVirtual};
+use crate::suballocators::{new_gpu_allocator, Residency, SubAllocator, VmaVirtual};
 use crate::vma_rng::VmaRng;
 
 /// Seed of W3's sizes and destruction order.
@@ -369,6 +372,136 @@ impl BufferMaker for VirtualRangeMaker {
     }
 }
 
+/// The bare driver under `w3-placed`: `vkCreateBuffer`, `vkGetBufferMemoryRequirements` and
+/// `vkBindBufferMemory` at a bump offset in one device-local memory object allocated before the
+/// clock starts (reset when every buffer of a cycle is gone; the anchor keeps its place) / `vkDestroyBuffer`: what every
+/// contender's placed buffer costs the driver, so that each allocator's own share is its time
+/// minus this row's (issue #31's account of W3-placed).
+struct DriverMaker {
+    device: Arc<Device>,
+    memory: vk::DeviceMemory,
+    memory_size: u64,
+    cursor: u64,
+    /// Where the plan's buffers start: after the anchor, which lives through every cycle.
+    base: u64,
+    live: usize,
+}
+
+impl DriverMaker {
+    /// One memory object of `size` bytes, of the device-local type the plan's usages accept.
+    fn new(device: &Arc<Device>, size: u64) -> Result<DriverMaker, String> {
+        let raw = device.raw();
+        let mut bits = u32::MAX;
+        for usage in USAGES {
+            let (probe, requirements) = create_unbound(device, 256, usage | BufferUsage::COPY_DST)?;
+            // SAFETY: created above, unbound, unused.
+            unsafe { raw.destroy_buffer(probe, None) };
+            bits &= requirements.memory_type_bits;
+        }
+        let types = &device.memory_properties().types;
+        let type_index = (0..types.len() as u32)
+            .filter(|&t| bits & (1 << t) != 0)
+            .min_by_key(|&t| !types[t as usize].flags.device_local)
+            .ok_or("no memory type for every W3 usage")?;
+        let info = vk::MemoryAllocateInfo::default().allocation_size(size).memory_type_index(type_index);
+        // SAFETY: valid device; a type the plan's buffers accept; freed in `drop`.
+        let memory =
+            unsafe { raw.allocate_memory(&info, None) }.map_err(|e| format!("vkAllocateMemory: {e}"))?;
+        Ok(DriverMaker { device: Arc::clone(device), memory, memory_size: size, cursor: 0, base: 0, live: 0 })
+    }
+}
+
+impl BufferMaker for DriverMaker {
+    type Handle = (vk::Buffer, u64);
+
+    #[inline]
+    fn create(&mut self, index: Option<usize>, init: &BufferInit) -> Result<Self::Handle, String> {
+        let usage = init.usage.ok_or("W3 buffers have a usage")?;
+        let (buffer, requirements) = create_unbound(&self.device, init.size, usage)?;
+        let offset = self.cursor.next_multiple_of(requirements.alignment.max(1));
+        if offset + requirements.size > self.memory_size {
+            // SAFETY: created above, unbound, unused.
+            unsafe { self.device.raw().destroy_buffer(buffer, None) };
+            return Err("driver: the memory object is full".into());
+        }
+        // SAFETY: the range lies in the memory, of a type the buffer accepts, at its alignment;
+        // no other live buffer of this maker overlaps it (bump offsets, reset only when none is
+        // live); the memory outlives the buffer (freed in `drop`, after every buffer).
+        let bound = unsafe { self.device.raw().bind_buffer_memory(buffer, self.memory, offset) };
+        if let Err(e) = bound {
+            // SAFETY: unused; never bound.
+            unsafe { self.device.raw().destroy_buffer(buffer, None) };
+            return Err(format!("vkBindBufferMemory: {e}"));
+        }
+        self.cursor = offset + requirements.size;
+        if index.is_none() {
+            self.base = self.cursor;
+        }
+        self.live += 1;
+        Ok((buffer, offset))
+    }
+
+    #[inline]
+    fn destroy(&mut self, (buffer, _): Self::Handle) {
+        // SAFETY: created by `create` on this device; no GPU work uses it.
+        unsafe { self.device.raw().destroy_buffer(buffer, None) };
+        self.live -= 1;
+        // Only the anchor left (or nothing): the plan's range is free again.
+        match self.live {
+            0 => (self.cursor, self.base) = (0, 0),
+            1 => self.cursor = self.base,
+            _ => {}
+        }
+    }
+
+    fn location(&self, handle: &Self::Handle) -> (u64, u64) {
+        (vk::Handle::as_raw(self.memory), handle.1)
+    }
+}
+
+impl Drop for DriverMaker {
+    fn drop(&mut self) {
+        // SAFETY: allocated on this device. Every buffer bound to it was destroyed before (the
+        // slots at the end of each cycle, the anchor by `Contender::finish`, which `measure`
+        // calls; the maker is made only when it is measured); a buffer left bound would only
+        // become unusable, and none is used after this.
+        unsafe { self.device.raw().free_memory(self.memory, None) };
+    }
+}
+
+/// A range allocator behind a `Mutex` taken per allocation and per release: the synchronization
+/// a `Sync` pool pays (ours takes its arena's lock the same way). `vma-locked` (VMA's virtual
+/// block) against `vma` is what the lock costs on the machine; `residency-tlsf-locked` (the
+/// core's `TlsfAllocator` over a page) against `residency` is what the pool adds around its TLSF
+/// and lock (its thread's arena, the `PoolRange`), and against `vma-locked` the two TLSFs alone
+/// (issue #31's account of W3-range).
+struct LockedRangeMaker<A: SubAllocator> {
+    block: std::sync::Mutex<A>,
+    alignment: u64,
+}
+
+impl<A: SubAllocator> BufferMaker for LockedRangeMaker<A> {
+    type Handle = A::Handle;
+
+    #[inline]
+    fn create(&mut self, _index: Option<usize>, init: &BufferInit) -> Result<Self::Handle, String> {
+        // Locked through `&`, as a shared pool is, not through `get_mut`.
+        let block = &self.block;
+        let mut guard = block.lock().map_err(|_| "poisoned")?;
+        guard.allocate(init.size, self.alignment).ok_or_else(|| format!("{}: out of space", A::NAME))
+    }
+
+    #[inline]
+    fn destroy(&mut self, handle: Self::Handle) {
+        let block = &self.block;
+        block.lock().expect("not poisoned").free(handle);
+    }
+
+    fn location(&self, handle: &Self::Handle) -> (u64, u64) {
+        (0, self.block.lock().expect("not poisoned").offset(handle))
+    }
+}
+
 /// What one cycle measured.
 #[derive(Clone, Copy, Debug, Default)]
 struct Cycle {
@@ -470,6 +603,8 @@ pub struct W3Config {
 }
 
 const PLACED_NOTE: &str = "placed VkBuffer per buffer, own usage; timed: create + bind";
+const DRIVER_NOTE: &str =
+    "bare driver: vkCreateBuffer + requirements + bind at a bump offset in one memory object, no allocator; timed: create + bind";
 const RANGE_NOTE: &str = "PoolRange of one storage VkBuffer (allocate_range); timed: allocate";
 const RANGE_BUFFER_NOTE: &str =
     "range of one storage VkBuffer as a full Buffer (init_buffer: name, ledger, state id); timed: allocate";
@@ -533,6 +668,13 @@ pub fn run_w3(
         Err(e) => skipped.push(("gpu-allocator", e)),
     }
     if placed_part {
+        // Made only when measured: `measure` destroys its anchor (`finish`) before the memory goes.
+        match DriverMaker::new(device, PAGE_SIZE)
+            .and_then(|maker| Contender::new("driver", DRIVER_NOTE, usize::MAX, maker))
+        {
+            Ok(c) => placed.push(Box::new(c)),
+            Err(e) => skipped.push(("driver", e)),
+        }
         records.extend(measure("w3-placed", &plan, config.reps, &mut placed));
     }
     drop(placed);
@@ -568,6 +710,26 @@ pub fn run_w3(
     ) {
         Ok(c) => ranges.push(Box::new(c)),
         Err(e) => skipped.push(("vma", e)),
+    }
+    let block = std::sync::Mutex::new(VmaVirtual::with_capacity(&(), PAGE_SIZE));
+    match Contender::new(
+        "vma-locked",
+        "VMA virtual block behind a std Mutex taken per call (a Sync pool's synchronization); timed: allocate",
+        usize::MAX,
+        LockedRangeMaker { block, alignment },
+    ) {
+        Ok(c) => ranges.push(Box::new(c)),
+        Err(e) => skipped.push(("vma-locked", e)),
+    }
+    let block = std::sync::Mutex::new(Residency::with_capacity(&(), PAGE_SIZE));
+    match Contender::new(
+        "residency-tlsf-locked",
+        "the core's TlsfAllocator over one page behind a std Mutex taken per call (no pool around it); timed: allocate",
+        usize::MAX,
+        LockedRangeMaker { block, alignment },
+    ) {
+        Ok(c) => ranges.push(Box::new(c)),
+        Err(e) => skipped.push(("residency-tlsf-locked", e)),
     }
     if range_part {
         records.extend(measure("w3-range", &range_plan, config.reps, &mut ranges));
