@@ -7,6 +7,7 @@
 //! source. It binds what the streamer's `FrameBindings` give and knows
 //! nothing of the streaming protocol.
 
+use super::args::Ablate;
 use anyhow::Context;
 use residency::vulkan::ash::vk;
 use residency::vulkan::compute::{Binding, DescriptorSet, ViewRef};
@@ -156,6 +157,8 @@ pub struct Scene {
     extent: [u32; 2],
     /// Planes per row of the grid.
     pub grid: u32,
+    /// `--feedback-ablate`.
+    ablate: Option<Ablate>,
 }
 
 fn attributes() -> [VertexAttribute; 2] {
@@ -216,6 +219,7 @@ impl Scene {
         extent: [u32; 2],
         frames_in_flight: u32,
         deferred: bool,
+        ablate: Option<Ablate>,
     ) -> anyhow::Result<Scene> {
         let planes = plane_files.len() as u32;
         let grid = grid_of(plane_files.len());
@@ -305,6 +309,7 @@ impl Scene {
             timestamps,
             extent,
             grid,
+            ablate,
         })
     }
 
@@ -359,22 +364,34 @@ impl Scene {
             passes.reverse();
         }
         let textures = bindings.textures();
+        // `--feedback-ablate`: the pass without feedback may do part of the feedback pass's work
+        // (vt_quad.glsl's testing bits, in a frame that writes feedback), and the resolve may
+        // leave the feedback pass's timestamps.
+        let without_bits = self.ablate.and_then(Ablate::without_pass_bits);
+        let resolve_outside = self.ablate == Some(Ablate::Resolve);
         for (pass, target) in passes {
             target.record(rec, (ts, q + 2 * pass), |rec, target| {
                 let planes = textures.iter().enumerate().map(|(i, t)| {
                     let mut push = view.clone();
-                    push.extend(bindings.feedback_words(t, pass == 0).iter().flat_map(|w| w.to_le_bytes()));
+                    let mut words = bindings.feedback_words(t, pass == 0);
+                    if let (1, Some(bits), true) = (pass, without_bits, bindings.feedback_active) {
+                        words[4] |= bits;
+                    }
+                    push.extend(words.iter().flat_map(|w| w.to_le_bytes()));
                     (i, &sets[i], push)
                 });
                 streamed
                     .render(rec, target, extent, [0.0; 4], |draw| draw_planes(draw, vertices, planes))??;
                 // Deferred feedback's resolve pass belongs to the feedback pass's cost: inside its
                 // timestamps (nothing is recorded without deferred feedback).
-                if pass == 0 {
+                if pass == 0 && !resolve_outside {
                     bindings.resolve_feedback(rec)?;
                 }
                 Ok(())
             })?;
+            if pass == 0 && resolve_outside {
+                bindings.resolve_feedback(rec)?;
+            }
         }
         reference.record(rec, (ts, q + 4), |rec, target| {
             let planes = referenced
