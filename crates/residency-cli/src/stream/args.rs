@@ -56,6 +56,13 @@ pub struct StreamArgs {
     /// Default: the stride as given.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub(super) feedback_writers: Option<u32>,
+    /// Deferred feedback from a pass of its own at 1/stride of the resolution (the shipped
+    /// `vt_feedback.frag`), inside the feedback pass's timestamps, instead of from one pixel of
+    /// every stride × stride of the render: the render's shader then runs no feedback code, and
+    /// the small pass samples exactly the pixels that would have written (its view-projection puts
+    /// them on its pixel centres). With `--feedback-block 1` only.
+    #[arg(long, conflicts_with = "feedback_direct")]
+    pub(super) feedback_pass: bool,
     /// Testing aid, for localizing feedback's GPU cost: the pass without feedback does part of
     /// the feedback pass's work, or the resolve leaves the feedback pass's timestamps, so that
     /// `feedback_gpu_ms_mean` measures only the rest (the feedback pass itself is unchanged and

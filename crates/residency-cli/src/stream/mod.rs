@@ -182,6 +182,12 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
     let referenced = referenced_planes(args.references, &plane_files, &files, quarter, args.frames);
     let sampling =
         FeedbackSampling::new(args.pixel_stride(), args.feedback_interval).with_block(args.feedback_block);
+    if args.feedback_pass && args.feedback_block != 1 {
+        anyhow::bail!("--feedback-pass samples single pixels: --feedback-block must be 1");
+    }
+    if args.feedback_pass && matches!(args.feedback_ablate, Some(Ablate::Store | Ablate::Branch)) {
+        anyhow::bail!("--feedback-ablate store or branch ablates the render's own feedback code, which --feedback-pass leaves out");
+    }
     let desc = StreamerDesc::default()
         .with_name("stream")
         .with_path(path)
@@ -217,6 +223,7 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
         fif as u32,
         !args.feedback_direct,
         args.feedback_ablate,
+        args.feedback_pass.then_some(sampling.pixel_stride),
     )?;
     let commands = CommandContext::new(device, "stream frames")?;
     let aspect = args.width as f32 / args.height as f32;
@@ -408,6 +415,7 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
         feedback_device_local: !args.feedback_host_memory,
         feedback_deferred: !args.feedback_direct,
         feedback_ablate: args.feedback_ablate.map(Ablate::name),
+        feedback_pass: args.feedback_pass,
         feedback_pixel_stride: sampling.pixel_stride,
         feedback_block: sampling.block,
         feedback_writing_pixels: args::writing_pixels(

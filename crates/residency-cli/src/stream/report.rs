@@ -111,6 +111,9 @@ pub struct StreamReport {
     /// `store` (it measures the writing pixel's write and the resolve), `branch` (the branch,
     /// the write and the resolve), `resolve` (the draws' part alone); `None`: all of feedback.
     pub feedback_ablate: Option<&'static str>,
+    /// `--feedback-pass`: the feedback records come from a pass of their own at 1/stride of the
+    /// resolution (inside the feedback pass's timestamps), not from the render's pixels.
+    pub feedback_pass: bool,
     /// The pixel stride the run took (`--feedback-stride`, raised by `--feedback-writers`) and
     /// the side of the squares of pixels that write together (`--feedback-block`).
     pub feedback_pixel_stride: u32,
