@@ -432,11 +432,11 @@ impl Scene {
                 streamed
                     .render(rec, target, extent, [0.0; 4], |draw| draw_planes(draw, vertices, planes))??;
                 if let (0, Some(((p, t), low_view))) = (pass, low.zip(low_view.as_ref())) {
-                    let lod = (-(p.stride.max(1) as f32).log2()).to_bits();
+                    let [px, py] = bindings.sampling.phase(bindings.frame);
                     let planes = textures.iter().enumerate().map(|(i, tex)| {
                         let row_cells = bindings.feedback_words(tex, true)[4] >> 8;
                         let mut push = low_view.clone();
-                        for w in [u32::from(tex.feedback_slot), row_cells, lod, 0] {
+                        for w in [u32::from(tex.feedback_slot), row_cells, p.stride, px | py << 16] {
                             push.extend_from_slice(&w.to_le_bytes());
                         }
                         (i, &feedback_sets[i], push)

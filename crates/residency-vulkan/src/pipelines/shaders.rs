@@ -360,8 +360,10 @@ shader!(
     /// - binding 2: storage buffer — the frame's record buffer
     ///   ([`FrameBindings::feedback_records`](crate::streaming::FrameBindings::feedback_records));
     /// - push constants, 80 bytes for both stages: 0..64 `mat4 viewProj`, 64..80 `uvec4` (x: the
-    ///   feedback image slot, y: record cells per row, z: the LOD offset `-log2(stride)` as float
-    ///   bits, w: 0).
+    ///   feedback image slot, y: record cells per row, z: the pixel stride, w: the frame's phase
+    ///   `x | y << 16`, `FeedbackSampling::phase`). The LOD is the render's at the pixel it
+    ///   stands for (from `uv / w` and `1 / w`, which are affine in screen space), not this
+    ///   pass's.
     ///
     /// Needs `fragmentStoresAndAtomics` (the store).
     VT_FEEDBACK_FRAG,
