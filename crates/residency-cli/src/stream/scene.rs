@@ -135,7 +135,6 @@ struct Slot {
 /// `--feedback-pass`: deferred feedback from a pass of its own at 1/stride of the resolution.
 struct FeedbackPass {
     program: GraphicsProgram,
-    stride: u32,
     /// Its target's extent: the record grid (`ceil(extent / stride)`).
     extent: [u32; 2],
 }
@@ -267,7 +266,7 @@ impl Scene {
                     shaders::vt_feedback_fragment(path),
                     frames_in_flight * planes,
                 )?;
-                Ok(FeedbackPass { program, stride, extent: extent.map(|e| e.div_ceil(stride.max(1))) })
+                Ok(FeedbackPass { program, extent: extent.map(|e| e.div_ceil(stride.max(1))) })
             })
             .transpose()?;
         let reference = make(
@@ -403,8 +402,16 @@ impl Scene {
             t.prepare(rec)?;
         }
         let low = low.zip(slot.feedback_target.as_ref());
-        let low_view = low
-            .map(|(p, _)| feedback_pass_view(view_proj, p, extent, bindings.sampling.phase(bindings.frame)));
+        // The streamer's view-projection for the small pass (its target is the record grid).
+        let low_view = match low {
+            Some((p, _)) => {
+                let (small, m) =
+                    bindings.feedback_pass_view(view_proj).context("deferred single-pixel feedback")?;
+                anyhow::ensure!(small == p.extent, "feedback pass target {:?}, records {small:?}", p.extent);
+                Some(m.iter().flat_map(|f| f.to_le_bytes()).collect::<Vec<u8>>())
+            }
+            None => None,
+        };
         let [with_feedback, without, reference] = &mut slot.targets;
         // The two streamed passes take turns going first, so that neither is always the one that
         // finds the texture caches cold.
@@ -432,13 +439,9 @@ impl Scene {
                 streamed
                     .render(rec, target, extent, [0.0; 4], |draw| draw_planes(draw, vertices, planes))??;
                 if let (0, Some(((p, t), low_view))) = (pass, low.zip(low_view.as_ref())) {
-                    let [px, py] = bindings.sampling.phase(bindings.frame);
                     let planes = textures.iter().enumerate().map(|(i, tex)| {
-                        let row_cells = bindings.feedback_words(tex, true)[4] >> 8;
                         let mut push = low_view.clone();
-                        for w in [u32::from(tex.feedback_slot), row_cells, p.stride, px | py << 16] {
-                            push.extend_from_slice(&w.to_le_bytes());
-                        }
+                        push.extend(bindings.feedback_pass_words(tex).iter().flat_map(|w| w.to_le_bytes()));
                         (i, &feedback_sets[i], push)
                     });
                     p.program.render(rec, &t.view, p.extent, [0.0; 4], |draw| {
@@ -496,26 +499,6 @@ impl Scene {
             pass_at_ms: t.at_ms(q).zip(t.at_ms(q + 1)),
         })
     }
-}
-
-/// `--feedback-pass`'s view-projection (bytes): `view_proj` with the render's pixel
-/// `(stride · i + px, stride · j + py)` moved onto the centre of the small target's pixel `(i, j)`
-/// (`phase` = `(px, py)`): in each axis, NDC `x' = k · x + k − 1 + 2 · shift / small`, with
-/// `k = (render / stride) / small` (the small target's extent rounds up) and
-/// `shift = 0.5 − (p + 0.5) / stride` small pixels, applied in clip space (times `w`, row 3).
-fn feedback_pass_view(view_proj: &[f32; 16], p: &FeedbackPass, extent: [u32; 2], phase: [u32; 2]) -> Vec<u8> {
-    let s = p.stride.max(1) as f32;
-    let mut m = *view_proj;
-    for axis in 0..2 {
-        let small = p.extent[axis] as f32;
-        let k = extent[axis] as f32 / s / small;
-        let shift = 0.5 - (phase[axis] as f32 + 0.5) / s;
-        let a = k - 1.0 + 2.0 * shift / small;
-        for col in 0..4 {
-            m[col * 4 + axis] = k * m[col * 4 + axis] + a * m[col * 4 + 3];
-        }
-    }
-    m.iter().flat_map(|f| f.to_le_bytes()).collect()
 }
 
 /// Draws each `(i, set, push)` of `planes`: plane `i` of `vertices` with that set and push
