@@ -187,7 +187,7 @@ pub struct StreamerDesc {
     /// no table read, no atomic — and a compute pass the streamer records after the draws
     /// ([`FrameBindings::resolve_feedback`], or [`FrameBindings::record`] after `draw`) folds
     /// them into the feedback buffer, so the CPU decodes the same requests. A writing pixel's
-    /// subgroup no longer waits on its table reads and atomics (docs/tiles.md, "Deferred
+    /// subgroup no longer waits on its table reads and atomics (docs/streaming.md, "Deferred
     /// feedback"). One record per writing pixel: where several fragments of one pixel write
     /// (overdraw), one of them is kept. Pixels outside the extent write nothing. The record
     /// buffers (device-local, `ceil(w / (stride · block)) · ceil(h / (stride · block)) · block²`
