@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue #32, feedback ≤ 5 % of the render at 4K: one batch that localizes feedback's GPU cost
 # (--feedback-ablate) and measures the candidates (--feedback-pass, --feedback-writers,
-# --feedback-block, --no-pixel-counts) on both paths. Same setup as session 13's run1b.sh
-# (8 synthetic 4096² files, 64 textures, 3840 × 2160, 2 in flight, 300 frames); 16 runs of
+# --feedback-block, --no-pixel-counts) on both paths (15 runs). Same setup as session 13's run1b.sh
+# (8 synthetic 4096² files, 64 textures, 3840 × 2160, 2 in flight, 300 frames); runs of
 # ~20–30 s each. Reading: feedback_gpu_ms_mean per run (docs/streaming.md, "Localizing feedback's
 # GPU cost"): test = all − branch, branch body = branch − store, resolve = all − resolve,
 # write = store − (all − resolve).
@@ -22,7 +22,7 @@ for p in hw sw; do
   step fb-$p-ablate-store.json 100 ./b/residency stream $T $A --path $P --feedback-ablate store
   step fb-$p-ablate-branch.json 100 ./b/residency stream $T $A --path $P --feedback-ablate branch
   step fb-$p-pass.json 100 ./b/residency stream $T $A --path $P --feedback-pass
-  step fb-$p-pass-ablate-resolve.json 100 ./b/residency stream $T $A --path $P --feedback-pass --feedback-ablate resolve
+  [ $p = hw ] && step fb-$p-pass-ablate-resolve.json 100 ./b/residency stream $T $A --path $P --feedback-pass --feedback-ablate resolve
   step fb-$p-writers.json 100 ./b/residency stream $T $A --path $P --feedback-writers 32768
 done
 step fb-hw-block4.json 100 ./b/residency stream $T $A --path hardware --feedback-block 4
