@@ -427,3 +427,88 @@ fn device_local_feedback_streams_the_same_tiles() {
 fn software_path_device_local_feedback_streams_the_same_tiles() {
     device_local_feedback_streams_the_same_tiles_on("software");
 }
+
+/// `--feedback-ablate` (a testing aid for localizing feedback's GPU cost) changes only what the
+/// pass without feedback draws or where the resolve is timed: the feedback pass, and so what is
+/// streamed and rendered, stays the same (frame-exact runs, both feedback modes), and the JSON
+/// says which part was left out. `--feedback-writers` raises the stride until the render has at
+/// most that many writing pixels per frame.
+fn feedback_ablations_stream_the_same_tiles_on(path: &str) {
+    let Some(file) = build_texture(&format!("{path}-ablate")) else { return };
+    let exact = ["--wait-loads", "--wait-frames"];
+    for direct in [false, true] {
+        let mode: &[&str] = if direct { &["--feedback-direct"] } else { &[] };
+        let (all, _) = stream_on(path, &file, &[&exact[..], mode].concat());
+        assert!(all["feedback_ablate"].is_null(), "{all}");
+        // 256 × 256 at stride 8: one writing pixel per 8 × 8 block.
+        assert_eq!(f(&all, "feedback_writing_pixels"), 1024.0, "{all}");
+        assert_eq!(f(&all, "feedback_pixel_stride"), 8.0, "{all}");
+        assert!(f(&all, "feedback_requests_mean") > 0.0, "{all}");
+        let parts: &[&str] = if direct { &["store", "branch"] } else { &["store", "branch", "resolve"] };
+        for part in parts {
+            let (r, _) = stream_on(path, &file, &[&exact[..], mode, &["--feedback-ablate", part]].concat());
+            assert_eq!(r["feedback_ablate"], *part, "{r}");
+            for key in ["tiles_streamed", "converged_frames", "psnr_db_min", "latency_frames_p95"] {
+                assert_eq!(f(&all, key), f(&r, key), "{part} {key}: {all}\n{r}");
+            }
+            assert_eq!(all["psnr_db_per_frame"], r["psnr_db_per_frame"], "{part}");
+        }
+    }
+    // At most 300 writing pixels of 256 × 256: stride 16 (256), not 8 (1024).
+    let (r, _) = stream_on(path, &file, &[&exact[..], &["--feedback-writers", "300"]].concat());
+    assert_eq!(f(&r, "feedback_pixel_stride"), 16.0, "{r}");
+    assert_eq!(f(&r, "feedback_writing_pixels"), 256.0, "{r}");
+    assert!(f(&r, "tiles_streamed") > 0.0, "{r}");
+    std::fs::remove_dir_all(file.parent().unwrap()).unwrap();
+}
+
+#[test]
+fn feedback_ablations_stream_the_same_tiles() {
+    feedback_ablations_stream_the_same_tiles_on("hardware");
+}
+
+#[test]
+fn software_path_feedback_ablations_stream_the_same_tiles() {
+    feedback_ablations_stream_the_same_tiles_on("software");
+}
+
+/// `--feedback-pass`: the records come from a pass of their own at 1/stride of the resolution,
+/// whose view-projection puts the frame's writing pixels on its pixel centres and whose LOD is
+/// the render's at those pixels (from `uv / w` and `1 / w`, affine in screen space). At stride 1
+/// that pass is the render's own raster: it streams exactly what the render's pixels ask for; at
+/// the default stride 8 it does too up to the rounding of the derivatives and the device's
+/// choice of fine or coarse derivatives (exactly, on lavapipe), so it converges as they do.
+fn a_feedback_pass_of_its_own_streams_what_the_pixels_ask_for_on(path: &str) {
+    let Some(file) = build_texture(&format!("{path}-fbpass")) else { return };
+    let exact = ["--wait-loads", "--wait-frames"];
+    let one = ["--feedback-stride", "1"];
+    let (pixels, _) = stream_on(path, &file, &[&exact[..], &one].concat());
+    let (pass, _) = stream_on(path, &file, &[&exact[..], &one, &["--feedback-pass"]].concat());
+    assert_eq!(pass["feedback_pass"], true, "{pass}");
+    for key in ["tiles_streamed", "converged_frames", "latency_frames_p95"] {
+        assert_eq!(f(&pixels, key), f(&pass, key), "{key}: {pixels}\n{pass}");
+    }
+    assert_eq!(pixels["psnr_db_per_frame"], pass["psnr_db_per_frame"]);
+    let (pixels, _) = stream_on(path, &file, &exact);
+    let (pass, _) = stream_on(path, &file, &[&exact[..], &["--feedback-pass"]].concat());
+    assert!(f(&pass, "latency_frames_p95") <= 3.0, "{pass}");
+    assert!(f(&pass, "converged_frames") >= 30.0, "{pass}");
+    assert!(f(&pass, "psnr_db_min") >= 40.0, "{pass}");
+    for key in ["tiles_streamed", "converged_frames"] {
+        assert!((f(&pixels, key) - f(&pass, key)).abs() <= 2.0, "{key}: {pixels}\n{pass}");
+    }
+    // Only with single pixels and deferred feedback.
+    let stderr = stream_error(&file, &["--feedback-pass", "--feedback-block", "2", "--frames", "1"]);
+    assert!(stderr.contains("--feedback-block"), "{stderr}");
+    std::fs::remove_dir_all(file.parent().unwrap()).unwrap();
+}
+
+#[test]
+fn a_feedback_pass_of_its_own_streams_what_the_pixels_ask_for() {
+    a_feedback_pass_of_its_own_streams_what_the_pixels_ask_for_on("hardware");
+}
+
+#[test]
+fn software_path_a_feedback_pass_of_its_own_streams_what_the_pixels_ask_for() {
+    a_feedback_pass_of_its_own_streams_what_the_pixels_ask_for_on("software");
+}

@@ -49,6 +49,32 @@ pub struct StreamArgs {
     /// Pixels write feedback in squares of B × B (one square of every stride × stride squares).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
     pub(super) feedback_block: u32,
+    /// Aim for at most N writing pixels per frame: the pixel stride is doubled from
+    /// `--feedback-stride` (up to 64) until the render's extent has at most N (one pixel of
+    /// every stride × stride still writes, taken in turn, so every pixel writes over stride²
+    /// feedback frames). E.g. 32768 keeps stride 8 up to 1920 × 1080 and takes 16 at 3840 × 2160.
+    /// Default: the stride as given.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(super) feedback_writers: Option<u32>,
+    /// Deferred feedback from a pass of its own at 1/stride of the resolution (the shipped
+    /// `vt_feedback.frag`), inside the feedback pass's timestamps, instead of from one pixel of
+    /// every stride × stride of the render: the render's shader then runs no feedback code, and
+    /// the small pass samples exactly the pixels that would have written (its view-projection puts
+    /// them on its pixel centres). With `--feedback-block 1` only.
+    #[arg(long, conflicts_with = "feedback_direct")]
+    pub(super) feedback_pass: bool,
+    /// Testing aid, for localizing feedback's GPU cost: the pass without feedback does part of
+    /// the feedback pass's work, or the resolve leaves the feedback pass's timestamps, so that
+    /// `feedback_gpu_ms_mean` measures only the rest (the feedback pass itself is unchanged and
+    /// streaming proceeds as usual). `store`: the pass without feedback runs the pixel test and
+    /// the writing pixel's branch, all but its write (the record store; with
+    /// `--feedback-direct`, feedback()'s table reads and atomics), so the difference is the
+    /// write and the resolve. `branch`: it runs the pixel test only, so the difference is the
+    /// writing pixel's branch (divergence included), its write and the resolve. `resolve`: the
+    /// resolve is recorded after the feedback pass's end timestamp, so the difference is the
+    /// draws' part alone. The JSON says which (`feedback_ablate`).
+    #[arg(long, value_enum, value_name = "PART")]
+    pub(super) feedback_ablate: Option<Ablate>,
     /// Feedback without pixel counts (requests are then ranked without them).
     #[arg(long)]
     pub(super) no_pixel_counts: bool,
@@ -144,6 +170,38 @@ fn parse_fault(text: &str) -> Result<(FaultSite, u64, InjectedFault), String> {
     Ok((site, skip, fault))
 }
 
+/// `--feedback-ablate`: what the feedback-cost difference leaves out (see the option).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Ablate {
+    /// The pass without feedback runs everything but the writing pixel's write.
+    Store,
+    /// The pass without feedback runs the pixel test (no pixel writes).
+    Branch,
+    /// The resolve runs after the feedback pass's end timestamp.
+    Resolve,
+}
+
+impl Ablate {
+    /// The name the JSON reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Ablate::Store => "store",
+            Ablate::Branch => "branch",
+            Ablate::Resolve => "resolve",
+        }
+    }
+
+    /// The testing bits of `vt_quad.glsl`'s `control.x` for the pass without feedback (with bit
+    /// 0, feedback on), `None`: that pass draws without feedback.
+    pub fn without_pass_bits(self) -> Option<u32> {
+        match self {
+            Ablate::Store => Some(1 | 2),
+            Ablate::Branch => Some(1 | 8),
+            Ablate::Resolve => None,
+        }
+    }
+}
+
 /// `--path`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum PathArg {
@@ -153,6 +211,20 @@ pub enum PathArg {
 }
 
 impl StreamArgs {
+    /// The pixel stride the run takes: `--feedback-stride`, doubled (up to 64) while the
+    /// render's extent has more than `--feedback-writers` writing pixels per frame.
+    pub(super) fn pixel_stride(&self) -> u32 {
+        let mut stride = self.feedback_stride;
+        if let Some(most) = self.feedback_writers {
+            while stride < 64
+                && writing_pixels([self.width, self.height], stride, self.feedback_block) > u64::from(most)
+            {
+                stride *= 2;
+            }
+        }
+        stride
+    }
+
     /// The tour's short fly-over of `files`: `frames` frames at 256², quiet.
     pub fn tour(files: Vec<PathBuf>, frames: u64) -> Self {
         use clap::Parser;
@@ -168,4 +240,12 @@ impl StreamArgs {
         (args.wait_loads, args.wait_frames) = (true, true);
         args
     }
+}
+
+/// Pixels of an `extent` render that write feedback in a feedback frame with this stride and
+/// square side (at most; only those a plane covers write): one `block²` square per
+/// `(stride · block)²` cell, cells clipped at the edges counted whole (the record grid).
+pub(super) fn writing_pixels([w, h]: [u32; 2], stride: u32, block: u32) -> u64 {
+    let side = u64::from(stride.max(1)) * u64::from(block.max(1));
+    u64::from(w).div_ceil(side) * u64::from(h).div_ceil(side) * u64::from(block.max(1)).pow(2)
 }

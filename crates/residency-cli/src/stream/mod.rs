@@ -9,7 +9,7 @@ mod repeat;
 mod report;
 mod scene;
 
-pub use args::{PathArg, StreamArgs};
+pub use args::{Ablate, PathArg, StreamArgs};
 pub use report::{StreamReport, SweepPoint};
 
 use anyhow::Context;
@@ -180,6 +180,14 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
     let budget_bytes =
         budget.unwrap_or_else(|| args.budget_mib.map_or((full / 10).min(quarter.max(1 << 20)), |m| m << 20));
     let referenced = referenced_planes(args.references, &plane_files, &files, quarter, args.frames);
+    let sampling =
+        FeedbackSampling::new(args.pixel_stride(), args.feedback_interval).with_block(args.feedback_block);
+    if args.feedback_pass && args.feedback_block != 1 {
+        anyhow::bail!("--feedback-pass samples single pixels: --feedback-block must be 1");
+    }
+    if args.feedback_pass && matches!(args.feedback_ablate, Some(Ablate::Store | Ablate::Branch)) {
+        anyhow::bail!("--feedback-ablate store or branch ablates the render's own feedback code, which --feedback-pass leaves out");
+    }
     let desc = StreamerDesc::default()
         .with_name("stream")
         .with_path(path)
@@ -191,10 +199,7 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
         .with_max_loads_in_flight(args.max_loads_in_flight)
         .with_prefetch(!args.no_prefetch)
         .with_pinned_mip_tiles(args.pin_mip_tiles)
-        .with_sampling(
-            FeedbackSampling::new(args.feedback_stride, args.feedback_interval)
-                .with_block(args.feedback_block),
-        );
+        .with_sampling(sampling);
     let mut desc = desc;
     desc.feedback.count_pixels = !args.no_pixel_counts;
     desc.feedback_device_local = !args.feedback_host_memory;
@@ -217,6 +222,8 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
         [args.width, args.height],
         fif as u32,
         !args.feedback_direct,
+        args.feedback_ablate,
+        args.feedback_pass.then_some(sampling.pixel_stride),
     )?;
     let commands = CommandContext::new(device, "stream frames")?;
     let aspect = args.width as f32 / args.height as f32;
@@ -294,7 +301,9 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
     device.wait_idle()?;
     // Converged: the frame's feedback (read by the streamer) missed nothing.
     let mut converged = vec![false; args.frames as usize];
-    for fb in streamer.take_feedback_frames() {
+    let feedback_frames = streamer.take_feedback_frames();
+    let requests: Vec<f64> = feedback_frames.iter().map(|fb| (fb.misses + fb.warnings) as f64).collect();
+    for fb in feedback_frames {
         if let Some(c) = converged.get_mut(fb.frame as usize) {
             *c = fb.misses == 0 && !fb.overflowed;
         }
@@ -315,7 +324,6 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
     let gpu_of = |i: usize| mean(&done.gpu_ms.iter().filter_map(|g| g[i]).collect::<Vec<_>>());
     // Per frame (index = frame): with feedback − without, for the frames `keep` takes. Even
     // frames draw the feedback pass first (scene.rs).
-    let sampling = FeedbackSampling::new(args.feedback_stride, args.feedback_interval);
     let differences = |keep: &dyn Fn(u64) -> bool| {
         done.gpu_ms
             .iter()
@@ -406,6 +414,16 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
         pinned_mip_tiles: args.pin_mip_tiles,
         feedback_device_local: !args.feedback_host_memory,
         feedback_deferred: !args.feedback_direct,
+        feedback_ablate: args.feedback_ablate.map(Ablate::name),
+        feedback_pass: args.feedback_pass,
+        feedback_pixel_stride: sampling.pixel_stride,
+        feedback_block: sampling.block,
+        feedback_writing_pixels: args::writing_pixels(
+            [args.width, args.height],
+            sampling.pixel_stride,
+            sampling.block,
+        ),
+        feedback_requests_mean: mean(&requests),
         bind_worker: args.bind_worker && streamer.path() == ResidencyPath::Hardware,
         resident_bytes_peak: stats.resident_bytes_peak,
         tiles_streamed: stats.tiles_streamed,

@@ -107,6 +107,24 @@ pub struct StreamReport {
     /// Deferred feedback (default; `--feedback-direct` turns it off): the writing pixels store
     /// records and the streamer's resolve pass, timed with the feedback pass, writes the feedback.
     pub feedback_deferred: bool,
+    /// `--feedback-ablate` (a testing aid): which part `feedback_gpu_ms_mean` leaves out —
+    /// `store` (it measures the writing pixel's write and the resolve), `branch` (the branch,
+    /// the write and the resolve), `resolve` (the draws' part alone); `None`: all of feedback.
+    pub feedback_ablate: Option<&'static str>,
+    /// `--feedback-pass`: the feedback records come from a pass of their own at 1/stride of the
+    /// resolution (inside the feedback pass's timestamps), not from the render's pixels.
+    pub feedback_pass: bool,
+    /// The pixel stride the run took (`--feedback-stride`, raised by `--feedback-writers`) and
+    /// the side of the squares of pixels that write together (`--feedback-block`).
+    pub feedback_pixel_stride: u32,
+    pub feedback_block: u32,
+    /// Pixels of the render that write feedback in a feedback frame, at most (only those a
+    /// plane covers write): with deferred feedback, the records the resolve visits.
+    pub feedback_writing_pixels: u64,
+    /// Distinct tiles a feedback frame asked for (misses and warnings), mean over the frames
+    /// whose feedback was read: `feedback_writing_pixels` over it is about how many writing
+    /// pixels ask for each requested tile (the resolve's atomics on one word).
+    pub feedback_requests_mean: f64,
     /// The streamer's bind worker binds and stages between frames (the default on the hardware
     /// path; `--no-bind-worker` turns it off; the software path makes no binds).
     pub bind_worker: bool,

@@ -7,6 +7,7 @@
 //! source. It binds what the streamer's `FrameBindings` give and knows
 //! nothing of the streaming protocol.
 
+use super::args::Ablate;
 use anyhow::Context;
 use residency::vulkan::ash::vk;
 use residency::vulkan::compute::{Binding, DescriptorSet, ViewRef};
@@ -78,10 +79,7 @@ impl Target {
         pass: impl FnOnce(&mut Recording<'_>, &ImageView) -> anyhow::Result<()>,
     ) -> anyhow::Result<()> {
         let (device, family) = (rec.device().index(), rec.device().universal_queue().family());
-        let mut batch = self.tracker.batch(device, family);
-        batch.declare_discard(self.ids.0, Region::Whole, Use::ColorAttachmentWrite)?;
-        let flush = batch.flush();
-        self.tracker.record(rec, &flush.barriers)?;
+        self.prepare(rec)?;
         timestamps.cmd_write(rec, timed)?;
         pass(rec, &self.view)?;
         timestamps.cmd_write(rec, timed + 1)?;
@@ -103,6 +101,16 @@ impl Target {
         Ok(())
     }
 
+    /// Records the barrier that makes the target a colour attachment, its old contents discarded.
+    fn prepare(&mut self, rec: &mut Recording<'_>) -> anyhow::Result<()> {
+        let (device, family) = (rec.device().index(), rec.device().universal_queue().family());
+        let mut batch = self.tracker.batch(device, family);
+        batch.declare_discard(self.ids.0, Region::Whole, Use::ColorAttachmentWrite)?;
+        let flush = batch.flush();
+        self.tracker.record(rec, &flush.barriers)?;
+        Ok(())
+    }
+
     fn read(&self) -> anyhow::Result<Vec<u8>> {
         let pixels = self.pixels.as_ref().context("a target without read-back")?;
         let mut out = vec![0; pixels.size() as usize];
@@ -117,8 +125,18 @@ struct Slot {
     targets: [Target; 3],
     /// The fully resident source files (`--source`).
     source: Option<Target>,
-    /// Per plane, made for the streamer's bindings of `generation`.
-    sets: Option<(u64, Vec<DescriptorSet>)>,
+    /// Per plane, made for the streamer's bindings of `generation`: the streamed program's, and
+    /// the feedback pass's (`--feedback-pass`; empty without).
+    sets: Option<(u64, Vec<DescriptorSet>, Vec<DescriptorSet>)>,
+    /// `--feedback-pass`: its target (1/stride of the render's extent).
+    feedback_target: Option<Target>,
+}
+
+/// `--feedback-pass`: deferred feedback from a pass of its own at 1/stride of the resolution.
+struct FeedbackPass {
+    program: GraphicsProgram,
+    /// Its target's extent: the record grid (`ceil(extent / stride)`).
+    extent: [u32; 2],
 }
 
 /// What a finished frame rendered and how long its passes took.
@@ -156,6 +174,10 @@ pub struct Scene {
     extent: [u32; 2],
     /// Planes per row of the grid.
     pub grid: u32,
+    /// `--feedback-ablate`.
+    ablate: Option<Ablate>,
+    /// `--feedback-pass`.
+    feedback_pass: Option<FeedbackPass>,
 }
 
 fn attributes() -> [VertexAttribute; 2] {
@@ -216,6 +238,8 @@ impl Scene {
         extent: [u32; 2],
         frames_in_flight: u32,
         deferred: bool,
+        ablate: Option<Ablate>,
+        feedback_pass: Option<u32>,
     ) -> anyhow::Result<Scene> {
         let planes = plane_files.len() as u32;
         let grid = grid_of(plane_files.len());
@@ -235,6 +259,16 @@ impl Scene {
             )
         };
         let streamed = make("stream planes", fragment, frames_in_flight * planes)?;
+        let feedback_pass = feedback_pass
+            .map(|stride| -> anyhow::Result<FeedbackPass> {
+                let program = make(
+                    "stream feedback pass",
+                    shaders::vt_feedback_fragment(path),
+                    frames_in_flight * planes,
+                )?;
+                Ok(FeedbackPass { program, extent: extent.map(|e| e.div_ceil(stride.max(1))) })
+            })
+            .transpose()?;
         let reference = make(
             "stream reference planes",
             &shaders::VT_QUAD_REFERENCE_FRAG,
@@ -286,7 +320,11 @@ impl Scene {
             let targets =
                 [target("streamed", true)?, target("no-feedback", false)?, target("reference", true)?];
             let source = if sources.is_empty() { None } else { Some(target("source", true)?) };
-            slots.push(Slot { targets, source, sets: None });
+            let feedback_target = feedback_pass
+                .as_ref()
+                .map(|p| Target::new(device, &format!("feedback pass frame {n}"), p.extent, false))
+                .transpose()?;
+            slots.push(Slot { targets, source, sets: None, feedback_target });
         }
         let timestamps = Timestamps::new(device, "stream pass timestamps", QUERIES * frames_in_flight)?;
         Ok(Scene {
@@ -305,6 +343,8 @@ impl Scene {
             timestamps,
             extent,
             grid,
+            ablate,
+            feedback_pass,
         })
     }
 
@@ -318,7 +358,7 @@ impl Scene {
     ) -> anyhow::Result<()> {
         let general = vk::ImageLayout::GENERAL;
         let slot = &mut self.slots[bindings.slot];
-        if slot.sets.as_ref().is_none_or(|(g, _)| *g != bindings.generation) {
+        if slot.sets.as_ref().is_none_or(|(g, _, _)| *g != bindings.generation) {
             let (feedback, table) = (
                 bindings.feedback.context("the streamer has textures")?,
                 bindings.image_table.context("the streamer has textures")?,
@@ -328,7 +368,7 @@ impl Scene {
                 Some(records) => vec![Binding::Buffer(records)],
                 None => vec![Binding::Buffer(feedback), Binding::Buffer(table)],
             };
-            let mut sets = Vec::new();
+            let (mut sets, mut feedback_sets) = (Vec::new(), Vec::new());
             for t in &bindings.textures() {
                 let (texture, map): (ViewRef<'_>, ViewRef<'_>) = match t.views {
                     TextureViews::Hardware { image, min_lod } => (image.into(), min_lod.into()),
@@ -340,10 +380,14 @@ impl Scene {
                 ];
                 set.extend(feedback_bindings.iter().copied());
                 sets.push(self.streamed.descriptor_set(&set)?);
+                if let Some(p) = &self.feedback_pass {
+                    // The same bindings: the sparse image or atlas, the map, the record buffer.
+                    feedback_sets.push(p.program.descriptor_set(&set)?);
+                }
             }
-            slot.sets = Some((bindings.generation, sets));
+            slot.sets = Some((bindings.generation, sets, feedback_sets));
         }
-        let sets = &slot.sets.as_ref().context("made above")?.1;
+        let (_, sets, feedback_sets) = slot.sets.as_ref().context("made above")?;
         let view: Vec<u8> = view_proj.iter().flat_map(|f| f.to_le_bytes()).collect();
         let q = QUERIES * bindings.slot as u32;
         self.timestamps.cmd_reset(rec, q..q + QUERIES)?;
@@ -351,6 +395,23 @@ impl Scene {
         let (streamed, reference_program) = (&self.streamed, &self.reference);
         let (plane_files, referenced, reference_sets, source_sets) =
             (&self.plane_files, &self.referenced, &self.reference_sets, &self.source_sets);
+        // `--feedback-pass` in a frame that writes feedback: the render draws without feedback
+        // and the small pass writes the records, inside the feedback pass's timestamps.
+        let low = self.feedback_pass.as_ref().filter(|_| bindings.feedback_active);
+        if let (Some(_), Some(t)) = (low, &mut slot.feedback_target) {
+            t.prepare(rec)?;
+        }
+        let low = low.zip(slot.feedback_target.as_ref());
+        // The streamer's view-projection for the small pass (its target is the record grid).
+        let low_view = match low {
+            Some((p, _)) => {
+                let (small, m) =
+                    bindings.feedback_pass_view(view_proj).context("deferred single-pixel feedback")?;
+                anyhow::ensure!(small == p.extent, "feedback pass target {:?}, records {small:?}", p.extent);
+                Some(m.iter().flat_map(|f| f.to_le_bytes()).collect::<Vec<u8>>())
+            }
+            None => None,
+        };
         let [with_feedback, without, reference] = &mut slot.targets;
         // The two streamed passes take turns going first, so that neither is always the one that
         // finds the texture caches cold.
@@ -359,22 +420,44 @@ impl Scene {
             passes.reverse();
         }
         let textures = bindings.textures();
+        // `--feedback-ablate`: the pass without feedback may do part of the feedback pass's work
+        // (vt_quad.glsl's testing bits, in a frame that writes feedback), and the resolve may
+        // leave the feedback pass's timestamps.
+        let without_bits = self.ablate.and_then(Ablate::without_pass_bits);
+        let resolve_outside = self.ablate == Some(Ablate::Resolve);
         for (pass, target) in passes {
             target.record(rec, (ts, q + 2 * pass), |rec, target| {
                 let planes = textures.iter().enumerate().map(|(i, t)| {
                     let mut push = view.clone();
-                    push.extend(bindings.feedback_words(t, pass == 0).iter().flat_map(|w| w.to_le_bytes()));
+                    let mut words = bindings.feedback_words(t, pass == 0 && low.is_none());
+                    if let (1, Some(bits), true) = (pass, without_bits, bindings.feedback_active) {
+                        words[4] |= bits;
+                    }
+                    push.extend(words.iter().flat_map(|w| w.to_le_bytes()));
                     (i, &sets[i], push)
                 });
                 streamed
                     .render(rec, target, extent, [0.0; 4], |draw| draw_planes(draw, vertices, planes))??;
+                if let (0, Some(((p, t), low_view))) = (pass, low.zip(low_view.as_ref())) {
+                    let planes = textures.iter().enumerate().map(|(i, tex)| {
+                        let mut push = low_view.clone();
+                        push.extend(bindings.feedback_pass_words(tex).iter().flat_map(|w| w.to_le_bytes()));
+                        (i, &feedback_sets[i], push)
+                    });
+                    p.program.render(rec, &t.view, p.extent, [0.0; 4], |draw| {
+                        draw_planes(draw, vertices, planes)
+                    })??;
+                }
                 // Deferred feedback's resolve pass belongs to the feedback pass's cost: inside its
                 // timestamps (nothing is recorded without deferred feedback).
-                if pass == 0 {
+                if pass == 0 && !resolve_outside {
                     bindings.resolve_feedback(rec)?;
                 }
                 Ok(())
             })?;
+            if pass == 0 && resolve_outside {
+                bindings.resolve_feedback(rec)?;
+            }
         }
         reference.record(rec, (ts, q + 4), |rec, target| {
             let planes = referenced

@@ -1,6 +1,6 @@
 // feedback_deferred.glsl — deferred shader feedback: the writing pixel stores one record, a
 // compute pass (`feedback_resolve.comp`, recorded by the streamer) folds the records into the
-// feedback buffer later (docs/tiles.md, "Deferred feedback").
+// feedback buffer later (docs/streaming.md, "Deferred feedback").
 //
 // Declare before including: `buffer FeedbackRecords { uvec4 fbRecords[]; }` (the frame's record
 // buffer, `FrameBindings::feedback_records`; `writeonly` is enough here). Call

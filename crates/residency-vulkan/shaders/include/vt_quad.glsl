@@ -25,6 +25,12 @@
 //                 z = this frame's phase (x | y << 16) and w = 1 | log2(side) << 8 |
 //                 log2(stride) << 16 (a shift-and-mask test), else z = w = 0
 //                 (FrameBindings::feedback_words fills them)
+//                 Testing aids (`residency stream --feedback-ablate`; FrameBindings::feedback_words
+//                 never sets them): x bit 1 = the writing pixel does everything but its write
+//                 (the record store, or feedback()'s table reads and atomics), x bit 3 = the pixel
+//                 test runs but no pixel writes; x bit 2 must be 0: the aids fold their otherwise
+//                 unused results into fragColor.a masked by it (a no-op the compiler cannot see),
+//                 so the work they keep is not optimised away.
 //
 // Feedback from a fragment shader needs the device feature fragmentStoresAndAtomics. The feedback
 // buffer must be host-readable (the Readback intent), and a barrier from the fragment shader's
@@ -95,19 +101,38 @@ void main() {
     float usedLod;
     fragColor = residencySampleFallbackFrom(tex, minLodMap, uv, max(lambda, 0.0), vec4(1.0, 0.0, 1.0, 1.0), minLod,
                                             resident, usedLod);
-    if ((pc.control.x & 1u) != 0u && vtFeedbackPixelWrites(uvec2(gl_FragCoord.xy))) {
+    uint ctl = pc.control.x;
+    if ((ctl & 1u) != 0u) {
+        bool writes = vtFeedbackPixelWrites(uvec2(gl_FragCoord.xy));
+        if ((ctl & 8u) != 0u) {
+            // Testing aid (bit 3): the test alone; its result kept alive under bit 2 (always 0).
+            fragColor.a = uintBitsToFloat(floatBitsToUint(fragColor.a) | ((uint(writes) << 2u) & ctl));
+        } else if (writes) {
 #ifdef RESIDENCY_FEEDBACK_DEFERRED
-        // One plain store into this pixel's record (control.x >> 8: record cells per row); the
-        // streamer's resolve pass does the table reads and atomics after the draws.
-        uvec2 p = uvec2(gl_FragCoord.xy);
-        uint fast = pc.control.w;
-        uint rowCells = pc.control.x >> 8u;
-        uint index = (fast & 1u) != 0u
-            ? feedbackRecordIndexShift(p, (fast >> 16u) & 31u, (fast >> 8u) & 31u, rowCells)
-            : feedbackRecordIndex(p, pc.feedback.z, pc.control.y, rowCells);
-        feedbackDefer(index, pc.feedback.x, 0u, uv, lambda, minLod);
+            // One plain store into this pixel's record (control.x >> 8: record cells per row); the
+            // streamer's resolve pass does the table reads and atomics after the draws.
+            uvec2 p = uvec2(gl_FragCoord.xy);
+            uint fast = pc.control.w;
+            uint rowCells = ctl >> 8u;
+            uint index = (fast & 1u) != 0u
+                ? feedbackRecordIndexShift(p, (fast >> 16u) & 31u, (fast >> 8u) & 31u, rowCells)
+                : feedbackRecordIndex(p, pc.feedback.z, pc.control.y, rowCells);
+            if ((ctl & 2u) != 0u) {
+                // Testing aid (bit 1): everything but the store, kept alive under bit 2.
+                uint kept = index ^ floatBitsToUint(uv.x) ^ floatBitsToUint(uv.y) ^ floatBitsToUint(lambda) ^ minLod;
+                fragColor.a = uintBitsToFloat(floatBitsToUint(fragColor.a) | (kept & ctl & 4u));
+            } else {
+                feedbackDefer(index, pc.feedback.x, 0u, uv, lambda, minLod);
+            }
 #else
-        feedback(pc.feedback.x, 0u, uv, lambda, minLod);
+            if ((ctl & 2u) != 0u) {
+                // Testing aid (bit 1): the branch without feedback()'s reads and atomics.
+                uint kept = floatBitsToUint(uv.x) ^ floatBitsToUint(uv.y) ^ floatBitsToUint(lambda) ^ minLod;
+                fragColor.a = uintBitsToFloat(floatBitsToUint(fragColor.a) | (kept & ctl & 4u));
+            } else {
+                feedback(pc.feedback.x, 0u, uv, lambda, minLod);
+            }
 #endif
+        }
     }
 }

@@ -347,6 +347,43 @@ shader!(
     96
 );
 shader!(
+    /// `vt_feedback.frag`: deferred feedback from a pass of its own at 1/stride of the render's
+    /// resolution, hardware path (`include/vt_feedback.glsl`): one fragment per record cell stores
+    /// that cell's record (uv, LOD, slot, min LOD), with no texture sample, so the render's own
+    /// [`VT_QUAD_DEFERRED_FRAG`] carries no feedback (control bit 0 off). With [`VT_QUAD_VERT`],
+    /// drawn into a `ceil(width / stride) × ceil(height / stride)` target with a view-projection
+    /// that puts the frame's writing pixels on its pixel centres (`residency stream
+    /// --feedback-pass` does this):
+    ///
+    /// - binding 0: `sampler2D` — the sparse image (its size only);
+    /// - binding 1: `usampler2D` — its min-LOD map, **nearest**;
+    /// - binding 2: storage buffer — the frame's record buffer
+    ///   ([`FrameBindings::feedback_records`](crate::streaming::FrameBindings::feedback_records));
+    /// - push constants, 80 bytes for both stages: 0..64 `mat4 viewProj`, 64..80 `uvec4` (x: the
+    ///   feedback image slot, y: record cells per row, z: the pixel stride, w: the frame's phase
+    ///   `x | y << 16`, `FeedbackSampling::phase`). The LOD is the render's at the pixel it
+    ///   stands for (from `uv / w` and `1 / w`, which are affine in screen space), not this
+    ///   pass's.
+    ///
+    /// Needs `fragmentStoresAndAtomics` (the store).
+    VT_FEEDBACK_FRAG,
+    "vt_feedback.frag",
+    Fragment,
+    [SampledImage, SampledImage, StorageBuffer],
+    80
+);
+shader!(
+    /// `vt_feedback_software.frag`: [`VT_FEEDBACK_FRAG`] on the software path (binding 0 the atlas,
+    /// its size used only where the indirection's header has none; binding 1 the indirection,
+    /// **nearest**; binding 2 the record buffer; the same push constants). Needs
+    /// `fragmentStoresAndAtomics`; no sparse feature.
+    VT_FEEDBACK_SOFTWARE_FRAG,
+    "vt_feedback_software.frag",
+    Fragment,
+    [SampledImage, SampledImage, StorageBuffer],
+    80
+);
+shader!(
     /// `feedback_resolve.comp`: folds a frame's deferred feedback records into its feedback
     /// buffer (per written record, `feedback()` of `feedback.glsl`: the table reads, bounds and
     /// atomics), zeroing each record it folds. Binding 0 the record buffer, 1 the feedback buffer,
@@ -670,7 +707,7 @@ shader!(
 );
 
 /// Every shipped shader.
-pub static ALL: [&Shader; 50] = [
+pub static ALL: [&Shader; 52] = [
     &PLACED_BUFFERS,
     &FILL,
     &BUSY,
@@ -693,6 +730,8 @@ pub static ALL: [&Shader; 50] = [
     &VT_QUAD_REFERENCE_FRAG,
     &VT_QUAD_DEFERRED_FRAG,
     &VT_QUAD_SOFTWARE_DEFERRED_FRAG,
+    &VT_FEEDBACK_FRAG,
+    &VT_FEEDBACK_SOFTWARE_FRAG,
     &FEEDBACK_RESOLVE,
     &PRT_VOLUME,
     &PRT_ARRAY,
@@ -739,5 +778,14 @@ pub fn vt_quad_deferred_fragment(path: residency_core::tiles::ResidencyPath) -> 
     match path {
         residency_core::tiles::ResidencyPath::Software => &VT_QUAD_SOFTWARE_DEFERRED_FRAG,
         _ => &VT_QUAD_DEFERRED_FRAG,
+    }
+}
+
+/// The feedback-pass fragment shader for a residency path: [`VT_FEEDBACK_SOFTWARE_FRAG`] on the
+/// software path, [`VT_FEEDBACK_FRAG`] otherwise.
+pub fn vt_feedback_fragment(path: residency_core::tiles::ResidencyPath) -> &'static Shader {
+    match path {
+        residency_core::tiles::ResidencyPath::Software => &VT_FEEDBACK_SOFTWARE_FRAG,
+        _ => &VT_FEEDBACK_FRAG,
     }
 }

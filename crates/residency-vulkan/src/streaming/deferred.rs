@@ -35,6 +35,36 @@ pub(super) fn record_grid(sampling: FeedbackSampling, [w, h]: [u32; 2]) -> (u64,
     (row, row * u64::from(h).div_ceil(side) * block * block)
 }
 
+/// A feedback pass of its own at 1/stride of the render's `extent` (`vt_feedback.frag`): its
+/// target's extent (the record grid, `ceil(extent / stride)`) and the render's `view_proj`
+/// (column-major, Vulkan clip space) with the render's pixel `(s·i + px, s·j + py)` of `frame`'s
+/// phase moved onto the target's pixel centre `(i, j)`: per axis, NDC
+/// `x' = k·x + k − 1 + 2·shift / small` with `k = (render / s) / small` (the target's extent
+/// rounds up) and `shift = 0.5 − (p + 0.5) / s` target pixels, applied in clip space (times `w`,
+/// row 3, which is unchanged, so `gl_FragCoord.w` is the render's).
+pub(super) fn pass_view(
+    sampling: FeedbackSampling,
+    frame: u64,
+    extent: [u32; 2],
+    view_proj: &[f32; 16],
+) -> ([u32; 2], [f32; 16]) {
+    let stride = sampling.pixel_stride.clamp(1, 65_535);
+    let small = extent.map(|e| e.div_ceil(stride).max(1));
+    let phase = sampling.phase(frame);
+    let s = stride as f32;
+    let mut m = *view_proj;
+    for axis in 0..2 {
+        let n = small[axis] as f32;
+        let k = extent[axis] as f32 / s / n;
+        let shift = 0.5 - (phase[axis] as f32 + 0.5) / s;
+        let a = k - 1.0 + 2.0 * shift / n;
+        for col in 0..4 {
+            m[col * 4 + axis] = k * m[col * 4 + axis] + a * m[col * 4 + 3];
+        }
+    }
+    (small, m)
+}
+
 /// `feedback_deferred.glsl`'s `feedbackRecordIndex`: the record of pixel `(x, y)` in a grid of
 /// `row_cells` cells per row (`None`: right of the row).
 #[cfg(test)]
@@ -139,6 +169,48 @@ impl Records {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_feedback_pass_puts_each_writing_pixel_on_its_cells_centre() {
+        // A view-projection with w ≠ 1 (a perspective row 3), pixels through NDC and back.
+        let vp = [0.5, 0.1, 0.0, 0.2, -0.3, 0.7, 0.0, 0.1, 0.0, 0.0, 1.0, 0.0, 0.2, -0.1, 0.0, 1.3];
+        for (extent, stride) in [([3840u32, 2160u32], 8u32), ([250, 97], 8), ([70, 45], 3), ([64, 64], 1)] {
+            let s = FeedbackSampling::new(stride, 1);
+            for frame in [0u64, 1, 5, 11, 63] {
+                let (small, m) = pass_view(s, frame, extent, &vp);
+                assert_eq!(small, [extent[0].div_ceil(stride), extent[1].div_ceil(stride)]);
+                let [px, py] = s.phase(frame);
+                for (i, j) in [(0u32, 0u32), (small[0] / 2, small[1] / 3), (small[0] - 1, small[1] - 1)] {
+                    // The render's pixel centre in NDC, as a clip-space point of w = 2.
+                    let pixel = [(stride * i + px) as f64 + 0.5, (stride * j + py) as f64 + 0.5];
+                    let ndc = [0, 1].map(|a| 2.0 * pixel[a] / f64::from(extent[a]) - 1.0);
+                    // A world point that projects there: solve vp · (x, y, 0, 1) = (2·ndc, w).
+                    let (w, clip) = (2.0f64, [2.0 * ndc[0], 2.0 * ndc[1]]);
+                    let v = |m: &[f32; 16], r: usize, p: [f64; 2]| {
+                        f64::from(m[r]) * p[0] + f64::from(m[4 + r]) * p[1] + f64::from(m[12 + r])
+                    };
+                    // Linear in (x, y): rows 0, 1 and 3 of vp against the target clip.
+                    let rows = |r: usize| [f64::from(vp[r]), f64::from(vp[4 + r]), f64::from(vp[12 + r])];
+                    let (a, b, c) = (rows(0), rows(1), rows(3));
+                    let eq =
+                        |row: [f64; 3], t: f64| [row[0] - t * c[0], row[1] - t * c[1], t * c[2] - row[2]];
+                    let (e0, e1) = (eq(a, clip[0] / w), eq(b, clip[1] / w));
+                    let det = e0[0] * e1[1] - e0[1] * e1[0];
+                    let p = [(e0[2] * e1[1] - e0[1] * e1[2]) / det, (e0[0] * e1[2] - e0[2] * e1[0]) / det];
+                    let wp = v(&m, 3, p);
+                    let at = [0, 1].map(|a| (v(&m, a, p) / wp + 1.0) / 2.0 * f64::from(small[a]));
+                    let want = [f64::from(i) + 0.5, f64::from(j) + 0.5];
+                    for a in 0..2 {
+                        assert!(
+                            (at[a] - want[a]).abs() < 1e-2,
+                            "{extent:?} /{stride} frame {frame}: {at:?} {want:?}"
+                        );
+                    }
+                    assert!((wp - v(&vp, 3, p)).abs() < 1e-9, "w unchanged");
+                }
+            }
+        }
+    }
 
     #[test]
     fn every_writing_pixel_has_its_own_record_inside_the_grid() {

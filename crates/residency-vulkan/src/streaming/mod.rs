@@ -187,7 +187,7 @@ pub struct StreamerDesc {
     /// no table read, no atomic — and a compute pass the streamer records after the draws
     /// ([`FrameBindings::resolve_feedback`], or [`FrameBindings::record`] after `draw`) folds
     /// them into the feedback buffer, so the CPU decodes the same requests. A writing pixel's
-    /// subgroup no longer waits on its table reads and atomics (docs/tiles.md, "Deferred
+    /// subgroup no longer waits on its table reads and atomics (docs/streaming.md, "Deferred
     /// feedback"). One record per writing pixel: where several fragments of one pixel write
     /// (overdraw), one of them is kept. Pixels outside the extent write nothing. The record
     /// buffers (device-local, `ceil(w / (stride · block)) · ceil(h / (stride · block)) · block²`
@@ -896,6 +896,8 @@ struct FrameContext<'a> {
     deferred: Option<(&'a ComputeProgram, &'a deferred::Records)>,
     /// Record cells per row (`feedback_words`' control bits 8..31), 0 without deferred feedback.
     record_row_cells: u32,
+    /// The render's extent the records are laid out for (`StreamerDesc::deferred_feedback`).
+    record_extent: Option<[u32; 2]>,
     /// Whether this frame's feedback was resolved (`resolve_feedback`).
     resolved: &'a AtomicBool,
     /// The device's universal timeline value submitted when the frame was recorded.
@@ -952,6 +954,34 @@ impl<'a> FrameBindings<'a> {
             s.block,
             phase,
             fast,
+        ]
+    }
+
+    /// For a feedback pass of its own (the shipped `vt_feedback.frag`, `shaders::VT_FEEDBACK_FRAG`)
+    /// with [`StreamerDesc::deferred_feedback`] and single pixels (`sampling.block` 1): the extent
+    /// of its target (the record grid, `ceil(extent / pixel_stride)`) and the render's
+    /// `view_proj` (column-major, Vulkan clip space) moved so that each writing pixel of this
+    /// frame, `(stride · i + px, stride · j + py)`, lands on the target's pixel centre `(i, j)`,
+    /// its record cell; the clip `w` is unchanged. Draw the same geometry with it, and
+    /// [`feedback_pass_words`](Self::feedback_pass_words), in frames that are
+    /// [`feedback_active`](Self::feedback_active), before [`resolve_feedback`](Self::resolve_feedback).
+    /// `None` without deferred feedback or with squares of pixels.
+    pub fn feedback_pass_view(&self, view_proj: &[f32; 16]) -> Option<([u32; 2], [f32; 16])> {
+        let extent = self.ctx.record_extent.filter(|_| self.sampling.block.max(1) == 1)?;
+        Some(deferred::pass_view(self.sampling, self.frame, extent, view_proj))
+    }
+
+    /// The words of `vt_feedback.frag`'s push constants for drawing `texture` in a feedback pass
+    /// of its own (bytes 64..80, after the view-projection of
+    /// [`feedback_pass_view`](Self::feedback_pass_view)): its feedback slot, the record cells per
+    /// row, the pixel stride and this frame's phase (`x | y << 16`).
+    pub fn feedback_pass_words(&self, texture: &TextureBinding<'_>) -> [u32; 4] {
+        let [x, y] = self.sampling.phase(self.frame);
+        [
+            u32::from(texture.feedback_slot),
+            self.ctx.record_row_cells,
+            self.sampling.pixel_stride,
+            (x & 0xFFFF) | (y & 0xFFFF) << 16,
         ]
     }
 
@@ -2453,6 +2483,7 @@ impl Streamer {
                     .desc
                     .deferred_feedback
                     .map_or(0, |e| deferred::record_grid(self.desc.sampling, e).0 as u32),
+                record_extent: self.desc.deferred_feedback,
                 resolved: &self.resolved,
                 recorded_after: &self.recorded_after,
                 recorded_floor: &self.recorded_floor,
