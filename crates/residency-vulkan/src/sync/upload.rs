@@ -807,6 +807,11 @@ impl Uploader {
         offset: u64,
         data: &[u8],
     ) -> Result<(), UploadError> {
+        if data.is_empty() {
+            // Nothing to stage or copy (a part of a split write can be empty: the head or tail
+            // around an imported middle).
+            return Ok(());
+        }
         let capacity = self.staging.size();
         // Held from the first queued chunk on: an error part-way leaves queued copies into it.
         state.keep.push(Arc::clone(dst.life()));
