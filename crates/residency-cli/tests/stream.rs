@@ -198,7 +198,10 @@ fn both_paths_stream_the_same_tiles_and_match_within_half_a_db() {
     // One frame in flight: feedback is read back in the same frame on both paths, so the runs are
     // deterministic and comparable frame by frame (with more, it depends on GPU timing).
     // Loads run on worker threads across frames; `--wait-loads` makes the runs frame-exact.
-    let (hw, _) = stream_on("hardware", &file, &["--frames-in-flight", "1", "--wait-loads"]);
+    // Without the bind worker, whose publication a frame later would shift the hardware path's
+    // frames by one against the software path's (which makes no binds).
+    let (hw, _) =
+        stream_on("hardware", &file, &["--frames-in-flight", "1", "--wait-loads", "--no-bind-worker"]);
     let (sw, _) = stream_on("software", &file, &["--frames-in-flight", "1", "--wait-loads"]);
     assert_eq!(hw["path"], "hardware");
     assert_eq!(sw["path"], "software");
@@ -295,7 +298,10 @@ fn a_bc7_texture_streams_on_the_hardware_path_and_compares_with_its_rgba8_source
 fn references_and_size_run_past_the_references_memory_on(path: &str) {
     let Some(file) = build_texture(&format!("{path}-references")) else { return };
     let exact = ["--wait-loads", "--wait-frames"];
-    let args = [&["--size", "4096", "--textures", "16", "--references", "2"][..], &exact].concat();
+    // Frame-exact, so without the bind worker (its frame of publication delay is counted in the
+    // converged frames below).
+    let args = [&["--size", "4096", "--textures", "16", "--references", "2", "--no-bind-worker"][..], &exact]
+        .concat();
     let (r, _) = stream_on(path, &file, &args);
     assert_eq!(f(&r, "textures"), 16.0, "{r}");
     assert_eq!(r["texture_size"], serde_json::json!([4096, 4096]), "{r}");
@@ -437,7 +443,7 @@ fn feedback_ablations_stream_the_same_tiles_on(path: &str) {
     let Some(file) = build_texture(&format!("{path}-ablate")) else { return };
     let exact = ["--wait-loads", "--wait-frames"];
     for direct in [false, true] {
-        let mode: &[&str] = if direct { &["--feedback-direct"] } else { &[] };
+        let mode: &[&str] = if direct { &["--feedback-direct"] } else { &["--feedback-in-render"] };
         let (all, _) = stream_on(path, &file, &[&exact[..], mode].concat());
         assert!(all["feedback_ablate"].is_null(), "{all}");
         // 256 × 256 at stride 8: one writing pixel per 8 × 8 block.
@@ -472,7 +478,7 @@ fn software_path_feedback_ablations_stream_the_same_tiles() {
     feedback_ablations_stream_the_same_tiles_on("software");
 }
 
-/// `--feedback-pass`: the records come from a pass of their own at 1/stride of the resolution,
+/// The feedback pass (the default; `--feedback-in-render` turns it off): the records come from a pass of their own at 1/stride of the resolution,
 /// whose view-projection puts the frame's writing pixels on its pixel centres and whose LOD is
 /// the render's at those pixels (from `uv / w` and `1 / w`, affine in screen space). At stride 1
 /// that pass is the render's own raster: it streams exactly what the render's pixels ask for; at
@@ -482,15 +488,17 @@ fn a_feedback_pass_of_its_own_streams_what_the_pixels_ask_for_on(path: &str) {
     let Some(file) = build_texture(&format!("{path}-fbpass")) else { return };
     let exact = ["--wait-loads", "--wait-frames"];
     let one = ["--feedback-stride", "1"];
-    let (pixels, _) = stream_on(path, &file, &[&exact[..], &one].concat());
-    let (pass, _) = stream_on(path, &file, &[&exact[..], &one, &["--feedback-pass"]].concat());
+    let render = ["--feedback-in-render"];
+    let (pixels, _) = stream_on(path, &file, &[&exact[..], &one, &render].concat());
+    let (pass, _) = stream_on(path, &file, &[&exact[..], &one].concat());
     assert_eq!(pass["feedback_pass"], true, "{pass}");
     for key in ["tiles_streamed", "converged_frames", "latency_frames_p95"] {
         assert_eq!(f(&pixels, key), f(&pass, key), "{key}: {pixels}\n{pass}");
     }
     assert_eq!(pixels["psnr_db_per_frame"], pass["psnr_db_per_frame"]);
-    let (pixels, _) = stream_on(path, &file, &exact);
-    let (pass, _) = stream_on(path, &file, &[&exact[..], &["--feedback-pass"]].concat());
+    let (pixels, _) = stream_on(path, &file, &[&exact[..], &render].concat());
+    assert_eq!(pixels["feedback_pass"], false, "{pixels}");
+    let (pass, _) = stream_on(path, &file, &exact);
     assert!(f(&pass, "latency_frames_p95") <= 3.0, "{pass}");
     assert!(f(&pass, "converged_frames") >= 30.0, "{pass}");
     assert!(f(&pass, "psnr_db_min") >= 40.0, "{pass}");

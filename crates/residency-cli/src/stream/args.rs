@@ -60,9 +60,15 @@ pub struct StreamArgs {
     /// `vt_feedback.frag`), inside the feedback pass's timestamps, instead of from one pixel of
     /// every stride × stride of the render: the render's shader then runs no feedback code, and
     /// the small pass samples exactly the pixels that would have written (its view-projection puts
-    /// them on its pixel centres). With `--feedback-block 1` only.
-    #[arg(long, conflicts_with = "feedback_direct")]
+    /// them on its pixel centres). The default wherever it applies (deferred feedback, single
+    /// pixels, no `--feedback-ablate store|branch`); given explicitly, those are refused.
+    #[arg(long, conflicts_with_all = ["feedback_direct", "feedback_in_render"])]
     pub(super) feedback_pass: bool,
+    /// The render's own writing pixels store the feedback records (`vt_quad_deferred.frag`), not a
+    /// pass of their own (see `--feedback-pass`; the H200 measured 7.8 % of a 4K render for this
+    /// against 0.5 % for the pass).
+    #[arg(long)]
+    pub(super) feedback_in_render: bool,
     /// Testing aid, for localizing feedback's GPU cost: the pass without feedback does part of
     /// the feedback pass's work, or the resolve leaves the feedback pass's timestamps, so that
     /// `feedback_gpu_ms_mean` measures only the rest (the feedback pass itself is unchanged and
@@ -211,6 +217,16 @@ pub enum PathArg {
 }
 
 impl StreamArgs {
+    /// Whether feedback comes from a pass of its own (`--feedback-pass`, or the default where it
+    /// applies: deferred feedback from single pixels, no ablation of the render's feedback code).
+    pub(super) fn uses_feedback_pass(&self) -> bool {
+        self.feedback_pass
+            || (!self.feedback_in_render
+                && !self.feedback_direct
+                && self.feedback_block == 1
+                && !matches!(self.feedback_ablate, Some(Ablate::Store | Ablate::Branch)))
+    }
+
     /// The pixel stride the run takes: `--feedback-stride`, doubled (up to 64) while the
     /// render's extent has more than `--feedback-writers` writing pixels per frame.
     pub(super) fn pixel_stride(&self) -> u32 {

@@ -223,7 +223,7 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
         fif as u32,
         !args.feedback_direct,
         args.feedback_ablate,
-        args.feedback_pass.then_some(sampling.pixel_stride),
+        args.uses_feedback_pass().then_some(sampling.pixel_stride),
     )?;
     let commands = CommandContext::new(device, "stream frames")?;
     let aspect = args.width as f32 / args.height as f32;
@@ -415,7 +415,7 @@ pub fn fly(args: &StreamArgs, device: &Arc<Device>, budget: Option<u64>) -> anyh
         feedback_device_local: !args.feedback_host_memory,
         feedback_deferred: !args.feedback_direct,
         feedback_ablate: args.feedback_ablate.map(Ablate::name),
-        feedback_pass: args.feedback_pass,
+        feedback_pass: args.uses_feedback_pass(),
         feedback_pixel_stride: sampling.pixel_stride,
         feedback_block: sampling.block,
         feedback_writing_pixels: args::writing_pixels(
