@@ -523,3 +523,48 @@ fn misuse_a_broadcast_holding_a_devices_queue_lock_is_refused_not_a_deadlock() {
         });
     });
 }
+
+/// Session 14's review: a parallel copy made while holding the universal queue's lock, while
+/// another thread's streamed write (larger than its ring) holds the copy helpers in its job and
+/// waits for that lock to submit a chunk. The parallel copy used to wait for every helper it
+/// handed its job to — held in the other job, which waited for this thread's lock: a deadlock
+/// from safe calls. A copy now waits only for the pieces a helper took. Event-ordered (the
+/// streamed write's first submission attempt is counted before this thread copies), never timed.
+#[test]
+fn misuse_a_parallel_copy_under_the_queue_lock_while_another_thread_streams_is_not_a_deadlock() {
+    gpu("parallel copy under the queue lock beside a streamed write", |device| {
+        let uploader = Uploader::new(device, "s14 stream", 4 << 20).unwrap().with_copy_threads(4);
+        assert_eq!(uploader.chunk_bytes(), 1 << 20);
+        let dst = device
+            .create_buffer(
+                &BufferDesc::new("s14 streamed", 16 << 20, BufferUsage::COPY_DST)
+                    .with_intent(MemoryIntent::Readback),
+            )
+            .unwrap();
+        let mut host = device
+            .create_buffer(
+                &BufferDesc::new("s14 mapped", 4 << 20, BufferUsage::COPY_SRC)
+                    .with_intent(MemoryIntent::Upload),
+            )
+            .unwrap();
+        let (data, bytes) = (pattern(16 << 20, 14), pattern(4 << 20, 15));
+        let submits = device.ledger().site_calls(FaultSite::QueueSubmit);
+        let queue = device.universal_queue().lock().unwrap();
+        std::thread::scope(|scope| {
+            let streaming = scope.spawn(|| uploader.write_buffer(&dst, 0, &data));
+            while device.ledger().site_calls(FaultSite::QueueSubmit) == submits {
+                std::thread::yield_now();
+            }
+            host.write_streaming(0, &bytes, 4).unwrap();
+            drop(queue);
+            streaming.join().unwrap().unwrap();
+        });
+        uploader.wait_idle().unwrap();
+        let mut out = vec![0u8; data.len()];
+        dst.read(0, &mut out).unwrap();
+        assert!(out == data, "the streamed write arrived");
+        let mut out = vec![0u8; bytes.len()];
+        host.read(0, &mut out).unwrap();
+        assert!(out == bytes, "the parallel copy arrived");
+    });
+}

@@ -2,6 +2,14 @@
 //! ring (or a mapped device-local buffer) at the rate the link takes, which one thread's stores
 //! do not reach. The threads are started once per process, on the first copy that wants them;
 //! each copy blocks until every piece is done, so the pieces never outlive the borrowed slices.
+//!
+//! A caller never waits for a helper that has not taken a piece of its copy: a helper can be
+//! held in another caller's streamed copy (waiting for that caller to publish ring space), and
+//! that caller can be waiting for a lock this caller holds (`Queue::lock`, `submit_checked`'s
+//! closure) — a wait for the helper to arrive would never end. The caller copies every piece
+//! nobody took and waits only for the pieces taken (being copied: a helper waits for nothing
+//! while it holds one); a helper that reaches the job later finds nothing left and touches only
+//! the job's counters, never the caller's slices.
 
 use crate::poison::{PoisonFree, PoisonFreeWait};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
@@ -126,23 +134,29 @@ mod stream {
 pub const SHARED_COPY_PIECE: usize = 256 << 10;
 
 /// One copy shared by the caller and some helpers: each takes the next piece of
-/// [`SHARED_COPY_PIECE`] bytes until none is left, then counts down `done` (a helper) or waits
-/// for it (the caller).
+/// [`SHARED_COPY_PIECE`] bytes until none is left; the caller then waits until every piece
+/// taken is copied ([`Job::finish`]), not for the helpers to arrive.
 struct Job {
     dst: *mut u8,
     src: *const u8,
     len: usize,
+    /// Pieces of the copy.
+    pieces: usize,
     /// The next piece to take (pieces past the end mean nothing is left).
     next: AtomicUsize,
+    /// Pieces copied (or, after [`Job::finish`], never to be taken).
+    copied: AtomicUsize,
     streaming: bool,
-    /// Helpers still working on the job.
-    done: Latch,
+    /// Woken when the last piece is copied.
+    lock: Mutex<()>,
+    event: Condvar,
 }
 
-// SAFETY: a job's pointers name a `&mut [u8]` and a `&[u8]` that `copy_in_parallel`
-// borrows until every helper handed the job has counted down its latch; pieces are handed out
-// once each (an atomic counter), so each byte of `dst` is written by one thread only, and `src`
-// is only read.
+// SAFETY: a job's pointers name a `&mut [u8]` and a `&[u8]` that `copy_in_parallel` borrows
+// until `Job::finish` returned: from then on no piece can be taken (`next` is past the last)
+// and every piece taken before has been copied, so a helper that holds the job later only
+// reads and bumps its counters. Pieces are handed out once each (an atomic counter), so each
+// byte of `dst` is written by one thread only, and `src` is only read.
 unsafe impl Send for Job {}
 // SAFETY: as above: shared between threads, the job only hands out disjoint pieces.
 unsafe impl Sync for Job {}
@@ -151,39 +165,32 @@ impl Job {
     /// Copies pieces until none is left.
     fn work(&self) {
         loop {
-            let i = self.next.fetch_add(1, Ordering::Relaxed);
-            let at = i.saturating_mul(SHARED_COPY_PIECE);
-            if at >= self.len {
+            let i = self.next.fetch_add(1, Ordering::AcqRel);
+            if i >= self.pieces {
                 break;
             }
+            let at = i * SHARED_COPY_PIECE;
             let len = (self.len - at).min(SHARED_COPY_PIECE);
             // SAFETY: `at + len ≤ self.len`: inside both ranges, which stay borrowed (dst
-            // exclusively) until every helper has counted down (`Job`'s contract); piece `i` is
-            // taken by this thread alone (the counter hands each index out once).
+            // exclusively) until `finish` has seen this piece copied (`Job`'s contract); piece
+            // `i` is taken by this thread alone (the counter hands each index out once).
             unsafe { copy_bytes(self.dst.add(at), self.src.add(at), len, self.streaming) };
-        }
-    }
-}
-
-/// Counts the helpers still copying.
-struct Latch {
-    left: Mutex<usize>,
-    zero: Condvar,
-}
-
-impl Latch {
-    fn count_down(&self) {
-        let mut left = self.left.locked();
-        *left -= 1;
-        if *left == 0 {
-            self.zero.notify_all();
+            if self.copied.fetch_add(1, Ordering::AcqRel) + 1 == self.pieces {
+                let _guard = self.lock.locked();
+                self.event.notify_all();
+            }
         }
     }
 
-    fn wait(&self) {
-        let mut left = self.left.locked();
-        while *left > 0 {
-            left = self.zero.wait_locked(left);
+    /// The caller's end (also on an unwind): no piece is taken from now on, and returns once
+    /// every piece taken before is copied. Never waits for a helper that took nothing.
+    fn finish(&self) {
+        let taken = self.next.swap(self.pieces, Ordering::AcqRel).min(self.pieces);
+        // Pieces nobody took are never copied now: counted, so the wait below ends.
+        self.copied.fetch_add(self.pieces - taken, Ordering::AcqRel);
+        let mut guard = self.lock.locked();
+        while self.copied.load(Ordering::Acquire) < self.pieces {
+            guard = self.event.wait_locked(guard);
         }
     }
 }
@@ -213,14 +220,8 @@ fn helpers() -> &'static Helpers {
 fn serve(rx: &Receiver<Task>) {
     while let Ok(task) = rx.recv() {
         match task {
-            Task::Shared(job) => {
-                job.work();
-                job.done.count_down();
-            }
-            Task::Stream(job) => {
-                job.work();
-                job.done.count_down();
-            }
+            Task::Shared(job) => job.work(),
+            Task::Stream(job) => job.work(),
         }
     }
 }
@@ -228,9 +229,10 @@ fn serve(rx: &Receiver<Task>) {
 /// `dst.copy_from_slice(src)` by up to `threads` threads — the caller and persistent helpers,
 /// at most one thread per [`PARALLEL_COPY_PIECE`] bytes. Every thread takes the next piece of
 /// [`SHARED_COPY_PIECE`] bytes until none is left, so a helper woken late takes fewer pieces
-/// instead of delaying the copy. With `streaming`, each piece is copied with non-temporal stores
-/// where the CPU has them (see `copy_bytes`). Returns once every byte is copied. Panics, like
-/// `copy_from_slice`, when the lengths differ.
+/// instead of delaying the copy, and one that has not arrived when the caller runs out of pieces
+/// (it may be held in another caller's streamed copy) is not waited for. With `streaming`, each
+/// piece is copied with non-temporal stores where the CPU has them (see `copy_bytes`). Returns
+/// once every byte is copied. Panics, like `copy_from_slice`, when the lengths differ.
 pub(crate) fn copy_in_parallel(dst: &mut [u8], src: &[u8], threads: usize, streaming: bool) {
     assert_eq!(dst.len(), src.len(), "copy_in_parallel: lengths differ");
     let wanted = threads.min(src.len() / PARALLEL_COPY_PIECE).max(1);
@@ -246,27 +248,27 @@ pub(crate) fn copy_in_parallel(dst: &mut [u8], src: &[u8], threads: usize, strea
         dst: dst.as_mut_ptr(),
         src: src.as_ptr(),
         len: src.len(),
+        pieces: src.len().div_ceil(SHARED_COPY_PIECE),
         next: AtomicUsize::new(0),
+        copied: AtomicUsize::new(0),
         streaming,
-        done: Latch { left: Mutex::new(helpers), zero: Condvar::new() },
+        lock: Mutex::new(()),
+        event: Condvar::new(),
     });
-    /// Waits for the helpers when dropped (also should the caller's part unwind), so the
-    /// borrows of `dst` and `src` outlive every helper's access.
+    /// Ends the job when dropped (also should the caller's part unwind): no piece is taken
+    /// after it, and every piece taken is copied, so the borrows of `dst` and `src` outlive
+    /// every helper's access.
     struct Joined<'j>(&'j Job);
     impl Drop for Joined<'_> {
         fn drop(&mut self) {
-            self.0.done.wait();
+            self.0.finish();
         }
     }
     let joined = Joined(&job);
     for queue in &queues[..helpers] {
-        if let Err(failed) = queue.locked().send(Task::Shared(Arc::clone(&job))) {
-            // Its helper is gone (cannot happen while the process runs): count it done; the
-            // others and the caller take its pieces.
-            if let Task::Shared(job) = failed.0 {
-                job.done.count_down();
-            }
-        }
+        // A helper gone (cannot happen while the process runs) takes nothing: the others and
+        // the caller take its pieces.
+        let _ = queue.locked().send(Task::Shared(Arc::clone(&job)));
     }
     job.work();
     drop(joined);
@@ -290,20 +292,22 @@ struct StreamJob {
     next: AtomicUsize,
     /// Pieces of each chunk not yet copied.
     left: Vec<AtomicUsize>,
+    /// Pieces copied, of every chunk.
+    copied: AtomicUsize,
     /// No more chunks will be published: helpers leave once the published pieces are taken.
     closed: AtomicBool,
     streaming: bool,
     /// Woken on every publication, chunk completion and close (checked under `lock`).
     lock: Mutex<()>,
     event: Condvar,
-    /// Helpers still in the job.
-    done: Latch,
 }
 
-// SAFETY: `src` is a `&[u8]` that `stream_copy` borrows until every helper has left the job,
-// and each published destination is valid for exclusive writes of its chunk until then
-// (`StreamCopy::publish`'s contract); pieces are handed out once each (a compare-exchange on
-// `next`), so each destination byte is written by one thread only.
+// SAFETY: `src` is a `&[u8]` that `stream_copy` borrows until every published piece is copied
+// after the job closed (no piece is published after that, and only published pieces are
+// taken), and each published destination is valid for exclusive writes of its chunk until then
+// (`StreamCopy::publish`'s contract); a helper that holds the job later only reads its counters.
+// Pieces are handed out once each (a compare-exchange on `next`), so each destination byte is
+// written by one thread only.
 unsafe impl Send for StreamJob {}
 // SAFETY: as above.
 unsafe impl Sync for StreamJob {}
@@ -343,6 +347,9 @@ impl StreamJob {
         // `at + len` does not exceed, and `src` for reads of `len` bytes at `j·chunk + at` (inside
         // the slice); this thread alone took `p` (`StreamJob`'s contract).
         unsafe { copy_bytes(base.add(at), self.src.add(j * self.chunk + at), len, self.streaming) };
+        // Counted before the chunk: a chunk's last piece wakes the waiters with this count
+        // up to date (the close waits for it).
+        self.copied.fetch_add(1, Ordering::AcqRel);
         if self.left[j].fetch_sub(1, Ordering::AcqRel) == 1 {
             self.notify();
         }
@@ -436,8 +443,10 @@ impl StreamCopy<'_> {
 /// piece of a published chunk is copied; chunks not published are not copied.
 ///
 /// A helper with nothing published to take waits in the job until the caller publishes more or
-/// returns, so a copy handed to the helpers by another thread meanwhile waits behind it: `drive`
-/// must not wait for another thread's parallel copy (the uploader's waits only for the GPU).
+/// returns, so a copy handed to the helpers by another thread meanwhile gets no help from it; it
+/// does not wait for it either (its caller copies what no helper took, see the module), so
+/// `drive` may wait for a thread that makes such a copy (one holding a queue lock the
+/// uploader's submission needs). Nor does this copy wait for helpers held elsewhere.
 pub(crate) fn stream_copy<R>(
     src: &[u8],
     chunk: usize,
@@ -467,14 +476,16 @@ pub(crate) fn stream_copy<R>(
         left: (0..chunks)
             .map(|j| AtomicUsize::new(if j + 1 == chunks { last.div_ceil(piece) } else { pieces_per_chunk }))
             .collect(),
+        copied: AtomicUsize::new(0),
         closed: AtomicBool::new(false),
         streaming,
         lock: Mutex::new(()),
         event: Condvar::new(),
-        done: Latch { left: Mutex::new(helpers), zero: Condvar::new() },
     });
-    /// Closes the job and waits for the helpers when dropped (on return and on a panic of
-    /// `drive` alike): every published piece is copied before the borrows end.
+    /// Closes the job when dropped (on return and on a panic of `drive` alike): nothing is
+    /// published after it, the published pieces nobody took are copied here, and it waits for
+    /// those a helper took, so every published piece is copied before the borrows end. It never
+    /// waits for a helper that took nothing.
     struct Closed<'j>(&'j StreamJob);
     impl Drop for Closed<'_> {
         fn drop(&mut self) {
@@ -484,18 +495,18 @@ pub(crate) fn stream_copy<R>(
             while let Some(p) = self.0.take() {
                 self.0.copy(p);
             }
-            self.0.done.wait();
+            let ready = self.0.ready.load(Ordering::Acquire);
+            let mut guard = self.0.lock.locked();
+            while self.0.copied.load(Ordering::Acquire) < ready {
+                guard = self.0.event.wait_locked(guard);
+            }
         }
     }
     let closed = Closed(&job);
     for queue in &queues[..helpers] {
-        if let Err(failed) = queue.locked().send(Task::Stream(Arc::clone(&job))) {
-            // Its helper is gone (cannot happen while the process runs): the others and the
-            // caller take its pieces.
-            if let Task::Stream(job) = failed.0 {
-                job.done.count_down();
-            }
-        }
+        // A helper gone (cannot happen while the process runs) takes nothing: the others and
+        // the caller take its pieces.
+        let _ = queue.locked().send(Task::Stream(Arc::clone(&job)));
     }
     let handle = StreamCopy { job: &job, published: std::cell::Cell::new(0) };
     let result = drive(&handle);
