@@ -556,3 +556,35 @@ fn misuse_a_sparse_image_is_bound_and_uploaded_to_in_general_only() {
         assert!(matches!(uploader.write_image(&region, &[0; 64]), Err(UploadError::Layout { .. })));
     });
 }
+
+/// A batch dropped at submission (an image not in its region's layout: a retry would fail the
+/// same way) gives its ring space back: many such drops never leave the ring full with nothing in
+/// flight, which made the next write fail with `DeviceLost` on a healthy device.
+#[test]
+fn misuse_uploads_dropped_for_a_layout_give_their_ring_space_back() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let uploader = Uploader::new(device, "misuse dropped batches uploader", 16 << 10).unwrap();
+        let usage = ImageUsage::SAMPLED | ImageUsage::COPY_DST | ImageUsage::COPY_SRC;
+        let image = device
+            .create_image(&ImageDesc::new_2d("misuse dropped image", Format::R8G8B8A8Unorm, 32, 32, usage))
+            .unwrap();
+        let data = vec![9u8; 32 * 32 * 4];
+        let region = ImageRegion::new(&image, 0, [0; 3], [32, 32, 1]);
+        // Four ring-fulls of writes into an image still UNDEFINED: each refused at submission.
+        for round in 0..16 {
+            uploader.write_image(&region, &data).unwrap_or_else(|e| panic!("round {round}: {e:?}"));
+            assert!(
+                matches!(uploader.flush(), Err(UploadError::Vulkan(VulkanError::ImageLayout { .. }))),
+                "round {round}"
+            );
+        }
+        // The uploader still works.
+        device.discard_to_general(&[&image]).unwrap();
+        uploader.write_image(&region, &data).unwrap();
+        uploader.flush().unwrap();
+        uploader.wait_idle().unwrap();
+        let back = device.read_image(&image, vk::ImageLayout::GENERAL).unwrap();
+        assert!(back.iter().all(|&b| b == 9));
+    });
+}

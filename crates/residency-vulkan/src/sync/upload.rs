@@ -1509,10 +1509,16 @@ impl Uploader {
                     let frames: Vec<FrameId> = carried.iter().map(|(f, _)| *f).collect();
                     Self::carry(state, &frames);
                 } else {
-                    // Dropped: the carried data is no longer needed.
+                    // Dropped: the carried data is no longer needed, and the batch's own ring
+                    // space (the open frame, or the frame given) comes back in order like a
+                    // completed submission's: nothing will ever read it (not submitted). Left in
+                    // the open frame, enough drops filled the ring with nothing in flight, and
+                    // the next write failed as if the device were lost.
                     for (_, flag) in carried {
                         flag.store(true, Ordering::Release);
                     }
+                    let frame = frame.unwrap_or_else(|| state.ring.finish_frame());
+                    state.in_flight.push((frame, Flight::Recorded(Arc::new(AtomicBool::new(true)))));
                 }
                 return Err(e.into());
             }
