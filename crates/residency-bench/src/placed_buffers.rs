@@ -15,6 +15,8 @@
 //! taken per call (the synchronization a `Sync` pool pays, so `vma-locked` − `vma` is the lock's
 //! cost on the machine), and `residency-tlsf-locked` the core's `TlsfAllocator` over a page behind
 //! the same `Mutex` (so `residency` − `residency-tlsf-locked` is what the pool adds around them).
+//! `residency-local` is the same pool's [`LocalRanges`] (pages of the thread's own, no lock: the
+//! counterpart of a virtual block, which is externally synchronized too).
 //!
 //! Each repetition creates the plan's buffers in order (timed), then destroys them in a fixed
 //! shuffled order (timed apart). Every allocator first creates one small "anchor" buffer that
@@ -29,7 +31,9 @@ use std::time::Instant;
 use residency::core::usage::{BufferPoolUsage, BufferUsage};
 use residency::vulkan::ash::vk;
 use residency::vulkan::format_map::vk_buffer_usage;
-use residency::vulkan::{Buffer, BufferDesc, BufferInit, BufferPool, BufferPoolDesc, Device, PoolRange};
+use residency::vulkan::{
+    Buffer, BufferDesc, BufferInit, BufferPool, BufferPoolDesc, Device, LocalRange, LocalRanges, PoolRange,
+};
 
 use crate::measure::{median, minimum, takes_part};
 use crate::report::Record;
@@ -593,6 +597,58 @@ impl<M: BufferMaker> Runner for Contender<M> {
     }
 }
 
+/// `residency-local`: a pool's [`LocalRanges`]. Its ranges borrow it, so it is its own runner:
+/// the slots live in `cycle`, and its one kept empty page stands for the others' anchor (no page
+/// is made or freed in the timed loops after the warm-up).
+struct LocalContender {
+    ranges: LocalRanges,
+}
+
+impl Runner for LocalContender {
+    fn name(&self) -> &'static str {
+        "residency-local"
+    }
+
+    fn note(&self) -> &'static str {
+        LOCAL_NOTE
+    }
+
+    fn max_reps(&self) -> usize {
+        usize::MAX
+    }
+
+    fn cycle(&mut self, plan: &W3Plan, track: bool) -> Cycle {
+        let mut cycle = Cycle::default();
+        let mut slots: Vec<Option<LocalRange<'_>>> = Vec::with_capacity(plan.buffers.len());
+        let start = Instant::now();
+        for init in &plan.buffers {
+            slots.push(self.ranges.allocate(init.size, init.alignment).ok());
+        }
+        cycle.create_nanos = start.elapsed().as_nanos() as u64;
+        cycle.created = slots.iter().filter(|s| s.is_some()).count() as u64;
+        cycle.failures = plan.buffers.len() as u64 - cycle.created;
+        if track {
+            let mut ends: HashMap<u64, u64> = HashMap::new();
+            for (slot, init) in slots.iter().zip(&plan.buffers) {
+                if let Some(range) = slot {
+                    let end = ends.entry(vk::Handle::as_raw(range.memory().0)).or_default();
+                    *end = (*end).max(range.offset() + init.size);
+                    cycle.requested += init.size;
+                }
+            }
+            cycle.heap_bytes = ends.values().sum();
+        }
+        let start = Instant::now();
+        for &i in &plan.destroy_order {
+            drop(slots[i].take());
+        }
+        cycle.destroy_nanos = start.elapsed().as_nanos() as u64;
+        cycle
+    }
+
+    fn finish(&mut self) {}
+}
+
 /// W3's sizes.
 #[derive(Clone, Copy, Debug)]
 pub struct W3Config {
@@ -606,6 +662,7 @@ const PLACED_NOTE: &str = "placed VkBuffer per buffer, own usage; timed: create 
 const DRIVER_NOTE: &str =
     "bare driver: vkCreateBuffer + requirements + bind at a bump offset in one memory object, no allocator; timed: create + bind";
 const RANGE_NOTE: &str = "PoolRange of one storage VkBuffer (allocate_range); timed: allocate";
+const LOCAL_NOTE: &str = "LocalRanges of the same pool flags: the thread's own pages, no lock (local_ranges().allocate); timed: allocate";
 const RANGE_BUFFER_NOTE: &str =
     "range of one storage VkBuffer as a full Buffer (init_buffer: name, ledger, state id); timed: allocate";
 
@@ -692,6 +749,10 @@ pub fn run_w3(
     {
         Ok(c) => ranges.push(Box::new(c)),
         Err(e) => skipped.push(("residency", e)),
+    }
+    match range_pool("w3 local range pool").and_then(|pool| pool.local_ranges().map_err(|e| e.to_string())) {
+        Ok(local) => ranges.push(Box::new(LocalContender { ranges: local })),
+        Err(e) => skipped.push(("residency-local", e)),
     }
     match range_pool("w3 range buffers pool").and_then(|pool| {
         Contender::new("residency-buffer", RANGE_BUFFER_NOTE, usize::MAX, PoolMaker { pool })

@@ -78,6 +78,7 @@ pub use pools::defrag::{
     DefragDesc, DefragError, DefragStats, DefragTotals, Defragmenter, RelieveStats, Unmovable,
 };
 pub use pools::linear_pool::{LinearPool, LinearPoolDesc, LinearPoolStats};
+pub use pools::local_ranges::{LocalRange, LocalRanges, LocalRangesStats};
 pub use pools::report::ReportSources;
 pub use resources::buffer::{AccessError, Buffer, BufferDesc, BufferPlacement};
 pub use resources::image::{Filter, Image, ImageDesc, ImageView, ImageViewDesc, Sampler};

@@ -512,3 +512,83 @@ fn spare_lives_keep_nothing_alive_and_deferred_buffers_still_wait() {
         assert_eq!(Arc::strong_count(&device), baseline, "spare lives hold no pool and no device");
     });
 }
+
+/// Issue #31's lock-free path: eight threads each allocate from their own `LocalRanges` of one
+/// shared known-flags pool (no lock, no shared count), write and check their ranges, release a
+/// third of them with a frame use pending (the retire queue hands those back to the thread's
+/// arena from whatever thread maintains the device) and drop their arena with some still queued;
+/// one arena is moved to another thread between its uses (it is `Send`; its ranges are not).
+/// Deterministic (counts, not timings): no range is handed out twice, every arena's pages are
+/// gone once the frames have passed, and nothing is left in the ledger.
+#[test]
+fn eight_threads_allocate_from_their_own_local_ranges_of_one_pool() {
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        let pool = BufferPool::new(
+            Arc::clone(device),
+            BufferPoolDesc::new("local-threads", BufferPoolUsage::Known(BufferUsage::STORAGE))
+                .with_memory(MemoryIntent::Upload)
+                .with_page_size(1 << 20),
+        )
+        .unwrap();
+        let checked: Vec<usize> = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..THREADS)
+                .map(|t| {
+                    let pool = &pool;
+                    scope.spawn(move || {
+                        let local = pool.local_ranges().unwrap();
+                        let mut checked = 0;
+                        let mut live = Vec::new();
+                        for round in 0..ROUNDS * 4 {
+                            let tag = (t * 31 + round) as u8;
+                            let len = [48u64, 200, 1000, 3000, 70_000][round % 5];
+                            let mut range = local.allocate(len, 0).unwrap();
+                            range.write(0, &vec![tag; len as usize]).unwrap();
+                            if round % 3 == 0 {
+                                range.used_until(device.frames_from_now(1)).unwrap();
+                            }
+                            live.push((range, tag));
+                            if live.len() > 8 {
+                                let (range, tag) = live.remove(round % 7);
+                                let mut back = vec![0; range.size() as usize];
+                                range.read(0, &mut back).unwrap();
+                                assert!(back.iter().all(|&b| b == tag), "a local range was handed out twice");
+                                checked += 1;
+                            }
+                            if round % 16 == 0 {
+                                device.advance_frame();
+                            }
+                        }
+                        drop(live);
+                        // Moved to another thread with no range alive, and used there.
+                        if t == 0 {
+                            std::thread::spawn(move || {
+                                let range = local.allocate(512, 0).unwrap();
+                                assert_eq!(range.size(), 512);
+                            })
+                            .join()
+                            .unwrap();
+                        }
+                        checked
+                    })
+                })
+                .collect();
+            workers.into_iter().map(|w| w.join().unwrap()).collect()
+        });
+        assert_eq!(checked, vec![ROUNDS * 4 - 8; THREADS]);
+        assert_eq!(pool.stats().used_bytes, 0, "the pool's own arenas were not used");
+        device.wait_submitted().unwrap();
+        device.advance_frame();
+        device.advance_frame();
+        device.maintain();
+        assert_eq!(device.pending_destruction(), 0, "everything released has retired");
+        drop(pool);
+        let left: Vec<_> = device
+            .ledger()
+            .live_objects()
+            .into_iter()
+            .filter(|o| o.name.starts_with("local-threads"))
+            .collect();
+        assert!(left.is_empty(), "left behind: {left:?}");
+    });
+}

@@ -447,3 +447,120 @@ fn released_ranges_lend_their_handle_and_the_pool_still_goes_with_its_last_range
         assert_eq!(device.ledger().memory_objects(), objects, "the pool's page went with its last range");
     });
 }
+
+/// Issue #31: a thread's `LocalRanges` (pages of its own, no lock) — ranges that do not overlap,
+/// sit at the flags' floors, read and write, are released at once or after the GPU's uses (the
+/// retire queue returns them to the arena's box), a page of their own when larger than a page,
+/// typed refusals; dropping the arena with a range still queued retires its pages after that use.
+#[test]
+fn local_ranges_are_the_threads_own_pages_released_after_the_gpu() {
+    use residency_vulkan::ash::vk;
+    with_gpu(|set| {
+        let device = &set.devices()[0];
+        device.release_empty_heaps();
+        let objects = device.ledger().memory_objects();
+        let usage = BufferUsage::UNIFORM | BufferUsage::COPY_SRC;
+        let pool = BufferPool::new(
+            Arc::clone(device),
+            BufferPoolDesc::new("local pool", BufferPoolUsage::Known(usage))
+                .with_memory(MemoryIntent::Upload)
+                .with_page_size(1 << 20),
+        )
+        .unwrap();
+        let local = pool.local_ranges().unwrap();
+        assert_eq!(local.stats().pages, 0, "no memory before the first range");
+        let floor = device.limits().min_uniform_buffer_offset_alignment.max(16);
+        let mut ranges: Vec<_> = (0..8u64).map(|i| local.allocate(100 + i, 0).unwrap()).collect();
+        let mut spans: Vec<_> = ranges.iter().map(|r| (r.offset(), r.offset() + r.size())).collect();
+        spans.sort_unstable();
+        assert!(spans.windows(2).all(|w| w[0].1 <= w[1].0), "ranges do not overlap: {spans:?}");
+        for (i, r) in ranges.iter_mut().enumerate() {
+            assert_eq!(r.offset() % floor, 0, "uniform ranges at minUniformBufferOffsetAlignment");
+            assert_eq!(r.memory().1, r.offset());
+            assert!(r.is_mappable());
+            r.write(0, &vec![i as u8 + 1; r.size() as usize]).unwrap();
+        }
+        assert_eq!(local.allocate(64, 4096).unwrap().offset() % 4096, 0, "the caller's alignment on top");
+        let mut back = vec![0; 100];
+        ranges[0].read(0, &mut back).unwrap();
+        assert!(back.iter().all(|&b| b == 1));
+        assert!(ranges[0].write(90, &[0; 20]).is_err(), "outside the range");
+        assert_eq!(pool.stats().used_bytes, 0, "the pool's own arenas are not used");
+        // The GPU copies range 3 out while the host still holds a use: the range stays allocated
+        // after its drop until the use has passed, then the retire queue returns it.
+        let out = device
+            .create_buffer(
+                &BufferDesc::new("local out", 4096, BufferUsage::COPY_DST)
+                    .with_intent(MemoryIntent::Readback),
+            )
+            .unwrap();
+        let gate = device.create_timeline("local gate").unwrap();
+        let context = residency_vulkan::CommandContext::new(device, "local ranges").unwrap();
+        let mut r3 = ranges.remove(3);
+        let region = vk::BufferCopy { src_offset: r3.offset(), dst_offset: 0, size: r3.size() };
+        // SAFETY: the test signals the gate from the host below, waiting for nothing first.
+        unsafe { gate.signal_submitted(1) };
+        let copy = context
+            .submit(&[gate.at(1)], |rec| {
+                // SAFETY: the page buffer and `out` are live buffers of this device; the range is
+                // inside the page buffer and held (declared below) until the copy has run.
+                unsafe { device.raw().cmd_copy_buffer(rec.raw(), r3.buffer(), out.raw(), &[region]) };
+            })
+            .unwrap();
+        r3.used_until(gate.at(1)).unwrap();
+        let used = local.stats().used_bytes;
+        drop(r3);
+        device.maintain();
+        assert_eq!(local.stats().used_bytes, used, "held by the declared use and the pending copy");
+        let info = vk::SemaphoreSignalInfo::default().semaphore(gate.raw()).value(1);
+        // SAFETY: a timeline semaphore of this device, signalled once, upwards.
+        unsafe { device.raw().signal_semaphore(&info) }.unwrap();
+        context.wait(copy).unwrap();
+        device.maintain();
+        assert!(local.stats().used_bytes < used, "returned after the copy and the use");
+        let mut copied = vec![0; 103];
+        out.read(0, &mut copied).unwrap();
+        assert!(copied.iter().all(|&b| b == 4), "range 3's bytes were copied");
+        // Typed refusals.
+        let unknown = BufferPool::new(
+            Arc::clone(device),
+            BufferPoolDesc::new("no local ranges", BufferPoolUsage::Unknown),
+        )
+        .unwrap();
+        assert!(matches!(unknown.local_ranges(), Err(MemoryError::Unsatisfiable { .. })));
+        assert!(matches!(local.allocate(0, 0), Err(MemoryError::InvalidRequest { .. })));
+        assert!(matches!(local.allocate(64, 3), Err(MemoryError::InvalidRequest { .. })));
+        if let Some(other) = set.devices().get(1) {
+            assert!(ranges[0].used_until(other.frames_from_now(1)).is_err(), "a use of another device");
+        }
+        // Larger than a page: a page of its own, freed with it.
+        let pages = local.stats().pages;
+        let big = local.allocate(2 << 20, 0).unwrap();
+        assert!(big.size() == 2 << 20 && big.offset() == 0);
+        assert_eq!(local.stats().pages, pages + 1);
+        drop(big);
+        assert_eq!(local.stats().pages, pages, "the big range's page went with it");
+        drop(ranges);
+        assert_eq!(local.stats().used_bytes, 0);
+        // A range queued when the arena goes: its pages wait for its use.
+        let gate2 = device.create_timeline("local gate 2").unwrap();
+        let mut last = local.allocate(256, 0).unwrap();
+        last.used_until(gate2.at(1)).unwrap();
+        // SAFETY: the test signals the gate from the host below, waiting for nothing first.
+        unsafe { gate2.signal_submitted(1) };
+        drop(last);
+        drop(local);
+        device.maintain();
+        assert!(device.ledger().memory_objects() > objects, "the queued range keeps its page");
+        let info = vk::SemaphoreSignalInfo::default().semaphore(gate2.raw()).value(1);
+        // SAFETY: a timeline semaphore of this device, signalled once, upwards.
+        unsafe { device.raw().signal_semaphore(&info) }.unwrap();
+        device.maintain();
+        drop(out);
+        drop(pool);
+        device.wait_submitted().unwrap();
+        device.maintain();
+        device.release_empty_heaps();
+        assert_eq!(device.ledger().memory_objects(), objects, "every page went");
+    });
+}

@@ -319,16 +319,16 @@ pub struct PoolStats {
 ///   counts), range cache and ledger shard, so threads share no cache line (see the module's
 ///   notes). Throughput under contention: `docs/benchmarks.md`, "`contention`".
 pub struct BufferPool {
-    shared: Arc<PoolShared>,
+    pub(super) shared: Arc<PoolShared>,
     /// One handle per arena, which the arena's buffers and ranges hold (see `PoolArena`).
     arenas: Vec<Arc<PoolArena>>,
 }
 
 /// What a pool's arenas keep alive: the device, the pages and their allocators.
 pub(crate) struct PoolShared {
-    device: Arc<Device>,
-    desc: BufferPoolDesc,
-    type_index: u32,
+    pub(super) device: Arc<Device>,
+    pub(super) desc: BufferPoolDesc,
+    pub(super) type_index: u32,
     /// Each arena's pages behind its lock, alone on its cache lines (threads on different arenas
     /// share no line).
     arenas: Vec<CachePadded<Mutex<BlockList>>>,
@@ -347,7 +347,7 @@ pub(crate) struct PoolShared {
     pending: PendingUses,
     id: ObjectId,
     /// A known-flags pool's range alignment (its flags' floors), computed once.
-    known_range_alignment: Option<u64>,
+    pub(super) known_range_alignment: Option<u64>,
 }
 
 /// One arena of a pool as its buffers and ranges hold it: their parent (it keeps the pool, and
@@ -382,6 +382,40 @@ impl std::fmt::Debug for BufferPool {
 /// at least 16 B.
 fn range_alignment(device: &Device, usage: BufferUsage) -> u64 {
     16u64.max(device.usage_floor(usage))
+}
+
+/// A pool's page list named `name` (an arena's, or a thread's `LocalRanges`): pages of
+/// `desc.page_size` in memory type `type_index`, each with one page buffer of the flags when they
+/// are known.
+pub(crate) fn page_list(device: &Device, desc: &BufferPoolDesc, name: String, type_index: u32) -> BlockList {
+    // Every block of a pool's page is a buffer or a range (`ResourceKind::Linear`), and linear
+    // resources never conflict with each other: `bufferImageGranularity` cannot apply, so the
+    // pages' allocators take none (and skip the neighbour checks it would cost on every
+    // allocation; the placements are the same).
+    let granularity = 1;
+    let atom = device.limits().non_coherent_atom_size;
+    let memory_type = &device.memory_properties().types[type_index as usize];
+    let mut pages = BlockList::new(name, type_index, HeapGrowth::new(desc.page_size), granularity)
+        .with_atom(memory_type, atom);
+    pages.fixed_size = true;
+    pages.priority = desc.priority.unwrap_or(crate::device::blocks::DEFAULT_PRIORITY);
+    if let BufferPoolUsage::Known(usage) = desc.usage {
+        let page_name = desc.name.clone();
+        pages.page_buffer = Some(Box::new(move |device: &Device, block| {
+            let (raw, req) =
+                create_raw_buffer(device, &format!("{page_name} page buffer"), block.size, usage)?;
+            let guard = Unused::new(device, raw);
+            if req.memory_type_bits & (1 << block.type_index) == 0 || req.size > block.size {
+                return Err(MemoryError::Unsatisfiable {
+                    name: page_name.clone(),
+                    reason: "the page buffer does not fit its memory".into(),
+                });
+            }
+            bind_buffer(device, guard.disarm(), block.memory, 0)?;
+            Ok(raw)
+        }));
+    }
+    pages
 }
 
 /// Memory types every buffer usage accepts: where an unknown-flags pool (or a linear pool) may
@@ -431,41 +465,13 @@ impl BufferPool {
         // resources never conflict with each other: `bufferImageGranularity` cannot apply, so the
         // pages' allocators take none (and skip the neighbour checks it would cost on every
         // allocation; the placements are the same).
-        let granularity = 1;
-        let atom = device.limits().non_coherent_atom_size;
-        let memory_type = device.memory_properties().types[type_index as usize].clone();
-        let usage_for_pages = desc.usage;
         let make_arena = |arena: u32| {
-            let mut pages = BlockList::new(
-                if desc.arenas > 1 {
-                    format!("{} arena {arena} page", desc.name)
-                } else {
-                    format!("{} page", desc.name)
-                },
-                type_index,
-                HeapGrowth::new(desc.page_size),
-                granularity,
-            )
-            .with_atom(&memory_type, atom);
-            pages.fixed_size = true;
-            pages.priority = desc.priority.unwrap_or(crate::device::blocks::DEFAULT_PRIORITY);
-            if let BufferPoolUsage::Known(usage) = usage_for_pages {
-                let page_name = desc.name.clone();
-                pages.page_buffer = Some(Box::new(move |device: &Device, block| {
-                    let (raw, req) =
-                        create_raw_buffer(device, &format!("{page_name} page buffer"), block.size, usage)?;
-                    let guard = Unused::new(device, raw);
-                    if req.memory_type_bits & (1 << block.type_index) == 0 || req.size > block.size {
-                        return Err(MemoryError::Unsatisfiable {
-                            name: page_name.clone(),
-                            reason: "the page buffer does not fit its memory".into(),
-                        });
-                    }
-                    bind_buffer(device, guard.disarm(), block.memory, 0)?;
-                    Ok(raw)
-                }));
-            }
-            CachePadded(Mutex::new(pages))
+            let name = if desc.arenas > 1 {
+                format!("{} arena {arena} page", desc.name)
+            } else {
+                format!("{} page", desc.name)
+            };
+            CachePadded(Mutex::new(page_list(&device, &desc, name, type_index)))
         };
         let arenas: Vec<CachePadded<Mutex<BlockList>>> = (0..desc.arenas.max(1)).map(make_arena).collect();
         let removals = arenas.iter().map(|arena| arena.locked().removals()).collect();
@@ -608,7 +614,7 @@ impl PoolShared {
 
     /// The usage's offset floors (descriptor offsets, acceleration structures, shader tables,
     /// build scratch): what a range or a placed buffer of this usage is aligned to, at least 16.
-    fn range_alignment(&self, usage: BufferUsage) -> u64 {
+    pub(super) fn range_alignment(&self, usage: BufferUsage) -> u64 {
         range_alignment(&self.device, usage)
     }
 
@@ -1373,20 +1379,79 @@ impl PoolRange {
     /// Copies `data` into the range at `offset` (flushing non-coherent memory). Needs `&mut`: one
     /// writer. The GPU must not be using these bytes (order your submissions after the write).
     pub fn write(&mut self, offset: u64, data: &[u8]) -> Result<(), crate::resources::buffer::AccessError> {
+        // SAFETY: `&mut self` makes this the only CPU access to the range's bytes.
+        unsafe { self.span().write(offset, data) }
+    }
+
+    /// Copies bytes of the range at `offset` into `out` (invalidating non-coherent memory first).
+    pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), crate::resources::buffer::AccessError> {
+        // SAFETY: `&self` excludes a `write` of this handle, the only writer of these bytes.
+        unsafe { self.span().read(offset, out) }
+    }
+
+    fn span(&self) -> RangeSpan<'_> {
+        let pool = &self.arena.pool;
+        RangeSpan {
+            device: &pool.device,
+            type_index: pool.type_index,
+            name: &pool.desc.name,
+            memory: self.memory,
+            start: self.offset,
+            size: self.size,
+            mapped: self.mapped,
+        }
+    }
+}
+
+/// A range's place in its page as its reads and writes need it ([`PoolRange`] and
+/// `LocalRange`): the page's memory, its first byte there, its size and the page's mapping.
+pub(crate) struct RangeSpan<'a> {
+    pub(crate) device: &'a Device,
+    pub(crate) type_index: u32,
+    /// Its pool's name (for errors).
+    pub(crate) name: &'a str,
+    pub(crate) memory: vk::DeviceMemory,
+    /// Its first byte in the page's memory (and page buffer).
+    pub(crate) start: u64,
+    pub(crate) size: u64,
+    /// The page's persistent mapping, which lives as long as the page.
+    pub(crate) mapped: Option<crate::device::blocks::MappedPtr>,
+}
+
+impl RangeSpan<'_> {
+    /// Copies `data` into the range at `offset` (flushing non-coherent memory).
+    ///
+    /// # Safety
+    /// The range is allocated (the allocator handed it out once, to the caller's handle) and
+    /// nothing else reads or writes its bytes on the CPU during the call: the caller holds its
+    /// handle by `&mut`.
+    pub(crate) unsafe fn write(
+        &self,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), crate::resources::buffer::AccessError> {
         let dst = self.bytes(offset, data.len())?;
         // SAFETY: `dst..dst + len` lies inside this range of the page's persistent mapping
-        // (checked), which lives as long as the page, which this range keeps alive; the range is
-        // this handle's alone (the allocator hands it out once) and `&mut self` makes this the
-        // only CPU access to it; `data` is ordinary host memory that cannot overlap the mapping.
+        // (checked), which lives as long as the page, which the range's handle keeps alive; the
+        // caller's exclusive hold of the handle makes this the only CPU access to those bytes
+        // (this function's contract); `data` is ordinary host memory that cannot overlap the
+        // mapping.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst.as_ptr(), data.len()) };
         self.flush_or_invalidate(offset, data.len() as u64, true)
     }
 
     /// Copies bytes of the range at `offset` into `out` (invalidating non-coherent memory first).
-    pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), crate::resources::buffer::AccessError> {
+    ///
+    /// # Safety
+    /// As for [`RangeSpan::write`], with a shared hold: no write of the range runs during the call.
+    pub(crate) unsafe fn read(
+        &self,
+        offset: u64,
+        out: &mut [u8],
+    ) -> Result<(), crate::resources::buffer::AccessError> {
         let src = self.bytes(offset, out.len())?;
         self.flush_or_invalidate(offset, out.len() as u64, false)?;
-        // SAFETY: as in `write`; `&self` excludes a concurrent `write` of this handle.
+        // SAFETY: as in `write`; the caller's contract excludes a concurrent write.
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), out.as_mut_ptr(), out.len()) };
         Ok(())
     }
@@ -1396,7 +1461,7 @@ impl PoolRange {
         offset: u64,
         len: usize,
     ) -> Result<std::ptr::NonNull<u8>, crate::resources::buffer::AccessError> {
-        let name = || self.arena.pool.desc.name.clone();
+        let name = || self.name.to_owned();
         let mapped =
             self.mapped.ok_or_else(|| crate::resources::buffer::AccessError::NotMappable { name: name() })?;
         let end = offset.checked_add(len as u64).filter(|&end| end <= self.size);
@@ -1407,7 +1472,7 @@ impl PoolRange {
             size: self.size,
         };
         end.ok_or_else(out)?;
-        mapped.range(self.offset + offset, len as u64).ok_or_else(out)
+        mapped.range(self.start + offset, len as u64).ok_or_else(out)
     }
 
     fn flush_or_invalidate(
@@ -1416,17 +1481,16 @@ impl PoolRange {
         len: u64,
         flush: bool,
     ) -> Result<(), crate::resources::buffer::AccessError> {
-        let pool = &self.arena.pool;
-        let device = &pool.device;
-        let coherent = device.memory_properties().types[pool.type_index as usize].flags.host_coherent;
+        let device = self.device;
+        let coherent = device.memory_properties().types[self.type_index as usize].flags.host_coherent;
         if coherent || len == 0 {
             return Ok(());
         }
         // Ranges of a non-coherent pool are atom-aligned in offset and size (the page list's
         // atom), so the widened range never reaches a neighbour's bytes.
         let atom = device.limits().non_coherent_atom_size.max(1);
-        let start = (self.offset + offset) / atom * atom;
-        let end = (self.offset + offset + len).next_multiple_of(atom);
+        let start = (self.start + offset) / atom * atom;
+        let end = (self.start + offset + len).next_multiple_of(atom);
         let range = vk::MappedMemoryRange::default().memory(self.memory).offset(start).size(end - start);
         // SAFETY: the range lies in mapped memory of this device, atom-aligned, inside this
         // range's own allocation.

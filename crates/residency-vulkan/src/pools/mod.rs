@@ -6,6 +6,7 @@
 pub(crate) mod buffer_pool;
 pub(crate) mod defrag;
 pub(crate) mod linear_pool;
+pub(crate) mod local_ranges;
 pub(crate) mod range_cache;
 pub(crate) mod report;
 pub mod transient;
