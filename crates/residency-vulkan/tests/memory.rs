@@ -280,7 +280,6 @@ fn placed_images_and_buffers_never_share_a_granularity_page() {
 
 #[test]
 fn pool_ranges_are_light_ranges_of_page_buffers_released_after_the_gpu() {
-    use residency_vulkan::ash::vk;
     with_gpu(|set| {
         let device = &set.devices()[0];
         let usage = BufferUsage::UNIFORM | BufferUsage::COPY_SRC;
@@ -307,34 +306,13 @@ fn pool_ranges_are_light_ranges_of_page_buffers_released_after_the_gpu() {
         assert!(ranges[0].write(90, &[0; 20]).is_err(), "outside the range");
         // The GPU copies range 3 out while the host still holds a use: the range stays allocated
         // after its drop until the use has passed.
-        let out = device
-            .create_buffer(
-                &BufferDesc::new("range out", 4096, BufferUsage::COPY_DST)
-                    .with_intent(MemoryIntent::Readback),
-            )
-            .unwrap();
-        let gate = device.create_timeline("range gate").unwrap();
-        let context = residency_vulkan::CommandContext::new(device, "ranges").unwrap();
-        let r3 = ranges.remove(3);
-        let region = vk::BufferCopy { src_offset: r3.offset(), dst_offset: 0, size: r3.size() };
-        // SAFETY: the test signals the gate from the host below, waiting for nothing first.
-        unsafe { gate.signal_submitted(1) };
-        let copy = context
-            .submit(&[gate.at(1)], |rec| {
-                // SAFETY: the page buffer and `out` are live buffers of this device; the range is
-                // inside the page buffer and held (declared below) until the copy has run.
-                unsafe { device.raw().cmd_copy_buffer(rec.raw(), r3.buffer(), out.raw(), &[region]) };
-            })
-            .unwrap();
-        let mut r3 = r3;
-        r3.used_until(gate.at(1)).unwrap();
+        let mut r3 = ranges.remove(3);
+        let gated = GatedCopy::new(device, "range", r3.buffer(), r3.offset(), r3.size());
+        r3.used_until(gated.gate.at(1)).unwrap();
         let used = pool.stats().used_bytes;
         drop(r3);
         assert_eq!(pool.stats().used_bytes, used, "held by the declared use and the pending copy");
-        let info = vk::SemaphoreSignalInfo::default().semaphore(gate.raw()).value(1);
-        // SAFETY: a timeline semaphore of this device, signalled once, upwards.
-        unsafe { device.raw().signal_semaphore(&info) }.unwrap();
-        context.wait(copy).unwrap();
+        let out = gated.open(device);
         device.maintain();
         assert!(pool.stats().used_bytes < used, "released after the copy and the use");
         let mut copied = vec![0; 103];
@@ -488,34 +466,14 @@ fn local_ranges_are_the_threads_own_pages_released_after_the_gpu() {
         assert_eq!(pool.stats().used_bytes, 0, "the pool's own arenas are not used");
         // The GPU copies range 3 out while the host still holds a use: the range stays allocated
         // after its drop until the use has passed, then the retire queue returns it.
-        let out = device
-            .create_buffer(
-                &BufferDesc::new("local out", 4096, BufferUsage::COPY_DST)
-                    .with_intent(MemoryIntent::Readback),
-            )
-            .unwrap();
-        let gate = device.create_timeline("local gate").unwrap();
-        let context = residency_vulkan::CommandContext::new(device, "local ranges").unwrap();
         let mut r3 = ranges.remove(3);
-        let region = vk::BufferCopy { src_offset: r3.offset(), dst_offset: 0, size: r3.size() };
-        // SAFETY: the test signals the gate from the host below, waiting for nothing first.
-        unsafe { gate.signal_submitted(1) };
-        let copy = context
-            .submit(&[gate.at(1)], |rec| {
-                // SAFETY: the page buffer and `out` are live buffers of this device; the range is
-                // inside the page buffer and held (declared below) until the copy has run.
-                unsafe { device.raw().cmd_copy_buffer(rec.raw(), r3.buffer(), out.raw(), &[region]) };
-            })
-            .unwrap();
-        r3.used_until(gate.at(1)).unwrap();
+        let gated = GatedCopy::new(device, "local", r3.buffer(), r3.offset(), r3.size());
+        r3.used_until(gated.gate.at(1)).unwrap();
         let used = local.stats().used_bytes;
         drop(r3);
         device.maintain();
         assert_eq!(local.stats().used_bytes, used, "held by the declared use and the pending copy");
-        let info = vk::SemaphoreSignalInfo::default().semaphore(gate.raw()).value(1);
-        // SAFETY: a timeline semaphore of this device, signalled once, upwards.
-        unsafe { device.raw().signal_semaphore(&info) }.unwrap();
-        context.wait(copy).unwrap();
+        let out = gated.open(device);
         device.maintain();
         assert!(local.stats().used_bytes < used, "returned after the copy and the use");
         let mut copied = vec![0; 103];
@@ -563,4 +521,52 @@ fn local_ranges_are_the_threads_own_pages_released_after_the_gpu() {
         device.release_empty_heaps();
         assert_eq!(device.ledger().memory_objects(), objects, "every page went");
     });
+}
+
+/// A copy of a range out to a readback buffer, submitted behind a gate the host opens later
+/// (`open`: signals it, waits for the copy, returns the readback buffer), so that the range is
+/// used by pending GPU work while the test drops it.
+struct GatedCopy {
+    gate: residency_vulkan::Timeline,
+    context: residency_vulkan::CommandContext,
+    copy: residency_vulkan::Submission,
+    out: residency_vulkan::Buffer,
+}
+
+impl GatedCopy {
+    fn new(
+        device: &Arc<residency_vulkan::Device>,
+        name: &str,
+        src: residency_vulkan::ash::vk::Buffer,
+        offset: u64,
+        size: u64,
+    ) -> GatedCopy {
+        use residency_vulkan::ash::vk;
+        let desc = BufferDesc::new(format!("{name} out"), 4096, BufferUsage::COPY_DST)
+            .with_intent(MemoryIntent::Readback);
+        let out = device.create_buffer(&desc).unwrap();
+        let gate = device.create_timeline(&format!("{name} gate")).unwrap();
+        let context = residency_vulkan::CommandContext::new(device, name).unwrap();
+        let region = vk::BufferCopy { src_offset: offset, dst_offset: 0, size };
+        // SAFETY: the test signals the gate from the host (`open`), waiting for nothing first.
+        unsafe { gate.signal_submitted(1) };
+        let copy = context
+            .submit(&[gate.at(1)], |rec| {
+                // SAFETY: the page buffer and `out` are live buffers of this device; the range is
+                // inside the page buffer and held (the caller declares the gate's use) until the
+                // copy has run.
+                unsafe { device.raw().cmd_copy_buffer(rec.raw(), src, out.raw(), &[region]) };
+            })
+            .unwrap();
+        GatedCopy { gate, context, copy, out }
+    }
+
+    fn open(self, device: &residency_vulkan::Device) -> residency_vulkan::Buffer {
+        let info =
+            residency_vulkan::ash::vk::SemaphoreSignalInfo::default().semaphore(self.gate.raw()).value(1);
+        // SAFETY: a timeline semaphore of this device, signalled once, upwards.
+        unsafe { device.raw().signal_semaphore(&info) }.unwrap();
+        self.context.wait(self.copy).unwrap();
+        self.out
+    }
 }
