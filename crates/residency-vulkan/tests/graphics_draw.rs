@@ -756,7 +756,7 @@ fn deferred_feedback_asks_for_what_direct_feedback_asks_for_software() {
 /// for nothing, and the good records
 /// (slot 0, a uv, LOD 0, nothing resident) ask for the mip-0 tile under their uv, once each with
 /// their pixels counted. `resolve_feedback` outside the
-/// frame's `record` or twice in one frame is refused.
+/// frame's `record`, into another recording than the frame's, or twice in one frame is refused.
 #[test]
 fn the_resolve_ignores_records_out_of_range() {
     use residency_core::streaming::FeedbackSampling;
@@ -774,6 +774,7 @@ fn the_resolve_ignores_records_out_of_range() {
         let t = streamer.add_texture("resolve", source("resolve")).unwrap();
         let id = t.id();
         let commands = CommandContext::new(&device, "resolve frames").unwrap();
+        let other = CommandContext::new(&device, "another recording").unwrap();
         let record = |slot: u32, uv: [f32; 2], lambda: f32, written: bool| -> [u32; 4] {
             [uv[0].to_bits(), uv[1].to_bits(), lambda.to_bits(), slot | 255 << 16 | u32::from(written) << 31]
         };
@@ -821,6 +822,16 @@ fn the_resolve_ignores_records_out_of_range() {
                             dst_access: A::SHADER_READ | A::SHADER_WRITE,
                         })
                         .unwrap();
+                        // Into another recording than the frame's: refused, and the frame's own
+                        // resolve still runs.
+                        let mut wrong = None;
+                        let elsewhere =
+                            other.submit(&[], |o| wrong = Some(bindings.resolve_feedback(o))).unwrap();
+                        assert!(
+                            matches!(wrong, Some(Err(StreamError::FrameOrder(_)))),
+                            "another recording: {wrong:?}"
+                        );
+                        other.wait_for(&elsewhere).unwrap();
                         bindings.resolve_feedback(rec).unwrap();
                         assert!(matches!(bindings.resolve_feedback(rec), Err(StreamError::FrameOrder(_))));
                     })

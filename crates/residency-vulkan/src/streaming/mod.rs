@@ -902,6 +902,8 @@ struct FrameContext<'a> {
     resolved: &'a AtomicBool,
     /// The device's universal timeline value submitted when the frame was recorded.
     recorded_after: &'a AtomicU64,
+    /// The command buffer the frame was recorded into (`resolve_feedback` records there only).
+    recorded_into: &'a AtomicU64,
     /// The announced value of each renderer timeline when the frame was recorded.
     recorded_floor: &'a std::sync::Mutex<Vec<(residency_core::sync::ClockId, u64)>>,
 }
@@ -1014,6 +1016,7 @@ impl<'a> FrameBindings<'a> {
         if ctx.recorded.swap(true, Ordering::AcqRel) {
             return Err(StreamError::FrameOrder("a frame recorded twice (or from inside its own draw)"));
         }
+        ctx.recorded_into.store(vk::Handle::as_raw(rec.raw()), Ordering::Release);
         if let Err(e) = self.record_streamer_part(rec) {
             // Refused before the uploader took the frame's copies (what can fail comes before:
             // the device check, the waits, the feedback reset, the copies' layout checks; the
@@ -1047,11 +1050,17 @@ impl<'a> FrameBindings<'a> {
     /// inside [`FrameBindings::record`]'s `draw`, after the draws that write feedback, to place
     /// it yourself (e.g. inside your own timestamps); otherwise `record` records it right after
     /// `draw`. Nothing is recorded without deferred feedback or in a frame that writes none.
-    /// Refused outside `record` and a second time in a frame ([`StreamError::FrameOrder`]).
+    /// Refused outside `record`, into another recording than the one `draw` was given, and a
+    /// second time in a frame ([`StreamError::FrameOrder`]).
     pub fn resolve_feedback(&self, rec: &mut Recording<'_>) -> Result<(), StreamError> {
         let ctx = &self.ctx;
         if !ctx.recorded.load(Ordering::Acquire) {
             return Err(StreamError::FrameOrder("resolve_feedback outside the frame's record"));
+        }
+        // The recording `draw` was given, not another one (whose command buffer would resolve
+        // the records apart from the frame's draws and barriers).
+        if ctx.recorded_into.load(Ordering::Acquire) != vk::Handle::as_raw(rec.raw()) {
+            return Err(StreamError::FrameOrder("resolve_feedback into another recording than the frame's"));
         }
         if ctx.resolved.swap(true, Ordering::AcqRel) {
             return Err(StreamError::FrameOrder("the frame's feedback resolved twice"));
@@ -1264,6 +1273,9 @@ pub struct Streamer {
     /// The universal value submitted when the current frame was recorded: `end_frame` refuses a
     /// use of residency's submissions that ends before the frame's own submission.
     recorded_after: AtomicU64,
+    /// The raw command buffer the current frame was recorded into: its feedback is resolved into
+    /// that recording only.
+    recorded_into: AtomicU64,
     /// The announced value of each renderer timeline when the current frame was recorded:
     /// `end_frame` refuses a point of one at or below it.
     recorded_floor: std::sync::Mutex<Vec<(residency_core::sync::ClockId, u64)>>,
@@ -1414,6 +1426,7 @@ impl Streamer {
             frame_uses: Vec::new(),
             recorded: AtomicBool::new(false),
             recorded_after: AtomicU64::new(0),
+            recorded_into: AtomicU64::new(0),
             recorded_floor: std::sync::Mutex::new(Vec::new()),
             cpu_feedback: false,
             unapplied: None,
@@ -2486,6 +2499,7 @@ impl Streamer {
                 record_extent: self.desc.deferred_feedback,
                 resolved: &self.resolved,
                 recorded_after: &self.recorded_after,
+                recorded_into: &self.recorded_into,
                 recorded_floor: &self.recorded_floor,
             },
         }
