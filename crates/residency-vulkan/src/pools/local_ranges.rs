@@ -53,7 +53,9 @@ pub struct LocalRanges {
     alignment: u64,
     /// Ranges whose GPU uses have passed, put here by the retire queue (any thread).
     returned: Arc<Returned>,
-    /// Uses of the ranges queued on the device: the pages retire after them.
+    /// Uses of the ranges queued on the device, and every use declared on a range
+    /// ([`LocalRange::used_until`]; a range leaked with `mem::forget` is never queued, and its
+    /// declared use must still hold its page): the pages retire after them.
     pending: RefCell<LastUses>,
 }
 
@@ -196,7 +198,8 @@ impl LocalRanges {
 impl Drop for LocalRanges {
     fn drop(&mut self) {
         // No range is alive (each borrows this); the queued ones retire before these pages, which
-        // wait for the same uses and for the residency work submitted so far.
+        // wait for the same uses, every use declared on a range (a forgotten one's too) and the
+        // residency work submitted so far.
         let uses = std::mem::take(self.pending.get_mut());
         let device = &self.pool.device;
         for block in self.pages.get_mut().blocks.drain(..).flatten() {
@@ -259,12 +262,15 @@ impl LocalRange<'_> {
     }
 
     /// Declares that GPU work the renderer submitted itself uses the range until `until`:
-    /// dropping it earlier defers its release until then. A use of another device is refused.
+    /// dropping it earlier defers its release until then, and its arena's pages wait for it even
+    /// if the range is never dropped (`mem::forget`). A use of another device is refused.
     pub fn used_until(&mut self, until: GpuUse) -> Result<(), crate::device::life::ForeignUse> {
         if until.device != self.ranges.pool.device.uid() {
             return Err(crate::device::life::ForeignUse);
         }
         self.uses.note(until.point);
+        // The arena's pages wait for it too, even if this range is never dropped (`mem::forget`).
+        self.ranges.pending.borrow_mut().note(until.point);
         Ok(())
     }
 
