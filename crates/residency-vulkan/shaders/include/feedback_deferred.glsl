@@ -42,18 +42,7 @@ uint feedbackRecordIndexShift(uvec2 p, uint strideLog2, uint blockLog2, uint row
     return (((cell.y * rowCells + cell.x) << blockLog2 | inner.y) << blockLog2) | inner.x;
 }
 
-// The sampling rule of `FeedbackSampling::pixel_writes` (as in feedback.glsl, which a shader may
-// include too).
-#ifndef RESIDENCY_FEEDBACK_PIXEL_WRITES
-#define RESIDENCY_FEEDBACK_PIXEL_WRITES
-bool feedbackPixelWrites(uvec2 p, uint frame, uint stride, uint interval) {
-    stride = clamp(stride, 1u, 65535u);
-    interval = max(interval, 1u);
-    if (frame % interval != 0u) return false;
-    uint j = (frame / interval) % (stride * stride);
-    return p.x % stride == j % stride && p.y % stride == j / stride;
-}
-#endif
+#include "feedback_sampling.glsl"
 
 // Stores the record of one sample at `index` (dropped past the buffer).
 void feedbackDefer(uint index, uint slot, uint layer, vec2 uv, float lambda, uint minLod) {
