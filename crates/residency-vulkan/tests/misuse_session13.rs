@@ -8,6 +8,7 @@
 //! back until the test lets it run.
 
 mod common;
+use common::pattern;
 #[path = "common/watchdog.rs"]
 mod watchdog;
 
@@ -35,18 +36,6 @@ fn gpu(what: &'static str, body: impl FnOnce(&Arc<Device>) + Send + 'static) {
     watchdog::within(what, move || {
         with_gpu(|set| body(&set.devices()[0]));
     });
-}
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// A renderer timeline the test signals once from the host, to 1: GPU work that waits for it

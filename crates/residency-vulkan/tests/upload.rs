@@ -6,17 +6,8 @@ use residency_core::usage::BufferUsage;
 use residency_vulkan::testing::with_gpu;
 use residency_vulkan::{BufferDesc, StagingMemory, UploadPath, Uploader, PARALLEL_COPY_PIECE};
 
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+mod common;
+use common::pattern;
 
 #[test]
 fn a_large_write_is_pipelined_through_the_ring_and_arrives_intact() {

@@ -249,3 +249,17 @@ pub fn own_command_buffer(device: &Device) -> (vk::CommandPool, vk::CommandBuffe
     let cmd = unsafe { device.raw().allocate_command_buffers(&alloc) }.unwrap()[0];
     (pool, cmd)
 }
+
+/// `len` pseudo-random bytes (xorshift64 from `seed`; 0 counts as 1): data that shows a byte out
+/// of place, different for every seed.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.max(1);
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
