@@ -5,7 +5,7 @@
 //! barrier before (earlier GPU work on the destinations finishes first) and after (later work sees
 //! the data), and submits it. Ring space comes back when the GPU has finished the frame that used it,
 //! so the CPU only waits when the ring is full. A write larger than a chunk
-//! ([`Uploader::with_chunk_bytes`], 4 MiB or a quarter of the ring) is streamed: each chunk gets
+//! ([`Uploader::with_chunk_bytes`], 16 MiB or a quarter of the ring) is streamed: each chunk gets
 //! ring space (a ring frame of its own) as soon as the ring has room, the copy threads
 //! ([`Uploader::with_copy_threads`]) stage pieces of every such chunk without a join per chunk,
 //! and the calling thread submits each chunk's copy as soon as its bytes are staged, staging
@@ -1613,10 +1613,13 @@ fn copy_barriers() -> ([vk::MemoryBarrier2<'static>; 1], [vk::MemoryBarrier2<'st
 
 use crate::resources::parallel_copy::{copy_in_parallel, stream_copy};
 
-/// The default [`Uploader::with_chunk_bytes`]: 4 MiB (a quarter of the ring where that is
-/// less). At the H200's 51 GB/s a 4 MiB copy takes 80 µs: the copy left after the host's last
-/// store is that short, where the quarter of a 64 MiB ring (the chunk before) left 330 µs.
-pub const DEFAULT_CHUNK_BYTES: u64 = 4 << 20;
+/// The default [`Uploader::with_chunk_bytes`]: 16 MiB (a quarter of the ring where that is
+/// less). Each chunk costs a submission and a hand-off between the staging threads and the
+/// submitting thread that the DMA does not hide: on the H200 (session 15's grid, 256 MiB and
+/// 1 GiB, `docs/benchmarks.md`) 8–16 MiB chunks ran 38–43 GB/s end to end where 4 MiB ran
+/// 29–40 and 1 MiB 17–27; the last chunk's copy, left after the host's last store, is 330 µs at
+/// 51 GB/s, a few percent of a write that size.
+pub const DEFAULT_CHUNK_BYTES: u64 = 16 << 20;
 
 /// The smallest [`Uploader::with_chunk_bytes`].
 const MIN_CHUNK: u64 = 64 << 10;
