@@ -307,3 +307,55 @@ impl Drop for LocalRange<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The `loom` model of the return box (the one part of a `LocalRanges` another thread
+    /// touches): the retire queue puts a range in under the box's lock and then raises the flag
+    /// (`ReturnRange::retire`); the arena clears the flag and then empties the box under its lock
+    /// (`take_returned`), and reads the flag without the lock before each allocation. Under every
+    /// interleaving of a put with a take, a range left in the box has the flag raised: none is
+    /// stranded until another range comes back.
+    fn return_box(clear_before_taking: bool) {
+        use loom::sync::atomic::AtomicBool;
+        use loom::sync::{Arc, Mutex};
+        use std::sync::atomic::Ordering;
+        loom::model(move || {
+            let any = Arc::new(AtomicBool::new(false));
+            let ranges = Arc::new(Mutex::new(Vec::<u32>::new()));
+            let retire = {
+                let (any, ranges) = (Arc::clone(&any), Arc::clone(&ranges));
+                loom::thread::spawn(move || {
+                    ranges.lock().unwrap().push(7);
+                    any.store(true, Ordering::Release);
+                })
+            };
+            // The arena takes whether or not it saw the flag (the model checks the take itself).
+            let taken = if clear_before_taking {
+                any.store(false, Ordering::Relaxed);
+                std::mem::take(&mut *ranges.lock().unwrap())
+            } else {
+                let taken = std::mem::take(&mut *ranges.lock().unwrap());
+                any.store(false, Ordering::Relaxed);
+                taken
+            };
+            retire.join().unwrap();
+            let left = ranges.lock().unwrap().len();
+            assert!(left == 0 || any.load(Ordering::Relaxed), "a returned range stranded with the flag down");
+            assert_eq!(taken.len() + left, 1, "the range is taken once or left once");
+        });
+    }
+
+    #[test]
+    fn loom_a_returned_range_is_never_stranded() {
+        return_box(true);
+    }
+
+    /// The model has teeth: clearing the flag after emptying the box strands a range put in
+    /// between.
+    #[test]
+    #[should_panic(expected = "stranded with the flag down")]
+    fn loom_clearing_the_flag_after_taking_strands_a_range() {
+        return_box(false);
+    }
+}
