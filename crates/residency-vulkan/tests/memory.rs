@@ -282,14 +282,7 @@ fn placed_images_and_buffers_never_share_a_granularity_page() {
 fn pool_ranges_are_light_ranges_of_page_buffers_released_after_the_gpu() {
     with_gpu(|set| {
         let device = &set.devices()[0];
-        let usage = BufferUsage::UNIFORM | BufferUsage::COPY_SRC;
-        let pool = BufferPool::new(
-            Arc::clone(device),
-            BufferPoolDesc::new("range pool", BufferPoolUsage::Known(usage))
-                .with_memory(MemoryIntent::Upload)
-                .with_page_size(1 << 20),
-        )
-        .unwrap();
+        let pool = uniform_upload_pool(device, "range pool");
         let floor = device.limits().min_uniform_buffer_offset_alignment.max(16);
         let mut ranges: Vec<_> = (0..8u64).map(|i| pool.allocate_range(100 + i, 0).unwrap()).collect();
         let mut spans: Vec<_> = ranges.iter().map(|r| (r.offset(), r.offset() + r.size())).collect();
@@ -437,14 +430,7 @@ fn local_ranges_are_the_threads_own_pages_released_after_the_gpu() {
         let device = &set.devices()[0];
         device.release_empty_heaps();
         let objects = device.ledger().memory_objects();
-        let usage = BufferUsage::UNIFORM | BufferUsage::COPY_SRC;
-        let pool = BufferPool::new(
-            Arc::clone(device),
-            BufferPoolDesc::new("local pool", BufferPoolUsage::Known(usage))
-                .with_memory(MemoryIntent::Upload)
-                .with_page_size(1 << 20),
-        )
-        .unwrap();
+        let pool = uniform_upload_pool(device, "local pool");
         let local = pool.local_ranges().unwrap();
         assert_eq!(local.stats().pages, 0, "no memory before the first range");
         let floor = device.limits().min_uniform_buffer_offset_alignment.max(16);
@@ -569,4 +555,13 @@ impl GatedCopy {
         self.context.wait(self.copy).unwrap();
         self.out
     }
+}
+
+/// A known-flags pool of uniform (and copy-source) ranges in host-visible memory, 1 MiB pages.
+fn uniform_upload_pool(device: &Arc<residency_vulkan::Device>, name: &str) -> BufferPool {
+    let usage = BufferUsage::UNIFORM | BufferUsage::COPY_SRC;
+    let desc = BufferPoolDesc::new(name, BufferPoolUsage::Known(usage))
+        .with_memory(MemoryIntent::Upload)
+        .with_page_size(1 << 20);
+    BufferPool::new(Arc::clone(device), desc).unwrap()
 }

@@ -3,11 +3,7 @@
 # twice (w3-range with residency-local), contention with every contender at 1-16 threads, uploads
 # at the defaults.
 set -u
-for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-cd .h200 && tar xzf bins1.tgz && mkdir -p r && rm -f r/*
-save() { tar czf $OUT/r.tgz r; }
-step() { local n=$1 t=$2; shift 2; local s=$(date +%s); timeout $t "$@" > r/$n 2> r/$n.err; echo "$n rc=$? $(( $(date +%s) - s )) s" >> r/log.txt; save; }
+source docs/devices/h200-prelude.sh bins1.tgz
 for t in memory concurrency; do
   step test-$t.txt 120 env RESIDENCY_REQUIRE_GPU=1 RESIDENCY_VALIDATION=sync RESIDENCY_REQUIRE_VALIDATION=1 ./b/t-$t --test-threads 1
 done

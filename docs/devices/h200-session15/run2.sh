@@ -3,11 +3,7 @@
 # 32-256 MiB, 8 and 16 threads) at 256 MiB and 1 GiB, to find whether a default reaches issue #31's
 # 40 / 45 GB/s; W1/W2 a third time.
 set -u
-for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-cd .h200 && tar xzf bins1.tgz && mkdir -p r && rm -f r/*
-save() { tar czf $OUT/r.tgz r; }
-step() { local n=$1 t=$2; shift 2; local s=$(date +%s); timeout $t "$@" > r/$n 2> r/$n.err; echo "$n rc=$? $(( $(date +%s) - s )) s" >> r/log.txt; save; }
+source docs/devices/h200-prelude.sh bins1.tgz
 step upload-grid-256.json 180 ./b/residency-bench upload --json --mib 256 --no-import --reps 3 --grid-staging wc --grid-ring-mib 32,64,128,256 --grid-chunk-kib 4096,8192,16384,32768 --grid-threads 8,16 --grid-streaming off
 step upload-grid-1g.json 200 ./b/residency-bench upload --json --mib 1024 --ring-mib 128 --no-import --reps 3 --grid-staging wc --grid-ring-mib 64,128,256 --grid-chunk-kib 8192,16384,32768 --grid-threads 8,16 --grid-streaming off,on
 step alloc-w12.json 60 ./b/residency-bench alloc --only w1,w2 --json
