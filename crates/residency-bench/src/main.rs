@@ -12,7 +12,7 @@
 //!   benchmark (see `tight`).
 //! - `residency-bench sparse [--full] [--side-tiles N] [--per-tile-max N] [--reps N] [--json]`:
 //!   issue 5's tile binding and upload benchmark (see `sparse`).
-//! - `residency-bench upload [--mib N] [--ring-mib N] [--threads N] [--reps N] [--chunk-kib N] [--staging wc|cached] [--no-import] [--import-chunk-mib N] [--import-threads N] [--sweep] [--grid-staging wc,cached] [--grid-ring-mib A,B] [--grid-chunk-kib A,B] [--grid-threads A,B] [--grid-streaming on,off] [--json]`: a host
+//! - `residency-bench upload [--mib N] [--ring-mib N] [--threads N] [--reps N] [--chunk-kib N] [--window-mib N] [--staging wc|cached] [--no-import] [--import-chunk-mib N] [--import-threads N] [--sweep] [--grid-staging wc,cached] [--grid-ring-mib A,B] [--grid-chunk-kib A,B] [--grid-threads A,B] [--grid-streaming on,off] [--json]`: a host
 //!   slice to device-local memory, end to end and the DMA part alone (see `upload`).
 //! - `residency-bench defrag [--mib N] [--images N] [--tiles N] [--seed S] [--max-passes N]
 //!   [--dump PREFIX] [--json]`: issue 18's defragmentation of general heaps (buffers and images)
@@ -61,7 +61,7 @@ const USAGE: &str = "usage:
   residency-bench sparse [--full] [--side-tiles N] [--per-tile-max N] [--reps N] [--json]
   residency-bench sync [--buffers N] [--frames N] [--passes N] [--seed S] [--json]
   residency-bench contention [--threads 1,2,4,8,16] [--ops N] [--only driver,vma,...] [--json]
-  residency-bench upload [--mib N] [--ring-mib N] [--threads N] [--reps N] [--chunk-kib N] [--staging wc|cached] [--no-import] [--import-chunk-mib N] [--import-threads N] [--sweep] [--grid-staging wc,cached] [--grid-ring-mib A,B] [--grid-chunk-kib A,B] [--grid-threads A,B] [--grid-streaming on,off] [--json]
+  residency-bench upload [--mib N] [--ring-mib N] [--threads N] [--reps N] [--chunk-kib N] [--window-mib N] [--staging wc|cached] [--no-import] [--import-chunk-mib N] [--import-threads N] [--sweep] [--grid-staging wc,cached] [--grid-ring-mib A,B] [--grid-chunk-kib A,B] [--grid-threads A,B] [--grid-streaming on,off] [--json]
   residency-bench defrag [--mib N] [--images N] [--tiles N] [--seed S] [--max-passes N] [--dump PREFIX] [--json]
   residency-bench pressure [--frames N] [--budget-mib N] [--buffers-mib N] [--buffer-kib N] [--touch-kib N] [--working-set PERCENT] [--per-frame-mib N] [--json]
   residency-bench sparse-capacity [--side N] [--no-mips] [--layers N] [--max N]";

@@ -53,6 +53,8 @@ pub struct UploadOptions {
     sweep: bool,
     /// Bytes per chunk of the main rows (`None`: the uploader's default, a quarter of the ring).
     chunk_kib: Option<u64>,
+    /// `Uploader::with_stream_window` of the main rows (`None`: the uploader's default).
+    window_mib: Option<u64>,
     /// The staging memory of the main rows.
     staging: StagingMemory,
     /// Leave out the zero-copy row.
@@ -103,6 +105,7 @@ pub fn parse_options(args: &[String]) -> Result<UploadOptions, String> {
         import_threads: None,
         sweep: false,
         chunk_kib: None,
+        window_mib: None,
         staging: StagingMemory::WriteCombined,
         no_import: false,
         grid_staging: Vec::new(),
@@ -124,6 +127,7 @@ pub fn parse_options(args: &[String]) -> Result<UploadOptions, String> {
             "--import-threads" => o.import_threads = Some(number("--import-threads")? as usize),
             "--sweep" => o.sweep = true,
             "--chunk-kib" => o.chunk_kib = Some(number("--chunk-kib")?),
+            "--window-mib" => o.window_mib = Some(number("--window-mib")?),
             "--staging" => o.staging = staging_kind(it.next().map_or("", |s| s.as_str()))?,
             "--no-import" => o.no_import = true,
             "--grid-staging" => {
@@ -162,6 +166,8 @@ struct UploadReport {
     reps: usize,
     /// Bytes per staged and submitted chunk of the main rows.
     chunk_bytes: u64,
+    /// `Uploader::stream_window` of the main rows.
+    stream_window_bytes: u64,
     /// The staging memory of the main rows (`wc` or `cached`), and the flags of the type each
     /// kind prefers (the ring's type where the buffer's requirements allow it, as on NVIDIA).
     staging_memory: &'static str,
@@ -295,8 +301,12 @@ fn measure(device: &Arc<Device>, o: &UploadOptions) -> BenchResult<UploadReport>
     let ring = o.ring_mib << 20;
     let new_uploader = |name: &str| -> BenchResult<Uploader> {
         let uploader = Uploader::with_staging_memory(device, name, ring, o.staging)?;
-        Ok(match o.chunk_kib {
+        let uploader = match o.chunk_kib {
             Some(kib) => uploader.with_chunk_bytes(kib << 10),
+            None => uploader,
+        };
+        Ok(match o.window_mib {
+            Some(mib) => uploader.with_stream_window(mib << 20),
             None => uploader,
         })
     };
@@ -307,6 +317,7 @@ fn measure(device: &Arc<Device>, o: &UploadOptions) -> BenchResult<UploadReport>
     };
     let threads = threaded.copy_threads();
     let chunk_bytes = threaded.chunk_bytes();
+    let stream_window_bytes = threaded.stream_window();
     let single = new_uploader("upload bench (1 thread)")?.with_copy_threads(1);
     let streaming = new_uploader("upload bench (streaming stores)")?
         .with_copy_threads(threads)
@@ -459,6 +470,7 @@ fn measure(device: &Arc<Device>, o: &UploadOptions) -> BenchResult<UploadReport>
         threads,
         reps: o.reps,
         chunk_bytes,
+        stream_window_bytes,
         staging_memory: staging_name(o.staging),
         wc_type: preferred_type(device, StagingMemory::WriteCombined),
         cached_type: preferred_type(device, StagingMemory::Cached),

@@ -44,19 +44,29 @@ fn small_chunks_in_either_staging_memory_arrive_intact_in_order() {
         let device = &set.devices()[0];
         let usage = BufferUsage::COPY_DST | BufferUsage::COPY_SRC | BufferUsage::STORAGE;
         for memory in [StagingMemory::WriteCombined, StagingMemory::Cached] {
-            for (chunk, streaming) in
-                [(1u64 << 20, false), ((2 << 20) + 4096, true), (1, false), (u64::MAX, true)]
-            {
+            for (chunk, streaming, window) in [
+                (1u64 << 20, false, None),
+                ((2 << 20) + 4096, true, Some(0)),
+                (1, false, Some(1 << 20)),
+                (u64::MAX, true, Some(u64::MAX)),
+                (1 << 20, true, Some(3 << 20)),
+            ] {
                 // 6 MiB of ring: 1 MiB chunks (each staged while the last one's copy is
                 // submitted), chunks that leave an odd remainder, the smallest chunk (64 KiB)
-                // and the largest (half the ring), the ring wrapping many times.
-                let uploader = Uploader::with_staging_memory(device, "chunked upload", 6 << 20, memory)
+                // and the largest (half the ring), the ring wrapping many times; streamed writes
+                // confined to a window of the ring (at least two chunks, at most the ring).
+                let mut uploader = Uploader::with_staging_memory(device, "chunked upload", 6 << 20, memory)
                     .unwrap()
                     .with_copy_threads(3)
                     .with_chunk_bytes(chunk)
                     .with_streaming_stores(streaming);
+                if let Some(window) = window {
+                    uploader = uploader.with_stream_window(window);
+                }
                 assert_eq!(uploader.staging_memory(), memory);
-                assert_eq!(uploader.chunk_bytes(), chunk.clamp(64 << 10, 3 << 20));
+                let chunk = chunk.clamp(64 << 10, 3 << 20);
+                assert_eq!(uploader.chunk_bytes(), chunk);
+                assert_eq!(uploader.stream_window(), window.unwrap_or(6 << 20).clamp(2 * chunk, 6 << 20));
                 let len = (13 << 20) + 5;
                 let dst = device
                     .create_buffer(&BufferDesc::new("chunked destination", len as u64 + 32, usage))

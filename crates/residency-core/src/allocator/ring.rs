@@ -133,14 +133,29 @@ impl RingAllocator {
     /// [`RingError::TooLarge`] when the request could never fit, [`RingError::Full`] when it can fit
     /// only after older frames retire.
     pub fn allocate(&mut self, size: u64, alignment: u64) -> Result<RingAllocation, RingError> {
+        self.allocate_within(size, alignment, self.capacity)
+    }
+
+    /// [`allocate`](Self::allocate), with the allocation inside the ring's first `window` bytes
+    /// (at most the capacity): when it does not fit before `window`, the bytes up to the end of
+    /// the ring are skipped as at the end. A run of such allocations cycles through the window
+    /// only, so it touches `window` bytes of the ring's memory however large the ring is.
+    /// Errors: as `allocate`, with [`RingError::TooLarge`] when the request exceeds the window.
+    pub fn allocate_within(
+        &mut self,
+        size: u64,
+        alignment: u64,
+        window: u64,
+    ) -> Result<RingAllocation, RingError> {
+        let window = window.min(self.capacity);
         if size == 0 {
             return Err(RingError::ZeroSize);
         }
         if !alignment.is_power_of_two() {
             return Err(RingError::AlignmentNotPowerOfTwo { alignment });
         }
-        if size > self.capacity {
-            return Err(RingError::TooLarge { size, alignment, capacity: self.capacity });
+        if size > window {
+            return Err(RingError::TooLarge { size, alignment, capacity: window });
         }
         if self.head == self.tail && self.pending.is_empty() && self.head % self.capacity != 0 {
             // Nothing is live: restart at offset 0 so the whole ring is one contiguous run.
@@ -152,11 +167,12 @@ impl RingAllocator {
         let physical = self.head % self.capacity;
         let aligned = physical.checked_add(alignment - 1).map(|v| v & !(alignment - 1));
         let (offset, consumed) = match aligned {
-            Some(aligned) if aligned.checked_add(size).is_some_and(|end| end <= self.capacity) => {
+            Some(aligned) if aligned.checked_add(size).is_some_and(|end| end <= window) => {
                 (aligned, aligned - physical + size)
             }
-            // Does not fit before the end: skip to offset 0 (aligned for every alignment). The sum
-            // overflows only for rings near 2^64 bytes, where it is more than is free anyway.
+            // Does not fit before the end (or the window): skip the rest of the ring, to offset 0
+            // (aligned for every alignment). The sum overflows only for rings near 2^64 bytes,
+            // where it is more than is free anyway.
             _ => (0, (self.capacity - physical).saturating_add(size)),
         };
         if consumed > self.free_bytes() || self.head.checked_add(consumed).is_none() {

@@ -86,14 +86,22 @@ fn an_empty_ring_restarts_at_offset_zero() {
 
 #[derive(Clone, Debug)]
 enum Op {
-    Alloc { size: u64, align_log2: u32 },
+    /// `window`: through `allocate_within` (the window's share of the ring, in 1/8ths).
+    Alloc {
+        size: u64,
+        align_log2: u32,
+        window: Option<u64>,
+    },
     Finish,
-    Retire { back: u64 },
+    Retire {
+        back: u64,
+    },
 }
 
 fn op_strategy() -> impl Strategy<Value = Op> {
     prop_oneof![
-        6 => (1u64..=300, 0u32..=8).prop_map(|(size, align_log2)| Op::Alloc { size, align_log2 }),
+        6 => (1u64..=300, 0u32..=8, prop::option::of(1u64..=8))
+            .prop_map(|(size, align_log2, window)| Op::Alloc { size, align_log2, window }),
         2 => Just(Op::Finish),
         1 => (0u64..4).prop_map(|back| Op::Retire { back }),
     ]
@@ -108,12 +116,17 @@ proptest! {
         let mut live: Vec<RingAllocation> = Vec::new();
         for op in ops {
             match op {
-                Op::Alloc { size, align_log2 } => {
+                Op::Alloc { size, align_log2, window } => {
                     let alignment = 1u64 << align_log2;
-                    match r.allocate(size, alignment) {
+                    let limit = window.map_or(capacity, |eighths| (capacity * eighths / 8).max(1));
+                    let result = match window {
+                        Some(_) => r.allocate_within(size, alignment, limit),
+                        None => r.allocate(size, alignment),
+                    };
+                    match result {
                         Ok(a) => {
                             prop_assert_eq!(a.offset % alignment, 0);
-                            prop_assert!(a.offset + a.size <= capacity);
+                            prop_assert!(a.offset + a.size <= limit, "{:?} past the window {}", a, limit);
                             prop_assert_eq!(a.frame, r.open_frame());
                             for b in &live {
                                 prop_assert!(a.offset + a.size <= b.offset || b.offset + b.size <= a.offset,
@@ -125,7 +138,7 @@ proptest! {
                             // With nothing live the whole ring is free from offset 0: anything fits.
                             prop_assert!(!live.is_empty() || r.pending_frames() > 0);
                         }
-                        Err(RingError::TooLarge { .. }) => prop_assert!(size > capacity),
+                        Err(RingError::TooLarge { .. }) => prop_assert!(size > limit),
                         Err(e) => prop_assert!(false, "unexpected error {}", e),
                     }
                 }
@@ -144,4 +157,35 @@ proptest! {
             r.check_invariants().unwrap();
         }
     }
+}
+
+#[test]
+fn allocations_within_a_window_cycle_through_its_bytes_only() {
+    let mut r = ring(1000);
+    let mut offsets = Vec::new();
+    for _ in 0..6 {
+        let a = r.allocate_within(100, 1, 250).unwrap();
+        offsets.push(a.offset);
+        let frame = r.finish_frame();
+        r.retire(frame).unwrap();
+    }
+    // Two fit before the window's end; the third skips the rest of the ring to offset 0 (once
+    // the ring is empty it restarts there anyway).
+    assert!(offsets.iter().all(|&o| o + 100 <= 250), "{offsets:?}");
+    assert_eq!(
+        r.allocate_within(300, 1, 250).unwrap_err(),
+        RingError::TooLarge { size: 300, alignment: 1, capacity: 250 }
+    );
+    // With a frame in flight at the start of the window, the skip waits for it like the end does.
+    let mut r = ring(1000);
+    let a = r.allocate_within(100, 1, 250).unwrap();
+    let f0 = r.finish_frame();
+    let b = r.allocate_within(100, 1, 250).unwrap();
+    assert_eq!((a.offset, b.offset), (0, 100));
+    let f1 = r.finish_frame();
+    assert!(matches!(r.allocate_within(100, 1, 250), Err(RingError::Full { .. })), "needs frame 0's bytes");
+    r.retire(f0).unwrap();
+    assert_eq!(r.allocate_within(100, 1, 250).unwrap().offset, 0);
+    r.retire(f1).unwrap();
+    r.check_invariants().unwrap();
 }

@@ -554,6 +554,9 @@ pub struct Uploader {
     /// most a quarter of the ring;
     /// [`Uploader::with_chunk_bytes`]).
     chunk_bytes: Option<u64>,
+    /// The part of the ring a streamed write's chunks cycle through (`None`: the whole ring;
+    /// [`Uploader::with_stream_window`]).
+    stream_window: Option<u64>,
 }
 
 /// The host memory an [`Uploader`]'s staging ring lives in ([`Uploader::with_staging_memory`]).
@@ -638,6 +641,7 @@ impl Uploader {
             streaming_stores: true,
             staging_memory: memory,
             chunk_bytes: None,
+            stream_window: None,
         })
     }
 
@@ -657,6 +661,22 @@ impl Uploader {
     pub fn with_chunk_bytes(mut self, bytes: u64) -> Uploader {
         self.chunk_bytes = Some(bytes);
         self
+    }
+
+    /// Sets how much of the ring a streamed write (one larger than a chunk) cycles through: its
+    /// chunks take ring space within the ring's first `bytes` (at least two chunks, at most the
+    /// ring; default the whole ring), so a long write touches that much staging memory however
+    /// large the ring is. Other writes use the whole ring.
+    pub fn with_stream_window(mut self, bytes: u64) -> Uploader {
+        self.stream_window = Some(bytes);
+        self
+    }
+
+    /// The bytes of the ring a streamed write cycles through (see
+    /// [`Uploader::with_stream_window`]).
+    pub fn stream_window(&self) -> u64 {
+        let capacity = self.staging.size();
+        self.stream_window.unwrap_or(capacity).clamp((2 * self.chunk_bytes()).min(capacity), capacity)
     }
 
     /// Bytes of one chunk of a large write (see [`Uploader::with_chunk_bytes`]).
@@ -860,6 +880,7 @@ impl Uploader {
         // Ring offset and frame of each chunk given space.
         let mut placed: Vec<(u64, FrameId)> = Vec::new();
         let mut submitted = 0usize;
+        let window = self.stream_window();
         let mut failed = None;
         stream_copy(data, chunk, self.copy_threads, self.streaming_stores, |s| {
             let last = s.chunks() - 1;
@@ -892,7 +913,7 @@ impl Uploader {
                 while s.published() < s.chunks() {
                     self.reclaim(state);
                     let len = s.chunk_len(s.published()) as u64;
-                    let allocation = match state.ring.allocate(len, STAGING_ALIGNMENT) {
+                    let allocation = match state.ring.allocate_within(len, STAGING_ALIGNMENT, window) {
                         Ok(a) => a,
                         Err(RingError::Full { .. }) => break,
                         Err(e) => unreachable!("chunks are non-empty and at most half the ring: {e}"),
