@@ -53,7 +53,7 @@ pub struct UploadOptions {
     sweep: bool,
     /// Bytes per chunk of the main rows (`None`: the uploader's default, a quarter of the ring).
     chunk_kib: Option<u64>,
-    /// `Uploader::with_stream_window` of the main rows (`None`: the uploader's default).
+    /// `Uploader::with_stream_window` of the main rows (`None`: the uploader's default, 32 MiB).
     window_mib: Option<u64>,
     /// The staging memory of the main rows.
     staging: StagingMemory,

@@ -86,7 +86,7 @@ pub use sync::commands::{CommandContext, ReadBackError, Submission};
 pub use sync::frame::PendingFrame;
 pub use sync::upload::{
     ImageRegion, ImageTarget, StagingMemory, UploadError, UploadPath, Uploader, DEFAULT_CHUNK_BYTES,
-    DEFAULT_IMPORT_CHUNK, DEFAULT_IMPORT_THRESHOLD, PARALLEL_COPY_PIECE,
+    DEFAULT_IMPORT_CHUNK, DEFAULT_IMPORT_THRESHOLD, DEFAULT_STREAM_WINDOW, PARALLEL_COPY_PIECE,
 };
 pub use validation::{Severity, ValidationLog, ValidationMessage, ValidationMode};
 
