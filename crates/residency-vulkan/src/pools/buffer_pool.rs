@@ -347,7 +347,7 @@ pub(crate) struct PoolShared {
     pending: PendingUses,
     id: ObjectId,
     /// A known-flags pool's range alignment (its flags' floors), computed once.
-    pub(super) known_range_alignment: Option<u64>,
+    known_range_alignment: Option<u64>,
 }
 
 /// One arena of a pool as its buffers and ranges hold it: their parent (it keeps the pool, and
@@ -461,10 +461,6 @@ impl BufferPool {
                 intent: desc.memory,
             });
         };
-        // Every block of a pool's page is a buffer or a range (`ResourceKind::Linear`), and linear
-        // resources never conflict with each other: `bufferImageGranularity` cannot apply, so the
-        // pages' allocators take none (and skip the neighbour checks it would cost on every
-        // allocation; the placements are the same).
         let make_arena = |arena: u32| {
             let name = if desc.arenas > 1 {
                 format!("{} arena {arena} page", desc.name)
@@ -614,8 +610,19 @@ impl PoolShared {
 
     /// The usage's offset floors (descriptor offsets, acceleration structures, shader tables,
     /// build scratch): what a range or a placed buffer of this usage is aligned to, at least 16.
-    pub(super) fn range_alignment(&self, usage: BufferUsage) -> u64 {
+    fn range_alignment(&self, usage: BufferUsage) -> u64 {
         range_alignment(&self.device, usage)
+    }
+
+    /// A known-flags pool's range alignment (its flags' offset floors, at least 16 B, computed
+    /// once); refused for an unknown-flags pool, whose pages have no page buffer to take ranges
+    /// of ([`BufferPool::allocate_range`], [`BufferPool::local_ranges`]).
+    pub(super) fn known_range_alignment(&self) -> Result<u64, MemoryError> {
+        self.known_range_alignment.ok_or_else(|| MemoryError::Unsatisfiable {
+            name: self.desc.name.clone(),
+            reason: "ranges come from a known-flags pool's page buffers; this pool's flags are unknown"
+                .into(),
+        })
     }
 
     fn invalid(&self, init: &BufferInit, reason: String) -> MemoryError {
@@ -1307,21 +1314,14 @@ impl BufferPool {
     pub fn allocate_range(&self, size: u64, alignment: u64) -> Result<PoolRange, MemoryError> {
         let s = &self.shared;
         let invalid = |source| MemoryError::InvalidRequest { name: s.desc.name.clone(), source };
-        let BufferPoolUsage::Known(pool_usage) = s.desc.usage else {
-            return Err(MemoryError::Unsatisfiable {
-                name: s.desc.name.clone(),
-                reason: "ranges come from a known-flags pool's page buffers; this pool's flags are unknown"
-                    .into(),
-            });
-        };
+        let floor = s.known_range_alignment()?;
         if size == 0 {
             return Err(invalid(residency_core::allocator::AllocError::ZeroSize));
         }
         if alignment != 0 && !alignment.is_power_of_two() {
             return Err(invalid(residency_core::allocator::AllocError::AlignmentNotPowerOfTwo { alignment }));
         }
-        let alignment =
-            s.known_range_alignment.unwrap_or_else(|| s.range_alignment(pool_usage)).max(alignment);
+        let alignment = floor.max(alignment);
         let arena = self.handle();
         let (allocation, page, lent) = s.allocate_lending(arena, &s.desc.name, size, alignment, true)?;
         let (memory, mapped) = (page.memory, page.mapped);

@@ -22,7 +22,6 @@ use crate::resources::buffer::AccessError;
 use ash::vk;
 use residency_core::allocator::{AllocError, ResourceKind};
 use residency_core::sync::LastUses;
-use residency_core::usage::BufferPoolUsage;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -103,17 +102,11 @@ impl BufferPool {
     /// ([`MemoryError::Unsatisfiable`]): an unknown-flags pool.
     pub fn local_ranges(&self) -> Result<LocalRanges, MemoryError> {
         let s = &self.shared;
-        let BufferPoolUsage::Known(usage) = s.desc.usage else {
-            return Err(MemoryError::Unsatisfiable {
-                name: s.desc.name.clone(),
-                reason: "ranges come from a known-flags pool's page buffers; this pool's flags are unknown"
-                    .into(),
-            });
-        };
+        let alignment = s.known_range_alignment()?;
         let name = format!("{} local page", s.desc.name);
         Ok(LocalRanges {
             pages: RefCell::new(page_list(&s.device, &s.desc, name, s.type_index)),
-            alignment: s.known_range_alignment.unwrap_or_else(|| s.range_alignment(usage)),
+            alignment,
             pool: Arc::clone(s),
             returned: Arc::default(),
             pending: RefCell::default(),

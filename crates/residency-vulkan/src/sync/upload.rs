@@ -555,8 +555,8 @@ pub struct Uploader {
     /// most a quarter of the ring;
     /// [`Uploader::with_chunk_bytes`]).
     chunk_bytes: Option<u64>,
-    /// The part of the ring a streamed write's chunks cycle through (`None`: the whole ring;
-    /// [`Uploader::with_stream_window`]).
+    /// The part of the ring a streamed write's chunks cycle through (`None`:
+    /// [`DEFAULT_STREAM_WINDOW`]; [`Uploader::with_stream_window`]).
     stream_window: Option<u64>,
 }
 
@@ -919,7 +919,7 @@ impl Uploader {
                     let allocation = match state.ring.allocate_within(len, STAGING_ALIGNMENT, window) {
                         Ok(a) => a,
                         Err(RingError::Full { .. }) => break,
-                        Err(e) => unreachable!("chunks are non-empty and at most half the ring: {e}"),
+                        Err(e) => unreachable!("chunks are non-empty and at most half the window: {e}"),
                     };
                     // A frame of its own: its space comes back once its own copy has run.
                     let frame = state.ring.finish_frame();
