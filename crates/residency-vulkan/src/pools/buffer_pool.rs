@@ -625,6 +625,23 @@ impl PoolShared {
         })
     }
 
+    /// The alignment a range of `size` bytes at a multiple of `alignment` (0: none) takes in this
+    /// known-flags pool: the flags' floors, and the caller's on top. Refused: an unknown-flags
+    /// pool ([`MemoryError::Unsatisfiable`]), a zero size or an alignment that is not a power of
+    /// two ([`MemoryError::InvalidRequest`]).
+    pub(super) fn range_request(&self, size: u64, alignment: u64) -> Result<u64, MemoryError> {
+        use residency_core::allocator::AllocError;
+        let floor = self.known_range_alignment()?;
+        let invalid = |source| MemoryError::InvalidRequest { name: self.desc.name.clone(), source };
+        if size == 0 {
+            return Err(invalid(AllocError::ZeroSize));
+        }
+        if alignment != 0 && !alignment.is_power_of_two() {
+            return Err(invalid(AllocError::AlignmentNotPowerOfTwo { alignment }));
+        }
+        Ok(floor.max(alignment))
+    }
+
     fn invalid(&self, init: &BufferInit, reason: String) -> MemoryError {
         MemoryError::Unsatisfiable { name: init.name.to_string(), reason }
     }
@@ -1313,15 +1330,7 @@ impl BufferPool {
     /// larger than a page gets a page of its own.
     pub fn allocate_range(&self, size: u64, alignment: u64) -> Result<PoolRange, MemoryError> {
         let s = &self.shared;
-        let invalid = |source| MemoryError::InvalidRequest { name: s.desc.name.clone(), source };
-        let floor = s.known_range_alignment()?;
-        if size == 0 {
-            return Err(invalid(residency_core::allocator::AllocError::ZeroSize));
-        }
-        if alignment != 0 && !alignment.is_power_of_two() {
-            return Err(invalid(residency_core::allocator::AllocError::AlignmentNotPowerOfTwo { alignment }));
-        }
-        let alignment = floor.max(alignment);
+        let alignment = s.range_request(size, alignment)?;
         let arena = self.handle();
         let (allocation, page, lent) = s.allocate_lending(arena, &s.desc.name, size, alignment, true)?;
         let (memory, mapped) = (page.memory, page.mapped);

@@ -20,7 +20,7 @@ use crate::poison::PoisonFree;
 use crate::pools::buffer_pool::{page_list, BufferPool, PoolShared, RangeSpan};
 use crate::resources::buffer::AccessError;
 use ash::vk;
-use residency_core::allocator::{AllocError, ResourceKind};
+use residency_core::allocator::ResourceKind;
 use residency_core::sync::LastUses;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -48,8 +48,6 @@ use std::sync::{Arc, Mutex};
 pub struct LocalRanges {
     pool: Arc<PoolShared>,
     pages: RefCell<BlockList>,
-    /// The pool flags' offset floors (at least 16 B).
-    alignment: u64,
     /// Ranges whose GPU uses have passed, put here by the retire queue (any thread).
     returned: Arc<Returned>,
     /// Uses of the ranges queued on the device, and every use declared on a range
@@ -102,11 +100,10 @@ impl BufferPool {
     /// ([`MemoryError::Unsatisfiable`]): an unknown-flags pool.
     pub fn local_ranges(&self) -> Result<LocalRanges, MemoryError> {
         let s = &self.shared;
-        let alignment = s.known_range_alignment()?;
+        s.known_range_alignment()?;
         let name = format!("{} local page", s.desc.name);
         Ok(LocalRanges {
             pages: RefCell::new(page_list(&s.device, &s.desc, name, s.type_index)),
-            alignment,
             pool: Arc::clone(s),
             returned: Arc::default(),
             pending: RefCell::default(),
@@ -120,20 +117,14 @@ impl LocalRanges {
     /// alignment that is not a power of two ([`MemoryError::InvalidRequest`]), and a new page over
     /// budget or out of memory. A range larger than a page gets a page of its own.
     pub fn allocate(&self, size: u64, alignment: u64) -> Result<LocalRange<'_>, MemoryError> {
-        let invalid = |source| MemoryError::InvalidRequest { name: self.pool.desc.name.clone(), source };
-        if size == 0 {
-            return Err(invalid(AllocError::ZeroSize));
-        }
-        if alignment != 0 && !alignment.is_power_of_two() {
-            return Err(invalid(AllocError::AlignmentNotPowerOfTwo { alignment }));
-        }
+        let alignment = self.pool.range_request(size, alignment)?;
         if self.returned.any.load(Ordering::Relaxed) {
             self.take_returned();
         }
         let request = SubRequest {
             name: &self.pool.desc.name,
             size,
-            alignment: self.alignment.max(alignment),
+            alignment,
             kind: ResourceKind::Linear,
             allow_over_budget: self.pool.desc.allow_over_budget,
         };
