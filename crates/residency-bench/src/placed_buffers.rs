@@ -120,6 +120,27 @@ impl BufferMaker for PoolMaker {
     }
 }
 
+/// Ours: a thread's own ranges of a known-flags pool (`LocalRanges`, no lock); its ranges borrow
+/// it, so the maker is a reference and the slots live only through one cycle (`LocalContender`).
+impl<'a> BufferMaker for &'a LocalRanges {
+    type Handle = LocalRange<'a>;
+
+    #[inline]
+    fn create(&mut self, _index: Option<usize>, init: &BufferInit) -> Result<LocalRange<'a>, String> {
+        self.allocate(init.size, init.alignment).map_err(|e| e.to_string())
+    }
+
+    #[inline]
+    fn destroy(&mut self, handle: LocalRange<'a>) {
+        drop(handle);
+    }
+
+    fn location(&self, handle: &LocalRange<'a>) -> (u64, u64) {
+        let (memory, offset) = handle.memory();
+        (vk::Handle::as_raw(memory), offset)
+    }
+}
+
 /// Ours: light ranges of a known-flags pool's page buffers (`BufferPool::allocate_range`), the
 /// counterpart of VMA's virtual allocations.
 struct RangeMaker {
@@ -557,37 +578,7 @@ impl<M: BufferMaker> Runner for Contender<M> {
     }
 
     fn cycle(&mut self, plan: &W3Plan, track: bool) -> Cycle {
-        let mut cycle = Cycle::default();
-        self.slots.clear();
-        self.slots.reserve(plan.buffers.len());
-        let start = Instant::now();
-        for (i, init) in plan.buffers.iter().enumerate() {
-            let handle = self.maker.create(Some(i), init);
-            self.slots.push(handle.ok());
-        }
-        cycle.create_nanos = start.elapsed().as_nanos() as u64;
-        cycle.created = self.slots.iter().filter(|s| s.is_some()).count() as u64;
-        cycle.failures = plan.buffers.len() as u64 - cycle.created;
-        if track {
-            let mut ends: HashMap<u64, u64> = HashMap::new();
-            for (slot, init) in self.slots.iter().zip(&plan.buffers) {
-                if let Some(handle) = slot {
-                    let (memory, offset) = self.maker.location(handle);
-                    let end = ends.entry(memory).or_default();
-                    *end = (*end).max(offset + init.size);
-                    cycle.requested += init.size;
-                }
-            }
-            cycle.heap_bytes = ends.values().sum();
-        }
-        let start = Instant::now();
-        for &i in &plan.destroy_order {
-            if let Some(handle) = self.slots[i].take() {
-                self.maker.destroy(handle);
-            }
-        }
-        cycle.destroy_nanos = start.elapsed().as_nanos() as u64;
-        cycle
+        timed_cycle(&mut self.maker, &mut self.slots, plan, track)
     }
 
     fn finish(&mut self) {
@@ -595,6 +586,47 @@ impl<M: BufferMaker> Runner for Contender<M> {
             self.maker.destroy(anchor);
         }
     }
+}
+
+/// One repetition of `plan` with `maker`: its buffers created in order into `slots` (timed),
+/// their footprint measured when `track`, then destroyed in the plan's order (timed apart).
+fn timed_cycle<M: BufferMaker>(
+    maker: &mut M,
+    slots: &mut Vec<Option<M::Handle>>,
+    plan: &W3Plan,
+    track: bool,
+) -> Cycle {
+    let mut cycle = Cycle::default();
+    slots.clear();
+    slots.reserve(plan.buffers.len());
+    let start = Instant::now();
+    for (i, init) in plan.buffers.iter().enumerate() {
+        let handle = maker.create(Some(i), init);
+        slots.push(handle.ok());
+    }
+    cycle.create_nanos = start.elapsed().as_nanos() as u64;
+    cycle.created = slots.iter().filter(|s| s.is_some()).count() as u64;
+    cycle.failures = plan.buffers.len() as u64 - cycle.created;
+    if track {
+        let mut ends: HashMap<u64, u64> = HashMap::new();
+        for (slot, init) in slots.iter().zip(&plan.buffers) {
+            if let Some(handle) = slot {
+                let (memory, offset) = maker.location(handle);
+                let end = ends.entry(memory).or_default();
+                *end = (*end).max(offset + init.size);
+                cycle.requested += init.size;
+            }
+        }
+        cycle.heap_bytes = ends.values().sum();
+    }
+    let start = Instant::now();
+    for &i in &plan.destroy_order {
+        if let Some(handle) = slots[i].take() {
+            maker.destroy(handle);
+        }
+    }
+    cycle.destroy_nanos = start.elapsed().as_nanos() as u64;
+    cycle
 }
 
 /// `residency-local`: a pool's [`LocalRanges`]. Its ranges borrow it, so it is its own runner:
@@ -618,32 +650,7 @@ impl Runner for LocalContender {
     }
 
     fn cycle(&mut self, plan: &W3Plan, track: bool) -> Cycle {
-        let mut cycle = Cycle::default();
-        let mut slots: Vec<Option<LocalRange<'_>>> = Vec::with_capacity(plan.buffers.len());
-        let start = Instant::now();
-        for init in &plan.buffers {
-            slots.push(self.ranges.allocate(init.size, init.alignment).ok());
-        }
-        cycle.create_nanos = start.elapsed().as_nanos() as u64;
-        cycle.created = slots.iter().filter(|s| s.is_some()).count() as u64;
-        cycle.failures = plan.buffers.len() as u64 - cycle.created;
-        if track {
-            let mut ends: HashMap<u64, u64> = HashMap::new();
-            for (slot, init) in slots.iter().zip(&plan.buffers) {
-                if let Some(range) = slot {
-                    let end = ends.entry(vk::Handle::as_raw(range.memory().0)).or_default();
-                    *end = (*end).max(range.offset() + init.size);
-                    cycle.requested += init.size;
-                }
-            }
-            cycle.heap_bytes = ends.values().sum();
-        }
-        let start = Instant::now();
-        for &i in &plan.destroy_order {
-            drop(slots[i].take());
-        }
-        cycle.destroy_nanos = start.elapsed().as_nanos() as u64;
-        cycle
+        timed_cycle(&mut &self.ranges, &mut Vec::new(), plan, track)
     }
 
     fn finish(&mut self) {}
