@@ -285,9 +285,7 @@ fn pool_ranges_are_light_ranges_of_page_buffers_released_after_the_gpu() {
         let pool = uniform_upload_pool(device, "range pool");
         let floor = device.limits().min_uniform_buffer_offset_alignment.max(16);
         let mut ranges: Vec<_> = (0..8u64).map(|i| pool.allocate_range(100 + i, 0).unwrap()).collect();
-        let mut spans: Vec<_> = ranges.iter().map(|r| (r.offset(), r.offset() + r.size())).collect();
-        spans.sort_unstable();
-        assert!(spans.windows(2).all(|w| w[0].1 <= w[1].0), "ranges do not overlap: {spans:?}");
+        assert_disjoint(ranges.iter().map(|r| (r.offset(), r.size())));
         for (i, r) in ranges.iter_mut().enumerate() {
             assert_eq!(r.offset() % floor, 0, "uniform ranges at minUniformBufferOffsetAlignment");
             assert_eq!(r.memory().1, r.offset());
@@ -398,9 +396,7 @@ fn released_ranges_lend_their_handle_and_the_pool_still_goes_with_its_last_range
         for round in 0..3u64 {
             let ranges: Vec<_> =
                 (0..64u64).map(|i| pool.allocate_range(64 + i * 16 + round, 0).unwrap()).collect();
-            let mut spans: Vec<_> = ranges.iter().map(|r| (r.offset(), r.offset() + r.size())).collect();
-            spans.sort_unstable();
-            assert!(spans.windows(2).all(|w| w[0].1 <= w[1].0), "ranges do not overlap: {spans:?}");
+            assert_disjoint(ranges.iter().map(|r| (r.offset(), r.size())));
             drop(ranges);
             assert_eq!(pool.stats().used_bytes, 0, "round {round}: every range went back");
         }
@@ -435,9 +431,7 @@ fn local_ranges_are_the_threads_own_pages_released_after_the_gpu() {
         assert_eq!(local.stats().pages, 0, "no memory before the first range");
         let floor = device.limits().min_uniform_buffer_offset_alignment.max(16);
         let mut ranges: Vec<_> = (0..8u64).map(|i| local.allocate(100 + i, 0).unwrap()).collect();
-        let mut spans: Vec<_> = ranges.iter().map(|r| (r.offset(), r.offset() + r.size())).collect();
-        spans.sort_unstable();
-        assert!(spans.windows(2).all(|w| w[0].1 <= w[1].0), "ranges do not overlap: {spans:?}");
+        assert_disjoint(ranges.iter().map(|r| (r.offset(), r.size())));
         for (i, r) in ranges.iter_mut().enumerate() {
             assert_eq!(r.offset() % floor, 0, "uniform ranges at minUniformBufferOffsetAlignment");
             assert_eq!(r.memory().1, r.offset());
@@ -564,4 +558,11 @@ fn uniform_upload_pool(device: &Arc<residency_vulkan::Device>, name: &str) -> Bu
         .with_memory(MemoryIntent::Upload)
         .with_page_size(1 << 20);
     BufferPool::new(Arc::clone(device), desc).unwrap()
+}
+
+/// Asserts that no two of the `(offset, size)` ranges overlap.
+fn assert_disjoint(ranges: impl Iterator<Item = (u64, u64)>) {
+    let mut spans: Vec<_> = ranges.map(|(offset, size)| (offset, offset + size)).collect();
+    spans.sort_unstable();
+    assert!(spans.windows(2).all(|w| w[0].1 <= w[1].0), "ranges do not overlap: {spans:?}");
 }
