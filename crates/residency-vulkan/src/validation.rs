@@ -133,8 +133,11 @@ impl ValidationLog {
         ValidationLog { gpu_assisted: mode == ValidationMode::GpuAssisted, ..ValidationLog::default() }
     }
 
-    /// How many messages the layer raised about itself ([`LAYER_SELF_TIMEOUTS`] in every mode, and
-    /// the notes on its own settings under [`ValidationMode::GpuAssisted`]); they are not problems.
+    /// How many messages the layer raised about itself: layer 1.3.239's timeouts waiting for its
+    /// own semaphore and fence state (`UNASSIGNED-VkSemaphore-state-timeout`,
+    /// `UNASSIGNED-VkFence-state-timeout`, "most likely a validation bug") in every mode, and the
+    /// notes on its own settings under [`ValidationMode::GpuAssisted`]; they are not problems
+    /// (docs/reliability.md, "The layer's own timeouts").
     pub fn layer_noise_count(&self) -> u64 {
         self.layer_noise.load(Ordering::SeqCst)
     }
