@@ -656,11 +656,9 @@ impl Uploader {
     /// chunk gets ring space as soon as the ring has room, the copy threads stage pieces of
     /// every such chunk without waiting for each other, and each chunk's copy is submitted as
     /// soon as its bytes are staged, so the DMA engine copies while the host stages and only the
-    /// last chunk's copy is left once the host is done. The write's last `bytes` go in halves
-    /// down to 1 MiB (16 MiB: 8, 4, 2, 1 and 1 MiB; not for chunks under 2 MiB), so that last
-    /// copy is short at any chunk size. Clamped to between 64 KiB and half the ring (two chunks
-    /// in flight at least). Smaller chunks let a small ring stay in the host's cache; each chunk
-    /// is one submission.
+    /// last chunk's copy is left once the host is done. Clamped to between 64 KiB and half the
+    /// ring (two chunks in flight at least). Smaller chunks shorten that last copy and let a
+    /// small ring stay in the host's cache; each chunk is one submission.
     pub fn with_chunk_bytes(mut self, bytes: u64) -> Uploader {
         self.chunk_bytes = Some(bytes);
         self
@@ -1644,8 +1642,8 @@ use crate::resources::parallel_copy::{chunk_starts, copy_in_parallel, stream_cop
 /// less). Each chunk costs a submission and a hand-off between the staging threads and the
 /// submitting thread that the DMA does not hide: on the H200 (session 15's grid, 256 MiB and
 /// 1 GiB, `docs/benchmarks.md`) 8–16 MiB chunks ran 38–43 GB/s end to end where 4 MiB ran
-/// 29–40 and 1 MiB 17–27. The copy left after the host's last store is not a whole chunk: the
-/// last one is cut in halves down to 1 MiB (20 µs at 51 GB/s instead of 330 µs).
+/// 29–40 and 1 MiB 17–27; the last chunk's copy, left after the host's last store, is 330 µs at
+/// 51 GB/s, a few percent of a write that size.
 pub const DEFAULT_CHUNK_BYTES: u64 = 16 << 20;
 
 /// The default [`Uploader::with_stream_window`]: 32 MiB (the whole ring where that is less, two
