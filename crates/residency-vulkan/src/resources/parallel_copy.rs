@@ -274,46 +274,15 @@ pub(crate) fn copy_in_parallel(dst: &mut [u8], src: &[u8], threads: usize, strea
     drop(joined);
 }
 
-/// The smallest chunk a streamed copy's tail is cut down to ([`chunk_starts`]): the copy the
-/// GPU runs after the last store is at most this long (20 µs at 51 GB/s) instead of a whole
-/// chunk (330 µs for 16 MiB), for four more submissions.
-pub(crate) const STREAM_TAIL_FLOOR: usize = 1 << 20;
-
-/// Where each chunk of a streamed copy of `len` bytes starts (ascending, the first 0; empty for
-/// 0 bytes): chunks of `chunk` bytes, except that the last `chunk` bytes are cut in halves down
-/// to [`STREAM_TAIL_FLOOR`] (16 MiB: 8, 4, 2, 1 and 1 MiB), so that the GPU copies each half
-/// while the host stages the next and only the last (under twice the floor) runs after the last
-/// store.
-/// Without a tail to taper (`len` at most one chunk, or a chunk under twice the floor) it is
-/// plain chunks, the last one shorter.
-pub(crate) fn chunk_starts(len: usize, chunk: usize) -> Vec<usize> {
-    let chunk = chunk.max(1);
-    if len <= chunk || chunk < 2 * STREAM_TAIL_FLOOR {
-        return (0..len).step_by(chunk).collect();
-    }
-    let body = len - chunk;
-    let mut starts: Vec<usize> = (0..body).step_by(chunk).collect();
-    let mut at = body;
-    let mut half = chunk / 2;
-    while half >= STREAM_TAIL_FLOOR {
-        starts.push(at);
-        at += half;
-        half /= 2;
-    }
-    starts.push(at);
-    starts
-}
-
-/// One streamed copy: `src` in chunks (starting at `starts`), each chunk's destination
-/// published by the caller when it has one (ring space), pieces of at most `piece` bytes taken
-/// by the helpers and the caller from published chunks only.
+/// One streamed copy: `src` in chunks of `chunk` bytes, each chunk's destination published by
+/// the caller when it has one (ring space), pieces of `piece` bytes taken by the helpers and the
+/// caller from published chunks only.
 struct StreamJob {
     src: *const u8,
-    /// Where each chunk starts in `src`, and `len` after the last.
-    bounds: Vec<usize>,
+    len: usize,
+    chunk: usize,
     piece: usize,
-    /// The index of each chunk's first piece, and `total_pieces` after the last.
-    first_pieces: Vec<usize>,
+    pieces_per_chunk: usize,
     total_pieces: usize,
     /// Each chunk's destination, set before `ready` moves past its pieces.
     bases: Vec<AtomicPtr<u8>>,
@@ -345,7 +314,7 @@ unsafe impl Sync for StreamJob {}
 
 impl StreamJob {
     fn chunk_len(&self, j: usize) -> usize {
-        self.bounds[j + 1] - self.bounds[j]
+        (self.len - j * self.chunk).min(self.chunk)
     }
 
     fn notify(&self) {
@@ -369,16 +338,15 @@ impl StreamJob {
 
     /// Copies piece `p` (taken by this thread) and counts it done.
     fn copy(&self, p: usize) {
-        // The chunk whose pieces start at or before `p` last (`p` < `total_pieces`).
-        let j = self.first_pieces.partition_point(|&first| first <= p) - 1;
-        let at = (p - self.first_pieces[j]) * self.piece;
+        let j = p / self.pieces_per_chunk;
+        let at = (p % self.pieces_per_chunk) * self.piece;
         let len = (self.chunk_len(j) - at).min(self.piece);
         let base = self.bases[j].load(Ordering::Relaxed);
         // SAFETY: piece `p` is published (`take` saw `ready` past it with Acquire, after its
         // chunk's base was stored), so `base` is valid for writes of the chunk's length, which
-        // `at + len` does not exceed, and `src` for reads of `len` bytes at the chunk's start
-        // plus `at` (inside the slice); this thread alone took `p` (`StreamJob`'s contract).
-        unsafe { copy_bytes(base.add(at), self.src.add(self.bounds[j] + at), len, self.streaming) };
+        // `at + len` does not exceed, and `src` for reads of `len` bytes at `j·chunk + at` (inside
+        // the slice); this thread alone took `p` (`StreamJob`'s contract).
+        unsafe { copy_bytes(base.add(at), self.src.add(j * self.chunk + at), len, self.streaming) };
         // Counted before the chunk: a chunk's last piece wakes the waiters with this count
         // up to date (the close waits for it).
         self.copied.fetch_add(1, Ordering::AcqRel);
@@ -426,11 +394,6 @@ impl StreamCopy<'_> {
         self.job.chunk_len(j)
     }
 
-    /// Where chunk `j` starts in the source.
-    pub(crate) fn chunk_start(&self, j: usize) -> usize {
-        self.job.bounds[j]
-    }
-
     /// Chunks published so far.
     pub(crate) fn published(&self) -> usize {
         self.published.get()
@@ -446,7 +409,7 @@ impl StreamCopy<'_> {
         assert!(j < self.chunks(), "every chunk is published once");
         self.job.bases[j].store(dst, Ordering::Relaxed);
         self.published.set(j + 1);
-        let ready = self.job.first_pieces[j + 1];
+        let ready = ((j + 1) * self.job.pieces_per_chunk).min(self.job.total_pieces);
         self.job.ready.store(ready, Ordering::Release);
         self.job.notify();
     }
@@ -471,8 +434,8 @@ impl StreamCopy<'_> {
     }
 }
 
-/// Copies `src` chunk by chunk (starting at `starts`, ascending from 0, each below `src.len()`:
-/// [`chunk_starts`]) into destinations the caller publishes as it gets them (`drive` calls [`StreamCopy::publish`] for the chunks in
+/// Copies `src` chunk by chunk (`chunk` bytes each, the last one shorter) into destinations the
+/// caller publishes as it gets them (`drive` calls [`StreamCopy::publish`] for the chunks in
 /// order), by up to `threads` threads: persistent helpers take pieces of at most
 /// [`SHARED_COPY_PIECE`] bytes of published chunks as soon as they are published, and the
 /// caller, between its own work (submitting the copied chunks), with
@@ -486,43 +449,33 @@ impl StreamCopy<'_> {
 /// uploader's submission needs). Nor does this copy wait for helpers held elsewhere.
 pub(crate) fn stream_copy<R>(
     src: &[u8],
-    starts: Vec<usize>,
+    chunk: usize,
     threads: usize,
     streaming: bool,
     drive: impl FnOnce(&StreamCopy<'_>) -> R,
 ) -> R {
-    assert!(
-        starts.first().is_none_or(|&s| s == 0)
-            && starts.windows(2).all(|w| w[0] < w[1])
-            && starts.last().is_none_or(|&s| s < src.len()),
-        "chunks start at 0, ascend and start inside the source"
-    );
-    let chunks = starts.len();
-    let mut bounds = starts;
-    bounds.push(src.len());
-    let largest = bounds.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(1);
-    let piece = SHARED_COPY_PIECE.min(largest);
-    let mut first_pieces = Vec::with_capacity(chunks + 1);
-    let mut total_pieces = 0;
-    for w in bounds.windows(2) {
-        first_pieces.push(total_pieces);
-        total_pieces += (w[1] - w[0]).div_ceil(piece);
-    }
-    first_pieces.push(total_pieces);
-    let left = first_pieces.windows(2).map(|w| AtomicUsize::new(w[1] - w[0])).collect();
+    let chunk = chunk.max(1);
+    let chunks = src.len().div_ceil(chunk);
+    let piece = SHARED_COPY_PIECE.min(chunk);
+    let pieces_per_chunk = chunk.div_ceil(piece);
+    let last = src.len() - chunks.saturating_sub(1) * chunk;
+    let total_pieces = chunks.saturating_sub(1) * pieces_per_chunk + last.div_ceil(piece);
     let wanted = threads.min(src.len() / PARALLEL_COPY_PIECE).max(1);
     let queues = if wanted > 1 { &helpers().queues[..] } else { &[] };
     let helpers = queues.len().min(wanted - 1);
     let job = Arc::new(StreamJob {
         src: src.as_ptr(),
-        bounds,
+        len: src.len(),
+        chunk,
         piece,
-        first_pieces,
+        pieces_per_chunk,
         total_pieces,
         bases: (0..chunks).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
         ready: AtomicUsize::new(0),
         next: AtomicUsize::new(0),
-        left,
+        left: (0..chunks)
+            .map(|j| AtomicUsize::new(if j + 1 == chunks { last.div_ceil(piece) } else { pieces_per_chunk }))
+            .collect(),
         copied: AtomicUsize::new(0),
         closed: AtomicBool::new(false),
         streaming,
@@ -601,74 +554,25 @@ mod tests {
     }
 
     #[test]
-    fn chunk_starts_cover_the_copy_and_taper_its_last_chunk_down_to_the_floor() {
-        const MIB: usize = 1 << 20;
-        assert_eq!(chunk_starts(0, 16 * MIB), Vec::<usize>::new());
-        assert_eq!(chunk_starts(5, 16 * MIB), vec![0]);
-        // 256 MiB in 16 MiB chunks: 15 whole chunks, then 8, 4, 2, 1 and 1 MiB.
-        let starts = chunk_starts(256 * MIB, 16 * MIB);
-        let lens: Vec<usize> =
-            starts.iter().zip(starts.iter().skip(1).chain([&(256 * MIB)])).map(|(a, b)| b - a).collect();
-        let mut expected = vec![16 * MIB; 15];
-        expected.extend([8 * MIB, 4 * MIB, 2 * MIB, MIB, MIB]);
-        assert_eq!(lens, expected);
-        // A chunk under twice the floor is not tapered.
-        assert_eq!(chunk_starts(10 * MIB, MIB + 1).len(), 10 * MIB / (MIB + 1) + 1);
-        for len in [1, 777, MIB, 16 * MIB, 16 * MIB + 1, 17 * MIB - 3, 33 * MIB + 5, 100 * MIB + 12_345] {
-            for chunk in [1, 4096, MIB, 2 * MIB, 2 * MIB + 1, 4 * MIB, 16 * MIB, 32 * MIB] {
-                let starts = chunk_starts(len, chunk);
-                assert_eq!(starts[0], 0, "len {len}, chunk {chunk}");
-                let mut bounds = starts.clone();
-                bounds.push(len);
-                for w in bounds.windows(2) {
-                    assert!(w[0] < w[1] && w[1] - w[0] <= chunk, "len {len}, chunk {chunk}: {starts:?}");
-                }
-                if len > chunk && chunk >= 2 * STREAM_TAIL_FLOOR {
-                    let last = len - starts[starts.len() - 1];
-                    assert!(last < 2 * STREAM_TAIL_FLOOR, "len {len}, chunk {chunk}: last {last}");
-                }
-            }
-        }
-    }
-
-    #[test]
     fn a_streamed_copy_fills_every_published_chunk_and_nothing_else() {
         let len = 5 * PARALLEL_COPY_PIECE + 12_345;
         let src: Vec<u8> = (0..len).map(|i| (i * 13 % 251) as u8).collect();
-        let uniform = |chunk: usize| (0..len).step_by(chunk).collect::<Vec<_>>();
-        let mut plans: Vec<Vec<usize>> =
-            [777, 4096, SHARED_COPY_PIECE + 1, PARALLEL_COPY_PIECE, 2 * PARALLEL_COPY_PIECE, len + 1]
-                .into_iter()
-                .map(uniform)
-                .collect();
-        // Tapered (the uploader's plan), and uneven chunks smaller and larger than a piece.
-        plans.push(chunk_starts(len, 2 * STREAM_TAIL_FLOOR));
-        plans.push(vec![
-            0,
-            1,
-            2 * SHARED_COPY_PIECE + 3,
-            2 * SHARED_COPY_PIECE + 4,
-            3 * PARALLEL_COPY_PIECE,
-            len - 1,
-        ]);
-        for starts in plans {
+        for chunk in [777, 4096, SHARED_COPY_PIECE + 1, PARALLEL_COPY_PIECE, 2 * PARALLEL_COPY_PIECE, len + 1]
+        {
             for threads in [1, 2, 4] {
                 for publish in [usize::MAX, 2] {
-                    let chunks = starts.len();
-                    let ends: Vec<usize> = starts.iter().skip(1).copied().chain([len]).collect();
+                    let chunks = len.div_ceil(chunk);
                     // Each chunk in a buffer of its own (a ring's scattered space), with a guard byte.
                     let mut outs: Vec<Vec<u8>> =
-                        (0..chunks).map(|j| vec![0xee; ends[j] - starts[j] + 1]).collect();
+                        (0..chunks).map(|j| vec![0xee; (len - j * chunk).min(chunk) + 1]).collect();
                     let ptrs: Vec<*mut u8> = outs.iter_mut().map(|o| o.as_mut_ptr()).collect();
-                    let published = stream_copy(&src, starts.clone(), threads, chunks % 2 == 0, |s| {
+                    let published = stream_copy(&src, chunk, threads, chunk % 2 == 0, |s| {
                         assert_eq!(s.chunks(), chunks);
                         let mut waited = 0;
                         while s.published() < chunks.min(publish) {
-                            let j = s.published();
-                            assert_eq!((s.chunk_start(j), s.chunk_len(j)), (starts[j], ends[j] - starts[j]));
                             // SAFETY: each buffer holds the chunk's length plus one and is not
                             // touched until `stream_copy` returns.
-                            unsafe { s.publish(ptrs[j]) };
+                            unsafe { s.publish(ptrs[s.published()]) };
                             if s.published() % 3 == 0 {
                                 while !s.is_copied(waited) {
                                     s.help_or_wait(waited);
@@ -682,8 +586,8 @@ mod tests {
                         let n = out.len() - 1;
                         if j < published {
                             assert!(
-                                out[..n] == src[starts[j]..ends[j]],
-                                "{starts:?}, threads {threads}, #{j}"
+                                out[..n] == src[j * chunk..j * chunk + n],
+                                "chunk {chunk}, threads {threads}, #{j}"
                             );
                         } else {
                             assert!(out[..n].iter().all(|&b| b == 0xee), "an unpublished chunk is untouched");
@@ -708,8 +612,7 @@ mod tests {
                         } else {
                             let chunk = PARALLEL_COPY_PIECE / 2 + 1;
                             let base = dst.as_mut_ptr();
-                            let starts = (0..src.len()).step_by(chunk).collect();
-                            stream_copy(&src, starts, 4, true, |s| {
+                            stream_copy(&src, chunk, 4, true, |s| {
                                 // Published one at a time, each waited for: the helpers wait
                                 // in the job between publications.
                                 for j in 0..s.chunks() {

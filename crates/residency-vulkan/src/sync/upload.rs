@@ -870,9 +870,7 @@ impl Uploader {
     /// (`stream_copy`), and the calling thread submits each chunk's copy as soon as its bytes
     /// are staged — the DMA engine copies one chunk while the threads stage the next ones, and
     /// the ring waits only for the oldest chunk. Between those steps the calling thread stages
-    /// pieces itself. The last chunk stays queued (submitted by the next flush, like any write);
-    /// the write's last `chunk` bytes go in halves down to 1 MiB (`chunk_starts`), so that little
-    /// is left to copy after the last store.
+    /// pieces itself. The last chunk stays queued (submitted by the next flush, like any write).
     fn stream_buffer(
         &self,
         state: &mut State,
@@ -882,21 +880,22 @@ impl Uploader {
         chunk: usize,
     ) -> Result<(), UploadError> {
         let staging = &self.staging;
-        // Ring offset, frame, start in `data` and length of each chunk given space.
-        let mut placed: Vec<(u64, FrameId, usize, u64)> = Vec::new();
+        // Ring offset and frame of each chunk given space.
+        let mut placed: Vec<(u64, FrameId)> = Vec::new();
         let mut submitted = 0usize;
         let window = self.stream_window();
         let mut failed = None;
-        stream_copy(data, chunk_starts(data.len(), chunk), self.copy_threads, self.streaming_stores, |s| {
+        stream_copy(data, chunk, self.copy_threads, self.streaming_stores, |s| {
             let last = s.chunks() - 1;
             loop {
                 // Submit the staged chunks in order (the last one excepted).
                 while submitted < last && s.is_copied(submitted) {
-                    let (ring_offset, frame, start, len) = placed[submitted];
+                    let (ring_offset, frame) = placed[submitted];
+                    let len = s.chunk_len(submitted) as u64;
                     if !staging.is_coherent() {
                         staging.flush_range(ring_offset, len);
                     }
-                    let at = offset + start as u64;
+                    let at = offset + (submitted * chunk) as u64;
                     Self::queue_buffer_copy(state, dst, at, ring_offset, len);
                     let batch = Batch::take(state);
                     // (A failed submission queues its copies again.)
@@ -916,8 +915,7 @@ impl Uploader {
                 let mut published = false;
                 while s.published() < s.chunks() {
                     self.reclaim(state);
-                    let j = s.published();
-                    let len = s.chunk_len(j) as u64;
+                    let len = s.chunk_len(s.published()) as u64;
                     let allocation = match state.ring.allocate_within(len, STAGING_ALIGNMENT, window) {
                         Ok(a) => a,
                         Err(RingError::Full { .. }) => break,
@@ -925,7 +923,7 @@ impl Uploader {
                     };
                     // A frame of its own: its space comes back once its own copy has run.
                     let frame = state.ring.finish_frame();
-                    placed.push((allocation.offset, frame, s.chunk_start(j), len));
+                    placed.push((allocation.offset, frame));
                     let bytes = staging
                         .mapped_range(allocation.offset, len)
                         .expect("ring allocations lie inside the mapped staging buffer");
@@ -953,11 +951,12 @@ impl Uploader {
         });
         // Chunks staged but not submitted (the last; more after an error): every published
         // byte is staged now; queued for the next flush (a retry after an error).
-        for &(ring_offset, _, start, len) in &placed[submitted..] {
+        for (j, &(ring_offset, _)) in placed.iter().enumerate().skip(submitted) {
+            let len = (data.len() - j * chunk).min(chunk) as u64;
             if !staging.is_coherent() {
                 staging.flush_range(ring_offset, len);
             }
-            Self::queue_buffer_copy(state, dst, offset + start as u64, ring_offset, len);
+            Self::queue_buffer_copy(state, dst, offset + (j * chunk) as u64, ring_offset, len);
         }
         failed.map_or(Ok(()), Err)
     }
@@ -1636,7 +1635,7 @@ fn copy_barriers() -> ([vk::MemoryBarrier2<'static>; 1], [vk::MemoryBarrier2<'st
     (before, after)
 }
 
-use crate::resources::parallel_copy::{chunk_starts, copy_in_parallel, stream_copy};
+use crate::resources::parallel_copy::{copy_in_parallel, stream_copy};
 
 /// The default [`Uploader::with_chunk_bytes`]: 16 MiB (a quarter of the ring where that is
 /// less). Each chunk costs a submission and a hand-off between the staging threads and the
