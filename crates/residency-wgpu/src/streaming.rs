@@ -152,8 +152,10 @@ impl Bridge {
         }
         let dependency = vk::DependencyInfo::default().image_memory_barriers(&barriers);
         // SAFETY: `cmd` is an open command buffer of this device (a raw wgpu encoder's), outside
-        // a render pass; the images are the streamer's, alive for this frame (the bindings
-        // borrow the streamer), and in `from` when the barrier runs: residency records them in
+        // a render pass; the images are the streamer's, alive while recording (the bindings
+        // borrow the streamer) and until the part's submission completes (`record_streamer_part`
+        // keeps them in the part's recording: `FrameBindings::keep_textures`), and in `from` when
+        // the barrier runs: residency records them in
         // `GENERAL` outside the frame's submission, and the frame's first part leaves them in
         // `SHADER_READ_ONLY_OPTIMAL` until its last part.
         unsafe { self.residency().raw().cmd_pipeline_barrier2(cmd, &dependency) };
@@ -177,6 +179,10 @@ impl Bridge {
         // both or neither), takes them back before any other work on the queue.
         let mut rec = unsafe { Recording::from_raw(self.residency(), before_cmd) };
         bindings.record(&mut rec, |_| ())?;
+        // The transitions below name every texture's images outside the helpers: the part holds
+        // them until its submission completes, so a texture removed (or the streamer dropped)
+        // before `submit_streamer_frame` is not destroyed under it.
+        bindings.keep_textures(&mut rec)?;
         let (general, read_only) = (vk::ImageLayout::GENERAL, vk::ImageLayout::SHADER_READ_ONLY_OPTIMAL);
         self.transition(before_cmd, bindings, general, read_only);
         self.transition(after_cmd, bindings, read_only, general);

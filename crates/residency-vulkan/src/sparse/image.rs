@@ -148,7 +148,7 @@ impl SparseImage {
         storage: bool,
     ) -> Result<SparseImage, SparseError> {
         let shared = &pool.shared;
-        let owner = ImageId(shared.pool_id << 20 | shared.next_image.fetch_add(1, Ordering::Relaxed));
+        let (owner, serial) = shared.take_owner(name)?;
         let tiles: Weak<dyn TileOwner> = Arc::downgrade(shared) as Weak<dyn TileOwner>;
         let origin = Origin {
             device: Arc::clone(&shared.device),
@@ -160,7 +160,8 @@ impl SparseImage {
             tiles: Some(tiles),
             external: None,
         };
-        let image = Self::create(origin, name, desc, SparseUsage { storage, color_attachment: false })?;
+        let image = Self::create(origin, name, desc, SparseUsage { storage, color_attachment: false })
+            .inspect_err(|_| shared.give_back_owner(serial))?;
         shared.images.fetch_add(1, Ordering::Relaxed);
         Ok(image)
     }
@@ -178,7 +179,7 @@ impl SparseImage {
         usage: SparseUsage,
     ) -> Result<SparseImage, SparseError> {
         let shared = &pool.shared;
-        let owner = ImageId(shared.pool_id << 20 | shared.next_image.fetch_add(1, Ordering::Relaxed));
+        let (owner, serial) = shared.take_owner(name)?;
         let tiles: Weak<dyn TileOwner> = Arc::downgrade(shared) as Weak<dyn TileOwner>;
         let origin = Origin {
             device: Arc::clone(&shared.device),
@@ -190,7 +191,8 @@ impl SparseImage {
             tiles: Some(tiles),
             external: None,
         };
-        let image = Self::create(origin, name, desc, usage)?;
+        let image =
+            Self::create(origin, name, desc, usage).inspect_err(|_| shared.give_back_owner(serial))?;
         shared.images.fetch_add(1, Ordering::Relaxed);
         Ok(image)
     }

@@ -143,6 +143,18 @@ pub enum SparseError {
         /// The heaps.
         heaps: String,
     },
+    /// The tile pool has made as many images as its owner ids can name (`limit`: each image of
+    /// a pool takes an id of its own for the pool's life, so that no two images share an owner);
+    /// nothing was created. Make another pool.
+    #[error("`{name}`: tile pool `{pool}` has made {limit} images, as many as its owner ids name")]
+    TooManyImages {
+        /// The image asked for.
+        name: String,
+        /// The pool.
+        pool: String,
+        /// The most images a pool makes.
+        limit: u32,
+    },
     /// The device has no sparse-binding queue.
     #[error("the device has no sparse-binding queue; use the software residency path")]
     NoSparseQueue,
@@ -189,6 +201,7 @@ impl ResidencyError for SparseError {
             SparseError::Upload(e) => e.class(),
             SparseError::Vulkan(e) => e.class(),
             SparseError::UsageUnsupported { .. } | SparseError::NoSparseQueue => ErrorClass::Unsupported,
+            SparseError::TooManyImages { .. } => ErrorClass::OutOfMemory(crate::error::Exhausted::Capacity),
             SparseError::Incompatible { .. }
             | SparseError::MissingUsage { .. }
             | SparseError::PendingBinds { .. }

@@ -1071,12 +1071,18 @@ impl SoftwareImage {
         }
         let layout = residency_core::tiles::software_layout(desc, shared.border)?;
         let table = Indirection::new(&layout, shared.atlas_layout)?;
-        let serial = shared.next_image.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if serial >= 1 << 20 {
-            return Err(SoftwareError::TooManyImages { limit: (1 << 20) - 1 });
-        }
+        // Serials stop below 2^20 (the counter never wraps): a larger one would carry into the
+        // pool's bits of the owner id and could name an earlier image's owner.
+        use std::sync::atomic::Ordering::{AcqRel, Acquire};
+        let serial = shared
+            .next_image
+            .fetch_update(AcqRel, Acquire, |n| (n < 1 << 20).then_some(n + 1))
+            .map_err(|_| SoftwareError::TooManyImages { limit: (1 << 20) - 1 })?;
         let owner = residency_core::tiles::ImageId(shared.pool_id << 20 | serial);
-        let indirection = IndirectionTexture::new(&shared.device, name, table)?;
+        // A refused image gives its serial back (when no later one was taken).
+        let indirection = IndirectionTexture::new(&shared.device, name, table).inspect_err(|_| {
+            let _ = shared.next_image.compare_exchange(serial + 1, serial, AcqRel, Acquire);
+        })?;
         let tile_pool = pool.with_pool(|p| p.id());
         let tiles: std::sync::Weak<dyn TileOwner> = std::sync::Arc::downgrade(shared) as _;
         let life = Life::new(

@@ -881,6 +881,9 @@ fn fast_sampling_words(s: FeedbackSampling, frame: u64) -> (u32, u32) {
 /// What [`FrameBindings::record`] needs of the streamer.
 #[derive(Debug)]
 struct FrameContext<'a> {
+    /// The streamer's serial (`VirtualTexture::streamer`): a handle of another streamer names
+    /// none of this frame's textures, whatever its id.
+    streamer: u64,
     device: &'a Arc<Device>,
     uploader: &'a Uploader,
     /// The sparse bind the frame's submission waits for.
@@ -922,11 +925,32 @@ impl<'a> FrameBindings<'a> {
             .collect()
     }
 
-    /// The binding of `texture` (`None`: not one of the streamer's textures now); a lookup, not a
-    /// walk of the textures.
+    /// The binding of `texture` (`None`: not one of the streamer's textures now, or a texture of
+    /// another streamer, whose id may equal one of this streamer's); a lookup, not a walk of the
+    /// textures.
     pub fn texture(&self, texture: &VirtualTexture) -> Option<TextureBinding<'a>> {
+        if texture.streamer != self.ctx.streamer {
+            return None;
+        }
         let slot = self.layout?.slot_of(texture.id)?;
         Some(self.binding(texture.id, slot, self.all.0.get(&texture.id)?))
+    }
+
+    /// Holds every texture's GPU objects (the views this frame's [`textures`](Self::textures)
+    /// show, and so their images; a sliced array's bias buffer) in `rec` until its submission
+    /// completes (or until `rec` is dropped unsubmitted), for commands on them that `rec`'s helpers
+    /// did not record — layout transitions recorded with raw Vulkan into `rec`'s command buffer
+    /// or into other command buffers of the same submission (as `residency-wgpu`'s streamer part
+    /// does). Without it, a texture removed (or the streamer dropped) between recording and
+    /// submission is destroyed after the frames already in flight, before such a submission runs.
+    /// Walks every texture, as [`textures`](Self::textures) does. A recording of another device
+    /// is refused ([`StreamError::Vulkan`]) and keeps nothing.
+    pub fn keep_textures(&self, rec: &mut Recording<'_>) -> Result<(), StreamError> {
+        rec.accepts("the streamer's textures", self.ctx.device)?;
+        for texture in self.all.0.values() {
+            texture.keep_in(rec);
+        }
+        Ok(())
     }
 
     fn binding(&self, id: ImageId, slot: u16, t: &'a Texture) -> TextureBinding<'a> {
@@ -2484,6 +2508,7 @@ impl Streamer {
             sampling: self.desc.sampling,
             feedback_active: slot.is_some() && self.desc.sampling.frame_active(self.frame),
             ctx: FrameContext {
+                streamer: self.serial,
                 device: &self.device,
                 uploader: &self.uploader,
                 bind_wait: self.bind_wait,

@@ -102,10 +102,13 @@ fn finest_level(name: &str, slice: u32, array: &VtDesc, source: &dyn TileSource)
     if d.border != array.border {
         return Err(refuse(format!("a stored border of {}: the array's is {}", d.border, array.border)));
     }
+    // `array` is the caller's, not validated yet: its mip count may pass 32, where a shift by
+    // `b` would overflow (a side halved 32 times or more is 1).
+    let side = |s: u32, b: u32| s.checked_shr(b).unwrap_or(0).max(1);
     (0..array.mip_count)
         .find(|&b| {
-            d.width == (array.width >> b).max(1)
-                && d.height == (array.height >> b).max(1)
+            d.width == side(array.width, b)
+                && d.height == side(array.height, b)
                 && d.mip_count == array.mip_count - b
         })
         .ok_or_else(|| {
@@ -133,8 +136,9 @@ impl Streamer {
     /// mip tail or the coarse chain holds, read zeros, and are never sampled through the include).
     ///
     /// Hardware path only, as array textures are ([`add_array_texture`](Self::add_array_texture)):
-    /// the software path, fewer than 2 slices, or a slice's texture that is not the array's at
-    /// some level (format, tiles, border, size, mips) are refused with
+    /// the software path, fewer than 2 slices, a `desc` whose mip count is 0 or past the full
+    /// chain of its size, or a slice's texture that is not the array's at some level (format,
+    /// tiles, border, size, mips) are refused with
     /// [`StreamError::UnsupportedSource`], adding nothing. Must be called between frames.
     pub fn add_sliced_texture(
         &mut self,
@@ -156,6 +160,15 @@ impl Streamer {
             return Err(refuse("a sliced array needs at least two slices (one slice is a texture)"));
         }
         let u32_slices = u32::try_from(slices.len()).map_err(|_| refuse("more slices than a u32 counts"))?;
+        // The array's description is checked before the slices are matched against it level by
+        // level (a mip count past the full chain would walk up to `u32::MAX` levels).
+        let full_chain = 32 - desc.width.max(desc.height).leading_zeros();
+        if desc.mip_count == 0 || desc.mip_count > full_chain {
+            return Err(refuse(&format!(
+                "{} × {} with {} mips: a sliced array has 1 to {full_chain} mips",
+                desc.width, desc.height, desc.mip_count
+            )));
+        }
         let mut textures = Vec::with_capacity(slices.len());
         for (s, source) in slices.iter().enumerate() {
             textures.push(match source {

@@ -244,6 +244,24 @@ impl Texture {
         }
     }
 
+    /// Holds the texture's objects a frame names (its views and so their images, the slices'
+    /// bias buffer) in `rec` until its submission completes, or until `rec` is dropped unsubmitted.
+    pub(super) fn keep_in(&self, rec: &mut crate::sync::recording::Recording<'_>) {
+        if let Some(slices) = &self.slices {
+            rec.keep(slices.buffer.life());
+        }
+        match self.views() {
+            TextureViews::Hardware { image, min_lod } => {
+                rec.keep(image.view_binding().3);
+                rec.keep(min_lod.life());
+            }
+            TextureViews::Software { atlas, indirection } => {
+                rec.keep(atlas.life());
+                rec.keep(indirection.life());
+            }
+        }
+    }
+
     /// Bytes of device memory of the map the shaders read: the min-LOD map (hardware) or the
     /// indirection texture (software; the shared atlas is not counted).
     pub(super) fn map_bytes(&self) -> u64 {
