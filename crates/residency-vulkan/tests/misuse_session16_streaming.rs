@@ -123,6 +123,38 @@ fn misuse_a_tile_pool_never_gives_two_live_images_one_owner() {
     });
 }
 
+/// An owner id comes back to its pool once its image's tiles did, so a pool makes images for as
+/// long as it lives (not 2^20 over its life): an image made after another was dropped and retired
+/// takes its id, and only then.
+#[test]
+fn misuse_a_tile_pool_reuses_an_owner_id_only_after_its_images_tiles_came_back() {
+    gpu("tile pool owner reuse", |device| {
+        if device.residency_path(Format::R8G8B8A8Unorm, ResidencyPath::Hardware).is_err() {
+            assert!(!residency_vulkan::testing::gpu_required(), "no sparse residency for RGBA8");
+            return;
+        }
+        let desc = SparseImageDesc::new_2d(Format::R8G8B8A8Unorm, 512, 512);
+        let pool_desc =
+            TilePoolDesc::default().with_name("reuse").with_tiles_per_heap(8).with_budget_tiles(32);
+        let pool = SparseTilePool::new(Arc::clone(device), pool_desc).unwrap();
+        let mut a = SparseImage::new(&pool, "A", &desc, false).unwrap();
+        a.commit_tiles(&pool, &[TileIndex(0), TileIndex(1)]).unwrap();
+        let owner = a.residency().owner();
+        let b = SparseImage::new(&pool, "B", &desc, false).unwrap();
+        assert_ne!(b.residency().owner(), owner, "A is live");
+        drop(a);
+        device.wait_idle().unwrap();
+        device.maintain();
+        assert_eq!(pool.stats().used_tiles, 0, "A's tiles came back");
+        let mut c = SparseImage::new(&pool, "C", &desc, false).unwrap();
+        assert_eq!(c.residency().owner(), owner, "A's id came back with its tiles");
+        c.commit_tiles(&pool, &[TileIndex(0)]).unwrap();
+        assert_eq!(pool.stats().used_tiles, 1);
+        pool.check_invariants().unwrap();
+        drop((b, c, pool));
+    });
+}
+
 /// `add_sliced_texture` matches each slice against the array description level by level before
 /// anything validates that description: 40 mips made `width >> 32` (a shift overflow, a panic in
 /// debug), `u32::MAX` mips a walk of 4 billion levels. Both are typed refusals now, adding

@@ -148,7 +148,7 @@ impl SparseImage {
         storage: bool,
     ) -> Result<SparseImage, SparseError> {
         let shared = &pool.shared;
-        let (owner, serial) = shared.take_owner(name)?;
+        let owner = shared.take_owner(name)?;
         let tiles: Weak<dyn TileOwner> = Arc::downgrade(shared) as Weak<dyn TileOwner>;
         let origin = Origin {
             device: Arc::clone(&shared.device),
@@ -161,7 +161,7 @@ impl SparseImage {
             external: None,
         };
         let image = Self::create(origin, name, desc, SparseUsage { storage, color_attachment: false })
-            .inspect_err(|_| shared.give_back_owner(serial))?;
+            .inspect_err(|_| shared.owners.give_back(owner))?;
         shared.images.fetch_add(1, Ordering::Relaxed);
         Ok(image)
     }
@@ -179,7 +179,7 @@ impl SparseImage {
         usage: SparseUsage,
     ) -> Result<SparseImage, SparseError> {
         let shared = &pool.shared;
-        let (owner, serial) = shared.take_owner(name)?;
+        let owner = shared.take_owner(name)?;
         let tiles: Weak<dyn TileOwner> = Arc::downgrade(shared) as Weak<dyn TileOwner>;
         let origin = Origin {
             device: Arc::clone(&shared.device),
@@ -192,7 +192,7 @@ impl SparseImage {
             external: None,
         };
         let image =
-            Self::create(origin, name, desc, usage).inspect_err(|_| shared.give_back_owner(serial))?;
+            Self::create(origin, name, desc, usage).inspect_err(|_| shared.owners.give_back(owner))?;
         shared.images.fetch_add(1, Ordering::Relaxed);
         Ok(image)
     }

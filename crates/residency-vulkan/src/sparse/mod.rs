@@ -30,6 +30,7 @@ mod distance_field;
 mod heaps;
 mod image;
 mod min_lod;
+mod owners;
 mod pool;
 pub mod ptex;
 mod render_target;
@@ -143,16 +144,16 @@ pub enum SparseError {
         /// The heaps.
         heaps: String,
     },
-    /// The tile pool has made as many images as its owner ids can name (`limit`: each image of
-    /// a pool takes an id of its own for the pool's life, so that no two images share an owner);
-    /// nothing was created. Make another pool.
-    #[error("`{name}`: tile pool `{pool}` has made {limit} images, as many as its owner ids name")]
+    /// The tile pool has as many live images as its owner ids can name (`limit`: each image
+    /// takes an id no other live image of the pool has; an id comes back once the image's tiles
+    /// went back to the pool); nothing was created. Drop images, or make another pool.
+    #[error("`{name}`: tile pool `{pool}` has {limit} live images, as many as its owner ids name")]
     TooManyImages {
         /// The image asked for.
         name: String,
         /// The pool.
         pool: String,
-        /// The most images a pool makes.
+        /// The most live images a pool has.
         limit: u32,
     },
     /// The device has no sparse-binding queue.

@@ -16,16 +16,13 @@ pub struct SparseTilePool {
 }
 
 /// The state of a [`SparseTilePool`], shared with its images.
-/// One past the largest image serial of a pool: the serial is the owner id's low 20 bits.
-pub(super) const MAX_IMAGE_SERIAL: u32 = 1 << 20;
-
 pub(crate) struct SparsePoolShared {
     pub(super) device: Arc<Device>,
     pub(super) name: String,
     pub(super) pool: Mutex<TilePool>,
     pub(super) heaps: Arc<HeapsShared>,
-    pub(super) next_image: AtomicU32,
-    pub(super) pool_id: u32,
+    /// Its images' owner ids in the core pool.
+    pub(super) owners: super::owners::OwnerIds,
     /// The core pool's identity (it never changes).
     pub(super) tile_pool: PoolId,
     /// Live images of the pool.
@@ -38,33 +35,22 @@ impl SparsePoolShared {
         f(&mut self.pool.locked())
     }
 
-    /// The owner id of a new image of the pool, `pool_id << 20 | serial`, and its serial. Serials
-    /// stop at `2^20 - 1` ([`SparseError::TooManyImages`]): a larger one would carry into the
-    /// pool's bits and, where they match, give the new image the owner of an earlier one, whose
-    /// tiles its drop would then free ([`TileOwner::free_owner`]) while that image still holds
-    /// them. Give the serial back ([`give_back_owner`](Self::give_back_owner)) if the image is not
-    /// made, so that refused creations do not use serials up.
-    pub(super) fn take_owner(&self, name: &str) -> Result<(ImageId, u32), SparseError> {
-        let serial = self
-            .next_image
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < MAX_IMAGE_SERIAL).then_some(n + 1))
-            .map_err(|_| SparseError::TooManyImages {
-                name: name.to_owned(),
-                pool: self.name.clone(),
-                limit: MAX_IMAGE_SERIAL - 1,
-            })?;
-        Ok((ImageId(self.pool_id << 20 | serial), serial))
-    }
-
-    /// Gives back `serial` (of [`take_owner`](Self::take_owner)) when no later one was taken.
-    pub(super) fn give_back_owner(&self, serial: u32) {
-        let _ = self.next_image.compare_exchange(serial + 1, serial, Ordering::AcqRel, Ordering::Acquire);
+    /// The owner id of a new image of the pool ([`OwnerIds`](super::owners::OwnerIds)); give it
+    /// back (`owners.give_back`) if the image is not made.
+    pub(super) fn take_owner(&self, name: &str) -> Result<ImageId, SparseError> {
+        self.owners.take().ok_or_else(|| SparseError::TooManyImages {
+            name: name.to_owned(),
+            pool: self.name.clone(),
+            limit: super::owners::OWNER_SERIALS - 1,
+        })
     }
 }
 
 impl TileOwner for SparsePoolShared {
     fn free_owner(&self, owner: ImageId) {
         self.with_pool(|p| p.free_owner(owner));
+        // Nothing holds tiles under `owner` now: a later image may have it.
+        self.owners.give_back(owner);
     }
 }
 
@@ -135,8 +121,7 @@ impl SparseTilePool {
                 name,
                 pool: Mutex::new(pool),
                 heaps: Arc::new(heaps),
-                next_image: AtomicU32::new(1),
-                pool_id: NEXT_POOL.fetch_add(1, Ordering::Relaxed),
+                owners: super::owners::OwnerIds::new(NEXT_POOL.fetch_add(1, Ordering::Relaxed)),
                 tile_pool,
                 images: AtomicU64::new(0),
                 id,

@@ -121,8 +121,9 @@ pub enum SoftwareError {
         /// The atlas's tile side.
         atlas: u32,
     },
-    /// A pool hands out image ids in 20 bits.
-    #[error("a software tile pool makes at most {limit} images; create another pool")]
+    /// A pool names its live images with ids of 20 bits (an id comes back once its image's tiles
+    /// went back to the pool).
+    #[error("a software tile pool has at most {limit} live images; drop some, or create another pool")]
     TooManyImages {
         /// Images one pool can make.
         limit: u32,
@@ -602,8 +603,8 @@ pub(crate) struct SoftwarePoolShared {
     atlas_view: crate::resources::image::ImageView,
     atlas_layout: AtlasLayout,
     pool: std::sync::Mutex<residency_core::tiles::TilePool>,
-    next_image: std::sync::atomic::AtomicU32,
-    pool_id: u32,
+    /// Its images' owner ids in the core pool.
+    owners: super::owners::OwnerIds,
     /// Live images of the pool.
     images: std::sync::atomic::AtomicU64,
 }
@@ -617,6 +618,8 @@ impl SoftwarePoolShared {
 impl TileOwner for SoftwarePoolShared {
     fn free_owner(&self, owner: residency_core::tiles::ImageId) {
         self.with_pool(|p| p.free_owner(owner));
+        // Nothing holds tiles under `owner` now: a later image may have it.
+        self.owners.give_back(owner);
     }
 }
 
@@ -780,8 +783,9 @@ impl SoftwareTilePool {
                 atlas_view,
                 atlas_layout,
                 pool: std::sync::Mutex::new(pool),
-                next_image: std::sync::atomic::AtomicU32::new(1),
-                pool_id: NEXT_SOFTWARE_POOL.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                owners: super::owners::OwnerIds::new(
+                    NEXT_SOFTWARE_POOL.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                ),
                 images: std::sync::atomic::AtomicU64::new(0),
             }),
         })
@@ -1071,18 +1075,13 @@ impl SoftwareImage {
         }
         let layout = residency_core::tiles::software_layout(desc, shared.border)?;
         let table = Indirection::new(&layout, shared.atlas_layout)?;
-        // Serials stop below 2^20 (the counter never wraps): a larger one would carry into the
-        // pool's bits of the owner id and could name an earlier image's owner.
-        use std::sync::atomic::Ordering::{AcqRel, Acquire};
-        let serial = shared
-            .next_image
-            .fetch_update(AcqRel, Acquire, |n| (n < 1 << 20).then_some(n + 1))
-            .map_err(|_| SoftwareError::TooManyImages { limit: (1 << 20) - 1 })?;
-        let owner = residency_core::tiles::ImageId(shared.pool_id << 20 | serial);
-        // A refused image gives its serial back (when no later one was taken).
-        let indirection = IndirectionTexture::new(&shared.device, name, table).inspect_err(|_| {
-            let _ = shared.next_image.compare_exchange(serial + 1, serial, AcqRel, Acquire);
-        })?;
+        let owner = shared
+            .owners
+            .take()
+            .ok_or(SoftwareError::TooManyImages { limit: super::owners::OWNER_SERIALS - 1 })?;
+        // A refused image gives its id back (it never held tiles).
+        let indirection = IndirectionTexture::new(&shared.device, name, table)
+            .inspect_err(|_| shared.owners.give_back(owner))?;
         let tile_pool = pool.with_pool(|p| p.id());
         let tiles: std::sync::Weak<dyn TileOwner> = std::sync::Arc::downgrade(shared) as _;
         let life = Life::new(
