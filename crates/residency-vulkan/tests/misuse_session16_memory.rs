@@ -1,0 +1,259 @@
+//! Session 16's red team on memory: transient frames, buffer pools and their ranges, linear pools,
+//! the uploader, defragmentation and the device's ledger and budgets, attacked from safe code.
+//! Each test asserts what the library promises — a typed error that changes nothing, no hang, no
+//! leak, no bytes of one live resource handed to another — and fails on the break it was written
+//! for. The harness fails a test on any validation message or leaked object; a watchdog fails a
+//! hang. Deterministic: nothing depends on timing (GPU work is waited for, never slept on).
+#![forbid(unsafe_code)]
+
+#[path = "common/watchdog.rs"]
+mod watchdog;
+
+use residency_core::format::Format;
+use residency_core::memory::MemoryIntent;
+use residency_core::sync::Use;
+use residency_core::usage::{BufferPoolUsage, BufferUsage, ImageUsage};
+use residency_vulkan::testing::with_gpu;
+use residency_vulkan::transient::{TransientPool, TransientRequest};
+use residency_vulkan::{
+    BufferDesc, BufferInit, BufferPool, BufferPoolDesc, CommandContext, Device, FaultSite, ImageDesc,
+    InjectedFault, MemoryError, Uploader,
+};
+use std::sync::Arc;
+
+fn gpu(what: &'static str, body: impl FnOnce(&Arc<Device>) + Send + 'static) {
+    watchdog::within(what, move || {
+        with_gpu(|set| body(&set.devices()[0]));
+    });
+}
+
+/// Names of the ledger's live objects starting with `prefix`.
+fn live(device: &Device, prefix: &str) -> Vec<String> {
+    device
+        .ledger()
+        .live_objects()
+        .into_iter()
+        .filter(|o| o.name.starts_with(prefix))
+        .map(|o| format!("{} {}", o.kind, o.name))
+        .collect()
+}
+
+fn transient_buffer(name: &str, size: u64, passes: std::ops::RangeInclusive<u32>) -> TransientRequest {
+    TransientRequest::Buffer {
+        name: name.into(),
+        size,
+        usage: BufferUsage::STORAGE | BufferUsage::COPY_DST | BufferUsage::COPY_SRC,
+        passes,
+        uses: (Use::TransferDst, Use::TransferDst),
+    }
+}
+
+/// A transient frame's buffer handed to an uploader stays queued there (the uploader holds it)
+/// after the frame ended. The next frame was placed over the same bytes at once, and the queued
+/// copy, submitted later, landed in the new frame's buffer after the new frame wrote it: two live
+/// resources' bytes shared, the later frame's contents overwritten by an earlier frame's upload.
+#[test]
+fn misuse_a_transient_buffer_still_queued_in_an_uploader_keeps_its_bytes_from_the_next_frame() {
+    gpu("transient queued upload", |device| {
+        let mut pool = TransientPool::new(Arc::clone(device), "s16 transients").unwrap();
+        let uploader = Uploader::new(device, "s16 transient uploads", 1 << 16).unwrap();
+        let context = CommandContext::new(device, "s16 transient frames").unwrap();
+        const SIZE: u64 = 4096;
+        let frame = pool.begin_frame(&[transient_buffer("s16 old", SIZE, 0..=0)]).unwrap();
+        let old = frame.buffer(0).unwrap();
+        let old_bytes = (old.memory().0, old.memory().1, old.memory().1 + SIZE);
+        uploader.write_buffer(old, 0, &[1; SIZE as usize]).unwrap();
+        pool.end_frame(frame);
+        match pool.begin_frame(&[transient_buffer("s16 new", SIZE, 0..=0)]) {
+            Err(e) => {
+                // Refused while the old frame's buffer is held: a typed error, nothing placed.
+                assert!(matches!(e, MemoryError::Unsatisfiable { .. }), "{e}");
+                assert!(live(device, "s16 new").is_empty(), "{:?}", live(device, "s16 new"));
+                uploader.wait_idle().unwrap();
+                // Once the upload ran (and the old buffer is released), the next frame is placed.
+                let frame = pool.begin_frame(&[transient_buffer("s16 new", SIZE, 0..=0)]).unwrap();
+                pool.end_frame(frame);
+            }
+            Ok(frame) => {
+                let new = frame.buffer(0).unwrap();
+                let (memory, start) = new.memory();
+                let shares = memory == old_bytes.0 && start < old_bytes.2 && old_bytes.1 < start + SIZE;
+                context
+                    .submit(&[], |rec| {
+                        pool.record_pass_start(rec, &frame, 0).unwrap();
+                        rec.fill_buffer(new, 0, SIZE, 0x0202_0202).unwrap();
+                    })
+                    .map(|s| context.wait(s).unwrap())
+                    .unwrap();
+                uploader.wait_idle().unwrap();
+                let bytes = device.read_back(new, 0, SIZE).unwrap();
+                assert!(
+                    bytes.iter().all(|&b| b == 2),
+                    "the new frame's buffer (sharing the old one's bytes: {shares}) holds the old \
+                     frame's upload: {:?}",
+                    &bytes[..8]
+                );
+                pool.end_frame(frame);
+            }
+        }
+        device.wait_submitted().unwrap();
+        device.maintain();
+    });
+}
+
+/// A view of a transient frame's image kept after the frame ended holds that image (and its
+/// bytes): the next frame is refused until the view goes, then placed.
+#[test]
+fn misuse_a_view_of_a_transient_image_kept_past_its_frame_holds_its_bytes() {
+    gpu("transient view", |device| {
+        let mut pool = TransientPool::new(Arc::clone(device), "s16 view transients").unwrap();
+        let image = |name: &str| TransientRequest::Image {
+            desc: ImageDesc::new_2d(
+                name,
+                Format::R8G8B8A8Unorm,
+                64,
+                64,
+                ImageUsage::SAMPLED | ImageUsage::COPY_DST,
+            ),
+            passes: 0..=0,
+            uses: (Use::TransferDst, Use::TransferDst),
+        };
+        let frame = pool.begin_frame(&[image("s16 viewed")]).unwrap();
+        let view = frame.image(0).unwrap().create_view(0..1).unwrap();
+        pool.end_frame(frame);
+        let r = pool.begin_frame(&[image("s16 over the view")]);
+        assert!(matches!(r, Err(MemoryError::Unsatisfiable { .. })), "{r:?}");
+        assert!(live(device, "s16 over the view").is_empty());
+        drop(view);
+        let frame = pool.begin_frame(&[image("s16 after the view")]).unwrap();
+        pool.end_frame(frame);
+        device.maintain();
+    });
+}
+
+/// Transient buffers whose sizes together pass u64 (each allowed by `maxBufferSize` where that is
+/// large, as on lavapipe) must be a typed error, not an overflow panic in the planner.
+#[test]
+fn misuse_a_transient_frame_whose_sizes_overflow_u64_is_a_typed_error() {
+    gpu("transient overflow", |device| {
+        let mut pool = TransientPool::new(Arc::clone(device), "s16 huge transients").unwrap();
+        let max = device.profile().limits.max_buffer_size.max(1 << 20);
+        for sizes in [vec![max, max], vec![max; 4], vec![u64::MAX / 2 + 1, u64::MAX / 2 + 1], vec![u64::MAX]]
+        {
+            let requests: Vec<TransientRequest> = sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &size)| transient_buffer(&format!("s16 huge {i}"), size, 0..=1))
+                .collect();
+            let result = pool.begin_frame(&requests);
+            assert!(result.is_err(), "{} B × {} placed", sizes[0], sizes.len());
+            assert!(live(device, "s16 huge").is_empty(), "{:?}", live(device, "s16 huge"));
+        }
+        assert_eq!(pool.heap_bytes(), 0);
+        let frame = pool.begin_frame(&[transient_buffer("s16 after huge", 4096, 0..=0)]).unwrap();
+        pool.end_frame(frame);
+    });
+}
+
+/// Passes given backwards (`3..=1`) or at the end of u32 are refused or planned, never a panic.
+#[test]
+fn misuse_a_transient_frame_with_reversed_or_extreme_passes_is_refused_or_planned() {
+    gpu("transient passes", |device| {
+        let mut pool = TransientPool::new(Arc::clone(device), "s16 pt").unwrap();
+        for passes in [3..=1, u32::MAX..=u32::MAX, 0..=u32::MAX, u32::MAX..=0] {
+            let r = pool.begin_frame(&[
+                transient_buffer("s16 pass a", 4096, passes.clone()),
+                transient_buffer("s16 pass b", 4096, 0..=0),
+            ]);
+            let planned = r.is_ok();
+            if let Ok(frame) = r {
+                pool.end_frame(frame);
+            }
+            device.maintain();
+            let left = live(device, "s16 pass");
+            assert!(left.is_empty(), "{passes:?} (planned: {planned}) left {left:?}");
+        }
+        device.wait_submitted().unwrap();
+        device.maintain();
+    });
+}
+
+/// A failed heap allocation in `begin_frame` (an injected out-of-memory) leaves nothing behind
+/// and the next frame plans against the heaps that exist.
+#[test]
+fn misuse_a_transient_frame_whose_heap_fails_leaks_nothing_and_the_next_one_works() {
+    gpu("transient heap fault", |device| {
+        let mut pool = TransientPool::new(Arc::clone(device), "s16 fault transients").unwrap();
+        let frame = pool.begin_frame(&[transient_buffer("s16 f small", 4096, 0..=0)]).unwrap();
+        pool.end_frame(frame);
+        let heap_bytes = pool.heap_bytes();
+        for skip in 0..2 {
+            device.ledger().inject_fault(FaultSite::AllocateMemory, skip, InjectedFault::OutOfDeviceMemory);
+            let r = pool.begin_frame(&[
+                transient_buffer("s16 f big", 1 << 20, 0..=0),
+                transient_buffer("s16 f big2", 1 << 20, 0..=0),
+            ]);
+            device.ledger().clear_faults();
+            if let Ok(frame) = r {
+                pool.end_frame(frame);
+                continue;
+            }
+            assert_eq!(pool.heap_bytes(), heap_bytes);
+            assert!(live(device, "s16 f big").is_empty(), "{:?}", live(device, "s16 f big"));
+        }
+        let frame = pool.begin_frame(&[transient_buffer("s16 f again", 1 << 20, 0..=0)]).unwrap();
+        pool.end_frame(frame);
+        device.wait_submitted().unwrap();
+        device.maintain();
+    });
+}
+
+/// The same image twice in `discard_to_general`: no validation message (two layout transitions
+/// of one subresource in one barrier).
+#[test]
+fn misuse_discard_to_general_with_an_image_given_twice_is_valid() {
+    gpu("discard twice", |device| {
+        let image = device
+            .create_image(&ImageDesc::new_2d(
+                "s16 twice",
+                Format::R8G8B8A8Unorm,
+                16,
+                16,
+                ImageUsage::SAMPLED | ImageUsage::COPY_DST,
+            ))
+            .unwrap();
+        let _ = device.discard_to_general(&[&image, &image]);
+        device.wait_submitted().unwrap();
+    });
+}
+
+/// Known-flags pool ranges and buffers at alignments between a page and u64's top bit.
+#[test]
+fn misuse_pool_requests_aligned_past_their_page_are_placed_aligned_or_refused() {
+    gpu("pool alignments", |device| {
+        let pool = BufferPool::new(
+            Arc::clone(device),
+            BufferPoolDesc::new("s16 aligned", BufferPoolUsage::Known(BufferUsage::STORAGE))
+                .with_memory(MemoryIntent::Upload)
+                .with_page_size(1 << 16),
+        )
+        .unwrap();
+        for align in [1u64 << 16, 1 << 17, 1 << 24, 1 << 40, 1 << 62] {
+            if let Ok(range) = pool.allocate_range(16, align) {
+                assert_eq!(range.offset() % align, 0, "range at {align}");
+            }
+            if let Ok(buffer) =
+                pool.init_buffer(&BufferInit::new("s16 aligned buffer", 16).with_alignment(align))
+            {
+                assert_eq!(buffer.offset() % align, 0, "buffer at {align}");
+            }
+        }
+        pool.check_invariants().unwrap();
+        let general = device.create_buffer(
+            &BufferDesc::new("s16 general aligned", 16, BufferUsage::STORAGE).with_alignment(1 << 62),
+        );
+        if let Ok(b) = general {
+            assert_eq!(b.memory().1 % (1 << 62), 0);
+        }
+    });
+}
