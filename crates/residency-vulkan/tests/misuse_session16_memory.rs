@@ -257,3 +257,73 @@ fn misuse_pool_requests_aligned_past_their_page_are_placed_aligned_or_refused() 
         }
     });
 }
+
+/// A buffer moved under pressure (`Defragmenter::relieve`) is filled by a copy on the moves queue,
+/// which later work is not ordered after as a whole: only recordings that keep the buffer wait for
+/// it. The uploader's own submissions and `Device::read_back` named the buffer's `VkBuffer`
+/// without keeping it in their recording, so on a device with a second queue (the H200) an upload
+/// right after a move could be overwritten by the move's copy, and a read-back could read the new
+/// memory before the move filled it. Both now wait for the move: once they returned, it has
+/// completed. (Lavapipe has one queue, where the barriers order the two anyway: this test holds
+/// there either way and checks the promise where it can break.)
+#[test]
+fn misuse_an_upload_or_read_back_right_after_a_move_under_pressure_waits_for_the_move() {
+    use residency_vulkan::{DefragDesc, Defragmenter, MemoryTier};
+    gpu("moved then uploaded", |device| {
+        device.set_device_local_limit(None);
+        device.maintain();
+        device.release_empty_heaps();
+        const SIZE: u64 = 4 << 20;
+        let usage = BufferUsage::STORAGE | BufferUsage::COPY_DST | BufferUsage::COPY_SRC;
+        let uploader = Uploader::new(device, "s16 moved uploads", 1 << 20).unwrap();
+        // Eight buffers fill the device tier's first heap; the limit keeps it at that, so a
+        // ninth, hot, goes to the host tier, and the coldest resident makes room for it.
+        let mut buffers: Vec<_> = (0..8)
+            .map(|i| {
+                device.create_buffer(&BufferDesc::new(format!("s16 resident {i}"), SIZE, usage)).unwrap()
+            })
+            .collect();
+        uploader.write_buffer(&buffers[0], 0, &vec![0xa1; SIZE as usize]).unwrap();
+        uploader.wait_idle().unwrap();
+        device.set_device_local_limit(Some(device.pressure_stats().device_tier_bytes));
+        for _ in 0..3 {
+            device.advance_frame();
+        }
+        let mut late = device.create_buffer(&BufferDesc::new("s16 late", SIZE, usage)).unwrap();
+        assert_eq!(late.memory_tier(), Some(MemoryTier::Host));
+        uploader.write_buffer(&late, 0, &vec![0xc3; SIZE as usize]).unwrap();
+        uploader.wait_idle().unwrap();
+        for b in buffers[1..].iter().chain([&late]) {
+            b.used_until(device.frames_from_now(0)).unwrap();
+        }
+        let mut defrag = Defragmenter::new(device, DefragDesc::default()).unwrap();
+        let mut all: Vec<&mut residency_vulkan::Buffer> = buffers.iter_mut().chain([&mut late]).collect();
+        let stats = defrag.relieve(&mut all, 64 << 20).unwrap();
+        drop(all);
+        assert_eq!(stats.demotions, 1, "{stats:?}");
+        assert_eq!(buffers[0].memory_tier(), Some(MemoryTier::Host));
+        // An upload at once into the buffer being moved: after the move, never under it.
+        uploader.write_buffer(&buffers[0], 0, &vec![0xb2; SIZE as usize]).unwrap();
+        uploader.wait_idle().unwrap();
+        assert_eq!(buffers[0].pending_move(), None, "the upload returned before the move it follows");
+        let bytes = device.read_back(&buffers[0], 0, SIZE).unwrap();
+        assert!(bytes.iter().all(|&b| b == 0xb2), "the move's copy landed over the upload");
+        // Room returns: the late buffer is promoted, and a read-back at once sees what it carries.
+        device.set_device_local_limit(None);
+        device.maintain();
+        device.advance_frame();
+        late.used_until(device.frames_from_now(0)).unwrap();
+        let mut all: Vec<&mut residency_vulkan::Buffer> = buffers.iter_mut().chain([&mut late]).collect();
+        let stats = defrag.relieve(&mut all, 64 << 20).unwrap();
+        drop(all);
+        assert!(stats.promotions >= 1, "{stats:?}");
+        assert_ne!(late.memory_tier(), Some(MemoryTier::Host), "{stats:?}");
+        let bytes = device.read_back(&late, 0, SIZE).unwrap();
+        assert_eq!(late.pending_move(), None, "the read-back returned before the move it reads");
+        assert!(bytes.iter().all(|&b| b == 0xc3), "read the new memory before the move filled it");
+        drop((buffers, late));
+        device.wait_submitted().unwrap();
+        device.maintain();
+        device.release_empty_heaps();
+    });
+}

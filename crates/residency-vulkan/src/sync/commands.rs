@@ -554,6 +554,9 @@ impl Device {
             });
         }
         self.copy_to_host(buffer.name(), len, |rec, staging| {
+            // Through the recording: a buffer a move under pressure is still filling on the moves
+            // queue makes the read-back wait for that copy (no barrier of this queue orders it).
+            rec.keep(buffer.life());
             // SAFETY: `rec` is recording on this device; both buffers are live buffers of it
             // (checked above; `buffer` is borrowed until the wait returns) and the region lies in
             // both.

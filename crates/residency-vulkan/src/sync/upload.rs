@@ -1479,7 +1479,15 @@ impl Uploader {
         // After the sparse binds submitted so far: a copy into a tile bound asynchronously
         // (`TileHeaps::bind_after`) waits for its memory.
         let binds = device.submitted_binds();
+        let destinations = &state.keep;
         let submitted = self.context.submit(binds.as_slice(), |rec| {
+            // Every destination through the recording: a buffer a move under pressure
+            // (`Defragmenter::relieve`) is still filling on the moves queue makes the submission
+            // wait for that copy, which no barrier of this queue orders (else the move's copy
+            // could land over these copies).
+            for life in destinations {
+                rec.keep(life);
+            }
             // Ring frames of copies queued again (see `requeue_recorded`) are given back once this
             // submission has run.
             for (_, flag) in &carried {
