@@ -35,6 +35,7 @@ use crate::resources::buffer::{create_raw_buffer, Buffer, BufferMemory, BufferOb
 use crate::resources::image::{Image, ImageDesc, ImageParts};
 use crate::sync::recording::{check_scope, Recording};
 use ash::vk;
+use residency_core::allocator::ResourceKind;
 use residency_core::memory::{memory_type_candidates, MemoryIntent};
 use residency_core::sync::LastUses;
 use residency_core::sync::{TransientDesc, TransientPlanner, TransientPlannerDesc, Use};
@@ -61,7 +62,8 @@ pub enum TransientRequest {
         /// Its first and last uses.
         uses: (Use, Use),
     },
-    /// An optimal-tiling image.
+    /// An image (optimal tiling, or linear with [`ImageDesc::linear`]: then placed as a linear
+    /// resource, off optimal images' `bufferImageGranularity` pages).
     Image {
         /// Its description (the memory fields are ignored).
         desc: ImageDesc,
@@ -316,13 +318,19 @@ impl TransientPool {
                             // SAFETY: raw was just created.
                             let req = unsafe { device.raw().get_image_memory_requirements(raw) };
                             bits &= req.memory_type_bits;
+                            // A linear-tiling image is a linear resource for
+                            // `bufferImageGranularity`: kept off optimal images' pages.
+                            let kind = if desc.linear { ResourceKind::Linear } else { ResourceKind::Optimal };
                             descs.push(
-                                TransientDesc::image(
-                                    desc.name.clone(),
-                                    req.size,
-                                    req.alignment,
-                                    passes.clone(),
-                                )
+                                TransientDesc {
+                                    kind,
+                                    ..TransientDesc::image(
+                                        desc.name.clone(),
+                                        req.size,
+                                        req.alignment,
+                                        passes.clone(),
+                                    )
+                                }
                                 .with_uses(uses.0, uses.1),
                             );
                             unbound.images.push(Some(raw));
