@@ -160,7 +160,9 @@ fn misuse_a_transient_frame_whose_sizes_overflow_u64_is_a_typed_error() {
 fn misuse_a_transient_frame_with_reversed_or_extreme_passes_is_refused_or_planned() {
     gpu("transient passes", |device| {
         let mut pool = TransientPool::new(Arc::clone(device), "s16 pt").unwrap();
-        for passes in [3..=1, u32::MAX..=u32::MAX, 0..=u32::MAX, u32::MAX..=0] {
+        // Backwards ranges, built at run time (the ranges a caller's arithmetic can produce).
+        let (three, max) = (std::hint::black_box(3u32), std::hint::black_box(u32::MAX));
+        for passes in [three..=1, u32::MAX..=u32::MAX, 0..=u32::MAX, max..=0] {
             let r = pool.begin_frame(&[
                 transient_buffer("s16 pass a", 4096, passes.clone()),
                 transient_buffer("s16 pass b", 4096, 0..=0),
@@ -358,5 +360,87 @@ fn misuse_a_linear_transient_image_never_shares_a_granularity_page_with_an_optim
             assert!(!shares, "optimal {optimal:?} and linear {linear:?} share a granularity page");
         }
         pool.end_frame(frame);
+    });
+}
+
+/// Waits until a submission has reached residency's submit path since `before` (its fault hook
+/// counts it): the submitting thread then holds what it took before submitting.
+fn until_submitting(device: &Device, before: u64) {
+    while device.ledger().site_calls(FaultSite::QueueSubmit) == before {
+        std::thread::yield_now();
+    }
+}
+
+/// A thread that holds the universal queue's lock (`Queue::lock`, a safe call) and calls the
+/// uploader while another thread is inside the uploader's flush — which holds the uploader's
+/// state and waits for that queue lock to submit — waited for the state forever: each thread
+/// waited for the other's lock. It is now refused (`Reentrant`), as a residency submission on a
+/// thread holding the queue lock is, and the flush goes on once the queue is released.
+#[test]
+fn misuse_an_uploader_call_holding_the_queue_lock_while_another_thread_flushes_is_refused_not_a_deadlock() {
+    gpu("uploader under the queue lock", |device| {
+        let uploader = Arc::new(Uploader::new(device, "s16 locked uploads", 1 << 16).unwrap());
+        let usage = BufferUsage::STORAGE | BufferUsage::COPY_DST | BufferUsage::COPY_SRC;
+        let dst = Arc::new(device.create_buffer(&BufferDesc::new("s16 locked dst", 256, usage)).unwrap());
+        uploader.write_buffer(&dst, 0, &[1; 256]).unwrap();
+        let queue = device.universal_queue().lock().unwrap();
+        let before = device.ledger().site_calls(FaultSite::QueueSubmit);
+        let flusher = std::thread::spawn({
+            let uploader = Arc::clone(&uploader);
+            move || uploader.flush()
+        });
+        // The flush holds the uploader's state from before its submission until it is made.
+        until_submitting(device, before);
+        let reentrant = |r: Result<(), residency_vulkan::UploadError>| {
+            let e = r.unwrap_err();
+            assert!(e.to_string().contains("re-entrant"), "{e}");
+        };
+        reentrant(uploader.write_buffer(&dst, 0, &[2; 256]));
+        reentrant(uploader.flush());
+        reentrant(uploader.wait_idle());
+        assert_eq!(uploader.staging_capacity(), 1 << 16);
+        let _ = uploader.staging_in_use();
+        drop(queue);
+        flusher.join().unwrap().unwrap();
+        uploader.write_buffer(&dst, 0, &[2; 256]).unwrap();
+        uploader.wait_idle().unwrap();
+        assert_eq!(device.read_back(&dst, 0, 256).unwrap(), vec![2; 256]);
+    });
+}
+
+/// The same with a command context: a thread holding the queue lock submitted on (or asked
+/// about) a context whose state another thread held while waiting for that queue lock (its
+/// recording closure had returned): a deadlock. Now refused (`Reentrant`) before the context's
+/// state is waited for.
+#[test]
+fn misuse_a_context_call_holding_the_queue_lock_while_another_thread_submits_is_refused_not_a_deadlock() {
+    gpu("context under the queue lock", |device| {
+        let context = Arc::new(CommandContext::new(device, "s16 locked context").unwrap());
+        let earlier = context.submit(&[], |_| {}).unwrap();
+        let (inside, inside_rx) = std::sync::mpsc::channel();
+        let (go, go_rx) = std::sync::mpsc::channel::<()>();
+        let submitter = std::thread::spawn({
+            let context = Arc::clone(&context);
+            move || {
+                context.submit(&[], |_| {
+                    inside.send(()).unwrap();
+                    go_rx.recv().unwrap();
+                })
+            }
+        });
+        // The other thread is in its recording closure: it holds the context's state until its
+        // submission is made, for which it needs the queue lock taken here.
+        inside_rx.recv().unwrap();
+        let queue = device.universal_queue().lock().unwrap();
+        go.send(()).unwrap();
+        let reentrant =
+            |e: residency_vulkan::VulkanError| assert!(e.to_string().contains("re-entrant"), "{e}");
+        reentrant(context.submit(&[], |_| {}).unwrap_err());
+        reentrant(context.is_complete(&earlier).unwrap_err());
+        reentrant(context.wait_for(&earlier).unwrap_err());
+        drop(queue);
+        let submission = submitter.join().unwrap().unwrap();
+        context.wait(submission).unwrap();
+        context.wait(earlier).unwrap();
     });
 }
