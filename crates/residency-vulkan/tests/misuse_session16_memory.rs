@@ -444,3 +444,105 @@ fn misuse_a_context_call_holding_the_queue_lock_while_another_thread_submits_is_
         context.wait(earlier).unwrap();
     });
 }
+
+/// The device's accounting with its kept empty heaps released: memory objects, bytes per heap,
+/// bytes per tier, live objects of every kind.
+fn accounting(device: &Device) -> (u64, Vec<u64>, (u64, u64), usize) {
+    device.wait_submitted().unwrap();
+    device.maintain();
+    device.release_empty_heaps();
+    let heaps =
+        (0..device.memory_properties().heaps.len() as u32).map(|h| device.ledger().heap_bytes(h)).collect();
+    let stats = device.pressure_stats();
+    (
+        device.ledger().memory_objects(),
+        heaps,
+        (stats.device_tier_bytes, stats.host_tier_bytes),
+        device.ledger().live_objects().len(),
+    )
+}
+
+/// One use of every memory path of this area, each call's error ignored (a fault makes some
+/// fail): known-flags ranges (one larger than a page), placed pool buffers, local ranges, a
+/// linear pool, a transient frame, the uploader's staged and streamed writes and its
+/// imports, a read-back. Everything is dropped on return.
+fn memory_paths(device: &Arc<Device>) {
+    use residency_vulkan::{LinearPool, LinearPoolDesc};
+    let usage = BufferUsage::STORAGE | BufferUsage::COPY_DST | BufferUsage::COPY_SRC;
+    let known = BufferPool::new(
+        Arc::clone(device),
+        BufferPoolDesc::new("s16 sweep known", BufferPoolUsage::Known(usage))
+            .with_memory(MemoryIntent::Upload)
+            .with_page_size(1 << 16),
+    );
+    if let Ok(pool) = &known {
+        let _small = pool.allocate_range(256, 0);
+        let _large = pool.allocate_range(1 << 17, 0);
+        let _buffer = pool.init_buffer(&BufferInit::new("s16 sweep range buffer", 512));
+        if let Ok(local) = pool.local_ranges() {
+            let _a = local.allocate(128, 0);
+            let _b = local.allocate(1 << 17, 0);
+        }
+    }
+    let unknown = BufferPool::new(
+        Arc::clone(device),
+        BufferPoolDesc::new("s16 sweep unknown", BufferPoolUsage::Unknown),
+    );
+    if let Ok(pool) = &unknown {
+        let _placed = pool.init_buffer(&BufferInit::new("s16 sweep placed", 4096).with_usage(usage));
+    }
+    if let Ok(linear) = LinearPool::new(Arc::clone(device), LinearPoolDesc::new("s16 sweep linear", 1 << 16))
+    {
+        let _a = linear.create_buffer(&BufferInit::new("s16 sweep linear a", 1024).with_usage(usage));
+    }
+    if let Ok(mut transient) = TransientPool::new(Arc::clone(device), "s16 sweep transients") {
+        if let Ok(frame) = transient.begin_frame(&[
+            transient_buffer("s16 sweep t0", 4096, 0..=0),
+            transient_buffer("s16 sweep t1", 8192, 1..=1),
+        ]) {
+            transient.end_frame(frame);
+        }
+    }
+    if let Ok(uploader) = Uploader::new(device, "s16 sweep uploads", 1 << 16) {
+        let uploader = uploader.with_import_threshold(1 << 12).with_import_chunk(1 << 12);
+        if let Ok(dst) = device.create_buffer(&BufferDesc::new("s16 sweep dst", 1 << 18, usage)) {
+            let data = vec![7u8; 1 << 17];
+            let _ = uploader.write_buffer(&dst, 0, &data[..1000]);
+            let _ = uploader.write_buffer(&dst, 1 << 16, &data);
+            let _ = uploader.upload_buffer(&dst, 1 << 17, &data[3..]);
+            let _ = uploader.wait_idle();
+            let _ = device.read_back(&dst, 0, 4096);
+        }
+    }
+}
+
+/// Every memory path with a fault at each of its calls in turn, at every site: whatever fails
+/// returns a typed error, and once everything is dropped the device's memory objects, heap and
+/// tier bytes and live objects are what they were (nothing leaked, no budget left counted).
+#[test]
+fn misuse_a_fault_at_any_call_of_the_memory_paths_leaks_nothing_and_leaves_budgets_as_they_were() {
+    gpu("memory fault sweep", |device| {
+        device.set_device_local_limit(None);
+        memory_paths(device); // warm: per-thread caches, kept heaps
+        let baseline = accounting(device);
+        for site in
+            [FaultSite::AllocateMemory, FaultSite::CreateResource, FaultSite::QueueSubmit, FaultSite::Wait]
+        {
+            let before = device.ledger().site_calls(site);
+            memory_paths(device);
+            let calls = device.ledger().site_calls(site) - before;
+            assert_eq!(accounting(device), baseline, "{site:?}: the run without a fault");
+            // (Waits are polled: their count varies from run to run, so a late one may not fire.)
+            let fired = device.ledger().faults_fired(site);
+            for skip in 0..calls {
+                for fault in [InjectedFault::OutOfDeviceMemory, InjectedFault::DeviceLost] {
+                    device.ledger().inject_fault(site, skip, fault);
+                    memory_paths(device);
+                    device.ledger().clear_faults();
+                    assert_eq!(accounting(device), baseline, "{site:?} call {skip} of {calls}: {fault:?}");
+                }
+            }
+            assert!(device.ledger().faults_fired(site) > fired, "{site:?}: no fault fired");
+        }
+    });
+}
