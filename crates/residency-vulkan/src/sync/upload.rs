@@ -293,6 +293,13 @@ mod target {
     pub trait Sealed {
         /// The image as a copy target.
         fn target(&self) -> TargetInfo<'_>;
+
+        /// The bytes of memory it is bound to when other resources may be bound to them too (a
+        /// transient frame's image): memory, offset, size. `None` (the default): its bytes are
+        /// its own.
+        fn aliased_memory(&self) -> Option<(vk::DeviceMemory, u64, u64)> {
+            None
+        }
     }
 }
 
@@ -488,19 +495,32 @@ struct RecordedBatch {
     frames: Vec<FrameId>,
 }
 
-/// A queued copy's destination (handle, mip, layer) and box, `[lo, hi)` per axis.
+/// A queued copy's destination (handle, mip, layer) and box, `[lo, hi)` per axis: an image's
+/// subresource and texels, or a `VkDeviceMemory` ([`MEMORY`] for mip and layer) and bytes.
 type Written = ((u64, u32, u32), [u64; 3], [u64; 3]);
 
+/// The mip and layer of a [`Written`] that names bytes of a `VkDeviceMemory`.
+const MEMORY: u32 = u32::MAX;
+
+/// A copy's bytes `[start, end)` of `memory`, as a [`Written`]: buffer copies are tracked by the
+/// memory they write, not the `VkBuffer`, so two buffers bound to the same bytes (a transient
+/// frame's aliasing buffers) are seen to overlap, and so is a transient image over them.
+fn memory_written(memory: vk::DeviceMemory, start: u64, end: u64) -> Written {
+    ((vk::Handle::as_raw(memory), MEMORY, MEMORY), [start, 0, 0], [end, 1, 1])
+}
+
 impl State {
-    /// Notes a copy into `box` of `dst`: a barrier first when it overlaps a queued copy's.
-    fn note_write(&mut self, dst: (u64, u32, u32), lo: [u64; 3], hi: [u64; 3]) {
-        let overlaps =
-            self.written.iter().any(|(d, l, h)| *d == dst && (0..3).all(|a| lo[a] < h[a] && l[a] < hi[a]));
+    /// Notes a copy into the boxes `written` (one destination, seen one or more ways): a barrier
+    /// first when any overlaps a queued copy's.
+    fn note_write(&mut self, written: &[Written]) {
+        let overlaps = written.iter().any(|(dst, lo, hi)| {
+            self.written.iter().any(|(d, l, h)| d == dst && (0..3).all(|a| lo[a] < h[a] && l[a] < hi[a]))
+        });
         if overlaps {
             self.copies.push(PendingCopy::Barrier);
             self.written.clear();
         }
-        self.written.push((dst, lo, hi));
+        self.written.extend_from_slice(written);
     }
 }
 
@@ -921,7 +941,8 @@ impl Uploader {
     /// Queues the copy of `len` staged bytes at `ring_offset` into `dst` at `offset`.
     fn queue_buffer_copy(state: &mut State, dst: &Buffer, offset: u64, ring_offset: u64, len: u64) {
         let start = dst.offset() + offset;
-        state.note_write((vk::Handle::as_raw(dst.raw()), 0, 0), [start, 0, 0], [start + len, 1, 1]);
+        let (memory, base) = dst.memory();
+        state.note_write(&[memory_written(memory, base + offset, base + offset + len)]);
         state.copies.push(PendingCopy::Buffer {
             dst: dst.raw(),
             region: vk::BufferCopy { src_offset: ring_offset, dst_offset: start, size: len },
@@ -1289,7 +1310,15 @@ impl Uploader {
             // into the same rows of one subresource get a copy→copy barrier between them.
             (lo[0], hi[0]) = (0, u64::MAX);
         }
-        state.note_write((vk::Handle::as_raw(target.raw), region.mip, region.layer), lo, hi);
+        let subresource = ((vk::Handle::as_raw(target.raw), region.mip, region.layer), lo, hi);
+        // An image whose bytes other resources may share (a transient frame's) is noted by its
+        // memory too, whole (its texels' place there is the driver's).
+        match region.image.aliased_memory() {
+            Some((memory, start, size)) => {
+                state.note_write(&[subresource, memory_written(memory, start, start.saturating_add(size))])
+            }
+            None => state.note_write(&[subresource]),
+        }
         state.copies.push(PendingCopy::Image {
             dst: target.raw,
             layout: region.layout,
@@ -1839,6 +1868,14 @@ impl Sealed for Image {
             life: self.life(),
             layouts: Some(self.layouts()),
         }
+    }
+
+    fn aliased_memory(&self) -> Option<(vk::DeviceMemory, u64, u64)> {
+        let transient = matches!(
+            self.life().garbage(),
+            Some(Garbage::Image { memory: crate::device::blocks::ResourceMemory::Transient, .. })
+        );
+        transient.then(|| (self.memory().0, self.memory().1, self.size()))
     }
 }
 
