@@ -18,11 +18,15 @@
 //! **One frame open at a time.** A frame is open from `begin_frame` until it is ended or dropped;
 //! the next `begin_frame` is refused while it is ([`MemoryError::Unsatisfiable`]): its resources
 //! would be placed over the bytes of the open frame's, which the renderer can still record, and
-//! each frame would silently overwrite the other's contents.
+//! each frame would silently overwrite the other's contents. It is refused the same way while a
+//! resource of the previous frame is still held after the frame ended — a copy into it queued in
+//! an [`Uploader`](crate::Uploader) and not yet submitted, a view of its image: such a holder can
+//! still make the GPU write those bytes *after* the next frame's work (a queued copy is submitted
+//! later), which no barrier of the next frame orders. Flush the uploader (or drop the view) first.
 
 use crate::device::blocks::ResourceMemory;
 use crate::device::blocks::{MemoryBlock, MemoryError, RawMemoryDesc};
-use crate::device::life::{Garbage, Holder, Parent, PendingUses};
+use crate::device::life::{Garbage, Holder, Life, Parent, PendingUses};
 use crate::device::Device;
 use crate::error::VulkanError;
 use crate::format_map::aspect;
@@ -31,6 +35,7 @@ use crate::resources::buffer::{create_raw_buffer, Buffer, BufferMemory, BufferOb
 use crate::resources::image::{Image, ImageDesc, ImageParts};
 use crate::sync::recording::{check_scope, Recording};
 use ash::vk;
+use residency_core::allocator::ResourceKind;
 use residency_core::memory::{memory_type_candidates, MemoryIntent};
 use residency_core::sync::LastUses;
 use residency_core::sync::{TransientDesc, TransientPlanner, TransientPlannerDesc, Use};
@@ -39,7 +44,7 @@ pub use residency_core::sync::{FramePlan, TransientReport};
 use residency_core::usage::BufferUsage;
 use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 /// A transient resource a frame asks for.
 #[derive(Clone, Debug)]
@@ -57,7 +62,8 @@ pub enum TransientRequest {
         /// Its first and last uses.
         uses: (Use, Use),
     },
-    /// An optimal-tiling image.
+    /// An image (optimal tiling, or linear with [`ImageDesc::linear`]: then placed as a linear
+    /// resource, off optimal images' `bufferImageGranularity` pages).
     Image {
         /// Its description (the memory fields are ignored).
         desc: ImageDesc,
@@ -142,6 +148,9 @@ pub struct TransientPool {
     type_index: Option<u32>,
     /// Whether a frame of this pool is open (begun, not yet ended or dropped).
     open: Arc<AtomicBool>,
+    /// The lives of the last frame's resources: while one is still held after the frame ended
+    /// (an uploader's queued copy, a view), its bytes are not placed again.
+    previous: Vec<Weak<Life>>,
 }
 
 /// `VkBuffer`s and `VkImage`s of a frame being created, not yet handed to a resource: destroyed
@@ -221,6 +230,7 @@ impl TransientPool {
             heaps: Vec::new(),
             type_index: None,
             open: Arc::new(AtomicBool::new(false)),
+            previous: Vec::new(),
         })
     }
 
@@ -233,7 +243,11 @@ impl TransientPool {
     ///
     /// Refused while the previous frame is open (not yet given to [`TransientPool::end_frame`]
     /// or dropped), with [`MemoryError::Unsatisfiable`] and nothing created: the new frame would
-    /// be placed over the bytes the open frame's resources still own.
+    /// be placed over the bytes the open frame's resources still own. Refused the same way while
+    /// a resource of the previous frame is still held after it ended (a copy into it queued in
+    /// an [`Uploader`](crate::Uploader), not yet submitted; a view of its image): that holder
+    /// could make the GPU write those bytes after this frame's work. Flush the uploader, or drop
+    /// the holder, first.
     ///
     /// Every request's first and last use must be one the device allows in a barrier (core
     /// stages, each access performed by one of them: see
@@ -243,6 +257,16 @@ impl TransientPool {
             return Err(failed(
                 &self.name,
                 "a frame of this pool is still open: end (or drop) it before beginning the next",
+            ));
+        }
+        if let Some(held) = self.previous.iter().position(|life| life.strong_count() > 0) {
+            return Err(failed(
+                &self.name,
+                format!(
+                    "resource {held} of the previous frame is still held after the frame ended (a \
+                     copy into it queued in an uploader, a view of its image): its bytes are not \
+                     placed again until it is released — flush the uploader or drop the holder first"
+                ),
             ));
         }
         for request in requests {
@@ -294,13 +318,19 @@ impl TransientPool {
                             // SAFETY: raw was just created.
                             let req = unsafe { device.raw().get_image_memory_requirements(raw) };
                             bits &= req.memory_type_bits;
+                            // A linear-tiling image is a linear resource for
+                            // `bufferImageGranularity`: kept off optimal images' pages.
+                            let kind = if desc.linear { ResourceKind::Linear } else { ResourceKind::Optimal };
                             descs.push(
-                                TransientDesc::image(
-                                    desc.name.clone(),
-                                    req.size,
-                                    req.alignment,
-                                    passes.clone(),
-                                )
+                                TransientDesc {
+                                    kind,
+                                    ..TransientDesc::image(
+                                        desc.name.clone(),
+                                        req.size,
+                                        req.alignment,
+                                        passes.clone(),
+                                    )
+                                }
                                 .with_uses(uses.0, uses.1),
                             );
                             unbound.images.push(Some(raw));
@@ -438,6 +468,12 @@ impl TransientPool {
                 out_buffers.push(None);
             }
         }
+        self.previous = out_buffers
+            .iter()
+            .flatten()
+            .map(|b: &Buffer| Arc::downgrade(b.life()))
+            .chain(out_images.iter().flatten().map(|i: &Image| Arc::downgrade(i.life())))
+            .collect();
         let frame = TransientFrame {
             buffers: out_buffers,
             images: out_images,

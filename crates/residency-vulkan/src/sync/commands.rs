@@ -150,6 +150,12 @@ impl Lane {
 
 /// A command pool on the universal queue's family with reusable command buffers and fences.
 /// Dropping it waits for its submissions (bounded on a lost device) and destroys them.
+///
+/// A submission holds the context from before its recording closure until it is made, waiting
+/// for the queue's lock on the way: on a thread that holds that lock ([`Queue::lock`](crate::Queue::lock),
+/// a [`PendingFrame`](crate::PendingFrame), `submit_checked`'s closure), `submit`, `wait`,
+/// `wait_for` and `is_complete` are refused with [`VulkanError::Reentrant`] instead of waiting
+/// for a thread that waits for this one.
 #[derive(Debug)]
 pub struct CommandContext {
     device: Arc<Device>,
@@ -165,6 +171,13 @@ static NEXT_CONTEXT: AtomicU64 = AtomicU64::new(1);
 
 const REENTRANT_SUBMIT: &str =
     "a command context's submit, wait or query from inside its own submit's recording closure";
+
+/// What a context's submit, wait or query answers on a thread holding the lock of the context's
+/// queue: another thread may hold the context's state while it waits for that lock to submit.
+const REENTRANT_QUEUE: &str =
+    "a command context's submit, wait or query on a thread that holds the lock of its \
+     queue (`Queue::lock`, a `PendingFrame`, `submit_checked`'s closure): another thread may hold \
+     the context while it waits for that lock to submit";
 
 impl CommandContext {
     /// Creates an empty context; command buffers are created as needed.
@@ -378,7 +391,14 @@ impl CommandContext {
         }
     }
 
+    /// The context's state. Refused on a thread that holds the lock of the context's queue: a
+    /// submission holds the state while it waits for that lock (after its recording closure), so
+    /// waiting here for a state another thread holds would wait for that thread, which waits for
+    /// this one.
     fn lock_state(&self) -> Result<crate::device::lock::LockGuard<'_, ContextState>> {
+        if self.lane.queue(&self.device).locked_here() {
+            return Err(VulkanError::Reentrant { what: REENTRANT_QUEUE });
+        }
         self.state.lock().map_err(|_| VulkanError::Reentrant { what: REENTRANT_SUBMIT })
     }
 
@@ -464,7 +484,7 @@ impl CommandContext {
             return false;
         }
         let device = &*self.device;
-        let fence = match self.state.lock() {
+        let fence = match self.lock_state() {
             Ok(state) => {
                 let slot = &state.slots[submission.slot];
                 if slot.serial != submission.serial {
@@ -472,7 +492,8 @@ impl CommandContext {
                 }
                 slot.fence
             }
-            // Held by this thread: nothing can be waited for here.
+            // Held by this thread, or this thread holds the queue a holder may wait for:
+            // nothing can be waited for here.
             Err(_) => return false,
         };
         // SAFETY: the fence belongs to this device and was submitted with `submission`.
@@ -554,6 +575,9 @@ impl Device {
             });
         }
         self.copy_to_host(buffer.name(), len, |rec, staging| {
+            // Through the recording: a buffer a move under pressure is still filling on the moves
+            // queue makes the read-back wait for that copy (no barrier of this queue orders it).
+            rec.keep(buffer.life());
             // SAFETY: `rec` is recording on this device; both buffers are live buffers of it
             // (checked above; `buffer` is borrowed until the wait returns) and the region lies in
             // both.

@@ -293,6 +293,13 @@ mod target {
     pub trait Sealed {
         /// The image as a copy target.
         fn target(&self) -> TargetInfo<'_>;
+
+        /// The bytes of memory it is bound to when other resources may be bound to them too (a
+        /// transient frame's image): memory, offset, size. `None` (the default): its bytes are
+        /// its own.
+        fn aliased_memory(&self) -> Option<(vk::DeviceMemory, u64, u64)> {
+            None
+        }
     }
 }
 
@@ -488,19 +495,32 @@ struct RecordedBatch {
     frames: Vec<FrameId>,
 }
 
-/// A queued copy's destination (handle, mip, layer) and box, `[lo, hi)` per axis.
+/// A queued copy's destination (handle, mip, layer) and box, `[lo, hi)` per axis: an image's
+/// subresource and texels, or a `VkDeviceMemory` ([`MEMORY`] for mip and layer) and bytes.
 type Written = ((u64, u32, u32), [u64; 3], [u64; 3]);
 
+/// The mip and layer of a [`Written`] that names bytes of a `VkDeviceMemory`.
+const MEMORY: u32 = u32::MAX;
+
+/// A copy's bytes `[start, end)` of `memory`, as a [`Written`]: buffer copies are tracked by the
+/// memory they write, not the `VkBuffer`, so two buffers bound to the same bytes (a transient
+/// frame's aliasing buffers) are seen to overlap, and so is a transient image over them.
+fn memory_written(memory: vk::DeviceMemory, start: u64, end: u64) -> Written {
+    ((vk::Handle::as_raw(memory), MEMORY, MEMORY), [start, 0, 0], [end, 1, 1])
+}
+
 impl State {
-    /// Notes a copy into `box` of `dst`: a barrier first when it overlaps a queued copy's.
-    fn note_write(&mut self, dst: (u64, u32, u32), lo: [u64; 3], hi: [u64; 3]) {
-        let overlaps =
-            self.written.iter().any(|(d, l, h)| *d == dst && (0..3).all(|a| lo[a] < h[a] && l[a] < hi[a]));
+    /// Notes a copy into the boxes `written` (one destination, seen one or more ways): a barrier
+    /// first when any overlaps a queued copy's.
+    fn note_write(&mut self, written: &[Written]) {
+        let overlaps = written.iter().any(|(dst, lo, hi)| {
+            self.written.iter().any(|(d, l, h)| d == dst && (0..3).all(|a| lo[a] < h[a] && l[a] < hi[a]))
+        });
         if overlaps {
             self.copies.push(PendingCopy::Barrier);
             self.written.clear();
         }
-        self.written.push((dst, lo, hi));
+        self.written.extend_from_slice(written);
     }
 }
 
@@ -533,11 +553,19 @@ enum Flight {
 
 /// A staging ring and the command context that copies out of it. Dropping it waits for its
 /// uploads (bounded on a lost device) and releases the ring.
+///
+/// Its calls share one lock, which a call that submits holds while it waits for the queue's lock.
+/// On a thread that holds a queue lock of the device ([`Queue::lock`](crate::Queue::lock), a
+/// [`PendingFrame`](crate::PendingFrame), `submit_checked`'s closure), the calls that take it
+/// (`write_buffer`, `upload_buffer`, `write_image`, `record`, `flush`, `wait_idle`) are refused
+/// with [`VulkanError::Reentrant`] instead of waiting for a thread that waits for this one.
 pub struct Uploader {
     device: Arc<Device>,
     staging: Buffer,
     context: CommandContext,
     state: Mutex<State>,
+    /// The ring's figures as the state was last released ([`Uploader::staging_in_use`]).
+    seen: Seen,
     /// Threads that copy one large chunk of a write into the ring (see [`Uploader::with_copy_threads`]).
     copy_threads: usize,
     /// [`Uploader::upload_buffer`] imports slices of at least this many bytes
@@ -593,6 +621,43 @@ impl std::fmt::Debug for Uploader {
     }
 }
 
+/// What a thread that cannot lock an uploader's state reads of it ([`Uploader::staging_in_use`]):
+/// the ring's bytes in use and the batches in flight when the state was last released.
+#[derive(Debug, Default)]
+struct Seen(std::sync::atomic::AtomicU64, std::sync::atomic::AtomicUsize);
+
+/// An uploader's locked state ([`Uploader::lock`]); notes the ring's figures when released.
+struct StateGuard<'a> {
+    state: std::sync::MutexGuard<'a, State>,
+    seen: &'a Seen,
+}
+
+impl std::ops::Deref for StateGuard<'_> {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.state
+    }
+}
+
+impl std::ops::DerefMut for StateGuard<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.state
+    }
+}
+
+impl Drop for StateGuard<'_> {
+    fn drop(&mut self) {
+        self.seen.0.store(self.state.ring.used_bytes(), Ordering::Release);
+        self.seen.1.store(self.state.in_flight.len(), Ordering::Release);
+    }
+}
+
+/// What an uploader's calls answer on a thread that holds a queue lock of its device.
+const REENTRANT_UPLOAD: &str =
+    "an uploader call on a thread that holds a queue lock of its device (`Queue::lock`, a \
+     `PendingFrame`, `submit_checked`'s closure): another thread may hold the uploader while it \
+     waits for that lock to submit its copies";
+
 /// Staging allocations are aligned for any copy (`optimalBufferCopyOffsetAlignment` is at most this
 /// on the devices we know; 16 also covers texel-block sizes).
 const STAGING_ALIGNMENT: u64 = 16;
@@ -635,6 +700,7 @@ impl Uploader {
                 last_recorded: None,
                 carried: Vec::new(),
             }),
+            seen: Seen::default(),
             copy_threads: default_copy_threads(),
             import_threshold: DEFAULT_IMPORT_THRESHOLD,
             import_chunk: DEFAULT_IMPORT_CHUNK,
@@ -739,15 +805,33 @@ impl Uploader {
         &self.device
     }
 
+    /// The uploader's state, refused on a thread that holds a queue lock of its device
+    /// ([`Queue::lock`](crate::Queue::lock), a [`PendingFrame`](crate::PendingFrame),
+    /// `submit_checked`'s closure): another thread may hold the state while it waits for that
+    /// lock to submit the uploader's copies, and waiting for it here would wait for that thread,
+    /// which waits for this one.
+    fn lock(&self) -> Result<StateGuard<'_>, UploadError> {
+        if self.device.queue_locked_here() {
+            return Err(VulkanError::Reentrant { what: REENTRANT_UPLOAD }.into());
+        }
+        Ok(StateGuard { state: self.state.locked(), seen: &self.seen })
+    }
+
     /// Bytes of the staging ring (host-visible memory it holds for its life).
     pub fn staging_capacity(&self) -> u64 {
-        self.state.locked().ring.capacity()
+        // The ring was made with the staging buffer's size: no lock.
+        self.staging.size()
     }
 
     /// Bytes of the staging ring in use now (staged, or in copies the GPU has not run yet), and
-    /// how many batches of copies are in flight.
+    /// how many batches of copies are in flight. On a thread that holds a queue lock of the
+    /// device, where waiting for the uploader's state could wait forever (see
+    /// [`Uploader::write_buffer`]), the figures as the uploader's last call left them, without
+    /// reclaiming what completed since.
     pub fn staging_in_use(&self) -> (u64, usize) {
-        let mut state = self.state.locked();
+        let Ok(mut state) = self.lock() else {
+            return (self.seen.0.load(Ordering::Acquire), self.seen.1.load(Ordering::Acquire));
+        };
         self.reclaim(&mut state);
         (state.ring.used_bytes(), state.in_flight.len())
     }
@@ -817,7 +901,7 @@ impl Uploader {
     /// reaches `dst` after the next [`Uploader::flush`]. Waits for the GPU only when the ring is full.
     pub fn write_buffer(&self, dst: &Buffer, offset: u64, data: &[u8]) -> Result<(), UploadError> {
         self.check_buffer_write(dst, offset, data.len() as u64)?;
-        let mut state = self.state.locked();
+        let mut state = self.lock()?;
         self.reclaim(&mut state);
         self.stage_buffer(&mut state, dst, offset, data)
     }
@@ -857,7 +941,8 @@ impl Uploader {
     /// Queues the copy of `len` staged bytes at `ring_offset` into `dst` at `offset`.
     fn queue_buffer_copy(state: &mut State, dst: &Buffer, offset: u64, ring_offset: u64, len: u64) {
         let start = dst.offset() + offset;
-        state.note_write((vk::Handle::as_raw(dst.raw()), 0, 0), [start, 0, 0], [start + len, 1, 1]);
+        let (memory, base) = dst.memory();
+        state.note_write(&[memory_written(memory, base + offset, base + offset + len)]);
         state.copies.push(PendingCopy::Buffer {
             dst: dst.raw(),
             region: vk::BufferCopy { src_offset: ring_offset, dst_offset: start, size: len },
@@ -1006,7 +1091,7 @@ impl Uploader {
     /// [`EnabledFeatures::external_memory_host`]: crate::device::EnabledFeatures::external_memory_host
     pub fn upload_buffer(&self, dst: &Buffer, offset: u64, data: &[u8]) -> Result<UploadPath, UploadError> {
         self.check_buffer_write(dst, offset, data.len() as u64)?;
-        let mut state = self.state.locked();
+        let mut state = self.lock()?;
         self.reclaim(&mut state);
         let plan = match self.device.host_import_alignment() {
             Some(alignment) if data.len() as u64 >= self.import_threshold => import_plan(data, alignment),
@@ -1184,7 +1269,7 @@ impl Uploader {
         if expected == 0 {
             return Ok(());
         }
-        let mut state = self.state.locked();
+        let mut state = self.lock()?;
         self.reclaim(&mut state);
         if let Some(layouts) = target.layouts {
             let key = (Arc::as_ptr(layouts) as usize, region.mip, region.layer);
@@ -1225,7 +1310,15 @@ impl Uploader {
             // into the same rows of one subresource get a copy→copy barrier between them.
             (lo[0], hi[0]) = (0, u64::MAX);
         }
-        state.note_write((vk::Handle::as_raw(target.raw), region.mip, region.layer), lo, hi);
+        let subresource = ((vk::Handle::as_raw(target.raw), region.mip, region.layer), lo, hi);
+        // An image whose bytes other resources may share (a transient frame's) is noted by its
+        // memory too, whole (its texels' place there is the driver's).
+        match region.image.aliased_memory() {
+            Some((memory, start, size)) => {
+                state.note_write(&[subresource, memory_written(memory, start, start.saturating_add(size))])
+            }
+            None => state.note_write(&[subresource]),
+        }
         state.copies.push(PendingCopy::Image {
             dst: target.raw,
             layout: region.layout,
@@ -1334,7 +1427,7 @@ impl Uploader {
     ) -> Result<usize, UploadError> {
         use vk::{AccessFlags2 as A, PipelineStageFlags2 as S};
         rec.accepts(self.staging.name(), &self.device)?;
-        let mut state = self.state.locked();
+        let mut state = self.lock()?;
         if state.copies.is_empty() {
             state.last_recorded = None;
             return Ok(0);
@@ -1479,7 +1572,15 @@ impl Uploader {
         // After the sparse binds submitted so far: a copy into a tile bound asynchronously
         // (`TileHeaps::bind_after`) waits for its memory.
         let binds = device.submitted_binds();
+        let destinations = &state.keep;
         let submitted = self.context.submit(binds.as_slice(), |rec| {
+            // Every destination through the recording: a buffer a move under pressure
+            // (`Defragmenter::relieve`) is still filling on the moves queue makes the submission
+            // wait for that copy, which no barrier of this queue orders (else the move's copy
+            // could land over these copies).
+            for life in destinations {
+                rec.keep(life);
+            }
             // Ring frames of copies queued again (see `requeue_recorded`) are given back once this
             // submission has run.
             for (_, flag) in &carried {
@@ -1557,7 +1658,7 @@ impl Uploader {
 
     /// Submits every queued copy. Work submitted to the universal queue afterwards sees the data.
     pub fn flush(&self) -> Result<(), UploadError> {
-        let mut state = self.state.locked();
+        let mut state = self.lock()?;
         if !state.copies.is_empty() {
             self.submit(&mut state)?;
         }
@@ -1567,7 +1668,7 @@ impl Uploader {
     /// Flushes and waits until every upload has reached its destination.
     pub fn wait_idle(&self) -> Result<(), UploadError> {
         self.flush()?;
-        let mut state = self.state.locked();
+        let mut state = self.lock()?;
         self.wait_flights(&mut state)
     }
 
@@ -1767,6 +1868,14 @@ impl Sealed for Image {
             life: self.life(),
             layouts: Some(self.layouts()),
         }
+    }
+
+    fn aliased_memory(&self) -> Option<(vk::DeviceMemory, u64, u64)> {
+        let transient = matches!(
+            self.life().garbage(),
+            Some(Garbage::Image { memory: crate::device::blocks::ResourceMemory::Transient, .. })
+        );
+        transient.then(|| (self.memory().0, self.memory().1, self.size()))
     }
 }
 
