@@ -1,19 +1,20 @@
 //! A direct GPU check of the streamer's rule "no tile a frame in flight samples is unbound, nor its
 //! memory or atlas slot given new texels, before that frame ends" (issue #21), on both paths.
 //!
-//! A frame is held on the GPU: its command buffer first runs `busy.comp` (one thread, millions of
-//! dependent steps) and, behind a barrier, then samples 16 mip-0 tiles of a streamed texture at
-//! texel centres. It is the renderer's own command buffer (`Recording::from_raw`), submitted by
-//! the renderer with `submit_checked` and signalling the renderer's own timeline: residency orders
-//! every sparse bind after its own earlier submissions anyway, so a frame residency submitted
-//! would be protected twice; a frame the renderer submits itself is protected only by the waits
-//! the streamer gives its unbinds (the frames `end_frame` declared). While the frame runs, a budget
-//! cut makes the next tick evict those tiles: on the hardware path the unbinds go to the sparse
-//! queue (had they not waited for the held frame, they could take effect while it still spins, and
-//! its samples would read unbound memory); on the software path the freed atlas slots are given to
-//! other tiles by later frames. The held frame's samples must still be the evicted tiles' texels,
-//! at mip 0, resident; the evictions must have happened while it was running (checked, or the test
-//! runs again with a longer hold).
+//! A frame is held on the GPU: its submission waits for a gate (a timeline the test signals from
+//! the host once the checks below are done), and its command buffer samples 16 mip-0 tiles of a
+//! streamed texture at texel centres. Held by state, never by time: the frame is still pending at
+//! the evicting tick however fast or slow the GPU and the threads run. It is the renderer's own
+//! command buffer (`Recording::from_raw`), submitted by the renderer with `submit_checked` and
+//! signalling the renderer's own timeline: residency orders every sparse bind after its own
+//! earlier submissions anyway, so a frame residency submitted would be protected twice; a frame
+//! the renderer submits itself is protected only by the waits the streamer gives its unbinds (the
+//! frames `end_frame` declared). While the frame is held, a budget cut makes the next tick evict
+//! those tiles: on the hardware path the unbinds go to the sparse queue (had they not waited for
+//! the held frame, they could take effect before it samples, and its samples would read unbound
+//! memory); on the software path the freed atlas slots are given to other tiles by later frames.
+//! The held frame's samples must still be the evicted tiles' texels, at mip 0, resident; the
+//! evictions must have happened while it was held (checked).
 
 use residency_core::format::Format;
 use residency_core::memory::MemoryIntent;
@@ -23,7 +24,7 @@ use residency_core::usage::BufferUsage;
 use residency_core::vt_file::VtDesc;
 use residency_vulkan::ash::vk;
 use residency_vulkan::compute::{Binding, ComputeProgram, ViewRef};
-use residency_vulkan::recording::{MemoryDependency, Timestamps};
+use residency_vulkan::recording::MemoryDependency;
 use residency_vulkan::shaders;
 use residency_vulkan::streaming::{Streamer, StreamerDesc, TextureViews};
 use residency_vulkan::testing::with_gpu;
@@ -66,17 +67,15 @@ fn frame(streamer: &mut Streamer, commands: &CommandContext, wanted: &[TileKey])
     streamer.wait_for_loads();
 }
 
-/// What one held frame saw, and whether the evictions happened while it ran.
+/// What one held frame saw, and whether the evictions happened while it was held.
 struct Held {
-    evicted_while_running: usize,
-    running_at_tick: bool,
+    evicted_while_held: usize,
+    held_at_tick: bool,
     samples: Vec<([f32; 4], bool, f32)>,
     probes: Vec<(u32, u32)>,
-    /// The held frame's busy and sampling work on the GPU, from timestamps (0 without them).
-    gpu_ms: f64,
 }
 
-fn hold_a_frame_across_evictions(path: ResidencyPath, iterations: u32) -> Held {
+fn hold_a_frame_across_evictions(path: ResidencyPath) -> Held {
     let mut held = None;
     with_gpu(|set| {
         let device = Arc::clone(&set.devices()[0]);
@@ -103,7 +102,6 @@ fn hold_a_frame_across_evictions(path: ResidencyPath, iterations: u32) -> Held {
             frame(&mut streamer, &commands, &[]);
         }
         let program = ComputeProgram::new(&device, "sparse fallback", common_shader(path), 2).unwrap();
-        let busy = ComputeProgram::new(&device, "busy", &shaders::BUSY, 1).unwrap();
         let (trilinear, nearest) = (
             device.create_sampler(Filter::Trilinear).unwrap(),
             device.create_sampler(Filter::Nearest).unwrap(),
@@ -125,8 +123,6 @@ fn hold_a_frame_across_evictions(path: ResidencyPath, iterations: u32) -> Held {
                 &BufferDesc::new("samples", n * 32, BufferUsage::STORAGE).with_intent(MemoryIntent::Readback),
             )
             .unwrap();
-        let timestamps = Timestamps::new(&device, "held frame", 2).unwrap();
-        let spin = device.create_buffer(&BufferDesc::new("busy result", 16, BufferUsage::STORAGE)).unwrap();
 
         // The held frame: A is resident when it records (nothing needed its room).
         let evicted_before = streamer.manager_stats().tiles_evicted;
@@ -144,17 +140,20 @@ fn hold_a_frame_across_evictions(path: ResidencyPath, iterations: u32) -> Held {
                 Binding::Buffer(&output),
             ])
             .unwrap();
-        let busy_set = busy.descriptor_set(&[Binding::Buffer(&spin)]).unwrap();
         let mut push: Vec<u8> = common::DEFAULT.iter().flat_map(|f| f.to_le_bytes()).collect();
         push.extend_from_slice(&(n as u32).to_le_bytes());
         push.resize(32, 0);
-        let busy_push: Vec<u8> = [iterations, 7].iter().flat_map(|w: &u32| w.to_le_bytes()).collect();
         use vk::{AccessFlags2 as Ac, PipelineStageFlags2 as St};
         // The renderer's own command buffer, submitted by the renderer and signalling its own
         // timeline: residency orders its binds after its own submissions anyway, so a frame the
         // renderer submits itself is the case only the streamer's waits protect.
         let own = OwnFrame::new(&device);
         let held_until = own.timeline.at(1);
+        // The gate the held frame's submission waits for: the test signals it from the host once
+        // the evicting tick has run and been checked (nothing waits for the held frame before).
+        // Declared after everything whose drop waits for the GPU, so that a failing assertion
+        // opens it (and waits for the frame) first instead of hanging there.
+        let mut gate = Gate::new(&device, held_until);
         let begin = vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
         // SAFETY: the command buffer is new (never submitted) and only this test uses it.
         unsafe { device.raw().begin_command_buffer(own.cmd, &begin) }.unwrap();
@@ -165,18 +164,7 @@ fn hold_a_frame_across_evictions(path: ResidencyPath, iterations: u32) -> Held {
         let mut rec = unsafe { residency_vulkan::recording::Recording::from_raw(&device, own.cmd) };
         bindings
             .record(&mut rec, |rec| {
-                timestamps.cmd_write(rec, 0).unwrap();
-                busy.dispatch(rec, &busy_set, &busy_push, [1, 1, 1]).unwrap();
-                // The samples wait for the busy thread: the frame is held until it ends.
-                rec.memory_barrier(MemoryDependency {
-                    src_stages: St::COMPUTE_SHADER,
-                    src_access: Ac::SHADER_WRITE,
-                    dst_stages: St::COMPUTE_SHADER,
-                    dst_access: Ac::SHADER_READ,
-                })
-                .unwrap();
                 program.dispatch(rec, &sample_set, &push, [(n as u32).div_ceil(64), 1, 1]).unwrap();
-                timestamps.cmd_write(rec, 1).unwrap();
             })
             .unwrap();
         rec.memory_barrier(MemoryDependency {
@@ -187,20 +175,25 @@ fn hold_a_frame_across_evictions(path: ResidencyPath, iterations: u32) -> Held {
         })
         .unwrap();
         rec.used_until(held_until).unwrap();
-        timestamps.used_until(held_until).unwrap();
-        let (cmd, timeline) = (own.cmd, own.timeline.raw());
+        let (cmd, timeline, gate_raw) = (own.cmd, own.timeline.raw(), gate.timeline.raw());
         rec.submit_checked(|queue, waits| {
             let buffers = [vk::CommandBufferSubmitInfo::default().command_buffer(cmd)];
+            // The waits residency hands over, and the gate.
+            let mut waits = waits.to_vec();
+            waits.push(
+                vk::SemaphoreSubmitInfo::default().semaphore(gate_raw).value(1).stage_mask(St::ALL_COMMANDS),
+            );
             let signals = [vk::SemaphoreSubmitInfo::default()
                 .semaphore(timeline)
                 .value(1)
                 .stage_mask(St::ALL_COMMANDS)];
             let submit = vk::SubmitInfo2::default()
                 .command_buffer_infos(&buffers)
-                .wait_semaphore_infos(waits)
+                .wait_semaphore_infos(&waits)
                 .signal_semaphore_infos(&signals);
             // SAFETY: recording began above; `queue` is the locked universal queue; the timeline
-            // is at 0 and this is its only signal.
+            // is at 0 and this is its only signal; the gate is a timeline of this device, signalled
+            // to 1 from the host below.
             unsafe {
                 device.raw().end_command_buffer(cmd)?;
                 device.raw().queue_submit2(queue, &[submit], vk::Fence::null())
@@ -222,13 +215,14 @@ fn hold_a_frame_across_evictions(path: ResidencyPath, iterations: u32) -> Held {
         );
 
         // A budget cut: the next tick evicts what is evictable (A, not wanted for the eviction delay)
-        // down to it, while the held frame runs; that frame asks for B, whose loads reuse A's room.
+        // down to it, while the held frame waits at its gate; that frame asks for B, whose loads
+        // reuse A's room.
         let unbinds_before = streamer.stats().unbinds_after_frames;
         assert_eq!(streamer.set_budget_tiles(16), 16);
         common::cpu_feedback_frame(&mut streamer, &commands, &b);
-        // Still running after the tick's binds were submitted: it was running at the tick.
-        let running_at_tick = own.value(&device) < 1;
-        let evicted_while_running = a.iter().filter(|&&k| !streamer.manager().is_resident(k)).count();
+        // Still pending after the tick's binds were submitted (the gate is closed): held at the tick.
+        let held_at_tick = own.value(&device) < 1;
+        let evicted_while_held = a.iter().filter(|&&k| !streamer.manager().is_resident(k)).count();
         assert!(
             streamer.manager_stats().tiles_evicted > evicted_before,
             "the tick evicted: {} committed, {:?}, {:?}",
@@ -236,12 +230,13 @@ fn hold_a_frame_across_evictions(path: ResidencyPath, iterations: u32) -> Held {
             streamer.manager_stats(),
             streamer.stats()
         );
-        if path == ResidencyPath::Hardware && running_at_tick {
+        if path == ResidencyPath::Hardware {
             assert!(streamer.stats().unbinds_after_frames > unbinds_before, "{:?}", streamer.stats());
         }
 
+        // The gate opens: the held frame samples, behind whatever the tick submitted.
+        gate.open();
         device.wait_until(&held_until).unwrap();
-        let gpu_ms = timestamps.elapsed_ms(0, 1).unwrap_or(0.0);
         let mut out = vec![0u8; (n * 32) as usize];
         output.read(0, &mut out).unwrap();
         let samples = common::fallback_results(&out);
@@ -254,13 +249,45 @@ fn hold_a_frame_across_evictions(path: ResidencyPath, iterations: u32) -> Held {
         assert!(streamer.manager().check_invariants().is_ok());
         device.wait_idle().unwrap();
         own.destroy(&device);
-        drop((sample_set, busy_set, input, output, spin, trilinear, nearest, program, busy, timestamps));
+        drop((sample_set, input, output, trilinear, nearest, program, gate));
         streamer.remove_texture(t).unwrap();
         drop(streamer);
         drop(commands);
-        held = Some(Held { evicted_while_running, running_at_tick, samples, probes, gpu_ms });
+        held = Some(Held { evicted_while_held, held_at_tick, samples, probes });
     });
     held.expect("ran")
+}
+
+/// The timeline the held frame's submission waits for at 1, signalled from the host by `open`,
+/// or when dropped (a failed assertion), which then waits for the held frame too.
+struct Gate {
+    device: Arc<residency_vulkan::Device>,
+    timeline: residency_vulkan::Timeline,
+    held_until: residency_vulkan::GpuUse,
+    open: bool,
+}
+
+impl Gate {
+    fn new(device: &Arc<residency_vulkan::Device>, held_until: residency_vulkan::GpuUse) -> Gate {
+        let timeline = device.create_timeline("held frame gate").unwrap();
+        Gate { device: Arc::clone(device), timeline, held_until, open: false }
+    }
+
+    fn open(&mut self) {
+        if !std::mem::replace(&mut self.open, true) {
+            let signal = vk::SemaphoreSignalInfo::default().semaphore(self.timeline.raw()).value(1);
+            // SAFETY: a timeline semaphore of this device at 0; this is its only signal.
+            unsafe { self.device.raw().signal_semaphore(&signal) }.unwrap();
+        }
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        self.open();
+        // The held frame waits for the semaphore: it must be done before the semaphore goes.
+        let _ = self.device.wait_until(&self.held_until);
+    }
 }
 
 /// A renderer's own command pool, command buffer and timeline.
@@ -296,33 +323,18 @@ fn common_shader(path: ResidencyPath) -> &'static shaders::Shader {
 }
 
 fn check(path: ResidencyPath) {
-    // Hold the frame longer until the evictions happen while it runs (a fast GPU may finish a
-    // short hold before the next tick).
-    // `RESIDENCY_IN_FLIGHT_STEPS` starts with a longer hold (a device run holding the frame for
-    // milliseconds more than the binds take).
-    let mut iterations: u32 =
-        std::env::var("RESIDENCY_IN_FLIGHT_STEPS").ok().and_then(|s| s.parse().ok()).unwrap_or(1 << 22);
-    loop {
-        let held = hold_a_frame_across_evictions(path, iterations);
-        for (&(x, y), (got, resident, lod)) in held.probes.iter().zip(&held.samples) {
-            let want = texel(0, x, y).map(f32::from);
-            assert!(
-                *resident && *lod == 0.0 && got.iter().zip(want).all(|(g, w)| (g - w).abs() <= 0.6),
-                "{path:?}: the held frame sampled texel ({x}, {y}) of an evicted tile as {got:?} \
-                 (resident {resident}, LOD {lod}) instead of {want:?}"
-            );
-        }
-        if held.running_at_tick && held.evicted_while_running > 0 {
-            eprintln!(
-                "{path:?}: {} of 16 sampled tiles evicted while the frame ran ({iterations} busy steps, \
-                 the frame {:.2} ms on the GPU)",
-                held.evicted_while_running, held.gpu_ms
-            );
-            return;
-        }
-        assert!(iterations < 1 << 30, "{path:?}: the held frame never ran across the evicting tick");
-        iterations *= 4;
+    let held = hold_a_frame_across_evictions(path);
+    for (&(x, y), (got, resident, lod)) in held.probes.iter().zip(&held.samples) {
+        let want = texel(0, x, y).map(f32::from);
+        assert!(
+            *resident && *lod == 0.0 && got.iter().zip(want).all(|(g, w)| (g - w).abs() <= 0.6),
+            "{path:?}: the held frame sampled texel ({x}, {y}) of an evicted tile as {got:?} \
+             (resident {resident}, LOD {lod}) instead of {want:?}"
+        );
     }
+    assert!(held.held_at_tick, "{path:?}: the gated frame ended before its gate opened");
+    assert!(held.evicted_while_held > 0, "{path:?}: the tick evicted none of the held frame's tiles");
+    eprintln!("{path:?}: {} of 16 sampled tiles evicted while the frame was held", held.evicted_while_held);
 }
 
 #[test]

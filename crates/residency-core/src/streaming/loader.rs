@@ -324,3 +324,97 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "a panic without a message".to_owned())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::Format;
+    use crate::vt_file::VtDesc;
+
+    /// A source whose reads count themselves and then wait until the gate opens.
+    #[derive(Default)]
+    struct Gated {
+        /// (reads started, open).
+        state: Mutex<(u32, bool)>,
+        changed: Condvar,
+    }
+
+    impl Gated {
+        fn open(&self) {
+            self.state.lock().unwrap().1 = true;
+            self.changed.notify_all();
+        }
+
+        fn reads(&self) -> u32 {
+            self.state.lock().unwrap().0
+        }
+
+        /// Waits until `n` reads have started (an event, not a time).
+        fn wait_for_reads(&self, n: u32) {
+            let mut state = self.state.lock().unwrap();
+            while state.0 < n {
+                state = self.changed.wait(state).unwrap();
+            }
+        }
+    }
+
+    impl TileSource for Gated {
+        fn name(&self) -> &str {
+            "gated"
+        }
+
+        fn desc(&self) -> VtDesc {
+            VtDesc::new(Format::R8G8B8A8Unorm, 512, 512, 128, 128)
+        }
+
+        fn read_tile(&self, _mip: u32, _x: u32, _y: u32) -> Result<Vec<u8>, SourceError> {
+            let mut state = self.state.lock().unwrap();
+            state.0 += 1;
+            self.changed.notify_all();
+            while !state.1 {
+                state = self.changed.wait(state).unwrap();
+            }
+            Ok(vec![7; 16])
+        }
+    }
+
+    /// Two workers in reads held at a gate, two loads queued: dropping the loader waits for the
+    /// two reads and starts neither queued load. The gate opens only once `drop` has set the stop
+    /// flag (`drop` notifies the workers' condition variable after setting it, and the opener
+    /// waits there for it), so the outcome does not depend on how fast any thread runs.
+    #[test]
+    fn dropping_the_loader_joins_its_workers_after_their_reads() {
+        let gated = Arc::new(Gated::default());
+        let loader = TileLoader::new(2);
+        let source: Arc<dyn TileSource> = gated.clone();
+        for token in 0..4u32 {
+            loader.submit(LoadJob { token, source: Arc::clone(&source), tiles: vec![(0, 0, 0)] }).unwrap();
+        }
+        // Both workers are in a read: the other two loads stay queued, and no worker waits on
+        // `work` (the opener below is its only waiter).
+        gated.wait_for_reads(2);
+        let shared = Arc::clone(&loader.shared);
+        let opener = {
+            let (gated, shared) = (Arc::clone(&gated), Arc::clone(&shared));
+            std::thread::spawn(move || {
+                let mut state = lock(&shared.state);
+                while !state.stop {
+                    state = shared.work.wait_locked(state);
+                }
+                drop(state);
+                gated.open();
+            })
+        };
+        drop(loader);
+        opener.join().unwrap();
+        let state = lock(&shared.state);
+        assert_eq!(state.alive, 0, "drop returned once its workers had stopped");
+        assert_eq!(
+            (state.running, state.queue.len()),
+            (0, 2),
+            "the two reads ended; the queued loads stayed"
+        );
+        drop(state);
+        assert_eq!(gated.reads(), 2, "the queued loads never started");
+    }
+}
