@@ -3,12 +3,13 @@
 //! the software path when sparse residency is not there, and residency's buffers and images used
 //! by a wgpu compute pipeline and dropped in either order with work in flight.
 
+mod common;
+
 use residency_vulkan::{
     BufferInit, BufferPool, BufferPoolDesc, BufferPoolUsage, BufferUsage, Format, ImageDesc, ImageUsage,
-    MemoryIntent, Uploader, ValidationMode, LEAKS_AT_TEARDOWN,
+    MemoryIntent, Uploader, ValidationMode,
 };
 use residency_wgpu::{Bridge, BridgeDesc, ImportReason, PathSupport, QueueSharing, SparseLack};
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 /// One test at a time: the leak counters are process-wide.
@@ -41,24 +42,7 @@ fn with_bridge(desc: BridgeDesc, test: impl FnOnce(&Bridge)) {
             return;
         }
     };
-    let leaks = LEAKS_AT_TEARDOWN.load(Ordering::Relaxed);
-    let alive = residency_wgpu::DEVICES_LEFT_ALIVE.load(Ordering::Relaxed);
-    test(&bridge);
-    bridge.device().poll(wgpu::PollType::wait_indefinitely()).unwrap();
-    bridge.residency().wait_idle().unwrap();
-    bridge.residency().maintain();
-    let live: Vec<_> =
-        bridge.residency().ledger().live_objects().into_iter().filter(|o| o.kind != "memory").collect();
-    assert!(live.is_empty(), "live residency objects after the test: {live:?}");
-    let problems = bridge.validation_log().problems_since(0);
-    assert!(problems.is_empty(), "validation problems: {problems:#?}");
-    drop(bridge);
-    assert_eq!(LEAKS_AT_TEARDOWN.load(Ordering::Relaxed), leaks, "residency objects leaked at teardown");
-    assert_eq!(
-        residency_wgpu::DEVICES_LEFT_ALIVE.load(Ordering::Relaxed),
-        alive,
-        "the device was left alive"
-    );
+    common::run_checked(bridge, test);
 }
 
 #[test]

@@ -6,15 +6,16 @@
 //! under the validation layer with synchronization validation and checks that the layer reports
 //! nothing and nothing leaks.
 
+mod common;
+
 #[allow(dead_code, reason = "the tests take the example's source and `open`, not `run` or `main`")]
 #[path = "../examples/wgpu_virtual_texture.rs"]
 mod example;
 
 use residency_vulkan::sparse::ResidencyPath;
 use residency_vulkan::streaming::{Streamer, StreamerDesc};
-use residency_vulkan::{ValidationMode, LEAKS_AT_TEARDOWN};
+use residency_vulkan::ValidationMode;
 use residency_wgpu::{Bridge, BridgeDesc, PathSupport};
-use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
 /// One test at a time: the leak counter is process-wide.
@@ -41,18 +42,7 @@ fn with_bridge(path: ResidencyPath, test: impl FnOnce(&Bridge)) {
         assert!(!residency_vulkan::testing::gpu_required(), "no sparse residency: {:?}", bridge.path());
         return;
     }
-    let leaks = LEAKS_AT_TEARDOWN.load(Ordering::SeqCst);
-    test(&bridge);
-    bridge.device().poll(wgpu::PollType::wait_indefinitely()).unwrap();
-    bridge.residency().wait_idle().unwrap();
-    bridge.residency().maintain();
-    let live: Vec<_> =
-        bridge.residency().ledger().live_objects().into_iter().filter(|o| o.kind != "memory").collect();
-    assert!(live.is_empty(), "live residency objects after the test: {live:?}");
-    let problems = bridge.validation_log().problems_since(0);
-    assert!(problems.is_empty(), "validation problems: {problems:#?}");
-    drop(bridge);
-    assert_eq!(LEAKS_AT_TEARDOWN.load(Ordering::SeqCst), leaks, "residency objects leaked at teardown");
+    common::run_checked(bridge, test);
 }
 
 fn streamer(bridge: &Bridge, path: ResidencyPath) -> Streamer {
